@@ -1,0 +1,87 @@
+// Tensor helpers.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/checked.h"
+
+namespace kiln {
+
+std::string shape_to_string(std::span<const int64_t> shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+int64_t shape_numel(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+StatusOr<Tensor> Tensor::zeros(DType dtype, Shape shape) {
+  size_t esize = dtype_size(dtype);
+  if (esize == 0) return invalid_argument("tensor of unsupported dtype");
+  auto n = checked_numel(shape);
+  if (!n) return invalid_argument("tensor shape " + shape_to_string(shape) + " overflows or is negative");
+  auto bytes = checked_mul(*n, int64_t(esize));
+  if (!bytes) return invalid_argument("tensor of shape " + shape_to_string(shape) + " is too large");
+  // 64-byte alignment so kernels may use aligned vector loads on weights.
+  size_t alloc = (size_t(*bytes) + 63) / 64 * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) return out_of_memory("cannot allocate " + std::to_string(alloc) + " bytes for a tensor");
+  std::memset(p, 0, alloc);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = p;
+  t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return t;
+}
+
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+int64_t Tensor::int_at(int64_t i) const {
+  switch (dtype_) {
+    case DType::kInt64: return data_as<int64_t>()[i];
+    case DType::kInt32: return data_as<int32_t>()[i];
+    case DType::kInt16: return data_as<int16_t>()[i];
+    case DType::kInt8: return data_as<int8_t>()[i];
+    case DType::kUInt8: return data_as<uint8_t>()[i];
+    case DType::kUInt16: return data_as<uint16_t>()[i];
+    case DType::kUInt32: return data_as<uint32_t>()[i];
+    case DType::kUInt64: return int64_t(data_as<uint64_t>()[i]);
+    case DType::kBool: return data_as<uint8_t>()[i] != 0;
+    default: return int64_t(float_at(i));
+  }
+}
+
+double float_at_impl(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32: return t.data_as<float>()[i];
+    case DType::kFloat64: return t.data_as<double>()[i];
+    case DType::kFloat16: return half_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kBFloat16: return bf16_to_float(t.data_as<uint16_t>()[i]);
+    default: return double(t.int_at(i));
+  }
+}
+
+double Tensor::float_at(int64_t i) const {
+  if (!is_float(dtype_)) return double(int_at(i));
+  return float_at_impl(*this, i);
+}
+
+}  // namespace kiln

@@ -1,0 +1,100 @@
+// The IR: Graph, Node, Value, attributes. A value carries its dtype, symbolic shape, and optionally
+// constant data or a symbolic value (the folded content of a small integer shape tensor).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/dim.h"
+
+namespace kiln::ir {
+
+struct Graph;
+
+enum class AttrType { kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs };
+
+struct Attribute {
+  AttrType type = AttrType::kInt;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  Tensor t;
+  std::shared_ptr<Graph> g;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+  std::vector<Tensor> tensors;
+  std::vector<std::shared_ptr<Graph>> graphs;
+};
+
+class Attributes {
+ public:
+  void set(std::string name, Attribute a) { map_[std::move(name)] = std::move(a); }
+  bool has(const std::string& name) const { return map_.count(name) != 0; }
+  const Attribute* find(const std::string& name) const;
+  const std::map<std::string, Attribute>& all() const { return map_; }
+
+  // Typed getters: a present attribute of the wrong type is an error naming it.
+  StatusOr<int64_t> get_int(const std::string& name, std::optional<int64_t> fallback) const;
+  StatusOr<float> get_float(const std::string& name, std::optional<float> fallback) const;
+  StatusOr<std::string> get_string(const std::string& name, std::optional<std::string> fallback) const;
+  StatusOr<std::vector<int64_t>> get_ints(const std::string& name,
+                                          std::optional<std::vector<int64_t>> fallback) const;
+  StatusOr<std::vector<float>> get_floats(const std::string& name,
+                                          std::optional<std::vector<float>> fallback) const;
+  StatusOr<Tensor> get_tensor(const std::string& name) const;
+
+ private:
+  std::map<std::string, Attribute> map_;
+};
+
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::optional<std::vector<Dim>> shape;       // nullopt: rank not known yet
+  std::optional<Tensor> constant;              // initializer or folded constant
+  std::optional<std::vector<Dim>> sym_value;   // elements of a small integer tensor, as dims
+  int producer = -1;                           // index of the producing node, -1 for none
+};
+
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" for ai.onnx
+  int opset = 0;       // opset of `domain` the model imports
+  std::vector<int> inputs;   // value indices; -1 marks an omitted optional input
+  std::vector<int> outputs;  // value indices; -1 marks an omitted optional output
+  Attributes attrs;
+
+  // "node 'conv_3' (Conv)", the prefix every error about a node carries.
+  std::string describe() const;
+};
+
+struct Graph {
+  std::string name;
+  std::vector<Value> values;
+  std::vector<Node> nodes;  // topologically ordered once verified
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::map<std::string, int> opsets;  // domain -> version
+
+  int add_value(std::string name);
+  // -1 when absent. Linear in the value count; the builder keeps its own maps where it matters.
+  int find_value(const std::string& name) const;
+  std::vector<std::vector<int>> consumers() const;  // value index -> consuming node indices
+};
+
+// Checks single assignment, defined-before-use order and index ranges.
+Status verify(const Graph& graph);
+// Reorders nodes topologically; fails on a cycle or on an input no node or graph input defines.
+Status sort_topologically(Graph* graph);
+// The text form used by tests, bug reports and `kiln inspect`.
+std::string to_text(const Graph& graph);
+std::string type_to_string(const Value& v);
+
+}  // namespace kiln::ir

@@ -1,0 +1,192 @@
+// InferContext and the op registry.
+#include "ops/schema.h"
+
+#include <mutex>
+
+namespace kiln::ops {
+namespace {
+
+constexpr std::string_view kOpNames[] = {
+    "Unknown",
+#define KILN_OP_NAME(name) #name,
+    KILN_OPS(KILN_OP_NAME)
+#undef KILN_OP_NAME
+};
+
+}  // namespace
+
+std::string_view op_name(OpKind kind) {
+  size_t i = size_t(kind);
+  return i < std::size(kOpNames) ? kOpNames[i] : "Unknown";
+}
+
+OpKind find_op(std::string_view domain, std::string_view op_type) {
+  if (!domain.empty() && domain != "ai.onnx") return OpKind::kUnknown;
+  for (size_t i = 1; i < std::size(kOpNames); ++i) {
+    if (kOpNames[i] == op_type) return OpKind(i);
+  }
+  return OpKind::kUnknown;
+}
+
+void OpRegistry::add(OpSchema schema) {
+  size_t i = size_t(schema.kind);
+  if (schemas_.size() <= i) schemas_.resize(i + 1);
+  schemas_[i] = schema;
+}
+
+const OpSchema* OpRegistry::find(OpKind kind) const {
+  size_t i = size_t(kind);
+  if (i >= schemas_.size() || schemas_[i].infer == nullptr) return nullptr;
+  return &schemas_[i];
+}
+
+const OpRegistry& op_registry() {
+  static const OpRegistry registry = [] {
+    OpRegistry r;
+    register_elementwise_ops(r);
+    register_matmul_ops(r);
+    register_conv_ops(r);
+    register_norm_ops(r);
+    register_reduce_ops(r);
+    register_resize_ops(r);
+    register_shape_ops(r);
+    register_index_ops(r);
+    return r;
+  }();
+  return registry;
+}
+
+const OpSchema* find_schema(const ir::Node& node) {
+  return op_registry().find(find_op(node.domain, node.op_type));
+}
+
+InferContext::InferContext(const ir::Graph& graph, const ir::Node& node, int node_index,
+                           std::vector<Constraint>* constraints)
+    : graph_(graph), node_(node), node_index_(node_index), constraints_(constraints),
+      outputs_(node.outputs.size()) {}
+
+const Tensor* InferContext::input_constant(int i) const {
+  if (!has_input(i)) return nullptr;
+  const auto& c = input(i).constant;
+  return c ? &*c : nullptr;
+}
+
+std::optional<std::vector<ir::Dim>> InferContext::input_value(int i) const {
+  if (!has_input(i)) return std::nullopt;
+  const ir::Value& v = input(i);
+  if (v.sym_value) return v.sym_value;
+  if (v.constant && (is_integer(v.constant->dtype()) || v.constant->dtype() == DType::kBool) &&
+      v.constant->numel() <= kMaxSymbolicElements) {
+    std::vector<ir::Dim> out;
+    for (int64_t k = 0; k < v.constant->numel(); ++k) out.push_back(ir::Dim(v.constant->int_at(k)));
+    return out;
+  }
+  return std::nullopt;
+}
+
+StatusOr<std::vector<ir::Dim>> InferContext::require_value(int i, std::string_view what) const {
+  auto v = input_value(i);
+  if (!v) {
+    return error(StatusCode::kUnsupported,
+                 "input " + std::to_string(i) + " ('" + (has_input(i) ? input(i).name : "") + "', the " +
+                     std::string(what) +
+                     ") is computed from tensor data at run time; kiln needs it known at build time "
+                     "(a constant or a function of input shapes)");
+  }
+  return *v;
+}
+
+void InferContext::set_output(int i, DType dtype, std::vector<ir::Dim> shape) {
+  if (i >= num_outputs()) return;
+  outputs_[i].set = true;
+  outputs_[i].dtype = dtype;
+  outputs_[i].shape = std::move(shape);
+}
+
+void InferContext::set_output_value(int i, std::vector<ir::Dim> value) {
+  if (i >= num_outputs()) return;
+  outputs_[i].value = std::move(value);
+}
+
+Status InferContext::error(StatusCode code, const std::string& message) const {
+  return Status(code, node_.describe() + ": " + message);
+}
+
+StatusOr<int> InferContext::normalize_axis(int64_t axis, int rank, std::string_view what) const {
+  if (axis < -rank || axis >= std::max(rank, 1)) {
+    return error(StatusCode::kInvalidModel, std::string(what) + " " + std::to_string(axis) +
+                                                " is out of range for rank " + std::to_string(rank));
+  }
+  return int(axis < 0 ? axis + rank : axis);
+}
+
+Status InferContext::require_equal(const ir::Dim& a, const ir::Dim& b, std::string what) {
+  ir::Dim diff = a - b;
+  if (diff.is_const()) {
+    if (diff.value() == 0) return ok_status();
+    return error(StatusCode::kInvalidModel,
+                 what + ": " + a.to_string() + " != " + b.to_string());
+  }
+  constraints_->push_back({Constraint::Kind::kEqual, a, b, std::move(what), node_index_});
+  return ok_status();
+}
+
+Status InferContext::require_ge(const ir::Dim& a, const ir::Dim& b, std::string what) {
+  ir::Dim diff = a - b;
+  if (diff.is_const()) {
+    if (diff.value() >= 0) return ok_status();
+    return error(StatusCode::kInvalidModel, what + ": " + a.to_string() + " < " + b.to_string());
+  }
+  constraints_->push_back({Constraint::Kind::kGreaterEqual, a, b, std::move(what), node_index_});
+  return ok_status();
+}
+
+Status InferContext::require_divisible(const ir::Dim& a, const ir::Dim& b, std::string what) {
+  if (b.is_const() && b.value() == 0) {
+    return error(StatusCode::kInvalidModel, what + ": division by zero");
+  }
+  ir::Dim m = ir::Dim::mod(a, b);
+  if (m.is_const()) {
+    if (m.value() == 0) return ok_status();
+    return error(StatusCode::kInvalidModel,
+                 what + ": " + a.to_string() + " is not divisible by " + b.to_string());
+  }
+  constraints_->push_back({Constraint::Kind::kDivisible, a, b, std::move(what), node_index_});
+  return ok_status();
+}
+
+StatusOr<ir::Dim> InferContext::broadcast_dim(const ir::Dim& a, const ir::Dim& b, std::string what) {
+  if (a == b) return a;
+  if (a.is_const() && a.value() == 1) return b;
+  if (b.is_const() && b.value() == 1) return a;
+  if (a.is_const() && b.is_const()) {
+    return error(StatusCode::kInvalidModel,
+                 what + ": dims " + a.to_string() + " and " + b.to_string() + " do not broadcast");
+  }
+  constraints_->push_back({Constraint::Kind::kBroadcast, a, b, std::move(what), node_index_});
+  // Where both are symbolic, the result is whichever is not 1: max() of the two.
+  if (a.is_const()) return a;  // b must equal a or be 1
+  if (b.is_const()) return b;
+  return ir::Dim::max(a, b);
+}
+
+StatusOr<std::vector<ir::Dim>> InferContext::broadcast_shapes(
+    std::span<const std::vector<ir::Dim>> shapes) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<ir::Dim> out(rank, ir::Dim(1));
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const auto& s = shapes[k];
+    size_t off = rank - s.size();
+    for (size_t d = 0; d < s.size(); ++d) {
+      KILN_ASSIGN_OR_RETURN(
+          out[off + d],
+          broadcast_dim(out[off + d], s[d],
+                        "input " + std::to_string(k) + " dim " + std::to_string(d) +
+                            " broadcasts against the other inputs"));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::ops

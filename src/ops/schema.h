@@ -1,0 +1,134 @@
+// Op schemas: one record per op with its arity, type and symbolic shape inference, and traits.
+// InferContext is what an inference function sees of a node: inputs' types, shapes, constant and
+// symbolic values, and where it records outputs and the constraints the profile checker must prove.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+#include "ops/op_list.h"
+
+namespace kiln::ops {
+
+enum class OpKind {
+  kUnknown = 0,
+#define KILN_OP_ENUM(name) k##name,
+  KILN_OPS(KILN_OP_ENUM)
+#undef KILN_OP_ENUM
+};
+
+std::string_view op_name(OpKind kind);
+
+// A condition on symbolic dims that must hold for every shape in a profile.
+struct Constraint {
+  enum class Kind { kEqual, kGreaterEqual, kBroadcast, kDivisible };
+  Kind kind;
+  ir::Dim a, b;      // a == b | a >= b | a,b broadcastable | a % b == 0
+  std::string what;  // "input 1 dim 2 matches input 0 dim 2", shown when it fails
+  int node = -1;     // index of the node that required it
+};
+
+class InferContext {
+ public:
+  InferContext(const ir::Graph& graph, const ir::Node& node, int node_index,
+               std::vector<Constraint>* constraints);
+
+  const ir::Node& node() const { return node_; }
+  const ir::Attributes& attrs() const { return node_.attrs; }
+  int opset() const { return node_.opset; }
+  int num_inputs() const { return int(node_.inputs.size()); }
+  int num_outputs() const { return int(node_.outputs.size()); }
+  bool has_input(int i) const { return i < num_inputs() && node_.inputs[i] >= 0; }
+  bool has_output(int i) const { return i < num_outputs() && node_.outputs[i] >= 0; }
+  const ir::Value& input(int i) const { return graph_.values[node_.inputs[i]]; }
+  DType input_dtype(int i) const { return input(i).dtype; }
+  // Inputs always have a known shape by the time a node is inferred (the builder checks).
+  const std::vector<ir::Dim>& input_shape(int i) const { return *input(i).shape; }
+  int input_rank(int i) const { return int(input(i).shape->size()); }
+  const Tensor* input_constant(int i) const;
+  // The input's elements as dims: its symbolic value, or its data when it is a small integer
+  // constant. nullopt when the values are only known at run time.
+  std::optional<std::vector<ir::Dim>> input_value(int i) const;
+  // Like input_value, but an error naming the input when it is not known at build time.
+  StatusOr<std::vector<ir::Dim>> require_value(int i, std::string_view what) const;
+
+  void set_output(int i, DType dtype, std::vector<ir::Dim> shape);
+  // Records the elements of a small integer output, for shape folding. The shape must be set.
+  void set_output_value(int i, std::vector<ir::Dim> value);
+
+  // Constraints. Each returns an error at once when it is false on constants; otherwise it is
+  // simplified and, unless proven, recorded for the profile checker.
+  Status require_equal(const ir::Dim& a, const ir::Dim& b, std::string what);
+  Status require_ge(const ir::Dim& a, const ir::Dim& b, std::string what);
+  Status require_divisible(const ir::Dim& a, const ir::Dim& b, std::string what);
+  // The broadcast of two dims (numpy rules), recording that they are compatible.
+  StatusOr<ir::Dim> broadcast_dim(const ir::Dim& a, const ir::Dim& b, std::string what);
+  StatusOr<std::vector<ir::Dim>> broadcast_shapes(std::span<const std::vector<ir::Dim>> shapes);
+
+  // Normalizes an axis attribute against a rank, naming the attribute in the error.
+  StatusOr<int> normalize_axis(int64_t axis, int rank, std::string_view what) const;
+
+  // An error about this node, with the node's description in front.
+  Status error(StatusCode code, const std::string& message) const;
+
+  struct Output {
+    bool set = false;
+    DType dtype = DType::kUndefined;
+    std::vector<ir::Dim> shape;
+    std::optional<std::vector<ir::Dim>> value;
+  };
+  const std::vector<Output>& outputs() const { return outputs_; }
+
+ private:
+  const ir::Graph& graph_;
+  const ir::Node& node_;
+  int node_index_;
+  std::vector<Constraint>* constraints_;
+  std::vector<Output> outputs_;
+};
+
+// Small integer tensors (shape tensors) up to this many elements carry symbolic values.
+inline constexpr int64_t kMaxSymbolicElements = 64;
+
+struct OpSchema {
+  OpKind kind = OpKind::kUnknown;
+  int min_inputs = 1, max_inputs = 1;
+  int min_outputs = 1, max_outputs = 1;
+  Status (*infer)(InferContext& ctx) = nullptr;
+  // Traits passes query instead of switching on names.
+  bool elementwise = false;
+  // Output 0 may share the input 0 buffer's bytes unchanged (Reshape, Squeeze, Identity, ...).
+  bool is_view = false;
+};
+
+class OpRegistry {
+ public:
+  void add(OpSchema schema);
+  const OpSchema* find(OpKind kind) const;
+
+ private:
+  std::vector<OpSchema> schemas_;  // indexed by OpKind
+};
+
+// The registry of every schema, built once on first use from the list in registry.cc.
+const OpRegistry& op_registry();
+// OpKind for an ONNX (domain, op_type); kUnknown when kiln does not know it.
+OpKind find_op(std::string_view domain, std::string_view op_type);
+// The schema of a node, or nullptr when the op is unknown or not registered.
+const OpSchema* find_schema(const ir::Node& node);
+
+void register_elementwise_ops(OpRegistry& r);
+void register_matmul_ops(OpRegistry& r);
+void register_conv_ops(OpRegistry& r);
+void register_norm_ops(OpRegistry& r);
+void register_reduce_ops(OpRegistry& r);
+void register_resize_ops(OpRegistry& r);
+void register_shape_ops(OpRegistry& r);
+void register_index_ops(OpRegistry& r);
+
+}  // namespace kiln::ops

@@ -1,0 +1,60 @@
+// Plan: the built result the runtime executes and the engine file stores. It holds the optimized
+// graph (only the nodes that run, each value with its shape formula), the profiles, how every value
+// is stored at run time, and the activation memory plan as formulas over the input symbols.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace kiln::plan {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr const char* kKilnVersion = "0.1.0";
+
+// Shapes of one input in one profile.
+struct InputRange {
+  std::string name;
+  std::vector<int64_t> min, opt, max;
+};
+
+struct Profile {
+  std::vector<InputRange> inputs;  // one per dynamic input, in engine input order
+  ir::SymbolRanges symbols;        // the range of every input symbol this profile allows
+};
+
+enum class Storage : uint8_t {
+  kInput = 0,       // a caller's buffer
+  kConstant = 1,    // weights, in the plan
+  kSymbolic = 2,    // a small integer tensor evaluated from its formulas each time shapes change
+  kActivation = 3,  // a slot of the activation arena
+  kOutput = 4,      // written straight into the caller's output buffer
+};
+
+struct ValuePlan {
+  Storage storage = Storage::kActivation;
+  int slot = -1;  // arena slot for kActivation and kSymbolic
+};
+
+struct Plan {
+  // Header facts, checked on load.
+  Device device = Device::kCPU;
+  uint32_t builder_flags = 0;
+  uint64_t model_hash = 0;  // FNV-1a 64 of the ONNX bytes
+  std::string kiln_version = kKilnVersion;
+
+  // graph.nodes are the nodes that run, in order; graph.inputs/outputs are the IO tensors.
+  // Every value a node touches has a shape (formulas), and constants carry their data.
+  ir::Graph graph;
+  std::vector<ValuePlan> values;          // parallel to graph.values
+  std::vector<std::string> kernels;       // parallel to graph.nodes: the tactic chosen
+  std::vector<std::string> precisions;    // parallel to graph.nodes: "fp32", ...
+  std::vector<ir::Dim> slot_bytes;        // size in bytes of each arena slot, as a formula
+  std::vector<Profile> profiles;
+};
+
+}  // namespace kiln::plan

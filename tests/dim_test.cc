@@ -1,0 +1,76 @@
+// Symbolic dims: simplification, printing, parsing, evaluation and bounds.
+#include <gtest/gtest.h>
+
+#include "ir/dim.h"
+
+namespace kiln::ir {
+namespace {
+
+TEST(Dim, LinearArithmeticSimplifies) {
+  Dim s = Dim::symbol("seq_len");
+  EXPECT_EQ((s + 1).to_string(), "seq_len + 1");
+  EXPECT_EQ((s + 1 - s).to_string(), "1");
+  EXPECT_EQ((Dim(4) * Dim::symbol("h")).to_string(), "4*h");
+  EXPECT_EQ((Dim::symbol("h") * 2 - 1).to_string(), "2*h - 1");
+}
+
+TEST(Dim, FloorDivPullsOutDivisibleTerms) {
+  Dim h = Dim::symbol("h");
+  // A stride-2 conv over 4*h rows with pad 1, kernel 3: floor((4h + 2 - 3)/2) + 1 = 2h.
+  Dim out = Dim::floor_div(h * 4 + 2 - 3, Dim(2)) + 1;
+  EXPECT_EQ(out, h * 2);
+  Dim odd = Dim::floor_div(h + 1, Dim(2));
+  EXPECT_FALSE(odd.is_const());
+  EXPECT_EQ(odd.eval({{"h", 5}}), 3);
+  EXPECT_EQ(Dim::ceil_div(h, Dim(2)).eval({{"h", 5}}), 3);
+}
+
+TEST(Dim, ExactMonomialDivision) {
+  Dim b = Dim::symbol("batch"), h = Dim::symbol("h");
+  EXPECT_EQ(Dim::floor_div(b * h * 6, h * 2), b * 3);
+}
+
+TEST(Dim, ModAndMinMax) {
+  Dim b = Dim::symbol("b");
+  EXPECT_EQ(Dim::mod(b * 4 + 6, Dim(2)), Dim(0));
+  EXPECT_EQ(Dim::mod(b * 6, Dim(12)).eval({{"b", 3}}), 6);
+  EXPECT_EQ(Dim::max(b + 1, b), b + 1);
+  EXPECT_EQ(Dim::min(b, Dim::symbol("c")).eval({{"b", 3}, {"c", 2}}), 2);
+}
+
+TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {
+  for (const char* text : {"batch", "4*h", "seq_len + 1", "8*s39", "floor(h/2)", "s0//2", "Mod(a, 4)",
+                           "min(a, b)", "ceil(h/3)", "2*(h + 1)"}) {
+    auto d = Dim::parse(text);
+    ASSERT_TRUE(d.has_value()) << text;
+    auto again = Dim::parse(d->to_string());
+    ASSERT_TRUE(again.has_value()) << d->to_string();
+    EXPECT_EQ(*again, *d) << text << " printed as " << d->to_string();
+  }
+  EXPECT_EQ(Dim::parse("seq_len + 1")->eval({{"seq_len", 10}}), 11);
+  EXPECT_EQ(Dim::parse("ceil(h/3)")->eval({{"h", 7}}), 3);
+  EXPECT_FALSE(Dim::parse("batch size").has_value());
+  EXPECT_FALSE(Dim::parse("4*").has_value());
+  EXPECT_FALSE(Dim::parse("(((").has_value());
+}
+
+TEST(Dim, EvalFailsOnUnboundOverflowAndZeroDivision) {
+  Dim a = Dim::symbol("a");
+  EXPECT_FALSE(a.eval({}).has_value());
+  EXPECT_FALSE((a * a).eval({{"a", int64_t(1) << 40}}).has_value());
+  EXPECT_FALSE(Dim::floor_div(Dim(4), a).eval({{"a", 0}}).has_value());
+}
+
+TEST(Dim, Bounds) {
+  Dim b = Dim::symbol("b");
+  SymbolRanges r{{"b", {1, 32}}};
+  Interval i = (b * 3 + 1).bounds(r);
+  EXPECT_EQ(i.lo, 4);
+  EXPECT_EQ(i.hi, 97);
+  Interval m = Dim::mod(b, Dim(4)).bounds(r);
+  EXPECT_EQ(m.lo, 0);
+  EXPECT_EQ(m.hi, 3);
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -1,0 +1,99 @@
+// Shared test helpers.
+#include "test_util.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/backend.h"
+
+namespace kiln::testing {
+
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& e, double atol, double rtol) {
+  if (a.dtype() != e.dtype()) {
+    return ::testing::AssertionFailure() << "dtype " << dtype_name(a.dtype()) << " != expected "
+                                         << dtype_name(e.dtype());
+  }
+  if (a.shape() != e.shape()) {
+    return ::testing::AssertionFailure() << "shape " << shape_to_string(a.shape()) << " != expected "
+                                         << shape_to_string(e.shape());
+  }
+  int64_t n = a.numel();
+  int64_t bad = 0, nonzero_e = 0, nonzero_a = 0;
+  double worst = 0;
+  int64_t worst_i = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    double x = a.float_at(i), y = e.float_at(i);
+    if (y != 0) ++nonzero_e;
+    if (x != 0) ++nonzero_a;
+    bool ok;
+    if (std::isnan(y) || std::isnan(x)) {
+      ok = std::isnan(x) && std::isnan(y);
+    } else if (std::isinf(y) || std::isinf(x)) {
+      ok = x == y;
+    } else {
+      double err = std::fabs(x - y);
+      ok = err <= atol + rtol * std::fabs(y);
+      if (err - rtol * std::fabs(y) > worst) {
+        worst = err - rtol * std::fabs(y);
+        worst_i = i;
+      }
+    }
+    if (!ok) {
+      if (bad == 0) worst_i = i;
+      ++bad;
+    }
+  }
+  if (nonzero_e > n / 2 && nonzero_a < nonzero_e / 4) {
+    return ::testing::AssertionFailure() << "output is mostly zero (" << nonzero_a << " nonzero of "
+                                         << n << ") where the reference is not (" << nonzero_e << ")";
+  }
+  if (bad) {
+    return ::testing::AssertionFailure()
+           << bad << " of " << n << " elements differ; element " << worst_i << ": got "
+           << a.float_at(worst_i) << ", expected " << e.float_at(worst_i) << " (atol " << atol
+           << ", rtol " << rtol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor make_f32(Shape shape, std::vector<float> values) {
+  return Tensor::from_vector(DType::kFloat32, std::move(shape), values);
+}
+
+Tensor make_i64(Shape shape, std::vector<int64_t> values) {
+  return Tensor::from_vector(DType::kInt64, std::move(shape), values);
+}
+
+StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node, const std::vector<Tensor>& inputs,
+                                             const std::vector<std::pair<DType, Shape>>& outputs) {
+  ir::Graph g;
+  std::vector<const ir::Value*> in_vals, out_vals;
+  for (size_t i = 0; i < inputs.size() + outputs.size(); ++i) g.add_value("v" + std::to_string(i));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ir::Value& v = g.values[i];
+    v.dtype = inputs[i].dtype();
+    std::vector<ir::Dim> s(inputs[i].shape().begin(), inputs[i].shape().end());
+    v.shape = s;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    ir::Value& v = g.values[inputs.size() + i];
+    v.dtype = outputs[i].first;
+    v.shape = std::vector<ir::Dim>(outputs[i].second.begin(), outputs[i].second.end());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) in_vals.push_back(inputs[i].empty() ? nullptr : &g.values[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) out_vals.push_back(&g.values[inputs.size() + i]);
+  backends::KernelQuery q{node, in_vals, out_vals};
+  KILN_ASSIGN_OR_RETURN(auto kernel, backends::reference_backend().create_kernel(q));
+  std::vector<TensorView> iv, ov;
+  for (const auto& t : inputs) iv.push_back(t.view());
+  std::vector<Tensor> out;
+  for (const auto& [dt, shape] : outputs) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dt, shape));
+    out.push_back(t);
+  }
+  for (const auto& t : out) ov.push_back(t.view());
+  KILN_RETURN_IF_ERROR(kernel->execute(iv, ov));
+  return out;
+}
+
+}  // namespace kiln::testing
