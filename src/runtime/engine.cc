@@ -1,1 +1,146 @@
-// placeholder
+// Engine and Builder: building a plan, loading and saving it, and answering questions about IO.
+#include "runtime/engine.h"
+
+#include "builder/builder.h"
+#include "frontend/onnx/parse.h"
+#include "plan/engine_file.h"
+#include "runtime/engine_data.h"
+
+namespace kiln {
+namespace {
+
+StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
+  auto data = std::make_shared<EngineData>();
+  KILN_ASSIGN_OR_RETURN(data->backend, backends::get_backend(plan.device));
+  data->plan = std::move(plan);
+  const ir::Graph& g = data->plan.graph;
+  for (int v : g.inputs) data->io_values.push_back(v);
+  for (int v : g.outputs) data->io_values.push_back(v);
+  data->num_inputs = int(g.inputs.size());
+  data->io_of_value.assign(g.values.size(), -1);
+  for (size_t i = 0; i < data->io_values.size(); ++i) {
+    if (data->io_of_value[data->io_values[i]] < 0) data->io_of_value[data->io_values[i]] = int(i);
+  }
+  for (size_t i = 0; i < data->io_values.size(); ++i) {
+    data->io_by_name.emplace(g.values[data->io_values[i]].name, int(i));
+  }
+  for (int v : g.inputs) {
+    std::vector<EngineData::DimBinding> dims;
+    for (const auto& d : *g.values[v].shape) {
+      EngineData::DimBinding b;
+      if (d.is_const()) {
+        b.value = d.value();
+      } else {
+        b.fixed = false;
+        if (!d.as_linear(&b.symbol, &b.coeff, &b.offset) || b.coeff <= 0) {
+          return invalid_argument("engine input '" + g.values[v].name + "' has dim " + d.to_string() +
+                                  ", which is not of the form c*symbol + k");
+        }
+      }
+      dims.push_back(std::move(b));
+    }
+    data->input_bindings.push_back(std::move(dims));
+  }
+  return std::shared_ptr<const EngineData>(std::move(data));
+}
+
+}  // namespace
+
+StatusOr<Engine> Builder::build(const Network& network, const BuilderConfig& config) const {
+  KILN_ASSIGN_OR_RETURN(const backends::Backend* backend, backends::get_backend(device_));
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan, builder::build_plan(network.graph, network.model_hash, config, *backend));
+  KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
+  return Engine(std::move(data));
+}
+
+StatusOr<Engine> Engine::load(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::load_file(path));
+  KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
+  return Engine(std::move(data));
+}
+
+StatusOr<Engine> Engine::deserialize(std::span<const uint8_t> bytes) {
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::deserialize(bytes));
+  KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
+  return Engine(std::move(data));
+}
+
+Status Engine::save(const std::string& path) const { return plan::save_file(data_->plan, path); }
+
+std::vector<uint8_t> Engine::serialize() const { return plan::serialize(data_->plan); }
+
+int Engine::num_io_tensors() const { return int(data_->io_values.size()); }
+
+std::string Engine::io_tensor_name(int index) const {
+  if (index < 0 || index >= num_io_tensors()) return "";
+  return data_->plan.graph.values[data_->io_values[index]].name;
+}
+
+static Status unknown_tensor(const EngineData& d, const std::string& name) {
+  std::string names;
+  for (const auto& [n, i] : d.io_by_name) names += (names.empty() ? "" : ", ") + n;
+  return not_found("no IO tensor named '" + name + "'; this engine's IO tensors are: " + names);
+}
+
+StatusOr<std::vector<ir::Dim>> Engine::tensor_symbolic_shape(const std::string& name) const {
+  auto it = data_->io_by_name.find(name);
+  if (it == data_->io_by_name.end()) return unknown_tensor(*data_, name);
+  return *data_->plan.graph.values[data_->io_values[it->second]].shape;
+}
+
+StatusOr<Shape> Engine::tensor_shape(const std::string& name) const {
+  KILN_ASSIGN_OR_RETURN(auto dims, tensor_symbolic_shape(name));
+  Shape s;
+  for (const auto& d : dims) s.push_back(d.is_const() ? d.value() : -1);
+  return s;
+}
+
+StatusOr<DType> Engine::tensor_dtype(const std::string& name) const {
+  auto it = data_->io_by_name.find(name);
+  if (it == data_->io_by_name.end()) return unknown_tensor(*data_, name);
+  return data_->plan.graph.values[data_->io_values[it->second]].dtype;
+}
+
+TensorIOMode Engine::tensor_mode(const std::string& name) const {
+  auto it = data_->io_by_name.find(name);
+  if (it == data_->io_by_name.end()) return TensorIOMode::kNONE;
+  return it->second < data_->num_inputs ? TensorIOMode::kINPUT : TensorIOMode::kOUTPUT;
+}
+
+int Engine::num_profiles() const { return int(data_->plan.profiles.size()); }
+
+StatusOr<Shape> Engine::profile_shape(const std::string& input, int profile, OptProfileSelector which) const {
+  if (tensor_mode(input) != TensorIOMode::kINPUT) {
+    return not_found("'" + input + "' is not an input of this engine");
+  }
+  if (profile < 0 || profile >= num_profiles()) {
+    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
+                            std::to_string(num_profiles()));
+  }
+  for (const auto& r : data_->plan.profiles[profile].inputs) {
+    if (r.name == input) {
+      return which == OptProfileSelector::kMIN ? r.min : which == OptProfileSelector::kOPT ? r.opt : r.max;
+    }
+  }
+  return tensor_shape(input);  // a static input: its shape is its only shape
+}
+
+ir::Dim Engine::activation_bytes_formula() const {
+  ir::Dim total(0);
+  for (const auto& b : data_->plan.slot_bytes) total = total + b;
+  return total;
+}
+
+Device Engine::device() const { return data_->plan.device; }
+
+int Engine::num_layers() const { return int(data_->plan.graph.nodes.size()); }
+
+const plan::Plan& Engine::plan() const { return data_->plan; }
+
+StatusOr<std::unique_ptr<ExecutionContext>> Engine::create_execution_context() const {
+  std::unique_ptr<ExecutionContext> ctx(new ExecutionContext(data_));
+  KILN_RETURN_IF_ERROR(ctx->prepare_kernels());
+  return ctx;
+}
+
+}  // namespace kiln

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything kiln needs to build and test on Debian 12: compilers and libraries from
+# Debian's packages, pinned Python packages from PyPI (requirements.txt). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+packages=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev ccache)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! python3 -c "import onnx, onnxruntime, numpy" >/dev/null 2>&1 ||
+   [ "$(python3 -c 'import onnx; print(onnx.__version__)')" != "1.23.1" ]; then
+  echo "setup: installing pinned Python packages (requirements.txt)"
+  python3 -m pip install -q --disable-pip-version-check -r requirements.txt
+fi
+echo "setup: ok"

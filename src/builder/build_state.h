@@ -1,0 +1,36 @@
+// BuildState: what the passes of the pipeline share while an engine is built.
+#pragma once
+
+#include <vector>
+
+#include "backends/backend.h"
+#include "builder/config.h"
+#include "ir/graph.h"
+#include "ops/schema.h"
+#include "plan/plan.h"
+
+namespace kiln::builder {
+
+struct BuildState {
+  ir::Graph graph;
+  const BuilderConfig& config;
+  const backends::Backend& backend;
+  std::vector<ops::Constraint> constraints;  // recorded by shape inference, proven per profile
+  std::vector<plan::Profile> profiles;       // filled by bind_profiles
+  std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
+  plan::Plan plan;                           // filled by the last passes
+};
+
+// The passes, in the order pipeline.cc runs them; each lives in the file named after it.
+Status check_supported(BuildState& s);
+Status bind_profiles(BuildState& s);
+Status infer_shapes(BuildState& s);
+Status eliminate_dead_nodes(BuildState& s);
+Status check_profiles(BuildState& s);
+Status select_kernels(BuildState& s);
+Status plan_memory(BuildState& s);
+
+// Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
+Status fold_node(ir::Graph& graph, int node_index);
+
+}  // namespace kiln::builder

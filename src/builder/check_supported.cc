@@ -1,0 +1,40 @@
+// Pass check_supported: every node whose op kiln does not know, or whose arity is wrong, is listed
+// in one error, so a user sees the whole list instead of fixing one op at a time.
+#include "builder/build_state.h"
+
+namespace kiln::builder {
+
+Status check_supported(BuildState& s) {
+  std::string unsupported_list, invalid_list;
+  int n_unsupported = 0;
+  for (const ir::Node& node : s.graph.nodes) {
+    const ops::OpSchema* schema = ops::find_schema(node);
+    if (!schema) {
+      ++n_unsupported;
+      unsupported_list += "\n  " + node.op_type + "  node '" + node.name + "'  domain '" +
+                          (node.domain.empty() ? "ai.onnx" : node.domain) + "'  opset " +
+                          std::to_string(node.opset) + "  reason: " +
+                          (ops::find_op(node.domain, node.op_type) == ops::OpKind::kUnknown
+                               ? "kiln has no schema for this op"
+                               : "op known but not implemented yet");
+      continue;
+    }
+    int ni = int(node.inputs.size()), no = int(node.outputs.size());
+    if (ni < schema->min_inputs || ni > schema->max_inputs) {
+      invalid_list += "\n  " + node.describe() + " has " + std::to_string(ni) + " inputs, expected " +
+                      std::to_string(schema->min_inputs) + ".." + std::to_string(schema->max_inputs);
+    }
+    if (no < schema->min_outputs || no > schema->max_outputs) {
+      invalid_list += "\n  " + node.describe() + " has " + std::to_string(no) + " outputs, expected " +
+                      std::to_string(schema->min_outputs) + ".." + std::to_string(schema->max_outputs);
+    }
+  }
+  if (n_unsupported) {
+    return unsupported(std::to_string(n_unsupported) + " node(s) use ops kiln does not support:" +
+                       unsupported_list);
+  }
+  if (!invalid_list.empty()) return invalid_model("nodes with a wrong number of inputs or outputs:" + invalid_list);
+  return ok_status();
+}
+
+}  // namespace kiln::builder

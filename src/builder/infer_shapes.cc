@@ -1,0 +1,105 @@
+// Pass infer_shapes: runs each op's type and symbolic shape inference in topological order,
+// records the constraints the profile checker must prove, turns fully known symbolic values into
+// constants, and folds nodes whose inputs are all constant (see fold_constants.cc).
+#include "builder/build_state.h"
+
+namespace kiln::builder {
+namespace {
+
+std::string input_summary(const ir::Graph& g, const ir::Node& n) {
+  std::string s;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (i) s += ", ";
+    s += n.inputs[i] < 0 ? "_" : ir::type_to_string(g.values[n.inputs[i]]);
+  }
+  return s;
+}
+
+// A symbolic value whose elements are all constants becomes a constant tensor.
+StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
+  if (!v.sym_value || !v.shape) return std::optional<Tensor>();
+  Shape shape;
+  for (const auto& d : *v.shape) {
+    if (!d.is_const()) return std::optional<Tensor>();
+    shape.push_back(d.value());
+  }
+  for (const auto& e : *v.sym_value) {
+    if (!e.is_const()) return std::optional<Tensor>();
+  }
+  if (shape_numel(shape) != int64_t(v.sym_value->size())) {
+    return internal_error("symbolic value of '" + v.name + "' has " + std::to_string(v.sym_value->size()) +
+                          " elements for shape " + shape_to_string(shape));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(v.dtype, shape));
+  for (size_t i = 0; i < v.sym_value->size(); ++i) {
+    int64_t x = (*v.sym_value)[i].value();
+    switch (v.dtype) {
+      case DType::kInt64: t.data_as<int64_t>()[i] = x; break;
+      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(x); break;
+      case DType::kInt16: t.data_as<int16_t>()[i] = int16_t(x); break;
+      case DType::kInt8: t.data_as<int8_t>()[i] = int8_t(x); break;
+      case DType::kUInt8: t.data_as<uint8_t>()[i] = uint8_t(x); break;
+      case DType::kBool: t.data_as<uint8_t>()[i] = x != 0; break;
+      case DType::kUInt16: t.data_as<uint16_t>()[i] = uint16_t(x); break;
+      case DType::kUInt32: t.data_as<uint32_t>()[i] = uint32_t(x); break;
+      case DType::kUInt64: t.data_as<uint64_t>()[i] = uint64_t(x); break;
+      default: return std::optional<Tensor>();  // symbolic values are integer tensors only
+    }
+  }
+  return std::optional<Tensor>(std::move(t));
+}
+
+}  // namespace
+
+Status infer_shapes(BuildState& s) {
+  ir::Graph& g = s.graph;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Node& node = g.nodes[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      int v = node.inputs[i];
+      if (v >= 0 && (!g.values[v].shape || g.values[v].dtype == DType::kUndefined)) {
+        return internal_error(node.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
+                              "' has no inferred type");
+      }
+    }
+    const ops::OpSchema* schema = ops::find_schema(node);
+    ops::InferContext ctx(g, node, int(n), &s.constraints);
+    Status st = schema->infer(ctx);
+    if (!st.ok()) {
+      std::string msg = st.message();
+      if (msg.rfind("node '", 0) != 0) msg = node.describe() + ": " + msg;
+      return Status(st.code(), msg + " (inputs: " + input_summary(g, node) + ")");
+    }
+    bool all_inputs_constant = true;
+    for (int v : node.inputs) {
+      if (v >= 0 && !g.values[v].constant) all_inputs_constant = false;
+    }
+    bool all_outputs_constant = true;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      int v = node.outputs[o];
+      if (v < 0) continue;
+      const auto& out = ctx.outputs()[o];
+      if (!out.set) return internal_error(node.describe() + ": inference left output " + std::to_string(o) + " unset");
+      ir::Value& val = g.values[v];
+      val.dtype = out.dtype;
+      val.shape = out.shape;
+      val.sym_value = out.value;
+      KILN_ASSIGN_OR_RETURN(auto c, constant_from_value(val));
+      if (c) {
+        val.constant = std::move(*c);
+      } else {
+        all_outputs_constant = false;
+      }
+    }
+    if (all_inputs_constant && !all_outputs_constant) {
+      Status fold = fold_node(g, int(n));
+      if (!fold.ok()) return fold.with_context("pass fold_constants");
+    }
+  }
+  for (int v : g.outputs) {
+    if (!g.values[v].shape) return internal_error("graph output '" + g.values[v].name + "' has no shape");
+  }
+  return ok_status();
+}
+
+}  // namespace kiln::builder

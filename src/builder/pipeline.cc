@@ -1,0 +1,34 @@
+// The build pipeline: the passes in the order they run. Read top to bottom.
+#include "builder/build_state.h"
+#include "builder/builder.h"
+
+namespace kiln::builder {
+
+StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, const BuilderConfig& config,
+                                const backends::Backend& backend) {
+  BuildState s{graph, config, backend};
+  struct Pass {
+    const char* name;
+    Status (*run)(BuildState&);
+  };
+  static constexpr Pass kPasses[] = {
+      {"check_supported", check_supported},            // every unsupported node, listed at once
+      {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
+      {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
+      {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
+      {"check_profiles", check_profiles},              // prove every constraint on every profile
+      {"select_kernels", select_kernels},              // a kernel (tactic) per node
+      {"plan_memory", plan_memory},                    // arena slots as formulas
+  };
+  for (const Pass& pass : kPasses) {
+    Status st = pass.run(s);
+    if (!st.ok()) return st;
+  }
+  s.plan.device = backend.device();
+  s.plan.builder_flags = config.flags();
+  s.plan.model_hash = model_hash;
+  s.plan.profiles = s.profiles;
+  return std::move(s.plan);
+}
+
+}  // namespace kiln::builder

@@ -1,0 +1,118 @@
+// Pass plan_memory: writes the Plan's graph (only the nodes that run and the values they touch)
+// and assigns activations to arena slots. Slot sizes are formulas over the input symbols, so the
+// runtime sizes the arena for the actual shapes, never for the profile's max.
+#include <map>
+
+#include "builder/build_state.h"
+
+namespace kiln::builder {
+namespace {
+
+ir::Dim bytes_of(const ir::Value& v) {
+  ir::Dim n(int64_t(dtype_size(v.dtype)));
+  for (const auto& d : *v.shape) n = n * d;
+  return n;
+}
+
+}  // namespace
+
+Status plan_memory(BuildState& s) {
+  const ir::Graph& g = s.graph;
+  plan::Plan& p = s.plan;
+  std::vector<int> remap(g.values.size(), -1);
+  auto keep = [&](int v) {
+    if (v < 0) return -1;
+    if (remap[v] < 0) {
+      remap[v] = int(p.graph.values.size());
+      ir::Value copy = g.values[v];
+      copy.producer = -1;
+      p.graph.values.push_back(std::move(copy));
+      p.values.push_back({});
+    }
+    return remap[v];
+  };
+  p.graph.name = g.name;
+  p.graph.opsets = g.opsets;
+  for (int v : g.inputs) p.graph.inputs.push_back(keep(v));
+  for (int v : g.outputs) p.graph.outputs.push_back(keep(v));
+  for (int n : s.runtime_nodes) {
+    ir::Node node = g.nodes[n];
+    for (int& v : node.inputs) v = keep(v);
+    for (int& v : node.outputs) v = keep(v);
+    for (int v : node.outputs) {
+      if (v >= 0) p.graph.values[v].producer = int(p.graph.nodes.size());
+    }
+    p.graph.nodes.push_back(std::move(node));
+  }
+
+  // Storage of every value.
+  const int nv = int(p.graph.values.size());
+  std::vector<char> is_output(nv, 0), is_input(nv, 0);
+  for (int v : p.graph.outputs) is_output[v] = 1;
+  for (int v : p.graph.inputs) is_input[v] = 1;
+  for (int v = 0; v < nv; ++v) {
+    const ir::Value& val = p.graph.values[v];
+    plan::Storage st;
+    if (is_input[v]) {
+      st = plan::Storage::kInput;
+    } else if (val.constant) {
+      st = plan::Storage::kConstant;
+    } else if (val.producer >= 0) {
+      st = is_output[v] ? plan::Storage::kOutput : plan::Storage::kActivation;
+    } else if (val.sym_value) {
+      st = plan::Storage::kSymbolic;
+    } else {
+      return internal_error("value '" + val.name + "' is neither an input, a constant, a formula nor produced");
+    }
+    p.values[v].storage = st;
+  }
+
+  // Last use of each activation, in node positions.
+  std::vector<int> last_use(nv, -1);
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    for (int v : p.graph.nodes[n].inputs) {
+      if (v >= 0) last_use[v] = int(n);
+    }
+  }
+  // Symbolic values get slots of their own for the whole run: they are written once per shape.
+  for (int v = 0; v < nv; ++v) {
+    if (p.values[v].storage == plan::Storage::kSymbolic) {
+      p.values[v].slot = int(p.slot_bytes.size());
+      p.slot_bytes.push_back(bytes_of(p.graph.values[v]));
+    }
+  }
+  // Greedy slot reuse in execution order: a slot is free once its value's last reader ran.
+  std::vector<int> slot_owner;  // value currently holding each reusable slot, -1 when free
+  std::vector<int> slot_index;  // position in p.slot_bytes
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    for (int v : p.graph.nodes[n].outputs) {
+      if (v < 0 || p.values[v].storage != plan::Storage::kActivation) continue;
+      ir::Dim bytes = bytes_of(p.graph.values[v]);
+      int chosen = -1;
+      for (size_t k = 0; k < slot_owner.size(); ++k) {
+        if (slot_owner[k] >= 0) continue;
+        if (chosen < 0 || p.slot_bytes[slot_index[k]] == bytes) chosen = int(k);
+        if (p.slot_bytes[slot_index[k]] == bytes) break;
+      }
+      if (chosen < 0) {
+        chosen = int(slot_owner.size());
+        slot_owner.push_back(-1);
+        slot_index.push_back(int(p.slot_bytes.size()));
+        p.slot_bytes.push_back(bytes);
+      } else {
+        ir::Dim& sz = p.slot_bytes[slot_index[chosen]];
+        sz = ir::Dim::max(sz, bytes);
+      }
+      slot_owner[chosen] = v;
+      p.values[v].slot = slot_index[chosen];
+    }
+    // Release slots whose value is not read after this node (or never read at all).
+    for (size_t k = 0; k < slot_owner.size(); ++k) {
+      int v = slot_owner[k];
+      if (v >= 0 && last_use[v] <= int(n)) slot_owner[k] = -1;
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace kiln::builder

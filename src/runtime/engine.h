@@ -1,0 +1,126 @@
+// The public runtime API, named after TensorRT 10's tensor-name API in snake_case: Builder builds
+// an Engine (immutable, shareable across threads); each ExecutionContext runs it for one caller.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "builder/config.h"
+#include "core/device.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/dim.h"
+
+namespace kiln {
+
+struct Network;
+namespace plan {
+struct Plan;
+}
+namespace backends {
+class Kernel;
+}
+struct EngineData;
+class ExecutionContext;
+
+enum class TensorIOMode { kNONE = 0, kINPUT = 1, kOUTPUT = 2 };
+
+// Receives output buffers whose size is only known once input shapes are (TensorRT's
+// IOutputAllocator). Return nullptr to fail the run with an out-of-memory error.
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  virtual void* reallocate_output(const std::string& name, void* current, size_t bytes, size_t alignment) = 0;
+  virtual void notify_shape(const std::string& name, const Shape& shape) {}
+};
+
+class Engine {
+ public:
+  static StatusOr<Engine> load(const std::string& path);
+  static StatusOr<Engine> deserialize(std::span<const uint8_t> bytes);
+  Status save(const std::string& path) const;
+  std::vector<uint8_t> serialize() const;
+
+  int num_io_tensors() const;
+  // Inputs first, then outputs, each in model order. Empty for an index out of range.
+  std::string io_tensor_name(int index) const;
+  // Integer view: -1 where the dim is dynamic (TensorRT's convention).
+  StatusOr<Shape> tensor_shape(const std::string& name) const;
+  // Symbolic view: "[batch_size, seq_len + 1, 8]".
+  StatusOr<std::vector<ir::Dim>> tensor_symbolic_shape(const std::string& name) const;
+  StatusOr<DType> tensor_dtype(const std::string& name) const;
+  TensorIOMode tensor_mode(const std::string& name) const;  // kNONE for unknown names
+  int num_profiles() const;
+  StatusOr<Shape> profile_shape(const std::string& input, int profile, OptProfileSelector which) const;
+  // Activation memory in bytes as a formula over the input symbols, and its value for given shapes.
+  ir::Dim activation_bytes_formula() const;
+  Device device() const;
+  int num_layers() const;  // nodes that run
+  const plan::Plan& plan() const;
+
+  StatusOr<std::unique_ptr<ExecutionContext>> create_execution_context() const;
+
+ private:
+  friend class Builder;
+  explicit Engine(std::shared_ptr<const EngineData> data) : data_(std::move(data)) {}
+  std::shared_ptr<const EngineData> data_;
+};
+
+class Builder {
+ public:
+  explicit Builder(Device device = Device::kCPU) : device_(device) {}
+  StatusOr<Engine> build(const Network& network, const BuilderConfig& config) const;
+
+ private:
+  Device device_;
+};
+
+class ExecutionContext {
+ public:
+  ~ExecutionContext();
+  Status set_optimization_profile(int profile);
+  int optimization_profile() const { return profile_; }
+  // Validated against the active profile: rank, each dim's range, consistency of shared symbols.
+  Status set_input_shape(const std::string& name, const Shape& shape);
+  // Inputs: the shape set; outputs: the exact shape the current input shapes imply.
+  StatusOr<Shape> tensor_shape(const std::string& name);
+  // Resolves every shape; the error names the inputs whose shapes are still unset.
+  Status infer_shapes();
+  Status set_tensor_address(const std::string& name, void* data);
+  void* tensor_address(const std::string& name) const;
+  Status set_output_allocator(const std::string& name, OutputAllocator* allocator);
+  // Runs with the bound addresses; outputs go to their addresses or allocators.
+  Status execute();
+  // Convenience: binds the named host tensors, runs, and returns outputs of exactly their shapes.
+  StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
+  // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
+  size_t arena_bytes() const { return arena_capacity_; }
+
+ private:
+  friend class Engine;
+  explicit ExecutionContext(std::shared_ptr<const EngineData> data);
+  Status prepare_kernels();
+  Status resolve();
+  StatusOr<int> io_index(const std::string& name) const;
+
+  std::shared_ptr<const EngineData> data_;
+  int profile_ = 0;
+  std::vector<std::unique_ptr<backends::Kernel>> kernels_;
+  std::vector<Shape> input_shapes_;       // per engine input; empty until set
+  std::vector<char> input_set_;
+  std::vector<void*> io_address_;         // per IO tensor
+  std::vector<OutputAllocator*> allocators_;
+  bool resolved_ = false;
+  ir::SymbolValues symbols_;
+  std::vector<Shape> shapes_;             // resolved shape of every plan value
+  std::vector<size_t> slot_offset_;
+  void* arena_ = nullptr;
+  size_t arena_capacity_ = 0;
+  std::vector<std::vector<TensorView>> node_in_, node_out_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,115 @@
+// Builder tests on small graphs made in C++: profile proofs over the whole box, unsupported ops
+// listed at once, and missing profiles named.
+#include <gtest/gtest.h>
+
+#include "kiln.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+// x: float32[batch, 6] -> Reshape(x, [-1, 12]) -> y. Valid only for even batch.
+Network reshape_network() {
+  Network net;
+  ir::Graph& g = net.graph;
+  g.opsets[""] = 18;
+  int x = g.add_value("x");
+  g.values[x].dtype = DType::kFloat32;
+  g.values[x].shape = std::vector<ir::Dim>{ir::Dim::symbol("batch"), ir::Dim(6)};
+  int shape = g.add_value("shape");
+  g.values[shape].constant = make_i64({2}, {-1, 12});
+  g.values[shape].dtype = DType::kInt64;
+  g.values[shape].shape = std::vector<ir::Dim>{ir::Dim(2)};
+  int y = g.add_value("y");
+  ir::Node n;
+  n.name = "reshape_pairs";
+  n.op_type = "Reshape";
+  n.opset = 18;
+  n.inputs = {x, shape};
+  n.outputs = {y};
+  g.nodes.push_back(n);
+  g.inputs = {x};
+  g.outputs = {y};
+  return net;
+}
+
+BuilderConfig batch_config(int64_t lo, int64_t hi) {
+  BuilderConfig config;
+  OptimizationProfile p;
+  EXPECT_TRUE(p.set_dimensions("x", {lo, 6}, {hi, 6}, {hi, 6}).ok());
+  config.add_profile(p);
+  return config;
+}
+
+TEST(BuilderProfiles, ReshapeValidOnlyForEvenBatchIsRefusedNamingNodeAndRange) {
+  auto engine = Builder().build(reshape_network(), batch_config(1, 8));
+  ASSERT_FALSE(engine.ok());
+  const std::string& m = engine.status().message();
+  for (const char* part : {"reshape_pairs", "Reshape", "batch in [1, 8]", "{1, 3, ..., 7}", "[batch, 6]"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
+  }
+}
+
+TEST(BuilderProfiles, FailureBetweenMinAndMaxIsFound) {
+  // min 2 and max 8 are both even: checking only min/opt/max would accept this profile.
+  auto engine = Builder().build(reshape_network(), batch_config(2, 8));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("batch=3"), std::string::npos) << engine.status().message();
+}
+
+TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
+  auto engine = Builder().build(reshape_network(), batch_config(2, 2));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("y")), "[floor(batch/2), 12]");
+  auto ctx = engine->create_execution_context();
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = float(i);
+  auto out = (*ctx)->run({{"x", make_f32({2, 6}, v)}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close(out->at("y"), make_f32({1, 12}, v)));
+}
+
+TEST(BuilderProfiles, MissingProfileListsDynamicInputs) {
+  auto engine = Builder().build(reshape_network(), BuilderConfig());
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("x: [batch, 6]"), std::string::npos) << engine.status().message();
+  BuilderConfig wrong;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("z", {1}, {1}, {1}).ok());
+  wrong.add_profile(p);
+  auto e2 = Builder().build(reshape_network(), wrong);
+  ASSERT_FALSE(e2.ok());
+  EXPECT_NE(e2.status().message().find("'z'"), std::string::npos) << e2.status().message();
+  OptimizationProfile bad;
+  EXPECT_FALSE(bad.set_dimensions("x", {4, 6}, {2, 6}, {8, 6}).ok());
+}
+
+TEST(BuilderSupport, UnsupportedOpsAreListedAllAtOnce) {
+  Network net = reshape_network();
+  ir::Graph& g = net.graph;
+  int a = g.add_value("a"), b = g.add_value("b");
+  ir::Node n1;
+  n1.name = "mystery_1";
+  n1.op_type = "FancyOp";
+  n1.domain = "com.example";
+  n1.inputs = {0};
+  n1.outputs = {a};
+  ir::Node n2 = n1;
+  n2.name = "mystery_2";
+  n2.op_type = "NonMaxSuppressionV9";
+  n2.domain = "";
+  n2.outputs = {b};
+  g.nodes.push_back(n1);
+  g.nodes.push_back(n2);
+  g.outputs = {a, b};
+  auto engine = Builder().build(net, batch_config(2, 2));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kUnsupported);
+  const std::string& m = engine.status().message();
+  for (const char* part : {"2 node(s)", "FancyOp", "mystery_1", "com.example", "NonMaxSuppressionV9", "mystery_2"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

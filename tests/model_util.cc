@@ -1,0 +1,65 @@
+// Helpers for tests over ../shared/models.
+#include "model_util.h"
+
+#include <cstdlib>
+
+namespace kiln::testing {
+
+std::string models_dir() {
+  const char* env = std::getenv("KILN_MODELS_DIR");
+  std::string dir = env ? env : KILN_DEFAULT_MODELS_DIR;
+  return std::filesystem::exists(std::filesystem::path(dir) / "manifest.json") ? dir : "";
+}
+
+std::vector<ModelProfile> shared_model_profile(const std::string& model) {
+  if (model == "mobilenet_v3_small" || model == "vit_tiny") {
+    return {{"x", {1, 3, 224, 224}, {4, 3, 224, 224}, {32, 3, 224, 224}}};
+  }
+  if (model == "vit_tiny_legacy") return {{"input", {1, 3, 224, 224}, {4, 3, 224, 224}, {32, 3, 224, 224}}};
+  if (model == "unet_pixelshuffle") return {{"x", {1, 3, 200, 200}, {1, 3, 300, 300}, {32, 3, 400, 400}}};
+  if (model == "testmod_linear") return {{"x", {1, 1, 16}, {4, 4, 16}, {10, 10, 16}}};
+  if (model == "llama_tiny") return {{"ids", {1, 2}, {2, 32}, {8, 128}}};
+  return {};
+}
+
+StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir) {
+  std::vector<TestSet> sets;
+  for (int k = 0;; ++k) {
+    auto dir = std::filesystem::path(model_dir) / ("test_data_set_" + std::to_string(k));
+    if (!std::filesystem::exists(dir)) break;
+    TestSet set;
+    for (int i = 0; std::filesystem::exists(dir / ("input_" + std::to_string(i) + ".pb")); ++i) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, onnx::parse_tensor_file((dir / ("input_" + std::to_string(i) + ".pb")).string()));
+      set.inputs.push_back(std::move(t));
+    }
+    for (int i = 0; std::filesystem::exists(dir / ("output_" + std::to_string(i) + ".pb")); ++i) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, onnx::parse_tensor_file((dir / ("output_" + std::to_string(i) + ".pb")).string()));
+      set.outputs.push_back(std::move(t));
+    }
+    sets.push_back(std::move(set));
+  }
+  return sets;
+}
+
+StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
+                             Device device) {
+  KILN_ASSIGN_OR_RETURN(Network net, onnx::parse_file(model_path));
+  BuilderConfig config;
+  OptimizationProfile p;
+  for (const auto& m : profile) KILN_RETURN_IF_ERROR(p.set_dimensions(m.input, m.min, m.opt, m.max));
+  config.add_profile(p);
+  return Builder(device).build(net, config);
+}
+
+Tensor random_f32(Shape shape, uint64_t seed) {
+  Tensor t = Tensor::zeros(DType::kFloat32, std::move(shape)).value();
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = float((s >> 40) & 0xffffff) / float(1 << 23) - 1.0f;
+  }
+  return t;
+}
+
+}  // namespace kiln::testing

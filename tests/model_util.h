@@ -1,0 +1,34 @@
+// Helpers for tests over ../shared/models: where the models are, their profiles, their test sets.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kiln.h"
+
+namespace kiln::testing {
+
+// KILN_MODELS_DIR if set, else ../shared/models beside the repository; "" when absent.
+std::string models_dir();
+
+struct ModelProfile {
+  std::string input;
+  Shape min, opt, max;
+};
+
+// The profile the shared models' README gives for each model.
+std::vector<ModelProfile> shared_model_profile(const std::string& model);
+
+struct TestSet {
+  std::vector<Tensor> inputs, outputs;
+};
+StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir);
+
+StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
+                             Device device = Device::kCPU);
+
+// Deterministic pseudo-random floats in [-1, 1).
+Tensor random_f32(Shape shape, uint64_t seed);
+
+}  // namespace kiln::testing

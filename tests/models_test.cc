@@ -1,0 +1,191 @@
+// End-to-end tests over ../shared/models: parse, build with the README's profile, save, load, run
+// every test set, and match the ONNX Runtime reference; plus the seeds' dynamic-shape cases.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model_util.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+#define REQUIRE_MODELS()                                                                    \
+  if (models_dir().empty()) {                                                               \
+    GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR to run these tests)"; \
+  }
+
+std::string model_path(const std::string& name) { return models_dir() + "/" + name + "/model.onnx"; }
+
+class SharedModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SharedModel, BuildsSavesLoadsAndMatchesOnnxRuntime) {
+  REQUIRE_MODELS();
+  const std::string name = GetParam();
+  auto built = build_model(model_path(name), shared_model_profile(name));
+  ASSERT_TRUE(built.ok()) << built.status().to_string();
+  auto file = std::filesystem::temp_directory_path() / (name + ".kiln");
+  ASSERT_TRUE(built->save(file.string()).ok());
+  auto engine = Engine::load(file.string());
+  std::filesystem::remove(file);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto sets = load_test_sets(models_dir() + "/" + name);
+  ASSERT_TRUE(sets.ok()) << sets.status().to_string();
+  ASSERT_FALSE(sets->empty());
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  int num_inputs = 0;
+  while (engine->tensor_mode(engine->io_tensor_name(num_inputs)) == TensorIOMode::kINPUT) ++num_inputs;
+  for (size_t k = 0; k < sets->size(); ++k) {
+    const TestSet& set = (*sets)[k];
+    std::map<std::string, Tensor> inputs;
+    for (int i = 0; i < num_inputs; ++i) inputs[engine->io_tensor_name(i)] = set.inputs[i];
+    auto out = (*ctx)->run(inputs);
+    ASSERT_TRUE(out.ok()) << name << " set " << k << ": " << out.status().to_string();
+    ASSERT_EQ(int(set.outputs.size()), engine->num_io_tensors() - num_inputs);
+    for (size_t o = 0; o < set.outputs.size(); ++o) {
+      const std::string out_name = engine->io_tensor_name(num_inputs + int(o));
+      const Tensor& got = out->at(out_name);
+      EXPECT_EQ(got.shape(), set.outputs[o].shape()) << name << " set " << k << " output " << out_name;
+      EXPECT_TRUE(all_close(got, set.outputs[o], kFp32Atol, kFp32Rtol)) << name << " set " << k << " output " << out_name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SharedModel,
+                         ::testing::Values("testmod_linear", "unet_pixelshuffle", "mobilenet_v3_small", "vit_tiny",
+                                           "vit_tiny_legacy", "llama_tiny"));
+
+// Seed 000: one context at batch 4, 1, 32, 4; outputs are exactly (batch, 1000), each row equals
+// the row computed alone, and activation memory follows the batch instead of the profile max.
+TEST(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
+  REQUIRE_MODELS();
+  auto engine = build_model(model_path("vit_tiny"), shared_model_profile("vit_tiny"));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("linear_16")), "[batch, 1000]");
+  EXPECT_EQ(*engine->tensor_shape("linear_16"), (Shape{-1, 1000}));
+  Tensor all = random_f32({32, 3, 224, 224}, 7);
+  const int64_t image = 3 * 224 * 224;
+  auto batch_of = [&](int64_t n) {
+    return Tensor::wrap(DType::kFloat32, {n, 3, 224, 224}, all.data(), nullptr);
+  };
+  auto alone_ctx = engine->create_execution_context();
+  ASSERT_TRUE(alone_ctx.ok());
+  std::vector<Tensor> alone;
+  for (int64_t r = 0; r < 32; ++r) {
+    Tensor row = Tensor::wrap(DType::kFloat32, {1, 3, 224, 224}, all.data_as<float>() + r * image, nullptr);
+    auto out = (*alone_ctx)->run({{"x", row}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    alone.push_back(out->at("linear_16"));
+  }
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  size_t arena_at_4 = 0;
+  for (int64_t batch : {4, 1, 32, 4}) {
+    ASSERT_TRUE((*ctx)->set_input_shape("x", {batch, 3, 224, 224}).ok());
+    EXPECT_EQ(*(*ctx)->tensor_shape("linear_16"), (Shape{batch, 1000}));
+    auto out = (*ctx)->run({{"x", batch_of(batch)}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    const Tensor& y = out->at("linear_16");
+    ASSERT_EQ(y.shape(), (Shape{batch, 1000})) << "never sized for the profile max";
+    for (int64_t r = 0; r < batch; ++r) {
+      Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000}, y.data_as<float>() + r * 1000, nullptr);
+      EXPECT_TRUE(all_close(row, alone[r], 1e-5, 1e-4)) << "batch " << batch << " row " << r;
+    }
+    if (batch == 4 && arena_at_4 == 0) arena_at_4 = (*ctx)->arena_bytes();
+  }
+  auto fresh = engine->create_execution_context();
+  ASSERT_TRUE((*fresh)->run({{"x", batch_of(32)}}).ok());
+  EXPECT_LT(arena_at_4 * 4, (*fresh)->arena_bytes()) << "activation memory at batch 4 should be far below batch 32";
+  // The formula agrees with what the arena holds at batch 32 (give or take slot alignment).
+  auto formula = engine->activation_bytes_formula().eval({{"batch", 32}});
+  ASSERT_TRUE(formula.has_value());
+  EXPECT_LE(size_t(*formula), (*fresh)->arena_bytes());
+}
+
+// Seed 003: a dependent symbolic dim reported as a formula and resolved from the input shape.
+TEST(SeedDependentDims, TestmodLinearReportsSeqLenPlusOne) {
+  REQUIRE_MODELS();
+  auto engine = build_model(model_path("testmod_linear"), shared_model_profile("testmod_linear"));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("cat")), "[batch_size, seq_len + 1, 8]");
+  EXPECT_EQ(*engine->tensor_shape("cat"), (Shape{-1, -1, 8}));
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE((*ctx)->set_input_shape("x", {10, 10, 16}).ok());
+  EXPECT_EQ(*(*ctx)->tensor_shape("cat"), (Shape{10, 11, 8}));
+  ASSERT_TRUE((*ctx)->set_input_shape("x", {3, 1, 16}).ok());
+  EXPECT_EQ(*(*ctx)->tensor_shape("cat"), (Shape{3, 2, 8}));
+}
+
+// Seed 001: dynamic H and W through PixelShuffle and interpolate.
+TEST(SeedUnetDynamicHW, RunsTwoSpatialSizes) {
+  REQUIRE_MODELS();
+  auto engine = build_model(model_path("unet_pixelshuffle"), shared_model_profile("unet_pixelshuffle"));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("pixel_shuffle_1")), "[n, 3, 8*h, 8*w]");
+  auto ctx = engine->create_execution_context();
+  for (Shape s : {Shape{2, 3, 200, 200}, Shape{1, 3, 300, 400}}) {
+    auto out = (*ctx)->run({{"x", random_f32(s, 3)}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(out->at("pixel_shuffle_1").shape(), (Shape{s[0], 3, 2 * s[2], 2 * s[3]}));
+  }
+  auto bad = (*ctx)->set_input_shape("x", {1, 3, 202, 200});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("4*h"), std::string::npos) << bad.message();
+}
+
+TEST(RuntimeErrors, ClearMessagesNeverCrashes) {
+  REQUIRE_MODELS();
+  auto engine = build_model(model_path("testmod_linear"), shared_model_profile("testmod_linear"));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = (*engine).create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto& c = **ctx;
+
+  Status outside = c.set_input_shape("x", {11, 4, 16});
+  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"'x'", "dim 0", "batch_size", "11", "[1, 10]"}) {
+    EXPECT_NE(outside.message().find(part), std::string::npos) << part << " missing in: " << outside.message();
+  }
+  Status rank = c.set_input_shape("x", {4, 16});
+  EXPECT_NE(rank.message().find("rank 3"), std::string::npos) << rank.message();
+  Status fixed = c.set_input_shape("x", {4, 4, 15});
+  EXPECT_NE(fixed.message().find("fixed at 16"), std::string::npos) << fixed.message();
+  Status unknown = c.set_input_shape("y", {4, 4, 16});
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.message().find("'y'"), std::string::npos);
+  EXPECT_EQ(engine->tensor_mode("y"), TensorIOMode::kNONE);
+  EXPECT_FALSE(engine->tensor_dtype("y").ok());
+
+  auto wrong_dtype = c.run({{"x", make_i64({1, 1, 16}, std::vector<int64_t>(16, 1))}});
+  ASSERT_FALSE(wrong_dtype.ok());
+  EXPECT_NE(wrong_dtype.status().message().find("int64"), std::string::npos) << wrong_dtype.status().message();
+  auto missing = c.run({});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("missing input(s): x"), std::string::npos) << missing.status().message();
+  auto no_address = (*engine->create_execution_context())->execute();
+  EXPECT_FALSE(no_address.ok());
+  EXPECT_NE(no_address.message().find("not set: x"), std::string::npos) << no_address.message();
+}
+
+TEST(EngineFileErrors, TruncatedAndFlippedFilesAreRefused) {
+  REQUIRE_MODELS();
+  auto engine = build_model(model_path("testmod_linear"), shared_model_profile("testmod_linear"));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  std::vector<uint8_t> bytes = engine->serialize();
+  ASSERT_TRUE(Engine::deserialize(bytes).ok());
+  auto truncated = Engine::deserialize(std::span<const uint8_t>(bytes.data(), bytes.size() / 2));
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos) << truncated.status().message();
+  for (size_t pos : {size_t(3), size_t(20), bytes.size() / 3, bytes.size() - 5}) {
+    std::vector<uint8_t> flipped = bytes;
+    flipped[pos] ^= 0x10;
+    auto r = Engine::deserialize(flipped);
+    EXPECT_FALSE(r.ok()) << "flipped byte " << pos << " was accepted";
+  }
+  auto missing = Engine::load("/nonexistent/model.kiln");
+  EXPECT_FALSE(missing.ok());
+}
+
+}  // namespace
+}  // namespace kiln::testing
