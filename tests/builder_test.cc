@@ -60,7 +60,7 @@ TEST(BuilderProfiles, FailureBetweenMinAndMaxIsFound) {
 TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
   auto engine = Builder().build(reshape_network(), batch_config(2, 2));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("y")), "[floor(batch/2), 12]");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("y")), "[1, 12]");
   auto ctx = engine->create_execution_context();
   std::vector<float> v(12);
   for (int i = 0; i < 12; ++i) v[i] = float(i);

@@ -74,3 +74,20 @@ TEST(Dim, Bounds) {
 
 }  // namespace
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+TEST(Dim, SimplifyUsesSymbolRanges) {
+  Dim s = Dim::symbol("seq_len");
+  SymbolRanges r{{"seq_len", {1, 10}}};
+  EXPECT_EQ((Dim::min(Dim(1), s) + s).simplify(r), s + 1);
+  EXPECT_EQ(Dim::max(Dim(1), s).simplify(r), s);
+  EXPECT_EQ(Dim::floor_div(s, Dim(16)).simplify(r), Dim(0));
+  EXPECT_EQ(Dim::mod(s, Dim(16)).simplify(r), s);
+  // Not decided by the ranges: stays symbolic.
+  EXPECT_FALSE(Dim::min(Dim(4), s).simplify(r).is_const());
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -1,6 +1,8 @@
 // Pass infer_shapes: runs each op's type and symbolic shape inference in topological order,
 // records the constraints the profile checker must prove, turns fully known symbolic values into
 // constants, and folds nodes whose inputs are all constant (see fold_constants.cc).
+#include <algorithm>
+
 #include "builder/build_state.h"
 
 namespace kiln::builder {
@@ -51,8 +53,21 @@ StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
 
 }  // namespace
 
+// The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
+ir::SymbolRanges profile_hull(const std::vector<plan::Profile>& profiles) {
+  ir::SymbolRanges hull;
+  for (const auto& p : profiles) {
+    for (const auto& [name, r] : p.symbols) {
+      auto [it, inserted] = hull.emplace(name, r);
+      if (!inserted) it->second = {std::min(it->second.lo, r.lo), std::max(it->second.hi, r.hi)};
+    }
+  }
+  return hull;
+}
+
 Status infer_shapes(BuildState& s) {
   ir::Graph& g = s.graph;
+  const ir::SymbolRanges hull = profile_hull(s.profiles);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -83,7 +98,11 @@ Status infer_shapes(BuildState& s) {
       ir::Value& val = g.values[v];
       val.dtype = out.dtype;
       val.shape = out.shape;
+      for (auto& d : *val.shape) d = d.simplify(hull);
       val.sym_value = out.value;
+      if (val.sym_value) {
+        for (auto& d : *val.sym_value) d = d.simplify(hull);
+      }
       KILN_ASSIGN_OR_RETURN(auto c, constant_from_value(val));
       if (c) {
         val.constant = std::move(*c);

@@ -336,6 +336,52 @@ Interval Dim::bounds(const SymbolRanges& ranges) const {
   return sum;
 }
 
+Dim Dim::simplify_atom(const AtomPtr& atom, const SymbolRanges& r) {
+  if (atom->kind == AtomKind::kSymbol) return from_atom(atom);
+  Dim x = atom->a.simplify(r);
+  Dim y = atom->b.simplify(r);
+  switch (atom->kind) {
+    case AtomKind::kFloorDiv: {
+      Dim q = floor_div(x, y);
+      Interval xb = x.bounds(r), yb = y.bounds(r);
+      if (!q.is_const() && yb.is_point() && yb.lo > 0 && xb.lo > -Interval::kInf && xb.hi < Interval::kInf &&
+          floor_div_int(xb.lo, yb.lo) == floor_div_int(xb.hi, yb.lo)) {
+        return Dim(floor_div_int(xb.lo, yb.lo));
+      }
+      return q;
+    }
+    case AtomKind::kMod: {
+      Interval xb = x.bounds(r), yb = y.bounds(r);
+      if (yb.is_point() && yb.lo > 0 && xb.lo >= 0 && xb.hi < yb.lo) return x;
+      return mod(x, y);
+    }
+    case AtomKind::kMin:
+    case AtomKind::kMax: {
+      Interval d = (x - y).bounds(r);
+      bool is_max = atom->kind == AtomKind::kMax;
+      if (d.lo >= 0) return is_max ? x : y;
+      if (d.hi <= 0) return is_max ? y : x;
+      return is_max ? max(x, y) : min(x, y);
+    }
+    default: return from_atom(atom);
+  }
+}
+
+Dim Dim::simplify(const SymbolRanges& ranges) const {
+  bool opaque = false;
+  for (const auto& t : terms_) {
+    for (const auto& f : t.factors) opaque |= f->kind != AtomKind::kSymbol;
+  }
+  if (!opaque) return *this;
+  Dim out(constant_);
+  for (const auto& t : terms_) {
+    Dim prod(t.coeff);
+    for (const auto& f : t.factors) prod = prod * simplify_atom(f, ranges);
+    out = out + prod;
+  }
+  return out;
+}
+
 void Dim::collect_symbols(std::set<std::string>* out) const {
   for (const auto& t : terms_) {
     for (const auto& f : t.factors) {

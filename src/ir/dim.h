@@ -59,6 +59,9 @@ class Dim {
   // nullopt when a symbol is unbound, on division by zero, or on overflow.
   std::optional<int64_t> eval(const SymbolValues& values) const;
   Interval bounds(const SymbolRanges& ranges) const;
+  // Rewrites min, max, floor-div and mod wherever the symbol ranges decide them:
+  // min(1, seq_len) is 1 when seq_len >= 1. Exact for every point inside the ranges.
+  Dim simplify(const SymbolRanges& ranges) const;
   void collect_symbols(std::set<std::string>* out) const;
   std::string to_string() const;
 
@@ -69,6 +72,7 @@ class Dim {
     std::string key;
   };
   static Dim from_atom(AtomPtr atom);
+  static Dim simplify_atom(const AtomPtr& atom, const SymbolRanges& ranges);
   static Dim wrap_floor_div(const Dim& a, const Dim& b, bool ceil);
   static Dim min_max(const Dim& a, const Dim& b, bool is_max);
   void add_term(Term t);

@@ -1,8 +1,440 @@
-// Schemas of the index op family.
+// Schemas of the index op family: Slice, Gather, GatherND, GatherElements, CumSum. Slice clamps its
+// starts and ends per the ONNX spec on symbolic dims, proving each clamp from bounds where it can.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "core/checked.h"
 #include "ops/schema.h"
 
 namespace kiln::ops {
+namespace {
 
-void register_index_ops(OpRegistry& r) { (void)r; }
+using ir::Dim;
+using Dims = std::vector<Dim>;
+
+// Starts/ends at or beyond this magnitude mean "to the end" (exporters write INT64_MAX, INT32_MAX).
+constexpr int64_t kHuge = std::numeric_limits<int32_t>::max();
+
+Status attr_error(const InferContext& ctx, const Status& s) { return ctx.error(s.code(), s.message()); }
+
+std::string label(const InferContext& ctx, int i) {
+  return "input " + std::to_string(i) + " ('" + ctx.input(i).name + "')";
+}
+
+std::optional<Shape> const_shape(const Dims& dims) {
+  Shape out;
+  for (const Dim& d : dims) {
+    if (!d.is_const() || d.value() < 0) return std::nullopt;
+    out.push_back(d.value());
+  }
+  return out;
+}
+
+bool can_carry(DType dtype, const Dims& shape) {
+  if (!is_integer(dtype) && dtype != DType::kBool) return false;
+  auto s = const_shape(shape);
+  if (!s) return false;
+  auto n = checked_numel(*s);
+  return n && *n <= kMaxSymbolicElements;
+}
+
+// Proves a <= b for every assignment of the (non-negative) symbols.
+bool provably_le(const Dim& a, const Dim& b) {
+  Dim d = b - a;
+  if (d.is_const()) return d.value() >= 0;
+  return d.bounds({}).lo >= 0;
+}
+
+// Decides comparisons for Slice's clamps. Symbols are only known to be >= 0, which leaves x[-1:] on
+// an axis of size s as min(1, s). Profiles almost never allow empty dims, so when assuming every
+// symbol >= 1 decides a comparison, the comparison itself is recorded for the profile checker and
+// taken as true: the shape reads 1, and a profile that allows s = 0 fails naming this slice.
+class Prover {
+ public:
+  Prover(InferContext& ctx, std::string where) : ctx_(ctx), where_(std::move(where)) {}
+
+  StatusOr<bool> le(const Dim& a, const Dim& b) {
+    if (provably_le(a, b)) return true;
+    Dim d = b - a;
+    std::set<std::string> symbols;
+    d.collect_symbols(&symbols);
+    ir::SymbolRanges ranges;
+    for (const auto& name : symbols) ranges[name] = ir::Interval{1, ir::Interval::kInf};
+    if (d.bounds(ranges).lo < 0) return false;
+    KILN_RETURN_IF_ERROR(ctx_.require_ge(b, a, "the slice on " + where_ + " needs " + a.to_string() +
+                                                   " <= " + b.to_string()));
+    return true;
+  }
+  StatusOr<Dim> min(const Dim& a, const Dim& b) {
+    KILN_ASSIGN_OR_RETURN(bool ab, le(a, b));
+    if (ab) return a;
+    KILN_ASSIGN_OR_RETURN(bool ba, le(b, a));
+    if (ba) return b;
+    return Dim::min(a, b);
+  }
+  StatusOr<Dim> max(const Dim& a, const Dim& b) {
+    KILN_ASSIGN_OR_RETURN(bool ba, le(b, a));
+    if (ba) return a;
+    KILN_ASSIGN_OR_RETURN(bool ab, le(a, b));
+    if (ab) return b;
+    return Dim::max(a, b);
+  }
+
+ private:
+  InferContext& ctx_;
+  std::string where_;
+};
+
+bool is_index_dtype(DType d) { return d == DType::kInt64 || d == DType::kInt32; }
+
+// min(max(x, lo), hi), keeping the clamps that bounds could not resolve apart so that the slice
+// length can distribute over them (d - max(d - 1, 0) reads better as min(1, d)).
+struct Clamped {
+  Dim x, lo, hi;
+  bool lo_open = false, hi_open = false;
+  bool resolved() const { return !lo_open && !hi_open; }
+  Dim dim() const {
+    Dim v = lo_open ? Dim::max(x, lo) : x;
+    return hi_open ? Dim::min(v, hi) : v;
+  }
+};
+
+StatusOr<Clamped> clamp(Prover& p, const Dim& x, const Dim& lo, const Dim& hi) {
+  Clamped c{x, lo, hi};
+  KILN_ASSIGN_OR_RETURN(bool x_le_lo, p.le(x, lo));
+  if (x_le_lo) {
+    c.x = lo;
+  } else {
+    KILN_ASSIGN_OR_RETURN(bool lo_le_x, p.le(lo, x));
+    c.lo_open = !lo_le_x;
+  }
+  KILN_ASSIGN_OR_RETURN(bool hi_le_x, p.le(hi, c.x));
+  if (hi_le_x) {
+    // max(x, lo) >= x >= hi, so both clamps end at hi.
+    c.x = hi;
+    c.lo_open = false;
+    return c;
+  }
+  KILN_ASSIGN_OR_RETURN(bool x_le_hi, p.le(c.x, hi));
+  bool lo_le_hi = true;
+  if (c.lo_open) {
+    KILN_ASSIGN_OR_RETURN(lo_le_hi, p.le(lo, hi));
+  }
+  c.hi_open = !x_le_hi || !lo_le_hi;
+  return c;
+}
+
+// One slice axis: the output length, and the first index and step when they are constants.
+struct SliceAxis {
+  Dim length;
+  std::optional<int64_t> first;
+};
+
+StatusOr<SliceAxis> slice_axis(InferContext& ctx, const Dim& d, const Dim& start, const Dim& end,
+                               int64_t step, int axis) {
+  std::string where = "axis " + std::to_string(axis) + " (" + d.to_string() + ")";
+  Prover prover(ctx, where);
+  // Per the spec: negative values count from the end, then starts clamp to [0, d] and ends to
+  // [0, d] for positive steps; [0, d - 1] and [-1, d - 1] for negative ones.
+  auto normalize = [&](const Dim& v, bool is_end) -> StatusOr<Clamped> {
+    Dim lo = step > 0 ? Dim(0) : Dim(is_end ? -1 : 0);
+    Dim hi = step > 0 ? d : d - 1;
+    std::string name = is_end ? "end" : "start";
+    if (v.is_const() && (v.value() >= kHuge || v.value() <= -kHuge)) {
+      bool up = v.value() > 0;
+      if (!d.is_const() && v.value() < ir::Interval::kInf && v.value() > -ir::Interval::kInf) {
+        KILN_RETURN_IF_ERROR(ctx.require_ge(Dim(up ? v.value() : -v.value()), d,
+                                            "slice " + name + " " + std::to_string(v.value()) +
+                                                " lies beyond " + where));
+      }
+      return clamp(prover, up ? hi : lo, lo, hi);
+    }
+    ir::Interval b = v.bounds({});
+    Dim x;
+    if (b.lo >= 0) {
+      x = v;
+    } else if (b.hi < 0) {
+      x = v + d;
+    } else {
+      return ctx.error(StatusCode::kUnsupported, "the slice " + name + " " + v.to_string() + " on " +
+                                                     where + " may or may not be negative");
+    }
+    return clamp(prover, x, lo, hi);
+  };
+  KILN_ASSIGN_OR_RETURN(Clamped s, normalize(start, false));
+  KILN_ASSIGN_OR_RETURN(Clamped e, normalize(end, true));
+  // length = max(0, ceil((u - l) / |step|)) with u the upper and l the lower side.
+  const Clamped& u = step > 0 ? e : s;
+  const Clamped& l = step > 0 ? s : e;
+  int64_t mag = step > 0 ? step : -step;
+  auto ceil_div = [mag](const Dim& x) { return mag == 1 ? x : Dim::ceil_div(x, Dim(mag)); };
+  Dim length;
+  bool min_form = (!u.lo_open) && (!l.hi_open);  // u - l is a min over the open clamps
+  bool max_form = (!u.hi_open) && (!l.lo_open);  // u - l is a max over the open clamps
+  Dims us = {u.x}, ls = {l.x};
+  if (min_form) {
+    if (u.hi_open) us.push_back(u.hi);
+    if (l.lo_open) ls.push_back(l.lo);
+  } else if (max_form) {
+    if (u.lo_open) us.push_back(u.lo);
+    if (l.hi_open) ls.push_back(l.hi);
+  }
+  if (min_form || max_form) {
+    std::optional<Dim> acc;
+    for (const Dim& a : us) {
+      for (const Dim& b : ls) {
+        Dim c = ceil_div(a - b);
+        if (!acc) {
+          acc = c;
+        } else if (min_form) {
+          KILN_ASSIGN_OR_RETURN(acc, prover.min(*acc, c));
+        } else {
+          KILN_ASSIGN_OR_RETURN(acc, prover.max(*acc, c));
+        }
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(length, prover.max(*acc, Dim(0)));
+  } else {
+    KILN_ASSIGN_OR_RETURN(length, prover.max(ceil_div(u.dim() - l.dim()), Dim(0)));
+  }
+  SliceAxis out{length, std::nullopt};
+  if (s.resolved() && s.x.is_const()) out.first = s.x.value();
+  return out;
+}
+
+// Slice parameters from attributes (opset < 10) or inputs, as dims.
+struct SliceParams {
+  Dims starts, ends, axes, steps;
+};
+
+StatusOr<SliceParams> slice_params(InferContext& ctx) {
+  SliceParams p;
+  const ir::Attributes& a = ctx.attrs();
+  if (a.has("starts")) {
+    for (auto [name, dst] : {std::pair{"starts", &p.starts}, std::pair{"ends", &p.ends},
+                             std::pair{"axes", &p.axes}}) {
+      if (!a.has(name)) continue;
+      auto v = a.get_ints(name, std::nullopt);
+      if (!v.ok()) return attr_error(ctx, v.status());
+      dst->assign(v->begin(), v->end());
+    }
+  } else {
+    const char* names[] = {"", "starts", "ends", "axes", "steps"};
+    Dims* dsts[] = {nullptr, &p.starts, &p.ends, &p.axes, &p.steps};
+    for (int i = 1; i <= 4; ++i) {
+      if (!ctx.has_input(i)) {
+        if (i <= 2) return ctx.error(StatusCode::kInvalidModel, std::string("Slice needs ") + names[i]);
+        continue;
+      }
+      if (!is_index_dtype(ctx.input_dtype(i))) {
+        return ctx.error(StatusCode::kInvalidModel, label(ctx, i) + " (" + names[i] +
+                                                        ") must be int32 or int64");
+      }
+      KILN_ASSIGN_OR_RETURN(*dsts[i], ctx.require_value(i, names[i]));
+    }
+  }
+  size_t n = p.starts.size();
+  if (p.ends.size() != n || (!p.axes.empty() && p.axes.size() != n) ||
+      (!p.steps.empty() && p.steps.size() != n)) {
+    return ctx.error(StatusCode::kInvalidModel, "starts, ends, axes and steps differ in length");
+  }
+  return p;
+}
+
+Status infer_slice(InferContext& ctx) {
+  const Dims& in = ctx.input_shape(0);
+  int r = int(in.size());
+  KILN_ASSIGN_OR_RETURN(SliceParams p, slice_params(ctx));
+  Dims out = in;
+  std::vector<bool> seen(size_t(r), false);
+  std::vector<int64_t> firsts(size_t(r), 0), steps(size_t(r), 1);
+  bool firsts_known = true;
+  for (size_t i = 0; i < p.starts.size(); ++i) {
+    int64_t axis_v = int64_t(i);
+    if (!p.axes.empty()) {
+      if (!p.axes[i].is_const()) {
+        return ctx.error(StatusCode::kUnsupported, "slice axes must be constants");
+      }
+      axis_v = p.axes[i].value();
+    }
+    KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_v, r, "axis"));
+    if (seen[axis]) return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(axis) + " repeats");
+    seen[axis] = true;
+    int64_t step = 1;
+    if (!p.steps.empty()) {
+      if (!p.steps[i].is_const()) {
+        return ctx.error(StatusCode::kUnsupported,
+                         "slice step " + p.steps[i].to_string() + " must be a constant");
+      }
+      step = p.steps[i].value();
+    }
+    if (step == 0) return ctx.error(StatusCode::kInvalidModel, "slice step is 0");
+    KILN_ASSIGN_OR_RETURN(SliceAxis sa, slice_axis(ctx, in[axis], p.starts[i], p.ends[i], step, axis));
+    out[axis] = sa.length;
+    steps[axis] = step;
+    if (sa.first) {
+      firsts[axis] = *sa.first;
+    } else {
+      firsts_known = false;
+    }
+  }
+  ctx.set_output(0, ctx.input_dtype(0), out);
+  // Values of 1-D shape vectors: out[j] = in[first + j * step].
+  if (r == 1 && firsts_known && can_carry(ctx.input_dtype(0), out)) {
+    auto v = ctx.input_value(0);
+    if (v && in[0].is_const() && int64_t(v->size()) == in[0].value()) {
+      Dims value;
+      for (int64_t j = 0; j < out[0].value(); ++j) {
+        int64_t src = firsts[0] + j * steps[0];
+        if (src < 0 || src >= int64_t(v->size())) return ok_status();
+        value.push_back((*v)[size_t(src)]);
+      }
+      ctx.set_output_value(0, std::move(value));
+    }
+  }
+  return ok_status();
+}
+
+Status infer_gather(InferContext& ctx) {
+  const Dims& data = ctx.input_shape(0);
+  const Dims& idx = ctx.input_shape(1);
+  int r = int(data.size());
+  if (r < 1) return ctx.error(StatusCode::kInvalidModel, "Gather data must have rank >= 1");
+  if (!is_index_dtype(ctx.input_dtype(1))) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+  }
+  auto axis_attr = ctx.attrs().get_int("axis", 0);
+  if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
+  Dims out(data.begin(), data.begin() + axis);
+  out.insert(out.end(), idx.begin(), idx.end());
+  out.insert(out.end(), data.begin() + axis + 1, data.end());
+  ctx.set_output(0, ctx.input_dtype(0), out);
+
+  auto iv = ctx.input_value(1);
+  if (!iv) return ok_status();
+  // Known indices: check them against the axis now (or record the check for the profile).
+  const Dim& d = data[axis];
+  std::vector<int64_t> norm;
+  for (const Dim& i : *iv) {
+    if (!i.is_const()) return ok_status();
+    int64_t k = i.value();
+    std::string what = "index " + std::to_string(k) + " is within axis " + std::to_string(axis) +
+                       " (" + d.to_string() + ")";
+    if (k >= 0) {
+      KILN_RETURN_IF_ERROR(ctx.require_ge(d, Dim(k) + 1, what));
+    } else {
+      KILN_RETURN_IF_ERROR(ctx.require_ge(d, Dim(-k), what));
+    }
+    if (d.is_const()) norm.push_back(k < 0 ? k + d.value() : k);
+  }
+  if (!can_carry(ctx.input_dtype(0), out)) return ok_status();
+  auto dv = ctx.input_value(0);
+  auto ds = const_shape(data);
+  if (!dv || !ds || int64_t(dv->size()) != shape_numel(*ds) || norm.size() != iv->size()) {
+    return ok_status();
+  }
+  int64_t outer = shape_numel(std::span<const int64_t>(*ds).subspan(0, size_t(axis)));
+  int64_t inner = shape_numel(std::span<const int64_t>(*ds).subspan(size_t(axis) + 1));
+  int64_t n = d.value();
+  Dims value;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t k : norm) {
+      auto b = dv->begin() + (o * n + k) * inner;
+      value.insert(value.end(), b, b + inner);
+    }
+  }
+  ctx.set_output_value(0, std::move(value));
+  return ok_status();
+}
+
+Status infer_gather_nd(InferContext& ctx) {
+  const Dims& data = ctx.input_shape(0);
+  const Dims& idx = ctx.input_shape(1);
+  int r = int(data.size()), q = int(idx.size());
+  if (ctx.input_dtype(1) != DType::kInt64) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int64");
+  }
+  auto b_attr = ctx.attrs().get_int("batch_dims", 0);
+  if (!b_attr.ok()) return attr_error(ctx, b_attr.status());
+  int64_t b = *b_attr;
+  if (r < 1 || q < 1 || b < 0 || b >= std::min(r, q)) {
+    return ctx.error(StatusCode::kInvalidModel, "GatherND needs data and indices of rank >= 1 and "
+                                                "batch_dims below both ranks");
+  }
+  const Dim& last = idx.back();
+  if (!last.is_const()) {
+    return ctx.error(StatusCode::kUnsupported, "the last indices dim " + last.to_string() +
+                                                   " must be a constant (it sets the output rank)");
+  }
+  int64_t m = last.value();
+  if (m < 1 || m > r - b) {
+    return ctx.error(StatusCode::kInvalidModel, "the last indices dim " + std::to_string(m) +
+                                                    " must be in [1, " + std::to_string(r - b) + "]");
+  }
+  for (int64_t k = 0; k < b; ++k) {
+    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[k], data[k], "indices batch dim " + std::to_string(k) +
+                                                                " matches data dim " + std::to_string(k)));
+  }
+  Dims out(idx.begin(), idx.end() - 1);
+  out.insert(out.end(), data.begin() + b + m, data.end());
+  ctx.set_output(0, ctx.input_dtype(0), out);
+  return ok_status();
+}
+
+Status infer_gather_elements(InferContext& ctx) {
+  const Dims& data = ctx.input_shape(0);
+  const Dims& idx = ctx.input_shape(1);
+  int r = int(data.size());
+  if (!is_index_dtype(ctx.input_dtype(1))) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+  }
+  if (r < 1 || int(idx.size()) != r) {
+    return ctx.error(StatusCode::kInvalidModel, "GatherElements data and indices must have the same "
+                                                "rank >= 1");
+  }
+  auto axis_attr = ctx.attrs().get_int("axis", 0);
+  if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
+  for (int k = 0; k < r; ++k) {
+    if (k == axis) continue;
+    KILN_RETURN_IF_ERROR(ctx.require_ge(data[k], idx[k], "indices dim " + std::to_string(k) +
+                                                             " fits in data dim " + std::to_string(k)));
+  }
+  ctx.set_output(0, ctx.input_dtype(0), idx);
+  return ok_status();
+}
+
+Status infer_cumsum(InferContext& ctx) {
+  DType dtype = ctx.input_dtype(0);
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kInt32 &&
+      dtype != DType::kInt64) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "CumSum on " + std::string(dtype_name(dtype)) + " is not supported");
+  }
+  if (!is_index_dtype(ctx.input_dtype(1))) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (axis) must be int32 or int64");
+  }
+  KILN_ASSIGN_OR_RETURN(Dims axis, ctx.require_value(1, "axis"));
+  if (axis.size() != 1 || !axis[0].is_const()) {
+    return ctx.error(StatusCode::kInvalidModel, "the CumSum axis must be one constant");
+  }
+  KILN_RETURN_IF_ERROR(ctx.normalize_axis(axis[0].value(), ctx.input_rank(0), "axis").status());
+  ctx.set_output(0, dtype, ctx.input_shape(0));
+  return ok_status();
+}
+
+}  // namespace
+
+void register_index_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kSlice, 1, 5, 1, 1, &infer_slice});
+  r.add(OpSchema{OpKind::kGather, 2, 2, 1, 1, &infer_gather});
+  r.add(OpSchema{OpKind::kGatherND, 2, 2, 1, 1, &infer_gather_nd});
+  r.add(OpSchema{OpKind::kGatherElements, 2, 2, 1, 1, &infer_gather_elements});
+  r.add(OpSchema{OpKind::kCumSum, 2, 2, 1, 1, &infer_cumsum});
+}
 
 }  // namespace kiln::ops

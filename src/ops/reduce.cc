@@ -1,8 +1,166 @@
-// Schemas of the reduce op family.
+// Schemas of the reduce op family: ReduceMean/Sum/Max/Min/Prod with keepdims and
+// noop_with_empty_axes; axes come from the attribute (older opsets) or from input 1.
+#include <algorithm>
+
+#include "core/checked.h"
 #include "ops/schema.h"
 
 namespace kiln::ops {
+namespace {
 
-void register_reduce_ops(OpRegistry& r) { (void)r; }
+// The reduced axes, normalized and sorted; an empty list with *noop set means "identity".
+Status reduce_axes(InferContext& ctx, int rank, std::vector<int>* axes, bool* noop) {
+  std::vector<int64_t> raw;
+  if (ctx.has_input(1)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Dim> v, ctx.require_value(1, "axes"));
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (!v[k].is_const()) {
+        return ctx.error(StatusCode::kUnsupported, "input 1 (axes) element " + std::to_string(k) +
+                                                       " is symbolic (" + v[k].to_string() + ")");
+      }
+      raw.push_back(v[k].value());
+    }
+  } else {
+    KILN_ASSIGN_OR_RETURN(raw, ctx.attrs().get_ints("axes", std::vector<int64_t>{}));
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attrs().get_int("noop_with_empty_axes", 0));
+  *noop = raw.empty() && noop_attr != 0;
+  axes->clear();
+  if (raw.empty()) {
+    if (!*noop) {
+      for (int d = 0; d < rank; ++d) axes->push_back(d);
+    }
+    return ok_status();
+  }
+  for (int64_t a : raw) {
+    KILN_ASSIGN_OR_RETURN(int d, ctx.normalize_axis(a, rank, "reduce axis"));
+    if (rank == 0) return ctx.error(StatusCode::kInvalidModel, "reduce axis given for a scalar");
+    if (std::find(axes->begin(), axes->end(), d) != axes->end()) {
+      return ctx.error(StatusCode::kInvalidModel, "reduce axis " + std::to_string(a) + " repeats");
+    }
+    axes->push_back(d);
+  }
+  std::sort(axes->begin(), axes->end());
+  return ok_status();
+}
+
+ir::Dim combine(OpKind kind, const ir::Dim& acc, const ir::Dim& x) {
+  switch (kind) {
+    case OpKind::kReduceMax:
+      return ir::Dim::max(acc, x);
+    case OpKind::kReduceMin:
+      return ir::Dim::min(acc, x);
+    case OpKind::kReduceProd:
+      return acc * x;
+    default:
+      return acc + x;
+  }
+}
+
+// Folds a reduction over a known small integer tensor (ReduceProd of a Shape is common in
+// exported shape subgraphs).
+void fold_value(InferContext& ctx, OpKind kind, const std::vector<ir::Dim>& in_shape,
+                const std::vector<int>& axes, int64_t out_numel) {
+  auto value = ctx.input_value(0);
+  if (!value || !is_integer(ctx.input_dtype(0))) return;
+  int rank = int(in_shape.size());
+  std::vector<int64_t> dims(rank);
+  for (int d = 0; d < rank; ++d) {
+    if (!in_shape[d].is_const()) return;
+    dims[d] = in_shape[d].value();
+  }
+  auto numel = checked_numel(dims);
+  if (!numel || *numel != int64_t(value->size())) return;
+  std::vector<bool> reduced(rank, false);
+  for (int a : axes) reduced[a] = true;
+  std::vector<std::optional<ir::Dim>> acc(out_numel);
+  std::vector<int64_t> count(out_numel, 0);
+  std::vector<int64_t> idx(rank, 0);
+  for (size_t e = 0; e < value->size(); ++e) {
+    int64_t o = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[d]) o = o * dims[d] + idx[d];
+    }
+    acc[o] = acc[o] ? combine(kind, *acc[o], (*value)[e]) : (*value)[e];
+    ++count[o];
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  std::vector<ir::Dim> out;
+  for (int64_t o = 0; o < out_numel; ++o) {
+    // Empty reductions have no integer identity for max/min; leave those to run time.
+    if (!acc[o]) {
+      if (kind == OpKind::kReduceSum) {
+        out.push_back(0);
+        continue;
+      }
+      if (kind == OpKind::kReduceProd) {
+        out.push_back(1);
+        continue;
+      }
+      return;
+    }
+    out.push_back(kind == OpKind::kReduceMean ? ir::Dim::floor_div(*acc[o], count[o]) : *acc[o]);
+  }
+  ctx.set_output_value(0, std::move(out));
+}
+
+template <OpKind kKind>
+Status infer_reduce(InferContext& ctx) {
+  DType dt = ctx.input_dtype(0);
+  if (!is_float(dt) && !is_integer(dt)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 dtype " + std::string(dtype_name(dt)) + " is not numeric");
+  }
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  std::vector<int> axes;
+  bool noop = false;
+  KILN_RETURN_IF_ERROR(reduce_axes(ctx, rank, &axes, &noop));
+  KILN_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attrs().get_int("keepdims", 1));
+  if (noop) {
+    ctx.set_output(0, dt, x);
+    if (auto v = ctx.input_value(0)) ctx.set_output_value(0, *v);
+    return ok_status();
+  }
+  std::vector<ir::Dim> out;
+  for (int d = 0; d < rank; ++d) {
+    bool reduced = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!reduced) {
+      out.push_back(x[d]);
+    } else if (keepdims != 0) {
+      out.push_back(1);
+    }
+  }
+  int64_t out_numel = 1;
+  bool const_out = true;
+  for (const auto& d : out) {
+    if (!d.is_const()) {
+      const_out = false;
+      break;
+    }
+    auto m = checked_mul(out_numel, d.value());
+    if (!m) {
+      const_out = false;
+      break;
+    }
+    out_numel = *m;
+  }
+  ctx.set_output(0, dt, out);
+  if (const_out && out_numel <= kMaxSymbolicElements) fold_value(ctx, kKind, x, axes, out_numel);
+  return ok_status();
+}
+
+}  // namespace
+
+void register_reduce_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kReduceMean, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceMean>});
+  r.add(OpSchema{OpKind::kReduceSum, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceSum>});
+  r.add(OpSchema{OpKind::kReduceMax, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceMax>});
+  r.add(OpSchema{OpKind::kReduceMin, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceMin>});
+  r.add(OpSchema{OpKind::kReduceProd, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceProd>});
+}
 
 }  // namespace kiln::ops

@@ -1,8 +1,255 @@
-// Schemas of the resize op family.
+// Schemas of the resize op family: Resize (opset 10..19, scales or sizes, axes, aspect-ratio
+// policies), DepthToSpace (DCR/CRD) and SpaceToDepth.
+#include <algorithm>
+#include <cmath>
+
 #include "ops/schema.h"
 
 namespace kiln::ops {
+namespace {
 
-void register_resize_ops(OpRegistry& r) { (void)r; }
+bool one_of(const std::string& s, std::initializer_list<const char*> options) {
+  for (const char* o : options) {
+    if (s == o) return true;
+  }
+  return false;
+}
+
+// True when an input is omitted or is an empty 1-D tensor (opset 11-12 pass "" or [] for the
+// unused one of scales/sizes).
+bool input_empty(const InferContext& ctx, int i) {
+  if (!ctx.has_input(i)) return true;
+  const auto& s = ctx.input_shape(i);
+  return s.size() == 1 && s[0].is_const() && s[0].value() == 0;
+}
+
+// floor(in * f), kept symbolic where it can be exact: an integer f multiplies, a dyadic f = p/2^k
+// (0.5, 1.5, 0.25...) is floor_div(in*p, 2^k), and any other f needs a constant dim.
+StatusOr<ir::Dim> scaled_dim(InferContext& ctx, const ir::Dim& in, double f, int axis) {
+  constexpr double kLimit = double(int64_t(1) << 31);
+  if (f >= 0 && f < kLimit) {
+    for (int64_t q = 1; q <= (int64_t(1) << 16); q *= 2) {
+      double p = f * double(q);
+      if (p == std::floor(p) && p < kLimit) {
+        if (q == 1) return in * ir::Dim(int64_t(p));
+        return ir::Dim::floor_div(in * ir::Dim(int64_t(p)), ir::Dim(q));
+      }
+    }
+  }
+  if (in.is_const()) {
+    double v = std::floor(double(in.value()) * f);
+    if (!(v >= 0 && v < double(int64_t(1) << 62))) {
+      return ctx.error(StatusCode::kInvalidModel, "output dim " + std::to_string(axis) + " floor(" +
+                                                      in.to_string() + " * " + std::to_string(f) +
+                                                      ") is out of range");
+    }
+    return ir::Dim(int64_t(v));
+  }
+  return ctx.error(StatusCode::kUnsupported,
+                   "scale " + std::to_string(f) + " on axis " + std::to_string(axis) +
+                       " of symbolic dim " + in.to_string() +
+                       " has no exact symbolic form (use an integer or dyadic scale, or sizes)");
+}
+
+StatusOr<std::vector<float>> constant_floats(InferContext& ctx, int i, std::string_view what) {
+  const Tensor* t = ctx.input_constant(i);
+  if (!t) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "input " + std::to_string(i) + " ('" + ctx.input(i).name + "', the " +
+                         std::string(what) +
+                         ") is computed at run time; kiln needs it known at build time");
+  }
+  if (!is_float(t->dtype())) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input " + std::to_string(i) + " (" + std::string(what) + ") must be float");
+  }
+  std::vector<float> out(size_t(t->numel()));
+  for (int64_t k = 0; k < t->numel(); ++k) out[k] = float(t->float_at(k));
+  return out;
+}
+
+Status infer_resize(InferContext& ctx) {
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  if (rank == 0) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 1");
+  bool opset10 = ctx.opset() > 0 && ctx.opset() < 11;
+  int roi_in = opset10 ? -1 : 1, scales_in = opset10 ? 1 : 2, sizes_in = opset10 ? -1 : 3;
+  if (ctx.num_inputs() > (opset10 ? 2 : 4)) {
+    return ctx.error(StatusCode::kInvalidModel, "too many inputs for this opset");
+  }
+  const ir::Attributes& at = ctx.attrs();
+  KILN_ASSIGN_OR_RETURN(std::string mode, at.get_string("mode", "nearest"));
+  KILN_ASSIGN_OR_RETURN(std::string ctm,
+                        at.get_string("coordinate_transformation_mode", "half_pixel"));
+  KILN_ASSIGN_OR_RETURN(std::string nearest_mode,
+                        at.get_string("nearest_mode", "round_prefer_floor"));
+  KILN_ASSIGN_OR_RETURN(std::string policy, at.get_string("keep_aspect_ratio_policy", "stretch"));
+  KILN_ASSIGN_OR_RETURN(int64_t antialias, at.get_int("antialias", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t exclude_outside, at.get_int("exclude_outside", 0));
+  KILN_RETURN_IF_ERROR(at.get_float("cubic_coeff_a", -0.75f).status());
+  KILN_RETURN_IF_ERROR(at.get_float("extrapolation_value", 0.f).status());
+  (void)exclude_outside;
+  if (!one_of(mode, {"nearest", "linear", "cubic"})) {
+    return ctx.error(StatusCode::kInvalidModel, "unknown mode '" + mode + "'");
+  }
+  if (opset10) ctm = "asymmetric";
+  if (!one_of(ctm, {"half_pixel", "asymmetric", "pytorch_half_pixel", "align_corners",
+                    "tf_crop_and_resize", "half_pixel_symmetric"})) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "unknown coordinate_transformation_mode '" + ctm + "'");
+  }
+  if (!one_of(nearest_mode, {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})) {
+    return ctx.error(StatusCode::kInvalidModel, "unknown nearest_mode '" + nearest_mode + "'");
+  }
+  if (!one_of(policy, {"stretch", "not_larger", "not_smaller"})) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "unknown keep_aspect_ratio_policy '" + policy + "'");
+  }
+  if (opset10 && mode == "cubic") {
+    return ctx.error(StatusCode::kInvalidModel, "mode 'cubic' needs opset 11");
+  }
+  if (is_integer(ctx.input_dtype(0)) && mode != "nearest") {
+    return ctx.error(StatusCode::kUnsupported, "mode '" + mode + "' on integer input " +
+                                                   std::string(dtype_name(ctx.input_dtype(0))));
+  }
+  if (!is_float(ctx.input_dtype(0)) && !is_integer(ctx.input_dtype(0))) {
+    return ctx.error(StatusCode::kInvalidModel, "input 0 dtype is not numeric");
+  }
+
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> raw_axes, at.get_ints("axes", std::vector<int64_t>{}));
+  std::vector<int> axes;
+  for (int64_t a : raw_axes) {
+    KILN_ASSIGN_OR_RETURN(int d, ctx.normalize_axis(a, rank, "attribute 'axes' element"));
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "attribute 'axes' repeats axis " + std::to_string(a));
+    }
+    axes.push_back(d);
+  }
+  if (axes.empty()) {
+    for (int d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  size_t n = axes.size();
+
+  bool has_scales = !input_empty(ctx, scales_in);
+  bool has_sizes = sizes_in >= 0 && !input_empty(ctx, sizes_in);
+  if (has_scales == has_sizes) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     has_scales ? "both scales and sizes are given; exactly one must be"
+                                : "neither scales nor sizes is given; exactly one must be");
+  }
+  std::vector<ir::Dim> out(x.begin(), x.end());
+  if (has_scales) {
+    KILN_ASSIGN_OR_RETURN(std::vector<float> scales, constant_floats(ctx, scales_in, "scales"));
+    if (scales.size() != n) {
+      return ctx.error(StatusCode::kInvalidModel, "scales has " + std::to_string(scales.size()) +
+                                                      " elements; expected " + std::to_string(n));
+    }
+    std::vector<float> roi;
+    if (ctm == "tf_crop_and_resize") {
+      if (!ctx.has_input(roi_in)) {
+        return ctx.error(StatusCode::kInvalidModel, "tf_crop_and_resize needs the roi input");
+      }
+      KILN_ASSIGN_OR_RETURN(roi, constant_floats(ctx, roi_in, "roi"));
+      if (roi.size() != 2 * n) {
+        return ctx.error(StatusCode::kInvalidModel, "roi has " + std::to_string(roi.size()) +
+                                                        " elements; expected " +
+                                                        std::to_string(2 * n));
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if (!(scales[k] > 0) || !std::isfinite(scales[k])) {
+        return ctx.error(StatusCode::kInvalidModel,
+                         "scale " + std::to_string(scales[k]) + " must be finite and > 0");
+      }
+      if (antialias != 0 && mode != "nearest" && scales[k] < 1) {
+        return ctx.error(StatusCode::kUnsupported,
+                         "antialias=1 when downsampling is not supported");
+      }
+      double f = double(scales[k]);
+      if (!roi.empty()) f *= double(roi[n + k]) - double(roi[k]);
+      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_dim(ctx, x[axes[k]], f, axes[k]));
+    }
+  } else {
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Dim> sizes, ctx.require_value(sizes_in, "sizes"));
+    if (sizes.size() != n) {
+      return ctx.error(StatusCode::kInvalidModel, "sizes has " + std::to_string(sizes.size()) +
+                                                      " elements; expected " + std::to_string(n));
+    }
+    if (antialias != 0 && mode != "nearest") {
+      return ctx.error(StatusCode::kUnsupported, "antialias=1 with sizes is not supported");
+    }
+    if (policy == "stretch") {
+      for (size_t k = 0; k < n; ++k) {
+        KILN_RETURN_IF_ERROR(
+            ctx.require_ge(sizes[k], 0, "sizes element " + std::to_string(k) + " >= 0"));
+        out[axes[k]] = sizes[k];
+      }
+    } else {
+      // One scale for all axes keeps the aspect ratio; it depends on the numbers themselves.
+      double scale = policy == "not_larger" ? INFINITY : 0;
+      for (size_t k = 0; k < n; ++k) {
+        const ir::Dim& in = x[axes[k]];
+        if (!sizes[k].is_const() || !in.is_const() || in.value() <= 0 || sizes[k].value() < 0) {
+          return ctx.error(StatusCode::kUnsupported,
+                           "keep_aspect_ratio_policy '" + policy +
+                               "' needs constant positive input dims and sizes");
+        }
+        double s = double(sizes[k].value()) / double(in.value());
+        scale = policy == "not_larger" ? std::min(scale, s) : std::max(scale, s);
+      }
+      for (size_t k = 0; k < n; ++k) {
+        out[axes[k]] = int64_t(std::floor(scale * double(x[axes[k]].value()) + 0.5));
+      }
+    }
+  }
+  ctx.set_output(0, ctx.input_dtype(0), out);
+  return ok_status();
+}
+
+StatusOr<int64_t> blocksize(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t b, ctx.attrs().get_int("blocksize", std::nullopt));
+  if (b <= 0 || b > (int64_t(1) << 20)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "blocksize " + std::to_string(b) + " must be in [1, 2^20]");
+  }
+  return b;
+}
+
+Status infer_depth_to_space(InferContext& ctx) {
+  const auto& x = ctx.input_shape(0);
+  if (x.size() != 4)
+    return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank 4 (N, C, H, W)");
+  KILN_ASSIGN_OR_RETURN(int64_t b, blocksize(ctx));
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrs().get_string("mode", "DCR"));
+  if (mode != "DCR" && mode != "CRD") {
+    return ctx.error(StatusCode::kInvalidModel, "mode '" + mode + "' must be DCR or CRD");
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_divisible(
+      x[1], b * b, "channels divisible by blocksize^2 (" + std::to_string(b * b) + ")"));
+  ctx.set_output(0, ctx.input_dtype(0),
+                 {x[0], ir::Dim::floor_div(x[1], b * b), x[2] * b, x[3] * b});
+  return ok_status();
+}
+
+Status infer_space_to_depth(InferContext& ctx) {
+  const auto& x = ctx.input_shape(0);
+  if (x.size() != 4)
+    return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank 4 (N, C, H, W)");
+  KILN_ASSIGN_OR_RETURN(int64_t b, blocksize(ctx));
+  KILN_RETURN_IF_ERROR(ctx.require_divisible(x[2], b, "height divisible by blocksize"));
+  KILN_RETURN_IF_ERROR(ctx.require_divisible(x[3], b, "width divisible by blocksize"));
+  ctx.set_output(0, ctx.input_dtype(0),
+                 {x[0], x[1] * (b * b), ir::Dim::floor_div(x[2], b), ir::Dim::floor_div(x[3], b)});
+  return ok_status();
+}
+
+}  // namespace
+
+void register_resize_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kResize, 1, 4, 1, 1, &infer_resize});
+  r.add(OpSchema{OpKind::kDepthToSpace, 1, 1, 1, 1, &infer_depth_to_space});
+  r.add(OpSchema{OpKind::kSpaceToDepth, 1, 1, 1, 1, &infer_space_to_depth});
+}
 
 }  // namespace kiln::ops

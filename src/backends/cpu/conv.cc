@@ -1,8 +1,552 @@
-// CPU reference kernels of the conv op family.
+// CPU reference kernels of the conv op family: Conv (1x1 as a direct GEMM, depthwise as a direct
+// loop, everything else im2col + GEMM) and the pools. 1-D and 2-D inputs are handled as 3-D ones
+// with leading spatial dims of size 1, so one code path serves every spatial rank.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
+#include "core/checked.h"
 
 namespace kiln::backends::cpu {
+namespace {
 
-void register_conv_kernels(KernelRegistry& r) { (void)r; }
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+// Attribute values read once (Conv) or per call (pools); empty lists mean the ONNX defaults.
+struct SpatialAttrs {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  AutoPad auto_pad = AutoPad::kNotSet;
+  bool ceil_mode = false;
+};
+
+Status parse_spatial(const char* op, const ir::Attributes& attrs, SpatialAttrs* s) {
+  KILN_ASSIGN_OR_RETURN(s->strides, attrs.get_ints("strides", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(s->dilations, attrs.get_ints("dilations", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(s->pads, attrs.get_ints("pads", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(s->kernel, attrs.get_ints("kernel_shape", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
+  s->ceil_mode = ceil_mode != 0;
+  KILN_ASSIGN_OR_RETURN(std::string auto_pad, attrs.get_string("auto_pad", "NOTSET"));
+  if (auto_pad == "NOTSET") {
+    s->auto_pad = AutoPad::kNotSet;
+  } else if (auto_pad == "SAME_UPPER") {
+    s->auto_pad = AutoPad::kSameUpper;
+  } else if (auto_pad == "SAME_LOWER") {
+    s->auto_pad = AutoPad::kSameLower;
+  } else if (auto_pad == "VALID") {
+    s->auto_pad = AutoPad::kValid;
+  } else {
+    return invalid_argument(std::string(op) + ": unknown auto_pad '" + auto_pad + "'");
+  }
+  for (int64_t v : s->strides) {
+    if (v < 1) return invalid_argument(std::string(op) + ": strides must be >= 1");
+  }
+  for (int64_t v : s->dilations) {
+    if (v < 1) return invalid_argument(std::string(op) + ": dilations must be >= 1");
+  }
+  for (int64_t v : s->pads) {
+    if (v < 0) return invalid_argument(std::string(op) + ": pads must be >= 0");
+  }
+  return ok_status();
+}
+
+// One spatial axis of a sliding window: input size, kernel size, output size, and how they relate.
+struct Axis {
+  int64_t in = 1, k = 1, out = 1, stride = 1, dil = 1, pb = 0, pe = 0;
+};
+
+// Fills axes[3 - ns .. 3) from the runtime sizes and checks that the preallocated output size is
+// the one the attributes give (the same formula as shape inference).
+Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t* in,
+                    const int64_t* k, const int64_t* out, Axis axes[3]) {
+  auto bad_len = [&](const char* name) {
+    return invalid_argument(std::string(op) + ": attribute " + name + " has the wrong length for " +
+                            std::to_string(ns) + " spatial dims");
+  };
+  if (!s.strides.empty() && int(s.strides.size()) != ns) return bad_len("strides");
+  if (!s.dilations.empty() && int(s.dilations.size()) != ns) return bad_len("dilations");
+  if (!s.pads.empty() && int(s.pads.size()) != 2 * ns) return bad_len("pads");
+  for (int i = 0; i < ns; ++i) {
+    Axis& a = axes[3 - ns + i];
+    a.in = in[i];
+    a.k = k[i];
+    a.stride = s.strides.empty() ? 1 : s.strides[i];
+    a.dil = s.dilations.empty() ? 1 : s.dilations[i];
+    int64_t eff = a.dil * (a.k - 1) + 1;
+    int64_t expect;
+    if (s.auto_pad == AutoPad::kSameUpper || s.auto_pad == AutoPad::kSameLower) {
+      expect = (a.in + a.stride - 1) / a.stride;
+      int64_t total = std::max<int64_t>(0, (expect - 1) * a.stride + eff - a.in);
+      a.pb = s.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+      a.pe = total - a.pb;
+    } else {
+      if (s.auto_pad == AutoPad::kNotSet && !s.pads.empty()) {
+        a.pb = s.pads[i];
+        a.pe = s.pads[ns + i];
+      }
+      int64_t num = a.in + a.pb + a.pe - eff;
+      if (num < 0) {
+        expect = 0;
+      } else if (s.ceil_mode) {
+        expect = (num + a.stride - 1) / a.stride + 1;
+        if ((expect - 1) * a.stride >= a.in + a.pb) --expect;
+      } else {
+        expect = num / a.stride + 1;
+      }
+    }
+    if (expect != out[i]) {
+      return invalid_argument(std::string(op) + ": output spatial dim " + std::to_string(i) + " is " +
+                              std::to_string(out[i]) + " but the input and attributes give " +
+                              std::to_string(expect));
+    }
+    a.out = out[i];
+  }
+  return ok_status();
+}
+
+// The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi).
+inline void valid_range(int64_t start, int64_t step, int64_t count, int64_t limit, int64_t* lo,
+                        int64_t* hi) {
+  int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
+  int64_t h = start > limit - 1 ? 0 : (limit - 1 - start) / step + 1;
+  l = std::min(l, count);
+  h = std::min(h, count);
+  *lo = l;
+  *hi = std::max(h, l);
+}
+
+// Rows (c, kd, kh, kw) by columns (od, oh, ow): the input patches one GEMM multiplies by the
+// weights. x points at the cg channels of one image and group.
+template <typename T>
+void im2col(const T* x, int64_t cg, const Axis ax[3], T* col) {
+  const Axis &ad = ax[0], &ah = ax[1], &aw = ax[2];
+  int64_t cols = ad.out * ah.out * aw.out;
+  int64_t plane = ah.in * aw.in;
+  T* dst = col;
+  for (int64_t c = 0; c < cg; ++c) {
+    for (int64_t kd = 0; kd < ad.k; ++kd) {
+      for (int64_t kh = 0; kh < ah.k; ++kh) {
+        for (int64_t kw = 0; kw < aw.k; ++kw, dst += cols) {
+          T* d = dst;
+          int64_t off_w = kw * aw.dil - aw.pb;
+          int64_t lo, hi;
+          valid_range(off_w, aw.stride, aw.out, aw.in, &lo, &hi);
+          for (int64_t od = 0; od < ad.out; ++od) {
+            int64_t id = od * ad.stride - ad.pb + kd * ad.dil;
+            for (int64_t oh = 0; oh < ah.out; ++oh, d += aw.out) {
+              int64_t ih = oh * ah.stride - ah.pb + kh * ah.dil;
+              if (id < 0 || id >= ad.in || ih < 0 || ih >= ah.in) {
+                std::fill_n(d, aw.out, T(0));
+                continue;
+              }
+              const T* src = x + (c * ad.in + id) * plane + ih * aw.in + off_w;
+              std::fill_n(d, lo, T(0));
+              if (aw.stride == 1) {
+                std::memcpy(d + lo, src + lo, size_t(hi - lo) * sizeof(T));
+              } else {
+                for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * aw.stride];
+              }
+              std::fill(d + hi, d + aw.out, T(0));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float beta, float* c) {
+  sgemm(false, false, m, n, k, 1.f, a, k, b, n, beta, c, n);
+}
+void gemm(int64_t m, int64_t n, int64_t k, const double* a, const double* b, double beta,
+          double* c) {
+  for (int64_t i = 0; i < m; ++i) {
+    double* crow = c + i * n;
+    if (beta == 0) std::fill_n(crow, n, 0.0);
+    for (int64_t p = 0; p < k; ++p) {
+      double av = a[i * k + p];
+      const double* brow = b + p * n;
+      for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+    }
+  }
+}
+
+void axpy(float* y, const float* x, float w, int64_t n) { saxpy(y, x, w, n); }
+void axpy(double* y, const double* x, double w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
+}
+
+// Depthwise (one input and one output channel per group), at most 2 spatial dims: each tap of the
+// kernel adds a scaled, shifted input row to an output row that stays in L1. For stride s > 1 the
+// input row is first split into s phases (phase r holds x[j*s + r]) in `phases` (>= in + s
+// elements), so every tap is a contiguous, vectorized axpy.
+template <typename T>
+void depthwise(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T* y, T* phases) {
+  int64_t s = aw.stride;
+  int64_t plen = (aw.in + s - 1) / s;
+  for (int64_t oh = 0; oh < ah.out; ++oh) {
+    T* yrow = y + oh * aw.out;
+    std::fill_n(yrow, aw.out, bias);
+    for (int64_t kh = 0; kh < ah.k; ++kh) {
+      int64_t ih = oh * ah.stride - ah.pb + kh * ah.dil;
+      if (ih < 0 || ih >= ah.in) continue;
+      const T* xrow = x + ih * aw.in;
+      if (s > 1) {
+        for (int64_t r = 0; r < s; ++r) {
+          for (int64_t j = 0; j < plen; ++j) {
+            int64_t i = j * s + r;
+            phases[r * plen + j] = i < aw.in ? xrow[i] : T(0);
+          }
+        }
+      }
+      for (int64_t kw = 0; kw < aw.k; ++kw) {
+        T wv = w[kh * aw.k + kw];
+        int64_t off = kw * aw.dil - aw.pb;
+        int64_t lo, hi;
+        valid_range(off, s, aw.out, aw.in, &lo, &hi);
+        if (hi <= lo) continue;
+        if (s == 1) {
+          axpy(yrow + lo, xrow + off + lo, wv, hi - lo);
+        } else {
+          // x[ow*s + off] = phase r at (ow + q), with off = q*s + r and 0 <= r < s.
+          int64_t q = off >= 0 ? off / s : -((-off + s - 1) / s);
+          int64_t r = off - q * s;
+          axpy(yrow + lo, phases + r * plen + lo + q, wv, hi - lo);
+        }
+      }
+    }
+  }
+}
+
+// Conv keeps its parsed attributes and its im2col buffer, which grows to the largest shape seen
+// and is reused, so steady state does not allocate.
+class ConvKernel final : public Kernel {
+ public:
+  Status init(const ir::Attributes& attrs) {
+    KILN_ASSIGN_OR_RETURN(group_, attrs.get_int("group", 1));
+    if (group_ < 1) return invalid_argument("Conv: group must be >= 1");
+    return parse_spatial("Conv", attrs, &attrs_);
+  }
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 2 || out.empty()) return invalid_argument("Conv: expects X, W and Y");
+    DType t = in[0].dtype;
+    bool has_bias = in.size() > 2 && present(in[2]);
+    if (in[1].dtype != t || out[0].dtype != t || (has_bias && in[2].dtype != t)) {
+      return invalid_argument("Conv: inputs and output must share one dtype");
+    }
+    if (t == DType::kFloat32) return run<float>(in[0], in[1], has_bias ? &in[2] : nullptr, out[0]);
+    if (t == DType::kFloat64) return run<double>(in[0], in[1], has_bias ? &in[2] : nullptr, out[0]);
+    return unsupported("Conv: the CPU kernel supports float32 and float64, not " +
+                       std::string(dtype_name(t)));
+  }
+
+  std::string name() const override { return "cpu.Conv"; }
+
+ private:
+  template <typename T>
+  std::vector<T>& col() {
+    if constexpr (std::is_same_v<T, float>) {
+      return col_f32_;
+    } else {
+      return col_f64_;
+    }
+  }
+
+  template <typename T>
+  Status run(const TensorView& xv, const TensorView& wv, const TensorView* bv, const TensorView& yv) {
+    int r = xv.rank();
+    int ns = r - 2;
+    if (ns < 1 || ns > 3 || wv.rank() != r || yv.rank() != r) {
+      return unsupported("Conv: X " + shape_to_string(xv.shape) + ", W " + shape_to_string(wv.shape) +
+                         ", Y " + shape_to_string(yv.shape) +
+                         ": only 1-D, 2-D and 3-D convolutions of matching ranks are supported");
+    }
+    int64_t n = xv.shape[0], c = xv.shape[1], m = wv.shape[0], cg = wv.shape[1];
+    if (cg * group_ != c || m % group_ != 0 || yv.shape[0] != n || yv.shape[1] != m) {
+      return invalid_argument("Conv: X " + shape_to_string(xv.shape) + " and W " +
+                              shape_to_string(wv.shape) + " do not match with group " +
+                              std::to_string(group_));
+    }
+    if (!attrs_.kernel.empty() &&
+        !std::equal(attrs_.kernel.begin(), attrs_.kernel.end(), wv.shape.begin() + 2, wv.shape.end())) {
+      return invalid_argument("Conv: kernel_shape does not match W " + shape_to_string(wv.shape));
+    }
+    if (bv && bv->numel() != m) {
+      return invalid_argument("Conv: bias has " + std::to_string(bv->numel()) + " elements, expected " +
+                              std::to_string(m));
+    }
+    Axis ax[3];
+    KILN_RETURN_IF_ERROR(resolve_axes("Conv", attrs_, ns, xv.shape.data() + 2, wv.shape.data() + 2,
+                                      yv.shape.data() + 2, ax));
+    if (yv.numel() == 0) return ok_status();
+    int64_t mg = m / group_;
+    int64_t in_sp = ax[0].in * ax[1].in * ax[2].in;
+    int64_t out_sp = ax[0].out * ax[1].out * ax[2].out;
+    int64_t kk = ax[0].k * ax[1].k * ax[2].k;
+    int64_t rows = cg * kk;
+    const T* x = xv.as<const T>();
+    const T* w = wv.as<const T>();
+    const T* bias = bv ? bv->as<const T>() : nullptr;
+    T* y = yv.as<T>();
+
+    if (cg == 1 && mg == 1 && ax[0].k == 1 && ax[0].in == 1 && ax[0].out == 1 && ax[0].pb == 0) {
+      std::vector<T>& phases = col<T>();
+      if (phases.size() < size_t(ax[2].in + ax[2].stride)) phases.resize(size_t(ax[2].in + ax[2].stride));
+      for (int64_t i = 0; i < n * c; ++i) {
+        int64_t ch = i % c;
+        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2], y + i * out_sp,
+                     phases.data());
+      }
+      return ok_status();
+    }
+
+    bool pointwise = true;
+    for (const Axis& a : ax) {
+      pointwise = pointwise && a.k == 1 && a.stride == 1 && a.pb == 0 && a.pe == 0;
+    }
+    T* colp = nullptr;
+    if (!pointwise) {
+      auto need = checked_mul(rows, out_sp);
+      if (!need) return invalid_argument("Conv: im2col buffer size overflows");
+      std::vector<T>& buf = col<T>();
+      if (buf.size() < size_t(*need)) buf.resize(size_t(*need));
+      colp = buf.data();
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t g = 0; g < group_; ++g) {
+        const T* xg = x + (b * c + g * cg) * in_sp;
+        const T* wg = w + g * mg * rows;
+        T* yg = y + (b * m + g * mg) * out_sp;
+        if (bias) {
+          for (int64_t o = 0; o < mg; ++o) std::fill_n(yg + o * out_sp, out_sp, bias[g * mg + o]);
+        }
+        const T* patches = xg;
+        if (!pointwise) {
+          im2col<T>(xg, cg, ax, colp);
+          patches = colp;
+        }
+        gemm(mg, out_sp, rows, wg, patches, bias ? T(1) : T(0), yg);
+      }
+    }
+    return ok_status();
+  }
+
+  int64_t group_ = 1;
+  SpatialAttrs attrs_;
+  std::vector<float> col_f32_;
+  std::vector<double> col_f64_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_conv(const KernelQuery& q) {
+  auto k = std::make_unique<ConvKernel>();
+  Status s = k->init(q.node.attrs);
+  if (!s.ok()) return s.with_context(q.node.describe());
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+// The shared front of the pools: shapes and attributes resolved into three axes.
+Status pool_axes(const char* op, const KernelArgs& args, SpatialAttrs* s, Axis ax[3]) {
+  const TensorView& xv = args.in[0];
+  const TensorView& yv = args.out[0];
+  int ns = xv.rank() - 2;
+  if (ns < 1 || ns > 3 || yv.rank() != xv.rank() || yv.shape[0] != xv.shape[0] ||
+      yv.shape[1] != xv.shape[1]) {
+    return unsupported(std::string(op) + ": X " + shape_to_string(xv.shape) + " -> Y " +
+                       shape_to_string(yv.shape) + ": only 1-D, 2-D and 3-D pools are supported");
+  }
+  KILN_RETURN_IF_ERROR(parse_spatial(op, args.attrs, s));
+  if (int(s->kernel.size()) != ns) {
+    return invalid_argument(std::string(op) + ": kernel_shape must have " + std::to_string(ns) +
+                            " values");
+  }
+  for (int64_t k : s->kernel) {
+    if (k < 1) return invalid_argument(std::string(op) + ": kernel_shape values must be >= 1");
+  }
+  return resolve_axes(op, *s, ns, xv.shape.data() + 2, s->kernel.data(), yv.shape.data() + 2, ax);
+}
+
+template <typename T>
+void max_pool(const T* x, T* y, int64_t* indices, int64_t planes, const Axis ax[3]) {
+  int64_t in_sp = ax[0].in * ax[1].in * ax[2].in;
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * in_sp;
+    for (int64_t od = 0; od < ax[0].out; ++od) {
+      int64_t sd = od * ax[0].stride - ax[0].pb, dlo, dhi;
+      valid_range(sd, ax[0].dil, ax[0].k, ax[0].in, &dlo, &dhi);
+      for (int64_t oh = 0; oh < ax[1].out; ++oh) {
+        int64_t sh = oh * ax[1].stride - ax[1].pb, hlo, hhi;
+        valid_range(sh, ax[1].dil, ax[1].k, ax[1].in, &hlo, &hhi);
+        for (int64_t ow = 0; ow < ax[2].out; ++ow) {
+          int64_t sw = ow * ax[2].stride - ax[2].pb, wlo, whi;
+          valid_range(sw, ax[2].dil, ax[2].k, ax[2].in, &wlo, &whi);
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t best_i = -1;
+          for (int64_t jd = dlo; jd < dhi; ++jd) {
+            for (int64_t jh = hlo; jh < hhi; ++jh) {
+              int64_t row = ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              for (int64_t jw = wlo; jw < whi; ++jw) {
+                int64_t i = row + jw * ax[2].dil;
+                if (xp[i] > best || best_i < 0) {
+                  best = xp[i];
+                  best_i = i;
+                }
+              }
+            }
+          }
+          *y++ = best;
+          if (indices) *indices++ = best_i < 0 ? -1 : p * in_sp + best_i;
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void average_pool(const T* x, T* y, int64_t planes, const Axis ax[3], bool include_pad) {
+  int64_t in_sp = ax[0].in * ax[1].in * ax[2].in;
+  // With count_include_pad the divisor counts window positions inside the padded input, not
+  // positions past the end padding that ceil_mode adds.
+  auto padded_count = [](const Axis& a, int64_t start) {
+    int64_t lo, hi;
+    valid_range(start + a.pb, a.dil, a.k, a.in + a.pb + a.pe, &lo, &hi);
+    return hi - lo;
+  };
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * in_sp;
+    for (int64_t od = 0; od < ax[0].out; ++od) {
+      int64_t sd = od * ax[0].stride - ax[0].pb, dlo, dhi;
+      valid_range(sd, ax[0].dil, ax[0].k, ax[0].in, &dlo, &dhi);
+      for (int64_t oh = 0; oh < ax[1].out; ++oh) {
+        int64_t sh = oh * ax[1].stride - ax[1].pb, hlo, hhi;
+        valid_range(sh, ax[1].dil, ax[1].k, ax[1].in, &hlo, &hhi);
+        for (int64_t ow = 0; ow < ax[2].out; ++ow) {
+          int64_t sw = ow * ax[2].stride - ax[2].pb, wlo, whi;
+          valid_range(sw, ax[2].dil, ax[2].k, ax[2].in, &wlo, &whi);
+          T sum = 0;
+          for (int64_t jd = dlo; jd < dhi; ++jd) {
+            for (int64_t jh = hlo; jh < hhi; ++jh) {
+              const T* row = xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              for (int64_t jw = wlo; jw < whi; ++jw) sum += row[jw * ax[2].dil];
+            }
+          }
+          int64_t count = include_pad ? padded_count(ax[0], sd) * padded_count(ax[1], sh) *
+                                            padded_count(ax[2], sw)
+                                      : (dhi - dlo) * (hhi - hlo) * (whi - wlo);
+          *y++ = count > 0 ? sum / T(count) : T(0);
+        }
+      }
+    }
+  }
+}
+
+Status check_float(const char* op, const KernelArgs& args) {
+  DType t = args.in[0].dtype;
+  if (t != DType::kFloat32 && t != DType::kFloat64) {
+    return unsupported(std::string(op) + ": the CPU kernel supports float32 and float64, not " +
+                       std::string(dtype_name(t)));
+  }
+  if (args.out[0].dtype != t) return invalid_argument(std::string(op) + ": output dtype mismatch");
+  return ok_status();
+}
+
+Status max_pool_kernel(const KernelArgs& args) {
+  KILN_RETURN_IF_ERROR(check_float("MaxPool", args));
+  SpatialAttrs s;
+  Axis ax[3];
+  KILN_RETURN_IF_ERROR(pool_axes("MaxPool", args, &s, ax));
+  int64_t* indices = nullptr;
+  if (args.out.size() > 1 && present(args.out[1])) {
+    KILN_ASSIGN_OR_RETURN(int64_t storage_order, args.attrs.get_int("storage_order", 0));
+    if (storage_order != 0) return unsupported("MaxPool: Indices with storage_order=1");
+    if (args.out[1].dtype != DType::kInt64 || args.out[1].numel() != args.out[0].numel()) {
+      return invalid_argument("MaxPool: Indices must be int64 of Y's shape");
+    }
+    indices = args.out[1].as<int64_t>();
+  }
+  int64_t planes = args.in[0].shape[0] * args.in[0].shape[1];
+  if (args.in[0].dtype == DType::kFloat64) {
+    max_pool(args.in[0].as<const double>(), args.out[0].as<double>(), indices, planes, ax);
+  } else {
+    max_pool(args.in[0].as<const float>(), args.out[0].as<float>(), indices, planes, ax);
+  }
+  return ok_status();
+}
+
+Status average_pool_kernel(const KernelArgs& args) {
+  KILN_RETURN_IF_ERROR(check_float("AveragePool", args));
+  SpatialAttrs s;
+  Axis ax[3];
+  KILN_RETURN_IF_ERROR(pool_axes("AveragePool", args, &s, ax));
+  KILN_ASSIGN_OR_RETURN(int64_t include_pad, args.attrs.get_int("count_include_pad", 0));
+  int64_t planes = args.in[0].shape[0] * args.in[0].shape[1];
+  if (args.in[0].dtype == DType::kFloat64) {
+    average_pool(args.in[0].as<const double>(), args.out[0].as<double>(), planes, ax, include_pad != 0);
+  } else {
+    average_pool(args.in[0].as<const float>(), args.out[0].as<float>(), planes, ax, include_pad != 0);
+  }
+  return ok_status();
+}
+
+template <typename T>
+void global_pool(const T* x, T* y, int64_t planes, int64_t size, bool is_max) {
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * size;
+    if (is_max) {
+      T best = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < size; ++i) best = xp[i] > best ? xp[i] : best;
+      y[p] = best;
+    } else {
+      // Four partial sums let the loop pipeline; a float accumulator is accurate enough for the
+      // spatial sizes of real models (the reference tolerance is 1e-3 relative).
+      T s[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= size; i += 4) {
+        for (int j = 0; j < 4; ++j) s[j] += xp[i + j];
+      }
+      for (; i < size; ++i) s[0] += xp[i];
+      y[p] = size > 0 ? (s[0] + s[1] + s[2] + s[3]) / T(size) : T(0);
+    }
+  }
+}
+
+Status global_pool_kernel(const KernelArgs& args, const char* op, bool is_max) {
+  KILN_RETURN_IF_ERROR(check_float(op, args));
+  const TensorView& xv = args.in[0];
+  if (xv.rank() < 3 || args.out[0].numel() != xv.shape[0] * xv.shape[1]) {
+    return invalid_argument(std::string(op) + ": X " + shape_to_string(xv.shape) + " -> Y " +
+                            shape_to_string(args.out[0].shape) + " is inconsistent");
+  }
+  int64_t planes = xv.shape[0] * xv.shape[1];
+  int64_t size = planes == 0 ? 0 : xv.numel() / planes;
+  if (xv.dtype == DType::kFloat64) {
+    global_pool(xv.as<const double>(), args.out[0].as<double>(), planes, size, is_max);
+  } else {
+    global_pool(xv.as<const float>(), args.out[0].as<float>(), planes, size, is_max);
+  }
+  return ok_status();
+}
+
+Status global_average_pool_kernel(const KernelArgs& args) {
+  return global_pool_kernel(args, "GlobalAveragePool", false);
+}
+Status global_max_pool_kernel(const KernelArgs& args) {
+  return global_pool_kernel(args, "GlobalMaxPool", true);
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelRegistry& r) {
+  r.add_factory(ops::OpKind::kConv, &create_conv);
+  r.add(ops::OpKind::kMaxPool, &max_pool_kernel);
+  r.add(ops::OpKind::kAveragePool, &average_pool_kernel);
+  r.add(ops::OpKind::kGlobalAveragePool, &global_average_pool_kernel);
+  r.add(ops::OpKind::kGlobalMaxPool, &global_max_pool_kernel);
+}
 
 }  // namespace kiln::backends::cpu

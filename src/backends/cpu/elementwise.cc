@@ -1,8 +1,754 @@
-// CPU reference kernels of the elementwise op family.
+// CPU reference kernels of the elementwise op family: arithmetic, comparison and logic with numpy
+// broadcasting, unary math, Where, Cast, Clip, Identity. float16/bfloat16 compute in float.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "backends/cpu/broadcast.h"
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln::backends::cpu {
+namespace {
 
-void register_elementwise_kernels(KernelRegistry& r) { (void)r; }
+using ops::OpKind;
+
+// Storage types with their own meaning; plain C++ arithmetic types stand for themselves.
+struct F16 {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+struct Bool8 {
+  uint8_t v;
+};
+
+// Num<T>: the type T computes in, and conversions to and from it.
+template <typename T>
+struct Num {
+  using C = T;
+  static C load(T x) { return x; }
+  static T store(C c) { return c; }
+};
+template <>
+struct Num<F16> {
+  using C = float;
+  static float load(F16 x) { return half_to_float(x.bits); }
+  static F16 store(float c) { return F16{float_to_half(c)}; }
+};
+template <>
+struct Num<BF16> {
+  using C = float;
+  static float load(BF16 x) { return bf16_to_float(x.bits); }
+  static BF16 store(float c) { return BF16{float_to_bf16(c)}; }
+};
+template <>
+struct Num<Bool8> {
+  using C = bool;
+  static bool load(Bool8 x) { return x.v != 0; }
+  static Bool8 store(bool c) { return Bool8{uint8_t(c)}; }
+};
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+enum : unsigned {
+  kF32 = 1u << 0,
+  kF64 = 1u << 1,
+  kF16 = 1u << 2,
+  kBF16 = 1u << 3,
+  kI8 = 1u << 4,
+  kU8 = 1u << 5,
+  kI32 = 1u << 6,
+  kI64 = 1u << 7,
+  kBool = 1u << 8,
+  kI16 = 1u << 9,
+  kU16 = 1u << 10,
+  kU32 = 1u << 11,
+  kU64 = 1u << 12,
+};
+constexpr unsigned kFloats = kF32 | kF64 | kF16 | kBF16;
+constexpr unsigned kSigned = kFloats | kI8 | kI32 | kI64;
+constexpr unsigned kNumeric = kSigned | kU8;
+constexpr unsigned kAll = kNumeric | kBool | kI16 | kU16 | kU32 | kU64;
+
+std::string name_of(OpKind op) { return std::string(ops::op_name(op)); }
+
+// Calls f(Tag<T>{}) for the storage type T of `dt` when kSet allows it.
+template <unsigned kSet, typename F>
+Status dispatch(DType dt, OpKind op, F&& f) {
+#define KILN_DTYPE_CASE(bit, dtype, T)                     \
+  case DType::dtype:                                       \
+    if constexpr ((kSet & (bit)) != 0) return f(Tag<T>{}); \
+    break;
+  switch (dt) {
+    KILN_DTYPE_CASE(kF32, kFloat32, float)
+    KILN_DTYPE_CASE(kF64, kFloat64, double)
+    KILN_DTYPE_CASE(kF16, kFloat16, F16)
+    KILN_DTYPE_CASE(kBF16, kBFloat16, BF16)
+    KILN_DTYPE_CASE(kI8, kInt8, int8_t)
+    KILN_DTYPE_CASE(kU8, kUInt8, uint8_t)
+    KILN_DTYPE_CASE(kI16, kInt16, int16_t)
+    KILN_DTYPE_CASE(kU16, kUInt16, uint16_t)
+    KILN_DTYPE_CASE(kI32, kInt32, int32_t)
+    KILN_DTYPE_CASE(kU32, kUInt32, uint32_t)
+    KILN_DTYPE_CASE(kI64, kInt64, int64_t)
+    KILN_DTYPE_CASE(kU64, kUInt64, uint64_t)
+    KILN_DTYPE_CASE(kBool, kBool, Bool8)
+    default:
+      break;
+  }
+#undef KILN_DTYPE_CASE
+  return unsupported(name_of(op) + ": dtype " + std::string(dtype_name(dt)) +
+                     " is not supported by the CPU kernel");
+}
+
+Status check_io(const KernelArgs& a, size_t num_in, OpKind op) {
+  if (a.in.size() < num_in || a.out.empty()) {
+    return invalid_argument(name_of(op) + ": expected " + std::to_string(num_in) +
+                            " inputs and 1 output");
+  }
+  for (size_t i = 0; i < num_in; ++i) {
+    if (!present(a.in[i]))
+      return invalid_argument(name_of(op) + ": input " + std::to_string(i) + " is missing");
+  }
+  return ok_status();
+}
+
+Status expect_dtype(const TensorView& v, DType want, OpKind op, const char* what) {
+  if (v.dtype == want) return ok_status();
+  return invalid_argument(name_of(op) + ": " + what + " has dtype " +
+                          std::string(dtype_name(v.dtype)) + ", expected " +
+                          std::string(dtype_name(want)));
+}
+
+template <int N>
+Status plan_for(const TensorView& out, const std::array<std::span<const int64_t>, N>& ins,
+                OpKind op, BroadcastPlan<N>* plan) {
+  Status s = make_broadcast_plan<N>(out.shape, ins, plan);
+  if (!s.ok()) s.with_context(name_of(op));
+  return s;
+}
+
+// out[i] = f(a[.], b[.]) over a broadcast plan, with flat loops for the stride patterns that occur.
+template <typename Ta, typename Tb, typename O, typename F>
+void rows2(const BroadcastPlan<2>& plan, const Ta* pa, const Tb* pb, O* po, F f) {
+  for_each_row(plan, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n,
+                         const std::array<int64_t, 2>& s) {
+    const Ta* x = pa + off[0];
+    const Tb* y = pb + off[1];
+    O* z = po + o;
+    if (s[0] == 1 && s[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+    } else if (s[0] == 1 && s[1] == 0) {
+      const Tb yv = *y;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
+    } else if (s[0] == 0 && s[1] == 1) {
+      const Ta xv = *x;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i * s[0]], y[i * s[1]]);
+    }
+  });
+}
+
+// ---- binary ops ----
+
+enum class Bin {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kModFloor,
+  kModTrunc,
+  kMax,
+  kMin,
+  kEq,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kAnd,
+  kOr,
+  kXor
+};
+
+// Integer arithmetic wraps (two's complement) instead of overflowing into undefined behavior.
+template <typename C>
+using Wide = std::conditional_t<(sizeof(C) < 4), uint32_t, std::make_unsigned_t<C>>;
+
+template <Bin op, typename C>
+inline auto bin_apply(C a, C b) {
+  constexpr bool kInt = std::is_integral_v<C>;
+  if constexpr (op == Bin::kAdd) {
+    if constexpr (kInt)
+      return C(Wide<C>(a) + Wide<C>(b));
+    else
+      return C(a + b);
+  } else if constexpr (op == Bin::kSub) {
+    if constexpr (kInt)
+      return C(Wide<C>(a) - Wide<C>(b));
+    else
+      return C(a - b);
+  } else if constexpr (op == Bin::kMul) {
+    if constexpr (kInt)
+      return C(Wide<C>(a) * Wide<C>(b));
+    else
+      return C(a * b);
+  } else if constexpr (op == Bin::kDiv) {
+    if constexpr (kInt) {
+      // Integer division by zero is undefined in ONNX; it must not trap here. 0 is the answer.
+      if (b == 0) return C(0);
+      if constexpr (std::is_signed_v<C>) {
+        if (b == -1) return C(Wide<C>(0) - Wide<C>(a));
+      }
+      return C(a / b);  // truncates toward zero, as ONNX specifies
+    } else {
+      return C(a / b);
+    }
+  } else if constexpr (op == Bin::kModFloor || op == Bin::kModTrunc) {
+    C r;
+    if constexpr (kInt) {
+      if (b == 0) return C(0);
+      if constexpr (std::is_signed_v<C>) {
+        if (b == -1) return C(0);
+      }
+      r = C(a % b);
+    } else {
+      r = std::fmod(a, b);
+    }
+    if constexpr (op == Bin::kModFloor && std::is_signed_v<C>) {
+      if (r != 0 && ((r < 0) != (b < 0))) r = C(r + b);  // result takes the divisor's sign
+    }
+    return r;
+  } else if constexpr (op == Bin::kMax) {
+    if constexpr (kInt)
+      return a > b ? a : b;
+    else
+      return (a > b || a != a) ? a : b;  // NaN wins
+  } else if constexpr (op == Bin::kMin) {
+    if constexpr (kInt)
+      return a < b ? a : b;
+    else
+      return (a < b || a != a) ? a : b;
+  } else if constexpr (op == Bin::kEq) {
+    return a == b;
+  } else if constexpr (op == Bin::kLt) {
+    return a < b;
+  } else if constexpr (op == Bin::kLe) {
+    return a <= b;
+  } else if constexpr (op == Bin::kGt) {
+    return a > b;
+  } else if constexpr (op == Bin::kGe) {
+    return a >= b;
+  } else if constexpr (op == Bin::kAnd) {
+    return bool(a) && bool(b);
+  } else if constexpr (op == Bin::kOr) {
+    return bool(a) || bool(b);
+  } else {
+    return bool(a) != bool(b);
+  }
+}
+
+constexpr bool is_predicate(Bin op) { return op >= Bin::kEq; }
+
+// Two same-dtype inputs, broadcast; the output has their dtype, or bool for predicates.
+template <OpKind kOp, Bin op, unsigned kSet>
+Status binary_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 2, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.in[1];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(y, x.dtype, kOp, "input 1"));
+  KILN_RETURN_IF_ERROR(
+      expect_dtype(out, is_predicate(op) ? DType::kBool : x.dtype, kOp, "output 0"));
+  BroadcastPlan<2> plan;
+  KILN_RETURN_IF_ERROR(plan_for<2>(out, {x.shape, y.shape}, kOp, &plan));
+  return dispatch<kSet>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
+    using N = Num<T>;
+    using C = typename N::C;
+    if constexpr (is_predicate(op)) {
+      rows2(plan, x.as<T>(), y.as<T>(), out.as<uint8_t>(),
+            [](T u, T v) { return uint8_t(bin_apply<op, C>(N::load(u), N::load(v))); });
+    } else {
+      rows2(plan, x.as<T>(), y.as<T>(), out.as<T>(),
+            [](T u, T v) { return N::store(bin_apply<op, C>(N::load(u), N::load(v))); });
+    }
+    return ok_status();
+  });
+}
+
+Status mod_kernel(const KernelArgs& a) {
+  KILN_ASSIGN_OR_RETURN(int64_t fmod, a.attrs.get_int("fmod", 0));
+  if (fmod != 0) return binary_kernel<OpKind::kMod, Bin::kModTrunc, kNumeric>(a);
+  return binary_kernel<OpKind::kMod, Bin::kModFloor, kNumeric>(a);
+}
+
+// Max and Min fold their inputs pairwise into the output; a single input is max(x, x) = x.
+template <OpKind kOp, Bin op>
+Status variadic_kernel(const KernelArgs& a) {
+  if (a.in.empty() || a.out.empty())
+    return invalid_argument(name_of(kOp) + ": needs inputs and 1 output");
+  std::array<TensorView, 2> pair{a.in[0], a.in.size() > 1 ? a.in[1] : a.in[0]};
+  KILN_RETURN_IF_ERROR((binary_kernel<kOp, op, kNumeric>(KernelArgs{a.attrs, pair, a.out})));
+  for (size_t k = 2; k < a.in.size(); ++k) {
+    pair = {a.out[0], a.in[k]};
+    KILN_RETURN_IF_ERROR((binary_kernel<kOp, op, kNumeric>(KernelArgs{a.attrs, pair, a.out})));
+  }
+  return ok_status();
+}
+
+// ---- Pow: base and exponent may have different dtypes ----
+
+// float -> integer conversion without undefined behavior: NaN is 0, out-of-range saturates to the
+// int64 range, and narrower targets then wrap as integer casts do (matching numpy on common cases).
+template <typename D, typename F>
+D float_to_int(F f) {
+  if (f != f) return D(0);
+  if constexpr (std::is_same_v<D, uint64_t>) {
+    if (f >= F(18446744073709551616.0)) return std::numeric_limits<uint64_t>::max();
+    if (f >= F(0)) return uint64_t(f);
+  }
+  int64_t i;
+  if (f >= F(9223372036854775807.0)) {
+    i = std::numeric_limits<int64_t>::max();
+  } else if (f <= F(-9223372036854775807.0)) {
+    i = std::numeric_limits<int64_t>::min();
+  } else {
+    i = int64_t(f);
+  }
+  return D(i);
+}
+
+template <typename C>
+C int_pow(C base, int64_t e) {
+  if (e < 0) {
+    if (base == 1) return C(1);
+    if constexpr (std::is_signed_v<C>) {
+      if (base == -1) return (e & 1) ? C(-1) : C(1);
+    }
+    return C(0);
+  }
+  Wide<C> r = 1, b = Wide<C>(base);
+  while (e > 0) {
+    if (e & 1) r = Wide<C>(r * b);
+    b = Wide<C>(b * b);
+    e >>= 1;
+  }
+  return C(r);
+}
+
+constexpr unsigned kPowTypes = kF32 | kF64 | kF16 | kBF16 | kI32 | kI64;
+
+Status pow_kernel(const KernelArgs& a) {
+  constexpr OpKind kOp = OpKind::kPow;
+  KILN_RETURN_IF_ERROR(check_io(a, 2, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.in[1];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, kOp, "output 0"));
+  BroadcastPlan<2> plan;
+  KILN_RETURN_IF_ERROR(plan_for<2>(out, {x.shape, y.shape}, kOp, &plan));
+  return dispatch<kPowTypes>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
+    return dispatch<kPowTypes>(y.dtype, kOp, [&]<typename E>(Tag<E>) {
+      using C = typename Num<T>::C;
+      using CE = typename Num<E>::C;
+      rows2(plan, x.as<T>(), y.as<E>(), out.as<T>(), [](T u, E v) {
+        C b = Num<T>::load(u);
+        CE e = Num<E>::load(v);
+        if constexpr (std::is_floating_point_v<C>) {
+          return Num<T>::store(C(std::pow(b, C(e))));
+        } else if constexpr (std::is_floating_point_v<CE>) {
+          return float_to_int<T>(std::pow(double(b), double(e)));
+        } else {
+          return int_pow<C>(b, int64_t(e));
+        }
+      });
+      return ok_status();
+    });
+  });
+}
+
+// ---- unary ops ----
+
+enum class Un {
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kSqrt,
+  kExp,
+  kLog,
+  kErf,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kHardSigmoid,
+  kHardSwish,
+  kSin,
+  kCos,
+  kFloor,
+  kCeil,
+  kLeakyRelu,
+  kSoftplus,
+  kElu,
+  kGelu,
+  kGeluTanh,
+  kSign,
+  kRound
+};
+
+struct UnParams {
+  float alpha = 0;
+  float beta = 0;
+};
+
+template <Un op, typename C>
+inline C un_apply(C x, const UnParams& p) {
+  if constexpr (op == Un::kNeg) {
+    if constexpr (std::is_integral_v<C>)
+      return C(Wide<C>(0) - Wide<C>(x));
+    else
+      return -x;
+  } else if constexpr (op == Un::kAbs) {
+    if constexpr (std::is_unsigned_v<C>) {
+      return x;
+    } else if constexpr (std::is_integral_v<C>) {
+      return x < 0 ? C(Wide<C>(0) - Wide<C>(x)) : x;
+    } else {
+      return std::fabs(x);
+    }
+  } else if constexpr (op == Un::kSign) {
+    if constexpr (std::is_unsigned_v<C>) {
+      return C(x > 0);
+    } else {
+      return x > 0 ? C(1) : (x < 0 ? C(-1) : x);  // keeps 0 and NaN
+    }
+  } else if constexpr (op == Un::kRelu) {
+    return x < C(0) ? C(0) : x;  // NaN passes through
+  } else if constexpr (op == Un::kReciprocal) {
+    return C(1) / x;
+  } else if constexpr (op == Un::kSqrt) {
+    return std::sqrt(x);
+  } else if constexpr (op == Un::kExp) {
+    return std::exp(x);
+  } else if constexpr (op == Un::kLog) {
+    return std::log(x);
+  } else if constexpr (op == Un::kErf) {
+    return std::erf(x);
+  } else if constexpr (op == Un::kSigmoid) {
+    // Both branches avoid exp overflow for large |x|.
+    if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
+    C e = std::exp(x);
+    return e / (C(1) + e);
+  } else if constexpr (op == Un::kTanh) {
+    return std::tanh(x);
+  } else if constexpr (op == Un::kHardSigmoid) {
+    return std::fmax(C(0), std::fmin(C(1), C(p.alpha) * x + C(p.beta)));
+  } else if constexpr (op == Un::kHardSwish) {
+    return x * std::fmax(C(0), std::fmin(C(1), x / C(6) + C(0.5)));
+  } else if constexpr (op == Un::kSin) {
+    return std::sin(x);
+  } else if constexpr (op == Un::kCos) {
+    return std::cos(x);
+  } else if constexpr (op == Un::kFloor) {
+    return std::floor(x);
+  } else if constexpr (op == Un::kCeil) {
+    return std::ceil(x);
+  } else if constexpr (op == Un::kRound) {
+    return std::nearbyint(x);  // the default rounding mode rounds halves to even, as ONNX wants
+  } else if constexpr (op == Un::kLeakyRelu) {
+    return x < C(0) ? C(p.alpha) * x : x;
+  } else if constexpr (op == Un::kSoftplus) {
+    return x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  } else if constexpr (op == Un::kElu) {
+    return x < C(0) ? C(p.alpha) * std::expm1(x) : x;
+  } else if constexpr (op == Un::kGelu) {
+    return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
+  } else {
+    static_assert(op == Un::kGeluTanh);
+    constexpr C kSqrt2OverPi = C(0.79788456080286535588);
+    return C(0.5) * x * (C(1) + std::tanh(kSqrt2OverPi * (x + C(0.044715) * x * x * x)));
+  }
+}
+
+Status same_size(const TensorView& in, const TensorView& out, OpKind op) {
+  if (in.numel() == out.numel()) return ok_status();
+  return invalid_argument(name_of(op) + ": output shape " + shape_to_string(out.shape) +
+                          " does not match input shape " + shape_to_string(in.shape));
+}
+
+template <OpKind kOp, Un op, unsigned kSet>
+Status unary_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 1, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, kOp, "output 0"));
+  KILN_RETURN_IF_ERROR(same_size(x, out, kOp));
+  UnParams p;
+  if constexpr (op == Un::kLeakyRelu) {
+    KILN_ASSIGN_OR_RETURN(p.alpha, a.attrs.get_float("alpha", 0.01f));
+  } else if constexpr (op == Un::kElu) {
+    KILN_ASSIGN_OR_RETURN(p.alpha, a.attrs.get_float("alpha", 1.0f));
+  } else if constexpr (op == Un::kHardSigmoid) {
+    KILN_ASSIGN_OR_RETURN(p.alpha, a.attrs.get_float("alpha", 0.2f));
+    KILN_ASSIGN_OR_RETURN(p.beta, a.attrs.get_float("beta", 0.5f));
+  }
+  return dispatch<kSet>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
+    using N = Num<T>;
+    const T* src = x.as<T>();
+    T* dst = out.as<T>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) dst[i] = N::store(un_apply<op>(N::load(src[i]), p));
+    return ok_status();
+  });
+}
+
+Status gelu_kernel(const KernelArgs& a) {
+  KILN_ASSIGN_OR_RETURN(std::string approx, a.attrs.get_string("approximate", "none"));
+  if (approx == "tanh") return unary_kernel<OpKind::kGelu, Un::kGeluTanh, kFloats>(a);
+  if (approx != "none") return invalid_argument("Gelu: approximate must be 'none' or 'tanh'");
+  return unary_kernel<OpKind::kGelu, Un::kGelu, kFloats>(a);
+}
+
+// IsNaN and IsInf: float in, bool out.
+template <OpKind kOp>
+Status isnan_isinf_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 1, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(out, DType::kBool, kOp, "output 0"));
+  KILN_RETURN_IF_ERROR(same_size(x, out, kOp));
+  bool pos = true, neg = true;
+  if constexpr (kOp == OpKind::kIsInf) {
+    KILN_ASSIGN_OR_RETURN(int64_t dp, a.attrs.get_int("detect_positive", 1));
+    KILN_ASSIGN_OR_RETURN(int64_t dn, a.attrs.get_int("detect_negative", 1));
+    pos = dp != 0;
+    neg = dn != 0;
+  }
+  return dispatch<kFloats>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
+    const T* src = x.as<T>();
+    uint8_t* dst = out.as<uint8_t>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      auto v = Num<T>::load(src[i]);
+      if constexpr (kOp == OpKind::kIsNaN) {
+        dst[i] = std::isnan(v);
+      } else {
+        dst[i] = std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg));
+      }
+    }
+    return ok_status();
+  });
+}
+
+// Not: bool in, bool out.
+Status not_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 1, OpKind::kNot));
+  KILN_RETURN_IF_ERROR(expect_dtype(a.in[0], DType::kBool, OpKind::kNot, "input 0"));
+  KILN_RETURN_IF_ERROR(expect_dtype(a.out[0], DType::kBool, OpKind::kNot, "output 0"));
+  KILN_RETURN_IF_ERROR(same_size(a.in[0], a.out[0], OpKind::kNot));
+  const uint8_t* src = a.in[0].as<uint8_t>();
+  uint8_t* dst = a.out[0].as<uint8_t>();
+  for (int64_t i = 0, n = a.in[0].numel(); i < n; ++i) dst[i] = src[i] == 0;
+  return ok_status();
+}
+
+// ---- Clip: bounds from optional scalar inputs (opset >= 11) or from attributes (before) ----
+
+Status clip_kernel(const KernelArgs& a) {
+  constexpr OpKind kOp = OpKind::kClip;
+  KILN_RETURN_IF_ERROR(check_io(a, 1, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, kOp, "output 0"));
+  KILN_RETURN_IF_ERROR(same_size(x, out, kOp));
+  for (size_t i = 1; i < a.in.size() && i < 3; ++i) {
+    if (!present(a.in[i])) continue;
+    KILN_RETURN_IF_ERROR(
+        expect_dtype(a.in[i], x.dtype, kOp, i == 1 ? "input 1 (min)" : "input 2 (max)"));
+    if (a.in[i].numel() != 1) return invalid_argument("Clip: min and max must have one element");
+  }
+  return dispatch<kNumeric>(x.dtype, kOp, [&]<typename T>(Tag<T>) -> Status {
+    using N = Num<T>;
+    using C = typename N::C;
+    using L = std::numeric_limits<C>;
+    C lo = L::has_infinity ? -L::infinity() : L::lowest();
+    C hi = L::has_infinity ? L::infinity() : L::max();
+    const char* names[2] = {"min", "max"};
+    C* bounds[2] = {&lo, &hi};
+    for (int k = 0; k < 2; ++k) {
+      size_t i = size_t(k) + 1;
+      if (i < a.in.size() && present(a.in[i])) {
+        *bounds[k] = N::load(a.in[i].as<T>()[0]);
+      } else if (a.attrs.has(names[k])) {
+        KILN_ASSIGN_OR_RETURN(float f, a.attrs.get_float(names[k], std::nullopt));
+        if constexpr (std::is_floating_point_v<C>) {
+          *bounds[k] = C(f);
+        } else {
+          *bounds[k] = float_to_int<C>(f);
+        }
+      }
+    }
+    const T* src = x.as<T>();
+    T* dst = out.as<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      C v = N::load(src[i]);
+      dst[i] = N::store(v < lo ? lo : (v > hi ? hi : v));  // NaN passes through
+    }
+    return ok_status();
+  });
+}
+
+// ---- Where: selects bytes, so it dispatches on element size only ----
+
+template <typename T>
+void where_rows(const BroadcastPlan<3>& plan, const uint8_t* pc, const T* px, const T* py, T* po) {
+  for_each_row(plan, [&](int64_t o, const std::array<int64_t, 3>& off, int64_t n,
+                         const std::array<int64_t, 3>& s) {
+    const uint8_t* c = pc + off[0];
+    const T* x = px + off[1];
+    const T* y = py + off[2];
+    T* z = po + o;
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? x[i] : y[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) z[i] = c[i * s[0]] ? x[i * s[1]] : y[i * s[2]];
+    }
+  });
+}
+
+Status where_kernel(const KernelArgs& a) {
+  constexpr OpKind kOp = OpKind::kWhere;
+  KILN_RETURN_IF_ERROR(check_io(a, 3, kOp));
+  const TensorView& c = a.in[0];
+  const TensorView& x = a.in[1];
+  const TensorView& y = a.in[2];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(c, DType::kBool, kOp, "input 0 (condition)"));
+  KILN_RETURN_IF_ERROR(expect_dtype(y, x.dtype, kOp, "input 2"));
+  KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, kOp, "output 0"));
+  BroadcastPlan<3> plan;
+  KILN_RETURN_IF_ERROR(plan_for<3>(out, {c.shape, x.shape, y.shape}, kOp, &plan));
+  const uint8_t* pc = c.as<uint8_t>();
+  switch (dtype_size(x.dtype)) {
+    case 1:
+      where_rows(plan, pc, x.as<uint8_t>(), y.as<uint8_t>(), out.as<uint8_t>());
+      break;
+    case 2:
+      where_rows(plan, pc, x.as<uint16_t>(), y.as<uint16_t>(), out.as<uint16_t>());
+      break;
+    case 4:
+      where_rows(plan, pc, x.as<uint32_t>(), y.as<uint32_t>(), out.as<uint32_t>());
+      break;
+    case 8:
+      where_rows(plan, pc, x.as<uint64_t>(), y.as<uint64_t>(), out.as<uint64_t>());
+      break;
+    default:
+      return unsupported("Where: dtype " + std::string(dtype_name(x.dtype)) + " is not supported");
+  }
+  return ok_status();
+}
+
+// ---- Cast ----
+
+template <typename D, typename S>
+inline D convert(S s) {
+  auto c = Num<S>::load(s);
+  using CS = decltype(c);
+  using CD = typename Num<D>::C;
+  if constexpr (std::is_same_v<D, Bool8>) {
+    return Bool8{uint8_t(c != CS(0))};  // NaN is nonzero, so true
+  } else if constexpr (std::is_floating_point_v<CD>) {
+    return Num<D>::store(CD(c));
+  } else if constexpr (std::is_floating_point_v<CS>) {
+    return float_to_int<D>(c);
+  } else {
+    return D(c);  // integer and bool sources: two's complement wrap
+  }
+}
+
+Status cast_kernel(const KernelArgs& a) {
+  constexpr OpKind kOp = OpKind::kCast;
+  KILN_RETURN_IF_ERROR(check_io(a, 1, kOp));
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(same_size(x, out, kOp));
+  if (x.dtype == out.dtype) {
+    if (x.data != out.data && x.nbytes() > 0) std::memcpy(out.data, x.data, x.nbytes());
+    return ok_status();
+  }
+  return dispatch<kAll>(x.dtype, kOp, [&]<typename S>(Tag<S>) {
+    return dispatch<kAll>(out.dtype, kOp, [&]<typename D>(Tag<D>) {
+      const S* src = x.as<S>();
+      D* dst = out.as<D>();
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) dst[i] = convert<D>(src[i]);
+      return ok_status();
+    });
+  });
+}
+
+Status identity_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 1, OpKind::kIdentity));
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, OpKind::kIdentity, "output 0"));
+  KILN_RETURN_IF_ERROR(same_size(x, out, OpKind::kIdentity));
+  if (x.data != out.data && x.nbytes() > 0) std::memcpy(out.data, x.data, x.nbytes());
+  return ok_status();
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelRegistry& r) {
+  r.add(OpKind::kAdd, &binary_kernel<OpKind::kAdd, Bin::kAdd, kNumeric>);
+  r.add(OpKind::kSub, &binary_kernel<OpKind::kSub, Bin::kSub, kNumeric>);
+  r.add(OpKind::kMul, &binary_kernel<OpKind::kMul, Bin::kMul, kNumeric>);
+  r.add(OpKind::kDiv, &binary_kernel<OpKind::kDiv, Bin::kDiv, kNumeric>);
+  r.add(OpKind::kMod, &mod_kernel);
+  r.add(OpKind::kPow, &pow_kernel);
+  r.add(OpKind::kMax, &variadic_kernel<OpKind::kMax, Bin::kMax>);
+  r.add(OpKind::kMin, &variadic_kernel<OpKind::kMin, Bin::kMin>);
+  r.add(OpKind::kEqual, &binary_kernel<OpKind::kEqual, Bin::kEq, kNumeric | kBool>);
+  r.add(OpKind::kLess, &binary_kernel<OpKind::kLess, Bin::kLt, kNumeric>);
+  r.add(OpKind::kLessOrEqual, &binary_kernel<OpKind::kLessOrEqual, Bin::kLe, kNumeric>);
+  r.add(OpKind::kGreater, &binary_kernel<OpKind::kGreater, Bin::kGt, kNumeric>);
+  r.add(OpKind::kGreaterOrEqual, &binary_kernel<OpKind::kGreaterOrEqual, Bin::kGe, kNumeric>);
+  r.add(OpKind::kAnd, &binary_kernel<OpKind::kAnd, Bin::kAnd, kBool>);
+  r.add(OpKind::kOr, &binary_kernel<OpKind::kOr, Bin::kOr, kBool>);
+  r.add(OpKind::kXor, &binary_kernel<OpKind::kXor, Bin::kXor, kBool>);
+  r.add(OpKind::kNot, &not_kernel);
+  r.add(OpKind::kNeg, &unary_kernel<OpKind::kNeg, Un::kNeg, kSigned>);
+  r.add(OpKind::kAbs, &unary_kernel<OpKind::kAbs, Un::kAbs, kNumeric>);
+  r.add(OpKind::kSign, &unary_kernel<OpKind::kSign, Un::kSign, kNumeric>);
+  r.add(OpKind::kRelu, &unary_kernel<OpKind::kRelu, Un::kRelu, kSigned>);
+  r.add(OpKind::kReciprocal, &unary_kernel<OpKind::kReciprocal, Un::kReciprocal, kFloats>);
+  r.add(OpKind::kSqrt, &unary_kernel<OpKind::kSqrt, Un::kSqrt, kFloats>);
+  r.add(OpKind::kExp, &unary_kernel<OpKind::kExp, Un::kExp, kFloats>);
+  r.add(OpKind::kLog, &unary_kernel<OpKind::kLog, Un::kLog, kFloats>);
+  r.add(OpKind::kErf, &unary_kernel<OpKind::kErf, Un::kErf, kFloats>);
+  r.add(OpKind::kSigmoid, &unary_kernel<OpKind::kSigmoid, Un::kSigmoid, kFloats>);
+  r.add(OpKind::kTanh, &unary_kernel<OpKind::kTanh, Un::kTanh, kFloats>);
+  r.add(OpKind::kHardSigmoid, &unary_kernel<OpKind::kHardSigmoid, Un::kHardSigmoid, kFloats>);
+  r.add(OpKind::kHardSwish, &unary_kernel<OpKind::kHardSwish, Un::kHardSwish, kFloats>);
+  r.add(OpKind::kSin, &unary_kernel<OpKind::kSin, Un::kSin, kFloats>);
+  r.add(OpKind::kCos, &unary_kernel<OpKind::kCos, Un::kCos, kFloats>);
+  r.add(OpKind::kFloor, &unary_kernel<OpKind::kFloor, Un::kFloor, kFloats>);
+  r.add(OpKind::kCeil, &unary_kernel<OpKind::kCeil, Un::kCeil, kFloats>);
+  r.add(OpKind::kRound, &unary_kernel<OpKind::kRound, Un::kRound, kFloats>);
+  r.add(OpKind::kLeakyRelu, &unary_kernel<OpKind::kLeakyRelu, Un::kLeakyRelu, kFloats>);
+  r.add(OpKind::kSoftplus, &unary_kernel<OpKind::kSoftplus, Un::kSoftplus, kFloats>);
+  r.add(OpKind::kElu, &unary_kernel<OpKind::kElu, Un::kElu, kFloats>);
+  r.add(OpKind::kGelu, &gelu_kernel);
+  r.add(OpKind::kIsNaN, &isnan_isinf_kernel<OpKind::kIsNaN>);
+  r.add(OpKind::kIsInf, &isnan_isinf_kernel<OpKind::kIsInf>);
+  r.add(OpKind::kClip, &clip_kernel);
+  r.add(OpKind::kWhere, &where_kernel);
+  r.add(OpKind::kCast, &cast_kernel);
+  r.add(OpKind::kIdentity, &identity_kernel);
+}
 
 }  // namespace kiln::backends::cpu

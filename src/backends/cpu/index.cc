@@ -1,8 +1,298 @@
-// CPU reference kernels of the index op family.
+// CPU reference kernels of the index op family: Slice, Gather, GatherND, GatherElements, CumSum.
+// Indices come from tensor data, so every one is range-checked before it is used.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln::backends::cpu {
 
-void register_index_kernels(KernelRegistry& r) { (void)r; }
+// Defined in shape.cc: dst[o] = src[maps[0][o_0], ...], or *fill where a map entry is -1.
+void copy_by_axis_maps(const TensorView& src, const TensorView& dst,
+                       std::span<const std::vector<int64_t>> maps, const void* fill);
+
+namespace {
+
+using ops::OpKind;
+
+StatusOr<std::vector<int64_t>> read_ints(const TensorView& v, std::string_view op,
+                                         std::string_view what) {
+  std::vector<int64_t> out(size_t(v.numel()));
+  if (v.dtype == DType::kInt64) {
+    if (!out.empty()) std::memcpy(out.data(), v.data, out.size() * 8);
+  } else if (v.dtype == DType::kInt32) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = v.as<const int32_t>()[i];
+  } else {
+    return invalid_argument(std::string(op) + ": " + std::string(what) + " must be int32 or int64");
+  }
+  return out;
+}
+
+// The index, made non-negative, or an error naming the op and the index.
+StatusOr<int64_t> checked_index(int64_t i, int64_t dim, std::string_view op) {
+  if (i < -dim || i >= dim) {
+    return invalid_argument(std::string(op) + ": index " + std::to_string(i) +
+                            " is out of range for an axis of size " + std::to_string(dim));
+  }
+  return i < 0 ? i + dim : i;
+}
+
+Status slice_kernel(const KernelArgs& a) {
+  const TensorView& in = a.in[0];
+  const TensorView& out = a.out[0];
+  int r = in.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (a.attrs.has("starts")) {
+    KILN_ASSIGN_OR_RETURN(starts, a.attrs.get_ints("starts", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(ends, a.attrs.get_ints("ends", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(axes, a.attrs.get_ints("axes", std::vector<int64_t>{}));
+  } else {
+    if (a.in.size() < 3) return invalid_argument("Slice: needs starts and ends");
+    KILN_ASSIGN_OR_RETURN(starts, read_ints(a.in[1], "Slice", "starts"));
+    KILN_ASSIGN_OR_RETURN(ends, read_ints(a.in[2], "Slice", "ends"));
+    if (a.in.size() > 3 && present(a.in[3])) {
+      KILN_ASSIGN_OR_RETURN(axes, read_ints(a.in[3], "Slice", "axes"));
+    }
+    if (a.in.size() > 4 && present(a.in[4])) {
+      KILN_ASSIGN_OR_RETURN(steps, read_ints(a.in[4], "Slice", "steps"));
+    }
+  }
+  size_t n = starts.size();
+  if (ends.size() != n || (!axes.empty() && axes.size() != n) || (!steps.empty() && steps.size() != n)) {
+    return invalid_argument("Slice: starts, ends, axes and steps differ in length");
+  }
+  if (out.rank() != r || out.dtype != in.dtype) return invalid_argument("Slice: output rank differs");
+  std::vector<int64_t> first(size_t(r), 0), step(size_t(r), 1), len(in.shape.begin(), in.shape.end());
+  std::vector<bool> seen(size_t(r), false);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t axis = axes.empty() ? int64_t(i) : axes[i];
+    if (axis < -r || axis >= r) return invalid_argument("Slice: axis out of range");
+    if (axis < 0) axis += r;
+    if (seen[axis]) return invalid_argument("Slice: an axis repeats");
+    seen[axis] = true;
+    int64_t st = steps.empty() ? 1 : steps[i];
+    if (st == 0) return invalid_argument("Slice: step is 0");
+    int64_t d = in.shape[axis];
+    int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
+    int64_t e = ends[i] < 0 ? ends[i] + d : ends[i];
+    // min(max(v, lo), hi) rather than std::clamp: on an empty axis lo > hi.
+    auto clamp = [](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v, lo), hi); };
+    int64_t count;
+    if (st > 0) {
+      s = clamp(s, 0, d);
+      e = clamp(e, 0, d);
+      count = e > s ? (e - s - 1) / st + 1 : 0;
+    } else {
+      s = clamp(s, 0, d - 1);
+      e = clamp(e, -1, d - 1);
+      count = s > e ? (s - e - 1) / -st + 1 : 0;
+    }
+    first[axis] = s;
+    step[axis] = st;
+    len[axis] = count;
+  }
+  std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
+  for (int k = 0; k < r; ++k) {
+    if (len[k] != out.shape[k]) {
+      return invalid_argument("Slice: the output has shape " + shape_to_string(out.shape) +
+                              " but the slice has " + std::to_string(len[k]) + " elements on axis " +
+                              std::to_string(k));
+    }
+    maps[k].resize(size_t(len[k]));
+    for (int64_t j = 0; j < len[k]; ++j) maps[k][j] = first[k] + j * step[k];
+  }
+  copy_by_axis_maps(in, out, maps, nullptr);
+  return ok_status();
+}
+
+Status gather_kernel(const KernelArgs& a) {
+  const TensorView& data = a.in[0];
+  const TensorView& out = a.out[0];
+  int r = data.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", 0));
+  if (r < 1 || axis < -r || axis >= r) return invalid_argument("Gather: axis out of range");
+  if (axis < 0) axis += r;
+  KILN_ASSIGN_OR_RETURN(auto idx, read_ints(a.in[1], "Gather", "indices"));
+  int64_t d = data.shape[axis];
+  for (int64_t& i : idx) {
+    KILN_ASSIGN_OR_RETURN(i, checked_index(i, d, "Gather"));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < axis; ++k) outer *= data.shape[k];
+  for (int k = int(axis) + 1; k < r; ++k) inner *= data.shape[k];
+  if (out.dtype != data.dtype || out.numel() != outer * int64_t(idx.size()) * inner) {
+    return invalid_argument("Gather: the output shape " + shape_to_string(out.shape) +
+                            " does not match the inputs");
+  }
+  if (out.numel() == 0) return ok_status();
+  size_t esz = dtype_size(data.dtype);
+  size_t chunk = size_t(inner) * esz;
+  const auto* src = static_cast<const char*>(data.data);
+  auto* dst = static_cast<char*>(out.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i : idx) {
+      std::memcpy(dst, src + size_t(o * d + i) * chunk, chunk);
+      dst += chunk;
+    }
+  }
+  return ok_status();
+}
+
+Status gather_nd_kernel(const KernelArgs& a) {
+  const TensorView& data = a.in[0];
+  const TensorView& indices = a.in[1];
+  const TensorView& out = a.out[0];
+  int r = data.rank(), q = indices.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t b, a.attrs.get_int("batch_dims", 0));
+  if (q < 1 || b < 0 || b >= std::min(r, q)) return invalid_argument("GatherND: bad batch_dims");
+  int64_t m = indices.shape[q - 1];
+  if (m < 1 || m > r - b) return invalid_argument("GatherND: bad last indices dim");
+  KILN_ASSIGN_OR_RETURN(auto idx, read_ints(indices, "GatherND", "indices"));
+  int64_t batches = 1, slice = 1;
+  for (int k = 0; k < b; ++k) {
+    if (indices.shape[k] != data.shape[k]) return invalid_argument("GatherND: batch dims differ");
+    batches *= data.shape[k];
+  }
+  for (int k = int(b + m); k < r; ++k) slice *= data.shape[k];
+  int64_t per_batch = 1;  // index tuples per batch
+  for (int k = int(b); k < q - 1; ++k) per_batch *= indices.shape[k];
+  // Strides of the indexed dims, in elements, within one batch.
+  std::vector<int64_t> stride(static_cast<size_t>(m));
+  int64_t batch_size = slice;
+  for (int64_t k = m - 1; k >= 0; --k) {
+    stride[k] = batch_size;
+    batch_size *= data.shape[b + k];
+  }
+  if (out.dtype != data.dtype || out.numel() != batches * per_batch * slice) {
+    return invalid_argument("GatherND: the output shape " + shape_to_string(out.shape) +
+                            " does not match the inputs");
+  }
+  if (out.numel() == 0) return ok_status();
+  size_t esz = dtype_size(data.dtype);
+  const auto* src = static_cast<const char*>(data.data);
+  auto* dst = static_cast<char*>(out.data);
+  const int64_t* tuple = idx.data();
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    for (int64_t t = 0; t < per_batch; ++t, tuple += m) {
+      int64_t off = bi * batch_size;
+      for (int64_t k = 0; k < m; ++k) {
+        KILN_ASSIGN_OR_RETURN(int64_t i, checked_index(tuple[k], data.shape[b + k], "GatherND"));
+        off += i * stride[k];
+      }
+      std::memcpy(dst, src + size_t(off) * esz, size_t(slice) * esz);
+      dst += size_t(slice) * esz;
+    }
+  }
+  return ok_status();
+}
+
+Status gather_elements_kernel(const KernelArgs& a) {
+  const TensorView& data = a.in[0];
+  const TensorView& indices = a.in[1];
+  const TensorView& out = a.out[0];
+  int r = data.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", 0));
+  if (r < 1 || indices.rank() != r || axis < -r || axis >= r) {
+    return invalid_argument("GatherElements: bad axis or ranks");
+  }
+  if (axis < 0) axis += r;
+  for (int k = 0; k < r; ++k) {
+    if (k != axis && indices.shape[k] > data.shape[k]) {
+      return invalid_argument("GatherElements: indices dim " + std::to_string(k) +
+                              " exceeds the data dim");
+    }
+  }
+  if (out.dtype != data.dtype || std::vector<int64_t>(out.shape.begin(), out.shape.end()) !=
+                                     std::vector<int64_t>(indices.shape.begin(), indices.shape.end())) {
+    return invalid_argument("GatherElements: the output shape differs from the indices shape");
+  }
+  KILN_ASSIGN_OR_RETURN(auto idx, read_ints(indices, "GatherElements", "indices"));
+  std::vector<int64_t> stride(size_t(r), 1);
+  for (int k = r - 2; k >= 0; --k) stride[k] = stride[k + 1] * data.shape[k + 1];
+  int64_t d = data.shape[axis];
+  size_t esz = dtype_size(data.dtype);
+  const auto* src = static_cast<const char*>(data.data);
+  auto* dst = static_cast<char*>(out.data);
+  std::vector<int64_t> pos(size_t(r), 0);
+  for (size_t o = 0; o < idx.size(); ++o) {
+    KILN_ASSIGN_OR_RETURN(int64_t i, checked_index(idx[o], d, "GatherElements"));
+    int64_t off = 0;
+    for (int k = 0; k < r; ++k) off += (k == axis ? i : pos[k]) * stride[k];
+    std::memcpy(dst + o * esz, src + size_t(off) * esz, esz);
+    for (int k = r - 1; k >= 0; --k) {
+      if (++pos[k] < indices.shape[k]) break;
+      pos[k] = 0;
+    }
+  }
+  return ok_status();
+}
+
+template <typename T>
+void cumsum_impl(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive,
+                 bool reverse) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      T acc = T(0);
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t jj = reverse ? n - 1 - j : j;
+        size_t p = size_t((o * n + jj) * inner + in);
+        if (exclusive) {
+          y[p] = acc;
+          acc += x[p];
+        } else {
+          acc += x[p];
+          y[p] = acc;
+        }
+      }
+    }
+  }
+}
+
+Status cumsum_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  int r = x.rank();
+  KILN_ASSIGN_OR_RETURN(auto axis_v, read_ints(a.in[1], "CumSum", "axis"));
+  if (axis_v.size() != 1 || axis_v[0] < -r || axis_v[0] >= r) {
+    return invalid_argument("CumSum: the axis must be one value in [-rank, rank)");
+  }
+  int64_t axis = axis_v[0] < 0 ? axis_v[0] + r : axis_v[0];
+  KILN_ASSIGN_OR_RETURN(int64_t exclusive, a.attrs.get_int("exclusive", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t reverse, a.attrs.get_int("reverse", 0));
+  if (y.dtype != x.dtype || y.numel() != x.numel()) return invalid_argument("CumSum: output differs");
+  int64_t outer = 1, inner = 1, n = x.shape[axis];
+  for (int k = 0; k < axis; ++k) outer *= x.shape[k];
+  for (int k = int(axis) + 1; k < r; ++k) inner *= x.shape[k];
+  if (x.numel() == 0) return ok_status();
+  switch (x.dtype) {
+    case DType::kFloat32:
+      cumsum_impl(x.as<const float>(), y.as<float>(), outer, n, inner, exclusive, reverse);
+      break;
+    case DType::kFloat64:
+      cumsum_impl(x.as<const double>(), y.as<double>(), outer, n, inner, exclusive, reverse);
+      break;
+    case DType::kInt32:
+      cumsum_impl(x.as<const int32_t>(), y.as<int32_t>(), outer, n, inner, exclusive, reverse);
+      break;
+    case DType::kInt64:
+      cumsum_impl(x.as<const int64_t>(), y.as<int64_t>(), outer, n, inner, exclusive, reverse);
+      break;
+    default:
+      return unsupported("CumSum: dtype " + std::string(dtype_name(x.dtype)) + " is not supported");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void register_index_kernels(KernelRegistry& r) {
+  r.add(OpKind::kSlice, &slice_kernel);
+  r.add(OpKind::kGather, &gather_kernel);
+  r.add(OpKind::kGatherND, &gather_nd_kernel);
+  r.add(OpKind::kGatherElements, &gather_elements_kernel);
+  r.add(OpKind::kCumSum, &cumsum_kernel);
+}
 
 }  // namespace kiln::backends::cpu

@@ -1,8 +1,189 @@
-// CPU reference kernels of the matmul op family.
+// CPU reference kernels of the matmul op family: MatMul (numpy broadcasting) and Gemm, on the
+// shared SGEMM (float32) or a plain loop (float64).
+#include <string>
+#include <vector>
+
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
 
 namespace kiln::backends::cpu {
+namespace {
 
-void register_matmul_kernels(KernelRegistry& r) { (void)r; }
+void dgemm_loop(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+                int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        acc += (trans_a ? a[p * lda + i] : a[i * lda + p]) * (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+      }
+      double& y = c[i * ldc + j];
+      y = beta == 0 ? alpha * acc : alpha * acc + beta * y;
+    }
+  }
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc) {
+  dgemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+Status check_dtype(const char* op, const KernelArgs& args, int n) {
+  DType t = args.in[0].dtype;
+  if (t != DType::kFloat32 && t != DType::kFloat64) {
+    return unsupported(std::string(op) + ": the CPU kernel supports float32 and float64, not " +
+                       std::string(dtype_name(t)));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (present(args.in[i]) && args.in[i].dtype != t) {
+      return invalid_argument(std::string(op) + ": input " + std::to_string(i) + " has dtype " +
+                              std::string(dtype_name(args.in[i].dtype)) + ", expected " +
+                              std::string(dtype_name(t)));
+    }
+  }
+  if (args.out[0].dtype != t) return invalid_argument(std::string(op) + ": output dtype mismatch");
+  return ok_status();
+}
+
+template <typename T>
+Status matmul_typed(const KernelArgs& args) {
+  const TensorView& av = args.in[0];
+  const TensorView& bv = args.in[1];
+  const TensorView& yv = args.out[0];
+  int ra = av.rank(), rb = bv.rank(), ry = yv.rank();
+  if (ra == 0 || rb == 0) return invalid_argument("MatMul: inputs must have rank >= 1");
+  int64_t m = ra > 1 ? av.shape[ra - 2] : 1;
+  int64_t k = av.shape[ra - 1];
+  int64_t kb = rb > 1 ? bv.shape[rb - 2] : bv.shape[0];
+  int64_t n = rb > 1 ? bv.shape[rb - 1] : 1;
+  int nb_y = ry - (ra > 1) - (rb > 1);  // batch dims of Y
+  int nb_a = std::max(ra - 2, 0), nb_b = std::max(rb - 2, 0);
+  if (k != kb || nb_y < 0 || nb_y != std::max(nb_a, nb_b)) {
+    return invalid_argument("MatMul: shapes " + shape_to_string(av.shape) + " x " +
+                            shape_to_string(bv.shape) + " -> " + shape_to_string(yv.shape) +
+                            " are inconsistent");
+  }
+  if (yv.numel() == 0) return ok_status();
+  const T* a = av.as<const T>();
+  const T* b = bv.as<const T>();
+  T* y = yv.as<T>();
+  if (nb_b == 0) {
+    // B is one matrix shared by every batch: fold A's batch dims into M, one large GEMM.
+    int64_t rows = av.numel() / std::max<int64_t>(k, 1);
+    if (k == 0) rows = yv.numel() / n;
+    gemm(false, false, rows, n, k, T(1), a, k, b, n, T(0), y, n);
+    return ok_status();
+  }
+  // Broadcast the batch dims: walk Y's batch index and map it into A's and B's.
+  std::vector<int64_t> idx(nb_y, 0), a_stride(nb_y, 0), b_stride(nb_y, 0);
+  int64_t batches = 1;
+  {
+    int64_t sa = m * k, sb = k * n;
+    for (int d = nb_y - 1; d >= 0; --d) {
+      int da = d - (nb_y - nb_a), db = d - (nb_y - nb_b);
+      int64_t ya = da >= 0 ? av.shape[da] : 1, yb = db >= 0 ? bv.shape[db] : 1;
+      int64_t yd = yv.shape[d];
+      if ((ya != yd && ya != 1) || (yb != yd && yb != 1)) {
+        return invalid_argument("MatMul: batch dims of " + shape_to_string(av.shape) + " and " +
+                                shape_to_string(bv.shape) + " do not broadcast to " +
+                                shape_to_string(yv.shape));
+      }
+      a_stride[d] = ya == 1 ? 0 : sa;
+      b_stride[d] = yb == 1 ? 0 : sb;
+      sa *= ya;
+      sb *= yb;
+      batches *= yd;
+    }
+  }
+  int64_t lda = k, ldb = n;
+  for (int64_t t = 0; t < batches; ++t) {
+    int64_t ao = 0, bo = 0;
+    for (int d = 0; d < nb_y; ++d) {
+      ao += idx[d] * a_stride[d];
+      bo += idx[d] * b_stride[d];
+    }
+    gemm(false, false, m, n, k, T(1), a + ao, lda, b + bo, ldb, T(0), y + t * m * n, n);
+    for (int d = nb_y - 1; d >= 0; --d) {
+      if (++idx[d] < yv.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return ok_status();
+}
+
+Status matmul_kernel(const KernelArgs& args) {
+  KILN_RETURN_IF_ERROR(check_dtype("MatMul", args, 2));
+  if (args.in[0].dtype == DType::kFloat64) return matmul_typed<double>(args);
+  return matmul_typed<float>(args);
+}
+
+template <typename T>
+Status gemm_typed(const KernelArgs& args, bool trans_a, bool trans_b, float alpha, float beta) {
+  const TensorView& av = args.in[0];
+  const TensorView& bv = args.in[1];
+  const TensorView& yv = args.out[0];
+  if (av.rank() != 2 || bv.rank() != 2 || yv.rank() != 2) {
+    return invalid_argument("Gemm: A, B and Y must be 2-D");
+  }
+  int64_t m = trans_a ? av.shape[1] : av.shape[0];
+  int64_t k = trans_a ? av.shape[0] : av.shape[1];
+  int64_t kb = trans_b ? bv.shape[1] : bv.shape[0];
+  int64_t n = trans_b ? bv.shape[0] : bv.shape[1];
+  if (k != kb || yv.shape[0] != m || yv.shape[1] != n) {
+    return invalid_argument("Gemm: shapes " + shape_to_string(av.shape) + " x " +
+                            shape_to_string(bv.shape) + " -> " + shape_to_string(yv.shape) +
+                            " are inconsistent with transA/transB");
+  }
+  T* y = yv.as<T>();
+  bool has_c = args.in.size() > 2 && present(args.in[2]) && beta != 0.f;
+  if (has_c) {
+    const TensorView& cv = args.in[2];
+    int rc = cv.rank();
+    int64_t cm = rc == 2 ? cv.shape[0] : 1;
+    int64_t cn = rc >= 1 ? cv.shape[rc - 1] : 1;
+    if (rc > 2 || (cm != m && cm != 1) || (cn != n && cn != 1)) {
+      return invalid_argument("Gemm: C of shape " + shape_to_string(cv.shape) +
+                              " does not broadcast to " + shape_to_string(yv.shape));
+    }
+    const T* c = cv.as<const T>();
+    for (int64_t i = 0; i < m; ++i) {
+      const T* crow = c + (cm == 1 ? 0 : i * cn);
+      T* yrow = y + i * n;
+      if (cn == 1) {
+        for (int64_t j = 0; j < n; ++j) yrow[j] = crow[0];
+      } else {
+        for (int64_t j = 0; j < n; ++j) yrow[j] = crow[j];
+      }
+    }
+  }
+  gemm(trans_a, trans_b, m, n, k, T(alpha), av.as<const T>(), av.shape[1], bv.as<const T>(),
+       bv.shape[1], has_c ? T(beta) : T(0), y, n);
+  return ok_status();
+}
+
+Status gemm_kernel(const KernelArgs& args) {
+  KILN_RETURN_IF_ERROR(check_dtype("Gemm", args, int(args.in.size())));
+  KILN_ASSIGN_OR_RETURN(int64_t trans_a, args.attrs.get_int("transA", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t trans_b, args.attrs.get_int("transB", 0));
+  KILN_ASSIGN_OR_RETURN(float alpha, args.attrs.get_float("alpha", 1.f));
+  KILN_ASSIGN_OR_RETURN(float beta, args.attrs.get_float("beta", 1.f));
+  if (args.in[0].dtype == DType::kFloat64) {
+    return gemm_typed<double>(args, trans_a != 0, trans_b != 0, alpha, beta);
+  }
+  return gemm_typed<float>(args, trans_a != 0, trans_b != 0, alpha, beta);
+}
+
+}  // namespace
+
+void register_matmul_kernels(KernelRegistry& r) {
+  r.add(ops::OpKind::kMatMul, &matmul_kernel);
+  r.add(ops::OpKind::kGemm, &gemm_kernel);
+}
 
 }  // namespace kiln::backends::cpu

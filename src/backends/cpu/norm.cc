@@ -1,8 +1,369 @@
-// CPU reference kernels of the norm op family.
+// CPU reference kernels of the norm op family: LayerNormalization, BatchNormalization (inference),
+// Softmax and LogSoftmax. Float types only; float16/bfloat16 compute in float, float64 in double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln::backends::cpu {
+namespace {
 
-void register_norm_kernels(KernelRegistry& r) { (void)r; }
+struct Half {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+
+// Storage type T <-> compute type C.
+template <typename T>
+struct Num {
+  using C = T;
+  static C load(T v) { return v; }
+  static T store(C v) { return v; }
+};
+template <>
+struct Num<Half> {
+  using C = float;
+  static float load(Half v) { return half_to_float(v.bits); }
+  static Half store(float v) { return Half{float_to_half(v)}; }
+};
+template <>
+struct Num<BF16> {
+  using C = float;
+  static float load(BF16 v) { return bf16_to_float(v.bits); }
+  static BF16 store(float v) { return BF16{float_to_bf16(v)}; }
+};
+
+template <typename Fn>
+Status visit_float(DType dt, std::string_view op, Fn&& fn) {
+  switch (dt) {
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat64:
+      return fn(double{});
+    case DType::kFloat16:
+      return fn(Half{});
+    case DType::kBFloat16:
+      return fn(BF16{});
+    default:
+      return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(dt)) +
+                         " is not supported by the CPU kernel");
+  }
+}
+
+// Scalar access by dtype, for per-channel parameters and per-row statistics.
+double load_at(const TensorView& v, int64_t i) {
+  switch (v.dtype) {
+    case DType::kFloat32:
+      return v.as<float>()[i];
+    case DType::kFloat64:
+      return v.as<double>()[i];
+    case DType::kFloat16:
+      return half_to_float(v.as<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return bf16_to_float(v.as<uint16_t>()[i]);
+    default:
+      return NAN;
+  }
+}
+
+void store_at(const TensorView& v, int64_t i, double x) {
+  switch (v.dtype) {
+    case DType::kFloat32:
+      v.as<float>()[i] = float(x);
+      break;
+    case DType::kFloat64:
+      v.as<double>()[i] = x;
+      break;
+    case DType::kFloat16:
+      v.as<uint16_t>()[i] = float_to_half(float(x));
+      break;
+    case DType::kBFloat16:
+      v.as<uint16_t>()[i] = float_to_bf16(float(x));
+      break;
+    default:
+      break;
+  }
+}
+
+bool is_kernel_float(DType dt) {
+  return dt == DType::kFloat32 || dt == DType::kFloat64 || dt == DType::kFloat16 ||
+         dt == DType::kBFloat16;
+}
+
+int64_t prod(std::span<const int64_t> s, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; ++d) p *= s[d];
+  return p;
+}
+
+// A kernel whose meaning depends on the node's opset (Softmax's axis semantics changed in 13).
+class OpsetKernel final : public Kernel {
+ public:
+  using Fn = Status (*)(const KernelArgs& args, int opset);
+  OpsetKernel(std::string name, ir::Attributes attrs, int opset, Fn fn)
+      : name_(std::move(name)), attrs_(std::move(attrs)), opset_(opset), fn_(fn) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return fn_(KernelArgs{attrs_, in, out}, opset_);
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+  ir::Attributes attrs_;
+  int opset_;
+  Fn fn_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Softmax / LogSoftmax over (outer, n, inner): n is reduced, inner is the stride between items.
+
+template <typename T>
+void softmax_block(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  using N = Num<T>;
+  using C = typename N::C;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const T* xp = x + o * n * inner + i;
+      T* yp = y + o * n * inner + i;
+      C mx = -std::numeric_limits<C>::infinity();
+      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, N::load(xp[k * inner]));
+      double sum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        C e = std::exp(N::load(xp[k * inner]) - mx);
+        sum += e;
+        if constexpr (std::is_same_v<T, C>) {
+          if (!log) yp[k * inner] = e;  // exact in T, so it is reused below
+        }
+      }
+      if (log) {
+        C shift = mx + C(std::log(sum));
+        for (int64_t k = 0; k < n; ++k) yp[k * inner] = N::store(N::load(xp[k * inner]) - shift);
+      } else {
+        C inv = C(1.0 / sum);
+        for (int64_t k = 0; k < n; ++k) {
+          if constexpr (std::is_same_v<T, C>) {
+            yp[k * inner] *= inv;
+          } else {
+            yp[k * inner] = N::store(std::exp(N::load(xp[k * inner]) - mx) * inv);
+          }
+        }
+      }
+    }
+  }
+}
+
+Status softmax_impl(const KernelArgs& a, int opset, bool log) {
+  const char* op = log ? "LogSoftmax" : "Softmax";
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  int rank = x.rank();
+  bool single_axis = opset <= 0 || opset >= 13;
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", single_axis ? -1 : 1));
+  if (axis < -rank || axis > rank || (single_axis && axis == rank) || (axis == rank && rank == 0)) {
+    return invalid_argument(std::string(op) + ": axis " + std::to_string(axis) +
+                            " is out of range for rank " + std::to_string(rank));
+  }
+  if (axis < 0) axis += rank;
+  if (y.dtype != x.dtype || y.numel() != x.numel()) {
+    return invalid_argument(std::string(op) + ": output does not match the input");
+  }
+  int64_t outer = prod(x.shape, 0, int(axis));
+  int64_t n, inner;
+  if (single_axis) {
+    n = x.shape[axis];
+    inner = prod(x.shape, int(axis) + 1, rank);
+  } else {
+    n = prod(x.shape, int(axis), rank);
+    inner = 1;
+  }
+  if (x.numel() == 0) return ok_status();
+  return visit_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_block<T>(x.as<const T>(), y.as<T>(), outer, n, inner, log);
+    return ok_status();
+  });
+}
+
+Status softmax_kernel(const KernelArgs& a, int opset) { return softmax_impl(a, opset, false); }
+Status log_softmax_kernel(const KernelArgs& a, int opset) { return softmax_impl(a, opset, true); }
+
+// ---------------------------------------------------------------------------------------------
+// LayerNormalization: rows of X[axis:] normalized with two passes (mean, then variance) in double.
+
+// Index of each normalized element into a parameter that broadcasts onto X[axis:]. Empty when the
+// parameter is full-size (identity) or a scalar.
+Status param_index(const TensorView& p, std::span<const int64_t> norm_shape, int64_t n,
+                   std::vector<int64_t>* index) {
+  index->clear();
+  if (p.numel() == n || p.numel() == 1) return ok_status();
+  int pr = p.rank(), nr = int(norm_shape.size());
+  if (pr > nr) return invalid_argument("LayerNormalization: Scale/B rank exceeds normalized rank");
+  for (int d = 0; d < pr; ++d) {
+    int64_t pd = p.shape[d], xd = norm_shape[nr - pr + d];
+    if (pd != 1 && pd != xd) {
+      return invalid_argument("LayerNormalization: Scale/B shape " + shape_to_string(p.shape) +
+                              " does not broadcast onto " + shape_to_string(norm_shape));
+    }
+  }
+  index->resize(size_t(n));
+  std::vector<int64_t> idx(nr, 0);
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t off = 0;
+    for (int d = 0; d < pr; ++d) {
+      int64_t pd = p.shape[d];
+      off = off * pd + (pd == 1 ? 0 : idx[nr - pr + d]);
+    }
+    (*index)[j] = off;
+    for (int d = nr - 1; d >= 0; --d) {
+      if (++idx[d] < norm_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return ok_status();
+}
+
+template <typename T>
+void layer_norm_rows(const KernelArgs& a, int64_t outer, int64_t n, double eps,
+                     const std::vector<int64_t>& scale_idx, const std::vector<int64_t>& bias_idx) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const T* x = a.in[0].as<const T>();
+  const T* scale = a.in[1].as<const T>();
+  bool has_bias = a.in.size() > 2 && present(a.in[2]);
+  const T* bias = has_bias ? a.in[2].as<const T>() : nullptr;
+  int64_t s_numel = a.in[1].numel(), b_numel = has_bias ? a.in[2].numel() : 0;
+  T* y = a.out[0].as<T>();
+  const TensorView* mean_out = a.out.size() > 1 && present(a.out[1]) ? &a.out[1] : nullptr;
+  const TensorView* inv_out = a.out.size() > 2 && present(a.out[2]) ? &a.out[2] : nullptr;
+  auto at = [n](const std::vector<int64_t>& idx, int64_t numel, int64_t j) {
+    return !idx.empty() ? idx[j] : (numel == n ? j : 0);
+  };
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xr = x + o * n;
+    T* yr = y + o * n;
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += double(N::load(xr[j]));
+    double mean = sum / double(n);
+    double sq = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double d = double(N::load(xr[j])) - mean;
+      sq += d * d;
+    }
+    double inv = 1.0 / std::sqrt(sq / double(n) + eps);
+    for (int64_t j = 0; j < n; ++j) {
+      double v =
+          (double(N::load(xr[j])) - mean) * inv * double(N::load(scale[at(scale_idx, s_numel, j)]));
+      if (bias) v += double(N::load(bias[at(bias_idx, b_numel, j)]));
+      yr[j] = N::store(C(v));
+    }
+    if (mean_out) store_at(*mean_out, o, mean);
+    if (inv_out) store_at(*inv_out, o, inv);
+  }
+}
+
+Status layer_norm_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  int rank = x.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
+  if (rank == 0 || axis < -rank || axis >= rank) {
+    return invalid_argument("LayerNormalization: axis " + std::to_string(axis) +
+                            " is out of range for rank " + std::to_string(rank));
+  }
+  if (axis < 0) axis += rank;
+  if (a.in.size() < 2 || !present(a.in[1])) {
+    return invalid_argument("LayerNormalization: Scale is required");
+  }
+  bool has_bias = a.in.size() > 2 && present(a.in[2]);
+  if (a.in[1].dtype != x.dtype || (has_bias && a.in[2].dtype != x.dtype) ||
+      a.out[0].dtype != x.dtype) {
+    return invalid_argument("LayerNormalization: Scale, B and Y must have X's dtype");
+  }
+  for (size_t k = 1; k < a.out.size(); ++k) {
+    if (present(a.out[k]) && !is_kernel_float(a.out[k].dtype)) {
+      return unsupported("LayerNormalization: statistics dtype " +
+                         std::string(dtype_name(a.out[k].dtype)));
+    }
+  }
+  int64_t outer = prod(x.shape, 0, int(axis));
+  int64_t n = prod(x.shape, int(axis), rank);
+  std::span<const int64_t> norm_shape = x.shape.subspan(size_t(axis));
+  std::vector<int64_t> scale_idx, bias_idx;
+  KILN_RETURN_IF_ERROR(param_index(a.in[1], norm_shape, n, &scale_idx));
+  if (has_bias) KILN_RETURN_IF_ERROR(param_index(a.in[2], norm_shape, n, &bias_idx));
+  if (n == 0) {
+    // Statistics of an empty row are undefined; write NaN rather than leave memory unset.
+    for (size_t k = 1; k < a.out.size() && k < 3; ++k) {
+      if (!present(a.out[k])) continue;
+      for (int64_t o = 0; o < a.out[k].numel(); ++o) store_at(a.out[k], o, NAN);
+    }
+    return ok_status();
+  }
+  return visit_float(x.dtype, "LayerNormalization", [&](auto tag) {
+    layer_norm_rows<decltype(tag)>(a, outer, n, double(eps), scale_idx, bias_idx);
+    return ok_status();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// BatchNormalization (inference): y = (x - mean) / sqrt(var + eps) * scale + B per channel.
+
+Status batch_norm_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  if (x.rank() < 2) return invalid_argument("BatchNormalization: X must have rank >= 2");
+  if (a.in.size() < 5) return invalid_argument("BatchNormalization: needs 5 inputs");
+  KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
+  KILN_ASSIGN_OR_RETURN(int64_t training, a.attrs.get_int("training_mode", 0));
+  if (training != 0) return unsupported("BatchNormalization: training_mode=1 is not supported");
+  int64_t batch = x.shape[0], channels = x.shape[1];
+  int64_t spatial = prod(x.shape, 2, x.rank());
+  for (int i = 1; i < 5; ++i) {
+    if (!present(a.in[i]) || a.in[i].numel() != channels || !is_kernel_float(a.in[i].dtype)) {
+      return invalid_argument("BatchNormalization: input " + std::to_string(i) +
+                              " must be a float vector of " + std::to_string(channels) +
+                              " channels");
+    }
+  }
+  if (a.out[0].dtype != x.dtype)
+    return invalid_argument("BatchNormalization: Y dtype differs from X");
+  return visit_float(x.dtype, "BatchNormalization", [&](auto tag) {
+    using T = decltype(tag);
+    using N = Num<T>;
+    using C = typename N::C;
+    const T* xp = x.as<const T>();
+    T* yp = a.out[0].as<T>();
+    for (int64_t c = 0; c < channels; ++c) {
+      double mul = load_at(a.in[1], c) / std::sqrt(load_at(a.in[4], c) + double(eps));
+      double add = load_at(a.in[2], c) - load_at(a.in[3], c) * mul;
+      C m = C(mul), b = C(add);
+      for (int64_t n = 0; n < batch; ++n) {
+        int64_t off = (n * channels + c) * spatial;
+        for (int64_t i = 0; i < spatial; ++i) yp[off + i] = N::store(N::load(xp[off + i]) * m + b);
+      }
+    }
+    return ok_status();
+  });
+}
+
+template <OpsetKernel::Fn kFn>
+StatusOr<std::unique_ptr<Kernel>> make_opset_kernel(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(
+      new OpsetKernel("cpu." + q.node.op_type, q.node.attrs, q.node.opset, kFn));
+}
+
+}  // namespace
+
+void register_norm_kernels(KernelRegistry& r) {
+  r.add(ops::OpKind::kLayerNormalization, &layer_norm_kernel);
+  r.add(ops::OpKind::kBatchNormalization, &batch_norm_kernel);
+  r.add_factory(ops::OpKind::kSoftmax, &make_opset_kernel<&softmax_kernel>);
+  r.add_factory(ops::OpKind::kLogSoftmax, &make_opset_kernel<&log_softmax_kernel>);
+}
 
 }  // namespace kiln::backends::cpu

@@ -1,8 +1,562 @@
-// CPU reference kernels of the resize op family.
+// CPU reference kernels of the resize op family: Resize (nearest/linear/cubic, every coordinate
+// transformation mode, any rank and axes), DepthToSpace (DCR/CRD) and SpaceToDepth.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include "backends/cpu/cpu_backend.h"
+#include "core/checked.h"
 
 namespace kiln::backends::cpu {
+namespace {
 
-void register_resize_kernels(KernelRegistry& r) { (void)r; }
+struct Half {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+
+// Storage type T <-> compute type C. Integers (nearest only) go through double, which is exact.
+template <typename T>
+struct Num {
+  using C = std::conditional_t<std::is_integral_v<T>, double, T>;
+  static C load(T v) { return C(v); }
+  static T store(C v) {
+    if constexpr (std::is_integral_v<T>) {
+      return T(std::nearbyint(v));
+    } else {
+      return v;
+    }
+  }
+};
+template <>
+struct Num<Half> {
+  using C = float;
+  static float load(Half v) { return half_to_float(v.bits); }
+  static Half store(float v) { return Half{float_to_half(v)}; }
+};
+template <>
+struct Num<BF16> {
+  using C = float;
+  static float load(BF16 v) { return bf16_to_float(v.bits); }
+  static BF16 store(float v) { return BF16{float_to_bf16(v)}; }
+};
+
+class OpsetKernel final : public Kernel {
+ public:
+  using Fn = Status (*)(const KernelArgs& args, int opset);
+  OpsetKernel(std::string name, ir::Attributes attrs, int opset, Fn fn)
+      : name_(std::move(name)), attrs_(std::move(attrs)), opset_(opset), fn_(fn) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return fn_(KernelArgs{attrs_, in, out}, opset_);
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+  ir::Attributes attrs_;
+  int opset_;
+  Fn fn_;
+};
+
+enum class Mode { kNearest, kLinear, kCubic };
+enum class Coord {
+  kHalfPixel,
+  kAsymmetric,
+  kPytorchHalfPixel,
+  kAlignCorners,
+  kTfCropAndResize,
+  kHalfPixelSymmetric
+};
+// kSimple is opset 10's rule: floor when upsampling, ceil when downsampling (as ONNX Runtime does).
+enum class Round { kPreferFloor, kPreferCeil, kFloor, kCeil, kSimple };
+
+struct ResizeParams {
+  Mode mode = Mode::kNearest;
+  Coord coord = Coord::kHalfPixel;
+  Round round = Round::kPreferFloor;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+};
+
+StatusOr<ResizeParams> parse_params(const ir::Attributes& at, bool opset10) {
+  ResizeParams p;
+  KILN_ASSIGN_OR_RETURN(std::string mode, at.get_string("mode", "nearest"));
+  KILN_ASSIGN_OR_RETURN(std::string ctm,
+                        at.get_string("coordinate_transformation_mode", "half_pixel"));
+  KILN_ASSIGN_OR_RETURN(std::string nm, at.get_string("nearest_mode", "round_prefer_floor"));
+  KILN_ASSIGN_OR_RETURN(float a, at.get_float("cubic_coeff_a", -0.75f));
+  KILN_ASSIGN_OR_RETURN(int64_t excl, at.get_int("exclude_outside", 0));
+  KILN_ASSIGN_OR_RETURN(float extrap, at.get_float("extrapolation_value", 0.f));
+  p.cubic_a = a;
+  p.exclude_outside = excl != 0;
+  p.extrapolation = extrap;
+  if (mode == "nearest") {
+    p.mode = Mode::kNearest;
+  } else if (mode == "linear") {
+    p.mode = Mode::kLinear;
+  } else if (mode == "cubic") {
+    p.mode = Mode::kCubic;
+  } else {
+    return invalid_argument("Resize: unknown mode '" + mode + "'");
+  }
+  if (opset10) {
+    p.coord = Coord::kAsymmetric;
+    p.round = Round::kSimple;
+    return p;
+  }
+  static const std::pair<const char*, Coord> kCoords[] = {
+      {"half_pixel", Coord::kHalfPixel},
+      {"asymmetric", Coord::kAsymmetric},
+      {"pytorch_half_pixel", Coord::kPytorchHalfPixel},
+      {"align_corners", Coord::kAlignCorners},
+      {"tf_crop_and_resize", Coord::kTfCropAndResize},
+      {"half_pixel_symmetric", Coord::kHalfPixelSymmetric}};
+  bool found = false;
+  for (const auto& [name, c] : kCoords) {
+    if (ctm == name) {
+      p.coord = c;
+      found = true;
+    }
+  }
+  if (!found)
+    return invalid_argument("Resize: unknown coordinate_transformation_mode '" + ctm + "'");
+  static const std::pair<const char*, Round> kRounds[] = {
+      {"round_prefer_floor", Round::kPreferFloor},
+      {"round_prefer_ceil", Round::kPreferCeil},
+      {"floor", Round::kFloor},
+      {"ceil", Round::kCeil}};
+  found = false;
+  for (const auto& [name, r] : kRounds) {
+    if (nm == name) {
+      p.round = r;
+      found = true;
+    }
+  }
+  if (!found) return invalid_argument("Resize: unknown nearest_mode '" + nm + "'");
+  return p;
+}
+
+double original_coord(const ResizeParams& p, double x, int64_t in, int64_t out, double scale,
+                      double roi_start, double roi_end) {
+  switch (p.coord) {
+    case Coord::kHalfPixel:
+      return (x + 0.5) / scale - 0.5;
+    case Coord::kAsymmetric:
+      return x / scale;
+    case Coord::kPytorchHalfPixel:
+      return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+    case Coord::kAlignCorners:
+      return out == 1 ? 0.0 : x * double(in - 1) / double(out - 1);
+    case Coord::kTfCropAndResize:
+      return out > 1 ? roi_start * double(in - 1) +
+                           x * (roi_end - roi_start) * double(in - 1) / double(out - 1)
+                     : 0.5 * (roi_start + roi_end) * double(in - 1);
+    case Coord::kHalfPixelSymmetric: {
+      double adjustment = double(out) / (scale * double(in));
+      double offset = double(in) / 2 * (1 - adjustment);
+      return offset + (x + 0.5) / scale - 0.5;
+    }
+  }
+  return 0;
+}
+
+int64_t nearest_index(Round r, double x, bool downsampling) {
+  double f = std::floor(x);
+  switch (r) {
+    case Round::kPreferFloor:
+      return int64_t(x - f == 0.5 ? f : std::round(x));
+    case Round::kPreferCeil:
+      return int64_t(x - f == 0.5 ? f + 1 : std::round(x));
+    case Round::kFloor:
+      return int64_t(f);
+    case Round::kCeil:
+      return int64_t(std::ceil(x));
+    case Round::kSimple:
+      return int64_t(downsampling ? std::ceil(x) : f);
+  }
+  return 0;
+}
+
+// The taps of one axis: for each output coordinate, `k` (input offset, weight) pairs and whether
+// it falls outside the crop (tf_crop_and_resize writes the extrapolation value there).
+template <typename C>
+struct AxisTaps {
+  int k = 1;
+  std::vector<int64_t> offset;
+  std::vector<C> weight;
+  std::vector<uint8_t> outside;
+};
+
+template <typename C>
+void build_taps(const ResizeParams& p, int64_t in, int64_t out, int64_t stride, double scale,
+                double roi_start, double roi_end, AxisTaps<C>* t) {
+  bool identity = in == out && scale == 1.0 && p.coord != Coord::kTfCropAndResize;
+  int k = identity || p.mode == Mode::kNearest ? 1 : p.mode == Mode::kLinear ? 2 : 4;
+  t->k = k;
+  t->offset.assign(size_t(out * k), 0);
+  t->weight.assign(size_t(out * k), C(0));
+  t->outside.assign(size_t(out), 0);
+  auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+  for (int64_t x = 0; x < out; ++x) {
+    int64_t* off = &t->offset[size_t(x * k)];
+    C* w = &t->weight[size_t(x * k)];
+    if (identity) {
+      off[0] = x * stride;
+      w[0] = C(1);
+      continue;
+    }
+    double xo = original_coord(p, double(x), in, out, scale, roi_start, roi_end);
+    if (p.coord == Coord::kTfCropAndResize && (xo < 0 || xo > double(in - 1))) {
+      t->outside[size_t(x)] = 1;
+      continue;
+    }
+    if (p.mode == Mode::kNearest) {
+      off[0] = clamp(nearest_index(p.round, xo, scale < 1)) * stride;
+      w[0] = C(1);
+    } else if (p.mode == Mode::kLinear) {
+      double xc = std::clamp(xo, 0.0, double(in - 1));
+      int64_t i0 = int64_t(std::floor(xc));
+      int64_t i1 = std::min(i0 + 1, in - 1);
+      double frac = xc - double(i0);
+      off[0] = i0 * stride;
+      off[1] = i1 * stride;
+      w[0] = C(1 - frac);
+      w[1] = C(frac);
+    } else {
+      double f = std::floor(xo), r = xo - f, a = p.cubic_a;
+      double c[4] = {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                     ((a + 2) * r - (a + 3)) * r * r + 1,
+                     ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                     ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a};
+      int64_t i0 = int64_t(f) - 1;
+      double sum = 0;
+      for (int j = 0; j < 4; ++j) {
+        if (p.exclude_outside && (i0 + j < 0 || i0 + j >= in)) c[j] = 0;
+        sum += c[j];
+      }
+      for (int j = 0; j < 4; ++j) {
+        off[j] = clamp(i0 + j) * stride;
+        w[j] = C(p.exclude_outside && sum != 0 ? c[j] / sum : c[j]);
+      }
+    }
+  }
+}
+
+struct Combo {
+  int64_t offset;
+  double weight;
+};
+
+template <typename T>
+void resize_run(const ResizeParams& p, const TensorView& x, const TensorView& y,
+                const std::vector<double>& scales, const std::vector<double>& roi) {
+  using N = Num<T>;
+  using C = typename N::C;
+  int rank = x.rank();
+  std::vector<int64_t> stride(size_t(rank), 1);
+  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * x.shape[d + 1];
+  std::vector<AxisTaps<C>> taps(static_cast<size_t>(rank));
+  for (int d = 0; d < rank; ++d) {
+    build_taps<C>(p, x.shape[d], y.shape[d], stride[d], scales[d], roi[d], roi[rank + d], &taps[d]);
+  }
+  const T* in = x.as<const T>();
+  T* out = y.as<T>();
+  const C extrap = C(p.extrapolation);
+  const AxisTaps<C>& col = taps[rank - 1];
+  const int64_t out_w = y.shape[rank - 1];
+  const int kc = col.k;
+  // Rows are every output coordinate but the last axis; a row's taps over the leading axes are
+  // expanded once into (offset, weight) combinations, then reused for each output column.
+  std::vector<Combo> combos, next;
+  std::vector<int64_t> idx(size_t(rank), 0);
+  int64_t rows = y.numel() / out_w;
+  for (int64_t row = 0; row < rows; ++row) {
+    combos.assign(1, Combo{0, 1.0});
+    bool outside = false;
+    for (int d = 0; d < rank - 1; ++d) {
+      const AxisTaps<C>& t = taps[d];
+      outside |= t.outside[size_t(idx[d])] != 0;
+      next.clear();
+      for (const Combo& c : combos) {
+        for (int j = 0; j < t.k; ++j) {
+          C w = t.weight[size_t(idx[d] * t.k + j)];
+          if (w != C(0))
+            next.push_back({c.offset + t.offset[size_t(idx[d] * t.k + j)], c.weight * w});
+        }
+      }
+      combos.swap(next);
+    }
+    T* o = out + row * out_w;
+    if (outside) {
+      for (int64_t ox = 0; ox < out_w; ++ox) o[ox] = N::store(extrap);
+    } else {
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        if (col.outside[size_t(ox)]) {
+          o[ox] = N::store(extrap);
+          continue;
+        }
+        const int64_t* co = &col.offset[size_t(ox * kc)];
+        const C* cw = &col.weight[size_t(ox * kc)];
+        C acc = 0;
+        for (const Combo& c : combos) {
+          const T* base = in + c.offset;
+          C s = 0;
+          for (int j = 0; j < kc; ++j) {
+            if (cw[j] != C(0)) s += cw[j] * N::load(base[co[j]]);
+          }
+          acc += C(c.weight) * s;
+        }
+        o[ox] = N::store(acc);
+      }
+    }
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < y.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+StatusOr<std::vector<double>> read_floats(const TensorView& v, const char* what) {
+  std::vector<double> out(size_t(v.numel()));
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    switch (v.dtype) {
+      case DType::kFloat32:
+        out[i] = v.as<const float>()[i];
+        break;
+      case DType::kFloat64:
+        out[i] = v.as<const double>()[i];
+        break;
+      case DType::kFloat16:
+        out[i] = half_to_float(v.as<const uint16_t>()[i]);
+        break;
+      case DType::kBFloat16:
+        out[i] = bf16_to_float(v.as<const uint16_t>()[i]);
+        break;
+      case DType::kInt64:
+        out[i] = double(v.as<const int64_t>()[i]);
+        break;
+      case DType::kInt32:
+        out[i] = double(v.as<const int32_t>()[i]);
+        break;
+      default:
+        return invalid_argument(std::string("Resize: ") + what + " has dtype " +
+                                std::string(dtype_name(v.dtype)));
+    }
+  }
+  return out;
+}
+
+Status resize_kernel(const KernelArgs& a, int opset) {
+  bool opset10 = opset > 0 && opset < 11;
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  int rank = x.rank();
+  if (rank == 0 || y.rank() != rank || y.dtype != x.dtype) {
+    return invalid_argument("Resize: output must have the input's rank and dtype");
+  }
+  KILN_ASSIGN_OR_RETURN(ResizeParams p, parse_params(a.attrs, opset10));
+  KILN_ASSIGN_OR_RETURN(int64_t antialias, a.attrs.get_int("antialias", 0));
+  KILN_ASSIGN_OR_RETURN(std::string policy,
+                        a.attrs.get_string("keep_aspect_ratio_policy", "stretch"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> raw_axes,
+                        a.attrs.get_ints("axes", std::vector<int64_t>{}));
+  std::vector<int> axes;
+  for (int64_t ax : raw_axes) {
+    if (ax < -rank || ax >= rank) return invalid_argument("Resize: axes element out of range");
+    axes.push_back(int(ax < 0 ? ax + rank : ax));
+  }
+  if (axes.empty()) {
+    for (int d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  size_t n = axes.size();
+  auto given = [&](int i) {
+    return int(a.in.size()) > i && present(a.in[i]) && a.in[i].numel() > 0;
+  };
+  int scales_in = opset10 ? 1 : 2, sizes_in = opset10 ? -1 : 3;
+  std::vector<double> scales(size_t(rank), 1.0);
+  std::vector<double> roi(size_t(2 * rank), 0.0);
+  for (int d = 0; d < rank; ++d) roi[rank + d] = 1.0;
+  if (given(scales_in)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<double> s, read_floats(a.in[scales_in], "scales"));
+    if (s.size() != n) return invalid_argument("Resize: scales length does not match the axes");
+    for (size_t k = 0; k < n; ++k) {
+      if (!(s[k] > 0) || !std::isfinite(s[k]))
+        return invalid_argument("Resize: scales must be > 0");
+      scales[axes[k]] = s[k];
+    }
+  } else if (sizes_in >= 0 && given(sizes_in)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<double> s, read_floats(a.in[sizes_in], "sizes"));
+    if (s.size() != n) return invalid_argument("Resize: sizes length does not match the axes");
+    double common = policy == "not_larger" ? INFINITY : 0;
+    for (size_t k = 0; k < n; ++k) {
+      double r = s[k] / double(x.shape[axes[k]]);
+      scales[axes[k]] = r;
+      common = policy == "not_larger" ? std::min(common, r) : std::max(common, r);
+    }
+    if (policy != "stretch") {
+      for (size_t k = 0; k < n; ++k) scales[axes[k]] = common;
+    }
+  } else {
+    return invalid_argument("Resize: one of scales or sizes must be given");
+  }
+  if (p.coord == Coord::kTfCropAndResize) {
+    if (!given(1)) return invalid_argument("Resize: tf_crop_and_resize needs roi");
+    KILN_ASSIGN_OR_RETURN(std::vector<double> r, read_floats(a.in[1], "roi"));
+    if (r.size() != 2 * n) return invalid_argument("Resize: roi length must be twice the axes");
+    for (size_t k = 0; k < n; ++k) {
+      roi[axes[k]] = r[k];
+      roi[rank + axes[k]] = r[n + k];
+    }
+  }
+  if (antialias != 0 && p.mode != Mode::kNearest) {
+    for (double s : scales) {
+      if (s < 1) return unsupported("Resize: antialias=1 when downsampling is not supported");
+    }
+  }
+  if (y.numel() == 0) return ok_status();
+  if (x.numel() == 0)
+    return invalid_argument("Resize: cannot resize an empty input to a non-empty output");
+  for (double s : scales) {
+    if (!(s > 0) || !std::isfinite(s))
+      return invalid_argument("Resize: derived scale is not positive");
+  }
+  switch (x.dtype) {
+    case DType::kFloat32:
+      resize_run<float>(p, x, y, scales, roi);
+      break;
+    case DType::kFloat64:
+      resize_run<double>(p, x, y, scales, roi);
+      break;
+    case DType::kFloat16:
+      resize_run<Half>(p, x, y, scales, roi);
+      break;
+    case DType::kBFloat16:
+      resize_run<BF16>(p, x, y, scales, roi);
+      break;
+    default: {
+      if (p.mode != Mode::kNearest) {
+        return unsupported("Resize: mode linear/cubic on dtype " +
+                           std::string(dtype_name(x.dtype)));
+      }
+      switch (x.dtype) {
+        case DType::kInt64:
+          resize_run<int64_t>(p, x, y, scales, roi);
+          break;
+        case DType::kInt32:
+          resize_run<int32_t>(p, x, y, scales, roi);
+          break;
+        case DType::kInt8:
+          resize_run<int8_t>(p, x, y, scales, roi);
+          break;
+        case DType::kUInt8:
+          resize_run<uint8_t>(p, x, y, scales, roi);
+          break;
+        default:
+          return unsupported("Resize: dtype " + std::string(dtype_name(x.dtype)));
+      }
+    }
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_resize_kernel(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(
+      new OpsetKernel("cpu.Resize", q.node.attrs, q.node.opset, &resize_kernel));
+}
+
+// ---------------------------------------------------------------------------------------------
+// DepthToSpace / SpaceToDepth: pure data movement, so any dtype by element size.
+
+template <size_t kBytes>
+struct Bytes {
+  unsigned char b[kBytes];
+};
+
+// out[n, c, h*b + i, w*b + j] = in[n, channel(c, i, j), h, w] for DepthToSpace; SpaceToDepth is
+// the inverse permutation, done by swapping the roles of the two tensors.
+template <typename E>
+void depth_space_copy(const E* src, E* dst, int64_t batch, int64_t c_out, int64_t h, int64_t w,
+                      int64_t b, bool crd, bool to_space) {
+  int64_t c_in = c_out * b * b;
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t c = 0; c < c_out; ++c) {
+      for (int64_t oh = 0; oh < h * b; ++oh) {
+        int64_t ih = oh / b, i = oh % b;
+        for (int64_t ow = 0; ow < w * b; ++ow) {
+          int64_t iw = ow / b, j = ow % b;
+          int64_t ch = crd ? c * b * b + i * b + j : (i * b + j) * c_out + c;
+          int64_t deep = ((n * c_in + ch) * h + ih) * w + iw;
+          int64_t wide = ((n * c_out + c) * h * b + oh) * w * b + ow;
+          if (to_space) {
+            dst[wide] = src[deep];
+          } else {
+            dst[deep] = src[wide];
+          }
+        }
+      }
+    }
+  }
+}
+
+Status depth_space(const KernelArgs& a, bool to_space) {
+  const char* op = to_space ? "DepthToSpace" : "SpaceToDepth";
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t b, a.attrs.get_int("blocksize", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(std::string mode, a.attrs.get_string("mode", "DCR"));
+  if (x.rank() != 4 || y.rank() != 4 || x.dtype != y.dtype || b <= 0 ||
+      (mode != "DCR" && mode != "CRD") || (!to_space && mode != "DCR")) {
+    return invalid_argument(std::string(op) +
+                            ": needs rank-4 input, blocksize > 0 and mode DCR/CRD");
+  }
+  // The "deep" tensor is [N, C*b*b, H, W], the "wide" one [N, C, H*b, W*b].
+  const TensorView& deep = to_space ? x : y;
+  const TensorView& wide = to_space ? y : x;
+  int64_t batch = deep.shape[0], h = deep.shape[2], w = deep.shape[3];
+  auto bb = checked_mul(b, b);
+  if (!bb || deep.shape[1] % *bb != 0) {
+    return invalid_argument(std::string(op) + ": channels not divisible by blocksize^2");
+  }
+  int64_t c = deep.shape[1] / *bb;
+  if (wide.shape[0] != batch || wide.shape[1] != c || wide.shape[2] != h * b ||
+      wide.shape[3] != w * b) {
+    return invalid_argument(std::string(op) + ": output shape does not match the input");
+  }
+  bool crd = mode == "CRD";
+  switch (dtype_size(x.dtype)) {
+    case 1:
+      depth_space_copy(x.as<const Bytes<1>>(), y.as<Bytes<1>>(), batch, c, h, w, b, crd, to_space);
+      break;
+    case 2:
+      depth_space_copy(x.as<const Bytes<2>>(), y.as<Bytes<2>>(), batch, c, h, w, b, crd, to_space);
+      break;
+    case 4:
+      depth_space_copy(x.as<const Bytes<4>>(), y.as<Bytes<4>>(), batch, c, h, w, b, crd, to_space);
+      break;
+    case 8:
+      depth_space_copy(x.as<const Bytes<8>>(), y.as<Bytes<8>>(), batch, c, h, w, b, crd, to_space);
+      break;
+    default:
+      return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(x.dtype)));
+  }
+  return ok_status();
+}
+
+Status depth_to_space_kernel(const KernelArgs& a) { return depth_space(a, true); }
+Status space_to_depth_kernel(const KernelArgs& a) { return depth_space(a, false); }
+
+}  // namespace
+
+void register_resize_kernels(KernelRegistry& r) {
+  r.add_factory(ops::OpKind::kResize, &make_resize_kernel);
+  r.add(ops::OpKind::kDepthToSpace, &depth_to_space_kernel);
+  r.add(ops::OpKind::kSpaceToDepth, &space_to_depth_kernel);
+}
 
 }  // namespace kiln::backends::cpu

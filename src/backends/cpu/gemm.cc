@@ -1,0 +1,309 @@
+// The shared FP32 GEMM: GotoBLAS-style blocking (pack a KCxNC panel of B and an MCxKC block of A,
+// then an MRxNR register-tiled micro-kernel), compiled once per ISA through GCC function
+// multiversioning so one portable binary runs AVX-512, AVX2+FMA or SSE2 code.
+#include "backends/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+// The micro-kernel's `acc += a * b` must become FMAs; -std=c++20 (not gnu++20) turns contraction
+// off by default, so ask for it in this file only.
+#pragma GCC optimize("fp-contract=fast")
+
+namespace kiln::backends::cpu {
+namespace {
+
+// Block sizes: a KC-deep sliver of packed B (KC*NR floats, 32 KiB at NR=32) stays in L1, the packed
+// A block (MC*KC floats, 96 KiB) in L2. MC is a multiple of every MR below, NC of every NR.
+constexpr int64_t kKc = 256;
+constexpr int64_t kMc = 96;
+constexpr int64_t kNc = 3072;
+
+// Below this many multiply-adds, packing costs more than it saves.
+constexpr int64_t kSmallGemm = 8 * 8 * 8;
+
+// GCC vector-extension types: plain C++ arithmetic on them lowers to the target ISA of the
+// function they are inlined into, so the micro-kernel needs no intrinsics.
+typedef float V4 __attribute__((vector_size(16)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
+
+struct GemmArgs {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+};
+
+// Packing buffers, per thread so concurrent execution contexts never share them. They grow to at
+// most the block sizes and are then reused, so steady state does not allocate.
+struct Scratch {
+  std::vector<float> a, b;
+  static float* aligned(std::vector<float>& v, size_t n) {
+    if (v.size() < n + 16) v.resize(n + 16);
+    auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
+};
+
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+// op(A)[i0 + r][p0 + p] for r < mr, p < kc into slivers of MR rows: [sliver][p][r], zero-padded.
+template <int MR>
+inline __attribute__((always_inline)) void pack_a(const GemmArgs& g, int64_t i0, int64_t p0,
+                                                  int64_t mc, int64_t kc, float* dst) {
+  for (int64_t i = 0; i < mc; i += MR) {
+    int64_t rows = std::min<int64_t>(MR, mc - i);
+    float* d = dst + i * kc;
+    if (g.trans_a) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* s = g.a + (p0 + p) * g.lda + i0 + i;
+        for (int64_t r = 0; r < rows; ++r) d[p * MR + r] = s[r];
+        for (int64_t r = rows; r < MR; ++r) d[p * MR + r] = 0.f;
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* s = g.a + (i0 + i + r) * g.lda + p0;
+        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = s[p];
+      }
+      for (int64_t r = rows; r < MR; ++r) {
+        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = 0.f;
+      }
+    }
+  }
+}
+
+// op(B)[p0 + p][j0 + j] for p < kc, j < nc into slivers of NR columns: [sliver][p][j], zero-padded.
+template <int NR>
+inline __attribute__((always_inline)) void pack_b(const GemmArgs& g, int64_t p0, int64_t j0,
+                                                  int64_t kc, int64_t nc, float* dst) {
+  for (int64_t j = 0; j < nc; j += NR) {
+    int64_t cols = std::min<int64_t>(NR, nc - j);
+    float* d = dst + j * kc;
+    if (g.trans_b) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float* s = g.b + (j0 + j + c) * g.ldb + p0;
+        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = s[p];
+      }
+      for (int64_t c = cols; c < NR; ++c) {
+        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = 0.f;
+      }
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* s = g.b + (p0 + p) * g.ldb + j0 + j;
+        for (int64_t c = 0; c < cols; ++c) d[p * NR + c] = s[c];
+        for (int64_t c = cols; c < NR; ++c) d[p * NR + c] = 0.f;
+      }
+    }
+  }
+}
+
+// C[0:rows, 0:cols] += alpha * packed A sliver (MR x kc) * packed B sliver (kc x NR). The MR*NV
+// accumulators live in registers: the tile sizes per ISA are chosen so they fit.
+template <int MR, int NV, typename V>
+inline __attribute__((always_inline)) void micro_kernel(int64_t kc, const float* __restrict pa,
+                                                        const float* __restrict pb, float* c,
+                                                        int64_t ldc, float alpha, int64_t rows,
+                                                        int64_t cols) {
+  constexpr int W = sizeof(V) / sizeof(float);
+  constexpr int NR = NV * W;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pb + p * NR + v * W, sizeof(V));
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      float av = pa[p * MR + r];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  if (rows == MR && cols == NR) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        V cv;
+        std::memcpy(&cv, c + r * ldc + v * W, sizeof(V));
+        cv += alpha * acc[r][v];
+        std::memcpy(c + r * ldc + v * W, &cv, sizeof(V));
+      }
+    }
+    return;
+  }
+  alignas(64) float tile[MR * NR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(tile + r * NR + v * W, &acc[r][v], sizeof(V));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += alpha * tile[r * NR + j];
+  }
+}
+
+template <int MR, int NV, typename V>
+inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g) {
+  constexpr int NR = NV * int(sizeof(V) / sizeof(float));
+  Scratch& s = scratch();
+  int64_t kc_max = std::min(g.k, kKc);
+  float* pa = Scratch::aligned(s.a, size_t(kMc * kc_max));
+  float* pb = Scratch::aligned(s.b, size_t(((std::min(g.n, kNc) + NR - 1) / NR) * NR * kc_max));
+  for (int64_t jc = 0; jc < g.n; jc += kNc) {
+    int64_t nc = std::min(kNc, g.n - jc);
+    for (int64_t pc = 0; pc < g.k; pc += kKc) {
+      int64_t kc = std::min(kKc, g.k - pc);
+      pack_b<NR>(g, pc, jc, kc, nc, pb);
+      for (int64_t ic = 0; ic < g.m; ic += kMc) {
+        int64_t mc = std::min(kMc, g.m - ic);
+        pack_a<MR>(g, ic, pc, mc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            micro_kernel<MR, NV, V>(kc, pa + ir * kc, pb + jr * kc, g.c + (ic + ir) * g.ldc + jc + jr,
+                                    g.ldc, g.alpha, std::min<int64_t>(MR, mc - ir),
+                                    std::min<int64_t>(NR, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Function multiversioning: the loader picks the best version for the running CPU once (ifunc).
+// target_clones would compile one tile shape for all ISAs; separate versions let each keep its
+// accumulators in its own register file (32 zmm, 16 ymm, 16 xmm).
+__attribute__((target("default"))) void blocked_gemm_dispatch(const GemmArgs& g) {
+  blocked_gemm<6, 2, V4>(g);  // 6x8: 12 accumulators
+}
+__attribute__((target("avx2,fma"))) void blocked_gemm_dispatch(const GemmArgs& g) {
+  blocked_gemm<6, 2, V8>(g);  // 6x16: 12 accumulators
+}
+__attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g) {
+  blocked_gemm<12, 2, V16>(g);  // 12x32: 24 accumulators
+}
+
+void small_gemm(const GemmArgs& g) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < g.k; ++p) {
+        float x = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+        float y = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
+        acc += x * y;
+      }
+      g.c[i * g.ldc + j] += g.alpha * acc;
+    }
+  }
+}
+
+// Matrix-vector products (a 1x1 conv on a 1x1 map, a batch-1 classifier head) gain nothing from
+// packing, which would copy the whole matrix once per call: they stream it through dot and axpy.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const float* __restrict x,
+                                                                      const float* __restrict y,
+                                                                      int64_t n) {
+  V16 acc0 = {}, acc1 = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    V16 x0, x1, y0, y1;
+    std::memcpy(&x0, x + i, sizeof(V16));
+    std::memcpy(&x1, x + i + 16, sizeof(V16));
+    std::memcpy(&y0, y + i, sizeof(V16));
+    std::memcpy(&y1, y + i + 16, sizeof(V16));
+    acc0 += x0 * y0;
+    acc1 += x1 * y1;
+  }
+  acc0 += acc1;
+  float s = 0.f;
+  for (int j = 0; j < 16; ++j) s += acc0[j];
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* __restrict y,
+                                                                      const float* __restrict x,
+                                                                      float a, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16 xv, yv;
+    std::memcpy(&xv, x + i, sizeof(V16));
+    std::memcpy(&yv, y + i, sizeof(V16));
+    yv += a * xv;
+    std::memcpy(y + i, &yv, sizeof(V16));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// A strided dot product, for the rare transposed layouts of a vector operand.
+float dot_strided(const float* x, int64_t sx, const float* y, int64_t sy, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s += x[i * sx] * y[i * sy];
+  return s;
+}
+
+// n == 1: C[:, 0] += alpha * op(A) * op(B)[:, 0].
+void gemv_n1(const GemmArgs& g) {
+  int64_t sb = g.trans_b ? 1 : g.ldb;
+  for (int64_t i = 0; i < g.m; ++i) {
+    float v = !g.trans_a && sb == 1 ? dot(g.a + i * g.lda, g.b, g.k)
+              : g.trans_a           ? dot_strided(g.a + i, g.lda, g.b, sb, g.k)
+                                    : dot_strided(g.a + i * g.lda, 1, g.b, sb, g.k);
+    g.c[i * g.ldc] += g.alpha * v;
+  }
+}
+
+// m == 1: C[0, :] += alpha * op(A)[0, :] * op(B).
+void gemv_m1(const GemmArgs& g) {
+  int64_t sa = g.trans_a ? g.lda : 1;
+  if (!g.trans_b) {
+    for (int64_t p = 0; p < g.k; ++p) axpy(g.c, g.b + p * g.ldb, g.alpha * g.a[p * sa], g.n);
+    return;
+  }
+  for (int64_t j = 0; j < g.n; ++j) {
+    float v = sa == 1 ? dot(g.b + j * g.ldb, g.a, g.k) : dot_strided(g.b + j * g.ldb, 1, g.a, sa, g.k);
+    g.c[j] += g.alpha * v;
+  }
+}
+
+}  // namespace
+
+void saxpy(float* y, const float* x, float a, int64_t n) { axpy(y, x, a, n); }
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (beta == 0.f) {
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
+  } else if (beta != 1.f) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
+    }
+  }
+  if (k <= 0) return;
+  GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc};
+  if (double(m) * double(n) * double(k) <= double(kSmallGemm)) {
+    small_gemm(g);
+  } else if (n == 1) {
+    gemv_n1(g);
+  } else if (m == 1) {
+    gemv_m1(g);
+  } else {
+    blocked_gemm_dispatch(g);
+  }
+}
+
+}  // namespace kiln::backends::cpu
