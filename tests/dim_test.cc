@@ -91,3 +91,16 @@ TEST(Dim, SimplifyUsesSymbolRanges) {
 
 }  // namespace
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+TEST(Dim, MinMaxUseThatDimsAreNonNegative) {
+  Dim b = Dim::symbol("batch");
+  EXPECT_EQ(Dim::max(b * 16, b * 32), b * 32);
+  EXPECT_EQ(Dim::min(b * 16, b * 32 + 1), b * 16);
+  EXPECT_FALSE(Dim::max(b, Dim(4)).is_const());
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -244,6 +244,10 @@ Dim Dim::max(const Dim& a, const Dim& b) { return min_max(a, b, true); }
 Dim Dim::min_max(const Dim& a, const Dim& b, bool is_max) {
   Dim diff = a - b;
   if (diff.is_const()) return (diff.value() >= 0) == is_max ? a : b;
+  // Symbols are dims, never negative: max(16*b, 32*b) is 32*b.
+  Interval d = diff.bounds({});
+  if (d.lo >= 0) return is_max ? a : b;
+  if (d.hi <= 0) return is_max ? b : a;
   bool a_first = a.to_string() < b.to_string();
   const Dim& x = a_first ? a : b;
   const Dim& y = a_first ? b : a;
