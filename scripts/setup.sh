@@ -17,8 +17,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-if ! python3 -c "import onnx, onnxruntime, numpy" >/dev/null 2>&1 ||
-   [ "$(python3 -c 'import onnx; print(onnx.__version__)')" != "1.23.1" ]; then
+# Every package pinned in requirements.txt must be installed at its pinned version.
+if ! python3 - >/dev/null 2>&1 <<'PY'
+import re
+from importlib.metadata import version
+for line in open("requirements.txt"):
+    m = re.match(r"\s*([A-Za-z0-9_.-]+)==(\S+)", line)
+    if m and version(m.group(1)) != m.group(2):
+        raise SystemExit(1)
+PY
+then
   echo "setup: installing pinned Python packages (requirements.txt)"
   python3 -m pip install -q --disable-pip-version-check -r requirements.txt
 fi

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "backends/backend.h"
+
 namespace kiln::testing {
 
 std::string models_dir() {
@@ -43,8 +45,17 @@ StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir) {
 
 StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
                              Device device) {
+  return build_model(model_path, profile, device, BuilderConfig());
+}
+
+Status device_available(Device device) {
+  auto backend = backends::get_backend(device);
+  return backend.ok() ? ok_status() : backend.status();
+}
+
+StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
+                             Device device, BuilderConfig config) {
   KILN_ASSIGN_OR_RETURN(Network net, onnx::parse_file(model_path));
-  BuilderConfig config;
   OptimizationProfile p;
   for (const auto& m : profile) KILN_RETURN_IF_ERROR(p.set_dimensions(m.input, m.min, m.opt, m.max));
   config.add_profile(p);

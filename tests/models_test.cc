@@ -15,14 +15,29 @@ namespace {
     GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR to run these tests)"; \
   }
 
+// Skips (printing why) when the device cannot run here: no CUDA in this build, or no GPU.
+#define REQUIRE_DEVICE(device)                                                         \
+  if (Status why = device_available(device); !why.ok()) {                              \
+    GTEST_SKIP() << device_name(device) << " is not available: " << why.message();     \
+  }
+
 std::string model_path(const std::string& name) { return models_dir() + "/" + name + "/model.onnx"; }
 
-class SharedModel : public ::testing::TestWithParam<std::string> {};
+std::string device_param_name(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
+
+// Every shared model on every device: the GPU runs the same test case as the CPU. On CUDA the
+// engine is built with strict FP32 (TF32 cleared) so the FP32 tolerance applies; reduced
+// precisions have their own tests in cuda_test.cc.
+class SharedModel : public ::testing::TestWithParam<std::tuple<std::string, Device>> {};
 
 TEST_P(SharedModel, BuildsSavesLoadsAndMatchesOnnxRuntime) {
   REQUIRE_MODELS();
-  const std::string name = GetParam();
-  auto built = build_model(model_path(name), shared_model_profile(name));
+  const std::string name = std::get<0>(GetParam());
+  const Device device = std::get<1>(GetParam());
+  REQUIRE_DEVICE(device);
+  BuilderConfig config;
+  if (device != Device::kCPU) config.clear_flag(BuilderFlag::kTF32);
+  auto built = build_model(model_path(name), shared_model_profile(name), device, config);
   ASSERT_TRUE(built.ok()) << built.status().to_string();
   auto file = std::filesystem::temp_directory_path() / (name + ".kiln");
   ASSERT_TRUE(built->save(file.string()).ok());
@@ -53,14 +68,30 @@ TEST_P(SharedModel, BuildsSavesLoadsAndMatchesOnnxRuntime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SharedModel,
-                         ::testing::Values("testmod_linear", "unet_pixelshuffle", "mobilenet_v3_small", "vit_tiny",
-                                           "vit_tiny_legacy", "llama_tiny"));
+                         ::testing::Combine(::testing::Values("testmod_linear", "unet_pixelshuffle",
+                                                              "mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy",
+                                                              "llama_tiny"),
+                                            ::testing::Values(Device::kCPU, Device::kCUDA)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + device_param_name(std::get<1>(info.param));
+                         });
 
 // Seed 000: one context at batch 4, 1, 32, 4; outputs are exactly (batch, 1000), each row equals
 // the row computed alone, and activation memory follows the batch instead of the profile max.
-TEST(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
+// Runs on the CPU, and on CUDA (strict FP32) without and with CUDA graphs.
+struct VitRun {
+  Device device;
+  bool cuda_graph;
+};
+class SeedVitDynamicBatch : public ::testing::TestWithParam<VitRun> {};
+
+TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   REQUIRE_MODELS();
-  auto engine = build_model(model_path("vit_tiny"), shared_model_profile("vit_tiny"));
+  const VitRun param = GetParam();
+  REQUIRE_DEVICE(param.device);
+  BuilderConfig config;
+  if (param.device != Device::kCPU) config.clear_flag(BuilderFlag::kTF32);
+  auto engine = build_model(model_path("vit_tiny"), shared_model_profile("vit_tiny"), param.device, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("linear_16")), "[batch, 1000]");
   EXPECT_EQ(*engine->tensor_shape("linear_16"), (Shape{-1, 1000}));
@@ -80,6 +111,7 @@ TEST(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   }
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
+  (*ctx)->set_use_cuda_graph(param.cuda_graph);
   size_t arena_at_4 = 0;
   for (int64_t batch : {4, 1, 32, 4}) {
     ASSERT_TRUE((*ctx)->set_input_shape("x", {batch, 3, 224, 224}).ok());
@@ -101,7 +133,23 @@ TEST(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   auto formula = engine->activation_bytes_formula().eval({{"batch", 32}});
   ASSERT_TRUE(formula.has_value());
   EXPECT_LE(size_t(*formula), (*fresh)->arena_bytes());
+  if (param.cuda_graph) {
+    // Replays of the captured graph give the same rows as the first (direct) run of that shape.
+    auto again = (*ctx)->run({{"x", batch_of(4)}});
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    for (int64_t r = 0; r < 4; ++r) {
+      Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000}, again->at("linear_16").data_as<float>() + r * 1000, nullptr);
+      EXPECT_TRUE(all_close(row, alone[r], 1e-5, 1e-4)) << "graph replay row " << r;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, SeedVitDynamicBatch,
+                         ::testing::Values(VitRun{Device::kCPU, false}, VitRun{Device::kCUDA, false},
+                                           VitRun{Device::kCUDA, true}),
+                         [](const auto& info) {
+                           return device_param_name(info.param.device) + (info.param.cuda_graph ? "_graph" : "");
+                         });
 
 // Seed 003: a dependent symbolic dim reported as a formula and resolved from the input shape.
 TEST(SeedDependentDims, TestmodLinearReportsSeqLenPlusOne) {

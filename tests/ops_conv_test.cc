@@ -563,5 +563,99 @@ TEST(PoolKernel, WrongOutputShapeIsAnError) {
   EXPECT_NE(r.status().message().find("MaxPool"), std::string::npos);
 }
 
+
+// ---- ConvTranspose, LpPool, MaxUnpool, ConvInteger ----
+
+TEST(ConvTransposeInfer, StridesPadsOutputPaddingAndOutputShape) {
+  InferCase c;
+  int x = c.input(DType::kFloat32, {kB, 4, kH, 5});
+  int w = c.input(DType::kFloat32, {4, 3, 3, 3});
+  ir::Attributes at;
+  at.set("strides", ints_attr({2, 2}));
+  at.set("pads", ints_attr({1, 1, 1, 1}));
+  at.set("output_padding", ints_attr({1, 0}));
+  at.set("group", int_attr(2));
+  ASSERT_TRUE(c.run("ConvTranspose", {x, w}, at).ok());
+  // (in-1)*2 + out_pad + 3 - 2; channels W[1]*group.
+  EXPECT_EQ(c.outputs[0].shape[1], Dim(6));
+  EXPECT_EQ(c.outputs[0].shape[2], (kH - 1) * 2 + 2);
+  EXPECT_EQ(c.outputs[0].shape[3], Dim(9));
+  InferCase d;
+  x = d.input(DType::kFloat32, {1, 4, 3, 3});
+  w = d.input(DType::kFloat32, {4, 1, 3, 3});
+  ir::Attributes at2;
+  at2.set("output_shape", ints_attr({10, 8}));
+  at2.set("strides", ints_attr({3, 2}));
+  ASSERT_TRUE(d.run("ConvTranspose", {x, w}, at2).ok());
+  EXPECT_EQ(d.shape(), "[1, 1, 10, 8]");
+  // W dim 0 must equal the input channels.
+  InferCase e;
+  x = e.input(DType::kFloat32, {1, 4, 3, 3});
+  w = e.input(DType::kFloat32, {2, 1, 3, 3});
+  EXPECT_FALSE(e.run("ConvTranspose", {x, w}).ok());
+}
+
+TEST(ConvTransposeKernel, ScattersThroughTheKernel) {
+  // 1-D: x = [1, 2], w = [1, 10, 100], stride 2 -> y[0..4] = [1, 10, 102, 20, 200].
+  ir::Node n;
+  n.name = "ct";
+  n.op_type = "ConvTranspose";
+  n.opset = 17;
+  n.attrs.set("strides", ints_attr({2}));
+  auto out = run_cpu_kernel(n, {make_f32({1, 1, 2}, {1, 2}), make_f32({1, 1, 3}, {1, 10, 100})},
+                            {{DType::kFloat32, {1, 1, 5}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 5}, {1, 10, 102, 20, 200})));
+  // pads [1, 1] crop one element from each end.
+  n.attrs.set("pads", ints_attr({1, 1}));
+  out = run_cpu_kernel(n, {make_f32({1, 1, 2}, {1, 2}), make_f32({1, 1, 3}, {1, 10, 100})},
+                       {{DType::kFloat32, {1, 1, 3}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3}, {10, 102, 20})));
+}
+
+TEST(PoolKernel, LpPoolP2IsTheWindowNorm) {
+  ir::Node n;
+  n.name = "lp";
+  n.op_type = "LpPool";
+  n.opset = 18;
+  n.attrs.set("kernel_shape", ints_attr({2}));
+  n.attrs.set("strides", ints_attr({2}));
+  auto out = run_cpu_kernel(n, {make_f32({1, 1, 4}, {3, -4, 1, 0})}, {{DType::kFloat32, {1, 1, 2}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2}, {5, 1})));
+}
+
+TEST(PoolKernel, MaxUnpoolScattersByIndex) {
+  ir::Node n;
+  n.name = "unpool";
+  n.op_type = "MaxUnpool";
+  n.opset = 11;
+  n.attrs.set("kernel_shape", ints_attr({2, 2}));
+  n.attrs.set("strides", ints_attr({2, 2}));
+  Tensor idx = testing::make_i64({1, 1, 1, 2}, {1, 7});
+  auto out = run_cpu_kernel(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}, {{DType::kFloat32, {1, 1, 2, 4}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2, 4}, {0, 5, 0, 0, 0, 0, 0, 6})));
+  // An index past the end is an error, not a write out of bounds.
+  idx = testing::make_i64({1, 1, 1, 2}, {1, 8});
+  EXPECT_FALSE(run_cpu_kernel(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}, {{DType::kFloat32, {1, 1, 2, 4}}}).ok());
+}
+
+TEST(ConvIntegerInfer, Int32OutputWithConvShape) {
+  InferCase c;
+  int x = c.input(DType::kUInt8, {1, 1, kH, 3});
+  int w = c.input(DType::kUInt8, {2, 1, 2, 2});
+  ir::Attributes at;
+  at.set("pads", ints_attr({1, 1, 1, 1}));
+  ASSERT_TRUE(c.run("ConvInteger", {x, w}, at).ok());
+  EXPECT_EQ(c.outputs[0].dtype, DType::kInt32);
+  EXPECT_EQ(c.outputs[0].shape[3], Dim(4));
+  InferCase d;
+  x = d.input(DType::kFloat32, {1, 1, 3, 3});
+  w = d.input(DType::kUInt8, {2, 1, 2, 2});
+  EXPECT_FALSE(d.run("ConvInteger", {x, w}).ok());
+}
+
 }  // namespace
 }  // namespace kiln

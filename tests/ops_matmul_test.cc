@@ -431,10 +431,24 @@ TEST(GemmKernel, ViTSizedLinearAgainstNaive) {
 }
 
 TEST(GemmKernel, UnsupportedDtypeIsAnError) {
-  Tensor a = testing::make_i64({1, 1}, {1});
-  auto r = run_cpu_kernel(make_node("Gemm"), {a, a}, {{DType::kInt64, {1, 1}}});
+  Tensor a = Tensor::from_vector(DType::kInt8, {1, 1}, std::vector<int8_t>{1});
+  auto r = run_cpu_kernel(make_node("Gemm"), {a, a}, {{DType::kInt8, {1, 1}}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("Gemm"), std::string::npos);
+}
+
+TEST(GemmKernel, IntegerAndHalfDtypesWidenToDouble) {
+  Tensor a = testing::make_i64({2, 2}, {1, 2, 3, 4});
+  auto r = run_cpu_kernel(make_node("Gemm"), {a, a}, {{DType::kInt64, {2, 2}}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const int64_t* y = (*r)[0].data_as<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(y, y + 4), (std::vector<int64_t>{7, 10, 15, 22}));
+  std::vector<uint16_t> h = {float_to_half(1.f), float_to_half(2.f), float_to_half(3.f),
+                             float_to_half(4.f)};
+  Tensor ah = Tensor::from_vector(DType::kFloat16, {2, 2}, h);
+  r = run_cpu_kernel(make_node("MatMul"), {ah, ah}, {{DType::kFloat16, {2, 2}}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(half_to_float((*r)[0].data_as<uint16_t>()[3]), 22.f);
 }
 
 }  // namespace

@@ -315,5 +315,87 @@ TEST(NormOpsKernel, EmptyInputIsFine) {
   EXPECT_TRUE(out.ok()) << out.status().to_string();
 }
 
+
+// ---- RMS/Group/Instance/Lp/MeanVariance normalization, LRN ----
+
+TEST(NormOpsInfer, GroupNormChecksGroupsAndParams) {
+  ir::Node n = make_node("GroupNormalization", 21);
+  set_int(n, "num_groups", 2);
+  auto r = infer(n, {In{DType::kFloat32, {kB, 4, 3}}, In{DType::kFloat32, {4}}, In{DType::kFloat32, {4}}}, 1);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.outs[0].shape[0], kB);
+  set_int(n, "num_groups", 3);
+  EXPECT_FALSE(infer(n, {In{DType::kFloat32, {kB, 4, 3}}, In{DType::kFloat32, {4}}, In{DType::kFloat32, {4}}}, 1)
+                   .status.ok());
+}
+
+TEST(NormOpsKernel, RmsNormMatchesFormula) {
+  std::vector<float> x = ramp(8, 0.9f, 0.2f);
+  std::vector<float> w = {0.5f, 1.f, 1.5f, 2.f};
+  ir::Node n = make_node("RMSNormalization", 23);
+  auto out = run_cpu_kernel(n, {make_f32({2, 4}, x), make_f32({4}, w)}, {{DType::kFloat32, {2, 4}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  std::vector<float> want(8);
+  for (int r = 0; r < 2; ++r) {
+    double sq = 0;
+    for (int j = 0; j < 4; ++j) sq += double(x[r * 4 + j]) * x[r * 4 + j];
+    double inv = 1.0 / std::sqrt(sq / 4 + 1e-5);
+    for (int j = 0; j < 4; ++j) want[r * 4 + j] = float(x[r * 4 + j] * inv * w[j]);
+  }
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 4}, want)));
+}
+
+TEST(NormOpsKernel, InstanceNormZeroMeanUnitVariance) {
+  std::vector<float> x = ramp(12, 0.7f, 1.0f);
+  ir::Node n = make_node("InstanceNormalization", 22);
+  set_float(n, "epsilon", 0.f);
+  auto out = run_cpu_kernel(n, {make_f32({1, 2, 6}, x), make_f32({2}, {1, 1}), make_f32({2}, {0, 0})},
+                            {{DType::kFloat32, {1, 2, 6}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = (*out)[0].data_as<float>();
+  for (int c = 0; c < 2; ++c) {
+    double s = 0, sq = 0;
+    for (int i = 0; i < 6; ++i) {
+      s += y[c * 6 + i];
+      sq += double(y[c * 6 + i]) * y[c * 6 + i];
+    }
+    EXPECT_NEAR(s / 6, 0.0, 1e-5);
+    EXPECT_NEAR(sq / 6, 1.0, 1e-4);
+  }
+}
+
+TEST(NormOpsKernel, GroupNormEqualsInstanceNormWithOneChannelPerGroup) {
+  std::vector<float> x = ramp(24, 0.3f, -0.5f);
+  Tensor sc = make_f32({4}, {1, 2, 3, 4}), bi = make_f32({4}, {0.1f, 0.2f, 0.3f, 0.4f});
+  ir::Node g = make_node("GroupNormalization", 21);
+  set_int(g, "num_groups", 4);
+  auto a = run_cpu_kernel(g, {make_f32({1, 4, 6}, x), sc, bi}, {{DType::kFloat32, {1, 4, 6}}});
+  auto b = run_cpu_kernel(make_node("InstanceNormalization", 22), {make_f32({1, 4, 6}, x), sc, bi},
+                          {{DType::kFloat32, {1, 4, 6}}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(testing::all_close((*a)[0], (*b)[0]));
+  // Two groups normalize over two channels at once, which differs.
+  set_int(g, "num_groups", 2);
+  auto c = run_cpu_kernel(g, {make_f32({1, 4, 6}, x), sc, bi}, {{DType::kFloat32, {1, 4, 6}}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(testing::all_close((*a)[0], (*c)[0]));
+}
+
+TEST(NormOpsKernel, LpNormalizationAndLrn) {
+  auto out = run_cpu_kernel(make_node("LpNormalization", 22), {make_f32({2, 2}, {3, 4, 0, 0})},
+                            {{DType::kFloat32, {2, 2}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 2}, {0.6f, 0.8f, 0, 0})));
+  ir::Node lrn = make_node("LRN", 13);
+  set_int(lrn, "size", 3);
+  set_float(lrn, "alpha", 3.f);
+  set_float(lrn, "beta", 1.f);
+  set_float(lrn, "bias", 1.f);
+  // Channels [1, 2, 3] at one pixel: window sums of squares 5, 14, 13.
+  out = run_cpu_kernel(lrn, {make_f32({1, 3, 1, 1}, {1, 2, 3})}, {{DType::kFloat32, {1, 3, 1, 1}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 3, 1, 1}, {1.f / 6, 2.f / 15, 3.f / 14})));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -281,5 +281,112 @@ TEST(ReduceOpsKernel, NanPropagatesAndEmptyReductions) {
   EXPECT_EQ((*out)[0].data_as<float>()[1], 1.0f);
 }
 
+
+// ---- ReduceL1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin, Hardmax, TopK ----
+
+TEST(ReduceOpsKernel, NewReductionsAgainstHandValues) {
+  // x = [[1, -2], [3, 4]] reduced over axis 1 with keepdims=0.
+  Tensor x = make_f32({2, 2}, {1, -2, 3, 4});
+  Tensor axes = make_i64({1}, {1});
+  auto run = [&](const char* op) {
+    ir::Node n = make_node(op, 18);
+    set_int(n, "keepdims", 0);
+    auto out = run_cpu_kernel(n, {x, axes}, {{DType::kFloat32, {2}}});
+    EXPECT_TRUE(out.ok()) << out.status().to_string();
+    return out.ok() ? std::vector<float>{(*out)[0].data_as<float>()[0], (*out)[0].data_as<float>()[1]}
+                    : std::vector<float>{};
+  };
+  EXPECT_EQ(run("ReduceL1"), (std::vector<float>{3, 7}));
+  EXPECT_EQ(run("ReduceSumSquare"), (std::vector<float>{5, 25}));
+  auto l2 = run("ReduceL2");
+  EXPECT_NEAR(l2[0], std::sqrt(5.f), 1e-6f);
+  EXPECT_NEAR(l2[1], 5.f, 1e-6f);
+  auto ls = run("ReduceLogSum");
+  EXPECT_TRUE(std::isnan(ls[0]));  // log(-1)
+  EXPECT_NEAR(ls[1], std::log(7.f), 1e-6f);
+  auto lse = run("ReduceLogSumExp");
+  EXPECT_NEAR(lse[0], std::log(std::exp(1.f) + std::exp(-2.f)), 1e-6f);
+  EXPECT_NEAR(lse[1], std::log(std::exp(3.f) + std::exp(4.f)), 1e-6f);
+}
+
+TEST(ReduceOpsKernel, LogSumExpIsStableForLargeInputs) {
+  ir::Node n = make_node("ReduceLogSumExp", 18);
+  auto out = run_cpu_kernel(n, {make_f32({2}, {1000.f, 1000.f})}, {{DType::kFloat32, {1}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_NEAR((*out)[0].data_as<float>()[0], 1000.f + std::log(2.f), 1e-3f);
+}
+
+TEST(ReduceOpsInfer, ArgMaxShapeAndDtype) {
+  ir::Node n = make_node("ArgMax", 13);
+  set_int(n, "axis", -1);
+  set_int(n, "keepdims", 0);
+  auto r = infer(n, {In{DType::kFloat32, {Dim::symbol("b"), 3, 5}}});
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.outs[0].dtype, DType::kInt64);
+  ASSERT_EQ(r.outs[0].shape.size(), 2u);
+  EXPECT_EQ(r.outs[0].shape[1], Dim(3));
+  set_int(n, "axis", 3);
+  EXPECT_FALSE(infer(n, {In{DType::kFloat32, {2, 3, 5}}}).status.ok());
+}
+
+TEST(ReduceOpsKernel, ArgMaxArgMinSelectLastIndex) {
+  Tensor x = make_f32({2, 3}, {1, 5, 5, 2, 2, 0});
+  ir::Node n = make_node("ArgMax", 13);
+  set_int(n, "axis", 1);
+  auto out = run_cpu_kernel(n, {x}, {{DType::kInt64, {2, 1}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[0], 1);
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[1], 0);
+  set_int(n, "select_last_index", 1);
+  out = run_cpu_kernel(n, {x}, {{DType::kInt64, {2, 1}}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[0], 2);
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[1], 1);
+  ir::Node m = make_node("ArgMin", 13);
+  set_int(m, "axis", 0);
+  out = run_cpu_kernel(m, {x}, {{DType::kInt64, {1, 3}}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[0], 0);
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[1], 1);
+  EXPECT_EQ((*out)[0].data_as<int64_t>()[2], 1);
+}
+
+TEST(ReduceOpsKernel, HardmaxMarksFirstMaximum) {
+  auto out = run_cpu_kernel(make_node("Hardmax", 13), {make_f32({2, 3}, {1, 3, 3, -1, -5, -2})},
+                            {{DType::kFloat32, {2, 3}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3}, {0, 1, 0, 1, 0, 0})));
+}
+
+TEST(ReduceOpsInfer, TopKNeedsKAtBuildTime) {
+  ir::Node n = make_node("TopK", 11);
+  auto r = infer(n, {In{DType::kFloat32, {4, 6}}, In{DType::kInt64, {1}, make_i64({1}, {2})}});
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.outs[0].shape[1], Dim(2));
+  EXPECT_EQ(r.outs[0].dtype, DType::kFloat32);
+  // K larger than the axis is an error; a runtime K is unsupported with a clear reason.
+  EXPECT_FALSE(infer(n, {In{DType::kFloat32, {4, 6}}, In{DType::kInt64, {1}, make_i64({1}, {7})}})
+                   .status.ok());
+  auto rt = infer(n, {In{DType::kFloat32, {4, 6}}, In{DType::kInt64, {1}}});
+  EXPECT_EQ(rt.status.code(), StatusCode::kUnsupported);
+}
+
+TEST(ReduceOpsKernel, TopKLargestAndSmallestStable) {
+  Tensor x = make_f32({1, 5}, {3, 1, 3, 7, 1});
+  ir::Node n = make_node("TopK", 11);
+  auto out = run_cpu_kernel(n, {x, make_i64({1}, {3})}, {{DType::kFloat32, {1, 3}}, {DType::kInt64, {1, 3}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 3}, {7, 3, 3})));
+  const int64_t* idx = (*out)[1].data_as<int64_t>();
+  EXPECT_EQ(idx[0], 3);
+  EXPECT_EQ(idx[1], 0);  // ties keep the lower index first
+  EXPECT_EQ(idx[2], 2);
+  set_int(n, "largest", 0);
+  out = run_cpu_kernel(n, {x, make_i64({1}, {2})}, {{DType::kFloat32, {1, 2}}, {DType::kInt64, {1, 2}}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[1].data_as<int64_t>()[0], 1);
+  EXPECT_EQ((*out)[1].data_as<int64_t>()[1], 4);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Shared test helpers.
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -54,6 +55,38 @@ namespace kiln::testing {
            << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+ErrorStats error_stats(const Tensor& a, const Tensor& e) {
+  ErrorStats s;
+  int64_t n = std::min(a.numel(), e.numel());
+  double dot = 0, na = 0, ne = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double x = a.float_at(i), y = e.float_at(i), d = std::fabs(x - y);
+    s.max_abs = std::max(s.max_abs, d);
+    s.mean_abs += d;
+    s.ref_max_abs = std::max(s.ref_max_abs, std::fabs(y));
+    s.ref_mean_abs += std::fabs(y);
+    dot += x * y, na += x * x, ne += y * y;
+  }
+  if (n > 0) s.mean_abs /= double(n), s.ref_mean_abs /= double(n);
+  s.cosine = na > 0 && ne > 0 ? dot / std::sqrt(na * ne) : (na == ne ? 1.0 : 0.0);
+  return s;
+}
+
+double top1_agreement(const Tensor& a, const Tensor& e) {
+  if (a.rank() == 0 || a.shape() != e.shape()) return 0;
+  int64_t cols = a.shape().back();
+  int64_t rows = cols ? a.numel() / cols : 0, agree = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t ba = 0, be = 0;
+    for (int64_t c = 1; c < cols; ++c) {
+      if (a.float_at(r * cols + c) > a.float_at(r * cols + ba)) ba = c;
+      if (e.float_at(r * cols + c) > e.float_at(r * cols + be)) be = c;
+    }
+    agree += ba == be;
+  }
+  return rows ? double(agree) / double(rows) : 1.0;
 }
 
 Tensor make_f32(Shape shape, std::vector<float> values) {

@@ -21,6 +21,37 @@ namespace kiln::testing {
 inline constexpr double kFp32Atol = 1e-4;
 inline constexpr double kFp32Rtol = 1e-3;
 
+// Reduced-precision runs (TF32, FP16, BF16) against the FP32 reference: error statistics over a
+// tensor, checked against per-precision limits. max_abs and mean_abs are relative to the
+// reference's max |e| and mean |e| (the shared models' outputs differ in scale); top-1 agreement
+// is over rows of the last axis, for classifiers.
+struct ErrorStats {
+  double max_abs = 0, mean_abs = 0, ref_max_abs = 0, ref_mean_abs = 0, cosine = 1;
+};
+ErrorStats error_stats(const Tensor& actual, const Tensor& expected);
+double top1_agreement(const Tensor& actual, const Tensor& expected);
+
+// The seeded shared models include degenerate references (vit_tiny's logits are all 0 and
+// mobilenet_v3_small's are ~1e-9), so the relative limits carry an absolute floor (the FP32
+// elementwise atol) and cosine/top-1 are only checked where the reference's max |e| exceeds
+// kMeaningfulRefMax.
+struct PrecisionTolerance {
+  const char* name;
+  double max_rel;   // max_abs <= max_rel * ref_max_abs + abs_floor
+  double mean_rel;  // mean_abs <= mean_rel * ref_mean_abs + abs_floor
+  double abs_floor;
+  double min_cosine;
+  double min_top1;  // fraction of rows whose argmax agrees
+};
+inline constexpr double kMeaningfulRefMax = 1e-3;
+inline constexpr PrecisionTolerance kTf32Tolerance{"tf32", 1e-2, 5e-3, 1e-4, 0.99995, 0.75};
+inline constexpr PrecisionTolerance kFp16Tolerance{"float16", 2e-2, 1e-2, 1e-4, 0.9999, 0.75};
+inline constexpr PrecisionTolerance kBf16Tolerance{"bfloat16", 5e-2, 3e-2, 1e-4, 0.999, 0.5};
+// The seed's MobileNetV3 finding: strict FP32 reaches about 1e-5 max abs error, and TF32's max
+// abs error is at least this many times larger.
+inline constexpr double kStrictFp32MobilenetMaxAbs = 2e-5;
+inline constexpr double kTf32OverFp32MinRatio = 10.0;
+
 Tensor make_f32(Shape shape, std::vector<float> values);
 Tensor make_i64(Shape shape, std::vector<int64_t> values);
 

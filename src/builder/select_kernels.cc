@@ -10,7 +10,7 @@ Status select_kernels(BuildState& s) {
   int n_failed = 0;
   for (int n : s.runtime_nodes) {
     const ir::Node& node = g.nodes[n];
-    backends::KernelQuery q{node, {}, {}};
+    backends::KernelQuery q{node, {}, {}, s.config.flags()};
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     auto kernel = s.backend.create_kernel(q);
@@ -20,6 +20,10 @@ Status select_kernels(BuildState& s) {
       continue;
     }
     s.plan.kernels.push_back((*kernel)->name());
+    if (std::string p = (*kernel)->precision(); !p.empty()) {
+      s.plan.precisions.push_back(p);
+      continue;
+    }
     DType dt = node.outputs.empty() || node.outputs[0] < 0 ? DType::kUndefined : g.values[node.outputs[0]].dtype;
     s.plan.precisions.push_back(std::string(dtype_name(dt)));
   }

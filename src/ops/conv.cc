@@ -1,5 +1,6 @@
-// Schemas of the conv op family: Conv and the pools (MaxPool, AveragePool, GlobalAveragePool,
-// GlobalMaxPool), sharing the spatial attribute checks and the symbolic output-size formula.
+// Schemas of the conv op family: Conv (and ConvInteger, QLinearConv), ConvTranspose and the pools
+// (MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, MaxUnpool), sharing the spatial
+// attribute checks and the symbolic output-size formula.
 #include <string>
 #include <vector>
 
@@ -136,17 +137,17 @@ StatusOr<size_t> spatial_rank(InferContext& ctx) {
   return size_t(r - 2);
 }
 
-Status infer_conv(InferContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(size_t n, spatial_rank(ctx));
-  for (int i = 0; i < 3; ++i) {
-    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_float_input(ctx, i));
-  }
-  const auto& x = ctx.input_shape(0);
-  const auto& w = ctx.input_shape(1);
+// The output shape of a convolution of input xi by weights wi (bias bi, -1 for none), shared by
+// Conv, ConvInteger and QLinearConv, which differ only in where X, W and B sit and in dtypes.
+StatusOr<std::vector<Dim>> conv_output_shape(InferContext& ctx, int xi, int wi, int bi) {
+  const auto& x = ctx.input_shape(xi);
+  const auto& w = ctx.input_shape(wi);
+  size_t n = x.size() - 2;
   if (w.size() != x.size()) {
-    return ctx.error(StatusCode::kInvalidModel, "input 1 (W) has rank " + std::to_string(w.size()) +
-                                                    ", expected the rank of input 0 (" +
-                                                    std::to_string(x.size()) + ")");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input " + std::to_string(wi) + " (W) has rank " + std::to_string(w.size()) +
+                         ", expected the rank of input " + std::to_string(xi) + " (" +
+                         std::to_string(x.size()) + ")");
   }
   KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrs().get_int("group", 1));
   if (group < 1) {
@@ -160,32 +161,83 @@ Status infer_conv(InferContext& ctx) {
     KILN_RETURN_IF_ERROR(read_ints(ctx, "kernel_shape", n, 1, 1, &ks));
     for (size_t i = 0; i < n; ++i) {
       KILN_RETURN_IF_ERROR(ctx.require_equal(w[2 + i], Dim(ks[i]),
-                                             "input 1 (W) dim " + std::to_string(2 + i) +
-                                                 " matches kernel_shape[" + std::to_string(i) + "]"));
+                                             "input " + std::to_string(wi) + " (W) dim " +
+                                                 std::to_string(2 + i) + " matches kernel_shape[" +
+                                                 std::to_string(i) + "]"));
     }
   }
   KILN_RETURN_IF_ERROR(ctx.require_equal(
       x[1], w[1] * group,
-      "input 0 dim 1 (channels) equals input 1 (W) dim 1 times group (" + std::to_string(group) +
-          ")"));
+      "input " + std::to_string(xi) + " dim 1 (channels) equals input " + std::to_string(wi) +
+          " (W) dim 1 times group (" + std::to_string(group) + ")"));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(
       w[0], Dim(group),
-      "input 1 (W) dim 0 (output channels) is divisible by group (" + std::to_string(group) + ")"));
-  if (ctx.has_input(2)) {
-    const auto& b = ctx.input_shape(2);
+      "input " + std::to_string(wi) + " (W) dim 0 (output channels) is divisible by group (" +
+          std::to_string(group) + ")"));
+  if (bi >= 0 && ctx.has_input(bi)) {
+    const auto& b = ctx.input_shape(bi);
     if (b.size() != 1) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       "input 2 (B) must be 1-D, got rank " + std::to_string(b.size()));
+      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(bi) +
+                                                      " (B) must be 1-D, got rank " +
+                                                      std::to_string(b.size()));
     }
-    KILN_RETURN_IF_ERROR(
-        ctx.require_equal(b[0], w[0], "input 2 (B) dim 0 equals input 1 (W) dim 0 (output channels)"));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        b[0], w[0],
+        "input " + std::to_string(bi) + " (B) dim 0 equals the output channels (W dim 0)"));
   }
   std::vector<Dim> out = {x[0], w[0]};
   for (size_t i = 0; i < n; ++i) {
     KILN_ASSIGN_OR_RETURN(Dim d, spatial_out(ctx, s, i, x[2 + i], w[2 + i]));
     out.push_back(d);
   }
+  return out;
+}
+
+Status infer_conv(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(spatial_rank(ctx).status());
+  for (int i = 0; i < 3; ++i) {
+    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_float_input(ctx, i));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, conv_output_shape(ctx, 0, 1, 2));
   ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+  return ok_status();
+}
+
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+Status require_8bit(InferContext& ctx, int i) {
+  if (ctx.has_input(i) && !is_8bit(ctx.input_dtype(i))) {
+    return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " has dtype " +
+                                                    std::string(dtype_name(ctx.input_dtype(i))) +
+                                                    ", expected int8 or uint8");
+  }
+  return ok_status();
+}
+
+// ConvInteger: x, w (8-bit), optional zero points; int32 output.
+Status infer_conv_integer(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(spatial_rank(ctx).status());
+  for (int i = 0; i < 4; ++i) KILN_RETURN_IF_ERROR(require_8bit(ctx, i));
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, conv_output_shape(ctx, 0, 1, -1));
+  ctx.set_output(0, DType::kInt32, std::move(out));
+  return ok_status();
+}
+
+// QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B (int32); output y_zp's dtype.
+Status infer_qlinear_conv(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(spatial_rank(ctx).status());
+  for (int i : {0, 2, 3, 5, 7}) KILN_RETURN_IF_ERROR(require_8bit(ctx, i));
+  for (int i : {1, 4, 6}) {
+    if (!is_float(ctx.input_dtype(i))) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input " + std::to_string(i) + " (a scale) must be a float type");
+    }
+  }
+  if (ctx.has_input(8) && ctx.input_dtype(8) != DType::kInt32) {
+    return ctx.error(StatusCode::kInvalidModel, "input 8 (B) must be int32");
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, conv_output_shape(ctx, 0, 3, 8));
+  ctx.set_output(0, ctx.input_dtype(ctx.has_input(7) ? 7 : 0), std::move(out));
   return ok_status();
 }
 
@@ -220,6 +272,11 @@ Status infer_pool(InferContext& ctx, bool is_max) {
 }
 
 Status infer_max_pool(InferContext& ctx) { return infer_pool(ctx, true); }
+Status infer_lp_pool(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrs().get_int("p", 2));
+  if (p < 1) return ctx.error(StatusCode::kInvalidModel, "attribute p must be >= 1");
+  return infer_pool(ctx, false);
+}
 Status infer_average_pool(InferContext& ctx) { return infer_pool(ctx, false); }
 
 Status infer_global_pool(InferContext& ctx) {
@@ -233,6 +290,120 @@ Status infer_global_pool(InferContext& ctx) {
   return ok_status();
 }
 
+// ConvTranspose: X [N, C, in...], W [C, M/group, k...] -> Y [N, M, out...] with
+// out = stride*(in-1) + output_padding + dilation*(k-1) + 1 - pads, or output_shape when given,
+// or in*stride under SAME_* (the kernel derives the pads from the output size).
+Status infer_conv_transpose(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(size_t n, spatial_rank(ctx));
+  for (int i = 0; i < 3; ++i) {
+    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_float_input(ctx, i));
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& w = ctx.input_shape(1);
+  if (w.size() != x.size()) {
+    return ctx.error(StatusCode::kInvalidModel, "input 1 (W) has rank " + std::to_string(w.size()) +
+                                                    ", expected the rank of input 0 (" +
+                                                    std::to_string(x.size()) + ")");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrs().get_int("group", 1));
+  if (group < 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute group is " + std::to_string(group) + ", expected >= 1");
+  }
+  Spatial s;
+  KILN_RETURN_IF_ERROR(read_spatial(ctx, n, /*has_dilations=*/true, /*has_ceil=*/false, &s));
+  std::vector<int64_t> out_pad;
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "output_padding", n, 0, 0, &out_pad));
+  if (ctx.attrs().has("kernel_shape")) {
+    std::vector<int64_t> ks;
+    KILN_RETURN_IF_ERROR(read_ints(ctx, "kernel_shape", n, 1, 1, &ks));
+    for (size_t i = 0; i < n; ++i) {
+      KILN_RETURN_IF_ERROR(ctx.require_equal(w[2 + i], Dim(ks[i]),
+                                             "input 1 (W) dim " + std::to_string(2 + i) +
+                                                 " matches kernel_shape[" + std::to_string(i) + "]"));
+    }
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(
+      w[0], x[1], "input 1 (W) dim 0 equals input 0 dim 1 (input channels)"));
+  KILN_RETURN_IF_ERROR(ctx.require_divisible(
+      x[1], Dim(group),
+      "input 0 dim 1 (channels) is divisible by group (" + std::to_string(group) + ")"));
+  Dim m = w[1] * group;
+  if (ctx.has_input(2)) {
+    const auto& b = ctx.input_shape(2);
+    if (b.size() != 1) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 2 (B) must be 1-D, got rank " + std::to_string(b.size()));
+    }
+    KILN_RETURN_IF_ERROR(ctx.require_equal(b[0], m, "input 2 (B) dim 0 equals output channels"));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> output_shape,
+                        ctx.attrs().get_ints("output_shape", std::vector<int64_t>{}));
+  if (!output_shape.empty() && output_shape.size() != n && output_shape.size() != n + 2) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute output_shape has " +
+                                                    std::to_string(output_shape.size()) +
+                                                    " values, expected " + std::to_string(n));
+  }
+  std::vector<Dim> out = {x[0], m};
+  for (size_t i = 0; i < n; ++i) {
+    Dim d;
+    if (!output_shape.empty()) {
+      d = Dim(output_shape[output_shape.size() - n + i]);
+    } else if (s.auto_pad == AutoPad::kSameUpper || s.auto_pad == AutoPad::kSameLower) {
+      d = x[2 + i] * s.strides[i];
+    } else {
+      int64_t pads = s.auto_pad == AutoPad::kNotSet ? s.pads[i] + s.pads[n + i] : 0;
+      d = (x[2 + i] - 1) * s.strides[i] + out_pad[i] + (w[2 + i] - 1) * s.dilations[i] + 1 - pads;
+    }
+    KILN_RETURN_IF_ERROR(ctx.require_ge(d, Dim(1), "output dim " + std::to_string(2 + i) +
+                                                       " is at least 1"));
+    out.push_back(d);
+  }
+  ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+  return ok_status();
+}
+
+// MaxUnpool: scatters X into a zero tensor at the flat Indices MaxPool produced. Its size is
+// output_shape (input 2, needed at build time) or the inverse of the pool's size formula.
+Status infer_max_unpool(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(size_t n, spatial_rank(ctx));
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  if (ctx.input_dtype(1) != DType::kInt64) {
+    return ctx.error(StatusCode::kInvalidModel, "input 1 (I) must be int64");
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& idx = ctx.input_shape(1);
+  if (idx.size() != x.size()) {
+    return ctx.error(StatusCode::kInvalidModel, "input 1 (I) must have the shape of input 0");
+  }
+  for (size_t d = 0; d < x.size(); ++d) {
+    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[d], x[d], "input 1 (I) dim " + std::to_string(d) +
+                                                             " matches input 0"));
+  }
+  if (ctx.has_input(2)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<Dim> shape, ctx.require_value(2, "output_shape"));
+    if (shape.size() != x.size()) {
+      return ctx.error(StatusCode::kInvalidModel, "input 2 (output_shape) must have " +
+                                                      std::to_string(x.size()) + " elements");
+    }
+    ctx.set_output(0, ctx.input_dtype(0), std::move(shape));
+    return ok_status();
+  }
+  if (!ctx.attrs().has("kernel_shape")) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute kernel_shape is required");
+  }
+  std::vector<int64_t> kernel, strides, pads;
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "kernel_shape", n, 1, 1, &kernel));
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "strides", n, 1, 1, &strides));
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "pads", 2 * n, 0, 0, &pads));
+  std::vector<Dim> out = {x[0], x[1]};
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back((x[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[n + i]);
+  }
+  ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -241,6 +412,11 @@ void register_conv_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kAveragePool, 1, 1, 1, 1, &infer_average_pool});
   r.add(OpSchema{OpKind::kGlobalAveragePool, 1, 1, 1, 1, &infer_global_pool});
   r.add(OpSchema{OpKind::kGlobalMaxPool, 1, 1, 1, 1, &infer_global_pool});
+  r.add(OpSchema{OpKind::kLpPool, 1, 1, 1, 1, &infer_lp_pool});
+  r.add(OpSchema{OpKind::kConvTranspose, 2, 3, 1, 1, &infer_conv_transpose});
+  r.add(OpSchema{OpKind::kMaxUnpool, 2, 3, 1, 1, &infer_max_unpool});
+  r.add(OpSchema{OpKind::kConvInteger, 2, 4, 1, 1, &infer_conv_integer});
+  r.add(OpSchema{OpKind::kQLinearConv, 8, 9, 1, 1, &infer_qlinear_conv});
 }
 
 }  // namespace kiln::ops

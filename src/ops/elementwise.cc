@@ -479,6 +479,17 @@ Status infer_cast(InferContext& ctx) {
   return ok_status();
 }
 
+// CastLike: Cast to the dtype of input 1.
+Status infer_cast_like(InferContext& ctx) {
+  if (!ctx.has_input(1)) {
+    return ctx.error(StatusCode::kInvalidModel, "input 1 (target_type) is missing");
+  }
+  auto sat = ctx.attrs().get_int("saturate", 1);
+  if (!sat.ok()) return attr_error(ctx, sat.status());
+  ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0));
+  return ok_status();
+}
+
 Status infer_clip(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_numeric(dt), "numeric tensors"));
@@ -533,6 +544,7 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kIdentity, 1, 1, 1, 1, &infer_unary, true, true});
   r.add(OpSchema{OpKind::kWhere, 3, 3, 1, 1, &infer_where, true, false});
   r.add(OpSchema{OpKind::kCast, 1, 1, 1, 1, &infer_cast, true, false});
+  r.add(OpSchema{OpKind::kCastLike, 2, 2, 1, 1, &infer_cast_like, true, false});
   r.add(OpSchema{OpKind::kClip, 1, 3, 1, 1, &infer_clip, true, false});
 }
 

@@ -413,17 +413,87 @@ Status infer_cumsum(InferContext& ctx) {
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kInt32 &&
       dtype != DType::kInt64) {
     return ctx.error(StatusCode::kUnsupported,
-                     "CumSum on " + std::string(dtype_name(dtype)) + " is not supported");
+                     ctx.node().op_type + " on " + std::string(dtype_name(dtype)) +
+                         " is not supported");
   }
   if (!is_index_dtype(ctx.input_dtype(1))) {
     return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (axis) must be int32 or int64");
   }
   KILN_ASSIGN_OR_RETURN(Dims axis, ctx.require_value(1, "axis"));
   if (axis.size() != 1 || !axis[0].is_const()) {
-    return ctx.error(StatusCode::kInvalidModel, "the CumSum axis must be one constant");
+    return ctx.error(StatusCode::kInvalidModel, "the axis must be one constant");
   }
   KILN_RETURN_IF_ERROR(ctx.normalize_axis(axis[0].value(), ctx.input_rank(0), "axis").status());
   ctx.set_output(0, dtype, ctx.input_shape(0));
+  return ok_status();
+}
+
+// ScatterElements (and Scatter, its deprecated name): data, indices and updates of one rank.
+Status infer_scatter_elements(InferContext& ctx) {
+  const Dims& data = ctx.input_shape(0);
+  const Dims& idx = ctx.input_shape(1);
+  const Dims& upd = ctx.input_shape(2);
+  int r = int(data.size());
+  if (!is_index_dtype(ctx.input_dtype(1))) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+  }
+  if (ctx.input_dtype(2) != ctx.input_dtype(0)) {
+    return ctx.error(StatusCode::kInvalidModel, "updates and data must have the same dtype");
+  }
+  if (r < 1 || int(idx.size()) != r || int(upd.size()) != r) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "data, indices and updates must have the same rank >= 1");
+  }
+  auto axis_attr = ctx.attrs().get_int("axis", 0);
+  if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
+  KILN_RETURN_IF_ERROR(ctx.normalize_axis(*axis_attr, r, "axis").status());
+  for (int k = 0; k < r; ++k) {
+    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[k], upd[k], "updates dim " + std::to_string(k) +
+                                                               " matches indices dim " +
+                                                               std::to_string(k)));
+  }
+  auto red = ctx.attrs().get_string("reduction", "none");
+  if (!red.ok()) return attr_error(ctx, red.status());
+  if (*red != "none" && *red != "add" && *red != "mul" && *red != "max" && *red != "min") {
+    return ctx.error(StatusCode::kInvalidModel, "unknown reduction '" + *red + "'");
+  }
+  ctx.set_output(0, ctx.input_dtype(0), data);
+  return ok_status();
+}
+
+// ScatterND: indices (..., k) address slices of data; updates = indices[:-1] + data[k:].
+Status infer_scatter_nd(InferContext& ctx) {
+  const Dims& data = ctx.input_shape(0);
+  const Dims& idx = ctx.input_shape(1);
+  const Dims& upd = ctx.input_shape(2);
+  if (ctx.input_dtype(1) != DType::kInt64) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int64");
+  }
+  if (ctx.input_dtype(2) != ctx.input_dtype(0)) {
+    return ctx.error(StatusCode::kInvalidModel, "updates and data must have the same dtype");
+  }
+  if (idx.empty() || !idx.back().is_const()) {
+    return ctx.error(StatusCode::kInvalidModel, "the last dim of indices must be a constant");
+  }
+  int64_t k = idx.back().value();
+  int r = int(data.size()), q = int(idx.size());
+  if (k < 1 || k > r || int(upd.size()) != q - 1 + r - int(k)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "updates must have rank q + r - k - 1 with 1 <= k <= r");
+  }
+  for (int d = 0; d < q - 1; ++d) {
+    KILN_RETURN_IF_ERROR(ctx.require_equal(upd[d], idx[d], "updates dim matches indices dim"));
+  }
+  for (int d = int(k); d < r; ++d) {
+    KILN_RETURN_IF_ERROR(
+        ctx.require_equal(upd[q - 1 + d - int(k)], data[d], "updates dim matches data dim"));
+  }
+  auto red = ctx.attrs().get_string("reduction", "none");
+  if (!red.ok()) return attr_error(ctx, red.status());
+  if (*red != "none" && *red != "add" && *red != "mul" && *red != "max" && *red != "min") {
+    return ctx.error(StatusCode::kInvalidModel, "unknown reduction '" + *red + "'");
+  }
+  ctx.set_output(0, ctx.input_dtype(0), data);
   return ok_status();
 }
 
@@ -435,6 +505,10 @@ void register_index_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kGatherND, 2, 2, 1, 1, &infer_gather_nd});
   r.add(OpSchema{OpKind::kGatherElements, 2, 2, 1, 1, &infer_gather_elements});
   r.add(OpSchema{OpKind::kCumSum, 2, 2, 1, 1, &infer_cumsum});
+  r.add(OpSchema{OpKind::kCumProd, 2, 2, 1, 1, &infer_cumsum});
+  r.add(OpSchema{OpKind::kScatterElements, 3, 3, 1, 1, &infer_scatter_elements});
+  r.add(OpSchema{OpKind::kScatter, 3, 3, 1, 1, &infer_scatter_elements});
+  r.add(OpSchema{OpKind::kScatterND, 3, 3, 1, 1, &infer_scatter_nd});
 }
 
 }  // namespace kiln::ops

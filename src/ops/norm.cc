@@ -1,5 +1,6 @@
-// Schemas of the norm op family: LayerNormalization, BatchNormalization (inference), Softmax and
-// LogSoftmax (both the opset-13 single-axis and the older coerce-to-2-D semantics).
+// Schemas of the norm op family: LayerNormalization, RMSNormalization, BatchNormalization
+// (inference), Instance/Group/Lp/MeanVariance normalization, LRN, and Softmax/LogSoftmax (both the
+// opset-13 single-axis and the older coerce-to-2-D semantics).
 #include "ops/schema.h"
 
 namespace kiln::ops {
@@ -119,6 +120,122 @@ Status infer_softmax(InferContext& ctx) {
   return ok_status();
 }
 
+// Scale (and bias) of shape broadcastable onto the normalized dims X[axis:], as in
+// LayerNormalization; shared by RMSNormalization.
+Status check_trailing_param(InferContext& ctx, int i, int axis) {
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  if (ctx.input_dtype(i) != ctx.input_dtype(0)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input " + std::to_string(i) + " dtype differs from input 0");
+  }
+  const auto& s = ctx.input_shape(i);
+  int norm_rank = rank - axis;
+  if (int(s.size()) > norm_rank) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input " + std::to_string(i) + " has rank " + std::to_string(s.size()) +
+                         ", more than the " + std::to_string(norm_rank) + " normalized dims");
+  }
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (s[d].is_const() && s[d].value() == 1) continue;
+    int xd = rank - int(s.size()) + int(d);
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        s[d], x[xd],
+        "input " + std::to_string(i) + " dim " + std::to_string(d) + " matches input 0 dim " +
+            std::to_string(xd)));
+  }
+  return ok_status();
+}
+
+Status infer_rms_norm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  if (rank == 0) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attrs().get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_attr, rank, "attribute 'axis'"));
+  KILN_ASSIGN_OR_RETURN(float eps, ctx.attrs().get_float("epsilon", 1e-5f));
+  if (!(eps >= 0)) return ctx.error(StatusCode::kInvalidModel, "attribute 'epsilon' must be >= 0");
+  KILN_RETURN_IF_ERROR(check_trailing_param(ctx, 1, axis));
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
+// A per-channel parameter: rank 1 with `channels` elements.
+Status check_channel_param(InferContext& ctx, int i, const ir::Dim& channels, const char* what) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, i));
+  const auto& s = ctx.input_shape(i);
+  if (s.size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input " + std::to_string(i) + " (" + what + ") must have rank 1");
+  }
+  return ctx.require_equal(s[0], channels,
+                           "input " + std::to_string(i) + " (" + what + ") length matches channels");
+}
+
+Status infer_instance_norm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  if (x.size() < 2) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 2");
+  KILN_ASSIGN_OR_RETURN(float eps, ctx.attrs().get_float("epsilon", 1e-5f));
+  if (!(eps >= 0)) return ctx.error(StatusCode::kInvalidModel, "attribute 'epsilon' must be >= 0");
+  KILN_RETURN_IF_ERROR(check_channel_param(ctx, 1, x[1], "scale"));
+  KILN_RETURN_IF_ERROR(check_channel_param(ctx, 2, x[1], "B"));
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
+// Opset 21 takes per-channel scale and bias; opset 18 took them per group.
+Status infer_group_norm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  if (x.size() < 2) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 2");
+  KILN_ASSIGN_OR_RETURN(int64_t groups, ctx.attrs().get_int("num_groups", std::nullopt));
+  if (groups <= 0) return ctx.error(StatusCode::kInvalidModel, "attribute 'num_groups' must be > 0");
+  KILN_ASSIGN_OR_RETURN(float eps, ctx.attrs().get_float("epsilon", 1e-5f));
+  if (!(eps >= 0)) return ctx.error(StatusCode::kInvalidModel, "attribute 'epsilon' must be >= 0");
+  KILN_RETURN_IF_ERROR(
+      ctx.require_divisible(x[1], ir::Dim(groups), "channels divisible by num_groups"));
+  ir::Dim param_len = ctx.opset() > 0 && ctx.opset() < 21 ? ir::Dim(groups) : x[1];
+  KILN_RETURN_IF_ERROR(check_channel_param(ctx, 1, param_len, "scale"));
+  KILN_RETURN_IF_ERROR(check_channel_param(ctx, 2, param_len, "bias"));
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
+Status infer_lp_norm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrs().get_int("axis", -1));
+  KILN_RETURN_IF_ERROR(ctx.normalize_axis(axis, int(x.size()), "attribute 'axis'").status());
+  KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrs().get_int("p", 2));
+  if (p != 1 && p != 2) return ctx.error(StatusCode::kInvalidModel, "attribute 'p' must be 1 or 2");
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
+Status infer_mvn(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                        ctx.attrs().get_ints("axes", std::vector<int64_t>{0, 2, 3}));
+  for (int64_t a : axes) {
+    KILN_RETURN_IF_ERROR(ctx.normalize_axis(a, int(x.size()), "axes element").status());
+  }
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
+Status infer_lrn(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  if (x.size() < 2) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 2");
+  KILN_ASSIGN_OR_RETURN(int64_t size, ctx.attrs().get_int("size", std::nullopt));
+  if (size <= 0) return ctx.error(StatusCode::kInvalidModel, "attribute 'size' must be > 0");
+  ctx.set_output(0, ctx.input_dtype(0), x);
+  return ok_status();
+}
+
 }  // namespace
 
 void register_norm_ops(OpRegistry& r) {
@@ -126,6 +243,12 @@ void register_norm_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kBatchNormalization, 5, 5, 1, 5, &infer_batch_norm});
   r.add(OpSchema{OpKind::kSoftmax, 1, 1, 1, 1, &infer_softmax});
   r.add(OpSchema{OpKind::kLogSoftmax, 1, 1, 1, 1, &infer_softmax});
+  r.add(OpSchema{OpKind::kRMSNormalization, 2, 2, 1, 1, &infer_rms_norm});
+  r.add(OpSchema{OpKind::kInstanceNormalization, 3, 3, 1, 1, &infer_instance_norm});
+  r.add(OpSchema{OpKind::kGroupNormalization, 3, 3, 1, 1, &infer_group_norm});
+  r.add(OpSchema{OpKind::kLpNormalization, 1, 1, 1, 1, &infer_lp_norm});
+  r.add(OpSchema{OpKind::kMeanVarianceNormalization, 1, 1, 1, 1, &infer_mvn});
+  r.add(OpSchema{OpKind::kLRN, 1, 1, 1, 1, &infer_lrn});
 }
 
 }  // namespace kiln::ops

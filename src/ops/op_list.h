@@ -9,12 +9,23 @@
   X(Exp) X(Log) X(Erf) X(Relu) X(Sigmoid) X(Tanh) X(HardSigmoid) X(HardSwish) X(Sin) X(Cos)     \
   X(IsNaN) X(IsInf) X(Floor) X(Ceil) X(Where) X(Cast) X(Identity) X(LeakyRelu) X(Clip)           \
   X(Softplus) X(Elu) X(Gelu) X(Sign) X(Round)                                                    \
+  X(CastLike) X(Dropout) X(Tan) X(Asin) X(Acos) X(Atan) X(Sinh) X(Cosh) X(Asinh) X(Acosh)        \
+  X(Atanh) X(Softsign) X(Selu) X(Celu) X(Mish) X(ThresholdedRelu) X(Swish) X(Shrink) X(PRelu)    \
+  X(Sum) X(Mean) X(BitwiseAnd) X(BitwiseOr) X(BitwiseXor) X(BitwiseNot) X(BitShift)              \
+  X(NegativeLogLikelihoodLoss) X(SoftmaxCrossEntropyLoss)                                        \
   /* matmul, conv, norm, reduce, resize */                                                      \
   X(MatMul) X(Gemm) X(Conv) X(MaxPool) X(AveragePool) X(GlobalAveragePool) X(GlobalMaxPool)     \
   X(LayerNormalization) X(BatchNormalization) X(Softmax) X(LogSoftmax) X(ReduceMean)            \
   X(ReduceSum) X(ReduceMax) X(ReduceMin) X(ReduceProd) X(Resize) X(DepthToSpace)                \
   X(SpaceToDepth) X(Flatten)                                                                     \
+  X(ReduceL1) X(ReduceL2) X(ReduceLogSum) X(ReduceLogSumExp) X(ReduceSumSquare) X(ArgMax)      \
+  X(ArgMin) X(Hardmax) X(TopK) X(RMSNormalization) X(GroupNormalization)                        \
+  X(InstanceNormalization) X(LpNormalization) X(MeanVarianceNormalization) X(LRN)               \
+  X(ConvTranspose) X(LpPool) X(MaxUnpool) X(Einsum)                                             \
+  /* quant, attention */                                                                        \
+  X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear) X(QLinearMatMul)               \
+  X(MatMulInteger) X(QLinearConv) X(ConvInteger) X(Attention) X(RotaryEmbedding)                \
   /* shape and index */                                                                         \
   X(Shape) X(Size) X(Reshape) X(Squeeze) X(Unsqueeze) X(Concat) X(Slice) X(Gather) X(GatherND)  \
   X(GatherElements) X(Expand) X(Transpose) X(Range) X(ConstantOfShape) X(Constant) X(CumSum)    \
-  X(Split) X(Tile) X(Pad) X(Trilu)
+  X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)

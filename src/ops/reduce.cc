@@ -1,5 +1,6 @@
-// Schemas of the reduce op family: ReduceMean/Sum/Max/Min/Prod with keepdims and
-// noop_with_empty_axes; axes come from the attribute (older opsets) or from input 1.
+// Schemas of the reduce op family: ReduceMean/Sum/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare
+// with keepdims and noop_with_empty_axes (axes from the attribute or input 1), ArgMax/ArgMin,
+// Hardmax and TopK.
 #include <algorithm>
 
 #include "core/checked.h"
@@ -110,7 +111,8 @@ void fold_value(InferContext& ctx, OpKind kind, const std::vector<ir::Dim>& in_s
 template <OpKind kKind>
 Status infer_reduce(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
-  if (!is_float(dt) && !is_integer(dt)) {
+  bool bool_ok = kKind == OpKind::kReduceMax || kKind == OpKind::kReduceMin;
+  if (!is_float(dt) && !is_integer(dt) && !(bool_ok && dt == DType::kBool)) {
     return ctx.error(StatusCode::kInvalidModel,
                      "input 0 dtype " + std::string(dtype_name(dt)) + " is not numeric");
   }
@@ -149,7 +151,97 @@ Status infer_reduce(InferContext& ctx) {
     out_numel = *m;
   }
   ctx.set_output(0, dt, out);
-  if (const_out && out_numel <= kMaxSymbolicElements) fold_value(ctx, kKind, x, axes, out_numel);
+  bool foldable = kKind == OpKind::kReduceMean || kKind == OpKind::kReduceSum ||
+                  kKind == OpKind::kReduceMax || kKind == OpKind::kReduceMin ||
+                  kKind == OpKind::kReduceProd;
+  if (foldable && const_out && out_numel <= kMaxSymbolicElements) {
+    fold_value(ctx, kKind, x, axes, out_numel);
+  }
+  return ok_status();
+}
+
+// ArgMax/ArgMin: int64 indices along one axis, which keepdims keeps as 1.
+Status infer_arg(InferContext& ctx) {
+  DType dt = ctx.input_dtype(0);
+  if (!is_float(dt) && !is_integer(dt)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 dtype " + std::string(dtype_name(dt)) + " is not numeric");
+  }
+  const auto& x = ctx.input_shape(0);
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attrs().get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attrs().get_int("keepdims", 1));
+  KILN_ASSIGN_OR_RETURN(int64_t last, ctx.attrs().get_int("select_last_index", 0));
+  if (last != 0 && last != 1) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute 'select_last_index' must be 0 or 1");
+  }
+  if (x.empty()) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_attr, int(x.size()), "attribute 'axis'"));
+  KILN_RETURN_IF_ERROR(ctx.require_ge(x[axis], ir::Dim(1), "input 0 dim " + std::to_string(axis) +
+                                                               " (the reduced axis) is not empty"));
+  std::vector<ir::Dim> out;
+  for (int d = 0; d < int(x.size()); ++d) {
+    if (d != axis) {
+      out.push_back(x[d]);
+    } else if (keepdims != 0) {
+      out.push_back(1);
+    }
+  }
+  ctx.set_output(0, DType::kInt64, std::move(out));
+  return ok_status();
+}
+
+// Hardmax keeps the shape. Before opset 13 the input is flattened to 2-D at `axis` (default 1),
+// which agrees with the single-axis form only when axis is the last dim.
+Status infer_hardmax(InferContext& ctx) {
+  DType dt = ctx.input_dtype(0);
+  if (!is_float(dt)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 dtype " + std::string(dtype_name(dt)) + " is not a float type");
+  }
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  bool single_axis = ctx.opset() <= 0 || ctx.opset() >= 13;
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attrs().get_int("axis", single_axis ? -1 : 1));
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_attr, rank, "attribute 'axis'"));
+  if (!single_axis && axis != rank - 1) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "Hardmax before opset 13 with axis other than the last is not supported");
+  }
+  ctx.set_output(0, dt, x);
+  return ok_status();
+}
+
+// TopK: K must be known at build time (a constant or a function of shapes), since the outputs'
+// shapes depend on it.
+Status infer_topk(InferContext& ctx) {
+  DType dt = ctx.input_dtype(0);
+  if (!is_float(dt) && !is_integer(dt)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 dtype " + std::string(dtype_name(dt)) + " is not numeric");
+  }
+  const auto& x = ctx.input_shape(0);
+  int rank = int(x.size());
+  if (rank == 0) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attrs().get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_attr, rank, "attribute 'axis'"));
+  ir::Dim k;
+  if (ctx.opset() > 0 && ctx.opset() < 10) {
+    KILN_ASSIGN_OR_RETURN(int64_t kattr, ctx.attrs().get_int("k", std::nullopt));
+    k = ir::Dim(kattr);
+  } else {
+    if (!ctx.has_input(1)) return ctx.error(StatusCode::kInvalidModel, "input 1 (K) is required");
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Dim> kv, ctx.require_value(1, "K"));
+    if (kv.size() != 1) {
+      return ctx.error(StatusCode::kInvalidModel, "input 1 (K) must have exactly one element");
+    }
+    k = kv[0];
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_ge(k, ir::Dim(0), "K >= 0"));
+  KILN_RETURN_IF_ERROR(ctx.require_ge(x[axis], k, "input 0 dim " + std::to_string(axis) + " >= K"));
+  std::vector<ir::Dim> out = x;
+  out[axis] = k;
+  ctx.set_output(0, dt, out);
+  ctx.set_output(1, DType::kInt64, out);
   return ok_status();
 }
 
@@ -161,6 +253,15 @@ void register_reduce_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kReduceMax, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceMax>});
   r.add(OpSchema{OpKind::kReduceMin, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceMin>});
   r.add(OpSchema{OpKind::kReduceProd, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceProd>});
+  r.add(OpSchema{OpKind::kReduceL1, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceL1>});
+  r.add(OpSchema{OpKind::kReduceL2, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceL2>});
+  r.add(OpSchema{OpKind::kReduceLogSum, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceLogSum>});
+  r.add(OpSchema{OpKind::kReduceLogSumExp, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceLogSumExp>});
+  r.add(OpSchema{OpKind::kReduceSumSquare, 1, 2, 1, 1, &infer_reduce<OpKind::kReduceSumSquare>});
+  r.add(OpSchema{OpKind::kArgMax, 1, 1, 1, 1, &infer_arg});
+  r.add(OpSchema{OpKind::kArgMin, 1, 1, 1, 1, &infer_arg});
+  r.add(OpSchema{OpKind::kHardmax, 1, 1, 1, 1, &infer_hardmax});
+  r.add(OpSchema{OpKind::kTopK, 1, 2, 2, 2, &infer_topk});
 }
 
 }  // namespace kiln::ops

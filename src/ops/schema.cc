@@ -51,6 +51,10 @@ const OpRegistry& op_registry() {
     register_resize_ops(r);
     register_shape_ops(r);
     register_index_ops(r);
+    register_math_ops(r);
+    register_loss_ops(r);
+    register_quant_ops(r);
+    register_attention_ops(r);
     return r;
   }();
   return registry;

@@ -130,5 +130,9 @@ void register_reduce_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
 void register_index_ops(OpRegistry& r);
+void register_math_ops(OpRegistry& r);
+void register_loss_ops(OpRegistry& r);
+void register_quant_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
 
 }  // namespace kiln::ops

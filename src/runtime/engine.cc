@@ -1,6 +1,10 @@
 // Engine and Builder: building a plan, loading and saving it, and answering questions about IO.
 #include "runtime/engine.h"
 
+#include <algorithm>
+#include <cstdint>
+
+#include "builder/build_state.h"
 #include "builder/builder.h"
 #include "frontend/onnx/parse.h"
 #include "plan/engine_file.h"
@@ -41,6 +45,7 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     }
     data->input_bindings.push_back(std::move(dims));
   }
+  KILN_RETURN_IF_ERROR(upload_constants(*data));
   return std::shared_ptr<const EngineData>(std::move(data));
 }
 
@@ -51,6 +56,12 @@ StatusOr<Engine> Builder::build(const Network& network, const BuilderConfig& con
   KILN_ASSIGN_OR_RETURN(plan::Plan plan, builder::build_plan(network.graph, network.model_hash, config, *backend));
   KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
   return Engine(std::move(data));
+}
+
+Status Builder::check_supported(const Network& network) const {
+  BuilderConfig config;
+  builder::BuildState s{network.graph, config, backends::reference_backend()};
+  return builder::check_supported(s);
 }
 
 StatusOr<Engine> Engine::load(const std::string& path) {
@@ -134,6 +145,42 @@ ir::Dim Engine::activation_bytes_formula() const {
 Device Engine::device() const { return data_->plan.device; }
 
 int Engine::num_layers() const { return int(data_->plan.graph.nodes.size()); }
+
+std::vector<LayerInfo> Engine::layers() const {
+  const plan::Plan& p = data_->plan;
+  std::vector<LayerInfo> out;
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    const ir::Node& node = p.graph.nodes[n];
+    out.push_back({node.name, node.op_type, n < p.kernels.size() ? p.kernels[n] : "",
+                   n < p.precisions.size() ? p.precisions[n] : ""});
+  }
+  return out;
+}
+
+StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which) const {
+  if (profile < 0 || profile >= std::max(num_profiles(), 1)) {
+    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
+                            std::to_string(num_profiles()));
+  }
+  ir::SymbolValues symbols;
+  for (int i = 0; i < data_->num_inputs; ++i) {
+    std::string name = io_tensor_name(i);
+    KILN_ASSIGN_OR_RETURN(Shape shape, profile_shape(name, profile, which));
+    const auto& bindings = data_->input_bindings[i];
+    for (size_t d = 0; d < bindings.size() && d < shape.size(); ++d) {
+      if (!bindings[d].fixed) symbols[bindings[d].symbol] = (shape[d] - bindings[d].offset) / bindings[d].coeff;
+    }
+  }
+  int64_t total = 0;
+  for (const auto& slot : data_->plan.slot_bytes) {
+    auto bytes = slot.eval(symbols);
+    if (!bytes || *bytes < 0) return internal_error("cannot evaluate activation slot size " + slot.to_string());
+    int64_t aligned = (*bytes + 63) / 64 * 64;  // the runtime arena's alignment
+    if (total > INT64_MAX - aligned) return invalid_argument("activation memory overflows int64");
+    total += aligned;
+  }
+  return total;
+}
 
 const plan::Plan& Engine::plan() const { return data_->plan; }
 

@@ -29,6 +29,14 @@ class ExecutionContext;
 
 enum class TensorIOMode { kNONE = 0, kINPUT = 1, kOUTPUT = 2 };
 
+// One node that runs in an engine, as `kiln inspect` and the build summary show it.
+struct LayerInfo {
+  std::string name;       // the model's node name
+  std::string op_type;
+  std::string kernel;     // the tactic the builder chose
+  std::string precision;  // what the kernel computes in ("float32", ...)
+};
+
 // Receives output buffers whose size is only known once input shapes are (TensorRT's
 // IOutputAllocator). Return nullptr to fail the run with an out-of-memory error.
 class OutputAllocator {
@@ -60,6 +68,10 @@ class Engine {
   ir::Dim activation_bytes_formula() const;
   Device device() const;
   int num_layers() const;  // nodes that run
+  std::vector<LayerInfo> layers() const;  // in execution order
+  // Activation memory at a profile's min, opt or max input shapes: what an execution context's
+  // arena holds for those shapes (each slot rounded up to the arena's 64-byte alignment).
+  StatusOr<int64_t> activation_bytes(int profile, OptProfileSelector which) const;
   const plan::Plan& plan() const;
 
   StatusOr<std::unique_ptr<ExecutionContext>> create_execution_context() const;
@@ -74,6 +86,9 @@ class Builder {
  public:
   explicit Builder(Device device = Device::kCPU) : device_(device) {}
   StatusOr<Engine> build(const Network& network, const BuilderConfig& config) const;
+  // The build's first check alone: every node whose op kiln does not support (or whose arity is
+  // wrong), listed in one error; ok when the whole model is supported. Needs no profile.
+  Status check_supported(const Network& network) const;
 
  private:
   Device device_;
@@ -93,8 +108,18 @@ class ExecutionContext {
   Status set_tensor_address(const std::string& name, void* data);
   void* tensor_address(const std::string& name) const;
   Status set_output_allocator(const std::string& name, OutputAllocator* allocator);
-  // Runs with the bound addresses; outputs go to their addresses or allocators.
+  // Runs with the bound addresses; outputs go to their addresses or allocators. On CUDA the
+  // addresses are device pointers. execute() = enqueue() on the context's stream + synchronize.
   Status execute();
+  // Enqueues the run on `stream` (a cudaStream_t on CUDA; nullptr: the context's own stream)
+  // without waiting for it. On the CPU it runs synchronously.
+  Status enqueue(void* stream = nullptr);
+  // The context's own stream (nullptr on the CPU).
+  void* stream() const { return stream_; }
+  // CUDA graphs: the run is captured once per set of input shapes and IO addresses, then
+  // replayed; a change re-captures. Ignored by backends without graph capture.
+  void set_use_cuda_graph(bool use) { use_graph_ = use; }
+  bool use_cuda_graph() const { return use_graph_; }
   // Convenience: binds the named host tensors, runs, and returns outputs of exactly their shapes.
   StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
@@ -105,6 +130,9 @@ class ExecutionContext {
   explicit ExecutionContext(std::shared_ptr<const EngineData> data);
   Status prepare_kernels();
   Status resolve();
+  Status check_io_addresses();
+  Status enqueue_kernels(void* stream);
+  Status run_on_device(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>* outputs);
   StatusOr<int> io_index(const std::string& name) const;
 
   std::shared_ptr<const EngineData> data_;
@@ -120,6 +148,21 @@ class ExecutionContext {
   std::vector<size_t> slot_offset_;
   void* arena_ = nullptr;
   size_t arena_capacity_ = 0;
+  // Device backends: the stream, symbolic values in page-locked host memory (kernels read them on
+  // the host; the device reads them in place), run()'s staging and device IO buffers, the graph.
+  void* stream_ = nullptr;
+  void* kernel_stream_ = nullptr;     // the stream kernels were last given
+  std::vector<size_t> sym_offset_;    // per slot, offset into sym_host_ (symbolic slots only)
+  void* sym_host_ = nullptr;
+  size_t sym_capacity_ = 0;
+  void* staging_ = nullptr;
+  size_t staging_capacity_ = 0;
+  void* io_device_ = nullptr;
+  size_t io_device_capacity_ = 0;
+  bool use_graph_ = false;
+  void* graph_ = nullptr;
+  std::vector<int64_t> graph_key_;
+  std::vector<int64_t> graph_failed_key_;
   std::vector<std::vector<TensorView>> node_in_, node_out_;
 };
 

@@ -25,6 +25,21 @@ struct EngineData {
     int64_t coeff = 1, offset = 0;
   };
   std::vector<std::vector<DimBinding>> input_bindings;
+  // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
+  // indexed by plan value (nullptr for non-constants and on the CPU).
+  std::vector<void*> device_constants;
+
+  EngineData() = default;
+  EngineData(const EngineData&) = delete;
+  EngineData& operator=(const EngineData&) = delete;
+  ~EngineData() {
+    for (void* p : device_constants) {
+      if (p) backend->deallocate(p);
+    }
+  }
 };
+
+// Uploads the plan's constants for a device backend (a no-op on host-accessible backends).
+Status upload_constants(EngineData& data);
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // ExecutionContext: binds input shapes to the engine's symbols, resolves every value's shape from
 // its formula, lays out the activation arena for those shapes (growing it only when they grow),
-// and runs the kernels.
+// and runs the kernels. On a device backend (CUDA) the arena and constants are device memory,
+// the run is enqueued on the context's stream (optionally as a CUDA graph), and run() stages host
+// tensors through page-locked buffers.
 #include <cstdlib>
 #include <cstring>
 
@@ -15,7 +17,25 @@ constexpr size_t kAlign = 64;
 
 std::string shape_str(const Shape& s) { return shape_to_string(s); }
 
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
 }  // namespace
+
+Status upload_constants(EngineData& data) {
+  const backends::Backend* b = data.backend;
+  if (b->host_accessible()) return ok_status();
+  const ir::Graph& g = data.plan.graph;
+  data.device_constants.assign(g.values.size(), nullptr);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (data.plan.values[v].storage != plan::Storage::kConstant || !g.values[v].constant) continue;
+    const Tensor& t = *g.values[v].constant;
+    KILN_ASSIGN_OR_RETURN(void* p, b->allocate(t.nbytes()));
+    data.device_constants[v] = p;
+    Status st = b->copy(p, t.data(), t.nbytes(), backends::CopyKind::kHostToDevice, nullptr);
+    if (!st.ok()) return st.with_context("uploading constant '" + g.values[v].name + "'");
+  }
+  return b->synchronize(nullptr);
+}
 
 ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : data_(std::move(data)) {
   input_shapes_.resize(data_->num_inputs);
@@ -24,18 +44,31 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : dat
   allocators_.assign(data_->io_values.size(), nullptr);
 }
 
-ExecutionContext::~ExecutionContext() { std::free(arena_); }
+ExecutionContext::~ExecutionContext() {
+  const backends::Backend* b = data_->backend;
+  if (stream_) b->synchronize(stream_);
+  kernels_.clear();  // kernels free their own device scratch
+  if (graph_) b->destroy_graph(graph_);
+  if (arena_) b->deallocate(arena_);
+  if (io_device_) b->deallocate(io_device_);
+  if (sym_host_) b->deallocate_host(sym_host_);
+  if (staging_) b->deallocate_host(staging_);
+  if (stream_) b->destroy_stream(stream_);
+}
 
 Status ExecutionContext::prepare_kernels() {
   const ir::Graph& g = data_->plan.graph;
+  KILN_ASSIGN_OR_RETURN(stream_, data_->backend->create_stream());
   for (const ir::Node& node : g.nodes) {
-    backends::KernelQuery q{node, {}, {}};
+    backends::KernelQuery q{node, {}, {}, data_->plan.builder_flags};
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     auto kernel = data_->backend->create_kernel(q);
     if (!kernel.ok()) return Status(kernel.status()).with_context("preparing kernels");
     kernels_.push_back(std::move(kernel).value());
+    kernels_.back()->set_stream(stream_);
   }
+  kernel_stream_ = stream_;
   node_in_.resize(g.nodes.size());
   node_out_.resize(g.nodes.size());
   return ok_status();
@@ -166,19 +199,48 @@ Status ExecutionContext::resolve() {
     if (total + aligned < total) return out_of_memory("activation arena size overflows");
     total += aligned;
   }
+  const backends::Backend* backend = data_->backend;
+  const bool host = backend->host_accessible();
   if (total > arena_capacity_) {
-    void* p = std::aligned_alloc(kAlign, std::max<size_t>(total, kAlign));
-    if (!p) return out_of_memory("cannot allocate " + std::to_string(total) + " bytes of activation memory");
-    std::free(arena_);
-    arena_ = p;
+    // In-flight work may still use the old arena.
+    if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));
+    auto p = backend->allocate(std::max<size_t>(total, kAlign));
+    if (!p.ok()) {
+      return out_of_memory("cannot allocate " + std::to_string(total) + " bytes of activation memory: " +
+                           p.status().message());
+    }
+    if (arena_) backend->deallocate(arena_);
+    arena_ = *p;
     arena_capacity_ = total;
+  }
+  // On a device backend symbolic values live in page-locked host memory: kernels that need them
+  // on the host (Slice starts, Resize scales) read them there, device kernels read them in place.
+  char* sym_base = static_cast<char*>(arena_);
+  if (!host) {
+    sym_offset_.assign(slots.size(), 0);
+    size_t sym_total = 0;
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      if (data_->plan.values[v].storage != plan::Storage::kSymbolic) continue;
+      int slot = data_->plan.values[v].slot;
+      sym_offset_[slot] = sym_total;
+      sym_total += align_up(size_t(*slots[slot].eval(symbols_)));
+    }
+    if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));  // in-flight work may read them
+    if (sym_total > sym_capacity_) {
+      KILN_ASSIGN_OR_RETURN(void* p, backend->allocate_host(sym_total));
+      if (sym_host_) backend->deallocate_host(sym_host_);
+      sym_host_ = p;
+      sym_capacity_ = sym_total;
+    }
+    sym_base = static_cast<char*>(sym_host_);
   }
 
   // Shape tensors whose elements are formulas: written once per set of shapes.
   for (size_t v = 0; v < g.values.size(); ++v) {
     if (data_->plan.values[v].storage != plan::Storage::kSymbolic) continue;
     const ir::Value& val = g.values[v];
-    char* dst = static_cast<char*>(arena_) + slot_offset_[data_->plan.values[v].slot];
+    int slot = data_->plan.values[v].slot;
+    char* dst = sym_base + (host ? slot_offset_[slot] : sym_offset_[slot]);
     for (size_t i = 0; i < val.sym_value->size(); ++i) {
       auto x = (*val.sym_value)[i].eval(symbols_);
       if (!x) return internal_error("cannot evaluate element " + std::to_string(i) + " of '" + val.name + "'");
@@ -243,10 +305,8 @@ Status ExecutionContext::set_output_allocator(const std::string& name, OutputAll
   return ok_status();
 }
 
-Status ExecutionContext::execute() {
-  KILN_RETURN_IF_ERROR(infer_shapes());
-  const plan::Plan& p = data_->plan;
-  const ir::Graph& g = p.graph;
+Status ExecutionContext::check_io_addresses() {
+  const ir::Graph& g = data_->plan.graph;
   std::vector<void*>& io = io_address_;
   auto nbytes = [&](int v) { return size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype); };
   for (size_t i = 0; i < data_->io_values.size(); ++i) {
@@ -267,13 +327,25 @@ Status ExecutionContext::execute() {
                               (i < size_t(data_->num_inputs) ? "" : " or set_output_allocator"));
     }
   }
+  return ok_status();
+}
+
+Status ExecutionContext::enqueue_kernels(void* stream) {
+  const plan::Plan& p = data_->plan;
+  const ir::Graph& g = p.graph;
+  const backends::Backend* backend = data_->backend;
+  const bool host = backend->host_accessible();
+  std::vector<void*>& io = io_address_;
+  auto nbytes = [&](int v) { return size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype); };
   const std::vector<int>& io_of_value = data_->io_of_value;
   auto address = [&](int v) -> void* {
     switch (p.values[v].storage) {
       case plan::Storage::kInput:
       case plan::Storage::kOutput: return io[io_of_value[v]];
-      case plan::Storage::kConstant: return g.values[v].constant->data();
+      case plan::Storage::kConstant: return host ? g.values[v].constant->data() : data_->device_constants[v];
       case plan::Storage::kSymbolic:
+        if (!host) return static_cast<char*>(sym_host_) + sym_offset_[p.values[v].slot];
+        return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
       case plan::Storage::kActivation: return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
     }
     return nullptr;
@@ -294,7 +366,119 @@ Status ExecutionContext::execute() {
     int v = data_->io_values[i];
     void* src = address(v);
     if (p.values[v].storage == plan::Storage::kOutput && src == io[i]) continue;
-    if (nbytes(v) > 0) std::memmove(io[i], src, nbytes(v));
+    if (nbytes(v) == 0 || src == io[i]) continue;
+    if (host) {
+      std::memmove(io[i], src, nbytes(v));
+      continue;
+    }
+    auto kind = p.values[v].storage == plan::Storage::kSymbolic ? backends::CopyKind::kHostToDevice
+                                                               : backends::CopyKind::kDeviceToDevice;
+    KILN_RETURN_IF_ERROR(backend->copy(io[i], src, nbytes(v), kind, stream));
+  }
+  return ok_status();
+}
+
+Status ExecutionContext::enqueue(void* stream) {
+  KILN_RETURN_IF_ERROR(infer_shapes());
+  KILN_RETURN_IF_ERROR(check_io_addresses());
+  if (!stream) stream = stream_;
+  if (stream != kernel_stream_) {
+    for (auto& k : kernels_) k->set_stream(stream);
+    kernel_stream_ = stream;
+  }
+  const backends::Backend* backend = data_->backend;
+  if (!use_graph_ || backend->host_accessible()) return enqueue_kernels(stream);
+  // A graph bakes in shapes and addresses: its key is both.
+  std::vector<int64_t> key;
+  for (const Shape& s : input_shapes_) {
+    key.push_back(int64_t(s.size()));
+    key.insert(key.end(), s.begin(), s.end());
+  }
+  for (void* a : io_address_) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
+  key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
+  if (graph_ && key == graph_key_) return backend->launch_graph(graph_, stream);
+  // New shapes: run directly (kernels size their scratch and choose algorithms), then capture the
+  // same work for the next runs.
+  KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
+  if (key == graph_failed_key_) return ok_status();
+  if (graph_) {
+    KILN_RETURN_IF_ERROR(backend->synchronize(stream));
+    backend->destroy_graph(graph_);
+    graph_ = nullptr;
+  }
+  KILN_RETURN_IF_ERROR(backend->begin_capture(stream));
+  Status captured = enqueue_kernels(stream);
+  auto graph = backend->end_capture(stream);
+  if (!captured.ok() || !graph.ok()) {
+    graph_failed_key_ = key;  // this set of shapes runs without a graph
+    return ok_status();
+  }
+  graph_ = *graph;
+  graph_key_ = std::move(key);
+  return ok_status();
+}
+
+Status ExecutionContext::execute() {
+  KILN_RETURN_IF_ERROR(enqueue(stream_));
+  return data_->backend->synchronize(stream_);
+}
+
+// run() on a device backend: host tensors go through page-locked staging into device buffers
+// owned by the context (grown, never per call); device tensors are bound as they are.
+Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inputs,
+                                       std::map<std::string, Tensor>* outputs) {
+  const ir::Graph& g = data_->plan.graph;
+  const backends::Backend* b = data_->backend;
+  size_t n_io = data_->io_values.size();
+  std::vector<size_t> off(n_io, 0);
+  std::vector<char> staged(n_io, 0);
+  size_t total = 0;
+  for (size_t i = 0; i < n_io; ++i) {
+    int v = data_->io_values[i];
+    size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
+    if (i < size_t(data_->num_inputs)) {
+      const Tensor& t = inputs.at(g.values[v].name);
+      if (t.nbytes() > 0 && b->is_device_pointer(t.data())) {
+        io_address_[i] = t.data();
+        continue;
+      }
+    }
+    staged[i] = 1;
+    off[i] = total;
+    total += align_up(std::max<size_t>(bytes, 1));
+  }
+  if (total > staging_capacity_) {
+    KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+    KILN_ASSIGN_OR_RETURN(void* h, b->allocate_host(total));
+    auto d = b->allocate(total);
+    if (!d.ok()) {
+      b->deallocate_host(h);
+      return d.status();
+    }
+    if (staging_) b->deallocate_host(staging_);
+    if (io_device_) b->deallocate(io_device_);
+    staging_ = h, io_device_ = *d;
+    staging_capacity_ = io_device_capacity_ = total;
+  }
+  char* host = static_cast<char*>(staging_);
+  char* dev = static_cast<char*>(io_device_);
+  for (size_t i = 0; i < n_io; ++i) {
+    if (!staged[i]) continue;
+    io_address_[i] = dev + off[i];
+    if (i >= size_t(data_->num_inputs)) continue;
+    const Tensor& t = inputs.at(g.values[data_->io_values[i]].name);
+    std::memcpy(host + off[i], t.data(), t.nbytes());
+    KILN_RETURN_IF_ERROR(b->copy(dev + off[i], host + off[i], t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
+  }
+  KILN_RETURN_IF_ERROR(enqueue(stream_));
+  for (size_t i = data_->num_inputs; i < n_io; ++i) {
+    const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
+    KILN_RETURN_IF_ERROR(b->copy(host + off[i], dev + off[i], t.nbytes(), backends::CopyKind::kDeviceToHost, stream_));
+  }
+  KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+  for (size_t i = data_->num_inputs; i < n_io; ++i) {
+    const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
+    std::memcpy(t.data(), host + off[i], t.nbytes());
   }
   return ok_status();
 }
@@ -326,6 +510,10 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
     io_address_[i] = t.data();
     allocators_[i] = nullptr;
     outputs[g.values[v].name] = std::move(t);
+  }
+  if (!data_->backend->host_accessible()) {
+    KILN_RETURN_IF_ERROR(run_on_device(inputs, &outputs));
+    return outputs;
   }
   KILN_RETURN_IF_ERROR(execute());
   return outputs;

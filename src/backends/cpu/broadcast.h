@@ -111,4 +111,26 @@ void for_each_row(const BroadcastPlan<N>& plan, Row&& row) {
   }
 }
 
+// out[i] = f(a[.], b[.]) over a broadcast plan, with flat loops for the stride patterns that occur.
+template <typename Ta, typename Tb, typename O, typename F>
+void rows2(const BroadcastPlan<2>& plan, const Ta* pa, const Tb* pb, O* po, F f) {
+  for_each_row(plan, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n,
+                         const std::array<int64_t, 2>& s) {
+    const Ta* x = pa + off[0];
+    const Tb* y = pb + off[1];
+    O* z = po + o;
+    if (s[0] == 1 && s[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+    } else if (s[0] == 1 && s[1] == 0) {
+      const Tb yv = *y;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
+    } else if (s[0] == 0 && s[1] == 1) {
+      const Ta xv = *x;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i * s[0]], y[i * s[1]]);
+    }
+  });
+}
+
 }  // namespace kiln::backends::cpu

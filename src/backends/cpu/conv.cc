@@ -2,6 +2,7 @@
 // loop, everything else im2col + GEMM) and the pools. 1-D and 2-D inputs are handled as 3-D ones
 // with leading spatial dims of size 1, so one code path serves every spatial rank.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -445,6 +446,35 @@ void average_pool(const T* x, T* y, int64_t planes, const Axis ax[3], bool inclu
   }
 }
 
+// LpPool: (sum over the window of |x|^p)^(1/p); padding contributes zeros.
+template <typename T>
+void lp_pool(const T* x, T* y, int64_t planes, const Axis ax[3], double p) {
+  int64_t in_sp = ax[0].in * ax[1].in * ax[2].in;
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * in_sp;
+    for (int64_t od = 0; od < ax[0].out; ++od) {
+      int64_t sd = od * ax[0].stride - ax[0].pb, dlo, dhi;
+      valid_range(sd, ax[0].dil, ax[0].k, ax[0].in, &dlo, &dhi);
+      for (int64_t oh = 0; oh < ax[1].out; ++oh) {
+        int64_t sh = oh * ax[1].stride - ax[1].pb, hlo, hhi;
+        valid_range(sh, ax[1].dil, ax[1].k, ax[1].in, &hlo, &hhi);
+        for (int64_t ow = 0; ow < ax[2].out; ++ow) {
+          int64_t sw = ow * ax[2].stride - ax[2].pb, wlo, whi;
+          valid_range(sw, ax[2].dil, ax[2].k, ax[2].in, &wlo, &whi);
+          double sum = 0;
+          for (int64_t jd = dlo; jd < dhi; ++jd) {
+            for (int64_t jh = hlo; jh < hhi; ++jh) {
+              const T* row = xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              for (int64_t jw = wlo; jw < whi; ++jw) sum += std::pow(std::fabs(double(row[jw * ax[2].dil])), p);
+            }
+          }
+          *y++ = T(std::pow(sum, 1.0 / p));
+        }
+      }
+    }
+  }
+}
+
 Status check_float(const char* op, const KernelArgs& args) {
   DType t = args.in[0].dtype;
   if (t != DType::kFloat32 && t != DType::kFloat64) {
@@ -489,6 +519,22 @@ Status average_pool_kernel(const KernelArgs& args) {
     average_pool(args.in[0].as<const double>(), args.out[0].as<double>(), planes, ax, include_pad != 0);
   } else {
     average_pool(args.in[0].as<const float>(), args.out[0].as<float>(), planes, ax, include_pad != 0);
+  }
+  return ok_status();
+}
+
+Status lp_pool_kernel(const KernelArgs& args) {
+  KILN_RETURN_IF_ERROR(check_float("LpPool", args));
+  SpatialAttrs s;
+  Axis ax[3];
+  KILN_RETURN_IF_ERROR(pool_axes("LpPool", args, &s, ax));
+  KILN_ASSIGN_OR_RETURN(int64_t p, args.attrs.get_int("p", 2));
+  if (p < 1) return invalid_argument("LpPool: p must be >= 1");
+  int64_t planes = args.in[0].shape[0] * args.in[0].shape[1];
+  if (args.in[0].dtype == DType::kFloat64) {
+    lp_pool(args.in[0].as<const double>(), args.out[0].as<double>(), planes, ax, double(p));
+  } else {
+    lp_pool(args.in[0].as<const float>(), args.out[0].as<float>(), planes, ax, double(p));
   }
   return ok_status();
 }
@@ -547,6 +593,8 @@ void register_conv_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kAveragePool, &average_pool_kernel);
   r.add(ops::OpKind::kGlobalAveragePool, &global_average_pool_kernel);
   r.add(ops::OpKind::kGlobalMaxPool, &global_max_pool_kernel);
+  r.add(ops::OpKind::kLpPool, &lp_pool_kernel);
+  register_conv_transpose_kernels(r);
 }
 
 }  // namespace kiln::backends::cpu

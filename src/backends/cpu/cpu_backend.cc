@@ -30,8 +30,13 @@ class CpuBackend final : public Backend {
     register_resize_kernels(registry_);
     register_shape_kernels(registry_);
     register_index_kernels(registry_);
+    register_math_kernels(registry_);
+    register_loss_kernels(registry_);
+    register_quant_kernels(registry_);
+    register_attention_kernels(registry_);
   }
   Device device() const override { return Device::kCPU; }
+  const KernelRegistry& registry() const { return registry_; }
   StatusOr<std::unique_ptr<Kernel>> create_kernel(const KernelQuery& query) const override {
     return registry_.create(query);
   }
@@ -67,9 +72,20 @@ StatusOr<std::unique_ptr<Kernel>> KernelRegistry::create(const KernelQuery& quer
       new FnKernel("cpu." + query.node.op_type, query.node.attrs, entries_[i].fn));
 }
 
-const Backend& cpu_backend() {
+bool KernelRegistry::has(ops::OpKind op) const {
+  size_t i = size_t(op);
+  return i < entries_.size() && (entries_[i].fn || entries_[i].factory);
+}
+
+namespace {
+const CpuBackend& the_cpu_backend() {
   static const CpuBackend backend;
   return backend;
 }
+}  // namespace
+
+const Backend& cpu_backend() { return the_cpu_backend(); }
+
+bool cpu_has_kernel(ops::OpKind op) { return the_cpu_backend().registry().has(op); }
 
 }  // namespace kiln::backends::cpu

@@ -29,6 +29,7 @@ class KernelRegistry {
   void add(ops::OpKind op, KernelFn fn);
   void add_factory(ops::OpKind op, KernelFactory factory);
   StatusOr<std::unique_ptr<Kernel>> create(const KernelQuery& query) const;
+  bool has(ops::OpKind op) const;
 
  private:
   struct Entry {
@@ -39,6 +40,8 @@ class KernelRegistry {
 };
 
 const Backend& cpu_backend();
+// Whether the CPU backend registers a kernel for the op (docs/ops.md reads this).
+bool cpu_has_kernel(ops::OpKind op);
 
 void register_elementwise_kernels(KernelRegistry& r);
 void register_matmul_kernels(KernelRegistry& r);
@@ -48,5 +51,11 @@ void register_reduce_kernels(KernelRegistry& r);
 void register_resize_kernels(KernelRegistry& r);
 void register_shape_kernels(KernelRegistry& r);
 void register_index_kernels(KernelRegistry& r);
+void register_math_kernels(KernelRegistry& r);
+void register_loss_kernels(KernelRegistry& r);
+// Part of the conv family (called from register_conv_kernels).
+void register_conv_transpose_kernels(KernelRegistry& r);
+void register_quant_kernels(KernelRegistry& r);
+void register_attention_kernels(KernelRegistry& r);
 
 }  // namespace kiln::backends::cpu

@@ -8,104 +8,12 @@
 
 #include "backends/cpu/broadcast.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dtype_dispatch.h"
 
 namespace kiln::backends::cpu {
 namespace {
 
 using ops::OpKind;
-
-// Storage types with their own meaning; plain C++ arithmetic types stand for themselves.
-struct F16 {
-  uint16_t bits;
-};
-struct BF16 {
-  uint16_t bits;
-};
-struct Bool8 {
-  uint8_t v;
-};
-
-// Num<T>: the type T computes in, and conversions to and from it.
-template <typename T>
-struct Num {
-  using C = T;
-  static C load(T x) { return x; }
-  static T store(C c) { return c; }
-};
-template <>
-struct Num<F16> {
-  using C = float;
-  static float load(F16 x) { return half_to_float(x.bits); }
-  static F16 store(float c) { return F16{float_to_half(c)}; }
-};
-template <>
-struct Num<BF16> {
-  using C = float;
-  static float load(BF16 x) { return bf16_to_float(x.bits); }
-  static BF16 store(float c) { return BF16{float_to_bf16(c)}; }
-};
-template <>
-struct Num<Bool8> {
-  using C = bool;
-  static bool load(Bool8 x) { return x.v != 0; }
-  static Bool8 store(bool c) { return Bool8{uint8_t(c)}; }
-};
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-enum : unsigned {
-  kF32 = 1u << 0,
-  kF64 = 1u << 1,
-  kF16 = 1u << 2,
-  kBF16 = 1u << 3,
-  kI8 = 1u << 4,
-  kU8 = 1u << 5,
-  kI32 = 1u << 6,
-  kI64 = 1u << 7,
-  kBool = 1u << 8,
-  kI16 = 1u << 9,
-  kU16 = 1u << 10,
-  kU32 = 1u << 11,
-  kU64 = 1u << 12,
-};
-constexpr unsigned kFloats = kF32 | kF64 | kF16 | kBF16;
-constexpr unsigned kSigned = kFloats | kI8 | kI32 | kI64;
-constexpr unsigned kNumeric = kSigned | kU8;
-constexpr unsigned kAll = kNumeric | kBool | kI16 | kU16 | kU32 | kU64;
-
-std::string name_of(OpKind op) { return std::string(ops::op_name(op)); }
-
-// Calls f(Tag<T>{}) for the storage type T of `dt` when kSet allows it.
-template <unsigned kSet, typename F>
-Status dispatch(DType dt, OpKind op, F&& f) {
-#define KILN_DTYPE_CASE(bit, dtype, T)                     \
-  case DType::dtype:                                       \
-    if constexpr ((kSet & (bit)) != 0) return f(Tag<T>{}); \
-    break;
-  switch (dt) {
-    KILN_DTYPE_CASE(kF32, kFloat32, float)
-    KILN_DTYPE_CASE(kF64, kFloat64, double)
-    KILN_DTYPE_CASE(kF16, kFloat16, F16)
-    KILN_DTYPE_CASE(kBF16, kBFloat16, BF16)
-    KILN_DTYPE_CASE(kI8, kInt8, int8_t)
-    KILN_DTYPE_CASE(kU8, kUInt8, uint8_t)
-    KILN_DTYPE_CASE(kI16, kInt16, int16_t)
-    KILN_DTYPE_CASE(kU16, kUInt16, uint16_t)
-    KILN_DTYPE_CASE(kI32, kInt32, int32_t)
-    KILN_DTYPE_CASE(kU32, kUInt32, uint32_t)
-    KILN_DTYPE_CASE(kI64, kInt64, int64_t)
-    KILN_DTYPE_CASE(kU64, kUInt64, uint64_t)
-    KILN_DTYPE_CASE(kBool, kBool, Bool8)
-    default:
-      break;
-  }
-#undef KILN_DTYPE_CASE
-  return unsupported(name_of(op) + ": dtype " + std::string(dtype_name(dt)) +
-                     " is not supported by the CPU kernel");
-}
 
 Status check_io(const KernelArgs& a, size_t num_in, OpKind op) {
   if (a.in.size() < num_in || a.out.empty()) {
@@ -134,28 +42,6 @@ Status plan_for(const TensorView& out, const std::array<std::span<const int64_t>
   return s;
 }
 
-// out[i] = f(a[.], b[.]) over a broadcast plan, with flat loops for the stride patterns that occur.
-template <typename Ta, typename Tb, typename O, typename F>
-void rows2(const BroadcastPlan<2>& plan, const Ta* pa, const Tb* pb, O* po, F f) {
-  for_each_row(plan, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n,
-                         const std::array<int64_t, 2>& s) {
-    const Ta* x = pa + off[0];
-    const Tb* y = pb + off[1];
-    O* z = po + o;
-    if (s[0] == 1 && s[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
-    } else if (s[0] == 1 && s[1] == 0) {
-      const Tb yv = *y;
-      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
-    } else if (s[0] == 0 && s[1] == 1) {
-      const Ta xv = *x;
-      for (int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i * s[0]], y[i * s[1]]);
-    }
-  });
-}
-
 // ---- binary ops ----
 
 enum class Bin {
@@ -176,10 +62,6 @@ enum class Bin {
   kOr,
   kXor
 };
-
-// Integer arithmetic wraps (two's complement) instead of overflowing into undefined behavior.
-template <typename C>
-using Wide = std::conditional_t<(sizeof(C) < 4), uint32_t, std::make_unsigned_t<C>>;
 
 template <Bin op, typename C>
 inline auto bin_apply(C a, C b) {
@@ -596,8 +478,10 @@ Status clip_kernel(const KernelArgs& a) {
     const T* src = x.as<T>();
     T* dst = out.as<T>();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      // min(max(x, lo), hi): when lo > hi every element becomes hi, as ONNX specifies.
       C v = N::load(src[i]);
-      dst[i] = N::store(v < lo ? lo : (v > hi ? hi : v));  // NaN passes through
+      v = v < lo ? lo : v;  // NaN passes through
+      dst[i] = N::store(v > hi ? hi : v);
     }
     return ok_status();
   });
@@ -748,6 +632,7 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add(OpKind::kClip, &clip_kernel);
   r.add(OpKind::kWhere, &where_kernel);
   r.add(OpKind::kCast, &cast_kernel);
+  r.add(OpKind::kCastLike, &cast_kernel);
   r.add(OpKind::kIdentity, &identity_kernel);
 }
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dtype_dispatch.h"
 
 namespace kiln::backends::cpu {
 
@@ -229,20 +230,20 @@ Status gather_elements_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
-template <typename T>
+template <bool kProd, typename T>
 void cumsum_impl(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive,
                  bool reverse) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
-      T acc = T(0);
+      T acc = T(kProd ? 1 : 0);
       for (int64_t j = 0; j < n; ++j) {
         int64_t jj = reverse ? n - 1 - j : j;
         size_t p = size_t((o * n + jj) * inner + in);
         if (exclusive) {
           y[p] = acc;
-          acc += x[p];
+          acc = kProd ? T(acc * x[p]) : T(acc + x[p]);
         } else {
-          acc += x[p];
+          acc = kProd ? T(acc * x[p]) : T(acc + x[p]);
           y[p] = acc;
         }
       }
@@ -250,6 +251,7 @@ void cumsum_impl(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool
   }
 }
 
+template <bool kProd>
 Status cumsum_kernel(const KernelArgs& a) {
   const TensorView& x = a.in[0];
   const TensorView& y = a.out[0];
@@ -268,21 +270,129 @@ Status cumsum_kernel(const KernelArgs& a) {
   if (x.numel() == 0) return ok_status();
   switch (x.dtype) {
     case DType::kFloat32:
-      cumsum_impl(x.as<const float>(), y.as<float>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const float>(), y.as<float>(), outer, n, inner, exclusive, reverse);
       break;
     case DType::kFloat64:
-      cumsum_impl(x.as<const double>(), y.as<double>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const double>(), y.as<double>(), outer, n, inner, exclusive, reverse);
       break;
     case DType::kInt32:
-      cumsum_impl(x.as<const int32_t>(), y.as<int32_t>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const int32_t>(), y.as<int32_t>(), outer, n, inner, exclusive, reverse);
       break;
     case DType::kInt64:
-      cumsum_impl(x.as<const int64_t>(), y.as<int64_t>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const int64_t>(), y.as<int64_t>(), outer, n, inner, exclusive, reverse);
       break;
     default:
       return unsupported("CumSum: dtype " + std::string(dtype_name(x.dtype)) + " is not supported");
   }
   return ok_status();
+}
+
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+StatusOr<Reduction> read_reduction(const KernelArgs& a, std::string_view op) {
+  KILN_ASSIGN_OR_RETURN(std::string red, a.attrs.get_string("reduction", "none"));
+  if (red == "none") return Reduction::kNone;
+  if (red == "add") return Reduction::kAdd;
+  if (red == "mul") return Reduction::kMul;
+  if (red == "max") return Reduction::kMax;
+  if (red == "min") return Reduction::kMin;
+  return invalid_argument(std::string(op) + ": unknown reduction '" + red + "'");
+}
+
+// dst[i] = reduce(dst[i], src[j]) for the (dst, src) element pairs a scatter produced.
+Status scatter_apply(const TensorView& out, const TensorView& upd, Reduction red,
+                     std::span<const std::pair<int64_t, int64_t>> pairs, ops::OpKind op) {
+  return dispatch<kAll>(out.dtype, op, [&]<typename T>(Tag<T>) {
+    using N = Num<T>;
+    using C = typename N::C;
+    T* dst = out.as<T>();
+    const T* src = upd.as<T>();
+    for (const auto& [i, j] : pairs) {
+      C a = N::load(dst[i]), b = N::load(src[j]), r = b;
+      if (red == Reduction::kAdd) r = C(a + b);
+      if (red == Reduction::kMul) r = C(a * b);
+      if (red == Reduction::kMax) r = a > b ? a : b;
+      if (red == Reduction::kMin) r = a < b ? a : b;
+      dst[i] = N::store(r);
+    }
+    return ok_status();
+  });
+}
+
+Status scatter_elements_kernel(const KernelArgs& a) {
+  const TensorView& data = a.in[0];
+  const TensorView& indices = a.in[1];
+  const TensorView& upd = a.in[2];
+  const TensorView& out = a.out[0];
+  int r = data.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(Reduction red, read_reduction(a, "ScatterElements"));
+  if (r < 1 || indices.rank() != r || upd.rank() != r || axis < -r || axis >= r ||
+      out.numel() != data.numel() || out.dtype != data.dtype || upd.dtype != data.dtype ||
+      upd.numel() != indices.numel()) {
+    return invalid_argument("ScatterElements: bad axis, ranks or shapes");
+  }
+  if (axis < 0) axis += r;
+  for (int k = 0; k < r; ++k) {
+    if (indices.shape[k] != upd.shape[k] || (k != axis && indices.shape[k] > data.shape[k])) {
+      return invalid_argument("ScatterElements: indices dim " + std::to_string(k) +
+                              " does not fit updates or data");
+    }
+  }
+  if (out.data != data.data && out.nbytes() > 0) std::memcpy(out.data, data.data, out.nbytes());
+  KILN_ASSIGN_OR_RETURN(auto idx, read_ints(indices, "ScatterElements", "indices"));
+  std::vector<int64_t> stride(size_t(r), 1);
+  for (int k = r - 2; k >= 0; --k) stride[k] = stride[k + 1] * data.shape[k + 1];
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  pairs.reserve(idx.size());
+  std::vector<int64_t> pos(size_t(r), 0);
+  for (size_t o = 0; o < idx.size(); ++o) {
+    KILN_ASSIGN_OR_RETURN(int64_t i, checked_index(idx[o], data.shape[axis], "ScatterElements"));
+    int64_t off = 0;
+    for (int k = 0; k < r; ++k) off += (k == axis ? i : pos[k]) * stride[k];
+    pairs.emplace_back(off, int64_t(o));
+    for (int k = r - 1; k >= 0; --k) {
+      if (++pos[k] < indices.shape[k]) break;
+      pos[k] = 0;
+    }
+  }
+  return scatter_apply(out, upd, red, pairs, OpKind::kScatterElements);
+}
+
+Status scatter_nd_kernel(const KernelArgs& a) {
+  const TensorView& data = a.in[0];
+  const TensorView& indices = a.in[1];
+  const TensorView& upd = a.in[2];
+  const TensorView& out = a.out[0];
+  KILN_ASSIGN_OR_RETURN(Reduction red, read_reduction(a, "ScatterND"));
+  const int r = data.rank(), q = indices.rank();
+  if (q < 1 || out.numel() != data.numel() || out.dtype != data.dtype || upd.dtype != data.dtype) {
+    return invalid_argument("ScatterND: bad ranks or dtypes");
+  }
+  const int64_t k = indices.shape[q - 1];
+  if (k < 1 || k > r) return invalid_argument("ScatterND: the last indices dim must be in [1, r]");
+  int64_t slice = 1;
+  for (int d = int(k); d < r; ++d) slice *= data.shape[d];
+  const int64_t count = k == 0 ? 0 : indices.numel() / k;
+  if (upd.numel() != count * slice) {
+    return invalid_argument("ScatterND: updates have " + std::to_string(upd.numel()) +
+                            " elements, expected " + std::to_string(count * slice));
+  }
+  if (out.data != data.data && out.nbytes() > 0) std::memcpy(out.data, data.data, out.nbytes());
+  KILN_ASSIGN_OR_RETURN(auto idx, read_ints(indices, "ScatterND", "indices"));
+  std::vector<int64_t> stride(size_t(r), 1);
+  for (int d = r - 2; d >= 0; --d) stride[d] = stride[d + 1] * data.shape[d + 1];
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  pairs.reserve(size_t(count * slice));
+  for (int64_t c = 0; c < count; ++c) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      KILN_ASSIGN_OR_RETURN(int64_t i, checked_index(idx[size_t(c * k + d)], data.shape[d], "ScatterND"));
+      off += i * stride[d];
+    }
+    for (int64_t e = 0; e < slice; ++e) pairs.emplace_back(off + e, c * slice + e);
+  }
+  return scatter_apply(out, upd, red, pairs, OpKind::kScatterND);
 }
 
 }  // namespace
@@ -292,7 +402,11 @@ void register_index_kernels(KernelRegistry& r) {
   r.add(OpKind::kGather, &gather_kernel);
   r.add(OpKind::kGatherND, &gather_nd_kernel);
   r.add(OpKind::kGatherElements, &gather_elements_kernel);
-  r.add(OpKind::kCumSum, &cumsum_kernel);
+  r.add(OpKind::kCumSum, &cumsum_kernel<false>);
+  r.add(OpKind::kCumProd, &cumsum_kernel<true>);
+  r.add(OpKind::kScatterElements, &scatter_elements_kernel);
+  r.add(OpKind::kScatter, &scatter_elements_kernel);
+  r.add(OpKind::kScatterND, &scatter_nd_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -1,10 +1,11 @@
 // CPU reference kernels of the matmul op family: MatMul (numpy broadcasting) and Gemm, on the
-// shared SGEMM (float32) or a plain loop (float64).
+// shared SGEMM (float32) or a plain loop (float64; other dtypes widen to it).
 #include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/numeric.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -34,10 +35,19 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   dgemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// float32 and float64 run natively; float16/bfloat16 and the integer types run through float64
+// copies (exact for the products of int32 and small int64 values the node tests use).
+bool is_native(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+
+bool is_widened(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32 ||
+         t == DType::kInt64 || t == DType::kUInt32 || t == DType::kUInt64;
+}
+
 Status check_dtype(const char* op, const KernelArgs& args, int n) {
   DType t = args.in[0].dtype;
-  if (t != DType::kFloat32 && t != DType::kFloat64) {
-    return unsupported(std::string(op) + ": the CPU kernel supports float32 and float64, not " +
+  if (!is_native(t) && !is_widened(t)) {
+    return unsupported(std::string(op) + ": the CPU kernel does not support " +
                        std::string(dtype_name(t)));
   }
   for (int i = 0; i < n; ++i) {
@@ -48,6 +58,27 @@ Status check_dtype(const char* op, const KernelArgs& args, int n) {
     }
   }
   if (args.out[0].dtype != t) return invalid_argument(std::string(op) + ": output dtype mismatch");
+  return ok_status();
+}
+
+// Runs fn on float64 copies of the inputs and output, then narrows the output back.
+template <typename Fn>
+Status run_widened(const KernelArgs& args, Fn&& fn) {
+  std::vector<std::vector<double>> ins(args.in.size());
+  std::vector<TensorView> in_views(args.in.size());
+  for (size_t i = 0; i < args.in.size(); ++i) {
+    in_views[i] = args.in[i];
+    if (!present(args.in[i])) continue;
+    ins[i] = to_f64(args.in[i]);
+    in_views[i].data = ins[i].data();
+    in_views[i].dtype = DType::kFloat64;
+  }
+  std::vector<double> out(size_t(args.out[0].numel()));
+  TensorView out_view = args.out[0];
+  out_view.data = out.data();
+  out_view.dtype = DType::kFloat64;
+  KILN_RETURN_IF_ERROR(fn(KernelArgs{args.attrs, in_views, std::span<const TensorView>(&out_view, 1)}));
+  for (int64_t e = 0; e < args.out[0].numel(); ++e) store_f64(args.out[0], e, out[size_t(e)]);
   return ok_status();
 }
 
@@ -119,6 +150,7 @@ Status matmul_typed(const KernelArgs& args) {
 
 Status matmul_kernel(const KernelArgs& args) {
   KILN_RETURN_IF_ERROR(check_dtype("MatMul", args, 2));
+  if (!is_native(args.in[0].dtype)) return run_widened(args, &matmul_typed<double>);
   if (args.in[0].dtype == DType::kFloat64) return matmul_typed<double>(args);
   return matmul_typed<float>(args);
 }
@@ -173,6 +205,11 @@ Status gemm_kernel(const KernelArgs& args) {
   KILN_ASSIGN_OR_RETURN(int64_t trans_b, args.attrs.get_int("transB", 0));
   KILN_ASSIGN_OR_RETURN(float alpha, args.attrs.get_float("alpha", 1.f));
   KILN_ASSIGN_OR_RETURN(float beta, args.attrs.get_float("beta", 1.f));
+  if (!is_native(args.in[0].dtype)) {
+    return run_widened(args, [&](const KernelArgs& wide) {
+      return gemm_typed<double>(wide, trans_a != 0, trans_b != 0, alpha, beta);
+    });
+  }
   if (args.in[0].dtype == DType::kFloat64) {
     return gemm_typed<double>(args, trans_a != 0, trans_b != 0, alpha, beta);
   }

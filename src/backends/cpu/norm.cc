@@ -1,5 +1,6 @@
-// CPU reference kernels of the norm op family: LayerNormalization, BatchNormalization (inference),
-// Softmax and LogSoftmax. Float types only; float16/bfloat16 compute in float, float64 in double.
+// CPU reference kernels of the norm op family: Layer/RMS/Batch(inference)/Instance/Group/Lp/
+// MeanVariance normalization, LRN, Softmax and LogSoftmax. Float types only; float16/bfloat16
+// compute in float, float64 in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -351,6 +352,220 @@ Status batch_norm_kernel(const KernelArgs& a) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// RMSNormalization, Instance/Group/Lp/MeanVariance normalization and LRN: computed in double.
+
+Status same_float_output(const char* op, const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  if (!is_kernel_float(x.dtype)) {
+    return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(x.dtype)) +
+                       " is not supported by the CPU kernel");
+  }
+  if (a.out[0].dtype != x.dtype || a.out[0].numel() != x.numel()) {
+    return invalid_argument(std::string(op) + ": output does not match the input");
+  }
+  return ok_status();
+}
+
+Status rms_norm_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(same_float_output("RMSNormalization", a));
+  const TensorView& x = a.in[0];
+  const TensorView& scale = a.in[1];
+  int rank = x.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
+  if (rank == 0 || axis < -rank || axis >= rank) {
+    return invalid_argument("RMSNormalization: axis " + std::to_string(axis) +
+                            " is out of range for rank " + std::to_string(rank));
+  }
+  if (axis < 0) axis += rank;
+  if (!is_kernel_float(scale.dtype)) return invalid_argument("RMSNormalization: scale dtype");
+  int64_t outer = prod(x.shape, 0, int(axis));
+  int64_t n = prod(x.shape, int(axis), rank);
+  std::vector<int64_t> scale_idx;
+  KILN_RETURN_IF_ERROR(param_index(scale, x.shape.subspan(size_t(axis)), n, &scale_idx));
+  int64_t s_numel = scale.numel();
+  for (int64_t o = 0; o < outer; ++o) {
+    double sq = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double v = load_at(x, o * n + j);
+      sq += v * v;
+    }
+    double inv = 1.0 / std::sqrt(sq / double(std::max<int64_t>(n, 1)) + double(eps));
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t si = !scale_idx.empty() ? scale_idx[j] : (s_numel == n ? j : 0);
+      store_at(a.out[0], o * n + j, load_at(x, o * n + j) * inv * load_at(scale, si));
+    }
+  }
+  return ok_status();
+}
+
+// Normalizes `groups` contiguous blocks per sample: x of shape [N, C, spatial...] as
+// [N * groups, (C / groups) * spatial]; channel c's scale/bias index is c, or its group when the
+// parameters are per group (GroupNormalization before opset 21).
+Status grouped_norm(const char* op, const KernelArgs& a, int64_t groups, double eps) {
+  KILN_RETURN_IF_ERROR(same_float_output(op, a));
+  const TensorView& x = a.in[0];
+  if (x.rank() < 2) return invalid_argument(std::string(op) + ": X must have rank >= 2");
+  int64_t batch = x.shape[0], channels = x.shape[1];
+  int64_t spatial = prod(x.shape, 2, x.rank());
+  if (groups <= 0 || channels % groups != 0) {
+    return invalid_argument(std::string(op) + ": " + std::to_string(channels) +
+                            " channels do not split into " + std::to_string(groups) + " groups");
+  }
+  const TensorView& scale = a.in[1];
+  const TensorView& bias = a.in[2];
+  bool per_group = scale.numel() != channels;
+  int64_t param_n = per_group ? groups : channels;
+  if (scale.numel() != param_n || bias.numel() != param_n || !is_kernel_float(scale.dtype) ||
+      !is_kernel_float(bias.dtype)) {
+    return invalid_argument(std::string(op) + ": scale and bias must be float vectors of " +
+                            std::to_string(channels) + " channels");
+  }
+  int64_t cpg = channels / groups;
+  int64_t block = cpg * spatial;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t base = (b * groups + g) * block;
+      double sum = 0;
+      for (int64_t j = 0; j < block; ++j) sum += load_at(x, base + j);
+      double mean = block ? sum / double(block) : 0;
+      double sq = 0;
+      for (int64_t j = 0; j < block; ++j) {
+        double d = load_at(x, base + j) - mean;
+        sq += d * d;
+      }
+      double inv = 1.0 / std::sqrt((block ? sq / double(block) : 0) + eps);
+      for (int64_t c = 0; c < cpg; ++c) {
+        int64_t pi = per_group ? g : g * cpg + c;
+        double sc = load_at(scale, pi), bi = load_at(bias, pi);
+        for (int64_t i = 0; i < spatial; ++i) {
+          int64_t k = base + c * spatial + i;
+          store_at(a.out[0], k, (load_at(x, k) - mean) * inv * sc + bi);
+        }
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status instance_norm_kernel(const KernelArgs& a) {
+  KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
+  if (a.in[0].rank() < 2) return invalid_argument("InstanceNormalization: X must have rank >= 2");
+  return grouped_norm("InstanceNormalization", a, a.in[0].shape[1], double(eps));
+}
+
+Status group_norm_kernel(const KernelArgs& a) {
+  KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
+  KILN_ASSIGN_OR_RETURN(int64_t groups, a.attrs.get_int("num_groups", std::nullopt));
+  return grouped_norm("GroupNormalization", a, groups, double(eps));
+}
+
+Status lp_norm_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(same_float_output("LpNormalization", a));
+  const TensorView& x = a.in[0];
+  int rank = x.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int64_t p, a.attrs.get_int("p", 2));
+  if (axis < -rank || axis >= rank) return invalid_argument("LpNormalization: axis out of range");
+  if (p != 1 && p != 2) return invalid_argument("LpNormalization: p must be 1 or 2");
+  if (axis < 0) axis += rank;
+  int64_t outer = prod(x.shape, 0, int(axis)), n = x.shape[axis];
+  int64_t inner = prod(x.shape, int(axis) + 1, rank);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t base = o * n * inner + i;
+      double norm = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        double v = load_at(x, base + k * inner);
+        norm += p == 1 ? std::fabs(v) : v * v;
+      }
+      if (p == 2) norm = std::sqrt(norm);
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t e = base + k * inner;
+        // A zero vector stays zero instead of becoming NaN (onnxruntime does the same).
+        store_at(a.out[0], e, norm == 0 ? 0.0 : load_at(x, e) / norm);
+      }
+    }
+  }
+  return ok_status();
+}
+
+// (X - mean) / (std + 1e-9) over `axes`, std from E[X^2] - E[X]^2 as the ONNX function body.
+Status mvn_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(same_float_output("MeanVarianceNormalization", a));
+  const TensorView& x = a.in[0];
+  int rank = x.rank();
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                        a.attrs.get_ints("axes", std::vector<int64_t>{0, 2, 3}));
+  std::vector<bool> reduced(size_t(rank), false);
+  for (int64_t ax : axes) {
+    if (ax < -rank || ax >= rank) return invalid_argument("MeanVarianceNormalization: bad axis");
+    reduced[size_t(ax < 0 ? ax + rank : ax)] = true;
+  }
+  // Output slot of each element: its index over the kept dims.
+  int64_t n = x.numel(), kept_n = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (!reduced[d]) kept_n *= x.shape[d];
+  }
+  std::vector<int64_t> slot(static_cast<size_t>(n));
+  std::vector<int64_t> idx(size_t(rank), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t s = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[d]) s = s * x.shape[d] + idx[d];
+    }
+    slot[e] = s;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < x.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  std::vector<double> sum(size_t(kept_n), 0), sq(size_t(kept_n), 0), cnt(size_t(kept_n), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    double v = load_at(x, e);
+    sum[slot[e]] += v;
+    sq[slot[e]] += v * v;
+    cnt[slot[e]] += 1;
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t s = slot[e];
+    double mean = sum[s] / cnt[s];
+    double var = std::max(sq[s] / cnt[s] - mean * mean, 0.0);
+    store_at(a.out[0], e, (load_at(x, e) - mean) / (std::sqrt(var) + 1e-9));
+  }
+  return ok_status();
+}
+
+// LRN across channels: x / (bias + alpha / size * sum of squares over the channel window)^beta.
+Status lrn_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(same_float_output("LRN", a));
+  const TensorView& x = a.in[0];
+  if (x.rank() < 2) return invalid_argument("LRN: X must have rank >= 2");
+  KILN_ASSIGN_OR_RETURN(int64_t size, a.attrs.get_int("size", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(float alpha, a.attrs.get_float("alpha", 1e-4f));
+  KILN_ASSIGN_OR_RETURN(float beta, a.attrs.get_float("beta", 0.75f));
+  KILN_ASSIGN_OR_RETURN(float bias, a.attrs.get_float("bias", 1.f));
+  if (size <= 0) return invalid_argument("LRN: size must be > 0");
+  int64_t batch = x.shape[0], channels = x.shape[1], spatial = prod(x.shape, 2, x.rank());
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t i = 0; i < spatial; ++i) {
+        double sq = 0;
+        for (int64_t cc = std::max<int64_t>(0, c - lo); cc <= std::min(channels - 1, c + hi); ++cc) {
+          double v = load_at(x, (b * channels + cc) * spatial + i);
+          sq += v * v;
+        }
+        int64_t e = (b * channels + c) * spatial + i;
+        double den = std::pow(double(bias) + double(alpha) / double(size) * sq, double(beta));
+        store_at(a.out[0], e, load_at(x, e) / den);
+      }
+    }
+  }
+  return ok_status();
+}
+
 template <OpsetKernel::Fn kFn>
 StatusOr<std::unique_ptr<Kernel>> make_opset_kernel(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(
@@ -364,6 +579,12 @@ void register_norm_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kBatchNormalization, &batch_norm_kernel);
   r.add_factory(ops::OpKind::kSoftmax, &make_opset_kernel<&softmax_kernel>);
   r.add_factory(ops::OpKind::kLogSoftmax, &make_opset_kernel<&log_softmax_kernel>);
+  r.add(ops::OpKind::kRMSNormalization, &rms_norm_kernel);
+  r.add(ops::OpKind::kInstanceNormalization, &instance_norm_kernel);
+  r.add(ops::OpKind::kGroupNormalization, &group_norm_kernel);
+  r.add(ops::OpKind::kLpNormalization, &lp_norm_kernel);
+  r.add(ops::OpKind::kMeanVarianceNormalization, &mvn_kernel);
+  r.add(ops::OpKind::kLRN, &lrn_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -1,5 +1,6 @@
-// CPU reference kernels of the reduce op family: ReduceMean/Sum/Max/Min/Prod over any axes, for
-// float32/float64/float16/bfloat16 (accumulating in double) and int32/int64 (in int64).
+// CPU reference kernels of the reduce op family: ReduceMean/Sum/Max/Min/Prod/L1/L2/LogSum/
+// LogSumExp/SumSquare over any axes (floats accumulate in double, integers in int64), and the
+// per-axis selections ArgMax/ArgMin, Hardmax and TopK.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/numeric.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -54,17 +56,30 @@ Status visit_numeric(DType dt, std::string_view op, Fn&& fn) {
       return fn(Half{});
     case DType::kBFloat16:
       return fn(BF16{});
+    case DType::kInt8:
+      return fn(int8_t{});
+    case DType::kUInt8:
+    case DType::kBool:  // 0/1 bytes: max/min are Or/And
+      return fn(uint8_t{});
+    case DType::kInt16:
+      return fn(int16_t{});
+    case DType::kUInt16:
+      return fn(uint16_t{});
     case DType::kInt32:
       return fn(int32_t{});
+    case DType::kUInt32:
+      return fn(uint32_t{});
     case DType::kInt64:
       return fn(int64_t{});
+    case DType::kUInt64:
+      return fn(uint64_t{});
     default:
       return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(dt)) +
                          " is not supported by the CPU kernel");
   }
 }
 
-enum class Reduce { kSum, kMean, kMax, kMin, kProd };
+enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
 
 const char* reduce_name(Reduce r) {
   switch (r) {
@@ -78,6 +93,16 @@ const char* reduce_name(Reduce r) {
       return "ReduceMin";
     case Reduce::kProd:
       return "ReduceProd";
+    case Reduce::kL1:
+      return "ReduceL1";
+    case Reduce::kL2:
+      return "ReduceL2";
+    case Reduce::kLogSum:
+      return "ReduceLogSum";
+    case Reduce::kLogSumExp:
+      return "ReduceLogSumExp";
+    case Reduce::kSumSquare:
+      return "ReduceSumSquare";
   }
   return "Reduce";
 }
@@ -87,64 +112,99 @@ struct Run {
   int64_t stride;  // in input elements
 };
 
-// One reduced output element: the input elements at base + the odometer over `red`.
+// Calls f(value) for the input elements at base + the odometer over `red`; f returns false to stop.
+template <typename T, typename F>
+void for_each_reduced(const T* x, int64_t base, const std::vector<Run>& red,
+                      std::vector<int64_t>& idx, F&& f) {
+  int nr = int(red.size());
+  std::fill(idx.begin(), idx.end(), 0);
+  int64_t inner_n = nr ? red[nr - 1].size : 1, inner_s = nr ? red[nr - 1].stride : 0;
+  int64_t off = base;
+  while (true) {
+    const T* p = x + off;
+    for (int64_t k = 0; k < inner_n; ++k) {
+      if (!f(Num<T>::load(p[k * inner_s]))) return;
+    }
+    int d = nr - 2;
+    for (; d >= 0; --d) {
+      off += red[d].stride;
+      if (++idx[d] < red[d].size) break;
+      off -= red[d].stride * red[d].size;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+// One reduced output element.
 template <typename T, Reduce kOp>
 T reduce_one(const T* x, int64_t base, const std::vector<Run>& red, int64_t count,
              std::vector<int64_t>& idx) {
   using N = Num<T>;
   using C = typename N::C;
   using A = typename N::A;
-  A acc = kOp == Reduce::kProd ? A(1) : A(0);
-  C best{};
   if constexpr (kOp == Reduce::kMax || kOp == Reduce::kMin) {
+    C best{};
     if constexpr (std::is_floating_point_v<C>) {
       best = kOp == Reduce::kMax ? -std::numeric_limits<C>::infinity()
                                  : std::numeric_limits<C>::infinity();
     } else {
       best = kOp == Reduce::kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
     }
-  }
-  int nr = int(red.size());
-  if (count > 0) {
-    std::fill(idx.begin(), idx.end(), 0);
-    int64_t inner_n = nr ? red[nr - 1].size : 1, inner_s = nr ? red[nr - 1].stride : 0;
-    int64_t off = base;
-    while (true) {
-      const T* p = x + off;
-      for (int64_t k = 0; k < inner_n; ++k) {
-        C v = N::load(p[k * inner_s]);
-        if constexpr (kOp == Reduce::kSum || kOp == Reduce::kMean) {
-          acc += A(v);
-        } else if constexpr (kOp == Reduce::kProd) {
-          acc *= A(v);
-        } else if constexpr (kOp == Reduce::kMax) {
-          if (v > best || v != v) best = v;  // NaN propagates
-          if (best != best) break;
-        } else {
-          if (v < best || v != v) best = v;
-          if (best != best) break;
-        }
-      }
-      int d = nr - 2;
-      for (; d >= 0; --d) {
-        off += red[d].stride;
-        if (++idx[d] < red[d].size) break;
-        off -= red[d].stride * red[d].size;
-        idx[d] = 0;
-      }
-      if (d < 0) break;
+    if (count > 0) {
+      for_each_reduced(x, base, red, idx, [&](C v) {
+        if (kOp == Reduce::kMax ? (v > best) : (v < best)) best = v;
+        if (v != v) best = v;  // NaN propagates
+        return best == best;
+      });
     }
-  }
-  if constexpr (kOp == Reduce::kMax || kOp == Reduce::kMin) {
     return N::store(best);
-  } else if constexpr (kOp == Reduce::kMean) {
-    if constexpr (std::is_integral_v<C>) {
-      return N::store(C(count > 0 ? acc / count : 0));
-    } else {
-      return N::store(C(double(acc) / double(count)));
+  } else if constexpr (kOp == Reduce::kLogSum || kOp == Reduce::kLogSumExp) {
+    // In double whatever T is; LogSumExp subtracts the max so large inputs do not overflow.
+    double mx = 0;
+    if (kOp == Reduce::kLogSumExp && count > 0) {
+      mx = -std::numeric_limits<double>::infinity();
+      for_each_reduced(x, base, red, idx, [&](C v) {
+        mx = std::max(mx, double(v));
+        return true;
+      });
+      if (!std::isfinite(mx)) mx = 0;
     }
+    double acc = 0;
+    if (count > 0) {
+      for_each_reduced(x, base, red, idx, [&](C v) {
+        acc += kOp == Reduce::kLogSumExp ? std::exp(double(v) - mx) : double(v);
+        return true;
+      });
+    }
+    return N::store(C(std::log(acc) + mx));
   } else {
-    return N::store(C(acc));
+    A acc = kOp == Reduce::kProd ? A(1) : A(0);
+    if (count > 0) {
+      for_each_reduced(x, base, red, idx, [&](C v) {
+        if constexpr (kOp == Reduce::kProd) {
+          acc *= A(v);
+        } else if constexpr (kOp == Reduce::kL1) {
+          acc += A(v) < A(0) ? -A(v) : A(v);
+        } else if constexpr (kOp == Reduce::kL2 || kOp == Reduce::kSumSquare) {
+          acc += A(v) * A(v);
+        } else {
+          acc += A(v);
+        }
+        return true;
+      });
+    }
+    if constexpr (kOp == Reduce::kMean) {
+      if constexpr (std::is_integral_v<C>) {
+        return N::store(C(count > 0 ? acc / count : 0));
+      } else {
+        return N::store(C(double(acc) / double(count)));
+      }
+    } else if constexpr (kOp == Reduce::kL2) {
+      return N::store(C(std::sqrt(double(acc))));
+    } else {
+      return N::store(C(acc));
+    }
   }
 }
 
@@ -234,6 +294,154 @@ Status reduce_kernel(const KernelArgs& a) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// ArgMax/ArgMin, Hardmax and TopK: per (outer, inner) line along one axis, compared in double.
+
+struct Lines {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Status axis_lines(const char* op, const TensorView& x, int64_t axis_attr, int* axis, Lines* l) {
+  int rank = x.rank();
+  if (axis_attr < -rank || axis_attr >= std::max(rank, 1)) {
+    return invalid_argument(std::string(op) + ": axis " + std::to_string(axis_attr) +
+                            " is out of range for rank " + std::to_string(rank));
+  }
+  *axis = int(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  l->outer = 1;
+  l->inner = 1;
+  l->n = rank == 0 ? 1 : x.shape[*axis];
+  for (int d = 0; d < *axis; ++d) l->outer *= x.shape[d];
+  for (int d = *axis + 1; d < rank; ++d) l->inner *= x.shape[d];
+  return ok_status();
+}
+
+// Index of the max (kMax) or min along a line; ties go to the first, or the last with
+// select_last_index. NaN wins, as in numpy.
+template <bool kMax>
+int64_t arg_best(const TensorView& x, int64_t base, int64_t n, int64_t stride, bool last) {
+  int64_t best_i = 0;
+  double best = load_f64(x, base);
+  for (int64_t k = 1; k < n; ++k) {
+    double v = load_f64(x, base + k * stride);
+    if (best != best) break;
+    bool better = kMax ? (v > best) : (v < best);
+    if (better || v != v || (last && v == best)) {
+      best = v;
+      best_i = k;
+    }
+  }
+  return best_i;
+}
+
+template <bool kMax>
+Status arg_kernel(const KernelArgs& a) {
+  const char* op = kMax ? "ArgMax" : "ArgMin";
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, a.attrs.get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t last, a.attrs.get_int("select_last_index", 0));
+  if (!is_numeric_dtype(x.dtype)) {
+    return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(x.dtype)));
+  }
+  if (y.dtype != DType::kInt64) return invalid_argument(std::string(op) + ": output must be int64");
+  int axis;
+  Lines l;
+  KILN_RETURN_IF_ERROR(axis_lines(op, x, axis_attr, &axis, &l));
+  if (y.numel() != l.outer * l.inner) {
+    return invalid_argument(std::string(op) + ": output has " + std::to_string(y.numel()) +
+                            " elements, expected " + std::to_string(l.outer * l.inner));
+  }
+  if (l.n == 0) {
+    if (y.numel() == 0) return ok_status();
+    return invalid_argument(std::string(op) + ": the reduced axis is empty");
+  }
+  int64_t* out = y.as<int64_t>();
+  for (int64_t o = 0; o < l.outer; ++o) {
+    for (int64_t i = 0; i < l.inner; ++i) {
+      out[o * l.inner + i] = arg_best<kMax>(x, o * l.n * l.inner + i, l.n, l.inner, last != 0);
+    }
+  }
+  return ok_status();
+}
+
+// Hardmax: 1 at the first maximum along the axis (opset 13; older opsets flatten to 2-D at axis,
+// which the schema rejects unless it is the last axis, where both agree).
+Status hardmax_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, a.attrs.get_int("axis", -1));
+  if (y.dtype != x.dtype || y.numel() != x.numel()) {
+    return invalid_argument("Hardmax: output must match the input's dtype and shape");
+  }
+  int axis;
+  Lines l;
+  KILN_RETURN_IF_ERROR(axis_lines("Hardmax", x, axis_attr, &axis, &l));
+  for (int64_t k = 0; k < y.numel(); ++k) store_f64(y, k, 0);
+  if (l.n == 0) return ok_status();
+  for (int64_t o = 0; o < l.outer; ++o) {
+    for (int64_t i = 0; i < l.inner; ++i) {
+      int64_t base = o * l.n * l.inner + i;
+      int64_t b = arg_best<true>(x, base, l.n, l.inner, false);
+      store_f64(y, base + b * l.inner, 1);
+    }
+  }
+  return ok_status();
+}
+
+// TopK with K from input 1 (its output shape was fixed at build time, so K here must agree).
+Status topk_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  const TensorView& values = a.out[0];
+  const TensorView& indices = a.out[1];
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, a.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int64_t largest, a.attrs.get_int("largest", 1));
+  std::vector<int64_t> kv;
+  if (!read_indices(a.in[1], &kv) || kv.size() != 1) {
+    return invalid_argument("TopK: input 1 (K) must be one int64");
+  }
+  int axis;
+  Lines l;
+  KILN_RETURN_IF_ERROR(axis_lines("TopK", x, axis_attr, &axis, &l));
+  int64_t k = kv[0];
+  if (k < 0 || k > l.n) {
+    return invalid_argument("TopK: K = " + std::to_string(k) + " is out of range [0, " +
+                            std::to_string(l.n) + "]");
+  }
+  if (values.dtype != x.dtype || indices.dtype != DType::kInt64 ||
+      values.numel() != l.outer * k * l.inner || indices.numel() != values.numel()) {
+    return invalid_argument("TopK: outputs do not have K = " + std::to_string(k) +
+                            " elements along the axis");
+  }
+  std::vector<int64_t> order(size_t(l.n));
+  std::vector<double> line(size_t(l.n));
+  int64_t* idx_out = indices.as<int64_t>();
+  for (int64_t o = 0; o < l.outer; ++o) {
+    for (int64_t i = 0; i < l.inner; ++i) {
+      int64_t base = o * l.n * l.inner + i;
+      for (int64_t j = 0; j < l.n; ++j) {
+        line[j] = load_f64(x, base + j * l.inner);
+        order[j] = j;
+      }
+      // Equal values keep the lower index first (stable sort), as the ONNX spec asks.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+        return largest ? line[p] > line[q] : line[p] < line[q];
+      });
+      int64_t obase = o * k * l.inner + i;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t src = base + order[j] * l.inner;
+        int64_t dst = obase + j * l.inner;
+        idx_out[dst] = order[j];
+        // Copy the element bytes rather than round-tripping int64 through double.
+        size_t es = dtype_size(x.dtype);
+        std::memcpy(static_cast<char*>(values.data) + dst * es,
+                    static_cast<const char*>(x.data) + src * es, es);
+      }
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_reduce_kernels(KernelRegistry& r) {
@@ -242,6 +450,15 @@ void register_reduce_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kReduceMax, &reduce_kernel<Reduce::kMax>);
   r.add(ops::OpKind::kReduceMin, &reduce_kernel<Reduce::kMin>);
   r.add(ops::OpKind::kReduceProd, &reduce_kernel<Reduce::kProd>);
+  r.add(ops::OpKind::kReduceL1, &reduce_kernel<Reduce::kL1>);
+  r.add(ops::OpKind::kReduceL2, &reduce_kernel<Reduce::kL2>);
+  r.add(ops::OpKind::kReduceLogSum, &reduce_kernel<Reduce::kLogSum>);
+  r.add(ops::OpKind::kReduceLogSumExp, &reduce_kernel<Reduce::kLogSumExp>);
+  r.add(ops::OpKind::kReduceSumSquare, &reduce_kernel<Reduce::kSumSquare>);
+  r.add(ops::OpKind::kArgMax, &arg_kernel<true>);
+  r.add(ops::OpKind::kArgMin, &arg_kernel<false>);
+  r.add(ops::OpKind::kHardmax, &hardmax_kernel);
+  r.add(ops::OpKind::kTopK, &topk_kernel);
 }
 
 }  // namespace kiln::backends::cpu

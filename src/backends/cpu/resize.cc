@@ -151,12 +151,18 @@ double original_coord(const ResizeParams& p, double x, int64_t in, int64_t out, 
       return x / scale;
     case Coord::kPytorchHalfPixel:
       return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-    case Coord::kAlignCorners:
-      return out == 1 ? 0.0 : x * double(in - 1) / double(out - 1);
-    case Coord::kTfCropAndResize:
-      return out > 1 ? roi_start * double(in - 1) +
-                           x * (roi_end - roi_start) * double(in - 1) / double(out - 1)
-                     : 0.5 * (roi_start + roi_end) * double(in - 1);
+    // These two use the unrounded output length in * scale, as the ONNX reference does (with
+    // sizes the scale is out / in, so it is the output size).
+    case Coord::kAlignCorners: {
+      double len = scale * double(in);
+      return len == 1 ? 0.0 : x * double(in - 1) / (len - 1);
+    }
+    case Coord::kTfCropAndResize: {
+      double len = scale * double(in);
+      return len != 1 ? roi_start * double(in - 1) +
+                            x * (roi_end - roi_start) * double(in - 1) / (len - 1)
+                      : 0.5 * (roi_start + roi_end) * double(in - 1);
+    }
     case Coord::kHalfPixelSymmetric: {
       double adjustment = double(out) / (scale * double(in));
       double offset = double(in) / 2 * (1 - adjustment);

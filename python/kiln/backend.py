@@ -1,0 +1,165 @@
+"""kiln.backend: kiln behind onnx's backend API (onnx.backend.base.Backend).
+
+So onnx's BackendTest and other ONNX tooling can drive kiln:
+
+    import kiln.backend
+    outputs = kiln.backend.run_model(model_proto, [x])      # a namedtuple of numpy arrays
+    rep = kiln.backend.prepare(model_proto, "CPU")          # reusable; rep.run([x])
+
+prepare() builds an engine at once when every input shape is static (or when ``input_shapes``
+gives them); otherwise the first run() with new input shapes builds one whose single profile is
+exactly those shapes, and later runs with the same shapes reuse it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
+
+import kiln
+
+__all__ = ["KilnBackend", "KilnBackendRep", "prepare", "run_model", "run_node", "supports_device"]
+
+Shape = Tuple[int, ...]
+# run_node's default opset: one kiln's frontend accepts (the installed onnx may know newer ones).
+_RUN_NODE_OPSET = 17
+
+
+def _kiln_device(device: str) -> "kiln.Device":
+    kind = Device(device).type
+    if kind == DeviceType.CPU:
+        return kiln.Device.CPU
+    if kind == DeviceType.CUDA:
+        return kiln.Device.CUDA
+    raise kiln.UnsupportedError(f"kiln has no backend for device {device!r}")
+
+
+def _static_shape(value_info: onnx.ValueInfoProto) -> Optional[Shape]:
+    """The input's shape when every dim is a number, else None."""
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    dims = []
+    for d in tensor_type.shape.dim:
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(d.dim_value)
+    return tuple(dims)
+
+
+class KilnBackendRep(BackendRep):
+    """A prepared model: engines keyed by input shapes, each with one exact-shape profile."""
+
+    def __init__(self, network: "kiln.Network", input_names: Sequence[str],
+                 output_names: Sequence[str], device: "kiln.Device"):
+        self.network = network
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.device = device
+        self._engines: Dict[Tuple[Shape, ...], Tuple[kiln.Engine, kiln.ExecutionContext]] = {}
+
+    def engine_for(self, shapes: Mapping[str, Shape]) -> "kiln.Engine":
+        """The engine (built now if needed) whose profile is exactly these input shapes."""
+        return self._context_for(shapes)[0]
+
+    def _context_for(self, shapes: Mapping[str, Shape]):
+        key = tuple(tuple(shapes[n]) for n in self.input_names)
+        if key not in self._engines:
+            config = kiln.BuilderConfig()
+            profile = kiln.OptimizationProfile()
+            for name in self.input_names:
+                shape = list(shapes[name])
+                profile.set_dimensions(name, shape, shape, shape)
+            config.add_profile(profile)
+            engine = kiln.Builder(self.device).build(self.network, config)
+            self._engines[key] = (engine, engine.create_execution_context())
+        return self._engines[key]
+
+    def run(self, inputs: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        """Runs on inputs given as a list (graph input order), a dict, or a single array."""
+        if isinstance(inputs, Mapping):
+            named = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray) or hasattr(inputs, "__dlpack__"):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) != len(self.input_names):
+                raise kiln.InvalidArgumentError(
+                    f"the model has {len(self.input_names)} input(s) {self.input_names}, "
+                    f"got {len(inputs)}")
+            named = dict(zip(self.input_names, inputs))
+        arrays = {n: (a if hasattr(a, "__dlpack__") else np.asarray(a)) for n, a in named.items()}
+        missing = [n for n in self.input_names if n not in arrays]
+        if missing:
+            raise kiln.InvalidArgumentError(f"missing input(s): {', '.join(missing)}")
+        _, context = self._context_for({n: tuple(arrays[n].shape) for n in self.input_names})
+        outputs = context.run(arrays)
+        return namedtupledict("Outputs", self.output_names)(*[outputs[n] for n in self.output_names])
+
+
+class KilnBackend(Backend):
+    """onnx.backend.base.Backend implemented with kiln."""
+
+    @classmethod
+    def prepare(cls, model: Union[onnx.ModelProto, bytes, str, "os.PathLike[str]"], device: str = "CPU",
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                **kwargs: Any) -> KilnBackendRep:
+        """Parses the model; builds now if all input shapes are known (static or input_shapes)."""
+        if isinstance(model, (str, os.PathLike)):  # a model file: external data beside it works
+            network = kiln.onnx.parse_file(model)
+            model = onnx.load(model, load_external_data=False)
+        elif isinstance(model, bytes):
+            network = kiln.onnx.parse_bytes(model)
+            model = onnx.load_from_string(model)
+        else:
+            network = kiln.onnx.parse_bytes(model.SerializeToString())
+        initializers = {t.name for t in model.graph.initializer}
+        graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+        rep = KilnBackendRep(network, [i.name for i in graph_inputs],
+                             [o.name for o in model.graph.output], _kiln_device(device))
+        shapes = {i.name: _static_shape(i) for i in graph_inputs}
+        shapes.update({n: tuple(s) for n, s in (input_shapes or {}).items()})
+        if all(s is not None for s in shapes.values()):
+            rep.engine_for(shapes)
+        return rep
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
+                  **kwargs: Any) -> Tuple[Any, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Optional[Sequence[Tuple[np.dtype, Shape]]] = None,
+                 **kwargs: Any) -> Tuple[Any, ...]:
+        """Runs one node by wrapping it in a model whose output types onnx infers."""
+        arrays = [np.asarray(a) for a in inputs]
+        graph_inputs = [
+            onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for name, a in zip(node.input, arrays)]
+        graph_outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output]
+        opset = kwargs.get("opset_version", _RUN_NODE_OPSET)
+        model = onnx.helper.make_model(
+            onnx.helper.make_graph([node], "run_node", graph_inputs, graph_outputs),
+            opset_imports=[onnx.helper.make_opsetid("", opset)])
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        return cls.prepare(model, device).run(arrays)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        """CPU always; CUDA when this build of kiln has the CUDA backend."""
+        try:
+            return kiln.device_available(_kiln_device(device))
+        except kiln.Error:
+            return False
+
+
+prepare = KilnBackend.prepare
+run_model = KilnBackend.run_model
+run_node = KilnBackend.run_node
+supports_device = KilnBackend.supports_device

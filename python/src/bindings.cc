@@ -1,0 +1,650 @@
+// The nanobind module kiln._kiln: kiln's public C++ API under the same names, with numpy/DLPack
+// tensors in and out, Status codes raised as typed exceptions, and the GIL released while kiln works.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "kiln.h"
+
+namespace nb = nanobind;
+
+namespace kiln::python {
+namespace {
+
+// ---- Status -> typed Python exceptions --------------------------------------------------------
+
+// Thrown only inside this module, translated to the exception class of its code at the boundary.
+struct StatusError {
+  Status status;
+};
+
+// Python classes for each StatusCode, defined in kiln/_errors.py (so editors see them as plain
+// classes) and looked up on the first error, when the kiln package has finished importing.
+PyObject* error_class(StatusCode code) {
+  static const char* const kNames[] = {"Error", "InvalidArgumentError", "InvalidModelError", "UnsupportedError",
+                                       "NotFoundError", "OutOfMemoryError", "DeviceError", "InternalError"};
+  constexpr int kNumCodes = int(sizeof(kNames) / sizeof(kNames[0]));
+  static PyObject* classes[kNumCodes] = {};
+  int index = int(code);
+  if (index <= 0 || index >= kNumCodes) index = 0;  // kOk never raises; unknown codes map to Error
+  if (!classes[index]) {
+    PyObject* module = PyImport_ImportModule("kiln._errors");
+    if (!module) {
+      PyErr_Clear();
+      return PyExc_RuntimeError;  // the extension imported on its own, as by stubgen
+    }
+    classes[index] = PyObject_GetAttrString(module, kNames[index]);  // kept for the process's life
+    Py_DECREF(module);
+    if (!classes[index]) {
+      PyErr_Clear();
+      return PyExc_RuntimeError;
+    }
+  }
+  return classes[index];
+}
+
+[[noreturn]] void raise(Status status) { throw StatusError{std::move(status)}; }
+
+void check(const Status& status) {
+  if (!status.ok()) raise(status);
+}
+
+template <typename T>
+T value_or_raise(StatusOr<T>&& result) {
+  if (!result.ok()) raise(result.status());
+  return std::move(result).value();
+}
+
+[[noreturn]] void raise_invalid(std::string message) { raise(invalid_argument(std::move(message))); }
+
+void register_error_translator() {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      PyErr_SetString(error_class(e.status.code()), e.status.message().c_str());
+    }
+  });
+}
+
+// ---- dtypes ----------------------------------------------------------------------------------
+
+std::string shape_str(const Shape& s) { return shape_to_string(s); }
+
+DType dtype_from_dlpack(nb::dlpack::dtype t) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes != 1) return DType::kUndefined;
+  switch (C(t.code)) {
+    case C::Float:
+      return t.bits == 32 ? DType::kFloat32 : t.bits == 16 ? DType::kFloat16 : t.bits == 64 ? DType::kFloat64 : DType::kUndefined;
+    case C::Bfloat: return t.bits == 16 ? DType::kBFloat16 : DType::kUndefined;
+    case C::Int:
+      return t.bits == 8 ? DType::kInt8 : t.bits == 16 ? DType::kInt16 : t.bits == 32 ? DType::kInt32
+             : t.bits == 64 ? DType::kInt64 : DType::kUndefined;
+    case C::UInt:
+      return t.bits == 8 ? DType::kUInt8 : t.bits == 16 ? DType::kUInt16 : t.bits == 32 ? DType::kUInt32
+             : t.bits == 64 ? DType::kUInt64 : DType::kUndefined;
+    case C::Bool: return t.bits == 8 ? DType::kBool : DType::kUndefined;
+    default: return DType::kUndefined;
+  }
+}
+
+nb::dlpack::dtype dlpack_from_dtype(DType d) {
+  using C = nb::dlpack::dtype_code;
+  auto make = [](C code, int bits) { return nb::dlpack::dtype{uint8_t(code), uint8_t(bits), 1}; };
+  switch (d) {
+    case DType::kFloat32: return make(C::Float, 32);
+    case DType::kFloat16: return make(C::Float, 16);
+    case DType::kFloat64: return make(C::Float, 64);
+    case DType::kBFloat16: return make(C::Bfloat, 16);
+    case DType::kInt8: return make(C::Int, 8);
+    case DType::kInt16: return make(C::Int, 16);
+    case DType::kInt32: return make(C::Int, 32);
+    case DType::kInt64: return make(C::Int, 64);
+    case DType::kUInt8: return make(C::UInt, 8);
+    case DType::kUInt16: return make(C::UInt, 16);
+    case DType::kUInt32: return make(C::UInt, 32);
+    case DType::kUInt64: return make(C::UInt, 64);
+    case DType::kBool: return make(C::Bool, 8);
+    case DType::kUndefined: break;
+  }
+  return make(C::Float, 0);
+}
+
+// numpy has no bfloat16; ml_dtypes (which JAX and onnx use) provides one when it is installed.
+nb::object numpy_dtype(DType d) {
+  if (d == DType::kBFloat16) {
+    try {
+      return nb::module_::import_("ml_dtypes").attr("bfloat16");
+    } catch (nb::python_error&) {
+      raise(unsupported("bfloat16 has no numpy dtype: install ml_dtypes to use bfloat16 tensors"));
+    }
+  }
+  return nb::module_::import_("numpy").attr("dtype")(std::string(dtype_name(d)));
+}
+
+// ---- tensors in ------------------------------------------------------------------------------
+
+// kDLCPU and kDLCUDAHost (pinned host memory) are host memory kiln's CPU kernels can read.
+bool is_host_device(int device_type) { return device_type == 1 || device_type == 3; }
+
+[[noreturn]] void raise_device(const std::string& name, int device_type) {
+  std::string where = "device type " + std::to_string(device_type) + " (DLPack)";
+  if (device_type == 2) where = "a CUDA device";
+  if (!backends::get_backend(Device::kCUDA).ok()) {
+    raise(unsupported("tensor '" + name + "' lives on " + where +
+                      ", but the CUDA backend is not in this build of kiln: pass host memory "
+                      "(e.g. tensor.cpu().numpy())"));
+  }
+  raise(unsupported("tensor '" + name + "' lives on " + where +
+                    ": the Python bindings accept host memory only so far"));
+}
+
+// A host view of any object with the buffer protocol or __dlpack__, checked for device and dtype.
+// `writable` refuses read-only arrays (output buffers); inputs accept them.
+nb::ndarray<nb::ro> as_host_array(const std::string& name, nb::handle obj, bool writable) {
+  // Ask the device before importing: a framework may refuse to export device memory to the CPU.
+  if (nb::hasattr(obj, "__dlpack_device__")) {
+    nb::object dev = obj.attr("__dlpack_device__")();
+    int device_type = nb::cast<int>(dev[0]);
+    if (!is_host_device(device_type)) raise_device(name, device_type);
+  }
+  nb::ndarray<nb::ro> arr;
+  if (!nb::try_cast(obj, arr, /*convert=*/false)) {
+    std::string type = nb::type_name(obj.type()).c_str();
+    raise_invalid("tensor '" + name + "': expected a numpy array or an object with __dlpack__, got " + type);
+  }
+  if (!is_host_device(arr.device_type())) raise_device(name, arr.device_type());
+  if (writable) {
+    nb::ndarray<> rw;
+    if (!nb::try_cast(obj, rw, /*convert=*/false)) {
+      raise_invalid("output '" + name + "' is bound to a read-only array; kiln must write into it");
+    }
+  }
+  if (dtype_from_dlpack(arr.dtype()) == DType::kUndefined) {
+    static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+    int code = arr.dtype().code;
+    std::string kind = code < 7 ? kCodes[code] : "DLPack code " + std::to_string(code);
+    raise_invalid("tensor '" + name + "' has dtype " + kind + std::to_string(int(arr.dtype().bits)) +
+                  ", which kiln does not support");
+  }
+  return arr;
+}
+
+Shape array_shape(const nb::ndarray<nb::ro>& a) {
+  Shape s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = int64_t(a.shape(i));
+  return s;
+}
+
+// C order, ignoring the strides of extent-1 dims (numpy and torch disagree about those).
+bool is_c_contiguous(const nb::ndarray<nb::ro>& a) {
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) == 1) continue;
+    if (a.stride(i) != expected) return false;
+    expected *= int64_t(a.shape(i));
+  }
+  return true;
+}
+
+// Gathers a strided array into C order; strides are in elements and may be negative.
+void copy_strided(const nb::ndarray<nb::ro>& a, char* dst) {
+  const size_t item = a.itemsize(), ndim = a.ndim();
+  const char* base = static_cast<const char*>(a.data());
+  if (a.size() == 0) return;
+  std::vector<size_t> index(ndim, 0);
+  for (size_t n = 0, total = a.size(); n < total; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < ndim; ++d) offset += int64_t(index[d]) * a.stride(d);
+    std::memcpy(dst + n * item, base + offset * int64_t(item), item);
+    for (size_t d = ndim; d-- > 0;) {
+      if (++index[d] < a.shape(d)) break;
+      index[d] = 0;
+    }
+  }
+}
+
+// A kiln Tensor over the array's memory when it is C-contiguous, else over a C-ordered copy.
+// The caller keeps `arr` alive for as long as the Tensor is used.
+Tensor tensor_from_array(const nb::ndarray<nb::ro>& arr) {
+  DType dtype = dtype_from_dlpack(arr.dtype());
+  Shape shape = array_shape(arr);
+  if (is_c_contiguous(arr)) return Tensor::wrap(dtype, shape, const_cast<void*>(arr.data()), nullptr);
+  Tensor copy = value_or_raise(Tensor::zeros(dtype, shape));
+  copy_strided(arr, static_cast<char*>(copy.data()));
+  return copy;
+}
+
+// ---- tensors out -----------------------------------------------------------------------------
+
+// A numpy array that owns kiln's Tensor (its memory is not copied) and has exactly its shape.
+nb::object to_numpy(Tensor t) {
+  if (t.dtype() == DType::kBFloat16) numpy_dtype(DType::kBFloat16);  // raises without ml_dtypes
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  auto* owned = new Tensor(std::move(t));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  nb::ndarray<nb::numpy> arr(owned->data(), shape.size(), shape.data(), owner, nullptr,
+                             dlpack_from_dtype(owned->dtype()), nb::device::cpu::value);
+  return arr.cast();
+}
+
+nb::tuple shape_tuple(const Shape& s) {
+  nb::list l;
+  for (int64_t d : s) l.append(d);
+  return nb::tuple(l);
+}
+
+Shape shape_from(nb::handle seq) {
+  Shape s;
+  for (nb::handle d : seq) s.push_back(nb::cast<int64_t>(d));
+  return s;
+}
+
+// ---- ExecutionContext with bound arrays -------------------------------------------------------
+
+// An array bound with set_tensor_address(name, array): kept alive and checked against the shapes
+// each execute() needs, so a buffer sized for another batch (seed 000) is an error, not garbage.
+struct Binding {
+  nb::object owner;
+  Shape shape;
+  DType dtype;
+};
+
+class BoundContext {
+ public:
+  BoundContext(Engine engine, std::unique_ptr<ExecutionContext> ctx) : engine_(std::move(engine)), ctx_(std::move(ctx)) {}
+
+  void set_input_shape(const std::string& name, nb::handle shape) {
+    Exclusive guard(this);
+    check(ctx_->set_input_shape(name, shape_from(shape)));
+  }
+  nb::tuple tensor_shape(const std::string& name) {
+    Exclusive guard(this);
+    return shape_tuple(value_or_raise(ctx_->tensor_shape(name)));
+  }
+  void infer_shapes() {
+    Exclusive guard(this);
+    check(ctx_->infer_shapes());
+  }
+
+  void set_tensor_address(const std::string& name, nb::handle target) {
+    Exclusive guard(this);
+    TensorIOMode mode = engine_.tensor_mode(name);
+    if (mode == TensorIOMode::kNONE) raise(not_found("the engine has no tensor named '" + name + "'"));
+    if (nb::isinstance<nb::int_>(target) || target.is_none()) {
+      void* ptr = target.is_none() ? nullptr : reinterpret_cast<void*>(nb::cast<uintptr_t>(target));
+      check(ctx_->set_tensor_address(name, ptr));
+      bound_.erase(name);
+      return;
+    }
+    nb::ndarray<nb::ro> arr = as_host_array(name, target, /*writable=*/mode == TensorIOMode::kOUTPUT);
+    DType want = value_or_raise(engine_.tensor_dtype(name));
+    DType got = dtype_from_dlpack(arr.dtype());
+    if (got != want) {
+      raise_invalid("tensor '" + name + "' is bound to a " + std::string(dtype_name(got)) +
+                    " array, but the engine expects " + std::string(dtype_name(want)));
+    }
+    if (!is_c_contiguous(arr)) {
+      raise_invalid("tensor '" + name + "' is bound to an array that is not C-contiguous; kiln reads and "
+                    "writes bound memory in place: pass numpy.ascontiguousarray(a)");
+    }
+    Shape shape = array_shape(arr);
+    if (mode == TensorIOMode::kINPUT) check(ctx_->set_input_shape(name, shape));
+    check(ctx_->set_tensor_address(name, const_cast<void*>(arr.data())));
+    bound_[name] = Binding{nb::borrow(target), shape, got};
+  }
+
+  uintptr_t tensor_address(const std::string& name) const {
+    return reinterpret_cast<uintptr_t>(ctx_->tensor_address(name));
+  }
+
+  void execute() {
+    Exclusive guard(this);
+    for (int i = 0; i < engine_.num_io_tensors(); ++i) {  // inputs first: they decide the rest
+      const std::string name = engine_.io_tensor_name(i);
+      auto it = bound_.find(name);
+      if (it == bound_.end()) continue;
+      const Binding& b = it->second;
+      Shape need = value_or_raise(ctx_->tensor_shape(name));
+      if (need != b.shape) {
+        raise_invalid("tensor '" + name + "' is bound to an array of shape " + shape_str(b.shape) +
+                      ", but this run's shape is " + shape_str(need) + ": allocate it from context.tensor_shape('" +
+                      name + "') after set_input_shape");
+      }
+    }
+    nb::gil_scoped_release release;
+    check(ctx_->execute());
+  }
+
+  nb::dict run(nb::handle inputs_obj) {
+    Exclusive guard(this);
+    if (!nb::isinstance<nb::dict>(inputs_obj)) {
+      raise_invalid("run() takes a dict of input name -> array, got " + std::string(nb::type_name(inputs_obj.type()).c_str()));
+    }
+    nb::dict inputs_dict = nb::borrow<nb::dict>(inputs_obj);
+    std::vector<nb::ndarray<nb::ro>> keep;  // the arrays whose memory the Tensors wrap
+    std::map<std::string, Tensor> inputs;
+    for (auto [key, value] : inputs_dict) {
+      if (!nb::isinstance<nb::str>(key)) raise_invalid("run(): input names must be str");
+      std::string name = nb::cast<std::string>(key);
+      keep.push_back(as_host_array(name, value, /*writable=*/false));
+      inputs[name] = tensor_from_array(keep.back());
+    }
+    std::map<std::string, Tensor> outputs;
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      auto result = ctx_->run(inputs);
+      if (result.ok()) {
+        outputs = std::move(result).value();
+      } else {
+        status = result.status();
+      }
+      // run() leaves the IO addresses pointing at memory this call owns; forget them, so that a
+      // later execute() without set_tensor_address fails cleanly instead of reading freed memory.
+      for (int i = 0; i < engine_.num_io_tensors(); ++i) {
+        (void)ctx_->set_tensor_address(engine_.io_tensor_name(i), nullptr);
+      }
+    }
+    bound_.clear();
+    check(status);
+    nb::dict out;
+    for (auto& [name, t] : outputs) out[nb::str(name.c_str())] = to_numpy(std::move(t));
+    return out;
+  }
+
+  void set_optimization_profile(int profile) {
+    Exclusive guard(this);
+    check(ctx_->set_optimization_profile(profile));
+  }
+  int optimization_profile() const { return ctx_->optimization_profile(); }
+  size_t arena_bytes() const { return ctx_->arena_bytes(); }
+  const Engine& engine() const { return engine_; }
+
+ private:
+  // A C++ ExecutionContext serves one caller at a time. Python threads sharing one context would
+  // race inside it once the GIL is released, so a second caller gets an error instead.
+  class Exclusive {
+   public:
+    explicit Exclusive(BoundContext* c) : c_(c) {
+      if (c_->busy_.exchange(true)) {
+        raise_invalid("this ExecutionContext is in use by another thread: create one context per thread "
+                      "with engine.create_execution_context()");
+      }
+    }
+    ~Exclusive() { c_->busy_.store(false); }
+
+   private:
+    BoundContext* c_;
+  };
+
+  std::atomic<bool> busy_{false};
+  Engine engine_;  // shares the immutable engine data with every other context
+  std::unique_ptr<ExecutionContext> ctx_;
+  std::map<std::string, Binding> bound_;
+};
+
+// ---- Engine helpers --------------------------------------------------------------------------
+
+nb::tuple engine_tensor_shape(const Engine& e, const std::string& name) {
+  return shape_tuple(value_or_raise(e.tensor_shape(name)));
+}
+nb::object engine_tensor_dtype(const Engine& e, const std::string& name) {
+  return numpy_dtype(value_or_raise(e.tensor_dtype(name)));
+}
+std::string engine_io_tensor_name(const Engine& e, int index) {
+  if (index < 0 || index >= e.num_io_tensors()) {
+    throw nb::index_error(("io tensor index " + std::to_string(index) + " is outside [0, " +
+                           std::to_string(e.num_io_tensors()) + ")").c_str());
+  }
+  return e.io_tensor_name(index);
+}
+
+std::vector<uint8_t> bytes_of(nb::handle obj) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_SIMPLE) != 0) {
+    PyErr_Clear();
+    raise_invalid("expected bytes (or another buffer), got " + std::string(nb::type_name(obj.type()).c_str()));
+  }
+  std::vector<uint8_t> out(static_cast<uint8_t*>(view.buf), static_cast<uint8_t*>(view.buf) + view.len);
+  PyBuffer_Release(&view);
+  return out;
+}
+
+}  // namespace
+}  // namespace kiln::python
+
+NB_MODULE(_kiln, m) {
+  using namespace kiln;
+  using namespace kiln::python;
+  m.doc() = "kiln: ONNX inference optimizer and runtime (C++ API, same names).";
+  register_error_translator();
+
+  nb::enum_<Device>(m, "Device", "Where an engine runs.")
+      .value("CPU", Device::kCPU)
+      .value("CUDA", Device::kCUDA);
+  nb::enum_<BuilderFlag>(m, "BuilderFlag", "Precision flags of a BuilderConfig (TensorRT's names).")
+      .value("TF32", BuilderFlag::kTF32)
+      .value("FP16", BuilderFlag::kFP16)
+      .value("BF16", BuilderFlag::kBF16)
+      .value("INT8", BuilderFlag::kINT8);
+  nb::enum_<TensorIOMode>(m, "TensorIOMode", "Whether a named tensor is an engine input or output.")
+      .value("NONE", TensorIOMode::kNONE)
+      .value("INPUT", TensorIOMode::kINPUT)
+      .value("OUTPUT", TensorIOMode::kOUTPUT);
+  nb::enum_<OptProfileSelector>(m, "OptProfileSelector", "Which shape of a profile: MIN, OPT or MAX.")
+      .value("MIN", OptProfileSelector::kMIN)
+      .value("OPT", OptProfileSelector::kOPT)
+      .value("MAX", OptProfileSelector::kMAX);
+
+  m.def("device_available", [](Device d) { return backends::get_backend(d).ok(); }, nb::arg("device"),
+        "Whether this build of kiln has a backend for `device` (CUDA needs a CUDA build).");
+
+  nb::class_<Network>(m, "Network", "A parsed ONNX model (kiln.onnx.parse_file).")
+      .def_prop_ro("path", [](const Network& n) { return n.path; }, "The model file; empty when parsed from bytes.")
+      .def_prop_ro("model_hash", [](const Network& n) { return n.model_hash; }, "FNV-1a 64 of the model bytes.")
+      .def_prop_ro("ir_version", [](const Network& n) { return n.ir_version; })
+      .def_prop_ro("producer", [](const Network& n) { return n.producer; })
+      .def_prop_ro("num_nodes", [](const Network& n) { return n.graph.nodes.size(); });
+
+  // kiln.onnx (python/kiln/onnx.py) wraps these two with typed signatures.
+  m.def(
+      "_onnx_parse_file",
+      [](const std::filesystem::path& path) {
+        StatusOr<Network> net = [&] {
+          nb::gil_scoped_release release;
+          return onnx::parse_file(path.string());
+        }();
+        return value_or_raise(std::move(net));
+      },
+      nb::arg("path"));
+  m.def(
+      "_onnx_parse_bytes",
+      [](nb::handle data, const std::string& model_dir) {
+        std::vector<uint8_t> bytes = bytes_of(data);
+        StatusOr<Network> net = [&] {
+          nb::gil_scoped_release release;
+          return onnx::parse_bytes(bytes, model_dir);
+        }();
+        return value_or_raise(std::move(net));
+      },
+      nb::arg("data"), nb::arg("model_dir") = "");
+
+  nb::class_<OptimizationProfile>(m, "OptimizationProfile", "Min/opt/max shapes of each dynamic input.")
+      .def(nb::init<>())
+      .def(
+          "set_dimensions",
+          [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
+             std::vector<int64_t> max) { check(p.set_dimensions(input, std::move(min), std::move(opt), std::move(max))); },
+          nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"),
+          "Sets the shapes of one input; min <= opt <= max elementwise, checked when the engine is built.")
+      .def(
+          "get_dimensions",
+          [](const OptimizationProfile& p, const std::string& input) {
+            auto it = p.inputs().find(input);
+            if (it == p.inputs().end()) raise(not_found("the profile has no dimensions for input '" + input + "'"));
+            return std::make_tuple(it->second.min, it->second.opt, it->second.max);
+          },
+          nb::arg("input"), "The (min, opt, max) shapes set for `input`.")
+      .def_prop_ro(
+          "inputs",
+          [](const OptimizationProfile& p) {
+            std::vector<std::string> names;
+            for (const auto& [name, dims] : p.inputs()) names.push_back(name);
+            return names;
+          },
+          "Names of the inputs this profile sets.");
+
+  nb::class_<BuilderConfig>(m, "BuilderConfig", "Profiles and precision policy; TF32 is on by default, as in TensorRT.")
+      .def(nb::init<>())
+      .def("set_flag", &BuilderConfig::set_flag, nb::arg("flag"))
+      .def("clear_flag", &BuilderConfig::clear_flag, nb::arg("flag"))
+      .def("get_flag", &BuilderConfig::get_flag, nb::arg("flag"))
+      .def_prop_ro("flags", &BuilderConfig::flags, "The flags as a bit mask (1 << BuilderFlag).")
+      .def("add_profile", &BuilderConfig::add_profile, nb::arg("profile"), "Adds a profile (copied).")
+      .def_prop_ro("num_profiles", [](const BuilderConfig& c) { return int(c.profiles().size()); });
+
+  nb::class_<Engine>(m, "Engine",
+                     "A built engine: immutable, shareable by threads; each thread runs its own ExecutionContext.")
+      .def_static(
+          "load",
+          [](const std::filesystem::path& path) {
+            StatusOr<Engine> e = [&] {
+              nb::gil_scoped_release release;
+              return Engine::load(path.string());
+            }();
+            return value_or_raise(std::move(e));
+          },
+          nb::arg("path"), "Loads an engine file; a truncated, corrupted or mismatched file raises InvalidModelError.")
+      .def_static(
+          "deserialize",
+          [](nb::handle data) {
+            std::vector<uint8_t> bytes = bytes_of(data);
+            StatusOr<Engine> e = [&] {
+              nb::gil_scoped_release release;
+              return Engine::deserialize(bytes);
+            }();
+            return value_or_raise(std::move(e));
+          },
+          nb::arg("data"), nb::sig("def deserialize(data: bytes) -> Engine"), "Loads an engine from bytes.")
+      .def(
+          "save",
+          [](const Engine& e, const std::filesystem::path& path) {
+            nb::gil_scoped_release release;
+            check(e.save(path.string()));
+          },
+          nb::arg("path"), "Writes the engine file.")
+      .def(
+          "serialize",
+          [](const Engine& e) {
+            std::vector<uint8_t> b = e.serialize();
+            return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The engine file's bytes.")
+      .def("num_io_tensors", &Engine::num_io_tensors, "Number of inputs plus outputs.")
+      .def("io_tensor_name", &engine_io_tensor_name, nb::arg("index"),
+           "Inputs first, then outputs, each in model order; IndexError outside [0, num_io_tensors()).")
+      .def("tensor_shape", &engine_tensor_shape, nb::arg("name"),
+           "The shape with -1 for each dynamic dim (TensorRT's convention); see tensor_symbolic_shape.")
+      .def(
+          "tensor_symbolic_shape",
+          [](const Engine& e, const std::string& name) {
+            std::vector<std::string> dims;
+            for (const ir::Dim& d : value_or_raise(e.tensor_symbolic_shape(name))) dims.push_back(d.to_string());
+            return dims;
+          },
+          nb::arg("name"), "Each dim as text: ['batch_size', 'seq_len + 1', '8'].")
+      .def("tensor_dtype", &engine_tensor_dtype, nb::arg("name"),
+           nb::sig("def tensor_dtype(self, name: str) -> numpy.dtype"), "The tensor's numpy dtype.")
+      .def("tensor_mode", &Engine::tensor_mode, nb::arg("name"), "INPUT, OUTPUT, or NONE for an unknown name.")
+      .def("num_profiles", &Engine::num_profiles)
+      .def(
+          "profile_shape",
+          [](const Engine& e, const std::string& input, int profile, OptProfileSelector which) {
+            return shape_tuple(value_or_raise(e.profile_shape(input, profile, which)));
+          },
+          nb::arg("input"), nb::arg("profile"), nb::arg("which"), "The MIN, OPT or MAX shape of `input` in `profile`.")
+      .def(
+          "activation_bytes_formula", [](const Engine& e) { return e.activation_bytes_formula().to_string(); },
+          "Activation memory in bytes as a formula over the input symbols.")
+      .def_prop_ro("device", &Engine::device)
+      .def("num_layers", &Engine::num_layers, "Nodes that run.")
+      .def(
+          "create_execution_context",
+          [](const Engine& e) { return new BoundContext(e, value_or_raise(e.create_execution_context())); },
+          nb::rv_policy::take_ownership,
+          "A new context: per-thread shapes, addresses and activation memory.")
+      // TensorRT 10 spellings, so code written against TensorRT reads the same.
+      .def("get_tensor_name", &engine_io_tensor_name, nb::arg("index"), "Alias of io_tensor_name (TensorRT's name).")
+      .def("get_tensor_shape", &engine_tensor_shape, nb::arg("name"), "Alias of tensor_shape (TensorRT's name).")
+      .def("get_tensor_dtype", &engine_tensor_dtype, nb::arg("name"),
+           nb::sig("def get_tensor_dtype(self, name: str) -> numpy.dtype"), "Alias of tensor_dtype (TensorRT's name).")
+      .def("get_tensor_mode", &Engine::tensor_mode, nb::arg("name"), "Alias of tensor_mode (TensorRT's name).")
+      .def("__repr__", [](const Engine& e) {
+        std::string s = "<kiln.Engine " + std::string(device_name(e.device())) + ", " +
+                        std::to_string(e.num_io_tensors()) + " io tensors:";
+        for (int i = 0; i < e.num_io_tensors(); ++i) {
+          std::string n = e.io_tensor_name(i);
+          s += " " + n + (e.tensor_mode(n) == TensorIOMode::kINPUT ? "(in)" : "(out)");
+        }
+        return s + ">";
+      });
+
+  nb::class_<Builder>(m, "Builder", "Builds engines for a device.")
+      .def(nb::init<Device>(), nb::arg("device") = Device::kCPU)
+      .def(
+          "build",
+          [](const Builder& b, const Network& network, const BuilderConfig& config) {
+            StatusOr<Engine> e = [&] {
+              nb::gil_scoped_release release;
+              return b.build(network, config);
+            }();
+            return value_or_raise(std::move(e));
+          },
+          nb::arg("network"), nb::arg("config"),
+          "Builds an engine; a profile that breaks a node raises with the node, dims and sub-range.");
+
+  nb::class_<BoundContext>(m, "ExecutionContext",
+                        "Runs an engine for one caller; create one per thread with Engine.create_execution_context().")
+      .def("set_input_shape", &BoundContext::set_input_shape, nb::arg("name"), nb::arg("shape"),
+           nb::sig("def set_input_shape(self, name: str, shape: collections.abc.Sequence[int]) -> None"),
+           "Validated against the active profile: rank, each dim's range, shared symbols.")
+      .def("tensor_shape", &BoundContext::tensor_shape, nb::arg("name"),
+           nb::sig("def tensor_shape(self, name: str) -> tuple[int, ...]"),
+           "Inputs: the shape set; outputs: the exact shape the current input shapes imply.")
+      .def("get_tensor_shape", &BoundContext::tensor_shape, nb::arg("name"),
+           nb::sig("def get_tensor_shape(self, name: str) -> tuple[int, ...]"), "Alias of tensor_shape.")
+      .def("infer_shapes", &BoundContext::infer_shapes, "Resolves every shape; raises naming the inputs still unset.")
+      .def("set_tensor_address", &BoundContext::set_tensor_address, nb::arg("name"), nb::arg("address"),
+           nb::sig("def set_tensor_address(self, name: str, address: int | object | None) -> None"),
+           "Binds a tensor's memory. An int is a raw host pointer (you keep the memory alive and sized). "
+           "An array (numpy or __dlpack__, C-contiguous, the engine's dtype) is kept alive by the context; "
+           "an input array also sets the input shape, and execute() checks each array's shape against "
+           "the run's exact shape.")
+      .def("tensor_address", &BoundContext::tensor_address, nb::arg("name"), "The bound address (0 when unset).")
+      .def("execute", &BoundContext::execute, "Runs with the bound addresses, without the GIL.")
+      .def("run", &BoundContext::run, nb::arg("inputs"),
+           nb::sig("def run(self, inputs: collections.abc.Mapping[str, object]) -> dict[str, numpy.ndarray]"),
+           "Runs on a dict of input arrays and returns a dict of output arrays of exactly their shapes. "
+           "C-contiguous host arrays of the engine's dtype are read in place; other layouts are copied; "
+           "a different dtype raises InvalidArgumentError. Outputs own kiln's memory (no copy).")
+      .def("set_optimization_profile", &BoundContext::set_optimization_profile, nb::arg("profile"))
+      .def_prop_ro("optimization_profile", &BoundContext::optimization_profile)
+      .def_prop_ro("arena_bytes", &BoundContext::arena_bytes, "Bytes of activation memory held now.")
+      .def_prop_ro("engine", &BoundContext::engine, nb::rv_policy::copy, "The engine this context runs.");
+}

@@ -1,0 +1,83 @@
+# kiln.backend drives kiln through onnx's backend API: a node model made with onnx.helper, and a
+# few of onnx's own node tests through onnx.backend.test.BackendTest.
+import numpy as np
+import onnx
+import onnx.backend.test
+import pytest
+from onnx import TensorProto, helper
+
+import kiln
+import kiln.backend
+
+
+def gemm_relu_model(batch="N"):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], np.arange(12, dtype=np.float32) / 10 - 0.5)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "gemm_relu", [x], [y], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_backend_is_an_onnx_backend():
+    assert issubclass(kiln.backend.KilnBackend, onnx.backend.base.Backend)
+    assert kiln.backend.supports_device("CPU")
+    assert kiln.backend.supports_device("CUDA") == kiln.device_available(kiln.Device.CUDA)
+
+
+def test_prepare_and_run_dynamic_batch():
+    model = gemm_relu_model()
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5
+    rep = kiln.backend.prepare(model, "CPU")
+    for n in (2, 5, 2):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        (y,) = rep.run([x])
+        assert y.shape == (n, 3)
+        np.testing.assert_allclose(y, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+    assert len(rep._engines) == 2  # one exact-shape engine per distinct input shape
+    engine = rep.engine_for({"x": (5, 4)})
+    assert engine.profile_shape("x", 0, kiln.OptProfileSelector.MIN) == (5, 4)
+    assert engine.profile_shape("x", 0, kiln.OptProfileSelector.MAX) == (5, 4)
+    outputs = kiln.backend.run_model(model, {"x": np.ones((1, 4), np.float32)})
+    assert outputs.y.shape == (1, 3)
+
+
+def test_static_model_builds_in_prepare():
+    rep = kiln.backend.prepare(gemm_relu_model(batch=3))
+    assert len(rep._engines) == 1
+    (y,) = rep.run(np.ones((3, 4), np.float32))
+    assert y.shape == (3, 3)
+
+
+def test_run_node():
+    node = helper.make_node("Add", ["a", "b"], ["c"])
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones(3, dtype=np.float32)
+    (c,) = kiln.backend.run_node(node, [a, b])
+    np.testing.assert_array_equal(c, a + b)
+
+
+def test_backend_errors_are_kiln_errors():
+    rep = kiln.backend.prepare(gemm_relu_model())
+    with pytest.raises(kiln.InvalidArgumentError, match="1 input"):
+        rep.run([np.ones((1, 4), np.float32), np.ones((1, 4), np.float32)])
+    with pytest.raises(kiln.InvalidArgumentError, match="float64"):
+        rep.run([np.ones((1, 4))])
+
+
+# onnx's own node tests (model + test_data_set_0 shipped inside the onnx package), driven by onnx's
+# BackendTest. It generates a test for every case it knows; keep only the included ones, rather
+# than thousands of skips.
+NODE_TESTS = ("test_relu_cpu", "test_add_bcast_cpu", "test_matmul_2d_cpu", "test_softmax_axis_1_cpu")
+backend_test = onnx.backend.test.BackendTest(kiln.backend.KilnBackend, __name__)
+onnx_node_cases = backend_test.test_cases  # a property that makes fresh classes on each access
+for _name, _case in onnx_node_cases.items():
+    for _attr in [a for a in vars(_case) if a.startswith("test_") and a not in NODE_TESTS]:
+        delattr(_case, _attr)
+    if any(a.startswith("test_") for a in vars(_case)):
+        globals()[_name] = _case
+
+
+def test_onnx_node_tests_are_collected():
+    collected = {a for c in onnx_node_cases.values() for a in vars(c) if a.startswith("test_")}
+    assert collected == set(NODE_TESTS)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run on the GPU host from the repository root: builds kiln with the CUDA backend (Release, -j16,
+# sm_90 unless KILN_CUDA_ARCH says otherwise), runs the whole test suite and then the CUDA tests,
+# compute-sanitizer memcheck on a short CUDA subset, and a short benchmark of kiln against
+# PyTorch eager on the same architectures in the same run. Models come from KILN_MODELS_DIR
+# (default .gpu_models, git-ignored; the shared models are not copied by this script). Logs go
+# to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${OUT:-build-gpu/logs}
+mkdir -p "$LOG"
+export KILN_MODELS_DIR=${KILN_MODELS_DIR:-$PWD/.gpu_models}
+BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
+status() { printf '%-34s %s\n' "$1" "$2" | tee -a "$LOG/summary.txt"; }
+: > "$LOG/summary.txt"
+
+nvidia-smi -L 2>&1 | tee -a "$LOG/summary.txt"
+if [ "${KILN_GPU_SKIP_BUILD:-0}" != 1 ]; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${KILN_CUDA_ARCH:-90}" >"$LOG/configure.log" 2>&1; then
+    status configure "FAILED (see configure.log)"; tail -20 "$LOG/configure.log"; exit 1
+  fi
+  if ! cmake --build "$BUILD" -j16 >"$LOG/build.log" 2>&1; then
+    status build "FAILED (see build.log)"; grep -E "error|FAILED" "$LOG/build.log" | head -20; exit 1
+  fi
+  status build ok
+fi
+T=$BUILD/tests/kiln_tests
+
+"$T" >"$LOG/tests_all.log" 2>&1; rc=$?
+status "kiln_tests (all)" "rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$LOG/tests_all.log" | tr '\n' ' ')"
+"$T" --gtest_filter='*cuda*:*Cuda*' >"$LOG/tests_cuda.log" 2>&1; rc=$?
+status "kiln_tests (cuda)" "rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$LOG/tests_cuda.log" | tr '\n' ' ')"
+grep -E '^\[cuda|^\[cpu|FAILED  \]' "$LOG/tests_cuda.log" | tee -a "$LOG/summary.txt"
+
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
+    --gtest_filter='All/SharedModel.*/*_cuda:Devices/SeedVitDynamicBatch.*/cuda_graph:CudaErrors.*' \
+    >"$LOG/memcheck.log" 2>&1; rc=$?
+  status "compute-sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"
+else
+  status "compute-sanitizer memcheck" "not found"
+fi
+
+if [ -x "$BUILD/bench/gpu_bench" ]; then
+  "$BUILD/bench/gpu_bench" "$KILN_MODELS_DIR" 100 >"$LOG/bench.log" 2>&1
+  if python3 -c "import torch, torchvision" 2>/dev/null; then
+    python3 bench/torch_peer.py 100 >>"$LOG/bench.log" 2>&1
+  else
+    echo "PyTorch peer skipped: torch/torchvision not importable" >>"$LOG/bench.log"
+  fi
+  echo "== benchmark (median ms; kiln: device-resident IO, execute() incl. sync; torch: eager + sync)" | tee -a "$LOG/summary.txt"
+  tee -a "$LOG/summary.txt" <"$LOG/bench.log"
+fi

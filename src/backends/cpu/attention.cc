@@ -1,0 +1,271 @@
+// CPU reference kernels of the attention op family: Attention (opset 23/24, following the ONNX
+// reference's order of scale, softcap, mask, causal and padding) and RotaryEmbedding. Computed in
+// double and stored in the input's float dtype.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/numeric.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// A [B, heads, seq, head] tensor read from a 3-D [B, seq, heads*head] or 4-D view.
+struct Heads4 {
+  int64_t b = 0, h = 0, s = 0, d = 0;
+  std::vector<double> data;  // [b, h, s, d]
+  double at(int64_t bi, int64_t hi, int64_t si, int64_t di) const {
+    return data[size_t(((bi * h + hi) * s + si) * d + di)];
+  }
+};
+
+Status read_heads(const TensorView& v, int64_t num_heads, const char* what, Heads4* out) {
+  if (v.rank() == 4) {
+    *out = Heads4{v.shape[0], v.shape[1], v.shape[2], v.shape[3], to_f64(v)};
+    return ok_status();
+  }
+  if (v.rank() != 3 || num_heads <= 0 || v.shape[2] % num_heads != 0) {
+    return invalid_argument(std::string("Attention: ") + what + " of shape " +
+                            shape_to_string(v.shape) + " does not split into " +
+                            std::to_string(num_heads) + " heads");
+  }
+  int64_t b = v.shape[0], s = v.shape[1], h = num_heads, d = v.shape[2] / num_heads;
+  *out = Heads4{b, h, s, d, std::vector<double>(size_t(v.numel()))};
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) {
+      for (int64_t hi = 0; hi < h; ++hi) {
+        for (int64_t di = 0; di < d; ++di) {
+          out->data[size_t(((bi * h + hi) * s + si) * d + di)] =
+              load_f64(v, ((bi * s + si) * h + hi) * d + di);
+        }
+      }
+    }
+  }
+  return ok_status();
+}
+
+// Concatenates a past [B, h, P, d] before the new keys/values along the sequence.
+Status with_past(const KernelArgs& a, int past_index, Heads4* x) {
+  if (int(a.in.size()) <= past_index || !present(a.in[past_index])) return ok_status();
+  const TensorView& p = a.in[past_index];
+  if (p.rank() != 4 || p.shape[0] != x->b || p.shape[1] != x->h || p.shape[3] != x->d) {
+    return invalid_argument("Attention: past of shape " + shape_to_string(p.shape) +
+                            " does not match the new keys/values");
+  }
+  int64_t ps = p.shape[2], ts = ps + x->s;
+  std::vector<double> out(size_t(x->b * x->h * ts * x->d));
+  for (int64_t bh = 0; bh < x->b * x->h; ++bh) {
+    for (int64_t si = 0; si < ts; ++si) {
+      for (int64_t di = 0; di < x->d; ++di) {
+        out[size_t((bh * ts + si) * x->d + di)] =
+            si < ps ? load_f64(p, (bh * ps + si) * x->d + di)
+                    : x->data[size_t((bh * x->s + si - ps) * x->d + di)];
+      }
+    }
+  }
+  x->s = ts;
+  x->data = std::move(out);
+  return ok_status();
+}
+
+void write_heads(const TensorView& out, const Heads4& x) {
+  for (int64_t e = 0; e < int64_t(x.data.size()); ++e) store_f64(out, e, x.data[size_t(e)]);
+}
+
+Status attention_kernel(const KernelArgs& a) {
+  KILN_ASSIGN_OR_RETURN(int64_t qh_attr, a.attrs.get_int("q_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t kvh_attr, a.attrs.get_int("kv_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t causal, a.attrs.get_int("is_causal", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t mode, a.attrs.get_int("qk_matmul_output_mode", 0));
+  KILN_ASSIGN_OR_RETURN(float softcap, a.attrs.get_float("softcap", 0.f));
+  Heads4 q, k, v;
+  KILN_RETURN_IF_ERROR(read_heads(a.in[0], qh_attr, "Q", &q));
+  KILN_RETURN_IF_ERROR(read_heads(a.in[1], kvh_attr, "K", &k));
+  KILN_RETURN_IF_ERROR(read_heads(a.in[2], kvh_attr, "V", &v));
+  int64_t past = a.in.size() > 4 && present(a.in[4]) ? a.in[4].shape[2] : 0;
+  KILN_RETURN_IF_ERROR(with_past(a, 4, &k));
+  KILN_RETURN_IF_ERROR(with_past(a, 5, &v));
+  if (k.d != q.d || v.s != k.s || v.h != k.h || k.h == 0 || q.h % k.h != 0 || k.b != q.b ||
+      v.b != q.b) {
+    return invalid_argument("Attention: Q, K and V shapes are inconsistent");
+  }
+  double scale = 1.0 / std::sqrt(double(q.d));
+  if (a.attrs.has("scale")) {
+    KILN_ASSIGN_OR_RETURN(float s, a.attrs.get_float("scale", std::nullopt));
+    scale = s;
+  }
+  const int64_t S = q.s, L = k.s, group = q.h / k.h;
+  // The additive mask, broadcast from its own shape onto [B, Hq, S, L]; a bool mask keeps True.
+  const TensorView* mask = a.in.size() > 3 && present(a.in[3]) ? &a.in[3] : nullptr;
+  std::vector<int64_t> mshape;
+  if (mask) {
+    if (mask->rank() < 2 || mask->rank() > 4) {
+      return invalid_argument("Attention: attn_mask must have rank 2, 3 or 4");
+    }
+    mshape.assign(size_t(4 - mask->rank()), 1);
+    for (int64_t d : mask->shape) mshape.push_back(d);
+    const int64_t want[4] = {q.b, q.h, S, L};
+    for (int d = 0; d < 3; ++d) {
+      if (mshape[d] != 1 && mshape[d] != want[d]) {
+        return invalid_argument("Attention: attn_mask of shape " + shape_to_string(mask->shape) +
+                                " does not broadcast to " + shape_to_string(want));
+      }
+    }
+    if (mshape[3] > L) return invalid_argument("Attention: attn_mask is longer than the keys");
+  }
+  std::vector<int64_t> nonpad;
+  if (a.in.size() > 6 && present(a.in[6])) {
+    if (!read_indices(a.in[6], &nonpad) || int64_t(nonpad.size()) != q.b) {
+      return invalid_argument("Attention: nonpad_kv_seqlen must hold one int per batch");
+    }
+  }
+  const TensorView& y = a.out[0];
+  const TensorView* qk_out = a.out.size() > 3 && present(a.out[3]) ? &a.out[3] : nullptr;
+  std::vector<double> yv(size_t(q.b * q.h * S * v.d), 0.0);
+  std::vector<double> row(static_cast<size_t>(L)), raw(row), biased(row);
+  const double sq = std::sqrt(scale);
+  for (int64_t b = 0; b < q.b; ++b) {
+    for (int64_t h = 0; h < q.h; ++h) {
+      int64_t kh = h / group;
+      for (int64_t i = 0; i < S; ++i) {
+        for (int64_t j = 0; j < L; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < q.d; ++d)
+            dot += (q.at(b, h, i, d) * sq) * (k.at(b, kh, j, d) * sq);
+          if (softcap > 0) dot = std::tanh(dot / softcap) * softcap;
+          raw[j] = dot;
+          double bias = 0;
+          if (mask) {
+            if (j >= mshape[3]) {
+              bias = kNegInf;  // the reference pads a short mask with False / -inf
+            } else {
+              int64_t mi =
+                  (((mshape[0] == 1 ? 0 : b) * mshape[1] + (mshape[1] == 1 ? 0 : h)) * mshape[2] +
+                   (mshape[2] == 1 ? 0 : i)) *
+                      mshape[3] +
+                  j;
+              double m = load_f64(*mask, mi);
+              bias = mask->dtype == DType::kBool ? (m != 0 ? 0.0 : kNegInf) : m;
+            }
+          }
+          if (causal && j - past > i) bias += kNegInf;
+          if (!nonpad.empty() && j >= nonpad[b]) bias += kNegInf;
+          biased[j] = dot + bias;
+        }
+        double mx = kNegInf;
+        for (int64_t j = 0; j < L; ++j) mx = std::max(mx, biased[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          row[j] = std::exp(biased[j] - mx);
+          sum += row[j];
+        }
+        for (int64_t j = 0; j < L; ++j) row[j] /= sum;
+        double* yp = yv.data() + ((b * q.h + h) * S + i) * v.d;
+        for (int64_t j = 0; j < L; ++j) {
+          for (int64_t d = 0; d < v.d; ++d) yp[d] += row[j] * v.at(b, kh, j, d);
+        }
+        if (qk_out) {
+          const std::vector<double>& src = mode == 3 ? row : mode == 2 ? biased : raw;
+          int64_t base = ((b * q.h + h) * S + i) * L;
+          for (int64_t j = 0; j < L; ++j) store_f64(*qk_out, base + j, src[j]);
+        }
+      }
+    }
+  }
+  if (y.numel() != int64_t(yv.size())) return invalid_argument("Attention: Y has the wrong size");
+  if (a.in[0].rank() == 3) {
+    // [B, H, S, Dv] -> [B, S, H*Dv]
+    for (int64_t b = 0; b < q.b; ++b) {
+      for (int64_t h = 0; h < q.h; ++h) {
+        for (int64_t i = 0; i < S; ++i) {
+          for (int64_t d = 0; d < v.d; ++d) {
+            store_f64(y, ((b * S + i) * q.h + h) * v.d + d,
+                      yv[size_t(((b * q.h + h) * S + i) * v.d + d)]);
+          }
+        }
+      }
+    }
+  } else {
+    for (int64_t e = 0; e < y.numel(); ++e) store_f64(y, e, yv[size_t(e)]);
+  }
+  if (a.out.size() > 1 && present(a.out[1])) write_heads(a.out[1], k);
+  if (a.out.size() > 2 && present(a.out[2])) write_heads(a.out[2], v);
+  return ok_status();
+}
+
+// RotaryEmbedding: X as [B, S, heads, head] (4-D inputs are [B, heads, S, head]); the first
+// rotary_embedding_dim values of each head rotate by the cached cos/sin of their position.
+Status rotary_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  const TensorView& cosv = a.in[1];
+  const TensorView& sinv = a.in[2];
+  const TensorView& y = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t interleaved, a.attrs.get_int("interleaved", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t num_heads, a.attrs.get_int("num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t rot, a.attrs.get_int("rotary_embedding_dim", 0));
+  int64_t B, S, H, D;
+  bool four_d = x.rank() == 4;
+  if (four_d) {
+    B = x.shape[0], H = x.shape[1], S = x.shape[2], D = x.shape[3];
+  } else if (x.rank() == 3 && num_heads > 0 && x.shape[2] % num_heads == 0) {
+    B = x.shape[0], S = x.shape[1], H = num_heads, D = x.shape[2] / num_heads;
+  } else {
+    return invalid_argument("RotaryEmbedding: input of shape " + shape_to_string(x.shape) +
+                            " with num_heads " + std::to_string(num_heads));
+  }
+  if (rot == 0) rot = D;
+  if (rot > D || rot % 2 != 0) return invalid_argument("RotaryEmbedding: bad rotary_embedding_dim");
+  int64_t half = rot / 2;
+  bool has_pos = a.in.size() > 3 && present(a.in[3]);
+  std::vector<int64_t> pos;
+  if (has_pos && (!read_indices(a.in[3], &pos) || int64_t(pos.size()) != B * S)) {
+    return invalid_argument("RotaryEmbedding: position_ids must be [batch, sequence]");
+  }
+  if (cosv.shape.empty() || cosv.shape.back() != half || sinv.numel() != cosv.numel()) {
+    return invalid_argument("RotaryEmbedding: the caches' last dim must be rotary_embedding_dim/2");
+  }
+  int64_t rows = cosv.numel() / half;
+  if (!has_pos && rows != B * S) {
+    return invalid_argument(
+        "RotaryEmbedding: without position_ids the caches must be [B, S, dim/2]");
+  }
+  auto index = [&](int64_t b, int64_t s, int64_t h, int64_t d) {
+    return four_d ? ((b * H + h) * S + s) * D + d : ((b * S + s) * H + h) * D + d;
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      int64_t r = has_pos ? pos[size_t(b * S + s)] : b * S + s;
+      if (r < 0 || r >= rows) {
+        return invalid_argument("RotaryEmbedding: position id " + std::to_string(r) +
+                                " is outside the cache of " + std::to_string(rows) + " rows");
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t j = 0; j < half; ++j) {
+          int64_t i1 = interleaved ? 2 * j : j;
+          int64_t i2 = interleaved ? 2 * j + 1 : j + half;
+          double x1 = load_f64(x, index(b, s, h, i1)), x2 = load_f64(x, index(b, s, h, i2));
+          double c = load_f64(cosv, r * half + j), sn = load_f64(sinv, r * half + j);
+          store_f64(y, index(b, s, h, i1), c * x1 - sn * x2);
+          store_f64(y, index(b, s, h, i2), sn * x1 + c * x2);
+        }
+        for (int64_t d = rot; d < D; ++d)
+          store_f64(y, index(b, s, h, d), load_f64(x, index(b, s, h, d)));
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void register_attention_kernels(KernelRegistry& r) {
+  r.add(ops::OpKind::kAttention, &attention_kernel);
+  r.add(ops::OpKind::kRotaryEmbedding, &rotary_kernel);
+}
+
+}  // namespace kiln::backends::cpu

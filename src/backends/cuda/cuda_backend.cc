@@ -1,0 +1,314 @@
+// The CUDA backend object: device memory (cudaMalloc, never managed memory), page-locked staging,
+// streams, CUDA graph capture, per-stream library handles, and kernel creation by op.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "backends/cuda/cuda_common.h"
+
+namespace kiln::backends::cuda {
+
+Status cuda_status(cudaError_t e, const std::string& what) {
+  std::string msg = what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  if (e == cudaErrorMemoryAllocation) return out_of_memory(msg);
+  return internal_error(msg);
+}
+
+Status DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= capacity_) return ok_status();
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of device scratch memory (" +
+                         cudaGetErrorString(e) + ")");
+  }
+  if (p_) cudaFree(p_);
+  p_ = p;
+  capacity_ = bytes;
+  return ok_status();
+}
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct ResourceTable {
+  std::mutex mu;
+  std::map<cudaStream_t, std::unique_ptr<StreamResources>> by_stream;
+};
+ResourceTable& resource_table() {
+  static ResourceTable* t = new ResourceTable;  // leaked: handles outlive static destruction order
+  return *t;
+}
+
+void release_resources(cudaStream_t stream) {
+  ResourceTable& t = resource_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.by_stream.find(stream);
+  if (it == t.by_stream.end()) return;
+  StreamResources* r = it->second.get();
+  if (r->lt) cublasLtDestroy(r->lt);
+  if (r->dnn) cudnnDestroy(r->dnn);
+  if (r->workspace) cudaFree(r->workspace);
+  t.by_stream.erase(it);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    register_elementwise(registry_);
+    register_gemm(registry_);
+    register_conv(registry_);
+    register_norm(registry_);
+    register_data(registry_);
+  }
+  Device device() const override { return Device::kCUDA; }
+
+  StatusOr<std::unique_ptr<Kernel>> create_kernel(const KernelQuery& query) const override {
+    ops::OpKind op = ops::find_op(query.node.domain, query.node.op_type);
+    size_t i = size_t(op);
+    if (op == ops::OpKind::kUnknown || i >= registry_.factories.size() || !registry_.factories[i]) {
+      return unsupported(query.node.describe() + ": the CUDA backend has no kernel for " + query.node.op_type);
+    }
+    return registry_.factories[i](query);
+  }
+
+  StatusOr<void*> allocate(size_t bytes) const override {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls work
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of device memory (" +
+                           std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes free): " +
+                           cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void deallocate(void* p) const override {
+    if (p) cudaFree(p);
+  }
+  StatusOr<void*> allocate_host(size_t bytes) const override {
+    void* p = nullptr;
+    cudaError_t e = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of page-locked host memory: " +
+                           cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void deallocate_host(void* p) const override {
+    if (p) cudaFreeHost(p);
+  }
+  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) const override {
+    if (bytes == 0) return ok_status();
+    cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                       : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                       : kind == CopyKind::kDeviceToDevice ? cudaMemcpyDeviceToDevice
+                                                           : cudaMemcpyHostToHost;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)),
+                    "copying " + std::to_string(bytes) + " bytes");
+    return ok_status();
+  }
+  Status synchronize(void* stream) const override {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronizing the stream");
+    return ok_status();
+  }
+  bool host_accessible() const override { return false; }
+  bool is_device_pointer(const void* p) const override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  StatusOr<void*> create_stream() const override {
+    cudaStream_t s = nullptr;
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
+    return static_cast<void*>(s);
+  }
+  void destroy_stream(void* stream) const override {
+    if (!stream) return;
+    release_resources(static_cast<cudaStream_t>(stream));
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
+  Status begin_capture(void* stream) const override {
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal),
+                    "beginning CUDA graph capture");
+    return ok_status();
+  }
+  StatusOr<void*> end_capture(void* stream) const override {
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph), "ending CUDA graph capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KILN_CUDA_CHECK(e, "instantiating the captured CUDA graph");
+    return static_cast<void*>(exec);
+  }
+  Status launch_graph(void* graph, void* stream) const override {
+    KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
+                    "launching the CUDA graph");
+    return ok_status();
+  }
+  void destroy_graph(void* graph) const override {
+    if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+
+ private:
+  Registry registry_;
+};
+
+}  // namespace
+
+StatusOr<StreamResources*> stream_resources(cudaStream_t stream) {
+  ResourceTable& t = resource_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto& slot = t.by_stream[stream];
+  if (slot) return slot.get();
+  auto r = std::make_unique<StreamResources>();
+  r->stream = stream;
+  if (cublasLtCreate(&r->lt) != CUBLAS_STATUS_SUCCESS) {
+    t.by_stream.erase(stream);
+    return internal_error("cublasLtCreate failed");
+  }
+  if (cudnnCreate(&r->dnn) != CUDNN_STATUS_SUCCESS) {
+    cublasLtDestroy(r->lt);
+    t.by_stream.erase(stream);
+    return internal_error("cudnnCreate failed (is cuDNN 9 installed?)");
+  }
+  cudnnSetStream(r->dnn, stream);
+  cudaError_t e = cudaMalloc(&r->workspace, kWorkspaceBytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    cublasLtDestroy(r->lt);
+    cudnnDestroy(r->dnn);
+    t.by_stream.erase(stream);
+    return out_of_memory("cannot allocate the " + std::to_string(kWorkspaceBytes) + "-byte GEMM workspace");
+  }
+  r->workspace_bytes = kWorkspaceBytes;
+  slot = std::move(r);
+  return slot.get();
+}
+
+std::vector<double> read_numbers(const void* data, DType dtype, int64_t n) {
+  std::vector<double> out(size_t(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kFloat32: out[i] = static_cast<const float*>(data)[i]; break;
+      case DType::kFloat64: out[i] = static_cast<const double*>(data)[i]; break;
+      case DType::kInt64: out[i] = double(static_cast<const int64_t*>(data)[i]); break;
+      case DType::kInt32: out[i] = static_cast<const int32_t*>(data)[i]; break;
+      case DType::kInt8: out[i] = static_cast<const int8_t*>(data)[i]; break;
+      case DType::kUInt8: case DType::kBool: out[i] = static_cast<const uint8_t*>(data)[i]; break;
+      case DType::kFloat16: out[i] = half_to_float(static_cast<const uint16_t*>(data)[i]); break;
+      case DType::kBFloat16: out[i] = bf16_to_float(static_cast<const uint16_t*>(data)[i]); break;
+      default: out[i] = 0; break;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> read_int64s(const void* data, DType dtype, int64_t n) {
+  std::vector<int64_t> out(size_t(std::max<int64_t>(n, 0)));
+  if (dtype == DType::kInt64) {
+    std::memcpy(out.data(), data, out.size() * 8);
+    return out;
+  }
+  if (dtype == DType::kInt32) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<const int32_t*>(data)[i];
+    return out;
+  }
+  std::vector<double> d = read_numbers(data, dtype, n);
+  for (int64_t i = 0; i < n; ++i) {
+    double x = d[i];
+    out[i] = x != x ? 0 : x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : int64_t(x);
+  }
+  return out;
+}
+
+void HostParam::init(const KernelQuery& q, int input) {
+  present_ = input < int(q.inputs.size()) && q.inputs[input] != nullptr;
+  if (!present_) return;
+  const ir::Value& v = *q.inputs[input];
+  if (v.constant) {
+    constant_ = true;
+    values_ = read_numbers(v.constant->data(), v.constant->dtype(), v.constant->numel());
+    ints_ = read_int64s(v.constant->data(), v.constant->dtype(), v.constant->numel());
+  } else if (v.sym_value && v.producer < 0) {
+    host_ = true;  // the runtime keeps shape formulas in page-locked host memory on CUDA
+  }
+}
+
+StatusOr<std::vector<double>> HostParam::get(const TensorView& v, cudaStream_t stream) const {
+  if (constant_) return values_;
+  int64_t n = v.numel();
+  if (host_) return read_numbers(v.data, v.dtype, n);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &cs);
+  if (cs != cudaStreamCaptureStatusNone) {
+    return unsupported("a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
+  }
+  std::vector<uint8_t> host(v.nbytes());
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), v.data, host.size(), cudaMemcpyDeviceToHost, stream),
+                  "reading a parameter tensor");
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream), "reading a parameter tensor");
+  return read_numbers(host.data(), v.dtype, n);
+}
+
+StatusOr<std::vector<int64_t>> HostParam::get_ints(const TensorView& v, cudaStream_t stream) const {
+  if (constant_) return ints_;
+  int64_t n = v.numel();
+  if (host_) return read_int64s(v.data, v.dtype, n);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &cs);
+  if (cs != cudaStreamCaptureStatusNone) {
+    return unsupported("a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
+  }
+  std::vector<uint8_t> host(v.nbytes());
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), v.data, host.size(), cudaMemcpyDeviceToHost, stream),
+                  "reading a parameter tensor");
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream), "reading a parameter tensor");
+  return read_int64s(host.data(), v.dtype, n);
+}
+
+MathMode math_mode(uint32_t flags) {
+  if (flags & (1u << 1)) return MathMode::kFp16;  // BuilderFlag::kFP16
+  if (flags & (1u << 2)) return MathMode::kBf16;  // BuilderFlag::kBF16
+  if (flags & (1u << 0)) return MathMode::kTf32;  // BuilderFlag::kTF32
+  return MathMode::kFp32;
+}
+
+const char* math_mode_name(MathMode m) {
+  switch (m) {
+    case MathMode::kFp32: return "float32";
+    case MathMode::kTf32: return "tf32";
+    case MathMode::kFp16: return "float16";
+    case MathMode::kBf16: return "bfloat16";
+  }
+  return "float32";
+}
+
+StatusOr<const Backend*> cuda_backend() {
+  static const Status device_status = [] {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return unsupported(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+    }
+    if (n == 0) return unsupported("no CUDA device is present");
+    return ok_status();
+  }();
+  if (!device_status.ok()) return device_status;
+  static const CudaBackend* backend = new CudaBackend;
+  return backend;
+}
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,141 @@
+// Shared pieces of the CUDA backend: error mapping, the kernel base class (stream and per-stream
+// library handles), growable device scratch buffers, host-side reads of small parameter tensors,
+// and the per-family registration functions.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "ops/schema.h"
+
+namespace kiln::backends::cuda {
+
+// A CUDA error as a Status; allocation failures become kOutOfMemory.
+Status cuda_status(cudaError_t e, const std::string& what);
+
+#define KILN_CUDA_CHECK(expr, what)                                   \
+  do {                                                                \
+    cudaError_t kiln_e_ = (expr);                                     \
+    if (kiln_e_ != cudaSuccess) return ::kiln::backends::cuda::cuda_status(kiln_e_, what); \
+  } while (0)
+
+// After a kernel launch: reports a bad launch configuration without synchronizing.
+inline Status launch_status(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? ok_status() : cuda_status(e, std::string("launching ") + kernel);
+}
+
+// Library handles and a GEMM workspace, one set per stream (kernels on one stream run in order,
+// so they can share them).
+struct StreamResources {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+StatusOr<StreamResources*> stream_resources(cudaStream_t stream);
+
+// Device scratch owned by a kernel; grows (never shrinks) when shapes grow.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  Status reserve(size_t bytes);
+  void* data() const { return p_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// Base of every CUDA kernel: the stream execute() enqueues on.
+class CudaKernel : public Kernel {
+ public:
+  explicit CudaKernel(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+
+ protected:
+  StatusOr<StreamResources*> resources() const { return stream_resources(stream_); }
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// A small integer or float input a kernel needs on the host (Slice starts, Resize scales, a
+// CumSum axis). Constants are read when the kernel is created; shape formulas live in page-locked
+// host memory the runtime writes; anything else is copied from the device (a synchronization,
+// refused while a CUDA graph is being captured).
+class HostParam {
+ public:
+  void init(const KernelQuery& q, int input);
+  bool present() const { return present_; }
+  StatusOr<std::vector<double>> get(const TensorView& v, cudaStream_t stream) const;
+  StatusOr<std::vector<int64_t>> get_ints(const TensorView& v, cudaStream_t stream) const;
+
+ private:
+  bool present_ = false;
+  bool constant_ = false;
+  bool host_ = false;
+  std::vector<double> values_;
+  std::vector<int64_t> ints_;  // exact for integer constants (INT64_MAX ends of Slice)
+};
+
+// Values of a host-readable integer tensor as int64 (floats truncate).
+std::vector<int64_t> read_int64s(const void* data, DType dtype, int64_t n);
+
+// Values of a host-readable tensor as doubles (any numeric dtype).
+std::vector<double> read_numbers(const void* data, DType dtype, int64_t n);
+
+// Precision policy from BuilderFlags (bit numbers match builder/config.h).
+enum class MathMode { kFp32, kTf32, kFp16, kBf16 };
+MathMode math_mode(uint32_t builder_flags);
+const char* math_mode_name(MathMode m);
+
+using Factory = StatusOr<std::unique_ptr<Kernel>> (*)(const KernelQuery& q);
+struct Registry {
+  std::vector<Factory> factories;  // indexed by OpKind
+  void add(ops::OpKind op, Factory f) {
+    if (factories.size() <= size_t(op)) factories.resize(size_t(op) + 1, nullptr);
+    factories[size_t(op)] = f;
+  }
+};
+
+void register_elementwise(Registry& r);
+void register_gemm(Registry& r);
+void register_conv(Registry& r);
+void register_norm(Registry& r);
+void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, Resize, ...
+
+// Conversion kernels around low-precision GEMMs and convolutions.
+Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
+Status convert_f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t s);
+Status convert_f16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s);
+Status convert_bf16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s);
+// out[i] += bias[(i / inner) % channels]; act: 0 none, 1 relu.
+Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner,
+                        int act, cudaStream_t s);
+// Broadcast copy of `in` (shape in_shape) to `out` (shape out_shape), any dtype.
+Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
+                      std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s);
+
+// Kernel launch grid for n elements.
+inline unsigned grid_for(int64_t n, int block = 256) {
+  int64_t g = (n + block - 1) / block;
+  return unsigned(g < 1 ? 1 : (g > 65535LL * 32 ? 65535LL * 32 : g));
+}
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,613 @@
+// Broadcasting elementwise kernels: unary math, binary arithmetic, comparisons and logic, Where,
+// Cast, Clip, Expand, Range, ConstantOfShape and the copy-only ops (Reshape, Squeeze, Identity...).
+// One instantiation per compute type (float, double, int64); storage dtypes are switched at run
+// time inside the kernel, and the op is a runtime code too, to keep compile time small.
+#include <cmath>
+
+#include "backends/cpu/broadcast.h"
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+
+enum class Op : int {
+  // binary
+  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kMax, kMin, kEq, kLt, kLe, kGt, kGe, kAnd,
+  kOr, kXor,
+  // unary
+  kNot, kNeg, kAbs, kReciprocal, kSqrt, kExp, kLog, kErf, kRelu, kSigmoid, kTanh, kHardSigmoid,
+  kHardSwish, kSin, kCos, kIsNaN, kIsInf, kFloor, kCeil, kLeakyRelu, kClip, kSoftplus, kElu,
+  kGelu, kGeluTanh, kSign, kRound, kCopy
+};
+
+template <typename C>
+__device__ __forceinline__ C int_pow(C base, C ec) {
+  int64_t e = int64_t(ec);
+  if (e < 0) {
+    if (base == C(1)) return C(1);
+    if (base == C(-1)) return (e & 1) ? C(-1) : C(1);
+    return C(0);
+  }
+  C r = 1;
+  while (e > 0) {
+    if (e & 1) r = C(r * base);
+    base = C(base * base);
+    e >>= 1;
+  }
+  return r;
+}
+
+template <typename C>
+__device__ __forceinline__ C binary_op(Op op, C a, C b) {
+  constexpr bool kFloat = !(C(0.5) == C(0));
+  switch (op) {
+    case Op::kAdd: return a + b;
+    case Op::kSub: return a - b;
+    case Op::kMul: return a * b;
+    case Op::kDiv:
+      if constexpr (kFloat) {
+        return a / b;
+      } else {
+        if (b == 0) return 0;
+        if (b == -1) return C(0) - a;
+        return a / b;
+      }
+    case Op::kPow:
+      if constexpr (kFloat) {
+        return pow(a, b);
+      } else {
+        return int_pow(a, b);
+      }
+    case Op::kModFloor:
+    case Op::kModTrunc: {
+      C r;
+      if constexpr (kFloat) {
+        r = fmod(a, b);
+      } else {
+        if (b == 0 || b == -1) return 0;
+        r = a % b;
+      }
+      if (op == Op::kModFloor && r != 0 && ((r < 0) != (b < 0))) r = r + b;
+      return r;
+    }
+    case Op::kMax: return (a > b || a != a) ? a : b;
+    case Op::kMin: return (a < b || a != a) ? a : b;
+    case Op::kEq: return C(a == b);
+    case Op::kLt: return C(a < b);
+    case Op::kLe: return C(a <= b);
+    case Op::kGt: return C(a > b);
+    case Op::kGe: return C(a >= b);
+    case Op::kAnd: return C(a != C(0) && b != C(0));
+    case Op::kOr: return C(a != C(0) || b != C(0));
+    case Op::kXor: return C((a != C(0)) != (b != C(0)));
+    default: return 0;
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ C unary_op(Op op, C x, float alpha, float beta) {
+  constexpr bool kFloat = !(C(0.5) == C(0));
+  switch (op) {
+    case Op::kNot: return C(x == C(0));
+    case Op::kNeg: return C(0) - x;
+    case Op::kAbs: return x < C(0) ? C(0) - x : x;
+    case Op::kSign: return C(x > C(0)) - C(x < C(0));
+    case Op::kRelu: return x > C(0) ? x : C(0);
+    case Op::kCopy: return x;
+    case Op::kClip: return x < C(alpha) ? C(alpha) : (x > C(beta) ? C(beta) : x);
+    default: break;
+  }
+  if constexpr (kFloat) {
+    switch (op) {
+      case Op::kReciprocal: return C(1) / x;
+      case Op::kSqrt: return sqrt(x);
+      case Op::kExp: return exp(x);
+      case Op::kLog: return log(x);
+      case Op::kErf: return erf(x);
+      case Op::kSigmoid:
+        if (x >= C(0)) return C(1) / (C(1) + exp(-x));
+        else {
+          C e = exp(x);
+          return e / (C(1) + e);
+        }
+      case Op::kTanh: return tanh(x);
+      case Op::kHardSigmoid: return fmax(C(0), fmin(C(1), C(alpha) * x + C(beta)));
+      case Op::kHardSwish: return x * fmax(C(0), fmin(C(1), x / C(6) + C(0.5)));
+      case Op::kSin: return sin(x);
+      case Op::kCos: return cos(x);
+      case Op::kIsNaN: return C(x != x);
+      case Op::kIsInf: return C(isinf(x) && ((x > 0 && alpha != 0) || (x < 0 && beta != 0)));
+      case Op::kFloor: return floor(x);
+      case Op::kCeil: return ceil(x);
+      case Op::kRound: return rint(x);
+      case Op::kLeakyRelu: return x < C(0) ? C(alpha) * x : x;
+      case Op::kSoftplus: return x > C(0) ? x + log1p(exp(-x)) : log1p(exp(x));
+      case Op::kElu: return x < C(0) ? C(alpha) * expm1(x) : x;
+      case Op::kGelu: return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
+      case Op::kGeluTanh:
+        return C(0.5) * x * (C(1) + tanh(C(0.79788456080286535588) * (x + C(0.044715) * x * x * x)));
+      default: return x;
+    }
+  }
+  return x;
+}
+
+struct EwArgs {
+  Strided<3> walk;
+  const void* in[3];
+  int in_dtype[3];
+  void* out;
+  int out_dtype;
+  int64_t n;
+  Op op;
+  float alpha, beta;
+};
+
+template <typename C>
+__global__ void binary_kernel(EwArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    int64_t off[3];
+    a.walk.offsets(i, off);
+    C x = load_as<C>(a.in[0], a.in_dtype[0], off[0]);
+    C y = load_as<C>(a.in[1], a.in_dtype[1], off[1]);
+    store_as<C>(a.out, a.out_dtype, i, binary_op<C>(a.op, x, y));
+  }
+}
+
+template <typename C>
+__global__ void unary_kernel(EwArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    int64_t off[3];
+    a.walk.offsets(i, off);
+    C x = load_as<C>(a.in[0], a.in_dtype[0], off[0]);
+    store_as<C>(a.out, a.out_dtype, i, unary_op<C>(a.op, x, a.alpha, a.beta));
+  }
+}
+
+// Where and broadcast copies move elements of one size, whatever they hold.
+template <typename E>
+__global__ void where_kernel(EwArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    int64_t off[3];
+    a.walk.offsets(i, off);
+    bool c = static_cast<const uint8_t*>(a.in[0])[off[0]] != 0;
+    static_cast<E*>(a.out)[i] = c ? static_cast<const E*>(a.in[1])[off[1]] : static_cast<const E*>(a.in[2])[off[2]];
+  }
+}
+
+template <typename E>
+__global__ void copy_kernel(EwArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    int64_t off[3];
+    a.walk.offsets(i, off);
+    static_cast<E*>(a.out)[i] = static_cast<const E*>(a.in[0])[off[0]];
+  }
+}
+
+template <int N>
+Status plan_walk(std::span<const int64_t> out, const std::array<std::span<const int64_t>, N>& ins,
+                 Strided<3>* walk) {
+  cpu::BroadcastPlan<N> plan;
+  KILN_RETURN_IF_ERROR(cpu::make_broadcast_plan<N>(out, ins, &plan));
+  if (plan.dims.size() > size_t(kMaxRank)) {
+    return unsupported("broadcast over " + std::to_string(plan.dims.size()) + " non-mergeable axes (at most " +
+                       std::to_string(kMaxRank) + ")");
+  }
+  walk->rank = int(plan.dims.size());
+  for (size_t d = 0; d < plan.dims.size(); ++d) {
+    walk->dims[d] = plan.dims[d];
+    for (int k = 0; k < 3; ++k) walk->strides[d][k] = k < N ? plan.strides[d][k] : 0;
+  }
+  return ok_status();
+}
+
+enum class Compute { kFloat, kDouble, kInt };
+
+Compute compute_for(std::initializer_list<DType> dts) {
+  bool any_float = false, any_double = false;
+  for (DType d : dts) {
+    if (d == DType::kFloat64) any_double = true;
+    if (d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16) any_float = true;
+  }
+  return any_double ? Compute::kDouble : any_float ? Compute::kFloat : Compute::kInt;
+}
+
+template <typename E>
+Status launch_copy_sized(const EwArgs& a, cudaStream_t s) {
+  copy_kernel<E><<<grid_for(a.n), 256, 0, s>>>(a);
+  return launch_status("broadcast copy");
+}
+
+Status launch_copy(const EwArgs& a, size_t elem, cudaStream_t s) {
+  switch (elem) {
+    case 1: return launch_copy_sized<uint8_t>(a, s);
+    case 2: return launch_copy_sized<uint16_t>(a, s);
+    case 4: return launch_copy_sized<uint32_t>(a, s);
+    case 8: return launch_copy_sized<uint64_t>(a, s);
+  }
+  return unsupported("broadcast copy of " + std::to_string(elem) + "-byte elements");
+}
+
+class BinaryKernel final : public CudaKernel {
+ public:
+  BinaryKernel(std::string name, Op op) : CudaKernel(std::move(name)), op_(op) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 2 || out.empty()) return invalid_argument(name_ + ": expects 2 inputs and 1 output");
+    EwArgs a{};
+    KILN_RETURN_IF_ERROR(plan_walk<2>(out[0].shape, {in[0].shape, in[1].shape}, &a.walk));
+    a.n = out[0].numel();
+    if (a.n == 0) return ok_status();
+    a.in[0] = in[0].data, a.in[1] = in[1].data;
+    a.in_dtype[0] = int(in[0].dtype), a.in_dtype[1] = int(in[1].dtype);
+    a.out = out[0].data, a.out_dtype = int(out[0].dtype);
+    a.op = op_;
+    switch (compute_for({in[0].dtype, in[1].dtype})) {
+      case Compute::kFloat: binary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kDouble: binary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kInt: binary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+    }
+    return launch_status("binary_kernel");
+  }
+
+ private:
+  Op op_;
+};
+
+class UnaryKernel final : public CudaKernel {
+ public:
+  UnaryKernel(std::string name, Op op, float alpha, float beta)
+      : CudaKernel(std::move(name)), op_(op), alpha_(alpha), beta_(beta) {}
+  HostParam clip_min, clip_max;  // Clip (opset >= 11) bounds
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects 1 input and 1 output");
+    EwArgs a{};
+    a.n = out[0].numel();
+    if (a.n != in[0].numel()) return invalid_argument(name_ + ": input and output sizes differ");
+    if (a.n == 0) return ok_status();
+    a.walk.rank = 1;
+    a.walk.dims[0] = a.n;
+    a.walk.strides[0][0] = 1;
+    a.in[0] = in[0].data, a.in_dtype[0] = int(in[0].dtype);
+    a.out = out[0].data, a.out_dtype = int(out[0].dtype);
+    a.op = op_, a.alpha = alpha_, a.beta = beta_;
+    if (op_ == Op::kClip) {
+      a.alpha = -INFINITY, a.beta = INFINITY;
+      if (!is_float(in[0].dtype)) a.alpha = -9.2e18f, a.beta = 9.2e18f;
+      if (clip_min.present() && in.size() > 1 && present(in[1])) {
+        KILN_ASSIGN_OR_RETURN(auto v, clip_min.get(in[1], stream_));
+        if (v.size() != 1) return invalid_argument(name_ + ": min must have one element");
+        a.alpha = float(v[0]);
+      } else if (!clip_min.present()) {
+        a.alpha = alpha_;
+      }
+      if (clip_max.present() && in.size() > 2 && present(in[2])) {
+        KILN_ASSIGN_OR_RETURN(auto v, clip_max.get(in[2], stream_));
+        if (v.size() != 1) return invalid_argument(name_ + ": max must have one element");
+        a.beta = float(v[0]);
+      } else if (!clip_max.present() && !clip_min.present()) {
+        a.beta = beta_;
+      }
+    }
+    switch (compute_for({in[0].dtype, out[0].dtype})) {
+      case Compute::kFloat: unary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kDouble: unary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kInt: unary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+    }
+    return launch_status("unary_kernel");
+  }
+
+ private:
+  Op op_;
+  float alpha_, beta_;
+};
+
+class WhereKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 3 || out.empty()) return invalid_argument(name_ + ": expects 3 inputs and 1 output");
+    EwArgs a{};
+    KILN_RETURN_IF_ERROR(plan_walk<3>(out[0].shape, {in[0].shape, in[1].shape, in[2].shape}, &a.walk));
+    a.n = out[0].numel();
+    if (a.n == 0) return ok_status();
+    for (int k = 0; k < 3; ++k) a.in[k] = in[k].data;
+    a.out = out[0].data;
+    switch (dtype_size(out[0].dtype)) {
+      case 1: where_kernel<uint8_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case 2: where_kernel<uint16_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case 4: where_kernel<uint32_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case 8: where_kernel<uint64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      default: return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
+    }
+    return launch_status("where_kernel");
+  }
+};
+
+// Expand: the shape input is already reflected in the output shape the runtime resolved.
+class ExpandKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects an input and an output");
+    return broadcast_copy(in[0].data, in[0].shape, out[0].data, out[0].shape, dtype_size(out[0].dtype), stream_);
+  }
+};
+
+// Reshape, Squeeze, Unsqueeze, Flatten, Identity: the bytes are unchanged.
+class CopyKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects an input and an output");
+    if (in[0].nbytes() != out[0].nbytes()) {
+      return invalid_argument(name_ + ": input holds " + std::to_string(in[0].nbytes()) + " bytes, output " +
+                              std::to_string(out[0].nbytes()));
+    }
+    if (in[0].data == out[0].data || out[0].nbytes() == 0) return ok_status();
+    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].nbytes(), cudaMemcpyDeviceToDevice, stream_),
+                    name_);
+    return ok_status();
+  }
+};
+
+template <typename C>
+__global__ void range_kernel(const void* start, const void* delta, int dtype, void* out, int64_t n) {
+  C s = load_as<C>(start, dtype, 0), d = load_as<C>(delta, dtype, 0);
+  KILN_GRID_LOOP(i, n) store_as<C>(out, dtype, i, C(s + C(i) * d));
+}
+
+// Range: the element count is known from the resolved output shape; start and delta are read on
+// the device, so no synchronization is needed even when they are computed.
+class RangeKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 3 || out.empty()) return invalid_argument(name_ + ": expects 3 inputs");
+    int64_t n = out[0].numel();
+    if (n == 0) return ok_status();
+    DType dt = out[0].dtype;
+    if (is_float(dt)) {
+      range_kernel<double><<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
+    } else {
+      range_kernel<int64_t><<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
+    }
+    return launch_status("range_kernel");
+  }
+};
+
+template <typename E>
+__global__ void fill_kernel(E* out, E v, int64_t n) {
+  KILN_GRID_LOOP(i, n) out[i] = v;
+}
+
+class ConstantOfShapeKernel final : public CudaKernel {
+ public:
+  ConstantOfShapeKernel(std::string name, uint64_t bits) : CudaKernel(std::move(name)), bits_(bits) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    int64_t n = out[0].numel();
+    if (n == 0) return ok_status();
+    switch (dtype_size(out[0].dtype)) {
+      case 1: fill_kernel<uint8_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint8_t>(), uint8_t(bits_), n); break;
+      case 2: fill_kernel<uint16_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint16_t>(), uint16_t(bits_), n); break;
+      case 4: fill_kernel<uint32_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint32_t>(), uint32_t(bits_), n); break;
+      case 8: fill_kernel<uint64_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint64_t>(), bits_, n); break;
+      default: return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
+    }
+    return launch_status("fill_kernel");
+  }
+
+ private:
+  uint64_t bits_;
+};
+
+// Shape and Size when they were not folded: the values are the resolved shapes, written from the
+// host (page-locked, so the copy is asynchronous and can be captured).
+class ShapeKernel final : public CudaKernel {
+ public:
+  ShapeKernel(std::string name, bool size, int64_t start, std::optional<int64_t> end)
+      : CudaKernel(std::move(name)), size_(size), start_(start), end_(end) {}
+  ~ShapeKernel() override {
+    if (host_) cudaFreeHost(host_);
+  }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (!host_) KILN_CUDA_CHECK(cudaMallocHost(&host_, sizeof(int64_t) * kMaxRank * 2), name_);
+    std::vector<int64_t> vals;
+    if (size_) {
+      vals.push_back(in[0].numel());
+    } else {
+      int64_t r = in[0].rank();
+      int64_t s = start_ < 0 ? std::max<int64_t>(start_ + r, 0) : std::min(start_, r);
+      int64_t e = end_ ? (*end_ < 0 ? std::max<int64_t>(*end_ + r, 0) : std::min(*end_, r)) : r;
+      for (int64_t d = s; d < e; ++d) vals.push_back(in[0].shape[d]);
+    }
+    if (int64_t(vals.size()) != out[0].numel() || vals.size() > size_t(kMaxRank * 2)) {
+      return internal_error(name_ + ": output size does not match the shape");
+    }
+    int64_t* h = static_cast<int64_t*>(host_);
+    for (size_t i = 0; i < vals.size(); ++i) h[i] = vals[i];
+    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, h, vals.size() * 8, cudaMemcpyHostToDevice, stream_), name_);
+    return ok_status();
+  }
+
+ private:
+  bool size_;
+  int64_t start_;
+  std::optional<int64_t> end_;
+  void* host_ = nullptr;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
+  OpKind k = ops::find_op(q.node.domain, q.node.op_type);
+  Op op;
+  switch (k) {
+    case OpKind::kAdd: op = Op::kAdd; break;
+    case OpKind::kSub: op = Op::kSub; break;
+    case OpKind::kMul: op = Op::kMul; break;
+    case OpKind::kDiv: op = Op::kDiv; break;
+    case OpKind::kPow: op = Op::kPow; break;
+    case OpKind::kMod: {
+      KILN_ASSIGN_OR_RETURN(int64_t fmod, q.node.attrs.get_int("fmod", 0));
+      op = fmod ? Op::kModTrunc : Op::kModFloor;
+      break;
+    }
+    case OpKind::kMax: op = Op::kMax; break;
+    case OpKind::kMin: op = Op::kMin; break;
+    case OpKind::kEqual: op = Op::kEq; break;
+    case OpKind::kLess: op = Op::kLt; break;
+    case OpKind::kLessOrEqual: op = Op::kLe; break;
+    case OpKind::kGreater: op = Op::kGt; break;
+    case OpKind::kGreaterOrEqual: op = Op::kGe; break;
+    case OpKind::kAnd: op = Op::kAnd; break;
+    case OpKind::kOr: op = Op::kOr; break;
+    case OpKind::kXor: op = Op::kXor; break;
+    default: return unsupported(q.node.describe() + ": not a binary op");
+  }
+  if ((k == OpKind::kMax || k == OpKind::kMin) && q.inputs.size() != 2) {
+    return unsupported(q.node.describe() + ": the CUDA backend supports " + q.node.op_type + " of 2 inputs");
+  }
+  return std::unique_ptr<Kernel>(new BinaryKernel("cuda." + q.node.op_type, op));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
+  OpKind k = ops::find_op(q.node.domain, q.node.op_type);
+  const ir::Attributes& at = q.node.attrs;
+  float alpha = 0, beta = 0;
+  Op op;
+  switch (k) {
+    case OpKind::kNot: op = Op::kNot; break;
+    case OpKind::kNeg: op = Op::kNeg; break;
+    case OpKind::kAbs: op = Op::kAbs; break;
+    case OpKind::kReciprocal: op = Op::kReciprocal; break;
+    case OpKind::kSqrt: op = Op::kSqrt; break;
+    case OpKind::kExp: op = Op::kExp; break;
+    case OpKind::kLog: op = Op::kLog; break;
+    case OpKind::kErf: op = Op::kErf; break;
+    case OpKind::kRelu: op = Op::kRelu; break;
+    case OpKind::kSigmoid: op = Op::kSigmoid; break;
+    case OpKind::kTanh: op = Op::kTanh; break;
+    case OpKind::kHardSigmoid: {
+      op = Op::kHardSigmoid;
+      KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 0.2f));
+      KILN_ASSIGN_OR_RETURN(beta, at.get_float("beta", 0.5f));
+      break;
+    }
+    case OpKind::kHardSwish: op = Op::kHardSwish; break;
+    case OpKind::kSin: op = Op::kSin; break;
+    case OpKind::kCos: op = Op::kCos; break;
+    case OpKind::kIsNaN: op = Op::kIsNaN; break;
+    case OpKind::kIsInf: {
+      op = Op::kIsInf;
+      KILN_ASSIGN_OR_RETURN(int64_t pos, at.get_int("detect_positive", 1));
+      KILN_ASSIGN_OR_RETURN(int64_t neg, at.get_int("detect_negative", 1));
+      alpha = float(pos), beta = float(neg);
+      break;
+    }
+    case OpKind::kFloor: op = Op::kFloor; break;
+    case OpKind::kCeil: op = Op::kCeil; break;
+    case OpKind::kRound: op = Op::kRound; break;
+    case OpKind::kSign: op = Op::kSign; break;
+    case OpKind::kLeakyRelu: {
+      op = Op::kLeakyRelu;
+      KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 0.01f));
+      break;
+    }
+    case OpKind::kElu: {
+      op = Op::kElu;
+      KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 1.0f));
+      break;
+    }
+    case OpKind::kSoftplus: op = Op::kSoftplus; break;
+    case OpKind::kGelu: {
+      KILN_ASSIGN_OR_RETURN(std::string approx, at.get_string("approximate", "none"));
+      if (approx != "none" && approx != "tanh") return invalid_argument(q.node.describe() + ": approximate must be 'none' or 'tanh'");
+      op = approx == "tanh" ? Op::kGeluTanh : Op::kGelu;
+      break;
+    }
+    case OpKind::kCast: op = Op::kCopy; break;
+    case OpKind::kClip: {
+      op = Op::kClip;
+      KILN_ASSIGN_OR_RETURN(alpha, at.get_float("min", -3.402823466e38f));
+      KILN_ASSIGN_OR_RETURN(beta, at.get_float("max", 3.402823466e38f));
+      auto kernel = std::make_unique<UnaryKernel>("cuda.Clip", op, alpha, beta);
+      kernel->clip_min.init(q, 1);
+      kernel->clip_max.init(q, 2);
+      return std::unique_ptr<Kernel>(std::move(kernel));
+    }
+    default: return unsupported(q.node.describe() + ": not a unary op");
+  }
+  return std::unique_ptr<Kernel>(new UnaryKernel("cuda." + q.node.op_type, op, alpha, beta));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_where(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(new WhereKernel("cuda.Where"));
+}
+StatusOr<std::unique_ptr<Kernel>> make_expand(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(new ExpandKernel("cuda.Expand"));
+}
+StatusOr<std::unique_ptr<Kernel>> make_copy(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(new CopyKernel("cuda." + q.node.op_type + "(copy)"));
+}
+StatusOr<std::unique_ptr<Kernel>> make_range(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(new RangeKernel("cuda.Range"));
+}
+StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
+  uint64_t bits = 0;
+  if (q.node.attrs.has("value")) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, q.node.attrs.get_tensor("value"));
+    if (t.numel() != 1) return invalid_argument(q.node.describe() + ": value must have one element");
+    std::memcpy(&bits, t.data(), std::min<size_t>(t.nbytes(), 8));
+  }
+  return std::unique_ptr<Kernel>(new ConstantOfShapeKernel("cuda.ConstantOfShape", bits));
+}
+StatusOr<std::unique_ptr<Kernel>> make_shape(const KernelQuery& q) {
+  bool size = q.node.op_type == "Size";
+  KILN_ASSIGN_OR_RETURN(int64_t start, q.node.attrs.get_int("start", 0));
+  std::optional<int64_t> end;
+  if (q.node.attrs.has("end")) {
+    KILN_ASSIGN_OR_RETURN(int64_t e, q.node.attrs.get_int("end", 0));
+    end = e;
+  }
+  return std::unique_ptr<Kernel>(new ShapeKernel("cuda." + q.node.op_type, size, start, end));
+}
+
+}  // namespace
+
+Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
+                      std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s) {
+  EwArgs a{};
+  KILN_RETURN_IF_ERROR(plan_walk<1>(out_shape, {in_shape}, &a.walk));
+  a.n = shape_numel(out_shape);
+  if (a.n == 0) return ok_status();
+  a.in[0] = in;
+  a.out = out;
+  return launch_copy(a, elem_size, s);
+}
+
+void register_elementwise(Registry& r) {
+  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kMax,
+                   OpKind::kMin, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
+                   OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kXor}) {
+    r.add(k, &make_binary);
+  }
+  for (OpKind k : {OpKind::kNot, OpKind::kNeg, OpKind::kAbs, OpKind::kReciprocal, OpKind::kSqrt, OpKind::kExp,
+                   OpKind::kLog, OpKind::kErf, OpKind::kRelu, OpKind::kSigmoid, OpKind::kTanh, OpKind::kHardSigmoid,
+                   OpKind::kHardSwish, OpKind::kSin, OpKind::kCos, OpKind::kIsNaN, OpKind::kIsInf, OpKind::kFloor,
+                   OpKind::kCeil, OpKind::kRound, OpKind::kSign, OpKind::kLeakyRelu, OpKind::kElu, OpKind::kSoftplus,
+                   OpKind::kGelu, OpKind::kCast, OpKind::kClip}) {
+    r.add(k, &make_unary);
+  }
+  r.add(OpKind::kWhere, &make_where);
+  r.add(OpKind::kExpand, &make_expand);
+  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity}) {
+    r.add(k, &make_copy);
+  }
+  r.add(OpKind::kRange, &make_range);
+  r.add(OpKind::kConstantOfShape, &make_constant_of_shape);
+  r.add(OpKind::kShape, &make_shape);
+  r.add(OpKind::kSize, &make_shape);
+}
+
+}  // namespace kiln::backends::cuda

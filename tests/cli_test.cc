@@ -1,0 +1,405 @@
+// End-to-end tests of the kiln CLI: runs the built binary (KILN_CLI_PATH) on the demo model that
+// scripts/make_demo_model.py generates, on small models written here, and on ../shared/models.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "frontend/onnx/parse.h"
+#include "model_util.h"
+#include "onnx/onnx.pb.h"
+
+namespace kiln::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+#ifdef KILN_CLI_PATH
+constexpr const char* kCli = KILN_CLI_PATH;
+#else
+constexpr const char* kCli = "";
+#endif
+
+CliResult kiln_cli(const std::string& args) {
+  std::string cmd = std::string(kCli) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The float32 payload of a .npy file kiln wrote (header length at bytes 8-9, format 1.0).
+std::vector<float> npy_floats(const fs::path& p) {
+  std::string s = read_file(p);
+  if (s.size() < 10) return {};
+  size_t header = size_t(uint8_t(s[8])) | size_t(uint8_t(s[9])) << 8;
+  std::vector<float> v((s.size() - 10 - header) / 4);
+  std::memcpy(v.data(), s.data() + 10 + header, v.size() * 4);
+  return v;
+}
+
+// A one-node model y = x + c (c a scalar initializer), with a dynamic batch; or with `op` other
+// than "Add", a model of unknown ops, for the unsupported-op listing.
+void write_model(const fs::path& path, float c, const std::vector<std::string>& unknown_ops = {}) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("kiln_cli_test");
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(18);
+  auto* g = m.mutable_graph();
+  g->set_name("tiny");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  tt->mutable_shape()->add_dim()->set_dim_param("batch");
+  tt->mutable_shape()->add_dim()->set_dim_value(4);
+  auto* out = g->add_output();
+  out->set_name("y");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  auto* init = g->add_initializer();
+  init->set_name("c");
+  init->set_data_type(1);
+  init->add_float_data(c);
+  std::string prev = "x";
+  for (size_t i = 0; i < unknown_ops.size(); ++i) {
+    auto* n = g->add_node();
+    n->set_op_type(unknown_ops[i]);
+    n->set_name("weird_" + std::to_string(i));
+    n->add_input(prev);
+    prev = "u" + std::to_string(i);
+    n->add_output(prev);
+  }
+  auto* n = g->add_node();
+  n->set_op_type("Add");
+  n->set_name("add");
+  n->add_input(prev);
+  n->add_input("c");
+  n->add_output("y");
+  std::ofstream f(path, std::ios::binary);
+  f << m.SerializeAsString();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("KILN_PROGRESS", "0", 1);
+    dir_ = new fs::path(fs::temp_directory_path() / ("kiln_cli_test_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    std::string cmd = "python3 " + std::string(KILN_SOURCE_DIR) + "/scripts/make_demo_model.py " +
+                      (*dir_ / "demo").string() + " >/dev/null 2>&1";
+    demo_ok_ = std::system(cmd.c_str()) == 0 && fs::exists(*dir_ / "demo" / "model.onnx");
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+  void SetUp() override {
+    if (std::string(kCli).empty()) GTEST_SKIP() << "the kiln CLI target is not part of this build";
+  }
+  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
+  static std::string demo() { return (*dir_ / "demo" / "model.onnx").string(); }
+  // Builds the demo engine once per test that needs it.
+  void build_demo() {
+    if (!demo_ok_) GTEST_SKIP() << "scripts/make_demo_model.py failed (python3 with onnx and onnxruntime needed)";
+    auto r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo.kiln") +
+                      " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 --maxShapes=image:16x3x32x32");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+
+  static fs::path* dir_;
+  static bool demo_ok_;
+};
+fs::path* CliTest::dir_ = nullptr;
+bool CliTest::demo_ok_ = false;
+
+TEST_F(CliTest, HelpForEveryCommand) {
+  auto top = kiln_cli("--help");
+  EXPECT_EQ(top.code, 0);
+  for (const char* sub : {"build", "run", "bench", "inspect", "compare"}) {
+    EXPECT_TRUE(contains(top.out, std::string("  ") + sub)) << top.out;
+    auto r = kiln_cli(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_TRUE(contains(r.out, std::string("usage: kiln ") + sub)) << r.out;
+  }
+  EXPECT_TRUE(contains(kiln_cli("build --help").out, "--minShapes=SPEC"));
+  EXPECT_EQ(kiln_cli("").code, 2);
+}
+
+TEST_F(CliTest, BadFlagsAndMalformedShapesExitTwo) {
+  auto r = kiln_cli("build --onxx=m.onnx");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "unknown flag --onxx")) << r.out;
+  EXPECT_TRUE(contains(r.out, "did you mean --onnx?")) << r.out;
+  r = kiln_cli("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "unknown command 'frobnicate'"));
+  r = kiln_cli("--onnx=m.onnx --saveEngine=m.kiln");  // trtexec's spelling, without a command
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "kiln build --onnx=m.onnx")) << r.out;
+
+  r = kiln_cli("build --onnx=m.onnx --minShapes=x:4x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "malformed shape 'x:4x': dim 1 is empty")) << r.out;
+  r = kiln_cli("build --onnx=m.onnx --minShapes=x:-1x3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "dim 0 is '-1'")) << r.out;
+  r = kiln_cli("run --loadEngine=e.kiln --shapes=x:1xfoo");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "dim 1 is 'foo', not an integer")) << r.out;
+  r = kiln_cli("run --loadEngine=e.kiln --shapes=1x3x224x224");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "has no ':'")) << r.out;
+  r = kiln_cli("build --onnx=m.onnx --minShapes=x:1x3,x:2x3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "appears twice")) << r.out;
+  r = kiln_cli("build --onnx=m.onnx --device=tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "--device=tpu is not a device")) << r.out;
+  r = kiln_cli("build --onnx=m.onnx --fp16=maybe");
+  EXPECT_EQ(r.code, 2);
+  r = kiln_cli("bench --loadEngine=e.kiln --iterations=0");
+  EXPECT_EQ(r.code, 2);
+  r = kiln_cli("bench --loadEngine=e.kiln --onnx=m.onnx");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "exactly one of --loadEngine")) << r.out;
+  r = kiln_cli("compare --atol=abc --onnx=m.onnx");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "--atol=abc is not a number")) << r.out;
+  r = kiln_cli("build --onnx=m.onnx --minShapes=x:1x4 --profile=2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "skips a profile")) << r.out;
+  // A missing file is a failure of the work (1), not of the command line.
+  r = kiln_cli("run --loadEngine=" + path("absent.kiln"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "absent.kiln")) << r.out;
+}
+
+TEST_F(CliTest, NamesAndMissingDynamicInputs) {
+  write_model(path("tiny.onnx"), 1.0f);
+  auto r = kiln_cli("build --onnx=" + path("tiny.onnx"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "dynamic inputs without shapes")) << r.out;
+  EXPECT_TRUE(contains(r.out, "x: [batch, 4]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--minShapes=x:1x4 --optShapes=x:8x4 --maxShapes=x:32x4")) << r.out;
+  r = kiln_cli("build --onnx=" + path("tiny.onnx") + " --minShapes=x:1x4,y:1x3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "names 'y', which is not an input")) << r.out;
+  // Names may contain ':' (the dims follow the last one): the name is read whole, then refused.
+  r = kiln_cli("build --onnx=" + path("tiny.onnx") + " --minShapes=in:0:1x4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "names 'in:0'")) << r.out;
+  // A profile the model cannot take (dim 1 is fixed at 4) is a command-line error too.
+  r = kiln_cli("build --onnx=" + path("tiny.onnx") + " --minShapes=x:1x5 --maxShapes=x:8x5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "fixed at 4")) << r.out;
+}
+
+TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
+  write_model(path("tiny_cuda.onnx"), 1.0f);
+  auto r = kiln_cli("build --onnx=" + path("tiny_cuda.onnx") + " --minShapes=x:1x4 --maxShapes=x:8x4 --device=cuda");
+  if (r.code == 0) GTEST_SKIP() << "this build has a CUDA backend and a GPU";
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "CUDA")) << r.out;
+}
+
+TEST_F(CliTest, UnsupportedOpsAreListedAllAtOnce) {
+  write_model(path("weird.onnx"), 1.0f, {"FooOp", "BarOp", "Relu"});
+  auto r = kiln_cli("inspect " + path("weird.onnx"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "2 node(s) use ops kiln does not support")) << r.out;
+  EXPECT_TRUE(contains(r.out, "FooOp  node 'weird_0'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "BarOp  node 'weird_1'")) << r.out;
+  r = kiln_cli("inspect --json " + path("weird.onnx"));
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "\"supported\": false")) << r.out;
+  r = kiln_cli("build --onnx=" + path("weird.onnx") + " --minShapes=x:1x4");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "FooOp") && contains(r.out, "BarOp")) << r.out;
+}
+
+TEST_F(CliTest, DemoModelEndToEnd) {
+  build_demo();
+  if (HasFatalFailure() || IsSkipped()) return;
+  auto r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo16.kiln") +
+                    " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 --maxShapes=image:16x3x32x32 --fp16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "0: image min 1x3x32x32 opt 4x3x32x32 max 16x3x32x32   (batch in [1, 16])")) << r.out;
+  EXPECT_TRUE(contains(r.out, "probs  float32   [batch, 10]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "builder flags: tf32 fp16")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--fp16 recorded in the engine, but the cpu backend computes in fp32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 0: min ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "build time: ")) << r.out;
+
+  // run: random inputs at a chosen shape, then the test set's input with outputs exported.
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:5x3x32x32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "probs: shape 5x10 float32")) << r.out;
+  fs::path set = fs::path(demo()).parent_path() / "test_data_set_1";
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --loadInputs=image:" + (set / "input_0.pb").string() +
+               " --exportOutput=" + path("out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto expected = onnx::parse_tensor_file((set / "output_0.pb").string());
+  ASSERT_TRUE(expected.ok());
+  std::vector<float> got = npy_floats(fs::path(path("out")) / "probs.npy");
+  ASSERT_EQ(int64_t(got.size()), expected->numel());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], expected->float_at(int64_t(i)), 1e-4 + 1e-3 * std::fabs(expected->float_at(int64_t(i))));
+  }
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:2x3x32x32 --exportOutput=" + path("o.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(read_file(path("o.json")), "\"name\": \"probs\", \"dtype\": \"float32\", \"shape\": [2, 10]"));
+
+  // Two profiles (--profile=1 starts the second); run picks the one whose ranges hold the shape.
+  r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo2.kiln") +
+               " --minShapes=image:1x3x32x32 --maxShapes=image:4x3x32x32 --profile=1"
+               " --minShapes=image:5x3x32x32 --optShapes=image:8x3x32x32 --maxShapes=image:16x3x32x32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "1: image min 5x3x32x32 opt 8x3x32x32 max 16x3x32x32")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 1)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "probs: shape 8x10 float32")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32 --profile=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+
+  // A shape outside the profile: exit 2, naming the input, the dim and the range.
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:17x3x32x32");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "input 'image' dim 0 (batch) = 17 is outside the range [1, 16]")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=photo:1x3x32x32");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "image: [batch, 3, 32, 32]")) << r.out;
+
+  // bench, with the times exported.
+  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") + " --iterations=3 --warmUp=0 --exportTimes=" + path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "shapes image:4x3x32x32")) << r.out;  // the opt shape by default
+  EXPECT_TRUE(contains(r.out, "timed: 3 runs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "latency (ms): min ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "p99 ")) << r.out;
+  EXPECT_TRUE(contains(read_file(path("t.json")), "\"iterations\": 3")) << read_file(path("t.json"));
+  r = kiln_cli("bench --onnx=" + demo() + " --shapes=image:2x3x32x32 --iterations=2 --warmUp=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "samples/s, batch 2")) << r.out;
+
+  // inspect: the engine (header, layers with kernels, memory) and the model.
+  r = kiln_cli("inspect " + path("demo.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"header: format version 1", "device cpu", "cpu.Conv", "float32", "conv1",
+                           "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]"}) {
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+  }
+  r = kiln_cli("inspect --json " + path("demo.kiln"));
+  ASSERT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "\"kind\": \"engine\"") && contains(r.out, "\"kernel\": \"cpu.Conv\"")) << r.out;
+  r = kiln_cli("inspect " + demo());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "support: every node uses an op kiln supports")) << r.out;
+  EXPECT_TRUE(contains(r.out, "image  float32  [batch, 3, 32, 32]")) << r.out;
+
+  // compare: against ONNX Runtime on random inputs (make_demo_model.py ran, so it is importable).
+  r = kiln_cli("compare --onnx=" + demo() + " --loadEngine=" + path("demo.kiln") + " --shapes=image:3x3x32x32");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "reference: ONNX Runtime 1.")) << r.out;
+  EXPECT_TRUE(contains(r.out, "CPUExecutionProvider, FP32 (the reference computes in FP32)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "3/3 100%")) << r.out;  // top-1 agreement on (batch, classes)
+  EXPECT_TRUE(contains(r.out, "PASS: 1 of 1 outputs within tolerance")) << r.out;
+  r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=kiln");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "reference: kiln CPU reference kernels (FP32)")) << r.out;
+}
+
+TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
+  // The engine of y = x + 1.01 against the model y = x + 1: every element is off by 0.01.
+  write_model(path("plus1.onnx"), 1.0f);
+  write_model(path("plus101.onnx"), 1.01f);
+  auto r = kiln_cli("build --onnx=" + path("plus101.onnx") + " --saveEngine=" + path("plus101.kiln") +
+                    " --minShapes=x:1x4 --maxShapes=x:8x4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") + " --shapes=x:2x4");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "built from a different model file")) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL: 0 of 1 outputs within tolerance")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1.00e-02")) << r.out;  // max abs, to the printed precision
+  // The same mismatch passes with a tolerance that admits it.
+  r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") +
+               " --shapes=x:2x4 --atol 0.02");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// The trtexec line of the issue, then a run at batch 4 whose output is exactly 4x1000.
+TEST_F(CliTest, SharedVitTrtexecLine) {
+  std::string models = models_dir();
+  if (models.empty()) GTEST_SKIP() << "../shared/models is absent";
+  auto r = kiln_cli("build --onnx=" + models + "/vit_tiny/model.onnx --saveEngine=" + path("v.kiln") +
+                    " --minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[batch, 1000]")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("v.kiln") + " --shapes=x:4x3x224x224");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "linear_16: shape 4x1000 float32")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("v.kiln") + " --shapes=x:33x3x224x224");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.out, "input 'x' dim 0 (batch) = 33 is outside the range [1, 32]")) << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("v.kiln") + " --shapes=x:1x3x224x224 --iterations=2 --warmUp=0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("inspect " + path("v.kiln"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "(batch in [1, 32])")) << r.out;
+}
+
+// kiln compare passes in FP32 on all six shared models, with the profiles of model_util.cc and the
+// test sets' own inputs.
+TEST_F(CliTest, SharedModelsCompareInFp32) {
+  std::string models = models_dir();
+  if (models.empty()) GTEST_SKIP() << "../shared/models is absent";
+  for (const char* model : {"mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy", "unet_pixelshuffle",
+                            "testmod_linear", "llama_tiny"}) {
+    auto profile = shared_model_profile(model);
+    ASSERT_EQ(profile.size(), 1u) << model;
+    const auto& p = profile[0];
+    auto spec = [&](const Shape& s) {
+      std::string out = p.input + ":";
+      for (size_t i = 0; i < s.size(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+      return out;
+    };
+    std::string dir = models + "/" + model;
+    auto r = kiln_cli("compare --onnx=" + dir + "/model.onnx --minShapes=" + spec(p.min) + " --optShapes=" +
+                      spec(p.opt) + " --maxShapes=" + spec(p.max) + " --loadInputs=" + p.input + ":" + dir +
+                      "/test_data_set_0/input_0.pb");
+    EXPECT_EQ(r.code, 0) << model << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "PASS: 1 of 1 outputs within tolerance")) << model << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "atol 1.00e-04, rtol 1.00e-03")) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,190 @@
+// kiln bench: latency and throughput of an engine (loaded, or built from --onnx with the build
+// flags): warm-up, then timed runs of ExecutionContext::execute on bound buffers.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "engine_source.h"
+#include "inputs.h"
+#include "json.h"
+#include "progress.h"
+
+namespace kiln::cli {
+namespace {
+
+CommandSpec bench_spec() {
+  CommandSpec spec{"bench", "(--loadEngine=ENGINE | --onnx=MODEL [build flags]) [--shapes=..] [--iterations=N | --duration=S]",
+                   "Times an engine: --warmUp milliseconds of untimed runs, then timed runs until both\n"
+                   "--iterations and --duration are reached (default: at least 10 runs and 3 s; with only\n"
+                   "--iterations, exactly that many). Prints latency min/mean/median/p90/p99/max and\n"
+                   "throughput; on a GPU also host-to-device, compute and device-to-host times.",
+                   {{"loadEngine", "ENGINE", "the engine to time (.kiln)"}}, ""};
+  for (auto& f : build_flag_specs()) spec.flags.push_back(f);
+  for (auto& f : input_flag_specs()) spec.flags.push_back(f);
+  spec.flags.push_back({"warmUp", "MS", "untimed warm-up time in milliseconds (default 200)"});
+  spec.flags.push_back({"iterations", "N", "timed runs (at least)"});
+  spec.flags.push_back({"duration", "S", "timed seconds (at least)"});
+  spec.flags.push_back({"useCudaGraph", "", "capture the run in a CUDA graph (GPU engines only)"});
+  spec.flags.push_back({"exportTimes", "FILE.json", "write every timed latency and the summary as JSON"});
+  return spec;
+}
+
+// Nearest-rank percentile of sorted values.
+double percentile(const std::vector<double>& sorted, double p) {
+  size_t rank = size_t(std::ceil(p / 100.0 * double(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int bench_command(const Argv& argv) {
+  const CommandSpec spec = bench_spec();
+  auto args = Args::parse(spec, argv);
+  if (!args.ok()) return report("bench", args.error());
+  if (args->help()) {
+    std::fputs(help_text(spec).c_str(), stdout);
+    return kExitOk;
+  }
+  auto load = args->get("loadEngine");
+  auto build = parse_build_options(*args, /*shapes_fallback=*/true);
+  if (!build.ok()) return report("bench", build.error());
+  if (!load == build->onnx.empty()) {
+    return report("bench", usage_error("give exactly one of --loadEngine=ENGINE or --onnx=MODEL (see: kiln bench --help)"));
+  }
+  auto inputs_opt = parse_input_options(*args);
+  if (!inputs_opt.ok()) return report("bench", inputs_opt.error());
+  auto warmup_ms = args->get_double("warmUp", 200);
+  auto iterations = args->get_int("iterations", 10);
+  auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3);
+  auto cuda_graph = args->get_bool("useCudaGraph");
+  for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(), iterations.ok() ? nullptr : &iterations.error(),
+                         duration_s.ok() ? nullptr : &duration_s.error(), cuda_graph.ok() ? nullptr : &cuda_graph.error()}) {
+    if (e) return report("bench", *e);
+  }
+  if (*iterations < 1) return report("bench", usage_error("--iterations must be at least 1"));
+  if (*warmup_ms < 0 || *duration_s < 0) return report("bench", usage_error("--warmUp and --duration must be >= 0"));
+
+  Result<Engine> engine = failure("no engine");
+  if (load) {
+    engine = load_engine(*load);
+  } else {
+    Stages stages("bench", 2, build->verbose);
+    stages.begin("parsing " + build->onnx);
+    auto network = load_network(build->onnx);
+    if (!network.ok()) return report("bench", network.error());
+    stages.end();
+    stages.begin("building the engine");
+    engine = build_engine(*network, *build);
+    if (engine.ok()) stages.end();
+  }
+  if (!engine.ok()) return report("bench", engine.error());
+  auto ctx_or = engine->create_execution_context();
+  if (!ctx_or.ok()) return report("bench", failure(ctx_or.status(), "creating an execution context"));
+  ExecutionContext& ctx = **ctx_or;
+  auto inputs = prepare_inputs(*engine, ctx, *inputs_opt);
+  if (!inputs.ok()) return report("bench", inputs.error());
+
+  // Bind every buffer once: inputs, and outputs of exactly the shapes these inputs give.
+  std::map<std::string, Tensor> outputs;
+  std::string shapes_text;
+  for (auto& [name, t] : inputs->tensors) {
+    Status st = ctx.set_tensor_address(name, t.data());
+    if (!st.ok()) return report("bench", failure(st, "binding input '" + name + "'"));
+  }
+  for (const auto& n : inputs->order) shapes_text += (shapes_text.empty() ? "" : ",") + n + ":" + dims_to_spec(inputs->tensors[n].shape());
+  for (int i = 0; i < engine->num_io_tensors(); ++i) {
+    std::string n = engine->io_tensor_name(i);
+    if (engine->tensor_mode(n) != TensorIOMode::kOUTPUT) continue;
+    auto shape = ctx.tensor_shape(n);
+    if (!shape.ok()) return report("bench", failure(shape.status(), "resolving output '" + n + "'"));
+    auto t = Tensor::zeros(*engine->tensor_dtype(n), *shape);
+    if (!t.ok()) return report("bench", failure(t.status(), "allocating output '" + n + "'"));
+    outputs[n] = std::move(t).value();
+    Status st = ctx.set_tensor_address(n, outputs[n].data());
+    if (!st.ok()) return report("bench", failure(st, "binding output '" + n + "'"));
+  }
+
+  std::printf("engine: %s, device %s, profile %d, shapes %s\n", load ? load->c_str() : build->onnx.c_str(),
+              std::string(device_name(engine->device())).c_str(), inputs->profile, shapes_text.c_str());
+  if (*cuda_graph && engine->device() == Device::kCPU) {
+    std::printf("note: --useCudaGraph ignored: the cpu backend has no CUDA graphs\n");
+  }
+
+  // Warm-up: at least one run, so first-run arena allocation is never timed.
+  int warm_runs = 0;
+  auto w0 = std::chrono::steady_clock::now();
+  {
+    Progress bar("warm-up", 0, *warmup_ms / 1000.0);
+    do {
+      Status st = ctx.execute();
+      if (!st.ok()) return report("bench", failure(st, "running the engine"));
+      bar.update(++warm_runs);
+    } while (ms_since(w0) < *warmup_ms);
+    bar.finish(false);
+  }
+  std::printf("warm-up: %d runs in %.0f ms\n", warm_runs, ms_since(w0));
+
+  std::vector<double> times;
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    Progress bar("timing", args->has("duration") || !args->has("iterations") ? 0 : *iterations, *duration_s);
+    while (int64_t(times.size()) < *iterations || ms_since(t0) < *duration_s * 1000.0) {
+      auto s = std::chrono::steady_clock::now();
+      Status st = ctx.execute();
+      double ms = ms_since(s);
+      if (!st.ok()) return report("bench", failure(st, "running the engine"));
+      times.push_back(ms);
+      bar.update(int64_t(times.size()));
+    }
+    bar.finish(false);
+  }
+  double wall_ms = ms_since(t0);
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= double(times.size());
+  double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                    : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  double qps = double(times.size()) / (wall_ms / 1000.0);
+  const Tensor& first = inputs->tensors[inputs->order.front()];
+  int64_t batch = first.rank() > 0 ? first.shape()[0] : 1;
+
+  std::printf("timed: %zu runs in %.3f s\n", times.size(), wall_ms / 1000.0);
+  std::printf("latency (ms): min %.4g  mean %.4g  median %.4g  p90 %.4g  p99 %.4g  max %.4g\n", sorted.front(), mean,
+              median, percentile(sorted, 90), percentile(sorted, 99), sorted.back());
+  std::printf("throughput: %.4g inferences/s (%.4g samples/s, batch %lld = dim 0 of %s)\n", qps, qps * double(batch),
+              static_cast<long long>(batch), inputs->order.front().c_str());
+  if (engine->device() == Device::kCPU) {
+    std::printf("host-to-device / device-to-host: none (the cpu backend computes on host memory; latency is compute)\n");
+  }
+
+  if (auto path = args->get("exportTimes")) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("engine").value(load ? *load : build->onnx).key("device").value(std::string(device_name(engine->device())));
+    j.key("profile").value(inputs->profile).key("shapes").value(shapes_text);
+    j.key("warmup_runs").value(warm_runs).key("iterations").value(int64_t(times.size()));
+    j.key("latency_ms").begin_object();
+    j.key("min").value(sorted.front()).key("mean").value(mean).key("median").value(median);
+    j.key("p90").value(percentile(sorted, 90)).key("p99").value(percentile(sorted, 99)).key("max").value(sorted.back());
+    j.end_object();
+    j.key("throughput_qps").value(qps).key("batch").value(batch);
+    j.key("times_ms").array(times);
+    j.end_object();
+    std::ofstream out(*path);
+    out << j.str() << "\n";
+    if (!out) return report("bench", failure("cannot write '" + *path + "'"));
+    std::printf("times written to %s\n", path->c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace kiln::cli

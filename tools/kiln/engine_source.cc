@@ -1,0 +1,248 @@
+// Build flags to a BuilderConfig, and engines from --onnx or --loadEngine. The checks here are
+// about the command line (names, missing shapes); everything about the model is the library's.
+#include "engine_source.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+namespace kiln::cli {
+
+std::vector<FlagSpec> build_flag_specs() {
+  return {
+      {"onnx", "MODEL", "the ONNX model to build"},
+      {"minShapes", "SPEC", "smallest shapes of the current profile: x:1x3x224x224,y:..."},
+      {"optShapes", "SPEC", "shapes the profile is tuned for"},
+      {"maxShapes", "SPEC", "largest shapes of the current profile"},
+      {"profile", "N", "start profile N (0, 1, ...); the shape flags after it belong to it"},
+      {"noTF32", "", "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
+      {"fp16", "", "allow FP16 kernels"},
+      {"bf16", "", "allow BF16 kernels"},
+      {"int8", "", "allow INT8 kernels"},
+      {"device", "cpu|cuda", "the device the engine targets (default cpu)"},
+      {"verbose", "", "print every stage and every layer"},
+  };
+}
+
+Result<Device> parse_device(const std::string& text) {
+  if (text == "cpu") return Device::kCPU;
+  if (text == "cuda" || text == "gpu") return Device::kCUDA;
+  return usage_error("--device=" + text + " is not a device; use --device=cpu or --device=cuda");
+}
+
+Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback) {
+  BuildOptions o;
+  o.onnx = args.get("onnx").value_or("");
+  if (auto d = args.get("device")) {
+    KILN_CLI_ASSIGN(o.device, parse_device(*d));
+  }
+  KILN_CLI_ASSIGN(o.verbose, args.get_bool("verbose"));
+  struct Precision {
+    const char* flag;
+    BuilderFlag bit;
+    bool set;
+  };
+  for (const Precision& p : {Precision{"fp16", BuilderFlag::kFP16, true}, Precision{"bf16", BuilderFlag::kBF16, true},
+                             Precision{"int8", BuilderFlag::kINT8, true}, Precision{"noTF32", BuilderFlag::kTF32, false}}) {
+    KILN_CLI_ASSIGN(bool on, args.get_bool(p.flag));
+    if (!on) continue;
+    if (p.set) o.config.set_flag(p.bit);
+    else o.config.clear_flag(p.bit);
+    o.requested.push_back(p.flag);
+  }
+  // Shape flags in command-line order; --profile=N switches which profile they fill.
+  size_t current = 0;
+  for (const auto& f : args.flags()) {
+    if (f.name == "profile") {
+      char* end = nullptr;
+      long long v = std::strtoll(f.value.c_str(), &end, 10);
+      if (*end != '\0' || v < 0) return usage_error("--profile=" + f.value + " is not a profile index (0, 1, ...)");
+      if (size_t(v) > o.profiles.size()) {
+        return usage_error("--profile=" + f.value + " skips a profile: the next one to start is " +
+                           std::to_string(o.profiles.size()) + " (profiles are numbered in order)");
+      }
+      current = size_t(v);
+      continue;
+    }
+    if (f.name != "minShapes" && f.name != "optShapes" && f.name != "maxShapes") continue;
+    KILN_CLI_ASSIGN(auto specs, parse_shape_specs(f.name, f.value));
+    if (o.profiles.size() <= current) o.profiles.resize(current + 1);
+    ProfileShapes& p = o.profiles[current];
+    auto& target = f.name == "minShapes" ? p.min : f.name == "optShapes" ? p.opt : p.max;
+    for (auto& s : specs) {
+      for (const auto& t : target) {
+        if (t.name == s.name) {
+          return usage_error("--" + f.name + " gives input '" + s.name + "' twice in profile " + std::to_string(current));
+        }
+      }
+      target.push_back(std::move(s));
+    }
+  }
+  if (o.profiles.empty() && shapes_fallback && args.get("shapes")) {
+    KILN_CLI_ASSIGN(auto specs, parse_shape_specs("shapes", *args.get("shapes")));
+    o.profiles.push_back({specs, specs, specs});
+  }
+  return o;
+}
+
+Result<Network> load_network(const std::string& path) {
+  auto net = onnx::parse_file(path);
+  if (!net.ok()) return failure(net.status(), "loading the model '" + path + "'");
+  return std::move(net).value();
+}
+
+namespace {
+
+std::string inputs_list(const ir::Graph& g) {
+  std::string s;
+  for (int v : g.inputs) s += "\n  " + g.values[v].name + ": " + (g.values[v].shape ? ir::dims_to_string(*g.values[v].shape) : "?");
+  return s;
+}
+
+// An example spec for a dynamic input: every symbol set to `value`.
+std::string example_spec(const ir::Value& v, int64_t value) {
+  std::set<std::string> syms;
+  for (const auto& d : *v.shape) d.collect_symbols(&syms);
+  ir::SymbolValues values;
+  for (const auto& s : syms) values[s] = value;
+  std::string out = v.name + ":";
+  for (size_t i = 0; i < v.shape->size(); ++i) {
+    auto x = (*v.shape)[i].eval(values);
+    out += (i ? "x" : "") + (x ? std::to_string(*x) : "N");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string example_shape_flags(const ir::Value& input) {
+  return "--minShapes=" + example_spec(input, 1) + " --optShapes=" + example_spec(input, 8) +
+         " --maxShapes=" + example_spec(input, 32);
+}
+
+Result<BuilderConfig> make_config(const Network& network, const BuildOptions& options) {
+  const ir::Graph& g = network.graph;
+  BuilderConfig config = options.config;
+  auto find_input = [&](const std::string& name) -> const ir::Value* {
+    for (int v : g.inputs) {
+      if (g.values[v].name == name) return &g.values[v];
+    }
+    return nullptr;
+  };
+  std::vector<const ir::Value*> dynamic;
+  for (int v : g.inputs) {
+    const ir::Value& val = g.values[v];
+    bool dyn = false;
+    if (val.shape) {
+      for (const auto& d : *val.shape) dyn |= !d.is_const();
+    }
+    if (dyn) dynamic.push_back(&val);
+  }
+  for (size_t p = 0; p < std::max<size_t>(options.profiles.size(), 1); ++p) {
+    ProfileShapes given = p < options.profiles.size() ? options.profiles[p] : ProfileShapes{};
+    std::map<std::string, OptimizationProfile::Dims> dims;
+    auto add = [&](const std::vector<ShapeSpec>& specs, const char* flag, int which) -> Check {
+      for (const auto& s : specs) {
+        if (!find_input(s.name)) {
+          return usage_error("--" + std::string(flag) + " names '" + s.name + "', which is not an input of " +
+                             options.onnx + "; its inputs are:" + inputs_list(g));
+        }
+        auto& d = dims[s.name];
+        (which == 0 ? d.min : which == 1 ? d.opt : d.max) = s.dims;
+      }
+      return ok();
+    };
+    KILN_CLI_TRY(add(given.min, "minShapes", 0));
+    KILN_CLI_TRY(add(given.opt, "optShapes", 1));
+    KILN_CLI_TRY(add(given.max, "maxShapes", 2));
+    std::string missing, examples;
+    for (const ir::Value* v : dynamic) {
+      if (dims.count(v->name)) continue;
+      missing += "\n  " + v->name + ": " + ir::dims_to_string(*v->shape);
+      examples += "\n  " + example_shape_flags(*v);
+    }
+    if (!missing.empty()) {
+      std::string where = options.profiles.size() > 1 ? " in profile " + std::to_string(p) : "";
+      return usage_error("the model has dynamic inputs without shapes" + where +
+                         "; give min/opt/max shapes for each:" + missing + "\nadd, for example (pick real ranges):" +
+                         examples);
+    }
+    OptimizationProfile profile;
+    for (auto& [name, d] : dims) {
+      if (d.opt.empty()) d.opt = !d.max.empty() ? d.max : d.min;
+      if (d.min.empty()) d.min = d.opt;
+      if (d.max.empty()) d.max = d.opt;
+      Status st = profile.set_dimensions(name, d.min, d.opt, d.max);
+      if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());
+    }
+    if (!dims.empty()) config.add_profile(profile);
+  }
+  return config;
+}
+
+Result<Engine> build_engine(const Network& network, const BuildOptions& options) {
+  KILN_CLI_ASSIGN(BuilderConfig config, make_config(network, options));
+  auto engine = Builder(options.device).build(network, config);
+  if (!engine.ok()) {
+    // The model parsed, so an invalid argument here is about the profiles the flags gave.
+    Error e = failure(engine.status(), "building the engine");
+    if (engine.status().code() == StatusCode::kInvalidArgument) e.exit_code = kExitUsage;
+    return e;
+  }
+  return std::move(engine).value();
+}
+
+Result<Engine> load_engine(const std::string& path) {
+  auto engine = Engine::load(path);
+  if (!engine.ok()) return failure(engine.status(), "loading the engine '" + path + "'");
+  return std::move(engine).value();
+}
+
+std::string precision_summary(const Engine& engine, const std::vector<std::string>& requested) {
+  std::map<std::string, int> counts;
+  auto layers = engine.layers();
+  for (const auto& l : layers) counts[l.precision]++;
+  std::string s;
+  if (counts.size() == 1) {
+    s = "every layer (" + std::to_string(layers.size()) + ") runs in " + counts.begin()->first;
+  } else {
+    for (const auto& [p, n] : counts) s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;
+  }
+  std::string asked;
+  for (const auto& r : requested) {
+    if (r != "noTF32") asked += (asked.empty() ? "--" : ", --") + r;
+  }
+  if (!asked.empty() && engine.device() == Device::kCPU) {
+    s += "; " + asked + " recorded in the engine, but the cpu backend computes in fp32, so no layer uses it";
+  }
+  bool notf32 = false;
+  for (const auto& r : requested) notf32 |= r == "noTF32";
+  if (engine.device() == Device::kCPU) s += notf32 ? "; TF32 off" : "; TF32 has no effect on the cpu backend";
+  return s;
+}
+
+std::string flags_to_string(uint32_t flags) {
+  static const char* kNames[] = {"tf32", "fp16", "bf16", "int8"};
+  std::string s;
+  for (uint32_t b = 0; b < 4; ++b) {
+    if (flags & (1u << b)) s += (s.empty() ? "" : " ") + std::string(kNames[b]);
+  }
+  return s.empty() ? "none (strict fp32)" : s;
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  if (bytes >= (int64_t(1) << 30)) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
+  } else if (bytes >= (1 << 20)) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / double(1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  }
+  return buf;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,271 @@
+// Flag and shape-spec parsing for the kiln CLI. Every malformed input is a usage error that quotes
+// what was typed and says what was expected.
+#include "flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+namespace kiln::cli {
+namespace {
+
+// Case-insensitive edit distance, for "did you mean" suggestions.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                  std::tolower(static_cast<unsigned char>(b[j - 1]));
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (same ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const FlagSpec* find_flag(const CommandSpec& spec, std::string_view name) {
+  for (const auto& f : spec.flags) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string suggestion(const CommandSpec& spec, std::string_view name) {
+  const FlagSpec* best = nullptr;
+  size_t best_d = 0;
+  for (const auto& f : spec.flags) {
+    size_t d = edit_distance(name, f.name);
+    if (!best || d < best_d) best = &f, best_d = d;
+  }
+  if (best && best_d <= std::max<size_t>(2, name.size() / 3)) return "; did you mean --" + best->name + "?";
+  return "";
+}
+
+std::string see_help(const CommandSpec& spec) { return " (see: kiln " + spec.name + " --help)"; }
+
+// Splits on commas outside single quotes.
+std::vector<std::string> split_entries(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (char c : text) {
+    if (c == '\'') quoted = !quoted;
+    if (c == ',' && !quoted) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// Splits "name:rest" at the last ':' outside quotes; strips quotes around the name.
+Result<std::pair<std::string, std::string>> split_name(std::string_view flag, const std::string& entry,
+                                                      const std::string& expected) {
+  size_t colon = std::string::npos;
+  bool quoted = false;
+  for (size_t i = 0; i < entry.size(); ++i) {
+    if (entry[i] == '\'') quoted = !quoted;
+    if (entry[i] == ':' && !quoted) colon = i;
+  }
+  if (quoted) return usage_error("--" + std::string(flag) + ": unbalanced quote in '" + entry + "'");
+  if (colon == std::string::npos) {
+    return usage_error("--" + std::string(flag) + ": '" + entry + "' has no ':'; expected " + expected);
+  }
+  std::string name = entry.substr(0, colon);
+  if (name.size() >= 2 && name.front() == '\'' && name.back() == '\'') name = name.substr(1, name.size() - 2);
+  if (name.empty()) {
+    return usage_error("--" + std::string(flag) + ": '" + entry + "' has no input name before ':'; expected " +
+                       expected);
+  }
+  return std::pair<std::string, std::string>{name, entry.substr(colon + 1)};
+}
+
+}  // namespace
+
+std::string help_text(const CommandSpec& spec) {
+  std::string s = "usage: kiln " + spec.name + " " + spec.synopsis + "\n\n" + spec.summary + "\n\nflags:\n";
+  for (const auto& f : spec.flags) {
+    std::string left = "  --" + f.name + (f.value.empty() ? "" : "=" + f.value);
+    if (left.size() < 30) left.resize(30, ' ');
+    else left += "\n" + std::string(30, ' ');
+    s += left + f.help + "\n";
+  }
+  s += "  -h, --help                  this text\n";
+  s += "\nexit status: 0 ok, 1 failure";
+  s += spec.name == "compare" ? " or outputs out of tolerance" : "";
+  s += ", 2 bad command line (flag, value or shape)\n";
+  return s;
+}
+
+Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>& argv) {
+  Args args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-h" || a == "--help" || a == "-help") {
+      args.help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      if (a.size() > 1 && a[0] == '-') {
+        return usage_error("unknown flag '" + a + "'; flags are spelled --name=value" + see_help(spec));
+      }
+      if (spec.positional.empty() || !args.positional_.empty()) {
+        return usage_error("unexpected argument '" + a + "'" + see_help(spec));
+      }
+      args.positional_.push_back(a);
+      continue;
+    }
+    std::string body = a.substr(2);
+    Flag f;
+    size_t eq = body.find('=');
+    f.name = body.substr(0, eq);
+    if (eq != std::string::npos) {
+      f.value = body.substr(eq + 1);
+      f.has_value = true;
+    }
+    const FlagSpec* fs = find_flag(spec, f.name);
+    if (!fs) {
+      return usage_error("unknown flag --" + f.name + " for 'kiln " + spec.name + "'" + suggestion(spec, f.name) +
+                         see_help(spec));
+    }
+    if (!fs->value.empty() && !f.has_value) {
+      // "--atol 1e-3", polygraphy's spelling, next to trtexec's "--atol=1e-3".
+      if (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) {
+        f.value = argv[++i];
+        f.has_value = true;
+      } else {
+        return usage_error("--" + f.name + " needs a value: --" + f.name + "=" + fs->value + see_help(spec));
+      }
+    }
+    if (!fs->value.empty() && f.value.empty()) {
+      return usage_error("--" + f.name + " has an empty value; expected --" + f.name + "=" + fs->value);
+    }
+    args.flags_.push_back(std::move(f));
+  }
+  return args;
+}
+
+bool Args::has(std::string_view name) const {
+  for (const auto& f : flags_) {
+    if (f.name == name) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> Args::get(std::string_view name) const {
+  std::optional<std::string> v;
+  for (const auto& f : flags_) {
+    if (f.name == name) v = f.value;
+  }
+  return v;
+}
+
+Result<bool> Args::get_bool(std::string_view name) const {
+  bool v = false;
+  for (const auto& f : flags_) {
+    if (f.name != name) continue;
+    if (!f.has_value || f.value == "true" || f.value == "1") {
+      v = true;
+    } else if (f.value == "false" || f.value == "0") {
+      v = false;
+    } else {
+      return usage_error("--" + f.name + " is a switch; '" + f.value + "' is not true, false, 1 or 0");
+    }
+  }
+  return v;
+}
+
+Result<double> Args::get_double(std::string_view name, double fallback) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  double d = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0' || !(d == d)) {
+    return usage_error("--" + std::string(name) + "=" + *v + " is not a number");
+  }
+  return d;
+}
+
+Result<int64_t> Args::get_int(std::string_view name, int64_t fallback) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
+  if (ec != std::errc() || p != v->data() + v->size()) {
+    return usage_error("--" + std::string(name) + "=" + *v + " is not an integer");
+  }
+  return x;
+}
+
+Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text) {
+  const std::string expected = "NAME:D0xD1x... such as x:1x3x224x224 (several separated by ',')";
+  const std::string f = "--" + std::string(flag);
+  std::vector<ShapeSpec> out;
+  for (const std::string& entry : split_entries(text)) {
+    if (entry.empty()) return usage_error(f + ": empty entry in '" + std::string(text) + "'; expected " + expected);
+    KILN_CLI_ASSIGN(auto parts, split_name(flag, entry, expected));
+    ShapeSpec spec{parts.first, {}};
+    const std::string& dims = parts.second;
+    if (dims.empty()) {
+      return usage_error(f + ": '" + entry + "' gives no dims after ':'; expected " + expected);
+    }
+    size_t start = 0;
+    for (int d = 0;; ++d) {
+      size_t x = dims.find('x', start);
+      std::string tok = dims.substr(start, x == std::string::npos ? std::string::npos : x - start);
+      std::string where = f + ": malformed shape '" + entry + "': dim " + std::to_string(d);
+      if (tok.empty()) return usage_error(where + " is empty; expected " + expected);
+      int64_t v = 0;
+      auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+      if (tok[0] == '-' || tok[0] == '+') {
+        return usage_error(where + " is '" + tok + "'; dims must be non-negative integers (a shape spec "
+                           "gives concrete sizes, not -1 for dynamic)");
+      }
+      if (ec == std::errc::result_out_of_range) return usage_error(where + " '" + tok + "' is too large");
+      if (ec != std::errc() || p != tok.data() + tok.size()) {
+        return usage_error(where + " is '" + tok + "', not an integer; expected " + expected);
+      }
+      spec.dims.push_back(v);
+      if (x == std::string::npos) break;
+      start = x + 1;
+    }
+    for (const auto& prev : out) {
+      if (prev.name == spec.name) return usage_error(f + ": input '" + spec.name + "' appears twice");
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> parse_named_files(std::string_view flag,
+                                                                           std::string_view text) {
+  const std::string expected = "NAME:FILE such as x:input.npy or x:input_0.pb (several separated by ',')";
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& entry : split_entries(text)) {
+    KILN_CLI_ASSIGN(auto parts, split_name(flag, entry, expected));
+    if (parts.second.empty()) {
+      return usage_error("--" + std::string(flag) + ": '" + entry + "' gives no file after ':'; expected " + expected);
+    }
+    for (const auto& prev : out) {
+      if (prev.first == parts.first) {
+        return usage_error("--" + std::string(flag) + ": input '" + parts.first + "' appears twice");
+      }
+    }
+    out.push_back(std::move(parts));
+  }
+  return out;
+}
+
+std::string dims_to_spec(const Shape& dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "x" : "") + std::to_string(dims[i]);
+  return s;
+}
+
+}  // namespace kiln::cli

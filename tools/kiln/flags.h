@@ -1,0 +1,129 @@
+// Command-line parsing for kiln's subcommands: declared flags (--name=value, trtexec's spelling),
+// shape specs (x:1x3x224x224,y:...), named file lists (x:in.npy,...), and the CLI's error values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace kiln::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFail = 1;   // the work failed, or compare found outputs out of tolerance
+inline constexpr int kExitUsage = 2;  // the command line is wrong: a flag, a value, a shape
+
+// A failure with the exit code it maps to. The CLI uses this instead of Status so that a usage
+// mistake (exit 2) is never confused with a failure while doing the work (exit 1).
+struct Error {
+  int exit_code = kExitFail;
+  std::string message;
+};
+inline Error usage_error(std::string message) { return {kExitUsage, std::move(message)}; }
+inline Error failure(std::string message) { return {kExitFail, std::move(message)}; }
+// A library error; `what` says what was being done ("building the engine").
+inline Error failure(const Status& st, const std::string& what) {
+  return {kExitFail, what + ": " + st.to_string()};
+}
+
+struct Void {};
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like StatusOr
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  T& value() & { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  const Error& error() const { return std::get<1>(v_); }
+  T& operator*() & { return value(); }
+  T* operator->() { return &value(); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+using Check = Result<Void>;
+inline Check ok() { return Void{}; }
+
+#define KILN_CLI_TRY(expr)                               \
+  do {                                                   \
+    auto kiln_cli_r_ = (expr);                           \
+    if (!kiln_cli_r_.ok()) return kiln_cli_r_.error();   \
+  } while (0)
+
+#define KILN_CLI_ASSIGN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                         \
+  if (!tmp.ok()) return tmp.error();         \
+  lhs = std::move(tmp).value()
+
+#define KILN_CLI_ASSIGN(lhs, expr) KILN_CLI_ASSIGN_IMPL(KILN_CONCAT(kiln_cli_r_, __LINE__), lhs, expr)
+
+// One flag a subcommand accepts. `value` is empty for a switch, else a hint such as "FILE".
+struct FlagSpec {
+  std::string name;  // without the leading "--"
+  std::string value;
+  std::string help;
+};
+
+struct CommandSpec {
+  std::string name;      // "build"
+  std::string synopsis;  // the usage line after "kiln NAME "
+  std::string summary;   // one paragraph
+  std::vector<FlagSpec> flags;
+  std::string positional;  // e.g. "MODEL_OR_ENGINE"; empty when the command takes none
+};
+
+std::string help_text(const CommandSpec& spec);
+
+// Parsed flags, in command-line order (order matters: --profile=N starts a profile).
+class Args {
+ public:
+  struct Flag {
+    std::string name, value;
+    bool has_value = false;
+  };
+  // Accepts --name=value, --name value (for flags that take a value) and --name (switches).
+  // -h/--help sets help(). An unknown flag is a usage error that suggests the nearest spelling.
+  static Result<Args> parse(const CommandSpec& spec, const std::vector<std::string>& argv);
+
+  bool help() const { return help_; }
+  bool has(std::string_view name) const;
+  std::optional<std::string> get(std::string_view name) const;  // the last occurrence
+  // Switches: "--fp16" or "--fp16=true|1|false|0".
+  Result<bool> get_bool(std::string_view name) const;
+  Result<double> get_double(std::string_view name, double fallback) const;
+  Result<int64_t> get_int(std::string_view name, int64_t fallback) const;
+  const std::vector<Flag>& flags() const { return flags_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::vector<Flag> flags_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+// One entry of a shape spec: an input name and its concrete dims.
+struct ShapeSpec {
+  std::string name;
+  Shape dims;
+};
+
+// Parses "x:1x3x224x224,mask:1x128". A name may contain ':' (the dims follow the last one) or be
+// quoted ('a,b':1x2). Dims are non-negative integers joined by 'x'. `flag` names the flag in errors.
+Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text);
+
+// Parses "x:in.npy,y:dir/in.pb" into (name, path) pairs; the path follows the last ':'.
+Result<std::vector<std::pair<std::string, std::string>>> parse_named_files(std::string_view flag,
+                                                                           std::string_view text);
+
+// "1x3x224x224", the spelling shape specs use.
+std::string dims_to_spec(const Shape& dims);
+
+}  // namespace kiln::cli

@@ -1,0 +1,229 @@
+// Input preparation and tensor summaries for the kiln CLI.
+#include "inputs.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "npy.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string engine_inputs_list(const Engine& engine) {
+  std::string s;
+  for (int i = 0; i < engine.num_io_tensors(); ++i) {
+    std::string n = engine.io_tensor_name(i);
+    if (engine.tensor_mode(n) != TensorIOMode::kINPUT) continue;
+    auto dims = engine.tensor_symbolic_shape(n);
+    s += "\n  " + n + ": " + (dims.ok() ? ir::dims_to_string(*dims) : "?") + " " +
+         std::string(dtype_name(engine.tensor_dtype(n).ok() ? *engine.tensor_dtype(n) : DType::kUndefined));
+  }
+  return s;
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+// Converts between float dtypes or between integer dtypes, so a float64 .npy feeds a float32 input.
+Result<Tensor> convert(const Tensor& t, DType to, const std::string& what) {
+  if (t.dtype() == to) return t;
+  bool ok = (is_float(t.dtype()) && is_float(to)) || (is_integer(t.dtype()) && is_integer(to));
+  if (!ok) {
+    return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) + " but the input is " +
+                       std::string(dtype_name(to)));
+  }
+  auto out = Tensor::zeros(to, t.shape());
+  if (!out.ok()) return failure(out.status(), what);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (to) {
+      case DType::kFloat32: out->data_as<float>()[i] = float(t.float_at(i)); break;
+      case DType::kFloat64: out->data_as<double>()[i] = t.float_at(i); break;
+      case DType::kFloat16: out->data_as<uint16_t>()[i] = float_to_half(float(t.float_at(i))); break;
+      case DType::kBFloat16: out->data_as<uint16_t>()[i] = float_to_bf16(float(t.float_at(i))); break;
+      case DType::kInt64: out->data_as<int64_t>()[i] = t.int_at(i); break;
+      case DType::kInt32: out->data_as<int32_t>()[i] = int32_t(t.int_at(i)); break;
+      default:
+        return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) + " but the input is " +
+                           std::string(dtype_name(to)) + "; save it as " + std::string(dtype_name(to)));
+    }
+  }
+  return std::move(out).value();
+}
+
+}  // namespace
+
+std::vector<FlagSpec> input_flag_specs() {
+  return {
+      {"shapes", "SPEC", "input shapes to run: x:4x3x224x224,... (default: the profile's opt shapes)"},
+      {"loadInputs", "SPEC", "input data: x:in.npy,y:in.pb (.npy or serialized onnx.TensorProto)"},
+      {"seed", "N", "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
+  };
+}
+
+Result<InputOptions> parse_input_options(const Args& args) {
+  InputOptions o;
+  if (auto s = args.get("shapes")) {
+    KILN_CLI_ASSIGN(o.shapes, parse_shape_specs("shapes", *s));
+  }
+  if (auto s = args.get("loadInputs")) {
+    KILN_CLI_ASSIGN(o.files, parse_named_files("loadInputs", *s));
+  }
+  KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1));
+  o.seed = uint64_t(seed);
+  return o;
+}
+
+Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx, const InputOptions& options) {
+  PreparedInputs out;
+  for (int i = 0; i < engine.num_io_tensors(); ++i) {
+    std::string n = engine.io_tensor_name(i);
+    if (engine.tensor_mode(n) == TensorIOMode::kINPUT) out.order.push_back(n);
+  }
+  std::set<std::string> inputs(out.order.begin(), out.order.end());
+  std::map<std::string, Shape> given;
+  for (const auto& s : options.shapes) {
+    if (!inputs.count(s.name)) {
+      return usage_error("--shapes names '" + s.name + "', which is not an input of this engine; its inputs are:" +
+                         engine_inputs_list(engine));
+    }
+    given[s.name] = s.dims;
+    out.from[s.name] = "shape from --shapes";
+  }
+  for (const auto& [name, path] : options.files) {
+    if (!inputs.count(name)) {
+      return usage_error("--loadInputs names '" + name + "', which is not an input of this engine; its inputs are:" +
+                         engine_inputs_list(engine));
+    }
+    KILN_CLI_ASSIGN(Tensor t, read_tensor_file(path));
+    auto dtype = engine.tensor_dtype(name);
+    KILN_CLI_ASSIGN(t, convert(t, *dtype, "'" + path + "' (for input '" + name + "')"));
+    if (given.count(name) && given[name] != t.shape()) {
+      return usage_error("--shapes gives " + name + ":" + dims_to_spec(given[name]) + " but '" + path + "' has shape " +
+                         dims_to_spec(t.shape()));
+    }
+    given[name] = t.shape();
+    out.from[name] = "from " + path;
+    out.tensors[name] = std::move(t);
+  }
+
+  // The profile: the one asked for, else the first whose ranges hold every given shape.
+  int n_profiles = std::max(engine.num_profiles(), 1);
+  std::vector<int> candidates;
+  if (options.profile >= 0) {
+    if (options.profile >= n_profiles) {
+      return usage_error("--profile=" + std::to_string(options.profile) + " does not exist; the engine has " +
+                         std::to_string(n_profiles) + " profile(s)");
+    }
+    candidates.push_back(options.profile);
+  } else {
+    for (int p = 0; p < n_profiles; ++p) candidates.push_back(p);
+  }
+  std::string why_not;
+  for (int p : candidates) {
+    Status st = ctx.set_optimization_profile(p);
+    std::map<std::string, Shape> shapes;
+    for (const auto& name : out.order) {
+      if (!st.ok()) break;
+      if (given.count(name)) {
+        shapes[name] = given[name];
+      } else {
+        auto opt = engine.profile_shape(name, p, OptProfileSelector::kOPT);
+        if (!opt.ok()) return failure(opt.status(), "reading profile " + std::to_string(p));
+        shapes[name] = *opt;
+      }
+      st = ctx.set_input_shape(name, shapes[name]);
+    }
+    if (st.ok()) st = ctx.infer_shapes();
+    if (!st.ok()) {
+      why_not += "\n  " + st.message();
+      continue;
+    }
+    out.profile = p;
+    for (const auto& name : out.order) {
+      if (out.tensors.count(name)) continue;
+      if (!out.from.count(name)) out.from[name] = "opt shape of profile " + std::to_string(p);
+      auto dtype = engine.tensor_dtype(name);
+      uint64_t index = 0;
+      while (out.order[index] != name) ++index;
+      out.tensors[name] = random_tensor(*dtype, shapes[name], options.seed + index);
+      out.from[name] = "random values (seed " + std::to_string(options.seed + index) + "), " + out.from[name];
+    }
+    return out;
+  }
+  return usage_error(std::string(candidates.size() > 1 ? "no optimization profile of the engine accepts these shapes:"
+                                                       : "the shapes do not fit the engine:") +
+                     why_not);
+}
+
+Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
+  auto made = Tensor::zeros(dtype, shape);
+  if (!made.ok()) return Tensor();
+  Tensor t = std::move(made).value();
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return (s >> 40) & 0xffffff;  // 24 random bits
+  };
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float f = float(next()) / float(1 << 23) - 1.0f;  // [-1, 1)
+    switch (dtype) {
+      case DType::kFloat32: t.data_as<float>()[i] = f; break;
+      case DType::kFloat64: t.data_as<double>()[i] = f; break;
+      case DType::kFloat16: t.data_as<uint16_t>()[i] = float_to_half(f); break;
+      case DType::kBFloat16: t.data_as<uint16_t>()[i] = float_to_bf16(f); break;
+      case DType::kInt64: t.data_as<int64_t>()[i] = int64_t(next() % 100); break;
+      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(next() % 100); break;
+      case DType::kBool: t.data_as<uint8_t>()[i] = uint8_t(next() & 1); break;
+      case DType::kInt8: case DType::kUInt8: t.data_as<uint8_t>()[i] = uint8_t(next() % 100); break;
+      default: break;  // other dtypes stay zero
+    }
+  }
+  return t;
+}
+
+bool looks_like_class_scores(const Tensor& t) { return is_float(t.dtype()) && t.rank() == 2 && t.shape()[1] > 1; }
+
+std::string tensor_summary(const Tensor& t) {
+  std::string s = "shape " + dims_to_spec(t.shape()) + (t.rank() == 0 ? "(scalar)" : "") + " " +
+                  std::string(dtype_name(t.dtype()));
+  int64_t n = t.numel();
+  if (n == 0) return s + "  (empty)";
+  double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
+  int64_t bad = 0, finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = t.float_at(i);
+    if (!std::isfinite(v)) {
+      ++bad;
+      continue;
+    }
+    ++finite;
+    mn = std::min(mn, v), mx = std::max(mx, v), sum += v, sq += v * v;
+  }
+  if (finite) {
+    double mean = sum / double(finite), var = std::max(0.0, sq / double(finite) - mean * mean);
+    s += "  min " + fmt(mn) + " max " + fmt(mx) + " mean " + fmt(mean) + " std " + fmt(std::sqrt(var));
+  }
+  if (bad) s += "  NaN/Inf: " + std::to_string(bad);
+  s += "  first [";
+  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) s += (i ? ", " : "") + fmt(t.float_at(i));
+  s += n > 5 ? ", ...]" : "]";
+  if (looks_like_class_scores(t)) {
+    s += "  argmax per row [";
+    int64_t rows = t.shape()[0], cols = t.shape()[1];
+    for (int64_t r = 0; r < std::min<int64_t>(rows, 8); ++r) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < cols; ++c) {
+        if (t.float_at(r * cols + c) > t.float_at(r * cols + best)) best = c;
+      }
+      s += (r ? ", " : "") + std::to_string(best);
+    }
+    s += rows > 8 ? ", ...]" : "]";
+  }
+  return s;
+}
+
+}  // namespace kiln::cli

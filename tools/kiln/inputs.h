@@ -1,0 +1,50 @@
+// Input tensors for kiln run, bench and compare: shapes from --shapes (else the profile's opt
+// shapes, as trtexec does), data from --loadInputs (else seeded random values); and the one-line
+// value summaries the CLI prints for tensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flags.h"
+#include "kiln.h"
+
+namespace kiln::cli {
+
+// --shapes, --loadInputs, --seed: the flags every command that runs an engine takes.
+std::vector<FlagSpec> input_flag_specs();
+
+struct InputOptions {
+  std::vector<ShapeSpec> shapes;
+  std::vector<std::pair<std::string, std::string>> files;  // (input name, path)
+  uint64_t seed = 1;
+  int profile = -1;  // -1: the first profile whose ranges hold the shapes
+};
+Result<InputOptions> parse_input_options(const Args& args);
+
+struct PreparedInputs {
+  int profile = 0;
+  std::map<std::string, Tensor> tensors;
+  std::vector<std::string> order;           // engine input order
+  // Where each input came from: "from x.npy", "random values (seed 1), opt shape of profile 0".
+  std::map<std::string, std::string> from;
+};
+
+// Picks the profile, sets every input shape on `ctx` (so a shape outside the profile fails here,
+// as a usage error naming the input, dim and range) and fills the tensors. Random values: floats
+// uniform in [-1, 1), integers in [0, 100), bools 0/1; input i uses seed + i.
+Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx, const InputOptions& options);
+
+Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed);
+
+// "shape 4x1000 float32  min -2.9 max 3.0 mean 0.012 std 0.98  first [..]" plus argmax per row
+// for (batch, classes) outputs and a count of NaN/Inf when there are any.
+std::string tensor_summary(const Tensor& t);
+
+// Whether an output looks like class scores: float, rank 2, more than one class.
+bool looks_like_class_scores(const Tensor& t);
+
+}  // namespace kiln::cli

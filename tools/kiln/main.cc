@@ -1,0 +1,68 @@
+// kiln: the command-line tool. trtexec's spellings for build/run/bench, polygraphy's habits for
+// compare; every subcommand parses flags, calls the public API, and prints.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+#include "plan/plan.h"
+
+namespace kiln::cli {
+
+int report(const std::string& command, const Error& error) {
+  std::fprintf(stderr, "kiln %s: error: %s\n", command.c_str(), error.message.c_str());
+  return error.exit_code;
+}
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kiln COMMAND [flags]\n"
+    "\n"
+    "kiln builds an optimized engine from an ONNX model for optimization profiles (min/opt/max\n"
+    "shapes of every dynamic input) and runs it at any shape inside them.\n"
+    "\n"
+    "commands:\n"
+    "  build     build an engine:  kiln build --onnx=m.onnx --saveEngine=m.kiln \\\n"
+    "              --minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224\n"
+    "  run       run an engine on seeded random inputs or files:  kiln run --loadEngine=m.kiln --shapes=x:4x3x224x224\n"
+    "  bench     time an engine: latency percentiles and throughput\n"
+    "  inspect   describe a model (and what kiln does not support) or an engine\n"
+    "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
+    "\n"
+    "kiln COMMAND --help shows a command's flags. Exit status: 0 ok, 1 failure, 2 bad command line.\n";
+
+}  // namespace
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  std::string command = argv[1];
+  Argv rest(argv + 2, argv + argc);
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (command == "--version" || command == "version") {
+    std::printf("kiln %s (engine format %u)\n", kiln::plan::kKilnVersion, kiln::plan::kFormatVersion);
+    return kExitOk;
+  }
+  if (command.rfind("--", 0) == 0) {
+    // trtexec has no subcommands: say which one its users mean instead of guessing.
+    std::fprintf(stderr, "kiln: '%s' is a flag, but a COMMAND comes first; trtexec's "
+                 "`trtexec --onnx=m.onnx --saveEngine=m.kiln` is `kiln build --onnx=m.onnx --saveEngine=m.kiln`, "
+                 "and `trtexec --loadEngine=m.kiln` is `kiln bench --loadEngine=m.kiln`\n\n%s", argv[1], kUsage);
+    return kExitUsage;
+  }
+  if (command == "build") return build_command(rest);
+  if (command == "run") return run_command(rest);
+  if (command == "bench") return bench_command(rest);
+  if (command == "inspect") return inspect_command(rest);
+  if (command == "compare") return compare_command(rest);
+  std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return kExitUsage;
+}
