@@ -4,7 +4,8 @@
 # compute-sanitizer memcheck on a short CUDA subset, and a short benchmark of kiln against
 # PyTorch eager on the same architectures in the same run. Models come from KILN_MODELS_DIR
 # (default .gpu_models, git-ignored; the shared models are not copied by this script). Logs go
-# to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu.
+# to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu. (The
+# OOM test is left out of memcheck: its intended cudaMalloc failure counts as an API error.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-build-gpu/logs}
@@ -35,7 +36,7 @@ grep -E '^\[cuda|^\[cpu|FAILED  \]' "$LOG/tests_cuda.log" | tee -a "$LOG/summary
 
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
-    --gtest_filter='All/SharedModel.*/*_cuda:Devices/SeedVitDynamicBatch.*/cuda_graph:CudaErrors.*' \
+    --gtest_filter='All/SharedModel.*/*_cuda:Devices/SeedVitDynamicBatch.*/cuda_graph:CudaErrors.BadInputs*' \
     >"$LOG/memcheck.log" 2>&1; rc=$?
   status "compute-sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"
 else

@@ -34,8 +34,9 @@ constexpr const char* kCli = KILN_CLI_PATH;
 constexpr const char* kCli = "";
 #endif
 
-CliResult kiln_cli(const std::string& args) {
-  std::string cmd = std::string(kCli) + " " + args + " 2>&1";
+// `env` is prepended to the command line ("KILN_PYTHON=... ").
+CliResult kiln_cli(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + std::string(kCli) + " " + args + " 2>&1";
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -46,7 +47,9 @@ CliResult kiln_cli(const std::string& args) {
   return r;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -128,9 +131,12 @@ class CliTest : public ::testing::Test {
   static std::string demo() { return (*dir_ / "demo" / "model.onnx").string(); }
   // Builds the demo engine once per test that needs it.
   void build_demo() {
-    if (!demo_ok_) GTEST_SKIP() << "scripts/make_demo_model.py failed (python3 with onnx and onnxruntime needed)";
-    auto r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo.kiln") +
-                      " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 --maxShapes=image:16x3x32x32");
+    if (!demo_ok_)
+      GTEST_SKIP()
+          << "scripts/make_demo_model.py failed (python3 with onnx and onnxruntime needed)";
+    auto r = kiln_cli(
+        "build --onnx=" + demo() + " --saveEngine=" + path("demo.kiln") +
+        " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 --maxShapes=image:16x3x32x32");
     ASSERT_EQ(r.code, 0) << r.out;
   }
 
@@ -224,7 +230,8 @@ TEST_F(CliTest, NamesAndMissingDynamicInputs) {
 
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
   write_model(path("tiny_cuda.onnx"), 1.0f);
-  auto r = kiln_cli("build --onnx=" + path("tiny_cuda.onnx") + " --minShapes=x:1x4 --maxShapes=x:8x4 --device=cuda");
+  auto r = kiln_cli("build --onnx=" + path("tiny_cuda.onnx") +
+                    " --minShapes=x:1x4 --maxShapes=x:8x4 --device=cuda");
   if (r.code == 0) GTEST_SKIP() << "this build has a CUDA backend and a GPU";
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "CUDA")) << r.out;
@@ -249,12 +256,17 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   build_demo();
   if (HasFatalFailure() || IsSkipped()) return;
   auto r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo16.kiln") +
-                    " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 --maxShapes=image:16x3x32x32 --fp16");
+                    " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 "
+                    "--maxShapes=image:16x3x32x32 --fp16");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "0: image min 1x3x32x32 opt 4x3x32x32 max 16x3x32x32   (batch in [1, 16])")) << r.out;
+  EXPECT_TRUE(
+      contains(r.out, "0: image min 1x3x32x32 opt 4x3x32x32 max 16x3x32x32   (batch in [1, 16])"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "probs  float32   [batch, 10]")) << r.out;
   EXPECT_TRUE(contains(r.out, "builder flags: tf32 fp16")) << r.out;
-  EXPECT_TRUE(contains(r.out, "--fp16 recorded in the engine, but the cpu backend computes in fp32")) << r.out;
+  EXPECT_TRUE(
+      contains(r.out, "--fp16 recorded in the engine, but the cpu backend computes in fp32"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "profile 0: min ")) << r.out;
   EXPECT_TRUE(contains(r.out, "build time: ")) << r.out;
 
@@ -263,24 +275,28 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "probs: shape 5x10 float32")) << r.out;
   fs::path set = fs::path(demo()).parent_path() / "test_data_set_1";
-  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --loadInputs=image:" + (set / "input_0.pb").string() +
-               " --exportOutput=" + path("out"));
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --loadInputs=image:" +
+               (set / "input_0.pb").string() + " --exportOutput=" + path("out"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto expected = onnx::parse_tensor_file((set / "output_0.pb").string());
   ASSERT_TRUE(expected.ok());
   std::vector<float> got = npy_floats(fs::path(path("out")) / "probs.npy");
   ASSERT_EQ(int64_t(got.size()), expected->numel());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], expected->float_at(int64_t(i)), 1e-4 + 1e-3 * std::fabs(expected->float_at(int64_t(i))));
+    EXPECT_NEAR(got[i], expected->float_at(int64_t(i)),
+                1e-4 + 1e-3 * std::fabs(expected->float_at(int64_t(i))));
   }
-  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:2x3x32x32 --exportOutput=" + path("o.json"));
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") +
+               " --shapes=image:2x3x32x32 --exportOutput=" + path("o.json"));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(read_file(path("o.json")), "\"name\": \"probs\", \"dtype\": \"float32\", \"shape\": [2, 10]"));
+  EXPECT_TRUE(contains(read_file(path("o.json")),
+                       "\"name\": \"probs\", \"dtype\": \"float32\", \"shape\": [2, 10]"));
 
   // Two profiles (--profile=1 starts the second); run picks the one whose ranges hold the shape.
-  r = kiln_cli("build --onnx=" + demo() + " --saveEngine=" + path("demo2.kiln") +
-               " --minShapes=image:1x3x32x32 --maxShapes=image:4x3x32x32 --profile=1"
-               " --minShapes=image:5x3x32x32 --optShapes=image:8x3x32x32 --maxShapes=image:16x3x32x32");
+  r = kiln_cli(
+      "build --onnx=" + demo() + " --saveEngine=" + path("demo2.kiln") +
+      " --minShapes=image:1x3x32x32 --maxShapes=image:4x3x32x32 --profile=1"
+      " --minShapes=image:5x3x32x32 --optShapes=image:8x3x32x32 --maxShapes=image:16x3x32x32");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "1: image min 5x3x32x32 opt 8x3x32x32 max 16x3x32x32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32");
@@ -293,19 +309,22 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   // A shape outside the profile: exit 2, naming the input, the dim and the range.
   r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:17x3x32x32");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(contains(r.out, "input 'image' dim 0 (batch) = 17 is outside the range [1, 16]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "input 'image' dim 0 (batch) = 17 is outside the range [1, 16]"))
+      << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=photo:1x3x32x32");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(contains(r.out, "image: [batch, 3, 32, 32]")) << r.out;
 
   // bench, with the times exported.
-  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") + " --iterations=3 --warmUp=0 --exportTimes=" + path("t.json"));
+  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") +
+               " --iterations=3 --warmUp=0 --exportTimes=" + path("t.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "shapes image:4x3x32x32")) << r.out;  // the opt shape by default
   EXPECT_TRUE(contains(r.out, "timed: 3 runs")) << r.out;
   EXPECT_TRUE(contains(r.out, "latency (ms): min ")) << r.out;
   EXPECT_TRUE(contains(r.out, "p99 ")) << r.out;
-  EXPECT_TRUE(contains(read_file(path("t.json")), "\"iterations\": 3")) << read_file(path("t.json"));
+  EXPECT_TRUE(contains(read_file(path("t.json")), "\"iterations\": 3"))
+      << read_file(path("t.json"));
   r = kiln_cli("bench --onnx=" + demo() + " --shapes=image:2x3x32x32 --iterations=2 --warmUp=0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "samples/s, batch 2")) << r.out;
@@ -313,38 +332,54 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   // inspect: the engine (header, layers with kernels, memory) and the model.
   r = kiln_cli("inspect " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* part : {"header: format version 1", "device cpu", "cpu.Conv", "float32", "conv1",
-                           "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]"}) {
+  for (const char* part :
+       {"header: format version 1", "device cpu", "cpu.Conv", "float32", "conv1",
+        "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
   }
   r = kiln_cli("inspect --json " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0);
-  EXPECT_TRUE(contains(r.out, "\"kind\": \"engine\"") && contains(r.out, "\"kernel\": \"cpu.Conv\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"kind\": \"engine\"") &&
+              contains(r.out, "\"kernel\": \"cpu.Conv\""))
+      << r.out;
   r = kiln_cli("inspect " + demo());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "support: every node uses an op kiln supports")) << r.out;
   EXPECT_TRUE(contains(r.out, "image  float32  [batch, 3, 32, 32]")) << r.out;
 
   // compare: against ONNX Runtime on random inputs (make_demo_model.py ran, so it is importable).
-  r = kiln_cli("compare --onnx=" + demo() + " --loadEngine=" + path("demo.kiln") + " --shapes=image:3x3x32x32");
+  r = kiln_cli("compare --onnx=" + demo() + " --loadEngine=" + path("demo.kiln") +
+               " --shapes=image:3x3x32x32");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "reference: ONNX Runtime 1.")) << r.out;
-  EXPECT_TRUE(contains(r.out, "CPUExecutionProvider, FP32 (the reference computes in FP32)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "CPUExecutionProvider, FP32 (the reference computes in FP32)"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "3/3 100%")) << r.out;  // top-1 agreement on (batch, classes)
   EXPECT_TRUE(contains(r.out, "PASS: 1 of 1 outputs within tolerance")) << r.out;
   r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=kiln");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "reference: kiln CPU reference kernels (FP32)")) << r.out;
+  // Without a usable Python, compare falls back to kiln's own FP32 reference and says why.
+  r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32",
+               "KILN_PYTHON=/nonexistent/python3 ");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "reference: kiln CPU reference kernels (FP32)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "/nonexistent/python3) was not found")) << r.out;
+  r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=ort",
+               "KILN_PYTHON=/nonexistent/python3 ");
+  EXPECT_EQ(r.code, 1) << r.out;
 }
 
 TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
   // The engine of y = x + 1.01 against the model y = x + 1: every element is off by 0.01.
   write_model(path("plus1.onnx"), 1.0f);
   write_model(path("plus101.onnx"), 1.01f);
-  auto r = kiln_cli("build --onnx=" + path("plus101.onnx") + " --saveEngine=" + path("plus101.kiln") +
-                    " --minShapes=x:1x4 --maxShapes=x:8x4");
+  auto r =
+      kiln_cli("build --onnx=" + path("plus101.onnx") + " --saveEngine=" + path("plus101.kiln") +
+               " --minShapes=x:1x4 --maxShapes=x:8x4");
   ASSERT_EQ(r.code, 0) << r.out;
-  r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") + " --shapes=x:2x4");
+  r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") +
+               " --shapes=x:2x4");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "built from a different model file")) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL: 0 of 1 outputs within tolerance")) << r.out;
@@ -359,8 +394,9 @@ TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
 TEST_F(CliTest, SharedVitTrtexecLine) {
   std::string models = models_dir();
   if (models.empty()) GTEST_SKIP() << "../shared/models is absent";
-  auto r = kiln_cli("build --onnx=" + models + "/vit_tiny/model.onnx --saveEngine=" + path("v.kiln") +
-                    " --minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224");
+  auto r =
+      kiln_cli("build --onnx=" + models + "/vit_tiny/model.onnx --saveEngine=" + path("v.kiln") +
+               " --minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "[batch, 1000]")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("v.kiln") + " --shapes=x:4x3x224x224");
@@ -368,8 +404,10 @@ TEST_F(CliTest, SharedVitTrtexecLine) {
   EXPECT_TRUE(contains(r.out, "linear_16: shape 4x1000 float32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("v.kiln") + " --shapes=x:33x3x224x224");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(contains(r.out, "input 'x' dim 0 (batch) = 33 is outside the range [1, 32]")) << r.out;
-  r = kiln_cli("bench --loadEngine=" + path("v.kiln") + " --shapes=x:1x3x224x224 --iterations=2 --warmUp=0");
+  EXPECT_TRUE(contains(r.out, "input 'x' dim 0 (batch) = 33 is outside the range [1, 32]"))
+      << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("v.kiln") +
+               " --shapes=x:1x3x224x224 --iterations=2 --warmUp=0");
   EXPECT_EQ(r.code, 0) << r.out;
   r = kiln_cli("inspect " + path("v.kiln"));
   EXPECT_EQ(r.code, 0) << r.out;
@@ -381,8 +419,8 @@ TEST_F(CliTest, SharedVitTrtexecLine) {
 TEST_F(CliTest, SharedModelsCompareInFp32) {
   std::string models = models_dir();
   if (models.empty()) GTEST_SKIP() << "../shared/models is absent";
-  for (const char* model : {"mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy", "unet_pixelshuffle",
-                            "testmod_linear", "llama_tiny"}) {
+  for (const char* model : {"mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy",
+                            "unet_pixelshuffle", "testmod_linear", "llama_tiny"}) {
     auto profile = shared_model_profile(model);
     ASSERT_EQ(profile.size(), 1u) << model;
     const auto& p = profile[0];
@@ -392,9 +430,9 @@ TEST_F(CliTest, SharedModelsCompareInFp32) {
       return out;
     };
     std::string dir = models + "/" + model;
-    auto r = kiln_cli("compare --onnx=" + dir + "/model.onnx --minShapes=" + spec(p.min) + " --optShapes=" +
-                      spec(p.opt) + " --maxShapes=" + spec(p.max) + " --loadInputs=" + p.input + ":" + dir +
-                      "/test_data_set_0/input_0.pb");
+    auto r = kiln_cli("compare --onnx=" + dir + "/model.onnx --minShapes=" + spec(p.min) +
+                      " --optShapes=" + spec(p.opt) + " --maxShapes=" + spec(p.max) +
+                      " --loadInputs=" + p.input + ":" + dir + "/test_data_set_0/input_0.pb");
     EXPECT_EQ(r.code, 0) << model << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, "PASS: 1 of 1 outputs within tolerance")) << model << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, "atol 1.00e-04, rtol 1.00e-03")) << r.out;

@@ -28,4 +28,6 @@
   /* shape and index */                                                                         \
   X(Shape) X(Size) X(Reshape) X(Squeeze) X(Unsqueeze) X(Concat) X(Slice) X(Gather) X(GatherND)  \
   X(GatherElements) X(Expand) X(Transpose) X(Range) X(ConstantOfShape) X(Constant) X(CumSum)    \
-  X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)
+  X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)  \
+  /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
+  /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)

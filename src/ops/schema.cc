@@ -21,6 +21,10 @@ std::string_view op_name(OpKind kind) {
 }
 
 OpKind find_op(std::string_view domain, std::string_view op_type) {
+  // FlexAttention lives only in the preview domain.
+  if (domain == "ai.onnx.preview") {
+    return op_type == "FlexAttention" ? OpKind::kFlexAttention : OpKind::kUnknown;
+  }
   if (!domain.empty() && domain != "ai.onnx") return OpKind::kUnknown;
   for (size_t i = 1; i < std::size(kOpNames); ++i) {
     if (kOpNames[i] == op_type) return OpKind(i);
@@ -55,6 +59,8 @@ const OpRegistry& op_registry() {
     register_loss_ops(r);
     register_quant_ops(r);
     register_attention_ops(r);
+    register_spatial_ops(r);
+    register_sequence_model_ops(r);
     return r;
   }();
   return registry;

@@ -133,6 +133,8 @@ void register_index_ops(OpRegistry& r);
 void register_math_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_quant_ops(OpRegistry& r);
+void register_sequence_model_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
+void register_spatial_ops(OpRegistry& r);
 
 }  // namespace kiln::ops

@@ -159,8 +159,8 @@ std::vector<LayerInfo> Engine::layers() const {
 
 StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which) const {
   if (profile < 0 || profile >= std::max(num_profiles(), 1)) {
-    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
-                            std::to_string(num_profiles()));
+    return invalid_argument("profile " + std::to_string(profile) +
+                            " does not exist; the engine has " + std::to_string(num_profiles()));
   }
   ir::SymbolValues symbols;
   for (int i = 0; i < data_->num_inputs; ++i) {
@@ -168,13 +168,16 @@ StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which
     KILN_ASSIGN_OR_RETURN(Shape shape, profile_shape(name, profile, which));
     const auto& bindings = data_->input_bindings[i];
     for (size_t d = 0; d < bindings.size() && d < shape.size(); ++d) {
-      if (!bindings[d].fixed) symbols[bindings[d].symbol] = (shape[d] - bindings[d].offset) / bindings[d].coeff;
+      const auto& b = bindings[d];
+      if (!b.fixed) symbols[b.symbol] = (shape[d] - b.offset) / b.coeff;
     }
   }
   int64_t total = 0;
   for (const auto& slot : data_->plan.slot_bytes) {
     auto bytes = slot.eval(symbols);
-    if (!bytes || *bytes < 0) return internal_error("cannot evaluate activation slot size " + slot.to_string());
+    if (!bytes || *bytes < 0) {
+      return internal_error("cannot evaluate activation slot size " + slot.to_string());
+    }
     int64_t aligned = (*bytes + 63) / 64 * 64;  // the runtime arena's alignment
     if (total > INT64_MAX - aligned) return invalid_argument("activation memory overflows int64");
     total += aligned;

@@ -16,19 +16,24 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec bench_spec() {
-  CommandSpec spec{"bench", "(--loadEngine=ENGINE | --onnx=MODEL [build flags]) [--shapes=..] [--iterations=N | --duration=S]",
-                   "Times an engine: --warmUp milliseconds of untimed runs, then timed runs until both\n"
-                   "--iterations and --duration are reached (default: at least 10 runs and 3 s; with only\n"
-                   "--iterations, exactly that many). Prints latency min/mean/median/p90/p99/max and\n"
-                   "throughput; on a GPU also host-to-device, compute and device-to-host times.",
-                   {{"loadEngine", "ENGINE", "the engine to time (.kiln)"}}, ""};
+  CommandSpec spec{
+      "bench",
+      "(--loadEngine=ENGINE | --onnx=MODEL [build flags]) [--shapes=..] [--iterations=N | "
+      "--duration=S]",
+      "Times an engine: --warmUp milliseconds of untimed runs, then timed runs until both\n"
+      "--iterations and --duration are reached (default: at least 10 runs and 3 s; with only\n"
+      "--iterations, exactly that many). Prints latency min/mean/median/p90/p99/max and\n"
+      "throughput; on a GPU also host-to-device, compute and device-to-host times.",
+      {{"loadEngine", "ENGINE", "the engine to time (.kiln)"}},
+      ""};
   for (auto& f : build_flag_specs()) spec.flags.push_back(f);
   for (auto& f : input_flag_specs()) spec.flags.push_back(f);
   spec.flags.push_back({"warmUp", "MS", "untimed warm-up time in milliseconds (default 200)"});
   spec.flags.push_back({"iterations", "N", "timed runs (at least)"});
   spec.flags.push_back({"duration", "S", "timed seconds (at least)"});
   spec.flags.push_back({"useCudaGraph", "", "capture the run in a CUDA graph (GPU engines only)"});
-  spec.flags.push_back({"exportTimes", "FILE.json", "write every timed latency and the summary as JSON"});
+  spec.flags.push_back(
+      {"exportTimes", "FILE.json", "write every timed latency and the summary as JSON"});
   return spec;
 }
 
@@ -56,7 +61,10 @@ int bench_command(const Argv& argv) {
   auto build = parse_build_options(*args, /*shapes_fallback=*/true);
   if (!build.ok()) return report("bench", build.error());
   if (!load == build->onnx.empty()) {
-    return report("bench", usage_error("give exactly one of --loadEngine=ENGINE or --onnx=MODEL (see: kiln bench --help)"));
+    return report(
+        "bench",
+        usage_error(
+            "give exactly one of --loadEngine=ENGINE or --onnx=MODEL (see: kiln bench --help)"));
   }
   auto inputs_opt = parse_input_options(*args);
   if (!inputs_opt.ok()) return report("bench", inputs_opt.error());
@@ -64,12 +72,15 @@ int bench_command(const Argv& argv) {
   auto iterations = args->get_int("iterations", 10);
   auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3);
   auto cuda_graph = args->get_bool("useCudaGraph");
-  for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(), iterations.ok() ? nullptr : &iterations.error(),
-                         duration_s.ok() ? nullptr : &duration_s.error(), cuda_graph.ok() ? nullptr : &cuda_graph.error()}) {
+  for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
+                         iterations.ok() ? nullptr : &iterations.error(),
+                         duration_s.ok() ? nullptr : &duration_s.error(),
+                         cuda_graph.ok() ? nullptr : &cuda_graph.error()}) {
     if (e) return report("bench", *e);
   }
   if (*iterations < 1) return report("bench", usage_error("--iterations must be at least 1"));
-  if (*warmup_ms < 0 || *duration_s < 0) return report("bench", usage_error("--warmUp and --duration must be >= 0"));
+  if (*warmup_ms < 0 || *duration_s < 0)
+    return report("bench", usage_error("--warmUp and --duration must be >= 0"));
 
   Result<Engine> engine = failure("no engine");
   if (load) {
@@ -86,7 +97,8 @@ int bench_command(const Argv& argv) {
   }
   if (!engine.ok()) return report("bench", engine.error());
   auto ctx_or = engine->create_execution_context();
-  if (!ctx_or.ok()) return report("bench", failure(ctx_or.status(), "creating an execution context"));
+  if (!ctx_or.ok())
+    return report("bench", failure(ctx_or.status(), "creating an execution context"));
   ExecutionContext& ctx = **ctx_or;
   auto inputs = prepare_inputs(*engine, ctx, *inputs_opt);
   if (!inputs.ok()) return report("bench", inputs.error());
@@ -98,12 +110,15 @@ int bench_command(const Argv& argv) {
     Status st = ctx.set_tensor_address(name, t.data());
     if (!st.ok()) return report("bench", failure(st, "binding input '" + name + "'"));
   }
-  for (const auto& n : inputs->order) shapes_text += (shapes_text.empty() ? "" : ",") + n + ":" + dims_to_spec(inputs->tensors[n].shape());
+  for (const auto& n : inputs->order)
+    shapes_text +=
+        (shapes_text.empty() ? "" : ",") + n + ":" + dims_to_spec(inputs->tensors[n].shape());
   for (int i = 0; i < engine->num_io_tensors(); ++i) {
     std::string n = engine->io_tensor_name(i);
     if (engine->tensor_mode(n) != TensorIOMode::kOUTPUT) continue;
     auto shape = ctx.tensor_shape(n);
-    if (!shape.ok()) return report("bench", failure(shape.status(), "resolving output '" + n + "'"));
+    if (!shape.ok())
+      return report("bench", failure(shape.status(), "resolving output '" + n + "'"));
     auto t = Tensor::zeros(*engine->tensor_dtype(n), *shape);
     if (!t.ok()) return report("bench", failure(t.status(), "allocating output '" + n + "'"));
     outputs[n] = std::move(t).value();
@@ -111,8 +126,9 @@ int bench_command(const Argv& argv) {
     if (!st.ok()) return report("bench", failure(st, "binding output '" + n + "'"));
   }
 
-  std::printf("engine: %s, device %s, profile %d, shapes %s\n", load ? load->c_str() : build->onnx.c_str(),
-              std::string(device_name(engine->device())).c_str(), inputs->profile, shapes_text.c_str());
+  std::printf(
+      "engine: %s, device %s, profile %d, shapes %s\n", load ? load->c_str() : build->onnx.c_str(),
+      std::string(device_name(engine->device())).c_str(), inputs->profile, shapes_text.c_str());
   if (*cuda_graph && engine->device() == Device::kCPU) {
     std::printf("note: --useCudaGraph ignored: the cpu backend has no CUDA graphs\n");
   }
@@ -134,7 +150,8 @@ int bench_command(const Argv& argv) {
   std::vector<double> times;
   auto t0 = std::chrono::steady_clock::now();
   {
-    Progress bar("timing", args->has("duration") || !args->has("iterations") ? 0 : *iterations, *duration_s);
+    Progress bar("timing", args->has("duration") || !args->has("iterations") ? 0 : *iterations,
+                 *duration_s);
     while (int64_t(times.size()) < *iterations || ms_since(t0) < *duration_s * 1000.0) {
       auto s = std::chrono::steady_clock::now();
       Status st = ctx.execute();
@@ -151,30 +168,42 @@ int bench_command(const Argv& argv) {
   double mean = 0;
   for (double t : times) mean += t;
   mean /= double(times.size());
-  double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                    : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  double median = sorted.size() % 2
+                      ? sorted[sorted.size() / 2]
+                      : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
   double qps = double(times.size()) / (wall_ms / 1000.0);
   const Tensor& first = inputs->tensors[inputs->order.front()];
   int64_t batch = first.rank() > 0 ? first.shape()[0] : 1;
 
   std::printf("timed: %zu runs in %.3f s\n", times.size(), wall_ms / 1000.0);
-  std::printf("latency (ms): min %.4g  mean %.4g  median %.4g  p90 %.4g  p99 %.4g  max %.4g\n", sorted.front(), mean,
-              median, percentile(sorted, 90), percentile(sorted, 99), sorted.back());
-  std::printf("throughput: %.4g inferences/s (%.4g samples/s, batch %lld = dim 0 of %s)\n", qps, qps * double(batch),
-              static_cast<long long>(batch), inputs->order.front().c_str());
+  std::printf("latency (ms): min %.4g  mean %.4g  median %.4g  p90 %.4g  p99 %.4g  max %.4g\n",
+              sorted.front(), mean, median, percentile(sorted, 90), percentile(sorted, 99),
+              sorted.back());
+  std::printf("throughput: %.4g inferences/s (%.4g samples/s, batch %lld = dim 0 of %s)\n", qps,
+              qps * double(batch), static_cast<long long>(batch), inputs->order.front().c_str());
   if (engine->device() == Device::kCPU) {
-    std::printf("host-to-device / device-to-host: none (the cpu backend computes on host memory; latency is compute)\n");
+    std::printf(
+        "host-to-device / device-to-host: none (the cpu backend computes on host memory; latency "
+        "is compute)\n");
   }
 
   if (auto path = args->get("exportTimes")) {
     JsonWriter j;
     j.begin_object();
-    j.key("engine").value(load ? *load : build->onnx).key("device").value(std::string(device_name(engine->device())));
+    j.key("engine")
+        .value(load ? *load : build->onnx)
+        .key("device")
+        .value(std::string(device_name(engine->device())));
     j.key("profile").value(inputs->profile).key("shapes").value(shapes_text);
     j.key("warmup_runs").value(warm_runs).key("iterations").value(int64_t(times.size()));
     j.key("latency_ms").begin_object();
     j.key("min").value(sorted.front()).key("mean").value(mean).key("median").value(median);
-    j.key("p90").value(percentile(sorted, 90)).key("p99").value(percentile(sorted, 99)).key("max").value(sorted.back());
+    j.key("p90")
+        .value(percentile(sorted, 90))
+        .key("p99")
+        .value(percentile(sorted, 99))
+        .key("max")
+        .value(sorted.back());
     j.end_object();
     j.key("throughput_qps").value(qps).key("batch").value(batch);
     j.key("times_ms").array(times);

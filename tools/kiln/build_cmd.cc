@@ -13,13 +13,16 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec build_spec() {
-  CommandSpec spec{"build", "--onnx=MODEL [--saveEngine=ENGINE] [--minShapes=.. --optShapes=.. --maxShapes=..] [flags]",
-                   "Builds an engine for one or more optimization profiles. Every dynamic input needs\n"
-                   "min/opt/max shapes; --profile=1 starts a second profile. Prints a summary: profiles,\n"
-                   "output shape formulas, layers, what each layer computes in, activation memory at\n"
-                   "min/opt/max, build time.",
-                   build_flag_specs(), ""};
-  spec.flags.insert(spec.flags.begin() + 1, {"saveEngine", "ENGINE", "where to write the engine (.kiln)"});
+  CommandSpec spec{
+      "build",
+      "--onnx=MODEL [--saveEngine=ENGINE] [--minShapes=.. --optShapes=.. --maxShapes=..] [flags]",
+      "Builds an engine for one or more optimization profiles. Every dynamic input needs\n"
+      "min/opt/max shapes; --profile=1 starts a second profile. Prints a summary: profiles,\n"
+      "output shape formulas, layers, what each layer computes in, activation memory at\n"
+      "min/opt/max, build time.",
+      build_flag_specs(), ""};
+  spec.flags.insert(spec.flags.begin() + 1,
+                    {"saveEngine", "ENGINE", "where to write the engine (.kiln)"});
   return spec;
 }
 
@@ -35,7 +38,8 @@ int build_command(const Argv& argv) {
   }
   auto options = parse_build_options(*args, /*shapes_fallback=*/false);
   if (!options.ok()) return report("build", options.error());
-  if (options->onnx.empty()) return report("build", usage_error("--onnx=MODEL is required (see: kiln build --help)"));
+  if (options->onnx.empty())
+    return report("build", usage_error("--onnx=MODEL is required (see: kiln build --help)"));
   std::string save = args->get("saveEngine").value_or("");
 
   auto t0 = std::chrono::steady_clock::now();
@@ -57,8 +61,8 @@ int build_command(const Argv& argv) {
   }
 
   std::printf("\n=== build summary ===\n");
-  std::printf("model: %s (%zu nodes, model hash %016llx)\n", options->onnx.c_str(), network->graph.nodes.size(),
-              static_cast<unsigned long long>(network->model_hash));
+  std::printf("model: %s (%zu nodes, model hash %016llx)\n", options->onnx.c_str(),
+              network->graph.nodes.size(), static_cast<unsigned long long>(network->model_hash));
   if (!save.empty()) {
     std::error_code ec;
     auto size = std::filesystem::file_size(save, ec);
@@ -66,7 +70,8 @@ int build_command(const Argv& argv) {
   } else {
     std::printf("engine: not saved (no --saveEngine)\n");
   }
-  std::printf("device: %s   builder flags: %s\n", std::string(device_name(engine->device())).c_str(),
+  std::printf("device: %s   builder flags: %s\n",
+              std::string(device_name(engine->device())).c_str(),
               flags_to_string(engine->plan().builder_flags).c_str());
   std::printf("%s%s", describe_profiles(*engine).c_str(), describe_io(*engine).c_str());
   std::printf("%s", describe_layers(*engine, options->verbose).c_str());

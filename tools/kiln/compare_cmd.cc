@@ -15,19 +15,24 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec compare_spec() {
-  CommandSpec spec{"compare", "--onnx=MODEL [--loadEngine=ENGINE | build flags] [--shapes=..] [--atol=A --rtol=R]",
-                   "Runs kiln and a reference on the same inputs (seeded random, or --loadInputs) and\n"
-                   "compares every output: |kiln - ref| <= atol + rtol*|ref| elementwise, NaN/Inf must match.\n"
-                   "The reference is ONNX Runtime's CPU provider in FP32; where onnxruntime cannot be\n"
-                   "imported, kiln's own CPU reference kernels in FP32 (the output says which). Without\n"
-                   "--loadEngine the engine is built from the build flags, or from --shapes as min = opt = max.\n"
-                   "Default tolerances follow the lowest precision any layer computes in.",
-                   {{"loadEngine", "ENGINE", "an engine built from MODEL (default: build one)"}}, ""};
+  CommandSpec spec{
+      "compare",
+      "--onnx=MODEL [--loadEngine=ENGINE | build flags] [--shapes=..] [--atol=A --rtol=R]",
+      "Runs kiln and a reference on the same inputs (seeded random, or --loadInputs) and\n"
+      "compares every output: |kiln - ref| <= atol + rtol*|ref| elementwise, NaN/Inf must match.\n"
+      "The reference is ONNX Runtime's CPU provider in FP32; where onnxruntime cannot be\n"
+      "imported, kiln's own CPU reference kernels in FP32 (the output says which). Without\n"
+      "--loadEngine the engine is built from the build flags, or from --shapes as min = opt = "
+      "max.\n"
+      "Default tolerances follow the lowest precision any layer computes in.",
+      {{"loadEngine", "ENGINE", "an engine built from MODEL (default: build one)"}},
+      ""};
   for (auto& f : build_flag_specs()) spec.flags.push_back(f);
   for (auto& f : input_flag_specs()) spec.flags.push_back(f);
   spec.flags.push_back({"atol", "A", "absolute tolerance (default per precision; fp32: 1e-4)"});
   spec.flags.push_back({"rtol", "R", "relative tolerance (default per precision; fp32: 1e-3)"});
-  spec.flags.push_back({"reference", "auto|ort|kiln", "the reference: ONNX Runtime, kiln's CPU kernels, or auto"});
+  spec.flags.push_back(
+      {"reference", "auto|ort|kiln", "the reference: ONNX Runtime, kiln's CPU kernels, or auto"});
   return spec;
 }
 
@@ -47,7 +52,8 @@ Tolerance default_tolerance(const Engine& engine) {
   if (i8) return {1e-1, 1e-1, "defaults for int8 layers"};
   if (b16) return {5e-2, 5e-2, "defaults for bfloat16 layers"};
   if (f16) return {1e-2, 1e-2, "defaults for float16 layers"};
-  if (engine.device() == Device::kCUDA && (engine.plan().builder_flags & (1u << uint32_t(BuilderFlag::kTF32)))) {
+  if (engine.device() == Device::kCUDA &&
+      (engine.plan().builder_flags & (1u << uint32_t(BuilderFlag::kTF32)))) {
     return {1e-3, 1e-2, "defaults for TF32 matmul/conv on a GPU"};
   }
   return {1e-4, 1e-3, "defaults for float32 layers"};
@@ -143,7 +149,8 @@ int compare_command(const Argv& argv) {
   }
   auto build = parse_build_options(*args, /*shapes_fallback=*/true);
   if (!build.ok()) return report("compare", build.error());
-  if (build->onnx.empty()) return report("compare", usage_error("--onnx=MODEL is required: the reference runs the model"));
+  if (build->onnx.empty())
+    return report("compare", usage_error("--onnx=MODEL is required: the reference runs the model"));
   auto inputs_opt = parse_input_options(*args);
   if (!inputs_opt.ok()) return report("compare", inputs_opt.error());
   auto atol_flag = args->get_double("atol", -1);
@@ -176,9 +183,11 @@ int compare_command(const Argv& argv) {
   if (!engine.ok()) return report("compare", engine.error());
   stages.end();
   if (engine->plan().model_hash != network->model_hash) {
-    std::printf("warning: %s was built from a different model file (hash %016llx, this model %016llx)\n",
-                load ? load->c_str() : "the engine", static_cast<unsigned long long>(engine->plan().model_hash),
-                static_cast<unsigned long long>(network->model_hash));
+    std::printf(
+        "warning: %s was built from a different model file (hash %016llx, this model %016llx)\n",
+        load ? load->c_str() : "the engine",
+        static_cast<unsigned long long>(engine->plan().model_hash),
+        static_cast<unsigned long long>(network->model_hash));
   }
   auto ctx = engine->create_execution_context();
   if (!ctx.ok()) return report("compare", failure(ctx.status(), "creating an execution context"));
@@ -196,8 +205,10 @@ int compare_command(const Argv& argv) {
   if (which != "kiln") {
     auto ort = ort_reference(build->onnx, inputs->order, inputs->tensors, &why);
     if (!ort.ok()) return report("compare", ort.error());
-    if (ort->has_value()) ref = std::move(**ort);
-    else if (which == "ort") return report("compare", failure("--reference=ort, but onnxruntime is unavailable: " + why));
+    if (ort->has_value())
+      ref = std::move(**ort);
+    else if (which == "ort")
+      return report("compare", failure("--reference=ort, but onnxruntime is unavailable: " + why));
   }
   if (ref.description.empty()) {
     auto own = kiln_cpu_reference(*network, inputs->tensors);
@@ -213,16 +224,18 @@ int compare_command(const Argv& argv) {
   if (*rtol_flag >= 0) tol.rtol = *rtol_flag;
 
   std::printf("\nmodel: %s\n", build->onnx.c_str());
-  std::printf("kiln: %s engine, profile %d; %s\n", std::string(device_name(engine->device())).c_str(), inputs->profile,
+  std::printf("kiln: %s engine, profile %d; %s\n",
+              std::string(device_name(engine->device())).c_str(), inputs->profile,
               precision_summary(*engine, build->requested).c_str());
   std::printf("inputs:\n");
   for (const auto& n : inputs->order) {
     std::printf("  %s: %s %s, %s\n", n.c_str(), dims_to_spec(inputs->tensors[n].shape()).c_str(),
-                std::string(dtype_name(inputs->tensors[n].dtype())).c_str(), inputs->from[n].c_str());
+                std::string(dtype_name(inputs->tensors[n].dtype())).c_str(),
+                inputs->from[n].c_str());
   }
   std::printf("reference: %s\n", ref.description.c_str());
-  std::printf("tolerance: |kiln - ref| <= atol + rtol*|ref|, atol %s, rtol %s (%s)\n\n", sci(tol.atol).c_str(),
-              sci(tol.rtol).c_str(), tol.why.c_str());
+  std::printf("tolerance: |kiln - ref| <= atol + rtol*|ref|, atol %s, rtol %s (%s)\n\n",
+              sci(tol.atol).c_str(), sci(tol.rtol).c_str(), tol.why.c_str());
 
   std::vector<std::string> names;
   size_t wn = 6, ws = 5;
@@ -233,16 +246,18 @@ int compare_command(const Argv& argv) {
     wn = std::max(wn, n.size());
     if (actual->count(n)) ws = std::max(ws, dims_to_spec(actual->at(n).shape()).size());
   }
-  std::printf("%s%s%s%s%s%s%s%s%s%s\n", pad("output", wn).c_str(), pad("shape", ws).c_str(), pad("max_abs", 9).c_str(),
-              pad("max_rel", 9).c_str(), pad("mean_abs", 9).c_str(), pad("p99_abs", 9).c_str(), pad("cosine", 9).c_str(),
-              pad("top1", 14).c_str(), pad("violations", 11).c_str(), "result");
+  std::printf("%s%s%s%s%s%s%s%s%s%s\n", pad("output", wn).c_str(), pad("shape", ws).c_str(),
+              pad("max_abs", 9).c_str(), pad("max_rel", 9).c_str(), pad("mean_abs", 9).c_str(),
+              pad("p99_abs", 9).c_str(), pad("cosine", 9).c_str(), pad("top1", 14).c_str(),
+              pad("violations", 11).c_str(), "result");
   int passed = 0;
   std::string notes;
   for (const auto& n : names) {
     auto ai = actual->find(n);
     auto ri = ref.outputs.find(n);
     if (ai == actual->end() || ri == ref.outputs.end()) {
-      std::printf("%s missing from %s  FAIL\n", pad(n, wn).c_str(), ai == actual->end() ? "kiln" : "the reference");
+      std::printf("%s missing from %s  FAIL\n", pad(n, wn).c_str(),
+                  ai == actual->end() ? "kiln" : "the reference");
       continue;
     }
     Stats s = compare_tensors(ai->second, ri->second, tol);
@@ -250,27 +265,32 @@ int compare_command(const Argv& argv) {
     if (s.top1_agree >= 0) {
       char buf[48];
       std::snprintf(buf, sizeof buf, "%lld/%lld %.0f%%", static_cast<long long>(s.top1_agree),
-                    static_cast<long long>(s.rows), s.rows ? 100.0 * double(s.top1_agree) / double(s.rows) : 100.0);
+                    static_cast<long long>(s.rows),
+                    s.rows ? 100.0 * double(s.top1_agree) / double(s.rows) : 100.0);
       top1 = buf;
     }
     char cos[32];
     std::snprintf(cos, sizeof cos, "%.6f", s.cosine);
-    std::string viol = std::to_string(s.violations) + (s.nan_mismatch ? "+" + std::to_string(s.nan_mismatch) + "nan" : "");
+    std::string viol = std::to_string(s.violations) +
+                       (s.nan_mismatch ? "+" + std::to_string(s.nan_mismatch) + "nan" : "");
     if (!s.shape_ok) {
-      std::printf("%s%s%s FAIL\n", pad(n, wn).c_str(), pad(dims_to_spec(ai->second.shape()), ws).c_str(), s.note.c_str());
+      std::printf("%s%s%s FAIL\n", pad(n, wn).c_str(),
+                  pad(dims_to_spec(ai->second.shape()), ws).c_str(), s.note.c_str());
       continue;
     }
-    std::printf("%s%s%s%s%s%s%s%s%s%s\n", pad(n, wn).c_str(), pad(dims_to_spec(ai->second.shape()), ws).c_str(),
-                pad(sci(s.max_abs), 9).c_str(), pad(sci(s.max_rel), 9).c_str(), pad(sci(s.mean_abs), 9).c_str(),
-                pad(sci(s.p99_abs), 9).c_str(), pad(cos, 9).c_str(), pad(top1, 14).c_str(), pad(viol, 11).c_str(),
-                s.pass ? "PASS" : "FAIL");
+    std::printf("%s%s%s%s%s%s%s%s%s%s\n", pad(n, wn).c_str(),
+                pad(dims_to_spec(ai->second.shape()), ws).c_str(), pad(sci(s.max_abs), 9).c_str(),
+                pad(sci(s.max_rel), 9).c_str(), pad(sci(s.mean_abs), 9).c_str(),
+                pad(sci(s.p99_abs), 9).c_str(), pad(cos, 9).c_str(), pad(top1, 14).c_str(),
+                pad(viol, 11).c_str(), s.pass ? "PASS" : "FAIL");
     if (!s.note.empty()) notes += "  " + n + ": " + s.note + "\n";
     if (!s.info.empty()) notes += "  note: " + n + ": " + s.info + "\n";
     passed += s.pass;
   }
   std::printf("%s", notes.c_str());
   bool all = passed == int(names.size());
-  std::printf("\n%s: %d of %zu outputs within tolerance\n", all ? "PASS" : "FAIL", passed, names.size());
+  std::printf("\n%s: %d of %zu outputs within tolerance\n", all ? "PASS" : "FAIL", passed,
+              names.size());
   return all ? kExitOk : kExitFail;
 }
 

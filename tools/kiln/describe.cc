@@ -28,11 +28,13 @@ std::string interval_to_string(const ir::Interval& r) {
 std::string describe_io(const Engine& engine) {
   std::string in, out;
   size_t width = 0;
-  for (int i = 0; i < engine.num_io_tensors(); ++i) width = std::max(width, engine.io_tensor_name(i).size());
+  for (int i = 0; i < engine.num_io_tensors(); ++i)
+    width = std::max(width, engine.io_tensor_name(i).size());
   for (int i = 0; i < engine.num_io_tensors(); ++i) {
     std::string n = engine.io_tensor_name(i);
     auto dims = engine.tensor_symbolic_shape(n);
-    std::string line = "  " + pad(n, width) + "  " + pad(std::string(dtype_name(*engine.tensor_dtype(n))), 8) + "  " +
+    std::string line = "  " + pad(n, width) + "  " +
+                       pad(std::string(dtype_name(*engine.tensor_dtype(n))), 8) + "  " +
                        (dims.ok() ? ir::dims_to_string(*dims) : "?") + "\n";
     (engine.tensor_mode(n) == TensorIOMode::kINPUT ? in : out) += line;
   }
@@ -46,7 +48,8 @@ std::string describe_profiles(const Engine& engine) {
     s += "  " + std::to_string(p) + ":";
     if (profiles[p].inputs.empty()) s += " (static shapes)";
     for (const auto& r : profiles[p].inputs) {
-      s += " " + r.name + " min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) + " max " + dims_to_spec(r.max);
+      s += " " + r.name + " min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) + " max " +
+           dims_to_spec(r.max);
     }
     std::string syms;
     for (const auto& [name, range] : profiles[p].symbols) {
@@ -70,14 +73,16 @@ std::string describe_layers(const Engine& engine, bool each) {
   if (each) {
     size_t wn = 4, wo = 2, wk = 6;
     for (const auto& l : layers) {
-      wn = std::max(wn, l.name.size()), wo = std::max(wo, l.op_type.size()), wk = std::max(wk, l.kernel.size());
+      wn = std::max(wn, l.name.size()), wo = std::max(wo, l.op_type.size()),
+      wk = std::max(wk, l.kernel.size());
     }
     wn = std::min<size_t>(wn, 48);
-    s += "  " + pad("#", 5) + pad("node", wn + 2) + pad("op", wo + 2) + pad("kernel", wk + 2) + "precision\n";
+    s += "  " + pad("#", 5) + pad("node", wn + 2) + pad("op", wo + 2) + pad("kernel", wk + 2) +
+         "precision\n";
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto& l = layers[i];
-      s += "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) + pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) +
-           l.precision + "\n";
+      s += "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) + pad(l.op_type, wo + 2) +
+           pad(l.kernel, wk + 2) + l.precision + "\n";
     }
   }
   return s;
@@ -112,8 +117,10 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     j.key("shape").begin_array();
     if (dims.ok()) {
       for (const auto& d : *dims) {
-        if (d.is_const()) j.value(d.value());
-        else j.value(d.to_string());
+        if (d.is_const())
+          j.value(d.value());
+        else
+          j.value(d.to_string());
       }
     }
     j.end_array();
@@ -140,8 +147,10 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     for (int k = 0; k < 3; ++k) {
       auto b = engine.activation_bytes(int(p), kSelectors[k]);
       j.key(kSelectorNames[k]);
-      if (b.ok()) j.value(*b);
-      else j.null();
+      if (b.ok())
+        j.value(*b);
+      else
+        j.null();
     }
     j.end_object();
     j.end_object();
@@ -150,7 +159,8 @@ void engine_json(JsonWriter& j, const Engine& engine) {
   j.key("activation_bytes_formula").value(engine.activation_bytes_formula().to_string());
   j.key("layers").begin_array();
   for (const auto& l : engine.layers()) {
-    j.begin_object().key("name").value(l.name).key("op").value(l.op_type).key("kernel").value(l.kernel);
+    j.begin_object().key("name").value(l.name).key("op").value(l.op_type).key("kernel").value(
+        l.kernel);
     j.key("precision").value(l.precision).end_object();
   }
   j.end_array();

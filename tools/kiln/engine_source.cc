@@ -16,7 +16,8 @@ std::vector<FlagSpec> build_flag_specs() {
       {"optShapes", "SPEC", "shapes the profile is tuned for"},
       {"maxShapes", "SPEC", "largest shapes of the current profile"},
       {"profile", "N", "start profile N (0, 1, ...); the shape flags after it belong to it"},
-      {"noTF32", "", "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
+      {"noTF32", "",
+       "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
       {"fp16", "", "allow FP16 kernels"},
       {"bf16", "", "allow BF16 kernels"},
       {"int8", "", "allow INT8 kernels"},
@@ -43,12 +44,16 @@ Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback)
     BuilderFlag bit;
     bool set;
   };
-  for (const Precision& p : {Precision{"fp16", BuilderFlag::kFP16, true}, Precision{"bf16", BuilderFlag::kBF16, true},
-                             Precision{"int8", BuilderFlag::kINT8, true}, Precision{"noTF32", BuilderFlag::kTF32, false}}) {
+  for (const Precision& p :
+       {Precision{"fp16", BuilderFlag::kFP16, true}, Precision{"bf16", BuilderFlag::kBF16, true},
+        Precision{"int8", BuilderFlag::kINT8, true},
+        Precision{"noTF32", BuilderFlag::kTF32, false}}) {
     KILN_CLI_ASSIGN(bool on, args.get_bool(p.flag));
     if (!on) continue;
-    if (p.set) o.config.set_flag(p.bit);
-    else o.config.clear_flag(p.bit);
+    if (p.set)
+      o.config.set_flag(p.bit);
+    else
+      o.config.clear_flag(p.bit);
     o.requested.push_back(p.flag);
   }
   // Shape flags in command-line order; --profile=N switches which profile they fill.
@@ -57,7 +62,8 @@ Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback)
     if (f.name == "profile") {
       char* end = nullptr;
       long long v = std::strtoll(f.value.c_str(), &end, 10);
-      if (*end != '\0' || v < 0) return usage_error("--profile=" + f.value + " is not a profile index (0, 1, ...)");
+      if (*end != '\0' || v < 0)
+        return usage_error("--profile=" + f.value + " is not a profile index (0, 1, ...)");
       if (size_t(v) > o.profiles.size()) {
         return usage_error("--profile=" + f.value + " skips a profile: the next one to start is " +
                            std::to_string(o.profiles.size()) + " (profiles are numbered in order)");
@@ -73,7 +79,8 @@ Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback)
     for (auto& s : specs) {
       for (const auto& t : target) {
         if (t.name == s.name) {
-          return usage_error("--" + f.name + " gives input '" + s.name + "' twice in profile " + std::to_string(current));
+          return usage_error("--" + f.name + " gives input '" + s.name + "' twice in profile " +
+                             std::to_string(current));
         }
       }
       target.push_back(std::move(s));
@@ -96,7 +103,9 @@ namespace {
 
 std::string inputs_list(const ir::Graph& g) {
   std::string s;
-  for (int v : g.inputs) s += "\n  " + g.values[v].name + ": " + (g.values[v].shape ? ir::dims_to_string(*g.values[v].shape) : "?");
+  for (int v : g.inputs)
+    s += "\n  " + g.values[v].name + ": " +
+         (g.values[v].shape ? ir::dims_to_string(*g.values[v].shape) : "?");
   return s;
 }
 
@@ -145,8 +154,9 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
     auto add = [&](const std::vector<ShapeSpec>& specs, const char* flag, int which) -> Check {
       for (const auto& s : specs) {
         if (!find_input(s.name)) {
-          return usage_error("--" + std::string(flag) + " names '" + s.name + "', which is not an input of " +
-                             options.onnx + "; its inputs are:" + inputs_list(g));
+          return usage_error("--" + std::string(flag) + " names '" + s.name +
+                             "', which is not an input of " + options.onnx +
+                             "; its inputs are:" + inputs_list(g));
         }
         auto& d = dims[s.name];
         (which == 0 ? d.min : which == 1 ? d.opt : d.max) = s.dims;
@@ -165,8 +175,8 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
     if (!missing.empty()) {
       std::string where = options.profiles.size() > 1 ? " in profile " + std::to_string(p) : "";
       return usage_error("the model has dynamic inputs without shapes" + where +
-                         "; give min/opt/max shapes for each:" + missing + "\nadd, for example (pick real ranges):" +
-                         examples);
+                         "; give min/opt/max shapes for each:" + missing +
+                         "\nadd, for example (pick real ranges):" + examples);
     }
     OptimizationProfile profile;
     for (auto& [name, d] : dims) {
@@ -207,18 +217,21 @@ std::string precision_summary(const Engine& engine, const std::vector<std::strin
   if (counts.size() == 1) {
     s = "every layer (" + std::to_string(layers.size()) + ") runs in " + counts.begin()->first;
   } else {
-    for (const auto& [p, n] : counts) s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;
+    for (const auto& [p, n] : counts)
+      s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;
   }
   std::string asked;
   for (const auto& r : requested) {
     if (r != "noTF32") asked += (asked.empty() ? "--" : ", --") + r;
   }
   if (!asked.empty() && engine.device() == Device::kCPU) {
-    s += "; " + asked + " recorded in the engine, but the cpu backend computes in fp32, so no layer uses it";
+    s += "; " + asked +
+         " recorded in the engine, but the cpu backend computes in fp32, so no layer uses it";
   }
   bool notf32 = false;
   for (const auto& r : requested) notf32 |= r == "noTF32";
-  if (engine.device() == Device::kCPU) s += notf32 ? "; TF32 off" : "; TF32 has no effect on the cpu backend";
+  if (engine.device() == Device::kCPU)
+    s += notf32 ? "; TF32 off" : "; TF32 has no effect on the cpu backend";
   return s;
 }
 

@@ -40,7 +40,8 @@ std::string suggestion(const CommandSpec& spec, std::string_view name) {
     size_t d = edit_distance(name, f.name);
     if (!best || d < best_d) best = &f, best_d = d;
   }
-  if (best && best_d <= std::max<size_t>(2, name.size() / 3)) return "; did you mean --" + best->name + "?";
+  if (best && best_d <= std::max<size_t>(2, name.size() / 3))
+    return "; did you mean --" + best->name + "?";
   return "";
 }
 
@@ -65,23 +66,27 @@ std::vector<std::string> split_entries(std::string_view text) {
 }
 
 // Splits "name:rest" at the last ':' outside quotes; strips quotes around the name.
-Result<std::pair<std::string, std::string>> split_name(std::string_view flag, const std::string& entry,
-                                                      const std::string& expected) {
+Result<std::pair<std::string, std::string>> split_name(std::string_view flag,
+                                                       const std::string& entry,
+                                                       const std::string& expected) {
   size_t colon = std::string::npos;
   bool quoted = false;
   for (size_t i = 0; i < entry.size(); ++i) {
     if (entry[i] == '\'') quoted = !quoted;
     if (entry[i] == ':' && !quoted) colon = i;
   }
-  if (quoted) return usage_error("--" + std::string(flag) + ": unbalanced quote in '" + entry + "'");
+  if (quoted)
+    return usage_error("--" + std::string(flag) + ": unbalanced quote in '" + entry + "'");
   if (colon == std::string::npos) {
-    return usage_error("--" + std::string(flag) + ": '" + entry + "' has no ':'; expected " + expected);
+    return usage_error("--" + std::string(flag) + ": '" + entry + "' has no ':'; expected " +
+                       expected);
   }
   std::string name = entry.substr(0, colon);
-  if (name.size() >= 2 && name.front() == '\'' && name.back() == '\'') name = name.substr(1, name.size() - 2);
+  if (name.size() >= 2 && name.front() == '\'' && name.back() == '\'')
+    name = name.substr(1, name.size() - 2);
   if (name.empty()) {
-    return usage_error("--" + std::string(flag) + ": '" + entry + "' has no input name before ':'; expected " +
-                       expected);
+    return usage_error("--" + std::string(flag) + ": '" + entry +
+                       "' has no input name before ':'; expected " + expected);
   }
   return std::pair<std::string, std::string>{name, entry.substr(colon + 1)};
 }
@@ -89,11 +94,14 @@ Result<std::pair<std::string, std::string>> split_name(std::string_view flag, co
 }  // namespace
 
 std::string help_text(const CommandSpec& spec) {
-  std::string s = "usage: kiln " + spec.name + " " + spec.synopsis + "\n\n" + spec.summary + "\n\nflags:\n";
+  std::string s =
+      "usage: kiln " + spec.name + " " + spec.synopsis + "\n\n" + spec.summary + "\n\nflags:\n";
   for (const auto& f : spec.flags) {
     std::string left = "  --" + f.name + (f.value.empty() ? "" : "=" + f.value);
-    if (left.size() < 30) left.resize(30, ' ');
-    else left += "\n" + std::string(30, ' ');
+    if (left.size() < 30)
+      left.resize(30, ' ');
+    else
+      left += "\n" + std::string(30, ' ');
     s += left + f.help + "\n";
   }
   s += "  -h, --help                  this text\n";
@@ -113,7 +121,8 @@ Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>
     }
     if (a.rfind("--", 0) != 0) {
       if (a.size() > 1 && a[0] == '-') {
-        return usage_error("unknown flag '" + a + "'; flags are spelled --name=value" + see_help(spec));
+        return usage_error("unknown flag '" + a + "'; flags are spelled --name=value" +
+                           see_help(spec));
       }
       if (spec.positional.empty() || !args.positional_.empty()) {
         return usage_error("unexpected argument '" + a + "'" + see_help(spec));
@@ -131,8 +140,8 @@ Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>
     }
     const FlagSpec* fs = find_flag(spec, f.name);
     if (!fs) {
-      return usage_error("unknown flag --" + f.name + " for 'kiln " + spec.name + "'" + suggestion(spec, f.name) +
-                         see_help(spec));
+      return usage_error("unknown flag --" + f.name + " for 'kiln " + spec.name + "'" +
+                         suggestion(spec, f.name) + see_help(spec));
     }
     if (!fs->value.empty() && !f.has_value) {
       // "--atol 1e-3", polygraphy's spelling, next to trtexec's "--atol=1e-3".
@@ -140,11 +149,13 @@ Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>
         f.value = argv[++i];
         f.has_value = true;
       } else {
-        return usage_error("--" + f.name + " needs a value: --" + f.name + "=" + fs->value + see_help(spec));
+        return usage_error("--" + f.name + " needs a value: --" + f.name + "=" + fs->value +
+                           see_help(spec));
       }
     }
     if (!fs->value.empty() && f.value.empty()) {
-      return usage_error("--" + f.name + " has an empty value; expected --" + f.name + "=" + fs->value);
+      return usage_error("--" + f.name + " has an empty value; expected --" + f.name + "=" +
+                         fs->value);
     }
     args.flags_.push_back(std::move(f));
   }
@@ -175,7 +186,8 @@ Result<bool> Args::get_bool(std::string_view name) const {
     } else if (f.value == "false" || f.value == "0") {
       v = false;
     } else {
-      return usage_error("--" + f.name + " is a switch; '" + f.value + "' is not true, false, 1 or 0");
+      return usage_error("--" + f.name + " is a switch; '" + f.value +
+                         "' is not true, false, 1 or 0");
     }
   }
   return v;
@@ -208,7 +220,8 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
   const std::string f = "--" + std::string(flag);
   std::vector<ShapeSpec> out;
   for (const std::string& entry : split_entries(text)) {
-    if (entry.empty()) return usage_error(f + ": empty entry in '" + std::string(text) + "'; expected " + expected);
+    if (entry.empty())
+      return usage_error(f + ": empty entry in '" + std::string(text) + "'; expected " + expected);
     KILN_CLI_ASSIGN(auto parts, split_name(flag, entry, expected));
     ShapeSpec spec{parts.first, {}};
     const std::string& dims = parts.second;
@@ -224,10 +237,12 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       int64_t v = 0;
       auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (tok[0] == '-' || tok[0] == '+') {
-        return usage_error(where + " is '" + tok + "'; dims must be non-negative integers (a shape spec "
+        return usage_error(where + " is '" + tok +
+                           "'; dims must be non-negative integers (a shape spec "
                            "gives concrete sizes, not -1 for dynamic)");
       }
-      if (ec == std::errc::result_out_of_range) return usage_error(where + " '" + tok + "' is too large");
+      if (ec == std::errc::result_out_of_range)
+        return usage_error(where + " '" + tok + "' is too large");
       if (ec != std::errc() || p != tok.data() + tok.size()) {
         return usage_error(where + " is '" + tok + "', not an integer; expected " + expected);
       }
@@ -236,7 +251,8 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       start = x + 1;
     }
     for (const auto& prev : out) {
-      if (prev.name == spec.name) return usage_error(f + ": input '" + spec.name + "' appears twice");
+      if (prev.name == spec.name)
+        return usage_error(f + ": input '" + spec.name + "' appears twice");
     }
     out.push_back(std::move(spec));
   }
@@ -245,16 +261,19 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
 
 Result<std::vector<std::pair<std::string, std::string>>> parse_named_files(std::string_view flag,
                                                                            std::string_view text) {
-  const std::string expected = "NAME:FILE such as x:input.npy or x:input_0.pb (several separated by ',')";
+  const std::string expected =
+      "NAME:FILE such as x:input.npy or x:input_0.pb (several separated by ',')";
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& entry : split_entries(text)) {
     KILN_CLI_ASSIGN(auto parts, split_name(flag, entry, expected));
     if (parts.second.empty()) {
-      return usage_error("--" + std::string(flag) + ": '" + entry + "' gives no file after ':'; expected " + expected);
+      return usage_error("--" + std::string(flag) + ": '" + entry +
+                         "' gives no file after ':'; expected " + expected);
     }
     for (const auto& prev : out) {
       if (prev.first == parts.first) {
-        return usage_error("--" + std::string(flag) + ": input '" + parts.first + "' appears twice");
+        return usage_error("--" + std::string(flag) + ": input '" + parts.first +
+                           "' appears twice");
       }
     }
     out.push_back(std::move(parts));

@@ -37,7 +37,7 @@ struct Void {};
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like StatusOr
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design, like StatusOr
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   T& value() & { return std::get<0>(v_); }
@@ -52,10 +52,10 @@ class [[nodiscard]] Result {
 using Check = Result<Void>;
 inline Check ok() { return Void{}; }
 
-#define KILN_CLI_TRY(expr)                               \
-  do {                                                   \
-    auto kiln_cli_r_ = (expr);                           \
-    if (!kiln_cli_r_.ok()) return kiln_cli_r_.error();   \
+#define KILN_CLI_TRY(expr)                             \
+  do {                                                 \
+    auto kiln_cli_r_ = (expr);                         \
+    if (!kiln_cli_r_.ok()) return kiln_cli_r_.error(); \
   } while (0)
 
 #define KILN_CLI_ASSIGN_IMPL(tmp, lhs, expr) \
@@ -63,7 +63,8 @@ inline Check ok() { return Void{}; }
   if (!tmp.ok()) return tmp.error();         \
   lhs = std::move(tmp).value()
 
-#define KILN_CLI_ASSIGN(lhs, expr) KILN_CLI_ASSIGN_IMPL(KILN_CONCAT(kiln_cli_r_, __LINE__), lhs, expr)
+#define KILN_CLI_ASSIGN(lhs, expr) \
+  KILN_CLI_ASSIGN_IMPL(KILN_CONCAT(kiln_cli_r_, __LINE__), lhs, expr)
 
 // One flag a subcommand accepts. `value` is empty for a switch, else a hint such as "FILE".
 struct FlagSpec {
@@ -116,7 +117,8 @@ struct ShapeSpec {
 };
 
 // Parses "x:1x3x224x224,mask:1x128". A name may contain ':' (the dims follow the last one) or be
-// quoted ('a,b':1x2). Dims are non-negative integers joined by 'x'. `flag` names the flag in errors.
+// quoted ('a,b':1x2). Dims are non-negative integers joined by 'x'. `flag` names the flag in
+// errors.
 Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text);
 
 // Parses "x:in.npy,y:dir/in.pb" into (name, path) pairs; the path follows the last ':'.

@@ -17,7 +17,8 @@ std::string engine_inputs_list(const Engine& engine) {
     if (engine.tensor_mode(n) != TensorIOMode::kINPUT) continue;
     auto dims = engine.tensor_symbolic_shape(n);
     s += "\n  " + n + ": " + (dims.ok() ? ir::dims_to_string(*dims) : "?") + " " +
-         std::string(dtype_name(engine.tensor_dtype(n).ok() ? *engine.tensor_dtype(n) : DType::kUndefined));
+         std::string(
+             dtype_name(engine.tensor_dtype(n).ok() ? *engine.tensor_dtype(n) : DType::kUndefined));
   }
   return s;
 }
@@ -33,22 +34,35 @@ Result<Tensor> convert(const Tensor& t, DType to, const std::string& what) {
   if (t.dtype() == to) return t;
   bool ok = (is_float(t.dtype()) && is_float(to)) || (is_integer(t.dtype()) && is_integer(to));
   if (!ok) {
-    return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) + " but the input is " +
-                       std::string(dtype_name(to)));
+    return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) +
+                       " but the input is " + std::string(dtype_name(to)));
   }
   auto out = Tensor::zeros(to, t.shape());
   if (!out.ok()) return failure(out.status(), what);
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (to) {
-      case DType::kFloat32: out->data_as<float>()[i] = float(t.float_at(i)); break;
-      case DType::kFloat64: out->data_as<double>()[i] = t.float_at(i); break;
-      case DType::kFloat16: out->data_as<uint16_t>()[i] = float_to_half(float(t.float_at(i))); break;
-      case DType::kBFloat16: out->data_as<uint16_t>()[i] = float_to_bf16(float(t.float_at(i))); break;
-      case DType::kInt64: out->data_as<int64_t>()[i] = t.int_at(i); break;
-      case DType::kInt32: out->data_as<int32_t>()[i] = int32_t(t.int_at(i)); break;
+      case DType::kFloat32:
+        out->data_as<float>()[i] = float(t.float_at(i));
+        break;
+      case DType::kFloat64:
+        out->data_as<double>()[i] = t.float_at(i);
+        break;
+      case DType::kFloat16:
+        out->data_as<uint16_t>()[i] = float_to_half(float(t.float_at(i)));
+        break;
+      case DType::kBFloat16:
+        out->data_as<uint16_t>()[i] = float_to_bf16(float(t.float_at(i)));
+        break;
+      case DType::kInt64:
+        out->data_as<int64_t>()[i] = t.int_at(i);
+        break;
+      case DType::kInt32:
+        out->data_as<int32_t>()[i] = int32_t(t.int_at(i));
+        break;
       default:
-        return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) + " but the input is " +
-                           std::string(dtype_name(to)) + "; save it as " + std::string(dtype_name(to)));
+        return usage_error(what + " holds " + std::string(dtype_name(t.dtype())) +
+                           " but the input is " + std::string(dtype_name(to)) + "; save it as " +
+                           std::string(dtype_name(to)));
     }
   }
   return std::move(out).value();
@@ -58,7 +72,8 @@ Result<Tensor> convert(const Tensor& t, DType to, const std::string& what) {
 
 std::vector<FlagSpec> input_flag_specs() {
   return {
-      {"shapes", "SPEC", "input shapes to run: x:4x3x224x224,... (default: the profile's opt shapes)"},
+      {"shapes", "SPEC",
+       "input shapes to run: x:4x3x224x224,... (default: the profile's opt shapes)"},
       {"loadInputs", "SPEC", "input data: x:in.npy,y:in.pb (.npy or serialized onnx.TensorProto)"},
       {"seed", "N", "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
   };
@@ -77,7 +92,8 @@ Result<InputOptions> parse_input_options(const Args& args) {
   return o;
 }
 
-Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx, const InputOptions& options) {
+Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx,
+                                      const InputOptions& options) {
   PreparedInputs out;
   for (int i = 0; i < engine.num_io_tensors(); ++i) {
     std::string n = engine.io_tensor_name(i);
@@ -87,23 +103,25 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
   std::map<std::string, Shape> given;
   for (const auto& s : options.shapes) {
     if (!inputs.count(s.name)) {
-      return usage_error("--shapes names '" + s.name + "', which is not an input of this engine; its inputs are:" +
-                         engine_inputs_list(engine));
+      return usage_error(
+          "--shapes names '" + s.name +
+          "', which is not an input of this engine; its inputs are:" + engine_inputs_list(engine));
     }
     given[s.name] = s.dims;
     out.from[s.name] = "shape from --shapes";
   }
   for (const auto& [name, path] : options.files) {
     if (!inputs.count(name)) {
-      return usage_error("--loadInputs names '" + name + "', which is not an input of this engine; its inputs are:" +
-                         engine_inputs_list(engine));
+      return usage_error(
+          "--loadInputs names '" + name +
+          "', which is not an input of this engine; its inputs are:" + engine_inputs_list(engine));
     }
     KILN_CLI_ASSIGN(Tensor t, read_tensor_file(path));
     auto dtype = engine.tensor_dtype(name);
     KILN_CLI_ASSIGN(t, convert(t, *dtype, "'" + path + "' (for input '" + name + "')"));
     if (given.count(name) && given[name] != t.shape()) {
-      return usage_error("--shapes gives " + name + ":" + dims_to_spec(given[name]) + " but '" + path + "' has shape " +
-                         dims_to_spec(t.shape()));
+      return usage_error("--shapes gives " + name + ":" + dims_to_spec(given[name]) + " but '" +
+                         path + "' has shape " + dims_to_spec(t.shape()));
     }
     given[name] = t.shape();
     out.from[name] = "from " + path;
@@ -115,8 +133,9 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
   std::vector<int> candidates;
   if (options.profile >= 0) {
     if (options.profile >= n_profiles) {
-      return usage_error("--profile=" + std::to_string(options.profile) + " does not exist; the engine has " +
-                         std::to_string(n_profiles) + " profile(s)");
+      return usage_error("--profile=" + std::to_string(options.profile) +
+                         " does not exist; the engine has " + std::to_string(n_profiles) +
+                         " profile(s)");
     }
     candidates.push_back(options.profile);
   } else {
@@ -150,12 +169,14 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
       uint64_t index = 0;
       while (out.order[index] != name) ++index;
       out.tensors[name] = random_tensor(*dtype, shapes[name], options.seed + index);
-      out.from[name] = "random values (seed " + std::to_string(options.seed + index) + "), " + out.from[name];
+      out.from[name] =
+          "random values (seed " + std::to_string(options.seed + index) + "), " + out.from[name];
     }
     return out;
   }
-  return usage_error(std::string(candidates.size() > 1 ? "no optimization profile of the engine accepts these shapes:"
-                                                       : "the shapes do not fit the engine:") +
+  return usage_error(std::string(candidates.size() > 1
+                                     ? "no optimization profile of the engine accepts these shapes:"
+                                     : "the shapes do not fit the engine:") +
                      why_not);
 }
 
@@ -171,21 +192,41 @@ Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     float f = float(next()) / float(1 << 23) - 1.0f;  // [-1, 1)
     switch (dtype) {
-      case DType::kFloat32: t.data_as<float>()[i] = f; break;
-      case DType::kFloat64: t.data_as<double>()[i] = f; break;
-      case DType::kFloat16: t.data_as<uint16_t>()[i] = float_to_half(f); break;
-      case DType::kBFloat16: t.data_as<uint16_t>()[i] = float_to_bf16(f); break;
-      case DType::kInt64: t.data_as<int64_t>()[i] = int64_t(next() % 100); break;
-      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(next() % 100); break;
-      case DType::kBool: t.data_as<uint8_t>()[i] = uint8_t(next() & 1); break;
-      case DType::kInt8: case DType::kUInt8: t.data_as<uint8_t>()[i] = uint8_t(next() % 100); break;
-      default: break;  // other dtypes stay zero
+      case DType::kFloat32:
+        t.data_as<float>()[i] = f;
+        break;
+      case DType::kFloat64:
+        t.data_as<double>()[i] = f;
+        break;
+      case DType::kFloat16:
+        t.data_as<uint16_t>()[i] = float_to_half(f);
+        break;
+      case DType::kBFloat16:
+        t.data_as<uint16_t>()[i] = float_to_bf16(f);
+        break;
+      case DType::kInt64:
+        t.data_as<int64_t>()[i] = int64_t(next() % 100);
+        break;
+      case DType::kInt32:
+        t.data_as<int32_t>()[i] = int32_t(next() % 100);
+        break;
+      case DType::kBool:
+        t.data_as<uint8_t>()[i] = uint8_t(next() & 1);
+        break;
+      case DType::kInt8:
+      case DType::kUInt8:
+        t.data_as<uint8_t>()[i] = uint8_t(next() % 100);
+        break;
+      default:
+        break;  // other dtypes stay zero
     }
   }
   return t;
 }
 
-bool looks_like_class_scores(const Tensor& t) { return is_float(t.dtype()) && t.rank() == 2 && t.shape()[1] > 1; }
+bool looks_like_class_scores(const Tensor& t) {
+  return is_float(t.dtype()) && t.rank() == 2 && t.shape()[1] > 1;
+}
 
 std::string tensor_summary(const Tensor& t) {
   std::string s = "shape " + dims_to_spec(t.shape()) + (t.rank() == 0 ? "(scalar)" : "") + " " +
@@ -205,7 +246,8 @@ std::string tensor_summary(const Tensor& t) {
   }
   if (finite) {
     double mean = sum / double(finite), var = std::max(0.0, sq / double(finite) - mean * mean);
-    s += "  min " + fmt(mn) + " max " + fmt(mx) + " mean " + fmt(mean) + " std " + fmt(std::sqrt(var));
+    s += "  min " + fmt(mn) + " max " + fmt(mx) + " mean " + fmt(mean) + " std " +
+         fmt(std::sqrt(var));
   }
   if (bad) s += "  NaN/Inf: " + std::to_string(bad);
   s += "  first [";

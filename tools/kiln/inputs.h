@@ -28,7 +28,7 @@ Result<InputOptions> parse_input_options(const Args& args);
 struct PreparedInputs {
   int profile = 0;
   std::map<std::string, Tensor> tensors;
-  std::vector<std::string> order;           // engine input order
+  std::vector<std::string> order;  // engine input order
   // Where each input came from: "from x.npy", "random values (seed 1), opt shape of profile 0".
   std::map<std::string, std::string> from;
 };
@@ -36,7 +36,8 @@ struct PreparedInputs {
 // Picks the profile, sets every input shape on `ctx` (so a shape outside the profile fails here,
 // as a usage error naming the input, dim and range) and fills the tensors. Random values: floats
 // uniform in [-1, 1), integers in [0, 100), bools 0/1; input i uses seed + i.
-Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx, const InputOptions& options);
+Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx,
+                                      const InputOptions& options);
 
 Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed);
 

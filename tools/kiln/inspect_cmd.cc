@@ -17,14 +17,16 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec inspect_spec() {
-  return {"inspect", "(MODEL.onnx | MODEL_DIR | ENGINE.kiln) [--json]",
-          "Describes a model or an engine (told apart by the engine file's magic bytes).\n"
-          "A model: IO tensors with symbolic shapes, opsets, ops used, every op kiln does not support\n"
-          "(all at once), and a build command to start from. An engine: the header (versions, device,\n"
-          "build config, model hash, sections), IO, profiles, output shape formulas, each layer with\n"
-          "its kernel and precision, activation memory per profile (formula and min/opt/max values).",
-          {{"json", "", "print JSON instead of text"}},
-          "PATH"};
+  return {
+      "inspect",
+      "(MODEL.onnx | MODEL_DIR | ENGINE.kiln) [--json]",
+      "Describes a model or an engine (told apart by the engine file's magic bytes).\n"
+      "A model: IO tensors with symbolic shapes, opsets, ops used, every op kiln does not support\n"
+      "(all at once), and a build command to start from. An engine: the header (versions, device,\n"
+      "build config, model hash, sections), IO, profiles, output shape formulas, each layer with\n"
+      "its kernel and precision, activation memory per profile (formula and min/opt/max values).",
+      {{"json", "", "print JSON instead of text"}},
+      "PATH"};
 }
 
 // JSON numbers lose precision past 2^53, so 64-bit hashes are written as hex strings.
@@ -35,7 +37,8 @@ std::string hex64(uint64_t v) {
 }
 
 std::string value_line(const ir::Value& v) {
-  return std::string(dtype_name(v.dtype)) + "  " + (v.shape ? ir::dims_to_string(*v.shape) : "(unknown shape)");
+  return std::string(dtype_name(v.dtype)) + "  " +
+         (v.shape ? ir::dims_to_string(*v.shape) : "(unknown shape)");
 }
 
 int inspect_model(const std::string& path, bool json) {
@@ -71,12 +74,15 @@ int inspect_model(const std::string& path, bool json) {
       j.key(which).begin_array();
       for (int v : std::strcmp(which, "inputs") == 0 ? g.inputs : g.outputs) {
         const auto& val = g.values[v];
-        j.begin_object().key("name").value(val.name).key("dtype").value(std::string(dtype_name(val.dtype)));
+        j.begin_object().key("name").value(val.name).key("dtype").value(
+            std::string(dtype_name(val.dtype)));
         j.key("shape").begin_array();
         if (val.shape) {
           for (const auto& d : *val.shape) {
-            if (d.is_const()) j.value(d.value());
-            else j.value(d.to_string());
+            if (d.is_const())
+              j.value(d.value());
+            else
+              j.value(d.to_string());
           }
         }
         j.end_array().end_object();
@@ -86,30 +92,42 @@ int inspect_model(const std::string& path, bool json) {
     j.key("nodes").value(int64_t(g.nodes.size())).key("ops").begin_object();
     for (const auto& [op, n] : ops) j.key(op).value(n);
     j.end_object();
-    j.key("weights").begin_object().key("tensors").value(weight_count).key("bytes").value(weight_bytes).end_object();
+    j.key("weights")
+        .begin_object()
+        .key("tensors")
+        .value(weight_count)
+        .key("bytes")
+        .value(weight_bytes)
+        .end_object();
     j.key("supported").value(supported.ok());
     j.key("unsupported_report");
-    if (supported.ok()) j.null();
-    else j.value(supported.message());
+    if (supported.ok())
+      j.null();
+    else
+      j.value(supported.message());
     j.end_object();
     std::printf("%s\n", j.str().c_str());
     return kExitOk;
   }
 
   std::printf("model: %s\n", path.c_str());
-  std::printf("  graph '%s', ONNX ir_version %lld, producer '%s', model hash %016llx\n", g.name.c_str(),
-              static_cast<long long>(network->ir_version), network->producer.c_str(),
-              static_cast<unsigned long long>(network->model_hash));
+  std::printf("  graph '%s', ONNX ir_version %lld, producer '%s', model hash %016llx\n",
+              g.name.c_str(), static_cast<long long>(network->ir_version),
+              network->producer.c_str(), static_cast<unsigned long long>(network->model_hash));
   std::string opsets;
-  for (const auto& [d, v] : g.opsets) opsets += (opsets.empty() ? "" : ", ") + (d.empty() ? "ai.onnx" : d) + " " + std::to_string(v);
+  for (const auto& [d, v] : g.opsets)
+    opsets += (opsets.empty() ? "" : ", ") + (d.empty() ? "ai.onnx" : d) + " " + std::to_string(v);
   std::printf("  opsets: %s\n", opsets.c_str());
   std::printf("inputs:\n");
-  for (int v : g.inputs) std::printf("  %s  %s\n", g.values[v].name.c_str(), value_line(g.values[v]).c_str());
+  for (int v : g.inputs)
+    std::printf("  %s  %s\n", g.values[v].name.c_str(), value_line(g.values[v]).c_str());
   std::printf("outputs (as the model declares them; kiln derives exact formulas at build time):\n");
-  for (int v : g.outputs) std::printf("  %s  %s\n", g.values[v].name.c_str(), value_line(g.values[v]).c_str());
+  for (int v : g.outputs)
+    std::printf("  %s  %s\n", g.values[v].name.c_str(), value_line(g.values[v]).c_str());
   std::printf("nodes: %zu\n  ops:", g.nodes.size());
   for (const auto& [op, n] : ops) std::printf(" %s %d", op.c_str(), n);
-  std::printf("\nweights: %lld tensors, %s\n", static_cast<long long>(weight_count), format_bytes(weight_bytes).c_str());
+  std::printf("\nweights: %lld tensors, %s\n", static_cast<long long>(weight_count),
+              format_bytes(weight_bytes).c_str());
   if (supported.ok()) {
     std::printf("support: every node uses an op kiln supports\n");
   } else {
@@ -121,20 +139,33 @@ int inspect_model(const std::string& path, bool json) {
 
 int inspect_engine(const std::string& path, const std::vector<uint8_t>& bytes, bool json) {
   auto header = plan::read_header(bytes);
-  if (!header.ok()) return report("inspect", failure(header.status(), "reading the engine header of '" + path + "'"));
+  if (!header.ok())
+    return report("inspect",
+                  failure(header.status(), "reading the engine header of '" + path + "'"));
   auto engine = Engine::deserialize(bytes);
-  if (!engine.ok()) return report("inspect", failure(engine.status(), "loading the engine '" + path + "'"));
+  if (!engine.ok())
+    return report("inspect", failure(engine.status(), "loading the engine '" + path + "'"));
   const auto& h = *header;
   if (json) {
     JsonWriter j;
     j.begin_object().key("kind").value("engine").key("path").value(path);
     j.key("header").begin_object();
-    j.key("format_version").value(int64_t(h.format_version)).key("kiln_version").value(h.kiln_version);
-    j.key("device").value(std::string(device_name(h.device))).key("builder_flags").value(flags_to_string(h.builder_flags));
+    j.key("format_version")
+        .value(int64_t(h.format_version))
+        .key("kiln_version")
+        .value(h.kiln_version);
+    j.key("device")
+        .value(std::string(device_name(h.device)))
+        .key("builder_flags")
+        .value(flags_to_string(h.builder_flags));
     j.key("model_hash").value(hex64(h.model_hash)).key("file_size").value(h.file_size);
     j.key("sections").begin_array();
     for (const auto& s : h.sections) {
-      j.begin_object().key("tag").value(plan::section_tag_name(s.tag)).key("offset").value(s.offset);
+      j.begin_object()
+          .key("tag")
+          .value(plan::section_tag_name(s.tag))
+          .key("offset")
+          .value(s.offset);
       j.key("size").value(s.size).end_object();
     }
     j.end_array().end_object();
@@ -144,13 +175,14 @@ int inspect_engine(const std::string& path, const std::vector<uint8_t>& bytes, b
     return kExitOk;
   }
   std::printf("engine: %s (%s)\n", path.c_str(), format_bytes(int64_t(h.file_size)).c_str());
-  std::printf("header: format version %u, kiln %s, device %s, builder flags: %s, model hash %016llx\n",
-              h.format_version, h.kiln_version.c_str(), std::string(device_name(h.device)).c_str(),
-              flags_to_string(h.builder_flags).c_str(), static_cast<unsigned long long>(h.model_hash));
+  std::printf(
+      "header: format version %u, kiln %s, device %s, builder flags: %s, model hash %016llx\n",
+      h.format_version, h.kiln_version.c_str(), std::string(device_name(h.device)).c_str(),
+      flags_to_string(h.builder_flags).c_str(), static_cast<unsigned long long>(h.model_hash));
   std::printf("sections:");
   for (const auto& s : h.sections) {
-    std::printf(" %s %s at %llu", plan::section_tag_name(s.tag).c_str(), format_bytes(int64_t(s.size)).c_str(),
-                static_cast<unsigned long long>(s.offset));
+    std::printf(" %s %s at %llu", plan::section_tag_name(s.tag).c_str(),
+                format_bytes(int64_t(s.size)).c_str(), static_cast<unsigned long long>(s.offset));
   }
   std::printf("\n%s%s", describe_profiles(*engine).c_str(), describe_io(*engine).c_str());
   std::printf("%s", describe_layers(*engine, /*each=*/true).c_str());
@@ -172,18 +204,21 @@ int inspect_command(const Argv& argv) {
   auto json = args->get_bool("json");
   if (!json.ok()) return report("inspect", json.error());
   if (args->positional().empty()) {
-    return report("inspect", usage_error("give a model or an engine: kiln inspect model.onnx | model.kiln"));
+    return report("inspect",
+                  usage_error("give a model or an engine: kiln inspect model.onnx | model.kiln"));
   }
   std::string path = args->positional()[0];
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) path = (std::filesystem::path(path) / "model.onnx").string();
+  if (std::filesystem::is_directory(path, ec))
+    path = (std::filesystem::path(path) / "model.onnx").string();
   std::ifstream in(path, std::ios::binary);
   if (!in) return report("inspect", failure("cannot open '" + path + "'"));
   char magic[8] = {};
   in.read(magic, 8);
   if (in.gcount() == 8 && std::memcmp(magic, plan::kEngineMagic, 8) == 0) {
     in.seekg(0);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
     return inspect_engine(path, bytes, *json);
   }
   return inspect_model(path, *json);

@@ -25,12 +25,14 @@ constexpr const char* kUsage =
     "commands:\n"
     "  build     build an engine:  kiln build --onnx=m.onnx --saveEngine=m.kiln \\\n"
     "              --minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224\n"
-    "  run       run an engine on seeded random inputs or files:  kiln run --loadEngine=m.kiln --shapes=x:4x3x224x224\n"
+    "  run       run an engine on seeded random inputs or files:  kiln run --loadEngine=m.kiln "
+    "--shapes=x:4x3x224x224\n"
     "  bench     time an engine: latency percentiles and throughput\n"
     "  inspect   describe a model (and what kiln does not support) or an engine\n"
     "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
     "\n"
-    "kiln COMMAND --help shows a command's flags. Exit status: 0 ok, 1 failure, 2 bad command line.\n";
+    "kiln COMMAND --help shows a command's flags. Exit status: 0 ok, 1 failure, 2 bad command "
+    "line.\n";
 
 }  // namespace
 }  // namespace kiln::cli
@@ -48,14 +50,18 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (command == "--version" || command == "version") {
-    std::printf("kiln %s (engine format %u)\n", kiln::plan::kKilnVersion, kiln::plan::kFormatVersion);
+    std::printf("kiln %s (engine format %u)\n", kiln::plan::kKilnVersion,
+                kiln::plan::kFormatVersion);
     return kExitOk;
   }
   if (command.rfind("--", 0) == 0) {
     // trtexec has no subcommands: say which one its users mean instead of guessing.
-    std::fprintf(stderr, "kiln: '%s' is a flag, but a COMMAND comes first; trtexec's "
-                 "`trtexec --onnx=m.onnx --saveEngine=m.kiln` is `kiln build --onnx=m.onnx --saveEngine=m.kiln`, "
-                 "and `trtexec --loadEngine=m.kiln` is `kiln bench --loadEngine=m.kiln`\n\n%s", argv[1], kUsage);
+    std::fprintf(stderr,
+                 "kiln: '%s' is a flag, but a COMMAND comes first; trtexec's "
+                 "`trtexec --onnx=m.onnx --saveEngine=m.kiln` is `kiln build --onnx=m.onnx "
+                 "--saveEngine=m.kiln`, "
+                 "and `trtexec --loadEngine=m.kiln` is `kiln bench --loadEngine=m.kiln`\n\n%s",
+                 argv[1], kUsage);
     return kExitUsage;
   }
   if (command == "build") return build_command(rest);

@@ -19,9 +19,10 @@ struct NpyType {
 };
 // '|' marks one-byte types, '<' little-endian ones: the only byte order kiln reads or writes.
 constexpr NpyType kNpyTypes[] = {
-    {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<f2", DType::kFloat16}, {"<i8", DType::kInt64},
-    {"<i4", DType::kInt32},   {"<i2", DType::kInt16},   {"|i1", DType::kInt8},    {"|u1", DType::kUInt8},
-    {"<u2", DType::kUInt16},  {"<u4", DType::kUInt32},  {"<u8", DType::kUInt64},  {"|b1", DType::kBool},
+    {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<f2", DType::kFloat16},
+    {"<i8", DType::kInt64},   {"<i4", DType::kInt32},   {"<i2", DType::kInt16},
+    {"|i1", DType::kInt8},    {"|u1", DType::kUInt8},   {"<u2", DType::kUInt16},
+    {"<u4", DType::kUInt32},  {"<u8", DType::kUInt64},  {"|b1", DType::kBool},
 };
 
 // The value after `'key':` in the header dict, up to the next ',' at depth 0 or the closing '}'.
@@ -51,7 +52,8 @@ Result<Tensor> read_npy(const std::string& path) {
   if (!in) return failure("cannot open '" + path + "'");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string bad = "'" + path + "' is not a valid .npy file: ";
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) return failure(bad + "bad magic");
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
+    return failure(bad + "bad magic");
   int major = static_cast<unsigned char>(bytes[6]);
   size_t header_len = 0, header_start = 0;
   if (major == 1) {
@@ -59,7 +61,8 @@ Result<Tensor> read_npy(const std::string& path) {
     header_start = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return failure(bad + "truncated header");
-    for (int i = 0; i < 4; ++i) header_len |= size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      header_len |= size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     header_start = 12;
   } else {
     return failure(bad + "unsupported format version " + std::to_string(major));
@@ -69,22 +72,27 @@ Result<Tensor> read_npy(const std::string& path) {
   std::string descr = dict_value(header, "descr");
   std::string fortran = dict_value(header, "fortran_order");
   std::string shape_text = dict_value(header, "shape");
-  if (descr.size() < 2 || shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')') {
+  if (descr.size() < 2 || shape_text.size() < 2 || shape_text.front() != '(' ||
+      shape_text.back() != ')') {
     return failure(bad + "cannot read its header " + header);
   }
   descr = descr.substr(1, descr.size() - 2);
-  if (fortran != "False") return failure(bad + "Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
+  if (fortran != "False")
+    return failure(bad +
+                   "Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
   DType dtype = DType::kUndefined;
   for (const auto& t : kNpyTypes) {
     if (descr == t.descr || (descr[0] == '=' && descr.substr(1) == t.descr + 1)) dtype = t.dtype;
   }
-  if (dtype == DType::kUndefined) return failure(bad + "dtype '" + descr + "' is not supported (big-endian or exotic)");
+  if (dtype == DType::kUndefined)
+    return failure(bad + "dtype '" + descr + "' is not supported (big-endian or exotic)");
   Shape shape;
   std::string dims = shape_text.substr(1, shape_text.size() - 2);
   size_t start = 0;
   while (start < dims.size()) {
     size_t comma = dims.find(',', start);
-    std::string tok = dims.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string tok =
+        dims.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t a = tok.find_first_not_of(" "), b = tok.find_last_not_of(" ");
     if (a != std::string::npos) {
       tok = tok.substr(a, b - a + 1);
@@ -101,8 +109,9 @@ Result<Tensor> read_npy(const std::string& path) {
   auto nbytes = checked_mul(*n, int64_t(dtype_size(dtype)));
   size_t data_start = header_start + header_len;
   if (!nbytes || size_t(*nbytes) != bytes.size() - data_start) {
-    return failure(bad + "holds " + std::to_string(bytes.size() - data_start) + " data bytes, but shape " +
-                   shape_text + " of " + descr + " needs " + (nbytes ? std::to_string(*nbytes) : "too many"));
+    return failure(bad + "holds " + std::to_string(bytes.size() - data_start) +
+                   " data bytes, but shape " + shape_text + " of " + descr + " needs " +
+                   (nbytes ? std::to_string(*nbytes) : "too many"));
   }
   auto t = Tensor::zeros(dtype, shape);
   if (!t.ok()) return failure(t.status(), "reading '" + path + "'");
@@ -115,13 +124,16 @@ Check write_npy(const std::string& path, const Tensor& tensor) {
   for (const auto& t : kNpyTypes) {
     if (t.dtype == tensor.dtype()) descr = t.descr;
   }
-  if (!descr) return failure("cannot write " + std::string(dtype_name(tensor.dtype())) + " to .npy");
+  if (!descr)
+    return failure("cannot write " + std::string(dtype_name(tensor.dtype())) + " to .npy");
   std::string shape = "(";
   for (size_t i = 0; i < tensor.shape().size(); ++i) {
-    shape += std::to_string(tensor.shape()[i]) + (tensor.shape().size() == 1 || i + 1 < tensor.shape().size() ? "," : "");
+    shape += std::to_string(tensor.shape()[i]) +
+             (tensor.shape().size() == 1 || i + 1 < tensor.shape().size() ? "," : "");
   }
   shape += ")";
-  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Magic + version + length + header + '\n' is padded to a multiple of 64, as NumPy does.
   size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
@@ -147,7 +159,8 @@ Result<Tensor> read_tensor_file(const std::string& path) {
     if (!t.ok()) return failure(t.status(), "reading '" + path + "'");
     return std::move(t).value();
   }
-  return usage_error("'" + path + "': input files must be .npy or .pb (a serialized onnx.TensorProto)");
+  return usage_error("'" + path +
+                     "': input files must be .npy or .pb (a serialized onnx.TensorProto)");
 }
 
 }  // namespace kiln::cli

@@ -23,8 +23,12 @@ bool stdout_is_tty() {
 }
 
 Progress::Progress(std::string label, int64_t total, double total_seconds)
-    : label_(std::move(label)), total_(total), total_seconds_(total_seconds), tty_(stdout_is_tty()),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {
+    : label_(std::move(label)),
+      total_(total),
+      total_seconds_(total_seconds),
+      tty_(stdout_is_tty()),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {
   if (tty_) draw(0, true);
 }
 
@@ -40,7 +44,9 @@ void Progress::draw(int64_t done, bool force) {
   if (!force && std::chrono::duration<double>(now - last_draw_).count() < 0.1) return;
   last_draw_ = now;
   double elapsed = seconds_since(start_);
-  double frac = total_ > 0 ? double(done) / double(total_) : total_seconds_ > 0 ? elapsed / total_seconds_ : 0;
+  double frac = total_ > 0           ? double(done) / double(total_)
+                : total_seconds_ > 0 ? elapsed / total_seconds_
+                                     : 0;
   frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
   constexpr int kWidth = 30;
   int filled = int(frac * kWidth + 0.5);
@@ -63,7 +69,8 @@ void Progress::finish(bool plain_end) {
     std::printf("\r%s\r", std::string(label_.size() + 70, ' ').c_str());
     std::fflush(stdout);
   } else if (plain_end) {
-    std::printf("%s: done (%lld in %.2f s)\n", label_.c_str(), static_cast<long long>(done_), seconds_since(start_));
+    std::printf("%s: done (%lld in %.2f s)\n", label_.c_str(), static_cast<long long>(done_),
+                seconds_since(start_));
   }
 }
 

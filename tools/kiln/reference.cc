@@ -41,8 +41,10 @@ std::string script_path() {
 
 }  // namespace
 
-Result<std::optional<Reference>> ort_reference(const std::string& model, const std::vector<std::string>& order,
-                                               const std::map<std::string, Tensor>& inputs, std::string* why) {
+Result<std::optional<Reference>> ort_reference(const std::string& model,
+                                               const std::vector<std::string>& order,
+                                               const std::map<std::string, Tensor>& inputs,
+                                               std::string* why) {
   std::string script = script_path();
   if (!std::filesystem::exists(script)) {
     *why = "the helper " + script + " is missing (set KILN_ORT_REFERENCE)";
@@ -51,7 +53,8 @@ Result<std::optional<Reference>> ort_reference(const std::string& model, const s
   TempDir dir;
   if (dir.path.empty()) return failure("cannot create a temporary directory for the reference run");
   const char* python = std::getenv("KILN_PYTHON");
-  std::string cmd = shell_quote(python ? python : "python3") + " " + shell_quote(script) + " --model " + shell_quote(model);
+  std::string cmd = shell_quote(python ? python : "python3") + " " + shell_quote(script) +
+                    " --model " + shell_quote(model);
   for (size_t i = 0; i < order.size(); ++i) {
     std::string path = dir.path + "/input_" + std::to_string(i) + ".npy";
     KILN_CLI_TRY(write_npy(path, inputs.at(order[i])));
@@ -74,10 +77,14 @@ Result<std::optional<Reference>> ort_reference(const std::string& model, const s
   }
   while (!err.empty() && err.back() == '\n') err.pop_back();
   if (code == 3 || code == 127) {
-    *why = code == 127 ? "python3 not found" : err;
+    *why = code == 127 ? "the Python interpreter (" + std::string(python ? python : "python3") +
+                             ") was not found"
+                       : err;
     return std::optional<Reference>();
   }
-  if (code != 0) return failure("ONNX Runtime failed on " + model + " (exit " + std::to_string(code) + "):\n" + err);
+  if (code != 0)
+    return failure("ONNX Runtime failed on " + model + " (exit " + std::to_string(code) + "):\n" +
+                   err);
 
   Reference ref;
   std::istringstream lines(text);
@@ -91,11 +98,13 @@ Result<std::optional<Reference>> ort_reference(const std::string& model, const s
     KILN_CLI_ASSIGN(Tensor t, read_npy(out_dir + "/output_" + k + ".npy"));
     ref.outputs[name] = std::move(t);
   }
-  ref.description = "ONNX Runtime " + version + ", CPUExecutionProvider, FP32 (the reference computes in FP32)";
+  ref.description =
+      "ONNX Runtime " + version + ", CPUExecutionProvider, FP32 (the reference computes in FP32)";
   return std::optional<Reference>(std::move(ref));
 }
 
-Result<Reference> kiln_cpu_reference(const Network& network, const std::map<std::string, Tensor>& inputs) {
+Result<Reference> kiln_cpu_reference(const Network& network,
+                                     const std::map<std::string, Tensor>& inputs) {
   BuilderConfig config;
   config.clear_flag(BuilderFlag::kTF32);
   OptimizationProfile profile;
@@ -110,7 +119,8 @@ Result<Reference> kiln_cpu_reference(const Network& network, const std::map<std:
   if (!ctx.ok()) return failure(ctx.status(), "kiln CPU reference");
   auto outputs = (*ctx)->run(inputs);
   if (!outputs.ok()) return failure(outputs.status(), "running the kiln CPU reference");
-  return Reference{"kiln CPU reference kernels (FP32), strict FP32; onnxruntime was not available", std::move(outputs).value()};
+  return Reference{"kiln CPU reference kernels (FP32), strict FP32; onnxruntime was not available",
+                   std::move(outputs).value()};
 }
 
 }  // namespace kiln::cli

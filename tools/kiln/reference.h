@@ -19,10 +19,13 @@ struct Reference {
 
 // nullopt (with `why` set) when python or onnxruntime is unavailable; an error when ORT ran and
 // failed. KILN_PYTHON and KILN_ORT_REFERENCE override the interpreter and the script's path.
-Result<std::optional<Reference>> ort_reference(const std::string& model, const std::vector<std::string>& order,
-                                               const std::map<std::string, Tensor>& inputs, std::string* why);
+Result<std::optional<Reference>> ort_reference(const std::string& model,
+                                               const std::vector<std::string>& order,
+                                               const std::map<std::string, Tensor>& inputs,
+                                               std::string* why);
 
 // Builds a strict-FP32 CPU engine for exactly these input shapes and runs it.
-Result<Reference> kiln_cpu_reference(const Network& network, const std::map<std::string, Tensor>& inputs);
+Result<Reference> kiln_cpu_reference(const Network& network,
+                                     const std::map<std::string, Tensor>& inputs);
 
 }  // namespace kiln::cli

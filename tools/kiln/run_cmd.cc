@@ -15,14 +15,20 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec run_spec() {
-  CommandSpec spec{"run", "--loadEngine=ENGINE [--shapes=x:4x3x224x224] [--loadInputs=x:in.npy] [--exportOutput=DIR|out.json]",
-                   "Runs an engine once. Inputs are seeded random values unless --loadInputs gives files;\n"
-                   "shapes come from --shapes, the input files, or the profile's opt shapes. The profile is\n"
-                   "the first whose ranges hold the shapes, or --profile=N.",
-                   {{"loadEngine", "ENGINE", "the engine to run (.kiln)"}}, ""};
+  CommandSpec spec{
+      "run",
+      "--loadEngine=ENGINE [--shapes=x:4x3x224x224] [--loadInputs=x:in.npy] "
+      "[--exportOutput=DIR|out.json]",
+      "Runs an engine once. Inputs are seeded random values unless --loadInputs gives files;\n"
+      "shapes come from --shapes, the input files, or the profile's opt shapes. The profile is\n"
+      "the first whose ranges hold the shapes, or --profile=N.",
+      {{"loadEngine", "ENGINE", "the engine to run (.kiln)"}},
+      ""};
   for (auto& f : input_flag_specs()) spec.flags.push_back(f);
-  spec.flags.push_back({"profile", "N", "the optimization profile to run with (default: the first that fits)"});
-  spec.flags.push_back({"exportOutput", "DIR|FILE.json", "write outputs: DIR/NAME.npy each, or one JSON file"});
+  spec.flags.push_back(
+      {"profile", "N", "the optimization profile to run with (default: the first that fits)"});
+  spec.flags.push_back(
+      {"exportOutput", "DIR|FILE.json", "write outputs: DIR/NAME.npy each, or one JSON file"});
   return spec;
 }
 
@@ -45,8 +51,10 @@ Check export_outputs(const std::string& target, const std::vector<std::string>& 
       j.begin_object().key("name").value(n).key("dtype").value(std::string(dtype_name(t.dtype())));
       j.key("shape").array(t.shape()).key("values").begin_array();
       for (int64_t i = 0; i < t.numel(); ++i) {
-        if (is_float(t.dtype())) j.value(t.float_at(i));
-        else j.value(t.int_at(i));
+        if (is_float(t.dtype()))
+          j.value(t.float_at(i));
+        else
+          j.value(t.int_at(i));
       }
       j.end_array().end_object();
     }
@@ -79,7 +87,8 @@ int run_command(const Argv& argv) {
     return kExitOk;
   }
   auto path = args->get("loadEngine");
-  if (!path) return report("run", usage_error("--loadEngine=ENGINE is required (see: kiln run --help)"));
+  if (!path)
+    return report("run", usage_error("--loadEngine=ENGINE is required (see: kiln run --help)"));
   auto options = parse_input_options(*args);
   if (!options.ok()) return report("run", options.error());
   auto profile = args->get_int("profile", -1);
@@ -93,15 +102,17 @@ int run_command(const Argv& argv) {
   auto inputs = prepare_inputs(*engine, **ctx, *options);
   if (!inputs.ok()) return report("run", inputs.error());
 
-  std::printf("engine: %s (device %s, profile %d)\n", path->c_str(), std::string(device_name(engine->device())).c_str(),
-              inputs->profile);
+  std::printf("engine: %s (device %s, profile %d)\n", path->c_str(),
+              std::string(device_name(engine->device())).c_str(), inputs->profile);
   std::printf("inputs:\n");
   for (const auto& n : inputs->order) {
-    std::printf("  %s: %s  [%s]\n", n.c_str(), tensor_summary(inputs->tensors[n]).c_str(), inputs->from[n].c_str());
+    std::printf("  %s: %s  [%s]\n", n.c_str(), tensor_summary(inputs->tensors[n]).c_str(),
+                inputs->from[n].c_str());
   }
   auto t0 = std::chrono::steady_clock::now();
   auto outputs = (*ctx)->run(inputs->tensors);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!outputs.ok()) return report("run", failure(outputs.status(), "running the engine"));
   std::vector<std::string> names;
   for (int i = 0; i < engine->num_io_tensors(); ++i) {
@@ -111,10 +122,12 @@ int run_command(const Argv& argv) {
   std::printf("outputs:\n");
   for (const auto& n : names) {
     auto it = outputs->find(n);
-    if (it == outputs->end()) return report("run", failure("the engine returned no output '" + n + "'"));
+    if (it == outputs->end())
+      return report("run", failure("the engine returned no output '" + n + "'"));
     std::printf("  %s: %s\n", n.c_str(), tensor_summary(it->second).c_str());
   }
-  std::printf("time: %.2f ms (one run, including first-run arena setup; use kiln bench for latency)\n", ms);
+  std::printf(
+      "time: %.2f ms (one run, including first-run arena setup; use kiln bench for latency)\n", ms);
   if (auto target = args->get("exportOutput")) {
     auto st = export_outputs(*target, names, *outputs);
     if (!st.ok()) return report("run", st.error());

@@ -34,6 +34,8 @@ class CpuBackend final : public Backend {
     register_loss_kernels(registry_);
     register_quant_kernels(registry_);
     register_attention_kernels(registry_);
+    register_spatial_kernels(registry_);
+    register_sequence_model_kernels(registry_);
   }
   Device device() const override { return Device::kCPU; }
   const KernelRegistry& registry() const { return registry_; }

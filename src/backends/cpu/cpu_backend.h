@@ -57,5 +57,7 @@ void register_loss_kernels(KernelRegistry& r);
 void register_conv_transpose_kernels(KernelRegistry& r);
 void register_quant_kernels(KernelRegistry& r);
 void register_attention_kernels(KernelRegistry& r);
+void register_spatial_kernels(KernelRegistry& r);
+void register_sequence_model_kernels(KernelRegistry& r);
 
 }  // namespace kiln::backends::cpu

@@ -1,0 +1,466 @@
+// CPU reference kernels of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum,
+// DFT and BitCast. They compute in double; none is on a hot path of the shipped models.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/numeric.h"
+#include "ops/spatial.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+using ops::OpKind;
+
+Status check_present(const KernelArgs& a, size_t num_in, const char* op) {
+  if (a.in.size() < num_in || a.out.empty() || !present(a.out[0])) {
+    return invalid_argument(std::string(op) + ": expected " + std::to_string(num_in) +
+                            " inputs and an output");
+  }
+  for (size_t i = 0; i < num_in; ++i) {
+    if (!present(a.in[i])) {
+      return invalid_argument(std::string(op) + ": input " + std::to_string(i) + " is missing");
+    }
+  }
+  return ok_status();
+}
+
+std::vector<int64_t> strides_of(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = int(shape.size()) - 2; d >= 0; --d) {
+    s[size_t(d)] = s[size_t(d) + 1] * shape[size_t(d) + 1];
+  }
+  return s;
+}
+
+// ---- GridSample ----
+
+enum class Mode { kNearest, kLinear, kCubic };
+enum class Padding { kZeros, kBorder, kReflection };
+
+// Reflects x into [lo, hi] as the ONNX reference does (a fold, not a modulo).
+double reflect(double x, double lo, double hi) {
+  double range = hi - lo;
+  if (range <= 0) return lo;
+  if (x < lo) {
+    double dx = lo - x;
+    int64_t n = int64_t(dx / range);
+    double r = dx - double(n) * range;
+    return n % 2 == 0 ? lo + r : hi - r;
+  }
+  if (x > hi) {
+    double dx = x - hi;
+    int64_t n = int64_t(dx / range);
+    double r = dx - double(n) * range;
+    return n % 2 == 0 ? hi - r : lo + r;
+  }
+  return x;
+}
+
+void cubic_coeffs(double x, double c[4]) {
+  constexpr double a = -0.75;
+  x = std::fabs(x);
+  c[0] = ((a * (x + 1) - 5 * a) * (x + 1) + 8 * a) * (x + 1) - 4 * a;
+  c[1] = ((a + 2) * x - (a + 3)) * x * x + 1;
+  c[2] = ((a + 2) * (1 - x) - (a + 3)) * (1 - x) * (1 - x) + 1;
+  c[3] = ((a * (2 - x) - 5 * a) * (2 - x) + 8 * a) * (2 - x) - 4 * a;
+}
+
+struct Tap {
+  int64_t index;  // -1: outside under zeros padding
+  double weight;
+};
+
+Status grid_sample_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_present(a, 2, "GridSample"));
+  const TensorView& x = a.in[0];
+  const TensorView& grid = a.in[1];
+  const TensorView& y = a.out[0];
+  KILN_ASSIGN_OR_RETURN(std::string mode_s, a.attrs.get_string("mode", "linear"));
+  KILN_ASSIGN_OR_RETURN(std::string pad_s, a.attrs.get_string("padding_mode", "zeros"));
+  KILN_ASSIGN_OR_RETURN(int64_t align, a.attrs.get_int("align_corners", 0));
+  Mode mode = mode_s == "nearest"                         ? Mode::kNearest
+              : (mode_s == "cubic" || mode_s == "bicubic") ? Mode::kCubic
+                                                           : Mode::kLinear;
+  Padding pad = pad_s == "border" ? Padding::kBorder
+                : pad_s == "reflection" ? Padding::kReflection
+                                        : Padding::kZeros;
+  int r = x.rank() - 2;
+  if (r < 1 || grid.rank() != x.rank() || y.rank() != x.rank() || grid.shape.back() != r ||
+      grid.shape[0] != x.shape[0]) {
+    return invalid_argument("GridSample: X, grid and Y shapes do not agree");
+  }
+  const int64_t n_batch = x.shape[0], channels = x.shape[1];
+  std::vector<int64_t> dims(x.shape.begin() + 2, x.shape.end());
+  std::vector<int64_t> xstr = strides_of(x.shape);
+  int64_t x_spatial = 1, out_spatial = 1;
+  for (int64_t d : dims) x_spatial *= d;
+  for (int i = 1; i + 1 < grid.rank(); ++i) out_spatial *= grid.shape[size_t(i)];
+  std::vector<std::vector<Tap>> taps(static_cast<size_t>(r));
+  for (int64_t n = 0; n < n_batch; ++n) {
+    for (int64_t o = 0; o < out_spatial; ++o) {
+      const int64_t gbase = (n * out_spatial + o) * r;
+      for (int i = 0; i < r; ++i) {
+        const double L = double(dims[size_t(i)]);
+        double g = load_f64(grid, gbase + (r - 1 - i));  // grid's last dim is (x, y, z): reversed
+        double c = align ? (g + 1) / 2 * (L - 1) : ((g + 1) * L - 1) / 2;
+        if (mode == Mode::kNearest) c = std::nearbyint(c);
+        double lo = align ? 0 : -0.5, hi = align ? L - 1 : L - 0.5;
+        if (c < lo || c > hi) {
+          if (pad == Padding::kBorder) c = std::clamp(c, 0.0, L - 1);
+          if (pad == Padding::kReflection) c = reflect(c, lo, hi);
+        }
+        auto resolve = [&](int64_t idx) -> int64_t {
+          int64_t len = dims[size_t(i)];
+          if (pad == Padding::kZeros) return idx >= 0 && idx < len ? idx : -1;
+          if (pad == Padding::kReflection) idx = int64_t(reflect(double(idx), lo, hi));
+          return std::clamp<int64_t>(idx, 0, len - 1);
+        };
+        auto& t = taps[size_t(i)];
+        t.clear();
+        if (!std::isfinite(c)) {
+          t.push_back({-1, 0});
+          continue;
+        }
+        if (mode == Mode::kNearest) {
+          t.push_back({resolve(int64_t(c)), 1.0});
+        } else {
+          double f = std::floor(c);
+          int64_t i0 = int64_t(f);
+          double frac = c - f;
+          if (mode == Mode::kLinear) {
+            t.push_back({resolve(i0), 1 - frac});
+            t.push_back({resolve(i0 + 1), frac});
+          } else {
+            double k[4];
+            cubic_coeffs(frac, k);
+            for (int j = 0; j < 4; ++j) t.push_back({resolve(i0 - 1 + j), k[j]});
+          }
+        }
+      }
+      // The tensor product of the per-dim taps.
+      std::vector<size_t> pos(size_t(r), 0);
+      std::vector<std::pair<int64_t, double>> points;
+      while (true) {
+        int64_t off = 0;
+        double w = 1;
+        bool valid = true;
+        for (int i = 0; i < r; ++i) {
+          const Tap& tp = taps[size_t(i)][pos[size_t(i)]];
+          if (tp.index < 0) valid = false;
+          off += tp.index * xstr[size_t(i) + 2];
+          w *= tp.weight;
+        }
+        if (valid) points.push_back({off, w});
+        int i = r - 1;
+        while (i >= 0 && ++pos[size_t(i)] == taps[size_t(i)].size()) pos[size_t(i--)] = 0;
+        if (i < 0) break;
+      }
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        const int64_t xbase = (n * channels + ch) * x_spatial;
+        double acc = 0;
+        for (const auto& [off, w] : points) acc += w * load_f64(x, xbase + off);
+        store_f64(y, (n * channels + ch) * out_spatial + o, acc);
+      }
+    }
+  }
+  return ok_status();
+}
+
+// ---- AffineGrid ----
+
+Status affine_grid_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_present(a, 2, "AffineGrid"));
+  const TensorView& theta = a.in[0];
+  const TensorView& grid = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t align, a.attrs.get_int("align_corners", 0));
+  int r = grid.rank() - 2;
+  if (r < 1 || theta.rank() != 3 || theta.shape[1] != r || theta.shape[2] != r + 1 ||
+      grid.shape.back() != r || grid.shape[0] != theta.shape[0]) {
+    return invalid_argument("AffineGrid: theta and the output grid shapes do not agree");
+  }
+  std::vector<int64_t> dims(grid.shape.begin() + 1, grid.shape.end() - 1);
+  int64_t spatial = 1;
+  for (int64_t d : dims) spatial *= d;
+  std::vector<double> base(size_t(r) + 1, 1.0);
+  std::vector<int64_t> idx(size_t(r), 0);
+  for (int64_t n = 0; n < grid.shape[0]; ++n) {
+    std::fill(idx.begin(), idx.end(), 0);
+    for (int64_t s = 0; s < spatial; ++s) {
+      for (int j = 0; j < r; ++j) {  // base[m] is the coordinate of spatial dim r-1-m
+        double L = double(dims[size_t(j)]);
+        double k = double(idx[size_t(j)]);
+        double v = align ? (L > 1 ? -1 + k * 2 / (L - 1) : -1) : -1 + (2 * k + 1) / L;
+        base[size_t(r - 1 - j)] = v;
+      }
+      for (int i = 0; i < r; ++i) {
+        double acc = 0;
+        for (int m = 0; m <= r; ++m) {
+          acc += load_f64(theta, (n * r + i) * (r + 1) + m) * base[size_t(m)];
+        }
+        store_f64(grid, (n * spatial + s) * r + i, acc);
+      }
+      for (int j = r - 1; j >= 0 && ++idx[size_t(j)] == dims[size_t(j)]; --j) idx[size_t(j)] = 0;
+    }
+  }
+  return ok_status();
+}
+
+// ---- CenterCropPad ----
+
+// Every output dim is centered on its input dim: a crop or pad starts floor(diff / 2) in.
+Status center_crop_pad_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_present(a, 1, "CenterCropPad"));
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  if (x.rank() != y.rank() || x.dtype != y.dtype) {
+    return invalid_argument("CenterCropPad: output rank or dtype differs from the input's");
+  }
+  const size_t es = dtype_size(x.dtype);
+  if (y.nbytes() > 0) std::memset(y.data, 0, y.nbytes());
+  const int rank = x.rank();
+  if (y.numel() == 0) return ok_status();
+  std::vector<int64_t> xs = strides_of(x.shape);
+  std::vector<int64_t> idx(size_t(rank), 0);
+  for (int64_t o = 0, n = y.numel(); o < n; ++o) {
+    int64_t off = 0;
+    bool valid = true;
+    for (int d = 0; d < rank; ++d) {
+      int64_t in = x.shape[size_t(d)], out = y.shape[size_t(d)];
+      int64_t i = out <= in ? idx[size_t(d)] + (in - out) / 2 : idx[size_t(d)] - (out - in) / 2;
+      if (i < 0 || i >= in) valid = false;
+      off += i * xs[size_t(d)];
+    }
+    if (valid) {
+      std::memcpy(static_cast<char*>(y.data) + size_t(o) * es,
+                  static_cast<const char*>(x.data) + size_t(off) * es, es);
+    }
+    for (int d = rank - 1; d >= 0 && ++idx[size_t(d)] == y.shape[size_t(d)]; --d) {
+      idx[size_t(d)] = 0;
+    }
+  }
+  return ok_status();
+}
+
+// ---- Einsum ----
+
+Status einsum_kernel(const KernelArgs& a) {
+  if (a.in.empty() || a.out.empty()) {
+    return invalid_argument("Einsum: expected inputs and an output");
+  }
+  KILN_ASSIGN_OR_RETURN(std::string eq, a.attrs.get_string("equation", std::nullopt));
+  std::vector<int> ranks;
+  for (size_t i = 0; i < a.in.size(); ++i) {
+    if (!present(a.in[i])) {
+      return invalid_argument("Einsum: input " + std::to_string(i) + " is missing");
+    }
+    ranks.push_back(a.in[i].rank());
+  }
+  KILN_ASSIGN_OR_RETURN(ops::EinsumSpec spec, ops::parse_einsum(eq, ranks));
+  const int nl = spec.num_labels();
+  std::vector<int64_t> size(size_t(nl), -1);
+  for (size_t i = 0; i < a.in.size(); ++i) {
+    for (size_t d = 0; d < spec.inputs[i].size(); ++d) {
+      int l = spec.inputs[i][d];
+      int64_t v = a.in[i].shape[d];
+      int64_t& s = size[size_t(l)];
+      const bool ellipsis = l >= ops::kEinsumEllipsisLabel;
+      if (s < 0 || (ellipsis && s == 1)) {
+        s = v;
+      } else if (v != s && !(ellipsis && v == 1)) {
+        return invalid_argument("Einsum: input " + std::to_string(i) + " dim " +
+                                std::to_string(d) + " (" + std::to_string(v) +
+                                ") does not match its label's size " + std::to_string(s));
+      }
+    }
+  }
+  // Loop order: output labels, then the summed ones.
+  std::vector<int> order = spec.output;
+  for (int l = 0; l < nl; ++l) {
+    if (size[size_t(l)] >= 0 && std::find(order.begin(), order.end(), l) == order.end()) {
+      order.push_back(l);
+    }
+  }
+  const TensorView& y = a.out[0];
+  if (int(spec.output.size()) != y.rank()) return invalid_argument("Einsum: output rank differs");
+  for (size_t k = 0; k < spec.output.size(); ++k) {
+    if (size[size_t(spec.output[k])] < 0) size[size_t(spec.output[k])] = 1;
+    if (y.shape[k] != size[size_t(spec.output[k])]) {
+      return invalid_argument("Einsum: output dim " + std::to_string(k) + " differs");
+    }
+  }
+  // Per operand, the stride each loop label advances it by (0 for a broadcast ellipsis dim).
+  const size_t nloop = order.size();
+  std::vector<std::vector<int64_t>> step(a.in.size(), std::vector<int64_t>(nloop, 0));
+  for (size_t i = 0; i < a.in.size(); ++i) {
+    std::vector<int64_t> st = strides_of(a.in[i].shape);
+    for (size_t d = 0; d < spec.inputs[i].size(); ++d) {
+      if (a.in[i].shape[d] == 1 && size[size_t(spec.inputs[i][d])] != 1) continue;
+      size_t k = size_t(std::find(order.begin(), order.end(), spec.inputs[i][d]) - order.begin());
+      step[i][k] += st[d];
+    }
+  }
+  std::vector<std::vector<double>> data;
+  for (const TensorView& v : a.in) data.push_back(to_f64(v));
+  const size_t nout = spec.output.size();
+  int64_t out_count = y.numel(), inner = 1;
+  for (size_t k = nout; k < nloop; ++k) inner *= size[size_t(order[k])];
+  std::vector<int64_t> idx(nloop, 0);
+  std::vector<int64_t> off(a.in.size(), 0);
+  for (int64_t o = 0; o < out_count; ++o) {
+    double acc = 0;
+    for (int64_t s = 0; s < inner; ++s) {
+      double p = 1;
+      for (size_t i = 0; i < a.in.size(); ++i) p *= data[i][size_t(off[i])];
+      acc += p;
+      // Advance the summed labels.
+      for (size_t k = nloop; k-- > nout;) {
+        for (size_t i = 0; i < a.in.size(); ++i) off[i] += step[i][k];
+        if (++idx[k] < size[size_t(order[k])]) break;
+        for (size_t i = 0; i < a.in.size(); ++i) off[i] -= step[i][k] * idx[k];
+        idx[k] = 0;
+      }
+    }
+    store_f64(y, o, acc);
+    for (size_t k = nout; k-- > 0;) {
+      for (size_t i = 0; i < a.in.size(); ++i) off[i] += step[i][k];
+      if (++idx[k] < size[size_t(order[k])]) break;
+      for (size_t i = 0; i < a.in.size(); ++i) off[i] -= step[i][k] * idx[k];
+      idx[k] = 0;
+    }
+  }
+  return ok_status();
+}
+
+// ---- DFT ----
+
+// DFT's axis is an attribute (default 1) before opset 20 and an input (default -2) from it on,
+// so the kernel keeps the node's opset.
+class DftKernel final : public Kernel {
+ public:
+  DftKernel(ir::Attributes attrs, int opset) : attrs_(std::move(attrs)), opset_(opset) {}
+  std::string name() const override { return "cpu.DFT"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.empty() || !present(in[0]) || out.empty()) {
+      return invalid_argument("DFT: expected an input and an output");
+    }
+    const TensorView& x = in[0];
+    const TensorView& y = out[0];
+    const int rank = x.rank();
+    KILN_ASSIGN_OR_RETURN(int64_t inverse, attrs_.get_int("inverse", 0));
+    KILN_ASSIGN_OR_RETURN(int64_t onesided, attrs_.get_int("onesided", 0));
+    int64_t axis = 1;
+    if (opset_ >= 20) {
+      axis = -2;
+      if (in.size() > 2 && present(in[2])) {
+        std::vector<int64_t> v;
+        if (!read_indices(in[2], &v) || v.size() != 1) {
+          return invalid_argument("DFT: axis must be one int32 or int64");
+        }
+        axis = v[0];
+      }
+    } else {
+      KILN_ASSIGN_OR_RETURN(axis, attrs_.get_int("axis", 1));
+    }
+    if (axis < 0) axis += rank;
+    if (rank < 2 || axis < 0 || axis > rank - 2) {
+      return invalid_argument("DFT: axis " + std::to_string(axis) + " is out of range");
+    }
+    const int64_t in_len = x.shape[size_t(axis)];
+    // Inverse and onesided is the inverse real FFT: the input holds bins 0..n/2 of a conjugate
+    // symmetric spectrum and the output is n real samples.
+    const bool irfft = inverse && onesided;
+    int64_t n = irfft ? 2 * (in_len - 1) : in_len;
+    if (in.size() > 1 && present(in[1])) {
+      std::vector<int64_t> v;
+      if (!read_indices(in[1], &v) || v.size() != 1 || v[0] < 1) {
+        return invalid_argument("DFT: dft_length must be one positive integer");
+      }
+      n = v[0];
+    }
+    if (n < 1) return invalid_argument("DFT: the signal length must be positive");
+    const int64_t out_len = (onesided && !irfft) ? n / 2 + 1 : n;
+    const int64_t comps = x.shape.back();
+    const int64_t out_comps = irfft ? 1 : 2;
+    if ((comps != 1 && comps != 2) || y.rank() != rank || y.shape[size_t(axis)] != out_len ||
+        y.shape.back() != out_comps) {
+      return invalid_argument("DFT: input or output shape is not [..., n, 1 or 2]");
+    }
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[size_t(d)];
+    for (int d = axis + 1; d < rank - 1; ++d) inner *= x.shape[size_t(d)];
+    const double sign = inverse ? 1.0 : -1.0;
+    const double scale = inverse ? 1.0 / double(n) : 1.0;
+    const int64_t m = std::min(in_len, n);
+    std::vector<double> cs(static_cast<size_t>(n)), sn(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      double ang = 2 * std::numbers::pi * double(t) / double(n);
+      cs[size_t(t)] = std::cos(ang);
+      sn[size_t(t)] = std::sin(ang);
+    }
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        for (int64_t k = 0; k < out_len; ++k) {
+          double re = 0, im = 0;
+          for (int64_t t = 0; t < (irfft ? n : m); ++t) {
+            int64_t at = t;
+            double conj = 1;
+            if (irfft && t >= in_len) {  // the mirrored half: conj(X[n - t])
+              at = n - t;
+              conj = -1;
+              if (at >= in_len) continue;
+            }
+            int64_t src = ((o * in_len + at) * inner + i) * comps;
+            double xr = load_f64(x, src), xi = comps == 2 ? conj * load_f64(x, src + 1) : 0.0;
+            size_t w = size_t((k * t) % n);
+            double c = cs[w], s = sign * sn[w];
+            re += xr * c - xi * s;
+            im += xr * s + xi * c;
+          }
+          int64_t dst = ((o * out_len + k) * inner + i) * out_comps;
+          store_f64(y, dst, re * scale);
+          if (!irfft) store_f64(y, dst + 1, im * scale);
+        }
+      }
+    }
+    return ok_status();
+  }
+
+ private:
+  ir::Attributes attrs_;
+  int opset_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_dft(const KernelQuery& q) {
+  return std::unique_ptr<Kernel>(new DftKernel(q.node.attrs, q.node.opset));
+}
+
+// ---- BitCast ----
+
+Status bitcast_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_present(a, 1, "BitCast"));
+  if (a.in[0].nbytes() != a.out[0].nbytes()) {
+    return invalid_argument("BitCast: input and output byte sizes differ");
+  }
+  if (a.out[0].nbytes() > 0 && a.out[0].data != a.in[0].data) {
+    std::memcpy(a.out[0].data, a.in[0].data, a.out[0].nbytes());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void register_spatial_kernels(KernelRegistry& r) {
+  r.add(OpKind::kGridSample, &grid_sample_kernel);
+  r.add(OpKind::kAffineGrid, &affine_grid_kernel);
+  r.add(OpKind::kCenterCropPad, &center_crop_pad_kernel);
+  r.add(OpKind::kEinsum, &einsum_kernel);
+  r.add_factory(OpKind::kDFT, &make_dft);
+  r.add(OpKind::kBitCast, &bitcast_kernel);
+}
+
+}  // namespace kiln::backends::cpu
