@@ -506,6 +506,55 @@ Status infer_constant_of_shape(InferContext& ctx) {
   return ok_status();
 }
 
+// HannWindow, HammingWindow, BlackmanWindow (opset 17): a 1-D window of `size` elements, size a
+// scalar known at build time, in the float dtype `output_datatype` names.
+Status infer_window(InferContext& ctx) {
+  if (ctx.input_rank(0) != 0 && ctx.input_rank(0) != 1) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 0) + " (size) must be a scalar");
+  }
+  KILN_ASSIGN_OR_RETURN(Dims v, ctx.require_value(0, "size"));
+  if (v.size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 0) + " (size) must hold one element");
+  }
+  auto odt = ctx.attrs().get_int("output_datatype", 1);
+  if (!odt.ok()) return attr_error(ctx, odt.status());
+  auto periodic = ctx.attrs().get_int("periodic", 1);
+  if (!periodic.ok()) return attr_error(ctx, periodic.status());
+  DType dt = *odt >= INT32_MIN && *odt <= INT32_MAX ? dtype_from_onnx(int32_t(*odt))
+                                                     : DType::kUndefined;
+  if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
+      dt != DType::kBFloat16) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "output_datatype " + std::to_string(*odt) + " is not a supported float dtype");
+  }
+  KILN_RETURN_IF_ERROR(
+      ctx.require_ge(v[0], 0, "the window size (" + v[0].to_string() + ") is not negative"));
+  ctx.set_output(0, dt, {v[0]});
+  return ok_status();
+}
+
+// EyeLike: a 2-D tensor of the input's shape with ones on diagonal k, in `dtype` (default the
+// input's dtype).
+Status infer_eye_like(InferContext& ctx) {
+  if (ctx.input_rank(0) != 2) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 0) + " must be 2-D");
+  }
+  DType dt = ctx.input_dtype(0);
+  if (ctx.attrs().has("dtype")) {
+    auto d = ctx.attrs().get_int("dtype", std::nullopt);
+    if (!d.ok()) return attr_error(ctx, d.status());
+    dt = *d >= INT32_MIN && *d <= INT32_MAX ? dtype_from_onnx(int32_t(*d)) : DType::kUndefined;
+    if (dt == DType::kUndefined) {
+      return ctx.error(StatusCode::kUnsupported,
+                       "attribute dtype " + std::to_string(*d) + " is not a supported dtype");
+    }
+  }
+  auto k = ctx.attrs().get_int("k", 0);
+  if (!k.ok()) return attr_error(ctx, k.status());
+  ctx.set_output(0, dt, ctx.input_shape(0));
+  return ok_status();
+}
+
 Status infer_constant(InferContext& ctx) {
   const ir::Attributes& a = ctx.attrs();
   Tensor t;
@@ -733,6 +782,10 @@ void register_shape_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kTile, 2, 2, 1, 1, &infer_tile});
   r.add(OpSchema{OpKind::kPad, 1, 4, 1, 1, &infer_pad});
   r.add(OpSchema{OpKind::kTrilu, 1, 2, 1, 1, &infer_trilu});
+  r.add(OpSchema{OpKind::kHannWindow, 1, 1, 1, 1, &infer_window});
+  r.add(OpSchema{OpKind::kHammingWindow, 1, 1, 1, 1, &infer_window});
+  r.add(OpSchema{OpKind::kBlackmanWindow, 1, 1, 1, 1, &infer_window});
+  r.add(OpSchema{OpKind::kEyeLike, 1, 1, 1, 1, &infer_eye_like});
 }
 
 }  // namespace kiln::ops

@@ -261,13 +261,16 @@ std::string run_test(const TestCase& tc, double rtol, double atol, std::string* 
     std::vector<bool> wanted(net->graph.values.size(), false);
     bool named_input = false;
     for (int in : net->graph.inputs) {
-      named_input = named_input || msg.find("'" + net->graph.values[in].name + "'") != std::string::npos;
+      const std::string quoted = "'" + net->graph.values[in].name + "'";
+      named_input = named_input || msg.find(quoted) != std::string::npos;
     }
     if (!named_input) {
       std::vector<int> stack;
       for (size_t vi = 0; vi < net->graph.values.size(); ++vi) {
         const std::string& name = net->graph.values[vi].name;
-        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos) stack.push_back(int(vi));
+        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos) {
+          stack.push_back(int(vi));
+        }
       }
       std::vector<int> producer(net->graph.values.size(), -1);
       for (size_t ni = 0; ni < net->graph.nodes.size(); ++ni) {

@@ -225,6 +225,8 @@ C int_pow(C base, int64_t e) {
 }
 
 constexpr unsigned kPowTypes = kF32 | kF64 | kF16 | kBF16 | kI32 | kI64;
+// The exponent (T1) also takes the narrow and unsigned integers.
+constexpr unsigned kPowExponentTypes = kPowTypes | kI8 | kI16 | kU8 | kU16 | kU32 | kU64;
 
 Status pow_kernel(const KernelArgs& a) {
   constexpr OpKind kOp = OpKind::kPow;
@@ -236,7 +238,7 @@ Status pow_kernel(const KernelArgs& a) {
   BroadcastPlan<2> plan;
   KILN_RETURN_IF_ERROR(plan_for<2>(out, {x.shape, y.shape}, kOp, &plan));
   return dispatch<kPowTypes>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
-    return dispatch<kPowTypes>(y.dtype, kOp, [&]<typename E>(Tag<E>) {
+    return dispatch<kPowExponentTypes>(y.dtype, kOp, [&]<typename E>(Tag<E>) {
       using C = typename Num<T>::C;
       using CE = typename Num<E>::C;
       rows2(plan, x.as<T>(), y.as<E>(), out.as<T>(), [](T u, E v) {
@@ -247,6 +249,10 @@ Status pow_kernel(const KernelArgs& a) {
         } else if constexpr (std::is_floating_point_v<CE>) {
           return float_to_int<T>(std::pow(double(b), double(e)));
         } else {
+          // A uint64 exponent past int64's range keeps its parity (all that matters for |b| <= 1).
+          if constexpr (std::is_unsigned_v<CE> && sizeof(CE) == 8) {
+            if (e > CE(INT64_MAX)) return int_pow<C>(b, INT64_MAX - 1 + int64_t(e & 1));
+          }
           return int_pow<C>(b, int64_t(e));
         }
       });

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <string>
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dtype_dispatch.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
@@ -333,11 +335,76 @@ Status range_kernel(const KernelArgs& a) {
     case DType::kInt32: range_impl<int32_t>(a); break;
     case DType::kInt64: range_impl<int64_t>(a); break;
     case DType::kInt16: range_impl<int16_t>(a); break;
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      // start + i * delta in float32, rounded once to the half dtype.
+      const bool h = a.out[0].dtype == DType::kFloat16;
+      auto load = [h](uint16_t v) { return h ? half_to_float(v) : bf16_to_float(v); };
+      auto store = [h](float f) { return h ? float_to_half(f) : float_to_bf16(f); };
+      const float start = load(*a.in[0].as<const uint16_t>());
+      const float delta = load(*a.in[2].as<const uint16_t>());
+      uint16_t* out = a.out[0].as<uint16_t>();
+      for (int64_t i = 0; i < a.out[0].numel(); ++i) out[i] = store(start + float(i) * delta);
+      break;
+    }
     default:
       return unsupported("Range: dtype " + std::string(dtype_name(a.out[0].dtype)) +
                          " is not supported");
   }
   return ok_status();
+}
+
+// Generalized cosine windows, computed in double and rounded once to the output dtype:
+// w[n] = a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N = size (periodic) or size - 1.
+Status window_kernel(const KernelArgs& a, const char* name, double a0, double a1, double a2) {
+  const TensorView& out = a.out[0];
+  auto periodic = a.attrs.get_int("periodic", 1);
+  if (!periodic.ok()) return periodic.status();
+  const int64_t size = out.numel();
+  const double n_den = double(*periodic != 0 ? size : size - 1);
+  for (int64_t i = 0; i < size; ++i) {
+    const double x = 2.0 * std::numbers::pi * double(i) / n_den;
+    const double w = n_den == 0 ? 1.0 : a0 - a1 * std::cos(x) + a2 * std::cos(2.0 * x);
+    switch (out.dtype) {
+      case DType::kFloat32: out.as<float>()[i] = float(w); break;
+      case DType::kFloat64: out.as<double>()[i] = w; break;
+      case DType::kFloat16: out.as<uint16_t>()[i] = float_to_half(float(w)); break;
+      case DType::kBFloat16: out.as<uint16_t>()[i] = float_to_bf16(float(w)); break;
+      default:
+        return unsupported(std::string(name) + ": output dtype " +
+                           std::string(dtype_name(out.dtype)) + " is not supported");
+    }
+  }
+  return ok_status();
+}
+
+Status hann_window_kernel(const KernelArgs& a) {
+  return window_kernel(a, "HannWindow", 0.5, 0.5, 0.0);
+}
+Status hamming_window_kernel(const KernelArgs& a) {
+  return window_kernel(a, "HammingWindow", 25.0 / 46.0, 21.0 / 46.0, 0.0);
+}
+Status blackman_window_kernel(const KernelArgs& a) {
+  return window_kernel(a, "BlackmanWindow", 0.42, 0.5, 0.08);
+}
+
+Status eye_like_kernel(const KernelArgs& a) {
+  const TensorView& out = a.out[0];
+  if (out.shape.size() != 2) return invalid_argument("EyeLike: the output must be 2-D");
+  auto k = a.attrs.get_int("k", 0);
+  if (!k.ok()) return k.status();
+  const int64_t rows = out.shape[0], cols = out.shape[1];
+  std::memset(out.data, 0, out.nbytes());
+  return dispatch<kAll>(out.dtype, OpKind::kEyeLike, [&]<typename T>(Tag<T>) {
+    T* o = out.as<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      // Column r + k, skipped when outside [0, cols) (k may be any int64).
+      if (*k > cols || *k < -rows) break;
+      const int64_t c = r + *k;
+      if (c >= 0 && c < cols) o[r * cols + c] = Num<T>::store(typename Num<T>::C(1));
+    }
+    return ok_status();
+  });
 }
 
 // Fills `out` with copies of the `esz` bytes at `value`.
@@ -579,6 +646,10 @@ void register_shape_kernels(KernelRegistry& r) {
   r.add(OpKind::kConstant, &constant_kernel);
   r.add(OpKind::kPad, &pad_kernel);
   r.add(OpKind::kTrilu, &trilu_kernel);
+  r.add(OpKind::kHannWindow, &hann_window_kernel);
+  r.add(OpKind::kHammingWindow, &hamming_window_kernel);
+  r.add(OpKind::kBlackmanWindow, &blackman_window_kernel);
+  r.add(OpKind::kEyeLike, &eye_like_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -16,7 +16,7 @@ namespace {
 // Protobuf's own recursion limit stops deeper messages first; this bounds our recursion anyway.
 constexpr int kMaxGraphDepth = 64;
 // Opset 7 is where numpy broadcasting began; older attribute forms are refused by the schemas.
-constexpr int64_t kMinOpset = 6;
+constexpr int64_t kMinOpset = 7;
 // Opsets 25-27 (onnx 1.20-1.22) changed no numeric semantics of the ops kiln knows, only types.
 constexpr int64_t kMaxOpset = 27;
 
