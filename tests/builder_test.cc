@@ -67,6 +67,11 @@ TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
   auto out = (*ctx)->run({{"x", make_f32({2, 6}, v)}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close(out->at("y"), make_f32({1, 12}, v)));
+  // On the CPU the whole run is compute: no copies.
+  const auto& timing = (*ctx)->last_run_timing();
+  EXPECT_GT(timing.compute_ms, 0.0);
+  EXPECT_EQ(timing.h2d_ms, 0.0);
+  EXPECT_EQ(timing.d2h_ms, 0.0);
 }
 
 TEST(BuilderProfiles, MissingProfileListsDynamicInputs) {

@@ -122,6 +122,15 @@ class ExecutionContext {
   bool use_cuda_graph() const { return use_graph_; }
   // Convenience: binds the named host tensors, runs, and returns outputs of exactly their shapes.
   StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
+  // Phase times of the last run(), in milliseconds. With set_time_phases(true), run() on a device
+  // engine synchronizes after its host-to-device copies and after compute, so each phase is timed
+  // on its own (this adds two syncs; leave it off when measuring end-to-end latency). On the CPU
+  // the copies are 0 and compute is the whole run.
+  struct RunTiming {
+    double h2d_ms = 0, compute_ms = 0, d2h_ms = 0;
+  };
+  void set_time_phases(bool on) { time_phases_ = on; }
+  const RunTiming& last_run_timing() const { return last_timing_; }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
   size_t arena_bytes() const { return arena_capacity_; }
 
@@ -160,6 +169,8 @@ class ExecutionContext {
   void* io_device_ = nullptr;
   size_t io_device_capacity_ = 0;
   bool use_graph_ = false;
+  bool time_phases_ = false;
+  RunTiming last_timing_;
   void* graph_ = nullptr;
   std::vector<int64_t> graph_key_;
   std::vector<int64_t> graph_failed_key_;

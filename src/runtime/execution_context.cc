@@ -3,6 +3,7 @@
 // and runs the kernels. On a device backend (CUDA) the arena and constants are device memory,
 // the run is enqueued on the context's stream (optionally as a CUDA graph), and run() stages host
 // tensors through page-locked buffers.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -462,6 +463,10 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   }
   char* host = static_cast<char*>(staging_);
   char* dev = static_cast<char*>(io_device_);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  last_timing_ = {};
+  auto t0 = Clock::now();
   for (size_t i = 0; i < n_io; ++i) {
     if (!staged[i]) continue;
     io_address_[i] = dev + off[i];
@@ -470,12 +475,23 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
     std::memcpy(host + off[i], t.data(), t.nbytes());
     KILN_RETURN_IF_ERROR(b->copy(dev + off[i], host + off[i], t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
   }
+  if (time_phases_) {
+    KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+    last_timing_.h2d_ms = ms_since(t0);
+    t0 = Clock::now();
+  }
   KILN_RETURN_IF_ERROR(enqueue(stream_));
+  if (time_phases_) {
+    KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+    last_timing_.compute_ms = ms_since(t0);
+    t0 = Clock::now();
+  }
   for (size_t i = data_->num_inputs; i < n_io; ++i) {
     const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
     KILN_RETURN_IF_ERROR(b->copy(host + off[i], dev + off[i], t.nbytes(), backends::CopyKind::kDeviceToHost, stream_));
   }
   KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+  if (time_phases_) last_timing_.d2h_ms = ms_since(t0);
   for (size_t i = data_->num_inputs; i < n_io; ++i) {
     const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
     std::memcpy(t.data(), host + off[i], t.nbytes());
@@ -515,7 +531,9 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
     KILN_RETURN_IF_ERROR(run_on_device(inputs, &outputs));
     return outputs;
   }
+  auto t0 = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(execute());
+  last_timing_ = {0, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 0};
   return outputs;
 }
 
