@@ -91,9 +91,25 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   REQUIRE_DEVICE(param.device);
   BuilderConfig config;
   if (param.device != Device::kCPU) config.clear_flag(BuilderFlag::kTF32);
-  auto engine = build_model(model_path("vit_tiny"), shared_model_profile("vit_tiny"), param.device, config);
+  // The shared ViT's zero-initialised head gives all-zero logits, so the rows are also compared on
+  // the feature the head reads (the last Gemm's input), exposed as a second output.
+  auto net = onnx::parse_file(model_path("vit_tiny"));
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  int feature_value = -1;
+  for (const auto& node : net->graph.nodes) {
+    if (node.op_type == "Gemm") feature_value = node.inputs[0];
+  }
+  ASSERT_GE(feature_value, 0);
+  net->graph.outputs.push_back(feature_value);
+  const std::string feature = net->graph.values[feature_value].name;
+  OptimizationProfile profile;
+  const ModelProfile mp = shared_model_profile("vit_tiny")[0];
+  ASSERT_TRUE(profile.set_dimensions(mp.input, mp.min, mp.opt, mp.max).ok());
+  config.add_profile(profile);
+  auto engine = Builder(param.device).build(*net, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("linear_16")), "[batch, 1000]");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape(feature)), "[batch, 192]");
   EXPECT_EQ(*engine->tensor_shape("linear_16"), (Shape{-1, 1000}));
   Tensor all = random_f32({32, 3, 224, 224}, 7);
   const int64_t image = 3 * 224 * 224;
@@ -102,13 +118,19 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   };
   auto alone_ctx = engine->create_execution_context();
   ASSERT_TRUE(alone_ctx.ok());
-  std::vector<Tensor> alone;
+  std::vector<Tensor> alone, alone_feature;
   for (int64_t r = 0; r < 32; ++r) {
     Tensor row = Tensor::wrap(DType::kFloat32, {1, 3, 224, 224}, all.data_as<float>() + r * image, nullptr);
     auto out = (*alone_ctx)->run({{"x", row}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     alone.push_back(out->at("linear_16"));
+    alone_feature.push_back(out->at(feature));
   }
+  double feature_max = 0;
+  for (int64_t i = 0; i < alone_feature[0].numel(); ++i) {
+    feature_max = std::max(feature_max, std::abs(alone_feature[0].float_at(i)));
+  }
+  ASSERT_GT(feature_max, 0.1) << "the feature rows must carry signal for the row check to mean anything";
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   (*ctx)->set_use_cuda_graph(param.cuda_graph);
@@ -120,9 +142,13 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     const Tensor& y = out->at("linear_16");
     ASSERT_EQ(y.shape(), (Shape{batch, 1000})) << "never sized for the profile max";
+    const Tensor& f = out->at(feature);
+    ASSERT_EQ(f.shape(), (Shape{batch, 192}));
     for (int64_t r = 0; r < batch; ++r) {
       Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000}, y.data_as<float>() + r * 1000, nullptr);
       EXPECT_TRUE(all_close(row, alone[r], 1e-5, 1e-4)) << "batch " << batch << " row " << r;
+      Tensor frow = Tensor::wrap(DType::kFloat32, {1, 192}, f.data_as<float>() + r * 192, nullptr);
+      EXPECT_TRUE(all_close(frow, alone_feature[r], 1e-4, 1e-3)) << "batch " << batch << " feature row " << r;
     }
     if (batch == 4 && arena_at_4 == 0) arena_at_4 = (*ctx)->arena_bytes();
   }
