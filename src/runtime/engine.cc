@@ -87,16 +87,9 @@ std::string Engine::io_tensor_name(int index) const {
   return data_->plan.graph.values[data_->io_values[index]].name;
 }
 
-static Status unknown_tensor(const EngineData& d, const std::string& name) {
-  std::string names;
-  for (const auto& [n, i] : d.io_by_name) names += (names.empty() ? "" : ", ") + n;
-  return not_found("no IO tensor named '" + name + "'; this engine's IO tensors are: " + names);
-}
-
 StatusOr<std::vector<ir::Dim>> Engine::tensor_symbolic_shape(const std::string& name) const {
-  auto it = data_->io_by_name.find(name);
-  if (it == data_->io_by_name.end()) return unknown_tensor(*data_, name);
-  return *data_->plan.graph.values[data_->io_values[it->second]].shape;
+  KILN_ASSIGN_OR_RETURN(int io, data_->find_io(name));
+  return *data_->plan.graph.values[data_->io_values[io]].shape;
 }
 
 StatusOr<Shape> Engine::tensor_shape(const std::string& name) const {
@@ -107,9 +100,8 @@ StatusOr<Shape> Engine::tensor_shape(const std::string& name) const {
 }
 
 StatusOr<DType> Engine::tensor_dtype(const std::string& name) const {
-  auto it = data_->io_by_name.find(name);
-  if (it == data_->io_by_name.end()) return unknown_tensor(*data_, name);
-  return data_->plan.graph.values[data_->io_values[it->second]].dtype;
+  KILN_ASSIGN_OR_RETURN(int io, data_->find_io(name));
+  return data_->plan.graph.values[data_->io_values[io]].dtype;
 }
 
 TensorIOMode Engine::tensor_mode(const std::string& name) const {

@@ -17,6 +17,15 @@ struct EngineData {
   std::vector<int> io_of_value;              // per plan value: its IO index, or -1
   int num_inputs = 0;
   std::map<std::string, int, std::less<>> io_by_name;
+
+  // The IO index of a tensor name; kNotFound listing every IO tensor when the name is unknown.
+  StatusOr<int> find_io(const std::string& name) const {
+    auto it = io_by_name.find(name);
+    if (it != io_by_name.end()) return it->second;
+    std::string names;
+    for (const auto& [n, i] : io_by_name) names += (names.empty() ? "" : ", ") + n;
+    return not_found("no IO tensor named '" + name + "'; this engine's IO tensors are: " + names);
+  }
   // For each engine input dim: how its value binds a symbol (dim = coeff*symbol + offset).
   struct DimBinding {
     bool fixed = true;

@@ -76,13 +76,7 @@ Status ExecutionContext::prepare_kernels() {
 }
 
 StatusOr<int> ExecutionContext::io_index(const std::string& name) const {
-  auto it = data_->io_by_name.find(name);
-  if (it == data_->io_by_name.end()) {
-    std::string names;
-    for (const auto& [n, i] : data_->io_by_name) names += (names.empty() ? "" : ", ") + n;
-    return not_found("no IO tensor named '" + name + "'; this engine's IO tensors are: " + names);
-  }
-  return it->second;
+  return data_->find_io(name);
 }
 
 Status ExecutionContext::set_optimization_profile(int profile) {
