@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: builds kiln with the CUDA backend (Release, -j16,
 # sm_90 unless KILN_CUDA_ARCH says otherwise), runs the whole test suite and then the CUDA tests,
-# compute-sanitizer memcheck on a short CUDA subset, and a short benchmark of kiln against
-# PyTorch eager on the same architectures in the same run. Models come from KILN_MODELS_DIR
+# compute-sanitizer memcheck on a short CUDA subset, and the ONNX node tests on CUDA. The
+# benchmark is scripts/gpu_perf.sh. Models come from KILN_MODELS_DIR
 # (default .gpu_models, git-ignored; the shared models are not copied by this script). Logs go
 # to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu. (The
 # OOM test is left out of memcheck: its intended cudaMalloc failure counts as an API error.)
@@ -43,13 +43,11 @@ else
   status "compute-sanitizer memcheck" "not found"
 fi
 
-if [ -x "$BUILD/bench/gpu_bench" ]; then
-  "$BUILD/bench/gpu_bench" "$KILN_MODELS_DIR" 100 >"$LOG/bench.log" 2>&1
-  if python3 -c "import torch, torchvision" 2>/dev/null; then
-    python3 bench/torch_peer.py 100 >>"$LOG/bench.log" 2>&1
-  else
-    echo "PyTorch peer skipped: torch/torchvision not importable" >>"$LOG/bench.log"
-  fi
-  echo "== benchmark (median ms; kiln: device-resident IO, execute() incl. sync; torch: eager + sync)" | tee -a "$LOG/summary.txt"
-  tee -a "$LOG/summary.txt" <"$LOG/bench.log"
+# The node tests on the GPU: the same corpus and exclusions as the CPU run, every node built for CUDA.
+if [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "${KILN_ONNX_TESTS:-.gpu_onnx_tests}/node" ]; then
+  "$BUILD/tests/conformance/kiln_node_tests" --device=cuda --data="${KILN_ONNX_TESTS:-.gpu_onnx_tests}" \
+    --manifest=tests/conformance/exclusions.txt >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
+  status "node tests (cuda)" "rc=$rc $(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$LOG/node_tests_cuda.log")"
+else
+  status "node tests (cuda)" "skipped: no corpus at ${KILN_ONNX_TESTS:-.gpu_onnx_tests} (bash scripts/fetch_onnx_tests.sh, then copy its data/ there)"
 fi

@@ -4,6 +4,10 @@
 # runs it at two batch sizes, printing its IO, output shapes and agreement with the reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a fresh clone (CI) reuses an earlier build's
+# objects, and the Python package's build (build-python-*, one level down like build/) reuses the
+# C++ build's.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 bash scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON >/dev/null
 cmake --build build -j"$(nproc)" --target kiln_quickstart

@@ -12,6 +12,8 @@ for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+# scripts/test.sh installs the Python package into a fresh venv, as the README tells users to.
+if ! python3 -m venv --help >/dev/null 2>&1; then missing+=(python3-venv); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -388,6 +389,253 @@ TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
   r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") +
                " --shapes=x:2x4 --atol 0.02");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// ---- trtexec's flags: accepted, refused with a reason, warned about (tools/kiln/flag_table.cc) --
+
+// docs/trtexec_flags.md is generated from the flag table; it must not drift from it.
+TEST_F(CliTest, TrtexecFlagsDocMatchesTheFlagTable) {
+  auto r = kiln_cli("help-flags --markdown");
+  ASSERT_EQ(r.code, 0) << r.out;  // also fails when the table has overlapping rows
+  std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs" / "trtexec_flags.md");
+  EXPECT_EQ(doc, r.out) << "docs/trtexec_flags.md is out of date: run scripts/gen_flags_doc.sh "
+                           "BUILD_DIR and commit the result";
+  for (const char* row : {"| `--memPoolSize=workspace:SIZE` |", "| `--plugins=FILE` |",
+                          "| `--timingCacheFile=FILE` |", "| `--best` |"}) {
+    EXPECT_TRUE(contains(r.out, row)) << row;
+  }
+}
+
+TEST_F(CliTest, TrtexecBuildFlagsHaveTheirEffect) {
+  write_model(path("tf.onnx"), 0.5f);
+  const std::string onnx = " --onnx=" + path("tf.onnx");
+  // --shapes on build: min = opt = max, as trtexec builds from it.
+  auto r = kiln_cli("build" + onnx + " --shapes=x:2x4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "0: x min 2x4 opt 2x4 max 2x4")) << r.out;
+  EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+  r = kiln_cli("build" + onnx + " --minShapes=x:1x4 --maxShapes=x:8x4 --shapes=x:2x4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "0: x min 1x4 opt 8x4 max 8x4")) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --shapes has no effect")) << r.out;
+
+  // --best: every precision kiln has (fp16, bf16, tf32), recorded in the engine.
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --best");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "builder flags: tf32 fp16 bf16")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--best recorded in the engine")) << r.out;
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --best --noTF32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "builder flags: fp16 bf16\n")) << r.out;
+
+  // --memPoolSize in trtexec's units (MiB by default), --workspace its deprecated alias: parsed,
+  // shown in the summary, and said to bound nothing (BuilderConfig has no pool limit).
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --memPoolSize=workspace:1024");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "memory pool: workspace 1.00 GiB (1073741824 bytes, from "
+                       "--memPoolSize=workspace:1024), recorded but not enforced"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --memPoolSize: ")) << r.out;
+  for (auto [spec, bytes] :
+       {std::pair{"workspace:512K", "524288 bytes"}, std::pair{"workspace:0.5", "524288 bytes"},
+        std::pair{"workspace:2g", "2147483648 bytes"}, std::pair{"workspace:100B", "100 bytes"}}) {
+    r = kiln_cli("build" + onnx + " --shapes=x:2x4 --memPoolSize=" + spec);
+    ASSERT_EQ(r.code, 0) << spec << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, bytes)) << spec << "\n" << r.out;
+  }
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --workspace=64");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --workspace: deprecated")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(67108864 bytes, from --workspace=64)")) << r.out;
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --workspace=64 --memPoolSize=workspace:128");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "give different workspace sizes")) << r.out;
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --memPoolSize=workspace:1024MiB");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is not a size")) << r.out;
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --memPoolSize=workspace:64,dlaSRAM:1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "the dlaSRAM pool is not supported: kiln has no DLA backend"))
+      << r.out;
+
+  // --timingCacheFile: accepted with a warning; the file is neither read nor written.
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --timingCacheFile=" + path("cache.bin"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --timingCacheFile: kiln has no tactic timing yet"))
+      << r.out;
+  EXPECT_FALSE(fs::exists(path("cache.bin")));
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --explicitBatch");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --explicitBatch: every kiln engine has an explicit batch"))
+      << r.out;
+
+  // trtexec's --device=N is a GPU index, not kiln's backend choice.
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --device=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is trtexec's GPU index")) << r.out;
+}
+
+// x = [[1..4], [5..8]] as a TensorProto file, for exact values in the output.
+void write_input_pb(const fs::path& file) {
+  ::onnx::TensorProto t;
+  t.set_name("x");
+  t.set_data_type(1);
+  t.add_dims(2);
+  t.add_dims(4);
+  for (int i = 1; i <= 8; ++i) t.add_float_data(float(i));
+  std::ofstream f(file, std::ios::binary);
+  f << t.SerializeAsString();
+}
+
+TEST_F(CliTest, TrtexecRunAndBenchFlagsHaveTheirEffect) {
+  write_model(path("tr.onnx"), 0.5f);
+  write_input_pb(path("x.pb"));
+  // run --onnx builds then runs (--shapes as min = opt = max), --iterations runs N times, and
+  // --dumpOutput prints every value, a row per line.
+  auto r = kiln_cli("run --onnx=" + path("tr.onnx") + " --loadInputs=x:" + path("x.pb") +
+                    " --shapes=x:2x4 --iterations=3 --dumpOutput --saveEngine=" + path("tr.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[2/4] building the engine for cpu")) << r.out;
+  EXPECT_TRUE(contains(r.out, "y: shape 2x4 float32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "    [0,:] 1.5 2.5 3.5 4.5\n    [1,:] 5.5 6.5 7.5 8.5\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "time: 3 runs; the first ")) << r.out;
+  ASSERT_TRUE(fs::exists(path("tr.kiln")));
+  r = kiln_cli("run --loadEngine=" + path("tr.kiln") + " --duration=0.05 --verbose");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[1/2] loading ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[2/2] running")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("tr.kiln"));  // plain: no stage lines, as before
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "[1/")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("tr.kiln") + " --onnx=" + path("tr.onnx"));
+  EXPECT_EQ(r.code, 2) << r.out;
+
+  // Two profiles; --useProfile (trtexec's spelling) picks the one to run.
+  r = kiln_cli("build --onnx=" + path("tr.onnx") + " --saveEngine=" + path("tr2.kiln") +
+               " --minShapes=x:1x4 --maxShapes=x:4x4 --profile=1 --minShapes=x:1x4 "
+               "--maxShapes=x:16x4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("tr2.kiln") + " --shapes=x:2x4 --useProfile=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 1)")) << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("tr2.kiln") +
+               " --shapes=x:2x4 --useProfile=1 --iterations=1 --warmUp=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 1,")) << r.out;
+
+  // bench: --avgRuns prints trtexec's trace averages, --percentile picks the percentiles.
+  r = kiln_cli("bench --loadEngine=" + path("tr.kiln") +
+               " --iterations=4 --warmUp=0 --avgRuns=2 --percentile=50,95 --exportTimes=" +
+               path("tr_times.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "trace averages of 2 runs (ms): ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  p50 ") && contains(r.out, "  p95 ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "p90")) << r.out;
+  EXPECT_TRUE(contains(read_file(path("tr_times.json")), "\"p95\": "))
+      << read_file(path("tr_times.json"));
+  size_t line = r.out.find("trace averages of 2 runs (ms): ");
+  ASSERT_NE(line, std::string::npos);
+  std::string values = r.out.substr(line, r.out.find('\n', line) - line);
+  EXPECT_EQ(std::count(values.begin(), values.end(), ' '), 7) << values;  // 4 runs: 2 averages
+  r = kiln_cli("bench --loadEngine=" + path("tr.kiln") + " --iterations=1 --percentile=101");
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = kiln_cli("bench --onnx=" + path("tr.onnx") +
+               " --shapes=x:2x4 --iterations=1 --warmUp=0 "
+               "--saveEngine=" +
+               path("tr_bench.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(path("tr_bench.kiln")));
+}
+
+TEST_F(CliTest, TrtexecFlagsKilnLacksAreRefusedWithAReason) {
+  const std::string e = " --loadEngine=" + path("absent.kiln");
+  const std::string m = " --onnx=" + path("absent.onnx");
+  struct Case {
+    std::string args, reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"build" + m + " --plugins=libfoo.so", "kiln loads no plugin libraries"},
+           {"bench" + e + " --staticPlugins=libfoo.so", "kiln loads no plugin libraries"},
+           {"build" + m + " --int8 --calib=calib.cache", "reads no calibration cache"},
+           {"run" + e + " --useDLACore=0", "kiln has no DLA backend"},
+           {"bench" + e + " --separateProfileRun", "no per-layer profiler"},
+           {"bench" + e + " --streams=2", "one execution context on one stream"},
+           {"bench" + e + " --threads", "one execution context on one stream"},
+           {"bench" + e + " --noDataTransfers", "the compute median is the time without"},
+           {"bench" + e + " --useSpinWait", "no spin-wait"},
+           {"bench" + e + " --exportProfile=p.json", "no per-layer profiler"},
+           {"build" + m + " --exportLayerInfo=l.json", "kiln inspect --json ENGINE > FILE"},
+           {"build" + m + " --fp8", "no FP8 kernels"},
+           {"build" + m + " --stronglyTyped", "no strongly typed mode"},
+           {"build" + m + " --inputIOFormats=fp16:chw", "no other IO format"},
+           {"build" + m + " --loadEngine=m.kiln", "kiln build builds from --onnx"},
+           {"bench" + e + " --dumpOutput", "kiln run --dumpOutput"},
+           {"run" + e + " --batch=4", "no implicit batch"},
+       }) {
+    auto r = kiln_cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "is not supported: ")) << c.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, c.reason)) << c.args << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "unknown flag")) << c.args << "\n" << r.out;
+  }
+  // A flag of another kiln command says which commands take it.
+  auto r = kiln_cli("run" + e + " --exportTimes=t.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--exportTimes is a flag of kiln bench, not of kiln run")) << r.out;
+}
+
+TEST_F(CliTest, TrtexecFlagsWithoutEffectWarnAndDuplicatesAreCaught) {
+  write_model(path("tw.onnx"), 1.0f);
+  const std::string onnx = " --onnx=" + path("tw.onnx");
+  auto r = kiln_cli("build" + onnx + " --shapes=x:2x4 --saveEngine=" + path("tw.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Build flags next to --loadEngine change nothing: each one is named in a warning.
+  r = kiln_cli("bench --loadEngine=" + path("tw.kiln") +
+               " --fp16 --noTF32 --minShapes=x:1x4 --memPoolSize=workspace:64 --iterations=1 "
+               "--warmUp=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* flag : {"--fp16", "--noTF32", "--minShapes", "--memPoolSize"}) {
+    EXPECT_TRUE(
+        contains(r.out, std::string("warning: ") + flag + " has no effect with --loadEngine"))
+        << flag << "\n"
+        << r.out;
+  }
+  EXPECT_FALSE(contains(r.out, "warning: --memPoolSize: ")) << r.out;  // one warning per flag
+  r = kiln_cli("run --loadEngine=" + path("tw.kiln") + " --best --timingCacheFile=c.bin");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --best has no effect with --loadEngine")) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --timingCacheFile has no effect with --loadEngine"))
+      << r.out;
+  r = kiln_cli("compare" + onnx + " --loadEngine=" + path("tw.kiln") +
+               " --shapes=x:2x4 --reference=kiln --bf16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --bf16 has no effect with --loadEngine")) << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("tw.kiln") + " --profile=1 --iterations=1 --warmUp=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "--useProfile=N picks the profile to run")) << r.out;
+
+  // A single-valued flag twice: different values are a usage error, the same value a warning.
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --saveEngine=" + path("a.kiln") +
+               " --saveEngine=" + path("b.kiln"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--saveEngine is given twice, as --saveEngine=")) << r.out;
+  EXPECT_FALSE(fs::exists(path("a.kiln")) || fs::exists(path("b.kiln")));
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --saveEngine=" + path("a.kiln") +
+               " --saveEngine=" + path("a.kiln"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: --saveEngine is given 2 times with the same value"))
+      << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("tw.kiln") + " --iterations=2 --iterations=3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = kiln_cli("build" + onnx + " --shapes=x:2x4 --fp16 --fp16=false");
+  EXPECT_EQ(r.code, 2) << r.out;
+  // Shape flags repeat by design (one set per profile).
+  r = kiln_cli("build" + onnx +
+               " --minShapes=x:1x4 --maxShapes=x:2x4 --profile=1 "
+               "--minShapes=x:3x4 --maxShapes=x:4x4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "warning")) << r.out;
 }
 
 // The trtexec line of the issue, then a run at batch 4 whose output is exactly 4x1000.

@@ -13,6 +13,7 @@ namespace {
 
 using ir::Dim;
 using testing::make_f32;
+using testing::make_i64;
 using testing::run_cpu_kernel;
 
 struct Inferred {
@@ -95,6 +96,90 @@ TEST(AttentionKernel, SingleHeadMatchesSoftmaxFormulaAndCausalMasks) {
   // The first query sees only the first key.
   EXPECT_NEAR((*out)[0].data_as<float>()[0], 1.f, 1e-6f);
   EXPECT_NEAR((*out)[0].data_as<float>()[1], 2.f, 1e-6f);
+}
+
+TEST(AttentionInfer, WindowAttributesFromOpset25) {
+  const std::vector<std::vector<Dim>> shapes = {{1, 2, 3, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}};
+  ir::Node n = make_node("Attention");
+  set_int(n, "left_window_size", 2);
+  auto r = infer(n, shapes, 1);
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidModel);  // opset 23 has no windows
+  EXPECT_NE(r.status.message().find("opset 25"), std::string::npos) << r.status.message();
+  n.opset = 25;
+  r = infer(n, shapes, 1);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[1, 2, 3, 4]");
+  set_int(n, "right_window_size", -2);
+  EXPECT_EQ(infer(n, shapes, 1).status.code(), StatusCode::kInvalidModel);
+}
+
+// With all-zero Q and K every allowed key gets the same weight, so each output is the mean of the
+// V rows its query may attend: the masks can be read off the values.
+std::vector<float> attend_means(ir::Node n, int64_t s, int64_t l, std::vector<Tensor> extra = {}) {
+  std::vector<float> vals(static_cast<size_t>(l));
+  for (int64_t j = 0; j < l; ++j) vals[size_t(j)] = float(1 << j);
+  std::vector<Tensor> in = {make_f32({1, 1, s, 1}, std::vector<float>(size_t(s), 0.f)),
+                            make_f32({1, 1, l, 1}, std::vector<float>(size_t(l), 0.f)),
+                            make_f32({1, 1, l, 1}, vals)};
+  for (Tensor& t : extra) in.push_back(t);
+  auto out = run_cpu_kernel(n, in, {{DType::kFloat32, {1, 1, s, 1}}});
+  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  if (!out.ok()) return {};
+  const float* y = (*out)[0].data_as<float>();
+  return std::vector<float>(y, y + s);
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << i;
+}
+
+TEST(AttentionKernel, SlidingWindowsAndBottomRightOffsets) {
+  ir::Node n = make_node("Attention");
+  n.opset = 25;
+  // V rows are 1, 2, 4, 8: query i sees only key i.
+  set_int(n, "left_window_size", 0);
+  set_int(n, "right_window_size", 0);
+  expect_near(attend_means(n, 4, 4), {1, 2, 4, 8});
+  // Causal with one key of look-back: {0}, {0,1}, {1,2}, {2,3}.
+  ir::Node c = make_node("Attention");
+  c.opset = 25;
+  set_int(c, "is_causal", 1);
+  set_int(c, "left_window_size", 1);
+  expect_near(attend_means(c, 4, 4), {1, 1.5f, 3, 6});
+  // Right window only (non-causal): query i sees keys 0..i+1.
+  ir::Node rw = make_node("Attention");
+  rw.opset = 25;
+  set_int(rw, "right_window_size", 1);
+  expect_near(attend_means(rw, 2, 4), {1.5f, 7.0f / 3});
+  // An external cache (nonpad_kv_seqlen, no past): causal alignment is bottom-right, offset
+  // nonpad - S = 3 - 1, so the one query sees keys 0..2 (mean 7/3), not key 0 alone.
+  ir::Node e = make_node("Attention");
+  set_int(e, "is_causal", 1);
+  std::vector<Tensor> nonpad = {Tensor(), Tensor(), Tensor(), make_i64({1}, {3})};
+  expect_near(attend_means(e, 1, 4, nonpad), {7.0f / 3});
+}
+
+TEST(AttentionKernel, FullyMaskedRowsAreZeroNotNaN) {
+  ir::Node n = make_node("Attention");
+  set_int(n, "qk_matmul_output_mode", 3);
+  std::vector<uint8_t> mask = {0, 0, 0, 1, 1, 0};  // query 0 may attend nothing
+  auto out = run_cpu_kernel(
+      n,
+      {make_f32({1, 1, 2, 1}, {1, 2}), make_f32({1, 1, 3, 1}, {1, 0, -1}),
+       make_f32({1, 1, 3, 1}, {1, 2, 3}), Tensor::from_vector(DType::kBool, {2, 3}, mask)},
+      {{DType::kFloat32, {1, 1, 2, 1}},
+       {DType::kFloat32, {1, 1, 3, 1}},
+       {DType::kFloat32, {1, 1, 3, 1}},
+       {DType::kFloat32, {1, 1, 2, 3}}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = (*out)[0].data_as<float>();
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_FALSE(std::isnan(y[1]));
+  const float* p = (*out)[3].data_as<float>();
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(p[j], 0.0f) << j;  // mode 3 probabilities too
+  EXPECT_NEAR(p[3] + p[4], 1.0f, 1e-6f);
+  EXPECT_EQ(p[5], 0.0f);
 }
 
 TEST(RotaryEmbeddingKernel, RotatesPairsByPosition) {

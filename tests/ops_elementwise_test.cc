@@ -225,7 +225,8 @@ TEST(ElementwiseInfer, DtypeRules) {
   {
     InferCase c;
     int x = c.input(DType::kFloat32, {2});
-    EXPECT_EQ(c.run("Mod", {x, x}).code(), StatusCode::kInvalidModel);  // floats need fmod=1
+    // Floats need fmod=1 before opset 28.
+    EXPECT_EQ(c.run("Mod", {x, x}).code(), StatusCode::kInvalidModel);
   }
 }
 
@@ -772,6 +773,204 @@ TEST(ElementwiseKernel, RejectsShapesThatDoNotBroadcast) {
   r = run_cpu_kernel(make_node("Add"), {make_f32({2}, {1, 2}), make_i64({2}, {1, 2})},
                      {{DType::kFloat32, {2}}});
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- opset 25-28 changes
+
+Tensor make_f64(Shape shape, std::vector<double> v) {
+  return Tensor::from_vector(DType::kFloat64, shape, v);
+}
+
+TEST(ElementwiseInfer, ModFmod0OnFloatsFromOpset28) {
+  for (int opset : {13, 27}) {
+    InferCase c;
+    int x = c.input(DType::kFloat32, {2});
+    Status s = c.run("Mod", {x, x}, {}, opset);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidModel) << opset;
+    EXPECT_NE(s.message().find("opset 28"), std::string::npos) << s.message();
+  }
+  InferCase c;
+  int x = c.input(DType::kFloat16, {Dim::symbol("n")});
+  int y = c.input(DType::kFloat16, {1});
+  ASSERT_TRUE(c.run("Mod", {x, y}, {}, 28).ok());
+  EXPECT_EQ(c.shape(), "[n]");
+  EXPECT_EQ(c.outputs[0].dtype, DType::kFloat16);
+}
+
+// Mod-28 with fmod=0 on floats is A - floor(A / B) * B with the sign of B (numpy's mod),
+// including the special cases the schema lists.
+TEST(ElementwiseKernel, ModFloorOnFloats) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x = {-4.5, 7.5, 5.0,  4.5, -7.5, 0.0,  -0.0, 0.0, -0.0, -4.0,
+                           -3.0, 3.0, -1.0, 1.0, inf,  -inf, 1.0,  1.0, nan,  1.0};
+  std::vector<double> y = {2.0, -3.0, 8.0,  -2.0, 3.0, -2.0, 2.0, 2.0,  -2.0, 2.0,
+                           inf, inf,  -inf, -inf, 2.0, 2.0,  0.0, -0.0, 2.0,  nan};
+  const int64_t n = int64_t(x.size());
+  auto got = run_cpu_kernel(make_node("Mod"), {make_f64({n}, x), make_f64({n}, y)},
+                            {{DType::kFloat64, {n}}});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const double* o = (*got)[0].data_as<double>();
+  const double want[] = {1.5, -1.5, 5.0, -1.5, 1.5, -0.0, 0.0,
+                         0.0, -0.0, 0.0, inf,  3.0, -1.0, -inf};
+  for (int i = 0; i < 14; ++i) {
+    EXPECT_EQ(o[i], want[i]) << i;
+    EXPECT_EQ(std::signbit(o[i]), std::signbit(want[i])) << i;  // zeros take B's sign
+  }
+  for (int i = 14; i < n; ++i) EXPECT_TRUE(std::isnan(o[i])) << i;  // inf A, zero B, NaN
+  // fmod=1 keeps C's fmod: the sign of A.
+  ir::Attributes a;
+  a.set("fmod", int_attr(1));
+  got = run_cpu_kernel(make_node("Mod", a), {make_f64({2}, {-4.5, 4.5}), make_f64({2}, {2, -2})},
+                       {{DType::kFloat64, {2}}});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0].data_as<double>()[0], -0.5);
+  EXPECT_EQ((*got)[0].data_as<double>()[1], 0.5);
+  // float16 computes in float: -4.3 mod 2.1 as numpy gives it for float16.
+  std::vector<uint16_t> hx = {float_to_half(-4.3f)}, hy = {float_to_half(2.1f)};
+  got = run_cpu_kernel(make_node("Mod"),
+                       {Tensor::from_vector(DType::kFloat16, {1}, hx),
+                        Tensor::from_vector(DType::kFloat16, {1}, hy)},
+                       {{DType::kFloat16, {1}}});
+  ASSERT_TRUE(got.ok());
+  const float hxf = half_to_float(hx[0]), hyf = half_to_float(hy[0]);
+  EXPECT_EQ(half_to_float((*got)[0].data_as<uint16_t>()[0]),
+            half_to_float(float_to_half(std::fmod(hxf, hyf) + hyf)));
+}
+
+TEST(MathInfer, BitShiftTakesSignedIntegersFromOpset28) {
+  ir::Attributes a;
+  a.set("direction", string_attr("RIGHT"));
+  {
+    InferCase c;
+    int x = c.input(DType::kInt32, {3});
+    Status s = c.run("BitShift", {x, x}, a, 11);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+    EXPECT_NE(s.message().find("opset 28"), std::string::npos) << s.message();
+  }
+  for (DType dt : {DType::kInt8, DType::kInt64, DType::kUInt16}) {
+    InferCase c;
+    int x = c.input(dt, {Dim::symbol("n"), 3});
+    int y = c.input(dt, {3});
+    ASSERT_TRUE(c.run("BitShift", {x, y}, a, 28).ok()) << dtype_name(dt);
+    EXPECT_EQ(c.outputs[0].dtype, dt);
+    EXPECT_EQ(c.shape(), "[n, 3]");
+  }
+  InferCase c;
+  int x = c.input(DType::kFloat32, {3});
+  EXPECT_EQ(c.run("BitShift", {x, x}, a, 28).code(), StatusCode::kInvalidModel);
+}
+
+// BitShift-28: arithmetic right shift of signed values; a shift count that is negative or at least
+// the bit width gives what the sign extension alone gives (-1 right of a negative x, else 0).
+TEST(MathKernel, BitShiftSignedAndOutOfRange) {
+  auto i8 = [](std::vector<int8_t> v) {
+    return Tensor::from_vector(DType::kInt8, {int64_t(v.size())}, v);
+  };
+  ir::Attributes right, left;
+  right.set("direction", string_attr("RIGHT"));
+  left.set("direction", string_attr("LEFT"));
+  auto got = run_cpu_kernel(make_node("BitShift", right),
+                            {i8({-128, -7, 16, -1, -5, 5, -5, 5}), i8({1, 1, 2, 7, 8, 8, -1, -1})},
+                            {{DType::kInt8, {8}}});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const int8_t* o = (*got)[0].data_as<int8_t>();
+  const int8_t want_r[] = {-64, -4, 4, -1, -1, 0, -1, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(o[i], want_r[i]) << i;
+  got =
+      run_cpu_kernel(make_node("BitShift", left),
+                     {i8({1, 64, -1, 3, -3, 1}), i8({6, 1, 7, 8, -1, 100})}, {{DType::kInt8, {6}}});
+  ASSERT_TRUE(got.ok());
+  o = (*got)[0].data_as<int8_t>();
+  const int8_t want_l[] = {64, -128, -128, 0, 0, 0};  // bits past the sign bit are dropped
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(o[i], want_l[i]) << i;
+  // int64 and unsigned: a count at the width gives 0; unsigned right shifts stay logical.
+  got = run_cpu_kernel(make_node("BitShift", right),
+                       {make_i64({2}, {-1024, int64_t(1) << 40}), make_i64({2}, {3, 64})},
+                       {{DType::kInt64, {2}}});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0].int_at(0), -128);
+  EXPECT_EQ((*got)[0].int_at(1), 0);
+  Tensor u = Tensor::from_vector(DType::kUInt8, {2}, std::vector<uint8_t>{200, 200});
+  Tensor us = Tensor::from_vector(DType::kUInt8, {2}, std::vector<uint8_t>{1, 8});
+  got = run_cpu_kernel(make_node("BitShift", right), {u, us}, {{DType::kUInt8, {2}}});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0].int_at(0), 100);
+  EXPECT_EQ((*got)[0].int_at(1), 0);
+}
+
+TEST(MathInfer, SwiGLUNeedsEqualShapes) {
+  Dim b = Dim::symbol("b"), s = Dim::symbol("s");
+  {
+    InferCase c;
+    int x = c.input(DType::kBFloat16, {b, 8});
+    int y = c.input(DType::kBFloat16, {b, 8});
+    ASSERT_TRUE(c.run("SwiGLU", {x, y}, {}, 28).ok());
+    EXPECT_EQ(c.shape(), "[b, 8]");
+    EXPECT_EQ(c.outputs[0].dtype, DType::kBFloat16);
+    EXPECT_TRUE(c.constraints.empty());
+  }
+  {
+    InferCase c;  // no broadcasting: a different dim fails, a symbolic one must be proven equal
+    int x = c.input(DType::kFloat32, {b, 8});
+    int y = c.input(DType::kFloat32, {b, 1});
+    EXPECT_EQ(c.run("SwiGLU", {x, y}, {}, 28).code(), StatusCode::kInvalidModel);
+  }
+  {
+    InferCase c;
+    int x = c.input(DType::kFloat32, {b, 8});
+    int y = c.input(DType::kFloat32, {s, 8});
+    ASSERT_TRUE(c.run("SwiGLU", {x, y}, {}, 28).ok());
+    EXPECT_EQ(c.constraints.size(), 1u);
+  }
+  {
+    InferCase c;
+    int x = c.input(DType::kFloat32, {4});
+    int y = c.input(DType::kFloat32, {1, 4});
+    EXPECT_EQ(c.run("SwiGLU", {x, y}, {}, 28).code(), StatusCode::kInvalidModel);
+    InferCase d;
+    int i = d.input(DType::kInt32, {4});
+    EXPECT_EQ(d.run("SwiGLU", {i, i}, {}, 28).code(), StatusCode::kInvalidModel);
+  }
+}
+
+TEST(MathKernel, SwiGLUIsSwishOfAGatingB) {
+  std::vector<float> av = {1.0f, -2.0f, 3.0f, 0.5f}, bv = {0.5f, 1.0f, -1.0f, 2.0f};
+  for (float alpha : {1.0f, 0.5f}) {
+    ir::Attributes attrs;
+    if (alpha != 1.0f) attrs.set("alpha", float_attr(alpha));
+    auto got =
+        run_cpu_kernel(make_node("SwiGLU", attrs), {make_f32({2, 2}, av), make_f32({2, 2}, bv)},
+                       {{DType::kFloat32, {2, 2}}});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    std::vector<float> want;
+    for (size_t i = 0; i < av.size(); ++i) {
+      want.push_back(float(av[i] / (1 + std::exp(-double(alpha) * av[i])) * bv[i]));
+    }
+    EXPECT_TRUE(all_close((*got)[0], make_f32({2, 2}, want), 1e-6, 1e-6)) << alpha;
+  }
+  auto bad = run_cpu_kernel(make_node("SwiGLU"), {make_f32({2}, {1, 2}), make_f32({1}, {1})},
+                            {{DType::kFloat32, {2}}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Celu-28 added float16, bfloat16 and double; they compute as float does.
+TEST(MathKernel, CeluOnDoubleAndHalf) {
+  auto got = run_cpu_kernel(make_node("Celu"), {make_f64({3}, {-1.0, 0.0, 2.0})},
+                            {{DType::kFloat64, {3}}});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_DOUBLE_EQ((*got)[0].data_as<double>()[0], std::expm1(-1.0));
+  EXPECT_EQ((*got)[0].data_as<double>()[2], 2.0);
+  std::vector<uint16_t> h = {float_to_half(-1.0f), float_to_half(2.0f)};
+  got = run_cpu_kernel(make_node("Celu"), {Tensor::from_vector(DType::kFloat16, {2}, h)},
+                       {{DType::kFloat16, {2}}});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(half_to_float((*got)[0].data_as<uint16_t>()[0]),
+            half_to_float(float_to_half(std::expm1(-1.0f))));
+  InferCase c;
+  int x = c.input(DType::kBFloat16, {2});
+  ASSERT_TRUE(c.run("Celu", {x}, {}, 28).ok());
+  EXPECT_EQ(c.outputs[0].dtype, DType::kBFloat16);
 }
 
 }  // namespace

@@ -125,6 +125,23 @@ TEST(ReduceOpsInfer, Errors) {
   EXPECT_FALSE(r.status.ok());
 }
 
+// Opset 28 dropped the integer types of ReduceLogSum and ReduceLogSumExp.
+TEST(ReduceOpsInfer, LogReductionsTakeFloatsFromOpset28) {
+  for (const char* op : {"ReduceLogSum", "ReduceLogSumExp"}) {
+    ir::Node n = make_node(op, 18);
+    EXPECT_TRUE(infer(n, {In{DType::kInt32, {kB, 4}}}).status.ok()) << op;
+    n.opset = 28;
+    auto r = infer(n, {In{DType::kInt32, {kB, 4}}});
+    EXPECT_EQ(r.status.code(), StatusCode::kInvalidModel) << op;
+    EXPECT_NE(r.status.message().find("opset 28"), std::string::npos) << r.status.message();
+    r = infer(n, {In{DType::kBFloat16, {kB, 4}}});
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[1, 1]");
+  }
+  ir::Node sum = make_node("ReduceSum", 28);  // the other reductions keep their integers
+  EXPECT_TRUE(infer(sum, {In{DType::kInt32, {kB, 4}}}).status.ok());
+}
+
 TEST(ReduceOpsInfer, FoldsShapeValues) {
   // ReduceProd(Shape(x)) over [b, s, 4] is the symbolic element count.
   ir::Node n = make_node("ReduceProd", 13);

@@ -525,6 +525,31 @@ TEST(ShapeOpsKernel, TriluRangeConstants) {
   EXPECT_TRUE(all_close((*got)[0], make_i64({3}, {4, 5, 6}), 0, 0));
 }
 
+// Range-27: float16/bfloat16 ranges compute start + i * delta in the stash type (float by
+// default, or double), not by adding delta in the half type, where 2048 + 1 == 2048 forever.
+TEST(ShapeOpsKernel, RangeHalfUsesTheStashType) {
+  auto h = [](float f) {
+    return Tensor::from_vector(DType::kFloat16, {}, std::vector<uint16_t>{float_to_half(f)});
+  };
+  for (int64_t stash : {int64_t(1), int64_t(11)}) {
+    auto got = run_cpu_kernel(make_node("Range", attrs({{"stash_type", int_attr(stash)}})),
+                              {h(2048), h(2052), h(1)}, {{DType::kFloat16, {4}}});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    const uint16_t* o = (*got)[0].data_as<uint16_t>();
+    // 2049 and 2051 are not float16 values; each rounds to even, once.
+    const float want[] = {2048, 2048, 2050, 2052};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(half_to_float(o[i]), want[i]) << stash << " " << i;
+  }
+  Chain c;
+  int start = c.constant(h(0)), limit = c.constant(h(3)), delta = c.constant(h(1));
+  ASSERT_TRUE(c.run("Range", {start, limit, delta}, {}, 1, 27).ok());
+  EXPECT_EQ(c.shape(), "[3]");
+  EXPECT_EQ(c.dtype(), DType::kFloat16);
+  EXPECT_EQ(
+      c.run("Range", {start, limit, delta}, attrs({{"stash_type", int_attr(10)}}), 1, 27).code(),
+      StatusCode::kInvalidModel);
+}
+
 TEST(ShapeOpsKernel, ShapeSizeAndReshapeCopies) {
   Tensor x = iota_f32({2, 3, 4});
   auto got = run_cpu_kernel(make_node("Shape", attrs({{"start", int_attr(1)}})), {x}, {{DType::kInt64, {2}}});

@@ -13,6 +13,10 @@ kiln.Error subclasses, one per Status code. kiln.backend adapts kiln to onnx's b
     engine = kiln.Builder(kiln.Device.CPU).build(network, config)
     context = engine.create_execution_context()
     outputs = context.run({"x": np.zeros((4, 3, 224, 224), np.float32)})  # {"out": (4, 1000)}
+
+TensorRT 10's spellings work beside kiln's (kiln.trt: Logger, Runtime, OnnxParser, nptype, and
+Builder(logger).create_network/create_builder_config/build_serialized_network), and ONNX Runtime's
+InferenceSession is kiln.InferenceSession (kiln.session), with engines cached on disk.
 """
 
 from ._kiln import (
@@ -22,7 +26,9 @@ from ._kiln import (
     Device as Device,
     Engine as Engine,
     ExecutionContext as ExecutionContext,
+    MemoryPoolType as MemoryPoolType,
     Network as Network,
+    NetworkTensor as NetworkTensor,
     OptimizationProfile as OptimizationProfile,
     OptProfileSelector as OptProfileSelector,
     TensorIOMode as TensorIOMode,
@@ -39,12 +45,31 @@ from ._errors import (
     UnsupportedError as UnsupportedError,
 )
 from . import onnx as onnx
+from .trt import (
+    ILogger as ILogger,
+    Logger as Logger,
+    NetworkDefinitionCreationFlag as NetworkDefinitionCreationFlag,
+    OnnxParser as OnnxParser,
+    ParserError as ParserError,
+    Runtime as Runtime,
+    nptype as nptype,
+    volume as volume,
+)
+from .session import (
+    InferenceSession as InferenceSession,
+    KilnWarning as KilnWarning,
+    NodeArg as NodeArg,
+    get_available_providers as get_available_providers,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Builder", "BuilderConfig", "BuilderFlag", "Device", "DeviceError", "Engine", "Error",
-    "ExecutionContext", "InternalError", "InvalidArgumentError", "InvalidModelError", "Network",
-    "NotFoundError", "OptimizationProfile", "OptProfileSelector", "OutOfMemoryError",
-    "TensorIOMode", "UnsupportedError", "device_available", "onnx",
+    "ExecutionContext", "ILogger", "InferenceSession", "InternalError", "InvalidArgumentError",
+    "InvalidModelError", "KilnWarning", "Logger", "MemoryPoolType", "Network",
+    "NetworkDefinitionCreationFlag", "NetworkTensor", "NodeArg", "NotFoundError", "OnnxParser",
+    "OptimizationProfile", "OptProfileSelector", "OutOfMemoryError", "ParserError", "Runtime",
+    "TensorIOMode", "UnsupportedError", "device_available", "get_available_providers", "nptype",
+    "onnx", "volume",
 ]

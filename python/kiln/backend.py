@@ -79,8 +79,20 @@ class KilnBackendRep(BackendRep):
             self._engines[key] = (engine, engine.create_execution_context())
         return self._engines[key]
 
-    def run(self, inputs: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        """Runs on inputs given as a list (graph input order), a dict, or a single array."""
+    def run(self, inputs: Any, input_feed: Any = None, **kwargs: Any) -> Tuple[Any, ...]:
+        """Runs on inputs given as a list (graph input order), a dict, or a single array.
+
+        ONNX Runtime's run(output_names, input_feed) works too: ``rep.run(None, {"x": x})`` or
+        ``rep.run(["y"], [x])`` returns the named outputs (all for None), in that order.
+        """
+        if input_feed is not None:
+            output_names = list(inputs) if inputs else list(self.output_names)
+            unknown = [n for n in output_names if n not in self.output_names]
+            if unknown:
+                raise kiln.NotFoundError(f"the model has no output named {', '.join(map(repr, unknown))} "
+                                         f"(its outputs: {', '.join(self.output_names)})")
+            by_name = dict(zip(self.output_names, self.run(input_feed)))
+            return namedtupledict("Outputs", output_names)(*[by_name[n] for n in output_names])
         if isinstance(inputs, Mapping):
             named = dict(inputs)
         else:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from . import _kiln
 from ._kiln import Network
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["parse_file", "parse_bytes", "Network"]
 
@@ -20,9 +23,11 @@ def parse_file(path: Union[str, "os.PathLike[str]"]) -> Network:
     return _kiln._onnx_parse_file(os.fspath(path))
 
 
-def parse_bytes(data: bytes, model_dir: str = "") -> Network:
-    """Parses a serialized ModelProto (e.g. ``model.SerializeToString()``).
+def parse_bytes(data: Union[bytes, bytearray, memoryview, "onnx.ModelProto"], model_dir: str = "") -> Network:
+    """Parses a serialized ModelProto (e.g. ``model.SerializeToString()``) or an onnx.ModelProto.
 
     ``model_dir`` is the folder external data is read from; "" refuses external data.
     """
+    if hasattr(data, "SerializeToString"):  # an onnx.ModelProto: kiln parses its bytes
+        data = data.SerializeToString()
     return _kiln._onnx_parse_bytes(data, model_dir)

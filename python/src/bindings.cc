@@ -4,6 +4,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -11,14 +12,17 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/backend.h"
 #include "kiln.h"
+#include "plan/plan.h"
 
 namespace nb = nanobind;
 
@@ -154,15 +158,49 @@ bool is_host_device(int device_type) { return device_type == 1 || device_type ==
                     ": the Python bindings accept host memory only so far"));
 }
 
+// numpy arrays of ml_dtypes.bfloat16 export neither DLPack nor a buffer format nanobind reads, so
+// they are viewed as uint16 and tagged bfloat16 again. None for any other object.
+std::optional<nb::ndarray<nb::ro>> bfloat16_numpy_view(const std::string& name, nb::handle obj, bool writable) {
+  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view") || !nb::hasattr(obj, "flags")) return std::nullopt;
+  nb::object dtype = obj.attr("dtype");
+  if (!nb::hasattr(dtype, "name") || nb::cast<std::string>(nb::str(dtype.attr("name"))) != "bfloat16") {
+    return std::nullopt;
+  }
+  if (writable && !nb::cast<bool>(obj.attr("flags").attr("writeable"))) {
+    raise_invalid("output '" + name + "' is bound to a read-only array; kiln must write into it");
+  }
+  nb::object as_u16 = obj.attr("view")(nb::module_::import_("numpy").attr("uint16"));
+  nb::ndarray<nb::ro> bits;
+  if (!nb::try_cast(as_u16, bits, /*convert=*/false)) return std::nullopt;
+  std::vector<size_t> shape(bits.ndim());
+  std::vector<int64_t> strides(bits.ndim());
+  for (size_t i = 0; i < bits.ndim(); ++i) {
+    shape[i] = bits.shape(i);
+    strides[i] = bits.stride(i);
+  }
+  // The uint16 view owns a reference to the caller's array, so the memory outlives this ndarray.
+  return nb::ndarray<nb::ro>(bits.data(), shape.size(), shape.data(), as_u16, strides.data(),
+                             nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1},
+                             bits.device_type(), bits.device_id());
+}
+
 // A host view of any object with the buffer protocol or __dlpack__, checked for device and dtype.
 // `writable` refuses read-only arrays (output buffers); inputs accept them.
 nb::ndarray<nb::ro> as_host_array(const std::string& name, nb::handle obj, bool writable) {
   // Ask the device before importing: a framework may refuse to export device memory to the CPU.
   if (nb::hasattr(obj, "__dlpack_device__")) {
-    nb::object dev = obj.attr("__dlpack_device__")();
-    int device_type = nb::cast<int>(dev[0]);
-    if (!is_host_device(device_type)) raise_device(name, device_type);
+    nb::object dev;
+    try {
+      dev = obj.attr("__dlpack_device__")();
+    } catch (nb::python_error&) {
+      dev = nb::none();  // numpy raises for dtypes DLPack lacks (bfloat16); the paths below decide
+    }
+    if (!dev.is_none()) {
+      int device_type = nb::cast<int>(dev[0]);
+      if (!is_host_device(device_type)) raise_device(name, device_type);
+    }
   }
+  if (auto bf16 = bfloat16_numpy_view(name, obj, writable)) return *bf16;
   nb::ndarray<nb::ro> arr;
   if (!nb::try_cast(obj, arr, /*convert=*/false)) {
     std::string type = nb::type_name(obj.type()).c_str();
@@ -233,14 +271,17 @@ Tensor tensor_from_array(const nb::ndarray<nb::ro>& arr) {
 // ---- tensors out -----------------------------------------------------------------------------
 
 // A numpy array that owns kiln's Tensor (its memory is not copied) and has exactly its shape.
+// bfloat16 travels as uint16 (numpy cannot import it) and is viewed as ml_dtypes.bfloat16.
 nb::object to_numpy(Tensor t) {
-  if (t.dtype() == DType::kBFloat16) numpy_dtype(DType::kBFloat16);  // raises without ml_dtypes
+  const bool bf16 = t.dtype() == DType::kBFloat16;
+  nb::object bf16_dtype = bf16 ? numpy_dtype(DType::kBFloat16) : nb::none();  // raises without ml_dtypes
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   auto* owned = new Tensor(std::move(t));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   nb::ndarray<nb::numpy> arr(owned->data(), shape.size(), shape.data(), owner, nullptr,
-                             dlpack_from_dtype(owned->dtype()), nb::device::cpu::value);
-  return arr.cast();
+                             dlpack_from_dtype(bf16 ? DType::kUInt16 : owned->dtype()), nb::device::cpu::value);
+  nb::object out = arr.cast();
+  return bf16 ? out.attr("view")(bf16_dtype) : out;
 }
 
 nb::tuple shape_tuple(const Shape& s) {
@@ -313,7 +354,23 @@ class BoundContext {
     return reinterpret_cast<uintptr_t>(ctx_->tensor_address(name));
   }
 
-  void execute() {
+  void execute() { execute_on(nullptr, /*synchronize=*/true); }
+
+  // TensorRT's execute_async_v3: enqueues on `stream` (a cudaStream_t as an int). A CPU engine runs
+  // synchronously and takes stream 0 only: a real stream there means device pointers the CPU cannot
+  // read. Errors raise (TensorRT returns False and logs); success returns True, as TensorRT does.
+  bool execute_async_v3(uintptr_t stream) {
+    if (engine_.device() == Device::kCPU && stream != 0) {
+      raise_invalid("execute_async_v3: this engine runs on the CPU, which has no streams: pass stream_handle 0 "
+                    "(the run is synchronous)");
+    }
+    // Stream 0 is CUDA's legacy default stream, not the context's own (enqueue(nullptr)): running
+    // synchronously there keeps every later synchronize on stream 0 correct.
+    execute_on(reinterpret_cast<void*>(stream), /*synchronize=*/stream == 0);
+    return true;
+  }
+
+  void execute_on(void* stream, bool synchronize) {
     Exclusive guard(this);
     for (int i = 0; i < engine_.num_io_tensors(); ++i) {  // inputs first: they decide the rest
       const std::string name = engine_.io_tensor_name(i);
@@ -328,15 +385,68 @@ class BoundContext {
       }
     }
     nb::gil_scoped_release release;
-    check(ctx_->execute());
+    check(synchronize ? ctx_->execute() : ctx_->enqueue(stream));
   }
 
-  nb::dict run(nb::handle inputs_obj) {
-    Exclusive guard(this);
-    if (!nb::isinstance<nb::dict>(inputs_obj)) {
-      raise_invalid("run() takes a dict of input name -> array, got " + std::string(nb::type_name(inputs_obj.type()).c_str()));
+  // run(inputs): a dict of outputs. Inputs are a dict of name -> array, a list or tuple of arrays in
+  // engine input order, or one array for a one-input engine.
+  nb::dict run(nb::handle inputs_obj) { return run_named(named_inputs(inputs_obj)); }
+
+  // ONNX Runtime's run(output_names, input_feed): a list of arrays in the order asked for (all
+  // outputs in engine order when output_names is None).
+  nb::list run_ort(nb::handle output_names, nb::handle inputs_obj) {
+    std::vector<std::string> names;
+    if (output_names.is_none()) {
+      for (int i = 0; i < engine_.num_io_tensors(); ++i) {
+        std::string n = engine_.io_tensor_name(i);
+        if (engine_.tensor_mode(n) == TensorIOMode::kOUTPUT) names.push_back(n);
+      }
+    } else {
+      if (nb::isinstance<nb::str>(output_names)) raise_invalid("run(): output_names must be a list of names or None");
+      for (nb::handle n : output_names) {
+        std::string name = nb::cast<std::string>(n);
+        if (engine_.tensor_mode(name) != TensorIOMode::kOUTPUT) {
+          raise(not_found("run(): the engine has no output named '" + name + "'"));
+        }
+        names.push_back(std::move(name));
+      }
     }
-    nb::dict inputs_dict = nb::borrow<nb::dict>(inputs_obj);
+    nb::dict outputs = run_named(named_inputs(inputs_obj));
+    nb::list result;
+    for (const std::string& n : names) result.append(outputs[nb::str(n.c_str())]);
+    return result;
+  }
+
+ private:
+  nb::dict named_inputs(nb::handle inputs_obj) {
+    if (nb::isinstance<nb::dict>(inputs_obj)) return nb::borrow<nb::dict>(inputs_obj);
+    std::vector<std::string> names;
+    for (int i = 0; i < engine_.num_io_tensors(); ++i) {
+      std::string n = engine_.io_tensor_name(i);
+      if (engine_.tensor_mode(n) == TensorIOMode::kINPUT) names.push_back(n);
+    }
+    nb::list items;
+    if (nb::isinstance<nb::list>(inputs_obj) || nb::isinstance<nb::tuple>(inputs_obj)) {
+      for (nb::handle item : inputs_obj) items.append(item);
+    } else if (nb::hasattr(inputs_obj, "__dlpack__") || nb::hasattr(inputs_obj, "__array_interface__")) {
+      items.append(inputs_obj);
+    } else {
+      raise_invalid("run() takes a dict of input name -> array, a list of arrays in input order, or one array; got " +
+                    std::string(nb::type_name(inputs_obj.type()).c_str()));
+    }
+    if (items.size() != names.size()) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      raise_invalid("run(): the engine has " + std::to_string(names.size()) + " input(s) (" + list + "), got " +
+                    std::to_string(items.size()) + " array(s)");
+    }
+    nb::dict named;
+    for (size_t i = 0; i < names.size(); ++i) named[nb::str(names[i].c_str())] = items[i];
+    return named;
+  }
+
+  nb::dict run_named(nb::dict inputs_dict) {
+    Exclusive guard(this);
     std::vector<nb::ndarray<nb::ro>> keep;  // the arrays whose memory the Tensors wrap
     std::map<std::string, Tensor> inputs;
     for (auto [key, value] : inputs_dict) {
@@ -368,6 +478,7 @@ class BoundContext {
     return out;
   }
 
+ public:
   void set_optimization_profile(int profile) {
     Exclusive guard(this);
     check(ctx_->set_optimization_profile(profile));
@@ -426,6 +537,92 @@ std::vector<uint8_t> bytes_of(nb::handle obj) {
   return out;
 }
 
+// ---- TensorRT-style building ------------------------------------------------------------------
+
+// TensorRT's memory pools. kiln's builder has no workspace bound yet (it sizes activation memory
+// exactly, per run): set_memory_pool_limit records the value and get_memory_pool_limit reports it,
+// but it bounds nothing.
+enum class MemoryPoolType { kWORKSPACE = 0, kTACTIC_SHARED_MEMORY = 5 };
+
+// BuilderConfig plus the memory pool limits recorded for TensorRT-style code.
+struct PyBuilderConfig : BuilderConfig {
+  std::map<MemoryPoolType, uint64_t> pool_limits;
+};
+
+// One graph input or output of a Network, as TensorRT's ITensor shows it: shape with -1 for each
+// dynamic dim, and kiln's symbolic view beside it. Output shapes are inferred by the builder, so a
+// parsed network knows only their dtype (shape None).
+struct NetworkTensor {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::optional<std::vector<std::string>> symbolic_shape;
+  std::optional<std::vector<int64_t>> shape;
+  bool is_input = false;
+};
+
+NetworkTensor network_tensor(const Network& n, int index, bool input) {
+  const std::vector<int>& ids = input ? n.graph.inputs : n.graph.outputs;
+  if (index < 0 || index >= int(ids.size())) {
+    throw nb::index_error(((input ? "input index " : "output index ") + std::to_string(index) + " is outside [0, " +
+                           std::to_string(ids.size()) + ")").c_str());
+  }
+  const ir::Value& v = n.graph.values[ids[index]];
+  NetworkTensor t;
+  t.name = v.name;
+  t.dtype = v.dtype;
+  t.is_input = input;
+  if (input && v.shape) {
+    std::vector<std::string> sym;
+    std::vector<int64_t> dims;
+    for (const ir::Dim& d : *v.shape) {
+      sym.push_back(d.to_string());
+      dims.push_back(d.is_const() ? d.value() : -1);
+    }
+    t.symbolic_shape = std::move(sym);
+    t.shape = std::move(dims);
+  }
+  return t;
+}
+
+Network& check_network_parsed(Network& n) {
+  if (n.graph.nodes.empty() && n.graph.outputs.empty()) {
+    raise_invalid("the network is empty: parse a model into it first, e.g. kiln.OnnxParser(network, logger).parse(data)");
+  }
+  return n;
+}
+
+Engine build_engine(const Builder& b, const Network& network, const BuilderConfig& config) {
+  StatusOr<Engine> e = [&] {
+    nb::gil_scoped_release release;
+    return b.build(network, config);
+  }();
+  return value_or_raise(std::move(e));
+}
+
+std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>> profile_dimensions(
+    const OptimizationProfile& p, const std::string& input) {
+  auto it = p.inputs().find(input);
+  if (it == p.inputs().end()) raise(not_found("the profile has no dimensions for input '" + input + "'"));
+  return std::make_tuple(it->second.min, it->second.opt, it->second.max);
+}
+
+nb::tuple profile_triple(const Engine& e, const std::string& input, int profile) {
+  nb::list shapes;
+  for (OptProfileSelector which : {OptProfileSelector::kMIN, OptProfileSelector::kOPT, OptProfileSelector::kMAX}) {
+    shapes.append(shape_tuple(value_or_raise(e.profile_shape(input, profile, which))));
+  }
+  return nb::tuple(shapes);
+}
+
+nb::bytes engine_bytes(const Engine& e) {
+  std::vector<uint8_t> b;
+  {
+    nb::gil_scoped_release release;
+    b = e.serialize();
+  }
+  return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
 }  // namespace
 }  // namespace kiln::python
 
@@ -452,10 +649,51 @@ NB_MODULE(_kiln, m) {
       .value("OPT", OptProfileSelector::kOPT)
       .value("MAX", OptProfileSelector::kMAX);
 
+  nb::enum_<MemoryPoolType>(m, "MemoryPoolType",
+                            "TensorRT's memory pools, for BuilderConfig.set_memory_pool_limit. kiln records the "
+                            "limits but bounds nothing with them yet: activation memory is sized exactly per run.")
+      .value("WORKSPACE", MemoryPoolType::kWORKSPACE)
+      .value("TACTIC_SHARED_MEMORY", MemoryPoolType::kTACTIC_SHARED_MEMORY);
+
+  m.attr("kiln_version") = plan::kKilnVersion;            // written into every engine file
+  m.attr("engine_format_version") = plan::kFormatVersion;  // the engine file format this build reads and writes
+
   m.def("device_available", [](Device d) { return backends::get_backend(d).ok(); }, nb::arg("device"),
         "Whether this build of kiln has a backend for `device` (CUDA needs a CUDA build).");
 
+  nb::class_<NetworkTensor>(m, "NetworkTensor", "A graph input or output of a Network (TensorRT's ITensor).")
+      .def_ro("name", &NetworkTensor::name)
+      .def_prop_ro(
+          "dtype", [](const NetworkTensor& t) { return t.dtype == DType::kUndefined ? nb::object(nb::none()) : numpy_dtype(t.dtype); },
+          nb::sig("def dtype(self) -> numpy.dtype | None"), "The numpy dtype; None where the model declares none.")
+      .def_prop_ro(
+          "dtype_name", [](const NetworkTensor& t) { return std::string(dtype_name(t.dtype)); },
+          "kiln's dtype name ('float32', 'bfloat16', ...; 'undefined' where the model declares none).")
+      .def_ro("shape", &NetworkTensor::shape,
+              "Inputs: the shape with -1 for each dynamic dim. Outputs: None (the builder infers them).")
+      .def_ro("symbolic_shape", &NetworkTensor::symbolic_shape, "Inputs: each dim as text ('batch', '3'); outputs: None.")
+      .def_ro("is_network_input", &NetworkTensor::is_input)
+      .def("__repr__", [](const NetworkTensor& t) {
+        std::string dims = "?";
+        if (t.symbolic_shape) {
+          dims.clear();
+          for (const std::string& d : *t.symbolic_shape) dims += (dims.empty() ? "" : ", ") + d;
+        }
+        return "<kiln.NetworkTensor " + t.name + " " + std::string(dtype_name(t.dtype)) + " [" + dims + "]>";
+      });
+
   nb::class_<Network>(m, "Network", "A parsed ONNX model (kiln.onnx.parse_file).")
+      .def(nb::init<>(), "An empty network, for kiln.OnnxParser to fill (TensorRT's builder.create_network()).")
+      .def_prop_ro("num_inputs", [](const Network& n) { return int(n.graph.inputs.size()); })
+      .def_prop_ro("num_outputs", [](const Network& n) { return int(n.graph.outputs.size()); })
+      .def_prop_ro("num_layers", [](const Network& n) { return int(n.graph.nodes.size()); }, "Nodes in the model.")
+      .def("get_input", [](const Network& n, int i) { return network_tensor(n, i, true); }, nb::arg("index"),
+           "Graph input `index` (initializers excluded), in model order.")
+      .def("get_output", [](const Network& n, int i) { return network_tensor(n, i, false); }, nb::arg("index"),
+           "Graph output `index`, in model order.")
+      .def(
+          "_take", [](Network& n, Network& other) { n = std::move(other); }, nb::arg("other"),
+          "Moves a parsed network into this one, leaving `other` empty (kiln.OnnxParser uses it).")
       .def_prop_ro("path", [](const Network& n) { return n.path; }, "The model file; empty when parsed from bytes.")
       .def_prop_ro("model_hash", [](const Network& n) { return n.model_hash; }, "FNV-1a 64 of the model bytes.")
       .def_prop_ro("ir_version", [](const Network& n) { return n.ir_version; })
@@ -494,13 +732,13 @@ NB_MODULE(_kiln, m) {
           nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"),
           "Sets the shapes of one input; min <= opt <= max elementwise, checked when the engine is built.")
       .def(
-          "get_dimensions",
-          [](const OptimizationProfile& p, const std::string& input) {
-            auto it = p.inputs().find(input);
-            if (it == p.inputs().end()) raise(not_found("the profile has no dimensions for input '" + input + "'"));
-            return std::make_tuple(it->second.min, it->second.opt, it->second.max);
-          },
-          nb::arg("input"), "The (min, opt, max) shapes set for `input`.")
+          "set_shape",
+          [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
+             std::vector<int64_t> max) { check(p.set_dimensions(input, std::move(min), std::move(opt), std::move(max))); },
+          nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"), "Alias of set_dimensions (TensorRT's name).")
+      .def("get_dimensions", &profile_dimensions, nb::arg("input"), "The (min, opt, max) shapes set for `input`.")
+      .def("get_shape", &profile_dimensions, nb::arg("input"),
+           "Alias of get_dimensions (TensorRT's name); NotFoundError for an input the profile does not set.")
       .def_prop_ro(
           "inputs",
           [](const OptimizationProfile& p) {
@@ -510,14 +748,37 @@ NB_MODULE(_kiln, m) {
           },
           "Names of the inputs this profile sets.");
 
-  nb::class_<BuilderConfig>(m, "BuilderConfig", "Profiles and precision policy; TF32 is on by default, as in TensorRT.")
+  nb::class_<PyBuilderConfig>(m, "BuilderConfig", "Profiles and precision policy; TF32 is on by default, as in TensorRT.")
       .def(nb::init<>())
-      .def("set_flag", &BuilderConfig::set_flag, nb::arg("flag"))
-      .def("clear_flag", &BuilderConfig::clear_flag, nb::arg("flag"))
-      .def("get_flag", &BuilderConfig::get_flag, nb::arg("flag"))
-      .def_prop_ro("flags", &BuilderConfig::flags, "The flags as a bit mask (1 << BuilderFlag).")
-      .def("add_profile", &BuilderConfig::add_profile, nb::arg("profile"), "Adds a profile (copied).")
-      .def_prop_ro("num_profiles", [](const BuilderConfig& c) { return int(c.profiles().size()); });
+      .def("set_flag", [](PyBuilderConfig& c, BuilderFlag f) { c.set_flag(f); }, nb::arg("flag"))
+      .def("clear_flag", [](PyBuilderConfig& c, BuilderFlag f) { c.clear_flag(f); }, nb::arg("flag"))
+      .def("get_flag", [](const PyBuilderConfig& c, BuilderFlag f) { return c.get_flag(f); }, nb::arg("flag"))
+      .def_prop_ro("flags", [](const PyBuilderConfig& c) { return c.flags(); }, "The flags as a bit mask (1 << BuilderFlag).")
+      .def("add_profile", [](PyBuilderConfig& c, const OptimizationProfile& p) { c.add_profile(p); }, nb::arg("profile"),
+           "Adds a profile (copied).")
+      .def(
+          "add_optimization_profile",
+          [](PyBuilderConfig& c, const OptimizationProfile& p) {
+            c.add_profile(p);
+            return int(c.profiles().size()) - 1;
+          },
+          nb::arg("profile"), "Adds a profile (copied) and returns its index (TensorRT's name).")
+      .def_prop_ro("num_profiles", [](const PyBuilderConfig& c) { return int(c.profiles().size()); })
+      .def_prop_ro("num_optimization_profiles", [](const PyBuilderConfig& c) { return int(c.profiles().size()); },
+                   "Alias of num_profiles (TensorRT's name).")
+      .def(
+          "set_memory_pool_limit",
+          [](PyBuilderConfig& c, MemoryPoolType pool, uint64_t bytes) { c.pool_limits[pool] = bytes; },
+          nb::arg("pool"), nb::arg("pool_size"),
+          "Records a TensorRT memory pool limit. It bounds nothing yet: kiln's builder has no workspace pool, "
+          "and activation memory is sized exactly for each run's shapes.")
+      .def(
+          "get_memory_pool_limit",
+          [](const PyBuilderConfig& c, MemoryPoolType pool) {
+            auto it = c.pool_limits.find(pool);
+            return it == c.pool_limits.end() ? std::numeric_limits<uint64_t>::max() : it->second;
+          },
+          nb::arg("pool"), "The limit recorded for `pool`; 2**64 - 1 (no limit) when none was set.");
 
   nb::class_<Engine>(m, "Engine",
                      "A built engine: immutable, shareable by threads; each thread runs its own ExecutionContext.")
@@ -549,16 +810,10 @@ NB_MODULE(_kiln, m) {
             check(e.save(path.string()));
           },
           nb::arg("path"), "Writes the engine file.")
-      .def(
-          "serialize",
-          [](const Engine& e) {
-            std::vector<uint8_t> b = e.serialize();
-            return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-          },
-          "The engine file's bytes.")
-      .def("num_io_tensors", &Engine::num_io_tensors, "Number of inputs plus outputs.")
+      .def("serialize", &engine_bytes, "The engine file's bytes (what save() writes; Engine.deserialize reads them).")
+      .def_prop_ro("num_io_tensors", &Engine::num_io_tensors, "Number of inputs plus outputs.")
       .def("io_tensor_name", &engine_io_tensor_name, nb::arg("index"),
-           "Inputs first, then outputs, each in model order; IndexError outside [0, num_io_tensors()).")
+           "Inputs first, then outputs, each in model order; IndexError outside [0, num_io_tensors).")
       .def("tensor_shape", &engine_tensor_shape, nb::arg("name"),
            "The shape with -1 for each dynamic dim (TensorRT's convention); see tensor_symbolic_shape.")
       .def(
@@ -572,18 +827,27 @@ NB_MODULE(_kiln, m) {
       .def("tensor_dtype", &engine_tensor_dtype, nb::arg("name"),
            nb::sig("def tensor_dtype(self, name: str) -> numpy.dtype"), "The tensor's numpy dtype.")
       .def("tensor_mode", &Engine::tensor_mode, nb::arg("name"), "INPUT, OUTPUT, or NONE for an unknown name.")
-      .def("num_profiles", &Engine::num_profiles)
+      .def_prop_ro("num_profiles", &Engine::num_profiles, "Number of optimization profiles.")
+      .def_prop_ro("num_optimization_profiles", &Engine::num_profiles, "Alias of num_profiles (TensorRT's name).")
       .def(
           "profile_shape",
-          [](const Engine& e, const std::string& input, int profile, OptProfileSelector which) {
-            return shape_tuple(value_or_raise(e.profile_shape(input, profile, which)));
+          [](const Engine& e, const std::string& input, int profile, std::optional<OptProfileSelector> which) -> nb::object {
+            if (!which) return profile_triple(e, input, profile);
+            return shape_tuple(value_or_raise(e.profile_shape(input, profile, *which)));
           },
-          nb::arg("input"), nb::arg("profile"), nb::arg("which"), "The MIN, OPT or MAX shape of `input` in `profile`.")
+          nb::arg("input"), nb::arg("profile"), nb::arg("which").none() = nb::none(),
+          nb::sig("def profile_shape(self, input: str, profile: int, which: OptProfileSelector | None = None) -> "
+                  "tuple[int, ...] | tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]"),
+          "The MIN, OPT or MAX shape of `input` in `profile`; without `which`, the (min, opt, max) triple.")
+      .def("get_tensor_profile_shape", &profile_triple, nb::arg("name"), nb::arg("profile_index"),
+           nb::sig("def get_tensor_profile_shape(self, name: str, profile_index: int) -> "
+                   "tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]"),
+           "(min, opt, max) shapes of input `name` in profile `profile_index` (TensorRT's name).")
       .def(
           "activation_bytes_formula", [](const Engine& e) { return e.activation_bytes_formula().to_string(); },
           "Activation memory in bytes as a formula over the input symbols.")
       .def_prop_ro("device", &Engine::device)
-      .def("num_layers", &Engine::num_layers, "Nodes that run.")
+      .def_prop_ro("num_layers", &Engine::num_layers, "Nodes that run.")
       .def(
           "create_execution_context",
           [](const Engine& e) { return new BoundContext(e, value_or_raise(e.create_execution_context())); },
@@ -605,46 +869,116 @@ NB_MODULE(_kiln, m) {
         return s + ">";
       });
 
-  nb::class_<Builder>(m, "Builder", "Builds engines for a device.")
+  nb::class_<Builder>(m, "Builder",
+                      "Builds engines for a device. kiln.Builder(kiln.Device.CPU) is kiln's spelling; "
+                      "kiln.Builder(logger) is TensorRT's (it builds for the CPU unless device= says otherwise).")
       .def(nb::init<Device>(), nb::arg("device") = Device::kCPU)
       .def(
+          "__init__",
+          [](Builder* self, nb::handle logger, Device device) {
+            if (!logger.is_none() && !nb::hasattr(logger, "log")) {
+              throw nb::type_error("Builder(logger): expected a kiln.Logger (an object with log(severity, msg)) "
+                                   "or a kiln.Device");
+            }
+            new (self) Builder(device);
+          },
+          nb::arg("logger").none(), nb::arg("device") = Device::kCPU,
+          nb::sig("def __init__(self, logger: object, device: Device = Device.CPU) -> None"))
+      .def(
           "build",
-          [](const Builder& b, const Network& network, const BuilderConfig& config) {
-            StatusOr<Engine> e = [&] {
-              nb::gil_scoped_release release;
-              return b.build(network, config);
-            }();
-            return value_or_raise(std::move(e));
+          [](const Builder& b, const Network& network, const PyBuilderConfig& config) {
+            return build_engine(b, network, config);
           },
           nb::arg("network"), nb::arg("config"),
-          "Builds an engine; a profile that breaks a node raises with the node, dims and sub-range.");
+          "Builds an engine; a profile that breaks a node raises with the node, dims and sub-range.")
+      // TensorRT 10's building spellings. Where TensorRT returns None and logs, kiln raises the typed error.
+      .def(
+          "create_network", [](const Builder&, uint32_t /*flags*/) { return Network(); }, nb::arg("flags") = 0,
+          "An empty Network for kiln.OnnxParser to fill. Flags are accepted and ignored: kiln networks always "
+          "have explicit batch dims, and precision follows the BuilderConfig flags.")
+      .def("create_builder_config", [](const Builder&) { return PyBuilderConfig(); }, "A new BuilderConfig.")
+      .def("create_optimization_profile", [](const Builder&) { return OptimizationProfile(); },
+           "A new OptimizationProfile.")
+      .def(
+          "build_serialized_network",
+          [](const Builder& b, Network& network, const PyBuilderConfig& config) {
+            return engine_bytes(build_engine(b, check_network_parsed(network), config));
+          },
+          nb::arg("network"), nb::arg("config"), "Builds and returns the engine file's bytes.")
+      .def(
+          "build_engine_with_config",
+          [](const Builder& b, Network& network, const PyBuilderConfig& config) {
+            return build_engine(b, check_network_parsed(network), config);
+          },
+          nb::arg("network"), nb::arg("config"), "Builds an Engine (alias of build for a parsed network).");
 
   nb::class_<BoundContext>(m, "ExecutionContext",
                         "Runs an engine for one caller; create one per thread with Engine.create_execution_context().")
-      .def("set_input_shape", &BoundContext::set_input_shape, nb::arg("name"), nb::arg("shape"),
-           nb::sig("def set_input_shape(self, name: str, shape: collections.abc.Sequence[int]) -> None"),
-           "Validated against the active profile: rank, each dim's range, shared symbols.")
+      .def(
+          "set_input_shape",
+          [](BoundContext& c, const std::string& name, nb::handle shape) {
+            c.set_input_shape(name, shape);
+            return true;
+          },
+          nb::arg("name"), nb::arg("shape"),
+          nb::sig("def set_input_shape(self, name: str, shape: collections.abc.Sequence[int]) -> bool"),
+          "Validated against the active profile: rank, each dim's range, shared symbols. Returns True "
+          "(TensorRT's habit); errors raise.")
       .def("tensor_shape", &BoundContext::tensor_shape, nb::arg("name"),
            nb::sig("def tensor_shape(self, name: str) -> tuple[int, ...]"),
            "Inputs: the shape set; outputs: the exact shape the current input shapes imply.")
       .def("get_tensor_shape", &BoundContext::tensor_shape, nb::arg("name"),
            nb::sig("def get_tensor_shape(self, name: str) -> tuple[int, ...]"), "Alias of tensor_shape.")
       .def("infer_shapes", &BoundContext::infer_shapes, "Resolves every shape; raises naming the inputs still unset.")
-      .def("set_tensor_address", &BoundContext::set_tensor_address, nb::arg("name"), nb::arg("address"),
-           nb::sig("def set_tensor_address(self, name: str, address: int | object | None) -> None"),
-           "Binds a tensor's memory. An int is a raw host pointer (you keep the memory alive and sized). "
-           "An array (numpy or __dlpack__, C-contiguous, the engine's dtype) is kept alive by the context; "
-           "an input array also sets the input shape, and execute() checks each array's shape against "
-           "the run's exact shape.")
+      .def(
+          "set_tensor_address",
+          [](BoundContext& c, const std::string& name, nb::handle target) {
+            c.set_tensor_address(name, target);
+            return true;
+          },
+          nb::arg("name"), nb::arg("address").none(),
+          nb::sig("def set_tensor_address(self, name: str, address: int | object | None) -> bool"),
+          "Binds a tensor's memory. An int is a raw host pointer (you keep the memory alive and sized). "
+          "An array (numpy or __dlpack__, C-contiguous, the engine's dtype) is kept alive by the context; "
+          "an input array also sets the input shape, and execute() checks each array's shape against "
+          "the run's exact shape. Returns True (TensorRT's habit); errors raise.")
       .def("tensor_address", &BoundContext::tensor_address, nb::arg("name"), "The bound address (0 when unset).")
+      .def("get_tensor_address", &BoundContext::tensor_address, nb::arg("name"), "Alias of tensor_address.")
       .def("execute", &BoundContext::execute, "Runs with the bound addresses, without the GIL.")
+      .def("execute_async_v3", &BoundContext::execute_async_v3, nb::arg("stream_handle"),
+           "TensorRT's enqueue: runs with the bound addresses on `stream_handle` (a cudaStream_t as an int) and "
+           "returns True. A CPU engine takes stream 0 only and runs synchronously; on the GPU stream 0 runs "
+           "synchronously too. Errors raise.")
       .def("run", &BoundContext::run, nb::arg("inputs"),
-           nb::sig("def run(self, inputs: collections.abc.Mapping[str, object]) -> dict[str, numpy.ndarray]"),
-           "Runs on a dict of input arrays and returns a dict of output arrays of exactly their shapes. "
-           "C-contiguous host arrays of the engine's dtype are read in place; other layouts are copied; "
-           "a different dtype raises InvalidArgumentError. Outputs own kiln's memory (no copy).")
+           nb::sig("def run(self, inputs: collections.abc.Mapping[str, object] | collections.abc.Sequence[object] | "
+                   "object) -> dict[str, numpy.ndarray]"),
+           "Runs on a dict of input arrays (or a list in engine input order, or one array) and returns a dict "
+           "of output arrays of exactly their shapes. C-contiguous host arrays of the engine's dtype are read "
+           "in place; other layouts are copied; a different dtype raises InvalidArgumentError. Outputs own "
+           "kiln's memory (no copy).")
+      .def(
+          "run",
+          [](BoundContext& c, nb::handle output_names, nb::handle inputs, nb::handle) {
+            return c.run_ort(output_names, inputs);
+          },
+          nb::arg("output_names").none(), nb::arg("input_feed"), nb::arg("run_options").none() = nb::none(),
+          nb::sig("def run(self, output_names: collections.abc.Sequence[str] | None, input_feed: "
+                  "collections.abc.Mapping[str, object] | collections.abc.Sequence[object], run_options: object = None) "
+                  "-> list[numpy.ndarray]"),
+          "ONNX Runtime's spelling: returns a list of output arrays in the order of `output_names` "
+          "(every output, in engine order, for None). run_options is accepted and ignored.")
       .def("set_optimization_profile", &BoundContext::set_optimization_profile, nb::arg("profile"))
+      .def(
+          "set_optimization_profile_async",
+          [](BoundContext& c, int profile, uintptr_t) {
+            c.set_optimization_profile(profile);
+            return true;
+          },
+          nb::arg("profile_index"), nb::arg("stream_handle"),
+          "TensorRT's name for set_optimization_profile; the switch is immediate, so the stream is not used.")
       .def_prop_ro("optimization_profile", &BoundContext::optimization_profile)
+      .def_prop_ro("active_optimization_profile", &BoundContext::optimization_profile,
+                   "Alias of optimization_profile (TensorRT's name).")
       .def_prop_ro("arena_bytes", &BoundContext::arena_bytes, "Bytes of activation memory held now.")
       .def_prop_ro("engine", &BoundContext::engine, nb::rv_policy::copy, "The engine this context runs.");
 }

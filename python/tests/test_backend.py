@@ -65,10 +65,15 @@ def test_backend_errors_are_kiln_errors():
         rep.run([np.ones((1, 4))])
 
 
-# onnx's own node tests (model + test_data_set_0 shipped inside the onnx package), driven by onnx's
-# BackendTest. It generates a test for every case it knows; keep only the included ones, rather
-# than thousands of skips.
-NODE_TESTS = ("test_relu_cpu", "test_add_bcast_cpu", "test_matmul_2d_cpu", "test_softmax_axis_1_cpu")
+# onnx's own node tests (built in memory by the installed onnx), driven by onnx's BackendTest. It
+# generates a test for every case it knows; keep only the included ones, rather than thousands of
+# skips. The last four are opset-28 models (Mod fmod=0 on floats, signed BitShift, SpaceToDepth's
+# CRD mode, SwiGLU). scripts/onnx_backend_test.py runs them all.
+NODE_TESTS = (
+    "test_relu_cpu", "test_add_bcast_cpu", "test_matmul_2d_cpu", "test_softmax_axis_1_cpu",
+    "test_mod_float_edge_cases_fmod_0_float32_cpu", "test_bitshift_right_int8_negative_input_cpu",
+    "test_spacetodepth_crd_mode_example_cpu", "test_swiglu_cpu",
+)
 backend_test = onnx.backend.test.BackendTest(kiln.backend.KilnBackend, __name__)
 onnx_node_cases = backend_test.test_cases  # a property that makes fresh classes on each access
 for _name, _case in onnx_node_cases.items():

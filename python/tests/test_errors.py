@@ -59,7 +59,7 @@ def test_unknown_names():
         engine.tensor_dtype("y")
     assert engine.tensor_mode("y") == kiln.TensorIOMode.NONE
     with pytest.raises(IndexError):
-        engine.io_tensor_name(engine.num_io_tensors())
+        engine.io_tensor_name(engine.num_io_tensors)
     with pytest.raises(kiln.InvalidArgumentError, match="missing input.*x"):
         context.run({})
     with pytest.raises(kiln.Error, match="not set: x"):
@@ -74,7 +74,7 @@ def test_unknown_names():
 def test_corrupt_and_missing_engine_files(tmp_path):
     require_models()
     data = built_engine("testmod_linear").serialize()
-    assert kiln.Engine.deserialize(data).num_io_tensors() == 2
+    assert kiln.Engine.deserialize(data).num_io_tensors == 2
     truncated = tmp_path / "truncated.kiln"
     truncated.write_bytes(data[: len(data) // 2])
     # The engine file reader reports these as InvalidArgument or InvalidModel, always naming the cause.
@@ -110,4 +110,4 @@ def test_profile_errors_raise_at_build():
     config2.add_profile(profile2)
     with pytest.raises(kiln.Error, match="'y'"):
         kiln.Builder().build(network, config2)
-    assert kiln.Builder(kiln.Device.CPU).build(network, config).num_profiles() == 1
+    assert kiln.Builder(kiln.Device.CPU).build(network, config).num_profiles == 1

@@ -13,7 +13,7 @@ def test_model_matches_onnxruntime(name, tmp_path):
     path = tmp_path / f"{name}.kiln"
     built.save(path)
     engine = kiln.Engine.load(path)  # run what was saved, so the file format is covered too
-    names = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors())]
+    names = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.tensor_mode(n) == kiln.TensorIOMode.INPUT]
     outputs = [n for n in names if engine.tensor_mode(n) == kiln.TensorIOMode.OUTPUT]
     assert inputs == list(PROFILES[name])

@@ -10,11 +10,11 @@ from conftest import built_engine, require_models
 def seed_flow(engine, batch, images, bind):
     context = engine.create_execution_context()
     buffers = {}
-    for i in range(engine.num_io_tensors()):
+    for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         if engine.get_tensor_mode(name) == kiln.TensorIOMode.INPUT:
             context.set_input_shape(name, (batch, 3, 224, 224))
-    for i in range(engine.num_io_tensors()):
+    for i in range(engine.num_io_tensors):
         name = engine.io_tensor_name(i)
         shape = context.tensor_shape(name)
         if engine.tensor_mode(name) == kiln.TensorIOMode.INPUT:

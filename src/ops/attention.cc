@@ -1,5 +1,6 @@
 // Schemas of the attention op family (opset 23+): Attention (3-D inputs with q/kv_num_heads or
-// 4-D [B, heads, seq, head_size]; GQA, past key/value, masks, causal, softcap) and RotaryEmbedding.
+// 4-D [B, heads, seq, head_size]; GQA, past key/value, masks, causal, softcap, opset 25's sliding
+// windows) and RotaryEmbedding.
 #include <string>
 #include <vector>
 
@@ -53,6 +54,19 @@ Status infer_attention(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(ctx.attrs().get_int("is_causal", 0).status());
   if (mode < 0 || mode > 3) {
     return ctx.error(StatusCode::kInvalidModel, "attribute qk_matmul_output_mode must be 0..3");
+  }
+  // Opset 25: sliding windows, -1 (the default) for an unbounded side.
+  for (const char* name : {"left_window_size", "right_window_size"}) {
+    KILN_ASSIGN_OR_RETURN(int64_t w, ctx.attrs().get_int(name, -1));
+    if (w < -1) {
+      return ctx.error(StatusCode::kInvalidModel, std::string("attribute ") + name +
+                                                      " must be -1 or nonnegative, got " +
+                                                      std::to_string(w));
+    }
+    if (ctx.attrs().has(name) && ctx.opset() > 0 && ctx.opset() < 25) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       std::string("attribute ") + name + " needs opset 25");
+    }
   }
   KILN_ASSIGN_OR_RETURN(Heads q, split_heads(ctx, 0, qh_attr, "q_num_heads"));
   KILN_ASSIGN_OR_RETURN(Heads k, split_heads(ctx, 1, kvh_attr, "kv_num_heads"));

@@ -231,8 +231,10 @@ Status infer_arith(InferContext& ctx) {
                        "attribute fmod must be 0 or 1, got " + std::to_string(*f));
     }
     fmod = *f == 1;
-    if (!fmod && is_float(dt)) {
-      return ctx.error(StatusCode::kInvalidModel, "Mod on floating-point inputs requires fmod=1");
+    // Opset 28 defined fmod=0 on floats: A - floor(A / B) * B, the sign of B.
+    if (!fmod && is_float(dt) && ctx.opset() > 0 && ctx.opset() < 28) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "Mod on floating-point inputs requires fmod=1 before opset 28");
     }
   }
   ctx.set_output(0, dt, shape);

@@ -1,5 +1,6 @@
-// Schemas of the index op family: Slice, Gather, GatherND, GatherElements, CumSum. Slice clamps its
-// starts and ends per the ONNX spec on symbolic dims, proving each clamp from bounds where it can.
+// Schemas of the index op family: Slice, Gather, GatherND, GatherElements, CumSum, Scatter*,
+// OneHot, ReverseSequence. Slice clamps its starts and ends per the ONNX spec on symbolic dims,
+// proving each clamp from bounds where it can.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -497,6 +498,80 @@ Status infer_scatter_nd(InferContext& ctx) {
   return ok_status();
 }
 
+// OneHot: indices of any numeric dtype, a one-element depth (its value sets the output's size, so
+// it must be known at build time), values [off, on]; the depth axis is inserted at `axis`.
+Status infer_one_hot(InferContext& ctx) {
+  const DType idt = ctx.input_dtype(0), vdt = ctx.input_dtype(2);
+  if (!is_integer(idt) && !is_float(idt)) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 0) + " (indices) must be numeric");
+  }
+  if (!is_integer(ctx.input_dtype(1)) && !is_float(ctx.input_dtype(1))) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (depth) must be numeric");
+  }
+  if (!is_integer(vdt) && !is_float(vdt) && vdt != DType::kBool) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 2) + " (values) must be numeric or bool");
+  }
+  const auto& values = ctx.input_shape(2);
+  if (values.size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 2) + " (values) must be [off, on]");
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(values[0], Dim(2), "values holds [off, on]"));
+  Dim depth;
+  if (const Tensor* t = ctx.input_constant(1)) {
+    if (t->numel() != 1) {
+      return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (depth) must hold one value");
+    }
+    // A float depth is cast to int64 (the spec); a huge or NaN one is refused.
+    const double d = is_float(t->dtype()) ? t->float_at(0) : double(t->int_at(0));
+    if (!(d >= 1 && d < double(int64_t(1) << 40))) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       label(ctx, 1) + " (depth) is " + std::to_string(d) + "; it must be >= 1");
+    }
+    depth = Dim(int64_t(d));
+  } else {
+    KILN_ASSIGN_OR_RETURN(Dims v, ctx.require_value(1, "depth"));
+    if (v.size() != 1) {
+      return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (depth) must hold one value");
+    }
+    KILN_RETURN_IF_ERROR(ctx.require_ge(v[0], Dim(1), "OneHot depth >= 1"));
+    depth = v[0];
+  }
+  auto axis = ctx.attrs().get_int("axis", -1);
+  if (!axis.ok()) return attr_error(ctx, axis.status());
+  const int rank = ctx.input_rank(0);
+  KILN_ASSIGN_OR_RETURN(int a, ctx.normalize_axis(*axis, rank + 1, "axis"));
+  Dims out = ctx.input_shape(0);
+  out.insert(out.begin() + a, depth);
+  ctx.set_output(0, vdt, std::move(out));
+  return ok_status();
+}
+
+// ReverseSequence: reverses the first sequence_lens[b] steps of each batch entry along the time
+// axis; batch and time axes are 0 and 1 in either order.
+Status infer_reverse_sequence(InferContext& ctx) {
+  if (ctx.input_rank(0) < 2) {
+    return ctx.error(StatusCode::kInvalidModel, label(ctx, 0) + " must have rank >= 2");
+  }
+  if (ctx.input_dtype(1) != DType::kInt64 || ctx.input_rank(1) != 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 1) + " (sequence_lens) must be a 1-D int64 tensor");
+  }
+  auto batch = ctx.attrs().get_int("batch_axis", 1);
+  if (!batch.ok()) return attr_error(ctx, batch.status());
+  auto time = ctx.attrs().get_int("time_axis", 0);
+  if (!time.ok()) return attr_error(ctx, time.status());
+  if (!((*batch == 0 && *time == 1) || (*batch == 1 && *time == 0))) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "batch_axis and time_axis must be 0 and 1 in some order, got " +
+                         std::to_string(*batch) + " and " + std::to_string(*time));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(ctx.input_shape(1)[0], ctx.input_shape(0)[*batch],
+                                         "sequence_lens has one length per batch entry"));
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_index_ops(OpRegistry& r) {
@@ -509,6 +584,8 @@ void register_index_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kScatterElements, 3, 3, 1, 1, &infer_scatter_elements});
   r.add(OpSchema{OpKind::kScatter, 3, 3, 1, 1, &infer_scatter_elements});
   r.add(OpSchema{OpKind::kScatterND, 3, 3, 1, 1, &infer_scatter_nd});
+  r.add(OpSchema{OpKind::kOneHot, 3, 3, 1, 1, &infer_one_hot});
+  r.add(OpSchema{OpKind::kReverseSequence, 2, 2, 1, 1, &infer_reverse_sequence});
 }
 
 }  // namespace kiln::ops

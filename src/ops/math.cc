@@ -1,5 +1,6 @@
 // Schemas of the math op family: elementwise ops beyond the core set (trigonometry, activations
-// with parameters, bitwise and shift ops, variadic Sum/Mean, PRelu) and inference-mode Dropout.
+// with parameters, SwiGLU, bitwise and shift ops, variadic Sum/Mean, PRelu) and inference-mode
+// Dropout.
 #include <string>
 
 #include "ops/schema.h"
@@ -109,9 +110,14 @@ Status infer_bitwise(InferContext& ctx) {
   return ok_status();
 }
 
+// BitShift: unsigned integers; opset 28 added signed ones (arithmetic right shift).
 Status infer_bitshift(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(
-      require_dtype(ctx, 0, is_unsigned(ctx.input_dtype(0)), "unsigned integer tensors"));
+  const DType dt = ctx.input_dtype(0);
+  if (ctx.opset() > 0 && ctx.opset() < 28) {
+    KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_unsigned(dt),
+                                       "unsigned integer tensors (signed ones from opset 28)"));
+  }
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_integer(dt), "integer tensors"));
   auto dir = ctx.attrs().get_string("direction", std::nullopt);
   if (!dir.ok()) return ctx.error(dir.status().code(), dir.status().message());
   if (*dir != "LEFT" && *dir != "RIGHT") {
@@ -120,6 +126,32 @@ Status infer_bitshift(InferContext& ctx) {
   }
   KILN_ASSIGN_OR_RETURN(auto shape, broadcast_all(ctx));
   ctx.set_output(0, ctx.input_dtype(0), shape);
+  return ok_status();
+}
+
+// SwiGLU (opset 28): Y = Swish_alpha(A) * B, A and B float tensors of one shape (no broadcast).
+Status infer_swiglu(InferContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_float(dt), "float tensors"));
+  KILN_RETURN_IF_ERROR(check_float_attrs(ctx, {"alpha"}));
+  if (ctx.input_dtype(1) != dt) {
+    return ctx.error(StatusCode::kInvalidModel, input_label(ctx, 1) + " has dtype " +
+                                                    std::string(dtype_name(ctx.input_dtype(1))) +
+                                                    " but input 0 has " +
+                                                    std::string(dtype_name(dt)));
+  }
+  const auto& a = ctx.input_shape(0);
+  const auto& b = ctx.input_shape(1);
+  if (a.size() != b.size()) {
+    return ctx.error(StatusCode::kInvalidModel, "A has rank " + std::to_string(a.size()) +
+                                                    " and B rank " + std::to_string(b.size()) +
+                                                    "; SwiGLU does not broadcast");
+  }
+  for (size_t d = 0; d < a.size(); ++d) {
+    KILN_RETURN_IF_ERROR(
+        ctx.require_equal(a[d], b[d], "B dim " + std::to_string(d) + " matches A's"));
+  }
+  ctx.set_output(0, dt, a);
   return ok_status();
 }
 
@@ -188,6 +220,7 @@ void register_math_ops(OpRegistry& r) {
   }
   r.add(OpSchema{OpKind::kBitwiseNot, 1, 1, 1, 1, &infer_bitwise, true, false});
   r.add(OpSchema{OpKind::kBitShift, 2, 2, 1, 1, &infer_bitshift, true, false});
+  r.add(OpSchema{OpKind::kSwiGLU, 2, 2, 1, 1, &infer_swiglu, true, false});
   r.add(OpSchema{OpKind::kDropout, 1, 3, 1, 2, &infer_dropout, false, false});
 }
 

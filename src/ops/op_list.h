@@ -11,7 +11,7 @@
   X(Softplus) X(Elu) X(Gelu) X(Sign) X(Round)                                                    \
   X(CastLike) X(Dropout) X(Tan) X(Asin) X(Acos) X(Atan) X(Sinh) X(Cosh) X(Asinh) X(Acosh)        \
   X(Atanh) X(Softsign) X(Selu) X(Celu) X(Mish) X(ThresholdedRelu) X(Swish) X(Shrink) X(PRelu)    \
-  X(Sum) X(Mean) X(BitwiseAnd) X(BitwiseOr) X(BitwiseXor) X(BitwiseNot) X(BitShift)              \
+  X(Sum) X(Mean) X(BitwiseAnd) X(BitwiseOr) X(BitwiseXor) X(BitwiseNot) X(BitShift) X(SwiGLU)    \
   X(NegativeLogLikelihoodLoss) X(SoftmaxCrossEntropyLoss)                                        \
   /* matmul, conv, norm, reduce, resize */                                                      \
   X(MatMul) X(Gemm) X(Conv) X(MaxPool) X(AveragePool) X(GlobalAveragePool) X(GlobalMaxPool)     \
@@ -28,7 +28,8 @@
   /* shape and index */                                                                         \
   X(Shape) X(Size) X(Reshape) X(Squeeze) X(Unsqueeze) X(Concat) X(Slice) X(Gather) X(GatherND)  \
   X(GatherElements) X(Expand) X(Transpose) X(Range) X(ConstantOfShape) X(Constant) X(CumSum)    \
-  X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)  \
+  X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)      \
+  X(OneHot) X(ReverseSequence)                                                                   \
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
   X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)                                    \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)

@@ -116,6 +116,12 @@ Status infer_reduce(InferContext& ctx) {
     return ctx.error(StatusCode::kInvalidModel,
                      "input 0 dtype " + std::string(dtype_name(dt)) + " is not numeric");
   }
+  constexpr bool kLog = kKind == OpKind::kReduceLogSum || kKind == OpKind::kReduceLogSumExp;
+  if (kLog && is_integer(dt) && ctx.opset() >= 28) {
+    return ctx.error(StatusCode::kInvalidModel, "input 0 dtype " + std::string(dtype_name(dt)) +
+                                                    ": " + ctx.node().op_type +
+                                                    " takes floating-point tensors from opset 28");
+  }
   const auto& x = ctx.input_shape(0);
   int rank = int(x.size());
   std::vector<int> axes;

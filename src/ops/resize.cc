@@ -216,15 +216,25 @@ StatusOr<int64_t> blocksize(InferContext& ctx) {
   return b;
 }
 
+// DepthToSpace's mode is DCR or CRD; SpaceToDepth has the same attribute from opset 28.
+Status check_mode(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrs().get_string("mode", "DCR"));
+  if (mode != "DCR" && mode != "CRD") {
+    return ctx.error(StatusCode::kInvalidModel, "mode '" + mode + "' must be DCR or CRD");
+  }
+  const bool to_depth = find_op(ctx.node().domain, ctx.node().op_type) == OpKind::kSpaceToDepth;
+  if (to_depth && ctx.attrs().has("mode") && ctx.opset() > 0 && ctx.opset() < 28) {
+    return ctx.error(StatusCode::kInvalidModel, "SpaceToDepth has a mode attribute from opset 28");
+  }
+  return ok_status();
+}
+
 Status infer_depth_to_space(InferContext& ctx) {
   const auto& x = ctx.input_shape(0);
   if (x.size() != 4)
     return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank 4 (N, C, H, W)");
   KILN_ASSIGN_OR_RETURN(int64_t b, blocksize(ctx));
-  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrs().get_string("mode", "DCR"));
-  if (mode != "DCR" && mode != "CRD") {
-    return ctx.error(StatusCode::kInvalidModel, "mode '" + mode + "' must be DCR or CRD");
-  }
+  KILN_RETURN_IF_ERROR(check_mode(ctx));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(
       x[1], b * b, "channels divisible by blocksize^2 (" + std::to_string(b * b) + ")"));
   ctx.set_output(0, ctx.input_dtype(0),
@@ -237,6 +247,7 @@ Status infer_space_to_depth(InferContext& ctx) {
   if (x.size() != 4)
     return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank 4 (N, C, H, W)");
   KILN_ASSIGN_OR_RETURN(int64_t b, blocksize(ctx));
+  KILN_RETURN_IF_ERROR(check_mode(ctx));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(x[2], b, "height divisible by blocksize"));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(x[3], b, "width divisible by blocksize"));
   ctx.set_output(0, ctx.input_dtype(0),

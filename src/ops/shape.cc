@@ -426,6 +426,12 @@ Status infer_range(InferContext& ctx) {
     }
   }
   const char* names[] = {"start", "limit", "delta"};
+  auto stash = ctx.attrs().get_int("stash_type", 1);
+  if (!stash.ok()) return ctx.error(stash.status().code(), stash.status().message());
+  if (*stash != 1 && *stash != 11) {  // opset 27: FLOAT or DOUBLE, for float16/bfloat16
+    return ctx.error(StatusCode::kInvalidModel,
+                     "stash_type " + std::to_string(*stash) + " must be 1 (float) or 11 (double)");
+  }
   if (is_float(dtype)) {
     double v[3];
     for (int i = 0; i < 3; ++i) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The onnx_node_tests CTest test: fetches the ONNX test corpus, runs kiln_node_tests with the
-# exclusion manifest, prints its table and final line, and fails below the pass threshold.
+# The onnx_node_tests CTest test: makes the ONNX test corpus (from the installed onnx), runs
+# kiln_node_tests with the exclusion manifest, prints its table and final line, and fails below
+# the pass threshold.
 # Usage: run.sh KILN_NODE_TESTS CORPUS_DIR MIN_PASS
 set -euo pipefail
 runner="$1"

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "commands.h"
@@ -16,25 +17,40 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec bench_spec() {
-  CommandSpec spec{
-      "bench",
+  return command_spec(
+      kCmdBench, "bench",
       "(--loadEngine=ENGINE | --onnx=MODEL [build flags]) [--shapes=..] [--iterations=N | "
       "--duration=S]",
       "Times an engine: --warmUp milliseconds of untimed runs, then timed runs until both\n"
       "--iterations and --duration are reached (default: at least 10 runs and 3 s; with only\n"
-      "--iterations, exactly that many). Prints latency min/mean/median/p90/p99/max and\n"
-      "throughput; on a GPU also host-to-device, compute and device-to-host times.",
-      {{"loadEngine", "ENGINE", "the engine to time (.kiln)"}},
-      ""};
-  for (auto& f : build_flag_specs()) spec.flags.push_back(f);
-  for (auto& f : input_flag_specs()) spec.flags.push_back(f);
-  spec.flags.push_back({"warmUp", "MS", "untimed warm-up time in milliseconds (default 200)"});
-  spec.flags.push_back({"iterations", "N", "timed runs (at least)"});
-  spec.flags.push_back({"duration", "S", "timed seconds (at least)"});
-  spec.flags.push_back({"useCudaGraph", "", "capture the run in a CUDA graph (GPU engines only)"});
-  spec.flags.push_back(
-      {"exportTimes", "FILE.json", "write every timed latency and the summary as JSON"});
-  return spec;
+      "--iterations, exactly that many). Prints latency min/mean/median/percentiles/max and\n"
+      "throughput; on a GPU also host-to-device, compute and device-to-host times.");
+}
+
+// "90,99.9" to percentiles in [0, 100].
+Result<std::vector<double>> parse_percentiles(const std::string& text) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string tok = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    char* end = nullptr;
+    double p = std::strtod(tok.c_str(), &end);
+    if (tok.empty() || *end != '\0' || !(p >= 0 && p <= 100)) {
+      return usage_error("--percentile=" + text + ": '" + tok +
+                         "' is not a percentile; expected numbers in [0, 100] such as 50,90,99");
+    }
+    out.push_back(p);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string percentile_name(double p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "p%g", p);
+  return buf;
 }
 
 // Nearest-rank percentile of sorted values.
@@ -58,7 +74,7 @@ int bench_command(const Argv& argv) {
     return kExitOk;
   }
   auto load = args->get("loadEngine");
-  auto build = parse_build_options(*args, /*shapes_fallback=*/true);
+  auto build = parse_build_options(*args);
   if (!build.ok()) return report("bench", build.error());
   if (!load == build->onnx.empty()) {
     return report(
@@ -72,13 +88,21 @@ int bench_command(const Argv& argv) {
   auto iterations = args->get_int("iterations", 10);
   auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3);
   auto cuda_graph = args->get_bool("useCudaGraph");
+  auto avg_runs = args->get_int("avgRuns", 0);
+  Result<std::vector<double>> percentiles = std::vector<double>{90, 99};
+  if (auto p = args->get("percentile")) percentiles = parse_percentiles(*p);
   for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
                          iterations.ok() ? nullptr : &iterations.error(),
                          duration_s.ok() ? nullptr : &duration_s.error(),
-                         cuda_graph.ok() ? nullptr : &cuda_graph.error()}) {
+                         cuda_graph.ok() ? nullptr : &cuda_graph.error(),
+                         avg_runs.ok() ? nullptr : &avg_runs.error(),
+                         percentiles.ok() ? nullptr : &percentiles.error()}) {
     if (e) return report("bench", *e);
   }
   if (*iterations < 1) return report("bench", usage_error("--iterations must be at least 1"));
+  if (args->has("avgRuns") && *avg_runs < 1)
+    return report("bench", usage_error("--avgRuns must be at least 1"));
+  const std::string save = args->get("saveEngine").value_or("");
   if (*warmup_ms < 0 || *duration_s < 0)
     return report("bench", usage_error("--warmUp and --duration must be >= 0"));
 
@@ -86,7 +110,7 @@ int bench_command(const Argv& argv) {
   if (load) {
     engine = load_engine(*load);
   } else {
-    Stages stages("bench", 2, build->verbose);
+    Stages stages("bench", save.empty() ? 2 : 3, build->verbose);
     stages.begin("parsing " + build->onnx);
     auto network = load_network(build->onnx);
     if (!network.ok()) return report("bench", network.error());
@@ -94,6 +118,12 @@ int bench_command(const Argv& argv) {
     stages.begin("building the engine");
     engine = build_engine(*network, *build);
     if (engine.ok()) stages.end();
+    if (engine.ok() && !save.empty()) {
+      stages.begin("saving " + save);
+      Status st = engine->save(save);
+      if (!st.ok()) return report("bench", failure(st, "saving the engine"));
+      stages.end();
+    }
   }
   if (!engine.ok()) return report("bench", engine.error());
   auto ctx_or = engine->create_execution_context();
@@ -186,9 +216,28 @@ int bench_command(const Argv& argv) {
   int64_t batch = first.rank() > 0 ? first.shape()[0] : 1;
 
   std::printf("timed: %zu runs in %.3f s\n", times.size(), wall_ms / 1000.0);
-  std::printf("latency (ms): min %.4g  mean %.4g  median %.4g  p90 %.4g  p99 %.4g  max %.4g\n",
-              sorted.front(), mean, median, percentile(sorted, 90), percentile(sorted, 99),
-              sorted.back());
+  std::string pcts;
+  for (double p : *percentiles) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %s %.4g", percentile_name(p).c_str(), percentile(sorted, p));
+    pcts += buf;
+  }
+  std::printf("latency (ms): min %.4g  mean %.4g  median %.4g%s  max %.4g\n", sorted.front(), mean,
+              median, pcts.c_str(), sorted.back());
+  if (*avg_runs > 0) {
+    // trtexec's trace: the mean of each run of N consecutive timed runs, in order; a last group
+    // of fewer than N is left out, as trtexec does.
+    std::printf("trace averages of %lld runs (ms):", static_cast<long long>(*avg_runs));
+    size_t groups = times.size() / size_t(*avg_runs);
+    for (size_t g = 0; g < groups; ++g) {
+      double sum = 0;
+      for (size_t k = 0; k < size_t(*avg_runs); ++k) sum += times[g * size_t(*avg_runs) + k];
+      std::printf(" %.4g", sum / double(*avg_runs));
+    }
+    if (groups == 0)
+      std::printf(" none (fewer timed runs than %lld)", static_cast<long long>(*avg_runs));
+    std::printf("\n");
+  }
   std::printf("throughput: %.4g inferences/s (%.4g samples/s, batch %lld = dim 0 of %s)\n", qps,
               qps * double(batch), static_cast<long long>(batch), inputs->order.front().c_str());
   if (engine->device() == Device::kCPU) {
@@ -236,12 +285,8 @@ int bench_command(const Argv& argv) {
       j.key("h2d_median").value(phase_median.h2d_ms).key("compute_median").value(phase_median.compute_ms);
       j.key("d2h_median").value(phase_median.d2h_ms);
     }
-    j.key("p90")
-        .value(percentile(sorted, 90))
-        .key("p99")
-        .value(percentile(sorted, 99))
-        .key("max")
-        .value(sorted.back());
+    for (double p : *percentiles) j.key(percentile_name(p)).value(percentile(sorted, p));
+    j.key("max").value(sorted.back());
     j.end_object();
     j.key("throughput_qps").value(qps).key("batch").value(batch);
     j.key("times_ms").array(times);

@@ -13,17 +13,13 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec build_spec() {
-  CommandSpec spec{
-      "build",
+  return command_spec(
+      kCmdBuild, "build",
       "--onnx=MODEL [--saveEngine=ENGINE] [--minShapes=.. --optShapes=.. --maxShapes=..] [flags]",
       "Builds an engine for one or more optimization profiles. Every dynamic input needs\n"
-      "min/opt/max shapes; --profile=1 starts a second profile. Prints a summary: profiles,\n"
-      "output shape formulas, layers, what each layer computes in, activation memory at\n"
-      "min/opt/max, build time.",
-      build_flag_specs(), ""};
-  spec.flags.insert(spec.flags.begin() + 1,
-                    {"saveEngine", "ENGINE", "where to write the engine (.kiln)"});
-  return spec;
+      "min/opt/max shapes (or --shapes, as min = opt = max); --profile=1 starts a second\n"
+      "profile. Prints a summary: profiles, output shape formulas, layers, what each layer\n"
+      "computes in, activation memory at min/opt/max, build time.");
 }
 
 }  // namespace
@@ -36,8 +32,13 @@ int build_command(const Argv& argv) {
     std::fputs(help_text(spec).c_str(), stdout);
     return kExitOk;
   }
-  auto options = parse_build_options(*args, /*shapes_fallback=*/false);
+  auto options = parse_build_options(*args);
   if (!options.ok()) return report("build", options.error());
+  if (args->has("shapes") && !options->profile_from_shapes) {
+    warn("build",
+         "--shapes has no effect: --minShapes/--optShapes/--maxShapes give the profile, and kiln "
+         "build runs no inference (use --shapes with kiln run or bench)");
+  }
   if (options->onnx.empty())
     return report("build", usage_error("--onnx=MODEL is required (see: kiln build --help)"));
   std::string save = args->get("saveEngine").value_or("");
@@ -77,6 +78,7 @@ int build_command(const Argv& argv) {
   std::printf("%s", describe_layers(*engine, options->verbose).c_str());
   std::printf("precision: %s\n", precision_summary(*engine, options->requested).c_str());
   std::printf("%s", describe_memory(*engine).c_str());
+  std::printf("%s", memory_pool_summary(*options).c_str());
   std::printf("build time: %.2f s (parse + build)\n", build_s);
   return kExitOk;
 }

@@ -15,8 +15,8 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec compare_spec() {
-  CommandSpec spec{
-      "compare",
+  return command_spec(
+      kCmdCompare, "compare",
       "--onnx=MODEL [--loadEngine=ENGINE | build flags] [--shapes=..] [--atol=A --rtol=R]",
       "Runs kiln and a reference on the same inputs (seeded random, or --loadInputs) and\n"
       "compares every output: |kiln - ref| <= atol + rtol*|ref| elementwise, NaN/Inf must match.\n"
@@ -24,16 +24,7 @@ CommandSpec compare_spec() {
       "imported, kiln's own CPU reference kernels in FP32 (the output says which). Without\n"
       "--loadEngine the engine is built from the build flags, or from --shapes as min = opt = "
       "max.\n"
-      "Default tolerances follow the lowest precision any layer computes in.",
-      {{"loadEngine", "ENGINE", "an engine built from MODEL (default: build one)"}},
-      ""};
-  for (auto& f : build_flag_specs()) spec.flags.push_back(f);
-  for (auto& f : input_flag_specs()) spec.flags.push_back(f);
-  spec.flags.push_back({"atol", "A", "absolute tolerance (default per precision; fp32: 1e-4)"});
-  spec.flags.push_back({"rtol", "R", "relative tolerance (default per precision; fp32: 1e-3)"});
-  spec.flags.push_back(
-      {"reference", "auto|ort|kiln", "the reference: ONNX Runtime, kiln's CPU kernels, or auto"});
-  return spec;
+      "Default tolerances follow the lowest precision any layer computes in.");
 }
 
 struct Tolerance {
@@ -147,7 +138,7 @@ int compare_command(const Argv& argv) {
     std::fputs(help_text(spec).c_str(), stdout);
     return kExitOk;
   }
-  auto build = parse_build_options(*args, /*shapes_fallback=*/true);
+  auto build = parse_build_options(*args);
   if (!build.ok()) return report("compare", build.error());
   if (build->onnx.empty())
     return report("compare", usage_error("--onnx=MODEL is required: the reference runs the model"));

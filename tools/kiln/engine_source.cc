@@ -2,6 +2,8 @@
 // about the command line (names, missing shapes); everything about the model is the library's.
 #include "engine_source.h"
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -9,36 +11,112 @@
 
 namespace kiln::cli {
 
-std::vector<FlagSpec> build_flag_specs() {
-  return {
-      {"onnx", "MODEL", "the ONNX model to build"},
-      {"minShapes", "SPEC", "smallest shapes of the current profile: x:1x3x224x224,y:..."},
-      {"optShapes", "SPEC", "shapes the profile is tuned for"},
-      {"maxShapes", "SPEC", "largest shapes of the current profile"},
-      {"profile", "N", "start profile N (0, 1, ...); the shape flags after it belong to it"},
-      {"noTF32", "",
-       "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
-      {"fp16", "", "allow FP16 kernels"},
-      {"bf16", "", "allow BF16 kernels"},
-      {"int8", "", "allow INT8 kernels"},
-      {"device", "cpu|cuda", "the device the engine targets (default cpu)"},
-      {"verbose", "", "print every stage and every layer"},
-  };
-}
-
 Result<Device> parse_device(const std::string& text) {
   if (text == "cpu") return Device::kCPU;
   if (text == "cuda" || text == "gpu") return Device::kCUDA;
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    // trtexec's --device=N picks a GPU by index; kiln's --device picks the backend.
+    return usage_error("--device=" + text +
+                       " is trtexec's GPU index; kiln's --device is cpu or cuda. kiln runs on the "
+                       "first visible GPU: pick it with CUDA_VISIBLE_DEVICES=" +
+                       text + " and --device=cuda");
+  }
   return usage_error("--device=" + text + " is not a device; use --device=cpu or --device=cuda");
 }
 
-Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback) {
+Result<int64_t> parse_pool_size(std::string_view flag, std::string_view text) {
+  const std::string bad = "--" + std::string(flag) + ": '" + std::string(text) +
+                          "' is not a size; expected a number with an optional suffix B, K, M or "
+                          "G (default M, MiB), such as 1024 or 1G";
+  if (text.empty()) return usage_error(bad);
+  // trtexec's suffixes, base 2: B, K, M, G (any case); a number alone is in MiB.
+  constexpr std::string_view kSuffixes = "BKMG";
+  std::string number(text);
+  size_t suffix = kSuffixes.find(char(std::toupper(static_cast<unsigned char>(number.back()))));
+  int shift = 20;
+  if (suffix != std::string_view::npos) {
+    shift = 10 * int(suffix);
+    number.pop_back();
+  }
+  const int64_t unit = int64_t(1) << shift;
+  if (number.empty() || number.find_first_not_of("0123456789.") != std::string::npos)
+    return usage_error(bad);
+  char* end = nullptr;
+  double v = std::strtod(number.c_str(), &end);
+  if (*end != '\0') return usage_error(bad);
+  double bytes = std::floor(v * double(unit));
+  if (!(bytes < 0x1p62)) return usage_error(bad + " (too large)");
+  return int64_t(bytes);
+}
+
+std::string memory_pool_summary(const BuildOptions& options) {
+  if (!options.workspace_bytes) return "";
+  return "memory pool: workspace " + format_bytes(*options.workspace_bytes) + " (" +
+         std::to_string(*options.workspace_bytes) + " bytes, from --" + options.workspace_flag +
+         "), recorded but not enforced: kiln's BuilderConfig has no memory pool limit yet, so no "
+         "kernel is bounded or refused by it\n";
+}
+
+namespace {
+
+// --memPoolSize=workspace:1024,dlaSRAM:1 to the workspace size; every other pool is refused.
+Result<int64_t> parse_mem_pools(const std::string& text) {
+  std::optional<int64_t> workspace;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string entry = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    size_t colon = entry.find(':');
+    if (colon == std::string::npos) {
+      return usage_error("--memPoolSize: '" + entry +
+                         "' has no ':'; expected POOL:SIZE such as workspace:1024 (MiB) or "
+                         "workspace:1G");
+    }
+    std::string pool = entry.substr(0, colon);
+    if (pool == "dlaSRAM" || pool == "dlaLocalDRAM" || pool == "dlaGlobalDRAM") {
+      return usage_error("--memPoolSize: the " + pool +
+                         " pool is not supported: kiln has no DLA backend; the one pool kiln "
+                         "reads is workspace:SIZE");
+    }
+    if (pool == "tacticSharedMem") {
+      return usage_error(
+          "--memPoolSize: the tacticSharedMem pool is not supported: kiln's kernels take no "
+          "shared-memory limit; the one pool kiln reads is workspace:SIZE");
+    }
+    if (pool != "workspace") {
+      return usage_error("--memPoolSize: '" + pool +
+                         "' is not a pool; trtexec's are workspace, dlaSRAM, dlaLocalDRAM, "
+                         "dlaGlobalDRAM and tacticSharedMem, and kiln reads workspace");
+    }
+    KILN_CLI_ASSIGN(int64_t bytes, parse_pool_size("memPoolSize", entry.substr(colon + 1)));
+    if (workspace && *workspace != bytes)
+      return usage_error("--memPoolSize gives the workspace pool twice, with different sizes");
+    workspace = bytes;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return *workspace;
+}
+
+}  // namespace
+
+Result<BuildOptions> parse_build_options(const Args& args) {
   BuildOptions o;
   o.onnx = args.get("onnx").value_or("");
+  KILN_CLI_ASSIGN(o.verbose, args.get_bool("verbose"));
+  // Next to --loadEngine the build flags have no effect (Args::parse warned, naming each), so
+  // their values are not read either: a typo there must not fail a run of a built engine.
+  if (args.has("loadEngine")) return o;
   if (auto d = args.get("device")) {
     KILN_CLI_ASSIGN(o.device, parse_device(*d));
   }
-  KILN_CLI_ASSIGN(o.verbose, args.get_bool("verbose"));
+  // --best sets what the single flags set; --noTF32 comes last, so it wins over --best.
+  KILN_CLI_ASSIGN(bool best, args.get_bool("best"));
+  if (best) {
+    for (BuilderFlag bit : {BuilderFlag::kFP16, BuilderFlag::kBF16, BuilderFlag::kTF32})
+      o.config.set_flag(bit);
+    o.requested.push_back("best");
+  }
   struct Precision {
     const char* flag;
     BuilderFlag bit;
@@ -55,6 +133,20 @@ Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback)
     else
       o.config.clear_flag(p.bit);
     o.requested.push_back(p.flag);
+  }
+  if (auto pools = args.get("memPoolSize")) {
+    KILN_CLI_ASSIGN(o.workspace_bytes, parse_mem_pools(*pools));
+    o.workspace_flag = "memPoolSize=" + *pools;
+  }
+  if (auto ws = args.get("workspace")) {
+    KILN_CLI_ASSIGN(int64_t bytes, parse_pool_size("workspace", *ws));
+    if (o.workspace_bytes && *o.workspace_bytes != bytes) {
+      return usage_error("--workspace=" + *ws + " and --" + o.workspace_flag +
+                         " give different workspace sizes; give --memPoolSize=workspace:SIZE "
+                         "alone (--workspace is its deprecated spelling)");
+    }
+    if (!o.workspace_bytes) o.workspace_flag = "workspace=" + *ws;
+    o.workspace_bytes = bytes;
   }
   // Shape flags in command-line order; --profile=N switches which profile they fill.
   size_t current = 0;
@@ -86,9 +178,10 @@ Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback)
       target.push_back(std::move(s));
     }
   }
-  if (o.profiles.empty() && shapes_fallback && args.get("shapes")) {
+  if (o.profiles.empty() && args.get("shapes")) {
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs("shapes", *args.get("shapes")));
     o.profiles.push_back({specs, specs, specs});
+    o.profile_from_shapes = true;
   }
   return o;
 }

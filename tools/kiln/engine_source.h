@@ -2,7 +2,9 @@
 // (profiles, precision, device). Shared by kiln build, bench and compare.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flags.h"
@@ -10,10 +12,6 @@
 #include "plan/plan.h"  // Engine::plan(): profiles with symbol ranges, builder flags
 
 namespace kiln::cli {
-
-// --onnx, --minShapes/--optShapes/--maxShapes, --profile, --noTF32, --fp16, --bf16, --int8,
-// --device, --verbose.
-std::vector<FlagSpec> build_flag_specs();
 
 struct ProfileShapes {
   std::vector<ShapeSpec> min, opt, max;
@@ -24,15 +22,29 @@ struct BuildOptions {
   Device device = Device::kCPU;
   BuilderConfig config;                 // precision flags; profiles are added by make_config
   std::vector<ProfileShapes> profiles;  // as given, in --profile order
-  std::vector<std::string> requested;   // precision flags the user asked for: "fp16", "notf32", ...
+  std::vector<std::string> requested;   // precision flags the user asked for: "fp16", "noTF32", ...
   bool verbose = false;
+  // --memPoolSize=workspace:SIZE or --workspace=N, in bytes, and the flag that gave it. Kept here
+  // because BuilderConfig has no memory pool limit yet: the build summary says so.
+  std::optional<int64_t> workspace_bytes;
+  std::string workspace_flag;
+  // --shapes stood for the profile (min = opt = max), no --minShapes/--optShapes/--maxShapes given.
+  bool profile_from_shapes = false;
 };
 
 Result<Device> parse_device(const std::string& text);
 
-// Reads the build flags. With `shapes_fallback` (bench, compare), --shapes stands for min = opt =
-// max when no --minShapes/--optShapes/--maxShapes are given, as polygraphy's --input-shapes does.
-Result<BuildOptions> parse_build_options(const Args& args, bool shapes_fallback);
+// Reads the build flags. --shapes stands for min = opt = max when no --minShapes/--optShapes/
+// --maxShapes are given, as trtexec builds from --shapes and polygraphy's --input-shapes does.
+// With --loadEngine only --onnx and --verbose are read: the rest has no effect on a built engine.
+Result<BuildOptions> parse_build_options(const Args& args);
+
+// trtexec's size spelling: a number (decimals allowed, rounded down to bytes) with an optional
+// suffix B, K, M or G (base 2, any case); without one, MiB. "1024" and "1G" are both 1 GiB.
+Result<int64_t> parse_pool_size(std::string_view flag, std::string_view text);
+
+// The build summary's line about --memPoolSize/--workspace, or "" when neither was given.
+std::string memory_pool_summary(const BuildOptions& options);
 
 Result<Network> load_network(const std::string& path);
 

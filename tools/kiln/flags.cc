@@ -26,23 +26,46 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-const FlagSpec* find_flag(const CommandSpec& spec, std::string_view name) {
-  for (const auto& f : spec.flags) {
-    if (f.name == name) return &f;
+const FlagDef* find_flag(const CommandSpec& spec, std::string_view name) {
+  for (const FlagDef* f : spec.flags) {
+    if (f->name == name) return f;
   }
   return nullptr;
 }
 
 std::string suggestion(const CommandSpec& spec, std::string_view name) {
-  const FlagSpec* best = nullptr;
+  const FlagDef* best = nullptr;
   size_t best_d = 0;
-  for (const auto& f : spec.flags) {
-    size_t d = edit_distance(name, f.name);
-    if (!best || d < best_d) best = &f, best_d = d;
+  for (const FlagDef* f : spec.flags) {
+    size_t d = edit_distance(name, f->name);
+    if (!best || d < best_d) best = f, best_d = d;
   }
   if (best && best_d <= std::max<size_t>(2, name.size() / 3))
-    return "; did you mean --" + best->name + "?";
+    return "; did you mean --" + std::string(best->name) + "?";
   return "";
+}
+
+// Words of `text` in lines of at most `width` columns, the lines after the first indented by
+// `indent` (the first continues a line already `indent` wide).
+std::string wrap(const std::string& text, size_t indent, size_t width) {
+  std::string out;
+  size_t col = indent, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(start, end - start);
+    if (col > indent && col + 1 + word.size() > width) {
+      out += "\n" + std::string(indent, ' ');
+      col = indent;
+    } else if (col > indent) {
+      out += ' ';
+      ++col;
+    }
+    out += word;
+    col += word.size();
+    start = end + 1;
+  }
+  return out;
 }
 
 std::string see_help(const CommandSpec& spec) { return " (see: kiln " + spec.name + " --help)"; }
@@ -96,20 +119,53 @@ Result<std::pair<std::string, std::string>> split_name(std::string_view flag,
 std::string help_text(const CommandSpec& spec) {
   std::string s =
       "usage: kiln " + spec.name + " " + spec.synopsis + "\n\n" + spec.summary + "\n\nflags:\n";
-  for (const auto& f : spec.flags) {
-    std::string left = "  --" + f.name + (f.value.empty() ? "" : "=" + f.value);
+  bool any_warns = false;
+  for (const FlagDef* f : spec.flags) {
+    std::string left =
+        "  --" + std::string(f->name) + (f->value.empty() ? "" : "=" + std::string(f->value));
     if (left.size() < 30)
       left.resize(30, ' ');
     else
       left += "\n" + std::string(30, ' ');
-    s += left + f.help + "\n";
+    bool warns = f->status == FlagStatus::kWarns;
+    any_warns |= warns;
+    s += left + wrap((warns ? "(warns) " : "") + std::string(f->text), 30, 100) + "\n";
   }
   s += "  -h, --help                  this text\n";
+  if (any_warns) {
+    s += "\n(warns): accepted for trtexec's sake, with a warning saying why it changes nothing.\n";
+  }
+  s += "kiln help-flags lists every trtexec flag and what kiln does with it.\n";
   s += "\nexit status: 0 ok, 1 failure";
   s += spec.name == "compare" ? " or outputs out of tolerance" : "";
   s += ", 2 bad command line (flag, value or shape)\n";
   return s;
 }
+
+namespace {
+
+// Why a flag this command does not take is not taken: the table's refusal, the commands that do
+// take it, or the nearest spelling.
+std::string unknown_flag_message(const CommandSpec& spec, const std::string& name) {
+  if (const FlagDef* def = find_flag_def(name, spec.id)) {
+    return "--" + name + " is not supported: " + std::string(def->text);
+  }
+  uint32_t elsewhere = 0;
+  for (const FlagDef& f : flag_table()) {
+    if (f.name == name && f.status != FlagStatus::kRefused) elsewhere |= f.commands;
+  }
+  if (elsewhere) {
+    return "--" + name + " is a flag of kiln " + command_names(elsewhere) + ", not of kiln " +
+           spec.name + see_help(spec);
+  }
+  return "unknown flag --" + name + " for 'kiln " + spec.name + "'" + suggestion(spec, name) +
+         see_help(spec);
+}
+
+// A switch given as "--x" reads as "--x=true", so "--x --x=true" is one value given twice.
+std::string normalized(const Args::Flag& f) { return f.has_value ? f.value : "true"; }
+
+}  // namespace
 
 Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>& argv) {
   Args args;
@@ -138,27 +194,60 @@ Result<Args> Args::parse(const CommandSpec& spec, const std::vector<std::string>
       f.value = body.substr(eq + 1);
       f.has_value = true;
     }
-    const FlagSpec* fs = find_flag(spec, f.name);
-    if (!fs) {
-      return usage_error("unknown flag --" + f.name + " for 'kiln " + spec.name + "'" +
-                         suggestion(spec, f.name) + see_help(spec));
-    }
+    const FlagDef* fs = find_flag(spec, f.name);
+    if (!fs) return usage_error(unknown_flag_message(spec, f.name));
     if (!fs->value.empty() && !f.has_value) {
       // "--atol 1e-3", polygraphy's spelling, next to trtexec's "--atol=1e-3".
       if (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) {
         f.value = argv[++i];
         f.has_value = true;
       } else {
-        return usage_error("--" + f.name + " needs a value: --" + f.name + "=" + fs->value +
-                           see_help(spec));
+        return usage_error("--" + f.name + " needs a value: --" + f.name + "=" +
+                           std::string(fs->value) + see_help(spec));
       }
     }
     if (!fs->value.empty() && f.value.empty()) {
       return usage_error("--" + f.name + " has an empty value; expected --" + f.name + "=" +
-                         fs->value);
+                         std::string(fs->value));
     }
     args.flags_.push_back(std::move(f));
   }
+  if (args.help_) return args;
+
+  // A single-valued flag given twice: the same value is harmless, different values are ambiguous.
+  std::vector<std::string> warnings;
+  for (const FlagDef* def : spec.flags) {
+    if (def->traits & kRepeatable) continue;
+    std::vector<const Flag*> given;
+    for (const Flag& f : args.flags_) {
+      if (f.name == def->name) given.push_back(&f);
+    }
+    if (given.size() < 2) continue;
+    for (const Flag* g : given) {
+      if (normalized(*g) != normalized(*given[0])) {
+        return usage_error("--" + g->name + " is given twice, as --" + g->name + "=" +
+                           normalized(*given[0]) + " and --" + g->name + "=" + normalized(*g) +
+                           "; give it once");
+      }
+    }
+    warnings.push_back("--" + std::string(def->name) + " is given " + std::to_string(given.size()) +
+                       " times with the same value; once is enough");
+  }
+  // The table's warnings, once per flag: a build flag next to --loadEngine changes nothing (the
+  // engine is built already); a kWarns flag says why it changes nothing.
+  const bool loaded = (spec.id & kCmdLoadsEngines) && args.has("loadEngine");
+  for (const FlagDef* def : spec.flags) {
+    if (!args.has(def->name)) continue;
+    std::string flag = "--" + std::string(def->name);
+    if (loaded && (def->traits & kBuildFlag)) {
+      std::string hint = def->name == "profile" ? "; --useProfile=N picks the profile to run" : "";
+      warnings.push_back(flag + " has no effect with --loadEngine: it applies while an engine is " +
+                         "built, and this one is built already" + hint);
+    } else if (def->status == FlagStatus::kWarns) {
+      warnings.push_back(flag + ": " + std::string(def->text));
+    }
+  }
+  for (const auto& w : warnings) warn(spec.name, w);
   return args;
 }
 

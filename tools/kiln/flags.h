@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,20 +67,65 @@ inline Check ok() { return Void{}; }
 #define KILN_CLI_ASSIGN(lhs, expr) \
   KILN_CLI_ASSIGN_IMPL(KILN_CONCAT(kiln_cli_r_, __LINE__), lhs, expr)
 
-// One flag a subcommand accepts. `value` is empty for a switch, else a hint such as "FILE".
-struct FlagSpec {
-  std::string name;  // without the leading "--"
-  std::string value;
-  std::string help;
+// The subcommands, as bits, so one flag definition can serve several of them.
+inline constexpr uint32_t kCmdBuild = 1u << 0;
+inline constexpr uint32_t kCmdRun = 1u << 1;
+inline constexpr uint32_t kCmdBench = 1u << 2;
+inline constexpr uint32_t kCmdInspect = 1u << 3;
+inline constexpr uint32_t kCmdCompare = 1u << 4;
+inline constexpr uint32_t kCmdAll = kCmdBuild | kCmdRun | kCmdBench | kCmdInspect | kCmdCompare;
+inline constexpr uint32_t kCmdLoadsEngines = kCmdRun | kCmdBench | kCmdCompare;  // --loadEngine
+
+// What kiln does with a flag: takes it; takes it and always warns (it changes nothing yet, or is a
+// deprecated spelling); or refuses it with exit 2 and a sentence saying why and what to use.
+enum class FlagStatus { kAccepted, kWarns, kRefused };
+
+// Flag traits. kTrtexec: trtexec spells it so (docs/trtexec_flags.md lists it). kBuildFlag: it
+// applies while an engine is built, so next to --loadEngine it has no effect. kRepeatable: it may
+// be given several times, and the order matters (the shape flags, --profile).
+inline constexpr uint32_t kTrtexec = 1u << 0;
+inline constexpr uint32_t kBuildFlag = 1u << 1;
+inline constexpr uint32_t kRepeatable = 1u << 2;
+
+// One flag definition: a row of the table in flag_table.cc, which every command's flags, --help,
+// the refusals and warnings, and docs/trtexec_flags.md are read from. A name may have several rows
+// with disjoint `commands` when its meaning differs by command.
+struct FlagDef {
+  std::string_view name;   // without the leading "--"
+  std::string_view value;  // a hint such as "FILE"; empty for a switch
+  uint32_t commands;       // kCmd* bits
+  FlagStatus status;
+  uint32_t traits;        // kTrtexec | kBuildFlag | kRepeatable
+  std::string_view text;  // accepted: what it does; warns: the warning; refused: why, what to use
 };
 
+// Every row, in --help order.
+std::span<const FlagDef> flag_table();
+// The row for `name` in `command` (any status), or null.
+const FlagDef* find_flag_def(std::string_view name, uint32_t command);
+// "build", "run", ... for one kCmd* bit; "build, bench" for several; "every command" for all.
+std::string command_names(uint32_t commands);
+// docs/trtexec_flags.md: every trtexec flag kiln accepts, warns about or refuses.
+std::string trtexec_flags_markdown();
+// What is wrong with the table ("" when nothing): rows of one name whose commands overlap, rows
+// with no command or no text. kiln help-flags refuses to print a table that fails this.
+std::string check_flag_table();
+
+// Prints "kiln COMMAND: warning: MESSAGE" to stderr.
+void warn(std::string_view command, const std::string& message);
+
 struct CommandSpec {
+  uint32_t id;           // kCmdBuild, ...
   std::string name;      // "build"
   std::string synopsis;  // the usage line after "kiln NAME "
   std::string summary;   // one paragraph
-  std::vector<FlagSpec> flags;
   std::string positional;  // e.g. "MODEL_OR_ENGINE"; empty when the command takes none
+  std::vector<const FlagDef*> flags;  // what the command takes (accepted or warns), from the table
 };
+
+// A command's spec with its flags read from the table.
+CommandSpec command_spec(uint32_t id, std::string name, std::string synopsis, std::string summary,
+                         std::string positional = "");
 
 std::string help_text(const CommandSpec& spec);
 
@@ -91,7 +137,10 @@ class Args {
     bool has_value = false;
   };
   // Accepts --name=value, --name value (for flags that take a value) and --name (switches).
-  // -h/--help sets help(). An unknown flag is a usage error that suggests the nearest spelling.
+  // -h/--help sets help(). A refused flag is a usage error with the table's reason; an unknown
+  // one suggests the nearest spelling, or names the commands that take it. A single-valued flag
+  // given twice warns (same value) or is a usage error (different values). Prints the warnings
+  // of the table: kWarns flags, and build flags next to --loadEngine, which have no effect.
   static Result<Args> parse(const CommandSpec& spec, const std::vector<std::string>& argv);
 
   bool help() const { return help_; }

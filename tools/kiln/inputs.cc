@@ -70,15 +70,6 @@ Result<Tensor> convert(const Tensor& t, DType to, const std::string& what) {
 
 }  // namespace
 
-std::vector<FlagSpec> input_flag_specs() {
-  return {
-      {"shapes", "SPEC",
-       "input shapes to run: x:4x3x224x224,... (default: the profile's opt shapes)"},
-      {"loadInputs", "SPEC", "input data: x:in.npy,y:in.pb (.npy or serialized onnx.TensorProto)"},
-      {"seed", "N", "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
-  };
-}
-
 Result<InputOptions> parse_input_options(const Args& args) {
   InputOptions o;
   if (auto s = args.get("shapes")) {
@@ -89,6 +80,10 @@ Result<InputOptions> parse_input_options(const Args& args) {
   }
   KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1));
   o.seed = uint64_t(seed);
+  KILN_CLI_ASSIGN(int64_t profile, args.get_int("useProfile", -1));
+  if (args.has("useProfile") && profile < 0)
+    return usage_error("--useProfile=" + *args.get("useProfile") + " is not a profile index");
+  o.profile = int(profile);
   return o;
 }
 
@@ -133,9 +128,9 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
   std::vector<int> candidates;
   if (options.profile >= 0) {
     if (options.profile >= n_profiles) {
-      return usage_error("--profile=" + std::to_string(options.profile) +
-                         " does not exist; the engine has " + std::to_string(n_profiles) +
-                         " profile(s)");
+      return usage_error("profile " + std::to_string(options.profile) +
+                         " (--profile/--useProfile) does not exist; the engine has " +
+                         std::to_string(n_profiles) + " profile(s)");
     }
     candidates.push_back(options.profile);
   } else {

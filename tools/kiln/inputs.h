@@ -14,14 +14,12 @@
 
 namespace kiln::cli {
 
-// --shapes, --loadInputs, --seed: the flags every command that runs an engine takes.
-std::vector<FlagSpec> input_flag_specs();
-
+// --shapes, --loadInputs, --seed, --useProfile: the flags every command that runs an engine takes.
 struct InputOptions {
   std::vector<ShapeSpec> shapes;
   std::vector<std::pair<std::string, std::string>> files;  // (input name, path)
   uint64_t seed = 1;
-  int profile = -1;  // -1: the first profile whose ranges hold the shapes
+  int profile = -1;  // --useProfile; -1: the first profile whose ranges hold the shapes
 };
 Result<InputOptions> parse_input_options(const Args& args);
 

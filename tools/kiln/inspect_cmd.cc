@@ -17,16 +17,14 @@ namespace kiln::cli {
 namespace {
 
 CommandSpec inspect_spec() {
-  return {
-      "inspect",
-      "(MODEL.onnx | MODEL_DIR | ENGINE.kiln) [--json]",
+  return command_spec(
+      kCmdInspect, "inspect", "(MODEL.onnx | MODEL_DIR | ENGINE.kiln) [--json]",
       "Describes a model or an engine (told apart by the engine file's magic bytes).\n"
       "A model: IO tensors with symbolic shapes, opsets, ops used, every op kiln does not support\n"
       "(all at once), and a build command to start from. An engine: the header (versions, device,\n"
       "build config, model hash, sections), IO, profiles, output shape formulas, each layer with\n"
       "its kernel and precision, activation memory per profile (formula and min/opt/max values).",
-      {{"json", "", "print JSON instead of text"}},
-      "PATH"};
+      "PATH");
 }
 
 // JSON numbers lose precision past 2^53, so 64-bit hashes are written as hex strings.

@@ -31,8 +31,8 @@ constexpr const char* kUsage =
     "  inspect   describe a model (and what kiln does not support) or an engine\n"
     "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
     "\n"
-    "kiln COMMAND --help shows a command's flags. Exit status: 0 ok, 1 failure, 2 bad command "
-    "line.\n";
+    "kiln COMMAND --help shows a command's flags; kiln help-flags, what kiln does with each\n"
+    "trtexec flag. Exit status: 0 ok, 1 failure, 2 bad command line.\n";
 
 }  // namespace
 }  // namespace kiln::cli
@@ -69,6 +69,32 @@ int main(int argc, char** argv) {
   if (command == "bench") return bench_command(rest);
   if (command == "inspect") return inspect_command(rest);
   if (command == "compare") return compare_command(rest);
+  if (command == "help-flags") {
+    // Hidden: the flag table, for scripts/gen_flags_doc.sh (docs/trtexec_flags.md) and for users
+    // who ask what kiln does with a trtexec flag.
+    if (rest.size() > 1 || (rest.size() == 1 && rest[0] != "--markdown")) {
+      std::fputs("usage: kiln help-flags [--markdown]\n", stderr);
+      return kExitUsage;
+    }
+    if (std::string problems = check_flag_table(); !problems.empty()) {
+      std::fprintf(stderr, "kiln help-flags: the flag table is inconsistent:\n%s",
+                   problems.c_str());
+      return kExitFail;
+    }
+    if (rest.empty()) {
+      for (const FlagDef& f : flag_table()) {
+        if (!(f.traits & kTrtexec)) continue;
+        const char* status = f.status == FlagStatus::kAccepted ? "accepted"
+                             : f.status == FlagStatus::kWarns  ? "warns"
+                                                               : "refused";
+        std::printf("--%.*s  [%s] %s: %.*s\n", int(f.name.size()), f.name.data(),
+                    command_names(f.commands).c_str(), status, int(f.text.size()), f.text.data());
+      }
+      return kExitOk;
+    }
+    std::fputs(trtexec_flags_markdown().c_str(), stdout);
+    return kExitOk;
+  }
   std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return kExitUsage;
 }

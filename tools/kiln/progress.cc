@@ -74,8 +74,12 @@ void Progress::finish(bool plain_end) {
   }
 }
 
-Stages::Stages(std::string label, int total, bool verbose)
-    : label_(std::move(label)), total_(total), tty_(stdout_is_tty()), verbose_(verbose) {}
+Stages::Stages(std::string label, int total, bool verbose, bool plain_lines)
+    : label_(std::move(label)),
+      total_(total),
+      tty_(stdout_is_tty()),
+      verbose_(verbose),
+      plain_lines_(plain_lines) {}
 
 void Stages::begin(const std::string& what) {
   ++index_;
@@ -92,7 +96,7 @@ void Stages::end() {
   if (tty_) {
     std::printf("\r%s\r", std::string(what_.size() + 20, ' ').c_str());
     if (verbose_) std::printf("[%d/%d] %s (%.2f s)\n", index_, total_, what_.c_str(), t);
-  } else {
+  } else if (plain_lines_ || verbose_) {
     std::printf("[%d/%d] %s (%.2f s)\n", index_, total_, what_.c_str(), t);
   }
   std::fflush(stdout);

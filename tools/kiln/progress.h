@@ -32,17 +32,17 @@ class Progress {
 };
 
 // Numbered build stages ("[2/4] building engine"): redrawn in place on a terminal, one line each
-// with its time otherwise.
+// with its time otherwise (without `plain_lines`, only when verbose).
 class Stages {
  public:
-  Stages(std::string label, int total, bool verbose);
+  Stages(std::string label, int total, bool verbose, bool plain_lines = true);
   void begin(const std::string& what);
   void end();  // marks the current stage done
  private:
   std::string label_;
   int total_;
   int index_ = 0;
-  bool tty_, verbose_;
+  bool tty_, verbose_, plain_lines_;
   std::string what_;
   std::chrono::steady_clock::time_point start_;
 };

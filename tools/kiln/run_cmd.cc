@@ -1,5 +1,7 @@
-// kiln run: one inference of an engine on seeded random inputs or input files, printing each
-// output's name, shape, dtype and a value summary; --exportOutput writes .npy files or JSON.
+// kiln run: inference of an engine (loaded, or built from --onnx) on seeded random inputs or input
+// files, printing each output's name, shape, dtype and a value summary (--dumpOutput: every
+// value); --exportOutput writes .npy files or JSON.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,26 +12,48 @@
 #include "inputs.h"
 #include "json.h"
 #include "npy.h"
+#include "progress.h"
 
 namespace kiln::cli {
 namespace {
 
 CommandSpec run_spec() {
-  CommandSpec spec{
-      "run",
-      "--loadEngine=ENGINE [--shapes=x:4x3x224x224] [--loadInputs=x:in.npy] "
-      "[--exportOutput=DIR|out.json]",
-      "Runs an engine once. Inputs are seeded random values unless --loadInputs gives files;\n"
+  return command_spec(
+      kCmdRun, "run",
+      "(--loadEngine=ENGINE | --onnx=MODEL [build flags]) [--shapes=x:4x3x224x224] "
+      "[--loadInputs=x:in.npy] [--iterations=N] [--dumpOutput] [--exportOutput=DIR|out.json]",
+      "Runs an engine, loaded or built from --onnx with the build flags (or --shapes as\n"
+      "min = opt = max). Inputs are seeded random values unless --loadInputs gives files;\n"
       "shapes come from --shapes, the input files, or the profile's opt shapes. The profile is\n"
-      "the first whose ranges hold the shapes, or --profile=N.",
-      {{"loadEngine", "ENGINE", "the engine to run (.kiln)"}},
-      ""};
-  for (auto& f : input_flag_specs()) spec.flags.push_back(f);
-  spec.flags.push_back(
-      {"profile", "N", "the optimization profile to run with (default: the first that fits)"});
-  spec.flags.push_back(
-      {"exportOutput", "DIR|FILE.json", "write outputs: DIR/NAME.npy each, or one JSON file"});
-  return spec;
+      "the first whose ranges hold the shapes, or --profile=N. Prints the outputs of the last\n"
+      "run (--dumpOutput: every value) and the time of each run.");
+}
+
+// Every value of `t`, one line per row of its last dim, each row led by its index.
+std::string dump_values(const Tensor& t) {
+  std::string s;
+  const Shape& shape = t.shape();
+  int64_t cols = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
+  int64_t n = t.numel();
+  char buf[48];
+  for (int64_t start = 0; start < n; start += cols) {
+    std::string index;
+    int64_t rest = start / cols;
+    for (size_t d = shape.size() > 0 ? shape.size() - 1 : 0; d-- > 0;) {
+      index = std::to_string(rest % shape[d]) + (index.empty() ? "" : ",") + index;
+      rest /= shape[d];
+    }
+    s += "    [" + index + (shape.empty() ? "" : index.empty() ? ":" : ",:") + "]";
+    for (int64_t i = start; i < std::min(n, start + cols); ++i) {
+      if (is_float(t.dtype()))
+        std::snprintf(buf, sizeof buf, " %.6g", t.float_at(i));
+      else
+        std::snprintf(buf, sizeof buf, " %lld", static_cast<long long>(t.int_at(i)));
+      s += buf;
+    }
+    s += "\n";
+  }
+  return s;
 }
 
 // An output name as a file name: path separators and ':' become '_'.
@@ -87,47 +111,109 @@ int run_command(const Argv& argv) {
     return kExitOk;
   }
   auto path = args->get("loadEngine");
-  if (!path)
-    return report("run", usage_error("--loadEngine=ENGINE is required (see: kiln run --help)"));
+  auto build = parse_build_options(*args);
+  if (!build.ok()) return report("run", build.error());
+  if (!path == build->onnx.empty()) {
+    return report("run", usage_error("give exactly one of --loadEngine=ENGINE or --onnx=MODEL "
+                                     "(see: kiln run --help)"));
+  }
   auto options = parse_input_options(*args);
   if (!options.ok()) return report("run", options.error());
   auto profile = args->get_int("profile", -1);
   if (!profile.ok()) return report("run", profile.error());
-  options->profile = int(*profile);
+  if (args->has("profile") && args->has("useProfile") && *profile != options->profile) {
+    return report("run", usage_error("--profile and --useProfile name different profiles; they "
+                                     "are two spellings of one flag, give one"));
+  }
+  if (args->has("profile")) options->profile = int(*profile);
+  auto iterations = args->get_int("iterations", 1);
+  if (!iterations.ok()) return report("run", iterations.error());
+  auto duration_s = args->get_double("duration", 0);
+  if (!duration_s.ok()) return report("run", duration_s.error());
+  if (*iterations < 1) return report("run", usage_error("--iterations must be at least 1"));
+  if (*duration_s < 0) return report("run", usage_error("--duration must be >= 0"));
+  auto dump = args->get_bool("dumpOutput");
+  if (!dump.ok()) return report("run", dump.error());
+  const std::string save = args->get("saveEngine").value_or("");
 
-  auto engine = load_engine(*path);
+  // Stage lines for a build (as bench --onnx prints them) or with --verbose; on a pipe, a plain
+  // run of a loaded engine prints none.
+  Stages stages("run", path ? 2 : save.empty() ? 3 : 4, build->verbose, /*plain_lines=*/!path);
+  Result<Engine> engine = failure("no engine");
+  if (path) {
+    stages.begin("loading " + *path);
+    engine = load_engine(*path);
+  } else {
+    stages.begin("parsing " + build->onnx);
+    auto network = load_network(build->onnx);
+    if (!network.ok()) return report("run", network.error());
+    stages.end();
+    stages.begin("building the engine for " + std::string(device_name(build->device)));
+    engine = build_engine(*network, *build);
+    if (engine.ok() && !save.empty()) {
+      stages.end();
+      stages.begin("saving " + save);
+      Status st = engine->save(save);
+      if (!st.ok()) return report("run", failure(st, "saving the engine"));
+    }
+  }
   if (!engine.ok()) return report("run", engine.error());
+  stages.end();
   auto ctx = engine->create_execution_context();
   if (!ctx.ok()) return report("run", failure(ctx.status(), "creating an execution context"));
   auto inputs = prepare_inputs(*engine, **ctx, *options);
   if (!inputs.ok()) return report("run", inputs.error());
 
-  std::printf("engine: %s (device %s, profile %d)\n", path->c_str(),
+  std::printf("engine: %s (device %s, profile %d)\n", path ? path->c_str() : build->onnx.c_str(),
               std::string(device_name(engine->device())).c_str(), inputs->profile);
   std::printf("inputs:\n");
   for (const auto& n : inputs->order) {
     std::printf("  %s: %s  [%s]\n", n.c_str(), tensor_summary(inputs->tensors[n]).c_str(),
                 inputs->from[n].c_str());
   }
-  auto t0 = std::chrono::steady_clock::now();
-  auto outputs = (*ctx)->run(inputs->tensors);
-  double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!outputs.ok()) return report("run", failure(outputs.status(), "running the engine"));
+  // Until both --iterations and --duration are reached, as kiln bench does; the outputs printed
+  // are the last run's.
+  stages.begin("running");
+  Result<std::map<std::string, Tensor>> outputs = failure("no run");
+  std::vector<double> times;
+  auto t_start = std::chrono::steady_clock::now();
+  while (int64_t(times.size()) < *iterations ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() <
+             *duration_s) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = (*ctx)->run(inputs->tensors);
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!r.ok()) return report("run", failure(r.status(), "running the engine"));
+    outputs = std::move(r).value();
+  }
+  stages.end();
   std::vector<std::string> names;
   for (int i = 0; i < engine->num_io_tensors(); ++i) {
     std::string n = engine->io_tensor_name(i);
     if (engine->tensor_mode(n) == TensorIOMode::kOUTPUT) names.push_back(n);
   }
-  std::printf("outputs:\n");
+  std::printf("outputs%s:\n", times.size() > 1 ? " (of the last run)" : "");
   for (const auto& n : names) {
     auto it = outputs->find(n);
     if (it == outputs->end())
       return report("run", failure("the engine returned no output '" + n + "'"));
     std::printf("  %s: %s\n", n.c_str(), tensor_summary(it->second).c_str());
+    if (*dump) std::printf("%s", dump_values(it->second).c_str());
   }
-  std::printf(
-      "time: %.2f ms (one run, including first-run arena setup; use kiln bench for latency)\n", ms);
+  if (times.size() == 1) {
+    std::printf(
+        "time: %.2f ms (one run, including first-run arena setup; use kiln bench for latency)\n",
+        times[0]);
+  } else {
+    double mn = times[1], mx = times[1], sum = 0;
+    for (size_t i = 1; i < times.size(); ++i)
+      mn = std::min(mn, times[i]), mx = std::max(mx, times[i]), sum += times[i];
+    std::printf(
+        "time: %zu runs; the first %.2f ms (including first-run arena setup), the other %zu: min "
+        "%.2f mean %.2f max %.2f ms (use kiln bench for latency)\n",
+        times.size(), times[0], times.size() - 1, mn, sum / double(times.size() - 1), mx);
+  }
   if (auto target = args->get("exportOutput")) {
     auto st = export_outputs(*target, names, *outputs);
     if (!st.ok()) return report("run", st.error());

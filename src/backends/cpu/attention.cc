@@ -1,6 +1,6 @@
-// CPU reference kernels of the attention op family: Attention (opset 23/24, following the ONNX
-// reference's order of scale, softcap, mask, causal and padding) and RotaryEmbedding. Computed in
-// double and stored in the input's float dtype.
+// CPU reference kernels of the attention op family: Attention (opsets 23-25, following the ONNX
+// 1.23 reference's order of scale, softcap, mask, causal, window and padding) and RotaryEmbedding.
+// Computed in double and stored in the input's float dtype.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -83,6 +83,8 @@ Status attention_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(int64_t causal, a.attrs.get_int("is_causal", 0));
   KILN_ASSIGN_OR_RETURN(int64_t mode, a.attrs.get_int("qk_matmul_output_mode", 0));
   KILN_ASSIGN_OR_RETURN(float softcap, a.attrs.get_float("softcap", 0.f));
+  KILN_ASSIGN_OR_RETURN(int64_t left, a.attrs.get_int("left_window_size", -1));
+  KILN_ASSIGN_OR_RETURN(int64_t right, a.attrs.get_int("right_window_size", -1));
   Heads4 q, k, v;
   KILN_RETURN_IF_ERROR(read_heads(a.in[0], qh_attr, "Q", &q));
   KILN_RETURN_IF_ERROR(read_heads(a.in[1], kvh_attr, "K", &k));
@@ -104,8 +106,8 @@ Status attention_kernel(const KernelArgs& a) {
   const TensorView* mask = a.in.size() > 3 && present(a.in[3]) ? &a.in[3] : nullptr;
   std::vector<int64_t> mshape;
   if (mask) {
-    if (mask->rank() < 2 || mask->rank() > 4) {
-      return invalid_argument("Attention: attn_mask must have rank 2, 3 or 4");
+    if (mask->rank() < 1 || mask->rank() > 4) {  // rank 1 (one row for all queries): opset 25
+      return invalid_argument("Attention: attn_mask must have rank 1 to 4");
     }
     mshape.assign(size_t(4 - mask->rank()), 1);
     for (int64_t d : mask->shape) mshape.push_back(d);
@@ -130,9 +132,14 @@ Status attention_kernel(const KernelArgs& a) {
   std::vector<double> row(static_cast<size_t>(L)), raw(row), biased(row);
   const double sq = std::sqrt(scale);
   for (int64_t b = 0; b < q.b; ++b) {
+    // Causal and window masks align bottom-right: query i sits at absolute position i + offset,
+    // offset being the keys before the query block (the past cache, or for an external cache
+    // without past, nonpad_kv_seqlen[b] - S). Not clamped: a negative offset masks whole rows.
+    const int64_t offset = past == 0 && !nonpad.empty() ? nonpad[size_t(b)] - S : past;
     for (int64_t h = 0; h < q.h; ++h) {
       int64_t kh = h / group;
       for (int64_t i = 0; i < S; ++i) {
+        bool masked = L > 0;
         for (int64_t j = 0; j < L; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < q.d; ++d)
@@ -153,18 +160,24 @@ Status attention_kernel(const KernelArgs& a) {
               bias = mask->dtype == DType::kBool ? (m != 0 ? 0.0 : kNegInf) : m;
             }
           }
-          if (causal && j - past > i) bias += kNegInf;
+          const int64_t diff = i + offset - j;  // how far key j lies before the query
+          if (causal && diff < 0) bias += kNegInf;
+          if ((left >= 0 && diff > left) || (right >= 0 && -diff > right)) bias += kNegInf;
           if (!nonpad.empty() && j >= nonpad[b]) bias += kNegInf;
+          masked = masked && bias == kNegInf;
           biased[j] = dot + bias;
         }
+        // A row whose every key is masked (decided on the bias, not on the logits) attends
+        // nothing: its probabilities and output are 0, not NaN (onnx 1.23's errata to 23/24).
         double mx = kNegInf;
         for (int64_t j = 0; j < L; ++j) mx = std::max(mx, biased[j]);
+        if (mx == kNegInf) mx = 0;
         double sum = 0;
         for (int64_t j = 0; j < L; ++j) {
           row[j] = std::exp(biased[j] - mx);
           sum += row[j];
         }
-        for (int64_t j = 0; j < L; ++j) row[j] /= sum;
+        for (int64_t j = 0; j < L; ++j) row[j] = masked ? 0.0 : row[j] / (sum == 0 ? 1.0 : sum);
         double* yp = yv.data() + ((b * q.h + h) * S + i) * v.d;
         for (int64_t j = 0; j < L; ++j) {
           for (int64_t d = 0; d < v.d; ++d) yp[d] += row[j] * v.at(b, kh, j, d);

@@ -105,6 +105,10 @@ inline auto bin_apply(C a, C b) {
     }
     if constexpr (op == Bin::kModFloor && std::is_signed_v<C>) {
       if (r != 0 && ((r < 0) != (b < 0))) r = C(r + b);  // result takes the divisor's sign
+      // Floats (opset 28, as numpy's mod): a zero remainder takes the divisor's sign too.
+      if constexpr (!kInt) {
+        if (r == 0) r = std::copysign(C(0), b);
+      }
     }
     return r;
   } else if constexpr (op == Bin::kMax) {

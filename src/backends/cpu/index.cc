@@ -1,4 +1,5 @@
-// CPU reference kernels of the index op family: Slice, Gather, GatherND, GatherElements, CumSum.
+// CPU reference kernels of the index op family: Slice, Gather, GatherND, GatherElements, CumSum,
+// Scatter*, OneHot, ReverseSequence.
 // Indices come from tensor data, so every one is range-checked before it is used.
 #include <algorithm>
 #include <cstring>
@@ -7,6 +8,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
+#include "backends/cpu/numeric.h"
 
 namespace kiln::backends::cpu {
 
@@ -395,6 +397,94 @@ Status scatter_nd_kernel(const KernelArgs& a) {
   return scatter_apply(out, upd, red, pairs, OpKind::kScatterND);
 }
 
+// OneHot: out[..., d, ...] = values[1] where the index (a negative one wrapped by depth) equals d,
+// else values[0]; out-of-range and non-integral indices match nothing. The depth is the output's
+// size along axis, which the schema read at build time.
+Status one_hot_kernel(const KernelArgs& a) {
+  const TensorView& idx = a.in[0];
+  const TensorView& values = a.in[2];
+  const TensorView& out = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -1));
+  const int r = out.rank();
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r || idx.rank() != r - 1 || values.numel() != 2 ||
+      values.dtype != out.dtype || !(is_integer(idx.dtype) || is_float(idx.dtype))) {
+    return invalid_argument("OneHot: indices " + shape_to_string(idx.shape) + ", values " +
+                            shape_to_string(values.shape) + " and output " +
+                            shape_to_string(out.shape) + " do not fit axis " +
+                            std::to_string(axis));
+  }
+  for (int d = 0; d < r - 1; ++d) {
+    if (idx.shape[d] != out.shape[d < axis ? d : d + 1]) {
+      return invalid_argument("OneHot: the output's shape does not extend the indices'");
+    }
+  }
+  const int64_t depth = out.shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= out.shape[d];
+  for (int d = int(axis) + 1; d < r; ++d) inner *= out.shape[d];
+  const size_t es = dtype_size(out.dtype);
+  const auto* vals = static_cast<const unsigned char*>(values.data);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      double v = load_f64(idx, o * inner + i);
+      if (v < 0) v += double(depth);
+      for (int64_t d = 0; d < depth; ++d) {
+        const bool on = v == double(d);
+        std::memcpy(dst + size_t((o * depth + d) * inner + i) * es, vals + (on ? es : 0), es);
+      }
+    }
+  }
+  return ok_status();
+}
+
+// ReverseSequence: per batch entry b, the first sequence_lens[b] steps along the time axis are
+// reversed and the rest copied; batch and time are axes 0 and 1 in either order.
+Status reverse_sequence_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  const TensorView& out = a.out[0];
+  KILN_ASSIGN_OR_RETURN(int64_t batch_axis, a.attrs.get_int("batch_axis", 1));
+  KILN_ASSIGN_OR_RETURN(int64_t time_axis, a.attrs.get_int("time_axis", 0));
+  if (x.rank() < 2 || batch_axis + time_axis != 1 || batch_axis < 0 || time_axis < 0 ||
+      out.dtype != x.dtype || !std::ranges::equal(out.shape, x.shape)) {
+    return invalid_argument("ReverseSequence: input " + shape_to_string(x.shape) +
+                            " with batch_axis " + std::to_string(batch_axis) + ", time_axis " +
+                            std::to_string(time_axis));
+  }
+  KILN_ASSIGN_OR_RETURN(auto lens, read_ints(a.in[1], "ReverseSequence", "sequence_lens"));
+  const int64_t batch = x.shape[batch_axis], steps = x.shape[time_axis];
+  if (int64_t(lens.size()) != batch) {
+    return invalid_argument("ReverseSequence: " + std::to_string(lens.size()) +
+                            " sequence lengths for a batch of " + std::to_string(batch));
+  }
+  int64_t inner = 1;
+  for (int d = 2; d < x.rank(); ++d) inner *= x.shape[d];
+  const size_t row = size_t(inner) * dtype_size(x.dtype);
+  // The output may share the input's buffer: read from a copy then.
+  std::vector<unsigned char> copy;
+  const auto* src = static_cast<const unsigned char*>(x.data);
+  if (out.data == x.data && x.nbytes() > 0) {
+    copy.assign(src, src + x.nbytes());
+    src = copy.data();
+  }
+  auto* dst = static_cast<unsigned char*>(out.data);
+  auto offset = [&](int64_t b, int64_t t) {
+    return size_t(batch_axis == 0 ? b * steps + t : t * batch + b) * row;
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = lens[size_t(b)];
+    if (len < 0 || len > steps) {
+      return invalid_argument("ReverseSequence: sequence length " + std::to_string(len) +
+                              " is outside [0, " + std::to_string(steps) + "]");
+    }
+    for (int64_t t = 0; t < steps; ++t) {
+      if (row > 0) std::memcpy(dst + offset(b, t), src + offset(b, t < len ? len - 1 - t : t), row);
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_index_kernels(KernelRegistry& r) {
@@ -407,6 +497,8 @@ void register_index_kernels(KernelRegistry& r) {
   r.add(OpKind::kScatterElements, &scatter_elements_kernel);
   r.add(OpKind::kScatter, &scatter_elements_kernel);
   r.add(OpKind::kScatterND, &scatter_nd_kernel);
+  r.add(OpKind::kOneHot, &one_hot_kernel);
+  r.add(OpKind::kReverseSequence, &reverse_sequence_kernel);
 }
 
 }  // namespace kiln::backends::cpu

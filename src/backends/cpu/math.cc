@@ -1,5 +1,6 @@
 // CPU reference kernels of the math op family: trigonometry and parameterized activations, Shrink,
-// PRelu, variadic Sum/Mean, bitwise and shift ops, inference-mode Dropout.
+// PRelu, SwiGLU, variadic Sum/Mean, bitwise and shift ops, inference-mode Dropout.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -116,6 +117,17 @@ Status unary_kernel(const KernelArgs& a) {
 
 enum class Bin { kAdd, kPRelu, kAnd, kOr, kXor, kShl, kShr };
 
+template <typename C>
+constexpr bool is_negative(C x) {
+  if constexpr (std::is_signed_v<C>) return x < C(0);
+  return false;
+}
+
+template <typename C>
+constexpr bool shift_in_range(C y) {
+  return !is_negative(y) && y < C(sizeof(C) * 8);
+}
+
 template <Bin op, typename C>
 inline C bin(C x, C y) {
   if constexpr (op == Bin::kAdd) {
@@ -133,9 +145,14 @@ inline C bin(C x, C y) {
   } else if constexpr (op == Bin::kXor) {
     return C(x ^ y);
   } else if constexpr (op == Bin::kShl) {
-    return y >= C(sizeof(C) * 8) ? C(0) : C(Wide<C>(x) << y);
+    // Opset 28: a shift count outside [0, bits) gives 0; a signed x shifts as its unsigned bits.
+    if (!shift_in_range(y)) return C(0);
+    return C(Wide<C>(x) << y);
   } else {
-    return y >= C(sizeof(C) * 8) ? C(0) : C(x >> y);
+    // Opset 28: a signed x shifts arithmetically (sign-extending); out of range, only the sign
+    // extension is left: -1 for a negative x, else 0.
+    if (!shift_in_range(y)) return is_negative(x) ? C(-1) : C(0);
+    return C(x >> y);
   }
 }
 
@@ -166,12 +183,35 @@ constexpr unsigned kInts = kI8 | kI16 | kI32 | kI64 | kU8 | kU16 | kU32 | kU64;
 Status bitshift_kernel(const KernelArgs& a) {
   KILN_RETURN_IF_ERROR(check_io(a, 2, OpKind::kBitShift));
   KILN_ASSIGN_OR_RETURN(std::string dir, a.attrs.get_string("direction", std::nullopt));
-  constexpr unsigned kUnsigned = kU8 | kU16 | kU32 | kU64;
-  if (dir == "LEFT") return binary<Bin::kShl, kUnsigned>(OpKind::kBitShift, a.in[0], a.in[1], a.out[0]);
-  if (dir == "RIGHT") {
-    return binary<Bin::kShr, kUnsigned>(OpKind::kBitShift, a.in[0], a.in[1], a.out[0]);
-  }
+  const TensorView &x = a.in[0], &y = a.in[1], &out = a.out[0];
+  if (dir == "LEFT") return binary<Bin::kShl, kInts>(OpKind::kBitShift, x, y, out);
+  if (dir == "RIGHT") return binary<Bin::kShr, kInts>(OpKind::kBitShift, x, y, out);
   return invalid_argument("BitShift: direction must be 'LEFT' or 'RIGHT', got '" + dir + "'");
+}
+
+// SwiGLU: y = a * sigmoid(alpha * a) * b, computed as Swish is (float for the half types).
+Status swiglu_kernel(const KernelArgs& a) {
+  KILN_RETURN_IF_ERROR(check_io(a, 2, OpKind::kSwiGLU));
+  const TensorView& x = a.in[0];
+  const TensorView& g = a.in[1];
+  const TensorView& out = a.out[0];
+  if (!std::ranges::equal(x.shape, g.shape) || x.numel() != out.numel()) {
+    return invalid_argument("SwiGLU: A " + shape_to_string(x.shape) + ", B " +
+                            shape_to_string(g.shape) + " and the output must have one shape");
+  }
+  Params p;
+  KILN_ASSIGN_OR_RETURN(float alpha, a.attrs.get_float("alpha", 1.0f));
+  p.alpha = alpha;
+  return dispatch<kFloats>(x.dtype, OpKind::kSwiGLU, [&]<typename T>(Tag<T>) {
+    using N = Num<T>;
+    const T* src = x.as<T>();
+    const T* lin = g.as<T>();
+    T* dst = out.as<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      dst[i] = N::store(apply<Un::kSwish>(N::load(src[i]), p) * N::load(lin[i]));
+    }
+    return ok_status();
+  });
 }
 
 Status bitwise_not_kernel(const KernelArgs& a) {
@@ -255,6 +295,7 @@ void register_math_kernels(KernelRegistry& r) {
   r.add(OpKind::kBitwiseXor, &binary_kernel<OpKind::kBitwiseXor, Bin::kXor, kInts>);
   r.add(OpKind::kBitwiseNot, &bitwise_not_kernel);
   r.add(OpKind::kBitShift, &bitshift_kernel);
+  r.add(OpKind::kSwiGLU, &swiglu_kernel);
   r.add(OpKind::kSum, &variadic_kernel<OpKind::kSum>);
   r.add(OpKind::kMean, &variadic_kernel<OpKind::kMean>);
   r.add(OpKind::kDropout, &dropout_kernel);

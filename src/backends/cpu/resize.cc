@@ -485,7 +485,8 @@ struct Bytes {
 };
 
 // out[n, c, h*b + i, w*b + j] = in[n, channel(c, i, j), h, w] for DepthToSpace; SpaceToDepth is
-// the inverse permutation, done by swapping the roles of the two tensors.
+// the inverse permutation (in both modes: SpaceToDepth has CRD from opset 28), done by swapping
+// the roles of the two tensors.
 template <typename E>
 void depth_space_copy(const E* src, E* dst, int64_t batch, int64_t c_out, int64_t h, int64_t w,
                       int64_t b, bool crd, bool to_space) {
@@ -517,7 +518,7 @@ Status depth_space(const KernelArgs& a, bool to_space) {
   KILN_ASSIGN_OR_RETURN(int64_t b, a.attrs.get_int("blocksize", std::nullopt));
   KILN_ASSIGN_OR_RETURN(std::string mode, a.attrs.get_string("mode", "DCR"));
   if (x.rank() != 4 || y.rank() != 4 || x.dtype != y.dtype || b <= 0 ||
-      (mode != "DCR" && mode != "CRD") || (!to_space && mode != "DCR")) {
+      (mode != "DCR" && mode != "CRD")) {
     return invalid_argument(std::string(op) +
                             ": needs rank-4 input, blocksize > 0 and mode DCR/CRD");
   }

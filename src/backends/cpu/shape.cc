@@ -337,14 +337,19 @@ Status range_kernel(const KernelArgs& a) {
     case DType::kInt16: range_impl<int16_t>(a); break;
     case DType::kFloat16:
     case DType::kBFloat16: {
-      // start + i * delta in float32, rounded once to the half dtype.
+      // start + i * delta in the stash type (opset 27: float, the default, or double), rounded
+      // once to the half dtype.
+      KILN_ASSIGN_OR_RETURN(int64_t stash, a.attrs.get_int("stash_type", 1));
       const bool h = a.out[0].dtype == DType::kFloat16;
       auto load = [h](uint16_t v) { return h ? half_to_float(v) : bf16_to_float(v); };
       auto store = [h](float f) { return h ? float_to_half(f) : float_to_bf16(f); };
       const float start = load(*a.in[0].as<const uint16_t>());
       const float delta = load(*a.in[2].as<const uint16_t>());
       uint16_t* out = a.out[0].as<uint16_t>();
-      for (int64_t i = 0; i < a.out[0].numel(); ++i) out[i] = store(start + float(i) * delta);
+      for (int64_t i = 0; i < a.out[0].numel(); ++i) {
+        out[i] = stash == 11 ? store(float(double(start) + double(i) * double(delta)))
+                             : store(start + float(i) * delta);
+      }
       break;
     }
     default:

@@ -17,8 +17,10 @@ namespace {
 constexpr int kMaxGraphDepth = 64;
 // Opset 7 is where numpy broadcasting began; older attribute forms are refused by the schemas.
 constexpr int64_t kMinOpset = 7;
-// Opsets 25-27 (onnx 1.20-1.22) changed no numeric semantics of the ops kiln knows, only types.
-constexpr int64_t kMaxOpset = 27;
+// Opset 28 is onnx 1.23's newest. The schemas of the ops whose meaning changed in opsets 25-28
+// check the node's opset: Attention 25 (windows), Range 27 (stash_type), Mod 28 (fmod=0 on
+// floats), BitShift 28 (signed types), SpaceToDepth 28 (mode); the rest only added dtypes.
+constexpr int64_t kMaxOpset = 28;
 
 // Names each enclosing graph defines, innermost last: a subgraph may read any of them.
 using Scope = std::vector<const std::unordered_set<std::string>*>;

@@ -1,0 +1,337 @@
+// The one table of the CLI's flags: kiln's own and trtexec's, each accepted, accepted with a
+// warning, or refused with the reason and what to use. Commands' flags, --help, the refusals and
+// warnings in Args::parse, and docs/trtexec_flags.md (kiln help-flags --markdown) all read it.
+#include <cstdio>
+#include <iterator>
+
+#include "flags.h"
+
+namespace kiln::cli {
+namespace {
+
+// One-letter names keep each row of the table on a line or two.
+constexpr uint32_t B = kCmdBuild, R = kCmdRun, N = kCmdBench, I = kCmdInspect, C = kCmdCompare;
+constexpr uint32_t kBuilds = B | R | N | C;  // commands that can build an engine
+constexpr auto kAcc = FlagStatus::kAccepted;
+constexpr auto kWarn = FlagStatus::kWarns;
+constexpr auto kRef = FlagStatus::kRefused;
+constexpr uint32_t T = kTrtexec;
+constexpr uint32_t TB = kTrtexec | kBuildFlag;
+
+constexpr std::string_view kNoPlugins =
+    "kiln loads no plugin libraries: every op runs on a built-in kernel; `kiln inspect MODEL` "
+    "lists the ops kiln does not support";
+constexpr std::string_view kNoDla =
+    "kiln has no DLA backend; an engine targets --device=cpu or --device=cuda";
+constexpr std::string_view kNoCalibration =
+    "kiln has no INT8 calibration yet and reads no calibration cache: --int8 is recorded in the "
+    "engine, but no layer computes in int8; a model quantized with QuantizeLinear/DequantizeLinear "
+    "runs as exported";
+constexpr std::string_view kNoLayerConstraints =
+    "kiln assigns each layer's precision in its own pass and takes no per-layer constraints yet; "
+    "`kiln inspect ENGINE` shows what each layer computes in";
+constexpr std::string_view kNoRefit =
+    "kiln engines are not refittable: rebuild the engine to change its weights";
+constexpr std::string_view kNoLayerProfiler =
+    "kiln has no per-layer profiler yet; kiln bench reports end-to-end latency (and on a GPU, "
+    "host-to-device, compute and device-to-host times)";
+constexpr std::string_view kOneStream =
+    "kiln bench drives one execution context on one stream from one thread; run several kiln "
+    "processes, or one ExecutionContext per thread through the API";
+constexpr std::string_view kNoImplicitBatch =
+    "kiln has no implicit batch: the batch is a dim of the input shapes; give it in --shapes or "
+    "--minShapes/--optShapes/--maxShapes";
+constexpr std::string_view kOneRuntime =
+    "kiln has one runtime; an engine records the kiln and format versions it needs, and a "
+    "mismatched engine is refused with the versions named";
+
+// In --help order. Rows of one name must have disjoint `commands` (a test checks it).
+constexpr FlagDef kFlags[] = {
+    // Where the engine comes from, and where it goes.
+    {"onnx", "MODEL", B, kAcc, T, "the ONNX model to build"},
+    {"onnx", "MODEL", R | N, kAcc, T,
+     "build an engine from this ONNX model (with the build flags below) instead of --loadEngine"},
+    {"onnx", "MODEL", C, kAcc, T,
+     "the ONNX model: the reference runs it, and kiln builds it unless --loadEngine is given"},
+    {"loadEngine", "ENGINE", R | N, kAcc, T, "the engine to load (.kiln)"},
+    {"loadEngine", "ENGINE", C, kAcc, T, "an engine built from MODEL (default: build one)"},
+    {"loadEngine", "ENGINE", B, kRef, T,
+     "kiln build builds from --onnx; to run or time a saved engine, use kiln run or kiln bench "
+     "--loadEngine=ENGINE"},
+    {"saveEngine", "ENGINE", B, kAcc, T, "where to write the engine (.kiln)"},
+    {"saveEngine", "ENGINE", R | N, kAcc, TB, "with --onnx: also save the engine built"},
+
+    // Optimization profiles.
+    {"minShapes", "SPEC", kBuilds, kAcc, TB | kRepeatable,
+     "smallest shapes of the current profile: x:1x3x224x224,y:..."},
+    {"optShapes", "SPEC", kBuilds, kAcc, TB | kRepeatable,
+     "shapes the profile is tuned for (given alone: also its min and max, as in trtexec)"},
+    {"maxShapes", "SPEC", kBuilds, kAcc, TB | kRepeatable, "largest shapes of the current profile"},
+    {"profile", "N", B | N | C, kAcc, TB | kRepeatable,
+     "start profile N (0, 1, ...); the shape flags after it belong to it"},
+    {"shapes", "SPEC", B, kAcc, TB,
+     "without --minShapes/--optShapes/--maxShapes: the profile, as min = opt = max (as trtexec "
+     "builds from --shapes)"},
+
+    // Precision.
+    {"noTF32", "", kBuilds, kAcc, TB,
+     "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
+    {"fp16", "", kBuilds, kAcc, TB, "allow FP16 kernels"},
+    {"bf16", "", kBuilds, kAcc, TB, "allow BF16 kernels"},
+    {"int8", "", kBuilds, kAcc, TB, "allow INT8 kernels"},
+    {"best", "", kBuilds, kAcc, TB,
+     "allow every precision kiln has: fp16, bf16 and tf32 (trtexec's --best enables all); not "
+     "int8, which needs the calibration kiln lacks"},
+    {"fp8", "", kCmdAll, kRef, T,
+     "kiln has no FP8 kernels yet (planned for Hopper GPUs); use --fp16 or --bf16"},
+    {"int4", "", kCmdAll, kRef, T, "kiln has no INT4 kernels; use --fp16 or --bf16"},
+    {"stronglyTyped", "", kCmdAll, kRef, T,
+     "kiln has no strongly typed mode: layers compute in FP32 unless --fp16/--bf16 allow less, and "
+     "the build summary says what each layer runs in"},
+    {"precisionConstraints", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
+    {"layerPrecisions", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
+    {"layerOutputTypes", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
+    {"calib", "FILE", kCmdAll, kRef, T, kNoCalibration},
+    {"minShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},
+    {"optShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},
+    {"maxShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},
+    {"calibProfile", "N", kCmdAll, kRef, T, kNoCalibration},
+    {"sparsity", "SPEC", kCmdAll, kRef, T, "kiln has no structured-sparsity kernels"},
+    {"inputIOFormats", "SPEC", kCmdAll, kRef, T,
+     "kiln's IO tensors have the model's dtypes in linear (chw) layout; there is no other IO "
+     "format"},
+    {"outputIOFormats", "SPEC", kCmdAll, kRef, T,
+     "kiln's IO tensors have the model's dtypes in linear (chw) layout; there is no other IO "
+     "format"},
+
+    // Device.
+    {"device", "cpu|cuda", kBuilds, kAcc, TB,
+     "the device the engine targets (default cpu); not trtexec's GPU index: --device=N is refused "
+     "with a reason"},
+    {"useDLACore", "N", kCmdAll, kRef, T, kNoDla},
+    {"allowGPUFallback", "", kCmdAll, kRef, T, kNoDla},
+    {"buildDLAStandalone", "", kCmdAll, kRef, T, kNoDla},
+
+    // Builder resources and search.
+    {"memPoolSize", "workspace:SIZE", kBuilds, kWarn, TB,
+     "the workspace size, in trtexec's units (MiB, or a B/K/M/G suffix), is read and shown in "
+     "kiln build's summary, but kiln's BuilderConfig has no memory pool limit yet, so it bounds no "
+     "kernel; the DLA and tacticSharedMem pools are refused"},
+    {"workspace", "N", kBuilds, kWarn, TB,
+     "deprecated: trtexec's old spelling of --memPoolSize=workspace:N (N in MiB), gone from "
+     "TensorRT 10's trtexec; taken as that, which kiln records but does not enforce"},
+    {"timingCacheFile", "FILE", kBuilds, kWarn, TB,
+     "kiln has no tactic timing yet, so there is no timing cache: the file is neither read nor "
+     "written"},
+    {"noBuilderCache", "", kBuilds, kWarn, TB,
+     "kiln has no timing cache to disable; the flag changes nothing"},
+    {"builderOptimizationLevel", "N", kBuilds, kWarn, TB,
+     "kiln has no tactic search yet, so no optimization levels; the flag changes nothing"},
+    {"profilingVerbosity", "MODE", kBuilds, kWarn, TB,
+     "kiln engines always record every layer's node, kernel and precision (kiln inspect shows "
+     "them); the flag changes nothing"},
+    {"tacticSources", "SPEC", kCmdAll, kRef, T,
+     "kiln picks kernels from its registry, with no per-library (cuBLAS, cuDNN) switch yet; `kiln "
+     "inspect ENGINE` shows each layer's kernel"},
+    {"explicitBatch", "", kBuilds, kWarn, T,
+     "every kiln engine has an explicit batch dim, as every TensorRT 10 network does; the flag "
+     "changes nothing"},
+    {"batch", "N", kCmdAll, kRef, T, kNoImplicitBatch},
+    {"maxBatch", "N", kCmdAll, kRef, T, kNoImplicitBatch},
+    {"refit", "", kCmdAll, kRef, T, kNoRefit},
+    {"stripWeights", "", kCmdAll, kRef, T, kNoRefit},
+    {"versionCompatible", "", kCmdAll, kRef, T, kOneRuntime},
+    {"vc", "", kCmdAll, kRef, T, kOneRuntime},
+    {"useRuntime", "RUNTIME", kCmdAll, kRef, T, kOneRuntime},
+    {"hardwareCompatibilityLevel", "MODE", kCmdAll, kRef, T,
+     "kiln has no hardware compatibility levels: build the engine on the kind of machine that runs "
+     "it"},
+    {"plugins", "FILE", kCmdAll, kRef, T, kNoPlugins},
+    {"staticPlugins", "FILE", kCmdAll, kRef, T, kNoPlugins},
+    {"dynamicPlugins", "FILE", kCmdAll, kRef, T, kNoPlugins},
+    {"setPluginsToSerialize", "FILE", kCmdAll, kRef, T, kNoPlugins},
+    {"skipInference", "", B, kWarn, T, "kiln build never runs inference; the flag changes nothing"},
+    {"skipInference", "", R | N, kRef, T,
+     "kiln build builds without running inference: use it instead"},
+
+    // Inputs of a run.
+    {"shapes", "SPEC", R | N | C, kAcc, T,
+     "input shapes to run: x:4x3x224x224,... (default: the profile's opt shapes); with --onnx and "
+     "no --minShapes/--optShapes/--maxShapes, also the profile (min = opt = max)"},
+    {"loadInputs", "SPEC", R | N | C, kAcc, T,
+     "input data: x:in.npy,y:in.pb (.npy or serialized onnx.TensorProto)"},
+    {"seed", "N", R | N | C, kAcc, 0,
+     "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
+    {"profile", "N", R, kAcc, 0,
+     "the optimization profile to run with (default: the first whose ranges hold the shapes)"},
+    {"useProfile", "N", R | N, kAcc, T,
+     "the optimization profile to run with (default: the first whose ranges hold the shapes)"},
+
+    // kiln run.
+    {"iterations", "N", R, kAcc, T,
+     "run N times (default 1) and print the outputs of the last run, with the times of all"},
+    {"duration", "S", R, kAcc, T, "run for at least S seconds (with --iterations: both)"},
+    {"dumpOutput", "", R, kAcc, T, "print every value of every output"},
+    {"exportOutput", "DIR|FILE.json", R, kAcc, T,
+     "write outputs: DIR/NAME.npy each, or one JSON file"},
+    {"warmUp", "MS", R, kRef, T,
+     "kiln run does not warm up: its time line says what the first run includes; kiln bench "
+     "--warmUp=MS times after a warm-up"},
+    {"dumpOutput", "", N | C, kRef, T,
+     "this command prints no output values; kiln run --dumpOutput takes the same engine and input "
+     "flags and prints them"},
+    {"exportOutput", "FILE", N | C, kRef, T,
+     "this command writes no outputs; kiln run --exportOutput=DIR|FILE.json takes the same engine "
+     "and input flags and writes them"},
+    {"dumpRawBindingsToFile", "", kCmdAll, kRef, T,
+     "use kiln run --exportOutput=DIR, which writes each output as DIR/NAME.npy"},
+
+    // kiln bench.
+    {"warmUp", "MS", N, kAcc, T, "untimed warm-up time in milliseconds (default 200)"},
+    {"iterations", "N", N, kAcc, T, "timed runs (at least)"},
+    {"duration", "S", N, kAcc, T, "timed seconds (at least)"},
+    {"avgRuns", "N", N, kAcc, T,
+     "also print the mean latency of every N consecutive timed runs (trtexec's trace averages); "
+     "the percentiles stay over single runs"},
+    {"percentile", "P1,P2,..", N, kAcc, T,
+     "the latency percentiles to report (default 90,99); 0 is the fastest run, 100 the slowest"},
+    {"useCudaGraph", "", N, kAcc, T, "capture the run in a CUDA graph (GPU engines only)"},
+    {"exportTimes", "FILE.json", N, kAcc, T, "write every timed latency and the summary as JSON"},
+    {"streams", "N", kCmdAll, kRef, T, kOneStream},
+    {"infStreams", "N", kCmdAll, kRef, T, kOneStream},
+    {"threads", "", kCmdAll, kRef, T, kOneStream},
+    {"noDataTransfers", "", kCmdAll, kRef, T,
+     "kiln bench times a GPU engine's run() with its host-device copies and reports the "
+     "host-to-device, compute and device-to-host medians apart: the compute median is the time "
+     "without transfers (a cpu engine has no transfers)"},
+    {"useSpinWait", "", kCmdAll, kRef, T, "kiln has no spin-wait synchronization option"},
+    {"sleepTime", "MS", kCmdAll, kRef, T, "kiln bench runs back to back, with no sleep"},
+    {"idleTime", "MS", kCmdAll, kRef, T, "kiln bench runs back to back, with no sleep"},
+    {"useManagedMemory", "", kCmdAll, kRef, T, "kiln has no managed-memory option"},
+    {"separateProfileRun", "", kCmdAll, kRef, T,
+     "kiln has no per-layer profiler, so there is no profile run to separate: kiln bench's timed "
+     "runs are never profiled (on a GPU the phase times come from a separate pass already)"},
+    {"dumpProfile", "", kCmdAll, kRef, T, kNoLayerProfiler},
+    {"exportProfile", "FILE", kCmdAll, kRef, T, kNoLayerProfiler},
+    {"dumpLayerInfo", "", kCmdAll, kRef, T,
+     "use kiln inspect ENGINE, which prints every layer with its kernel and precision (or kiln "
+     "build --verbose)"},
+    {"exportLayerInfo", "FILE", kCmdAll, kRef, T,
+     "use kiln inspect --json ENGINE > FILE: every layer's node, op, kernel and precision as JSON"},
+
+    // kiln inspect and compare.
+    {"json", "", I, kAcc, 0, "print JSON instead of text"},
+    {"atol", "A", C, kAcc, 0, "absolute tolerance (default per precision; fp32: 1e-4)"},
+    {"rtol", "R", C, kAcc, 0, "relative tolerance (default per precision; fp32: 1e-3)"},
+    {"reference", "auto|ort|kiln", C, kAcc, 0,
+     "the reference: ONNX Runtime, kiln's CPU kernels, or auto"},
+
+    {"verbose", "", kBuilds, kAcc, T, "print every stage with its time (a build: every layer too)"},
+};
+
+struct Named {
+  uint32_t bit;
+  const char* name;
+};
+constexpr Named kCommandNames[] = {
+    {B, "build"}, {R, "run"}, {N, "bench"}, {I, "inspect"}, {C, "compare"}};
+
+std::string md_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const FlagDef> flag_table() { return kFlags; }
+
+const FlagDef* find_flag_def(std::string_view name, uint32_t command) {
+  for (const FlagDef& f : kFlags) {
+    if (f.name == name && (f.commands & command)) return &f;
+  }
+  return nullptr;
+}
+
+std::string command_names(uint32_t commands) {
+  if (commands == kCmdAll) return "every command";
+  std::string s;
+  for (const Named& c : kCommandNames) {
+    if (commands & c.bit) s += (s.empty() ? "" : ", ") + std::string(c.name);
+  }
+  return s;
+}
+
+CommandSpec command_spec(uint32_t id, std::string name, std::string synopsis, std::string summary,
+                         std::string positional) {
+  CommandSpec spec{
+      id, std::move(name), std::move(synopsis), std::move(summary), std::move(positional), {}};
+  for (const FlagDef& f : kFlags) {
+    if ((f.commands & id) && f.status != FlagStatus::kRefused) spec.flags.push_back(&f);
+  }
+  return spec;
+}
+
+void warn(std::string_view command, const std::string& message) {
+  std::fprintf(stderr, "kiln %.*s: warning: %s\n", int(command.size()), command.data(),
+               message.c_str());
+}
+
+std::string check_flag_table() {
+  std::string problems;
+  for (size_t i = 0; i < std::size(kFlags); ++i) {
+    const FlagDef& a = kFlags[i];
+    if (a.commands == 0 || a.text.empty())
+      problems += "--" + std::string(a.name) + " has a row with no command or no text\n";
+    for (size_t j = i + 1; j < std::size(kFlags); ++j) {
+      const FlagDef& b = kFlags[j];
+      if (a.name == b.name && (a.commands & b.commands)) {
+        problems += "--" + std::string(a.name) + " has two rows for kiln " +
+                    command_names(a.commands & b.commands) + "\n";
+      }
+    }
+  }
+  return problems;
+}
+
+std::string trtexec_flags_markdown() {
+  std::string s =
+      "# trtexec flags in kiln\n\n"
+      "Generated by `scripts/gen_flags_doc.sh` (`kiln help-flags --markdown`) from the flag table "
+      "in `tools/kiln/flag_table.cc`; do not edit. `tests/cli_test.cc` fails when this file and "
+      "the table differ.\n\n"
+      "Every trtexec flag kiln knows, by what kiln does with it:\n\n"
+      "- **accepted**: the flag does what it does in trtexec, or what the last column says.\n"
+      "- **warns**: accepted so that trtexec scripts keep working, with a warning on every use "
+      "saying why it changes nothing (or is a deprecated spelling).\n"
+      "- **refused**: exit 2 with the sentence in the last column.\n"
+      "- **build flag**: it applies while an engine is built. Next to `--loadEngine` it has no "
+      "effect, and kiln warns naming it.\n\n"
+      "A flag that takes one value and is given twice warns when the values are the same, and is "
+      "a usage error (exit 2) when they differ (two `--saveEngine` paths, say). The shape flags "
+      "and `--profile` may repeat: `--profile=N` starts a profile, and the shape flags after it "
+      "fill it. A flag this table does not name is an unknown flag (exit 2, with the nearest "
+      "spelling).\n\n"
+      "| flag | commands | kiln does | meaning in kiln, or why not |\n"
+      "|---|---|---|---|\n";
+  for (const FlagDef& f : kFlags) {
+    if (!(f.traits & kTrtexec)) continue;
+    std::string flag =
+        "`--" + std::string(f.name) + (f.value.empty() ? "" : "=" + md_escape(f.value)) + "`";
+    std::string status = f.status == FlagStatus::kAccepted ? "accepted"
+                         : f.status == FlagStatus::kWarns  ? "warns"
+                                                           : "refused";
+    if ((f.traits & kBuildFlag) && (f.commands & kCmdLoadsEngines) &&
+        f.status != FlagStatus::kRefused) {
+      status += "; build flag";
+    }
+    s += "| " + flag + " | " + command_names(f.commands) + " | " + status + " | " +
+         md_escape(f.text) + " |\n";
+  }
+  return s;
+}
+
+}  // namespace kiln::cli
