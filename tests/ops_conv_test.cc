@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/kernel_registry.h"
 #include "ir/graph.h"
 #include "ops/schema.h"
 #include "test_util.h"
@@ -392,7 +393,7 @@ TEST(ConvKernel, ReusesScratchAcrossShapesAndRejectsBadShapes) {
   ir::Graph g;
   for (int i = 0; i < 3; ++i) g.add_value("v" + std::to_string(i));
   backends::KernelQuery q{node, {&g.values[0], &g.values[1]}, {&g.values[2]}};
-  auto kernel = backends::reference_backend().create_kernel(q);
+  auto kernel = backends::create_reference_kernel(q);
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
   for (int64_t h : {8, 4, 12}) {
     ConvSpec s{1, 3, 5, 1, {h, h}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false};

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/backend.h"
+#include "backends/kernel_registry.h"
 
 namespace kiln::testing {
 
@@ -116,7 +117,7 @@ StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node, const std::ve
   for (size_t i = 0; i < inputs.size(); ++i) in_vals.push_back(inputs[i].empty() ? nullptr : &g.values[i]);
   for (size_t i = 0; i < outputs.size(); ++i) out_vals.push_back(&g.values[inputs.size() + i]);
   backends::KernelQuery q{node, in_vals, out_vals};
-  KILN_ASSIGN_OR_RETURN(auto kernel, backends::reference_backend().create_kernel(q));
+  KILN_ASSIGN_OR_RETURN(auto kernel, backends::create_reference_kernel(q));
   std::vector<TensorView> iv, ov;
   for (const auto& t : inputs) iv.push_back(t.view());
   std::vector<Tensor> out;

@@ -1,6 +1,7 @@
-// The Backend and Kernel interfaces. The builder and runtime see backends only through this
-// header: a kernel is created for a node (answering why not when it cannot run it), prepared once,
-// and executed on views whose shapes the runtime has already resolved.
+// The Backend and Kernel interfaces. The builder and runtime see backends only through this header
+// and kernel_registry.h: an implementation answers whether it supports a node, prepares constant
+// state once per engine, and instantiates a kernel per context that runs on views whose shapes the
+// runtime has already resolved.
 #pragma once
 
 #include <algorithm>
@@ -12,19 +13,44 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace kiln::backends {
 
-// What a backend is asked to implement: a node with its resolved input and output values
-// (dtype, symbolic shape, constant data where known).
+// What an implementation is asked about: a node with its resolved input and output values
+// (dtype, symbolic shape, constant data where known), the build's precision policy, and, when a
+// kernel is instantiated, the precision and tactic the plan recorded for it.
 struct KernelQuery {
   const ir::Node& node;
   std::vector<const ir::Value*> inputs;   // nullptr for an omitted optional input
   std::vector<const ir::Value*> outputs;  // nullptr for an omitted optional output
-  uint32_t builder_flags = 0;             // BuilderConfig::flags(): TF32/FP16/BF16 policy
+  PrecisionPolicy policy;                 // what the build allows
+  NodePrecision precision;                // assigned: set for instantiate()
+  std::string tactic;                     // chosen: set for instantiate()
+  // What the implementation prepared for this engine: set for instantiate(); it outlives the
+  // kernel (the engine owns it and every context keeps the engine alive).
+  const class PreparedNode* prepared = nullptr;
+
+  // The dtype of input/output i; kUndefined when it is omitted.
+  DType input_dtype(size_t i) const {
+    return i < inputs.size() && inputs[i] ? inputs[i]->dtype : DType::kUndefined;
+  }
+  DType output_dtype(size_t i) const {
+    return i < outputs.size() && outputs[i] ? outputs[i]->dtype : DType::kUndefined;
+  }
+  bool input_is_constant(size_t i) const {
+    return i < inputs.size() && inputs[i] && inputs[i]->constant.has_value();
+  }
+};
+
+// State an implementation derives once per engine from a node's constants (converted weights,
+// re-laid-out filters), shared read-only by the kernels of every execution context.
+class PreparedNode {
+ public:
+  virtual ~PreparedNode() = default;
 };
 
 // An omitted optional input arrives as a view with dtype kUndefined.
@@ -37,8 +63,6 @@ class Kernel {
   // Must not allocate in steady state beyond what prepare() sized.
   virtual Status execute(std::span<const TensorView> inputs, std::span<const TensorView> outputs) = 0;
   virtual std::string name() const = 0;
-  // What the kernel computes in ("float32", "tf32", "float16"); empty: its output dtype.
-  virtual std::string precision() const { return ""; }
   // The stream (cudaStream_t on CUDA) later execute() calls enqueue on; ignored on the CPU.
   virtual void set_stream(void* stream) {}
 };
@@ -49,8 +73,6 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
-  // The kernel for a node, or kUnsupported with the reason ("Conv: 3-D convolution not supported").
-  virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const KernelQuery& query) const = 0;
 
   // Memory and streams. The CPU backend works on host memory and runs synchronously (streams are
   // nullptr); a device backend allocates device memory and enqueues asynchronously on streams.
@@ -77,6 +99,9 @@ class Backend {
   virtual StatusOr<void*> end_capture(void* stream) const { return unsupported("graph capture"); }
   virtual Status launch_graph(void* graph, void* stream) const { return unsupported("graph capture"); }
   virtual void destroy_graph(void* graph) const {}
+  // How many constant tensors this backend has converted or re-laid out for kernels' prepared
+  // state in this process (tests use it to show that weights are prepared once, not per context).
+  virtual uint64_t weights_prepared() const { return 0; }
 
  protected:
   static StatusOr<void*> host_allocate(size_t bytes) {
@@ -87,6 +112,11 @@ class Backend {
     return p;
   }
 };
+
+// The engine-file section tags the backends of this build own (plan::BackendSection): a loader
+// refuses a file with a required section outside these and the core ones. None yet; a backend
+// that stores data of its own (a timing cache, prepared kernels) adds its tags here.
+std::vector<uint32_t> backend_section_tags();
 
 // The backend for a device; kUnsupported when kiln was built without it.
 StatusOr<const Backend*> get_backend(Device device);

@@ -6,11 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
 #include "core/status.h"
 
 namespace kiln {
-
-enum class BuilderFlag : uint32_t { kTF32 = 0, kFP16 = 1, kBF16 = 2, kINT8 = 3 };
 
 enum class OptProfileSelector { kMIN = 0, kOPT = 1, kMAX = 2 };
 
@@ -35,6 +34,8 @@ class BuilderConfig {
   void clear_flag(BuilderFlag f) { flags_ &= ~(1u << uint32_t(f)); }
   bool get_flag(BuilderFlag f) const { return flags_ & (1u << uint32_t(f)); }
   uint32_t flags() const { return flags_; }
+  // The flags decoded: the one place the bits become a policy.
+  PrecisionPolicy precision() const { return PrecisionPolicy::from_flags(flags_); }
   void add_profile(OptimizationProfile p) { profiles_.push_back(std::move(p)); }
   const std::vector<OptimizationProfile>& profiles() const { return profiles_; }
 

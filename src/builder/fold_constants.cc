@@ -1,5 +1,6 @@
 // Constant folding: a node whose inputs are all constant runs once at build time on the reference
 // kernels, so each op's meaning lives in one place.
+#include "backends/kernel_registry.h"
 #include "builder/build_state.h"
 
 namespace kiln::builder {
@@ -32,7 +33,7 @@ Status fold_node(ir::Graph& g, int node_index) {
   }
   for (const auto& t : outputs) out_views.push_back(t.empty() ? TensorView{} : t.view());
   backends::KernelQuery query{node, in, out};
-  KILN_ASSIGN_OR_RETURN(auto kernel, backends::reference_backend().create_kernel(query));
+  KILN_ASSIGN_OR_RETURN(auto kernel, backends::create_reference_kernel(query));
   KILN_RETURN_IF_ERROR(kernel->execute(in_views, out_views));
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     if (node.outputs[o] >= 0) g.values[node.outputs[o]].constant = std::move(outputs[o]);

@@ -1,6 +1,8 @@
 // Pass plan_memory: writes the Plan's graph (only the nodes that run and the values they touch)
 // and assigns activations to arena slots. Slot sizes are formulas over the input symbols, so the
-// runtime sizes the arena for the actual shapes, never for the profile's max.
+// runtime sizes the arena for the actual shapes, never for the profile's max. The output of a view
+// that select_kernels made an alias is stored as its root value's bytes: no slot, no copy, and the
+// root stays live until the alias's last reader has run.
 #include <map>
 
 #include "builder/build_state.h"
@@ -66,12 +68,28 @@ Status plan_memory(BuildState& s) {
     }
     p.values[v].storage = st;
   }
+  if (p.nodes.size() != p.graph.nodes.size()) {
+    return internal_error("select_kernels chose " + std::to_string(p.nodes.size()) + " kernels for " +
+                          std::to_string(p.graph.nodes.size()) + " nodes");
+  }
+  // Views: the output is the (root of the) input's bytes. Nodes run in order, so a view's input is
+  // resolved to its root before the view itself is seen.
+  std::vector<int> root(nv);
+  for (int v = 0; v < nv; ++v) root[v] = v;
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    if (p.nodes[n].impl != plan::kAliasImpl) continue;
+    const ir::Node& node = p.graph.nodes[n];
+    int out = node.outputs[0], in = root[node.inputs[0]];
+    root[out] = in;
+    p.values[out].storage = plan::Storage::kAlias;
+    p.values[out].alias_of = in;
+  }
 
-  // Last use of each activation, in node positions.
+  // Last use of each value's bytes, in node positions: reading an alias reads its root.
   std::vector<int> last_use(nv, -1);
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     for (int v : p.graph.nodes[n].inputs) {
-      if (v >= 0) last_use[v] = int(n);
+      if (v >= 0) last_use[root[v]] = int(n);
     }
   }
   // Symbolic values get slots of their own for the whole run: they are written once per shape.

@@ -1,8 +1,7 @@
-// Graph helpers: attribute access, verification, topological order, and the text printer.
+// Graph helpers: attribute access, verification, topological order. The text form: ir/text.h.
 #include "ir/graph.h"
 
 #include <algorithm>
-#include <sstream>
 #include <unordered_map>
 
 namespace kiln::ir {
@@ -129,36 +128,69 @@ std::vector<std::vector<int>> Graph::consumers() const {
 
 Status verify(const Graph& g) {
   const int nv = int(g.values.size());
+  // Who defines each value: a graph input, a node, or (when neither) its constant data. A folded
+  // node output keeps its producer and has data too.
+  std::vector<int> producer(nv, -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    for (int v : node.outputs) {
+      if (v < -1 || v >= nv) return internal_error(node.describe() + ": output index out of range");
+      if (v < 0) continue;
+      if (producer[v] >= 0) {
+        return invalid_model(node.describe() + ": output '" + g.values[v].name +
+                             "' is already defined by " + g.nodes[producer[v]].describe() +
+                             " (ONNX graphs assign each value once)");
+      }
+      producer[v] = int(n);
+    }
+  }
   std::vector<char> defined(nv, 0);
   for (int v : g.inputs) {
     if (v < 0 || v >= nv) return internal_error("graph input index out of range");
+    if (defined[v]) return invalid_model("graph input '" + g.values[v].name + "' is listed twice");
+    if (producer[v] >= 0) {
+      return invalid_model("graph input '" + g.values[v].name + "' is also produced by " +
+                           g.nodes[producer[v]].describe());
+    }
     defined[v] = 1;
   }
   for (int v = 0; v < nv; ++v) {
-    if (g.values[v].constant) defined[v] = 1;
+    if (g.values[v].constant && producer[v] < 0) defined[v] = 1;
+    if (g.values[v].producer != producer[v]) {
+      return internal_error("value '" + g.values[v].name + "' records producer " +
+                            std::to_string(g.values[v].producer) + " but " +
+                            (producer[v] < 0 ? std::string("no node produces it")
+                                             : "node " + std::to_string(producer[v]) + " does"));
+    }
   }
+  std::vector<char> live(nv, 0);
   for (const Node& n : g.nodes) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int v = n.inputs[i];
       if (v < -1 || v >= nv) return internal_error(n.describe() + ": input index out of range");
-      if (v >= 0 && !defined[v]) {
+      if (v < 0) continue;
+      live[v] = 1;
+      if (!defined[v]) {
         return invalid_model(n.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
                              "' is used before any node or graph input defines it");
       }
     }
     for (int v : n.outputs) {
-      if (v < -1 || v >= nv) return internal_error(n.describe() + ": output index out of range");
-      if (v < 0) continue;
-      if (defined[v]) {
-        return invalid_model(n.describe() + ": output '" + g.values[v].name +
-                             "' is already defined (ONNX graphs assign each value once)");
-      }
-      defined[v] = 1;
+      if (v >= 0) defined[v] = live[v] = 1;
     }
   }
   for (int v : g.outputs) {
     if (v < 0 || v >= nv) return internal_error("graph output index out of range");
     if (!defined[v]) return invalid_model("graph output '" + g.values[v].name + "' is never produced");
+    live[v] = 1;
+  }
+  for (int v : g.inputs) live[v] = 1;
+  // Tensor names are the API's handles and the text form's references: live ones are unique.
+  std::unordered_map<std::string_view, int> names;
+  for (int v = 0; v < nv; ++v) {
+    if (!live[v]) continue;
+    auto [it, inserted] = names.emplace(g.values[v].name, v);
+    if (!inserted) return invalid_model("two values are named '" + g.values[v].name + "'");
   }
   return ok_status();
 }
@@ -216,84 +248,6 @@ Status sort_topologically(Graph* g) {
     }
   }
   return verify(*g);
-}
-
-std::string type_to_string(const Value& v) {
-  std::string s(dtype_name(v.dtype));
-  if (!v.shape) return s + "[?]";
-  return s + dims_to_string(*v.shape);
-}
-
-static std::string attr_to_text(const Attribute& a) {
-  std::ostringstream os;
-  auto list = [&](const auto& xs) {
-    os << "[";
-    for (size_t i = 0; i < xs.size(); ++i) os << (i ? ", " : "") << xs[i];
-    os << "]";
-  };
-  switch (a.type) {
-    case AttrType::kFloat: os << a.f; break;
-    case AttrType::kInt: os << a.i; break;
-    case AttrType::kString: os << '"' << a.s << '"'; break;
-    case AttrType::kTensor: os << "tensor<" << dtype_name(a.t.dtype()) << shape_to_string(a.t.shape()) << ">"; break;
-    case AttrType::kGraph: os << "graph"; break;
-    case AttrType::kFloats: list(a.floats); break;
-    case AttrType::kInts: list(a.ints); break;
-    case AttrType::kStrings: list(a.strings); break;
-    case AttrType::kTensors: os << "tensors(" << a.tensors.size() << ")"; break;
-    case AttrType::kGraphs: os << "graphs(" << a.graphs.size() << ")"; break;
-  }
-  return os.str();
-}
-
-std::string to_text(const Graph& g) {
-  std::ostringstream os;
-  os << "graph " << (g.name.empty() ? "main" : g.name) << "(";
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    const Value& v = g.values[g.inputs[i]];
-    os << (i ? ", " : "") << "%" << v.name << ": " << type_to_string(v);
-  }
-  os << ") -> (";
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const Value& v = g.values[g.outputs[i]];
-    os << (i ? ", " : "") << "%" << v.name << ": " << type_to_string(v);
-  }
-  os << ") {\n";
-  for (const Node& n : g.nodes) {
-    os << "  ";
-    for (size_t i = 0; i < n.outputs.size(); ++i) {
-      os << (i ? ", " : "");
-      if (n.outputs[i] < 0) {
-        os << "_";
-      } else {
-        const Value& v = g.values[n.outputs[i]];
-        os << "%" << v.name << ": " << type_to_string(v);
-        if (v.sym_value) os << " = " << dims_to_string(*v.sym_value);
-      }
-    }
-    os << " = " << (n.domain.empty() ? "" : n.domain + "::") << n.op_type << "(";
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      os << (i ? ", " : "");
-      if (n.inputs[i] < 0) {
-        os << "_";
-      } else {
-        os << "%" << g.values[n.inputs[i]].name;
-      }
-    }
-    os << ")";
-    if (!n.attrs.all().empty()) {
-      os << " {";
-      bool first = true;
-      for (const auto& [k, a] : n.attrs.all()) {
-        os << (first ? "" : ", ") << k << "=" << attr_to_text(a);
-        first = false;
-      }
-      os << "}";
-    }
-    os << "  # " << n.name << "\n";
-  }
-  os << "}\n";
-  return os.str();
 }
 
 }  // namespace kiln::ir

@@ -89,7 +89,9 @@ struct Graph {
   std::vector<std::vector<int>> consumers() const;  // value index -> consuming node indices
 };
 
-// Checks single assignment, defined-before-use order and index ranges.
+// Checks the invariants every pass keeps: index ranges, each value defined once (graph input,
+// node output, or constant data), inputs defined before use, producer fields that match the nodes,
+// and unique names among live values.
 Status verify(const Graph& graph);
 // Reorders nodes topologically; fails on a cycle or on an input no node or graph input defines.
 Status sort_topologically(Graph* graph);

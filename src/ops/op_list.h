@@ -1,5 +1,6 @@
-// The ai.onnx operators kiln knows, listed once; the OpKind enum and name table are generated here.
-// Adding an op: add it here, give it a schema in its family file (docs/adding_an_op.md).
+// The operators kiln knows, listed once; the OpKind enum and name table are generated here:
+// KILN_OPS are ai.onnx (and ai.onnx.preview) ops, KILN_INTERNAL_OPS live in kiln's own domain
+// "kiln" (fused ops the builder's passes emit). Adding an op: docs/adding_an_op.md.
 #pragma once
 
 #define KILN_OPS(X)                                                                             \
@@ -33,3 +34,7 @@
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
   X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)                                    \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)
+
+// Domain "kiln": spelled `kiln::Name` in IR text. Schemas in ops/kiln_ops.cc, CPU references in
+// backends/cpu/kiln_ops.cc.
+#define KILN_INTERNAL_OPS(X) X(MatMulBias)

@@ -1,4 +1,4 @@
-// InferContext and the op registry.
+// InferContext, the op registry, op lookup by (domain, name) and traits.
 #include "ops/schema.h"
 
 #include <mutex>
@@ -10,8 +10,14 @@ constexpr std::string_view kOpNames[] = {
     "Unknown",
 #define KILN_OP_NAME(name) #name,
     KILN_OPS(KILN_OP_NAME)
+    KILN_INTERNAL_OPS(KILN_OP_NAME)
 #undef KILN_OP_NAME
 };
+
+#define KILN_OP_COUNT(name) +1
+// OpKind values 1..kNumOnnxOps are ai.onnx ops; the internal ops follow.
+constexpr size_t kNumOnnxOps = 0 KILN_OPS(KILN_OP_COUNT);
+#undef KILN_OP_COUNT
 
 }  // namespace
 
@@ -20,16 +26,42 @@ std::string_view op_name(OpKind kind) {
   return i < std::size(kOpNames) ? kOpNames[i] : "Unknown";
 }
 
+std::string_view op_domain(OpKind kind) {
+  if (kind == OpKind::kFlexAttention) return "ai.onnx.preview";
+  return size_t(kind) > kNumOnnxOps && size_t(kind) < std::size(kOpNames) ? kKilnDomain : "";
+}
+
 OpKind find_op(std::string_view domain, std::string_view op_type) {
   // FlexAttention lives only in the preview domain.
   if (domain == "ai.onnx.preview") {
     return op_type == "FlexAttention" ? OpKind::kFlexAttention : OpKind::kUnknown;
   }
-  if (!domain.empty() && domain != "ai.onnx") return OpKind::kUnknown;
-  for (size_t i = 1; i < std::size(kOpNames); ++i) {
+  size_t first = 1, end = kNumOnnxOps + 1;
+  if (domain == kKilnDomain) {
+    first = kNumOnnxOps + 1;
+    end = std::size(kOpNames);
+  } else if (!domain.empty() && domain != "ai.onnx") {
+    return OpKind::kUnknown;
+  }
+  for (size_t i = first; i < end; ++i) {
     if (kOpNames[i] == op_type) return OpKind(i);
   }
   return OpKind::kUnknown;
+}
+
+std::string_view precision_class_name(PrecisionClass c) {
+  switch (c) {
+    case PrecisionClass::kFloat32: return "float32";
+    case PrecisionClass::kReduced: return "reduced";
+    case PrecisionClass::kFollow: return "follow";
+    case PrecisionClass::kNative: return "native";
+  }
+  return "?";
+}
+
+void OpRegistry::set_precision(OpKind kind, PrecisionClass c) {
+  size_t i = size_t(kind);
+  if (i < schemas_.size() && schemas_[i].infer) schemas_[i].traits.precision = c;
 }
 
 void OpRegistry::add(OpSchema schema) {
@@ -61,6 +93,8 @@ const OpRegistry& op_registry() {
     register_attention_ops(r);
     register_spatial_ops(r);
     register_sequence_model_ops(r);
+    register_kiln_ops(r);
+    register_precision_classes(r);
     return r;
   }();
   return registry;
@@ -69,6 +103,14 @@ const OpRegistry& op_registry() {
 const OpSchema* find_schema(const ir::Node& node) {
   return op_registry().find(find_op(node.domain, node.op_type));
 }
+
+const OpTraits& traits(OpKind kind) {
+  static const OpTraits kNone;
+  const OpSchema* s = op_registry().find(kind);
+  return s ? s->traits : kNone;
+}
+
+const OpTraits& traits(const ir::Node& node) { return traits(find_op(node.domain, node.op_type)); }
 
 InferContext::InferContext(const ir::Graph& graph, const ir::Node& node, int node_index,
                            std::vector<Constraint>* constraints)

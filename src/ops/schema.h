@@ -19,10 +19,16 @@ enum class OpKind {
   kUnknown = 0,
 #define KILN_OP_ENUM(name) k##name,
   KILN_OPS(KILN_OP_ENUM)
+  KILN_INTERNAL_OPS(KILN_OP_ENUM)
 #undef KILN_OP_ENUM
 };
 
+// The domain of kiln's own ops (fused ops the passes emit), beside "" (ai.onnx).
+inline constexpr std::string_view kKilnDomain = "kiln";
+
 std::string_view op_name(OpKind kind);
+// "" for ai.onnx ops, "ai.onnx.preview" for FlexAttention, kKilnDomain for internal ops.
+std::string_view op_domain(OpKind kind);
 
 // A condition on symbolic dims that must hold for every shape in a profile.
 struct Constraint {
@@ -95,21 +101,42 @@ class InferContext {
 // Small integer tensors (shape tensors) up to this many elements carry symbolic values.
 inline constexpr int64_t kMaxSymbolicElements = 64;
 
+// What a precision-assignment pass may do with an op's floating-point math (the categories of
+// PyTorch's autocast lists). The lists live in ops/precision_classes.cc.
+enum class PrecisionClass {
+  kFloat32,  // numerically sensitive: stays FP32 under FP16/BF16 (reductions, normalizations,
+             // softmax, exp/log/pow, losses); the default of an op nobody classified
+  kReduced,  // compute-bound, gains from FP16/BF16/TF32 with FP32 accumulation (MatMul, Gemm, Conv)
+  kFollow,   // computes in whatever float type its inputs arrive in (elementwise, data movement)
+  kNative,   // dtypes fixed by the model, never changed by the pass (shape, integer, quant, Cast)
+};
+std::string_view precision_class_name(PrecisionClass c);
+
+// Traits passes query instead of switching on op names.
+struct OpTraits {
+  // Each output element depends only on the input elements at the same (broadcast) index.
+  bool elementwise = false;
+  // Output 0 has exactly input 0's bytes in the same order, so it may alias input 0's buffer:
+  // Reshape, Flatten, Squeeze, Unsqueeze, Identity.
+  bool is_view = false;
+  PrecisionClass precision = PrecisionClass::kFloat32;
+};
+
 struct OpSchema {
   OpKind kind = OpKind::kUnknown;
   int min_inputs = 1, max_inputs = 1;
   int min_outputs = 1, max_outputs = 1;
   Status (*infer)(InferContext& ctx) = nullptr;
-  // Traits passes query instead of switching on names.
-  bool elementwise = false;
-  // Output 0 may share the input 0 buffer's bytes unchanged (Reshape, Squeeze, Identity, ...).
-  bool is_view = false;
+  // Family files may write `..., &infer, elementwise, is_view}` (brace elision fills traits).
+  OpTraits traits;
 };
 
 class OpRegistry {
  public:
   void add(OpSchema schema);
   const OpSchema* find(OpKind kind) const;
+  // Sets the precision class of a registered op (precision_classes.cc); unregistered ops are skipped.
+  void set_precision(OpKind kind, PrecisionClass c);
 
  private:
   std::vector<OpSchema> schemas_;  // indexed by OpKind
@@ -117,10 +144,18 @@ class OpRegistry {
 
 // The registry of every schema, built once on first use from the list in registry.cc.
 const OpRegistry& op_registry();
-// OpKind for an ONNX (domain, op_type); kUnknown when kiln does not know it.
+// OpKind for a (domain, op_type): "" or "ai.onnx", "ai.onnx.preview", or "kiln"; kUnknown when
+// kiln does not know it (an ONNX name in the kiln domain, or the reverse, is unknown too).
 OpKind find_op(std::string_view domain, std::string_view op_type);
 // The schema of a node, or nullptr when the op is unknown or not registered.
 const OpSchema* find_schema(const ir::Node& node);
+
+// An op's traits; the defaults (nothing elementwise or a view, FP32) for an unregistered op.
+const OpTraits& traits(OpKind kind);
+const OpTraits& traits(const ir::Node& node);
+inline bool is_view(OpKind kind) { return traits(kind).is_view; }
+inline bool is_elementwise(OpKind kind) { return traits(kind).elementwise; }
+inline PrecisionClass precision_class(OpKind kind) { return traits(kind).precision; }
 
 void register_elementwise_ops(OpRegistry& r);
 void register_matmul_ops(OpRegistry& r);
@@ -136,5 +171,8 @@ void register_quant_ops(OpRegistry& r);
 void register_sequence_model_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_spatial_ops(OpRegistry& r);
+void register_kiln_ops(OpRegistry& r);
+// Runs after every family: sets PrecisionClass from the lists in precision_classes.cc.
+void register_precision_classes(OpRegistry& r);
 
 }  // namespace kiln::ops

@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace kiln::plan {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr const char* kKilnVersion = "0.1.0";
 
 // Shapes of one input in one profile.
@@ -33,11 +34,32 @@ enum class Storage : uint8_t {
   kSymbolic = 2,    // a small integer tensor evaluated from its formulas each time shapes change
   kActivation = 3,  // a slot of the activation arena
   kOutput = 4,      // written straight into the caller's output buffer
+  kAlias = 5,       // a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the bytes of `alias_of`
 };
 
 struct ValuePlan {
   Storage storage = Storage::kActivation;
-  int slot = -1;  // arena slot for kActivation and kSymbolic
+  int slot = -1;      // arena slot for kActivation and kSymbolic
+  int alias_of = -1;  // for kAlias: the value whose memory this one is (never itself an alias)
+};
+
+// What the builder chose for one node; the runtime instantiates it by `impl` and never re-selects.
+struct NodePlan {
+  std::string impl;    // the implementation's id in the backend's registry ("cpu.Conv",
+                       // "cuda.cudnn.Conv"), or kAliasImpl for a view that runs nothing
+  std::string tactic;  // the tactic's parameters as text ("algo=1"); empty when it has none
+  NodePrecision precision;
+  std::string layout;  // the layout the node computes in; empty: the ONNX layout (NCHW, row-major)
+};
+inline constexpr const char* kAliasImpl = "alias";
+
+// A backend-owned section of the engine file: bytes the backend wrote at build and reads at load
+// (a timing cache, prepared kernels). `required`: a loader that does not know the tag refuses the
+// file; otherwise it skips the section.
+struct BackendSection {
+  uint32_t tag = 0;  // four ASCII letters read as a little-endian u32
+  bool required = false;
+  std::vector<uint8_t> bytes;
 };
 
 struct Plan {
@@ -51,10 +73,10 @@ struct Plan {
   // Every value a node touches has a shape (formulas), and constants carry their data.
   ir::Graph graph;
   std::vector<ValuePlan> values;          // parallel to graph.values
-  std::vector<std::string> kernels;       // parallel to graph.nodes: the tactic chosen
-  std::vector<std::string> precisions;    // parallel to graph.nodes: "fp32", ...
+  std::vector<NodePlan> nodes;            // parallel to graph.nodes: implementation, tactic, precision
   std::vector<ir::Dim> slot_bytes;        // size in bytes of each arena slot, as a formula
   std::vector<Profile> profiles;
+  std::vector<BackendSection> backend_sections;
 };
 
 }  // namespace kiln::plan

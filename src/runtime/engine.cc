@@ -46,10 +46,16 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     data->input_bindings.push_back(std::move(dims));
   }
   KILN_RETURN_IF_ERROR(upload_constants(*data));
+  KILN_RETURN_IF_ERROR(prepare_implementations(*data));
   return std::shared_ptr<const EngineData>(std::move(data));
 }
 
 }  // namespace
+
+StatusOr<Engine> Engine::from_plan(plan::Plan plan) {
+  KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
+  return Engine(std::move(data));
+}
 
 StatusOr<Engine> Builder::build(const Network& network, const BuilderConfig& config) const {
   KILN_ASSIGN_OR_RETURN(const backends::Backend* backend, backends::get_backend(device_));
@@ -65,13 +71,13 @@ Status Builder::check_supported(const Network& network) const {
 }
 
 StatusOr<Engine> Engine::load(const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::load_file(path));
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::load_file(path, backends::backend_section_tags()));
   KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
   return Engine(std::move(data));
 }
 
 StatusOr<Engine> Engine::deserialize(std::span<const uint8_t> bytes) {
-  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::deserialize(bytes));
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::deserialize(bytes, backends::backend_section_tags()));
   KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
   return Engine(std::move(data));
 }
@@ -143,8 +149,17 @@ std::vector<LayerInfo> Engine::layers() const {
   std::vector<LayerInfo> out;
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
-    out.push_back({node.name, node.op_type, n < p.kernels.size() ? p.kernels[n] : "",
-                   n < p.precisions.size() ? p.precisions[n] : ""});
+    const plan::NodePlan& choice = p.nodes[n];
+    LayerInfo info{node.name, node.op_type, choice.impl, choice.tactic, "", ""};
+    DType out_dtype = node.outputs.empty() || node.outputs[0] < 0 ? DType::kUndefined
+                                                                   : p.graph.values[node.outputs[0]].dtype;
+    info.precision = choice.precision.to_string(dtype_name(out_dtype));
+    if (choice.impl == plan::kAliasImpl) {
+      info.precision = "-";
+      int v = node.outputs[0];
+      if (v >= 0 && p.values[v].alias_of >= 0) info.alias_of = p.graph.values[p.values[v].alias_of].name;
+    }
+    out.push_back(std::move(info));
   }
   return out;
 }

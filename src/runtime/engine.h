@@ -33,8 +33,11 @@ enum class TensorIOMode { kNONE = 0, kINPUT = 1, kOUTPUT = 2 };
 struct LayerInfo {
   std::string name;       // the model's node name
   std::string op_type;
-  std::string kernel;     // the tactic the builder chose
-  std::string precision;  // what the kernel computes in ("float32", ...)
+  std::string kernel;     // the implementation the builder chose ("cuda.cublaslt.MatMul"), or
+                          // "alias" for a view that runs nothing
+  std::string tactic;     // its tactic parameters; empty when it has none
+  std::string precision;  // what the kernel computes in ("float32", "tf32", "float16", "int64")
+  std::string alias_of;   // for an alias: the tensor whose bytes its output is
 };
 
 // Receives output buffers whose size is only known once input shapes are (TensorRT's
@@ -49,6 +52,9 @@ class OutputAllocator {
 class Engine {
  public:
   static StatusOr<Engine> load(const std::string& path);
+  // An engine from a plan, checked and prepared as a loaded one is (tests and tools that edit
+  // plans use it): kUnsupported when it names an implementation this build lacks.
+  static StatusOr<Engine> from_plan(plan::Plan plan);
   static StatusOr<Engine> deserialize(std::span<const uint8_t> bytes);
   Status save(const std::string& path) const;
   std::vector<uint8_t> serialize() const;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/kernel_registry.h"
 #include "plan/plan.h"
 
 namespace kiln {
@@ -37,11 +38,28 @@ struct EngineData {
   // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
   // indexed by plan value (nullptr for non-constants and on the CPU).
   std::vector<void*> device_constants;
+  // Per plan node: the implementation the plan names (nullptr for an alias, which runs nothing),
+  // found by id when the engine is made, and the state it prepared once for this engine.
+  std::vector<const backends::KernelImpl*> impls;
+  std::vector<std::shared_ptr<const backends::PreparedNode>> prepared;
+
+  // The query an implementation sees for plan node n: its values, the engine's policy, and the
+  // precision and tactic the plan recorded.
+  backends::KernelQuery query(size_t n) const {
+    const ir::Graph& g = plan.graph;
+    const ir::Node& node = g.nodes[n];
+    backends::KernelQuery q{node, {}, {}, PrecisionPolicy::from_flags(plan.builder_flags),
+                            plan.nodes[n].precision, plan.nodes[n].tactic};
+    for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
+    for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
+    return q;
+  }
 
   EngineData() = default;
   EngineData(const EngineData&) = delete;
   EngineData& operator=(const EngineData&) = delete;
   ~EngineData() {
+    prepared.clear();  // prepared state may hold device memory of the backend
     for (void* p : device_constants) {
       if (p) backend->deallocate(p);
     }
@@ -50,5 +68,8 @@ struct EngineData {
 
 // Uploads the plan's constants for a device backend (a no-op on host-accessible backends).
 Status upload_constants(EngineData& data);
+// Finds each node's implementation by the id the plan records and lets it prepare its constant
+// state once for this engine; refuses a plan naming an implementation this build lacks.
+Status prepare_implementations(EngineData& data);
 
 }  // namespace kiln

@@ -38,6 +38,51 @@ Status upload_constants(EngineData& data) {
   return b->synchronize(nullptr);
 }
 
+Status prepare_implementations(EngineData& data) {
+  const plan::Plan& p = data.plan;
+  if (p.nodes.size() != p.graph.nodes.size()) {
+    return invalid_argument("the plan records " + std::to_string(p.nodes.size()) + " kernel choices for " +
+                            std::to_string(p.graph.nodes.size()) + " nodes");
+  }
+  const backends::KernelRegistry& registry = backends::kernel_registry();
+  data.impls.assign(p.graph.nodes.size(), nullptr);
+  data.prepared.assign(p.graph.nodes.size(), nullptr);
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    const ir::Node& node = p.graph.nodes[n];
+    const std::string& id = p.nodes[n].impl;
+    if (id == plan::kAliasImpl) {
+      int out = node.outputs.empty() ? -1 : node.outputs[0];
+      if (out < 0 || p.values[out].storage != plan::Storage::kAlias) {
+        return invalid_argument(node.describe() + " is planned as an alias, but its output is not stored as one");
+      }
+      continue;
+    }
+    const backends::KernelImpl* impl = registry.find(id);
+    if (!impl) {
+      return unsupported(node.describe() + ": the engine uses kernel '" + id +
+                         "', which this build of kiln does not have; rebuild the engine with this kiln");
+    }
+    if (impl->device() != data.backend->device()) {
+      return invalid_argument(node.describe() + ": kernel '" + id + "' is for " +
+                              std::string(device_name(impl->device())) + ", but the engine is for " +
+                              std::string(device_name(data.backend->device())));
+    }
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kUnknown ||
+        registry.find(id) != impl) {
+      return invalid_argument(node.describe() + ": unknown op for kernel '" + id + "'");
+    }
+    backends::KernelQuery q = data.query(n);
+    // The file may have been edited: the implementation must still accept the node as planned.
+    Status st = impl->supports(q);
+    if (!st.ok()) return st.with_context("loading the plan: " + node.describe());
+    auto prepared = impl->prepare(q, *data.backend);
+    if (!prepared.ok()) return Status(prepared.status()).with_context("preparing " + node.describe());
+    data.impls[n] = impl;
+    data.prepared[n] = std::move(prepared).value();
+  }
+  return ok_status();
+}
+
 ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : data_(std::move(data)) {
   input_shapes_.resize(data_->num_inputs);
   input_set_.assign(data_->num_inputs, 0);
@@ -60,12 +105,16 @@ ExecutionContext::~ExecutionContext() {
 Status ExecutionContext::prepare_kernels() {
   const ir::Graph& g = data_->plan.graph;
   KILN_ASSIGN_OR_RETURN(stream_, data_->backend->create_stream());
-  for (const ir::Node& node : g.nodes) {
-    backends::KernelQuery q{node, {}, {}, data_->plan.builder_flags};
-    for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
-    for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
-    auto kernel = data_->backend->create_kernel(q);
-    if (!kernel.ok()) return Status(kernel.status()).with_context("preparing kernels");
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const backends::KernelImpl* impl = data_->impls[n];
+    if (!impl) {  // an alias: its output is its input's bytes, nothing runs
+      kernels_.push_back(nullptr);
+      continue;
+    }
+    backends::KernelQuery q = data_->query(n);
+    q.prepared = data_->prepared[n].get();
+    auto kernel = impl->instantiate(q, data_->prepared[n]);
+    if (!kernel.ok()) return Status(kernel.status()).with_context("instantiating " + impl->id());
     kernels_.push_back(std::move(kernel).value());
     kernels_.back()->set_stream(stream_);
   }
@@ -342,16 +391,22 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
         if (!host) return static_cast<char*>(sym_host_) + sym_offset_[p.values[v].slot];
         return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
       case plan::Storage::kActivation: return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
+      case plan::Storage::kAlias: return nullptr;  // resolved below: the root is never an alias
     }
     return nullptr;
   };
+  auto resolve_address = [&](int v) -> void* {
+    if (p.values[v].storage == plan::Storage::kAlias) return address(p.values[v].alias_of);
+    return address(v);
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
+    if (!kernels_[n]) continue;  // an alias
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (node.inputs[i] >= 0) node_in_[n][i].data = address(node.inputs[i]);
+      if (node.inputs[i] >= 0) node_in_[n][i].data = resolve_address(node.inputs[i]);
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
-      if (node.outputs[i] >= 0) node_out_[n][i].data = address(node.outputs[i]);
+      if (node.outputs[i] >= 0) node_out_[n][i].data = resolve_address(node.outputs[i]);
     }
     Status st = kernels_[n]->execute(node_in_[n], node_out_[n]);
     if (!st.ok()) return st.with_context(node.describe() + " [" + kernels_[n]->name() + "]");
@@ -359,7 +414,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
   // Outputs no node writes (a constant, an input, a shape formula) are copied to their buffers.
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
-    void* src = address(v);
+    void* src = resolve_address(v);
     if (p.values[v].storage == plan::Storage::kOutput && src == io[i]) continue;
     if (nbytes(v) == 0 || src == io[i]) continue;
     if (host) {
@@ -378,7 +433,9 @@ Status ExecutionContext::enqueue(void* stream) {
   KILN_RETURN_IF_ERROR(check_io_addresses());
   if (!stream) stream = stream_;
   if (stream != kernel_stream_) {
-    for (auto& k : kernels_) k->set_stream(stream);
+    for (auto& k : kernels_) {
+      if (k) k->set_stream(stream);
+    }
     kernel_stream_ = stream;
   }
   const backends::Backend* backend = data_->backend;

@@ -36,17 +36,16 @@ struct Tolerance {
 // tests/test_util.h); the others allow for the 10-bit (fp16), 7-bit (bf16) and 8-bit (int8)
 // mantissas, accumulated over a network's depth.
 Tolerance default_tolerance(const Engine& engine) {
-  bool f16 = false, b16 = false, i8 = false;
-  for (const auto& l : engine.layers()) {
-    f16 |= l.precision == "float16", b16 |= l.precision == "bfloat16", i8 |= l.precision == "int8";
+  // The precision each node computes in, as the plan records it.
+  bool f16 = false, b16 = false, i8 = false, tf32 = false;
+  for (const plan::NodePlan& n : engine.plan().nodes) {
+    f16 |= n.precision.compute == DType::kFloat16, b16 |= n.precision.compute == DType::kBFloat16;
+    i8 |= n.precision.compute == DType::kInt8, tf32 |= n.precision.tf32;
   }
   if (i8) return {1e-1, 1e-1, "defaults for int8 layers"};
   if (b16) return {5e-2, 5e-2, "defaults for bfloat16 layers"};
   if (f16) return {1e-2, 1e-2, "defaults for float16 layers"};
-  if (engine.device() == Device::kCUDA &&
-      (engine.plan().builder_flags & (1u << uint32_t(BuilderFlag::kTF32)))) {
-    return {1e-3, 1e-2, "defaults for TF32 matmul/conv on a GPU"};
-  }
+  if (tf32) return {1e-3, 1e-2, "defaults for TF32 matmul/conv on a GPU"};
   return {1e-4, 1e-3, "defaults for float32 layers"};
 }
 

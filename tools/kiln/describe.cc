@@ -78,11 +78,15 @@ std::string describe_layers(const Engine& engine, bool each) {
     }
     wn = std::min<size_t>(wn, 48);
     s += "  " + pad("#", 5) + pad("node", wn + 2) + pad("op", wo + 2) + pad("kernel", wk + 2) +
-         "precision\n";
+         pad("precision", 11) + "tactic\n";
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto& l = layers[i];
-      s += "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) + pad(l.op_type, wo + 2) +
-           pad(l.kernel, wk + 2) + l.precision + "\n";
+      // A view runs nothing: its output is another tensor's bytes, which the table names.
+      std::string tactic = !l.alias_of.empty() ? "view of " + l.alias_of : l.tactic;
+      std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
+                         pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) + tactic;
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      s += line + "\n";
     }
   }
   return s;
@@ -161,6 +165,8 @@ void engine_json(JsonWriter& j, const Engine& engine) {
   for (const auto& l : engine.layers()) {
     j.begin_object().key("name").value(l.name).key("op").value(l.op_type).key("kernel").value(
         l.kernel);
+    j.key("tactic").value(l.tactic);
+    if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
     j.key("precision").value(l.precision).end_object();
   }
   j.end_array();

@@ -305,14 +305,19 @@ Result<Engine> load_engine(const std::string& path) {
 std::string precision_summary(const Engine& engine, const std::vector<std::string>& requested) {
   std::map<std::string, int> counts;
   auto layers = engine.layers();
-  for (const auto& l : layers) counts[l.precision]++;
+  for (const auto& l : layers) {
+    if (l.kernel != "alias") counts[l.precision]++;
+  }
+  size_t views = layers.size();
+  for (const auto& [p, n] : counts) views -= size_t(n);
   std::string s;
   if (counts.size() == 1) {
-    s = "every layer (" + std::to_string(layers.size()) + ") runs in " + counts.begin()->first;
+    s = "every layer (" + std::to_string(layers.size() - views) + ") runs in " + counts.begin()->first;
   } else {
     for (const auto& [p, n] : counts)
       s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;
   }
+  if (views) s += "; " + std::to_string(views) + " views run nothing (aliases)";
   std::string asked;
   for (const auto& r : requested) {
     if (r != "noTF32") asked += (asked.empty() ? "--" : ", --") + r;
@@ -329,10 +334,10 @@ std::string precision_summary(const Engine& engine, const std::vector<std::strin
 }
 
 std::string flags_to_string(uint32_t flags) {
-  static const char* kNames[] = {"tf32", "fp16", "bf16", "int8"};
+  PrecisionPolicy p = PrecisionPolicy::from_flags(flags);
   std::string s;
-  for (uint32_t b = 0; b < 4; ++b) {
-    if (flags & (1u << b)) s += (s.empty() ? "" : " ") + std::string(kNames[b]);
+  for (auto [on, name] : {std::pair{p.tf32, "tf32"}, {p.fp16, "fp16"}, {p.bf16, "bf16"}, {p.int8, "int8"}}) {
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
   }
   return s.empty() ? "none (strict fp32)" : s;
 }

@@ -164,7 +164,7 @@ int inspect_engine(const std::string& path, const std::vector<uint8_t>& bytes, b
           .value(plan::section_tag_name(s.tag))
           .key("offset")
           .value(s.offset);
-      j.key("size").value(s.size).end_object();
+      j.key("size").value(s.size).key("required").value(s.required()).end_object();
     }
     j.end_array().end_object();
     engine_json(j, *engine);
@@ -179,7 +179,7 @@ int inspect_engine(const std::string& path, const std::vector<uint8_t>& bytes, b
       flags_to_string(h.builder_flags).c_str(), static_cast<unsigned long long>(h.model_hash));
   std::printf("sections:");
   for (const auto& s : h.sections) {
-    std::printf(" %s %s at %llu", plan::section_tag_name(s.tag).c_str(),
+    std::printf(" %s%s %s at %llu", plan::section_tag_name(s.tag).c_str(), s.required() ? "" : " (optional)",
                 format_bytes(int64_t(s.size)).c_str(), static_cast<unsigned long long>(s.offset));
   }
   std::printf("\n%s%s", describe_profiles(*engine).c_str(), describe_io(*engine).c_str());

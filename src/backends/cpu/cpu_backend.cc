@@ -1,4 +1,4 @@
-// The CPU backend object and its kernel registry.
+// The CPU backend object and its reference implementations in the shared kernel registry.
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln::backends::cpu {
@@ -19,33 +19,60 @@ class FnKernel final : public Kernel {
   KernelFn fn_;
 };
 
-class CpuBackend final : public Backend {
+// A CPU reference implementation: a kernel function (stateless, supports every node the op's
+// schema accepted) or a factory (which refuses what it cannot run, with the reason).
+class CpuImpl final : public KernelImpl {
  public:
-  CpuBackend() {
-    register_elementwise_kernels(registry_);
-    register_matmul_kernels(registry_);
-    register_conv_kernels(registry_);
-    register_norm_kernels(registry_);
-    register_reduce_kernels(registry_);
-    register_resize_kernels(registry_);
-    register_shape_kernels(registry_);
-    register_index_kernels(registry_);
-    register_math_kernels(registry_);
-    register_loss_kernels(registry_);
-    register_quant_kernels(registry_);
-    register_attention_kernels(registry_);
-    register_spatial_kernels(registry_);
-    register_sequence_model_kernels(registry_);
-  }
+  CpuImpl(ops::OpKind op, KernelRegistry::Entry entry)
+      : id_("cpu." + std::string(ops::op_name(op))), entry_(std::move(entry)) {}
+  const std::string& id() const override { return id_; }
   Device device() const override { return Device::kCPU; }
-  const KernelRegistry& registry() const { return registry_; }
-  StatusOr<std::unique_ptr<Kernel>> create_kernel(const KernelQuery& query) const override {
-    return registry_.create(query);
+  Status supports(const KernelQuery& q) const override {
+    if (!entry_.factory) return ok_status();
+    // Factories validate attributes and dtypes while they construct; constructing is cheap.
+    auto kernel = entry_.factory(q);
+    return kernel.ok() ? ok_status() : kernel.status();
+  }
+  NodePrecision precision(const KernelQuery& q) const override {
+    // The reference computes in the node's own dtypes: float32 stays float32 (TF32, FP16 and BF16
+    // have no effect on the CPU), and integer kernels are exact.
+    return {};
+  }
+  StatusOr<std::unique_ptr<Kernel>> instantiate(const KernelQuery& q,
+                                                std::shared_ptr<const PreparedNode>) const override {
+    if (entry_.factory) return entry_.factory(q);
+    return std::unique_ptr<Kernel>(new FnKernel(id_, q.node.attrs, entry_.fn));
   }
 
  private:
-  KernelRegistry registry_;
+  std::string id_;
+  KernelRegistry::Entry entry_;
 };
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCPU; }
+};
+
+KernelRegistry family_kernels() {
+  KernelRegistry r;
+  register_elementwise_kernels(r);
+  register_matmul_kernels(r);
+  register_conv_kernels(r);
+  register_norm_kernels(r);
+  register_reduce_kernels(r);
+  register_resize_kernels(r);
+  register_shape_kernels(r);
+  register_index_kernels(r);
+  register_math_kernels(r);
+  register_loss_kernels(r);
+  register_quant_kernels(r);
+  register_attention_kernels(r);
+  register_spatial_kernels(r);
+  register_sequence_model_kernels(r);
+  register_kiln_kernels(r);
+  return r;
+}
 
 }  // namespace
 
@@ -61,33 +88,20 @@ void KernelRegistry::add_factory(ops::OpKind op, KernelFactory factory) {
   entries_[i].factory = std::move(factory);
 }
 
-StatusOr<std::unique_ptr<Kernel>> KernelRegistry::create(const KernelQuery& query) const {
-  ops::OpKind op = ops::find_op(query.node.domain, query.node.op_type);
-  size_t i = size_t(op);
-  if (op == ops::OpKind::kUnknown || i >= entries_.size() ||
-      (!entries_[i].fn && !entries_[i].factory)) {
-    return unsupported(query.node.describe() + ": the CPU backend has no kernel for " +
-                       query.node.op_type);
+void register_kernels(::kiln::backends::KernelRegistry& registry) {
+  KernelRegistry families = family_kernels();
+  const auto& entries = families.entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i].fn && !entries[i].factory) continue;
+    registry.add(ops::OpKind(i), std::make_unique<CpuImpl>(ops::OpKind(i), entries[i]));
   }
-  if (entries_[i].factory) return entries_[i].factory(query);
-  return std::unique_ptr<Kernel>(
-      new FnKernel("cpu." + query.node.op_type, query.node.attrs, entries_[i].fn));
 }
 
-bool KernelRegistry::has(ops::OpKind op) const {
-  size_t i = size_t(op);
-  return i < entries_.size() && (entries_[i].fn || entries_[i].factory);
-}
-
-namespace {
-const CpuBackend& the_cpu_backend() {
+const Backend& cpu_backend() {
   static const CpuBackend backend;
   return backend;
 }
-}  // namespace
 
-const Backend& cpu_backend() { return the_cpu_backend(); }
-
-bool cpu_has_kernel(ops::OpKind op) { return the_cpu_backend().registry().has(op); }
+bool cpu_has_kernel(ops::OpKind op) { return kernel_registry().has(op, Device::kCPU); }
 
 }  // namespace kiln::backends::cpu

@@ -1,4 +1,6 @@
-// The CPU backend: reference kernels registered per op family, reached through backend.h.
+// The CPU backend: reference kernels registered per op family. Each family file adds its kernels to
+// a cpu::KernelRegistry (a kernel function or a factory per op); register_kernels() turns every
+// entry into an implementation "cpu.<Op>" of the shared registry (backends/kernel_registry.h).
 #pragma once
 
 #include <functional>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/kernel_registry.h"
 #include "ops/schema.h"
 
 namespace kiln::backends::cpu {
@@ -20,26 +23,30 @@ struct KernelArgs {
 
 using KernelFn = Status (*)(const KernelArgs& args);
 
-// A kernel factory for kernels that prepare state once (packed weights, parsed attributes).
+// A kernel factory for kernels that prepare state once (packed weights, parsed attributes). It
+// also answers whether the node is supported: a factory that refuses a node returns the reason.
 using KernelFactory = std::function<StatusOr<std::unique_ptr<Kernel>>(const KernelQuery&)>;
 
+// What the family files fill; register_kernels() hands it to the shared registry.
 class KernelRegistry {
  public:
   // A stateless kernel: attributes are read on each call.
   void add(ops::OpKind op, KernelFn fn);
   void add_factory(ops::OpKind op, KernelFactory factory);
-  StatusOr<std::unique_ptr<Kernel>> create(const KernelQuery& query) const;
-  bool has(ops::OpKind op) const;
 
- private:
   struct Entry {
     KernelFn fn = nullptr;
     KernelFactory factory;
   };
+  const std::vector<Entry>& entries() const { return entries_; }
+
+ private:
   std::vector<Entry> entries_;  // indexed by OpKind
 };
 
 const Backend& cpu_backend();
+// Adds the CPU reference implementation of every op to the shared registry.
+void register_kernels(::kiln::backends::KernelRegistry& registry);
 // Whether the CPU backend registers a kernel for the op (docs/ops.md reads this).
 bool cpu_has_kernel(ops::OpKind op);
 
@@ -59,5 +66,6 @@ void register_quant_kernels(KernelRegistry& r);
 void register_attention_kernels(KernelRegistry& r);
 void register_spatial_kernels(KernelRegistry& r);
 void register_sequence_model_kernels(KernelRegistry& r);
+void register_kiln_kernels(KernelRegistry& r);  // domain "kiln" (kiln_ops.cc)
 
 }  // namespace kiln::backends::cpu

@@ -20,15 +20,15 @@ using ops::OpKind;
 
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(MathMode mode, bool w_const) : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"),
-                                            mode_(mode), w_const_(w_const) {}
+  ConvKernel(MathMode mode, bool w_const, const void* prepared_w)
+      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode), w_const_(w_const),
+        prepared_w_(prepared_w) {}
   ~ConvKernel() override {
     if (xd_) cudnnDestroyTensorDescriptor(xd_);
     if (yd_) cudnnDestroyTensorDescriptor(yd_);
     if (wd_) cudnnDestroyFilterDescriptor(wd_);
     if (cd_) cudnnDestroyConvolutionDescriptor(cd_);
   }
-  std::string precision() const override { return math_mode_name(mode_); }
 
   std::vector<int64_t> strides, dilations, pads;
   int64_t group = 1;
@@ -55,12 +55,14 @@ class ConvKernel final : public CudaKernel {
       KILN_RETURN_IF_ERROR(ybuf_.reserve(y.numel() * 2));
       auto conv = mode_ == MathMode::kFp16 ? convert_f32_to_f16 : convert_f32_to_bf16;
       KILN_RETURN_IF_ERROR(conv(x.as<const float>(), xbuf_.data(), x.numel(), stream_));
-      if (!(w_const_ && w.data == w_from_)) {
+      if (prepared_w_) {
+        w_from_ = nullptr;
+      } else if (!(w_const_ && w.data == w_from_)) {
         KILN_RETURN_IF_ERROR(wbuf_.reserve(w.numel() * 2));
         KILN_RETURN_IF_ERROR(conv(w.as<const float>(), wbuf_.data(), w.numel(), stream_));
         w_from_ = w_const_ ? w.data : nullptr;
       }
-      px = xbuf_.data(), pw = wbuf_.data(), py = ybuf_.data();
+      px = xbuf_.data(), pw = prepared_w_ ? prepared_w_ : wbuf_.data(), py = ybuf_.data();
     }
     float alpha = 1.f, beta = 0.f;
     KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, xd_, px, wd_, pw, cd_, algo_, res->workspace,
@@ -158,12 +160,13 @@ class ConvKernel final : public CudaKernel {
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   DeviceBuffer xbuf_, wbuf_, ybuf_;
   const void* w_from_ = nullptr;
+  const void* prepared_w_;  // the FP16/BF16 filter, prepared once per engine
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
   bool w_const = q.inputs.size() > 1 && q.inputs[1] && q.inputs[1]->constant.has_value();
-  auto k = std::make_unique<ConvKernel>(math_mode(q.builder_flags), w_const);
+  auto k = std::make_unique<ConvKernel>(math_mode(q), w_const, PreparedOperands::operand(q, 1));
   KILN_ASSIGN_OR_RETURN(k->strides, at.get_ints("strides", std::vector<int64_t>{}));
   KILN_ASSIGN_OR_RETURN(k->dilations, at.get_ints("dilations", std::vector<int64_t>{}));
   KILN_ASSIGN_OR_RETURN(k->pads, at.get_ints("pads", std::vector<int64_t>{}));
@@ -188,8 +191,15 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q) {
+  return prepare_low_precision_operands(q, {1});
+}
+
 }  // namespace
 
-void register_conv(Registry& r) { r.add(OpKind::kConv, &make_conv); }
+void register_conv(Registry& r) {
+  r.add(OpKind::kConv, &make_conv,
+        {.library = "cudnn", .reduced_precision = true, .float32_only = true, .prepare = &prepare_conv});
+}
 
 }  // namespace kiln::backends::cuda

@@ -56,25 +56,63 @@ void release_resources(cudaStream_t stream) {
   t.by_stream.erase(it);
 }
 
+// A CUDA implementation in the shared registry: a family file's factory plus what it declared.
+class CudaImpl final : public KernelImpl {
+ public:
+  CudaImpl(const Registry::Entry& e)
+      : id_(std::string("cuda.") + (*e.info.library ? std::string(e.info.library) + "." : "") +
+            std::string(ops::op_name(e.op))),
+        entry_(e) {}
+  const std::string& id() const override { return id_; }
+  Device device() const override { return Device::kCUDA; }
+  NodePrecision precision(const KernelQuery& q) const override {
+    if (!entry_.info.reduced_precision || q.output_dtype(0) != DType::kFloat32) return {};
+    DType reduced = q.policy.reduced_float();
+    if (reduced != DType::kFloat32) return {reduced, false};
+    return {DType::kFloat32, q.policy.tf32};
+  }
+  Status supports(const KernelQuery& q) const override {
+    if (entry_.info.float32_only) {
+      auto check = [&](const ir::Value* v, const char* what, size_t i) -> Status {
+        if (v && is_float(v->dtype) && v->dtype != DType::kFloat32) {
+          return unsupported(id_ + " computes on float32 tensors; " + what + " " + std::to_string(i) +
+                             " ('" + v->name + "') is " + std::string(dtype_name(v->dtype)));
+        }
+        return ok_status();
+      };
+      for (size_t i = 0; i < q.inputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.inputs[i], "input", i));
+      for (size_t i = 0; i < q.outputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.outputs[i], "output", i));
+    }
+    for (const ir::Value* v : q.inputs) {
+      if (v && dtype_size(v->dtype) == 0) {
+        return unsupported(id_ + ": input '" + v->name + "' is " + std::string(dtype_name(v->dtype)) +
+                           ", which the CUDA backend does not store");
+      }
+    }
+    // The factory validates attributes and ranks; constructing a kernel allocates nothing.
+    KernelQuery with_precision = q;
+    with_precision.precision = precision(q);
+    auto kernel = entry_.factory(with_precision);
+    return kernel.ok() ? ok_status() : kernel.status();
+  }
+  StatusOr<std::shared_ptr<const PreparedNode>> prepare(const KernelQuery& q,
+                                                        const Backend&) const override {
+    if (!entry_.info.prepare) return std::shared_ptr<const PreparedNode>();
+    return entry_.info.prepare(q);
+  }
+  StatusOr<std::unique_ptr<Kernel>> instantiate(const KernelQuery& q,
+                                                std::shared_ptr<const PreparedNode>) const override {
+    return entry_.factory(q);
+  }
+
+ private:
+  std::string id_;
+  Registry::Entry entry_;
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
-    register_elementwise(registry_);
-    register_gemm(registry_);
-    register_conv(registry_);
-    register_norm(registry_);
-    register_data(registry_);
-  }
   Device device() const override { return Device::kCUDA; }
-
-  StatusOr<std::unique_ptr<Kernel>> create_kernel(const KernelQuery& query) const override {
-    ops::OpKind op = ops::find_op(query.node.domain, query.node.op_type);
-    size_t i = size_t(op);
-    if (op == ops::OpKind::kUnknown || i >= registry_.factories.size() || !registry_.factories[i]) {
-      return unsupported(query.node.describe() + ": the CUDA backend has no kernel for " + query.node.op_type);
-    }
-    return registry_.factories[i](query);
-  }
 
   StatusOr<void*> allocate(size_t bytes) const override {
     void* p = nullptr;
@@ -115,6 +153,7 @@ class CudaBackend final : public Backend {
                     "copying " + std::to_string(bytes) + " bytes");
     return ok_status();
   }
+  uint64_t weights_prepared() const override { return cuda::weights_prepared(); }
   Status synchronize(void* stream) const override {
     KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronizing the stream");
     return ok_status();
@@ -162,7 +201,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  Registry registry_;
 };
 
 }  // namespace
@@ -278,11 +316,23 @@ StatusOr<std::vector<int64_t>> HostParam::get_ints(const TensorView& v, cudaStre
   return read_int64s(host.data(), v.dtype, n);
 }
 
-MathMode math_mode(uint32_t flags) {
-  if (flags & (1u << 1)) return MathMode::kFp16;  // BuilderFlag::kFP16
-  if (flags & (1u << 2)) return MathMode::kBf16;  // BuilderFlag::kBF16
-  if (flags & (1u << 0)) return MathMode::kTf32;  // BuilderFlag::kTF32
-  return MathMode::kFp32;
+MathMode math_mode(const KernelQuery& q) {
+  if (q.precision.tf32) return MathMode::kTf32;
+  switch (q.precision.compute) {
+    case DType::kFloat16: return MathMode::kFp16;
+    case DType::kBFloat16: return MathMode::kBf16;
+    default: return MathMode::kFp32;
+  }
+}
+
+void register_kernels(::kiln::backends::KernelRegistry& registry) {
+  Registry families;
+  register_elementwise(families);
+  register_gemm(families);
+  register_conv(families);
+  register_norm(families);
+  register_data(families);
+  for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
 const char* math_mode_name(MathMode m) {

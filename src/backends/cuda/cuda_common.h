@@ -100,18 +100,59 @@ std::vector<int64_t> read_int64s(const void* data, DType dtype, int64_t n);
 // Values of a host-readable tensor as doubles (any numeric dtype).
 std::vector<double> read_numbers(const void* data, DType dtype, int64_t n);
 
-// Precision policy from BuilderFlags (bit numbers match builder/config.h).
+// How a GEMM or convolution computes: the precision the plan assigned to the node (q.precision).
 enum class MathMode { kFp32, kTf32, kFp16, kBf16 };
-MathMode math_mode(uint32_t builder_flags);
+MathMode math_mode(const KernelQuery& q);
 const char* math_mode_name(MathMode m);
 
+// A kernel factory: builds the kernel for a node, or returns why it cannot (attributes, ranks).
 using Factory = StatusOr<std::unique_ptr<Kernel>> (*)(const KernelQuery& q);
+// Once per engine: state from the node's constants (nullptr when it needs none).
+using Prepare = StatusOr<std::shared_ptr<const PreparedNode>> (*)(const KernelQuery& q);
+
+// A constant converted to a GEMM's or convolution's input precision, in device memory. Shared by
+// every engine of the process that holds the same bytes (an engine loaded twice prepares once).
+struct DeviceWeight {
+  void* data = nullptr;
+  DeviceWeight() = default;
+  DeviceWeight(const DeviceWeight&) = delete;
+  DeviceWeight& operator=(const DeviceWeight&) = delete;
+  ~DeviceWeight();
+};
+
+// Constant operands of a node, converted once: by input index, null where not prepared.
+class PreparedOperands final : public PreparedNode {
+ public:
+  std::vector<std::shared_ptr<const DeviceWeight>> operands;
+  // The converted operand i, or nullptr when the kernel must convert it itself.
+  static const void* operand(const KernelQuery& q, size_t i);
+};
+
+// FP16/BF16 copies of the node's float32 constant inputs `which` when the plan assigned FP16 or
+// BF16 (q.precision); no state otherwise.
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(const KernelQuery& q,
+                                                                            std::initializer_list<int> which);
+// How many weights this process has converted and uploaded (the backend's weights_prepared()).
+uint64_t weights_prepared();
+
+// What the shared registry needs to know of a factory beyond the factory itself.
+struct ImplInfo {
+  const char* library = "";        // "cublaslt", "cudnn": part of the implementation id
+  bool reduced_precision = false;  // float32 layers may compute in TF32/FP16/BF16 per the policy
+  bool float32_only = false;       // its float inputs and outputs must be float32
+  Prepare prepare = nullptr;       // once-per-engine state, when the kernel has any
+};
+
+// What the family files fill; register_kernels() turns every entry into an implementation
+// "cuda[.library].<Op>" of the shared registry.
 struct Registry {
-  std::vector<Factory> factories;  // indexed by OpKind
-  void add(ops::OpKind op, Factory f) {
-    if (factories.size() <= size_t(op)) factories.resize(size_t(op) + 1, nullptr);
-    factories[size_t(op)] = f;
-  }
+  struct Entry {
+    ops::OpKind op;
+    Factory factory;
+    ImplInfo info;
+  };
+  std::vector<Entry> entries;
+  void add(ops::OpKind op, Factory f, ImplInfo info = {}) { entries.push_back({op, f, info}); }
 };
 
 void register_elementwise(Registry& r);

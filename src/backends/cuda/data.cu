@@ -666,7 +666,7 @@ void register_data(Registry& r) {
   r.add(OpKind::kGather, &make_gather);
   r.add(OpKind::kGatherND, &make_gather_nd);
   r.add(OpKind::kCumSum, &make_cumsum);
-  r.add(OpKind::kResize, &make_resize);
+  r.add(OpKind::kResize, &make_resize, {.float32_only = true});
 }
 
 }  // namespace kiln::backends::cuda

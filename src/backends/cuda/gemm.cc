@@ -154,10 +154,9 @@ size_t in_elem(MathMode m) { return m == MathMode::kFp16 || m == MathMode::kBf16
 
 class MatMulKernel final : public CudaKernel {
  public:
-  MatMulKernel(MathMode mode, bool a_const, bool b_const)
+  MatMulKernel(MathMode mode, bool a_const, bool b_const, const void* prepared_a, const void* prepared_b)
       : CudaKernel(std::string("cuda.MatMul(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        a_const_(a_const), b_const_(b_const) {}
-  std::string precision() const override { return math_mode_name(mode_); }
+        a_const_(a_const), b_const_(b_const), prepared_a_(prepared_a), prepared_b_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -190,8 +189,14 @@ class MatMulKernel final : public CudaKernel {
     }
     if (nout * M * N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
+    const void* pa = prepared_a_;
+    const void* pb = prepared_b_;
+    if (!pa) {
+      KILN_ASSIGN_OR_RETURN(pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
+    }
+    if (!pb) {
+      KILN_ASSIGN_OR_RETURN(pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
+    }
     size_t es = in_elem(mode_);
     // cuBLAS "A" is our B (n x k, ld N), cuBLAS "B" is our A (k x m, ld K); D is N x M, ld N.
     Problem p;
@@ -239,15 +244,18 @@ class MatMulKernel final : public CudaKernel {
   MathMode mode_;
   LtGemm gemm_;
   bool a_const_, b_const_;
+  const void* prepared_a_;  // FP16/BF16 copies of constant operands, prepared once per engine
+  const void* prepared_b_;
   LowPrecisionOperand a_op_, b_op_;
 };
 
 class GemmKernel final : public CudaKernel {
  public:
-  GemmKernel(MathMode mode, float alpha, float beta, bool ta, bool tb, bool a_const, bool b_const)
+  GemmKernel(MathMode mode, float alpha, float beta, bool ta, bool tb, bool a_const, bool b_const,
+             const void* prepared_a, const void* prepared_b)
       : CudaKernel(std::string("cuda.Gemm(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), a_const_(a_const), b_const_(b_const) {}
-  std::string precision() const override { return math_mode_name(mode_); }
+        alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), a_const_(a_const), b_const_(b_const),
+        prepared_a_(prepared_a), prepared_b_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -273,8 +281,14 @@ class GemmKernel final : public CudaKernel {
       }
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
+    const void* pa = prepared_a_;
+    const void* pb = prepared_b_;
+    if (!pa) {
+      KILN_ASSIGN_OR_RETURN(pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
+    }
+    if (!pb) {
+      KILN_ASSIGN_OR_RETURN(pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
+    }
     Problem p;
     p.m = N, p.n = M, p.k = K, p.ldc = N;
     p.trans_a = tb_;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
@@ -291,6 +305,8 @@ class GemmKernel final : public CudaKernel {
   LtGemm gemm_;
   float alpha_, beta_;
   bool ta_, tb_, a_const_, b_const_;
+  const void* prepared_a_;
+  const void* prepared_b_;
   LowPrecisionOperand a_op_, b_op_;
 };
 
@@ -299,7 +315,9 @@ bool is_constant(const KernelQuery& q, int i) {
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new MatMulKernel(math_mode(q.builder_flags), is_constant(q, 0), is_constant(q, 1)));
+  return std::unique_ptr<Kernel>(new MatMulKernel(math_mode(q), is_constant(q, 0), is_constant(q, 1),
+                                                  PreparedOperands::operand(q, 0),
+                                                  PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
@@ -308,15 +326,22 @@ StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(float beta, at.get_float("beta", 1.0f));
   KILN_ASSIGN_OR_RETURN(int64_t ta, at.get_int("transA", 0));
   KILN_ASSIGN_OR_RETURN(int64_t tb, at.get_int("transB", 0));
-  return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q.builder_flags), alpha, beta, ta != 0, tb != 0,
-                                                is_constant(q, 0), is_constant(q, 1)));
+  return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q), alpha, beta, ta != 0, tb != 0,
+                                                is_constant(q, 0), is_constant(q, 1),
+                                                PreparedOperands::operand(q, 0), PreparedOperands::operand(q, 1)));
+}
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q) {
+  return prepare_low_precision_operands(q, {0, 1});
 }
 
 }  // namespace
 
 void register_gemm(Registry& r) {
-  r.add(OpKind::kMatMul, &make_matmul);
-  r.add(OpKind::kGemm, &make_gemm);
+  r.add(OpKind::kMatMul, &make_matmul, {.library = "cublaslt", .reduced_precision = true, .float32_only = true,
+                                       .prepare = &prepare_gemm});
+  r.add(OpKind::kGemm, &make_gemm,
+        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm});
 }
 
 }  // namespace kiln::backends::cuda

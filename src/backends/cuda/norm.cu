@@ -321,9 +321,9 @@ Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channe
 }
 
 void register_norm(Registry& r) {
-  r.add(OpKind::kSoftmax, &make_softmax);
-  r.add(OpKind::kLogSoftmax, &make_softmax);
-  r.add(OpKind::kLayerNormalization, &make_layer_norm);
+  r.add(OpKind::kSoftmax, &make_softmax, {.float32_only = true});
+  r.add(OpKind::kLogSoftmax, &make_softmax, {.float32_only = true});
+  r.add(OpKind::kLayerNormalization, &make_layer_norm, {.float32_only = true});
   for (OpKind k : {OpKind::kReduceMean, OpKind::kReduceSum, OpKind::kReduceMax, OpKind::kReduceMin}) r.add(k, &make_reduce);
 }
 

@@ -1,0 +1,67 @@
+// Schemas of kiln's own ops (domain "kiln"): the fused ops the builder's passes emit. Each one is
+// defined as the ONNX subgraph it replaces, and its CPU reference (backends/cpu/kiln_ops.cc) runs
+// that subgraph's kernels, so a fusion is always checked against the unfused oracle.
+#include <string>
+#include <vector>
+
+#include "ops/schema.h"
+
+namespace kiln::ops {
+namespace {
+
+using ir::Dim;
+
+// kiln::MatMulBias(A, B, bias?) {activation="none"}: activation(MatMul(A, B) + bias), the
+// epilogue fusion of linear layers. bias broadcasts to the MatMul result without growing it.
+// activation: "none", "relu", "gelu_erf" (Gelu approximate="none"), "gelu_tanh" (approximate="tanh").
+Status infer_matmul_bias(InferContext& ctx) {
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (name != "activation") {
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string("activation", "none"));
+  if (act != "none" && act != "relu" && act != "gelu_erf" && act != "gelu_tanh") {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "activation '" + act + "' is not one of none, relu, gelu_erf, gelu_tanh");
+  }
+  DType t = ctx.input_dtype(0);
+  if (!is_float(t)) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "input 0 has dtype " + std::string(dtype_name(t)) + ", expected a float type");
+  }
+  // The MatMul part is MatMul's own inference: one meaning of the product's shape.
+  KILN_RETURN_IF_ERROR(op_registry().find(OpKind::kMatMul)->infer(ctx));
+  const std::vector<Dim> out = ctx.outputs()[0].shape;
+  if (ctx.has_input(2)) {
+    if (ctx.input_dtype(2) != t) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 2 (bias) has dtype " + std::string(dtype_name(ctx.input_dtype(2))) +
+                           " but input 0 has " + std::string(dtype_name(t)));
+    }
+    const auto& bias = ctx.input_shape(2);
+    if (bias.size() > out.size()) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 2 (bias) of rank " + std::to_string(bias.size()) +
+                           " does not broadcast to the product of rank " + std::to_string(out.size()));
+    }
+    for (size_t d = 0; d < bias.size(); ++d) {
+      const Dim& target = out[out.size() - bias.size() + d];
+      if (bias[d].is_const() && bias[d].value() == 1) continue;
+      KILN_RETURN_IF_ERROR(ctx.require_equal(
+          bias[d], target,
+          "input 2 (bias) dim " + std::to_string(d) + " matches product dim " +
+              std::to_string(out.size() - bias.size() + d)));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void register_kiln_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kMatMulBias, 2, 3, 1, 1, &infer_matmul_bias,
+                 OpTraits{.precision = PrecisionClass::kReduced}});
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,235 @@
+// Sections META (how each value is stored, arena slot sizes, profiles) and NODE (what the builder
+// chose for each node) of the engine file, and the semantic checks save and load share.
+#include <utility>
+
+#include "plan/sections.h"
+
+namespace kiln::plan::detail {
+namespace {
+
+constexpr uint8_t kMaxStorage = uint8_t(Storage::kAlias);
+
+const char* storage_name(Storage s) {
+  switch (s) {
+    case Storage::kInput:
+      return "input";
+    case Storage::kConstant:
+      return "constant";
+    case Storage::kSymbolic:
+      return "symbolic";
+    case Storage::kActivation:
+      return "activation";
+    case Storage::kOutput:
+      return "output";
+    case Storage::kAlias:
+      return "alias";
+  }
+  return "unknown";
+}
+
+Status validate_values(const Plan& p, const std::string& prefix) {
+  const int64_t nvalues = int64_t(p.values.size());
+  const int64_t nslots = int64_t(p.slot_bytes.size());
+  for (size_t i = 0; i < p.values.size(); ++i) {
+    const ValuePlan& vp = p.values[i];
+    const std::string what = prefix + "value '" + clip(p.graph.values[i].name) + "'";
+    if (uint8_t(vp.storage) > kMaxStorage) {
+      return invalid_argument(what + " has unknown storage " + std::to_string(int(vp.storage)));
+    }
+    if (vp.slot < -1 || vp.slot >= nslots) {
+      return invalid_argument(what + " uses arena slot " + std::to_string(vp.slot) +
+                              " but there are " + std::to_string(nslots) + " slots");
+    }
+    // kAlias iff alias_of names another value, and that value owns its bytes, so the runtime
+    // resolves an alias in one step and a cycle cannot be expressed.
+    const bool alias = vp.storage == Storage::kAlias;
+    if (alias != (vp.alias_of >= 0)) {
+      return invalid_argument(what + " has storage " + storage_name(vp.storage) + " and alias_of " +
+                              std::to_string(vp.alias_of) +
+                              "; an alias, and only an alias, names the value it views");
+    }
+    if (!alias) continue;
+    if (vp.alias_of >= nvalues) {
+      return invalid_argument(what + " aliases value " + std::to_string(vp.alias_of) +
+                              " but there are " + std::to_string(nvalues) + " values");
+    }
+    if (size_t(vp.alias_of) == i) return invalid_argument(what + " aliases itself");
+    if (p.values[size_t(vp.alias_of)].storage == Storage::kAlias) {
+      return invalid_argument(what + " aliases value '" +
+                              clip(p.graph.values[size_t(vp.alias_of)].name) +
+                              "', which is itself an alias");
+    }
+  }
+  return ok_status();
+}
+
+Status validate_nodes(const Plan& p, const std::string& prefix) {
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const NodePlan& np = p.nodes[i];
+    const std::string what = prefix + "the plan of " + p.graph.nodes[i].describe();
+    if (np.impl.empty()) return invalid_argument(what + " names no implementation");
+    const uint8_t compute = uint8_t(np.precision.compute);
+    if (compute != 0 && !known_dtype_code(compute)) {
+      return invalid_argument(what + " computes in unknown dtype code " + std::to_string(compute));
+    }
+  }
+  return ok_status();
+}
+
+Status validate_profiles(const Plan& p, const std::string& prefix) {
+  for (size_t pi = 0; pi < p.profiles.size(); ++pi) {
+    const std::string where = prefix + "profile " + std::to_string(pi) + ": ";
+    for (const InputRange& in : p.profiles[pi].inputs) {
+      if (in.min.size() != in.opt.size() || in.min.size() != in.max.size()) {
+        return invalid_argument(where + "input '" + clip(in.name) +
+                                "' has min/opt/max shapes of different ranks");
+      }
+      for (size_t d = 0; d < in.min.size(); ++d) {
+        if (!(in.min[d] <= in.opt[d] && in.opt[d] <= in.max[d])) {
+          return invalid_argument(where + "input '" + clip(in.name) + "' dimension " +
+                                  std::to_string(d) + " does not satisfy min <= opt <= max");
+        }
+      }
+    }
+    for (const auto& [name, range] : p.profiles[pi].symbols) {
+      if (range.lo > range.hi) {
+        return invalid_argument(where + "symbol '" + clip(name) + "' has an empty range [" +
+                                std::to_string(range.lo) + ", " + std::to_string(range.hi) + "]");
+      }
+    }
+  }
+  return ok_status();
+}
+
+// A section must be read to its last byte: trailing bytes mean the writer and reader disagree.
+Status expect_end(const ByteReader& r) {
+  if (r.remaining() == 0) return ok_status();
+  return r.corrupted(std::to_string(r.remaining()) + " unread bytes at its end");
+}
+
+}  // namespace
+
+Status validate_plan(const Plan& p, const std::string& prefix) {
+  if (p.device != Device::kCPU && p.device != Device::kCUDA) {
+    return invalid_argument(prefix + "unknown device " + std::to_string(int(p.device)));
+  }
+  if (p.kiln_version.size() > kMaxVersionString) {
+    return invalid_argument(prefix + "kiln version string is longer than " +
+                            std::to_string(kMaxVersionString) + " bytes");
+  }
+  KILN_RETURN_IF_ERROR(validate_graph(p.graph, prefix, 0));
+  auto parallel = [&](size_t have, size_t want, const char* table, const char* of) -> Status {
+    if (have == want) return ok_status();
+    return invalid_argument(prefix + "the plan has " + std::to_string(have) + " " + table +
+                            " entries but the graph has " + std::to_string(want) + " " + of);
+  };
+  KILN_RETURN_IF_ERROR(parallel(p.values.size(), p.graph.values.size(), "value-plan", "values"));
+  KILN_RETURN_IF_ERROR(parallel(p.nodes.size(), p.graph.nodes.size(), "node-plan", "nodes"));
+  KILN_RETURN_IF_ERROR(validate_values(p, prefix));
+  KILN_RETURN_IF_ERROR(validate_nodes(p, prefix));
+  return validate_profiles(p, prefix);
+}
+
+Status write_meta(const Plan& p, ByteWriter& w) {
+  w.u64(p.values.size());
+  for (const ValuePlan& vp : p.values) {
+    w.u8(uint8_t(vp.storage));
+    w.i32(vp.slot);
+    w.i32(vp.alias_of);
+  }
+  KILN_RETURN_IF_ERROR(write_dims(w, p.slot_bytes, "an arena slot size"));
+  w.u64(p.profiles.size());
+  for (const Profile& prof : p.profiles) {
+    w.u64(prof.inputs.size());
+    for (const InputRange& in : prof.inputs) {
+      w.str(in.name);
+      for (const auto* shape : {&in.min, &in.opt, &in.max}) {
+        w.u64(shape->size());
+        for (int64_t d : *shape) w.i64(d);
+      }
+    }
+    w.u64(prof.symbols.size());
+    for (const auto& [name, range] : prof.symbols) {
+      w.str(name);
+      w.i64(range.lo);
+      w.i64(range.hi);
+    }
+  }
+  return ok_status();
+}
+
+Status read_meta(std::span<const uint8_t> bytes, Plan* p) {
+  ByteReader r(bytes, "section META");
+  KILN_ASSIGN_OR_RETURN(size_t nvalues, r.count(1 + 4 + 4, "value plans"));
+  p->values.resize(nvalues);
+  for (ValuePlan& vp : p->values) {
+    KILN_ASSIGN_OR_RETURN(uint8_t storage, r.u8());
+    if (storage > kMaxStorage) {
+      return r.corrupted("unknown value storage " + std::to_string(storage));
+    }
+    vp.storage = Storage(storage);
+    KILN_ASSIGN_OR_RETURN(vp.slot, r.i32());
+    KILN_ASSIGN_OR_RETURN(vp.alias_of, r.i32());
+  }
+  KILN_ASSIGN_OR_RETURN(p->slot_bytes, read_dims(r, "the arena slot sizes"));
+  KILN_ASSIGN_OR_RETURN(size_t nprofiles, r.count(16, "profiles"));
+  p->profiles.resize(nprofiles);
+  for (Profile& prof : p->profiles) {
+    KILN_ASSIGN_OR_RETURN(size_t ninputs, r.count(8 * 4, "profile inputs"));
+    prof.inputs.resize(ninputs);
+    for (InputRange& in : prof.inputs) {
+      KILN_ASSIGN_OR_RETURN(in.name, r.str());
+      for (auto* shape : {&in.min, &in.opt, &in.max}) {
+        KILN_ASSIGN_OR_RETURN(size_t rank, r.count(8, "profile dims"));
+        shape->resize(rank);
+        for (int64_t& d : *shape) {
+          KILN_ASSIGN_OR_RETURN(d, r.i64());
+        }
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(size_t nsymbols, r.count(8 * 3, "profile symbols"));
+    for (size_t i = 0; i < nsymbols; ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string name, r.str());
+      ir::Interval range;
+      KILN_ASSIGN_OR_RETURN(range.lo, r.i64());
+      KILN_ASSIGN_OR_RETURN(range.hi, r.i64());
+      if (!prof.symbols.emplace(std::move(name), range).second) {
+        return r.corrupted("a profile names a symbol twice");
+      }
+    }
+  }
+  return expect_end(r);
+}
+
+void write_nodes(const Plan& p, ByteWriter& w) {
+  w.u64(p.nodes.size());
+  for (const NodePlan& np : p.nodes) {
+    w.str(np.impl);
+    w.str(np.tactic);
+    w.u8(uint8_t(np.precision.compute));
+    w.u8(np.precision.tf32);
+    w.str(np.layout);
+  }
+}
+
+Status read_nodes(std::span<const uint8_t> bytes, Plan* p) {
+  ByteReader r(bytes, "section NODE");
+  KILN_ASSIGN_OR_RETURN(size_t nnodes, r.count(8 + 8 + 1 + 1 + 8, "node plans"));
+  p->nodes.resize(nnodes);
+  for (size_t i = 0; i < nnodes; ++i) {
+    NodePlan& np = p->nodes[i];
+    KILN_ASSIGN_OR_RETURN(np.impl, r.str());
+    KILN_ASSIGN_OR_RETURN(np.tactic, r.str());
+    KILN_ASSIGN_OR_RETURN(uint8_t compute, r.u8());
+    if (compute != 0 && !known_dtype_code(compute)) {
+      return r.corrupted("node plan " + std::to_string(i) + " computes in unknown dtype code " +
+                         std::to_string(compute));
+    }
+    np.precision.compute = DType(compute);
+    KILN_ASSIGN_OR_RETURN(np.precision.tf32, read_bool(r));
+    KILN_ASSIGN_OR_RETURN(np.layout, r.str());
+  }
+  return expect_end(r);
+}
+
+}  // namespace kiln::plan::detail

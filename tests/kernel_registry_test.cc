@@ -1,0 +1,256 @@
+// The kernel registry and what the plan records: unique implementation ids with the CPU reference
+// last, views planned as aliases that run nothing (on every backend), nodes no implementation can
+// place listed with every implementation's reason, an engine naming an unknown implementation
+// refused, and weights prepared once per process however many engines and contexts use them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "backends/kernel_registry.h"
+#include "builder/builder.h"
+#include "kiln.h"
+#include "model_util.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+TEST(KernelRegistry, IdsAreUniqueAndTheCpuReferenceIsLast) {
+  const backends::KernelRegistry& r = backends::kernel_registry();
+  std::set<std::string> ids;
+  size_t total = 0;
+  for (size_t op = 0; op < r.all().size(); ++op) {
+    for (const auto& impl : r.all()[op]) {
+      ++total;
+      EXPECT_TRUE(ids.insert(impl->id()).second) << "duplicate implementation id " << impl->id();
+      EXPECT_EQ(r.find(impl->id()), impl.get());
+    }
+    auto cpu = r.candidates(ops::OpKind(op), Device::kCPU);
+    if (!cpu.empty()) {
+      EXPECT_EQ(r.reference(ops::OpKind(op)), cpu.back());
+      EXPECT_EQ(cpu.back()->id(), "cpu." + std::string(ops::op_name(ops::OpKind(op))));
+    }
+  }
+  EXPECT_GT(total, 100u);
+  EXPECT_NE(r.find("cpu.MatMul"), nullptr);
+  EXPECT_EQ(r.find("cpu.NoSuchOp"), nullptr);
+}
+
+// x[n, 6] -> Reshape[-1, 3, 2] -> Relu -> Flatten -> y[n, 6] (+ the Reshape's output as an IO
+// tensor `r` when `expose`).
+Network view_network(bool expose) {
+  Network net;
+  ir::Graph& g = net.graph;
+  g.opsets[""] = 18;
+  auto value = [&](const char* name) { return g.add_value(name); };
+  int x = value("x"), shape = value("shape"), r = value("r"), a = value("a"), y = value("y");
+  g.values[x].dtype = DType::kFloat32;
+  g.values[x].shape = std::vector<ir::Dim>{ir::Dim::symbol("n"), ir::Dim(6)};
+  g.values[shape].constant = make_i64({3}, {-1, 3, 2});
+  g.values[shape].dtype = DType::kInt64;
+  g.values[shape].shape = std::vector<ir::Dim>{ir::Dim(3)};
+  auto node = [&](const char* name, const char* op, std::vector<int> in, std::vector<int> out) {
+    ir::Node n;
+    n.name = name, n.op_type = op, n.opset = 18, n.inputs = std::move(in), n.outputs = std::move(out);
+    g.nodes.push_back(std::move(n));
+  };
+  node("reshape", "Reshape", {x, shape}, {r});
+  node("relu", "Relu", {r}, {a});
+  node("flatten", "Flatten", {a}, {y});
+  g.inputs = {x};
+  g.outputs = {y};
+  if (expose) g.outputs.push_back(r);
+  return net;
+}
+
+BuilderConfig n_profile() {
+  BuilderConfig config;
+  OptimizationProfile p;
+  EXPECT_TRUE(p.set_dimensions("x", {1, 6}, {2, 6}, {4, 6}).ok());
+  config.add_profile(p);
+  return config;
+}
+
+TEST(Views, ReshapeAndFlattenAreAliasesThatRunNothing) {
+  auto engine = Builder().build(view_network(false), n_profile());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto layers = engine->layers();
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0].kernel, "alias");
+  EXPECT_EQ(layers[0].alias_of, "x");
+  EXPECT_EQ(layers[1].kernel, "cpu.Relu");
+  // Flatten's output is the engine output: the caller's buffer must receive it, so it copies.
+  EXPECT_EQ(layers[2].kernel, "cpu.Flatten");
+  const plan::Plan& p = engine->plan();
+  int r = -1;
+  for (size_t v = 0; v < p.graph.values.size(); ++v) {
+    if (p.graph.values[v].name == "r") r = int(v);
+  }
+  ASSERT_GE(r, 0);
+  EXPECT_EQ(p.values[r].storage, plan::Storage::kAlias);
+  EXPECT_EQ(p.graph.values[p.values[r].alias_of].name, "x");
+
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = make_f32({2, 6}, {-1, 2, -3, 4, -5, 6, 7, -8, 9, -10, 11, -12});
+  auto out = (*ctx)->run({{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const Tensor& y = out->at("y");
+  ASSERT_EQ(y.shape(), (Shape{2, 6}));
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(y.float_at(i), std::max(0.0, x.float_at(i))) << i;
+}
+
+TEST(Views, AViewWhoseOutputIsAnEngineOutputCopies) {
+  auto engine = Builder().build(view_network(true), n_profile());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(engine->layers()[0].kernel, "cpu.Reshape");
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto out = (*ctx)->run({{"x", make_f32({1, 6}, {1, 2, 3, 4, 5, 6})}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(out->at("r").shape(), (Shape{1, 3, 2}));
+  EXPECT_EQ(out->at("r").float_at(5), 6.0);
+}
+
+TEST(Views, VitTinyReshapesAreAliasesOnEveryBackend) {
+  if (models_dir().empty()) GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR)";
+  for (Device device : {Device::kCPU, Device::kCUDA}) {
+    if (Status why = device_available(device); !why.ok()) {
+      std::printf("[ skipped  ] %s: %s\n", std::string(device_name(device)).c_str(), why.message().c_str());
+      continue;
+    }
+    auto engine = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"), device);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    int reshapes = 0, aliased = 0;
+    for (const auto& l : engine->layers()) {
+      if (l.op_type != "Reshape") continue;
+      ++reshapes;
+      aliased += l.kernel == "alias";
+    }
+    EXPECT_EQ(reshapes, 45) << device_name(device);
+    EXPECT_EQ(aliased, reshapes) << device_name(device) << ": every Reshape should be an alias";
+  }
+}
+
+TEST(Plan, AnEngineNamingAnUnknownImplementationIsRefused) {
+  auto engine = Builder().build(view_network(false), n_profile());
+  ASSERT_TRUE(engine.ok());
+  plan::Plan p = engine->plan();
+  p.nodes[1].impl = "cpu.Relu.from_the_future";
+  auto loaded = Engine::from_plan(std::move(p));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("cpu.Relu.from_the_future"), std::string::npos)
+      << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("rebuild"), std::string::npos) << loaded.status().message();
+}
+
+// A backend object that is not a real device: the builder only asks it which device it targets,
+// so select_kernels consults that device's implementations in the registry.
+class DeviceStub final : public backends::Backend {
+ public:
+  explicit DeviceStub(Device d) : d_(d) {}
+  Device device() const override { return d_; }
+
+ private:
+  Device d_;
+};
+
+TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
+  const backends::KernelRegistry& r = backends::kernel_registry();
+  if (!r.has(ops::OpKind::kMatMul, Device::kCUDA)) {
+    GTEST_SKIP() << "this build has no CUDA implementations (built without nvcc)";
+  }
+  // Two nodes the CUDA implementations refuse: a float64 MatMul and a cubic Resize.
+  ir::Graph g;
+  g.opsets[""] = 19;
+  int a = g.add_value("a"), b = g.add_value("b"), c = g.add_value("c");
+  int x = g.add_value("x"), scales = g.add_value("scales"), y = g.add_value("y");
+  for (int v : {a, b}) {
+    g.values[v].dtype = DType::kFloat64;
+    g.values[v].shape = std::vector<ir::Dim>{ir::Dim(4), ir::Dim(4)};
+  }
+  g.values[x].dtype = DType::kFloat32;
+  g.values[x].shape = std::vector<ir::Dim>{ir::Dim(1), ir::Dim(1), ir::Dim(4), ir::Dim(4)};
+  g.values[scales].dtype = DType::kFloat32;
+  g.values[scales].shape = std::vector<ir::Dim>{ir::Dim(4)};
+  g.values[scales].constant = make_f32({4}, {1, 1, 2, 2});
+  ir::Node mm;
+  mm.name = "mm64", mm.op_type = "MatMul", mm.opset = 19, mm.inputs = {a, b}, mm.outputs = {c};
+  ir::Node rs;
+  rs.name = "cubic", rs.op_type = "Resize", rs.opset = 19, rs.inputs = {x, -1, scales}, rs.outputs = {y};
+  ir::Attribute cubic;
+  cubic.type = ir::AttrType::kString;
+  cubic.s = "cubic";
+  rs.attrs.set("mode", cubic);
+  g.nodes = {mm, rs};
+  g.inputs = {a, b, x};
+  g.outputs = {c, y};
+  DeviceStub cuda(Device::kCUDA);
+  auto plan = builder::build_plan(g, 0, BuilderConfig(), cuda);
+  ASSERT_FALSE(plan.ok());
+  const std::string& m = plan.status().message();
+  for (const char* part : {"2 node(s)", "mm64", "cuda.cublaslt.MatMul", "float64", "cubic", "cuda.Resize"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
+  }
+}
+
+TEST(PreparedWeights, AnEngineLoadedTwiceWithTwoContextsEachPreparesEachWeightOnce) {
+  if (models_dir().empty()) GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR)";
+  if (Status why = device_available(Device::kCUDA); !why.ok()) {
+    GTEST_SKIP() << "CUDA is not available: " << why.message();
+  }
+  BuilderConfig fp16;
+  fp16.set_flag(BuilderFlag::kFP16);
+  auto built = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"),
+                           Device::kCUDA, fp16);
+  ASSERT_TRUE(built.ok()) << built.status().to_string();
+  std::string path = (std::filesystem::temp_directory_path() / "kiln_prepared_once.kiln").string();
+  ASSERT_TRUE(built->save(path).ok());
+  // Constant float32 operands of the FP16 GEMMs and convolutions: what prepare converts.
+  std::set<std::string> weights;
+  const plan::Plan& p = built->plan();
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    if (p.nodes[n].precision.compute != DType::kFloat16) continue;
+    for (int v : p.graph.nodes[n].inputs) {
+      if (v >= 0 && p.graph.values[v].constant && p.graph.values[v].dtype == DType::kFloat32) {
+        weights.insert(p.graph.values[v].name);
+      }
+    }
+  }
+  ASSERT_GT(weights.size(), 10u);
+  built = Status(unsupported("released"));  // drop the built engine and the weights it prepared
+  const backends::Backend* cuda = *backends::get_backend(Device::kCUDA);
+  uint64_t before = cuda->weights_prepared();
+  std::vector<Engine> engines;
+  std::vector<std::unique_ptr<ExecutionContext>> contexts;
+  Tensor x = random_f32({2, 3, 224, 224}, 7);
+  uint64_t after_first = 0;
+  for (int load = 0; load < 2; ++load) {
+    auto engine = Engine::load(path);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    engines.push_back(std::move(engine).value());
+    for (int c = 0; c < 2; ++c) {
+      auto ctx = engines.back().create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      auto out = (*ctx)->run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      contexts.push_back(std::move(ctx).value());
+    }
+    if (load == 0) after_first = cuda->weights_prepared() - before;
+  }
+  uint64_t prepared = cuda->weights_prepared() - before;
+  std::printf("[ info     ] %zu FP16 weights; %llu prepared by the first load and its 2 contexts, "
+              "%llu in all after a second load with 2 more\n",
+              weights.size(), static_cast<unsigned long long>(after_first),
+              static_cast<unsigned long long>(prepared));
+  // Each weight once (identical bytes once between them), and never again for more contexts or
+  // a second load of the same engine.
+  EXPECT_GT(after_first, 0u);
+  EXPECT_LE(after_first, weights.size());
+  EXPECT_EQ(prepared, after_first);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace kiln::testing
