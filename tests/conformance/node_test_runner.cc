@@ -41,6 +41,7 @@ struct Options {
   int jobs = 1;
   int timeout_s = 120;
   int min_pass = -1;  // exit 1 when fewer node tests pass
+  Device device = Device::kCPU;  // where every test's engine is built and run
 };
 
 enum class Outcome { kPass, kFail, kExcluded };
@@ -181,7 +182,7 @@ StatusOr<Tensor> light_input(const ir::Value& v) {
 // ---- Running one test ------------------------------------------------------------------------
 
 // Runs one test in this process; "" on pass, else the reason it failed.
-std::string run_test(const TestCase& tc, double rtol, double atol, std::string* note) {
+std::string run_test(const TestCase& tc, double rtol, double atol, Device device, std::string* note) {
   const bool light = tc.set == "light";
   const fs::path model = light ? tc.path : tc.path / "model.onnx";
   auto net = onnx::parse_file(model.string());
@@ -214,6 +215,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, std::string* 
 
   // A profile of exactly the test's shapes for every input with a dynamic dim (or none known).
   BuilderConfig config;
+  config.clear_flag(BuilderFlag::kTF32);  // strict FP32: the tests' tolerances are FP32's
   OptimizationProfile profile;
   bool any_dynamic = false;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
@@ -243,7 +245,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, std::string* 
     any_dynamic = true;
   }
   if (any_dynamic) config.add_profile(profile);
-  auto engine = Builder(Device::kCPU).build(*net, config);
+  auto engine = Builder(device).build(*net, config);
   // An input that kiln needs at build time (axes, pads, sizes, K: ONNX node tests feed them as
   // graph inputs) is bound to the test's value, as TensorRT's shape-value profiles do. Only
   // inputs the builder names are bound, and only when every data set gives the same value.
@@ -326,7 +328,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, std::string* 
       break;
     }
     if (!changed) break;
-    engine = Builder(Device::kCPU).build(*net, config);
+    engine = Builder(device).build(*net, config);
   }
   if (!engine.ok()) return "build: " + engine.status().to_string();
   if (!bound.empty()) {
@@ -408,10 +410,10 @@ void finish(TestCase& tc, const std::string& result) {
 }
 
 // The child writes 'P' or 'F' + reason to the pipe and exits without running destructors.
-void run_child(const TestCase& tc, int fd) {
+void run_child(const TestCase& tc, Device device, int fd) {
   auto [rtol, atol] = tolerances(tc);
   std::string note;
-  std::string r = run_test(tc, rtol, atol, &note);
+  std::string r = run_test(tc, rtol, atol, device, &note);
   std::string msg = r.empty() ? "P" + note : "F" + r;
   size_t off = 0;
   while (off < msg.size()) {
@@ -428,7 +430,7 @@ void run_all(std::vector<TestCase>& tests, const Options& opt) {
     for (TestCase& tc : tests) {
       auto [rtol, atol] = tolerances(tc);
       std::string note;
-      std::string r = run_test(tc, rtol, atol, &note);
+      std::string r = run_test(tc, rtol, atol, opt.device, &note);
       finish(tc, r.empty() ? "P" + note : r);
     }
     return;
@@ -446,7 +448,7 @@ void run_all(std::vector<TestCase>& tests, const Options& opt) {
       pid_t pid = ::fork();
       if (pid == 0) {
         close(fds[0]);
-        run_child(tests[next], fds[1]);
+        run_child(tests[next], opt.device, fds[1]);
       }
       close(fds[1]);
       if (pid < 0) {
@@ -726,6 +728,15 @@ bool parse_args(int argc, char** argv, Options* opt) {
       opt->jobs = std::max(1, std::atoi(v->c_str()));
     } else if (auto v = value("--min-pass")) {
       opt->min_pass = std::atoi(v->c_str());
+    } else if (auto v = value("--device")) {
+      if (*v == "cpu") {
+        opt->device = Device::kCPU;
+      } else if (*v == "cuda") {
+        opt->device = Device::kCUDA;
+      } else {
+        std::cerr << "kiln_node_tests: --device=" << *v << ": expected cpu or cuda\n";
+        return false;
+      }
     } else if (auto v = value("--timeout")) {
       opt->timeout_s = std::max(1, std::atoi(v->c_str()));
     } else if (a == "--list-ops") {
@@ -737,8 +748,8 @@ bool parse_args(int argc, char** argv, Options* opt) {
     } else {
       std::cerr << "kiln_node_tests: unknown argument '" << a << "'\n"
                 << "usage: kiln_node_tests --data=DIR [--filter=SUBSTR] [--manifest=FILE] "
-                   "[--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] [--timeout=S] [--no-fork] "
-                   "[--list-ops[=FILE]]\n";
+                   "[--device=cpu|cuda] [--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] [--timeout=S] "
+                   "[--no-fork] [--list-ops[=FILE]]\n";
       return false;
     }
   }
@@ -755,6 +766,18 @@ int main_impl(int argc, char** argv) {
   opt.jobs = int(std::clamp<long>(cpus, 1, 8));
   if (!parse_args(argc, argv, &opt)) return 2;
 
+  if (opt.device != Device::kCPU) {
+    // Asked in a child: the parent stays free of device state before it forks.
+    pid_t pid = fork();
+    if (pid == 0) _exit(backends::get_backend(opt.device).ok() ? 0 : 1);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      std::cerr << "kiln_node_tests: --device=" << device_name(opt.device)
+                << ": this build or machine has no usable device of that kind\n";
+      return 2;
+    }
+    std::cout << "device: " << device_name(opt.device) << " (strict FP32)\n";
+  }
   std::vector<TestCase> tests;
   if (!opt.data_dir.empty()) {
     if (!fs::is_directory(opt.data_dir)) {
