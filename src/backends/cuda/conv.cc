@@ -20,8 +20,8 @@ using ops::OpKind;
 
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(MathMode mode, bool w_const, const void* prepared_w)
-      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode), w_const_(w_const),
+  ConvKernel(MathMode mode, const void* prepared_w)
+      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode),
         prepared_w_(prepared_w) {}
   ~ConvKernel() override {
     if (xd_) cudnnDestroyTensorDescriptor(xd_);
@@ -55,12 +55,9 @@ class ConvKernel final : public CudaKernel {
       KILN_RETURN_IF_ERROR(ybuf_.reserve(y.numel() * 2));
       auto conv = mode_ == MathMode::kFp16 ? convert_f32_to_f16 : convert_f32_to_bf16;
       KILN_RETURN_IF_ERROR(conv(x.as<const float>(), xbuf_.data(), x.numel(), stream_));
-      if (prepared_w_) {
-        w_from_ = nullptr;
-      } else if (!(w_const_ && w.data == w_from_)) {
+      if (!prepared_w_) {  // a filter computed at run time; constant ones were prepared once
         KILN_RETURN_IF_ERROR(wbuf_.reserve(w.numel() * 2));
         KILN_RETURN_IF_ERROR(conv(w.as<const float>(), wbuf_.data(), w.numel(), stream_));
-        w_from_ = w_const_ ? w.data : nullptr;
       }
       px = xbuf_.data(), pw = prepared_w_ ? prepared_w_ : wbuf_.data(), py = ybuf_.data();
     }
@@ -152,21 +149,18 @@ class ConvKernel final : public CudaKernel {
   }
 
   MathMode mode_;
-  bool w_const_;
   Shape key_;
   cudnnTensorDescriptor_t xd_ = nullptr, yd_ = nullptr;
   cudnnFilterDescriptor_t wd_ = nullptr;
   cudnnConvolutionDescriptor_t cd_ = nullptr;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   DeviceBuffer xbuf_, wbuf_, ybuf_;
-  const void* w_from_ = nullptr;
   const void* prepared_w_;  // the FP16/BF16 filter, prepared once per engine
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
-  bool w_const = q.inputs.size() > 1 && q.inputs[1] && q.inputs[1]->constant.has_value();
-  auto k = std::make_unique<ConvKernel>(math_mode(q), w_const, PreparedOperands::operand(q, 1));
+  auto k = std::make_unique<ConvKernel>(math_mode(q), PreparedOperands::operand(q, 1));
   KILN_ASSIGN_OR_RETURN(k->strides, at.get_ints("strides", std::vector<int64_t>{}));
   KILN_ASSIGN_OR_RETURN(k->dilations, at.get_ints("dilations", std::vector<int64_t>{}));
   KILN_ASSIGN_OR_RETURN(k->pads, at.get_ints("pads", std::vector<int64_t>{}));

@@ -1,7 +1,7 @@
 // MatMul and Gemm on cuBLASLt. Row-major C = A*B is computed as column-major C^T = B^T * A^T.
-// Precision follows the builder flags: strict FP32 (CUBLAS_COMPUTE_32F), TF32
-// (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (converted on the fly, constant weights
-// once) with FP32 accumulation and FP32 output. Gemm's bias vector runs as the BIAS epilogue.
+// Precision is what the plan assigned the node: strict FP32 (CUBLAS_COMPUTE_32F), TF32
+// (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (activations converted per run, constant
+// weights once per engine by prepare_gemm) with FP32 accumulation and FP32 output. Gemm's bias vector runs as the BIAS epilogue.
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
@@ -127,36 +127,35 @@ class LtGemm {
   bool ready_ = false;
 };
 
-// Converts FP32 operands to FP16/BF16 when the mode asks; a constant operand is converted once.
+// An operand in the GEMM's input precision: the FP32 tensor itself, the FP16/BF16 copy the engine
+// prepared once for a constant (prepare_gemm), or a per-run conversion for an activation.
 class LowPrecisionOperand {
  public:
-  StatusOr<const void*> get(const float* src, int64_t n, MathMode mode, bool constant, cudaStream_t s) {
+  explicit LowPrecisionOperand(const void* prepared) : prepared_(prepared) {}
+  StatusOr<const void*> get(const float* src, int64_t n, MathMode mode, cudaStream_t s) {
     if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return static_cast<const void*>(src);
-    if (constant && src == converted_from_ && n == converted_n_) return buf_.data();
+    if (prepared_) return prepared_;
     KILN_RETURN_IF_ERROR(buf_.reserve(size_t(std::max<int64_t>(n, 1)) * 2));
     if (mode == MathMode::kFp16) {
       KILN_RETURN_IF_ERROR(convert_f32_to_f16(src, buf_.data(), n, s));
     } else {
       KILN_RETURN_IF_ERROR(convert_f32_to_bf16(src, buf_.data(), n, s));
     }
-    converted_from_ = constant ? src : nullptr;
-    converted_n_ = n;
     return static_cast<const void*>(buf_.data());
   }
 
  private:
+  const void* prepared_;
   DeviceBuffer buf_;
-  const float* converted_from_ = nullptr;
-  int64_t converted_n_ = -1;
 };
 
 size_t in_elem(MathMode m) { return m == MathMode::kFp16 || m == MathMode::kBf16 ? 2 : 4; }
 
 class MatMulKernel final : public CudaKernel {
  public:
-  MatMulKernel(MathMode mode, bool a_const, bool b_const, const void* prepared_a, const void* prepared_b)
+  MatMulKernel(MathMode mode, const void* prepared_a, const void* prepared_b)
       : CudaKernel(std::string("cuda.MatMul(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        a_const_(a_const), b_const_(b_const), prepared_a_(prepared_a), prepared_b_(prepared_b) {}
+        a_op_(prepared_a), b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -189,14 +188,8 @@ class MatMulKernel final : public CudaKernel {
     }
     if (nout * M * N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    const void* pa = prepared_a_;
-    const void* pb = prepared_b_;
-    if (!pa) {
-      KILN_ASSIGN_OR_RETURN(pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
-    }
-    if (!pb) {
-      KILN_ASSIGN_OR_RETURN(pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
-    }
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, stream_));
     size_t es = in_elem(mode_);
     // cuBLAS "A" is our B (n x k, ld N), cuBLAS "B" is our A (k x m, ld K); D is N x M, ld N.
     Problem p;
@@ -243,19 +236,15 @@ class MatMulKernel final : public CudaKernel {
  private:
   MathMode mode_;
   LtGemm gemm_;
-  bool a_const_, b_const_;
-  const void* prepared_a_;  // FP16/BF16 copies of constant operands, prepared once per engine
-  const void* prepared_b_;
   LowPrecisionOperand a_op_, b_op_;
 };
 
 class GemmKernel final : public CudaKernel {
  public:
-  GemmKernel(MathMode mode, float alpha, float beta, bool ta, bool tb, bool a_const, bool b_const,
-             const void* prepared_a, const void* prepared_b)
+  GemmKernel(MathMode mode, float alpha, float beta, bool ta, bool tb, const void* prepared_a,
+             const void* prepared_b)
       : CudaKernel(std::string("cuda.Gemm(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), a_const_(a_const), b_const_(b_const),
-        prepared_a_(prepared_a), prepared_b_(prepared_b) {}
+        alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), a_op_(prepared_a), b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -281,14 +270,8 @@ class GemmKernel final : public CudaKernel {
       }
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    const void* pa = prepared_a_;
-    const void* pb = prepared_b_;
-    if (!pa) {
-      KILN_ASSIGN_OR_RETURN(pa, a_op_.get(a.as<const float>(), a.numel(), mode_, a_const_, stream_));
-    }
-    if (!pb) {
-      KILN_ASSIGN_OR_RETURN(pb, b_op_.get(b.as<const float>(), b.numel(), mode_, b_const_, stream_));
-    }
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, stream_));
     Problem p;
     p.m = N, p.n = M, p.k = K, p.ldc = N;
     p.trans_a = tb_;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
@@ -304,20 +287,13 @@ class GemmKernel final : public CudaKernel {
   MathMode mode_;
   LtGemm gemm_;
   float alpha_, beta_;
-  bool ta_, tb_, a_const_, b_const_;
-  const void* prepared_a_;
-  const void* prepared_b_;
+  bool ta_, tb_;
   LowPrecisionOperand a_op_, b_op_;
 };
 
-bool is_constant(const KernelQuery& q, int i) {
-  return i < int(q.inputs.size()) && q.inputs[i] && q.inputs[i]->constant.has_value();
-}
-
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new MatMulKernel(math_mode(q), is_constant(q, 0), is_constant(q, 1),
-                                                  PreparedOperands::operand(q, 0),
-                                                  PreparedOperands::operand(q, 1)));
+  return std::unique_ptr<Kernel>(
+      new MatMulKernel(math_mode(q), PreparedOperands::operand(q, 0), PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
@@ -327,7 +303,6 @@ StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t ta, at.get_int("transA", 0));
   KILN_ASSIGN_OR_RETURN(int64_t tb, at.get_int("transB", 0));
   return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q), alpha, beta, ta != 0, tb != 0,
-                                                is_constant(q, 0), is_constant(q, 1),
                                                 PreparedOperands::operand(q, 0), PreparedOperands::operand(q, 1)));
 }
 
