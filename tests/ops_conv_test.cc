@@ -1,5 +1,6 @@
 // Conv and the pools: symbolic output sizes (4*h stride 2 -> 2*h, SAME, ceil_mode), channel and
-// group checks, and the CPU kernels (1x1, im2col, depthwise, pools) against naive loops.
+// group checks, and the kernels (1x1, im2col, depthwise, pools; every backend, strict FP32 and
+// TF32/FP16/BF16) against naive loops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,67 +9,23 @@
 #include <vector>
 
 #include "backends/kernel_registry.h"
-#include "ir/graph.h"
-#include "ops/schema.h"
-#include "test_util.h"
+#include "op_harness.h"
 
 namespace kiln {
 namespace {
 
 using ir::Dim;
 using testing::all_close;
+using testing::BuildPrecision;
+using testing::f32;
+using testing::infer_node;
+using testing::initializer;
 using testing::make_f32;
+using testing::op;
+using testing::OpNode;
+using testing::run_case;
 using testing::run_cpu_kernel;
-
-struct InferCase {
-  ir::Graph g;
-  std::vector<ops::Constraint> constraints;
-  std::vector<ops::InferContext::Output> outputs;
-
-  int input(DType dt, std::vector<Dim> shape) {
-    int v = g.add_value("in" + std::to_string(g.values.size()));
-    g.values[v].dtype = dt;
-    g.values[v].shape = std::move(shape);
-    return v;
-  }
-  Status run(const std::string& op, std::vector<int> inputs, ir::Attributes attrs = {},
-             int num_outputs = 1) {
-    ir::Node n;
-    n.name = "conv0";
-    n.op_type = op;
-    n.opset = 17;
-    n.inputs = std::move(inputs);
-    for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(g.add_value("out" + std::to_string(i)));
-    n.attrs = std::move(attrs);
-    g.nodes.push_back(n);
-    const ops::OpSchema* schema = ops::find_schema(g.nodes.back());
-    if (!schema) return not_found("no schema for " + op);
-    ops::InferContext ctx(g, g.nodes.back(), 0, &constraints);
-    KILN_RETURN_IF_ERROR(schema->infer(ctx));
-    outputs = ctx.outputs();
-    return ok_status();
-  }
-  std::string shape(int i = 0) const { return ir::dims_to_string(outputs.at(i).shape); }
-};
-
-ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
-}
-ir::Attribute ints_attr(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-ir::Attribute string_attr(std::string v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kString;
-  a.s = std::move(v);
-  return a;
-}
+using testing::typed;
 
 std::vector<float> random_values(size_t n, uint32_t seed) {
   std::vector<float> v(n);
@@ -84,55 +41,38 @@ const Dim kB = Dim::symbol("b");
 const Dim kH = Dim::symbol("h");
 const Dim kW = Dim::symbol("w");
 
+OpNode conv() { return op("Conv", 17).named("conv0"); }
+
 TEST(ConvInfer, StrideTwoOnFourHGivesTwoH) {
-  InferCase c;
-  int x = c.input(DType::kFloat32, {kB, 3, kH * 4, kW * 4});
-  int w = c.input(DType::kFloat32, {16, 3, 3, 3});
-  int bias = c.input(DType::kFloat32, {16});
-  ir::Attributes at;
-  at.set("strides", ints_attr({2, 2}));
-  at.set("pads", ints_attr({1, 1, 1, 1}));
-  at.set("kernel_shape", ints_attr({3, 3}));
-  ASSERT_TRUE(c.run("Conv", {x, w, bias}, at).ok());
-  EXPECT_EQ(c.shape(), "[b, 16, 2*h, 2*w]");
-  EXPECT_EQ(c.outputs[0].shape[2], kH * 2);
+  auto r = infer_node(
+      conv().ints("strides", {2, 2}).ints("pads", {1, 1, 1, 1}).ints("kernel_shape", {3, 3}),
+      {f32({kB, 3, kH * 4, kW * 4}), f32({16, 3, 3, 3}), f32({16})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 16, 2*h, 2*w]");
+  EXPECT_EQ(r.dims()[2], kH * 2);
   // Output >= 1 is recorded for the profile checker (h could be 0).
   bool has_ge = false;
-  for (const auto& k : c.constraints) has_ge |= k.kind == ops::Constraint::Kind::kGreaterEqual;
+  for (const auto& k : r.constraints) has_ge |= k.kind == ops::Constraint::Kind::kGreaterEqual;
   EXPECT_TRUE(has_ge);
 }
 
 TEST(ConvInfer, ConstantSizesDilationAndOneD) {
-  {
-    InferCase c;  // floor((10 + 0 + 1 - 2*2 - 1)/2) + 1 = 4
-    int x = c.input(DType::kFloat32, {1, 4, 10});
-    int w = c.input(DType::kFloat32, {8, 4, 3});
-    ir::Attributes at;
-    at.set("strides", ints_attr({2}));
-    at.set("pads", ints_attr({0, 1}));
-    at.set("dilations", ints_attr({2}));
-    ASSERT_TRUE(c.run("Conv", {x, w}, at).ok());
-    EXPECT_EQ(c.shape(), "[1, 8, 4]");
-  }
-  {
-    InferCase c;  // 3-D
-    int x = c.input(DType::kFloat32, {kB, 2, 5, 6, 7});
-    int w = c.input(DType::kFloat32, {4, 2, 3, 3, 3});
-    ASSERT_TRUE(c.run("Conv", {x, w}).ok());
-    EXPECT_EQ(c.shape(), "[b, 4, 3, 4, 5]");
-  }
+  // floor((10 + 0 + 1 - 2*2 - 1)/2) + 1 = 4
+  auto r = infer_node(conv().ints("strides", {2}).ints("pads", {0, 1}).ints("dilations", {2}),
+                      {f32({1, 4, 10}), f32({8, 4, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 8, 4]");
+  // 3-D
+  r = infer_node(conv(), {f32({kB, 2, 5, 6, 7}), f32({4, 2, 3, 3, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 4, 3, 4, 5]");
 }
 
 TEST(ConvInfer, SamePaddingAndDepthwise) {
-  InferCase c;
-  int x = c.input(DType::kFloat32, {kB, 32, kH, kW});
-  int w = c.input(DType::kFloat32, {32, 1, 5, 5});
-  ir::Attributes at;
-  at.set("group", int_attr(32));
-  at.set("strides", ints_attr({2, 2}));
-  at.set("auto_pad", string_attr("SAME_UPPER"));
-  ASSERT_TRUE(c.run("Conv", {x, w}, at).ok());
-  auto out = c.outputs[0].shape;
+  auto r = infer_node(conv().i("group", 32).ints("strides", {2, 2}).s("auto_pad", "SAME_UPPER"),
+                      {f32({kB, 32, kH, kW}), f32({32, 1, 5, 5})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  auto out = r.dims();
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[1], Dim(32));
   EXPECT_EQ(out[2], Dim::ceil_div(kH, Dim(2)));
@@ -140,112 +80,64 @@ TEST(ConvInfer, SamePaddingAndDepthwise) {
 }
 
 TEST(ConvInfer, InvalidChannelsNameTheNode) {
-  {
-    InferCase c;
-    int x = c.input(DType::kFloat32, {1, 3, 8, 8});
-    int w = c.input(DType::kFloat32, {16, 4, 3, 3});
-    Status s = c.run("Conv", {x, w});
-    ASSERT_FALSE(s.ok());
-    EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
-    EXPECT_NE(s.message().find("conv0"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("channels"), std::string::npos) << s.message();
-  }
-  {
-    InferCase c;  // group 2: C_in must be 2 * W.C
-    int x = c.input(DType::kFloat32, {1, 6, 8, 8});
-    int w = c.input(DType::kFloat32, {4, 6, 3, 3});
-    ir::Attributes at;
-    at.set("group", int_attr(2));
-    EXPECT_FALSE(c.run("Conv", {x, w}, at).ok());
-  }
-  {
-    InferCase c;  // M = 5 not divisible by group 2
-    int x = c.input(DType::kFloat32, {1, 6, 8, 8});
-    int w = c.input(DType::kFloat32, {5, 3, 3, 3});
-    ir::Attributes at;
-    at.set("group", int_attr(2));
-    EXPECT_FALSE(c.run("Conv", {x, w}, at).ok());
-  }
-  {
-    InferCase c;  // kernel larger than the input
-    int x = c.input(DType::kFloat32, {1, 3, 2, 2});
-    int w = c.input(DType::kFloat32, {4, 3, 3, 3});
-    Status s = c.run("Conv", {x, w});
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("conv0"), std::string::npos);
-  }
-  {
-    InferCase c;  // symbolic channels are recorded, not rejected
-    int x = c.input(DType::kFloat32, {1, Dim::symbol("c"), 8, 8});
-    int w = c.input(DType::kFloat32, {4, 3, 3, 3});
-    ASSERT_TRUE(c.run("Conv", {x, w}).ok());
-    EXPECT_FALSE(c.constraints.empty());
-  }
-  {
-    InferCase c;  // bad pads length
-    int x = c.input(DType::kFloat32, {1, 3, 8, 8});
-    int w = c.input(DType::kFloat32, {4, 3, 3, 3});
-    ir::Attributes at;
-    at.set("pads", ints_attr({1, 1}));
-    EXPECT_FALSE(c.run("Conv", {x, w}, at).ok());
-  }
+  Status s = infer_node(conv(), {f32({1, 3, 8, 8}), f32({16, 4, 3, 3})}).status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("conv0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("channels"), std::string::npos) << s.message();
+  // group 2: C_in must be 2 * W.C
+  EXPECT_FALSE(infer_node(conv().i("group", 2), {f32({1, 6, 8, 8}), f32({4, 6, 3, 3})}).ok());
+  // M = 5 not divisible by group 2
+  EXPECT_FALSE(infer_node(conv().i("group", 2), {f32({1, 6, 8, 8}), f32({5, 3, 3, 3})}).ok());
+  // kernel larger than the input
+  s = infer_node(conv(), {f32({1, 3, 2, 2}), f32({4, 3, 3, 3})}).status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("conv0"), std::string::npos);
+  // symbolic channels are recorded, not rejected
+  auto r = infer_node(conv(), {f32({1, Dim::symbol("c"), 8, 8}), f32({4, 3, 3, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_FALSE(r.constraints.empty());
+  // bad pads length
+  EXPECT_FALSE(
+      infer_node(conv().ints("pads", {1, 1}), {f32({1, 3, 8, 8}), f32({4, 3, 3, 3})}).ok());
 }
 
 TEST(PoolInfer, CeilModeSameAndGlobal) {
-  {
-    InferCase c;  // floor((112 + 2 - 3)/2) + 1 = 56
-    int x = c.input(DType::kFloat32, {kB, 64, 112, 112});
-    ir::Attributes at;
-    at.set("kernel_shape", ints_attr({3, 3}));
-    at.set("strides", ints_attr({2, 2}));
-    at.set("pads", ints_attr({1, 1, 1, 1}));
-    ASSERT_TRUE(c.run("MaxPool", {x}, at).ok());
-    EXPECT_EQ(c.shape(), "[b, 64, 56, 56]");
-  }
-  {
-    InferCase c;  // ceil((6 - 3)/2) + 1 = 3 (floor would give 2)
-    int x = c.input(DType::kFloat32, {1, 1, 6, 6});
-    ir::Attributes at;
-    at.set("kernel_shape", ints_attr({3, 3}));
-    at.set("strides", ints_attr({2, 2}));
-    at.set("ceil_mode", int_attr(1));
-    ASSERT_TRUE(c.run("AveragePool", {x}, at).ok());
-    EXPECT_EQ(c.shape(), "[1, 1, 3, 3]");
-  }
-  {
-    InferCase c;  // ceil mode on 4*h: ceil((4h - 2)/2) + 1 = 2h
-    int x = c.input(DType::kFloat32, {1, 1, kH * 4, 8});
-    ir::Attributes at;
-    at.set("kernel_shape", ints_attr({2, 2}));
-    at.set("strides", ints_attr({2, 2}));
-    at.set("ceil_mode", int_attr(1));
-    ASSERT_TRUE(c.run("MaxPool", {x}, at).ok());
-    EXPECT_EQ(c.shape(), "[1, 1, 2*h, 4]");
-  }
-  {
-    InferCase c;
-    int x = c.input(DType::kFloat32, {kB, 3, kH, 9});
-    ir::Attributes at;
-    at.set("kernel_shape", ints_attr({2, 2}));
-    at.set("strides", ints_attr({2, 2}));
-    at.set("auto_pad", string_attr("SAME_LOWER"));
-    ASSERT_TRUE(c.run("MaxPool", {x}, at, 2).ok());
-    EXPECT_EQ(c.outputs[0].shape[3], Dim(5));
-    EXPECT_EQ(c.outputs[1].dtype, DType::kInt64);
-  }
-  {
-    InferCase c;
-    int x = c.input(DType::kFloat32, {kB, 3, kH, kW});
-    ASSERT_TRUE(c.run("GlobalAveragePool", {x}).ok());
-    EXPECT_EQ(c.shape(), "[b, 3, 1, 1]");
-  }
-  {
-    InferCase c;  // kernel_shape is required
-    int x = c.input(DType::kFloat32, {1, 3, 8, 8});
-    Status s = c.run("MaxPool", {x});
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("kernel_shape"), std::string::npos);
-  }
+  // floor((112 + 2 - 3)/2) + 1 = 56
+  auto r = infer_node(op("MaxPool", 17)
+                          .ints("kernel_shape", {3, 3})
+                          .ints("strides", {2, 2})
+                          .ints("pads", {1, 1, 1, 1}),
+                      {f32({kB, 64, 112, 112})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 64, 56, 56]");
+  // ceil((6 - 3)/2) + 1 = 3 (floor would give 2)
+  r = infer_node(
+      op("AveragePool", 17).ints("kernel_shape", {3, 3}).ints("strides", {2, 2}).i("ceil_mode", 1),
+      {f32({1, 1, 6, 6})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 1, 3, 3]");
+  // ceil mode on 4*h: ceil((4h - 2)/2) + 1 = 2h
+  r = infer_node(
+      op("MaxPool", 17).ints("kernel_shape", {2, 2}).ints("strides", {2, 2}).i("ceil_mode", 1),
+      {f32({1, 1, kH * 4, 8})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 1, 2*h, 4]");
+  r = infer_node(op("MaxPool", 17)
+                     .ints("kernel_shape", {2, 2})
+                     .ints("strides", {2, 2})
+                     .s("auto_pad", "SAME_LOWER"),
+                 {f32({kB, 3, kH, 9})}, 2);
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.dims(0)[3], Dim(5));
+  EXPECT_EQ(r.dtype(1), DType::kInt64);
+  r = infer_node(op("GlobalAveragePool", 17), {f32({kB, 3, kH, kW})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 3, 1, 1]");
+  // kernel_shape is required
+  Status s = infer_node(op("MaxPool", 17), {f32({1, 3, 8, 8})}).status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("kernel_shape"), std::string::npos);
 }
 
 // ---- naive references ----
@@ -321,34 +213,25 @@ void check_conv(const ConvSpec& s, const std::string& label) {
   Tensor x = make_f32(xs, random_values(size_t(shape_numel(xs)), 11));
   Tensor w = make_f32(ws, random_values(size_t(shape_numel(ws)), 12));
   Tensor b = make_f32({s.m}, random_values(size_t(s.m), 13));
-  ir::Node node;
-  node.name = "conv0";
-  node.op_type = "Conv";
-  node.opset = 17;
-  node.attrs.set("group", int_attr(s.group));
-  node.attrs.set("strides", ints_attr(s.stride));
-  node.attrs.set("dilations", ints_attr(s.dil));
-  node.attrs.set("pads", ints_attr(s.pads));
-  node.attrs.set("kernel_shape", ints_attr(s.k));
-  Shape ys = {s.n, s.m};
-  auto o = conv_out_dims(s);
-  ys.insert(ys.end(), o.begin(), o.end());
-  std::vector<Tensor> inputs = {x, w};
-  if (s.bias) inputs.push_back(b);
-  auto r = run_cpu_kernel(node, inputs, {{DType::kFloat32, ys}});
+  OpNode node = conv()
+                    .i("group", s.group)
+                    .ints("strides", s.stride)
+                    .ints("dilations", s.dil)
+                    .ints("pads", s.pads)
+                    .ints("kernel_shape", s.k);
+  std::vector<testing::CaseInput> inputs = {x, initializer(w)};
+  if (s.bias) inputs.push_back(initializer(b));
+  auto r = run_case({.node = node, .inputs = inputs, .label = label});
   ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], naive_conv(s, x, w, s.bias ? &b : nullptr))) << label;
 }
 
 TEST(ConvKernel, HandComputed) {
   // 1x1x3x3 input, 2x2 kernel of ones, bias 1: window sums + 1.
-  ir::Node node;
-  node.name = "conv0";
-  node.op_type = "Conv";
   Tensor x = make_f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   Tensor w = make_f32({1, 1, 2, 2}, {1, 1, 1, 1});
   Tensor b = make_f32({1}, {1});
-  auto r = run_cpu_kernel(node, {x, w, b}, {{DType::kFloat32, {1, 1, 2, 2}}});
+  auto r = run_case(conv(), {x, initializer(w), initializer(b)});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], make_f32({1, 1, 2, 2}, {13, 17, 25, 29})));
 }
@@ -374,22 +257,15 @@ TEST(ConvKernel, AutoPadSameLowerMatchesExplicitPads) {
   Shape xs = {1, 2, 6, 6};
   Tensor x = make_f32(xs, random_values(72, 21));
   Tensor w = make_f32({3, 2, 3, 3}, random_values(54, 22));
-  ir::Node node;
-  node.name = "conv0";
-  node.op_type = "Conv";
-  node.attrs.set("strides", ints_attr({2, 2}));
-  node.attrs.set("auto_pad", string_attr("SAME_LOWER"));
-  auto r = run_cpu_kernel(node, {x, w}, {{DType::kFloat32, {1, 3, 3, 3}}});
+  auto r =
+      run_case(conv().ints("strides", {2, 2}).s("auto_pad", "SAME_LOWER"), {x, initializer(w)});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ConvSpec s{1, 2, 3, 1, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 0}, false};
   EXPECT_TRUE(all_close((*r)[0], naive_conv(s, x, w, nullptr)));
 }
 
 TEST(ConvKernel, ReusesScratchAcrossShapesAndRejectsBadShapes) {
-  ir::Node node;
-  node.name = "conv0";
-  node.op_type = "Conv";
-  node.attrs.set("pads", ints_attr({1, 1, 1, 1}));
+  ir::Node node = conv().ints("pads", {1, 1, 1, 1}).node;
   ir::Graph g;
   for (int i = 0; i < 3; ++i) g.add_value("v" + std::to_string(i));
   backends::KernelQuery q{node, {&g.values[0], &g.values[1]}, {&g.values[2]}};
@@ -415,12 +291,26 @@ TEST(ConvKernel, ReusesScratchAcrossShapesAndRejectsBadShapes) {
 }
 
 TEST(ConvKernel, ZeroBatch) {
-  ir::Node node;
-  node.name = "conv0";
-  node.op_type = "Conv";
-  auto r = run_cpu_kernel(node, {make_f32({0, 2, 4, 4}, {}), make_f32({3, 2, 3, 3}, random_values(54, 1))},
-                          {{DType::kFloat32, {0, 3, 2, 2}}});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  auto r = run_case(conv(), {make_f32({0, 2, 4, 4}, {}),
+                             initializer(make_f32({3, 2, 3, 3}, random_values(54, 1)))});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)[0].shape(), (Shape{0, 3, 2, 2}));
+}
+
+// TF32, FP16 and BF16 engines against the FP32 reference, each held to the tolerance of what the
+// node computed in (a backend that keeps FP32 is held to FP32).
+TEST(ConvKernel, ReducedPrecisionsAgainstTheFp32Reference) {
+  ConvSpec s{2, 8, 12, 1, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true};
+  Tensor x = make_f32({2, 8, 9, 10}, random_values(2 * 8 * 90, 41));
+  Tensor w = make_f32({12, 8, 3, 3}, random_values(12 * 72, 42));
+  Tensor b = make_f32({12}, random_values(12, 43));
+  for (BuildPrecision p : {BuildPrecision::kTf32, BuildPrecision::kFp16, BuildPrecision::kBf16}) {
+    auto r = run_case({.node = conv().ints("pads", {1, 1, 1, 1}),
+                       .inputs = {x, initializer(w), initializer(b)},
+                       .precision = p});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(all_close((*r)[0], naive_conv(s, x, w, &b)));
+  }
 }
 
 struct PoolSpec {
@@ -487,20 +377,17 @@ void check_pool(const PoolSpec& s, const std::string& label) {
   auto o = pool_out_dims(s);
   Shape ys = {1, c, o[0], o[1]};
   for (bool is_max : {true, false}) {
-    ir::Node node;
-    node.name = "pool0";
-    node.op_type = is_max ? "MaxPool" : "AveragePool";
-    node.opset = 19;
-    node.attrs.set("kernel_shape", ints_attr(s.k));
-    node.attrs.set("strides", ints_attr(s.stride));
-    node.attrs.set("dilations", ints_attr(s.dil));
-    node.attrs.set("pads", ints_attr(s.pads));
-    node.attrs.set("ceil_mode", int_attr(s.ceil_mode));
-    if (!is_max) node.attrs.set("count_include_pad", int_attr(s.include_pad));
-    std::vector<std::pair<DType, Shape>> outs = {{DType::kFloat32, ys}};
-    if (is_max) outs.push_back({DType::kInt64, ys});
-    auto r = run_cpu_kernel(node, {x}, outs);
+    OpNode node = op(is_max ? "MaxPool" : "AveragePool", 19)
+                      .named("pool0")
+                      .ints("kernel_shape", s.k)
+                      .ints("strides", s.stride)
+                      .ints("dilations", s.dil)
+                      .ints("pads", s.pads)
+                      .i("ceil_mode", s.ceil_mode);
+    if (!is_max) node.i("count_include_pad", s.include_pad);
+    auto r = run_case({.node = node, .inputs = {x}, .num_outputs = is_max ? 2 : 1, .label = label});
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+    ASSERT_EQ((*r)[0].shape(), ys) << label;
     std::vector<float> e;
     std::vector<int64_t> ei;
     naive_pool_2d(s, x, c, is_max, &e, &ei);
@@ -525,137 +412,100 @@ TEST(PoolKernel, AgainstNaive) {
 
 TEST(PoolKernel, HandComputedAndGlobal) {
   Tensor x = make_f32({1, 1, 2, 4}, {1, 5, 2, 0, -1, 3, 8, 7});
-  ir::Node mp;
-  mp.name = "pool0";
-  mp.op_type = "MaxPool";
-  mp.attrs.set("kernel_shape", ints_attr({2, 2}));
-  mp.attrs.set("strides", ints_attr({2, 2}));
-  auto r = run_cpu_kernel(mp, {x}, {{DType::kFloat32, {1, 1, 1, 2}}});
+  OpNode mp = op("MaxPool", 17).named("pool0").ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+  auto r = run_case(mp, {x});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], make_f32({1, 1, 1, 2}, {5, 8})));
 
-  ir::Node ap = mp;
-  ap.op_type = "AveragePool";
-  auto a = run_cpu_kernel(ap, {x}, {{DType::kFloat32, {1, 1, 1, 2}}});
+  OpNode ap = mp;
+  ap.node.op_type = "AveragePool";
+  auto a = run_case(ap, {x});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_TRUE(all_close((*a)[0], make_f32({1, 1, 1, 2}, {2, 4.25f})));
 
   Tensor g = make_f32({2, 2, 3}, {1, 2, 3, -4, -5, -6, 0, 0, 9, 1, 1, 1});
-  ir::Node gap;
-  gap.name = "gap0";
-  gap.op_type = "GlobalAveragePool";
-  auto ga = run_cpu_kernel(gap, {g}, {{DType::kFloat32, {2, 2, 1}}});
+  auto ga = run_case(op("GlobalAveragePool", 17).named("gap0"), {g});
   ASSERT_TRUE(ga.ok()) << ga.status().to_string();
   EXPECT_TRUE(all_close((*ga)[0], make_f32({2, 2, 1}, {2, -5, 3, 1})));
-  gap.op_type = "GlobalMaxPool";
-  auto gm = run_cpu_kernel(gap, {g}, {{DType::kFloat32, {2, 2, 1}}});
+  auto gm = run_case(op("GlobalMaxPool", 17).named("gap0"), {g});
   ASSERT_TRUE(gm.ok()) << gm.status().to_string();
   EXPECT_TRUE(all_close((*gm)[0], make_f32({2, 2, 1}, {3, -4, 9, 1})));
 }
 
 TEST(PoolKernel, WrongOutputShapeIsAnError) {
-  ir::Node mp;
-  mp.name = "pool0";
-  mp.op_type = "MaxPool";
-  mp.attrs.set("kernel_shape", ints_attr({2, 2}));
+  ir::Node mp = op("MaxPool", 17).named("pool0").ints("kernel_shape", {2, 2}).node;
   auto r = run_cpu_kernel(mp, {make_f32({1, 1, 3, 3}, std::vector<float>(9, 1))},
                           {{DType::kFloat32, {1, 1, 3, 3}}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("MaxPool"), std::string::npos);
 }
 
-
 // ---- ConvTranspose, LpPool, MaxUnpool, ConvInteger ----
 
 TEST(ConvTransposeInfer, StridesPadsOutputPaddingAndOutputShape) {
-  InferCase c;
-  int x = c.input(DType::kFloat32, {kB, 4, kH, 5});
-  int w = c.input(DType::kFloat32, {4, 3, 3, 3});
-  ir::Attributes at;
-  at.set("strides", ints_attr({2, 2}));
-  at.set("pads", ints_attr({1, 1, 1, 1}));
-  at.set("output_padding", ints_attr({1, 0}));
-  at.set("group", int_attr(2));
-  ASSERT_TRUE(c.run("ConvTranspose", {x, w}, at).ok());
+  OpNode ct = op("ConvTranspose", 17).named("conv0");
+  auto r = infer_node(OpNode(ct)
+                          .ints("strides", {2, 2})
+                          .ints("pads", {1, 1, 1, 1})
+                          .ints("output_padding", {1, 0})
+                          .i("group", 2),
+                      {f32({kB, 4, kH, 5}), f32({4, 3, 3, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
   // (in-1)*2 + out_pad + 3 - 2; channels W[1]*group.
-  EXPECT_EQ(c.outputs[0].shape[1], Dim(6));
-  EXPECT_EQ(c.outputs[0].shape[2], (kH - 1) * 2 + 2);
-  EXPECT_EQ(c.outputs[0].shape[3], Dim(9));
-  InferCase d;
-  x = d.input(DType::kFloat32, {1, 4, 3, 3});
-  w = d.input(DType::kFloat32, {4, 1, 3, 3});
-  ir::Attributes at2;
-  at2.set("output_shape", ints_attr({10, 8}));
-  at2.set("strides", ints_attr({3, 2}));
-  ASSERT_TRUE(d.run("ConvTranspose", {x, w}, at2).ok());
-  EXPECT_EQ(d.shape(), "[1, 1, 10, 8]");
+  EXPECT_EQ(r.dims()[1], Dim(6));
+  EXPECT_EQ(r.dims()[2], (kH - 1) * 2 + 2);
+  EXPECT_EQ(r.dims()[3], Dim(9));
+  r = infer_node(OpNode(ct).ints("output_shape", {10, 8}).ints("strides", {3, 2}),
+                 {f32({1, 4, 3, 3}), f32({4, 1, 3, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 1, 10, 8]");
   // W dim 0 must equal the input channels.
-  InferCase e;
-  x = e.input(DType::kFloat32, {1, 4, 3, 3});
-  w = e.input(DType::kFloat32, {2, 1, 3, 3});
-  EXPECT_FALSE(e.run("ConvTranspose", {x, w}).ok());
+  EXPECT_FALSE(infer_node(ct, {f32({1, 4, 3, 3}), f32({2, 1, 3, 3})}).ok());
 }
 
 TEST(ConvTransposeKernel, ScattersThroughTheKernel) {
   // 1-D: x = [1, 2], w = [1, 10, 100], stride 2 -> y[0..4] = [1, 10, 102, 20, 200].
-  ir::Node n;
-  n.name = "ct";
-  n.op_type = "ConvTranspose";
-  n.opset = 17;
-  n.attrs.set("strides", ints_attr({2}));
-  auto out = run_cpu_kernel(n, {make_f32({1, 1, 2}, {1, 2}), make_f32({1, 1, 3}, {1, 10, 100})},
-                            {{DType::kFloat32, {1, 1, 5}}});
+  OpNode n = op("ConvTranspose", 17).named("ct").ints("strides", {2});
+  Tensor x = make_f32({1, 1, 2}, {1, 2});
+  auto w = initializer(make_f32({1, 1, 3}, {1, 10, 100}));
+  auto out = run_case(n, {x, w});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 5}, {1, 10, 102, 20, 200})));
   // pads [1, 1] crop one element from each end.
-  n.attrs.set("pads", ints_attr({1, 1}));
-  out = run_cpu_kernel(n, {make_f32({1, 1, 2}, {1, 2}), make_f32({1, 1, 3}, {1, 10, 100})},
-                       {{DType::kFloat32, {1, 1, 3}}});
+  n.ints("pads", {1, 1});
+  out = run_case(n, {x, w});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3}, {10, 102, 20})));
 }
 
 TEST(PoolKernel, LpPoolP2IsTheWindowNorm) {
-  ir::Node n;
-  n.name = "lp";
-  n.op_type = "LpPool";
-  n.opset = 18;
-  n.attrs.set("kernel_shape", ints_attr({2}));
-  n.attrs.set("strides", ints_attr({2}));
-  auto out = run_cpu_kernel(n, {make_f32({1, 1, 4}, {3, -4, 1, 0})}, {{DType::kFloat32, {1, 1, 2}}});
+  OpNode n = op("LpPool", 18).named("lp").ints("kernel_shape", {2}).ints("strides", {2});
+  auto out = run_case(n, {make_f32({1, 1, 4}, {3, -4, 1, 0})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2}, {5, 1})));
 }
 
 TEST(PoolKernel, MaxUnpoolScattersByIndex) {
-  ir::Node n;
-  n.name = "unpool";
-  n.op_type = "MaxUnpool";
-  n.opset = 11;
-  n.attrs.set("kernel_shape", ints_attr({2, 2}));
-  n.attrs.set("strides", ints_attr({2, 2}));
+  OpNode n =
+      op("MaxUnpool", 11).named("unpool").ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
   Tensor idx = testing::make_i64({1, 1, 1, 2}, {1, 7});
-  auto out = run_cpu_kernel(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}, {{DType::kFloat32, {1, 1, 2, 4}}});
+  auto out = run_case(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2, 4}, {0, 5, 0, 0, 0, 0, 0, 6})));
   // An index past the end is an error, not a write out of bounds.
   idx = testing::make_i64({1, 1, 1, 2}, {1, 8});
-  EXPECT_FALSE(run_cpu_kernel(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}, {{DType::kFloat32, {1, 1, 2, 4}}}).ok());
+  EXPECT_FALSE(run_case(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}).ok());
 }
 
 TEST(ConvIntegerInfer, Int32OutputWithConvShape) {
-  InferCase c;
-  int x = c.input(DType::kUInt8, {1, 1, kH, 3});
-  int w = c.input(DType::kUInt8, {2, 1, 2, 2});
-  ir::Attributes at;
-  at.set("pads", ints_attr({1, 1, 1, 1}));
-  ASSERT_TRUE(c.run("ConvInteger", {x, w}, at).ok());
-  EXPECT_EQ(c.outputs[0].dtype, DType::kInt32);
-  EXPECT_EQ(c.outputs[0].shape[3], Dim(4));
-  InferCase d;
-  x = d.input(DType::kFloat32, {1, 1, 3, 3});
-  w = d.input(DType::kUInt8, {2, 1, 2, 2});
-  EXPECT_FALSE(d.run("ConvInteger", {x, w}).ok());
+  auto r = infer_node(op("ConvInteger", 17).named("conv0").ints("pads", {1, 1, 1, 1}),
+                      {typed(DType::kUInt8, {1, 1, kH, 3}), typed(DType::kUInt8, {2, 1, 2, 2})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.dtype(), DType::kInt32);
+  EXPECT_EQ(r.dims()[3], Dim(4));
+  EXPECT_FALSE(infer_node(op("ConvInteger", 17).named("conv0"),
+                          {f32({1, 1, 3, 3}), typed(DType::kUInt8, {2, 1, 2, 2})})
+                   .ok());
 }
 
 }  // namespace

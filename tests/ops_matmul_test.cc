@@ -1,5 +1,6 @@
 // MatMul and Gemm: numpy-style shape inference with symbolic batch dims, the shared SGEMM against a
-// naive double-precision loop (odd sizes, transposes, alpha/beta, leading dims), and the kernels.
+// naive double-precision loop (odd sizes, transposes, alpha/beta, leading dims), and the kernels on
+// every backend, in strict FP32 and in TF32, FP16 and BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,60 +9,22 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
-#include "ir/graph.h"
-#include "ops/schema.h"
-#include "test_util.h"
+#include "op_harness.h"
 
 namespace kiln {
 namespace {
 
 using ir::Dim;
 using testing::all_close;
+using testing::BuildPrecision;
+using testing::f32;
+using testing::infer_node;
+using testing::initializer;
 using testing::make_f32;
-using testing::run_cpu_kernel;
-
-struct InferCase {
-  ir::Graph g;
-  std::vector<ops::Constraint> constraints;
-  std::vector<ops::InferContext::Output> outputs;
-
-  int input(DType dt, std::vector<Dim> shape) {
-    int v = g.add_value("in" + std::to_string(g.values.size()));
-    g.values[v].dtype = dt;
-    g.values[v].shape = std::move(shape);
-    return v;
-  }
-  Status run(const std::string& op, std::vector<int> inputs, ir::Attributes attrs = {}) {
-    ir::Node n;
-    n.name = "mm0";
-    n.op_type = op;
-    n.opset = 17;
-    n.inputs = std::move(inputs);
-    n.outputs = {g.add_value("out")};
-    n.attrs = std::move(attrs);
-    g.nodes.push_back(n);
-    const ops::OpSchema* schema = ops::find_schema(g.nodes.back());
-    if (!schema) return not_found("no schema for " + op);
-    ops::InferContext ctx(g, g.nodes.back(), 0, &constraints);
-    KILN_RETURN_IF_ERROR(schema->infer(ctx));
-    outputs = ctx.outputs();
-    return ok_status();
-  }
-  std::string shape() const { return ir::dims_to_string(outputs.at(0).shape); }
-};
-
-ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
-}
-ir::Attribute float_attr(float v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kFloat;
-  a.f = v;
-  return a;
-}
+using testing::op;
+using testing::OpNode;
+using testing::run_case;
+using testing::typed;
 
 // Deterministic values in [-1, 1).
 std::vector<float> random_values(size_t n, uint32_t seed) {
@@ -77,123 +40,65 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 const Dim kB = Dim::symbol("b");
 const Dim kS = Dim::symbol("s");
 
+OpNode matmul() { return op("MatMul", 17).named("mm0"); }
+OpNode gemm() { return op("Gemm", 17).named("mm0"); }
+
 TEST(MatMulInfer, BatchBroadcastAndPromotion) {
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {kB, kS, 768});
-    int w = c.input(DType::kFloat32, {768, 3072});
-    ASSERT_TRUE(c.run("MatMul", {a, w}).ok());
-    EXPECT_EQ(c.shape(), "[b, s, 3072]");
-    EXPECT_EQ(c.outputs[0].dtype, DType::kFloat32);
-    EXPECT_TRUE(c.constraints.empty());
-  }
-  {
-    InferCase c;  // attention scores: [b,h,s,d] x [b,h,d,s] and a broadcast batch dim
-    int q = c.input(DType::kFloat32, {kB, 12, kS, 64});
-    int k = c.input(DType::kFloat32, {1, 12, 64, kS});
-    ASSERT_TRUE(c.run("MatMul", {q, k}).ok());
-    EXPECT_EQ(c.shape(), "[b, 12, s, s]");
-  }
-  {
-    InferCase c;  // 1-D on both sides: a scalar
-    int a = c.input(DType::kFloat32, {5});
-    int b = c.input(DType::kFloat32, {5});
-    ASSERT_TRUE(c.run("MatMul", {a, b}).ok());
-    EXPECT_EQ(c.shape(), "[]");
-  }
-  {
-    InferCase c;  // 1-D A is promoted and the dim dropped; batch dims come from B
-    int a = c.input(DType::kFloat32, {7});
-    int b = c.input(DType::kFloat32, {kB, 7, 3});
-    ASSERT_TRUE(c.run("MatMul", {a, b}).ok());
-    EXPECT_EQ(c.shape(), "[b, 3]");
-  }
-  {
-    InferCase c;  // 1-D B
-    int a = c.input(DType::kFloat32, {kB, 4, 7});
-    int b = c.input(DType::kFloat32, {7});
-    ASSERT_TRUE(c.run("MatMul", {a, b}).ok());
-    EXPECT_EQ(c.shape(), "[b, 4]");
-  }
+  auto r = infer_node(matmul(), {f32({kB, kS, 768}), f32({768, 3072})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, s, 3072]");
+  EXPECT_EQ(r.dtype(), DType::kFloat32);
+  EXPECT_TRUE(r.constraints.empty());
+  // Attention scores: [b,h,s,d] x [b,h,d,s] and a broadcast batch dim.
+  r = infer_node(matmul(), {f32({kB, 12, kS, 64}), f32({1, 12, 64, kS})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 12, s, s]");
+  // 1-D on both sides: a scalar.
+  r = infer_node(matmul(), {f32({5}), f32({5})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[]");
+  // 1-D A is promoted and the dim dropped; batch dims come from B.
+  r = infer_node(matmul(), {f32({7}), f32({kB, 7, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 3]");
+  // 1-D B.
+  r = infer_node(matmul(), {f32({kB, 4, 7}), f32({7})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 4]");
 }
 
 TEST(MatMulInfer, SymbolicKIsRecordedAndConstantMismatchFails) {
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {kB, kS});
-    int b = c.input(DType::kFloat32, {Dim::symbol("t"), 8});
-    ASSERT_TRUE(c.run("MatMul", {a, b}).ok());
-    ASSERT_EQ(c.constraints.size(), 1u);
-    EXPECT_EQ(c.constraints[0].kind, ops::Constraint::Kind::kEqual);
-    EXPECT_NE(c.constraints[0].what.find("(K)"), std::string::npos);
-  }
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {2, 3});
-    int b = c.input(DType::kFloat32, {4, 5});
-    Status s = c.run("MatMul", {a, b});
-    ASSERT_FALSE(s.ok());
-    EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
-    EXPECT_NE(s.message().find("mm0"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("K"), std::string::npos) << s.message();
-  }
-  {
-    InferCase c;  // batch dims 2 and 3 do not broadcast
-    int a = c.input(DType::kFloat32, {2, 4, 5});
-    int b = c.input(DType::kFloat32, {3, 5, 6});
-    EXPECT_FALSE(c.run("MatMul", {a, b}).ok());
-  }
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {2, 4});
-    int b = c.input(DType::kFloat64, {4, 6});
-    EXPECT_FALSE(c.run("MatMul", {a, b}).ok());
-  }
+  auto r = infer_node(matmul(), {f32({kB, kS}), f32({Dim::symbol("t"), 8})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  ASSERT_EQ(r.constraints.size(), 1u);
+  EXPECT_EQ(r.constraints[0].kind, ops::Constraint::Kind::kEqual);
+  EXPECT_NE(r.constraints[0].what.find("(K)"), std::string::npos);
+
+  Status s = infer_node(matmul(), {f32({2, 3}), f32({4, 5})}).status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("mm0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("K"), std::string::npos) << s.message();
+  // Batch dims 2 and 3 do not broadcast.
+  EXPECT_FALSE(infer_node(matmul(), {f32({2, 4, 5}), f32({3, 5, 6})}).ok());
+  EXPECT_FALSE(infer_node(matmul(), {f32({2, 4}), typed(DType::kFloat64, {4, 6})}).ok());
 }
 
 TEST(GemmInfer, TransposesAndBias) {
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {kB, 768});
-    int w = c.input(DType::kFloat32, {1000, 768});
-    int bias = c.input(DType::kFloat32, {1000});
-    ir::Attributes at;
-    at.set("transB", int_attr(1));
-    ASSERT_TRUE(c.run("Gemm", {a, w, bias}, at).ok());
-    EXPECT_EQ(c.shape(), "[b, 1000]");
-  }
-  {
-    InferCase c;
-    int a = c.input(DType::kFloat32, {6, kB});
-    int w = c.input(DType::kFloat32, {6, 9});
-    ir::Attributes at;
-    at.set("transA", int_attr(1));
-    ASSERT_TRUE(c.run("Gemm", {a, w}, at).ok());
-    EXPECT_EQ(c.shape(), "[b, 9]");
-  }
-  {
-    InferCase c;  // K mismatch with transB
-    int a = c.input(DType::kFloat32, {3, 768});
-    int w = c.input(DType::kFloat32, {768, 1000});
-    ir::Attributes at;
-    at.set("transB", int_attr(1));
-    Status s = c.run("Gemm", {a, w}, at);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("mm0"), std::string::npos) << s.message();
-  }
-  {
-    InferCase c;  // C of length 7 cannot broadcast to N = 1000
-    int a = c.input(DType::kFloat32, {3, 8});
-    int w = c.input(DType::kFloat32, {8, 1000});
-    int bias = c.input(DType::kFloat32, {7});
-    EXPECT_FALSE(c.run("Gemm", {a, w, bias}).ok());
-  }
-  {
-    InferCase c;  // A must be 2-D
-    int a = c.input(DType::kFloat32, {2, 3, 8});
-    int w = c.input(DType::kFloat32, {8, 4});
-    EXPECT_FALSE(c.run("Gemm", {a, w}).ok());
-  }
+  auto r = infer_node(gemm().i("transB", 1), {f32({kB, 768}), f32({1000, 768}), f32({1000})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 1000]");
+  r = infer_node(gemm().i("transA", 1), {f32({6, kB}), f32({6, 9})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 9]");
+  // K mismatch with transB.
+  Status s = infer_node(gemm().i("transB", 1), {f32({3, 768}), f32({768, 1000})}).status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("mm0"), std::string::npos) << s.message();
+  // C of length 7 cannot broadcast to N = 1000.
+  EXPECT_FALSE(infer_node(gemm(), {f32({3, 8}), f32({8, 1000}), f32({7})}).ok());
+  // A must be 2-D.
+  EXPECT_FALSE(infer_node(gemm(), {f32({2, 3, 8}), f32({8, 4})}).ok());
 }
 
 // C = alpha * op(A) * op(B) + beta * C in double, the oracle for the SGEMM.
@@ -279,15 +184,6 @@ TEST(Sgemm, BetaZeroIgnoresNanAndKZeroScales) {
   for (float v : c) EXPECT_EQ(v, 2.f);
 }
 
-ir::Node make_node(const std::string& op, ir::Attributes attrs = {}) {
-  ir::Node n;
-  n.name = "mm0";
-  n.op_type = op;
-  n.opset = 17;
-  n.attrs = std::move(attrs);
-  return n;
-}
-
 // Batched matmul of row-major tensors with numpy broadcasting, in double.
 Tensor naive_matmul(const Tensor& a, const Tensor& b, const Shape& out) {
   Shape as = a.shape(), bs = b.shape();
@@ -325,12 +221,11 @@ Tensor naive_matmul(const Tensor& a, const Tensor& b, const Shape& out) {
 TEST(MatMulKernel, HandComputed) {
   Tensor a = make_f32({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor b = make_f32({3, 2}, {7, 8, 9, 10, 11, 12});
-  auto r = run_cpu_kernel(make_node("MatMul"), {a, b}, {{DType::kFloat32, {2, 2}}});
+  auto r = run_case(matmul(), {a, b});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], make_f32({2, 2}, {58, 64, 139, 154})));
   // 1-D x 1-D: the dot product, a scalar.
-  auto d = run_cpu_kernel(make_node("MatMul"), {make_f32({3}, {1, 2, 3}), make_f32({3}, {4, 5, 6})},
-                          {{DType::kFloat32, {}}});
+  auto d = run_case(matmul(), {make_f32({3}, {1, 2, 3}), make_f32({3}, {4, 5, 6})});
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_TRUE(all_close((*d)[0], make_f32({}, {32})));
 }
@@ -345,7 +240,7 @@ TEST(MatMulKernel, BroadcastBatchesAgainstNaive) {
                                          {{5, 8}, {3, 8, 7}, {3, 5, 7}}}) {
     Tensor a = make_f32(c.a, random_values(size_t(shape_numel(c.a)), 4));
     Tensor b = make_f32(c.b, random_values(size_t(shape_numel(c.b)), 5));
-    auto r = run_cpu_kernel(make_node("MatMul"), {a, b}, {{DType::kFloat32, c.out}});
+    auto r = run_case(matmul(), {a, b});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_TRUE(all_close((*r)[0], naive_matmul(a, b, c.out))) << shape_to_string(c.out);
   }
@@ -353,20 +248,16 @@ TEST(MatMulKernel, BroadcastBatchesAgainstNaive) {
 
 TEST(MatMulKernel, VectorOperandsAndZeroSize) {
   Tensor a = make_f32({2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
-  auto r = run_cpu_kernel(make_node("MatMul"), {a, make_f32({3}, {1, 0, -1})},
-                          {{DType::kFloat32, {2, 2}}});
+  auto r = run_case(matmul(), {a, make_f32({3}, {1, 0, -1})});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], make_f32({2, 2}, {-2, -2, -2, -2})));
-  auto v = run_cpu_kernel(make_node("MatMul"), {make_f32({2}, {1, 2}), make_f32({2, 3}, {1, 2, 3, 4, 5, 6})},
-                          {{DType::kFloat32, {3}}});
+  auto v = run_case(matmul(), {make_f32({2}, {1, 2}), make_f32({2, 3}, {1, 2, 3, 4, 5, 6})});
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   EXPECT_TRUE(all_close((*v)[0], make_f32({3}, {9, 12, 15})));
-  auto z = run_cpu_kernel(make_node("MatMul"), {make_f32({0, 3}, {}), make_f32({3, 4}, std::vector<float>(12, 1))},
-                          {{DType::kFloat32, {0, 4}}});
+  auto z = run_case(matmul(), {make_f32({0, 3}, {}), make_f32({3, 4}, std::vector<float>(12, 1))});
   ASSERT_TRUE(z.ok()) << z.status().to_string();
   // K = 0 gives zeros, not garbage.
-  auto k0 = run_cpu_kernel(make_node("MatMul"), {make_f32({2, 0}, {}), make_f32({0, 3}, {})},
-                           {{DType::kFloat32, {2, 3}}});
+  auto k0 = run_case(matmul(), {make_f32({2, 0}, {}), make_f32({0, 3}, {})});
   ASSERT_TRUE(k0.ok()) << k0.status().to_string();
   for (int i = 0; i < 6; ++i) EXPECT_EQ((*k0)[0].data_as<float>()[i], 0.f);
 }
@@ -374,7 +265,7 @@ TEST(MatMulKernel, VectorOperandsAndZeroSize) {
 TEST(MatMulKernel, Float64) {
   Tensor a = Tensor::from_vector(DType::kFloat64, {2, 2}, std::vector<double>{1, 2, 3, 4});
   Tensor b = Tensor::from_vector(DType::kFloat64, {2, 1}, std::vector<double>{1e-9, 1});
-  auto r = run_cpu_kernel(make_node("MatMul"), {a, b}, {{DType::kFloat64, {2, 1}}});
+  auto r = run_case(matmul(), {a, b});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_DOUBLE_EQ((*r)[0].data_as<double>()[0], 2 + 1e-9);
   EXPECT_DOUBLE_EQ((*r)[0].data_as<double>()[1], 4 + 3e-9);
@@ -384,25 +275,21 @@ TEST(GemmKernel, AlphaBetaTransposesAndBroadcastC) {
   // A^T with A stored [K=2, M=3]; B^T with B stored [N=2, K=2].
   Tensor a = make_f32({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor b = make_f32({2, 2}, {1, 0, 1, 1});
-  ir::Attributes at;
-  at.set("transA", int_attr(1));
-  at.set("transB", int_attr(1));
-  at.set("alpha", float_attr(2.f));
-  at.set("beta", float_attr(0.5f));
+  OpNode g = gemm().i("transA", 1).i("transB", 1).f("alpha", 2.f).f("beta", 0.5f);
   // op(A) = [[1,4],[2,5],[3,6]], op(B) = [[1,1],[0,1]] -> [[1,5],[2,7],[3,9]].
   Tensor row = make_f32({2}, {10, 20});
-  auto r = run_cpu_kernel(make_node("Gemm", at), {a, b, row}, {{DType::kFloat32, {3, 2}}});
+  auto r = run_case(g, {a, b, row});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(all_close((*r)[0], make_f32({3, 2}, {7, 20, 9, 24, 11, 28})));
   Tensor col = make_f32({3, 1}, {2, 4, 6});
-  auto rc = run_cpu_kernel(make_node("Gemm", at), {a, b, col}, {{DType::kFloat32, {3, 2}}});
+  auto rc = run_case(g, {a, b, col});
   ASSERT_TRUE(rc.ok()) << rc.status().to_string();
   EXPECT_TRUE(all_close((*rc)[0], make_f32({3, 2}, {3, 11, 6, 16, 9, 21})));
   Tensor scalar = make_f32({}, {-2});
-  auto rs = run_cpu_kernel(make_node("Gemm", at), {a, b, scalar}, {{DType::kFloat32, {3, 2}}});
+  auto rs = run_case(g, {a, b, scalar});
   ASSERT_TRUE(rs.ok()) << rs.status().to_string();
   EXPECT_TRUE(all_close((*rs)[0], make_f32({3, 2}, {1, 9, 3, 13, 5, 17})));
-  auto none = run_cpu_kernel(make_node("Gemm", at), {a, b}, {{DType::kFloat32, {3, 2}}});
+  auto none = run_case(g, {a, b});
   ASSERT_TRUE(none.ok()) << none.status().to_string();
   EXPECT_TRUE(all_close((*none)[0], make_f32({3, 2}, {2, 10, 4, 14, 6, 18})));
 }
@@ -413,9 +300,7 @@ TEST(GemmKernel, ViTSizedLinearAgainstNaive) {
   Tensor a = make_f32({m, k}, random_values(size_t(m * k), 6));
   Tensor w = make_f32({n, k}, random_values(size_t(n * k), 7));
   Tensor bias = make_f32({n}, random_values(size_t(n), 8));
-  ir::Attributes at;
-  at.set("transB", int_attr(1));
-  auto r = run_cpu_kernel(make_node("Gemm", at), {a, w, bias}, {{DType::kFloat32, {m, n}}});
+  auto r = run_case(gemm().i("transB", 1), {a, initializer(w), initializer(bias)});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   std::vector<float> e(size_t(m * n));
   for (int64_t i = 0; i < m; ++i) {
@@ -430,23 +315,43 @@ TEST(GemmKernel, ViTSizedLinearAgainstNaive) {
   EXPECT_TRUE(all_close((*r)[0], make_f32({m, n}, e)));
 }
 
+// TF32, FP16 and BF16 engines against the FP32 reference, each held to the tolerance of what the
+// node computed in (a backend that keeps FP32 is held to FP32).
+TEST(MatMulKernel, ReducedPrecisionsAgainstTheFp32Reference) {
+  Tensor a = make_f32({2, 33, 64}, random_values(2 * 33 * 64, 9));
+  Tensor b = make_f32({64, 40}, random_values(64 * 40, 10));
+  Tensor w = make_f32({40, 64}, random_values(40 * 64, 11));
+  Tensor bias = make_f32({40}, random_values(40, 12));
+  for (BuildPrecision p : {BuildPrecision::kTf32, BuildPrecision::kFp16, BuildPrecision::kBf16}) {
+    testing::KernelCase mm{.node = matmul(), .inputs = {a, initializer(b)}, .precision = p};
+    auto r = run_case(mm);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(all_close((*r)[0], naive_matmul(a, b, {2, 33, 40})));
+    testing::KernelCase linear{.node = gemm().i("transB", 1),
+                               .inputs = {make_f32({33, 64}, random_values(33 * 64, 13)),
+                                          initializer(w), initializer(bias)},
+                               .precision = p};
+    ASSERT_TRUE(run_case(linear).ok());
+  }
+}
+
 TEST(GemmKernel, UnsupportedDtypeIsAnError) {
   Tensor a = Tensor::from_vector(DType::kInt8, {1, 1}, std::vector<int8_t>{1});
-  auto r = run_cpu_kernel(make_node("Gemm"), {a, a}, {{DType::kInt8, {1, 1}}});
+  auto r = run_case(gemm(), {a, a});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("Gemm"), std::string::npos);
 }
 
 TEST(GemmKernel, IntegerAndHalfDtypesWidenToDouble) {
   Tensor a = testing::make_i64({2, 2}, {1, 2, 3, 4});
-  auto r = run_cpu_kernel(make_node("Gemm"), {a, a}, {{DType::kInt64, {2, 2}}});
+  auto r = run_case(gemm(), {a, a});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   const int64_t* y = (*r)[0].data_as<int64_t>();
   EXPECT_EQ(std::vector<int64_t>(y, y + 4), (std::vector<int64_t>{7, 10, 15, 22}));
   std::vector<uint16_t> h = {float_to_half(1.f), float_to_half(2.f), float_to_half(3.f),
                              float_to_half(4.f)};
   Tensor ah = Tensor::from_vector(DType::kFloat16, {2, 2}, h);
-  r = run_cpu_kernel(make_node("MatMul"), {ah, ah}, {{DType::kFloat16, {2, 2}}});
+  r = run_case(matmul(), {ah, ah});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(half_to_float((*r)[0].data_as<uint16_t>()[3]), 22.f);
 }

@@ -1,76 +1,23 @@
-// Norm op family: symbolic shape inference and CPU reference kernels (LayerNormalization,
-// BatchNormalization, Softmax and LogSoftmax in both axis semantics).
+// Norm op family: symbolic shape inference and kernels on every backend (LayerNormalization,
+// BatchNormalization, Softmax and LogSoftmax in both axis semantics, RMS/Group/Instance/Lp, LRN).
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <optional>
 
-#include "ops/schema.h"
-#include "test_util.h"
+#include "op_harness.h"
 
 namespace kiln {
 namespace {
 
 using ir::Dim;
+using testing::f32;
+using testing::infer_node;
+using testing::initializer;
 using testing::make_f32;
-using testing::run_cpu_kernel;
-
-struct In {
-  DType dtype;
-  std::vector<Dim> shape;
-};
-
-struct Inferred {
-  Status status;
-  std::vector<ops::InferContext::Output> outs;
-};
-
-Inferred infer(ir::Node node, const std::vector<std::optional<In>>& inputs, int num_outputs) {
-  ir::Graph g;
-  node.inputs.clear();
-  node.outputs.clear();
-  for (const auto& in : inputs) {
-    if (!in) {
-      node.inputs.push_back(-1);
-      continue;
-    }
-    int v = g.add_value("in" + std::to_string(g.values.size()));
-    g.values[v].dtype = in->dtype;
-    g.values[v].shape = in->shape;
-    node.inputs.push_back(v);
-  }
-  for (int i = 0; i < num_outputs; ++i)
-    node.outputs.push_back(g.add_value("out" + std::to_string(i)));
-  g.nodes.push_back(node);
-  std::vector<ops::Constraint> constraints;
-  ops::InferContext ctx(g, g.nodes[0], 0, &constraints);
-  const ops::OpSchema* schema = ops::find_schema(g.nodes[0]);
-  if (!schema) return {internal_error("no schema for " + node.op_type), {}};
-  Status s = schema->infer(ctx);
-  return {s, ctx.outputs()};
-}
-
-ir::Node make_node(const std::string& op, int opset) {
-  ir::Node n;
-  n.name = "n0";
-  n.op_type = op;
-  n.opset = opset;
-  return n;
-}
-
-void set_int(ir::Node& n, const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  n.attrs.set(name, a);
-}
-
-void set_float(ir::Node& n, const std::string& name, float v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kFloat;
-  a.f = v;
-  n.attrs.set(name, a);
-}
+using testing::op;
+using testing::OpNode;
+using testing::run_case;
+using testing::typed;
 
 std::vector<float> ramp(int64_t n, float scale, float offset) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -82,63 +29,60 @@ const Dim kB = Dim::symbol("b");
 const Dim kS = Dim::symbol("s");
 
 TEST(NormOpsInfer, LayerNormKeepsShapeAndShapesStatistics) {
-  ir::Node n = make_node("LayerNormalization", 17);
-  auto r = infer(
-      n, {In{DType::kFloat32, {kB, kS, 64}}, In{DType::kFloat32, {64}}, In{DType::kFloat32, {64}}},
-      3);
+  OpNode n = op("LayerNormalization", 17);
+  auto r = infer_node(n, {f32({kB, kS, 64}), f32({64}), f32({64})}, 3);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[b, s, 64]");
-  EXPECT_EQ(ir::dims_to_string(r.outs[1].shape), "[b, s, 1]");
-  EXPECT_EQ(r.outs[2].dtype, DType::kFloat32);
-  set_int(n, "axis", 1);
-  r = infer(n, {In{DType::kFloat16, {kB, kS, 64}}, In{DType::kFloat16, {kS, 64}}}, 2);
+  EXPECT_EQ(ir::dims_to_string(r.outputs[0].shape), "[b, s, 64]");
+  EXPECT_EQ(ir::dims_to_string(r.outputs[1].shape), "[b, s, 1]");
+  EXPECT_EQ(r.outputs[2].dtype, DType::kFloat32);
+  n.i("axis", 1);
+  r = infer_node(n, {typed(DType::kFloat16, {kB, kS, 64}), typed(DType::kFloat16, {kS, 64})}, 2);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(r.outs[0].dtype, DType::kFloat16);
-  EXPECT_EQ(ir::dims_to_string(r.outs[1].shape), "[b, 1, 1]");
-  EXPECT_EQ(r.outs[1].dtype, DType::kFloat32);  // stash_type 1
+  EXPECT_EQ(r.outputs[0].dtype, DType::kFloat16);
+  EXPECT_EQ(ir::dims_to_string(r.outputs[1].shape), "[b, 1, 1]");
+  EXPECT_EQ(r.outputs[1].dtype, DType::kFloat32);  // stash_type 1
 }
 
 TEST(NormOpsInfer, LayerNormRejectsBadScaleAndAxis) {
-  ir::Node n = make_node("LayerNormalization", 17);
-  auto r = infer(n, {In{DType::kFloat32, {kB, kS, 64}}, In{DType::kFloat32, {32}}}, 1);
+  OpNode n = op("LayerNormalization", 17);
+  auto r = infer_node(n, {f32({kB, kS, 64}), f32({32})}, 1);
   EXPECT_EQ(r.status.code(), StatusCode::kInvalidModel);
   EXPECT_NE(r.status.message().find("n0"), std::string::npos) << r.status.message();
-  set_int(n, "axis", 3);
-  r = infer(n, {In{DType::kFloat32, {kB, kS, 64}}, In{DType::kFloat32, {64}}}, 1);
+  n.i("axis", 3);
+  r = infer_node(n, {f32({kB, kS, 64}), f32({64})}, 1);
   EXPECT_EQ(r.status.code(), StatusCode::kInvalidModel);
-  r = infer(make_node("LayerNormalization", 17),
-            {In{DType::kInt64, {kB, 64}}, In{DType::kInt64, {64}}}, 1);
+  r = infer_node(op("LayerNormalization", 17),
+                 {typed(DType::kInt64, {kB, 64}), typed(DType::kInt64, {64})}, 1);
   EXPECT_FALSE(r.status.ok());
 }
 
 TEST(NormOpsInfer, BatchNormChecksChannelsAndMode) {
-  ir::Node n = make_node("BatchNormalization", 15);
-  std::vector<std::optional<In>> ins = {In{DType::kFloat32, {kB, 8, kS, kS}}};
-  for (int i = 0; i < 4; ++i) ins.push_back(In{DType::kFloat32, {8}});
-  auto r = infer(n, ins, 1);
+  OpNode n = op("BatchNormalization", 15);
+  std::vector<testing::NodeInput> ins = {f32({kB, 8, kS, kS})};
+  for (int i = 0; i < 4; ++i) ins.push_back(f32({8}));
+  auto r = infer_node(n, ins, 1);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[b, 8, s, s]");
-  ins[3] = In{DType::kFloat32, {4}};
-  EXPECT_EQ(infer(n, ins, 1).status.code(), StatusCode::kInvalidModel);
-  ins[3] = In{DType::kFloat32, {8}};
-  set_int(n, "training_mode", 1);
-  EXPECT_EQ(infer(n, ins, 1).status.code(), StatusCode::kUnsupported);
+  EXPECT_EQ(ir::dims_to_string(r.outputs[0].shape), "[b, 8, s, s]");
+  ins[3] = f32({4});
+  EXPECT_EQ(infer_node(n, ins, 1).status.code(), StatusCode::kInvalidModel);
+  ins[3] = f32({8});
+  n.i("training_mode", 1);
+  EXPECT_EQ(infer_node(n, ins, 1).status.code(), StatusCode::kUnsupported);
 }
 
 TEST(NormOpsInfer, SoftmaxAxisPerOpset) {
-  ir::Node n = make_node("Softmax", 13);
-  auto r = infer(n, {In{DType::kFloat32, {kB, kS, 10}}}, 1);
+  OpNode n = op("Softmax", 13);
+  auto r = infer_node(n, {f32({kB, kS, 10})}, 1);
   ASSERT_TRUE(r.status.ok());
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[b, s, 10]");
-  set_int(n, "axis", 3);
-  EXPECT_EQ(infer(n, {In{DType::kFloat32, {kB, kS, 10}}}, 1).status.code(),
-            StatusCode::kInvalidModel);
+  EXPECT_EQ(ir::dims_to_string(r.outputs[0].shape), "[b, s, 10]");
+  n.i("axis", 3);
+  EXPECT_EQ(infer_node(n, {f32({kB, kS, 10})}, 1).status.code(), StatusCode::kInvalidModel);
   // Opset 11 flattens at axis, and axis == rank is a valid (trivial) split.
-  ir::Node old = make_node("LogSoftmax", 11);
-  set_int(old, "axis", 3);
-  EXPECT_TRUE(infer(old, {In{DType::kFloat32, {kB, kS, 10}}}, 1).status.ok());
-  set_int(old, "axis", 4);
-  EXPECT_FALSE(infer(old, {In{DType::kFloat32, {kB, kS, 10}}}, 1).status.ok());
+  OpNode old = op("LogSoftmax", 11);
+  old.i("axis", 3);
+  EXPECT_TRUE(infer_node(old, {f32({kB, kS, 10})}, 1).status.ok());
+  old.i("axis", 4);
+  EXPECT_FALSE(infer_node(old, {f32({kB, kS, 10})}, 1).status.ok());
 }
 
 // Naive softmax over (outer, n, inner) computed in double.
@@ -161,9 +105,9 @@ std::vector<float> naive_softmax(const std::vector<float>& x, int64_t outer, int
 
 TEST(NormOpsKernel, SoftmaxSingleAxisOpset13) {
   std::vector<float> x = ramp(24, 0.7f, 0.5f);
-  ir::Node n = make_node("Softmax", 13);
-  set_int(n, "axis", 1);
-  auto out = run_cpu_kernel(n, {make_f32({2, 3, 4}, x)}, {{DType::kFloat32, {2, 3, 4}}});
+  OpNode n = op("Softmax", 13);
+  n.i("axis", 1);
+  auto out = run_case(n, {make_f32({2, 3, 4}, x)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 4}, naive_softmax(x, 2, 3, 4, false))));
   // Each (outer, inner) column along axis 1 sums to 1.
@@ -176,8 +120,7 @@ TEST(NormOpsKernel, SoftmaxSingleAxisOpset13) {
     }
   }
   // Default axis is -1.
-  out = run_cpu_kernel(make_node("Softmax", 13), {make_f32({2, 3, 4}, x)},
-                       {{DType::kFloat32, {2, 3, 4}}});
+  out = run_case(op("Softmax", 13), {make_f32({2, 3, 4}, x)});
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 4}, naive_softmax(x, 6, 4, 1, false))));
 }
@@ -185,8 +128,7 @@ TEST(NormOpsKernel, SoftmaxSingleAxisOpset13) {
 TEST(NormOpsKernel, SoftmaxCoercedTo2dBeforeOpset13) {
   std::vector<float> x = ramp(24, 0.7f, 0.5f);
   // Default axis 1: rows of 12 elements.
-  auto out = run_cpu_kernel(make_node("Softmax", 11), {make_f32({2, 3, 4}, x)},
-                            {{DType::kFloat32, {2, 3, 4}}});
+  auto out = run_case(op("Softmax", 11), {make_f32({2, 3, 4}, x)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(
       testing::all_close((*out)[0], make_f32({2, 3, 4}, naive_softmax(x, 2, 12, 1, false))));
@@ -195,23 +137,23 @@ TEST(NormOpsKernel, SoftmaxCoercedTo2dBeforeOpset13) {
   for (int k = 0; k < 12; ++k) s += y[k];
   EXPECT_NEAR(s, 1.0f, 1e-5f);
   // And it differs from the opset-13 result for the same attribute.
-  ir::Node n13 = make_node("Softmax", 13);
-  set_int(n13, "axis", 1);
-  auto out13 = run_cpu_kernel(n13, {make_f32({2, 3, 4}, x)}, {{DType::kFloat32, {2, 3, 4}}});
+  OpNode n13 = op("Softmax", 13);
+  n13.i("axis", 1);
+  auto out13 = run_case(n13, {make_f32({2, 3, 4}, x)});
   ASSERT_TRUE(out13.ok());
   EXPECT_FALSE(testing::all_close((*out)[0], (*out13)[0]));
 }
 
 TEST(NormOpsKernel, LogSoftmaxBothSemantics) {
   std::vector<float> x = ramp(30, 1.3f, -1.0f);
-  ir::Node n13 = make_node("LogSoftmax", 13);
-  set_int(n13, "axis", 0);
-  auto out = run_cpu_kernel(n13, {make_f32({5, 6}, x)}, {{DType::kFloat32, {5, 6}}});
+  OpNode n13 = op("LogSoftmax", 13);
+  n13.i("axis", 0);
+  auto out = run_case(n13, {make_f32({5, 6}, x)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({5, 6}, naive_softmax(x, 1, 5, 6, true))));
-  ir::Node n11 = make_node("LogSoftmax", 11);
-  set_int(n11, "axis", 0);
-  out = run_cpu_kernel(n11, {make_f32({5, 6}, x)}, {{DType::kFloat32, {5, 6}}});
+  OpNode n11 = op("LogSoftmax", 11);
+  n11.i("axis", 0);
+  out = run_case(n11, {make_f32({5, 6}, x)});
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({5, 6}, naive_softmax(x, 1, 30, 1, true))));
 }
@@ -221,7 +163,7 @@ TEST(NormOpsKernel, SoftmaxFloat16) {
   std::vector<uint16_t> h;
   for (float v : x) h.push_back(float_to_half(v));
   Tensor xh = Tensor::from_vector(DType::kFloat16, {2, 3}, h);
-  auto out = run_cpu_kernel(make_node("Softmax", 13), {xh}, {{DType::kFloat16, {2, 3}}});
+  auto out = run_case(op("Softmax", 13), {xh});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> e = naive_softmax(x, 2, 3, 1, false);
   for (int i = 0; i < 6; ++i) {
@@ -253,11 +195,12 @@ std::vector<float> naive_layer_norm(const std::vector<float>& x, int64_t n, cons
 TEST(NormOpsKernel, LayerNormWithAndWithoutBias) {
   std::vector<float> x = ramp(2 * 3 * 8, 0.37f, 100.0f);  // large offset: two-pass matters
   std::vector<float> scale = ramp(8, 1.1f, 1.0f), bias = ramp(8, 0.5f, -0.3f);
-  ir::Node n = make_node("LayerNormalization", 17);
-  set_float(n, "epsilon", 1e-5f);
-  auto out = run_cpu_kernel(
-      n, {make_f32({2, 3, 8}, x), make_f32({8}, scale), make_f32({8}, bias)},
-      {{DType::kFloat32, {2, 3, 8}}, {DType::kFloat32, {2, 3, 1}}, {DType::kFloat32, {2, 3, 1}}});
+  OpNode n = op("LayerNormalization", 17);
+  n.f("epsilon", 1e-5f);
+  auto out = run_case(
+      n,
+      {make_f32({2, 3, 8}, x), initializer(make_f32({8}, scale)), initializer(make_f32({8}, bias))},
+      3);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> mean, inv;
   auto e = naive_layer_norm(x, 8, scale.data(), bias.data(), 1e-5f, &mean, &inv);
@@ -265,16 +208,14 @@ TEST(NormOpsKernel, LayerNormWithAndWithoutBias) {
   EXPECT_TRUE(testing::all_close((*out)[1], make_f32({2, 3, 1}, mean)));
   EXPECT_TRUE(testing::all_close((*out)[2], make_f32({2, 3, 1}, inv)));
 
-  out = run_cpu_kernel(n, {make_f32({2, 3, 8}, x), make_f32({8}, scale)},
-                       {{DType::kFloat32, {2, 3, 8}}});
+  out = run_case(n, {make_f32({2, 3, 8}, x), initializer(make_f32({8}, scale))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   e = naive_layer_norm(x, 8, scale.data(), nullptr, 1e-5f, nullptr, nullptr);
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 8}, e)));
 
   // axis=1 normalizes over 24 elements; Scale of shape [1, 8] broadcasts over the 3 rows.
-  set_int(n, "axis", 1);
-  out = run_cpu_kernel(n, {make_f32({2, 3, 8}, x), make_f32({1, 8}, scale)},
-                       {{DType::kFloat32, {2, 3, 8}}});
+  n.i("axis", 1);
+  out = run_case(n, {make_f32({2, 3, 8}, x), initializer(make_f32({1, 8}, scale))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> scale24;
   for (int r = 0; r < 3; ++r) scale24.insert(scale24.end(), scale.begin(), scale.end());
@@ -286,12 +227,11 @@ TEST(NormOpsKernel, BatchNormInference) {
   std::vector<float> x = ramp(2 * 3 * 4, 0.9f, 0.2f);
   std::vector<float> scale = {1.5f, -0.5f, 2.0f}, bias = {0.1f, 0.2f, -0.3f};
   std::vector<float> mean = {0.5f, -1.0f, 0.0f}, var = {1.0f, 4.0f, 0.25f};
-  ir::Node n = make_node("BatchNormalization", 15);
-  set_float(n, "epsilon", 1e-3f);
-  auto out = run_cpu_kernel(n,
-                            {make_f32({2, 3, 2, 2}, x), make_f32({3}, scale), make_f32({3}, bias),
-                             make_f32({3}, mean), make_f32({3}, var)},
-                            {{DType::kFloat32, {2, 3, 2, 2}}});
+  OpNode n = op("BatchNormalization", 15);
+  n.f("epsilon", 1e-3f);
+  auto out = run_case(n, {make_f32({2, 3, 2, 2}, x), initializer(make_f32({3}, scale)),
+                          initializer(make_f32({3}, bias)), initializer(make_f32({3}, mean)),
+                          initializer(make_f32({3}, var))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> e(x.size());
   for (int b = 0; b < 2; ++b) {
@@ -306,12 +246,10 @@ TEST(NormOpsKernel, BatchNormInference) {
 }
 
 TEST(NormOpsKernel, EmptyInputIsFine) {
-  auto out =
-      run_cpu_kernel(make_node("Softmax", 13), {make_f32({0, 4}, {})}, {{DType::kFloat32, {0, 4}}});
+  auto out = run_case(op("Softmax", 13), {make_f32({0, 4}, {})});
   EXPECT_TRUE(out.ok()) << out.status().to_string();
-  ir::Node n = make_node("LayerNormalization", 17);
-  out = run_cpu_kernel(n, {make_f32({0, 4}, {}), make_f32({4}, {1, 1, 1, 1})},
-                       {{DType::kFloat32, {0, 4}}});
+  OpNode n = op("LayerNormalization", 17);
+  out = run_case(n, {make_f32({0, 4}, {}), initializer(make_f32({4}, {1, 1, 1, 1}))});
   EXPECT_TRUE(out.ok()) << out.status().to_string();
 }
 
@@ -319,21 +257,20 @@ TEST(NormOpsKernel, EmptyInputIsFine) {
 // ---- RMS/Group/Instance/Lp/MeanVariance normalization, LRN ----
 
 TEST(NormOpsInfer, GroupNormChecksGroupsAndParams) {
-  ir::Node n = make_node("GroupNormalization", 21);
-  set_int(n, "num_groups", 2);
-  auto r = infer(n, {In{DType::kFloat32, {kB, 4, 3}}, In{DType::kFloat32, {4}}, In{DType::kFloat32, {4}}}, 1);
+  OpNode n = op("GroupNormalization", 21);
+  n.i("num_groups", 2);
+  auto r = infer_node(n, {f32({kB, 4, 3}), f32({4}), f32({4})}, 1);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(r.outs[0].shape[0], kB);
-  set_int(n, "num_groups", 3);
-  EXPECT_FALSE(infer(n, {In{DType::kFloat32, {kB, 4, 3}}, In{DType::kFloat32, {4}}, In{DType::kFloat32, {4}}}, 1)
-                   .status.ok());
+  EXPECT_EQ(r.outputs[0].shape[0], kB);
+  n.i("num_groups", 3);
+  EXPECT_FALSE(infer_node(n, {f32({kB, 4, 3}), f32({4}), f32({4})}, 1).status.ok());
 }
 
 TEST(NormOpsKernel, RmsNormMatchesFormula) {
   std::vector<float> x = ramp(8, 0.9f, 0.2f);
   std::vector<float> w = {0.5f, 1.f, 1.5f, 2.f};
-  ir::Node n = make_node("RMSNormalization", 23);
-  auto out = run_cpu_kernel(n, {make_f32({2, 4}, x), make_f32({4}, w)}, {{DType::kFloat32, {2, 4}}});
+  OpNode n = op("RMSNormalization", 23);
+  auto out = run_case(n, {make_f32({2, 4}, x), initializer(make_f32({4}, w))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> want(8);
   for (int r = 0; r < 2; ++r) {
@@ -347,10 +284,9 @@ TEST(NormOpsKernel, RmsNormMatchesFormula) {
 
 TEST(NormOpsKernel, InstanceNormZeroMeanUnitVariance) {
   std::vector<float> x = ramp(12, 0.7f, 1.0f);
-  ir::Node n = make_node("InstanceNormalization", 22);
-  set_float(n, "epsilon", 0.f);
-  auto out = run_cpu_kernel(n, {make_f32({1, 2, 6}, x), make_f32({2}, {1, 1}), make_f32({2}, {0, 0})},
-                            {{DType::kFloat32, {1, 2, 6}}});
+  OpNode n = op("InstanceNormalization", 22);
+  n.f("epsilon", 0.f);
+  auto out = run_case(n, {make_f32({1, 2, 6}, x), make_f32({2}, {1, 1}), make_f32({2}, {0, 0})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   const float* y = (*out)[0].data_as<float>();
   for (int c = 0; c < 2; ++c) {
@@ -367,32 +303,30 @@ TEST(NormOpsKernel, InstanceNormZeroMeanUnitVariance) {
 TEST(NormOpsKernel, GroupNormEqualsInstanceNormWithOneChannelPerGroup) {
   std::vector<float> x = ramp(24, 0.3f, -0.5f);
   Tensor sc = make_f32({4}, {1, 2, 3, 4}), bi = make_f32({4}, {0.1f, 0.2f, 0.3f, 0.4f});
-  ir::Node g = make_node("GroupNormalization", 21);
-  set_int(g, "num_groups", 4);
-  auto a = run_cpu_kernel(g, {make_f32({1, 4, 6}, x), sc, bi}, {{DType::kFloat32, {1, 4, 6}}});
-  auto b = run_cpu_kernel(make_node("InstanceNormalization", 22), {make_f32({1, 4, 6}, x), sc, bi},
-                          {{DType::kFloat32, {1, 4, 6}}});
+  OpNode g = op("GroupNormalization", 21);
+  g.i("num_groups", 4);
+  auto a = run_case(g, {make_f32({1, 4, 6}, x), sc, bi});
+  auto b = run_case(op("InstanceNormalization", 22), {make_f32({1, 4, 6}, x), sc, bi});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(testing::all_close((*a)[0], (*b)[0]));
   // Two groups normalize over two channels at once, which differs.
-  set_int(g, "num_groups", 2);
-  auto c = run_cpu_kernel(g, {make_f32({1, 4, 6}, x), sc, bi}, {{DType::kFloat32, {1, 4, 6}}});
+  g.i("num_groups", 2);
+  auto c = run_case(g, {make_f32({1, 4, 6}, x), sc, bi});
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(testing::all_close((*a)[0], (*c)[0]));
 }
 
 TEST(NormOpsKernel, LpNormalizationAndLrn) {
-  auto out = run_cpu_kernel(make_node("LpNormalization", 22), {make_f32({2, 2}, {3, 4, 0, 0})},
-                            {{DType::kFloat32, {2, 2}}});
+  auto out = run_case(op("LpNormalization", 22), {make_f32({2, 2}, {3, 4, 0, 0})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 2}, {0.6f, 0.8f, 0, 0})));
-  ir::Node lrn = make_node("LRN", 13);
-  set_int(lrn, "size", 3);
-  set_float(lrn, "alpha", 3.f);
-  set_float(lrn, "beta", 1.f);
-  set_float(lrn, "bias", 1.f);
+  OpNode lrn = op("LRN", 13);
+  lrn.i("size", 3);
+  lrn.f("alpha", 3.f);
+  lrn.f("beta", 1.f);
+  lrn.f("bias", 1.f);
   // Channels [1, 2, 3] at one pixel: window sums of squares 5, 14, 13.
-  out = run_cpu_kernel(lrn, {make_f32({1, 3, 1, 1}, {1, 2, 3})}, {{DType::kFloat32, {1, 3, 1, 1}}});
+  out = run_case(lrn, {make_f32({1, 3, 1, 1}, {1, 2, 3})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 3, 1, 1}, {1.f / 6, 2.f / 15, 3.f / 14})));
 }

@@ -20,6 +20,16 @@ namespace kiln::testing {
                                          << shape_to_string(e.shape());
   }
   int64_t n = a.numel();
+  if (!is_float(a.dtype()) && atol == 0 && rtol == 0) {
+    // float_at would round int64 values past 2^53.
+    for (int64_t i = 0; i < n; ++i) {
+      if (a.int_at(i) != e.int_at(i)) {
+        return ::testing::AssertionFailure()
+               << "element " << i << ": got " << a.int_at(i) << ", expected " << e.int_at(i)
+               << " (exact " << dtype_name(a.dtype()) << ")";
+      }
+    }
+  }
   int64_t bad = 0, nonzero_e = 0, nonzero_a = 0;
   double worst = 0;
   int64_t worst_i = -1;
@@ -56,6 +66,30 @@ namespace kiln::testing {
            << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+Tolerance op_tolerance(DType output, NodePrecision computed) {
+  if (computed.tf32) return kTf32OpTolerance;
+  if (output == DType::kFloat32 || output == DType::kUndefined) {
+    switch (computed.compute) {
+      case DType::kFloat16:
+        return kFp16OpTolerance;
+      case DType::kBFloat16:
+        return kBf16OpTolerance;
+      default:
+        return kFp32OpTolerance;
+    }
+  }
+  switch (output) {
+    case DType::kFloat64:
+      return kFp64OpTolerance;
+    case DType::kFloat16:
+      return kFp16DataOpTolerance;
+    case DType::kBFloat16:
+      return kBf16DataOpTolerance;
+    default:
+      return is_float(output) ? kBf16DataOpTolerance : kExactTolerance;
+  }
 }
 
 ErrorStats error_stats(const Tensor& a, const Tensor& e) {

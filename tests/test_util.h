@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
@@ -14,12 +15,34 @@ namespace kiln::testing {
 
 // |a - e| <= atol + rtol * |e| elementwise, NaN/Inf must match. Also fails when the expected
 // tensor is not mostly zero but the actual one is, so a kernel that writes nothing cannot pass.
+// Integer and bool tensors with atol = rtol = 0 compare as int64, exactly.
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = 1e-4,
                                      double rtol = 1e-3);
 
 // FP32 tolerance of the foundation issue: |a-e| <= 1e-4 + 1e-3*|e|.
 inline constexpr double kFp32Atol = 1e-4;
 inline constexpr double kFp32Rtol = 1e-3;
+
+// Elementwise tolerances of one op's output against the CPU reference (all_close's atol, rtol),
+// chosen by what the node computed in (the plan's NodePrecision) and the output's dtype. The
+// reduced-precision rows assume the op tests' operands: values in [-1, 1) and reductions of at most
+// a few hundred terms, whose rounding error is then a few units of the format's epsilon.
+struct Tolerance {
+  const char* name;
+  double atol, rtol;
+};
+inline constexpr Tolerance kExactTolerance{"exact (integer, bool)", 0, 0};
+inline constexpr Tolerance kFp64OpTolerance{"float64", 1e-12, 1e-10};
+inline constexpr Tolerance kFp32OpTolerance{"strict float32", kFp32Atol, kFp32Rtol};
+// Float16/bfloat16 tensors computed natively: one or two units in the last place of the format.
+inline constexpr Tolerance kFp16DataOpTolerance{"float16 tensors", 1e-3, 2e-3};
+inline constexpr Tolerance kBf16DataOpTolerance{"bfloat16 tensors", 1e-2, 1.6e-2};
+// Float32 tensors computed in a reduced format (inputs rounded to it, FP32 accumulation): TF32 and
+// FP16 keep 10 mantissa bits (epsilon 2^-10), BF16 keeps 7 (epsilon 2^-7).
+inline constexpr Tolerance kTf32OpTolerance{"tf32 compute", 2e-2, 1e-2};
+inline constexpr Tolerance kFp16OpTolerance{"float16 compute", 2e-2, 1e-2};
+inline constexpr Tolerance kBf16OpTolerance{"bfloat16 compute", 1e-1, 5e-2};
+Tolerance op_tolerance(DType output, NodePrecision computed = {});
 
 // Reduced-precision runs (TF32, FP16, BF16) against the FP32 reference: error statistics over a
 // tensor, checked against per-precision limits. max_abs and mean_abs are relative to the
