@@ -321,83 +321,55 @@ TEST(IndexOpsKernel, CumSumVariants) {
 }
 
 TEST(IndexOpsInfer, OneHotInsertsTheDepthAxis) {
-  {
-    Case c;
-    int idx = c.input(DType::kInt64, {b, 3});
-    int depth = c.input(DType::kFloat32, {});
-    c.g.values[depth].constant = make_f32({}, {10.0f});  // a float depth is cast to int64
-    int values = c.input(DType::kInt32, {2});
-    ASSERT_TRUE(c.run("OneHot", {idx, depth, values}, attrs({{"axis", int_attr(1)}}), 11).ok());
-    EXPECT_EQ(c.shape(), "[b, 10, 3]");
-    EXPECT_EQ(c.outputs[0].dtype, DType::kInt32);
-  }
-  {
-    Case c;  // an integer depth from a shape: a symbolic size, default axis -1
-    int idx = c.input(DType::kFloat32, {b});
-    int depth = c.input(DType::kInt64, {1}, std::vector<Dim>{s});
-    int values = c.input(DType::kFloat32, {2});
-    ASSERT_TRUE(c.run("OneHot", {idx, depth, values}, {}, 11).ok());
-    EXPECT_EQ(c.shape(), "[b, s]");
-  }
-  {
-    Case c;  // a depth known only at run time
-    int idx = c.input(DType::kInt64, {3});
-    int depth = c.input(DType::kFloat32, {});
-    int values = c.input(DType::kFloat32, {2});
-    Status st = c.run("OneHot", {idx, depth, values}, {}, 11);
-    EXPECT_EQ(st.code(), StatusCode::kUnsupported);
-    EXPECT_NE(st.message().find("at run time"), std::string::npos) << st.message();
-  }
-  {
-    Case c;
-    int idx = c.input(DType::kInt64, {3});
-    int values = c.input(DType::kFloat32, {3});
-    EXPECT_EQ(c.run("OneHot", {idx, c.scalar(4), values}, {}, 11).code(),
-              StatusCode::kInvalidModel);  // values must be [off, on]
-    Case d;
-    int i2 = d.input(DType::kInt64, {3});
-    int v2 = d.input(DType::kFloat32, {2});
-    EXPECT_EQ(d.run("OneHot", {i2, d.scalar(0), v2}, {}, 11).code(), StatusCode::kInvalidModel);
-  }
+  // A float depth is cast to int64.
+  auto r = infer_node(op("OneHot", 11).i("axis", 1),
+                      {typed(DType::kInt64, {b, 3}), testing::constant(make_f32({}, {10.0f})),
+                       typed(DType::kInt32, {2})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 10, 3]");
+  EXPECT_EQ(r.dtype(), DType::kInt32);
+  // An integer depth from a shape: a symbolic size, default axis -1.
+  r = infer_node(op("OneHot", 11), {f32({b}), with_value(DType::kInt64, {1}, {s}), f32({2})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, s]");
+  // A depth known only at run time.
+  r = infer_node(op("OneHot", 11), {typed(DType::kInt64, {3}), f32({}), f32({2})});
+  EXPECT_EQ(r.code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status.message().find("at run time"), std::string::npos) << r.status.message();
+  // values must be [off, on]; depth must be positive.
+  r = infer_node(op("OneHot", 11), {typed(DType::kInt64, {3}), const_scalar(4), f32({3})});
+  EXPECT_EQ(r.code(), StatusCode::kInvalidModel);
+  r = infer_node(op("OneHot", 11), {typed(DType::kInt64, {3}), const_scalar(0), f32({2})});
+  EXPECT_EQ(r.code(), StatusCode::kInvalidModel);
 }
 
 TEST(IndexOpsKernel, OneHotWrapsNegativeIndicesAndSkipsOutOfRange) {
   // depth 4, axis 0: output [4, 3]; index -1 is 3, 4 and -5 are out of range (all off).
-  auto got = run_cpu_kernel(make_node("OneHot", attrs({{"axis", int_attr(0)}})),
-                            {make_i64({3}, {1, -1, 4}), make_f32({}, {4}), make_f32({2}, {-1, 7})},
-                            {{DType::kFloat32, {4, 3}}});
+  auto got = run_case(op("OneHot", 11).i("axis", 0),
+                      {make_i64({3}, {1, -1, 4}), initializer(make_f32({}, {4})), make_f32({2}, {-1, 7})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(
       all_close((*got)[0], make_f32({4, 3}, {-1, -1, -1, 7, -1, -1, -1, -1, -1, -1, 7, -1}), 0, 0));
   // Float indices and the default axis (last); bf16 values move as bytes.
   std::vector<uint16_t> v = {float_to_bf16(0.f), float_to_bf16(2.5f)};
-  got = run_cpu_kernel(make_node("OneHot"),
-                       {make_f32({2}, {2.0f, -5.0f}), make_i64({}, {3}),
-                        Tensor::from_vector(DType::kBFloat16, {2}, v)},
-                       {{DType::kBFloat16, {2, 3}}});
+  got = run_case(op("OneHot", 11), {make_f32({2}, {2.0f, -5.0f}), initializer(make_i64({}, {3})),
+                                    Tensor::from_vector(DType::kBFloat16, {2}, v)});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ((*got)[0].shape(), (Shape{2, 3}));
   const uint16_t* o = (*got)[0].data_as<uint16_t>();
   const float want[] = {0, 0, 2.5f, 0, 0, 0};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(bf16_to_float(o[i]), want[i]) << i;
 }
 
 TEST(IndexOpsInfer, ReverseSequenceAxes) {
-  Case c;
-  int x = c.input(DType::kFloat32, {s, b, 8});
-  int lens = c.input(DType::kInt64, {b});
-  ASSERT_TRUE(c.run("ReverseSequence", {x, lens}, {}, 10).ok());
-  EXPECT_EQ(c.shape(), "[s, b, 8]");
-  EXPECT_TRUE(c.constraints.empty());
-  Case d;
-  int x2 = d.input(DType::kFloat32, {4, 3});
-  int l2 = d.input(DType::kInt64, {4});
-  EXPECT_EQ(d.run("ReverseSequence", {x2, l2}, {}, 10).code(), StatusCode::kInvalidModel);
-  ASSERT_TRUE(d.run("ReverseSequence", {x2, l2},
-                    attrs({{"batch_axis", int_attr(0)}, {"time_axis", int_attr(1)}}), 10)
-                  .ok());
-  EXPECT_EQ(d.run("ReverseSequence", {x2, l2},
-                  attrs({{"batch_axis", int_attr(0)}, {"time_axis", int_attr(0)}}), 10)
-                .code(),
+  auto r = infer_node(op("ReverseSequence", 10), {f32({s, b, 8}), typed(DType::kInt64, {b})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[s, b, 8]");
+  EXPECT_TRUE(r.constraints.empty());
+  const NodeInput x2 = f32({4, 3}), l2 = typed(DType::kInt64, {4});
+  EXPECT_EQ(infer_node(op("ReverseSequence", 10), {x2, l2}).code(), StatusCode::kInvalidModel);
+  EXPECT_TRUE(infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 1), {x2, l2}).ok());
+  EXPECT_EQ(infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 0), {x2, l2}).code(),
             StatusCode::kInvalidModel);
 }
 
@@ -405,10 +377,8 @@ TEST(IndexOpsKernel, ReverseSequenceMatchesTheSpecExamples) {
   std::vector<float> x(16);
   for (int i = 0; i < 16; ++i) x[size_t(i)] = float(i);
   // Example 2 of the spec: batch_axis 0, time_axis 1, lengths 1..4.
-  auto got = run_cpu_kernel(
-      make_node("ReverseSequence",
-                attrs({{"batch_axis", int_attr(0)}, {"time_axis", int_attr(1)}})),
-      {make_f32({4, 4}, x), make_i64({4}, {1, 2, 3, 4})}, {{DType::kFloat32, {4, 4}}});
+  auto got = run_case(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 1),
+                      {make_f32({4, 4}, x), make_i64({4}, {1, 2, 3, 4})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close(
       (*got)[0], make_f32({4, 4}, {0, 1, 2, 3, 5, 4, 6, 7, 10, 9, 8, 11, 15, 14, 13, 12}), 0, 0));
@@ -417,17 +387,13 @@ TEST(IndexOpsKernel, ReverseSequenceMatchesTheSpecExamples) {
   for (int t = 0; t < 4; ++t) {
     for (int bb = 0; bb < 4; ++bb) xt[size_t(t * 4 + bb)] = float(bb * 4 + t);
   }
-  got = run_cpu_kernel(make_node("ReverseSequence"),
-                       {make_f32({4, 4}, xt), make_i64({4}, {4, 3, 2, 1})},
-                       {{DType::kFloat32, {4, 4}}});
-  ASSERT_TRUE(got.ok());
+  got = run_case(op("ReverseSequence", 10), {make_f32({4, 4}, xt), make_i64({4}, {4, 3, 2, 1})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close(
       (*got)[0], make_f32({4, 4}, {3, 6, 9, 12, 2, 5, 8, 13, 1, 4, 10, 14, 0, 7, 11, 15}), 0, 0));
   // Lengths come from data: one past the time axis is an error, not a read out of bounds.
-  got = run_cpu_kernel(make_node("ReverseSequence"),
-                       {make_f32({4, 4}, xt), make_i64({4}, {5, 1, 1, 1})},
-                       {{DType::kFloat32, {4, 4}}});
-  EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+  got = run_case(op("ReverseSequence", 10), {make_f32({4, 4}, xt), make_i64({4}, {5, 1, 1, 1})});
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().to_string();
 }
 
 }  // namespace

@@ -312,7 +312,8 @@ std::string precision_summary(const Engine& engine, const std::vector<std::strin
   for (const auto& [p, n] : counts) views -= size_t(n);
   std::string s;
   if (counts.size() == 1) {
-    s = "every layer (" + std::to_string(layers.size() - views) + ") runs in " + counts.begin()->first;
+    s = std::string(views ? "every layer that runs (" : "every layer (") +
+        std::to_string(layers.size() - views) + ") runs in " + counts.begin()->first;
   } else {
     for (const auto& [p, n] : counts)
       s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;

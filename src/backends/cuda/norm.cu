@@ -2,6 +2,7 @@
 // Min over any axes); plus the small conversion and bias kernels the GEMM and conv paths use.
 // One block per row; sums accumulate in double, as the CPU reference does.
 #include <cfloat>
+#include <optional>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
@@ -255,9 +256,37 @@ StatusOr<std::unique_ptr<Kernel>> make_softmax(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new SoftmaxKernel("cuda." + q.node.op_type, axis, single, log));
 }
 
+// The elements of `v` as a formula over the input symbols; nullopt when its shape is unknown.
+std::optional<ir::Dim> numel_of(const ir::Value* v, size_t from = 0) {
+  if (!v || !v->shape) return std::nullopt;
+  ir::Dim n(int64_t(1));
+  for (size_t d = from; d < v->shape->size(); ++d) n = n * (*v->shape)[d];
+  return n;
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_layer_norm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
+  // The kernel broadcasts Scale and B only as the whole normalized slice or one element: refuse
+  // any other shape here, at build time, rather than when it runs.
+  if (!q.inputs.empty() && q.inputs[0] && q.inputs[0]->shape) {
+    int64_t rank = int64_t(q.inputs[0]->shape->size());
+    int64_t a = axis < 0 ? axis + rank : axis;
+    if (a >= 0 && a < rank) {
+      std::optional<ir::Dim> n = numel_of(q.inputs[0], size_t(a));
+      for (size_t i : {size_t(1), size_t(2)}) {
+        if (i >= q.inputs.size() || !q.inputs[i]) continue;
+        std::optional<ir::Dim> m = numel_of(q.inputs[i]);
+        bool one = m && m->is_const() && m->value() == 1;
+        if (!one && !(n && m && *m == *n)) {
+          return unsupported(q.node.describe() + ": the CUDA LayerNormalization needs " +
+                             (i == 1 ? "Scale" : "B") + " of the normalized slice's size (" +
+                             (n ? n->to_string() : "unknown") + " elements) or one element; it has " +
+                             (m ? m->to_string() : "an unknown number of") + " elements");
+        }
+      }
+    }
+  }
   return std::unique_ptr<Kernel>(new LayerNormKernel(axis, eps));
 }
 
