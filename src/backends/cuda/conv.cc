@@ -175,6 +175,31 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
     return unsupported(q.node.describe() + ": the CUDA backend runs 1-D and 2-D convolutions, not rank " + std::to_string(rank));
   }
   size_t ns = rank - 2;
+  // SAME padding splits an odd total unevenly, which cuDNN's symmetric padding cannot express.
+  // The total is (k-1)*dilation at stride 1 whatever the input size; otherwise the input size
+  // must be known at build time to tell.
+  if (k->auto_pad == "SAME_UPPER" || k->auto_pad == "SAME_LOWER") {
+    const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+    for (size_t i = 0; i < ns; ++i) {
+      int64_t stride = i < k->strides.size() ? k->strides[i] : 1;
+      int64_t dil = i < k->dilations.size() ? k->dilations[i] : 1;
+      const ir::Dim* kd = w && w->shape && w->shape->size() == rank ? &(*w->shape)[2 + i] : nullptr;
+      const ir::Dim& xd = (*q.inputs[0]->shape)[2 + i];
+      if (!kd || !kd->is_const() || (stride != 1 && !xd.is_const())) {
+        return unsupported(q.node.describe() + ": auto_pad " + k->auto_pad + " with stride " +
+                           std::to_string(stride) + " over a spatial size known only at run time may " +
+                           "pad asymmetrically, which the CUDA backend does not support");
+      }
+      int64_t in = xd.is_const() ? xd.value() : 0;
+      int64_t span = (kd->value() - 1) * dil + 1;
+      int64_t total = stride == 1 ? span - 1 : std::max<int64_t>(((in + stride - 1) / stride - 1) * stride + span - in, 0);
+      if (total % 2 != 0) {
+        return unsupported(q.node.describe() + ": auto_pad " + k->auto_pad + " pads axis " +
+                           std::to_string(2 + i) + " by " + std::to_string(total) +
+                           " in all (uneven), which the CUDA backend does not support");
+      }
+    }
+  }
   if (k->pads.size() == 2 * ns) {
     for (size_t i = 0; i < ns; ++i) {
       if (k->pads[i] != k->pads[ns + i] && k->auto_pad == "NOTSET") {

@@ -80,6 +80,15 @@ class CudaImpl final : public KernelImpl {
         }
         return ok_status();
       };
+      // The data tensors (input 0, output 0) are float32 exactly; other float inputs (Scale, B,
+      // scales) are float32 too, while integer ones (Resize sizes) are read as they are.
+      for (auto [v, what] : {std::pair{q.inputs.empty() ? nullptr : q.inputs[0], "input"},
+                             std::pair{q.outputs.empty() ? nullptr : q.outputs[0], "output"}}) {
+        if (v && v->dtype != DType::kFloat32) {
+          return unsupported(id_ + " computes on float32 tensors; " + what + " 0 ('" + v->name +
+                             "') is " + std::string(dtype_name(v->dtype)));
+        }
+      }
       for (size_t i = 0; i < q.inputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.inputs[i], "input", i));
       for (size_t i = 0; i < q.outputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.outputs[i], "output", i));
     }
