@@ -145,6 +145,33 @@ TEST(Plan, AnEngineNamingAnUnknownImplementationIsRefused) {
   EXPECT_NE(loaded.status().message().find("rebuild"), std::string::npos) << loaded.status().message();
 }
 
+TEST(Plan, EditedAliasesAreRefused) {
+  auto engine = Builder().build(view_network(false), n_profile());
+  ASSERT_TRUE(engine.ok());
+  auto index_of = [&](const plan::Plan& p, const char* name) {
+    for (size_t v = 0; v < p.graph.values.size(); ++v) {
+      if (p.graph.values[v].name == name) return int(v);
+    }
+    return -1;
+  };
+  // The view's output made to alias another value than its input's bytes.
+  plan::Plan p = engine->plan();
+  p.values[index_of(p, "r")].alias_of = index_of(p, "a");
+  auto loaded = Engine::from_plan(std::move(p));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("not its input's bytes"), std::string::npos)
+      << loaded.status().message();
+  // A kernel's output stored as an alias: the kernel would write into another value's bytes.
+  p = engine->plan();
+  int a = index_of(p, "a");
+  p.values[a].storage = plan::Storage::kAlias;
+  p.values[a].alias_of = index_of(p, "x");
+  loaded = Engine::from_plan(std::move(p));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("no view produces it"), std::string::npos)
+      << loaded.status().message();
+}
+
 // A backend object that is not a real device: the builder only asks it which device it targets,
 // so select_kernels consults that device's implementations in the registry.
 class DeviceStub final : public backends::Backend {

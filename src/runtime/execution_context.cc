@@ -44,6 +44,16 @@ Status prepare_implementations(EngineData& data) {
     return invalid_argument("the plan records " + std::to_string(p.nodes.size()) + " kernel choices for " +
                             std::to_string(p.graph.nodes.size()) + " nodes");
   }
+  // Only an alias node's output may be stored as an alias: any other node would write into (and
+  // past) the bytes of the value it aliases.
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    if (p.values[v].storage != plan::Storage::kAlias) continue;
+    int producer = p.graph.values[v].producer;
+    if (producer < 0 || size_t(producer) >= p.nodes.size() || p.nodes[producer].impl != plan::kAliasImpl) {
+      return invalid_argument("value '" + p.graph.values[v].name +
+                              "' is stored as an alias, but no view produces it");
+    }
+  }
   const backends::KernelRegistry& registry = backends::kernel_registry();
   data.impls.assign(p.graph.nodes.size(), nullptr);
   data.prepared.assign(p.graph.nodes.size(), nullptr);
@@ -51,9 +61,18 @@ Status prepare_implementations(EngineData& data) {
     const ir::Node& node = p.graph.nodes[n];
     const std::string& id = p.nodes[n].impl;
     if (id == plan::kAliasImpl) {
-      int out = node.outputs.empty() ? -1 : node.outputs[0];
-      if (out < 0 || p.values[out].storage != plan::Storage::kAlias) {
-        return invalid_argument(node.describe() + " is planned as an alias, but its output is not stored as one");
+      // A view's output is its input's bytes: the node must be a view of one output whose
+      // alias_of is the root of its input, with the same dtype (the file may have been edited).
+      int out = node.outputs.size() == 1 ? node.outputs[0] : -1;
+      int in = node.inputs.empty() ? -1 : node.inputs[0];
+      if (!ops::traits(node).is_view || out < 0 || in < 0 ||
+          p.values[out].storage != plan::Storage::kAlias) {
+        return invalid_argument(node.describe() + " is planned as an alias, but it is not a view whose output is stored as one");
+      }
+      int root = p.values[in].storage == plan::Storage::kAlias ? p.values[in].alias_of : in;
+      if (p.values[out].alias_of != root || p.graph.values[out].dtype != p.graph.values[root].dtype) {
+        return invalid_argument(node.describe() + ": its output aliases '" +
+                                p.graph.values[p.values[out].alias_of].name + "', not its input's bytes");
       }
       continue;
     }
