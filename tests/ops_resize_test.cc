@@ -5,97 +5,36 @@
 #include <cmath>
 #include <optional>
 
-#include "ops/schema.h"
-#include "test_util.h"
+#include "op_harness.h"
 
 namespace kiln {
 namespace {
 
 using ir::Dim;
+using testing::all_close;
+using testing::CaseInput;
+using testing::constant;
+using testing::f32;
+using testing::infer_node;
+using testing::initializer;
+using testing::kNoInput;
+using testing::kOmitted;
 using testing::make_f32;
 using testing::make_i64;
-using testing::run_cpu_kernel;
+using testing::NodeInput;
+using testing::op;
+using testing::OpNode;
+using testing::run_case;
+using testing::typed;
+using testing::with_value;
 
-struct In {
-  DType dtype;
-  std::vector<Dim> shape;
-  std::optional<Tensor> constant;
-  std::optional<std::vector<Dim>> sym_value;
-};
+NodeInput scales_in(std::vector<float> s) { return constant(make_f32({int64_t(s.size())}, s)); }
 
-struct Inferred {
-  Status status;
-  std::vector<ops::InferContext::Output> outs;
-  std::vector<ops::Constraint> constraints;
-};
+// Scales and sizes fix the output shape, so the builder needs them: initializers.
+CaseInput scales(std::vector<float> s) { return initializer(make_f32({int64_t(s.size())}, s)); }
+CaseInput sizes(std::vector<int64_t> s) { return initializer(make_i64({int64_t(s.size())}, s)); }
 
-Inferred infer(ir::Node node, const std::vector<std::optional<In>>& inputs) {
-  ir::Graph g;
-  node.inputs.clear();
-  node.outputs.clear();
-  for (const auto& in : inputs) {
-    if (!in) {
-      node.inputs.push_back(-1);
-      continue;
-    }
-    int v = g.add_value("in" + std::to_string(g.values.size()));
-    g.values[v].dtype = in->dtype;
-    g.values[v].shape = in->shape;
-    g.values[v].constant = in->constant;
-    g.values[v].sym_value = in->sym_value;
-    node.inputs.push_back(v);
-  }
-  node.outputs.push_back(g.add_value("out"));
-  g.nodes.push_back(node);
-  Inferred r;
-  ops::InferContext ctx(g, g.nodes[0], 0, &r.constraints);
-  const ops::OpSchema* schema = ops::find_schema(g.nodes[0]);
-  if (!schema) return {internal_error("no schema for " + node.op_type), {}, {}};
-  r.status = schema->infer(ctx);
-  r.outs = ctx.outputs();
-  return r;
-}
-
-ir::Node make_node(const std::string& op, int opset) {
-  ir::Node n;
-  n.name = "rs0";
-  n.op_type = op;
-  n.opset = opset;
-  return n;
-}
-
-void set_int(ir::Node& n, const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  n.attrs.set(name, a);
-}
-
-void set_float(ir::Node& n, const std::string& name, float v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kFloat;
-  a.f = v;
-  n.attrs.set(name, a);
-}
-
-void set_str(ir::Node& n, const std::string& name, std::string v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kString;
-  a.s = std::move(v);
-  n.attrs.set(name, a);
-}
-
-void set_ints(ir::Node& n, const std::string& name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInts;
-  a.ints = std::move(v);
-  n.attrs.set(name, a);
-}
-
-In scales_in(std::vector<float> s) {
-  int64_t n = int64_t(s.size());
-  return In{DType::kFloat32, {n}, make_f32({n}, s), std::nullopt};
-}
+OpNode resize(int opset) { return op("Resize", opset).named("rs0"); }
 
 const Dim kN = Dim::symbol("n");
 const Dim kH = Dim::symbol("h");
@@ -103,101 +42,84 @@ const Dim kW = Dim::symbol("w");
 
 TEST(ResizeOpsInfer, IntegerScaleStaysExact) {
   // The UNet decoder: floor(2*h * 2.0) must be 4*h, not an opaque floor.
-  ir::Node n = make_node("Resize", 18);
-  set_str(n, "mode", "linear");
-  auto r = infer(
-      n, {In{DType::kFloat32, {kN, 8, kH * 2, kW * 2}}, std::nullopt, scales_in({1, 1, 2, 2})});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 8, 4*h, 4*w]");
+  auto r = infer_node(resize(18).s("mode", "linear"),
+                      {f32({kN, 8, kH * 2, kW * 2}), kOmitted, scales_in({1, 1, 2, 2})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 8, 4*h, 4*w]");
 }
 
 TEST(ResizeOpsInfer, DyadicAndOtherScales) {
-  ir::Node n = make_node("Resize", 13);
-  auto r =
-      infer(n, {In{DType::kFloat32, {kN, 3, kH, 10}}, std::nullopt, scales_in({1, 1, 0.5f, 1.5f})});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(r.outs[0].shape[2].eval({{"h", 7}}), 3);
-  EXPECT_EQ(r.outs[0].shape[3], Dim(15));
+  auto r = infer_node(resize(13), {f32({kN, 3, kH, 10}), kOmitted, scales_in({1, 1, 0.5f, 1.5f})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.dims()[2].eval({{"h", 7}}), 3);
+  EXPECT_EQ(r.dims()[3], Dim(15));
   // 0.6 is not exact in binary: fine on a constant dim (floor(10 * 0.6f) = 6) ...
-  r = infer(n, {In{DType::kFloat32, {kN, 3, 10, 10}}, std::nullopt, scales_in({1, 1, 0.6f, 1})});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(r.outs[0].shape[2], Dim(6));
+  r = infer_node(resize(13), {f32({kN, 3, 10, 10}), kOmitted, scales_in({1, 1, 0.6f, 1})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.dims()[2], Dim(6));
   // ... but unsupported on a symbolic one.
-  r = infer(n, {In{DType::kFloat32, {kN, 3, kH, 10}}, std::nullopt, scales_in({1, 1, 0.6f, 1})});
-  EXPECT_EQ(r.status.code(), StatusCode::kUnsupported);
+  r = infer_node(resize(13), {f32({kN, 3, kH, 10}), kOmitted, scales_in({1, 1, 0.6f, 1})});
+  EXPECT_EQ(r.code(), StatusCode::kUnsupported);
   EXPECT_NE(r.status.message().find("rs0"), std::string::npos);
 }
 
 TEST(ResizeOpsInfer, SizesAndAxes) {
-  ir::Node n = make_node("Resize", 13);
-  auto r =
-      infer(n, {In{DType::kFloat32, {kN, 8, kH, kW}}, std::nullopt, std::nullopt,
-                In{DType::kInt64, {4}, std::nullopt, std::vector<Dim>{kN, 8, kH * 2, kW * 3}}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 8, 2*h, 3*w]");
-  ir::Node a = make_node("Resize", 18);
-  set_ints(a, "axes", {-1, 2});
-  r = infer(a, {In{DType::kFloat32, {kN, 8, kH, kW}}, std::nullopt, std::nullopt,
-                In{DType::kInt64, {2}, make_i64({2}, {5, 7}), std::nullopt}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 8, 7, 5]");
-  set_str(a, "keep_aspect_ratio_policy", "not_larger");
-  r = infer(a, {In{DType::kFloat32, {1, 1, 4, 8}}, std::nullopt, std::nullopt,
-                In{DType::kInt64, {2}, make_i64({2}, {4, 4})}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[1, 1, 2, 4]");  // scale min(4/8, 4/4) = 0.5
+  auto r = infer_node(resize(13), {f32({kN, 8, kH, kW}), kOmitted, kOmitted,
+                                   with_value(DType::kInt64, {4}, {kN, 8, kH * 2, kW * 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 8, 2*h, 3*w]");
+  r = infer_node(resize(18).ints("axes", {-1, 2}),
+                 {f32({kN, 8, kH, kW}), kOmitted, kOmitted, constant(make_i64({2}, {5, 7}))});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 8, 7, 5]");
+  r = infer_node(resize(18).ints("axes", {-1, 2}).s("keep_aspect_ratio_policy", "not_larger"),
+                 {f32({1, 1, 4, 8}), kOmitted, kOmitted, constant(make_i64({2}, {4, 4}))});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 1, 2, 4]");  // scale min(4/8, 4/4) = 0.5
 }
 
 TEST(ResizeOpsInfer, Errors) {
-  ir::Node n = make_node("Resize", 13);
-  In x{DType::kFloat32, {kN, 8, kH, kW}};
-  In sizes{DType::kInt64, {4}, make_i64({4}, {1, 8, 4, 4})};
-  EXPECT_EQ(infer(n, {x, std::nullopt, scales_in({1, 1, 2, 2}), sizes}).status.code(),
-            StatusCode::kInvalidModel);                               // both
-  EXPECT_EQ(infer(n, {x}).status.code(), StatusCode::kInvalidModel);  // neither
-  EXPECT_EQ(infer(n, {x, std::nullopt, scales_in({2, 2})}).status.code(),
+  const NodeInput x = f32({kN, 8, kH, kW});
+  const NodeInput sz = constant(make_i64({4}, {1, 8, 4, 4}));
+  EXPECT_EQ(infer_node(resize(13), {x, kOmitted, scales_in({1, 1, 2, 2}), sz}).code(),
+            StatusCode::kInvalidModel);                                      // both
+  EXPECT_EQ(infer_node(resize(13), {x}).code(), StatusCode::kInvalidModel);  // neither
+  EXPECT_EQ(infer_node(resize(13), {x, kOmitted, scales_in({2, 2})}).code(),
             StatusCode::kInvalidModel);
-  EXPECT_EQ(infer(n, {x, std::nullopt, scales_in({1, 1, 0, 2})}).status.code(),
+  EXPECT_EQ(infer_node(resize(13), {x, kOmitted, scales_in({1, 1, 0, 2})}).code(),
             StatusCode::kInvalidModel);
   // Scales computed at run time.
-  EXPECT_EQ(infer(n, {x, std::nullopt, In{DType::kFloat32, {4}}}).status.code(),
-            StatusCode::kUnsupported);
+  EXPECT_EQ(infer_node(resize(13), {x, kOmitted, f32({4})}).code(), StatusCode::kUnsupported);
   // Sizes computed at run time.
-  EXPECT_EQ(infer(n, {x, std::nullopt, std::nullopt, In{DType::kInt64, {4}}}).status.code(),
+  EXPECT_EQ(infer_node(resize(13), {x, kOmitted, kOmitted, typed(DType::kInt64, {4})}).code(),
             StatusCode::kUnsupported);
-  set_str(n, "mode", "bicubic");
-  EXPECT_EQ(infer(n, {x, std::nullopt, scales_in({1, 1, 2, 2})}).status.code(),
-            StatusCode::kInvalidModel);
-  ir::Node aa = make_node("Resize", 18);
-  set_str(aa, "mode", "linear");
-  set_int(aa, "antialias", 1);
-  EXPECT_EQ(infer(aa, {x, std::nullopt, scales_in({1, 1, 0.5f, 0.5f})}).status.code(),
+  EXPECT_EQ(
+      infer_node(resize(13).s("mode", "bicubic"), {x, kOmitted, scales_in({1, 1, 2, 2})}).code(),
+      StatusCode::kInvalidModel);
+  EXPECT_EQ(infer_node(resize(18).s("mode", "linear").i("antialias", 1),
+                       {x, kOmitted, scales_in({1, 1, 0.5f, 0.5f})})
+                .code(),
             StatusCode::kUnsupported);
 }
 
 TEST(ResizeOpsInfer, DepthToSpaceAndBack) {
-  ir::Node d = make_node("DepthToSpace", 13);
-  set_int(d, "blocksize", 2);
-  auto r = infer(d, {In{DType::kFloat32, {kN, 12, kH, kW}}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 3, 2*h, 2*w]");
-  EXPECT_EQ(infer(d, {In{DType::kFloat32, {kN, 10, kH, kW}}}).status.code(),
-            StatusCode::kInvalidModel);
+  const OpNode d = op("DepthToSpace", 13).i("blocksize", 2);
+  auto r = infer_node(d, {f32({kN, 12, kH, kW})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 3, 2*h, 2*w]");
+  EXPECT_EQ(infer_node(d, {f32({kN, 10, kH, kW})}).code(), StatusCode::kInvalidModel);
   // Symbolic channels: the divisibility is recorded for the profile checker.
   Dim c = Dim::symbol("c");
-  r = infer(d, {In{DType::kFloat32, {kN, c, kH, kW}}});
-  ASSERT_TRUE(r.status.ok());
+  r = infer_node(d, {f32({kN, c, kH, kW})});
+  ASSERT_TRUE(r.ok());
   ASSERT_EQ(r.constraints.size(), 1u);
   EXPECT_EQ(r.constraints[0].kind, ops::Constraint::Kind::kDivisible);
-  ir::Node s = make_node("SpaceToDepth", 13);
-  set_int(s, "blocksize", 2);
-  r = infer(s, {In{DType::kFloat32, {kN, 3, kH * 2, kW * 2}}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 12, h, w]");
-  EXPECT_EQ(infer(s, {In{DType::kFloat32, {kN, 3, 5, 4}}}).status.code(),
-            StatusCode::kInvalidModel);
-  ir::Node none = make_node("DepthToSpace", 13);
-  EXPECT_EQ(infer(none, {In{DType::kFloat32, {kN, 12, kH, kW}}}).status.code(),
+  const OpNode s = op("SpaceToDepth", 13).i("blocksize", 2);
+  r = infer_node(s, {f32({kN, 3, kH * 2, kW * 2})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 12, h, w]");
+  EXPECT_EQ(infer_node(s, {f32({kN, 3, 5, 4})}).code(), StatusCode::kInvalidModel);
+  EXPECT_EQ(infer_node(op("DepthToSpace", 13), {f32({kN, 12, kH, kW})}).code(),
             StatusCode::kInvalidModel);  // blocksize is required
 }
 
@@ -230,23 +152,18 @@ std::vector<float> naive_bilinear(const std::vector<float>& x, int64_t nc, int64
 }
 
 TEST(ResizeOpsKernel, BilinearHalfPixel2xNchw) {
-  ir::Node n = make_node("Resize", 18);
-  set_str(n, "mode", "linear");
+  const OpNode n = resize(18).s("mode", "linear");
   std::vector<float> x(2 * 3 * 5 * 7);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.91f) * 2.0f + 0.1f;
-  auto out = run_cpu_kernel(n, {make_f32({2, 3, 5, 7}, x), Tensor(), make_f32({4}, {1, 1, 2, 2})},
-                            {{DType::kFloat32, {2, 3, 10, 14}}});
+  auto out = run_case(n, {make_f32({2, 3, 5, 7}, x), kNoInput, scales({1, 1, 2, 2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(
-      testing::all_close((*out)[0], make_f32({2, 3, 10, 14}, naive_bilinear(x, 6, 5, 7, 2))));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({2, 3, 10, 14}, naive_bilinear(x, 6, 5, 7, 2))));
   // ONNX's resize_upsample_scales_linear: [[1, 2], [3, 4]] x2.
-  out = run_cpu_kernel(
-      n, {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), Tensor(), make_f32({4}, {1, 1, 2, 2})},
-      {{DType::kFloat32, {1, 1, 4, 4}}});
+  out = run_case(n, {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), kNoInput, scales({1, 1, 2, 2})});
   ASSERT_TRUE(out.ok());
-  EXPECT_TRUE(testing::all_close(
-      (*out)[0], make_f32({1, 1, 4, 4}, {1, 1.25f, 1.75f, 2, 1.5f, 1.75f, 2.25f, 2.5f, 2.5f, 2.75f,
-                                         3.25f, 3.5f, 3, 3.25f, 3.75f, 4})));
+  EXPECT_TRUE(
+      all_close((*out)[0], make_f32({1, 1, 4, 4}, {1, 1.25f, 1.75f, 2, 1.5f, 1.75f, 2.25f, 2.5f,
+                                                   2.5f, 2.75f, 3.25f, 3.5f, 3, 3.25f, 3.75f, 4})));
 }
 
 TEST(ResizeOpsKernel, NearestModes) {
@@ -258,65 +175,52 @@ TEST(ResizeOpsKernel, NearestModes) {
   };
   for (const Case& c : {Case{"round_prefer_floor", {1, 3, 6}}, Case{"round_prefer_ceil", {1, 4, 6}},
                         Case{"floor", {0, 3, 6}}, Case{"ceil", {1, 4, 7}}}) {
-    ir::Node n = make_node("Resize", 13);
-    set_str(n, "nearest_mode", c.mode);
-    auto out = run_cpu_kernel(n, {make_f32({8}, x), Tensor(), Tensor(), make_i64({1}, {3})},
-                              {{DType::kFloat32, {3}}});
+    auto out = run_case(resize(13).s("nearest_mode", c.mode),
+                        {make_f32({8}, x), kNoInput, kNoInput, sizes({3})});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_TRUE(testing::all_close((*out)[0], make_f32({3}, c.expect))) << c.mode;
+    EXPECT_TRUE(all_close((*out)[0], make_f32({3}, c.expect))) << c.mode;
   }
   // asymmetric + floor, up and down.
-  ir::Node n = make_node("Resize", 13);
-  set_str(n, "coordinate_transformation_mode", "asymmetric");
-  set_str(n, "nearest_mode", "floor");
-  auto out = run_cpu_kernel(n, {make_f32({1, 4}, {1, 2, 3, 4}), Tensor(), make_f32({2}, {1, 0.5f})},
-                            {{DType::kFloat32, {1, 2}}});
+  const OpNode n =
+      resize(13).s("coordinate_transformation_mode", "asymmetric").s("nearest_mode", "floor");
+  auto out = run_case(n, {make_f32({1, 4}, {1, 2, 3, 4}), kNoInput, scales({1, 0.5f})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 2}, {1, 3})));
-  out = run_cpu_kernel(n, {make_f32({1, 2}, {5, 6}), Tensor(), make_f32({2}, {2, 2})},
-                       {{DType::kFloat32, {2, 4}}});
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 2}, {1, 3})));
+  out = run_case(n, {make_f32({1, 2}, {5, 6}), kNoInput, scales({2, 2})});
   ASSERT_TRUE(out.ok());
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 4}, {5, 5, 6, 6, 5, 5, 6, 6})));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({2, 4}, {5, 5, 6, 6, 5, 5, 6, 6})));
   // ONNX's resize_upsample_scales_nearest (half_pixel, round_prefer_floor), scales 2 and 3.
-  ir::Node d = make_node("Resize", 13);
-  out = run_cpu_kernel(
-      d, {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), Tensor(), make_f32({4}, {1, 1, 2, 3})},
-      {{DType::kFloat32, {1, 1, 4, 6}}});
+  out =
+      run_case(resize(13), {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), kNoInput, scales({1, 1, 2, 3})});
   ASSERT_TRUE(out.ok());
-  EXPECT_TRUE(
-      testing::all_close((*out)[0], make_f32({1, 1, 4, 6}, {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2,
-                                                            3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4})));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 4, 6}, {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2,
+                                                           3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4})));
   // Integer tensors resize with nearest too.
-  out = run_cpu_kernel(d, {make_i64({1, 2}, {7, -9}), Tensor(), make_f32({2}, {1, 2})},
-                       {{DType::kInt64, {1, 4}}});
+  out = run_case(resize(13), {make_i64({1, 2}, {7, -9}), kNoInput, scales({1, 2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ((*out)[0].shape(), (Shape{1, 4}));
   EXPECT_EQ((*out)[0].data_as<int64_t>()[1], 7);
   EXPECT_EQ((*out)[0].data_as<int64_t>()[2], -9);
 }
 
 TEST(ResizeOpsKernel, Opset10UsesAsymmetricAndCeilWhenDownsampling) {
   // ONNX's opset-10 resize_downsample_nearest: scales 0.6 on [[1, 2, 3, 4], [5, 6, 7, 8]].
-  ir::Node n = make_node("Resize", 10);
   auto out =
-      run_cpu_kernel(n, {make_f32({1, 1, 2, 4}, iota_values(8)), make_f32({4}, {1, 1, 0.6f, 0.6f})},
-                     {{DType::kFloat32, {1, 1, 1, 2}}});
+      run_case(resize(10), {make_f32({1, 1, 2, 4}, iota_values(8)), scales({1, 1, 0.6f, 0.6f})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 1, 1, 2}, {1, 3})));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 1, 2}, {1, 3})));
 }
 
 TEST(ResizeOpsKernel, LinearAlignCorners) {
-  ir::Node n = make_node("Resize", 13);
-  set_str(n, "mode", "linear");
-  set_str(n, "coordinate_transformation_mode", "align_corners");
-  auto out = run_cpu_kernel(
-      n, {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), Tensor(), make_f32({4}, {1, 1, 2, 2})},
-      {{DType::kFloat32, {1, 1, 4, 4}}});
+  auto out =
+      run_case(resize(13).s("mode", "linear").s("coordinate_transformation_mode", "align_corners"),
+               {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), kNoInput, scales({1, 1, 2, 2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   std::vector<float> e;
   for (int y = 0; y < 4; ++y) {
     for (int x = 0; x < 4; ++x) e.push_back(1.0f + 2.0f * float(y) / 3.0f + float(x) / 3.0f);
   }
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 1, 4, 4}, e)));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 4, 4}, e)));
   EXPECT_NEAR((*out)[0].data_as<float>()[1], 1.3333333f, 1e-6);
 }
 
@@ -361,62 +265,47 @@ std::vector<float> naive_cubic(const std::vector<float>& x, int64_t h, int64_t w
 }
 
 TEST(ResizeOpsKernel, CubicHalfPixel) {
-  ir::Node n = make_node("Resize", 13);
-  set_str(n, "mode", "cubic");
-  set_float(n, "cubic_coeff_a", -0.75f);
   std::vector<float> x = iota_values(16);
-  auto out = run_cpu_kernel(n, {make_f32({1, 1, 4, 4}, x), Tensor(), make_f32({4}, {1, 1, 2, 2})},
-                            {{DType::kFloat32, {1, 1, 8, 8}}});
+  auto out = run_case(resize(13).s("mode", "cubic").f("cubic_coeff_a", -0.75f),
+                      {make_f32({1, 1, 4, 4}, x), kNoInput, scales({1, 1, 2, 2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0],
-                                 make_f32({1, 1, 8, 8}, naive_cubic(x, 4, 4, 8, 8, -0.75, false))));
+  EXPECT_TRUE(
+      all_close((*out)[0], make_f32({1, 1, 8, 8}, naive_cubic(x, 4, 4, 8, 8, -0.75, false))));
   // ONNX's resize_upsample_scales_cubic starts with 0.47265625.
   EXPECT_NEAR((*out)[0].data_as<float>()[0], 0.47265625f, 1e-6);
   // exclude_outside renormalizes the in-range weights; downsample 4x4 -> 3x3 via sizes.
-  set_int(n, "exclude_outside", 1);
-  set_float(n, "cubic_coeff_a", -0.5f);
   std::vector<float> z(16);
   for (int i = 0; i < 16; ++i) z[i] = float((i * 7) % 11) - 3.0f;
-  out = run_cpu_kernel(n,
-                       {make_f32({1, 1, 4, 4}, z), Tensor(), Tensor(), make_i64({4}, {1, 1, 3, 3})},
-                       {{DType::kFloat32, {1, 1, 3, 3}}});
+  out = run_case(resize(13).s("mode", "cubic").i("exclude_outside", 1).f("cubic_coeff_a", -0.5f),
+                 {make_f32({1, 1, 4, 4}, z), kNoInput, kNoInput, sizes({1, 1, 3, 3})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0],
-                                 make_f32({1, 1, 3, 3}, naive_cubic(z, 4, 4, 3, 3, -0.5, true))));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3, 3}, naive_cubic(z, 4, 4, 3, 3, -0.5, true))));
 }
 
 TEST(ResizeOpsKernel, TfCropAndResizeWithExtrapolation) {
-  ir::Node n = make_node("Resize", 13);
-  set_str(n, "mode", "linear");
-  set_str(n, "coordinate_transformation_mode", "tf_crop_and_resize");
-  auto out = run_cpu_kernel(
-      n,
-      {make_f32({1, 1, 4, 4}, iota_values(16)), make_f32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 0.6f, 0.8f}),
-       Tensor(), make_i64({4}, {1, 1, 3, 3})},
-      {{DType::kFloat32, {1, 1, 3, 3}}});
+  const OpNode n =
+      resize(13).s("mode", "linear").s("coordinate_transformation_mode", "tf_crop_and_resize");
+  // The roi is read at run time: a plain input.
+  auto out = run_case(
+      n, {make_f32({1, 1, 4, 4}, iota_values(16)),
+          make_f32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 0.6f, 0.8f}), kNoInput, sizes({1, 1, 3, 3})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 7.9f, 8.2f, 8.8f, 9.1f,
-                                                                    9.4f, 10.0f, 10.3f, 10.6f})));
-  set_float(n, "extrapolation_value", 10.0f);
-  out = run_cpu_kernel(
-      n,
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 7.9f, 8.2f, 8.8f, 9.1f, 9.4f,
+                                                           10.0f, 10.3f, 10.6f})));
+  out = run_case(
+      OpNode(n).f("extrapolation_value", 10.0f),
       {make_f32({1, 1, 4, 4}, iota_values(16)), make_f32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f}),
-       Tensor(), make_i64({4}, {1, 1, 3, 3})},
-      {{DType::kFloat32, {1, 1, 3, 3}}});
+       kNoInput, sizes({1, 1, 3, 3})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close(
-      (*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 10, 10, 12.4f, 10, 10, 10, 10, 10})));
+  EXPECT_TRUE(
+      all_close((*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 10, 10, 12.4f, 10, 10, 10, 10, 10})));
 }
 
 TEST(ResizeOpsKernel, AxesAttributeResizesOnlyListedAxes) {
-  ir::Node n = make_node("Resize", 18);
-  set_str(n, "mode", "linear");
-  set_ints(n, "axes", {1});
-  auto out = run_cpu_kernel(n, {make_f32({2, 2}, {1, 2, 3, 4}), Tensor(), make_f32({1}, {2})},
-                            {{DType::kFloat32, {2, 4}}});
+  auto out = run_case(resize(18).s("mode", "linear").ints("axes", {1}),
+                      {make_f32({2, 2}, {1, 2, 3, 4}), kNoInput, scales({2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(
-      testing::all_close((*out)[0], make_f32({2, 4}, {1, 1.25f, 1.75f, 2, 3, 3.25f, 3.75f, 4})));
+  EXPECT_TRUE(all_close((*out)[0], make_f32({2, 4}, {1, 1.25f, 1.75f, 2, 3, 3.25f, 3.75f, 4})));
 }
 
 // DepthToSpace by its definition: reshape to 6-D, transpose, reshape back.
@@ -447,29 +336,22 @@ std::vector<float> naive_depth_to_space(const std::vector<float>& x, int64_t n, 
 
 TEST(ResizeOpsKernel, DepthToSpaceDcrVsCrdAndSpaceToDepth) {
   std::vector<float> x = iota_values(1 * 8 * 2 * 3, 0.0f);
-  ir::Node dcr = make_node("DepthToSpace", 13);
-  set_int(dcr, "blocksize", 2);
-  auto out = run_cpu_kernel(dcr, {make_f32({1, 8, 2, 3}, x)}, {{DType::kFloat32, {1, 2, 4, 6}}});
+  auto out = run_case(op("DepthToSpace", 13).i("blocksize", 2), {make_f32({1, 8, 2, 3}, x)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close(
-      (*out)[0], make_f32({1, 2, 4, 6}, naive_depth_to_space(x, 1, 8, 2, 3, 2, false))));
+  EXPECT_TRUE(
+      all_close((*out)[0], make_f32({1, 2, 4, 6}, naive_depth_to_space(x, 1, 8, 2, 3, 2, false))));
   // Hand-checked: output (0, 0, 0, 1) comes from channel 2 (DCR: j=1 -> (0*2+1)*2 + 0).
   EXPECT_EQ((*out)[0].data_as<float>()[1], 12.0f);
-  ir::Node crd = make_node("DepthToSpace", 13);
-  set_int(crd, "blocksize", 2);
-  set_str(crd, "mode", "CRD");
-  auto out_crd =
-      run_cpu_kernel(crd, {make_f32({1, 8, 2, 3}, x)}, {{DType::kFloat32, {1, 2, 4, 6}}});
+  auto out_crd = run_case(op("DepthToSpace", 13).i("blocksize", 2).s("mode", "CRD"),
+                          {make_f32({1, 8, 2, 3}, x)});
   ASSERT_TRUE(out_crd.ok());
-  EXPECT_TRUE(testing::all_close(
-      (*out_crd)[0], make_f32({1, 2, 4, 6}, naive_depth_to_space(x, 1, 8, 2, 3, 2, true))));
+  EXPECT_TRUE(all_close((*out_crd)[0],
+                        make_f32({1, 2, 4, 6}, naive_depth_to_space(x, 1, 8, 2, 3, 2, true))));
   EXPECT_EQ((*out_crd)[0].data_as<float>()[1], 6.0f);  // CRD: channel 0*4 + 0*2 + 1 = 1
   // SpaceToDepth inverts DCR.
-  ir::Node s2d = make_node("SpaceToDepth", 13);
-  set_int(s2d, "blocksize", 2);
-  auto back = run_cpu_kernel(s2d, {(*out)[0]}, {{DType::kFloat32, {1, 8, 2, 3}}});
+  auto back = run_case(op("SpaceToDepth", 13).i("blocksize", 2), {(*out)[0]});
   ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_TRUE(testing::all_close((*back)[0], make_f32({1, 8, 2, 3}, x)));
+  EXPECT_TRUE(all_close((*back)[0], make_f32({1, 8, 2, 3}, x)));
 }
 
 // SpaceToDepth as onnx's reference defines it (opset 28): x viewed as [n, c, h/b, b1, w/b, b2] and
@@ -497,49 +379,42 @@ std::vector<float> naive_space_to_depth(const std::vector<float>& x, int64_t n, 
 }
 
 TEST(ResizeOpsInfer, SpaceToDepthModeFromOpset28) {
-  ir::Node s = make_node("SpaceToDepth", 13);
-  set_int(s, "blocksize", 2);
-  set_str(s, "mode", "CRD");
-  auto r = infer(s, {In{DType::kFloat32, {kN, 3, kH * 2, kW * 2}}});
-  EXPECT_EQ(r.status.code(), StatusCode::kInvalidModel);  // no mode before opset 28
+  const NodeInput x = f32({kN, 3, kH * 2, kW * 2});
+  auto r = infer_node(op("SpaceToDepth", 13).i("blocksize", 2).s("mode", "CRD"), {x});
+  EXPECT_EQ(r.code(), StatusCode::kInvalidModel);  // no mode before opset 28
   EXPECT_NE(r.status.message().find("opset 28"), std::string::npos) << r.status.message();
-  s.opset = 28;
-  r = infer(s, {In{DType::kFloat32, {kN, 3, kH * 2, kW * 2}}});
-  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_EQ(ir::dims_to_string(r.outs[0].shape), "[n, 12, h, w]");
-  set_str(s, "mode", "RCD");
-  EXPECT_EQ(infer(s, {In{DType::kFloat32, {kN, 3, kH * 2, kW * 2}}}).status.code(),
+  r = infer_node(op("SpaceToDepth", 28).i("blocksize", 2).s("mode", "CRD"), {x});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[n, 12, h, w]");
+  EXPECT_EQ(infer_node(op("SpaceToDepth", 28).i("blocksize", 2).s("mode", "RCD"), {x}).code(),
             StatusCode::kInvalidModel);
 }
 
 TEST(ResizeOpsKernel, SpaceToDepthCrdInvertsDepthToSpaceCrd) {
   std::vector<float> x = iota_values(1 * 2 * 4 * 6, 0.0f);
   for (bool crd : {false, true}) {
-    ir::Node s2d = make_node("SpaceToDepth", 28);
-    set_int(s2d, "blocksize", 2);
-    if (crd) set_str(s2d, "mode", "CRD");
-    auto deep = run_cpu_kernel(s2d, {make_f32({1, 2, 4, 6}, x)}, {{DType::kFloat32, {1, 8, 2, 3}}});
+    OpNode s2d = op("SpaceToDepth", 28).i("blocksize", 2);
+    if (crd) s2d.s("mode", "CRD");
+    auto deep = run_case(s2d, {make_f32({1, 2, 4, 6}, x)});
     ASSERT_TRUE(deep.ok()) << deep.status().to_string();
-    EXPECT_TRUE(testing::all_close(
-        (*deep)[0], make_f32({1, 8, 2, 3}, naive_space_to_depth(x, 1, 2, 4, 6, 2, crd))))
+    EXPECT_TRUE(
+        all_close((*deep)[0], make_f32({1, 8, 2, 3}, naive_space_to_depth(x, 1, 2, 4, 6, 2, crd))))
         << crd;
     // Hand-checked: channel 1 at (0, 0) is x[0, 1, 0, 0] = 24 in DCR (depth first) and
     // x[0, 0, 0, 1] = 1 in CRD (column first).
     EXPECT_EQ((*deep)[0].data_as<float>()[6], crd ? 1.0f : 24.0f);
-    ir::Node d2s = make_node("DepthToSpace", 28);
-    set_int(d2s, "blocksize", 2);
-    if (crd) set_str(d2s, "mode", "CRD");
-    auto back = run_cpu_kernel(d2s, {(*deep)[0]}, {{DType::kFloat32, {1, 2, 4, 6}}});
+    OpNode d2s = op("DepthToSpace", 28).i("blocksize", 2);
+    if (crd) d2s.s("mode", "CRD");
+    auto back = run_case(d2s, {(*deep)[0]});
     ASSERT_TRUE(back.ok());
-    EXPECT_TRUE(testing::all_close((*back)[0], make_f32({1, 2, 4, 6}, x))) << crd;
+    EXPECT_TRUE(all_close((*back)[0], make_f32({1, 2, 4, 6}, x))) << crd;
   }
 }
 
 TEST(ResizeOpsKernel, EmptyOutputIsFine) {
-  ir::Node n = make_node("Resize", 13);
-  auto out = run_cpu_kernel(n, {make_f32({0, 2}, {}), Tensor(), make_f32({2}, {1, 2})},
-                            {{DType::kFloat32, {0, 4}}});
-  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  auto out = run_case(resize(13), {make_f32({0, 2}, {}), kNoInput, scales({1, 2})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{0, 4}));
 }
 
 }  // namespace
