@@ -43,11 +43,16 @@ else
   status "compute-sanitizer memcheck" "not found"
 fi
 
-# The node tests on the GPU: the same corpus and exclusions as the CPU run, every node built for CUDA.
-if [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "${KILN_ONNX_TESTS:-.gpu_onnx_tests}/node" ]; then
-  "$BUILD/tests/conformance/kiln_node_tests" --device=cuda --data="${KILN_ONNX_TESTS:-.gpu_onnx_tests}" \
+# The node tests on the GPU: the same corpus and exclusions as the CPU run, every node built for
+# CUDA. The corpus is written from the host's onnx package (offline) unless KILN_ONNX_TESTS names one.
+CORPUS=${KILN_ONNX_TESTS:-$BUILD/onnx-tests/data}
+if [ -z "${KILN_ONNX_TESTS:-}" ] && [ ! -d "$CORPUS/node" ]; then
+  bash scripts/fetch_onnx_tests.sh "$BUILD/onnx-tests" >"$LOG/fetch_onnx_tests.log" 2>&1
+fi
+if [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "$CORPUS/node" ]; then
+  "$BUILD/tests/conformance/kiln_node_tests" --device=cuda --data="$CORPUS" \
     --manifest=tests/conformance/exclusions.txt >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
   status "node tests (cuda)" "rc=$rc $(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$LOG/node_tests_cuda.log")"
 else
-  status "node tests (cuda)" "skipped: no corpus at ${KILN_ONNX_TESTS:-.gpu_onnx_tests} (bash scripts/fetch_onnx_tests.sh, then copy its data/ there)"
+  status "node tests (cuda)" "skipped: no corpus at $CORPUS (see $LOG/fetch_onnx_tests.log)"
 fi
