@@ -68,7 +68,8 @@ Status select_kernels(BuildState& s) {
     }
     plan::NodePlan choice;
     choice.impl = chosen->id();
-    choice.tactic = chosen->tactics(q).front();
+    std::vector<std::string> tactics = chosen->tactics(q);  // the first is the default
+    choice.tactic = tactics.empty() ? "" : tactics.front();
     choice.precision = chosen->precision(q);
     s.plan.nodes.push_back(std::move(choice));
   }
