@@ -145,6 +145,17 @@ TEST(Plan, AnEngineNamingAnUnknownImplementationIsRefused) {
   EXPECT_NE(loaded.status().message().find("rebuild"), std::string::npos) << loaded.status().message();
 }
 
+TEST(Plan, AKernelOfAnotherOpIsRefused) {
+  auto engine = Builder().build(view_network(false), n_profile());
+  ASSERT_TRUE(engine.ok());
+  plan::Plan p = engine->plan();
+  p.nodes[1].impl = "cpu.Conv";  // the Relu node
+  auto loaded = Engine::from_plan(std::move(p));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("does not implement Relu"), std::string::npos)
+      << loaded.status().message();
+}
+
 TEST(Plan, EditedAliasesAreRefused) {
   auto engine = Builder().build(view_network(false), n_profile());
   ASSERT_TRUE(engine.ok());

@@ -3,6 +3,7 @@
 // and runs the kernels. On a device backend (CUDA) the arena and constants are device memory,
 // the run is enqueued on the context's stream (optionally as a CUDA graph), and run() stages host
 // tensors through page-locked buffers.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -86,9 +87,10 @@ Status prepare_implementations(EngineData& data) {
                               std::string(device_name(impl->device())) + ", but the engine is for " +
                               std::string(device_name(data.backend->device())));
     }
-    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kUnknown ||
-        registry.find(id) != impl) {
-      return invalid_argument(node.describe() + ": unknown op for kernel '" + id + "'");
+    // An edited file could pair a node with another op's kernel, which would misread its inputs.
+    auto candidates = registry.candidates(ops::find_op(node.domain, node.op_type), impl->device());
+    if (std::find(candidates.begin(), candidates.end(), impl) == candidates.end()) {
+      return invalid_argument(node.describe() + ": kernel '" + id + "' does not implement " + node.op_type);
     }
     backends::KernelQuery q = data.query(n);
     // The file may have been edited: the implementation must still accept the node as planned.
