@@ -1,4 +1,5 @@
-// Little-endian byte writer and bounds-checked reader for the engine file, plus its checksum.
+// Little-endian byte writer and bounds-checked reader for the engine file (its checksum is
+// kiln::checksum64 in core/hash.h).
 // The reader never trusts its input: every read that would run past the end is a Status, and counts
 // are checked against the bytes left before anyone allocates for them.
 #pragma once
@@ -11,27 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/hash.h"
 #include "core/status.h"
 
 namespace kiln::plan {
-
-// FNV-1a 64 over little-endian 64-bit words, then over the tail bytes. Each step (h ^= w; h *= odd
-// prime) is a bijection of the state, so any change confined to one word, in particular one flipped
-// byte, always changes the result; going a word at a time keeps the pass over large weight sections
-// about 8x faster than byte-wise FNV-1a without pulling in CRC tables or SSE4.2 intrinsics.
-inline uint64_t checksum64(std::span<const uint8_t> bytes) {
-  constexpr uint64_t kOffset = 0xcbf29ce484222325ull;
-  constexpr uint64_t kPrime = 0x100000001b3ull;
-  uint64_t h = kOffset;
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    uint64_t w = 0;
-    for (int k = 0; k < 8; ++k) w |= uint64_t(bytes[i + k]) << (8 * k);
-    h = (h ^ w) * kPrime;
-  }
-  for (; i < bytes.size(); ++i) h = (h ^ bytes[i]) * kPrime;
-  return h;
-}
 
 class ByteWriter {
  public:

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backends/cuda/cuda_common.h"
+#include "core/hash.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -31,18 +32,9 @@ WeightTable& table() {
   return *t;
 }
 
-uint64_t fnv1a64(const uint8_t* p, size_t n) {
-  uint64_t h = 14695981039346656037ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 StatusOr<std::shared_ptr<const DeviceWeight>> device_weight(const Tensor& t, MathMode mode) {
   const auto* bytes = static_cast<const uint8_t*>(t.data());
-  Key key{fnv1a64(bytes, t.nbytes()), t.nbytes(), int(mode)};
+  Key key{checksum64({bytes, t.nbytes()}), t.nbytes(), int(mode)};
   WeightTable& w = table();
   std::lock_guard<std::mutex> lock(w.mu);
   if (auto it = w.weights.find(key); it != w.weights.end()) {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/hash.h"
 #include "frontend/onnx/tensor_proto.h"
 
 namespace kiln::onnx {
@@ -33,15 +34,6 @@ struct ModelContext {
 };
 
 std::string normalize_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
-
-uint64_t fnv1a64(std::span<const uint8_t> bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string sanitize_symbol(std::string_view text) {
   std::string s;
