@@ -245,23 +245,35 @@ StatusOr<int> insert_on_edge(Graph* g, int value, Node node, std::span<const int
   return find_node(*g, name, outs);
 }
 
+namespace {
+
+// Inserts `op_type` with one attribute on the edge from `value` to `consumers`, writing a new value
+// named after `base`; the new value is removed again when the insertion fails.
+StatusOr<int> insert_unary(Graph* g, int value, const char* op_type, const std::string& base, DType dtype,
+                           std::optional<std::vector<Dim>> shape, const char* attr_name, Attribute attr,
+                           std::span<const int> consumers) {
+  const size_t num_values = g->values.size();
+  int out = add_unique_value(g, base, dtype, std::move(shape));
+  Node node;
+  node.op_type = op_type;
+  node.name = unique_node_name(*g, g->values[out].name);
+  node.inputs = {value};
+  node.outputs = {out};
+  node.attrs.set(attr_name, std::move(attr));
+  auto n = insert_on_edge(g, value, std::move(node), consumers);
+  if (!n.ok()) g->values.resize(num_values);
+  return n;
+}
+
+}  // namespace
+
 StatusOr<int> insert_cast(Graph* g, int value, DType to, std::span<const int> consumers) {
   if (!valid_value(*g, value)) return invalid_argument("insert_cast: value index out of range");
-  const size_t num_values = g->values.size();
-  std::string base = g->values[value].name + "_" + std::string(dtype_name(to));
-  int out = add_unique_value(g, base, to, g->values[value].shape);
-  Node cast;
-  cast.op_type = "Cast";
-  cast.name = unique_node_name(*g, g->values[out].name);
-  cast.inputs = {value};
-  cast.outputs = {out};
   Attribute a;
   a.type = AttrType::kInt;
   a.i = int64_t(to);  // DType numbers are ONNX's TensorProto codes
-  cast.attrs.set("to", a);
-  auto n = insert_on_edge(g, value, std::move(cast), consumers);
-  if (!n.ok()) g->values.resize(num_values);
-  return n;
+  return insert_unary(g, value, "Cast", g->values[value].name + "_" + std::string(dtype_name(to)), to,
+                      g->values[value].shape, "to", std::move(a), consumers);
 }
 
 StatusOr<int> insert_layout_transform(Graph* g, int value, std::vector<int64_t> perm,
@@ -285,21 +297,11 @@ StatusOr<int> insert_layout_transform(Graph* g, int value, std::vector<int64_t> 
     out_shape.emplace();
     for (int64_t p : perm) out_shape->push_back((*shape)[size_t(p)]);
   }
-  const size_t num_values = g->values.size();
-  int out = add_unique_value(g, g->values[value].name + "_layout", g->values[value].dtype,
-                             std::move(out_shape));
-  Node t;
-  t.op_type = "Transpose";
-  t.name = unique_node_name(*g, g->values[out].name);
-  t.inputs = {value};
-  t.outputs = {out};
   Attribute a;
   a.type = AttrType::kInts;
   a.ints = std::move(perm);
-  t.attrs.set("perm", a);
-  auto n = insert_on_edge(g, value, std::move(t), consumers);
-  if (!n.ok()) g->values.resize(num_values);
-  return n;
+  return insert_unary(g, value, "Transpose", g->values[value].name + "_layout", g->values[value].dtype,
+                      std::move(out_shape), "perm", std::move(a), consumers);
 }
 
 Status replace_all_uses(Graph* g, int from, int to, bool include_graph_outputs) {
