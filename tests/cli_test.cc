@@ -335,7 +335,7 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("inspect " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* part :
-       {"header: format version 2", "device cpu", "cpu.Conv", "float32", "conv1",
+       {"header: format version 3", "device cpu", "cpu.Conv", "float32", "conv1",
         "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
   }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "backends/backend.h"
+#include "plan/plan.h"
 #include "model_util.h"
 #include "test_util.h"
 
@@ -159,6 +160,68 @@ TEST(CudaMobilenetFinding, Tf32ErrorIsClearlyLargerThanStrictFp32) {
               max32 > 0 ? maxtf / max32 : 0.0);
   EXPECT_LE(max32, kStrictFp32MobilenetMaxAbs);
   EXPECT_GE(maxtf, kTf32OverFp32MinRatio * max32);
+}
+
+// The plan records each library's algorithm (ranked at the opt shapes) as the node's tactic, and
+// gives every FP16 GEMM or convolution that converts an activation a workspace slot: execute()
+// allocates nothing. A tactic a library does not know is refused when the engine is loaded.
+TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
+  REQUIRE_CUDA();
+  auto engine = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"), Device::kCUDA,
+                            config_for(Precision::kFp16));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const plan::Plan& p = engine->plan();
+  int gemms = 0, convs = 0, with_workspace = 0;
+  for (size_t n = 0; n < p.nodes.size(); ++n) {
+    const plan::NodePlan& np = p.nodes[n];
+    const ir::Node& node = p.graph.nodes[n];
+    if (np.impl == "cuda.cublaslt.MatMul" || np.impl == "cuda.cublaslt.Gemm") {
+      ++gemms;
+      EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << node.describe() << ": " << np.tactic;
+      EXPECT_NE(np.tactic.find(" tile="), std::string::npos) << np.tactic;
+      bool activation_operand = false;
+      for (int i = 0; i < 2; ++i) activation_operand |= !p.graph.values[node.inputs[i]].constant.has_value();
+      EXPECT_EQ(np.workspace_slot >= 0, activation_operand) << node.describe();
+      with_workspace += np.workspace_slot >= 0;
+    } else if (np.impl == "cuda.cudnn.Conv") {
+      ++convs;
+      EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << np.tactic;
+      EXPECT_GE(np.workspace_slot, 0) << node.describe();
+    } else {
+      EXPECT_EQ(np.workspace_slot, -1) << node.describe() << " [" << np.impl << "]";
+    }
+  }
+  std::printf("[cuda] vit_tiny fp16: %d GEMMs, %d convolutions, %d nodes with a workspace slot; first tactic %s\n",
+              gemms, convs, with_workspace, gemms ? p.nodes[0].tactic.c_str() : "");
+  EXPECT_GT(gemms, 0);
+  EXPECT_EQ(convs, 1);
+  EXPECT_GT(with_workspace, 0);
+
+  // Saved and loaded, the tactics come back and the engine runs batch 1 and 4 alike.
+  auto loaded = Engine::deserialize(engine->serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  for (size_t n = 0; n < p.nodes.size(); ++n) EXPECT_EQ(loaded->plan().nodes[n].tactic, p.nodes[n].tactic);
+  auto ctx = loaded->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto sets = load_test_sets(models_dir() + "/vit_tiny");
+  ASSERT_TRUE(sets.ok());
+  for (const auto& set : *sets) {
+    auto out = (*ctx)->run({{"x", set.inputs[0]}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ErrorStats e = error_stats(out->begin()->second, set.outputs[0]);
+    EXPECT_GT(e.cosine, 0.999) << "max_abs " << e.max_abs;
+  }
+
+  // An unknown tactic is refused at load, naming it.
+  for (size_t n = 0; n < p.nodes.size(); ++n) {
+    if (p.nodes[n].impl != "cuda.cudnn.Conv" && p.nodes[n].impl != "cuda.cublaslt.MatMul") continue;
+    plan::Plan bad = p;
+    bad.nodes[n].tactic = "algo=warp_drive";
+    auto e = Engine::from_plan(std::move(bad));
+    Status st = e.ok() ? e->create_execution_context().status() : e.status();
+    ASSERT_FALSE(st.ok()) << p.nodes[n].impl;
+    EXPECT_NE(st.message().find("warp_drive"), std::string::npos) << st.message();
+  }
 }
 
 TEST(CudaErrors, DeviceOutOfMemoryNamesTheAmount) {

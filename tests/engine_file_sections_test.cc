@@ -1,4 +1,4 @@
-// Engine file format version 2's section table: node plans, aliases and backend sections round
+// The engine file's section table (format version 3): node plans, aliases and backend sections round
 // trip; sections load in any order; unknown optional sections are skipped, unknown required ones
 // and other format versions are refused with a message saying what to do; duplicate tags, missing
 // core sections and hostile node plans or aliases are corruption.
@@ -178,7 +178,7 @@ TEST(EngineFileSections, Version1FileIsRefused) {
   w.align(64);
   std::vector<uint8_t> v1 = w.take();
   const std::string want =
-      "engine file format version 1 was written by an older kiln; this kiln reads version 2: "
+      "engine file format version 1 was written by an older kiln; this kiln reads version 3: "
       "rebuild the engine from the ONNX model";
   EXPECT_EQ(load_error(v1), want);
   EXPECT_EQ(read_header(v1).status().message(), want);
@@ -319,6 +319,7 @@ TEST(EngineFileSections, HostileNodePlansAreRefused) {
     node.u8(0);
     node.u8(0);
     node.str("");
+    node.i64(-1);
   }
   std::vector<Piece> table = sections_of(bytes);
   table[1].bytes = node.data();
@@ -332,10 +333,27 @@ TEST(EngineFileSections, HostileNodePlansAreRefused) {
   node.u8(0);
   node.u8(0);
   node.str("");
+  node.i64(-1);
   table[1].bytes = node.data();
   EXPECT_NE(load_error(assemble(bytes, table))
                 .find("the plan has 1 node-plan entries but the graph has 2 nodes"),
             std::string::npos);
+  // A workspace slot outside the arena, and one that is not even an int.
+  for (int64_t slot : {int64_t(99), int64_t(-2), int64_t(1) << 40}) {
+    node = ByteWriter();
+    node.u64(2);
+    for (int i = 0; i < 2; ++i) {
+      node.str("cpu.Shape");
+      node.str("");
+      node.u8(0);
+      node.u8(0);
+      node.str("");
+      node.i64(i == 1 ? slot : -1);
+    }
+    table[1].bytes = node.data();
+    const std::string err = load_error(assemble(bytes, table));
+    EXPECT_TRUE(err.find("workspace slot " + std::to_string(slot)) != std::string::npos) << err;
+  }
 
   Plan p = make_plan();
   p.nodes[0].impl.clear();

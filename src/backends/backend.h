@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct KernelQuery {
   // What the implementation prepared for this engine: set for instantiate(); it outlives the
   // kernel (the engine owns it and every context keeps the engine alive).
   const class PreparedNode* prepared = nullptr;
+  // The symbol values at the first profile's opt shapes: what tactics are ranked at. nullptr
+  // outside a build (a static graph needs none: its shapes evaluate without symbols).
+  const ir::SymbolValues* opt_symbols = nullptr;
 
   // The dtype of input/output i; kUndefined when it is omitted.
   DType input_dtype(size_t i) const {
@@ -43,6 +47,18 @@ struct KernelQuery {
   }
   bool input_is_constant(size_t i) const {
     return i < inputs.size() && inputs[i] && inputs[i]->constant.has_value();
+  }
+  // The shape of `v` at the opt point (opt_symbols), or nullopt when it does not evaluate.
+  std::optional<Shape> opt_shape(const ir::Value* v) const {
+    if (!v || !v->shape) return std::nullopt;
+    static const ir::SymbolValues kNone;
+    Shape s;
+    for (const ir::Dim& d : *v->shape) {
+      auto x = d.eval(opt_symbols ? *opt_symbols : kNone);
+      if (!x || *x < 0) return std::nullopt;
+      s.push_back(*x);
+    }
+    return s;
   }
 };
 
@@ -65,6 +81,23 @@ class Kernel {
   virtual std::string name() const = 0;
   // The stream (cudaStream_t on CUDA) later execute() calls enqueue on; ignored on the CPU.
   virtual void set_stream(void* stream) {}
+  // Scratch for the next execute(): the node's arena slot of KernelImpl::workspace_bytes for the
+  // current shapes (nullptr, 0 when it declared none). The runtime sets it before every execute.
+  void set_workspace(void* p, size_t bytes) {
+    workspace_ = p;
+    workspace_size_ = bytes;
+  }
+
+ protected:
+  // kInternal naming `who` when the workspace the runtime gave is smaller than `bytes` (a plan
+  // whose workspace slot does not match the implementation's formula).
+  Status check_workspace(size_t bytes, const std::string& who) const {
+    if (bytes <= workspace_size_) return ok_status();
+    return internal_error(who + " needs " + std::to_string(bytes) + " bytes of workspace but the plan gives " +
+                          std::to_string(workspace_size_));
+  }
+  void* workspace_ = nullptr;
+  size_t workspace_size_ = 0;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };

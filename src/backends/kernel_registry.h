@@ -30,6 +30,10 @@ class KernelImpl {
   // What the node computes in under the build's precision policy (q.policy). The default: the
   // node's own dtypes (integer, bool and copy kernels; float kernels of the output's dtype).
   virtual NodePrecision precision(const KernelQuery& q) const { return {}; }
+  // Device scratch one execute() needs, as a formula over the input symbols (the shapes of
+  // q.inputs/q.outputs, for the precision in q.precision). The plan gives the node an arena slot of
+  // this size; execute() gets it through Kernel::set_workspace and never allocates. 0: none.
+  virtual ir::Dim workspace_bytes(const KernelQuery& q) const { return 0; }
   // The tactics it can be timed over, the default first (one empty tactic when it has none).
   virtual std::vector<std::string> tactics(const KernelQuery& q) const { return {""}; }
   // Once per engine: state derived from the node's constant inputs (weights converted or re-laid

@@ -110,6 +110,7 @@ Status bind_profiles(BuildState& s) {
           return invalid_argument(dim_where + ": opt " + std::to_string(dims->opt[d]) + " is not of the form " +
                                   shape[d].to_string());
         }
+        if (p == 0) s.opt_symbols[sym] = opt_rest / c;
       }
     }
     if (!missing.empty()) {

@@ -17,6 +17,7 @@ struct BuildState {
   const backends::Backend& backend;
   std::vector<ops::Constraint> constraints;  // recorded by shape inference, proven per profile
   std::vector<plan::Profile> profiles;       // filled by bind_profiles
+  ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
   plan::Plan plan;                           // filled by the last passes
 };

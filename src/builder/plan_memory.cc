@@ -2,7 +2,8 @@
 // and assigns activations to arena slots. Slot sizes are formulas over the input symbols, so the
 // runtime sizes the arena for the actual shapes, never for the profile's max. The output of a view
 // that select_kernels made an alias is stored as its root value's bytes: no slot, no copy, and the
-// root stays live until the alias's last reader has run.
+// root stays live until the alias's last reader has run. A kernel's workspace takes a slot for the
+// one node that runs it.
 #include <map>
 
 #include "builder/build_state.h"
@@ -102,27 +103,37 @@ Status plan_memory(BuildState& s) {
   // Greedy slot reuse in execution order: a slot is free once its value's last reader ran.
   std::vector<int> slot_owner;  // value currently holding each reusable slot, -1 when free
   std::vector<int> slot_index;  // position in p.slot_bytes
+  // A slot free now for `bytes` (one of the same size if any), grown or added as needed.
+  auto take_slot = [&](const ir::Dim& bytes) {
+    int chosen = -1;
+    for (size_t k = 0; k < slot_owner.size(); ++k) {
+      if (slot_owner[k] >= 0) continue;
+      if (chosen < 0 || p.slot_bytes[slot_index[k]] == bytes) chosen = int(k);
+      if (p.slot_bytes[slot_index[k]] == bytes) break;
+    }
+    if (chosen < 0) {
+      chosen = int(slot_owner.size());
+      slot_owner.push_back(-1);
+      slot_index.push_back(int(p.slot_bytes.size()));
+      p.slot_bytes.push_back(bytes);
+    } else {
+      ir::Dim& sz = p.slot_bytes[slot_index[chosen]];
+      sz = ir::Dim::max(sz, bytes);
+    }
+    return chosen;
+  };
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     for (int v : p.graph.nodes[n].outputs) {
       if (v < 0 || p.values[v].storage != plan::Storage::kActivation) continue;
-      ir::Dim bytes = bytes_of(p.graph.values[v]);
-      int chosen = -1;
-      for (size_t k = 0; k < slot_owner.size(); ++k) {
-        if (slot_owner[k] >= 0) continue;
-        if (chosen < 0 || p.slot_bytes[slot_index[k]] == bytes) chosen = int(k);
-        if (p.slot_bytes[slot_index[k]] == bytes) break;
-      }
-      if (chosen < 0) {
-        chosen = int(slot_owner.size());
-        slot_owner.push_back(-1);
-        slot_index.push_back(int(p.slot_bytes.size()));
-        p.slot_bytes.push_back(bytes);
-      } else {
-        ir::Dim& sz = p.slot_bytes[slot_index[chosen]];
-        sz = ir::Dim::max(sz, bytes);
-      }
+      int chosen = take_slot(bytes_of(p.graph.values[v]));
       slot_owner[chosen] = v;
       p.values[v].slot = slot_index[chosen];
+    }
+    // The kernel's workspace lives while the node runs: beside its inputs and outputs, free after.
+    plan::NodePlan& np = p.nodes[n];
+    if (!(np.workspace.is_const() && np.workspace.value() == 0)) {
+      int chosen = take_slot(np.workspace);
+      np.workspace_slot = slot_index[chosen];
     }
     // Release slots whose value is not read after this node (or never read at all).
     for (size_t k = 0; k < slot_owner.size(); ++k) {

@@ -1,5 +1,6 @@
 // Pass select_kernels: for every node that runs, the first implementation in the registry's order
-// for the target device that supports it; the plan records its id, default tactic and precision.
+// for the target device that supports it; the plan records its id, precision, default tactic (the
+// implementation ranks its tactics at the first profile's opt shapes) and workspace formula.
 // Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) become aliases that run nothing, unless
 // their output is an engine output (which the caller's buffer must receive). Nodes that no
 // implementation supports are all listed in one error, each with every implementation's reason.
@@ -44,6 +45,7 @@ Status select_kernels(BuildState& s) {
       continue;
     }
     backends::KernelQuery q{node, {}, {}, policy};
+    q.opt_symbols = &s.opt_symbols;
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     ops::OpKind op = ops::find_op(node.domain, node.op_type);
@@ -68,9 +70,12 @@ Status select_kernels(BuildState& s) {
     }
     plan::NodePlan choice;
     choice.impl = chosen->id();
+    choice.precision = chosen->precision(q);
+    q.precision = choice.precision;  // tactics and workspace depend on what the node computes in
     std::vector<std::string> tactics = chosen->tactics(q);  // the first is the default
     choice.tactic = tactics.empty() ? "" : tactics.front();
-    choice.precision = chosen->precision(q);
+    q.tactic = choice.tactic;
+    choice.workspace = chosen->workspace_bytes(q);
     s.plan.nodes.push_back(std::move(choice));
   }
   if (n_failed) {

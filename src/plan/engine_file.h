@@ -1,7 +1,7 @@
 // The engine file (.kiln): serializes a Plan to bytes and back, refusing any truncated, corrupted,
 // hostile or version-mismatched file with a specific reason. Loading never trusts the file.
 //
-// Format version 2. Every integer is little-endian with the size given; f32 is IEEE bits as u32.
+// Format version 3. Every integer is little-endian with the size given; f32 is IEEE bits as u32.
 // str = u64 byte count + bytes. A "count" is a u64. Offsets are from the start of the file.
 //
 //   header   magic "KILNENG\0" (8 bytes), format_version u32 (= plan::kFormatVersion),
@@ -29,7 +29,8 @@
 //         profiles: count, each {inputs: count, each {name str, min, opt, max: count + i64 each};
 //                                symbols: count, each {name str, lo i64, hi i64}}
 //   NODE  node plans (parallel to the graph's nodes): count, each {impl str, tactic str,
-//         compute u8 (DType code, 0 = the node's own dtypes), tf32 u8 (0 or 1), layout str}
+//         compute u8 (DType code, 0 = the node's own dtypes), tf32 u8 (0 or 1), layout str,
+//         workspace_slot i64 (an arena slot, -1 for none)}
 //   GRPH  graph = name str;
 //                 opsets: count, each {domain str, version i64};
 //                 values: count, each {name str, dtype u8, has_shape u8 [dims],

@@ -14,7 +14,7 @@
 
 namespace kiln::plan {
 
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr const char* kKilnVersion = "0.1.0";
 
 // Shapes of one input in one profile.
@@ -50,6 +50,10 @@ struct NodePlan {
   std::string tactic;  // the tactic's parameters as text ("algo=1"); empty when it has none
   NodePrecision precision;
   std::string layout;  // the layout the node computes in; empty: the ONNX layout (NCHW, row-major)
+  // Scratch for the kernel: the formula the implementation declared (build time only; the slot's
+  // size in slot_bytes is what the file stores) and its arena slot, -1 when it needs none.
+  ir::Dim workspace = 0;
+  int workspace_slot = -1;
 };
 inline constexpr const char* kAliasImpl = "alias";
 

@@ -68,6 +68,10 @@ Status validate_nodes(const Plan& p, const std::string& prefix) {
     const NodePlan& np = p.nodes[i];
     const std::string what = prefix + "the plan of " + p.graph.nodes[i].describe();
     if (np.impl.empty()) return invalid_argument(what + " names no implementation");
+    if (np.workspace_slot < -1 || np.workspace_slot >= int64_t(p.slot_bytes.size())) {
+      return invalid_argument(what + " uses workspace slot " + std::to_string(np.workspace_slot) +
+                              " but there are " + std::to_string(p.slot_bytes.size()) + " slots");
+    }
     const uint8_t compute = uint8_t(np.precision.compute);
     if (compute != 0 && !known_dtype_code(compute)) {
       return invalid_argument(what + " computes in unknown dtype code " + std::to_string(compute));
@@ -209,12 +213,13 @@ void write_nodes(const Plan& p, ByteWriter& w) {
     w.u8(uint8_t(np.precision.compute));
     w.u8(np.precision.tf32);
     w.str(np.layout);
+    w.i64(np.workspace_slot);
   }
 }
 
 Status read_nodes(std::span<const uint8_t> bytes, Plan* p) {
   ByteReader r(bytes, "section NODE");
-  KILN_ASSIGN_OR_RETURN(size_t nnodes, r.count(8 + 8 + 1 + 1 + 8, "node plans"));
+  KILN_ASSIGN_OR_RETURN(size_t nnodes, r.count(8 + 8 + 1 + 1 + 8 + 8, "node plans"));
   p->nodes.resize(nnodes);
   for (size_t i = 0; i < nnodes; ++i) {
     NodePlan& np = p->nodes[i];
@@ -228,6 +233,11 @@ Status read_nodes(std::span<const uint8_t> bytes, Plan* p) {
     np.precision.compute = DType(compute);
     KILN_ASSIGN_OR_RETURN(np.precision.tf32, read_bool(r));
     KILN_ASSIGN_OR_RETURN(np.layout, r.str());
+    KILN_ASSIGN_OR_RETURN(int64_t ws, r.i64());
+    if (ws < -1 || ws > INT32_MAX) {
+      return r.corrupted("node plan " + std::to_string(i) + " has workspace slot " + std::to_string(ws));
+    }
+    np.workspace_slot = int(ws);
   }
   return expect_end(r);
 }

@@ -161,6 +161,7 @@ class ExecutionContext {
   ir::SymbolValues symbols_;
   std::vector<Shape> shapes_;             // resolved shape of every plan value
   std::vector<size_t> slot_offset_;
+  std::vector<size_t> slot_size_;    // bytes of each arena slot for the current shapes
   void* arena_ = nullptr;
   size_t arena_capacity_ = 0;
   // Device backends: the stream, symbolic values in page-locked host memory (kernels read them on

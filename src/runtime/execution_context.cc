@@ -255,11 +255,13 @@ Status ExecutionContext::resolve() {
   // Arena layout for these shapes.
   const auto& slots = data_->plan.slot_bytes;
   slot_offset_.assign(slots.size(), 0);
+  slot_size_.assign(slots.size(), 0);
   size_t total = 0;
   for (size_t k = 0; k < slots.size(); ++k) {
     auto bytes = slots[k].eval(symbols_);
     if (!bytes || *bytes < 0) return internal_error("cannot evaluate arena slot " + std::to_string(k));
     slot_offset_[k] = total;
+    slot_size_[k] = size_t(*bytes);
     size_t aligned = (size_t(*bytes) + kAlign - 1) / kAlign * kAlign;
     if (total + aligned < total) return out_of_memory("activation arena size overflows");
     total += aligned;
@@ -428,6 +430,10 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i] >= 0) node_out_[n][i].data = resolve_address(node.outputs[i]);
+    }
+    const int ws = p.nodes[n].workspace_slot;
+    if (ws >= 0) {
+      kernels_[n]->set_workspace(static_cast<char*>(arena_) + slot_offset_[ws], slot_size_[ws]);
     }
     Status st = kernels_[n]->execute(node_in_[n], node_out_[n]);
     if (!st.ok()) return st.with_context(node.describe() + " [" + kernels_[n]->name() + "]");

@@ -1,7 +1,10 @@
 // Conv on cuDNN 9 (legacy convolution API): 1-D and 2-D, groups, dilations, symmetric pads.
 // Strict FP32 restricts cuDNN to FMA kernels; TF32 allows tensor-core TF32; FP16/BF16 convert the
-// input (and the constant weights, once) and accumulate in FP32. Bias is added by a small kernel.
+// input into the kernel's workspace (and the constant weights once per engine) and accumulate in
+// FP32. Bias is added by a small kernel. The tactic is the forward algorithm the builder took
+// from cuDNN's ranking at the opt shapes, recorded in the plan.
 #include <algorithm>
+#include <array>
 
 #include "backends/cuda/cuda_common.h"
 
@@ -18,25 +21,124 @@ using ops::OpKind;
     }                                                                                               \
   } while (0)
 
-class ConvKernel final : public CudaKernel {
- public:
-  ConvKernel(MathMode mode, const void* prepared_w)
-      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode),
-        prepared_w_(prepared_w) {}
-  ~ConvKernel() override {
-    if (xd_) cudnnDestroyTensorDescriptor(xd_);
-    if (yd_) cudnnDestroyTensorDescriptor(yd_);
-    if (wd_) cudnnDestroyFilterDescriptor(wd_);
-    if (cd_) cudnnDestroyConvolutionDescriptor(cd_);
+// The cuDNN forward algorithms by tactic name.
+constexpr std::pair<const char*, cudnnConvolutionFwdAlgo_t> kAlgos[] = {
+    {"implicit_gemm", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM},
+    {"implicit_precomp_gemm", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM},
+    {"gemm", CUDNN_CONVOLUTION_FWD_ALGO_GEMM},
+    {"direct", CUDNN_CONVOLUTION_FWD_ALGO_DIRECT},
+    {"fft", CUDNN_CONVOLUTION_FWD_ALGO_FFT},
+    {"fft_tiling", CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING},
+    {"winograd", CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD},
+    {"winograd_nonfused", CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED},
+};
+const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
+  for (const auto& [name, algo] : kAlgos) {
+    if (algo == a) return name;
   }
+  return "unknown";
+}
 
+// A tactic: "algo=<name>" (the math mode follows the node's precision).
+StatusOr<cudnnConvolutionFwdAlgo_t> parse_tactic(const std::string& t) {
+  if (t.empty()) return CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  for (const auto& [name, algo] : kAlgos) {
+    if (t == std::string("algo=") + name) return algo;
+  }
+  return invalid_argument("cuDNN convolution tactic '" + t + "' is not algo=<one of cuDNN's forward algorithms>");
+}
+
+cudnnMathType_t math_type(MathMode m) {
+  return m == MathMode::kFp32 ? CUDNN_FMA_MATH : m == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+}
+
+// The convolution's attributes, parsed once.
+struct ConvAttrs {
   std::vector<int64_t> strides, dilations, pads;
   int64_t group = 1;
   std::string auto_pad = "NOTSET";
+};
+
+// cuDNN descriptors of one convolution problem (NCHW; 1-D runs as H = 1).
+class ConvDesc {
+ public:
+  ~ConvDesc() {
+    if (xd) cudnnDestroyTensorDescriptor(xd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
+    if (wd) cudnnDestroyFilterDescriptor(wd);
+    if (cd) cudnnDestroyConvolutionDescriptor(cd);
+  }
+  Status describe(const ConvAttrs& c, MathMode mode, std::span<const int64_t> x, std::span<const int64_t> w,
+                  std::span<const int64_t> y, const std::string& who) {
+    int ns = int(x.size()) - 2;
+    auto dim4 = [&](std::span<const int64_t> s) {
+      std::array<int, 4> d{int(s[0]), int(s[1]), 1, 1};
+      if (ns == 1) d[3] = int(s[2]);
+      else d[2] = int(s[2]), d[3] = int(s[3]);
+      return d;
+    };
+    std::array<int, 2> pad{0, 0}, str{1, 1}, dil{1, 1};
+    for (int i = 0; i < ns; ++i) {
+      int slot = ns == 1 ? 1 : i;
+      int64_t k = w[2 + i], in = x[2 + i];
+      int64_t s = c.strides.empty() ? 1 : c.strides[i], d = c.dilations.empty() ? 1 : c.dilations[i];
+      int64_t pb = 0, pe = 0;
+      if (c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
+        int64_t expect = (in + s - 1) / s, eff = d * (k - 1) + 1;
+        int64_t total = std::max<int64_t>(0, (expect - 1) * s + eff - in);
+        pb = c.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else if (c.auto_pad == "NOTSET" && !c.pads.empty()) {
+        pb = c.pads[i], pe = c.pads[ns + i];
+      }
+      if (pb != pe) return unsupported(who + ": asymmetric padding is not supported on CUDA");
+      pad[slot] = int(pb), str[slot] = int(s), dil[slot] = int(d);
+    }
+    cudnnDataType_t dt = mode == MathMode::kFp16 ? CUDNN_DATA_HALF
+                         : mode == MathMode::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    if (!xd) {
+      KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&xd), "cudnnCreateTensorDescriptor");
+      KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&yd), "cudnnCreateTensorDescriptor");
+      KILN_DNN_CHECK(cudnnCreateFilterDescriptor(&wd), "cudnnCreateFilterDescriptor");
+      KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&cd), "cudnnCreateConvolutionDescriptor");
+    }
+    auto xs = dim4(x), ws = dim4(w), ys = dim4(y);
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, dt, xs[0], xs[1], xs[2], xs[3]), who + ": x descriptor");
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, dt, ys[0], ys[1], ys[2], ys[3]), who + ": y descriptor");
+    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(wd, dt, CUDNN_TENSOR_NCHW, ws[0], ws[1], ws[2], ws[3]), who + ": w descriptor");
+    KILN_DNN_CHECK(cudnnSetConvolution2dDescriptor(cd, pad[0], pad[1], str[0], str[1], dil[0], dil[1],
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                   who + ": convolution descriptor");
+    KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(cd, int(c.group)), who + ": group count");
+    KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd, math_type(mode)), who + ": math type");
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    KILN_DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd, xd, wd, &on, &oc, &oh, &ow), who + ": output dims");
+    if (on != ys[0] || oc != ys[1] || oh != ys[2] || ow != ys[3]) {
+      return invalid_argument(who + ": cuDNN computes output [" + std::to_string(on) + ", " + std::to_string(oc) + ", " +
+                              std::to_string(oh) + ", " + std::to_string(ow) + "] but the plan has " + shape_to_string(y));
+    }
+    return ok_status();
+  }
+
+  cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
+  cudnnFilterDescriptor_t wd = nullptr;
+  cudnnConvolutionDescriptor_t cd = nullptr;
+};
+
+// The per-stream library workspace an algorithm may use (StreamResources::workspace_bytes).
+constexpr size_t kLibraryWorkspace = size_t(32) << 20;
+
+// Runs the algorithm the plan recorded. Where it cannot run a shape of the profile (cuDNN refuses
+// it, or it needs more than the library workspace), IMPLICIT_GEMM, which runs every shape with no
+// workspace: a fixed rule, not a new choice.
+class ConvKernel final : public CudaKernel {
+ public:
+  ConvKernel(MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo, const void* prepared_w)
+      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode),
+        attrs_(std::move(attrs)), recorded_(algo), prepared_w_(prepared_w) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &w = in[1], &y = out[0];
-    if (x.dtype != DType::kFloat32 || w.dtype != DType::kFloat32) return unsupported(name_ + ": float32 only on CUDA");
     int ns = x.rank() - 2;
     if (ns < 1 || ns > 2 || w.rank() != x.rank() || y.rank() != x.rank()) {
       return unsupported(name_ + ": the CUDA backend runs 1-D and 2-D convolutions (input " + shape_to_string(x.shape) + ")");
@@ -44,30 +146,30 @@ class ConvKernel final : public CudaKernel {
     if (y.numel() == 0) return ok_status();
     Shape key(x.shape.begin(), x.shape.end());
     key.insert(key.end(), w.shape.begin(), w.shape.end());
-    if (key != key_) KILN_RETURN_IF_ERROR(plan(x, w, y));
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
+    if (key != key_) KILN_RETURN_IF_ERROR(plan(x, w, y, res));
     const void* px = x.data;
     const void* pw = w.data;
     void* py = y.data;
     bool low = mode_ == MathMode::kFp16 || mode_ == MathMode::kBf16;
     if (low) {
-      KILN_RETURN_IF_ERROR(xbuf_.reserve(x.numel() * 2));
-      KILN_RETURN_IF_ERROR(ybuf_.reserve(y.numel() * 2));
+      // Workspace: x, then y, then (for a filter computed at run time) w, each in FP16/BF16.
+      const size_t xb = workspace_piece(size_t(x.numel()) * 2), yb = workspace_piece(size_t(y.numel()) * 2);
+      const size_t wb = prepared_w_ ? 0 : workspace_piece(size_t(w.numel()) * 2);
+      KILN_RETURN_IF_ERROR(check_workspace(xb + yb + wb, name_));
+      char* ws = static_cast<char*>(workspace_);
       auto conv = mode_ == MathMode::kFp16 ? convert_f32_to_f16 : convert_f32_to_bf16;
-      KILN_RETURN_IF_ERROR(conv(x.as<const float>(), xbuf_.data(), x.numel(), stream_));
-      if (!prepared_w_) {  // a filter computed at run time; constant ones were prepared once
-        KILN_RETURN_IF_ERROR(wbuf_.reserve(w.numel() * 2));
-        KILN_RETURN_IF_ERROR(conv(w.as<const float>(), wbuf_.data(), w.numel(), stream_));
-      }
-      px = xbuf_.data(), pw = prepared_w_ ? prepared_w_ : wbuf_.data(), py = ybuf_.data();
+      KILN_RETURN_IF_ERROR(conv(x.as<const float>(), ws, x.numel(), stream_));
+      if (!prepared_w_) KILN_RETURN_IF_ERROR(conv(w.as<const float>(), ws + xb + yb, w.numel(), stream_));
+      px = ws, py = ws + xb, pw = prepared_w_ ? prepared_w_ : ws + xb + yb;
     }
     float alpha = 1.f, beta = 0.f;
-    KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, xd_, px, wd_, pw, cd_, algo_, res->workspace,
-                                           res->workspace_bytes, &beta, yd_, py),
+    KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, d_.xd, px, d_.wd, pw, d_.cd, algo_, res->workspace,
+                                           res->workspace_bytes, &beta, d_.yd, py),
                    name_ + ": cudnnConvolutionForward");
     if (low) {
       auto back = mode_ == MathMode::kFp16 ? convert_f16_to_f32 : convert_bf16_to_f32;
-      KILN_RETURN_IF_ERROR(back(ybuf_.data(), y.as<float>(), y.numel(), stream_));
+      KILN_RETURN_IF_ERROR(back(py, y.as<float>(), y.numel(), stream_));
     }
     if (in.size() > 2 && present(in[2])) {
       int64_t c = y.shape[1], inner = y.numel() / (y.shape[0] * c);
@@ -78,94 +180,87 @@ class ConvKernel final : public CudaKernel {
   }
 
  private:
-  Status plan(const TensorView& x, const TensorView& w, const TensorView& y) {
-    int ns = x.rank() - 2;
-    auto dim4 = [&](std::span<const int64_t> s) {
-      std::array<int, 4> d{int(s[0]), int(s[1]), 1, 1};
-      if (ns == 1) d[3] = int(s[2]);
-      else d[2] = int(s[2]), d[3] = int(s[3]);
-      return d;
-    };
-    std::array<int, 2> pad{0, 0}, str{1, 1}, dil{1, 1};
-    for (int i = 0; i < ns; ++i) {
-      int slot = ns == 1 ? 1 : i;
-      int64_t k = w.shape[2 + i], in = x.shape[2 + i];
-      int64_t s = strides.empty() ? 1 : strides[i], d = dilations.empty() ? 1 : dilations[i];
-      int64_t pb = 0, pe = 0;
-      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-        int64_t expect = (in + s - 1) / s, eff = d * (k - 1) + 1;
-        int64_t total = std::max<int64_t>(0, (expect - 1) * s + eff - in);
-        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe = total - pb;
-      } else if (auto_pad == "NOTSET" && !pads.empty()) {
-        pb = pads[i], pe = pads[ns + i];
-      }
-      if (pb != pe) return unsupported(name_ + ": asymmetric padding is not supported on CUDA");
-      pad[slot] = int(pb), str[slot] = int(s), dil[slot] = int(d);
-    }
-    cudnnDataType_t dt = mode_ == MathMode::kFp16 ? CUDNN_DATA_HALF
-                         : mode_ == MathMode::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    if (!xd_) {
-      KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&xd_), "cudnnCreateTensorDescriptor");
-      KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&yd_), "cudnnCreateTensorDescriptor");
-      KILN_DNN_CHECK(cudnnCreateFilterDescriptor(&wd_), "cudnnCreateFilterDescriptor");
-      KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_), "cudnnCreateConvolutionDescriptor");
-    }
-    auto xs = dim4(x.shape), ws = dim4(w.shape), ys = dim4(y.shape);
-    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(xd_, CUDNN_TENSOR_NCHW, dt, xs[0], xs[1], xs[2], xs[3]), name_ + ": x descriptor");
-    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(yd_, CUDNN_TENSOR_NCHW, dt, ys[0], ys[1], ys[2], ys[3]), name_ + ": y descriptor");
-    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(wd_, dt, CUDNN_TENSOR_NCHW, ws[0], ws[1], ws[2], ws[3]), name_ + ": w descriptor");
-    KILN_DNN_CHECK(cudnnSetConvolution2dDescriptor(cd_, pad[0], pad[1], str[0], str[1], dil[0], dil[1],
-                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                   name_ + ": convolution descriptor");
-    KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(cd_, int(group)), name_ + ": group count");
-    cudnnMathType_t math = mode_ == MathMode::kFp32 ? CUDNN_FMA_MATH
-                           : mode_ == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
-    KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd_, math), name_ + ": math type");
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    KILN_DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd_, xd_, wd_, &on, &oc, &oh, &ow), name_ + ": output dims");
-    if (on != ys[0] || oc != ys[1] || oh != ys[2] || ow != ys[3]) {
-      return invalid_argument(name_ + ": cuDNN computes output [" + std::to_string(on) + ", " + std::to_string(oc) + ", " +
-                              std::to_string(oh) + ", " + std::to_string(ow) + "] but the plan has " + shape_to_string(y.shape));
-    }
-    KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int found = 0;
-    KILN_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(res->dnn, xd_, wd_, cd_, yd_, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &found, perf),
-                   name_ + ": choosing an algorithm");
-    bool chosen = false;
-    for (int i = 0; i < found && !chosen; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > res->workspace_bytes) continue;
-      if (mode_ == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-      algo_ = perf[i].algo;
-      KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd_, perf[i].mathType), name_ + ": math type");
-      chosen = true;
-    }
-    if (!chosen) return unsupported(name_ + ": cuDNN offers no algorithm for input " + shape_to_string(x.shape));
+  Status plan(const TensorView& x, const TensorView& w, const TensorView& y, StreamResources* res) {
+    key_.clear();
+    KILN_RETURN_IF_ERROR(d_.describe(attrs_, mode_, x.shape, w.shape, y.shape, name_));
+    size_t need = 0;
+    cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(res->dnn, d_.xd, d_.wd, d_.cd, d_.yd, recorded_, &need);
+    algo_ = st == CUDNN_STATUS_SUCCESS && need <= res->workspace_bytes ? recorded_
+                                                                       : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     key_.assign(x.shape.begin(), x.shape.end());
     key_.insert(key_.end(), w.shape.begin(), w.shape.end());
     return ok_status();
   }
 
   MathMode mode_;
-  Shape key_;
-  cudnnTensorDescriptor_t xd_ = nullptr, yd_ = nullptr;
-  cudnnFilterDescriptor_t wd_ = nullptr;
-  cudnnConvolutionDescriptor_t cd_ = nullptr;
+  ConvAttrs attrs_;
+  cudnnConvolutionFwdAlgo_t recorded_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  DeviceBuffer xbuf_, wbuf_, ybuf_;
+  Shape key_;
+  ConvDesc d_;
   const void* prepared_w_;  // the FP16/BF16 filter, prepared once per engine
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
+StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
-  auto k = std::make_unique<ConvKernel>(math_mode(q), PreparedOperands::operand(q, 1));
-  KILN_ASSIGN_OR_RETURN(k->strides, at.get_ints("strides", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(k->dilations, at.get_ints("dilations", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(k->pads, at.get_ints("pads", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(k->group, at.get_int("group", 1));
-  KILN_ASSIGN_OR_RETURN(k->auto_pad, at.get_string("auto_pad", "NOTSET"));
+  ConvAttrs c;
+  KILN_ASSIGN_OR_RETURN(c.strides, at.get_ints("strides", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(c.dilations, at.get_ints("dilations", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(c.pads, at.get_ints("pads", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(c.group, at.get_int("group", 1));
+  KILN_ASSIGN_OR_RETURN(c.auto_pad, at.get_string("auto_pad", "NOTSET"));
+  return c;
+}
+
+// The tactics: the algorithms cuDNN's heuristic ranks for the opt shapes that run in the node's
+// math mode within the library workspace; implicit_gemm (which runs every shape) when there is
+// no GPU or no answer, and always last.
+std::vector<std::string> conv_tactics(const KernelQuery& q) {
+  std::vector<std::string> out;
+  auto x = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
+  auto w = q.opt_shape(q.inputs.size() > 1 ? q.inputs[1] : nullptr);
+  auto y = q.opt_shape(q.outputs.empty() ? nullptr : q.outputs[0]);
+  auto attrs = conv_attrs(q);
+  static cudnnHandle_t handle = [] {
+    cudnnHandle_t h = nullptr;
+    return cudnnCreate(&h) == CUDNN_STATUS_SUCCESS ? h : nullptr;
+  }();
+  if (handle && x && w && y && attrs.ok() && (x->size() == 3 || x->size() == 4) && shape_numel(*y) > 0) {
+    MathMode mode = math_mode(q);
+    ConvDesc d;
+    if (d.describe(*attrs, mode, *x, *w, *y, q.node.describe()).ok()) {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int found = 0;
+      if (cudnnGetConvolutionForwardAlgorithm_v7(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                 &found, perf) == CUDNN_STATUS_SUCCESS) {
+        for (int i = 0; i < found; ++i) {
+          if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
+          if (mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+          std::string t = std::string("algo=") + algo_name(perf[i].algo);
+          if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(std::move(t));
+        }
+      }
+    }
+  }
+  const std::string fallback = "algo=implicit_gemm";
+  if (std::find(out.begin(), out.end(), fallback) == out.end()) out.push_back(fallback);
+  return out;
+}
+
+// The workspace: FP16/BF16 copies of x, y and a filter computed at run time.
+ir::Dim conv_workspace(const KernelQuery& q) {
+  MathMode mode = math_mode(q);
+  if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
+  ir::Dim total = workspace_piece(q.inputs.empty() ? nullptr : q.inputs[0], 2) +
+                  workspace_piece(q.outputs.empty() ? nullptr : q.outputs[0], 2);
+  if (!q.input_is_constant(1) && q.inputs.size() > 1) total = total + workspace_piece(q.inputs[1], 2);
+  return total;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgo_t algo, parse_tactic(q.tactic));
+  const ConvAttrs* k = &c;
   if (k->auto_pad != "NOTSET" && k->auto_pad != "SAME_UPPER" && k->auto_pad != "SAME_LOWER" && k->auto_pad != "VALID") {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + k->auto_pad + "'");
   }
@@ -207,7 +302,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
       }
     }
   }
-  return std::unique_ptr<Kernel>(std::move(k));
+  return std::unique_ptr<Kernel>(new ConvKernel(math_mode(q), std::move(c), algo, PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q) {
@@ -218,7 +313,8 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q)
 
 void register_conv(Registry& r) {
   r.add(OpKind::kConv, &make_conv,
-        {.library = "cudnn", .reduced_precision = true, .float32_only = true, .prepare = &prepare_conv});
+        {.library = "cudnn", .reduced_precision = true, .float32_only = true, .prepare = &prepare_conv,
+         .workspace = &conv_workspace, .tactics = &conv_tactics});
 }
 
 }  // namespace kiln::backends::cuda

@@ -16,19 +16,12 @@ Status cuda_status(cudaError_t e, const std::string& what) {
   return internal_error(msg);
 }
 
-Status DeviceBuffer::reserve(size_t bytes) {
-  if (bytes <= capacity_) return ok_status();
-  void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of device scratch memory (" +
-                         cudaGetErrorString(e) + ")");
-  }
-  if (p_) cudaFree(p_);
-  p_ = p;
-  capacity_ = bytes;
-  return ok_status();
+ir::Dim workspace_piece(const ir::Value* v, size_t elem_size) {
+  if (!v || !v->shape) return 0;
+  ir::Dim n = int64_t(elem_size);
+  for (const ir::Dim& d : *v->shape) n = n * d;
+  const int64_t align = int64_t(kWorkspaceAlign);
+  return ir::Dim::ceil_div(n, align) * align;
 }
 
 namespace {
@@ -109,6 +102,12 @@ class CudaImpl final : public KernelImpl {
     if (!entry_.info.prepare) return std::shared_ptr<const PreparedNode>();
     return entry_.info.prepare(q);
   }
+  ir::Dim workspace_bytes(const KernelQuery& q) const override {
+    return entry_.info.workspace ? entry_.info.workspace(q) : ir::Dim(0);
+  }
+  std::vector<std::string> tactics(const KernelQuery& q) const override {
+    return entry_.info.tactics ? entry_.info.tactics(q) : std::vector<std::string>{""};
+  }
   StatusOr<std::unique_ptr<Kernel>> instantiate(const KernelQuery& q,
                                                 std::shared_ptr<const PreparedNode>) const override {
     return entry_.factory(q);
@@ -179,6 +178,12 @@ class CudaBackend final : public Backend {
   StatusOr<void*> create_stream() const override {
     cudaStream_t s = nullptr;
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
+    // Library handles and their workspace now, so that no kernel's first execute allocates them.
+    auto r = stream_resources(s);
+    if (!r.ok()) {
+      cudaStreamDestroy(s);
+      return r.status();
+    }
     return static_cast<void*>(s);
   }
   void destroy_stream(void* stream) const override {

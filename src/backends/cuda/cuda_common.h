@@ -43,24 +43,11 @@ struct StreamResources {
 };
 StatusOr<StreamResources*> stream_resources(cudaStream_t stream);
 
-// Device scratch owned by a kernel; grows (never shrinks) when shapes grow.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
-  }
-  Status reserve(size_t bytes);
-  void* data() const { return p_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
-
- private:
-  void* p_ = nullptr;
-  size_t capacity_ = 0;
-};
+// Kernel workspace (Kernel::set_workspace) is carved into pieces each aligned to this.
+inline constexpr size_t kWorkspaceAlign = 256;
+inline size_t workspace_piece(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+// The same as a formula: numel(v) * elem_size rounded up to kWorkspaceAlign.
+ir::Dim workspace_piece(const ir::Value* v, size_t elem_size);
 
 // Base of every CUDA kernel: the stream execute() enqueues on.
 class CudaKernel : public Kernel {
@@ -106,9 +93,14 @@ MathMode math_mode(const KernelQuery& q);
 const char* math_mode_name(MathMode m);
 
 // A kernel factory: builds the kernel for a node, or returns why it cannot (attributes, ranks).
+// It allocates nothing (supports() calls it to ask).
 using Factory = StatusOr<std::unique_ptr<Kernel>> (*)(const KernelQuery& q);
 // Once per engine: state from the node's constants (nullptr when it needs none).
 using Prepare = StatusOr<std::shared_ptr<const PreparedNode>> (*)(const KernelQuery& q);
+// The workspace a kernel needs, as a formula over the input symbols (KernelImpl::workspace_bytes).
+using Workspace = ir::Dim (*)(const KernelQuery& q);
+// The tactics, ranked at the opt shapes, the default first (KernelImpl::tactics).
+using Tactics = std::vector<std::string> (*)(const KernelQuery& q);
 
 // A constant converted to a GEMM's or convolution's input precision, in device memory. Shared by
 // every engine of the process that holds the same bytes (an engine loaded twice prepares once).
@@ -141,6 +133,8 @@ struct ImplInfo {
   bool reduced_precision = false;  // float32 layers may compute in TF32/FP16/BF16 per the policy
   bool float32_only = false;       // its float inputs and outputs must be float32
   Prepare prepare = nullptr;       // once-per-engine state, when the kernel has any
+  Workspace workspace = nullptr;   // scratch per execute, when the kernel needs any
+  Tactics tactics = nullptr;       // algorithm choices, when the library offers several
 };
 
 // What the family files fill; register_kernels() turns every entry into an implementation

@@ -379,51 +379,99 @@ class CumSumKernel final : public CudaKernel {
 
 // ---- Resize ----
 
+enum class Coord { kHalfPixel, kAsymmetric, kPytorchHalfPixel, kAlignCorners, kHalfPixelSymmetric };
+enum class Round { kPreferFloor, kPreferCeil, kFloor, kCeil, kSimple };
+
+// Everything a Resize launch needs, by value: no tables, so a launch needs no memory of its own
+// and shapes may change between launches without synchronizing.
 struct ResizeArgs {
   int rank;
+  bool linear;
+  Coord coord;
+  Round round;
+  int64_t in_dims[kMaxRank];
   int64_t out_dims[kMaxRank];
-  int k[kMaxRank];            // taps per output coordinate on each axis (1 or 2)
-  int64_t tap_base[kMaxRank]; // where each axis's taps start in the tables
+  int64_t in_strides[kMaxRank];
+  double scale[kMaxRank];
+  bool identity[kMaxRank];  // the axis keeps its size at scale 1: a plain copy along it
 };
 
-__global__ void resize_kernel(const float* x, float* y, const int64_t* offsets, const float* weights, ResizeArgs a,
-                              int64_t n) {
-  KILN_GRID_LOOP(i, n) {
-    int64_t coord[kMaxRank];
-    int64_t r = i;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      coord[d] = r % a.out_dims[d];
-      r /= a.out_dims[d];
+// The source taps of output coordinate o on axis d: offsets (in elements) and weights; returns how
+// many (1 or 2). The same arithmetic, in double, as the CPU reference (cpu/resize.cc).
+__device__ int resize_taps(const ResizeArgs& a, int d, int64_t o, int64_t* off, float* w) {
+  const int64_t inn = a.in_dims[d], outn = a.out_dims[d], stride = a.in_strides[d];
+  const double s = a.scale[d];
+  if (a.identity[d]) {
+    off[0] = o * stride, w[0] = 1.f;
+    return 1;
+  }
+  double xo = 0;
+  switch (a.coord) {
+    case Coord::kHalfPixel: xo = (o + 0.5) / s - 0.5; break;
+    case Coord::kAsymmetric: xo = o / s; break;
+    case Coord::kPytorchHalfPixel: xo = outn > 1 ? (o + 0.5) / s - 0.5 : 0.0; break;
+    case Coord::kAlignCorners: xo = outn == 1 ? 0.0 : o * double(inn - 1) / double(outn - 1); break;
+    case Coord::kHalfPixelSymmetric: {
+      double adj = double(outn) / (s * double(inn));
+      xo = double(inn) / 2 * (1 - adj) + (o + 0.5) / s - 0.5;
+      break;
     }
+  }
+  auto clampi = [inn](int64_t i) { return i < 0 ? int64_t(0) : i > inn - 1 ? inn - 1 : i; };
+  if (!a.linear) {
+    double f = floor(xo);
+    int64_t idx = 0;
+    switch (a.round) {
+      case Round::kPreferFloor: idx = int64_t(xo - f == 0.5 ? f : round(xo)); break;
+      case Round::kPreferCeil: idx = int64_t(xo - f == 0.5 ? f + 1 : round(xo)); break;
+      case Round::kFloor: idx = int64_t(f); break;
+      case Round::kCeil: idx = int64_t(ceil(xo)); break;
+      case Round::kSimple: idx = int64_t(s < 1 ? ceil(xo) : f); break;
+    }
+    off[0] = clampi(idx) * stride, w[0] = 1.f;
+    return 1;
+  }
+  double xc = xo < 0 ? 0.0 : xo > double(inn - 1) ? double(inn - 1) : xo;
+  int64_t i0 = int64_t(floor(xc)), i1 = i0 + 1 < inn ? i0 + 1 : inn - 1;
+  double frac = xc - double(i0);
+  off[0] = i0 * stride, off[1] = i1 * stride;
+  w[0] = float(1 - frac), w[1] = float(frac);
+  return 2;
+}
+
+__global__ void resize_kernel(const float* x, float* y, ResizeArgs a, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t off[kMaxRank][2];
+    float wt[kMaxRank][2];
+    int k[kMaxRank];
+    int64_t r = i;
     int combos = 1;
-    for (int d = 0; d < a.rank; ++d) combos *= a.k[d];
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t o = r % a.out_dims[d];
+      r /= a.out_dims[d];
+      k[d] = resize_taps(a, d, o, off[d], wt[d]);
+      combos *= k[d];
+    }
     float acc = 0;
     for (int c = 0; c < combos; ++c) {
       int rem = c;
-      int64_t off = 0;
+      int64_t src = 0;
       float w = 1;
       for (int d = a.rank - 1; d >= 0; --d) {
-        int t = rem % a.k[d];
-        rem /= a.k[d];
-        int64_t e = a.tap_base[d] + coord[d] * a.k[d] + t;
-        off += offsets[e];
-        w *= weights[e];
+        int t = rem % k[d];
+        rem /= k[d];
+        src += off[d][t];
+        w *= wt[d][t];
       }
-      acc += w * x[off];
+      acc += w * x[src];
     }
     y[i] = acc;
   }
 }
 
-enum class Coord { kHalfPixel, kAsymmetric, kPytorchHalfPixel, kAlignCorners, kHalfPixelSymmetric };
-enum class Round { kPreferFloor, kPreferCeil, kFloor, kCeil, kSimple };
-
 class ResizeKernel final : public CudaKernel {
  public:
   ResizeKernel() : CudaKernel("cuda.Resize") {}
-  ~ResizeKernel() override {
-    if (host_) cudaFreeHost(host_);
-  }
   bool linear = false;
   Coord coord = Coord::kHalfPixel;
   Round round = Round::kPreferFloor;
@@ -440,17 +488,15 @@ class ResizeKernel final : public CudaKernel {
     if (rank < 1 || rank > kMaxRank || y.rank() != rank) return invalid_argument("Resize: bad rank");
     Shape key(x.shape.begin(), x.shape.end());
     key.insert(key.end(), y.shape.begin(), y.shape.end());
-    if (key != key_) KILN_RETURN_IF_ERROR(build_taps(in, x, y));
+    if (key != key_) KILN_RETURN_IF_ERROR(set_args(in, x, y));
     int64_t n = y.numel();
     if (n == 0) return ok_status();
-    resize_kernel<<<grid_for(n), 256, 0, stream_>>>(x.as<const float>(), y.as<float>(), taps_.as<const int64_t>(),
-                                                    reinterpret_cast<const float*>(taps_.as<const int64_t>() + ntaps_),
-                                                    args_, n);
+    resize_kernel<<<grid_for(n), 256, 0, stream_>>>(x.as<const float>(), y.as<float>(), args_, n);
     return launch_status("resize_kernel");
   }
 
  private:
-  Status build_taps(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
+  Status set_args(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
     int rank = x.rank();
     std::vector<int> ax = axes;
     if (ax.empty()) {
@@ -481,74 +527,13 @@ class ResizeKernel final : public CudaKernel {
       return invalid_argument("Resize: one of scales or sizes must be given");
     }
     auto strides = contiguous_strides(x.shape);
-    std::vector<int64_t> off;
-    std::vector<float> w;
     ResizeArgs a{};
-    a.rank = rank;
+    a.rank = rank, a.linear = linear, a.coord = coord, a.round = round;
     for (int d = 0; d < rank; ++d) {
-      int64_t inn = x.shape[d], outn = y.shape[d];
-      double s = sc[d];
-      bool identity = inn == outn && s == 1.0;
-      int k = identity || !linear ? 1 : 2;
-      a.out_dims[d] = outn;
-      a.k[d] = k;
-      a.tap_base[d] = int64_t(off.size());
-      for (int64_t o = 0; o < outn; ++o) {
-        if (identity) {
-          off.push_back(o * strides[d]);
-          w.push_back(1.f);
-          continue;
-        }
-        double xo = 0;
-        switch (coord) {
-          case Coord::kHalfPixel: xo = (o + 0.5) / s - 0.5; break;
-          case Coord::kAsymmetric: xo = o / s; break;
-          case Coord::kPytorchHalfPixel: xo = outn > 1 ? (o + 0.5) / s - 0.5 : 0.0; break;
-          case Coord::kAlignCorners: xo = outn == 1 ? 0.0 : o * double(inn - 1) / double(outn - 1); break;
-          case Coord::kHalfPixelSymmetric: {
-            double adj = double(outn) / (s * double(inn));
-            xo = double(inn) / 2 * (1 - adj) + (o + 0.5) / s - 0.5;
-            break;
-          }
-        }
-        auto clampi = [inn](int64_t i) { return std::clamp<int64_t>(i, 0, inn - 1); };
-        if (!linear) {
-          double f = std::floor(xo);
-          int64_t idx = 0;
-          switch (round) {
-            case Round::kPreferFloor: idx = int64_t(xo - f == 0.5 ? f : std::round(xo)); break;
-            case Round::kPreferCeil: idx = int64_t(xo - f == 0.5 ? f + 1 : std::round(xo)); break;
-            case Round::kFloor: idx = int64_t(f); break;
-            case Round::kCeil: idx = int64_t(std::ceil(xo)); break;
-            case Round::kSimple: idx = int64_t(s < 1 ? std::ceil(xo) : f); break;
-          }
-          off.push_back(clampi(idx) * strides[d]);
-          w.push_back(1.f);
-        } else {
-          double xc = std::clamp(xo, 0.0, double(inn - 1));
-          int64_t i0 = int64_t(std::floor(xc)), i1 = std::min(i0 + 1, inn - 1);
-          double frac = xc - double(i0);
-          off.push_back(i0 * strides[d]);
-          off.push_back(i1 * strides[d]);
-          w.push_back(float(1 - frac));
-          w.push_back(float(frac));
-        }
-      }
+      a.in_dims[d] = x.shape[d], a.out_dims[d] = y.shape[d], a.in_strides[d] = strides[d];
+      a.scale[d] = sc[d];
+      a.identity[d] = x.shape[d] == y.shape[d] && sc[d] == 1.0;
     }
-    ntaps_ = int64_t(off.size());
-    size_t bytes = off.size() * 8 + w.size() * 4;
-    KILN_RETURN_IF_ERROR(taps_.reserve(bytes));
-    // Shapes changed: the previous table may still be in flight, so wait before rewriting it.
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_), name_);
-    if (host_bytes_ < bytes) {
-      if (host_) cudaFreeHost(host_);
-      host_ = nullptr;
-      KILN_CUDA_CHECK(cudaMallocHost(&host_, bytes), name_);
-      host_bytes_ = bytes;
-    }
-    std::memcpy(host_, off.data(), off.size() * 8);
-    std::memcpy(static_cast<char*>(host_) + off.size() * 8, w.data(), w.size() * 4);
-    KILN_CUDA_CHECK(cudaMemcpyAsync(taps_.data(), host_, bytes, cudaMemcpyHostToDevice, stream_), name_);
     args_ = a;
     key_.assign(x.shape.begin(), x.shape.end());
     key_.insert(key_.end(), y.shape.begin(), y.shape.end());
@@ -556,11 +541,7 @@ class ResizeKernel final : public CudaKernel {
   }
 
   Shape key_;
-  DeviceBuffer taps_;
-  int64_t ntaps_ = 0;
   ResizeArgs args_{};
-  void* host_ = nullptr;
-  size_t host_bytes_ = 0;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_transpose(const KernelQuery& q) {

@@ -403,40 +403,42 @@ class ConstantOfShapeKernel final : public CudaKernel {
   uint64_t bits_;
 };
 
-// Shape and Size when they were not folded: the values are the resolved shapes, written from the
-// host (page-locked, so the copy is asynchronous and can be captured).
+// Shape and Size when they were not folded: the values are the resolved shapes, passed to the
+// kernel by value (no host buffer, nothing to synchronize, capturable in a graph).
+struct ShapeValues {
+  int64_t v[kMaxRank * 2];
+};
+__global__ void shape_values_kernel(int64_t* out, ShapeValues vals, int n) {
+  int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = vals.v[i];
+}
+
 class ShapeKernel final : public CudaKernel {
  public:
   ShapeKernel(std::string name, bool size, int64_t start, std::optional<int64_t> end)
       : CudaKernel(std::move(name)), size_(size), start_(start), end_(end) {}
-  ~ShapeKernel() override {
-    if (host_) cudaFreeHost(host_);
-  }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (!host_) KILN_CUDA_CHECK(cudaMallocHost(&host_, sizeof(int64_t) * kMaxRank * 2), name_);
-    std::vector<int64_t> vals;
+    ShapeValues vals{};
+    int n = 0;
     if (size_) {
-      vals.push_back(in[0].numel());
+      vals.v[n++] = in[0].numel();
     } else {
       int64_t r = in[0].rank();
       int64_t s = start_ < 0 ? std::max<int64_t>(start_ + r, 0) : std::min(start_, r);
       int64_t e = end_ ? (*end_ < 0 ? std::max<int64_t>(*end_ + r, 0) : std::min(*end_, r)) : r;
-      for (int64_t d = s; d < e; ++d) vals.push_back(in[0].shape[d]);
+      if (e - s > int64_t(kMaxRank * 2)) return internal_error(name_ + ": rank " + std::to_string(r) + " is too large");
+      for (int64_t d = s; d < e; ++d) vals.v[n++] = in[0].shape[d];
     }
-    if (int64_t(vals.size()) != out[0].numel() || vals.size() > size_t(kMaxRank * 2)) {
-      return internal_error(name_ + ": output size does not match the shape");
-    }
-    int64_t* h = static_cast<int64_t*>(host_);
-    for (size_t i = 0; i < vals.size(); ++i) h[i] = vals[i];
-    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, h, vals.size() * 8, cudaMemcpyHostToDevice, stream_), name_);
-    return ok_status();
+    if (int64_t(n) != out[0].numel()) return internal_error(name_ + ": output size does not match the shape");
+    if (n == 0) return ok_status();
+    shape_values_kernel<<<1, kMaxRank * 2, 0, stream_>>>(out[0].as<int64_t>(), vals, n);
+    return launch_status("shape_values_kernel");
   }
 
  private:
   bool size_;
   int64_t start_;
   std::optional<int64_t> end_;
-  void* host_ = nullptr;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {

@@ -1,8 +1,13 @@
 // MatMul and Gemm on cuBLASLt. Row-major C = A*B is computed as column-major C^T = B^T * A^T.
 // Precision is what the plan assigned the node: strict FP32 (CUBLAS_COMPUTE_32F), TF32
-// (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (activations converted per run, constant
-// weights once per engine by prepare_gemm) with FP32 accumulation and FP32 output. Gemm's bias vector runs as the BIAS epilogue.
+// (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (activations converted per run into the
+// kernel's workspace, constant weights once per engine by prepare_gemm) with FP32 accumulation and
+// FP32 output. Gemm's bias vector runs as the BIAS epilogue. The tactic is the cuBLASLt algorithm
+// the builder ranked first at the opt shapes, recorded in the plan.
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <optional>
 
 #include "backends/cuda/cuda_common.h"
 
@@ -36,37 +41,131 @@ struct Problem {
   bool operator==(const Problem&) const = default;
 };
 
-class LtGemm {
- public:
-  explicit LtGemm(MathMode mode) : mode_(mode) {}
-  ~LtGemm() { release(); }
+// A recorded cuBLASLt algorithm: the plan's tactic text ("algo=21 tile=18 stages=27 splitk=1
+// reduction=0 swizzle=0 custom=0 inner=0 cluster=0"), or "heuristic" for cuBLASLt's first
+// heuristic answer for each shape the kernel meets.
+struct AlgoConfig {
+  int32_t id = 0, splitk = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
+  uint16_t inner = 0, cluster = 0;
+};
+constexpr const char* kHeuristicTactic = "heuristic";
 
-  // D = alpha*op(A)op(B) + beta*C (C == D), plus bias[m] when given.
-  Status run(const Problem& p, const void* a, const void* b, float* d, const float* bias, float alpha, float beta,
-             StreamResources* res) {
-    if (!(p == key_) || !ready_) KILN_RETURN_IF_ERROR(plan(p, res));
-    if (p.bias) {
-      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-                    "setting the bias pointer");
+std::string to_tactic(const cublasLtMatmulAlgo_t& algo) {
+  AlgoConfig c;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof(c.id), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof(c.stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof(c.splitk), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction,
+                                       sizeof(c.reduction), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle, sizeof(c.swizzle), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom, sizeof(c.custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner, sizeof(c.inner), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof(c.cluster), &w);
+  return "algo=" + std::to_string(c.id) + " tile=" + std::to_string(c.tile) + " stages=" + std::to_string(c.stages) +
+         " splitk=" + std::to_string(c.splitk) + " reduction=" + std::to_string(c.reduction) +
+         " swizzle=" + std::to_string(c.swizzle) + " custom=" + std::to_string(c.custom) +
+         " inner=" + std::to_string(c.inner) + " cluster=" + std::to_string(c.cluster);
+}
+
+// nullopt for "heuristic"; kInvalidArgument for text that is neither.
+StatusOr<std::optional<AlgoConfig>> parse_tactic(const std::string& t) {
+  if (t.empty() || t == kHeuristicTactic) return std::optional<AlgoConfig>();
+  AlgoConfig c;
+  std::map<std::string, int64_t> kv;
+  size_t i = 0;
+  while (i < t.size()) {
+    size_t end = t.find(' ', i);
+    if (end == std::string::npos) end = t.size();
+    std::string item = t.substr(i, end - i);
+    size_t eq = item.find('=');
+    char* stop = nullptr;
+    if (eq == std::string::npos) return invalid_argument("cuBLASLt tactic '" + t + "': '" + item + "' is not key=value");
+    long long v = std::strtoll(item.c_str() + eq + 1, &stop, 10);
+    if (*stop || eq + 1 == item.size() || v < 0 || v > INT32_MAX) {
+      return invalid_argument("cuBLASLt tactic '" + t + "': bad value in '" + item + "'");
     }
-    KILN_LT_CHECK(cublasLtMatmul(res->lt, desc_, &alpha, a, la_, b, lb_, &beta, d, lc_, d, lc_, &algo_,
-                                 res->workspace, res->workspace_bytes, res->stream),
-                  "cublasLtMatmul");
+    kv[item.substr(0, eq)] = v;
+    i = end + 1;
+  }
+  for (const char* key : {"algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "inner", "cluster"}) {
+    if (!kv.count(key)) return invalid_argument("cuBLASLt tactic '" + t + "' has no " + key);
+  }
+  if (kv.size() != 9) return invalid_argument("cuBLASLt tactic '" + t + "' has unknown keys");
+  if (kv["inner"] > UINT16_MAX || kv["cluster"] > UINT16_MAX) return invalid_argument("cuBLASLt tactic '" + t + "' is out of range");
+  c.id = int32_t(kv["algo"]), c.tile = uint32_t(kv["tile"]), c.stages = uint32_t(kv["stages"]);
+  c.splitk = int32_t(kv["splitk"]), c.reduction = uint32_t(kv["reduction"]), c.swizzle = uint32_t(kv["swizzle"]);
+  c.custom = uint32_t(kv["custom"]), c.inner = uint16_t(kv["inner"]), c.cluster = uint16_t(kv["cluster"]);
+  return std::optional<AlgoConfig>(c);
+}
+
+cudaDataType input_type(MathMode m) {
+  return m == MathMode::kFp16 ? CUDA_R_16F : m == MathMode::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+cublasComputeType_t compute_type(MathMode m) {
+  return m == MathMode::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+// The descriptors of one problem.
+class LtDesc {
+ public:
+  ~LtDesc() { release(); }
+  Status describe(const Problem& p, MathMode mode) {
+    release();
+    KILN_LT_CHECK(cublasLtMatmulDescCreate(&desc, compute_type(mode), CUDA_R_32F), "creating the matmul descriptor");
+    cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+    if (p.bias) {
+      cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    }
+    cudaDataType in_t = input_type(mode);
+    // Stored shapes (column-major): op(A) is m x k, op(B) is k x n.
+    KILN_RETURN_IF_ERROR(layout(&la, in_t, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch, p.stride_a));
+    KILN_RETURN_IF_ERROR(layout(&lb, in_t, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p.batch, p.stride_b));
+    KILN_RETURN_IF_ERROR(layout(&lc, CUDA_R_32F, p.m, p.n, p.ldc, p.batch, p.stride_c));
     return ok_status();
   }
+  // Up to `max` algorithms cuBLASLt's heuristic ranks for the problem, best first.
+  StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> heuristic(const Problem& p, cublasLtHandle_t lt,
+                                                                   uint64_t workspace, int max) const {
+    cublasLtMatmulPreference_t pref = nullptr;
+    KILN_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), "creating a preference");
+    uint32_t aa = uint32_t(p.align_a), ab = uint32_t(p.align_b), ac = uint32_t(p.align_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, max, results.data(), &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+      return unsupported("cuBLASLt has no algorithm for a " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                         std::to_string(p.k) + " GEMM (batch " + std::to_string(p.batch) + ", status " +
+                         std::to_string(int(st)) + ")");
+    }
+    results.resize(size_t(found));
+    return results;
+  }
+
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
 
  private:
   void release() {
-    if (desc_) cublasLtMatmulDescDestroy(desc_);
-    if (la_) cublasLtMatrixLayoutDestroy(la_);
-    if (lb_) cublasLtMatrixLayoutDestroy(lb_);
-    if (lc_) cublasLtMatrixLayoutDestroy(lc_);
-    desc_ = nullptr, la_ = lb_ = lc_ = nullptr;
-    ready_ = false;
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    desc = nullptr, la = lb = lc = nullptr;
   }
-
-  Status layout(cublasLtMatrixLayout_t* l, cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int batch,
-                int64_t stride) {
+  static Status layout(cublasLtMatrixLayout_t* l, cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int batch,
+                       int64_t stride) {
     KILN_LT_CHECK(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld), "creating a layout");
     if (batch > 1) {
       int32_t bc = batch;
@@ -77,147 +176,247 @@ class LtGemm {
     }
     return ok_status();
   }
+};
 
-  Status plan(const Problem& p, StreamResources* res) {
-    release();
-    cublasComputeType_t ct = mode_ == MathMode::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cudaDataType in_t = mode_ == MathMode::kFp16 ? CUDA_R_16F : mode_ == MathMode::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
-    KILN_LT_CHECK(cublasLtMatmulDescCreate(&desc_, ct, CUDA_R_32F), "creating the matmul descriptor");
-    cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
-    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+// The per-stream library workspace the algorithms may use (StreamResources::workspace_bytes).
+constexpr uint64_t kLibraryWorkspace = uint64_t(32) << 20;
+
+// Runs GEMMs with the plan's algorithm: the recorded one wherever cuBLASLt accepts it for the
+// problem at hand (cublasLtMatmulAlgoCheck), else, for a shape where it cannot run (another
+// alignment, a split that no longer divides), the heuristic's first answer for that shape.
+class LtGemm {
+ public:
+  LtGemm(MathMode mode, std::optional<AlgoConfig> recorded) : mode_(mode), recorded_(recorded) {}
+
+  // D = alpha*op(A)op(B) + beta*C (C == D), plus bias[m] when given.
+  Status run(const Problem& p, const void* a, const void* b, float* d, const float* bias, float alpha, float beta,
+             StreamResources* res) {
+    if (!(p == key_) || !ready_) KILN_RETURN_IF_ERROR(plan(p, res));
     if (p.bias) {
-      cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(lt_.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                    "setting the bias pointer");
     }
-    // Stored shapes (column-major): op(A) is m x k, op(B) is k x n.
-    KILN_RETURN_IF_ERROR(layout(&la_, in_t, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch, p.stride_a));
-    KILN_RETURN_IF_ERROR(layout(&lb_, in_t, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p.batch, p.stride_b));
-    KILN_RETURN_IF_ERROR(layout(&lc_, CUDA_R_32F, p.m, p.n, p.ldc, p.batch, p.stride_c));
-    cublasLtMatmulPreference_t pref = nullptr;
-    KILN_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), "creating a preference");
-    uint64_t ws = res->workspace_bytes;
-    uint32_t aa = uint32_t(p.align_a), ab = uint32_t(p.align_b), ac = uint32_t(p.align_c);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(res->lt, desc_, la_, lb_, lc_, lc_, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-      return unsupported("cuBLASLt has no algorithm for a " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                         std::to_string(p.k) + " GEMM (batch " + std::to_string(p.batch) + ", status " +
-                         std::to_string(int(st)) + ")");
+    KILN_LT_CHECK(cublasLtMatmul(res->lt, lt_.desc, &alpha, a, lt_.la, b, lt_.lb, &beta, d, lt_.lc, d, lt_.lc, &algo_,
+                                 res->workspace, res->workspace_bytes, res->stream),
+                  "cublasLtMatmul");
+    return ok_status();
+  }
+
+ private:
+  Status plan(const Problem& p, StreamResources* res) {
+    ready_ = false;
+    KILN_RETURN_IF_ERROR(lt_.describe(p, mode_));
+    if (recorded_ && recorded_algo(res)) {
+      key_ = p;
+      ready_ = true;
+      return ok_status();
     }
-    algo_ = result.algo;
+    KILN_ASSIGN_OR_RETURN(auto results, lt_.heuristic(p, res->lt, res->workspace_bytes, 1));
+    algo_ = results[0].algo;
     key_ = p;
     ready_ = true;
     return ok_status();
   }
 
+  bool recorded_algo(StreamResources* res) {
+    cudaDataType in_t = input_type(mode_);
+    if (cublasLtMatmulAlgoInit(res->lt, compute_type(mode_), CUDA_R_32F, in_t, in_t, CUDA_R_32F, CUDA_R_32F,
+                               recorded_->id, &algo_) != CUBLAS_STATUS_SUCCESS) {
+      return false;
+    }
+    const AlgoConfig& c = *recorded_;
+    bool ok = cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof(c.stages)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof(c.splitk)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction,
+                                                   sizeof(c.reduction)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle,
+                                                   sizeof(c.swizzle)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom,
+                                                   sizeof(c.custom)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner,
+                                                   sizeof(c.inner)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster,
+                                                   sizeof(c.cluster)) == 0;
+    if (!ok) return false;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(res->lt, lt_.desc, lt_.la, lt_.lb, lt_.lc, lt_.lc, &algo_, &check) !=
+        CUBLAS_STATUS_SUCCESS) {
+      return false;
+    }
+    return check.workspaceSize <= res->workspace_bytes;
+  }
+
   MathMode mode_;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+  std::optional<AlgoConfig> recorded_;
+  LtDesc lt_;
   cublasLtMatmulAlgo_t algo_{};
   Problem key_;
   bool ready_ = false;
 };
 
+// The tactics of a GEMM problem at the opt shapes: the heuristic's ranked algorithms, then
+// "heuristic" (per-shape choice). Only "heuristic" when there is no GPU or no answer.
+std::vector<std::string> rank_tactics(const std::optional<Problem>& p, MathMode mode) {
+  std::vector<std::string> out;
+  if (p) {
+    static cublasLtHandle_t handle = [] {
+      cublasLtHandle_t h = nullptr;
+      return cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS ? h : nullptr;
+    }();
+    LtDesc d;
+    if (handle && d.describe(*p, mode).ok()) {
+      auto results = d.heuristic(*p, handle, kLibraryWorkspace, 8);
+      if (results.ok()) {
+        for (const auto& r : *results) {
+          std::string t = to_tactic(r.algo);
+          if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(std::move(t));
+        }
+      }
+    }
+  }
+  out.push_back(kHeuristicTactic);
+  return out;
+}
+
 // An operand in the GEMM's input precision: the FP32 tensor itself, the FP16/BF16 copy the engine
-// prepared once for a constant (prepare_gemm), or a per-run conversion for an activation.
+// prepared once for a constant (prepare_gemm), or a per-run conversion for an activation into the
+// kernel's workspace.
 class LowPrecisionOperand {
  public:
   explicit LowPrecisionOperand(const void* prepared) : prepared_(prepared) {}
-  StatusOr<const void*> get(const float* src, int64_t n, MathMode mode, cudaStream_t s) {
+  // Workspace this operand takes for n elements.
+  size_t scratch_bytes(int64_t n, MathMode mode) const {
+    if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
+    return prepared_ ? 0 : workspace_piece(size_t(n) * 2);
+  }
+  StatusOr<const void*> get(const float* src, int64_t n, MathMode mode, void* scratch, cudaStream_t s) const {
     if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return static_cast<const void*>(src);
     if (prepared_) return prepared_;
-    KILN_RETURN_IF_ERROR(buf_.reserve(size_t(std::max<int64_t>(n, 1)) * 2));
     if (mode == MathMode::kFp16) {
-      KILN_RETURN_IF_ERROR(convert_f32_to_f16(src, buf_.data(), n, s));
+      KILN_RETURN_IF_ERROR(convert_f32_to_f16(src, scratch, n, s));
     } else {
-      KILN_RETURN_IF_ERROR(convert_f32_to_bf16(src, buf_.data(), n, s));
+      KILN_RETURN_IF_ERROR(convert_f32_to_bf16(src, scratch, n, s));
     }
-    return static_cast<const void*>(buf_.data());
+    return static_cast<const void*>(scratch);
   }
 
  private:
   const void* prepared_;
-  DeviceBuffer buf_;
 };
+
+// The workspace of a GEMM node: FP16/BF16 copies of its non-constant A and B.
+ir::Dim gemm_workspace(const KernelQuery& q) {
+  MathMode mode = math_mode(q);
+  if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
+  ir::Dim total = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    if (!q.input_is_constant(i) && i < q.inputs.size()) total = total + workspace_piece(q.inputs[i], 2);
+  }
+  return total;
+}
 
 size_t in_elem(MathMode m) { return m == MathMode::kFp16 || m == MathMode::kBf16 ? 2 : 4; }
 
+// MatMul's GEMM for shapes a x b: the cuBLAS problem and how batches map onto it.
+struct MatMulShape {
+  Problem p;
+  enum class Kind { kFolded, kBatched, kSharedA, kBroadcast } kind = Kind::kFolded;
+  int64_t M = 0, N = 0, K = 0, nout = 1;
+  std::vector<int64_t> ab, bb, ob;  // batch dims of A, B and the output, right-aligned
+};
+
+StatusOr<MatMulShape> matmul_shape(std::span<const int64_t> a, std::span<const int64_t> b) {
+  if (a.size() < 1 || b.size() < 1) return invalid_argument("MatMul: inputs must have rank >= 1");
+  MatMulShape s;
+  const size_t ra = a.size(), rb = b.size();
+  s.M = ra == 1 ? 1 : a[ra - 2];
+  s.K = a[ra - 1];
+  s.N = rb == 1 ? 1 : b[rb - 1];
+  int64_t Kb = rb == 1 ? b[0] : b[rb - 2];
+  if (s.K != Kb) {
+    return invalid_argument("MatMul: inner dims differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+  }
+  s.ab.assign(a.begin(), a.end() - std::min<size_t>(ra, 2));
+  s.bb.assign(b.begin(), b.end() - std::min<size_t>(rb, 2));
+  size_t r = std::max(s.ab.size(), s.bb.size());
+  s.ab.insert(s.ab.begin(), r - s.ab.size(), 1);
+  s.bb.insert(s.bb.begin(), r - s.bb.size(), 1);
+  int64_t na = 1, nb = 1;
+  s.ob.resize(r);
+  for (size_t d = 0; d < r; ++d) {
+    if (s.ab[d] != s.bb[d] && s.ab[d] != 1 && s.bb[d] != 1) {
+      return invalid_argument("MatMul: batch dims do not broadcast: " + shape_to_string(a) + " x " + shape_to_string(b));
+    }
+    s.ob[d] = std::max(s.ab[d], s.bb[d]);
+    na *= s.ab[d], nb *= s.bb[d], s.nout *= s.ob[d];
+  }
+  // cuBLAS "A" is our B (n x k, ld N), cuBLAS "B" is our A (k x m, ld K); D is N x M, ld N.
+  Problem& p = s.p;
+  p.m = s.N, p.k = s.K, p.lda = s.N, p.ldb = s.K, p.ldc = s.N;
+  if (nb == 1) {
+    p.n = s.M * na;  // B shared by every batch: fold A's batches into its rows
+  } else if (na == nb && s.ab == s.bb) {
+    s.kind = MatMulShape::Kind::kBatched;
+    p.n = s.M, p.batch = int(nb);
+    p.stride_a = s.K * s.N, p.stride_b = s.M * s.K, p.stride_c = s.M * s.N;
+  } else if (na == 1) {
+    s.kind = MatMulShape::Kind::kSharedA;
+    p.n = s.M, p.batch = int(nb);
+    p.stride_a = s.K * s.N, p.stride_b = 0, p.stride_c = s.M * s.N;
+  } else {
+    s.kind = MatMulShape::Kind::kBroadcast;  // one GEMM per output batch
+    p.n = s.M;
+  }
+  return s;
+}
+
+std::vector<std::string> matmul_tactics(const KernelQuery& q) {
+  std::optional<Problem> p;
+  auto a = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
+  auto b = q.opt_shape(q.inputs.size() > 1 ? q.inputs[1] : nullptr);
+  if (a && b) {
+    auto s = matmul_shape(*a, *b);
+    if (s.ok() && s->M * s->N * s->K > 0) p = s->p;
+  }
+  return rank_tactics(p, math_mode(q));
+}
+
 class MatMulKernel final : public CudaKernel {
  public:
-  MatMulKernel(MathMode mode, const void* prepared_a, const void* prepared_b)
-      : CudaKernel(std::string("cuda.MatMul(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        a_op_(prepared_a), b_op_(prepared_b) {}
+  MatMulKernel(MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a, const void* prepared_b)
+      : CudaKernel(std::string("cuda.MatMul(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode),
+        gemm_(mode, tactic), a_op_(prepared_a), b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
-    if (a.dtype != DType::kFloat32 || b.dtype != DType::kFloat32 || y.dtype != DType::kFloat32) {
-      return unsupported(name_ + ": float32 only on CUDA");
-    }
-    if (a.rank() < 1 || b.rank() < 1) return invalid_argument("MatMul: inputs must have rank >= 1");
+    KILN_ASSIGN_OR_RETURN(MatMulShape s, matmul_shape(a.shape, b.shape));
+    if (s.nout * s.M * s.N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
     if (y.numel() == 0) return ok_status();
-    int64_t M = a.rank() == 1 ? 1 : a.shape[a.rank() - 2];
-    int64_t K = a.shape[a.rank() - 1];
-    int64_t N = b.rank() == 1 ? 1 : b.shape[b.rank() - 1];
-    int64_t Kb = b.rank() == 1 ? b.shape[0] : b.shape[b.rank() - 2];
-    if (K != Kb) {
-      return invalid_argument("MatMul: inner dims differ: " + shape_to_string(a.shape) + " x " + shape_to_string(b.shape));
-    }
-    std::vector<int64_t> ab(a.shape.begin(), a.shape.end() - std::min(a.rank(), 2));
-    std::vector<int64_t> bb(b.shape.begin(), b.shape.end() - std::min(b.rank(), 2));
-    size_t r = std::max(ab.size(), bb.size());
-    ab.insert(ab.begin(), r - ab.size(), 1);
-    bb.insert(bb.begin(), r - bb.size(), 1);
-    int64_t na = 1, nb = 1, nout = 1;
-    std::vector<int64_t> ob(r);
-    for (size_t d = 0; d < r; ++d) {
-      if (ab[d] != bb[d] && ab[d] != 1 && bb[d] != 1) {
-        return invalid_argument("MatMul: batch dims do not broadcast: " + shape_to_string(a.shape) + " x " +
-                                shape_to_string(b.shape));
-      }
-      ob[d] = std::max(ab[d], bb[d]);
-      na *= ab[d], nb *= bb[d], nout *= ob[d];
-    }
-    if (nout * M * N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
+    const size_t a_bytes = a_op_.scratch_bytes(a.numel(), mode_);
+    KILN_RETURN_IF_ERROR(check_workspace(a_bytes + b_op_.scratch_bytes(b.numel(), mode_), name_));
+    char* ws = static_cast<char*>(workspace_);
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, ws, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, ws + a_bytes, stream_));
     size_t es = in_elem(mode_);
-    // cuBLAS "A" is our B (n x k, ld N), cuBLAS "B" is our A (k x m, ld K); D is N x M, ld N.
-    Problem p;
-    p.m = N, p.k = K, p.lda = N, p.ldb = K, p.ldc = N;
+    Problem p = s.p;
     float* d = y.as<float>();
-    if (nb == 1) {
-      p.n = M * na;  // B shared by every batch: fold A's batches into its rows
-    } else if (na == nb && ab == bb) {
-      p.n = M, p.batch = int(nb);
-      p.stride_a = K * N, p.stride_b = M * K, p.stride_c = M * N;
-    } else if (na == 1) {
-      p.n = M, p.batch = int(nb);
-      p.stride_a = K * N, p.stride_b = 0, p.stride_c = M * N;
-    } else {
-      // General broadcast: one GEMM per output batch.
-      p.n = M;
+    const int64_t M = s.M, N = s.N, K = s.K;
+    if (s.kind == MatMulShape::Kind::kBroadcast) {
+      const size_t r = s.ob.size();
       std::vector<int64_t> as(r, 0), bs(r, 0);
       int64_t sa = M * K, sb = K * N;
       for (size_t d2 = r; d2-- > 0;) {
-        as[d2] = ab[d2] == 1 ? 0 : sa;
-        bs[d2] = bb[d2] == 1 ? 0 : sb;
-        sa *= ab[d2], sb *= bb[d2];
+        as[d2] = s.ab[d2] == 1 ? 0 : sa;
+        bs[d2] = s.bb[d2] == 1 ? 0 : sb;
+        sa *= s.ab[d2], sb *= s.bb[d2];
       }
-      for (int64_t o = 0; o < nout; ++o) {
+      for (int64_t o = 0; o < s.nout; ++o) {
         int64_t rem = o, oa = 0, obb = 0;
         for (size_t d2 = r; d2-- > 0;) {
-          int64_t c = rem % ob[d2];
-          rem /= ob[d2];
+          int64_t c = rem % s.ob[d2];
+          rem /= s.ob[d2];
           oa += c * as[d2], obb += c * bs[d2];
         }
         const char* xa = static_cast<const char*>(pa) + oa * es;
@@ -239,71 +438,114 @@ class MatMulKernel final : public CudaKernel {
   LowPrecisionOperand a_op_, b_op_;
 };
 
+struct GemmAttrs {
+  float alpha = 1, beta = 1;
+  bool ta = false, tb = false;
+};
+
+StatusOr<GemmAttrs> gemm_attrs(const ir::Node& node) {
+  const ir::Attributes& at = node.attrs;
+  GemmAttrs g;
+  KILN_ASSIGN_OR_RETURN(g.alpha, at.get_float("alpha", 1.0f));
+  KILN_ASSIGN_OR_RETURN(g.beta, at.get_float("beta", 1.0f));
+  KILN_ASSIGN_OR_RETURN(int64_t ta, at.get_int("transA", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t tb, at.get_int("transB", 0));
+  g.ta = ta != 0, g.tb = tb != 0;
+  return g;
+}
+
+// Gemm's cuBLAS problem for A and B of these (2-D) shapes; bias: C runs as the BIAS epilogue.
+StatusOr<Problem> gemm_problem(const GemmAttrs& g, std::span<const int64_t> a, std::span<const int64_t> b, bool bias) {
+  if (a.size() != 2 || b.size() != 2) return invalid_argument("Gemm: A and B must be 2-D");
+  int64_t M = g.ta ? a[1] : a[0], K = g.ta ? a[0] : a[1];
+  int64_t N = g.tb ? b[0] : b[1], Kb = g.tb ? b[1] : b[0];
+  if (K != Kb) return invalid_argument("Gemm: inner dims differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+  Problem p;
+  p.m = N, p.n = M, p.k = K, p.ldc = N;
+  p.trans_a = g.tb;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
+  p.lda = g.tb ? K : N;
+  p.trans_b = g.ta;  // our A: row-major [M,K] (col-major K x M, ld K) or [K,M] when transA
+  p.ldb = g.ta ? M : K;
+  p.bias = bias;
+  return p;
+}
+
+// C runs as the bias epilogue when it is a row vector of N and beta is 1.
+bool bias_epilogue(const GemmAttrs& g, std::span<const int64_t> c, int64_t N) {
+  int64_t cn = 1;
+  for (int64_t d : c) cn *= d;
+  bool row_vector = cn == N && (c.size() == 1 || (c.size() == 2 && c[0] == 1));
+  return row_vector && g.beta == 1.f;
+}
+
 class GemmKernel final : public CudaKernel {
  public:
-  GemmKernel(MathMode mode, float alpha, float beta, bool ta, bool tb, const void* prepared_a,
+  GemmKernel(MathMode mode, std::optional<AlgoConfig> tactic, GemmAttrs g, const void* prepared_a,
              const void* prepared_b)
-      : CudaKernel(std::string("cuda.Gemm(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode), gemm_(mode),
-        alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), a_op_(prepared_a), b_op_(prepared_b) {}
+      : CudaKernel(std::string("cuda.Gemm(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode),
+        gemm_(mode, tactic), g_(g), a_op_(prepared_a), b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
-    if (a.rank() != 2 || b.rank() != 2) return invalid_argument("Gemm: A and B must be 2-D");
-    if (a.dtype != DType::kFloat32 || b.dtype != DType::kFloat32) return unsupported(name_ + ": float32 only on CUDA");
-    int64_t M = ta_ ? a.shape[1] : a.shape[0], K = ta_ ? a.shape[0] : a.shape[1];
-    int64_t N = tb_ ? b.shape[0] : b.shape[1], Kb = tb_ ? b.shape[1] : b.shape[0];
-    if (K != Kb) return invalid_argument("Gemm: inner dims differ: " + shape_to_string(a.shape) + " x " + shape_to_string(b.shape));
+    bool has_c = in.size() > 2 && present(in[2]) && in[2].numel() > 0 && g_.beta != 0.f;
+    const TensorView* c = has_c ? &in[2] : nullptr;
+    KILN_ASSIGN_OR_RETURN(Problem p, gemm_problem(g_, a.shape, b.shape, false));
+    const int64_t M = p.n, N = p.m;
     if (y.numel() != M * N) return invalid_argument("Gemm: the output shape does not match the inputs");
     if (y.numel() == 0) return ok_status();
-    bool has_c = in.size() > 2 && present(in[2]) && in[2].numel() > 0 && beta_ != 0.f;
-    const TensorView* c = has_c ? &in[2] : nullptr;
-    bool bias_epilogue = false;
     float beta = 0.f;
     if (c) {
-      int64_t cn = c->numel();
-      bool row_vector = cn == N && (c->rank() == 1 || (c->rank() == 2 && c->shape[0] == 1));
-      if (row_vector && beta_ == 1.f) {
-        bias_epilogue = true;
+      if (bias_epilogue(g_, c->shape, N)) {
+        p.bias = true;
       } else {
         KILN_RETURN_IF_ERROR(broadcast_copy(c->data, c->shape, y.data, y.shape, 4, stream_));
-        beta = beta_;
+        beta = g_.beta;
       }
     }
+    const size_t a_bytes = a_op_.scratch_bytes(a.numel(), mode_);
+    KILN_RETURN_IF_ERROR(check_workspace(a_bytes + b_op_.scratch_bytes(b.numel(), mode_), name_));
+    char* ws = static_cast<char*>(workspace_);
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, stream_));
-    Problem p;
-    p.m = N, p.n = M, p.k = K, p.ldc = N;
-    p.trans_a = tb_;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
-    p.lda = tb_ ? K : N;
-    p.trans_b = ta_;  // our A: row-major [M,K] (col-major K x M, ld K) or [K,M] when transA
-    p.ldb = ta_ ? M : K;
-    p.bias = bias_epilogue;
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, ws, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, ws + a_bytes, stream_));
     p.align_a = alignment_of(pb, 0), p.align_b = alignment_of(pa, 0), p.align_c = alignment_of(y.data, 0);
-    return gemm_.run(p, pb, pa, y.as<float>(), bias_epilogue ? c->as<const float>() : nullptr, alpha_, beta, res);
+    return gemm_.run(p, pb, pa, y.as<float>(), p.bias ? c->as<const float>() : nullptr, g_.alpha, beta, res);
   }
 
  private:
   MathMode mode_;
   LtGemm gemm_;
-  float alpha_, beta_;
-  bool ta_, tb_;
+  GemmAttrs g_;
   LowPrecisionOperand a_op_, b_op_;
 };
 
+std::vector<std::string> gemm_tactics(const KernelQuery& q) {
+  std::optional<Problem> p;
+  auto g = gemm_attrs(q.node);
+  auto a = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
+  auto b = q.opt_shape(q.inputs.size() > 1 ? q.inputs[1] : nullptr);
+  if (g.ok() && a && b) {
+    auto c = q.opt_shape(q.inputs.size() > 2 ? q.inputs[2] : nullptr);
+    auto shape = gemm_problem(*g, *a, *b, false);
+    if (shape.ok() && shape->m * shape->n * shape->k > 0) {
+      shape->bias = c && g->beta != 0.f && bias_epilogue(*g, *c, shape->m);
+      p = *shape;
+    }
+  }
+  return rank_tactics(p, math_mode(q));
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(
-      new MatMulKernel(math_mode(q), PreparedOperands::operand(q, 0), PreparedOperands::operand(q, 1)));
+  KILN_ASSIGN_OR_RETURN(auto tactic, parse_tactic(q.tactic));
+  return std::unique_ptr<Kernel>(new MatMulKernel(math_mode(q), tactic, PreparedOperands::operand(q, 0),
+                                                  PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
-  const ir::Attributes& at = q.node.attrs;
-  KILN_ASSIGN_OR_RETURN(float alpha, at.get_float("alpha", 1.0f));
-  KILN_ASSIGN_OR_RETURN(float beta, at.get_float("beta", 1.0f));
-  KILN_ASSIGN_OR_RETURN(int64_t ta, at.get_int("transA", 0));
-  KILN_ASSIGN_OR_RETURN(int64_t tb, at.get_int("transB", 0));
-  return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q), alpha, beta, ta != 0, tb != 0,
-                                                PreparedOperands::operand(q, 0), PreparedOperands::operand(q, 1)));
+  KILN_ASSIGN_OR_RETURN(GemmAttrs g, gemm_attrs(q.node));
+  KILN_ASSIGN_OR_RETURN(auto tactic, parse_tactic(q.tactic));
+  return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q), tactic, g, PreparedOperands::operand(q, 0),
+                                                PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q) {
@@ -313,10 +555,12 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q)
 }  // namespace
 
 void register_gemm(Registry& r) {
-  r.add(OpKind::kMatMul, &make_matmul, {.library = "cublaslt", .reduced_precision = true, .float32_only = true,
-                                       .prepare = &prepare_gemm});
+  r.add(OpKind::kMatMul, &make_matmul,
+        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm,
+         .workspace = &gemm_workspace, .tactics = &matmul_tactics});
   r.add(OpKind::kGemm, &make_gemm,
-        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm});
+        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm,
+         .workspace = &gemm_workspace, .tactics = &gemm_tactics});
 }
 
 }  // namespace kiln::backends::cuda
