@@ -22,11 +22,20 @@ constexpr int kBlock = 256;
 template <typename F>
 Status by_element_size(size_t es, const std::string& what, F&& f) {
   switch (es) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: return unsupported(what + ": elements of " + std::to_string(es) + " bytes");
+    case 1:
+      f(uint8_t{});
+      break;
+    case 2:
+      f(uint16_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    case 8:
+      f(uint64_t{});
+      break;
+    default:
+      return unsupported(what + ": elements of " + std::to_string(es) + " bytes");
   }
   return launch_status(what.c_str());
 }
@@ -35,7 +44,8 @@ Status by_element_size(size_t es, const std::string& what, F&& f) {
 Status require_element_size(const KernelQuery& q, DType t) {
   size_t es = dtype_size(t);
   if (es != 1 && es != 2 && es != 4 && es != 8) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported");
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported");
   }
   return ok_status();
 }
@@ -74,13 +84,15 @@ class SplitKernel final : public CudaKernel {
       if (y.rank() != r) return invalid_argument(name_ + ": an output differs in rank");
       size_t row = size_t(y.shape[axis] * inner) * es;
       if (row > 0 && outer > 0) {
-        KILN_CUDA_CHECK(cudaMemcpy2DAsync(y.data, row, static_cast<const char*>(x.data) + offset, in_row, row,
-                                          size_t(outer), cudaMemcpyDeviceToDevice, stream_),
-                        name_);
+        KILN_CUDA_CHECK(
+            cudaMemcpy2DAsync(y.data, row, static_cast<const char*>(x.data) + offset, in_row, row,
+                              size_t(outer), cudaMemcpyDeviceToDevice, stream_),
+            name_);
       }
       offset += row;
     }
-    if (offset != in_row) return invalid_argument(name_ + ": the outputs do not add up to the input along the axis");
+    if (offset != in_row)
+      return invalid_argument(name_ + ": the outputs do not add up to the input along the axis");
     return ok_status();
   }
 
@@ -115,7 +127,8 @@ __device__ __forceinline__ int64_t pad_source(int64_t j, int64_t begin, int64_t 
 }
 
 template <typename E>
-__global__ void axis_map_kernel(const E* in, E* out, const E* fill_ptr, E fill, AxisMapArgs a, int64_t n) {
+__global__ void axis_map_kernel(const E* in, E* out, const E* fill_ptr, E fill, AxisMapArgs a,
+                                int64_t n) {
   KILN_GRID_LOOP(i, n) {
     int64_t r = i, off = 0;
     bool inside = true;
@@ -130,8 +143,9 @@ __global__ void axis_map_kernel(const E* in, E* out, const E* fill_ptr, E fill, 
   }
 }
 
-Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const int64_t> begin, PadMode mode,
-                       const void* fill_ptr, uint64_t fill_bits, const std::string& name, cudaStream_t s) {
+Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const int64_t> begin,
+                       PadMode mode, const void* fill_ptr, uint64_t fill_bits,
+                       const std::string& name, cudaStream_t s) {
   int r = x.rank();
   if (r > kMaxRank) return unsupported(name + ": more than 8 axes");
   AxisMapArgs a{};
@@ -139,7 +153,8 @@ Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const
   a.mode = int(mode);
   auto st = strides_of(x.shape);
   for (int d = 0; d < r; ++d) {
-    a.out_dims[d] = y.shape[d], a.in_dims[d] = x.shape[d], a.in_strides[d] = st[d], a.begin[d] = begin[d];
+    a.out_dims[d] = y.shape[d], a.in_dims[d] = x.shape[d], a.in_strides[d] = st[d],
+    a.begin[d] = begin[d];
   }
   int64_t n = y.numel();
   if (n == 0) return ok_status();
@@ -147,7 +162,8 @@ Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const
     using E = decltype(tag);
     E fill;
     std::memcpy(&fill, &fill_bits, sizeof(E));
-    axis_map_kernel<E><<<grid_for(n), kBlock, 0, s>>>(static_cast<const E*>(x.data), static_cast<E*>(y.data),
+    axis_map_kernel<E><<<grid_for(n), kBlock, 0, s>>>(static_cast<const E*>(x.data),
+                                                      static_cast<E*>(y.data),
                                                       static_cast<const E*>(fill_ptr), fill, a, n);
   });
 }
@@ -161,8 +177,8 @@ class TileKernel final : public CudaKernel {
     if (y.rank() != r) return invalid_argument(name_ + ": the output differs in rank");
     for (int d = 0; d < r; ++d) {
       if (x.shape[d] == 0 ? y.shape[d] != 0 : y.shape[d] % x.shape[d] != 0) {
-        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) + " does not tile input " +
-                                shape_to_string(x.shape));
+        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                                " does not tile input " + shape_to_string(x.shape));
       }
     }
     // The repeats are the output's dims over the input's: wrapping from 0 reads them.
@@ -173,7 +189,8 @@ class TileKernel final : public CudaKernel {
 
 class PadKernel final : public CudaKernel {
  public:
-  PadKernel(PadMode mode, uint64_t fill_bits) : CudaKernel("cuda.Pad"), mode_(mode), fill_bits_(fill_bits) {}
+  PadKernel(PadMode mode, uint64_t fill_bits)
+      : CudaKernel("cuda.Pad"), mode_(mode), fill_bits_(fill_bits) {}
   HostParam pads_in, axes_in;
   std::vector<int64_t> pads_attr;  // opset < 11
   bool from_attr = false;
@@ -194,7 +211,8 @@ class PadKernel final : public CudaKernel {
     } else {
       for (int k = 0; k < r; ++k) axes.push_back(k);
     }
-    if (pads.size() != 2 * axes.size() || y.rank() != r) return invalid_argument(name_ + ": pads do not match the rank");
+    if (pads.size() != 2 * axes.size() || y.rank() != r)
+      return invalid_argument(name_ + ": pads do not match the rank");
     std::vector<int64_t> begin(size_t(r), 0), end(size_t(r), 0);
     for (size_t i = 0; i < axes.size(); ++i) {
       begin[axes[i]] += pads[i];
@@ -202,13 +220,15 @@ class PadKernel final : public CudaKernel {
     }
     for (int k = 0; k < r; ++k) {
       if (x.shape[k] + begin[k] + end[k] != y.shape[k]) {
-        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) + " does not match the pads");
+        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                                " does not match the pads");
       }
       if (mode_ != PadMode::kConstant && x.shape[k] == 0 && y.shape[k] > 0) {
         return invalid_argument(name_ + ": cannot pad an empty axis except with a constant");
       }
     }
-    const void* fill_ptr = in.size() > 2 && present(in[2]) && in[2].numel() > 0 ? in[2].data : nullptr;
+    const void* fill_ptr =
+        in.size() > 2 && present(in[2]) && in[2].numel() > 0 ? in[2].data : nullptr;
     return launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_);
   }
 
@@ -248,7 +268,8 @@ class SpaceToDepthKernel final : public CudaKernel {
     }
     int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2] / b, w = x.shape[3] / b;
     if (y.shape[0] != n || y.shape[1] != c * b * b || y.shape[2] != h || y.shape[3] != w) {
-      return invalid_argument(name_ + ": output " + shape_to_string(y.shape) + " does not match the input");
+      return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                              " does not match the input");
     }
     // The input as [n, c, h, b1, w, b2], read in output order.
     int64_t row = w * b;
@@ -265,8 +286,8 @@ class SpaceToDepthKernel final : public CudaKernel {
     if (total == 0) return ok_status();
     return by_element_size(dtype_size(x.dtype), name_, [&](auto tag) {
       using E = decltype(tag);
-      strided_copy_kernel<E><<<grid_for(total), kBlock, 0, stream_>>>(static_cast<const E*>(x.data),
-                                                                      static_cast<E*>(y.data), wk, total);
+      strided_copy_kernel<E><<<grid_for(total), kBlock, 0, stream_>>>(
+          static_cast<const E*>(x.data), static_cast<E*>(y.data), wk, total);
     });
   }
 
@@ -278,8 +299,8 @@ class SpaceToDepthKernel final : public CudaKernel {
 // ---- Trilu ----
 
 template <typename E>
-__global__ void trilu_kernel(const E* in, E* out, const void* k_ptr, int k_dtype, int64_t rows, int64_t cols,
-                             bool upper, int64_t n) {
+__global__ void trilu_kernel(const E* in, E* out, const void* k_ptr, int k_dtype, int64_t rows,
+                             int64_t cols, bool upper, int64_t n) {
   int64_t k = k_ptr ? load_as<int64_t>(k_ptr, k_dtype, 0) : 0;
   // Clamped first so that i + k cannot overflow (k is data).
   k = k < -rows - 1 ? -rows - 1 : k > cols + 1 ? cols + 1 : k;
@@ -296,7 +317,8 @@ class TriluKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     int r = x.rank();
-    if (r < 2 || out[0].numel() != x.numel()) return invalid_argument(name_ + ": the input must have rank >= 2");
+    if (r < 2 || out[0].numel() != x.numel())
+      return invalid_argument(name_ + ": the input must have rank >= 2");
     const void* k = in.size() > 1 && present(in[1]) ? in[1].data : nullptr;
     if (k && in[1].numel() != 1) return invalid_argument(name_ + ": k must be a scalar");
     int kd = k ? int(in[1].dtype) : 0;
@@ -306,7 +328,8 @@ class TriluKernel final : public CudaKernel {
     return by_element_size(dtype_size(x.dtype), name_, [&](auto tag) {
       using E = decltype(tag);
       trilu_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(static_cast<const E*>(x.data),
-                                                           static_cast<E*>(out[0].data), k, kd, rows, cols, upper_, n);
+                                                           static_cast<E*>(out[0].data), k, kd,
+                                                           rows, cols, upper_, n);
     });
   }
 
@@ -332,8 +355,8 @@ __device__ __forceinline__ int64_t wrap_index(int64_t k, int64_t d) {
 }
 
 template <typename E>
-__global__ void gather_elements_kernel(const E* data, const void* idx, int idx_dtype, E* out, ElementsArgs a,
-                                       int64_t n) {
+__global__ void gather_elements_kernel(const E* data, const void* idx, int idx_dtype, E* out,
+                                       ElementsArgs a, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     int64_t r = i, off = 0;
     for (int d = a.rank - 1; d >= 0; --d) {
@@ -352,8 +375,9 @@ enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
 // different lines differ in a coordinate other than the axis, so they never meet, and within a
 // line the order is the CPU reference's (later updates win, reductions fold left to right).
 template <typename C>
-__global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, int idx_dtype, const void* upd,
-                                        ElementsArgs a, Reduction red, int64_t lines) {
+__global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, int idx_dtype,
+                                        const void* upd, ElementsArgs a, Reduction red,
+                                        int64_t lines) {
   int64_t len = a.idx_dims[a.axis];
   KILN_GRID_LOOP(line, lines) {
     int64_t r = line, base = 0, src = 0, src_stride = 1, axis_src_stride = 1;
@@ -370,7 +394,8 @@ __global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, i
     }
     for (int64_t j = 0; j < len; ++j) {
       int64_t u = src + j * axis_src_stride;
-      int64_t t = base + wrap_index(load_as<int64_t>(idx, idx_dtype, u), a.axis_dim) * a.data_strides[a.axis];
+      int64_t t = base + wrap_index(load_as<int64_t>(idx, idx_dtype, u), a.axis_dim) *
+                             a.data_strides[a.axis];
       C b = load_as<C>(upd, dtype, u), v = b;
       if (red != Reduction::kNone) {
         C cur = load_as<C>(out, dtype, t);
@@ -385,8 +410,8 @@ __global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, i
 }
 
 // The shared checks of GatherElements and ScatterElements; fills `a` (indices shape, data strides).
-Status elements_args(const std::string& name, int64_t axis_attr, const TensorView& data, const TensorView& indices,
-                     ElementsArgs* a) {
+Status elements_args(const std::string& name, int64_t axis_attr, const TensorView& data,
+                     const TensorView& indices, ElementsArgs* a) {
   int r = data.rank();
   int64_t axis = axis_attr < 0 ? axis_attr + r : axis_attr;
   if (r < 1 || r > kMaxRank || indices.rank() != r || axis < 0 || axis >= r) {
@@ -398,7 +423,8 @@ Status elements_args(const std::string& name, int64_t axis_attr, const TensorVie
   a->axis_dim = data.shape[axis];
   for (int d = 0; d < r; ++d) {
     if (d != axis && indices.shape[d] > data.shape[d]) {
-      return invalid_argument(name + ": indices dim " + std::to_string(d) + " exceeds the data dim");
+      return invalid_argument(name + ": indices dim " + std::to_string(d) +
+                              " exceeds the data dim");
     }
     a->idx_dims[d] = indices.shape[d];
     a->data_strides[d] = st[d];
@@ -414,13 +440,15 @@ class GatherElementsKernel final : public CudaKernel {
     ElementsArgs a{};
     KILN_RETURN_IF_ERROR(elements_args(name_, axis_, data, indices, &a));
     int64_t n = out[0].numel();
-    if (n != indices.numel()) return invalid_argument(name_ + ": the output shape differs from the indices shape");
+    if (n != indices.numel())
+      return invalid_argument(name_ + ": the output shape differs from the indices shape");
     if (n == 0) return ok_status();
     if (a.axis_dim == 0) return invalid_argument(name_ + ": indexing an empty axis");
     return by_element_size(dtype_size(data.dtype), name_, [&](auto tag) {
       using E = decltype(tag);
       gather_elements_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
-          static_cast<const E*>(data.data), indices.data, int(indices.dtype), static_cast<E*>(out[0].data), a, n);
+          static_cast<const E*>(data.data), indices.data, int(indices.dtype),
+          static_cast<E*>(out[0].data), a, n);
     });
   }
 
@@ -440,7 +468,8 @@ class ScatterElementsKernel final : public CudaKernel {
       return invalid_argument(name_ + ": updates must match the indices and the output the data");
     }
     if (y.data != data.data && y.nbytes() > 0) {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, data.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(y.data, data.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
     }
     int64_t len = indices.shape[a.axis];
     if (indices.numel() == 0) return ok_status();
@@ -448,11 +477,11 @@ class ScatterElementsKernel final : public CudaKernel {
     int64_t lines = indices.numel() / len;
     int dt = int(data.dtype), idt = int(indices.dtype);
     if (is_float(data.dtype)) {
-      scatter_elements_kernel<double><<<grid_for(lines), kBlock, 0, stream_>>>(y.data, dt, indices.data, idt, upd.data,
-                                                                             a, red_, lines);
+      scatter_elements_kernel<double><<<grid_for(lines), kBlock, 0, stream_>>>(
+          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
     } else {
-      scatter_elements_kernel<int64_t><<<grid_for(lines), kBlock, 0, stream_>>>(y.data, dt, indices.data, idt,
-                                                                              upd.data, a, red_, lines);
+      scatter_elements_kernel<int64_t><<<grid_for(lines), kBlock, 0, stream_>>>(
+          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
     }
     return launch_status("scatter_elements_kernel");
   }
@@ -465,8 +494,8 @@ class ScatterElementsKernel final : public CudaKernel {
 // ---- OneHot ----
 
 template <typename E>
-__global__ void one_hot_kernel(const void* idx, int idx_dtype, const E* values, E* out, int64_t depth, int64_t inner,
-                               int64_t n) {
+__global__ void one_hot_kernel(const void* idx, int idx_dtype, const E* values, E* out,
+                               int64_t depth, int64_t inner, int64_t n) {
   KILN_GRID_LOOP(e, n) {
     int64_t i = e % inner, d = (e / inner) % depth, o = e / (inner * depth);
     double v = load_as<double>(idx, idx_dtype, o * inner + i);
@@ -484,7 +513,8 @@ class OneHotKernel final : public CudaKernel {
     int64_t axis = axis_ < 0 ? axis_ + r : axis_;
     if (axis < 0 || axis >= r || idx.rank() != r - 1 || values.numel() != 2) {
       return invalid_argument(name_ + ": indices " + shape_to_string(idx.shape) + " and output " +
-                              shape_to_string(y.shape) + " do not fit axis " + std::to_string(axis_));
+                              shape_to_string(y.shape) + " do not fit axis " +
+                              std::to_string(axis_));
     }
     int64_t depth = y.shape[axis], inner = 1;
     for (int d = int(axis) + 1; d < r; ++d) inner *= y.shape[d];
@@ -492,9 +522,9 @@ class OneHotKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     return by_element_size(dtype_size(y.dtype), name_, [&](auto tag) {
       using E = decltype(tag);
-      one_hot_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(idx.data, int(idx.dtype),
-                                                             static_cast<const E*>(values.data),
-                                                             static_cast<E*>(y.data), depth, inner, n);
+      one_hot_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
+          idx.data, int(idx.dtype), static_cast<const E*>(values.data), static_cast<E*>(y.data),
+          depth, inner, n);
     });
   }
 
@@ -507,8 +537,8 @@ class OneHotKernel final : public CudaKernel {
 // The CPU reference's arg_best: a NaN wins and stops the scan; ties keep the first index unless
 // select_last_index.
 template <bool kMax>
-__global__ void arg_kernel(const void* x, int dtype, int64_t* out, int64_t n, int64_t inner, bool last,
-                           int64_t lines) {
+__global__ void arg_kernel(const void* x, int dtype, int64_t* out, int64_t n, int64_t inner,
+                           bool last, int64_t lines) {
   KILN_GRID_LOOP(line, lines) {
     int64_t base = (line / inner) * n * inner + line % inner;
     int64_t best_i = 0;
@@ -539,15 +569,16 @@ class ArgKernel final : public CudaKernel {
     for (int d = 0; d < axis; ++d) outer *= x.shape[d];
     for (int d = int(axis) + 1; d < r; ++d) inner *= x.shape[d];
     int64_t lines = outer * inner;
-    if (out[0].numel() != lines) return invalid_argument(name_ + ": the output does not match the reduced input");
+    if (out[0].numel() != lines)
+      return invalid_argument(name_ + ": the output does not match the reduced input");
     if (lines == 0) return ok_status();
     if (n == 0) return invalid_argument(name_ + ": the reduced axis is empty");
     if (max_) {
-      arg_kernel<true><<<grid_for(lines), kBlock, 0, stream_>>>(x.data, int(x.dtype), out[0].as<int64_t>(), n, inner,
-                                                                last_, lines);
+      arg_kernel<true><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
     } else {
-      arg_kernel<false><<<grid_for(lines), kBlock, 0, stream_>>>(x.data, int(x.dtype), out[0].as<int64_t>(), n, inner,
-                                                                 last_, lines);
+      arg_kernel<false><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
     }
     return launch_status("arg_kernel");
   }
@@ -567,8 +598,8 @@ StatusOr<int> known_rank(const KernelQuery& q, size_t i) {
   }
   int r = int(q.inputs[i]->shape->size());
   if (r > kMaxRank) {
-    return unsupported(q.node.describe() + ": rank " + std::to_string(r) + " exceeds the CUDA kernels' " +
-                       std::to_string(kMaxRank));
+    return unsupported(q.node.describe() + ": rank " + std::to_string(r) +
+                       " exceeds the CUDA kernels' " + std::to_string(kMaxRank));
   }
   return r;
 }
@@ -577,7 +608,8 @@ StatusOr<std::unique_ptr<Kernel>> make_split(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
   for (size_t i = 0; i < q.outputs.size(); ++i) {
-    if (!q.outputs[i]) return unsupported(q.node.describe() + ": every output of Split must be present");
+    if (!q.outputs[i])
+      return unsupported(q.node.describe() + ": every output of Split must be present");
   }
   return std::unique_ptr<Kernel>(new SplitKernel(axis));
 }
@@ -595,19 +627,38 @@ StatusOr<std::unique_ptr<Kernel>> make_pad(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
   KILN_ASSIGN_OR_RETURN(std::string mode_s, at.get_string("mode", "constant"));
   PadMode mode;
-  if (mode_s == "constant") mode = PadMode::kConstant;
-  else if (mode_s == "reflect") mode = PadMode::kReflect;
-  else if (mode_s == "edge") mode = PadMode::kEdge;
-  else if (mode_s == "wrap") mode = PadMode::kWrap;
-  else return unsupported(q.node.describe() + ": mode '" + mode_s + "' is not supported");
+  if (mode_s == "constant")
+    mode = PadMode::kConstant;
+  else if (mode_s == "reflect")
+    mode = PadMode::kReflect;
+  else if (mode_s == "edge")
+    mode = PadMode::kEdge;
+  else if (mode_s == "wrap")
+    mode = PadMode::kWrap;
+  else
+    return unsupported(q.node.describe() + ": mode '" + mode_s + "' is not supported");
   uint64_t fill = 0;
   if (at.has("value")) {
     KILN_ASSIGN_OR_RETURN(float v, at.get_float("value", 0.0f));
     switch (t) {
-      case DType::kFloat32: std::memcpy(&fill, &v, 4); break;
-      case DType::kFloat64: { double d = v; std::memcpy(&fill, &d, 8); break; }
-      case DType::kFloat16: { uint16_t h = float_to_half(v); std::memcpy(&fill, &h, 2); break; }
-      case DType::kBFloat16: { uint16_t h = float_to_bf16(v); std::memcpy(&fill, &h, 2); break; }
+      case DType::kFloat32:
+        std::memcpy(&fill, &v, 4);
+        break;
+      case DType::kFloat64: {
+        double d = v;
+        std::memcpy(&fill, &d, 8);
+        break;
+      }
+      case DType::kFloat16: {
+        uint16_t h = float_to_half(v);
+        std::memcpy(&fill, &h, 2);
+        break;
+      }
+      case DType::kBFloat16: {
+        uint16_t h = float_to_bf16(v);
+        std::memcpy(&fill, &h, 2);
+        break;
+      }
       default: {
         // Integers: the value truncated, stored in the element's low bytes (little-endian).
         int64_t iv = int64_t(v);
@@ -628,9 +679,10 @@ StatusOr<std::unique_ptr<Kernel>> make_pad(const KernelQuery& q) {
   if (!k->from_attr) {
     for (size_t i : {size_t(1), size_t(3)}) {
       if (!host_readable(q, i)) {
-        return unsupported(q.node.describe() + ": input " + std::to_string(i) + (i == 1 ? " (pads)" : " (axes)") +
-                           " is computed on the device; the CUDA Pad reads it on the host, so it must be a " +
-                           "constant or a shape formula");
+        return unsupported(
+            q.node.describe() + ": input " + std::to_string(i) + (i == 1 ? " (pads)" : " (axes)") +
+            " is computed on the device; the CUDA Pad reads it on the host, so it must be a " +
+            "constant or a shape formula");
       }
     }
     k->pads_in.init(q, 1);
@@ -647,7 +699,8 @@ StatusOr<std::unique_ptr<Kernel>> make_space_to_depth(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t b, q.node.attrs.get_int("blocksize", std::nullopt));
   KILN_ASSIGN_OR_RETURN(std::string mode, q.node.attrs.get_string("mode", "DCR"));
   if (b < 1) return invalid_argument(q.node.describe() + ": blocksize must be >= 1");
-  if (mode != "DCR" && mode != "CRD") return invalid_argument(q.node.describe() + ": mode must be DCR or CRD");
+  if (mode != "DCR" && mode != "CRD")
+    return invalid_argument(q.node.describe() + ": mode must be DCR or CRD");
   return std::unique_ptr<Kernel>(new SpaceToDepthKernel(b, mode == "CRD"));
 }
 
@@ -655,14 +708,16 @@ StatusOr<std::unique_ptr<Kernel>> make_trilu(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
   KILN_ASSIGN_OR_RETURN(int64_t upper, q.node.attrs.get_int("upper", 1));
   DType kt = q.input_dtype(1);
-  if (kt != DType::kUndefined && !is_integer(kt)) return invalid_argument(q.node.describe() + ": k must be an integer");
+  if (kt != DType::kUndefined && !is_integer(kt))
+    return invalid_argument(q.node.describe() + ": k must be an integer");
   return std::unique_ptr<Kernel>(new TriluKernel(upper != 0));
 }
 
 Status require_int_indices(const KernelQuery& q, size_t i) {
   DType t = q.input_dtype(i);
   if (t != DType::kInt64 && t != DType::kInt32) {
-    return unsupported(q.node.describe() + ": indices must be int32 or int64, not " + std::string(dtype_name(t)));
+    return unsupported(q.node.describe() + ": indices must be int32 or int64, not " +
+                       std::string(dtype_name(t)));
   }
   return ok_status();
 }
@@ -682,13 +737,20 @@ StatusOr<std::unique_ptr<Kernel>> make_scatter_elements(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
   KILN_ASSIGN_OR_RETURN(std::string red_s, q.node.attrs.get_string("reduction", "none"));
   Reduction red;
-  if (red_s == "none") red = Reduction::kNone;
-  else if (red_s == "add") red = Reduction::kAdd;
-  else if (red_s == "mul") red = Reduction::kMul;
-  else if (red_s == "max") red = Reduction::kMax;
-  else if (red_s == "min") red = Reduction::kMin;
-  else return invalid_argument(q.node.describe() + ": unknown reduction '" + red_s + "'");
-  if (q.input_dtype(2) != q.input_dtype(0)) return invalid_argument(q.node.describe() + ": updates' dtype differs");
+  if (red_s == "none")
+    red = Reduction::kNone;
+  else if (red_s == "add")
+    red = Reduction::kAdd;
+  else if (red_s == "mul")
+    red = Reduction::kMul;
+  else if (red_s == "max")
+    red = Reduction::kMax;
+  else if (red_s == "min")
+    red = Reduction::kMin;
+  else
+    return invalid_argument(q.node.describe() + ": unknown reduction '" + red_s + "'");
+  if (q.input_dtype(2) != q.input_dtype(0))
+    return invalid_argument(q.node.describe() + ": updates' dtype differs");
   return std::unique_ptr<Kernel>(new ScatterElementsKernel(axis, red));
 }
 
@@ -698,7 +760,8 @@ StatusOr<std::unique_ptr<Kernel>> make_one_hot(const KernelQuery& q) {
   if (!is_integer(it) && !is_float(it)) {
     return unsupported(q.node.describe() + ": indices of dtype " + std::string(dtype_name(it)));
   }
-  if (q.input_dtype(2) != q.output_dtype(0)) return invalid_argument(q.node.describe() + ": values' dtype differs");
+  if (q.input_dtype(2) != q.output_dtype(0))
+    return invalid_argument(q.node.describe() + ": values' dtype differs");
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   return std::unique_ptr<Kernel>(new OneHotKernel(axis));
 }
@@ -706,7 +769,8 @@ StatusOr<std::unique_ptr<Kernel>> make_one_hot(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_arg(const KernelQuery& q) {
   DType t = q.input_dtype(0);
   if (!is_integer(t) && !is_float(t) && t != DType::kBool) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported");
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported");
   }
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
   KILN_ASSIGN_OR_RETURN(int64_t last, q.node.attrs.get_int("select_last_index", 0));

@@ -13,9 +13,9 @@ using ops::OpKind;
 constexpr int kBlock = 256;
 
 // y = (x - mean) / sqrt(var + eps) * scale + B, the per-channel factors computed in double.
-__global__ void batch_norm_kernel(const float* x, const float* scale, const float* bias, const float* mean,
-                                  const float* var, float* y, int64_t n, int64_t channels, int64_t spatial,
-                                  double eps) {
+__global__ void batch_norm_kernel(const float* x, const float* scale, const float* bias,
+                                  const float* mean, const float* var, float* y, int64_t n,
+                                  int64_t channels, int64_t spatial, double eps) {
   KILN_GRID_LOOP(i, n) {
     int64_t c = (i / spatial) % channels;
     double mul = double(scale[c]) / sqrt(double(var[c]) + eps);
@@ -39,7 +39,8 @@ __device__ double block_sum(double v, double* shared) {
 // Block b normalizes sample b / groups, group b % groups: `cpg` channels of `spatial` elements,
 // contiguous. Channel c of the group takes scale/bias [g] when per_group, else [g*cpg + c].
 __global__ void grouped_norm_kernel(const float* x, const float* scale, const float* bias, float* y,
-                                    int64_t groups, int64_t cpg, int64_t spatial, bool per_group, double eps) {
+                                    int64_t groups, int64_t cpg, int64_t spatial, bool per_group,
+                                    double eps) {
   __shared__ double shared[kBlock / 32];
   int64_t b = blockIdx.x, g = b % groups, block = cpg * spatial;
   const float* xp = x + b * block;
@@ -60,7 +61,8 @@ __global__ void grouped_norm_kernel(const float* x, const float* scale, const fl
   }
 }
 
-__global__ void lp_norm_kernel(const float* x, float* y, int64_t lines, int64_t n, int64_t inner, bool l1) {
+__global__ void lp_norm_kernel(const float* x, float* y, int64_t lines, int64_t n, int64_t inner,
+                               bool l1) {
   KILN_GRID_LOOP(line, lines) {
     int64_t base = (line / inner) * n * inner + line % inner;
     double norm = 0;
@@ -86,16 +88,17 @@ class BatchNormKernel final : public CudaKernel {
     int64_t channels = x.shape[1], n = x.numel();
     for (int i = 1; i < 5; ++i) {
       if (in[i].numel() != channels) {
-        return invalid_argument(name_ + ": input " + std::to_string(i) + " has " + std::to_string(in[i].numel()) +
-                                " elements, expected " + std::to_string(channels) + " channels");
+        return invalid_argument(name_ + ": input " + std::to_string(i) + " has " +
+                                std::to_string(in[i].numel()) + " elements, expected " +
+                                std::to_string(channels) + " channels");
       }
     }
     if (n == 0) return ok_status();
     int64_t spatial = n / (x.shape[0] * channels);
-    batch_norm_kernel<<<grid_for(n), kBlock, 0, stream_>>>(x.as<const float>(), in[1].as<const float>(),
-                                                         in[2].as<const float>(), in[3].as<const float>(),
-                                                         in[4].as<const float>(), out[0].as<float>(), n, channels,
-                                                         spatial, eps_);
+    batch_norm_kernel<<<grid_for(n), kBlock, 0, stream_>>>(
+        x.as<const float>(), in[1].as<const float>(), in[2].as<const float>(),
+        in[3].as<const float>(), in[4].as<const float>(), out[0].as<float>(), n, channels, spatial,
+        eps_);
     return launch_status("batch_norm_kernel");
   }
 
@@ -114,21 +117,22 @@ class GroupedNormKernel final : public CudaKernel {
     int64_t batch = x.shape[0], channels = x.shape[1];
     int64_t groups = groups_ > 0 ? groups_ : channels;
     if (groups <= 0 || channels % groups != 0) {
-      return invalid_argument(name_ + ": " + std::to_string(channels) + " channels do not split into " +
-                              std::to_string(groups) + " groups");
+      return invalid_argument(name_ + ": " + std::to_string(channels) +
+                              " channels do not split into " + std::to_string(groups) + " groups");
     }
     bool per_group = in[1].numel() != channels;
     int64_t param_n = per_group ? groups : channels;
     if (in[1].numel() != param_n || in[2].numel() != param_n) {
-      return invalid_argument(name_ + ": scale and bias must have " + std::to_string(channels) + " values");
+      return invalid_argument(name_ + ": scale and bias must have " + std::to_string(channels) +
+                              " values");
     }
     int64_t rows = batch * groups;
     if (x.numel() == 0 || rows == 0) return ok_status();
     if (rows > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 groups in the batch");
     int64_t spatial = x.numel() / (batch * channels);
-    grouped_norm_kernel<<<unsigned(rows), kBlock, 0, stream_>>>(x.as<const float>(), in[1].as<const float>(),
-                                                              in[2].as<const float>(), out[0].as<float>(), groups,
-                                                              channels / groups, spatial, per_group, eps_);
+    grouped_norm_kernel<<<unsigned(rows), kBlock, 0, stream_>>>(
+        x.as<const float>(), in[1].as<const float>(), in[2].as<const float>(), out[0].as<float>(),
+        groups, channels / groups, spatial, per_group, eps_);
     return launch_status("grouped_norm_kernel");
   }
 
@@ -149,8 +153,8 @@ class LpNormKernel final : public CudaKernel {
     for (int d = int(axis) + 1; d < rank; ++d) inner *= x.shape[d];
     if (x.numel() == 0) return ok_status();
     int64_t lines = x.numel() / n;
-    lp_norm_kernel<<<grid_for(lines), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), lines, n, inner,
-                                                          l1_);
+    lp_norm_kernel<<<grid_for(lines), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(),
+                                                            lines, n, inner, l1_);
     return launch_status("lp_norm_kernel");
   }
 
@@ -173,10 +177,13 @@ StatusOr<std::unique_ptr<Kernel>> make_batch_norm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t training, q.node.attrs.get_int("training_mode", 0));
   KILN_ASSIGN_OR_RETURN(int64_t spatial, q.node.attrs.get_int("spatial", 1));
   if (training != 0) {
-    return unsupported(q.node.describe() + ": training_mode=1 (batch statistics, running mean and variance "
-                       "outputs) is not supported; the CUDA kernel normalizes with the given mean and variance");
+    return unsupported(
+        q.node.describe() +
+        ": training_mode=1 (batch statistics, running mean and variance "
+        "outputs) is not supported; the CUDA kernel normalizes with the given mean and variance");
   }
-  if (spatial == 0) return unsupported(q.node.describe() + ": spatial=0 (per-element statistics) is not supported");
+  if (spatial == 0)
+    return unsupported(q.node.describe() + ": spatial=0 (per-element statistics) is not supported");
   for (size_t i = 1; i < q.outputs.size(); ++i) {
     if (q.outputs[i]) {
       return unsupported(q.node.describe() + ": output " + std::to_string(i) +
@@ -185,7 +192,8 @@ StatusOr<std::unique_ptr<Kernel>> make_batch_norm(const KernelQuery& q) {
   }
   if (q.inputs.size() < 5) return invalid_argument(q.node.describe() + ": needs 5 inputs");
   for (size_t i = 1; i < 5; ++i) {
-    if (!q.inputs[i]) return invalid_argument(q.node.describe() + ": input " + std::to_string(i) + " is missing");
+    if (!q.inputs[i])
+      return invalid_argument(q.node.describe() + ": input " + std::to_string(i) + " is missing");
   }
   return std::unique_ptr<Kernel>(new BatchNormKernel(double(eps)));
 }
@@ -201,7 +209,8 @@ StatusOr<std::unique_ptr<Kernel>> make_grouped_norm(const KernelQuery& q) {
   if (q.inputs.size() < 3 || !q.inputs[1] || !q.inputs[2]) {
     return invalid_argument(q.node.describe() + ": needs scale and bias");
   }
-  return std::unique_ptr<Kernel>(new GroupedNormKernel("cuda." + q.node.op_type, groups, double(eps)));
+  return std::unique_ptr<Kernel>(
+      new GroupedNormKernel("cuda." + q.node.op_type, groups, double(eps)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_lp_norm(const KernelQuery& q) {
@@ -209,7 +218,8 @@ StatusOr<std::unique_ptr<Kernel>> make_lp_norm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   KILN_ASSIGN_OR_RETURN(int64_t p, q.node.attrs.get_int("p", 2));
   int64_t rank = int64_t(q.inputs[0]->shape->size());
-  if (axis < -rank || axis >= rank) return invalid_argument(q.node.describe() + ": axis out of range");
+  if (axis < -rank || axis >= rank)
+    return invalid_argument(q.node.describe() + ": axis out of range");
   if (p != 1 && p != 2) return invalid_argument(q.node.describe() + ": p must be 1 or 2");
   return std::unique_ptr<Kernel>(new LpNormKernel(axis, p == 1));
 }

@@ -27,8 +27,8 @@ struct PoolArgs {
 };
 
 // The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi).
-__device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t count, int64_t limit,
-                                            int64_t* lo, int64_t* hi) {
+__device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t count,
+                                            int64_t limit, int64_t* lo, int64_t* hi) {
   int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
   int64_t h = start > limit - 1 ? 0 : (limit - 1 - start) / step + 1;
   l = l < count ? l : count;
@@ -49,7 +49,8 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
     int64_t p = r / a.out[0];
     int64_t in_sp = a.in[0] * a.in[1] * a.in[2];
     const float* xp = x + p * in_sp;
-    int64_t sd = od * a.stride[0] - a.pb[0], sh = oh * a.stride[1] - a.pb[1], sw = ow * a.stride[2] - a.pb[2];
+    int64_t sd = od * a.stride[0] - a.pb[0], sh = oh * a.stride[1] - a.pb[1],
+            sw = ow * a.stride[2] - a.pb[2];
     int64_t dlo, dhi, hlo, hhi, wlo, whi;
     valid_range(sd, a.dil[0], a.k[0], a.in[0], &dlo, &dhi);
     valid_range(sh, a.dil[1], a.k[1], a.in[1], &hlo, &hhi);
@@ -65,7 +66,10 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
           float v = xp[e];
           if constexpr (kOp == PoolOp::kMax) {
             // The first element wins until a strictly greater one: a leading NaN stays.
-            if (v > best || best_i < 0) best = v, best_i = e;
+            if (v > best || best_i < 0) {
+              best = v;
+              best_i = e;
+            }
           } else if constexpr (kOp == PoolOp::kAverage) {
             sum += v;
           } else {
@@ -123,7 +127,8 @@ __global__ void global_pool_kernel(const float* x, float* y, int64_t size) {
   __syncthreads();
   if (threadIdx.x == 0) {
     double r = shared[0];
-    for (int w = 1; w < int(blockDim.x >> 5); ++w) r = kMax ? (shared[w] > r ? shared[w] : r) : r + shared[w];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      r = kMax ? (shared[w] > r ? shared[w] : r) : r + shared[w];
     y[blockIdx.x] = kMax ? float(r) : (size > 0 ? float(r / double(size)) : 0.f);
   }
 }
@@ -138,14 +143,19 @@ struct PoolAttrs {
 class PoolKernel final : public CudaKernel {
  public:
   PoolKernel(std::string name, PoolOp op, PoolAttrs attrs, bool include_pad, double p)
-      : CudaKernel(std::move(name)), op_(op), attrs_(std::move(attrs)), include_pad_(include_pad), p_(p) {}
+      : CudaKernel(std::move(name)),
+        op_(op),
+        attrs_(std::move(attrs)),
+        include_pad_(include_pad),
+        p_(p) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &y = out[0];
     int ns = x.rank() - 2;
-    if (ns < 1 || ns > 3 || y.rank() != x.rank() || y.shape[0] != x.shape[0] || y.shape[1] != x.shape[1]) {
-      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " + shape_to_string(y.shape) +
-                              " is not a 1-D, 2-D or 3-D pool");
+    if (ns < 1 || ns > 3 || y.rank() != x.rank() || y.shape[0] != x.shape[0] ||
+        y.shape[1] != x.shape[1]) {
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " +
+                              shape_to_string(y.shape) + " is not a 1-D, 2-D or 3-D pool");
     }
     PoolArgs a{};
     KILN_RETURN_IF_ERROR(resolve(ns, x.shape.data() + 2, y.shape.data() + 2, &a));
@@ -158,9 +168,15 @@ class PoolKernel final : public CudaKernel {
     const float* px = x.as<const float>();
     float* py = y.as<float>();
     switch (op_) {
-      case PoolOp::kMax: pool_kernel<PoolOp::kMax><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n); break;
-      case PoolOp::kAverage: pool_kernel<PoolOp::kAverage><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n); break;
-      case PoolOp::kLp: pool_kernel<PoolOp::kLp><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n); break;
+      case PoolOp::kMax:
+        pool_kernel<PoolOp::kMax><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+        break;
+      case PoolOp::kAverage:
+        pool_kernel<PoolOp::kAverage><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+        break;
+      case PoolOp::kLp:
+        pool_kernel<PoolOp::kLp><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+        break;
     }
     return launch_status("pool_kernel");
   }
@@ -185,7 +201,8 @@ class PoolKernel final : public CudaKernel {
         pb = attrs_.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
         pe = total - pb;
       } else {
-        if (attrs_.auto_pad == AutoPad::kNotSet && !attrs_.pads.empty()) pb = attrs_.pads[i], pe = attrs_.pads[ns + i];
+        if (attrs_.auto_pad == AutoPad::kNotSet && !attrs_.pads.empty())
+          pb = attrs_.pads[i], pe = attrs_.pads[ns + i];
         int64_t num = d + pb + pe - eff;
         if (num < 0) {
           expect = 0;
@@ -197,10 +214,12 @@ class PoolKernel final : public CudaKernel {
         }
       }
       if (expect != out[i]) {
-        return invalid_argument(name_ + ": output spatial dim " + std::to_string(i) + " is " + std::to_string(out[i]) +
-                                " but the input and attributes give " + std::to_string(expect));
+        return invalid_argument(name_ + ": output spatial dim " + std::to_string(i) + " is " +
+                                std::to_string(out[i]) + " but the input and attributes give " +
+                                std::to_string(expect));
       }
-      a->in[j] = d, a->out[j] = out[i], a->k[j] = k, a->stride[j] = s, a->dil[j] = dl, a->pb[j] = pb, a->pe[j] = pe;
+      a->in[j] = d, a->out[j] = out[i], a->k[j] = k, a->stride[j] = s, a->dil[j] = dl,
+      a->pb[j] = pb, a->pe[j] = pe;
     }
     return ok_status();
   }
@@ -218,16 +237,18 @@ class GlobalPoolKernel final : public CudaKernel {
     const TensorView& x = in[0];
     int64_t planes = x.rank() < 2 ? 0 : x.shape[0] * x.shape[1];
     if (x.rank() < 3 || out[0].numel() != planes) {
-      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " + shape_to_string(out[0].shape) +
-                              " is inconsistent");
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " +
+                              shape_to_string(out[0].shape) + " is inconsistent");
     }
     if (planes == 0) return ok_status();
     if (planes > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 planes");
     int64_t size = x.numel() / planes;
     if (max_) {
-      global_pool_kernel<true><<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
+      global_pool_kernel<true>
+          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
     } else {
-      global_pool_kernel<false><<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
+      global_pool_kernel<false>
+          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
     }
     return launch_status("global_pool_kernel");
   }
@@ -243,7 +264,8 @@ StatusOr<int> pool_spatial_rank(const KernelQuery& q) {
   }
   int ns = int(q.inputs[0]->shape->size()) - 2;
   if (ns < 1 || ns > 3) {
-    return unsupported(q.node.describe() + ": the CUDA backend pools 1-D, 2-D and 3-D inputs, not rank " +
+    return unsupported(q.node.describe() +
+                       ": the CUDA backend pools 1-D, 2-D and 3-D inputs, not rank " +
                        std::to_string(ns + 2));
   }
   return ns;
@@ -252,7 +274,9 @@ StatusOr<int> pool_spatial_rank(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_pool(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
   OpKind kind = ops::find_op(q.node.domain, q.node.op_type);
-  PoolOp op = kind == OpKind::kMaxPool ? PoolOp::kMax : kind == OpKind::kAveragePool ? PoolOp::kAverage : PoolOp::kLp;
+  PoolOp op = kind == OpKind::kMaxPool       ? PoolOp::kMax
+              : kind == OpKind::kAveragePool ? PoolOp::kAverage
+                                             : PoolOp::kLp;
   KILN_ASSIGN_OR_RETURN(int ns, pool_spatial_rank(q));
   PoolAttrs s;
   KILN_ASSIGN_OR_RETURN(s.kernel, at.get_ints("kernel_shape", std::nullopt));
@@ -262,27 +286,43 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, at.get_int("ceil_mode", 0));
   KILN_ASSIGN_OR_RETURN(std::string auto_pad, at.get_string("auto_pad", "NOTSET"));
   s.ceil_mode = ceil_mode != 0;
-  if (auto_pad == "NOTSET") s.auto_pad = AutoPad::kNotSet;
-  else if (auto_pad == "SAME_UPPER") s.auto_pad = AutoPad::kSameUpper;
-  else if (auto_pad == "SAME_LOWER") s.auto_pad = AutoPad::kSameLower;
-  else if (auto_pad == "VALID") s.auto_pad = AutoPad::kValid;
-  else return invalid_argument(q.node.describe() + ": unknown auto_pad '" + auto_pad + "'");
-  auto bad = [&](const std::string& what) { return invalid_argument(q.node.describe() + ": " + what); };
-  if (int(s.kernel.size()) != ns) return bad("kernel_shape must have " + std::to_string(ns) + " values");
-  if (!s.strides.empty() && int(s.strides.size()) != ns) return bad("strides must have " + std::to_string(ns) + " values");
-  if (!s.dilations.empty() && int(s.dilations.size()) != ns) return bad("dilations must have " + std::to_string(ns) + " values");
-  if (!s.pads.empty() && int(s.pads.size()) != 2 * ns) return bad("pads must have " + std::to_string(2 * ns) + " values");
-  for (int64_t v : s.kernel) if (v < 1) return bad("kernel_shape values must be >= 1");
-  for (int64_t v : s.strides) if (v < 1) return bad("strides must be >= 1");
-  for (int64_t v : s.dilations) if (v < 1) return bad("dilations must be >= 1");
-  for (int64_t v : s.pads) if (v < 0) return bad("pads must be >= 0");
+  if (auto_pad == "NOTSET")
+    s.auto_pad = AutoPad::kNotSet;
+  else if (auto_pad == "SAME_UPPER")
+    s.auto_pad = AutoPad::kSameUpper;
+  else if (auto_pad == "SAME_LOWER")
+    s.auto_pad = AutoPad::kSameLower;
+  else if (auto_pad == "VALID")
+    s.auto_pad = AutoPad::kValid;
+  else
+    return invalid_argument(q.node.describe() + ": unknown auto_pad '" + auto_pad + "'");
+  auto bad = [&](const std::string& what) {
+    return invalid_argument(q.node.describe() + ": " + what);
+  };
+  if (int(s.kernel.size()) != ns)
+    return bad("kernel_shape must have " + std::to_string(ns) + " values");
+  if (!s.strides.empty() && int(s.strides.size()) != ns)
+    return bad("strides must have " + std::to_string(ns) + " values");
+  if (!s.dilations.empty() && int(s.dilations.size()) != ns)
+    return bad("dilations must have " + std::to_string(ns) + " values");
+  if (!s.pads.empty() && int(s.pads.size()) != 2 * ns)
+    return bad("pads must have " + std::to_string(2 * ns) + " values");
+  for (int64_t v : s.kernel)
+    if (v < 1) return bad("kernel_shape values must be >= 1");
+  for (int64_t v : s.strides)
+    if (v < 1) return bad("strides must be >= 1");
+  for (int64_t v : s.dilations)
+    if (v < 1) return bad("dilations must be >= 1");
+  for (int64_t v : s.pads)
+    if (v < 0) return bad("pads must be >= 0");
   bool include_pad = false;
   double p = 2;
   if (op == PoolOp::kMax) {
     KILN_ASSIGN_OR_RETURN(int64_t storage_order, at.get_int("storage_order", 0));
     bool indices = q.outputs.size() > 1 && q.outputs[1];
     if (indices && storage_order != 0) {
-      return unsupported(q.node.describe() + ": Indices with storage_order=1 (column-major) are not supported");
+      return unsupported(q.node.describe() +
+                         ": Indices with storage_order=1 (column-major) are not supported");
     }
     if (indices && q.outputs[1]->dtype != DType::kInt64) return bad("Indices must be int64");
   } else if (op == PoolOp::kAverage) {
@@ -293,7 +333,8 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(const KernelQuery& q) {
     if (pv < 1) return bad("p must be >= 1");
     p = double(pv);
   }
-  return std::unique_ptr<Kernel>(new PoolKernel("cuda." + q.node.op_type, op, std::move(s), include_pad, p));
+  return std::unique_ptr<Kernel>(
+      new PoolKernel("cuda." + q.node.op_type, op, std::move(s), include_pad, p));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_global_pool(const KernelQuery& q) {
