@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backends/kernel_registry.h"
@@ -476,6 +478,268 @@ TEST(ConvTransposeKernel, ScattersThroughTheKernel) {
   out = run_case(n, {x, w});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3}, {10, 102, 20})));
+}
+
+// ---- N-D pools, auto_pad, LpPool, large global pools (every backend against loops) ----
+
+struct PoolNd {
+  Shape x;  // [N, C, spatial...]
+  std::vector<int64_t> k, stride, dil, pads;
+  bool ceil_mode = false;
+};
+
+// Max (with flat indices), average (count_include_pad) or Lp pooling by loops over 1..3 axes.
+Tensor naive_pool_nd(const PoolNd& s, const Tensor& x, const std::string& kind, bool include_pad, double p,
+                     std::vector<int64_t>* indices) {
+  size_t ns = s.x.size() - 2;
+  Shape out = {s.x[0], s.x[1]};
+  for (size_t i = 0; i < ns; ++i) {
+    int64_t eff = s.dil[i] * (s.k[i] - 1) + 1, num = s.x[2 + i] + s.pads[i] + s.pads[ns + i] - eff;
+    int64_t o = s.ceil_mode ? (num + s.stride[i] - 1) / s.stride[i] + 1 : num / s.stride[i] + 1;
+    if (s.ceil_mode && (o - 1) * s.stride[i] >= s.x[2 + i] + s.pads[i]) --o;
+    out.push_back(o);
+  }
+  int64_t in_sp = 1, out_sp = 1, kk = 1;
+  std::vector<int64_t> in_stride(ns, 1);
+  for (size_t i = 0; i < ns; ++i) in_sp *= s.x[2 + i], out_sp *= out[2 + i], kk *= s.k[i];
+  for (int64_t i = int64_t(ns) - 2; i >= 0; --i) in_stride[size_t(i)] = in_stride[size_t(i) + 1] * s.x[3 + i];
+  const float* xp = x.data_as<float>();
+  std::vector<float> y;
+  for (int64_t plane = 0; plane < s.x[0] * s.x[1]; ++plane) {
+    for (int64_t o = 0; o < out_sp; ++o) {
+      std::vector<int64_t> oc(ns);
+      for (int64_t r = o, i = int64_t(ns) - 1; i >= 0; --i) oc[size_t(i)] = r % out[2 + i], r /= out[2 + i];
+      float best = -std::numeric_limits<float>::infinity();
+      int64_t best_i = -1, count = 0, padded = 0;
+      double sum = 0;
+      for (int64_t t = 0; t < kk; ++t) {
+        int64_t off = 0;
+        bool inside = true, in_padded = true;
+        for (int64_t r = t, i = int64_t(ns) - 1; i >= 0; --i) {
+          int64_t kc = r % s.k[size_t(i)];
+          r /= s.k[size_t(i)];
+          int64_t c = oc[size_t(i)] * s.stride[size_t(i)] - s.pads[size_t(i)] + kc * s.dil[size_t(i)];
+          inside = inside && c >= 0 && c < s.x[2 + i];
+          in_padded = in_padded && c < s.x[2 + i] + s.pads[ns + size_t(i)];
+          off += c * in_stride[size_t(i)];
+        }
+        if (in_padded) ++padded;
+        if (!inside) continue;
+        float v = xp[plane * in_sp + off];
+        if (v > best || best_i < 0) best = v, best_i = plane * in_sp + off;
+        sum += kind == "LpPool" ? std::pow(std::fabs(double(v)), p) : double(v);
+        ++count;
+      }
+      if (kind == "MaxPool") {
+        y.push_back(best);
+        indices->push_back(best_i);
+      } else if (kind == "AveragePool") {
+        int64_t d = include_pad ? padded : count;
+        y.push_back(d > 0 ? float(sum / double(d)) : 0.f);
+      } else {
+        y.push_back(float(std::pow(sum, 1.0 / p)));
+      }
+    }
+  }
+  return make_f32(out, y);
+}
+
+void check_pool_nd(const PoolNd& s, const std::string& label) {
+  Tensor x = make_f32(s.x, random_values(size_t(shape_numel(s.x)), 29));
+  for (std::string kind : {"MaxPool", "AveragePool", "LpPool"}) {
+    for (bool include_pad : {false, true}) {
+      if (kind != "AveragePool" && include_pad) continue;
+      OpNode node = op(kind, kind == "LpPool" ? 18 : 19)
+                        .named("pool0")
+                        .ints("kernel_shape", s.k)
+                        .ints("strides", s.stride)
+                        .ints("pads", s.pads);
+      if (kind != "LpPool") node.ints("dilations", s.dil).i("ceil_mode", s.ceil_mode);
+      if (kind == "AveragePool") node.i("count_include_pad", include_pad);
+      if (kind == "LpPool") node.i("p", 3);
+      PoolNd spec = s;
+      if (kind == "LpPool") spec.dil.assign(s.dil.size(), 1), spec.ceil_mode = false;
+      std::vector<int64_t> want_idx;
+      Tensor want = naive_pool_nd(spec, x, kind, include_pad, 3.0, &want_idx);
+      std::string l = label + " " + kind + (include_pad ? " include pad" : "");
+      auto r = run_case({.node = node, .inputs = {x}, .num_outputs = kind == "MaxPool" ? 2 : 1, .label = l});
+      ASSERT_TRUE(r.ok()) << l << ": " << r.status().to_string();
+      EXPECT_TRUE(all_close((*r)[0], want)) << l;
+      if (kind == "MaxPool") {
+        ASSERT_EQ((*r)[1].numel(), int64_t(want_idx.size())) << l;
+        for (size_t i = 0; i < want_idx.size(); ++i) ASSERT_EQ((*r)[1].data_as<int64_t>()[i], want_idx[i]) << l << " " << i;
+      }
+    }
+  }
+}
+
+TEST(PoolKernel, OneDAndThreeDAgainstNaive) {
+  check_pool_nd({{2, 3, 11}, {3}, {2}, {1}, {1, 2}, false}, "1-D asymmetric pads");
+  check_pool_nd({{2, 2, 10}, {2}, {3}, {2}, {0, 1}, true}, "1-D dilated ceil");
+  check_pool_nd({{1, 2, 5, 6, 7}, {2, 3, 2}, {2, 2, 3}, {1, 1, 1}, {1, 0, 1, 0, 1, 1}, true}, "3-D ceil");
+  check_pool_nd({{2, 1, 4, 5, 6}, {3, 2, 2}, {1, 2, 1}, {1, 2, 2}, {1, 1, 0, 1, 0, 1}, false}, "3-D dilated");
+}
+
+TEST(PoolKernel, TwoDLpPoolAndAsymmetricPads) {
+  check_pool_nd({{2, 3, 9, 8}, {3, 2}, {2, 2}, {1, 1}, {0, 1, 2, 0}, false}, "2-D asymmetric pads");
+  check_pool_nd({{1, 4, 7, 7}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true}, "2-D ceil");
+}
+
+TEST(PoolKernel, AutoPadMatchesExplicitPads) {
+  // 7 rows and 8 columns, kernel 3 stride 2: SAME pads the rows (1, 1) and the columns by one,
+  // at the end (SAME_UPPER) or the start (SAME_LOWER); VALID pads nothing.
+  Tensor x = make_f32({1, 2, 7, 8}, random_values(112, 5));
+  struct V {
+    const char* auto_pad;
+    std::vector<int64_t> pads;
+  };
+  for (const char* kind : {"MaxPool", "AveragePool"}) {
+    for (const V& v : std::vector<V>{{"SAME_UPPER", {1, 0, 1, 1}}, {"SAME_LOWER", {1, 1, 1, 0}}, {"VALID", {0, 0, 0, 0}}}) {
+      OpNode base = op(kind, 19).named("pool0").ints("kernel_shape", {3, 3}).ints("strides", {2, 2});
+      auto a = run_case(OpNode(base).s("auto_pad", v.auto_pad), {x});
+      auto b = run_case(OpNode(base).ints("pads", v.pads), {x});
+      ASSERT_TRUE(a.ok() && b.ok()) << kind << " " << v.auto_pad;
+      EXPECT_EQ((*a)[0].shape(), (*b)[0].shape()) << kind << " " << v.auto_pad;
+      EXPECT_TRUE(all_close((*a)[0], (*b)[0], 0, 0)) << kind << " " << v.auto_pad;
+    }
+  }
+}
+
+TEST(PoolKernel, GlobalPoolsOverLargePlanesAndThreeD) {
+  for (Shape shape : {Shape{2, 3, 17, 19}, Shape{1, 2, 3, 4, 5}}) {
+    Tensor x = make_f32(shape, random_values(size_t(shape_numel(shape)), 3));
+    int64_t planes = shape[0] * shape[1], size = shape_numel(shape) / planes;
+    std::vector<float> mean, max;
+    for (int64_t p = 0; p < planes; ++p) {
+      double s = 0;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < size; ++i) {
+        s += x.data_as<float>()[p * size + i];
+        m = std::max(m, x.data_as<float>()[p * size + i]);
+      }
+      mean.push_back(float(s / double(size)));
+      max.push_back(m);
+    }
+    Shape out(shape.size(), 1);
+    out[0] = shape[0], out[1] = shape[1];
+    auto a = run_case(op("GlobalAveragePool", 1).named("gap"), {x});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    EXPECT_TRUE(all_close((*a)[0], make_f32(out, mean)));
+    auto m = run_case(op("GlobalMaxPool", 1).named("gmp"), {x});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_TRUE(all_close((*m)[0], make_f32(out, max), 0, 0));
+  }
+}
+
+// ---- ConvTranspose against loops ----
+
+struct TransposeSpec {
+  Shape x, w;  // 1-D or 2-D: [N, C, (H,) W], [C, M/group, (kh,) kw]
+  int64_t group = 1;
+  std::vector<int64_t> stride, dil, pads, out_pad, output_shape;
+  std::string auto_pad = "NOTSET";
+  bool bias = false;
+};
+
+// y[n, g*mg + m, o] += x[n, g*cg + c, i] * w[g*cg + c, m, k] with o = i*s + k*d - pad_begin.
+Tensor naive_conv_transpose(const TransposeSpec& s, const Tensor& x, const Tensor& w, const Tensor* b) {
+  size_t ns = s.x.size() - 2;
+  int64_t in[2] = {1, 1}, k[2] = {1, 1}, out[2] = {1, 1}, st[2] = {1, 1}, dl[2] = {1, 1}, pb[2] = {0, 0};
+  Shape ys = {s.x[0], s.w[1] * s.group};
+  for (size_t i = 0; i < ns; ++i) {
+    size_t j = 2 - ns + i;
+    in[j] = s.x[2 + i], k[j] = s.w[2 + i], st[j] = s.stride[i], dl[j] = s.dil[i];
+    int64_t full = st[j] * (in[j] - 1) + s.out_pad[i] + (k[j] - 1) * dl[j] + 1;
+    if (!s.output_shape.empty()) {
+      out[j] = s.output_shape[i];
+    } else if (s.auto_pad == "NOTSET") {
+      out[j] = full - s.pads[i] - s.pads[ns + i];
+    } else {
+      out[j] = in[j] * st[j];
+    }
+    if (s.auto_pad == "NOTSET") {
+      pb[j] = s.pads[i];
+    } else {
+      int64_t total = full - out[j];
+      pb[j] = s.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    }
+    ys.push_back(out[j]);
+  }
+  int64_t n = s.x[0], c = s.x[1], m = ys[1], cg = c / s.group, mg = m / s.group;
+  std::vector<double> y(size_t(shape_numel(ys)), 0.0);
+  const float* xp = x.data_as<float>();
+  const float* wp = w.data_as<float>();
+  for (int64_t b0 = 0; b0 < n; ++b0) {
+    for (int64_t ci = 0; ci < c; ++ci) {
+      int64_t g = ci / cg;
+      for (int64_t mo = 0; mo < mg; ++mo) {
+        for (int64_t i0 = 0; i0 < in[0]; ++i0) {
+          for (int64_t i1 = 0; i1 < in[1]; ++i1) {
+            for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+              for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                int64_t o0 = i0 * st[0] + k0 * dl[0] - pb[0], o1 = i1 * st[1] + k1 * dl[1] - pb[1];
+                if (o0 < 0 || o0 >= out[0] || o1 < 0 || o1 >= out[1]) continue;
+                double xv = xp[((b0 * c + ci) * in[0] + i0) * in[1] + i1];
+                double wv = wp[((ci * mg + mo) * k[0] + k0) * k[1] + k1];
+                y[size_t(((b0 * m + g * mg + mo) * out[0] + o0) * out[1] + o1)] += xv * wv;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<float> yf(y.size());
+  int64_t sp = out[0] * out[1];
+  for (size_t e = 0; e < y.size(); ++e) yf[e] = float(y[e] + (b ? b->data_as<float>()[(int64_t(e) / sp) % m] : 0.0));
+  return make_f32(ys, yf);
+}
+
+void check_conv_transpose(TransposeSpec s, const std::string& label) {
+  size_t ns = s.x.size() - 2;
+  if (s.stride.empty()) s.stride.assign(ns, 1);
+  if (s.dil.empty()) s.dil.assign(ns, 1);
+  if (s.pads.empty()) s.pads.assign(2 * ns, 0);
+  if (s.out_pad.empty()) s.out_pad.assign(ns, 0);
+  Tensor x = make_f32(s.x, random_values(size_t(shape_numel(s.x)), 17));
+  Tensor w = make_f32(s.w, random_values(size_t(shape_numel(s.w)), 18));
+  Tensor b = make_f32({s.w[1] * s.group}, random_values(size_t(s.w[1] * s.group), 19));
+  OpNode node = op("ConvTranspose", 11)
+                    .named("ct0")
+                    .i("group", s.group)
+                    .ints("strides", s.stride)
+                    .ints("dilations", s.dil)
+                    .ints("output_padding", s.out_pad)
+                    .s("auto_pad", s.auto_pad);
+  if (s.auto_pad == "NOTSET") node.ints("pads", s.pads);
+  if (!s.output_shape.empty()) node.ints("output_shape", s.output_shape);
+  std::vector<testing::CaseInput> inputs = {x, initializer(w)};
+  if (s.bias) inputs.push_back(initializer(b));
+  auto r = run_case({.node = node, .inputs = inputs, .label = label});
+  ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+  EXPECT_TRUE(all_close((*r)[0], naive_conv_transpose(s, x, w, s.bias ? &b : nullptr))) << label;
+}
+
+TEST(ConvTransposeKernel, AgainstNaive) {
+  check_conv_transpose({.x = {2, 4, 5, 4}, .w = {4, 3, 3, 2}, .group = 2, .stride = {2, 1}, .dil = {1, 2},
+                        .pads = {1, 0, 1, 0}, .out_pad = {1, 0}, .bias = true},
+                       "2-D groups strides dilations output_padding");
+  check_conv_transpose({.x = {1, 3, 4, 4}, .w = {3, 2, 3, 3}, .stride = {2, 2}, .pads = {1, 1, 0, 0}},
+                       "2-D pads differ by less than the stride");
+  check_conv_transpose({.x = {1, 2, 3, 3}, .w = {2, 2, 3, 3}, .stride = {2, 2}, .pads = {0, 1, 1, 0}},
+                       "2-D asymmetric pads cuDNN cannot express");
+  check_conv_transpose({.x = {1, 2, 3, 4}, .w = {2, 3, 3, 3}, .stride = {2, 2}, .output_shape = {8, 9}},
+                       "output_shape");
+  check_conv_transpose({.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_LOWER"},
+                       "SAME_LOWER");
+  check_conv_transpose({.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_UPPER"},
+                       "SAME_UPPER");
+  check_conv_transpose({.x = {2, 3, 7}, .w = {3, 2, 4}, .stride = {3}, .dil = {2}, .pads = {2, 1}, .out_pad = {1},
+                        .bias = true},
+                       "1-D");
+  check_conv_transpose({.x = {1, 6, 5, 5}, .w = {6, 1, 3, 3}, .group = 6, .stride = {1, 1}, .pads = {1, 1, 1, 1},
+                        .bias = true},
+                       "depthwise");
 }
 
 TEST(PoolKernel, LpPoolP2IsTheWindowNorm) {

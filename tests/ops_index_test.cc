@@ -361,6 +361,65 @@ TEST(IndexOpsKernel, OneHotWrapsNegativeIndicesAndSkipsOutOfRange) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(bf16_to_float(o[i]), want[i]) << i;
 }
 
+TEST(IndexOpsKernel, GatherElementsThreeDInt32IndicesAndOtherDtypes) {
+  // [2, 3, 2] data, gather along axis 1 with int32 indices of shape [2, 2, 2] (smaller on axis 1).
+  std::vector<float> d(12);
+  for (int i = 0; i < 12; ++i) d[size_t(i)] = float(i);
+  Tensor idx = Tensor::from_vector(DType::kInt32, {2, 2, 2}, std::vector<int32_t>{2, 0, -1, 1, 0, 0, 1, 2});
+  auto got = run_case(op("GatherElements", 13).i("axis", 1), {make_f32({2, 3, 2}, d), idx});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  // out[b, i, j] = data[b, idx[b, i, j], j]
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 2, 2}, {4, 1, 4, 3, 6, 7, 8, 11}), 0, 0));
+  // int64 data, last axis.
+  got = run_case(op("GatherElements", 13).i("axis", -1),
+                 {make_i64({2, 3}, {10, 11, 12, 13, 14, 15}), make_i64({2, 1}, {2, 0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_i64({2, 1}, {12, 13}), 0, 0));
+}
+
+TEST(IndexOpsKernel, ScatterElementsReductionsApplyDuplicatesInOrder) {
+  // ONNX example 2 (axis 1), with a duplicate index: "none" keeps the later update.
+  Tensor data = make_f32({1, 5}, {1, 2, 3, 4, 5});
+  Tensor idx = make_i64({1, 3}, {1, 3, 1});
+  Tensor upd = make_f32({1, 3}, {1.5f, 2.5f, 4});
+  struct V {
+    const char* reduction;
+    std::vector<float> want;
+  };
+  for (const V& v : std::vector<V>{{"none", {1, 4, 3, 2.5f, 5}},
+                                   {"add", {1, 7.5f, 3, 6.5f, 5}},
+                                   {"mul", {1, 12, 3, 10, 5}},
+                                   {"max", {1, 4, 3, 4, 5}},
+                                   {"min", {1, 1.5f, 3, 2.5f, 5}}}) {
+    auto got = run_case(op("ScatterElements", 18).i("axis", 1).s("reduction", v.reduction), {data, idx, upd});
+    ASSERT_TRUE(got.ok()) << v.reduction << ": " << got.status().to_string();
+    EXPECT_TRUE(all_close((*got)[0], make_f32({1, 5}, v.want), 0, 0)) << v.reduction;
+  }
+  // Axis 0 over a [3, 3] with negative indices (ONNX example 1), and int64 data with add.
+  auto got = run_case(op("ScatterElements", 13),
+                      {make_f32({3, 3}, std::vector<float>(9, 0)), make_i64({2, 3}, {1, 0, 2, 0, 2, -2}),
+                       make_f32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({3, 3}, {2.0f, 1.1f, 0, 1.0f, 0, 2.2f, 0, 2.1f, 1.2f}), 0, 0));
+  got = run_case(op("ScatterElements", 18).i("axis", 0).s("reduction", "add"),
+                 {make_i64({2, 2}, {1, 2, 3, 4}), make_i64({3, 2}, {0, 1, 0, 1, 1, 0}),
+                  make_i64({3, 2}, {10, 20, 30, 40, 50, 60})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_i64({2, 2}, {41, 62, 53, 64}), 0, 0));
+  // An index past the axis is an error of the reference.
+  got = run_case(op("ScatterElements", 18), {data, make_i64({1, 1}, {5}), make_f32({1, 1}, {0})});
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(IndexOpsKernel, OneHotMiddleAxisInt32IndicesInt64Values) {
+  // indices [2, 2] int32, depth 3 at axis 1: output [2, 3, 2].
+  Tensor idx = Tensor::from_vector(DType::kInt32, {2, 2}, std::vector<int32_t>{0, 2, -1, 1});
+  auto got = run_case(op("OneHot", 11).i("axis", 1),
+                      {idx, initializer(make_i64({1}, {3})), initializer(make_i64({2}, {5, 9}))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_i64({2, 3, 2}, {9, 5, 5, 5, 5, 9, 5, 5, 5, 9, 9, 5}), 0, 0));
+}
+
 TEST(IndexOpsInfer, ReverseSequenceAxes) {
   auto r = infer_node(op("ReverseSequence", 10), {f32({s, b, 8}), typed(DType::kInt64, {b})});
   ASSERT_TRUE(r.ok()) << r.status.to_string();

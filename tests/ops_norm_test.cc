@@ -331,5 +331,97 @@ TEST(NormOpsKernel, LpNormalizationAndLrn) {
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 3, 1, 1}, {1.f / 6, 2.f / 15, 3.f / 14})));
 }
 
+// ---- per-channel normalizations against the formulas, over sizes that span several warps ----
+
+// (x - mean) / sqrt(var + eps) * scale[c] + bias[c] over groups of `cpg` channels of X [n, c, ...].
+std::vector<float> grouped_norm_reference(const std::vector<float>& x, int64_t n, int64_t c, int64_t spatial,
+                                          int64_t groups, const std::vector<float>& scale,
+                                          const std::vector<float>& bias, double eps) {
+  std::vector<float> y(x.size());
+  int64_t cpg = c / groups, block = cpg * spatial;
+  bool per_group = int64_t(scale.size()) != c;
+  for (int64_t b = 0; b < n * groups; ++b) {
+    double s = 0, sq = 0;
+    for (int64_t j = 0; j < block; ++j) s += x[size_t(b * block + j)];
+    double mean = s / double(block);
+    for (int64_t j = 0; j < block; ++j) sq += (x[size_t(b * block + j)] - mean) * (x[size_t(b * block + j)] - mean);
+    double inv = 1.0 / std::sqrt(sq / double(block) + eps);
+    for (int64_t j = 0; j < block; ++j) {
+      int64_t g = b % groups, pi = per_group ? g : g * cpg + j / spatial;
+      y[size_t(b * block + j)] = float((x[size_t(b * block + j)] - mean) * inv * scale[size_t(pi)] + bias[size_t(pi)]);
+    }
+  }
+  return y;
+}
+
+TEST(NormOpsKernel, BatchNormOpsets9And14RanksThreeAndFive) {
+  std::vector<float> scale = {1.5f, -0.5f}, bias = {0.1f, 0.2f}, mean = {0.5f, -1.0f}, var = {1.0f, 4.0f};
+  for (auto [opset, shape] : std::vector<std::pair<int, Shape>>{{9, {3, 2, 5}}, {14, {1, 2, 2, 3, 2}}}) {
+    std::vector<float> x = ramp(shape_numel(shape), 0.37f, -2.f);
+    OpNode n = op("BatchNormalization", opset);
+    auto out = run_case(n, {make_f32(shape, x), initializer(make_f32({2}, scale)), initializer(make_f32({2}, bias)),
+                            make_f32({2}, mean), make_f32({2}, var)});
+    ASSERT_TRUE(out.ok()) << opset << ": " << out.status().to_string();
+    int64_t spatial = shape_numel(shape) / (shape[0] * 2);
+    std::vector<float> e(x.size());
+    for (size_t k = 0; k < x.size(); ++k) {
+      size_t c = size_t(int64_t(k) / spatial % 2);
+      e[k] = float((x[k] - mean[c]) / std::sqrt(double(var[c]) + 1e-5) * scale[c] + bias[c]);
+    }
+    EXPECT_TRUE(testing::all_close((*out)[0], make_f32(shape, e))) << opset;
+  }
+  // Training mode is refused by the reference (and every backend) instead of computing batch
+  // statistics silently.
+  OpNode t = op("BatchNormalization", 15);
+  t.i("training_mode", 1);
+  auto out = run_case(t, {make_f32({1, 2, 2}, {1, 2, 3, 4}), make_f32({2}, scale), make_f32({2}, bias),
+                          make_f32({2}, mean), make_f32({2}, var)});
+  EXPECT_FALSE(out.ok());
+}
+
+TEST(NormOpsKernel, GroupAndInstanceNormOverManyElements) {
+  // 2 samples, 6 channels, 300 spatial: groups of 900 elements, several warps per block.
+  int64_t n = 2, c = 6, sp = 300;
+  std::vector<float> x = ramp(n * c * sp, 0.013f, -1.7f);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] += 3.f;  // not a pure ramp
+  std::vector<float> sc6 = {1, -2, 0.5f, 3, 1, 2}, bi6 = {0.1f, 0.2f, 0.3f, -0.4f, 0, 1};
+  std::vector<float> sc3 = {2, -1, 0.5f}, bi3 = {-0.5f, 0, 0.25f};
+  OpNode g21 = op("GroupNormalization", 21);
+  g21.i("num_groups", 3);
+  auto out = run_case(g21, {make_f32({n, c, sp}, x), initializer(make_f32({6}, sc6)), initializer(make_f32({6}, bi6))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc6, bi6, 1e-5))));
+  // Opset 18: scale and bias per group.
+  OpNode g18 = op("GroupNormalization", 18);
+  g18.i("num_groups", 3);
+  g18.f("epsilon", 1e-3f);
+  out = run_case(g18, {make_f32({n, c, sp}, x), initializer(make_f32({3}, sc3)), initializer(make_f32({3}, bi3))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(testing::all_close((*out)[0],
+                                 make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc3, bi3, double(1e-3f)))));
+  out = run_case(op("InstanceNormalization", 6), {make_f32({n, c, 15, 20}, x), make_f32({6}, sc6), make_f32({6}, bi6)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*out)[0], make_f32({n, c, 15, 20}, grouped_norm_reference(x, n, c, sp, 6, sc6, bi6, 1e-5))));
+}
+
+TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {
+  // [2, 3, 2], axis 1, p = 1: each (b, :, j) line divided by its absolute sum.
+  std::vector<float> x = {1, -2, 3, 0, -4, 2, 0, 1, 0, 1, 0, -2};
+  OpNode n = op("LpNormalization", 1);
+  n.i("axis", 1);
+  n.i("p", 1);
+  auto out = run_case(n, {make_f32({2, 3, 2}, x)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  std::vector<float> e = {1.f / 8, -2.f / 4, 3.f / 8, 0, -4.f / 8, 2.f / 4, 0, 1.f / 4, 0, 1.f / 4, 0, -2.f / 4};
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 2}, e)));
+  n.i("p", 2);
+  out = run_case(n, {make_f32({2, 3, 2}, x)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  float r0 = std::sqrt(26.f), r1 = std::sqrt(8.f);
+  EXPECT_NEAR((*out)[0].data_as<float>()[0], 1 / r0, 1e-6);
+  EXPECT_NEAR((*out)[0].data_as<float>()[5], 2 / r1, 1e-6);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -282,6 +282,26 @@ TEST(ReduceOpsKernel, ArgMaxArgMinSelectLastIndex) {
   EXPECT_EQ((*out)[0].data_as<int64_t>()[2], 1);
 }
 
+TEST(ReduceOpsKernel, ArgMaxArgMinMiddleAxisNoKeepdimsIntegersAndNan) {
+  // [2, 3, 2] over axis 1 (strided lines), keepdims 0: output [2, 2].
+  Tensor x = make_f32({2, 3, 2}, {1, 9, 7, 2, 7, 3, -1, -2, -3, -2, 0, -2});
+  auto out = run_case(op("ArgMax", 13).i("axis", -2).i("keepdims", 0), {x});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_i64({2, 2}, {1, 0, 2, 0}), 0, 0));
+  out = run_case(op("ArgMin", 13).i("axis", 1).i("keepdims", 0).i("select_last_index", 1), {x});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_i64({2, 2}, {0, 1, 1, 2}), 0, 0));
+  // int32 data, and a NaN wins the line it is in.
+  Tensor xi = Tensor::from_vector(DType::kInt32, {2, 3}, std::vector<int32_t>{4, -7, 4, 0, 100, -100});
+  out = run_case(op("ArgMin", 13).i("axis", 1).i("keepdims", 0), {xi});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_i64({2}, {1, 2}), 0, 0));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  out = run_case(op("ArgMax", 13).i("axis", 1).i("keepdims", 0), {make_f32({2, 3}, {1, nan, 5, 3, 2, 1})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_i64({2}, {1, 0}), 0, 0));
+}
+
 TEST(ReduceOpsKernel, HardmaxMarksFirstMaximum) {
   auto out = run_case(op("Hardmax", 13), {make_f32({2, 3}, {1, 3, 3, -1, -5, -2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();

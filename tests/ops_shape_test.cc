@@ -2,8 +2,10 @@
 // symbolic value chains (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) and the CPU kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "op_harness.h"
 
@@ -490,6 +492,130 @@ TEST(ShapeOpsKernel, TriluRangeConstants) {
 
 // Range-27: float16/bfloat16 ranges compute start + i * delta in the stash type (float by
 // default, or double), not by adding delta in the half type, where 2048 + 1 == 2048 forever.
+TEST(ShapeOpsKernel, SplitNumOutputsAttributeInputAndDtypes) {
+  // Opset 18 num_outputs 3 over 7 columns: 3, 3 and 1.
+  auto got = run_case(op("Split", 18).i("axis", 1).i("num_outputs", 3), {iota_f32({2, 7})}, 3);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), 3u);
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 3}, {1, 2, 3, 8, 9, 10}), 0, 0));
+  EXPECT_TRUE(all_close((*got)[1], make_f32({2, 3}, {4, 5, 6, 11, 12, 13}), 0, 0));
+  EXPECT_TRUE(all_close((*got)[2], make_f32({2, 1}, {7, 14}), 0, 0));
+  // Opset 11 split attribute along axis 0 of int64 rows.
+  got = run_case(op("Split", 11).ints("split", {1, 3}), {make_i64({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})}, 2);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_i64({1, 2}, {1, 2}), 0, 0));
+  EXPECT_TRUE(all_close((*got)[1], make_i64({3, 2}, {3, 4, 5, 6, 7, 8}), 0, 0));
+  // Opset 2, no split: equal parts of the last axis; int8 elements.
+  Tensor x8 = Tensor::from_vector(DType::kInt8, {2, 4}, std::vector<int8_t>{1, -2, 3, -4, 5, -6, 7, -8});
+  got = run_case(op("Split", 2).i("axis", -1), {x8}, 2);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ((*got)[1].shape(), (Shape{2, 2}));
+  EXPECT_EQ((*got)[0].int_at(1), -2);
+  EXPECT_EQ((*got)[1].int_at(0), 3);
+  EXPECT_EQ((*got)[1].int_at(3), -8);
+  // Opset 13 split input with an empty part, on the middle axis of a 3-D tensor.
+  got = run_case(op("Split", 13).i("axis", 1), {iota_f32({2, 3, 2}), initializer(make_i64({3}, {2, 0, 1}))}, 3);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 2, 2}, {1, 2, 3, 4, 7, 8, 9, 10}), 0, 0));
+  EXPECT_EQ((*got)[1].shape(), (Shape{2, 0, 2}));
+  EXPECT_TRUE(all_close((*got)[2], make_f32({2, 1, 2}, {5, 6, 11, 12}), 0, 0));
+}
+
+TEST(ShapeOpsKernel, TileThreeDAndBool) {
+  Tensor x = iota_f32({2, 1, 3});
+  auto got = run_case(op("Tile", 13), {x, initializer(make_i64({3}, {1, 3, 2}))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  std::vector<float> want;
+  for (int a = 0; a < 2; ++a) {
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 6; ++c) want.push_back(float(a * 3 + c % 3 + 1));
+    }
+  }
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 3, 6}, want), 0, 0));
+  Tensor t = Tensor::from_vector(DType::kBool, {2}, std::vector<uint8_t>{1, 0});
+  got = run_case(op("Tile", 13), {t, initializer(make_i64({1}, {3}))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ((*got)[0].shape(), (Shape{6}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ((*got)[0].int_at(i), i % 2 == 0 ? 1 : 0) << i;
+}
+
+// Pad by loops, for the 4-D cases: the source index of each axis as numpy's pad modes.
+Tensor pad_reference(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode, float fill) {
+  int r = x.rank();
+  Shape out(size_t(r), 0);
+  for (int k = 0; k < r; ++k) out[k] = x.shape()[k] + pads[k] + pads[r + k];
+  auto source = [&](int64_t j, int64_t begin, int64_t d) -> int64_t {
+    int64_t s = j - begin;
+    if (s >= 0 && s < d) return s;
+    if (mode == "constant") return -1;
+    if (mode == "edge") return s < 0 ? 0 : d - 1;
+    if (mode == "wrap") return ((s % d) + d) % d;
+    if (d == 1) return 0;
+    while (s < 0 || s >= d) s = s < 0 ? -s : 2 * (d - 1) - s;  // reflect
+    return s;
+  };
+  std::vector<float> y;
+  std::vector<int64_t> c(size_t(r), 0);
+  const float* xp = x.data_as<float>();
+  for (int64_t i = 0; i < shape_numel(out); ++i) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int k = 0; k < r; ++k) {
+      int64_t s = source(c[k], pads[k], x.shape()[k]);
+      inside = inside && s >= 0;
+      off = off * x.shape()[k] + std::max<int64_t>(s, 0);
+    }
+    y.push_back(inside ? xp[off] : fill);
+    for (int k = r - 1; k >= 0; --k) {
+      if (++c[k] < out[k]) break;
+      c[k] = 0;
+    }
+  }
+  return make_f32(out, y);
+}
+
+TEST(ShapeOpsKernel, PadNchwModesShapeFormulaPadsAndOldOpsets) {
+  Tensor x = iota_f32({1, 2, 3, 4});
+  const std::vector<int64_t> pads = {0, 0, 1, 2, 0, 0, 2, 1};  // asymmetric on H and W
+  for (std::string mode : {"constant", "reflect", "edge", "wrap"}) {
+    auto got = run_case(op("Pad", 19).s("mode", mode), {x, initializer(make_i64({8}, pads)), make_f32({}, {-3})});
+    ASSERT_TRUE(got.ok()) << mode << ": " << got.status().to_string();
+    EXPECT_TRUE(all_close((*got)[0], pad_reference(x, pads, mode, -3), 0, 0)) << mode;
+  }
+  // Pads a shape formula computes (known on the host at run time), default constant 0.
+  Tensor y = iota_f32({2, 3});
+  auto got = run_case(op("Pad", 18), {y, shape_of({0, 1, 2, 0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], pad_reference(y, {0, 1, 2, 0}, "constant", 0), 0, 0));
+  // Opset 2: pads and value attributes.
+  got = run_case(op("Pad", 2).ints("pads", {1, 0, 0, 1}).f("value", 1.5f), {make_f32({1, 2}, {7, 8})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 3}, {1.5f, 1.5f, 1.5f, 7, 8, 1.5f}), 0, 0));
+  // Opset 11 edge on int64 data.
+  got = run_case(op("Pad", 11).s("mode", "edge"), {make_i64({3}, {4, 5, 6}), initializer(make_i64({2}, {2, 1}))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_i64({6}, {4, 4, 4, 5, 6, 6}), 0, 0));
+}
+
+TEST(ShapeOpsKernel, TriluBatchedIntegersAndK) {
+  std::vector<int64_t> v(18);
+  for (int i = 0; i < 18; ++i) v[size_t(i)] = i + 1;
+  Tensor m = make_i64({2, 3, 3}, v);
+  for (int64_t upper : {0, 1}) {
+    for (int64_t k : {-1, 1}) {
+      auto got = run_case(op("Trilu", 14).i("upper", upper), {m, initializer(make_i64({}, {k}))});
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      std::vector<int64_t> want(18);
+      for (int i = 0; i < 18; ++i) {
+        int64_t row = (i / 3) % 3, col = i % 3;
+        bool keep = upper ? col - row >= k : col - row <= k;
+        want[size_t(i)] = keep ? v[size_t(i)] : 0;
+      }
+      EXPECT_TRUE(all_close((*got)[0], make_i64({2, 3, 3}, want), 0, 0)) << upper << " " << k;
+    }
+  }
+}
+
 TEST(ShapeOpsKernel, RangeHalfUsesTheStashType) {
   auto h = [](float f) {
     return Tensor::from_vector(DType::kFloat16, {}, std::vector<uint16_t>{float_to_half(f)});

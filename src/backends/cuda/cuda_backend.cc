@@ -346,6 +346,10 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_conv(families);
   register_norm(families);
   register_data(families);
+  register_pool(families);
+  register_norm2(families);
+  register_data2(families);
+  register_conv_transpose(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

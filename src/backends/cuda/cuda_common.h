@@ -154,6 +154,10 @@ void register_gemm(Registry& r);
 void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, Resize, ...
+void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
+void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNormalization
+void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
+void register_conv_transpose(Registry& r);
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);

@@ -1,0 +1,796 @@
+// More data movement and index kernels: Split (2-D copies), Tile and Pad (one per-axis source map),
+// SpaceToDepth (a strided gather), Trilu, GatherElements, ScatterElements, OneHot, ArgMax/ArgMin.
+// Copies dispatch on the element size, so every dtype works; values that are computed (scatter
+// reductions, ArgMax, OneHot indices) go through load_as/store_as. Small parameters (Pad's pads,
+// Trilu's k, OneHot's values) are read where they live: host-readable ones on the host, the rest on
+// the device by the kernel, so execute never synchronizes.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+constexpr int kBlock = 256;
+
+// Calls f(E{}) with E an unsigned integer of the element size.
+template <typename F>
+Status by_element_size(size_t es, const std::string& what, F&& f) {
+  switch (es) {
+    case 1:
+      f(uint8_t{});
+      break;
+    case 2:
+      f(uint16_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    case 8:
+      f(uint64_t{});
+      break;
+    default:
+      return unsupported(what + ": elements of " + std::to_string(es) + " bytes");
+  }
+  return launch_status(what.c_str());
+}
+
+// Element sizes the copy kernels move: refused at build time otherwise.
+Status require_element_size(const KernelQuery& q, DType t) {
+  size_t es = dtype_size(t);
+  if (es != 1 && es != 2 && es != 4 && es != 8) {
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported");
+  }
+  return ok_status();
+}
+
+// Whether input i can be read on the host without a device copy, so that HostParam::get never
+// synchronizes: a constant, or a value known as formulas (shape arithmetic), whose producer never
+// runs (eliminate_dead_nodes) and which the runtime evaluates into page-locked host memory.
+bool host_readable(const KernelQuery& q, size_t i) {
+  if (i >= q.inputs.size() || !q.inputs[i]) return true;  // omitted
+  const ir::Value& v = *q.inputs[i];
+  return v.constant.has_value() || v.sym_value.has_value();
+}
+
+std::vector<int64_t> strides_of(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = int(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+// ---- Split ----
+
+class SplitKernel final : public CudaKernel {
+ public:
+  explicit SplitKernel(int64_t axis) : CudaKernel("cuda.Split"), axis_(axis) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int r = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
+    if (axis < 0 || axis >= r) return invalid_argument(name_ + ": axis out of range");
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int d = int(axis) + 1; d < r; ++d) inner *= x.shape[d];
+    size_t es = dtype_size(x.dtype);
+    size_t in_row = size_t(x.shape[axis] * inner) * es, offset = 0;
+    for (const TensorView& y : out) {
+      if (y.rank() != r) return invalid_argument(name_ + ": an output differs in rank");
+      size_t row = size_t(y.shape[axis] * inner) * es;
+      if (row > 0 && outer > 0) {
+        KILN_CUDA_CHECK(
+            cudaMemcpy2DAsync(y.data, row, static_cast<const char*>(x.data) + offset, in_row, row,
+                              size_t(outer), cudaMemcpyDeviceToDevice, stream_),
+            name_);
+      }
+      offset += row;
+    }
+    if (offset != in_row)
+      return invalid_argument(name_ + ": the outputs do not add up to the input along the axis");
+    return ok_status();
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// ---- Tile and Pad: out[c] = in[src_0(c_0), ...], or the fill where a source is outside ----
+
+enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+
+struct AxisMapArgs {
+  int rank;
+  int64_t out_dims[kMaxRank];
+  int64_t in_dims[kMaxRank];
+  int64_t in_strides[kMaxRank];
+  int64_t begin[kMaxRank];
+  int mode;  // PadMode
+};
+
+// Source index of output position j of a padded axis, or -1 for the fill (the CPU's pad_source).
+__device__ __forceinline__ int64_t pad_source(int64_t j, int64_t begin, int64_t d, PadMode mode) {
+  int64_t s = j - begin;
+  if (s >= 0 && s < d) return s;
+  if (mode == PadMode::kConstant) return -1;
+  if (mode == PadMode::kEdge) return s < 0 ? 0 : d - 1;
+  if (mode == PadMode::kWrap) return ((s % d) + d) % d;
+  if (d == 1) return 0;  // reflect
+  int64_t period = 2 * (d - 1);
+  int64_t t = ((s % period) + period) % period;
+  return t < d ? t : period - t;
+}
+
+template <typename E>
+__global__ void axis_map_kernel(const E* in, E* out, const E* fill_ptr, E fill, AxisMapArgs a,
+                                int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t r = i, off = 0;
+    bool inside = true;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t j = r % a.out_dims[d];
+      r /= a.out_dims[d];
+      int64_t s = pad_source(j, a.begin[d], a.in_dims[d], PadMode(a.mode));
+      if (s < 0) inside = false;
+      off += s * a.in_strides[d];
+    }
+    out[i] = inside ? in[off] : (fill_ptr ? *fill_ptr : fill);
+  }
+}
+
+Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const int64_t> begin,
+                       PadMode mode, const void* fill_ptr, uint64_t fill_bits,
+                       const std::string& name, cudaStream_t s) {
+  int r = x.rank();
+  if (r > kMaxRank) return unsupported(name + ": more than 8 axes");
+  AxisMapArgs a{};
+  a.rank = r;
+  a.mode = int(mode);
+  auto st = strides_of(x.shape);
+  for (int d = 0; d < r; ++d) {
+    a.out_dims[d] = y.shape[d], a.in_dims[d] = x.shape[d], a.in_strides[d] = st[d],
+    a.begin[d] = begin[d];
+  }
+  int64_t n = y.numel();
+  if (n == 0) return ok_status();
+  return by_element_size(dtype_size(x.dtype), name, [&](auto tag) {
+    using E = decltype(tag);
+    E fill;
+    std::memcpy(&fill, &fill_bits, sizeof(E));
+    axis_map_kernel<E><<<grid_for(n), kBlock, 0, s>>>(static_cast<const E*>(x.data),
+                                                      static_cast<E*>(y.data),
+                                                      static_cast<const E*>(fill_ptr), fill, a, n);
+  });
+}
+
+class TileKernel final : public CudaKernel {
+ public:
+  TileKernel() : CudaKernel("cuda.Tile") {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &y = out[0];
+    int r = x.rank();
+    if (y.rank() != r) return invalid_argument(name_ + ": the output differs in rank");
+    for (int d = 0; d < r; ++d) {
+      if (x.shape[d] == 0 ? y.shape[d] != 0 : y.shape[d] % x.shape[d] != 0) {
+        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                                " does not tile input " + shape_to_string(x.shape));
+      }
+    }
+    // The repeats are the output's dims over the input's: wrapping from 0 reads them.
+    std::vector<int64_t> begin(size_t(r), 0);
+    return launch_axis_map(x, y, begin, PadMode::kWrap, nullptr, 0, name_, stream_);
+  }
+};
+
+class PadKernel final : public CudaKernel {
+ public:
+  PadKernel(PadMode mode, uint64_t fill_bits)
+      : CudaKernel("cuda.Pad"), mode_(mode), fill_bits_(fill_bits) {}
+  HostParam pads_in, axes_in;
+  std::vector<int64_t> pads_attr;  // opset < 11
+  bool from_attr = false;
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &y = out[0];
+    int r = x.rank();
+    std::vector<int64_t> pads = pads_attr, axes;
+    if (!from_attr && pads_in.present() && present(in[1])) {
+      KILN_ASSIGN_OR_RETURN(pads, pads_in.get_ints(in[1], stream_));
+    }
+    if (axes_in.present() && in.size() > 3 && present(in[3])) {
+      KILN_ASSIGN_OR_RETURN(axes, axes_in.get_ints(in[3], stream_));
+      for (int64_t& k : axes) {
+        if (k < -r || k >= r) return invalid_argument(name_ + ": axis out of range");
+        if (k < 0) k += r;
+      }
+    } else {
+      for (int k = 0; k < r; ++k) axes.push_back(k);
+    }
+    if (pads.size() != 2 * axes.size() || y.rank() != r)
+      return invalid_argument(name_ + ": pads do not match the rank");
+    std::vector<int64_t> begin(size_t(r), 0), end(size_t(r), 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      begin[axes[i]] += pads[i];
+      end[axes[i]] += pads[i + axes.size()];
+    }
+    for (int k = 0; k < r; ++k) {
+      if (x.shape[k] + begin[k] + end[k] != y.shape[k]) {
+        return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                                " does not match the pads");
+      }
+      if (mode_ != PadMode::kConstant && x.shape[k] == 0 && y.shape[k] > 0) {
+        return invalid_argument(name_ + ": cannot pad an empty axis except with a constant");
+      }
+    }
+    const void* fill_ptr =
+        in.size() > 2 && present(in[2]) && in[2].numel() > 0 ? in[2].data : nullptr;
+    return launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_);
+  }
+
+ private:
+  PadMode mode_;
+  uint64_t fill_bits_;  // the `value` attribute (opset < 11) as the data's bytes
+};
+
+// ---- SpaceToDepth: a strided gather ----
+
+struct Walk {
+  int rank;
+  int64_t dims[kMaxRank];
+  int64_t strides[kMaxRank];
+};
+
+template <typename E>
+__global__ void strided_copy_kernel(const E* in, E* out, Walk w, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t r = i, off = 0;
+    for (int d = w.rank - 1; d >= 0; --d) {
+      off += (r % w.dims[d]) * w.strides[d];
+      r /= w.dims[d];
+    }
+    out[i] = in[off];
+  }
+}
+
+class SpaceToDepthKernel final : public CudaKernel {
+ public:
+  SpaceToDepthKernel(int64_t b, bool crd) : CudaKernel("cuda.SpaceToDepth"), b_(b), crd_(crd) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &y = out[0];
+    int64_t b = b_;
+    if (x.rank() != 4 || y.rank() != 4 || x.shape[2] % b != 0 || x.shape[3] % b != 0) {
+      return invalid_argument(name_ + ": needs a 4-D input whose spatial dims divide by blocksize");
+    }
+    int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2] / b, w = x.shape[3] / b;
+    if (y.shape[0] != n || y.shape[1] != c * b * b || y.shape[2] != h || y.shape[3] != w) {
+      return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
+                              " does not match the input");
+    }
+    // The input as [n, c, h, b1, w, b2], read in output order.
+    int64_t row = w * b;
+    int64_t sw = b, sb2 = 1, sb1 = row, sh = b * row, sc = h * b * row, sn = c * sc;
+    Walk wk{};
+    wk.rank = 6;
+    int64_t dcr_dims[6] = {n, b, b, c, h, w}, dcr_str[6] = {sn, sb1, sb2, sc, sh, sw};
+    int64_t crd_dims[6] = {n, c, b, b, h, w}, crd_str[6] = {sn, sc, sb1, sb2, sh, sw};
+    for (int d = 0; d < 6; ++d) {
+      wk.dims[d] = crd_ ? crd_dims[d] : dcr_dims[d];
+      wk.strides[d] = crd_ ? crd_str[d] : dcr_str[d];
+    }
+    int64_t total = y.numel();
+    if (total == 0) return ok_status();
+    return by_element_size(dtype_size(x.dtype), name_, [&](auto tag) {
+      using E = decltype(tag);
+      strided_copy_kernel<E><<<grid_for(total), kBlock, 0, stream_>>>(
+          static_cast<const E*>(x.data), static_cast<E*>(y.data), wk, total);
+    });
+  }
+
+ private:
+  int64_t b_;
+  bool crd_;
+};
+
+// ---- Trilu ----
+
+template <typename E>
+__global__ void trilu_kernel(const E* in, E* out, const void* k_ptr, int k_dtype, int64_t rows,
+                             int64_t cols, bool upper, int64_t n) {
+  int64_t k = k_ptr ? load_as<int64_t>(k_ptr, k_dtype, 0) : 0;
+  // Clamped first so that i + k cannot overflow (k is data).
+  k = k < -rows - 1 ? -rows - 1 : k > cols + 1 ? cols + 1 : k;
+  KILN_GRID_LOOP(e, n) {
+    int64_t j = e % cols, i = (e / cols) % rows;
+    bool keep = upper ? j >= i + k : j <= i + k;
+    out[e] = keep ? in[e] : E(0);
+  }
+}
+
+class TriluKernel final : public CudaKernel {
+ public:
+  explicit TriluKernel(bool upper) : CudaKernel("cuda.Trilu"), upper_(upper) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int r = x.rank();
+    if (r < 2 || out[0].numel() != x.numel())
+      return invalid_argument(name_ + ": the input must have rank >= 2");
+    const void* k = in.size() > 1 && present(in[1]) ? in[1].data : nullptr;
+    if (k && in[1].numel() != 1) return invalid_argument(name_ + ": k must be a scalar");
+    int kd = k ? int(in[1].dtype) : 0;
+    int64_t n = x.numel();
+    if (n == 0) return ok_status();
+    int64_t rows = x.shape[r - 2], cols = x.shape[r - 1];
+    return by_element_size(dtype_size(x.dtype), name_, [&](auto tag) {
+      using E = decltype(tag);
+      trilu_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(static_cast<const E*>(x.data),
+                                                           static_cast<E*>(out[0].data), k, kd,
+                                                           rows, cols, upper_, n);
+    });
+  }
+
+ private:
+  bool upper_;
+};
+
+// ---- GatherElements and ScatterElements ----
+
+struct ElementsArgs {
+  int rank;
+  int axis;
+  int64_t idx_dims[kMaxRank];      // the indices' (and updates') shape
+  int64_t data_strides[kMaxRank];  // data (and output) strides
+  int64_t axis_dim;                // data.shape[axis]
+};
+
+// Where an index points along the axis: negative ones wrap; out-of-range ones, which the device
+// cannot report, read or write element 0 (as the CUDA Gather).
+__device__ __forceinline__ int64_t wrap_index(int64_t k, int64_t d) {
+  if (k < 0) k += d;
+  return k < 0 || k >= d ? 0 : k;
+}
+
+template <typename E>
+__global__ void gather_elements_kernel(const E* data, const void* idx, int idx_dtype, E* out,
+                                       ElementsArgs a, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t r = i, off = 0;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t c = r % a.idx_dims[d];
+      r /= a.idx_dims[d];
+      if (d == a.axis) c = wrap_index(load_as<int64_t>(idx, idx_dtype, i), a.axis_dim);
+      off += c * a.data_strides[d];
+    }
+    out[i] = data[off];
+  }
+}
+
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+// One thread per line of the indices along the axis, applying its updates in order: updates on
+// different lines differ in a coordinate other than the axis, so they never meet, and within a
+// line the order is the CPU reference's (later updates win, reductions fold left to right).
+template <typename C>
+__global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, int idx_dtype,
+                                        const void* upd, ElementsArgs a, Reduction red,
+                                        int64_t lines) {
+  int64_t len = a.idx_dims[a.axis];
+  KILN_GRID_LOOP(line, lines) {
+    int64_t r = line, base = 0, src = 0, src_stride = 1, axis_src_stride = 1;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      if (d == a.axis) {
+        axis_src_stride = src_stride;
+      } else {
+        int64_t c = r % a.idx_dims[d];
+        r /= a.idx_dims[d];
+        base += c * a.data_strides[d];
+        src += c * src_stride;
+      }
+      src_stride *= a.idx_dims[d];
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      int64_t u = src + j * axis_src_stride;
+      int64_t t = base + wrap_index(load_as<int64_t>(idx, idx_dtype, u), a.axis_dim) *
+                             a.data_strides[a.axis];
+      C b = load_as<C>(upd, dtype, u), v = b;
+      if (red != Reduction::kNone) {
+        C cur = load_as<C>(out, dtype, t);
+        if (red == Reduction::kAdd) v = C(cur + b);
+        if (red == Reduction::kMul) v = C(cur * b);
+        if (red == Reduction::kMax) v = cur > b ? cur : b;
+        if (red == Reduction::kMin) v = cur < b ? cur : b;
+      }
+      store_as<C>(out, dtype, t, v);
+    }
+  }
+}
+
+// The shared checks of GatherElements and ScatterElements; fills `a` (indices shape, data strides).
+Status elements_args(const std::string& name, int64_t axis_attr, const TensorView& data,
+                     const TensorView& indices, ElementsArgs* a) {
+  int r = data.rank();
+  int64_t axis = axis_attr < 0 ? axis_attr + r : axis_attr;
+  if (r < 1 || r > kMaxRank || indices.rank() != r || axis < 0 || axis >= r) {
+    return invalid_argument(name + ": bad axis or ranks");
+  }
+  auto st = strides_of(data.shape);
+  a->rank = r;
+  a->axis = int(axis);
+  a->axis_dim = data.shape[axis];
+  for (int d = 0; d < r; ++d) {
+    if (d != axis && indices.shape[d] > data.shape[d]) {
+      return invalid_argument(name + ": indices dim " + std::to_string(d) +
+                              " exceeds the data dim");
+    }
+    a->idx_dims[d] = indices.shape[d];
+    a->data_strides[d] = st[d];
+  }
+  return ok_status();
+}
+
+class GatherElementsKernel final : public CudaKernel {
+ public:
+  explicit GatherElementsKernel(int64_t axis) : CudaKernel("cuda.GatherElements"), axis_(axis) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &data = in[0], &indices = in[1];
+    ElementsArgs a{};
+    KILN_RETURN_IF_ERROR(elements_args(name_, axis_, data, indices, &a));
+    int64_t n = out[0].numel();
+    if (n != indices.numel())
+      return invalid_argument(name_ + ": the output shape differs from the indices shape");
+    if (n == 0) return ok_status();
+    if (a.axis_dim == 0) return invalid_argument(name_ + ": indexing an empty axis");
+    return by_element_size(dtype_size(data.dtype), name_, [&](auto tag) {
+      using E = decltype(tag);
+      gather_elements_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
+          static_cast<const E*>(data.data), indices.data, int(indices.dtype),
+          static_cast<E*>(out[0].data), a, n);
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+class ScatterElementsKernel final : public CudaKernel {
+ public:
+  ScatterElementsKernel(int64_t axis, Reduction red)
+      : CudaKernel("cuda.ScatterElements"), axis_(axis), red_(red) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &data = in[0], &indices = in[1], &upd = in[2], &y = out[0];
+    ElementsArgs a{};
+    KILN_RETURN_IF_ERROR(elements_args(name_, axis_, data, indices, &a));
+    if (upd.numel() != indices.numel() || y.numel() != data.numel()) {
+      return invalid_argument(name_ + ": updates must match the indices and the output the data");
+    }
+    if (y.data != data.data && y.nbytes() > 0) {
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(y.data, data.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
+    }
+    int64_t len = indices.shape[a.axis];
+    if (indices.numel() == 0) return ok_status();
+    if (a.axis_dim == 0) return invalid_argument(name_ + ": indexing an empty axis");
+    int64_t lines = indices.numel() / len;
+    int dt = int(data.dtype), idt = int(indices.dtype);
+    if (is_float(data.dtype)) {
+      scatter_elements_kernel<double><<<grid_for(lines), kBlock, 0, stream_>>>(
+          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
+    } else {
+      scatter_elements_kernel<int64_t><<<grid_for(lines), kBlock, 0, stream_>>>(
+          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
+    }
+    return launch_status("scatter_elements_kernel");
+  }
+
+ private:
+  int64_t axis_;
+  Reduction red_;
+};
+
+// ---- OneHot ----
+
+template <typename E>
+__global__ void one_hot_kernel(const void* idx, int idx_dtype, const E* values, E* out,
+                               int64_t depth, int64_t inner, int64_t n) {
+  KILN_GRID_LOOP(e, n) {
+    int64_t i = e % inner, d = (e / inner) % depth, o = e / (inner * depth);
+    double v = load_as<double>(idx, idx_dtype, o * inner + i);
+    if (v < 0) v += double(depth);
+    out[e] = values[v == double(d) ? 1 : 0];
+  }
+}
+
+class OneHotKernel final : public CudaKernel {
+ public:
+  explicit OneHotKernel(int64_t axis) : CudaKernel("cuda.OneHot"), axis_(axis) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &idx = in[0], &values = in[2], &y = out[0];
+    int r = y.rank();
+    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
+    if (axis < 0 || axis >= r || idx.rank() != r - 1 || values.numel() != 2) {
+      return invalid_argument(name_ + ": indices " + shape_to_string(idx.shape) + " and output " +
+                              shape_to_string(y.shape) + " do not fit axis " +
+                              std::to_string(axis_));
+    }
+    int64_t depth = y.shape[axis], inner = 1;
+    for (int d = int(axis) + 1; d < r; ++d) inner *= y.shape[d];
+    int64_t n = y.numel();
+    if (n == 0) return ok_status();
+    return by_element_size(dtype_size(y.dtype), name_, [&](auto tag) {
+      using E = decltype(tag);
+      one_hot_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
+          idx.data, int(idx.dtype), static_cast<const E*>(values.data), static_cast<E*>(y.data),
+          depth, inner, n);
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// ---- ArgMax / ArgMin ----
+
+// The CPU reference's arg_best: a NaN wins and stops the scan; ties keep the first index unless
+// select_last_index.
+template <bool kMax>
+__global__ void arg_kernel(const void* x, int dtype, int64_t* out, int64_t n, int64_t inner,
+                           bool last, int64_t lines) {
+  KILN_GRID_LOOP(line, lines) {
+    int64_t base = (line / inner) * n * inner + line % inner;
+    int64_t best_i = 0;
+    double best = load_as<double>(x, dtype, base);
+    for (int64_t k = 1; k < n; ++k) {
+      double v = load_as<double>(x, dtype, base + k * inner);
+      if (best != best) break;
+      bool better = kMax ? (v > best) : (v < best);
+      if (better || v != v || (last && v == best)) {
+        best = v;
+        best_i = k;
+      }
+    }
+    out[line] = best_i;
+  }
+}
+
+class ArgKernel final : public CudaKernel {
+ public:
+  ArgKernel(std::string name, bool is_max, int64_t axis, bool last)
+      : CudaKernel(std::move(name)), max_(is_max), axis_(axis), last_(last) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int r = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
+    if (axis < 0 || axis >= r) return invalid_argument(name_ + ": axis out of range");
+    int64_t n = x.shape[axis], inner = 1, outer = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int d = int(axis) + 1; d < r; ++d) inner *= x.shape[d];
+    int64_t lines = outer * inner;
+    if (out[0].numel() != lines)
+      return invalid_argument(name_ + ": the output does not match the reduced input");
+    if (lines == 0) return ok_status();
+    if (n == 0) return invalid_argument(name_ + ": the reduced axis is empty");
+    if (max_) {
+      arg_kernel<true><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
+    } else {
+      arg_kernel<false><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
+    }
+    return launch_status("arg_kernel");
+  }
+
+ private:
+  bool max_;
+  int64_t axis_;
+  bool last_;
+};
+
+// ---- factories ----
+
+// The rank of input i, known at build time and at most kMaxRank.
+StatusOr<int> known_rank(const KernelQuery& q, size_t i) {
+  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) {
+    return unsupported(q.node.describe() + ": input " + std::to_string(i) + " has no known rank");
+  }
+  int r = int(q.inputs[i]->shape->size());
+  if (r > kMaxRank) {
+    return unsupported(q.node.describe() + ": rank " + std::to_string(r) +
+                       " exceeds the CUDA kernels' " + std::to_string(kMaxRank));
+  }
+  return r;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_split(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
+  for (size_t i = 0; i < q.outputs.size(); ++i) {
+    if (!q.outputs[i])
+      return unsupported(q.node.describe() + ": every output of Split must be present");
+  }
+  return std::unique_ptr<Kernel>(new SplitKernel(axis));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_tile(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
+  return std::unique_ptr<Kernel>(new TileKernel());
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_pad(const KernelQuery& q) {
+  const ir::Attributes& at = q.node.attrs;
+  DType t = q.input_dtype(0);
+  KILN_RETURN_IF_ERROR(require_element_size(q, t));
+  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
+  KILN_ASSIGN_OR_RETURN(std::string mode_s, at.get_string("mode", "constant"));
+  PadMode mode;
+  if (mode_s == "constant")
+    mode = PadMode::kConstant;
+  else if (mode_s == "reflect")
+    mode = PadMode::kReflect;
+  else if (mode_s == "edge")
+    mode = PadMode::kEdge;
+  else if (mode_s == "wrap")
+    mode = PadMode::kWrap;
+  else
+    return unsupported(q.node.describe() + ": mode '" + mode_s + "' is not supported");
+  uint64_t fill = 0;
+  if (at.has("value")) {
+    KILN_ASSIGN_OR_RETURN(float v, at.get_float("value", 0.0f));
+    switch (t) {
+      case DType::kFloat32:
+        std::memcpy(&fill, &v, 4);
+        break;
+      case DType::kFloat64: {
+        double d = v;
+        std::memcpy(&fill, &d, 8);
+        break;
+      }
+      case DType::kFloat16: {
+        uint16_t h = float_to_half(v);
+        std::memcpy(&fill, &h, 2);
+        break;
+      }
+      case DType::kBFloat16: {
+        uint16_t h = float_to_bf16(v);
+        std::memcpy(&fill, &h, 2);
+        break;
+      }
+      default: {
+        // Integers: the value truncated, stored in the element's low bytes (little-endian).
+        int64_t iv = int64_t(v);
+        std::memcpy(&fill, &iv, 8);
+        if (t == DType::kBool) fill = v != 0.f;
+        break;
+      }
+    }
+  }
+  auto k = std::make_unique<PadKernel>(mode, fill);
+  for (const char* name : {"pads", "paddings"}) {
+    if (at.has(name)) {
+      KILN_ASSIGN_OR_RETURN(k->pads_attr, at.get_ints(name, std::nullopt));
+      k->from_attr = true;
+      break;
+    }
+  }
+  if (!k->from_attr) {
+    for (size_t i : {size_t(1), size_t(3)}) {
+      if (!host_readable(q, i)) {
+        return unsupported(
+            q.node.describe() + ": input " + std::to_string(i) + (i == 1 ? " (pads)" : " (axes)") +
+            " is computed on the device; the CUDA Pad reads it on the host, so it must be a " +
+            "constant or a shape formula");
+      }
+    }
+    k->pads_in.init(q, 1);
+    k->axes_in.init(q, 3);
+  }
+  if (q.inputs.size() > 2 && q.inputs[2] && q.inputs[2]->dtype != t) {
+    return invalid_argument(q.node.describe() + ": constant_value's dtype differs from the data's");
+  }
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_space_to_depth(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_ASSIGN_OR_RETURN(int64_t b, q.node.attrs.get_int("blocksize", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(std::string mode, q.node.attrs.get_string("mode", "DCR"));
+  if (b < 1) return invalid_argument(q.node.describe() + ": blocksize must be >= 1");
+  if (mode != "DCR" && mode != "CRD")
+    return invalid_argument(q.node.describe() + ": mode must be DCR or CRD");
+  return std::unique_ptr<Kernel>(new SpaceToDepthKernel(b, mode == "CRD"));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_trilu(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_ASSIGN_OR_RETURN(int64_t upper, q.node.attrs.get_int("upper", 1));
+  DType kt = q.input_dtype(1);
+  if (kt != DType::kUndefined && !is_integer(kt))
+    return invalid_argument(q.node.describe() + ": k must be an integer");
+  return std::unique_ptr<Kernel>(new TriluKernel(upper != 0));
+}
+
+Status require_int_indices(const KernelQuery& q, size_t i) {
+  DType t = q.input_dtype(i);
+  if (t != DType::kInt64 && t != DType::kInt32) {
+    return unsupported(q.node.describe() + ": indices must be int32 or int64, not " +
+                       std::string(dtype_name(t)));
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_gather_elements(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_RETURN_IF_ERROR(require_int_indices(q, 1));
+  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
+  return std::unique_ptr<Kernel>(new GatherElementsKernel(axis));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_scatter_elements(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
+  KILN_RETURN_IF_ERROR(require_int_indices(q, 1));
+  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(std::string red_s, q.node.attrs.get_string("reduction", "none"));
+  Reduction red;
+  if (red_s == "none")
+    red = Reduction::kNone;
+  else if (red_s == "add")
+    red = Reduction::kAdd;
+  else if (red_s == "mul")
+    red = Reduction::kMul;
+  else if (red_s == "max")
+    red = Reduction::kMax;
+  else if (red_s == "min")
+    red = Reduction::kMin;
+  else
+    return invalid_argument(q.node.describe() + ": unknown reduction '" + red_s + "'");
+  if (q.input_dtype(2) != q.input_dtype(0))
+    return invalid_argument(q.node.describe() + ": updates' dtype differs");
+  return std::unique_ptr<Kernel>(new ScatterElementsKernel(axis, red));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_one_hot(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_element_size(q, q.output_dtype(0)));
+  DType it = q.input_dtype(0);
+  if (!is_integer(it) && !is_float(it)) {
+    return unsupported(q.node.describe() + ": indices of dtype " + std::string(dtype_name(it)));
+  }
+  if (q.input_dtype(2) != q.output_dtype(0))
+    return invalid_argument(q.node.describe() + ": values' dtype differs");
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
+  return std::unique_ptr<Kernel>(new OneHotKernel(axis));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_arg(const KernelQuery& q) {
+  DType t = q.input_dtype(0);
+  if (!is_integer(t) && !is_float(t) && t != DType::kBool) {
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t last, q.node.attrs.get_int("select_last_index", 0));
+  bool is_max = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kArgMax;
+  return std::unique_ptr<Kernel>(new ArgKernel("cuda." + q.node.op_type, is_max, axis, last != 0));
+}
+
+}  // namespace
+
+void register_data2(Registry& r) {
+  r.add(OpKind::kSplit, &make_split);
+  r.add(OpKind::kTile, &make_tile);
+  r.add(OpKind::kPad, &make_pad);
+  r.add(OpKind::kSpaceToDepth, &make_space_to_depth);
+  r.add(OpKind::kTrilu, &make_trilu);
+  r.add(OpKind::kGatherElements, &make_gather_elements);
+  r.add(OpKind::kScatterElements, &make_scatter_elements);
+  r.add(OpKind::kOneHot, &make_one_hot);
+  r.add(OpKind::kArgMax, &make_arg);
+  r.add(OpKind::kArgMin, &make_arg);
+}
+
+}  // namespace kiln::backends::cuda

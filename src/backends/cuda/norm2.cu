@@ -1,0 +1,236 @@
+// Channel normalizations: BatchNormalization (inference), InstanceNormalization and
+// GroupNormalization (one block per sample and group, statistics in double as the CPU reference),
+// and LpNormalization (one thread per normalized line).
+#include <string>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+constexpr int kBlock = 256;
+
+// y = (x - mean) / sqrt(var + eps) * scale + B, the per-channel factors computed in double.
+__global__ void batch_norm_kernel(const float* x, const float* scale, const float* bias,
+                                  const float* mean, const float* var, float* y, int64_t n,
+                                  int64_t channels, int64_t spatial, double eps) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t c = (i / spatial) % channels;
+    double mul = double(scale[c]) / sqrt(double(var[c]) + eps);
+    double add = double(bias[c]) - double(mean[c]) * mul;
+    y[i] = x[i] * float(mul) + float(add);
+  }
+}
+
+// The sum of v over the block; every thread gets it.
+__device__ double block_sum(double v, double* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // shared may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  double s = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) s += shared[w];
+  return s;
+}
+
+// Block b normalizes sample b / groups, group b % groups: `cpg` channels of `spatial` elements,
+// contiguous. Channel c of the group takes scale/bias [g] when per_group, else [g*cpg + c].
+__global__ void grouped_norm_kernel(const float* x, const float* scale, const float* bias, float* y,
+                                    int64_t groups, int64_t cpg, int64_t spatial, bool per_group,
+                                    double eps) {
+  __shared__ double shared[kBlock / 32];
+  int64_t b = blockIdx.x, g = b % groups, block = cpg * spatial;
+  const float* xp = x + b * block;
+  float* yp = y + b * block;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) s += xp[j];
+  double mean = block ? block_sum(s, shared) / double(block) : 0.0;
+  double sq = 0;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    double d = xp[j] - mean;
+    sq += d * d;
+  }
+  double var = block ? block_sum(sq, shared) / double(block) : 0.0;
+  double inv = 1.0 / sqrt(var + eps);
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    int64_t pi = per_group ? g : g * cpg + j / spatial;
+    yp[j] = float((xp[j] - mean) * inv * double(scale[pi]) + double(bias[pi]));
+  }
+}
+
+__global__ void lp_norm_kernel(const float* x, float* y, int64_t lines, int64_t n, int64_t inner,
+                               bool l1) {
+  KILN_GRID_LOOP(line, lines) {
+    int64_t base = (line / inner) * n * inner + line % inner;
+    double norm = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      double v = x[base + k * inner];
+      norm += l1 ? fabs(v) : v * v;
+    }
+    if (!l1) norm = sqrt(norm);
+    // A zero vector stays zero instead of becoming NaN, as the CPU reference.
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t e = base + k * inner;
+      y[e] = norm == 0 ? 0.f : float(double(x[e]) / norm);
+    }
+  }
+}
+
+class BatchNormKernel final : public CudaKernel {
+ public:
+  explicit BatchNormKernel(double eps) : CudaKernel("cuda.BatchNormalization"), eps_(eps) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    if (x.rank() < 2) return invalid_argument(name_ + ": X must have rank >= 2");
+    int64_t channels = x.shape[1], n = x.numel();
+    for (int i = 1; i < 5; ++i) {
+      if (in[i].numel() != channels) {
+        return invalid_argument(name_ + ": input " + std::to_string(i) + " has " +
+                                std::to_string(in[i].numel()) + " elements, expected " +
+                                std::to_string(channels) + " channels");
+      }
+    }
+    if (n == 0) return ok_status();
+    int64_t spatial = n / (x.shape[0] * channels);
+    batch_norm_kernel<<<grid_for(n), kBlock, 0, stream_>>>(
+        x.as<const float>(), in[1].as<const float>(), in[2].as<const float>(),
+        in[3].as<const float>(), in[4].as<const float>(), out[0].as<float>(), n, channels, spatial,
+        eps_);
+    return launch_status("batch_norm_kernel");
+  }
+
+ private:
+  double eps_;
+};
+
+// InstanceNormalization is GroupNormalization with one channel per group.
+class GroupedNormKernel final : public CudaKernel {
+ public:
+  GroupedNormKernel(std::string name, int64_t groups, double eps)
+      : CudaKernel(std::move(name)), groups_(groups), eps_(eps) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    if (x.rank() < 2) return invalid_argument(name_ + ": X must have rank >= 2");
+    int64_t batch = x.shape[0], channels = x.shape[1];
+    int64_t groups = groups_ > 0 ? groups_ : channels;
+    if (groups <= 0 || channels % groups != 0) {
+      return invalid_argument(name_ + ": " + std::to_string(channels) +
+                              " channels do not split into " + std::to_string(groups) + " groups");
+    }
+    bool per_group = in[1].numel() != channels;
+    int64_t param_n = per_group ? groups : channels;
+    if (in[1].numel() != param_n || in[2].numel() != param_n) {
+      return invalid_argument(name_ + ": scale and bias must have " + std::to_string(channels) +
+                              " values");
+    }
+    int64_t rows = batch * groups;
+    if (x.numel() == 0 || rows == 0) return ok_status();
+    if (rows > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 groups in the batch");
+    int64_t spatial = x.numel() / (batch * channels);
+    grouped_norm_kernel<<<unsigned(rows), kBlock, 0, stream_>>>(
+        x.as<const float>(), in[1].as<const float>(), in[2].as<const float>(), out[0].as<float>(),
+        groups, channels / groups, spatial, per_group, eps_);
+    return launch_status("grouped_norm_kernel");
+  }
+
+ private:
+  int64_t groups_;  // 0: one per channel
+  double eps_;
+};
+
+class LpNormKernel final : public CudaKernel {
+ public:
+  LpNormKernel(int64_t axis, bool l1) : CudaKernel("cuda.LpNormalization"), axis_(axis), l1_(l1) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int rank = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (axis < 0 || axis >= rank) return invalid_argument(name_ + ": axis out of range");
+    int64_t n = x.shape[axis], inner = 1;
+    for (int d = int(axis) + 1; d < rank; ++d) inner *= x.shape[d];
+    if (x.numel() == 0) return ok_status();
+    int64_t lines = x.numel() / n;
+    lp_norm_kernel<<<grid_for(lines), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(),
+                                                            lines, n, inner, l1_);
+    return launch_status("lp_norm_kernel");
+  }
+
+ private:
+  int64_t axis_;
+  bool l1_;
+};
+
+// The rank of input 0, known at build time, is at least `min`.
+Status require_rank(const KernelQuery& q, size_t min) {
+  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.inputs[0]->shape->size() < min) {
+    return unsupported(q.node.describe() + ": X must have a known rank >= " + std::to_string(min));
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_batch_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_rank(q, 2));
+  KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
+  KILN_ASSIGN_OR_RETURN(int64_t training, q.node.attrs.get_int("training_mode", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t spatial, q.node.attrs.get_int("spatial", 1));
+  if (training != 0) {
+    return unsupported(
+        q.node.describe() +
+        ": training_mode=1 (batch statistics, running mean and variance "
+        "outputs) is not supported; the CUDA kernel normalizes with the given mean and variance");
+  }
+  if (spatial == 0)
+    return unsupported(q.node.describe() + ": spatial=0 (per-element statistics) is not supported");
+  for (size_t i = 1; i < q.outputs.size(); ++i) {
+    if (q.outputs[i]) {
+      return unsupported(q.node.describe() + ": output " + std::to_string(i) +
+                         " (a training statistic) is not computed by the CUDA inference kernel");
+    }
+  }
+  if (q.inputs.size() < 5) return invalid_argument(q.node.describe() + ": needs 5 inputs");
+  for (size_t i = 1; i < 5; ++i) {
+    if (!q.inputs[i])
+      return invalid_argument(q.node.describe() + ": input " + std::to_string(i) + " is missing");
+  }
+  return std::unique_ptr<Kernel>(new BatchNormKernel(double(eps)));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_grouped_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_rank(q, 2));
+  KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
+  int64_t groups = 0;
+  if (ops::find_op(q.node.domain, q.node.op_type) == OpKind::kGroupNormalization) {
+    KILN_ASSIGN_OR_RETURN(groups, q.node.attrs.get_int("num_groups", std::nullopt));
+    if (groups <= 0) return invalid_argument(q.node.describe() + ": num_groups must be >= 1");
+  }
+  if (q.inputs.size() < 3 || !q.inputs[1] || !q.inputs[2]) {
+    return invalid_argument(q.node.describe() + ": needs scale and bias");
+  }
+  return std::unique_ptr<Kernel>(
+      new GroupedNormKernel("cuda." + q.node.op_type, groups, double(eps)));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_lp_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_rank(q, 1));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int64_t p, q.node.attrs.get_int("p", 2));
+  int64_t rank = int64_t(q.inputs[0]->shape->size());
+  if (axis < -rank || axis >= rank)
+    return invalid_argument(q.node.describe() + ": axis out of range");
+  if (p != 1 && p != 2) return invalid_argument(q.node.describe() + ": p must be 1 or 2");
+  return std::unique_ptr<Kernel>(new LpNormKernel(axis, p == 1));
+}
+
+}  // namespace
+
+void register_norm2(Registry& r) {
+  r.add(OpKind::kBatchNormalization, &make_batch_norm, {.float32_only = true});
+  r.add(OpKind::kInstanceNormalization, &make_grouped_norm, {.float32_only = true});
+  r.add(OpKind::kGroupNormalization, &make_grouped_norm, {.float32_only = true});
+  r.add(OpKind::kLpNormalization, &make_lp_norm, {.float32_only = true});
+}
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,358 @@
+// Pooling kernels: MaxPool (with the optional Indices), AveragePool and LpPool over 1-D, 2-D and
+// 3-D NCHW inputs, one thread per output element; GlobalAveragePool and GlobalMaxPool, one block
+// per plane. The window arithmetic follows the CPU reference (backends/cpu/conv.cc) step by step.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+constexpr int kBlock = 256;
+
+enum class PoolOp { kMax, kAverage, kLp };
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+// Three spatial axes, leading ones of size 1 for 1-D and 2-D pools (as the CPU reference).
+struct PoolArgs {
+  int64_t in[3], out[3], k[3], stride[3], dil[3], pb[3], pe[3];
+  int64_t planes;
+  bool include_pad;
+  double p;
+};
+
+// The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi).
+__device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t count,
+                                            int64_t limit, int64_t* lo, int64_t* hi) {
+  int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
+  int64_t h = start > limit - 1 ? 0 : (limit - 1 - start) / step + 1;
+  l = l < count ? l : count;
+  h = h < count ? h : count;
+  *lo = l;
+  *hi = h > l ? h : l;
+}
+
+template <PoolOp kOp>
+__global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs a, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t r = i;
+    int64_t ow = r % a.out[2];
+    r /= a.out[2];
+    int64_t oh = r % a.out[1];
+    r /= a.out[1];
+    int64_t od = r % a.out[0];
+    int64_t p = r / a.out[0];
+    int64_t in_sp = a.in[0] * a.in[1] * a.in[2];
+    const float* xp = x + p * in_sp;
+    int64_t sd = od * a.stride[0] - a.pb[0], sh = oh * a.stride[1] - a.pb[1],
+            sw = ow * a.stride[2] - a.pb[2];
+    int64_t dlo, dhi, hlo, hhi, wlo, whi;
+    valid_range(sd, a.dil[0], a.k[0], a.in[0], &dlo, &dhi);
+    valid_range(sh, a.dil[1], a.k[1], a.in[1], &hlo, &hhi);
+    valid_range(sw, a.dil[2], a.k[2], a.in[2], &wlo, &whi);
+    float best = -INFINITY, sum = 0.f;
+    double lp = 0;
+    int64_t best_i = -1;
+    for (int64_t jd = dlo; jd < dhi; ++jd) {
+      for (int64_t jh = hlo; jh < hhi; ++jh) {
+        int64_t row = ((sd + jd * a.dil[0]) * a.in[1] + sh + jh * a.dil[1]) * a.in[2] + sw;
+        for (int64_t jw = wlo; jw < whi; ++jw) {
+          int64_t e = row + jw * a.dil[2];
+          float v = xp[e];
+          if constexpr (kOp == PoolOp::kMax) {
+            // The first element wins until a strictly greater one: a leading NaN stays.
+            if (v > best || best_i < 0) {
+              best = v;
+              best_i = e;
+            }
+          } else if constexpr (kOp == PoolOp::kAverage) {
+            sum += v;
+          } else {
+            lp += pow(fabs(double(v)), a.p);
+          }
+        }
+      }
+    }
+    if constexpr (kOp == PoolOp::kMax) {
+      y[i] = best;
+      if (indices) indices[i] = best_i < 0 ? -1 : p * in_sp + best_i;
+    } else if constexpr (kOp == PoolOp::kAverage) {
+      int64_t count;
+      if (a.include_pad) {
+        // Window positions inside the padded input, not past the end padding ceil_mode adds.
+        int64_t lo, hi;
+        count = 1;
+        valid_range(sd + a.pb[0], a.dil[0], a.k[0], a.in[0] + a.pb[0] + a.pe[0], &lo, &hi);
+        count *= hi - lo;
+        valid_range(sh + a.pb[1], a.dil[1], a.k[1], a.in[1] + a.pb[1] + a.pe[1], &lo, &hi);
+        count *= hi - lo;
+        valid_range(sw + a.pb[2], a.dil[2], a.k[2], a.in[2] + a.pb[2] + a.pe[2], &lo, &hi);
+        count *= hi - lo;
+      } else {
+        count = (dhi - dlo) * (hhi - hlo) * (whi - wlo);
+      }
+      y[i] = count > 0 ? sum / float(count) : 0.f;
+    } else {
+      y[i] = float(pow(lp, 1.0 / a.p));
+    }
+  }
+}
+
+// One block per plane: the mean (summed in double) or the maximum (NaN ignored, as the CPU's
+// `v > best` scan) of `size` contiguous elements.
+template <bool kMax>
+__global__ void global_pool_kernel(const float* x, float* y, int64_t size) {
+  __shared__ double shared[kBlock / 32];
+  const float* xp = x + int64_t(blockIdx.x) * size;
+  double acc = kMax ? -INFINITY : 0.0;
+  for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
+    double v = xp[j];
+    if constexpr (kMax) {
+      acc = v > acc ? v : acc;
+    } else {
+      acc += v;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    double other = __shfl_xor_sync(0xffffffffu, acc, o);
+    acc = kMax ? (other > acc ? other : acc) : acc + other;
+  }
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double r = shared[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      r = kMax ? (shared[w] > r ? shared[w] : r) : r + shared[w];
+    y[blockIdx.x] = kMax ? float(r) : (size > 0 ? float(r / double(size)) : 0.f);
+  }
+}
+
+// Attributes read once by the factory; empty lists mean the ONNX defaults.
+struct PoolAttrs {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  AutoPad auto_pad = AutoPad::kNotSet;
+  bool ceil_mode = false;
+};
+
+class PoolKernel final : public CudaKernel {
+ public:
+  PoolKernel(std::string name, PoolOp op, PoolAttrs attrs, bool include_pad, double p)
+      : CudaKernel(std::move(name)),
+        op_(op),
+        attrs_(std::move(attrs)),
+        include_pad_(include_pad),
+        p_(p) {}
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &y = out[0];
+    int ns = x.rank() - 2;
+    if (ns < 1 || ns > 3 || y.rank() != x.rank() || y.shape[0] != x.shape[0] ||
+        y.shape[1] != x.shape[1]) {
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " +
+                              shape_to_string(y.shape) + " is not a 1-D, 2-D or 3-D pool");
+    }
+    PoolArgs a{};
+    KILN_RETURN_IF_ERROR(resolve(ns, x.shape.data() + 2, y.shape.data() + 2, &a));
+    a.planes = x.shape[0] * x.shape[1];
+    a.include_pad = include_pad_;
+    a.p = p_;
+    int64_t n = y.numel();
+    if (n == 0) return ok_status();
+    int64_t* indices = out.size() > 1 && present(out[1]) ? out[1].as<int64_t>() : nullptr;
+    const float* px = x.as<const float>();
+    float* py = y.as<float>();
+    switch (op_) {
+      case PoolOp::kMax:
+        pool_kernel<PoolOp::kMax><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+        break;
+      case PoolOp::kAverage:
+        pool_kernel<PoolOp::kAverage><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+        break;
+      case PoolOp::kLp:
+        pool_kernel<PoolOp::kLp><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+        break;
+    }
+    return launch_status("pool_kernel");
+  }
+
+ private:
+  // The CPU reference's resolve_axes: pads from auto_pad, and the output size checked against
+  // the one the attributes give.
+  Status resolve(int ns, const int64_t* in, const int64_t* out, PoolArgs* a) const {
+    for (int j = 0; j < 3; ++j) {
+      a->in[j] = a->out[j] = a->k[j] = a->stride[j] = a->dil[j] = 1;
+      a->pb[j] = a->pe[j] = 0;
+    }
+    for (int i = 0; i < ns; ++i) {
+      int j = 3 - ns + i;
+      int64_t d = in[i], k = attrs_.kernel[i];
+      int64_t s = attrs_.strides.empty() ? 1 : attrs_.strides[i];
+      int64_t dl = attrs_.dilations.empty() ? 1 : attrs_.dilations[i];
+      int64_t eff = dl * (k - 1) + 1, pb = 0, pe = 0, expect;
+      if (attrs_.auto_pad == AutoPad::kSameUpper || attrs_.auto_pad == AutoPad::kSameLower) {
+        expect = (d + s - 1) / s;
+        int64_t total = std::max<int64_t>(0, (expect - 1) * s + eff - d);
+        pb = attrs_.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (attrs_.auto_pad == AutoPad::kNotSet && !attrs_.pads.empty())
+          pb = attrs_.pads[i], pe = attrs_.pads[ns + i];
+        int64_t num = d + pb + pe - eff;
+        if (num < 0) {
+          expect = 0;
+        } else if (attrs_.ceil_mode) {
+          expect = (num + s - 1) / s + 1;
+          if ((expect - 1) * s >= d + pb) --expect;
+        } else {
+          expect = num / s + 1;
+        }
+      }
+      if (expect != out[i]) {
+        return invalid_argument(name_ + ": output spatial dim " + std::to_string(i) + " is " +
+                                std::to_string(out[i]) + " but the input and attributes give " +
+                                std::to_string(expect));
+      }
+      a->in[j] = d, a->out[j] = out[i], a->k[j] = k, a->stride[j] = s, a->dil[j] = dl,
+      a->pb[j] = pb, a->pe[j] = pe;
+    }
+    return ok_status();
+  }
+
+  PoolOp op_;
+  PoolAttrs attrs_;
+  bool include_pad_;
+  double p_;
+};
+
+class GlobalPoolKernel final : public CudaKernel {
+ public:
+  GlobalPoolKernel(std::string name, bool is_max) : CudaKernel(std::move(name)), max_(is_max) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int64_t planes = x.rank() < 2 ? 0 : x.shape[0] * x.shape[1];
+    if (x.rank() < 3 || out[0].numel() != planes) {
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + " -> Y " +
+                              shape_to_string(out[0].shape) + " is inconsistent");
+    }
+    if (planes == 0) return ok_status();
+    if (planes > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 planes");
+    int64_t size = x.numel() / planes;
+    if (max_) {
+      global_pool_kernel<true>
+          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
+    } else {
+      global_pool_kernel<false>
+          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
+    }
+    return launch_status("global_pool_kernel");
+  }
+
+ private:
+  bool max_;
+};
+
+// The spatial rank of X (1..3) known at build time, or why the node cannot run.
+StatusOr<int> pool_spatial_rank(const KernelQuery& q) {
+  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape) {
+    return unsupported(q.node.describe() + ": X has no known rank");
+  }
+  int ns = int(q.inputs[0]->shape->size()) - 2;
+  if (ns < 1 || ns > 3) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA backend pools 1-D, 2-D and 3-D inputs, not rank " +
+                       std::to_string(ns + 2));
+  }
+  return ns;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_pool(const KernelQuery& q) {
+  const ir::Attributes& at = q.node.attrs;
+  OpKind kind = ops::find_op(q.node.domain, q.node.op_type);
+  PoolOp op = kind == OpKind::kMaxPool       ? PoolOp::kMax
+              : kind == OpKind::kAveragePool ? PoolOp::kAverage
+                                             : PoolOp::kLp;
+  KILN_ASSIGN_OR_RETURN(int ns, pool_spatial_rank(q));
+  PoolAttrs s;
+  KILN_ASSIGN_OR_RETURN(s.kernel, at.get_ints("kernel_shape", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(s.strides, at.get_ints("strides", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(s.dilations, at.get_ints("dilations", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(s.pads, at.get_ints("pads", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, at.get_int("ceil_mode", 0));
+  KILN_ASSIGN_OR_RETURN(std::string auto_pad, at.get_string("auto_pad", "NOTSET"));
+  s.ceil_mode = ceil_mode != 0;
+  if (auto_pad == "NOTSET")
+    s.auto_pad = AutoPad::kNotSet;
+  else if (auto_pad == "SAME_UPPER")
+    s.auto_pad = AutoPad::kSameUpper;
+  else if (auto_pad == "SAME_LOWER")
+    s.auto_pad = AutoPad::kSameLower;
+  else if (auto_pad == "VALID")
+    s.auto_pad = AutoPad::kValid;
+  else
+    return invalid_argument(q.node.describe() + ": unknown auto_pad '" + auto_pad + "'");
+  auto bad = [&](const std::string& what) {
+    return invalid_argument(q.node.describe() + ": " + what);
+  };
+  if (int(s.kernel.size()) != ns)
+    return bad("kernel_shape must have " + std::to_string(ns) + " values");
+  if (!s.strides.empty() && int(s.strides.size()) != ns)
+    return bad("strides must have " + std::to_string(ns) + " values");
+  if (!s.dilations.empty() && int(s.dilations.size()) != ns)
+    return bad("dilations must have " + std::to_string(ns) + " values");
+  if (!s.pads.empty() && int(s.pads.size()) != 2 * ns)
+    return bad("pads must have " + std::to_string(2 * ns) + " values");
+  for (int64_t v : s.kernel)
+    if (v < 1) return bad("kernel_shape values must be >= 1");
+  for (int64_t v : s.strides)
+    if (v < 1) return bad("strides must be >= 1");
+  for (int64_t v : s.dilations)
+    if (v < 1) return bad("dilations must be >= 1");
+  for (int64_t v : s.pads)
+    if (v < 0) return bad("pads must be >= 0");
+  bool include_pad = false;
+  double p = 2;
+  if (op == PoolOp::kMax) {
+    KILN_ASSIGN_OR_RETURN(int64_t storage_order, at.get_int("storage_order", 0));
+    bool indices = q.outputs.size() > 1 && q.outputs[1];
+    if (indices && storage_order != 0) {
+      return unsupported(q.node.describe() +
+                         ": Indices with storage_order=1 (column-major) are not supported");
+    }
+    if (indices && q.outputs[1]->dtype != DType::kInt64) return bad("Indices must be int64");
+  } else if (op == PoolOp::kAverage) {
+    KILN_ASSIGN_OR_RETURN(int64_t cip, at.get_int("count_include_pad", 0));
+    include_pad = cip != 0;
+  } else {
+    KILN_ASSIGN_OR_RETURN(int64_t pv, at.get_int("p", 2));
+    if (pv < 1) return bad("p must be >= 1");
+    p = double(pv);
+  }
+  return std::unique_ptr<Kernel>(
+      new PoolKernel("cuda." + q.node.op_type, op, std::move(s), include_pad, p));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_global_pool(const KernelQuery& q) {
+  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.inputs[0]->shape->size() < 3) {
+    return unsupported(q.node.describe() + ": the CUDA global pools need X of known rank >= 3");
+  }
+  bool is_max = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kGlobalMaxPool;
+  return std::unique_ptr<Kernel>(new GlobalPoolKernel("cuda." + q.node.op_type, is_max));
+}
+
+}  // namespace
+
+void register_pool(Registry& r) {
+  for (OpKind k : {OpKind::kMaxPool, OpKind::kAveragePool, OpKind::kLpPool}) {
+    r.add(k, &make_pool, {.float32_only = true});
+  }
+  r.add(OpKind::kGlobalAveragePool, &make_global_pool, {.float32_only = true});
+  r.add(OpKind::kGlobalMaxPool, &make_global_pool, {.float32_only = true});
+}
+
+}  // namespace kiln::backends::cuda
