@@ -10,12 +10,36 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 
+def realistic(model):
+    """Seeded weights that keep activations near unit scale, as trained ones do: torchvision's
+    fresh init zeroes some heads (ViT, GoogLeNet) and leaves others' logits near 1e-9
+    (MobileNetV3, EfficientNet), which no comparison can judge. Linear weights ~ N(0, 1/fan_in);
+    norms get scales near 1, shifts near 0 and running variances in [0.5, 1.5]."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.in_features ** 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+            elif isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm, torch.nn.GroupNorm)):
+                if getattr(m, "weight", None) is not None:
+                    m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
+                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
+                    m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
+    return model
+
+
 def image(name, batch=2):
     import torch
     import torchvision
 
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).eval()
+    model = realistic(getattr(torchvision.models, name)(weights=None)).eval()
     return model, (torch.randn(batch, 3, 224, 224),), "x"
 
 

@@ -10,6 +10,10 @@ if [ ! -x "$runner" ]; then
   exit 1
 fi
 bash scripts/fetch_onnx_tests.sh "$build/onnx-tests"
+# The CUDA columns come from the last GPU run's per-op results (scripts/gpu.sh writes ops_cuda.tsv;
+# docs/ops_cuda.tsv is its copy in the repository).
+cuda=()
+[ -f docs/ops_cuda.tsv ] && cuda=(--cuda-results=docs/ops_cuda.tsv)
 "$runner" --data="$build/onnx-tests/data" --manifest=tests/conformance/exclusions.txt \
-  --list-ops=docs/ops.md >/dev/null
+  --list-ops=docs/ops.md "${cuda[@]}" >/dev/null
 echo "gen_ops_doc: wrote docs/ops.md"

@@ -51,7 +51,10 @@ if [ -z "${KILN_ONNX_TESTS:-}" ] && [ ! -d "$CORPUS/node" ]; then
 fi
 if [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "$CORPUS/node" ]; then
   "$BUILD/tests/conformance/kiln_node_tests" --device=cuda --data="$CORPUS" \
-    --manifest=tests/conformance/exclusions.txt >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
+    --manifest=tests/conformance/exclusions.txt --ops-tsv="$LOG/ops_cuda.tsv" >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
+  # docs/ops.md's CUDA columns are made from this file (copy it to docs/ops_cuda.tsv, then
+  # scripts/gen_ops_doc.sh); its header names the GPU and the date.
+  [ -f "$LOG/ops_cuda.tsv" ] && sed -i "1s/\$/ on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)/" "$LOG/ops_cuda.tsv"
   status "node tests (cuda)" "rc=$rc $(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$LOG/node_tests_cuda.log")"
 else
   status "node tests (cuda)" "skipped: no corpus at $CORPUS (see $LOG/fetch_onnx_tests.log)"

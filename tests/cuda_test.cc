@@ -116,7 +116,9 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
     EXPECT_LE(r.stats.mean_abs, tol.mean_rel * r.stats.ref_mean_abs + tol.abs_floor) << name << " " << tol.name << " set " << k;
     if (r.stats.ref_max_abs > kMeaningfulRefMax) {
       EXPECT_GE(r.stats.cosine, tol.min_cosine) << name << " " << tol.name << " set " << k;
-      if (is_classifier(name)) EXPECT_GE(r.top1, tol.min_top1) << name << " " << tol.name << " set " << k;
+      if (is_classifier(name)) {
+        EXPECT_GE(r.top1, tol.min_top1) << name << " " << tol.name << " set " << k;
+      }
     }
   }
 }

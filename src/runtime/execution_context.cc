@@ -113,8 +113,8 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : dat
 
 ExecutionContext::~ExecutionContext() {
   const backends::Backend* b = data_->backend;
-  if (stream_) b->synchronize(stream_);
-  kernels_.clear();  // kernels free their own device scratch
+  if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
+  kernels_.clear();
   if (graph_) b->destroy_graph(graph_);
   if (arena_) b->deallocate(arena_);
   if (io_device_) b->deallocate(io_device_);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/kernel_registry.h"
 #include "kiln.h"
 #include "ops/schema.h"
 
@@ -36,6 +37,8 @@ struct Options {
   std::string manifest;
   std::string json;
   std::string list_ops;  // markdown output path, "-" for stdout
+  std::string ops_tsv;   // per-op results of this run's device, for docs/ops.md's device columns
+  std::string cuda_results;  // a CUDA run's --ops-tsv file, read into docs/ops.md's CUDA columns
   bool verbose = false;
   bool fork = true;
   int jobs = 1;
@@ -64,11 +67,6 @@ constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-7;
 // A comparison prints at most this many mismatches' worth of detail.
 constexpr int kMaxReasonChars = 400;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // ---- Comparison ------------------------------------------------------------------------------
 
@@ -640,8 +638,62 @@ std::string corpus_onnx_version(const std::string& data_dir) {
   return v;
 }
 
+// One op's row of a device run (--ops-tsv): whether the device registers an implementation, and
+// its node tests passing out of all.
+struct DeviceRow {
+  bool kernel = false;
+  int pass = 0, total = 0;
+};
+
+// Reads an --ops-tsv file: a "# " header line naming the run, then "op<TAB>yes|no<TAB>pass<TAB>total".
+StatusOr<std::pair<std::string, std::map<std::string, DeviceRow>>> read_ops_tsv(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return not_found("cannot read " + path);
+  std::string line, header;
+  std::map<std::string, DeviceRow> rows;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.rfind("# ", 0) == 0) {
+      if (header.empty()) header = line.substr(2);
+      continue;
+    }
+    std::istringstream ls(line);
+    std::string op, kernel;
+    DeviceRow r;
+    if (!(ls >> op >> kernel >> r.pass >> r.total) || (kernel != "yes" && kernel != "no")) {
+      return invalid_argument(path + ":" + std::to_string(n) + ": expected 'op yes|no pass total'");
+    }
+    r.kernel = kernel == "yes";
+    rows[op] = r;
+  }
+  return std::make_pair(header, rows);
+}
+
+void write_ops_tsv(std::ostream& os, const std::vector<TestCase>& tests, Device device, const std::string& what) {
+  std::map<std::string, DeviceRow> rows;
+  for (const TestCase& tc : tests) {
+    if (tc.set != "node") continue;
+    DeviceRow& r = rows[tc.op];
+    ++r.total;
+    r.pass += tc.outcome == Outcome::kPass;
+  }
+  const auto& reg = backends::kernel_registry();
+  for (int k = 1;; ++k) {
+    std::string_view name = ops::op_name(ops::OpKind(k));
+    if (name == "Unknown") break;
+    rows[std::string(name)].kernel = reg.has(ops::OpKind(k), device);
+  }
+  os << "# " << what << "\n";
+  for (const auto& [op, r] : rows) {
+    if (op.empty() || op[0] == '(') continue;
+    os << op << "\t" << (r.kernel ? "yes" : "no") << "\t" << r.pass << "\t" << r.total << "\n";
+  }
+}
+
 void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool have_tests,
-                   const std::string& onnx_version) {
+                   const std::string& onnx_version, const std::string& cuda_run,
+                   const std::map<std::string, DeviceRow>& cuda) {
   // Per op, the dtypes of inputs of node tests that pass on the CPU backend.
   std::map<std::string, std::set<std::string>> passing_dtypes;
   std::map<std::string, std::pair<int, int>> counts;  // pass, total (node set)
@@ -663,11 +715,16 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
      << " that pass on the CPU backend; and the input dtypes seen in those passing "
         "tests. The dtype column is evidence, not a promise: a dtype missing there may still "
         "work, and it lists every input's dtype (indices, shapes) as well as the data's. "
-        "Only the CPU backend is listed: the conformance runner does not drive the CUDA "
-        "backend yet.\n\n";
+        "The CUDA columns come from a run of the same node tests with `--device=cuda` on the "
+        "GPU host (scripts/gpu.sh writes it; `docs/ops_cuda.tsv` keeps the last one): whether "
+        "the CUDA backend registers an implementation, and the tests that pass there in strict "
+        "FP32";
+  if (!cuda_run.empty()) os << " (" << cuda_run << ")";
+  os << ".\n\n";
   if (!have_tests) os << "(Generated without the test corpus: the test columns are empty.)\n\n";
-  os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing |\n"
-     << "|---|---|---|---|---|\n";
+  if (cuda.empty()) os << "(Generated without CUDA results: the CUDA columns are empty.)\n\n";
+  os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing | CUDA kernel | CUDA node tests passing |\n"
+     << "|---|---|---|---|---|---|---|\n";
   const ops::OpRegistry& reg = ops::op_registry();
   std::set<std::string> listed;
   for (int k = 1;; ++k) {
@@ -686,6 +743,13 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
     for (const std::string& d : passing_dtypes[op]) {
       os << (first ? "" : ", ") << d;
       first = false;
+    }
+    os << " | ";
+    if (auto c = cuda.find(op); c != cuda.end()) {
+      os << (c->second.kernel ? "yes" : "no") << " | ";
+      if (c->second.total) os << c->second.pass << " / " << c->second.total;
+    } else {
+      os << " | ";
     }
     os << " |\n";
   }
@@ -739,6 +803,10 @@ bool parse_args(int argc, char** argv, Options* opt) {
       }
     } else if (auto v = value("--timeout")) {
       opt->timeout_s = std::max(1, std::atoi(v->c_str()));
+    } else if (auto v = value("--ops-tsv")) {
+      opt->ops_tsv = *v;
+    } else if (auto v = value("--cuda-results")) {
+      opt->cuda_results = *v;
     } else if (a == "--list-ops") {
       opt->list_ops = "-";
     } else if (a == "--verbose") {
@@ -749,7 +817,7 @@ bool parse_args(int argc, char** argv, Options* opt) {
       std::cerr << "kiln_node_tests: unknown argument '" << a << "'\n"
                 << "usage: kiln_node_tests --data=DIR [--filter=SUBSTR] [--manifest=FILE] "
                    "[--device=cpu|cuda] [--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] [--timeout=S] "
-                   "[--no-fork] [--list-ops[=FILE]]\n";
+                   "[--no-fork] [--list-ops[=FILE] [--cuda-results=TSV]] [--ops-tsv=FILE]\n";
       return false;
     }
   }
@@ -827,14 +895,34 @@ int main_impl(int argc, char** argv) {
     tc.reason = tc.exclusion_reason;
   }
 
+  if (!opt.ops_tsv.empty()) {
+    std::ofstream f(opt.ops_tsv);
+    write_ops_tsv(f, tests, opt.device,
+                  std::string(device_name(opt.device)) + " node tests of onnx " + corpus_onnx_version(opt.data_dir));
+    if (!f) {
+      std::cerr << "kiln_node_tests: cannot write " << opt.ops_tsv << "\n";
+      return 2;
+    }
+  }
   if (!opt.list_ops.empty()) {
     const std::string version = corpus_onnx_version(opt.data_dir);
+    std::string cuda_run;
+    std::map<std::string, DeviceRow> cuda;
+    if (!opt.cuda_results.empty()) {
+      auto r = read_ops_tsv(opt.cuda_results);
+      if (!r.ok()) {
+        std::cerr << "kiln_node_tests: --cuda-results: " << r.status().to_string() << "\n";
+        return 2;
+      }
+      cuda_run = r->first;
+      cuda = std::move(r->second);
+    }
     if (opt.list_ops == "-") {
-      write_ops_doc(std::cout, tests, !tests.empty(), version);
+      write_ops_doc(std::cout, tests, !tests.empty(), version, cuda_run, cuda);
       return 0;
     }
     std::ofstream f(opt.list_ops);
-    write_ops_doc(f, tests, !tests.empty(), version);
+    write_ops_doc(f, tests, !tests.empty(), version, cuda_run, cuda);
     if (!f) {
       std::cerr << "kiln_node_tests: cannot write " << opt.list_ops << "\n";
       return 2;
