@@ -98,6 +98,8 @@ def make_model(how):
 
         def forward(self, x):
             r = self.m(x)
+            if hasattr(r, "last_hidden_state"):  # transformers' ModelOutput (a dict too)
+                return r.last_hidden_state
             if isinstance(r, dict):
                 return r["out"]
             if isinstance(r, (tuple, list)):
