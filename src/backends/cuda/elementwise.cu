@@ -15,7 +15,7 @@ using ops::OpKind;
 
 enum class Op : int {
   // binary
-  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kMax, kMin, kEq, kLt, kLe, kGt, kGe, kAnd,
+  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kEq, kLt, kLe, kGt, kGe, kAnd,
   kOr, kXor,
   // unary
   kNot, kNeg, kAbs, kReciprocal, kSqrt, kExp, kLog, kErf, kRelu, kSigmoid, kTanh, kHardSigmoid,
@@ -73,8 +73,6 @@ __device__ __forceinline__ C binary_op(Op op, C a, C b) {
       if (op == Op::kModFloor && r != 0 && ((r < 0) != (b < 0))) r = r + b;
       return r;
     }
-    case Op::kMax: return (a > b || a != a) ? a : b;
-    case Op::kMin: return (a < b || a != a) ? a : b;
     case Op::kEq: return C(a == b);
     case Op::kLt: return C(a < b);
     case Op::kLe: return C(a <= b);
@@ -97,7 +95,11 @@ __device__ __forceinline__ C unary_op(Op op, C x, float alpha, float beta) {
     case Op::kSign: return C(x > C(0)) - C(x < C(0));
     case Op::kRelu: return x > C(0) ? x : C(0);
     case Op::kCopy: return x;
-    case Op::kClip: return x < C(alpha) ? C(alpha) : (x > C(beta) ? C(beta) : x);
+    case Op::kClip: {
+      // min(max(x, lo), hi): when lo > hi every element becomes hi, as ONNX specifies.
+      C v = x < C(alpha) ? C(alpha) : x;
+      return v > C(beta) ? C(beta) : v;
+    }
     default: break;
   }
   if constexpr (kFloat) {
@@ -455,8 +457,6 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
       op = fmod ? Op::kModTrunc : Op::kModFloor;
       break;
     }
-    case OpKind::kMax: op = Op::kMax; break;
-    case OpKind::kMin: op = Op::kMin; break;
     case OpKind::kEqual: op = Op::kEq; break;
     case OpKind::kLess: op = Op::kLt; break;
     case OpKind::kLessOrEqual: op = Op::kLe; break;
@@ -466,9 +466,6 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
     case OpKind::kOr: op = Op::kOr; break;
     case OpKind::kXor: op = Op::kXor; break;
     default: return unsupported(q.node.describe() + ": not a binary op");
-  }
-  if ((k == OpKind::kMax || k == OpKind::kMin) && q.inputs.size() != 2) {
-    return unsupported(q.node.describe() + ": the CUDA backend supports " + q.node.op_type + " of 2 inputs");
   }
   return std::unique_ptr<Kernel>(new BinaryKernel("cuda." + q.node.op_type, op));
 }
@@ -528,7 +525,8 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       op = approx == "tanh" ? Op::kGeluTanh : Op::kGelu;
       break;
     }
-    case OpKind::kCast: op = Op::kCopy; break;
+    case OpKind::kCast:
+    case OpKind::kCastLike: op = Op::kCopy; break;
     case OpKind::kClip: {
       op = Op::kClip;
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("min", -3.402823466e38f));
@@ -589,8 +587,7 @@ Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* o
 }
 
 void register_elementwise(Registry& r) {
-  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kMax,
-                   OpKind::kMin, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
+  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
                    OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kXor}) {
     r.add(k, &make_binary);
   }
@@ -598,7 +595,7 @@ void register_elementwise(Registry& r) {
                    OpKind::kLog, OpKind::kErf, OpKind::kRelu, OpKind::kSigmoid, OpKind::kTanh, OpKind::kHardSigmoid,
                    OpKind::kHardSwish, OpKind::kSin, OpKind::kCos, OpKind::kIsNaN, OpKind::kIsInf, OpKind::kFloor,
                    OpKind::kCeil, OpKind::kRound, OpKind::kSign, OpKind::kLeakyRelu, OpKind::kElu, OpKind::kSoftplus,
-                   OpKind::kGelu, OpKind::kCast, OpKind::kClip}) {
+                   OpKind::kGelu, OpKind::kCast, OpKind::kCastLike, OpKind::kClip}) {
     r.add(k, &make_unary);
   }
   r.add(OpKind::kWhere, &make_where);
