@@ -1,7 +1,9 @@
 // Broadcasting elementwise kernels: unary math, binary arithmetic, comparisons and logic, Where,
-// Cast, Clip, Expand, Range, ConstantOfShape and the copy-only ops (Reshape, Squeeze, Identity...).
+// Cast, Clip, Expand, Range, ConstantOfShape, EyeLike and the copy-only ops (Reshape, Squeeze,
+// Identity, same-size BitCast...).
 // One instantiation per compute type (float, double, int64); storage dtypes are switched at run
 // time inside the kernel, and the op is a runtime code too, to keep compile time small.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/broadcast.h"
@@ -405,6 +407,29 @@ class ConstantOfShapeKernel final : public CudaKernel {
   uint64_t bits_;
 };
 
+__global__ void eye_like_kernel(void* out, int dtype, int64_t cols, int64_t k, int64_t n) {
+  KILN_GRID_LOOP(i, n) store_as<int64_t>(out, dtype, i, int64_t(i % cols - i / cols == k));
+}
+
+// EyeLike: ones on the diagonal k of a 2-D output of any dtype, zeros elsewhere.
+class EyeLikeKernel final : public CudaKernel {
+ public:
+  explicit EyeLikeKernel(int64_t k) : CudaKernel("cuda.EyeLike"), k_(k) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& y = out[0];
+    if (y.rank() != 2) return invalid_argument(name_ + ": the output must be 2-D");
+    int64_t n = y.numel(), cols = y.shape[1];
+    if (n == 0) return ok_status();
+    // Clamped so that the difference of indices cannot miss or overflow (k may be any int64).
+    int64_t k = std::clamp<int64_t>(k_, -y.shape[0] - 1, cols + 1);
+    eye_like_kernel<<<grid_for(n), 256, 0, stream_>>>(y.data, int(y.dtype), cols, k, n);
+    return launch_status("eye_like_kernel");
+  }
+
+ private:
+  int64_t k_;
+};
+
 // Shape and Size when they were not folded: the values are the resolved shapes, passed to the
 // kernel by value (no host buffer, nothing to synchronize, capturable in a graph).
 struct ShapeValues {
@@ -562,6 +587,14 @@ StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
   }
   return std::unique_ptr<Kernel>(new ConstantOfShapeKernel("cuda.ConstantOfShape", bits));
 }
+StatusOr<std::unique_ptr<Kernel>> make_eye_like(const KernelQuery& q) {
+  DType t = q.output_dtype(0);
+  if (!is_float(t) && !is_integer(t) && t != DType::kBool) {
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported on CUDA");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t k, q.node.attrs.get_int("k", 0));
+  return std::unique_ptr<Kernel>(new EyeLikeKernel(k));
+}
 StatusOr<std::unique_ptr<Kernel>> make_shape(const KernelQuery& q) {
   bool size = q.node.op_type == "Size";
   KILN_ASSIGN_OR_RETURN(int64_t start, q.node.attrs.get_int("start", 0));
@@ -600,11 +633,13 @@ void register_elementwise(Registry& r) {
   }
   r.add(OpKind::kWhere, &make_where);
   r.add(OpKind::kExpand, &make_expand);
-  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity}) {
+  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity,
+                   OpKind::kBitCast}) {
     r.add(k, &make_copy);
   }
   r.add(OpKind::kRange, &make_range);
   r.add(OpKind::kConstantOfShape, &make_constant_of_shape);
+  r.add(OpKind::kEyeLike, &make_eye_like);
   r.add(OpKind::kShape, &make_shape);
   r.add(OpKind::kSize, &make_shape);
 }
