@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -453,6 +454,36 @@ TEST(IndexOpsKernel, ReverseSequenceMatchesTheSpecExamples) {
   // Lengths come from data: one past the time axis is an error, not a read out of bounds.
   got = run_case(op("ReverseSequence", 10), {make_f32({4, 4}, xt), make_i64({4}, {5, 1, 1, 1})});
   EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().to_string();
+}
+
+
+// CumProd on every dtype the reference takes, each axis, exclusive and reverse (CUDA: data.cu).
+TEST(IndexKernel, CumProdDtypesAxesExclusiveReverse) {
+  std::vector<double> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = (i % 5) * 0.5 - 0.75;
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64}) {
+    std::vector<double> w = v;
+    if (!is_float(dt)) {
+      for (int i = 0; i < 24; ++i) w[i] = i % 4 - 1;
+    }
+    Tensor x = testing::make_typed(dt, {2, 3, 4}, w);
+    for (int64_t axis : {0, 1, -1}) {
+      for (int ex = 0; ex <= 1; ++ex) {
+        for (int rev = 0; rev <= 1; ++rev) {
+          testing::KernelCase c{.node = testing::op("CumProd", 26).i("exclusive", ex).i("reverse", rev),
+                                .inputs = {x, testing::initializer(testing::make_i64({}, {axis}))},
+                                .expect_support = true};
+          auto r = testing::run_case(c);
+          EXPECT_TRUE(r.ok()) << dtype_name(dt) << " axis " << axis << ": " << r.status().to_string();
+        }
+      }
+    }
+  }
+  testing::KernelCase c{.node = testing::op("CumProd", 26),
+                        .inputs = {testing::make_f32({4}, {1, 2, 3, 4}), testing::initializer(testing::make_i64({}, {0}))},
+                        .expected = {testing::make_f32({4}, {1, 2, 6, 24})},
+                        .expect_support = true};
+  EXPECT_TRUE(testing::run_case(c).ok());
 }
 
 }  // namespace

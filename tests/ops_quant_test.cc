@@ -3,9 +3,11 @@
 // values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -105,6 +107,47 @@ TEST(QuantOpsKernel, QLinearMatMulRequantizes) {
                        initializer(make<uint8_t>(DType::kUInt8, {}, {3}))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ((*out)[0].data_as<uint8_t>()[0], 15);
+}
+
+
+// Every float input and quantized output dtype, per tensor, per axis and blocked, with and without
+// a zero point; then back (CUDA: quant.cu).
+TEST(QuantOpsKernel, QuantizeDequantizeEveryDtypeAndGranularity) {
+  std::vector<double> xv(24);
+  for (int i = 0; i < 24; ++i) xv[i] = (i - 11.5) * 1.75;
+  auto expect = [](OpNode n, std::vector<testing::CaseInput> in, int outs = 1) {
+    testing::KernelCase c{.node = std::move(n), .inputs = std::move(in), .num_outputs = outs, .expect_support = true};
+    auto r = run_case(c);
+    EXPECT_TRUE(r.ok()) << c.node.node.describe() << ": " << r.status().to_string();
+  };
+  for (DType ft : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    for (DType qt : {DType::kInt8, DType::kUInt8, DType::kInt16, DType::kUInt16, DType::kInt32}) {
+      SCOPED_TRACE(std::string(dtype_name(ft)) + " / " + std::string(dtype_name(qt)));
+      bool sgn = qt != DType::kUInt8 && qt != DType::kUInt16;
+      Tensor x = testing::make_typed(ft, {2, 3, 4}, xv);
+      Tensor q = testing::make_typed(qt, {2, 3, 4}, sgn ? xv : std::vector<double>(24, 7));
+      // per tensor
+      Tensor s1 = testing::make_typed(ft, {}, {0.5}), z1 = testing::make_typed(qt, {}, {3});
+      expect(op("QuantizeLinear", 21), {x, initializer(s1), initializer(z1)});
+      expect(op("DequantizeLinear", 21), {q, initializer(s1), initializer(z1)});
+      // per axis (axis 1), zero point omitted on dequantize
+      Tensor s3 = testing::make_typed(ft, {3}, {0.25, 1.0, 3.0}), z3 = testing::make_typed(qt, {3}, {0, 5, 2});
+      expect(op("QuantizeLinear", 21).i("axis", 1), {x, initializer(s3), initializer(z3)});
+      expect(op("DequantizeLinear", 21).i("axis", 1), {q, initializer(s3)});
+      // blocked along the last axis, blocks of 3 over 4 (a ragged last block)
+      Tensor sb = testing::make_typed(ft, {2, 3, 2}, {0.5, 1, 2, 0.25, 4, 1, 1, 2, 0.5, 3, 0.75, 1.5});
+      Tensor zb = testing::make_typed(qt, {2, 3, 2}, std::vector<double>(12, 1));
+      expect(op("QuantizeLinear", 21).i("axis", -1).i("block_size", 3), {x, initializer(sb), initializer(zb)});
+      expect(op("DequantizeLinear", 21).i("axis", 2).i("block_size", 3), {q, initializer(sb), initializer(zb)});
+    }
+  }
+  // DynamicQuantizeLinear: all negative, all positive, mixed, and a long input.
+  std::vector<float> big(5000);
+  for (int i = 0; i < 5000; ++i) big[i] = float(std::sin(i * 0.01) * 7 + 1);
+  for (const Tensor& x : {make_f32({4}, {-1, -2, -3, -0.5f}), make_f32({2, 2}, {1, 2, 3, 0.25f}),
+                          make_f32({3}, {-2.5f, 0, 6}), make_f32({5000}, big)}) {
+    expect(op("DynamicQuantizeLinear", 11), {x}, 3);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -332,6 +333,106 @@ TEST(ReduceOpsKernel, TopKLargestAndSmallestStable) {
   ASSERT_TRUE(out.ok());
   EXPECT_EQ((*out)[1].data_as<int64_t>()[0], 1);
   EXPECT_EQ((*out)[1].data_as<int64_t>()[1], 4);
+}
+
+
+// ---- every reduction, dtype, Hardmax and TopK on every device (CUDA: reduce2.cu) ----
+
+// A case every device present must run; the reference must match `expected` when given.
+void expect_case(testing::OpNode node, std::vector<testing::CaseInput> inputs, int num_outputs = 1,
+                 std::vector<Tensor> expected = {}) {
+  testing::KernelCase c{.node = std::move(node),
+                        .inputs = std::move(inputs),
+                        .num_outputs = num_outputs,
+                        .expected = std::move(expected),
+                        .expect_support = true};
+  auto r = testing::run_case(c);
+  EXPECT_TRUE(r.ok()) << c.node.node.describe() << ": " << r.status().to_string();
+}
+
+const DType kSweepTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                             DType::kInt8,    DType::kUInt8,   DType::kInt16,   DType::kUInt16,
+                             DType::kInt32,   DType::kUInt32,  DType::kInt64,   DType::kUInt64};
+
+TEST(ReduceOpsKernel, EveryReductionEveryDtype) {
+  const char* ops[] = {"ReduceSum", "ReduceMean",      "ReduceMax",       "ReduceMin",
+                       "ReduceProd", "ReduceL1",       "ReduceL2",        "ReduceLogSum",
+                       "ReduceLogSumExp", "ReduceSumSquare"};
+  for (DType dt : kSweepTypes) {
+    for (const char* name : ops) {
+      bool log_op = std::string(name).starts_with("ReduceLog");
+      std::vector<double> v(24);
+      for (int i = 0; i < 24; ++i) {
+        if (is_float(dt)) {
+          v[i] = log_op && std::string(name) == "ReduceLogSum" ? 0.25 * (i % 5 + 1) : 0.25 * (i % 7 - 3);
+        } else {
+          v[i] = testing::signed_int(dt) && !log_op ? i % 5 - 2 : i % 4 + 1;
+        }
+      }
+      Tensor x = testing::make_typed(dt, {2, 3, 4}, v);
+      for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+        SCOPED_TRACE(std::string(name) + " " + std::string(dtype_name(dt)) + " axes " + shape_to_string(axes));
+        expect_case(op(name, 18), {x, i64s(axes)});
+        expect_case(op(name, 18).i("keepdims", 0), {x, i64s(axes)});
+      }
+    }
+  }
+}
+
+TEST(ReduceOpsKernel, LongRowsEmptyAxesAndIntegerExtremes) {
+  // 1000-element rows: several warps and strided loops per block.
+  std::vector<float> x(3000);
+  for (int i = 0; i < 3000; ++i) x[i] = std::sin(float(i) * 0.37f);
+  for (const char* name : {"ReduceSum", "ReduceMax", "ReduceL2", "ReduceLogSumExp", "ReduceMean"}) {
+    expect_case(op(name, 18).i("keepdims", 0), {make_f32({3, 1000}, x), i64s({1})});
+    expect_case(op(name, 18).i("keepdims", 0), {make_f32({3, 1000}, x), i64s({0})});
+  }
+  std::vector<double> xd(x.begin(), x.end());
+  expect_case(op("ReduceSum", 18), {testing::make_typed(DType::kFloat64, {3, 1000}, xd)});
+  // An empty axis gives the identity: -inf for Max, the type's largest value for an integer Min.
+  expect_case(op("ReduceMax", 18).i("keepdims", 0), {make_f32({2, 0}, {}), i64s({1})}, 1,
+              {make_f32({2}, {-INFINITY, -INFINITY})});
+  expect_case(op("ReduceMin", 18).i("keepdims", 0),
+              {Tensor::from_vector(DType::kInt32, {2, 0}, std::vector<int32_t>{}), i64s({1})}, 1,
+              {Tensor::from_vector(DType::kInt32, {2}, std::vector<int32_t>{INT32_MAX, INT32_MAX})});
+  expect_case(op("ReduceLogSumExp", 18).i("keepdims", 0), {make_f32({2, 0}, {}), i64s({1})}, 1,
+              {make_f32({2}, {-INFINITY, -INFINITY})});
+  // uint64 beyond int64's range compares as unsigned; int64 extremes as signed.
+  Tensor u = Tensor::from_vector(DType::kUInt64, {3}, std::vector<uint64_t>{1, ~uint64_t(0) - 5, 7});
+  expect_case(op("ReduceMax", 18).i("keepdims", 0), {u}, 1,
+              {Tensor::from_vector(DType::kUInt64, {}, std::vector<uint64_t>{~uint64_t(0) - 5})});
+  Tensor s = make_i64({3}, {INT64_MIN, 5, INT64_MAX});
+  expect_case(op("ReduceMin", 18).i("keepdims", 0), {s}, 1, {make_i64({}, {INT64_MIN})});
+  // NaN wins Max and Min, on float16 too.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  expect_case(op("ReduceMin", 18).i("keepdims", 0),
+              {testing::make_typed(DType::kFloat16, {2, 3}, {1, nan, -4, 2, 3, -1}), i64s({1})});
+}
+
+TEST(ReduceOpsKernel, HardmaxAndTopKDtypesAxesAndLongLines) {
+  std::vector<double> v(60);
+  for (int i = 0; i < 60; ++i) v[i] = (i * 7) % 11 - 5;  // ties on every line
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64,
+                   DType::kUInt8}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    std::vector<double> w = v;
+    if (dt == DType::kUInt8) {
+      for (double& e : w) e += 5;
+    }
+    Tensor x = testing::make_typed(dt, {3, 4, 5}, w);
+    for (int64_t axis : {0, 1, -1}) {
+      if (is_float(dt)) expect_case(op("Hardmax", 13).i("axis", axis), {x});
+      for (int64_t largest : {0, 1}) {
+        expect_case(op("TopK", 11).i("axis", axis).i("largest", largest), {x, i64s({2})}, 2);
+      }
+    }
+    expect_case(op("TopK", 11).i("axis", 1), {x, i64s({4})}, 2);  // K = the whole axis
+  }
+  // A line of 700 (several tiles of the block) with many ties.
+  std::vector<float> y(1400);
+  for (int i = 0; i < 1400; ++i) y[i] = float((i * 37) % 101);
+  expect_case(op("TopK", 11), {make_f32({2, 700}, y), i64s({50})}, 2);
+  expect_case(op("TopK", 11).i("largest", 0).i("axis", 0), {make_f32({700, 2}, y), i64s({9})}, 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -653,6 +654,27 @@ TEST(ShapeOpsKernel, ShapeSizeAndReshapeCopies) {
   // A wrong preallocated output is an error (reference only: an engine sizes its own outputs).
   got = run_cpu_kernel(op("Flatten", 18).node, {x}, {{DType::kFloat32, {2, 10}}});
   EXPECT_FALSE(got.ok());  // 20 elements cannot hold 24
+}
+
+
+// EyeLike over dtypes and diagonals, k past either edge included (CUDA: elementwise.cu).
+TEST(ShapeKernel, EyeLikeDtypesAndDiagonals) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64,
+                   DType::kUInt8, DType::kBool}) {
+    for (int64_t k : {0, 1, -2, 5, -9}) {
+      testing::KernelCase c{.node = testing::op("EyeLike", 22).i("k", k),
+                            .inputs = {testing::make_typed(dt, {3, 5}, std::vector<double>(15, 0))},
+                            .expect_support = true};
+      auto r = testing::run_case(c);
+      EXPECT_TRUE(r.ok()) << dtype_name(dt) << " k " << k << ": " << r.status().to_string();
+    }
+  }
+  testing::KernelCase c{.node = testing::op("EyeLike", 22).i("k", 1).i("dtype", 1),
+                        .inputs = {testing::make_i64({2, 3}, {0, 0, 0, 0, 0, 0})},
+                        .expected = {testing::make_f32({2, 3}, {0, 1, 0, 0, 0, 1})},
+                        .expect_support = true};
+  auto r = testing::run_case(c);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
 }
 
 }  // namespace

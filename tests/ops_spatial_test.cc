@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -118,6 +119,23 @@ TEST(SpatialOps, BitCast) {
   auto got = run_case(op("BitCast", 20).i("to", 6), {make_f32({1}, {1.0f})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ((*got)[0].data_as<int32_t>()[0], 0x3f800000);
+}
+
+
+// Same-size BitCast among dtypes: the bytes are unchanged (CUDA: a copy, elementwise.cu).
+TEST(SpatialOps, BitCastSameSizeDtypes) {
+  struct P {
+    DType from;
+    int to;  // ONNX dtype code
+  };
+  for (P p : {P{DType::kFloat32, 6}, P{DType::kInt32, 1}, P{DType::kFloat64, 7}, P{DType::kInt64, 13},
+              P{DType::kFloat16, 16}, P{DType::kUInt8, 3}, P{DType::kUInt16, 10}}) {
+    testing::KernelCase c{.node = op("BitCast", 26).i("to", p.to),
+                          .inputs = {testing::make_typed(p.from, {2, 3}, {1, 2, 3, 4, 5, 6})},
+                          .expect_support = true};
+    auto r = testing::run_case(c);
+    EXPECT_TRUE(r.ok()) << dtype_name(p.from) << " to " << p.to << ": " << r.status().to_string();
+  }
 }
 
 }  // namespace

@@ -350,6 +350,9 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_norm2(families);
   register_data2(families);
   register_conv_transpose(families);
+  register_reduce2(families);
+  register_math(families);
+  register_quant(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

@@ -1,5 +1,5 @@
 // Data movement kernels: Transpose, Slice and DepthToSpace as one strided gather; Concat as 2-D
-// copies; Gather, GatherND, CumSum; Resize (nearest and linear, every coordinate mode but
+// copies; Gather, GatherND, CumSum and CumProd; Resize (nearest and linear, every coordinate mode but
 // tf_crop_and_resize) from per-axis tap tables built on the host when shapes change.
 #include <algorithm>
 #include <cmath>
@@ -332,19 +332,19 @@ class GatherNDKernel final : public CudaKernel {
 
 template <typename C>
 __global__ void cumsum_kernel(const void* x, void* y, int dtype, int64_t outer, int64_t n, int64_t inner,
-                              bool exclusive, bool reverse) {
+                              bool exclusive, bool reverse, bool prod) {
   KILN_GRID_LOOP(line, outer * inner) {
     int64_t o = line / inner, in = line % inner;
-    C acc = 0;
+    C acc = prod ? 1 : 0;
     for (int64_t j = 0; j < n; ++j) {
       int64_t jj = reverse ? n - 1 - j : j;
       int64_t p = (o * n + jj) * inner + in;
       C v = load_as<C>(x, dtype, p);
       if (exclusive) {
         store_as<C>(y, dtype, p, acc);
-        acc += v;
+        acc = prod ? C(acc * v) : C(acc + v);
       } else {
-        acc += v;
+        acc = prod ? C(acc * v) : C(acc + v);
         store_as<C>(y, dtype, p, acc);
       }
     }
@@ -353,7 +353,8 @@ __global__ void cumsum_kernel(const void* x, void* y, int dtype, int64_t outer, 
 
 class CumSumKernel final : public CudaKernel {
  public:
-  CumSumKernel(bool exclusive, bool reverse) : CudaKernel("cuda.CumSum"), exclusive_(exclusive), reverse_(reverse) {}
+  CumSumKernel(bool exclusive, bool reverse, bool prod)
+      : CudaKernel(prod ? "cuda.CumProd" : "cuda.CumSum"), exclusive_(exclusive), reverse_(reverse), prod_(prod) {}
   HostParam axis;
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
@@ -366,15 +367,15 @@ class CumSumKernel final : public CudaKernel {
     for (int k = int(ax) + 1; k < r; ++k) inner *= x.shape[k];
     if (x.numel() == 0) return ok_status();
     if (is_float(x.dtype)) {
-      cumsum_kernel<double><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_);
+      cumsum_kernel<double><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
     } else {
-      cumsum_kernel<int64_t><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_);
+      cumsum_kernel<int64_t><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
     }
     return launch_status("cumsum_kernel");
   }
 
  private:
-  bool exclusive_, reverse_;
+  bool exclusive_, reverse_, prod_;
 };
 
 // ---- Resize ----
@@ -591,7 +592,8 @@ StatusOr<std::unique_ptr<Kernel>> make_gather_nd(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_cumsum(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t ex, q.node.attrs.get_int("exclusive", 0));
   KILN_ASSIGN_OR_RETURN(int64_t rev, q.node.attrs.get_int("reverse", 0));
-  auto k = std::make_unique<CumSumKernel>(ex != 0, rev != 0);
+  bool prod = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kCumProd;
+  auto k = std::make_unique<CumSumKernel>(ex != 0, rev != 0, prod);
   k->axis.init(q, 1);
   return std::unique_ptr<Kernel>(std::move(k));
 }
@@ -647,6 +649,7 @@ void register_data(Registry& r) {
   r.add(OpKind::kGather, &make_gather);
   r.add(OpKind::kGatherND, &make_gather_nd);
   r.add(OpKind::kCumSum, &make_cumsum);
+  r.add(OpKind::kCumProd, &make_cumsum);
   r.add(OpKind::kResize, &make_resize, {.float32_only = true});
 }
 

@@ -86,6 +86,25 @@ struct Strided {
   }
 };
 
+// Reduces v over the block (blockDim.x a multiple of 32, at most 1024; `shared` holds 32 Ts);
+// `identity` fills the lanes of warp 0 beyond the warp count. Every thread gets the result.
+template <typename T, typename F>
+__device__ T block_reduce(T v, F op, T* shared, T identity) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  int nw = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < nw ? shared[threadIdx.x] : identity;
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  return shared[0];
+}
+
 #define KILN_GRID_LOOP(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 

@@ -1,7 +1,9 @@
 // Broadcasting elementwise kernels: unary math, binary arithmetic, comparisons and logic, Where,
-// Cast, Clip, Expand, Range, ConstantOfShape and the copy-only ops (Reshape, Squeeze, Identity...).
+// Cast, Clip, Expand, Range, ConstantOfShape, EyeLike and the copy-only ops (Reshape, Squeeze,
+// Identity, same-size BitCast...).
 // One instantiation per compute type (float, double, int64); storage dtypes are switched at run
 // time inside the kernel, and the op is a runtime code too, to keep compile time small.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/broadcast.h"
@@ -15,7 +17,7 @@ using ops::OpKind;
 
 enum class Op : int {
   // binary
-  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kMax, kMin, kEq, kLt, kLe, kGt, kGe, kAnd,
+  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kEq, kLt, kLe, kGt, kGe, kAnd,
   kOr, kXor,
   // unary
   kNot, kNeg, kAbs, kReciprocal, kSqrt, kExp, kLog, kErf, kRelu, kSigmoid, kTanh, kHardSigmoid,
@@ -73,8 +75,6 @@ __device__ __forceinline__ C binary_op(Op op, C a, C b) {
       if (op == Op::kModFloor && r != 0 && ((r < 0) != (b < 0))) r = r + b;
       return r;
     }
-    case Op::kMax: return (a > b || a != a) ? a : b;
-    case Op::kMin: return (a < b || a != a) ? a : b;
     case Op::kEq: return C(a == b);
     case Op::kLt: return C(a < b);
     case Op::kLe: return C(a <= b);
@@ -97,7 +97,11 @@ __device__ __forceinline__ C unary_op(Op op, C x, float alpha, float beta) {
     case Op::kSign: return C(x > C(0)) - C(x < C(0));
     case Op::kRelu: return x > C(0) ? x : C(0);
     case Op::kCopy: return x;
-    case Op::kClip: return x < C(alpha) ? C(alpha) : (x > C(beta) ? C(beta) : x);
+    case Op::kClip: {
+      // min(max(x, lo), hi): when lo > hi every element becomes hi, as ONNX specifies.
+      C v = x < C(alpha) ? C(alpha) : x;
+      return v > C(beta) ? C(beta) : v;
+    }
     default: break;
   }
   if constexpr (kFloat) {
@@ -403,6 +407,29 @@ class ConstantOfShapeKernel final : public CudaKernel {
   uint64_t bits_;
 };
 
+__global__ void eye_like_kernel(void* out, int dtype, int64_t cols, int64_t k, int64_t n) {
+  KILN_GRID_LOOP(i, n) store_as<int64_t>(out, dtype, i, int64_t(i % cols - i / cols == k));
+}
+
+// EyeLike: ones on the diagonal k of a 2-D output of any dtype, zeros elsewhere.
+class EyeLikeKernel final : public CudaKernel {
+ public:
+  explicit EyeLikeKernel(int64_t k) : CudaKernel("cuda.EyeLike"), k_(k) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& y = out[0];
+    if (y.rank() != 2) return invalid_argument(name_ + ": the output must be 2-D");
+    int64_t n = y.numel(), cols = y.shape[1];
+    if (n == 0) return ok_status();
+    // Clamped so that the difference of indices cannot miss or overflow (k may be any int64).
+    int64_t k = std::clamp<int64_t>(k_, -y.shape[0] - 1, cols + 1);
+    eye_like_kernel<<<grid_for(n), 256, 0, stream_>>>(y.data, int(y.dtype), cols, k, n);
+    return launch_status("eye_like_kernel");
+  }
+
+ private:
+  int64_t k_;
+};
+
 // Shape and Size when they were not folded: the values are the resolved shapes, passed to the
 // kernel by value (no host buffer, nothing to synchronize, capturable in a graph).
 struct ShapeValues {
@@ -455,8 +482,6 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
       op = fmod ? Op::kModTrunc : Op::kModFloor;
       break;
     }
-    case OpKind::kMax: op = Op::kMax; break;
-    case OpKind::kMin: op = Op::kMin; break;
     case OpKind::kEqual: op = Op::kEq; break;
     case OpKind::kLess: op = Op::kLt; break;
     case OpKind::kLessOrEqual: op = Op::kLe; break;
@@ -466,9 +491,6 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
     case OpKind::kOr: op = Op::kOr; break;
     case OpKind::kXor: op = Op::kXor; break;
     default: return unsupported(q.node.describe() + ": not a binary op");
-  }
-  if ((k == OpKind::kMax || k == OpKind::kMin) && q.inputs.size() != 2) {
-    return unsupported(q.node.describe() + ": the CUDA backend supports " + q.node.op_type + " of 2 inputs");
   }
   return std::unique_ptr<Kernel>(new BinaryKernel("cuda." + q.node.op_type, op));
 }
@@ -528,7 +550,8 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       op = approx == "tanh" ? Op::kGeluTanh : Op::kGelu;
       break;
     }
-    case OpKind::kCast: op = Op::kCopy; break;
+    case OpKind::kCast:
+    case OpKind::kCastLike: op = Op::kCopy; break;
     case OpKind::kClip: {
       op = Op::kClip;
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("min", -3.402823466e38f));
@@ -564,6 +587,14 @@ StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
   }
   return std::unique_ptr<Kernel>(new ConstantOfShapeKernel("cuda.ConstantOfShape", bits));
 }
+StatusOr<std::unique_ptr<Kernel>> make_eye_like(const KernelQuery& q) {
+  DType t = q.output_dtype(0);
+  if (!is_float(t) && !is_integer(t) && t != DType::kBool) {
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported on CUDA");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t k, q.node.attrs.get_int("k", 0));
+  return std::unique_ptr<Kernel>(new EyeLikeKernel(k));
+}
 StatusOr<std::unique_ptr<Kernel>> make_shape(const KernelQuery& q) {
   bool size = q.node.op_type == "Size";
   KILN_ASSIGN_OR_RETURN(int64_t start, q.node.attrs.get_int("start", 0));
@@ -589,8 +620,7 @@ Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* o
 }
 
 void register_elementwise(Registry& r) {
-  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kMax,
-                   OpKind::kMin, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
+  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
                    OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kXor}) {
     r.add(k, &make_binary);
   }
@@ -598,16 +628,18 @@ void register_elementwise(Registry& r) {
                    OpKind::kLog, OpKind::kErf, OpKind::kRelu, OpKind::kSigmoid, OpKind::kTanh, OpKind::kHardSigmoid,
                    OpKind::kHardSwish, OpKind::kSin, OpKind::kCos, OpKind::kIsNaN, OpKind::kIsInf, OpKind::kFloor,
                    OpKind::kCeil, OpKind::kRound, OpKind::kSign, OpKind::kLeakyRelu, OpKind::kElu, OpKind::kSoftplus,
-                   OpKind::kGelu, OpKind::kCast, OpKind::kClip}) {
+                   OpKind::kGelu, OpKind::kCast, OpKind::kCastLike, OpKind::kClip}) {
     r.add(k, &make_unary);
   }
   r.add(OpKind::kWhere, &make_where);
   r.add(OpKind::kExpand, &make_expand);
-  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity}) {
+  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity,
+                   OpKind::kBitCast}) {
     r.add(k, &make_copy);
   }
   r.add(OpKind::kRange, &make_range);
   r.add(OpKind::kConstantOfShape, &make_constant_of_shape);
+  r.add(OpKind::kEyeLike, &make_eye_like);
   r.add(OpKind::kShape, &make_shape);
   r.add(OpKind::kSize, &make_shape);
 }

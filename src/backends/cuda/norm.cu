@@ -1,6 +1,6 @@
-// Row kernels: Softmax/LogSoftmax, LayerNormalization, and the reductions (ReduceMean, Sum, Max,
-// Min over any axes); plus the small conversion and bias kernels the GEMM and conv paths use.
-// One block per row; sums accumulate in double, as the CPU reference does.
+// Row kernels: Softmax/LogSoftmax and LayerNormalization (the Reduce* ops live in reduce2.cu);
+// plus the small conversion and bias kernels the GEMM and conv paths use. One block per row; sums
+// accumulate in double, as the CPU reference does.
 #include <cfloat>
 #include <optional>
 
@@ -13,24 +13,6 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 256;
 
-// Reduces v over the block; `identity` fills the lanes of warp 0 beyond the warp count.
-template <typename T, typename F>
-__device__ T block_reduce(T v, F op, T* shared, T identity) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  int nw = (blockDim.x + 31) >> 5;
-  v = threadIdx.x < nw ? shared[threadIdx.x] : identity;
-  if (warp == 0) {
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  return shared[0];
-}
-
 struct Sum {
   template <typename T>
   __device__ T operator()(T a, T b) const { return a + b; }
@@ -38,10 +20,6 @@ struct Sum {
 struct MaxOp {
   template <typename T>
   __device__ T operator()(T a, T b) const { return (a > b || a != a) ? a : b; }
-};
-struct MinOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return (a < b || a != a) ? a : b; }
 };
 
 // Softmax over rows of length n whose elements are `inner` apart; row r starts at
@@ -87,51 +65,6 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
   if (threadIdx.x == 0) {
     if (mean_out) mean_out[r] = float(mean);
     if (inv_out) inv_out[r] = float(inv);
-  }
-}
-
-struct ReduceArgs {
-  int out_rank;                 // kept (non-reduced) dims, as a walk over the input
-  int64_t out_dims[kMaxRank];
-  int64_t out_strides[kMaxRank];
-  int red_rank;
-  int64_t red_dims[kMaxRank];
-  int64_t red_strides[kMaxRank];
-  int64_t red_n;
-  int op;  // 0 sum, 1 mean, 2 max, 3 min
-};
-
-template <typename C>
-__global__ void reduce_kernel(const void* x, int dtype, void* y, ReduceArgs a) {
-  __shared__ C sh[32];
-  int64_t o = blockIdx.x, base = 0, r = o;
-  for (int d = a.out_rank - 1; d >= 0; --d) {
-    base += (r % a.out_dims[d]) * a.out_strides[d];
-    r /= a.out_dims[d];
-  }
-  constexpr bool kFloat = !(C(0.5) == C(0));
-  C lo, hi;
-  if constexpr (kFloat) {
-    lo = C(-INFINITY), hi = C(INFINITY);
-  } else {
-    lo = C(INT64_MIN), hi = C(INT64_MAX);
-  }
-  C acc = a.op == 2 ? lo : a.op == 3 ? hi : C(0);
-  for (int64_t j = threadIdx.x; j < a.red_n; j += blockDim.x) {
-    int64_t off = base, q = j;
-    for (int d = a.red_rank - 1; d >= 0; --d) {
-      off += (q % a.red_dims[d]) * a.red_strides[d];
-      q /= a.red_dims[d];
-    }
-    C v = load_as<C>(x, dtype, off);
-    acc = a.op == 2 ? MaxOp()(acc, v) : a.op == 3 ? MinOp()(acc, v) : acc + v;
-  }
-  if (a.op == 2) acc = block_reduce(acc, MaxOp(), sh, lo);
-  else if (a.op == 3) acc = block_reduce(acc, MinOp(), sh, hi);
-  else acc = block_reduce(acc, Sum(), sh, C(0));
-  if (threadIdx.x == 0) {
-    if (a.op == 1) acc = acc / C(a.red_n > 0 ? a.red_n : 1);
-    store_as<C>(y, dtype, o, acc);
   }
 }
 
@@ -196,59 +129,6 @@ class LayerNormKernel final : public CudaKernel {
   float eps_;
 };
 
-class ReduceKernel final : public CudaKernel {
- public:
-  ReduceKernel(std::string name, int op, std::vector<int64_t> axes, bool noop)
-      : CudaKernel(std::move(name)), op_(op), axes_(std::move(axes)), noop_(noop) {}
-  HostParam axes_in;
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView& x = in[0];
-    int rank = x.rank();
-    std::vector<int64_t> axes = axes_;
-    if (axes_in.present() && in.size() > 1 && present(in[1])) {
-      KILN_ASSIGN_OR_RETURN(axes, axes_in.get_ints(in[1], stream_));
-    }
-    std::vector<bool> reduced(rank, axes.empty() && !noop_);
-    for (int64_t a : axes) {
-      if (a < -rank || a >= rank) return invalid_argument(name_ + ": axis " + std::to_string(a) + " out of range");
-      reduced[a < 0 ? a + rank : a] = true;
-    }
-    ReduceArgs a{};
-    a.op = op_;
-    std::vector<int64_t> strides(rank, 1);
-    for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * x.shape[d + 1];
-    a.red_n = 1;
-    int64_t outs = 1;
-    for (int d = 0; d < rank; ++d) {
-      if (x.shape[d] == 1) continue;
-      if (reduced[d]) {
-        if (a.red_rank == kMaxRank) return unsupported(name_ + ": too many axes");
-        a.red_dims[a.red_rank] = x.shape[d], a.red_strides[a.red_rank++] = strides[d];
-        a.red_n *= x.shape[d];
-      } else {
-        if (a.out_rank == kMaxRank) return unsupported(name_ + ": too many axes");
-        a.out_dims[a.out_rank] = x.shape[d], a.out_strides[a.out_rank++] = strides[d];
-        outs *= x.shape[d];
-      }
-    }
-    if (outs != out[0].numel()) return invalid_argument(name_ + ": the output shape does not match the axes");
-    if (outs == 0) return ok_status();
-    if (outs > INT32_MAX) return unsupported(name_ + ": too many outputs");
-    if (a.red_n == 0 && (op_ == 2 || op_ == 3)) return invalid_argument(name_ + ": reducing an empty axis");
-    if (is_float(x.dtype)) {
-      reduce_kernel<double><<<unsigned(outs), kBlock, 0, stream_>>>(x.data, int(x.dtype), out[0].data, a);
-    } else {
-      reduce_kernel<int64_t><<<unsigned(outs), kBlock, 0, stream_>>>(x.data, int(x.dtype), out[0].data, a);
-    }
-    return launch_status("reduce_kernel");
-  }
-
- private:
-  int op_;
-  std::vector<int64_t> axes_;
-  bool noop_;
-};
-
 StatusOr<std::unique_ptr<Kernel>> make_softmax(const KernelQuery& q) {
   bool single = q.node.opset <= 0 || q.node.opset >= 13;
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", single ? -1 : 1));
@@ -288,16 +168,6 @@ StatusOr<std::unique_ptr<Kernel>> make_layer_norm(const KernelQuery& q) {
     }
   }
   return std::unique_ptr<Kernel>(new LayerNormKernel(axis, eps));
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_reduce(const KernelQuery& q) {
-  OpKind k = ops::find_op(q.node.domain, q.node.op_type);
-  int op = k == OpKind::kReduceSum ? 0 : k == OpKind::kReduceMean ? 1 : k == OpKind::kReduceMax ? 2 : 3;
-  KILN_ASSIGN_OR_RETURN(auto axes, q.node.attrs.get_ints("axes", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(int64_t noop, q.node.attrs.get_int("noop_with_empty_axes", 0));
-  auto kernel = std::make_unique<ReduceKernel>("cuda." + q.node.op_type, op, axes, noop != 0);
-  if (!q.node.attrs.has("axes")) kernel->axes_in.init(q, 1);
-  return std::unique_ptr<Kernel>(std::move(kernel));
 }
 
 __global__ void f32_to_f16(const float* in, __half* out, int64_t n) {
@@ -353,7 +223,6 @@ void register_norm(Registry& r) {
   r.add(OpKind::kSoftmax, &make_softmax, {.float32_only = true});
   r.add(OpKind::kLogSoftmax, &make_softmax, {.float32_only = true});
   r.add(OpKind::kLayerNormalization, &make_layer_norm, {.float32_only = true});
-  for (OpKind k : {OpKind::kReduceMean, OpKind::kReduceSum, OpKind::kReduceMax, OpKind::kReduceMin}) r.add(k, &make_reduce);
 }
 
 }  // namespace kiln::backends::cuda

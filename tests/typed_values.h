@@ -1,0 +1,46 @@
+// Test tensors of any numeric dtype from doubles (converted as a C++ cast would, half types by
+// rounding to nearest), for kernel cases that sweep dtypes.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln::testing {
+
+inline Tensor make_typed(DType dt, Shape shape, const std::vector<double>& v) {
+  auto as = [&]<typename T>(T) {
+    std::vector<T> out;
+    for (double d : v) out.push_back(T(d));
+    return Tensor::from_vector(dt, std::move(shape), out);
+  };
+  switch (dt) {
+    case DType::kFloat32: return as(float{});
+    case DType::kFloat64: return as(double{});
+    case DType::kInt8: return as(int8_t{});
+    case DType::kUInt8: return as(uint8_t{});
+    case DType::kBool: return as(uint8_t{});
+    case DType::kInt16: return as(int16_t{});
+    case DType::kUInt16: return as(uint16_t{});
+    case DType::kInt32: return as(int32_t{});
+    case DType::kUInt32: return as(uint32_t{});
+    case DType::kInt64: return as(int64_t{});
+    case DType::kUInt64: return as(uint64_t{});
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      std::vector<uint16_t> out;
+      for (double d : v) out.push_back(dt == DType::kFloat16 ? float_to_half(float(d)) : float_to_bf16(float(d)));
+      return Tensor::from_vector(dt, std::move(shape), out);
+    }
+    default: return Tensor();
+  }
+}
+
+// Whether dt is an integer type that holds negative values.
+inline bool signed_int(DType dt) {
+  return dt == DType::kInt8 || dt == DType::kInt16 || dt == DType::kInt32 || dt == DType::kInt64;
+}
+
+}  // namespace kiln::testing
