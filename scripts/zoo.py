@@ -63,13 +63,19 @@ def realistic(model):
     """Seeded weights that keep activations near unit scale, as trained ones do: torchvision's
     fresh init zeroes some heads (ViT, GoogLeNet) and leaves others' logits near 1e-9
     (MobileNetV3, EfficientNet), which no comparison can judge. Linear weights ~ N(0, 1/fan_in);
+    convolutions ~ N(0, 2/fan_in) (He), which keeps ReLU networks' activations at unit scale;
     norms get scales near 1, shifts near 0 and running variances in [0.5, 1.5]."""
     import torch
 
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, torch.nn.Linear):
+            if isinstance(m, torch.nn.Conv2d):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+            elif isinstance(m, torch.nn.Linear):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.in_features ** 0.5)
                 if m.bias is not None:
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))

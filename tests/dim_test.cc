@@ -104,3 +104,35 @@ TEST(Dim, MinMaxUseThatDimsAreNonNegative) {
 
 }  // namespace
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+// An arena slot's size over a dynamic-H/W network is a max over every value the slot holds, each
+// with nested floors (fcn_resnet50 through the TorchScript exporter): it must read back from its
+// text, while text nested past the parser's bounds is refused without recursing into it.
+TEST(DimText, LongMaxChainsRoundTripAndDeepNestingIsRefused) {
+  Dim b = Dim::symbol("batch"), h = Dim::symbol("h"), w = Dim::symbol("w");
+  Dim slot = 0;
+  Dim hh = h, ww = w;
+  for (int i = 0; i < 300; ++i) {
+    if (i % 40 == 0) hh = Dim::floor_div(hh + 1, 2), ww = Dim::floor_div(ww + 1, 2);
+    slot = Dim::max(slot, int64_t(4 * (i + 1)) * b * hh * ww);
+  }
+  std::string text = slot.to_string();
+  EXPECT_GT(text.size(), 4096u);
+  auto again = Dim::parse(text);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, slot);
+
+  std::string deep = std::string(1025, '(') + "h" + std::string(1025, ')');
+  EXPECT_FALSE(Dim::parse(deep).has_value());
+  std::string ok_deep = std::string(1000, '(') + "h" + std::string(1000, ')');
+  ASSERT_TRUE(Dim::parse(ok_deep).has_value());
+  EXPECT_EQ(*Dim::parse(ok_deep), h);
+  EXPECT_FALSE(Dim::parse(std::string(40, '-') + "h").has_value());
+  EXPECT_FALSE(Dim::parse(std::string((size_t(1) << 20) + 1, ' ')).has_value());
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -151,7 +151,22 @@ class Parser {
 }  // namespace
 
 std::optional<Dim> Dim::parse(std::string_view text) {
-  if (text.size() > 4096) return std::nullopt;
+  // The parser recurses per parenthesis and per unary minus: bounding the nesting depth and the
+  // runs of minus signs (not the length) keeps hostile text from exhausting a thread's stack,
+  // while an arena slot's size over a large dynamic-H/W graph (a max over every value the slot
+  // holds, each with nested floors) still reads back.
+  if (text.size() > (size_t(1) << 20)) return std::nullopt;
+  int depth = 0, run = 0;
+  for (char c : text) {
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c == '-') {
+      ++run;
+    } else if (c != ' ') {
+      run = 0;
+    }
+    if (depth > 1024 || run > 16) return std::nullopt;
+  }
   return Parser(text).parse_all();
 }
 

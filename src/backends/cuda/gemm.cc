@@ -84,7 +84,8 @@ StatusOr<std::optional<AlgoConfig>> parse_tactic(const std::string& t) {
     char* stop = nullptr;
     if (eq == std::string::npos) return invalid_argument("cuBLASLt tactic '" + t + "': '" + item + "' is not key=value");
     long long v = std::strtoll(item.c_str() + eq + 1, &stop, 10);
-    if (*stop || eq + 1 == item.size() || v < 0 || v > INT32_MAX) {
+    // Every field is an int32 or uint32 in cuBLASLt (SPLITK_NUM is -1 for "chosen at run time").
+    if (*stop || eq + 1 == item.size() || v < INT32_MIN || v > UINT32_MAX) {
       return invalid_argument("cuBLASLt tactic '" + t + "': bad value in '" + item + "'");
     }
     kv[item.substr(0, eq)] = v;
@@ -94,7 +95,11 @@ StatusOr<std::optional<AlgoConfig>> parse_tactic(const std::string& t) {
     if (!kv.count(key)) return invalid_argument("cuBLASLt tactic '" + t + "' has no " + key);
   }
   if (kv.size() != 9) return invalid_argument("cuBLASLt tactic '" + t + "' has unknown keys");
-  if (kv["inner"] > UINT16_MAX || kv["cluster"] > UINT16_MAX) return invalid_argument("cuBLASLt tactic '" + t + "' is out of range");
+  for (const char* key : {"tile", "stages", "reduction", "swizzle", "custom", "inner", "cluster"}) {
+    const int64_t limit = std::string(key) == "inner" || std::string(key) == "cluster" ? UINT16_MAX : UINT32_MAX;
+    if (kv[key] < 0 || kv[key] > limit) return invalid_argument("cuBLASLt tactic '" + t + "': " + key + " is out of range");
+  }
+  if (kv["algo"] > INT32_MAX || kv["splitk"] > INT32_MAX) return invalid_argument("cuBLASLt tactic '" + t + "' is out of range");
   c.id = int32_t(kv["algo"]), c.tile = uint32_t(kv["tile"]), c.stages = uint32_t(kv["stages"]);
   c.splitk = int32_t(kv["splitk"]), c.reduction = uint32_t(kv["reduction"]), c.swizzle = uint32_t(kv["swizzle"]);
   c.custom = uint32_t(kv["custom"]), c.inner = uint16_t(kv["inner"]), c.cluster = uint16_t(kv["cluster"]);
