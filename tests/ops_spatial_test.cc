@@ -93,6 +93,44 @@ TEST(SpatialOps, EinsumShapesAndValues) {
   EXPECT_TRUE(all_close((*got)[0], make_f32({1, 2}, {7, 10}), 0, 0));
 }
 
+// The forms real models use (MaxViT's relative attention, bilinear forms), with broadcasting,
+// three operands and float64: each runs on every backend against the CPU reference.
+TEST(SpatialOps, EinsumKernelForms) {
+  auto seq = [](Shape s, double scale) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(std::sin(double(i) * 0.37) * scale);
+    return make_f32(s, v);
+  };
+  struct Form {
+    const char* eq;
+    std::vector<Shape> shapes;
+  };
+  for (const Form& f : {Form{"bhid,bhjd->bhij", {{2, 3, 5, 4}, {2, 3, 6, 4}}},
+                        Form{"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}},
+                        Form{"i,ij,j->", {{3}, {3, 5}, {5}}},
+                        Form{"bij->bji", {{2, 3, 4}}},
+                        Form{"ii->i", {{4, 4}}}}) {
+    std::vector<testing::CaseInput> ins;
+    for (const Shape& s : f.shapes) ins.push_back(seq(s, 1.0));
+    testing::KernelCase c{.node = op("Einsum", 12).s("equation", f.eq), .inputs = ins, .expect_support = true};
+    auto r = testing::run_case(c);
+    EXPECT_TRUE(r.ok()) << f.eq << ": " << r.status().to_string();
+  }
+  Tensor a = seq(Shape{2, 3}, 1.0);
+  Tensor b = seq(Shape{3, 2}, 0.5);
+  Tensor a64 = *Tensor::zeros(DType::kFloat64, {2, 3}), b64 = *Tensor::zeros(DType::kFloat64, {3, 2});
+  for (int i = 0; i < 6; ++i) {
+    a64.data_as<double>()[i] = a.data_as<float>()[i];
+    b64.data_as<double>()[i] = b.data_as<float>()[i];
+  }
+  testing::KernelCase c{.node = op("Einsum", 12).s("equation", "ij,jk->ik"), .inputs = {a64, b64},
+                        .expect_support = true};
+  auto r = testing::run_case(c);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+}
+
 TEST(SpatialOps, DftShapesAndValues) {
   Dim n = Dim::symbol("N");
   auto r = infer_node(op("DFT", 17).i("onesided", 1), {f32({n, 8, 1})});

@@ -353,6 +353,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_reduce2(families);
   register_math(families);
   register_quant(families);
+  register_einsum(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

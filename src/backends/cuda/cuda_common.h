@@ -158,9 +158,10 @@ void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
 void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNormalization
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
-void register_reduce2(Registry& r);
-void register_math(Registry& r);
-void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout  // Reduce* (every op and dtype), Hardmax, TopK
+void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, TopK
+void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
+void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
+void register_einsum(Registry& r);
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
