@@ -351,6 +351,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_data2(families);
   register_conv_transpose(families);
   register_attention(families);
+  register_loss(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

@@ -159,6 +159,7 @@ void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNorma
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
+void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
