@@ -160,6 +160,7 @@ void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, S
 void register_conv_transpose(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void register_index(Registry& r);      // ScatterND, ReverseSequence
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
