@@ -353,6 +353,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_attention(families);
   register_loss(families);
   register_index(families);
+  register_spatial(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

@@ -161,6 +161,7 @@ void register_conv_transpose(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void register_index(Registry& r);      // ScatterND, ReverseSequence
+void register_spatial(Registry& r);    // GridSample, AffineGrid, CenterCropPad
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
