@@ -473,8 +473,9 @@ TEST(IndexOpsKernel, ScatterNdReductionsSlicesAndDuplicates) {
     EXPECT_EQ(y[0], 1.0f);
   }
   // Full-rank tuples into int64 data: single elements.
-  auto got = run_case(op("ScatterND", 16).s("reduction", "add"),
-                      {make_i64({2, 2}, {1, 2, 3, 4}), make_i64({2, 2}, {0, 1, 0, 1}), make_i64({2}, {5, 7})});
+  auto got = run_case(
+      op("ScatterND", 16).s("reduction", "add"),
+      {make_i64({2, 2}, {1, 2, 3, 4}), make_i64({2, 2}, {0, 1, 0, 1}), make_i64({2}, {5, 7})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ((*got)[0].data_as<int64_t>()[1], 14);
 }

@@ -346,6 +346,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_conv(families);
   register_norm(families);
   register_data(families);
+  register_resize(families);
   register_pool(families);
   register_norm2(families);
   register_data2(families);
