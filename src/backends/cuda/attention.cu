@@ -1,9 +1,9 @@
 // CUDA kernels of the attention op family: Attention (opsets 23-25: 3-D and 4-D inputs, GQA, past
 // key/value, boolean and additive masks, is_causal, softcap, scale, sliding windows,
-// nonpad_kv_seqlen, qk_matmul_output) and RotaryEmbedding. Attention runs one block per (batch,
-// head, query row) over the keys in chunks with a running max (no scratch for any length); scores,
-// softmax and the weighted sum of V are float, the order of scale, softcap and masks that of the
-// CPU reference (cpu/attention.cc).
+// nonpad_kv_seqlen, qk_matmul_output), RotaryEmbedding, and FlexAttention without mod graphs.
+// Attention runs one block per (batch, head, query row) over the keys in chunks with a running max
+// (no scratch for any length); scores, softmax and the weighted sum of V are float, the order of
+// scale, softcap and masks that of the CPU reference (cpu/attention.cc).
 #include <cfloat>
 #include <cmath>
 #include <optional>
@@ -252,7 +252,7 @@ void head_strides(const TensorView& v, int64_t heads, int64_t dh, int64_t* st) {
 
 class AttentionKernel final : public CudaKernel {
  public:
-  AttentionKernel() : CudaKernel("cuda.Attention") {}
+  explicit AttentionKernel(std::string name = "cuda.Attention") : CudaKernel(std::move(name)) {}
   int64_t q_heads_attr = 0, kv_heads_attr = 0, causal = 0, mode = 0, left = -1, right = -1;
   float softcap = 0.f;
   std::optional<float> scale;
@@ -408,6 +408,35 @@ StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(std::move(kernel));
 }
 
+// FlexAttention without score_mod or prob_mod is 4-D attention with GQA and a scale: the
+// Attention kernel. Mod graphs (arbitrary subgraphs over the scores) are refused.
+StatusOr<std::unique_ptr<Kernel>> make_flex_attention(const KernelQuery& q) {
+  for (const char* mod : {"score_mod", "prob_mod"}) {
+    if (q.node.attrs.has(mod)) {
+      return unsupported(q.node.describe() + ": the CUDA FlexAttention runs no " + mod + " graph");
+    }
+  }
+  auto kernel = std::make_unique<AttentionKernel>("cuda.FlexAttention");
+  if (q.node.attrs.has("scale")) {
+    KILN_ASSIGN_OR_RETURN(float s, q.node.attrs.get_float("scale", std::nullopt));
+    kernel->scale = s;
+  }
+  DType t = q.input_dtype(0);
+  if (!float_type_ok(t) || q.input_dtype(1) != t || q.input_dtype(2) != t ||
+      q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA FlexAttention takes one dtype of float32, float16 or "
+                       "bfloat16 for Q, K, V and the output");
+  }
+  auto d = head_size(q, 0, 0), dv = head_size(q, 2, 0);
+  if (!d || !dv || *d + *dv > kMaxSharedFloats) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA FlexAttention needs constant head sizes of at most " +
+                       std::to_string(kMaxSharedFloats) + " floats together");
+  }
+  return std::unique_ptr<Kernel>(std::move(kernel));
+}
+
 // ---- RotaryEmbedding ----
 
 struct RotaryArgs {
@@ -513,6 +542,7 @@ StatusOr<std::unique_ptr<Kernel>> make_rotary(const KernelQuery& q) {
 void register_attention(Registry& r) {
   r.add(OpKind::kAttention, &make_attention);
   r.add(OpKind::kRotaryEmbedding, &make_rotary);
+  r.add(OpKind::kFlexAttention, &make_flex_attention);
 }
 
 }  // namespace kiln::backends::cuda

@@ -355,6 +355,9 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_loss(families);
   register_index(families);
   register_spatial(families);
+  register_sequence_models(families);
+  register_math(families);
+  register_unpool(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

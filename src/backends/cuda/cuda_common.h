@@ -163,6 +163,9 @@ void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCros
 void register_index(Registry& r);      // ScatterND, ReverseSequence
 void register_spatial(Registry& r);    // GridSample, AffineGrid, CenterCropPad
 void register_resize(Registry& r);     // Resize
+void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState
+void register_math(Registry& r);       // SwiGLU
+void register_unpool(Registry& r);     // MaxUnpool
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
