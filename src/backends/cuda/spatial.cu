@@ -1,6 +1,6 @@
 // CUDA kernels of the spatial op family: GridSample (1-D to 3-D; nearest, linear, cubic; zeros,
-// border, reflection padding; align_corners), AffineGrid (2-D and 3-D) and CenterCropPad. They
-// follow the CPU reference (cpu/spatial.cc) step for step and compute in double, as it does.
+// border, reflection padding; align_corners), AffineGrid (2-D and 3-D), CenterCropPad and BitCast.
+// They follow the CPU reference (cpu/spatial.cc) step for step and compute in double, as it does.
 #include <optional>
 #include <string>
 
@@ -360,12 +360,35 @@ StatusOr<std::unique_ptr<Kernel>> make_center_crop_pad(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new CenterCropPadKernel());
 }
 
+// ---- BitCast ----
+
+// The same bytes under another dtype: a device copy.
+class BitCastKernel final : public CudaKernel {
+ public:
+  BitCastKernel() : CudaKernel("cuda.BitCast") {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in[0].nbytes() != out[0].nbytes())
+      return invalid_argument(name_ + ": input and output byte sizes differ");
+    if (out[0].nbytes() > 0 && out[0].data != in[0].data) {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].nbytes(),
+                                      cudaMemcpyDeviceToDevice, stream_),
+                      name_);
+    }
+    return ok_status();
+  }
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_bitcast(const KernelQuery&) {
+  return std::unique_ptr<Kernel>(new BitCastKernel());
+}
+
 }  // namespace
 
 void register_spatial(Registry& r) {
   r.add(OpKind::kGridSample, &make_grid_sample);
   r.add(OpKind::kAffineGrid, &make_affine_grid);
   r.add(OpKind::kCenterCropPad, &make_center_crop_pad);
+  r.add(OpKind::kBitCast, &make_bitcast);
 }
 
 }  // namespace kiln::backends::cuda
