@@ -215,6 +215,24 @@ TEST(AttentionKernel, ManyKeysSoftmaxRowsSumToOne) {
   }
 }
 
+TEST(AttentionKernel, VeryNegativeAdditiveMaskOverAWholeChunk) {
+  // Keys 0..149 carry -1e9 (more than the CUDA kernel's first chunk of 128), keys 150..199 are
+  // free: with Q = K = 0 the output is the mean of V over the free keys, finite.
+  const int64_t l = 200;
+  std::vector<float> mask(static_cast<size_t>(l), 0.f), vals(static_cast<size_t>(l));
+  for (int64_t j = 0; j < l; ++j) {
+    if (j < 150) mask[size_t(j)] = -1e9f;
+    vals[size_t(j)] = float(j % 7);
+  }
+  double want = 0;
+  for (int64_t j = 150; j < l; ++j) want += vals[size_t(j)] / 50.0;
+  auto out = run_case(attention(), {make_f32({1, 1, 1, 1}, {0}),
+                                    make_f32({1, 1, l, 1}, std::vector<float>(size_t(l), 0.f)),
+                                    make_f32({1, 1, l, 1}, vals), make_f32({1, l}, mask)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_NEAR((*out)[0].data_as<float>()[0], want, 1e-5);
+}
+
 TEST(RotaryEmbeddingKernel, ThreeDInterleavedPartialAndFloat16) {
   // 3-D X [1, 2, 2 heads * 6], rotating 4 of 6 values, caches [B, S, 2] without position_ids.
   auto n =

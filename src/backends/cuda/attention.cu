@@ -195,7 +195,9 @@ __global__ void attention_kernel(AttnArgs a) {
     cm = block_reduce(cm, MaxOp(), red, -INFINITY);
     const float m_new = fmaxf(m, cm);
     const float ref_new = m_new == -INFINITY ? 0.f : m_new;
-    const float alpha = expf(ref - ref_new);
+    // Rescales what earlier chunks summed; nothing was summed while every score was -inf (and
+    // exp(0 - ref_new) could overflow for a very negative additive mask).
+    const float alpha = m == -INFINITY ? 0.f : expf(ref - ref_new);
     float part = 0.f;
     for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
       float p = expf(sc[jj] - ref_new);
