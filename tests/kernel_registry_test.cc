@@ -199,36 +199,29 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   if (!r.has(ops::OpKind::kMatMul, Device::kCUDA)) {
     GTEST_SKIP() << "this build has no CUDA implementations (built without nvcc)";
   }
-  // Two nodes the CUDA implementations refuse: a float64 MatMul and a cubic Resize.
+  // Two nodes the CUDA implementations refuse: a float64 MatMul and a float64 Attention.
   ir::Graph g;
-  g.opsets[""] = 19;
+  g.opsets[""] = 23;
   int a = g.add_value("a"), b = g.add_value("b"), c = g.add_value("c");
-  int x = g.add_value("x"), scales = g.add_value("scales"), y = g.add_value("y");
+  int q = g.add_value("q"), y = g.add_value("y");
   for (int v : {a, b}) {
     g.values[v].dtype = DType::kFloat64;
     g.values[v].shape = std::vector<ir::Dim>{ir::Dim(4), ir::Dim(4)};
   }
-  g.values[x].dtype = DType::kFloat32;
-  g.values[x].shape = std::vector<ir::Dim>{ir::Dim(1), ir::Dim(1), ir::Dim(4), ir::Dim(4)};
-  g.values[scales].dtype = DType::kFloat32;
-  g.values[scales].shape = std::vector<ir::Dim>{ir::Dim(4)};
-  g.values[scales].constant = make_f32({4}, {1, 1, 2, 2});
+  g.values[q].dtype = DType::kFloat64;
+  g.values[q].shape = std::vector<ir::Dim>{ir::Dim(1), ir::Dim(1), ir::Dim(2), ir::Dim(4)};
   ir::Node mm;
   mm.name = "mm64", mm.op_type = "MatMul", mm.opset = 19, mm.inputs = {a, b}, mm.outputs = {c};
-  ir::Node rs;
-  rs.name = "cubic", rs.op_type = "Resize", rs.opset = 19, rs.inputs = {x, -1, scales}, rs.outputs = {y};
-  ir::Attribute cubic;
-  cubic.type = ir::AttrType::kString;
-  cubic.s = "cubic";
-  rs.attrs.set("mode", cubic);
-  g.nodes = {mm, rs};
-  g.inputs = {a, b, x};
+  ir::Node at;
+  at.name = "attn64", at.op_type = "Attention", at.opset = 23, at.inputs = {q, q, q}, at.outputs = {y};
+  g.nodes = {mm, at};
+  g.inputs = {a, b, q};
   g.outputs = {c, y};
   DeviceStub cuda(Device::kCUDA);
   auto plan = builder::build_plan(g, 0, BuilderConfig(), cuda);
   ASSERT_FALSE(plan.ok());
   const std::string& m = plan.status().message();
-  for (const char* part : {"2 node(s)", "mm64", "cuda.cublaslt.MatMul", "float64", "cubic", "cuda.Resize"}) {
+  for (const char* part : {"2 node(s)", "mm64", "cuda.cublaslt.MatMul", "float64", "attn64", "cuda.Attention"}) {
     EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
   }
 }

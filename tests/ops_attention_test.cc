@@ -21,6 +21,24 @@ using testing::op;
 using testing::OpNode;
 using testing::run_case;
 
+std::vector<float> ramp(int64_t n, float scale, float offset) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = std::sin(float(i) * scale) * 1.5f + offset;
+  return v;
+}
+Tensor ramp_f32(Shape shape, float scale, float offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return make_f32(std::move(shape), ramp(n, scale, offset));
+}
+Tensor ramp_f16(Shape shape, float scale, float offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<uint16_t> h;
+  for (float f : ramp(n, scale, offset)) h.push_back(float_to_half(f));
+  return Tensor::from_vector(DType::kFloat16, std::move(shape), h);
+}
+
 OpNode attention(int opset = 23) { return op("Attention", opset); }
 
 TEST(AttentionInfer, ThreeDWithHeadsAndPast) {
@@ -129,6 +147,109 @@ TEST(AttentionKernel, FullyMaskedRowsAreZeroNotNaN) {
   for (int j = 0; j < 3; ++j) EXPECT_EQ(p[j], 0.0f) << j;  // mode 3 probabilities too
   EXPECT_NEAR(p[3] + p[4], 1.0f, 1e-6f);
   EXPECT_EQ(p[5], 0.0f);
+}
+
+// The cases below compare every backend with the reference over the attribute space (the CUDA
+// kernel scores keys in chunks of 128, so some cases have more keys than that).
+TEST(AttentionKernel, GqaThreeDWithAdditiveMaskAndPresent) {
+  auto n = attention().i("q_num_heads", 4).i("kv_num_heads", 2);
+  std::vector<CaseInput> in = {ramp_f32({2, 3, 32}, 0.37f, 0.1f),
+                               ramp_f32({2, 5, 16}, 0.23f, -0.2f),
+                               ramp_f32({2, 5, 12}, 0.41f, 0.3f), ramp_f32({3, 5}, 0.9f, -1.0f)};
+  auto out = run_case(n, in, 4);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 3, 24}));
+  EXPECT_EQ((*out)[1].shape(), (Shape{2, 2, 5, 8}));
+  EXPECT_EQ((*out)[3].shape(), (Shape{2, 4, 3, 5}));
+  // Float16 storage, the same computation.
+  out = run_case(n,
+                 {ramp_f16({2, 3, 32}, 0.37f, 0.1f), ramp_f16({2, 5, 16}, 0.23f, -0.2f),
+                  ramp_f16({2, 5, 12}, 0.41f, 0.3f), ramp_f16({3, 5}, 0.9f, -1.0f)},
+                 4);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
+}
+
+TEST(AttentionKernel, PastCausalBoolMaskSoftcapScaleAndOutputModes) {
+  std::vector<uint8_t> mask(2 * 3 * 7);
+  for (size_t e = 0; e < mask.size(); ++e) mask[e] = (e * 7 + 3) % 5 != 0;
+  Tensor past_k = ramp_f32({2, 2, 4, 8}, 0.19f, 0.0f), k = ramp_f32({2, 2, 3, 8}, 0.27f, -0.1f);
+  for (int64_t mode : {0, 1, 2, 3}) {
+    auto out =
+        run_case(attention()
+                     .i("is_causal", 1)
+                     .f("softcap", 2.5f)
+                     .f("scale", 0.3f)
+                     .i("qk_matmul_output_mode", mode),
+                 {ramp_f32({2, 4, 3, 8}, 0.31f, 0.2f), k, ramp_f32({2, 2, 3, 5}, 0.53f, 0.4f),
+                  Tensor::from_vector(DType::kBool, {2, 1, 3, 7}, mask), past_k,
+                  ramp_f32({2, 2, 4, 5}, 0.61f, -0.3f)},
+                 4);
+    ASSERT_TRUE(out.ok()) << mode << ": " << out.status().to_string();
+    // present_key is the past, then the new keys.
+    const float* pk = (*out)[1].data_as<float>();
+    EXPECT_EQ(pk[8], past_k.data_as<float>()[8]);
+    EXPECT_EQ(pk[8 * 4 + 1], k.data_as<float>()[1]);
+  }
+}
+
+TEST(AttentionKernel, ManyKeysSoftmaxRowsSumToOne) {
+  // 300 keys (three chunks of the CUDA kernel) and a causal past of 298: mode 3 rows sum to 1.
+  auto out =
+      run_case(attention().i("is_causal", 1).i("qk_matmul_output_mode", 3),
+               {ramp_f32({1, 2, 2, 16}, 0.13f, 0.0f), ramp_f32({1, 2, 2, 16}, 0.17f, 0.1f),
+                ramp_f32({1, 2, 2, 4}, 0.29f, 0.0f), testing::kNoInput,
+                ramp_f32({1, 2, 298, 16}, 0.011f, 0.2f), ramp_f32({1, 2, 298, 4}, 0.07f, -0.1f)},
+               4);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const Tensor& p = (*out)[3];
+  ASSERT_EQ(p.shape(), (Shape{1, 2, 2, 300}));
+  const float* pv = p.data_as<float>();
+  for (int r = 0; r < 4; ++r) {
+    double sum = 0;
+    for (int j = 0; j < 300; ++j) sum += pv[r * 300 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-5) << r;
+    if (r % 2 == 0) {
+      EXPECT_EQ(pv[r * 300 + 299], 0.0f) << r;  // query 0 cannot see key 299
+    }
+  }
+}
+
+TEST(AttentionKernel, VeryNegativeAdditiveMaskOverAWholeChunk) {
+  // Keys 0..149 carry -1e9 (more than the CUDA kernel's first chunk of 128), keys 150..199 are
+  // free: with Q = K = 0 the output is the mean of V over the free keys, finite.
+  const int64_t l = 200;
+  std::vector<float> mask(static_cast<size_t>(l), 0.f), vals(static_cast<size_t>(l));
+  for (int64_t j = 0; j < l; ++j) {
+    if (j < 150) mask[size_t(j)] = -1e9f;
+    vals[size_t(j)] = float(j % 7);
+  }
+  double want = 0;
+  for (int64_t j = 150; j < l; ++j) want += vals[size_t(j)] / 50.0;
+  auto out = run_case(attention(), {make_f32({1, 1, 1, 1}, {0}),
+                                    make_f32({1, 1, l, 1}, std::vector<float>(size_t(l), 0.f)),
+                                    make_f32({1, 1, l, 1}, vals), make_f32({1, l}, mask)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_NEAR((*out)[0].data_as<float>()[0], want, 1e-5);
+}
+
+TEST(RotaryEmbeddingKernel, ThreeDInterleavedPartialAndFloat16) {
+  // 3-D X [1, 2, 2 heads * 6], rotating 4 of 6 values, caches [B, S, 2] without position_ids.
+  auto n =
+      op("RotaryEmbedding", 23).i("num_heads", 2).i("interleaved", 1).i("rotary_embedding_dim", 4);
+  auto out = run_case(n, {ramp_f32({1, 2, 12}, 0.3f, 0.1f), ramp_f32({1, 2, 2}, 0.7f, 0.0f),
+                          ramp_f32({1, 2, 2}, 0.9f, 0.2f)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = (*out)[0].data_as<float>();
+  std::vector<float> x = ramp(12, 0.3f, 0.1f);
+  EXPECT_EQ(y[4], x[4]);  // the pass-through tail of head 0
+  EXPECT_EQ(y[11], x[11]);
+  // 4-D float16 with position ids, not interleaved.
+  out = run_case(op("RotaryEmbedding", 23),
+                 {ramp_f16({2, 2, 3, 8}, 0.21f, 0.0f), ramp_f16({5, 4}, 0.5f, 0.1f),
+                  ramp_f16({5, 4}, 0.8f, -0.1f), make_i64({2, 3}, {0, 1, 2, 4, 3, 0})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
 }
 
 TEST(RotaryEmbeddingKernel, RotatesPairsByPosition) {

@@ -761,6 +761,30 @@ TEST(PoolKernel, MaxUnpoolScattersByIndex) {
   EXPECT_FALSE(run_case(n, {make_f32({1, 1, 1, 2}, {5, 6}), idx}).ok());
 }
 
+TEST(PoolKernel, MaxUnpoolOutputShapePadsAndOneD) {
+  // 2-D with pads and an output_shape larger than the unpooled 3x3: placed at the origin.
+  OpNode n = op("MaxUnpool", 11)
+                 .named("unpool")
+                 .ints("kernel_shape", {2, 2})
+                 .ints("strides", {2, 2})
+                 .ints("pads", {1, 1, 0, 0});
+  auto out = run_case(n, {make_f32({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}),
+                          testing::make_i64({1, 2, 2, 2}, {0, 2, 6, 8, 9, 11, 15, 17}),
+                          initializer(testing::make_i64({4}, {1, 2, 4, 4}))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = (*out)[0].data_as<float>();
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[2], 2.0f);
+  EXPECT_EQ(y[3], 0.0f);      // outside the 3x3 block
+  EXPECT_EQ(y[4 * 2], 3.0f);  // (0, 2, 0)
+  EXPECT_EQ(y[16], 5.0f);     // channel 1 starts at 16 in Y, at 9 in the unpooled tensor
+  // 1-D.
+  out = run_case(op("MaxUnpool", 11).named("unpool").ints("kernel_shape", {3}).ints("strides", {3}),
+                 {make_f32({1, 1, 2}, {4, 5}), testing::make_i64({1, 1, 2}, {2, 3})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 6}, {0, 0, 4, 5, 0, 0})));
+}
+
 TEST(ConvIntegerInfer, Int32OutputWithConvShape) {
   auto r = infer_node(op("ConvInteger", 17).named("conv0").ints("pads", {1, 1, 1, 1}),
                       {typed(DType::kUInt8, {1, 1, kH, 3}), typed(DType::kUInt8, {2, 1, 2, 2})});

@@ -664,6 +664,25 @@ TEST(MathKernel, SwiGLUIsSwishOfAGatingB) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(MathKernel, SwiGLUHalfAndBfloat16) {
+  std::vector<uint16_t> a, b, ab, bb;
+  for (int i = 0; i < 10; ++i) {
+    a.push_back(float_to_half(float(i) * 0.7f - 3)),
+        b.push_back(float_to_half(1.5f - float(i) * 0.2f));
+    ab.push_back(float_to_bf16(float(i) * 0.7f - 3)),
+        bb.push_back(float_to_bf16(1.5f - float(i) * 0.2f));
+  }
+  auto got = run_case(ew("SwiGLU", 28).f("alpha", 1.702f),
+                      {Tensor::from_vector(DType::kFloat16, {2, 5}, a),
+                       Tensor::from_vector(DType::kFloat16, {2, 5}, b)});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ((*got)[0].dtype(), DType::kFloat16);
+  got = run_case(ew("SwiGLU", 28), {Tensor::from_vector(DType::kBFloat16, {10}, ab),
+                                    Tensor::from_vector(DType::kBFloat16, {10}, bb)});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ((*got)[0].dtype(), DType::kBFloat16);
+}
+
 // Celu-28 added float16, bfloat16 and double; they compute as float does.
 TEST(MathKernel, CeluOnDoubleAndHalf) {
   auto got = run_case(ew("Celu", 28), {make_f64({3}, {-1.0, 0.0, 2.0})});

@@ -486,5 +486,38 @@ TEST(IndexKernel, CumProdDtypesAxesExclusiveReverse) {
   EXPECT_TRUE(testing::run_case(c).ok());
 }
 
+TEST(IndexOpsKernel, ScatterNdReductionsSlicesAndDuplicates) {
+  // data [4, 3]: tuples of one index replace whole rows; row 1 is named twice.
+  Tensor data = make_f32({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  Tensor idx = make_i64({3, 1}, {1, -1, 1});
+  Tensor upd = make_f32({3, 3}, {10, 20, 30, 1, 1, 1, 2, 3, 4});
+  struct Want {
+    const char* reduction;
+    float row1[3];
+  };
+  for (Want w : {Want{"none", {2, 3, 4}}, Want{"add", {16, 28, 40}}, Want{"mul", {80, 300, 720}},
+                 Want{"max", {10, 20, 30}}, Want{"min", {2, 3, 4}}}) {
+    auto got = run_case(op("ScatterND", 18).s("reduction", w.reduction), {data, idx, upd});
+    ASSERT_TRUE(got.ok()) << w.reduction << ": " << got.status().to_string();
+    const float* y = (*got)[0].data_as<float>();
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(y[3 + j], w.row1[j]) << w.reduction << " " << j;
+    EXPECT_EQ(y[0], 1.0f);
+  }
+  // Full-rank tuples into int64 data: single elements.
+  auto got = run_case(
+      op("ScatterND", 16).s("reduction", "add"),
+      {make_i64({2, 2}, {1, 2, 3, 4}), make_i64({2, 2}, {0, 1, 0, 1}), make_i64({2}, {5, 7})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ((*got)[0].data_as<int64_t>()[1], 14);
+}
+
+TEST(IndexOpsKernel, ScatterOpset9IsScatterElements) {
+  auto got = run_case(op("Scatter", 9).i("axis", 1),
+                      {make_f32({2, 3}, {0, 0, 0, 0, 0, 0}), make_i64({2, 2}, {2, 0, 1, 1}),
+                       make_f32({2, 2}, {1, 2, 3, 4})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], make_f32({2, 3}, {2, 0, 1, 0, 4, 0})));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -282,6 +282,33 @@ TEST(NormOpsKernel, RmsNormMatchesFormula) {
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 4}, want)));
 }
 
+TEST(NormOpsKernel, RmsNormAxesBroadcastScaleAndDtypes) {
+  // axis 1 over [2, 3, 4]: Scale [3, 1] broadcasts along the last normalized dim.
+  std::vector<float> x = ramp(24, 0.7f, 0.3f);
+  auto out = run_case(op("RMSNormalization", 23).i("axis", 1).f("epsilon", 1e-3f),
+                      {make_f32({2, 3, 4}, x), make_f32({3, 1}, {0.5f, -1.f, 2.f})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  double sq = 0;
+  for (int j = 0; j < 12; ++j) sq += double(x[j]) * x[j];
+  EXPECT_NEAR((*out)[0].data_as<float>()[5], x[5] / std::sqrt(sq / 12 + 1e-3) * -1.0, 1e-5);
+  // One-element Scale, float16 storage with stash_type 1.
+  std::vector<uint16_t> h, one = {float_to_half(1.5f)};
+  for (float f : x) h.push_back(float_to_half(f));
+  out = run_case(op("RMSNormalization", 23).i("stash_type", 1),
+                 {Tensor::from_vector(DType::kFloat16, {4, 6}, h),
+                  Tensor::from_vector(DType::kFloat16, {1}, one)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
+  // float64, axis -2.
+  std::vector<double> xd(x.begin(), x.end()), wd = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  out = run_case(op("RMSNormalization", 23).i("axis", -2),
+                 {Tensor::from_vector(DType::kFloat64, {2, 3, 4}, xd),
+                  Tensor::from_vector(DType::kFloat64, {3, 4}, wd)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_NEAR((*out)[0].data_as<double>()[0], xd[0] / std::sqrt(sq / 12 + 1e-5), 1e-9);
+}
+
+
 TEST(NormOpsKernel, InstanceNormZeroMeanUnitVariance) {
   std::vector<float> x = ramp(12, 0.7f, 1.0f);
   OpNode n = op("InstanceNormalization", 22);

@@ -301,6 +301,45 @@ TEST(ResizeOpsKernel, TfCropAndResizeWithExtrapolation) {
       all_close((*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 10, 10, 12.4f, 10, 10, 10, 10, 10})));
 }
 
+TEST(ResizeOpsKernel, DtypesAntialiasUpsamplingAndUnroundedAlignCorners) {
+  // float16 cubic, a non-integer scale (3 * 1.7 = 5.1 -> 5 outputs) with align_corners, which uses
+  // the unrounded length 5.1.
+  std::vector<uint16_t> h;
+  for (float v : iota_values(6)) h.push_back(float_to_half(v * 0.5f));
+  auto out = run_case(
+      resize(13).s("mode", "cubic").s("coordinate_transformation_mode", "align_corners"),
+      {Tensor::from_vector(DType::kFloat16, {1, 1, 2, 3}, h), kNoInput, scales({1, 1, 1, 1.7f})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{1, 1, 2, 5}));
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
+  // uint8 nearest.
+  std::vector<uint8_t> u = {0, 50, 100, 250};
+  out = run_case(resize(19).s("nearest_mode", "round_prefer_ceil"),
+                 {Tensor::from_vector(DType::kUInt8, {1, 4}, u), kNoInput, scales({1, 1.5f})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{1, 6}));
+  EXPECT_EQ((*out)[0].data_as<uint8_t>()[5], 250);
+  // antialias while upsampling is the plain linear resize (constant scales >= 1).
+  auto plain = run_case(resize(18).s("mode", "linear"),
+                        {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), kNoInput, scales({1, 1, 2, 1.5f})});
+  out = run_case(resize(18).s("mode", "linear").i("antialias", 1),
+                 {make_f32({1, 1, 2, 2}, {1, 2, 3, 4}), kNoInput, scales({1, 1, 2, 1.5f})});
+  ASSERT_TRUE(out.ok() && plain.ok());
+  EXPECT_TRUE(all_close((*out)[0], (*plain)[0]));
+  // float64 cubic with exclude_outside from sizes under not_larger.
+  std::vector<double> d(20);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = std::cos(double(i));
+  out = run_case(
+      resize(18)
+          .s("mode", "cubic")
+          .i("exclude_outside", 1)
+          .s("keep_aspect_ratio_policy", "not_larger")
+          .ints("axes", {2, 3}),
+      {Tensor::from_vector(DType::kFloat64, {1, 1, 4, 5}, d), kNoInput, kNoInput, sizes({7, 7})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat64);
+}
+
 TEST(ResizeOpsKernel, AxesAttributeResizesOnlyListedAxes) {
   auto out = run_case(resize(18).s("mode", "linear").ints("axes", {1}),
                       {make_f32({2, 2}, {1, 2, 3, 4}), kNoInput, scales({2})});

@@ -117,6 +117,53 @@ TEST(SequenceModelsKernel, CausalConvCarriesStateAndFlexAttentionSharesKvHeads) 
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 2, 1, 1}, {3, 3})));
 }
 
+std::vector<float> wave(int64_t n, float scale, float offset) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = std::sin(float(i) * scale) * 0.8f + offset;
+  return v;
+}
+
+TEST(SequenceModelsKernel, LinearAttentionGqaGatedDeltaOverTime) {
+  // B 2, T 5, 4 query heads on 2 KV heads, d_k 3, d_v 4; per-key decay and per-head beta, a past.
+  OpNode n = make_node("LinearAttention");
+  n.i("q_num_heads", 4);
+  n.i("kv_num_heads", 2);
+  std::vector<testing::CaseInput> in = {
+      make_f32({2, 5, 12}, wave(120, 0.31f, 0.0f)), make_f32({2, 5, 6}, wave(60, 0.47f, 0.1f)),
+      make_f32({2, 5, 8}, wave(80, 0.29f, -0.2f)),  make_f32({2, 2, 3, 4}, wave(48, 0.53f, 0.0f)),
+      make_f32({2, 5, 6}, wave(60, 0.7f, -0.6f)),   make_f32({2, 5, 2}, wave(20, 0.9f, 0.5f))};
+  auto out = run_case(n, in, 2);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 5, 16}));
+  EXPECT_EQ((*out)[1].shape(), (Shape{2, 2, 3, 4}));
+  // Gated only (decay per head), no past, no present requested.
+  n.s("update_rule", "gated");
+  out = run_case(
+      n, {in[0], in[1], in[2], testing::kNoInput, make_f32({2, 5, 2}, wave(20, 0.3f, -0.4f))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+}
+
+TEST(SequenceModelsKernel, CausalConvChannelsBiasStateAndFlexAttentionScale) {
+  OpNode c = make_node("CausalConvWithState");
+  c.s("activation", "swish");
+  auto out = run_case(
+      c,
+      {make_f32({2, 3, 6}, wave(36, 0.4f, 0.1f)), make_f32({3, 1, 4}, wave(12, 0.8f, 0.0f)),
+       make_f32({3}, {0.1f, -0.2f, 0.3f}), make_f32({2, 3, 3}, wave(18, 0.6f, 0.2f))},
+      2);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  // present is the input's last three steps (L = 6 >= k - 1).
+  EXPECT_EQ((*out)[1].data_as<float>()[0], wave(36, 0.4f, 0.1f)[3]);
+  // FlexAttention: GQA, an explicit scale, 200 keys (two CUDA chunks).
+  OpNode f = make_node("FlexAttention", "ai.onnx.preview");
+  f.f("scale", 0.2f);
+  out = run_case(f, {make_f32({1, 4, 3, 8}, wave(96, 0.37f, 0.0f)),
+                     make_f32({1, 2, 200, 8}, wave(3200, 0.013f, 0.1f)),
+                     make_f32({1, 2, 200, 5}, wave(2000, 0.07f, 0.0f))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{1, 4, 3, 5}));
+}
+
 TEST(SequenceModelsKernel, FlexAttentionRunsProbMod) {
   // prob_mod = probs * 2 doubles the output; an op the evaluator lacks is an error.
   auto g = std::make_shared<ir::Graph>();

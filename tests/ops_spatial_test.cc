@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "op_harness.h"
 #include "typed_values.h"
@@ -68,6 +69,55 @@ TEST(SpatialOps, CenterCropPadShapeAndValues) {
                       {make_f32({4, 1}, {1, 2, 3, 4}), initializer(make_i64({2}, {2, 3}))});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], make_f32({2, 3}, {0, 2, 0, 0, 3, 0}), 0, 0));
+}
+
+TEST(SpatialOps, GridSampleModesPaddingsAndRanks) {
+  // A 4x5 image sampled at points inside, on the edge and outside, under every mode and padding.
+  std::vector<float> px(20),
+      pts = {-1.3f, -0.9f, 0.2f, 0.45f, 1.2f, -0.1f, 0.97f, 1.0f, -2.5f, 3.1f};
+  for (int i = 0; i < 20; ++i) px[size_t(i)] = float(i * i % 7) - 1.5f;
+  Tensor img = make_f32({1, 1, 4, 5}, px), g = make_f32({1, 1, 5, 2}, pts);
+  for (const char* mode : {"nearest", "linear", "cubic"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      for (int64_t align : {0, 1}) {
+        auto got = run_case(
+            op("GridSample", 20).s("mode", mode).s("padding_mode", pad).i("align_corners", align),
+            {img, g});
+        ASSERT_TRUE(got.ok()) << mode << " " << pad << ": " << got.status().to_string();
+        EXPECT_EQ((*got)[0].shape(), (Shape{1, 1, 1, 5}));
+      }
+    }
+  }
+  // Opset 16's name for linear, and a volumetric (3-D) grid over two channels.
+  std::vector<float> vol(2 * 2 * 3 * 3), g3 = {0.1f, -0.4f, 0.7f, -1.f, 1.f, 0.f};
+  for (size_t i = 0; i < vol.size(); ++i) vol[i] = float(i % 5) * 0.5f;
+  auto got = run_case(op("GridSample", 16).s("mode", "bilinear"),
+                      {make_f32({1, 2, 2, 3, 3}, vol), make_f32({1, 1, 1, 2, 3}, g3)});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ((*got)[0].shape(), (Shape{1, 2, 1, 1, 2}));
+}
+
+TEST(SpatialOps, AffineGrid3dAndCenterCropPadIntegers) {
+  // 3-D theta: a scale and a shift, both corner conventions.
+  Tensor theta = make_f32({2, 3, 4}, {0.5f, 0,    0, 0.1f, 0, 1, 0,    0, 0, 0, 2, -0.2f,
+                                      1,    0.2f, 0, 0,    0, 1, 0.3f, 0, 0, 0, 1, 0.5f});
+  for (int64_t align : {0, 1}) {
+    auto got = run_case(op("AffineGrid", 20).i("align_corners", align),
+                        {theta, initializer(make_i64({5}, {2, 1, 2, 3, 4}))});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ((*got)[0].shape(), (Shape{2, 2, 3, 4, 3}));
+  }
+  // int64 data, cropped along one axis and padded along the other, with axes.
+  std::vector<int64_t> x(3 * 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int64_t(i) + 1;
+  auto got = run_case(op("CenterCropPad", 18).ints("axes", {1, 0}),
+                      {make_i64({3, 5}, x), initializer(make_i64({2}, {2, 6}))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ((*got)[0].shape(), (Shape{6, 2}));
+  const int64_t* y = (*got)[0].data_as<int64_t>();
+  EXPECT_EQ(y[0], 0);  // padded row
+  EXPECT_EQ(y[2], 2);  // input row 0, columns 1..2
+  EXPECT_EQ(y[3], 3);
 }
 
 TEST(SpatialOps, EinsumShapesAndValues) {
@@ -144,9 +194,8 @@ TEST(SpatialOps, DftShapesAndValues) {
   // DFT of [1, 0, 0, 0] is all ones; of [1, 1, 1, 1] is [4, 0, 0, 0].
   auto got = run_case(op("DFT", 17), {make_f32({2, 4, 1}, {1, 0, 0, 0, 1, 1, 1, 1})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  EXPECT_TRUE(all_close((*got)[0],
-                        make_f32({2, 4, 2}, {1, 0, 1, 0, 1, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0}),
-                        1e-6, 0));
+  EXPECT_TRUE(all_close(
+      (*got)[0], make_f32({2, 4, 2}, {1, 0, 1, 0, 1, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0}), 1e-6, 0));
 }
 
 TEST(SpatialOps, BitCast) {

@@ -346,6 +346,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_conv(families);
   register_norm(families);
   register_data(families);
+  register_resize(families);
   register_pool(families);
   register_norm2(families);
   register_data2(families);
@@ -354,6 +355,13 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_math(families);
   register_quant(families);
   register_einsum(families);
+  register_attention(families);
+  register_loss(families);
+  register_index(families);
+  register_spatial(families);
+  register_sequence_models(families);
+  register_swiglu(families);
+  register_unpool(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

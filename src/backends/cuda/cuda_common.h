@@ -153,7 +153,7 @@ void register_elementwise(Registry& r);
 void register_gemm(Registry& r);
 void register_conv(Registry& r);
 void register_norm(Registry& r);
-void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, Resize, ...
+void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
 void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNormalization
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
@@ -162,6 +162,14 @@ void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, T
 void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
 void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
 void register_einsum(Registry& r);
+void register_attention(Registry& r);  // Attention, RotaryEmbedding
+void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void register_index(Registry& r);      // ScatterND, ReverseSequence
+void register_spatial(Registry& r);    // GridSample, AffineGrid, CenterCropPad
+void register_resize(Registry& r);     // Resize
+void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState
+void register_swiglu(Registry& r);     // SwiGLU
+void register_unpool(Registry& r);     // MaxUnpool
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);

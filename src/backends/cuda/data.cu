@@ -1,6 +1,5 @@
 // Data movement kernels: Transpose, Slice and DepthToSpace as one strided gather; Concat as 2-D
-// copies; Gather, GatherND, CumSum and CumProd; Resize (nearest and linear, every coordinate mode but
-// tf_crop_and_resize) from per-axis tap tables built on the host when shapes change.
+// copies; Gather, GatherND, CumSum and CumProd. (Resize lives in resize.cu.)
 #include <algorithm>
 #include <cmath>
 
@@ -378,173 +377,6 @@ class CumSumKernel final : public CudaKernel {
   bool exclusive_, reverse_, prod_;
 };
 
-// ---- Resize ----
-
-enum class Coord { kHalfPixel, kAsymmetric, kPytorchHalfPixel, kAlignCorners, kHalfPixelSymmetric };
-enum class Round { kPreferFloor, kPreferCeil, kFloor, kCeil, kSimple };
-
-// Everything a Resize launch needs, by value: no tables, so a launch needs no memory of its own
-// and shapes may change between launches without synchronizing.
-struct ResizeArgs {
-  int rank;
-  bool linear;
-  Coord coord;
-  Round round;
-  int64_t in_dims[kMaxRank];
-  int64_t out_dims[kMaxRank];
-  int64_t in_strides[kMaxRank];
-  double scale[kMaxRank];
-  bool identity[kMaxRank];  // the axis keeps its size at scale 1: a plain copy along it
-};
-
-// The source taps of output coordinate o on axis d: offsets (in elements) and weights; returns how
-// many (1 or 2). The same arithmetic, in double, as the CPU reference (cpu/resize.cc).
-__device__ int resize_taps(const ResizeArgs& a, int d, int64_t o, int64_t* off, float* w) {
-  const int64_t inn = a.in_dims[d], outn = a.out_dims[d], stride = a.in_strides[d];
-  const double s = a.scale[d];
-  if (a.identity[d]) {
-    off[0] = o * stride, w[0] = 1.f;
-    return 1;
-  }
-  double xo = 0;
-  switch (a.coord) {
-    case Coord::kHalfPixel: xo = (o + 0.5) / s - 0.5; break;
-    case Coord::kAsymmetric: xo = o / s; break;
-    case Coord::kPytorchHalfPixel: xo = outn > 1 ? (o + 0.5) / s - 0.5 : 0.0; break;
-    case Coord::kAlignCorners: xo = outn == 1 ? 0.0 : o * double(inn - 1) / double(outn - 1); break;
-    case Coord::kHalfPixelSymmetric: {
-      double adj = double(outn) / (s * double(inn));
-      xo = double(inn) / 2 * (1 - adj) + (o + 0.5) / s - 0.5;
-      break;
-    }
-  }
-  auto clampi = [inn](int64_t i) { return i < 0 ? int64_t(0) : i > inn - 1 ? inn - 1 : i; };
-  if (!a.linear) {
-    double f = floor(xo);
-    int64_t idx = 0;
-    switch (a.round) {
-      case Round::kPreferFloor: idx = int64_t(xo - f == 0.5 ? f : round(xo)); break;
-      case Round::kPreferCeil: idx = int64_t(xo - f == 0.5 ? f + 1 : round(xo)); break;
-      case Round::kFloor: idx = int64_t(f); break;
-      case Round::kCeil: idx = int64_t(ceil(xo)); break;
-      case Round::kSimple: idx = int64_t(s < 1 ? ceil(xo) : f); break;
-    }
-    off[0] = clampi(idx) * stride, w[0] = 1.f;
-    return 1;
-  }
-  double xc = xo < 0 ? 0.0 : xo > double(inn - 1) ? double(inn - 1) : xo;
-  int64_t i0 = int64_t(floor(xc)), i1 = i0 + 1 < inn ? i0 + 1 : inn - 1;
-  double frac = xc - double(i0);
-  off[0] = i0 * stride, off[1] = i1 * stride;
-  w[0] = float(1 - frac), w[1] = float(frac);
-  return 2;
-}
-
-__global__ void resize_kernel(const float* x, float* y, ResizeArgs a, int64_t n) {
-  KILN_GRID_LOOP(i, n) {
-    int64_t off[kMaxRank][2];
-    float wt[kMaxRank][2];
-    int k[kMaxRank];
-    int64_t r = i;
-    int combos = 1;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      int64_t o = r % a.out_dims[d];
-      r /= a.out_dims[d];
-      k[d] = resize_taps(a, d, o, off[d], wt[d]);
-      combos *= k[d];
-    }
-    float acc = 0;
-    for (int c = 0; c < combos; ++c) {
-      int rem = c;
-      int64_t src = 0;
-      float w = 1;
-      for (int d = a.rank - 1; d >= 0; --d) {
-        int t = rem % k[d];
-        rem /= k[d];
-        src += off[d][t];
-        w *= wt[d][t];
-      }
-      acc += w * x[src];
-    }
-    y[i] = acc;
-  }
-}
-
-class ResizeKernel final : public CudaKernel {
- public:
-  ResizeKernel() : CudaKernel("cuda.Resize") {}
-  bool linear = false;
-  Coord coord = Coord::kHalfPixel;
-  Round round = Round::kPreferFloor;
-  std::vector<int> axes;
-  int scales_in = 2, sizes_in = 3;
-  HostParam scales, sizes;
-  std::string policy = "stretch";
-
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView& x = in[0];
-    const TensorView& y = out[0];
-    int rank = x.rank();
-    if (x.dtype != DType::kFloat32) return unsupported("Resize: the CUDA backend resizes float32 only");
-    if (rank < 1 || rank > kMaxRank || y.rank() != rank) return invalid_argument("Resize: bad rank");
-    Shape key(x.shape.begin(), x.shape.end());
-    key.insert(key.end(), y.shape.begin(), y.shape.end());
-    if (key != key_) KILN_RETURN_IF_ERROR(set_args(in, x, y));
-    int64_t n = y.numel();
-    if (n == 0) return ok_status();
-    resize_kernel<<<grid_for(n), 256, 0, stream_>>>(x.as<const float>(), y.as<float>(), args_, n);
-    return launch_status("resize_kernel");
-  }
-
- private:
-  Status set_args(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
-    int rank = x.rank();
-    std::vector<int> ax = axes;
-    if (ax.empty()) {
-      for (int d = 0; d < rank; ++d) ax.push_back(d);
-    }
-    std::vector<double> sc(rank, 1.0);
-    auto given = [&](int i) { return int(in.size()) > i && present(in[i]) && in[i].numel() > 0; };
-    if (given(scales_in)) {
-      KILN_ASSIGN_OR_RETURN(auto s, scales.get(in[scales_in], stream_));
-      if (s.size() != ax.size()) return invalid_argument("Resize: scales length does not match the axes");
-      for (size_t k = 0; k < ax.size(); ++k) {
-        if (!(s[k] > 0) || !std::isfinite(s[k])) return invalid_argument("Resize: scales must be > 0");
-        sc[ax[k]] = s[k];
-      }
-    } else if (sizes_in >= 0 && given(sizes_in)) {
-      KILN_ASSIGN_OR_RETURN(auto s, sizes.get(in[sizes_in], stream_));
-      if (s.size() != ax.size()) return invalid_argument("Resize: sizes length does not match the axes");
-      double common = policy == "not_larger" ? INFINITY : 0;
-      for (size_t k = 0; k < ax.size(); ++k) {
-        double r = s[k] / double(x.shape[ax[k]]);
-        sc[ax[k]] = r;
-        common = policy == "not_larger" ? std::min(common, r) : std::max(common, r);
-      }
-      if (policy != "stretch") {
-        for (int a : ax) sc[a] = common;
-      }
-    } else {
-      return invalid_argument("Resize: one of scales or sizes must be given");
-    }
-    auto strides = contiguous_strides(x.shape);
-    ResizeArgs a{};
-    a.rank = rank, a.linear = linear, a.coord = coord, a.round = round;
-    for (int d = 0; d < rank; ++d) {
-      a.in_dims[d] = x.shape[d], a.out_dims[d] = y.shape[d], a.in_strides[d] = strides[d];
-      a.scale[d] = sc[d];
-      a.identity[d] = x.shape[d] == y.shape[d] && sc[d] == 1.0;
-    }
-    args_ = a;
-    key_.assign(x.shape.begin(), x.shape.end());
-    key_.insert(key_.end(), y.shape.begin(), y.shape.end());
-    return ok_status();
-  }
-
-  Shape key_;
-  ResizeArgs args_{};
-};
-
 StatusOr<std::unique_ptr<Kernel>> make_transpose(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(auto perm, q.node.attrs.get_ints("perm", std::vector<int64_t>{}));
   return std::unique_ptr<Kernel>(new TransposeKernel(perm));
@@ -598,47 +430,6 @@ StatusOr<std::unique_ptr<Kernel>> make_cumsum(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelQuery& q) {
-  const ir::Attributes& at = q.node.attrs;
-  auto k = std::make_unique<ResizeKernel>();
-  KILN_ASSIGN_OR_RETURN(std::string mode, at.get_string("mode", "nearest"));
-  KILN_ASSIGN_OR_RETURN(std::string ctm, at.get_string("coordinate_transformation_mode", "half_pixel"));
-  KILN_ASSIGN_OR_RETURN(std::string nm, at.get_string("nearest_mode", "round_prefer_floor"));
-  KILN_ASSIGN_OR_RETURN(int64_t antialias, at.get_int("antialias", 0));
-  KILN_ASSIGN_OR_RETURN(k->policy, at.get_string("keep_aspect_ratio_policy", "stretch"));
-  KILN_ASSIGN_OR_RETURN(auto raw_axes, at.get_ints("axes", std::vector<int64_t>{}));
-  if (mode != "nearest" && mode != "linear") {
-    return unsupported(q.node.describe() + ": the CUDA backend resizes in nearest and linear modes, not " + mode);
-  }
-  if (antialias) return unsupported(q.node.describe() + ": antialias is not supported on CUDA");
-  k->linear = mode == "linear";
-  if (ctm == "half_pixel") k->coord = Coord::kHalfPixel;
-  else if (ctm == "asymmetric") k->coord = Coord::kAsymmetric;
-  else if (ctm == "pytorch_half_pixel") k->coord = Coord::kPytorchHalfPixel;
-  else if (ctm == "align_corners") k->coord = Coord::kAlignCorners;
-  else if (ctm == "half_pixel_symmetric") k->coord = Coord::kHalfPixelSymmetric;
-  else return unsupported(q.node.describe() + ": coordinate_transformation_mode '" + ctm + "' is not supported on CUDA");
-  if (nm == "round_prefer_floor") k->round = Round::kPreferFloor;
-  else if (nm == "round_prefer_ceil") k->round = Round::kPreferCeil;
-  else if (nm == "floor") k->round = Round::kFloor;
-  else if (nm == "ceil") k->round = Round::kCeil;
-  else return invalid_argument(q.node.describe() + ": unknown nearest_mode '" + nm + "'");
-  int rank = q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape ? 0 : int(q.inputs[0]->shape->size());
-  for (int64_t a : raw_axes) {
-    if (a < -rank || a >= rank) return invalid_argument(q.node.describe() + ": axes element out of range");
-    k->axes.push_back(int(a < 0 ? a + rank : a));
-  }
-  bool opset10 = q.node.opset > 0 && q.node.opset < 11;
-  if (opset10) {
-    k->scales_in = 1, k->sizes_in = -1;
-    if (k->round == Round::kPreferFloor && !at.has("nearest_mode")) k->round = Round::kSimple;
-    k->coord = Coord::kAsymmetric;
-  }
-  k->scales.init(q, k->scales_in);
-  if (k->sizes_in >= 0) k->sizes.init(q, k->sizes_in);
-  return std::unique_ptr<Kernel>(std::move(k));
-}
-
 }  // namespace
 
 void register_data(Registry& r) {
@@ -650,7 +441,6 @@ void register_data(Registry& r) {
   r.add(OpKind::kGatherND, &make_gather_nd);
   r.add(OpKind::kCumSum, &make_cumsum);
   r.add(OpKind::kCumProd, &make_cumsum);
-  r.add(OpKind::kResize, &make_resize, {.float32_only = true});
 }
 
 }  // namespace kiln::backends::cuda

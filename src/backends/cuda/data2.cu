@@ -788,6 +788,7 @@ void register_data2(Registry& r) {
   r.add(OpKind::kTrilu, &make_trilu);
   r.add(OpKind::kGatherElements, &make_gather_elements);
   r.add(OpKind::kScatterElements, &make_scatter_elements);
+  r.add(OpKind::kScatter, &make_scatter_elements);  // opsets 9-10: ScatterElements without reduction
   r.add(OpKind::kOneHot, &make_one_hot);
   r.add(OpKind::kArgMax, &make_arg);
   r.add(OpKind::kArgMin, &make_arg);

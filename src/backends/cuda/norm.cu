@@ -1,4 +1,5 @@
-// Row kernels: Softmax/LogSoftmax and LayerNormalization (the Reduce* ops live in reduce2.cu);
+// Row kernels: Softmax/LogSoftmax, LayerNormalization and RMSNormalization (the Reduce* ops live in
+// reduce2.cu);
 // plus the small conversion and bias kernels the GEMM and conv paths use. One block per row; sums
 // accumulate in double, as the CPU reference does.
 #include <cfloat>
@@ -68,6 +69,40 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
   }
 }
 
+// RMSNormalization: the normalized slice as up to kMaxRank dims, Scale broadcast onto them by
+// per-dim strides (0 where it broadcasts); any float dtype through load_as/store_as.
+struct RmsArgs {
+  int rank;
+  int64_t dims[kMaxRank];
+  int64_t scale_strides[kMaxRank];
+  int64_t n;
+  int dtype, scale_dtype;
+  double eps;
+};
+
+__global__ void rms_norm_kernel(const void* x, const void* scale, void* y, RmsArgs a) {
+  __shared__ double sd[32];
+  const int64_t base = int64_t(blockIdx.x) * a.n;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) {
+    double v = load_as<double>(x, a.dtype, base + j);
+    s += v * v;
+  }
+  s = block_reduce(s, Sum(), sd, 0.0);
+  const double inv = 1.0 / sqrt(s / double(a.n > 0 ? a.n : 1) + a.eps);
+  for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) {
+    int64_t si = 0, r = j;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      si += (r % a.dims[d]) * a.scale_strides[d];
+      r /= a.dims[d];
+    }
+    double o =
+        load_as<double>(x, a.dtype, base + j) * inv * load_as<double>(scale, a.scale_dtype, si);
+    store_as<double>(y, a.dtype, base + j, o);
+  }
+}
+
+
 class SoftmaxKernel final : public CudaKernel {
  public:
   SoftmaxKernel(std::string name, int64_t axis, bool single_axis, bool log)
@@ -128,6 +163,54 @@ class LayerNormKernel final : public CudaKernel {
   int64_t axis_;
   float eps_;
 };
+
+class RmsNormKernel final : public CudaKernel {
+ public:
+  RmsNormKernel(int64_t axis, float eps)
+      : CudaKernel("cuda.RMSNormalization"), axis_(axis), eps_(eps) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &scale = in[1];
+    int rank = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (rank == 0 || axis < 0 || axis >= rank)
+      return invalid_argument(name_ + ": axis out of range");
+    int64_t outer = 1, n = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int d = int(axis); d < rank; ++d) n *= x.shape[d];
+    RmsArgs a{};
+    a.n = n, a.dtype = int(x.dtype), a.scale_dtype = int(scale.dtype), a.eps = double(eps_);
+    const int nr = rank - int(axis), pr = scale.rank();
+    if (scale.numel() == n || scale.numel() == 1) {
+      a.rank = 1, a.dims[0] = n > 0 ? n : 1, a.scale_strides[0] = scale.numel() == 1 ? 0 : 1;
+    } else {
+      if (pr > nr)
+        return invalid_argument(name_ + ": Scale has more dims than the normalized slice");
+      if (nr > kMaxRank) return unsupported(name_ + ": more than 8 normalized dims");
+      a.rank = nr;
+      int64_t stride = 1;
+      for (int d = nr - 1; d >= 0; --d) {
+        a.dims[d] = x.shape[axis + d];
+        int pd = d - (nr - pr);
+        int64_t sdim = pd >= 0 ? scale.shape[pd] : 1;
+        if (sdim != 1 && sdim != a.dims[d]) {
+          return invalid_argument(name_ + ": Scale of shape " + shape_to_string(scale.shape) +
+                                  " does not broadcast onto the normalized dims");
+        }
+        a.scale_strides[d] = sdim == 1 ? 0 : stride;
+        stride *= sdim;
+      }
+    }
+    if (outer == 0 || n == 0) return ok_status();
+    if (outer > INT32_MAX) return unsupported(name_ + ": too many rows");
+    rms_norm_kernel<<<unsigned(outer), kBlock, 0, stream_>>>(x.data, scale.data, out[0].data, a);
+    return launch_status("rms_norm_kernel");
+  }
+
+ private:
+  int64_t axis_;
+  float eps_;
+};
+
 
 StatusOr<std::unique_ptr<Kernel>> make_softmax(const KernelQuery& q) {
   bool single = q.node.opset <= 0 || q.node.opset >= 13;
@@ -190,6 +273,28 @@ __global__ void channel_bias_kernel(float* out, const float* bias, int64_t n, in
   }
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_rms_norm(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
+  // stash_type only says what the reference computes in; the kernel accumulates in double.
+  for (DType t : {q.input_dtype(0), q.input_dtype(1), q.output_dtype(0)}) {
+    if (!is_float(t) || dtype_size(t) < 2) {
+      return unsupported(q.node.describe() +
+                         ": the CUDA RMSNormalization takes float32, float64, float16 or "
+                         "bfloat16, not " +
+                         std::string(dtype_name(t)));
+    }
+  }
+  if (!q.inputs.empty() && q.inputs[0] && q.inputs[0]->shape) {
+    int64_t rank = int64_t(q.inputs[0]->shape->size());
+    int64_t a = axis < 0 ? axis + rank : axis;
+    if (rank - a > kMaxRank)
+      return unsupported(q.node.describe() + ": more than 8 normalized dims");
+  }
+  return std::unique_ptr<Kernel>(new RmsNormKernel(axis, eps));
+}
+
+
 }  // namespace
 
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s) {
@@ -223,6 +328,7 @@ void register_norm(Registry& r) {
   r.add(OpKind::kSoftmax, &make_softmax, {.float32_only = true});
   r.add(OpKind::kLogSoftmax, &make_softmax, {.float32_only = true});
   r.add(OpKind::kLayerNormalization, &make_layer_norm, {.float32_only = true});
+  r.add(OpKind::kRMSNormalization, &make_rms_norm);
 }
 
 }  // namespace kiln::backends::cuda

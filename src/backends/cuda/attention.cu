@@ -1,0 +1,550 @@
+// CUDA kernels of the attention op family: Attention (opsets 23-25: 3-D and 4-D inputs, GQA, past
+// key/value, boolean and additive masks, is_causal, softcap, scale, sliding windows,
+// nonpad_kv_seqlen, qk_matmul_output), RotaryEmbedding, and FlexAttention without mod graphs.
+// Attention runs one block per (batch, head, query row) over the keys in chunks with a running max
+// (no scratch for any length); scores, softmax and the weighted sum of V are float, the order of
+// scale, softcap and masks that of the CPU reference (cpu/attention.cc).
+#include <cfloat>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+constexpr int kBlock = 128;
+constexpr int kChunk = 128;  // keys scored per pass of the block
+// Dynamic shared memory: Q row and the V accumulator (head sizes) plus the chunk's scores.
+constexpr int64_t kMaxSharedFloats = (48 * 1024) / 4 - kChunk;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Calls f(T{}) with T the storage type of a float dtype the kernels handle.
+template <typename F>
+Status by_float_type(DType t, const std::string& what, F&& f) {
+  switch (t) {
+    case DType::kFloat32:
+      f(float{});
+      break;
+    case DType::kFloat16:
+      f(__half{});
+      break;
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      break;
+    default:
+      return unsupported(what + ": dtype " + std::string(dtype_name(t)));
+  }
+  return launch_status(what.c_str());
+}
+
+bool float_type_ok(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+template <typename T, typename F>
+__device__ T block_reduce(T v, F op, T* shared, T identity) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  int nw = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < nw ? shared[threadIdx.x] : identity;
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  return shared[0];
+}
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// ---- Attention ----
+
+struct AttnArgs {
+  int64_t batch, q_heads, kv_heads, s, l, past, d, dv;
+  int64_t qs[3], ks[3], vs[3], ys[3];  // element strides of (batch, head, seq); head dim is 1
+  const void *q, *k, *v, *past_k, *past_v;
+  void *y, *qk;
+  const void* mask;
+  int mask_dtype;
+  int64_t mshape[4];
+  const void* nonpad;
+  int nonpad_dtype;
+  float sq;  // sqrt(scale): Q and K are each scaled by it, as the reference does
+  float softcap;
+  int causal, mode;
+  int64_t left, right;
+};
+
+template <typename T>
+__device__ __forceinline__ float key_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
+                                        int64_t d) {
+  if (j < a.past)
+    return to_f(static_cast<const T*>(a.past_k)[((b * a.kv_heads + kh) * a.past + j) * a.d + d]);
+  return to_f(static_cast<const T*>(a.k)[b * a.ks[0] + kh * a.ks[1] + (j - a.past) * a.ks[2] + d]);
+}
+template <typename T>
+__device__ __forceinline__ float value_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
+                                          int64_t d) {
+  if (j < a.past)
+    return to_f(static_cast<const T*>(a.past_v)[((b * a.kv_heads + kh) * a.past + j) * a.dv + d]);
+  return to_f(static_cast<const T*>(a.v)[b * a.vs[0] + kh * a.vs[1] + (j - a.past) * a.vs[2] + d]);
+}
+
+// The additive bias of key j for query i (mask, causal, windows, padding), -inf where masked.
+__device__ __forceinline__ float attn_bias(const AttnArgs& a, int64_t b, int64_t h, int64_t i,
+                                           int64_t j, int64_t offset, int64_t nonpad) {
+  float bias = 0.f;
+  if (a.mask) {
+    const int64_t* m = a.mshape;
+    if (j >= m[3]) {
+      bias = -INFINITY;  // the reference pads a short mask with False / -inf
+    } else {
+      int64_t mi =
+          (((m[0] == 1 ? 0 : b) * m[1] + (m[1] == 1 ? 0 : h)) * m[2] + (m[2] == 1 ? 0 : i)) * m[3] +
+          j;
+      float mv = load_as<float>(a.mask, a.mask_dtype, mi);
+      bias = a.mask_dtype == int(DType::kBool) ? (mv != 0.f ? 0.f : -INFINITY) : mv;
+    }
+  }
+  const int64_t diff = i + offset - j;
+  if (a.causal && diff < 0) bias += -INFINITY;
+  if ((a.left >= 0 && diff > a.left) || (a.right >= 0 && -diff > a.right)) bias += -INFINITY;
+  if (a.nonpad && j >= nonpad) bias += -INFINITY;
+  return bias;
+}
+
+// Score of key j for the query row in `qrow` (already times sqrt(scale)): a warp's dot product,
+// the same in every lane.
+template <typename T>
+__device__ __forceinline__ float warp_dot(const AttnArgs& a, const float* qrow, int64_t b,
+                                          int64_t kh, int64_t j, int lane) {
+  float dot = 0.f;
+  for (int64_t d = lane; d < a.d; d += 32) dot += qrow[d] * (key_at<T>(a, b, kh, j, d) * a.sq);
+  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  if (a.softcap > 0.f) dot = tanhf(dot / a.softcap) * a.softcap;
+  return dot;
+}
+
+template <typename T>
+__global__ void attention_kernel(AttnArgs a) {
+  extern __shared__ float smem[];
+  float* qrow = smem;       // [d]
+  float* acc = qrow + a.d;  // [dv]
+  float* sc = acc + a.dv;   // [kChunk]
+  __shared__ float red[32];
+  __shared__ int unmasked;
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % a.s, h = (row / a.s) % a.q_heads, b = row / (a.s * a.q_heads);
+  const int64_t kh = h / (a.q_heads / a.kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t nonpad = a.nonpad ? load_as<int64_t>(a.nonpad, a.nonpad_dtype, b) : 0;
+  // Causal and window masks align bottom-right (see the reference): query i sits at i + offset.
+  const int64_t offset = a.past == 0 && a.nonpad ? nonpad - a.s : a.past;
+  const T* q = static_cast<const T*>(a.q) + b * a.qs[0] + h * a.qs[1] + i * a.qs[2];
+  for (int64_t d = threadIdx.x; d < a.d; d += blockDim.x) qrow[d] = to_f(q[d]) * a.sq;
+  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) acc[d] = 0.f;
+  if (threadIdx.x == 0) unmasked = 0;
+  const int64_t qk_base = ((b * a.q_heads + h) * a.s + i) * a.l;
+  float ref = 0.f, m = -INFINITY, sum = 0.f;
+  for (int64_t c0 = 0; c0 < a.l; c0 += kChunk) {
+    const int n = int(a.l - c0 < kChunk ? a.l - c0 : kChunk);
+    __syncthreads();  // the Q row is loaded; the previous chunk's scores are consumed
+    for (int jj = warp; jj < n; jj += warps) {
+      const int64_t j = c0 + jj;
+      float raw = warp_dot<T>(a, qrow, b, kh, j, lane);
+      if (lane == 0) {
+        float bias = attn_bias(a, b, h, i, j, offset, nonpad);
+        if (bias != -INFINITY) unmasked = 1;
+        float biased = raw + bias;
+        sc[jj] = biased;
+        if (a.qk && a.mode != 3)
+          static_cast<T*>(a.qk)[qk_base + j] = from_f<T>(a.mode == 2 ? biased : raw);
+      }
+    }
+    __syncthreads();
+    float cm = -INFINITY;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) cm = fmaxf(cm, sc[jj]);
+    cm = block_reduce(cm, MaxOp(), red, -INFINITY);
+    const float m_new = fmaxf(m, cm);
+    const float ref_new = m_new == -INFINITY ? 0.f : m_new;
+    // Rescales what earlier chunks summed; nothing was summed while every score was -inf (and
+    // exp(0 - ref_new) could overflow for a very negative additive mask).
+    const float alpha = m == -INFINITY ? 0.f : expf(ref - ref_new);
+    float part = 0.f;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+      float p = expf(sc[jj] - ref_new);
+      sc[jj] = p;
+      part += p;
+    }
+    sum = sum * alpha + block_reduce(part, SumOp(), red, 0.f);
+    for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) {
+      float s = acc[d] * alpha;
+      for (int jj = 0; jj < n; ++jj) s += sc[jj] * value_at<T>(a, b, kh, c0 + jj, d);
+      acc[d] = s;
+    }
+    m = m_new;
+    ref = ref_new;
+  }
+  __syncthreads();
+  // A row whose every key is masked (decided on the bias) attends nothing: 0, not NaN.
+  const bool masked = a.l > 0 && !unmasked;
+  const float inv = masked ? 0.f : 1.f / (sum == 0.f ? 1.f : sum);
+  T* y = static_cast<T*>(a.y) + b * a.ys[0] + h * a.ys[1] + i * a.ys[2];
+  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) y[d] = from_f<T>(acc[d] * inv);
+  if (a.qk && a.mode == 3) {
+    for (int64_t j = warp; j < a.l; j += warps) {
+      float raw = warp_dot<T>(a, qrow, b, kh, j, lane);
+      if (lane == 0) {
+        float p = expf(raw + attn_bias(a, b, h, i, j, offset, nonpad) - ref) * inv;
+        static_cast<T*>(a.qk)[qk_base + j] = from_f<T>(p);
+      }
+    }
+  }
+}
+
+// present = concat(past, new) along the sequence: [B, kv_heads, P + S, head].
+template <typename T>
+__global__ void present_kernel(const T* past, const T* x, T* out, int64_t heads, int64_t p,
+                               int64_t l, int64_t dh, int64_t xs0, int64_t xs1, int64_t xs2,
+                               int64_t n) {
+  KILN_GRID_LOOP(e, n) {
+    int64_t d = e % dh, j = (e / dh) % l, bh = e / (dh * l);
+    int64_t b = bh / heads, h = bh % heads;
+    out[e] = j < p ? past[(bh * p + j) * dh + d] : x[b * xs0 + h * xs1 + (j - p) * xs2 + d];
+  }
+}
+
+// Strides of (batch, head, seq) of a 4-D [B, H, S, D] or 3-D [B, S, H*D] tensor.
+void head_strides(const TensorView& v, int64_t heads, int64_t dh, int64_t* st) {
+  if (v.rank() == 4) {
+    st[0] = v.shape[1] * v.shape[2] * v.shape[3], st[1] = v.shape[2] * v.shape[3],
+    st[2] = v.shape[3];
+  } else {
+    st[0] = v.shape[1] * v.shape[2], st[1] = dh, st[2] = heads * dh;
+  }
+}
+
+class AttentionKernel final : public CudaKernel {
+ public:
+  explicit AttentionKernel(std::string name = "cuda.Attention") : CudaKernel(std::move(name)) {}
+  int64_t q_heads_attr = 0, kv_heads_attr = 0, causal = 0, mode = 0, left = -1, right = -1;
+  float softcap = 0.f;
+  std::optional<float> scale;
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &q = in[0], &k = in[1], &v = in[2];
+    auto opt = [](std::span<const TensorView> s, size_t i) -> const TensorView* {
+      return s.size() > i && present(s[i]) ? &s[i] : nullptr;
+    };
+    const TensorView *mask = opt(in, 3), *pk = opt(in, 4), *pv = opt(in, 5), *nonpad = opt(in, 6);
+    const TensorView *present_k = opt(out, 1), *present_v = opt(out, 2), *qk = opt(out, 3);
+    AttnArgs a{};
+    const bool four = q.rank() == 4;
+    a.batch = q.shape[0];
+    a.q_heads = four ? q.shape[1] : q_heads_attr;
+    a.kv_heads = four ? k.shape[1] : kv_heads_attr;
+    if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) {
+      return invalid_argument(name_ + ": Q heads must be a multiple of KV heads");
+    }
+    a.s = four ? q.shape[2] : q.shape[1];
+    a.d = four ? q.shape[3] : q.shape[2] / a.q_heads;
+    a.dv = four ? v.shape[3] : v.shape[2] / a.kv_heads;
+    const int64_t new_l = four ? k.shape[2] : k.shape[1];
+    a.past = pk ? pk->shape[2] : 0;
+    a.l = a.past + new_l;
+    if ((pk == nullptr) != (pv == nullptr) || (pv && pv->shape[2] != a.past)) {
+      return invalid_argument(name_ +
+                              ": past_key and past_value must come together with one length");
+    }
+    head_strides(q, a.q_heads, a.d, a.qs);
+    head_strides(k, a.kv_heads, a.d, a.ks);
+    head_strides(v, a.kv_heads, a.dv, a.vs);
+    if (four) {
+      a.ys[0] = a.q_heads * a.s * a.dv, a.ys[1] = a.s * a.dv, a.ys[2] = a.dv;
+    } else {
+      a.ys[0] = a.s * a.q_heads * a.dv, a.ys[1] = a.dv, a.ys[2] = a.q_heads * a.dv;
+    }
+    if (out[0].numel() != a.batch * a.q_heads * a.s * a.dv)
+      return invalid_argument(name_ + ": Y has the wrong size");
+    if ((a.d + a.dv) > kMaxSharedFloats) return unsupported(name_ + ": head sizes too large");
+    a.q = q.data, a.k = k.data, a.v = v.data;
+    a.past_k = pk ? pk->data : nullptr, a.past_v = pv ? pv->data : nullptr;
+    a.y = out[0].data;
+    a.qk = qk ? qk->data : nullptr;
+    if (mask) {
+      int r = mask->rank();
+      if (r < 1 || r > 4) return invalid_argument(name_ + ": attn_mask must have rank 1 to 4");
+      for (int d = 0; d < 4; ++d) a.mshape[d] = d < 4 - r ? 1 : mask->shape[d - (4 - r)];
+      const int64_t want[3] = {a.batch, a.q_heads, a.s};
+      for (int d = 0; d < 3; ++d) {
+        if (a.mshape[d] != 1 && a.mshape[d] != want[d]) {
+          return invalid_argument(name_ + ": attn_mask of shape " + shape_to_string(mask->shape) +
+                                  " does not broadcast");
+        }
+      }
+      if (a.mshape[3] > a.l) return invalid_argument(name_ + ": attn_mask is longer than the keys");
+      a.mask = mask->data;
+      a.mask_dtype = int(mask->dtype);
+    }
+    if (nonpad) {
+      if (nonpad->numel() != a.batch)
+        return invalid_argument(name_ + ": nonpad_kv_seqlen must hold one int per batch");
+      a.nonpad = nonpad->data;
+      a.nonpad_dtype = int(nonpad->dtype);
+    }
+    a.sq = std::sqrt(scale ? *scale : 1.f / std::sqrt(float(a.d)));
+    a.softcap = softcap;
+    a.causal = int(causal), a.mode = int(mode), a.left = left, a.right = right;
+    const int64_t rows = a.batch * a.q_heads * a.s;
+    const size_t shared = size_t(a.d + a.dv + kChunk) * sizeof(float);
+    KILN_RETURN_IF_ERROR(by_float_type(q.dtype, name_, [&](auto tag) {
+      using T = decltype(tag);
+      if (rows > 0) attention_kernel<T><<<unsigned(rows), kBlock, shared, stream_>>>(a);
+      auto copy = [&](const TensorView* dst, const TensorView* past, const TensorView& x,
+                      int64_t dh, const int64_t* xs) {
+        int64_t n = dst ? dst->numel() : 0;
+        if (n == 0) return;
+        present_kernel<T><<<grid_for(n), 256, 0, stream_>>>(
+            past ? static_cast<const T*>(past->data) : nullptr, static_cast<const T*>(x.data),
+            static_cast<T*>(dst->data), a.kv_heads, a.past, a.l, dh, xs[0], xs[1], xs[2], n);
+      };
+      copy(present_k, pk, k, a.d, a.ks);
+      copy(present_v, pv, v, a.dv, a.vs);
+    }));
+    return ok_status();
+  }
+};
+
+// A head size of input i as a constant: 4-D its last dim, 3-D the hidden size over `heads`.
+std::optional<int64_t> head_size(const KernelQuery& q, size_t i, int64_t heads) {
+  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) return std::nullopt;
+  const auto& s = *q.inputs[i]->shape;
+  if (s.empty() || !s.back().is_const()) return std::nullopt;
+  if (s.size() == 4) return s.back().value();
+  if (s.size() == 3 && heads > 0) return s.back().value() / heads;
+  return std::nullopt;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
+  auto kernel = std::make_unique<AttentionKernel>();
+  const auto& at = q.node.attrs;
+  KILN_ASSIGN_OR_RETURN(kernel->q_heads_attr, at.get_int("q_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(kernel->kv_heads_attr, at.get_int("kv_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(kernel->causal, at.get_int("is_causal", 0));
+  KILN_ASSIGN_OR_RETURN(kernel->mode, at.get_int("qk_matmul_output_mode", 0));
+  KILN_ASSIGN_OR_RETURN(kernel->softcap, at.get_float("softcap", 0.f));
+  KILN_ASSIGN_OR_RETURN(kernel->left, at.get_int("left_window_size", -1));
+  KILN_ASSIGN_OR_RETURN(kernel->right, at.get_int("right_window_size", -1));
+  if (at.has("scale")) {
+    KILN_ASSIGN_OR_RETURN(float s, at.get_float("scale", std::nullopt));
+    kernel->scale = s;
+  }
+  DType t = q.input_dtype(0);
+  if (!float_type_ok(t)) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA Attention takes float32, float16 or bfloat16, not " +
+                       std::string(dtype_name(t)));
+  }
+  for (size_t i : {1, 2, 4, 5}) {
+    if (q.input_dtype(i) != DType::kUndefined && q.input_dtype(i) != t) {
+      return unsupported(q.node.describe() + ": input " + std::to_string(i) +
+                         " differs in dtype from Q");
+    }
+  }
+  for (size_t i = 0; i < q.outputs.size(); ++i) {
+    if (q.output_dtype(i) != DType::kUndefined && q.output_dtype(i) != t) {
+      return unsupported(q.node.describe() + ": output " + std::to_string(i) +
+                         " differs in dtype from Q");
+    }
+  }
+  DType m = q.input_dtype(3);
+  if (m != DType::kUndefined && m != DType::kBool && !is_float(m)) {
+    return unsupported(q.node.describe() + ": attn_mask of dtype " + std::string(dtype_name(m)));
+  }
+  DType np = q.input_dtype(6);
+  if (np != DType::kUndefined && np != DType::kInt64 && np != DType::kInt32) {
+    return unsupported(q.node.describe() + ": nonpad_kv_seqlen of dtype " +
+                       std::string(dtype_name(np)));
+  }
+  if (!q.inputs.empty() && q.inputs[0] && q.inputs[0]->shape) {
+    bool four = q.inputs[0]->shape->size() == 4;
+    auto d = head_size(q, 0, four ? 0 : kernel->q_heads_attr);
+    auto dv = head_size(q, 2, four ? 0 : kernel->kv_heads_attr);
+    if (!d || !dv) {
+      return unsupported(q.node.describe() + ": the CUDA Attention needs constant head sizes");
+    }
+    if (*d + *dv > kMaxSharedFloats) {
+      return unsupported(q.node.describe() + ": head sizes " + std::to_string(*d) + " + " +
+                         std::to_string(*dv) + " exceed the " + std::to_string(kMaxSharedFloats) +
+                         " floats of shared memory");
+    }
+  }
+  return std::unique_ptr<Kernel>(std::move(kernel));
+}
+
+// FlexAttention without score_mod or prob_mod is 4-D attention with GQA and a scale: the
+// Attention kernel. Mod graphs (arbitrary subgraphs over the scores) are refused.
+StatusOr<std::unique_ptr<Kernel>> make_flex_attention(const KernelQuery& q) {
+  for (const char* mod : {"score_mod", "prob_mod"}) {
+    if (q.node.attrs.has(mod)) {
+      return unsupported(q.node.describe() + ": the CUDA FlexAttention runs no " + mod + " graph");
+    }
+  }
+  auto kernel = std::make_unique<AttentionKernel>("cuda.FlexAttention");
+  if (q.node.attrs.has("scale")) {
+    KILN_ASSIGN_OR_RETURN(float s, q.node.attrs.get_float("scale", std::nullopt));
+    kernel->scale = s;
+  }
+  DType t = q.input_dtype(0);
+  if (!float_type_ok(t) || q.input_dtype(1) != t || q.input_dtype(2) != t ||
+      q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA FlexAttention takes one dtype of float32, float16 or "
+                       "bfloat16 for Q, K, V and the output");
+  }
+  auto d = head_size(q, 0, 0), dv = head_size(q, 2, 0);
+  if (!d || !dv || *d + *dv > kMaxSharedFloats) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA FlexAttention needs constant head sizes of at most " +
+                       std::to_string(kMaxSharedFloats) + " floats together");
+  }
+  return std::unique_ptr<Kernel>(std::move(kernel));
+}
+
+// ---- RotaryEmbedding ----
+
+struct RotaryArgs {
+  int64_t b, s, h, d, half, rows;
+  int four_d, interleaved;
+  const void* pos;  // int64 [B, S], or nullptr: row b * S + s
+};
+
+template <typename T>
+__global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, RotaryArgs a,
+                              int64_t n) {
+  // One thread per (b, s, h, pair j) for j < d / 2 handled as: j < half rotates, the rest copies.
+  const int64_t pairs = a.d - a.half;  // rotated pairs plus the pass-through tail
+  KILN_GRID_LOOP(e, n) {
+    int64_t j = e % pairs, r = e / pairs;
+    int64_t h = r % a.h, s = (r / a.h) % a.s, b = r / (a.h * a.s);
+    int64_t base = a.four_d ? ((b * a.h + h) * a.s + s) * a.d : ((b * a.s + s) * a.h + h) * a.d;
+    if (j < a.half) {
+      int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[b * a.s + s] : b * a.s + s;
+      int64_t i1 = a.interleaved ? 2 * j : j, i2 = a.interleaved ? 2 * j + 1 : j + a.half;
+      float x1 = to_f(x[base + i1]), x2 = to_f(x[base + i2]);
+      if (row < 0 || row >= a.rows) {  // the reference refuses it; the device cannot: NaN marks it
+        y[base + i1] = from_f<T>(NAN), y[base + i2] = from_f<T>(NAN);
+        continue;
+      }
+      float c = to_f(cosv[row * a.half + j]), sn = to_f(sinv[row * a.half + j]);
+      y[base + i1] = from_f<T>(c * x1 - sn * x2);
+      y[base + i2] = from_f<T>(sn * x1 + c * x2);
+    } else {
+      int64_t dd = 2 * a.half + (j - a.half);
+      y[base + dd] = x[base + dd];
+    }
+  }
+}
+
+class RotaryKernel final : public CudaKernel {
+ public:
+  RotaryKernel(int64_t interleaved, int64_t heads, int64_t rot)
+      : CudaKernel("cuda.RotaryEmbedding"), interleaved_(interleaved), heads_(heads), rot_(rot) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView &x = in[0], &cosv = in[1], &sinv = in[2];
+    RotaryArgs a{};
+    a.four_d = x.rank() == 4;
+    if (a.four_d) {
+      a.b = x.shape[0], a.h = x.shape[1], a.s = x.shape[2], a.d = x.shape[3];
+    } else if (x.rank() == 3 && heads_ > 0 && x.shape[2] % heads_ == 0) {
+      a.b = x.shape[0], a.s = x.shape[1], a.h = heads_, a.d = x.shape[2] / heads_;
+    } else {
+      return invalid_argument(name_ + ": input of shape " + shape_to_string(x.shape) +
+                              " with num_heads " + std::to_string(heads_));
+    }
+    int64_t rot = rot_ == 0 ? a.d : rot_;
+    if (rot > a.d || rot % 2 != 0) return invalid_argument(name_ + ": bad rotary_embedding_dim");
+    a.half = rot / 2;
+    a.interleaved = int(interleaved_);
+    bool has_pos = in.size() > 3 && present(in[3]);
+    if (has_pos && in[3].numel() != a.b * a.s) {
+      return invalid_argument(name_ + ": position_ids must be [batch, sequence]");
+    }
+    if (cosv.shape.empty() || cosv.shape.back() != a.half || sinv.numel() != cosv.numel()) {
+      return invalid_argument(name_ + ": the caches' last dim must be rotary_embedding_dim/2");
+    }
+    a.rows = a.half ? cosv.numel() / a.half : 0;
+    if (!has_pos && a.rows != a.b * a.s) {
+      return invalid_argument(name_ + ": without position_ids the caches must be [B, S, dim/2]");
+    }
+    a.pos = has_pos ? in[3].data : nullptr;
+    int64_t n = a.b * a.s * a.h * (a.d - a.half);
+    if (n == 0) return ok_status();
+    return by_float_type(x.dtype, name_, [&](auto tag) {
+      using T = decltype(tag);
+      rotary_kernel<T><<<grid_for(n), 256, 0, stream_>>>(
+          static_cast<const T*>(x.data), static_cast<const T*>(cosv.data),
+          static_cast<const T*>(sinv.data), static_cast<T*>(out[0].data), a, n);
+    });
+  }
+
+ private:
+  int64_t interleaved_, heads_, rot_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_rotary(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(int64_t interleaved, q.node.attrs.get_int("interleaved", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t heads, q.node.attrs.get_int("num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t rot, q.node.attrs.get_int("rotary_embedding_dim", 0));
+  DType t = q.input_dtype(0);
+  if (!float_type_ok(t)) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA RotaryEmbedding takes float32, float16 or bfloat16, not " +
+                       std::string(dtype_name(t)));
+  }
+  if (q.input_dtype(1) != t || q.input_dtype(2) != t) {
+    return unsupported(q.node.describe() + ": cos_cache and sin_cache must have X's dtype");
+  }
+  if (q.input_dtype(3) != DType::kUndefined && q.input_dtype(3) != DType::kInt64) {
+    return unsupported(q.node.describe() + ": position_ids must be int64");
+  }
+  return std::unique_ptr<Kernel>(new RotaryKernel(interleaved, heads, rot));
+}
+
+}  // namespace
+
+void register_attention(Registry& r) {
+  r.add(OpKind::kAttention, &make_attention);
+  r.add(OpKind::kRotaryEmbedding, &make_rotary);
+  r.add(OpKind::kFlexAttention, &make_flex_attention);
+}
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,397 @@
+// CUDA Resize: nearest, linear and cubic (cubic_coeff_a, exclude_outside) in every coordinate
+// transformation mode, tf_crop_and_resize with roi and extrapolation_value, any rank and axes,
+// float32/float64/float16/bfloat16 (and int8/uint8/int32/int64 in nearest mode). Each thread
+// computes its output's per-axis taps with the CPU reference's arithmetic (cpu/resize.cc), in
+// double; the launch carries every parameter by value, so shapes may change between launches.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+
+enum class Mode { kNearest, kLinear, kCubic };
+enum class Coord {
+  kHalfPixel,
+  kAsymmetric,
+  kPytorchHalfPixel,
+  kAlignCorners,
+  kTfCropAndResize,
+  kHalfPixelSymmetric
+};
+// kSimple is opset 10's rule: floor when upsampling, ceil when downsampling.
+enum class Round { kPreferFloor, kPreferCeil, kFloor, kCeil, kSimple };
+
+struct ResizeArgs {
+  int rank;
+  Mode mode;
+  Coord coord;
+  Round round;
+  bool exclude_outside;
+  double cubic_a, extrapolation;
+  int dtype;
+  int64_t in_dims[kMaxRank];
+  int64_t out_dims[kMaxRank];
+  int64_t in_strides[kMaxRank];
+  double scale[kMaxRank];
+  double roi_start[kMaxRank], roi_end[kMaxRank];
+  bool identity[kMaxRank];  // the axis keeps its size at scale 1: a plain copy along it
+};
+
+__device__ double original_coord(const ResizeArgs& a, int d, double x) {
+  const int64_t in = a.in_dims[d], out = a.out_dims[d];
+  const double s = a.scale[d];
+  switch (a.coord) {
+    case Coord::kHalfPixel:
+      return (x + 0.5) / s - 0.5;
+    case Coord::kAsymmetric:
+      return x / s;
+    case Coord::kPytorchHalfPixel:
+      return out > 1 ? (x + 0.5) / s - 0.5 : 0.0;
+    // These two use the unrounded output length in * scale, as the reference does.
+    case Coord::kAlignCorners: {
+      double len = s * double(in);
+      return len == 1 ? 0.0 : x * double(in - 1) / (len - 1);
+    }
+    case Coord::kTfCropAndResize: {
+      double len = s * double(in), r0 = a.roi_start[d], r1 = a.roi_end[d];
+      return len != 1 ? r0 * double(in - 1) + x * (r1 - r0) * double(in - 1) / (len - 1)
+                      : 0.5 * (r0 + r1) * double(in - 1);
+    }
+    case Coord::kHalfPixelSymmetric: {
+      double adjustment = double(out) / (s * double(in));
+      return double(in) / 2 * (1 - adjustment) + (x + 0.5) / s - 0.5;
+    }
+  }
+  return 0;
+}
+
+// The taps of output coordinate o on axis d: offsets (elements) and weights; returns how many (1,
+// 2 or 4), or -1 when tf_crop_and_resize puts it outside the crop.
+__device__ int resize_taps(const ResizeArgs& a, int d, int64_t o, int64_t* off, double* w) {
+  const int64_t in = a.in_dims[d], stride = a.in_strides[d];
+  if (a.identity[d]) {
+    off[0] = o * stride, w[0] = 1;
+    return 1;
+  }
+  const double xo = original_coord(a, d, double(o));
+  if (a.coord == Coord::kTfCropAndResize && (xo < 0 || xo > double(in - 1))) return -1;
+  auto clampi = [in](int64_t i) { return i < 0 ? int64_t(0) : i > in - 1 ? in - 1 : i; };
+  if (a.mode == Mode::kNearest) {
+    double f = floor(xo);
+    int64_t idx = 0;
+    switch (a.round) {
+      case Round::kPreferFloor:
+        idx = int64_t(xo - f == 0.5 ? f : round(xo));
+        break;
+      case Round::kPreferCeil:
+        idx = int64_t(xo - f == 0.5 ? f + 1 : round(xo));
+        break;
+      case Round::kFloor:
+        idx = int64_t(f);
+        break;
+      case Round::kCeil:
+        idx = int64_t(ceil(xo));
+        break;
+      case Round::kSimple:
+        idx = int64_t(a.scale[d] < 1 ? ceil(xo) : f);
+        break;
+    }
+    off[0] = clampi(idx) * stride, w[0] = 1;
+    return 1;
+  }
+  if (a.mode == Mode::kLinear) {
+    double xc = xo < 0 ? 0.0 : xo > double(in - 1) ? double(in - 1) : xo;
+    int64_t i0 = int64_t(floor(xc)), i1 = i0 + 1 < in ? i0 + 1 : in - 1;
+    double frac = xc - double(i0);
+    off[0] = i0 * stride, off[1] = i1 * stride;
+    w[0] = 1 - frac, w[1] = frac;
+    return 2;
+  }
+  const double f = floor(xo), r = xo - f, ca = a.cubic_a;
+  double c[4] = {((ca * (r + 1) - 5 * ca) * (r + 1) + 8 * ca) * (r + 1) - 4 * ca,
+                 ((ca + 2) * r - (ca + 3)) * r * r + 1,
+                 ((ca + 2) * (1 - r) - (ca + 3)) * (1 - r) * (1 - r) + 1,
+                 ((ca * (2 - r) - 5 * ca) * (2 - r) + 8 * ca) * (2 - r) - 4 * ca};
+  const int64_t i0 = int64_t(f) - 1;
+  double sum = 0;
+  for (int j = 0; j < 4; ++j) {
+    if (a.exclude_outside && (i0 + j < 0 || i0 + j >= in)) c[j] = 0;
+    sum += c[j];
+  }
+  for (int j = 0; j < 4; ++j) {
+    off[j] = clampi(i0 + j) * stride;
+    w[j] = a.exclude_outside && sum != 0 ? c[j] / sum : c[j];
+  }
+  return 4;
+}
+
+// C: float for float32, float16 and bfloat16 (as the reference), double otherwise.
+template <typename C>
+__global__ void resize_kernel(const void* x, void* y, ResizeArgs a, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t off[kMaxRank][4];
+    double wt[kMaxRank][4];
+    int k[kMaxRank];
+    int64_t r = i;
+    int combos = 1;
+    bool outside = false;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t o = r % a.out_dims[d];
+      r /= a.out_dims[d];
+      k[d] = resize_taps(a, d, o, off[d], wt[d]);
+      if (k[d] < 0) {
+        outside = true;
+        break;
+      }
+      combos *= k[d];
+    }
+    if (outside) {
+      store_as<C>(y, a.dtype, i, C(a.extrapolation));
+      continue;
+    }
+    C acc = 0;
+    for (int c = 0; c < combos; ++c) {
+      int rem = c;
+      int64_t src = 0;
+      C w = 1;
+      bool zero = false;
+      for (int d = a.rank - 1; d >= 0; --d) {
+        int t = rem % k[d];
+        rem /= k[d];
+        src += off[d][t];
+        zero |= wt[d][t] == 0;
+        w *= C(wt[d][t]);
+      }
+      if (!zero) acc += w * load_as<C>(x, a.dtype, src);  // the reference skips zero weights
+    }
+    store_as<C>(y, a.dtype, i, acc);
+  }
+}
+
+class ResizeKernel final : public CudaKernel {
+ public:
+  ResizeKernel() : CudaKernel("cuda.Resize") {}
+  ResizeArgs base{};  // attributes; shapes, scales and roi are filled per launch
+  std::vector<int> axes;
+  int scales_in = 2, sizes_in = 3;
+  HostParam scales, sizes, roi;
+  std::string policy = "stretch";
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    const TensorView& y = out[0];
+    int rank = x.rank();
+    if (rank < 1 || rank > kMaxRank || y.rank() != rank)
+      return invalid_argument(name_ + ": bad rank");
+    Shape key(x.shape.begin(), x.shape.end());
+    key.insert(key.end(), y.shape.begin(), y.shape.end());
+    // roi values may change without the shapes changing: read them every launch (a constant or a
+    // host formula costs nothing).
+    if (key != key_ || base.coord == Coord::kTfCropAndResize)
+      KILN_RETURN_IF_ERROR(set_args(in, x, y));
+    int64_t n = y.numel();
+    if (n == 0) return ok_status();
+    if (x.numel() == 0)
+      return invalid_argument(name_ + ": cannot resize an empty input to a non-empty output");
+    if (x.dtype == DType::kFloat64 || !is_float(x.dtype)) {
+      resize_kernel<double><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
+    } else {
+      resize_kernel<float><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
+    }
+    return launch_status("resize_kernel");
+  }
+
+ private:
+  Status set_args(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
+    int rank = x.rank();
+    std::vector<int> ax = axes;
+    if (ax.empty()) {
+      for (int d = 0; d < rank; ++d) ax.push_back(d);
+    }
+    std::vector<double> sc(rank, 1.0);
+    auto given = [&](int i) {
+      return i >= 0 && int(in.size()) > i && present(in[i]) && in[i].numel() > 0;
+    };
+    if (given(scales_in)) {
+      KILN_ASSIGN_OR_RETURN(auto s, scales.get(in[scales_in], stream_));
+      if (s.size() != ax.size())
+        return invalid_argument(name_ + ": scales length does not match the axes");
+      for (size_t k = 0; k < ax.size(); ++k) {
+        if (!(s[k] > 0) || !std::isfinite(s[k]))
+          return invalid_argument(name_ + ": scales must be > 0");
+        sc[ax[k]] = s[k];
+      }
+    } else if (given(sizes_in)) {
+      KILN_ASSIGN_OR_RETURN(auto s, sizes.get(in[sizes_in], stream_));
+      if (s.size() != ax.size())
+        return invalid_argument(name_ + ": sizes length does not match the axes");
+      double common = policy == "not_larger" ? INFINITY : 0;
+      for (size_t k = 0; k < ax.size(); ++k) {
+        double r = s[k] / double(x.shape[ax[k]]);
+        sc[ax[k]] = r;
+        common = policy == "not_larger" ? std::min(common, r) : std::max(common, r);
+      }
+      if (policy != "stretch") {
+        for (int a : ax) sc[a] = common;
+      }
+    } else {
+      return invalid_argument(name_ + ": one of scales or sizes must be given");
+    }
+    ResizeArgs a = base;
+    a.rank = rank;
+    a.dtype = int(x.dtype);
+    for (int d = 0; d < rank; ++d) a.roi_start[d] = 0, a.roi_end[d] = 1;
+    if (a.coord == Coord::kTfCropAndResize) {
+      if (!given(1)) return invalid_argument(name_ + ": tf_crop_and_resize needs roi");
+      KILN_ASSIGN_OR_RETURN(auto r, roi.get(in[1], stream_));
+      if (r.size() != 2 * ax.size())
+        return invalid_argument(name_ + ": roi length must be twice the axes");
+      for (size_t k = 0; k < ax.size(); ++k)
+        a.roi_start[ax[k]] = r[k], a.roi_end[ax[k]] = r[ax.size() + k];
+    }
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (!(sc[d] > 0) || !std::isfinite(sc[d]))
+        return invalid_argument(name_ + ": derived scale is not positive");
+      a.in_dims[d] = x.shape[d], a.out_dims[d] = y.shape[d], a.in_strides[d] = stride;
+      stride *= x.shape[d];
+      a.scale[d] = sc[d];
+      a.identity[d] =
+          x.shape[d] == y.shape[d] && sc[d] == 1.0 && a.coord != Coord::kTfCropAndResize;
+    }
+    args_ = a;
+    key_.assign(x.shape.begin(), x.shape.end());
+    key_.insert(key_.end(), y.shape.begin(), y.shape.end());
+    return ok_status();
+  }
+
+  Shape key_;
+  ResizeArgs args_{};
+};
+
+// Whether every resized axis provably grows or keeps its size (antialias then changes nothing):
+// constant scales >= 1, or static output dims >= the input's.
+bool never_downsamples(const KernelQuery& q, int scales_in) {
+  auto all_ge1 = [](const ir::Value* v) {
+    if (!v || !v->constant) return false;
+    const Tensor& t = *v->constant;
+    for (double s : read_numbers(t.data(), t.dtype(), t.numel())) {
+      if (!(s >= 1)) return false;
+    }
+    return true;
+  };
+  if (scales_in < int(q.inputs.size()) && q.inputs[scales_in] && q.inputs[scales_in]->constant &&
+      q.inputs[scales_in]->constant->numel() > 0) {
+    return all_ge1(q.inputs[scales_in]);
+  }
+  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.outputs.empty() ||
+      !q.outputs[0] || !q.outputs[0]->shape ||
+      q.inputs[0]->shape->size() != q.outputs[0]->shape->size()) {
+    return false;
+  }
+  for (size_t d = 0; d < q.inputs[0]->shape->size(); ++d) {
+    const ir::Dim &i = (*q.inputs[0]->shape)[d], &o = (*q.outputs[0]->shape)[d];
+    if (i == o) continue;
+    if (!i.is_const() || !o.is_const() || o.value() < i.value()) return false;
+  }
+  return true;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelQuery& q) {
+  const ir::Attributes& at = q.node.attrs;
+  auto k = std::make_unique<ResizeKernel>();
+  KILN_ASSIGN_OR_RETURN(std::string mode, at.get_string("mode", "nearest"));
+  KILN_ASSIGN_OR_RETURN(std::string ctm,
+                        at.get_string("coordinate_transformation_mode", "half_pixel"));
+  KILN_ASSIGN_OR_RETURN(std::string nm, at.get_string("nearest_mode", "round_prefer_floor"));
+  KILN_ASSIGN_OR_RETURN(int64_t antialias, at.get_int("antialias", 0));
+  KILN_ASSIGN_OR_RETURN(float cubic_a, at.get_float("cubic_coeff_a", -0.75f));
+  KILN_ASSIGN_OR_RETURN(int64_t exclude, at.get_int("exclude_outside", 0));
+  KILN_ASSIGN_OR_RETURN(float extrapolation, at.get_float("extrapolation_value", 0.f));
+  KILN_ASSIGN_OR_RETURN(k->policy, at.get_string("keep_aspect_ratio_policy", "stretch"));
+  KILN_ASSIGN_OR_RETURN(auto raw_axes, at.get_ints("axes", std::vector<int64_t>{}));
+  ResizeArgs& b = k->base;
+  b.cubic_a = cubic_a, b.exclude_outside = exclude != 0, b.extrapolation = extrapolation;
+  if (mode == "nearest") {
+    b.mode = Mode::kNearest;
+  } else if (mode == "linear") {
+    b.mode = Mode::kLinear;
+  } else if (mode == "cubic") {
+    b.mode = Mode::kCubic;
+  } else {
+    return unsupported(q.node.describe() + ": unknown mode '" + mode + "'");
+  }
+  static const std::pair<const char*, Coord> kCoords[] = {
+      {"half_pixel", Coord::kHalfPixel},
+      {"asymmetric", Coord::kAsymmetric},
+      {"pytorch_half_pixel", Coord::kPytorchHalfPixel},
+      {"align_corners", Coord::kAlignCorners},
+      {"tf_crop_and_resize", Coord::kTfCropAndResize},
+      {"half_pixel_symmetric", Coord::kHalfPixelSymmetric}};
+  auto coord = std::find_if(std::begin(kCoords), std::end(kCoords),
+                            [&](const auto& c) { return ctm == c.first; });
+  if (coord == std::end(kCoords)) {
+    return unsupported(q.node.describe() + ": coordinate_transformation_mode '" + ctm + "'");
+  }
+  b.coord = coord->second;
+  static const std::pair<const char*, Round> kRounds[] = {
+      {"round_prefer_floor", Round::kPreferFloor},
+      {"round_prefer_ceil", Round::kPreferCeil},
+      {"floor", Round::kFloor},
+      {"ceil", Round::kCeil}};
+  auto round = std::find_if(std::begin(kRounds), std::end(kRounds),
+                            [&](const auto& r) { return nm == r.first; });
+  if (round == std::end(kRounds))
+    return unsupported(q.node.describe() + ": nearest_mode '" + nm + "'");
+  b.round = round->second;
+  DType t = q.input_dtype(0);
+  bool float_data =
+      t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+  bool int_data =
+      t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt32 || t == DType::kInt64;
+  if (!float_data && !(int_data && b.mode == Mode::kNearest)) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA Resize takes float data, or int8/uint8/int32/int64 in "
+                       "nearest mode; this is " +
+                       mode + " on " + std::string(dtype_name(t)));
+  }
+  if (q.output_dtype(0) != t)
+    return unsupported(q.node.describe() + ": Y's dtype differs from X's");
+  int rank =
+      q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape ? 0 : int(q.inputs[0]->shape->size());
+  if (rank < 1 || rank > kMaxRank)
+    return unsupported(q.node.describe() + ": rank unknown or above 8");
+  for (int64_t a : raw_axes) {
+    if (a < -rank || a >= rank)
+      return unsupported(q.node.describe() + ": axes element out of range");
+    k->axes.push_back(int(a < 0 ? a + rank : a));
+  }
+  bool opset10 = q.node.opset > 0 && q.node.opset < 11;
+  if (opset10) {
+    k->scales_in = 1, k->sizes_in = -1;
+    b.round = Round::kSimple;
+    b.coord = Coord::kAsymmetric;
+  }
+  // The reference refuses antialias when a linear or cubic resize shrinks an axis; when none can,
+  // it is the plain resize.
+  if (antialias != 0 && b.mode != Mode::kNearest && !never_downsamples(q, k->scales_in)) {
+    return unsupported(q.node.describe() + ": antialias where an axis may shrink");
+  }
+  k->scales.init(q, k->scales_in);
+  if (k->sizes_in >= 0) k->sizes.init(q, k->sizes_in);
+  if (b.coord == Coord::kTfCropAndResize) k->roi.init(q, 1);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void register_resize(Registry& r) { r.add(OpKind::kResize, &make_resize); }
+
+}  // namespace kiln::backends::cuda
