@@ -40,7 +40,7 @@ if command -v compute-sanitizer >/dev/null; then
     >"$LOG/memcheck.log" 2>&1; rc=$?
   status "compute-sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"
   # Every op-harness case (each runs a one-node CUDA engine against the CPU reference).
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
+  timeout "${KILN_MEMCHECK_OPS_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
     --gtest_filter='*Kernel.*:SpatialOps.*:OpCoverage.*' >"$LOG/memcheck_ops.log" 2>&1; rc=$?
   status "memcheck (op harness)" "rc=$rc $(grep -E 'ERROR SUMMARY' "$LOG/memcheck_ops.log" | tail -1)"
 else
