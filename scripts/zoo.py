@@ -59,23 +59,20 @@ MODELS["whisper_tiny_encoder"] = (("hf", "whisper", {}), dict(kind="audio", min=
 MODELS["clip_vision"] = (("hf", "clip", {}), IMG)
 
 
-def realistic(model):
+def realistic(model, example):
     """Seeded weights that keep activations near unit scale, as trained ones do: torchvision's
     fresh init zeroes some heads (ViT, GoogLeNet) and leaves others' logits near 1e-9
-    (MobileNetV3, EfficientNet), which no comparison can judge. Linear weights ~ N(0, 1/fan_in);
-    convolutions ~ N(0, 2/fan_in) (He), which keeps ReLU networks' activations at unit scale;
-    norms get scales near 1, shifts near 0 and running variances in [0.5, 1.5]."""
+    (MobileNetV3, EfficientNet), which no comparison can judge, while redrawn weights alone make
+    squeeze-excitation networks chaotic (outputs of 1e7). So: linear weights ~ N(0, 1/fan_in),
+    norm scales near 1 and shifts near 0, then every BatchNorm's running statistics recalibrated on
+    the example batch (the cumulative average of one training-mode pass), so each normalizes its
+    input as it would in a trained network."""
     import torch
 
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                fan_in = m.weight[0].numel()
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
-                if m.bias is not None:
-                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
-            elif isinstance(m, torch.nn.Linear):
+            if isinstance(m, torch.nn.Linear):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.in_features ** 0.5)
                 if m.bias is not None:
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
@@ -85,16 +82,19 @@ def realistic(model):
                 if getattr(m, "bias", None) is not None:
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
                 if isinstance(m, torch.nn.BatchNorm2d):
-                    m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
-                    m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
-    return model
+                    m.reset_running_stats()
+                    m.momentum = None
+        model.train()
+        model(example)
+    return model.eval()
 
 
-def make_model(how):
+def make_model(how, spec):
     import torch
     import torchvision
 
     source, name, kw = how
+    calib = torch.from_numpy(sample(spec, (8,) + tuple(spec["opt"][1:]), 7))
     torch.manual_seed(0)
 
     class First(torch.nn.Module):  # one tensor out: dict "out" (segmentation), or the first output
@@ -113,10 +113,10 @@ def make_model(how):
             return r.last_hidden_state if hasattr(r, "last_hidden_state") else r
 
     if source == "torchvision":
-        return realistic(getattr(torchvision.models, name)(weights=None, **kw)).eval()
+        return realistic(getattr(torchvision.models, name)(weights=None, **kw), calib)
     if source == "segmentation":
         m = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None)
-        return First(realistic(m)).eval()
+        return First(realistic(m, calib)).eval()
     import transformers as tf
 
     if name == "bert":
@@ -160,7 +160,7 @@ def export_one(args):
     meta = dict(model=name, exporter=exporter, ok=False)
     t0 = time.time()
     try:
-        model = make_model(how)
+        model = make_model(how, spec)
         input_name = "input_ids" if spec["kind"] == "tokens" else ("input_features" if spec["kind"] == "audio" else "x")
         example = torch.from_numpy(sample(spec, spec["opt"], 0))
         dims = {0: "batch"}

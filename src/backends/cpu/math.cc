@@ -50,8 +50,11 @@ struct Params {
 template <Un op, typename C>
 inline C apply(C x, const Params& p) {
   if constexpr (op == Un::kShrink) {
-    if (x < C(-p.lambd)) return C(x + C(p.bias));
-    if (x > C(p.lambd)) return C(x - C(p.bias));
+    // Compared and computed in double, as ONNX's reference does (numpy promotes to float): -lambd
+    // converted to an unsigned type would be undefined.
+    const double xd = double(x);
+    if (xd < -p.lambd) return C(xd + p.bias);
+    if (xd > p.lambd) return C(xd - p.bias);
     return C(0);
   } else {
     static_assert(std::is_floating_point_v<C>);

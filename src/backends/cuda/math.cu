@@ -31,8 +31,11 @@ struct UnParams {
 template <typename C>
 __device__ __forceinline__ C un_apply(Un op, C x, const UnParams& p) {
   if (op == Un::kShrink) {
-    if (x < C(-p.lambd)) return C(x + C(p.bias));
-    if (x > C(p.lambd)) return C(x - C(p.bias));
+    // Compared and computed in double, as ONNX's reference does (numpy promotes to float): -lambd
+    // converted to an unsigned type would be undefined.
+    const double xd = double(x);
+    if (xd < -p.lambd) return C(xd + p.bias);
+    if (xd > p.lambd) return C(xd - p.bias);
     return C(0);
   }
   if constexpr (std::is_integral_v<C>) {
