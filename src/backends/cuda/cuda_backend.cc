@@ -249,6 +249,12 @@ StatusOr<StreamResources*> stream_resources(cudaStream_t stream) {
   return slot.get();
 }
 
+std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
 std::vector<double> read_numbers(const void* data, DType dtype, int64_t n) {
   std::vector<double> out(size_t(std::max<int64_t>(n, 0)));
   for (int64_t i = 0; i < n; ++i) {

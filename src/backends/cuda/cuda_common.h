@@ -81,6 +81,9 @@ class HostParam {
   std::vector<int64_t> ints_;  // exact for integer constants (INT64_MAX ends of Slice)
 };
 
+// Row-major (contiguous) element strides of a shape.
+std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
+
 // Values of a host-readable integer tensor as int64 (floats truncate).
 std::vector<int64_t> read_int64s(const void* data, DType dtype, int64_t n);
 

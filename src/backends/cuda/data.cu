@@ -61,12 +61,6 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
   return launch_status("strided_gather_kernel");
 }
 
-std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int d = int(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
-  return s;
-}
-
 class TransposeKernel final : public CudaKernel {
  public:
   TransposeKernel(std::vector<int64_t> perm) : CudaKernel("cuda.Transpose"), perm_(std::move(perm)) {}
@@ -77,7 +71,7 @@ class TransposeKernel final : public CudaKernel {
       for (int d = r - 1; d >= 0; --d) perm.push_back(d);
     }
     if (int(perm.size()) != r || out[0].rank() != r) return invalid_argument(name_ + ": perm does not match the rank");
-    auto is = contiguous_strides(in[0].shape);
+    auto is = row_major_strides(in[0].shape);
     std::vector<int64_t> dims(r), strides(r);
     for (int d = 0; d < r; ++d) {
       if (perm[d] < 0 || perm[d] >= r) return invalid_argument(name_ + ": perm entry out of range");
@@ -118,7 +112,7 @@ class SliceKernel final : public CudaKernel {
     if (en.size() != n || (!ax.empty() && ax.size() != n) || (!sp.empty() && sp.size() != n)) {
       return invalid_argument("Slice: starts, ends, axes and steps differ in length");
     }
-    auto is = contiguous_strides(x.shape);
+    auto is = row_major_strides(x.shape);
     std::vector<int64_t> first(r, 0), step(r, 1), len(x.shape.begin(), x.shape.end());
     std::vector<bool> seen(r, false);
     for (size_t i = 0; i < n; ++i) {
@@ -169,10 +163,10 @@ class DepthToSpaceKernel final : public CudaKernel {
     // The input viewed as 6-D, then read in output order [n, c, h, b1, w, b2].
     std::vector<int64_t> dims = {n, c, h, b, w, b}, strides;
     if (crd_) {  // [n, c, b1, b2, h, w]
-      auto s = contiguous_strides(std::vector<int64_t>{n, c, b, b, h, w});
+      auto s = row_major_strides(std::vector<int64_t>{n, c, b, b, h, w});
       strides = {s[0], s[1], s[4], s[2], s[5], s[3]};
     } else {  // DCR: [n, b1, b2, c, h, w]
-      auto s = contiguous_strides(std::vector<int64_t>{n, b, b, c, h, w});
+      auto s = row_major_strides(std::vector<int64_t>{n, b, b, c, h, w});
       strides = {s[0], s[3], s[4], s[1], s[5], s[2]};
     }
     return strided_gather(x.data, out[0].data, dims, strides, 0, dtype_size(x.dtype), stream_);

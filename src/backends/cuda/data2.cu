@@ -59,12 +59,6 @@ bool host_readable(const KernelQuery& q, size_t i) {
   return v.constant.has_value() || v.sym_value.has_value();
 }
 
-std::vector<int64_t> strides_of(std::span<const int64_t> shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int d = int(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
-  return s;
-}
-
 // ---- Split ----
 
 class SplitKernel final : public CudaKernel {
@@ -151,7 +145,7 @@ Status launch_axis_map(const TensorView& x, const TensorView& y, std::span<const
   AxisMapArgs a{};
   a.rank = r;
   a.mode = int(mode);
-  auto st = strides_of(x.shape);
+  auto st = row_major_strides(x.shape);
   for (int d = 0; d < r; ++d) {
     a.out_dims[d] = y.shape[d], a.in_dims[d] = x.shape[d], a.in_strides[d] = st[d],
     a.begin[d] = begin[d];
@@ -417,7 +411,7 @@ Status elements_args(const std::string& name, int64_t axis_attr, const TensorVie
   if (r < 1 || r > kMaxRank || indices.rank() != r || axis < 0 || axis >= r) {
     return invalid_argument(name + ": bad axis or ranks");
   }
-  auto st = strides_of(data.shape);
+  auto st = row_major_strides(data.shape);
   a->rank = r;
   a->axis = int(axis);
   a->axis_dim = data.shape[axis];

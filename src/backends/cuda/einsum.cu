@@ -54,12 +54,6 @@ __global__ void einsum_kernel(EinsumArgs a, T* y, int64_t n) {
   }
 }
 
-std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
-  return st;
-}
-
 class EinsumKernel final : public CudaKernel {
  public:
   explicit EinsumKernel(std::string equation) : CudaKernel("cuda.Einsum"), equation_(std::move(equation)) {}
