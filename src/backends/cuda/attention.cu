@@ -62,22 +62,6 @@ bool float_type_ok(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
 }
 
-template <typename T, typename F>
-__device__ T block_reduce(T v, F op, T* shared, T identity) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  int nw = (blockDim.x + 31) >> 5;
-  v = threadIdx.x < nw ? shared[threadIdx.x] : identity;
-  if (warp == 0) {
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  return shared[0];
-}
 struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };

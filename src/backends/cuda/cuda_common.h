@@ -90,6 +90,30 @@ std::vector<int64_t> read_int64s(const void* data, DType dtype, int64_t n);
 // Values of a host-readable tensor as doubles (any numeric dtype).
 std::vector<double> read_numbers(const void* data, DType dtype, int64_t n);
 
+// Calls f(E{}) with E an unsigned integer of the element size (data movement works on bytes, so
+// one instantiation per size serves every dtype); kUnsupported naming `what` for other sizes, else
+// the launch status, named after `kernel` when given.
+template <typename F>
+Status by_element_size(size_t es, const std::string& what, F&& f, const char* kernel = nullptr) {
+  switch (es) {
+    case 1:
+      f(uint8_t{});
+      break;
+    case 2:
+      f(uint16_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    case 8:
+      f(uint64_t{});
+      break;
+    default:
+      return unsupported(what + ": elements of " + std::to_string(es) + " bytes");
+  }
+  return launch_status(kernel ? kernel : what.c_str());
+}
+
 // How a GEMM or convolution computes: the precision the plan assigned to the node (q.precision).
 enum class MathMode { kFp32, kTf32, kFp16, kBf16 };
 MathMode math_mode(const KernelQuery& q);

@@ -18,27 +18,6 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 256;
 
-// Calls f(E{}) with E an unsigned integer of the element size.
-template <typename F>
-Status by_element_size(size_t es, const std::string& what, F&& f) {
-  switch (es) {
-    case 1:
-      f(uint8_t{});
-      break;
-    case 2:
-      f(uint16_t{});
-      break;
-    case 4:
-      f(uint32_t{});
-      break;
-    case 8:
-      f(uint64_t{});
-      break;
-    default:
-      return unsupported(what + ": elements of " + std::to_string(es) + " bytes");
-  }
-  return launch_status(what.c_str());
-}
 
 // Element sizes the copy kernels move: refused at build time otherwise.
 Status require_element_size(const KernelQuery& q, DType t) {

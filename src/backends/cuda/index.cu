@@ -174,24 +174,7 @@ class ReverseSequenceKernel final : public CudaKernel {
           static_cast<const E*>(x.data), static_cast<E*>(y.data), lens.data, int(lens.dtype), batch,
           steps, inner, batch_axis_, n);
     };
-    switch (dtype_size(x.dtype)) {
-      case 1:
-        launch(uint8_t{});
-        break;
-      case 2:
-        launch(uint16_t{});
-        break;
-      case 4:
-        launch(uint32_t{});
-        break;
-      case 8:
-        launch(uint64_t{});
-        break;
-      default:
-        return unsupported(name_ + ": elements of " + std::to_string(dtype_size(x.dtype)) +
-                           " bytes");
-    }
-    return launch_status("reverse_sequence_kernel");
+    return by_element_size(dtype_size(x.dtype), name_, launch, "reverse_sequence_kernel");
   }
 
  private:

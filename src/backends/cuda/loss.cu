@@ -67,22 +67,6 @@ __global__ void nll_kernel(LossArgs a, int64_t rows) {
   }
 }
 
-template <typename F>
-__device__ double block_reduce(double v, F op, double* shared, double identity) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  int nw = (blockDim.x + 31) >> 5;
-  v = threadIdx.x < nw ? shared[threadIdx.x] : identity;
-  if (warp == 0) {
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  return shared[0];
-}
 struct SumOp {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
@@ -98,7 +82,7 @@ __global__ void sce_kernel(LossArgs a) {
   double mx = -INFINITY;
   for (int64_t k = threadIdx.x; k < a.c; k += blockDim.x)
     mx = fmax(mx, load_as<double>(a.x, a.x_dtype, base + k * a.d));
-  mx = block_reduce(mx, MaxOp(), sh, -INFINITY);
+  mx = block_reduce<double>(mx, MaxOp(), sh, -INFINITY);
   double s = 0;
   for (int64_t k = threadIdx.x; k < a.c; k += blockDim.x)
     s += exp(load_as<double>(a.x, a.x_dtype, base + k * a.d) - mx);

@@ -328,24 +328,7 @@ class CenterCropPadKernel final : public CudaKernel {
       center_crop_pad_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(static_cast<const E*>(x.data),
                                                                      static_cast<E*>(y.data), a, n);
     };
-    switch (dtype_size(x.dtype)) {
-      case 1:
-        launch(uint8_t{});
-        break;
-      case 2:
-        launch(uint16_t{});
-        break;
-      case 4:
-        launch(uint32_t{});
-        break;
-      case 8:
-        launch(uint64_t{});
-        break;
-      default:
-        return unsupported(name_ + ": elements of " + std::to_string(dtype_size(x.dtype)) +
-                           " bytes");
-    }
-    return launch_status("center_crop_pad_kernel");
+    return by_element_size(dtype_size(x.dtype), name_, launch, "center_crop_pad_kernel");
   }
 };
 
