@@ -54,12 +54,22 @@ if [ -z "${KILN_ONNX_TESTS:-}" ] && [ ! -d "$CORPUS/node" ]; then
   bash scripts/fetch_onnx_tests.sh "$BUILD/onnx-tests" >"$LOG/fetch_onnx_tests.log" 2>&1
 fi
 if [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "$CORPUS/node" ]; then
-  "$BUILD/tests/conformance/kiln_node_tests" --device=cuda --data="$CORPUS" \
-    --manifest=tests/conformance/exclusions.txt --ops-tsv="$LOG/ops_cuda.tsv" >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
+  NT="$BUILD/tests/conformance/kiln_node_tests"
+  "$NT" --device=cpu --data="$CORPUS" --manifest=tests/conformance/exclusions.txt \
+    --json="$LOG/node_tests_cpu.json" >"$LOG/node_tests_cpu.log" 2>&1
+  status "node tests (cpu)" "$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$LOG/node_tests_cpu.log")"
+  "$NT" --device=cuda --data="$CORPUS" --manifest=tests/conformance/exclusions.txt \
+    --manifest=tests/conformance/exclusions_cuda.txt --verbose --json="$LOG/node_tests_cuda.json" \
+    --ops-tsv="$LOG/ops_cuda.tsv" >"$LOG/node_tests_cuda.log" 2>&1; rc=$?
   # docs/ops.md's CUDA columns are made from this file (copy it to docs/ops_cuda.tsv, then
   # scripts/gen_ops_doc.sh); its header names the GPU and the date.
   [ -f "$LOG/ops_cuda.tsv" ] && sed -i "1s/\$/ on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)/" "$LOG/ops_cuda.tsv"
   status "node tests (cuda)" "rc=$rc $(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$LOG/node_tests_cuda.log")"
+  # Every test that passes on the CPU and not on CUDA must be in exclusions_cuda.txt.
+  python3 scripts/compare_node_runs.py "$LOG/node_tests_cpu.json" "$LOG/node_tests_cuda.json" \
+    >"$LOG/node_tests_diff.txt" 2>&1; rc=$?
+  status "node tests (cpu vs cuda)" "rc=$rc $(tail -1 "$LOG/node_tests_diff.txt")"
+  gzip -f "$LOG/node_tests_cpu.json" "$LOG/node_tests_cuda.json"
 else
   status "node tests (cuda)" "skipped: no corpus at $CORPUS (see $LOG/fetch_onnx_tests.log)"
 fi

@@ -200,6 +200,7 @@ def export_one(args):
             for o, y in zip(meta["outputs"], sess.run(None, {meta["input"]: x})):
                 np.save(f"{base}.ref{k}.{file_stem(o)}.npy", y)
             meta["sets"].append(list(shape))
+        meta["torch_cosine"] = torch_peer_cosines(model, spec, base, meta)
         meta["ok"] = True
     except Exception as e:  # recorded: one exporter's failure is a row of the table, not the end
         lines = [l for l in str(e).strip().splitlines() if l.strip()]
@@ -207,6 +208,42 @@ def export_one(args):
     with open(base + ".meta.json", "w") as f:
         json.dump(meta, f)
     return meta
+
+
+def cosine(got, ref):
+    import numpy as np
+
+    got, ref = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    denom = np.linalg.norm(got) * np.linalg.norm(ref)
+    return float(np.dot(got, ref) / denom) if denom > 0 else float(np.array_equal(got, ref))
+
+
+def torch_peer_cosines(model, spec, base, meta):
+    """PyTorch's own reduced-precision error on the GPU, as context for kiln's TF32 and FP16 cells:
+    the worst cosine against the same ONNX Runtime reference of the model run with TF32 matmuls and
+    convolutions, and under torch.autocast(float16). None without a GPU."""
+    import numpy as np
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    model = model.cuda()
+    worst = dict(tf32=1.0, fp16=1.0)
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        for k in range(len(meta["sets"])):
+            x = torch.from_numpy(np.load(f"{base}.in{k}.npy")).cuda()
+            ref = np.load(f"{base}.ref{k}.{file_stem(meta['outputs'][0])}.npy")
+            with torch.no_grad():
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+                worst["tf32"] = min(worst["tf32"], cosine(model(x).float().cpu().numpy(), ref))
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+                with torch.autocast("cuda", dtype=torch.float16):
+                    worst["fp16"] = min(worst["fp16"], cosine(model(x).float().cpu().numpy(), ref))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+        model.cpu()
+    return worst
 
 
 def file_stem(name):  # as the kiln CLI names an output's .npy (tools/kiln/run_cmd.cc)
@@ -263,8 +300,7 @@ def run_one(args):
             diff = np.abs(got - ref)
             max_abs = float(diff.max()) if diff.size else 0.0
             max_rel = float((diff / np.maximum(np.abs(ref), 1e-12)).max()) if diff.size else 0.0
-            denom = np.linalg.norm(got) * np.linalg.norm(ref)
-            cos = float(np.dot(got.ravel(), ref.ravel()) / denom) if denom > 0 else float(np.array_equal(got, ref))
+            cos = cosine(got, ref)
             worst["max_abs"] = max(worst["max_abs"], max_abs)
             worst["max_rel"] = max(worst["max_rel"], max_rel)
             worst["cosine"] = min(worst["cosine"], cos)
@@ -298,7 +334,9 @@ def write_doc(path, metas, rows, configs):
              "shapes inside the profile. Each cell: pass/FAIL, worst max abs error, worst cosine over both shapes and "
              "all outputs, build seconds. Strict FP32 passes on |kiln - ref| <= 1e-4 + 1e-3*|ref| everywhere, or "
              "(marked `cos`, an ill-conditioned reference) cosine >= 0.99999; TF32 and FP16 on cosine >= 0.999. "
-             "Output shapes must equal the reference's.", "",
+             "Output shapes must equal the reference's. "
+             "In brackets after a TF32 or FP16 cell: PyTorch's own worst cosine on the GPU against the same reference "
+             "(TF32 matmuls and convolutions; torch.autocast float16), for context.", "",
              "| model | exporter | nodes / ops | " + " | ".join(configs) + " |",
              "|---|---|---|" + "---|" * len(configs)]
     for m in metas:
@@ -314,7 +352,9 @@ def write_doc(path, metas, rows, configs):
             else:
                 tag = "pass" if r["ok"] else "**FAIL**"
                 crit = " cos" if r.get("criterion") == "cos" and c.endswith("fp32") else ""
-                cells.append(f"{tag}{crit} {r['max_abs']:.2e} / {r['cosine']:.6f} / {r['build_s']}s")
+                peer = (m.get("torch_cosine") or {}).get(c.split("-")[-1])
+                peer = f" (torch {peer:.6f})" if peer is not None else ""
+                cells.append(f"{tag}{crit} {r['max_abs']:.2e} / {r['cosine']:.6f}{peer} / {r['build_s']}s")
         what = f"{m['nodes']} / {len(m['ops'])}" if m["ok"] else "export failed: " + m.get("error", "")[:160].replace("|", "/")
         lines.append(f"| {m['model']} | {m['exporter']} | {what} | " + " | ".join(cells) + " |")
     with open(path, "w") as f:

@@ -240,6 +240,65 @@ TEST(CudaErrors, DeviceOutOfMemoryNamesTheAmount) {
   b->deallocate(*small);
 }
 
+// x: float32[n, 1] -> y[n] = ReduceSum(x * x^T, axis 1). The [n, n] product lives only in the
+// activation arena, so n = 200000 asks for 160 GB of device memory from an 800 KB input.
+Network outer_product_network() {
+  Network net;
+  ir::Graph& g = net.graph;
+  g.opsets[""] = 17;
+  auto value = [&g](const std::string& name) { return g.add_value(name); };
+  int x = value("x"), xt = value("xt"), prod = value("prod"), axes = value("axes"), y = value("y");
+  g.values[x].dtype = DType::kFloat32;
+  g.values[x].shape = std::vector<ir::Dim>{ir::Dim::symbol("n"), ir::Dim(1)};
+  g.values[axes].constant = make_i64({1}, {1});
+  g.values[axes].dtype = DType::kInt64;
+  g.values[axes].shape = std::vector<ir::Dim>{ir::Dim(1)};
+  auto node = [&g](std::string name, std::string op, std::vector<int> in, int out) {
+    ir::Node n;
+    n.name = std::move(name);
+    n.op_type = std::move(op);
+    n.opset = 17;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g.nodes.push_back(std::move(n));
+  };
+  node("transpose", "Transpose", {x}, xt);
+  node("outer", "MatMul", {x, xt}, prod);
+  node("row_sums", "ReduceSum", {prod, axes}, y);
+  ir::Attribute keep;
+  keep.type = ir::AttrType::kInt;
+  keep.i = 0;
+  g.nodes.back().attrs.set("keepdims", keep);
+  g.inputs = {x};
+  g.outputs = {y};
+  return net;
+}
+
+TEST(CudaErrors, RunNeedingMoreMemoryThanTheCardHasIsOutOfMemory) {
+  REQUIRE_CUDA();
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 1}, {4, 1}, {1 << 20, 1}).ok());
+  config.add_profile(p);
+  auto engine = Builder(Device::kCUDA).build(outer_product_network(), config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  const int64_t n = 200000;  // the [n, n] float product: 160 GB, more than any card kiln runs on
+  auto huge = (*ctx)->run({{"x", random_f32({n, 1}, 3)}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kOutOfMemory) << huge.status().to_string();
+  EXPECT_NE(huge.status().message().find("activation memory"), std::string::npos) << huge.status().message();
+  // The same context still runs a shape that fits, and computes x_i * sum(x).
+  auto small = (*ctx)->run({{"x", make_f32({3, 1}, {1, 2, -4})}});
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  ASSERT_EQ(small->at("y").shape(), (Shape{3}));
+  const float* y = small->at("y").data_as<float>();
+  EXPECT_FLOAT_EQ(y[0], -1.0f);
+  EXPECT_FLOAT_EQ(y[1], -2.0f);
+  EXPECT_FLOAT_EQ(y[2], 4.0f);
+}
+
 TEST(CudaErrors, BadInputsGetTheCpuErrors) {
   REQUIRE_CUDA();
   auto cpu = build_model(models_dir() + "/testmod_linear/model.onnx", shared_model_profile("testmod_linear"));

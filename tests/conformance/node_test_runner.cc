@@ -34,7 +34,7 @@ namespace {
 struct Options {
   std::string data_dir;
   std::string filter;
-  std::string manifest;
+  std::vector<std::string> manifests;  // --manifest, repeatable (the CUDA run adds exclusions_cuda.txt)
   std::string json;
   std::string list_ops;  // markdown output path, "-" for stdout
   std::string ops_tsv;   // per-op results of this run's device, for docs/ops.md's device columns
@@ -564,6 +564,7 @@ void assign_ops(std::vector<TestCase>& tests) {
 struct ManifestEntry {
   std::string pattern;  // a test name, or a prefix ending in '*'
   std::string reason;
+  std::string file;
   int line = 0;
   bool used = false;
 };
@@ -586,7 +587,7 @@ StatusOr<std::vector<ManifestEntry>> read_manifest(const std::string& path) {
       return invalid_argument(path + ":" + std::to_string(n) + ": '" + head +
                               "' has no reason (write 'test_name  # reason')");
     }
-    entries.push_back(ManifestEntry{head, reason, n});
+    entries.push_back(ManifestEntry{head, reason, path, n});
   }
   return entries;
 }
@@ -783,7 +784,7 @@ bool parse_args(int argc, char** argv, Options* opt) {
     } else if (auto v = value("--filter")) {
       opt->filter = *v;
     } else if (auto v = value("--manifest")) {
-      opt->manifest = *v;
+      opt->manifests.push_back(*v);
     } else if (auto v = value("--json")) {
       opt->json = *v;
     } else if (auto v = value("--list-ops")) {
@@ -815,7 +816,7 @@ bool parse_args(int argc, char** argv, Options* opt) {
       opt->fork = false;
     } else {
       std::cerr << "kiln_node_tests: unknown argument '" << a << "'\n"
-                << "usage: kiln_node_tests --data=DIR [--filter=SUBSTR] [--manifest=FILE] "
+                << "usage: kiln_node_tests --data=DIR [--filter=SUBSTR] [--manifest=FILE]... "
                    "[--device=cpu|cuda] [--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] [--timeout=S] "
                    "[--no-fork] [--list-ops[=FILE] [--cuda-results=TSV]] [--ops-tsv=FILE]\n";
       return false;
@@ -864,13 +865,13 @@ int main_impl(int argc, char** argv) {
     return 2;
   }
   std::vector<ManifestEntry> manifest;
-  if (!opt.manifest.empty()) {
-    auto m = read_manifest(opt.manifest);
+  for (const std::string& path : opt.manifests) {
+    auto m = read_manifest(path);
     if (!m.ok()) {
       std::cerr << "kiln_node_tests: " << m.status().to_string() << "\n";
       return 2;
     }
-    manifest = std::move(*m);
+    manifest.insert(manifest.end(), m->begin(), m->end());
   }
   assign_ops(tests);
   for (TestCase& tc : tests) {
@@ -961,7 +962,8 @@ int main_impl(int argc, char** argv) {
   }
   for (const ManifestEntry& e : manifest) {
     if (!e.used && opt.filter.empty()) {
-      std::printf("manifest line %d matches no test: %s\n", e.line, e.pattern.c_str());
+      std::printf("manifest %s line %d matches no test: %s\n", e.file.c_str(), e.line,
+                  e.pattern.c_str());
     }
   }
   for (const auto& [set, c] : per_set) {
