@@ -1,32 +1,69 @@
-"""PyTorch eager peer for gpu_bench: the same architectures as the shared models (torchvision
-MobileNetV3-small and the 4-layer ViT of make_models.py), on the GPU, inputs resident, FP32 with
-TF32 off and on, and FP16 autocast. Prints lines in gpu_bench's format."""
-import sys, time
-import torch, torchvision
-from torchvision.models.vision_transformer import VisionTransformer
+#!/usr/bin/env python3
+"""PyTorch's side of scripts/gpu_perf.sh: the models of bench/perf_models.py on the GPU in FP16
+(model.half(); channels-last for the CNNs, as a speed-minded PyTorch user runs them), inputs
+resident on the device, timed like kiln (median of N runs after warm-up, each synchronized): eager,
+and torch.compile in the modes that win at each batch (reduce-overhead, CUDA graphs, at batch 1;
+default and max-autotune at batch 64). One JSON line per measurement.
 
-iters = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-dev = torch.device("cuda")
-models = {
-    "mobilenet_v3_small": torchvision.models.mobilenet_v3_small(num_classes=1000),
-    "vit_tiny": VisionTransformer(image_size=224, patch_size=16, num_layers=4, num_heads=3, hidden_dim=192, mlp_dim=768),
-}
-for name, m in models.items():
-    m = m.to(dev).eval()
-    for prec in ("fp32", "tf32", "fp16"):
-        torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-        torch.backends.cudnn.allow_tf32 = prec == "tf32"
-        for batch in (1, 8):
-            x = torch.randn(batch, 3, 224, 224, device=dev)
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=prec == "fp16"):
-                for _ in range(10):
-                    m(x)
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(iters):
-                    t0 = time.perf_counter()
-                    m(x)
-                    torch.cuda.synchronize()
-                    ts.append((time.perf_counter() - t0) * 1e3)
-            ts.sort()
-            print(f"torch {name:<19} {prec:<5} batch {batch:2d} eager    median {ts[len(ts)//2]:8.3f} ms  min {ts[0]:8.3f} ms", flush=True)
+  python3 bench/torch_peer.py ITERS BATCHES MODEL [MODE ...]
+"""
+import json
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import perf_models  # noqa: E402
+
+
+def median_ms(fn, x, iters):
+    with torch.no_grad():
+        for _ in range(10):
+            fn(x)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn(x)
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    iters, batches, name, modes = int(sys.argv[1]), [int(b) for b in sys.argv[2].split(",")], sys.argv[3], sys.argv[4:]
+    _, _, shape, cnn = perf_models.PERF[name]
+    model, example = perf_models.make(name)
+    model = model.cuda().half()
+    if cnn:
+        model = model.to(memory_format=torch.channels_last)
+    for mode in modes or ["eager"]:
+        for batch in batches:
+            x = example.repeat((batch,) + (1,) * len(shape)).cuda()
+            if x.is_floating_point():
+                x = x.half()
+                if cnn:
+                    x = x.contiguous(memory_format=torch.channels_last)
+            t0 = time.time()
+            try:
+                if mode == "eager":
+                    fn = model
+                else:
+                    torch._dynamo.reset()
+                    fn = torch.compile(model, mode=None if mode == "default" else mode)
+                    with torch.no_grad():
+                        fn(x)  # compiles
+                compile_s = round(time.time() - t0, 1)
+                ms = median_ms(fn, x, iters)
+                row = dict(model=name, batch=batch, mode=mode, median_ms=ms, compile_s=compile_s)
+            except Exception as e:  # a mode that fails is a row, not the end of the run
+                row = dict(model=name, batch=batch, mode=mode, error=f"{type(e).__name__}: {str(e)[:200]}")
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

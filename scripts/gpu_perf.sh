@@ -1,26 +1,59 @@
 #!/usr/bin/env bash
-# Run on the GPU host from the repository root, after scripts/gpu.sh built build-gpu: kiln's
-# latency per shared model with device-resident IO (CUDA graph and plain stream), then PyTorch on
-# the same architectures in the same run (eager, and torch.compile where it is installed), medians
-# after warm-up. Logs go to $OUT when set, else build-gpu/logs.
+# The benchmark, run on the GPU host from the repository root after scripts/gpu.sh built build-gpu.
+# Exports ResNet-50, MobileNetV3-Large, ViT-B/16 and BERT-base (seq 128) with seeded random weights
+# (bench/perf_models.py), builds kiln engines for batch 1..64 (opt 64) in TF32 and FP16, times them
+# with device-resident IO in CUDA graphs (kiln bench --useCudaGraph --noDataTransfers), then
+# PyTorch FP16 on the same models in the same run (bench/torch_peer.py: eager and torch.compile),
+# and writes docs/performance.md (bench/perf_report.py). Medians over KILN_BENCH_ITERS runs (200).
+# KILN_PERF_MODELS and KILN_PERF_TORCH_MODES narrow the run; logs go to $OUT, else build-gpu/perf.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOG=${OUT:-build-gpu/logs}
+LOG=${OUT:-build-gpu/perf}
 mkdir -p "$LOG"
-export KILN_MODELS_DIR=${KILN_MODELS_DIR:-$PWD/.gpu_models}
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
-ITERS=${KILN_BENCH_ITERS:-100}
-nvidia-smi -L 2>&1 | tee "$LOG/bench.log"
-if [ -x "$BUILD/bench/gpu_bench" ]; then
-  "$BUILD/bench/gpu_bench" "$KILN_MODELS_DIR" "$ITERS" >>"$LOG/bench.log" 2>&1
-  if python3 -c "import torch, torchvision" 2>/dev/null; then
-    python3 bench/torch_peer.py "$ITERS" >>"$LOG/bench.log" 2>&1
-  else
-    echo "PyTorch peer skipped: torch/torchvision not importable" >>"$LOG/bench.log"
-  fi
-  echo "== benchmark (median ms; kiln: device-resident IO, execute() incl. sync; torch: eager + sync)" 
-  cat "$LOG/bench.log"
+KILN=$BUILD/tools/kiln/kiln
+ITERS=${KILN_BENCH_ITERS:-200}
+MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 bert_base_s128}
+DIR=$BUILD/perf-models
+[ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
+nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
+python3 bench/perf_models.py export "$DIR" >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
+
+: >"$LOG/kiln_builds.jsonl"
+for m in $MODELS; do
+  read -r input shape < <(python3 -c "import json;j=json.load(open('$DIR/$m.json'));print(j['input'],'x'.join(map(str,j['shape'])))")
+  for prec in fp16 tf32; do
+    engine=$DIR/$m.$prec.kiln
+    flags=(--onnx="$DIR/$m.onnx" --device=cuda --minShapes="$input:1x$shape" --optShapes="$input:64x$shape"
+           --maxShapes="$input:64x$shape" --saveEngine="$engine")
+    [ $prec = fp16 ] && flags+=(--fp16)
+    t0=$(date +%s.%N)
+    if ! "$KILN" build "${flags[@]}" >"$LOG/build.$m.$prec.log" 2>&1; then
+      echo "kiln build $m $prec FAILED: $(tail -3 "$LOG/build.$m.$prec.log")" | tee -a "$LOG/perf.log"; continue
+    fi
+    secs=$(python3 -c "import time;print(round(time.time()-$t0,1))")
+    act=$("$KILN" inspect "$engine" 2>/dev/null | grep -m1 -i "activation memory" | sed 's/^ *//')
+    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"build_s\": $secs, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    for b in 1 64; do
+      "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$shape" --useCudaGraph --noDataTransfers \
+        --iterations="$ITERS" --warmUp=500 --exportTimes="$LOG/kiln.$m.$prec.b$b.json" >"$LOG/bench.$m.$prec.b$b.log" 2>&1 \
+        || echo "kiln bench $m $prec b$b FAILED: $(tail -3 "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
+      echo "kiln $m $prec batch $b: $(grep -m1 'latency (ms)' "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
+    done
+  done
+done
+
+: >"$LOG/torch.jsonl"
+if python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
+  for m in $MODELS; do
+    for spec in "1:eager reduce-overhead" "64:eager default max-autotune"; do
+      b=${spec%%:*}; modes=${spec#*:}
+      [ -n "${KILN_PERF_TORCH_MODES:-}" ] && modes=$KILN_PERF_TORCH_MODES
+      python3 bench/torch_peer.py "$ITERS" "$b" "$m" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
+    done
+  done
 else
-  echo "gpu_perf: $BUILD/bench/gpu_bench is missing: run scripts/gpu.sh first" >&2
-  exit 1
+  echo "PyTorch peer skipped: torch, torchvision or transformers not importable" | tee -a "$LOG/perf.log"
 fi
+python3 bench/perf_report.py "$LOG" docs/performance.md "scripts/gpu_perf.sh" | tee -a "$LOG/perf.log"
+cp docs/performance.md "$LOG/performance.md"

@@ -200,10 +200,9 @@ constexpr FlagDef kFlags[] = {
     {"streams", "N", kCmdAll, kRef, T, kOneStream},
     {"infStreams", "N", kCmdAll, kRef, T, kOneStream},
     {"threads", "", kCmdAll, kRef, T, kOneStream},
-    {"noDataTransfers", "", kCmdAll, kRef, T,
-     "kiln bench times a GPU engine's run() with its host-device copies and reports the "
-     "host-to-device, compute and device-to-host medians apart: the compute median is the time "
-     "without transfers (a cpu engine has no transfers)"},
+    {"noDataTransfers", "", N, kAcc, T,
+     "GPU engines: inputs and outputs stay in device buffers bound once (copied there once "
+     "before timing), and each timed run is execute() with no host-device copies"},
     {"useSpinWait", "", kCmdAll, kRef, T, "kiln has no spin-wait synchronization option"},
     {"sleepTime", "MS", kCmdAll, kRef, T, "kiln bench runs back to back, with no sleep"},
     {"idleTime", "MS", kCmdAll, kRef, T, "kiln bench runs back to back, with no sleep"},
