@@ -1,6 +1,7 @@
 // BuildState: what the passes of the pipeline share while an engine is built.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "backends/backend.h"
@@ -26,10 +27,18 @@ struct BuildState {
 Status check_supported(BuildState& s);
 Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
+Status fold_batch_norm(BuildState& s);
+Status assign_precision(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
 Status plan_memory(BuildState& s);
+
+// assign_precision's core, for tests: whether an implementation supports `node` with these
+// input and output values (typed as the pass would make them).
+using PrecisionSupportsFn = std::function<bool(const ir::Node& node, const std::vector<const ir::Value*>& inputs,
+                                               const std::vector<const ir::Value*>& outputs)>;
+Status assign_precision(ir::Graph* g, DType reduced, const PrecisionSupportsFn& supports);
 
 // Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
 Status fold_node(ir::Graph& graph, int node_index);

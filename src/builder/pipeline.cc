@@ -15,6 +15,8 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"check_supported", check_supported},            // every unsupported node, listed at once
       {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
       {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
+      {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
+      {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile
       {"select_kernels", select_kernels},              // a kernel (tactic) per node

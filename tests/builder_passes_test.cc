@@ -1,0 +1,174 @@
+// The builder's graph passes, each on IR text in and IR text out, and end to end through a built
+// engine: fold_batch_norm.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "backends/backend.h"
+#include "builder/build_state.h"
+#include "ir/rewrite.h"
+#include "ir/text.h"
+#include "kiln.h"
+#include "model_util.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+ir::Graph parse(const std::string& text) {
+  auto g = ir::parse_text(text, {});
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? std::move(g).value() : ir::Graph{};
+}
+
+// Runs one pass over `g` as the pipeline would (CPU backend, default config).
+std::string run_pass(Status (*pass)(builder::BuildState&), ir::Graph g) {
+  BuilderConfig config;
+  builder::BuildState s{std::move(g), config, **backends::get_backend(Device::kCPU)};
+  Status st = pass(s);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(s.graph).ok()) << ir::verify(s.graph).to_string();
+  ir::compact(&s.graph);
+  return ir::to_text(s.graph);
+}
+
+// Conv (1x1, two channels, with bias) -> BatchNormalization -> Relu.
+const char* kConvBn = R"(graph g(%x: float32[n, 2, 2, 2]) -> (%y: float32[n, 2, 2, 2]) {
+  opset ai.onnx 17
+  %w: float32[2, 2, 1, 1] = dense<[1.0, 2.0, 3.0, 4.0]>
+  %b: float32[2] = dense<[0.5, -1.0]>
+  %scale: float32[2] = dense<[2.0, 0.5]>
+  %shift: float32[2] = dense<[1.0, 0.0]>
+  %mean: float32[2] = dense<[0.5, 1.0]>
+  %var: float32[2] = dense<[3.0, 0.25]>
+  %c: float32[n, 2, 2, 2] = Conv(%x, %w, %b)  # conv
+  %bn: float32[n, 2, 2, 2] = BatchNormalization(%c, %scale, %shift, %mean, %var) {epsilon=1.0}  # bn
+  %y: float32[n, 2, 2, 2] = Relu(%bn)  # relu
+}
+)";
+
+TEST(FoldBatchNorm, FoldsIntoTheConvsWeightsAndBias) {
+  // s = scale / sqrt(var + 1) = [1, 0.5 / sqrt(1.25)]; W' = W * s per output channel;
+  // B' = (b - mean) * s + shift = [1, -2 * s1].
+  const double s1 = 0.5 / std::sqrt(1.25);
+  char w1[64], w2[64], b1[64];
+  std::snprintf(w1, sizeof w1, "%.9g", 3.0 * s1);
+  std::snprintf(w2, sizeof w2, "%.9g", 4.0 * s1);
+  std::snprintf(b1, sizeof b1, "%.9g", -2.0 * s1);
+  std::string text = run_pass(builder::fold_batch_norm, parse(kConvBn));
+  EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
+  EXPECT_NE(text.find("%bn: float32[n, 2, 2, 2] = Conv(%x, %conv_bn_weight, %conv_bn_bias)  # conv"),
+            std::string::npos)
+      << text;
+  ir::Graph g = parse(text);
+  const Tensor& w = *g.values[size_t(g.find_value("conv_bn_weight"))].constant;
+  const Tensor& b = *g.values[size_t(g.find_value("conv_bn_bias"))].constant;
+  EXPECT_FLOAT_EQ(float(w.float_at(0)), 1.0f);
+  EXPECT_FLOAT_EQ(float(w.float_at(1)), 2.0f);
+  EXPECT_FLOAT_EQ(float(w.float_at(2)), float(3.0 * s1)) << w1;
+  EXPECT_FLOAT_EQ(float(w.float_at(3)), float(4.0 * s1)) << w2;
+  EXPECT_FLOAT_EQ(float(b.float_at(0)), 1.0f);
+  EXPECT_FLOAT_EQ(float(b.float_at(1)), float(-2.0 * s1)) << b1;
+}
+
+TEST(FoldBatchNorm, LeavesWhatItCannotFold) {
+  // The Conv's output is also a graph output: folding would change it.
+  std::string shared = kConvBn;
+  shared.replace(shared.find("-> (%y: float32[n, 2, 2, 2])"), 28,
+                 "-> (%y: float32[n, 2, 2, 2], %c: float32[n, 2, 2, 2])");
+  EXPECT_NE(run_pass(builder::fold_batch_norm, parse(shared)).find("BatchNormalization"), std::string::npos);
+  // Statistics computed at run time.
+  std::string runtime_var = kConvBn;
+  runtime_var.replace(runtime_var.find("(%x: float32[n, 2, 2, 2])"), 25,
+                      "(%x: float32[n, 2, 2, 2], %var: float32[2])");
+  runtime_var.erase(runtime_var.find("  %var: float32[2] = dense<[3.0, 0.25]>\n"), 41);
+  EXPECT_NE(run_pass(builder::fold_batch_norm, parse(runtime_var)).find("BatchNormalization"),
+            std::string::npos);
+}
+
+TEST(FoldBatchNorm, EngineMatchesTheUnfoldedGraph) {
+  // The folded engine against the same Conv and BatchNormalization run by the reference kernels.
+  ir::Graph g = parse(kConvBn);
+  Network net;
+  net.graph = g;
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 2, 2, 2}, {3, 2, 2, 2}, {3, 2, 2, 2}).ok());
+  config.add_profile(p);
+  auto engine = Builder().build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  ASSERT_EQ(engine->num_layers(), 2);  // Conv (folded) and Relu
+  for (const LayerInfo& l : engine->layers()) EXPECT_NE(l.op_type, "BatchNormalization");
+  Tensor x = random_f32({3, 2, 2, 2}, 11);
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto out = (*ctx)->run({{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const std::vector<std::pair<DType, Shape>> out_type = {{DType::kFloat32, Shape{3, 2, 2, 2}}};
+  auto conv = run_cpu_kernel(g.nodes[0], {x, *g.values[1].constant, *g.values[2].constant}, out_type);
+  ASSERT_TRUE(conv.ok()) << conv.status().to_string();
+  std::vector<Tensor> bn_in = {conv->at(0)};
+  for (int v = 3; v <= 6; ++v) bn_in.push_back(*g.values[size_t(v)].constant);
+  auto bn = run_cpu_kernel(g.nodes[1], bn_in, out_type);
+  ASSERT_TRUE(bn.ok()) << bn.status().to_string();
+  auto relu = run_cpu_kernel(g.nodes[2], {bn->at(0)}, out_type);
+  ASSERT_TRUE(relu.ok());
+  ErrorStats e = error_stats(out->at("y"), relu->at(0));
+  EXPECT_LE(e.max_abs, 1e-6) << e.max_abs;
+}
+
+// ---- assign_precision ----
+
+// Conv -> Relu -> Softmax -> Pow -> output, and the Relu's output also an engine output.
+const char* kMixed = R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
+  opset ai.onnx 17
+  %w: float32[2, 2, 1, 1] = dense<[1.0, 2.0, 3.0, 4.0]>
+  %two: float32[] = dense<2.0>
+  %c: float32[1, 2, 2, 2] = Conv(%x, %w)  # conv
+  %r: float32[1, 2, 2, 2] = Relu(%c)  # relu
+  %s: float32[1, 2, 2, 2] = Softmax(%r)  # softmax
+  %y: float32[1, 2, 2, 2] = Pow(%s, %two)  # pow
+}
+)";
+
+std::string assign(const char* text, std::set<std::string> refuse = {}) {
+  ir::Graph g = parse(text);
+  auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return !refuse.count(n.op_type); };
+  Status st = builder::assign_precision(&g, DType::kFloat16, supports);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  ir::compact(&g);
+  return ir::to_text(g);
+}
+
+TEST(AssignPrecision, ActivationsStayReducedWithCastsOnlyAtBoundaries) {
+  // The Conv runs in FP16 (its weight converted at build), the Relu and the Softmax follow; Pow
+  // is FP32-class, so it gets its input cast back; the engine output %r keeps its type through
+  // a cast at the end.
+  EXPECT_EQ(assign(kMixed), R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
+  opset ai.onnx 17
+  %two: float32[] = dense<[2.0]>
+  %w_fp16: float16[2, 2, 1, 1] = dense<[1.0, 2.0, 3.0, 4.0]>
+  %x_fp16: float16[1, 2, 2, 2] = Cast(%x) {to=10}  # x_fp16_cast
+  %c: float16[1, 2, 2, 2] = Conv(%x_fp16, %w_fp16)  # conv
+  %r_fp16: float16[1, 2, 2, 2] = Relu(%c)  # relu
+  %s: float16[1, 2, 2, 2] = Softmax(%r_fp16)  # softmax
+  %s_fp32: float32[1, 2, 2, 2] = Cast(%s) {to=1}  # s_fp32_cast
+  %y: float32[1, 2, 2, 2] = Pow(%s_fp32, %two)  # pow
+  %r: float32[1, 2, 2, 2] = Cast(%r_fp16) {to=1}  # r_cast
+}
+)");
+}
+
+TEST(AssignPrecision, AnUnsupportedNodeStaysFloat32) {
+  // No FP16 Softmax: it runs in FP32 and the chain after it has no reduced input to follow.
+  std::string text = assign(kMixed, {"Softmax"});
+  EXPECT_NE(text.find("%s: float32[1, 2, 2, 2] = Softmax(%r_fp32)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%y: float32[1, 2, 2, 2] = Pow(%s, %two)"), std::string::npos) << text;
+  // Nothing supported: the graph is unchanged.
+  EXPECT_EQ(assign(kMixed, {"Conv", "Relu", "Softmax", "Pow"}), ir::to_text(parse(kMixed)));
+}
+
+}  // namespace
+}  // namespace kiln::testing
