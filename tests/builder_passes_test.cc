@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "backends/backend.h"
@@ -98,8 +99,9 @@ TEST(FoldBatchNorm, EngineMatchesTheUnfoldedGraph) {
   config.add_profile(p);
   auto engine = Builder().build(net, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  ASSERT_EQ(engine->num_layers(), 2);  // Conv (folded) and Relu
-  for (const LayerInfo& l : engine->layers()) EXPECT_NE(l.op_type, "BatchNormalization");
+  // One layer: the Conv with the BatchNormalization folded in, fused with the Relu after it.
+  ASSERT_EQ(engine->num_layers(), 1);
+  EXPECT_EQ(engine->layers()[0].op_type, "FusedConv");
   Tensor x = random_f32({3, 2, 2, 2}, 11);
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
@@ -168,6 +170,97 @@ TEST(AssignPrecision, AnUnsupportedNodeStaysFloat32) {
   EXPECT_NE(text.find("%y: float32[1, 2, 2, 2] = Pow(%s, %two)"), std::string::npos) << text;
   // Nothing supported: the graph is unchanged.
   EXPECT_EQ(assign(kMixed, {"Conv", "Relu", "Softmax", "Pow"}), ir::to_text(parse(kMixed)));
+}
+
+// ---- fuse_conv_activation ----
+
+std::string fuse(const std::string& text, bool supported = true) {
+  ir::Graph g = parse(text);
+  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return supported; };
+  Status st = builder::fuse_conv_activation(&g, supports);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  ir::compact(&g);
+  return ir::to_text(g);
+}
+
+// A residual block's end: Conv -> Add(identity) -> Relu; then Conv -> Clip(0, 6); then
+// Conv -> SiLU (x * Sigmoid(x)).
+const char* kConvChains = R"(graph g(%x: float32[1, 2, 4, 4]) -> (%y: float32[1, 2, 4, 4], %q: float32[1, 2, 4, 4]) {
+  opset ai.onnx 17
+  %w: float32[2, 2, 1, 1] = dense<[1.0, -2.0, 3.0, -4.0]>
+  %b: float32[2] = dense<[0.5, -0.5]>
+  %lo: float32[] = dense<0.0>
+  %hi: float32[] = dense<6.0>
+  %c: float32[1, 2, 4, 4] = Conv(%x, %w, %b)  # conv1
+  %a: float32[1, 2, 4, 4] = Add(%c, %x)  # residual
+  %r: float32[1, 2, 4, 4] = Relu(%a)  # relu
+  %c2: float32[1, 2, 4, 4] = Conv(%r, %w)  # conv2
+  %y: float32[1, 2, 4, 4] = Clip(%c2, %lo, %hi)  # relu6
+  %c3: float32[1, 2, 4, 4] = Conv(%y, %w, %b)  # conv3
+  %s: float32[1, 2, 4, 4] = Sigmoid(%c3)  # sig
+  %q: float32[1, 2, 4, 4] = Mul(%c3, %s)  # silu
+}
+)";
+
+TEST(FuseConvActivation, ResidualClipAndSiluChainsBecomeFusedConvs) {
+  std::string text = fuse(kConvChains);
+  for (const char* part : {
+           "%r: float32[1, 2, 4, 4] = kiln::FusedConv(%x, %w, %b, %x) {activation=\"relu\"}  # conv1",
+           "%y: float32[1, 2, 4, 4] = kiln::FusedConv(%r, %w, _) {activation=\"clip\", activation_params=[0.0, 6.0]}  # conv2",
+           "%q: float32[1, 2, 4, 4] = kiln::FusedConv(%y, %w, %b) {activation=\"silu\"}  # conv3"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* op : {"Add(", "Relu(", "Clip(", "Sigmoid(", "Mul("}) {
+    EXPECT_EQ(text.find(op), std::string::npos) << op << "\n" << text;
+  }
+}
+
+TEST(FuseConvActivation, LeavesSharedOutputsAndUnsupportedBackendsAlone) {
+  // %y, the Clip's output, is an engine output and also read by conv3: conv2's activation still
+  // fuses (its output is the fused node's), but a Conv whose output is an engine output does not.
+  std::string shared = kConvChains;
+  const std::string outs = "(%y: float32[1, 2, 4, 4], %q";
+  shared.replace(shared.find(outs), outs.size(), "(%y: float32[1, 2, 4, 4], %c3: float32[1, 2, 4, 4], %q");
+  std::string text = fuse(shared);
+  EXPECT_NE(text.find("Sigmoid(%c3)"), std::string::npos) << text;
+  EXPECT_EQ(fuse(kConvChains, /*supported=*/false), ir::to_text(parse(kConvChains)));
+}
+
+TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
+  ir::Graph g = parse(kConvChains);
+  Network net;
+  net.graph = g;
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 2, 4, 4}, {1, 2, 4, 4}, {1, 2, 4, 4}).ok());
+  config.add_profile(p);
+  auto engine = Builder().build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  ASSERT_EQ(engine->num_layers(), 3);  // three kiln::FusedConv
+  Tensor x = random_f32({1, 2, 4, 4}, 5);
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto out = (*ctx)->run({{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  // The unfused graph, node by node on the reference kernels.
+  std::map<int, Tensor> v;
+  v[g.find_value("x")] = x;
+  for (size_t k = 0; k < g.values.size(); ++k) {
+    if (g.values[k].constant) v[int(k)] = *g.values[k].constant;
+  }
+  for (const ir::Node& n : g.nodes) {
+    std::vector<Tensor> in;
+    for (int i : n.inputs) in.push_back(v.at(i));
+    auto r = run_cpu_kernel(n, in, {{DType::kFloat32, Shape{1, 2, 4, 4}}});
+    ASSERT_TRUE(r.ok()) << n.describe() << ": " << r.status().to_string();
+    v[n.outputs[0]] = r->at(0);
+  }
+  for (const char* name : {"y", "q"}) {
+    ErrorStats e = error_stats(out->at(name), v.at(g.find_value(name)));
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+  }
 }
 
 }  // namespace

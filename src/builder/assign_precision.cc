@@ -10,7 +10,6 @@
 #include <map>
 #include <set>
 
-#include "backends/kernel_registry.h"
 #include "builder/build_state.h"
 #include "ir/rewrite.h"
 
@@ -69,7 +68,7 @@ StatusOr<Tensor> convert(const Tensor& t, DType to) {
 
 class Assigner {
  public:
-  Assigner(ir::Graph* g, DType reduced, const PrecisionSupportsFn& supports)
+  Assigner(ir::Graph* g, DType reduced, const SupportsFn& supports)
       : g_(*g), reduced_(reduced), supports_(supports) {
     for (const ir::Value& v : g_.values) original_.push_back(v.dtype);
   }
@@ -230,7 +229,7 @@ class Assigner {
 
   ir::Graph& g_;
   DType reduced_;
-  const PrecisionSupportsFn& supports_;
+  const SupportsFn& supports_;
   std::vector<DType> original_;
   std::map<std::pair<int, DType>, int> casts_;
   std::map<int, Tensor> converted_;
@@ -238,7 +237,7 @@ class Assigner {
 
 }  // namespace
 
-Status assign_precision(ir::Graph* g, DType reduced, const PrecisionSupportsFn& supports) {
+Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports) {
   return Assigner(g, reduced, supports).run();
 }
 
@@ -246,18 +245,7 @@ Status assign_precision(BuildState& s) {
   const PrecisionPolicy policy = s.config.precision();
   if (s.backend.device() == Device::kCPU || !(policy.fp16 || policy.bf16)) return ok_status();
   const DType reduced = policy.fp16 ? DType::kFloat16 : DType::kBFloat16;
-  const backends::KernelRegistry& registry = backends::kernel_registry();
-  const Device device = s.backend.device();
-  PrecisionSupportsFn supports = [&](const ir::Node& node, const std::vector<const ir::Value*>& in,
-                                     const std::vector<const ir::Value*>& out) {
-    backends::KernelQuery q{node, in, out, policy};
-    q.opt_symbols = &s.opt_symbols;
-    for (const backends::KernelImpl* impl : registry.candidates(ops::find_op(node.domain, node.op_type), device)) {
-      if (impl->supports(q).ok()) return true;
-    }
-    return false;
-  };
-  return assign_precision(&s.graph, reduced, supports);
+  return assign_precision(&s.graph, reduced, backend_supports(s));
 }
 
 }  // namespace kiln::builder

@@ -28,17 +28,23 @@ Status check_supported(BuildState& s);
 Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
 Status fold_batch_norm(BuildState& s);
+Status fuse_conv_activation(BuildState& s);
 Status assign_precision(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
 Status plan_memory(BuildState& s);
 
-// assign_precision's core, for tests: whether an implementation supports `node` with these
-// input and output values (typed as the pass would make them).
-using PrecisionSupportsFn = std::function<bool(const ir::Node& node, const std::vector<const ir::Value*>& inputs,
+// Whether an implementation supports `node` with these input and output values (typed as a pass
+// would make them): the rewriting passes ask before they rewrite, so a backend without a fused or
+// reduced kernel gets the graph as it was.
+using SupportsFn = std::function<bool(const ir::Node& node, const std::vector<const ir::Value*>& inputs,
                                                const std::vector<const ir::Value*>& outputs)>;
-Status assign_precision(ir::Graph* g, DType reduced, const PrecisionSupportsFn& supports);
+// The answer of the build's backend (any implementation of the node's op on its device).
+SupportsFn backend_supports(const BuildState& s);
+// The passes' cores, for tests with a given answer.
+Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
+Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 
 // Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
 Status fold_node(ir::Graph& graph, int node_index);

@@ -16,6 +16,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
       {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
       {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
+      {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile

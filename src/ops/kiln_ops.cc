@@ -57,9 +57,54 @@ Status infer_matmul_bias(InferContext& ctx) {
   return ok_status();
 }
 
+// kiln::FusedConv(X, W, B?, Z?) {Conv's attributes, activation="none", activation_params=[]}:
+// activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a residual of the
+// output's shape). activation: "none", "relu", "clip" (params min, max), "hardswish",
+// "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)), "leaky_relu" (alpha).
+Status infer_fused_conv(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats("activation_params", std::vector<float>{}));
+  size_t want = 0;
+  if (act == "clip" || act == "hardsigmoid") {
+    want = 2;
+  } else if (act == "leaky_relu") {
+    want = 1;
+  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "activation '" + act +
+                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
+  }
+  if (params.size() != want) {
+    return ctx.error(StatusCode::kInvalidModel, "activation '" + act + "' takes " + std::to_string(want) +
+                                                    " activation_params, not " + std::to_string(params.size()));
+  }
+  // The convolution part is Conv's own inference: one meaning of the output's shape.
+  KILN_RETURN_IF_ERROR(op_registry().find(OpKind::kConv)->infer(ctx));
+  if (ctx.has_input(3)) {
+    const std::vector<Dim> out = ctx.outputs()[0].shape;
+    const auto& z = ctx.input_shape(3);
+    if (ctx.input_dtype(3) != ctx.input_dtype(0)) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 3 (Z) has dtype " + std::string(dtype_name(ctx.input_dtype(3))) + " but input 0 has " +
+                           std::string(dtype_name(ctx.input_dtype(0))));
+    }
+    if (z.size() != out.size()) {
+      return ctx.error(StatusCode::kInvalidModel, "input 3 (Z) has rank " + std::to_string(z.size()) +
+                                                      ", the convolution's output " + std::to_string(out.size()));
+    }
+    for (size_t d = 0; d < z.size(); ++d) {
+      KILN_RETURN_IF_ERROR(ctx.require_equal(z[d], out[d], "input 3 (Z) dim " + std::to_string(d) +
+                                                               " matches the convolution's output"));
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kFusedConv, 2, 4, 1, 1, &infer_fused_conv,
+                 OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kMatMulBias, 2, 3, 1, 1, &infer_matmul_bias,
                  OpTraits{.precision = PrecisionClass::kReduced}});
 }

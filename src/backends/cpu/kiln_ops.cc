@@ -1,10 +1,13 @@
 // CPU references of kiln's own ops (schemas: ops/kiln_ops.cc). Each runs the reference kernels of
 // the ONNX ops it fuses, in the unfused order and rounding, so a fused node matches its subgraph
 // exactly and each op's meaning stays in one place.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/numeric.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -63,8 +66,74 @@ Status matmul_bias_kernel(const KernelArgs& args) {
   return invalid_argument("MatMulBias: unknown activation '" + act + "'");
 }
 
+// The activation of kiln::FusedConv on one value (computed in double, stored once).
+double activate(const std::string& act, const std::vector<float>& p, double y) {
+  if (act == "relu") return y > 0 ? y : 0;
+  if (act == "clip") return std::min(std::max(y, double(p[0])), double(p[1]));
+  if (act == "hardswish") return y * std::max(0.0, std::min(1.0, y / 6 + 0.5));
+  if (act == "hardsigmoid") return std::max(0.0, std::min(1.0, double(p[0]) * y + double(p[1])));
+  if (act == "sigmoid") return 1 / (1 + std::exp(-y));
+  if (act == "silu") return y / (1 + std::exp(-y));
+  if (act == "leaky_relu") return y >= 0 ? y : double(p[0]) * y;
+  return y;
+}
+
+// kiln::FusedConv: the Conv reference kernel into Y, then Y += Z with the Add kernel, then the
+// activation over Y.
+class FusedConvKernel final : public Kernel {
+ public:
+  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params)
+      : conv_(std::move(conv)), act_(std::move(act)), params_(std::move(params)) {}
+  std::string name() const override { return "cpu.FusedConv"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    static const ir::Attributes kNone;
+    if (in.size() < 2 || out.size() != 1) return invalid_argument("FusedConv: needs X, W and one output");
+    KILN_RETURN_IF_ERROR(conv_->execute(in.first(std::min<size_t>(in.size(), 3)), out));
+    if (in.size() > 3 && present(in[3])) {
+      std::array<TensorView, 2> sum{out[0], in[3]};
+      KILN_RETURN_IF_ERROR(parts().add(KernelArgs{kNone, sum, out}));
+    }
+    if (act_ == "none") return ok_status();
+    const TensorView& y = out[0];
+    for (int64_t i = 0; i < y.numel(); ++i) store_f64(y, i, activate(act_, params_, load_f64(y, i)));
+    return ok_status();
+  }
+
+ private:
+  std::unique_ptr<Kernel> conv_;
+  std::string act_;
+  std::vector<float> params_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
+  static const KernelFactory conv_factory = [] {
+    KernelRegistry r;
+    register_conv_kernels(r);
+    return r.entries()[size_t(OpKind::kConv)].factory;
+  }();
+  if (!conv_factory || !parts().add) return internal_error("FusedConv: a CPU kernel it is made of is not registered");
+  KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params, q.node.attrs.get_floats("activation_params", std::vector<float>{}));
+  // The Conv part sees a Conv node: the same attributes without the activation's.
+  ir::Node conv = q.node;
+  conv.op_type = "Conv";
+  conv.domain = "";
+  ir::Attributes attrs;
+  for (const auto& [name, a] : q.node.attrs.all()) {
+    if (name != "activation" && name != "activation_params") attrs.set(name, a);
+  }
+  conv.attrs = attrs;
+  KernelQuery cq{conv, q.inputs, q.outputs, q.policy};
+  if (cq.inputs.size() > 3) cq.inputs.resize(3);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, conv_factory(cq));
+  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), act, params));
+}
+
 }  // namespace
 
-void register_kiln_kernels(KernelRegistry& r) { r.add(OpKind::kMatMulBias, &matmul_bias_kernel); }
+void register_kiln_kernels(KernelRegistry& r) {
+  r.add(OpKind::kMatMulBias, &matmul_bias_kernel);
+  r.add_factory(OpKind::kFusedConv, &create_fused_conv);
+}
 
 }  // namespace kiln::backends::cpu
