@@ -199,29 +199,34 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   if (!r.has(ops::OpKind::kMatMul, Device::kCUDA)) {
     GTEST_SKIP() << "this build has no CUDA implementations (built without nvcc)";
   }
-  // Two nodes the CUDA implementations refuse: a float64 MatMul and a float64 Attention.
+  // Two nodes the CUDA implementations refuse: an int32 MatMul (cuBLASLt runs float tensors only)
+  // and a float16 LayerNormalization (float32 only).
   ir::Graph g;
   g.opsets[""] = 23;
   int a = g.add_value("a"), b = g.add_value("b"), c = g.add_value("c");
-  int q = g.add_value("q"), y = g.add_value("y");
+  int x = g.add_value("x"), scale = g.add_value("scale"), y = g.add_value("y");
   for (int v : {a, b}) {
-    g.values[v].dtype = DType::kFloat64;
+    g.values[v].dtype = DType::kInt32;
     g.values[v].shape = std::vector<ir::Dim>{ir::Dim(4), ir::Dim(4)};
   }
-  g.values[q].dtype = DType::kFloat64;
-  g.values[q].shape = std::vector<ir::Dim>{ir::Dim(1), ir::Dim(1), ir::Dim(2), ir::Dim(4)};
+  g.values[x].dtype = DType::kFloat16;
+  g.values[x].shape = std::vector<ir::Dim>{ir::Dim(2), ir::Dim(4)};
+  g.values[scale].dtype = DType::kFloat16;
+  g.values[scale].shape = std::vector<ir::Dim>{ir::Dim(4)};
   ir::Node mm;
-  mm.name = "mm64", mm.op_type = "MatMul", mm.opset = 19, mm.inputs = {a, b}, mm.outputs = {c};
-  ir::Node at;
-  at.name = "attn64", at.op_type = "Attention", at.opset = 23, at.inputs = {q, q, q}, at.outputs = {y};
-  g.nodes = {mm, at};
-  g.inputs = {a, b, q};
+  mm.name = "mm32", mm.op_type = "MatMul", mm.opset = 19, mm.inputs = {a, b}, mm.outputs = {c};
+  ir::Node ln;
+  ln.name = "ln16", ln.op_type = "LayerNormalization", ln.opset = 17, ln.inputs = {x, scale},
+  ln.outputs = {y};
+  g.nodes = {mm, ln};
+  g.inputs = {a, b, x, scale};
   g.outputs = {c, y};
   DeviceStub cuda(Device::kCUDA);
   auto plan = builder::build_plan(g, 0, BuilderConfig(), cuda);
   ASSERT_FALSE(plan.ok());
   const std::string& m = plan.status().message();
-  for (const char* part : {"2 node(s)", "mm64", "cuda.cublaslt.MatMul", "float64", "attn64", "cuda.Attention"}) {
+  for (const char* part : {"2 node(s)", "mm32", "cuda.cublaslt.MatMul", "int32", "ln16",
+                           "cuda.LayerNormalization", "float16"}) {
     EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
   }
 }

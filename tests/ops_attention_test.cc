@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "op_harness.h"
@@ -37,6 +38,14 @@ Tensor ramp_f16(Shape shape, float scale, float offset) {
   std::vector<uint16_t> h;
   for (float f : ramp(n, scale, offset)) h.push_back(float_to_half(f));
   return Tensor::from_vector(DType::kFloat16, std::move(shape), h);
+}
+
+Tensor ramp_f64(Shape shape, float scale, float offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v;
+  for (float f : ramp(n, scale, offset)) v.push_back(f);
+  return Tensor::from_vector(DType::kFloat64, std::move(shape), v);
 }
 
 OpNode attention(int opset = 23) { return op("Attention", opset); }
@@ -231,6 +240,43 @@ TEST(AttentionKernel, VeryNegativeAdditiveMaskOverAWholeChunk) {
                                     make_f32({1, 1, l, 1}, vals), make_f32({1, l}, mask)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_NEAR((*out)[0].data_as<float>()[0], want, 1e-5);
+}
+
+// Float64 tensors compute in double on every backend (held to the float64 tolerance): GQA with an
+// additive float64 mask and present outputs, then a past of more keys than one CUDA chunk with a
+// causal bool mask, softcap, scale and every qk output mode. A device must accept them.
+TEST(AttentionKernel, Float64ComputesInDouble) {
+  testing::KernelCase gqa{
+      .node = attention().i("q_num_heads", 4).i("kv_num_heads", 2),
+      .inputs = {ramp_f64({2, 3, 32}, 0.37f, 0.1f), ramp_f64({2, 5, 16}, 0.23f, -0.2f),
+                 ramp_f64({2, 5, 12}, 0.41f, 0.3f), ramp_f64({3, 5}, 0.9f, -1.0f)},
+      .num_outputs = 4,
+      .expect_support = true,
+      .label = "float64 GQA with an additive mask"};
+  auto out = run_case(gqa);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat64);
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 3, 24}));
+  std::vector<uint8_t> mask(2 * 3 * 153);
+  for (size_t e = 0; e < mask.size(); ++e) mask[e] = (e * 7 + 3) % 5 != 0;
+  for (int64_t mode : {0, 1, 2, 3}) {
+    testing::KernelCase past{
+        .node = attention()
+                    .i("is_causal", 1)
+                    .f("softcap", 2.5f)
+                    .f("scale", 0.3f)
+                    .i("qk_matmul_output_mode", mode),
+        .inputs = {ramp_f64({2, 4, 3, 8}, 0.31f, 0.2f), ramp_f64({2, 2, 3, 8}, 0.27f, -0.1f),
+                   ramp_f64({2, 2, 3, 5}, 0.53f, 0.4f),
+                   Tensor::from_vector(DType::kBool, {2, 1, 3, 153}, mask),
+                   ramp_f64({2, 2, 150, 8}, 0.019f, 0.0f), ramp_f64({2, 2, 150, 5}, 0.061f, -0.3f)},
+        .num_outputs = 4,
+        .expect_support = true,
+        .label = "float64 past, mode " + std::to_string(mode)};
+    out = run_case(past);
+    ASSERT_TRUE(out.ok()) << mode << ": " << out.status().to_string();
+    EXPECT_EQ((*out)[3].shape(), (Shape{2, 4, 3, 153}));
+  }
 }
 
 TEST(RotaryEmbeddingKernel, ThreeDInterleavedPartialAndFloat16) {

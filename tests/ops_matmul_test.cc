@@ -1,15 +1,20 @@
 // MatMul and Gemm: numpy-style shape inference with symbolic batch dims, the shared SGEMM against a
 // naive double-precision loop (odd sizes, transposes, alpha/beta, leading dims), and the kernels on
-// every backend, in strict FP32 and in TF32, FP16 and BF16.
+// every backend, in strict FP32 and in TF32, FP16 and BF16, and on float16, bfloat16 and float64
+// tensors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -184,14 +189,29 @@ TEST(Sgemm, BetaZeroIgnoresNanAndKZeroScales) {
   for (float v : c) EXPECT_EQ(v, 2.f);
 }
 
-// Batched matmul of row-major tensors with numpy broadcasting, in double.
+// Element i of a float tensor (float32, float64, float16 or bfloat16) as a double.
+double element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat64:
+      return t.data_as<double>()[i];
+    case DType::kFloat16:
+      return half_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return bf16_to_float(t.data_as<uint16_t>()[i]);
+    default:
+      return t.data_as<float>()[i];
+  }
+}
+
+// Batched matmul of row-major tensors (rank >= 2) with numpy broadcasting, in double, stored in
+// a's dtype.
 Tensor naive_matmul(const Tensor& a, const Tensor& b, const Shape& out) {
   Shape as = a.shape(), bs = b.shape();
   int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
   size_t nb = out.size() - 2;
   int64_t batches = 1;
   for (size_t d = 0; d < nb; ++d) batches *= out[d];
-  std::vector<float> y(size_t(batches * m * n));
+  std::vector<double> y(size_t(batches * m * n));
   for (int64_t t = 0; t < batches; ++t) {
     // Decompose t into output batch indices, then map through broadcasting.
     int64_t ao = 0, bo = 0, rem = t, sa = m * k, sb = k * n;
@@ -209,13 +229,13 @@ Tensor naive_matmul(const Tensor& a, const Tensor& b, const Shape& out) {
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < k; ++p) {
-          acc += double(a.data_as<float>()[ao + i * k + p]) * b.data_as<float>()[bo + p * n + j];
+          acc += element(a, ao + i * k + p) * element(b, bo + p * n + j);
         }
-        y[size_t((t * m + i) * n + j)] = float(acc);
+        y[size_t((t * m + i) * n + j)] = acc;
       }
     }
   }
-  return make_f32(out, y);
+  return testing::make_typed(a.dtype(), out, y);
 }
 
 TEST(MatMulKernel, HandComputed) {
@@ -332,6 +352,90 @@ TEST(MatMulKernel, ReducedPrecisionsAgainstTheFp32Reference) {
                                           initializer(w), initializer(bias)},
                                .precision = p};
     ASSERT_TRUE(run_case(linear).ok());
+  }
+}
+
+std::vector<double> as_doubles(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+Tensor random_tensor(DType dt, const Shape& shape, uint32_t seed) {
+  return testing::make_typed(dt, shape,
+                             as_doubles(random_values(size_t(shape_numel(shape)), seed)));
+}
+
+// Float16, bfloat16 and float64 tensors compute as they are stored (FP32 accumulation for the half
+// types): every way the CUDA MatMul maps batches onto GEMMs (A's batches folded into rows, strided
+// batches, an A shared by B's batches, one GEMM per broadcast batch at odd element offsets), a
+// constant B, and 1-D operands. A device must accept them (expect_support).
+TEST(MatMulKernel, HalfAndDoubleTensorsInEveryShapeKind) {
+  struct Case {
+    Shape a, b, out;
+    bool constant_b = false;
+  };
+  const std::vector<Case> cases = {
+      {{2, 33, 64}, {64, 40}, {2, 33, 40}},       {{2, 33, 64}, {64, 40}, {2, 33, 40}, true},
+      {{2, 4, 3, 8}, {2, 4, 8, 5}, {2, 4, 3, 5}}, {{5, 8}, {3, 8, 7}, {3, 5, 7}},
+      {{1, 3, 5, 7}, {4, 1, 7, 3}, {4, 3, 5, 3}},
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    const testing::Tolerance tol = testing::op_tolerance(dt);
+    for (const Case& c : cases) {
+      Tensor a = random_tensor(dt, c.a, 21), b = random_tensor(dt, c.b, 22);
+      const std::string label = std::string(dtype_name(dt)) + " " + shape_to_string(c.a) + " x " +
+                                shape_to_string(c.b) + (c.constant_b ? " (constant B)" : "");
+      testing::KernelCase kc{.node = matmul(),
+                             .inputs = {a, c.constant_b ? initializer(b) : testing::CaseInput(b)},
+                             .expect_support = true,
+                             .label = label};
+      auto r = run_case(kc);
+      ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << label;
+      EXPECT_TRUE(all_close((*r)[0], naive_matmul(a, b, c.out), tol.atol, tol.rtol)) << label;
+    }
+    // A vector times a batch of matrices, a batch of matrices times a vector, a dot product.
+    for (auto [sa, sb] :
+         std::vector<std::pair<Shape, Shape>>{{{8}, {3, 8, 6}}, {{2, 3, 8}, {8}}, {{8}, {8}}}) {
+      const std::string label =
+          std::string(dtype_name(dt)) + " " + shape_to_string(sa) + " x " + shape_to_string(sb);
+      testing::KernelCase kc{.node = matmul(),
+                             .inputs = {random_tensor(dt, sa, 23), random_tensor(dt, sb, 24)},
+                             .expect_support = true,
+                             .label = label};
+      auto r = run_case(kc);
+      ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << label;
+    }
+  }
+}
+
+// Gemm on float16, bfloat16 and float64 tensors: transposes, alpha and beta, and C as a row vector
+// (the bias epilogue's case on float32 tensors), a column, a scalar, a full matrix, or absent.
+TEST(GemmKernel, HalfAndDoubleTensorsWithEveryFormOfC) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    Tensor a = random_tensor(dt, {6, 5}, 31);  // transA: M = 5, K = 6
+    Tensor b = random_tensor(dt, {4, 6}, 32);  // transB: N = 4
+    struct Case {
+      const char* what;
+      std::optional<Shape> c;
+      float beta;
+    };
+    for (const Case& c : {Case{"row", Shape{4}, 1.f}, Case{"row, beta 2", Shape{1, 4}, 2.f},
+                          Case{"column", Shape{5, 1}, 0.5f}, Case{"scalar", Shape{}, -1.f},
+                          Case{"full", Shape{5, 4}, 1.f}, Case{"none", std::nullopt, 1.f}}) {
+      std::vector<testing::CaseInput> in = {a, initializer(b)};
+      if (c.c) in.push_back(random_tensor(dt, *c.c, 33));
+      const std::string label = std::string(dtype_name(dt)) + " Gemm, C " + c.what;
+      testing::KernelCase kc{
+          .node = gemm().i("transA", 1).i("transB", 1).f("alpha", 0.5f).f("beta", c.beta),
+          .inputs = in,
+          .expect_support = true,
+          .label = label};
+      auto r = run_case(kc);
+      ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << label;
+      EXPECT_EQ((*r)[0].shape(), (Shape{5, 4})) << label;
+    }
   }
 }
 

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -168,6 +171,54 @@ TEST(NormOpsKernel, SoftmaxFloat16) {
   std::vector<float> e = naive_softmax(x, 2, 3, 1, false);
   for (int i = 0; i < 6; ++i) {
     EXPECT_NEAR(half_to_float((*out)[0].data_as<uint16_t>()[i]), e[i], 2e-3) << i;
+  }
+}
+
+// Softmax and LogSoftmax on float16, bfloat16 and float64 inputs (the expanded attention models
+// run them so): rows longer than a CUDA block along a strided axis, short contiguous rows, the
+// pre-13 coercion to 2-D, and -inf entries (masked scores). A device must accept them.
+TEST(NormOpsKernel, SoftmaxAndLogSoftmaxOnHalfAndDoubleInputs) {
+  const int64_t outer = 2, n = 300, inner = 3;
+  std::vector<float> x = ramp(outer * n * inner, 0.37f, 0.2f);
+  x[5] = -INFINITY;
+  x[3 * 100 + 1] = -INFINITY;
+  const std::vector<double> xd(x.begin(), x.end());
+  struct Case {
+    int opset;
+    int64_t axis;
+    int64_t outer, n, inner;  // of the naive softmax
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    const testing::Tolerance tol = testing::op_tolerance(dt);
+    Tensor xt = testing::make_typed(dt, {outer, n, inner}, xd);
+    // The naive softmax reads the inputs as stored (rounded to float16/bfloat16).
+    std::vector<float> stored(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      stored[i] = dt == DType::kFloat16    ? half_to_float(xt.data_as<uint16_t>()[i])
+                  : dt == DType::kBFloat16 ? bf16_to_float(xt.data_as<uint16_t>()[i])
+                                           : float(xt.data_as<double>()[i]);
+    }
+    for (const char* name : {"Softmax", "LogSoftmax"}) {
+      const bool log = std::string(name) == "LogSoftmax";
+      for (const Case& c : {Case{13, 1, outer, n, inner}, Case{13, -1, outer * n, inner, 1},
+                            Case{11, 1, outer, n * inner, 1}}) {
+        const std::string label = std::string(name) + "-" + std::to_string(c.opset) + " axis " +
+                                  std::to_string(c.axis) + " on " + std::string(dtype_name(dt));
+        testing::KernelCase kc{.node = op(name, c.opset).i("axis", c.axis),
+                               .inputs = {xt},
+                               .expect_support = true,
+                               .label = label};
+        auto out = run_case(kc);
+        ASSERT_TRUE(out.ok()) << label << ": " << out.status().to_string();
+        ASSERT_EQ((*out)[0].dtype(), dt) << label;
+        if (dt == DType::kFloat64)
+          continue;  // the naive softmax is float; the harness checks float64
+        std::vector<float> e = naive_softmax(stored, c.outer, c.n, c.inner, log);
+        Tensor expected =
+            testing::make_typed(dt, {outer, n, inner}, std::vector<double>(e.begin(), e.end()));
+        EXPECT_TRUE(testing::all_close((*out)[0], expected, tol.atol, tol.rtol)) << label;
+      }
+    }
   }
 }
 

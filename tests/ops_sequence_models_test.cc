@@ -164,6 +164,33 @@ TEST(SequenceModelsKernel, CausalConvChannelsBiasStateAndFlexAttentionScale) {
   EXPECT_EQ((*out)[0].shape(), (Shape{1, 4, 3, 5}));
 }
 
+// FlexAttention on float64 tensors computes in double on every backend (the float64 tolerance):
+// GQA over 200 keys (two CUDA chunks) with an explicit scale, then the default scale. A device
+// must accept it.
+TEST(SequenceModelsKernel, FlexAttentionFloat64) {
+  auto f64 = [](Shape shape, float scale, float offset) {
+    std::vector<float> w = wave(shape_numel(shape), scale, offset);
+    return Tensor::from_vector(DType::kFloat64, std::move(shape),
+                               std::vector<double>(w.begin(), w.end()));
+  };
+  std::vector<testing::CaseInput> in = {f64({1, 4, 3, 8}, 0.37f, 0.0f),
+                                        f64({1, 2, 200, 8}, 0.013f, 0.1f),
+                                        f64({1, 2, 200, 5}, 0.07f, 0.0f)};
+  for (bool explicit_scale : {true, false}) {
+    OpNode f = make_node("FlexAttention", "ai.onnx.preview");
+    if (explicit_scale) f.f("scale", 0.2f);
+    testing::KernelCase c{
+        .node = f,
+        .inputs = in,
+        .expect_support = true,
+        .label = explicit_scale ? "float64, scale 0.2" : "float64, default scale"};
+    auto out = run_case(c);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ((*out)[0].dtype(), DType::kFloat64);
+    EXPECT_EQ((*out)[0].shape(), (Shape{1, 4, 3, 5}));
+  }
+}
+
 TEST(SequenceModelsKernel, FlexAttentionRunsProbMod) {
   // prob_mod = probs * 2 doubles the output; an op the evaluator lacks is an error.
   auto g = std::make_shared<ir::Graph>();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "op_harness.h"
@@ -179,6 +180,45 @@ TEST(SpatialOps, EinsumKernelForms) {
                         .expect_support = true};
   auto r = testing::run_case(c);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
+}
+
+// Float16 and bfloat16 operands (accumulated in double, stored once): the forms of onnx's
+// test_einsum_*_bfloat16 (batch matmul, a full sum, a transpose) and a broadcast, three-operand
+// and diagonal form. A device must accept them.
+TEST(SpatialOps, EinsumKernelHalfTypes) {
+  struct Form {
+    const char* eq;
+    std::vector<Shape> shapes;
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const Form& f :
+         {Form{"bij,bjk->bik", {{5, 2, 3}, {5, 3, 4}}}, Form{"ij->i", {{3, 4}}},
+          Form{"ij->ji", {{3, 4}}}, Form{"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}},
+          Form{"i,ij,j->", {{3}, {3, 5}, {5}}}, Form{"ii->i", {{4, 4}}}}) {
+      std::vector<testing::CaseInput> ins;
+      uint32_t seed = 0;
+      for (const Shape& s : f.shapes) {
+        std::vector<double> v(size_t(shape_numel(s)));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i + ++seed) * 0.37);
+        ins.push_back(testing::make_typed(dt, s, v));
+      }
+      const std::string label = std::string(f.eq) + " on " + std::string(dtype_name(dt));
+      testing::KernelCase c{.node = op("Einsum", 12).s("equation", f.eq),
+                            .inputs = ins,
+                            .expect_support = true,
+                            .label = label};
+      auto r = testing::run_case(c);
+      ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << label;
+    }
+  }
+  // ij,jk->ik on float16 against the hand-computed product: [1 2] x [[1 2] [3 4]] = [7 10].
+  auto got = run_case(op("Einsum", 12).s("equation", "ij,jk->ik"),
+                      {testing::make_typed(DType::kFloat16, {1, 2}, {1, 2}),
+                       testing::make_typed(DType::kFloat16, {2, 2}, {1, 2, 3, 4})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(half_to_float((*got)[0].data_as<uint16_t>()[0]), 7.f);
+  EXPECT_EQ(half_to_float((*got)[0].data_as<uint16_t>()[1]), 10.f);
 }
 
 TEST(SpatialOps, DftShapesAndValues) {

@@ -2,8 +2,9 @@
 // key/value, boolean and additive masks, is_causal, softcap, scale, sliding windows,
 // nonpad_kv_seqlen, qk_matmul_output), RotaryEmbedding, and FlexAttention without mod graphs.
 // Attention runs one block per (batch, head, query row) over the keys in chunks with a running max
-// (no scratch for any length); scores, softmax and the weighted sum of V are float, the order of
-// scale, softcap and masks that of the CPU reference (cpu/attention.cc).
+// (no scratch for any length); scores, softmax and the weighted sum of V are float (double for
+// float64 tensors), the order of scale, softcap and masks that of the CPU reference
+// (cpu/attention.cc).
 #include <cfloat>
 #include <cmath>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -18,55 +20,46 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 128;
 constexpr int kChunk = 128;  // keys scored per pass of the block
-// Dynamic shared memory: Q row and the V accumulator (head sizes) plus the chunk's scores.
-constexpr int64_t kMaxSharedFloats = (48 * 1024) / 4 - kChunk;
+// Dynamic shared memory: Q row and the V accumulator (head sizes) plus the chunk's scores, in the
+// compute type; 48 KiB per block without opting in, less what the kernel declares statically.
+constexpr int64_t kSharedBytes = 48 * 1024 - 512;
+// The largest head size sum (Q's plus V's) the attention kernel takes for tensors of dtype t.
+int64_t max_head_sum(DType t) { return kSharedBytes / (t == DType::kFloat64 ? 8 : 4) - kChunk; }
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+// The dtypes of the Attention and FlexAttention kernel, and of RotaryEmbedding.
+constexpr unsigned kAttentionTypes = kTF32 | kTF64 | kTF16 | kTBF16;
+constexpr unsigned kRotaryTypes = kTF32 | kTF16 | kTBF16;
+
+// What attention computes in for storage type T: float, or double for float64.
 template <typename T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using Acc = typename DNum<T>::C;
+__device__ __forceinline__ float acc_exp(float x) { return expf(x); }
+__device__ __forceinline__ double acc_exp(double x) { return exp(x); }
+__device__ __forceinline__ float acc_max(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double acc_max(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float acc_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double acc_tanh(double x) { return tanh(x); }
 
-// Calls f(T{}) with T the storage type of a float dtype the kernels handle.
-template <typename F>
+// Calls f(T{}) with T the storage type of t when kSet holds it; then the launch status.
+template <unsigned kSet, typename F>
 Status by_float_type(DType t, const std::string& what, F&& f) {
-  switch (t) {
-    case DType::kFloat32:
-      f(float{});
-      break;
-    case DType::kFloat16:
-      f(__half{});
-      break;
-    case DType::kBFloat16:
-      f(__nv_bfloat16{});
-      break;
-    default:
-      return unsupported(what + ": dtype " + std::string(dtype_name(t)));
-  }
+  if (!visit_dtype<kSet>(t, f)) return unsupported(what + ": dtype " + std::string(dtype_name(t)));
   return launch_status(what.c_str());
 }
 
-bool float_type_ok(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
+bool float_type_ok(DType t, unsigned set) { return (dtype_bit(t) & set) != 0; }
 
 struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
+  template <typename A>
+  __device__ A operator()(A a, A b) const {
+    return a + b;
+  }
 };
 struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  template <typename A>
+  __device__ A operator()(A a, A b) const {
+    return acc_max(a, b);
+  }
 };
 
 // ---- Attention ----
@@ -81,69 +74,84 @@ struct AttnArgs {
   int64_t mshape[4];
   const void* nonpad;
   int nonpad_dtype;
-  float sq;  // sqrt(scale): Q and K are each scaled by it, as the reference does
-  float softcap;
+  double sq;  // sqrt(scale): Q and K are each scaled by it, as the reference does
+  double softcap;
   int causal, mode;
   int64_t left, right;
 };
 
 template <typename T>
-__device__ __forceinline__ float key_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
-                                        int64_t d) {
-  if (j < a.past)
-    return to_f(static_cast<const T*>(a.past_k)[((b * a.kv_heads + kh) * a.past + j) * a.d + d]);
-  return to_f(static_cast<const T*>(a.k)[b * a.ks[0] + kh * a.ks[1] + (j - a.past) * a.ks[2] + d]);
+__device__ __forceinline__ Acc<T> key_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
+                                         int64_t d) {
+  using N = DNum<T>;
+  const T* k = static_cast<const T*>(a.k);
+  if (j < a.past) {
+    return N::load(static_cast<const T*>(a.past_k)[((b * a.kv_heads + kh) * a.past + j) * a.d + d]);
+  }
+  return N::load(k[b * a.ks[0] + kh * a.ks[1] + (j - a.past) * a.ks[2] + d]);
 }
 template <typename T>
-__device__ __forceinline__ float value_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
-                                          int64_t d) {
-  if (j < a.past)
-    return to_f(static_cast<const T*>(a.past_v)[((b * a.kv_heads + kh) * a.past + j) * a.dv + d]);
-  return to_f(static_cast<const T*>(a.v)[b * a.vs[0] + kh * a.vs[1] + (j - a.past) * a.vs[2] + d]);
+__device__ __forceinline__ Acc<T> value_at(const AttnArgs& a, int64_t b, int64_t kh, int64_t j,
+                                           int64_t d) {
+  using N = DNum<T>;
+  const T* v = static_cast<const T*>(a.v);
+  if (j < a.past) {
+    const T* past_v = static_cast<const T*>(a.past_v);
+    return N::load(past_v[((b * a.kv_heads + kh) * a.past + j) * a.dv + d]);
+  }
+  return N::load(v[b * a.vs[0] + kh * a.vs[1] + (j - a.past) * a.vs[2] + d]);
 }
 
 // The additive bias of key j for query i (mask, causal, windows, padding), -inf where masked.
-__device__ __forceinline__ float attn_bias(const AttnArgs& a, int64_t b, int64_t h, int64_t i,
-                                           int64_t j, int64_t offset, int64_t nonpad) {
-  float bias = 0.f;
+template <typename A>
+__device__ __forceinline__ A attn_bias(const AttnArgs& a, int64_t b, int64_t h, int64_t i,
+                                       int64_t j, int64_t offset, int64_t nonpad) {
+  const A neg_inf = A(-INFINITY);
+  A bias = A(0);
   if (a.mask) {
     const int64_t* m = a.mshape;
     if (j >= m[3]) {
-      bias = -INFINITY;  // the reference pads a short mask with False / -inf
+      bias = neg_inf;  // the reference pads a short mask with False / -inf
     } else {
       int64_t mi =
           (((m[0] == 1 ? 0 : b) * m[1] + (m[1] == 1 ? 0 : h)) * m[2] + (m[2] == 1 ? 0 : i)) * m[3] +
           j;
-      float mv = load_as<float>(a.mask, a.mask_dtype, mi);
-      bias = a.mask_dtype == int(DType::kBool) ? (mv != 0.f ? 0.f : -INFINITY) : mv;
+      A mv = load_as<A>(a.mask, a.mask_dtype, mi);
+      bias = a.mask_dtype == int(DType::kBool) ? (mv != A(0) ? A(0) : neg_inf) : mv;
     }
   }
   const int64_t diff = i + offset - j;
-  if (a.causal && diff < 0) bias += -INFINITY;
-  if ((a.left >= 0 && diff > a.left) || (a.right >= 0 && -diff > a.right)) bias += -INFINITY;
-  if (a.nonpad && j >= nonpad) bias += -INFINITY;
+  if (a.causal && diff < 0) bias += neg_inf;
+  if ((a.left >= 0 && diff > a.left) || (a.right >= 0 && -diff > a.right)) bias += neg_inf;
+  if (a.nonpad && j >= nonpad) bias += neg_inf;
   return bias;
 }
 
 // Score of key j for the query row in `qrow` (already times sqrt(scale)): a warp's dot product,
 // the same in every lane.
 template <typename T>
-__device__ __forceinline__ float warp_dot(const AttnArgs& a, const float* qrow, int64_t b,
-                                          int64_t kh, int64_t j, int lane) {
-  float dot = 0.f;
-  for (int64_t d = lane; d < a.d; d += 32) dot += qrow[d] * (key_at<T>(a, b, kh, j, d) * a.sq);
+__device__ __forceinline__ Acc<T> warp_dot(const AttnArgs& a, const Acc<T>* qrow, int64_t b,
+                                           int64_t kh, int64_t j, int lane) {
+  using A = Acc<T>;
+  const A sq = A(a.sq), cap = A(a.softcap);
+  A dot = A(0);
+  for (int64_t d = lane; d < a.d; d += 32) dot += qrow[d] * (key_at<T>(a, b, kh, j, d) * sq);
   for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-  if (a.softcap > 0.f) dot = tanhf(dot / a.softcap) * a.softcap;
+  if (cap > A(0)) dot = acc_tanh(dot / cap) * cap;
   return dot;
 }
 
 template <typename T>
 __global__ void attention_kernel(AttnArgs a) {
-  extern __shared__ float smem[];
-  float* qrow = smem;       // [d]
-  float* acc = qrow + a.d;  // [dv]
-  float* sc = acc + a.dv;   // [kChunk]
-  __shared__ float red[32];
+  using A = Acc<T>;
+  using N = DNum<T>;
+  const A neg_inf = A(-INFINITY);
+  // One untyped dynamic buffer: the instantiations would otherwise declare it with clashing types.
+  extern __shared__ __align__(8) unsigned char smem[];
+  A* qrow = reinterpret_cast<A*>(smem);  // [d]
+  A* acc = qrow + a.d;                   // [dv]
+  A* sc = acc + a.dv;                    // [kChunk]
+  __shared__ A red[32];
   __shared__ int unmasked;
   const int64_t row = blockIdx.x;
   const int64_t i = row % a.s, h = (row / a.s) % a.q_heads, b = row / (a.s * a.q_heads);
@@ -153,44 +161,45 @@ __global__ void attention_kernel(AttnArgs a) {
   // Causal and window masks align bottom-right (see the reference): query i sits at i + offset.
   const int64_t offset = a.past == 0 && a.nonpad ? nonpad - a.s : a.past;
   const T* q = static_cast<const T*>(a.q) + b * a.qs[0] + h * a.qs[1] + i * a.qs[2];
-  for (int64_t d = threadIdx.x; d < a.d; d += blockDim.x) qrow[d] = to_f(q[d]) * a.sq;
-  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) acc[d] = 0.f;
+  const A sq = A(a.sq);
+  for (int64_t d = threadIdx.x; d < a.d; d += blockDim.x) qrow[d] = N::load(q[d]) * sq;
+  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) acc[d] = A(0);
   if (threadIdx.x == 0) unmasked = 0;
   const int64_t qk_base = ((b * a.q_heads + h) * a.s + i) * a.l;
-  float ref = 0.f, m = -INFINITY, sum = 0.f;
+  A ref = A(0), m = neg_inf, sum = A(0);
   for (int64_t c0 = 0; c0 < a.l; c0 += kChunk) {
     const int n = int(a.l - c0 < kChunk ? a.l - c0 : kChunk);
     __syncthreads();  // the Q row is loaded; the previous chunk's scores are consumed
     for (int jj = warp; jj < n; jj += warps) {
       const int64_t j = c0 + jj;
-      float raw = warp_dot<T>(a, qrow, b, kh, j, lane);
+      A raw = warp_dot<T>(a, qrow, b, kh, j, lane);
       if (lane == 0) {
-        float bias = attn_bias(a, b, h, i, j, offset, nonpad);
-        if (bias != -INFINITY) unmasked = 1;
-        float biased = raw + bias;
+        A bias = attn_bias<A>(a, b, h, i, j, offset, nonpad);
+        if (bias != neg_inf) unmasked = 1;
+        A biased = raw + bias;
         sc[jj] = biased;
         if (a.qk && a.mode != 3)
-          static_cast<T*>(a.qk)[qk_base + j] = from_f<T>(a.mode == 2 ? biased : raw);
+          static_cast<T*>(a.qk)[qk_base + j] = N::store(a.mode == 2 ? biased : raw);
       }
     }
     __syncthreads();
-    float cm = -INFINITY;
-    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) cm = fmaxf(cm, sc[jj]);
-    cm = block_reduce(cm, MaxOp(), red, -INFINITY);
-    const float m_new = fmaxf(m, cm);
-    const float ref_new = m_new == -INFINITY ? 0.f : m_new;
+    A cm = neg_inf;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) cm = acc_max(cm, sc[jj]);
+    cm = block_reduce(cm, MaxOp(), red, neg_inf);
+    const A m_new = acc_max(m, cm);
+    const A ref_new = m_new == neg_inf ? A(0) : m_new;
     // Rescales what earlier chunks summed; nothing was summed while every score was -inf (and
     // exp(0 - ref_new) could overflow for a very negative additive mask).
-    const float alpha = m == -INFINITY ? 0.f : expf(ref - ref_new);
-    float part = 0.f;
+    const A alpha = m == neg_inf ? A(0) : acc_exp(ref - ref_new);
+    A part = A(0);
     for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
-      float p = expf(sc[jj] - ref_new);
+      A p = acc_exp(sc[jj] - ref_new);
       sc[jj] = p;
       part += p;
     }
-    sum = sum * alpha + block_reduce(part, SumOp(), red, 0.f);
+    sum = sum * alpha + block_reduce(part, SumOp(), red, A(0));
     for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) {
-      float s = acc[d] * alpha;
+      A s = acc[d] * alpha;
       for (int jj = 0; jj < n; ++jj) s += sc[jj] * value_at<T>(a, b, kh, c0 + jj, d);
       acc[d] = s;
     }
@@ -200,15 +209,15 @@ __global__ void attention_kernel(AttnArgs a) {
   __syncthreads();
   // A row whose every key is masked (decided on the bias) attends nothing: 0, not NaN.
   const bool masked = a.l > 0 && !unmasked;
-  const float inv = masked ? 0.f : 1.f / (sum == 0.f ? 1.f : sum);
+  const A inv = masked ? A(0) : A(1) / (sum == A(0) ? A(1) : sum);
   T* y = static_cast<T*>(a.y) + b * a.ys[0] + h * a.ys[1] + i * a.ys[2];
-  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) y[d] = from_f<T>(acc[d] * inv);
+  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) y[d] = N::store(acc[d] * inv);
   if (a.qk && a.mode == 3) {
     for (int64_t j = warp; j < a.l; j += warps) {
-      float raw = warp_dot<T>(a, qrow, b, kh, j, lane);
+      A raw = warp_dot<T>(a, qrow, b, kh, j, lane);
       if (lane == 0) {
-        float p = expf(raw + attn_bias(a, b, h, i, j, offset, nonpad) - ref) * inv;
-        static_cast<T*>(a.qk)[qk_base + j] = from_f<T>(p);
+        A p = acc_exp(raw + attn_bias<A>(a, b, h, i, j, offset, nonpad) - ref) * inv;
+        static_cast<T*>(a.qk)[qk_base + j] = N::store(p);
       }
     }
   }
@@ -278,7 +287,7 @@ class AttentionKernel final : public CudaKernel {
     }
     if (out[0].numel() != a.batch * a.q_heads * a.s * a.dv)
       return invalid_argument(name_ + ": Y has the wrong size");
-    if ((a.d + a.dv) > kMaxSharedFloats) return unsupported(name_ + ": head sizes too large");
+    if ((a.d + a.dv) > max_head_sum(q.dtype)) return unsupported(name_ + ": head sizes too large");
     a.q = q.data, a.k = k.data, a.v = v.data;
     a.past_k = pk ? pk->data : nullptr, a.past_v = pv ? pv->data : nullptr;
     a.y = out[0].data;
@@ -304,13 +313,19 @@ class AttentionKernel final : public CudaKernel {
       a.nonpad = nonpad->data;
       a.nonpad_dtype = int(nonpad->dtype);
     }
-    a.sq = std::sqrt(scale ? *scale : 1.f / std::sqrt(float(a.d)));
+    // float64 tensors take sqrt(scale) in double, as the reference does; the float kernels keep
+    // the float value they always had.
+    if (q.dtype == DType::kFloat64) {
+      a.sq = std::sqrt(scale ? double(*scale) : 1.0 / std::sqrt(double(a.d)));
+    } else {
+      a.sq = std::sqrt(scale ? *scale : 1.f / std::sqrt(float(a.d)));
+    }
     a.softcap = softcap;
     a.causal = int(causal), a.mode = int(mode), a.left = left, a.right = right;
     const int64_t rows = a.batch * a.q_heads * a.s;
-    const size_t shared = size_t(a.d + a.dv + kChunk) * sizeof(float);
-    KILN_RETURN_IF_ERROR(by_float_type(q.dtype, name_, [&](auto tag) {
+    KILN_RETURN_IF_ERROR(by_float_type<kAttentionTypes>(q.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
+      const size_t shared = size_t(a.d + a.dv + kChunk) * sizeof(Acc<T>);
       if (rows > 0) attention_kernel<T><<<unsigned(rows), kBlock, shared, stream_>>>(a);
       auto copy = [&](const TensorView* dst, const TensorView* past, const TensorView& x,
                       int64_t dh, const int64_t* xs) {
@@ -352,9 +367,9 @@ StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
     kernel->scale = s;
   }
   DType t = q.input_dtype(0);
-  if (!float_type_ok(t)) {
+  if (!float_type_ok(t, kAttentionTypes)) {
     return unsupported(q.node.describe() +
-                       ": the CUDA Attention takes float32, float16 or bfloat16, not " +
+                       ": the CUDA Attention takes float32, float64, float16 or bfloat16, not " +
                        std::string(dtype_name(t)));
   }
   for (size_t i : {1, 2, 4, 5}) {
@@ -385,10 +400,10 @@ StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
     if (!d || !dv) {
       return unsupported(q.node.describe() + ": the CUDA Attention needs constant head sizes");
     }
-    if (*d + *dv > kMaxSharedFloats) {
+    if (*d + *dv > max_head_sum(t)) {
       return unsupported(q.node.describe() + ": head sizes " + std::to_string(*d) + " + " +
-                         std::to_string(*dv) + " exceed the " + std::to_string(kMaxSharedFloats) +
-                         " floats of shared memory");
+                         std::to_string(*dv) + " exceed the " + std::to_string(max_head_sum(t)) +
+                         " " + std::string(dtype_name(t)) + " elements of shared memory");
     }
   }
   return std::unique_ptr<Kernel>(std::move(kernel));
@@ -408,17 +423,17 @@ StatusOr<std::unique_ptr<Kernel>> make_flex_attention(const KernelQuery& q) {
     kernel->scale = s;
   }
   DType t = q.input_dtype(0);
-  if (!float_type_ok(t) || q.input_dtype(1) != t || q.input_dtype(2) != t ||
+  if (!float_type_ok(t, kAttentionTypes) || q.input_dtype(1) != t || q.input_dtype(2) != t ||
       q.output_dtype(0) != t) {
     return unsupported(q.node.describe() +
-                       ": the CUDA FlexAttention takes one dtype of float32, float16 or "
+                       ": the CUDA FlexAttention takes one dtype of float32, float64, float16 or "
                        "bfloat16 for Q, K, V and the output");
   }
   auto d = head_size(q, 0, 0), dv = head_size(q, 2, 0);
-  if (!d || !dv || *d + *dv > kMaxSharedFloats) {
-    return unsupported(q.node.describe() +
-                       ": the CUDA FlexAttention needs constant head sizes of at most " +
-                       std::to_string(kMaxSharedFloats) + " floats together");
+  if (!d || !dv || *d + *dv > max_head_sum(t)) {
+    return unsupported(
+        q.node.describe() + ": the CUDA FlexAttention needs constant head sizes of at most " +
+        std::to_string(max_head_sum(t)) + " " + std::string(dtype_name(t)) + " elements together");
   }
   return std::unique_ptr<Kernel>(std::move(kernel));
 }
@@ -434,6 +449,7 @@ struct RotaryArgs {
 template <typename T>
 __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, RotaryArgs a,
                               int64_t n) {
+  using N = DNum<T>;
   // One thread per (b, s, h, pair j) for j < d / 2 handled as: j < half rotates, the rest copies.
   const int64_t pairs = a.d - a.half;  // rotated pairs plus the pass-through tail
   KILN_GRID_LOOP(e, n) {
@@ -443,14 +459,14 @@ __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, Ro
     if (j < a.half) {
       int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[b * a.s + s] : b * a.s + s;
       int64_t i1 = a.interleaved ? 2 * j : j, i2 = a.interleaved ? 2 * j + 1 : j + a.half;
-      float x1 = to_f(x[base + i1]), x2 = to_f(x[base + i2]);
+      float x1 = N::load(x[base + i1]), x2 = N::load(x[base + i2]);
       if (row < 0 || row >= a.rows) {  // the reference refuses it; the device cannot: NaN marks it
-        y[base + i1] = from_f<T>(NAN), y[base + i2] = from_f<T>(NAN);
+        y[base + i1] = N::store(NAN), y[base + i2] = N::store(NAN);
         continue;
       }
-      float c = to_f(cosv[row * a.half + j]), sn = to_f(sinv[row * a.half + j]);
-      y[base + i1] = from_f<T>(c * x1 - sn * x2);
-      y[base + i2] = from_f<T>(sn * x1 + c * x2);
+      float c = N::load(cosv[row * a.half + j]), sn = N::load(sinv[row * a.half + j]);
+      y[base + i1] = N::store(c * x1 - sn * x2);
+      y[base + i2] = N::store(sn * x1 + c * x2);
     } else {
       int64_t dd = 2 * a.half + (j - a.half);
       y[base + dd] = x[base + dd];
@@ -492,7 +508,7 @@ class RotaryKernel final : public CudaKernel {
     a.pos = has_pos ? in[3].data : nullptr;
     int64_t n = a.b * a.s * a.h * (a.d - a.half);
     if (n == 0) return ok_status();
-    return by_float_type(x.dtype, name_, [&](auto tag) {
+    return by_float_type<kRotaryTypes>(x.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       rotary_kernel<T><<<grid_for(n), 256, 0, stream_>>>(
           static_cast<const T*>(x.data), static_cast<const T*>(cosv.data),
@@ -509,7 +525,7 @@ StatusOr<std::unique_ptr<Kernel>> make_rotary(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t heads, q.node.attrs.get_int("num_heads", 0));
   KILN_ASSIGN_OR_RETURN(int64_t rot, q.node.attrs.get_int("rotary_embedding_dim", 0));
   DType t = q.input_dtype(0);
-  if (!float_type_ok(t)) {
+  if (!float_type_ok(t, kRotaryTypes)) {
     return unsupported(q.node.describe() +
                        ": the CUDA RotaryEmbedding takes float32, float16 or bfloat16, not " +
                        std::string(dtype_name(t)));

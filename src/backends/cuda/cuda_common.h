@@ -206,6 +206,13 @@ Status convert_bf16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s
 // out[i] += bias[(i / inner) % channels]; act: 0 none, 1 relu.
 Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner,
                         int act, cudaStream_t s);
+// Column-major GEMM of float16, bfloat16 or float64 tensors `data`, strided over `batch` problems:
+// D = alpha * op(A) op(B) + beta * D with op(A) m x k and op(B) k x n (cuBLAS conventions);
+// gemm.cc's fallback where cuBLASLt has no algorithm for such a problem.
+Status gemm_fallback(DType data, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     double alpha, const void* a, int64_t lda, int64_t stride_a, const void* b,
+                     int64_t ldb, int64_t stride_b, double beta, void* d, int64_t ldc,
+                     int64_t stride_c, int64_t batch, cudaStream_t s);
 // Broadcast copy of `in` (shape in_shape) to `out` (shape out_shape), any dtype.
 Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
                       std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s);

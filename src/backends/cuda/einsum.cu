@@ -1,13 +1,15 @@
 // Einsum on CUDA: one thread per output element runs the summed labels' loop, as the CPU
-// reference does (cpu/spatial.cc), over up to four operands and twelve labels. Float32 and float64,
-// accumulated in double like the reference. The per-label strides of each operand are computed on
-// the host for each new shape set and passed by value, so a launch needs no memory of its own.
+// reference does (cpu/spatial.cc), over up to four operands and twelve labels. Float32, float64,
+// float16 and bfloat16, accumulated in double like the reference. The per-label strides of each
+// operand are computed on the host for each new shape set and passed by value, so a launch needs
+// no memory of its own.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 #include "ops/spatial.h"
 
 namespace kiln::backends::cuda {
@@ -26,6 +28,7 @@ struct EinsumArgs {
 
 template <typename T>
 __global__ void einsum_kernel(EinsumArgs a, T* y, int64_t n) {
+  using N = DNum<T>;
   KILN_GRID_LOOP(o, n) {
     int64_t base[kMaxOperands] = {0, 0, 0, 0};
     int64_t rem = o;
@@ -47,10 +50,10 @@ __global__ void einsum_kernel(EinsumArgs a, T* y, int64_t n) {
         r /= a.size[k];
         for (int i = 0; i < a.nops; ++i) off[i] += c * a.step[i][k];
       }
-      for (int i = 0; i < a.nops; ++i) p *= double(static_cast<const T*>(a.in[i])[off[i]]);
+      for (int i = 0; i < a.nops; ++i) p *= double(N::load(static_cast<const T*>(a.in[i])[off[i]]));
       acc += p;
     }
-    y[o] = T(acc);
+    y[o] = N::store(typename N::C(acc));
   }
 }
 
@@ -69,11 +72,11 @@ class EinsumKernel final : public CudaKernel {
     for (size_t i = 0; i < in.size(); ++i) args_.in[i] = in[i].data;
     int64_t n = y.numel();
     if (n == 0) return ok_status();
-    if (y.dtype == DType::kFloat64) {
-      einsum_kernel<double><<<grid_for(n), 256, 0, stream_>>>(args_, y.as<double>(), n);
-    } else {
-      einsum_kernel<float><<<grid_for(n), 256, 0, stream_>>>(args_, y.as<float>(), n);
-    }
+    bool known = visit_dtype<kTFloats>(y.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      einsum_kernel<T><<<grid_for(n), 256, 0, stream_>>>(args_, static_cast<T*>(y.data), n);
+    });
+    if (!known) return unsupported(name_ + ": dtype " + std::string(dtype_name(y.dtype)));
     return launch_status("einsum_kernel");
   }
 
@@ -143,8 +146,10 @@ StatusOr<std::unique_ptr<Kernel>> make_einsum(const KernelQuery& q) {
                        " operands, not " + std::to_string(q.inputs.size()));
   }
   const DType t = q.output_dtype(0);
-  if (t != DType::kFloat32 && t != DType::kFloat64) {
-    return unsupported(q.node.describe() + ": the CUDA Einsum computes float32 and float64, not " +
+  if (t != DType::kFloat32 && t != DType::kFloat64 && t != DType::kFloat16 &&
+      t != DType::kBFloat16) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA Einsum takes float32, float64, float16 or bfloat16, not " +
                        std::string(dtype_name(t)));
   }
   std::vector<int> ranks;

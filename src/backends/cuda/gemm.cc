@@ -1,9 +1,11 @@
 // MatMul and Gemm on cuBLASLt. Row-major C = A*B is computed as column-major C^T = B^T * A^T.
-// Precision is what the plan assigned the node: strict FP32 (CUBLAS_COMPUTE_32F), TF32
-// (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (activations converted per run into the
+// Float32 tensors compute in what the plan assigned the node: strict FP32 (CUBLAS_COMPUTE_32F),
+// TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), or FP16/BF16 inputs (activations converted per run into the
 // kernel's workspace, constant weights once per engine by prepare_gemm) with FP32 accumulation and
-// FP32 output. Gemm's bias vector runs as the BIAS epilogue. The tactic is the cuBLASLt algorithm
-// the builder ranked first at the opt shapes, recorded in the plan.
+// FP32 output. Float16 and bfloat16 tensors run natively with FP32 accumulation, float64 tensors
+// in CUBLAS_COMPUTE_64F; such a problem cuBLASLt has no algorithm for runs on gemm_fallback.cu's
+// kernel. Gemm's bias vector runs as the BIAS epilogue on float32 tensors. The tactic is the
+// cuBLASLt algorithm the builder ranked first at the opt shapes, recorded in the plan.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -106,20 +108,82 @@ StatusOr<std::optional<AlgoConfig>> parse_tactic(const std::string& t) {
   return std::optional<AlgoConfig>(c);
 }
 
-cudaDataType input_type(MathMode m) {
-  return m == MathMode::kFp16 ? CUDA_R_16F : m == MathMode::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+// What a GEMM stores and computes in: the node's tensors (data), and in cuBLASLt's terms A and B
+// (ab), C and D (cd), alpha and beta (scale), the accumulation (compute), and the element sizes of
+// ab and cd.
+struct GemmTypes {
+  DType data = DType::kFloat32;
+  cudaDataType ab = CUDA_R_32F, cd = CUDA_R_32F, scale = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  size_t ab_size = 4, cd_size = 4;
+};
+
+bool gemm_dtype_ok(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 ||
+         t == DType::kFloat64;
 }
-cublasComputeType_t compute_type(MathMode m) {
-  return m == MathMode::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+
+// The types of a node whose tensors are `data`: float32 in the plan's math mode (FP16/BF16 copies
+// of A and B, FP32 output), float16/bfloat16 natively with FP32 accumulation, float64 in FP64.
+GemmTypes gemm_types(DType data, MathMode mode) {
+  switch (data) {
+    case DType::kFloat16:
+      return {data, CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 2};
+    case DType::kBFloat16:
+      return {data, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 2};
+    case DType::kFloat64:
+      return {data, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, 8, 8};
+    default:
+      break;
+  }
+  GemmTypes t;
+  if (mode == MathMode::kFp16 || mode == MathMode::kBf16) {
+    t.ab = mode == MathMode::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+    t.ab_size = 2;
+  }
+  if (mode == MathMode::kTf32) t.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  return t;
+}
+
+// The math mode of a GEMM node: the plan's for float32 tensors; other dtypes compute as they are
+// stored (the plan assigns them no reduced precision).
+MathMode gemm_mode(const KernelQuery& q) {
+  return q.input_dtype(0) == DType::kFloat32 ? math_mode(q) : MathMode::kFp32;
+}
+
+// The node's tensors' dtype when its inputs (the first `n_inputs` present ones) and output share
+// one that the kernel handles; else why not.
+StatusOr<DType> gemm_dtype(const KernelQuery& q, const char* impl, size_t n_inputs) {
+  const DType t = q.input_dtype(0);
+  if (!gemm_dtype_ok(t)) {
+    return unsupported(q.node.describe() + ": " + impl +
+                       " takes float32, float16, bfloat16 or float64 tensors; input 0 is " +
+                       std::string(dtype_name(t)));
+  }
+  for (size_t i = 1; i < n_inputs && i < q.inputs.size(); ++i) {
+    DType u = q.input_dtype(i);
+    if (u != DType::kUndefined && u != t) {
+      return unsupported(q.node.describe() + ": " + impl + " takes one dtype; input " +
+                         std::to_string(i) + " is " + std::string(dtype_name(u)) + ", input 0 " +
+                         std::string(dtype_name(t)));
+    }
+  }
+  if (q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() + ": " + impl + " takes one dtype; output 0 is " +
+                       std::string(dtype_name(q.output_dtype(0))) + ", input 0 " +
+                       std::string(dtype_name(t)));
+  }
+  return t;
 }
 
 // The descriptors of one problem.
 class LtDesc {
  public:
   ~LtDesc() { release(); }
-  Status describe(const Problem& p, MathMode mode) {
+  Status describe(const Problem& p, const GemmTypes& types) {
     release();
-    KILN_LT_CHECK(cublasLtMatmulDescCreate(&desc, compute_type(mode), CUDA_R_32F), "creating the matmul descriptor");
+    KILN_LT_CHECK(cublasLtMatmulDescCreate(&desc, types.compute, types.scale),
+                  "creating the matmul descriptor");
     cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
     KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
@@ -127,11 +191,12 @@ class LtDesc {
       cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
     }
-    cudaDataType in_t = input_type(mode);
     // Stored shapes (column-major): op(A) is m x k, op(B) is k x n.
-    KILN_RETURN_IF_ERROR(layout(&la, in_t, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch, p.stride_a));
-    KILN_RETURN_IF_ERROR(layout(&lb, in_t, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p.batch, p.stride_b));
-    KILN_RETURN_IF_ERROR(layout(&lc, CUDA_R_32F, p.m, p.n, p.ldc, p.batch, p.stride_c));
+    KILN_RETURN_IF_ERROR(layout(&la, types.ab, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda,
+                                p.batch, p.stride_a));
+    KILN_RETURN_IF_ERROR(layout(&lb, types.ab, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb,
+                                p.batch, p.stride_b));
+    KILN_RETURN_IF_ERROR(layout(&lc, types.cd, p.m, p.n, p.ldc, p.batch, p.stride_c));
     return ok_status();
   }
   // Up to `max` algorithms cuBLASLt's heuristic ranks for the problem, best first.
@@ -188,21 +253,33 @@ constexpr uint64_t kLibraryWorkspace = uint64_t(32) << 20;
 
 // Runs GEMMs with the plan's algorithm: the recorded one wherever cuBLASLt accepts it for the
 // problem at hand (cublasLtMatmulAlgoCheck), else, for a shape where it cannot run (another
-// alignment, a split that no longer divides), the heuristic's first answer for that shape.
+// alignment, a split that no longer divides), the heuristic's first answer for that shape. A
+// float16, bfloat16 or float64 problem cuBLASLt has no algorithm for runs on gemm_fallback.cu's
+// kernel: the builder accepted the node on its dtype, so it must run.
 class LtGemm {
  public:
-  LtGemm(MathMode mode, std::optional<AlgoConfig> recorded) : mode_(mode), recorded_(recorded) {}
+  LtGemm(GemmTypes types, std::optional<AlgoConfig> recorded)
+      : types_(types), recorded_(recorded) {}
 
-  // D = alpha*op(A)op(B) + beta*C (C == D), plus bias[m] when given.
-  Status run(const Problem& p, const void* a, const void* b, float* d, const float* bias, float alpha, float beta,
-             StreamResources* res) {
+  // D = alpha*op(A)op(B) + beta*C (C == D), plus bias[m] when given (float32 only). alpha and beta
+  // are passed in the scale type.
+  Status run(const Problem& p, const void* a, const void* b, void* d, const void* bias,
+             double alpha, double beta, StreamResources* res) {
     if (!(p == key_) || !ready_) KILN_RETURN_IF_ERROR(plan(p, res));
+    if (fallback_) {
+      return gemm_fallback(types_.data, p.trans_a, p.trans_b, p.m, p.n, p.k, alpha, a, p.lda,
+                           p.stride_a, b, p.ldb, p.stride_b, beta, d, p.ldc, p.stride_c, p.batch,
+                           res->stream);
+    }
+    const float alpha_f = float(alpha), beta_f = float(beta);
+    const void* pa = types_.scale == CUDA_R_64F ? static_cast<const void*>(&alpha) : &alpha_f;
+    const void* pb = types_.scale == CUDA_R_64F ? static_cast<const void*>(&beta) : &beta_f;
     if (p.bias) {
       KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(lt_.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                     "setting the bias pointer");
     }
-    KILN_LT_CHECK(cublasLtMatmul(res->lt, lt_.desc, &alpha, a, lt_.la, b, lt_.lb, &beta, d, lt_.lc, d, lt_.lc, &algo_,
-                                 res->workspace, res->workspace_bytes, res->stream),
+    KILN_LT_CHECK(cublasLtMatmul(res->lt, lt_.desc, pa, a, lt_.la, b, lt_.lb, pb, d, lt_.lc, d,
+                                 lt_.lc, &algo_, res->workspace, res->workspace_bytes, res->stream),
                   "cublasLtMatmul");
     return ok_status();
   }
@@ -210,23 +287,29 @@ class LtGemm {
  private:
   Status plan(const Problem& p, StreamResources* res) {
     ready_ = false;
-    KILN_RETURN_IF_ERROR(lt_.describe(p, mode_));
+    fallback_ = false;
+    KILN_RETURN_IF_ERROR(lt_.describe(p, types_));
     if (recorded_ && recorded_algo(res)) {
       key_ = p;
       ready_ = true;
       return ok_status();
     }
-    KILN_ASSIGN_OR_RETURN(auto results, lt_.heuristic(p, res->lt, res->workspace_bytes, 1));
-    algo_ = results[0].algo;
+    auto results = lt_.heuristic(p, res->lt, res->workspace_bytes, 1);
+    if (!results.ok() && types_.data != DType::kFloat32 && !p.bias) {
+      fallback_ = true;
+    } else {
+      KILN_RETURN_IF_ERROR(results.status());
+      algo_ = (*results)[0].algo;
+    }
     key_ = p;
     ready_ = true;
     return ok_status();
   }
 
   bool recorded_algo(StreamResources* res) {
-    cudaDataType in_t = input_type(mode_);
-    if (cublasLtMatmulAlgoInit(res->lt, compute_type(mode_), CUDA_R_32F, in_t, in_t, CUDA_R_32F, CUDA_R_32F,
-                               recorded_->id, &algo_) != CUBLAS_STATUS_SUCCESS) {
+    if (cublasLtMatmulAlgoInit(res->lt, types_.compute, types_.scale, types_.ab, types_.ab,
+                               types_.cd, types_.cd, recorded_->id,
+                               &algo_) != CUBLAS_STATUS_SUCCESS) {
       return false;
     }
     const AlgoConfig& c = *recorded_;
@@ -252,17 +335,18 @@ class LtGemm {
     return check.workspaceSize <= res->workspace_bytes;
   }
 
-  MathMode mode_;
+  GemmTypes types_;
   std::optional<AlgoConfig> recorded_;
   LtDesc lt_;
   cublasLtMatmulAlgo_t algo_{};
   Problem key_;
   bool ready_ = false;
+  bool fallback_ = false;
 };
 
 // The tactics of a GEMM problem at the opt shapes: the heuristic's ranked algorithms, then
 // "heuristic" (per-shape choice). Only "heuristic" when there is no GPU or no answer.
-std::vector<std::string> rank_tactics(const std::optional<Problem>& p, MathMode mode) {
+std::vector<std::string> rank_tactics(const std::optional<Problem>& p, const GemmTypes& types) {
   std::vector<std::string> out;
   if (p) {
     static cublasLtHandle_t handle = [] {
@@ -270,7 +354,7 @@ std::vector<std::string> rank_tactics(const std::optional<Problem>& p, MathMode 
       return cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS ? h : nullptr;
     }();
     LtDesc d;
-    if (handle && d.describe(*p, mode).ok()) {
+    if (handle && d.describe(*p, types).ok()) {
       auto results = d.heuristic(*p, handle, kLibraryWorkspace, 8);
       if (results.ok()) {
         for (const auto& r : *results) {
@@ -284,9 +368,9 @@ std::vector<std::string> rank_tactics(const std::optional<Problem>& p, MathMode 
   return out;
 }
 
-// An operand in the GEMM's input precision: the FP32 tensor itself, the FP16/BF16 copy the engine
-// prepared once for a constant (prepare_gemm), or a per-run conversion for an activation into the
-// kernel's workspace.
+// An operand in the GEMM's input precision: the tensor itself (any dtype computed as stored), the
+// FP16/BF16 copy the engine prepared once for a float32 constant (prepare_gemm), or a per-run
+// conversion for a float32 activation into the kernel's workspace.
 class LowPrecisionOperand {
  public:
   explicit LowPrecisionOperand(const void* prepared) : prepared_(prepared) {}
@@ -295,13 +379,15 @@ class LowPrecisionOperand {
     if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
     return prepared_ ? 0 : workspace_piece(size_t(n) * 2);
   }
-  StatusOr<const void*> get(const float* src, int64_t n, MathMode mode, void* scratch, cudaStream_t s) const {
-    if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return static_cast<const void*>(src);
+  StatusOr<const void*> get(const void* src, int64_t n, MathMode mode, void* scratch,
+                            cudaStream_t s) const {
+    if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return src;
     if (prepared_) return prepared_;
+    const float* f = static_cast<const float*>(src);
     if (mode == MathMode::kFp16) {
-      KILN_RETURN_IF_ERROR(convert_f32_to_f16(src, scratch, n, s));
+      KILN_RETURN_IF_ERROR(convert_f32_to_f16(f, scratch, n, s));
     } else {
-      KILN_RETURN_IF_ERROR(convert_f32_to_bf16(src, scratch, n, s));
+      KILN_RETURN_IF_ERROR(convert_f32_to_bf16(f, scratch, n, s));
     }
     return static_cast<const void*>(scratch);
   }
@@ -310,9 +396,9 @@ class LowPrecisionOperand {
   const void* prepared_;
 };
 
-// The workspace of a GEMM node: FP16/BF16 copies of its non-constant A and B.
+// The workspace of a GEMM node: FP16/BF16 copies of its non-constant float32 A and B.
 ir::Dim gemm_workspace(const KernelQuery& q) {
-  MathMode mode = math_mode(q);
+  MathMode mode = gemm_mode(q);
   if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
   ir::Dim total = 0;
   for (size_t i = 0; i < 2; ++i) {
@@ -320,8 +406,6 @@ ir::Dim gemm_workspace(const KernelQuery& q) {
   }
   return total;
 }
-
-size_t in_elem(MathMode m) { return m == MathMode::kFp16 || m == MathMode::kBf16 ? 2 : 4; }
 
 // MatMul's GEMM for shapes a x b: the cuBLAS problem and how batches map onto it.
 struct MatMulShape {
@@ -384,14 +468,26 @@ std::vector<std::string> matmul_tactics(const KernelQuery& q) {
     auto s = matmul_shape(*a, *b);
     if (s.ok() && s->M * s->N * s->K > 0) p = s->p;
   }
-  return rank_tactics(p, math_mode(q));
+  return rank_tactics(p, gemm_types(q.input_dtype(0), gemm_mode(q)));
+}
+
+// The kernel's name: the math mode of float32 tensors, else the tensors' dtype.
+std::string gemm_kernel_name(const char* op, DType data, MathMode mode) {
+  const std::string what =
+      data == DType::kFloat32 ? math_mode_name(mode) : std::string(dtype_name(data)) + " tensors";
+  return std::string("cuda.") + op + "(cublasLt," + what + ")";
 }
 
 class MatMulKernel final : public CudaKernel {
  public:
-  MatMulKernel(MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a, const void* prepared_b)
-      : CudaKernel(std::string("cuda.MatMul(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode),
-        gemm_(mode, tactic), a_op_(prepared_a), b_op_(prepared_b) {}
+  MatMulKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a,
+               const void* prepared_b)
+      : CudaKernel(gemm_kernel_name("MatMul", data, mode)),
+        mode_(mode),
+        types_(gemm_types(data, mode)),
+        gemm_(types_, tactic),
+        a_op_(prepared_a),
+        b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -402,11 +498,12 @@ class MatMulKernel final : public CudaKernel {
     KILN_RETURN_IF_ERROR(check_workspace(a_bytes + b_op_.scratch_bytes(b.numel(), mode_), name_));
     char* ws = static_cast<char*>(workspace_);
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, ws, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, ws + a_bytes, stream_));
-    size_t es = in_elem(mode_);
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.data, a.numel(), mode_, ws, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb,
+                          b_op_.get(b.data, b.numel(), mode_, ws + a_bytes, stream_));
+    const size_t es = types_.ab_size, os = types_.cd_size;
     Problem p = s.p;
-    float* d = y.as<float>();
+    char* d = static_cast<char*>(y.data);
     const int64_t M = s.M, N = s.N, K = s.K;
     if (s.kind == MatMulShape::Kind::kBroadcast) {
       const size_t r = s.ob.size();
@@ -426,19 +523,22 @@ class MatMulKernel final : public CudaKernel {
         }
         const char* xa = static_cast<const char*>(pa) + oa * es;
         const char* xb = static_cast<const char*>(pb) + obb * es;
+        char* xd = d + o * M * N * int64_t(os);
         Problem q = p;
-        q.align_a = alignment_of(xb, 0), q.align_b = alignment_of(xa, 0), q.align_c = alignment_of(d + o * M * N, 0);
-        KILN_RETURN_IF_ERROR(gemm_.run(q, xb, xa, d + o * M * N, nullptr, 1.f, 0.f, res));
+        q.align_a = alignment_of(xb, 0), q.align_b = alignment_of(xa, 0),
+        q.align_c = alignment_of(xd, 0);
+        KILN_RETURN_IF_ERROR(gemm_.run(q, xb, xa, xd, nullptr, 1.0, 0.0, res));
       }
       return ok_status();
     }
     p.align_a = alignment_of(pb, p.stride_a * es), p.align_b = alignment_of(pa, p.stride_b * es);
-    p.align_c = alignment_of(d, p.stride_c * 4);
-    return gemm_.run(p, pb, pa, d, nullptr, 1.f, 0.f, res);
+    p.align_c = alignment_of(d, p.stride_c * os);
+    return gemm_.run(p, pb, pa, d, nullptr, 1.0, 0.0, res);
   }
 
  private:
   MathMode mode_;
+  GemmTypes types_;
   LtGemm gemm_;
   LowPrecisionOperand a_op_, b_op_;
 };
@@ -475,8 +575,11 @@ StatusOr<Problem> gemm_problem(const GemmAttrs& g, std::span<const int64_t> a, s
   return p;
 }
 
-// C runs as the bias epilogue when it is a row vector of N and beta is 1.
-bool bias_epilogue(const GemmAttrs& g, std::span<const int64_t> c, int64_t N) {
+// C runs as the bias epilogue when it is a row vector of N, beta is 1 and the tensors are float32
+// (the epilogue's bias type and its algorithms differ by dtype; other dtypes add C through beta,
+// which rounds the output once all the same).
+bool bias_epilogue(const GemmAttrs& g, std::span<const int64_t> c, int64_t N, DType data) {
+  if (data != DType::kFloat32) return false;
   int64_t cn = 1;
   for (int64_t d : c) cn *= d;
   bool row_vector = cn == N && (c.size() == 1 || (c.size() == 2 && c[0] == 1));
@@ -485,10 +588,16 @@ bool bias_epilogue(const GemmAttrs& g, std::span<const int64_t> c, int64_t N) {
 
 class GemmKernel final : public CudaKernel {
  public:
-  GemmKernel(MathMode mode, std::optional<AlgoConfig> tactic, GemmAttrs g, const void* prepared_a,
-             const void* prepared_b)
-      : CudaKernel(std::string("cuda.Gemm(cublasLt,") + math_mode_name(mode) + ")"), mode_(mode),
-        gemm_(mode, tactic), g_(g), a_op_(prepared_a), b_op_(prepared_b) {}
+  GemmKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, GemmAttrs g,
+             const void* prepared_a, const void* prepared_b)
+      : CudaKernel(gemm_kernel_name("Gemm", data, mode)),
+        data_(data),
+        mode_(mode),
+        types_(gemm_types(data, mode)),
+        gemm_(types_, tactic),
+        g_(g),
+        a_op_(prepared_a),
+        b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
@@ -500,10 +609,11 @@ class GemmKernel final : public CudaKernel {
     if (y.numel() == 0) return ok_status();
     float beta = 0.f;
     if (c) {
-      if (bias_epilogue(g_, c->shape, N)) {
+      if (bias_epilogue(g_, c->shape, N, data_)) {
         p.bias = true;
       } else {
-        KILN_RETURN_IF_ERROR(broadcast_copy(c->data, c->shape, y.data, y.shape, 4, stream_));
+        KILN_RETURN_IF_ERROR(
+            broadcast_copy(c->data, c->shape, y.data, y.shape, types_.cd_size, stream_));
         beta = g_.beta;
       }
     }
@@ -511,14 +621,18 @@ class GemmKernel final : public CudaKernel {
     KILN_RETURN_IF_ERROR(check_workspace(a_bytes + b_op_.scratch_bytes(b.numel(), mode_), name_));
     char* ws = static_cast<char*>(workspace_);
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
-    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.as<const float>(), a.numel(), mode_, ws, stream_));
-    KILN_ASSIGN_OR_RETURN(const void* pb, b_op_.get(b.as<const float>(), b.numel(), mode_, ws + a_bytes, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.data, a.numel(), mode_, ws, stream_));
+    KILN_ASSIGN_OR_RETURN(const void* pb,
+                          b_op_.get(b.data, b.numel(), mode_, ws + a_bytes, stream_));
     p.align_a = alignment_of(pb, 0), p.align_b = alignment_of(pa, 0), p.align_c = alignment_of(y.data, 0);
-    return gemm_.run(p, pb, pa, y.as<float>(), p.bias ? c->as<const float>() : nullptr, g_.alpha, beta, res);
+    return gemm_.run(p, pb, pa, y.data, p.bias ? c->data : nullptr, double(g_.alpha), double(beta),
+                     res);
   }
 
  private:
+  DType data_;
   MathMode mode_;
+  GemmTypes types_;
   LtGemm gemm_;
   GemmAttrs g_;
   LowPrecisionOperand a_op_, b_op_;
@@ -533,23 +647,27 @@ std::vector<std::string> gemm_tactics(const KernelQuery& q) {
     auto c = q.opt_shape(q.inputs.size() > 2 ? q.inputs[2] : nullptr);
     auto shape = gemm_problem(*g, *a, *b, false);
     if (shape.ok() && shape->m * shape->n * shape->k > 0) {
-      shape->bias = c && g->beta != 0.f && bias_epilogue(*g, *c, shape->m);
+      shape->bias = c && g->beta != 0.f && bias_epilogue(*g, *c, shape->m, q.input_dtype(0));
       p = *shape;
     }
   }
-  return rank_tactics(p, math_mode(q));
+  return rank_tactics(p, gemm_types(q.input_dtype(0), gemm_mode(q)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.MatMul", 2));
   KILN_ASSIGN_OR_RETURN(auto tactic, parse_tactic(q.tactic));
-  return std::unique_ptr<Kernel>(new MatMulKernel(math_mode(q), tactic, PreparedOperands::operand(q, 0),
+  return std::unique_ptr<Kernel>(new MatMulKernel(data, gemm_mode(q), tactic,
+                                                  PreparedOperands::operand(q, 0),
                                                   PreparedOperands::operand(q, 1)));
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.Gemm", 3));
   KILN_ASSIGN_OR_RETURN(GemmAttrs g, gemm_attrs(q.node));
   KILN_ASSIGN_OR_RETURN(auto tactic, parse_tactic(q.tactic));
-  return std::unique_ptr<Kernel>(new GemmKernel(math_mode(q), tactic, g, PreparedOperands::operand(q, 0),
+  return std::unique_ptr<Kernel>(new GemmKernel(data, gemm_mode(q), tactic, g,
+                                                PreparedOperands::operand(q, 0),
                                                 PreparedOperands::operand(q, 1)));
 }
 
@@ -559,13 +677,21 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q)
 
 }  // namespace
 
+// Not float32_only: the factories take float32, float16, bfloat16 and float64 tensors of one dtype
+// (gemm_dtype); only float32 ones compute in the policy's reduced precisions.
 void register_gemm(Registry& r) {
   r.add(OpKind::kMatMul, &make_matmul,
-        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm,
-         .workspace = &gemm_workspace, .tactics = &matmul_tactics});
+        {.library = "cublaslt",
+         .reduced_precision = true,
+         .prepare = &prepare_gemm,
+         .workspace = &gemm_workspace,
+         .tactics = &matmul_tactics});
   r.add(OpKind::kGemm, &make_gemm,
-        {.library = "cublaslt", .reduced_precision = true, .float32_only = true, .prepare = &prepare_gemm,
-         .workspace = &gemm_workspace, .tactics = &gemm_tactics});
+        {.library = "cublaslt",
+         .reduced_precision = true,
+         .prepare = &prepare_gemm,
+         .workspace = &gemm_workspace,
+         .tactics = &gemm_tactics});
 }
 
 }  // namespace kiln::backends::cuda

@@ -1,12 +1,14 @@
 // Row kernels: Softmax/LogSoftmax, LayerNormalization and RMSNormalization (the Reduce* ops live in
 // reduce2.cu);
 // plus the small conversion and bias kernels the GEMM and conv paths use. One block per row; sums
-// accumulate in double, as the CPU reference does.
+// accumulate in double, as the CPU reference does. Softmax takes every float dtype: float16 and
+// bfloat16 compute in float, float64 in double.
 #include <cfloat>
 #include <optional>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -24,21 +26,27 @@ struct MaxOp {
 };
 
 // Softmax over rows of length n whose elements are `inner` apart; row r starts at
-// (r / inner) * n * inner + r % inner.
-__global__ void softmax_kernel(const float* x, float* y, int64_t n, int64_t inner, bool log_softmax) {
+// (r / inner) * n * inner + r % inner. The max and differences are in C (float, or double for
+// float64), the sum of exponentials in double.
+template <typename T>
+__global__ void softmax_kernel(const T* x, T* y, int64_t n, int64_t inner, bool log_softmax) {
+  using N = DNum<T>;
+  using C = typename N::C;
   __shared__ double sd[32];
-  __shared__ float sf[32];
+  __shared__ C sc[32];
   int64_t r = blockIdx.x;
   int64_t base = (r / inner) * n * inner + r % inner;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = MaxOp()(m, x[base + j * inner]);
-  m = block_reduce(m, MaxOp(), sf, -INFINITY);
+  C m = C(-INFINITY);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    m = MaxOp()(m, N::load(x[base + j * inner]));
+  m = block_reduce(m, MaxOp(), sc, C(-INFINITY));
   double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += exp(double(x[base + j * inner] - m));
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    s += exp(double(N::load(x[base + j * inner]) - m));
   s = block_reduce(s, Sum(), sd, 0.0);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    float v = x[base + j * inner] - m;
-    y[base + j * inner] = log_softmax ? float(double(v) - log(s)) : float(exp(double(v)) / s);
+    C v = N::load(x[base + j * inner]) - m;
+    y[base + j * inner] = N::store(C(log_softmax ? double(v) - log(s) : exp(double(v)) / s));
   }
 }
 
@@ -110,7 +118,6 @@ class SoftmaxKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     int rank = x.rank();
-    if (x.dtype != DType::kFloat32) return unsupported(name_ + ": float32 only on CUDA");
     int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
     if (rank == 0 || axis < 0 || axis >= rank) return invalid_argument(name_ + ": axis " + std::to_string(axis_) + " out of range");
     int64_t outer = 1, n = 1, inner = 1;
@@ -124,7 +131,12 @@ class SoftmaxKernel final : public CudaKernel {
     int64_t rows = outer * inner;
     if (rows == 0 || n == 0) return ok_status();
     if (rows > INT32_MAX) return unsupported(name_ + ": too many rows");
-    softmax_kernel<<<unsigned(rows), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), n, inner, log_);
+    bool known = visit_dtype<kTFloats>(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      softmax_kernel<T><<<unsigned(rows), kBlock, 0, stream_>>>(
+          static_cast<const T*>(x.data), static_cast<T*>(out[0].data), n, inner, log_);
+    });
+    if (!known) return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
     return launch_status("softmax_kernel");
   }
 
@@ -213,6 +225,13 @@ class RmsNormKernel final : public CudaKernel {
 
 
 StatusOr<std::unique_ptr<Kernel>> make_softmax(const KernelQuery& q) {
+  const DType t = q.input_dtype(0);
+  if (!is_float(t) || dtype_size(t) < 2 || q.output_dtype(0) != t) {
+    return unsupported(
+        q.node.describe() + ": the CUDA " + q.node.op_type +
+        " takes float32, float64, float16 or bfloat16 with the output of the input's dtype, not " +
+        std::string(dtype_name(t)) + " to " + std::string(dtype_name(q.output_dtype(0))));
+  }
   bool single = q.node.opset <= 0 || q.node.opset >= 13;
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", single ? -1 : 1));
   bool log = q.node.op_type == "LogSoftmax";
@@ -325,8 +344,8 @@ Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channe
 }
 
 void register_norm(Registry& r) {
-  r.add(OpKind::kSoftmax, &make_softmax, {.float32_only = true});
-  r.add(OpKind::kLogSoftmax, &make_softmax, {.float32_only = true});
+  r.add(OpKind::kSoftmax, &make_softmax);
+  r.add(OpKind::kLogSoftmax, &make_softmax);
   r.add(OpKind::kLayerNormalization, &make_layer_norm, {.float32_only = true});
   r.add(OpKind::kRMSNormalization, &make_rms_norm);
 }
