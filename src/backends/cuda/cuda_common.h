@@ -188,6 +188,7 @@ void register_conv_transpose(Registry& r);
 void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, TopK
 void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
 void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
+void register_quant_gemm(Registry& r);  // ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul
 void register_einsum(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
