@@ -182,7 +182,7 @@ void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
-void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNormalization
+void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
 void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, TopK
