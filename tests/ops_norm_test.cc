@@ -1,5 +1,6 @@
 // Norm op family: symbolic shape inference and kernels on every backend (LayerNormalization,
-// BatchNormalization, Softmax and LogSoftmax in both axis semantics, RMS/Group/Instance/Lp, LRN).
+// BatchNormalization, Softmax and LogSoftmax in both axis semantics, RMS/Group/Instance/Lp,
+// MeanVariance, LRN).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -499,6 +500,95 @@ TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {
   float r0 = std::sqrt(26.f), r1 = std::sqrt(8.f);
   EXPECT_NEAR((*out)[0].data_as<float>()[0], 1 / r0, 1e-6);
   EXPECT_NEAR((*out)[0].data_as<float>()[5], 2 / r1, 1e-6);
+}
+
+// ---- MeanVarianceNormalization and LRN over every float dtype (CUDA: norm2.cu) ----
+
+const DType kFloatDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64};
+
+std::vector<double> wave(int64_t n, double scale, double offset) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = std::sin(double(i) * scale) * 2.0 + std::cos(double(i) * 0.37) + offset;
+  return v;
+}
+
+void expect_supported(OpNode n, std::vector<testing::CaseInput> in) {
+  testing::KernelCase c{.node = std::move(n), .inputs = std::move(in), .expect_support = true};
+  auto r = run_case(c);
+  EXPECT_TRUE(r.ok()) << c.node.node.describe() << ": " << r.status().to_string();
+}
+
+// The ONNX node test's input (test_mvn) against its formula: per channel over N, H and W.
+TEST(NormOpsKernel, MeanVarianceNormalizationOnnxCase) {
+  std::vector<float> x = {
+      0.8439683f,  0.5665144f, 0.05836735f, 0.02916367f, 0.12964272f, 0.5060197f, 0.79538304f,
+      0.9411346f,  0.9546573f, 0.17730942f, 0.46192095f, 0.26480448f, 0.6746842f, 0.01665257f,
+      0.62473077f, 0.9240844f, 0.9722341f,  0.11965699f, 0.41356155f, 0.9129373f, 0.59330076f,
+      0.81929934f, 0.7862604f, 0.11799799f, 0.69248444f, 0.54119414f, 0.07513223f};
+  std::vector<float> y(x.size());
+  for (int c = 0; c < 3; ++c) {
+    double s = 0, sq = 0;
+    for (int n = 0; n < 3; ++n) {
+      for (int h = 0; h < 3; ++h) {
+        double v = x[size_t((n * 3 + c) * 3 + h)];
+        s += v, sq += v * v;
+      }
+    }
+    double mean = s / 9, sd = std::sqrt(sq / 9 - mean * mean);
+    for (int n = 0; n < 3; ++n) {
+      for (int h = 0; h < 3; ++h)
+        y[size_t((n * 3 + c) * 3 + h)] =
+            float((x[size_t((n * 3 + c) * 3 + h)] - mean) / (sd + 1e-9));
+    }
+  }
+  testing::KernelCase c{.node = op("MeanVarianceNormalization", 13),
+                        .inputs = {make_f32({3, 3, 3, 1}, x)},
+                        .expected = {make_f32({3, 3, 3, 1}, y)},
+                        .expect_support = true};
+  auto r = run_case(c);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+}
+
+// Default and explicit axes (leading, middle, trailing, negative, all), reductions of a few to a
+// few thousand elements (several passes of a block), in every float dtype.
+TEST(NormOpsKernel, MeanVarianceNormalizationAxesAndDtypes) {
+  for (DType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto mvn = [] { return op("MeanVarianceNormalization", 13); };
+    expect_supported(mvn(), {testing::make_typed(dt, {2, 3, 4, 5}, wave(120, 0.3, 0.5))});
+    expect_supported(mvn().ints("axes", {1}),
+                     {testing::make_typed(dt, {2, 3, 4, 5}, wave(120, 0.7, -0.25))});
+    expect_supported(mvn().ints("axes", {-1}), {testing::make_typed(dt, {6, 7}, wave(42, 1.1, 0))});
+    expect_supported(mvn().ints("axes", {0, 1, 2, 3}),
+                     {testing::make_typed(dt, {2, 3, 4, 5}, wave(120, 0.2, 1))});
+    expect_supported(mvn().ints("axes", {0, 2}),
+                     {testing::make_typed(dt, {3, 40, 30}, wave(3600, 0.013, 0.1))});
+    expect_supported(mvn(), {testing::make_typed(dt, {2, 3, 40, 50}, wave(12000, 0.0021, -0.3))});
+  }
+}
+
+// The ONNX cases' attributes (test_lrn, test_lrn_default), an even size (the window reaches one
+// channel more above than below), a window wider than the channels, ranks 2 to 5, every float
+// dtype.
+TEST(NormOpsKernel, LrnSizesRanksAndDtypes) {
+  for (DType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto x = [&](Shape shape, double scale) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      return testing::make_typed(dt, std::move(shape), wave(n, scale, 0.2));
+    };
+    expect_supported(op("LRN", 13).i("size", 3).f("alpha", 0.0002f).f("beta", 0.5f).f("bias", 2.f),
+                     {x({5, 5, 5, 5}, 0.31)});
+    expect_supported(op("LRN", 13).i("size", 3), {x({5, 5, 5, 5}, 0.17)});
+    expect_supported(op("LRN", 13).i("size", 4).f("alpha", 2.f).f("beta", 0.75f),
+                     {x({2, 6, 3, 4}, 0.23)});
+    expect_supported(op("LRN", 13).i("size", 9).f("alpha", 0.5f).f("beta", 1.5f).f("bias", 0.5f),
+                     {x({2, 5, 7}, 0.41)});
+    expect_supported(op("LRN", 13).i("size", 1).f("alpha", 1.f), {x({3, 8}, 0.53)});
+    expect_supported(op("LRN", 13).i("size", 5).f("alpha", 0.1f), {x({1, 7, 2, 3, 4}, 0.29)});
+  }
 }
 
 }  // namespace

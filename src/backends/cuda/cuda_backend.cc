@@ -360,6 +360,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_reduce2(families);
   register_math(families);
   register_quant(families);
+  register_quant_gemm(families);
   register_einsum(families);
   register_attention(families);
   register_loss(families);

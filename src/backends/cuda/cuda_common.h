@@ -182,12 +182,13 @@ void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
-void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/LpNormalization
+void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
 void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, TopK
 void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
 void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
+void register_quant_gemm(Registry& r);  // ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul
 void register_einsum(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss

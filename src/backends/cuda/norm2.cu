@@ -1,7 +1,11 @@
 // Channel normalizations: BatchNormalization (inference), InstanceNormalization and
 // GroupNormalization (one block per sample and group, statistics in double as the CPU reference),
-// and LpNormalization (one thread per normalized line).
+// LpNormalization (one thread per normalized line), and, for every float dtype, computing in double
+// as the CPU reference, MeanVarianceNormalization (one block per kept index) and LRN (one thread
+// per element).
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
@@ -76,6 +80,67 @@ __global__ void lp_norm_kernel(const float* x, float* y, int64_t lines, int64_t 
       int64_t e = base + k * inner;
       y[e] = norm == 0 ? 0.f : float(double(x[e]) / norm);
     }
+  }
+}
+
+// The kept and the reduced dims of MeanVarianceNormalization with X's element strides.
+struct MvnGeom {
+  int nk, nr;
+  int64_t kdims[kMaxRank], kstrides[kMaxRank], rdims[kMaxRank], rstrides[kMaxRank];
+  int64_t kept_n, red_n;
+};
+
+__device__ __forceinline__ int64_t mvn_offset(int64_t i, int n, const int64_t* dims,
+                                              const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = n - 1; d >= 0; --d) {
+    off += (i % dims[d]) * strides[d];
+    i /= dims[d];
+  }
+  return off;
+}
+
+// Block by block over the kept indices: (x - mean) / (sqrt(E[x^2] - mean^2) + 1e-9), as the
+// reference (and the ONNX function body) computes it. Explicitly rounded double operations where
+// nvcc would contract into an FMA, so each step rounds as the reference's does (the partial sums
+// are added in another order, which moves the result by a few units of double's last place).
+__global__ void mvn_kernel(const void* x, void* y, int dtype, MvnGeom g) {
+  __shared__ double shared[kBlock / 32];
+  for (int64_t s = blockIdx.x; s < g.kept_n; s += gridDim.x) {
+    int64_t base = mvn_offset(s, g.nk, g.kdims, g.kstrides);
+    double sum = 0, sq = 0;
+    for (int64_t r = threadIdx.x; r < g.red_n; r += blockDim.x) {
+      double v = load_as<double>(x, dtype, base + mvn_offset(r, g.nr, g.rdims, g.rstrides));
+      sum += v;
+      sq = __dadd_rn(sq, __dmul_rn(v, v));
+    }
+    sum = block_sum(sum, shared);
+    sq = block_sum(sq, shared);
+    double cnt = double(g.red_n);
+    double mean = sum / cnt;
+    double var = fmax(__dsub_rn(sq / cnt, __dmul_rn(mean, mean)), 0.0);
+    double den = sqrt(var) + 1e-9;
+    for (int64_t r = threadIdx.x; r < g.red_n; r += blockDim.x) {
+      int64_t e = base + mvn_offset(r, g.nr, g.rdims, g.rstrides);
+      store_as<double>(y, dtype, e, (load_as<double>(x, dtype, e) - mean) / den);
+    }
+  }
+}
+
+// x / (bias + alpha / size * (sum of squares over the channel window))^beta, X [batch, C, spatial].
+__global__ void lrn_kernel(const void* x, void* y, int dtype, int64_t n, int64_t channels,
+                           int64_t spatial, int64_t lo, int64_t hi, double bias,
+                           double alpha_over_size, double beta) {
+  KILN_GRID_LOOP(e, n) {
+    int64_t i = e % spatial, c = (e / spatial) % channels, b = e / (spatial * channels);
+    int64_t c0 = c - lo < 0 ? 0 : c - lo, c1 = c + hi > channels - 1 ? channels - 1 : c + hi;
+    double sq = 0;
+    for (int64_t cc = c0; cc <= c1; ++cc) {
+      double v = load_as<double>(x, dtype, (b * channels + cc) * spatial + i);
+      sq = __dadd_rn(sq, __dmul_rn(v, v));
+    }
+    double den = pow(__dadd_rn(bias, __dmul_rn(alpha_over_size, sq)), beta);
+    store_as<double>(y, dtype, e, load_as<double>(x, dtype, e) / den);
   }
 }
 
@@ -163,6 +228,88 @@ class LpNormKernel final : public CudaKernel {
   bool l1_;
 };
 
+class MvnKernel final : public CudaKernel {
+ public:
+  explicit MvnKernel(std::vector<int64_t> axes)
+      : CudaKernel("cuda.MeanVarianceNormalization"), axes_(std::move(axes)) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int rank = x.rank();
+    if (rank > kMaxRank)
+      return invalid_argument(name_ + ": rank " + std::to_string(rank) + " is above " +
+                              std::to_string(kMaxRank));
+    if (out[0].dtype != x.dtype || out[0].numel() != x.numel())
+      return invalid_argument(name_ + ": output does not match the input");
+    bool reduced[kMaxRank] = {};
+    for (int64_t ax : axes_) {
+      if (ax < -rank || ax >= rank)
+        return invalid_argument(name_ + ": axis " + std::to_string(ax) + " is out of range");
+      reduced[ax < 0 ? ax + rank : ax] = true;
+    }
+    int64_t strides[kMaxRank], step = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[d] = step;
+      step *= x.shape[d];
+    }
+    MvnGeom g{};
+    g.kept_n = g.red_n = 1;
+    for (int d = 0; d < rank; ++d) {
+      if (reduced[d]) {
+        g.rdims[g.nr] = x.shape[d], g.rstrides[g.nr++] = strides[d];
+        g.red_n *= x.shape[d];
+      } else {
+        g.kdims[g.nk] = x.shape[d], g.kstrides[g.nk++] = strides[d];
+        g.kept_n *= x.shape[d];
+      }
+    }
+    if (x.numel() == 0) return ok_status();
+    unsigned blocks = unsigned(std::min<int64_t>(g.kept_n, 65535LL * 32));
+    mvn_kernel<<<blocks, kBlock, 0, stream_>>>(x.data, out[0].data, int(x.dtype), g);
+    return launch_status("mvn_kernel");
+  }
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
+class LrnKernel final : public CudaKernel {
+ public:
+  LrnKernel(int64_t size, double alpha, double beta, double bias)
+      : CudaKernel("cuda.LRN"), size_(size), alpha_(alpha), beta_(beta), bias_(bias) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    if (x.rank() < 2) return invalid_argument(name_ + ": X must have rank >= 2");
+    if (out[0].dtype != x.dtype || out[0].numel() != x.numel())
+      return invalid_argument(name_ + ": output does not match the input");
+    int64_t n = x.numel();
+    if (n == 0) return ok_status();
+    int64_t channels = x.shape[1], spatial = n / (x.shape[0] * channels);
+    int64_t lo = (size_ - 1) / 2, hi = size_ - 1 - lo;
+    lrn_kernel<<<grid_for(n), kBlock, 0, stream_>>>(x.data, out[0].data, int(x.dtype), n, channels,
+                                                    spatial, lo, hi, bias_, alpha_ / double(size_),
+                                                    beta_);
+    return launch_status("lrn_kernel");
+  }
+
+ private:
+  int64_t size_;
+  double alpha_, beta_, bias_;
+};
+
+// float32, float16, bfloat16 or float64 X and Y of the same dtype (MeanVarianceNormalization, LRN).
+Status require_float_data(const KernelQuery& q) {
+  DType x = q.input_dtype(0), y = q.output_dtype(0);
+  bool ok =
+      x == DType::kFloat32 || x == DType::kFloat16 || x == DType::kBFloat16 || x == DType::kFloat64;
+  if (!ok || y != x) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA kernel takes float32, float16, bfloat16 or float64 X and Y " +
+                       "of one dtype, not " + std::string(dtype_name(x)) + " and " +
+                       std::string(dtype_name(y)));
+  }
+  return ok_status();
+}
+
 // The rank of input 0, known at build time, is at least `min`.
 Status require_rank(const KernelQuery& q, size_t min) {
   if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.inputs[0]->shape->size() < min) {
@@ -224,6 +371,35 @@ StatusOr<std::unique_ptr<Kernel>> make_lp_norm(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new LpNormKernel(axis, p == 1));
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_mvn(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_float_data(q));
+  KILN_RETURN_IF_ERROR(require_rank(q, 1));
+  int64_t rank = int64_t(q.inputs[0]->shape->size());
+  if (rank > kMaxRank) {
+    return unsupported(q.node.describe() + ": the CUDA kernel takes X of rank up to " +
+                       std::to_string(kMaxRank));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                        q.node.attrs.get_ints("axes", std::vector<int64_t>{0, 2, 3}));
+  for (int64_t ax : axes) {
+    if (ax < -rank || ax >= rank)
+      return invalid_argument(q.node.describe() + ": axis " + std::to_string(ax) +
+                              " is out of range");
+  }
+  return std::unique_ptr<Kernel>(new MvnKernel(std::move(axes)));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_lrn(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_float_data(q));
+  KILN_RETURN_IF_ERROR(require_rank(q, 2));
+  KILN_ASSIGN_OR_RETURN(int64_t size, q.node.attrs.get_int("size", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(float alpha, q.node.attrs.get_float("alpha", 1e-4f));
+  KILN_ASSIGN_OR_RETURN(float beta, q.node.attrs.get_float("beta", 0.75f));
+  KILN_ASSIGN_OR_RETURN(float bias, q.node.attrs.get_float("bias", 1.f));
+  if (size <= 0) return invalid_argument(q.node.describe() + ": size must be > 0");
+  return std::unique_ptr<Kernel>(new LrnKernel(size, double(alpha), double(beta), double(bias)));
+}
+
 }  // namespace
 
 void register_norm2(Registry& r) {
@@ -231,6 +407,8 @@ void register_norm2(Registry& r) {
   r.add(OpKind::kInstanceNormalization, &make_grouped_norm, {.float32_only = true});
   r.add(OpKind::kGroupNormalization, &make_grouped_norm, {.float32_only = true});
   r.add(OpKind::kLpNormalization, &make_lp_norm, {.float32_only = true});
+  r.add(OpKind::kMeanVarianceNormalization, &make_mvn);
+  r.add(OpKind::kLRN, &make_lrn);
 }
 
 }  // namespace kiln::backends::cuda
