@@ -210,6 +210,11 @@ Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channe
 Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
                       std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s);
 
+// out[j] = in[j + begin] per axis, zero where that leaves `in` (a crop, or a zero Pad). Any
+// dtype (it moves elements of in's size); in, out and begin have the same rank.
+Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
+                   cudaStream_t s);
+
 // Kernel launch grid for n elements.
 inline unsigned grid_for(int64_t n, int block = 256) {
   int64_t g = (n + block - 1) / block;
