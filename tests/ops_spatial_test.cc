@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <complex>
+#include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@ using testing::initializer;
 using testing::make_f32;
 using testing::make_i64;
 using testing::op;
+using testing::OpNode;
 using testing::run_case;
 
 TEST(SpatialOps, GridSampleShapeAndBilinear) {
@@ -238,6 +242,161 @@ TEST(SpatialOps, DftShapesAndValues) {
       (*got)[0], make_f32({2, 4, 2}, {1, 0, 1, 0, 1, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0}), 1e-6, 0));
 }
 
+// ---- DFT against a naive transform, every variant on every backend ----
+
+struct DftSpec {
+  Shape x;  // [..., signal, 1 or 2]
+  int opset = 17;
+  std::optional<int64_t> axis;  // opset 17: the attribute; 20: input 2 (a constant)
+  bool inverse = false, onesided = false;
+  std::optional<int64_t> dft_length;
+  bool length_from_shape = false;  // dft_length computed at run time (Shape of a tensor)
+  DType dtype = DType::kFloat32;
+};
+
+// Values the dtype holds exactly, so that the naive transform sees what the kernels see.
+std::vector<double> dft_input(const DftSpec& s) {
+  std::vector<double> v(size_t(shape_numel(s.x)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    float f = float(std::sin(0.9 * double(i) + 0.3) + 0.25 * std::cos(2.3 * double(i)));
+    if (s.dtype == DType::kFloat16) f = half_to_float(float_to_half(f));
+    if (s.dtype == DType::kBFloat16) f = bf16_to_float(float_to_bf16(f));
+    v[i] = s.dtype == DType::kFloat64 ? std::sin(0.9 * double(i) + 0.3) : double(f);
+  }
+  return v;
+}
+
+// The transform by definition: the signal zero-padded or truncated to n (for the inverse real
+// FFT, bins 0..n/2 extended by conjugate symmetry), then sum_t z[t] e^(-+2 pi i k t / n).
+Tensor naive_dft(const DftSpec& s, const std::vector<double>& x) {
+  const int rank = int(s.x.size());
+  int64_t axis = s.axis.value_or(s.opset >= 20 ? -2 : 1);
+  if (axis < 0) axis += rank;
+  const bool irfft = s.inverse && s.onesided;
+  const int64_t in_len = s.x[size_t(axis)], comps = s.x.back();
+  const int64_t n = s.dft_length.value_or(irfft ? 2 * (in_len - 1) : in_len);
+  const int64_t out_len = s.onesided && !irfft ? n / 2 + 1 : n, out_comps = irfft ? 1 : 2;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= s.x[size_t(d)];
+  for (int d = int(axis) + 1; d < rank - 1; ++d) inner *= s.x[size_t(d)];
+  Shape ys = s.x;
+  ys[size_t(axis)] = out_len;
+  ys.back() = out_comps;
+  std::vector<double> y(size_t(shape_numel(ys)));
+  auto bin = [&](int64_t o, int64_t t, int64_t i) {
+    const double* p = x.data() + ((o * in_len + t) * inner + i) * comps;
+    return std::complex<double>(p[0], comps == 2 ? p[1] : 0.0);
+  };
+  const double sign = s.inverse ? 1.0 : -1.0, scale = s.inverse ? 1.0 / double(n) : 1.0;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      std::vector<std::complex<double>> z(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) {
+        if (t < in_len) {
+          z[size_t(t)] = bin(o, t, i);
+        } else if (irfft && n - t < in_len) {
+          z[size_t(t)] = std::conj(bin(o, n - t, i));
+        }
+      }
+      for (int64_t k = 0; k < out_len; ++k) {
+        std::complex<double> acc = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          acc += z[size_t(t)] *
+                 std::polar(1.0, sign * 2 * std::numbers::pi * double((k * t) % n) / double(n));
+        }
+        acc *= scale;
+        double* q = y.data() + ((o * out_len + k) * inner + i) * out_comps;
+        q[0] = acc.real();
+        if (!irfft) q[1] = acc.imag();
+      }
+    }
+  }
+  return testing::make_typed(s.dtype, ys, y);
+}
+
+OpNode dft_node(const DftSpec& s) {
+  OpNode node = op("DFT", s.opset).named("dft0");
+  if (s.inverse) node.i("inverse", 1);
+  if (s.onesided) node.i("onesided", 1);
+  if (s.opset < 20 && s.axis) node.i("axis", *s.axis);
+  return node;
+}
+
+std::vector<testing::CaseInput> dft_inputs(const DftSpec& s, Tensor x) {
+  std::vector<testing::CaseInput> in = {std::move(x)};
+  if (s.dft_length) {
+    in.push_back(s.length_from_shape ? testing::shape_of({*s.dft_length})
+                                     : initializer(make_i64({1}, {*s.dft_length})));
+  } else if (s.opset >= 20 && s.axis) {
+    in.push_back(testing::kNoInput);
+  }
+  if (s.opset >= 20 && s.axis) in.push_back(initializer(make_i64({}, {*s.axis})));
+  return in;
+}
+
+// Runs the case (CUDA must accept it) and checks the reference against the naive transform.
+StatusOr<Tensor> check_dft(const DftSpec& s, const std::string& label) {
+  std::vector<double> xv = dft_input(s);
+  Tensor x = testing::make_typed(s.dtype, s.x, xv);
+  auto r = run_case(
+      {.node = dft_node(s), .inputs = dft_inputs(s, x), .expect_support = true, .label = label});
+  if (!r.ok()) return r.status();
+  testing::Tolerance tol = testing::op_tolerance(s.dtype);
+  EXPECT_TRUE(all_close((*r)[0], naive_dft(s, xv), tol.atol, tol.rtol)) << label;
+  return (*r)[0];
+}
+
+TEST(SpatialOps, DftVariantsAgainstNaive) {
+  struct Case {
+    DftSpec spec;
+    const char* label;
+  };
+  const Case cases[] = {
+      {{.x = {2, 5, 3, 2}}, "complex, axis 1 with inner dims (test_dft_axis)"},
+      {{.x = {3, 8, 1}, .onesided = true}, "real onesided (test_dft_rfft)"},
+      {{.x = {2, 7, 1}, .onesided = true}, "real onesided, odd length"},
+      {{.x = {2, 6, 1}, .dft_length = 9}, "real, dft_length zero-pads"},
+      {{.x = {2, 7, 2}, .inverse = true, .dft_length = 5}, "complex inverse, dft_length truncates"},
+      {{.x = {2, 1, 2}, .onesided = true}, "length 1"},
+      {{.x = {4, 3, 2}, .axis = 0}, "axis 0 (no outer dims)"},
+      {{.x = {2, 5, 2}, .opset = 20, .inverse = true, .onesided = true},
+       "inverse real FFT, default axis (test_dft_irfft_opset19)"},
+      {{.x = {2, 4, 2}, .opset = 20, .inverse = true, .onesided = true, .dft_length = 7},
+       "inverse real FFT, odd dft_length"},
+      {{.x = {3, 4, 6, 2}, .opset = 20, .axis = 1}, "opset 20, axis input 1"},
+      {{.x = {3, 4, 6, 1}, .opset = 20, .axis = -3, .onesided = true}, "opset 20, negative axis"},
+      {{.x = {2, 8, 1}, .opset = 20, .onesided = true, .dft_length = 7, .length_from_shape = true},
+       "onesided, dft_length computed at run time"},
+      {{.x = {2, 6, 2}, .dtype = DType::kFloat64}, "float64"},
+      {{.x = {2, 4, 2}, .opset = 20, .inverse = true, .onesided = true, .dtype = DType::kFloat64},
+       "float64 inverse real FFT"},
+      {{.x = {2, 6, 2}, .inverse = true, .dtype = DType::kFloat16}, "float16 inverse"},
+      {{.x = {2, 6, 1}, .onesided = true, .dtype = DType::kBFloat16}, "bfloat16 onesided"},
+  };
+  for (const Case& c : cases) {
+    auto r = check_dft(c.spec, c.label);
+    EXPECT_TRUE(r.ok()) << c.label << ": " << r.status().to_string();
+  }
+}
+
+// The inverse real FFT of the onesided transform gives the signal back, for even and odd n.
+TEST(SpatialOps, DftRoundTripsThroughTheInverseRealFft) {
+  for (int64_t n : {8, 7}) {
+    DftSpec fwd{.x = {3, n, 1}, .onesided = true};
+    auto bins = check_dft(fwd, "rfft of " + std::to_string(n));
+    ASSERT_TRUE(bins.ok()) << bins.status().to_string();
+    OpNode inv = dft_node({.inverse = true, .onesided = true});
+    auto back = run_case({.node = inv,
+                          .inputs = {*bins, initializer(make_i64({1}, {n}))},
+                          .expect_support = true,
+                          .label = "irfft of " + std::to_string(n)});
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_TRUE(
+        all_close((*back)[0], testing::make_typed(DType::kFloat32, {3, n, 1}, dft_input(fwd))))
+        << "n = " << n;
+  }
+}
+
 TEST(SpatialOps, BitCast) {
   auto r = infer_node(op("BitCast", 20).i("to", 6), {f32({Dim::symbol("N")})});  // int32
   ASSERT_TRUE(r.ok()) << r.status.to_string();
@@ -247,7 +406,6 @@ TEST(SpatialOps, BitCast) {
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ((*got)[0].data_as<int32_t>()[0], 0x3f800000);
 }
-
 
 // Same-size BitCast among dtypes: the bytes are unchanged (CUDA: a copy, elementwise.cu).
 TEST(SpatialOps, BitCastSameSizeDtypes) {

@@ -1,10 +1,9 @@
 // ConvTranspose on cuDNN 9 (legacy API): the data gradient of the convolution from Y to X
 // (cudnnConvolutionBackwardData), whose filter layout [C, M/group, k...] is ConvTranspose's W.
-// 1-D and 2-D, groups, strides, dilations, output_padding, output_shape; strict FP32 (FMA kernels).
-// cuDNN pads both ends alike: the begin pad is the convolution's pad, and the end pad must be what
-// the forward convolution of Y's size implies; the factory refuses other combinations.
+// 1-D to 3-D, groups, strides, dilations, any pads, output_padding, output_shape; strict FP32.
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <optional>
 
 #include "backends/cuda/cuda_common.h"
@@ -28,12 +27,12 @@ enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
 struct TransposeAttrs {
   int ns = 0;
   int64_t group = 1;
-  std::vector<int64_t> strides, dilations, pads, out_pad;
+  std::vector<int64_t> strides, dilations, pads, out_pad, output_shape;
   AutoPad auto_pad = AutoPad::kNotSet;
 };
 
 // The begin pad of axis i for input size `in`, kernel size `k` and output size `out`, as the CPU
-// reference derives it.
+// reference derives it (C++ division, which truncates a negative SAME total toward zero).
 int64_t begin_pad(const TransposeAttrs& a, int i, int64_t in, int64_t k, int64_t out) {
   if (a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower) {
     int64_t total = a.strides[i] * (in - 1) + a.out_pad[i] + (k - 1) * a.dilations[i] + 1 - out;
@@ -48,6 +47,28 @@ bool fits(int64_t in, int64_t k, int64_t out, int64_t stride, int64_t dil, int64
   int64_t span = out + 2 * pb - ((k - 1) * dil + 1);
   return pb >= 0 && span >= 0 && span / stride == in - 1;
 }
+
+// How one spatial axis runs. Let F = s*(in-1) + (k-1)*d + 1 be the full scatter, with zeros
+// beyond it; Y[o] = full[o + pb]. cuDNN pads both ends alike, so where Y's window is not what
+// one symmetric pad gives, cuDNN computes full[p, F - p) into the workspace with p the smaller
+// pad (0 when either is negative, as output_padding and large output_shapes make the end pad),
+// and Y is the window starting at pb - p of it, zero where the window leaves it.
+struct AxisPlan {
+  int64_t pad = 0;     // cuDNN's pad on both ends
+  int64_t size = 0;    // the length cuDNN computes
+  int64_t offset = 0;  // where Y's window starts in it
+};
+AxisPlan plan_axis(const TransposeAttrs& a, int i, int64_t in, int64_t k, int64_t out) {
+  const int64_t s = a.strides[i], d = a.dilations[i];
+  const int64_t pb = begin_pad(a, i, in, k, out);
+  if (fits(in, k, out, s, d, pb)) return {pb, out, 0};
+  const int64_t full = s * (in - 1) + (k - 1) * d + 1, pe = full - pb - out;
+  const int64_t p = std::max<int64_t>(0, std::min(pb, pe));
+  return {p, full - 2 * p, pb - p};
+}
+
+// cuDNN runs 1-D as 2-D with H = 1, so descriptors have 4 or 5 dims.
+int cudnn_dims(int ns) { return std::max(ns, 2) + 2; }
 
 class ConvTransposeKernel final : public CudaKernel {
  public:
@@ -76,11 +97,21 @@ class ConvTransposeKernel final : public CudaKernel {
       key.insert(key.end(), y.shape.begin(), y.shape.end());
       if (key != key_) KILN_RETURN_IF_ERROR(plan(x, w, y, key));
       KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
+      void* dst = y.data;
+      if (windowed_) {
+        KILN_RETURN_IF_ERROR(
+            check_workspace(workspace_piece(size_t(shape_numel(full_)) * sizeof(float)), name_));
+        dst = workspace_;
+      }
       float alpha = 1.f, beta = 0.f;
       KILN_DNN_CHECK(
           cudnnConvolutionBackwardData(res->dnn, &alpha, wd_, w.data, xd_, x.data, cd_, algo_,
-                                       res->workspace, res->workspace_bytes, &beta, yd_, y.data),
+                                       res->workspace, res->workspace_bytes, &beta, yd_, dst),
           name_ + ": cudnnConvolutionBackwardData");
+      if (windowed_) {
+        TensorView full{workspace_, DType::kFloat32, full_};
+        KILN_RETURN_IF_ERROR(copy_window(full, y, offsets_, stream_));
+      }
     }
     if (in.size() > 2 && present(in[2])) {
       int64_t m = y.shape[1], inner = y.numel() / (y.shape[0] * m);
@@ -96,32 +127,46 @@ class ConvTransposeKernel final : public CudaKernel {
 
  private:
   Status plan(const TensorView& x, const TensorView& w, const TensorView& y, const Shape& key) {
-    int ns = a_.ns;
+    key_.clear();
+    const int ns = a_.ns, nd = cudnn_dims(ns), lead = nd - 2 - ns;  // lead: 1 for 1-D
     if (w.shape[0] != x.shape[1] || w.shape[1] * a_.group != y.shape[1] ||
         y.shape[0] != x.shape[0]) {
       return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " +
                               shape_to_string(w.shape) + " and Y " + shape_to_string(y.shape) +
                               " do not agree with group " + std::to_string(a_.group));
     }
-    std::array<int, 2> pad{0, 0}, str{1, 1}, dil{1, 1};
+    // full_: what cuDNN computes ([N, M, size...]); offsets_: where Y starts in it.
+    full_.assign({y.shape[0], y.shape[1]});
+    offsets_.assign(size_t(ns) + 2, 0);
+    windowed_ = false;
+    std::array<int, 3> pad{0, 0, 0}, str{1, 1, 1}, dil{1, 1, 1};
     for (int i = 0; i < ns; ++i) {
-      int slot = ns == 1 ? 1 : i;
       int64_t in = x.shape[2 + i], k = w.shape[2 + i], o = y.shape[2 + i];
-      int64_t pb = begin_pad(a_, i, in, k, o);
-      if (!fits(in, k, o, a_.strides[i], a_.dilations[i], pb)) {
-        return invalid_argument(name_ + ": axis " + std::to_string(2 + i) + " (input " +
-                                std::to_string(in) + ", output " + std::to_string(o) +
-                                ") pads unevenly, which cuDNN cannot express");
-      }
-      pad[slot] = int(pb), str[slot] = int(a_.strides[i]), dil[slot] = int(a_.dilations[i]);
+      AxisPlan p = plan_axis(a_, i, in, k, o);
+      full_.push_back(p.size);
+      offsets_[size_t(2 + i)] = p.offset;
+      windowed_ = windowed_ || p.size != o || p.offset != 0;
+      pad[size_t(lead + i)] = int(p.pad), str[size_t(lead + i)] = int(a_.strides[i]);
+      dil[size_t(lead + i)] = int(a_.dilations[i]);
     }
-    auto dim4 = [&](std::span<const int64_t> s) {
-      std::array<int, 4> d{int(s[0]), int(s[1]), 1, 1};
-      if (ns == 1)
-        d[3] = int(s[2]);
-      else
-        d[2] = int(s[2]), d[3] = int(s[3]);
+    for (std::span<const int64_t> s : {x.shape, w.shape, std::span<const int64_t>(full_)}) {
+      for (int64_t v : s) {
+        if (v > INT_MAX) {
+          return unsupported(name_ + ": cuDNN takes dims below 2^31, not " + shape_to_string(s));
+        }
+      }
+    }
+    // Descriptor dims: N, C, then the spatial dims, led by H = 1 for 1-D.
+    auto dims = [&](std::span<const int64_t> s) {
+      std::array<int, 5> d{1, 1, 1, 1, 1};
+      d[0] = int(s[0]), d[1] = int(s[1]);
+      for (int i = 0; i < ns; ++i) d[size_t(2 + lead + i)] = int(s[size_t(2 + i)]);
       return d;
+    };
+    auto strides = [&](const std::array<int, 5>& d) {
+      std::array<int, 5> st{1, 1, 1, 1, 1};
+      for (int i = nd - 1; i-- > 0;) st[size_t(i)] = st[size_t(i) + 1] * d[size_t(i) + 1];
+      return st;
     };
     if (!xd_) {
       KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&xd_), "cudnnCreateTensorDescriptor");
@@ -130,32 +175,28 @@ class ConvTransposeKernel final : public CudaKernel {
       KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_), "cudnnCreateConvolutionDescriptor");
     }
     // In cuDNN's terms the forward convolution runs from Y ("x", M channels) to X ("y", C
-    // channels).
-    auto xs = dim4(x.shape), ws = dim4(w.shape), ys = dim4(y.shape);
+    // channels); its "x" is full_ (Y itself unless windowed).
+    auto xs = dims(x.shape), ws = dims(w.shape), ys = dims(full_);
+    auto xst = strides(xs), yst = strides(ys);
     cudnnDataType_t dt = CUDNN_DATA_FLOAT;
-    KILN_DNN_CHECK(
-        cudnnSetTensor4dDescriptor(xd_, CUDNN_TENSOR_NCHW, dt, xs[0], xs[1], xs[2], xs[3]),
-        name_ + ": X descriptor");
-    KILN_DNN_CHECK(
-        cudnnSetTensor4dDescriptor(yd_, CUDNN_TENSOR_NCHW, dt, ys[0], ys[1], ys[2], ys[3]),
-        name_ + ": Y descriptor");
-    KILN_DNN_CHECK(
-        cudnnSetFilter4dDescriptor(wd_, dt, CUDNN_TENSOR_NCHW, ws[0], ws[1], ws[2], ws[3]),
-        name_ + ": W descriptor");
-    KILN_DNN_CHECK(
-        cudnnSetConvolution2dDescriptor(cd_, pad[0], pad[1], str[0], str[1], dil[0], dil[1],
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-        name_ + ": convolution descriptor");
+    KILN_DNN_CHECK(cudnnSetTensorNdDescriptor(xd_, dt, nd, xs.data(), xst.data()),
+                   name_ + ": X descriptor");
+    KILN_DNN_CHECK(cudnnSetTensorNdDescriptor(yd_, dt, nd, ys.data(), yst.data()),
+                   name_ + ": Y descriptor");
+    KILN_DNN_CHECK(cudnnSetFilterNdDescriptor(wd_, dt, CUDNN_TENSOR_NCHW, nd, ws.data()),
+                   name_ + ": W descriptor");
+    KILN_DNN_CHECK(cudnnSetConvolutionNdDescriptor(cd_, nd - 2, pad.data(), str.data(), dil.data(),
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                   name_ + ": convolution descriptor");
     KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(cd_, int(a_.group)), name_ + ": group count");
     KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd_, CUDNN_FMA_MATH), name_ + ": math type");
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    KILN_DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd_, yd_, wd_, &on, &oc, &oh, &ow),
+    std::array<int, 5> got{0, 0, 0, 0, 0};
+    KILN_DNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(cd_, yd_, wd_, nd, got.data()),
                    name_ + ": output dims");
-    if (on != xs[0] || oc != xs[1] || oh != xs[2] || ow != xs[3]) {
-      return invalid_argument(name_ + ": cuDNN maps Y " + shape_to_string(y.shape) + " to [" +
-                              std::to_string(on) + ", " + std::to_string(oc) + ", " +
-                              std::to_string(oh) + ", " + std::to_string(ow) + "], not X " +
-                              shape_to_string(x.shape));
+    if (!std::equal(got.begin(), got.begin() + nd, xs.begin())) {
+      Shape mapped(got.begin(), got.begin() + nd);
+      return invalid_argument(name_ + ": cuDNN maps " + shape_to_string(full_) + " to " +
+                              shape_to_string(mapped) + ", not X " + shape_to_string(x.shape));
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -171,6 +212,19 @@ class ConvTransposeKernel final : public CudaKernel {
       algo_ = perf[i].algo;
       chosen = true;
     }
+    // Where the heuristic ranks nothing in FMA math (it may for some 3-D problems), the two
+    // direct algorithms, which run every shape without tensor cores.
+    for (cudnnConvolutionBwdDataAlgo_t alg :
+         {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0}) {
+      size_t need = 0;
+      if (chosen) break;
+      if (cudnnGetConvolutionBackwardDataWorkspaceSize(res->dnn, wd_, xd_, cd_, yd_, alg, &need) ==
+              CUDNN_STATUS_SUCCESS &&
+          need <= res->workspace_bytes) {
+        algo_ = alg;
+        chosen = true;
+      }
+    }
     if (!chosen)
       return unsupported(name_ + ": cuDNN offers no FP32 algorithm for X " +
                          shape_to_string(x.shape));
@@ -180,6 +234,9 @@ class ConvTransposeKernel final : public CudaKernel {
 
   TransposeAttrs a_;
   Shape key_;
+  Shape full_;
+  std::vector<int64_t> offsets_;
+  bool windowed_ = false;
   cudnnTensorDescriptor_t xd_ = nullptr, yd_ = nullptr;
   cudnnFilterDescriptor_t wd_ = nullptr;
   cudnnConvolutionDescriptor_t cd_ = nullptr;
@@ -192,15 +249,15 @@ std::optional<int64_t> known(const ir::Value* v, size_t d) {
   return (*v->shape)[d].value();
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
+StatusOr<TransposeAttrs> transpose_attrs(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
   if (q.inputs.size() < 2 || !q.inputs[0] || !q.inputs[0]->shape || !q.inputs[1]) {
     return invalid_argument(q.node.describe() + ": X has no shape");
   }
   size_t rank = q.inputs[0]->shape->size();
-  if (rank != 3 && rank != 4) {
+  if (rank < 3 || rank > 5) {
     return unsupported(q.node.describe() +
-                       ": the CUDA backend runs 1-D and 2-D ConvTranspose, not rank " +
+                       ": the CUDA backend runs 1-D to 3-D ConvTranspose, not rank " +
                        std::to_string(rank));
   }
   TransposeAttrs a;
@@ -223,7 +280,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(list("pads", 2 * ns, 0, &a.pads));
   KILN_RETURN_IF_ERROR(list("output_padding", ns, 0, &a.out_pad));
   KILN_ASSIGN_OR_RETURN(std::string auto_pad, at.get_string("auto_pad", "NOTSET"));
-  KILN_ASSIGN_OR_RETURN(auto output_shape, at.get_ints("output_shape", std::vector<int64_t>{}));
+  KILN_ASSIGN_OR_RETURN(a.output_shape, at.get_ints("output_shape", std::vector<int64_t>{}));
   if (auto_pad == "NOTSET")
     a.auto_pad = AutoPad::kNotSet;
   else if (auto_pad == "SAME_UPPER")
@@ -236,38 +293,34 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + auto_pad + "'");
   if (a.group < 1) return invalid_argument(q.node.describe() + ": group must be >= 1");
   for (size_t i = 0; i < ns; ++i) {
-    if (a.strides[i] < 1 || a.dilations[i] < 1) {
-      return invalid_argument(q.node.describe() + ": strides and dilations must be >= 1");
+    if (a.strides[i] < 1 || a.dilations[i] < 1 || a.strides[i] > INT_MAX ||
+        a.dilations[i] > INT_MAX || a.group > INT_MAX) {
+      return invalid_argument(q.node.describe() +
+                              ": strides, dilations and group must be in [1, 2^31)");
     }
   }
-  // Whether cuDNN's symmetric padding gives Y's size: from the attributes alone where Y's size
-  // follows the input's (no output_shape), else from the sizes known at build time.
+  return a;
+}
+
+// Whether every run of the node may need the window (cuDNN into the workspace, then a copy):
+// false when one symmetric pad gives Y on every axis for every size the profile allows, from the
+// sizes where they are known at build time, else from the attributes (Y's size follows the
+// input's: Y = s*(in-1) + op + (k-1)*d + 1 - pb - pe fits when 0 <= op + pb - pe < s).
+bool may_window(const KernelQuery& q, const TransposeAttrs& a) {
   const ir::Value* x = q.inputs[0];
   const ir::Value* w = q.inputs[1];
   const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
+  const size_t ns = size_t(a.ns);
   for (size_t i = 0; i < ns; ++i) {
     std::optional<int64_t> k = known(w, 2 + i), in = known(x, 2 + i), o = known(y, 2 + i);
     int64_t s = a.strides[i], d = a.dilations[i], op = a.out_pad[i];
-    std::string axis = "axis " + std::to_string(2 + i);
-    if (!k)
-      return unsupported(q.node.describe() +
-                         ": the CUDA ConvTranspose needs W's spatial size at build time");
+    if (!k) return true;
     if (in && o) {
-      int64_t pb = begin_pad(a, int(i), *in, *k, *o);
-      if (!fits(*in, *k, *o, s, d, pb)) {
-        return unsupported(q.node.describe() + ": " + axis + " pads " + std::to_string(pb) +
-                           " at the start and " +
-                           std::to_string(s * (*in - 1) + op + (*k - 1) * d + 1 - pb - *o) +
-                           " at the end, which cuDNN's symmetric padding cannot express");
-      }
+      AxisPlan p = plan_axis(a, int(i), *in, *k, *o);
+      if (p.size != *o || p.offset != 0) return true;
       continue;
     }
-    if (!output_shape.empty()) {
-      return unsupported(q.node.describe() +
-                         ": output_shape with an input size known only at run time may pad "
-                         "asymmetrically, which the CUDA ConvTranspose does not support");
-    }
-    // Y = s*(in-1) + op + (k-1)*d + 1 - pb - pe, so cuDNN fits when 0 <= op + pb - pe < s.
+    if (!a.output_shape.empty()) return true;
     int64_t pb = 0, pe = 0;
     if (a.auto_pad == AutoPad::kNotSet) {
       pb = a.pads[i], pe = a.pads[ns + i];
@@ -276,20 +329,40 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
       pb = a.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
       pe = total - pb;
     }
-    if (pb < 0 || op + pb - pe < 0 || op + pb - pe >= s) {
-      return unsupported(q.node.describe() + ": " + axis + " pads " + std::to_string(pb) +
-                         " at the start and " + std::to_string(pe) +
-                         " at the end with output_padding " + std::to_string(op) +
-                         ", which cuDNN's symmetric padding cannot express");
-    }
+    if (pb < 0 || op + pb - pe < 0 || op + pb - pe >= s) return true;
   }
+  return false;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(TransposeAttrs a, transpose_attrs(q));
   return std::unique_ptr<Kernel>(new ConvTransposeKernel(std::move(a)));
+}
+
+// The window's workspace: what cuDNN computes, [N, M, F...] float32 at most, with
+// F = s*(in-1) + (k-1)*d + 1 the full scatter of each axis (plan_axis's size is F - 2p).
+ir::Dim conv_transpose_workspace(const KernelQuery& q) {
+  auto a = transpose_attrs(q);
+  const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
+  if (!a.ok() || !y || !y->shape || !q.inputs[1]->shape || !may_window(q, *a)) return 0;
+  const auto& xs = *q.inputs[0]->shape;
+  const auto& ws = *q.inputs[1]->shape;
+  const auto& ys = *y->shape;
+  if (ws.size() != xs.size() || ys.size() != xs.size()) return 0;
+  ir::Dim bytes = ys[0] * ys[1] * int64_t(sizeof(float));
+  for (size_t i = 0; i < size_t(a->ns); ++i) {
+    ir::Dim full = (xs[2 + i] - 1) * a->strides[i] + (ws[2 + i] - 1) * a->dilations[i] + 1;
+    bytes = bytes * ir::Dim::max(full, 0);
+  }
+  const int64_t align = int64_t(kWorkspaceAlign);
+  return ir::Dim::ceil_div(bytes, align) * align;
 }
 
 }  // namespace
 
 void register_conv_transpose(Registry& r) {
-  r.add(OpKind::kConvTranspose, &make_conv_transpose, {.library = "cudnn", .float32_only = true});
+  r.add(OpKind::kConvTranspose, &make_conv_transpose,
+        {.library = "cudnn", .float32_only = true, .workspace = &conv_transpose_workspace});
 }
 
 }  // namespace kiln::backends::cuda

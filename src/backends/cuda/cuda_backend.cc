@@ -369,6 +369,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_sequence_models(families);
   register_swiglu(families);
   register_unpool(families);
+  register_dft(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

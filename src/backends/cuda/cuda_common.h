@@ -198,6 +198,7 @@ void register_resize(Registry& r);     // Resize
 void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState
 void register_swiglu(Registry& r);     // SwiGLU
 void register_unpool(Registry& r);     // MaxUnpool
+void register_dft(Registry& r);        // DFT
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);
@@ -217,6 +218,11 @@ Status gemm_fallback(DType data, bool trans_a, bool trans_b, int64_t m, int64_t 
 // Broadcast copy of `in` (shape in_shape) to `out` (shape out_shape), any dtype.
 Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
                       std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s);
+
+// out[j] = in[j + begin] per axis, zero where that leaves `in` (a crop, or a zero Pad). Any
+// dtype (it moves elements of in's size); in, out and begin have the same rank.
+Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
+                   cudaStream_t s);
 
 // Kernel launch grid for n elements.
 inline unsigned grid_for(int64_t n, int block = 256) {

@@ -1,9 +1,9 @@
-// More data movement and index kernels: Split (2-D copies), Tile and Pad (one per-axis source map),
-// SpaceToDepth (a strided gather), Trilu, GatherElements, ScatterElements, OneHot, ArgMax/ArgMin.
-// Copies dispatch on the element size, so every dtype works; values that are computed (scatter
-// reductions, ArgMax, OneHot indices) go through load_as/store_as. Small parameters (Pad's pads,
-// Trilu's k, OneHot's values) are read where they live: host-readable ones on the host, the rest on
-// the device by the kernel, so execute never synchronizes.
+// More data movement and index kernels: Split (2-D copies), Tile, Pad and copy_window (one
+// per-axis source map), SpaceToDepth (a strided gather), Trilu, GatherElements, ScatterElements,
+// OneHot, ArgMax/ArgMin. Copies dispatch on the element size, so every dtype works; values that
+// are computed (scatter reductions, ArgMax, OneHot indices) go through load_as/store_as. Small
+// parameters (Pad's pads, Trilu's k, OneHot's values) are read where they live: host-readable ones
+// on the host, the rest on the device by the kernel, so execute never synchronizes.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -752,6 +752,18 @@ StatusOr<std::unique_ptr<Kernel>> make_arg(const KernelQuery& q) {
 }
 
 }  // namespace
+
+Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
+                   cudaStream_t s) {
+  if (in.rank() != out.rank() || int(begin.size()) != in.rank()) {
+    return internal_error("copy_window: " + shape_to_string(in.shape) + " and " +
+                          shape_to_string(out.shape) + " differ in rank");
+  }
+  // The axis map's begin is where the input starts in the output.
+  std::vector<int64_t> at(begin.size());
+  for (size_t d = 0; d < begin.size(); ++d) at[d] = -begin[d];
+  return launch_axis_map(in, out, at, PadMode::kConstant, nullptr, 0, "copy_window", s);
+}
 
 void register_data2(Registry& r) {
   r.add(OpKind::kSplit, &make_split);
