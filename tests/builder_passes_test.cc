@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backends/backend.h"
+#include "backends/kernel_registry.h"
 #include "builder/build_state.h"
 #include "ir/rewrite.h"
 #include "ir/text.h"
@@ -260,6 +261,79 @@ TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
   for (const char* name : {"y", "q"}) {
     ErrorStats e = error_stats(out->at(name), v.at(g.find_value(name)));
     EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+// A small CNN: Conv+BatchNormalization+Relu, MaxPool, a depthwise Conv with HardSwish and ReLU6,
+// AveragePool, Concat, a 1x1 Conv with InstanceNormalization and SiLU, a residual Add,
+// GlobalAveragePool and Flatten.
+const char* kCnn = R"(graph g(%x: float32[1, 3, 8, 8]) -> (%y: float32[1, 8]) {
+  opset ai.onnx 17
+  %w1: float32[8, 3, 3, 3] = dense<0.05>
+  %b1: float32[8] = dense<0.1>
+  %one: float32[8] = dense<1.0>
+  %zeros: float32[8] = dense<0.0>
+  %w2: float32[8, 1, 3, 3] = dense<0.1>
+  %w3: float32[8, 16, 1, 1] = dense<0.02>
+  %lo: float32[] = dense<0.0>
+  %hi: float32[] = dense<6.0>
+  %c1: float32[1, 8, 8, 8] = Conv(%x, %w1, %b1) {pads=[1, 1, 1, 1]}  # conv1
+  %n1: float32[1, 8, 8, 8] = BatchNormalization(%c1, %one, %zeros, %zeros, %one)  # bn1
+  %r1: float32[1, 8, 8, 8] = Relu(%n1)  # relu1
+  %p1: float32[1, 8, 4, 4] = MaxPool(%r1) {kernel_shape=[2, 2], strides=[2, 2]}  # pool1
+  %c2: float32[1, 8, 4, 4] = Conv(%p1, %w2) {group=8, pads=[1, 1, 1, 1]}  # dw2
+  %h2: float32[1, 8, 4, 4] = HardSwish(%c2)  # hswish2
+  %q2: float32[1, 8, 4, 4] = Clip(%h2, %lo, %hi)  # relu6
+  %a2: float32[1, 8, 4, 4] = AveragePool(%q2) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}  # pool2
+  %cat: float32[1, 16, 4, 4] = Concat(%p1, %a2) {axis=1}  # cat
+  %c3: float32[1, 8, 4, 4] = Conv(%cat, %w3)  # pw3
+  %n3: float32[1, 8, 4, 4] = InstanceNormalization(%c3, %one, %zeros)  # in3
+  %s3: float32[1, 8, 4, 4] = Sigmoid(%n3)  # sig3
+  %m3: float32[1, 8, 4, 4] = Mul(%n3, %s3)  # silu3
+  %res: float32[1, 8, 4, 4] = Add(%m3, %p1)  # res
+  %gap: float32[1, 8, 1, 1] = GlobalAveragePool(%res)  # gap
+  %y: float32[1, 8] = Flatten(%gap)  # flat
+}
+)";
+
+TEST(AssignPrecision, TheCudaKernelsKeepACnnReduced) {
+  // The CUDA implementations answer supports() without a GPU (their factories allocate nothing).
+  const backends::KernelRegistry& registry = backends::kernel_registry();
+  if (!registry.has(ops::OpKind::kConv, Device::kCUDA)) {
+    GTEST_SKIP() << "this build has no CUDA implementations (built without nvcc)";
+  }
+  for (DType reduced : {DType::kFloat16, DType::kBFloat16}) {
+    PrecisionPolicy policy;
+    (reduced == DType::kFloat16 ? policy.fp16 : policy.bf16) = true;
+    std::vector<std::string> refused;
+    auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>& in,
+                        const std::vector<const ir::Value*>& out) {
+      backends::KernelQuery q{n, in, out, policy};
+      std::string why;
+      for (const backends::KernelImpl* impl :
+           registry.candidates(ops::find_op(n.domain, n.op_type), Device::kCUDA)) {
+        Status st = impl->supports(q);
+        if (st.ok()) return true;
+        why += " " + st.message();
+      }
+      refused.push_back(n.name + ":" + why);
+      return false;
+    };
+    ir::Graph g = parse(kCnn);
+    Status st = builder::assign_precision(&g, reduced, supports);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ir::compact(&g);
+    std::string text = ir::to_text(g);
+    EXPECT_TRUE(refused.empty()) << ::testing::PrintToString(refused);
+    // Casts only at the engine's input and output; every other node computes in the reduced type.
+    int casts = 0;
+    for (const ir::Node& n : g.nodes) {
+      if (n.op_type == "Cast") {
+        ++casts;
+        continue;
+      }
+      for (int v : n.outputs) {
+        EXPECT_EQ(g.values[size_t(v)].dtype, reduced) << n.name << "\n" << text;
+      }
+    }
+    EXPECT_EQ(casts, 2) << text;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "kiln.h"
 #include "model_util.h"
 #include "plan/plan.h"
+#include "typed_values.h"
 
 namespace kiln::testing {
 namespace {
@@ -435,6 +436,37 @@ StatusOr<std::vector<Tensor>> run_case(const OpNode& node, std::vector<CaseInput
   c.inputs = std::move(inputs);
   c.num_outputs = num_outputs;
   return run_case(c);
+}
+
+StatusOr<std::vector<Tensor>> run_reduced_case(const KernelCase& c, DType dt,
+                                               std::set<size_t> keep_float32) {
+  KernelCase half = c, wide = c;
+  const std::string label =
+      (c.label.empty() ? c.node.node.op_type : c.label) + " in " + std::string(dtype_name(dt));
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const CaseInput& in = c.inputs[i];
+    if (keep_float32.count(i) || in.kind == CaseInput::Kind::kOmitted ||
+        in.kind == CaseInput::Kind::kShapeOf || in.tensor.dtype() != DType::kFloat32) {
+      continue;
+    }
+    half.inputs[i].tensor = as_dtype(in.tensor, dt);
+    wide.inputs[i].tensor = as_dtype(half.inputs[i].tensor, DType::kFloat32);
+  }
+  wide.label = label + ", the float32 node";
+  wide.expect_support = false;
+  wide.expected.clear();
+  half.label = label;
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> want, run_case(wide));
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, run_case(half));
+  for (size_t o = 0; o < got.size() && o < want.size(); ++o) {
+    bool rounded = want[o].dtype() == DType::kFloat32 && got[o].dtype() == dt;
+    Tensor e = rounded ? as_dtype(want[o], dt) : want[o];
+    Tolerance tol = op_tolerance(e.dtype());
+    EXPECT_TRUE(all_close(got[o], e, tol.atol, tol.rtol))
+        << "reference: " << c.node.node.describe() << " [" << label << "]: output " << o
+        << " against the float32 node's" << (rounded ? ", rounded" : "");
+  }
+  return got;
 }
 
 // ---- coverage ----

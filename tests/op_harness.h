@@ -119,6 +119,15 @@ StatusOr<std::vector<Tensor>> run_case(const KernelCase& c);
 StatusOr<std::vector<Tensor>> run_case(const OpNode& node, std::vector<CaseInput> inputs,
                                        int num_outputs = 1);
 
+// A float16/bfloat16 case, as the precision pass leaves a layer: `c` with its float32 inputs
+// rounded to dt (those in keep_float32 stay float32; other dtypes are left as they are), run as
+// run_case does, after the float32 node on the same rounded values. The reference's outputs must
+// match the float32 node's (rounded to dt where the reduced node's output is dt) within dt's
+// tolerance, so the reduced reference cannot drift from the float32 one. Returns the reduced
+// case's reference outputs.
+StatusOr<std::vector<Tensor>> run_reduced_case(const KernelCase& c, DType dt,
+                                               std::set<size_t> keep_float32 = {});
+
 // ---- coverage ----
 
 // Per op: cases whose reference ran, and per device what its cases did. `with_kernel` counts

@@ -3,15 +3,16 @@
 // TF32/FP16/BF16) against naive loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "backends/kernel_registry.h"
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -315,6 +316,68 @@ TEST(ConvKernel, ReducedPrecisionsAgainstTheFp32Reference) {
   }
 }
 
+// ---- float16/bfloat16 tensors: what the precision pass keeps a CNN's activations in ----
+
+Tensor as_type(DType dt, const Tensor& t) { return testing::as_dtype(t, dt); }
+Tensor as_f32(const Tensor& t) { return testing::as_dtype(t, DType::kFloat32); }
+Tensor scaled(const Tensor& t, float k) {
+  Tensor out = as_f32(t);
+  for (int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] *= k;
+  return out;
+}
+
+// X, W, B and Y all in dt; the expected output is the naive loop over the rounded operands,
+// rounded once. The filter is scaled so that outputs stay below 2, where one unit of float16 is
+// under the tolerance: the device rounds the convolution before adding the bias.
+void check_half_conv(const ConvSpec& s, DType dt, BuildPrecision p, bool constant_w,
+                     const std::string& label) {
+  Shape xs = {s.n, s.c}, ws = {s.m, s.c / s.group};
+  xs.insert(xs.end(), s.in.begin(), s.in.end());
+  ws.insert(ws.end(), s.k.begin(), s.k.end());
+  Tensor x = as_type(dt, make_f32(xs, random_values(size_t(shape_numel(xs)), 21)));
+  Tensor w = as_type(dt, scaled(make_f32(ws, random_values(size_t(shape_numel(ws)), 22)),
+                                0.5f / std::sqrt(float(shape_numel(ws) / s.m))));
+  Tensor b = as_type(dt, make_f32({s.m}, random_values(size_t(s.m), 23)));
+  Tensor xf = as_f32(x), wf = as_f32(w), bf = as_f32(b);
+  Tensor want = as_type(dt, naive_conv(s, xf, wf, s.bias ? &bf : nullptr));
+  OpNode node = conv()
+                    .i("group", s.group)
+                    .ints("strides", s.stride)
+                    .ints("dilations", s.dil)
+                    .ints("pads", s.pads)
+                    .ints("kernel_shape", s.k);
+  std::vector<testing::CaseInput> inputs = {x, constant_w ? initializer(w) : testing::CaseInput(w)};
+  if (s.bias) inputs.push_back(initializer(b));
+  auto r = run_case({.node = node,
+                     .inputs = inputs,
+                     .expected = {want},
+                     .precision = p,
+                     .expect_support = true,
+                     .label = label});
+  ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+  EXPECT_EQ((*r)[0].dtype(), dt) << label;
+}
+
+TEST(ConvKernel, Float16AndBFloat16Tensors) {
+  const ConvSpec k3{2, 8, 12, 1, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true};
+  const ConvSpec depthwise{1, 6, 6, 6, {7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true};
+  const ConvSpec one_d{2, 4, 5, 1, {11}, {3}, {1}, {2}, {2, 2}, false};
+  const ConvSpec pointwise{1, 16, 8, 1, {5, 6}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, true};
+  const ConvSpec grouped{1, 8, 8, 2, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {0, 0, 0, 0}, true};
+  for (const auto& [spec, name] :
+       {std::pair{k3, "3x3"}, std::pair{depthwise, "depthwise s2"}, std::pair{one_d, "1-D dilated"},
+        std::pair{pointwise, "1x1"}, std::pair{grouped, "groups"}}) {
+    check_half_conv(spec, DType::kFloat16, BuildPrecision::kFp32, true,
+                    std::string("float16 ") + name);
+  }
+  check_half_conv(k3, DType::kBFloat16, BuildPrecision::kFp32, true, "bfloat16 3x3");
+  // A filter computed at run time, and the --fp16 build of float16 tensors (already reduced, no
+  // weight to prepare).
+  check_half_conv(k3, DType::kFloat16, BuildPrecision::kFp32, false, "float16 runtime W");
+  check_half_conv(k3, DType::kFloat16, BuildPrecision::kFp16, true, "float16 at --fp16");
+  check_half_conv(depthwise, DType::kBFloat16, BuildPrecision::kBf16, true, "bfloat16 at --bf16");
+}
+
 struct PoolSpec {
   std::vector<int64_t> in, k, stride, dil, pads;
   bool ceil_mode;
@@ -440,6 +503,41 @@ TEST(PoolKernel, WrongOutputShapeIsAnError) {
                           {{DType::kFloat32, {1, 1, 3, 3}}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("MaxPool"), std::string::npos);
+}
+
+// The pools on float16/bfloat16 X against the float32 pools of the rounded input (MaxPool's
+// values and Indices exactly).
+TEST(PoolKernel, Float16AndBFloat16Tensors) {
+  Tensor x = make_f32({2, 3, 9, 11}, random_values(2 * 3 * 99, 31));
+  auto pool = [](const char* kind, int opset) { return op(kind, opset).named("pool0"); };
+  const std::vector<std::pair<OpNode, int>> cases = {
+      {pool("MaxPool", 12)
+           .ints("kernel_shape", {3, 3})
+           .ints("strides", {2, 2})
+           .ints("pads", {1, 1, 1, 1}),
+       2},
+      {pool("MaxPool", 12).ints("kernel_shape", {2, 2}).ints("strides", {2, 2}).i("ceil_mode", 1),
+       1},
+      {pool("AveragePool", 19)
+           .ints("kernel_shape", {3, 3})
+           .ints("strides", {2, 2})
+           .ints("pads", {1, 1, 1, 1})
+           .i("count_include_pad", 1)
+           .i("ceil_mode", 1),
+       1},
+      {pool("AveragePool", 19).ints("kernel_shape", {2, 3}).ints("pads", {0, 1, 1, 0}), 1},
+      {pool("LpPool", 18).ints("kernel_shape", {2, 2}).ints("strides", {2, 2}), 1},
+      {pool("GlobalAveragePool", 1), 1},
+      {pool("GlobalMaxPool", 1), 1},
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [node, outputs] : cases) {
+      auto r = testing::run_reduced_case(
+          {.node = node, .inputs = {x}, .num_outputs = outputs, .expect_support = true}, dt);
+      ASSERT_TRUE(r.ok()) << node.node.op_type << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << node.node.op_type;
+    }
+  }
 }
 
 // ---- ConvTranspose, LpPool, MaxUnpool, ConvInteger ----

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "op_harness.h"
+#include "typed_values.h"
 
 namespace kiln {
 namespace {
@@ -382,6 +383,66 @@ TEST(ElementwiseKernel, HalfAndBfloat16ComputeInFloat) {
   o = (*got)[0].data_as<uint16_t>();
   EXPECT_EQ(bf16_to_float(o[0]), 0.0f);
   EXPECT_EQ(bf16_to_float(o[2]), 3.0f);
+}
+
+// What a CNN's activations meet between its layers once the precision pass keeps them in
+// float16/bfloat16: each op on rounded inputs against the float32 op on the same values.
+TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
+  std::vector<float> v(24);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = float(i) * 0.37f - 4.1f;  // [-4.1, 4.4]: every HardSwish piece
+  Tensor x = make_f32({2, 3, 4}, v);
+  Tensor c = make_f32({3, 1}, {0.5f, -1.25f, 2.0f});
+  Tensor cond = make_bool({2, 1, 4}, {1, 0, 0, 1, 0, 1, 1, 0});
+  struct Case {
+    OpNode node;
+    std::vector<testing::CaseInput> inputs;
+  };
+  const std::vector<Case> cases = {
+      {ew("Add", 14), {x, c}},
+      {ew("Add", 14), {x, testing::initializer(c)}},
+      {ew("Mul", 14), {x, c}},
+      {ew("Sub", 14), {c, x}},
+      {ew("Div", 14), {x, c}},
+      {ew("Relu", 14), {x}},
+      {ew("LeakyRelu", 16).f("alpha", 0.1f), {x}},
+      {ew("Sigmoid", 13), {x}},
+      {ew("Tanh", 13), {x}},
+      {ew("HardSwish", 14), {x}},
+      {ew("HardSigmoid", 6).f("alpha", 0.25f).f("beta", 0.4f), {x}},
+      // ReLU6 as exported: min and max float16 constants, or run-time scalars, or max alone.
+      {ew("Clip", 13),
+       {x, testing::initializer(make_f32({}, {0})), testing::initializer(make_f32({}, {6}))}},
+      {ew("Clip", 13), {x, make_f32({}, {-1.5f}), make_f32({}, {2.25f})}},
+      {ew("Clip", 13), {x, testing::kNoInput, testing::initializer(make_f32({}, {1.0f}))}},
+      {ew("Where", 16), {cond, x, c}},
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const Case& k : cases) {
+      auto r = testing::run_reduced_case(
+          {.node = k.node, .inputs = k.inputs, .expect_support = true}, dt);
+      ASSERT_TRUE(r.ok()) << k.node.node.op_type << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << k.node.node.op_type;
+    }
+  }
+  // The casts at the precision boundaries: float32 <-> float16/bfloat16, float16 <-> bfloat16.
+  Tensor h = testing::as_dtype(x, DType::kFloat16), bh = testing::as_dtype(x, DType::kBFloat16);
+  const std::vector<std::pair<Tensor, std::pair<int64_t, Tensor>>> casts = {
+      {x, {10, h}},
+      {x, {16, bh}},
+      {h, {1, testing::as_dtype(h, DType::kFloat32)}},
+      {bh, {1, testing::as_dtype(bh, DType::kFloat32)}},
+      {h, {16, testing::as_dtype(h, DType::kBFloat16)}},
+      {bh, {10, testing::as_dtype(bh, DType::kFloat16)}},
+  };
+  for (const auto& [in, to] : casts) {
+    auto r = run_case({.node = ew("Cast", 19).i("to", to.first),
+                       .inputs = {in},
+                       .expected = {to.second},
+                       .expect_support = true});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ((*r)[0].dtype(), to.second.dtype());
+  }
 }
 
 TEST(ElementwiseKernel, UnaryMath) {

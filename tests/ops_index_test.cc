@@ -521,3 +521,25 @@ TEST(IndexOpsKernel, ScatterOpset9IsScatterElements) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(IndexKernel, GatherInFloat16AndBFloat16) {
+  std::vector<float> v(3 * 4 * 5);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.13f - 4.0f;
+  Tensor x = make_f32({3, 4, 5}, v);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t axis : {0, 1, -1}) {
+      auto r = testing::run_reduced_case({.node = op("Gather", 13).i("axis", axis),
+                                          .inputs = {x, make_i64({2, 2}, {2, 0, -1, 1})},
+                                          .expect_support = true},
+                                         dt);
+      ASSERT_TRUE(r.ok()) << "axis " << axis << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,8 @@ namespace kiln {
 namespace {
 
 using ir::Dim;
+using testing::BuildPrecision;
+using testing::CaseInput;
 using testing::f32;
 using testing::infer_node;
 using testing::initializer;
@@ -295,6 +299,67 @@ TEST(NormOpsKernel, BatchNormInference) {
     }
   }
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 2, 2}, e)));
+}
+
+// Float16/bfloat16 X and Y, as the precision pass keeps them between a CNN's or a transformer's
+// layers, against the float32 node on the rounded values; parameters are initializers, in X's
+// type or (inputs in keep_float32) float32.
+void check_half_norm(const OpNode& n, DType dt, const std::vector<Tensor>& f32_inputs,
+                     std::set<size_t> keep_float32, int num_outputs, const std::string& label,
+                     BuildPrecision precision = BuildPrecision::kFp32) {
+  std::vector<CaseInput> inputs;
+  for (size_t i = 0; i < f32_inputs.size(); ++i) {
+    inputs.push_back(i == 0 ? CaseInput(f32_inputs[i]) : initializer(f32_inputs[i]));
+  }
+  auto r = testing::run_reduced_case({.node = n,
+                                      .inputs = inputs,
+                                      .num_outputs = num_outputs,
+                                      .precision = precision,
+                                      .expect_support = true,
+                                      .label = label},
+                                     dt, keep_float32);
+  ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+  EXPECT_EQ((*r)[0].dtype(), dt) << label;
+}
+
+TEST(NormOpsKernel, Float16AndBFloat16Tensors) {
+  Tensor x = make_f32({2, 6, 5, 7}, ramp(2 * 6 * 35, 0.37f, 0.4f));
+  Tensor scale = make_f32({6}, ramp(6, 1.1f, 1.0f)), bias = make_f32({6}, ramp(6, 0.5f, -0.3f));
+  for (float& v : std::span(scale.data_as<float>(), 6)) v = 1.0f + v / 6;  // in [0.5, 1.5]
+  for (float& v : std::span(bias.data_as<float>(), 6)) v /= 10;
+  Tensor mean = make_f32({6}, {0.5f, -1.0f, 0.0f, 0.25f, 2.0f, -0.75f});
+  Tensor var = make_f32({6}, {1.0f, 4.0f, 0.25f, 9.0f, 2.0f, 0.5f});
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const std::string type(dtype_name(dt));
+    OpNode bn = op("BatchNormalization", 15).f("epsilon", 1e-3f);
+    check_half_norm(bn, dt, {x, scale, bias, mean, var}, {}, 1, type + " BatchNormalization");
+    // Scale and B (T1) and mean and variance (T2) may stay float32.
+    check_half_norm(bn, dt, {x, scale, bias, mean, var}, {1, 2, 3, 4}, 1,
+                    type + " BatchNormalization, float32 parameters");
+    check_half_norm(op("InstanceNormalization", 22), dt, {x, scale, bias}, {}, 1,
+                    type + " InstanceNormalization");
+    check_half_norm(op("GroupNormalization", 21).i("num_groups", 3), dt, {x, scale, bias}, {}, 1,
+                    type + " GroupNormalization");
+    // Per-group parameters (before opset 21).
+    check_half_norm(op("GroupNormalization", 18).i("num_groups", 2), dt,
+                    {x, make_f32({2}, {0.75f, 1.25f}), make_f32({2}, {0.1f, -0.2f})}, {}, 1,
+                    type + " GroupNormalization-18");
+  }
+  // LayerNormalization over the last axis with its float32 statistics, and over the last two
+  // without B; RMSNormalization.
+  Tensor t = make_f32({2, 3, 40}, ramp(240, 0.21f, 0.5f));
+  Tensor g = make_f32({40}, ramp(40, 0.3f, 0.f)), b = make_f32({40}, ramp(40, 0.7f, 0.f));
+  for (float& v : std::span(g.data_as<float>(), 40)) v = 1.0f + v / 6;
+  for (float& v : std::span(b.data_as<float>(), 40)) v /= 10;
+  check_half_norm(op("LayerNormalization", 17), DType::kFloat16, {t, g, b}, {}, 3,
+                  "float16 LayerNormalization");
+  check_half_norm(op("LayerNormalization", 17).i("axis", 1), DType::kBFloat16,
+                  {t, make_f32({3, 40}, ramp(120, 0.05f, 1.f))}, {}, 1,
+                  "bfloat16 LayerNormalization axis 1");
+  check_half_norm(op("LayerNormalization", 17), DType::kFloat16, {t, g, b}, {}, 1,
+                  "float16 LayerNormalization at --fp16", BuildPrecision::kFp16);
+  check_half_norm(op("RMSNormalization", 23), DType::kFloat16, {t, g}, {}, 1,
+                  "float16 RMSNormalization");
 }
 
 TEST(NormOpsKernel, EmptyInputIsFine) {

@@ -679,3 +679,37 @@ TEST(ShapeKernel, EyeLikeDtypesAndDiagonals) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The data movement between a CNN's float16/bfloat16 layers: exact, on any element type.
+TEST(ShapeOpsKernel, ConcatTransposeSliceInFloat16AndBFloat16) {
+  std::vector<float> v(2 * 3 * 4 * 5), w(2 * 2 * 4 * 5);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.11f - 3.0f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 2.0f - float(i) * 0.07f;
+  Tensor x = make_f32({2, 3, 4, 5}, v), y = make_f32({2, 2, 4, 5}, w);
+  struct Case {
+    testing::OpNode node;
+    std::vector<CaseInput> inputs;
+  };
+  const std::vector<Case> cases = {
+      {op("Concat", 13).i("axis", 1), {x, y}},
+      {op("Concat", 13).i("axis", 1), {x, testing::initializer(y)}},
+      {op("Transpose", 13).ints("perm", {0, 2, 3, 1}), {x}},
+      {op("Slice", 13),
+       {x, testing::initializer(make_i64({2}, {1, 1})), testing::initializer(make_i64({2}, {3, 5})),
+        testing::initializer(make_i64({2}, {1, 3})), testing::initializer(make_i64({2}, {1, 2}))}},
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const Case& c : cases) {
+      auto r = testing::run_reduced_case(
+          {.node = c.node, .inputs = c.inputs, .expect_support = true}, dt);
+      ASSERT_TRUE(r.ok()) << c.node.node.op_type << ": " << r.status().to_string();
+      EXPECT_EQ((*r)[0].dtype(), dt) << c.node.node.op_type;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

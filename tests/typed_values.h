@@ -38,6 +38,14 @@ inline Tensor make_typed(DType dt, Shape shape, const std::vector<double>& v) {
   }
 }
 
+// A float tensor's values in dtype dt (float16/bfloat16 rounded to nearest): float32 test data
+// as float16 or bfloat16 operands, and those back as float32.
+inline Tensor as_dtype(const Tensor& t, DType dt) {
+  std::vector<double> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.float_at(i);
+  return make_typed(dt, t.shape(), v);
+}
+
 // Whether dt is an integer type that holds negative values.
 inline bool signed_int(DType dt) {
   return dt == DType::kInt8 || dt == DType::kInt16 || dt == DType::kInt32 || dt == DType::kInt64;

@@ -1,6 +1,7 @@
 // CPU reference kernels of the conv op family: Conv (1x1 as a direct GEMM, depthwise as a direct
 // loop, everything else im2col + GEMM) and the pools. 1-D and 2-D inputs are handled as 3-D ones
-// with leading spatial dims of size 1, so one code path serves every spatial rank.
+// with leading spatial dims of size 1, so one code path serves every spatial rank. float16 and
+// bfloat16 run through float32 copies, each output rounded once, as the CUDA kernels compute them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,12 +12,48 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/numeric.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
 namespace {
 
 enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+bool is_half_type(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// `v` as float32 in `buf` (which grows and is reused): the view of that copy.
+TensorView widened(const TensorView& v, std::vector<float>& buf) {
+  const int64_t n = v.numel();
+  if (buf.size() < size_t(n)) buf.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = float(load_f64(v, i));
+  return TensorView{buf.data(), DType::kFloat32, v.shape};
+}
+
+// Runs fn on float32 copies of the float16/bfloat16 inputs and outputs (others pass through as
+// they are, such as MaxPool's int64 Indices), then rounds those outputs back.
+template <typename Fn>
+Status run_as_float(const KernelArgs& args, Fn&& fn) {
+  std::vector<std::vector<float>> ins(args.in.size()), outs(args.out.size());
+  std::vector<TensorView> in_views(args.in.begin(), args.in.end());
+  std::vector<TensorView> out_views(args.out.begin(), args.out.end());
+  for (size_t i = 0; i < args.in.size(); ++i) {
+    if (present(args.in[i]) && is_half_type(args.in[i].dtype)) {
+      in_views[i] = widened(args.in[i], ins[i]);
+    }
+  }
+  for (size_t i = 0; i < args.out.size(); ++i) {
+    if (!present(args.out[i]) || !is_half_type(args.out[i].dtype)) continue;
+    outs[i].resize(size_t(args.out[i].numel()));
+    out_views[i] = TensorView{outs[i].data(), DType::kFloat32, args.out[i].shape};
+  }
+  KILN_RETURN_IF_ERROR(fn(KernelArgs{args.attrs, in_views, out_views}));
+  for (size_t i = 0; i < args.out.size(); ++i) {
+    if (out_views[i].data == args.out[i].data) continue;
+    for (int64_t e = 0; e < args.out[i].numel(); ++e) store_f64(args.out[i], e, outs[i][size_t(e)]);
+  }
+  return ok_status();
+}
 
 // Attribute values read once (Conv) or per call (pools); empty lists mean the ONNX defaults.
 struct SpatialAttrs {
@@ -243,8 +280,20 @@ class ConvKernel final : public Kernel {
     }
     if (t == DType::kFloat32) return run<float>(in[0], in[1], has_bias ? &in[2] : nullptr, out[0]);
     if (t == DType::kFloat64) return run<double>(in[0], in[1], has_bias ? &in[2] : nullptr, out[0]);
-    return unsupported("Conv: the CPU kernel supports float32 and float64, not " +
-                       std::string(dtype_name(t)));
+    if (is_half_type(t)) {
+      // Float32 accumulation, the bias added before Y is rounded once.
+      TensorView x = widened(in[0], x_f32_), w = widened(in[1], w_f32_);
+      TensorView b = has_bias ? widened(in[2], b_f32_) : TensorView{};
+      const int64_t n = out[0].numel();
+      if (y_f32_.size() < size_t(n)) y_f32_.resize(size_t(n));
+      TensorView y{y_f32_.data(), DType::kFloat32, out[0].shape};
+      KILN_RETURN_IF_ERROR(run<float>(x, w, has_bias ? &b : nullptr, y));
+      for (int64_t i = 0; i < n; ++i) store_f64(out[0], i, y_f32_[size_t(i)]);
+      return ok_status();
+    }
+    return unsupported(
+        "Conv: the CPU kernel supports float32, float64, float16 and bfloat16, not " +
+        std::string(dtype_name(t)));
   }
 
   std::string name() const override { return "cpu.Conv"; }
@@ -342,6 +391,7 @@ class ConvKernel final : public Kernel {
   SpatialAttrs attrs_;
   std::vector<float> col_f32_;
   std::vector<double> col_f64_;
+  std::vector<float> x_f32_, w_f32_, b_f32_, y_f32_;  // float16/bfloat16 operands widened
 };
 
 StatusOr<std::unique_ptr<Kernel>> create_conv(const KernelQuery& q) {
@@ -477,8 +527,9 @@ void lp_pool(const T* x, T* y, int64_t planes, const Axis ax[3], double p) {
 
 Status check_float(const char* op, const KernelArgs& args) {
   DType t = args.in[0].dtype;
-  if (t != DType::kFloat32 && t != DType::kFloat64) {
-    return unsupported(std::string(op) + ": the CPU kernel supports float32 and float64, not " +
+  if (t != DType::kFloat32 && t != DType::kFloat64 && !is_half_type(t)) {
+    return unsupported(std::string(op) +
+                       ": the CPU kernel supports float32, float64, float16 and bfloat16, not " +
                        std::string(dtype_name(t)));
   }
   if (args.out[0].dtype != t) return invalid_argument(std::string(op) + ": output dtype mismatch");
@@ -487,6 +538,7 @@ Status check_float(const char* op, const KernelArgs& args) {
 
 Status max_pool_kernel(const KernelArgs& args) {
   KILN_RETURN_IF_ERROR(check_float("MaxPool", args));
+  if (is_half_type(args.in[0].dtype)) return run_as_float(args, &max_pool_kernel);
   SpatialAttrs s;
   Axis ax[3];
   KILN_RETURN_IF_ERROR(pool_axes("MaxPool", args, &s, ax));
@@ -510,6 +562,7 @@ Status max_pool_kernel(const KernelArgs& args) {
 
 Status average_pool_kernel(const KernelArgs& args) {
   KILN_RETURN_IF_ERROR(check_float("AveragePool", args));
+  if (is_half_type(args.in[0].dtype)) return run_as_float(args, &average_pool_kernel);
   SpatialAttrs s;
   Axis ax[3];
   KILN_RETURN_IF_ERROR(pool_axes("AveragePool", args, &s, ax));
@@ -525,6 +578,7 @@ Status average_pool_kernel(const KernelArgs& args) {
 
 Status lp_pool_kernel(const KernelArgs& args) {
   KILN_RETURN_IF_ERROR(check_float("LpPool", args));
+  if (is_half_type(args.in[0].dtype)) return run_as_float(args, &lp_pool_kernel);
   SpatialAttrs s;
   Axis ax[3];
   KILN_RETURN_IF_ERROR(pool_axes("LpPool", args, &s, ax));
@@ -563,6 +617,10 @@ void global_pool(const T* x, T* y, int64_t planes, int64_t size, bool is_max) {
 
 Status global_pool_kernel(const KernelArgs& args, const char* op, bool is_max) {
   KILN_RETURN_IF_ERROR(check_float(op, args));
+  if (is_half_type(args.in[0].dtype)) {
+    return run_as_float(
+        args, [&](const KernelArgs& wide) { return global_pool_kernel(wide, op, is_max); });
+  }
   const TensorView& xv = args.in[0];
   if (xv.rank() < 3 || args.out[0].numel() != xv.shape[0] * xv.shape[1]) {
     return invalid_argument(std::string(op) + ": X " + shape_to_string(xv.shape) + " -> Y " +

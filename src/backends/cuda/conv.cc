@@ -1,8 +1,10 @@
 // Conv on cuDNN 9 (legacy convolution API): 1-D and 2-D, groups, dilations, symmetric pads.
-// Strict FP32 restricts cuDNN to FMA kernels; TF32 allows tensor-core TF32; FP16/BF16 convert the
-// input into the kernel's workspace (and the constant weights once per engine) and accumulate in
-// FP32. Bias is added by a small kernel. The tactic is the forward algorithm the builder took
-// from cuDNN's ranking at the opt shapes, recorded in the plan.
+// Strict FP32 restricts cuDNN to FMA kernels; TF32 allows tensor-core TF32; FP16/BF16 math on
+// float32 tensors converts the input into the kernel's workspace (and the constant weights once per
+// engine) and accumulates in FP32. Float16/bfloat16 tensors (the precision pass keeps activations
+// reduced) run natively: half descriptors, FP32 accumulation, tensor-op math. Bias is added by a
+// small kernel. The tactic is the forward algorithm the builder took from cuDNN's ranking at the
+// opt shapes, recorded in the plan.
 #include <algorithm>
 #include <array>
 
@@ -48,7 +50,20 @@ StatusOr<cudnnConvolutionFwdAlgo_t> parse_tactic(const std::string& t) {
   return invalid_argument("cuDNN convolution tactic '" + t + "' is not algo=<one of cuDNN's forward algorithms>");
 }
 
-cudnnMathType_t math_type(MathMode m) {
+bool is_half_tensor(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// What the descriptors say: float16/bfloat16 tensors in their own type on tensor cores (whatever
+// the math mode, which the plan leaves at the tensors' own precision); float32 tensors per the
+// math mode.
+cudnnDataType_t data_type(DType tensors, MathMode m) {
+  if (tensors == DType::kFloat16) return CUDNN_DATA_HALF;
+  if (tensors == DType::kBFloat16) return CUDNN_DATA_BFLOAT16;
+  return m == MathMode::kFp16   ? CUDNN_DATA_HALF
+         : m == MathMode::kBf16 ? CUDNN_DATA_BFLOAT16
+                                : CUDNN_DATA_FLOAT;
+}
+cudnnMathType_t math_type(DType tensors, MathMode m) {
+  if (is_half_tensor(tensors)) return CUDNN_TENSOR_OP_MATH;
   return m == MathMode::kFp32 ? CUDNN_FMA_MATH : m == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
@@ -68,8 +83,8 @@ class ConvDesc {
     if (wd) cudnnDestroyFilterDescriptor(wd);
     if (cd) cudnnDestroyConvolutionDescriptor(cd);
   }
-  Status describe(const ConvAttrs& c, MathMode mode, std::span<const int64_t> x, std::span<const int64_t> w,
-                  std::span<const int64_t> y, const std::string& who) {
+  Status describe(const ConvAttrs& c, DType tensors, MathMode mode, std::span<const int64_t> x,
+                  std::span<const int64_t> w, std::span<const int64_t> y, const std::string& who) {
     int ns = int(x.size()) - 2;
     auto dim4 = [&](std::span<const int64_t> s) {
       std::array<int, 4> d{int(s[0]), int(s[1]), 1, 1};
@@ -94,8 +109,7 @@ class ConvDesc {
       if (pb != pe) return unsupported(who + ": asymmetric padding is not supported on CUDA");
       pad[slot] = int(pb), str[slot] = int(s), dil[slot] = int(d);
     }
-    cudnnDataType_t dt = mode == MathMode::kFp16 ? CUDNN_DATA_HALF
-                         : mode == MathMode::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    cudnnDataType_t dt = data_type(tensors, mode);
     if (!xd) {
       KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&xd), "cudnnCreateTensorDescriptor");
       KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&yd), "cudnnCreateTensorDescriptor");
@@ -110,7 +124,7 @@ class ConvDesc {
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                    who + ": convolution descriptor");
     KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(cd, int(c.group)), who + ": group count");
-    KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd, math_type(mode)), who + ": math type");
+    KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd, math_type(tensors, mode)), who + ": math type");
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd, xd, wd, &on, &oc, &oh, &ow), who + ": output dims");
     if (on != ys[0] || oc != ys[1] || oh != ys[2] || ow != ys[3]) {
@@ -133,9 +147,17 @@ constexpr size_t kLibraryWorkspace = size_t(32) << 20;
 // workspace: a fixed rule, not a new choice.
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo, const void* prepared_w)
-      : CudaKernel(std::string("cuda.Conv(cudnn,") + math_mode_name(mode) + ")"), mode_(mode),
-        attrs_(std::move(attrs)), recorded_(algo), prepared_w_(prepared_w) {}
+  ConvKernel(DType tensors, MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo,
+             const void* prepared_w)
+      : CudaKernel(std::string("cuda.Conv(cudnn,") +
+                   (is_half_tensor(tensors) ? std::string(dtype_name(tensors)) + " tensors"
+                                            : std::string(math_mode_name(mode))) +
+                   ")"),
+        tensors_(tensors),
+        mode_(mode),
+        attrs_(std::move(attrs)),
+        recorded_(algo),
+        prepared_w_(prepared_w) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &w = in[1], &y = out[0];
@@ -148,6 +170,7 @@ class ConvKernel final : public CudaKernel {
     key.insert(key.end(), w.shape.begin(), w.shape.end());
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     if (key != key_) KILN_RETURN_IF_ERROR(plan(x, w, y, res));
+    if (is_half_tensor(tensors_)) return execute_half(in, y, res);
     const void* px = x.data;
     const void* pw = w.data;
     void* py = y.data;
@@ -180,9 +203,36 @@ class ConvKernel final : public CudaKernel {
   }
 
  private:
+  // Float16/bfloat16 X, W, B and Y: cuDNN reads and writes them as they are (FP32 accumulation);
+  // the bias is added to the rounded Y in float and rounded again.
+  Status execute_half(std::span<const TensorView> in, const TensorView& y, StreamResources* res) {
+    const TensorView &x = in[0], &w = in[1];
+    bool has_bias = in.size() > 2 && present(in[2]);
+    if (x.dtype != tensors_ || w.dtype != tensors_ || y.dtype != tensors_ ||
+        (has_bias && in[2].dtype != tensors_)) {
+      return invalid_argument(name_ + ": X, W, B and Y must all be " +
+                              std::string(dtype_name(tensors_)));
+    }
+    float alpha = 1.f, beta = 0.f;
+    KILN_DNN_CHECK(
+        cudnnConvolutionForward(res->dnn, &alpha, d_.xd, x.data, d_.wd, w.data, d_.cd, algo_,
+                                res->workspace, res->workspace_bytes, &beta, d_.yd, y.data),
+        name_ + ": cudnnConvolutionForward");
+    if (has_bias) {
+      int64_t c = y.shape[1], inner = y.numel() / (y.shape[0] * c);
+      if (in[2].numel() != c) {
+        return invalid_argument("Conv: B has " + std::to_string(in[2].numel()) +
+                                " elements, expected " + std::to_string(c));
+      }
+      KILN_RETURN_IF_ERROR(
+          add_channel_bias_half(y.data, in[2].data, tensors_, y.numel(), c, inner, stream_));
+    }
+    return ok_status();
+  }
+
   Status plan(const TensorView& x, const TensorView& w, const TensorView& y, StreamResources* res) {
     key_.clear();
-    KILN_RETURN_IF_ERROR(d_.describe(attrs_, mode_, x.shape, w.shape, y.shape, name_));
+    KILN_RETURN_IF_ERROR(d_.describe(attrs_, tensors_, mode_, x.shape, w.shape, y.shape, name_));
     size_t need = 0;
     cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(res->dnn, d_.xd, d_.wd, d_.cd, d_.yd, recorded_, &need);
     algo_ = st == CUDNN_STATUS_SUCCESS && need <= res->workspace_bytes ? recorded_
@@ -192,13 +242,14 @@ class ConvKernel final : public CudaKernel {
     return ok_status();
   }
 
+  DType tensors_;  // X, W, B and Y: float32, or float16/bfloat16 run natively
   MathMode mode_;
   ConvAttrs attrs_;
   cudnnConvolutionFwdAlgo_t recorded_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   Shape key_;
   ConvDesc d_;
-  const void* prepared_w_;  // the FP16/BF16 filter, prepared once per engine
+  const void* prepared_w_;  // the FP16/BF16 filter of float32 tensors, prepared once per engine
 };
 
 StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
@@ -213,8 +264,9 @@ StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
 }
 
 // The tactics: the algorithms cuDNN's heuristic ranks for the opt shapes that run in the node's
-// math mode within the library workspace; implicit_gemm (which runs every shape) when there is
-// no GPU or no answer, and always last.
+// math mode (for float16/bfloat16 tensors, on their half descriptors) within the library
+// workspace; implicit_gemm (which runs every shape) when there is no GPU or no answer, and always
+// last.
 std::vector<std::string> conv_tactics(const KernelQuery& q) {
   std::vector<std::string> out;
   auto x = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
@@ -227,15 +279,19 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
   }();
   if (handle && x && w && y && attrs.ok() && (x->size() == 3 || x->size() == 4) && shape_numel(*y) > 0) {
     MathMode mode = math_mode(q);
+    DType tensors = q.input_dtype(0);
     ConvDesc d;
-    if (d.describe(*attrs, mode, *x, *w, *y, q.node.describe()).ok()) {
+    if (d.describe(*attrs, tensors, mode, *x, *w, *y, q.node.describe()).ok()) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int found = 0;
       if (cudnnGetConvolutionForwardAlgorithm_v7(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                  &found, perf) == CUDNN_STATUS_SUCCESS) {
         for (int i = 0; i < found; ++i) {
           if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
-          if (mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+          if (!is_half_tensor(tensors) && mode == MathMode::kFp32 &&
+              perf[i].mathType != CUDNN_FMA_MATH) {
+            continue;
+          }
           std::string t = std::string("algo=") + algo_name(perf[i].algo);
           if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(std::move(t));
         }
@@ -247,17 +303,40 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
   return out;
 }
 
-// The workspace: FP16/BF16 copies of x, y and a filter computed at run time.
+// The workspace: FP16/BF16 copies of float32 x, y and a filter computed at run time (none for
+// float16/bfloat16 tensors, which cuDNN reads as they are).
 ir::Dim conv_workspace(const KernelQuery& q) {
   MathMode mode = math_mode(q);
   if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
+  if (is_half_tensor(q.input_dtype(0))) return 0;
   ir::Dim total = workspace_piece(q.inputs.empty() ? nullptr : q.inputs[0], 2) +
                   workspace_piece(q.outputs.empty() ? nullptr : q.outputs[0], 2);
   if (!q.input_is_constant(1) && q.inputs.size() > 1) total = total + workspace_piece(q.inputs[1], 2);
   return total;
 }
 
+// X, W, B and Y of one type: float32, float16 or bfloat16.
+Status check_conv_dtypes(const KernelQuery& q) {
+  DType t = q.input_dtype(0);
+  if (t != DType::kFloat32 && !is_half_tensor(t)) {
+    return unsupported(q.node.describe() +
+                       ": the cuDNN convolution takes float32, float16 or bfloat16 X, not " +
+                       std::string(dtype_name(t)));
+  }
+  const std::pair<DType, const char*> others[] = {
+      {q.input_dtype(1), "W"}, {q.input_dtype(2), "B"}, {q.output_dtype(0), "Y"}};
+  for (const auto& [dt, what] : others) {
+    if (dt != DType::kUndefined && dt != t) {
+      return unsupported(q.node.describe() + ": " + what + " is " + std::string(dtype_name(dt)) +
+                         " while X is " + std::string(dtype_name(t)) +
+                         "; the cuDNN convolution takes one type");
+    }
+  }
+  return ok_status();
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(check_conv_dtypes(q));
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
   KILN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgo_t algo, parse_tactic(q.tactic));
   const ConvAttrs* k = &c;
@@ -302,7 +381,12 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
       }
     }
   }
-  return std::unique_ptr<Kernel>(new ConvKernel(math_mode(q), std::move(c), algo, PreparedOperands::operand(q, 1)));
+  // A float16/bfloat16 filter is used as it is: prepare_low_precision_operands converts float32
+  // constants only, and the kernel ignores a prepared operand for half tensors.
+  const void* prepared_w =
+      is_half_tensor(q.input_dtype(0)) ? nullptr : PreparedOperands::operand(q, 1);
+  return std::unique_ptr<Kernel>(
+      new ConvKernel(q.input_dtype(0), math_mode(q), std::move(c), algo, prepared_w));
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q) {
@@ -313,8 +397,11 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q)
 
 void register_conv(Registry& r) {
   r.add(OpKind::kConv, &make_conv,
-        {.library = "cudnn", .reduced_precision = true, .float32_only = true, .prepare = &prepare_conv,
-         .workspace = &conv_workspace, .tactics = &conv_tactics});
+        {.library = "cudnn",
+         .reduced_precision = true,
+         .prepare = &prepare_conv,
+         .workspace = &conv_workspace,
+         .tactics = &conv_tactics});
 }
 
 }  // namespace kiln::backends::cuda

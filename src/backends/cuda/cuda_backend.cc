@@ -336,6 +336,34 @@ StatusOr<std::vector<int64_t>> HostParam::get_ints(const TensorView& v, cudaStre
   return read_int64s(host.data(), v.dtype, n);
 }
 
+Status require_float_data(const KernelQuery& q) {
+  const DType t = q.input_dtype(0);
+  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA kernel takes float32, float16 or bfloat16 X, not " +
+                       std::string(dtype_name(t)));
+  }
+  if (q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() + ": Y is " + std::string(dtype_name(q.output_dtype(0))) +
+                       " while X is " + std::string(dtype_name(t)));
+  }
+  auto check = [&](const ir::Value* v, const char* what, size_t i) -> Status {
+    if (!v || !is_float(v->dtype) || v->dtype == t || v->dtype == DType::kFloat32) {
+      return ok_status();
+    }
+    return unsupported(
+        q.node.describe() + ": " + what + " " + std::to_string(i) + " ('" + v->name + "') is " +
+        std::string(dtype_name(v->dtype)) + "; with " + std::string(dtype_name(t)) +
+        " X the CUDA kernel takes it in float32" +
+        (t == DType::kFloat32 ? std::string() : " or " + std::string(dtype_name(t))));
+  };
+  for (size_t i = 1; i < q.inputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.inputs[i], "input", i));
+  for (size_t i = 1; i < q.outputs.size(); ++i) {
+    KILN_RETURN_IF_ERROR(check(q.outputs[i], "output", i));
+  }
+  return ok_status();
+}
+
 MathMode math_mode(const KernelQuery& q) {
   if (q.precision.tf32) return MathMode::kTf32;
   switch (q.precision.compute) {

@@ -154,6 +154,12 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(con
 // How many weights this process has converted and uploaded (the backend's weights_prepared()).
 uint64_t weights_prepared();
 
+// For kernels that run float32, float16 or bfloat16 data natively (instead of
+// ImplInfo::float32_only): ok when X (input 0) and Y (output 0) have one of those types and every
+// other float input and output is float32 or, for float16/bfloat16 data, X's type; else
+// kUnsupported naming the node, the tensor and its dtype.
+Status require_float_data(const KernelQuery& q);
+
 // What the shared registry needs to know of a factory beyond the factory itself.
 struct ImplInfo {
   const char* library = "";        // "cublaslt", "cudnn": part of the implementation id
@@ -208,6 +214,9 @@ Status convert_bf16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s
 // out[i] += bias[(i / inner) % channels]; act: 0 none, 1 relu.
 Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner,
                         int act, cudaStream_t s);
+// The same for float16/bfloat16 `dtype` out and bias: the sum in float, rounded to dtype.
+Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n, int64_t channels,
+                             int64_t inner, cudaStream_t s);
 // Column-major GEMM of float16, bfloat16 or float64 tensors `data`, strided over `batch` problems:
 // D = alpha * op(A) op(B) + beta * D with op(A) m x k and op(B) k x n (cuBLAS conventions);
 // gemm.cc's fallback where cuBLASLt has no algorithm for such a problem.

@@ -77,6 +77,43 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
   }
 }
 
+// LayerNormalization of float16/bfloat16 rows: statistics in double as above; Scale and B in X's
+// type or float32, Mean and InvStdDev in any float type (read and written by dtype).
+struct HalfLayerNormArgs {
+  const void *scale, *bias;
+  void *mean, *inv;
+  int scale_dtype, bias_dtype, mean_dtype, inv_dtype;
+  int64_t n, scale_n, bias_n;
+  float eps;
+};
+
+template <typename T>
+__global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
+  __shared__ double sd[32];
+  const int64_t r = blockIdx.x, n = a.n;
+  const T* row = x + r * n;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += DNum<T>::load(row[j]);
+  double mean = block_reduce(s, Sum(), sd, 0.0) / double(n);
+  double v = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    double d = DNum<T>::load(row[j]) - mean;
+    v += d * d;
+  }
+  double var = block_reduce(v, Sum(), sd, 0.0) / double(n);
+  double inv = 1.0 / sqrt(var + double(a.eps));
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    double o = (DNum<T>::load(row[j]) - mean) * inv;
+    if (a.scale) o *= load_as<double>(a.scale, a.scale_dtype, a.scale_n == 1 ? 0 : j);
+    if (a.bias) o += load_as<double>(a.bias, a.bias_dtype, a.bias_n == 1 ? 0 : j);
+    y[r * n + j] = DNum<T>::store(float(o));
+  }
+  if (threadIdx.x == 0) {
+    if (a.mean) store_as<double>(a.mean, a.mean_dtype, r, mean);
+    if (a.inv) store_as<double>(a.inv, a.inv_dtype, r, inv);
+  }
+}
+
 // RMSNormalization: the normalized slice as up to kMaxRank dims, Scale broadcast onto them by
 // per-dim strides (0 where it broadcasts); any float dtype through load_as/store_as.
 struct RmsArgs {
@@ -151,7 +188,10 @@ class LayerNormKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     int rank = x.rank();
-    if (x.dtype != DType::kFloat32) return unsupported(name_ + ": float32 only on CUDA");
+    if (x.dtype == DType::kFloat16 || x.dtype == DType::kBFloat16) return execute_half(in, out);
+    if (x.dtype != DType::kFloat32) {
+      return unsupported(name_ + ": float32, float16 and bfloat16 only on CUDA");
+    }
     int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
     if (rank == 0 || axis < 0 || axis >= rank) return invalid_argument("LayerNormalization: axis out of range");
     int64_t outer = 1, n = 1;
@@ -172,6 +212,43 @@ class LayerNormKernel final : public CudaKernel {
   }
 
  private:
+  // Float16/bfloat16 X and Y (make_layer_norm checked the other dtypes).
+  Status execute_half(std::span<const TensorView> in, std::span<const TensorView> out) {
+    const TensorView &x = in[0], &y = out[0];
+    int rank = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (rank == 0 || axis < 0 || axis >= rank) {
+      return invalid_argument("LayerNormalization: axis out of range");
+    }
+    if (y.dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    int64_t outer = 1, n = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int d = int(axis); d < rank; ++d) n *= x.shape[d];
+    HalfLayerNormArgs a{};
+    bool has_scale = in.size() > 1 && present(in[1]), has_bias = in.size() > 2 && present(in[2]);
+    a.scale = has_scale ? in[1].data : nullptr, a.scale_dtype = has_scale ? int(in[1].dtype) : 0;
+    a.bias = has_bias ? in[2].data : nullptr, a.bias_dtype = has_bias ? int(in[2].dtype) : 0;
+    a.scale_n = has_scale ? in[1].numel() : 1, a.bias_n = has_bias ? in[2].numel() : 1;
+    if ((has_scale && a.scale_n != n && a.scale_n != 1) ||
+        (has_bias && a.bias_n != n && a.bias_n != 1)) {
+      return unsupported(
+          "LayerNormalization: the CUDA backend needs Scale and B of the normalized size or 1");
+    }
+    if (out.size() > 1 && present(out[1])) a.mean = out[1].data, a.mean_dtype = int(out[1].dtype);
+    if (out.size() > 2 && present(out[2])) a.inv = out[2].data, a.inv_dtype = int(out[2].dtype);
+    a.n = n, a.eps = eps_;
+    if (outer == 0 || n == 0) return ok_status();
+    if (outer > INT32_MAX) return unsupported(name_ + ": too many rows");
+    if (x.dtype == DType::kFloat16) {
+      layer_norm_half_kernel<__half>
+          <<<unsigned(outer), kBlock, 0, stream_>>>(x.as<const __half>(), y.as<__half>(), a);
+    } else {
+      layer_norm_half_kernel<__nv_bfloat16><<<unsigned(outer), kBlock, 0, stream_>>>(
+          x.as<const __nv_bfloat16>(), y.as<__nv_bfloat16>(), a);
+    }
+    return launch_status("layer_norm_half_kernel");
+  }
+
   int64_t axis_;
   float eps_;
 };
@@ -247,6 +324,7 @@ std::optional<ir::Dim> numel_of(const ir::Value* v, size_t from = 0) {
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_layer_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_float_data(q));
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
   // The kernel broadcasts Scale and B only as the whole normalized slice or one element: refuse
@@ -289,6 +367,13 @@ __global__ void channel_bias_kernel(float* out, const float* bias, int64_t n, in
     float v = out[i] + (bias ? bias[(i / inner) % channels] : 0.f);
     if (act == 1) v = v > 0.f ? v : 0.f;
     out[i] = v;
+  }
+}
+template <typename T>
+__global__ void channel_bias_half_kernel(T* out, const T* bias, int64_t n, int64_t channels,
+                                         int64_t inner) {
+  KILN_GRID_LOOP(i, n) {
+    out[i] = DNum<T>::store(DNum<T>::load(out[i]) + DNum<T>::load(bias[(i / inner) % channels]));
   }
 }
 
@@ -336,6 +421,21 @@ Status convert_bf16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s
   bf16_to_f32<<<grid_for(n), kBlock, 0, s>>>(static_cast<const __nv_bfloat16*>(in), out, n);
   return launch_status("bf16_to_f32");
 }
+Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n, int64_t channels,
+                             int64_t inner, cudaStream_t s) {
+  if (n == 0) return ok_status();
+  if (dtype == DType::kFloat16) {
+    channel_bias_half_kernel<__half><<<grid_for(n), kBlock, 0, s>>>(
+        static_cast<__half*>(out), static_cast<const __half*>(bias), n, channels, inner);
+  } else if (dtype == DType::kBFloat16) {
+    channel_bias_half_kernel<__nv_bfloat16><<<grid_for(n), kBlock, 0, s>>>(
+        static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(bias), n, channels,
+        inner);
+  } else {
+    return internal_error("add_channel_bias_half: dtype " + std::string(dtype_name(dtype)));
+  }
+  return launch_status("channel_bias_half_kernel");
+}
 Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner, int act,
                         cudaStream_t s) {
   if (n == 0) return ok_status();
@@ -346,7 +446,7 @@ Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channe
 void register_norm(Registry& r) {
   r.add(OpKind::kSoftmax, &make_softmax);
   r.add(OpKind::kLogSoftmax, &make_softmax);
-  r.add(OpKind::kLayerNormalization, &make_layer_norm, {.float32_only = true});
+  r.add(OpKind::kLayerNormalization, &make_layer_norm);
   r.add(OpKind::kRMSNormalization, &make_rms_norm);
 }
 

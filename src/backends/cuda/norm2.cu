@@ -2,13 +2,15 @@
 // GroupNormalization (one block per sample and group, statistics in double as the CPU reference),
 // LpNormalization (one thread per normalized line), and, for every float dtype, computing in double
 // as the CPU reference, MeanVarianceNormalization (one block per kept index) and LRN (one thread
-// per element).
+// per element). Batch, Instance and Group normalization also take float16/bfloat16 X and Y (their
+// *_half kernels), parameters in X's type or float32.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -63,6 +65,73 @@ __global__ void grouped_norm_kernel(const float* x, const float* scale, const fl
     int64_t pi = per_group ? g : g * cpg + j / spatial;
     yp[j] = float((xp[j] - mean) * inv * double(scale[pi]) + double(bias[pi]));
   }
+}
+
+// BatchNormalization of float16/bfloat16 X: the per-channel factors in double from parameters of
+// any float type (read by dtype), applied in float as the CPU reference does.
+struct HalfBatchNormArgs {
+  const void* p[4];  // scale, bias, mean, var
+  int dtype[4];
+  int64_t n, channels, spatial;
+  double eps;
+};
+
+template <typename T>
+__global__ void batch_norm_half_kernel(const T* x, T* y, HalfBatchNormArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    int64_t c = (i / a.spatial) % a.channels;
+    double mul = load_as<double>(a.p[0], a.dtype[0], c) /
+                 sqrt(load_as<double>(a.p[3], a.dtype[3], c) + a.eps);
+    double add =
+        load_as<double>(a.p[1], a.dtype[1], c) - load_as<double>(a.p[2], a.dtype[2], c) * mul;
+    y[i] = DNum<T>::store(DNum<T>::load(x[i]) * float(mul) + float(add));
+  }
+}
+
+// grouped_norm_kernel for float16/bfloat16 X and Y; scale and bias of any float type.
+struct HalfGroupedNormArgs {
+  const void *scale, *bias;
+  int scale_dtype, bias_dtype;
+  int64_t groups, cpg, spatial;
+  bool per_group;
+  double eps;
+};
+
+template <typename T>
+__global__ void grouped_norm_half_kernel(const T* x, T* y, HalfGroupedNormArgs a) {
+  __shared__ double shared[kBlock / 32];
+  int64_t b = blockIdx.x, g = b % a.groups, block = a.cpg * a.spatial;
+  const T* xp = x + b * block;
+  T* yp = y + b * block;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) s += DNum<T>::load(xp[j]);
+  double mean = block ? block_sum(s, shared) / double(block) : 0.0;
+  double sq = 0;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    double d = DNum<T>::load(xp[j]) - mean;
+    sq += d * d;
+  }
+  double var = block ? block_sum(sq, shared) / double(block) : 0.0;
+  double inv = 1.0 / sqrt(var + a.eps);
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    int64_t pi = a.per_group ? g : g * a.cpg + j / a.spatial;
+    double o = (DNum<T>::load(xp[j]) - mean) * inv * load_as<double>(a.scale, a.scale_dtype, pi) +
+               load_as<double>(a.bias, a.bias_dtype, pi);
+    yp[j] = DNum<T>::store(float(o));
+  }
+}
+
+// Launches kernel<T> for float16 or bfloat16 `dt` (the factories admit no other half type).
+template <typename F>
+Status launch_half(DType dt, const std::string& who, F&& launch) {
+  if (dt == DType::kFloat16) {
+    launch(__half{});
+  } else if (dt == DType::kBFloat16) {
+    launch(__nv_bfloat16{});
+  } else {
+    return internal_error(who + ": no half kernel for " + std::string(dtype_name(dt)));
+  }
+  return ok_status();
 }
 
 __global__ void lp_norm_kernel(const float* x, float* y, int64_t lines, int64_t n, int64_t inner,
@@ -150,6 +219,7 @@ class BatchNormKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     if (x.rank() < 2) return invalid_argument(name_ + ": X must have rank >= 2");
+    if (x.dtype != DType::kFloat32) return execute_half(in, out);
     int64_t channels = x.shape[1], n = x.numel();
     for (int i = 1; i < 5; ++i) {
       if (in[i].numel() != channels) {
@@ -168,6 +238,29 @@ class BatchNormKernel final : public CudaKernel {
   }
 
  private:
+  Status execute_half(std::span<const TensorView> in, std::span<const TensorView> out) {
+    const TensorView& x = in[0];
+    int64_t channels = x.shape[1], n = x.numel();
+    HalfBatchNormArgs a{};
+    for (int i = 1; i < 5; ++i) {
+      if (in[i].numel() != channels) {
+        return invalid_argument(name_ + ": input " + std::to_string(i) + " has " +
+                                std::to_string(in[i].numel()) + " elements, expected " +
+                                std::to_string(channels) + " channels");
+      }
+      a.p[i - 1] = in[i].data, a.dtype[i - 1] = int(in[i].dtype);
+    }
+    if (out[0].dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    if (n == 0) return ok_status();
+    a.n = n, a.channels = channels, a.spatial = n / (x.shape[0] * channels), a.eps = eps_;
+    KILN_RETURN_IF_ERROR(launch_half(x.dtype, name_, [&](auto tag) {
+      using T = decltype(tag);
+      batch_norm_half_kernel<T>
+          <<<grid_for(n), kBlock, 0, stream_>>>(x.as<const T>(), out[0].as<T>(), a);
+    }));
+    return launch_status("batch_norm_half_kernel");
+  }
+
   double eps_;
 };
 
@@ -179,6 +272,7 @@ class GroupedNormKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     if (x.rank() < 2) return invalid_argument(name_ + ": X must have rank >= 2");
+    if (x.dtype != DType::kFloat32) return execute_half(in, out);
     int64_t batch = x.shape[0], channels = x.shape[1];
     int64_t groups = groups_ > 0 ? groups_ : channels;
     if (groups <= 0 || channels % groups != 0) {
@@ -202,6 +296,37 @@ class GroupedNormKernel final : public CudaKernel {
   }
 
  private:
+  Status execute_half(std::span<const TensorView> in, std::span<const TensorView> out) {
+    const TensorView& x = in[0];
+    int64_t batch = x.shape[0], channels = x.shape[1];
+    int64_t groups = groups_ > 0 ? groups_ : channels;
+    if (groups <= 0 || channels % groups != 0) {
+      return invalid_argument(name_ + ": " + std::to_string(channels) +
+                              " channels do not split into " + std::to_string(groups) + " groups");
+    }
+    HalfGroupedNormArgs a{};
+    a.per_group = in[1].numel() != channels;
+    int64_t param_n = a.per_group ? groups : channels;
+    if (in[1].numel() != param_n || in[2].numel() != param_n) {
+      return invalid_argument(name_ + ": scale and bias must have " + std::to_string(channels) +
+                              " values");
+    }
+    if (out[0].dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    int64_t rows = batch * groups;
+    if (x.numel() == 0 || rows == 0) return ok_status();
+    if (rows > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 groups in the batch");
+    a.scale = in[1].data, a.scale_dtype = int(in[1].dtype);
+    a.bias = in[2].data, a.bias_dtype = int(in[2].dtype);
+    a.groups = groups, a.cpg = channels / groups, a.spatial = x.numel() / (batch * channels);
+    a.eps = eps_;
+    KILN_RETURN_IF_ERROR(launch_half(x.dtype, name_, [&](auto tag) {
+      using T = decltype(tag);
+      grouped_norm_half_kernel<T>
+          <<<unsigned(rows), kBlock, 0, stream_>>>(x.as<const T>(), out[0].as<T>(), a);
+    }));
+    return launch_status("grouped_norm_half_kernel");
+  }
+
   int64_t groups_;  // 0: one per channel
   double eps_;
 };
@@ -319,6 +444,7 @@ Status require_rank(const KernelQuery& q, size_t min) {
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_batch_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_float_data(q));
   KILN_RETURN_IF_ERROR(require_rank(q, 2));
   KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
   KILN_ASSIGN_OR_RETURN(int64_t training, q.node.attrs.get_int("training_mode", 0));
@@ -346,6 +472,7 @@ StatusOr<std::unique_ptr<Kernel>> make_batch_norm(const KernelQuery& q) {
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_grouped_norm(const KernelQuery& q) {
+  KILN_RETURN_IF_ERROR(require_float_data(q));
   KILN_RETURN_IF_ERROR(require_rank(q, 2));
   KILN_ASSIGN_OR_RETURN(float eps, q.node.attrs.get_float("epsilon", 1e-5f));
   int64_t groups = 0;
@@ -403,9 +530,9 @@ StatusOr<std::unique_ptr<Kernel>> make_lrn(const KernelQuery& q) {
 }  // namespace
 
 void register_norm2(Registry& r) {
-  r.add(OpKind::kBatchNormalization, &make_batch_norm, {.float32_only = true});
-  r.add(OpKind::kInstanceNormalization, &make_grouped_norm, {.float32_only = true});
-  r.add(OpKind::kGroupNormalization, &make_grouped_norm, {.float32_only = true});
+  r.add(OpKind::kBatchNormalization, &make_batch_norm);
+  r.add(OpKind::kInstanceNormalization, &make_grouped_norm);
+  r.add(OpKind::kGroupNormalization, &make_grouped_norm);
   r.add(OpKind::kLpNormalization, &make_lp_norm, {.float32_only = true});
   r.add(OpKind::kMeanVarianceNormalization, &make_mvn);
   r.add(OpKind::kLRN, &make_lrn);

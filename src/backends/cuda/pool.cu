@@ -1,6 +1,7 @@
 // Pooling kernels: MaxPool (with the optional Indices), AveragePool and LpPool over 1-D, 2-D and
 // 3-D NCHW inputs, one thread per output element; GlobalAveragePool and GlobalMaxPool, one block
 // per plane. The window arithmetic follows the CPU reference (backends/cpu/conv.cc) step by step.
+// X and Y are float32, float16 or bfloat16 (one type); sums accumulate in float or double.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -8,12 +9,15 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
 
 using ops::OpKind;
 constexpr int kBlock = 256;
+// The storage types the pools instantiate for; float16/bfloat16 compute in float.
+constexpr unsigned kPoolTypes = kTF32 | kTF16 | kTBF16;
 
 enum class PoolOp { kMax, kAverage, kLp };
 enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
@@ -37,8 +41,8 @@ __device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t
   *hi = h > l ? h : l;
 }
 
-template <PoolOp kOp>
-__global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs a, int64_t n) {
+template <PoolOp kOp, typename T>
+__global__ void pool_kernel(const T* x, T* y, int64_t* indices, PoolArgs a, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     int64_t r = i;
     int64_t ow = r % a.out[2];
@@ -48,7 +52,7 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
     int64_t od = r % a.out[0];
     int64_t p = r / a.out[0];
     int64_t in_sp = a.in[0] * a.in[1] * a.in[2];
-    const float* xp = x + p * in_sp;
+    const T* xp = x + p * in_sp;
     int64_t sd = od * a.stride[0] - a.pb[0], sh = oh * a.stride[1] - a.pb[1],
             sw = ow * a.stride[2] - a.pb[2];
     int64_t dlo, dhi, hlo, hhi, wlo, whi;
@@ -63,7 +67,7 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
         int64_t row = ((sd + jd * a.dil[0]) * a.in[1] + sh + jh * a.dil[1]) * a.in[2] + sw;
         for (int64_t jw = wlo; jw < whi; ++jw) {
           int64_t e = row + jw * a.dil[2];
-          float v = xp[e];
+          float v = DNum<T>::load(xp[e]);
           if constexpr (kOp == PoolOp::kMax) {
             // The first element wins until a strictly greater one: a leading NaN stays.
             if (v > best || best_i < 0) {
@@ -79,7 +83,7 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
       }
     }
     if constexpr (kOp == PoolOp::kMax) {
-      y[i] = best;
+      y[i] = DNum<T>::store(best);
       if (indices) indices[i] = best_i < 0 ? -1 : p * in_sp + best_i;
     } else if constexpr (kOp == PoolOp::kAverage) {
       int64_t count;
@@ -96,22 +100,22 @@ __global__ void pool_kernel(const float* x, float* y, int64_t* indices, PoolArgs
       } else {
         count = (dhi - dlo) * (hhi - hlo) * (whi - wlo);
       }
-      y[i] = count > 0 ? sum / float(count) : 0.f;
+      y[i] = DNum<T>::store(count > 0 ? sum / float(count) : 0.f);
     } else {
-      y[i] = float(pow(lp, 1.0 / a.p));
+      y[i] = DNum<T>::store(float(pow(lp, 1.0 / a.p)));
     }
   }
 }
 
 // One block per plane: the mean (summed in double) or the maximum (NaN ignored, as the CPU's
 // `v > best` scan) of `size` contiguous elements.
-template <bool kMax>
-__global__ void global_pool_kernel(const float* x, float* y, int64_t size) {
+template <bool kMax, typename T>
+__global__ void global_pool_kernel(const T* x, T* y, int64_t size) {
   __shared__ double shared[kBlock / 32];
-  const float* xp = x + int64_t(blockIdx.x) * size;
+  const T* xp = x + int64_t(blockIdx.x) * size;
   double acc = kMax ? -INFINITY : 0.0;
   for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
-    double v = xp[j];
+    double v = DNum<T>::load(xp[j]);
     if constexpr (kMax) {
       acc = v > acc ? v : acc;
     } else {
@@ -129,7 +133,7 @@ __global__ void global_pool_kernel(const float* x, float* y, int64_t size) {
     double r = shared[0];
     for (int w = 1; w < int(blockDim.x >> 5); ++w)
       r = kMax ? (shared[w] > r ? shared[w] : r) : r + shared[w];
-    y[blockIdx.x] = kMax ? float(r) : (size > 0 ? float(r / double(size)) : 0.f);
+    y[blockIdx.x] = DNum<T>::store(kMax ? float(r) : (size > 0 ? float(r / double(size)) : 0.f));
   }
 }
 
@@ -165,19 +169,25 @@ class PoolKernel final : public CudaKernel {
     int64_t n = y.numel();
     if (n == 0) return ok_status();
     int64_t* indices = out.size() > 1 && present(out[1]) ? out[1].as<int64_t>() : nullptr;
-    const float* px = x.as<const float>();
-    float* py = y.as<float>();
-    switch (op_) {
-      case PoolOp::kMax:
-        pool_kernel<PoolOp::kMax><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
-        break;
-      case PoolOp::kAverage:
-        pool_kernel<PoolOp::kAverage><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
-        break;
-      case PoolOp::kLp:
-        pool_kernel<PoolOp::kLp><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
-        break;
-    }
+    if (y.dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    bool known = visit_dtype<kPoolTypes>(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = x.as<const T>();
+      T* py = y.as<T>();
+      switch (op_) {
+        case PoolOp::kMax:
+          pool_kernel<PoolOp::kMax, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+          break;
+        case PoolOp::kAverage:
+          pool_kernel<PoolOp::kAverage, T>
+              <<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+          break;
+        case PoolOp::kLp:
+          pool_kernel<PoolOp::kLp, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, nullptr, a, n);
+          break;
+      }
+    });
+    if (!known) return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
     return launch_status("pool_kernel");
   }
 
@@ -243,19 +253,39 @@ class GlobalPoolKernel final : public CudaKernel {
     if (planes == 0) return ok_status();
     if (planes > INT32_MAX) return invalid_argument(name_ + ": more than 2^31 planes");
     int64_t size = x.numel() / planes;
-    if (max_) {
-      global_pool_kernel<true>
-          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
-    } else {
-      global_pool_kernel<false>
-          <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const float>(), out[0].as<float>(), size);
-    }
+    if (out[0].dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    bool known = visit_dtype<kPoolTypes>(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if (max_) {
+        global_pool_kernel<true, T>
+            <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const T>(), out[0].as<T>(), size);
+      } else {
+        global_pool_kernel<false, T>
+            <<<unsigned(planes), kBlock, 0, stream_>>>(x.as<const T>(), out[0].as<T>(), size);
+      }
+    });
+    if (!known) return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
     return launch_status("global_pool_kernel");
   }
 
  private:
   bool max_;
 };
+
+// X and Y of one type among kPoolTypes (the CUDA pools do not run float64), or why not.
+Status check_pool_dtypes(const KernelQuery& q) {
+  DType t = q.input_dtype(0);
+  if ((dtype_bit(t) & kPoolTypes) == 0) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA pools take float32, float16 or bfloat16 X, not " +
+                       std::string(dtype_name(t)));
+  }
+  if (q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() + ": Y is " + std::string(dtype_name(q.output_dtype(0))) +
+                       " while X is " + std::string(dtype_name(t)));
+  }
+  return ok_status();
+}
 
 // The spatial rank of X (1..3) known at build time, or why the node cannot run.
 StatusOr<int> pool_spatial_rank(const KernelQuery& q) {
@@ -277,6 +307,7 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(const KernelQuery& q) {
   PoolOp op = kind == OpKind::kMaxPool       ? PoolOp::kMax
               : kind == OpKind::kAveragePool ? PoolOp::kAverage
                                              : PoolOp::kLp;
+  KILN_RETURN_IF_ERROR(check_pool_dtypes(q));
   KILN_ASSIGN_OR_RETURN(int ns, pool_spatial_rank(q));
   PoolAttrs s;
   KILN_ASSIGN_OR_RETURN(s.kernel, at.get_ints("kernel_shape", std::nullopt));
@@ -341,6 +372,7 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(const KernelQuery& q) {
   if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.inputs[0]->shape->size() < 3) {
     return unsupported(q.node.describe() + ": the CUDA global pools need X of known rank >= 3");
   }
+  KILN_RETURN_IF_ERROR(check_pool_dtypes(q));
   bool is_max = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kGlobalMaxPool;
   return std::unique_ptr<Kernel>(new GlobalPoolKernel("cuda." + q.node.op_type, is_max));
 }
@@ -349,10 +381,10 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(const KernelQuery& q) {
 
 void register_pool(Registry& r) {
   for (OpKind k : {OpKind::kMaxPool, OpKind::kAveragePool, OpKind::kLpPool}) {
-    r.add(k, &make_pool, {.float32_only = true});
+    r.add(k, &make_pool);
   }
-  r.add(OpKind::kGlobalAveragePool, &make_global_pool, {.float32_only = true});
-  r.add(OpKind::kGlobalMaxPool, &make_global_pool, {.float32_only = true});
+  r.add(OpKind::kGlobalAveragePool, &make_global_pool);
+  r.add(OpKind::kGlobalMaxPool, &make_global_pool);
 }
 
 }  // namespace kiln::backends::cuda
