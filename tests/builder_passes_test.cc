@@ -261,6 +261,9 @@ TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
   for (const char* name : {"y", "q"}) {
     ErrorStats e = error_stats(out->at(name), v.at(g.find_value(name)));
     EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+  }
+}
+
 // A small CNN: Conv+BatchNormalization+Relu, MaxPool, a depthwise Conv with HardSwish and ReLU6,
 // AveragePool, Concat, a 1x1 Conv with InstanceNormalization and SiLU, a residual Add,
 // GlobalAveragePool and Flatten.
