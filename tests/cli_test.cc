@@ -341,14 +341,14 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("inspect " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* part :
-       {"header: format version 3", "device cpu", "cpu.Conv", "float32", "conv1",
+       {"header: format version 3", "device cpu", "cpu.FusedConv", "float32", "conv1",
         "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
   }
   r = kiln_cli("inspect --json " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0);
   EXPECT_TRUE(contains(r.out, "\"kind\": \"engine\"") &&
-              contains(r.out, "\"kernel\": \"cpu.Conv\""))
+              contains(r.out, "\"kernel\": \"cpu.FusedConv\""))
       << r.out;
   r = kiln_cli("inspect " + demo());
   ASSERT_EQ(r.code, 0) << r.out;

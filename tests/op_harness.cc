@@ -215,6 +215,12 @@ void run_on_device(const KernelCase& c, const std::string& label, Device device,
     if (plan.graph.nodes[k].name == n.name && k < plan.nodes.size()) {
       impl = plan.nodes[k].impl;
       precision = plan.nodes[k].precision;
+      // A node on float16/bfloat16 tensors (the precision pass retyped it) computes in their type.
+      const auto& outs = plan.graph.nodes[k].outputs;
+      if (precision.compute == DType::kUndefined && !outs.empty() && outs[0] >= 0) {
+        DType t = plan.graph.values[size_t(outs[0])].dtype;
+        if (t == DType::kFloat16 || t == DType::kBFloat16) precision.compute = t;
+      }
     }
   }
   bool ok = true;

@@ -339,8 +339,8 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_transpose(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new ConvTransposeKernel(std::move(a)));
 }
 
-// The window's workspace: what cuDNN computes, [N, M, F...] float32 at most, with
-// F = s*(in-1) + (k-1)*d + 1 the full scatter of each axis (plan_axis's size is F - 2p).
+// The window's workspace: what cuDNN computes, [N, M, max(F, Y)...] float32 at most, with
+// F = s*(in-1) + (k-1)*d + 1 the full scatter of each axis (plan_axis's size is F - 2p, or Y's).
 ir::Dim conv_transpose_workspace(const KernelQuery& q) {
   auto a = transpose_attrs(q);
   const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
@@ -351,8 +351,10 @@ ir::Dim conv_transpose_workspace(const KernelQuery& q) {
   if (ws.size() != xs.size() || ys.size() != xs.size()) return 0;
   ir::Dim bytes = ys[0] * ys[1] * int64_t(sizeof(float));
   for (size_t i = 0; i < size_t(a->ns); ++i) {
+    // An axis one symmetric pad gives is computed at Y's own size, which can pass F (a floor
+    // division in cuDNN's output size), so the axis needs max(F, Y).
     ir::Dim full = (xs[2 + i] - 1) * a->strides[i] + (ws[2 + i] - 1) * a->dilations[i] + 1;
-    bytes = bytes * ir::Dim::max(full, 0);
+    bytes = bytes * ir::Dim::max(ir::Dim::max(full, ys[2 + i]), 0);
   }
   const int64_t align = int64_t(kWorkspaceAlign);
   return ir::Dim::ceil_div(bytes, align) * align;
