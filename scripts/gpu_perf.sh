@@ -17,6 +17,8 @@ MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 bert_base_s128}
 DIR=$BUILD/perf-models
 [ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
 nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
+python3 -c "import torch; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}')" \
+  >"$LOG/versions.txt" 2>/dev/null || echo "torch not importable" >"$LOG/versions.txt"
 python3 bench/perf_models.py export "$DIR" >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
 
 : >"$LOG/kiln_builds.jsonl"
