@@ -35,6 +35,35 @@ std::string run_pass(Status (*pass)(builder::BuildState&), ir::Graph g) {
   return ir::to_text(s.graph);
 }
 
+// A CPU engine of `g` for its input "x" over shapes min..max (opt = max).
+StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max) {
+  Network net;
+  net.graph = g;
+  BuilderConfig config;
+  OptimizationProfile p;
+  KILN_RETURN_IF_ERROR(p.set_dimensions("x", min, max, max));
+  config.add_profile(p);
+  return Builder().build(net, config);
+}
+
+// Every value of `g` computed node by node on the reference kernels (each output of x's shape).
+std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x) {
+  std::map<int, Tensor> v;
+  v[g.find_value("x")] = x;
+  for (size_t k = 0; k < g.values.size(); ++k) {
+    if (g.values[k].constant) v[int(k)] = *g.values[k].constant;
+  }
+  for (const ir::Node& n : g.nodes) {
+    std::vector<Tensor> in;
+    for (int i : n.inputs) in.push_back(v.at(i));
+    auto r = run_cpu_kernel(n, in, {{DType::kFloat32, x.shape()}});
+    EXPECT_TRUE(r.ok()) << n.describe() << ": " << r.status().to_string();
+    if (!r.ok()) return v;
+    v[n.outputs[0]] = r->at(0);
+  }
+  return v;
+}
+
 // Conv (1x1, two channels, with bias) -> BatchNormalization -> Relu.
 const char* kConvBn = R"(graph g(%x: float32[n, 2, 2, 2]) -> (%y: float32[n, 2, 2, 2]) {
   opset ai.onnx 17
@@ -92,13 +121,7 @@ TEST(FoldBatchNorm, LeavesWhatItCannotFold) {
 TEST(FoldBatchNorm, EngineMatchesTheUnfoldedGraph) {
   // The folded engine against the same Conv and BatchNormalization run by the reference kernels.
   ir::Graph g = parse(kConvBn);
-  Network net;
-  net.graph = g;
-  BuilderConfig config;
-  OptimizationProfile p;
-  ASSERT_TRUE(p.set_dimensions("x", {1, 2, 2, 2}, {3, 2, 2, 2}, {3, 2, 2, 2}).ok());
-  config.add_profile(p);
-  auto engine = Builder().build(net, config);
+  auto engine = build_cpu(g, {1, 2, 2, 2}, {3, 2, 2, 2});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   // One layer: the Conv with the BatchNormalization folded in, fused with the Relu after it.
   ASSERT_EQ(engine->num_layers(), 1);
@@ -108,16 +131,8 @@ TEST(FoldBatchNorm, EngineMatchesTheUnfoldedGraph) {
   ASSERT_TRUE(ctx.ok());
   auto out = (*ctx)->run({{"x", x}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  const std::vector<std::pair<DType, Shape>> out_type = {{DType::kFloat32, Shape{3, 2, 2, 2}}};
-  auto conv = run_cpu_kernel(g.nodes[0], {x, *g.values[1].constant, *g.values[2].constant}, out_type);
-  ASSERT_TRUE(conv.ok()) << conv.status().to_string();
-  std::vector<Tensor> bn_in = {conv->at(0)};
-  for (int v = 3; v <= 6; ++v) bn_in.push_back(*g.values[size_t(v)].constant);
-  auto bn = run_cpu_kernel(g.nodes[1], bn_in, out_type);
-  ASSERT_TRUE(bn.ok()) << bn.status().to_string();
-  auto relu = run_cpu_kernel(g.nodes[2], {bn->at(0)}, out_type);
-  ASSERT_TRUE(relu.ok());
-  ErrorStats e = error_stats(out->at("y"), relu->at(0));
+  std::map<int, Tensor> unfolded = run_unfused(g, x);
+  ErrorStats e = error_stats(out->at("y"), unfolded.at(g.find_value("y")));
   EXPECT_LE(e.max_abs, 1e-6) << e.max_abs;
 }
 
@@ -231,13 +246,7 @@ TEST(FuseConvActivation, LeavesSharedOutputsAndUnsupportedBackendsAlone) {
 
 TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
   ir::Graph g = parse(kConvChains);
-  Network net;
-  net.graph = g;
-  BuilderConfig config;
-  OptimizationProfile p;
-  ASSERT_TRUE(p.set_dimensions("x", {1, 2, 4, 4}, {1, 2, 4, 4}, {1, 2, 4, 4}).ok());
-  config.add_profile(p);
-  auto engine = Builder().build(net, config);
+  auto engine = build_cpu(g, {1, 2, 4, 4}, {1, 2, 4, 4});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   ASSERT_EQ(engine->num_layers(), 3);  // three kiln::FusedConv
   Tensor x = random_f32({1, 2, 4, 4}, 5);
@@ -245,19 +254,7 @@ TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
   ASSERT_TRUE(ctx.ok());
   auto out = (*ctx)->run({{"x", x}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  // The unfused graph, node by node on the reference kernels.
-  std::map<int, Tensor> v;
-  v[g.find_value("x")] = x;
-  for (size_t k = 0; k < g.values.size(); ++k) {
-    if (g.values[k].constant) v[int(k)] = *g.values[k].constant;
-  }
-  for (const ir::Node& n : g.nodes) {
-    std::vector<Tensor> in;
-    for (int i : n.inputs) in.push_back(v.at(i));
-    auto r = run_cpu_kernel(n, in, {{DType::kFloat32, Shape{1, 2, 4, 4}}});
-    ASSERT_TRUE(r.ok()) << n.describe() << ": " << r.status().to_string();
-    v[n.outputs[0]] = r->at(0);
-  }
+  std::map<int, Tensor> v = run_unfused(g, x);
   for (const char* name : {"y", "q"}) {
     ErrorStats e = error_stats(out->at(name), v.at(g.find_value(name)));
     EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
