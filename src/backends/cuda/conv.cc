@@ -15,14 +15,6 @@ namespace {
 
 using ops::OpKind;
 
-#define KILN_DNN_CHECK(expr, what)                                                                  \
-  do {                                                                                              \
-    cudnnStatus_t kiln_s_ = (expr);                                                                 \
-    if (kiln_s_ != CUDNN_STATUS_SUCCESS) {                                                          \
-      return internal_error(std::string(what) + ": " + cudnnGetErrorString(kiln_s_));               \
-    }                                                                                               \
-  } while (0)
-
 // The cuDNN forward algorithms by tactic name.
 constexpr std::pair<const char*, cudnnConvolutionFwdAlgo_t> kAlgos[] = {
     {"implicit_gemm", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM},

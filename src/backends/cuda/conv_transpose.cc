@@ -13,14 +13,6 @@ namespace {
 
 using ops::OpKind;
 
-#define KILN_DNN_CHECK(expr, what)                                                    \
-  do {                                                                                \
-    cudnnStatus_t kiln_s_ = (expr);                                                   \
-    if (kiln_s_ != CUDNN_STATUS_SUCCESS) {                                            \
-      return internal_error(std::string(what) + ": " + cudnnGetErrorString(kiln_s_)); \
-    }                                                                                 \
-  } while (0)
-
 enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
 
 // The attributes, each list filled to the spatial rank.

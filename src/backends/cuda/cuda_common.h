@@ -20,6 +20,14 @@ namespace kiln::backends::cuda {
 // A CUDA error as a Status; allocation failures become kOutOfMemory.
 Status cuda_status(cudaError_t e, const std::string& what);
 
+// A cuDNN call whose failure returns kInternal naming `what` and cuDNN's error string.
+#define KILN_DNN_CHECK(expr, what)                                                    \
+  do {                                                                                \
+    cudnnStatus_t kiln_s_ = (expr);                                                   \
+    if (kiln_s_ != CUDNN_STATUS_SUCCESS) {                                            \
+      return internal_error(std::string(what) + ": " + cudnnGetErrorString(kiln_s_)); \
+    }                                                                                 \
+  } while (0)
 #define KILN_CUDA_CHECK(expr, what)                                   \
   do {                                                                \
     cudaError_t kiln_e_ = (expr);                                     \

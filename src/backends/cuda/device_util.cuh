@@ -105,6 +105,17 @@ __device__ T block_reduce(T v, F op, T* shared, T identity) {
   return shared[0];
 }
 
+// The offset of the i-th element (row-major over `dims`) in a tensor of element `strides`.
+__device__ __forceinline__ int64_t walk_offset(int64_t i, int rank, const int64_t* dims,
+                                               const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    off += (i % dims[d]) * strides[d];
+    i /= dims[d];
+  }
+  return off;
+}
+
 #define KILN_GRID_LOOP(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 

@@ -159,15 +159,6 @@ struct MvnGeom {
   int64_t kept_n, red_n;
 };
 
-__device__ __forceinline__ int64_t mvn_offset(int64_t i, int n, const int64_t* dims,
-                                              const int64_t* strides) {
-  int64_t off = 0;
-  for (int d = n - 1; d >= 0; --d) {
-    off += (i % dims[d]) * strides[d];
-    i /= dims[d];
-  }
-  return off;
-}
 
 // Block by block over the kept indices: (x - mean) / (sqrt(E[x^2] - mean^2) + 1e-9), as the
 // reference (and the ONNX function body) computes it. Explicitly rounded double operations where
@@ -176,10 +167,10 @@ __device__ __forceinline__ int64_t mvn_offset(int64_t i, int n, const int64_t* d
 __global__ void mvn_kernel(const void* x, void* y, int dtype, MvnGeom g) {
   __shared__ double shared[kBlock / 32];
   for (int64_t s = blockIdx.x; s < g.kept_n; s += gridDim.x) {
-    int64_t base = mvn_offset(s, g.nk, g.kdims, g.kstrides);
+    int64_t base = walk_offset(s, g.nk, g.kdims, g.kstrides);
     double sum = 0, sq = 0;
     for (int64_t r = threadIdx.x; r < g.red_n; r += blockDim.x) {
-      double v = load_as<double>(x, dtype, base + mvn_offset(r, g.nr, g.rdims, g.rstrides));
+      double v = load_as<double>(x, dtype, base + walk_offset(r, g.nr, g.rdims, g.rstrides));
       sum += v;
       sq = __dadd_rn(sq, __dmul_rn(v, v));
     }
@@ -190,7 +181,7 @@ __global__ void mvn_kernel(const void* x, void* y, int dtype, MvnGeom g) {
     double var = fmax(__dsub_rn(sq / cnt, __dmul_rn(mean, mean)), 0.0);
     double den = sqrt(var) + 1e-9;
     for (int64_t r = threadIdx.x; r < g.red_n; r += blockDim.x) {
-      int64_t e = base + mvn_offset(r, g.nr, g.rdims, g.rstrides);
+      int64_t e = base + walk_offset(r, g.nr, g.rdims, g.rstrides);
       store_as<double>(y, dtype, e, (load_as<double>(x, dtype, e) - mean) / den);
     }
   }

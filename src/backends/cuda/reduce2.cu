@@ -32,15 +32,6 @@ struct ReduceArgs {
   Red op;
 };
 
-__device__ __forceinline__ int64_t walk_offset(int64_t i, int rank, const int64_t* dims,
-                                               const int64_t* strides) {
-  int64_t off = 0;
-  for (int d = rank - 1; d >= 0; --d) {
-    off += (i % dims[d]) * strides[d];
-    i /= dims[d];
-  }
-  return off;
-}
 
 struct AddOp {
   template <typename T>
