@@ -3,7 +3,7 @@
 MobileNetV3-Large and ViT-B/16 (torchvision) and BERT-base at sequence 128 (transformers), with the
 zoo's seeded random weights (scripts/zoo.py: nothing is downloaded).
 
-  python3 bench/perf_models.py export OUT_DIR   # OUT_DIR/NAME.onnx, dynamic batch, + NAME.json
+  python3 bench/perf_models.py export OUT_DIR [NAME...]  # OUT_DIR/NAME.onnx, dynamic batch, + NAME.json
 """
 import json
 import os
@@ -34,12 +34,14 @@ def make(name):
     return model, example
 
 
-def export(out_dir):
+def export(out_dir, names=None):
     import torch
 
     warnings.filterwarnings("ignore")
     os.makedirs(out_dir, exist_ok=True)
     for name, (_, input_name, shape, _) in PERF.items():
+        if names and name not in names:
+            continue
         path = os.path.join(out_dir, name + ".onnx")
         if os.path.exists(path):
             continue
@@ -54,6 +56,6 @@ def export(out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "export":
+    if len(sys.argv) < 3 or sys.argv[1] != "export" or any(n not in PERF for n in sys.argv[3:]):
         sys.exit(__doc__)
-    export(sys.argv[2])
+    export(sys.argv[2], sys.argv[3:])

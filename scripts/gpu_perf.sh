@@ -19,7 +19,7 @@ DIR=$BUILD/perf-models
 nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
 python3 -c "import torch; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}')" \
   >"$LOG/versions.txt" 2>/dev/null || echo "torch not importable" >"$LOG/versions.txt"
-python3 bench/perf_models.py export "$DIR" >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
+python3 bench/perf_models.py export "$DIR" $MODELS >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
 
 : >"$LOG/kiln_builds.jsonl"
 for m in $MODELS; do
