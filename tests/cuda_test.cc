@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "backends/backend.h"
+#include "ir/text.h"
 #include "plan/plan.h"
 #include "model_util.h"
 #include "test_util.h"
@@ -231,6 +232,108 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
     Status st = e.ok() ? e->create_execution_context().status() : e.status();
     ASSERT_FALSE(st.ok()) << p.nodes[n].impl;
     EXPECT_NE(st.message().find("warp_drive"), std::string::npos) << st.message();
+  }
+}
+
+// Every activation kiln::FusedConv takes, with and without bias and residual: the fusion pass makes
+// seven FusedConvs of this chain on CUDA, whose cuDNN fused call (ReLU, none) or epilogue kernel
+// (the rest) must compute what the CPU reference computes unfused, in strict FP32 (the same sums
+// in another order) and in FP16 (cosine). 16 channels, so channels-last rows take the
+// vectorized epilogue.
+const char* kFusedConvChain = R"(graph g(%x: float32[n, 16, 8, 8]) -> (%y: float32[n, 16, 8, 8]) {
+  opset ai.onnx 17
+  %w: float32[16, 16, 3, 3] = dense<RANDOM>
+  %w1: float32[16, 16, 1, 1] = dense<RANDOM>
+  %b: float32[16] = dense<RANDOM>
+  %lo: float32[] = dense<-0.5>
+  %hi: float32[] = dense<0.75>
+  %c1: float32[n, 16, 8, 8] = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}  # conv_relu_res
+  %a1: float32[n, 16, 8, 8] = Add(%c1, %x)  # res1
+  %r1: float32[n, 16, 8, 8] = Relu(%a1)  # relu1
+  %c2: float32[n, 16, 8, 8] = Conv(%r1, %w1)  # conv_clip
+  %r2: float32[n, 16, 8, 8] = Clip(%c2, %lo, %hi)  # clip2
+  %c3: float32[n, 16, 8, 8] = Conv(%r2, %w, %b) {pads=[1, 1, 1, 1]}  # conv_hswish
+  %r3: float32[n, 16, 8, 8] = HardSwish(%c3)  # hswish3
+  %c4: float32[n, 16, 8, 8] = Conv(%r3, %w1, %b)  # conv_hsig
+  %r4: float32[n, 16, 8, 8] = HardSigmoid(%c4) {alpha=0.25, beta=0.4}  # hsig4
+  %c5: float32[n, 16, 8, 8] = Conv(%r4, %w, %b) {pads=[1, 1, 1, 1]}  # conv_silu
+  %s5: float32[n, 16, 8, 8] = Sigmoid(%c5)  # sig5
+  %r5: float32[n, 16, 8, 8] = Mul(%c5, %s5)  # silu5
+  %c6: float32[n, 16, 8, 8] = Conv(%r5, %w1)  # conv_leaky_res
+  %a6: float32[n, 16, 8, 8] = Add(%r4, %c6)  # res6
+  %r6: float32[n, 16, 8, 8] = LeakyRelu(%a6) {alpha=0.1}  # leaky6
+  %c7: float32[n, 16, 8, 8] = Conv(%r6, %w, %b) {pads=[1, 1, 1, 1]}  # conv_sig_res
+  %a7: float32[n, 16, 8, 8] = Add(%c7, %r1)  # res7
+  %y: float32[n, 16, 8, 8] = Sigmoid(%a7)  # sig7
+}
+)";
+
+// kFusedConvChain with its RANDOM constants filled from a seeded generator.
+StatusOr<Network> fused_conv_chain() {
+  std::string text = kFusedConvChain;
+  uint64_t seed = 11;
+  for (size_t at; (at = text.find("RANDOM")) != std::string::npos;) {
+    size_t open = text.rfind('[', at), close = text.find(']', open);
+    Shape shape;
+    for (size_t i = open + 1; i < close;) {
+      size_t end = text.find_first_of(",]", i);
+      shape.push_back(std::stoll(text.substr(i, end - i)));
+      i = end + 1;
+    }
+    Tensor t = random_f32(shape, seed++);
+    std::string values = "[";
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      values += (i ? ", " : "") + std::to_string(t.float_at(i) * 0.3);
+    }
+    text.replace(at, 6, values + "]");
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Graph g, ir::parse_text(text, {}));
+  Network net;
+  net.graph = std::move(g);
+  return net;
+}
+
+TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  auto net = fused_conv_chain();
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  auto build = [&](Device d, Precision p) {
+    BuilderConfig c = config_for(p);
+    OptimizationProfile prof;
+    EXPECT_TRUE(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}).ok());
+    c.add_profile(prof);
+    return Builder(d).build(*net, c);
+  };
+  auto cpu = build(Device::kCPU, Precision::kFp32);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto cpu_ctx = cpu->create_execution_context();
+  ASSERT_TRUE(cpu_ctx.ok());
+  for (Precision p : {Precision::kFp32, Precision::kFp16}) {
+    auto engine = build(Device::kCUDA, p);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    int fused = 0;
+    for (const LayerInfo& l : engine->layers()) {
+      if (l.op_type != "FusedConv") continue;
+      ++fused;
+      EXPECT_NE(l.kernel.find("FusedConv"), std::string::npos) << l.name << ": " << l.kernel;
+    }
+    EXPECT_EQ(fused, 7) << precision_name(p);
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    for (int64_t batch : {1, 3}) {
+      Tensor x = random_f32({batch, 16, 8, 8}, 100 + uint64_t(batch));
+      auto want = (*cpu_ctx)->run({{"x", x}});
+      auto got = (*ctx)->run({{"x", x}});
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+      ErrorStats e = error_stats(got->at("y"), want->at("y"));
+      std::printf("[cuda] FusedConv chain %s batch %lld: max abs %.3g, cosine %.7f\n", precision_name(p),
+                  (long long)batch, e.max_abs, e.cosine);
+      if (p == Precision::kFp32) {
+        EXPECT_LE(e.max_abs, 1e-4 + 1e-3 * e.ref_max_abs);
+      } else {
+        EXPECT_GE(e.cosine, 0.999);
+      }
+    }
   }
 }
 

@@ -968,5 +968,53 @@ TEST(ConvIntegerInfer, Int32OutputWithConvShape) {
                    .ok());
 }
 
+// ---- kiln::FusedConv: activation(Conv(X, W, B) + Z), made by fuse_conv_activation ----
+
+// Every activation, with and without bias and residual, against the naive convolution with the
+// epilogue applied in double; strict FP32 and, as the precision pass leaves the layer, float16.
+TEST(FusedConvKernel, EveryActivationWithBiasAndResidual) {
+  const ConvSpec s{2, 8, 16, 1, {6, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true};
+  Tensor x = make_f32({2, 8, 6, 7}, random_values(2 * 8 * 42, 61));
+  Tensor w = scaled(make_f32({16, 8, 3, 3}, random_values(16 * 72, 62)), 0.2f);
+  Tensor b = make_f32({16}, random_values(16, 63));
+  Tensor z = make_f32({2, 16, 6, 7}, random_values(2 * 16 * 42, 64));
+  struct Act {
+    const char* name;
+    std::vector<float> params;
+    double (*f)(double, const std::vector<float>&);
+  };
+  const Act acts[] = {
+      {"none", {}, [](double y, const std::vector<float>&) { return y; }},
+      {"relu", {}, [](double y, const std::vector<float>&) { return std::max(y, 0.0); }},
+      {"clip", {-0.5f, 0.75f}, [](double y, const std::vector<float>& p) { return std::clamp(y, double(p[0]), double(p[1])); }},
+      {"hardswish", {}, [](double y, const std::vector<float>&) { return y * std::clamp(y / 6 + 0.5, 0.0, 1.0); }},
+      {"hardsigmoid", {0.25f, 0.4f}, [](double y, const std::vector<float>& p) { return std::clamp(p[0] * y + p[1], 0.0, 1.0); }},
+      {"sigmoid", {}, [](double y, const std::vector<float>&) { return 1 / (1 + std::exp(-y)); }},
+      {"silu", {}, [](double y, const std::vector<float>&) { return y / (1 + std::exp(-y)); }},
+      {"leaky_relu", {0.1f}, [](double y, const std::vector<float>& p) { return y >= 0 ? y : p[0] * y; }},
+  };
+  for (const Act& a : acts) {
+    for (bool bias : {true, false}) {
+      for (bool residual : {true, false}) {
+        Tensor want = naive_conv(s, x, w, bias ? &b : nullptr);
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          double v = want.data_as<float>()[i] + (residual ? z.data_as<float>()[i] : 0.f);
+          want.data_as<float>()[i] = float(a.f(v, a.params));
+        }
+        OpNode node = op("FusedConv", 1, "kiln").named("fused0").ints("pads", {1, 1, 1, 1}).s("activation", a.name);
+        if (!a.params.empty()) node.floats("activation_params", a.params);
+        std::vector<testing::CaseInput> inputs = {x, initializer(w), bias ? initializer(b) : testing::kNoInput};
+        if (residual) inputs.push_back(z);
+        std::string label = std::string(a.name) + (bias ? " bias" : "") + (residual ? " residual" : "");
+        auto r = run_case({.node = node, .inputs = inputs, .expected = {want}, .expect_support = true, .label = label});
+        ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+        auto h = testing::run_reduced_case({.node = node, .inputs = inputs, .expect_support = true, .label = label + " float16"},
+                                  DType::kFloat16);
+        ASSERT_TRUE(h.ok()) << label << " float16: " << h.status().to_string();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

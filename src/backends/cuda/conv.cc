@@ -5,6 +5,14 @@
 // reduced) run natively: half descriptors, FP32 accumulation, tensor-op math. Bias is added by a
 // small kernel. The tactic is the forward algorithm the builder took from cuDNN's ranking at the
 // opt shapes, recorded in the plan.
+//
+// kiln::FusedConv (fuse_conv_activation, assign_layout) runs here too: activation(Conv(X, W, B) +
+// Z) in NCHW or channels-last (layout="NHWC": X [N,H,W,C], W [K,kh,kw,C/g], Y and Z [N,H',W',K],
+// cuDNN's NHWC tensors and KRSC filter, on which its FP16 tensor-core kernels run without the
+// transposes it inserts around NCHW). Relu or no activation goes through cuDNN's fused
+// cudnnConvolutionBiasActivationForward (bias, residual and ReLU in the convolution's epilogue);
+// the other activations, and shapes the fused call refuses, take the convolution and then one
+// epilogue pass (conv_epilogue.cu) for bias, residual and activation together.
 #include <algorithm>
 #include <array>
 
@@ -64,14 +72,28 @@ struct ConvAttrs {
   std::vector<int64_t> strides, dilations, pads;
   int64_t group = 1;
   std::string auto_pad = "NOTSET";
+  // kiln::FusedConv only.
+  bool nhwc = false;
+  ConvActivation act = ConvActivation::kNone;
+  float p0 = 0.f, p1 = 0.f;
 };
 
-// cuDNN descriptors of one convolution problem (NCHW; 1-D runs as H = 1).
+// An NHWC shape ([N,H,W,C], or a KRSC filter [K,kh,kw,C]) in NCHW order, which describe() reads.
+Shape nchw_order(std::span<const int64_t> s, bool nhwc) {
+  Shape out(s.begin(), s.end());
+  if (nhwc && s.size() == 4) out = {s[0], s[3], s[1], s[2]};
+  return out;
+}
+
+// cuDNN descriptors of one convolution problem (shapes given in NCHW order; `nhwc` sets the
+// tensors' and filter's memory format; 1-D runs as H = 1).
 class ConvDesc {
  public:
   ~ConvDesc() {
     if (xd) cudnnDestroyTensorDescriptor(xd);
     if (yd) cudnnDestroyTensorDescriptor(yd);
+    if (bd) cudnnDestroyTensorDescriptor(bd);
+    if (ad) cudnnDestroyActivationDescriptor(ad);
     if (wd) cudnnDestroyFilterDescriptor(wd);
     if (cd) cudnnDestroyConvolutionDescriptor(cd);
   }
@@ -105,18 +127,27 @@ class ConvDesc {
     if (!xd) {
       KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&xd), "cudnnCreateTensorDescriptor");
       KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&yd), "cudnnCreateTensorDescriptor");
+      KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&bd), "cudnnCreateTensorDescriptor");
       KILN_DNN_CHECK(cudnnCreateFilterDescriptor(&wd), "cudnnCreateFilterDescriptor");
+      KILN_DNN_CHECK(cudnnCreateActivationDescriptor(&ad), "cudnnCreateActivationDescriptor");
       KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&cd), "cudnnCreateConvolutionDescriptor");
     }
     auto xs = dim4(x), ws = dim4(w), ys = dim4(y);
-    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, dt, xs[0], xs[1], xs[2], xs[3]), who + ": x descriptor");
-    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, dt, ys[0], ys[1], ys[2], ys[3]), who + ": y descriptor");
-    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(wd, dt, CUDNN_TENSOR_NCHW, ws[0], ws[1], ws[2], ws[3]), who + ": w descriptor");
+    const cudnnTensorFormat_t f = c.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(xd, f, dt, xs[0], xs[1], xs[2], xs[3]), who + ": x descriptor");
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(yd, f, dt, ys[0], ys[1], ys[2], ys[3]), who + ": y descriptor");
+    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(wd, dt, f, ws[0], ws[1], ws[2], ws[3]), who + ": w descriptor");
+    // The bias of the fused call: one value per output channel, in Y's type.
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, dt, 1, ys[1], 1, 1), who + ": bias descriptor");
     KILN_DNN_CHECK(cudnnSetConvolution2dDescriptor(cd, pad[0], pad[1], str[0], str[1], dil[0], dil[1],
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                    who + ": convolution descriptor");
     KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(cd, int(c.group)), who + ": group count");
     KILN_DNN_CHECK(cudnnSetConvolutionMathType(cd, math_type(tensors, mode)), who + ": math type");
+    KILN_DNN_CHECK(cudnnSetActivationDescriptor(
+                       ad, c.act == ConvActivation::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                       CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                   who + ": activation descriptor");
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd, xd, wd, &on, &oc, &oh, &ow), who + ": output dims");
     if (on != ys[0] || oc != ys[1] || oh != ys[2] || ow != ys[3]) {
@@ -126,9 +157,10 @@ class ConvDesc {
     return ok_status();
   }
 
-  cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
+  cudnnTensorDescriptor_t xd = nullptr, yd = nullptr, bd = nullptr;
   cudnnFilterDescriptor_t wd = nullptr;
   cudnnConvolutionDescriptor_t cd = nullptr;
+  cudnnActivationDescriptor_t ad = nullptr;
 };
 
 // The per-stream library workspace an algorithm may use (StreamResources::workspace_bytes).
@@ -139,12 +171,14 @@ constexpr size_t kLibraryWorkspace = size_t(32) << 20;
 // workspace: a fixed rule, not a new choice.
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(DType tensors, MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo,
+  ConvKernel(bool fused, DType tensors, MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo,
              const void* prepared_w)
-      : CudaKernel(std::string("cuda.Conv(cudnn,") +
+      : CudaKernel(std::string(fused ? "cuda.FusedConv(cudnn," : "cuda.Conv(cudnn,") +
+                   (attrs.nhwc ? "NHWC," : "") +
                    (is_half_tensor(tensors) ? std::string(dtype_name(tensors)) + " tensors"
                                             : std::string(math_mode_name(mode))) +
                    ")"),
+        fused_(fused),
         tensors_(tensors),
         mode_(mode),
         attrs_(std::move(attrs)),
@@ -154,15 +188,36 @@ class ConvKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &w = in[1], &y = out[0];
     int ns = x.rank() - 2;
-    if (ns < 1 || ns > 2 || w.rank() != x.rank() || y.rank() != x.rank()) {
+    if (ns < 1 || ns > 2 || w.rank() != x.rank() || y.rank() != x.rank() || (attrs_.nhwc && ns != 2)) {
       return unsupported(name_ + ": the CUDA backend runs 1-D and 2-D convolutions (input " + shape_to_string(x.shape) + ")");
     }
     if (y.numel() == 0) return ok_status();
+    KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     Shape key(x.shape.begin(), x.shape.end());
     key.insert(key.end(), w.shape.begin(), w.shape.end());
-    KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     if (key != key_) KILN_RETURN_IF_ERROR(plan(x, w, y, res));
-    if (is_half_tensor(tensors_)) return execute_half(in, y, res);
+    const bool has_bias = in.size() > 2 && present(in[2]);
+    const bool has_z = in.size() > 3 && present(in[3]);
+    const int64_t channels = attrs_.nhwc ? y.shape[3] : y.shape[1];
+    if (has_bias && in[2].numel() != channels) {
+      return invalid_argument(name_ + ": B has " + std::to_string(in[2].numel()) + " elements, expected " +
+                              std::to_string(channels));
+    }
+    if (has_z && in[3].numel() != y.numel()) {
+      return invalid_argument(name_ + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
+                              shape_to_string(y.shape));
+    }
+    if (is_half_tensor(tensors_) || fused_) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (present(in[i]) && in[i].dtype != tensors_) {
+          return invalid_argument(name_ + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)) +
+                                  "; X, W, B, Z and Y must all be " + std::string(dtype_name(tensors_)));
+        }
+      }
+      if (y.dtype != tensors_) return invalid_argument(name_ + ": Y must be " + std::string(dtype_name(tensors_)));
+      return execute_native(in, y, has_bias, has_z, channels, res);
+    }
+    // Float32 tensors computing in FP16/BF16 (a plain Conv: FusedConv refuses this case).
     const void* px = x.data;
     const void* pw = w.data;
     void* py = y.data;
@@ -186,59 +241,82 @@ class ConvKernel final : public CudaKernel {
       auto back = mode_ == MathMode::kFp16 ? convert_f16_to_f32 : convert_bf16_to_f32;
       KILN_RETURN_IF_ERROR(back(py, y.as<float>(), y.numel(), stream_));
     }
-    if (in.size() > 2 && present(in[2])) {
-      int64_t c = y.shape[1], inner = y.numel() / (y.shape[0] * c);
-      if (in[2].numel() != c) return invalid_argument("Conv: B has " + std::to_string(in[2].numel()) + " elements, expected " + std::to_string(c));
-      KILN_RETURN_IF_ERROR(add_channel_bias(y.as<float>(), in[2].as<const float>(), y.numel(), c, inner, 0, stream_));
+    if (has_bias) {
+      int64_t inner = y.numel() / (y.shape[0] * channels);
+      KILN_RETURN_IF_ERROR(add_channel_bias(y.as<float>(), in[2].as<const float>(), y.numel(), channels, inner, 0, stream_));
     }
     return ok_status();
   }
 
  private:
-  // Float16/bfloat16 X, W, B and Y: cuDNN reads and writes them as they are (FP32 accumulation);
-  // the bias is added to the rounded Y in float and rounded again.
-  Status execute_half(std::span<const TensorView> in, const TensorView& y, StreamResources* res) {
+  // X, W, B, Z and Y in one type (float32 in FP32/TF32 math, or float16/bfloat16 with FP32
+  // accumulation), read and written by cuDNN as they are. ReLU or no activation: the fused call
+  // (a zero bias from the workspace where B is absent; Z added with alpha2 = 1). Otherwise, or
+  // where the fused call refuses the problem: the convolution, then one epilogue pass.
+  Status execute_native(std::span<const TensorView> in, const TensorView& y, bool has_bias, bool has_z,
+                        int64_t channels, StreamResources* res) {
     const TensorView &x = in[0], &w = in[1];
-    bool has_bias = in.size() > 2 && present(in[2]);
-    if (x.dtype != tensors_ || w.dtype != tensors_ || y.dtype != tensors_ ||
-        (has_bias && in[2].dtype != tensors_)) {
-      return invalid_argument(name_ + ": X, W, B and Y must all be " +
-                              std::string(dtype_name(tensors_)));
-    }
     float alpha = 1.f, beta = 0.f;
-    KILN_DNN_CHECK(
-        cudnnConvolutionForward(res->dnn, &alpha, d_.xd, x.data, d_.wd, w.data, d_.cd, algo_,
-                                res->workspace, res->workspace_bytes, &beta, d_.yd, y.data),
-        name_ + ": cudnnConvolutionForward");
-    if (has_bias) {
-      int64_t c = y.shape[1], inner = y.numel() / (y.shape[0] * c);
-      if (in[2].numel() != c) {
-        return invalid_argument("Conv: B has " + std::to_string(in[2].numel()) +
-                                " elements, expected " + std::to_string(c));
+    if (fused_ && fused_call_ok_) {
+      const void* bias = has_bias ? in[2].data : workspace_;
+      if (!has_bias) {
+        KILN_RETURN_IF_ERROR(check_workspace(size_t(channels) * dtype_size(tensors_), name_));
+        KILN_CUDA_CHECK(cudaMemsetAsync(workspace_, 0, size_t(channels) * dtype_size(tensors_), stream_),
+                        name_ + ": zero bias");
       }
-      KILN_RETURN_IF_ERROR(
-          add_channel_bias_half(y.data, in[2].data, tensors_, y.numel(), c, inner, stream_));
+      float alpha2 = has_z ? 1.f : 0.f;
+      const void* z = has_z ? in[3].data : y.data;
+      cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+          res->dnn, &alpha, d_.xd, x.data, d_.wd, w.data, d_.cd, fused_algo_, res->workspace, res->workspace_bytes,
+          &alpha2, d_.yd, z, d_.bd, bias, d_.ad, d_.yd, y.data);
+      if (st == CUDNN_STATUS_SUCCESS) return ok_status();
+      // cuDNN checks a problem before it enqueues anything: the refusal leaves Y untouched, and
+      // the convolution plus epilogue below computes the same.
+      if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM) {
+        KILN_DNN_CHECK(st, name_ + ": cudnnConvolutionBiasActivationForward");
+      }
+      fused_call_ok_ = false;
     }
-    return ok_status();
+    KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, d_.xd, x.data, d_.wd, w.data, d_.cd, algo_,
+                                           res->workspace, res->workspace_bytes, &beta, d_.yd, y.data),
+                   name_ + ": cudnnConvolutionForward");
+    const void* z = has_z ? in[3].data : nullptr;
+    if (!has_bias && !z && attrs_.act == ConvActivation::kNone) return ok_status();
+    const int64_t inner = attrs_.nhwc ? 1 : y.numel() / (y.shape[0] * channels);
+    return conv_epilogue(tensors_, y.data, has_bias ? in[2].data : nullptr, z, y.numel(), channels, inner,
+                         attrs_.act, attrs_.p0, attrs_.p1, stream_);
   }
 
   Status plan(const TensorView& x, const TensorView& w, const TensorView& y, StreamResources* res) {
     key_.clear();
-    KILN_RETURN_IF_ERROR(d_.describe(attrs_, tensors_, mode_, x.shape, w.shape, y.shape, name_));
-    size_t need = 0;
-    cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(res->dnn, d_.xd, d_.wd, d_.cd, d_.yd, recorded_, &need);
-    algo_ = st == CUDNN_STATUS_SUCCESS && need <= res->workspace_bytes ? recorded_
-                                                                       : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    Shape xs = nchw_order(x.shape, attrs_.nhwc), ws = nchw_order(w.shape, attrs_.nhwc),
+          ys = nchw_order(y.shape, attrs_.nhwc);
+    KILN_RETURN_IF_ERROR(d_.describe(attrs_, tensors_, mode_, xs, ws, ys, name_));
+    auto runs = [&](cudnnConvolutionFwdAlgo_t a) {
+      size_t need = 0;
+      return cudnnGetConvolutionForwardWorkspaceSize(res->dnn, d_.xd, d_.wd, d_.cd, d_.yd, a, &need) ==
+                 CUDNN_STATUS_SUCCESS &&
+             need <= res->workspace_bytes;
+    };
+    algo_ = runs(recorded_) ? recorded_ : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    // The fused call with no activation runs only IMPLICIT_PRECOMP_GEMM (cuDNN's rule); with ReLU
+    // the recorded algorithm.
+    fused_call_ok_ = fused_ && (attrs_.act == ConvActivation::kRelu || attrs_.act == ConvActivation::kNone);
+    fused_algo_ = attrs_.act == ConvActivation::kRelu ? algo_ : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    if (fused_call_ok_ && !runs(fused_algo_)) fused_call_ok_ = false;
     key_.assign(x.shape.begin(), x.shape.end());
     key_.insert(key_.end(), w.shape.begin(), w.shape.end());
     return ok_status();
   }
 
-  DType tensors_;  // X, W, B and Y: float32, or float16/bfloat16 run natively
+  bool fused_;      // kiln::FusedConv: bias, Z and activation in the epilogue
+  DType tensors_;   // X, W, B, Z and Y: float32, or float16/bfloat16 run natively
   MathMode mode_;
   ConvAttrs attrs_;
   cudnnConvolutionFwdAlgo_t recorded_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnConvolutionFwdAlgo_t fused_algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  bool fused_call_ok_ = false;
   Shape key_;
   ConvDesc d_;
   const void* prepared_w_;  // the FP16/BF16 filter of float32 tensors, prepared once per engine
@@ -252,13 +330,35 @@ StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(c.pads, at.get_ints("pads", std::vector<int64_t>{}));
   KILN_ASSIGN_OR_RETURN(c.group, at.get_int("group", 1));
   KILN_ASSIGN_OR_RETURN(c.auto_pad, at.get_string("auto_pad", "NOTSET"));
+  if (q.node.op_type != "FusedConv") return c;
+  KILN_ASSIGN_OR_RETURN(std::string layout, at.get_string("layout", "NCHW"));
+  if (layout != "NCHW" && layout != "NHWC") {
+    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not NCHW or NHWC");
+  }
+  c.nhwc = layout == "NHWC";
+  KILN_ASSIGN_OR_RETURN(std::string act, at.get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p, at.get_floats("activation_params", std::vector<float>{}));
+  constexpr std::pair<const char*, ConvActivation> kActs[] = {
+      {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
+      {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
+      {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
+      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu}};
+  bool known = false;
+  for (const auto& [name, a] : kActs) {
+    if (act == name) c.act = a, known = true;
+  }
+  if (!known) return invalid_argument(q.node.describe() + ": unknown activation '" + act + "'");
+  if (p.size() > 0) c.p0 = p[0];
+  if (p.size() > 1) c.p1 = p[1];
   return c;
 }
 
-// The tactics: the algorithms cuDNN's heuristic ranks for the opt shapes that run in the node's
-// math mode (for float16/bfloat16 tensors, on their half descriptors) within the library
-// workspace; implicit_gemm (which runs every shape) when there is no GPU or no answer, and always
-// last.
+// The tactics: the algorithms that run in the node's math mode (for float16/bfloat16 tensors, on
+// their half descriptors, in the node's layout) within the library workspace, ranked by the time
+// cudnnFindConvolutionForwardAlgorithm measures on the GPU at the opt shapes; implicit_gemm
+// (which runs every shape) when there is no GPU or no answer, and always last. cuDNN's heuristic
+// ranking (cudnnGetConvolutionForwardAlgorithm_v7) put the slow non-tensor-core IMPLICIT_GEMM
+// first for 24 of ResNet-50's 53 FP16 convolutions, 11 of its 24 ms at batch 64.
 std::vector<std::string> conv_tactics(const KernelQuery& q) {
   std::vector<std::string> out;
   auto x = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
@@ -273,11 +373,13 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
     MathMode mode = math_mode(q);
     DType tensors = q.input_dtype(0);
     ConvDesc d;
-    if (d.describe(*attrs, tensors, mode, *x, *w, *y, q.node.describe()).ok()) {
+    if (d.describe(*attrs, tensors, mode, nchw_order(*x, attrs->nhwc), nchw_order(*w, attrs->nhwc),
+                   nchw_order(*y, attrs->nhwc), q.node.describe())
+            .ok()) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int found = 0;
-      if (cudnnGetConvolutionForwardAlgorithm_v7(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                 &found, perf) == CUDNN_STATUS_SUCCESS) {
+      if (cudnnFindConvolutionForwardAlgorithm(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                               &found, perf) == CUDNN_STATUS_SUCCESS) {
         for (int i = 0; i < found; ++i) {
           if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
           if (!is_half_tensor(tensors) && mode == MathMode::kFp32 &&
@@ -330,6 +432,19 @@ Status check_conv_dtypes(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(check_conv_dtypes(q));
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  const bool fused = q.node.op_type == "FusedConv";
+  if (fused) {
+    const std::pair<DType, const char*> z{q.input_dtype(3), "Z"};
+    if (z.first != DType::kUndefined && z.first != q.input_dtype(0)) {
+      return unsupported(q.node.describe() + ": Z is " + std::string(dtype_name(z.first)) + " while X is " +
+                         std::string(dtype_name(q.input_dtype(0))));
+    }
+    MathMode m = math_mode(q);
+    if (!is_half_tensor(q.input_dtype(0)) && (m == MathMode::kFp16 || m == MathMode::kBf16)) {
+      return unsupported(q.node.describe() + ": the fused convolution computes in its tensors' type; float32 " +
+                         "tensors in " + math_mode_name(m) + " run as an unfused Conv");
+    }
+  }
   KILN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgo_t algo, parse_tactic(q.tactic));
   const ConvAttrs* k = &c;
   if (k->auto_pad != "NOTSET" && k->auto_pad != "SAME_UPPER" && k->auto_pad != "SAME_LOWER" && k->auto_pad != "VALID") {
@@ -341,6 +456,11 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
     return unsupported(q.node.describe() + ": the CUDA backend runs 1-D and 2-D convolutions, not rank " + std::to_string(rank));
   }
   size_t ns = rank - 2;
+  if (c.nhwc && ns != 2) {
+    return unsupported(q.node.describe() + ": the channels-last convolution is 2-D (rank 4), not rank " +
+                       std::to_string(rank));
+  }
+  const size_t spatial0 = c.nhwc ? 1 : 2;  // the first spatial axis of X and W
   // SAME padding splits an odd total unevenly, which cuDNN's symmetric padding cannot express.
   // The total is (k-1)*dilation at stride 1 whatever the input size; otherwise the input size
   // must be known at build time to tell.
@@ -349,8 +469,8 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
     for (size_t i = 0; i < ns; ++i) {
       int64_t stride = i < k->strides.size() ? k->strides[i] : 1;
       int64_t dil = i < k->dilations.size() ? k->dilations[i] : 1;
-      const ir::Dim* kd = w && w->shape && w->shape->size() == rank ? &(*w->shape)[2 + i] : nullptr;
-      const ir::Dim& xd = (*q.inputs[0]->shape)[2 + i];
+      const ir::Dim* kd = w && w->shape && w->shape->size() == rank ? &(*w->shape)[spatial0 + i] : nullptr;
+      const ir::Dim& xd = (*q.inputs[0]->shape)[spatial0 + i];
       if (!kd || !kd->is_const() || (stride != 1 && !xd.is_const())) {
         return unsupported(q.node.describe() + ": auto_pad " + k->auto_pad + " with stride " +
                            std::to_string(stride) + " over a spatial size known only at run time may " +
@@ -361,7 +481,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
       int64_t total = stride == 1 ? span - 1 : std::max<int64_t>(((in + stride - 1) / stride - 1) * stride + span - in, 0);
       if (total % 2 != 0) {
         return unsupported(q.node.describe() + ": auto_pad " + k->auto_pad + " pads axis " +
-                           std::to_string(2 + i) + " by " + std::to_string(total) +
+                           std::to_string(spatial0 + i) + " by " + std::to_string(total) +
                            " in all (uneven), which the CUDA backend does not support");
       }
     }
@@ -378,7 +498,16 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   const void* prepared_w =
       is_half_tensor(q.input_dtype(0)) ? nullptr : PreparedOperands::operand(q, 1);
   return std::unique_ptr<Kernel>(
-      new ConvKernel(q.input_dtype(0), math_mode(q), std::move(c), algo, prepared_w));
+      new ConvKernel(fused, q.input_dtype(0), math_mode(q), std::move(c), algo, prepared_w));
+}
+
+// kiln::FusedConv's workspace: a zero bias for the fused call when B is absent (its tensors are
+// read as they are, so there is nothing to convert).
+ir::Dim fused_conv_workspace(const KernelQuery& q) {
+  if (q.inputs.size() > 2 && q.inputs[2]) return 0;
+  const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+  if (!w || !w->shape || w->shape->empty() || !(*w->shape)[0].is_const()) return 0;
+  return ir::Dim(int64_t(workspace_piece(size_t((*w->shape)[0].value()) * dtype_size(q.input_dtype(0)))));
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_conv(const KernelQuery& q) {
@@ -393,6 +522,11 @@ void register_conv(Registry& r) {
          .reduced_precision = true,
          .prepare = &prepare_conv,
          .workspace = &conv_workspace,
+         .tactics = &conv_tactics});
+  r.add(OpKind::kFusedConv, &make_conv,
+        {.library = "cudnn",
+         .reduced_precision = true,
+         .workspace = &fused_conv_workspace,
          .tactics = &conv_tactics});
 }
 

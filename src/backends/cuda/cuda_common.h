@@ -225,6 +225,14 @@ Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channe
 // The same for float16/bfloat16 `dtype` out and bias: the sum in float, rounded to dtype.
 Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n, int64_t channels,
                              int64_t inner, cudaStream_t s);
+// kiln::FusedConv's activations (its `activation` attribute), and its epilogue where cuDNN's fused
+// convolution does not apply it: y = act(y + bias[channel] + z) in float, rounded once to `dtype`
+// (float32, float16 or bfloat16); bias and z may be null. The channel of element i is
+// (i / inner) % channels (inner = 1 for channels-last).
+enum class ConvActivation { kNone, kRelu, kClip, kHardSwish, kHardSigmoid, kSigmoid, kSilu, kLeakyRelu };
+Status conv_epilogue(DType dtype, void* y, const void* bias, const void* z, int64_t n,
+                     int64_t channels, int64_t inner, ConvActivation act, float p0, float p1,
+                     cudaStream_t s);
 // Column-major GEMM of float16, bfloat16 or float64 tensors `data`, strided over `batch` problems:
 // D = alpha * op(A) op(B) + beta * D with op(A) m x k and op(B) k x n (cuBLAS conventions);
 // gemm.cc's fallback where cuBLASLt has no algorithm for such a problem.
