@@ -207,22 +207,21 @@ class ConvKernel final : public CudaKernel {
       return invalid_argument(name_ + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
                               shape_to_string(y.shape));
     }
-    if (is_half_tensor(tensors_) || fused_) {
-      for (size_t i = 0; i < in.size(); ++i) {
-        if (present(in[i]) && in[i].dtype != tensors_) {
-          return invalid_argument(name_ + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)) +
-                                  "; X, W, B, Z and Y must all be " + std::string(dtype_name(tensors_)));
-        }
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (present(in[i]) && in[i].dtype != tensors_) {
+        return invalid_argument(name_ + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)) +
+                                "; X, W, B, Z and Y must all be " + std::string(dtype_name(tensors_)));
       }
-      if (y.dtype != tensors_) return invalid_argument(name_ + ": Y must be " + std::string(dtype_name(tensors_)));
-      return execute_native(in, y, has_bias, has_z, channels, res);
     }
-    // Float32 tensors computing in FP16/BF16 (a plain Conv: FusedConv refuses this case).
+    if (y.dtype != tensors_) return invalid_argument(name_ + ": Y must be " + std::string(dtype_name(tensors_)));
+    const bool low = !is_half_tensor(tensors_) && (mode_ == MathMode::kFp16 || mode_ == MathMode::kBf16);
+    if (!low) return execute_native(in, y, has_bias, has_z, channels, res);
+    // Float32 tensors computing in FP16/BF16: the convolution on converted copies, then bias,
+    // residual and activation on the float32 result.
     const void* px = x.data;
     const void* pw = w.data;
     void* py = y.data;
-    bool low = mode_ == MathMode::kFp16 || mode_ == MathMode::kBf16;
-    if (low) {
+    {
       // Workspace: x, then y, then (for a filter computed at run time) w, each in FP16/BF16.
       const size_t xb = workspace_piece(size_t(x.numel()) * 2), yb = workspace_piece(size_t(y.numel()) * 2);
       const size_t wb = prepared_w_ ? 0 : workspace_piece(size_t(w.numel()) * 2);
@@ -237,15 +236,9 @@ class ConvKernel final : public CudaKernel {
     KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, d_.xd, px, d_.wd, pw, d_.cd, algo_, res->workspace,
                                            res->workspace_bytes, &beta, d_.yd, py),
                    name_ + ": cudnnConvolutionForward");
-    if (low) {
-      auto back = mode_ == MathMode::kFp16 ? convert_f16_to_f32 : convert_bf16_to_f32;
-      KILN_RETURN_IF_ERROR(back(py, y.as<float>(), y.numel(), stream_));
-    }
-    if (has_bias) {
-      int64_t inner = y.numel() / (y.shape[0] * channels);
-      KILN_RETURN_IF_ERROR(add_channel_bias(y.as<float>(), in[2].as<const float>(), y.numel(), channels, inner, 0, stream_));
-    }
-    return ok_status();
+    auto back = mode_ == MathMode::kFp16 ? convert_f16_to_f32 : convert_bf16_to_f32;
+    KILN_RETURN_IF_ERROR(back(py, y.as<float>(), y.numel(), stream_));
+    return epilogue(in, y, has_bias, has_z, channels);
   }
 
  private:
@@ -280,11 +273,15 @@ class ConvKernel final : public CudaKernel {
     KILN_DNN_CHECK(cudnnConvolutionForward(res->dnn, &alpha, d_.xd, x.data, d_.wd, w.data, d_.cd, algo_,
                                            res->workspace, res->workspace_bytes, &beta, d_.yd, y.data),
                    name_ + ": cudnnConvolutionForward");
-    const void* z = has_z ? in[3].data : nullptr;
-    if (!has_bias && !z && attrs_.act == ConvActivation::kNone) return ok_status();
+    return epilogue(in, y, has_bias, has_z, channels);
+  }
+
+  // Bias, residual and activation over the convolution's Y, in one pass (none when there are none).
+  Status epilogue(std::span<const TensorView> in, const TensorView& y, bool has_bias, bool has_z, int64_t channels) {
+    if (!has_bias && !has_z && attrs_.act == ConvActivation::kNone) return ok_status();
     const int64_t inner = attrs_.nhwc ? 1 : y.numel() / (y.shape[0] * channels);
-    return conv_epilogue(tensors_, y.data, has_bias ? in[2].data : nullptr, z, y.numel(), channels, inner,
-                         attrs_.act, attrs_.p0, attrs_.p1, stream_);
+    return conv_epilogue(y.dtype, y.data, has_bias ? in[2].data : nullptr, has_z ? in[3].data : nullptr,
+                         y.numel(), channels, inner, attrs_.act, attrs_.p0, attrs_.p1, stream_);
   }
 
   Status plan(const TensorView& x, const TensorView& w, const TensorView& y, StreamResources* res) {
@@ -439,11 +436,6 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
       return unsupported(q.node.describe() + ": Z is " + std::string(dtype_name(z.first)) + " while X is " +
                          std::string(dtype_name(q.input_dtype(0))));
     }
-    MathMode m = math_mode(q);
-    if (!is_half_tensor(q.input_dtype(0)) && (m == MathMode::kFp16 || m == MathMode::kBf16)) {
-      return unsupported(q.node.describe() + ": the fused convolution computes in its tensors' type; float32 " +
-                         "tensors in " + math_mode_name(m) + " run as an unfused Conv");
-    }
   }
   KILN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgo_t algo, parse_tactic(q.tactic));
   const ConvAttrs* k = &c;
@@ -501,9 +493,13 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
       new ConvKernel(fused, q.input_dtype(0), math_mode(q), std::move(c), algo, prepared_w));
 }
 
-// kiln::FusedConv's workspace: a zero bias for the fused call when B is absent (its tensors are
-// read as they are, so there is nothing to convert).
+// kiln::FusedConv's workspace: Conv's conversions for float32 tensors computing in FP16/BF16;
+// otherwise a zero bias for the fused call when B is absent.
 ir::Dim fused_conv_workspace(const KernelQuery& q) {
+  MathMode mode = math_mode(q);
+  if (!is_half_tensor(q.input_dtype(0)) && (mode == MathMode::kFp16 || mode == MathMode::kBf16)) {
+    return conv_workspace(q);
+  }
   if (q.inputs.size() > 2 && q.inputs[2]) return 0;
   const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
   if (!w || !w->shape || w->shape->empty() || !(*w->shape)[0].is_const()) return 0;
@@ -526,6 +522,7 @@ void register_conv(Registry& r) {
   r.add(OpKind::kFusedConv, &make_conv,
         {.library = "cudnn",
          .reduced_precision = true,
+         .prepare = &prepare_conv,
          .workspace = &fused_conv_workspace,
          .tactics = &conv_tactics});
 }
