@@ -368,7 +368,12 @@ TEST(ShapeOpsKernel, TransposeMatchesLoops) {
                                                            {{2, 7, 3, 3, 4}, {2, 0, 3, 1, 4}},
                                                            {{2, 1, 3}, {2, 1, 0}},
                                                            {{5, 6}, {1, 0}},
-                                                           {{4, 1, 6, 1}, {3, 1, 0, 2}}}) {
+                                                           {{4, 1, 6, 1}, {3, 1, 0, 2}},
+                                                           // NCHW <-> NHWC and a 2-D transpose of
+                                                           // sizes no multiple of the CUDA tile
+                                                           {{2, 19, 9, 37}, {0, 2, 3, 1}},
+                                                           {{2, 9, 37, 19}, {0, 3, 1, 2}},
+                                                           {{70, 33}, {1, 0}}}) {
     Tensor x = iota_f32(shape);
     Tensor want = transpose_reference(x, perm);
     auto got = run_case(op("Transpose", 18).ints("perm", perm), {x});
@@ -689,6 +694,9 @@ TEST(ShapeOpsKernel, ConcatTransposeSliceInFloat16AndBFloat16) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.11f - 3.0f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = 2.0f - float(i) * 0.07f;
   Tensor x = make_f32({2, 3, 4, 5}, v), y = make_f32({2, 2, 4, 5}, w);
+  std::vector<float> big(2 * 16 * 12 * 9);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = float(i % 97) * 0.25f - 12.0f;
+  Tensor channels16 = make_f32({2, 16, 12, 9}, big);  // 2-byte tiles on CUDA
   struct Case {
     testing::OpNode node;
     std::vector<CaseInput> inputs;
@@ -697,6 +705,7 @@ TEST(ShapeOpsKernel, ConcatTransposeSliceInFloat16AndBFloat16) {
       {op("Concat", 13).i("axis", 1), {x, y}},
       {op("Concat", 13).i("axis", 1), {x, testing::initializer(y)}},
       {op("Transpose", 13).ints("perm", {0, 2, 3, 1}), {x}},
+      {op("Transpose", 13).ints("perm", {0, 2, 3, 1}), {channels16}},
       {op("Slice", 13),
        {x, testing::initializer(make_i64({2}, {1, 1})), testing::initializer(make_i64({2}, {3, 5})),
         testing::initializer(make_i64({2}, {1, 3})), testing::initializer(make_i64({2}, {1, 2}))}},

@@ -30,6 +30,28 @@ __global__ void strided_gather_kernel(const E* in, E* out, GatherWalk w, int64_t
   }
 }
 
+// A batch of 2-D transposes, out[b][j][i] = in[b][i][j] with in's rows of `cols` elements: each
+// block moves a 32x32 tile through shared memory, so reads and writes are both coalesced (the
+// strided gather reads one element per row of `in` per thread, a stride of `cols` apart: the
+// NCHW <-> NHWC transposes around a channels-last stack).
+template <typename E>
+__global__ void tiled_transpose_kernel(const E* in, E* out, int64_t rows, int64_t cols) {
+  __shared__ E tile[32][33];
+  const int64_t b = blockIdx.z;
+  const int64_t r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * 32;
+  const E* src = in + b * rows * cols;
+  E* dst = out + b * rows * cols;
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][k];
+  }
+}
+
 // out (dims) gathers in[base + sum_d c_d * strides[d]]. Size-1 dims are dropped first.
 Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                       int64_t base, size_t elem, cudaStream_t s) {
@@ -51,6 +73,22 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
   }
   w.base = base;
   if (n == 0) return ok_status();
+  // [batch,] cols x rows out of a contiguous [batch,] rows x cols: the tiled kernel.
+  const int t = w.rank;
+  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 && w.strides[t - 1] == w.dims[t - 2] &&
+      (t == 2 || w.strides[0] == w.dims[1] * w.dims[2]) && (t == 2 || w.dims[0] <= 65535) &&
+      w.dims[t - 2] >= 8 && w.dims[t - 1] >= 8 && (elem == 2 || elem == 4)) {
+    const int64_t rows = w.dims[t - 1], cols = w.dims[t - 2], batch = t == 3 ? w.dims[0] : 1;
+    dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batch));
+    if ((rows + 31) / 32 <= 65535) {
+      if (elem == 2) {
+        tiled_transpose_kernel<uint16_t><<<grid, dim3(32, 8), 0, s>>>((const uint16_t*)in, (uint16_t*)out, rows, cols);
+      } else {
+        tiled_transpose_kernel<uint32_t><<<grid, dim3(32, 8), 0, s>>>((const uint32_t*)in, (uint32_t*)out, rows, cols);
+      }
+      return launch_status("tiled_transpose_kernel");
+    }
+  }
   switch (elem) {
     case 1: strided_gather_kernel<uint8_t><<<grid_for(n), 256, 0, s>>>((const uint8_t*)in, (uint8_t*)out, w, n); break;
     case 2: strided_gather_kernel<uint16_t><<<grid_for(n), 256, 0, s>>>((const uint16_t*)in, (uint16_t*)out, w, n); break;
