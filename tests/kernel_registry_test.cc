@@ -232,6 +232,44 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   }
 }
 
+// The cuDNN convolution's tactic grammar: "algo=A" or "algo=A small=B below=N" (B for batches
+// under N, timed at the profile's min shapes). Anything else is refused naming the tactic, so an
+// edited plan cannot run an algorithm nobody chose. Asked through supports(), which builds the
+// kernel object without a GPU.
+TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
+  const backends::KernelRegistry& registry = backends::kernel_registry();
+  if (!registry.has(ops::OpKind::kConv, Device::kCUDA)) {
+    GTEST_SKIP() << "this build has no CUDA implementations (built without nvcc)";
+  }
+  auto value = [](const char* name, std::vector<ir::Dim> shape) {
+    ir::Value v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.shape = std::move(shape);
+    return v;
+  };
+  ir::Value x = value("x", {1, 4, 8, 8}), w = value("w", {4, 4, 3, 3}), y = value("y", {1, 4, 6, 6});
+  ir::Node conv;
+  conv.name = "conv";
+  conv.op_type = "Conv";
+  conv.opset = 17;
+  const backends::KernelImpl* impl = registry.candidates(ops::OpKind::kConv, Device::kCUDA).front();
+  auto check = [&](const std::string& tactic) {
+    backends::KernelQuery q{conv, {&x, &w}, {&y}, PrecisionPolicy{}};
+    q.tactic = tactic;
+    return impl->supports(q);
+  };
+  for (const char* ok : {"", "algo=implicit_precomp_gemm", "algo=gemm small=implicit_gemm below=8"}) {
+    EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).to_string();
+  }
+  for (const char* bad : {"algo=warp_drive", "algo=gemm small=fft", "algo=gemm below=8", "small=fft below=2",
+                          "algo=gemm small=fft below=x", "algo=gemm algo=fft", "algo=gemm  small=fft below=8"}) {
+    Status st = check(bad);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find(bad), std::string::npos) << st.message();
+  }
+}
+
 TEST(PreparedWeights, Fp16WeightsAreConvertedAtBuildAndNeverPreparedAgain) {
   if (models_dir().empty()) GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR)";
   if (Status why = device_available(Device::kCUDA); !why.ok()) {

@@ -37,6 +37,9 @@ struct KernelQuery {
   // The symbol values at the first profile's opt shapes: what tactics are ranked at. nullptr
   // outside a build (a static graph needs none: its shapes evaluate without symbols).
   const ir::SymbolValues* opt_symbols = nullptr;
+  // The same at the first profile's min shapes (where an implementation may time a second choice
+  // for small problems).
+  const ir::SymbolValues* min_symbols = nullptr;
 
   // The dtype of input/output i; kUndefined when it is omitted.
   DType input_dtype(size_t i) const {
@@ -49,12 +52,15 @@ struct KernelQuery {
     return i < inputs.size() && inputs[i] && inputs[i]->constant.has_value();
   }
   // The shape of `v` at the opt point (opt_symbols), or nullopt when it does not evaluate.
-  std::optional<Shape> opt_shape(const ir::Value* v) const {
+  std::optional<Shape> opt_shape(const ir::Value* v) const { return shape_at(v, opt_symbols); }
+  // ... at the min point (min_symbols).
+  std::optional<Shape> min_shape(const ir::Value* v) const { return shape_at(v, min_symbols); }
+  static std::optional<Shape> shape_at(const ir::Value* v, const ir::SymbolValues* symbols) {
     if (!v || !v->shape) return std::nullopt;
     static const ir::SymbolValues kNone;
     Shape s;
     for (const ir::Dim& d : *v->shape) {
-      auto x = d.eval(opt_symbols ? *opt_symbols : kNone);
+      auto x = d.eval(symbols ? *symbols : kNone);
       if (!x || *x < 0) return std::nullopt;
       s.push_back(*x);
     }

@@ -11,6 +11,7 @@ SupportsFn backend_supports(const BuildState& s) {
                       const std::vector<const ir::Value*>& out) {
     backends::KernelQuery q{node, in, out, s.config.precision()};
     q.opt_symbols = &s.opt_symbols;
+    q.min_symbols = &s.min_symbols;
     for (const backends::KernelImpl* impl :
          backends::kernel_registry().candidates(ops::find_op(node.domain, node.op_type), device)) {
       if (impl->supports(q).ok()) return true;

@@ -119,6 +119,9 @@ Status bind_profiles(BuildState& s) {
       return invalid_argument(where + " gives no shapes for dynamic input(s) " + list +
                               "; every dynamic input needs min/opt/max shapes:" + describe_inputs(g));
     }
+    if (p == 0) {
+      for (const auto& [sym, range] : out.symbols) s.min_symbols[sym] = range.lo;
+    }
     s.profiles.push_back(std::move(out));
   }
   return ok_status();

@@ -19,6 +19,7 @@ struct BuildState {
   std::vector<ops::Constraint> constraints;  // recorded by shape inference, proven per profile
   std::vector<plan::Profile> profiles;       // filled by bind_profiles
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
+  ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
   plan::Plan plan;                           // filled by the last passes
 };

@@ -46,6 +46,7 @@ Status select_kernels(BuildState& s) {
     }
     backends::KernelQuery q{node, {}, {}, policy};
     q.opt_symbols = &s.opt_symbols;
+    q.min_symbols = &s.min_symbols;
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     ops::OpKind op = ops::find_op(node.domain, node.op_type);

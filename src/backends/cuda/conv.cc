@@ -15,6 +15,7 @@
 // epilogue pass (conv_epilogue.cu) for bias, residual and activation together.
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "backends/cuda/cuda_common.h"
 
@@ -41,13 +42,49 @@ const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
   return "unknown";
 }
 
-// A tactic: "algo=<name>" (the math mode follows the node's precision).
-StatusOr<cudnnConvolutionFwdAlgo_t> parse_tactic(const std::string& t) {
-  if (t.empty()) return CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  for (const auto& [name, algo] : kAlgos) {
-    if (t == std::string("algo=") + name) return algo;
+// A tactic: "algo=<name>", optionally followed by " small=<name> below=<N>": the algorithm for a
+// batch N under that bound (timed at the profile's min shapes where they differ from opt). The
+// math mode follows the node's precision.
+struct ConvTactic {
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnConvolutionFwdAlgo_t small = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  int64_t below = 0;  // 0: one algorithm for every batch
+};
+StatusOr<cudnnConvolutionFwdAlgo_t> parse_algo(const std::string& name, const std::string& t) {
+  for (const auto& [n, algo] : kAlgos) {
+    if (name == n) return algo;
   }
-  return invalid_argument("cuDNN convolution tactic '" + t + "' is not algo=<one of cuDNN's forward algorithms>");
+  return invalid_argument("cuDNN convolution tactic '" + t + "' names '" + name +
+                          "', not one of cuDNN's forward algorithms");
+}
+StatusOr<ConvTactic> parse_tactic(const std::string& t) {
+  ConvTactic c;
+  if (t.empty()) return c;
+  bool has_algo = false, has_small = false;
+  size_t at = 0;
+  while (at < t.size()) {
+    size_t end = t.find(' ', at);
+    std::string part = t.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? t.size() : end + 1;
+    if (part.rfind("algo=", 0) == 0 && !has_algo) {
+      KILN_ASSIGN_OR_RETURN(c.algo, parse_algo(part.substr(5), t));
+      has_algo = true;
+    } else if (part.rfind("small=", 0) == 0 && !has_small) {
+      KILN_ASSIGN_OR_RETURN(c.small, parse_algo(part.substr(6), t));
+      has_small = true;
+    } else if (part.rfind("below=", 0) == 0 && c.below == 0 && part.size() > 6 && part.size() < 16 &&
+               part.find_first_not_of("0123456789", 6) == std::string::npos) {
+      c.below = std::stoll(part.substr(6));
+    } else {
+      return invalid_argument("cuDNN convolution tactic '" + t +
+                              "' is not algo=<algorithm> [small=<algorithm> below=<batch>]");
+    }
+  }
+  if (!has_algo || has_small != (c.below > 0)) {
+    return invalid_argument("cuDNN convolution tactic '" + t +
+                            "' is not algo=<algorithm> [small=<algorithm> below=<batch>]");
+  }
+  return c;
 }
 
 bool is_half_tensor(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
@@ -171,7 +208,7 @@ constexpr size_t kLibraryWorkspace = size_t(32) << 20;
 // workspace: a fixed rule, not a new choice.
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(bool fused, DType tensors, MathMode mode, ConvAttrs attrs, cudnnConvolutionFwdAlgo_t algo,
+  ConvKernel(bool fused, DType tensors, MathMode mode, ConvAttrs attrs, ConvTactic tactic,
              const void* prepared_w)
       : CudaKernel(std::string(fused ? "cuda.FusedConv(cudnn," : "cuda.Conv(cudnn,") +
                    (attrs.nhwc ? "NHWC," : "") +
@@ -182,7 +219,7 @@ class ConvKernel final : public CudaKernel {
         tensors_(tensors),
         mode_(mode),
         attrs_(std::move(attrs)),
-        recorded_(algo),
+        recorded_(tactic),
         prepared_w_(prepared_w) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -295,7 +332,8 @@ class ConvKernel final : public CudaKernel {
                  CUDNN_STATUS_SUCCESS &&
              need <= res->workspace_bytes;
     };
-    algo_ = runs(recorded_) ? recorded_ : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    const cudnnConvolutionFwdAlgo_t want = x.shape[0] < recorded_.below ? recorded_.small : recorded_.algo;
+    algo_ = runs(want) ? want : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     // The fused call with no activation runs only IMPLICIT_PRECOMP_GEMM (cuDNN's rule); with ReLU
     // the recorded algorithm.
     fused_call_ok_ = fused_ && (attrs_.act == ConvActivation::kRelu || attrs_.act == ConvActivation::kNone);
@@ -310,7 +348,7 @@ class ConvKernel final : public CudaKernel {
   DType tensors_;   // X, W, B, Z and Y: float32, or float16/bfloat16 run natively
   MathMode mode_;
   ConvAttrs attrs_;
-  cudnnConvolutionFwdAlgo_t recorded_;
+  ConvTactic recorded_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionFwdAlgo_t fused_algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   bool fused_call_ok_ = false;
@@ -350,42 +388,63 @@ StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   return c;
 }
 
+// cuDNN's algorithms for one problem that run in the math mode within the library workspace,
+// fastest first; empty where cuDNN has no answer.
+std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const KernelQuery& q, const ConvAttrs& attrs,
+                                                   const Shape& x, const Shape& w, const Shape& y) {
+  std::vector<cudnnConvolutionFwdAlgo_t> out;
+  if (!(x.size() == 3 || x.size() == 4) || shape_numel(y) == 0) return out;
+  MathMode mode = math_mode(q);
+  DType tensors = q.input_dtype(0);
+  ConvDesc d;
+  if (!d.describe(attrs, tensors, mode, nchw_order(x, attrs.nhwc), nchw_order(w, attrs.nhwc),
+                  nchw_order(y, attrs.nhwc), q.node.describe())
+           .ok()) {
+    return out;
+  }
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  if (cudnnFindConvolutionForwardAlgorithm(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found,
+                                           perf) != CUDNN_STATUS_SUCCESS) {
+    return out;
+  }
+  for (int i = 0; i < found; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
+    if (!is_half_tensor(tensors) && mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    if (std::find(out.begin(), out.end(), perf[i].algo) == out.end()) out.push_back(perf[i].algo);
+  }
+  return out;
+}
+
 // The tactics: the algorithms that run in the node's math mode (for float16/bfloat16 tensors, on
 // their half descriptors, in the node's layout) within the library workspace, ranked by the time
 // cudnnFindConvolutionForwardAlgorithm measures on the GPU at the opt shapes; implicit_gemm
 // (which runs every shape) when there is no GPU or no answer, and always last. cuDNN's heuristic
-// ranking (cudnnGetConvolutionForwardAlgorithm_v7) put the slow non-tensor-core IMPLICIT_GEMM
-// first for 24 of ResNet-50's 53 FP16 convolutions, 11 of its 24 ms at batch 64.
+// ranking (cudnnGetConvolutionForwardAlgorithm_v7) is no measurement. The first tactic may add an
+// algorithm for small batches (see ConvTactic).
 std::vector<std::string> conv_tactics(const KernelQuery& q) {
   std::vector<std::string> out;
-  auto x = q.opt_shape(q.inputs.size() > 0 ? q.inputs[0] : nullptr);
-  auto w = q.opt_shape(q.inputs.size() > 1 ? q.inputs[1] : nullptr);
-  auto y = q.opt_shape(q.outputs.empty() ? nullptr : q.outputs[0]);
+  const ir::Value* xv = q.inputs.size() > 0 ? q.inputs[0] : nullptr;
+  const ir::Value* wv = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+  const ir::Value* yv = q.outputs.empty() ? nullptr : q.outputs[0];
+  auto x = q.opt_shape(xv), w = q.opt_shape(wv), y = q.opt_shape(yv);
   auto attrs = conv_attrs(q);
   static cudnnHandle_t handle = [] {
     cudnnHandle_t h = nullptr;
     return cudnnCreate(&h) == CUDNN_STATUS_SUCCESS ? h : nullptr;
   }();
-  if (handle && x && w && y && attrs.ok() && (x->size() == 3 || x->size() == 4) && shape_numel(*y) > 0) {
-    MathMode mode = math_mode(q);
-    DType tensors = q.input_dtype(0);
-    ConvDesc d;
-    if (d.describe(*attrs, tensors, mode, nchw_order(*x, attrs->nhwc), nchw_order(*w, attrs->nhwc),
-                   nchw_order(*y, attrs->nhwc), q.node.describe())
-            .ok()) {
-      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      int found = 0;
-      if (cudnnFindConvolutionForwardAlgorithm(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                               &found, perf) == CUDNN_STATUS_SUCCESS) {
-        for (int i = 0; i < found; ++i) {
-          if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
-          if (!is_half_tensor(tensors) && mode == MathMode::kFp32 &&
-              perf[i].mathType != CUDNN_FMA_MATH) {
-            continue;
-          }
-          std::string t = std::string("algo=") + algo_name(perf[i].algo);
-          if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(std::move(t));
-        }
+  if (handle && x && w && y && attrs.ok()) {
+    std::vector<cudnnConvolutionFwdAlgo_t> ranked = timed_algos(handle, q, *attrs, *x, *w, *y);
+    for (cudnnConvolutionFwdAlgo_t a : ranked) out.push_back(std::string("algo=") + algo_name(a));
+    // A profile whose min batch is smaller: the fastest there, for batches nearer min than opt
+    // (below their geometric mean), when it is another algorithm.
+    auto xm = q.min_shape(xv), ym = q.min_shape(yv);
+    if (!ranked.empty() && xm && ym && xm->size() == x->size() && (*xm)[0] < (*x)[0] && (*xm)[0] > 0) {
+      std::vector<cudnnConvolutionFwdAlgo_t> small = timed_algos(handle, q, *attrs, *xm, *w, *ym);
+      if (!small.empty() && small[0] != ranked[0]) {
+        auto below = int64_t(std::ceil(std::sqrt(double((*xm)[0]) * double((*x)[0]))));
+        out.insert(out.begin(), std::string("algo=") + algo_name(ranked[0]) + " small=" + algo_name(small[0]) +
+                                    " below=" + std::to_string(below));
       }
     }
   }
@@ -437,7 +496,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
                          std::string(dtype_name(q.input_dtype(0))));
     }
   }
-  KILN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgo_t algo, parse_tactic(q.tactic));
+  KILN_ASSIGN_OR_RETURN(ConvTactic algo, parse_tactic(q.tactic));
   const ConvAttrs* k = &c;
   if (k->auto_pad != "NOTSET" && k->auto_pad != "SAME_UPPER" && k->auto_pad != "SAME_LOWER" && k->auto_pad != "VALID") {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + k->auto_pad + "'");
