@@ -178,6 +178,38 @@ TEST(ReduceOpsKernel, EachOpEachAxisSetKeepdims) {
   }
 }
 
+// A channels-last GlobalAveragePool ([N, H, W, C] over H and W, C past one 32-wide block) and its
+// Max/Min/Sum, in float32 and as the precision pass leaves it (float16), against the loops.
+TEST(ReduceOpsKernel, ChannelsLastPoolingAxes) {
+  const Shape shape = {3, 7, 9, 40};
+  std::vector<float> x(size_t(shape_numel(shape)));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * 2.0f + 0.01f * float(i % 13);
+  const std::pair<const char*, double (*)(double, double)> ops[] = {
+      {"ReduceMean", [](double a, double b) { return a + b; }},
+      {"ReduceSum", [](double a, double b) { return a + b; }},
+      {"ReduceMax", [](double a, double b) { return std::max(a, b); }},
+      {"ReduceMin", [](double a, double b) { return std::min(a, b); }}};
+  for (const auto& [name, fn] : ops) {
+    std::string op_name = name;
+    double init = op_name == "ReduceMax" ? -INFINITY : op_name == "ReduceMin" ? INFINITY : 0.0;
+    std::vector<float> ef(3 * 40);
+    for (int64_t n = 0; n < 3; ++n) {
+      for (int64_t c = 0; c < 40; ++c) {
+        double acc = init;
+        for (int64_t p = 0; p < 7 * 9; ++p) acc = fn(acc, x[size_t((n * 63 + p) * 40 + c)]);
+        ef[size_t(n * 40 + c)] = float(op_name == "ReduceMean" ? acc / 63 : acc);
+      }
+    }
+    std::vector<testing::CaseInput> ins = {make_f32(shape, x), i64s({1, 2})};
+    auto out = run_case(op(name, 18).i("keepdims", 1), ins);
+    ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
+    EXPECT_TRUE(all_close((*out)[0], make_f32({3, 1, 1, 40}, ef))) << name;
+    auto half = testing::run_reduced_case({.node = op(name, 18).i("keepdims", 1), .inputs = ins, .expect_support = true},
+                                          DType::kFloat16, {1});
+    ASSERT_TRUE(half.ok()) << name << " float16: " << half.status().to_string();
+  }
+}
+
 TEST(ReduceOpsKernel, NoopWithEmptyAxesCopies) {
   std::vector<float> x = {1, -2, 3, 4.5f, 5, 6};
   auto out =

@@ -142,6 +142,39 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
   }
 }
 
+// Sum, Mean, Max and Min of float types over one axis (after merging) that lies outside a
+// contiguous run of kept elements: y[o][i] = reduce_j x[o*outer_stride + j*red_stride + i] (a
+// channels-last GlobalAveragePool: [N, H*W, C] over H*W). A block takes 32 consecutive i (reads
+// coalesced across them, where one block per output read one element per 32-byte sector) and
+// splits j over 8 rows of threads, combined through shared memory; sums in double as the
+// reference.
+template <typename T>
+__global__ void column_reduce_kernel(const T* x, T* y, int64_t inner, int64_t red_n, int64_t red_stride,
+                                     int64_t outer_stride, Red op) {
+  using N = DNum<T>;
+  __shared__ double part[8][33];
+  const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t o = blockIdx.y;
+  const bool sum = op == Red::kSum || op == Red::kMean;
+  double acc = sum ? 0.0 : op == Red::kMax ? -INFINITY : INFINITY;
+  if (i < inner) {
+    const T* p = x + o * outer_stride + i;
+    for (int64_t j = threadIdx.y; j < red_n; j += 8) {
+      double v = double(N::load(p[j * red_stride]));
+      acc = sum ? acc + v : op == Red::kMax ? MaxNanOp()(acc, v) : MinNanOp()(acc, v);
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || i >= inner) return;
+  for (int k = 1; k < 8; ++k) {
+    double v = part[k][threadIdx.x];
+    acc = sum ? acc + v : op == Red::kMax ? MaxNanOp()(acc, v) : MinNanOp()(acc, v);
+  }
+  if (op == Red::kMean) acc /= double(red_n);
+  y[o * inner + i] = N::store(typename N::C(acc));
+}
+
 // Threads for a block reducing n elements: a multiple of 32, at most kBlock.
 unsigned block_for(int64_t n) {
   int64_t t = (n + 31) / 32 * 32;
@@ -178,15 +211,38 @@ class ReduceKernel final : public CudaKernel {
         outs *= x.shape[d];
       }
       if (x.shape[d] == 1) continue;
-      if (reduced[d]) {
-        a.red_dims[a.red_rank] = x.shape[d], a.red_strides[a.red_rank++] = strides[d];
+      // Axes adjacent in memory and of one kind merge (H and W of a GlobalAveragePool).
+      int& r = reduced[d] ? a.red_rank : a.out_rank;
+      int64_t* dims = reduced[d] ? a.red_dims : a.out_dims;
+      int64_t* st = reduced[d] ? a.red_strides : a.out_strides;
+      if (r > 0 && st[r - 1] == strides[d] * x.shape[d]) {
+        dims[r - 1] *= x.shape[d];
+        st[r - 1] = strides[d];
       } else {
-        a.out_dims[a.out_rank] = x.shape[d], a.out_strides[a.out_rank++] = strides[d];
+        dims[r] = x.shape[d], st[r++] = strides[d];
       }
     }
     if (outs != out[0].numel()) return invalid_argument(name_ + ": the output shape does not match the axes");
     if (outs == 0) return ok_status();
     if (outs > INT32_MAX) return unsupported(name_ + ": more than 2^31 outputs");
+    const bool column = a.red_rank == 1 && a.out_rank >= 1 && a.out_rank <= 2 &&
+                        a.out_strides[a.out_rank - 1] == 1 && a.red_strides[0] > 1 &&
+                        (a.out_rank == 1 || a.out_dims[0] <= 65535) &&
+                        (op_ == Red::kSum || op_ == Red::kMean || op_ == Red::kMax || op_ == Red::kMin) &&
+                        (dtype_bit(x.dtype) & kTFloats) != 0;
+    if (column) {
+      const int64_t inner = a.out_dims[a.out_rank - 1];
+      const int64_t outer = a.out_rank == 2 ? a.out_dims[0] : 1;
+      const int64_t outer_stride = a.out_rank == 2 ? a.out_strides[0] : 0;
+      dim3 grid(unsigned((inner + 31) / 32), unsigned(outer));
+      visit_dtype<kTFloats>(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        column_reduce_kernel<T><<<grid, dim3(32, 8), 0, stream_>>>(
+            static_cast<const T*>(x.data), static_cast<T*>(out[0].data), inner, a.red_dims[0], a.red_strides[0],
+            outer_stride, op_);
+      });
+      return launch_status("column_reduce_kernel");
+    }
     unsigned threads = block_for(a.red_n);
     visit_dtype<kTNumeric | kTBool>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
