@@ -394,6 +394,10 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
   Tensor x = make_f32({2, 3, 4}, v);
   Tensor c = make_f32({3, 1}, {0.5f, -1.25f, 2.0f});
   Tensor cond = make_bool({2, 1, 4}, {1, 0, 0, 1, 0, 1, 1, 0});
+  // Same-shape operands of 111 elements: whole 16-byte vectors and a tail on the CUDA fast path.
+  std::vector<float> v2(111), w2(111);
+  for (size_t i = 0; i < v2.size(); ++i) v2[i] = float(i % 23) * 0.4f - 4.3f, w2[i] = 1.5f - float(i % 7) * 0.3f;
+  Tensor x2 = make_f32({3, 37}, v2), y2 = make_f32({3, 37}, w2);
   struct Case {
     OpNode node;
     std::vector<testing::CaseInput> inputs;
@@ -416,6 +420,10 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
       {ew("Clip", 13), {x, make_f32({}, {-1.5f}), make_f32({}, {2.25f})}},
       {ew("Clip", 13), {x, testing::kNoInput, testing::initializer(make_f32({}, {1.0f}))}},
       {ew("Where", 16), {cond, x, c}},
+      {ew("Add", 14), {x2, y2}},
+      {ew("Mul", 14), {x2, testing::initializer(y2)}},
+      {ew("Relu", 14), {x2}},
+      {ew("HardSwish", 14), {x2}},
   };
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     for (const Case& k : cases) {

@@ -9,6 +9,7 @@
 #include "backends/cpu/broadcast.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -171,6 +172,67 @@ __global__ void unary_kernel(EwArgs a) {
   }
 }
 
+// Contiguous operands of one float storage type T (float32, float16, bfloat16; the common case
+// between layers): no walk and no per-element dtype switch, and kVec elements per thread through
+// one 16-byte access where the pointers are aligned. Computes in float as the general kernels.
+template <typename T, int kArity>
+__global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, float alpha, float beta) {
+  constexpr int kVec = 16 / sizeof(T);
+  using N = DNum<T>;
+  const int64_t nv = n / kVec;
+  KILN_GRID_LOOP(v, nv) {
+    uint4 xr = reinterpret_cast<const uint4*>(x)[v], zr{}, out;
+    if constexpr (kArity == 2) zr = reinterpret_cast<const uint4*>(z)[v];
+    const T* xs = reinterpret_cast<const T*>(&xr);
+    const T* zs = reinterpret_cast<const T*>(&zr);
+    T* os = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      float a = float(N::load(xs[k]));
+      os[k] = N::store(typename N::C(kArity == 2 ? binary_op<float>(op, a, float(N::load(zs[k])))
+                                                  : unary_op<float>(op, a, alpha, beta)));
+    }
+    reinterpret_cast<uint4*>(y)[v] = out;
+  }
+  // The tail past the last whole vector.
+  for (int64_t i = nv * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float a = float(N::load(x[i]));
+    y[i] = N::store(typename N::C(kArity == 2 ? binary_op<float>(op, a, float(N::load(z[i])))
+                                              : unary_op<float>(op, a, alpha, beta)));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// flat_kernel when every operand is contiguous, of the output's size and of one float type, and
+// 16-byte aligned; false (nothing launched) otherwise.
+template <int kArity>
+bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, float alpha, float beta,
+                 cudaStream_t s) {
+  const DType t = out.dtype;
+  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) return false;
+  if (!aligned16(out.data)) return false;
+  for (int k = 0; k < kArity; ++k) {
+    if (in[k].dtype != t || in[k].numel() != out.numel() || !aligned16(in[k].data)) return false;
+    if (kArity == 2 && in[k].shape.size() != out.shape.size()) return false;
+    if (kArity == 2 && !std::equal(in[k].shape.begin(), in[k].shape.end(), out.shape.begin())) return false;
+  }
+  const int64_t n = out.numel();
+  const void* z = kArity == 2 ? in[1].data : nullptr;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t threads = std::max<int64_t>(n / (16 / int64_t(sizeof(T))), 1);
+    flat_kernel<T, kArity><<<grid_for(threads), 256, 0, s>>>(static_cast<const T*>(in[0].data),
+                                                             static_cast<const T*>(z), static_cast<T*>(out.data),
+                                                             n, op, alpha, beta);
+  };
+  if (t == DType::kFloat32) go(float{});
+  else if (t == DType::kFloat16) go(__half{});
+  else go(__nv_bfloat16{});
+  return true;
+}
+
 // Where and broadcast copies move elements of one size, whatever they hold.
 template <typename E>
 __global__ void where_kernel(EwArgs a) {
@@ -248,6 +310,7 @@ class BinaryKernel final : public CudaKernel {
     a.in_dtype[0] = int(in[0].dtype), a.in_dtype[1] = int(in[1].dtype);
     a.out = out[0].data, a.out_dtype = int(out[0].dtype);
     a.op = op_;
+    if (launch_flat<2>(in, out[0], op_, 0.f, 0.f, stream_)) return launch_status("flat binary kernel");
     switch (compute_for({in[0].dtype, in[1].dtype})) {
       case Compute::kFloat: binary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
       case Compute::kDouble: binary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
@@ -295,6 +358,7 @@ class UnaryKernel final : public CudaKernel {
         a.beta = beta_;
       }
     }
+    if (launch_flat<1>(in, out[0], op_, a.alpha, a.beta, stream_)) return launch_status("flat unary kernel");
     switch (compute_for({in[0].dtype, out[0].dtype})) {
       case Compute::kFloat: unary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
       case Compute::kDouble: unary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
