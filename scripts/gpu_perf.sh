@@ -6,6 +6,8 @@
 # PyTorch FP16 on the same models in the same run (bench/torch_peer.py: eager and torch.compile),
 # and writes docs/performance.md (bench/perf_report.py). Medians over KILN_BENCH_ITERS runs (200).
 # KILN_PERF_MODELS and KILN_PERF_TORCH_MODES narrow the run; logs go to $OUT, else build-gpu/perf.
+# KILN_PERF_NCU=1 also profiles each FP16 engine at batch 64 under ncu (kernel times, no clock
+# control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-build-gpu/perf}
@@ -42,6 +44,14 @@ for m in $MODELS; do
         || echo "kiln bench $m $prec b$b FAILED: $(tail -3 "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
       echo "kiln $m $prec batch $b: $(grep -m1 'latency (ms)' "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
     done
+    if [ "${KILN_PERF_NCU:-0}" = 1 ] && [ $prec = fp16 ] && command -v ncu >/dev/null; then
+      # bench runs the engine twice here: one check run, then the one timed iteration.
+      timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv "$KILN" bench \
+        --loadEngine="$engine" --shapes="$input:64x$shape" --noDataTransfers --iterations=1 --warmUp=0 \
+        >"$LOG/ncu.$m.csv" 2>"$LOG/ncu.$m.err" &&
+        python3 bench/ncu_summary.py "$LOG/ncu.$m.csv" 2 20 >"$LOG/profile.$m.txt" 2>&1
+      head -12 "$LOG/profile.$m.txt" 2>/dev/null | sed "s/^/profile $m fp16 b64: /" | tee -a "$LOG/perf.log"
+    fi
   done
 done
 
