@@ -41,6 +41,35 @@ __device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t
   *hi = h > l ? h : l;
 }
 
+// MaxPool over 2-D planes without Indices (a CNN's stem), in 32-bit index arithmetic: the general
+// kernel's 64-bit window bounds (divisions per axis) made ResNet-50's one MaxPool cost as much as
+// ten of its convolutions. The same window order and NaN rule as pool_kernel.
+template <typename T>
+__global__ void max_pool2d_kernel(const T* x, T* y, PoolArgs a, int n) {
+  const int ih = int(a.in[1]), iw = int(a.in[2]), oh = int(a.out[1]), ow = int(a.out[2]);
+  const int kh = int(a.k[1]), kw = int(a.k[2]), sh = int(a.stride[1]), sw = int(a.stride[2]);
+  const int dh = int(a.dil[1]), dw = int(a.dil[2]), ph = int(a.pb[1]), pw = int(a.pb[2]);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int w0 = (i % ow) * sw - pw;
+    const int r = i / ow;
+    const int h0 = (r % oh) * sh - ph;
+    const T* xp = x + int64_t(r / oh) * ih * iw;
+    float best = -INFINITY;
+    bool found = false;
+    for (int jh = 0; jh < kh; ++jh) {
+      const int h = h0 + jh * dh;
+      if (h < 0 || h >= ih) continue;
+      for (int jw = 0; jw < kw; ++jw) {
+        const int w = w0 + jw * dw;
+        if (w < 0 || w >= iw) continue;
+        float v = DNum<T>::load(xp[h * iw + w]);
+        if (v > best || !found) best = v, found = true;
+      }
+    }
+    y[i] = DNum<T>::store(best);
+  }
+}
+
 template <PoolOp kOp, typename T>
 __global__ void pool_kernel(const T* x, T* y, int64_t* indices, PoolArgs a, int64_t n) {
   KILN_GRID_LOOP(i, n) {
@@ -176,7 +205,11 @@ class PoolKernel final : public CudaKernel {
       T* py = y.as<T>();
       switch (op_) {
         case PoolOp::kMax:
-          pool_kernel<PoolOp::kMax, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+          if (!indices && a.in[0] == 1 && a.k[0] == 1 && n < INT32_MAX && a.in[1] * a.in[2] < INT32_MAX) {
+            max_pool2d_kernel<T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, a, int(n));
+          } else {
+            pool_kernel<PoolOp::kMax, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+          }
           break;
         case PoolOp::kAverage:
           pool_kernel<PoolOp::kAverage, T>
