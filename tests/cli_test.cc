@@ -1,6 +1,7 @@
 // End-to-end tests of the kiln CLI: runs the built binary (KILN_CLI_PATH) on the demo model that
 // scripts/make_demo_model.py generates, on small models written here, and on ../shared/models.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/timing_cache.h"
 #include "frontend/onnx/parse.h"
 #include "model_util.h"
 #include "onnx/onnx.pb.h"
@@ -482,12 +484,11 @@ TEST_F(CliTest, TrtexecBuildFlagsHaveTheirEffect) {
   EXPECT_TRUE(contains(r.out, "the dlaSRAM pool is not supported: kiln has no DLA backend"))
       << r.out;
 
-  // --timingCacheFile: accepted with a warning; the file is neither read nor written.
+  // --timingCacheFile: a missing file is created, with no warning (TimingCacheFile* tests below).
   r = kiln_cli("build" + onnx + " --shapes=x:2x4 --timingCacheFile=" + path("cache.bin"));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "warning: --timingCacheFile: kiln has no tactic timing yet"))
-      << r.out;
-  EXPECT_FALSE(fs::exists(path("cache.bin")));
+  EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(path("cache.bin")));
   r = kiln_cli("build" + onnx + " --shapes=x:2x4 --explicitBatch");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "warning: --explicitBatch: every kiln engine has an explicit batch"))
@@ -658,6 +659,152 @@ TEST_F(CliTest, TrtexecFlagsWithoutEffectWarnAndDuplicatesAreCaught) {
                "--minShapes=x:3x4 --maxShapes=x:4x4");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+}
+
+// ---- --timingCacheFile and --builderOptimizationLevel ------------------------------------------
+
+// Two builds of the demo with one cache: the second times nothing (hits only) and writes the same
+// engine bytes; builds without a cache are byte-identical too (no timestamp or address leaks in).
+TEST_F(CliTest, TimingCacheFileMakesRebuildsHitAndByteIdentical) {
+  build_demo();
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::string build = "build --onnx=" + demo() + " --shapes=image:2x3x32x32 --saveEngine=";
+  auto r = kiln_cli(build + path("nc1.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "timing cache: none (no --timingCacheFile)")) << r.out;
+  r = kiln_cli(build + path("nc2.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_file(path("nc1.kiln")), read_file(path("nc2.kiln")));
+
+  const std::string cache = path("demo.tc");
+  fs::remove(cache);
+  r = kiln_cli(build + path("tc1.kiln") + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "timing cache: 0 hits, ")) << r.out;
+  EXPECT_FALSE(contains(r.out, " 0 misses")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(" + cache + ", ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+  const std::string cache_bytes = read_file(cache);
+  auto loaded = TimingCache::load(cache);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const size_t entries = loaded->size();
+  ASSERT_GT(entries, 0u);
+
+  r = kiln_cli(build + path("tc2.kiln") + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "timing cache: " + std::to_string(entries) + " hits, 0 misses"))
+      << r.out;
+  EXPECT_EQ(read_file(path("tc1.kiln")), read_file(path("tc2.kiln")));
+  EXPECT_EQ(read_file(path("tc1.kiln")), read_file(path("nc1.kiln")));
+  EXPECT_EQ(read_file(cache), cache_bytes);
+
+  // The level is part of each key: level 0 misses everything the level-3 builds recorded.
+  r = kiln_cli(build + path("tc0.kiln") + " --timingCacheFile=" + cache +
+               " --builderOptimizationLevel=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "timing cache: 0 hits, ")) << r.out;
+  EXPECT_TRUE(contains(r.out, std::to_string(2 * entries) + " entries")) << r.out;
+}
+
+// A cache entry changed by hand (through the API, which keeps the checksum right) is the tactic
+// the engine records: the build trusts the cache, as TensorRT does. The CPU's kernels ignore the
+// tactic, so the engine still runs.
+TEST_F(CliTest, TimingCacheFileEditedEntryIsWhatTheEngineRecords) {
+  build_demo();
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::string build = "build --onnx=" + demo() + " --shapes=image:2x3x32x32 --saveEngine=";
+  const std::string cache = path("edit.tc");
+  fs::remove(cache);
+  auto r = kiln_cli(build + path("edit0.kiln") + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto loaded = TimingCache::load(cache);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  int edited = 0;
+  for (const auto& [key, tactic] : loaded->entries()) {
+    if (contains(key, "op=kiln::FusedConv@")) {
+      loaded->insert(key, "edited-tactic");
+      ++edited;
+    }
+  }
+  ASSERT_GT(edited, 0) << "the demo has no FusedConv layer";
+  ASSERT_TRUE(loaded->save(cache).ok());
+  r = kiln_cli("inspect " + path("edit0.kiln"));
+  EXPECT_FALSE(contains(r.out, "edited-tactic")) << r.out;
+
+  r = kiln_cli(build + path("edit1.kiln") + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, " 0 misses")) << r.out;
+  r = kiln_cli("inspect --json " + path("edit1.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "edited-tactic")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("edit1.kiln") + " --shapes=image:2x3x32x32");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// A cache file that cannot be used is a warning naming it and the reason; the build goes on with
+// an empty cache (and rewrites a corrupt file; a special file is left as it is).
+TEST_F(CliTest, TimingCacheFileUnusableWarnsAndBuilds) {
+  write_model(path("tcu.onnx"), 1.0f);
+  const std::string build = "build --onnx=" + path("tcu.onnx") + " --shapes=x:2x4";
+  const std::string cache = path("tcu.tc");
+  fs::remove(cache);
+  auto r = kiln_cli(build + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string good = read_file(cache);
+  ASSERT_GT(good.size(), 40u);
+
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x10;
+  std::ofstream(cache, std::ios::binary | std::ios::trunc) << bad;
+  r = kiln_cli(build + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: timing cache '" + cache + "': the timing cache is "
+                              "truncated or corrupted"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "timing cache: 0 hits, 1 misses (" + cache +
+                                  ", unusable before this build, 1 entries, written)"))
+      << r.out;
+  EXPECT_EQ(read_file(cache), good);  // rewritten whole
+
+  std::ofstream(cache, std::ios::binary | std::ios::trunc) << good.substr(0, 20);
+  r = kiln_cli(build + " --timingCacheFile=" + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "the timing cache is truncated")) << r.out;
+
+  fs::create_directories(path("tcu_dir"));
+  r = kiln_cli(build + " --timingCacheFile=" + path("tcu_dir"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + path("tcu_dir") + "': it is a directory")) << r.out;
+  EXPECT_TRUE(contains(r.out, "not written)")) << r.out;
+  EXPECT_TRUE(fs::is_directory(path("tcu_dir")));
+
+  // A FIFO with no writer: refused from its stat, so the build neither blocks nor replaces it.
+  fs::remove(path("tcu_fifo"));
+  ASSERT_EQ(mkfifo(path("tcu_fifo").c_str(), 0600), 0);
+  r = kiln_cli(build + " --timingCacheFile=" + path("tcu_fifo"), "timeout 60 ");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + path("tcu_fifo") + "': it is not a regular file")) << r.out;
+  EXPECT_TRUE(fs::is_fifo(path("tcu_fifo")));
+}
+
+TEST_F(CliTest, BuilderOptimizationLevelOutOfRangeIsAUsageError) {
+  write_model(path("lvl.onnx"), 1.0f);
+  const std::string build = "build --onnx=" + path("lvl.onnx") + " --shapes=x:2x4";
+  for (const char* bad : {"9", "-1", "6"}) {
+    auto r = kiln_cli(build + " --builderOptimizationLevel=" + bad);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "--builderOptimizationLevel=" + std::string(bad) +
+                                    " is outside 0..5"))
+        << r.out;
+  }
+  auto r = kiln_cli(build + " --builderOptimizationLevel=three");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is not an integer")) << r.out;
+  for (const char* good : {"0", "5"}) {
+    r = kiln_cli(build + " --builderOptimizationLevel=" + good);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+  }
 }
 
 // The trtexec line of the issue, then a run at batch 4 whose output is exactly 4x1000.

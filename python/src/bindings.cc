@@ -544,9 +544,11 @@ std::vector<uint8_t> bytes_of(nb::handle obj) {
 // but it bounds nothing.
 enum class MemoryPoolType { kWORKSPACE = 0, kTACTIC_SHARED_MEMORY = 5 };
 
-// BuilderConfig plus the memory pool limits recorded for TensorRT-style code.
+// BuilderConfig plus the memory pool limits recorded for TensorRT-style code, and the timing cache
+// file the builds read and write (the path stands for TensorRT's create/set_timing_cache pair).
 struct PyBuilderConfig : BuilderConfig {
   std::map<MemoryPoolType, uint64_t> pool_limits;
+  std::string timing_cache_file;
 };
 
 // One graph input or output of a Network, as TensorRT's ITensor shows it: shape with -1 for each
@@ -591,11 +593,28 @@ Network& check_network_parsed(Network& n) {
   return n;
 }
 
-Engine build_engine(const Builder& b, const Network& network, const BuilderConfig& config) {
+void warn_runtime(const std::string& message) {
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) throw nb::python_error();
+}
+
+// With a timing cache file: loaded first (one that cannot be used is a RuntimeWarning and an empty
+// cache, as kiln build does) and written after a successful build.
+Engine build_engine(const Builder& b, const Network& network, const PyBuilderConfig& py_config) {
+  BuilderConfig config = py_config;
+  const std::string& cache_file = py_config.timing_cache_file;
+  if (!cache_file.empty()) {
+    auto loaded = TimingCache::load(cache_file);
+    if (!loaded.ok()) warn_runtime(loaded.status().message() + "; building with an empty timing cache");
+    config.set_timing_cache(std::make_shared<TimingCache>(loaded.ok() ? std::move(loaded).value() : TimingCache()));
+  }
   StatusOr<Engine> e = [&] {
     nb::gil_scoped_release release;
     return b.build(network, config);
   }();
+  if (e.ok() && config.timing_cache()) {
+    Status saved = config.timing_cache()->save(cache_file);
+    if (!saved.ok()) warn_runtime(saved.message() + "; the engine is built, but the cache was not updated");
+  }
   return value_or_raise(std::move(e));
 }
 
@@ -778,7 +797,21 @@ NB_MODULE(_kiln, m) {
             auto it = c.pool_limits.find(pool);
             return it == c.pool_limits.end() ? std::numeric_limits<uint64_t>::max() : it->second;
           },
-          nb::arg("pool"), "The limit recorded for `pool`; 2**64 - 1 (no limit) when none was set.");
+          nb::arg("pool"), "The limit recorded for `pool`; 2**64 - 1 (no limit) when none was set.")
+      .def_prop_rw(
+          "builder_optimization_level", [](const PyBuilderConfig& c) { return c.builder_optimization_level(); },
+          [](PyBuilderConfig& c, int level) { check(c.set_builder_optimization_level(level)); },
+          "How hard kernels search for tactics, 0..5 (default 3): 0 takes each implementation's heuristic first "
+          "choice without timing; from 1 on implementations may time their candidates on the device.")
+      .def(
+          "set_timing_cache_file",
+          [](PyBuilderConfig& c, const std::filesystem::path& path) { c.timing_cache_file = path.string(); },
+          nb::arg("path"),
+          "Builds read tactics from this timing cache file and write their choices back, so a rebuild times "
+          "nothing and gives a byte-identical engine. A missing file is created; one that cannot be used is a "
+          "RuntimeWarning and the build starts from an empty cache. An empty path turns the cache off.")
+      .def_prop_ro("timing_cache_file", [](const PyBuilderConfig& c) { return c.timing_cache_file; },
+                   "The timing cache file set_timing_cache_file gave; empty when none.");
 
   nb::class_<Engine>(m, "Engine",
                      "A built engine: immutable, shareable by threads; each thread runs its own ExecutionContext.")

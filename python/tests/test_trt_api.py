@@ -160,3 +160,33 @@ def test_onnx_parser_takes_model_proto_and_parse_bytes_too():
     assert kiln.OnnxParser(network).parse(proto)
     assert network.get_input(0).symbolic_shape[-1] == "16"
     assert kiln.onnx.parse_bytes(proto).num_inputs == 1
+
+
+def test_timing_cache_file_makes_rebuilds_identical(tmp_path):
+    require_models()
+    builder = trt.Builder(RecordingLogger())
+    network = builder.create_network(0)
+    assert trt.OnnxParser(network, RecordingLogger()).parse(model_path("testmod_linear").read_bytes())
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    profile.set_shape("x", (1, 1, 16), (4, 4, 16), (10, 10, 16))
+    config.add_optimization_profile(profile)
+    assert config.builder_optimization_level == 3
+    with pytest.raises(kiln.InvalidArgumentError, match=r"outside 0\.\.5"):
+        config.builder_optimization_level = 9
+    config.builder_optimization_level = 2
+
+    cache = tmp_path / "linear.tc"
+    config.set_timing_cache_file(cache)
+    assert config.timing_cache_file == str(cache)
+    first = builder.build_serialized_network(network, config)
+    written = cache.read_bytes()
+    assert written[:8] == b"KILNTCAC"
+    assert builder.build_serialized_network(network, config) == first
+    assert cache.read_bytes() == written
+
+    # A corrupt cache warns, the build goes on, and the file is rewritten.
+    cache.write_bytes(written[:-3])
+    with pytest.warns(RuntimeWarning, match="truncated or corrupted"):
+        assert builder.build_serialized_network(network, config) == first
+    assert cache.read_bytes() == written

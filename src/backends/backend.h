@@ -40,6 +40,9 @@ struct KernelQuery {
   // The same at the first profile's min shapes (where an implementation may time a second choice
   // for small problems).
   const ir::SymbolValues* min_symbols = nullptr;
+  // The builder optimization level, 0..5 (BuilderConfig): how hard tactics() may search. At 0 an
+  // implementation ranks its tactics by heuristics alone; from 1 on it may time them on the device.
+  int optimization_level = 3;
 
   // The dtype of input/output i; kUndefined when it is omitted.
   DType input_dtype(size_t i) const {
@@ -141,6 +144,10 @@ class Backend {
   // How many constant tensors this backend has converted or re-laid out for kernels' prepared
   // state in this process (tests use it to show that weights are prepared once, not per context).
   virtual uint64_t weights_prepared() const { return 0; }
+  // What tactic choices depend on besides the node: the timing cache keys every entry with it, so
+  // choices timed on one device (or with other library versions) are never reused on another. The
+  // CPU's tactics are not timed, so one identity serves every CPU.
+  virtual std::string device_identity() const { return "cpu"; }
 
  protected:
   static StatusOr<void*> host_allocate(size_t bytes) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
@@ -46,6 +48,14 @@ SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
+
+// The timing cache's key for the node of `q` run by implementation `impl_id`: the canonical text
+// of everything its tactic choice depends on, one "name=value" line each: the implementation, the
+// op (domain, opset) and its attributes by name, each input's and output's dtype and shape at the
+// opt point (q.opt_symbols) and whether it is constant, the precision (q.precision), the
+// optimization level (q.optimization_level), and the device (Backend::device_identity).
+std::string timing_cache_key(std::string_view impl_id, const backends::KernelQuery& q,
+                             std::string_view device_identity);
 
 // Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
 Status fold_node(ir::Graph& graph, int node_index);

@@ -1,4 +1,4 @@
-// OptimizationProfile validation.
+// OptimizationProfile and BuilderConfig validation.
 #include "builder/config.h"
 
 #include "core/tensor.h"
@@ -20,6 +20,15 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
     }
   }
   inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max)};
+  return ok_status();
+}
+
+Status BuilderConfig::set_builder_optimization_level(int level) {
+  if (level < 0 || level > kMaxOptimizationLevel) {
+    return invalid_argument("builder optimization level " + std::to_string(level) +
+                            " is outside 0.." + std::to_string(kMaxOptimizationLevel));
+  }
+  optimization_level_ = level;
   return ok_status();
 }
 

@@ -1,11 +1,14 @@
-// Builder configuration: optimization profiles and the precision policy, named as in TensorRT.
+// Builder configuration: optimization profiles, the precision policy, the optimization level and
+// the timing cache, named as in TensorRT.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "builder/timing_cache.h"
 #include "core/precision.h"
 #include "core/status.h"
 
@@ -39,9 +42,24 @@ class BuilderConfig {
   void add_profile(OptimizationProfile p) { profiles_.push_back(std::move(p)); }
   const std::vector<OptimizationProfile>& profiles() const { return profiles_; }
 
+  // How hard implementations may search, 0..5 (TensorRT's builder optimization level; default 3).
+  // At 0 each implementation takes its heuristic first choice without timing; from 1 on it may
+  // time its candidates on the device (the CUDA convolution does). kInvalidArgument outside 0..5.
+  static constexpr int kMaxOptimizationLevel = 5;
+  Status set_builder_optimization_level(int level);
+  int builder_optimization_level() const { return optimization_level_; }
+
+  // The cache the build reads tactics from and records new choices in (TensorRT's
+  // IBuilderConfig::setTimingCache). nullptr, the default: every build ranks tactics afresh. A
+  // cache is used by one build at a time.
+  void set_timing_cache(std::shared_ptr<TimingCache> cache) { timing_cache_ = std::move(cache); }
+  TimingCache* timing_cache() const { return timing_cache_.get(); }
+
  private:
   uint32_t flags_ = 0;
   std::vector<OptimizationProfile> profiles_;
+  int optimization_level_ = 3;
+  std::shared_ptr<TimingCache> timing_cache_;
 };
 
 }  // namespace kiln

@@ -1,11 +1,20 @@
 // Pass select_kernels: for every node that runs, the first implementation in the registry's order
 // for the target device that supports it; the plan records its id, precision, default tactic (the
 // implementation ranks its tactics at the first profile's opt shapes) and workspace formula.
+// With a timing cache in the config, a node whose key (timing_cache_key) is cached takes the cached
+// tactic without asking the implementation (whose tactics() may time candidates on the device);
+// otherwise the implementation's first tactic is taken and recorded in the cache.
 // Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) become aliases that run nothing, unless
 // their output is an engine output (which the caller's buffer must receive). Nodes that no
 // implementation supports are all listed in one error, each with every implementation's reason.
+#include <cinttypes>
+#include <cstdio>
+
 #include "backends/kernel_registry.h"
 #include "builder/build_state.h"
+#include "core/hash.h"
+#include "ir/text.h"
+#include "ir/text_syntax.h"
 
 namespace kiln::builder {
 namespace {
@@ -29,13 +38,115 @@ bool runs_as_alias(const ir::Graph& g, const ir::Node& node) {
   return in.dtype == out.dtype && !is_graph_output(g, node.outputs[0]);
 }
 
+// Quoted, with '"', '\\' and control characters escaped, so that every key line stays one line.
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+// Tensor and graph attributes enter the key as a digest: their full text could be megabytes per
+// entry, and a digest collision would also need the same op, implementation and shapes.
+std::string tensor_text(const Tensor& t) {
+  return "tensor " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) +
+         " fnv1a " + hex64(fnv1a64({static_cast<const uint8_t*>(t.data()), t.nbytes()}));
+}
+
+std::string graph_text(const ir::Graph& g) {
+  const std::string text = ir::to_text(g, ir::TextPrintOptions{.max_inline_elements = -1});
+  return "graph fnv1a " + hex64(fnv1a64({reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
+}
+
+template <typename T, typename F>
+std::string list_text(const std::vector<T>& items, F&& one) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + one(items[i]);
+  return s + "]";
+}
+
+std::string attribute_text(const ir::Attribute& a) {
+  auto f = [](float v) { return ir::text::format_float(v, false); };
+  switch (a.type) {
+    case ir::AttrType::kFloat: return f(a.f);
+    case ir::AttrType::kInt: return std::to_string(a.i);
+    case ir::AttrType::kString: return quoted(a.s);
+    case ir::AttrType::kTensor: return tensor_text(a.t);
+    case ir::AttrType::kGraph: return a.g ? graph_text(*a.g) : "graph none";
+    case ir::AttrType::kFloats: return "floats" + list_text(a.floats, f);
+    case ir::AttrType::kInts:
+      return "ints" + list_text(a.ints, [](int64_t v) { return std::to_string(v); });
+    case ir::AttrType::kStrings: return "strings" + list_text(a.strings, quoted);
+    case ir::AttrType::kTensors: return "tensors" + list_text(a.tensors, tensor_text);
+    case ir::AttrType::kGraphs:
+      return "graphs" + list_text(a.graphs, [](const std::shared_ptr<ir::Graph>& g) {
+               return g ? graph_text(*g) : std::string("graph none");
+             });
+  }
+  return "?";
+}
+
+// "float32[8, 16] const": dims at the opt point; symbolic where they do not evaluate there.
+std::string value_text(const backends::KernelQuery& q, const ir::Value* v) {
+  if (!v) return "omitted";
+  std::string s(dtype_name(v->dtype));
+  if (auto shape = q.opt_shape(v)) {
+    s += shape_to_string(*shape);
+    // The min point too: an implementation may time a second choice for small problems there.
+    auto min = q.min_shape(v);
+    if (min && *min != *shape) s += " min" + shape_to_string(*min);
+  } else {
+    s += v->shape ? ir::dims_to_string(*v->shape) : "[?]";
+  }
+  return v->constant ? s + " const" : s;
+}
+
 }  // namespace
+
+std::string timing_cache_key(std::string_view impl_id, const backends::KernelQuery& q,
+                             std::string_view device_identity) {
+  const ir::Node& node = q.node;
+  std::string key = "impl=" + std::string(impl_id) + "\n";
+  key += "op=" + (node.domain.empty() ? std::string("ai.onnx") : node.domain) +
+         "::" + node.op_type + "@" + std::to_string(node.opset) + "\n";
+  for (const auto& [name, attr] : node.attrs.all()) {  // a std::map: in name order
+    key += "attr " + name + "=" + attribute_text(attr) + "\n";
+  }
+  for (size_t i = 0; i < q.inputs.size(); ++i) {
+    key += "in" + std::to_string(i) + "=" + value_text(q, q.inputs[i]) + "\n";
+  }
+  for (size_t i = 0; i < q.outputs.size(); ++i) {
+    key += "out" + std::to_string(i) + "=" + value_text(q, q.outputs[i]) + "\n";
+  }
+  key += "precision=" + q.precision.to_string() + "\n";
+  key += "level=" + std::to_string(q.optimization_level) + "\n";
+  key += "device=" + std::string(device_identity);
+  return key;
+}
 
 Status select_kernels(BuildState& s) {
   const ir::Graph& g = s.graph;
   const backends::KernelRegistry& registry = backends::kernel_registry();
   const Device device = s.backend.device();
   const PrecisionPolicy policy = s.config.precision();
+  TimingCache* cache = s.config.timing_cache();
+  const std::string device_identity = cache ? s.backend.device_identity() : "";
   std::string failures;
   int n_failed = 0;
   for (int n : s.runtime_nodes) {
@@ -47,6 +158,7 @@ Status select_kernels(BuildState& s) {
     backends::KernelQuery q{node, {}, {}, policy};
     q.opt_symbols = &s.opt_symbols;
     q.min_symbols = &s.min_symbols;
+    q.optimization_level = s.config.builder_optimization_level();
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     ops::OpKind op = ops::find_op(node.domain, node.op_type);
@@ -73,8 +185,15 @@ Status select_kernels(BuildState& s) {
     choice.impl = chosen->id();
     choice.precision = chosen->precision(q);
     q.precision = choice.precision;  // tactics and workspace depend on what the node computes in
-    std::vector<std::string> tactics = chosen->tactics(q);  // the first is the default
-    choice.tactic = tactics.empty() ? "" : tactics.front();
+    const std::string key = cache ? timing_cache_key(chosen->id(), q, device_identity) : "";
+    std::optional<std::string> cached = cache ? cache->lookup(key) : std::nullopt;
+    if (cached) {
+      choice.tactic = std::move(*cached);
+    } else {
+      std::vector<std::string> tactics = chosen->tactics(q);  // the first is the default
+      choice.tactic = tactics.empty() ? "" : tactics.front();
+      if (cache) cache->insert(key, choice.tactic);
+    }
     q.tactic = choice.tactic;
     choice.workspace = chosen->workspace_bytes(q);
     s.plan.nodes.push_back(std::move(choice));

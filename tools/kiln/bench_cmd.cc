@@ -149,7 +149,7 @@ int bench_command(const Argv& argv) {
     if (!network.ok()) return report("bench", network.error());
     stages.end();
     stages.begin("building the engine");
-    engine = build_engine(*network, *build);
+    engine = build_engine(*network, *build, "bench");
     if (engine.ok()) stages.end();
     if (engine.ok() && !save.empty()) {
       stages.begin("saving " + save);

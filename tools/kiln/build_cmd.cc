@@ -19,7 +19,8 @@ CommandSpec build_spec() {
       "Builds an engine for one or more optimization profiles. Every dynamic input needs\n"
       "min/opt/max shapes (or --shapes, as min = opt = max); --profile=1 starts a second\n"
       "profile. Prints a summary: profiles, output shape formulas, layers, what each layer\n"
-      "computes in, activation memory at min/opt/max, build time.");
+      "computes in, activation memory at min/opt/max, the timing cache's hits and misses,\n"
+      "build time.");
 }
 
 }  // namespace
@@ -50,7 +51,8 @@ int build_command(const Argv& argv) {
   if (!network.ok()) return report("build", network.error());
   stages.end();
   stages.begin("building the engine for " + std::string(device_name(options->device)));
-  auto engine = build_engine(*network, *options);
+  std::string cache_summary;
+  auto engine = build_engine(*network, *options, "build", &cache_summary);
   if (!engine.ok()) return report("build", engine.error());
   stages.end();
   double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -79,6 +81,7 @@ int build_command(const Argv& argv) {
   std::printf("precision: %s\n", precision_summary(*engine, options->requested).c_str());
   std::printf("%s", describe_memory(*engine).c_str());
   std::printf("%s", memory_pool_summary(*options).c_str());
+  std::printf("%s", cache_summary.c_str());
   std::printf("build time: %.2f s (parse + build)\n", build_s);
   return kExitOk;
 }

@@ -163,7 +163,7 @@ int compare_command(const Argv& argv) {
   if (load) {
     engine = load_engine(*load);
   } else {
-    engine = build_engine(*network, *build);
+    engine = build_engine(*network, *build, "compare");
     if (!engine.ok() && build->profiles.empty()) {
       Error e = engine.error();
       e.message += "\n(kiln compare also takes --shapes=NAME:DIMS,..., used as min = opt = max)";

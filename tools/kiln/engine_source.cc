@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <set>
 
 namespace kiln::cli {
@@ -148,6 +149,16 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     if (!o.workspace_bytes) o.workspace_flag = "workspace=" + *ws;
     o.workspace_bytes = bytes;
   }
+  if (args.has("builderOptimizationLevel")) {
+    KILN_CLI_ASSIGN(int64_t level, args.get_int("builderOptimizationLevel", 3));
+    if (level < 0 || level > BuilderConfig::kMaxOptimizationLevel) {
+      return usage_error("--builderOptimizationLevel=" + *args.get("builderOptimizationLevel") +
+                         " is outside 0.." + std::to_string(BuilderConfig::kMaxOptimizationLevel) +
+                         " (default 3)");
+    }
+    KILN_CHECK(o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
+  }
+  o.timing_cache_file = args.get("timingCacheFile").value_or("");
   // Shape flags in command-line order; --profile=N switches which profile they fill.
   size_t current = 0;
   for (const auto& f : args.flags()) {
@@ -284,14 +295,41 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
   return config;
 }
 
-Result<Engine> build_engine(const Network& network, const BuildOptions& options) {
+Result<Engine> build_engine(const Network& network, const BuildOptions& options,
+                            std::string_view command, std::string* cache_summary) {
   KILN_CLI_ASSIGN(BuilderConfig config, make_config(network, options));
+  const std::string& cache_file = options.timing_cache_file;
+  std::string cache_note;
+  if (!cache_file.empty()) {
+    auto loaded = TimingCache::load(cache_file);
+    if (loaded.ok()) {
+      config.set_timing_cache(std::make_shared<TimingCache>(std::move(loaded).value()));
+    } else {
+      warn(command, loaded.status().message() + "; building with an empty timing cache");
+      config.set_timing_cache(std::make_shared<TimingCache>());
+      cache_note = ", unusable before this build";
+    }
+  }
   auto engine = Builder(options.device).build(network, config);
   if (!engine.ok()) {
     // The model parsed, so an invalid argument here is about the profiles the flags gave.
     Error e = failure(engine.status(), "building the engine");
     if (engine.status().code() == StatusCode::kInvalidArgument) e.exit_code = kExitUsage;
     return e;
+  }
+  if (TimingCache* cache = config.timing_cache()) {
+    Status saved = cache->save(cache_file);
+    if (!saved.ok()) {
+      warn(command, saved.message() + "; the engine is built, but the cache was not updated");
+    }
+    if (cache_summary) {
+      *cache_summary = "timing cache: " + std::to_string(cache->hits()) + " hits, " +
+                       std::to_string(cache->misses()) + " misses (" + cache_file + cache_note +
+                       ", " + std::to_string(cache->size()) + " entries" +
+                       (saved.ok() ? ", written" : ", not written") + ")\n";
+    }
+  } else if (cache_summary) {
+    *cache_summary = "timing cache: none (no --timingCacheFile)\n";
   }
   return std::move(engine).value();
 }

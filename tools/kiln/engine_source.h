@@ -28,6 +28,8 @@ struct BuildOptions {
   // because BuilderConfig has no memory pool limit yet: the build summary says so.
   std::optional<int64_t> workspace_bytes;
   std::string workspace_flag;
+  // --timingCacheFile: read before the build, written after it; empty when not given.
+  std::string timing_cache_file;
   // --shapes stood for the profile (min = opt = max), no --minShapes/--optShapes/--maxShapes given.
   bool profile_from_shapes = false;
 };
@@ -54,7 +56,12 @@ Result<Network> load_network(const std::string& path);
 Result<BuilderConfig> make_config(const Network& network, const BuildOptions& options);
 
 // make_config + Builder::build. Errors from the profile (invalid_argument) are usage errors.
-Result<Engine> build_engine(const Network& network, const BuildOptions& options);
+// With --timingCacheFile the cache is loaded first (a file that cannot be used is a warning from
+// `command`, and the build starts from an empty cache) and written after a successful build (a
+// failed write is a warning too: the engine is good). `cache_summary`, when given, receives the
+// build summary's line: "timing cache: H hits, M misses (FILE, ...)".
+Result<Engine> build_engine(const Network& network, const BuildOptions& options,
+                            std::string_view command, std::string* cache_summary = nullptr);
 
 // "--minShapes=x:1x3x224x224 --optShapes=x:8x3x224x224 --maxShapes=x:32x3x224x224": every symbol
 // of a dynamic input set to 1, 8 and 32, a starting point for users to replace with real ranges.

@@ -149,7 +149,7 @@ int run_command(const Argv& argv) {
     if (!network.ok()) return report("run", network.error());
     stages.end();
     stages.begin("building the engine for " + std::string(device_name(build->device)));
-    engine = build_engine(*network, *build);
+    engine = build_engine(*network, *build, "run");
     if (engine.ok() && !save.empty()) {
       stages.end();
       stages.begin("saving " + save);

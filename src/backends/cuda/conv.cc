@@ -389,7 +389,8 @@ StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
 }
 
 // cuDNN's algorithms for one problem that run in the math mode within the library workspace,
-// fastest first; empty where cuDNN has no answer.
+// fastest first (measured; at optimization level 0, cuDNN's heuristic order, nothing run); empty
+// where cuDNN has no answer.
 std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const KernelQuery& q, const ConvAttrs& attrs,
                                                    const Shape& x, const Shape& w, const Shape& y) {
   std::vector<cudnnConvolutionFwdAlgo_t> out;
@@ -404,10 +405,13 @@ std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const K
   }
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int found = 0;
-  if (cudnnFindConvolutionForwardAlgorithm(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found,
-                                           perf) != CUDNN_STATUS_SUCCESS) {
-    return out;
-  }
+  const cudnnStatus_t st =
+      q.optimization_level == 0
+          ? cudnnGetConvolutionForwardAlgorithm_v7(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                   &found, perf)
+          : cudnnFindConvolutionForwardAlgorithm(handle, d.xd, d.wd, d.cd, d.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                 &found, perf);
+  if (st != CUDNN_STATUS_SUCCESS) return out;
   for (int i = 0; i < found; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
     if (!is_half_tensor(tensors) && mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
@@ -437,9 +441,9 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
     std::vector<cudnnConvolutionFwdAlgo_t> ranked = timed_algos(handle, q, *attrs, *x, *w, *y);
     for (cudnnConvolutionFwdAlgo_t a : ranked) out.push_back(std::string("algo=") + algo_name(a));
     // A profile whose min batch is smaller: the fastest there, for batches nearer min than opt
-    // (below their geometric mean), when it is another algorithm.
+    // (below their geometric mean), when it is another algorithm (timed: from level 1).
     auto xm = q.min_shape(xv), ym = q.min_shape(yv);
-    if (!ranked.empty() && xm && ym && xm->size() == x->size() && (*xm)[0] < (*x)[0] && (*xm)[0] > 0) {
+    if (q.optimization_level > 0 && !ranked.empty() && xm && ym && xm->size() == x->size() && (*xm)[0] < (*x)[0] && (*xm)[0] > 0) {
       std::vector<cudnnConvolutionFwdAlgo_t> small = timed_algos(handle, q, *attrs, *xm, *w, *ym);
       if (!small.empty() && small[0] != ranked[0]) {
         auto below = int64_t(std::ceil(std::sqrt(double((*xm)[0]) * double((*x)[0]))));

@@ -162,6 +162,21 @@ class CudaBackend final : public Backend {
     return ok_status();
   }
   uint64_t weights_prepared() const override { return cuda::weights_prepared(); }
+  // The GPU model and compute capability, and the cuDNN and cuBLASLt versions: what makes a timed
+  // choice valid. A failed query yields an identity no real device has, so nothing cached matches.
+  std::string device_identity() const override {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return std::string("cuda (device query failed: ") + cudaGetErrorName(e) + ")";
+    }
+    return std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+           " cudnn " + std::to_string(cudnnGetVersion()) + " cublasLt " +
+           std::to_string(cublasLtGetVersion());
+  }
   Status synchronize(void* stream) const override {
     KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronizing the stream");
     return ok_status();
