@@ -225,8 +225,8 @@ TEST(TimingCacheBuild, SecondBuildHitsEveryLayerAndIsByteIdentical) {
   EXPECT_EQ(plain->serialize(), first->serialize());
 }
 
-// What the choice depends on is in the key: another attribute value, opt shape or optimization
-// level misses; the max shape (not part of the key) does not.
+// What the choice depends on is in the key: another attribute value, opt or min shape or
+// optimization level misses; the max shape (not part of the key) does not.
 TEST(TimingCacheBuild, KeyChangesWithAttributesOptShapesAndLevel) {
   auto cache = std::make_shared<TimingCache>();
   ASSERT_TRUE(Builder().build(relu_network(0.1f), config_with(cache, 2)).ok());
@@ -240,11 +240,18 @@ TEST(TimingCacheBuild, KeyChangesWithAttributesOptShapesAndLevel) {
   const int64_t misses = cache->misses();
   BuilderConfig other_max;
   OptimizationProfile p;
-  ASSERT_TRUE(p.set_dimensions("x", {2, 4}, {2, 4}, {16, 4}).ok());
+  ASSERT_TRUE(p.set_dimensions("x", {1, 4}, {2, 4}, {16, 4}).ok());
   other_max.add_profile(p);
   other_max.set_timing_cache(cache);
   ASSERT_TRUE(Builder().build(relu_network(0.1f), other_max).ok());
   EXPECT_EQ(cache->misses(), misses);
+  BuilderConfig other_min;
+  OptimizationProfile pm;
+  ASSERT_TRUE(pm.set_dimensions("x", {2, 4}, {2, 4}, {8, 4}).ok());
+  other_min.add_profile(pm);
+  other_min.set_timing_cache(cache);
+  ASSERT_TRUE(Builder().build(relu_network(0.1f), other_min).ok());
+  EXPECT_EQ(cache->misses(), misses + 2) << "a min shape equal to opt is another signature";
 }
 
 // The key select_kernels computes, rebuilt here from its parts for the first Relu: an entry
@@ -256,9 +263,10 @@ TEST(TimingCacheBuild, CachedTacticIsWhatThePlanRecords) {
   ir::Value in, out;
   in.dtype = out.dtype = DType::kFloat32;
   in.shape = out.shape = std::vector<ir::Dim>{ir::Dim::symbol("batch"), ir::Dim(4)};
-  ir::SymbolValues opt = {{"batch", 2}};
+  ir::SymbolValues opt = {{"batch", 2}}, min = {{"batch", 1}};
   backends::KernelQuery q{relu, {&in}, {&out}, BuilderConfig().precision()};
   q.opt_symbols = &opt;
+  q.min_symbols = &min;
   const backends::KernelImpl* impl = nullptr;
   for (const auto* c : backends::kernel_registry().candidates(ops::find_op("", "Relu"), Device::kCPU)) {
     if (c->supports(q).ok()) {
@@ -269,8 +277,8 @@ TEST(TimingCacheBuild, CachedTacticIsWhatThePlanRecords) {
   ASSERT_NE(impl, nullptr);
   q.precision = impl->precision(q);
   const std::string key = builder::timing_cache_key(impl->id(), q, "cpu");
-  for (const char* part : {"impl=cpu.", "op=ai.onnx::Relu@18\n", "in0=float32(2, 4)\n",
-                           "out0=float32(2, 4)\n", "level=3\n", "device=cpu"}) {
+  for (const char* part : {"impl=cpu.", "op=ai.onnx::Relu@18\n", "in0=float32(2, 4) min(1, 4)\n",
+                           "out0=float32(2, 4) min(1, 4)\n", "level=3\n", "device=cpu"}) {
     EXPECT_NE(key.find(part), std::string::npos) << part << " not in\n" << key;
   }
 
