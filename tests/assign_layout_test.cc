@@ -6,7 +6,9 @@
 #include <set>
 #include <string>
 
+#include "backends/backend.h"
 #include "builder/build_state.h"
+#include "builder/builder.h"
 #include "ir/rewrite.h"
 #include "ir/text.h"
 #include "kiln.h"
@@ -33,7 +35,8 @@ Tensor permute4(const Tensor& t, std::vector<int64_t> perm) {
     for (int64_t b = 0; b < out[1]; ++b) {
       for (int64_t c = 0; c < out[2]; ++c) {
         for (int64_t d = 0; d < out[3]; ++d) {
-          dst[i++] = src[a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] + d * stride[perm[3]]];
+          dst[i++] = src[a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] +
+                         d * stride[perm[3]]];
         }
       }
     }
@@ -46,23 +49,31 @@ Tensor permute4(const Tensor& t, std::vector<int64_t> perm) {
 OpNode fused_conv() { return op("FusedConv", 1, "kiln").named("fc"); }
 
 TEST(FusedConvNhwc, InfersConvsShapeChannelsLast) {
-  // X [b, H=8, W=10, C=6], W [K=8, kh=3, kw=1, C/group=3]: H (8 + 2 - 3) / 2 + 1 = 4, W (10 - 1) / 2 + 1 = 5.
-  OpNode node = fused_conv().s("layout", "NHWC").i("group", 2).ints("strides", {2, 2}).ints("pads", {1, 0, 1, 0});
+  // X [b, H=8, W=10, C=6], W [K=8, kh=3, kw=1, C/group=3]: H (8 + 2 - 3) / 2 + 1 = 4, W (10 - 1) /
+  // 2 + 1 = 5.
+  OpNode node = fused_conv()
+                    .s("layout", "NHWC")
+                    .i("group", 2)
+                    .ints("strides", {2, 2})
+                    .ints("pads", {1, 0, 1, 0});
   auto r = infer_node(node, {f32({Dim::symbol("b"), 8, 10, 6}), f32({8, 3, 1, 3}), f32({8}),
                              f32({Dim::symbol("b"), 4, 5, 8})});
   ASSERT_TRUE(r.ok()) << r.status.to_string();
   EXPECT_EQ(r.shape(), "[b, 4, 5, 8]");
   // The same convolution in NCHW: the same output, channels second.
-  auto nchw = infer_node(fused_conv().i("group", 2).ints("strides", {2, 2}).ints("pads", {1, 0, 1, 0}),
-                         {f32({Dim::symbol("b"), 6, 8, 10}), f32({8, 3, 3, 1})});
+  auto nchw =
+      infer_node(fused_conv().i("group", 2).ints("strides", {2, 2}).ints("pads", {1, 0, 1, 0}),
+                 {f32({Dim::symbol("b"), 6, 8, 10}), f32({8, 3, 3, 1})});
   ASSERT_TRUE(nchw.ok()) << nchw.status.to_string();
   EXPECT_EQ(nchw.shape(), "[b, 8, 4, 5]");
 }
 
 TEST(FusedConvNhwc, RefusesBadLayoutsAndShapes) {
-  Status s = infer_node(fused_conv().s("layout", "NCWH"), {f32({1, 3, 4, 4}), f32({2, 3, 1, 1})}).status;
+  Status s =
+      infer_node(fused_conv().s("layout", "NCWH"), {f32({1, 3, 4, 4}), f32({2, 3, 1, 1})}).status;
   EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
-  EXPECT_NE(s.message().find("layout 'NCWH' is not one of NCHW, NHWC"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("layout 'NCWH' is not one of NCHW, NHWC"), std::string::npos)
+      << s.message();
   // NHWC is 2-D only.
   s = infer_node(fused_conv().s("layout", "NHWC"), {f32({1, 4, 3}), f32({2, 1, 3})}).status;
   EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
@@ -70,10 +81,12 @@ TEST(FusedConvNhwc, RefusesBadLayoutsAndShapes) {
   // Channels are X's last dim and W's last dim: 3 != 4, said in NCHW numbering.
   s = infer_node(fused_conv().s("layout", "NHWC"), {f32({1, 5, 5, 3}), f32({2, 1, 1, 4})}).status;
   EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
-  EXPECT_NE(s.message().find("(layout NHWC; dims numbered as in NCHW)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(layout NHWC; dims numbered as in NCHW)"), std::string::npos)
+      << s.message();
   // Z in NCHW order where Y is NHWC.
   s = infer_node(fused_conv().s("layout", "NHWC"),
-                 {f32({1, 5, 6, 3}), f32({2, 1, 1, 3}), kOmitted, f32({1, 2, 5, 6})}).status;
+                 {f32({1, 5, 6, 3}), f32({2, 1, 1, 3}), kOmitted, f32({1, 2, 5, 6})})
+          .status;
   EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
   EXPECT_NE(s.message().find("input 3 (Z)"), std::string::npos) << s.message();
 }
@@ -81,7 +94,11 @@ TEST(FusedConvNhwc, RefusesBadLayoutsAndShapes) {
 TEST(FusedConvNhwc, CpuReferenceEqualsNchwTransposed) {
   // Grouped, strided, asymmetric padding, with bias, residual and activation: every part the
   // NHWC path routes differently.
-  OpNode nchw = fused_conv().i("group", 2).ints("strides", {2, 1}).ints("pads", {0, 1, 1, 0}).s("activation", "leaky_relu")
+  OpNode nchw = fused_conv()
+                    .i("group", 2)
+                    .ints("strides", {2, 1})
+                    .ints("pads", {0, 1, 1, 0})
+                    .s("activation", "leaky_relu")
                     .floats("activation_params", {0.1f});
   OpNode nhwc = nchw;
   nhwc.s("layout", "NHWC");
@@ -90,9 +107,10 @@ TEST(FusedConvNhwc, CpuReferenceEqualsNchwTransposed) {
   Tensor z = random_f32({2, 6, 3, 6}, 4);
   auto ref = run_cpu_kernel(nchw.node, {x, w, b, z}, {{DType::kFloat32, {2, 6, 3, 6}}});
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-  auto got = run_cpu_kernel(nhwc.node,
-                            {permute4(x, {0, 2, 3, 1}), permute4(w, {0, 2, 3, 1}), b, permute4(z, {0, 2, 3, 1})},
-                            {{DType::kFloat32, {2, 3, 6, 6}}});
+  auto got = run_cpu_kernel(
+      nhwc.node,
+      {permute4(x, {0, 2, 3, 1}), permute4(w, {0, 2, 3, 1}), b, permute4(z, {0, 2, 3, 1})},
+      {{DType::kFloat32, {2, 3, 6, 6}}});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   ErrorStats e = error_stats(permute4(got->at(0), {0, 3, 1, 2}), ref->at(0));
   EXPECT_GT(e.ref_max_abs, 0.1);
@@ -123,10 +141,10 @@ ir::Graph randomized(const std::string& text) {
 // assign_layout on `g` with float32 convolutions accepted; the nodes named in `refuse` are not
 // supported by the backend.
 ir::Graph layout(ir::Graph g, std::set<std::string> refuse = {}, bool convert_float32 = true) {
-  auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return !refuse.count(n.name);
-  };
-  Status st = builder::assign_layout(&g, supports, builder::LayoutOptions{.convert_float32 = convert_float32});
+  auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return !refuse.count(n.name); };
+  Status st = builder::assign_layout(&g, supports,
+                                     builder::LayoutOptions{.convert_float32 = convert_float32});
   EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
   return g;
@@ -179,7 +197,8 @@ void expect_same_outputs(const ir::Graph& original, const ir::Graph& rewritten, 
     EXPECT_EQ(outs[1].at(name).shape(), expected.shape()) << name;
     ErrorStats e = error_stats(outs[1].at(name), expected);
     EXPECT_GT(e.ref_max_abs, 1e-3) << name;  // not a trivially zero output
-    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name << "\n" << ir::to_text(rewritten);
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name << "\n"
+                                                              << ir::to_text(rewritten);
   }
 }
 
@@ -234,16 +253,16 @@ TEST(AssignLayout, FusedConvsWithResidualsConvertToo) {
   // As the pipeline runs it: fuse_conv_activation first, so conv2 is a FusedConv reading the
   // residual as Z, which must be transposed (and then cancels with conv1's output transpose).
   ir::Graph original = randomized(kResidual);
-  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::fuse_conv_activation(&original, all).ok());
   ASSERT_EQ(nodes_of(original, "FusedConv").size(), 2u);
   ASSERT_EQ(nodes_of(original, "FusedConv")[1]->inputs.size(), 4u);  // the residual as Z
   ir::Graph g = layout(original);
   expect_nhwc_between_boundaries(g);
   const ir::Node* conv2 = nodes_of(g, "FusedConv")[1];
-  EXPECT_EQ(producer(g, conv2->inputs[3]), producer(g, conv2->inputs[0]));  // Z is conv1's NHWC output
+  EXPECT_EQ(producer(g, conv2->inputs[3]),
+            producer(g, conv2->inputs[0]));  // Z is conv1's NHWC output
   EXPECT_EQ(nodes_of(g, "Relu").size(), 0u);
   expect_same_outputs(original, g, {3, 4, 6, 6});
 }
@@ -264,7 +283,8 @@ TEST(AssignLayout, OnlyHalfPrecisionByDefaultAndNothingTheBackendRefuses) {
   const std::string text = ir::to_text(g);
   ASSERT_EQ(nodes_of(g, "Conv").size(), 1u) << text;
   EXPECT_EQ(nodes_of(g, "Conv")[0]->name, "conv2");
-  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(nodes_of(g, "Conv")[0]->inputs[0])].shape), "[n, 4, 6, 6]");
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(nodes_of(g, "Conv")[0]->inputs[0])].shape),
+            "[n, 4, 6, 6]");
   ASSERT_EQ(nodes_of(g, "FusedConv").size(), 1u) << text;
   EXPECT_EQ(nodes_of(g, "FusedConv")[0]->name, "conv1");
   expect_same_outputs(original, g, {2, 4, 6, 6});
@@ -272,15 +292,18 @@ TEST(AssignLayout, OnlyHalfPrecisionByDefaultAndNothingTheBackendRefuses) {
   EXPECT_EQ(ir::to_text(layout(original, {"conv1", "conv2"})), ir::to_text(original));
 }
 
-// Grouped, strided, asymmetrically padded and dilated convolutions around a MaxPool.
+// Grouped, strided, asymmetrically padded and dilated convolutions around a MaxPool, then a
+// product with a constant of rank 3 (broadcast over n, permuted to NHWC at build).
 const char* kPooled = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 6, 1, 2]) {
   opset ai.onnx 17
   %w1: float32[4, 2, 3, 3] = dense<0.1>
   %w2: float32[6, 4, 2, 2] = dense<0.1>
+  %k: float32[6, 1, 2] = dense<0.1>
   %c1: float32[n, 4, 3, 5] = Conv(%x, %w1) {group=2, pads=[0, 1, 1, 0], strides=[2, 1]}  # conv1
   %p: float32[n, 4, 2, 4] = MaxPool(%c1) {kernel_shape=[2, 2]}  # pool
   %c2: float32[n, 6, 1, 2] = Conv(%p, %w2) {dilations=[1, 2]}  # conv2
-  %y: float32[n, 6, 1, 2] = Sigmoid(%c2)  # sig
+  %s: float32[n, 6, 1, 2] = Mul(%c2, %k)  # scale
+  %y: float32[n, 6, 1, 2] = Sigmoid(%s)  # sig
 }
 )";
 
@@ -295,7 +318,24 @@ TEST(AssignLayout, MaxPoolStaysNchwBetweenTransposes) {
   EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pool->outputs[0])].shape), "[n, 4, 2, 4]") << text;
   for (const ir::Node* c : nodes_of(g, "FusedConv")) EXPECT_EQ(layout_of(*c), "NHWC") << text;
   EXPECT_EQ(nodes_of(g, "FusedConv").size(), 2u) << text;
+  ASSERT_EQ(nodes_of(g, "Mul").size(), 1u) << text;
+  const ir::Value& k = g.values[size_t(nodes_of(g, "Mul")[0]->inputs[1])];
+  ASSERT_TRUE(k.constant) << text;
+  EXPECT_EQ(k.constant->shape(), (Shape{1, 1, 2, 6})) << text;
   expect_same_outputs(original, g, {2, 4, 6, 6});
+  // The plan records the layout each node computes in: NHWC for the convolutions only.
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 4, 6, 6}, {2, 4, 6, 6}, {2, 4, 6, 6}).ok());
+  config.add_profile(p);
+  auto plan = builder::build_plan(g, 0, config, **backends::get_backend(Device::kCPU));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  int nhwc = 0;
+  for (const plan::NodePlan& np : plan->nodes) {
+    nhwc += np.layout == "NHWC";
+    EXPECT_TRUE(np.layout.empty() || np.layout == "NHWC") << np.layout;
+  }
+  EXPECT_EQ(nhwc, 2);
 }
 
 // MobileNetV3's squeeze-excitation with 1x1 convolutions: GlobalAveragePool -> Conv -> Relu ->
@@ -380,7 +420,9 @@ TEST(AssignLayout, UnitSpatialHopsBecomeReshapes) {
     ASSERT_EQ(shape.numel(), 4);
     EXPECT_EQ(shape.int_at(0), 0);
   }
-  EXPECT_EQ(hops, (std::set<std::string>{"[n, 1, 1, 8]->[n, 8, 1, 1]", "[n, 8, 1, 1]->[n, 1, 1, 8]"})) << text;
+  EXPECT_EQ(hops,
+            (std::set<std::string>{"[n, 1, 1, 8]->[n, 8, 1, 1]", "[n, 8, 1, 1]->[n, 1, 1, 8]"}))
+      << text;
   expect_same_outputs(original, g, {3, 8, 5, 5});
 }
 

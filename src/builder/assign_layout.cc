@@ -32,14 +32,16 @@ constexpr int64_t kToNchw[] = {0, 3, 1, 2};
 // (Clip's bounds) or attributes.
 const std::set<std::string>& layout_free_unary() {
   static const std::set<std::string> ops = {
-      "Relu",  "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",  "Cast",
-      "Identity", "Erf", "Elu",  "Selu",        "Gelu",      "Softplus",  "Mish",  "Neg",
-      "Abs",   "Sqrt", "Exp",     "Log",         "Reciprocal", "Floor",   "Ceil",  "Round",
-      "Sign",  "Sin",  "Cos",     "ThresholdedRelu", "Celu"};
+      "Relu",  "Clip",     "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",
+      "Cast",  "Identity", "Erf",     "Elu",         "Selu",      "Gelu",      "Softplus",
+      "Mish",  "Neg",      "Abs",     "Sqrt",        "Exp",       "Log",       "Reciprocal",
+      "Floor", "Ceil",     "Round",   "Sign",        "Sin",       "Cos",       "ThresholdedRelu",
+      "Celu"};
   return ops;
 }
 const std::set<std::string>& layout_free_broadcast() {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "PRelu"};
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul",  "Div",  "Sum",
+                                            "Max", "Min", "Mean", "PRelu"};
   return ops;
 }
 
@@ -62,7 +64,9 @@ std::vector<Dim> permuted(const std::vector<Dim>& shape, std::span<const int64_t
   return out;
 }
 
-bool is_perm(std::span<const int64_t> a, std::span<const int64_t> b) { return std::ranges::equal(a, b); }
+bool is_perm(std::span<const int64_t> a, std::span<const int64_t> b) {
+  return std::ranges::equal(a, b);
+}
 
 // A Transpose's permutation (ONNX's default reverses the axes); nullopt when unreadable.
 std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir::Node& t) {
@@ -102,7 +106,8 @@ StatusOr<Tensor> permute_constant(const Tensor& t, std::span<const int64_t> perm
     for (int64_t b = 0; b < out[1]; ++b) {
       for (int64_t c = 0; c < out[2]; ++c) {
         for (int64_t d = 0; d < out[3]; ++d, ++i) {
-          int64_t s = a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] + d * stride[perm[3]];
+          int64_t s =
+              a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] + d * stride[perm[3]];
           std::memcpy(dst + size_t(i) * es, src + size_t(s) * es, es);
         }
       }
@@ -119,8 +124,8 @@ int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
   return v;
 }
 
-ir::Node onnx_node(const ir::Graph& g, std::string op_type, std::string name, std::vector<int> inputs,
-                   std::vector<int> outputs) {
+ir::Node onnx_node(const ir::Graph& g, std::string op_type, std::string name,
+                   std::vector<int> inputs, std::vector<int> outputs) {
   ir::Node n;
   n.op_type = std::move(op_type);
   n.name = std::move(name);
@@ -167,7 +172,8 @@ ir::Node transpose_back(const ir::Graph& g, int in, int out) {
 Status splice(ir::Graph* g, int at, std::vector<ir::Node> nodes) {
   g->nodes.erase(g->nodes.begin() + at);
   for (ir::Node& n : nodes) {
-    if (n.name.empty()) n.name = ir::unique_node_name(*g, g->values[size_t(n.outputs[0])].name + "_" + n.op_type);
+    if (n.name.empty())
+      n.name = ir::unique_node_name(*g, g->values[size_t(n.outputs[0])].name + "_" + n.op_type);
     g->nodes.insert(g->nodes.begin() + at++, std::move(n));
   }
   return ir::sort_topologically(g);  // recomputes the producers; fails only on a broken edit
@@ -181,8 +187,8 @@ std::vector<const ir::Value*> typed(const ir::Graph& g, const std::vector<int>& 
 
 // Step 1 at node n. `weights` maps a filter to its KRSC copy, made once however many convolutions
 // share it.
-StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports, const LayoutOptions& options,
-                            std::map<int, int>* weights) {
+StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
+                            const LayoutOptions& options, std::map<int, int>* weights) {
   const ir::Node& conv = g->nodes[size_t(n)];
   const bool fused = conv.domain == "kiln" && conv.op_type == "FusedConv";
   if (!is_onnx(conv, "Conv") && !fused) return false;
@@ -190,17 +196,19 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports, con
     auto layout = conv.attrs.get_string("layout", "NCHW");
     if (!layout.ok() || *layout != "NCHW") return false;
   }
-  if (conv.inputs.size() < 2 || conv.inputs[0] < 0 || conv.inputs[1] < 0 || conv.outputs.size() != 1 ||
-      conv.outputs[0] < 0) {
+  if (conv.inputs.size() < 2 || conv.inputs[0] < 0 || conv.inputs[1] < 0 ||
+      conv.outputs.size() != 1 || conv.outputs[0] < 0) {
     return false;
   }
   const int x = conv.inputs[0], w = conv.inputs[1], y = conv.outputs[0];
   const int z = fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;
   for (int v : {x, y, z}) {
-    if (v >= 0 && (!g->values[size_t(v)].shape || g->values[size_t(v)].shape->size() != 4)) return false;
+    if (v >= 0 && (!g->values[size_t(v)].shape || g->values[size_t(v)].shape->size() != 4))
+      return false;
   }
   const DType t = g->values[size_t(x)].dtype;
-  if (!(t == DType::kFloat16 || t == DType::kBFloat16 || (options.convert_float32 && t == DType::kFloat32))) {
+  if (!(t == DType::kFloat16 || t == DType::kBFloat16 ||
+        (options.convert_float32 && t == DType::kFloat32))) {
     return false;
   }
   const ir::Value& wv = g->values[size_t(w)];
@@ -227,7 +235,8 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports, con
   }
   const ir::Value* wq = wn ? &*wn : &g->values[size_t(cached->second)];
   std::vector<const ir::Value*> in = {&xn, wq};
-  if (conv.inputs.size() > 2) in.push_back(conv.inputs[2] >= 0 ? &g->values[size_t(conv.inputs[2])] : nullptr);
+  if (conv.inputs.size() > 2)
+    in.push_back(conv.inputs[2] >= 0 ? &g->values[size_t(conv.inputs[2])] : nullptr);
   if (z >= 0) in.push_back(&zn);
   if (!supports(f, in, {&yn})) return false;
 
@@ -326,7 +335,8 @@ StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
     }
   }
   const ir::Value& o = g->values[size_t(out)];
-  const int o_nhwc = ir::add_unique_value(g, o.name + "_nhwc", o.dtype, permuted(*o.shape, kToNhwc));
+  const int o_nhwc =
+      ir::add_unique_value(g, o.name + "_nhwc", o.dtype, permuted(*o.shape, kToNhwc));
   moved.outputs = {o_nhwc};
   nodes.push_back(std::move(moved));
   nodes.push_back(transpose_back(*g, o_nhwc, out));
@@ -340,10 +350,12 @@ StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
 StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& supports) {
   const ir::Node& pool = g->nodes[size_t(n)];
   const bool avg = is_onnx(pool, "GlobalAveragePool");
-  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 || pool.outputs[0] < 0) return false;
+  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 || pool.outputs[0] < 0)
+    return false;
   const int a = transposed_from(*g, pool.inputs.empty() ? -1 : pool.inputs[0], kToNchw);
   const int out = pool.outputs[0];
-  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) return false;
+  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4)
+    return false;
   const size_t num_values = g->values.size();
   const std::string name = g->values[size_t(out)].name;
   const int r = ir::add_unique_value(g, name + "_nhwc", g->values[size_t(out)].dtype,
@@ -400,8 +412,9 @@ bool transpose_to_reshape(ir::Graph* g, int n) {
   }
   ir::Node reshape = onnx_node(*g, "Reshape", t.name, {}, t.outputs);
   const int in_value = t.inputs[0];
-  const int s = add_constant(g, g->values[size_t(t.outputs[0])].name + "_shape",
-                             Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape.size())}, shape));
+  const int s =
+      add_constant(g, g->values[size_t(t.outputs[0])].name + "_shape",
+                   Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape.size())}, shape));
   reshape.inputs = {in_value, s};
   g->nodes[size_t(n)] = std::move(reshape);
   return true;
