@@ -292,6 +292,30 @@ TEST(AssignLayout, OnlyHalfPrecisionByDefaultAndNothingTheBackendRefuses) {
   EXPECT_EQ(ir::to_text(layout(original, {"conv1", "conv2"})), ir::to_text(original));
 }
 
+// Two convolutions of the same input, and of the same weights, summed.
+const char* kBranches = R"(graph g(%x: float32[n, 4, 5, 5]) -> (%y: float32[n, 4, 5, 5]) {
+  opset ai.onnx 17
+  %w1: float32[4, 4, 3, 3] = dense<0.1>
+  %w2: float32[4, 4, 1, 1] = dense<0.1>
+  %c1: float32[n, 4, 5, 5] = Conv(%x, %w1) {pads=[1, 1, 1, 1]}  # conv1
+  %c2: float32[n, 4, 5, 5] = Conv(%x, %w1) {pads=[1, 1, 1, 1], strides=[1, 1]}  # conv2
+  %c3: float32[n, 4, 5, 5] = Conv(%x, %w2)  # conv3
+  %s: float32[n, 4, 5, 5] = Sum(%c1, %c2, %c3)  # sum
+  %y: float32[n, 4, 5, 5] = Relu(%s)  # relu
+}
+)";
+
+TEST(AssignLayout, SharedInputsAndFiltersAreConvertedOnce) {
+  ir::Graph original = randomized(kBranches);
+  ir::Graph g = layout(original);
+  expect_nhwc_between_boundaries(g);  // one transpose of x for the three convolutions
+  auto convs = nodes_of(g, "FusedConv");
+  ASSERT_EQ(convs.size(), 3u);
+  EXPECT_EQ(convs[0]->inputs[1], convs[1]->inputs[1]);  // w1 reordered once
+  EXPECT_NE(convs[0]->inputs[1], convs[2]->inputs[1]);
+  expect_same_outputs(original, g, {2, 4, 5, 5});
+}
+
 // Grouped, strided, asymmetrically padded and dilated convolutions around a MaxPool, then a
 // product with a constant of rank 3 (broadcast over n, permuted to NHWC at build).
 const char* kPooled = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 6, 1, 2]) {

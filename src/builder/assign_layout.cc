@@ -172,8 +172,9 @@ ir::Node transpose_back(const ir::Graph& g, int in, int out) {
 Status splice(ir::Graph* g, int at, std::vector<ir::Node> nodes) {
   g->nodes.erase(g->nodes.begin() + at);
   for (ir::Node& n : nodes) {
-    if (n.name.empty())
+    if (n.name.empty()) {
       n.name = ir::unique_node_name(*g, g->values[size_t(n.outputs[0])].name + "_" + n.op_type);
+    }
     g->nodes.insert(g->nodes.begin() + at++, std::move(n));
   }
   return ir::sort_topologically(g);  // recomputes the producers; fails only on a broken edit
@@ -203,8 +204,9 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
   const int x = conv.inputs[0], w = conv.inputs[1], y = conv.outputs[0];
   const int z = fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;
   for (int v : {x, y, z}) {
-    if (v >= 0 && (!g->values[size_t(v)].shape || g->values[size_t(v)].shape->size() != 4))
+    if (v >= 0 && (!g->values[size_t(v)].shape || g->values[size_t(v)].shape->size() != 4)) {
       return false;
+    }
   }
   const DType t = g->values[size_t(x)].dtype;
   if (!(t == DType::kFloat16 || t == DType::kBFloat16 ||
@@ -235,8 +237,9 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
   }
   const ir::Value* wq = wn ? &*wn : &g->values[size_t(cached->second)];
   std::vector<const ir::Value*> in = {&xn, wq};
-  if (conv.inputs.size() > 2)
+  if (conv.inputs.size() > 2) {
     in.push_back(conv.inputs[2] >= 0 ? &g->values[size_t(conv.inputs[2])] : nullptr);
+  }
   if (z >= 0) in.push_back(&zn);
   if (!supports(f, in, {&yn})) return false;
 
@@ -278,6 +281,26 @@ bool cancel_pair(ir::Graph* g, int n) {
   const int out = t2.outputs[0];
   if (!has_readers(*g, out)) return false;
   return ir::replace_all_uses(g, out, t1.inputs[0]).ok();
+}
+
+// A second Transpose of the same value by the same perm (one per convolution reading a shared
+// input, or per node reading a shared gate): its readers read the first one's output.
+bool merge_duplicate(ir::Graph* g, int n) {
+  const ir::Node& t = g->nodes[size_t(n)];
+  if (!is_onnx(t, "Transpose") || t.outputs.size() != 1 || t.outputs[0] < 0 ||
+      !has_readers(*g, t.outputs[0])) {
+    return false;
+  }
+  auto perm = perm_of(*g, t);
+  if (!perm) return false;
+  for (int m = 0; m < n; ++m) {
+    const ir::Node& first = g->nodes[size_t(m)];
+    if (is_onnx(first, "Transpose") && first.outputs.size() == 1 && first.outputs[0] >= 0 &&
+        first.inputs[0] == t.inputs[0] && perm_of(*g, first) == perm) {
+      return ir::replace_all_uses(g, t.outputs[0], first.outputs[0]).ok();
+    }
+  }
+  return false;
 }
 
 // An elementwise node reading NCHW values made from NHWC ones: it computes in NHWC and one
@@ -350,12 +373,15 @@ StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
 StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& supports) {
   const ir::Node& pool = g->nodes[size_t(n)];
   const bool avg = is_onnx(pool, "GlobalAveragePool");
-  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 || pool.outputs[0] < 0)
+  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 ||
+      pool.outputs[0] < 0) {
     return false;
+  }
   const int a = transposed_from(*g, pool.inputs.empty() ? -1 : pool.inputs[0], kToNchw);
   const int out = pool.outputs[0];
-  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4)
+  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) {
     return false;
+  }
   const size_t num_values = g->values.size();
   const std::string name = g->values[size_t(out)].name;
   const int r = ir::add_unique_value(g, name + "_nhwc", g->values[size_t(out)].dtype,
@@ -420,11 +446,15 @@ bool transpose_to_reshape(ir::Graph* g, int n) {
   return true;
 }
 
-// One rewrite of step 2, the cheapest kind first: cancelling before moving (a pair that cancels
-// must not be moved apart), and Reshapes last (a Reshape no longer cancels with a Transpose).
+// One rewrite of step 2, the cheapest kind first: cancelling and merging before moving (a pair that
+// cancels must not be moved apart), and Reshapes last (a Reshape no longer cancels with a
+// Transpose).
 StatusOr<bool> simplify_once(ir::Graph* g, const SupportsFn& supports) {
   bool changed = false;
-  for (size_t n = 0; n < g->nodes.size(); ++n) changed = cancel_pair(g, int(n)) || changed;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    changed = cancel_pair(g, int(n)) || changed;
+    changed = merge_duplicate(g, int(n)) || changed;
+  }
   if (changed) return true;
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     KILN_ASSIGN_OR_RETURN(bool moved, push_through_elementwise(g, int(n)));

@@ -47,7 +47,8 @@ SupportsFn backend_supports(const BuildState& s);
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
-// kernels are faster channels last; tests take float32 ones too, to check against the CPU reference.
+// kernels are faster channels last; tests take float32 ones too, to check against the CPU
+// reference.
 struct LayoutOptions {
   bool convert_float32 = false;
 };

@@ -77,7 +77,9 @@ Status infer_nhwc_conv(InferContext& ctx) {
     if (!ctx.has_input(i)) continue;
     const ir::Value& in = ctx.input(i);
     ir::Value v{.name = in.name, .dtype = in.dtype, .shape = in.shape};
-    if (i < 2) v.shape = std::vector<Dim>{(*in.shape)[0], (*in.shape)[3], (*in.shape)[1], (*in.shape)[2]};
+    if (i < 2) {
+      v.shape = std::vector<Dim>{(*in.shape)[0], (*in.shape)[3], (*in.shape)[1], (*in.shape)[2]};
+    }
     conv.inputs[size_t(i)] = int(view.values.size());
     view.values.push_back(std::move(v));
   }

@@ -97,7 +97,8 @@ double activate(const std::string& act, const std::vector<float>& p, double y) {
 // are elementwise, so they apply to the NHWC Y as they are.
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params, bool nhwc)
+  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params,
+                  bool nhwc)
       : conv_(std::move(conv)), act_(std::move(act)), params_(std::move(params)), nhwc_(nhwc) {}
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -138,13 +139,16 @@ class FusedConvKernel final : public Kernel {
       return invalid_argument("FusedConv: layout NHWC needs X, W and Y of rank 4");
     }
     std::array<TensorView, 3> nchw{scratch(x_, x_shape_, in[0].dtype, in[0].shape, kNchw),
-                                   scratch(w_, w_shape_, in[1].dtype, in[1].shape, kNchw), TensorView{}};
+                                   scratch(w_, w_shape_, in[1].dtype, in[1].shape, kNchw),
+                                   TensorView{}};
     if (in.size() > 2) nchw[2] = in[2];
     std::array<TensorView, 1> y_nchw{scratch(y_, y_shape_, y.dtype, y.shape, kNchw)};
     for (int i = 0; i < 2; ++i) {
-      KILN_RETURN_IF_ERROR(parts().transpose(KernelArgs{kToNchw, in.subspan(size_t(i), 1), {&nchw[size_t(i)], 1}}));
+      KILN_RETURN_IF_ERROR(
+          parts().transpose(KernelArgs{kToNchw, in.subspan(size_t(i), 1), {&nchw[size_t(i)], 1}}));
     }
-    KILN_RETURN_IF_ERROR(conv_->execute(std::span<const TensorView>(nchw).first(in.size()), y_nchw));
+    KILN_RETURN_IF_ERROR(
+        conv_->execute(std::span<const TensorView>(nchw).first(in.size()), y_nchw));
     return parts().transpose(KernelArgs{kToNhwc, y_nchw, {&y, 1}});
   }
 
@@ -162,12 +166,15 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
     register_conv_kernels(r);
     return r.entries()[size_t(OpKind::kConv)].factory;
   }();
-  if (!conv_factory || !parts().add || !parts().transpose) return internal_error("FusedConv: a CPU kernel it is made of is not registered");
+  if (!conv_factory || !parts().add || !parts().transpose) {
+    return internal_error("FusedConv: a CPU kernel it is made of is not registered");
+  }
   KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> params, q.node.attrs.get_floats("activation_params", std::vector<float>{}));
   KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NCHW"));
   if (layout != "NCHW" && layout != "NHWC") {
-    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not one of NCHW, NHWC");
+    return invalid_argument(q.node.describe() + ": layout '" + layout +
+                            "' is not one of NCHW, NHWC");
   }
   // The Conv part sees a Conv node: the same attributes without the activation's and the layout.
   ir::Node conv = q.node;
