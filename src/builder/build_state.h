@@ -33,6 +33,7 @@ Status infer_shapes(BuildState& s);
 Status fold_batch_norm(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status assign_precision(BuildState& s);
+Status assign_layout(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
@@ -48,6 +49,13 @@ SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
+// What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
+// kernels are faster channels last; tests take float32 ones too, to check against the CPU
+// reference.
+struct LayoutOptions {
+  bool convert_float32 = false;
+};
+Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptions& options);
 
 // The timing cache's key for the node of `q` run by implementation `impl_id`: the canonical text
 // of everything its tactic choice depends on, one "name=value" line each: the implementation, the

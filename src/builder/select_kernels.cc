@@ -196,6 +196,11 @@ Status select_kernels(BuildState& s) {
     }
     q.tactic = choice.tactic;
     choice.workspace = chosen->workspace_bytes(q);
+    // A kiln op computing in another layout than ONNX's says so (assign_layout's NHWC convs).
+    const ir::Attribute* layout = node.domain == "kiln" ? node.attrs.find("layout") : nullptr;
+    if (layout && layout->type == ir::AttrType::kString && layout->s != "NCHW") {
+      choice.layout = layout->s;
+    }
     s.plan.nodes.push_back(std::move(choice));
   }
   if (n_failed) {

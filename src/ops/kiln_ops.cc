@@ -1,6 +1,7 @@
 // Schemas of kiln's own ops (domain "kiln"): the fused ops the builder's passes emit. Each one is
 // defined as the ONNX subgraph it replaces, and its CPU reference (backends/cpu/kiln_ops.cc) runs
 // that subgraph's kernels, so a fusion is always checked against the unfused oracle.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,49 @@ Status infer_matmul_bias(InferContext& ctx) {
   return ok_status();
 }
 
-// kiln::FusedConv(X, W, B?, Z?) {Conv's attributes, activation="none", activation_params=[]}:
-// activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a residual of the
-// output's shape). activation: "none", "relu", "clip" (params min, max), "hardswish",
-// "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)), "leaky_relu" (alpha).
+// The convolution part of kiln::FusedConv with layout "NHWC": Conv's own inference on the operands
+// viewed as NCHW (X and W permuted [0, 3, 1, 2]), its output permuted back, so both layouts share
+// one meaning of the output shape. Errors number dims as in NCHW, which the message says.
+Status infer_nhwc_conv(InferContext& ctx) {
+  for (int i = 0; i < 2; ++i) {
+    if (ctx.input_rank(i) != 4) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "layout NHWC is for 2-D convolutions: input " + std::to_string(i) +
+                           (i == 0 ? " (X, [N, H, W, C])" : " (W, [K, kh, kw, C/group])") +
+                           " must have rank 4, got " + std::to_string(ctx.input_rank(i)));
+    }
+  }
+  ir::Graph view;
+  ir::Node conv = ctx.node();
+  conv.inputs.assign(size_t(std::min(ctx.num_inputs(), 3)), -1);
+  for (int i = 0; i < int(conv.inputs.size()); ++i) {
+    if (!ctx.has_input(i)) continue;
+    const ir::Value& in = ctx.input(i);
+    ir::Value v{.name = in.name, .dtype = in.dtype, .shape = in.shape};
+    if (i < 2) {
+      v.shape = std::vector<Dim>{(*in.shape)[0], (*in.shape)[3], (*in.shape)[1], (*in.shape)[2]};
+    }
+    conv.inputs[size_t(i)] = int(view.values.size());
+    view.values.push_back(std::move(v));
+  }
+  conv.outputs = {int(view.values.size())};
+  view.values.push_back(ir::Value{.name = "y"});
+  InferContext nchw = ctx.view(view, conv);
+  Status st = op_registry().find(OpKind::kConv)->infer(nchw);
+  if (!st.ok()) return Status(st.code(), st.message() + " (layout NHWC; dims numbered as in NCHW)");
+  const std::vector<Dim>& y = nchw.outputs()[0].shape;
+  ctx.set_output(0, nchw.outputs()[0].dtype, {y[0], y[2], y[3], y[1]});
+  return ok_status();
+}
+
+// kiln::FusedConv(X, W, B?, Z?) {Conv's attributes, activation="none", activation_params=[],
+// layout="NCHW"}: activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a
+// residual of the output's shape). activation: "none", "relu", "clip" (params min, max),
+// "hardswish", "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)),
+// "leaky_relu" (alpha). layout: "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast
+// half-precision convolutions read it without transposing): X is [N, H, W, C], W is
+// [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter order), B is [K], Z and Y are [N, H', W', K];
+// pads, strides, dilations, group and auto_pad keep their ONNX meaning on the spatial axes H, W.
 Status infer_fused_conv(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats("activation_params", std::vector<float>{}));
@@ -78,8 +118,15 @@ Status infer_fused_conv(InferContext& ctx) {
     return ctx.error(StatusCode::kInvalidModel, "activation '" + act + "' takes " + std::to_string(want) +
                                                     " activation_params, not " + std::to_string(params.size()));
   }
-  // The convolution part is Conv's own inference: one meaning of the output's shape.
-  KILN_RETURN_IF_ERROR(op_registry().find(OpKind::kConv)->infer(ctx));
+  KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NCHW"));
+  if (layout == "NHWC") {
+    KILN_RETURN_IF_ERROR(infer_nhwc_conv(ctx));
+  } else if (layout == "NCHW") {
+    // The convolution part is Conv's own inference: one meaning of the output's shape.
+    KILN_RETURN_IF_ERROR(op_registry().find(OpKind::kConv)->infer(ctx));
+  } else {
+    return ctx.error(StatusCode::kInvalidModel, "layout '" + layout + "' is not one of NCHW, NHWC");
+  }
   if (ctx.has_input(3)) {
     const std::vector<Dim> out = ctx.outputs()[0].shape;
     const auto& z = ctx.input_shape(3);

@@ -82,6 +82,12 @@ class InferContext {
   // An error about this node, with the node's description in front.
   Status error(StatusCode code, const std::string& message) const;
 
+  // A context for `node` of `graph` whose constraints are recorded as this node's: an op runs
+  // another op's inference on a view of its inputs (kiln::FusedConv's NHWC shapes seen as NCHW).
+  InferContext view(const ir::Graph& graph, const ir::Node& node) const {
+    return InferContext(graph, node, node_index_, constraints_);
+  }
+
   struct Output {
     bool set = false;
     DType dtype = DType::kUndefined;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/numeric.h"
@@ -16,7 +18,7 @@ using ops::OpKind;
 
 // The family kernels the fused ops are made of, looked up once.
 struct Parts {
-  KernelFn matmul = nullptr, add = nullptr, relu = nullptr, gelu = nullptr;
+  KernelFn matmul = nullptr, add = nullptr, relu = nullptr, gelu = nullptr, transpose = nullptr;
 };
 
 const Parts& parts() {
@@ -24,10 +26,21 @@ const Parts& parts() {
     KernelRegistry r;
     register_matmul_kernels(r);
     register_elementwise_kernels(r);
+    register_shape_kernels(r);
     auto fn = [&](OpKind k) { return size_t(k) < r.entries().size() ? r.entries()[size_t(k)].fn : nullptr; };
-    return Parts{fn(OpKind::kMatMul), fn(OpKind::kAdd), fn(OpKind::kRelu), fn(OpKind::kGelu)};
+    return Parts{fn(OpKind::kMatMul), fn(OpKind::kAdd), fn(OpKind::kRelu), fn(OpKind::kGelu),
+                 fn(OpKind::kTranspose)};
   }();
   return p;
+}
+
+ir::Attributes perm_attrs(std::vector<int64_t> perm) {
+  ir::Attributes attrs;
+  ir::Attribute a;
+  a.type = ir::AttrType::kInts;
+  a.ints = std::move(perm);
+  attrs.set("perm", a);
+  return attrs;
 }
 
 ir::Attributes gelu_attrs(const char* approximate) {
@@ -79,16 +92,23 @@ double activate(const std::string& act, const std::vector<float>& p, double y) {
 }
 
 // kiln::FusedConv: the Conv reference kernel into Y, then Y += Z with the Add kernel, then the
-// activation over Y.
+// activation over Y. Layout NHWC runs the same Conv on X and W transposed to NCHW, into an NCHW
+// scratch Y transposed back (exact: only the order of the elements changes); Z and the activation
+// are elementwise, so they apply to the NHWC Y as they are.
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params)
-      : conv_(std::move(conv)), act_(std::move(act)), params_(std::move(params)) {}
+  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params,
+                  bool nhwc)
+      : conv_(std::move(conv)), act_(std::move(act)), params_(std::move(params)), nhwc_(nhwc) {}
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     static const ir::Attributes kNone;
     if (in.size() < 2 || out.size() != 1) return invalid_argument("FusedConv: needs X, W and one output");
-    KILN_RETURN_IF_ERROR(conv_->execute(in.first(std::min<size_t>(in.size(), 3)), out));
+    if (nhwc_) {
+      KILN_RETURN_IF_ERROR(conv_nhwc(in.first(std::min<size_t>(in.size(), 3)), out[0]));
+    } else {
+      KILN_RETURN_IF_ERROR(conv_->execute(in.first(std::min<size_t>(in.size(), 3)), out));
+    }
     if (in.size() > 3 && present(in[3])) {
       std::array<TensorView, 2> sum{out[0], in[3]};
       KILN_RETURN_IF_ERROR(parts().add(KernelArgs{kNone, sum, out}));
@@ -100,9 +120,44 @@ class FusedConvKernel final : public Kernel {
   }
 
  private:
+  // A scratch tensor of `shape` (an NHWC shape permuted by `perm`) in `buf`, which grows to the
+  // largest shape seen and is reused, so steady state does not allocate.
+  static TensorView scratch(std::vector<std::byte>& buf, std::vector<int64_t>& shape, DType dtype,
+                            std::span<const int64_t> from, std::span<const int64_t> perm) {
+    shape.clear();
+    for (int64_t p : perm) shape.push_back(from[size_t(p)]);
+    const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+    if (buf.size() < bytes) buf.resize(bytes);
+    return TensorView{buf.data(), dtype, shape};
+  }
+
+  Status conv_nhwc(std::span<const TensorView> in, const TensorView& y) {
+    static const ir::Attributes kToNchw = perm_attrs({0, 3, 1, 2});
+    static const ir::Attributes kToNhwc = perm_attrs({0, 2, 3, 1});
+    static constexpr int64_t kNchw[] = {0, 3, 1, 2};
+    if (in[0].rank() != 4 || in[1].rank() != 4 || y.rank() != 4) {
+      return invalid_argument("FusedConv: layout NHWC needs X, W and Y of rank 4");
+    }
+    std::array<TensorView, 3> nchw{scratch(x_, x_shape_, in[0].dtype, in[0].shape, kNchw),
+                                   scratch(w_, w_shape_, in[1].dtype, in[1].shape, kNchw),
+                                   TensorView{}};
+    if (in.size() > 2) nchw[2] = in[2];
+    std::array<TensorView, 1> y_nchw{scratch(y_, y_shape_, y.dtype, y.shape, kNchw)};
+    for (int i = 0; i < 2; ++i) {
+      KILN_RETURN_IF_ERROR(
+          parts().transpose(KernelArgs{kToNchw, in.subspan(size_t(i), 1), {&nchw[size_t(i)], 1}}));
+    }
+    KILN_RETURN_IF_ERROR(
+        conv_->execute(std::span<const TensorView>(nchw).first(in.size()), y_nchw));
+    return parts().transpose(KernelArgs{kToNhwc, y_nchw, {&y, 1}});
+  }
+
   std::unique_ptr<Kernel> conv_;
   std::string act_;
   std::vector<float> params_;
+  bool nhwc_;
+  std::vector<std::byte> x_, w_, y_;  // NCHW scratch of layout NHWC
+  std::vector<int64_t> x_shape_, w_shape_, y_shape_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
@@ -111,22 +166,29 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
     register_conv_kernels(r);
     return r.entries()[size_t(OpKind::kConv)].factory;
   }();
-  if (!conv_factory || !parts().add) return internal_error("FusedConv: a CPU kernel it is made of is not registered");
+  if (!conv_factory || !parts().add || !parts().transpose) {
+    return internal_error("FusedConv: a CPU kernel it is made of is not registered");
+  }
   KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> params, q.node.attrs.get_floats("activation_params", std::vector<float>{}));
-  // The Conv part sees a Conv node: the same attributes without the activation's.
+  KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NCHW"));
+  if (layout != "NCHW" && layout != "NHWC") {
+    return invalid_argument(q.node.describe() + ": layout '" + layout +
+                            "' is not one of NCHW, NHWC");
+  }
+  // The Conv part sees a Conv node: the same attributes without the activation's and the layout.
   ir::Node conv = q.node;
   conv.op_type = "Conv";
   conv.domain = "";
   ir::Attributes attrs;
   for (const auto& [name, a] : q.node.attrs.all()) {
-    if (name != "activation" && name != "activation_params") attrs.set(name, a);
+    if (name != "activation" && name != "activation_params" && name != "layout") attrs.set(name, a);
   }
   conv.attrs = attrs;
   KernelQuery cq{conv, q.inputs, q.outputs, q.policy};
   if (cq.inputs.size() > 3) cq.inputs.resize(3);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, conv_factory(cq));
-  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), act, params));
+  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), act, params, layout == "NHWC"));
 }
 
 }  // namespace

@@ -1,0 +1,498 @@
+// Pass assign_layout: half-precision 2-D convolutions compute channels last (NHWC), the layout
+// cuDNN's fast FP16/BF16 convolutions read and write (on NCHW tensors it transposes each input and
+// output internally), with layout changes only where a convolution stack meets NCHW-only nodes.
+//   1. Conv or NCHW kiln::FusedConv -> Transpose(X) -> FusedConv{layout="NHWC"} -> Transpose(Y),
+//      the filter reordered to KRSC at build; readers of Y are untouched.
+//   2. To a fixed point: Transpose pairs that cancel are bypassed; a transpose to NCHW moves down
+//      through nodes that compute the same in either layout (elementwise ops, global pools as
+//      ReduceMean/ReduceMax), where it meets the next stack's transpose and cancels; a transpose
+//      moving only dims of size 1 becomes a Reshape (a view, run as an alias).
+// Runs after assign_precision (the dtypes it tests are final), on CUDA builds.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "builder/build_state.h"
+#include "ir/rewrite.h"
+
+namespace kiln::builder {
+namespace {
+
+using ir::Dim;
+
+constexpr int64_t kToNhwc[] = {0, 2, 3, 1};
+constexpr int64_t kToNchw[] = {0, 3, 1, 2};
+
+// Ops whose output element depends only on the input elements at the same broadcast index, so a
+// permutation of every input permutes the output the same way. Their other inputs are scalars
+// (Clip's bounds) or attributes.
+const std::set<std::string>& layout_free_unary() {
+  static const std::set<std::string> ops = {
+      "Relu",  "Clip",     "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",
+      "Cast",  "Identity", "Erf",     "Elu",         "Selu",      "Gelu",      "Softplus",
+      "Mish",  "Neg",      "Abs",     "Sqrt",        "Exp",       "Log",       "Reciprocal",
+      "Floor", "Ceil",     "Round",   "Sign",        "Sin",       "Cos",       "ThresholdedRelu",
+      "Celu"};
+  return ops;
+}
+const std::set<std::string>& layout_free_broadcast() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul",  "Div",  "Sum",
+                                            "Max", "Min", "Mean", "PRelu"};
+  return ops;
+}
+
+bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+bool is_graph_output(const ir::Graph& g, int v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+bool has_readers(const ir::Graph& g, int v) {
+  for (const ir::Node& n : g.nodes) {
+    if (std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end()) return true;
+  }
+  return false;
+}
+
+std::vector<Dim> permuted(const std::vector<Dim>& shape, std::span<const int64_t> perm) {
+  std::vector<Dim> out;
+  for (int64_t p : perm) out.push_back(shape[size_t(p)]);
+  return out;
+}
+
+bool is_perm(std::span<const int64_t> a, std::span<const int64_t> b) {
+  return std::ranges::equal(a, b);
+}
+
+// A Transpose's permutation (ONNX's default reverses the axes); nullopt when unreadable.
+std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir::Node& t) {
+  if (t.inputs.empty() || t.inputs[0] < 0) return std::nullopt;
+  const auto& shape = g.values[size_t(t.inputs[0])].shape;
+  if (!shape) return std::nullopt;
+  std::vector<int64_t> reversed;
+  for (size_t k = shape->size(); k-- > 0;) reversed.push_back(int64_t(k));
+  auto perm = t.attrs.get_ints("perm", reversed);
+  if (!perm.ok() || perm->size() != shape->size()) return std::nullopt;
+  return *perm;
+}
+
+// The value `v` is Transpose(a, perm) of: a, or -1.
+int transposed_from(const ir::Graph& g, int v, std::span<const int64_t> perm) {
+  if (v < 0 || g.values[size_t(v)].producer < 0) return -1;
+  const ir::Node& t = g.nodes[size_t(g.values[size_t(v)].producer)];
+  if (!is_onnx(t, "Transpose")) return -1;
+  auto p = perm_of(g, t);
+  return p && is_perm(*p, perm) ? t.inputs[0] : -1;
+}
+
+// `t` unsqueezed to rank 4 with leading 1s (ONNX broadcasting) and permuted by `perm`: the bytes
+// moved, so every dtype works.
+StatusOr<Tensor> permute_constant(const Tensor& t, std::span<const int64_t> perm) {
+  Shape in(4 - size_t(t.rank()), 1);
+  in.insert(in.end(), t.shape().begin(), t.shape().end());
+  Shape out;
+  for (int64_t p : perm) out.push_back(in[size_t(p)]);
+  KILN_ASSIGN_OR_RETURN(Tensor r, Tensor::zeros(t.dtype(), out));
+  const size_t es = dtype_size(t.dtype());
+  int64_t stride[4] = {in[1] * in[2] * in[3], in[2] * in[3], in[3], 1};
+  const auto* src = static_cast<const std::byte*>(t.data());
+  auto* dst = static_cast<std::byte*>(r.data());
+  int64_t i = 0;
+  for (int64_t a = 0; a < out[0]; ++a) {
+    for (int64_t b = 0; b < out[1]; ++b) {
+      for (int64_t c = 0; c < out[2]; ++c) {
+        for (int64_t d = 0; d < out[3]; ++d, ++i) {
+          int64_t s =
+              a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] + d * stride[perm[3]];
+          std::memcpy(dst + size_t(i) * es, src + size_t(s) * es, es);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
+  std::vector<Dim> shape;
+  for (int64_t d : t.shape()) shape.push_back(Dim(d));
+  int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
+  g->values[size_t(v)].constant = std::move(t);
+  return v;
+}
+
+ir::Node onnx_node(const ir::Graph& g, std::string op_type, std::string name,
+                   std::vector<int> inputs, std::vector<int> outputs) {
+  ir::Node n;
+  n.op_type = std::move(op_type);
+  n.name = std::move(name);
+  auto it = g.opsets.find("");
+  n.opset = it != g.opsets.end() ? it->second : 0;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
+void set_ints(ir::Node* n, const char* name, std::vector<int64_t> ints) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kInts;
+  a.ints = std::move(ints);
+  n->attrs.set(name, std::move(a));
+}
+
+void set_string(ir::Node* n, const char* name, std::string s) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kString;
+  a.s = std::move(s);
+  n->attrs.set(name, std::move(a));
+}
+
+// Transpose(in, perm) -> a new value named after `in`, its node named after that value.
+ir::Node transpose_to_new(ir::Graph* g, int in, std::span<const int64_t> perm, const char* suffix) {
+  const ir::Value& v = g->values[size_t(in)];
+  int out = ir::add_unique_value(g, v.name + suffix, v.dtype, permuted(*v.shape, perm));
+  ir::Node t = onnx_node(*g, "Transpose", "", {in}, {out});
+  set_ints(&t, "perm", {perm.begin(), perm.end()});
+  return t;
+}
+
+// Transpose(in, kToNchw) -> out, an existing value whose producer this becomes.
+ir::Node transpose_back(const ir::Graph& g, int in, int out) {
+  ir::Node t = onnx_node(g, "Transpose", "", {in}, {out});
+  set_ints(&t, "perm", {std::begin(kToNchw), std::end(kToNchw)});
+  return t;
+}
+
+// Puts `nodes` where node `at` was (in this order, which keeps the graph topologically sorted:
+// their inputs come from before `at`, their outputs are read after it), naming unnamed ones
+// after their first output.
+Status splice(ir::Graph* g, int at, std::vector<ir::Node> nodes) {
+  g->nodes.erase(g->nodes.begin() + at);
+  for (ir::Node& n : nodes) {
+    if (n.name.empty()) {
+      n.name = ir::unique_node_name(*g, g->values[size_t(n.outputs[0])].name + "_" + n.op_type);
+    }
+    g->nodes.insert(g->nodes.begin() + at++, std::move(n));
+  }
+  return ir::sort_topologically(g);  // recomputes the producers; fails only on a broken edit
+}
+
+std::vector<const ir::Value*> typed(const ir::Graph& g, const std::vector<int>& vs) {
+  std::vector<const ir::Value*> out;
+  for (int v : vs) out.push_back(v >= 0 ? &g.values[size_t(v)] : nullptr);
+  return out;
+}
+
+// Step 1 at node n. `weights` maps a filter to its KRSC copy, made once however many convolutions
+// share it.
+StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
+                            const LayoutOptions& options, std::map<int, int>* weights) {
+  const ir::Node& conv = g->nodes[size_t(n)];
+  const bool fused = conv.domain == "kiln" && conv.op_type == "FusedConv";
+  if (!is_onnx(conv, "Conv") && !fused) return false;
+  if (fused) {
+    auto layout = conv.attrs.get_string("layout", "NCHW");
+    if (!layout.ok() || *layout != "NCHW") return false;
+  }
+  if (conv.inputs.size() < 2 || conv.inputs[0] < 0 || conv.inputs[1] < 0 ||
+      conv.outputs.size() != 1 || conv.outputs[0] < 0) {
+    return false;
+  }
+  const int x = conv.inputs[0], w = conv.inputs[1], y = conv.outputs[0];
+  const int z = fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;
+  for (int v : {x, y, z}) {
+    if (v >= 0 && (!g->values[size_t(v)].shape || g->values[size_t(v)].shape->size() != 4)) {
+      return false;
+    }
+  }
+  const DType t = g->values[size_t(x)].dtype;
+  if (!(t == DType::kFloat16 || t == DType::kBFloat16 ||
+        (options.convert_float32 && t == DType::kFloat32))) {
+    return false;
+  }
+  const ir::Value& wv = g->values[size_t(w)];
+  if (!wv.constant || wv.constant->rank() != 4) return false;
+
+  // The node as it would be, typed on values outside the graph: nothing is added if it is refused.
+  ir::Node f = conv;
+  f.domain = "kiln";
+  f.op_type = "FusedConv";
+  f.opset = 1;
+  if (!fused) set_string(&f, "activation", "none");
+  set_string(&f, "layout", "NHWC");
+  auto nhwc = [&](int v) {
+    const ir::Value& src = g->values[size_t(v)];
+    return ir::Value{.name = src.name, .dtype = src.dtype, .shape = permuted(*src.shape, kToNhwc)};
+  };
+  ir::Value xn = nhwc(x), yn = nhwc(y), zn = z >= 0 ? nhwc(z) : ir::Value{};
+  std::optional<ir::Value> wn;
+  auto cached = weights->find(w);
+  if (cached == weights->end()) {
+    KILN_ASSIGN_OR_RETURN(Tensor krsc, permute_constant(*wv.constant, kToNhwc));
+    wn = nhwc(w);
+    wn->constant = std::move(krsc);
+  }
+  const ir::Value* wq = wn ? &*wn : &g->values[size_t(cached->second)];
+  std::vector<const ir::Value*> in = {&xn, wq};
+  if (conv.inputs.size() > 2) {
+    in.push_back(conv.inputs[2] >= 0 ? &g->values[size_t(conv.inputs[2])] : nullptr);
+  }
+  if (z >= 0) in.push_back(&zn);
+  if (!supports(f, in, {&yn})) return false;
+
+  if (wn) {
+    (*weights)[w] = add_constant(g, wn->name + "_krsc", std::move(*wn->constant));
+  }
+  std::vector<ir::Node> nodes;
+  nodes.push_back(transpose_to_new(g, x, kToNhwc, "_nhwc"));
+  f.inputs[0] = nodes.back().outputs[0];
+  f.inputs[1] = (*weights)[w];
+  if (z >= 0) {
+    nodes.push_back(transpose_to_new(g, z, kToNhwc, "_nhwc"));
+    f.inputs[3] = nodes.back().outputs[0];
+  }
+  const int y_nhwc = ir::add_unique_value(g, yn.name + "_nhwc", yn.dtype, yn.shape);
+  f.outputs = {y_nhwc};
+  nodes.push_back(std::move(f));
+  nodes.push_back(transpose_back(*g, y_nhwc, y));
+  g->opsets.emplace("kiln", 1);
+  KILN_RETURN_IF_ERROR(splice(g, n, std::move(nodes)));
+  return true;
+}
+
+// Transpose(Transpose(a, p), q) with q after p the identity: its readers read a. The outer one
+// stays only where it produces an engine output (whose value keeps its name).
+bool cancel_pair(ir::Graph* g, int n) {
+  const ir::Node& t2 = g->nodes[size_t(n)];
+  if (!is_onnx(t2, "Transpose") || t2.outputs.size() != 1 || t2.outputs[0] < 0) return false;
+  auto q = perm_of(*g, t2);
+  int mid = t2.inputs.empty() ? -1 : t2.inputs[0];
+  if (!q || mid < 0 || g->values[size_t(mid)].producer < 0) return false;
+  const ir::Node& t1 = g->nodes[size_t(g->values[size_t(mid)].producer)];
+  if (!is_onnx(t1, "Transpose")) return false;
+  auto p = perm_of(*g, t1);
+  if (!p || p->size() != q->size()) return false;
+  for (size_t i = 0; i < q->size(); ++i) {
+    if ((*p)[size_t((*q)[i])] != int64_t(i)) return false;
+  }
+  const int out = t2.outputs[0];
+  if (!has_readers(*g, out)) return false;
+  return ir::replace_all_uses(g, out, t1.inputs[0]).ok();
+}
+
+// A second Transpose of the same value by the same perm (one per convolution reading a shared
+// input, or per node reading a shared gate): its readers read the first one's output.
+bool merge_duplicate(ir::Graph* g, int n) {
+  const ir::Node& t = g->nodes[size_t(n)];
+  if (!is_onnx(t, "Transpose") || t.outputs.size() != 1 || t.outputs[0] < 0 ||
+      !has_readers(*g, t.outputs[0])) {
+    return false;
+  }
+  auto perm = perm_of(*g, t);
+  if (!perm) return false;
+  for (int m = 0; m < n; ++m) {
+    const ir::Node& first = g->nodes[size_t(m)];
+    if (is_onnx(first, "Transpose") && first.outputs.size() == 1 && first.outputs[0] >= 0 &&
+        first.inputs[0] == t.inputs[0] && perm_of(*g, first) == perm) {
+      return ir::replace_all_uses(g, t.outputs[0], first.outputs[0]).ok();
+    }
+  }
+  return false;
+}
+
+// An elementwise node reading NCHW values made from NHWC ones: it computes in NHWC and one
+// transpose after it makes its output. Every input must be available in NHWC at no cost: the
+// input of a transpose to NCHW, a constant (permuted at build), or an [N, C, 1, 1] value (whose
+// transpose becomes a Reshape).
+StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
+  const ir::Node& e = g->nodes[size_t(n)];
+  if (!e.domain.empty() || e.outputs.size() != 1 || e.outputs[0] < 0) return false;
+  const bool unary = layout_free_unary().count(e.op_type) != 0;
+  if (!unary && !layout_free_broadcast().count(e.op_type)) return false;
+  const int out = e.outputs[0];
+  if (!g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) return false;
+  // What each input becomes, decided before anything is added to the graph.
+  enum class Kind { kAsIs, kFromNhwc, kConstant, kUnitSpatial };
+  std::vector<Kind> kinds(e.inputs.size(), Kind::kAsIs);
+  bool from_nhwc = false;
+  for (size_t i = 0; i < e.inputs.size(); ++i) {
+    const int v = e.inputs[i];
+    if (v < 0) continue;
+    const ir::Value& val = g->values[size_t(v)];
+    const bool parameter = unary && i > 0;  // Clip's bounds: scalars, the same in either layout
+    if (transposed_from(*g, v, kToNchw) >= 0 && !parameter) {
+      kinds[i] = Kind::kFromNhwc;
+      from_nhwc = true;
+    } else if (val.constant && (val.constant->rank() == 0 || parameter)) {
+      kinds[i] = Kind::kAsIs;
+    } else if (val.constant && val.constant->rank() <= 4) {
+      kinds[i] = Kind::kConstant;
+    } else if (!parameter && val.shape && val.shape->size() == 4 && (*val.shape)[2] == Dim(1) &&
+               (*val.shape)[3] == Dim(1)) {
+      kinds[i] = Kind::kUnitSpatial;
+    } else {
+      return false;
+    }
+  }
+  // Only reading the input of a transpose to NCHW is a gain; the other kinds just follow.
+  if (!from_nhwc) return false;
+  ir::Node moved = e;
+  std::vector<ir::Node> nodes;
+  std::map<int, int> converted;  // an [N, C, 1, 1] input -> its NHWC copy, once per value
+  for (size_t i = 0; i < e.inputs.size(); ++i) {
+    const int v = e.inputs[i];
+    if (kinds[i] == Kind::kFromNhwc) {
+      moved.inputs[i] = transposed_from(*g, v, kToNchw);
+    } else if (kinds[i] == Kind::kConstant) {
+      KILN_ASSIGN_OR_RETURN(Tensor c, permute_constant(*g->values[size_t(v)].constant, kToNhwc));
+      moved.inputs[i] = add_constant(g, g->values[size_t(v)].name + "_nhwc", std::move(c));
+    } else if (kinds[i] == Kind::kUnitSpatial) {
+      if (!converted.count(v)) {
+        nodes.push_back(transpose_to_new(g, v, kToNhwc, "_nhwc"));
+        converted[v] = nodes.back().outputs[0];
+      }
+      moved.inputs[i] = converted[v];
+    }
+  }
+  const ir::Value& o = g->values[size_t(out)];
+  const int o_nhwc =
+      ir::add_unique_value(g, o.name + "_nhwc", o.dtype, permuted(*o.shape, kToNhwc));
+  moved.outputs = {o_nhwc};
+  nodes.push_back(std::move(moved));
+  nodes.push_back(transpose_back(*g, o_nhwc, out));
+  KILN_RETURN_IF_ERROR(splice(g, n, std::move(nodes)));
+  return true;
+}
+
+// GlobalAveragePool / GlobalMaxPool of a transpose to NCHW: the same reduction over H and W of
+// the NHWC tensor (ReduceMean / ReduceMax, keepdims), whose [N, 1, 1, C] result goes back by a
+// transpose that becomes a Reshape.
+StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& supports) {
+  const ir::Node& pool = g->nodes[size_t(n)];
+  const bool avg = is_onnx(pool, "GlobalAveragePool");
+  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 ||
+      pool.outputs[0] < 0) {
+    return false;
+  }
+  const int a = transposed_from(*g, pool.inputs.empty() ? -1 : pool.inputs[0], kToNchw);
+  const int out = pool.outputs[0];
+  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) {
+    return false;
+  }
+  const size_t num_values = g->values.size();
+  const std::string name = g->values[size_t(out)].name;
+  const int r = ir::add_unique_value(g, name + "_nhwc", g->values[size_t(out)].dtype,
+                                     permuted(*g->values[size_t(out)].shape, kToNhwc));
+  ir::Node reduce = onnx_node(*g, avg ? "ReduceMean" : "ReduceMax", pool.name, {a}, {r});
+  ir::Attribute keep;
+  keep.i = 1;
+  reduce.attrs.set("keepdims", keep);
+  // ReduceMean and ReduceMax take their axes as an input from opset 18, as an attribute before.
+  if (reduce.opset >= 18) {
+    reduce.inputs.push_back(
+        add_constant(g, name + "_axes", Tensor::from_vector<int64_t>(DType::kInt64, {2}, {1, 2})));
+  } else {
+    set_ints(&reduce, "axes", {1, 2});
+  }
+  if (!supports(reduce, typed(*g, reduce.inputs), typed(*g, reduce.outputs))) {
+    g->values.resize(num_values);
+    return false;
+  }
+  std::vector<ir::Node> nodes;
+  nodes.push_back(std::move(reduce));
+  nodes.push_back(transpose_back(*g, r, out));
+  KILN_RETURN_IF_ERROR(splice(g, n, std::move(nodes)));
+  return true;
+}
+
+// A Transpose that moves only dims of size 1 keeps the bytes in order: a Reshape to its output
+// shape. The shape constant holds for every value of the symbols: 0 (copy the input's dim) where a
+// symbolic dim stays in place, the number elsewhere; otherwise the Transpose stays.
+bool transpose_to_reshape(ir::Graph* g, int n) {
+  const ir::Node& t = g->nodes[size_t(n)];
+  if (!is_onnx(t, "Transpose") || t.outputs.size() != 1 || t.outputs[0] < 0) return false;
+  auto perm = perm_of(*g, t);
+  if (!perm) return false;
+  const std::vector<Dim>& in = *g->values[size_t(t.inputs[0])].shape;
+  std::vector<int64_t> shape;
+  int64_t last_moved = -1;
+  for (size_t i = 0; i < perm->size(); ++i) {
+    const int64_t p = (*perm)[i];
+    const Dim& d = in[size_t(p)];
+    if (d == Dim(1)) {
+      shape.push_back(1);
+      continue;
+    }
+    if (p < last_moved) return false;  // two dims larger than 1 change order: a real transpose
+    last_moved = p;
+    if (d.is_const() && d.value() > 0) {
+      shape.push_back(d.value());
+    } else if (!d.is_const() && p == int64_t(i)) {
+      shape.push_back(0);
+    } else {
+      return false;  // a symbolic dim that moves, or an empty dim (0 would mean "copy")
+    }
+  }
+  ir::Node reshape = onnx_node(*g, "Reshape", t.name, {}, t.outputs);
+  const int in_value = t.inputs[0];
+  const int s =
+      add_constant(g, g->values[size_t(t.outputs[0])].name + "_shape",
+                   Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape.size())}, shape));
+  reshape.inputs = {in_value, s};
+  g->nodes[size_t(n)] = std::move(reshape);
+  return true;
+}
+
+// One rewrite of step 2, the cheapest kind first: cancelling and merging before moving (a pair that
+// cancels must not be moved apart), and Reshapes last (a Reshape no longer cancels with a
+// Transpose).
+StatusOr<bool> simplify_once(ir::Graph* g, const SupportsFn& supports) {
+  bool changed = false;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    changed = cancel_pair(g, int(n)) || changed;
+    changed = merge_duplicate(g, int(n)) || changed;
+  }
+  if (changed) return true;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    KILN_ASSIGN_OR_RETURN(bool moved, push_through_elementwise(g, int(n)));
+    if (moved) return true;
+    KILN_ASSIGN_OR_RETURN(moved, push_through_global_pool(g, int(n), supports));
+    if (moved) return true;
+  }
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    if (transpose_to_reshape(g, int(n))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptions& options) {
+  std::map<int, int> weights;
+  bool converted = false;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    KILN_ASSIGN_OR_RETURN(bool c, convert_conv(g, int(n), supports, options, &weights));
+    converted = converted || c;
+  }
+  if (!converted) return ok_status();
+  // Each rewrite either removes a transpose's reader or turns an NCHW node into an NHWC one that
+  // no rule matches again, so the loop ends.
+  for (;;) {
+    ir::remove_dead_nodes(g);
+    KILN_ASSIGN_OR_RETURN(bool changed, simplify_once(g, supports));
+    if (!changed) break;
+  }
+  ir::remove_dead_nodes(g);
+  ir::compact(g);
+  return ir::verify(*g);
+}
+
+Status assign_layout(BuildState& s) {
+  if (s.backend.device() != Device::kCUDA) return ok_status();
+  return assign_layout(&s.graph, backend_supports(s), LayoutOptions{});
+}
+
+}  // namespace kiln::builder

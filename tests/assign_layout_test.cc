@@ -1,0 +1,454 @@
+// Channels last: kiln::FusedConv's layout "NHWC" (shape inference, errors, CPU reference against
+// the NCHW one) and the pass assign_layout on IR text, checked by the structure it leaves and by
+// engines of the rewritten graph against engines of the original on the CPU backend.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "backends/backend.h"
+#include "builder/build_state.h"
+#include "builder/builder.h"
+#include "ir/rewrite.h"
+#include "ir/text.h"
+#include "kiln.h"
+#include "model_util.h"
+#include "op_harness.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::Dim;
+
+// A float32 tensor of rank 4 with its axes permuted (Transpose's meaning).
+Tensor permute4(const Tensor& t, std::vector<int64_t> perm) {
+  const Shape& in = t.shape();
+  Shape out;
+  for (int64_t p : perm) out.push_back(in[size_t(p)]);
+  Tensor r = Tensor::zeros(DType::kFloat32, out).value();
+  const int64_t stride[4] = {in[1] * in[2] * in[3], in[2] * in[3], in[3], 1};
+  const float* src = t.data_as<float>();
+  float* dst = r.data_as<float>();
+  int64_t i = 0;
+  for (int64_t a = 0; a < out[0]; ++a) {
+    for (int64_t b = 0; b < out[1]; ++b) {
+      for (int64_t c = 0; c < out[2]; ++c) {
+        for (int64_t d = 0; d < out[3]; ++d) {
+          dst[i++] = src[a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] +
+                         d * stride[perm[3]]];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// ---- kiln::FusedConv layout="NHWC" ----
+
+OpNode fused_conv() { return op("FusedConv", 1, "kiln").named("fc"); }
+
+TEST(FusedConvNhwc, InfersConvsShapeChannelsLast) {
+  // X [b, H=8, W=10, C=6], W [K=8, kh=3, kw=1, C/group=3]: H (8 + 2 - 3) / 2 + 1 = 4, W (10 - 1) /
+  // 2 + 1 = 5.
+  OpNode node = fused_conv()
+                    .s("layout", "NHWC")
+                    .i("group", 2)
+                    .ints("strides", {2, 2})
+                    .ints("pads", {1, 0, 1, 0});
+  auto r = infer_node(node, {f32({Dim::symbol("b"), 8, 10, 6}), f32({8, 3, 1, 3}), f32({8}),
+                             f32({Dim::symbol("b"), 4, 5, 8})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 4, 5, 8]");
+  // The same convolution in NCHW: the same output, channels second.
+  auto nchw =
+      infer_node(fused_conv().i("group", 2).ints("strides", {2, 2}).ints("pads", {1, 0, 1, 0}),
+                 {f32({Dim::symbol("b"), 6, 8, 10}), f32({8, 3, 3, 1})});
+  ASSERT_TRUE(nchw.ok()) << nchw.status.to_string();
+  EXPECT_EQ(nchw.shape(), "[b, 8, 4, 5]");
+}
+
+TEST(FusedConvNhwc, RefusesBadLayoutsAndShapes) {
+  Status s =
+      infer_node(fused_conv().s("layout", "NCWH"), {f32({1, 3, 4, 4}), f32({2, 3, 1, 1})}).status;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("layout 'NCWH' is not one of NCHW, NHWC"), std::string::npos)
+      << s.message();
+  // NHWC is 2-D only.
+  s = infer_node(fused_conv().s("layout", "NHWC"), {f32({1, 4, 3}), f32({2, 1, 3})}).status;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("must have rank 4, got 3"), std::string::npos) << s.message();
+  // Channels are X's last dim and W's last dim: 3 != 4, said in NCHW numbering.
+  s = infer_node(fused_conv().s("layout", "NHWC"), {f32({1, 5, 5, 3}), f32({2, 1, 1, 4})}).status;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("(layout NHWC; dims numbered as in NCHW)"), std::string::npos)
+      << s.message();
+  // Z in NCHW order where Y is NHWC.
+  s = infer_node(fused_conv().s("layout", "NHWC"),
+                 {f32({1, 5, 6, 3}), f32({2, 1, 1, 3}), kOmitted, f32({1, 2, 5, 6})})
+          .status;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
+  EXPECT_NE(s.message().find("input 3 (Z)"), std::string::npos) << s.message();
+}
+
+TEST(FusedConvNhwc, CpuReferenceEqualsNchwTransposed) {
+  // Grouped, strided, asymmetric padding, with bias, residual and activation: every part the
+  // NHWC path routes differently.
+  OpNode nchw = fused_conv()
+                    .i("group", 2)
+                    .ints("strides", {2, 1})
+                    .ints("pads", {0, 1, 1, 0})
+                    .s("activation", "leaky_relu")
+                    .floats("activation_params", {0.1f});
+  OpNode nhwc = nchw;
+  nhwc.s("layout", "NHWC");
+  Tensor x = random_f32({2, 4, 7, 6}, 1), w = random_f32({6, 2, 3, 2}, 2), b = random_f32({6}, 3);
+  // H (7 + 1 - 3) / 2 + 1 = 3, W (6 + 1 - 2) + 1 = 6.
+  Tensor z = random_f32({2, 6, 3, 6}, 4);
+  auto ref = run_cpu_kernel(nchw.node, {x, w, b, z}, {{DType::kFloat32, {2, 6, 3, 6}}});
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  auto got = run_cpu_kernel(
+      nhwc.node,
+      {permute4(x, {0, 2, 3, 1}), permute4(w, {0, 2, 3, 1}), b, permute4(z, {0, 2, 3, 1})},
+      {{DType::kFloat32, {2, 3, 6, 6}}});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ErrorStats e = error_stats(permute4(got->at(0), {0, 3, 1, 2}), ref->at(0));
+  EXPECT_GT(e.ref_max_abs, 0.1);
+  EXPECT_EQ(e.max_abs, 0.0);  // the same Conv on the same NCHW data: only the order changed
+}
+
+// ---- assign_layout ----
+
+ir::Graph parse(const std::string& text) {
+  auto g = ir::parse_text(text, {});
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? std::move(g).value() : ir::Graph{};
+}
+
+// Distinct pseudo-random values in every float constant of rank >= 1, so a filter or broadcast
+// constant permuted the wrong way changes the result (the texts write splats for brevity).
+ir::Graph randomized(const std::string& text) {
+  ir::Graph g = parse(text);
+  uint64_t seed = 100;
+  for (ir::Value& v : g.values) {
+    if (v.constant && v.constant->dtype() == DType::kFloat32 && v.constant->rank() > 0) {
+      v.constant = random_f32(v.constant->shape(), seed++);
+    }
+  }
+  return g;
+}
+
+// assign_layout on `g` with float32 convolutions accepted; the nodes named in `refuse` are not
+// supported by the backend.
+ir::Graph layout(ir::Graph g, std::set<std::string> refuse = {}, bool convert_float32 = true) {
+  auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return !refuse.count(n.name); };
+  Status st = builder::assign_layout(&g, supports,
+                                     builder::LayoutOptions{.convert_float32 = convert_float32});
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  return g;
+}
+
+std::vector<const ir::Node*> nodes_of(const ir::Graph& g, const std::string& op_type) {
+  std::vector<const ir::Node*> out;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op_type == op_type) out.push_back(&n);
+  }
+  return out;
+}
+
+std::string layout_of(const ir::Node& n) {
+  const ir::Attribute* a = n.attrs.find("layout");
+  return a ? a->s : "NCHW";
+}
+
+const ir::Node* producer(const ir::Graph& g, int v) {
+  int p = g.values[size_t(v)].producer;
+  return p >= 0 ? &g.nodes[size_t(p)] : nullptr;
+}
+
+// Both graphs built as CPU engines over x's batch 1..3 and run at batch `batch`: the outputs agree.
+void expect_same_outputs(const ir::Graph& original, const ir::Graph& rewritten, Shape x_shape) {
+  Shape min = x_shape, max = x_shape;
+  min[0] = 1;
+  max[0] = 3;
+  std::map<std::string, Tensor> outs[2];
+  const ir::Graph* graphs[2] = {&original, &rewritten};
+  Tensor x = random_f32(x_shape, 7);
+  for (int k = 0; k < 2; ++k) {
+    Network net;
+    net.graph = *graphs[k];
+    BuilderConfig config;
+    OptimizationProfile p;
+    ASSERT_TRUE(p.set_dimensions("x", min, max, max).ok());
+    config.add_profile(p);
+    auto engine = Builder().build(net, config);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string() << "\n" << ir::to_text(*graphs[k]);
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    outs[k] = std::move(out).value();
+  }
+  ASSERT_FALSE(outs[0].empty());
+  for (const auto& [name, expected] : outs[0]) {
+    ASSERT_EQ(outs[1].count(name), 1u) << name;
+    EXPECT_EQ(outs[1].at(name).shape(), expected.shape()) << name;
+    ErrorStats e = error_stats(outs[1].at(name), expected);
+    EXPECT_GT(e.ref_max_abs, 1e-3) << name;  // not a trivially zero output
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name << "\n"
+                                                              << ir::to_text(rewritten);
+  }
+}
+
+// Conv -> Relu -> Conv -> Add(the Relu's output) -> Relu: a residual block.
+const char* kResidual = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 4, 6, 6]) {
+  opset ai.onnx 17
+  %w1: float32[4, 4, 3, 3] = dense<0.1>
+  %b1: float32[4] = dense<0.1>
+  %w2: float32[4, 4, 3, 3] = dense<0.1>
+  %c1: float32[n, 4, 6, 6] = Conv(%x, %w1, %b1) {pads=[1, 1, 1, 1]}  # conv1
+  %r1: float32[n, 4, 6, 6] = Relu(%c1)  # relu1
+  %c2: float32[n, 4, 6, 6] = Conv(%r1, %w2) {pads=[1, 1, 1, 1]}  # conv2
+  %a: float32[n, 4, 6, 6] = Add(%c2, %r1)  # residual
+  %y: float32[n, 4, 6, 6] = Relu(%a)  # relu2
+}
+)";
+
+// Exactly two transposes, at the engine's input and output; every convolution NHWC.
+void expect_nhwc_between_boundaries(const ir::Graph& g) {
+  const std::string text = ir::to_text(g);
+  auto transposes = nodes_of(g, "Transpose");
+  ASSERT_EQ(transposes.size(), 2u) << text;
+  EXPECT_EQ(transposes[0]->inputs[0], g.inputs[0]) << text;
+  EXPECT_EQ(transposes[1]->outputs[0], g.outputs[0]) << text;
+  EXPECT_TRUE(nodes_of(g, "Conv").empty()) << text;
+  auto convs = nodes_of(g, "FusedConv");
+  EXPECT_FALSE(convs.empty()) << text;
+  for (const ir::Node* c : convs) EXPECT_EQ(layout_of(*c), "NHWC") << text;
+}
+
+TEST(AssignLayout, ResidualBlockIsNhwcBetweenTwoTransposes) {
+  ir::Graph original = randomized(kResidual);
+  ir::Graph g = layout(original);
+  expect_nhwc_between_boundaries(g);
+  EXPECT_EQ(nodes_of(g, "FusedConv").size(), 2u);
+  // The Relus and the Add moved into NHWC: they compute on [n, 6, 6, 4].
+  for (const char* op : {"Relu", "Add"}) {
+    for (const ir::Node* n : nodes_of(g, op)) {
+      EXPECT_EQ(ir::dims_to_string(*g.values[size_t(n->outputs[0])].shape), "[n, 6, 6, 4]") << op;
+    }
+  }
+  // The filters are new constants in KRSC order: w1[k=1, c=2, r=0, s=1] is at [1, 0, 1, 2].
+  const ir::Node* conv1 = nodes_of(g, "FusedConv")[0];
+  const Tensor& w = *g.values[size_t(conv1->inputs[1])].constant;
+  ASSERT_EQ(w.shape(), (Shape{4, 3, 3, 4}));
+  const Tensor& w1 = *original.values[size_t(original.find_value("w1"))].constant;
+  EXPECT_EQ(w.float_at(((1 * 3 + 0) * 3 + 1) * 4 + 2), w1.float_at(((1 * 4 + 2) * 3 + 0) * 3 + 1));
+  expect_same_outputs(original, g, {2, 4, 6, 6});
+}
+
+TEST(AssignLayout, FusedConvsWithResidualsConvertToo) {
+  // As the pipeline runs it: fuse_conv_activation first, so conv2 is a FusedConv reading the
+  // residual as Z, which must be transposed (and then cancels with conv1's output transpose).
+  ir::Graph original = randomized(kResidual);
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
+  ASSERT_TRUE(builder::fuse_conv_activation(&original, all).ok());
+  ASSERT_EQ(nodes_of(original, "FusedConv").size(), 2u);
+  ASSERT_EQ(nodes_of(original, "FusedConv")[1]->inputs.size(), 4u);  // the residual as Z
+  ir::Graph g = layout(original);
+  expect_nhwc_between_boundaries(g);
+  const ir::Node* conv2 = nodes_of(g, "FusedConv")[1];
+  EXPECT_EQ(producer(g, conv2->inputs[3]),
+            producer(g, conv2->inputs[0]));  // Z is conv1's NHWC output
+  EXPECT_EQ(nodes_of(g, "Relu").size(), 0u);
+  expect_same_outputs(original, g, {3, 4, 6, 6});
+}
+
+TEST(AssignLayout, OnlyHalfPrecisionByDefaultAndNothingTheBackendRefuses) {
+  // float32 convolutions stay NCHW without the option.
+  ir::Graph f32_graph = randomized(kResidual);
+  EXPECT_EQ(ir::to_text(layout(f32_graph, {}, /*convert_float32=*/false)), ir::to_text(f32_graph));
+  // float16 ones convert by default.
+  std::string half = kResidual;
+  for (size_t at; (at = half.find("float32")) != std::string::npos;) half.replace(at, 7, "float16");
+  ir::Graph h = layout(parse(half), {}, /*convert_float32=*/false);
+  EXPECT_EQ(nodes_of(h, "FusedConv").size(), 2u) << ir::to_text(h);
+  EXPECT_EQ(h.values[size_t(nodes_of(h, "FusedConv")[0]->inputs[1])].dtype, DType::kFloat16);
+  // A refused conversion leaves the node NCHW; the other converts.
+  ir::Graph original = randomized(kResidual);
+  ir::Graph g = layout(original, {"conv2"});
+  const std::string text = ir::to_text(g);
+  ASSERT_EQ(nodes_of(g, "Conv").size(), 1u) << text;
+  EXPECT_EQ(nodes_of(g, "Conv")[0]->name, "conv2");
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(nodes_of(g, "Conv")[0]->inputs[0])].shape),
+            "[n, 4, 6, 6]");
+  ASSERT_EQ(nodes_of(g, "FusedConv").size(), 1u) << text;
+  EXPECT_EQ(nodes_of(g, "FusedConv")[0]->name, "conv1");
+  expect_same_outputs(original, g, {2, 4, 6, 6});
+  // Every conversion refused: the graph is unchanged.
+  EXPECT_EQ(ir::to_text(layout(original, {"conv1", "conv2"})), ir::to_text(original));
+}
+
+// Two convolutions of the same input, and of the same weights, summed.
+const char* kBranches = R"(graph g(%x: float32[n, 4, 5, 5]) -> (%y: float32[n, 4, 5, 5]) {
+  opset ai.onnx 17
+  %w1: float32[4, 4, 3, 3] = dense<0.1>
+  %w2: float32[4, 4, 1, 1] = dense<0.1>
+  %c1: float32[n, 4, 5, 5] = Conv(%x, %w1) {pads=[1, 1, 1, 1]}  # conv1
+  %c2: float32[n, 4, 5, 5] = Conv(%x, %w1) {pads=[1, 1, 1, 1], strides=[1, 1]}  # conv2
+  %c3: float32[n, 4, 5, 5] = Conv(%x, %w2)  # conv3
+  %s: float32[n, 4, 5, 5] = Sum(%c1, %c2, %c3)  # sum
+  %y: float32[n, 4, 5, 5] = Relu(%s)  # relu
+}
+)";
+
+TEST(AssignLayout, SharedInputsAndFiltersAreConvertedOnce) {
+  ir::Graph original = randomized(kBranches);
+  ir::Graph g = layout(original);
+  expect_nhwc_between_boundaries(g);  // one transpose of x for the three convolutions
+  auto convs = nodes_of(g, "FusedConv");
+  ASSERT_EQ(convs.size(), 3u);
+  EXPECT_EQ(convs[0]->inputs[1], convs[1]->inputs[1]);  // w1 reordered once
+  EXPECT_NE(convs[0]->inputs[1], convs[2]->inputs[1]);
+  expect_same_outputs(original, g, {2, 4, 5, 5});
+}
+
+// Grouped, strided, asymmetrically padded and dilated convolutions around a MaxPool, then a
+// product with a constant of rank 3 (broadcast over n, permuted to NHWC at build).
+const char* kPooled = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 6, 1, 2]) {
+  opset ai.onnx 17
+  %w1: float32[4, 2, 3, 3] = dense<0.1>
+  %w2: float32[6, 4, 2, 2] = dense<0.1>
+  %k: float32[6, 1, 2] = dense<0.1>
+  %c1: float32[n, 4, 3, 5] = Conv(%x, %w1) {group=2, pads=[0, 1, 1, 0], strides=[2, 1]}  # conv1
+  %p: float32[n, 4, 2, 4] = MaxPool(%c1) {kernel_shape=[2, 2]}  # pool
+  %c2: float32[n, 6, 1, 2] = Conv(%p, %w2) {dilations=[1, 2]}  # conv2
+  %s: float32[n, 6, 1, 2] = Mul(%c2, %k)  # scale
+  %y: float32[n, 6, 1, 2] = Sigmoid(%s)  # sig
+}
+)";
+
+TEST(AssignLayout, MaxPoolStaysNchwBetweenTransposes) {
+  ir::Graph original = randomized(kPooled);
+  ir::Graph g = layout(original);
+  const std::string text = ir::to_text(g);
+  EXPECT_EQ(nodes_of(g, "Transpose").size(), 4u) << text;  // x, the MaxPool's input and output, y
+  ASSERT_EQ(nodes_of(g, "MaxPool").size(), 1u) << text;
+  const ir::Node* pool = nodes_of(g, "MaxPool")[0];
+  EXPECT_EQ(producer(g, pool->inputs[0])->op_type, "Transpose") << text;
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pool->outputs[0])].shape), "[n, 4, 2, 4]") << text;
+  for (const ir::Node* c : nodes_of(g, "FusedConv")) EXPECT_EQ(layout_of(*c), "NHWC") << text;
+  EXPECT_EQ(nodes_of(g, "FusedConv").size(), 2u) << text;
+  ASSERT_EQ(nodes_of(g, "Mul").size(), 1u) << text;
+  const ir::Value& k = g.values[size_t(nodes_of(g, "Mul")[0]->inputs[1])];
+  ASSERT_TRUE(k.constant) << text;
+  EXPECT_EQ(k.constant->shape(), (Shape{1, 1, 2, 6})) << text;
+  expect_same_outputs(original, g, {2, 4, 6, 6});
+  // The plan records the layout each node computes in: NHWC for the convolutions only.
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 4, 6, 6}, {2, 4, 6, 6}, {2, 4, 6, 6}).ok());
+  config.add_profile(p);
+  auto plan = builder::build_plan(g, 0, config, **backends::get_backend(Device::kCPU));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  int nhwc = 0;
+  for (const plan::NodePlan& np : plan->nodes) {
+    nhwc += np.layout == "NHWC";
+    EXPECT_TRUE(np.layout.empty() || np.layout == "NHWC") << np.layout;
+  }
+  EXPECT_EQ(nhwc, 2);
+}
+
+// MobileNetV3's squeeze-excitation with 1x1 convolutions: GlobalAveragePool -> Conv -> Relu ->
+// Conv -> HardSigmoid -> Mul(x, s), between two convolutions.
+const char* kSqueezeExcite = R"(graph g(%x: float32[n, 8, 5, 5]) -> (%y: float32[n, 8, 5, 5]) {
+  opset ai.onnx 17
+  %w0: float32[8, 8, 3, 3] = dense<0.1>
+  %w1: float32[4, 8, 1, 1] = dense<0.1>
+  %b1: float32[4] = dense<0.1>
+  %w2: float32[8, 4, 1, 1] = dense<0.1>
+  %b2: float32[8] = dense<0.1>
+  %w3: float32[8, 8, 1, 1] = dense<0.1>
+  %c: float32[n, 8, 5, 5] = Conv(%x, %w0) {pads=[1, 1, 1, 1]}  # conv0
+  %h: float32[n, 8, 5, 5] = HardSwish(%c)  # hswish
+  %gap: float32[n, 8, 1, 1] = GlobalAveragePool(%h)  # gap
+  %s1: float32[n, 4, 1, 1] = Conv(%gap, %w1, %b1)  # se1
+  %s2: float32[n, 4, 1, 1] = Relu(%s1)  # se_relu
+  %s3: float32[n, 8, 1, 1] = Conv(%s2, %w2, %b2)  # se2
+  %s: float32[n, 8, 1, 1] = HardSigmoid(%s3) {alpha=0.1666667}  # se_gate
+  %m: float32[n, 8, 5, 5] = Mul(%h, %s)  # se_scale
+  %y: float32[n, 8, 5, 5] = Conv(%m, %w3)  # conv3
+}
+)";
+
+TEST(AssignLayout, SqueezeExcitationKeepsTheTensorNhwc) {
+  for (int opset : {17, 18}) {
+    std::string text = kSqueezeExcite;
+    text.replace(text.find("ai.onnx 17"), 10, "ai.onnx " + std::to_string(opset));
+    ir::Graph original = randomized(text);
+    ir::Graph g = layout(original);
+    expect_nhwc_between_boundaries(g);
+    EXPECT_EQ(nodes_of(g, "FusedConv").size(), 4u);
+    // The pool is a ReduceMean over H and W of the NHWC tensor, axes where the opset takes them.
+    EXPECT_TRUE(nodes_of(g, "GlobalAveragePool").empty());
+    ASSERT_EQ(nodes_of(g, "ReduceMean").size(), 1u);
+    const ir::Node* mean = nodes_of(g, "ReduceMean")[0];
+    EXPECT_EQ(mean->inputs.size(), opset >= 18 ? 2u : 1u) << opset;
+    EXPECT_EQ(mean->attrs.has("axes"), opset < 18) << opset;
+    EXPECT_EQ(ir::dims_to_string(*g.values[size_t(mean->outputs[0])].shape), "[n, 1, 1, 8]");
+    // The scale multiplies the NHWC tensor by an [n, 1, 1, 8] gate: no transpose on either.
+    ASSERT_EQ(nodes_of(g, "Mul").size(), 1u);
+    for (int v : nodes_of(g, "Mul")[0]->inputs) EXPECT_NE(producer(g, v)->op_type, "Transpose");
+    expect_same_outputs(original, g, {2, 8, 5, 5});
+  }
+}
+
+// The same block with a fully connected gate (Flatten -> Gemm -> Sigmoid -> Unsqueeze): the gate
+// arrives as an NCHW [n, 8, 1, 1] value and the pool leaves through Flatten, so both hops between
+// the layouts remain, as Reshapes.
+const char* kGemmSqueezeExcite = R"(graph g(%x: float32[n, 8, 5, 5]) -> (%y: float32[n, 8, 5, 5]) {
+  opset ai.onnx 17
+  %w0: float32[8, 8, 3, 3] = dense<0.1>
+  %wf: float32[8, 8] = dense<0.1>
+  %bf: float32[8] = dense<0.1>
+  %axes: int64[2] = dense<[2, 3]>
+  %w3: float32[8, 8, 1, 1] = dense<0.1>
+  %c: float32[n, 8, 5, 5] = Conv(%x, %w0) {pads=[1, 1, 1, 1]}  # conv0
+  %gap: float32[n, 8, 1, 1] = GlobalAveragePool(%c)  # gap
+  %f: float32[n, 8] = Flatten(%gap)  # flat
+  %g1: float32[n, 8] = Gemm(%f, %wf, %bf) {transB=1}  # fc
+  %sg: float32[n, 8] = Sigmoid(%g1)  # gate
+  %s: float32[n, 8, 1, 1] = Unsqueeze(%sg, %axes)  # unsqueeze
+  %m: float32[n, 8, 5, 5] = Mul(%c, %s)  # se_scale
+  %y: float32[n, 8, 5, 5] = Conv(%m, %w3)  # conv3
+}
+)";
+
+TEST(AssignLayout, UnitSpatialHopsBecomeReshapes) {
+  ir::Graph original = randomized(kGemmSqueezeExcite);
+  ir::Graph g = layout(original);
+  expect_nhwc_between_boundaries(g);
+  const std::string text = ir::to_text(g);
+  auto reshapes = nodes_of(g, "Reshape");
+  ASSERT_EQ(reshapes.size(), 2u) << text;
+  // [n, 1, 1, 8] -> [n, 8, 1, 1] after the ReduceMean, [n, 8, 1, 1] -> [n, 1, 1, 8] for the gate;
+  // the batch dim copied (0), so one shape serves every n.
+  std::set<std::string> hops;
+  for (const ir::Node* r : reshapes) {
+    hops.insert(ir::dims_to_string(*g.values[size_t(r->inputs[0])].shape) + "->" +
+                ir::dims_to_string(*g.values[size_t(r->outputs[0])].shape));
+    const Tensor& shape = *g.values[size_t(r->inputs[1])].constant;
+    ASSERT_EQ(shape.numel(), 4);
+    EXPECT_EQ(shape.int_at(0), 0);
+  }
+  EXPECT_EQ(hops,
+            (std::set<std::string>{"[n, 1, 1, 8]->[n, 8, 1, 1]", "[n, 8, 1, 1]->[n, 1, 1, 8]"}))
+      << text;
+  expect_same_outputs(original, g, {3, 8, 5, 5});
+}
+
+}  // namespace
+}  // namespace kiln::testing
