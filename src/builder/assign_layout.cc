@@ -3,10 +3,11 @@
 // output internally), with layout changes only where a convolution stack meets NCHW-only nodes.
 //   1. Conv or NCHW kiln::FusedConv -> Transpose(X) -> FusedConv{layout="NHWC"} -> Transpose(Y),
 //      the filter reordered to KRSC at build; readers of Y are untouched.
-//   2. To a fixed point: Transpose pairs that cancel are bypassed; a transpose to NCHW moves down
-//      through nodes that compute the same in either layout (elementwise ops, global pools as
-//      ReduceMean/ReduceMax), where it meets the next stack's transpose and cancels; a transpose
-//      moving only dims of size 1 becomes a Reshape (a view, run as an alias).
+//   2. To a fixed point: Transpose pairs that cancel are bypassed and duplicate transposes of one
+//      value merged; a transpose to NCHW moves down through nodes that compute the same in either
+//      layout (elementwise ops, global pools as ReduceMean/ReduceMax), where it meets the next
+//      stack's transpose and cancels; a transpose moving only dims of size 1 becomes a Reshape (a
+//      view, run as an alias).
 // Runs after assign_precision (the dtypes it tests are final), on CUDA builds.
 #include <algorithm>
 #include <cstring>
@@ -46,10 +47,6 @@ const std::set<std::string>& layout_free_broadcast() {
 }
 
 bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
-bool is_graph_output(const ir::Graph& g, int v) {
-  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-}
 
 bool has_readers(const ir::Graph& g, int v) {
   for (const ir::Node& n : g.nodes) {
