@@ -96,7 +96,7 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
                      : precision == Precision::kFp16 ? "float16"
                                                      : "bfloat16";
   for (const LayerInfo& l : layers) {
-    if (l.op_type == "MatMul" || l.op_type == "Gemm" || l.op_type == "Conv") {
+    if (l.op_type == "MatMul" || l.op_type == "Gemm" || l.op_type == "Conv" || l.op_type == "FusedConv") {
       saw_math_layer = true;
       EXPECT_EQ(l.precision, want) << l.name << " [" << l.kernel << "]";
     }
@@ -191,13 +191,16 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       }
       EXPECT_EQ(np.workspace_slot >= 0, converts) << node.describe();
       with_workspace += np.workspace_slot >= 0;
-    } else if (np.impl == "cuda.cudnn.Conv") {
+    } else if (np.impl == "cuda.cudnn.Conv" || np.impl == "cuda.cudnn.FusedConv") {
       ++convs;
       EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << np.tactic;
       // The precision pass keeps the patch embedding's activations float16, which cuDNN reads as
-      // they are: nothing to convert, so no workspace.
+      // they are: nothing to convert. The layout pass made it a channels-last FusedConv, whose
+      // workspace is the zero bias of cuDNN's fused call where B is absent, and nothing else.
       EXPECT_EQ(p.graph.values[size_t(node.inputs[0])].dtype, DType::kFloat16) << node.describe();
-      EXPECT_EQ(np.workspace_slot, -1) << node.describe();
+      const bool no_bias = node.inputs.size() < 3 || node.inputs[2] < 0;
+      EXPECT_EQ(np.workspace_slot >= 0, np.impl == "cuda.cudnn.FusedConv" && no_bias) << node.describe();
+      EXPECT_EQ(np.layout, "NHWC") << node.describe();
     } else {
       EXPECT_EQ(np.workspace_slot, -1) << node.describe() << " [" << np.impl << "]";
     }
@@ -206,7 +209,7 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
               gemms, convs, with_workspace, gemms ? p.nodes[0].tactic.c_str() : "");
   EXPECT_GT(gemms, 0);
   EXPECT_EQ(convs, 1);
-  EXPECT_EQ(with_workspace, 0);
+  EXPECT_EQ(with_workspace, 0);  // GEMMs only: they read float16 as it is
 
   // Saved and loaded, the tactics come back and the engine runs batch 1 and 4 alike.
   auto loaded = Engine::deserialize(engine->serialize());
@@ -225,7 +228,7 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
 
   // An unknown tactic is refused at load, naming it.
   for (size_t n = 0; n < p.nodes.size(); ++n) {
-    if (p.nodes[n].impl != "cuda.cudnn.Conv" && p.nodes[n].impl != "cuda.cublaslt.MatMul") continue;
+    if (p.nodes[n].impl != "cuda.cudnn.FusedConv" && p.nodes[n].impl != "cuda.cublaslt.MatMul") continue;
     plan::Plan bad = p;
     bad.nodes[n].tactic = "algo=warp_drive";
     auto e = Engine::from_plan(std::move(bad));

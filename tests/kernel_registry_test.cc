@@ -232,8 +232,8 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   }
 }
 
-// The cuDNN convolution's tactic grammar: "algo=A" or "algo=A small=B below=N" (B for batches
-// under N, timed at the profile's min shapes). Anything else is refused naming the tactic, so an
+// The cuDNN convolution's tactic grammar: "algo=A [epilogue=separate] [small=B below=N]" (B for
+// batches under N, timed at the profile's min shapes). Anything else is refused naming the tactic, so an
 // edited plan cannot run an algorithm nobody chose. Asked through supports(), which builds the
 // kernel object without a GPU.
 TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
@@ -259,11 +259,14 @@ TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
     q.tactic = tactic;
     return impl->supports(q);
   };
-  for (const char* ok : {"", "algo=implicit_precomp_gemm", "algo=gemm small=implicit_gemm below=8"}) {
+  for (const char* ok : {"", "algo=implicit_precomp_gemm", "algo=gemm small=implicit_gemm below=8",
+                         "algo=gemm epilogue=separate", "algo=gemm epilogue=separate small=fft below=4"}) {
     EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).to_string();
   }
   for (const char* bad : {"algo=warp_drive", "algo=gemm small=fft", "algo=gemm below=8", "small=fft below=2",
-                          "algo=gemm small=fft below=x", "algo=gemm algo=fft", "algo=gemm  small=fft below=8"}) {
+                          "algo=gemm small=fft below=x", "algo=gemm algo=fft", "algo=gemm  small=fft below=8",
+                          "algo=gemm epilogue=fused", "epilogue=separate algo=gemm",
+                          "algo=gemm small=fft below=4 epilogue=separate"}) {
     Status st = check(bad);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find(bad), std::string::npos) << st.message();

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "backends/cuda/cuda_common.h"
 
@@ -42,11 +43,13 @@ const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
   return "unknown";
 }
 
-// A tactic: "algo=<name>", optionally followed by " small=<name> below=<N>": the algorithm for a
-// batch N under that bound (timed at the profile's min shapes where they differ from opt). The
-// math mode follows the node's precision.
+// A tactic: "algo=<name>", then optionally " epilogue=separate" (a FusedConv whose activation
+// cuDNN's fused call could apply runs the convolution and then its own epilogue pass instead) and
+// " small=<name> below=<N>" (the algorithm for a batch under N, timed at the profile's min shapes
+// where they differ from opt). The math mode follows the node's precision.
 struct ConvTactic {
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  bool separate = false;
   cudnnConvolutionFwdAlgo_t small = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   int64_t below = 0;  // 0: one algorithm for every batch
 };
@@ -60,7 +63,7 @@ StatusOr<cudnnConvolutionFwdAlgo_t> parse_algo(const std::string& name, const st
 StatusOr<ConvTactic> parse_tactic(const std::string& t) {
   ConvTactic c;
   if (t.empty()) return c;
-  bool has_algo = false, has_small = false;
+  bool has_algo = false, has_small = false, has_epilogue = false;
   size_t at = 0;
   while (at < t.size()) {
     size_t end = t.find(' ', at);
@@ -69,6 +72,8 @@ StatusOr<ConvTactic> parse_tactic(const std::string& t) {
     if (part.rfind("algo=", 0) == 0 && !has_algo) {
       KILN_ASSIGN_OR_RETURN(c.algo, parse_algo(part.substr(5), t));
       has_algo = true;
+    } else if (part == "epilogue=separate" && has_algo && !has_epilogue && !has_small) {
+      c.separate = has_epilogue = true;
     } else if (part.rfind("small=", 0) == 0 && !has_small) {
       KILN_ASSIGN_OR_RETURN(c.small, parse_algo(part.substr(6), t));
       has_small = true;
@@ -77,12 +82,12 @@ StatusOr<ConvTactic> parse_tactic(const std::string& t) {
       c.below = std::stoll(part.substr(6));
     } else {
       return invalid_argument("cuDNN convolution tactic '" + t +
-                              "' is not algo=<algorithm> [small=<algorithm> below=<batch>]");
+                              "' is not algo=<algorithm> [epilogue=separate] [small=<algorithm> below=<batch>]");
     }
   }
   if (!has_algo || has_small != (c.below > 0)) {
     return invalid_argument("cuDNN convolution tactic '" + t +
-                            "' is not algo=<algorithm> [small=<algorithm> below=<batch>]");
+                            "' is not algo=<algorithm> [epilogue=separate] [small=<algorithm> below=<batch>]");
   }
   return c;
 }
@@ -336,7 +341,8 @@ class ConvKernel final : public CudaKernel {
     algo_ = runs(want) ? want : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     // The fused call with no activation runs only IMPLICIT_PRECOMP_GEMM (cuDNN's rule); with ReLU
     // the recorded algorithm.
-    fused_call_ok_ = fused_ && (attrs_.act == ConvActivation::kRelu || attrs_.act == ConvActivation::kNone);
+    fused_call_ok_ = fused_ && !recorded_.separate &&
+                     (attrs_.act == ConvActivation::kRelu || attrs_.act == ConvActivation::kNone);
     fused_algo_ = attrs_.act == ConvActivation::kRelu ? algo_ : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
     if (fused_call_ok_ && !runs(fused_algo_)) fused_call_ok_ = false;
     key_.assign(x.shape.begin(), x.shape.end());
@@ -420,12 +426,71 @@ std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const K
   return out;
 }
 
-// The tactics: the algorithms that run in the node's math mode (for float16/bfloat16 tensors, on
-// their half descriptors, in the node's layout) within the library workspace, ranked by the time
-// cudnnFindConvolutionForwardAlgorithm measures on the GPU at the opt shapes; implicit_gemm
-// (which runs every shape) when there is no GPU or no answer, and always last. cuDNN's heuristic
-// ranking (cudnnGetConvolutionForwardAlgorithm_v7) is no measurement. The first tactic may add an
-// algorithm for small batches (see ConvTactic).
+StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q);
+
+// Device buffers for timing one convolution, freed together.
+class TimingBuffers {
+ public:
+  ~TimingBuffers() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
+    ptrs_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+// The kernel as the engine will run it under `tactic` (cuDNN's fused call or the convolution plus
+// the epilogue pass, and whatever cuDNN picks inside the algorithm for these shapes): the mean of
+// five runs after one that plans it, in ms; infinity where it does not run.
+double time_tactic(const KernelQuery& q, const std::string& tactic, std::span<const TensorView> in,
+                   const TensorView& y, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  KernelQuery tq = q;
+  tq.tactic = tactic;
+  auto kernel = make_conv(tq);
+  if (!kernel.ok()) return kNever;
+  (*kernel)->set_stream(s);
+  (*kernel)->set_workspace(workspace, workspace_bytes);
+  std::array<TensorView, 1> out{y};
+  if (!(*kernel)->execute(in, out).ok() || cudaStreamSynchronize(s) != cudaSuccess) {
+    cudaGetLastError();
+    return kNever;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, s);
+  bool ok = true;
+  for (int i = 0; i < 5 && ok; ++i) ok = (*kernel)->execute(in, out).ok();
+  cudaEventRecord(stop, s);
+  float ms = 0;
+  ok = ok && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGetLastError();
+  return ok ? double(ms) / 5 : kNever;
+}
+
+// The tactics, the default first. The candidates: the algorithms that run in the node's math mode
+// (for float16/bfloat16 tensors, on their half descriptors, in the node's layout) within the library
+// workspace, each with cuDNN's fused epilogue and with the separate one where a FusedConv's
+// activation allows both. From optimization level 1, each candidate is timed as the kernel runs it
+// (time_tactic) on zero-filled operands at the opt shapes, fastest first, and again at the min
+// shapes for a small-batch choice (see ConvTactic); float32 tensors computing in FP16/BF16 take
+// cudnnFindConvolutionForwardAlgorithm's ranking of the bare convolution. cuDNN's own ranking
+// alone misleads: on MobileNetV3 its fastest bare algorithm, run through the fused call, took the
+// pre-tensor-core implicit_convolve_sgemm or the grouped direct kernel (up to 980 us a layer).
+// implicit_gemm (which runs every shape) is always last.
 std::vector<std::string> conv_tactics(const KernelQuery& q) {
   std::vector<std::string> out;
   const ir::Value* xv = q.inputs.size() > 0 ? q.inputs[0] : nullptr;
@@ -437,24 +502,94 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
     cudnnHandle_t h = nullptr;
     return cudnnCreate(&h) == CUDNN_STATUS_SUCCESS ? h : nullptr;
   }();
-  if (handle && x && w && y && attrs.ok()) {
-    std::vector<cudnnConvolutionFwdAlgo_t> ranked = timed_algos(handle, q, *attrs, *x, *w, *y);
-    for (cudnnConvolutionFwdAlgo_t a : ranked) out.push_back(std::string("algo=") + algo_name(a));
-    // A profile whose min batch is smaller: the fastest there, for batches nearer min than opt
-    // (below their geometric mean), when it is another algorithm (timed: from level 1).
-    auto xm = q.min_shape(xv), ym = q.min_shape(yv);
-    if (q.optimization_level > 0 && !ranked.empty() && xm && ym && xm->size() == x->size() && (*xm)[0] < (*x)[0] && (*xm)[0] > 0) {
-      std::vector<cudnnConvolutionFwdAlgo_t> small = timed_algos(handle, q, *attrs, *xm, *w, *ym);
-      if (!small.empty() && small[0] != ranked[0]) {
-        auto below = int64_t(std::ceil(std::sqrt(double((*xm)[0]) * double((*x)[0]))));
-        out.insert(out.begin(), std::string("algo=") + algo_name(ranked[0]) + " small=" + algo_name(small[0]) +
-                                    " below=" + std::to_string(below));
-      }
+  const std::string fallback = "algo=implicit_gemm";
+  auto finish = [&] {
+    if (std::find(out.begin(), out.end(), fallback) == out.end()) out.push_back(fallback);
+    return out;
+  };
+  if (!handle || !x || !w || !y || !attrs.ok()) return finish();
+  std::vector<cudnnConvolutionFwdAlgo_t> ranked = timed_algos(handle, q, *attrs, *x, *w, *y);
+  const bool fusable = q.node.op_type == "FusedConv" &&
+                       (attrs->act == ConvActivation::kRelu || attrs->act == ConvActivation::kNone);
+  std::vector<std::string> candidates;
+  for (cudnnConvolutionFwdAlgo_t a : ranked) {
+    candidates.push_back(std::string("algo=") + algo_name(a));
+    if (fusable) candidates.push_back(candidates.back() + " epilogue=separate");
+  }
+  const DType t = q.input_dtype(0);
+  const MathMode mode = math_mode(q);
+  const bool measurable = q.optimization_level > 0 && !candidates.empty() &&
+                          (is_half_tensor(t) || (t == DType::kFloat32 && mode != MathMode::kFp16 &&
+                                                 mode != MathMode::kBf16));
+  if (!measurable) {
+    for (const auto& c : candidates) out.push_back(c);
+    return finish();
+  }
+  // Operands at the opt shapes (the min shapes fit in them), and a stream of the build's own.
+  static cudaStream_t stream = [] {
+    cudaStream_t st = nullptr;
+    return cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess ? st : nullptr;
+  }();
+  const size_t es = dtype_size(t);
+  TimingBuffers buffers;
+  std::vector<Shape> shapes(q.inputs.size());
+  std::vector<TensorView> in(q.inputs.size());
+  bool allocated = stream != nullptr;
+  for (size_t i = 0; i < q.inputs.size() && allocated; ++i) {
+    if (!q.inputs[i]) continue;
+    auto shape = i == 3 ? y : q.opt_shape(q.inputs[i]);
+    if (!shape) {
+      allocated = false;
+      break;
+    }
+    shapes[i] = *shape;
+    in[i] = TensorView{buffers.alloc(size_t(shape_numel(*shape)) * es), t, shapes[i]};
+    allocated = in[i].data != nullptr;
+  }
+  Shape y_shape = *y;
+  TensorView y_view{allocated ? buffers.alloc(size_t(shape_numel(*y)) * es) : nullptr, t, y_shape};
+  const size_t ws_bytes = workspace_piece(size_t((*w)[0]) * es);
+  void* ws = allocated ? buffers.alloc(ws_bytes) : nullptr;
+  if (!allocated || !y_view.data || !ws) {
+    for (const auto& c : candidates) out.push_back(c);
+    return finish();
+  }
+  std::vector<std::pair<double, std::string>> timed;
+  for (const auto& c : candidates) timed.emplace_back(time_tactic(q, c, in, y_view, ws, ws_bytes, stream), c);
+  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [ms, c] : timed) {
+    if (ms < std::numeric_limits<double>::infinity()) out.push_back(c);
+  }
+  // A profile whose min batch is smaller: the fastest algorithm there (with the epilogue chosen at
+  // opt), for batches nearer min than opt (below their geometric mean), when it is another one.
+  auto xm = q.min_shape(xv), ym = q.min_shape(yv);
+  if (!out.empty() && xm && ym && xm->size() == x->size() && (*xm)[0] < (*x)[0] && (*xm)[0] > 0) {
+    const std::string best = out.front();
+    const bool separate = best.find(" epilogue=separate") != std::string::npos;
+    std::vector<Shape> min_shapes = shapes;
+    std::vector<TensorView> min_in = in;
+    min_shapes[0] = *xm;
+    min_in[0].shape = min_shapes[0];
+    if (min_in.size() > 3 && present(min_in[3])) {
+      min_shapes[3] = *ym;
+      min_in[3].shape = min_shapes[3];
+    }
+    Shape ym_shape = *ym;
+    TensorView ym_view{y_view.data, t, ym_shape};
+    double best_ms = std::numeric_limits<double>::infinity();
+    std::string small;
+    for (cudnnConvolutionFwdAlgo_t a : ranked) {
+      std::string c = std::string("algo=") + algo_name(a) + (separate ? " epilogue=separate" : "");
+      double ms = time_tactic(q, c, min_in, ym_view, ws, ws_bytes, stream);
+      if (ms < best_ms) best_ms = ms, small = algo_name(a);
+    }
+    const std::string best_algo = best.substr(5, best.find(' ') == std::string::npos ? std::string::npos : best.find(' ') - 5);
+    if (!small.empty() && small != best_algo) {
+      auto below = int64_t(std::ceil(std::sqrt(double((*xm)[0]) * double((*x)[0]))));
+      out.insert(out.begin(), best + " small=" + small + " below=" + std::to_string(below));
     }
   }
-  const std::string fallback = "algo=implicit_gemm";
-  if (std::find(out.begin(), out.end(), fallback) == out.end()) out.push_back(fallback);
-  return out;
+  return finish();
 }
 
 // The workspace: FP16/BF16 copies of float32 x, y and a filter computed at run time (none for
