@@ -139,12 +139,15 @@ ir::Graph randomized(const std::string& text) {
 }
 
 // assign_layout on `g` with float32 convolutions accepted; the nodes named in `refuse` are not
-// supported by the backend.
-ir::Graph layout(ir::Graph g, std::set<std::string> refuse = {}, bool convert_float32 = true) {
+// supported by the backend. Channel padding is off unless asked for: these graphs' 4 channels
+// would each get a Pad (ChannelsNoMultipleOfEightArePadded tests it).
+ir::Graph layout(ir::Graph g, std::set<std::string> refuse = {}, bool convert_float32 = true,
+                 bool pad_channels = false) {
   auto supports = [&](const ir::Node& n, const std::vector<const ir::Value*>&,
                       const std::vector<const ir::Value*>&) { return !refuse.count(n.name); };
-  Status st = builder::assign_layout(&g, supports,
-                                     builder::LayoutOptions{.convert_float32 = convert_float32});
+  Status st = builder::assign_layout(
+      &g, supports,
+      builder::LayoutOptions{.convert_float32 = convert_float32, .pad_channels = pad_channels});
   EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
   return g;
@@ -451,4 +454,35 @@ TEST(AssignLayout, UnitSpatialHopsBecomeReshapes) {
 }
 
 }  // namespace
+// An RGB stem: 3 input channels become 8 (a Pad of the NHWC input, zero filter channels), which
+// computes the same; a depthwise convolution (group = C) is left alone.
+const char* kStem = R"(graph g(%x: float32[n, 3, 9, 9]) -> (%y: float32[n, 6, 5, 5]) {
+  opset ai.onnx 17
+  %w1: float32[6, 3, 3, 3] = dense<0.1>
+  %b1: float32[6] = dense<0.1>
+  %w2: float32[6, 1, 3, 3] = dense<0.1>
+  %c1: float32[n, 6, 5, 5] = Conv(%x, %w1, %b1) {pads=[1, 1, 1, 1], strides=[2, 2]}  # stem
+  %r1: float32[n, 6, 5, 5] = Relu(%c1)  # relu
+  %y: float32[n, 6, 5, 5] = Conv(%r1, %w2) {group=6, pads=[1, 1, 1, 1]}  # depthwise
+}
+)";
+
+TEST(AssignLayout, ChannelsNoMultipleOfEightArePadded) {
+  ir::Graph original = randomized(kStem);
+  ir::Graph g = layout(original, {}, true, /*pad_channels=*/true);
+  auto pads = nodes_of(g, "Pad");
+  ASSERT_EQ(pads.size(), 1u) << ir::to_text(g);
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pads[0]->outputs[0])].shape), "[n, 9, 9, 8]");
+  auto convs = nodes_of(g, "FusedConv");
+  ASSERT_EQ(convs.size(), 2u);
+  EXPECT_EQ(convs[0]->inputs[0], pads[0]->outputs[0]);
+  const Tensor& w = *g.values[size_t(convs[0]->inputs[1])].constant;
+  ASSERT_EQ(w.shape(), (Shape{6, 3, 3, 8}));
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (i % 8 >= 3) EXPECT_EQ(w.float_at(i), 0.0) << i;
+  }
+  EXPECT_EQ(g.values[size_t(convs[1]->inputs[1])].constant->shape(), (Shape{6, 3, 3, 1}));
+  expect_same_outputs(original, g, {2, 3, 9, 9});
+}
+
 }  // namespace kiln::testing

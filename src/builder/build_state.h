@@ -52,8 +52,11 @@ Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
 // kernels are faster channels last; tests take float32 ones too, to check against the CPU
 // reference.
+// pad_channels: input channels no multiple of 8 are zero-padded up to one (cuDNN's tensor-core
+// kernels need it); tests of the transposes' placement turn it off to keep their graphs small.
 struct LayoutOptions {
   bool convert_float32 = false;
+  bool pad_channels = true;
 };
 Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptions& options);
 
