@@ -57,10 +57,14 @@ def main():
             lines.append(f"| {model} | {batch} | {fmt(k16)} | {fmt(k32)} | {fmt(eager)} | "
                          f"{fmt(best[1]) + ' (' + best[0] + ')' if best else '-'} | {ratio} | {thr} |")
     if builds:
-        lines += ["", "Engine builds (kiln CLI, this run):", "", "| model | precision | build s | activation memory |",
-                  "|---|---|---|---|"]
+        lines += ["", "Engine builds (kiln CLI, this run): the first build times the tactics and writes "
+                  "`--timingCacheFile`; the second reads it.", "",
+                  "| model | precision | build s | rebuild with the timing cache s | byte-identical | "
+                  "activation memory |", "|---|---|---|---|---|---|"]
         for (model, prec), r in sorted(builds.items()):
-            lines.append(f"| {model} | {prec} | {r.get('build_s', '-')} | {r.get('activation', '-')} |")
+            same = {True: "yes", False: "NO"}.get(r.get("identical"), "-")
+            lines.append(f"| {model} | {prec} | {r.get('build_s', '-')} | {r.get('cached_build_s', '-')} | {same} | "
+                         f"{r.get('activation', '-')} |")
     errors = [r for r in torch_rows if "error" in r]
     if errors:
         lines += ["", "PyTorch modes that failed: " + "; ".join(f"{r['model']} b{r['batch']} {r['mode']}: {r['error']}"

@@ -28,16 +28,26 @@ for m in $MODELS; do
   read -r input shape < <(python3 -c "import json;j=json.load(open('$DIR/$m.json'));print(j['input'],'x'.join(map(str,j['shape'])))")
   for prec in fp16 tf32; do
     engine=$DIR/$m.$prec.kiln
+    cache=$DIR/$m.$prec.timing-cache
+    rm -f "$cache"
     flags=(--onnx="$DIR/$m.onnx" --device=cuda --minShapes="$input:1x$shape" --optShapes="$input:64x$shape"
-           --maxShapes="$input:64x$shape" --saveEngine="$engine")
+           --maxShapes="$input:64x$shape" --timingCacheFile="$cache")
     [ $prec = fp16 ] && flags+=(--fp16)
+    # Built twice: the first build times the tactics and writes the timing cache, the second reads
+    # it; the report gives both build times and whether the two engine files are byte-identical.
     t0=$(date +%s.%N)
-    if ! "$KILN" build "${flags[@]}" >"$LOG/build.$m.$prec.log" 2>&1; then
+    if ! "$KILN" build "${flags[@]}" --saveEngine="$engine" >"$LOG/build.$m.$prec.log" 2>&1; then
       echo "kiln build $m $prec FAILED: $(tail -3 "$LOG/build.$m.$prec.log")" | tee -a "$LOG/perf.log"; continue
     fi
     secs=$(python3 -c "import time;print(round(time.time()-$t0,1))")
+    t0=$(date +%s.%N)
+    "$KILN" build "${flags[@]}" --saveEngine="$engine.cached" >"$LOG/build.$m.$prec.cached.log" 2>&1
+    cached_secs=$(python3 -c "import time;print(round(time.time()-$t0,1))")
+    identical=false
+    cmp -s "$engine" "$engine.cached" && identical=true
     act=$("$KILN" inspect "$engine" 2>/dev/null | grep -m1 -i "activation memory" | sed 's/^ *//')
-    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"build_s\": $secs, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    echo "kiln $m $prec: built in $secs s, again with the timing cache in $cached_secs s, engines identical: $identical" | tee -a "$LOG/perf.log"
     for b in 1 64; do
       "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$shape" --useCudaGraph --noDataTransfers \
         --iterations="$ITERS" --warmUp=500 --exportTimes="$LOG/kiln.$m.$prec.b$b.json" >"$LOG/bench.$m.$prec.b$b.log" 2>&1 \
