@@ -201,6 +201,7 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       const bool no_bias = node.inputs.size() < 3 || node.inputs[2] < 0;
       EXPECT_EQ(np.workspace_slot >= 0, np.impl == "cuda.cudnn.FusedConv" && no_bias) << node.describe();
       EXPECT_EQ(np.layout, "NHWC") << node.describe();
+      EXPECT_EQ(engine->layers()[n].layout, "NHWC") << node.describe();  // kiln inspect's column
     } else {
       EXPECT_EQ(np.workspace_slot, -1) << node.describe() << " [" << np.impl << "]";
     }

@@ -38,6 +38,7 @@ struct LayerInfo {
   std::string tactic;     // its tactic parameters; empty when it has none
   std::string precision;  // what the kernel computes in ("float32", "tf32", "float16", "int64")
   std::string alias_of;   // for an alias: the tensor whose bytes its output is
+  std::string layout;     // "NHWC" for a channels-last layer (assign_layout); empty: ONNX's layout
 };
 
 // Receives output buffers whose size is only known once input shapes are (TensorRT's

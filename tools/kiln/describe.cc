@@ -2,6 +2,7 @@
 // Engine API; nothing is recomputed.
 #include "describe.h"
 
+#include <algorithm>
 #include <map>
 
 #include "engine_source.h"
@@ -77,14 +78,17 @@ std::string describe_layers(const Engine& engine, bool each) {
       wk = std::max(wk, l.kernel.size());
     }
     wn = std::min<size_t>(wn, 48);
+    // A layout column only where some layer computes channels last (CUDA FP16/BF16 convolutions).
+    const bool layouts = std::any_of(layers.begin(), layers.end(), [](const auto& l) { return !l.layout.empty(); });
     s += "  " + pad("#", 5) + pad("node", wn + 2) + pad("op", wo + 2) + pad("kernel", wk + 2) +
-         pad("precision", 11) + "tactic\n";
+         pad("precision", 11) + (layouts ? pad("layout", 8) : "") + "tactic\n";
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto& l = layers[i];
       // A view runs nothing: its output is another tensor's bytes, which the table names.
       std::string tactic = !l.alias_of.empty() ? "view of " + l.alias_of : l.tactic;
       std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
-                         pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) + tactic;
+                         pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) +
+                         (layouts ? pad(l.layout.empty() ? "-" : l.layout, 8) : "") + tactic;
       while (!line.empty() && line.back() == ' ') line.pop_back();
       s += line + "\n";
     }
@@ -167,6 +171,7 @@ void engine_json(JsonWriter& j, const Engine& engine) {
         l.kernel);
     j.key("tactic").value(l.tactic);
     if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
+    if (!l.layout.empty()) j.key("layout").value(l.layout);
     j.key("precision").value(l.precision).end_object();
   }
   j.end_array();
