@@ -558,6 +558,26 @@ TEST_F(CliTest, TrtexecRunAndBenchFlagsHaveTheirEffect) {
   EXPECT_FALSE(contains(r.out, "p90")) << r.out;
   EXPECT_TRUE(contains(read_file(path("tr_times.json")), "\"p95\": "))
       << read_file(path("tr_times.json"));
+  // --dumpProfile / --exportProfile: a profiled pass after the timed runs, one row per layer that
+  // runs (inspect --json lists the layers; aliases run nothing), trtexec's JSON form.
+  auto profiled = kiln_cli("bench --loadEngine=" + path("tr.kiln") + " --iterations=4 --warmUp=0 --dumpProfile " +
+                           "--separateProfileRun --exportProfile=" + path("tr_profile.json"));
+  ASSERT_EQ(profiled.code, 0) << profiled.out;
+  EXPECT_TRUE(contains(profiled.out, "layer profile (4 runs, a sync per run")) << profiled.out;
+  EXPECT_TRUE(contains(profiled.out, "Time(ms)") && contains(profiled.out, "Time(%)")) << profiled.out;
+  auto layers = kiln_cli("inspect --json " + path("tr.kiln"));
+  ASSERT_EQ(layers.code, 0) << layers.out;
+  const std::string profile = read_file(path("tr_profile.json"));
+  EXPECT_TRUE(contains(profile, "[{\"count\": 4}")) << profile;
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  const size_t running = count(layers.out, "\"kernel\": \"cpu.");
+  EXPECT_GT(running, 0u) << layers.out;
+  EXPECT_EQ(count(profile, "\"averageMs\": "), running) << profile;
+  EXPECT_EQ(count(profile, "\"percentage\": "), running) << profile;
   size_t line = r.out.find("trace averages of 2 runs (ms): ");
   ASSERT_NE(line, std::string::npos);
   std::string values = r.out.substr(line, r.out.find('\n', line) - line);
@@ -583,11 +603,11 @@ TEST_F(CliTest, TrtexecFlagsKilnLacksAreRefusedWithAReason) {
            {"bench" + e + " --staticPlugins=libfoo.so", "kiln loads no plugin libraries"},
            {"build" + m + " --int8 --calib=calib.cache", "reads no calibration cache"},
            {"run" + e + " --useDLACore=0", "kiln has no DLA backend"},
-           {"bench" + e + " --separateProfileRun", "no per-layer profiler"},
+           {"run" + e + " --separateProfileRun", "per-layer profiles come from kiln bench"},
            {"bench" + e + " --streams=2", "one execution context on one stream"},
            {"bench" + e + " --threads", "one execution context on one stream"},
            {"bench" + e + " --useSpinWait", "no spin-wait"},
-           {"bench" + e + " --exportProfile=p.json", "no per-layer profiler"},
+           {"run" + e + " --exportProfile=p.json", "per-layer profiles come from kiln bench"},
            {"build" + m + " --exportLayerInfo=l.json", "kiln inspect --json ENGINE > FILE"},
            {"build" + m + " --fp8", "no FP8 kernels"},
            {"build" + m + " --stronglyTyped", "no strongly typed mode"},

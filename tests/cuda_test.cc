@@ -324,6 +324,16 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
     EXPECT_EQ(fused, 7) << precision_name(p);
     auto ctx = engine->create_execution_context();
     ASSERT_TRUE(ctx.ok());
+    // The layer profiler on CUDA (events around each kernel): every layer reported, none free.
+    struct Recorder final : Profiler {
+      std::vector<double> ms;
+      void report_layer_time(const std::string&, double t) override { ms.push_back(t); }
+    } recorder;
+    (*ctx)->set_profiler(&recorder);
+    ASSERT_TRUE((*ctx)->run({{"x", random_f32({3, 16, 8, 8}, 99)}}).ok());
+    (*ctx)->set_profiler(nullptr);
+    EXPECT_EQ(recorder.ms.size(), engine->layers().size());
+    for (double t : recorder.ms) EXPECT_GT(t, 0.0);
     for (int64_t batch : {1, 3}) {
       Tensor x = random_f32({batch, 16, 8, 8}, 100 + uint64_t(batch));
       auto want = (*cpu_ctx)->run({{"x", x}});

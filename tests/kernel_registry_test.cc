@@ -101,6 +101,39 @@ TEST(Views, ReshapeAndFlattenAreAliasesThatRunNothing) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(y.float_at(i), std::max(0.0, x.float_at(i))) << i;
 }
 
+// A profiler set on a context hears every layer that runs, once per run, in execution order, and
+// never an alias (a view runs nothing); unset, it hears nothing more.
+TEST(Profiler, ReportsEveryLayerThatRunsOncePerRunInOrder) {
+  auto engine = Builder().build(view_network(false), n_profile());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  struct Recorder final : Profiler {
+    std::vector<std::pair<std::string, double>> reports;
+    void report_layer_time(const std::string& layer, double ms) override { reports.emplace_back(layer, ms); }
+  } recorder;
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  (*ctx)->set_profiler(&recorder);
+  Tensor x = make_f32({2, 6}, {-1, 2, -3, 4, -5, 6, 7, -8, 9, -10, 11, -12});
+  for (int run = 0; run < 3; ++run) {
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(out->at("y").float_at(1), 2.0);  // profiling changes no result
+  }
+  std::vector<std::string> running;
+  for (const LayerInfo& l : engine->layers()) {
+    if (l.kernel != "alias") running.push_back(l.name);
+  }
+  ASSERT_EQ(running.size(), 2u);  // Relu and the copying Flatten; the Reshape is an alias
+  ASSERT_EQ(recorder.reports.size(), 3 * running.size());
+  for (size_t k = 0; k < recorder.reports.size(); ++k) {
+    EXPECT_EQ(recorder.reports[k].first, running[k % running.size()]) << k;
+    EXPECT_GE(recorder.reports[k].second, 0.0) << k;
+  }
+  (*ctx)->set_profiler(nullptr);
+  ASSERT_TRUE((*ctx)->run({{"x", x}}).ok());
+  EXPECT_EQ(recorder.reports.size(), 3 * running.size());
+}
+
 TEST(Views, AViewWhoseOutputIsAnEngineOutputCopies) {
   auto engine = Builder().build(view_network(true), n_profile());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -141,6 +142,24 @@ class Backend {
   virtual StatusOr<void*> end_capture(void* stream) const { return unsupported("graph capture"); }
   virtual Status launch_graph(void* graph, void* stream) const { return unsupported("graph capture"); }
   virtual void destroy_graph(void* graph) const {}
+  // Per-layer timing (ExecutionContext::set_profiler): a marker recorded on `stream` passes once the
+  // work enqueued before it has run; marker_elapsed_ms is the time between two markers that have
+  // both passed (the caller synchronizes first). The CPU's markers are clock readings, its kernels
+  // running as they are enqueued.
+  virtual StatusOr<void*> create_marker() const {
+    return static_cast<void*>(new std::chrono::steady_clock::time_point());
+  }
+  virtual Status record_marker(void* marker, void* stream) const {
+    *static_cast<std::chrono::steady_clock::time_point*>(marker) = std::chrono::steady_clock::now();
+    return ok_status();
+  }
+  virtual StatusOr<double> marker_elapsed_ms(void* from, void* to) const {
+    using T = std::chrono::steady_clock::time_point;
+    return std::chrono::duration<double, std::milli>(*static_cast<T*>(to) - *static_cast<T*>(from)).count();
+  }
+  virtual void destroy_marker(void* marker) const {
+    delete static_cast<std::chrono::steady_clock::time_point*>(marker);
+  }
   // How many constant tensors this backend has converted or re-laid out for kernels' prepared
   // state in this process (tests use it to show that weights are prepared once, not per context).
   virtual uint64_t weights_prepared() const { return 0; }

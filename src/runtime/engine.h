@@ -101,6 +101,14 @@ class Builder {
   Device device_;
 };
 
+// Receives each layer's time after a run with it set (TensorRT's IProfiler). Layers are the engine's
+// layers() in order, by name; aliases (views that run nothing) are not reported.
+class Profiler {
+ public:
+  virtual ~Profiler() = default;
+  virtual void report_layer_time(const std::string& layer, double ms) = 0;
+};
+
 class ExecutionContext {
  public:
   ~ExecutionContext();
@@ -138,6 +146,11 @@ class ExecutionContext {
   };
   void set_time_phases(bool on) { time_phases_ = on; }
   const RunTiming& last_run_timing() const { return last_timing_; }
+  // Per-layer times: with a profiler set, every run reports each layer's time to it once the run
+  // has finished. Such runs use no CUDA graph and synchronize their stream (enqueue() too): the
+  // times are per layer, at the cost of the overlap and launch savings. nullptr turns it off.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+  Profiler* profiler() const { return profiler_; }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
   size_t arena_bytes() const { return arena_capacity_; }
 
@@ -148,6 +161,7 @@ class ExecutionContext {
   Status resolve();
   Status check_io_addresses();
   Status enqueue_kernels(void* stream);
+  Status report_layer_times(void* stream);
   Status run_on_device(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>* outputs);
   StatusOr<int> io_index(const std::string& name) const;
 
@@ -178,6 +192,8 @@ class ExecutionContext {
   size_t io_device_capacity_ = 0;
   bool use_graph_ = false;
   bool time_phases_ = false;
+  Profiler* profiler_ = nullptr;
+  std::vector<void*> markers_;  // a marker before the first layer and after each (set_profiler)
   RunTiming last_timing_;
   void* graph_ = nullptr;
   std::vector<int64_t> graph_key_;

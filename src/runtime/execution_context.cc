@@ -116,6 +116,7 @@ ExecutionContext::~ExecutionContext() {
   if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
   kernels_.clear();
   if (graph_) b->destroy_graph(graph_);
+  for (void* m : markers_) b->destroy_marker(m);
   if (arena_) b->deallocate(arena_);
   if (io_device_) b->deallocate(io_device_);
   if (sym_host_) b->deallocate_host(sym_host_);
@@ -422,9 +423,19 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     if (p.values[v].storage == plan::Storage::kAlias) return address(p.values[v].alias_of);
     return address(v);
   };
+  if (profiler_) {
+    while (markers_.size() < g.nodes.size() + 1) {
+      KILN_ASSIGN_OR_RETURN(void* m, backend->create_marker());
+      markers_.push_back(m);
+    }
+    KILN_RETURN_IF_ERROR(backend->record_marker(markers_[0], stream));
+  }
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
-    if (!kernels_[n]) continue;  // an alias
+    if (!kernels_[n]) {  // an alias
+      if (profiler_) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[n + 1], stream));
+      continue;
+    }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] >= 0) node_in_[n][i].data = resolve_address(node.inputs[i]);
     }
@@ -437,6 +448,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     }
     Status st = kernels_[n]->execute(node_in_[n], node_out_[n]);
     if (!st.ok()) return st.with_context(node.describe() + " [" + kernels_[n]->name() + "]");
+    if (profiler_) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[n + 1], stream));
   }
   // Outputs no node writes (a constant, an input, a shape formula) are copied to their buffers.
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
@@ -466,6 +478,10 @@ Status ExecutionContext::enqueue(void* stream) {
     kernel_stream_ = stream;
   }
   const backends::Backend* backend = data_->backend;
+  if (profiler_) {
+    KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
+    return report_layer_times(stream);
+  }
   if (!use_graph_ || backend->host_accessible()) return enqueue_kernels(stream);
   // A graph bakes in shapes and addresses: its key is both.
   std::vector<int64_t> key;
@@ -494,6 +510,20 @@ Status ExecutionContext::enqueue(void* stream) {
   }
   graph_ = *graph;
   graph_key_ = std::move(key);
+  return ok_status();
+}
+
+// After a profiled enqueue_kernels: waits for the run, then reports each kernel's time (between
+// the markers before and after it).
+Status ExecutionContext::report_layer_times(void* stream) {
+  const backends::Backend* backend = data_->backend;
+  KILN_RETURN_IF_ERROR(backend->synchronize(stream));
+  const ir::Graph& g = data_->plan.graph;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (!kernels_[n]) continue;
+    KILN_ASSIGN_OR_RETURN(double ms, backend->marker_elapsed_ms(markers_[n], markers_[n + 1]));
+    profiler_->report_layer_time(g.nodes[n].name, ms);
+  }
   return ok_status();
 }
 

@@ -313,6 +313,69 @@ int bench_command(const Argv& argv) {
         h2d.size(), phase_median.h2d_ms, phase_median.compute_ms, phase_median.d2h_ms);
   }
 
+  // --dumpProfile / --exportProfile: per-layer times from a separate pass after the timed runs (a
+  // profiled run uses no CUDA graph and synchronizes), so the latency above is never perturbed:
+  // trtexec's --separateProfileRun, always.
+  const auto export_profile = args->get("exportProfile");
+  if (args->has("dumpProfile") || export_profile) {
+    struct Collect final : Profiler {
+      std::vector<std::string> names;
+      std::vector<std::vector<double>> ms;  // per layer, one time per profiled run
+      size_t cursor = 0;
+      void report_layer_time(const std::string& layer, double t) override {
+        if (cursor == names.size()) names.push_back(layer), ms.emplace_back();
+        ms[cursor++].push_back(t);
+      }
+    } profile;
+    ctx.set_profiler(&profile);
+    const size_t runs = std::clamp<size_t>(times.size(), 1, 100);
+    for (size_t k = 0; k < runs; ++k) {
+      profile.cursor = 0;
+      Status st = run_once();
+      if (!st.ok()) {
+        ctx.set_profiler(nullptr);
+        return report("bench", failure(st, "running the engine with the layer profiler"));
+      }
+    }
+    ctx.set_profiler(nullptr);
+    double all = 0;
+    std::vector<double> total(profile.names.size(), 0), med(profile.names.size(), 0);
+    for (size_t l = 0; l < profile.names.size(); ++l) {
+      std::vector<double> v = profile.ms[l];
+      for (double t : v) total[l] += t;
+      std::sort(v.begin(), v.end());
+      med[l] = v.empty() ? 0 : v[v.size() / 2];
+      all += total[l];
+    }
+    const double n_runs = double(runs);
+    if (args->has("dumpProfile")) {
+      std::printf("layer profile (%zu runs, a sync per run, no CUDA graph; the sum of layer times is %.4g ms a "
+                  "run):\n",
+                  runs, all / n_runs);
+      std::printf("  %10s %10s %10s %8s  %s\n", "Time(ms)", "Avg.(ms)", "Median(ms)", "Time(%)", "Layer");
+      for (size_t l = 0; l < profile.names.size(); ++l) {
+        std::printf("  %10.4g %10.4g %10.4g %8.2f  %s\n", total[l], total[l] / n_runs, med[l],
+                    all > 0 ? 100 * total[l] / all : 0.0, profile.names[l].c_str());
+      }
+    }
+    if (export_profile) {
+      // trtexec's --exportProfile form: a count, then one object per layer.
+      JsonWriter j;
+      j.begin_array();
+      j.begin_object().key("count").value(int64_t(runs)).end_object();
+      for (size_t l = 0; l < profile.names.size(); ++l) {
+        j.begin_object().key("name").value(profile.names[l]).key("timeMs").value(total[l]);
+        j.key("averageMs").value(total[l] / n_runs).key("medianMs").value(med[l]);
+        j.key("percentage").value(all > 0 ? 100 * total[l] / all : 0.0).end_object();
+      }
+      j.end_array();
+      std::ofstream out(*export_profile);
+      out << j.str() << "\n";
+      if (!out) return report("bench", failure("cannot write '" + *export_profile + "'"));
+      std::printf("layer profile written to %s\n", export_profile->c_str());
+    }
+  }
+
   if (auto path = args->get("exportTimes")) {
     JsonWriter j;
     j.begin_object();

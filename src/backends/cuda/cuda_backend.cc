@@ -228,6 +228,25 @@ class CudaBackend final : public Backend {
   void destroy_graph(void* graph) const override {
     if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
+  StatusOr<void*> create_marker() const override {
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreate(&e), "creating a layer-timing event");
+    return static_cast<void*>(e);
+  }
+  Status record_marker(void* marker, void* stream) const override {
+    KILN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(marker), static_cast<cudaStream_t>(stream)),
+                    "recording a layer-timing event");
+    return ok_status();
+  }
+  StatusOr<double> marker_elapsed_ms(void* from, void* to) const override {
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)),
+                    "reading layer-timing events");
+    return double(ms);
+  }
+  void destroy_marker(void* marker) const override {
+    if (marker) cudaEventDestroy(static_cast<cudaEvent_t>(marker));
+  }
 
  private:
 };
