@@ -218,6 +218,27 @@ std::vector<HostileCase> hostile_cases() {
          return m;
        },
        StatusCode::kInvalidModel, {"graph input 'x'", "overflows"}},
+      {"ConstantOfShape whose output size overflows",
+       [] {
+         ModelProto m = make_model();
+         GraphProto* g = m.mutable_graph();
+         *g->add_initializer() = int64_tensor("s", {2}, {int64_t(1) << 40, int64_t(1) << 40});
+         add_node(g, "ConstantOfShape", {"s"}, {"y"}, "hostile");
+         add_output(g, "y");
+         return m;
+       },
+       StatusCode::kInvalidModel, {"hostile", "output 'y'", "overflows"}},
+      {"Expand whose output size overflows",
+       [] {
+         return one_node("Expand", {"x", "s"},
+                         {int64_tensor("s", {4}, {int64_t(1) << 40, int64_t(1) << 30, 1, 1})});
+       },
+       StatusCode::kInvalidModel, {"hostile", "output 'y'", "overflows"}},
+      {"Tile whose output size overflows",
+       [] {
+         return one_node("Tile", {"x", "r"}, {int64_tensor("r", {2}, {int64_t(1) << 40, int64_t(1) << 30})});
+       },
+       StatusCode::kInvalidModel, {"hostile", "overflows"}},
       {"graph input with a negative dim",
        [] {
          ModelProto m = one_node("Relu", {"x"});
@@ -306,8 +327,8 @@ TEST(FrontendHostile, OmittedRequiredInputOfEveryOp) {
   EXPECT_GE(checked, 100);
 }
 
-// The boundaries the checks must not refuse: a [2^40, 1] input is a valid static shape that must
-// not be materialized (folded) at build time, and Slice's INT64_MIN/INT64_MAX clamp to the axis.
+// A [2^40, 1] input is a valid static shape: the checks must not refuse it, and folding must not
+// materialize the 4 TiB ConstantOfShape of its shape at build time.
 TEST(FrontendHostile, HugeButValidShapesBuildWithoutMaterializing) {
   ModelProto m = make_model();
   GraphProto* g = m.mutable_graph();
@@ -325,6 +346,8 @@ TEST(FrontendHostile, HugeButValidShapesBuildWithoutMaterializing) {
   EXPECT_EQ(*shape, (Shape{int64_t(1) << 40, 1}));
 }
 
+// INT64_MIN and INT64_MAX starts and ends are valid ONNX ("from the very end"): the range checks
+// must clamp them to the axis, forward on axis 0 and backward on axis 1, not refuse them.
 TEST(FrontendHostile, SliceWithExtremeStartsAndEndsClamps) {
   ModelProto m = one_node("Slice", {"x", "s", "e", "a", "st"},
                           {int64_tensor("s", {2}, {kMin64, kMax64}),
@@ -335,6 +358,16 @@ TEST(FrontendHostile, SliceWithExtremeStartsAndEndsClamps) {
   auto shape = engine->tensor_shape("y");
   ASSERT_TRUE(shape.ok()) << shape.status().to_string();
   EXPECT_EQ(*shape, (Shape{3, 4}));
+  std::vector<float> x(12);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  auto out = (*ctx)->run({{"x", Tensor::from_vector<float>(DType::kFloat32, {3, 4}, x)}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = out->at("y").data_as<float>();
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(y[r * 4 + c], x[size_t(r * 4 + 3 - c)]) << r << "," << c;
+  }
 }
 
 }  // namespace
