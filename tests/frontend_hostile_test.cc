@@ -99,7 +99,8 @@ std::vector<HostileCase> hostile_cases() {
          add_output(m.mutable_graph(), "y");
          return m;
        },
-       StatusCode::kInvalidModel, {"graph output 'y'", "listed twice"}},
+       StatusCode::kInvalidModel,
+       {"graph output 'y'", "listed twice"}},
       {"graph input listed twice as an output",
        [] {
          ModelProto m = one_node("Relu", {"x"});
@@ -107,29 +108,38 @@ std::vector<HostileCase> hostile_cases() {
          add_output(m.mutable_graph(), "x");
          return m;
        },
-       StatusCode::kInvalidModel, {"graph output 'x'", "listed twice"}},
+       StatusCode::kInvalidModel,
+       {"graph output 'x'", "listed twice"}},
       {"two producers of one value",
        [] {
          ModelProto m = one_node("Relu", {"x"});
          add_node(m.mutable_graph(), "Neg", {"x"}, {"y"}, "second");
          return m;
        },
-       StatusCode::kInvalidModel, {"'y'", "second"}},
+       StatusCode::kInvalidModel,
+       {"'y'", "second"}},
       {"a node output redefines a graph input",
        [] {
          ModelProto m = one_node("Relu", {"x"});
          add_node(m.mutable_graph(), "Neg", {"y"}, {"x"}, "shadow");
          return m;
        },
-       StatusCode::kInvalidModel, {"'x'", "shadow"}},
+       StatusCode::kInvalidModel,
+       {"'x'", "shadow"}},
       {"a node output redefines an initializer",
        [] {
-         ModelProto m = one_node("Add", {"x", "b"}, {raw_tensor<float>("b", TensorProto::FLOAT, {1}, {1})});
+         ModelProto m =
+             one_node("Add", {"x", "b"}, {raw_tensor<float>("b", TensorProto::FLOAT, {1}, {1})});
          add_node(m.mutable_graph(), "Neg", {"x"}, {"b"}, "shadow");
          return m;
        },
-       StatusCode::kInvalidModel, {"'b'", "shadow"}},
-      {"dangling input", [] { return one_node("Add", {"x", "ghost"}); }, StatusCode::kInvalidModel,
+       StatusCode::kInvalidModel,
+       {"'b'", "shadow"}},
+      {"dangling input",
+       [] {
+         return one_node("Add", {"x", "ghost"});
+       },
+       StatusCode::kInvalidModel,
        {"ghost", "hostile", "not produced"}},
       {"cycle of two nodes",
        [] {
@@ -137,21 +147,30 @@ std::vector<HostileCase> hostile_cases() {
          add_node(m.mutable_graph(), "Relu", {"y"}, {"z"}, "back");
          return m;
        },
-       StatusCode::kInvalidModel, {"cycle"}},
-      {"node reading its own output", [] { return one_node("Relu", {"y"}); },
-       StatusCode::kInvalidModel, {"cycle", "hostile"}},
-      {"omitted first input of Relu", [] { return one_node("Relu", {""}); },
-       StatusCode::kInvalidModel, {"hostile", "input 0", "omitted"}},
+       StatusCode::kInvalidModel,
+       {"cycle"}},
+      {"node reading its own output",
+       [] { return one_node("Relu", {"y"}); },
+       StatusCode::kInvalidModel,
+       {"cycle", "hostile"}},
+      {"omitted first input of Relu",
+       [] { return one_node("Relu", {""}); },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 0", "omitted"}},
       {"omitted indices of Gather",
-       [] { return one_node("Gather", {"x", ""}); },
-       StatusCode::kInvalidModel, {"hostile", "input 1", "omitted"}},
+       [] {
+         return one_node("Gather", {"x", ""});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 1", "omitted"}},
       {"Gather axis as a float",
        [] {
          ModelProto m = one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {0})});
          set_attr_float(m, "axis", 0.5f);
          return m;
        },
-       StatusCode::kInvalidModel, {"hostile", "axis", "int"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "axis", "int"}},
       {"Transpose perm as a string",
        [] {
          ModelProto m = one_node("Transpose", {"x"});
@@ -161,14 +180,16 @@ std::vector<HostileCase> hostile_cases() {
          a->set_s("1,0");
          return m;
        },
-       StatusCode::kInvalidModel, {"hostile", "perm"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "perm"}},
       {"Softmax axis as a float",
        [] {
          ModelProto m = one_node("Softmax", {"x"});
          set_attr_float(m, "axis", 1.0f);
          return m;
        },
-       StatusCode::kInvalidModel, {"hostile", "axis", "int"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "axis", "int"}},
       {"Constant value_int holding a float",
        [] {
          ModelProto m = one_node("Add", {"x", "c"});
@@ -179,25 +200,30 @@ std::vector<HostileCase> hostile_cases() {
          a->set_f(1.5f);
          return m;
        },
-       StatusCode::kInvalidModel, {"const", "value_int", "an int"}},
+       StatusCode::kInvalidModel,
+       {"const", "value_int", "an int"}},
       {"initializer with short raw_data",
        [] {
          TensorProto b = raw_tensor<float>("b", TensorProto::FLOAT, {4}, {1, 2, 3});
          return one_node("Add", {"x", "b"}, {b});
        },
-       StatusCode::kInvalidModel, {"'b'", "12 bytes", "16 bytes"}},
+       StatusCode::kInvalidModel,
+       {"'b'", "12 bytes", "16 bytes"}},
       {"initializer with long raw_data",
        [] {
          TensorProto b = raw_tensor<float>("b", TensorProto::FLOAT, {2}, {1, 2, 3});
          return one_node("Add", {"x", "b"}, {b});
        },
-       StatusCode::kInvalidModel, {"'b'", "12 bytes", "8 bytes"}},
+       StatusCode::kInvalidModel,
+       {"'b'", "12 bytes", "8 bytes"}},
       {"initializer dims whose product overflows",
        [] {
-         TensorProto b = raw_tensor<float>("b", TensorProto::FLOAT, {int64_t(1) << 40, int64_t(1) << 40}, {});
+         TensorProto b =
+             raw_tensor<float>("b", TensorProto::FLOAT, {int64_t(1) << 40, int64_t(1) << 40}, {});
          return one_node("Add", {"x", "b"}, {b});
        },
-       StatusCode::kInvalidModel, {"'b'", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"'b'", "overflows"}},
       {"graph input dims whose product overflows",
        [] {
          ModelProto m = make_model();
@@ -207,7 +233,8 @@ std::vector<HostileCase> hostile_cases() {
          add_output(m.mutable_graph(), "y");
          return m;
        },
-       StatusCode::kInvalidModel, {"graph input 'x'", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "overflows"}},
       {"graph input dims whose byte size overflows",
        [] {
          ModelProto m = make_model();
@@ -217,7 +244,8 @@ std::vector<HostileCase> hostile_cases() {
          add_output(m.mutable_graph(), "y");
          return m;
        },
-       StatusCode::kInvalidModel, {"graph input 'x'", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "overflows"}},
       {"ConstantOfShape whose output size overflows",
        [] {
          ModelProto m = make_model();
@@ -227,39 +255,56 @@ std::vector<HostileCase> hostile_cases() {
          add_output(g, "y");
          return m;
        },
-       StatusCode::kInvalidModel, {"hostile", "output 'y'", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "output 'y'", "overflows"}},
       {"Expand whose output size overflows",
        [] {
          return one_node("Expand", {"x", "s"},
                          {int64_tensor("s", {4}, {int64_t(1) << 40, int64_t(1) << 30, 1, 1})});
        },
-       StatusCode::kInvalidModel, {"hostile", "output 'y'", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "output 'y'", "overflows"}},
       {"Tile whose output size overflows",
        [] {
-         return one_node("Tile", {"x", "r"}, {int64_tensor("r", {2}, {int64_t(1) << 40, int64_t(1) << 30})});
+         return one_node("Tile", {"x", "r"},
+                         {int64_tensor("r", {2}, {int64_t(1) << 40, int64_t(1) << 30})});
        },
-       StatusCode::kInvalidModel, {"hostile", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "overflows"}},
       {"graph input with a negative dim",
        [] {
          ModelProto m = one_node("Relu", {"x"});
-         m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()
-             ->mutable_shape()->mutable_dim(0)->set_dim_value(-3);
+         m.mutable_graph()
+             ->mutable_input(0)
+             ->mutable_type()
+             ->mutable_tensor_type()
+             ->mutable_shape()
+             ->mutable_dim(0)
+             ->set_dim_value(-3);
          return m;
        },
-       StatusCode::kInvalidModel, {"graph input 'x'", "negative"}},
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "negative"}},
       {"Gather index INT64_MIN",
-       [] { return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMin64})}); },
-       StatusCode::kInvalidModel, {"hostile", "index -9223372036854775808", "out of range"}},
+       [] {
+         return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMin64})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "index -9223372036854775808", "out of range"}},
       {"Gather index INT64_MAX",
-       [] { return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMax64})}); },
-       StatusCode::kInvalidModel, {"hostile", "index 9223372036854775807", "out of range"}},
+       [] {
+         return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMax64})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "index 9223372036854775807", "out of range"}},
       {"Slice step INT64_MIN",
        [] {
          return one_node("Slice", {"x", "s", "e", "a", "st"},
                          {int64_tensor("s", {1}, {kMax64}), int64_tensor("e", {1}, {kMin64}),
                           int64_tensor("a", {1}, {0}), int64_tensor("st", {1}, {kMin64})});
        },
-       StatusCode::kUnsupported, {"hostile", "step -9223372036854775808"}},
+       StatusCode::kUnsupported,
+       {"hostile", "step -9223372036854775808"}},
       {"Range over the whole int64 line",
        [] {
          ModelProto m = make_model();
@@ -271,12 +316,14 @@ std::vector<HostileCase> hostile_cases() {
          add_output(g, "y", TensorProto::INT64);
          return m;
        },
-       StatusCode::kInvalidModel, {"hostile", "Range length", "overflows"}},
+       StatusCode::kInvalidModel,
+       {"hostile", "Range length", "overflows"}},
       {"Range with delta INT64_MIN",
        [] {
          ModelProto m = make_model();
          GraphProto* g = m.mutable_graph();
-         // A symbolic limit (the element count of x), so the length is a formula dividing by |delta|.
+         // A symbolic limit (the element count of x), so the length is a formula dividing by
+         // |delta|.
          add_input(g, "x", TensorProto::FLOAT, {"n"});
          add_node(g, "Size", {"x"}, {"n"});
          *g->add_initializer() = int64_tensor("start", {}, {0});
@@ -285,7 +332,8 @@ std::vector<HostileCase> hostile_cases() {
          add_output(g, "y", TensorProto::INT64);
          return m;
        },
-       StatusCode::kUnsupported, {"hostile", "delta -9223372036854775808"}},
+       StatusCode::kUnsupported,
+       {"hostile", "delta -9223372036854775808"}},
   };
 }
 
@@ -349,10 +397,10 @@ TEST(FrontendHostile, HugeButValidShapesBuildWithoutMaterializing) {
 // INT64_MIN and INT64_MAX starts and ends are valid ONNX ("from the very end"): the range checks
 // must clamp them to the axis, forward on axis 0 and backward on axis 1, not refuse them.
 TEST(FrontendHostile, SliceWithExtremeStartsAndEndsClamps) {
-  ModelProto m = one_node("Slice", {"x", "s", "e", "a", "st"},
-                          {int64_tensor("s", {2}, {kMin64, kMax64}),
-                           int64_tensor("e", {2}, {kMax64, kMin64}), int64_tensor("a", {2}, {0, 1}),
-                           int64_tensor("st", {2}, {1, -1})});
+  ModelProto m =
+      one_node("Slice", {"x", "s", "e", "a", "st"},
+               {int64_tensor("s", {2}, {kMin64, kMax64}), int64_tensor("e", {2}, {kMax64, kMin64}),
+                int64_tensor("a", {2}, {0, 1}), int64_tensor("st", {2}, {1, -1})});
   auto engine = parse_and_build(m);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto shape = engine->tensor_shape("y");

@@ -45,8 +45,8 @@ Status check_supported(BuildState& s) {
     for (int i = 0; i < std::min(ni, schema->min_inputs); ++i) {
       if (node.inputs[i] < 0) {
         invalid_list += "\n  " + node.describe() + " input " + std::to_string(i) +
-                        " is omitted (\"\"), but its first " +
-                        std::to_string(schema->min_inputs) + " input(s) are required";
+                        " is omitted (\"\"), but its first " + std::to_string(schema->min_inputs) +
+                        " input(s) are required";
       }
     }
   }
@@ -55,8 +55,9 @@ Status check_supported(BuildState& s) {
                        unsupported_list);
   }
   if (!invalid_list.empty()) {
-    return invalid_model("nodes with a wrong number of inputs or outputs, or an omitted required input:" +
-                         invalid_list);
+    return invalid_model(
+        "nodes with a wrong number of inputs or outputs, or an omitted required input:" +
+        invalid_list);
   }
   return ok_status();
 }

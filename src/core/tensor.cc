@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 #include "core/checked.h"
 

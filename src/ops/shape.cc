@@ -467,8 +467,8 @@ Status infer_range(InferContext& ctx) {
   if (delta == 0) return ctx.error(StatusCode::kInvalidModel, "the Range delta is 0");
   // The symbolic length divides by |delta|, which INT64_MIN lacks in int64.
   if (delta == std::numeric_limits<int64_t>::min()) {
-    return ctx.error(StatusCode::kUnsupported, "the Range delta " + std::to_string(delta) +
-                                                   " has no int64 magnitude");
+    return ctx.error(StatusCode::kUnsupported,
+                     "the Range delta " + std::to_string(delta) + " has no int64 magnitude");
   }
   Dim len;
   if (v[0].is_const() && v[1].is_const()) {

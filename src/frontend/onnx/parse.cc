@@ -144,8 +144,8 @@ Status read_value_type(const ::onnx::ValueInfoProto& vi, const std::string& labe
     if (bytes && d.is_const()) bytes = checked_mul(*bytes, d.value());
   }
   if (!bytes) {
-    return invalid_model(label + " has shape " + ir::dims_to_string(dims) + ", whose size in bytes " +
-                         "overflows int64");
+    return invalid_model(label + " has shape " + ir::dims_to_string(dims) +
+                         ", whose size in bytes overflows int64");
   }
   v->shape = std::move(dims);
   return ok_status();
