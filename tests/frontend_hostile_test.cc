@@ -125,7 +125,7 @@ std::vector<HostileCase> hostile_cases() {
          return m;
        },
        StatusCode::kInvalidModel,
-       {"'x'", "shadow"}},
+       {"'x'", "shadow", "already defined as a graph input"}},
       {"a node output redefines an initializer",
        [] {
          ModelProto m =
@@ -134,7 +134,7 @@ std::vector<HostileCase> hostile_cases() {
          return m;
        },
        StatusCode::kInvalidModel,
-       {"'b'", "shadow"}},
+       {"'b'", "shadow", "already defined as a graph input or initializer"}},
       {"dangling input",
        [] {
          return one_node("Add", {"x", "ghost"});
