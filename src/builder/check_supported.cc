@@ -1,10 +1,22 @@
-// Pass check_supported: every node whose op kiln does not know, or whose arity is wrong, is listed
-// in one error, so a user sees the whole list instead of fixing one op at a time.
+// Pass check_supported: every node whose op kiln does not know, whose arity is wrong, or that omits
+// an input its schema requires is listed in one error, so a user sees the whole list instead of
+// fixing one op at a time; a graph output listed twice is refused before anything is inferred.
+#include <algorithm>
+#include <unordered_set>
+
 #include "builder/build_state.h"
 
 namespace kiln::builder {
 
 Status check_supported(BuildState& s) {
+  // Two IO bindings of one name would share a buffer the runtime frees once per binding; TensorRT
+  // refuses ambiguous IO names too.
+  std::unordered_set<int> outputs;
+  for (int v : s.graph.outputs) {
+    if (!outputs.insert(v).second) {
+      return invalid_model("graph output '" + s.graph.values[v].name + "' is listed twice");
+    }
+  }
   std::string unsupported_list, invalid_list;
   int n_unsupported = 0;
   for (const ir::Node& node : s.graph.nodes) {
@@ -28,12 +40,25 @@ Status check_supported(BuildState& s) {
       invalid_list += "\n  " + node.describe() + " has " + std::to_string(no) + " outputs, expected " +
                       std::to_string(schema->min_outputs) + ".." + std::to_string(schema->max_outputs);
     }
+    // Inputs before min_inputs are required; an ONNX "" there reaches inference, which reads
+    // required inputs without looking, as a missing value.
+    for (int i = 0; i < std::min(ni, schema->min_inputs); ++i) {
+      if (node.inputs[i] < 0) {
+        invalid_list += "\n  " + node.describe() + " input " + std::to_string(i) +
+                        " is omitted (\"\"), but its first " + std::to_string(schema->min_inputs) +
+                        " input(s) are required";
+      }
+    }
   }
   if (n_unsupported) {
     return unsupported(std::to_string(n_unsupported) + " node(s) use ops kiln does not support:" +
                        unsupported_list);
   }
-  if (!invalid_list.empty()) return invalid_model("nodes with a wrong number of inputs or outputs:" + invalid_list);
+  if (!invalid_list.empty()) {
+    return invalid_model(
+        "nodes with a wrong number of inputs or outputs, or an omitted required input:" +
+        invalid_list);
+  }
   return ok_status();
 }
 

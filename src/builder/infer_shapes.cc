@@ -1,9 +1,11 @@
 // Pass infer_shapes: runs each op's type and symbolic shape inference in topological order,
 // records the constraints the profile checker must prove, turns fully known symbolic values into
-// constants, and folds nodes whose inputs are all constant (see fold_constants.cc).
+// constants, and folds nodes whose inputs are all constant and whose outputs are small enough to
+// hold at build time (see fold_constants.cc).
 #include <algorithm>
 
 #include "builder/build_state.h"
+#include "core/checked.h"
 
 namespace kiln::builder {
 namespace {
@@ -51,6 +53,30 @@ StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
   return std::optional<Tensor>(std::move(t));
 }
 
+// Folding materializes a node's outputs in build memory; larger ones stay nodes that run at run
+// time (a ConstantOfShape of a [2^40, 1] input's shape would ask for 4 TiB). 4 GiB holds a 2 GiB
+// protobuf weight widened from fp16 to fp32, the largest a folded weight grows in practice.
+constexpr int64_t kMaxFoldedBytes = int64_t(4) << 30;
+
+// The byte size of a value whose dims are all constants; nullopt for symbolic shapes. Inference
+// multiplies dims unchecked, so an overflow is caught here, once per value.
+StatusOr<std::optional<int64_t>> static_bytes(const ir::Node& node, const ir::Value& v) {
+  std::optional<int64_t> bytes = int64_t(dtype_size(v.dtype));
+  for (const auto& d : *v.shape) {
+    if (!d.is_const()) return std::optional<int64_t>();
+    if (d.value() < 0) {
+      return invalid_model(node.describe() + ": output '" + v.name + "' has negative dim " +
+                           std::to_string(d.value()));
+    }
+    if (bytes) bytes = checked_mul(*bytes, d.value());
+  }
+  if (!bytes) {
+    return invalid_model(node.describe() + ": output '" + v.name + "' has shape " +
+                         ir::dims_to_string(*v.shape) + ", whose size in bytes overflows int64");
+  }
+  return bytes;
+}
+
 }  // namespace
 
 // The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
@@ -89,7 +115,7 @@ Status infer_shapes(BuildState& s) {
     for (int v : node.inputs) {
       if (v >= 0 && !g.values[v].constant) all_inputs_constant = false;
     }
-    bool all_outputs_constant = true;
+    bool all_outputs_constant = true, outputs_foldable = true;
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       int v = node.outputs[o];
       if (v < 0) continue;
@@ -103,6 +129,8 @@ Status infer_shapes(BuildState& s) {
       if (val.sym_value) {
         for (auto& d : *val.sym_value) d = d.simplify(hull);
       }
+      KILN_ASSIGN_OR_RETURN(std::optional<int64_t> bytes, static_bytes(node, val));
+      if (!bytes || *bytes > kMaxFoldedBytes) outputs_foldable = false;
       KILN_ASSIGN_OR_RETURN(auto c, constant_from_value(val));
       if (c) {
         val.constant = std::move(*c);
@@ -110,7 +138,7 @@ Status infer_shapes(BuildState& s) {
         all_outputs_constant = false;
       }
     }
-    if (all_inputs_constant && !all_outputs_constant) {
+    if (all_inputs_constant && !all_outputs_constant && outputs_foldable) {
       Status fold = fold_node(g, int(n));
       if (!fold.ok()) return fold.with_context("pass fold_constants");
     }

@@ -1,8 +1,10 @@
 // Tensor helpers.
 #include "core/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/checked.h"
 
@@ -65,23 +67,28 @@ int64_t Tensor::int_at(int64_t i) const {
     case DType::kUInt32: return data_as<uint32_t>()[i];
     case DType::kUInt64: return int64_t(data_as<uint64_t>()[i]);
     case DType::kBool: return data_as<uint8_t>()[i] != 0;
-    default: return int64_t(float_at(i));
+    default: break;
   }
-}
-
-double float_at_impl(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kFloat32: return t.data_as<float>()[i];
-    case DType::kFloat64: return t.data_as<double>()[i];
-    case DType::kFloat16: return half_to_float(t.data_as<uint16_t>()[i]);
-    case DType::kBFloat16: return bf16_to_float(t.data_as<uint16_t>()[i]);
-    default: return double(t.int_at(i));
-  }
+  // Truncates toward zero, saturating: a float outside int64 (or NaN) has no defined conversion.
+  const double f = float_at(i);
+  if (std::isnan(f)) return 0;
+  if (f >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+  if (f < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  return int64_t(f);
 }
 
 double Tensor::float_at(int64_t i) const {
-  if (!is_float(dtype_)) return double(int_at(i));
-  return float_at_impl(*this, i);
+  switch (dtype_) {
+    case DType::kFloat32: return data_as<float>()[i];
+    case DType::kFloat64: return data_as<double>()[i];
+    case DType::kFloat16: return half_to_float(data_as<uint16_t>()[i]);
+    case DType::kBFloat16: return bf16_to_float(data_as<uint16_t>()[i]);
+    default: break;
+  }
+  // int_at and float_at used to defer to each other for any other dtype, so a tensor without a
+  // dtype recursed until the stack overflowed; such a tensor holds no elements to read.
+  KILN_CHECK(is_integer(dtype_) || dtype_ == DType::kBool);
+  return double(int_at(i));
 }
 
 }  // namespace kiln

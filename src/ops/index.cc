@@ -273,6 +273,14 @@ Status infer_slice(InferContext& ctx) {
       step = p.steps[i].value();
     }
     if (step == 0) return ctx.error(StatusCode::kInvalidModel, "slice step is 0");
+    // |step| is taken below; INT64_MIN has no magnitude in int64.
+    if (step == std::numeric_limits<int64_t>::min()) {
+      return ctx.error(
+          StatusCode::kUnsupported,
+          "slice step " + std::to_string(step) + " on axis " + std::to_string(axis) +
+              " has no int64 magnitude (-4611686018427387904, or any step longer than the axis, "
+              "selects the same one element)");
+    }
     KILN_ASSIGN_OR_RETURN(SliceAxis sa, slice_axis(ctx, in[axis], p.starts[i], p.ends[i], step, axis));
     out[axis] = sa.length;
     steps[axis] = step;
@@ -323,6 +331,12 @@ Status infer_gather(InferContext& ctx) {
   for (const Dim& i : *iv) {
     if (!i.is_const()) return ok_status();
     int64_t k = i.value();
+    // No axis reaches 2^62 (Interval::kInf), and beyond it Dim(k) + 1 or Dim(-k) would wrap.
+    if (k > ir::Interval::kInf || k < -ir::Interval::kInf) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "index " + std::to_string(k) + " is out of range for axis " +
+                           std::to_string(axis) + " (" + d.to_string() + ")");
+    }
     std::string what = "index " + std::to_string(k) + " is within axis " + std::to_string(axis) +
                        " (" + d.to_string() + ")";
     if (k >= 0) {

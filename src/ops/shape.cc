@@ -448,7 +448,7 @@ Status infer_range(InferContext& ctx) {
       return ctx.error(StatusCode::kInvalidModel, "the Range length ceil((limit - start) / delta) is not "
                                                   "a finite size");
     }
-    ctx.set_output(0, dtype, {Dim(std::max<int64_t>(int64_t(n), 0))});
+    ctx.set_output(0, dtype, {Dim(n > 0 ? int64_t(n) : 0)});  // a negative n may not fit int64
     return ok_status();
   }
   if (dtype != DType::kInt64 && dtype != DType::kInt32 && dtype != DType::kInt16) {
@@ -465,11 +465,23 @@ Status infer_range(InferContext& ctx) {
   }
   int64_t delta = v[2].value();
   if (delta == 0) return ctx.error(StatusCode::kInvalidModel, "the Range delta is 0");
+  // The symbolic length divides by |delta|, which INT64_MIN lacks in int64.
+  if (delta == std::numeric_limits<int64_t>::min()) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "the Range delta " + std::to_string(delta) + " has no int64 magnitude");
+  }
   Dim len;
   if (v[0].is_const() && v[1].is_const()) {
     __int128 diff = __int128(v[1].value()) - v[0].value();
     __int128 n = diff / delta;
     if (n * delta != diff && ((diff < 0) == (delta < 0))) ++n;  // ceil for same signs
+    // Beyond 2^62 the length is no axis kiln can size (Interval::kInf), and past int64 it wraps.
+    if (n > ir::Interval::kInf) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "the Range length ceil((" + std::to_string(v[1].value()) + " - " +
+                           std::to_string(v[0].value()) + ") / " + std::to_string(delta) +
+                           ") overflows the largest axis length 2^62");
+    }
     len = Dim(int64_t(std::max<__int128>(n, 0)));
   } else {
     Dim diff = delta > 0 ? v[1] - v[0] : v[0] - v[1];
@@ -479,7 +491,9 @@ Status infer_range(InferContext& ctx) {
   ctx.set_output(0, dtype, {len});
   if (len.is_const() && len.value() <= kMaxSymbolicElements) {
     Dims value;
-    for (int64_t i = 0; i < len.value(); ++i) value.push_back(v[0] + Dim(i * delta));
+    // Dim arithmetic wraps, so start + i * delta lands on the element even where i * delta alone
+    // leaves int64 (start INT64_MIN, delta 2^62).
+    for (int64_t i = 0; i < len.value(); ++i) value.push_back(v[0] + Dim(i) * Dim(delta));
     ctx.set_output_value(0, std::move(value));
   }
   return ok_status();

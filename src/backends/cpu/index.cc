@@ -90,7 +90,7 @@ Status slice_kernel(const KernelArgs& a) {
     } else {
       s = clamp(s, 0, d - 1);
       e = clamp(e, -1, d - 1);
-      count = s > e ? (s - e - 1) / -st + 1 : 0;
+      count = s > e ? (e - s + 1) / st + 1 : 0;  // (s - e - 1) / -st, without negating INT64_MIN
     }
     first[axis] = s;
     step[axis] = st;

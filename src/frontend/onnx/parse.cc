@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/checked.h"
 #include "core/hash.h"
 #include "frontend/onnx/tensor_proto.h"
 
@@ -135,6 +136,16 @@ Status read_value_type(const ::onnx::ValueInfoProto& vi, const std::string& labe
     } else {
       dims.push_back(ir::Dim::symbol(fresh_symbol(ctx, vi.name() + "_d" + std::to_string(i))));
     }
+  }
+  // Later passes multiply static dims unchecked (element counts, byte sizes), so a static shape
+  // whose byte size overflows int64 is refused here, where the model's own words can name it.
+  std::optional<int64_t> bytes = int64_t(dtype_size(dtype));
+  for (const auto& d : dims) {
+    if (bytes && d.is_const()) bytes = checked_mul(*bytes, d.value());
+  }
+  if (!bytes) {
+    return invalid_model(label + " has shape " + ir::dims_to_string(dims) +
+                         ", whose size in bytes overflows int64");
   }
   v->shape = std::move(dims);
   return ok_status();
@@ -392,7 +403,19 @@ Status parse_graph(const ::onnx::GraphProto& gp, ModelContext& ctx, int depth, c
       continue;
     }
     for (const auto& i : np.input()) node.inputs.push_back(i.empty() ? -1 : value_of(i));
-    for (const auto& o : np.output()) node.outputs.push_back(o.empty() ? -1 : value_of(o));
+    for (const auto& o : np.output()) {
+      if (o.empty()) {
+        node.outputs.push_back(-1);
+        continue;
+      }
+      const int v = value_of(o);
+      if (g->values[v].constant || input_set.count(v)) {
+        return invalid_model(node.describe() + ": output '" + o +
+                             "' is already defined as a graph input or initializer (ONNX graphs "
+                             "assign each value once)");
+      }
+      node.outputs.push_back(v);
+    }
     g->nodes.push_back(std::move(node));
   }
 

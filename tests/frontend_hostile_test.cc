@@ -1,0 +1,422 @@
+// Hostile models built in memory: each must come back from the parse or the build as a typed error
+// naming what was wrong (issue 13), never a crash, a hang or a wrong engine.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln.h"
+#include "onnx_model_builder.h"
+#include "ops/schema.h"
+
+namespace kiln {
+namespace {
+
+using ::onnx::AttributeProto;
+using ::onnx::GraphProto;
+using ::onnx::ModelProto;
+using ::onnx::TensorProto;
+using testing::add_input;
+using testing::add_node;
+using testing::add_output;
+using testing::make_model;
+using testing::parse;
+using testing::raw_tensor;
+
+constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+
+// Parses and builds a CPU engine; a dynamic input's profile fixes each of its symbolic dims at 4.
+StatusOr<Engine> parse_and_build(const ModelProto& m) {
+  KILN_ASSIGN_OR_RETURN(Network net, parse(m));
+  BuilderConfig config;
+  OptimizationProfile profile;
+  bool dynamic = false;
+  for (int v : net.graph.inputs) {
+    const ir::Value& input = net.graph.values[v];
+    Shape shape;
+    bool symbolic = false;
+    for (const auto& d : *input.shape) {
+      symbolic |= !d.is_const();
+      shape.push_back(d.is_const() ? d.value() : 4);
+    }
+    if (symbolic) {
+      dynamic = true;
+      KILN_RETURN_IF_ERROR(profile.set_dimensions(input.name, shape, shape, shape));
+    }
+  }
+  if (dynamic) config.add_profile(profile);
+  return Builder().build(net, config);
+}
+
+void expect_error(const Status& st, StatusCode code, const std::vector<std::string>& phrases) {
+  ASSERT_FALSE(st.ok()) << "the model was accepted";
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  for (const auto& p : phrases) {
+    EXPECT_NE(st.message().find(p), std::string::npos) << "'" << p << "' not in: " << st.message();
+  }
+}
+
+TensorProto int64_tensor(const std::string& name, std::vector<int64_t> dims,
+                         const std::vector<int64_t>& values) {
+  return raw_tensor<int64_t>(name, TensorProto::INT64, std::move(dims), values);
+}
+
+// x: float [3, 4] -> op(inputs) -> y, with the given initializers.
+ModelProto one_node(const std::string& op, const std::vector<std::string>& inputs,
+                    const std::vector<TensorProto>& initializers = {}) {
+  ModelProto m = make_model();
+  GraphProto* g = m.mutable_graph();
+  add_input(g, "x", TensorProto::FLOAT, {"3", "4"});
+  for (const auto& t : initializers) *g->add_initializer() = t;
+  add_node(g, op, inputs, {"y"}, "hostile");
+  add_output(g, "y");
+  return m;
+}
+
+void set_attr_float(ModelProto& m, const std::string& name, float v) {
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name(name);
+  a->set_type(AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+struct HostileCase {
+  const char* name;
+  std::function<ModelProto()> make;
+  StatusCode code;
+  std::vector<std::string> phrases;
+};
+
+std::vector<HostileCase> hostile_cases() {
+  return {
+      {"graph output listed twice",
+       [] {
+         ModelProto m = one_node("Relu", {"x"});
+         add_output(m.mutable_graph(), "y");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"graph output 'y'", "listed twice"}},
+      {"graph input listed twice as an output",
+       [] {
+         ModelProto m = one_node("Relu", {"x"});
+         add_output(m.mutable_graph(), "x");
+         add_output(m.mutable_graph(), "x");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"graph output 'x'", "listed twice"}},
+      {"two producers of one value",
+       [] {
+         ModelProto m = one_node("Relu", {"x"});
+         add_node(m.mutable_graph(), "Neg", {"x"}, {"y"}, "second");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"'y'", "second"}},
+      {"a node output redefines a graph input",
+       [] {
+         ModelProto m = one_node("Relu", {"x"});
+         add_node(m.mutable_graph(), "Neg", {"y"}, {"x"}, "shadow");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"'x'", "shadow", "already defined as a graph input"}},
+      {"a node output redefines an initializer",
+       [] {
+         ModelProto m =
+             one_node("Add", {"x", "b"}, {raw_tensor<float>("b", TensorProto::FLOAT, {1}, {1})});
+         add_node(m.mutable_graph(), "Neg", {"x"}, {"b"}, "shadow");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"'b'", "shadow", "already defined as a graph input or initializer"}},
+      {"dangling input",
+       [] {
+         return one_node("Add", {"x", "ghost"});
+       },
+       StatusCode::kInvalidModel,
+       {"ghost", "hostile", "not produced"}},
+      {"cycle of two nodes",
+       [] {
+         ModelProto m = one_node("Add", {"x", "z"});
+         add_node(m.mutable_graph(), "Relu", {"y"}, {"z"}, "back");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"cycle"}},
+      {"node reading its own output",
+       [] { return one_node("Relu", {"y"}); },
+       StatusCode::kInvalidModel,
+       {"cycle", "hostile"}},
+      {"omitted first input of Relu",
+       [] { return one_node("Relu", {""}); },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 0", "omitted"}},
+      {"omitted indices of Gather",
+       [] {
+         return one_node("Gather", {"x", ""});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 1", "omitted"}},
+      {"Gather axis as a float",
+       [] {
+         ModelProto m = one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {0})});
+         set_attr_float(m, "axis", 0.5f);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "axis", "int"}},
+      {"Transpose perm as a string",
+       [] {
+         ModelProto m = one_node("Transpose", {"x"});
+         auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+         a->set_name("perm");
+         a->set_type(AttributeProto::STRING);
+         a->set_s("1,0");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "perm"}},
+      {"Softmax axis as a float",
+       [] {
+         ModelProto m = one_node("Softmax", {"x"});
+         set_attr_float(m, "axis", 1.0f);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "axis", "int"}},
+      {"Constant value_int holding a float",
+       [] {
+         ModelProto m = one_node("Add", {"x", "c"});
+         auto* n = add_node(m.mutable_graph(), "Constant", {}, {"c"}, "const");
+         auto* a = n->add_attribute();
+         a->set_name("value_int");
+         a->set_type(AttributeProto::FLOAT);
+         a->set_f(1.5f);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"const", "value_int", "an int"}},
+      {"initializer with short raw_data",
+       [] {
+         TensorProto b = raw_tensor<float>("b", TensorProto::FLOAT, {4}, {1, 2, 3});
+         return one_node("Add", {"x", "b"}, {b});
+       },
+       StatusCode::kInvalidModel,
+       {"'b'", "12 bytes", "16 bytes"}},
+      {"initializer with long raw_data",
+       [] {
+         TensorProto b = raw_tensor<float>("b", TensorProto::FLOAT, {2}, {1, 2, 3});
+         return one_node("Add", {"x", "b"}, {b});
+       },
+       StatusCode::kInvalidModel,
+       {"'b'", "12 bytes", "8 bytes"}},
+      {"initializer dims whose product overflows",
+       [] {
+         TensorProto b =
+             raw_tensor<float>("b", TensorProto::FLOAT, {int64_t(1) << 40, int64_t(1) << 40}, {});
+         return one_node("Add", {"x", "b"}, {b});
+       },
+       StatusCode::kInvalidModel,
+       {"'b'", "overflows"}},
+      {"graph input dims whose product overflows",
+       [] {
+         ModelProto m = make_model();
+         add_input(m.mutable_graph(), "x", TensorProto::FLOAT,
+                   {std::to_string(int64_t(1) << 40), std::to_string(int64_t(1) << 40)});
+         add_node(m.mutable_graph(), "Relu", {"x"}, {"y"});
+         add_output(m.mutable_graph(), "y");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "overflows"}},
+      {"graph input dims whose byte size overflows",
+       [] {
+         ModelProto m = make_model();
+         add_input(m.mutable_graph(), "x", TensorProto::FLOAT,
+                   {std::to_string(int64_t(1) << 31), std::to_string(int64_t(1) << 31)});
+         add_node(m.mutable_graph(), "Relu", {"x"}, {"y"});
+         add_output(m.mutable_graph(), "y");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "overflows"}},
+      {"ConstantOfShape whose output size overflows",
+       [] {
+         ModelProto m = make_model();
+         GraphProto* g = m.mutable_graph();
+         *g->add_initializer() = int64_tensor("s", {2}, {int64_t(1) << 40, int64_t(1) << 40});
+         add_node(g, "ConstantOfShape", {"s"}, {"y"}, "hostile");
+         add_output(g, "y");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output 'y'", "overflows"}},
+      {"Expand whose output size overflows",
+       [] {
+         return one_node("Expand", {"x", "s"},
+                         {int64_tensor("s", {4}, {int64_t(1) << 40, int64_t(1) << 30, 1, 1})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output 'y'", "overflows"}},
+      {"Tile whose output size overflows",
+       [] {
+         return one_node("Tile", {"x", "r"},
+                         {int64_tensor("r", {2}, {int64_t(1) << 40, int64_t(1) << 30})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "overflows"}},
+      {"graph input with a negative dim",
+       [] {
+         ModelProto m = one_node("Relu", {"x"});
+         m.mutable_graph()
+             ->mutable_input(0)
+             ->mutable_type()
+             ->mutable_tensor_type()
+             ->mutable_shape()
+             ->mutable_dim(0)
+             ->set_dim_value(-3);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"graph input 'x'", "negative"}},
+      {"Gather index INT64_MIN",
+       [] {
+         return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMin64})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "index -9223372036854775808", "out of range"}},
+      {"Gather index INT64_MAX",
+       [] {
+         return one_node("Gather", {"x", "i"}, {int64_tensor("i", {1}, {kMax64})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "index 9223372036854775807", "out of range"}},
+      {"Slice step INT64_MIN",
+       [] {
+         return one_node("Slice", {"x", "s", "e", "a", "st"},
+                         {int64_tensor("s", {1}, {kMax64}), int64_tensor("e", {1}, {kMin64}),
+                          int64_tensor("a", {1}, {0}), int64_tensor("st", {1}, {kMin64})});
+       },
+       StatusCode::kUnsupported,
+       {"hostile", "step -9223372036854775808"}},
+      {"Range over the whole int64 line",
+       [] {
+         ModelProto m = make_model();
+         GraphProto* g = m.mutable_graph();
+         *g->add_initializer() = int64_tensor("start", {}, {kMin64});
+         *g->add_initializer() = int64_tensor("limit", {}, {kMax64});
+         *g->add_initializer() = int64_tensor("delta", {}, {1});
+         add_node(g, "Range", {"start", "limit", "delta"}, {"y"}, "hostile");
+         add_output(g, "y", TensorProto::INT64);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "Range length", "overflows"}},
+      {"Range with delta INT64_MIN",
+       [] {
+         ModelProto m = make_model();
+         GraphProto* g = m.mutable_graph();
+         // A symbolic limit (the element count of x), so the length is a formula dividing by
+         // |delta|.
+         add_input(g, "x", TensorProto::FLOAT, {"n"});
+         add_node(g, "Size", {"x"}, {"n"});
+         *g->add_initializer() = int64_tensor("start", {}, {0});
+         *g->add_initializer() = int64_tensor("delta", {}, {kMin64});
+         add_node(g, "Range", {"start", "n", "delta"}, {"y"}, "hostile");
+         add_output(g, "y", TensorProto::INT64);
+         return m;
+       },
+       StatusCode::kUnsupported,
+       {"hostile", "delta -9223372036854775808"}},
+  };
+}
+
+TEST(FrontendHostile, EveryCaseIsATypedErrorNamingTheProblem) {
+  for (const HostileCase& c : hostile_cases()) {
+    SCOPED_TRACE(c.name);
+    auto engine = parse_and_build(c.make());
+    expect_error(engine.status(), c.code, c.phrases);
+  }
+}
+
+// An omitted input ("") in a position the schema requires is refused for every registered ai.onnx
+// op before its inference runs (inference reads required inputs without checking them).
+TEST(FrontendHostile, OmittedRequiredInputOfEveryOp) {
+  int checked = 0;
+  for (int k = 1;; ++k) {
+    const auto kind = ops::OpKind(k);
+    if (!ops::op_domain(kind).empty()) break;  // the ai.onnx ops come first
+    const ops::OpSchema* schema = ops::op_registry().find(kind);
+    if (!schema || schema->min_inputs == 0) continue;
+    const std::string op(ops::op_name(kind));
+    for (int omitted = 0; omitted < schema->min_inputs; ++omitted) {
+      SCOPED_TRACE(op + " without input " + std::to_string(omitted));
+      std::vector<std::string> inputs(size_t(schema->min_inputs), "x");
+      inputs[size_t(omitted)] = "";
+      std::vector<std::string> outputs;
+      for (int o = 0; o < schema->min_outputs; ++o) outputs.push_back("y" + std::to_string(o));
+      ModelProto m = make_model();
+      add_input(m.mutable_graph(), "x", TensorProto::FLOAT, {"2", "3"});
+      add_node(m.mutable_graph(), op, inputs, outputs, "victim");
+      add_output(m.mutable_graph(), "y0");
+      auto engine = parse_and_build(m);
+      expect_error(engine.status(), StatusCode::kInvalidModel,
+                   {"victim", "input " + std::to_string(omitted), "omitted", "required"});
+    }
+    ++checked;
+  }
+  // Enough ops to be a census, not a sample: more than 100 ai.onnx ops have schemas.
+  EXPECT_GE(checked, 100);
+}
+
+// A [2^40, 1] input is a valid static shape: the checks must not refuse it, and folding must not
+// materialize the 4 TiB ConstantOfShape of its shape at build time.
+TEST(FrontendHostile, HugeButValidShapesBuildWithoutMaterializing) {
+  ModelProto m = make_model();
+  GraphProto* g = m.mutable_graph();
+  add_input(g, "x", TensorProto::FLOAT, {std::to_string(int64_t(1) << 40), "1"});
+  add_node(g, "Shape", {"x"}, {"s"});
+  add_node(g, "ConstantOfShape", {"s"}, {"c"});
+  add_node(g, "Add", {"x", "c"}, {"y"});
+  add_output(g, "y");
+  auto net = parse(m);
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  auto engine = Builder().build(*net, BuilderConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto shape = engine->tensor_shape("y");
+  ASSERT_TRUE(shape.ok()) << shape.status().to_string();
+  EXPECT_EQ(*shape, (Shape{int64_t(1) << 40, 1}));
+}
+
+// INT64_MIN and INT64_MAX starts and ends are valid ONNX ("from the very end"): the range checks
+// must clamp them to the axis, forward on axis 0 and backward on axis 1, not refuse them.
+TEST(FrontendHostile, SliceWithExtremeStartsAndEndsClamps) {
+  ModelProto m =
+      one_node("Slice", {"x", "s", "e", "a", "st"},
+               {int64_tensor("s", {2}, {kMin64, kMax64}), int64_tensor("e", {2}, {kMax64, kMin64}),
+                int64_tensor("a", {2}, {0, 1}), int64_tensor("st", {2}, {1, -1})});
+  auto engine = parse_and_build(m);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto shape = engine->tensor_shape("y");
+  ASSERT_TRUE(shape.ok()) << shape.status().to_string();
+  EXPECT_EQ(*shape, (Shape{3, 4}));
+  std::vector<float> x(12);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  auto out = (*ctx)->run({{"x", Tensor::from_vector<float>(DType::kFloat32, {3, 4}, x)}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = out->at("y").data_as<float>();
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(y[r * 4 + c], x[size_t(r * 4 + 3 - c)]) << r << "," << c;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
