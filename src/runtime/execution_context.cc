@@ -248,7 +248,11 @@ Status ExecutionContext::resolve() {
       }
       s.push_back(*x);
     }
-    if (!checked_numel(s)) return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) + " is too large");
+    // Checked here once so every later numel * dtype_size of this shape is known not to wrap.
+    auto numel = checked_numel(s);
+    if (!numel || !checked_mul(*numel, int64_t(dtype_size(val.dtype)))) {
+      return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) + " is too large");
+    }
     shapes_[v] = std::move(s);
   }
 
