@@ -2,7 +2,7 @@
 // from_plan, a fresh build), it re-establishes each invariant the runtime relies on, as a bytecode
 // verifier does. The file's checksums are public (FNV-1a), so an edited plan behind recomputed
 // checksums must be refused here, with a message naming the invariant, rather than crash a kernel.
-#include <set>
+#include <algorithm>
 
 #include "core/checked.h"
 #include "ops/schema.h"
@@ -311,6 +311,12 @@ class Verifier {
           if (val.producer < 0) return violation("activations are produced", vname(vi) + " has no producer");
           break;
         case plan::Storage::kAlias: {
+          // Only a view's output may be an alias: any other node would write into (and past)
+          // the bytes of the value it aliases.
+          if (val.producer < 0 || p_.nodes[val.producer].impl != plan::kAliasImpl) {
+            return violation("aliases are produced by views",
+                             vname(vi) + " is stored as an alias, but no view produces it");
+          }
           const int root = vp.alias_of;
           if (root < 0 || p_.values[root].storage == plan::Storage::kAlias || g_.values[root].dtype != val.dtype ||
               !g_.values[root].shape) {
@@ -414,15 +420,17 @@ class Verifier {
         return violation("alias nodes are views stored as aliases",
                          node.describe() + " is planned as an alias but is not a view whose output is stored as one");
       }
+      const int in = node.inputs.empty() ? -1 : node.inputs[0];
+      const int root = in >= 0 && p_.values[in].storage == plan::Storage::kAlias ? p_.values[in].alias_of : in;
+      const int out = node.outputs[0];
+      if (p_.values[out].alias_of != root) {
+        return violation("a view's output aliases its input's bytes",
+                         node.describe() + ": its output aliases '" + g_.values[p_.values[out].alias_of].name +
+                             "', not its input's bytes");
+      }
       return ok_status();
     }
-    for (int v : node.outputs) {
-      if (v >= 0 && p_.values[v].storage == plan::Storage::kAlias) {
-        return violation("alias nodes are views stored as aliases",
-                         node.describe() + " runs a kernel but its output " + vname(v) + " is stored as an alias");
-      }
-    }
-    return check_workspace(n);
+    return check_kernel(n);
   }
 
   // The stored types and shapes are what the op's own inference gives on the stored inputs, so a
@@ -460,10 +468,27 @@ class Verifier {
     return ok_status();
   }
 
-  Status check_workspace(size_t n) {
+  // The kernel the plan names exists for this device and op, and its workspace fits its slot.
+  Status check_kernel(size_t n) {
     const ir::Node& node = g_.nodes[n];
-    const backends::KernelImpl* impl = backends::kernel_registry().find(p_.nodes[n].impl);
-    if (!impl) return ok_status();  // prepare_implementations refuses an unknown id as kUnsupported
+    const std::string& id = p_.nodes[n].impl;
+    const backends::KernelRegistry& registry = backends::kernel_registry();
+    const backends::KernelImpl* impl = registry.find(id);
+    if (!impl) {
+      return unsupported(node.describe() + ": the engine uses kernel '" + id +
+                         "', which this build of kiln does not have; rebuild the engine with this kiln");
+    }
+    if (impl->device() != data_.backend->device()) {
+      return invalid_argument(node.describe() + ": kernel '" + id + "' is for " +
+                              std::string(device_name(impl->device())) + ", but the engine is for " +
+                              std::string(device_name(data_.backend->device())));
+    }
+    // An edited file could pair a node with another op's kernel, which would misread its inputs
+    // (and its workspace formula, asked below, would too).
+    auto candidates = registry.candidates(ops::find_op(node.domain, node.op_type), impl->device());
+    if (std::find(candidates.begin(), candidates.end(), impl) == candidates.end()) {
+      return invalid_argument(node.describe() + ": kernel '" + id + "' does not implement " + node.op_type);
+    }
     const ir::Dim need = impl->workspace_bytes(data_.query(n));
     const int ws = p_.nodes[n].workspace_slot;
     for (const auto& c : corners_) {
