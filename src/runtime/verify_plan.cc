@@ -70,6 +70,7 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_profiles());
     KILN_RETURN_IF_ERROR(check_values());
     KILN_RETURN_IF_ERROR(check_slots());
+    KILN_RETURN_IF_ERROR(check_lifetimes());
     for (size_t n = 0; n < g_.nodes.size(); ++n) KILN_RETURN_IF_ERROR(check_node(n));
     return ok_status();
   }
@@ -401,8 +402,9 @@ class Verifier {
     }
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const plan::ValuePlan& vp = p_.values[v];
-      if (vp.storage != plan::Storage::kActivation && vp.storage != plan::Storage::kSymbolic)
+      if (vp.storage != plan::Storage::kActivation && vp.storage != plan::Storage::kSymbolic) {
         continue;
+      }
       if (!used_[v] && !is_output_[v]) continue;
       for (const auto& c : corners_) {
         KILN_ASSIGN_OR_RETURN(int64_t need, value_bytes(int(v), c));
@@ -413,6 +415,61 @@ class Verifier {
                                " bytes but arena slot " + std::to_string(vp.slot) + " holds " +
                                std::to_string(have) + " at " + corner_str(c));
         }
+      }
+    }
+    return ok_status();
+  }
+
+  // Values that share an arena slot are never live at once, or one would overwrite the other.
+  // A value is live from the node that writes it to its last reader (an alias's readers read its
+  // root); a graph output's bytes are copied out after the last node, a symbolic value is written
+  // before the first, and a workspace lives while its node runs.
+  Status check_lifetimes() {
+    struct Use {
+      int from, to;
+      std::string who;
+    };
+    const int end = int(g_.nodes.size());
+    auto root = [&](int v) {
+      return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v;
+    };
+    std::vector<int> last(g_.values.size(), -1);
+    for (size_t v = 0; v < g_.values.size(); ++v) last[v] = g_.values[v].producer;
+    for (int n = 0; n < end; ++n) {
+      for (int v : g_.nodes[n].inputs) {
+        if (v >= 0) last[root(v)] = std::max(last[root(v)], n);
+      }
+    }
+    for (int v : g_.outputs) last[root(v)] = end;
+    std::vector<std::vector<Use>> uses(p_.slot_bytes.size());
+    for (size_t v = 0; v < g_.values.size(); ++v) {
+      const plan::ValuePlan& vp = p_.values[v];
+      if (!used_[v] && !is_output_[v]) continue;
+      if (vp.storage == plan::Storage::kActivation) {
+        uses[vp.slot].push_back({g_.values[v].producer, last[v], vname(int(v))});
+      } else if (vp.storage == plan::Storage::kSymbolic) {
+        uses[vp.slot].push_back({-1, end, vname(int(v))});
+      }
+    }
+    for (int n = 0; n < end; ++n) {
+      const int ws = p_.nodes[n].workspace_slot;
+      if (ws >= 0) uses[ws].push_back({n, n, "the workspace of " + g_.nodes[n].describe()});
+    }
+    for (size_t k = 0; k < uses.size(); ++k) {
+      std::vector<Use>& u = uses[k];
+      std::sort(u.begin(), u.end(), [](const Use& a, const Use& b) { return a.from < b.from; });
+      size_t longest = 0;  // of the uses so far, the one live the latest
+      for (size_t i = 1; i < u.size(); ++i) {
+        if (u[i].from <= u[longest].to) {
+          auto span = [](const Use& x) {
+            return x.who + " (live at nodes " + std::to_string(x.from) + ".." +
+                   std::to_string(x.to) + ")";
+          };
+          return violation(
+              "values sharing an arena slot are never live at once",
+              span(u[longest]) + " and " + span(u[i]) + " share arena slot " + std::to_string(k));
+        }
+        if (u[i].to > u[longest].to) longest = i;
       }
     }
     return ok_status();
