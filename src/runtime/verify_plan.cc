@@ -39,8 +39,9 @@ std::vector<ir::SymbolValues> profile_corners(const plan::Plan& p) {
     if (syms.size() <= kMaxFullCornerSymbols) {
       for (uint32_t mask = 0; mask < (1u << syms.size()); ++mask) {
         ir::SymbolValues c;
-        for (size_t i = 0; i < syms.size(); ++i)
+        for (size_t i = 0; i < syms.size(); ++i) {
           c[syms[i].first] = mask >> i & 1 ? syms[i].second.hi : syms[i].second.lo;
+        }
         out.push_back(std::move(c));
       }
       continue;
@@ -165,8 +166,9 @@ class Verifier {
     }
     for (const auto* list : {&g_.inputs, &g_.outputs}) {
       for (int idx : *list) {
-        if (idx < 0 || idx >= nv)
+        if (idx < 0 || idx >= nv) {
           return violation("indices in range", "graph IO refers to value " + std::to_string(idx));
+        }
       }
     }
     return ok_status();
@@ -176,8 +178,9 @@ class Verifier {
     is_input_.assign(g_.values.size(), 0);
     is_output_.assign(g_.values.size(), 0);
     for (int v : g_.inputs) {
-      if (is_input_[v]++)
+      if (is_input_[v]++) {
         return violation("graph inputs are distinct", vname(v) + " is listed twice");
+      }
     }
     for (int v : g_.outputs) is_output_[v] = 1;
     for (size_t v = 0; v < g_.values.size(); ++v) {
@@ -218,9 +221,10 @@ class Verifier {
         for (int in : g_.inputs) {
           if (g_.values[in].name == r.name) v = in;
         }
-        if (v < 0)
+        if (v < 0) {
           return violation("profiles name engine inputs",
                            where + " names '" + r.name + "', not an input");
+        }
         const auto& shape = *g_.values[v].shape;
         if (r.min.size() != shape.size() || r.opt.size() != shape.size() ||
             r.max.size() != shape.size()) {
@@ -240,8 +244,9 @@ class Verifier {
           if (shape[d].is_const()) continue;
           std::string sym;
           int64_t coeff = 0, offset = 0;
-          if (!shape[d].as_linear(&sym, &coeff, &offset) || coeff <= 0)
+          if (!shape[d].as_linear(&sym, &coeff, &offset) || coeff <= 0) {
             continue;  // make_engine_data names it
+          }
           auto box = prof.symbols.find(sym);
           if (!range || box == prof.symbols.end()) {
             return violation("every dynamic input dim is bounded by every profile",
@@ -288,9 +293,10 @@ class Verifier {
       }
       switch (vp.storage) {
         case plan::Storage::kConstant: {
-          if (!val.constant)
+          if (!val.constant) {
             return violation("constants have data",
                              vname(vi) + " has constant storage but no data");
+          }
           const Tensor& t = *val.constant;
           auto numel = checked_numel(t.shape());
           auto want = numel ? checked_mul(*numel, int64_t(dtype_size(val.dtype))) : std::nullopt;
@@ -326,8 +332,9 @@ class Verifier {
                                  std::string(dtype_name(dt)) +
                                  (val.sym_value ? "" : " and no formulas"));
           }
-          if (vp.slot < 0)
+          if (vp.slot < 0) {
             return violation("stored values have an arena slot", vname(vi) + " has slot -1");
+          }
           for (const auto& c : corners_) {
             KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(vi, c));
             const int64_t written = int64_t(val.sym_value->size()) * int64_t(dtype_size(dt));
@@ -341,14 +348,17 @@ class Verifier {
           break;
         }
         case plan::Storage::kActivation:
-          if (vp.slot < 0)
+          if (vp.slot < 0) {
             return violation("stored values have an arena slot", vname(vi) + " has slot -1");
-          if (val.producer < 0)
+          }
+          if (val.producer < 0) {
             return violation("activations are produced", vname(vi) + " has no producer");
+          }
           break;
         case plan::Storage::kOutput:
-          if (val.producer < 0)
+          if (val.producer < 0) {
             return violation("activations are produced", vname(vi) + " has no producer");
+          }
           break;
         case plan::Storage::kAlias: {
           // Only a view's output may be an alias: any other node would write into (and past)
@@ -549,9 +559,10 @@ class Verifier {
     std::vector<ops::Constraint> constraints;  // proven by the builder over the profile box
     ops::InferContext ctx(g_, node, int(n), &constraints);
     Status st = schema.infer(ctx);
-    if (!st.ok())
+    if (!st.ok()) {
       return violation("stored types follow from op inference",
                        node.describe() + ": " + st.message());
+    }
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       const int v = node.outputs[o];
       if (v < 0) continue;
