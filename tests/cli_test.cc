@@ -21,6 +21,7 @@
 #include "frontend/onnx/parse.h"
 #include "model_util.h"
 #include "onnx/onnx.pb.h"
+#include "plan/engine_file.h"
 
 namespace kiln::testing {
 namespace {
@@ -378,6 +379,20 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=ort",
                "KILN_PYTHON=/nonexistent/python3 ");
   EXPECT_EQ(r.code, 1) << r.out;
+}
+
+// The checksums are public: an engine edited behind recomputed ones (an arena slot of INT64_MAX,
+// which overflowed the activation memory sum inspect prints) is refused by the verifier instead.
+TEST_F(CliTest, InspectRefusesAHostileEngineWithoutOverflow) {
+  build_demo();
+  auto plan = plan::load_file(path("demo.kiln"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_FALSE(plan->slot_bytes.empty());
+  plan->slot_bytes.back() = ir::Dim(INT64_MAX);
+  ASSERT_TRUE(plan::save_file(*plan, path("hostile.kiln")).ok());
+  auto r = kiln_cli("inspect " + path("hostile.kiln"));
+  EXPECT_EQ(r.code, 1) << r.out;  // a reported failure, not a signal (-1)
+  EXPECT_TRUE(contains(r.out, "arena slots are non-negative and the arena fits int64")) << r.out;
 }
 
 TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {

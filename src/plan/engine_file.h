@@ -56,7 +56,9 @@
 // names another value that is not itself an alias.
 //
 // checksum64 (byte_io.h) is FNV-1a 64 over 64-bit words: one changed byte always changes it (each
-// step is a bijection of the state), and word-wise it keeps up with large weight sections.
+// step is a bijection of the state), and word-wise it keeps up with large weight sections. It is
+// for accidental damage only: anyone can recompute it, so the runtime verifies what a plan says
+// against the invariants it relies on before using it (runtime/verify_plan.cc).
 //
 // Errors: every file kiln cannot load is kInvalidArgument. One of another format version names
 // its version and says to rebuild the engine from the ONNX model ("engine file format version 1

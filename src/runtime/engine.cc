@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "builder/build_state.h"
+#include "core/checked.h"
 #include "builder/builder.h"
 #include "frontend/onnx/parse.h"
 #include "plan/engine_file.h"
@@ -17,6 +18,7 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   auto data = std::make_shared<EngineData>();
   KILN_ASSIGN_OR_RETURN(data->backend, backends::get_backend(plan.device));
   data->plan = std::move(plan);
+  KILN_RETURN_IF_ERROR(verify_plan(*data));
   const ir::Graph& g = data->plan.graph;
   for (int v : g.inputs) data->io_values.push_back(v);
   for (int v : g.outputs) data->io_values.push_back(v);
@@ -185,9 +187,10 @@ StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which
     if (!bytes || *bytes < 0) {
       return internal_error("cannot evaluate activation slot size " + slot.to_string());
     }
-    int64_t aligned = (*bytes + 63) / 64 * 64;  // the runtime arena's alignment
-    if (total > INT64_MAX - aligned) return invalid_argument("activation memory overflows int64");
-    total += aligned;
+    auto padded = checked_add(*bytes, 63);  // the runtime arena's alignment
+    auto sum = padded ? checked_add(total, *padded / 64 * 64) : std::nullopt;
+    if (!sum) return invalid_argument("activation memory overflows int64 at slot " + slot.to_string());
+    total = *sum;
   }
   return total;
 }

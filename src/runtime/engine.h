@@ -52,6 +52,8 @@ class OutputAllocator {
 
 class Engine {
  public:
+  // load, deserialize and from_plan all verify the plan (runtime/verify_plan.cc) before using it:
+  // a file edited behind recomputed checksums is kInvalidArgument naming the broken invariant.
   static StatusOr<Engine> load(const std::string& path);
   // An engine from a plan, checked and prepared as a loaded one is (tests and tools that edit
   // plans use it): kUnsupported when it names an implementation this build lacks.

@@ -66,6 +66,10 @@ struct EngineData {
   }
 };
 
+// Refuses a plan that breaks an invariant the runtime relies on (storage kinds against the graph's
+// IO, constants' bytes, op arity and inference, arena and workspace slots at every profile corner),
+// naming the invariant, the node or value and the numbers. Runs before anything else reads the plan.
+Status verify_plan(const EngineData& data);
 // Uploads the plan's constants for a device backend (a no-op on host-accessible backends).
 Status upload_constants(EngineData& data);
 // Finds each node's implementation by the id the plan records and lets it prepare its constant

@@ -41,57 +41,16 @@ Status upload_constants(EngineData& data) {
 
 Status prepare_implementations(EngineData& data) {
   const plan::Plan& p = data.plan;
-  if (p.nodes.size() != p.graph.nodes.size()) {
-    return invalid_argument("the plan records " + std::to_string(p.nodes.size()) + " kernel choices for " +
-                            std::to_string(p.graph.nodes.size()) + " nodes");
-  }
-  // Only an alias node's output may be stored as an alias: any other node would write into (and
-  // past) the bytes of the value it aliases.
-  for (size_t v = 0; v < p.values.size(); ++v) {
-    if (p.values[v].storage != plan::Storage::kAlias) continue;
-    int producer = p.graph.values[v].producer;
-    if (producer < 0 || size_t(producer) >= p.nodes.size() || p.nodes[producer].impl != plan::kAliasImpl) {
-      return invalid_argument("value '" + p.graph.values[v].name +
-                              "' is stored as an alias, but no view produces it");
-    }
-  }
+  // verify_plan has checked the tables, storage and aliases, and that each id names a kernel of
+  // this device for the node's op.
   const backends::KernelRegistry& registry = backends::kernel_registry();
   data.impls.assign(p.graph.nodes.size(), nullptr);
   data.prepared.assign(p.graph.nodes.size(), nullptr);
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const std::string& id = p.nodes[n].impl;
-    if (id == plan::kAliasImpl) {
-      // A view's output is its input's bytes: the node must be a view of one output whose
-      // alias_of is the root of its input, with the same dtype (the file may have been edited).
-      int out = node.outputs.size() == 1 ? node.outputs[0] : -1;
-      int in = node.inputs.empty() ? -1 : node.inputs[0];
-      if (!ops::traits(node).is_view || out < 0 || in < 0 ||
-          p.values[out].storage != plan::Storage::kAlias) {
-        return invalid_argument(node.describe() + " is planned as an alias, but it is not a view whose output is stored as one");
-      }
-      int root = p.values[in].storage == plan::Storage::kAlias ? p.values[in].alias_of : in;
-      if (p.values[out].alias_of != root || p.graph.values[out].dtype != p.graph.values[root].dtype) {
-        return invalid_argument(node.describe() + ": its output aliases '" +
-                                p.graph.values[p.values[out].alias_of].name + "', not its input's bytes");
-      }
-      continue;
-    }
+    if (id == plan::kAliasImpl) continue;  // a view runs nothing
     const backends::KernelImpl* impl = registry.find(id);
-    if (!impl) {
-      return unsupported(node.describe() + ": the engine uses kernel '" + id +
-                         "', which this build of kiln does not have; rebuild the engine with this kiln");
-    }
-    if (impl->device() != data.backend->device()) {
-      return invalid_argument(node.describe() + ": kernel '" + id + "' is for " +
-                              std::string(device_name(impl->device())) + ", but the engine is for " +
-                              std::string(device_name(data.backend->device())));
-    }
-    // An edited file could pair a node with another op's kernel, which would misread its inputs.
-    auto candidates = registry.candidates(ops::find_op(node.domain, node.op_type), impl->device());
-    if (std::find(candidates.begin(), candidates.end(), impl) == candidates.end()) {
-      return invalid_argument(node.describe() + ": kernel '" + id + "' does not implement " + node.op_type);
-    }
     backends::KernelQuery q = data.query(n);
     // The file may have been edited: the implementation must still accept the node as planned.
     Status st = impl->supports(q);
@@ -249,7 +208,11 @@ Status ExecutionContext::resolve() {
       }
       s.push_back(*x);
     }
-    if (!checked_numel(s)) return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) + " is too large");
+    // Checked here once so every later numel * dtype_size of this shape is known not to wrap.
+    auto numel = checked_numel(s);
+    if (!numel || !checked_mul(*numel, int64_t(dtype_size(val.dtype)))) {
+      return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) + " is too large");
+    }
     shapes_[v] = std::move(s);
   }
 
