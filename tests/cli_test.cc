@@ -794,7 +794,7 @@ TEST_F(CliTest, BuilderOptimizationLevelOutOfRangeIsAUsageError) {
     auto r = kiln_cli(build + " --builderOptimizationLevel=" + bad);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_TRUE(contains(r.out, "--builderOptimizationLevel=" + std::string(bad) +
-                                    " is outside 0..5"))
+                                    " is outside [0, 5]"))
         << r.out;
   }
   auto r = kiln_cli(build + " --builderOptimizationLevel=three");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -105,11 +106,10 @@ Result<InputOptions> parse_input_options(const Args& args) {
   if (auto s = args.get("loadInputs")) {
     KILN_CLI_ASSIGN(o.files, parse_named_files("loadInputs", *s));
   }
-  KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1));
+  KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1, 0, std::numeric_limits<int64_t>::max()));
   o.seed = uint64_t(seed);
-  KILN_CLI_ASSIGN(int64_t profile, args.get_int("useProfile", -1));
-  if (args.has("useProfile") && profile < 0)
-    return usage_error("--useProfile=" + *args.get("useProfile") + " is not a profile index");
+  // The engine's profile count is checked once it is loaded (prepare_inputs).
+  KILN_CLI_ASSIGN(int64_t profile, args.get_int("useProfile", -1, 0, kMaxCount));
   o.profile = int(profile);
   return o;
 }
