@@ -140,7 +140,7 @@ std::string help_text(const CommandSpec& spec) {
   s += "kiln help-flags lists every trtexec flag and what kiln does with it.\n";
   s += "\nexit status: 0 ok, 1 failure";
   s += spec.name == "compare" ? " or outputs out of tolerance" : "";
-  s += ", 2 bad command line (flag, value or shape)\n";
+  s += ", 2 bad command line (flag, value or shape), 3 internal error\n";
   return s;
 }
 

@@ -19,6 +19,7 @@ namespace kiln::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFail = 1;   // the work failed, or compare found outputs out of tolerance
 inline constexpr int kExitUsage = 2;  // the command line is wrong: a flag, a value, a shape
+inline constexpr int kExitInternal = 3;  // an exception reached main: a bug in kiln
 
 // A failure with the exit code it maps to. The CLI uses this instead of Status so that a usage
 // mistake (exit 2) is never confused with a failure while doing the work (exit 1).
