@@ -794,8 +794,8 @@ TEST_F(CliTest, BuilderOptimizationLevelOutOfRangeIsAUsageError) {
   for (const char* bad : {"9", "-1", "6"}) {
     auto r = kiln_cli(build + " --builderOptimizationLevel=" + bad);
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_TRUE(contains(r.out, "--builderOptimizationLevel=" + std::string(bad) +
-                                    " is outside [0, 5]"))
+    EXPECT_TRUE(
+        contains(r.out, "--builderOptimizationLevel=" + std::string(bad) + " is outside [0, 5]"))
         << r.out;
   }
   auto r = kiln_cli(build + " --builderOptimizationLevel=three");
@@ -866,7 +866,8 @@ TEST_F(CliTest, SpecialFilesAndOutOfRangeFlagsAreRefusedPromptly) {
   auto p = [&](const std::string& name) { return (d / name).string(); };
   write_model(d / "tiny.onnx", 1.0f);
   const std::string engine = p("tiny.kiln");
-  auto built = kiln_cli("build --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --saveEngine=" + engine);
+  auto built =
+      kiln_cli("build --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --saveEngine=" + engine);
   ASSERT_EQ(built.code, 0) << built.out;
 
   // Special files, each under several names so every reader sees each kind. Devices are reached
@@ -886,7 +887,8 @@ TEST_F(CliTest, SpecialFilesAndOutOfRangeFlagsAreRefusedPromptly) {
     std::ofstream(d / name).close();
   }
   const std::string engine_bytes = read_file(engine), model_bytes = read_file(d / "tiny.onnx");
-  std::ofstream(d / "cut.kiln", std::ios::binary) << engine_bytes.substr(0, engine_bytes.size() / 2);
+  std::ofstream(d / "cut.kiln", std::ios::binary)
+      << engine_bytes.substr(0, engine_bytes.size() / 2);
   std::ofstream(d / "cut.onnx", std::ios::binary) << model_bytes.substr(0, model_bytes.size() / 2);
   // A valid .npy header for 2x4 float32, with 28 of its 32 data bytes.
   {
@@ -941,7 +943,8 @@ TEST_F(CliTest, SpecialFilesAndOutOfRangeFlagsAreRefusedPromptly) {
       {bench + " --warmUp=inf", 2, "--warmUp=inf is outside [0, 86400000]"},
       {bench + " --warmUp=soon", 2, "--warmUp=soon is not a number"},
       {bench + " --iterations=2147483648", 2, "--iterations=2147483648 is outside [1, 2147483647]"},
-      {bench + " --iterations=9223372036854775808", 2, "--iterations=9223372036854775808 is outside"},
+      {bench + " --iterations=9223372036854775808", 2,
+       "--iterations=9223372036854775808 is outside"},
       {bench + " --iterations=-1", 2, "--iterations=-1 is outside"},
       {bench + " --iterations=1e3", 2, "--iterations=1e3 is not an integer"},
       {bench + " --avgRuns=0", 2, "--avgRuns=0 is outside [1, 2147483647]"},
@@ -965,7 +968,8 @@ TEST_F(CliTest, SpecialFilesAndOutOfRangeFlagsAreRefusedPromptly) {
        "--profile=-1 is outside"},
       {build + " --builderOptimizationLevel=2147483648", 2,
        "--builderOptimizationLevel=2147483648 is outside [0, 5]"},
-      {"compare --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --atol=nan", 2, "--atol=nan is outside"},
+      {"compare --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --atol=nan", 2,
+       "--atol=nan is outside"},
       {"compare --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --rtol=-1", 2, "--rtol=-1 is outside"},
   };
   int checked = 0;

@@ -1,5 +1,6 @@
 // Reading files whose paths users give (models, external weights, engines, inputs, timing caches):
-// only regular files, opened so that a FIFO or device never blocks, bounded before any byte is read.
+// only regular files, opened so that a FIFO or device never blocks, bounded before any byte is
+// read.
 #pragma once
 
 #include <cstdint>

@@ -117,8 +117,7 @@ int bench_command(const Argv& argv) {
   if (!inputs_opt.ok()) return report("bench", inputs_opt.error());
   auto warmup_ms = args->get_double("warmUp", 200, 0, kMaxMilliseconds);
   auto iterations = args->get_int("iterations", 10, 1, kMaxCount);
-  auto duration_s =
-      args->get_double("duration", args->has("iterations") ? 0 : 3, 0, kMaxSeconds);
+  auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3, 0, kMaxSeconds);
   auto cuda_graph = args->get_bool("useCudaGraph");
   auto no_transfers = args->get_bool("noDataTransfers");
   auto avg_runs = args->get_int("avgRuns", 0, 1, kMaxCount);

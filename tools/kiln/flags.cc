@@ -319,7 +319,8 @@ Result<int64_t> parse_int_flag(std::string_view flag, std::string_view text, int
   const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
   int64_t x = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-  if (p != text.data() + text.size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+  if (p != text.data() + text.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
     return usage_error(given + " is not an integer; expected an integer in " + range);
   }
   if (ec == std::errc::result_out_of_range || x < min || x > max) {

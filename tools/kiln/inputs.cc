@@ -38,9 +38,8 @@ uint64_t max_input_file_bytes(const Engine& engine, const std::string& name) {
   constexpr int64_t kWidestElementBytes = 8;
   std::optional<uint64_t> most;
   for (int p = 0; p < std::max(engine.num_profiles(), 1); ++p) {
-    auto shape = engine.num_profiles() > 0
-                     ? engine.profile_shape(name, p, OptProfileSelector::kMAX)
-                     : engine.tensor_shape(name);
+    auto shape = engine.num_profiles() > 0 ? engine.profile_shape(name, p, OptProfileSelector::kMAX)
+                                           : engine.tensor_shape(name);
     if (!shape.ok()) continue;
     auto n = checked_numel(*shape);
     auto bytes = n ? checked_mul(*n, kWidestElementBytes) : std::nullopt;

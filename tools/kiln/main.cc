@@ -110,9 +110,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln: internal error: %s (please report this with the command line)\n",
                  e.what());
   } catch (...) {
-    std::fputs("kiln: internal error: an unknown exception (please report this with the command "
-               "line)\n",
-               stderr);
+    std::fputs(
+        "kiln: internal error: an unknown exception (please report this with the command "
+        "line)\n",
+        stderr);
   }
   return kExitInternal;
 }
