@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -809,7 +810,7 @@ TEST_F(CliTest, TimingCacheFileUnusableWarnsAndBuilds) {
   fs::create_directories(path("tcu_dir"));
   r = kiln_cli(build + " --timingCacheFile=" + path("tcu_dir"));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "'" + path("tcu_dir") + "': it is a directory")) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + path("tcu_dir") + "' is a directory")) << r.out;
   EXPECT_TRUE(contains(r.out, "not written)")) << r.out;
   EXPECT_TRUE(fs::is_directory(path("tcu_dir")));
 
@@ -818,7 +819,7 @@ TEST_F(CliTest, TimingCacheFileUnusableWarnsAndBuilds) {
   ASSERT_EQ(mkfifo(path("tcu_fifo").c_str(), 0600), 0);
   r = kiln_cli(build + " --timingCacheFile=" + path("tcu_fifo"), "timeout 60 ");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "'" + path("tcu_fifo") + "': it is not a regular file")) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + path("tcu_fifo") + "' is a FIFO")) << r.out;
   EXPECT_TRUE(fs::is_fifo(path("tcu_fifo")));
 }
 
@@ -828,8 +829,8 @@ TEST_F(CliTest, BuilderOptimizationLevelOutOfRangeIsAUsageError) {
   for (const char* bad : {"9", "-1", "6"}) {
     auto r = kiln_cli(build + " --builderOptimizationLevel=" + bad);
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_TRUE(contains(r.out, "--builderOptimizationLevel=" + std::string(bad) +
-                                    " is outside 0..5"))
+    EXPECT_TRUE(
+        contains(r.out, "--builderOptimizationLevel=" + std::string(bad) + " is outside [0, 5]"))
         << r.out;
   }
   auto r = kiln_cli(build + " --builderOptimizationLevel=three");
@@ -889,6 +890,138 @@ TEST_F(CliTest, SharedModelsCompareInFp32) {
     EXPECT_TRUE(contains(r.out, "PASS: 1 of 1 outputs within tolerance")) << model << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, "atol 1.00e-04, rtol 1.00e-03")) << r.out;
   }
+}
+
+// Files that are not regular files, empty or cut short, and numeric flags outside their ranges:
+// each is refused with its exit code and a phrase naming the problem, in well under the timeout
+// (a device read to its end, or a FIFO waited on, would hang or exhaust memory instead).
+TEST_F(CliTest, SpecialFilesAndOutOfRangeFlagsAreRefusedPromptly) {
+  const fs::path d = *dir_ / "special";
+  fs::create_directories(d);
+  auto p = [&](const std::string& name) { return (d / name).string(); };
+  write_model(d / "tiny.onnx", 1.0f);
+  const std::string engine = p("tiny.kiln");
+  auto built =
+      kiln_cli("build --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --saveEngine=" + engine);
+  ASSERT_EQ(built.code, 0) << built.out;
+
+  // Special files, each under several names so every reader sees each kind. Devices are reached
+  // only through links made here, and only read.
+  for (const char* name : {"dir.kiln", "dir.onnx", "dir.npy"}) fs::create_directory(d / name);
+  for (const char* name : {"fifo.kiln", "fifo.onnx", "fifo.npy"}) {
+    ASSERT_EQ(mkfifo((d / name).c_str(), 0600), 0) << name;
+  }
+  const bool have_zero = fs::exists("/dev/zero"), have_urandom = fs::exists("/dev/urandom");
+  for (const char* name : {"zero.kiln", "zero.onnx", "zero.npy", "zero.tc"}) {
+    if (have_zero) fs::create_symlink("/dev/zero", d / name);
+  }
+  for (const char* name : {"urandom.kiln", "urandom.onnx", "urandom.pb"}) {
+    if (have_urandom) fs::create_symlink("/dev/urandom", d / name);
+  }
+  for (const char* name : {"empty.kiln", "empty.onnx", "empty.npy"}) {
+    std::ofstream(d / name).close();
+  }
+  const std::string engine_bytes = read_file(engine), model_bytes = read_file(d / "tiny.onnx");
+  std::ofstream(d / "cut.kiln", std::ios::binary)
+      << engine_bytes.substr(0, engine_bytes.size() / 2);
+  std::ofstream(d / "cut.onnx", std::ios::binary) << model_bytes.substr(0, model_bytes.size() / 2);
+  // A valid .npy header for 2x4 float32, with 28 of its 32 data bytes.
+  {
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4), }";
+    header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
+    std::ofstream f(d / "cut.npy", std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    f.put(char(header.size() & 0xff)).put(char(header.size() >> 8));
+    f << header << std::string(28, '\0');
+  }
+  // Sparse, so cheap: 1 GiB where input x (at most 2x4) allows about 1 MiB.
+  std::ofstream(d / "huge.npy").close();
+  fs::resize_file(d / "huge.npy", uint64_t(1) << 30);
+
+  const std::string run = "run --loadEngine=" + engine;
+  const std::string bench = "bench --loadEngine=" + engine;
+  const std::string build = "build --onnx=" + p("tiny.onnx") + " --shapes=x:2x4";
+  struct Case {
+    std::string args;
+    int code;
+    std::string phrase;
+    bool needs_zero = false, needs_urandom = false;
+  };
+  const std::vector<Case> cases = {
+      {"run --loadEngine=" + p("dir.kiln"), 1, "is a directory"},
+      {"run --loadEngine=" + p("fifo.kiln"), 1, "is a FIFO"},
+      {"run --loadEngine=" + p("zero.kiln"), 1, "is a device", true},
+      {"bench --loadEngine=" + p("urandom.kiln"), 1, "is a device", false, true},
+      {"run --loadEngine=" + p("empty.kiln"), 1, "(it is empty)"},
+      {"run --loadEngine=" + p("cut.kiln"), 1, "truncated"},
+      {"inspect " + p("zero.kiln"), 1, "is a device", true},
+      {"inspect " + p("fifo.kiln"), 1, "is a FIFO"},
+      {"build --onnx=" + p("dir.onnx"), 1, "is a directory"},
+      {"build --onnx=" + p("fifo.onnx"), 1, "is a FIFO"},
+      {"build --onnx=" + p("zero.onnx"), 1, "is a device", true},
+      {"build --onnx=" + p("urandom.onnx"), 1, "is a device", false, true},
+      {"build --onnx=" + p("empty.onnx"), 1, "is not a valid ONNX ModelProto"},
+      {"build --onnx=" + p("cut.onnx"), 1, "is not a valid ONNX ModelProto"},
+      {run + " --loadInputs=x:" + p("dir.npy"), 1, "is a directory"},
+      {run + " --loadInputs=x:" + p("fifo.npy"), 1, "is a FIFO"},
+      {run + " --loadInputs=x:" + p("zero.npy"), 1, "is a device", true},
+      {run + " --loadInputs=x:" + p("urandom.pb"), 1, "is a device", false, true},
+      {run + " --loadInputs=x:" + p("empty.npy"), 1, "bad magic"},
+      {run + " --loadInputs=x:" + p("cut.npy"), 1, "holds 28 data bytes"},
+      {run + " --loadInputs=x:" + p("huge.npy"), 1, "has 1073741824 bytes, more than the"},
+      // An unusable timing cache warns and the build goes on without it.
+      {build + " --timingCacheFile=" + p("zero.tc"), 0, "is a device", true},
+      {bench + " --duration=1e308", 2, "--duration=1e308 is outside [0, 86400]"},
+      {bench + " --duration=-1", 2, "--duration=-1 is outside [0, 86400]"},
+      {bench + " --duration=nan", 2, "--duration=nan is outside"},
+      {bench + " --duration=1e400", 2, "--duration=1e400 is outside"},
+      {bench + " --warmUp=inf", 2, "--warmUp=inf is outside [0, 86400000]"},
+      {bench + " --warmUp=soon", 2, "--warmUp=soon is not a number"},
+      {bench + " --iterations=2147483648", 2, "--iterations=2147483648 is outside [1, 2147483647]"},
+      {bench + " --iterations=9223372036854775808", 2,
+       "--iterations=9223372036854775808 is outside"},
+      {bench + " --iterations=-1", 2, "--iterations=-1 is outside"},
+      {bench + " --iterations=1e3", 2, "--iterations=1e3 is not an integer"},
+      {bench + " --avgRuns=0", 2, "--avgRuns=0 is outside [1, 2147483647]"},
+      {bench + " --avgRuns=4294967297", 2, "--avgRuns=4294967297 is outside"},
+      {bench + " --useProfile=2147483648", 2, "--useProfile=2147483648 is outside [0, 2147483647]"},
+      {run + " --profile=2147483648", 2, "--profile=2147483648 is outside [0, 2147483647]"},
+      {run + " --useProfile=9223372036854775808", 2, "--useProfile=9223372036854775808 is outside"},
+      {run + " --useProfile=-1", 2, "--useProfile=-1 is outside"},
+      {run + " --useProfile=first", 2, "--useProfile=first is not an integer"},
+      {run + " --useProfile=1", 2, "profile 1 (--profile/--useProfile) does not exist"},
+      {run + " --duration=inf", 2, "--duration=inf is outside [0, 86400]"},
+      {run + " --iterations=0", 2, "--iterations=0 is outside [1, 2147483647]"},
+      {run + " --seed=-1", 2, "--seed=-1 is outside"},
+      {run + " --shapes=x:99999999999x99999999999", 2, "the product of its dims overflows"},
+      {run + " --shapes=x:9223372036854775808x4", 2, "is too large"},
+      {run + " --shapes=x:0x4", 2, "dim 0 is 0; dims must be positive"},
+      {run + " --shapes=x:-1x4", 2, "dims must be positive integers"},
+      {"build --onnx=" + p("tiny.onnx") + " --profile=2147483648 --minShapes=x:1x4", 2,
+       "--profile=2147483648 is outside [0, 2147483647]"},
+      {"build --onnx=" + p("tiny.onnx") + " --profile=-1 --minShapes=x:1x4", 2,
+       "--profile=-1 is outside"},
+      {build + " --builderOptimizationLevel=2147483648", 2,
+       "--builderOptimizationLevel=2147483648 is outside [0, 5]"},
+      {"compare --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --atol=nan", 2,
+       "--atol=nan is outside"},
+      {"compare --onnx=" + p("tiny.onnx") + " --shapes=x:2x4 --rtol=-1", 2, "--rtol=-1 is outside"},
+  };
+  int checked = 0;
+  for (const Case& c : cases) {
+    if ((c.needs_zero && !have_zero) || (c.needs_urandom && !have_urandom)) continue;
+    ++checked;
+    const auto start = std::chrono::steady_clock::now();
+    // KILL after 20 s: a hang fails this case instead of the whole run.
+    auto r = kiln_cli(c.args, "timeout -s KILL 20 ");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, c.phrase)) << c.args << "\nexpected: " << c.phrase << "\n" << r.out;
+    EXPECT_LT(seconds, 10.0) << c.args;
+    EXPECT_FALSE(contains(r.out, "internal error")) << c.args << "\n" << r.out;
+  }
+  EXPECT_GE(checked, 30);
 }
 
 }  // namespace

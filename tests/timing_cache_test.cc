@@ -143,16 +143,16 @@ TEST(TimingCache, UnusableFilesAreRefusedWithTheReason) {
   // Special files are refused from their stat, never read: a directory, a FIFO with no writer
   // (opening it for reading would block), an endless device.
   fs::create_directory(dir / "a_dir");
-  expect_refused(dir / "a_dir", "it is a directory");
+  expect_refused(dir / "a_dir", "is a directory");
   ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0600), 0);
-  expect_refused(dir / "fifo", "not a regular file");
-  if (fs::exists("/dev/zero")) expect_refused("/dev/zero", "not a regular file");
+  expect_refused(dir / "fifo", "is a FIFO");
+  if (fs::exists("/dev/zero")) expect_refused("/dev/zero", "is a device");
   // Over the size cap: refused before anything is read (the file is sparse, so this is cheap).
   {
     std::ofstream(dir / "huge.tc").close();
     fs::resize_file(dir / "huge.tc", TimingCache::kMaxFileBytes + 1);
   }
-  expect_refused(dir / "huge.tc", "more than the 67108864 a timing cache may have");
+  expect_refused(dir / "huge.tc", "more than the 67108864 a timing cache file may have");
 
   // save() leaves a special file as it is rather than renaming a regular file over it.
   Status st = three_entries(false).save((dir / "fifo").string());

@@ -5,7 +5,6 @@
 // Sorting makes the bytes a function of the entries alone (not of insertion or hash-table order).
 #include "builder/timing_cache.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/file.h"
 #include "core/hash.h"
 #include "plan/byte_io.h"
 
@@ -162,55 +162,13 @@ StatusOr<TimingCache> TimingCache::deserialize(std::span<const uint8_t> bytes) {
 }
 
 StatusOr<TimingCache> TimingCache::load(const std::string& path) {
-  auto fail = [&](const std::string& why) {
-    return invalid_argument("timing cache '" + path + "': " + why);
-  };
-  // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one; fstat on
-  // the open descriptor then refuses it (and a directory or device), with no window in which the
-  // path could be swapped between the check and the read.
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return TimingCache();
-    return fail(std::string("cannot open it: ") + std::strerror(errno));
+  auto bytes = read_regular_file(path, kMaxFileBytes, "timing cache");
+  if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) return TimingCache();
+  if (!bytes.ok()) return bytes.status();
+  auto cache = deserialize(*bytes);
+  if (!cache.ok()) {
+    return invalid_argument("timing cache '" + path + "': " + cache.status().message());
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return fail(std::string("cannot stat it: ") + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail(S_ISDIR(st.st_mode) ? "it is a directory, not a file" : "it is not a regular file");
-  }
-  if (uint64_t(st.st_size) > kMaxFileBytes) {
-    ::close(fd);
-    return fail("it has " + std::to_string(st.st_size) + " bytes, more than the " +
-                std::to_string(kMaxFileBytes) + " a timing cache may have");
-  }
-  // Read to the end rather than st_size bytes, stopping past the cap: a file that grows while it
-  // is read is still bounded.
-  std::vector<uint8_t> bytes;
-  uint8_t buf[1 << 16];
-  for (;;) {
-    ssize_t got = ::read(fd, buf, sizeof(buf));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      int e = errno;
-      ::close(fd);
-      return fail(std::string("cannot read it: ") + std::strerror(e));
-    }
-    if (got == 0) break;
-    bytes.insert(bytes.end(), buf, buf + got);
-    if (bytes.size() > kMaxFileBytes) {
-      ::close(fd);
-      return fail("it grew past the " + std::to_string(kMaxFileBytes) +
-                  " bytes a timing cache may have while it was read");
-    }
-  }
-  ::close(fd);
-  auto cache = deserialize(bytes);
-  if (!cache.ok()) return fail(cache.status().message());
   return cache;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/file.h"
 #include "plan/byte_io.h"
 #include "plan/sections.h"
 
@@ -327,21 +328,8 @@ Status save_file(const Plan& plan, const std::string& path) {
 }
 
 StatusOr<Plan> load_file(const std::string& path, std::span<const uint32_t> backend_tags) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    if (errno == ENOENT) return not_found("engine file '" + path + "' does not exist");
-    return invalid_argument("cannot open engine file '" + path + "': " + std::strerror(errno));
-  }
-  std::vector<uint8_t> bytes;
-  uint8_t buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
-  bool failed = std::ferror(f) != 0;
-  int read_errno = errno;
-  std::fclose(f);
-  if (failed) {
-    return invalid_argument("cannot read engine file '" + path + "': " + std::strerror(read_errno));
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                        read_regular_file(path, kMaxEngineFileBytes, "engine"));
   auto plan = deserialize(bytes, backend_tags);
   if (!plan.ok()) {
     Status s = plan.status();

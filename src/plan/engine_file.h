@@ -137,6 +137,11 @@ StatusOr<Plan> deserialize(std::span<const uint8_t> bytes,
                            std::span<const uint32_t> backend_tags = {});
 StatusOr<EngineHeader> read_header(std::span<const uint8_t> bytes);  // for `kiln inspect`
 Status save_file(const Plan& plan, const std::string& path);
+// The largest engine file load_file() reads: far above any engine kiln builds (weights are most
+// of one), and low enough that a wrong path never exhausts memory.
+inline constexpr uint64_t kMaxEngineFileBytes = uint64_t(16) << 30;
+// A path that is not a regular file (a directory, device, FIFO) or is over kMaxEngineFileBytes is
+// refused before any byte is read.
 StatusOr<Plan> load_file(const std::string& path, std::span<const uint32_t> backend_tags = {});
 
 }  // namespace kiln::plan

@@ -115,12 +115,12 @@ int bench_command(const Argv& argv) {
   }
   auto inputs_opt = parse_input_options(*args);
   if (!inputs_opt.ok()) return report("bench", inputs_opt.error());
-  auto warmup_ms = args->get_double("warmUp", 200);
-  auto iterations = args->get_int("iterations", 10);
-  auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3);
+  auto warmup_ms = args->get_double("warmUp", 200, 0, kMaxMilliseconds);
+  auto iterations = args->get_int("iterations", 10, 1, kMaxCount);
+  auto duration_s = args->get_double("duration", args->has("iterations") ? 0 : 3, 0, kMaxSeconds);
   auto cuda_graph = args->get_bool("useCudaGraph");
   auto no_transfers = args->get_bool("noDataTransfers");
-  auto avg_runs = args->get_int("avgRuns", 0);
+  auto avg_runs = args->get_int("avgRuns", 0, 1, kMaxCount);
   Result<std::vector<double>> percentiles = std::vector<double>{90, 99};
   if (auto p = args->get("percentile")) percentiles = parse_percentiles(*p);
   for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
@@ -132,12 +132,7 @@ int bench_command(const Argv& argv) {
                          percentiles.ok() ? nullptr : &percentiles.error()}) {
     if (e) return report("bench", *e);
   }
-  if (*iterations < 1) return report("bench", usage_error("--iterations must be at least 1"));
-  if (args->has("avgRuns") && *avg_runs < 1)
-    return report("bench", usage_error("--avgRuns must be at least 1"));
   const std::string save = args->get("saveEngine").value_or("");
-  if (*warmup_ms < 0 || *duration_s < 0)
-    return report("bench", usage_error("--warmUp and --duration must be >= 0"));
 
   Result<Engine> engine = failure("no engine");
   if (load) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "commands.h"
 #include "engine_source.h"
@@ -143,8 +144,9 @@ int compare_command(const Argv& argv) {
     return report("compare", usage_error("--onnx=MODEL is required: the reference runs the model"));
   auto inputs_opt = parse_input_options(*args);
   if (!inputs_opt.ok()) return report("compare", inputs_opt.error());
-  auto atol_flag = args->get_double("atol", -1);
-  auto rtol_flag = args->get_double("rtol", -1);
+  // Any finite tolerance is meaningful; -1 (absent) picks the per-dtype default.
+  auto atol_flag = args->get_double("atol", -1, 0, std::numeric_limits<double>::max());
+  auto rtol_flag = args->get_double("rtol", -1, 0, std::numeric_limits<double>::max());
   if (!atol_flag.ok()) return report("compare", atol_flag.error());
   if (!rtol_flag.ok()) return report("compare", rtol_flag.error());
   std::string which = args->get("reference").value_or("auto");

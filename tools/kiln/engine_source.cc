@@ -150,12 +150,8 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     o.workspace_bytes = bytes;
   }
   if (args.has("builderOptimizationLevel")) {
-    KILN_CLI_ASSIGN(int64_t level, args.get_int("builderOptimizationLevel", 3));
-    if (level < 0 || level > BuilderConfig::kMaxOptimizationLevel) {
-      return usage_error("--builderOptimizationLevel=" + *args.get("builderOptimizationLevel") +
-                         " is outside 0.." + std::to_string(BuilderConfig::kMaxOptimizationLevel) +
-                         " (default 3)");
-    }
+    KILN_CLI_ASSIGN(int64_t level, args.get_int("builderOptimizationLevel", 3, 0,
+                                                BuilderConfig::kMaxOptimizationLevel));
     KILN_CHECK(o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
   }
   o.timing_cache_file = args.get("timingCacheFile").value_or("");
@@ -163,10 +159,7 @@ Result<BuildOptions> parse_build_options(const Args& args) {
   size_t current = 0;
   for (const auto& f : args.flags()) {
     if (f.name == "profile") {
-      char* end = nullptr;
-      long long v = std::strtoll(f.value.c_str(), &end, 10);
-      if (*end != '\0' || v < 0)
-        return usage_error("--profile=" + f.value + " is not a profile index (0, 1, ...)");
+      KILN_CLI_ASSIGN(int64_t v, parse_int_flag("profile", f.value, 0, kMaxCount));
       if (size_t(v) > o.profiles.size()) {
         return usage_error("--profile=" + f.value + " skips a profile: the next one to start is " +
                            std::to_string(o.profiles.size()) + " (profiles are numbered in order)");

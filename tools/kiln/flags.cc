@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cstdlib>
+#include <cstdio>
+
+#include "core/checked.h"
 
 namespace kiln::cli {
 namespace {
@@ -138,7 +140,7 @@ std::string help_text(const CommandSpec& spec) {
   s += "kiln help-flags lists every trtexec flag and what kiln does with it.\n";
   s += "\nexit status: 0 ok, 1 failure";
   s += spec.name == "compare" ? " or outputs out of tolerance" : "";
-  s += ", 2 bad command line (flag, value or shape)\n";
+  s += ", 2 bad command line (flag, value or shape), 3 internal error\n";
   return s;
 }
 
@@ -282,26 +284,56 @@ Result<bool> Args::get_bool(std::string_view name) const {
   return v;
 }
 
-Result<double> Args::get_double(std::string_view name, double fallback) const {
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+}  // namespace
+
+Result<double> Args::get_double(std::string_view name, double fallback, double min,
+                                double max) const {
   auto v = get(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  double d = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != '\0' || !(d == d)) {
-    return usage_error("--" + std::string(name) + "=" + *v + " is not a number");
+  const std::string flag = "--" + std::string(name) + "=" + *v;
+  const std::string range = "[" + number_text(min) + ", " + number_text(max) + "]";
+  // from_chars, not strtod: no locale, no leading spaces, and "inf"/"nan" parse so they can be
+  // refused by the range check below with the same message as any other value outside it.
+  double d = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), d);
+  if (p != v->data() + v->size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return usage_error(flag + " is not a number; expected a number in " + range);
+  }
+  if (ec == std::errc::result_out_of_range || !(d >= min && d <= max)) {
+    return usage_error(flag + " is outside " + range);
   }
   return d;
 }
 
-Result<int64_t> Args::get_int(std::string_view name, int64_t fallback) const {
-  auto v = get(name);
-  if (!v) return fallback;
+Result<int64_t> parse_int_flag(std::string_view flag, std::string_view text, int64_t min,
+                               int64_t max) {
+  const std::string given = "--" + std::string(flag) + "=" + std::string(text);
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
   int64_t x = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
-  if (ec != std::errc() || p != v->data() + v->size()) {
-    return usage_error("--" + std::string(name) + "=" + *v + " is not an integer");
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (p != text.data() + text.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return usage_error(given + " is not an integer; expected an integer in " + range);
+  }
+  if (ec == std::errc::result_out_of_range || x < min || x > max) {
+    return usage_error(given + " is outside " + range);
   }
   return x;
+}
+
+Result<int64_t> Args::get_int(std::string_view name, int64_t fallback, int64_t min,
+                              int64_t max) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  return parse_int_flag(name, *v, min, max);
 }
 
 Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text) {
@@ -327,7 +359,7 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (tok[0] == '-' || tok[0] == '+') {
         return usage_error(where + " is '" + tok +
-                           "'; dims must be non-negative integers (a shape spec "
+                           "'; dims must be positive integers (a shape spec "
                            "gives concrete sizes, not -1 for dynamic)");
       }
       if (ec == std::errc::result_out_of_range)
@@ -335,9 +367,18 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       if (ec != std::errc() || p != tok.data() + tok.size()) {
         return usage_error(where + " is '" + tok + "', not an integer; expected " + expected);
       }
+      if (v == 0) {
+        return usage_error(where + " is 0; dims must be positive integers");
+      }
       spec.dims.push_back(v);
       if (x == std::string::npos) break;
       start = x + 1;
+    }
+    // Every size computed from the shape (elements, bytes at up to 8 an element) must not wrap.
+    auto numel = checked_numel(spec.dims);
+    if (!numel || !checked_mul(*numel, 8)) {
+      return usage_error(f + ": shape '" + entry + "' has more elements than a tensor can hold " +
+                         "(the product of its dims overflows)");
     }
     for (const auto& prev : out) {
       if (prev.name == spec.name)

@@ -19,6 +19,7 @@ namespace kiln::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFail = 1;   // the work failed, or compare found outputs out of tolerance
 inline constexpr int kExitUsage = 2;  // the command line is wrong: a flag, a value, a shape
+inline constexpr int kExitInternal = 3;  // an exception reached main: a bug in kiln
 
 // A failure with the exit code it maps to. The CLI uses this instead of Status so that a usage
 // mistake (exit 2) is never confused with a failure while doing the work (exit 1).
@@ -148,8 +149,10 @@ class Args {
   std::optional<std::string> get(std::string_view name) const;  // the last occurrence
   // Switches: "--fp16" or "--fp16=true|1|false|0".
   Result<bool> get_bool(std::string_view name) const;
-  Result<double> get_double(std::string_view name, double fallback) const;
-  Result<int64_t> get_int(std::string_view name, int64_t fallback) const;
+  // Numbers in [min, max]; text, NaN, infinity or a value outside the range is a usage error
+  // naming the flag and the range. `fallback` (not checked) when the flag is absent.
+  Result<double> get_double(std::string_view name, double fallback, double min, double max) const;
+  Result<int64_t> get_int(std::string_view name, int64_t fallback, int64_t min, int64_t max) const;
   const std::vector<Flag>& flags() const { return flags_; }
   const std::vector<std::string>& positional() const { return positional_; }
 
@@ -159,6 +162,18 @@ class Args {
   bool help_ = false;
 };
 
+// Bounds the commands give numeric flags. A day bounds every duration: longer is a typo (a unit
+// mistaken, an exponent), and a run that never ends is what the bound prevents.
+inline constexpr double kMaxSeconds = 24 * 60 * 60;
+inline constexpr double kMaxMilliseconds = kMaxSeconds * 1000;
+// Counts (iterations, profiles) are ints in the library, so a larger value cannot be honoured.
+inline constexpr int64_t kMaxCount = 2147483647;
+
+// All of `text` as an integer in [min, max] for --FLAG; a value past int64 is refused, never
+// wrapped, and the range is checked before the caller narrows it.
+Result<int64_t> parse_int_flag(std::string_view flag, std::string_view text, int64_t min,
+                               int64_t max);
+
 // One entry of a shape spec: an input name and its concrete dims.
 struct ShapeSpec {
   std::string name;
@@ -166,8 +181,8 @@ struct ShapeSpec {
 };
 
 // Parses "x:1x3x224x224,mask:1x128". A name may contain ':' (the dims follow the last one) or be
-// quoted ('a,b':1x2). Dims are non-negative integers joined by 'x'. `flag` names the flag in
-// errors.
+// quoted ('a,b':1x2). Dims are positive integers joined by 'x', whose product (at 8 bytes an
+// element) fits in int64. `flag` names the flag in errors.
 Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text);
 
 // Parses "x:in.npy,y:dir/in.pb" into (name, path) pairs; the path follows the last ':'.

@@ -1,11 +1,16 @@
 // Input preparation and tensor summaries for the kiln CLI.
 #include "inputs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <set>
 
+#include "core/checked.h"
 #include "npy.h"
+#include "plan/engine_file.h"
 
 namespace kiln::cli {
 namespace {
@@ -21,6 +26,28 @@ std::string engine_inputs_list(const Engine& engine) {
              dtype_name(engine.tensor_dtype(n).ok() ? *engine.tensor_dtype(n) : DType::kUndefined));
   }
   return s;
+}
+
+// The most bytes an input file for `name` may have, so a wrong path (a huge file, a disk image) is
+// refused before it is read: the input's largest shape over every profile at 8 bytes an element
+// (a file may hold a wider type than the input's, converted after reading), plus room for a .npy
+// header or a TensorProto's other fields. An input of no known bounded shape gets the cap of an
+// engine file.
+uint64_t max_input_file_bytes(const Engine& engine, const std::string& name) {
+  constexpr uint64_t kHeaderBytes = uint64_t(1) << 20;
+  constexpr int64_t kWidestElementBytes = 8;
+  std::optional<uint64_t> most;
+  for (int p = 0; p < std::max(engine.num_profiles(), 1); ++p) {
+    auto shape = engine.num_profiles() > 0 ? engine.profile_shape(name, p, OptProfileSelector::kMAX)
+                                           : engine.tensor_shape(name);
+    if (!shape.ok()) continue;
+    auto n = checked_numel(*shape);
+    auto bytes = n ? checked_mul(*n, kWidestElementBytes) : std::nullopt;
+    if (!bytes) continue;
+    most = std::max(most.value_or(0), uint64_t(*bytes));
+  }
+  if (!most) return plan::kMaxEngineFileBytes;
+  return std::min(*most, plan::kMaxEngineFileBytes) + kHeaderBytes;
 }
 
 std::string fmt(double v) {
@@ -78,11 +105,10 @@ Result<InputOptions> parse_input_options(const Args& args) {
   if (auto s = args.get("loadInputs")) {
     KILN_CLI_ASSIGN(o.files, parse_named_files("loadInputs", *s));
   }
-  KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1));
+  KILN_CLI_ASSIGN(int64_t seed, args.get_int("seed", 1, 0, std::numeric_limits<int64_t>::max()));
   o.seed = uint64_t(seed);
-  KILN_CLI_ASSIGN(int64_t profile, args.get_int("useProfile", -1));
-  if (args.has("useProfile") && profile < 0)
-    return usage_error("--useProfile=" + *args.get("useProfile") + " is not a profile index");
+  // The engine's profile count is checked once it is loaded (prepare_inputs).
+  KILN_CLI_ASSIGN(int64_t profile, args.get_int("useProfile", -1, 0, kMaxCount));
   o.profile = int(profile);
   return o;
 }
@@ -111,7 +137,7 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
           "--loadInputs names '" + name +
           "', which is not an input of this engine; its inputs are:" + engine_inputs_list(engine));
     }
-    KILN_CLI_ASSIGN(Tensor t, read_tensor_file(path));
+    KILN_CLI_ASSIGN(Tensor t, read_tensor_file(path, max_input_file_bytes(engine, name)));
     auto dtype = engine.tensor_dtype(name);
     KILN_CLI_ASSIGN(t, convert(t, *dtype, "'" + path + "' (for input '" + name + "')"));
     if (given.count(name) && given[name] != t.shape()) {

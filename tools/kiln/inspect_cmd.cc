@@ -3,11 +3,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 
 #include "commands.h"
+#include "core/file.h"
 #include "describe.h"
 #include "engine_source.h"
 #include "json.h"
@@ -209,15 +208,16 @@ int inspect_command(const Argv& argv) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     path = (std::filesystem::path(path) / "model.onnx").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return report("inspect", failure("cannot open '" + path + "'"));
-  char magic[8] = {};
-  in.read(magic, 8);
-  if (in.gcount() == 8 && std::memcmp(magic, plan::kEngineMagic, 8) == 0) {
-    in.seekg(0);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                               std::istreambuf_iterator<char>());
-    return inspect_engine(path, bytes, *json);
+  // Engine files are the larger of the two kinds; a model is read again by the parser, which
+  // refuses one over protobuf's 2 GiB.
+  auto file = RegularFile::open(path, plan::kMaxEngineFileBytes, "model or engine");
+  if (!file.ok()) return report("inspect", failure(file.status().message()));
+  uint8_t magic[8] = {};
+  if (file->size() >= 8 && file->read_at(0, magic).ok() &&
+      std::memcmp(magic, plan::kEngineMagic, 8) == 0) {
+    auto bytes = file->read_all();
+    if (!bytes.ok()) return report("inspect", failure(bytes.status().message()));
+    return inspect_engine(path, *bytes, *json);
   }
   return inspect_model(path, *json);
 }

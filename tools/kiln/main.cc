@@ -2,6 +2,7 @@
 // compare; every subcommand parses flags, calls the public API, and prints.
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "commands.h"
@@ -32,13 +33,9 @@ constexpr const char* kUsage =
     "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
     "\n"
     "kiln COMMAND --help shows a command's flags; kiln help-flags, what kiln does with each\n"
-    "trtexec flag. Exit status: 0 ok, 1 failure, 2 bad command line.\n";
+    "trtexec flag. Exit status: 0 ok, 1 failure, 2 bad command line, 3 internal error.\n";
 
-}  // namespace
-}  // namespace kiln::cli
-
-int main(int argc, char** argv) {
-  using namespace kiln::cli;
+int dispatch(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return kExitUsage;
@@ -97,4 +94,26 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return kExitUsage;
+}
+
+}  // namespace
+}  // namespace kiln::cli
+
+// The library returns Status and never throws on user input, but the standard library can (an
+// allocation, a filesystem call): whatever escapes is reported as a bug with an exit code of its
+// own, never left to std::terminate.
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  try {
+    return dispatch(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: internal error: %s (please report this with the command line)\n",
+                 e.what());
+  } catch (...) {
+    std::fputs(
+        "kiln: internal error: an unknown exception (please report this with the command "
+        "line)\n",
+        stderr);
+  }
+  return kExitInternal;
 }

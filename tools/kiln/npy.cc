@@ -4,10 +4,10 @@
 
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "core/checked.h"
+#include "core/file.h"
 #include "frontend/onnx/parse.h"
 
 namespace kiln::cli {
@@ -47,10 +47,10 @@ std::string dict_value(const std::string& header, const std::string& key) {
 
 }  // namespace
 
-Result<Tensor> read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return failure("cannot open '" + path + "'");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what) {
+  auto read = read_regular_file(path, max_bytes, what);
+  if (!read.ok()) return failure(read.status().message());
+  const std::vector<uint8_t>& bytes = *read;
   const std::string bad = "'" + path + "' is not a valid .npy file: ";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
     return failure(bad + "bad magic");
@@ -68,7 +68,7 @@ Result<Tensor> read_npy(const std::string& path) {
     return failure(bad + "unsupported format version " + std::to_string(major));
   }
   if (header_start + header_len > bytes.size()) return failure(bad + "truncated header");
-  std::string header(bytes.data() + header_start, header_len);
+  std::string header(reinterpret_cast<const char*>(bytes.data()) + header_start, header_len);
   std::string descr = dict_value(header, "descr");
   std::string fortran = dict_value(header, "fortran_order");
   std::string shape_text = dict_value(header, "shape");
@@ -148,13 +148,17 @@ Check write_npy(const std::string& path, const Tensor& tensor) {
   return ok();
 }
 
-Result<Tensor> read_tensor_file(const std::string& path) {
+Result<Tensor> read_tensor_file(const std::string& path, uint64_t max_bytes) {
   auto ends_with = [&](const char* ext) {
     size_t n = std::strlen(ext);
     return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
   };
-  if (ends_with(".npy")) return read_npy(path);
+  if (ends_with(".npy")) return read_npy(path, max_bytes, "input");
   if (ends_with(".pb")) {
+    // Opened here for the cap alone: parse_tensor_file reads it again (refusing special files
+    // itself), with the folder a TensorProto's external data is relative to.
+    auto file = RegularFile::open(path, max_bytes, "input");
+    if (!file.ok()) return failure(file.status().message());
     auto t = onnx::parse_tensor_file(path);
     if (!t.ok()) return failure(t.status(), "reading '" + path + "'");
     return std::move(t).value();

@@ -2,17 +2,22 @@
 // read inputs and write outputs, and how they hand tensors to scripts/ort_reference.py.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/tensor.h"
 #include "flags.h"
 
 namespace kiln::cli {
 
-Result<Tensor> read_npy(const std::string& path);
+// Reads at most `max_bytes` (header included); a path that is not a regular file is refused
+// unread. `what` names the file in errors ("input", "reference output").
+Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what);
 Check write_npy(const std::string& path, const Tensor& tensor);
 
-// An input file by its extension: .npy, or .pb (a serialized onnx.TensorProto).
-Result<Tensor> read_tensor_file(const std::string& path);
+// An input file by its extension: .npy, or .pb (a serialized onnx.TensorProto), of at most
+// `max_bytes`.
+Result<Tensor> read_tensor_file(const std::string& path, uint64_t max_bytes);
 
 }  // namespace kiln::cli

@@ -15,6 +15,8 @@
 namespace kiln::cli {
 namespace {
 
+constexpr uint64_t kMaxReferenceBytes = uint64_t(16) << 30;
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -95,7 +97,10 @@ Result<std::optional<Reference>> ort_reference(const std::string& model,
     size_t t1 = line.find('\t', 7);
     if (t1 == std::string::npos) return failure("cannot read the helper's line '" + line + "'");
     std::string k = line.substr(7, t1 - 7), name = line.substr(t1 + 1);
-    KILN_CLI_ASSIGN(Tensor t, read_npy(out_dir + "/output_" + k + ".npy"));
+    // Written by the helper into kiln's own temporary folder; the cap only keeps a runaway
+    // output from exhausting memory.
+    KILN_CLI_ASSIGN(Tensor t, read_npy(out_dir + "/output_" + k + ".npy", kMaxReferenceBytes,
+                                       "reference output"));
     ref.outputs[name] = std::move(t);
   }
   ref.description =

@@ -119,19 +119,17 @@ int run_command(const Argv& argv) {
   }
   auto options = parse_input_options(*args);
   if (!options.ok()) return report("run", options.error());
-  auto profile = args->get_int("profile", -1);
+  auto profile = args->get_int("profile", -1, 0, kMaxCount);
   if (!profile.ok()) return report("run", profile.error());
   if (args->has("profile") && args->has("useProfile") && *profile != options->profile) {
     return report("run", usage_error("--profile and --useProfile name different profiles; they "
                                      "are two spellings of one flag, give one"));
   }
   if (args->has("profile")) options->profile = int(*profile);
-  auto iterations = args->get_int("iterations", 1);
+  auto iterations = args->get_int("iterations", 1, 1, kMaxCount);
   if (!iterations.ok()) return report("run", iterations.error());
-  auto duration_s = args->get_double("duration", 0);
+  auto duration_s = args->get_double("duration", 0, 0, kMaxSeconds);
   if (!duration_s.ok()) return report("run", duration_s.error());
-  if (*iterations < 1) return report("run", usage_error("--iterations must be at least 1"));
-  if (*duration_s < 0) return report("run", usage_error("--duration must be >= 0"));
   auto dump = args->get_bool("dumpOutput");
   if (!dump.ok()) return report("run", dump.error());
   const std::string save = args->get("saveEngine").value_or("");

@@ -2,11 +2,11 @@
 // relative path that, after symlinks are resolved, stays inside the model's folder.
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <system_error>
 
 #include "core/checked.h"
+#include "core/file.h"
 #include "frontend/onnx/tensor_proto.h"
 
 namespace kiln::onnx {
@@ -79,11 +79,14 @@ Status read_external_data(const ::onnx::TensorProto& tp, const std::string& mode
     return invalid_model(where + ": the path resolves to '" + full.string() +
                          "', outside the model's folder '" + base.string() + "'");
   }
-  if (!fs::is_regular_file(full, ec)) {
-    return not_found(where + ": '" + full.string() + "' is not a readable file");
+  // Only the tensor's own bytes are read from the file (checked against its size below), so
+  // the file itself, which may hold every weight of a large model, needs no cap.
+  auto file = RegularFile::open(full.string(), UINT64_MAX, "external data");
+  if (!file.ok()) {
+    Status st = file.status();
+    return st.with_context(where);
   }
-  const uintmax_t file_size = fs::file_size(full, ec);
-  if (ec) return not_found(where + ": cannot read the size of '" + full.string() + "'");
+  const uint64_t file_size = file->size();
 
   int64_t offset = 0;
   if (offset_text) {
@@ -113,38 +116,21 @@ Status read_external_data(const ::onnx::TensorProto& tp, const std::string& mode
                          " bytes, but the tensor needs " + std::to_string(nbytes) + " bytes");
   }
   if (nbytes == 0) return ok_status();
-  std::ifstream in(full, std::ios::binary);
-  if (!in) return not_found(where + ": cannot open '" + full.string() + "'");
-  in.seekg(std::streamoff(offset));
-  in.read(static_cast<char*>(dst), std::streamsize(nbytes));
-  if (!in || in.gcount() != std::streamsize(nbytes)) {
-    return invalid_model(where + ": reading " + std::to_string(nbytes) + " bytes at offset " +
-                         std::to_string(offset) + " failed");
-  }
+  Status read = file->read_at(uint64_t(offset), {static_cast<uint8_t*>(dst), size_t(nbytes)});
+  if (!read.ok()) return read.with_context(where);
   return ok_status();
 }
 
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, uint64_t max_bytes,
                                                const std::string& what) {
-  std::error_code ec;
-  if (!fs::is_regular_file(fs::path(path), ec)) {
-    return not_found(what + " file '" + path + "' does not exist or is not a regular file");
-  }
-  const uintmax_t size = fs::file_size(fs::path(path), ec);
-  if (ec) return not_found("cannot read the size of " + what + " file '" + path + "'");
-  if (size > max_bytes) {
-    return invalid_model(what + " file '" + path + "' is " + std::to_string(size) +
+  // No cap at open: the size is checked here, so the refusal can say how to fit under it.
+  KILN_ASSIGN_OR_RETURN(RegularFile file, RegularFile::open(path, UINT64_MAX, what));
+  if (file.size() > max_bytes) {
+    return invalid_model(what + " file '" + path + "' is " + std::to_string(file.size()) +
                          " bytes; protobuf files are limited to 2 GiB (store weights as external "
                          "data next to the model)");
   }
-  std::vector<uint8_t> bytes(size);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + what + " file '" + path + "'");
-  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(size));
-  if (!in || in.gcount() != std::streamsize(size)) {
-    return not_found("cannot read " + what + " file '" + path + "'");
-  }
-  return bytes;
+  return file.read_all();
 }
 
 }  // namespace kiln::onnx

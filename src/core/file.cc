@@ -1,0 +1,110 @@
+// RegularFile: open(O_NONBLOCK) then fstat on the descriptor, so the check and the read see the
+// same file, and a FIFO without a writer is refused instead of waited on.
+#include "core/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kiln {
+namespace {
+
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "is a directory";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "is a device";
+  if (S_ISFIFO(mode)) return "is a FIFO";
+  if (S_ISSOCK(mode)) return "is a socket";
+  return "is not a regular file";
+}
+
+}  // namespace
+
+StatusOr<RegularFile> RegularFile::open(const std::string& path, uint64_t max_bytes,
+                                        std::string_view what) {
+  std::string name = std::string(what) + " file '" + path + "'";
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT) return not_found(name + " does not exist");
+    return invalid_argument("cannot open " + name + ": " + std::strerror(e));
+  }
+  RegularFile file(fd, 0, name);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return invalid_argument("cannot stat " + name + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument(name + " " + kind_of(st.st_mode) + ", not a regular file");
+  }
+  if (uint64_t(st.st_size) > max_bytes) {
+    return invalid_argument(name + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+                            std::to_string(max_bytes) + " a " + std::string(what) +
+                            " file may have");
+  }
+  file.size_ = uint64_t(st.st_size);
+  return file;
+}
+
+RegularFile::RegularFile(RegularFile&& other) noexcept
+    : fd_(other.fd_), size_(other.size_), name_(std::move(other.name_)) {
+  other.fd_ = -1;
+}
+
+RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    size_ = other.size_;
+    name_ = std::move(other.name_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RegularFile::read_at(uint64_t offset, std::span<uint8_t> dst) const {
+  size_t done = 0;
+  while (done < dst.size()) {
+    ssize_t got = ::pread(fd_, dst.data() + done, dst.size() - done, off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return invalid_argument("cannot read " + name_ + ": " + std::strerror(errno));
+    if (got == 0) {
+      return invalid_argument(name_ + " ended at byte " + std::to_string(offset + done) +
+                              " while " + std::to_string(offset + dst.size()) +
+                              " were expected; it shrank while it was read");
+    }
+    done += size_t(got);
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<uint8_t>> RegularFile::read_all() const {
+  std::vector<uint8_t> bytes(size_);
+  KILN_RETURN_IF_ERROR(read_at(0, bytes));
+  // One byte past the size fstat gave: a file still being written is refused rather than read
+  // half-way.
+  uint8_t extra;
+  ssize_t got;
+  do {
+    got = ::pread(fd_, &extra, 1, off_t(size_));
+  } while (got < 0 && errno == EINTR);
+  if (got > 0) {
+    return invalid_argument(name_ + " grew past " + std::to_string(size_) +
+                            " bytes while it was read");
+  }
+  return bytes;
+}
+
+StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64_t max_bytes,
+                                                 std::string_view what) {
+  KILN_ASSIGN_OR_RETURN(RegularFile file, RegularFile::open(path, max_bytes, what));
+  return file.read_all();
+}
+
+}  // namespace kiln
