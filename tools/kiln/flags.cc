@@ -359,7 +359,7 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (tok[0] == '-' || tok[0] == '+') {
         return usage_error(where + " is '" + tok +
-                           "'; dims must be positive integers (a shape spec "
+                           "'; dims must be non-negative integers (a shape spec "
                            "gives concrete sizes, not -1 for dynamic)");
       }
       if (ec == std::errc::result_out_of_range)
@@ -367,9 +367,8 @@ Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::str
       if (ec != std::errc() || p != tok.data() + tok.size()) {
         return usage_error(where + " is '" + tok + "', not an integer; expected " + expected);
       }
-      if (v == 0) {
-        return usage_error(where + " is 0; dims must be positive integers");
-      }
+      // 0 stays: an empty tensor is a valid input (ONNX and TensorRT allow zero-size dims), and
+      // the profile's ranges decide whether this engine takes one.
       spec.dims.push_back(v);
       if (x == std::string::npos) break;
       start = x + 1;
