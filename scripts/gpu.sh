@@ -43,6 +43,12 @@ if command -v compute-sanitizer >/dev/null; then
   timeout "${KILN_MEMCHECK_OPS_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
     --gtest_filter='*Kernel.*:SpatialOps.*:OpCoverage.*' >"$LOG/memcheck_ops.log" 2>&1; rc=$?
   status "memcheck (op harness)" "rc=$rc $(grep -E 'ERROR SUMMARY' "$LOG/memcheck_ops.log" | tail -1)"
+  # The stress test on CUDA: 4 contexts (each its own stream) x 4 threads, results bitwise against
+  # single-thread runs, under memcheck (KILN_GPU_STRESS_SECONDS, default 60).
+  KILN_STRESS_SECONDS=${KILN_GPU_STRESS_SECONDS:-60} KILN_STRESS_CONTEXTS=4 KILN_STRESS_THREADS=4 \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_filter='Devices/Stress.*/cuda' \
+    >"$LOG/stress_cuda.log" 2>&1; rc=$?
+  status "stress (cuda, memcheck)" "rc=$rc $(grep -E '^\[ stress \]' "$LOG/stress_cuda.log" | tail -1) $(grep -E 'ERROR SUMMARY' "$LOG/stress_cuda.log" | tail -1)"
 else
   status "compute-sanitizer memcheck" "not found"
 fi
