@@ -5,7 +5,8 @@
 # with device-resident IO in CUDA graphs (kiln bench --useCudaGraph --noDataTransfers), then
 # PyTorch FP16 on the same models in the same run (bench/torch_peer.py: eager and torch.compile),
 # and writes docs/performance.md (bench/perf_report.py). Medians over KILN_BENCH_ITERS runs (200).
-# KILN_PERF_MODELS and KILN_PERF_TORCH_MODES narrow the run; logs go to $OUT, else build-gpu/perf.
+# KILN_PERF_MODELS and KILN_PERF_TORCH_MODES narrow the run (KILN_PERF_TORCH=0 times kiln alone);
+# logs go to $OUT, else build-gpu/perf.
 # KILN_PERF_NCU=1 also profiles each FP16 engine at batch 64 under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -66,7 +67,9 @@ for m in $MODELS; do
 done
 
 : >"$LOG/torch.jsonl"
-if python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
+if [ "${KILN_PERF_TORCH:-1}" = 0 ]; then
+  echo "PyTorch peer skipped: KILN_PERF_TORCH=0" | tee -a "$LOG/perf.log"
+elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
   for m in $MODELS; do
     for spec in "1:eager reduce-overhead" "64:eager default max-autotune"; do
       b=${spec%%:*}; modes=${spec#*:}

@@ -322,6 +322,11 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
       EXPECT_NE(l.kernel.find("FusedConv"), std::string::npos) << l.name << ": " << l.kernel;
     }
     EXPECT_EQ(fused, 7) << precision_name(p);
+    // In FP16 the layout pass makes them channels last, and the three 1x1 convolutions (clip,
+    // hardsigmoid, leaky ReLU with a residual) run as cuBLASLt GEMMs; in FP32 all stay on cuDNN.
+    int gemm_convs = 0;
+    for (const LayerInfo& l : engine->layers()) gemm_convs += l.kernel == "cuda.cublaslt.FusedConv";
+    EXPECT_EQ(gemm_convs, p == Precision::kFp16 ? 3 : 0) << precision_name(p);
     auto ctx = engine->create_execution_context();
     ASSERT_TRUE(ctx.ok());
     // The layer profiler on CUDA (events around each kernel): every layer reported, none free.

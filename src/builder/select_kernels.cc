@@ -39,7 +39,7 @@ bool runs_as_alias(const ir::Graph& g, const ir::Node& node) {
 }
 
 // Quoted, with '"', '\\' and control characters escaped, so that every key line stays one line.
-std::string quoted(std::string_view text) {
+std::string quote_text(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\') {
@@ -86,13 +86,13 @@ std::string attribute_text(const ir::Attribute& a) {
   switch (a.type) {
     case ir::AttrType::kFloat: return f(a.f);
     case ir::AttrType::kInt: return std::to_string(a.i);
-    case ir::AttrType::kString: return quoted(a.s);
+    case ir::AttrType::kString: return quote_text(a.s);
     case ir::AttrType::kTensor: return tensor_text(a.t);
     case ir::AttrType::kGraph: return a.g ? graph_text(*a.g) : "graph none";
     case ir::AttrType::kFloats: return "floats" + list_text(a.floats, f);
     case ir::AttrType::kInts:
       return "ints" + list_text(a.ints, [](int64_t v) { return std::to_string(v); });
-    case ir::AttrType::kStrings: return "strings" + list_text(a.strings, quoted);
+    case ir::AttrType::kStrings: return "strings" + list_text(a.strings, quote_text);
     case ir::AttrType::kTensors: return "tensors" + list_text(a.tensors, tensor_text);
     case ir::AttrType::kGraphs:
       return "graphs" + list_text(a.graphs, [](const std::shared_ptr<ir::Graph>& g) {

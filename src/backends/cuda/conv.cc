@@ -18,7 +18,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/conv_attrs.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -108,17 +108,6 @@ cudnnMathType_t math_type(DType tensors, MathMode m) {
   if (is_half_tensor(tensors)) return CUDNN_TENSOR_OP_MATH;
   return m == MathMode::kFp32 ? CUDNN_FMA_MATH : m == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
 }
-
-// The convolution's attributes, parsed once.
-struct ConvAttrs {
-  std::vector<int64_t> strides, dilations, pads;
-  int64_t group = 1;
-  std::string auto_pad = "NOTSET";
-  // kiln::FusedConv only.
-  bool nhwc = false;
-  ConvActivation act = ConvActivation::kNone;
-  float p0 = 0.f, p1 = 0.f;
-};
 
 // An NHWC shape ([N,H,W,C], or a KRSC filter [K,kh,kw,C]) in NCHW order, which describe() reads.
 Shape nchw_order(std::span<const int64_t> s, bool nhwc) {
@@ -362,37 +351,6 @@ class ConvKernel final : public CudaKernel {
   ConvDesc d_;
   const void* prepared_w_;  // the FP16/BF16 filter of float32 tensors, prepared once per engine
 };
-
-StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
-  const ir::Attributes& at = q.node.attrs;
-  ConvAttrs c;
-  KILN_ASSIGN_OR_RETURN(c.strides, at.get_ints("strides", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(c.dilations, at.get_ints("dilations", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(c.pads, at.get_ints("pads", std::vector<int64_t>{}));
-  KILN_ASSIGN_OR_RETURN(c.group, at.get_int("group", 1));
-  KILN_ASSIGN_OR_RETURN(c.auto_pad, at.get_string("auto_pad", "NOTSET"));
-  if (q.node.op_type != "FusedConv") return c;
-  KILN_ASSIGN_OR_RETURN(std::string layout, at.get_string("layout", "NCHW"));
-  if (layout != "NCHW" && layout != "NHWC") {
-    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not NCHW or NHWC");
-  }
-  c.nhwc = layout == "NHWC";
-  KILN_ASSIGN_OR_RETURN(std::string act, at.get_string("activation", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p, at.get_floats("activation_params", std::vector<float>{}));
-  constexpr std::pair<const char*, ConvActivation> kActs[] = {
-      {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
-      {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
-      {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
-      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu}};
-  bool known = false;
-  for (const auto& [name, a] : kActs) {
-    if (act == name) c.act = a, known = true;
-  }
-  if (!known) return invalid_argument(q.node.describe() + ": unknown activation '" + act + "'");
-  if (p.size() > 0) c.p0 = p[0];
-  if (p.size() > 1) c.p1 = p[1];
-  return c;
-}
 
 // cuDNN's algorithms for one problem that run in the math mode within the library workspace,
 // fastest first (measured; at optimization level 0, cuDNN's heuristic order, nothing run); empty

@@ -411,6 +411,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   Registry families;
   register_elementwise(families);
   register_gemm(families);
+  register_conv_gemm(families);  // before register_conv: preferred where it applies
   register_conv(families);
   register_norm(families);
   register_data(families);
