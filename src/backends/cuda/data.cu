@@ -52,6 +52,19 @@ __global__ void tiled_transpose_kernel(const E* in, E* out, int64_t rows, int64_
   }
 }
 
+// The same transposes with fewer than 8 rows (an RGB image going channels last, [N, 3, H*W] to
+// [N, H*W, 3]), where a 32x32 tile would be mostly empty: one thread per output row, reading its
+// `rows` elements a column apart (coalesced across the warp) and writing them together.
+template <typename E>
+__global__ void few_rows_transpose_kernel(const E* in, E* out, int64_t rows, int64_t cols, int64_t n) {
+  KILN_GRID_LOOP(t, n) {
+    const int64_t b = t / cols, j = t - b * cols;
+    const E* src = in + b * rows * cols + j;
+    E* dst = out + t * rows;
+    for (int64_t i = 0; i < rows; ++i) dst[i] = src[i * cols];
+  }
+}
+
 // out (dims) gathers in[base + sum_d c_d * strides[d]]. Size-1 dims are dropped first.
 Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                       int64_t base, size_t elem, cudaStream_t s) {
@@ -88,6 +101,18 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
       }
       return launch_status("tiled_transpose_kernel");
     }
+  }
+  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 && w.strides[t - 1] == w.dims[t - 2] &&
+      w.dims[t - 1] < 8 && w.dims[t - 2] >= 32 && (elem == 2 || elem == 4)) {
+    const int64_t rows = w.dims[t - 1], cols = w.dims[t - 2], batch = t == 3 ? w.dims[0] : 1;
+    if (elem == 2) {
+      few_rows_transpose_kernel<uint16_t><<<grid_for(batch * cols), 256, 0, s>>>(
+          (const uint16_t*)in, (uint16_t*)out, rows, cols, batch * cols);
+    } else {
+      few_rows_transpose_kernel<uint32_t><<<grid_for(batch * cols), 256, 0, s>>>(
+          (const uint32_t*)in, (uint32_t*)out, rows, cols, batch * cols);
+    }
+    return launch_status("few_rows_transpose_kernel");
   }
   switch (elem) {
     case 1: strided_gather_kernel<uint8_t><<<grid_for(n), 256, 0, s>>>((const uint8_t*)in, (uint8_t*)out, w, n); break;

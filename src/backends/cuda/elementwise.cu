@@ -359,6 +359,17 @@ class UnaryKernel final : public CudaKernel {
       }
     }
     if (launch_flat<1>(in, out[0], op_, a.alpha, a.beta, stream_)) return launch_status("flat unary kernel");
+    // Casts between float32 and float16/bfloat16 (the precision pass's, at an engine's IO): the
+    // conversion kernels, with no walk and no per-element dtype switch (the general kernel took
+    // 60 us for a batch of 64 RGB images on an H100).
+    if (op_ == Op::kCopy && in[0].dtype == DType::kFloat32) {
+      if (out[0].dtype == DType::kFloat16) return convert_f32_to_f16(in[0].as<const float>(), out[0].data, a.n, stream_);
+      if (out[0].dtype == DType::kBFloat16) return convert_f32_to_bf16(in[0].as<const float>(), out[0].data, a.n, stream_);
+    }
+    if (op_ == Op::kCopy && out[0].dtype == DType::kFloat32) {
+      if (in[0].dtype == DType::kFloat16) return convert_f16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
+      if (in[0].dtype == DType::kBFloat16) return convert_bf16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
+    }
     switch (compute_for({in[0].dtype, out[0].dtype})) {
       case Compute::kFloat: unary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
       case Compute::kDouble: unary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
