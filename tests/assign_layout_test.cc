@@ -454,7 +454,7 @@ TEST(AssignLayout, UnitSpatialHopsBecomeReshapes) {
 }
 
 }  // namespace
-// An RGB stem: 3 input channels become 8 (a Pad of the NHWC input, zero filter channels), which
+// An RGB stem: 3 input channels become 4 (a Pad of the NHWC input, zero filter channels), which
 // computes the same; a depthwise convolution (group = C) is left alone.
 const char* kStem = R"(graph g(%x: float32[n, 3, 9, 9]) -> (%y: float32[n, 6, 5, 5]) {
   opset ai.onnx 17
@@ -467,19 +467,19 @@ const char* kStem = R"(graph g(%x: float32[n, 3, 9, 9]) -> (%y: float32[n, 6, 5,
 }
 )";
 
-TEST(AssignLayout, ChannelsNoMultipleOfEightArePadded) {
+TEST(AssignLayout, FewChannelsArePaddedToFour) {
   ir::Graph original = randomized(kStem);
   ir::Graph g = layout(original, {}, true, /*pad_channels=*/true);
   auto pads = nodes_of(g, "Pad");
   ASSERT_EQ(pads.size(), 1u) << ir::to_text(g);
-  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pads[0]->outputs[0])].shape), "[n, 9, 9, 8]");
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pads[0]->outputs[0])].shape), "[n, 9, 9, 4]");
   auto convs = nodes_of(g, "FusedConv");
   ASSERT_EQ(convs.size(), 2u);
   EXPECT_EQ(convs[0]->inputs[0], pads[0]->outputs[0]);
   const Tensor& w = *g.values[size_t(convs[0]->inputs[1])].constant;
-  ASSERT_EQ(w.shape(), (Shape{6, 3, 3, 8}));
+  ASSERT_EQ(w.shape(), (Shape{6, 3, 3, 4}));
   for (int64_t i = 0; i < w.numel(); ++i) {
-    if (i % 8 >= 3) EXPECT_EQ(w.float_at(i), 0.0) << i;
+    if (i % 4 >= 3) EXPECT_EQ(w.float_at(i), 0.0) << i;
   }
   EXPECT_EQ(g.values[size_t(convs[1]->inputs[1])].constant->shape(), (Shape{6, 3, 3, 1}));
   expect_same_outputs(original, g, {2, 3, 9, 9});

@@ -239,17 +239,19 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
     return ir::Value{.name = src.name, .dtype = src.dtype, .shape = permuted(*src.shape, kToNhwc)};
   };
   ir::Value xn = nhwc(x), yn = nhwc(y), zn = z >= 0 ? nhwc(z) : ir::Value{};
-  // An input channel count that is no multiple of 8 (an RGB stem's 3) keeps cuDNN off its
-  // tensor-core kernels: ResNet-50's 7x7 stem took 780 us of its 3.2 ms at batch 64 on the
-  // pre-tensor-core NHWC engine. Zero channels up to the multiple (a Pad of X after its transpose,
-  // zero filter channels) compute the same sums.
+  // An input channel count that is no multiple of 8 keeps cuDNN off its tensor-core kernels:
+  // ResNet-50's 7x7 stem (3 channels) took 780 us of its 3.2 ms at batch 64 on the pre-tensor-core
+  // NHWC engine. Zero channels (a Pad of X after its transpose, zero filter channels) compute the
+  // same sums: up to 4 for 1 to 3 channels, where cuDNN has first-layer kernels for 4 (the stem at
+  // batch 64 on an H100: 121 us with 4 channels, 309 us with 8, 168 us with 3 on PyTorch's choice
+  // of engine), else up to the multiple of 8.
   const Dim channels = (*xn.shape)[3];
   auto group = conv.attrs.get_int("group", 1);
   auto opset = g->opsets.find("");
-  const int64_t pad_to = options.pad_channels && channels.is_const() && channels.value() % 8 != 0 && group.ok() && *group == 1 &&
-                                 opset != g->opsets.end() && opset->second >= 11
-                             ? (channels.value() + 7) / 8 * 8
-                             : 0;
+  const bool pad = options.pad_channels && channels.is_const() && channels.value() != 4 &&
+                   channels.value() % 8 != 0 && group.ok() && *group == 1 &&
+                   opset != g->opsets.end() && opset->second >= 11;
+  const int64_t pad_to = !pad ? 0 : channels.value() < 4 ? 4 : (channels.value() + 7) / 8 * 8;
   if (pad_to) (*xn.shape)[3] = Dim(pad_to);
   std::optional<ir::Value> wn;
   auto cached = pad_to ? weights->end() : weights->find(w);
