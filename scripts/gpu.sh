@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 LOG=${OUT:-build-gpu/logs}
 mkdir -p "$LOG"
 export KILN_MODELS_DIR=${KILN_MODELS_DIR:-$PWD/.gpu_models}
+# The GPU host has no network: the cuDNN frontend headers travel in .gpu_models/cudnn_frontend/include
+# (copy the include/ folder of this machine's nvidia-cudnn-frontend package there) unless pip has them.
+if [ -z "${KILN_CUDNN_FRONTEND_INCLUDE_DIR:-}" ] && [ -f .gpu_models/cudnn_frontend/include/cudnn_frontend.h ]; then
+  export KILN_CUDNN_FRONTEND_INCLUDE_DIR=$PWD/.gpu_models/cudnn_frontend/include
+fi
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
 status() { printf '%-34s %s\n' "$1" "$2" | tee -a "$LOG/summary.txt"; }
 : > "$LOG/summary.txt"

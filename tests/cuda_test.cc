@@ -191,9 +191,11 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       }
       EXPECT_EQ(np.workspace_slot >= 0, converts) << node.describe();
       with_workspace += np.workspace_slot >= 0;
-    } else if (np.impl == "cuda.cudnn.Conv" || np.impl == "cuda.cudnn.FusedConv") {
+    } else if (np.impl == "cuda.cudnn.Conv" || np.impl == "cuda.cudnn.FusedConv" ||
+               np.impl == "cuda.cudnn_graph.FusedConv") {
       ++convs;
-      EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << np.tactic;
+      // The legacy API's algorithm, or the graph API's timed engine configuration.
+      EXPECT_EQ(np.tactic.rfind(np.impl == "cuda.cudnn_graph.FusedConv" ? "engine=" : "algo=", 0), 0u) << np.tactic;
       // The precision pass keeps the patch embedding's activations float16, which cuDNN reads as
       // they are: nothing to convert. The layout pass made it a channels-last FusedConv, whose
       // workspace is the zero bias of cuDNN's fused call where B is absent, and nothing else.
@@ -229,7 +231,10 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
 
   // An unknown tactic is refused at load, naming it.
   for (size_t n = 0; n < p.nodes.size(); ++n) {
-    if (p.nodes[n].impl != "cuda.cudnn.FusedConv" && p.nodes[n].impl != "cuda.cublaslt.MatMul") continue;
+    if (p.nodes[n].impl != "cuda.cudnn.FusedConv" && p.nodes[n].impl != "cuda.cudnn_graph.FusedConv" &&
+        p.nodes[n].impl != "cuda.cublaslt.MatMul") {
+      continue;
+    }
     plan::Plan bad = p;
     bad.nodes[n].tactic = "algo=warp_drive";
     auto e = Engine::from_plan(std::move(bad));
@@ -322,11 +327,16 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
       EXPECT_NE(l.kernel.find("FusedConv"), std::string::npos) << l.name << ": " << l.kernel;
     }
     EXPECT_EQ(fused, 7) << precision_name(p);
-    // In FP16 the layout pass makes them channels last, and the three 1x1 convolutions (clip,
-    // hardsigmoid, leaky ReLU with a residual) run as cuBLASLt GEMMs; in FP32 all stay on cuDNN.
-    int gemm_convs = 0;
-    for (const LayerInfo& l : engine->layers()) gemm_convs += l.kernel == "cuda.cublaslt.FusedConv";
+    // In FP16 the layout pass makes them channels last: the three 1x1 convolutions (clip,
+    // hardsigmoid, leaky ReLU with a residual) run as cuBLASLt GEMMs, the four 3x3 ones on cuDNN's
+    // graph API; in FP32 all stay on the legacy cuDNN API.
+    int gemm_convs = 0, graph_convs = 0;
+    for (const LayerInfo& l : engine->layers()) {
+      gemm_convs += l.kernel == "cuda.cublaslt.FusedConv";
+      graph_convs += l.kernel == "cuda.cudnn_graph.FusedConv";
+    }
     EXPECT_EQ(gemm_convs, p == Precision::kFp16 ? 3 : 0) << precision_name(p);
+    EXPECT_EQ(graph_convs, p == Precision::kFp16 ? 4 : 0) << precision_name(p);
     auto ctx = engine->create_execution_context();
     ASSERT_TRUE(ctx.ok());
     // The layer profiler on CUDA (events around each kernel): every layer reported, none free.

@@ -1067,5 +1067,36 @@ TEST(FusedConvKernel, ChannelsLastPointwiseEveryEpilogue) {
   }
 }
 
+// Channels-last FusedConv with a 3x3 filter (CUDA runs it on cuDNN's graph API), strided and
+// padded, with and without bias and residual, on float16 and bfloat16 tensors against the CPU
+// reference; a 4-channel input (a padded RGB stem) and a 16-channel one.
+TEST(FusedConvKernel, ChannelsLastSpatialOnFloat16AndBFloat16) {
+  for (int64_t c : {4, 16}) {
+    Tensor x = make_f32({2, 9, 7, c}, random_values(2 * 9 * 7 * c, 81));
+    Tensor wt = scaled(make_f32({8, 3, 3, c}, random_values(8 * 9 * c, 82)), 0.2f);
+    Tensor b = make_f32({8}, random_values(8, 83));
+    Tensor z = make_f32({2, 5, 4, 8}, random_values(2 * 5 * 4 * 8, 84));
+    for (const char* act : {"relu", "hardswish"}) {
+      for (bool residual : {false, true}) {
+        OpNode node = op("FusedConv", 1, "kiln")
+                          .named("spatial0")
+                          .s("layout", "NHWC")
+                          .s("activation", act)
+                          .ints("strides", {2, 2})
+                          .ints("pads", {1, 1, 1, 1});
+        std::vector<testing::CaseInput> inputs = {x, initializer(wt), initializer(b)};
+        if (residual) inputs.push_back(z);
+        const std::string label = "NHWC 3x3 C=" + std::to_string(c) + " " + act + (residual ? " residual" : "");
+        for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+          auto r = testing::run_reduced_case(
+              {.node = node, .inputs = inputs, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
+              dt);
+          ASSERT_TRUE(r.ok()) << label << " " << dtype_name(dt) << ": " << r.status().to_string();
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
