@@ -195,7 +195,7 @@ void register_gemm(Registry& r);
 void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
-void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
+void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
