@@ -249,6 +249,13 @@ Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* o
 Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
                    cudaStream_t s);
 
+// A constant-mode Pad of the innermost axis only (pad_last_axis.cu): y's rows are x's rows
+// shifted by `begin` (negative crops), the fill elsewhere: *fill_ptr (a device element of the
+// data's dtype) when given, else fill_bits' low bytes. Any dtype of 1, 2, 4 or 8 bytes; x and y
+// have the same rank and the same dims but the last.
+Status pad_last_axis(const TensorView& x, const TensorView& y, int64_t begin, const void* fill_ptr,
+                     uint64_t fill_bits, cudaStream_t s);
+
 // Kernel launch grid for n elements.
 inline unsigned grid_for(int64_t n, int block = 256) {
   int64_t g = (n + block - 1) / block;
