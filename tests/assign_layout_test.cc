@@ -334,23 +334,53 @@ const char* kPooled = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 6, 
 }
 )";
 
-TEST(AssignLayout, MaxPoolStaysNchwBetweenTransposes) {
+// The pool of kPooled as `pool_text` (ending in its comment), the rest unchanged.
+std::string with_pool(const std::string& pool_text) {
+  std::string text = kPooled;
+  const size_t at = text.find("MaxPool(%c1) {kernel_shape=[2, 2]}  # pool");
+  text.replace(at, std::string("MaxPool(%c1) {kernel_shape=[2, 2]}  # pool").size(), pool_text);
+  return text;
+}
+
+// The pool, its reading and its result inside the NHWC stack: kiln::Pool{layout="NHWC"} reads the
+// first convolution's NHWC output and the second convolution reads its output, no transpose
+// between; only x and y are transposed.
+const ir::Node* expect_pool_inside_stack(const ir::Graph& g, const std::string& mode) {
+  const std::string text = ir::to_text(g);
+  EXPECT_EQ(nodes_of(g, "Transpose").size(), 2u) << text;
+  EXPECT_TRUE(nodes_of(g, "MaxPool").empty()) << text;
+  EXPECT_TRUE(nodes_of(g, "AveragePool").empty()) << text;
+  auto pools = nodes_of(g, "Pool");
+  EXPECT_EQ(pools.size(), 1u) << text;
+  if (pools.size() != 1) return nullptr;
+  const ir::Node* pool = pools[0];
+  EXPECT_EQ(pool->domain, "kiln");
+  EXPECT_EQ(layout_of(*pool), "NHWC") << text;
+  EXPECT_EQ(pool->attrs.get_string("mode", "").value(), mode) << text;
+  EXPECT_EQ(producer(g, pool->inputs[0])->op_type, "FusedConv") << text;
+  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pool->outputs[0])].shape), "[n, 2, 4, 4]") << text;
+  auto convs = nodes_of(g, "FusedConv");
+  EXPECT_EQ(convs.size(), 2u) << text;
+  for (const ir::Node* c : convs) EXPECT_EQ(layout_of(*c), "NHWC") << text;
+  if (convs.size() == 2) EXPECT_EQ(convs[1]->inputs[0], pool->outputs[0]) << text;
+  return pool;
+}
+
+TEST(AssignLayout, MaxPoolComputesNhwcInsideTheStack) {
   ir::Graph original = randomized(kPooled);
   ir::Graph g = layout(original);
   const std::string text = ir::to_text(g);
-  EXPECT_EQ(nodes_of(g, "Transpose").size(), 4u) << text;  // x, the MaxPool's input and output, y
-  ASSERT_EQ(nodes_of(g, "MaxPool").size(), 1u) << text;
-  const ir::Node* pool = nodes_of(g, "MaxPool")[0];
-  EXPECT_EQ(producer(g, pool->inputs[0])->op_type, "Transpose") << text;
-  EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pool->outputs[0])].shape), "[n, 4, 2, 4]") << text;
-  for (const ir::Node* c : nodes_of(g, "FusedConv")) EXPECT_EQ(layout_of(*c), "NHWC") << text;
-  EXPECT_EQ(nodes_of(g, "FusedConv").size(), 2u) << text;
+  const ir::Node* pool = expect_pool_inside_stack(g, "max");
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->name, "pool");
+  EXPECT_EQ(pool->attrs.get_ints("kernel_shape", std::nullopt).value(),
+            (std::vector<int64_t>{2, 2}));
   ASSERT_EQ(nodes_of(g, "Mul").size(), 1u) << text;
   const ir::Value& k = g.values[size_t(nodes_of(g, "Mul")[0]->inputs[1])];
   ASSERT_TRUE(k.constant) << text;
   EXPECT_EQ(k.constant->shape(), (Shape{1, 1, 2, 6})) << text;
   expect_same_outputs(original, g, {2, 4, 6, 6});
-  // The plan records the layout each node computes in: NHWC for the convolutions only.
+  // The plan records the layout each node computes in: NHWC for the convolutions and the pool.
   BuilderConfig config;
   OptimizationProfile p;
   ASSERT_TRUE(p.set_dimensions("x", {1, 4, 6, 6}, {2, 4, 6, 6}, {2, 4, 6, 6}).ok());
@@ -362,7 +392,48 @@ TEST(AssignLayout, MaxPoolStaysNchwBetweenTransposes) {
     nhwc += np.layout == "NHWC";
     EXPECT_TRUE(np.layout.empty() || np.layout == "NHWC") << np.layout;
   }
-  EXPECT_EQ(nhwc, 2);
+  EXPECT_EQ(nhwc, 3);
+}
+
+TEST(AssignLayout, AveragePoolComputesNhwcWithItsAttributes) {
+  // ceil_mode, count_include_pad and asymmetric strides carried over: H (3 + 2 - 3) / 2 + 1 = 2,
+  // W 5 - 2 + 1 = 4, the same output shape as kPooled's MaxPool.
+  ir::Graph original = randomized(with_pool(
+      "AveragePool(%c1) {kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 0], ceil_mode=1, "
+      "count_include_pad=1}  # pool"));
+  ir::Graph g = layout(original);
+  const ir::Node* pool = expect_pool_inside_stack(g, "average");
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->attrs.get_int("count_include_pad", 0).value(), 1);
+  EXPECT_EQ(pool->attrs.get_int("ceil_mode", 0).value(), 1);
+  EXPECT_EQ(pool->attrs.get_ints("pads", std::nullopt).value(), (std::vector<int64_t>{1, 0, 1, 0}));
+  expect_same_outputs(original, g, {3, 4, 6, 6});
+}
+
+TEST(AssignLayout, PoolsStayNchwWithIndicesOrWhereRefused) {
+  // Indices number NCHW positions: that MaxPool keeps its transposes (x, the pool's input and
+  // output, y).
+  std::string text = kPooled;
+  const std::string pool_line = "%p: float32[n, 4, 2, 4] = MaxPool(%c1) {kernel_shape=[2, 2]}";
+  text.replace(text.find(pool_line), pool_line.size(),
+               "%p: float32[n, 4, 2, 4], %i: int64[n, 4, 2, 4] = MaxPool(%c1) "
+               "{kernel_shape=[2, 2]}");
+  text.replace(text.find("-> (%y: float32[n, 6, 1, 2])"),
+               std::string("-> (%y: float32[n, 6, 1, 2])").size(),
+               "-> (%y: float32[n, 6, 1, 2], %i: int64[n, 4, 2, 4])");
+  for (const auto& [label, g] : {std::pair{"indices", layout(randomized(text))},
+                                 std::pair{"refused", layout(randomized(kPooled), {"pool"})}}) {
+    const std::string out = ir::to_text(g);
+    EXPECT_EQ(nodes_of(g, "Transpose").size(), 4u) << label << "\n" << out;
+    EXPECT_TRUE(nodes_of(g, "Pool").empty()) << label << "\n" << out;
+    ASSERT_EQ(nodes_of(g, "MaxPool").size(), 1u) << label << "\n" << out;
+    const ir::Node* pool = nodes_of(g, "MaxPool")[0];
+    EXPECT_EQ(producer(g, pool->inputs[0])->op_type, "Transpose") << label << "\n" << out;
+    EXPECT_EQ(ir::dims_to_string(*g.values[size_t(pool->outputs[0])].shape), "[n, 4, 2, 4]")
+        << label;
+  }
+  ir::Graph original = randomized(text);
+  expect_same_outputs(original, layout(original), {2, 4, 6, 6});
 }
 
 // MobileNetV3's squeeze-excitation with 1x1 convolutions: GlobalAveragePool -> Conv -> Relu ->

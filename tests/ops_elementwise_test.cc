@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "op_harness.h"
 #include "typed_values.h"
@@ -450,6 +453,60 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
                        .expect_support = true});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ((*r)[0].dtype(), to.second.dtype());
+  }
+}
+
+// A channels-last gate: one operand of the output's shape, the other [N, 1, ..., 1, C],
+// [1, ..., 1, C] or [C] (the CUDA kernels' channel-broadcast path: 16-byte vectors where C is a
+// multiple of 8 float16/bfloat16 or 4 float32 elements, one element otherwise), in both operand
+// orders, so Sub and Div show that the order is kept.
+TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
+  struct Case {
+    Shape full, gate;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 16}, {2, 1, 1, 16}},  // squeeze-excitation: vectors in every dtype
+      {{2, 3, 5, 12}, {2, 1, 1, 12}},  // vectors in float32 only
+      {{2, 4, 3, 6}, {2, 1, 1, 6}},    // one element per thread
+      {{1, 3, 3, 8}, {1, 1, 1, 8}},    // batch 1: the gate is per channel
+      {{3, 5, 8}, {8}},                // a per-channel bias of lower rank
+      {{2, 7, 8}, {1, 1, 8}},
+      {{4, 24}, {1, 24}},
+  };
+  for (const Case& c : cases) {
+    const int64_t nf = shape_numel(c.full), ng = shape_numel(c.gate);
+    // Positive and away from zero, so Div in either order is well conditioned.
+    std::vector<float> fv(static_cast<size_t>(nf)), gv(static_cast<size_t>(ng));
+    for (int64_t i = 0; i < nf; ++i) fv[size_t(i)] = 0.5f + float(i % 17) * 0.1f;
+    for (int64_t i = 0; i < ng; ++i) gv[size_t(i)] = 0.75f + float(i % 13) * 0.125f;
+    const Tensor full = make_f32(c.full, fv), gate = make_f32(c.gate, gv);
+    for (const char* name : {"Mul", "Add", "Sub", "Div"}) {
+      for (bool gate_first : {false, true}) {
+        std::vector<float> want(static_cast<size_t>(nf));
+        for (int64_t i = 0; i < nf; ++i) {
+          const float f = fv[size_t(i)], g = gv[size_t(bcast_index(c.full, c.gate, i))];
+          const float a = gate_first ? g : f, b = gate_first ? f : g;
+          const std::string o = name;
+          want[size_t(i)] = o == "Mul" ? a * b : o == "Add" ? a + b : o == "Sub" ? a - b : a / b;
+        }
+        const std::string label = std::string(name) + " " + shape_to_string(c.full) + " " +
+                                  shape_to_string(c.gate) + (gate_first ? " gate first" : "");
+        std::vector<testing::CaseInput> inputs = {full, gate};
+        if (gate_first) std::swap(inputs[0], inputs[1]);
+        auto got = run_case({.node = ew(name, 14),
+                             .inputs = inputs,
+                             .expected = {make_f32(c.full, want)},
+                             .expect_support = true,
+                             .label = label});
+        ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+        for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+          auto r = testing::run_reduced_case(
+              {.node = ew(name, 14), .inputs = inputs, .expect_support = true, .label = label}, dt);
+          ASSERT_TRUE(r.ok()) << label << " " << dtype_name(dt) << ": " << r.status().to_string();
+          EXPECT_EQ((*r)[0].dtype(), dt) << label;
+        }
+      }
+    }
   }
 }
 

@@ -603,6 +603,62 @@ TEST(ShapeOpsKernel, PadNchwModesShapeFormulaPadsAndOldOpsets) {
   EXPECT_TRUE(all_close((*got)[0], make_i64({6}, {4, 4, 4, 5, 6, 6}), 0, 0));
 }
 
+// A constant Pad of the innermost axis alone (an NHWC stem's 3 -> 8 channels) has its own CUDA
+// kernel: rows written 16 bytes at a time where the padded row is a multiple of that, element by
+// element otherwise; cropping begins, a runtime fill, an axes input, 2- and 8-byte elements.
+TEST(ShapeOpsKernel, PadOfTheLastAxisOnly) {
+  struct Case {
+    Shape x;
+    int64_t begin, end;
+    const char* label;
+  };
+  const Case cases[] = {
+      {{2, 5, 7, 3}, 0, 5, "stem 3 -> 8 (vector)"},
+      {{3, 4, 3}, 1, 1, "3 -> 5 (scalar)"},
+      {{2, 3, 7}, 2, -1, "crop the end, 7 -> 8 (vector)"},
+      {{4, 4}, -1, 2, "crop the begin, 4 -> 5 (scalar)"},
+      {{64, 3}, 3, 10, "3 -> 16 (vector)"},
+  };
+  for (const Case& c : cases) {
+    const int r = int(c.x.size());
+    std::vector<int64_t> pads(size_t(2 * r), 0);
+    pads[size_t(r - 1)] = c.begin;
+    pads[size_t(2 * r - 1)] = c.end;
+    const Tensor x = iota_f32(c.x);
+    const Tensor want = pad_reference(x, pads, "constant", -3);
+    const testing::KernelCase k{
+        .node = op("Pad", 19),
+        .inputs = {x, initializer(make_i64({int64_t(pads.size())}, pads)), make_f32({}, {-3})},
+        .expected = {want},
+        .expect_support = true,
+        .label = c.label};
+    auto got = run_case(k);
+    ASSERT_TRUE(got.ok()) << c.label << ": " << got.status().to_string();
+    auto half = testing::run_reduced_case(
+        {.node = k.node, .inputs = k.inputs, .expect_support = true, .label = c.label},
+        DType::kFloat16);
+    ASSERT_TRUE(half.ok()) << c.label << " float16: " << half.status().to_string();
+    EXPECT_EQ((*half)[0].shape(), want.shape()) << c.label;
+  }
+  // Only the last axis named by an axes input, the default fill 0.
+  Tensor x = iota_f32({2, 2, 3});
+  auto got = run_case({.node = op("Pad", 19),
+                       .inputs = {x, initializer(make_i64({2}, {2, 3})), kNoInput,
+                                  initializer(make_i64({1}, {-1}))},
+                       .expected = {pad_reference(x, {0, 0, 2, 0, 0, 3}, "constant", 0)},
+                       .expect_support = true,
+                       .label = "axes [-1]"});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  // int64 (8-byte elements, 2 per 16 bytes): 3 -> 6 by 1 and 2.
+  got = run_case({.node = op("Pad", 19),
+                  .inputs = {make_i64({2, 3}, {1, 2, 3, 4, 5, 6}),
+                             initializer(make_i64({4}, {0, 1, 0, 2})), make_i64({}, {7})},
+                  .expected = {make_i64({2, 6}, {7, 1, 2, 3, 7, 7, 7, 4, 5, 6, 7, 7})},
+                  .expect_support = true,
+                  .label = "int64"});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+}
+
 TEST(ShapeOpsKernel, TriluBatchedIntegersAndK) {
   std::vector<int64_t> v(18);
   for (int i = 0; i < 18; ++i) v[size_t(i)] = i + 1;

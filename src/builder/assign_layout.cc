@@ -5,9 +5,9 @@
 //      the filter reordered to KRSC at build; readers of Y are untouched.
 //   2. To a fixed point: Transpose pairs that cancel are bypassed and duplicate transposes of one
 //      value merged; a transpose to NCHW moves down through nodes that compute the same in either
-//      layout (elementwise ops, global pools as ReduceMean/ReduceMax), where it meets the next
-//      stack's transpose and cancels; a transpose moving only dims of size 1 becomes a Reshape (a
-//      view, run as an alias).
+//      layout (elementwise ops, global pools as ReduceMean/ReduceMax, 2-D MaxPool and AveragePool
+//      as kiln::Pool{layout="NHWC"}), where it meets the next stack's transpose and cancels; a
+//      transpose moving only dims of size 1 becomes a Reshape (a view, run as an alias).
 // Runs after assign_precision (the dtypes it tests are final), on CUDA builds.
 #include <algorithm>
 #include <cstring>
@@ -447,6 +447,46 @@ StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& s
   return true;
 }
 
+// MaxPool (without Indices, which number NCHW positions) or AveragePool of a transpose to NCHW:
+// kiln::Pool computes the same pool on the NHWC tensor, and a transpose after it makes its output.
+// A CNN's stem pool then sits inside the convolution stack instead of costing two transposes.
+StatusOr<bool> push_through_pool(ir::Graph* g, int n, const SupportsFn& supports) {
+  const ir::Node& pool = g->nodes[size_t(n)];
+  const bool max = is_onnx(pool, "MaxPool");
+  if ((!max && !is_onnx(pool, "AveragePool")) || pool.outputs.empty() || pool.outputs[0] < 0 ||
+      (pool.outputs.size() > 1 && pool.outputs[1] >= 0)) {
+    return false;
+  }
+  const int a = transposed_from(*g, pool.inputs.empty() ? -1 : pool.inputs[0], kToNchw);
+  const int out = pool.outputs[0];
+  if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) {
+    return false;
+  }
+  ir::Node moved = pool;
+  moved.domain = "kiln";
+  moved.op_type = "Pool";
+  moved.opset = 1;
+  moved.attrs = ir::Attributes{};
+  for (const auto& [name, attr] : pool.attrs.all()) {
+    // storage_order only orders Indices, which kiln::Pool does not have.
+    if (name != "storage_order") moved.attrs.set(name, attr);
+  }
+  set_string(&moved, "mode", max ? "max" : "average");
+  set_string(&moved, "layout", "NHWC");
+  const ir::Value& o = g->values[size_t(out)];
+  const ir::Value yn{.name = o.name, .dtype = o.dtype, .shape = permuted(*o.shape, kToNhwc)};
+  if (!supports(moved, {&g->values[size_t(a)]}, {&yn})) return false;
+  const int y = ir::add_unique_value(g, yn.name + "_nhwc", yn.dtype, yn.shape);
+  moved.inputs = {a};
+  moved.outputs = {y};
+  std::vector<ir::Node> nodes;
+  nodes.push_back(std::move(moved));
+  nodes.push_back(transpose_back(*g, y, out));
+  g->opsets.emplace("kiln", 1);
+  KILN_RETURN_IF_ERROR(splice(g, n, std::move(nodes)));
+  return true;
+}
+
 // A Transpose that moves only dims of size 1 keeps the bytes in order: a Reshape to its output
 // shape. The shape constant holds for every value of the symbols: 0 (copy the input's dim) where a
 // symbolic dim stays in place, the number elsewhere; otherwise the Transpose stays.
@@ -499,6 +539,8 @@ StatusOr<bool> simplify_once(ir::Graph* g, const SupportsFn& supports) {
     KILN_ASSIGN_OR_RETURN(bool moved, push_through_elementwise(g, int(n)));
     if (moved) return true;
     KILN_ASSIGN_OR_RETURN(moved, push_through_global_pool(g, int(n), supports));
+    if (moved) return true;
+    KILN_ASSIGN_OR_RETURN(moved, push_through_pool(g, int(n), supports));
     if (moved) return true;
   }
   for (size_t n = 0; n < g->nodes.size(); ++n) {

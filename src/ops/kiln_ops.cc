@@ -147,6 +147,63 @@ Status infer_fused_conv(InferContext& ctx) {
   return ok_status();
 }
 
+// kiln::Pool(X) {mode, kernel_shape, strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1],
+// auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, layout="NHWC"}: MaxPool (mode "max",
+// without Indices) or AveragePool (mode "average") of a channels-last X [N, H, W, C], Y
+// [N, H', W', C]. ONNX has no channels-last pool, and assign_layout needs one so that a CNN's
+// pools stay inside its NHWC convolution stack instead of transposing around them. The other
+// attributes keep the ONNX pools' meaning on the spatial axes H, W; layout is "NHWC" only (an
+// NCHW pool is the ONNX op).
+Status infer_pool(InferContext& ctx) {
+  static const char* const kKnown[] = {"mode",      "kernel_shape",      "strides",
+                                       "pads",      "dilations",         "auto_pad",
+                                       "ceil_mode", "count_include_pad", "layout"};
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown)) {
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrs().get_string("mode", ""));
+  if (mode != "max" && mode != "average") {
+    return ctx.error(StatusCode::kInvalidModel, "mode '" + mode + "' is not one of max, average");
+  }
+  if (mode == "max" && ctx.attrs().has("count_include_pad")) {
+    return ctx.error(StatusCode::kInvalidModel, "count_include_pad is for mode average");
+  }
+  KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NHWC"));
+  if (layout != "NHWC") {
+    return ctx.error(StatusCode::kInvalidModel, "layout '" + layout + "' is not NHWC");
+  }
+  if (ctx.input_rank(0) != 4) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "layout NHWC is for 2-D pools: X ([N, H, W, C]) must have rank 4, got " +
+                         std::to_string(ctx.input_rank(0)));
+  }
+  // The ONNX pool's own inference on X viewed as NCHW: one meaning of the output's shape.
+  ir::Graph view;
+  ir::Node pool = ctx.node();
+  pool.domain = "";
+  pool.op_type = mode == "max" ? "MaxPool" : "AveragePool";
+  pool.attrs = ir::Attributes{};
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (name != "mode" && name != "layout") pool.attrs.set(name, attr);
+  }
+  const ir::Value& x = ctx.input(0);
+  const std::vector<Dim>& xs = *x.shape;
+  view.values.push_back(ir::Value{
+      .name = x.name, .dtype = x.dtype, .shape = std::vector<Dim>{xs[0], xs[3], xs[1], xs[2]}});
+  view.values.push_back(ir::Value{.name = "y"});
+  pool.inputs = {0};
+  pool.outputs = {1};
+  InferContext nchw = ctx.view(view, pool);
+  const OpKind kind = mode == "max" ? OpKind::kMaxPool : OpKind::kAveragePool;
+  Status st = op_registry().find(kind)->infer(nchw);
+  if (!st.ok()) return Status(st.code(), st.message() + " (layout NHWC; dims numbered as in NCHW)");
+  const std::vector<Dim>& y = nchw.outputs()[0].shape;
+  ctx.set_output(0, nchw.outputs()[0].dtype, {y[0], y[2], y[3], y[1]});
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
@@ -154,6 +211,9 @@ void register_kiln_ops(OpRegistry& r) {
                  OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kMatMulBias, 2, 3, 1, 1, &infer_matmul_bias,
                  OpTraits{.precision = PrecisionClass::kReduced}});
+  // As MaxPool and AveragePool: data movement and short sums, in whatever float type arrives.
+  r.add(OpSchema{OpKind::kPool, 1, 1, 1, 1, &infer_pool,
+                 OpTraits{.precision = PrecisionClass::kFollow}});
 }
 
 }  // namespace kiln::ops

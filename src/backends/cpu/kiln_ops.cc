@@ -19,6 +19,7 @@ using ops::OpKind;
 // The family kernels the fused ops are made of, looked up once.
 struct Parts {
   KernelFn matmul = nullptr, add = nullptr, relu = nullptr, gelu = nullptr, transpose = nullptr;
+  KernelFn max_pool = nullptr, average_pool = nullptr;
 };
 
 const Parts& parts() {
@@ -27,9 +28,11 @@ const Parts& parts() {
     register_matmul_kernels(r);
     register_elementwise_kernels(r);
     register_shape_kernels(r);
+    register_conv_kernels(r);
     auto fn = [&](OpKind k) { return size_t(k) < r.entries().size() ? r.entries()[size_t(k)].fn : nullptr; };
-    return Parts{fn(OpKind::kMatMul), fn(OpKind::kAdd), fn(OpKind::kRelu), fn(OpKind::kGelu),
-                 fn(OpKind::kTranspose)};
+    return Parts{fn(OpKind::kMatMul),     fn(OpKind::kAdd),       fn(OpKind::kRelu),
+                 fn(OpKind::kGelu),       fn(OpKind::kTranspose), fn(OpKind::kMaxPool),
+                 fn(OpKind::kAveragePool)};
   }();
   return p;
 }
@@ -191,11 +194,67 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), act, params, layout == "NHWC"));
 }
 
+// kiln::Pool (layout NHWC): the ONNX MaxPool or AveragePool reference on X transposed to NCHW,
+// into an NCHW scratch Y transposed back, so the pool's meaning stays in backends/cpu/conv.cc.
+class PoolKernel final : public Kernel {
+ public:
+  PoolKernel(KernelFn pool, ir::Attributes attrs) : pool_(pool), attrs_(std::move(attrs)) {}
+  std::string name() const override { return "cpu.Pool"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    static const ir::Attributes kToNchw = perm_attrs({0, 3, 1, 2});
+    static const ir::Attributes kToNhwc = perm_attrs({0, 2, 3, 1});
+    if (in.size() != 1 || out.size() != 1 || in[0].rank() != 4 || out[0].rank() != 4) {
+      return invalid_argument("Pool: layout NHWC needs one X and one Y of rank 4");
+    }
+    std::array<TensorView, 1> x{scratch(x_, x_shape_, in[0])};
+    std::array<TensorView, 1> y{scratch(y_, y_shape_, out[0])};
+    KILN_RETURN_IF_ERROR(parts().transpose(KernelArgs{kToNchw, in, x}));
+    KILN_RETURN_IF_ERROR(pool_(KernelArgs{attrs_, x, y}));
+    return parts().transpose(KernelArgs{kToNhwc, y, out});
+  }
+
+ private:
+  // The NCHW view of an NHWC tensor's shape in `buf`, which grows to the largest seen.
+  static TensorView scratch(std::vector<std::byte>& buf, std::vector<int64_t>& shape,
+                            const TensorView& nhwc) {
+    shape = {nhwc.shape[0], nhwc.shape[3], nhwc.shape[1], nhwc.shape[2]};
+    const size_t bytes = size_t(nhwc.numel()) * dtype_size(nhwc.dtype);
+    if (buf.size() < bytes) buf.resize(bytes);
+    return TensorView{buf.data(), nhwc.dtype, shape};
+  }
+
+  KernelFn pool_;
+  ir::Attributes attrs_;  // the ONNX pool's: without mode and layout
+  std::vector<std::byte> x_, y_;
+  std::vector<int64_t> x_shape_, y_shape_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_pool(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(std::string mode, q.node.attrs.get_string("mode", ""));
+  KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NHWC"));
+  if (mode != "max" && mode != "average") {
+    return invalid_argument(q.node.describe() + ": mode '" + mode + "' is not one of max, average");
+  }
+  if (layout != "NHWC") {
+    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not NHWC");
+  }
+  const KernelFn pool = mode == "max" ? parts().max_pool : parts().average_pool;
+  if (!pool || !parts().transpose) {
+    return internal_error("Pool: a CPU kernel it is made of is not registered");
+  }
+  ir::Attributes attrs;
+  for (const auto& [name, a] : q.node.attrs.all()) {
+    if (name != "mode" && name != "layout") attrs.set(name, a);
+  }
+  return std::unique_ptr<Kernel>(new PoolKernel(pool, std::move(attrs)));
+}
+
 }  // namespace
 
 void register_kiln_kernels(KernelRegistry& r) {
   r.add(OpKind::kMatMulBias, &matmul_bias_kernel);
   r.add_factory(OpKind::kFusedConv, &create_fused_conv);
+  r.add_factory(OpKind::kPool, &create_pool);
 }
 
 }  // namespace kiln::backends::cpu

@@ -197,7 +197,7 @@ void register_conv_graph(Registry& r);  // channels-last FusedConv on cuDNN's gr
 void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
-void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, global pools
+void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
@@ -250,6 +250,13 @@ Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* o
 // dtype (it moves elements of in's size); in, out and begin have the same rank.
 Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
                    cudaStream_t s);
+
+// A constant-mode Pad of the innermost axis only (pad_last_axis.cu): y's rows are x's rows
+// shifted by `begin` (negative crops), the fill elsewhere: *fill_ptr (a device element of the
+// data's dtype) when given, else fill_bits' low bytes. Any dtype of 1, 2, 4 or 8 bytes; x and y
+// have the same rank and the same dims but the last.
+Status pad_last_axis(const TensorView& x, const TensorView& y, int64_t begin, const void* fill_ptr,
+                     uint64_t fill_bits, cudaStream_t s);
 
 // Kernel launch grid for n elements.
 inline unsigned grid_for(int64_t n, int block = 256) {

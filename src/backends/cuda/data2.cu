@@ -202,6 +202,11 @@ class PadKernel final : public CudaKernel {
     }
     const void* fill_ptr =
         in.size() > 2 && present(in[2]) && in[2].numel() > 0 ? in[2].data : nullptr;
+    // A constant pad of the innermost axis alone (an NHWC stem's channels): whole rows, without
+    // the per-axis map's division per axis and element.
+    bool inner_only = mode_ == PadMode::kConstant && r >= 1;
+    for (int k = 0; k + 1 < r; ++k) inner_only = inner_only && begin[k] == 0 && end[k] == 0;
+    if (inner_only) return pad_last_axis(x, y, begin[size_t(r - 1)], fill_ptr, fill_bits_, stream_);
     return launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_);
   }
 
