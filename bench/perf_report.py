@@ -65,6 +65,10 @@ def main():
             same = {True: "yes", False: "NO"}.get(r.get("identical"), "-")
             lines.append(f"| {model} | {prec} | {r.get('build_s', '-')} | {r.get('cached_build_s', '-')} | {same} | "
                          f"{r.get('activation', '-')} |")
+    if peer:
+        lines += ["", "PyTorch modes measured in this run (a mode missing from a row did not finish within the "
+                  "command's time limit): " + "; ".join(
+                      f"{m} b{b}: {', '.join(sorted(p))}" for (m, b), p in sorted(peer.items()))]
     errors = [r for r in torch_rows if "error" in r]
     if errors:
         lines += ["", "PyTorch modes that failed: " + "; ".join(f"{r['model']} b{r['batch']} {r['mode']}: {r['error']}"
