@@ -241,6 +241,25 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
     Status st = e.ok() ? e->create_execution_context().status() : e.status();
     ASSERT_FALSE(st.ok()) << p.nodes[n].impl;
     EXPECT_NE(st.message().find("warp_drive"), std::string::npos) << st.message();
+    if (p.nodes[n].impl != "cuda.cudnn_graph.FusedConv") continue;
+    // Tampered graph-API tactics: refused by name, never an exception or an overflow.
+    for (const char* t : {"engine=- knobs=", "engine=1 knobs=3:", "engine=99999999999999999999 knobs=",
+                          "engine=1 knobs=0:1", "engine=1 knobs=2:1,2:2", "engine=1"}) {
+      plan::Plan tampered = p;
+      tampered.nodes[n].tactic = t;
+      auto te = Engine::from_plan(std::move(tampered));
+      Status ts = te.ok() ? te->create_execution_context().status() : te.status();
+      ASSERT_FALSE(ts.ok()) << t;
+      EXPECT_NE(ts.message().find("cuDNN graph tactic"), std::string::npos) << ts.message();
+    }
+    // An engine id cuDNN does not have parses, and the kernel falls back to cuDNN's heuristic choice.
+    plan::Plan unknown = p;
+    unknown.nodes[n].tactic = "engine=987654 knobs=";
+    auto ue = Engine::from_plan(std::move(unknown));
+    ASSERT_TRUE(ue.ok()) << ue.status().to_string();
+    auto uctx = ue->create_execution_context();
+    ASSERT_TRUE(uctx.ok()) << uctx.status().to_string();
+    EXPECT_TRUE((*uctx)->run({{"x", (*sets)[0].inputs[0]}}).ok());
   }
 }
 

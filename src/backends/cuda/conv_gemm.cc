@@ -172,7 +172,8 @@ std::vector<std::string> conv_gemm_tactics(const KernelQuery& q) {
   auto x = q.opt_shape(xv), w = q.opt_shape(wv), xm = q.min_shape(xv);
   auto attrs = conv_attrs(q);
   std::optional<Problem> p;
-  if (x && w && attrs.ok() && x->size() == 4 && w->size() == 4 && shape_numel(*x) > 0 && (*w)[0] > 0 && (*w)[3] > 0) {
+  if (x && w && attrs.ok() && x->size() == 4 && w->size() == 4 && shape_numel(*x) > 0 && (*x)[3] > 0 &&
+      (*w)[0] > 0 && (*w)[3] > 0) {
     const bool bias = q.inputs.size() > 2 && q.inputs[2];
     p = conv_problem(shape_numel(*x) / (*x)[3], (*w)[3], (*w)[0], bias, attrs->act == ConvActivation::kRelu);
     p->align_a = p->align_b = p->align_c = 16;

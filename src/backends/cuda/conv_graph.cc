@@ -96,9 +96,10 @@ std::string to_tactic(int64_t engine, const std::unordered_map<fe::KnobType_t, i
   return t;
 }
 
+// An optional '-' and 1 to 17 digits (no exception, no overflow on a tampered engine file).
 StatusOr<int64_t> parse_int(const std::string& s, const std::string& t) {
-  if (s.empty() || s.size() > 18 || s.find_first_not_of("-0123456789") != std::string::npos ||
-      s.find('-', 1) != std::string::npos) {
+  const size_t digits = s.size() - (!s.empty() && s[0] == '-');
+  if (digits == 0 || digits > 17 || s.find_first_not_of("0123456789", s.size() - digits) != std::string::npos) {
     return invalid_argument("cuDNN graph tactic '" + t + "': '" + s + "' is no integer");
   }
   return std::stoll(s);
