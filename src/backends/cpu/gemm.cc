@@ -12,7 +12,32 @@
 #pragma GCC optimize("fp-contract=fast")
 
 namespace kiln::backends::cpu {
+// Outside the anonymous namespace: clang 14 (the fuzz build) emits no destructor for an internal
+// thread_local whose only user is inlined into target_clones, and the link fails.
+namespace gemm_detail {
+
+// Packing buffers, per thread so concurrent execution contexts never share them. They grow to at
+// most the block sizes and are then reused, so steady state does not allocate.
+struct Scratch {
+  std::vector<float> a, b;
+  static float* aligned(std::vector<float>& v, size_t n) {
+    if (v.size() < n + 16) v.resize(n + 16);
+    auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
+};
+
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+}  // namespace gemm_detail
+
 namespace {
+
+using gemm_detail::Scratch;
+using gemm_detail::scratch;
 
 // Block sizes: a KC-deep sliver of packed B (KC*NR floats, 32 KiB at NR=32) stays in L1, the packed
 // A block (MC*KC floats, 96 KiB) in L2. MC is a multiple of every MR below, NC of every NR.
@@ -41,21 +66,6 @@ struct GemmArgs {
   int64_t ldc;
 };
 
-// Packing buffers, per thread so concurrent execution contexts never share them. They grow to at
-// most the block sizes and are then reused, so steady state does not allocate.
-struct Scratch {
-  std::vector<float> a, b;
-  static float* aligned(std::vector<float>& v, size_t n) {
-    if (v.size() < n + 16) v.resize(n + 16);
-    auto p = reinterpret_cast<uintptr_t>(v.data());
-    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
-  }
-};
-
-Scratch& scratch() {
-  static thread_local Scratch s;
-  return s;
-}
 
 // op(A)[i0 + r][p0 + p] for r < mr, p < kc into slivers of MR rows: [sliver][p][r], zero-padded.
 template <int MR>
