@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-packages=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev ccache)
+# clang-14 and its sanitizer and libFuzzer runtimes: scripts/sanitize.sh (the asan and tsan presets).
+packages=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev ccache clang-14
+          libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -134,5 +134,22 @@ TEST(DimText, LongMaxChainsRoundTripAndDeepNestingIsRefused) {
   EXPECT_FALSE(Dim::parse(std::string((size_t(1) << 20) + 1, ' ')).has_value());
 }
 
+// Found by tests/fuzz/dim_parse_fuzz (corpus/dim_parse_fuzz/regress_wrapped_constant): products
+// wrap, and a wrapped constant printed to a literal above 2^56 the parser refused, so the dim did
+// not read back. Every constant Dim holds, INT64_MIN included, now survives its text form.
+TEST(DimText, ConstantsOfEveryMagnitudeReadBack) {
+  auto wrapped = Dim::parse("444444444444444448*3978");
+  ASSERT_TRUE(wrapped.has_value());
+  for (Dim d : {*wrapped, Dim(INT64_MIN), Dim(INT64_MAX), Dim(INT64_MIN) + Dim::symbol("n"),
+                Dim(INT64_MIN) * Dim::symbol("n") - 1}) {
+    auto again = Dim::parse(d.to_string());
+    ASSERT_TRUE(again.has_value()) << d.to_string();
+    EXPECT_EQ(*again, d) << d.to_string();
+  }
+  EXPECT_EQ(Dim::parse("9223372036854775807")->value(), INT64_MAX);
+  EXPECT_FALSE(Dim::parse("9223372036854775809").has_value());  // beyond 2^63
+  EXPECT_FALSE(Dim::parse("99999999999999999999").has_value());
+}
+
 }  // namespace
 }  // namespace kiln::ir

@@ -506,6 +506,36 @@ TEST_F(FrontendExternal, RefusesRangesPastTheFile) {
   expect_refused(model("missing.bin", 0, 16), "missing.bin");
 }
 
+// Found by tests/fuzz/tensor_file_fuzz (corpus/tensor_file_fuzz/regress_external_*): an 80-byte
+// .pb declaring external data of a huge shape made the reader allocate the whole tensor before it
+// looked at the location, so a few bytes could demand terabytes. The checks now come first.
+TEST_F(FrontendExternal, HugeExternalTensorsAreRefusedBeforeAllocating) {
+  TensorProto t;
+  t.set_name("w_huge");
+  t.set_data_type(TensorProto::FLOAT);
+  t.add_dims(int64_t(1) << 40);
+  t.set_data_location(TensorProto::EXTERNAL);
+  auto* e = t.add_external_data();
+  e->set_key("location");
+  e->set_value("weights.bin");
+  const std::string bytes = t.SerializeAsString();
+  auto mem = onnx::tensor_from_bytes(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  ASSERT_FALSE(mem.ok());
+  EXPECT_EQ(mem.status().code(), StatusCode::kInvalidArgument) << mem.status().to_string();
+  EXPECT_NE(mem.status().message().find("loaded from memory"), std::string::npos)
+      << mem.status().message();
+  const fs::path pb = dir_ / "huge.pb";
+  std::ofstream(pb, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  auto file = onnx::parse_tensor_file(pb.string());
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kInvalidModel) << file.status().to_string();
+  EXPECT_NE(
+      file.status().message().find("holds 32 bytes, but the tensor needs 4398046511104 bytes"),
+      std::string::npos)
+      << file.status().message();
+}
+
 TEST(Frontend, GarbageBytesAreInvalidModels) {
   ModelProto m = make_model();
   *m.mutable_graph()->add_initializer() =

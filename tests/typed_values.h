@@ -1,9 +1,10 @@
-// Test tensors of any numeric dtype from doubles (converted as a C++ cast would, half types by
-// rounding to nearest), for kernel cases that sweep dtypes.
+// Test tensors of any numeric dtype from doubles (converted as a C++ cast would, integers wrapping,
+// half types by rounding to nearest), for kernel cases that sweep dtypes.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -13,7 +14,15 @@ namespace kiln::testing {
 inline Tensor make_typed(DType dt, Shape shape, const std::vector<double>& v) {
   auto as = [&]<typename T>(T) {
     std::vector<T> out;
-    for (double d : v) out.push_back(T(d));
+    for (double d : v) {
+      // Integers go through a 64-bit integer and wrap (defined since C++20): a double outside
+      // T's range converts with undefined behaviour, which the UBSan build reports.
+      if constexpr (std::is_integral_v<T>) {
+        out.push_back(d < 0 ? T(int64_t(d)) : T(uint64_t(d)));
+      } else {
+        out.push_back(T(d));
+      }
+    }
     return Tensor::from_vector(dt, std::move(shape), out);
   };
   switch (dt) {

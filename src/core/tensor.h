@@ -40,7 +40,8 @@ class Tensor {
   template <typename T>
   static Tensor from_vector(DType dtype, Shape shape, const std::vector<T>& values) {
     Tensor t = zeros(dtype, std::move(shape)).value();
-    std::memcpy(t.data(), values.data(), t.nbytes());
+    // An empty vector's data() may be null, which memcpy may not be given even for no bytes.
+    if (t.nbytes() > 0) std::memcpy(t.data(), values.data(), t.nbytes());
     return t;
   }
 

@@ -100,12 +100,16 @@ class Parser {
     if (pos_ >= s_.size()) return std::nullopt;
     char c = s_[pos_];
     if (std::isdigit(static_cast<unsigned char>(c))) {
-      int64_t v = 0;
+      // Up to 2^63, the magnitude Dim::to_string prints for INT64_MIN: Dim arithmetic wraps, so
+      // every constant it can hold must read back (engine files store formulas as text).
+      constexpr uint64_t kMaxLiteral = uint64_t(1) << 63;
+      uint64_t v = 0;
       while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
-        if (v > (int64_t(1) << 56)) return std::nullopt;  // absurd literal
-        v = v * 10 + (s_[pos_++] - '0');
+        const uint64_t digit = uint64_t(s_[pos_++] - '0');
+        if (v > (kMaxLiteral - digit) / 10) return std::nullopt;  // beyond 2^63
+        v = v * 10 + digit;
       }
-      return Operand{Dim(v)};
+      return Operand{Dim(int64_t(v))};
     }
     if (c == '(') {
       ++pos_;

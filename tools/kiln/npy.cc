@@ -47,10 +47,7 @@ std::string dict_value(const std::string& header, const std::string& key) {
 
 }  // namespace
 
-Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what) {
-  auto read = read_regular_file(path, max_bytes, what);
-  if (!read.ok()) return failure(read.status().message());
-  const std::vector<uint8_t>& bytes = *read;
+Result<Tensor> parse_npy(std::span<const uint8_t> bytes, const std::string& path) {
   const std::string bad = "'" + path + "' is not a valid .npy file: ";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
     return failure(bad + "bad magic");
@@ -117,6 +114,12 @@ Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string
   if (!t.ok()) return failure(t.status(), "reading '" + path + "'");
   std::memcpy(t->data(), bytes.data() + data_start, t->nbytes());
   return std::move(t).value();
+}
+
+Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what) {
+  auto read = read_regular_file(path, max_bytes, what);
+  if (!read.ok()) return failure(read.status().message());
+  return parse_npy(*read, path);
 }
 
 Check write_npy(const std::string& path, const Tensor& tensor) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,8 @@ namespace kiln::cli {
 
 // Reads at most `max_bytes` (header included); a path that is not a regular file is refused
 // unread. `what` names the file in errors ("input", "reference output").
+// The bytes of a .npy file; `path` names it in errors.
+Result<Tensor> parse_npy(std::span<const uint8_t> bytes, const std::string& path);
 Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what);
 Check write_npy(const std::string& path, const Tensor& tensor);
 

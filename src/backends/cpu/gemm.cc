@@ -12,7 +12,32 @@
 #pragma GCC optimize("fp-contract=fast")
 
 namespace kiln::backends::cpu {
+// Outside the anonymous namespace: clang 14 (the fuzz build) emits no destructor for an internal
+// thread_local whose only user is inlined into target_clones, and the link fails.
+namespace gemm_detail {
+
+// Packing buffers, per thread so concurrent execution contexts never share them. They grow to at
+// most the block sizes and are then reused, so steady state does not allocate.
+struct Scratch {
+  std::vector<float> a, b;
+  static float* aligned(std::vector<float>& v, size_t n) {
+    if (v.size() < n + 16) v.resize(n + 16);
+    auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
+};
+
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+}  // namespace gemm_detail
+
 namespace {
+
+using gemm_detail::Scratch;
+using gemm_detail::scratch;
 
 // Block sizes: a KC-deep sliver of packed B (KC*NR floats, 32 KiB at NR=32) stays in L1, the packed
 // A block (MC*KC floats, 96 KiB) in L2. MC is a multiple of every MR below, NC of every NR.
@@ -40,22 +65,6 @@ struct GemmArgs {
   float* c;
   int64_t ldc;
 };
-
-// Packing buffers, per thread so concurrent execution contexts never share them. They grow to at
-// most the block sizes and are then reused, so steady state does not allocate.
-struct Scratch {
-  std::vector<float> a, b;
-  static float* aligned(std::vector<float>& v, size_t n) {
-    if (v.size() < n + 16) v.resize(n + 16);
-    auto p = reinterpret_cast<uintptr_t>(v.data());
-    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
-  }
-};
-
-Scratch& scratch() {
-  static thread_local Scratch s;
-  return s;
-}
 
 // op(A)[i0 + r][p0 + p] for r < mr, p < kc into slivers of MR rows: [sliver][p][r], zero-padded.
 template <int MR>
@@ -174,9 +183,9 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g) {
         pack_a<MR>(g, ic, pc, mc, kc, pa);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            micro_kernel<MR, NV, V>(kc, pa + ir * kc, pb + jr * kc, g.c + (ic + ir) * g.ldc + jc + jr,
-                                    g.ldc, g.alpha, std::min<int64_t>(MR, mc - ir),
-                                    std::min<int64_t>(NR, nc - jr));
+            micro_kernel<MR, NV, V>(kc, pa + ir * kc, pb + jr * kc,
+                                    g.c + (ic + ir) * g.ldc + jc + jr, g.ldc, g.alpha,
+                                    std::min<int64_t>(MR, mc - ir), std::min<int64_t>(NR, nc - jr));
           }
         }
       }
@@ -187,6 +196,20 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g) {
 // Function multiversioning: the loader picks the best version for the running CPU once (ifunc).
 // target_clones would compile one tile shape for all ISAs; separate versions let each keep its
 // accumulators in its own register file (32 zmm, 16 ymm, 16 xmm).
+// Not under TSan: clang 14 instruments the ifunc resolver, which the loader runs before TSan is
+// initialized, so the program crashes before main.
+#if defined(__SANITIZE_THREAD__)
+#define KILN_MULTIVERSION 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_MULTIVERSION 0
+#endif
+#endif
+#ifndef KILN_MULTIVERSION
+#define KILN_MULTIVERSION 1
+#endif
+#if KILN_MULTIVERSION
+#define KILN_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 __attribute__((target("default"))) void blocked_gemm_dispatch(const GemmArgs& g) {
   blocked_gemm<6, 2, V4>(g);  // 6x8: 12 accumulators
 }
@@ -196,6 +219,10 @@ __attribute__((target("avx2,fma"))) void blocked_gemm_dispatch(const GemmArgs& g
 __attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g) {
   blocked_gemm<12, 2, V16>(g);  // 12x32: 24 accumulators
 }
+#else
+#define KILN_TARGET_CLONES
+void blocked_gemm_dispatch(const GemmArgs& g) { blocked_gemm<6, 2, V4>(g); }
+#endif
 
 void small_gemm(const GemmArgs& g) {
   for (int64_t i = 0; i < g.m; ++i) {
@@ -213,9 +240,7 @@ void small_gemm(const GemmArgs& g) {
 
 // Matrix-vector products (a 1x1 conv on a 1x1 map, a batch-1 classifier head) gain nothing from
 // packing, which would copy the whole matrix once per call: they stream it through dot and axpy.
-__attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const float* __restrict x,
-                                                                      const float* __restrict y,
-                                                                      int64_t n) {
+KILN_TARGET_CLONES float dot(const float* __restrict x, const float* __restrict y, int64_t n) {
   V16 acc0 = {}, acc1 = {};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -234,9 +259,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const flo
   return s;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* __restrict y,
-                                                                      const float* __restrict x,
-                                                                      float a, int64_t n) {
+KILN_TARGET_CLONES void axpy(float* __restrict y, const float* __restrict x, float a, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     V16 xv, yv;
@@ -274,7 +297,8 @@ void gemv_m1(const GemmArgs& g) {
     return;
   }
   for (int64_t j = 0; j < g.n; ++j) {
-    float v = sa == 1 ? dot(g.b + j * g.ldb, g.a, g.k) : dot_strided(g.b + j * g.ldb, 1, g.a, sa, g.k);
+    float v =
+        sa == 1 ? dot(g.b + j * g.ldb, g.a, g.k) : dot_strided(g.b + j * g.ldb, 1, g.a, sa, g.k);
     g.c[j] += g.alpha * v;
   }
 }

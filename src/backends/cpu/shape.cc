@@ -188,15 +188,19 @@ Status expand_kernel(const KernelArgs& a) {
   int r = out.rank(), off = r - in.rank();
   if (off < 0 || in.dtype != out.dtype) return shape_mismatch("Expand", "the output", out.shape, in.shape);
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
+  // An empty output copies nothing, and one of its other axes may be huge (0 x 2^45 is a valid
+  // shape): building that axis's index map would allocate terabytes (found by onnx_build_fuzz).
+  const bool empty = std::find(out.shape.begin(), out.shape.end(), 0) != out.shape.end();
   Shape src_shape(size_t(r), 1);
   for (int k = 0; k < r; ++k) {
     int64_t d = k >= off ? in.shape[k - off] : 1;
     src_shape[k] = d;
     if (d != out.shape[k] && d != 1) return shape_mismatch("Expand", "the output", out.shape, in.shape);
+    if (empty) continue;
     maps[k].resize(size_t(out.shape[k]));
     for (int64_t o = 0; o < out.shape[k]; ++o) maps[k][o] = d == 1 ? 0 : o;
   }
-  copy_by_axis_maps(TensorView{in.data, in.dtype, src_shape}, out, maps, nullptr);
+  if (!empty) copy_by_axis_maps(TensorView{in.data, in.dtype, src_shape}, out, maps, nullptr);
   return ok_status();
 }
 
@@ -209,15 +213,19 @@ Status tile_kernel(const KernelArgs& a) {
     return shape_mismatch("Tile", "the output", out.shape, in.shape);
   }
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
+  // An empty output copies nothing, and one of its other axes may be huge (0 x 2^45 is a valid
+  // shape): building that axis's index map would allocate terabytes (found by onnx_build_fuzz).
+  const bool empty = std::find(out.shape.begin(), out.shape.end(), 0) != out.shape.end();
   for (int k = 0; k < r; ++k) {
     auto want = checked_mul(in.shape[k], reps[k]);
     if (reps[k] < 0 || !want || *want != out.shape[k]) {
       return shape_mismatch("Tile", "the output", out.shape, in.shape);
     }
+    if (empty) continue;
     maps[k].resize(size_t(out.shape[k]));
     for (int64_t o = 0; o < out.shape[k]; ++o) maps[k][o] = o % in.shape[k];
   }
-  copy_by_axis_maps(in, out, maps, nullptr);
+  if (!empty) copy_by_axis_maps(in, out, maps, nullptr);
   return ok_status();
 }
 
@@ -528,6 +536,9 @@ Status pad_kernel(const KernelArgs& a) {
     write_scalar(in.dtype, v, &fill);
   }
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
+  // An empty output copies nothing, and one of its other axes may be huge (0 x 2^45 is a valid
+  // shape): building that axis's index map would allocate terabytes (found by onnx_build_fuzz).
+  const bool empty = std::find(out.shape.begin(), out.shape.end(), 0) != out.shape.end();
   for (int k = 0; k < r; ++k) {
     int64_t d = in.shape[k];
     if (d + begin[k] + end[k] != out.shape[k]) {
@@ -536,10 +547,11 @@ Status pad_kernel(const KernelArgs& a) {
     if (mode != "constant" && d == 0 && out.shape[k] > 0) {
       return invalid_argument("Pad: cannot pad an empty axis in " + mode + " mode");
     }
+    if (empty) continue;
     maps[k].resize(size_t(out.shape[k]));
     for (int64_t j = 0; j < out.shape[k]; ++j) maps[k][j] = pad_source(j, begin[k], d, mode);
   }
-  copy_by_axis_maps(in, out, maps, &fill);
+  if (!empty) copy_by_axis_maps(in, out, maps, &fill);
   return ok_status();
 }
 

@@ -32,8 +32,8 @@ bool is_inside(const fs::path& path, const fs::path& base) {
 
 }  // namespace
 
-Status read_external_data(const ::onnx::TensorProto& tp, const std::string& model_dir,
-                          int64_t nbytes, void* dst) {
+StatusOr<Tensor> read_external_data(const ::onnx::TensorProto& tp, const std::string& model_dir,
+                                    DType dtype, const Shape& shape, int64_t nbytes) {
   const std::string label = tensor_label(tp);
   std::string location;
   std::optional<std::string> offset_text, length_text;
@@ -115,10 +115,11 @@ Status read_external_data(const ::onnx::TensorProto& tp, const std::string& mode
     return invalid_model(where + ": holds " + std::to_string(length) +
                          " bytes, but the tensor needs " + std::to_string(nbytes) + " bytes");
   }
-  if (nbytes == 0) return ok_status();
-  Status read = file->read_at(uint64_t(offset), {static_cast<uint8_t*>(dst), size_t(nbytes)});
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
+  if (nbytes == 0) return t;
+  Status read = file->read_at(uint64_t(offset), {static_cast<uint8_t*>(t.data()), size_t(nbytes)});
   if (!read.ok()) return read.with_context(where);
-  return ok_status();
+  return t;
 }
 
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, uint64_t max_bytes,

@@ -269,7 +269,10 @@ StatusOr<Tensor> fold_constant(const ir::Node& node) {
     return invalid_model(node.describe() + ": Constant needs exactly one attribute, has " +
                          std::to_string(attrs.size()));
   }
-  const auto& [name, a] = *attrs.begin();
+  // Named references rather than a structured binding: clang 14 (the fuzz build) cannot capture
+  // a binding in a lambda.
+  const std::string& name = attrs.begin()->first;
+  const ir::Attribute& a = attrs.begin()->second;
   auto wrong = [&](const char* want) {
     return invalid_model(node.describe() + ": attribute '" + name + "' must be " + want);
   };

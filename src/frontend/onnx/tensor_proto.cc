@@ -214,9 +214,7 @@ StatusOr<Tensor> decode_tensor(const ::onnx::TensorProto& tp, const std::string&
     if (sources > 0) {
       return invalid_model(label + " is stored externally but also holds " + field_name(source));
     }
-    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
-    KILN_RETURN_IF_ERROR(read_external_data(tp, model_dir, *nbytes, t.data()));
-    return t;
+    return read_external_data(tp, model_dir, dtype, shape, *nbytes);
   }
   if (sources > 1) return invalid_model(label + " holds data in more than one field");
 

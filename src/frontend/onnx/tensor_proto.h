@@ -24,9 +24,11 @@ std::string tensor_label(const ::onnx::TensorProto& tp);
 // Decodes raw_data, the typed fields or external data (model_dir "" refuses external data).
 StatusOr<Tensor> decode_tensor(const ::onnx::TensorProto& tp, const std::string& model_dir);
 
-// Reads external data of `tp` (already validated as EXTERNAL) into dst, which holds nbytes.
-Status read_external_data(const ::onnx::TensorProto& tp, const std::string& model_dir,
-                          int64_t nbytes, void* dst);
+// Reads external data of `tp` (already validated as EXTERNAL) into a new tensor of `dtype` and
+// `shape`, `nbytes` in all. The tensor is allocated only once the location, offset and length
+// have been checked against the file, so a few bytes of model cannot demand a huge allocation.
+StatusOr<Tensor> read_external_data(const ::onnx::TensorProto& tp, const std::string& model_dir,
+                                    DType dtype, const Shape& shape, int64_t nbytes);
 
 // Reads a whole file, refusing one larger than max_bytes; `what` names it in errors ("model").
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, uint64_t max_bytes,
