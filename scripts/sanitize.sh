@@ -15,7 +15,8 @@ jobs="$(nproc)"
 fuzz_runs="${KILN_FUZZ_RUNS:-20000}"
 stress_seconds="${KILN_TSAN_STRESS_SECONDS:-30}"
 # The first report ends the process with a failing status; leaks are reports too.
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1"
+# An allocation ASan cannot serve returns null, as malloc does: kiln answers that with kOutOfMemory.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 fuzz_targets=(onnx_build_fuzz engine_load_fuzz dim_parse_fuzz tensor_file_fuzz)

@@ -13,6 +13,10 @@ namespace {
 // Inputs larger than this are not built: the fuzzer looks for crashes, and a legitimately huge
 // static input would only make it report running out of memory.
 constexpr int64_t kMaxInputElements = int64_t(1) << 16;
+// Nor are engines run whose outputs at the run's shapes take more than this: a model may ask for a
+// legitimately huge output from a small input (a Pad of 2^56), which the runtime refuses or
+// allocates as asked; either way the fuzzer would only be measuring the allocator.
+constexpr int64_t kMaxOutputBytes = int64_t(256) << 20;
 
 }  // namespace
 
@@ -48,6 +52,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!loaded.ok()) __builtin_trap();
   auto context = loaded->create_execution_context();
   if (!context.ok()) return 0;
+  // The same budget for the activation arena (an intermediate can be huge where the output is not).
+  auto arena = loaded->activation_bytes(0, OptProfileSelector::kMAX);
+  if (!arena.ok() || *arena > kMaxOutputBytes) return 0;
+  for (const auto& [name, t] : inputs) {
+    if (!(*context)->set_input_shape(name, t.shape()).ok()) return 0;
+  }
+  int64_t output_bytes = 0;
+  for (int i = 0; i < loaded->num_io_tensors(); ++i) {
+    const std::string name = loaded->io_tensor_name(i);
+    if (loaded->tensor_mode(name) != TensorIOMode::kOUTPUT) continue;
+    auto shape = (*context)->tensor_shape(name);
+    auto dtype = loaded->tensor_dtype(name);
+    if (!shape.ok() || !dtype.ok()) return 0;
+    int64_t bytes = int64_t(dtype_size(*dtype));
+    for (int64_t d : *shape) {
+      if (d < 0 || (d > 0 && bytes > kMaxOutputBytes / d)) return 0;
+      bytes *= d;
+    }
+    output_bytes += bytes;
+    if (output_bytes > kMaxOutputBytes) return 0;
+  }
   (void)(*context)->run(inputs);
   return 0;
 }
