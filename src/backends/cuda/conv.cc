@@ -386,27 +386,6 @@ std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const K
 
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q);
 
-// Device buffers for timing one convolution, freed together.
-class TimingBuffers {
- public:
-  ~TimingBuffers() {
-    for (void* p : ptrs_) cudaFree(p);
-  }
-  void* alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
-    ptrs_.push_back(p);
-    return p;
-  }
-
- private:
-  std::vector<void*> ptrs_;
-};
-
 // The kernel as the engine will run it under `tactic` (cuDNN's fused call or the convolution plus
 // the epilogue pass, and whatever cuDNN picks inside the algorithm for these shapes): the mean of
 // five runs after one that plans it, in ms; infinity where it does not run.

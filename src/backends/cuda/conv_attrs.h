@@ -1,7 +1,10 @@
-// The attributes of Conv and kiln::FusedConv as the CUDA convolution kernels read them (cuDNN's in
-// conv.cc, the 1x1 channels-last GEMM in conv_gemm.cc).
+// What the CUDA convolution kernels (cuDNN's legacy API in conv.cc, its graph API in conv_graph.cc,
+// the 1x1 channels-last GEMM in conv_gemm.cc) share: the attributes of Conv and kiln::FusedConv as
+// they read them, the checks of a FusedConv's bias, residual and dtypes, and tactic-timing buffers.
 #pragma once
 
+#include <algorithm>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,5 +54,46 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   if (p.size() > 1) c.p1 = p[1];
   return c;
 }
+
+// B has one value per output channel, Z the output's size, and X, W, B, Z and Y are all `t`.
+inline Status check_fused_operands(const std::string& who, std::span<const TensorView> in, const TensorView& y,
+                                   DType t, int64_t channels) {
+  if (in.size() > 2 && present(in[2]) && in[2].numel() != channels) {
+    return invalid_argument(who + ": B has " + std::to_string(in[2].numel()) + " elements, expected " +
+                            std::to_string(channels));
+  }
+  if (in.size() > 3 && present(in[3]) && in[3].numel() != y.numel()) {
+    return invalid_argument(who + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
+                            shape_to_string(y.shape));
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (present(in[i]) && in[i].dtype != t) {
+      return invalid_argument(who + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)));
+    }
+  }
+  if (y.dtype != t) return invalid_argument(who + ": Y is " + std::string(dtype_name(y.dtype)));
+  return ok_status();
+}
+
+// Zero-filled device buffers for timing a convolution's tactics, freed together.
+class TimingBuffers {
+ public:
+  ~TimingBuffers() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
+    ptrs_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
 
 }  // namespace kiln::backends::cuda

@@ -112,23 +112,10 @@ class ConvGemmKernel final : public CudaKernel {
       return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " + shape_to_string(w.shape) +
                               " and Y " + shape_to_string(y.shape) + " are no 1x1 channels-last convolution");
     }
+    const int64_t k = w.shape[0], c = w.shape[3];
+    KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, k));
     const bool has_bias = in.size() > 2 && present(in[2]);
     const bool has_z = in.size() > 3 && present(in[3]);
-    const int64_t k = w.shape[0], c = w.shape[3];
-    if (has_bias && in[2].numel() != k) {
-      return invalid_argument(name_ + ": B has " + std::to_string(in[2].numel()) + " elements, expected " +
-                              std::to_string(k));
-    }
-    if (has_z && in[3].numel() != y.numel()) {
-      return invalid_argument(name_ + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
-                              shape_to_string(y.shape));
-    }
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (present(in[i]) && in[i].dtype != t_) {
-        return invalid_argument(name_ + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)));
-      }
-    }
-    if (y.dtype != t_) return invalid_argument(name_ + ": Y is " + std::string(dtype_name(y.dtype)));
     if (y.numel() == 0) return ok_status();
     const int64_t rows = y.numel() / k;
     if (c == 0) {

@@ -206,22 +206,9 @@ class GraphConvKernel final : public CudaKernel {
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &w = in[1], &y = out[0];
     KILN_ASSIGN_OR_RETURN(Geometry g, geometry(attrs_, x.shape, w.shape, y.shape, name_));
+    KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, g.k));
     const bool has_bias = in.size() > 2 && present(in[2]);
     const bool has_z = in.size() > 3 && present(in[3]);
-    if (has_bias && in[2].numel() != g.k) {
-      return invalid_argument(name_ + ": B has " + std::to_string(in[2].numel()) + " elements, expected " +
-                              std::to_string(g.k));
-    }
-    if (has_z && in[3].numel() != y.numel()) {
-      return invalid_argument(name_ + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
-                              shape_to_string(y.shape));
-    }
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (present(in[i]) && in[i].dtype != t_) {
-        return invalid_argument(name_ + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)));
-      }
-    }
-    if (y.dtype != t_) return invalid_argument(name_ + ": Y is " + std::string(dtype_name(y.dtype)));
     if (y.numel() == 0) return ok_status();
     if (x.numel() == 0 || w.numel() == 0) {
       KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.nbytes(), stream_), name_ + ": zero Y");
@@ -290,27 +277,6 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new GraphConvKernel(q.input_dtype(0), std::move(c), std::move(tactic)));
 }
 
-// Device buffers for timing, freed together.
-class Buffers {
- public:
-  ~Buffers() {
-    for (void* p : ptrs_) cudaFree(p);
-  }
-  void* alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
-    ptrs_.push_back(p);
-    return p;
-  }
-
- private:
-  std::vector<void*> ptrs_;
-};
-
 // The engine configurations cuDNN's heuristics offer at the opt shapes (no run-time compiled ones,
 // none over the library workspace), fastest first: each plan run once, then timed over five runs on
 // zero-filled operands (at optimization level 0 the heuristics' order, nothing run); "heuristic"
@@ -351,7 +317,7 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
   const int64_t count = gr.get_execution_plan_count();
   std::vector<std::pair<double, std::string>> timed;
   std::vector<std::string> order;
-  Buffers buffers;
+  TimingBuffers buffers;
   const size_t es = dtype_size(t);
   void* px = buffers.alloc(size_t(shape_numel(*x)) * es);
   void* pw = buffers.alloc(size_t(shape_numel(*w)) * es);
