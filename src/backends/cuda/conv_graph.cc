@@ -3,15 +3,22 @@
 // cudnnConvolutionForward reaches only some (ResNet-50's 4-channel stem at batch 64 on an H100: 1.0
 // ms on the engine the legacy API ran, 121 us on the one PyTorch's cuDNN path picks). The builder
 // times the engine configurations cuDNN's heuristics offer at the opt shapes and records the
-// fastest as "engine=<id> knobs=<type>:<value>,..."; the kernel replays it for each shape it meets
-// (cuDNN's heuristic choice where the engine refuses that shape: a fixed rule, not a new choice).
+// fastest as "engine=<id> knobs=<type>:<value>,..."; where the profile's min batch is smaller, also
+// the fastest at the min shapes, for batches under the geometric mean of the two (" | below=N
+// <config>": at batch 1 a configuration tiled for batch 64 leaves most of the GPU idle). The kernel
+// replays the recorded configuration for each shape it meets (cuDNN's heuristic choice where the
+// engine refuses that shape: a fixed rule, not a new choice).
 // Engines that compile kernels at run time are left out, so a new batch size costs a plan build
-// (milliseconds), never a compilation. Bias, residual and activation run in one conv_epilogue
-// pass after the convolution.
+// (milliseconds), never a compilation. Bias, residual and activation join the graph as pointwise
+// nodes on the float accumulator where an engine takes them ("fused engine=..."), so Y is rounded
+// to its type once, as the legacy API's fused call and the cuBLASLt epilogue do; otherwise they run
+// in one conv_epilogue pass after the convolution, which rounds the convolution's result first. The
+// builder times both forms (the unfused one with its epilogue pass) and keeps the faster.
 #include <cudnn_frontend.h>
 
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -23,11 +30,14 @@ namespace {
 namespace fe = cudnn_frontend;
 using ops::OpKind;
 
-constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidB = 4, kUidZ = 5;
 // The per-stream library workspace an engine may use (StreamResources::workspace_bytes).
 constexpr int64_t kLibraryWorkspace = int64_t(32) << 20;
 // Plans a kernel keeps, one per shape it met (a profile's batch sizes); the oldest goes first.
 constexpr size_t kMaxPlans = 16;
+// Engine configurations the builder times per graph at optimization level 3 (cuDNN's heuristic
+// order decides which); level 4 and up times all, levels 1 and 2 the first four.
+constexpr int64_t kTimedPlans = 16;
 
 bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
@@ -36,6 +46,21 @@ struct Geometry {
   int64_t n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
   std::array<int64_t, 2> pre{0, 0}, post{0, 0}, stride{1, 1}, dilation{1, 1};
 };
+
+// What the graph computes after the convolution: nothing (the kernel runs conv_epilogue after it),
+// or bias, residual and activation as pointwise nodes in float.
+struct Fusion {
+  bool on = false, bias = false, z = false;
+  ConvActivation act = ConvActivation::kNone;
+  float p0 = 0.f, p1 = 0.f;
+};
+
+// The activations cuDNN's pointwise nodes compute exactly as kiln::FusedConv defines them (hard
+// swish and hard sigmoid have no pointwise mode; they stay in conv_epilogue).
+bool fusable(ConvActivation a) {
+  return a == ConvActivation::kNone || a == ConvActivation::kRelu || a == ConvActivation::kClip ||
+         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid || a == ConvActivation::kSilu;
+}
 
 // The pads of each spatial axis (explicit, or what auto_pad gives for these sizes), checked against
 // the output size the plan holds.
@@ -73,13 +98,23 @@ StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x, std:
   return g;
 }
 
-// The recorded engine configuration; no engine: cuDNN's heuristic choice for each shape.
-struct GraphTactic {
+// One engine configuration: cuDNN's heuristic choice for each shape where no engine is given;
+// fused: bias, residual and activation inside the graph.
+struct GraphConfig {
+  bool fused = false;
   std::optional<int64_t> engine;
   std::unordered_map<fe::KnobType_t, int64_t> knobs;
 };
 
-std::string to_tactic(int64_t engine, const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
+// The recorded tactic: `main`, and `small` for batches under `below` (timed at the profile's min
+// shapes, where a configuration chosen for the opt batch can leave most of the GPU idle).
+struct GraphTactic {
+  GraphConfig main;
+  int64_t below = 0;
+  GraphConfig small;
+};
+
+std::string to_config(bool fused, int64_t engine, const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
   // Knob order fixed, so rebuilds write the same text. A backend knob the frontend has no name for
   // comes back as NOT_SET, which create_execution_plan refuses: left out, the engine takes its
   // default for it.
@@ -87,7 +122,9 @@ std::string to_tactic(int64_t engine, const std::unordered_map<fe::KnobType_t, i
   for (const auto& [type, value] : knobs) {
     if (type != fe::KnobType_t::NOT_SET) sorted[int64_t(type)] = value;
   }
-  std::string t = "engine=" + std::to_string(engine) + " knobs=";
+  std::string t = fused ? "fused engine=" : "engine=";
+  t += std::to_string(engine);
+  t += " knobs=";
   bool first = true;
   for (const auto& [type, value] : sorted) {
     t += (first ? "" : ",") + std::to_string(type) + ":" + std::to_string(value);
@@ -105,14 +142,20 @@ StatusOr<int64_t> parse_int(const std::string& s, const std::string& t) {
   return std::stoll(s);
 }
 
-StatusOr<GraphTactic> parse_tactic(const std::string& t) {
-  GraphTactic out;
-  if (t.empty() || t == "heuristic") return out;
-  const std::string bad = "cuDNN graph tactic '" + t + "' is not engine=<id> knobs=[<type>:<value>,...] or heuristic";
+// "[fused ]engine=<id> knobs=[<type>:<value>,...]" or "[fused ]heuristic"; `whole` is the tactic
+// the text came from, for the message.
+StatusOr<GraphConfig> parse_config(const std::string& text, const std::string& whole) {
+  GraphConfig out;
+  out.fused = text.rfind("fused ", 0) == 0;
+  const std::string t = out.fused ? text.substr(6) : text;
+  if (t == "heuristic") return out;
+  const std::string bad = "cuDNN graph tactic '" + whole +
+                          "' is not [fused ]engine=<id> knobs=[<type>:<value>,...] or [fused ]heuristic, "
+                          "optionally followed by ' | below=<batch> ' and another of those";
   if (t.rfind("engine=", 0) != 0) return invalid_argument(bad);
   const size_t sp = t.find(" knobs=");
   if (sp == std::string::npos) return invalid_argument(bad);
-  KILN_ASSIGN_OR_RETURN(int64_t engine, parse_int(t.substr(7, sp - 7), t));
+  KILN_ASSIGN_OR_RETURN(int64_t engine, parse_int(t.substr(7, sp - 7), whole));
   if (engine < 0) return invalid_argument(bad);
   out.engine = engine;
   std::string list = t.substr(sp + 7);
@@ -123,12 +166,29 @@ StatusOr<GraphTactic> parse_tactic(const std::string& t) {
     const std::string item = list.substr(at, end - at);
     const size_t colon = item.find(':');
     if (colon == std::string::npos) return invalid_argument(bad);
-    KILN_ASSIGN_OR_RETURN(int64_t type, parse_int(item.substr(0, colon), t));
-    KILN_ASSIGN_OR_RETURN(int64_t value, parse_int(item.substr(colon + 1), t));
+    KILN_ASSIGN_OR_RETURN(int64_t type, parse_int(item.substr(0, colon), whole));
+    KILN_ASSIGN_OR_RETURN(int64_t value, parse_int(item.substr(colon + 1), whole));
     if (type <= 0 || type > 1000 || out.knobs.count(fe::KnobType_t(type))) return invalid_argument(bad);
     out.knobs[fe::KnobType_t(type)] = value;
     at = end + 1;
   }
+  return out;
+}
+
+constexpr const char* kBelow = " | below=";
+
+StatusOr<GraphTactic> parse_tactic(const std::string& t) {
+  GraphTactic out;
+  if (t.empty()) return out;
+  const size_t bar = t.find(kBelow);
+  KILN_ASSIGN_OR_RETURN(out.main, parse_config(t.substr(0, bar), t));
+  if (bar == std::string::npos) return out;
+  const std::string rest = t.substr(bar + std::string(kBelow).size());
+  const size_t sp = rest.find(' ');
+  if (sp == std::string::npos) return invalid_argument("cuDNN graph tactic '" + t + "': nothing after 'below=N'");
+  KILN_ASSIGN_OR_RETURN(out.below, parse_int(rest.substr(0, sp), t));
+  if (out.below < 1) return invalid_argument("cuDNN graph tactic '" + t + "': 'below=' takes a batch of 1 or more");
+  KILN_ASSIGN_OR_RETURN(out.small, parse_config(rest.substr(sp + 1), t));
   return out;
 }
 
@@ -138,13 +198,14 @@ Status fe_status(const fe::error_t& e, const std::string& what) {
 }
 
 // The operation graph of one problem, built as far as choosing engines.
-StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, DType t, cudnnHandle_t handle,
-                                                            const std::string& who) {
+StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, DType t, const Fusion& f,
+                                                            cudnnHandle_t handle, const std::string& who) {
   auto graph = std::make_shared<fe::graph::Graph>();
   const fe::DataType_t io = t == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
   graph->set_io_data_type(io)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  const std::vector<int64_t> y_dim = {g.n, g.k, g.p, g.q}, y_stride = {g.p * g.q * g.k, 1, g.q * g.k, g.k};
   auto x = graph->tensor(fe::graph::Tensor_attributes()
                              .set_name("X")
                              .set_uid(kUidX)
@@ -161,38 +222,108 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
                      .set_stride({g.stride[0], g.stride[1]})
                      .set_dilation({g.dilation[0], g.dilation[1]});
   auto y = graph->conv_fprop(x, w, options);
-  y->set_output(true).set_uid(kUidY).set_data_type(io).set_dim({g.n, g.k, g.p, g.q}).set_stride(
-      {g.p * g.q * g.k, 1, g.q * g.k, g.k});
+  if (f.on) {
+    // act(conv + B + Z), each step in float on the accumulator, as conv_epilogue computes it.
+    using PW = fe::graph::Pointwise_attributes;
+    if (f.bias) {
+      auto b = graph->tensor(
+          fe::graph::Tensor_attributes().set_name("B").set_uid(kUidB).set_dim({1, g.k, 1, 1}).set_stride(
+              {g.k, 1, g.k, g.k}));
+      y = graph->pointwise(y, b, PW().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+    }
+    if (f.z) {
+      auto z = graph->tensor(fe::graph::Tensor_attributes().set_name("Z").set_uid(kUidZ).set_dim(y_dim).set_stride(
+          y_stride));
+      y = graph->pointwise(y, z, PW().set_name("residual").set_mode(fe::PointwiseMode_t::ADD));
+    }
+    switch (f.act) {
+      case ConvActivation::kRelu:
+        y = graph->pointwise(y, PW().set_name("relu").set_mode(fe::PointwiseMode_t::RELU_FWD));
+        break;
+      case ConvActivation::kClip:  // below the lower clip: lower + 0 * (y - lower)
+        y = graph->pointwise(y, PW().set_name("clip")
+                                    .set_mode(fe::PointwiseMode_t::RELU_FWD)
+                                    .set_relu_lower_clip(f.p0)
+                                    .set_relu_upper_clip(f.p1));
+        break;
+      case ConvActivation::kLeakyRelu:  // below 0: 0 + alpha * (y - 0)
+        y = graph->pointwise(y, PW().set_name("leaky_relu")
+                                    .set_mode(fe::PointwiseMode_t::RELU_FWD)
+                                    .set_relu_lower_clip(0.f)
+                                    .set_relu_lower_clip_slope(f.p0));
+        break;
+      case ConvActivation::kSigmoid:
+        y = graph->pointwise(y, PW().set_name("sigmoid").set_mode(fe::PointwiseMode_t::SIGMOID_FWD));
+        break;
+      case ConvActivation::kSilu:
+        y = graph->pointwise(y, PW().set_name("silu").set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f));
+        break;
+      case ConvActivation::kNone:
+        break;
+      default:
+        return internal_error(who + ": activation not fusable into a cuDNN graph");
+    }
+  }
+  y->set_output(true).set_uid(kUidY).set_data_type(io).set_dim(y_dim).set_stride(y_stride);
   KILN_RETURN_IF_ERROR(fe_status(graph->validate(), who + ": validating the convolution graph"));
   KILN_RETURN_IF_ERROR(fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
   return graph;
 }
 
+// cuDNN's heuristics' engine configurations for a graph, run-time compiled ones left out, checked.
+Status choose_engines(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who) {
+  KILN_RETURN_IF_ERROR(fe_status(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                                 who + ": cuDNN's heuristics"));
+  graph.deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
+  return fe_status(graph.check_support(handle), who + ": no cuDNN engine takes the convolution");
+}
+
+// The heuristics' first configuration that builds.
+Status heuristic_plan(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who) {
+  KILN_RETURN_IF_ERROR(choose_engines(graph, handle, who));
+  return fe_status(graph.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), who + ": building a cuDNN plan");
+}
+
+// One shape's plan, and whether its graph computes the epilogue.
+struct GraphPlan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  bool fused = false;
+};
+
 // The plan for one shape: the recorded engine where it takes the shape, else cuDNN's heuristic
-// choice; either within the library workspace.
-StatusOr<std::shared_ptr<fe::graph::Graph>> planned_graph(const Geometry& g, DType t, const GraphTactic& tactic,
-                                                          cudnnHandle_t handle, const std::string& who) {
+// choice for the recorded form (fused or not), else its choice unfused; each within the library
+// workspace.
+StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusion, const GraphConfig& tactic,
+                                  cudnnHandle_t handle, const std::string& who) {
+  const Fusion none;
+  auto within = [](fe::graph::Graph& gr) {
+    int64_t ws = 0;
+    return gr.get_workspace_size(ws).is_good() && ws <= kLibraryWorkspace;
+  };
+  const Fusion& form = tactic.fused ? fusion : none;
   if (tactic.engine) {
-    auto graph = operation_graph(g, t, handle, who);
+    auto graph = operation_graph(g, t, form, handle, who);
     if (graph.ok() && (*graph)->create_execution_plan(*tactic.engine, tactic.knobs).is_good() &&
-        (*graph)->check_support(handle).is_good() && (*graph)->build_plans(handle).is_good()) {
-      int64_t ws = 0;
-      if ((*graph)->get_workspace_size(ws).is_good() && ws <= kLibraryWorkspace) return graph;
+        (*graph)->check_support(handle).is_good() && (*graph)->build_plans(handle).is_good() && within(**graph)) {
+      return GraphPlan{*graph, tactic.fused};
     }
   }
-  KILN_ASSIGN_OR_RETURN(auto graph, operation_graph(g, t, handle, who));
-  KILN_RETURN_IF_ERROR(fe_status(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-                                 who + ": cuDNN's heuristics"));
-  graph->deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
-  KILN_RETURN_IF_ERROR(fe_status(graph->check_support(handle), who + ": no cuDNN engine takes the convolution"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->build_plans(handle), who + ": building a cuDNN plan"));
+  if (tactic.fused) {
+    auto graph = operation_graph(g, t, form, handle, who);
+    if (graph.ok() && heuristic_plan(**graph, handle, who).ok() &&
+        within(**graph)) {
+      return GraphPlan{*graph, true};
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(auto graph, operation_graph(g, t, none, handle, who));
+  KILN_RETURN_IF_ERROR(heuristic_plan(*graph, handle, who));
   int64_t ws = 0;
   KILN_RETURN_IF_ERROR(fe_status(graph->get_workspace_size(ws), who + ": the plan's workspace"));
   if (ws > kLibraryWorkspace) {
     return unsupported(who + ": cuDNN's plan needs " + std::to_string(ws) + " bytes of workspace, over the " +
                        std::to_string(kLibraryWorkspace) + " a stream has");
   }
-  return graph;
+  return GraphPlan{graph, false};
 }
 
 class GraphConvKernel final : public CudaKernel {
@@ -210,6 +341,7 @@ class GraphConvKernel final : public CudaKernel {
     const bool has_bias = in.size() > 2 && present(in[2]);
     const bool has_z = in.size() > 3 && present(in[3]);
     if (y.numel() == 0) return ok_status();
+    bool fused = false;
     if (x.numel() == 0 || w.numel() == 0) {
       KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.nbytes(), stream_), name_ + ": zero Y");
     } else {
@@ -218,20 +350,26 @@ class GraphConvKernel final : public CudaKernel {
       key.insert(key.end(), w.shape.begin(), w.shape.end());
       auto it = plans_.find(key);
       if (it == plans_.end()) {
-        KILN_ASSIGN_OR_RETURN(auto graph, planned_graph(g, t_, tactic_, res->dnn, name_));
+        const Fusion fusion{.on = true, .bias = has_bias, .z = has_z, .act = attrs_.act, .p0 = attrs_.p0,
+                            .p1 = attrs_.p1};
+        const GraphConfig& config = g.n < tactic_.below ? tactic_.small : tactic_.main;
+        KILN_ASSIGN_OR_RETURN(GraphPlan plan, planned_graph(g, t_, fusion, config, res->dnn, name_));
         if (plans_.size() >= kMaxPlans) {
           plans_.erase(order_.front());
           order_.erase(order_.begin());
         }
-        it = plans_.emplace(key, std::move(graph)).first;
+        it = plans_.emplace(key, std::move(plan)).first;
         order_.push_back(key);
       }
+      fused = it->second.fused;
       std::unordered_map<int64_t, void*> pack = {
           {kUidX, const_cast<void*>(x.data)}, {kUidW, const_cast<void*>(w.data)}, {kUidY, y.data}};
-      fe::error_t e = it->second->execute(res->dnn, pack, res->workspace);
+      if (fused && has_bias) pack[kUidB] = const_cast<void*>(in[2].data);
+      if (fused && has_z) pack[kUidZ] = const_cast<void*>(in[3].data);
+      fe::error_t e = it->second.graph->execute(res->dnn, pack, res->workspace);
       if (!e.is_good()) return internal_error(name_ + ": cuDNN graph execute: " + e.err_msg);
     }
-    if (!has_bias && !has_z && attrs_.act == ConvActivation::kNone) return ok_status();
+    if (fused || (!has_bias && !has_z && attrs_.act == ConvActivation::kNone)) return ok_status();
     return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, has_z ? in[3].data : nullptr, y.numel(),
                          g.k, 1, attrs_.act, attrs_.p0, attrs_.p1, stream_);
   }
@@ -240,7 +378,7 @@ class GraphConvKernel final : public CudaKernel {
   DType t_;
   ConvAttrs attrs_;
   GraphTactic tactic_;
-  std::map<Shape, std::shared_ptr<fe::graph::Graph>> plans_;
+  std::map<Shape, GraphPlan> plans_;
   std::vector<Shape> order_;
 };
 
@@ -274,29 +412,125 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
   KILN_RETURN_IF_ERROR(check_graph_conv(q, c));
   KILN_ASSIGN_OR_RETURN(GraphTactic tactic, parse_tactic(q.tactic));
+  if ((tactic.main.fused || (tactic.below > 0 && tactic.small.fused)) && !fusable(c.act)) {
+    return invalid_argument(q.node.describe() + ": cuDNN graph tactic '" + q.tactic +
+                            "' fuses an activation cuDNN's pointwise nodes do not compute");
+  }
   return std::unique_ptr<Kernel>(new GraphConvKernel(q.input_dtype(0), std::move(c), std::move(tactic)));
 }
 
-// The engine configurations cuDNN's heuristics offer at the opt shapes (no run-time compiled ones,
-// none over the library workspace), fastest first: each plan run once, then timed over five runs on
-// zero-filled operands (at optimization level 0 the heuristics' order, nothing run); "heuristic"
-// last, and alone where there is no GPU or no answer.
-std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
-  std::vector<std::string> out;
-  auto finish = [&] {
-    out.push_back("heuristic");
-    return out;
+// The engine configurations cuDNN's heuristics offer for one problem (no run-time compiled ones,
+// none over the library workspace), for the convolution alone and, where the node has a bias,
+// residual or activation cuDNN can compute, for the fused graph; fastest first. Each plan runs
+// once, then is timed over five runs on zero-filled operands; an unfused plan's time includes the
+// conv_epilogue pass it needs. Unmeasured (optimization level 0, or no memory for the operands):
+// the fused graph's heuristic order, then the unfused one's. At most `budget` plans per graph run.
+std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttrs& attrs, bool has_bias, bool has_z,
+                                      int level, cudnnHandle_t handle, cudaStream_t stream, const std::string& who) {
+  const bool has_epilogue = has_bias || has_z || attrs.act != ConvActivation::kNone;
+  const int64_t x_numel = g.n * g.h * g.w * g.c, w_numel = g.k * g.r * g.s * g.c, y_numel = g.n * g.p * g.q * g.k;
+  TimingBuffers buffers;
+  const size_t es = dtype_size(t);
+  void* px = buffers.alloc(size_t(x_numel) * es);
+  void* pw = buffers.alloc(size_t(w_numel) * es);
+  void* py = buffers.alloc(size_t(y_numel) * es);
+  void* pb = buffers.alloc(size_t(g.k) * es);
+  void* pz = has_z ? buffers.alloc(size_t(y_numel) * es) : py;
+  void* ws = buffers.alloc(size_t(kLibraryWorkspace));
+  const bool measure = level > 0 && px && pw && py && pb && pz && ws;
+  const int64_t budget = level >= 4 ? std::numeric_limits<int64_t>::max() : level >= 3 ? kTimedPlans : 4;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  // Milliseconds of five runs of `work`, averaged; negative where it failed.
+  auto time5 = [&](const std::function<bool()>& work) -> double {
+    if (!work() || cudaStreamSynchronize(stream) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    cudaEventRecord(start, stream);
+    bool ok = true;
+    for (int k = 0; k < 5 && ok; ++k) ok = work();
+    cudaEventRecord(stop, stream);
+    float ms = 0;
+    const bool timed = ok && cudaEventSynchronize(stop) == cudaSuccess &&
+                       cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    cudaGetLastError();
+    return timed ? double(ms) / 5 : -1;
   };
+  // The unfused form's epilogue pass, timed once on the same buffers.
+  double epilogue_ms = 0;
+  if (measure && has_epilogue) {
+    epilogue_ms = time5([&] {
+      return conv_epilogue(t, py, has_bias ? pb : nullptr, has_z ? pz : nullptr, y_numel, g.k, 1, attrs.act,
+                           attrs.p0, attrs.p1, stream)
+          .ok();
+    });
+  }
+  std::vector<std::pair<double, std::string>> timed;
+  std::vector<std::string> order;
+  auto try_form = [&](bool fused) {
+    const Fusion fusion{.on = fused, .bias = has_bias, .z = has_z, .act = attrs.act, .p0 = attrs.p0, .p1 = attrs.p1};
+    auto graph = operation_graph(g, t, fusion, handle, who);
+    if (!graph.ok()) return;
+    auto& gr = **graph;
+    if (!choose_engines(gr, handle, who).ok()) return;
+    (void)gr.build_plans(handle, fe::BuildPlanPolicy_t::ALL);  // plans that fail to build are skipped below
+    std::unordered_map<int64_t, void*> pack = {{kUidX, px}, {kUidW, pw}, {kUidY, py}};
+    if (fused && has_bias) pack[kUidB] = pb;
+    if (fused && has_z) pack[kUidZ] = pz;
+    const int64_t count = gr.get_execution_plan_count();
+    int64_t tried = 0;
+    for (int64_t i = 0; i < count && tried < budget; ++i) {
+      int64_t need = 0, engine = 0;
+      std::unordered_map<fe::KnobType_t, int64_t> knobs;
+      if (!gr.get_workspace_size_plan_at_index(i, need).is_good() || need > kLibraryWorkspace ||
+          !gr.get_engine_and_knobs_at_index(i, engine, knobs).is_good()) {
+        continue;
+      }
+      const std::string config = to_config(fused, engine, knobs);
+      if (!measure) {
+        order.push_back(config);
+        continue;
+      }
+      ++tried;
+      const double ms = time5([&] { return gr.execute_plan_at_index(handle, pack, ws, i).is_good(); });
+      if (ms >= 0) timed.emplace_back(ms + (fused ? 0 : epilogue_ms), config);
+    }
+  };
+  if (has_epilogue && fusable(attrs.act)) try_form(true);
+  try_form(false);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [ms, config] : timed) order.push_back(config);
+  std::vector<std::string> out;
+  for (const auto& config : order) {
+    if (std::find(out.begin(), out.end(), config) == out.end()) out.push_back(config);
+  }
+  return out;
+}
+
+// rank_configs at the opt shapes, each with " | below=N <config>" where the profile's min batch is
+// smaller (N the geometric mean of the min and opt batches, the config the fastest at the min
+// shapes), then "heuristic", alone where there is no GPU or no answer.
+std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
   const ir::Value* xv = q.inputs.empty() ? nullptr : q.inputs[0];
   const ir::Value* wv = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
   const ir::Value* yv = q.outputs.empty() ? nullptr : q.outputs[0];
-  auto x = q.opt_shape(xv), w = q.opt_shape(wv), y = q.opt_shape(yv);
   auto attrs = conv_attrs(q);
-  if (!x || !w || !y || !attrs.ok() || shape_numel(*x) == 0 || shape_numel(*w) == 0 || shape_numel(*y) == 0) {
-    return finish();
-  }
-  auto geo = geometry(*attrs, *x, *w, *y, q.node.describe());
-  if (!geo.ok()) return finish();
+  const std::string who = q.node.describe();
+  auto geometry_at = [&](bool opt) -> std::optional<Geometry> {
+    auto x = opt ? q.opt_shape(xv) : q.min_shape(xv), w = opt ? q.opt_shape(wv) : q.min_shape(wv),
+         y = opt ? q.opt_shape(yv) : q.min_shape(yv);
+    if (!x || !w || !y || !attrs.ok() || shape_numel(*x) == 0 || shape_numel(*w) == 0 || shape_numel(*y) == 0) {
+      return std::nullopt;
+    }
+    auto g = geometry(*attrs, *x, *w, *y, who);
+    return g.ok() ? std::optional<Geometry>(*g) : std::nullopt;
+  };
+  std::vector<std::string> out;
+  auto opt = geometry_at(true);
   static cudnnHandle_t handle = [] {
     cudnnHandle_t h = nullptr;
     return cudnnCreate(&h) == CUDNN_STATUS_SUCCESS ? h : nullptr;
@@ -305,63 +539,22 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
     cudaStream_t s = nullptr;
     return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
   }();
-  if (!handle || !stream || cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) return finish();
-  const DType t = q.input_dtype(0);
-  auto graph = operation_graph(*geo, t, handle, q.node.describe());
-  if (!graph.ok()) return finish();
-  auto& gr = **graph;
-  if (!gr.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}).is_good()) return finish();
-  gr.deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
-  if (!gr.check_support(handle).is_good()) return finish();
-  (void)gr.build_plans(handle, fe::BuildPlanPolicy_t::ALL);  // plans that fail to build are skipped below
-  const int64_t count = gr.get_execution_plan_count();
-  std::vector<std::pair<double, std::string>> timed;
-  std::vector<std::string> order;
-  TimingBuffers buffers;
-  const size_t es = dtype_size(t);
-  void* px = buffers.alloc(size_t(shape_numel(*x)) * es);
-  void* pw = buffers.alloc(size_t(shape_numel(*w)) * es);
-  void* py = buffers.alloc(size_t(shape_numel(*y)) * es);
-  void* ws = buffers.alloc(size_t(kLibraryWorkspace));
-  const bool measure = q.optimization_level > 0 && px && pw && py && ws;
-  std::unordered_map<int64_t, void*> pack = {{kUidX, px}, {kUidW, pw}, {kUidY, py}};
-  cudaEvent_t start = nullptr, stop = nullptr;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t need = 0, engine = 0;
-    std::unordered_map<fe::KnobType_t, int64_t> knobs;
-    if (!gr.get_workspace_size_plan_at_index(i, need).is_good() || need > kLibraryWorkspace ||
-        !gr.get_engine_and_knobs_at_index(i, engine, knobs).is_good()) {
-      continue;
+  if (opt && handle && stream && cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS) {
+    const DType t = q.input_dtype(0);
+    const bool has_bias = q.inputs.size() > 2 && q.inputs[2];
+    const bool has_z = q.inputs.size() > 3 && q.inputs[3];
+    out = rank_configs(*opt, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
+    auto min = geometry_at(false);
+    if (!out.empty() && min && min->n < opt->n && q.optimization_level > 0) {
+      auto small = rank_configs(*min, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
+      if (!small.empty()) {
+        const auto below = int64_t(std::ceil(std::sqrt(double(min->n) * double(opt->n))));
+        for (std::string& config : out) config += kBelow + std::to_string(below) + " " + small.front();
+      }
     }
-    const std::string tactic = to_tactic(engine, knobs);
-    if (!measure) {
-      order.push_back(tactic);
-      continue;
-    }
-    if (!gr.execute_plan_at_index(handle, pack, ws, i).is_good() || cudaStreamSynchronize(stream) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    cudaEventRecord(start, stream);
-    bool ok = true;
-    for (int k = 0; k < 5 && ok; ++k) ok = gr.execute_plan_at_index(handle, pack, ws, i).is_good();
-    cudaEventRecord(stop, stream);
-    float ms = 0;
-    if (ok && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess) {
-      timed.emplace_back(double(ms) / 5, tactic);
-    }
-    cudaGetLastError();
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [ms, tactic] : timed) order.push_back(tactic);
-  for (const auto& tactic : order) {
-    if (std::find(out.begin(), out.end(), tactic) == out.end()) out.push_back(tactic);
-  }
-  return finish();
+  out.push_back("heuristic");
+  return out;
 }
 
 }  // namespace
