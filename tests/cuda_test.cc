@@ -417,6 +417,27 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
       }
       std::printf("[cuda] FusedConv chain fp16: %d of 4 graph-API convolutions chose a fused tactic\n",
                   fused_chosen);
+      // conv_leaky_res, a 1x1 cuBLASLt convolution, is the last reader of its residual Z: Y takes
+      // Z's arena slot (C == D, in place). The loader accepts that hand-over for an implementation
+      // the registry says writes in place, and refuses it for one that does not.
+      int in_place = 0;
+      for (size_t n = 0; n < pl.nodes.size(); ++n) {
+        const ir::Node& node = pl.graph.nodes[n];
+        if (pl.nodes[n].impl != "cuda.cublaslt.FusedConv" || node.inputs.size() < 4 || node.inputs[3] < 0) continue;
+        const plan::ValuePlan &y = pl.values[size_t(node.outputs[0])], &z = pl.values[size_t(node.inputs[3])];
+        if (y.storage != plan::Storage::kActivation || z.storage != plan::Storage::kActivation ||
+            y.slot != z.slot) {
+          continue;
+        }
+        ++in_place;
+        plan::Plan other = pl;
+        other.nodes[n].impl = "cuda.cudnn_graph.FusedConv";
+        other.nodes[n].tactic = "heuristic";
+        auto oe = Engine::from_plan(std::move(other));
+        ASSERT_FALSE(oe.ok()) << node.describe();
+        EXPECT_NE(oe.status().message().find("never live at once"), std::string::npos) << oe.status().message();
+      }
+      EXPECT_EQ(in_place, 1);
     }
     for (int64_t batch : {1, 3}) {
       Tensor x = random_f32({batch, 16, 8, 8}, 100 + uint64_t(batch));

@@ -34,6 +34,12 @@ class KernelImpl {
   // q.inputs/q.outputs, for the precision in q.precision). The plan gives the node an arena slot of
   // this size; execute() gets it through Kernel::set_workspace and never allocates. 0: none.
   virtual ir::Dim workspace_bytes(const KernelQuery& q) const { return 0; }
+  // The input whose bytes output 0 may take over (-1: none): the kernel reads each element of it
+  // before writing that element of the output, and both have one size and layout. plan_memory
+  // gives the output that input's slot where the node is the input's last reader and reads it
+  // through no other input, so a residual sum needs no buffer of its own; the engine loader's
+  // lifetime check accepts exactly that hand-over.
+  virtual int in_place_input() const { return -1; }
   // The tactics it can be timed over, the default first (one empty tactic when it has none).
   virtual std::vector<std::string> tactics(const KernelQuery& q) const { return {""}; }
   // Once per engine: state derived from the node's constant inputs (weights converted or re-laid

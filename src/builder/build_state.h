@@ -23,6 +23,7 @@ struct BuildState {
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
+  std::vector<int> in_place;                 // per plan node: KernelImpl::in_place_input (select_kernels)
   plan::Plan plan;                           // filled by the last passes
 };
 

@@ -3,7 +3,9 @@
 // runtime sizes the arena for the actual shapes, never for the profile's max. The output of a view
 // that select_kernels made an alias is stored as its root value's bytes: no slot, no copy, and the
 // root stays live until the alias's last reader has run. A kernel's workspace takes a slot for the
-// one node that runs it.
+// one node that runs it. An output the kernel may write over one of its inputs
+// (KernelImpl::in_place_input: cuBLASLt's residual, C == D) takes that input's slot where the node
+// is its last reader.
 #include <map>
 
 #include "builder/build_state.h"
@@ -122,10 +124,29 @@ Status plan_memory(BuildState& s) {
     }
     return chosen;
   };
+  // The slot output 0 of node n may take over from the input its kernel overwrites in place
+  // (KernelImpl::in_place_input): that input's root holds a slot, n is its last reader, no other
+  // input of n reads it, and it has the output's bytes. -1: none.
+  auto in_place_slot = [&](size_t n, int v) {
+    const ir::Node& node = p.graph.nodes[n];
+    const int k = n < s.in_place.size() ? s.in_place[n] : -1;
+    if (k < 0 || size_t(k) >= node.inputs.size() || node.inputs[size_t(k)] < 0 || node.outputs[0] != v) return -1;
+    const int in = root[node.inputs[size_t(k)]];
+    if (p.values[in].storage != plan::Storage::kActivation || last_use[in] != int(n)) return -1;
+    for (size_t j = 0; j < node.inputs.size(); ++j) {
+      if (int(j) != k && node.inputs[j] >= 0 && root[node.inputs[j]] == in) return -1;
+    }
+    if (!(bytes_of(p.graph.values[in]) == bytes_of(p.graph.values[v]))) return -1;
+    for (size_t slot = 0; slot < slot_owner.size(); ++slot) {
+      if (slot_owner[slot] == in) return int(slot);
+    }
+    return -1;
+  };
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     for (int v : p.graph.nodes[n].outputs) {
       if (v < 0 || p.values[v].storage != plan::Storage::kActivation) continue;
-      int chosen = take_slot(bytes_of(p.graph.values[v]));
+      int chosen = in_place_slot(n, v);
+      if (chosen < 0) chosen = take_slot(bytes_of(p.graph.values[v]));
       slot_owner[chosen] = v;
       p.values[v].slot = slot_index[chosen];
     }

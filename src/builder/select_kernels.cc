@@ -153,6 +153,7 @@ Status select_kernels(BuildState& s) {
     const ir::Node& node = g.nodes[n];
     if (runs_as_alias(g, node)) {
       s.plan.nodes.push_back({plan::kAliasImpl, "", {}, ""});
+      s.in_place.push_back(-1);
       continue;
     }
     backends::KernelQuery q{node, {}, {}, policy};
@@ -202,6 +203,7 @@ Status select_kernels(BuildState& s) {
       choice.layout = layout->s;
     }
     s.plan.nodes.push_back(std::move(choice));
+    s.in_place.push_back(chosen->in_place_input());
   }
   if (n_failed) {
     return unsupported(std::to_string(n_failed) + " node(s) have no kernel on the " +

@@ -433,11 +433,15 @@ class Verifier {
   // Values that share an arena slot are never live at once, or one would overwrite the other.
   // A value is live from the node that writes it to its last reader (an alias's readers read its
   // root); a graph output's bytes are copied out after the last node, a symbolic value is written
-  // before the first, and a workspace lives while its node runs.
+  // before the first, and a workspace lives while its node runs. One overlap is allowed: node n
+  // writing its output 0 over the input its kernel overwrites in place (KernelImpl::in_place_input,
+  // asked of the registry, not of the file), n that input's last reader and no other input of n
+  // reading it (plan_memory's hand-over).
   Status check_lifetimes() {
     struct Use {
       int from, to;
       std::string who;
+      int value = -1;
     };
     const int end = int(g_.nodes.size());
     auto root = [&](int v) {
@@ -456,7 +460,7 @@ class Verifier {
       const plan::ValuePlan& vp = p_.values[v];
       if (!used_[v] && !is_output_[v]) continue;
       if (vp.storage == plan::Storage::kActivation) {
-        uses[vp.slot].push_back({g_.values[v].producer, last[v], vname(int(v))});
+        uses[vp.slot].push_back({g_.values[v].producer, last[v], vname(int(v)), int(v)});
       } else if (vp.storage == plan::Storage::kSymbolic) {
         uses[vp.slot].push_back({-1, end, vname(int(v))});
       }
@@ -465,12 +469,28 @@ class Verifier {
       const int ws = p_.nodes[n].workspace_slot;
       if (ws >= 0) uses[ws].push_back({n, n, "the workspace of " + g_.nodes[n].describe()});
     }
+    auto hands_over = [&](const Use& before, const Use& after) {
+      const int n = after.from;
+      if (before.value < 0 || after.value < 0 || before.to != n || n < 0 || n >= end) return false;
+      const ir::Node& node = g_.nodes[size_t(n)];
+      if (node.outputs.empty() || node.outputs[0] != after.value) return false;
+      const backends::KernelImpl* impl = backends::kernel_registry().find(p_.nodes[size_t(n)].impl);
+      const int k = impl ? impl->in_place_input() : -1;
+      if (k < 0 || size_t(k) >= node.inputs.size() || node.inputs[size_t(k)] < 0 ||
+          root(node.inputs[size_t(k)]) != before.value) {
+        return false;
+      }
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        if (int(j) != k && node.inputs[j] >= 0 && root(node.inputs[j]) == before.value) return false;
+      }
+      return true;
+    };
     for (size_t k = 0; k < uses.size(); ++k) {
       std::vector<Use>& u = uses[k];
       std::sort(u.begin(), u.end(), [](const Use& a, const Use& b) { return a.from < b.from; });
       size_t longest = 0;  // of the uses so far, the one live the latest
       for (size_t i = 1; i < u.size(); ++i) {
-        if (u[i].from <= u[longest].to) {
+        if (u[i].from <= u[longest].to && !(u[i].from == u[longest].to && hands_over(u[longest], u[i]))) {
           auto span = [](const Use& x) {
             return x.who + " (live at nodes " + std::to_string(x.from) + ".." +
                    std::to_string(x.to) + ")";

@@ -119,10 +119,16 @@ class ConvGemmKernel final : public CudaKernel {
     if (y.numel() == 0) return ok_status();
     const int64_t rows = y.numel() / k;
     if (c == 0) {
-      // No input channels: the GEMM sums nothing, Y = act(B + Z) (cuBLASLt refuses k = 0).
-      KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.nbytes(), stream_), name_ + ": zero Y");
-      return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, has_z ? in[3].data : nullptr, y.numel(), k,
-                           1, attrs_.act, attrs_.p0, attrs_.p1, stream_);
+      // No input channels: the GEMM sums nothing, Y = act(B + Z) (cuBLASLt refuses k = 0). Y
+      // starts as zero, or as Z where the plan gave Y Z's bytes (in place).
+      const void* z = has_z ? in[3].data : nullptr;
+      if (z == y.data) {
+        z = nullptr;
+      } else {
+        KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.nbytes(), stream_), name_ + ": zero Y");
+      }
+      return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, z, y.numel(), k, 1, attrs_.act, attrs_.p0,
+                           attrs_.p1, stream_);
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     const bool relu = attrs_.act == ConvActivation::kRelu;
@@ -180,7 +186,9 @@ std::vector<std::string> conv_gemm_tactics(const KernelQuery& q) {
 // Registered before cuDNN's convolutions (register_kernels calls it first), so the builder takes
 // it for the convolutions it accepts.
 void register_conv_gemm(Registry& r) {
-  r.add(OpKind::kFusedConv, &make_conv_gemm, {.library = "cublaslt", .tactics = &conv_gemm_tactics});
+  // Z is cuBLASLt's C, of D's layout: C == D is its in-place form, so Y may take Z's bytes.
+  r.add(OpKind::kFusedConv, &make_conv_gemm,
+        {.library = "cublaslt", .tactics = &conv_gemm_tactics, .in_place_input = 3});
 }
 
 }  // namespace kiln::backends::cuda

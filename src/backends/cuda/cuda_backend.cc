@@ -105,6 +105,7 @@ class CudaImpl final : public KernelImpl {
   ir::Dim workspace_bytes(const KernelQuery& q) const override {
     return entry_.info.workspace ? entry_.info.workspace(q) : ir::Dim(0);
   }
+  int in_place_input() const override { return entry_.info.in_place_input; }
   std::vector<std::string> tactics(const KernelQuery& q) const override {
     return entry_.info.tactics ? entry_.info.tactics(q) : std::vector<std::string>{""};
   }

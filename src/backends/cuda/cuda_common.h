@@ -176,6 +176,7 @@ struct ImplInfo {
   Prepare prepare = nullptr;       // once-per-engine state, when the kernel has any
   Workspace workspace = nullptr;   // scratch per execute, when the kernel needs any
   Tactics tactics = nullptr;       // algorithm choices, when the library offers several
+  int in_place_input = -1;         // KernelImpl::in_place_input
 };
 
 // What the family files fill; register_kernels() turns every entry into an implementation
