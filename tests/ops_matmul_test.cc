@@ -460,5 +460,64 @@ TEST(GemmKernel, IntegerAndHalfDtypesWidenToDouble) {
   EXPECT_EQ(half_to_float((*r)[0].data_as<uint16_t>()[3]), 22.f);
 }
 
+// kiln::MatMulBias: act(MatMul(A, B) + bias) against a double-precision loop, for each activation
+// and bias shape that broadcasts to the product from the right (a row of N, a column of M, a full
+// [M, N] and none), with A batched; strict FP32 on every device (CUDA: cuBLASLt then one epilogue
+// pass), and float16 and bfloat16 tensors as the precision pass leaves the layer.
+TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
+  const int64_t batch = 2, M = 5, K = 12, N = 8;
+  Tensor a = make_f32({batch, M, K}, random_values(size_t(batch * M * K), 81));
+  std::vector<float> wv = random_values(size_t(K * N), 82);
+  for (float& x : wv) x *= 0.4f;
+  Tensor w = make_f32({K, N}, wv);
+  struct Act {
+    const char* name;
+    double (*f)(double);
+  };
+  const Act acts[] = {
+      {"none", [](double y) { return y; }},
+      {"relu", [](double y) { return std::max(y, 0.0); }},
+      {"gelu_erf", [](double y) { return 0.5 * y * (1 + std::erf(y / std::sqrt(2.0))); }},
+      {"gelu_tanh",
+       [](double y) { return 0.5 * y * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y * y * y))); }},
+  };
+  const std::vector<std::vector<int64_t>> bias_shapes = {{N}, {1, N}, {M, 1}, {M, N}, {}};
+  for (const Act& act : acts) {
+    for (const auto& bs : bias_shapes) {
+      const bool has_bias = !bs.empty();
+      int64_t bn = 1;
+      for (int64_t d : bs) bn *= d;
+      Tensor bias = make_f32(bs, random_values(size_t(bn), 83));
+      Tensor want = make_f32({batch, M, N}, std::vector<float>(size_t(batch * M * N)));
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            double v = 0;
+            for (int64_t k = 0; k < K; ++k) v += double(a.data_as<float>()[(b * M + m) * K + k]) * wv[size_t(k * N + n)];
+            if (has_bias) {
+              // Right-aligned: [N] and [1, N] index n, [M, 1] index m, [M, N] both.
+              const int64_t rows = bs.size() == 2 ? bs[0] : 1, cols = bs.back();
+              v += bias.data_as<float>()[(rows == 1 ? 0 : m) * cols + (cols == 1 ? 0 : n)];
+            }
+            want.data_as<float>()[(b * M + m) * N + n] = float(act.f(v));
+          }
+        }
+      }
+      OpNode node = op("MatMulBias", 1, "kiln").named("mmb0").s("activation", act.name);
+      std::vector<testing::CaseInput> inputs = {a, initializer(w)};
+      if (has_bias) inputs.push_back(initializer(bias));
+      const std::string label = std::string(act.name) + " bias " + (has_bias ? shape_to_string(bs) : "none");
+      auto r = run_case({.node = node, .inputs = inputs, .expected = {want}, .expect_support = true, .label = label});
+      ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        auto h = testing::run_reduced_case(
+            {.node = node, .inputs = inputs, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
+            dt);
+        ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

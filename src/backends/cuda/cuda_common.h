@@ -232,6 +232,11 @@ Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n
 // convolution does not apply it: y = act(y + bias[channel] + z) in float, rounded once to `dtype`
 // (float32, float16 or bfloat16); bias and z may be null. The channel of element i is
 // (i / inner) % channels (inner = 1 for channels-last).
+// kiln::MatMulBias's epilogue after its GEMM (matmul_bias.cu): y = act(y + bias), bias (may be
+// null) broadcast to Y from the right, in float (double for float64 Y), rounded once to Y's type.
+enum class MatMulActivation { kNone, kRelu, kGeluErf, kGeluTanh };
+Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape, const void* bias,
+                            std::span<const int64_t> bias_shape, MatMulActivation act, cudaStream_t s);
 enum class ConvActivation { kNone, kRelu, kClip, kHardSwish, kHardSigmoid, kSigmoid, kSilu, kLeakyRelu };
 Status conv_epilogue(DType dtype, void* y, const void* bias, const void* z, int64_t n,
                      int64_t channels, int64_t inner, ConvActivation act, float p0, float p1,

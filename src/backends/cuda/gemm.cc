@@ -159,11 +159,11 @@ std::string gemm_kernel_name(const char* op, DType data, MathMode mode) {
   return std::string("cuda.") + op + "(cublasLt," + what + ")";
 }
 
-class MatMulKernel final : public CudaKernel {
+class MatMulKernel : public CudaKernel {
  public:
   MatMulKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a,
-               const void* prepared_b)
-      : CudaKernel(gemm_kernel_name("MatMul", data, mode)),
+               const void* prepared_b, const char* op = "MatMul")
+      : CudaKernel(gemm_kernel_name(op, data, mode)),
         mode_(mode),
         types_(gemm_types(data, mode)),
         gemm_(types_, tactic),
@@ -222,6 +222,32 @@ class MatMulKernel final : public CudaKernel {
   GemmTypes types_;
   LtGemm gemm_;
   LowPrecisionOperand a_op_, b_op_;
+};
+
+// kiln::MatMulBias: the MatMul above on inputs 0 and 1 (the same tactics, prepared weights and
+// workspace), then act(Y + bias) in one pass over Y (matmul_bias_epilogue).
+class MatMulBiasKernel final : public MatMulKernel {
+ public:
+  MatMulBiasKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a,
+                   const void* prepared_b, MatMulActivation act)
+      : MatMulKernel(data, mode, tactic, prepared_a, prepared_b, "MatMulBias"), act_(act) {}
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 2 || out.size() != 1) return invalid_argument(name_ + ": needs A, B (and bias) and one output");
+    KILN_RETURN_IF_ERROR(MatMulKernel::execute(in.first(2), out));
+    const TensorView& y = out[0];
+    const bool has_bias = in.size() > 2 && present(in[2]);
+    // Y is float32 for float32 tensors in every math mode (FP16/BF16 inputs, FP32 output).
+    if (has_bias && in[2].dtype != y.dtype) {
+      return invalid_argument(name_ + ": bias is " + std::string(dtype_name(in[2].dtype)) + ", Y " +
+                              std::string(dtype_name(y.dtype)));
+    }
+    return matmul_bias_epilogue(y.dtype, y.data, y.shape, has_bias ? in[2].data : nullptr,
+                                has_bias ? in[2].shape : std::span<const int64_t>{}, act_, stream_);
+  }
+
+ private:
+  MatMulActivation act_;
 };
 
 struct GemmAttrs {
@@ -343,6 +369,29 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
                                                   PreparedOperands::operand(q, 1)));
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_matmul_bias(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.MatMulBias", 3));
+  KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
+  MatMulActivation a = MatMulActivation::kNone;
+  if (act == "relu") {
+    a = MatMulActivation::kRelu;
+  } else if (act == "gelu_erf") {
+    a = MatMulActivation::kGeluErf;
+  } else if (act == "gelu_tanh") {
+    a = MatMulActivation::kGeluTanh;
+  } else if (act != "none") {
+    return invalid_argument(q.node.describe() + ": activation '" + act + "' is not one of none, relu, gelu_erf, gelu_tanh");
+  }
+  const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
+  const ir::Value* bias = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
+  if (y && y->shape && (y->shape->size() > 8 || (bias && bias->shape && bias->shape->size() > y->shape->size()))) {
+    return unsupported(q.node.describe() + ": cuda.cublaslt.MatMulBias takes outputs of rank 8 or less");
+  }
+  KILN_ASSIGN_OR_RETURN(auto tactic, parse_lt_tactic(q.tactic));
+  return std::unique_ptr<Kernel>(new MatMulBiasKernel(data, gemm_mode(q), tactic, PreparedOperands::operand(q, 0),
+                                                      PreparedOperands::operand(q, 1), a));
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_gemm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.Gemm", 3));
   KILN_ASSIGN_OR_RETURN(GemmAttrs g, gemm_attrs(q.node));
@@ -362,6 +411,12 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q)
 // (gemm_dtype); only float32 ones compute in the policy's reduced precisions.
 void register_gemm(Registry& r) {
   r.add(OpKind::kMatMul, &make_matmul,
+        {.library = "cublaslt",
+         .reduced_precision = true,
+         .prepare = &prepare_gemm,
+         .workspace = &gemm_workspace,
+         .tactics = &matmul_tactics});
+  r.add(OpKind::kMatMulBias, &make_matmul_bias,
         {.library = "cublaslt",
          .reduced_precision = true,
          .prepare = &prepare_gemm,

@@ -1,0 +1,100 @@
+// The epilogue of kiln::MatMulBias after cuBLASLt's MatMul (gemm.cc): y = act(y + bias), bias
+// broadcast to Y from the right (a dim of 1 repeats), the sum and the activation computed in float
+// (double for float64) and rounded once to Y's type, as the CPU reference rounds each unfused step.
+#include <cstdint>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kMaxBiasRank = 8;
+
+// Y's dims and, per dim, bias's element stride (0 where bias repeats), innermost last.
+struct BiasMap {
+  int rank = 0;
+  int64_t dims[kMaxBiasRank] = {};
+  int64_t strides[kMaxBiasRank] = {};
+};
+
+template <typename C>
+__device__ __forceinline__ C activate(MatMulActivation act, C y) {
+  switch (act) {
+    case MatMulActivation::kRelu:
+      return y > C(0) ? y : C(0);
+    case MatMulActivation::kGeluErf:
+      return C(0.5) * y * (C(1) + erf(y * C(0.70710678118654752440)));
+    case MatMulActivation::kGeluTanh:
+      return C(0.5) * y * (C(1) + tanh(C(0.79788456080286535588) * (y + C(0.044715) * y * y * y)));
+    case MatMulActivation::kNone:
+      break;
+  }
+  return y;
+}
+
+template <typename T>
+__global__ void bias_act_kernel(T* y, const T* bias, int64_t n, BiasMap m, MatMulActivation act) {
+  using C = typename DNum<T>::C;
+  KILN_GRID_LOOP(i, n) {
+    C v = DNum<T>::load(y[i]);
+    if (bias) {
+      int64_t rem = i, off = 0;
+      for (int d = m.rank - 1; d >= 0; --d) {
+        off += (rem % m.dims[d]) * m.strides[d];
+        rem /= m.dims[d];
+      }
+      v += DNum<T>::load(bias[off]);
+    }
+    y[i] = DNum<T>::store(activate<C>(act, v));
+  }
+}
+
+template <typename T>
+Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActivation act, cudaStream_t s) {
+  bias_act_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, m,
+                                                            act);
+  return launch_status("MatMulBias epilogue");
+}
+
+}  // namespace
+
+Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape, const void* bias,
+                            std::span<const int64_t> bias_shape, MatMulActivation act, cudaStream_t s) {
+  const int64_t n = shape_numel(y_shape);
+  if (n == 0 || (!bias && act == MatMulActivation::kNone)) return ok_status();
+  if (y_shape.size() > size_t(kMaxBiasRank) || bias_shape.size() > y_shape.size()) {
+    return invalid_argument("MatMulBias: Y of rank " + std::to_string(y_shape.size()) + " and bias of rank " +
+                            std::to_string(bias_shape.size()) + " (at most " + std::to_string(kMaxBiasRank) + ")");
+  }
+  BiasMap m;
+  m.rank = int(y_shape.size());
+  int64_t stride = 1;
+  for (int d = m.rank - 1; d >= 0; --d) {
+    m.dims[d] = y_shape[size_t(d)];
+    const int bd = d - (m.rank - int(bias_shape.size()));
+    const int64_t b = bd >= 0 ? bias_shape[size_t(bd)] : 1;
+    if (b != 1 && b != m.dims[d]) {
+      return invalid_argument("MatMulBias: bias " + shape_to_string(bias_shape) + " does not broadcast to Y " +
+                              shape_to_string(y_shape));
+    }
+    m.strides[d] = b == 1 ? 0 : stride;
+    stride *= b;
+  }
+  switch (dtype) {
+    case DType::kFloat32:
+      return launch<float>(y, bias, n, m, act, s);
+    case DType::kFloat64:
+      return launch<double>(y, bias, n, m, act, s);
+    case DType::kFloat16:
+      return launch<__half>(y, bias, n, m, act, s);
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(y, bias, n, m, act, s);
+    default:
+      return internal_error("MatMulBias epilogue: dtype " + std::string(dtype_name(dtype)));
+  }
+}
+
+}  // namespace kiln::backends::cuda
