@@ -225,17 +225,23 @@ Dim Dim::mod(const Dim& a, const Dim& b) {
     rest.constant_ = a.constant_ - floor_div_int(a.constant_, d) * d;
     if (rest.is_const()) return rest;
   }
-  if (b.is_const() || a == b) {
-    if (a == b) return Dim(0);
-    auto atom = std::make_shared<Atom>();
-    atom->kind = AtomKind::kMod;
-    atom->a = rest;
-    atom->b = b;
-    atom->key = "mod(" + rest.to_string() + ", " + b.to_string() + ")";
-    return from_atom(atom);  // a constant 0 divisor stays here and evaluates to an error
+  if (a == b) return Dim(0);
+  if (!b.is_const()) {
+    // a mod b = a - b*floor(a/b), which simplifies whenever the division does. Otherwise it stays
+    // an atom: the expansion holds a twice, so nested mods ("a % b % c % ...", a hostile
+    // dim_param) would double the expression per level.
+    Dim q = floor_div(a, b);
+    bool divided =
+        !(q.constant_ == 0 && q.terms_.size() == 1 && q.terms_[0].coeff == 1 &&
+          q.terms_[0].factors.size() == 1 && q.terms_[0].factors[0]->kind == AtomKind::kFloorDiv);
+    if (divided) return a - b * q;
   }
-  // a mod b = a - b*floor(a/b), which simplifies whenever the division does.
-  return a - b * floor_div(a, b);
+  auto atom = std::make_shared<Atom>();
+  atom->kind = AtomKind::kMod;
+  atom->a = rest;
+  atom->b = b;
+  atom->key = "mod(" + rest.to_string() + ", " + b.to_string() + ")";
+  return from_atom(atom);  // a constant 0 divisor stays here and evaluates to an error
 }
 
 Dim Dim::min(const Dim& a, const Dim& b) { return min_max(a, b, false); }
