@@ -66,6 +66,22 @@ TEST(Dim, NestedSymbolicModStaysLinearAndRoundTrips) {
   EXPECT_EQ(Dim::mod(b, b), Dim(0));
 }
 
+// A product divisor prints in parentheses: "floor(a/4*h)" read back as floor(a/4)*h (found by
+// dim_parse_fuzz from "douuu/(ho4444*4)").
+TEST(Dim, ProductDivisorRoundTrips) {
+  for (const char* text : {"douuu/(ho4444*4)", "a/(b*c)", "(a + 1)/(2*b)", "floor(a/(h*w))"}) {
+    auto d = Dim::parse(text);
+    ASSERT_TRUE(d.has_value()) << text;
+    auto again = Dim::parse(d->to_string());
+    ASSERT_TRUE(again.has_value()) << d->to_string();
+    EXPECT_EQ(*again, *d) << text << " printed as " << d->to_string();
+    const SymbolValues at{{"douuu", 100}, {"ho4444", 3}, {"a", 100}, {"b", 3},
+                          {"c", 2},       {"h", 3},      {"w", 2}};
+    EXPECT_EQ(again->eval(at), d->eval(at));
+  }
+  EXPECT_EQ(Dim::parse("a/(b*c)")->eval({{"a", 100}, {"b", 3}, {"c", 2}}), 16);
+}
+
 TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {
   for (const char* text : {"batch", "4*h", "seq_len + 1", "8*s39", "floor(h/2)", "s0//2", "Mod(a, 4)",
                            "min(a, b)", "ceil(h/3)", "2*(h + 1)"}) {

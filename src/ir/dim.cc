@@ -51,6 +51,12 @@ bool needs_parens(const Dim& d) {
 
 std::string paren(const Dim& d) { return needs_parens(d) ? "(" + d.to_string() + ")" : d.to_string(); }
 
+// A divisor also needs them around a product: "a/4*h" reads as floor(a/4)*h.
+std::string paren_divisor(const Dim& d) {
+  std::string s = d.to_string();
+  return needs_parens(d) || s.find('*') != std::string::npos ? "(" + s + ")" : s;
+}
+
 }  // namespace
 
 Dim Dim::symbol(std::string name) {
@@ -142,7 +148,7 @@ Dim Dim::wrap_floor_div(const Dim& a, const Dim& b, bool /*ceil*/) {
   atom->kind = AtomKind::kFloorDiv;
   atom->a = a;
   atom->b = b;
-  atom->key = "floor(" + paren(a) + "/" + paren(b) + ")";
+  atom->key = "floor(" + paren(a) + "/" + paren_divisor(b) + ")";
   return from_atom(atom);
 }
 
