@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <string>
 
 #include "ir/dim.h"
@@ -104,6 +105,20 @@ TEST(Dim, ProductOfManySumsIsRefused) {
   std::string big = "h";
   for (int i = 0; i < 200; ++i) big = "max(" + big + ", w" + std::to_string(i) + ")";
   EXPECT_TRUE(Dim::parse("4*" + big + "*" + big).has_value());
+}
+
+// floor(a/d)*d can leave int64 where the remainder a - floor(a/d)*d does not: a constant near
+// INT64_MIN divided by a large d (found by onnx_build_fuzz through a Range's ceil_div, a UBSan
+// report), and INT64_MIN mod -1.
+TEST(Dim, RemainderOfAConstantNearInt64MinIsExact) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  Dim h = Dim::symbol("h");
+  Dim q = Dim::floor_div(h * 3 + (kMin + 5), Dim(10));
+  EXPECT_EQ(q.eval({{"h", 1}}), (kMin + 8) / 10);  // exact: kMin + 8 is divisible by 10
+  EXPECT_EQ(Dim::mod(h * 3 + (kMin + 5), Dim(10)).eval({{"h", 1}}), 0);
+  EXPECT_EQ(Dim::mod(Dim(kMin + 5), Dim(10)), Dim(7));
+  EXPECT_EQ(Dim::mod(Dim(kMin), Dim(-1)), Dim(0));
+  EXPECT_EQ(Dim::mod(Dim(kMin + 5), h).eval({{"h", 10}}), 7);
 }
 
 TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {

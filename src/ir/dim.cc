@@ -19,6 +19,13 @@ int64_t floor_div_int(int64_t a, int64_t b) {
   return q;
 }
 
+// a - floor(a/b)*b, the remainder with b's sign. It always fits, but floor(a/b)*b alone may not
+// (a near INT64_MIN), so the subtraction wraps; b = -1 would overflow the division itself.
+int64_t floor_mod_int(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  return int64_t(uint64_t(a) - uint64_t(floor_div_int(a, b)) * uint64_t(b));
+}
+
 int64_t sat(int64_t v) { return std::clamp(v, -Interval::kInf, Interval::kInf); }
 int64_t sat_mul(int64_t a, int64_t b) {
   int64_t r;
@@ -171,7 +178,7 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     }
     int64_t q = floor_div_int(a.constant_, d);
     quotient.constant_ = q;
-    rest.constant_ = a.constant_ - q * d;  // in [0, d)
+    rest.constant_ = floor_mod_int(a.constant_, d);  // in [0, d)
     if (rest.is_const()) return quotient;  // rest in [0, d) floors to 0
     int64_t g = std::gcd(rest.content_gcd(), d);
     if (g > 1) {
@@ -219,7 +226,7 @@ Dim Dim::ceil_div(const Dim& a, const Dim& b) { return -floor_div(-a, b); }
 
 Dim Dim::mod(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const()) {
-    if (b.constant_ != 0) return Dim(a.constant_ - floor_div_int(a.constant_, b.constant_) * b.constant_);
+    if (b.constant_ != 0) return Dim(floor_mod_int(a.constant_, b.constant_));
   }
   Dim rest = a;
   if (b.is_const() && b.constant_ > 0) {
@@ -228,7 +235,7 @@ Dim Dim::mod(const Dim& a, const Dim& b) {
     for (const auto& t : a.terms_) {
       if (t.coeff % d != 0) rest.add_term(t);
     }
-    rest.constant_ = a.constant_ - floor_div_int(a.constant_, d) * d;
+    rest.constant_ = floor_mod_int(a.constant_, d);
     if (rest.is_const()) return rest;
   }
   if (a == b) return Dim(0);
@@ -294,7 +301,7 @@ static std::optional<int64_t> eval_atom(const Atom& atom, const SymbolValues& va
       return floor_div_int(*x, *y);
     case AtomKind::kMod:
       if (*y == 0 || (*x == INT64_MIN && *y == -1)) return std::nullopt;
-      return *x - floor_div_int(*x, *y) * *y;
+      return floor_mod_int(*x, *y);
     case AtomKind::kMin: return std::min(*x, *y);
     case AtomKind::kMax: return std::max(*x, *y);
     default: return std::nullopt;
