@@ -359,6 +359,11 @@ std::vector<HostileCase> hostile_cases() {
        },
        StatusCode::kUnsupported,
        {"hostile", "delta -9223372036854775808"}},
+      // Found by onnx_build_fuzz: axis 0 of a scalar passed normalize_axis and read in[0].
+      {"Split of a scalar",
+       [] { return one_node("Split", {"x"}, {}, {}); },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 0 ('x') is a scalar", "Split needs rank >= 1"}},
   };
 }
 

@@ -622,6 +622,10 @@ Status infer_constant(InferContext& ctx) {
 Status infer_split(InferContext& ctx) {
   const Dims& in = ctx.input_shape(0);
   int r = int(in.size());
+  // normalize_axis lets axis 0 through on a scalar, which has no dim to split.
+  if (r < 1)
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 0) + " is a scalar; Split needs rank >= 1");
   auto axis_attr = ctx.attrs().get_int("axis", 0);
   if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
   KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
