@@ -108,10 +108,45 @@ void Dim::add_term(Term t) {
   }
 }
 
+void Dim::set_terms(std::vector<Term> terms) {
+  std::stable_sort(terms.begin(), terms.end(), [](const Term& x, const Term& y) { return x.key < y.key; });
+  terms_.clear();
+  terms_.reserve(terms.size());
+  for (auto& t : terms) {
+    if (!terms_.empty() && terms_.back().key == t.key) {
+      terms_.back().coeff = wadd(terms_.back().coeff, t.coeff);
+    } else {
+      terms_.push_back(std::move(t));
+    }
+  }
+  std::erase_if(terms_, [](const Term& t) { return t.coeff == 0; });
+}
+
 Dim operator+(const Dim& a, const Dim& b) {
+  // One monomial goes in by binary search; more are merged, so a long sum is not quadratic.
   Dim r = a;
   r.constant_ = wadd(a.constant_, b.constant_);
-  for (const auto& t : b.terms_) r.add_term(t);
+  if (b.terms_.size() <= 1) {
+    for (const auto& t : b.terms_) r.add_term(t);
+    return r;
+  }
+  std::vector<Dim::Term> all = std::move(r.terms_);
+  all.insert(all.end(), b.terms_.begin(), b.terms_.end());
+  r.set_terms(std::move(all));
+  return r;
+}
+
+Dim Dim::sum(const std::vector<Dim>& parts) {
+  Dim r;
+  size_t n = 0;
+  for (const Dim& p : parts) n += p.terms_.size();
+  std::vector<Term> all;
+  all.reserve(n);
+  for (const Dim& p : parts) {
+    r.constant_ = wadd(r.constant_, p.constant_);
+    all.insert(all.end(), p.terms_.begin(), p.terms_.end());
+  }
+  r.set_terms(std::move(all));
   return r;
 }
 
@@ -126,11 +161,13 @@ Dim operator-(const Dim& a, const Dim& b) { return a + (-b); }
 
 Dim operator*(const Dim& a, const Dim& b) {
   Dim r(wmul(a.constant_, b.constant_));
+  std::vector<Dim::Term> all;
+  all.reserve((a.terms_.size() + 1) * (b.terms_.size() + 1));
   if (b.constant_ != 0) {
-    for (const auto& t : a.terms_) r.add_term({wmul(t.coeff, b.constant_), t.factors, t.key});
+    for (const auto& t : a.terms_) all.push_back({wmul(t.coeff, b.constant_), t.factors, t.key});
   }
   if (a.constant_ != 0) {
-    for (const auto& t : b.terms_) r.add_term({wmul(t.coeff, a.constant_), t.factors, t.key});
+    for (const auto& t : b.terms_) all.push_back({wmul(t.coeff, a.constant_), t.factors, t.key});
   }
   for (const auto& x : a.terms_) {
     for (const auto& y : b.terms_) {
@@ -138,9 +175,10 @@ Dim operator*(const Dim& a, const Dim& b) {
       f.insert(f.end(), y.factors.begin(), y.factors.end());
       std::sort(f.begin(), f.end(), [](const AtomPtr& p, const AtomPtr& q) { return p->key < q->key; });
       std::string key = monomial_key(f);
-      r.add_term({wmul(x.coeff, y.coeff), std::move(f), std::move(key)});
+      all.push_back({wmul(x.coeff, y.coeff), std::move(f), std::move(key)});
     }
   }
+  r.set_terms(std::move(all));
   return r;
 }
 
@@ -396,13 +434,14 @@ Dim Dim::simplify(const SymbolRanges& ranges) const {
     for (const auto& f : t.factors) opaque |= f->kind != AtomKind::kSymbol;
   }
   if (!opaque) return *this;
-  Dim out(constant_);
+  std::vector<Dim> parts{Dim(constant_)};
+  parts.reserve(terms_.size() + 1);
   for (const auto& t : terms_) {
     Dim prod(t.coeff);
     for (const auto& f : t.factors) prod = prod * simplify_atom(f, ranges);
-    out = out + prod;
+    parts.push_back(std::move(prod));
   }
-  return out;
+  return sum(parts);
 }
 
 void Dim::collect_symbols(std::set<std::string>* out) const {
