@@ -188,6 +188,12 @@ std::vector<Mutation> mutations() {
       {"input_removed",
        [&](Plan& p) { node(p, "mm").inputs.pop_back(); },
        {"arity within the op's schema", "node 'mm' (MatMul) has 1 inputs"}},
+      // Found by engine_load_fuzz: a FusedConv with its weights omitted (-1) passed the arity
+      // check and its inference read values[-1].
+      {"required_input_omitted",
+       [&](Plan& p) { node(p, "mm").inputs[1] = -1; },
+       {"required inputs are present", "node 'mm' (MatMul) input 1 is omitted",
+        "its first 2 input(s) are required"}},
       {"output_added",
        [&](Plan& p) { node(p, "relu").outputs.push_back(value_of(p, "h")); },
        {"arity within the op's schema", "node 'relu' (Relu) has 1 inputs and 2 outputs"}},

@@ -28,6 +28,7 @@ using testing::raw_tensor;
 
 constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+constexpr int64_t kPow62 = int64_t(1) << 62;  // Interval::kInf, the largest axis length
 
 // Parses and builds a CPU engine; a dynamic input's profile fixes each of its symbolic dims at 4.
 StatusOr<Engine> parse_and_build(const ModelProto& m) {
@@ -65,12 +66,13 @@ TensorProto int64_tensor(const std::string& name, std::vector<int64_t> dims,
   return raw_tensor<int64_t>(name, TensorProto::INT64, std::move(dims), values);
 }
 
-// x: float [3, 4] -> op(inputs) -> y, with the given initializers.
+// x: float [3, 4] (or x_dims) -> op(inputs) -> y, with the given initializers.
 ModelProto one_node(const std::string& op, const std::vector<std::string>& inputs,
-                    const std::vector<TensorProto>& initializers = {}) {
+                    const std::vector<TensorProto>& initializers = {},
+                    const std::vector<std::string>& x_dims = {"3", "4"}) {
   ModelProto m = make_model();
   GraphProto* g = m.mutable_graph();
-  add_input(g, "x", TensorProto::FLOAT, {"3", "4"});
+  add_input(g, "x", TensorProto::FLOAT, x_dims);
   for (const auto& t : initializers) *g->add_initializer() = t;
   add_node(g, op, inputs, {"y"}, "hostile");
   add_output(g, "y");
@@ -83,6 +85,29 @@ void set_attr_float(ModelProto& m, const std::string& name, float v) {
   a->set_type(AttributeProto::FLOAT);
   a->set_f(v);
 }
+
+void set_attr_ints(ModelProto& m, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name(name);
+  a->set_type(AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void set_attr_int(ModelProto& m, const std::string& name, int64_t v) {
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name(name);
+  a->set_type(AttributeProto::INT);
+  a->set_i(v);
+}
+
+void set_attr_string(ModelProto& m, const std::string& name, const std::string& v) {
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name(name);
+  a->set_type(AttributeProto::STRING);
+  a->set_s(v);
+}
+
+std::string pow2(int k) { return std::to_string(int64_t(1) << k); }
 
 struct HostileCase {
   const char* name;
@@ -334,7 +359,156 @@ std::vector<HostileCase> hostile_cases() {
        },
        StatusCode::kUnsupported,
        {"hostile", "delta -9223372036854775808"}},
+      // Found by onnx_build_fuzz: axis 0 of a scalar passed normalize_axis and read in[0].
+      {"Split of a scalar",
+       [] { return one_node("Split", {"x"}, {}, {}); },
+       StatusCode::kInvalidModel,
+       {"hostile", "input 0 ('x') is a scalar", "Split needs rank >= 1"}},
   };
+}
+
+// Output dims computed from the model's numbers (pads, repeats, strides, scales, blocksizes). Dim
+// arithmetic wraps, so before these checks a pad of INT64_MAX on both ends of a dim of 4 built an
+// engine whose output dim was 2, and ConvTranspose's pads overflowed int64 (undefined behaviour).
+std::vector<HostileCase> shape_overflow_cases() {
+  const std::string kTooLong = "overflows the largest axis length 2^62";
+  const TensorProto conv_w = raw_tensor<float>("w", TensorProto::FLOAT, {1, 1, 1, 1}, {1.0f});
+  return {
+      {"Pad of INT64_MAX on both ends",
+       [] {
+         return one_node("Pad", {"x", "p"}, {int64_tensor("p", {4}, {0, kMax64, 0, kMax64})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "dim 1 padded by input 1 ('p') (pads) elements 1 and 3",
+        "4 + 9223372036854775807", kTooLong}},
+      {"Pad of 2^62 on both ends of a symbolic dim",
+       [] {
+         return one_node("Pad", {"x", "p"}, {int64_tensor("p", {4}, {kPow62, 0, kPow62, 0})},
+                         {"n", "4"});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "dim 0 padded by input 1 ('p') (pads) elements 0 and 2", kTooLong}},
+      {"Tile repeat 2^62 of a dim of 3",
+       [] {
+         return one_node("Tile", {"x", "r"}, {int64_tensor("r", {2}, {kPow62, 1})});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "dim 0 times input 1 ('r') element 0", "3 * 4611686018427387904", kTooLong}},
+      {"Conv pads INT64_MAX",
+       [conv_w] {
+         ModelProto m = one_node("Conv", {"x", "w"}, {conv_w}, {"1", "1", "3", "4"});
+         set_attr_ints(m, "pads", {kMax64, 0, kMax64, 0});
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "input dim 2 with pads", "3 + 9223372036854775807", kTooLong}},
+      {"ConvTranspose pads INT64_MAX",
+       [conv_w] {
+         ModelProto m = one_node("ConvTranspose", {"x", "w"}, {conv_w}, {"1", "1", "3", "4"});
+         set_attr_ints(m, "pads", {kMax64, 0, kMax64, 0});
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output dim 2 pads", "9223372036854775807 + 9223372036854775807", kTooLong}},
+      {"ConvTranspose stride 2^62",
+       [conv_w] {
+         ModelProto m = one_node("ConvTranspose", {"x", "w"}, {conv_w}, {"1", "1", "3", "4"});
+         set_attr_ints(m, "strides", {kPow62, 1});
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output dim 2 stride", "2 * 4611686018427387904", kTooLong}},
+      {"Resize scale 2^30 of a dim of 2^40",
+       [] {
+         return one_node("Resize", {"x", "", "s"},
+                         {raw_tensor<float>("s", TensorProto::FLOAT, {2}, {1.0f, 1073741824.0f})},
+                         {"1", pow2(40)});
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output dim 1 scaled by", kTooLong}},
+      {"Resize sizes 2^62 under keep_aspect_ratio_policy not_smaller",
+       [] {
+         ModelProto m = one_node("Resize", {"x", "", "", "z"},
+                                 {int64_tensor("z", {2}, {kPow62, 1})}, {"1", pow2(30)});
+         set_attr_string(m, "keep_aspect_ratio_policy", "not_smaller");
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output dim 1", "keep_aspect_ratio_policy 'not_smaller'", kTooLong}},
+      {"Concat of one bool [2^61] input nine times",
+       [] {
+         ModelProto m = make_model();
+         GraphProto* g = m.mutable_graph();
+         add_input(g, "x", TensorProto::BOOL, {pow2(61)});
+         auto* n = add_node(g, "Concat", std::vector<std::string>(9, "x"), {"y"}, "hostile");
+         auto* a = n->add_attribute();
+         a->set_name("axis");
+         a->set_type(AttributeProto::INT);
+         a->set_i(0);
+         add_output(g, "y", TensorProto::BOOL);
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "dim 0 of inputs 0..2", kTooLong}},
+      {"MaxUnpool stride 2^62",
+       [] {
+         ModelProto m = one_node("MaxUnpool", {"x", "i"}, {}, {"1", "1", "3", "4"});
+         GraphProto* g = m.mutable_graph();
+         add_input(g, "i", TensorProto::INT64, {"1", "1", "3", "4"});
+         set_attr_ints(m, "kernel_shape", {1, 1});
+         set_attr_ints(m, "strides", {kPow62, 1});
+         return m;
+       },
+       StatusCode::kInvalidModel,
+       {"hostile", "output dim 2 stride", kTooLong}},
+  };
+}
+
+// Static shapes cannot overflow DepthToSpace or SpaceToDepth (the input's byte size bounds the
+// output's); a dim_param whose constant part is near 2^62 can. A profile refuses such a dim before
+// inference (no value of h fits it), so these run the node's inference alone.
+TEST(FrontendHostile, BlocksizeOverflowOfASymbolicDimIsAnError) {
+  const std::string kTooLong = "overflows the largest axis length 2^62";
+  ModelProto d2s = one_node("DepthToSpace", {"x"}, {}, {"1", "4", "h + " + pow2(62), "1"});
+  set_attr_int(d2s, "blocksize", 2);
+  ModelProto s2d = one_node("SpaceToDepth", {"x"}, {}, {"1", "c + " + pow2(61), "2", "2"});
+  set_attr_int(s2d, "blocksize", 2);
+  for (const auto& [m, phrase] :
+       {std::pair{d2s, "height times blocksize"}, std::pair{s2d, "channels times blocksize^2"}}) {
+    SCOPED_TRACE(phrase);
+    auto net = parse(m);
+    ASSERT_TRUE(net.ok()) << net.status().to_string();
+    const ir::Graph& g = net->graph;
+    std::vector<ops::Constraint> constraints;
+    ops::InferContext ctx(g, g.nodes[0], 0, &constraints);
+    const ops::OpSchema* schema = ops::find_schema(g.nodes[0]);
+    ASSERT_NE(schema, nullptr);
+    expect_error(schema->infer(ctx), StatusCode::kInvalidModel, {"hostile", phrase, kTooLong});
+  }
+}
+
+TEST(FrontendHostile, ShapeArithmeticOverflowIsAnErrorNamingTheNodeAndInput) {
+  for (const HostileCase& c : shape_overflow_cases()) {
+    SCOPED_TRACE(c.name);
+    auto engine = parse_and_build(c.make());
+    expect_error(engine.status(), c.code, c.phrases);
+  }
+}
+
+// Pads and repeats that fit still build: the checks refuse only what overflows.
+TEST(FrontendHostile, LargePadAndTileThatFitBuild) {
+  ModelProto m = one_node("Pad", {"x", "p"}, {int64_tensor("p", {4}, {0, int64_t(1) << 40, 0, 1})});
+  auto engine = parse_and_build(m);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto shape = engine->tensor_shape("y");
+  ASSERT_TRUE(shape.ok()) << shape.status().to_string();
+  EXPECT_EQ(*shape, (Shape{3, 4 + (int64_t(1) << 40) + 1}));
+  ModelProto t = one_node("Tile", {"x", "r"}, {int64_tensor("r", {2}, {int64_t(1) << 40, 2})});
+  auto tiled = parse_and_build(t);
+  ASSERT_TRUE(tiled.ok()) << tiled.status().to_string();
+  auto tshape = tiled->tensor_shape("y");
+  ASSERT_TRUE(tshape.ok()) << tshape.status().to_string();
+  EXPECT_EQ(*tshape, (Shape{3 * (int64_t(1) << 40), 8}));
 }
 
 TEST(FrontendHostile, EveryCaseIsATypedErrorNamingTheProblem) {

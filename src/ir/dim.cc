@@ -19,6 +19,13 @@ int64_t floor_div_int(int64_t a, int64_t b) {
   return q;
 }
 
+// a - floor(a/b)*b, the remainder with b's sign. It always fits, but floor(a/b)*b alone may not
+// (a near INT64_MIN), so the subtraction wraps; b = -1 would overflow the division itself.
+int64_t floor_mod_int(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  return int64_t(uint64_t(a) - uint64_t(floor_div_int(a, b)) * uint64_t(b));
+}
+
 int64_t sat(int64_t v) { return std::clamp(v, -Interval::kInf, Interval::kInf); }
 int64_t sat_mul(int64_t a, int64_t b) {
   int64_t r;
@@ -50,6 +57,12 @@ bool needs_parens(const Dim& d) {
 }
 
 std::string paren(const Dim& d) { return needs_parens(d) ? "(" + d.to_string() + ")" : d.to_string(); }
+
+// A divisor also needs them around a product: "a/4*h" reads as floor(a/4)*h.
+std::string paren_divisor(const Dim& d) {
+  std::string s = d.to_string();
+  return needs_parens(d) || s.find('*') != std::string::npos ? "(" + s + ")" : s;
+}
 
 }  // namespace
 
@@ -95,10 +108,45 @@ void Dim::add_term(Term t) {
   }
 }
 
+void Dim::set_terms(std::vector<Term> terms) {
+  std::stable_sort(terms.begin(), terms.end(), [](const Term& x, const Term& y) { return x.key < y.key; });
+  terms_.clear();
+  terms_.reserve(terms.size());
+  for (auto& t : terms) {
+    if (!terms_.empty() && terms_.back().key == t.key) {
+      terms_.back().coeff = wadd(terms_.back().coeff, t.coeff);
+    } else {
+      terms_.push_back(std::move(t));
+    }
+  }
+  std::erase_if(terms_, [](const Term& t) { return t.coeff == 0; });
+}
+
 Dim operator+(const Dim& a, const Dim& b) {
+  // One monomial goes in by binary search; more are merged, so a long sum is not quadratic.
   Dim r = a;
   r.constant_ = wadd(a.constant_, b.constant_);
-  for (const auto& t : b.terms_) r.add_term(t);
+  if (b.terms_.size() <= 1) {
+    for (const auto& t : b.terms_) r.add_term(t);
+    return r;
+  }
+  std::vector<Dim::Term> all = std::move(r.terms_);
+  all.insert(all.end(), b.terms_.begin(), b.terms_.end());
+  r.set_terms(std::move(all));
+  return r;
+}
+
+Dim Dim::sum(const std::vector<Dim>& parts) {
+  Dim r;
+  size_t n = 0;
+  for (const Dim& p : parts) n += p.terms_.size();
+  std::vector<Term> all;
+  all.reserve(n);
+  for (const Dim& p : parts) {
+    r.constant_ = wadd(r.constant_, p.constant_);
+    all.insert(all.end(), p.terms_.begin(), p.terms_.end());
+  }
+  r.set_terms(std::move(all));
   return r;
 }
 
@@ -113,11 +161,13 @@ Dim operator-(const Dim& a, const Dim& b) { return a + (-b); }
 
 Dim operator*(const Dim& a, const Dim& b) {
   Dim r(wmul(a.constant_, b.constant_));
+  std::vector<Dim::Term> all;
+  all.reserve((a.terms_.size() + 1) * (b.terms_.size() + 1));
   if (b.constant_ != 0) {
-    for (const auto& t : a.terms_) r.add_term({wmul(t.coeff, b.constant_), t.factors, t.key});
+    for (const auto& t : a.terms_) all.push_back({wmul(t.coeff, b.constant_), t.factors, t.key});
   }
   if (a.constant_ != 0) {
-    for (const auto& t : b.terms_) r.add_term({wmul(t.coeff, a.constant_), t.factors, t.key});
+    for (const auto& t : b.terms_) all.push_back({wmul(t.coeff, a.constant_), t.factors, t.key});
   }
   for (const auto& x : a.terms_) {
     for (const auto& y : b.terms_) {
@@ -125,9 +175,10 @@ Dim operator*(const Dim& a, const Dim& b) {
       f.insert(f.end(), y.factors.begin(), y.factors.end());
       std::sort(f.begin(), f.end(), [](const AtomPtr& p, const AtomPtr& q) { return p->key < q->key; });
       std::string key = monomial_key(f);
-      r.add_term({wmul(x.coeff, y.coeff), std::move(f), std::move(key)});
+      all.push_back({wmul(x.coeff, y.coeff), std::move(f), std::move(key)});
     }
   }
+  r.set_terms(std::move(all));
   return r;
 }
 
@@ -142,7 +193,7 @@ Dim Dim::wrap_floor_div(const Dim& a, const Dim& b, bool /*ceil*/) {
   atom->kind = AtomKind::kFloorDiv;
   atom->a = a;
   atom->b = b;
-  atom->key = "floor(" + paren(a) + "/" + paren(b) + ")";
+  atom->key = "floor(" + paren(a) + "/" + paren_divisor(b) + ")";
   return from_atom(atom);
 }
 
@@ -165,7 +216,7 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     }
     int64_t q = floor_div_int(a.constant_, d);
     quotient.constant_ = q;
-    rest.constant_ = a.constant_ - q * d;  // in [0, d)
+    rest.constant_ = floor_mod_int(a.constant_, d);  // in [0, d)
     if (rest.is_const()) return quotient;  // rest in [0, d) floors to 0
     int64_t g = std::gcd(rest.content_gcd(), d);
     if (g > 1) {
@@ -213,7 +264,7 @@ Dim Dim::ceil_div(const Dim& a, const Dim& b) { return -floor_div(-a, b); }
 
 Dim Dim::mod(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const()) {
-    if (b.constant_ != 0) return Dim(a.constant_ - floor_div_int(a.constant_, b.constant_) * b.constant_);
+    if (b.constant_ != 0) return Dim(floor_mod_int(a.constant_, b.constant_));
   }
   Dim rest = a;
   if (b.is_const() && b.constant_ > 0) {
@@ -222,20 +273,26 @@ Dim Dim::mod(const Dim& a, const Dim& b) {
     for (const auto& t : a.terms_) {
       if (t.coeff % d != 0) rest.add_term(t);
     }
-    rest.constant_ = a.constant_ - floor_div_int(a.constant_, d) * d;
+    rest.constant_ = floor_mod_int(a.constant_, d);
     if (rest.is_const()) return rest;
   }
-  if (b.is_const() || a == b) {
-    if (a == b) return Dim(0);
-    auto atom = std::make_shared<Atom>();
-    atom->kind = AtomKind::kMod;
-    atom->a = rest;
-    atom->b = b;
-    atom->key = "mod(" + rest.to_string() + ", " + b.to_string() + ")";
-    return from_atom(atom);  // a constant 0 divisor stays here and evaluates to an error
+  if (a == b) return Dim(0);
+  if (!b.is_const()) {
+    // a mod b = a - b*floor(a/b), which simplifies whenever the division does. Otherwise it stays
+    // an atom: the expansion holds a twice, so nested mods ("a % b % c % ...", a hostile
+    // dim_param) would double the expression per level.
+    Dim q = floor_div(a, b);
+    bool divided =
+        !(q.constant_ == 0 && q.terms_.size() == 1 && q.terms_[0].coeff == 1 &&
+          q.terms_[0].factors.size() == 1 && q.terms_[0].factors[0]->kind == AtomKind::kFloorDiv);
+    if (divided) return a - b * q;
   }
-  // a mod b = a - b*floor(a/b), which simplifies whenever the division does.
-  return a - b * floor_div(a, b);
+  auto atom = std::make_shared<Atom>();
+  atom->kind = AtomKind::kMod;
+  atom->a = rest;
+  atom->b = b;
+  atom->key = "mod(" + rest.to_string() + ", " + b.to_string() + ")";
+  return from_atom(atom);  // a constant 0 divisor stays here and evaluates to an error
 }
 
 Dim Dim::min(const Dim& a, const Dim& b) { return min_max(a, b, false); }
@@ -282,7 +339,7 @@ static std::optional<int64_t> eval_atom(const Atom& atom, const SymbolValues& va
       return floor_div_int(*x, *y);
     case AtomKind::kMod:
       if (*y == 0 || (*x == INT64_MIN && *y == -1)) return std::nullopt;
-      return *x - floor_div_int(*x, *y) * *y;
+      return floor_mod_int(*x, *y);
     case AtomKind::kMin: return std::min(*x, *y);
     case AtomKind::kMax: return std::max(*x, *y);
     default: return std::nullopt;
@@ -377,13 +434,14 @@ Dim Dim::simplify(const SymbolRanges& ranges) const {
     for (const auto& f : t.factors) opaque |= f->kind != AtomKind::kSymbol;
   }
   if (!opaque) return *this;
-  Dim out(constant_);
+  std::vector<Dim> parts{Dim(constant_)};
+  parts.reserve(terms_.size() + 1);
   for (const auto& t : terms_) {
     Dim prod(t.coeff);
     for (const auto& f : t.factors) prod = prod * simplify_atom(f, ranges);
-    out = out + prod;
+    parts.push_back(std::move(prod));
   }
-  return out;
+  return sum(parts);
 }
 
 void Dim::collect_symbols(std::set<std::string>* out) const {

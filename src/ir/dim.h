@@ -47,6 +47,8 @@ class Dim {
   friend Dim operator-(const Dim& a, const Dim& b);
   friend Dim operator*(const Dim& a, const Dim& b);
   Dim operator-() const;
+  // The sum of every part, n log n in their monomials (adding them one by one moves n^2).
+  static Dim sum(const std::vector<Dim>& parts);
   static Dim floor_div(const Dim& a, const Dim& b);
   static Dim ceil_div(const Dim& a, const Dim& b);
   static Dim mod(const Dim& a, const Dim& b);
@@ -76,6 +78,8 @@ class Dim {
   static Dim wrap_floor_div(const Dim& a, const Dim& b, bool ceil);
   static Dim min_max(const Dim& a, const Dim& b, bool is_max);
   void add_term(Term t);
+  // Replaces the terms with these, sorted by key, equal keys added, zero coefficients dropped.
+  void set_terms(std::vector<Term> terms);
   int64_t content_gcd() const;  // gcd of all coefficients and the constant (0 for zero)
 
   int64_t constant_ = 0;

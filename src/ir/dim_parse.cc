@@ -3,15 +3,23 @@
 #include <cctype>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/dim.h"
 
 namespace kiln::ir {
 namespace {
 
+// The longest text parsed; a Dim whose printed form is longer cannot read back.
+constexpr size_t kMaxTextBytes = size_t(1) << 20;
+// The most monomials a product may make: Dim keeps them in a sorted vector, so building one of n
+// costs n^2 (exporters write a handful).
+constexpr size_t kMaxProductTerms = 4096;
+
 class Parser {
  public:
-  explicit Parser(std::string_view s) : s_(s) {}
+  // pieces(d): d's monomials, its constant counted as one when nonzero.
+  Parser(std::string_view s, size_t (*pieces)(const Dim&)) : s_(s), pieces_(pieces) {}
 
   std::optional<Dim> parse_all() {
     auto d = expr();
@@ -46,22 +54,22 @@ class Parser {
     return o->value;
   }
 
+  // The summands are added at once: a printed Dim of thousands of monomials reads back in
+  // n log n, where adding them one by one moved n^2 terms (seconds under ASan).
   std::optional<Operand> sum() {
-    auto lhs = product();
-    if (!lhs) return std::nullopt;
+    auto first = product();
+    if (!first) return std::nullopt;
+    std::vector<Dim> parts;
     while (true) {
-      if (eat("+")) {
-        auto rhs = product();
-        if (!rhs) return std::nullopt;
-        lhs = Operand{lhs->value + rhs->value};
-      } else if (eat("-")) {
-        auto rhs = product();
-        if (!rhs) return std::nullopt;
-        lhs = Operand{lhs->value - rhs->value};
-      } else {
-        return lhs;
-      }
+      const bool plus = eat("+");
+      if (!plus && !eat("-")) break;
+      auto rhs = product();
+      if (!rhs) return std::nullopt;
+      if (parts.empty()) parts.push_back(first->value);
+      parts.push_back(plus ? rhs->value : -rhs->value);
     }
+    if (parts.empty()) return first;
+    return Operand{Dim::sum(parts)};
   }
 
   std::optional<Operand> product() {
@@ -70,7 +78,7 @@ class Parser {
     while (true) {
       if (eat("*")) {
         auto rhs = unary();
-        if (!rhs) return std::nullopt;
+        if (!rhs || !fits_product(lhs->value, rhs->value)) return std::nullopt;
         lhs = Operand{lhs->value * rhs->value};
       } else if (eat("//") || eat("/")) {
         auto rhs = unary();
@@ -84,6 +92,20 @@ class Parser {
         return lhs;
       }
     }
+  }
+
+  // A product of sums distributes, every monomial of one times every monomial of the other, so a
+  // chain of them grows exponentially: 30 binomials are 2^30 terms, and fuzzed text of a dozen
+  // took seconds and printed past what the parser reads back. A product whose printed form would
+  // pass kMaxTextBytes, or that makes more than kMaxProductTerms monomials, is refused; a
+  // constant factor only scales, and a monomial times a monomial grows by the text it was written
+  // with.
+  bool fits_product(const Dim& a, const Dim& b) const {
+    if (a.is_const() || b.is_const()) return true;
+    const size_t pa = pieces_(a), pb = pieces_(b);
+    if (pa <= 1 && pb <= 1) return true;
+    if (pa * pb > kMaxProductTerms) return false;
+    return pa * b.to_string().size() + pb * a.to_string().size() <= kMaxTextBytes;
   }
 
   std::optional<Operand> unary() {
@@ -149,6 +171,7 @@ class Parser {
   }
 
   std::string_view s_;
+  size_t (*pieces_)(const Dim&);
   size_t pos_ = 0;
 };
 
@@ -159,7 +182,7 @@ std::optional<Dim> Dim::parse(std::string_view text) {
   // runs of minus signs (not the length) keeps hostile text from exhausting a thread's stack,
   // while an arena slot's size over a large dynamic-H/W graph (a max over every value the slot
   // holds, each with nested floors) still reads back.
-  if (text.size() > (size_t(1) << 20)) return std::nullopt;
+  if (text.size() > kMaxTextBytes) return std::nullopt;
   int depth = 0, run = 0;
   for (char c : text) {
     if (c == '(') ++depth;
@@ -171,7 +194,9 @@ std::optional<Dim> Dim::parse(std::string_view text) {
     }
     if (depth > 1024 || run > 16) return std::nullopt;
   }
-  return Parser(text).parse_all();
+  // A lambda in a member of Dim may read its representation; the parser gets only this count.
+  auto pieces = [](const Dim& d) -> size_t { return d.terms_.size() + (d.constant_ != 0 ? 1 : 0); };
+  return Parser(text, pieces).parse_all();
 }
 
 }  // namespace kiln::ir

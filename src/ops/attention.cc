@@ -80,7 +80,7 @@ Status infer_attention(InferContext& ctx) {
     const auto& pk = ctx.input_shape(4);
     if (pk.size() != 4)
       return ctx.error(StatusCode::kInvalidModel, "input 4 (past_key) must be 4-D");
-    total = pk[2] + k.seq;
+    KILN_ASSIGN_OR_RETURN(total, ctx.add_dims(pk[2], k.seq, "past_key dim 2 plus K's sequence"));
   }
   if (ctx.has_input(5) && ctx.input_rank(5) != 4) {
     return ctx.error(StatusCode::kInvalidModel, "input 5 (past_value) must be 4-D");

@@ -85,8 +85,15 @@ StatusOr<Dim> spatial_out(InferContext& ctx, const Spatial& s, size_t i, const D
       pb = s.pads[i];
       pe = s.pads[n + i];
     }
-    Dim eff = Dim(dil) * (k - 1) + 1;
-    Dim num = in + pb + pe - eff;
+    // Pads and dilations are the model's numbers: a huge one must not wrap to a small dim.
+    const std::string what = "input dim " + std::to_string(2 + i) + " with pads";
+    KILN_ASSIGN_OR_RETURN(Dim padded, ctx.add_dims(in, Dim(pb), what));
+    KILN_ASSIGN_OR_RETURN(padded, ctx.add_dims(padded, Dim(pe), what));
+    KILN_ASSIGN_OR_RETURN(Dim eff, ctx.mul_dims(Dim(dil), k - 1,
+                                                "dilation " + std::to_string(dil) +
+                                                    " times kernel dim " + std::to_string(2 + i)));
+    eff = eff + 1;
+    Dim num = padded - eff;
     out = (s.ceil_mode ? Dim::ceil_div(num, Dim(stride)) : Dim::floor_div(num, Dim(stride))) + 1;
     if (s.ceil_mode) {
       Dim last_start = (out - 1) * stride;
@@ -328,7 +335,7 @@ Status infer_conv_transpose(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(ctx.require_divisible(
       x[1], Dim(group),
       "input 0 dim 1 (channels) is divisible by group (" + std::to_string(group) + ")"));
-  Dim m = w[1] * group;
+  KILN_ASSIGN_OR_RETURN(Dim m, ctx.mul_dims(w[1], group, "input 1 (W) dim 1 times group"));
   if (ctx.has_input(2)) {
     const auto& b = ctx.input_shape(2);
     if (b.size() != 1) {
@@ -350,10 +357,24 @@ Status infer_conv_transpose(InferContext& ctx) {
     if (!output_shape.empty()) {
       d = Dim(output_shape[output_shape.size() - n + i]);
     } else if (s.auto_pad == AutoPad::kSameUpper || s.auto_pad == AutoPad::kSameLower) {
-      d = x[2 + i] * s.strides[i];
+      KILN_ASSIGN_OR_RETURN(d,
+                            ctx.mul_dims(x[2 + i], s.strides[i],
+                                         "input dim " + std::to_string(2 + i) + " times stride"));
     } else {
-      int64_t pads = s.auto_pad == AutoPad::kNotSet ? s.pads[i] + s.pads[n + i] : 0;
-      d = (x[2 + i] - 1) * s.strides[i] + out_pad[i] + (w[2 + i] - 1) * s.dilations[i] + 1 - pads;
+      // Strides, pads, output_padding and dilations are the model's numbers: checked, as a huge
+      // one would overflow int64 or wrap the dim to a small one.
+      const std::string what = "output dim " + std::to_string(2 + i);
+      Dim pads = 0;
+      if (s.auto_pad == AutoPad::kNotSet) {
+        KILN_ASSIGN_OR_RETURN(pads, ctx.add_dims(s.pads[i], s.pads[n + i], what + " pads"));
+      }
+      KILN_ASSIGN_OR_RETURN(Dim strided,
+                            ctx.mul_dims(x[2 + i] - 1, s.strides[i], what + " stride"));
+      KILN_ASSIGN_OR_RETURN(Dim dilated,
+                            ctx.mul_dims(w[2 + i] - 1, s.dilations[i], what + " dilation"));
+      KILN_ASSIGN_OR_RETURN(d, ctx.add_dims(strided, out_pad[i], what + " output_padding"));
+      KILN_ASSIGN_OR_RETURN(d, ctx.add_dims(d, dilated, what + " kernel extent"));
+      d = d + 1 - pads;
     }
     KILN_RETURN_IF_ERROR(ctx.require_ge(d, Dim(1), "output dim " + std::to_string(2 + i) +
                                                        " is at least 1"));
@@ -398,7 +419,12 @@ Status infer_max_unpool(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(read_ints(ctx, "pads", 2 * n, 0, 0, &pads));
   std::vector<Dim> out = {x[0], x[1]};
   for (size_t i = 0; i < n; ++i) {
-    out.push_back((x[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[n + i]);
+    // The model's strides, kernel and pads: a huge one must not wrap to a small dim.
+    const std::string what = "output dim " + std::to_string(2 + i);
+    KILN_ASSIGN_OR_RETURN(Dim d, ctx.mul_dims(x[2 + i] - 1, strides[i], what + " stride"));
+    KILN_ASSIGN_OR_RETURN(d, ctx.add_dims(d, kernel[i], what + " kernel_shape"));
+    KILN_ASSIGN_OR_RETURN(Dim p, ctx.add_dims(pads[i], pads[n + i], what + " pads"));
+    out.push_back(d - p);
   }
   ctx.set_output(0, ctx.input_dtype(0), std::move(out));
   return ok_status();

@@ -31,8 +31,11 @@ StatusOr<ir::Dim> scaled_dim(InferContext& ctx, const ir::Dim& in, double f, int
     for (int64_t q = 1; q <= (int64_t(1) << 16); q *= 2) {
       double p = f * double(q);
       if (p == std::floor(p) && p < kLimit) {
-        if (q == 1) return in * ir::Dim(int64_t(p));
-        return ir::Dim::floor_div(in * ir::Dim(int64_t(p)), ir::Dim(q));
+        const std::string what =
+            "output dim " + std::to_string(axis) + " scaled by " + std::to_string(f);
+        KILN_ASSIGN_OR_RETURN(ir::Dim scaled, ctx.mul_dims(in, ir::Dim(int64_t(p)), what));
+        if (q == 1) return scaled;
+        return ir::Dim::floor_div(scaled, ir::Dim(q));
       }
     }
   }
@@ -199,7 +202,16 @@ Status infer_resize(InferContext& ctx) {
         scale = policy == "not_larger" ? std::min(scale, s) : std::max(scale, s);
       }
       for (size_t k = 0; k < n; ++k) {
-        out[axes[k]] = int64_t(std::floor(scale * double(x[axes[k]].value()) + 0.5));
+        // A huge size on one axis scales the others past int64 (the cast would be undefined).
+        double v = std::floor(scale * double(x[axes[k]].value()) + 0.5);
+        if (!(v >= 0 && v <= double(ir::Interval::kInf))) {
+          return ctx.error(StatusCode::kInvalidModel,
+                           "output dim " + std::to_string(axes[k]) + " (" + x[axes[k]].to_string() +
+                               " scaled by " + std::to_string(scale) +
+                               " under keep_aspect_ratio_policy '" + policy +
+                               "') overflows the largest axis length 2^62");
+        }
+        out[axes[k]] = int64_t(v);
       }
     }
   }
@@ -237,8 +249,9 @@ Status infer_depth_to_space(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_mode(ctx));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(
       x[1], b * b, "channels divisible by blocksize^2 (" + std::to_string(b * b) + ")"));
-  ctx.set_output(0, ctx.input_dtype(0),
-                 {x[0], ir::Dim::floor_div(x[1], b * b), x[2] * b, x[3] * b});
+  KILN_ASSIGN_OR_RETURN(ir::Dim h, ctx.mul_dims(x[2], b, "height times blocksize"));
+  KILN_ASSIGN_OR_RETURN(ir::Dim w, ctx.mul_dims(x[3], b, "width times blocksize"));
+  ctx.set_output(0, ctx.input_dtype(0), {x[0], ir::Dim::floor_div(x[1], b * b), h, w});
   return ok_status();
 }
 
@@ -250,8 +263,9 @@ Status infer_space_to_depth(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_mode(ctx));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(x[2], b, "height divisible by blocksize"));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(x[3], b, "width divisible by blocksize"));
+  KILN_ASSIGN_OR_RETURN(ir::Dim c, ctx.mul_dims(x[1], b * b, "channels times blocksize^2"));
   ctx.set_output(0, ctx.input_dtype(0),
-                 {x[0], x[1] * (b * b), ir::Dim::floor_div(x[2], b), ir::Dim::floor_div(x[3], b)});
+                 {x[0], c, ir::Dim::floor_div(x[2], b), ir::Dim::floor_div(x[3], b)});
   return ok_status();
 }
 

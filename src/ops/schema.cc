@@ -164,6 +164,35 @@ Status InferContext::error(StatusCode code, const std::string& message) const {
   return Status(code, node_.describe() + ": " + message);
 }
 
+namespace {
+bool fits_axis(__int128 v) { return v <= ir::Interval::kInf && v >= -ir::Interval::kInf; }
+}  // namespace
+
+StatusOr<ir::Dim> InferContext::add_dims(const ir::Dim& a, const ir::Dim& b,
+                                         std::string_view what) const {
+  // value() is the constant part of a symbolic dim too; the sum's constant part is theirs.
+  if (!fits_axis(__int128(a.value()) + b.value())) {
+    return error(StatusCode::kInvalidModel, std::string(what) + " (" + a.to_string() + " + " +
+                                                b.to_string() +
+                                                ") overflows the largest axis length 2^62");
+  }
+  return a + b;
+}
+
+StatusOr<ir::Dim> InferContext::mul_dims(const ir::Dim& a, const ir::Dim& b,
+                                         std::string_view what) const {
+  // A constant factor scales every coefficient and the constant part: bound it and the product of
+  // the constant parts.
+  bool ok = fits_axis(__int128(a.value()) * b.value());
+  if (a.is_const() != b.is_const()) ok = ok && fits_axis(a.is_const() ? a.value() : b.value());
+  if (!ok) {
+    return error(StatusCode::kInvalidModel, std::string(what) + " (" + a.to_string() + " * " +
+                                                b.to_string() +
+                                                ") overflows the largest axis length 2^62");
+  }
+  return a * b;
+}
+
 StatusOr<int> InferContext::normalize_axis(int64_t axis, int rank, std::string_view what) const {
   if (axis < -rank || axis >= std::max(rank, 1)) {
     return error(StatusCode::kInvalidModel, std::string(what) + " " + std::to_string(axis) +

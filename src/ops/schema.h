@@ -76,6 +76,14 @@ class InferContext {
   StatusOr<ir::Dim> broadcast_dim(const ir::Dim& a, const ir::Dim& b, std::string what);
   StatusOr<std::vector<ir::Dim>> broadcast_shapes(std::span<const std::vector<ir::Dim>> shapes);
 
+  // a + b and a * b for output dims computed from the model's numbers (pads, repeats, scales,
+  // blocksizes). Dim arithmetic wraps, so a huge pad could land on a small positive dim; these
+  // refuse a result whose constant part passes 2^62 (Interval::kInf, the largest axis length kiln
+  // sizes), with `what` and both operands in the message. Coefficients of symbols are not checked:
+  // the profile checker evaluates them with overflow checks.
+  StatusOr<ir::Dim> add_dims(const ir::Dim& a, const ir::Dim& b, std::string_view what) const;
+  StatusOr<ir::Dim> mul_dims(const ir::Dim& a, const ir::Dim& b, std::string_view what) const;
+
   // Normalizes an axis attribute against a rank, naming the attribute in the error.
   StatusOr<int> normalize_axis(int64_t axis, int rank, std::string_view what) const;
 

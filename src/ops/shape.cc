@@ -317,7 +317,10 @@ Status infer_concat(InferContext& ctx) {
                                                  " (" + s[k].to_string() + ") matches input 0 dim " +
                                                  std::to_string(k) + " (" + first[k].to_string() + ")"));
     }
-    out[axis] = out[axis] + s[axis];
+    // One input listed many times adds up past int64 without any input being large.
+    KILN_ASSIGN_OR_RETURN(out[axis], ctx.add_dims(out[axis], s[axis],
+                                                  "dim " + std::to_string(axis) + " of inputs 0.." +
+                                                      std::to_string(i)));
   }
   ctx.set_output(0, dtype, out);
   if (!can_carry(dtype, out)) return ok_status();
@@ -619,6 +622,10 @@ Status infer_constant(InferContext& ctx) {
 Status infer_split(InferContext& ctx) {
   const Dims& in = ctx.input_shape(0);
   int r = int(in.size());
+  // normalize_axis lets axis 0 through on a scalar, which has no dim to split.
+  if (r < 1)
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 0) + " is a scalar; Split needs rank >= 1");
   auto axis_attr = ctx.attrs().get_int("axis", 0);
   if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
   KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
@@ -699,7 +706,10 @@ Status infer_tile(InferContext& ctx) {
   Dims out;
   for (size_t k = 0; k < in.size(); ++k) {
     KILN_RETURN_IF_ERROR(ctx.require_ge(reps[k], 0, "repeat " + std::to_string(k) + " is not negative"));
-    out.push_back(in[k] * reps[k]);
+    KILN_ASSIGN_OR_RETURN(Dim d, ctx.mul_dims(in[k], reps[k],
+                                              "dim " + std::to_string(k) + " times " +
+                                                  label(ctx, 1) + " element " + std::to_string(k)));
+    out.push_back(std::move(d));
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
   if (can_carry(ctx.input_dtype(0), out)) {
@@ -722,15 +732,18 @@ Status infer_pad(InferContext& ctx) {
     return ctx.error(StatusCode::kUnsupported, "Pad mode '" + *mode + "' is not supported");
   }
   Dims pads;
+  std::string pads_from;  // names the attribute or input in errors
   for (const char* name : {"pads", "paddings"}) {
     if (!ctx.attrs().has(name)) continue;
     auto p = ctx.attrs().get_ints(name, std::nullopt);
     if (!p.ok()) return attr_error(ctx, p.status());
     pads.assign(p->begin(), p->end());
+    pads_from = std::string("attribute ") + name;
     break;
   }
   if (pads.empty() && ctx.has_input(1)) {
     KILN_ASSIGN_OR_RETURN(pads, ctx.require_value(1, "pads"));
+    pads_from = label(ctx, 1) + " (pads)";
   }
   std::vector<int> axes;
   if (ctx.has_input(3)) {
@@ -754,7 +767,10 @@ Status infer_pad(InferContext& ctx) {
     int k = axes[i];
     const Dim& b = pads[i];
     const Dim& e = pads[i + na];
-    out[k] = out[k] + b + e;
+    const std::string padded = "dim " + std::to_string(k) + " padded by " + pads_from +
+                               " elements " + std::to_string(i) + " and " + std::to_string(i + na);
+    KILN_ASSIGN_OR_RETURN(Dim with_begin, ctx.add_dims(in[k], b, padded));
+    KILN_ASSIGN_OR_RETURN(out[k], ctx.add_dims(with_begin, e, padded));
     KILN_RETURN_IF_ERROR(ctx.require_ge(out[k], 0, "padded dim " + std::to_string(k) + " (" +
                                                        out[k].to_string() + ") is not negative"));
     if (*mode != "constant") {

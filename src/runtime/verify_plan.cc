@@ -528,6 +528,16 @@ class Verifier {
                            std::to_string(schema->min_outputs) + ".." +
                            std::to_string(schema->max_outputs) + " outputs");
     }
+    // Inputs before min_inputs are required, and inference reads them without looking (the
+    // builder's check_supported refuses an omitted one in a model).
+    for (int i = 0; i < schema->min_inputs; ++i) {
+      if (node.inputs[i] < 0) {
+        return violation("required inputs are present",
+                         node.describe() + " input " + std::to_string(i) +
+                             " is omitted, but its first " + std::to_string(schema->min_inputs) +
+                             " input(s) are required");
+      }
+    }
     for (int v : node.inputs) {
       if (v < 0) continue;
       const ir::Value& val = g_.values[v];

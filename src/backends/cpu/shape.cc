@@ -328,7 +328,14 @@ template <typename T>
 void range_impl(const KernelArgs& a) {
   T start = *a.in[0].as<const T>(), delta = *a.in[2].as<const T>();
   T* out = a.out[0].as<T>();
-  for (int64_t i = 0; i < a.out[0].numel(); ++i) out[i] = T(start + T(i) * delta);
+  if constexpr (std::is_integral_v<T>) {
+    // Wrapping, as Range's inference does: each element fits T, but i * delta alone may not
+    // (start INT64_MIN, a large delta), and a signed overflow is undefined.
+    const uint64_t s = uint64_t(int64_t(start)), d = uint64_t(int64_t(delta));
+    for (int64_t i = 0; i < a.out[0].numel(); ++i) out[i] = T(s + uint64_t(i) * d);
+  } else {
+    for (int64_t i = 0; i < a.out[0].numel(); ++i) out[i] = T(start + T(i) * delta);
+  }
 }
 
 Status range_kernel(const KernelArgs& a) {
