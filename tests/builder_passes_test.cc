@@ -11,6 +11,7 @@
 #include "builder/build_state.h"
 #include "ir/rewrite.h"
 #include "ir/text.h"
+#include "ops/elementwise_program.h"
 #include "kiln.h"
 #include "model_util.h"
 #include "test_util.h"
@@ -259,6 +260,161 @@ TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
     ErrorStats e = error_stats(out->at(name), v.at(g.find_value(name)));
     EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
   }
+}
+
+// ---- fuse_elementwise ----
+
+std::string fuse_ew(const std::string& text, bool supported = true) {
+  ir::Graph g = parse(text);
+  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return supported; };
+  Status st = builder::fuse_elementwise(&g, supports);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  ir::compact(&g);
+  return ir::to_text(g);
+}
+
+// A linear layer's bias and erf GELU as exporters write them, then a float16 branch: a Cast
+// down, a broadcast multiply by a per-row gate, a Cast back up (precision assignment's casts).
+// %h (the biased product) is also an engine output, so the chain above it starts after it.
+const char* kEwChains = R"(graph g(%x: float32[2, 3, 8], %w: float32[8, 8], %gate: float16[2, 1, 1]) -> (%y: float32[2, 3, 8], %h: float32[2, 3, 8], %z: float32[2, 3, 8]) {
+  opset ai.onnx 17
+  %b: float32[8] = dense<[0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8]>
+  %sqrt2: float32[] = dense<1.4142135>
+  %one: float32[] = dense<1.0>
+  %half: float32[] = dense<0.5>
+  %m: float32[2, 3, 8] = MatMul(%x, %w)  # fc
+  %h: float32[2, 3, 8] = Add(%m, %b)  # bias
+  %d: float32[2, 3, 8] = Div(%h, %sqrt2)  # gelu_div
+  %e: float32[2, 3, 8] = Erf(%d)  # gelu_erf
+  %p: float32[2, 3, 8] = Add(%e, %one)  # gelu_add
+  %q: float32[2, 3, 8] = Mul(%h, %p)  # gelu_mul
+  %y: float32[2, 3, 8] = Mul(%q, %half)  # gelu_half
+  %c: float16[2, 3, 8] = Cast(%x) {to=10}  # down
+  %g: float16[2, 3, 8] = Mul(%c, %gate)  # gated
+  %s: float16[2, 3, 8] = Sigmoid(%g)  # sig
+  %z: float32[2, 3, 8] = Cast(%s) {to=1}  # up
+}
+)";
+
+TEST(FuseElementwise, GeluAndCastChainsBecomeOneNodeEach) {
+  std::string text = fuse_ew(kEwChains);
+  for (const char* part : {
+           "%y: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2, %one, %half) {alpha=[0.0, 0.0, 0.0, 0.0, 0.0], "
+           "args=[0, 1, 4, -1, 5, 2, 0, 6, 7, 3], beta=[0.0, 0.0, 0.0, 0.0, 0.0], "
+           "ops=[\"Div\", \"Erf\", \"Add\", \"Mul\", \"Mul\"], to=[1, 1, 1, 1, 1]}  # gelu_half",
+           "%z: float32[2, 3, 8] = kiln::Elementwise(%x, %gate) {alpha=[0.0, 0.0, 0.0, 0.0], "
+           "args=[0, -1, 2, 1, 3, -1, 4, -1], beta=[0.0, 0.0, 0.0, 0.0], "
+           "ops=[\"Cast\", \"Mul\", \"Sigmoid\", \"Cast\"], to=[10, 10, 10, 1]}  # up",
+           "%h: float32[2, 3, 8] = Add(%m, %b)  # bias"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  EXPECT_EQ(fuse_ew(kEwChains, /*supported=*/false), ir::to_text(parse(kEwChains)));
+}
+
+TEST(FuseElementwise, AValueReadOutsideTheChainEndsIt) {
+  // %e is read by the chain and by an engine output's node: the chain above %e fuses on its own,
+  // and %e stays a value both read.
+  std::string shared = kEwChains;
+  const std::string outs = "%z: float32[2, 3, 8]) {";
+  shared.replace(shared.find(outs), outs.size(), "%z: float32[2, 3, 8], %k: float32[2, 3, 8]) {");
+  shared.replace(shared.rfind('}'), 1, "  %k: float32[2, 3, 8] = Neg(%e)  # neg\n}");
+  std::string text = fuse_ew(shared);
+  EXPECT_NE(text.find("%e: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%k: float32[2, 3, 8] = Neg(%e)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%y: float32[2, 3, 8] = kiln::Elementwise(%e, %one, %h, %half)"), std::string::npos) << text;
+}
+
+TEST(FuseElementwise, TheCpuReferenceRoundsAsTheUnfusedChain) {
+  // The fused nodes run on the CPU reference (each instruction the ONNX op's kernel, rounded to
+  // its dtype) and match the unfused ops' results bit for bit.
+  ir::Graph g = parse(kEwChains);
+  ir::Graph fused = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_elementwise(&fused, yes).ok());
+  std::map<int, Tensor> v;
+  v[g.find_value("x")] = random_f32({2, 3, 8}, 3);
+  v[g.find_value("w")] = random_f32({8, 8}, 4);
+  auto gate = run_cpu_kernel(g.nodes[size_t(g.values[size_t(g.find_value("c"))].producer)],
+                             {random_f32({2, 1, 1}, 5)}, {{DType::kFloat16, {2, 1, 1}}});
+  ASSERT_TRUE(gate.ok()) << gate.status().to_string();
+  v[g.find_value("gate")] = gate->at(0);
+  for (size_t k = 0; k < g.values.size(); ++k) {
+    if (g.values[k].constant) v[int(k)] = *g.values[k].constant;
+  }
+  auto shape_of = [](const ir::Value& val) {
+    Shape s;
+    for (const ir::Dim& d : *val.shape) s.push_back(d.value());
+    return s;
+  };
+  std::map<int, Tensor> unfused = v, fused_values = v;
+  for (auto* run : {&unfused, &fused_values}) {
+    const ir::Graph& gr = run == &unfused ? g : fused;
+    for (const ir::Node& n : gr.nodes) {
+      std::vector<Tensor> in;
+      for (int i : n.inputs) in.push_back(run->at(i));
+      const ir::Value& out = gr.values[size_t(n.outputs[0])];
+      auto r = run_cpu_kernel(n, in, {{out.dtype, shape_of(out)}});
+      ASSERT_TRUE(r.ok()) << n.describe() << ": " << r.status().to_string();
+      (*run)[n.outputs[0]] = r->at(0);
+    }
+  }
+  for (const char* name : {"y", "z"}) {
+    const Tensor& a = fused_values.at(fused.find_value(name));
+    const Tensor& e = unfused.at(g.find_value(name));
+    ASSERT_EQ(a.shape(), e.shape()) << name;
+    for (int64_t i = 0; i < e.numel(); ++i) ASSERT_EQ(a.float_at(i), e.float_at(i)) << name << " at " << i;
+  }
+}
+
+TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
+  // The program's parser, as shape inference, the CPU reference and the CUDA kernel run it.
+  auto attrs = [](std::vector<std::string> ops, std::vector<int64_t> args, std::vector<int64_t> to) {
+    ops::ElementwiseProgram p;
+    ir::Attributes a;
+    ir::Attribute o;
+    o.type = ir::AttrType::kStrings;
+    o.strings = std::move(ops);
+    a.set("ops", o);
+    ir::Attribute r;
+    r.type = ir::AttrType::kInts;
+    r.ints = std::move(args);
+    a.set("args", r);
+    r.ints = std::move(to);
+    a.set("to", r);
+    return a;
+  };
+  const std::vector<DType> f32x2 = {DType::kFloat32, DType::kFloat32};
+  struct Case {
+    ir::Attributes a;
+    std::vector<DType> in;
+    const char* message;
+  } cases[] = {
+      {attrs({"Add"}, {0, 2}, {1}), f32x2, "second operand register 2 is not one of 0..1"},
+      {attrs({"Add"}, {-1, 0}, {1}), f32x2, "operand register -1 is not one of 0..1"},
+      {attrs({"Relu"}, {0, 1}, {1}), f32x2, "must be -1 (a unary op)"},
+      {attrs({"Softmax"}, {0, -1}, {1}), f32x2, "instruction 0 (Softmax): not an op"},
+      {attrs({"GeluTanh", "Relu"}, {0, -1, 3, -1}, {1, 1}), f32x2, "instruction 1 (Relu): operand register 3"},
+      {attrs({"Add"}, {0, 1}, {10}), f32x2, "result dtype float16 differs from its operand's float32"},
+      {attrs({"Add"}, {0, 1}, {7}), f32x2, "result dtype code 7 is not float32, float16 or bfloat16"},
+      {attrs({"Add"}, {0, 1}, {1}), {DType::kFloat32, DType::kFloat16}, "operands of dtypes float32 and float16"},
+      {attrs({"Add"}, {0, 1}, {1}), {DType::kFloat32, DType::kInt64}, "input 1 has dtype int64"},
+      {attrs({"Add"}, {0, 1, 2}, {1}), f32x2, "do not fit 1 instructions"},
+      {attrs({}, {}, {}), f32x2, "has 0 instructions"},
+      {attrs({"Relu"}, {0, -1}, {1}), std::vector<DType>(9, DType::kFloat32), "has 9 inputs, expected 1 to 8"},
+  };
+  for (const Case& c : cases) {
+    auto p = ops::parse_elementwise_program(c.a, c.in);
+    ASSERT_FALSE(p.ok()) << c.message;
+    EXPECT_NE(p.status().message().find(c.message), std::string::npos) << p.status().message();
+  }
+  ir::Attributes unknown = attrs({"Relu"}, {0, -1}, {1});
+  unknown.set("axis", ir::Attribute{});
+  EXPECT_FALSE(ops::parse_elementwise_program(unknown, f32x2).ok());
+  EXPECT_TRUE(ops::parse_elementwise_program(attrs({"Mul", "Relu"}, {0, 1, 2, -1}, {1, 1}), f32x2).ok());
 }
 
 // A small CNN: Conv+BatchNormalization+Relu, MaxPool, a depthwise Conv with HardSwish and ReLU6,

@@ -456,6 +456,84 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
   }
 }
 
+// Elementwise chains the fuse_elementwise pass turns into one kiln::Elementwise each: a bias
+// [7] (index i % 7), erf GELU, a per-channel gate [1, 8, 1, 1] (index (i / 35) % 8), HardSigmoid
+// and a product; and a broadcast of [n, 1, 7] against [n, 5, 1] (the general walk) into
+// LeakyRelu and Tanh.
+const char* kEwChain = R"(graph g(%x: float32[n, 8, 5, 7], %u: float32[n, 1, 7], %v: float32[n, 5, 1]) -> (%y: float32[n, 8, 5, 7], %z: float32[n, 5, 7]) {
+  opset ai.onnx 17
+  %b: float32[7] = dense<[0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7]>
+  %gch: float32[1, 8, 1, 1] = dense<[1.5, -1.0, 0.5, 2.0, -0.25, 1.0, 0.75, -2.0]>
+  %sqrt2: float32[] = dense<1.4142135>
+  %one: float32[] = dense<1.0>
+  %half: float32[] = dense<0.5>
+  %h: float32[n, 8, 5, 7] = Add(%x, %b)  # bias
+  %d: float32[n, 8, 5, 7] = Div(%h, %sqrt2)  # gelu_div
+  %e: float32[n, 8, 5, 7] = Erf(%d)  # gelu_erf
+  %p: float32[n, 8, 5, 7] = Add(%e, %one)  # gelu_add
+  %q: float32[n, 8, 5, 7] = Mul(%h, %p)  # gelu_mul
+  %g: float32[n, 8, 5, 7] = Mul(%q, %half)  # gelu_half
+  %s: float32[n, 8, 5, 7] = Mul(%g, %gch)  # gate
+  %t: float32[n, 8, 5, 7] = HardSigmoid(%s) {alpha=0.3, beta=0.4}  # hsig
+  %y: float32[n, 8, 5, 7] = Mul(%t, %s)  # prod
+  %a: float32[n, 5, 7] = Add(%u, %v)  # outer
+  %l: float32[n, 5, 7] = LeakyRelu(%a) {alpha=0.2}  # leaky
+  %z: float32[n, 5, 7] = Tanh(%l)  # tanh
+}
+)";
+
+TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  auto g = ir::parse_text(kEwChain, {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  Network net;
+  net.graph = std::move(*g);
+  auto build = [&](Device d, Precision p) {
+    BuilderConfig c = config_for(p);
+    OptimizationProfile prof;
+    EXPECT_TRUE(prof.set_dimensions("x", {1, 8, 5, 7}, {64, 8, 5, 7}, {200, 8, 5, 7}).ok());
+    EXPECT_TRUE(prof.set_dimensions("u", {1, 1, 7}, {64, 1, 7}, {200, 1, 7}).ok());
+    EXPECT_TRUE(prof.set_dimensions("v", {1, 5, 1}, {64, 5, 1}, {200, 5, 1}).ok());
+    c.add_profile(prof);
+    return Builder(d).build(net, c);
+  };
+  auto cpu = build(Device::kCPU, Precision::kFp32);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  EXPECT_EQ(cpu->num_layers(), 12);  // the CPU engine keeps the model's ops
+  auto cpu_ctx = cpu->create_execution_context();
+  ASSERT_TRUE(cpu_ctx.ok());
+  for (Precision p : {Precision::kFp32, Precision::kFp16}) {
+    auto engine = build(Device::kCUDA, p);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    ASSERT_EQ(engine->layers().size(), 2u) << precision_name(p);
+    for (const LayerInfo& l : engine->layers()) {
+      EXPECT_EQ(l.op_type, "Elementwise") << l.name;
+      EXPECT_EQ(l.kernel, "cuda.Elementwise") << l.name;
+    }
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    for (int64_t n : {1, 3, 200}) {
+      std::map<std::string, Tensor> in = {{"x", random_f32({n, 8, 5, 7}, 200 + uint64_t(n))},
+                                          {"u", random_f32({n, 1, 7}, 300 + uint64_t(n))},
+                                          {"v", random_f32({n, 5, 1}, 400 + uint64_t(n))}};
+      auto want = (*cpu_ctx)->run(in);
+      auto got = (*ctx)->run(in);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+      for (const char* name : {"y", "z"}) {
+        ASSERT_EQ(got->at(name).shape(), want->at(name).shape());
+        ErrorStats e = error_stats(got->at(name), want->at(name));
+        std::printf("[cuda] Elementwise %s %s n=%lld: max abs %.3g, cosine %.7f\n", name, precision_name(p),
+                    (long long)n, e.max_abs, e.cosine);
+        if (p == Precision::kFp32) {
+          EXPECT_LE(e.max_abs, 1e-5 + 1e-5 * e.ref_max_abs) << name;
+        } else {
+          EXPECT_GE(e.cosine, 0.9999) << name;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaErrors, DeviceOutOfMemoryNamesTheAmount) {
   REQUIRE_CUDA();
   const backends::Backend* b = *backends::get_backend(Device::kCUDA);

@@ -35,6 +35,7 @@ Status fold_batch_norm(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
+Status fuse_elementwise(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
@@ -50,6 +51,7 @@ SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
+Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
 // kernels are faster channels last; tests take float32 ones too, to check against the CPU
 // reference.

@@ -11,43 +11,15 @@
 #include <vector>
 
 #include "builder/build_state.h"
+#include "builder/graph_match.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
 namespace {
 
-std::vector<int> readers_of(const ir::Graph& g, int value) {
-  std::vector<int> out;
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    for (int v : g.nodes[n].inputs) {
-      if (v == value) {
-        out.push_back(int(n));
-        break;
-      }
-    }
-  }
-  return out;
-}
-
-bool is_graph_output(const ir::Graph& g, int v) {
-  for (int o : g.outputs) {
-    if (o == v) return true;
-  }
-  return false;
-}
-
-// The one node reading `v`, when exactly one does and `v` is no engine output; else -1.
-int sole_reader(const ir::Graph& g, int v) {
-  if (is_graph_output(g, v)) return -1;
-  std::vector<int> r = readers_of(g, v);
-  return r.size() == 1 ? r[0] : -1;
-}
-
 bool same_type(const ir::Value& a, const ir::Value& b) {
   return a.dtype == b.dtype && a.shape && b.shape && *a.shape == *b.shape;
 }
-
-bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
 std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& n, size_t i) {
   if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;

@@ -19,6 +19,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout},                // CUDA: FP16/BF16 conv stacks in NHWC
+      {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile
       {"select_kernels", select_kernels},              // a kernel (tactic) per node

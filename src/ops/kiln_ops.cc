@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/elementwise_program.h"
 #include "ops/schema.h"
 
 namespace kiln::ops {
@@ -204,6 +205,29 @@ Status infer_pool(InferContext& ctx) {
   return ok_status();
 }
 
+// kiln::Elementwise(x0, ..., xn) {ops, args, to, alpha, beta}: a chain of elementwise ops fused
+// by fuse_elementwise (the program: ops/elementwise_program.h). Each instruction's result has the
+// broadcast shape of its operands, as the op it replaced; the output is the last one's.
+Status infer_elementwise(InferContext& ctx) {
+  std::vector<DType> dtypes;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is missing");
+    dtypes.push_back(ctx.input_dtype(i));
+  }
+  auto program = parse_elementwise_program(ctx.attrs(), dtypes);
+  if (!program.ok()) return ctx.error(StatusCode::kInvalidModel, program.status().message());
+  std::vector<std::vector<Dim>> shapes;
+  for (int i = 0; i < ctx.num_inputs(); ++i) shapes.push_back(ctx.input_shape(i));
+  for (const EwInstruction& ins : program->code) {
+    std::vector<std::vector<Dim>> operands{shapes[size_t(ins.a)]};
+    if (ins.b >= 0) operands.push_back(shapes[size_t(ins.b)]);
+    KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, ctx.broadcast_shapes(operands));
+    shapes.push_back(std::move(out));
+  }
+  ctx.set_output(0, program->code.back().to, shapes.back());
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
@@ -214,6 +238,9 @@ void register_kiln_ops(OpRegistry& r) {
   // As MaxPool and AveragePool: data movement and short sums, in whatever float type arrives.
   r.add(OpSchema{OpKind::kPool, 1, 1, 1, 1, &infer_pool,
                  OpTraits{.precision = PrecisionClass::kFollow}});
+  // Made after precision assignment, of values already typed: computes in the dtypes it holds.
+  r.add(OpSchema{OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
+                 OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow}});
 }
 
 }  // namespace kiln::ops

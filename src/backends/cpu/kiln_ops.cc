@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/numeric.h"
+#include "ops/elementwise_program.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -249,12 +250,92 @@ StatusOr<std::unique_ptr<Kernel>> create_pool(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new PoolKernel(pool, std::move(attrs)));
 }
 
+// kiln::Elementwise: each instruction runs the reference kernel of the ONNX op it replaced, into
+// a tensor of its own dtype and broadcast shape, so the fused node rounds as the unfused chain.
+class ElementwiseKernel final : public Kernel {
+ public:
+  ElementwiseKernel(ops::ElementwiseProgram p, std::vector<KernelFn> fns)
+      : p_(std::move(p)), fns_(std::move(fns)) {
+    for (const ops::EwInstruction& i : p_.code) attrs_.push_back(ops::ew_onnx_attributes(i));
+  }
+  std::string name() const override { return "cpu.Elementwise"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (int(in.size()) != p_.num_inputs || out.size() != 1) {
+      return invalid_argument("Elementwise: needs " + std::to_string(p_.num_inputs) + " inputs and one output");
+    }
+    std::vector<Tensor> results;  // instruction j's result
+    results.reserve(p_.code.size());
+    auto reg = [&](int r) { return r < p_.num_inputs ? in[size_t(r)] : results[size_t(r - p_.num_inputs)].view(); };
+    for (size_t j = 0; j < p_.code.size(); ++j) {
+      const ops::EwInstruction& ins = p_.code[j];
+      std::vector<TensorView> operands{reg(ins.a)};
+      if (ins.b >= 0) operands.push_back(reg(ins.b));
+      // The broadcast shape of the operands (numpy rules; the kernel checks they broadcast).
+      Shape shape;
+      for (const TensorView& v : operands) {
+        if (v.shape.size() > shape.size()) shape.insert(shape.begin(), v.shape.size() - shape.size(), 1);
+        for (size_t d = 0; d < v.shape.size(); ++d) {
+          int64_t& o = shape[shape.size() - v.shape.size() + d];
+          if (o == 1) o = v.shape[d];
+        }
+      }
+      const bool last = j + 1 == p_.code.size();
+      if (last && (out[0].dtype != ins.to || !std::equal(shape.begin(), shape.end(), out[0].shape.begin(),
+                                                         out[0].shape.end()))) {
+        return invalid_argument("Elementwise: output is " + std::string(dtype_name(out[0].dtype)) +
+                                shape_to_string(out[0].shape) + ", the program computes " +
+                                std::string(dtype_name(ins.to)) + shape_to_string(shape));
+      }
+      TensorView dst = out[0];
+      if (!last) {
+        KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(ins.to, shape));
+        results.push_back(std::move(t));
+        dst = results.back().view();
+      }
+      Status st = fns_[j](KernelArgs{attrs_[j], operands, std::span<const TensorView>(&dst, 1)});
+      if (!st.ok()) return Status(st.code(), "Elementwise instruction " + std::to_string(j) + " (" + ins.name + "): " + st.message());
+    }
+    return ok_status();
+  }
+
+ private:
+  ops::ElementwiseProgram p_;
+  std::vector<KernelFn> fns_;
+  std::vector<ir::Attributes> attrs_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
+  std::vector<DType> dtypes;
+  for (const ir::Value* v : q.inputs) {
+    if (!v) return invalid_argument(q.node.describe() + ": an input is missing");
+    dtypes.push_back(v->dtype);
+  }
+  auto p = ops::parse_elementwise_program(q.node.attrs, dtypes);
+  if (!p.ok()) return Status(p.status().code(), q.node.describe() + ": " + p.status().message());
+  static const std::vector<KernelRegistry::Entry> entries = [] {
+    KernelRegistry r;
+    register_elementwise_kernels(r);
+    register_math_kernels(r);
+    return r.entries();
+  }();
+  std::vector<KernelFn> fns;
+  for (const ops::EwInstruction& i : p->code) {
+    const size_t k = size_t(ops::ew_onnx_kind(i.op));
+    if (k >= entries.size() || !entries[k].fn) {
+      return internal_error(q.node.describe() + ": no CPU kernel function for " + i.name);
+    }
+    fns.push_back(entries[k].fn);
+  }
+  return std::unique_ptr<Kernel>(new ElementwiseKernel(std::move(p).value(), std::move(fns)));
+}
+
 }  // namespace
 
 void register_kiln_kernels(KernelRegistry& r) {
   r.add(OpKind::kMatMulBias, &matmul_bias_kernel);
   r.add_factory(OpKind::kFusedConv, &create_fused_conv);
   r.add_factory(OpKind::kPool, &create_pool);
+  r.add_factory(OpKind::kElementwise, &create_elementwise);
 }
 
 }  // namespace kiln::backends::cpu

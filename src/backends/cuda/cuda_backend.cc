@@ -412,6 +412,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   Registry families;
   register_elementwise(families);
   register_gemm(families);
+  register_fused_elementwise(families);
   register_conv_gemm(families);   // before register_conv_graph and register_conv: preferred
   register_conv_graph(families);  // where each applies
   register_conv(families);

@@ -193,6 +193,7 @@ struct Registry {
 
 void register_elementwise(Registry& r);
 void register_gemm(Registry& r);
+void register_fused_elementwise(Registry& r);  // kiln::Elementwise (fused_elementwise.cu)
 void register_conv_gemm(Registry& r);  // channels-last 1x1 FusedConv as a cuBLASLt GEMM
 void register_conv_graph(Registry& r);  // channels-last FusedConv on cuDNN's graph API
 void register_conv(Registry& r);

@@ -1,0 +1,41 @@
+// Small queries the fusion passes match subgraphs with: who reads a value, whether it is an
+// engine output, whether a node is a given ONNX op.
+#pragma once
+
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::builder {
+
+// The nodes reading `value`, each once, in node order.
+inline std::vector<int> readers_of(const ir::Graph& g, int value) {
+  std::vector<int> out;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (int v : g.nodes[n].inputs) {
+      if (v == value) {
+        out.push_back(int(n));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+inline bool is_graph_output(const ir::Graph& g, int v) {
+  for (int o : g.outputs) {
+    if (o == v) return true;
+  }
+  return false;
+}
+
+// The one node reading `v`, when exactly one does and `v` is no engine output; else -1.
+inline int sole_reader(const ir::Graph& g, int v) {
+  if (is_graph_output(g, v)) return -1;
+  std::vector<int> r = readers_of(g, v);
+  return r.size() == 1 ? r[0] : -1;
+}
+
+inline bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+}  // namespace kiln::builder
