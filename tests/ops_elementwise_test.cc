@@ -825,5 +825,73 @@ TEST(MathKernel, CeluOnDoubleAndHalf) {
   EXPECT_EQ(r.dtype(), DType::kBFloat16);
 }
 
+// kiln::Elementwise, the fused chains of fuse_elementwise: every instruction op, operands that
+// broadcast three ways (the output's shape [2, 3, 5], a trailing row [5], a per-sample [2, 1, 1]),
+// results accumulated so each one reaches the output. The CPU reference runs each instruction's
+// ONNX kernel; each device present runs its kernel against it.
+TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
+  struct Ins {
+    const char* op;
+    int a, b;
+    float alpha = 0, beta = 0;
+    int to = 1;
+  };
+  // Registers: 0 x [2, 3, 5] in [-2, 2], 1 bias [5] in [0.5, 1.5], 2 gate [2, 1, 1]; then results.
+  const std::vector<std::vector<Ins>> programs = {
+      {{"Add", 0, 1},  {"Sub", 3, 2},  {"Mul", 4, 0},        {"Div", 5, 1},  {"Pow", 1, 0},  {"Add", 6, 7},
+       {"Sqrt", 1, -1}, {"Add", 8, 9}, {"Log", 1, -1},       {"Add", 10, 11}, {"Reciprocal", 1, -1},
+       {"Mul", 12, 13}, {"Exp", 0, -1}, {"Sub", 14, 15},     {"Abs", 16, -1}, {"Neg", 17, -1}, {"Relu", 16, -1},
+       {"Add", 18, 19}},
+      {{"Sigmoid", 0, -1}, {"Tanh", 0, -1}, {"Add", 3, 4}, {"Erf", 0, -1}, {"Add", 5, 6}, {"Identity", 0, -1},
+       {"Add", 7, 8}, {"HardSigmoid", 0, -1, 0.3f, 0.4f}, {"Add", 9, 10}, {"HardSwish", 0, -1}, {"Add", 11, 12},
+       {"LeakyRelu", 0, -1, 0.2f}, {"Add", 13, 14}, {"Gelu", 0, -1}, {"Add", 15, 16}},
+      {{"GeluTanh", 0, -1}, {"Sin", 0, -1}, {"Add", 3, 4}, {"Cos", 0, -1}, {"Add", 5, 6}, {"Floor", 0, -1},
+       {"Add", 7, 8}, {"Ceil", 0, -1}, {"Add", 9, 10}, {"Softplus", 0, -1}, {"Add", 11, 12},
+       {"Cast", 13, -1, 0, 0, 10}, {"Cast", 14, -1, 0, 0, 1}, {"Mul", 15, 2}},
+  };
+  std::vector<float> xv(30), bv(5), gv = {0.75f, -1.25f};
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = -2.0f + 4.0f * float((i * 37) % 30) / 29.0f;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.5f + 0.25f * float(i);
+  const Tensor x = make_f32({2, 3, 5}, xv), bias = make_f32({5}, bv), gate = make_f32({2, 1, 1}, gv);
+  for (size_t k = 0; k < programs.size(); ++k) {
+    OpNode node = op("Elementwise", 1, "kiln").named("ew" + std::to_string(k));
+    ir::Attribute ops_attr, args, to, alpha, beta;
+    ops_attr.type = ir::AttrType::kStrings;
+    args.type = to.type = ir::AttrType::kInts;
+    alpha.type = beta.type = ir::AttrType::kFloats;
+    for (const Ins& i : programs[k]) {
+      ops_attr.strings.push_back(i.op);
+      args.ints.insert(args.ints.end(), {i.a, i.b});
+      to.ints.push_back(i.to);
+      alpha.floats.push_back(i.alpha);
+      beta.floats.push_back(i.beta);
+    }
+    for (auto& [name, a] : std::vector<std::pair<std::string, ir::Attribute>>{
+             {"ops", ops_attr}, {"args", args}, {"to", to}, {"alpha", alpha}, {"beta", beta}}) {
+      node.node.attrs.set(name, a);
+    }
+    auto r = run_case({.node = node, .inputs = {x, bias, gate}, .expect_support = true,
+                       .label = "program " + std::to_string(k)});
+    ASSERT_TRUE(r.ok()) << "program " << k << ": " << r.status().to_string();
+    ASSERT_EQ((*r)[0].shape(), (Shape{2, 3, 5}));
+  }
+  // Inference refuses what the program's parser refuses, naming the node.
+  OpNode bad = op("Elementwise", 1, "kiln").named("ew_bad");
+  ir::Attribute o;
+  o.type = ir::AttrType::kStrings;
+  o.strings = {"Add"};
+  bad.node.attrs.set("ops", o);
+  ir::Attribute a;
+  a.type = ir::AttrType::kInts;
+  a.ints = {0, 5};
+  bad.node.attrs.set("args", a);
+  a.ints = {1};
+  bad.node.attrs.set("to", a);
+  testing::Inferred r = infer_node(bad, {f32({2}), f32({2})});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status.message().find("second operand register 5"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("ew_bad"), std::string::npos) << r.status.message();
+}
+
 }  // namespace
 }  // namespace kiln
