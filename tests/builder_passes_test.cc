@@ -417,6 +417,90 @@ TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
   EXPECT_TRUE(ops::parse_elementwise_program(attrs({"Mul", "Relu"}, {0, 1, 2, -1}, {1, 1}), f32x2).ok());
 }
 
+// ---- fuse_matmul_bias ----
+
+std::string fuse_mm(const std::string& text, bool supported = true) {
+  ir::Graph g = parse(text);
+  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) { return supported; };
+  Status st = builder::fuse_matmul_bias(&g, supports);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  ir::compact(&g);
+  return ir::to_text(g);
+}
+
+// Linear layers as exporters write them: bias then erf GELU with Div by sqrt(2) and the halving
+// last (TorchScript, transformers); Mul by 1/sqrt(2) with the halving first and the bias first in
+// its Add; the Gelu op; Relu without a bias; and a bias Add alone (left for the elementwise pass).
+const char* kLinears = R"(graph g(%x: float32[2, 3, 4]) -> (%y1: float32[2, 3, 4], %y2: float32[2, 3, 4], %y3: float32[2, 3, 4], %y4: float32[2, 3, 4], %y5: float32[2, 3, 4]) {
+  opset ai.onnx 20
+  %w: float32[4, 4] = dense<[0.5, -0.25, 0.125, 1.0, -0.5, 0.75, 0.25, -1.0, 1.5, 0.0, -0.75, 0.5, 0.25, 0.5, -0.125, -0.5]>
+  %b: float32[4] = dense<[0.1, -0.2, 0.3, -0.4]>
+  %sqrt2: float32[] = dense<1.4142135>
+  %rsqrt2: float32[] = dense<0.70710677>
+  %one: float32[] = dense<1.0>
+  %half: float32[] = dense<0.5>
+  %m1: float32[2, 3, 4] = MatMul(%x, %w)  # fc1
+  %h1: float32[2, 3, 4] = Add(%m1, %b)  # bias1
+  %d1: float32[2, 3, 4] = Div(%h1, %sqrt2)  # div1
+  %e1: float32[2, 3, 4] = Erf(%d1)  # erf1
+  %p1: float32[2, 3, 4] = Add(%e1, %one)  # add1
+  %q1: float32[2, 3, 4] = Mul(%h1, %p1)  # mul1
+  %y1: float32[2, 3, 4] = Mul(%q1, %half)  # half1
+  %m2: float32[2, 3, 4] = MatMul(%y1, %w)  # fc2
+  %h2: float32[2, 3, 4] = Add(%b, %m2)  # bias2
+  %d2: float32[2, 3, 4] = Mul(%rsqrt2, %h2)  # div2
+  %e2: float32[2, 3, 4] = Erf(%d2)  # erf2
+  %p2: float32[2, 3, 4] = Add(%one, %e2)  # add2
+  %q2: float32[2, 3, 4] = Mul(%h2, %half)  # mul2
+  %y2: float32[2, 3, 4] = Mul(%p2, %q2)  # half2
+  %m3: float32[2, 3, 4] = MatMul(%y2, %w)  # fc3
+  %h3: float32[2, 3, 4] = Add(%m3, %b)  # bias3
+  %y3: float32[2, 3, 4] = Gelu(%h3) {approximate="tanh"}  # gelu3
+  %m4: float32[2, 3, 4] = MatMul(%y3, %w)  # fc4
+  %y4: float32[2, 3, 4] = Relu(%m4)  # relu4
+  %m5: float32[2, 3, 4] = MatMul(%y4, %w)  # fc5
+  %y5: float32[2, 3, 4] = Add(%m5, %b)  # bias5
+}
+)";
+
+TEST(FuseMatMulBias, LinearLayersWithActivationsBecomeMatMulBias) {
+  std::string text = fuse_mm(kLinears);
+  for (const char* part : {
+           "%y1: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_erf\"}  # fc1",
+           "%y2: float32[2, 3, 4] = kiln::MatMulBias(%y1, %w, %b) {activation=\"gelu_erf\"}  # fc2",
+           "%y3: float32[2, 3, 4] = kiln::MatMulBias(%y2, %w, %b) {activation=\"gelu_tanh\"}  # fc3",
+           "%y4: float32[2, 3, 4] = kiln::MatMulBias(%y3, %w) {activation=\"relu\"}  # fc4",
+           "%m5: float32[2, 3, 4] = MatMul(%y4, %w)  # fc5", "%y5: float32[2, 3, 4] = Add(%m5, %b)  # bias5"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* op : {"Erf(", "Div(", "Gelu(", "Relu("}) {
+    EXPECT_EQ(text.find(op), std::string::npos) << op << "\n" << text;
+  }
+  EXPECT_EQ(fuse_mm(kLinears, /*supported=*/false), ir::to_text(parse(kLinears)));
+  // A GELU intermediate read outside the pattern keeps that layer unfused.
+  std::string shared = kLinears;
+  const std::string outs = "%y5: float32[2, 3, 4]) {";
+  shared.replace(shared.find(outs), outs.size(), "%y5: float32[2, 3, 4], %e1: float32[2, 3, 4]) {");
+  EXPECT_NE(fuse_mm(shared).find("Erf(%d1)"), std::string::npos);
+}
+
+TEST(FuseMatMulBias, TheFusedReferenceMatchesTheUnfusedLayers) {
+  ir::Graph g = parse(kLinears);
+  ir::Graph fused = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_matmul_bias(&fused, yes).ok());
+  Tensor x = random_f32({2, 3, 4}, 21);
+  std::map<int, Tensor> want = run_unfused(g, x), got = run_unfused(fused, x);
+  for (const char* name : {"y1", "y2", "y3", "y4", "y5"}) {
+    ErrorStats e = error_stats(got.at(fused.find_value(name)), want.at(g.find_value(name)));
+    EXPECT_LE(e.max_abs, 1e-6 * std::max(1.0, e.ref_max_abs)) << name;
+  }
+}
+
 // A small CNN: Conv+BatchNormalization+Relu, MaxPool, a depthwise Conv with HardSwish and ReLU6,
 // AveragePool, Concat, a 1x1 Conv with InstanceNormalization and SiLU, a residual Add,
 // GlobalAveragePool and Flatten.

@@ -33,6 +33,7 @@ Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
 Status fold_batch_norm(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
+Status fuse_matmul_bias(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
 Status fuse_elementwise(BuildState& s);
@@ -52,6 +53,7 @@ SupportsFn backend_supports(const BuildState& s);
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
+Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
 // kernels are faster channels last; tests take float32 ones too, to check against the CPU
 // reference.

@@ -21,13 +21,6 @@ bool same_type(const ir::Value& a, const ir::Value& b) {
   return a.dtype == b.dtype && a.shape && b.shape && *a.shape == *b.shape;
 }
 
-std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& n, size_t i) {
-  if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
-  const ir::Value& v = g.values[size_t(n.inputs[i])];
-  if (!v.constant || v.constant->numel() != 1) return std::nullopt;
-  return float(v.constant->float_at(0));
-}
-
 struct Activation {
   std::string name = "none";
   std::vector<float> params;

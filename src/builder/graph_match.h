@@ -2,6 +2,7 @@
 // engine output, whether a node is a given ONNX op.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -37,5 +38,13 @@ inline int sole_reader(const ir::Graph& g, int v) {
 }
 
 inline bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+// Input i of n when it is a constant of one element, as a float.
+inline std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
+  const ir::Value& v = g.values[size_t(n.inputs[i])];
+  if (!v.constant || v.constant->numel() != 1) return std::nullopt;
+  return float(v.constant->float_at(0));
+}
 
 }  // namespace kiln::builder

@@ -1,0 +1,152 @@
+// Pass fuse_matmul_bias: a MatMul, the bias Add after it and the activation after that become
+// one kiln::MatMulBias (ops/kiln_ops.cc), whose CUDA kernel applies bias and activation in one
+// pass after the GEMM, the sum and the activation in float, instead of a pass per op (erf GELU
+// as exporters write it is five). Matched, each intermediate read by nothing else and no engine
+// output:
+//   MatMul [-> Add(., bias) | Add(bias, .)] -> Relu | Gelu | x * 0.5 * (1 + Erf(x / sqrt(2)))
+// in the orders the TorchScript exporter and transformers write the last (Div by sqrt(2) or Mul
+// by 1/sqrt(2); the halving before or after the product). The bias must leave the product's
+// shape as it is (it broadcasts from the right). A MatMul and bias without an activation stay as
+// they are: the elementwise pass fuses the Add with what follows it (a residual), which a
+// MatMulBias would split. Runs before assign_precision (the fused op is a compute-bound one).
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "builder/build_state.h"
+#include "builder/graph_match.h"
+#include "ir/rewrite.h"
+
+namespace kiln::builder {
+namespace {
+
+bool near(std::optional<float> v, double want) { return v && std::fabs(double(*v) - want) <= 1e-5 * std::fabs(want); }
+
+// The scalar constant operand of binary node n other than input `x`, when there is one.
+std::optional<float> other_constant(const ir::Graph& g, const ir::Node& n, int x) {
+  if (n.inputs.size() != 2) return std::nullopt;
+  if (n.inputs[0] == x) return scalar_constant(g, n, 1);
+  if (n.inputs[1] == x) return scalar_constant(g, n, 0);
+  return std::nullopt;
+}
+
+struct Activation {
+  const char* name;
+  std::vector<int> nodes;
+  int output;
+};
+
+// x * 0.5 * (1 + Erf(x / sqrt(2))) over `v`, as the nodes reading v compute it.
+std::optional<Activation> gelu_erf_of(const ir::Graph& g, int v) {
+  std::vector<int> r = readers_of(g, v);
+  if (r.size() != 2 || is_graph_output(g, v)) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const ir::Node& scale = g.nodes[size_t(r[k])];
+    const ir::Node& mul = g.nodes[size_t(r[1 - k])];
+    const bool div = is_onnx(scale, "Div") && scale.inputs.size() == 2 && scale.inputs[0] == v &&
+                     near(scalar_constant(g, scale, 1), std::sqrt(2.0));
+    const bool mul_scale = is_onnx(scale, "Mul") && near(other_constant(g, scale, v), std::sqrt(0.5));
+    if (!(div || mul_scale) || !is_onnx(mul, "Mul") || mul.inputs.size() != 2) continue;
+    const int erf_n = sole_reader(g, scale.outputs[0]);
+    if (erf_n < 0 || !is_onnx(g.nodes[size_t(erf_n)], "Erf")) continue;
+    const int e = g.nodes[size_t(erf_n)].outputs[0];
+    const int add_n = sole_reader(g, e);
+    if (add_n < 0 || !is_onnx(g.nodes[size_t(add_n)], "Add") || !near(other_constant(g, g.nodes[size_t(add_n)], e), 1.0)) {
+      continue;
+    }
+    const int p = g.nodes[size_t(add_n)].outputs[0];
+    const int m = mul.outputs[0];
+    const int last_n = sole_reader(g, m);
+    if (last_n < 0 || !is_onnx(g.nodes[size_t(last_n)], "Mul")) continue;
+    const ir::Node& last = g.nodes[size_t(last_n)];
+    // (a) Mul(v, p) then Mul(., 0.5); (b) Mul(v, 0.5) then Mul(., p).
+    const bool a = (mul.inputs[0] == p || mul.inputs[1] == p) && (mul.inputs[0] == v || mul.inputs[1] == v) &&
+                   near(other_constant(g, last, m), 0.5);
+    const bool b = near(other_constant(g, mul, v), 0.5) && sole_reader(g, p) == last_n &&
+                   last.inputs.size() == 2 && (last.inputs[0] == p || last.inputs[1] == p);
+    if (!a && !b) continue;
+    if (a && sole_reader(g, p) != r[1 - k]) continue;
+    return Activation{"gelu_erf", {r[k], erf_n, add_n, r[1 - k], last_n}, last.outputs[0]};
+  }
+  return std::nullopt;
+}
+
+std::optional<Activation> activation_of(const ir::Graph& g, int v) {
+  if (auto gelu = gelu_erf_of(g, v)) return gelu;
+  const int n = sole_reader(g, v);
+  if (n < 0) return std::nullopt;
+  const ir::Node& node = g.nodes[size_t(n)];
+  if (node.inputs.empty() || node.inputs[0] != v || node.outputs.size() != 1) return std::nullopt;
+  if (is_onnx(node, "Relu")) return Activation{"relu", {n}, node.outputs[0]};
+  if (is_onnx(node, "Gelu")) {
+    auto approx = node.attrs.get_string("approximate", "none");
+    if (!approx.ok()) return std::nullopt;
+    if (*approx == "none") return Activation{"gelu_erf", {n}, node.outputs[0]};
+    if (*approx == "tanh") return Activation{"gelu_tanh", {n}, node.outputs[0]};
+  }
+  return std::nullopt;
+}
+
+StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
+  const ir::Node& matmul = g->nodes[size_t(mm)];
+  if (!is_onnx(matmul, "MatMul") || matmul.inputs.size() != 2 || matmul.outputs.size() != 1) return false;
+  const int y = matmul.outputs[0];
+  const ir::Value& yv = g->values[size_t(y)];
+  if (!yv.shape || !is_float(yv.dtype)) return false;
+  std::vector<int> matched = {mm};
+  int bias = -1, cur = y;
+  const int add = sole_reader(*g, y);
+  if (add >= 0 && is_onnx(g->nodes[size_t(add)], "Add") && g->nodes[size_t(add)].inputs.size() == 2) {
+    const ir::Node& a = g->nodes[size_t(add)];
+    const int other = a.inputs[0] == y ? a.inputs[1] : a.inputs[0];
+    const int out = a.outputs.empty() ? -1 : a.outputs[0];
+    if (other >= 0 && other != y && out >= 0) {
+      const ir::Value &ov = g->values[size_t(out)], &bv = g->values[size_t(other)];
+      if (ov.dtype == yv.dtype && bv.dtype == yv.dtype && ov.shape && *ov.shape == *yv.shape && bv.shape &&
+          bv.shape->size() <= yv.shape->size()) {
+        bias = other;
+        cur = out;
+        matched.push_back(add);
+      }
+    }
+  }
+  std::optional<Activation> act = activation_of(*g, cur);
+  if (!act) return false;
+  ir::Node fused = matmul;
+  fused.domain = "kiln";
+  fused.op_type = "MatMulBias";
+  fused.opset = 1;
+  fused.attrs = ir::Attributes{};
+  ir::Attribute name;
+  name.type = ir::AttrType::kString;
+  name.s = act->name;
+  fused.attrs.set("activation", name);
+  if (bias >= 0) fused.inputs.push_back(bias);
+  fused.outputs = {act->output};
+  matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());
+  std::vector<const ir::Value*> in, out = {&g->values[size_t(act->output)]};
+  for (int v : fused.inputs) in.push_back(&g->values[size_t(v)]);
+  if (!supports(fused, in, out)) return false;
+  auto r = ir::replace_nodes(g, matched, std::move(fused));
+  if (!r.ok()) return false;  // e.g. the bias depends on the product: left unfused
+  g->opsets.emplace("kiln", 1);
+  return true;
+}
+
+}  // namespace
+
+Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports) {
+  for (size_t n = 0; n < g->nodes.size();) {
+    KILN_ASSIGN_OR_RETURN(bool fused, fuse_at(g, int(n), supports));
+    if (!fused) ++n;
+  }
+  return ok_status();
+}
+
+// CUDA only, as fuse_elementwise: the CPU runs the same reference kernels either way.
+Status fuse_matmul_bias(BuildState& s) {
+  if (s.backend.device() != Device::kCUDA) return ok_status();
+  return fuse_matmul_bias(&s.graph, backend_supports(s));
+}
+
+}  // namespace kiln::builder
