@@ -875,6 +875,29 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
     ASSERT_TRUE(r.ok()) << "program " << k << ": " << r.status().to_string();
     ASSERT_EQ((*r)[0].shape(), (Shape{2, 3, 5}));
   }
+  // Broadcasts of three runs (the CUDA kernel's general walk) and of two, against each other.
+  {
+    OpNode node = op("Elementwise", 1, "kiln").named("ew_walk");
+    ir::Attribute ops_attr, args, to;
+    ops_attr.type = ir::AttrType::kStrings;
+    ops_attr.strings = {"Sub", "Tanh"};
+    args.type = to.type = ir::AttrType::kInts;
+    args.ints = {0, 1, 2, -1};
+    to.ints = {1, 1};
+    node.node.attrs.set("ops", ops_attr);
+    node.node.attrs.set("args", args);
+    node.node.attrs.set("to", to);
+    std::vector<float> av(12), bv(20);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = 0.25f * float(i) - 1.0f;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.1f * float(i * 7 % 20);
+    auto r = run_case({.node = node, .inputs = {make_f32({2, 1, 3, 1, 2}, av), make_f32({1, 4, 1, 5, 1}, bv)},
+                       .expect_support = true, .label = "walk"});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ((*r)[0].shape(), (Shape{2, 4, 3, 5, 2}));
+    // Element [1, 2, 0, 3, 1]: tanh(a[1, 0, 0, 0, 1] - b[0, 2, 0, 3, 0]).
+    const float want = std::tanh(av[1 * 6 + 1] - bv[2 * 5 + 3]);
+    EXPECT_NEAR((*r)[0].float_at((((1 * 4 + 2) * 3 + 0) * 5 + 3) * 2 + 1), want, 1e-6f);
+  }
   // Inference refuses what the program's parser refuses, naming the node.
   OpNode bad = op("Elementwise", 1, "kiln").named("ew_bad");
   ir::Attribute o;

@@ -133,6 +133,31 @@ TEST(NormOpsKernel, SoftmaxSingleAxisOpset13) {
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 4}, naive_softmax(x, 6, 4, 1, false))));
 }
 
+// Contiguous rows of every length class the CUDA warp-per-row kernel has (up to 128, 256, 512,
+// 1024 elements) and past it (the block-per-row kernel), Softmax and LogSoftmax, float32 and the
+// reduced types, each device against the reference; a row of -inf stays NaN as the reference.
+TEST(NormOpsKernel, SoftmaxRowsOfEveryLength) {
+  for (int64_t n : {1, 7, 128, 197, 300, 1000, 1500}) {
+    std::vector<float> x = ramp(size_t(3 * n), 0.37f, -4.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::fmod(x[i], 9.0f);
+    for (const char* name : {"Softmax", "LogSoftmax"}) {
+      OpNode node = op(name, 13);
+      auto out = run_case(node, {make_f32({3, n}, x)});
+      ASSERT_TRUE(out.ok()) << name << " n=" << n << ": " << out.status().to_string();
+      EXPECT_TRUE(testing::all_close((*out)[0], make_f32({3, n}, naive_softmax(x, 3, n, 1, std::string(name) == "LogSoftmax"))))
+          << name << " n=" << n;
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        auto h = testing::run_reduced_case({.node = node, .inputs = {make_f32({3, n}, x)}, .label = name}, dt);
+        ASSERT_TRUE(h.ok()) << name << " n=" << n << " " << dtype_name(dt) << ": " << h.status().to_string();
+      }
+    }
+  }
+  std::vector<float> masked(8, -INFINITY);
+  auto out = run_case(op("Softmax", 13), {make_f32({2, 4}, masked)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(std::isnan((*out)[0].float_at(0)));
+}
+
 TEST(NormOpsKernel, SoftmaxCoercedTo2dBeforeOpset13) {
   std::vector<float> x = ramp(24, 0.7f, 0.5f);
   // Default axis 1: rows of 12 elements.

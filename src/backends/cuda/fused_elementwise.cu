@@ -9,8 +9,9 @@
 //
 // Inputs are read where the output element maps: (i / div) % mod covers an input of the
 // output's shape (div 1, mod n), a scalar (mod 1), a trailing bias [C] (div 1, mod C), a
-// per-channel [C, 1, 1] or per-sample [N, C, 1, 1] gate (div H*W); any other broadcast walks the
-// output's dims with the input's strides.
+// per-channel [C, 1, 1] or per-sample [N, C, 1, 1] gate (div H*W); two such terms an attention
+// mask [N, 1, 1, S] over [N, H, S, S]; any other broadcast walks the output's dims with the
+// input's strides.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -32,7 +33,7 @@ constexpr int kVec = 4;
 
 enum Round : uint8_t { kRoundNone, kRoundHalf, kRoundBf16 };
 // How output element i finds its element of an input.
-enum Map : uint8_t { kMapSame, kMapScalar, kMapDivMod, kMapWalk };
+enum Map : uint8_t { kMapSame, kMapScalar, kMapDivMod, kMapDivMod2, kMapWalk };
 
 // Slots 0..n_in-1 hold the inputs (loaded once per element, a scalar once per thread); results
 // take the slots after them, reused once dead.
@@ -51,7 +52,8 @@ struct Io {
   const void* in[kMaxIn];
   int in_dtype[kMaxIn];
   uint8_t map[kMaxIn];
-  int64_t div[kMaxIn], mod[kMaxIn];  // kMapDivMod: (i / div) % mod
+  // kMapDivMod: (i / div[0]) % mod[0]; kMapDivMod2: that times mul[0], plus (i / div[1]) % mod[1]
+  int64_t div[kMaxIn][2], mod[kMaxIn][2], mul[kMaxIn];
   int rank = 0;
   int64_t dims[kMaxRank];
   int64_t strides[kMaxIn][kMaxRank];  // kMapWalk
@@ -95,7 +97,10 @@ __global__ void __launch_bounds__(256) fused_elementwise_kernel(const __grid_con
         if (map == kMapSame) {
           off = int64_t(i);
         } else if (map == kMapDivMod) {
-          off = int64_t((i / I(io.div[q])) % I(io.mod[q]));
+          off = int64_t((i / I(io.div[q][0])) % I(io.mod[q][0]));
+        } else if (map == kMapDivMod2) {
+          off = int64_t((i / I(io.div[q][0])) % I(io.mod[q][0])) * io.mul[q] +
+                int64_t((i / I(io.div[q][1])) % I(io.mod[q][1]));
         } else {
           off = walk_offset(int64_t(i), io.rank, io.dims, io.strides[q]);
         }
@@ -256,7 +261,7 @@ class FusedElementwiseKernel final : public CudaKernel {
     if (xr > r) return invalid_argument("Elementwise: input " + std::to_string(k) + " has a higher rank than the output");
     std::vector<int64_t> full(size_t(r), 1);
     for (int d = 0; d < xr; ++d) full[size_t(r - xr + d)] = xs[size_t(d)];
-    int first = -1, last = -1;  // the dims where the input is not broadcast
+    int first = -1;  // the first dim where the input is not broadcast
     for (int d = 0; d < r; ++d) {
       if (full[size_t(d)] != ys[size_t(d)] && full[size_t(d)] != 1) {
         return invalid_argument("Elementwise: input " + std::to_string(k) + " shape " + shape_to_string(xs) +
@@ -264,18 +269,45 @@ class FusedElementwiseKernel final : public CudaKernel {
       }
       if (full[size_t(d)] != 1) {
         if (first < 0) first = d;
-        last = d;
       }
     }
-    bool run = true;  // every dim in [first, last] is the output's (a dim of 1 in both counts too)
-    for (int d = first; first >= 0 && d <= last; ++d) run = run && full[size_t(d)] == ys[size_t(d)];
-    if (run) {
+    // The runs of consecutive dims where the input has the output's extent (dims of 1 in both
+    // join either side): one run is (i / div) % mod, two (a [N, 1, 1, S] mask over
+    // [N, H, S, S]) are a sum of two such terms; more walk every dim.
+    std::vector<std::pair<int, int>> runs;
+    for (int d = 0; d < r; ++d) {
+      const bool kept = full[size_t(d)] == ys[size_t(d)];
+      const bool unit = ys[size_t(d)] == 1;
+      if (!kept || (unit && (runs.empty() || runs.back().second != d - 1))) continue;
+      if (!runs.empty() && runs.back().second == d - 1) {
+        runs.back().second = d;
+      } else {
+        runs.push_back({d, d});
+      }
+    }
+    auto term = [&](std::pair<int, int> run, int t) {
       int64_t div = 1, mod = 1;
-      for (int d = r - 1; d > last; --d) div *= ys[size_t(d)];
-      for (int d = first; first >= 0 && d <= last; ++d) mod *= ys[size_t(d)];
-      io->div[k] = div;
-      io->mod[k] = mod;
-      io->map[k] = mod == 1 ? kMapScalar : div == 1 && mod == shape_numel(ys) ? kMapSame : kMapDivMod;
+      for (int d = r - 1; d > run.second; --d) div *= ys[size_t(d)];
+      for (int d = run.first; d <= run.second; ++d) mod *= ys[size_t(d)];
+      io->div[k][t] = div;
+      io->mod[k][t] = mod;
+    };
+    if (first < 0 || runs.size() <= 1) {
+      if (first < 0 || runs.empty()) {
+        io->map[k] = kMapScalar;
+        return ok_status();
+      }
+      term(runs[0], 0);
+      io->map[k] = io->div[k][0] == 1 && io->mod[k][0] == shape_numel(ys) ? kMapSame : kMapDivMod;
+      return ok_status();
+    }
+    if (runs.size() == 2) {
+      term(runs[0], 0);
+      term(runs[1], 1);
+      int64_t inner = 1;  // the input's elements per step of the first run
+      for (int d = runs[0].second + 1; d < r; ++d) inner *= full[size_t(d)];
+      io->mul[k] = inner;
+      io->map[k] = kMapDivMod2;
       return ok_status();
     }
     io->map[k] = kMapWalk;
@@ -284,8 +316,6 @@ class FusedElementwiseKernel final : public CudaKernel {
       io->strides[k][d] = full[size_t(d)] == 1 ? 0 : stride;
       stride *= full[size_t(d)];
     }
-    io->div[k] = 1;
-    io->mod[k] = 1;
     return ok_status();
   }
 

@@ -52,10 +52,32 @@ __global__ void bias_act_kernel(T* y, const T* bias, int64_t n, BiasMap m, MatMu
   }
 }
 
+// The common case: no bias, or a bias of Y's last dim (a linear layer's [N]), and Y of fewer than
+// 2^31 elements: the bias index is one 32-bit remainder where the general kernel took an int64
+// division and remainder per dim (BERT-base's [8192, 3072] GELU epilogue: 0.2 ms of a 0.27 ms
+// layer at batch 64).
+template <typename T>
+__global__ void bias_act_rows_kernel(T* y, const T* bias, int32_t n, int32_t cols, MatMulActivation act) {
+  using C = typename DNum<T>::C;
+  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int32_t(gridDim.x) * blockDim.x) {
+    C v = DNum<T>::load(y[i]);
+    if (bias) v += DNum<T>::load(bias[i % cols]);
+    y[i] = DNum<T>::store(activate<C>(act, v));
+  }
+}
+
 template <typename T>
 Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActivation act, cudaStream_t s) {
-  bias_act_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, m,
-                                                            act);
+  bool rows = m.rank >= 1 && n + int64_t(kBlock) * grid_for(n, kBlock) < (int64_t(1) << 31);
+  for (int d = 0; d + 1 < m.rank && bias && rows; ++d) rows = m.strides[d] == 0;
+  if (rows && bias) rows = m.strides[m.rank - 1] == 1;
+  if (rows) {
+    bias_act_rows_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), int32_t(n), int32_t(m.dims[m.rank - 1]), act);
+  } else {
+    bias_act_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n,
+                                                              m, act);
+  }
   return launch_status("MatMulBias epilogue");
 }
 

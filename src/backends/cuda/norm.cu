@@ -1,10 +1,12 @@
 // Row kernels: Softmax/LogSoftmax, LayerNormalization and RMSNormalization (the Reduce* ops live in
 // reduce2.cu);
 // plus the small conversion and bias kernels the GEMM and conv paths use. One block per row; sums
-// accumulate in double, as the CPU reference does. Softmax takes every float dtype: float16 and
+// accumulate in double, as the CPU reference does (Softmax over short contiguous rows of float32,
+// float16 and bfloat16: a warp per row, in float). Softmax takes every float dtype: float16 and
 // bfloat16 compute in float, float64 in double.
 #include <cfloat>
 #include <optional>
+#include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
@@ -47,6 +49,64 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t n, int64_t inner, bool 
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     C v = N::load(x[base + j * inner]) - m;
     y[base + j * inner] = N::store(C(log_softmax ? double(v) - log(s) : exp(double(v)) / s));
+  }
+}
+
+// Softmax over contiguous rows of n <= 32 * kPer elements, float16/bfloat16/float32: a warp per
+// row, each lane holding its kPer elements in registers, max and sum by shuffles; the sum of
+// exponentials in float. One block of 256 threads per row (softmax_kernel) left most lanes idle
+// on attention's rows of 128 or 197: 0.22 ms for BERT-base's [64, 12, 128, 128] at FP16.
+template <typename T, int kPer>
+__global__ void softmax_warp_kernel(const T* x, T* y, int64_t rows, int n, bool log_softmax) {
+  using N = DNum<T>;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const T* xr = x + row * n;
+  T* yr = y + row * n;
+  float v[kPer];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j < n ? float(N::load(xr[j])) : -INFINITY;
+    m = MaxOp()(m, v[k]);
+  }
+  for (int o = 16; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float s = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (lane + 32 * k < n) s += expf(v[k] - m);
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float ls = logf(s), inv = 1.0f / s;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n) yr[j] = N::store(typename N::C(log_softmax ? v[k] - m - ls : expf(v[k] - m) * inv));
+  }
+}
+
+// softmax_warp_kernel where it applies (contiguous rows of at most 1024, a float type other than
+// float64); false (nothing launched) otherwise.
+template <typename T>
+bool launch_softmax_warp(const void* x, void* y, int64_t rows, int64_t n, int64_t inner, bool log, cudaStream_t s) {
+  if constexpr (std::is_same_v<T, double>) {
+    return false;
+  } else {
+    if (inner != 1 || n > 1024 || n < 1) return false;
+    const unsigned grid = unsigned((rows + 7) / 8);  // 8 warps (rows) per block of 256
+    if (grid > 0x7fffffffu / 256) return false;
+    auto go = [&](auto per) {
+      constexpr int kPer = decltype(per)::value;
+      softmax_warp_kernel<T, kPer><<<grid, 256, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, int(n),
+                                                         log);
+    };
+    if (n <= 128) go(std::integral_constant<int, 4>{});
+    else if (n <= 256) go(std::integral_constant<int, 8>{});
+    else if (n <= 512) go(std::integral_constant<int, 16>{});
+    else go(std::integral_constant<int, 32>{});
+    return true;
   }
 }
 
@@ -170,6 +230,7 @@ class SoftmaxKernel final : public CudaKernel {
     if (rows > INT32_MAX) return unsupported(name_ + ": too many rows");
     bool known = visit_dtype<kTFloats>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
+      if (launch_softmax_warp<T>(x.data, out[0].data, rows, n, inner, log_, stream_)) return;
       softmax_kernel<T><<<unsigned(rows), kBlock, 0, stream_>>>(
           static_cast<const T*>(x.data), static_cast<T*>(out[0].data), n, inner, log_);
     });
