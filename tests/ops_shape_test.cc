@@ -373,7 +373,12 @@ TEST(ShapeOpsKernel, TransposeMatchesLoops) {
                                                            // sizes no multiple of the CUDA tile
                                                            {{2, 19, 9, 37}, {0, 2, 3, 1}},
                                                            {{2, 9, 37, 19}, {0, 3, 1, 2}},
-                                                           {{70, 33}, {1, 0}}}) {
+                                                           {{70, 33}, {1, 0}},
+                                                           // rows of 16-byte multiples moved as
+                                                           // vectors: a head split and merge
+                                                           {{2, 5, 3, 8}, {0, 2, 1, 3}},
+                                                           {{2, 3, 5, 12}, {0, 2, 1, 3}},
+                                                           {{3, 2, 4, 4}, {2, 0, 1, 3}}}) {
     Tensor x = iota_f32(shape);
     Tensor want = transpose_reference(x, perm);
     auto got = run_case(op("Transpose", 18).ints("perm", perm), {x});

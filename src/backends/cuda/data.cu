@@ -2,6 +2,7 @@
 // copies; Gather, GatherND, CumSum and CumProd. (Resize lives in resize.cu.)
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
@@ -113,6 +114,22 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
           (const uint32_t*)in, (uint32_t*)out, rows, cols, batch * cols);
     }
     return launch_status("few_rows_transpose_kernel");
+  }
+  // Rows contiguous in the input and 16-byte multiples (a head split [N, S, H, D] -> [N, H, S, D]
+  // of D = 64 halves): moved as 16-byte vectors, one index computation per 16 bytes instead of
+  // per element (BERT-base's head transposes ran at 0.5 TB/s element by element).
+  const int64_t vec = 16 / int64_t(elem);
+  bool wide = elem <= 8 && t >= 1 && w.strides[t - 1] == 1 && w.dims[t - 1] % vec == 0 && w.base % vec == 0 &&
+              (reinterpret_cast<uintptr_t>(in) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  for (int d = 0; wide && d + 1 < t; ++d) wide = w.strides[d] % vec == 0;
+  if (wide) {
+    GatherWalk v = w;
+    v.dims[t - 1] /= vec;
+    for (int d = 0; d + 1 < t; ++d) v.strides[d] /= vec;
+    v.base /= vec;
+    const int64_t nv = n / vec;
+    strided_gather_kernel<uint4><<<grid_for(nv), 256, 0, s>>>((const uint4*)in, (uint4*)out, v, nv);
+    return launch_status("strided_gather_kernel (16-byte rows)");
   }
   switch (elem) {
     case 1: strided_gather_kernel<uint8_t><<<grid_for(n), 256, 0, s>>>((const uint8_t*)in, (uint8_t*)out, w, n); break;
