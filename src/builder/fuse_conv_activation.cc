@@ -122,13 +122,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int conv_index, const SupportsFn& supports)
   }
   if (act) matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());
   fused.outputs = {act ? act->output : cur};
-  std::vector<const ir::Value*> in, out = {&g->values[size_t(fused.outputs[0])]};
-  for (int v : fused.inputs) in.push_back(v >= 0 ? &g->values[size_t(v)] : nullptr);
-  if (!supports(fused, in, out)) return false;  // the backend runs it unfused
-  auto r = ir::replace_nodes(g, matched, std::move(fused));
-  if (!r.ok()) return false;  // e.g. the residual depends on the convolution: left unfused
-  g->opsets.emplace("kiln", 1);
-  return true;
+  // Unfused where the backend has no kernel, or where the residual depends on the convolution.
+  return replace_if_supported(g, matched, std::move(fused), supports);
 }
 
 }  // namespace

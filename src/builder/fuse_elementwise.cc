@@ -120,13 +120,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int root, const SupportsFn& supports) {
   fused.inputs = inputs;
   fused.outputs = {last.outputs[0]};
   fused.attrs = ops::elementwise_attributes(program);
-  std::vector<const ir::Value*> in, out = {&g->values[size_t(fused.outputs[0])]};
-  for (int v : fused.inputs) in.push_back(&g->values[size_t(v)]);
-  if (!supports(fused, in, out)) return false;
-  auto r = ir::replace_nodes(g, group, std::move(fused));
-  if (!r.ok()) return false;
-  g->opsets.emplace("kiln", 1);
-  return true;
+  return replace_if_supported(g, group, std::move(fused), supports);
 }
 
 }  // namespace

@@ -124,13 +124,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
   if (bias >= 0) fused.inputs.push_back(bias);
   fused.outputs = {act->output};
   matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());
-  std::vector<const ir::Value*> in, out = {&g->values[size_t(act->output)]};
-  for (int v : fused.inputs) in.push_back(&g->values[size_t(v)]);
-  if (!supports(fused, in, out)) return false;
-  auto r = ir::replace_nodes(g, matched, std::move(fused));
-  if (!r.ok()) return false;  // e.g. the bias depends on the product: left unfused
-  g->opsets.emplace("kiln", 1);
-  return true;
+  // Unfused where the backend has no kernel, or where the bias depends on the product.
+  return replace_if_supported(g, matched, std::move(fused), supports);
 }
 
 }  // namespace

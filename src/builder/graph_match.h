@@ -5,7 +5,9 @@
 #include <optional>
 #include <vector>
 
+#include "builder/build_state.h"
 #include "ir/graph.h"
+#include "ir/rewrite.h"
 
 namespace kiln::builder {
 
@@ -45,6 +47,21 @@ inline std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& 
   const ir::Value& v = g.values[size_t(n.inputs[i])];
   if (!v.constant || v.constant->numel() != 1) return std::nullopt;
   return float(v.constant->float_at(0));
+}
+
+// The fusion passes' last step: when the backend supports `fused` (a kiln op, typed by the values
+// it reads and writes), it replaces the nodes `matched`; false, and the graph as it was, when the
+// backend has no kernel for it or the replacement would make a cycle (an input computed from a
+// matched node).
+inline bool replace_if_supported(ir::Graph* g, const std::vector<int>& matched, ir::Node fused,
+                                 const SupportsFn& supports) {
+  std::vector<const ir::Value*> in, out;
+  for (int v : fused.inputs) in.push_back(v >= 0 ? &g->values[size_t(v)] : nullptr);
+  for (int v : fused.outputs) out.push_back(&g->values[size_t(v)]);
+  if (!supports(fused, in, out)) return false;
+  if (!ir::replace_nodes(g, matched, std::move(fused)).ok()) return false;
+  g->opsets.emplace("kiln", 1);
+  return true;
 }
 
 }  // namespace kiln::builder

@@ -177,6 +177,17 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
   return p;
 }
 
+StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node, std::span<const ir::Value* const> inputs) {
+  std::vector<DType> dtypes;
+  for (const ir::Value* v : inputs) {
+    if (!v) return invalid_argument(node.describe() + ": an input is missing");
+    dtypes.push_back(v->dtype);
+  }
+  auto p = parse_elementwise_program(node.attrs, dtypes);
+  if (!p.ok()) return Status(p.status().code(), node.describe() + ": " + p.status().message());
+  return p;
+}
+
 ir::Attributes elementwise_attributes(const ElementwiseProgram& p) {
   std::vector<std::string> ops;
   std::vector<int64_t> args, to;

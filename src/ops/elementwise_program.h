@@ -60,6 +60,9 @@ bool ew_dtype_ok(DType t);  // float32, float16, bfloat16
 // registers (earlier ones only), operand and result dtypes.
 StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& attrs,
                                                        std::span<const DType> input_dtypes);
+// parse_elementwise_program of a node whose inputs are these values (a kernel factory's query):
+// a missing input, or the parser's error, prefixed with the node's description.
+StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node, std::span<const ir::Value* const> inputs);
 // The attributes of `p` (the inverse of parse_elementwise_program).
 ir::Attributes elementwise_attributes(const ElementwiseProgram& p);
 // The ONNX attributes instruction `i` runs its op with (LeakyRelu alpha, HardSigmoid alpha and

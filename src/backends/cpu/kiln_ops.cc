@@ -305,13 +305,7 @@ class ElementwiseKernel final : public Kernel {
 };
 
 StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
-  std::vector<DType> dtypes;
-  for (const ir::Value* v : q.inputs) {
-    if (!v) return invalid_argument(q.node.describe() + ": an input is missing");
-    dtypes.push_back(v->dtype);
-  }
-  auto p = ops::parse_elementwise_program(q.node.attrs, dtypes);
-  if (!p.ok()) return Status(p.status().code(), q.node.describe() + ": " + p.status().message());
+  KILN_ASSIGN_OR_RETURN(ops::ElementwiseProgram p, ops::elementwise_program_of(q.node, q.inputs));
   static const std::vector<KernelRegistry::Entry> entries = [] {
     KernelRegistry r;
     register_elementwise_kernels(r);
@@ -319,14 +313,14 @@ StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
     return r.entries();
   }();
   std::vector<KernelFn> fns;
-  for (const ops::EwInstruction& i : p->code) {
+  for (const ops::EwInstruction& i : p.code) {
     const size_t k = size_t(ops::ew_onnx_kind(i.op));
     if (k >= entries.size() || !entries[k].fn) {
       return internal_error(q.node.describe() + ": no CPU kernel function for " + i.name);
     }
     fns.push_back(entries[k].fn);
   }
-  return std::unique_ptr<Kernel>(new ElementwiseKernel(std::move(p).value(), std::move(fns)));
+  return std::unique_ptr<Kernel>(new ElementwiseKernel(std::move(p), std::move(fns)));
 }
 
 }  // namespace

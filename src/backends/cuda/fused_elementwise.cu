@@ -325,14 +325,10 @@ class FusedElementwiseKernel final : public CudaKernel {
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(ops::ElementwiseProgram ew, ops::elementwise_program_of(q.node, q.inputs));
   std::vector<DType> dtypes;
-  for (const ir::Value* v : q.inputs) {
-    if (!v) return invalid_argument(q.node.describe() + ": an input is missing");
-    dtypes.push_back(v->dtype);
-  }
-  auto ew = ops::parse_elementwise_program(q.node.attrs, dtypes);
-  if (!ew.ok()) return Status(ew.status().code(), q.node.describe() + ": " + ew.status().message());
-  return std::unique_ptr<Kernel>(new FusedElementwiseKernel(std::move(ew).value(), std::move(dtypes)));
+  for (const ir::Value* v : q.inputs) dtypes.push_back(v->dtype);  // all present: checked above
+  return std::unique_ptr<Kernel>(new FusedElementwiseKernel(std::move(ew), std::move(dtypes)));
 }
 
 }  // namespace
