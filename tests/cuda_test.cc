@@ -3,6 +3,7 @@
 // finding, precisions recorded per layer, and device out-of-memory. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "backends/backend.h"
@@ -96,7 +97,8 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
                      : precision == Precision::kFp16 ? "float16"
                                                      : "bfloat16";
   for (const LayerInfo& l : layers) {
-    if (l.op_type == "MatMul" || l.op_type == "Gemm" || l.op_type == "Conv" || l.op_type == "FusedConv") {
+    if (l.op_type == "MatMul" || l.op_type == "MatMulBias" || l.op_type == "Gemm" || l.op_type == "Conv" ||
+        l.op_type == "FusedConv") {
       saw_math_layer = true;
       EXPECT_EQ(l.precision, want) << l.name << " [" << l.kernel << "]";
     }
@@ -529,6 +531,170 @@ TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
         } else {
           EXPECT_GE(e.cosine, 0.9999) << name;
         }
+      }
+    }
+  }
+}
+
+// Attention as transformers' TorchScript export writes it (heads split with Reshape [0, 0, 2, 64]
+// and Transpose, K transposed once, both operands scaled by 64^-1/4, an additive mask, the NaN
+// guard, heads merged), with dynamic batch and sequence.
+const char* kExportedAttention = R"(graph g(%q: float32[n, s, 128], %k: float32[n, s, 128], %v: float32[n, s, 128], %m: float32[n, 1, 1, s]) -> (%y: float32[n, s, 128]) {
+  opset ai.onnx 17
+  %split: int64[4] = dense<[0, 0, 2, 64]>
+  %merge: int64[3] = dense<[0, 0, 128]>
+  %c: float32[] = dense<0.35355339>
+  %zero: float32[] = dense<0.0>
+  %qr: float32[n, s, 2, 64] = Reshape(%q, %split)  # q_split
+  %qt: float32[n, 2, s, 64] = Transpose(%qr) {perm=[0, 2, 1, 3]}  # q_heads
+  %kr: float32[n, s, 2, 64] = Reshape(%k, %split)  # k_split
+  %kt: float32[n, 2, 64, s] = Transpose(%kr) {perm=[0, 2, 3, 1]}  # k_heads
+  %vr: float32[n, s, 2, 64] = Reshape(%v, %split)  # v_split
+  %vt: float32[n, 2, s, 64] = Transpose(%vr) {perm=[0, 2, 1, 3]}  # v_heads
+  %qs: float32[n, 2, s, 64] = Mul(%qt, %c)  # q_scale
+  %ks: float32[n, 2, 64, s] = Mul(%kt, %c)  # k_scale
+  %sc: float32[n, 2, s, s] = MatMul(%qs, %ks)  # scores
+  %sm: float32[n, 2, s, s] = Add(%sc, %m)  # mask
+  %p: float32[n, 2, s, s] = Softmax(%sm) {axis=-1}  # softmax
+  %nan: bool[n, 2, s, s] = IsNaN(%p)  # isnan
+  %pg: float32[n, 2, s, s] = Where(%nan, %zero, %p)  # guard
+  %o: float32[n, 2, s, 64] = MatMul(%pg, %vt)  # context
+  %ot: float32[n, s, 2, 64] = Transpose(%o) {perm=[0, 2, 1, 3]}  # merge
+  %y: float32[n, s, 128] = Reshape(%ot, %merge)  # merged
+}
+)";
+
+int64_t count_nan(const Tensor& t) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n += std::isnan(t.float_at(i));
+  return n;
+}
+
+// A padding mask: key j of batch b is masked (-inf) when j >= len(b); batch 0 masks every key.
+Tensor padding_mask(int64_t n, int64_t s) {
+  std::vector<float> m(size_t(n * s));
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t len = b == 0 ? 0 : s - (b * 5) % s;
+    for (int64_t j = 0; j < s; ++j) m[size_t(b * s + j)] = j < len ? 0.f : -INFINITY;
+  }
+  return Tensor::from_vector(DType::kFloat32, {n, 1, 1, s}, m);
+}
+
+TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  auto g = ir::parse_text(kExportedAttention, {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  Network net;
+  net.graph = std::move(*g);
+  auto build = [&](Device d, Precision p) {
+    BuilderConfig c = config_for(p);
+    OptimizationProfile prof;
+    for (const char* name : {"q", "k", "v"}) {
+      EXPECT_TRUE(prof.set_dimensions(name, {1, 1, 128}, {4, 128, 128}, {4, 300, 128}).ok());
+    }
+    EXPECT_TRUE(prof.set_dimensions("m", {1, 1, 1, 1}, {4, 1, 1, 128}, {4, 1, 1, 300}).ok());
+    c.add_profile(prof);
+    return Builder(d).build(net, c);
+  };
+  auto cpu = build(Device::kCPU, Precision::kFp32);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto cpu_ctx = cpu->create_execution_context();
+  ASSERT_TRUE(cpu_ctx.ok());
+  for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+    auto engine = build(Device::kCUDA, p);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    int attention = 0;
+    for (const LayerInfo& l : engine->layers()) {
+      EXPECT_TRUE(l.op_type != "MatMul" && l.op_type != "Softmax" && l.op_type != "Transpose") << l.name;
+      if (l.op_type == "Attention") {
+        ++attention;
+        EXPECT_EQ(l.kernel, "cuda.cudnn_sdpa.Attention") << l.name;
+      }
+    }
+    EXPECT_EQ(attention, 1);
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    for (auto [n, s] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {4, 128}, {2, 300}}) {
+      std::map<std::string, Tensor> in = {{"q", random_f32({n, s, 128}, 500 + uint64_t(s))},
+                                          {"k", random_f32({n, s, 128}, 600 + uint64_t(s))},
+                                          {"v", random_f32({n, s, 128}, 700 + uint64_t(s))},
+                                          {"m", padding_mask(n, s)}};
+      auto want = (*cpu_ctx)->run(in);
+      auto got = (*ctx)->run(in);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+      ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
+      ErrorStats e = error_stats(got->at("y"), want->at("y"));
+      std::printf("[cuda] Attention %s n=%lld s=%lld: max abs %.3g, cosine %.7f, nan %lld\n", precision_name(p),
+                  (long long)n, (long long)s, e.max_abs, e.cosine, (long long)count_nan(got->at("y")));
+      EXPECT_EQ(count_nan(got->at("y")), 0);
+      EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2);
+      if (s > 1) EXPECT_GE(e.cosine, 0.999);
+    }
+  }
+}
+
+// ONNX Attention itself (opset 23), 4-D with grouped heads: every mask shape that broadcasts,
+// causal, and a float32 build (the reference kernel), each against the CPU reference.
+TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  struct Case {
+    const char* mask_type;  // "" for none
+    int causal;
+  };
+  for (Case c : {Case{"", 0}, Case{"", 1}, Case{"float32[s, s]", 0}, Case{"float32[n, 1, s, s]", 1},
+                 Case{"float32[1, 4, 1, s]", 0}}) {
+    std::string text = std::string("graph g(%q: float32[n, 4, s, 64], %k: float32[n, 2, s, 64], %v: float32[n, 2, s, 64]") +
+                       (*c.mask_type ? std::string(", %m: ") + c.mask_type : "") +
+                       ") -> (%y: float32[n, 4, s, 64]) {\n  opset ai.onnx 23\n  %y: float32[n, 4, s, 64] = Attention(%q, %k, %v" +
+                       (*c.mask_type ? ", %m" : "") + ") {is_causal=" + std::to_string(c.causal) + "}  # attn\n}\n";
+    auto g = ir::parse_text(text, {});
+    ASSERT_TRUE(g.ok()) << g.status().to_string() << "\n" << text;
+    Network net;
+    net.graph = std::move(*g);
+    auto build = [&](Device d, Precision p) {
+      BuilderConfig cfg = config_for(p);
+      OptimizationProfile prof;
+      EXPECT_TRUE(prof.set_dimensions("q", {1, 4, 1, 64}, {2, 4, 64, 64}, {2, 4, 96, 64}).ok());
+      for (const char* name : {"k", "v"}) {
+        EXPECT_TRUE(prof.set_dimensions(name, {1, 2, 1, 64}, {2, 2, 64, 64}, {2, 2, 96, 64}).ok());
+      }
+      const std::string mt = c.mask_type;
+      if (mt == "float32[s, s]") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {64, 64}, {96, 96}).ok());
+      if (mt == "float32[n, 1, s, s]") {
+        EXPECT_TRUE(prof.set_dimensions("m", {1, 1, 1, 1}, {2, 1, 64, 64}, {2, 1, 96, 96}).ok());
+      }
+      if (mt == "float32[1, 4, 1, s]") EXPECT_TRUE(prof.set_dimensions("m", {1, 4, 1, 1}, {1, 4, 1, 64}, {1, 4, 1, 96}).ok());
+      cfg.add_profile(prof);
+      return Builder(d).build(net, cfg);
+    };
+    auto cpu = build(Device::kCPU, Precision::kFp32);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    auto cpu_ctx = cpu->create_execution_context();
+    for (Precision p : {Precision::kFp16, Precision::kFp32}) {
+      auto engine = build(Device::kCUDA, p);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      for (const LayerInfo& l : engine->layers()) {
+        if (l.op_type == "Attention") {
+          EXPECT_EQ(l.kernel, p == Precision::kFp16 ? "cuda.cudnn_sdpa.Attention" : "cuda.Attention") << text;
+        }
+      }
+      auto ctx = engine->create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      for (auto [n, s] : {std::pair<int64_t, int64_t>{1, 1}, {2, 37}, {2, 96}}) {
+        std::map<std::string, Tensor> in = {{"q", random_f32({n, 4, s, 64}, 800 + uint64_t(s))},
+                                            {"k", random_f32({n, 2, s, 64}, 900 + uint64_t(s))},
+                                            {"v", random_f32({n, 2, s, 64}, 1000 + uint64_t(s))}};
+        if (std::string(c.mask_type) == "float32[s, s]") in["m"] = random_f32({s, s}, 1100);
+        if (std::string(c.mask_type) == "float32[n, 1, s, s]") in["m"] = random_f32({n, 1, s, s}, 1200);
+        if (std::string(c.mask_type) == "float32[1, 4, 1, s]") in["m"] = random_f32({1, 4, 1, s}, 1300);
+        auto want = (*cpu_ctx)->run(in);
+        auto got = (*ctx)->run(in);
+        ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+        ErrorStats e = error_stats(got->at("y"), want->at("y"));
+        std::printf("[cuda] Attention mask=%s causal=%d %s n=%lld s=%lld: max abs %.3g, cosine %.7f\n",
+                    *c.mask_type ? c.mask_type : "none", c.causal, precision_name(p), (long long)n, (long long)s,
+                    e.max_abs, e.cosine);
+        EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 1e-4) << text;
       }
     }
   }

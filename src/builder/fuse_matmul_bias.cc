@@ -6,9 +6,10 @@
 //   MatMul [-> Add(., bias) | Add(bias, .)] -> Relu | Gelu | x * 0.5 * (1 + Erf(x / sqrt(2)))
 // in the orders the TorchScript exporter and transformers write the last (Div by sqrt(2) or Mul
 // by 1/sqrt(2); the halving before or after the product). The bias must leave the product's
-// shape as it is (it broadcasts from the right). A MatMul and bias without an activation stay as
-// they are: the elementwise pass fuses the Add with what follows it (a residual), which a
-// MatMulBias would split. Runs before assign_precision (the fused op is a compute-bound one).
+// shape as it is (it broadcasts from the right). A MatMul and a constant bias without an
+// activation become a MatMulBias only where no elementwise op reads the sum: otherwise the elementwise pass fuses the
+// Add with what follows it (a residual), which a MatMulBias would split. Runs before
+// assign_precision (the fused op is a compute-bound one).
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -111,7 +112,16 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
     }
   }
   std::optional<Activation> act = activation_of(*g, cur);
-  if (!act) return false;
+  if (!act) {
+    // A constant bias alone (a linear layer's, not attention's mask): fused where no elementwise
+    // op reads the sum (the elementwise pass would take the Add with that op; here it would run
+    // alone), e.g. attention's Q, K and V projections.
+    if (bias < 0 || !g->values[size_t(bias)].constant) return false;
+    for (int r : readers_of(*g, cur)) {
+      if (ops::traits(g->nodes[size_t(r)]).elementwise) return false;
+    }
+    act = Activation{"none", {}, cur};
+  }
   ir::Node fused = matmul;
   fused.domain = "kiln";
   fused.op_type = "MatMulBias";

@@ -18,6 +18,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation
+      {"fuse_attention", fuse_attention},              // CUDA, FP16/BF16: attention -> Attention
       {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout},                // CUDA: FP16/BF16 conv stacks in NHWC
       {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel

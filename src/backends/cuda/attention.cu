@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/typed.cuh"
@@ -540,6 +541,8 @@ StatusOr<std::unique_ptr<Kernel>> make_rotary(const KernelQuery& q) {
 }
 
 }  // namespace
+
+StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q) { return make_attention(q); }
 
 void register_attention(Registry& r) {
   r.add(OpKind::kAttention, &make_attention);

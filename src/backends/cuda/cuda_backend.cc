@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_common.h"
 
 namespace kiln::backends::cuda {
@@ -428,6 +429,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_quant(families);
   register_quant_gemm(families);
   register_einsum(families);
+  register_attention_sdpa(families);  // before register_attention: preferred where it applies
   register_attention(families);
   register_loss(families);
   register_index(families);

@@ -171,6 +171,14 @@ class MatMulKernel : public CudaKernel {
         b_op_(prepared_b) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return run(in, out, nullptr, false);
+  }
+
+ protected:
+  // The product, plus bias[N] and a ReLU in cuBLASLt's epilogue when `bias` is given (never for
+  // a kBroadcast product: the caller checks epilogue_ok first).
+  static bool epilogue_ok(const MatMulShape& s) { return s.kind != MatMulShape::Kind::kBroadcast; }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out, const void* bias, bool relu) {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
     KILN_ASSIGN_OR_RETURN(MatMulShape s, matmul_shape(a.shape, b.shape));
     if (s.nout * s.M * s.N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
@@ -214,7 +222,8 @@ class MatMulKernel : public CudaKernel {
     }
     p.align_a = alignment_of(pb, p.stride_a * es), p.align_b = alignment_of(pa, p.stride_b * es);
     p.align_c = alignment_of(d, p.stride_c * os);
-    return gemm_.run(p, pb, pa, d, nullptr, 1.0, 0.0, res);
+    p.bias = bias != nullptr, p.relu = bias != nullptr && relu;
+    return gemm_.run(p, pb, pa, d, bias, 1.0, 0.0, res);
   }
 
  private:
@@ -225,7 +234,9 @@ class MatMulKernel : public CudaKernel {
 };
 
 // kiln::MatMulBias: the MatMul above on inputs 0 and 1 (the same tactics, prepared weights and
-// workspace), then act(Y + bias) in one pass over Y (matmul_bias_epilogue).
+// workspace), with a bias of Y's last dim (and a ReLU) in cuBLASLt's epilogue; otherwise (GELU,
+// a bias of another shape, a broadcast product) act(Y + bias) in one pass over Y after it
+// (matmul_bias_epilogue).
 class MatMulBiasKernel final : public MatMulKernel {
  public:
   MatMulBiasKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a,
@@ -234,7 +245,6 @@ class MatMulBiasKernel final : public MatMulKernel {
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (in.size() < 2 || out.size() != 1) return invalid_argument(name_ + ": needs A, B (and bias) and one output");
-    KILN_RETURN_IF_ERROR(MatMulKernel::execute(in.first(2), out));
     const TensorView& y = out[0];
     const bool has_bias = in.size() > 2 && present(in[2]);
     // Y is float32 for float32 tensors in every math mode (FP16/BF16 inputs, FP32 output).
@@ -242,6 +252,14 @@ class MatMulBiasKernel final : public MatMulKernel {
       return invalid_argument(name_ + ": bias is " + std::string(dtype_name(in[2].dtype)) + ", Y " +
                               std::string(dtype_name(y.dtype)));
     }
+    // A bias of Y's last dim alone, with no activation or a ReLU: cuBLASLt's epilogue adds it to
+    // the float accumulator (one rounding, no pass over Y).
+    if (has_bias && (act_ == MatMulActivation::kNone || act_ == MatMulActivation::kRelu) && y.rank() >= 1 &&
+        in[2].numel() == y.shape.back() && in[2].dtype == y.dtype) {
+      auto s = matmul_shape(in[0].shape, in[1].shape);
+      if (s.ok() && epilogue_ok(*s)) return run(in.first(2), out, in[2].data, act_ == MatMulActivation::kRelu);
+    }
+    KILN_RETURN_IF_ERROR(MatMulKernel::execute(in.first(2), out));
     return matmul_bias_epilogue(y.dtype, y.data, y.shape, has_bias ? in[2].data : nullptr,
                                 has_bias ? in[2].shape : std::span<const int64_t>{}, act_, stream_);
   }

@@ -66,11 +66,41 @@ __global__ void bias_act_rows_kernel(T* y, const T* bias, int32_t n, int32_t col
   }
 }
 
+// bias_act_rows_kernel on 8 float16/bfloat16 elements a thread (16-byte loads and stores), where
+// the row length is a multiple of 8 and Y and the bias are 16-byte aligned: the one-element kernel
+// issued a 2-byte load, a remainder and a store per element (ViT-B/16's [12608, 3072] GELU
+// epilogue at batch 64: 0.17 ms after a 0.08 ms GEMM).
+template <typename T>
+__global__ void bias_act_vec_kernel(uint4* y, const uint4* bias, int32_t vecs, int32_t row_vecs, MatMulActivation act) {
+  using N = DNum<T>;
+  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs; i += int32_t(gridDim.x) * blockDim.x) {
+    uint4 u = y[i];
+    uint4 b = bias ? bias[i % row_vecs] : make_uint4(0, 0, 0, 0);
+    T* h = reinterpret_cast<T*>(&u);
+    const T* bh = reinterpret_cast<const T*>(&b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float v = float(N::load(h[e]));
+      if (bias) v += float(N::load(bh[e]));
+      h[e] = N::store(typename N::C(activate<float>(act, v)));
+    }
+    y[i] = u;
+  }
+}
+
 template <typename T>
 Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActivation act, cudaStream_t s) {
   bool rows = m.rank >= 1 && n + int64_t(kBlock) * grid_for(n, kBlock) < (int64_t(1) << 31);
   for (int d = 0; d + 1 < m.rank && bias && rows; ++d) rows = m.strides[d] == 0;
   if (rows && bias) rows = m.strides[m.rank - 1] == 1;
+  constexpr bool kHalf = sizeof(T) == 2;
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (kHalf && rows && m.dims[m.rank - 1] % 8 == 0 && aligned(y) && (!bias || aligned(bias))) {
+    const int64_t vecs = n / 8;
+    bias_act_vec_kernel<T><<<grid_for(vecs, kBlock), kBlock, 0, s>>>(
+        static_cast<uint4*>(y), static_cast<const uint4*>(bias), int32_t(vecs), int32_t(m.dims[m.rank - 1] / 8), act);
+    return launch_status("MatMulBias epilogue");
+  }
   if (rows) {
     bias_act_rows_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(
         static_cast<T*>(y), static_cast<const T*>(bias), int32_t(n), int32_t(m.dims[m.rank - 1]), act);
