@@ -875,6 +875,29 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
     ASSERT_TRUE(r.ok()) << "program " << k << ": " << r.status().to_string();
     ASSERT_EQ((*r)[0].shape(), (Shape{2, 3, 5}));
   }
+  // The CUDA kernel's vector form: an input of Y's shape, a trailing bias whose length is a multiple
+  // of 4 and a scalar, a program of few slots.
+  {
+    OpNode node = op("Elementwise", 1, "kiln").named("ew_vec");
+    ir::Attribute ops_attr, args, to;
+    ops_attr.type = ir::AttrType::kStrings;
+    ops_attr.strings = {"Add", "Mul", "Tanh", "Add"};
+    args.type = to.type = ir::AttrType::kInts;
+    args.ints = {0, 1, 3, 2, 4, -1, 5, 0};
+    to.ints = {1, 1, 1, 1};
+    node.node.attrs.set("ops", ops_attr);
+    node.node.attrs.set("args", args);
+    node.node.attrs.set("to", to);
+    std::vector<float> xv4(6 * 16), bv4(16);
+    for (size_t i = 0; i < xv4.size(); ++i) xv4[i] = 0.05f * float(int(i * 13 % 40) - 20);
+    for (size_t i = 0; i < bv4.size(); ++i) bv4[i] = 0.1f * float(i) - 0.7f;
+    auto r = run_case({.node = node, .inputs = {make_f32({6, 16}, xv4), make_f32({16}, bv4), make_f32({1}, {1.5f})},
+                       .expect_support = true, .label = "vector"});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // Element [5, 9]: tanh((x + b) * 1.5) + x.
+    const float xe = xv4[5 * 16 + 9];
+    EXPECT_NEAR((*r)[0].float_at(5 * 16 + 9), std::tanh((xe + bv4[9]) * 1.5f) + xe, 1e-6f);
+  }
   // Broadcasts of three runs (the CUDA kernel's general walk) and of two, against each other.
   {
     OpNode node = op("Elementwise", 1, "kiln").named("ew_walk");

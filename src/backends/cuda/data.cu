@@ -304,6 +304,22 @@ __global__ void gather_kernel(const E* data, const void* idx, int idx_dtype, E* 
   }
 }
 
+// gather_kernel where each gathered row (inner elements) is a whole number of 16-byte vectors and
+// the tensors are 16-byte aligned: a vector a thread, one index load per vector instead of per
+// element. ViT-B/16's split of its packed Q, K and V (three Gathers of a 19 MB third at batch 64)
+// took 64 us each element by element.
+__global__ void gather_rows_kernel(const uint4* data, const void* idx, int idx_dtype, uint4* out, int64_t vecs,
+                                   int64_t nidx, int64_t d, int64_t row_vecs) {
+  KILN_GRID_LOOP(vi, vecs) {
+    const int64_t row = vi / row_vecs, in_v = vi - row * row_vecs;
+    const int64_t o = row / nidx, j = row - o * nidx;
+    int64_t k = load_as<int64_t>(idx, idx_dtype, j);
+    if (k < 0) k += d;
+    if (k < 0 || k >= d) k = 0;  // as gather_kernel
+    out[vi] = data[(o * d + k) * row_vecs + in_v];
+  }
+}
+
 class GatherKernel final : public CudaKernel {
  public:
   explicit GatherKernel(int64_t axis) : CudaKernel("cuda.Gather"), axis_(axis) {}
@@ -320,6 +336,15 @@ class GatherKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     if (d == 0) return invalid_argument("Gather: indexing an empty axis");
     int idt = int(in[1].dtype);
+    const size_t row_bytes = size_t(inner) * dtype_size(data.dtype);
+    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    if (row_bytes % 16 == 0 && aligned(data.data) && aligned(out[0].data)) {
+      const int64_t row_vecs = int64_t(row_bytes / 16), vecs = outer * nidx * row_vecs;
+      gather_rows_kernel<<<grid_for(vecs), 256, 0, stream_>>>(static_cast<const uint4*>(data.data), in[1].data, idt,
+                                                              static_cast<uint4*>(out[0].data), vecs, nidx, d,
+                                                              row_vecs);
+      return launch_status("gather_rows_kernel");
+    }
     switch (dtype_size(data.dtype)) {
 #define KILN_GATHER(E) gather_kernel<E><<<grid_for(n), 256, 0, stream_>>>((const E*)data.data, in[1].data, idt, (E*)out[0].data, n, nidx, d, inner); break
       case 1: KILN_GATHER(uint8_t);
