@@ -510,6 +510,43 @@ TEST(FuseMatMulBias, TheFusedReferenceMatchesTheUnfusedLayers) {
   }
 }
 
+// ---- merge_duplicates ----
+
+// BERT's mask as the exporter repeats it per layer (Where then Cast, twice), a duplicate whose
+// attribute differs, a random op, and a duplicate that is an engine output.
+const char* kDuplicates = R"(graph g(%x: float32[2, 3], %c: bool[2, 3]) -> (%y: float32[2, 3], %r1: float32[2, 3], %r2: float32[2, 3], %o: float32[2, 3]) {
+  opset ai.onnx 17
+  %zero: float32[] = dense<0.0>
+  %low: float32[] = dense<-100.0>
+  %w1: float32[2, 3] = Where(%c, %zero, %low)  # mask1
+  %h1: float16[2, 3] = Cast(%w1) {to=10}  # cast1
+  %w2: float32[2, 3] = Where(%c, %zero, %low)  # mask2
+  %h2: float16[2, 3] = Cast(%w2) {to=10}  # cast2
+  %h3: float32[2, 3] = Cast(%w2) {to=1}  # cast3
+  %b1: float32[2, 3] = Cast(%h1) {to=1}  # back1
+  %b2: float32[2, 3] = Cast(%h2) {to=1}  # back2
+  %s: float32[2, 3] = Add(%b1, %b2)  # sum
+  %t: float32[2, 3] = Add(%s, %h3)  # sum2
+  %y: float32[2, 3] = Add(%t, %x)  # out
+  %r1: float32[2, 3] = RandomUniformLike(%x)  # rand1
+  %r2: float32[2, 3] = RandomUniformLike(%x)  # rand2
+  %o: float32[2, 3] = Where(%c, %zero, %low)  # mask3
+}
+)";
+
+TEST(MergeDuplicates, RepeatedComputationsRunOnce) {
+  ir::Graph g = parse(kDuplicates);
+  ASSERT_TRUE(builder::merge_duplicates(&g).ok());
+  ASSERT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  ir::compact(&g);
+  const std::string text = ir::to_text(g);
+  EXPECT_NE(text.find("%s: float32[2, 3] = Add(%b1, %b1)"), std::string::npos) << text;
+  for (const char* gone : {"# mask2", "# cast2", "# back2"}) EXPECT_EQ(text.find(gone), std::string::npos) << gone;
+  for (const char* kept : {"Cast(%w1) {to=1}  # cast3", "# rand1", "# rand2", "# mask3"}) {
+    EXPECT_NE(text.find(kept), std::string::npos) << kept << "\n" << text;
+  }
+}
+
 // ---- fuse_attention ----
 
 std::string fuse_attn(const std::string& text, bool supported = true) {

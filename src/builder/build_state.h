@@ -31,6 +31,7 @@ struct BuildState {
 Status check_supported(BuildState& s);
 Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
+Status merge_duplicates(BuildState& s);
 Status fold_batch_norm(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
@@ -51,6 +52,7 @@ using SupportsFn = std::function<bool(const ir::Node& node, const std::vector<co
 // The answer of the build's backend (any implementation of the node's op on its device).
 SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
+Status merge_duplicates(ir::Graph* g);
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);

@@ -15,6 +15,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"check_supported", check_supported},            // every unsupported node, listed at once
       {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
       {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
+      {"merge_duplicates", merge_duplicates},          // the same computation runs once
       {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation

@@ -1,0 +1,109 @@
+// Pass merge_duplicates: nodes that compute the same thing (same op, domain, opset, attributes and
+// input values) run once; the readers of a duplicate's outputs read the first node's. Exporters
+// repeat work per layer: transformers' BERT recomputes its attention mask (Where on the expanded
+// padding mask, then a Cast under --fp16) in each of its 12 layers. Left alone: ops with random
+// or otherwise non-repeatable results, nodes with tensor or graph attributes (subgraphs, and
+// constants, which folding has taken already), and duplicates whose outputs are engine outputs
+// (their names are the engine's IO). Runs after shape inference, so folded inputs compare as the
+// same constant value only when they are the same value.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "builder/build_state.h"
+#include "ir/rewrite.h"
+
+namespace kiln::builder {
+namespace {
+
+bool repeatable(const ir::Node& n) {
+  static const char* const kRandom[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                        "Bernoulli",    "Multinomial",   "Dropout"};
+  if (n.domain.empty()) {
+    for (const char* op : kRandom) {
+      if (n.op_type == op) return false;
+    }
+  }
+  for (const auto& [name, a] : n.attrs.all()) {
+    if (a.type == ir::AttrType::kTensor || a.type == ir::AttrType::kTensors || a.type == ir::AttrType::kGraph ||
+        a.type == ir::AttrType::kGraphs) {
+      return false;
+    }
+  }
+  return !n.outputs.empty();
+}
+
+// Everything that decides what the node computes, as text.
+std::string key_of(const ir::Node& n) {
+  std::string k = n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
+  for (int v : n.inputs) k += std::to_string(v) + ",";
+  k += "|" + std::to_string(n.outputs.size());
+  for (const auto& [name, a] : n.attrs.all()) {
+    k += "|" + name + ":" + std::to_string(int(a.type)) + ":";
+    switch (a.type) {
+      case ir::AttrType::kFloat: {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%a", double(a.f));
+        k += buf;
+        break;
+      }
+      case ir::AttrType::kInt:
+        k += std::to_string(a.i);
+        break;
+      case ir::AttrType::kString:
+        k += std::to_string(a.s.size()) + "#" + a.s;
+        break;
+      case ir::AttrType::kFloats:
+        for (float f : a.floats) {
+          char buf[32];
+          std::snprintf(buf, sizeof(buf), "%a,", double(f));
+          k += buf;
+        }
+        break;
+      case ir::AttrType::kInts:
+        for (int64_t i : a.ints) k += std::to_string(i) + ",";
+        break;
+      case ir::AttrType::kStrings:
+        for (const std::string& s : a.strings) k += std::to_string(s.size()) + "#" + s;
+        break;
+      default:
+        break;  // not repeatable(): never keyed
+    }
+  }
+  return k;
+}
+
+bool any_graph_output(const ir::Graph& g, const ir::Node& n) {
+  for (int v : n.outputs) {
+    for (int o : g.outputs) {
+      if (v >= 0 && v == o) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Status merge_duplicates(ir::Graph* g) {
+  std::map<std::string, int> first;  // key -> node index
+  bool any = false;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    const ir::Node& node = g->nodes[n];
+    if (!repeatable(node)) continue;
+    auto [it, fresh] = first.emplace(key_of(node), int(n));
+    if (fresh || any_graph_output(*g, node)) continue;
+    const ir::Node& kept = g->nodes[size_t(it->second)];
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i] < 0) continue;
+      if (kept.outputs[i] < 0) break;  // the kept node leaves that output out: keep both
+      KILN_RETURN_IF_ERROR(ir::replace_all_uses(g, node.outputs[i], kept.outputs[i]));
+      any = true;
+    }
+  }
+  if (any) ir::remove_dead_nodes(g);
+  return ok_status();
+}
+
+Status merge_duplicates(BuildState& s) { return merge_duplicates(&s.graph); }
+
+}  // namespace kiln::builder
