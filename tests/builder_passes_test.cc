@@ -512,15 +512,17 @@ TEST(FuseMatMulBias, TheFusedReferenceMatchesTheUnfusedLayers) {
 
 // ---- merge_duplicates ----
 
-// BERT's mask as the exporter repeats it per layer (Where then Cast, twice), a duplicate whose
-// attribute differs, a random op, and a duplicate that is an engine output.
+// BERT's mask as the exporter repeats it per layer (Where then Cast, twice, the second Where on its
+// own copy of a constant), a duplicate whose attribute differs, a random op, and a duplicate that
+// is an engine output.
 const char* kDuplicates = R"(graph g(%x: float32[2, 3], %c: bool[2, 3]) -> (%y: float32[2, 3], %r1: float32[2, 3], %r2: float32[2, 3], %o: float32[2, 3]) {
   opset ai.onnx 17
   %zero: float32[] = dense<0.0>
   %low: float32[] = dense<-100.0>
   %w1: float32[2, 3] = Where(%c, %zero, %low)  # mask1
   %h1: float16[2, 3] = Cast(%w1) {to=10}  # cast1
-  %w2: float32[2, 3] = Where(%c, %zero, %low)  # mask2
+  %zero2: float32[] = dense<0.0>
+  %w2: float32[2, 3] = Where(%c, %zero2, %low)  # mask2
   %h2: float16[2, 3] = Cast(%w2) {to=10}  # cast2
   %h3: float32[2, 3] = Cast(%w2) {to=1}  # cast3
   %b1: float32[2, 3] = Cast(%h1) {to=1}  # back1

@@ -4,8 +4,8 @@
 // padding mask, then a Cast under --fp16) in each of its 12 layers. Left alone: ops with random
 // or otherwise non-repeatable results, nodes with tensor or graph attributes (subgraphs, and
 // constants, which folding has taken already), and duplicates whose outputs are engine outputs
-// (their names are the engine's IO). Runs after shape inference, so folded inputs compare as the
-// same constant value only when they are the same value.
+// (their names are the engine's IO). Runs after shape inference and folding; small constant inputs
+// compare by content (each layer's copy of the mask's fill values), other inputs by value.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -33,10 +33,31 @@ bool repeatable(const ir::Node& n) {
   return !n.outputs.empty();
 }
 
+// A small constant's bytes, by which two constants of equal content (exporters write one per
+// layer) compare equal; larger values compare by index.
+constexpr size_t kMaxKeyedConstantBytes = 256;
+
 // Everything that decides what the node computes, as text.
-std::string key_of(const ir::Node& n) {
+std::string key_of(const ir::Graph& g, const ir::Node& n) {
   std::string k = n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
-  for (int v : n.inputs) k += std::to_string(v) + ",";
+  for (int v : n.inputs) {
+    const ir::Value* val = v >= 0 ? &g.values[size_t(v)] : nullptr;
+    if (val && val->constant && val->constant->nbytes() <= kMaxKeyedConstantBytes) {
+      const Tensor& t = *val->constant;
+      k += "c" + std::to_string(int(t.dtype())) + "[";
+      for (int64_t d : t.shape()) k += std::to_string(d) + " ";
+      k += "]";
+      const unsigned char* b = static_cast<const unsigned char*>(t.data());
+      for (size_t i = 0; i < t.nbytes(); ++i) {
+        static const char kHex[] = "0123456789abcdef";
+        k += kHex[b[i] >> 4];
+        k += kHex[b[i] & 15];
+      }
+      k += ",";
+    } else {
+      k += std::to_string(v) + ",";
+    }
+  }
   k += "|" + std::to_string(n.outputs.size());
   for (const auto& [name, a] : n.attrs.all()) {
     k += "|" + name + ":" + std::to_string(int(a.type)) + ":";
@@ -90,7 +111,7 @@ Status merge_duplicates(ir::Graph* g) {
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     const ir::Node& node = g->nodes[n];
     if (!repeatable(node)) continue;
-    auto [it, fresh] = first.emplace(key_of(node), int(n));
+    auto [it, fresh] = first.emplace(key_of(*g, node), int(n));
     if (fresh || any_graph_output(*g, node)) continue;
     const ir::Node& kept = g->nodes[size_t(it->second)];
     for (size_t i = 0; i < node.outputs.size(); ++i) {
