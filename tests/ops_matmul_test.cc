@@ -464,8 +464,10 @@ TEST(GemmKernel, IntegerAndHalfDtypesWidenToDouble) {
 // and bias shape that broadcasts to the product from the right (a row of N, a column of M, a full
 // [M, N] and none), with A batched; strict FP32 on every device (CUDA: cuBLASLt then one epilogue
 // pass), and float16 and bfloat16 tensors as the precision pass leaves the layer.
+// M = N: a [M, 1] bias has N elements, as a row vector does (cuBLASLt's epilogue takes only the
+// latter).
 TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
-  const int64_t batch = 2, M = 5, K = 12, N = 8;
+  const int64_t batch = 2, M = 8, K = 12, N = 8;
   Tensor a = make_f32({batch, M, K}, random_values(size_t(batch * M * K), 81));
   std::vector<float> wv = random_values(size_t(K * N), 82);
   for (float& x : wv) x *= 0.4f;

@@ -254,8 +254,9 @@ class MatMulBiasKernel final : public MatMulKernel {
     }
     // A bias of Y's last dim alone, with no activation or a ReLU: cuBLASLt's epilogue adds it to
     // the float accumulator (one rounding, no pass over Y).
-    if (has_bias && (act_ == MatMulActivation::kNone || act_ == MatMulActivation::kRelu) && y.rank() >= 1 &&
-        in[2].numel() == y.shape.back() && in[2].dtype == y.dtype) {
+    bool last_dim = has_bias && y.rank() >= 1 && in[2].rank() >= 1 && in[2].shape.back() == y.shape.back() &&
+                    in[2].numel() == y.shape.back();  // [N] or [1, ..., 1, N], not [N, 1]
+    if (last_dim && (act_ == MatMulActivation::kNone || act_ == MatMulActivation::kRelu) && in[2].dtype == y.dtype) {
       auto s = matmul_shape(in[0].shape, in[1].shape);
       if (s.ok() && epilogue_ok(*s)) return run(in.first(2), out, in[2].data, act_ == MatMulActivation::kRelu);
     }
