@@ -191,15 +191,31 @@ TEST(AssignPrecision, AnUnsupportedNodeStaysFloat32) {
 
 // ---- fuse_conv_activation ----
 
-std::string fuse(const std::string& text, bool supported = true) {
+// One fusion pass over IR text with a backend that supports every fused node (or none), the graph
+// verified and compacted after it.
+using FusionPass = Status (*)(ir::Graph*, const builder::SupportsFn&);
+std::string run_fusion(FusionPass pass, const std::string& text, bool supported) {
   ir::Graph g = parse(text);
   auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
                       const std::vector<const ir::Value*>&) { return supported; };
-  Status st = builder::fuse_conv_activation(&g, supports);
+  Status st = pass(&g, supports);
   EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
   ir::compact(&g);
   return ir::to_text(g);
+}
+
+// `text` with one more engine output, `extra`, after its last one, `last` (both "%name: type").
+std::string with_output(std::string text, const std::string& last, const std::string& extra) {
+  const std::string from = last + ") {";
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << last;
+  if (at != std::string::npos) text.replace(at, from.size(), last + ", " + extra + ") {");
+  return text;
+}
+
+std::string fuse(const std::string& text, bool supported = true) {
+  return run_fusion(builder::fuse_conv_activation, text, supported);
 }
 
 // A residual block's end: Conv -> Add(identity) -> Relu; then Conv -> Clip(0, 6); then
@@ -265,14 +281,7 @@ TEST(FuseConvActivation, EngineMatchesTheUnfusedGraph) {
 // ---- fuse_elementwise ----
 
 std::string fuse_ew(const std::string& text, bool supported = true) {
-  ir::Graph g = parse(text);
-  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
-                      const std::vector<const ir::Value*>&) { return supported; };
-  Status st = builder::fuse_elementwise(&g, supports);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
-  ir::compact(&g);
-  return ir::to_text(g);
+  return run_fusion(builder::fuse_elementwise, text, supported);
 }
 
 // A linear layer's bias and erf GELU as exporters write them, then a float16 branch: a Cast
@@ -420,14 +429,7 @@ TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
 // ---- fuse_matmul_bias ----
 
 std::string fuse_mm(const std::string& text, bool supported = true) {
-  ir::Graph g = parse(text);
-  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
-                      const std::vector<const ir::Value*>&) { return supported; };
-  Status st = builder::fuse_matmul_bias(&g, supports);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
-  ir::compact(&g);
-  return ir::to_text(g);
+  return run_fusion(builder::fuse_matmul_bias, text, supported);
 }
 
 // Linear layers as exporters write them: bias then erf GELU with Div by sqrt(2) and the halving
@@ -489,9 +491,7 @@ TEST(FuseMatMulBias, LinearLayersWithActivationsBecomeMatMulBias) {
   }
   EXPECT_EQ(fuse_mm(kLinears, /*supported=*/false), ir::to_text(parse(kLinears)));
   // A GELU intermediate read outside the pattern keeps that layer unfused.
-  std::string shared = kLinears;
-  const std::string outs = "%y7: float32[2, 3, 4]) {";
-  shared.replace(shared.find(outs), outs.size(), "%y7: float32[2, 3, 4], %e1: float32[2, 3, 4]) {");
+  const std::string shared = with_output(kLinears, "%y7: float32[2, 3, 4]", "%e1: float32[2, 3, 4]");
   EXPECT_NE(fuse_mm(shared).find("Erf(%d1)"), std::string::npos);
 }
 
@@ -552,14 +552,7 @@ TEST(MergeDuplicates, RepeatedComputationsRunOnce) {
 // ---- fuse_attention ----
 
 std::string fuse_attn(const std::string& text, bool supported = true) {
-  ir::Graph g = parse(text);
-  auto supports = [&](const ir::Node&, const std::vector<const ir::Value*>&,
-                      const std::vector<const ir::Value*>&) { return supported; };
-  Status st = builder::fuse_attention(&g, supports);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
-  ir::compact(&g);
-  return ir::to_text(g);
+  return run_fusion(builder::fuse_attention, text, supported);
 }
 
 // Every value of `g` on the reference kernels, node by node, each output of its IR type.
@@ -668,9 +661,7 @@ TEST(FuseAttention, ExportedAttentionBecomesOneAttentionNode) {
   // Unsupported: the Transpose the second attention took over is given back as it was.
   EXPECT_EQ(fuse_attn(kVitAttention, /*supported=*/false), ir::to_text(parse(kVitAttention)));
   // Scores read outside the pattern keep that attention unfused.
-  std::string shared = kBertAttention;
-  const std::string outs = "-> (%y: float32[2, 3, 8]) {";
-  shared.replace(shared.find(outs), outs.size(), "-> (%y: float32[2, 3, 8], %s: float32[2, 2, 3, 3]) {");
+  const std::string shared = with_output(kBertAttention, "%y: float32[2, 3, 8]", "%s: float32[2, 2, 3, 3]");
   EXPECT_NE(fuse_attn(shared).find("Softmax("), std::string::npos);
 }
 

@@ -484,12 +484,18 @@ const char* kEwChain = R"(graph g(%x: float32[n, 8, 5, 7], %u: float32[n, 1, 7],
 }
 )";
 
+// The network of an IR text; an empty graph (and a failed expectation) where it does not parse.
+Network network_of(const std::string& text) {
+  auto g = ir::parse_text(text, {});
+  EXPECT_TRUE(g.ok()) << g.status().to_string() << "\n" << text;
+  Network net;
+  if (g.ok()) net.graph = std::move(*g);
+  return net;
+}
+
 TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
-  auto g = ir::parse_text(kEwChain, {});
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  Network net;
-  net.graph = std::move(*g);
+  const Network net = network_of(kEwChain);
   auto build = [&](Device d, Precision p) {
     BuilderConfig c = config_for(p);
     OptimizationProfile prof;
@@ -582,10 +588,7 @@ Tensor padding_mask(int64_t n, int64_t s) {
 
 TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
-  auto g = ir::parse_text(kExportedAttention, {});
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  Network net;
-  net.graph = std::move(*g);
+  const Network net = network_of(kExportedAttention);
   auto build = [&](Device d, Precision p) {
     BuilderConfig c = config_for(p);
     OptimizationProfile prof;
@@ -647,10 +650,7 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
                        (*c.mask_type ? std::string(", %m: ") + c.mask_type : "") +
                        ") -> (%y: float32[n, 4, s, 64]) {\n  opset ai.onnx 23\n  %y: float32[n, 4, s, 64] = Attention(%q, %k, %v" +
                        (*c.mask_type ? ", %m" : "") + ") {is_causal=" + std::to_string(c.causal) + "}  # attn\n}\n";
-    auto g = ir::parse_text(text, {});
-    ASSERT_TRUE(g.ok()) << g.status().to_string() << "\n" << text;
-    Network net;
-    net.graph = std::move(*g);
+    const Network net = network_of(text);
     auto build = [&](Device d, Precision p) {
       BuilderConfig cfg = config_for(p);
       OptimizationProfile prof;

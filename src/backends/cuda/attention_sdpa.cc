@@ -13,7 +13,6 @@
 // (a few milliseconds; at most kMaxPlans kept); for a shape cuDNN refuses at run time, and for a
 // mask shorter than the keys, the kernel runs attention.cu's reference kernel instead, so an
 // accepted node never fails for cuDNN's reasons.
-#include <cudnn_frontend.h>
 
 #include <cmath>
 #include <map>
@@ -24,11 +23,11 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cudnn_fe.h"
 
 namespace kiln::backends::cuda {
 namespace {
 
-namespace fe = cudnn_frontend;
 using ops::OpKind;
 
 constexpr int64_t kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidBias = 5;
@@ -36,8 +35,6 @@ constexpr int64_t kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidBias = 5;
 constexpr size_t kMaxPlans = 16;
 // The head sizes cuDNN's flash attention takes (multiples of 8 up to 256, on sm_80 and later).
 constexpr int64_t kMaxHead = 256;
-
-bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
 // One problem in cuDNN's [B, heads, seq, head] dims, with the strides of kiln's tensors.
 struct Problem {
@@ -54,11 +51,6 @@ struct Problem {
     return {b, hq, hk, s, l, d, dv, int64_t(three_d), int64_t(mask), m[0], m[1], m[2], m[3]};
   }
 };
-
-Status fe_status(const fe::error_t& e, const std::string& what) {
-  if (e.is_good()) return ok_status();
-  return unsupported(what + ": cuDNN frontend: " + e.err_msg);
-}
 
 // The SDPA graph of one problem, with its plan built (cuDNN's heuristic choice).
 StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t, float scale, bool causal,

@@ -92,7 +92,6 @@ StatusOr<ConvTactic> parse_tactic(const std::string& t) {
   return c;
 }
 
-bool is_half_tensor(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
 // What the descriptors say: float16/bfloat16 tensors in their own type on tensor cores (whatever
 // the math mode, which the plan leaves at the tensors' own precision); float32 tensors per the
@@ -105,7 +104,7 @@ cudnnDataType_t data_type(DType tensors, MathMode m) {
                                 : CUDNN_DATA_FLOAT;
 }
 cudnnMathType_t math_type(DType tensors, MathMode m) {
-  if (is_half_tensor(tensors)) return CUDNN_TENSOR_OP_MATH;
+  if (is_half(tensors)) return CUDNN_TENSOR_OP_MATH;
   return m == MathMode::kFp32 ? CUDNN_FMA_MATH : m == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
@@ -206,7 +205,7 @@ class ConvKernel final : public CudaKernel {
              const void* prepared_w)
       : CudaKernel(std::string(fused ? "cuda.FusedConv(cudnn," : "cuda.Conv(cudnn,") +
                    (attrs.nhwc ? "NHWC," : "") +
-                   (is_half_tensor(tensors) ? std::string(dtype_name(tensors)) + " tensors"
+                   (is_half(tensors) ? std::string(dtype_name(tensors)) + " tensors"
                                             : std::string(math_mode_name(mode))) +
                    ")"),
         fused_(fused),
@@ -245,7 +244,7 @@ class ConvKernel final : public CudaKernel {
       }
     }
     if (y.dtype != tensors_) return invalid_argument(name_ + ": Y must be " + std::string(dtype_name(tensors_)));
-    const bool low = !is_half_tensor(tensors_) && (mode_ == MathMode::kFp16 || mode_ == MathMode::kBf16);
+    const bool low = !is_half(tensors_) && (mode_ == MathMode::kFp16 || mode_ == MathMode::kBf16);
     if (!low) return execute_native(in, y, has_bias, has_z, channels, res);
     // Float32 tensors computing in FP16/BF16: the convolution on converted copies, then bias,
     // residual and activation on the float32 result.
@@ -378,7 +377,7 @@ std::vector<cudnnConvolutionFwdAlgo_t> timed_algos(cudnnHandle_t handle, const K
   if (st != CUDNN_STATUS_SUCCESS) return out;
   for (int i = 0; i < found; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kLibraryWorkspace) continue;
-    if (!is_half_tensor(tensors) && mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    if (!is_half(tensors) && mode == MathMode::kFp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
     if (std::find(out.begin(), out.end(), perf[i].algo) == out.end()) out.push_back(perf[i].algo);
   }
   return out;
@@ -456,7 +455,7 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
   const DType t = q.input_dtype(0);
   const MathMode mode = math_mode(q);
   const bool measurable = q.optimization_level > 0 && !candidates.empty() &&
-                          (is_half_tensor(t) || (t == DType::kFloat32 && mode != MathMode::kFp16 &&
+                          (is_half(t) || (t == DType::kFloat32 && mode != MathMode::kFp16 &&
                                                  mode != MathMode::kBf16));
   if (!measurable) {
     for (const auto& c : candidates) out.push_back(c);
@@ -534,7 +533,7 @@ std::vector<std::string> conv_tactics(const KernelQuery& q) {
 ir::Dim conv_workspace(const KernelQuery& q) {
   MathMode mode = math_mode(q);
   if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
-  if (is_half_tensor(q.input_dtype(0))) return 0;
+  if (is_half(q.input_dtype(0))) return 0;
   ir::Dim total = workspace_piece(q.inputs.empty() ? nullptr : q.inputs[0], 2) +
                   workspace_piece(q.outputs.empty() ? nullptr : q.outputs[0], 2);
   if (!q.input_is_constant(1) && q.inputs.size() > 1) total = total + workspace_piece(q.inputs[1], 2);
@@ -544,7 +543,7 @@ ir::Dim conv_workspace(const KernelQuery& q) {
 // X, W, B and Y of one type: float32, float16 or bfloat16.
 Status check_conv_dtypes(const KernelQuery& q) {
   DType t = q.input_dtype(0);
-  if (t != DType::kFloat32 && !is_half_tensor(t)) {
+  if (t != DType::kFloat32 && !is_half(t)) {
     return unsupported(q.node.describe() +
                        ": the cuDNN convolution takes float32, float16 or bfloat16 X, not " +
                        std::string(dtype_name(t)));
@@ -623,7 +622,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   // A float16/bfloat16 filter is used as it is: prepare_low_precision_operands converts float32
   // constants only, and the kernel ignores a prepared operand for half tensors.
   const void* prepared_w =
-      is_half_tensor(q.input_dtype(0)) ? nullptr : PreparedOperands::operand(q, 1);
+      is_half(q.input_dtype(0)) ? nullptr : PreparedOperands::operand(q, 1);
   return std::unique_ptr<Kernel>(
       new ConvKernel(fused, q.input_dtype(0), math_mode(q), std::move(c), algo, prepared_w));
 }
@@ -632,7 +631,7 @@ StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
 // otherwise a zero bias for the fused call when B is absent.
 ir::Dim fused_conv_workspace(const KernelQuery& q) {
   MathMode mode = math_mode(q);
-  if (!is_half_tensor(q.input_dtype(0)) && (mode == MathMode::kFp16 || mode == MathMode::kBf16)) {
+  if (!is_half(q.input_dtype(0)) && (mode == MathMode::kFp16 || mode == MathMode::kBf16)) {
     return conv_workspace(q);
   }
   if (q.inputs.size() > 2 && q.inputs[2]) return 0;

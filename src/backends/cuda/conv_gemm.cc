@@ -15,8 +15,6 @@ namespace {
 
 using ops::OpKind;
 
-bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
-
 // Ok when the node is a channels-last 1x1 convolution this kernel runs as a GEMM; else why not.
 Status check_gemm_shaped(const KernelQuery& q, const ConvAttrs& c) {
   const std::string who = q.node.describe() + ": cuda.cublaslt.FusedConv";

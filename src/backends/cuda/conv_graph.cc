@@ -14,7 +14,6 @@
 // to its type once, as the legacy API's fused call and the cuBLASLt epilogue do; otherwise they run
 // in one conv_epilogue pass after the convolution, which rounds the convolution's result first. The
 // builder times both forms (the unfused one with its epilogue pass) and keeps the faster.
-#include <cudnn_frontend.h>
 
 #include <array>
 #include <cmath>
@@ -23,11 +22,11 @@
 #include <map>
 
 #include "backends/cuda/conv_attrs.h"
+#include "backends/cuda/cudnn_fe.h"
 
 namespace kiln::backends::cuda {
 namespace {
 
-namespace fe = cudnn_frontend;
 using ops::OpKind;
 
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidB = 4, kUidZ = 5;
@@ -38,8 +37,6 @@ constexpr size_t kMaxPlans = 16;
 // Engine configurations the builder times per graph at optimization level 3 (cuDNN's heuristic
 // order decides which); level 4 and up times all, levels 1 and 2 the first four.
 constexpr int64_t kTimedPlans = 16;
-
-bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
 // One convolution problem in cuDNN's NCHW-ordered dims (the strides say channels last).
 struct Geometry {
@@ -190,11 +187,6 @@ StatusOr<GraphTactic> parse_tactic(const std::string& t) {
   if (out.below < 1) return invalid_argument("cuDNN graph tactic '" + t + "': 'below=' takes a batch of 1 or more");
   KILN_ASSIGN_OR_RETURN(out.small, parse_config(rest.substr(sp + 1), t));
   return out;
-}
-
-Status fe_status(const fe::error_t& e, const std::string& what) {
-  if (e.is_good()) return ok_status();
-  return unsupported(what + ": cuDNN frontend: " + e.err_msg);
 }
 
 // The operation graph of one problem, built as far as choosing engines.

@@ -57,6 +57,9 @@ inline size_t workspace_piece(size_t bytes) { return (bytes + kWorkspaceAlign - 
 // The same as a formula: numel(v) * elem_size rounded up to kWorkspaceAlign.
 ir::Dim workspace_piece(const ir::Value* v, size_t elem_size);
 
+// float16 or bfloat16: the types the tensor-core paths (cuBLASLt, cuDNN's graph API) take natively.
+inline bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
 // Base of every CUDA kernel: the stream execute() enqueues on.
 class CudaKernel : public Kernel {
  public:
