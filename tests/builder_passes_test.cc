@@ -641,7 +641,24 @@ const char* kVitAttention = R"(graph g(%q: float32[2, 2, 3, 4], %k: float32[2, 2
 }
 )";
 
+// The dynamo exporter's ViT: heads folded into the batch, [B*H, S, D], K transposed by [0, 2, 1].
+const char* kRank3Attention = R"(graph g(%q: float32[4, 3, 8], %k: float32[4, 3, 8], %v: float32[4, 3, 8]) -> (%y: float32[4, 3, 8]) {
+  opset ai.onnx 18
+  %c: float32[] = dense<0.35355339>
+  %kt: float32[4, 8, 3] = Transpose(%k) {perm=[0, 2, 1]}  # k_t
+  %s: float32[4, 3, 3] = MatMul(%q, %kt)  # scores
+  %sc: float32[4, 3, 3] = Mul(%s, %c)  # scale
+  %p: float32[4, 3, 3] = Softmax(%sc) {axis=-1}  # softmax
+  %y: float32[4, 3, 8] = MatMul(%p, %v)  # context
+}
+)";
+
 TEST(FuseAttention, ExportedAttentionBecomesOneAttentionNode) {
+  const std::string r3 = fuse_attn(kRank3Attention);
+  EXPECT_NE(r3.find("%y: float32[4, 3, 8] = Attention@23(%q, %k, %v) {kv_num_heads=1, q_num_heads=1, scale=0.3535533"),
+            std::string::npos)
+      << r3;
+
   std::string bert = fuse_attn(kBertAttention);
   EXPECT_NE(bert.find("%y: float32[2, 3, 8] = Attention@23(%q, %k, %v, %m) {kv_num_heads=2, q_num_heads=2, scale=0.49999997"),
             std::string::npos)
@@ -666,7 +683,7 @@ TEST(FuseAttention, ExportedAttentionBecomesOneAttentionNode) {
 }
 
 TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
-  for (const char* text : {kBertAttention, kVitAttention}) {
+  for (const char* text : {kBertAttention, kVitAttention, kRank3Attention}) {
     ir::Graph g = parse(text);
     ir::Graph fused = g;
     auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {

@@ -313,6 +313,10 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
     return replace_if_supported(g, matched, std::move(fused), supports);
   }
   fused.outputs = {y};
+  if (rank == 3) {  // [N, S, D] is Attention's 3-D form with one head
+    fused.attrs.set("q_num_heads", int_attr(1));
+    fused.attrs.set("kv_num_heads", int_attr(1));
+  }
   if (is_identity(perm)) {
     fused.inputs = {q, k_top, vv};
     if (mask >= 0) fused.inputs.push_back(mask);
