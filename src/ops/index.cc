@@ -248,6 +248,8 @@ StatusOr<SliceParams> slice_params(InferContext& ctx) {
 Status infer_slice(InferContext& ctx) {
   const Dims& in = ctx.input_shape(0);
   int r = int(in.size());
+  // normalize_axis lets axis 0 through at rank 0; a scalar has no axis to slice.
+  if (r == 0) return ctx.error(StatusCode::kInvalidModel, "input 0 is a scalar; Slice needs rank 1 or more");
   KILN_ASSIGN_OR_RETURN(SliceParams p, slice_params(ctx));
   Dims out = in;
   std::vector<bool> seen(size_t(r), false);
