@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "builder/build_state.h"
+#include "builder/graph_match.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
@@ -46,8 +47,6 @@ const std::set<std::string>& layout_free_broadcast() {
   return ops;
 }
 
-bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
 bool has_readers(const ir::Graph& g, int v) {
   for (const ir::Node& n : g.nodes) {
     if (std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end()) return true;
@@ -63,18 +62,6 @@ std::vector<Dim> permuted(const std::vector<Dim>& shape, std::span<const int64_t
 
 bool is_perm(std::span<const int64_t> a, std::span<const int64_t> b) {
   return std::ranges::equal(a, b);
-}
-
-// A Transpose's permutation (ONNX's default reverses the axes); nullopt when unreadable.
-std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir::Node& t) {
-  if (t.inputs.empty() || t.inputs[0] < 0) return std::nullopt;
-  const auto& shape = g.values[size_t(t.inputs[0])].shape;
-  if (!shape) return std::nullopt;
-  std::vector<int64_t> reversed;
-  for (size_t k = shape->size(); k-- > 0;) reversed.push_back(int64_t(k));
-  auto perm = t.attrs.get_ints("perm", reversed);
-  if (!perm.ok() || perm->size() != shape->size()) return std::nullopt;
-  return *perm;
 }
 
 // The value `v` is Transpose(a, perm) of: a, or -1.
@@ -145,20 +132,6 @@ ir::Node onnx_node(const ir::Graph& g, std::string op_type, std::string name,
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
   return n;
-}
-
-void set_ints(ir::Node* n, const char* name, std::vector<int64_t> ints) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInts;
-  a.ints = std::move(ints);
-  n->attrs.set(name, std::move(a));
-}
-
-void set_string(ir::Node* n, const char* name, std::string s) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kString;
-  a.s = std::move(s);
-  n->attrs.set(name, std::move(a));
 }
 
 // Transpose(in, perm) -> a new value named after `in`, its node named after that value.
@@ -426,9 +399,7 @@ StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& s
   const int r = ir::add_unique_value(g, name + "_nhwc", g->values[size_t(out)].dtype,
                                      permuted(*g->values[size_t(out)].shape, kToNhwc));
   ir::Node reduce = onnx_node(*g, avg ? "ReduceMean" : "ReduceMax", pool.name, {a}, {r});
-  ir::Attribute keep;
-  keep.i = 1;
-  reduce.attrs.set("keepdims", keep);
+  set_int(&reduce, "keepdims", 1);
   // ReduceMean and ReduceMax take their axes as an input from opset 18, as an attribute before.
   if (reduce.opset >= 18) {
     reduce.inputs.push_back(

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "builder/build_state.h"
+#include "builder/graph_match.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
@@ -188,10 +189,7 @@ class Assigner {
     n.op_type = "Cast";
     n.opset = g_.opsets.count("") ? g_.opsets.at("") : 19;
     n.name = ir::unique_node_name(g_, g_.values[size_t(to)].name + "_cast");
-    ir::Attribute a;
-    a.type = ir::AttrType::kInt;
-    a.i = onnx_type(g_.values[size_t(to)].dtype);
-    n.attrs.set("to", a);
+    set_int(&n, "to", onnx_type(g_.values[size_t(to)].dtype));
     n.inputs = {from};
     n.outputs = {to};
     return n;

@@ -69,6 +69,10 @@ struct LayoutOptions {
 };
 Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptions& options);
 
+// An attribute as one line of canonical text: exact for numbers and strings, tensors and graphs by
+// digest (the timing cache's keys and merge_duplicates compare nodes by it).
+std::string attribute_text(const ir::Attribute& a);
+
 // The timing cache's key for the node of `q` run by implementation `impl_id`: the canonical text
 // of everything its tactic choice depends on, one "name=value" line each: the implementation, the
 // op (domain, opset) and its attributes by name, each input's and output's dtype and shape at the

@@ -52,8 +52,7 @@ const Dims* shape_of(const ir::Graph& g, int v) {
 std::optional<double> scalar_factor(const ir::Graph& g, const ir::Node& n, int x) {
   if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
   if (is_onnx(n, "Mul")) {
-    auto c = n.inputs[0] == x ? scalar_constant(g, n, 1) : n.inputs[1] == x ? scalar_constant(g, n, 0) : std::nullopt;
-    if (c) return double(*c);
+    if (auto c = other_constant(g, n, x)) return double(*c);
   }
   if (is_onnx(n, "Div") && n.inputs[0] == x) {
     auto c = scalar_constant(g, n, 1);
@@ -113,13 +112,6 @@ int walk_up(const ir::Graph& g, int reader, size_t slot, bool allow_transpose, s
   }
 }
 
-std::vector<int64_t> perm_of(const ir::Node& t, size_t rank) {
-  std::vector<int64_t> reversed;
-  for (size_t i = rank; i-- > 0;) reversed.push_back(int64_t(i));
-  auto p = t.attrs.get_ints("perm", reversed);
-  return p.ok() ? *p : std::vector<int64_t>{};
-}
-
 bool is_identity(const std::vector<int64_t>& p) {
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] != int64_t(i)) return false;
@@ -146,7 +138,7 @@ std::optional<Heads> split_heads(const ir::Graph& g, int v, std::vector<int64_t>
   if (is_identity(perm)) {
     const int p = g.values[size_t(v)].producer;
     if (p < 0 || !is_onnx(g.nodes[size_t(p)], "Transpose")) return std::nullopt;
-    perm = perm_of(g.nodes[size_t(p)], 4);
+    perm = perm_of(g, g.nodes[size_t(p)]).value_or(std::vector<int64_t>{});
     v = g.nodes[size_t(p)].inputs[0];
   }
   if (perm != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
@@ -171,13 +163,6 @@ bool leads_to_matmul(const ir::Graph& g, int v, int reader) {
     v = step->x;
     reader = p;
   }
-}
-
-ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
 }
 
 StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
@@ -252,7 +237,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   const int vv = pv_node.inputs[1], y = pv_node.outputs[0];
   if (k_transpose < 0) return false;
   const ir::Node& kt = g->nodes[size_t(k_transpose)];
-  const Dims *qs = shape_of(*g, q), *kts = shape_of(*g, qk >= 0 ? g->nodes[size_t(qk)].inputs[1] : -1),
+  const Dims *qs = shape_of(*g, q), *kts = shape_of(*g, g->nodes[size_t(qk)].inputs[1]),
              *vs = shape_of(*g, vv), *ys = shape_of(*g, y), *ms = shape_of(*g, mask);
   if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank || vs->size() != rank ||
       ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
@@ -271,7 +256,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   }
   if (!is_float(t)) return false;
   // Attention's K: K' without the Transpose's last two axes exchanged.
-  std::vector<int64_t> perm = perm_of(kt, rank);
+  std::vector<int64_t> perm = perm_of(*g, kt).value_or(std::vector<int64_t>{});
   if (perm.size() != rank) return false;
   std::swap(perm[rank - 2], perm[rank - 1]);
 
@@ -279,10 +264,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   fused.name = g->nodes[size_t(qk)].name;
   fused.op_type = "Attention";
   fused.opset = 23;
-  ir::Attribute sc;
-  sc.type = ir::AttrType::kFloat;
-  sc.f = float(scale);
-  fused.attrs.set("scale", sc);
+  set_float(&fused, "scale", float(scale));
   // The 3-D form where every operand is split into heads and the output merged back.
   std::optional<Heads> hq, hk, hv;
   int merge_t = -1, merge_r = -1;
@@ -292,7 +274,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
     hv = split_heads(*g, vv, {0, 1, 2, 3});
     merge_t = sole_reader(*g, y);
     if (merge_t >= 0 && is_onnx(g->nodes[size_t(merge_t)], "Transpose") &&
-        perm_of(g->nodes[size_t(merge_t)], 4) == std::vector<int64_t>{0, 2, 1, 3}) {
+        perm_of(*g, g->nodes[size_t(merge_t)]) == std::vector<int64_t>{0, 2, 1, 3}) {
       merge_r = sole_reader(*g, g->nodes[size_t(merge_t)].outputs[0]);
     }
     if (merge_r >= 0 && !is_onnx(g->nodes[size_t(merge_r)], "Reshape")) merge_r = -1;
@@ -303,8 +285,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   }
   if (hq && hk && hv && merge_r >= 0) {
     fused.inputs = {hq->x, hk->x, hv->x};
-    fused.attrs.set("q_num_heads", int_attr(hq->heads));
-    fused.attrs.set("kv_num_heads", int_attr(hk->heads));
+    set_int(&fused, "q_num_heads", hq->heads);
+    set_int(&fused, "kv_num_heads", hk->heads);
     if (mask >= 0) fused.inputs.push_back(mask);
     fused.outputs = {g->nodes[size_t(merge_r)].outputs[0]};
     matched.push_back(k_transpose);
@@ -314,8 +296,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   }
   fused.outputs = {y};
   if (rank == 3) {  // [N, S, D] is Attention's 3-D form with one head
-    fused.attrs.set("q_num_heads", int_attr(1));
-    fused.attrs.set("kv_num_heads", int_attr(1));
+    set_int(&fused, "q_num_heads", 1);
+    set_int(&fused, "kv_num_heads", 1);
   }
   if (is_identity(perm)) {
     fused.inputs = {q, k_top, vv};
@@ -332,10 +314,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   Dims k_shape = saved_shape;
   std::swap(k_shape[rank - 2], k_shape[rank - 1]);
   tn.inputs[0] = k_top;
-  ir::Attribute pa;
-  pa.type = ir::AttrType::kInts;
-  pa.ints = perm;
-  tn.attrs.set("perm", pa);
+  set_ints(&tn, "perm", perm);
   g->values[size_t(k)].shape = k_shape;
   fused.inputs = {q, k, vv};
   if (mask >= 0) fused.inputs.push_back(mask);

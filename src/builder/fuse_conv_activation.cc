@@ -110,16 +110,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int conv_index, const SupportsFn& supports)
   fused.inputs.resize(3, -1);
   fused.inputs.push_back(z);
   if (z < 0) fused.inputs.pop_back();
-  ir::Attribute name;
-  name.type = ir::AttrType::kString;
-  name.s = act ? act->name : "none";
-  fused.attrs.set("activation", name);
-  if (act && !act->params.empty()) {
-    ir::Attribute p;
-    p.type = ir::AttrType::kFloats;
-    p.floats = act->params;
-    fused.attrs.set("activation_params", p);
-  }
+  set_string(&fused, "activation", act ? act->name : "none");
+  if (act && !act->params.empty()) set_floats(&fused, "activation_params", act->params);
   if (act) matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());
   fused.outputs = {act ? act->output : cur};
   // Unfused where the backend has no kernel, or where the residual depends on the convolution.

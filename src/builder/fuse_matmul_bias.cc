@@ -23,14 +23,6 @@ namespace {
 
 bool near(std::optional<float> v, double want) { return v && std::fabs(double(*v) - want) <= 1e-5 * std::fabs(want); }
 
-// The scalar constant operand of binary node n other than input `x`, when there is one.
-std::optional<float> other_constant(const ir::Graph& g, const ir::Node& n, int x) {
-  if (n.inputs.size() != 2) return std::nullopt;
-  if (n.inputs[0] == x) return scalar_constant(g, n, 1);
-  if (n.inputs[1] == x) return scalar_constant(g, n, 0);
-  return std::nullopt;
-}
-
 struct Activation {
   const char* name;
   std::vector<int> nodes;
@@ -127,10 +119,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
   fused.op_type = "MatMulBias";
   fused.opset = 1;
   fused.attrs = ir::Attributes{};
-  ir::Attribute name;
-  name.type = ir::AttrType::kString;
-  name.s = act->name;
-  fused.attrs.set("activation", name);
+  set_string(&fused, "activation", act->name);
   if (bias >= 0) fused.inputs.push_back(bias);
   fused.outputs = {act->output};
   matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "builder/build_state.h"
@@ -47,6 +49,59 @@ inline std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& 
   const ir::Value& v = g.values[size_t(n.inputs[i])];
   if (!v.constant || v.constant->numel() != 1) return std::nullopt;
   return float(v.constant->float_at(0));
+}
+
+// The scalar constant operand of binary node n other than input `x`, when there is one.
+inline std::optional<float> other_constant(const ir::Graph& g, const ir::Node& n, int x) {
+  if (n.inputs.size() != 2) return std::nullopt;
+  if (n.inputs[0] == x) return scalar_constant(g, n, 1);
+  if (n.inputs[1] == x) return scalar_constant(g, n, 0);
+  return std::nullopt;
+}
+
+// A Transpose's permutation (ONNX's default reverses the axes); nullopt when unreadable or not of
+// its input's rank.
+inline std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir::Node& t) {
+  if (t.inputs.empty() || t.inputs[0] < 0) return std::nullopt;
+  const auto& shape = g.values[size_t(t.inputs[0])].shape;
+  if (!shape) return std::nullopt;
+  std::vector<int64_t> reversed;
+  for (size_t k = shape->size(); k-- > 0;) reversed.push_back(int64_t(k));
+  auto perm = t.attrs.get_ints("perm", reversed);
+  if (!perm.ok() || perm->size() != shape->size()) return std::nullopt;
+  return *perm;
+}
+
+// Attributes of the nodes the passes make.
+inline void set_int(ir::Node* n, const char* name, int64_t v) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kInt;
+  a.i = v;
+  n->attrs.set(name, std::move(a));
+}
+inline void set_float(ir::Node* n, const char* name, float v) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kFloat;
+  a.f = v;
+  n->attrs.set(name, std::move(a));
+}
+inline void set_ints(ir::Node* n, const char* name, std::vector<int64_t> ints) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kInts;
+  a.ints = std::move(ints);
+  n->attrs.set(name, std::move(a));
+}
+inline void set_floats(ir::Node* n, const char* name, std::vector<float> floats) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kFloats;
+  a.floats = std::move(floats);
+  n->attrs.set(name, std::move(a));
+}
+inline void set_string(ir::Node* n, const char* name, std::string s) {
+  ir::Attribute a;
+  a.type = ir::AttrType::kString;
+  a.s = std::move(s);
+  n->attrs.set(name, std::move(a));
 }
 
 // The fusion passes' last step: when the backend supports `fused` (a kiln op, typed by the values

@@ -6,11 +6,11 @@
 // constants, which folding has taken already), and duplicates whose outputs are engine outputs
 // (their names are the engine's IO). Runs after shape inference and folding; small constant inputs
 // compare by content (each layer's copy of the mask's fill values), other inputs by value.
-#include <cstdio>
 #include <map>
 #include <string>
 
 #include "builder/build_state.h"
+#include "builder/graph_match.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
@@ -59,46 +59,17 @@ std::string key_of(const ir::Graph& g, const ir::Node& n) {
     }
   }
   k += "|" + std::to_string(n.outputs.size());
+  // A name's length first: names are the model's text, so "|" or "=" in one must not make two
+  // attribute sets read alike (attribute_text's values delimit themselves).
   for (const auto& [name, a] : n.attrs.all()) {
-    k += "|" + name + ":" + std::to_string(int(a.type)) + ":";
-    switch (a.type) {
-      case ir::AttrType::kFloat: {
-        char buf[32];
-        std::snprintf(buf, sizeof(buf), "%a", double(a.f));
-        k += buf;
-        break;
-      }
-      case ir::AttrType::kInt:
-        k += std::to_string(a.i);
-        break;
-      case ir::AttrType::kString:
-        k += std::to_string(a.s.size()) + "#" + a.s;
-        break;
-      case ir::AttrType::kFloats:
-        for (float f : a.floats) {
-          char buf[32];
-          std::snprintf(buf, sizeof(buf), "%a,", double(f));
-          k += buf;
-        }
-        break;
-      case ir::AttrType::kInts:
-        for (int64_t i : a.ints) k += std::to_string(i) + ",";
-        break;
-      case ir::AttrType::kStrings:
-        for (const std::string& s : a.strings) k += std::to_string(s.size()) + "#" + s;
-        break;
-      default:
-        break;  // not repeatable(): never keyed
-    }
+    k += "|" + std::to_string(name.size()) + "#" + name + "=" + attribute_text(a);
   }
   return k;
 }
 
 bool any_graph_output(const ir::Graph& g, const ir::Node& n) {
   for (int v : n.outputs) {
-    for (int o : g.outputs) {
-      if (v >= 0 && v == o) return true;
-    }
+    if (v >= 0 && is_graph_output(g, v)) return true;
   }
   return false;
 }

@@ -81,6 +81,8 @@ std::string list_text(const std::vector<T>& items, F&& one) {
   return s + "]";
 }
 
+}  // namespace
+
 std::string attribute_text(const ir::Attribute& a) {
   auto f = [](float v) { return ir::text::format_float(v, false); };
   switch (a.type) {
@@ -101,6 +103,8 @@ std::string attribute_text(const ir::Attribute& a) {
   }
   return "?";
 }
+
+namespace {
 
 // "float32[8, 16] const": dims at the opt point; symbolic where they do not evaluate there.
 std::string value_text(const backends::KernelQuery& q, const ir::Value* v) {
