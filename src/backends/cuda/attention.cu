@@ -294,16 +294,7 @@ class AttentionKernel final : public CudaKernel {
     a.y = out[0].data;
     a.qk = qk ? qk->data : nullptr;
     if (mask) {
-      int r = mask->rank();
-      if (r < 1 || r > 4) return invalid_argument(name_ + ": attn_mask must have rank 1 to 4");
-      for (int d = 0; d < 4; ++d) a.mshape[d] = d < 4 - r ? 1 : mask->shape[d - (4 - r)];
-      const int64_t want[3] = {a.batch, a.q_heads, a.s};
-      for (int d = 0; d < 3; ++d) {
-        if (a.mshape[d] != 1 && a.mshape[d] != want[d]) {
-          return invalid_argument(name_ + ": attn_mask of shape " + shape_to_string(mask->shape) +
-                                  " does not broadcast");
-        }
-      }
+      KILN_RETURN_IF_ERROR(attention_mask_dims(*mask, a.batch, a.q_heads, a.s, a.mshape, name_));
       if (a.mshape[3] > a.l) return invalid_argument(name_ + ": attn_mask is longer than the keys");
       a.mask = mask->data;
       a.mask_dtype = int(mask->dtype);
@@ -342,16 +333,6 @@ class AttentionKernel final : public CudaKernel {
     return ok_status();
   }
 };
-
-// A head size of input i as a constant: 4-D its last dim, 3-D the hidden size over `heads`.
-std::optional<int64_t> head_size(const KernelQuery& q, size_t i, int64_t heads) {
-  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) return std::nullopt;
-  const auto& s = *q.inputs[i]->shape;
-  if (s.empty() || !s.back().is_const()) return std::nullopt;
-  if (s.size() == 4) return s.back().value();
-  if (s.size() == 3 && heads > 0) return s.back().value() / heads;
-  return std::nullopt;
-}
 
 StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
   auto kernel = std::make_unique<AttentionKernel>();
@@ -396,8 +377,8 @@ StatusOr<std::unique_ptr<Kernel>> make_attention(const KernelQuery& q) {
   }
   if (!q.inputs.empty() && q.inputs[0] && q.inputs[0]->shape) {
     bool four = q.inputs[0]->shape->size() == 4;
-    auto d = head_size(q, 0, four ? 0 : kernel->q_heads_attr);
-    auto dv = head_size(q, 2, four ? 0 : kernel->kv_heads_attr);
+    auto d = attention_head_size(q, 0, four ? 0 : kernel->q_heads_attr);
+    auto dv = attention_head_size(q, 2, four ? 0 : kernel->kv_heads_attr);
     if (!d || !dv) {
       return unsupported(q.node.describe() + ": the CUDA Attention needs constant head sizes");
     }
@@ -430,7 +411,7 @@ StatusOr<std::unique_ptr<Kernel>> make_flex_attention(const KernelQuery& q) {
                        ": the CUDA FlexAttention takes one dtype of float32, float64, float16 or "
                        "bfloat16 for Q, K, V and the output");
   }
-  auto d = head_size(q, 0, 0), dv = head_size(q, 2, 0);
+  auto d = attention_head_size(q, 0, 0), dv = attention_head_size(q, 2, 0);
   if (!d || !dv || *d + *dv > max_head_sum(t)) {
     return unsupported(
         q.node.describe() + ": the CUDA FlexAttention needs constant head sizes of at most " +
@@ -541,6 +522,30 @@ StatusOr<std::unique_ptr<Kernel>> make_rotary(const KernelQuery& q) {
 }
 
 }  // namespace
+
+std::optional<int64_t> attention_head_size(const KernelQuery& q, size_t i, int64_t heads) {
+  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) return std::nullopt;
+  const auto& s = *q.inputs[i]->shape;
+  if (s.empty() || !s.back().is_const()) return std::nullopt;
+  if (s.size() == 4) return s.back().value();
+  if (s.size() == 3 && heads > 0 && s.back().value() % heads == 0) return s.back().value() / heads;
+  return std::nullopt;
+}
+
+Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_heads, int64_t seq_q, int64_t m[4],
+                           const std::string& who) {
+  const int r = mask.rank();
+  if (r < 1 || r > 4) return invalid_argument(who + ": attn_mask must have rank 1 to 4");
+  for (int d = 0; d < 4; ++d) m[d] = d < 4 - r ? 1 : mask.shape[size_t(d - (4 - r))];
+  const int64_t want[3] = {batch, q_heads, seq_q};
+  for (int d = 0; d < 3; ++d) {
+    if (m[d] != 1 && m[d] != want[d]) {
+      return invalid_argument(who + ": attn_mask of shape " + shape_to_string(mask.shape) +
+                              " does not broadcast onto the scores");
+    }
+  }
+  return ok_status();
+}
 
 StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q) { return make_attention(q); }
 

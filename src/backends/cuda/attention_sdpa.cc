@@ -126,16 +126,7 @@ class SdpaKernel final : public CudaKernel {
     if (y.numel() != p.b * p.hq * p.s * p.dv) return invalid_argument(name_ + ": Y has the wrong size");
     if (y.numel() == 0) return ok_status();
     if (mask) {
-      const int r = mask->rank();
-      if (r < 1 || r > 4) return invalid_argument(name_ + ": attn_mask must have rank 1 to 4");
-      for (int d = 0; d < 4; ++d) p.m[d] = d < 4 - r ? 1 : mask->shape[size_t(d - (4 - r))];
-      const int64_t want[3] = {p.b, p.hq, p.s};
-      for (int d = 0; d < 3; ++d) {
-        if (p.m[d] != 1 && p.m[d] != want[d]) {
-          return invalid_argument(name_ + ": attn_mask of shape " + shape_to_string(mask->shape) +
-                                  " does not broadcast onto the scores");
-        }
-      }
+      KILN_RETURN_IF_ERROR(attention_mask_dims(*mask, p.b, p.hq, p.s, p.m, name_));
       p.mask = true;
     }
     // No keys, or a mask shorter than the keys (padded with -inf): the reference kernel.
@@ -185,16 +176,6 @@ class SdpaKernel final : public CudaKernel {
   std::vector<std::vector<int64_t>> order_;
 };
 
-// A head size of input i as a constant: 4-D its last dim, 3-D the hidden size over `heads`.
-std::optional<int64_t> const_head(const KernelQuery& q, size_t i, int64_t heads) {
-  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) return std::nullopt;
-  const auto& s = *q.inputs[i]->shape;
-  if (s.empty() || !s.back().is_const()) return std::nullopt;
-  if (s.size() == 4) return s.back().value();
-  if (s.size() == 3 && heads > 0 && s.back().value() % heads == 0) return s.back().value() / heads;
-  return std::nullopt;
-}
-
 StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
   const std::string who = q.node.describe() + ": cuda.cudnn_sdpa.Attention";
   const auto& at = q.node.attrs;
@@ -225,7 +206,7 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
     return unsupported(who + " takes 3-D or 4-D Q");
   }
   const bool four = qv->shape->size() == 4;
-  auto d = const_head(q, 0, four ? 0 : q_heads), dv = const_head(q, 2, four ? 0 : kv_heads);
+  auto d = attention_head_size(q, 0, four ? 0 : q_heads), dv = attention_head_size(q, 2, four ? 0 : kv_heads);
   if (!d || !dv) return unsupported(who + " needs constant head sizes");
   for (int64_t h : {*d, *dv}) {
     if (h <= 0 || h > kMaxHead || h % 8 != 0) {
