@@ -82,8 +82,8 @@ int producer_for(const ir::Graph& g, int v, int reader) {
 // Upwards from input `slot` of node `reader` through scalar steps (their nodes into *nodes, their
 // factors into *scale); with allow_transpose, also through one Transpose (into *transpose) and
 // reshapes that keep the shape. Returns the value at the top.
-int walk_up(const ir::Graph& g, int reader, size_t slot, bool allow_transpose, std::vector<int>* nodes,
-            double* scale, int* transpose) {
+int walk_up(const ir::Graph& g, int reader, size_t slot, bool allow_transpose,
+            std::vector<int>* nodes, double* scale, int* transpose) {
   int v = g.nodes[size_t(reader)].inputs[slot];
   int at = reader;
   for (;;) {
@@ -147,7 +147,8 @@ std::optional<Heads> split_heads(const ir::Graph& g, int v, std::vector<int64_t>
   const int x = g.nodes[size_t(r)].inputs[0];
   const Dims *xs = shape_of(g, x), *vs = shape_of(g, v);
   if (!xs || !vs || xs->size() != 3 || vs->size() != 4 || !(*vs)[2].is_const()) return std::nullopt;
-  if ((*xs)[0] != (*vs)[0] || (*xs)[1] != (*vs)[1] || (*xs)[2] != (*vs)[2] * (*vs)[3]) return std::nullopt;
+  if ((*xs)[0] != (*vs)[0] || (*xs)[1] != (*vs)[1] || (*xs)[2] != (*vs)[2] * (*vs)[3])
+    return std::nullopt;
   return Heads{x, (*vs)[2].value()};
 }
 
@@ -215,8 +216,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
     if (isnan < 0 || where < 0) return false;
     const ir::Node &in = g->nodes[size_t(isnan)], &wn = g->nodes[size_t(where)];
     auto zero = scalar_constant(*g, wn, 1);
-    if (wn.inputs.size() != 3 || wn.inputs[0] != in.outputs[0] || wn.inputs[2] != probs || !zero || *zero != 0.f ||
-        sole_reader(*g, in.outputs[0]) != where) {
+    if (wn.inputs.size() != 3 || wn.inputs[0] != in.outputs[0] || wn.inputs[2] != probs || !zero ||
+        *zero != 0.f || sole_reader(*g, in.outputs[0]) != where) {
       return false;
     }
     matched.push_back(isnan);
@@ -227,7 +228,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   if (readers.size() != 1 || readers[0] < 0) return false;
   const int pv = readers[0];
   const ir::Node& pv_node = g->nodes[size_t(pv)];
-  if (!is_onnx(pv_node, "MatMul") || pv_node.inputs.size() != 2 || pv_node.inputs[0] != probs) return false;
+  if (!is_onnx(pv_node, "MatMul") || pv_node.inputs.size() != 2 || pv_node.inputs[0] != probs)
+    return false;
   matched.push_back(qk);
   matched.push_back(pv);
   // Q and K above the first MatMul.
@@ -239,8 +241,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   const ir::Node& kt = g->nodes[size_t(k_transpose)];
   const Dims *qs = shape_of(*g, q), *kts = shape_of(*g, g->nodes[size_t(qk)].inputs[1]),
              *vs = shape_of(*g, vv), *ys = shape_of(*g, y), *ms = shape_of(*g, mask);
-  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank || vs->size() != rank ||
-      ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
+  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank ||
+      vs->size() != rank || ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
     return false;
   }
   // Batch dims equal (no broadcasting between Q, K and V), K' = [.., D, L], V = [.., L, Dv].
@@ -279,7 +281,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
     }
     if (merge_r >= 0 && !is_onnx(g->nodes[size_t(merge_r)], "Reshape")) merge_r = -1;
     const Dims* rs = merge_r >= 0 ? shape_of(*g, g->nodes[size_t(merge_r)].outputs[0]) : nullptr;
-    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] || (*rs)[2] != (*ys)[1] * (*ys)[3]) {
+    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] ||
+        (*rs)[2] != (*ys)[1] * (*ys)[3]) {
       merge_r = -1;
     }
   }

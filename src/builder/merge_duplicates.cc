@@ -17,16 +17,17 @@ namespace kiln::builder {
 namespace {
 
 bool repeatable(const ir::Node& n) {
-  static const char* const kRandom[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                        "Bernoulli",    "Multinomial",   "Dropout"};
+  static const char* const kRandom[] = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+      "Bernoulli",    "Multinomial",   "Dropout"};
   if (n.domain.empty()) {
     for (const char* op : kRandom) {
       if (n.op_type == op) return false;
     }
   }
   for (const auto& [name, a] : n.attrs.all()) {
-    if (a.type == ir::AttrType::kTensor || a.type == ir::AttrType::kTensors || a.type == ir::AttrType::kGraph ||
-        a.type == ir::AttrType::kGraphs) {
+    if (a.type == ir::AttrType::kTensor || a.type == ir::AttrType::kTensors ||
+        a.type == ir::AttrType::kGraph || a.type == ir::AttrType::kGraphs) {
       return false;
     }
   }

@@ -18,8 +18,8 @@ std::optional<int64_t> attention_head_size(const KernelQuery& q, size_t i, int64
 // attn_mask's dims right-aligned to rank 4 into m (1 where it has fewer), checked to broadcast
 // onto [batch, q_heads, seq_q, .]; kInvalidArgument naming `who` otherwise. The last dim (the
 // keys) is the caller's to check.
-Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_heads, int64_t seq_q, int64_t m[4],
-                           const std::string& who);
+Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_heads, int64_t seq_q,
+                           int64_t m[4], const std::string& who);
 
 // attention.cu's Attention kernel for the node of `q`, or why it cannot run it.
 StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q);

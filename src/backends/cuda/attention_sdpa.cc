@@ -53,36 +53,54 @@ struct Problem {
 };
 
 // The SDPA graph of one problem, with its plan built (cuDNN's heuristic choice).
-StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t, float scale, bool causal,
-                                                      cudnnHandle_t handle, const std::string& who) {
+StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t, float scale,
+                                                      bool causal, cudnnHandle_t handle,
+                                                      const std::string& who) {
   auto graph = std::make_shared<fe::graph::Graph>();
   graph->set_io_data_type(t == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   using TA = fe::graph::Tensor_attributes;
-  auto q = graph->tensor(TA().set_name("Q").set_uid(kUidQ).set_dim({p.b, p.hq, p.s, p.d}).set_stride(
-      p.strides(p.hq, p.s, p.d)));
-  auto k = graph->tensor(TA().set_name("K").set_uid(kUidK).set_dim({p.b, p.hk, p.l, p.d}).set_stride(
-      p.strides(p.hk, p.l, p.d)));
-  auto v = graph->tensor(TA().set_name("V").set_uid(kUidV).set_dim({p.b, p.hk, p.l, p.dv}).set_stride(
-      p.strides(p.hk, p.l, p.dv)));
-  auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(scale);
+  auto q = graph->tensor(TA().set_name("Q")
+                             .set_uid(kUidQ)
+                             .set_dim({p.b, p.hq, p.s, p.d})
+                             .set_stride(p.strides(p.hq, p.s, p.d)));
+  auto k = graph->tensor(TA().set_name("K")
+                             .set_uid(kUidK)
+                             .set_dim({p.b, p.hk, p.l, p.d})
+                             .set_stride(p.strides(p.hk, p.l, p.d)));
+  auto v = graph->tensor(TA().set_name("V")
+                             .set_uid(kUidV)
+                             .set_dim({p.b, p.hk, p.l, p.dv})
+                             .set_stride(p.strides(p.hk, p.l, p.dv)));
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("attention")
+                     .set_generate_stats(false)
+                     .set_attn_scale(scale);
   if (causal) options.set_causal_mask(true);
   if (p.mask) {
     // Contiguous in the mask's own dims; a dim of size 1 broadcasts.
     const std::vector<int64_t> dim = {p.m[0], p.m[1], p.m[2], p.m[3]};
     const std::vector<int64_t> stride = {p.m[1] * p.m[2] * p.m[3], p.m[2] * p.m[3], p.m[3], 1};
-    options.set_bias(graph->tensor(TA().set_name("bias").set_uid(kUidBias).set_dim(dim).set_stride(stride)));
+    options.set_bias(
+        graph->tensor(TA().set_name("bias").set_uid(kUidBias).set_dim(dim).set_stride(stride)));
   }
   auto [o, stats] = graph->sdpa(q, k, v, options);
   (void)stats;
-  o->set_output(true).set_uid(kUidO).set_dim({p.b, p.hq, p.s, p.dv}).set_stride(p.strides(p.hq, p.s, p.dv));
+  o->set_output(true)
+      .set_uid(kUidO)
+      .set_dim({p.b, p.hq, p.s, p.dv})
+      .set_stride(p.strides(p.hq, p.s, p.dv));
   KILN_RETURN_IF_ERROR(fe_status(graph->validate(), who + ": validating the attention graph"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->create_execution_plans({fe::HeurMode_t::A}), who + ": cuDNN's heuristics"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->check_support(handle), who + ": no cuDNN engine takes the attention"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
-                                 who + ": building a cuDNN plan"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph->create_execution_plans({fe::HeurMode_t::A}), who + ": cuDNN's heuristics"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph->check_support(handle), who + ": no cuDNN engine takes the attention"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+                who + ": building a cuDNN plan"));
   return graph;
 }
 
@@ -113,9 +131,11 @@ class SdpaKernel final : public CudaKernel {
         return invalid_argument(name_ + ": hidden sizes do not split into the heads");
       }
       p.d = q.shape[2] / p.hq, p.dv = v.shape[2] / p.hk;
-      if (k.shape[2] / p.hk != p.d || v.shape[1] != p.l) return invalid_argument(name_ + ": K or V mismatches Q");
+      if (k.shape[2] / p.hk != p.d || v.shape[1] != p.l)
+        return invalid_argument(name_ + ": K or V mismatches Q");
     } else {
-      p.hq = q.shape[1], p.hk = k.shape[1], p.s = q.shape[2], p.l = k.shape[2], p.d = q.shape[3], p.dv = v.shape[3];
+      p.hq = q.shape[1], p.hk = k.shape[1], p.s = q.shape[2], p.l = k.shape[2], p.d = q.shape[3],
+      p.dv = v.shape[3];
       if (k.shape[3] != p.d || v.shape[1] != p.hk || v.shape[2] != p.l) {
         return invalid_argument(name_ + ": K or V mismatches Q");
       }
@@ -123,7 +143,8 @@ class SdpaKernel final : public CudaKernel {
     if (k.shape[0] != p.b || v.shape[0] != p.b || p.hk == 0 || p.hq % p.hk != 0) {
       return invalid_argument(name_ + ": Q heads must be a multiple of KV heads, and one batch");
     }
-    if (y.numel() != p.b * p.hq * p.s * p.dv) return invalid_argument(name_ + ": Y has the wrong size");
+    if (y.numel() != p.b * p.hq * p.s * p.dv)
+      return invalid_argument(name_ + ": Y has the wrong size");
     if (y.numel() == 0) return ok_status();
     if (mask) {
       KILN_RETURN_IF_ERROR(attention_mask_dims(*mask, p.b, p.hq, p.s, p.m, name_));
@@ -140,7 +161,8 @@ class SdpaKernel final : public CudaKernel {
         auto built = sdpa_plan(p, t_, scale_, causal_, res->dnn, name_);
         int64_t ws = 0;
         std::shared_ptr<fe::graph::Graph> g;
-        if (built.ok() && (*built)->get_workspace_size(ws).is_good() && ws <= int64_t(res->workspace_bytes)) {
+        if (built.ok() && (*built)->get_workspace_size(ws).is_good() &&
+            ws <= int64_t(res->workspace_bytes)) {
           g = *built;
         }
         if (plans_.size() >= kMaxPlans) {
@@ -180,11 +202,12 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
   const std::string who = q.node.describe() + ": cuda.cudnn_sdpa.Attention";
   const auto& at = q.node.attrs;
   const DType t = q.input_dtype(0);
-  if (!is_half(t)) return unsupported(who + " takes float16 or bfloat16, not " + std::string(dtype_name(t)));
+  if (!is_half(t))
+    return unsupported(who + " takes float16 or bfloat16, not " + std::string(dtype_name(t)));
   for (size_t i : {1, 2, 3}) {
     if (q.input_dtype(i) != DType::kUndefined && q.input_dtype(i) != t) {
-      return unsupported(who + " takes Q, K, V and an additive attn_mask of one dtype; input " + std::to_string(i) +
-                         " is " + std::string(dtype_name(q.input_dtype(i))));
+      return unsupported(who + " takes Q, K, V and an additive attn_mask of one dtype; input " +
+                         std::to_string(i) + " is " + std::string(dtype_name(q.input_dtype(i))));
     }
   }
   for (size_t i = 4; i < q.inputs.size(); ++i) {
@@ -200,18 +223,20 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(float softcap, at.get_float("softcap", 0.f));
   KILN_ASSIGN_OR_RETURN(int64_t left, at.get_int("left_window_size", -1));
   KILN_ASSIGN_OR_RETURN(int64_t right, at.get_int("right_window_size", -1));
-  if (softcap != 0.f || left != -1 || right != -1) return unsupported(who + " runs no softcap or sliding window");
+  if (softcap != 0.f || left != -1 || right != -1)
+    return unsupported(who + " runs no softcap or sliding window");
   const ir::Value* qv = q.inputs.empty() ? nullptr : q.inputs[0];
   if (!qv || !qv->shape || (qv->shape->size() != 3 && qv->shape->size() != 4)) {
     return unsupported(who + " takes 3-D or 4-D Q");
   }
   const bool four = qv->shape->size() == 4;
-  auto d = attention_head_size(q, 0, four ? 0 : q_heads), dv = attention_head_size(q, 2, four ? 0 : kv_heads);
+  auto d = attention_head_size(q, 0, four ? 0 : q_heads),
+       dv = attention_head_size(q, 2, four ? 0 : kv_heads);
   if (!d || !dv) return unsupported(who + " needs constant head sizes");
   for (int64_t h : {*d, *dv}) {
     if (h <= 0 || h > kMaxHead || h % 8 != 0) {
-      return unsupported(who + ": head size " + std::to_string(h) + " is not a multiple of 8 up to " +
-                         std::to_string(kMaxHead));
+      return unsupported(who + ": head size " + std::to_string(h) +
+                         " is not a multiple of 8 up to " + std::to_string(kMaxHead));
     }
   }
   float scale = 1.f / std::sqrt(float(*d));
@@ -219,11 +244,14 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
     KILN_ASSIGN_OR_RETURN(scale, at.get_float("scale", std::nullopt));
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> fallback, make_attention_kernel(q));
-  return std::unique_ptr<Kernel>(new SdpaKernel(t, q_heads, kv_heads, scale, causal != 0, std::move(fallback)));
+  return std::unique_ptr<Kernel>(
+      new SdpaKernel(t, q_heads, kv_heads, scale, causal != 0, std::move(fallback)));
 }
 
 }  // namespace
 
-void register_attention_sdpa(Registry& r) { r.add(OpKind::kAttention, &make_sdpa, {.library = "cudnn_sdpa"}); }
+void register_attention_sdpa(Registry& r) {
+  r.add(OpKind::kAttention, &make_sdpa, {.library = "cudnn_sdpa"});
+}
 
 }  // namespace kiln::backends::cuda
