@@ -713,6 +713,174 @@ TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
   }
 }
 
+// ---- pack_attention ----
+
+// fuse_attention, then pack_attention, each told the backend takes what it makes.
+ir::Graph fuse_and_pack(const std::string& text) {
+  ir::Graph g = parse(text);
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  EXPECT_TRUE(builder::fuse_attention(&g, yes).ok());
+  Status st = builder::pack_attention(&g, yes);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(ir::verify(g).ok()) << ir::verify(g).to_string();
+  ir::compact(&g);
+  return g;
+}
+
+// nn.MultiheadAttention as torchvision's ViT exports it (sequence first, S=3, B=2, E=8, 2 heads):
+// the packed projection %p split by Reshape, Unsqueeze, Transpose, Squeeze and three Gathers,
+// heads by Reshape [S, B*H, D], Transpose and Reshape, the output permuted back to [S, B, H, D].
+const char* kMhaAttention = R"(graph g(%p: float32[3, 2, 24]) -> (%y: float32[6, 8]) {
+  opset ai.onnx 17
+  %s5: int64[4] = dense<[3, 2, 3, 8]>
+  %zero1: int64[1] = dense<[0]>
+  %three1: int64[1] = dense<[3]>
+  %i0: int64[] = dense<0>
+  %i1: int64[] = dense<1>
+  %i2: int64[] = dense<2>
+  %sbhd: int64[3] = dense<[3, 4, 4]>
+  %bhsd: int64[4] = dense<[2, 2, 3, 4]>
+  %flat: int64[2] = dense<[6, 8]>
+  %c: float32[] = dense<0.70710677>
+  %r: float32[3, 2, 3, 8] = Reshape(%p, %s5)  # unflatten
+  %u: float32[1, 3, 2, 3, 8] = Unsqueeze(%r, %zero1)  # unsqueeze
+  %t: float32[3, 3, 2, 1, 8] = Transpose(%u) {perm=[3, 1, 2, 0, 4]}  # packed_t
+  %sq: float32[3, 3, 2, 8] = Squeeze(%t, %three1)  # squeeze
+  %g0: float32[3, 2, 8] = Gather(%sq, %i0) {axis=0}  # q_gather
+  %g1: float32[3, 2, 8] = Gather(%sq, %i1) {axis=0}  # k_gather
+  %g2: float32[3, 2, 8] = Gather(%sq, %i2) {axis=0}  # v_gather
+  %q1: float32[3, 4, 4] = Reshape(%g0, %sbhd)  # q_r1
+  %q2: float32[4, 3, 4] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t
+  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2
+  %k1: float32[3, 4, 4] = Reshape(%g1, %sbhd)  # k_r1
+  %k2: float32[4, 3, 4] = Transpose(%k1) {perm=[1, 0, 2]}  # k_t
+  %k3: float32[2, 2, 3, 4] = Reshape(%k2, %bhsd)  # k_r2
+  %v1: float32[3, 4, 4] = Reshape(%g2, %sbhd)  # v_r1
+  %v2: float32[4, 3, 4] = Transpose(%v1) {perm=[1, 0, 2]}  # v_t
+  %v3: float32[2, 2, 3, 4] = Reshape(%v2, %bhsd)  # v_r2
+  %kt: float32[2, 2, 4, 3] = Transpose(%k3) {perm=[0, 1, 3, 2]}  # k_swap
+  %qs: float32[2, 2, 3, 4] = Mul(%q3, %c)  # q_scale
+  %ks: float32[2, 2, 4, 3] = Mul(%kt, %c)  # k_scale
+  %s: float32[2, 2, 3, 3] = MatMul(%qs, %ks)  # scores
+  %pr: float32[2, 2, 3, 3] = Softmax(%s) {axis=-1}  # softmax
+  %o: float32[2, 2, 3, 4] = MatMul(%pr, %v3)  # context
+  %ot: float32[3, 2, 2, 4] = Transpose(%o) {perm=[2, 0, 1, 3]}  # seq_first
+  %y: float32[6, 8] = Reshape(%ot, %flat)  # flatten
+}
+)";
+
+// GPT-2's: a [B, S, 3E] projection split in three on its last axis, heads split and merged
+// around a causal mask's attention (here an additive mask input), batch symbolic.
+const char* kSplitAttention = R"(graph g(%p: float32[b, 3, 24], %m: float32[3, 3]) -> (%y: float32[b, 3, 8]) {
+  opset ai.onnx 17
+  %sizes: int64[3] = dense<[8, 8, 8]>
+  %heads: int64[4] = dense<[0, 0, 2, 4]>
+  %merge: int64[3] = dense<[0, 0, 8]>
+  %c: float32[] = dense<0.5>
+  %q: float32[b, 3, 8], %k: float32[b, 3, 8], %v: float32[b, 3, 8] = Split(%p, %sizes) {axis=2}  # split
+  %qr: float32[b, 3, 2, 4] = Reshape(%q, %heads)  # q_split
+  %qt: float32[b, 2, 3, 4] = Transpose(%qr) {perm=[0, 2, 1, 3]}  # q_heads
+  %kr: float32[b, 3, 2, 4] = Reshape(%k, %heads)  # k_split
+  %kt: float32[b, 2, 4, 3] = Transpose(%kr) {perm=[0, 2, 3, 1]}  # k_heads
+  %vr: float32[b, 3, 2, 4] = Reshape(%v, %heads)  # v_split
+  %vt: float32[b, 2, 3, 4] = Transpose(%vr) {perm=[0, 2, 1, 3]}  # v_heads
+  %s: float32[b, 2, 3, 3] = MatMul(%qt, %kt)  # scores
+  %sc: float32[b, 2, 3, 3] = Mul(%s, %c)  # scale
+  %sm: float32[b, 2, 3, 3] = Add(%sc, %m)  # mask
+  %pr: float32[b, 2, 3, 3] = Softmax(%sm) {axis=-1}  # softmax
+  %o: float32[b, 2, 3, 4] = MatMul(%pr, %vt)  # context
+  %ot: float32[b, 3, 2, 4] = Transpose(%o) {perm=[0, 2, 1, 3]}  # merge
+  %y: float32[b, 3, 8] = Reshape(%ot, %merge)  # merged
+}
+)";
+
+TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
+  const std::string mha = ir::to_text(fuse_and_pack(kMhaAttention));
+  EXPECT_NE(mha.find("%ot: float32[3, 2, 2, 4] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, "
+                     "kv_num_heads=2, output_rank=4, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=1, "
+                     "v_head_size=4, v_offset=16}"),
+            std::string::npos)
+      << mha;
+  for (const char* gone : {"Gather(", "Transpose(", "Squeeze(", "Unsqueeze(", "Attention@"}) {
+    EXPECT_EQ(mha.find(gone), std::string::npos) << gone << "\n" << mha;
+  }
+  const std::string split = ir::to_text(fuse_and_pack(kSplitAttention));
+  EXPECT_NE(split.find("%y: float32[b, 3, 8] = kiln::PackedAttention(%p, %p, %p, %m) {head_size=4, k_offset=8, "
+                       "kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.5, seq_first=0, v_head_size=4, "
+                       "v_offset=16}"),
+            std::string::npos)
+      << split;
+  EXPECT_EQ(split.find("Split("), std::string::npos) << split;
+  // The same with a symbolic batch: [S, B*H, D] merges a symbol with a head count, and the
+  // Reshape back to [B, H, S, D] splits it again.
+  std::string sym = kMhaAttention;
+  auto subst = [&](const std::string& from, const std::string& to) {
+    for (size_t at; (at = sym.find(from)) != std::string::npos;) sym.replace(at, from.size(), to);
+  };
+  subst("%p: float32[3, 2, 24]) -> (%y: float32[6, 8])", "%p: float32[3, b, 24]) -> (%y: float32[3*b, 8])");
+  subst("dense<[3, 2, 3, 8]>", "dense<[0, 0, 3, 8]>");
+  subst("dense<[3, 4, 4]>", "dense<[0, -1, 4]>");
+  subst("dense<[2, 2, 3, 4]>", "dense<[-1, 2, 3, 4]>");
+  subst("dense<[6, 8]>", "dense<[-1, 8]>");
+  subst("[3, 2, 3, 8]", "[3, b, 3, 8]");
+  subst("[1, 3, 2, 3, 8]", "[1, 3, b, 3, 8]");
+  subst("[3, 3, 2, 1, 8]", "[3, 3, b, 1, 8]");
+  subst("[3, 3, 2, 8]", "[3, 3, b, 8]");
+  subst("[3, 2, 8]", "[3, b, 8]");
+  subst("[3, 4, 4]", "[3, 2*b, 4]");
+  subst("[4, 3, 4]", "[2*b, 3, 4]");
+  subst("[2, 2, 3, 4]", "[b, 2, 3, 4]");
+  subst("[2, 2, 4, 3]", "[b, 2, 4, 3]");
+  subst("[2, 2, 3, 3]", "[b, 2, 3, 3]");
+  subst("[3, 2, 2, 4]", "[3, b, 2, 4]");
+  subst("[6, 8]", "[3*b, 8]");
+  const std::string symbolic = ir::to_text(fuse_and_pack(sym));
+  EXPECT_NE(symbolic.find("%ot: float32[3, b, 2, 4] = kiln::PackedAttention(%p, %p, %p)"), std::string::npos)
+      << symbolic;
+  // BERT's separate projections are Attention's 3-D form already: nothing to pack.
+  const std::string bert = ir::to_text(fuse_and_pack(kBertAttention));
+  EXPECT_EQ(bert.find("PackedAttention"), std::string::npos) << bert;
+  EXPECT_NE(bert.find("Attention@23(%q, %k, %v, %m)"), std::string::npos) << bert;
+  // A projection split where the heads are not contiguous (a Transpose inside the head) stays.
+  std::string strided = kMhaAttention;
+  const std::string from = "%q2: float32[4, 3, 4] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t\n"
+                           "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
+  const std::string to = "%q2: float32[4, 4, 3] = Transpose(%q1) {perm=[1, 2, 0]}  # q_t\n"
+                         "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
+  ASSERT_NE(strided.find(from), std::string::npos);
+  strided.replace(strided.find(from), from.size(), to);
+  const std::string kept = ir::to_text(fuse_and_pack(strided));
+  EXPECT_EQ(kept.find("PackedAttention"), std::string::npos) << kept;
+}
+
+TEST(PackAttention, ThePackedReferenceMatchesTheUnfusedGraph) {
+  // kSplitAttention at batch 2 (the reference runs static shapes).
+  std::string split = kSplitAttention;
+  for (size_t at; (at = split.find("[b, ")) != std::string::npos;) split.replace(at, 4, "[2, ");
+  for (const std::string& text : {std::string(kMhaAttention), split}) {
+    ir::Graph g = parse(text);
+    ir::Graph packed = fuse_and_pack(text);
+    ASSERT_NE(ir::to_text(packed).find("PackedAttention"), std::string::npos) << ir::to_text(packed);
+    std::map<std::string, Tensor> in;
+    uint64_t seed = 70;
+    for (int i : g.inputs) {
+      Shape s;
+      for (const ir::Dim& d : *g.values[size_t(i)].shape) s.push_back(d.value());
+      in[g.values[size_t(i)].name] = random_f32(s, seed++);
+    }
+    std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
+    for (int o : g.outputs) {
+      const std::string& name = g.values[size_t(o)].name;
+      ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+      ErrorStats e = error_stats(got.at(name), want.at(name));
+      EXPECT_GT(e.ref_max_abs, 0.0) << name;
+      EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+    }
+  }
+}
+
 // A small CNN: Conv+BatchNormalization+Relu, MaxPool, a depthwise Conv with HardSwish and ReLU6,
 // AveragePool, Concat, a 1x1 Conv with InstanceNormalization and SiLU, a residual Add,
 // GlobalAveragePool and Flatten.

@@ -636,6 +636,130 @@ TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
   }
 }
 
+// Attention over views of one packed projection, as nn.MultiheadAttention (sequence first, split
+// by Gather) and GPT-2 (batch first, split by Split, an additive mask) export it: pack_attention
+// makes each a kiln::PackedAttention that reads the projection in place, on cuDNN in FP16 and
+// BF16; each against the unfused CPU reference.
+const char* kPackedMha = R"(graph g(%p: float32[37, n, 384]) -> (%y: float32[37, n, 2, 64]) {
+  opset ai.onnx 17
+  %s5: int64[4] = dense<[0, 0, 3, 128]>
+  %zero1: int64[1] = dense<[0]>
+  %three1: int64[1] = dense<[3]>
+  %i0: int64[] = dense<0>
+  %i1: int64[] = dense<1>
+  %i2: int64[] = dense<2>
+  %sbhd: int64[3] = dense<[0, -1, 64]>
+  %bhsd: int64[4] = dense<[-1, 2, 37, 64]>
+  %c: float32[] = dense<0.35355339>
+  %r: float32[37, n, 3, 128] = Reshape(%p, %s5)  # unflatten
+  %u: float32[1, 37, n, 3, 128] = Unsqueeze(%r, %zero1)  # unsqueeze
+  %t: float32[3, 37, n, 1, 128] = Transpose(%u) {perm=[3, 1, 2, 0, 4]}  # packed_t
+  %sq: float32[3, 37, n, 128] = Squeeze(%t, %three1)  # squeeze
+  %g0: float32[37, n, 128] = Gather(%sq, %i0) {axis=0}  # q_gather
+  %g1: float32[37, n, 128] = Gather(%sq, %i1) {axis=0}  # k_gather
+  %g2: float32[37, n, 128] = Gather(%sq, %i2) {axis=0}  # v_gather
+  %q1: float32[37, 2*n, 64] = Reshape(%g0, %sbhd)  # q_r1
+  %q2: float32[2*n, 37, 64] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t
+  %q3: float32[n, 2, 37, 64] = Reshape(%q2, %bhsd)  # q_r2
+  %k1: float32[37, 2*n, 64] = Reshape(%g1, %sbhd)  # k_r1
+  %k2: float32[2*n, 37, 64] = Transpose(%k1) {perm=[1, 0, 2]}  # k_t
+  %k3: float32[n, 2, 37, 64] = Reshape(%k2, %bhsd)  # k_r2
+  %v1: float32[37, 2*n, 64] = Reshape(%g2, %sbhd)  # v_r1
+  %v2: float32[2*n, 37, 64] = Transpose(%v1) {perm=[1, 0, 2]}  # v_t
+  %v3: float32[n, 2, 37, 64] = Reshape(%v2, %bhsd)  # v_r2
+  %kt: float32[n, 2, 64, 37] = Transpose(%k3) {perm=[0, 1, 3, 2]}  # k_swap
+  %qs: float32[n, 2, 37, 64] = Mul(%q3, %c)  # q_scale
+  %ks: float32[n, 2, 64, 37] = Mul(%kt, %c)  # k_scale
+  %s: float32[n, 2, 37, 37] = MatMul(%qs, %ks)  # scores
+  %pr: float32[n, 2, 37, 37] = Softmax(%s) {axis=-1}  # softmax
+  %o: float32[n, 2, 37, 64] = MatMul(%pr, %v3)  # context
+  %y: float32[37, n, 2, 64] = Transpose(%o) {perm=[2, 0, 1, 3]}  # seq_first
+}
+)";
+
+const char* kPackedSplit = R"(graph g(%p: float32[n, s, 384], %m: float32[s, s]) -> (%y: float32[n, s, 128]) {
+  opset ai.onnx 17
+  %sizes: int64[3] = dense<[128, 128, 128]>
+  %heads: int64[4] = dense<[0, 0, 2, 64]>
+  %merge: int64[3] = dense<[0, 0, 128]>
+  %c: float32[] = dense<0.125>
+  %q: float32[n, s, 128], %k: float32[n, s, 128], %v: float32[n, s, 128] = Split(%p, %sizes) {axis=2}  # split
+  %qr: float32[n, s, 2, 64] = Reshape(%q, %heads)  # q_split
+  %qt: float32[n, 2, s, 64] = Transpose(%qr) {perm=[0, 2, 1, 3]}  # q_heads
+  %kr: float32[n, s, 2, 64] = Reshape(%k, %heads)  # k_split
+  %kt: float32[n, 2, 64, s] = Transpose(%kr) {perm=[0, 2, 3, 1]}  # k_heads
+  %vr: float32[n, s, 2, 64] = Reshape(%v, %heads)  # v_split
+  %vt: float32[n, 2, s, 64] = Transpose(%vr) {perm=[0, 2, 1, 3]}  # v_heads
+  %sc: float32[n, 2, s, s] = MatMul(%qt, %kt)  # scores
+  %ss: float32[n, 2, s, s] = Mul(%sc, %c)  # scale
+  %sm: float32[n, 2, s, s] = Add(%ss, %m)  # mask
+  %pr: float32[n, 2, s, s] = Softmax(%sm) {axis=-1}  # softmax
+  %o: float32[n, 2, s, 64] = MatMul(%pr, %vt)  # context
+  %ot: float32[n, s, 2, 64] = Transpose(%o) {perm=[0, 2, 1, 3]}  # merge
+  %y: float32[n, s, 128] = Reshape(%ot, %merge)  # merged
+}
+)";
+
+TEST(CudaAttention, PackedProjectionsAreReadInPlaceAndMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  for (const char* text : {kPackedMha, kPackedSplit}) {
+    const bool mha = text == kPackedMha;
+    const Network net = network_of(text);
+    auto build = [&](Device d, Precision p) {
+      BuilderConfig c = config_for(p);
+      OptimizationProfile prof;
+      if (mha) {
+        EXPECT_TRUE(prof.set_dimensions("p", {37, 1, 384}, {37, 4, 384}, {37, 4, 384}).ok());
+      } else {
+        EXPECT_TRUE(prof.set_dimensions("p", {1, 1, 384}, {4, 128, 384}, {4, 300, 384}).ok());
+        EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {128, 128}, {300, 300}).ok());
+      }
+      c.add_profile(prof);
+      return Builder(d).build(net, c);
+    };
+    auto cpu = build(Device::kCPU, Precision::kFp32);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    auto cpu_ctx = cpu->create_execution_context();
+    ASSERT_TRUE(cpu_ctx.ok());
+    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+      auto engine = build(Device::kCUDA, p);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      int packed = 0;
+      for (const LayerInfo& l : engine->layers()) {
+        for (const char* gone : {"Gather", "Split", "Transpose", "MatMul", "Softmax", "Attention"}) {
+          EXPECT_NE(l.op_type, gone) << l.name;
+        }
+        if (l.op_type == "PackedAttention") {
+          ++packed;
+          EXPECT_EQ(l.kernel, "cuda.cudnn_sdpa.PackedAttention") << l.name;
+        }
+      }
+      EXPECT_EQ(packed, 1);
+      auto ctx = engine->create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      for (auto [n, s] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {4, 128}, {2, 300}}) {
+        std::map<std::string, Tensor> in;
+        if (mha) {
+          in["p"] = random_f32({37, n, 384}, 1400 + uint64_t(n));
+        } else {
+          in["p"] = random_f32({n, s, 384}, 1500 + uint64_t(s));
+          in["m"] = random_f32({s, s}, 1600 + uint64_t(s));
+        }
+        auto want = (*cpu_ctx)->run(in);
+        auto got = (*ctx)->run(in);
+        ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+        ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
+        ErrorStats e = error_stats(got->at("y"), want->at("y"));
+        std::printf("[cuda] PackedAttention %s %s n=%lld s=%lld: max abs %.3g, cosine %.7f\n",
+                    mha ? "mha" : "split", precision_name(p), (long long)n,
+                    (long long)(mha ? 37 : s), e.max_abs, e.cosine);
+        EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2);
+        EXPECT_GE(e.cosine, 0.999);
+      }
+    }
+  }
+}
+
 // ONNX Attention itself (opset 23), 4-D with grouped heads: every mask shape that broadcasts,
 // causal, and a float32 build (the reference kernel), each against the CPU reference.
 TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {

@@ -179,6 +179,78 @@ TEST(AttentionKernel, GqaThreeDWithAdditiveMaskAndPresent) {
   EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
 }
 
+// kiln::PackedAttention is ONNX Attention over heads read in place: a packed [X0, X1, 3*H*D]
+// projection, batch first and sequence first, against Attention on the heads copied out by hand
+// (4-D [B, H, S, D]), with GQA (K and V of one head from their own offsets), a mask and causal.
+TEST(PackedAttentionKernel, IsAttentionOverTheHeadsItReadsInPlace) {
+  const int64_t b = 2, s = 5, hq = 2, hk = 1, d = 8;
+  const int64_t n = (hq + 2 * hk) * d + 4;  // 4 unused columns at the end
+  for (int seq_first = 0; seq_first < 2; ++seq_first) {
+    for (int causal = 0; causal < 2; ++causal) {
+      const Shape ps = seq_first ? Shape{s, b, n} : Shape{b, s, n};
+      Tensor p = ramp_f32(ps, 0.173f, 0.05f);
+      Tensor mask = ramp_f32({s, s}, 0.61f, -0.5f);
+      // [B, heads, S, D] copies of the heads at `offset`.
+      auto heads = [&](int64_t offset, int64_t h) {
+        std::vector<float> v;
+        for (int64_t bb = 0; bb < b; ++bb) {
+          for (int64_t hh = 0; hh < h; ++hh) {
+            for (int64_t ss = 0; ss < s; ++ss) {
+              const int64_t row = seq_first ? ss * b + bb : bb * s + ss;
+              for (int64_t dd = 0; dd < d; ++dd) v.push_back(p.data_as<float>()[row * n + offset + hh * d + dd]);
+            }
+          }
+        }
+        return make_f32({b, h, s, d}, v);
+      };
+      auto ref = run_case(attention().f("scale", 0.3f).i("is_causal", causal),
+                          {heads(0, hq), heads(hq * d, hk), heads(hq * d + hk * d, hk), mask});
+      ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+      std::vector<float> want;  // [X0, X1, hq*d] in the packed layout
+      for (int64_t x0 = 0; x0 < ps[0]; ++x0) {
+        for (int64_t x1 = 0; x1 < ps[1]; ++x1) {
+          const int64_t bb = seq_first ? x1 : x0, ss = seq_first ? x0 : x1;
+          for (int64_t hh = 0; hh < hq; ++hh) {
+            for (int64_t dd = 0; dd < d; ++dd) want.push_back((*ref)[0].data_as<float>()[((bb * hq + hh) * s + ss) * d + dd]);
+          }
+        }
+      }
+      OpNode node = op("PackedAttention", 1, "kiln")
+                        .i("q_num_heads", hq)
+                        .i("kv_num_heads", hk)
+                        .i("head_size", d)
+                        .i("v_head_size", d)
+                        .i("q_offset", 0)
+                        .i("k_offset", hq * d)
+                        .i("v_offset", hq * d + hk * d)
+                        .i("seq_first", seq_first)
+                        .i("is_causal", causal)
+                        .f("scale", 0.3f);
+      const std::string label = std::string("seq_first ") + std::to_string(seq_first) + " causal " + std::to_string(causal);
+      auto got = run_case({.node = node, .inputs = {p, p, p, mask}, .expected = {make_f32({ps[0], ps[1], hq * d}, want)},
+                           .expect_support = true, .label = label});
+      ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        auto h = testing::run_reduced_case(
+            {.node = node, .inputs = {p, p, p, mask}, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
+            dt);
+        ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
+      }
+    }
+  }
+  // Heads that run past the last dim are refused by name.
+  auto bad = run_case(op("PackedAttention", 1, "kiln")
+                          .i("q_num_heads", 2)
+                          .i("kv_num_heads", 2)
+                          .i("head_size", 8)
+                          .i("v_head_size", 8)
+                          .i("v_offset", 40),
+                      {ramp_f32({1, 2, 48}, 0.1f, 0.f), ramp_f32({1, 2, 48}, 0.1f, 0.f), ramp_f32({1, 2, 48}, 0.1f, 0.f)});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("V's heads (v_offset 40, 2 of 8) do not fit its last dim 48"), std::string::npos)
+      << bad.status().to_string();
+}
+
 TEST(AttentionKernel, PastCausalBoolMaskSoftcapScaleAndOutputModes) {
   std::vector<uint8_t> mask(2 * 3 * 7);
   for (size_t e = 0; e < mask.size(); ++e) mask[e] = (e * 7 + 3) % 5 != 0;

@@ -36,6 +36,7 @@ Status fold_batch_norm(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
 Status fuse_attention(BuildState& s);
+Status pack_attention(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
 Status fuse_elementwise(BuildState& s);
@@ -58,6 +59,7 @@ Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports);
+Status pack_attention(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
 // kernels are faster channels last; tests take float32 ones too, to check against the CPU
 // reference.

@@ -20,6 +20,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation
       {"fuse_attention", fuse_attention},              // CUDA, FP16/BF16: attention -> Attention
+      {"pack_attention", pack_attention},              // CUDA, FP16/BF16: its views read in place
       {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout},                // CUDA: FP16/BF16 conv stacks in NHWC
       {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel

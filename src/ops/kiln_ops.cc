@@ -228,6 +228,103 @@ Status infer_elementwise(InferContext& ctx) {
   return ok_status();
 }
 
+// kiln::PackedAttention(Q, K, V, attn_mask?) {q_num_heads, kv_num_heads, head_size, v_head_size,
+// q_offset, k_offset, v_offset, seq_first, scale, is_causal, output_rank}: ONNX Attention whose
+// Q, K and V are read in place from 3-D tensors [X0, X1, N] where the heads lie side by side on
+// the last axis from an offset (one tensor may hold all three, as a packed QKV projection does),
+// and whose output is written in the same layout. seq_first 0: X0 is the batch and X1 the
+// sequence; 1: the reverse (nn.MultiheadAttention's sequence-first tensors). So
+//   Q[b, h, s, d] = Q_in[b, s, q_offset + h*head_size + d]   (seq_first 0; [s, b, ...] when 1)
+// and likewise K and V (kv_num_heads heads, V's of v_head_size), Y = Attention(Q, K, V, attn_mask)
+// with `scale` and is_causal as ONNX's, written to Y[b, s, h*v_head_size + d] ([X0, X1, heads,
+// v_head_size] when output_rank is 4). attn_mask broadcasts onto [B, q_heads, S, L] as
+// Attention's. fuse_attention makes it from an Attention whose inputs are views of such tensors
+// (a packed projection split by Gather, Split or Slice, heads split by Reshape and Transpose): the
+// views, and the copies they would be, go.
+Status infer_packed_attention(InferContext& ctx) {
+  static const char* kAttrs[] = {"q_num_heads", "kv_num_heads", "head_size", "v_head_size",
+                                 "q_offset",    "k_offset",     "v_offset",  "seq_first",
+                                 "scale",       "is_causal",    "output_rank"};
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (std::find_if(std::begin(kAttrs), std::end(kAttrs), [&](const char* a) { return name == a; }) ==
+        std::end(kAttrs)) {
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    }
+  }
+  auto attr = [&](const char* name, int64_t def) { return ctx.attrs().get_int(name, def); };
+  KILN_ASSIGN_OR_RETURN(int64_t hq, attr("q_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t hk, attr("kv_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t d, attr("head_size", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t dv, attr("v_head_size", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t seq_first, attr("seq_first", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t causal, attr("is_causal", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t out_rank, attr("output_rank", 3));
+  KILN_RETURN_IF_ERROR(ctx.attrs().get_float("scale", 1.f).status());
+  const int64_t kMax = int64_t(1) << 24;
+  if (hq <= 0 || hk <= 0 || hq % hk != 0 || hq > kMax || d <= 0 || d > kMax || dv <= 0 || dv > kMax) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "q_num_heads and kv_num_heads must be positive with kv_num_heads dividing "
+                     "q_num_heads, and head_size and v_head_size positive (at most 2^24 each)");
+  }
+  if ((seq_first != 0 && seq_first != 1) || (causal != 0 && causal != 1) ||
+      (out_rank != 3 && out_rank != 4)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "seq_first and is_causal must be 0 or 1, output_rank 3 or 4");
+  }
+  const DType t = ctx.input_dtype(0);
+  const char* names[] = {"Q", "K", "V"};
+  const int64_t heads[] = {hq, hk, hk}, sizes[] = {d, d, dv};
+  const char* offsets[] = {"q_offset", "k_offset", "v_offset"};
+  for (int i = 0; i < 3; ++i) {
+    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, std::string(names[i]) + " is missing");
+    if (!is_float(ctx.input_dtype(i)) || ctx.input_dtype(i) != t) {
+      return ctx.error(StatusCode::kInvalidModel, "Q, K and V must have one float dtype; input " +
+                                                      std::to_string(i) + " is " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))));
+    }
+    const auto& s = ctx.input_shape(i);
+    if (s.size() != 3 || !s[2].is_const()) {
+      return ctx.error(StatusCode::kInvalidModel, std::string(names[i]) +
+                                                      " must be 3-D with a constant last dim");
+    }
+    KILN_ASSIGN_OR_RETURN(int64_t off, attr(offsets[i], 0));
+    if (off < 0 || off > s[2].value() || heads[i] * sizes[i] > s[2].value() - off) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       std::string(names[i]) + "'s heads (" + offsets[i] + " " + std::to_string(off) +
+                           ", " + std::to_string(heads[i]) + " of " + std::to_string(sizes[i]) +
+                           ") do not fit its last dim " + std::to_string(s[2].value()));
+    }
+  }
+  const auto &qs = ctx.input_shape(0), &ks = ctx.input_shape(1), &vs = ctx.input_shape(2);
+  const int b = int(seq_first), sq = 1 - b;
+  const Dim batch = qs[size_t(b)], seq = qs[size_t(sq)], keys = ks[size_t(sq)];
+  KILN_RETURN_IF_ERROR(ctx.require_equal(ks[size_t(b)], batch, "K's batch matches Q's"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(vs[size_t(b)], batch, "V's batch matches Q's"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(vs[size_t(sq)], keys, "V's sequence matches K's"));
+  if (ctx.has_input(3)) {
+    const DType m = ctx.input_dtype(3);
+    if (m != t && m != DType::kBool) {
+      return ctx.error(StatusCode::kInvalidModel, "attn_mask must be bool or Q's dtype, not " +
+                                                      std::string(dtype_name(m)));
+    }
+    const auto& ms = ctx.input_shape(3);
+    const std::vector<Dim> target = {batch, Dim(hq), seq, keys};
+    if (ms.size() > 4) return ctx.error(StatusCode::kInvalidModel, "attn_mask has rank above 4");
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (ms[i].is_const() && ms[i].value() == 1) continue;
+      KILN_RETURN_IF_ERROR(ctx.require_equal(ms[i], target[4 - ms.size() + i],
+                                             "attn_mask dim " + std::to_string(i) +
+                                                 " broadcasts onto [batch, q_heads, seq, keys]"));
+    }
+  }
+  if (out_rank == 4) {
+    ctx.set_output(0, t, {qs[0], qs[1], Dim(hq), Dim(dv)});
+  } else {
+    ctx.set_output(0, t, {qs[0], qs[1], Dim(hq * dv)});
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
@@ -239,6 +336,9 @@ void register_kiln_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kPool, 1, 1, 1, 1, &infer_pool,
                  OpTraits{.precision = PrecisionClass::kFollow}});
   // Made after precision assignment, of values already typed: computes in the dtypes it holds.
+  // As Attention: the products on tensor cores in the reduced type, the softmax in float.
+  r.add(OpSchema{OpKind::kPackedAttention, 3, 4, 1, 1, &infer_packed_attention,
+                 OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
                  OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow}});
 }

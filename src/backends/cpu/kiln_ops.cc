@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -323,6 +324,82 @@ StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new ElementwiseKernel(std::move(p), std::move(fns)));
 }
 
+// kiln::PackedAttention: Q, K and V gathered into ONNX Attention's 4-D [B, heads, seq, head]
+// tensors, ONNX Attention's reference kernel, its output scattered into Y's layout: the op's
+// definition, executed.
+Status packed_attention_kernel(const KernelArgs& args) {
+  static const KernelFn attention = [] {
+    KernelRegistry r;
+    register_attention_kernels(r);
+    const size_t k = size_t(OpKind::kAttention);
+    return k < r.entries().size() ? r.entries()[k].fn : nullptr;
+  }();
+  if (!attention) return internal_error("PackedAttention: the CPU Attention kernel is not registered");
+  if (args.in.size() < 3 || args.out.size() != 1) {
+    return invalid_argument("PackedAttention: needs Q, K, V (and attn_mask) and one output");
+  }
+  const ir::Attributes& at = args.attrs;
+  KILN_ASSIGN_OR_RETURN(int64_t hq, at.get_int("q_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t hk, at.get_int("kv_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t d, at.get_int("head_size", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t dv, at.get_int("v_head_size", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t seq_first, at.get_int("seq_first", 0));
+  int64_t offset[3];
+  KILN_ASSIGN_OR_RETURN(offset[0], at.get_int("q_offset", 0));
+  KILN_ASSIGN_OR_RETURN(offset[1], at.get_int("k_offset", 0));
+  KILN_ASSIGN_OR_RETURN(offset[2], at.get_int("v_offset", 0));
+  const int64_t heads[3] = {hq, hk, hk}, size[3] = {d, d, dv};
+  const size_t es = dtype_size(args.in[0].dtype);
+  // [B, heads, seq, head] copies of Q, K and V.
+  std::vector<std::vector<unsigned char>> buf(3);
+  std::vector<Shape> shapes(3);
+  std::vector<TensorView> in;
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorView& x = args.in[i];
+    if (x.rank() != 3) return invalid_argument("PackedAttention: Q, K and V must be 3-D");
+    const int64_t batch = x.shape[size_t(seq_first)], seq = x.shape[size_t(1 - seq_first)],
+                  n = x.shape[2];
+    if (offset[i] < 0 || heads[i] * size[i] > n - offset[i]) {
+      return invalid_argument("PackedAttention: input " + std::to_string(i) + "'s heads do not fit its last dim");
+    }
+    shapes[i] = {batch, heads[i], seq, size[i]};
+    buf[i].resize(size_t(batch * heads[i] * seq * size[i]) * es);
+    const auto* src = static_cast<const unsigned char*>(x.data);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t s = 0; s < seq; ++s) {
+        const int64_t row = seq_first ? s * batch + b : b * seq + s;
+        for (int64_t h = 0; h < heads[i]; ++h) {
+          std::memcpy(buf[i].data() + size_t(((b * heads[i] + h) * seq + s) * size[i]) * es,
+                      src + size_t(row * n + offset[i] + h * size[i]) * es, size_t(size[i]) * es);
+        }
+      }
+    }
+    in.push_back(TensorView{buf[i].data(), x.dtype, shapes[i]});
+  }
+  if (args.in.size() > 3) in.push_back(args.in[3]);
+  const int64_t batch = shapes[0][0], seq = shapes[0][2];
+  const Shape yshape = {batch, hq, seq, dv};
+  if (args.out[0].numel() != batch * hq * seq * dv) return invalid_argument("PackedAttention: Y has the wrong size");
+  std::vector<unsigned char> ybuf(size_t(batch * hq * seq * dv) * es);
+  std::array<TensorView, 1> yv{TensorView{ybuf.data(), args.out[0].dtype, yshape}};
+  ir::Attributes attrs;
+  for (const char* name : {"scale", "is_causal"}) {
+    if (at.has(name)) attrs.set(name, *at.find(name));
+  }
+  KILN_RETURN_IF_ERROR(attention(KernelArgs{attrs, in, yv}));
+  auto* dst = static_cast<unsigned char*>(args.out[0].data);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t row = seq_first ? s * batch + b : b * seq + s;
+      for (int64_t h = 0; h < hq; ++h) {
+        std::memcpy(dst + size_t((row * hq + h) * dv) * es,
+                    ybuf.data() + size_t(((b * hq + h) * seq + s) * dv) * es, size_t(dv) * es);
+      }
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_kernels(KernelRegistry& r) {
@@ -330,6 +407,7 @@ void register_kiln_kernels(KernelRegistry& r) {
   r.add_factory(OpKind::kFusedConv, &create_fused_conv);
   r.add_factory(OpKind::kPool, &create_pool);
   r.add_factory(OpKind::kElementwise, &create_elementwise);
+  r.add(OpKind::kPackedAttention, &packed_attention_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "backends/cuda/attention.h"
@@ -253,6 +254,8 @@ class AttentionKernel final : public CudaKernel {
   float softcap = 0.f;
   std::optional<float> scale;
 
+  std::optional<PackedLayout> packed;  // a kiln::PackedAttention node
+
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &q = in[0], &k = in[1], &v = in[2];
     auto opt = [](std::span<const TensorView> s, size_t i) -> const TensorView* {
@@ -261,6 +264,7 @@ class AttentionKernel final : public CudaKernel {
     const TensorView *mask = opt(in, 3), *pk = opt(in, 4), *pv = opt(in, 5), *nonpad = opt(in, 6);
     const TensorView *present_k = opt(out, 1), *present_v = opt(out, 2), *qk = opt(out, 3);
     AttnArgs a{};
+    if (packed) return run_packed(q, k, v, mask, out[0]);
     const bool four = q.rank() == 4;
     a.batch = q.shape[0];
     a.q_heads = four ? q.shape[1] : q_heads_attr;
@@ -314,8 +318,50 @@ class AttentionKernel final : public CudaKernel {
     }
     a.softcap = softcap;
     a.causal = int(causal), a.mode = int(mode), a.left = left, a.right = right;
+    return launch(a, q.dtype, present_k, pk, k, present_v, pv, v);
+  }
+
+ private:
+  // Q, K and V read in place from the packed layout's tensors, Y written in it.
+  Status run_packed(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView* mask, const TensorView& y) {
+    const PackedLayout& l = *packed;
+    if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3 || y.rank() < 2) {
+      return invalid_argument(name_ + ": Q, K and V must be 3-D");
+    }
+    AttnArgs a{};
+    a.q_heads = l.q_heads, a.kv_heads = l.kv_heads, a.d = l.d, a.dv = l.dv;
+    const PackedDims pq = packed_dims(l, q.shape, q.shape[2], l.d),
+                     pk = packed_dims(l, k.shape, k.shape[2], l.d),
+                     pv = packed_dims(l, v.shape, v.shape[2], l.dv),
+                     py = packed_dims(l, y.shape, l.q_heads * l.dv, l.dv);
+    a.batch = pq.batch, a.s = pq.seq, a.l = pk.seq;
+    if (pk.batch != a.batch || pv.batch != a.batch || pv.seq != a.l || py.batch != a.batch ||
+        py.seq != a.s || y.numel() != a.batch * a.s * l.q_heads * l.dv) {
+      return invalid_argument(name_ + ": Q, K, V and Y disagree on batch or sequence");
+    }
+    for (int i = 0; i < 3; ++i) a.qs[i] = pq.st[i], a.ks[i] = pk.st[i], a.vs[i] = pv.st[i], a.ys[i] = py.st[i];
+    const size_t es = dtype_size(q.dtype);
+    a.q = static_cast<const char*>(q.data) + l.offset[0] * int64_t(es);
+    a.k = static_cast<const char*>(k.data) + l.offset[1] * int64_t(es);
+    a.v = static_cast<const char*>(v.data) + l.offset[2] * int64_t(es);
+    a.y = y.data;
+    if (mask) {
+      KILN_RETURN_IF_ERROR(attention_mask_dims(*mask, a.batch, a.q_heads, a.s, a.mshape, name_));
+      if (a.mshape[3] > a.l) return invalid_argument(name_ + ": attn_mask is longer than the keys");
+      a.mask = mask->data;
+      a.mask_dtype = int(mask->dtype);
+    }
+    a.sq = std::sqrt(l.scale);
+    a.causal = int(l.causal), a.left = -1, a.right = -1;
+    return launch(a, q.dtype, nullptr, nullptr, k, nullptr, nullptr, v);
+  }
+
+  Status launch(AttnArgs& a, DType dtype, const TensorView* present_k, const TensorView* pk,
+                const TensorView& k, const TensorView* present_v, const TensorView* pv,
+                const TensorView& v) {
     const int64_t rows = a.batch * a.q_heads * a.s;
-    KILN_RETURN_IF_ERROR(by_float_type<kAttentionTypes>(q.dtype, name_, [&](auto tag) {
+    KILN_RETURN_IF_ERROR(by_float_type<kAttentionTypes>(dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       const size_t shared = size_t(a.d + a.dv + kChunk) * sizeof(Acc<T>);
       if (rows > 0) attention_kernel<T><<<unsigned(rows), kBlock, shared, stream_>>>(a);
@@ -549,10 +595,69 @@ Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_head
 
 StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q) { return make_attention(q); }
 
+StatusOr<PackedLayout> packed_layout(const ir::Node& node) {
+  const ir::Attributes& at = node.attrs;
+  PackedLayout l;
+  KILN_ASSIGN_OR_RETURN(int64_t seq_first, at.get_int("seq_first", 0));
+  KILN_ASSIGN_OR_RETURN(l.offset[0], at.get_int("q_offset", 0));
+  KILN_ASSIGN_OR_RETURN(l.offset[1], at.get_int("k_offset", 0));
+  KILN_ASSIGN_OR_RETURN(l.offset[2], at.get_int("v_offset", 0));
+  KILN_ASSIGN_OR_RETURN(l.q_heads, at.get_int("q_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(l.kv_heads, at.get_int("kv_num_heads", 0));
+  KILN_ASSIGN_OR_RETURN(l.d, at.get_int("head_size", 0));
+  KILN_ASSIGN_OR_RETURN(l.dv, at.get_int("v_head_size", 0));
+  KILN_ASSIGN_OR_RETURN(l.scale, at.get_float("scale", 1.f));
+  KILN_ASSIGN_OR_RETURN(int64_t causal, at.get_int("is_causal", 0));
+  l.seq_first = seq_first != 0, l.causal = causal != 0;
+  if (l.q_heads <= 0 || l.kv_heads <= 0 || l.q_heads % l.kv_heads != 0 || l.d <= 0 || l.dv <= 0) {
+    return invalid_argument(node.describe() + ": PackedAttention's heads and head sizes are invalid");
+  }
+  return l;
+}
+
+PackedDims packed_dims(const PackedLayout& l, std::span<const int64_t> shape, int64_t row,
+                       int64_t head) {
+  PackedDims p{};
+  if (shape.size() < 2) return p;
+  const int64_t x1 = shape[1];
+  if (l.seq_first) {
+    p.seq = shape[0], p.batch = x1;
+    p.st[0] = row, p.st[1] = head, p.st[2] = x1 * row;
+  } else {
+    p.batch = shape[0], p.seq = x1;
+    p.st[0] = x1 * row, p.st[1] = head, p.st[2] = row;
+  }
+  return p;
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_packed_attention_kernel(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(PackedLayout l, packed_layout(q.node));
+  const DType t = q.input_dtype(0);
+  if (!float_type_ok(t, kAttentionTypes) || q.input_dtype(1) != t || q.input_dtype(2) != t ||
+      q.output_dtype(0) != t) {
+    return unsupported(q.node.describe() +
+                       ": the CUDA PackedAttention takes one dtype of float32, float64, float16 or "
+                       "bfloat16 for Q, K, V and Y");
+  }
+  const DType m = q.input_dtype(3);
+  if (m != DType::kUndefined && m != DType::kBool && !is_float(m)) {
+    return unsupported(q.node.describe() + ": attn_mask of dtype " + std::string(dtype_name(m)));
+  }
+  if (l.d + l.dv > max_head_sum(t)) {
+    return unsupported(q.node.describe() + ": head sizes " + std::to_string(l.d) + " + " +
+                       std::to_string(l.dv) + " exceed the " + std::to_string(max_head_sum(t)) +
+                       " " + std::string(dtype_name(t)) + " elements of shared memory");
+  }
+  auto kernel = std::make_unique<AttentionKernel>("cuda.PackedAttention");
+  kernel->packed = l;
+  return std::unique_ptr<Kernel>(std::move(kernel));
+}
+
 void register_attention(Registry& r) {
   r.add(OpKind::kAttention, &make_attention);
   r.add(OpKind::kRotaryEmbedding, &make_rotary);
   r.add(OpKind::kFlexAttention, &make_flex_attention);
+  r.add(OpKind::kPackedAttention, &make_packed_attention_kernel);
 }
 
 }  // namespace kiln::backends::cuda

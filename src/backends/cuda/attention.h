@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "backends/cuda/cuda_common.h"
@@ -23,6 +24,27 @@ Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_head
 
 // attention.cu's Attention kernel for the node of `q`, or why it cannot run it.
 StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q);
+
+// kiln::PackedAttention's layout (ops/kiln_ops.cc): the heads of Q, K and V side by side on the
+// last axis of [X0, X1, N] tensors from an offset each, Y written [X0, X1, q_heads*dv]; X0 is the
+// batch (seq_first false) or the sequence (true).
+struct PackedLayout {
+  bool seq_first = false;
+  int64_t offset[3] = {0, 0, 0};  // Q, K, V, in elements
+  int64_t q_heads = 0, kv_heads = 0, d = 0, dv = 0;
+  float scale = 1.f;
+  bool causal = false;
+};
+StatusOr<PackedLayout> packed_layout(const ir::Node& node);
+// Batch, sequence and the element strides of (batch, head, seq) of a tensor of the layout whose
+// dims are `shape` ([X0, X1, ...]; the rows hold `row` elements) and whose heads are `head` apart.
+struct PackedDims {
+  int64_t batch, seq, st[3];
+};
+PackedDims packed_dims(const PackedLayout& l, std::span<const int64_t> shape, int64_t row,
+                       int64_t head);
+// attention.cu's kernel for a kiln::PackedAttention node.
+StatusOr<std::unique_ptr<Kernel>> make_packed_attention_kernel(const KernelQuery& q);
 
 // Attention on cuDNN's SDPA graph (attention_sdpa.cc): registered before attention.cu's kernel.
 void register_attention_sdpa(Registry& r);

@@ -36,19 +36,28 @@ constexpr size_t kMaxPlans = 16;
 // The head sizes cuDNN's flash attention takes (multiples of 8 up to 256, on sm_80 and later).
 constexpr int64_t kMaxHead = 256;
 
-// One problem in cuDNN's [B, heads, seq, head] dims, with the strides of kiln's tensors.
+// One problem in cuDNN's [B, heads, seq, head] dims, with the element strides of kiln's tensors
+// in those dims (Q, K, V, O).
 struct Problem {
   int64_t b = 0, hq = 0, hk = 0, s = 0, l = 0, d = 0, dv = 0;
-  bool three_d = false;
+  int64_t st[4][4] = {};
   bool mask = false;
   int64_t m[4] = {1, 1, 1, 1};  // the mask's dims, broadcast to rank 4
 
-  std::vector<int64_t> strides(int64_t heads, int64_t seq, int64_t head) const {
-    if (three_d) return {seq * heads * head, head, heads * head, 1};
-    return {heads * seq * head, seq * head, head, 1};
+  // The strides of ONNX Attention's 3-D [B, seq, heads*head] or 4-D [B, heads, seq, head] form.
+  void set_onnx(int i, bool three_d, int64_t heads, int64_t seq, int64_t head) {
+    const int64_t s3[4] = {seq * heads * head, head, heads * head, 1},
+                  s4[4] = {heads * seq * head, seq * head, head, 1};
+    for (int k = 0; k < 4; ++k) st[i][k] = three_d ? s3[k] : s4[k];
   }
+  void set_packed(int i, const PackedDims& p) {
+    st[i][0] = p.st[0], st[i][1] = p.st[1], st[i][2] = p.st[2], st[i][3] = 1;
+  }
+  std::vector<int64_t> stride(int i) const { return {st[i][0], st[i][1], st[i][2], st[i][3]}; }
   std::vector<int64_t> key() const {
-    return {b, hq, hk, s, l, d, dv, int64_t(three_d), int64_t(mask), m[0], m[1], m[2], m[3]};
+    std::vector<int64_t> k = {b, hq, hk, s, l, d, dv, int64_t(mask), m[0], m[1], m[2], m[3]};
+    for (const auto& x : st) k.insert(k.end(), std::begin(x), std::end(x));
+    return k;
   }
 };
 
@@ -64,15 +73,15 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
   auto q = graph->tensor(TA().set_name("Q")
                              .set_uid(kUidQ)
                              .set_dim({p.b, p.hq, p.s, p.d})
-                             .set_stride(p.strides(p.hq, p.s, p.d)));
+                             .set_stride(p.stride(0)));
   auto k = graph->tensor(TA().set_name("K")
                              .set_uid(kUidK)
                              .set_dim({p.b, p.hk, p.l, p.d})
-                             .set_stride(p.strides(p.hk, p.l, p.d)));
+                             .set_stride(p.stride(1)));
   auto v = graph->tensor(TA().set_name("V")
                              .set_uid(kUidV)
                              .set_dim({p.b, p.hk, p.l, p.dv})
-                             .set_stride(p.strides(p.hk, p.l, p.dv)));
+                             .set_stride(p.stride(2)));
   auto options = fe::graph::SDPA_attributes()
                      .set_name("attention")
                      .set_generate_stats(false)
@@ -90,7 +99,7 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
   o->set_output(true)
       .set_uid(kUidO)
       .set_dim({p.b, p.hq, p.s, p.dv})
-      .set_stride(p.strides(p.hq, p.s, p.dv));
+      .set_stride(p.stride(3));
   KILN_RETURN_IF_ERROR(fe_status(graph->validate(), who + ": validating the attention graph"));
   KILN_RETURN_IF_ERROR(
       fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
@@ -107,51 +116,40 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
 class SdpaKernel final : public CudaKernel {
  public:
   SdpaKernel(DType t, int64_t q_heads, int64_t kv_heads, float scale, bool causal,
-             std::unique_ptr<Kernel> fallback)
-      : CudaKernel("cuda.Attention(cudnn flash attention," + std::string(dtype_name(t)) + ")"),
+             std::unique_ptr<Kernel> fallback, std::optional<PackedLayout> packed = std::nullopt)
+      : CudaKernel(std::string(packed ? "cuda.PackedAttention" : "cuda.Attention") +
+                   "(cudnn flash attention," + std::string(dtype_name(t)) + ")"),
         t_(t),
         q_heads_(q_heads),
         kv_heads_(kv_heads),
         scale_(scale),
         causal_(causal),
-        fallback_(std::move(fallback)) {}
+        fallback_(std::move(fallback)),
+        packed_(packed) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &q = in[0], &k = in[1], &v = in[2], &y = out[0];
     const TensorView* mask = in.size() > 3 && present(in[3]) ? &in[3] : nullptr;
     Problem p;
-    p.three_d = q.rank() == 3;
-    if (q.rank() != k.rank() || q.rank() != v.rank() || (q.rank() != 3 && q.rank() != 4)) {
-      return invalid_argument(name_ + ": Q, K and V must all be 3-D or all 4-D");
-    }
-    p.b = q.shape[0];
-    if (p.three_d) {
-      p.hq = q_heads_, p.hk = kv_heads_, p.s = q.shape[1], p.l = k.shape[1];
-      if (p.hq <= 0 || p.hk <= 0 || q.shape[2] % p.hq || k.shape[2] % p.hk || v.shape[2] % p.hk) {
-        return invalid_argument(name_ + ": hidden sizes do not split into the heads");
-      }
-      p.d = q.shape[2] / p.hq, p.dv = v.shape[2] / p.hk;
-      if (k.shape[2] / p.hk != p.d || v.shape[1] != p.l)
-        return invalid_argument(name_ + ": K or V mismatches Q");
+    const void* ptr[3] = {q.data, k.data, v.data};
+    if (packed_) {
+      KILN_RETURN_IF_ERROR(packed_problem(q, k, v, y, &p, ptr));
     } else {
-      p.hq = q.shape[1], p.hk = k.shape[1], p.s = q.shape[2], p.l = k.shape[2], p.d = q.shape[3],
-      p.dv = v.shape[3];
-      if (k.shape[3] != p.d || v.shape[1] != p.hk || v.shape[2] != p.l) {
-        return invalid_argument(name_ + ": K or V mismatches Q");
-      }
+      KILN_RETURN_IF_ERROR(onnx_problem(q, k, v, y, &p));
     }
-    if (k.shape[0] != p.b || v.shape[0] != p.b || p.hk == 0 || p.hq % p.hk != 0) {
-      return invalid_argument(name_ + ": Q heads must be a multiple of KV heads, and one batch");
-    }
-    if (y.numel() != p.b * p.hq * p.s * p.dv)
-      return invalid_argument(name_ + ": Y has the wrong size");
     if (y.numel() == 0) return ok_status();
     if (mask) {
       KILN_RETURN_IF_ERROR(attention_mask_dims(*mask, p.b, p.hq, p.s, p.m, name_));
       p.mask = true;
     }
-    // No keys, or a mask shorter than the keys (padded with -inf): the reference kernel.
-    const bool plain = p.l > 0 && (!mask || p.m[3] == p.l);
+    // No keys, a mask shorter than the keys (padded with -inf), or operands cuDNN cannot load
+    // (16-byte aligned starts and strides): the reference kernel.
+    bool plain = p.l > 0 && (!mask || p.m[3] == p.l);
+    const int64_t es = int64_t(dtype_size(t_));
+    for (int i = 0; i < 3; ++i) {
+      if (reinterpret_cast<uintptr_t>(ptr[i]) % 16 != 0) plain = false;
+      for (int a = 0; a < 3; ++a) plain = plain && (p.st[i][a] * es) % 16 == 0;
+    }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     std::shared_ptr<fe::graph::Graph> plan;
     if (plain) {
@@ -178,9 +176,9 @@ class SdpaKernel final : public CudaKernel {
       fallback_->set_stream(stream_);
       return fallback_->execute(in, out);
     }
-    std::unordered_map<int64_t, void*> pack = {{kUidQ, const_cast<void*>(q.data)},
-                                               {kUidK, const_cast<void*>(k.data)},
-                                               {kUidV, const_cast<void*>(v.data)},
+    std::unordered_map<int64_t, void*> pack = {{kUidQ, const_cast<void*>(ptr[0])},
+                                               {kUidK, const_cast<void*>(ptr[1])},
+                                               {kUidV, const_cast<void*>(ptr[2])},
                                                {kUidO, y.data}};
     if (mask) pack[kUidBias] = const_cast<void*>(mask->data);
     fe::error_t e = plan->execute(res->dnn, pack, res->workspace);
@@ -189,19 +187,79 @@ class SdpaKernel final : public CudaKernel {
   }
 
  private:
+  // ONNX Attention: Q, K, V and Y all 3-D ([B, seq, heads*head]) or all 4-D.
+  Status onnx_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& y, Problem* out) {
+    Problem& p = *out;
+    const bool three_d = q.rank() == 3;
+    if (q.rank() != k.rank() || q.rank() != v.rank() || (q.rank() != 3 && q.rank() != 4)) {
+      return invalid_argument(name_ + ": Q, K and V must all be 3-D or all 4-D");
+    }
+    p.b = q.shape[0];
+    if (three_d) {
+      p.hq = q_heads_, p.hk = kv_heads_, p.s = q.shape[1], p.l = k.shape[1];
+      if (p.hq <= 0 || p.hk <= 0 || q.shape[2] % p.hq || k.shape[2] % p.hk || v.shape[2] % p.hk) {
+        return invalid_argument(name_ + ": hidden sizes do not split into the heads");
+      }
+      p.d = q.shape[2] / p.hq, p.dv = v.shape[2] / p.hk;
+      if (k.shape[2] / p.hk != p.d || v.shape[1] != p.l)
+        return invalid_argument(name_ + ": K or V mismatches Q");
+    } else {
+      p.hq = q.shape[1], p.hk = k.shape[1], p.s = q.shape[2], p.l = k.shape[2], p.d = q.shape[3],
+      p.dv = v.shape[3];
+      if (k.shape[3] != p.d || v.shape[1] != p.hk || v.shape[2] != p.l) {
+        return invalid_argument(name_ + ": K or V mismatches Q");
+      }
+    }
+    if (k.shape[0] != p.b || v.shape[0] != p.b || p.hk == 0 || p.hq % p.hk != 0) {
+      return invalid_argument(name_ + ": Q heads must be a multiple of KV heads, and one batch");
+    }
+    if (y.numel() != p.b * p.hq * p.s * p.dv)
+      return invalid_argument(name_ + ": Y has the wrong size");
+    p.set_onnx(0, three_d, p.hq, p.s, p.d);
+    p.set_onnx(1, three_d, p.hk, p.l, p.d);
+    p.set_onnx(2, three_d, p.hk, p.l, p.dv);
+    p.set_onnx(3, three_d, p.hq, p.s, p.dv);
+    return ok_status();
+  }
+
+  // kiln::PackedAttention: the heads read in place from the layout's tensors, from their offsets.
+  Status packed_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& y, Problem* out, const void* ptr[3]) {
+    const PackedLayout& l = *packed_;
+    Problem& p = *out;
+    if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3 || y.rank() < 2) {
+      return invalid_argument(name_ + ": Q, K and V must be 3-D");
+    }
+    const PackedDims pq = packed_dims(l, q.shape, q.shape[2], l.d),
+                     pk = packed_dims(l, k.shape, k.shape[2], l.d),
+                     pv = packed_dims(l, v.shape, v.shape[2], l.dv),
+                     py = packed_dims(l, y.shape, l.q_heads * l.dv, l.dv);
+    p.b = pq.batch, p.s = pq.seq, p.l = pk.seq, p.hq = l.q_heads, p.hk = l.kv_heads, p.d = l.d,
+    p.dv = l.dv;
+    if (pk.batch != p.b || pv.batch != p.b || pv.seq != p.l || py.batch != p.b || py.seq != p.s ||
+        y.numel() != p.b * p.s * p.hq * p.dv) {
+      return invalid_argument(name_ + ": Q, K, V and Y disagree on batch or sequence");
+    }
+    p.set_packed(0, pq), p.set_packed(1, pk), p.set_packed(2, pv), p.set_packed(3, py);
+    const int64_t es = int64_t(dtype_size(t_));
+    for (int i = 0; i < 3; ++i) ptr[i] = static_cast<const char*>(ptr[i]) + l.offset[i] * es;
+    return ok_status();
+  }
+
   DType t_;
   int64_t q_heads_, kv_heads_;
   float scale_;
   bool causal_;
   std::unique_ptr<Kernel> fallback_;
+  std::optional<PackedLayout> packed_;
   std::map<std::vector<int64_t>, std::shared_ptr<fe::graph::Graph>> plans_;
   std::vector<std::vector<int64_t>> order_;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
-  const std::string who = q.node.describe() + ": cuda.cudnn_sdpa.Attention";
-  const auto& at = q.node.attrs;
-  const DType t = q.input_dtype(0);
+// The checks both nodes share: float16 or bfloat16 throughout, head sizes cuDNN takes.
+Status sdpa_types_and_heads(const KernelQuery& q, const std::string& who, DType t, int64_t d,
+                            int64_t dv) {
   if (!is_half(t))
     return unsupported(who + " takes float16 or bfloat16, not " + std::string(dtype_name(t)));
   for (size_t i : {1, 2, 3}) {
@@ -210,13 +268,35 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
                          std::to_string(i) + " is " + std::string(dtype_name(q.input_dtype(i))));
     }
   }
+  if (q.output_dtype(0) != t) return unsupported(who + ": Y differs in dtype from Q");
+  for (int64_t h : {d, dv}) {
+    if (h <= 0 || h > kMaxHead || h % 8 != 0) {
+      return unsupported(who + ": head size " + std::to_string(h) +
+                         " is not a multiple of 8 up to " + std::to_string(kMaxHead));
+    }
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_packed_sdpa(const KernelQuery& q) {
+  const std::string who = q.node.describe() + ": cuda.cudnn_sdpa.PackedAttention";
+  KILN_ASSIGN_OR_RETURN(PackedLayout l, packed_layout(q.node));
+  KILN_RETURN_IF_ERROR(sdpa_types_and_heads(q, who, q.input_dtype(0), l.d, l.dv));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> fallback, make_packed_attention_kernel(q));
+  return std::unique_ptr<Kernel>(new SdpaKernel(q.input_dtype(0), l.q_heads, l.kv_heads, l.scale,
+                                                l.causal, std::move(fallback), l));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
+  const std::string who = q.node.describe() + ": cuda.cudnn_sdpa.Attention";
+  const auto& at = q.node.attrs;
+  const DType t = q.input_dtype(0);
   for (size_t i = 4; i < q.inputs.size(); ++i) {
     if (q.inputs[i]) return unsupported(who + " runs no past key/value or nonpad_kv_seqlen");
   }
   for (size_t i = 1; i < q.outputs.size(); ++i) {
     if (q.outputs[i]) return unsupported(who + " writes no present key/value or qk_matmul_output");
   }
-  if (q.output_dtype(0) != t) return unsupported(who + ": Y differs in dtype from Q");
   KILN_ASSIGN_OR_RETURN(int64_t q_heads, at.get_int("q_num_heads", 0));
   KILN_ASSIGN_OR_RETURN(int64_t kv_heads, at.get_int("kv_num_heads", 0));
   KILN_ASSIGN_OR_RETURN(int64_t causal, at.get_int("is_causal", 0));
@@ -233,12 +313,7 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
   auto d = attention_head_size(q, 0, four ? 0 : q_heads),
        dv = attention_head_size(q, 2, four ? 0 : kv_heads);
   if (!d || !dv) return unsupported(who + " needs constant head sizes");
-  for (int64_t h : {*d, *dv}) {
-    if (h <= 0 || h > kMaxHead || h % 8 != 0) {
-      return unsupported(who + ": head size " + std::to_string(h) +
-                         " is not a multiple of 8 up to " + std::to_string(kMaxHead));
-    }
-  }
+  KILN_RETURN_IF_ERROR(sdpa_types_and_heads(q, who, t, *d, *dv));
   float scale = 1.f / std::sqrt(float(*d));
   if (at.has("scale")) {
     KILN_ASSIGN_OR_RETURN(scale, at.get_float("scale", std::nullopt));
@@ -252,6 +327,7 @@ StatusOr<std::unique_ptr<Kernel>> make_sdpa(const KernelQuery& q) {
 
 void register_attention_sdpa(Registry& r) {
   r.add(OpKind::kAttention, &make_sdpa, {.library = "cudnn_sdpa"});
+  r.add(OpKind::kPackedAttention, &make_packed_sdpa, {.library = "cudnn_sdpa"});
 }
 
 }  // namespace kiln::backends::cuda

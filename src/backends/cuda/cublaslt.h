@@ -36,6 +36,7 @@ struct Problem {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   bool bias = false;
   bool relu = false;  // max(0, .) after the bias and beta*C, in the epilogue
+  bool gelu = false;  // cuBLASLt's GELU (the tanh form) there instead
   int align_a = 256, align_b = 256, align_c = 256;
   bool operator==(const Problem&) const = default;
 };
@@ -163,9 +164,11 @@ class LtDesc {
     cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
     KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
-    if (p.bias || p.relu) {
-      cublasLtEpilogue_t epi = p.bias ? (p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                      : CUBLASLT_EPILOGUE_RELU;
+    if (p.bias || p.relu || p.gelu) {
+      cublasLtEpilogue_t epi = p.bias ? (p.gelu   ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                         : p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                                  : CUBLASLT_EPILOGUE_BIAS)
+                                      : (p.gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_RELU);
       KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
     }
     // Stored shapes (column-major): op(A) is m x k, op(B) is k x n.
@@ -274,7 +277,7 @@ class LtGemm {
       return ok_status();
     }
     auto results = lt_.heuristic(p, res->lt, res->workspace_bytes, 1);
-    if (!results.ok() && types_.data != DType::kFloat32 && !p.bias && !p.relu) {
+    if (!results.ok() && types_.data != DType::kFloat32 && !p.bias && !p.relu && !p.gelu) {
       fallback_ = true;
     } else {
       KILN_RETURN_IF_ERROR(results.status());

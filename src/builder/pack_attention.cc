@@ -1,0 +1,418 @@
+// Pass pack_attention: an Attention node whose Q, K and V are views of 3-D tensors [X0, X1, N]
+// (heads side by side on the last axis), and whose output is merged back into that layout,
+// becomes a kiln::PackedAttention (ops/kiln_ops.cc) that reads those tensors in place and writes
+// the merged output: the views between, and the copies each of them is at run time, go.
+//
+// nn.MultiheadAttention as exported (torchvision's ViT) is the case it was made for. One packed
+// projection [S, B, 3E] is split by Reshape, Unsqueeze, Transpose, Squeeze and three Gathers,
+// then each third by Reshape [S, B*H, D], Transpose and Reshape into [B, H, S, D] heads, and the
+// output is permuted back to [S, B, H, D]: at batch 64 those copies took 210 us of the 770 us of
+// each encoder layer. GPT-2's Split of a [B, S, 3E] projection is the same in batch-first form.
+//
+// How: each of Q, K and V is traced up through view ops (Reshape, Squeeze, Unsqueeze, Flatten,
+// Transpose, Identity, Gather of a constant index, Slice with constant bounds, Split) to a base
+// tensor, and the view is computed as strides of that base, symbolically (ir::Dim), so it holds
+// for every shape of the profile. A dim merged from parts of unequal stride (the [S, B*H, D] step
+// above) is kept as its parts until a later Reshape splits it again. The views must land on
+// PackedAttention's layout: head dim stride 1, heads one head size apart from a constant offset,
+// batch and sequence the base's first two dims (either order, the same for Q, K, V and Y).
+//
+// CUDA builds with --fp16 or --bf16, after fuse_attention (as it; in float32 nothing makes
+// Attention nodes), before assign_precision, which gives the node the reduced type.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <iterator>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builder/build_state.h"
+#include "builder/graph_match.h"
+#include "ir/rewrite.h"
+
+namespace kiln::builder {
+namespace {
+
+using ir::Dim;
+using Dims = std::vector<Dim>;
+
+// One dim of a view: its parts, outermost first, each an extent and an element stride of the
+// base. A dim of one part is a plain strided dim.
+struct Part {
+  Dim extent, stride;
+};
+struct View {
+  std::vector<std::vector<Part>> dims;
+  Dim offset = Dim(0);
+};
+
+bool is_one(const Dim& d) { return d.is_const() && d.value() == 1; }
+
+View contiguous(const Dims& shape) {
+  View v;
+  v.dims.resize(shape.size());
+  Dim stride(1);
+  for (size_t i = shape.size(); i-- > 0;) {
+    v.dims[i] = {Part{shape[i], stride}};
+    stride = stride * shape[i];
+  }
+  return v;
+}
+
+// Orders products of symbols: each symbol takes a distinct prime, so a dim's value there says
+// which of two products is larger for the grouping below. Every equality it leads to is checked
+// symbolically; a wrong guess only makes the trace fail.
+class Sampler {
+ public:
+  std::optional<int64_t> at(const Dim& d) {
+    std::set<std::string> symbols;
+    d.collect_symbols(&symbols);
+    for (const std::string& s : symbols) {
+      if (values_.count(s)) continue;
+      if (next_ >= std::size(kPrimes)) return std::nullopt;
+      values_[s] = kPrimes[next_++];
+    }
+    return d.eval(values_);
+  }
+
+ private:
+  static constexpr int64_t kPrimes[] = {1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049};
+  ir::SymbolValues values_;
+  size_t next_ = 0;
+};
+
+// Adjacent parts (e1, s1), (e2, s2) with s1 == e2 * s2 are one part (e1 * e2, s2).
+std::vector<Part> merged(std::vector<Part> parts) {
+  std::vector<Part> out;
+  for (Part& p : parts) {
+    if (is_one(p.extent)) continue;
+    if (!out.empty() && out.back().stride == p.extent * p.stride) {
+      out.back() = Part{out.back().extent * p.extent, p.stride};
+    } else {
+      out.push_back(std::move(p));
+    }
+  }
+  if (out.empty()) out.push_back(Part{Dim(1), Dim(0)});
+  return out;
+}
+
+// The view reshaped to `shape` (row-major, as Reshape, Squeeze, Unsqueeze and Flatten).
+std::optional<View> reshape(const View& in, const Dims& shape, Sampler& sm) {
+  std::deque<Part> parts;
+  for (const auto& d : in.dims) {
+    for (const Part& p : d) {
+      if (!is_one(p.extent)) parts.push_back(p);
+    }
+  }
+  View out;
+  out.offset = in.offset;
+  for (const Dim& e : shape) {
+    std::vector<Part> group;
+    Dim prod(1);
+    while (prod != e) {
+      if (parts.empty()) return std::nullopt;
+      const Part a = parts.front();
+      auto taken = sm.at(prod * a.extent), want = sm.at(e), have = sm.at(prod);
+      if (!taken || !want || !have || *have <= 0) return std::nullopt;
+      if (*taken <= *want) {
+        group.push_back(a);
+        prod = prod * a.extent;
+        parts.pop_front();
+        continue;
+      }
+      // The part is split: its outer factor f completes e, a constant here.
+      if (*want % *have != 0) return std::nullopt;
+      const Dim f(*want / *have);
+      const Dim g = Dim::floor_div(a.extent, f);
+      if (f * prod != e || g * f != a.extent) return std::nullopt;
+      group.push_back(Part{f, g * a.stride});
+      parts.front() = Part{g, a.stride};
+      prod = e;
+    }
+    out.dims.push_back(merged(std::move(group)));
+  }
+  if (!parts.empty()) return std::nullopt;
+  return out;
+}
+
+// The int64 elements of constant input i of n.
+std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, const ir::Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
+  const ir::Value& v = g.values[size_t(n.inputs[i])];
+  if (!v.constant || !is_integer(v.constant->dtype())) return std::nullopt;
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < v.constant->numel(); ++k) out.push_back(v.constant->int_at(k));
+  return out;
+}
+
+// A plain dim of the view and its constant extent (for index arithmetic), or nullopt.
+std::optional<int64_t> plain_extent(const View& v, size_t axis) {
+  if (axis >= v.dims.size() || v.dims[axis].size() != 1 || !v.dims[axis][0].extent.is_const()) {
+    return std::nullopt;
+  }
+  return v.dims[axis][0].extent.value();
+}
+
+std::optional<size_t> axis_of(int64_t axis, size_t rank) {
+  if (axis < -int64_t(rank) || axis >= int64_t(rank)) return std::nullopt;
+  return size_t(axis < 0 ? axis + int64_t(rank) : axis);
+}
+
+// Whether node n is a view op this pass sees through (its data is input 0).
+bool is_view_op(const ir::Node& n) {
+  for (const char* op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Identity",
+                         "Gather", "Slice", "Split"}) {
+    if (is_onnx(n, op)) return true;
+  }
+  return false;
+}
+
+// The view of node n's output `out` given the view of its input 0.
+std::optional<View> apply(const ir::Graph& g, const ir::Node& n, int out, const View& in, Sampler& sm) {
+  const auto& shape = g.values[size_t(out)].shape;
+  if (!shape) return std::nullopt;
+  const size_t rank = in.dims.size();
+  if (is_onnx(n, "Reshape") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze") ||
+      is_onnx(n, "Flatten") || is_onnx(n, "Identity")) {
+    return reshape(in, *shape, sm);
+  }
+  if (is_onnx(n, "Transpose")) {
+    auto perm = perm_of(g, n);
+    if (!perm || perm->size() != rank) return std::nullopt;
+    View v;
+    v.offset = in.offset;
+    for (int64_t p : *perm) {
+      if (p < 0 || p >= int64_t(rank)) return std::nullopt;
+      v.dims.push_back(in.dims[size_t(p)]);
+    }
+    return v;
+  }
+  if (is_onnx(n, "Gather")) {
+    auto idx = ints_of(g, n, 1);
+    auto ax = n.attrs.get_int("axis", 0);
+    if (!idx || idx->size() != 1 || !ax.ok()) return std::nullopt;
+    auto axis = axis_of(*ax, rank);
+    if (!axis) return std::nullopt;
+    auto extent = plain_extent(in, *axis);
+    const int64_t i = (*idx)[0] < 0 && extent ? (*idx)[0] + *extent : (*idx)[0];
+    if (!extent || i < 0 || i >= *extent) return std::nullopt;
+    View v = in;
+    v.offset = v.offset + Dim(i) * in.dims[*axis][0].stride;
+    const auto& ishape = g.values[size_t(n.inputs[1])].shape;
+    if (!ishape) return std::nullopt;
+    if (ishape->empty()) {
+      v.dims.erase(v.dims.begin() + std::ptrdiff_t(*axis));
+    } else {
+      v.dims[*axis] = {Part{Dim(1), Dim(0)}};
+      if (ishape->size() != 1) return std::nullopt;
+    }
+    return v;
+  }
+  if (is_onnx(n, "Slice")) {
+    auto starts = ints_of(g, n, 1);
+    std::optional<std::vector<int64_t>> axes = n.inputs.size() > 3 && n.inputs[3] >= 0 ? ints_of(g, n, 3) : std::nullopt;
+    std::optional<std::vector<int64_t>> steps = n.inputs.size() > 4 && n.inputs[4] >= 0 ? ints_of(g, n, 4) : std::nullopt;
+    if (!starts || (n.inputs.size() > 3 && n.inputs[3] >= 0 && !axes) ||
+        (n.inputs.size() > 4 && n.inputs[4] >= 0 && !steps) || shape->size() != rank) {
+      return std::nullopt;
+    }
+    View v = in;
+    for (size_t k = 0; k < starts->size(); ++k) {
+      auto axis = axis_of(axes ? (*axes)[k] : int64_t(k), rank);
+      const int64_t step = steps ? (*steps)[k] : 1;
+      if (!axis || step <= 0 || (axes && axes->size() != starts->size()) ||
+          (steps && steps->size() != starts->size())) {
+        return std::nullopt;
+      }
+      auto extent = plain_extent(in, *axis);
+      if (!extent) return std::nullopt;
+      const int64_t start = std::clamp((*starts)[k] < 0 ? (*starts)[k] + *extent : (*starts)[k],
+                                       int64_t(0), *extent);
+      const Part& p = in.dims[*axis][0];
+      v.offset = v.offset + Dim(start) * p.stride;
+      v.dims[*axis] = {Part{(*shape)[*axis], p.stride * Dim(step)}};
+    }
+    return v;
+  }
+  if (is_onnx(n, "Split")) {
+    auto ax = n.attrs.get_int("axis", 0);
+    if (!ax.ok()) return std::nullopt;
+    auto axis = axis_of(*ax, rank);
+    if (!axis || in.dims[*axis].size() != 1) return std::nullopt;
+    Dim before(0);
+    for (int o : n.outputs) {
+      if (o == out) break;
+      const auto& os = o >= 0 ? g.values[size_t(o)].shape : std::nullopt;
+      if (!os || os->size() != rank) return std::nullopt;
+      before = before + (*os)[*axis];
+    }
+    View v = in;
+    v.offset = v.offset + before * in.dims[*axis][0].stride;
+    v.dims[*axis] = {Part{(*shape)[*axis], in.dims[*axis][0].stride}};
+    return v;
+  }
+  return std::nullopt;
+}
+
+// Where an Attention operand's [B, heads, seq, head] elements lie in a base tensor [X0, X1, N].
+struct Operand {
+  int base = -1;
+  int64_t offset = 0, heads = 0, head = 0;
+  bool seq_first = false;
+};
+
+// The [B, heads, seq, head] view `v` of `base` as an Operand, when it has the packed layout.
+std::optional<Operand> as_operand(const ir::Graph& g, int base, const View& v) {
+  const auto& bs = g.values[size_t(base)].shape;
+  if (!bs || bs->size() != 3 || !(*bs)[2].is_const() || v.dims.size() != 4) return std::nullopt;
+  for (const auto& d : v.dims) {
+    if (d.size() != 1) return std::nullopt;
+  }
+  const Part &b = v.dims[0][0], &h = v.dims[1][0], &s = v.dims[2][0], &d = v.dims[3][0];
+  const Dim n = (*bs)[2], row1 = n, row0 = (*bs)[1] * n;
+  if (!d.extent.is_const() || !h.extent.is_const() || !v.offset.is_const()) return std::nullopt;
+  if (!is_one(d.extent) && d.stride != Dim(1)) return std::nullopt;
+  if (!is_one(h.extent) && h.stride != d.extent) return std::nullopt;
+  Operand op{base, v.offset.value(), h.extent.value(), d.extent.value(), false};
+  if (op.offset < 0 || op.offset + op.heads * op.head > n.value()) return std::nullopt;
+  auto fits = [&](const Part& p, const Dim& extent, const Dim& stride) {
+    return p.extent == extent && (is_one(p.extent) || p.stride == stride);
+  };
+  if (fits(b, (*bs)[0], row0) && fits(s, (*bs)[1], row1)) return op;
+  if (fits(b, (*bs)[1], row1) && fits(s, (*bs)[0], row0)) {
+    op.seq_first = true;
+    return op;
+  }
+  return std::nullopt;
+}
+
+// Attention operand `v` ([B, heads, seq, head], or 3-D [B, seq, heads*head] with `heads`) traced
+// up through view ops to the farthest base whose view has the packed layout.
+std::optional<Operand> trace(const ir::Graph& g, int v, int64_t heads) {
+  const auto& vs = g.values[size_t(v)].shape;
+  if (!vs || (vs->size() != 3 && vs->size() != 4)) return std::nullopt;
+  // The chain of view nodes above v, nearest first, and the value each reads.
+  std::vector<std::pair<int, int>> chain;  // (node, its output on the path)
+  int x = v;
+  while (chain.size() < 64) {
+    const int p = g.values[size_t(x)].producer;
+    if (p < 0 || !is_view_op(g.nodes[size_t(p)]) || g.nodes[size_t(p)].inputs.empty()) break;
+    chain.emplace_back(p, x);
+    x = g.nodes[size_t(p)].inputs[0];
+  }
+  for (size_t top = chain.size() + 1; top-- > 0;) {
+    const int base = top == 0 ? v : g.nodes[size_t(chain[top - 1].first)].inputs[0];
+    const auto& bs = g.values[size_t(base)].shape;
+    if (!bs) continue;
+    Sampler sm;
+    std::optional<View> view = contiguous(*bs);
+    for (size_t k = top; k-- > 0 && view;) {
+      view = apply(g, g.nodes[size_t(chain[k].first)], chain[k].second, *view, sm);
+    }
+    if (!view) continue;
+    if (vs->size() == 3) {  // [B, S, H*D] -> [B, H, S, D]
+      if (heads <= 0 || !(*vs)[2].is_const() || (*vs)[2].value() % heads != 0) return std::nullopt;
+      view = reshape(*view, {(*vs)[0], (*vs)[1], Dim(heads), Dim((*vs)[2].value() / heads)}, sm);
+      if (!view) continue;
+      std::swap(view->dims[1], view->dims[2]);
+    }
+    if (auto op = as_operand(g, base, *view)) return op;
+  }
+  return std::nullopt;
+}
+
+StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
+  const ir::Node& att = g->nodes[size_t(an)];
+  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 ||
+      att.outputs.size() != 1) {
+    return false;
+  }
+  for (const auto& [name, a] : att.attrs.all()) {
+    if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads") return false;
+  }
+  const int y = att.outputs[0];
+  const auto& ys = g->values[size_t(y)].shape;
+  if (!ys) return false;
+  auto qh = att.attrs.get_int("q_num_heads", 0), kh = att.attrs.get_int("kv_num_heads", 0);
+  auto causal = att.attrs.get_int("is_causal", 0);
+  if (!qh.ok() || !kh.ok() || !causal.ok()) return false;
+  auto q = trace(*g, att.inputs[0], *qh), k = trace(*g, att.inputs[1], *kh), v = trace(*g, att.inputs[2], *kh);
+  if (!q || !k || !v || q->seq_first != k->seq_first || q->seq_first != v->seq_first ||
+      k->heads != v->heads || q->head != k->head || k->heads <= 0 || q->heads % k->heads != 0) {
+    return false;
+  }
+  // Y: 3-D [B, S, H*Dv] is the batch-first layout; 4-D [B, H, S, Dv] must be merged by its only
+  // reader, a Transpose to [B, S, H, Dv] or [S, B, H, Dv].
+  std::vector<int> matched = {an};
+  int out = y, out_rank = 3;
+  bool out_seq_first = false;
+  if (ys->size() == 4) {
+    const int t = sole_reader(*g, y);
+    if (t < 0 || !is_onnx(g->nodes[size_t(t)], "Transpose")) return false;
+    auto perm = perm_of(*g, g->nodes[size_t(t)]);
+    if (perm == std::vector<int64_t>{2, 0, 1, 3}) {
+      out_seq_first = true;
+    } else if (perm != std::vector<int64_t>{0, 2, 1, 3}) {
+      return false;
+    }
+    matched.push_back(t);
+    out = g->nodes[size_t(t)].outputs[0];
+    out_rank = 4;
+  }
+  if (out_seq_first != q->seq_first) return false;
+  // Nothing to gain where every operand is the node's own input and Y is already merged.
+  if (q->base == att.inputs[0] && k->base == att.inputs[1] && v->base == att.inputs[2] && out == y) {
+    return false;
+  }
+  float scale = 1.f / std::sqrt(float(q->head));
+  if (att.attrs.has("scale")) {
+    auto s = att.attrs.get_float("scale", std::nullopt);
+    if (!s.ok()) return false;
+    scale = *s;
+  }
+  ir::Node fused;
+  fused.name = att.name;
+  fused.domain = "kiln";
+  fused.op_type = "PackedAttention";
+  fused.opset = 1;
+  fused.inputs = {q->base, k->base, v->base};
+  if (att.inputs.size() > 3 && att.inputs[3] >= 0) fused.inputs.push_back(att.inputs[3]);
+  fused.outputs = {out};
+  set_int(&fused, "q_num_heads", q->heads);
+  set_int(&fused, "kv_num_heads", k->heads);
+  set_int(&fused, "head_size", q->head);
+  set_int(&fused, "v_head_size", v->head);
+  set_int(&fused, "q_offset", q->offset);
+  set_int(&fused, "k_offset", k->offset);
+  set_int(&fused, "v_offset", v->offset);
+  set_int(&fused, "seq_first", q->seq_first ? 1 : 0);
+  set_float(&fused, "scale", scale);
+  if (*causal != 0) set_int(&fused, "is_causal", 1);
+  if (out_rank == 4) set_int(&fused, "output_rank", 4);
+  return replace_if_supported(g, matched, std::move(fused), supports);
+}
+
+}  // namespace
+
+Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
+  bool any = false;
+  for (size_t n = 0; n < g->nodes.size();) {
+    KILN_ASSIGN_OR_RETURN(bool packed, pack_at(g, int(n), supports));
+    any = any || packed;
+    if (!packed) ++n;
+  }
+  // The views the packed nodes no longer read.
+  if (any) ir::remove_dead_nodes(g);
+  return ok_status();
+}
+
+Status pack_attention(BuildState& s) {
+  if (s.backend.device() != Device::kCUDA) return ok_status();
+  if (s.config.precision().reduced_float() == DType::kFloat32) return ok_status();
+  return pack_attention(&s.graph, backend_supports(s));
+}
+
+}  // namespace kiln::builder
