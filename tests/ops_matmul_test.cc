@@ -517,6 +517,21 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
             dt);
         ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
       }
+      // A residual (input 3, the product's shape) is added last; CUDA adds it as cuBLASLt's C,
+      // and takes it with no activation only.
+      if (std::string(act.name) != "none") continue;
+      Tensor res = make_f32({batch, M, N}, random_values(size_t(batch * M * N), 84));
+      Tensor want_r = want;
+      for (int64_t i = 0; i < batch * M * N; ++i) want_r.data_as<float>()[i] += res.data_as<float>()[i];
+      std::vector<testing::CaseInput> rin = {a, initializer(w), has_bias ? initializer(bias) : testing::kNoInput, res};
+      const std::string rlabel = label + " + residual";
+      auto rr = run_case({.node = node, .inputs = rin, .expected = {want_r}, .expect_support = true, .label = rlabel});
+      ASSERT_TRUE(rr.ok()) << rlabel << ": " << rr.status().to_string();
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        auto h = testing::run_reduced_case(
+            {.node = node, .inputs = rin, .expect_support = true, .label = rlabel + " " + std::string(dtype_name(dt))}, dt);
+        ASSERT_TRUE(h.ok()) << rlabel << " " << dtype_name(dt) << ": " << h.status().to_string();
+      }
     }
   }
 }

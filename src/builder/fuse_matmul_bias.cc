@@ -4,6 +4,11 @@
 // as exporters write it is five). Matched, each intermediate read by nothing else and no engine
 // output:
 //   MatMul [-> Add(., bias) | Add(bias, .)] -> Relu | Gelu | x * 0.5 * (1 + Erf(x / sqrt(2)))
+//   MatMul [-> Add(., bias)] -> Add(., residual) | Add(residual, .)
+// where a residual is a computed tensor of the product's shape (a transformer's skip connection;
+// cuBLASLt adds it as its C in the GEMM's pass), a bias anything else that broadcasts to it. A
+// residual is taken only by a linear layer (a constant B): attention's score product keeps its
+// mask Add for fuse_attention.
 // in the orders the TorchScript exporter and transformers write the last (Div by sqrt(2) or Mul
 // by 1/sqrt(2); the halving before or after the product). The bias must leave the product's
 // shape as it is (it broadcasts from the right). A MatMul and a constant bias without an
@@ -87,23 +92,49 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
   const ir::Value& yv = g->values[size_t(y)];
   if (!yv.shape || !is_float(yv.dtype)) return false;
   std::vector<int> matched = {mm};
-  int bias = -1, cur = y;
-  const int add = sole_reader(*g, y);
-  if (add >= 0 && is_onnx(g->nodes[size_t(add)], "Add") && g->nodes[size_t(add)].inputs.size() == 2) {
+  // The Add reading `v` alone, its other operand and its output, when the sum keeps v's shape and
+  // dtype; {-1, -1, -1} otherwise.
+  struct Sum {
+    int node = -1, other = -1, out = -1;
+  };
+  auto sum_of = [&](int v) {
+    const int add = sole_reader(*g, v);
+    if (add < 0 || !is_onnx(g->nodes[size_t(add)], "Add") || g->nodes[size_t(add)].inputs.size() != 2) return Sum{};
     const ir::Node& a = g->nodes[size_t(add)];
-    const int other = a.inputs[0] == y ? a.inputs[1] : a.inputs[0];
+    const int other = a.inputs[0] == v ? a.inputs[1] : a.inputs[0];
     const int out = a.outputs.empty() ? -1 : a.outputs[0];
-    if (other >= 0 && other != y && out >= 0) {
-      const ir::Value &ov = g->values[size_t(out)], &bv = g->values[size_t(other)];
-      if (ov.dtype == yv.dtype && bv.dtype == yv.dtype && ov.shape && *ov.shape == *yv.shape && bv.shape &&
-          bv.shape->size() <= yv.shape->size()) {
-        bias = other;
-        cur = out;
-        matched.push_back(add);
-      }
+    if (other < 0 || other == v || out < 0) return Sum{};
+    const ir::Value &ov = g->values[size_t(out)], &bv = g->values[size_t(other)];
+    if (ov.dtype != yv.dtype || bv.dtype != yv.dtype || !ov.shape || *ov.shape != *yv.shape || !bv.shape ||
+        bv.shape->size() > yv.shape->size()) {
+      return Sum{};
     }
+    return Sum{add, other, out};
+  };
+  // A residual: a computed operand of the product's own shape (a skip connection), not a bias.
+  auto is_residual = [&](int v) {
+    const ir::Value& r = g->values[size_t(v)];
+    return !r.constant && r.shape && *r.shape == *yv.shape;
+  };
+  int bias = -1, residual = -1, cur = y;
+  Sum first = sum_of(y);
+  if (first.node >= 0 && !is_residual(first.other)) {
+    bias = first.other;
+    cur = first.out;
+    matched.push_back(first.node);
   }
   std::optional<Activation> act = activation_of(*g, cur);
+  if (!act) {
+    // (bias +) residual, as linear layers before a skip connection have it: cuBLASLt adds the
+    // residual as its C in the GEMM's own pass.
+    const Sum r = bias >= 0 ? sum_of(cur) : first;
+    if (r.node >= 0 && is_residual(r.other) && g->values[size_t(matmul.inputs[1])].constant) {
+      residual = r.other;
+      cur = r.out;
+      matched.push_back(r.node);
+      act = Activation{"none", {}, cur};
+    }
+  }
   if (!act) {
     // A constant bias alone (a linear layer's, not attention's mask): fused where no elementwise
     // op reads the sum (the elementwise pass would take the Add with that op; here it would run
@@ -120,7 +151,8 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
   fused.opset = 1;
   fused.attrs = ir::Attributes{};
   set_string(&fused, "activation", act->name);
-  if (bias >= 0) fused.inputs.push_back(bias);
+  if (bias >= 0 || residual >= 0) fused.inputs.push_back(bias);  // -1: no bias
+  if (residual >= 0) fused.inputs.push_back(residual);
   fused.outputs = {act->output};
   matched.insert(matched.end(), act->nodes.begin(), act->nodes.end());
   // Unfused where the backend has no kernel, or where the bias depends on the product.

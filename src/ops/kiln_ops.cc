@@ -13,8 +13,9 @@ namespace {
 
 using ir::Dim;
 
-// kiln::MatMulBias(A, B, bias?) {activation="none"}: activation(MatMul(A, B) + bias), the
-// epilogue fusion of linear layers. bias broadcasts to the MatMul result without growing it.
+// kiln::MatMulBias(A, B, bias?, residual?) {activation="none"}: activation(MatMul(A, B) + bias)
+// + residual, the epilogue fusion of linear layers. bias broadcasts to the MatMul result without
+// growing it; residual (a transformer's skip connection) has the result's shape.
 // activation: "none", "relu", "gelu_erf" (Gelu approximate="none"), "gelu_tanh" (approximate="tanh").
 Status infer_matmul_bias(InferContext& ctx) {
   for (const auto& [name, attr] : ctx.attrs().all()) {
@@ -54,6 +55,23 @@ Status infer_matmul_bias(InferContext& ctx) {
           bias[d], target,
           "input 2 (bias) dim " + std::to_string(d) + " matches product dim " +
               std::to_string(out.size() - bias.size() + d)));
+    }
+  }
+  if (ctx.has_input(3)) {
+    if (ctx.input_dtype(3) != t) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 3 (residual) has dtype " + std::string(dtype_name(ctx.input_dtype(3))) +
+                           " but input 0 has " + std::string(dtype_name(t)));
+    }
+    const auto& r = ctx.input_shape(3);
+    if (r.size() != out.size()) {
+      return ctx.error(StatusCode::kInvalidModel, "input 3 (residual) of rank " + std::to_string(r.size()) +
+                                                      " is not of the product's rank " +
+                                                      std::to_string(out.size()));
+    }
+    for (size_t d = 0; d < r.size(); ++d) {
+      KILN_RETURN_IF_ERROR(ctx.require_equal(r[d], out[d], "input 3 (residual) dim " + std::to_string(d) +
+                                                                " matches product dim " + std::to_string(d)));
     }
   }
   return ok_status();
@@ -330,7 +348,7 @@ Status infer_packed_attention(InferContext& ctx) {
 void register_kiln_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kFusedConv, 2, 4, 1, 1, &infer_fused_conv,
                  OpTraits{.precision = PrecisionClass::kReduced}});
-  r.add(OpSchema{OpKind::kMatMulBias, 2, 3, 1, 1, &infer_matmul_bias,
+  r.add(OpSchema{OpKind::kMatMulBias, 2, 4, 1, 1, &infer_matmul_bias,
                  OpTraits{.precision = PrecisionClass::kReduced}});
   // As MaxPool and AveragePool: data movement and short sums, in whatever float type arrives.
   r.add(OpSchema{OpKind::kPool, 1, 1, 1, 1, &infer_pool,

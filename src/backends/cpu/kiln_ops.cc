@@ -57,8 +57,9 @@ ir::Attributes gelu_attrs(const char* approximate) {
   return attrs;
 }
 
-// MatMul into Y, then Y += bias, then the activation in place: the three ONNX kernels on Y's
-// buffer, so nothing is allocated and every intermediate is rounded to Y's dtype as unfused.
+// MatMul into Y, then Y += bias, then the activation in place, then Y += residual: the ONNX
+// kernels on Y's buffer, so nothing is allocated and every intermediate is rounded to Y's dtype
+// as unfused.
 Status matmul_bias_kernel(const KernelArgs& args) {
   static const ir::Attributes kNone;
   static const ir::Attributes kGeluErf = gelu_attrs("none");
@@ -76,12 +77,21 @@ Status matmul_bias_kernel(const KernelArgs& args) {
     std::array<TensorView, 2> in{args.out[0], args.in[2]};
     KILN_RETURN_IF_ERROR(p.add(KernelArgs{kNone, in, args.out}));
   }
-  if (act == "none") return ok_status();
   std::array<TensorView, 1> y{args.out[0]};
-  if (act == "relu") return p.relu(KernelArgs{kNone, y, args.out});
-  if (act == "gelu_erf") return p.gelu(KernelArgs{kGeluErf, y, args.out});
-  if (act == "gelu_tanh") return p.gelu(KernelArgs{kGeluTanh, y, args.out});
-  return invalid_argument("MatMulBias: unknown activation '" + act + "'");
+  if (act == "relu") {
+    KILN_RETURN_IF_ERROR(p.relu(KernelArgs{kNone, y, args.out}));
+  } else if (act == "gelu_erf") {
+    KILN_RETURN_IF_ERROR(p.gelu(KernelArgs{kGeluErf, y, args.out}));
+  } else if (act == "gelu_tanh") {
+    KILN_RETURN_IF_ERROR(p.gelu(KernelArgs{kGeluTanh, y, args.out}));
+  } else if (act != "none") {
+    return invalid_argument("MatMulBias: unknown activation '" + act + "'");
+  }
+  if (args.in.size() > 3 && present(args.in[3])) {
+    std::array<TensorView, 2> in{args.out[0], args.in[3]};
+    KILN_RETURN_IF_ERROR(p.add(KernelArgs{kNone, in, args.out}));
+  }
+  return ok_status();
 }
 
 // The activation of kiln::FusedConv on one value (computed in double, stored once).

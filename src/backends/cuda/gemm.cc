@@ -175,11 +175,12 @@ class MatMulKernel : public CudaKernel {
   }
 
  protected:
-  // The product, plus bias[N] and a ReLU in cuBLASLt's epilogue when `bias` is given (never for
-  // a kBroadcast product: the caller checks epilogue_ok first).
+  // The product, plus bias[N] and a ReLU or GELU in cuBLASLt's epilogue when `bias` is given
+  // (never for a kBroadcast product: the caller checks epilogue_ok first), plus `residual` (Y's
+  // shape and dtype) as cuBLASLt's C when given.
   static bool epilogue_ok(const MatMulShape& s) { return s.kind != MatMulShape::Kind::kBroadcast; }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out, const void* bias, bool relu,
-             bool gelu = false) {
+             bool gelu = false, const void* residual = nullptr) {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
     KILN_ASSIGN_OR_RETURN(MatMulShape s, matmul_shape(a.shape, b.shape));
     if (s.nout * s.M * s.N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
@@ -196,6 +197,12 @@ class MatMulKernel : public CudaKernel {
     char* d = static_cast<char*>(y.data);
     const int64_t M = s.M, N = s.N, K = s.K;
     if (s.kind == MatMulShape::Kind::kBroadcast) {
+      // The residual copied into Y, then each product added to it (C = D, beta 1).
+      if (residual) {
+        KILN_CUDA_CHECK(cudaMemcpyAsync(d, residual, y.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+                        "copying the residual");
+      }
+      const double beta = residual ? 1.0 : 0.0;
       const size_t r = s.ob.size();
       std::vector<int64_t> as(r, 0), bs(r, 0);
       int64_t sa = M * K, sb = K * N;
@@ -217,14 +224,14 @@ class MatMulKernel : public CudaKernel {
         Problem q = p;
         q.align_a = alignment_of(xb, 0), q.align_b = alignment_of(xa, 0),
         q.align_c = alignment_of(xd, 0);
-        KILN_RETURN_IF_ERROR(gemm_.run(q, xb, xa, xd, nullptr, 1.0, 0.0, res));
+        KILN_RETURN_IF_ERROR(gemm_.run(q, xb, xa, xd, nullptr, 1.0, beta, res));
       }
       return ok_status();
     }
     p.align_a = alignment_of(pb, p.stride_a * es), p.align_b = alignment_of(pa, p.stride_b * es);
-    p.align_c = alignment_of(d, p.stride_c * os);
+    p.align_c = std::min(alignment_of(d, p.stride_c * os), residual ? alignment_of(residual, p.stride_c * os) : 256);
     p.bias = bias != nullptr, p.relu = bias != nullptr && relu, p.gelu = bias != nullptr && gelu;
-    return gemm_.run(p, pb, pa, d, bias, 1.0, 0.0, res);
+    return gemm_.run(p, pb, pa, d, bias, 1.0, residual ? 1.0 : 0.0, res, residual);
   }
 
  private:
@@ -268,15 +275,22 @@ class MatMulBiasKernel final : public MatMulKernel {
     // activation before the one rounding to Y, with no pass over Y.
     bool last_dim = has_bias && y.rank() >= 1 && in[2].rank() >= 1 && in[2].shape.back() == y.shape.back() &&
                     in[2].numel() == y.shape.back();  // [N] or [1, ..., 1, N], not [N, 1]
+    // A residual (only with no activation: make_matmul_bias) is cuBLASLt's C, added to the
+    // accumulator in the same pass.
+    const TensorView* residual = in.size() > 3 && present(in[3]) ? &in[3] : nullptr;
+    if (residual && (residual->dtype != y.dtype || residual->numel() != y.numel())) {
+      return invalid_argument(name_ + ": the residual differs from Y in dtype or size");
+    }
+    const void* r = residual ? residual->data : nullptr;
     const bool gelu = gelu_epilogue(act_, y.dtype);
     if (last_dim && (act_ == MatMulActivation::kNone || act_ == MatMulActivation::kRelu || gelu) &&
         in[2].dtype == y.dtype) {
       auto s = matmul_shape(in[0].shape, in[1].shape);
       if (s.ok() && epilogue_ok(*s)) {
-        return run(in.first(2), out, in[2].data, act_ == MatMulActivation::kRelu, gelu);
+        return run(in.first(2), out, in[2].data, act_ == MatMulActivation::kRelu, gelu, r);
       }
     }
-    KILN_RETURN_IF_ERROR(MatMulKernel::execute(in.first(2), out));
+    KILN_RETURN_IF_ERROR(run(in.first(2), out, nullptr, false, false, r));
     return matmul_bias_epilogue(y.dtype, y.data, y.shape, has_bias ? in[2].data : nullptr,
                                 has_bias ? in[2].shape : std::span<const int64_t>{}, act_, stream_);
   }
@@ -406,7 +420,7 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul(const KernelQuery& q) {
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_matmul_bias(const KernelQuery& q) {
-  KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.MatMulBias", 3));
+  KILN_ASSIGN_OR_RETURN(DType data, gemm_dtype(q, "cuda.cublaslt.MatMulBias", 4));
   KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
   MatMulActivation a = MatMulActivation::kNone;
   if (act == "relu") {
@@ -417,6 +431,9 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul_bias(const KernelQuery& q) {
     a = MatMulActivation::kGeluTanh;
   } else if (act != "none") {
     return invalid_argument(q.node.describe() + ": activation '" + act + "' is not one of none, relu, gelu_erf, gelu_tanh");
+  }
+  if (a != MatMulActivation::kNone && q.inputs.size() > 3 && q.inputs[3]) {
+    return unsupported(q.node.describe() + ": cuda.cublaslt.MatMulBias adds a residual only with no activation");
   }
   const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
   const ir::Value* bias = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
