@@ -813,6 +813,88 @@ const char* kSplitAttention = R"(graph g(%p: float32[b, 3, 24], %m: float32[3, 3
 }
 )";
 
+// The whole self-attention block of torchvision's encoder layer: the sequence-first transpose,
+// the packed projection, the views, attention, the output transpose, Gemm and the residual.
+const char* kMhaBlock = R"(graph g(%x: float32[2, 3, 8]) -> (%out: float32[2, 3, 8]) {
+  opset ai.onnx 17
+  %w: float32[8, 24] = dense<[0.482, 0.489, 0.385, 0.194, -0.041, -0.267, -0.432, -0.499, -0.453, -0.304, -0.086, 0.151, 0.355, 0.478, 0.492, 0.395, 0.208, -0.026, -0.254, -0.425, -0.499, -0.459, -0.316, -0.101, 0.137, 0.344, 0.473, 0.494, 0.404, 0.222, -0.011, -0.241, -0.416, -0.497, -0.465, -0.328, -0.116, 0.122, 0.333, 0.468, 0.496, 0.412, 0.235, 0.004, -0.228, -0.408, -0.495, -0.471, -0.339, -0.130, 0.108, 0.321, 0.462, 0.498, 0.421, 0.248, 0.019, -0.214, -0.399, -0.493, -0.475, -0.350, -0.145, 0.093, 0.310, 0.456, 0.499, 0.429, 0.261, 0.034, -0.200, -0.390, -0.490, -0.480, -0.360, -0.159, 0.078, 0.298, 0.450, 0.500, 0.436, 0.274, 0.049, -0.187, -0.380, -0.487, -0.484, -0.371, -0.173, 0.063, 0.285, 0.443, 0.500, 0.444, 0.286, 0.064, -0.172, -0.370, -0.484, -0.487, -0.381, -0.188, 0.048, 0.273, 0.436, 0.500, 0.450, 0.299, 0.079, -0.158, -0.360, -0.480, -0.491, -0.390, -0.201, 0.033, 0.260, 0.428, 0.499, 0.457, 0.311, 0.094, -0.144, -0.349, -0.475, -0.493, -0.400, -0.215, 0.018, 0.247, 0.420, 0.498, 0.463, 0.322, 0.109, -0.129, -0.338, -0.470, -0.496, -0.408, -0.229, 0.003, 0.234, 0.412, 0.496, 0.468, 0.334, 0.124, -0.115, -0.327, -0.465, -0.497, -0.417, -0.242, -0.012, 0.221, 0.403, 0.494, 0.473, 0.345, 0.138, -0.100, -0.315, -0.459, -0.499, -0.425, -0.255, -0.027, 0.207, 0.394, 0.492, 0.478, 0.356, 0.153, -0.085, -0.303, -0.453, -0.500, -0.433, -0.268, -0.042, 0.193, 0.385, 0.489, 0.482, 0.366, 0.167, -0.070, -0.291, -0.446, -0.500, -0.440]>
+  %b: float32[24] = dense<[0.432, 0.131, -0.245, -0.480, -0.440, -0.147, 0.230, 0.475, 0.448, 0.163, -0.215, -0.470, -0.455, -0.179, 0.200, 0.464, 0.462, 0.194, -0.185, -0.457, -0.468, -0.210, 0.169, 0.450]>
+  %wo: float32[8, 8] = dense<[0.322, 0.409, 0.469, 0.498, 0.493, 0.456, 0.388, 0.294, 0.181, 0.055, -0.074, -0.198, -0.309, -0.399, -0.463, -0.496, -0.496, -0.462, -0.398, -0.307, -0.196, -0.072, 0.057, 0.183, 0.296, 0.389, 0.457, 0.494, 0.498, 0.468, 0.408, 0.320, 0.212, 0.088, -0.041, -0.167, -0.282, -0.378, -0.449, -0.491, -0.499, -0.474, -0.418, -0.333, -0.227, -0.105, 0.024, 0.151, 0.268, 0.367, 0.442, 0.487, 0.500, 0.479, 0.427, 0.346, 0.241, 0.121, -0.007, -0.135, -0.254, -0.356, -0.434, -0.483]>
+  %bo: float32[8] = dense<[-0.079, -0.491, -0.258, 0.314, 0.473, 0.010, -0.466, -0.329]>
+  %s5: int64[4] = dense<[3, 2, 3, 8]>
+  %zero1: int64[1] = dense<[0]>
+  %three1: int64[1] = dense<[3]>
+  %i0: int64[] = dense<0>
+  %i1: int64[] = dense<1>
+  %i2: int64[] = dense<2>
+  %sbhd: int64[3] = dense<[3, 4, 4]>
+  %bhsd: int64[4] = dense<[2, 2, 3, 4]>
+  %flat: int64[2] = dense<[6, 8]>
+  %sbe: int64[3] = dense<[3, 2, 8]>
+  %c: float32[] = dense<0.70710677>
+  %xt: float32[3, 2, 8] = Transpose(%x) {perm=[1, 0, 2]}  # seq_first_in
+  %pm: float32[3, 2, 24] = MatMul(%xt, %w)  # in_proj
+  %p: float32[3, 2, 24] = Add(%b, %pm)  # in_proj_bias
+  %r: float32[3, 2, 3, 8] = Reshape(%p, %s5)  # unflatten
+  %u: float32[1, 3, 2, 3, 8] = Unsqueeze(%r, %zero1)  # unsqueeze
+  %t: float32[3, 3, 2, 1, 8] = Transpose(%u) {perm=[3, 1, 2, 0, 4]}  # packed_t
+  %sq: float32[3, 3, 2, 8] = Squeeze(%t, %three1)  # squeeze
+  %g0: float32[3, 2, 8] = Gather(%sq, %i0) {axis=0}  # q_gather
+  %g1: float32[3, 2, 8] = Gather(%sq, %i1) {axis=0}  # k_gather
+  %g2: float32[3, 2, 8] = Gather(%sq, %i2) {axis=0}  # v_gather
+  %q1: float32[3, 4, 4] = Reshape(%g0, %sbhd)  # q_r1
+  %q2: float32[4, 3, 4] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t
+  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2
+  %k1: float32[3, 4, 4] = Reshape(%g1, %sbhd)  # k_r1
+  %k2: float32[4, 3, 4] = Transpose(%k1) {perm=[1, 0, 2]}  # k_t
+  %k3: float32[2, 2, 3, 4] = Reshape(%k2, %bhsd)  # k_r2
+  %v1: float32[3, 4, 4] = Reshape(%g2, %sbhd)  # v_r1
+  %v2: float32[4, 3, 4] = Transpose(%v1) {perm=[1, 0, 2]}  # v_t
+  %v3: float32[2, 2, 3, 4] = Reshape(%v2, %bhsd)  # v_r2
+  %kt: float32[2, 2, 4, 3] = Transpose(%k3) {perm=[0, 1, 3, 2]}  # k_swap
+  %qs: float32[2, 2, 3, 4] = Mul(%q3, %c)  # q_scale
+  %ks: float32[2, 2, 4, 3] = Mul(%kt, %c)  # k_scale
+  %s: float32[2, 2, 3, 3] = MatMul(%qs, %ks)  # scores
+  %pr: float32[2, 2, 3, 3] = Softmax(%s) {axis=-1}  # softmax
+  %o: float32[2, 2, 3, 4] = MatMul(%pr, %v3)  # context
+  %ot: float32[3, 2, 2, 4] = Transpose(%o) {perm=[2, 0, 1, 3]}  # seq_first
+  %of: float32[6, 8] = Reshape(%ot, %flat)  # flatten
+  %gm: float32[6, 8] = Gemm(%of, %wo, %bo) {transB=1}  # out_proj
+  %gr: float32[3, 2, 8] = Reshape(%gm, %sbe)  # unflatten_out
+  %z: float32[2, 3, 8] = Transpose(%gr) {perm=[1, 0, 2]}  # batch_first_out
+  %out: float32[2, 3, 8] = Add(%z, %x)  # residual
+}
+)";
+
+TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
+  ir::Graph g = parse(kMhaBlock);
+  ir::Graph packed = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_matmul_bias(&packed, yes).ok());
+  ASSERT_TRUE(builder::fuse_attention(&packed, yes).ok());
+  ASSERT_TRUE(builder::pack_attention(&packed, yes).ok());
+  ASSERT_TRUE(ir::verify(packed).ok()) << ir::verify(packed).to_string();
+  ir::compact(&packed);
+  const std::string text = ir::to_text(packed);
+  for (const char* part : {"%p: float32[2, 3, 24] = kiln::MatMulBias(%x, %w, %b) {activation=\"none\"}  # in_proj",
+                           "float32[2, 3, 8] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, kv_num_heads=2, "
+                           "output_rank=3, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0",
+                           "%out: float32[2, 3, 8] = kiln::MatMulBias("}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* gone : {"Transpose(", "Gemm(", "Reshape(", "Add("}) {
+    EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  }
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 90)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
+  ASSERT_TRUE(got.count("out") && want.count("out"));
+  ErrorStats e = error_stats(got.at("out"), want.at("out"));
+  EXPECT_GT(e.ref_max_abs, 0.0);
+  EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs));
+}
+
 TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
   const std::string mha = ir::to_text(fuse_and_pack(kMhaAttention));
   EXPECT_NE(mha.find("%ot: float32[3, 2, 2, 4] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, "

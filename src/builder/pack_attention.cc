@@ -21,6 +21,7 @@
 // Attention nodes), before assign_precision, which gives the node the reduced type.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <iterator>
 #include <optional>
@@ -395,6 +396,158 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
   return replace_if_supported(g, matched, std::move(fused), supports);
 }
 
+// ---- nn.MultiheadAttention's sequence-first tensors made batch first ----
+//
+// After packing, torchvision's encoder layer still transposes twice: its input [B, S, E] to
+// [S, B, E] before the QKV projection, and the output projection's [S, B, E] back after it
+//   T = Transpose(X, [1, 0, 2]); P = MatMulBias(T, W, b)            [S, B, 3E]
+//   Y = PackedAttention(P, P, P) {seq_first=1, output_rank=4}        [S, B, H, D]
+//   Z = Transpose(Reshape(Gemm(Reshape(Y, [S*B, E]), Wo, bo), [S, B, E]), [1, 0, 2])
+//   [R = Add(Z, residual)]
+// Both projections act on rows alone, so they commute with the row permutation: the same layer is
+//   P = MatMulBias(X, W, b)                                          [B, S, 3E]
+//   Y = PackedAttention(P, P, P) {seq_first=0}                       [B, S, E]
+//   R = MatMulBias(Y, Wo^T, bo, residual)                            [B, S, E]
+// with the two transposes gone and the residual added in the output projection's GEMM.
+
+// A new constant: `t` under a name made from `base`.
+int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
+  std::vector<Dim> shape;
+  for (int64_t d : t.shape()) shape.push_back(Dim(d));
+  const int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
+  g->values[size_t(v)].constant = std::move(t);
+  return v;
+}
+
+// The 2-D constant `w` transposed, or nullopt.
+std::optional<Tensor> transposed(const Tensor& w) {
+  if (w.shape().size() != 2) return std::nullopt;
+  const int64_t r = w.shape()[0], c = w.shape()[1];
+  auto t = Tensor::zeros(w.dtype(), {c, r});
+  if (!t.ok()) return std::nullopt;
+  const size_t es = dtype_size(w.dtype());
+  const auto* src = static_cast<const unsigned char*>(w.data());
+  auto* dst = static_cast<unsigned char*>(t->data());
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
+  }
+  return std::move(*t);
+}
+
+// The sole reader of v when it is the ONNX op `op`; else -1.
+int sole_onnx_reader(const ir::Graph& g, int v, const char* op) {
+  const int r = sole_reader(g, v);
+  return r >= 0 && is_onnx(g.nodes[size_t(r)], op) ? r : -1;
+}
+
+bool swaps_first_two(const ir::Graph& g, int node) {
+  return node >= 0 && perm_of(g, g.nodes[size_t(node)]) == std::vector<int64_t>{1, 0, 2};
+}
+
+// An int or float attribute, or `bad` where it is present and of another type.
+int64_t int_attr(const ir::Node& n, const char* name, int64_t def, int64_t bad) {
+  auto v = n.attrs.get_int(name, def);
+  return v.ok() ? *v : bad;
+}
+float float_attr(const ir::Node& n, const char* name, float def, float bad) {
+  auto v = n.attrs.get_float(name, def);
+  return v.ok() ? *v : bad;
+}
+
+StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) {
+  const ir::Node& att = g->nodes[size_t(an)];
+  if (att.domain != "kiln" || att.op_type != "PackedAttention" || att.inputs.size() < 3) return false;
+  if (int_attr(att, "seq_first", 0, 0) != 1 || int_attr(att, "output_rank", 3, 3) != 4 ||
+      att.inputs[0] != att.inputs[1] || att.inputs[0] != att.inputs[2]) {
+    return false;
+  }
+  const int p = att.inputs[0], y = att.outputs[0];
+  if (is_graph_output(*g, p) || readers_of(*g, p) != std::vector<int>{an}) return false;
+  // Input side: P = MatMulBias|MatMul(Transpose(X, [1, 0, 2]), constant 2-D W [, b]).
+  const int m1 = g->values[size_t(p)].producer;
+  if (m1 < 0) return false;
+  const ir::Node& mm = g->nodes[size_t(m1)];
+  const bool is_mmb = mm.domain == "kiln" && mm.op_type == "MatMulBias";
+  if (!(is_mmb || is_onnx(mm, "MatMul")) || mm.inputs.size() < 2 || (is_mmb && mm.inputs.size() > 3)) return false;
+  const ir::Value& w = g->values[size_t(mm.inputs[1])];
+  if (!w.constant || !w.shape || w.shape->size() != 2) return false;
+  const int t1 = g->values[size_t(mm.inputs[0])].producer;
+  if (t1 < 0 || !is_onnx(g->nodes[size_t(t1)], "Transpose") || !swaps_first_two(*g, t1) ||
+      sole_reader(*g, mm.inputs[0]) != m1) {
+    return false;
+  }
+  const int x = g->nodes[size_t(t1)].inputs[0];
+  const auto &xs = g->values[size_t(x)].shape, &ps = g->values[size_t(p)].shape;
+  if (!xs || xs->size() != 3 || !ps || ps->size() != 3 || (*ps)[0] != (*xs)[1] || (*ps)[1] != (*xs)[0]) return false;
+  // Output side: Reshape to [S*B, E], Gemm, Reshape to [S, B, E'], Transpose [1, 0, 2].
+  const int r2 = sole_onnx_reader(*g, y, "Reshape");
+  const int gm = r2 < 0 ? -1 : sole_onnx_reader(*g, g->nodes[size_t(r2)].outputs[0], "Gemm");
+  const int r3 = gm < 0 ? -1 : sole_onnx_reader(*g, g->nodes[size_t(gm)].outputs[0], "Reshape");
+  const int t2 = r3 < 0 ? -1 : sole_onnx_reader(*g, g->nodes[size_t(r3)].outputs[0], "Transpose");
+  if (t2 < 0 || !swaps_first_two(*g, t2)) return false;
+  const ir::Node& gemm = g->nodes[size_t(gm)];
+  const auto& ys = g->values[size_t(y)].shape;
+  const auto &r2s = g->values[size_t(g->nodes[size_t(r2)].outputs[0])].shape,
+             &r3s = g->values[size_t(g->nodes[size_t(r3)].outputs[0])].shape;
+  if (!ys || ys->size() != 4 || !r2s || r2s->size() != 2 || (*r2s)[1] != (*ys)[2] * (*ys)[3] || !r3s ||
+      r3s->size() != 3 || (*r3s)[0] != (*xs)[1] || (*r3s)[1] != (*xs)[0]) {
+    return false;
+  }
+  if (float_attr(gemm, "alpha", 1.f, 0.f) != 1.f || float_attr(gemm, "beta", 1.f, 0.f) != 1.f ||
+      int_attr(gemm, "transA", 0, 1) != 0 || gemm.inputs.size() < 2) {
+    return false;
+  }
+  const ir::Value& wo = g->values[size_t(gemm.inputs[1])];
+  const int c = gemm.inputs.size() > 2 ? gemm.inputs[2] : -1;
+  if (!wo.constant || !wo.shape || wo.shape->size() != 2) return false;
+  if (c >= 0) {
+    const auto& cs = g->values[size_t(c)].shape;
+    if (!g->values[size_t(c)].constant || !cs || cs->size() != 1 || (*cs)[0] != (*r3s)[2]) return false;
+  }
+  std::optional<Tensor> wt = *wo.constant;
+  const int64_t trans_b = int_attr(gemm, "transB", 0, -1);
+  if (trans_b < 0) return false;
+  if (trans_b != 0) wt = transposed(*wo.constant);
+  if (!wt) return false;
+  // The residual Add after it, when there is one.
+  const int z = g->nodes[size_t(t2)].outputs[0];
+  int out = z, residual = -1;
+  std::vector<int> matched = {r2, gm, r3, t2};
+  if (const int add = sole_onnx_reader(*g, z, "Add"); add >= 0 && g->nodes[size_t(add)].inputs.size() == 2) {
+    const ir::Node& a = g->nodes[size_t(add)];
+    const int other = a.inputs[0] == z ? a.inputs[1] : a.inputs[0];
+    const ir::Value& ov = g->values[size_t(other)];
+    if (other != z && !ov.constant && ov.shape && ov.shape == g->values[size_t(z)].shape &&
+        ov.dtype == g->values[size_t(z)].dtype) {
+      residual = other;
+      out = a.outputs[0];
+      matched.push_back(add);
+    }
+  }
+  // Rewire: the projection reads X, the attention runs batch first and writes [B, S, H*Dv].
+  ir::Graph saved = *g;
+  ir::Node& m = g->nodes[size_t(m1)];
+  m.inputs[0] = x;
+  g->values[size_t(p)].shape = std::vector<Dim>{(*xs)[0], (*xs)[1], (*ps)[2]};
+  ir::Node& a = g->nodes[size_t(an)];
+  set_int(&a, "seq_first", 0);
+  set_int(&a, "output_rank", 3);
+  g->values[size_t(y)].shape = std::vector<Dim>{(*xs)[0], (*xs)[1], (*ys)[2] * (*ys)[3]};
+  ir::Node fused;
+  fused.name = g->nodes[size_t(gm)].name;
+  fused.domain = "kiln";
+  fused.op_type = "MatMulBias";
+  fused.opset = 1;
+  set_string(&fused, "activation", "none");
+  const int wv = add_constant(g, g->values[size_t(gemm.inputs[1])].name + "_t", std::move(*wt));
+  fused.inputs = {y, wv, c};
+  if (residual >= 0) fused.inputs.push_back(residual);
+  fused.outputs = {out};
+  if (replace_if_supported(g, matched, std::move(fused), supports)) return true;
+  *g = std::move(saved);
+  return false;
+}
+
 }  // namespace
 
 Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
@@ -404,8 +557,16 @@ Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
     any = any || packed;
     if (!packed) ++n;
   }
-  // The views the packed nodes no longer read.
-  if (any) ir::remove_dead_nodes(g);
+  if (!any) return ok_status();
+  // The views the packed nodes no longer read, then the layers that can run batch first.
+  ir::remove_dead_nodes(g);
+  bool moved_any = false;
+  for (size_t n = 0; n < g->nodes.size();) {
+    KILN_ASSIGN_OR_RETURN(bool moved, batch_first_at(g, int(n), supports));
+    moved_any = moved_any || moved;
+    if (!moved) ++n;
+  }
+  if (moved_any) ir::remove_dead_nodes(g);
   return ok_status();
 }
 
