@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """The models of scripts/gpu_perf.sh, made once and shared by kiln's and PyTorch's side: ResNet-50,
-MobileNetV3-Large and ViT-B/16 (torchvision) and BERT-base at sequence 128 (transformers), with the
+MobileNetV3-Large and ViT-B/16 (torchvision), BERT-base at sequence 128 and GPT-2 small at sequence
+512 (transformers), and BERT-base with a dynamic sequence for the dynamic-shape check, with the
 zoo's seeded random weights (scripts/zoo.py: nothing is downloaded).
 
   python3 bench/perf_models.py export OUT_DIR [NAME...]  # OUT_DIR/NAME.onnx, dynamic batch, + NAME.json
+
+NAME.json: input (name), shape (without the batch: the shape timed), max_batch (the profile is
+batch 1..max_batch, opt max_batch), batches (the batches timed), and for the models of SEQ_PROFILE
+seq_profile [min, opt, max] (sequence dynamic in the ONNX model; batch fixed at max_batch there).
 """
 import json
 import os
@@ -13,25 +18,59 @@ import warnings
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import zoo  # noqa: E402
 
-# name: (zoo model, input name, input shape without the batch, CNN (channels-last helps the peer))
+# name: (zoo model, input name, input shape without the batch, CNN (channels-last helps the peer),
+# max batch)
 PERF = {
-    "resnet50": ("resnet50", "x", (3, 224, 224), True),
-    "mobilenet_v3_large": ("mobilenet_v3_large", "x", (3, 224, 224), True),
-    "vit_b_16": ("vit_b_16", "x", (3, 224, 224), False),
-    "bert_base_s128": ("bert_base", "input_ids", (128,), False),
+    "resnet50": ("resnet50", "x", (3, 224, 224), True, 64),
+    "mobilenet_v3_large": ("mobilenet_v3_large", "x", (3, 224, 224), True, 64),
+    "vit_b_16": ("vit_b_16", "x", (3, 224, 224), False, 64),
+    "bert_base_s128": ("bert_base", "input_ids", (128,), False, 64),
+    "gpt2": ("gpt2", "input_ids", (512,), False, 8),
+    "bert_base_dyn": ("bert_base", "input_ids", (384,), False, 8),
 }
-MAX_BATCH = 64
+# Models exported with a dynamic sequence too: the sequence range (min, opt, max) of the engine that
+# spans it, timed at the model's shape against an engine built for that shape alone (gpu_perf.sh).
+SEQ_PROFILE = {"bert_base_dyn": (16, 128, 512)}
+
+
+def batches(name):
+    """The batches timed: 1 and the max batch; a dynamic-sequence model only at its fixed batch."""
+    max_batch = PERF[name][4]
+    return [max_batch] if name in SEQ_PROFILE else [1, max_batch]
 
 
 def make(name):
     """The torch module (eval, CPU, FP32) and an example input of batch 1."""
     import torch
 
-    zoo_name, _, shape, _ = PERF[name]
+    zoo_name, _, shape, _, _ = PERF[name]
     how, spec = zoo.MODELS[zoo_name]
     model = zoo.make_model(how, spec).eval()
     example = torch.from_numpy(zoo.sample(spec, (1,) + shape, 0))
     return model, example
+
+
+def exportable(name, model):
+    """The module torch.onnx.export traces. GPT-2 is given an all-ones attention_mask: without one,
+    transformers (5.x) derives position_ids and checks them for packed sequences with torch.diff,
+    which the TorchScript exporter cannot export (aten::diff) and the dynamo exporter writes out as
+    a CumSum/GatherND mask. With it, the graph is the usual one: Split of the QKV projection,
+    Transpose into heads, an additive causal mask (Where of the boolean mask) and Softmax. The
+    output is the same (the mask masks nothing); PyTorch's side runs the model without it."""
+    import torch
+
+    if name != "gpt2":
+        return model
+
+    class OnesMask(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+
+    return OnesMask(model).eval()
 
 
 def export(out_dir, names=None):
@@ -39,20 +78,25 @@ def export(out_dir, names=None):
 
     warnings.filterwarnings("ignore")
     os.makedirs(out_dir, exist_ok=True)
-    for name, (_, input_name, shape, _) in PERF.items():
+    for name, (_, input_name, shape, _, max_batch) in PERF.items():
         if names and name not in names:
             continue
         path = os.path.join(out_dir, name + ".onnx")
-        if os.path.exists(path):
-            continue
-        model, example = make(name)
-        # The TorchScript exporter at opset 17: every zoo model of these four builds from it.
-        torch.onnx.export(model, (example.repeat((2,) + (1,) * len(shape)),), path, dynamo=False,
-                          opset_version=17, input_names=[input_name], output_names=["out"],
-                          dynamic_axes={input_name: {0: "batch"}})
+        meta = dict(input=input_name, shape=list(shape), max_batch=max_batch, batches=batches(name))
+        axes = {0: "batch"}
+        if name in SEQ_PROFILE:
+            meta["seq_profile"] = list(SEQ_PROFILE[name])
+            axes[1] = "seq"
+        if not os.path.exists(path):
+            model, example = make(name)
+            # The TorchScript exporter at opset 17: every model here builds from it (GPT-2 with the
+            # attention_mask of exportable()).
+            torch.onnx.export(exportable(name, model), (example.repeat((2,) + (1,) * len(shape)),), path,
+                              dynamo=False, opset_version=17, input_names=[input_name], output_names=["out"],
+                              dynamic_axes={input_name: axes})
+            print(f"exported {name} to {path}", flush=True)
         with open(os.path.join(out_dir, name + ".json"), "w") as f:
-            json.dump(dict(input=input_name, shape=list(shape)), f)
-        print(f"exported {name} to {path}", flush=True)
+            json.dump(meta, f)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 (model.half(); channels-last for the CNNs, as a speed-minded PyTorch user runs them), inputs
 resident on the device, timed like kiln (median of N runs after warm-up, each synchronized): eager,
 and torch.compile in the modes that win at each batch (reduce-overhead, CUDA graphs, at batch 1;
-default and max-autotune at batch 64). One JSON line per measurement.
+default and max-autotune at the model's max batch: 64, 8 for GPT-2; gpu_perf.sh passes them). GPT-2
+runs without an attention_mask (causal SDPA), as a PyTorch user calls it. One JSON line per
+measurement.
 
   python3 bench/torch_peer.py ITERS BATCHES MODEL [MODE ...]
 """
@@ -36,7 +38,7 @@ def median_ms(fn, x, iters):
 def main():
     warnings.filterwarnings("ignore")
     iters, batches, name, modes = int(sys.argv[1]), [int(b) for b in sys.argv[2].split(",")], sys.argv[3], sys.argv[4:]
-    _, _, shape, cnn = perf_models.PERF[name]
+    _, _, shape, cnn, _ = perf_models.PERF[name]
     model, example = perf_models.make(name)
     model = model.cuda().half()
     if cnn:

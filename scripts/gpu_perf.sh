@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The benchmark, run on the GPU host from the repository root after scripts/gpu.sh built build-gpu.
-# Exports ResNet-50, MobileNetV3-Large, ViT-B/16 and BERT-base (seq 128) with seeded random weights
-# (bench/perf_models.py), builds kiln engines for batch 1..64 (opt 64) in TF32 and FP16, times them
-# with device-resident IO in CUDA graphs (kiln bench --useCudaGraph --noDataTransfers), then
-# PyTorch FP16 on the same models in the same run (bench/torch_peer.py: eager and torch.compile),
-# and writes docs/performance.md (bench/perf_report.py). Medians over KILN_BENCH_ITERS runs (200).
-# KILN_PERF_MODELS and KILN_PERF_TORCH_MODES narrow the run (KILN_PERF_TORCH=0 times kiln alone);
-# logs go to $OUT, else build-gpu/perf.
-# KILN_PERF_NCU=1 also profiles each FP16 engine at batch 64 under ncu (kernel times, no clock
+# Exports ResNet-50, MobileNetV3-Large, ViT-B/16, BERT-base (seq 128) and GPT-2 small (seq 512, one
+# forward pass, no KV cache) with seeded random weights (bench/perf_models.py), builds kiln engines
+# for batch 1..N (opt N; N is the model's max_batch in perf_models.PERF: 64, 8 for GPT-2) in TF32
+# and FP16, times them at batch 1 and N with device-resident IO in CUDA graphs (kiln bench
+# --useCudaGraph --noDataTransfers), then PyTorch FP16 on the same models in the same run
+# (bench/torch_peer.py: eager and torch.compile), and writes docs/performance.md
+# (bench/perf_report.py). Medians over KILN_BENCH_ITERS runs (200).
+# The dynamic-shape check is the model bert_base_dyn (BERT-base exported with dynamic batch and
+# sequence): two FP16 engines at batch 8 (fixed), one whose profile spans seq 16..512 (opt 128) and
+# one built for 8x384 alone (min = opt = max), both timed at 8x384; the medians and their ratio go
+# to perf.log and dynamic.jsonl (must: the spanning engine within 1.15x). PyTorch times it at 8x384
+# in eager and default torch.compile.
+# KILN_PERF_MODELS (default: all six, bert_base_dyn included) and KILN_PERF_TORCH_MODES narrow the
+# run (KILN_PERF_TORCH=0 times kiln alone); logs go to $OUT, else build-gpu/perf.
+# KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +23,7 @@ mkdir -p "$LOG"
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
 KILN=$BUILD/tools/kiln/kiln
 ITERS=${KILN_BENCH_ITERS:-200}
-MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 bert_base_s128}
+MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 bert_base_s128 gpt2 bert_base_dyn}
 DIR=$BUILD/perf-models
 [ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
 nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
@@ -24,15 +31,74 @@ python3 -c "import torch; print(f'torch {torch.__version__}, CUDA {torch.version
   >"$LOG/versions.txt" 2>/dev/null || echo "torch not importable" >"$LOG/versions.txt"
 python3 bench/perf_models.py export "$DIR" $MODELS >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
 
+# A model's NAME.json (perf_models.py): input name, shape without the batch (x-joined), max batch,
+# the batches timed (space-separated) and the sequence profile of a dynamic-sequence model (min opt
+# max), "-" for the others.
+meta() {
+  python3 -c "import json;j=json.load(open('$DIR/$1.json'));print(j['input'],'x'.join(map(str,j['shape'])),j['max_batch'],\
+','.join(map(str,j['batches'])),','.join(map(str,j.get('seq_profile',[]))) or '-')"
+}
+median() {  # the median latency of a kiln bench --exportTimes file, or null
+  python3 -c "import json;print(json.load(open('$1'))['latency_ms']['median'])" 2>/dev/null || echo null
+}
+
+# The dynamic-shape check of model $1 (FP16, batch fixed at its max batch): an engine whose profile
+# spans the sequence range against one built for the timed shape alone, both timed at that shape.
+dynamic_check() {
+  local m=$1 input=$2 seq=$3 b=$4 smin sopt smax kind flags
+  IFS=, read -r smin sopt smax <<<"$5"
+  declare -A ms built
+  for kind in span fixed; do
+    local engine=$DIR/$m.$kind.fp16.kiln
+    if [ $kind = span ]; then
+      flags=(--minShapes="$input:${b}x$smin" --optShapes="$input:${b}x$sopt" --maxShapes="$input:${b}x$smax")
+    else
+      flags=(--minShapes="$input:${b}x$seq" --optShapes="$input:${b}x$seq" --maxShapes="$input:${b}x$seq")
+    fi
+    ms[$kind]=null; built[$kind]=null
+    local t0=$(date +%s.%N)
+    if ! "$KILN" build --onnx="$DIR/$m.onnx" --device=cuda --fp16 "${flags[@]}" --saveEngine="$engine" \
+        >"$LOG/build.$m.$kind.log" 2>&1; then
+      echo "kiln build $m $kind FAILED: $(tail -3 "$LOG/build.$m.$kind.log")" | tee -a "$LOG/perf.log"; continue
+    fi
+    built[$kind]=$(python3 -c "import time;print(round(time.time()-$t0,1))")
+    rm -f "$LOG/dyn.$m.$kind.json"
+    "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$seq" --useCudaGraph --noDataTransfers \
+      --iterations="$ITERS" --warmUp=500 --exportTimes="$LOG/dyn.$m.$kind.json" >"$LOG/bench.$m.$kind.log" 2>&1 \
+      || echo "kiln bench $m $kind FAILED: $(tail -3 "$LOG/bench.$m.$kind.log")" | tee -a "$LOG/perf.log"
+    ms[$kind]=$(median "$LOG/dyn.$m.$kind.json")
+    echo "kiln $m fp16 $kind engine at ${b}x$seq: $(grep -m1 'latency (ms)' "$LOG/bench.$m.$kind.log")" | tee -a "$LOG/perf.log"
+  done
+  python3 - "$m" "$b" "$seq" "$smin" "$sopt" "$smax" "${ms[span]}" "${ms[fixed]}" "${built[span]}" "${built[fixed]}" \
+      <<'PY' | tee -a "$LOG/dynamic.jsonl"
+import json, sys
+m, b, seq, smin, sopt, smax = sys.argv[1], *map(int, sys.argv[2:7])
+span, fixed, span_s, fixed_s = (json.loads(v) for v in sys.argv[7:11])
+ratio = round(span / fixed, 3) if span and fixed else None
+print(json.dumps(dict(model=m, prec="fp16", batch=b, seq=seq, span_seq=[smin, sopt, smax], span_ms=span, fixed_ms=fixed,
+                      ratio=ratio, limit=1.15, ok=ratio is not None and ratio <= 1.15, span_build_s=span_s,
+                      fixed_build_s=fixed_s)))
+PY
+  tail -1 "$LOG/dynamic.jsonl" | python3 -c "import json,sys;r=json.load(sys.stdin);print(f\"kiln {r['model']} fp16 at \
+{r['batch']}x{r['seq']}: engine spanning seq {r['span_seq'][0]}..{r['span_seq'][2]} (opt {r['span_seq'][1]}) {r['span_ms']} ms, \
+engine for {r['batch']}x{r['seq']} alone {r['fixed_ms']} ms, ratio {r['ratio']} (limit 1.15: {'pass' if r['ok'] else 'FAIL'})\")" \
+    | tee -a "$LOG/perf.log"
+}
+
 : >"$LOG/kiln_builds.jsonl"
+: >"$LOG/dynamic.jsonl"
 for m in $MODELS; do
-  read -r input shape < <(python3 -c "import json;j=json.load(open('$DIR/$m.json'));print(j['input'],'x'.join(map(str,j['shape'])))")
+  read -r input shape maxb batches seqp < <(meta "$m")
+  if [ "$seqp" != - ]; then
+    dynamic_check "$m" "$input" "$shape" "$maxb" "$seqp"
+    continue
+  fi
   for prec in fp16 tf32; do
     engine=$DIR/$m.$prec.kiln
     cache=$DIR/$m.$prec.timing-cache
     rm -f "$cache"
-    flags=(--onnx="$DIR/$m.onnx" --device=cuda --minShapes="$input:1x$shape" --optShapes="$input:64x$shape"
-           --maxShapes="$input:64x$shape" --timingCacheFile="$cache")
+    flags=(--onnx="$DIR/$m.onnx" --device=cuda --minShapes="$input:1x$shape" --optShapes="$input:${maxb}x$shape"
+           --maxShapes="$input:${maxb}x$shape" --timingCacheFile="$cache")
     [ $prec = fp16 ] && flags+=(--fp16)
     # Built twice: the first build times the tactics and writes the timing cache, the second reads
     # it; the report gives both build times and whether the two engine files are byte-identical.
@@ -47,9 +113,9 @@ for m in $MODELS; do
     identical=false
     cmp -s "$engine" "$engine.cached" && identical=true
     act=$("$KILN" inspect "$engine" 2>/dev/null | grep -m1 -i "activation memory" | sed 's/^ *//')
-    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"max_batch\": $maxb, \"shape\": \"$shape\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
     echo "kiln $m $prec: built in $secs s, again with the timing cache in $cached_secs s, engines identical: $identical" | tee -a "$LOG/perf.log"
-    for b in 1 64; do
+    for b in ${batches//,/ }; do
       "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$shape" --useCudaGraph --noDataTransfers \
         --iterations="$ITERS" --warmUp=500 --exportTimes="$LOG/kiln.$m.$prec.b$b.json" >"$LOG/bench.$m.$prec.b$b.log" 2>&1 \
         || echo "kiln bench $m $prec b$b FAILED: $(tail -3 "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
@@ -58,10 +124,10 @@ for m in $MODELS; do
     if [ "${KILN_PERF_NCU:-0}" = 1 ] && [ $prec = fp16 ] && command -v ncu >/dev/null; then
       # bench runs the engine twice here: one check run, then the one timed iteration.
       timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv "$KILN" bench \
-        --loadEngine="$engine" --shapes="$input:64x$shape" --noDataTransfers --iterations=1 --warmUp=0 \
+        --loadEngine="$engine" --shapes="$input:${maxb}x$shape" --noDataTransfers --iterations=1 --warmUp=0 \
         >"$LOG/ncu.$m.csv" 2>"$LOG/ncu.$m.err" &&
         python3 bench/ncu_summary.py "$LOG/ncu.$m.csv" 2 20 >"$LOG/profile.$m.txt" 2>&1
-      head -12 "$LOG/profile.$m.txt" 2>/dev/null | sed "s/^/profile $m fp16 b64: /" | tee -a "$LOG/perf.log"
+      head -12 "$LOG/profile.$m.txt" 2>/dev/null | sed "s/^/profile $m fp16 b$maxb: /" | tee -a "$LOG/perf.log"
     fi
   done
 done
@@ -71,8 +137,13 @@ if [ "${KILN_PERF_TORCH:-1}" = 0 ]; then
   echo "PyTorch peer skipped: KILN_PERF_TORCH=0" | tee -a "$LOG/perf.log"
 elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
   for m in $MODELS; do
-    for spec in "1:eager reduce-overhead" "64:eager default max-autotune"; do
-      b=${spec%%:*}; modes=${spec#*:}
+    read -r input shape maxb batches seqp < <(meta "$m")
+    for b in ${batches//,/ }; do
+      # reduce-overhead (CUDA graphs) wins at batch 1, default and max-autotune at the max batch;
+      # the dynamic-shape check's model only eager and default.
+      modes="eager reduce-overhead"
+      [ "$b" != 1 ] && modes="eager default max-autotune"
+      [ "$seqp" != - ] && modes="eager default"
       [ -n "${KILN_PERF_TORCH_MODES:-}" ] && modes=$KILN_PERF_TORCH_MODES
       python3 bench/torch_peer.py "$ITERS" "$b" "$m" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
     done
