@@ -404,6 +404,7 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
 //   Y = PackedAttention(P, P, P) {seq_first=1, output_rank=4}        [S, B, H, D]
 //   Z = Transpose(Reshape(Gemm(Reshape(Y, [S*B, E]), Wo, bo), [S, B, E]), [1, 0, 2])
 //   [R = Add(Z, residual)]
+// (readers of these tensors' shapes alone, folded by shape inference, aside)
 // Both projections act on rows alone, so they commute with the row permutation: the same layer is
 //   P = MatMulBias(X, W, b)                                          [B, S, 3E]
 //   Y = PackedAttention(P, P, P) {seq_first=0}                       [B, S, E]
@@ -434,10 +435,27 @@ std::optional<Tensor> transposed(const Tensor& w) {
   return std::move(*t);
 }
 
-// The sole reader of v when it is the ONNX op `op`; else -1.
+// The readers of v that run: not those whose every output is known without running them (shape
+// arithmetic the builder folded, as the exporters' Shape-Gather-Concat chains: they read only v's
+// shape, and eliminate_dead_nodes drops them).
+std::vector<int> running_readers(const ir::Graph& g, int v) {
+  std::vector<int> out;
+  for (int r : readers_of(g, v)) {
+    const ir::Node& n = g.nodes[size_t(r)];
+    bool folded = !n.outputs.empty();
+    for (int o : n.outputs) {
+      folded = folded && o >= 0 && (g.values[size_t(o)].constant || g.values[size_t(o)].sym_value);
+    }
+    if (!folded) out.push_back(r);
+  }
+  return out;
+}
+
+// The one running reader of v when it is the ONNX op `op` and v is no engine output; else -1.
 int sole_onnx_reader(const ir::Graph& g, int v, const char* op) {
-  const int r = sole_reader(g, v);
-  return r >= 0 && is_onnx(g.nodes[size_t(r)], op) ? r : -1;
+  if (is_graph_output(g, v)) return -1;
+  const std::vector<int> r = running_readers(g, v);
+  return r.size() == 1 && is_onnx(g.nodes[size_t(r[0])], op) ? r[0] : -1;
 }
 
 bool swaps_first_two(const ir::Graph& g, int node) {
@@ -462,7 +480,7 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
     return false;
   }
   const int p = att.inputs[0], y = att.outputs[0];
-  if (is_graph_output(*g, p) || readers_of(*g, p) != std::vector<int>{an}) return false;
+  if (is_graph_output(*g, p) || running_readers(*g, p) != std::vector<int>{an}) return false;
   // Input side: P = MatMulBias|MatMul(Transpose(X, [1, 0, 2]), constant 2-D W [, b]).
   const int m1 = g->values[size_t(p)].producer;
   if (m1 < 0) return false;
@@ -473,7 +491,7 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   if (!w.constant || !w.shape || w.shape->size() != 2) return false;
   const int t1 = g->values[size_t(mm.inputs[0])].producer;
   if (t1 < 0 || !is_onnx(g->nodes[size_t(t1)], "Transpose") || !swaps_first_two(*g, t1) ||
-      sole_reader(*g, mm.inputs[0]) != m1) {
+      running_readers(*g, mm.inputs[0]) != std::vector<int>{m1}) {
     return false;
   }
   const int x = g->nodes[size_t(t1)].inputs[0];
@@ -509,10 +527,12 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   if (trans_b < 0) return false;
   if (trans_b != 0) wt = transposed(*wo.constant);
   if (!wt) return false;
-  // The residual Add after it, when there is one.
+  // The residual Add after it, when there is one. The Transpose (and the Add) are replaced; the
+  // Reshape-Gemm-Reshape above, read by nothing that runs any more, go unless folded shape
+  // arithmetic reads them (then they stay in the graph and never run).
   const int z = g->nodes[size_t(t2)].outputs[0];
   int out = z, residual = -1;
-  std::vector<int> matched = {r2, gm, r3, t2};
+  std::vector<int> matched = {t2};
   if (const int add = sole_onnx_reader(*g, z, "Add"); add >= 0 && g->nodes[size_t(add)].inputs.size() == 2) {
     const ir::Node& a = g->nodes[size_t(add)];
     const int other = a.inputs[0] == z ? a.inputs[1] : a.inputs[0];
