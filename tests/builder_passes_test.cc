@@ -730,6 +730,51 @@ TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
   }
 }
 
+// ---- patchify_conv ----
+
+// A ViT patch embedding: Conv 4x4 stride 4 over [2, 3, 8, 8], flattened to [2, 4 tokens, 4].
+const char* kPatchEmbed = R"(graph g(%x: float32[2, 3, 8, 8]) -> (%y: float32[2, 4, 4]) {
+  opset ai.onnx 17
+  %w: float32[4, 3, 4, 4] = dense<[0.496, 0.363, 0.091, -0.215, -0.440, -0.496, -0.362, -0.090, 0.217, 0.440, 0.495, 0.361, 0.088, -0.218, -0.441, -0.495, -0.360, -0.086, 0.220, 0.442, 0.495, 0.358, 0.085, -0.222, -0.443, -0.495, -0.357, -0.083, 0.223, 0.444, 0.494, 0.356, 0.081, -0.225, -0.444, -0.494, -0.355, -0.080, 0.226, 0.445, 0.494, 0.354, 0.078, -0.228, -0.446, -0.494, -0.352, -0.076, 0.229, 0.447, 0.493, 0.351, 0.074, -0.231, -0.448, -0.493, -0.350, -0.073, 0.232, 0.448, 0.493, 0.349, 0.071, -0.234, -0.449, -0.492, -0.347, -0.069, 0.235, 0.450, 0.492, 0.346, 0.068, -0.237, -0.451, -0.492, -0.345, -0.066, 0.238, 0.451, 0.492, 0.344, 0.064, -0.240, -0.452, -0.491, -0.343, -0.063, 0.241, 0.453, 0.491, 0.341, 0.061, -0.243, -0.453, -0.491, -0.340, -0.059, 0.244, 0.454, 0.490, 0.339, 0.058, -0.246, -0.455, -0.490, -0.338, -0.056, 0.247, 0.456, 0.490, 0.336, 0.054, -0.249, -0.456, -0.489, -0.335, -0.053, 0.250, 0.457, 0.489, 0.334, 0.051, -0.252, -0.458, -0.489, -0.332, -0.049, 0.253, 0.458, 0.488, 0.331, 0.047, -0.254, -0.459, -0.488, -0.330, -0.046, 0.256, 0.460, 0.487, 0.329, 0.044, -0.257, -0.460, -0.487, -0.327, -0.042, 0.259, 0.461, 0.487, 0.326, 0.041, -0.260, -0.462, -0.486, -0.325, -0.039, 0.262, 0.462, 0.486, 0.323, 0.037, -0.263, -0.463, -0.485, -0.322, -0.036, 0.265, 0.464, 0.485, 0.321, 0.034, -0.266, -0.464, -0.485, -0.320, -0.032, 0.268, 0.465, 0.484, 0.318, 0.030, -0.269, -0.465, -0.484, -0.317, -0.029, 0.270, 0.466, 0.483, 0.316]>
+  %b: float32[4] = dense<[0.373, -0.005, -0.379, -0.495]>
+  %flat: int64[3] = dense<[2, 4, 4]>
+  %c: float32[2, 4, 2, 2] = Conv(%x, %w, %b) {kernel_shape=[4, 4], strides=[4, 4], pads=[0, 0, 0, 0]}  # conv_proj
+  %r: float32[2, 4, 4] = Reshape(%c, %flat)  # flatten
+  %y: float32[2, 4, 4] = Transpose(%r) {perm=[0, 2, 1]}  # tokens
+}
+)";
+
+TEST(PatchifyConv, PatchEmbeddingBecomesOneGemm) {
+  ir::Graph g = parse(kPatchEmbed);
+  ir::Graph p = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::patchify_conv(&p, yes).ok());
+  ASSERT_TRUE(ir::verify(p).ok()) << ir::verify(p).to_string();
+  ir::compact(&p);
+  const std::string text = ir::to_text(p);
+  for (const char* part : {"%x_patches6: float32[2, 3, 2, 4, 2, 4] = Reshape(%x, %x_patches6_shape)",
+                           "Transpose(%x_patches6) {perm=[0, 2, 4, 1, 3, 5]}",
+                           "%x_patches: float32[2, 4, 48] = Reshape(%x_patches6t, %x_patches_shape)",
+                           "%y: float32[2, 4, 4] = kiln::MatMulBias(%x_patches, %w_patch_matrix, %b) {activation=\"none\"}  # conv_proj"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  EXPECT_EQ(text.find("Conv("), std::string::npos) << text;
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8, 8}, 95)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(p, in);
+  ASSERT_TRUE(got.count("y") && want.count("y"));
+  ErrorStats e = error_stats(got.at("y"), want.at("y"));
+  EXPECT_GT(e.ref_max_abs, 0.0);
+  EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs));
+  // A Conv with a stride unlike its kernel stays.
+  std::string strided = kPatchEmbed;
+  strided.replace(strided.find("strides=[4, 4]"), 14, "strides=[2, 2]");
+  ir::Graph s = parse(strided);
+  ASSERT_TRUE(builder::patchify_conv(&s, yes).ok());
+  EXPECT_NE(ir::to_text(s).find("Conv("), std::string::npos);
+}
+
 // ---- pack_attention ----
 
 // fuse_attention, then pack_attention, each told the backend takes what it makes.

@@ -33,6 +33,7 @@ Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
 Status merge_duplicates(BuildState& s);
 Status fold_batch_norm(BuildState& s);
+Status patchify_conv(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
 Status fuse_attention(BuildState& s);
@@ -59,6 +60,7 @@ Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports);
+Status patchify_conv(ir::Graph* g, const SupportsFn& supports);
 Status pack_attention(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
 // kernels are faster channels last; tests take float32 ones too, to check against the CPU

@@ -17,6 +17,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
       {"merge_duplicates", merge_duplicates},          // the same computation runs once
       {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
+      {"patchify_conv", patchify_conv},                // CUDA: patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation
       {"fuse_attention", fuse_attention},              // CUDA, FP16/BF16: attention -> Attention
