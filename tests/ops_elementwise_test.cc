@@ -457,7 +457,7 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
 }
 
 // A channels-last gate: one operand of the output's shape, the other [N, 1, ..., 1, C],
-// [1, ..., 1, C] or [C] (the CUDA kernels' channel-broadcast path: 16-byte vectors where C is a
+// [1, ..., 1, C], [C] or [1, ..., 1, D, ..., C] (the CUDA kernels' channel-broadcast path: 16-byte vectors where C is a
 // multiple of 8 float16/bfloat16 or 4 float32 elements, one element otherwise), in both operand
 // orders, so Sub and Div show that the order is kept.
 TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
@@ -472,6 +472,8 @@ TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
       {{3, 5, 8}, {8}},                // a per-channel bias of lower rank
       {{2, 7, 8}, {1, 1, 8}},
       {{4, 24}, {1, 24}},
+      {{3, 5, 8}, {1, 5, 8}},          // a position embedding: the gate's period is 5 * 8
+      {{2, 3, 5, 6}, {3, 5, 6}},       // leading ones implied by rank; odd period
   };
   for (const Case& c : cases) {
     const int64_t nf = shape_numel(c.full), ng = shape_numel(c.gate);

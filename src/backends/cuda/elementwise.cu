@@ -113,7 +113,8 @@ bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, f
 
 // A binary op of one operand that is the whole output [N, H, ..., W, C] and a gate that broadcasts
 // over its middle axes: [N, 1, ..., 1, C] (per_batch: a squeeze-excitation scale channels last)
-// or [1, ..., 1, C] and [C] (a per-channel bias). The general walk's per-element division over
+// or [1, ..., 1, C] and [C] (a per-channel bias); or over its leading axes alone, [1, ..., 1, D..C]
+// (c is then the gate's size). The general walk's per-element division over
 // every axis and dtype switch took MobileNetV3's channels-last gates 435 us at batch 64; here a
 // thread takes kVec elements of one row of channels (one 16-byte access of X, the gate and Y where
 // C % kVec == 0 and the pointers are aligned; kVec = 1 otherwise), two divisions per thread.
@@ -165,13 +166,27 @@ bool launch_channel_broadcast(std::span<const TensorView> in, const TensorView& 
   const auto gate_dim = [&](int d) {
     return d < r - gr ? int64_t(1) : g.shape[size_t(d - (r - gr))];
   };
-  const int64_t c = out.shape[size_t(r - 1)];
-  if (gate_dim(r - 1) != c) return false;
-  for (int d = 1; d < r - 1; ++d) {
-    if (gate_dim(d) != 1) return false;
+  // A gate of the output's trailing dims after leading ones ([1, S, E] onto [B, S, E]: ViT's
+  // position embedding, 105 us at batch 64 on the general walk) repeats with the period of its
+  // size: the per-channel case with c the whole period.
+  int lead = 0;
+  while (lead < r && gate_dim(lead) == 1) ++lead;
+  bool trailing = lead > 0;
+  int64_t period = 1;
+  for (int d = lead; d < r; ++d) {
+    trailing = trailing && gate_dim(d) == out.shape[size_t(d)];
+    period *= out.shape[size_t(d)];
   }
-  const bool per_batch = gate_dim(0) != 1;
-  if (per_batch && gate_dim(0) != out.shape[0]) return false;
+  int64_t c = trailing ? period : out.shape[size_t(r - 1)];
+  bool per_batch = false;
+  if (!trailing) {
+    if (gate_dim(r - 1) != c) return false;
+    for (int d = 1; d < r - 1; ++d) {
+      if (gate_dim(d) != 1) return false;
+    }
+    per_batch = gate_dim(0) != 1;
+    if (per_batch && gate_dim(0) != out.shape[0]) return false;
+  }
   const int64_t n = out.numel();
   if (n == 0) return false;
   const int64_t plane = n / out.shape[0];  // H * ... * W * C
