@@ -263,7 +263,8 @@ Status infer_packed_attention(InferContext& ctx) {
   static const char* kAttrs[] = {"q_num_heads", "kv_num_heads", "head_size", "v_head_size",
                                  "q_offset",    "k_offset",     "v_offset",  "seq_first",
                                  "scale",       "is_causal",    "output_rank"};
-  for (const auto& [name, attr] : ctx.attrs().all()) {
+  for (const auto& entry : ctx.attrs().all()) {
+    const std::string& name = entry.first;
     if (std::find_if(std::begin(kAttrs), std::end(kAttrs), [&](const char* a) { return name == a; }) ==
         std::end(kAttrs)) {
       return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
