@@ -13,7 +13,8 @@
 # to perf.log and dynamic.jsonl (must: the spanning engine within 1.15x). PyTorch times it at 8x384
 # in eager and default torch.compile.
 # KILN_PERF_MODELS (default: all six, bert_base_dyn included) and KILN_PERF_TORCH_MODES narrow the
-# run (KILN_PERF_TORCH=0 times kiln alone); logs go to $OUT, else build-gpu/perf.
+# run (KILN_PERF_TORCH=0 times kiln alone; KILN_PERF_AUTOTUNE=0 drops max-autotune, whose compile
+# takes minutes a model); logs go to $OUT, else build-gpu/perf.
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -144,6 +145,7 @@ elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
       modes="eager reduce-overhead"
       [ "$b" != 1 ] && modes="eager default max-autotune"
       [ "$seqp" != - ] && modes="eager default"
+      [ "${KILN_PERF_AUTOTUNE:-1}" = 0 ] && modes=${modes/ max-autotune/}
       [ -n "${KILN_PERF_TORCH_MODES:-}" ] && modes=$KILN_PERF_TORCH_MODES
       python3 bench/torch_peer.py "$ITERS" "$b" "$m" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
     done
