@@ -730,6 +730,74 @@ TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
   }
 }
 
+// ---- fuse_gelu ----
+
+// GPT-2's tanh GELU written out (the halving first), on a linear layer's output, and the same with
+// the halving last on an input.
+const char* kTanhGelu = R"(graph g(%x: float32[2, 3, 4], %z: float32[2, 3, 4]) -> (%y: float32[2, 3, 4], %y2: float32[2, 3, 4]) {
+  opset ai.onnx 17
+  %w: float32[4, 4] = dense<[0.5, -0.25, 0.125, 1.0, -0.5, 0.75, 0.25, -1.0, 1.5, 0.0, -0.75, 0.5, 0.25, 0.5, -0.125, -0.5]>
+  %b: float32[4] = dense<[0.1, -0.2, 0.3, -0.4]>
+  %half: float32[] = dense<0.5>
+  %three: float32[] = dense<3.0>
+  %k: float32[] = dense<0.044715>
+  %c: float32[] = dense<0.7978846>
+  %one: float32[] = dense<1.0>
+  %m: float32[2, 3, 4] = MatMul(%x, %w)  # fc
+  %h: float32[2, 3, 4] = Add(%b, %m)  # bias
+  %a: float32[2, 3, 4] = Mul(%h, %half)  # halve
+  %p: float32[2, 3, 4] = Pow(%h, %three)  # cube
+  %m1: float32[2, 3, 4] = Mul(%p, %k)  # cube_k
+  %s: float32[2, 3, 4] = Add(%h, %m1)  # inner
+  %m2: float32[2, 3, 4] = Mul(%s, %c)  # scale
+  %t: float32[2, 3, 4] = Tanh(%m2)  # tanh
+  %u: float32[2, 3, 4] = Add(%t, %one)  # plus_one
+  %y: float32[2, 3, 4] = Mul(%a, %u)  # gelu
+  %p2: float32[2, 3, 4] = Pow(%z, %three)  # cube2
+  %n1: float32[2, 3, 4] = Mul(%k, %p2)  # cube_k2
+  %s2: float32[2, 3, 4] = Add(%n1, %z)  # inner2
+  %n2: float32[2, 3, 4] = Mul(%c, %s2)  # scale2
+  %t2: float32[2, 3, 4] = Tanh(%n2)  # tanh2
+  %u2: float32[2, 3, 4] = Add(%one, %t2)  # plus_one2
+  %v2: float32[2, 3, 4] = Mul(%z, %u2)  # product2
+  %y2: float32[2, 3, 4] = Mul(%v2, %half)  # gelu2
+}
+)";
+
+TEST(FuseGelu, TanhGeluWrittenOutBecomesOneGelu) {
+  ir::Graph g = parse(kTanhGelu);
+  ir::Graph f = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_gelu(&f, yes).ok());
+  ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
+  ir::compact(&f);
+  std::string text = ir::to_text(f);
+  EXPECT_NE(text.find("%y: float32[2, 3, 4] = Gelu@20(%h) {approximate=\"tanh\"}  # tanh"), std::string::npos) << text;
+  EXPECT_NE(text.find("%y2: float32[2, 3, 4] = Gelu@20(%z) {approximate=\"tanh\"}  # tanh2"), std::string::npos) << text;
+  for (const char* gone : {"Tanh(", "Pow("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 97)}, {"z", random_f32({2, 3, 4}, 98)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(f, in);
+  for (const char* name : {"y", "y2"}) {
+    ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+    ErrorStats e = error_stats(got.at(name), want.at(name));
+    EXPECT_GT(e.ref_max_abs, 0.0) << name;
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+  }
+  // Then the linear layer takes it into its epilogue.
+  ASSERT_TRUE(builder::fuse_matmul_bias(&f, yes).ok());
+  text = ir::to_text(f);
+  EXPECT_NE(text.find("%y: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_tanh\"}"), std::string::npos)
+      << text;
+  // A wrong constant (not 0.044715) keeps the ops.
+  std::string off = kTanhGelu;
+  off.replace(off.find("dense<0.044715>"), 15, "dense<0.045000>");
+  ir::Graph o = parse(off);
+  ASSERT_TRUE(builder::fuse_gelu(&o, yes).ok());
+  EXPECT_NE(ir::to_text(o).find("Tanh("), std::string::npos);
+}
+
 // ---- patchify_conv ----
 
 // A ViT patch embedding: Conv 4x4 stride 4 over [2, 3, 8, 8], flattened to [2, 4 tokens, 4].

@@ -35,6 +35,7 @@ Status merge_duplicates(BuildState& s);
 Status fold_batch_norm(BuildState& s);
 Status patchify_conv(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
+Status fuse_gelu(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
 Status fuse_attention(BuildState& s);
 Status pack_attention(BuildState& s);
@@ -60,6 +61,7 @@ Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports);
+Status fuse_gelu(ir::Graph* g, const SupportsFn& supports);
 Status patchify_conv(ir::Graph* g, const SupportsFn& supports);
 Status pack_attention(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN
