@@ -45,16 +45,21 @@ struct Problem {
 // reduction=0 swizzle=0 custom=0 inner=0 cluster=0"), or "heuristic" for cuBLASLt's first
 // heuristic answer for each shape the kernel meets.
 // " rows=N" (optional) records the rows (cuBLAS n times the batch) it was chosen for: a problem of
-// under a quarter of them takes cuBLASLt's heuristic answer for its own shape instead, since a
-// tile chosen for batch 64 leaves most of the GPU idle at batch 1 (BERT-base's 128 x 768 x 768
-// projections: 11.7 us on the algorithm chosen for 8192 rows).
+// under a quarter of them, or of more than twice as many, takes cuBLASLt's heuristic answer for
+// its own shape instead. A tile chosen for batch 64 leaves most of the GPU idle at batch 1
+// (BERT-base's 128 x 768 x 768 projections: 11.7 us on the algorithm chosen for 8192 rows); one
+// chosen for a profile's opt sequence 128 is slow at 384 (BERT-base, batch 8: the GEMMs took
+// 1.61 ms a run against 1.25 ms on the answer for 3072 rows, the spanning engine 1.28x the one
+// built for 8x384).
 struct AlgoConfig {
   int32_t id = 0, splitk = 1;
   uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
   uint16_t inner = 0, cluster = 0;
   int64_t rows = 0;  // 0: not recorded (engines built before it was)
   // Whether a problem of `rows` rows runs this configuration (else the per-shape heuristic).
-  bool serves(int64_t problem_rows) const { return rows == 0 || problem_rows * 4 >= rows; }
+  bool serves(int64_t problem_rows) const {
+    return rows == 0 || (problem_rows * 4 >= rows && problem_rows <= rows * 2);
+  }
 };
 constexpr const char* kHeuristicTactic = "heuristic";
 
