@@ -114,14 +114,6 @@ StatusOr<Tensor> pad_last_axis(const Tensor& t, int64_t c) {
   return r;
 }
 
-int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
-  std::vector<Dim> shape;
-  for (int64_t d : t.shape()) shape.push_back(Dim(d));
-  int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
-  g->values[size_t(v)].constant = std::move(t);
-  return v;
-}
-
 ir::Node onnx_node(const ir::Graph& g, std::string op_type, std::string name,
                    std::vector<int> inputs, std::vector<int> outputs) {
   ir::Node n;

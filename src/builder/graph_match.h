@@ -72,6 +72,31 @@ inline std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir:
   return *perm;
 }
 
+// The readers of v that run: not those whose every output is known without running them (shape
+// arithmetic the builder folded, as the exporters' Shape-Gather-Concat chains: they read only v's
+// shape, and eliminate_dead_nodes drops them).
+inline std::vector<int> running_readers(const ir::Graph& g, int v) {
+  std::vector<int> out;
+  for (int r : readers_of(g, v)) {
+    const ir::Node& n = g.nodes[size_t(r)];
+    bool folded = !n.outputs.empty();
+    for (int o : n.outputs) {
+      folded = folded && o >= 0 && (g.values[size_t(o)].constant || g.values[size_t(o)].sym_value);
+    }
+    if (!folded) out.push_back(r);
+  }
+  return out;
+}
+
+// A new constant value holding `t`, named from `base` (made unique).
+inline int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
+  std::vector<ir::Dim> shape;
+  for (int64_t d : t.shape()) shape.push_back(ir::Dim(d));
+  const int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
+  g->values[size_t(v)].constant = std::move(t);
+  return v;
+}
+
 // Attributes of the nodes the passes make.
 inline void set_int(ir::Node* n, const char* name, int64_t v) {
   ir::Attribute a;

@@ -411,15 +411,6 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
 //   R = MatMulBias(Y, Wo^T, bo, residual)                            [B, S, E]
 // with the two transposes gone and the residual added in the output projection's GEMM.
 
-// A new constant: `t` under a name made from `base`.
-int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
-  std::vector<Dim> shape;
-  for (int64_t d : t.shape()) shape.push_back(Dim(d));
-  const int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
-  g->values[size_t(v)].constant = std::move(t);
-  return v;
-}
-
 // The 2-D constant `w` transposed, or nullopt.
 std::optional<Tensor> transposed(const Tensor& w) {
   if (w.shape().size() != 2) return std::nullopt;
@@ -433,22 +424,6 @@ std::optional<Tensor> transposed(const Tensor& w) {
     for (int64_t j = 0; j < c; ++j) std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
   }
   return std::move(*t);
-}
-
-// The readers of v that run: not those whose every output is known without running them (shape
-// arithmetic the builder folded, as the exporters' Shape-Gather-Concat chains: they read only v's
-// shape, and eliminate_dead_nodes drops them).
-std::vector<int> running_readers(const ir::Graph& g, int v) {
-  std::vector<int> out;
-  for (int r : readers_of(g, v)) {
-    const ir::Node& n = g.nodes[size_t(r)];
-    bool folded = !n.outputs.empty();
-    for (int o : n.outputs) {
-      folded = folded && o >= 0 && (g.values[size_t(o)].constant || g.values[size_t(o)].sym_value);
-    }
-    if (!folded) out.push_back(r);
-  }
-  return out;
 }
 
 // The one running reader of v when it is the ONNX op `op` and v is no engine output; else -1.

@@ -20,14 +20,6 @@ namespace {
 
 using ir::Dim;
 
-int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
-  std::vector<Dim> shape;
-  for (int64_t d : t.shape()) shape.push_back(Dim(d));
-  const int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
-  g->values[size_t(v)].constant = std::move(t);
-  return v;
-}
-
 bool all_equal(const StatusOr<std::vector<int64_t>>& v, std::vector<int64_t> want) {
   return v.ok() && *v == want;
 }
@@ -35,16 +27,8 @@ bool all_equal(const StatusOr<std::vector<int64_t>>& v, std::vector<int64_t> wan
 // The one node reading v that runs (shape-only readers, folded, aside); -1 otherwise.
 int running_reader(const ir::Graph& g, int v) {
   if (is_graph_output(g, v)) return -1;
-  int found = -1;
-  for (int r : readers_of(g, v)) {
-    const ir::Node& n = g.nodes[size_t(r)];
-    bool folded = !n.outputs.empty();
-    for (int o : n.outputs) folded = folded && o >= 0 && (g.values[size_t(o)].constant || g.values[size_t(o)].sym_value);
-    if (folded) continue;
-    if (found >= 0) return -1;
-    found = r;
-  }
-  return found;
+  const std::vector<int> r = running_readers(g, v);
+  return r.size() == 1 ? r[0] : -1;
 }
 
 StatusOr<bool> patchify_at(ir::Graph* g, int cn, const SupportsFn& supports) {
