@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "builder/timing_cache.h"
+#include "core/dtype.h"
 #include "frontend/onnx/parse.h"
 #include "model_util.h"
 #include "onnx/onnx.pb.h"
@@ -74,7 +75,8 @@ std::vector<float> npy_floats(const fs::path& p) {
 
 // A one-node model y = x + c (c a scalar initializer), with a dynamic batch; or with `op` other
 // than "Add", a model of unknown ops, for the unsupported-op listing.
-void write_model(const fs::path& path, float c, const std::vector<std::string>& unknown_ops = {}) {
+void write_model(const fs::path& path, float c, const std::vector<std::string>& unknown_ops = {},
+                 bool float16 = false) {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.set_producer_name("kiln_cli_test");
@@ -86,16 +88,21 @@ void write_model(const fs::path& path, float c, const std::vector<std::string>& 
   auto* in = g->add_input();
   in->set_name("x");
   auto* tt = in->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(1);
+  const int elem = float16 ? 10 : 1;
+  tt->set_elem_type(elem);
   tt->mutable_shape()->add_dim()->set_dim_param("batch");
   tt->mutable_shape()->add_dim()->set_dim_value(4);
   auto* out = g->add_output();
   out->set_name("y");
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
   auto* init = g->add_initializer();
   init->set_name("c");
-  init->set_data_type(1);
-  init->add_float_data(c);
+  init->set_data_type(elem);
+  if (float16) {
+    init->add_int32_data(float_to_half(c));  // ONNX keeps float16 bits in int32_data
+  } else {
+    init->add_float_data(c);
+  }
   std::string prev = "x";
   for (size_t i = 0; i < unknown_ops.size(); ++i) {
     auto* n = g->add_node();
@@ -414,6 +421,20 @@ TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
   r = kiln_cli("compare --onnx=" + path("plus1.onnx") + " --loadEngine=" + path("plus101.kiln") +
                " --shapes=x:2x4 --atol 0.02");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// An engine whose layers compute in float16 because its tensors are float16 (no layer records a
+// reduced compute precision: the nodes compute in their own dtypes) gets float16's default
+// tolerances, as an FP16 CUDA engine's elementwise and normalization layers do.
+TEST_F(CliTest, CompareTolerancesFollowFloat16Activations) {
+  write_model(path("plus1_f16.onnx"), 1.0f, {}, /*float16=*/true);
+  auto r = kiln_cli("compare --onnx=" + path("plus1_f16.onnx") + " --shapes=x:2x4 --reference=kiln");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "defaults for float16 layers")) << r.out;
+  write_model(path("plus1_f32.onnx"), 1.0f);
+  r = kiln_cli("compare --onnx=" + path("plus1_f32.onnx") + " --shapes=x:2x4 --reference=kiln");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "defaults for float32 layers")) << r.out;
 }
 
 // ---- trtexec's flags: accepted, refused with a reason, warned about (tools/kiln/flag_table.cc) --

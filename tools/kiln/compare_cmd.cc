@@ -38,10 +38,21 @@ struct Tolerance {
 // mantissas, accumulated over a network's depth.
 Tolerance default_tolerance(const Engine& engine) {
   // The precision each node computes in, as the plan records it.
+  // A node that computes in its own dtypes (compute undefined: the elementwise ops, norms and
+  // fused kernels of an FP16 engine, whose activations are float16) counts by its outputs' dtype.
   bool f16 = false, b16 = false, i8 = false, tf32 = false;
-  for (const plan::NodePlan& n : engine.plan().nodes) {
-    f16 |= n.precision.compute == DType::kFloat16, b16 |= n.precision.compute == DType::kBFloat16;
-    i8 |= n.precision.compute == DType::kInt8, tf32 |= n.precision.tf32;
+  const plan::Plan& plan = engine.plan();
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const plan::NodePlan& n = plan.nodes[i];
+    DType c = n.precision.compute;
+    if (c == DType::kUndefined && n.impl != plan::kAliasImpl && i < plan.graph.nodes.size()) {
+      for (int v : plan.graph.nodes[i].outputs) {
+        const DType t = v >= 0 ? plan.graph.values[size_t(v)].dtype : DType::kUndefined;
+        if (t == DType::kFloat16 || t == DType::kBFloat16) c = t;
+      }
+    }
+    f16 |= c == DType::kFloat16, b16 |= c == DType::kBFloat16;
+    i8 |= c == DType::kInt8, tf32 |= n.precision.tf32;
   }
   if (i8) return {1e-1, 1e-1, "defaults for int8 layers"};
   if (b16) return {5e-2, 5e-2, "defaults for bfloat16 layers"};
