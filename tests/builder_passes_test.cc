@@ -798,6 +798,60 @@ TEST(FuseGelu, TanhGeluWrittenOutBecomesOneGelu) {
   EXPECT_NE(ir::to_text(o).find("Tanh("), std::string::npos);
 }
 
+// ---- unflatten_gemm ----
+
+// GPT-2's MLP as transformers' Conv1D exports it: addmm on x.view(-1, K) and .view back, a tanh
+// GELU between (here the Gelu op), the second projection (W stored [N, K], transB) and the
+// residual Add.
+const char* kConv1DMlp = R"(graph g(%x: float32[2, 3, 4]) -> (%y: float32[2, 3, 4]) {
+  opset ai.onnx 20
+  %w1: float32[4, 6] = dense<[0.446, 0.499, 0.471, 0.366, 0.201, 0.003, -0.195, -0.361, -0.469, -0.499, -0.449, -0.324, -0.147, 0.054, 0.246, 0.398, 0.485, 0.493, 0.420, 0.279, 0.092, -0.110, -0.294, -0.430]>
+  %b1: float32[6] = dense<[0.473, 0.256, -0.082, -0.381, -0.500, -0.382]>
+  %w2: float32[4, 6] = dense<[0.214, -0.264, -0.500, -0.277, 0.201, 0.494, 0.334, -0.133, -0.477, -0.384, 0.062, 0.451, 0.426, 0.010, -0.415, -0.459, -0.082, 0.370, 0.483, 0.153, -0.318, -0.497, -0.220, 0.259]>
+  %b2: float32[4] = dense<[0.148, 0.200, 0.249, 0.296]>
+  %flat4: int64[2] = dense<[-1, 4]>
+  %flat6: int64[2] = dense<[-1, 6]>
+  %back6: int64[3] = dense<[2, 3, 6]>
+  %back4: int64[3] = dense<[2, 3, 4]>
+  %x2: float32[6, 4] = Reshape(%x, %flat4)  # fc_view
+  %g1: float32[6, 6] = Gemm(%x2, %w1, %b1)  # fc
+  %h: float32[2, 3, 6] = Reshape(%g1, %back6)  # fc_back
+  %a: float32[2, 3, 6] = Gelu(%h) {approximate="tanh"}  # act
+  %a2: float32[6, 6] = Reshape(%a, %flat6)  # proj_view
+  %g2: float32[6, 4] = Gemm(%a2, %w2, %b2) {transB=1}  # proj
+  %p: float32[2, 3, 4] = Reshape(%g2, %back4)  # proj_back
+  %y: float32[2, 3, 4] = Add(%x, %p)  # residual
+}
+)";
+
+TEST(UnflattenGemm, Conv1DLinearsBecomeMatMulBiasWithEpilogues) {
+  ir::Graph g = parse(kConv1DMlp);
+  ir::Graph f = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::unflatten_gemm(&f, yes).ok());
+  ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 99)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), mid = run_graph(f, in);
+  ASSERT_TRUE(builder::fuse_matmul_bias(&f, yes).ok());
+  ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
+  ir::compact(&f);
+  const std::string text = ir::to_text(f);
+  for (const char* part : {"%a: float32[2, 3, 6] = kiln::MatMulBias(%x, %w1, %b1) {activation=\"gelu_tanh\"}",
+                           "%y: float32[2, 3, 4] = kiln::MatMulBias(%a, %w2_kn, %b2, %x) {activation=\"none\"}"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* gone : {"Gemm(", "Reshape(", "Gelu(", "Add("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  std::map<std::string, Tensor> got = run_graph(f, in);
+  for (const auto* m : {&mid, &got}) {
+    ASSERT_TRUE(m->count("y") && want.count("y"));
+    ErrorStats e = error_stats(m->at("y"), want.at("y"));
+    EXPECT_GT(e.ref_max_abs, 0.0);
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs));
+  }
+}
+
 // ---- patchify_conv ----
 
 // A ViT patch embedding: Conv 4x4 stride 4 over [2, 3, 8, 8], flattened to [2, 4 tokens, 4].

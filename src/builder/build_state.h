@@ -36,6 +36,7 @@ Status fold_batch_norm(BuildState& s);
 Status patchify_conv(BuildState& s);
 Status fuse_conv_activation(BuildState& s);
 Status fuse_gelu(BuildState& s);
+Status unflatten_gemm(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
 Status fuse_attention(BuildState& s);
 Status pack_attention(BuildState& s);
@@ -62,6 +63,7 @@ Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports);
 Status fuse_gelu(ir::Graph* g, const SupportsFn& supports);
+Status unflatten_gemm(ir::Graph* g, const SupportsFn& supports);
 Status patchify_conv(ir::Graph* g, const SupportsFn& supports);
 Status pack_attention(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN

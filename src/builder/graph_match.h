@@ -2,6 +2,7 @@
 // engine output, whether a node is a given ONNX op.
 #pragma once
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -95,6 +96,21 @@ inline int add_constant(ir::Graph* g, const std::string& base, Tensor t) {
   const int v = ir::add_unique_value(g, base, t.dtype(), std::move(shape));
   g->values[size_t(v)].constant = std::move(t);
   return v;
+}
+
+// The 2-D constant `w` transposed (any element size), or nullopt.
+inline std::optional<Tensor> transposed_2d(const Tensor& w) {
+  if (w.shape().size() != 2) return std::nullopt;
+  const int64_t r = w.shape()[0], c = w.shape()[1];
+  auto t = Tensor::zeros(w.dtype(), {c, r});
+  if (!t.ok()) return std::nullopt;
+  const size_t es = dtype_size(w.dtype());
+  const auto* src = static_cast<const unsigned char*>(w.data());
+  auto* dst = static_cast<unsigned char*>(t->data());
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
+  }
+  return std::move(*t);
 }
 
 // Attributes of the nodes the passes make.

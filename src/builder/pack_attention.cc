@@ -411,21 +411,6 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
 //   R = MatMulBias(Y, Wo^T, bo, residual)                            [B, S, E]
 // with the two transposes gone and the residual added in the output projection's GEMM.
 
-// The 2-D constant `w` transposed, or nullopt.
-std::optional<Tensor> transposed(const Tensor& w) {
-  if (w.shape().size() != 2) return std::nullopt;
-  const int64_t r = w.shape()[0], c = w.shape()[1];
-  auto t = Tensor::zeros(w.dtype(), {c, r});
-  if (!t.ok()) return std::nullopt;
-  const size_t es = dtype_size(w.dtype());
-  const auto* src = static_cast<const unsigned char*>(w.data());
-  auto* dst = static_cast<unsigned char*>(t->data());
-  for (int64_t i = 0; i < r; ++i) {
-    for (int64_t j = 0; j < c; ++j) std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
-  }
-  return std::move(*t);
-}
-
 // The one running reader of v when it is the ONNX op `op` and v is no engine output; else -1.
 int sole_onnx_reader(const ir::Graph& g, int v, const char* op) {
   if (is_graph_output(g, v)) return -1;
@@ -500,7 +485,7 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   std::optional<Tensor> wt = *wo.constant;
   const int64_t trans_b = int_attr(gemm, "transB", 0, -1);
   if (trans_b < 0) return false;
-  if (trans_b != 0) wt = transposed(*wo.constant);
+  if (trans_b != 0) wt = transposed_2d(*wo.constant);
   if (!wt) return false;
   // The residual Add after it, when there is one. The Transpose (and the Add) are replaced; the
   // Reshape-Gemm-Reshape above, read by nothing that runs any more, go unless folded shape
