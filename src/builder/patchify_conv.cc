@@ -8,7 +8,7 @@
 // one transpose of the input and one GEMM where the convolution took a cast to NHWC, a channel
 // pad to 8, cuDNN's convolution and two transposes back (ViT-B/16 at batch 64: 380 us, of which
 // the convolution was 263 us at 56 TFLOPS). CUDA only (the CPU keeps its Conv); H and W constant.
-#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "builder/build_state.h"
@@ -75,16 +75,9 @@ StatusOr<bool> patchify_at(ir::Graph* g, int cn, const SupportsFn& supports) {
   if (!rs || rs->size() != 3 || (*rs)[0] != xs[0] || (*rs)[1] != Dim(e) || (*rs)[2] != Dim(n) || !ts) return false;
   // Readers of Y or the Reshape's output other than the chain (shape-only ones) would lose them.
   if (readers_of(*g, y).size() != 1 || readers_of(*g, rv).size() != 1) return false;
-  // W [E, C, P, Q] as the [C*P*Q, E] matrix.
-  auto wt = Tensor::zeros(dtype, {k, e});
-  if (!wt.ok()) return false;
-  const size_t es = dtype_size(dtype);
-  for (int64_t i = 0; i < e; ++i) {
-    for (int64_t j = 0; j < k; ++j) {
-      std::memcpy(static_cast<unsigned char*>(wt->data()) + size_t(j * e + i) * es,
-                  static_cast<const unsigned char*>(weight.data()) + size_t(i * k + j) * es, es);
-    }
-  }
+  // W [E, C, P, Q], read as [E, C*P*Q], transposed: the [C*P*Q, E] matrix.
+  std::optional<Tensor> wt = transposed_2d(Tensor::wrap(dtype, {e, k}, weight.data(), nullptr));
+  if (!wt) return false;
   const std::string base = g->values[size_t(x)].name, wname = g->values[size_t(w)].name;
   auto shape_const = [&](const char* suffix, std::vector<int64_t> dims) {
     const int64_t rank = int64_t(dims.size());
@@ -134,9 +127,9 @@ StatusOr<bool> patchify_at(ir::Graph* g, int cn, const SupportsFn& supports) {
   set_string(&mm, "activation", "none");
   mm.inputs = {x3, wtv};
   if (b >= 0) mm.inputs.push_back(b);
-  const int tout = g->nodes[size_t(running_reader(*g, rv))].outputs[0];
-  mm.outputs = {tout};
-  const std::vector<int> matched = {conv_now(), g->values[size_t(rv)].producer, running_reader(*g, rv)};
+  const int tnode = running_reader(*g, rv);  // the Transpose, at its index after the inserts
+  mm.outputs = {g->nodes[size_t(tnode)].outputs[0]};
+  const std::vector<int> matched = {conv_now(), g->values[size_t(rv)].producer, tnode};
   if (replace_if_supported(g, matched, std::move(mm), supports)) return true;
   *g = std::move(saved);
   return false;
