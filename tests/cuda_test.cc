@@ -177,12 +177,14 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
                             config_for(Precision::kFp16));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const plan::Plan& p = engine->plan();
-  int gemms = 0, convs = 0, with_workspace = 0;
+  int gemms = 0, convs = 0, with_workspace = 0, patch_gemms = 0;
   for (size_t n = 0; n < p.nodes.size(); ++n) {
     const plan::NodePlan& np = p.nodes[n];
     const ir::Node& node = p.graph.nodes[n];
-    if (np.impl == "cuda.cublaslt.MatMul" || np.impl == "cuda.cublaslt.Gemm") {
+    if (np.impl == "cuda.cublaslt.MatMul" || np.impl == "cuda.cublaslt.Gemm" ||
+        np.impl == "cuda.cublaslt.MatMulBias") {
       ++gemms;
+      patch_gemms += p.graph.values[size_t(node.inputs[1])].name.find("_patch_matrix") != std::string::npos;
       EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << node.describe() << ": " << np.tactic;
       EXPECT_NE(np.tactic.find(" tile="), std::string::npos) << np.tactic;
       bool converts = false;
@@ -217,7 +219,10 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
   std::printf("[cuda] vit_tiny fp16: %d GEMMs, %d convolutions, %d nodes with a workspace slot; first tactic %s\n",
               gemms, convs, with_workspace, gemms ? p.nodes[0].tactic.c_str() : "");
   EXPECT_GT(gemms, 0);
-  EXPECT_EQ(convs, 1);
+  // patchify_conv made the stride=kernel patch embedding a GEMM (Reshape, Transpose, MatMulBias):
+  // no convolution is left.
+  EXPECT_EQ(patch_gemms, 1);
+  EXPECT_EQ(convs, 0);
   EXPECT_EQ(with_workspace, 0);  // GEMMs only: they read float16 as it is
 
   // Saved and loaded, the tactics come back and the engine runs batch 1 and 4 alike.
