@@ -5,8 +5,10 @@
 # benchmark is scripts/gpu_perf.sh. Models come from KILN_MODELS_DIR
 # (default .gpu_models, git-ignored; the shared models are not copied by this script). Logs go
 # to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu;
-# KILN_GPU_PARTS picks among "tests memcheck nodes" (all three by default), so a command stays within
-# a time limit. (The OOM test is left out of memcheck: its intended cudaMalloc failure counts as an
+# KILN_GPU_PARTS picks among "tests memcheck nodes accuracy" (all four by default), so a command
+# stays within a time limit. "accuracy": the fused transformer engines (BERT-base and GPT-2 with
+# real padding masks, ViT-B/16) against ONNX Runtime FP32 with `kiln compare`, in FP16, BF16 and
+# strict FP32 (bench/transformer_accuracy.py exports them; torch and transformers needed). (The OOM test is left out of memcheck: its intended cudaMalloc failure counts as an
 # API error.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ if [ "${KILN_GPU_SKIP_BUILD:-0}" != 1 ]; then
   status build ok
 fi
 T=$BUILD/tests/kiln_tests
-PARTS=" ${KILN_GPU_PARTS:-tests memcheck nodes} "
+PARTS=" ${KILN_GPU_PARTS:-tests memcheck nodes accuracy} "
 
 if [[ $PARTS == *" tests "* ]]; then
 "$T" >"$LOG/tests_all.log" 2>&1; rc=$?
@@ -92,4 +94,37 @@ elif [ -x "$BUILD/tests/conformance/kiln_node_tests" ] && [ -d "$CORPUS/node" ];
   gzip -f "$LOG/node_tests_cpu.json" "$LOG/node_tests_cuda.json"
 else
   status "node tests (cuda)" "skipped: no corpus at $CORPUS (see $LOG/fetch_onnx_tests.log)"
+fi
+
+# The fused transformer engines against ONNX Runtime FP32: cosine >= 0.999 per output in FP16 and
+# BF16, and strict FP32 (--noTF32) within |a-e| <= 1e-4 + 1e-3*|e| (kiln compare's FP32 defaults),
+# on inputs with padded rows; each engine spans a profile around the shape run. `kiln inspect`
+# of each FP16 engine shows the fused attention layers and what each replaced.
+if [[ $PARTS == *" accuracy "* ]]; then
+  ACC=$BUILD/accuracy-models
+  if ! python3 bench/transformer_accuracy.py export "$ACC" >"$LOG/accuracy_export.log" 2>&1; then
+    status "accuracy (export)" "FAILED: $(tail -1 "$LOG/accuracy_export.log")"
+  else
+    for m in bert_base_mask gpt2_mask vit_b_16; do
+      mapfile -t flags < <(python3 - "$ACC/$m.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+spec = lambda k: ",".join(f"{n}:{'x'.join(map(str, p[k]))}" for n, p in j["profile"].items())
+print(f"--minShapes={spec(0)}"); print(f"--optShapes={spec(1)}"); print(f"--maxShapes={spec(2)}")
+print("--loadInputs=" + ",".join(f"{n}:{f}" for n, f in j["inputs"].items()))
+print("--onnx=" + j["model"])
+PY
+)
+      for prec in fp16 bf16 fp32; do
+        case $prec in fp16) pf=--fp16 ;; bf16) pf=--bf16 ;; fp32) pf=--noTF32 ;; esac
+        timeout 300 "$BUILD/tools/kiln/kiln" compare --device=cuda $pf "${flags[@]}" \
+          >"$LOG/accuracy.$m.$prec.log" 2>&1; rc=$?
+        status "accuracy $m $prec" "rc=$rc $(grep -E '^out ' "$LOG/accuracy.$m.$prec.log" | awk '{print "max_abs " $3 " cosine " $7 " " $NF}') $(tail -1 "$LOG/accuracy.$m.$prec.log" | cut -c1-60)"
+      done
+      "$BUILD/tools/kiln/kiln" build --device=cuda --fp16 "${flags[@]:0:3}" "${flags[4]}" \
+        --saveEngine="$ACC/$m.fp16.kiln" >"$LOG/accuracy.$m.build.log" 2>&1 &&
+        "$BUILD/tools/kiln/kiln" inspect "$ACC/$m.fp16.kiln" >"$LOG/inspect.$m.fp16.txt" 2>&1
+      status "inspect $m fp16" "$(grep -hE '^  by op:|^fused layers' "$LOG/inspect.$m.fp16.txt" 2>/dev/null | cut -c1-220 | tr '\n' ' ')"
+    done
+  fi
 fi

@@ -1054,12 +1054,89 @@ TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
   for (const char* gone : {"Transpose(", "Gemm(", "Reshape(", "Add("}) {
     EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
   }
+  // Each fused node records the model's nodes it stands for (kiln inspect's "fused layers"),
+  // counted through the fusions before it: the attention replaced fuse_attention's Attention.
+  std::map<std::string, std::map<std::string, int64_t>> replaced;
+  for (const ir::Node& n : packed.nodes) replaced[n.name] = n.replaced;
+  EXPECT_EQ(replaced["scores"], (std::map<std::string, int64_t>{{"MatMul", 2}, {"Mul", 2}, {"Softmax", 1}, {"Transpose", 2}}));
+  EXPECT_EQ(replaced["in_proj"], (std::map<std::string, int64_t>{{"Add", 1}, {"MatMul", 1}}));
   std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 90)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
   ASSERT_TRUE(got.count("out") && want.count("out"));
   ErrorStats e = error_stats(got.at("out"), want.at("out"));
   EXPECT_GT(e.ref_max_abs, 0.0);
   EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs));
+}
+
+// kBertAttention with its Q, K and V computed in the graph: three linear layers of one input x.
+std::string bert_projections() {
+  std::string body = kBertAttention;
+  body = body.substr(body.find("  %shape4"));  // the attention itself, after the opset line
+  auto dense = [](int n, int seed) {
+    std::string d = "dense<[";
+    for (int i = 0; i < n; ++i) d += (i ? ", " : "") + std::to_string(0.5 * std::sin(0.37 * (i + 1) * seed + seed));
+    return d + "]>";
+  };
+  std::string text = "graph g(%x: float32[2, 3, 8], %m: float32[2, 1, 1, 3]) -> (%y: float32[2, 3, 8]) {\n"
+                     "  opset ai.onnx 17\n";
+  int seed = 1;
+  for (const char* p : {"q", "k", "v"}) {
+    const std::string s = p;
+    text += "  %w" + s + ": float32[8, 8] = " + dense(64, seed++) + "\n";
+    text += "  %b" + s + ": float32[8] = " + dense(8, seed++) + "\n";
+    text += "  %" + s + "m: float32[2, 3, 8] = MatMul(%x, %w" + s + ")  # " + s + "_proj\n";
+    text += "  %" + s + ": float32[2, 3, 8] = Add(%" + s + "m, %b" + s + ")  # " + s + "_bias\n";
+  }
+  return text + body;
+}
+
+TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
+  ir::Graph g = parse(bert_projections());
+  ir::Graph packed = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_matmul_bias(&packed, yes).ok());
+  ASSERT_TRUE(builder::fuse_attention(&packed, yes).ok());
+  ASSERT_TRUE(builder::pack_attention(&packed, yes).ok());
+  ASSERT_TRUE(ir::verify(packed).ok()) << ir::verify(packed).to_string();
+  ir::compact(&packed);
+  const std::string text = ir::to_text(packed);
+  for (const char* part : {"%q_qkv: float32[2, 3, 24] = kiln::MatMulBias(%x, %wq_qkv, %wq_qkv_bias) {activation=\"none\"}",
+                           "%y: float32[2, 3, 8] = kiln::PackedAttention(%q_qkv, %q_qkv, %q_qkv, %m) {head_size=4, "
+                           "k_offset=8, kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0, "
+                           "v_head_size=4, v_offset=16}"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  EXPECT_EQ(packed.nodes.size(), 2u) << text;
+  EXPECT_EQ(packed.nodes[0].replaced, (std::map<std::string, int64_t>{{"Add", 3}, {"MatMul", 3}}));
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 91)}, {"m", random_f32({2, 1, 1, 3}, 92)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
+  ASSERT_TRUE(got.count("y") && want.count("y"));
+  ErrorStats e = error_stats(got.at("y"), want.at("y"));
+  EXPECT_GT(e.ref_max_abs, 0.0);
+  EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs));
+
+  // A projection read by something else as well stays, and so do the other two.
+  std::string shared = bert_projections();
+  shared.replace(shared.find("-> (%y: float32[2, 3, 8])"), 25, "-> (%y: float32[2, 3, 8], %k: float32[2, 3, 8])");
+  ir::Graph s = parse(shared);
+  ASSERT_TRUE(builder::fuse_matmul_bias(&s, yes).ok());
+  ASSERT_TRUE(builder::fuse_attention(&s, yes).ok());
+  ASSERT_TRUE(builder::pack_attention(&s, yes).ok());
+  const std::string st = ir::to_text(s);
+  EXPECT_EQ(st.find("PackedAttention"), std::string::npos) << st;
+  EXPECT_EQ(st.find("_qkv"), std::string::npos) << st;
+  // Unsupported: the graph as it was.
+  ir::Graph u = parse(bert_projections());
+  ASSERT_TRUE(builder::fuse_matmul_bias(&u, yes).ok());
+  ASSERT_TRUE(builder::fuse_attention(&u, yes).ok());
+  const std::string before = ir::to_text(u);
+  auto no_packed = [](const ir::Node& n, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return n.op_type != "PackedAttention";
+  };
+  ASSERT_TRUE(builder::pack_attention(&u, no_packed).ok());
+  EXPECT_EQ(ir::to_text(u), before);
 }
 
 TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine_file_test_util.h"
 #include "plan/byte_io.h"
 #include "plan/engine_file.h"
+#include "plan/sections.h"
 
 namespace kiln::plan {
 namespace {
@@ -153,6 +155,48 @@ TEST(EngineFileSections, UnknownRequiredSectionIsRefusedByTag) {
             "with this kiln");
 }
 
+// Format 3 had no `replaced` in node records: such a file still loads, every node's empty.
+TEST(EngineFileSections, Version3FileLoadsWithoutReplacedNodes) {
+  Plan p = make_plan();
+  ASSERT_FALSE(p.graph.nodes[1].replaced.empty());
+  std::vector<uint8_t> bytes = serialize(p);
+  std::vector<Piece> table = sections_of(bytes);
+  ByteWriter graph, weights;
+  ASSERT_TRUE(detail::write_graph(p.graph, graph, weights, 3).ok());
+  bool swapped = false;
+  for (Piece& piece : table) {
+    if (piece.tag != kSectionGraph) continue;
+    EXPECT_LT(graph.size(), piece.bytes.size());  // one count less per node, subgraphs' too
+    piece.bytes = graph.take();
+    swapped = true;
+  }
+  ASSERT_TRUE(swapped);
+  std::vector<uint8_t> v3 = assemble(bytes, table, {}, 3);
+  EXPECT_EQ(read_header(v3)->format_version, 3u);
+  auto loaded = load(v3);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  for (ir::Node& n : p.graph.nodes) n.replaced.clear();
+  expect_plan_eq(p, *loaded);
+  // Read as format 4, the same bytes are one count short per node: corruption, not a crash.
+  EXPECT_NE(load_error(assemble(bytes, table)).find("engine file is"), std::string::npos)
+      << load_error(assemble(bytes, table));
+}
+
+TEST(EngineFileSections, HostileReplacedCountsAreRefused) {
+  Plan p = make_plan();
+  for (auto [op, times, want] : {std::tuple<std::string, int64_t, std::string>{"MatMul", 0, "replaced op 'MatMul' 0 times"},
+                                 {"MatMul", -5, "replaced op 'MatMul' -5 times"},
+                                 {"", 1, "replaced op '' 1 times"},
+                                 {"MatMul", int64_t(1) << 31, "replaced op 'MatMul' 2147483648 times"}}) {
+    p.graph.nodes[1].replaced = {{op, times}};
+    // The writer does not judge: the reader does, behind valid checksums.
+    std::vector<uint8_t> bytes = serialize(p);
+    EXPECT_NE(load_error(bytes).find("engine file is corrupted: section GRPH: node 'matmul_1' " + want),
+              std::string::npos)
+        << load_error(bytes);
+  }
+}
+
 TEST(EngineFileSections, Version1FileIsRefused) {
   // A version-1 header: 3 sections of {tag, offset, size, checksum}, valid header checksum.
   const std::string version = "0.1.0";
@@ -178,7 +222,7 @@ TEST(EngineFileSections, Version1FileIsRefused) {
   w.align(64);
   std::vector<uint8_t> v1 = w.take();
   const std::string want =
-      "engine file format version 1 was written by an older kiln; this kiln reads version 3: "
+      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 4: "
       "rebuild the engine from the ONNX model";
   EXPECT_EQ(load_error(v1), want);
   EXPECT_EQ(read_header(v1).status().message(), want);

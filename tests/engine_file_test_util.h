@@ -141,6 +141,7 @@ inline Plan make_plan() {
   a.type = ir::AttrType::kGraphs;
   a.graphs = {make_body("g0"), nullptr};
   mm.attrs.set("branches", a);
+  mm.replaced = {{"MatMul", 1}, {"Mul", 2}, {"Softmax", int64_t(1) << 30}};  // a fused node
   g.nodes.push_back(mm);
   g.inputs = {x};
   g.outputs = {y};
@@ -212,6 +213,7 @@ inline void expect_graph_eq(const ir::Graph& a, const ir::Graph& b) {
     EXPECT_EQ(na.op_type, nb.op_type);
     EXPECT_EQ(na.domain, nb.domain);
     EXPECT_EQ(na.opset, nb.opset);
+    EXPECT_EQ(na.replaced, nb.replaced) << na.name;
     EXPECT_EQ(na.inputs, nb.inputs);
     EXPECT_EQ(na.outputs, nb.outputs);
     ASSERT_EQ(na.attrs.all().size(), nb.attrs.all().size()) << na.name;
@@ -376,12 +378,13 @@ inline std::vector<Piece> sections_of(const std::vector<uint8_t>& file) {
   return out;
 }
 
-// Writes a format-version-2 file with `file`'s header facts and `table` as its sections, listed in
-// table order and laid out in `layout` order (default: table order), with offsets, padding and
+// Writes a file of format `version` with `file`'s header facts and `table` as its sections, listed
+// in table order and laid out in `layout` order (default: table order), with offsets, padding and
 // checksums as the writer makes them.
 inline std::vector<uint8_t> assemble(const std::vector<uint8_t>& file,
                                      const std::vector<Piece>& table,
-                                     std::vector<size_t> layout = {}) {
+                                     std::vector<size_t> layout = {},
+                                     uint32_t version = kFormatVersion) {
   auto h = read_header(file);
   EXPECT_TRUE(h.ok()) << h.status().to_string();
   if (layout.empty()) {
@@ -397,7 +400,7 @@ inline std::vector<uint8_t> assemble(const std::vector<uint8_t>& file,
   }
   ByteWriter w;
   w.bytes({reinterpret_cast<const uint8_t*>(kEngineMagic), 8});
-  w.u32(kFormatVersion);
+  w.u32(version);
   w.str(h->kiln_version);
   w.u32(uint32_t(h->device));
   w.u32(h->builder_flags);

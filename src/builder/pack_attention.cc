@@ -17,6 +17,9 @@
 // PackedAttention's layout: head dim stride 1, heads one head size apart from a constant offset,
 // batch and sequence the base's first two dims (either order, the same for Q, K, V and Y).
 //
+// BERT's Q, K and V, three GEMMs of one input read by an Attention in its 3-D form, become one
+// GEMM whose output a PackedAttention reads at three offsets (merge_projections_at below).
+//
 // CUDA builds with --fp16 or --bf16, after fuse_attention (as it; in float32 nothing makes
 // Attention nodes), before assign_precision, which gives the node the reduced type.
 #include <algorithm>
@@ -24,7 +27,9 @@
 #include <cstring>
 #include <deque>
 #include <iterator>
+#include <map>
 #include <optional>
+#include <span>
 #include <set>
 #include <string>
 #include <utility>
@@ -528,12 +533,176 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   return false;
 }
 
+// ---- Q, K and V projections of one input as one GEMM ----
+//
+// BERT's attention as fuse_attention leaves it reads three projections of one input, each its own
+// GEMM: Attention(MatMulBias(X, Wq, bq), MatMulBias(X, Wk, bk), MatMulBias(X, Wv, bv)), 3-D.
+// One MatMulBias(X, [Wq Wk Wv], [bq bk bv]) computes all three at once (one launch, and a GEMM
+// three times as wide, which runs closer to the tensor cores' peak), and a PackedAttention reads
+// its output at three offsets. Each projection must be read by the attention alone, with no
+// activation and no residual; the three then go (unread).
+
+// Constant 2-D tensors [K, N_i] of one dtype side by side: [K, sum N_i].
+std::optional<Tensor> concat_columns(const std::vector<const Tensor*>& parts) {
+  const int64_t k = parts[0]->shape()[0];
+  int64_t n = 0;
+  for (const Tensor* t : parts) n += t->shape()[1];
+  auto out = Tensor::zeros(parts[0]->dtype(), {k, n});
+  if (!out.ok()) return std::nullopt;
+  const size_t es = dtype_size(parts[0]->dtype());
+  auto* dst = static_cast<unsigned char*>(out->data());
+  for (int64_t r = 0; r < k; ++r) {
+    for (const Tensor* t : parts) {
+      const size_t row = size_t(t->shape()[1]) * es;
+      std::memcpy(dst, static_cast<const unsigned char*>(t->data()) + size_t(r) * row, row);
+      dst += row;
+    }
+  }
+  return std::move(out).value();
+}
+
+StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supports) {
+  const ir::Node& att = g->nodes[size_t(an)];
+  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 ||
+      att.outputs.size() != 1) {
+    return false;
+  }
+  for (const auto& [name, a] : att.attrs.all()) {
+    if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads") return false;
+  }
+  auto qh = att.attrs.get_int("q_num_heads", 0), kh = att.attrs.get_int("kv_num_heads", 0);
+  auto causal = att.attrs.get_int("is_causal", 0);
+  if (!qh.ok() || !kh.ok() || !causal.ok() || *qh <= 0 || *kh <= 0 || *qh % *kh != 0) return false;
+  const int y = att.outputs[0];
+  const auto& ys = g->values[size_t(y)].shape;
+  if (!ys || ys->size() != 3) return false;
+  int x = -1;
+  Dims xs;
+  std::vector<int> proj;
+  std::vector<const Tensor*> ws, bs;
+  std::vector<int64_t> n;
+  for (int i = 0; i < 3; ++i) {
+    const int v = att.inputs[size_t(i)];
+    if (v < 0 || std::count(att.inputs.begin(), att.inputs.begin() + 3, v) != 1 || is_graph_output(*g, v) ||
+        running_readers(*g, v) != std::vector<int>{an}) {
+      return false;
+    }
+    const int p = g->values[size_t(v)].producer;
+    if (p < 0) return false;
+    const ir::Node& mm = g->nodes[size_t(p)];
+    if (mm.domain != "kiln" || mm.op_type != "MatMulBias" || mm.inputs.size() != 3 || mm.inputs[2] < 0 ||
+        mm.attrs.all().size() != 1) {
+      return false;
+    }
+    if (auto act = mm.attrs.get_string("activation", std::string()); !act.ok() || *act != "none") return false;
+    const ir::Value &w = g->values[size_t(mm.inputs[1])], &b = g->values[size_t(mm.inputs[2])];
+    const auto& vs = g->values[size_t(v)].shape;
+    if (!w.constant || w.constant->rank() != 2 || !b.constant || b.constant->rank() != 1 ||
+        b.constant->shape()[0] != w.constant->shape()[1] || b.constant->dtype() != w.constant->dtype() ||
+        !vs || vs->size() != 3 || !(*vs)[2].is_const() || (*vs)[2].value() != w.constant->shape()[1]) {
+      return false;
+    }
+    if (i == 0) {
+      x = mm.inputs[0];
+      xs = *vs;
+    } else if (mm.inputs[0] != x || w.constant->shape()[0] != ws[0]->shape()[0] ||
+               w.constant->dtype() != ws[0]->dtype() || (*vs)[0] != xs[0] || (*vs)[1] != xs[1] ||
+               g->values[size_t(v)].dtype != g->values[size_t(att.inputs[0])].dtype) {
+      return false;
+    }
+    proj.push_back(p);
+    ws.push_back(&*w.constant);
+    bs.push_back(&*b.constant);
+    n.push_back(w.constant->shape()[1]);
+  }
+  if (n[0] % *qh != 0 || n[1] % *kh != 0 || n[2] % *kh != 0 || n[0] / *qh != n[1] / *kh) return false;
+  float scale = 1.f / std::sqrt(float(n[0] / *qh));
+  if (att.attrs.has("scale")) {
+    auto sc = att.attrs.get_float("scale", std::nullopt);
+    if (!sc.ok()) return false;
+    scale = *sc;
+  }
+  // The biases side by side are the columns of [1, N_i] rows.
+  std::vector<Tensor> rows;
+  for (const Tensor* b : bs) rows.push_back(Tensor::wrap(b->dtype(), {1, b->shape()[0]}, b->data(), nullptr));
+  std::optional<Tensor> wcat = concat_columns(ws), bcat = concat_columns({&rows[0], &rows[1], &rows[2]});
+  if (!wcat || !bcat) return false;
+  auto bias = Tensor::zeros(bcat->dtype(), {bcat->numel()});  // [1, N] as [N]
+  if (!bias.ok()) return false;
+  std::memcpy(bias->data(), bcat->data(), bcat->nbytes());
+  const std::string att_name = att.name, qname = g->values[size_t(att.inputs[0])].name;
+  const DType dtype = g->values[size_t(att.inputs[0])].dtype;
+  std::map<std::string, int64_t> replaced;
+  for (int p : proj) {
+    const ir::Node& mm = g->nodes[size_t(p)];
+    if (mm.replaced.empty()) ++replaced[mm.op_type];
+    for (const auto& [op, c] : mm.replaced) replaced[op] += c;
+  }
+
+  ir::Graph saved = *g;
+  const int64_t ntot = n[0] + n[1] + n[2];
+  const std::string wname = g->values[size_t(g->nodes[size_t(proj[0])].inputs[1])].name + "_qkv";
+  const int wv = add_constant(g, wname, std::move(*wcat));
+  const int bv = add_constant(g, wname + "_bias", std::move(bias).value());
+  const int pv = ir::add_unique_value(g, qname + "_qkv", dtype, Dims{xs[0], xs[1], Dim(ntot)});
+  ir::Node gemm;
+  gemm.name = ir::unique_node_name(*g, att_name + "_qkv_projection");
+  gemm.domain = "kiln";
+  gemm.op_type = "MatMulBias";
+  gemm.opset = 1;
+  set_string(&gemm, "activation", "none");
+  gemm.inputs = {x, wv, bv};
+  gemm.outputs = {pv};
+  gemm.replaced = std::move(replaced);
+  {
+    std::vector<const ir::Value*> in, out = {&g->values[size_t(pv)]};
+    for (int v : gemm.inputs) in.push_back(&g->values[size_t(v)]);
+    if (!supports(gemm, in, out)) {
+      *g = std::move(saved);
+      return false;
+    }
+  }
+  // On the edge from X to the first projection, which then reads P: it is unread once the
+  // attention below is replaced, and pack_attention removes it with the other two.
+  const int first = proj[0];
+  if (!ir::insert_on_edge(g, x, std::move(gemm), std::span<const int>(&first, 1)).ok()) {
+    *g = std::move(saved);
+    return false;
+  }
+  const int at = g->values[size_t(y)].producer;
+  const ir::Node& a = g->nodes[size_t(at)];
+  ir::Node fused;
+  fused.name = att_name;
+  fused.domain = "kiln";
+  fused.op_type = "PackedAttention";
+  fused.opset = 1;
+  fused.inputs = {pv, pv, pv};
+  if (a.inputs.size() > 3 && a.inputs[3] >= 0) fused.inputs.push_back(a.inputs[3]);
+  fused.outputs = {y};
+  set_int(&fused, "q_num_heads", *qh);
+  set_int(&fused, "kv_num_heads", *kh);
+  set_int(&fused, "head_size", n[0] / *qh);
+  set_int(&fused, "v_head_size", n[2] / *kh);
+  set_int(&fused, "q_offset", 0);
+  set_int(&fused, "k_offset", n[0]);
+  set_int(&fused, "v_offset", n[0] + n[1]);
+  set_int(&fused, "seq_first", 0);
+  set_float(&fused, "scale", scale);
+  if (*causal != 0) set_int(&fused, "is_causal", 1);
+  if (replace_if_supported(g, std::vector<int>{at}, std::move(fused), supports)) return true;
+  *g = std::move(saved);
+  return false;
+}
+
 }  // namespace
 
 Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
   bool any = false;
   for (size_t n = 0; n < g->nodes.size();) {
     KILN_ASSIGN_OR_RETURN(bool packed, pack_at(g, int(n), supports));
+    if (!packed) {
+      KILN_ASSIGN_OR_RETURN(packed, merge_projections_at(g, int(n), supports));
+    }
     any = any || packed;
     if (!packed) ++n;
   }

@@ -70,6 +70,10 @@ struct Node {
   std::vector<int> inputs;   // value indices; -1 marks an omitted optional input
   std::vector<int> outputs;  // value indices; -1 marks an omitted optional output
   Attributes attrs;
+  // A node a builder pass made in place of others (ir::replace_nodes): how many nodes of each op
+  // type of the model it stands for, counted through earlier fusions ({"MatMul": 2, "Softmax": 1}
+  // for an attention). Empty for the model's own nodes and for nodes a pass inserted (a Cast).
+  std::map<std::string, int64_t> replaced;
 
   // "node 'conv_3' (Conv)", the prefix every error about a node carries.
   std::string describe() const;

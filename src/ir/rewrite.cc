@@ -176,6 +176,14 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
 
   Snapshot before(*g);
   fill_defaults(*g, &replacement);
+  for (int n : matched) {
+    const Node& m = g->nodes[size_t(n)];
+    if (m.replaced.empty()) {
+      ++replacement.replaced[m.op_type];
+    } else {
+      for (const auto& [op, count] : m.replaced) replacement.replaced[op] += count;
+    }
+  }
   const std::string name = replacement.name;
   const std::vector<int> outs = replacement.outputs;
   std::vector<Node> next;

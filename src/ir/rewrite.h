@@ -30,7 +30,9 @@ std::string unique_node_name(const Graph& g, std::string_view base);
 // consumers are untouched) or fresh values (add_unique_value), and must include every value the
 // matched nodes produce that is read elsewhere (by another node or as a graph output). The other
 // values they produced become orphans. An empty name is made unique from the op type; opset 0
-// takes the graph's import of the domain. Returns the replacement's node index.
+// takes the graph's import of the domain. The replacement's `replaced` gains the matched nodes:
+// each one's own `replaced` where it has one (a fused node fused again), else its op type once.
+// Returns the replacement's node index.
 StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replacement);
 
 // Puts `node` on the edge from `value` to the nodes `consumers` (every node reading it when

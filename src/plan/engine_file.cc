@@ -70,10 +70,11 @@ Status validate_backend_sections(const Plan& plan) {
 // The version is judged before the header checksum because another version's header has another
 // layout; the message says what to do, since the user cannot fix the file itself.
 Status check_format_version(uint32_t version) {
-  if (version == kFormatVersion) return ok_status();
+  if (version >= kOldestReadableFormatVersion && version <= kFormatVersion) return ok_status();
   const std::string what = "engine file format version " + std::to_string(version);
-  const std::string ours = "this kiln reads version " + std::to_string(kFormatVersion);
-  if (version < kFormatVersion) {
+  const std::string ours = "this kiln reads versions " + std::to_string(kOldestReadableFormatVersion) +
+                           " to " + std::to_string(kFormatVersion);
+  if (version < kOldestReadableFormatVersion) {
     return invalid_argument(what + " was written by an older kiln; " + ours +
                             ": rebuild the engine from the ONNX model");
   }
@@ -304,7 +305,7 @@ StatusOr<Plan> deserialize(std::span<const uint8_t> bytes, std::span<const uint3
     }
   }
   KILN_ASSIGN_OR_RETURN(plan.graph,
-                        detail::read_graph(payload(kSectionGraph), payload(kSectionWeights)));
+                        detail::read_graph(payload(kSectionGraph), payload(kSectionWeights), h.format_version));
   KILN_RETURN_IF_ERROR(detail::read_meta(payload(kSectionMeta), &plan));
   KILN_RETURN_IF_ERROR(detail::read_nodes(payload(kSectionNode), &plan));
   KILN_RETURN_IF_ERROR(detail::validate_plan(plan, "engine file is corrupted: "));

@@ -1,7 +1,7 @@
 // The engine file (.kiln): serializes a Plan to bytes and back, refusing any truncated, corrupted,
 // hostile or version-mismatched file with a specific reason. Loading never trusts the file.
 //
-// Format version 3. Every integer is little-endian with the size given; f32 is IEEE bits as u32.
+// Format version 4 (version 3 is still read: its node records end at attrs). Every integer is little-endian with the size given; f32 is IEEE bits as u32.
 // str = u64 byte count + bytes. A "count" is a u64. Offsets are from the start of the file.
 //
 //   header   magic "KILNENG\0" (8 bytes), format_version u32 (= plan::kFormatVersion),
@@ -38,7 +38,10 @@
 //                                      producer i32};
 //                 nodes: count, each {name str, op_type str, domain str, opset i32,
 //                                     inputs: count + i32 each (-1 = omitted), outputs: same,
-//                                     attrs: count, each {name str, type u8, payload}};
+//                                     attrs: count, each {name str, type u8, payload},
+//                                     replaced (format 4): count, each {op_type str, count i64}
+//                                       (ir::Node::replaced: a fused node's model nodes, op types
+//                                       unique and non-empty, counts 1..2^31-1)};
 //                 inputs: count + i32 each;  outputs: count + i32 each
 //         dims   = count, each dim;  dim = kind u8, then 0: i64 constant, or 1: str formula printed
 //                  by Dim::to_string and re-read by Dim::parse (unparsable on load = corruption)

@@ -14,7 +14,10 @@
 
 namespace kiln::plan {
 
-inline constexpr uint32_t kFormatVersion = 3;
+// The engine file format kiln writes, and the oldest it still reads (3: node records without
+// `replaced`, which loads as empty).
+inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kOldestReadableFormatVersion = 3;
 inline constexpr const char* kKilnVersion = "0.1.0";
 
 // Shapes of one input in one profile.

@@ -42,7 +42,7 @@ Status write_dim(ByteWriter& w, const ir::Dim& d, const std::string& owner) {
 // Writes a graph to GRPH and its tensors' bytes to WGTS.
 class GraphWriter {
  public:
-  explicit GraphWriter(ByteWriter& weights) : weights_(weights) {}
+  GraphWriter(ByteWriter& weights, uint32_t version) : weights_(weights), version_(version) {}
 
   Status write_graph(ByteWriter& w, const ir::Graph& g, int depth) {
     if (depth > kMaxGraphDepth) {
@@ -82,6 +82,13 @@ class GraphWriter {
       for (const auto& [name, a] : n.attrs.all()) {
         w.str(name);
         KILN_RETURN_IF_ERROR(write_attr(w, a, n.describe() + " attribute '" + name + "'", depth));
+      }
+      if (version_ >= 4) {
+        w.u64(n.replaced.size());
+        for (const auto& [op, count] : n.replaced) {
+          w.str(op);
+          w.i64(count);
+        }
       }
     }
     for (const auto* list : {&g.inputs, &g.outputs}) {
@@ -163,12 +170,30 @@ class GraphWriter {
 
  private:
   ByteWriter& weights_;
+  uint32_t version_;
 };
 
 // Reads a graph from GRPH, copying its tensors' bytes out of WGTS.
 class GraphReader {
  public:
-  explicit GraphReader(std::span<const uint8_t> weights) : weights_(weights) {}
+  GraphReader(std::span<const uint8_t> weights, uint32_t version) : weights_(weights), version_(version) {}
+
+  // Format 4: what a fused node stands for, each op type once with a count of at least 1.
+  Status read_replaced(ByteReader& r, ir::Node* n) {
+    KILN_ASSIGN_OR_RETURN(size_t count, r.count(8 + 8, "replaced op types"));
+    for (size_t i = 0; i < count; ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string op, r.str());
+      KILN_ASSIGN_OR_RETURN(int64_t times, r.i64());
+      if (op.empty() || times < 1 || times > std::numeric_limits<int32_t>::max()) {
+        return r.corrupted("node '" + clip(n->name) + "' replaced op '" + clip(op) + "' " +
+                           std::to_string(times) + " times");
+      }
+      if (!n->replaced.emplace(std::move(op), times).second) {
+        return r.corrupted("node '" + clip(n->name) + "' names a replaced op type twice");
+      }
+    }
+    return ok_status();
+  }
 
   StatusOr<ir::Graph> read_graph(ByteReader& r, int depth) {
     if (depth > kMaxGraphDepth) {
@@ -231,6 +256,7 @@ class GraphReader {
         KILN_ASSIGN_OR_RETURN(ir::Attribute a, read_attr(r, n.name, name, depth));
         n.attrs.set(std::move(name), std::move(a));
       }
+      if (version_ >= 4) KILN_RETURN_IF_ERROR(read_replaced(r, &n));
     }
     KILN_RETURN_IF_ERROR(read_indices(r, &g.inputs, "graph inputs"));
     KILN_RETURN_IF_ERROR(read_indices(r, &g.outputs, "graph outputs"));
@@ -372,6 +398,7 @@ class GraphReader {
   }
 
   std::span<const uint8_t> weights_;
+  uint32_t version_;
   uint64_t weight_bytes_used_ = 0;
 };
 
@@ -417,13 +444,14 @@ Status write_dims(ByteWriter& w, const std::vector<ir::Dim>& dims, const std::st
   return ok_status();
 }
 
-Status write_graph(const ir::Graph& g, ByteWriter& graph, ByteWriter& weights) {
-  GraphWriter gw(weights);
+Status write_graph(const ir::Graph& g, ByteWriter& graph, ByteWriter& weights, uint32_t version) {
+  GraphWriter gw(weights, version);
   return gw.write_graph(graph, g, 0);
 }
 
-StatusOr<ir::Graph> read_graph(std::span<const uint8_t> graph, std::span<const uint8_t> weights) {
-  GraphReader gr(weights);
+StatusOr<ir::Graph> read_graph(std::span<const uint8_t> graph, std::span<const uint8_t> weights,
+                               uint32_t version) {
+  GraphReader gr(weights, version);
   ByteReader r(graph, "section GRPH");
   KILN_ASSIGN_OR_RETURN(ir::Graph g, gr.read_graph(r, 0));
   if (r.remaining() != 0) {

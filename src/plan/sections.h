@@ -37,8 +37,12 @@ Status write_dims(ByteWriter& w, const std::vector<ir::Dim>& dims, const std::st
 StatusOr<std::vector<ir::Dim>> read_dims(ByteReader& r, const std::string& owner);
 
 // GRPH and WGTS are written together: every tensor record in GRPH points into WGTS.
-Status write_graph(const ir::Graph& g, ByteWriter& graph, ByteWriter& weights);
-StatusOr<ir::Graph> read_graph(std::span<const uint8_t> graph, std::span<const uint8_t> weights);
+// `version` is the format written: kiln writes kFormatVersion; tests write 3 to check it still loads.
+Status write_graph(const ir::Graph& g, ByteWriter& graph, ByteWriter& weights,
+                   uint32_t version = kFormatVersion);
+// `version`: the file's format version (3 has no `replaced` in node records).
+StatusOr<ir::Graph> read_graph(std::span<const uint8_t> graph, std::span<const uint8_t> weights,
+                               uint32_t version);
 
 // META: value plans, arena slot sizes, profiles. NODE: the per-node plan.
 Status write_meta(const Plan& p, ByteWriter& w);

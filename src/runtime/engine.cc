@@ -152,7 +152,7 @@ std::vector<LayerInfo> Engine::layers() const {
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const plan::NodePlan& choice = p.nodes[n];
-    LayerInfo info{node.name, node.op_type, choice.impl, choice.tactic, "", "", choice.layout};
+    LayerInfo info{node.name, node.op_type, choice.impl, choice.tactic, "", "", choice.layout, node.replaced};
     DType out_dtype = node.outputs.empty() || node.outputs[0] < 0 ? DType::kUndefined
                                                                    : p.graph.values[node.outputs[0]].dtype;
     info.precision = choice.precision.to_string(dtype_name(out_dtype));

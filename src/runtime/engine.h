@@ -39,6 +39,9 @@ struct LayerInfo {
   std::string precision;  // what the kernel computes in ("float32", "tf32", "float16", "int64")
   std::string alias_of;   // for an alias: the tensor whose bytes its output is
   std::string layout;     // "NHWC" for a channels-last layer (assign_layout); empty: ONNX's layout
+  // A fused layer: the model's nodes it runs in place of, op type -> count (ir::Node::replaced);
+  // empty for a layer that is one of the model's nodes, or one the builder inserted.
+  std::map<std::string, int64_t> replaced;
 };
 
 // Receives output buffers whose size is only known once input shapes are (TensorRT's

@@ -92,6 +92,23 @@ std::string describe_layers(const Engine& engine, bool each) {
       while (!line.empty() && line.back() == ' ') line.pop_back();
       s += line + "\n";
     }
+    // What each fused layer runs in place of: the model's nodes, by op type.
+    size_t fused = 0;
+    for (const auto& l : layers) fused += !l.replaced.empty();
+    if (fused > 0) {
+      s += "fused layers: " + std::to_string(fused) + " (each with the model's nodes it replaced)\n";
+      for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i].replaced.empty()) continue;
+        int64_t total = 0;
+        std::string ops;
+        for (const auto& [op, n] : layers[i].replaced) {
+          total += n;
+          ops += (ops.empty() ? "" : ", ") + op + (n > 1 ? " x" + std::to_string(n) : "");
+        }
+        s += "  " + pad(std::to_string(i), 5) + pad(layers[i].op_type, wo + 2) + std::to_string(total) +
+             (total == 1 ? " node: " : " nodes: ") + ops + "\n";
+      }
+    }
   }
   return s;
 }
@@ -172,6 +189,11 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     j.key("tactic").value(l.tactic);
     if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
     if (!l.layout.empty()) j.key("layout").value(l.layout);
+    if (!l.replaced.empty()) {
+      j.key("replaced").begin_object();
+      for (const auto& [op, n] : l.replaced) j.key(op).value(n);
+      j.end_object();
+    }
     j.key("precision").value(l.precision).end_object();
   }
   j.end_array();
