@@ -1060,6 +1060,9 @@ TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
   for (const ir::Node& n : packed.nodes) replaced[n.name] = n.replaced;
   EXPECT_EQ(replaced["scores"], (std::map<std::string, int64_t>{{"MatMul", 2}, {"Mul", 2}, {"Softmax", 1}, {"Transpose", 2}}));
   EXPECT_EQ(replaced["in_proj"], (std::map<std::string, int64_t>{{"Add", 1}, {"MatMul", 1}}));
+  // The output projection: the Gemm between its Reshapes, which it leaves unread, and the
+  // Transpose and residual Add it replaces.
+  EXPECT_EQ(replaced["out_proj"], (std::map<std::string, int64_t>{{"Add", 1}, {"Gemm", 1}, {"Reshape", 2}, {"Transpose", 1}}));
   std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 90)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
   ASSERT_TRUE(got.count("out") && want.count("out"));

@@ -27,7 +27,6 @@
 #include <cstring>
 #include <deque>
 #include <iterator>
-#include <map>
 #include <optional>
 #include <span>
 #include <set>
@@ -528,6 +527,8 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   fused.inputs = {y, wv, c};
   if (residual >= 0) fused.inputs.push_back(residual);
   fused.outputs = {out};
+  // It stands for the Reshape-Gemm-Reshape it leaves unread as well as for what it replaces.
+  for (int k : {r2, gm, r3}) ir::add_replaced(&fused, g->nodes[size_t(k)]);
   if (replace_if_supported(g, matched, std::move(fused), supports)) return true;
   *g = std::move(saved);
   return false;
@@ -632,12 +633,6 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   std::memcpy(bias->data(), bcat->data(), bcat->nbytes());
   const std::string att_name = att.name, qname = g->values[size_t(att.inputs[0])].name;
   const DType dtype = g->values[size_t(att.inputs[0])].dtype;
-  std::map<std::string, int64_t> replaced;
-  for (int p : proj) {
-    const ir::Node& mm = g->nodes[size_t(p)];
-    if (mm.replaced.empty()) ++replaced[mm.op_type];
-    for (const auto& [op, c] : mm.replaced) replaced[op] += c;
-  }
 
   ir::Graph saved = *g;
   const int64_t ntot = n[0] + n[1] + n[2];
@@ -653,7 +648,7 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   set_string(&gemm, "activation", "none");
   gemm.inputs = {x, wv, bv};
   gemm.outputs = {pv};
-  gemm.replaced = std::move(replaced);
+  for (int p : proj) ir::add_replaced(&gemm, g->nodes[size_t(p)]);
   {
     std::vector<const ir::Value*> in, out = {&g->values[size_t(pv)]};
     for (int v : gemm.inputs) in.push_back(&g->values[size_t(v)]);

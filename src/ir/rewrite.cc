@@ -124,6 +124,14 @@ std::string unique_node_name(const Graph& g, std::string_view base) {
   return name;
 }
 
+void add_replaced(Node* into, const Node& from) {
+  if (from.replaced.empty()) {
+    ++into->replaced[from.op_type];
+  } else {
+    for (const auto& [op, count] : from.replaced) into->replaced[op] += count;
+  }
+}
+
 StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replacement) {
   const int nn = int(g->nodes.size());
   if (matched.empty()) return invalid_argument("replace_nodes: no nodes to replace");
@@ -176,14 +184,7 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
 
   Snapshot before(*g);
   fill_defaults(*g, &replacement);
-  for (int n : matched) {
-    const Node& m = g->nodes[size_t(n)];
-    if (m.replaced.empty()) {
-      ++replacement.replaced[m.op_type];
-    } else {
-      for (const auto& [op, count] : m.replaced) replacement.replaced[op] += count;
-    }
-  }
+  for (int n : matched) add_replaced(&replacement, g->nodes[size_t(n)]);
   const std::string name = replacement.name;
   const std::vector<int> outs = replacement.outputs;
   std::vector<Node> next;

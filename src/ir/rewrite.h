@@ -34,6 +34,9 @@ std::string unique_node_name(const Graph& g, std::string_view base);
 // each one's own `replaced` where it has one (a fused node fused again), else its op type once.
 // Returns the replacement's node index.
 StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replacement);
+// What replace_nodes adds to a replacement's `replaced` for one matched node `from`; for a pass
+// whose fused node also stands for nodes it leaves unread rather than matches.
+void add_replaced(Node* into, const Node& from);
 
 // Puts `node` on the edge from `value` to the nodes `consumers` (every node reading it when
 // empty): `node` reads `value` and has one output, a fresh value, which those consumers read
