@@ -87,6 +87,7 @@ StatusOr<bool> fold_one(ir::Graph* g, int bn_index) {
   int b2 = add_constant(g, base + "_bn_bias", weights.dtype(), Shape{channels},
                         [&](int64_t c) { return shift[size_t(c)]; });
   ir::Node fused = g->nodes[size_t(conv_index)];
+  fused.replaced.clear();  // replace_nodes counts the Conv among the matched nodes
   fused.inputs = {fused.inputs[0], w2, b2};
   fused.outputs = {g->nodes[size_t(bn_index)].outputs[0]};
   const int matched[] = {conv_index, bn_index};

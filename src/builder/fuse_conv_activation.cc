@@ -104,6 +104,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int conv_index, const SupportsFn& supports)
   std::optional<Activation> act = activation_of(*g, cur);
   if (!act && z < 0) return false;
   ir::Node fused = conv;
+  fused.replaced.clear();  // replace_nodes counts the Conv among the matched nodes
   fused.domain = "kiln";
   fused.op_type = "FusedConv";
   fused.opset = 1;

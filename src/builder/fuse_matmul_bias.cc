@@ -146,6 +146,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
     act = Activation{"none", {}, cur};
   }
   ir::Node fused = matmul;
+  fused.replaced.clear();  // replace_nodes counts the MatMul among the matched nodes
   fused.domain = "kiln";
   fused.op_type = "MatMulBias";
   fused.opset = 1;

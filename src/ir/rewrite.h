@@ -31,7 +31,8 @@ std::string unique_node_name(const Graph& g, std::string_view base);
 // matched nodes produce that is read elsewhere (by another node or as a graph output). The other
 // values they produced become orphans. An empty name is made unique from the op type; opset 0
 // takes the graph's import of the domain. The replacement's `replaced` gains the matched nodes:
-// each one's own `replaced` where it has one (a fused node fused again), else its op type once.
+// each one's own `replaced` where it has one (a fused node fused again), else its op type once;
+// a replacement made as a copy of a matched node clears it first, or that node counts twice.
 // Returns the replacement's node index.
 StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replacement);
 // What replace_nodes adds to a replacement's `replaced` for one matched node `from`; for a pass
