@@ -764,6 +764,96 @@ const char* kTanhGelu = R"(graph g(%x: float32[2, 3, 4], %z: float32[2, 3, 4]) -
 }
 )";
 
+// ---- fuse_norm ----
+
+// LayerNorm written out (an exporter before opset 17), llama's RMSNorm (Pow, Reciprocal of Sqrt,
+// weight [1, 1, C] first), an RMSNorm by Div of Mul(x, x) without weight, and one over axis 1.
+const char* kNorms = R"(graph g(%x: float32[2, 3, 4]) -> (%ln: float32[2, 3, 4], %rms: float32[2, 3, 4], %rms2: float32[2, 3, 4], %keep: float32[2, 3, 4]) {
+  opset ai.onnx 17
+  %two: float32[] = dense<2.0>
+  %eps: float32[] = dense<1e-05>
+  %g: float32[4] = dense<[0.9, 1.1, -0.7, 1.3]>
+  %b: float32[4] = dense<[0.1, -0.2, 0.3, 0.05]>
+  %g3: float32[1, 1, 4] = dense<[1.2, 0.8, 1.0, -0.5]>
+  %m: float32[2, 3, 1] = ReduceMean(%x) {axes=[-1]}  # ln_mean
+  %d: float32[2, 3, 4] = Sub(%x, %m)  # ln_sub
+  %p: float32[2, 3, 4] = Pow(%d, %two)  # ln_pow
+  %v: float32[2, 3, 1] = ReduceMean(%p) {axes=[2]}  # ln_var
+  %ve: float32[2, 3, 1] = Add(%v, %eps)  # ln_eps
+  %s: float32[2, 3, 1] = Sqrt(%ve)  # ln_sqrt
+  %n: float32[2, 3, 4] = Div(%d, %s)  # ln_div
+  %gm: float32[2, 3, 4] = Mul(%n, %g)  # ln_gamma
+  %ln: float32[2, 3, 4] = Add(%b, %gm)  # ln_beta
+  %p2: float32[2, 3, 4] = Pow(%x, %two)  # rms_pow
+  %v2: float32[2, 3, 1] = ReduceMean(%p2) {axes=[-1]}  # rms_var
+  %e2: float32[2, 3, 1] = Add(%v2, %eps)  # rms_eps
+  %s2: float32[2, 3, 1] = Sqrt(%e2)  # rms_sqrt
+  %r2: float32[2, 3, 1] = Reciprocal(%s2)  # rms_rsqrt
+  %n2: float32[2, 3, 4] = Mul(%x, %r2)  # rms_norm
+  %rms: float32[2, 3, 4] = Mul(%g3, %n2)  # rms_weight
+  %p3: float32[2, 3, 4] = Mul(%x, %x)  # rms2_square
+  %v3: float32[2, 3, 1] = ReduceMean(%p3) {axes=[-1]}  # rms2_var
+  %e3: float32[2, 3, 1] = Add(%eps, %v3)  # rms2_eps
+  %s3: float32[2, 3, 1] = Sqrt(%e3)  # rms2_sqrt
+  %rms2: float32[2, 3, 4] = Div(%x, %s3)  # rms2_div
+  %p4: float32[2, 3, 4] = Pow(%x, %two)  # wrong_pow
+  %v4: float32[2, 1, 4] = ReduceMean(%p4) {axes=[1]}  # wrong_var
+  %e4: float32[2, 1, 4] = Add(%v4, %eps)  # wrong_eps
+  %s4: float32[2, 1, 4] = Sqrt(%e4)  # wrong_sqrt
+  %keep: float32[2, 3, 4] = Div(%x, %s4)  # wrong_div
+}
+)";
+
+TEST(FuseNorm, LayerNormAndRmsNormWrittenOutBecomeOneOpEach) {
+  ir::Graph g = parse(kNorms);
+  ir::Graph f = g;
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_norm(&f, yes).ok());
+  ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
+  ir::compact(&f);
+  const std::string text = ir::to_text(f);
+  for (const char* part :
+       {"%ln: float32[2, 3, 4] = LayerNormalization(%x, %ln_var_ln_scale, %ln_var_ln_bias) {axis=-1, epsilon=1e-05}  # ln_var",
+        "%rms: float32[2, 3, 4] = RMSNormalization@23(%x, %rms_var_rms_scale) {axis=-1, epsilon=1e-05}  # rms_var",
+        "%rms2: float32[2, 3, 4] = RMSNormalization@23(%x, %rms2_var_rms_scale) {axis=-1, epsilon=1e-05}  # rms2_var",
+        "%keep: float32[2, 3, 4] = Div(%x, %s4)  # wrong_div"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* gone : {"Sub(", "Reciprocal(", "Mul("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  // Each op records the model's nodes it replaced.
+  std::map<std::string, std::map<std::string, int64_t>> replaced;
+  for (const ir::Node& n : f.nodes) replaced[n.name] = n.replaced;
+  EXPECT_EQ(replaced["ln_var"], (std::map<std::string, int64_t>{
+                                    {"Add", 2}, {"Div", 1}, {"Mul", 1}, {"Pow", 1}, {"ReduceMean", 2}, {"Sqrt", 1}, {"Sub", 1}}));
+  EXPECT_EQ(replaced["rms_var"], (std::map<std::string, int64_t>{
+                                     {"Add", 1}, {"Mul", 2}, {"Pow", 1}, {"ReduceMean", 1}, {"Reciprocal", 1}, {"Sqrt", 1}}));
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 77)}};
+  std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(f, in);
+  for (const char* name : {"ln", "rms", "rms2", "keep"}) {
+    ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+    ErrorStats e = error_stats(got.at(name), want.at(name));
+    EXPECT_GT(e.ref_max_abs, 0.0) << name;
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << name;
+  }
+  // An intermediate read elsewhere (the centred x as a graph output) keeps that LayerNorm; an
+  // unsupported op keeps them all.
+  std::string shared = kNorms;
+  shared.replace(shared.find("(%ln: float32[2, 3, 4],"), 23, "(%ln: float32[2, 3, 4], %d: float32[2, 3, 4],");
+  ir::Graph sg = parse(shared);
+  ASSERT_TRUE(builder::fuse_norm(&sg, yes).ok());
+  const std::string st = ir::to_text(sg);
+  EXPECT_EQ(st.find("LayerNormalization("), std::string::npos) << st;
+  EXPECT_NE(st.find("RMSNormalization@23("), std::string::npos) << st;
+  ir::Graph u = parse(kNorms);
+  auto no = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return false;
+  };
+  ASSERT_TRUE(builder::fuse_norm(&u, no).ok());
+  EXPECT_EQ(ir::to_text(u), ir::to_text(parse(kNorms)));
+}
+
 TEST(FuseGelu, TanhGeluWrittenOutBecomesOneGelu) {
   ir::Graph g = parse(kTanhGelu);
   ir::Graph f = g;

@@ -20,6 +20,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"patchify_conv", patchify_conv},                // CUDA: patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
       {"fuse_gelu", fuse_gelu},                        // CUDA: tanh GELU written out -> Gelu
+      {"fuse_norm", fuse_norm},                        // CUDA: LayerNorm/RMSNorm written out -> op
       {"unflatten_gemm", unflatten_gemm},              // CUDA: Gemm on x.view(-1, K) -> MatMul
       {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation
       {"fuse_attention", fuse_attention},              // CUDA, FP16/BF16: attention -> Attention
