@@ -24,4 +24,4 @@ CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/pip" install -q --disable-pip-v
 "$venv/bin/kiln" --help >/dev/null
 echo "fresh venv: pip install . && kiln --help: ok ($("$venv/bin/kiln" --version))"
 "$venv/bin/pip" install -q --disable-pip-version-check -r requirements.txt
-"$venv/bin/python" -m pytest -q python/tests
+"$venv/bin/python" -m pytest -q -rs python/tests

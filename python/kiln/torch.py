@@ -1,0 +1,285 @@
+"""kiln.torch: from an nn.Module to a kiln engine, and torch tensors in and out.
+
+    import kiln.torch, torch
+    compiled = kiln.torch.compile(model, inputs=[kiln.torch.Input(
+        min_shape=(1, 1, 16), opt_shape=(4, 32, 16), max_shape=(10, 128, 16), name="x",
+        dim_names=("batch", "seq_len", None))])
+    y = compiled(torch.randn(3, 7, 16))          # a torch tensor of exactly the shape PyTorch gives
+    compiled.output_shapes()                     # {"out0": ["batch", "seq_len + 1", "8"]}
+    kiln.torch.save(compiled, "model.kiln")      # the engine and its IO names; no Python class
+    again = kiln.torch.load("model.kiln")
+
+Under it: torch.export through torch.onnx.export(dynamo=True) with one torch.export.Dim per
+dynamic axis (an axis whose min and max differ), named by `dim_names` (default NAME_dAXIS) with
+the Input's range; dims that depend on others (seq_len + 1, 2*h, the floor divisions of strided
+convolutions) come out of the exporter as formulas over those names, which kiln's builder reads as
+its symbolic dims, so the engine's profile is exactly the Inputs' min/opt/max. The engine runs on
+the CPU or, where kiln was built with CUDA, on the GPU (`device="cuda"`); torch tensors go in
+through DLPack and the outputs come back as torch tensors.
+
+torch is imported on first use: `import kiln` never needs it (`pip install .[torch]` brings it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _kiln
+from . import onnx as _onnx
+from ._errors import InvalidArgumentError
+
+__all__ = ["Input", "CompiledModule", "compile", "save", "load"]
+
+Shape = Tuple[int, ...]
+
+
+def _torch():
+    try:
+        import torch  # noqa: PLC0415 (optional dependency)
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise ImportError("kiln.torch needs PyTorch: pip install 'kiln[torch]'") from e
+    return torch
+
+
+class Input:
+    """One input of the module: its shape range (Torch-TensorRT's spelling), dtype and name.
+
+    `shape=` alone is a static shape. `dim_names` names the dynamic axes (None or missing: NAME_dAXIS);
+    two inputs that share a dim (a batch) give it the same name. "K*name" says the axis takes only
+    multiples of K (name then ranges over the multiples inside the axis's range), as a model whose
+    strided levels must divide the size evenly needs.
+    """
+
+    def __init__(self, min_shape: Optional[Sequence[int]] = None, opt_shape: Optional[Sequence[int]] = None,
+                 max_shape: Optional[Sequence[int]] = None, *, shape: Optional[Sequence[int]] = None,
+                 dtype: Any = None, name: Optional[str] = None, dim_names: Optional[Sequence[Optional[str]]] = None):
+        if shape is not None:
+            if min_shape is not None or opt_shape is not None or max_shape is not None:
+                raise InvalidArgumentError("kiln.torch.Input: give shape= or min_shape/opt_shape/max_shape, not both")
+            min_shape = opt_shape = max_shape = shape
+        if min_shape is None or max_shape is None:
+            raise InvalidArgumentError("kiln.torch.Input: min_shape and max_shape (or shape) are required")
+        self.min_shape: Shape = tuple(int(d) for d in min_shape)
+        self.max_shape: Shape = tuple(int(d) for d in max_shape)
+        self.opt_shape: Shape = tuple(int(d) for d in (opt_shape if opt_shape is not None else max_shape))
+        if not (len(self.min_shape) == len(self.opt_shape) == len(self.max_shape)):
+            raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: min, opt and max shapes differ in rank: "
+                                       f"{self.min_shape}, {self.opt_shape}, {self.max_shape}")
+        for axis, (lo, opt, hi) in enumerate(zip(self.min_shape, self.opt_shape, self.max_shape)):
+            if not 0 <= lo <= opt <= hi:
+                raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: axis {axis} needs 0 <= min <= opt <= max, "
+                                           f"got {lo}, {opt}, {hi}")
+        self.dtype = dtype
+        self.name = name
+        names = list(dim_names) if dim_names is not None else []
+        if len(names) > len(self.min_shape):
+            raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: {len(names)} dim_names for rank "
+                                       f"{len(self.min_shape)}")
+        self.dim_names: List[Optional[str]] = names + [None] * (len(self.min_shape) - len(names))
+
+    def dynamic_axes(self) -> List[int]:
+        return [a for a, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
+
+    def __repr__(self) -> str:
+        return (f"Input(name={self.name!r}, min_shape={self.min_shape}, opt_shape={self.opt_shape}, "
+                f"max_shape={self.max_shape}, dtype={self.dtype})")
+
+
+def _example(torch, inp: Input) -> Any:
+    dtype = inp.dtype if inp.dtype is not None else torch.float32
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        return torch.randn(inp.opt_shape, generator=g, dtype=torch.float32).to(dtype)
+    if dtype == torch.bool:
+        return torch.ones(inp.opt_shape, dtype=torch.bool)
+    return torch.randint(0, 2, inp.opt_shape, generator=g, dtype=dtype)
+
+
+def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
+    """The module as ONNX bytes, its dynamic axes named and ranged from the Inputs."""
+    torch = _torch()
+    from torch.export import Dim  # noqa: PLC0415
+
+    dims: Dict[str, Any] = {}
+    dynamic_shapes = []
+    for inp, name in zip(inputs, names):
+        spec = {}
+        for axis in inp.dynamic_axes():
+            dim_name = inp.dim_names[axis] or f"{name}_d{axis}"
+            lo, hi = inp.min_shape[axis], inp.max_shape[axis]
+            # "4*h": the axis is a multiple of 4 (a UNet's height through two stride-2 levels);
+            # h ranges over the multiples inside [lo, hi].
+            m = re.fullmatch(r"\s*(\d+)\s*\*\s*([A-Za-z_]\w*)\s*", dim_name)
+            k, base = (int(m.group(1)), m.group(2)) if m else (1, dim_name)
+            if k < 1 or not re.fullmatch(r"[A-Za-z_]\w*", base):
+                raise InvalidArgumentError(f"kiln.torch.compile: dim name '{dim_name}' of input '{name}' axis "
+                                           f"{axis} is neither a name nor K*name")
+            blo, bhi = -(-lo // k), hi // k
+            if blo > bhi:
+                raise InvalidArgumentError(f"kiln.torch.compile: input '{name}' axis {axis}: no multiple of {k} "
+                                           f"in [{lo}, {hi}]")
+            if base in dims and (dims[base].min, dims[base].max) != (max(blo, 2), max(bhi, 3)):
+                raise InvalidArgumentError(f"kiln.torch.compile: dim '{base}' has two ranges: "
+                                           f"{dims[base].min}..{dims[base].max} and {blo}..{bhi}")
+            # torch.export takes a range of at least 2 values with min >= 0; a dim allowed to be 0
+            # or 1 specializes there, so it starts at 2 and kiln's profile keeps the real range.
+            dims.setdefault(base, Dim(base, min=max(blo, 2), max=max(bhi, 3)))
+            spec[axis] = k * dims[base] if k != 1 else dims[base]
+        dynamic_shapes.append(spec or None)
+    args = tuple(_example(torch, inp) for inp in inputs)
+    try:
+        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=tuple(dynamic_shapes),
+                                    input_names=names, optimize=True, verbose=False)
+    except Exception as e:  # the exporter's own message names the module's source line
+        raise InvalidArgumentError(f"kiln.torch.compile: torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    return program.model_proto.SerializeToString()
+
+
+def _profile(inputs: List[Input], names: List[str]) -> Any:
+    profile = _kiln.OptimizationProfile()
+    for inp, name in zip(inputs, names):
+        profile.set_dimensions(name, inp.min_shape, inp.opt_shape, inp.max_shape)
+    return profile
+
+
+_PRECISIONS = {"float16": _kiln.BuilderFlag.FP16, "bfloat16": _kiln.BuilderFlag.BF16}
+
+
+class CompiledModule:
+    """A kiln engine behind torch tensors: call it as the module it was made from.
+
+    Inputs are taken positionally (or by name) as torch tensors, cast to the engine's dtype where
+    they differ; outputs are torch tensors of exactly the shapes this call implies, one tensor when
+    the engine has one output, else a tuple in the engine's order.
+    """
+
+    def __init__(self, engine: Any, input_names: Sequence[str], output_names: Sequence[str], device: str):
+        self.engine = engine
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.device = device
+        self._context = engine.create_execution_context()
+
+    def output_shapes(self) -> Dict[str, List[str]]:
+        """Each output's shape as formulas over the inputs' dim names (kiln's symbolic dims)."""
+        return {n: list(self.engine.tensor_symbolic_shape(n)) for n in self.output_names}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        torch = _torch()
+        if len(args) + len(kwargs) != len(self.input_names):
+            raise InvalidArgumentError(f"kiln.torch: the engine takes {len(self.input_names)} inputs "
+                                       f"({', '.join(self.input_names)}), got {len(args) + len(kwargs)}")
+        feeds = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k not in self.input_names or k in feeds:
+                raise InvalidArgumentError(f"kiln.torch: unexpected or repeated input '{k}' "
+                                           f"(inputs: {', '.join(self.input_names)})")
+            feeds[k] = v
+        out_device = None
+        for name, t in feeds.items():
+            if not isinstance(t, torch.Tensor):
+                raise InvalidArgumentError(f"kiln.torch: input '{name}' is a {type(t).__name__}, not a torch tensor")
+            if out_device is None:
+                out_device = t.device
+            want = _torch_dtype(torch, self.engine.tensor_dtype(name))
+            t = t.detach()
+            if t.dtype != want:
+                t = t.to(want)
+            if t.device.type != "cpu":
+                t = t.cpu()  # the bindings take host memory (device tensors: issue 12, step 4)
+            feeds[name] = t.contiguous()
+        outs = self._context.run(feeds)
+        result = tuple(torch.from_numpy(outs[n]).to(out_device) for n in self.output_names)
+        return result[0] if len(result) == 1 else result
+
+    forward = __call__
+
+
+def _torch_dtype(torch, np_dtype: Any) -> Any:
+    import numpy as np  # noqa: PLC0415
+
+    table = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+             np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+             np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8, np.dtype(np.bool_): torch.bool}
+    got = table.get(np.dtype(np_dtype))
+    if got is None:
+        raise InvalidArgumentError(f"kiln.torch: no torch dtype for the engine's {np_dtype}")
+    return got
+
+
+def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optional[Iterable[Any]] = None,
+            device: str = "cpu", builder_optimization_level: Optional[int] = None) -> CompiledModule:
+    """Builds a kiln engine for `module` over the Inputs' shape ranges; see the module's text.
+
+    enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
+    the builder may compute in. device: "cpu" or "cuda".
+    """
+    torch = _torch()
+    inputs = list(inputs)
+    if not inputs or not all(isinstance(i, Input) for i in inputs):
+        raise InvalidArgumentError("kiln.torch.compile: inputs must be a non-empty list of kiln.torch.Input")
+    names = [inp.name or f"input_{k}" for k, inp in enumerate(inputs)]
+    if len(set(names)) != len(names):
+        raise InvalidArgumentError(f"kiln.torch.compile: input names repeat: {names}")
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgumentError(f"kiln.torch.compile: device must be 'cpu' or 'cuda', got {device!r}")
+    if hasattr(module, "eval"):
+        module = module.eval()
+    with torch.no_grad():
+        data = _export(module, inputs, names)
+    network = _onnx.parse_bytes(data)
+    config = _kiln.BuilderConfig()
+    for p in enabled_precisions or ():
+        key = str(p).replace("torch.", "")
+        if key in ("float32", "float"):
+            continue
+        if key not in _PRECISIONS:
+            raise InvalidArgumentError(f"kiln.torch.compile: enabled_precisions has {p}; kiln takes "
+                                       "torch.float32, torch.float16 and torch.bfloat16")
+        config.set_flag(_PRECISIONS[key])
+    if builder_optimization_level is not None:
+        config.builder_optimization_level = int(builder_optimization_level)
+    config.add_profile(_profile(inputs, names))
+    engine = _kiln.Builder(_kiln.Device.CUDA if device == "cuda" else _kiln.Device.CPU).build(network, config)
+    outputs = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)
+               if engine.tensor_mode(engine.io_tensor_name(i)) == _kiln.TensorIOMode.OUTPUT]
+    return CompiledModule(engine, names, outputs, device)
+
+
+_MAGIC = b"KILNTORCH1\n"
+
+
+def save(compiled: CompiledModule, path: Union[str, "os.PathLike[str]"]) -> None:
+    """Writes the compiled module: a small header (IO names, device) and the engine file's bytes."""
+    if not isinstance(compiled, CompiledModule):
+        raise InvalidArgumentError(f"kiln.torch.save: expected a CompiledModule, got {type(compiled).__name__}")
+    header = json.dumps({"inputs": compiled.input_names, "outputs": compiled.output_names,
+                         "device": compiled.device}).encode()
+    with open(path, "wb") as f:
+        f.write(_MAGIC + struct.pack("<Q", len(header)) + header + bytes(compiled.engine.serialize()))
+
+
+def load(path: Union[str, "os.PathLike[str]"]) -> CompiledModule:
+    """Reads what save wrote; runs without the module's Python class (or torch.export)."""
+    with open(path, "rb") as f:
+        head = f.read(len(_MAGIC) + 8)
+        if len(head) < len(_MAGIC) + 8 or head[:len(_MAGIC)] != _MAGIC:
+            raise InvalidArgumentError(f"kiln.torch.load: '{path}' is not a file kiln.torch.save wrote")
+        (n,) = struct.unpack("<Q", head[len(_MAGIC):])
+        if n > 1 << 20:
+            raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a header of {n} bytes (at most 1 MiB)")
+        try:
+            meta = json.loads(f.read(n))
+            inputs, outputs, device = list(meta["inputs"]), list(meta["outputs"]), str(meta["device"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a corrupted header: {e}") from e
+        engine = _kiln.Engine.deserialize(f.read())
+    names = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)]
+    if sorted(names) != sorted(inputs + outputs):
+        raise InvalidArgumentError(f"kiln.torch.load: '{path}': the header's IO names {inputs + outputs} are not "
+                                   f"the engine's {names}")
+    return CompiledModule(engine, inputs, outputs, device)

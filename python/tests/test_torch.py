@@ -1,0 +1,131 @@
+# kiln.torch: the seeds' modules compiled from nn.Module with Input(min, opt, max), run on torch
+# tensors, saved and loaded. Skipped where PyTorch is not installed (pip install .[torch]).
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install '.[torch]')")
+pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onnxscript")
+
+import kiln  # noqa: E402
+import kiln.torch as kt  # noqa: E402
+
+
+class SeedLinear(torch.nn.Module):
+    """Seed 003: two linear layers whose output has seq_len + 1 rows."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.l1, self.l2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        y = self.l2(torch.relu(self.l1(x)))
+        return torch.cat([y, y[:, -1:]], dim=1)
+
+
+class UNet(torch.nn.Module):
+    """Seed 001: Conv, PixelShuffle, F.interpolate and skip concatenations."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        torch.manual_seed(1)
+        conv = torch.nn.Conv2d
+        self.e1 = torch.nn.Sequential(conv(3, c, 3, padding=1), torch.nn.ReLU())
+        self.e2 = torch.nn.Sequential(conv(c, 2 * c, 3, stride=2, padding=1), torch.nn.ReLU())
+        self.e3 = torch.nn.Sequential(conv(2 * c, 4 * c, 3, stride=2, padding=1), torch.nn.ReLU())
+        self.u3 = conv(4 * c, 8 * c, 1)
+        self.d2 = torch.nn.Sequential(conv(4 * c, 2 * c, 3, padding=1), torch.nn.ReLU())
+        self.d1 = torch.nn.Sequential(conv(3 * c, c, 3, padding=1), torch.nn.ReLU())
+        self.head = conv(c, 12, 1)
+        self.ps = torch.nn.PixelShuffle(2)
+
+    def forward(self, x):
+        a = self.e1(x)
+        b = self.e2(a)
+        z = self.e3(b)
+        u = self.ps(self.u3(z))
+        y = self.d2(torch.cat([u, b], 1))
+        y = torch.nn.functional.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False)
+        y = self.d1(torch.cat([y, a], 1))
+        return self.ps(self.head(y))
+
+
+def close(got, want, atol=1e-4, rtol=1e-3):
+    assert isinstance(got, torch.Tensor)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=atol, rtol=rtol)
+
+
+@pytest.fixture(scope="module")
+def linear():
+    model = SeedLinear().eval()
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 1, 16), opt_shape=(4, 32, 16), max_shape=(10, 128, 16),
+                                                  name="x", dim_names=("batch", "seq_len"))])
+    return model, compiled
+
+
+def test_two_linear_output_is_seq_len_plus_one(linear):
+    model, compiled = linear
+    (shape,) = compiled.output_shapes().values()
+    assert shape == ["batch", "seq_len + 1", "8"]
+    with torch.no_grad():
+        for dims in [(3, 7), (1, 1), (10, 128), (2, 64)]:
+            x = torch.randn(*dims, 16)
+            got = compiled(x)
+            assert tuple(got.shape) == (dims[0], dims[1] + 1, 8)
+            close(got, model(x))
+    with pytest.raises(kiln.InvalidArgumentError, match="seq_len"):
+        compiled(torch.randn(2, 129, 16))  # outside the profile: the dim and its range are named
+
+
+def test_unet_dynamic_height_and_width():
+    model = UNet().eval()
+    # H and W any size: two stride-2 levels concatenated with their upsampling need multiples of 4,
+    # and kiln's shape check says so, with the values that fail and a range that would build.
+    with pytest.raises(kiln.InvalidArgumentError, match=r"fails in profile 0 \(h in \[200, 400\]\).*first at h=201"):
+        kt.compile(model, inputs=[kt.Input(min_shape=(1, 3, 200, 200), max_shape=(2, 3, 400, 400), name="x",
+                                           dim_names=("n", None, "h", "w"))])
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 3, 200, 200), opt_shape=(2, 3, 300, 300),
+                                                  max_shape=(2, 3, 400, 400), name="x",
+                                                  dim_names=("n", None, "4*h", "4*w"))])
+    with torch.no_grad():
+        for shape in [(2, 3, 200, 200), (1, 3, 300, 400)]:
+            x = torch.randn(*shape)
+            got = compiled(x)
+            want = model(x)
+            assert tuple(got.shape) == tuple(want.shape) == (shape[0], 3, 2 * shape[2], 2 * shape[3])
+            close(got, want)
+
+
+def test_save_and_load_run_without_the_module(linear, tmp_path):
+    model, compiled = linear
+    path = tmp_path / "linear.kiln"
+    kt.save(compiled, path)
+    again = kt.load(path)
+    assert again.input_names == ["x"] and again.output_names == compiled.output_names
+    x = torch.randn(5, 9, 16)
+    close(again(x), compiled(x), atol=0, rtol=0)
+    bad = tmp_path / "bad.kiln"
+    bad.write_bytes(b"not a compiled module")
+    with pytest.raises(kiln.InvalidArgumentError, match="is not a file kiln.torch.save wrote"):
+        kt.load(bad)
+    tampered = tmp_path / "tampered.kiln"
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF  # inside the engine: its checksum catches it
+    tampered.write_bytes(bytes(data))
+    with pytest.raises(kiln.Error):
+        kt.load(tampered)
+
+
+def test_bad_arguments_are_named(linear):
+    _, compiled = linear
+    with pytest.raises(kiln.InvalidArgumentError, match="min <= opt <= max"):
+        kt.Input(min_shape=(4, 1), max_shape=(2, 1))
+    with pytest.raises(kiln.InvalidArgumentError, match="differ in rank"):
+        kt.Input(min_shape=(1, 2), max_shape=(1, 2, 3))
+    with pytest.raises(kiln.InvalidArgumentError, match="takes 1 inputs"):
+        compiled(torch.zeros(1, 1, 16), torch.zeros(1, 1, 16))
+    with pytest.raises(kiln.InvalidArgumentError, match="not a torch tensor"):
+        compiled(np.zeros((1, 1, 16), np.float32))
+    with pytest.raises(kiln.InvalidArgumentError, match="enabled_precisions"):
+        kt.compile(SeedLinear(), inputs=[kt.Input(shape=(1, 2, 16))], enabled_precisions={torch.int8})
