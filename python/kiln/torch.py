@@ -26,13 +26,15 @@ import json
 import os
 import re
 import struct
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _kiln
 from . import onnx as _onnx
 from ._errors import InvalidArgumentError
+from .session import KilnWarning
 
-__all__ = ["Input", "CompiledModule", "compile", "save", "load"]
+__all__ = ["Input", "CompiledModule", "compile", "save", "load", "backend", "CompileReport", "report"]
 
 Shape = Tuple[int, ...]
 
@@ -132,7 +134,10 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
         dynamic_shapes.append(spec or None)
     args = tuple(_example(torch, inp) for inp in inputs)
     try:
-        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=tuple(dynamic_shapes),
+        # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
+        # would match against a GraphModule's *args signature as one element.
+        shapes = tuple(dynamic_shapes) if any(d is not None for d in dynamic_shapes) else None
+        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=shapes,
                                     input_names=names, optimize=True, verbose=False)
     except Exception as e:  # the exporter's own message names the module's source line
         raise InvalidArgumentError(f"kiln.torch.compile: torch.onnx.export failed: {type(e).__name__}: {e}") from e
@@ -283,3 +288,84 @@ def load(path: Union[str, "os.PathLike[str]"]) -> CompiledModule:
         raise InvalidArgumentError(f"kiln.torch.load: '{path}': the header's IO names {inputs + outputs} are not "
                                    f"the engine's {names}")
     return CompiledModule(engine, inputs, outputs, device)
+
+
+# ---- torch.compile(model, backend="kiln") ----
+
+
+class CompileReport:
+    """What the torch.compile backend did with each graph TorchDynamo handed it, in order: kiln
+    built an engine for it, or PyTorch runs it (the reason is kept). TorchDynamo splits a model
+    at each graph break (a data-dependent Python branch, an unsupported call), so a model with one
+    break arrives as two or more graphs."""
+
+    def __init__(self) -> None:
+        self.graphs: List[Dict[str, Any]] = []
+
+    def add(self, runner: str, ops: int, reason: str = "") -> None:
+        self.graphs.append({"runner": runner, "ops": ops, "reason": reason})
+
+    @property
+    def graph_breaks(self) -> int:
+        return max(len(self.graphs) - 1, 0)
+
+    @property
+    def fallbacks(self) -> List[Dict[str, Any]]:
+        return [g for g in self.graphs if g["runner"] == "pytorch"]
+
+    def clear(self) -> None:
+        self.graphs.clear()
+
+    def __str__(self) -> str:
+        lines = [f"kiln backend: {len(self.graphs)} graphs ({self.graph_breaks} graph breaks), "
+                 f"{len(self.graphs) - len(self.fallbacks)} on kiln, {len(self.fallbacks)} on PyTorch"]
+        for k, g in enumerate(self.graphs):
+            lines.append(f"  graph {k}: {g['ops']} ops on {g['runner']}" + (f" ({g['reason']})" if g["reason"] else ""))
+        return "\n".join(lines)
+
+
+report = CompileReport()
+
+
+def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, Any]] = None,
+            mode: Optional[str] = None) -> Any:
+    """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
+    point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
+    or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
+    device ("cpu" or "cuda"), enabled_precisions (as compile's). kiln.torch.report says what ran
+    where, graph breaks included."""
+    torch = _torch()
+    opts = dict(options or {})
+    device = opts.pop("device", "cpu")
+    precisions = opts.pop("enabled_precisions", None)
+    if opts:
+        raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} (it takes device, enabled_precisions)")
+    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    as_list = isinstance(output, list)
+
+    def fall_back(reason: str) -> Any:
+        report.add("pytorch", ops, reason)
+        warnings.warn(KilnWarning(f"kiln backend: a graph of {ops} ops runs on PyTorch: {reason}"), stacklevel=2)
+        return gm.forward
+
+    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
+        return fall_back("its inputs have symbolic sizes (torch.compile dynamic=True); kiln.torch.compile "
+                         "takes shape ranges through Input(min_shape, opt_shape, max_shape)")
+    if not isinstance(output, (tuple, list)) or not all(hasattr(o, "op") for o in output):
+        return fall_back("its output is not a flat sequence of tensors")
+    try:
+        inputs = [Input(shape=tuple(t.shape), dtype=t.dtype, name=f"arg{k}") for k, t in enumerate(example_inputs)]
+        compiled = compile(gm, inputs, enabled_precisions=precisions, device=device)
+    except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
+        return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    report.add("kiln", ops)
+    if report.graph_breaks:
+        warnings.warn(KilnWarning(str(report)), stacklevel=2)
+
+    def run(*args: Any) -> Any:
+        out = compiled(*args)
+        out = list(out) if isinstance(out, tuple) else [out]
+        return out if as_list else tuple(out)
+
+    return run

@@ -129,3 +129,73 @@ def test_bad_arguments_are_named(linear):
         compiled(np.zeros((1, 1, 16), np.float32))
     with pytest.raises(kiln.InvalidArgumentError, match="enabled_precisions"):
         kt.compile(SeedLinear(), inputs=[kt.Input(shape=(1, 2, 16))], enabled_precisions={torch.int8})
+
+
+class Branchy(torch.nn.Module):
+    """A data-dependent Python branch: TorchDynamo breaks the graph at it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.a, self.b, self.c = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        if y.sum() > 0:  # decided by the data
+            y = self.b(y)
+        return self.c(y)
+
+
+@pytest.fixture
+def kiln_backend():
+    """torch.compile's backend name: "kiln" through the package's torch_dynamo_backends entry point."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    kt.report.clear()
+    torch._dynamo.lookup_backend("kiln")  # the entry point of the installed package
+    yield "kiln"
+    torch._dynamo.reset()
+
+
+def test_torch_compile_backend_resnet18(kiln_backend):
+    torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    compiled = torch.compile(model, backend=kiln_backend)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad(), _no_fallback():
+        got = compiled(x)
+        want = model(x)
+    close(got, want, atol=1e-3, rtol=1e-3)
+    assert [g["runner"] for g in kt.report.graphs] == ["kiln"], str(kt.report)
+
+
+def test_torch_compile_backend_reports_the_graph_break(kiln_backend):
+    model = Branchy().eval()
+    compiled = torch.compile(model, backend=kiln_backend)
+    with torch.no_grad():
+        for seed in range(4):  # both sides of the branch
+            x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed)) * (1 if seed % 2 else -1)
+            with pytest.warns(kiln.KilnWarning, match="graph break") if seed == 0 else _no_fallback():
+                got = compiled(x)
+            close(got, model(x), atol=1e-5, rtol=1e-4)
+    assert kt.report.graph_breaks >= 1, str(kt.report)
+    assert not kt.report.fallbacks, str(kt.report)
+    assert "graph breaks" in str(kt.report)
+
+
+class _no_fallback:
+    """No KilnWarning about a graph falling back to PyTorch inside the block."""
+
+    def __enter__(self):
+        self._w = __import__("warnings").catch_warnings(record=True)
+        self._log = self._w.__enter__()
+        __import__("warnings").simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+        fell = [str(w.message) for w in self._log if "runs on PyTorch" in str(w.message)]
+        assert not fell, fell
+        return False
