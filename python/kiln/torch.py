@@ -91,14 +91,14 @@ class Input:
                 f"max_shape={self.max_shape}, dtype={self.dtype})")
 
 
-def _example(torch, inp: Input) -> Any:
+def _example(torch, inp: Input, shape: Sequence[int]) -> Any:
     dtype = inp.dtype if inp.dtype is not None else torch.float32
     g = torch.Generator().manual_seed(0)
     if dtype.is_floating_point:
-        return torch.randn(inp.opt_shape, generator=g, dtype=torch.float32).to(dtype)
+        return torch.randn(tuple(shape), generator=g, dtype=torch.float32).to(dtype)
     if dtype == torch.bool:
-        return torch.ones(inp.opt_shape, dtype=torch.bool)
-    return torch.randint(0, 2, inp.opt_shape, generator=g, dtype=dtype)
+        return torch.ones(tuple(shape), dtype=torch.bool)
+    return torch.randint(0, 2, tuple(shape), generator=g, dtype=dtype)
 
 
 def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
@@ -108,8 +108,10 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
 
     dims: Dict[str, Any] = {}
     dynamic_shapes = []
+    examples = []
     for inp, name in zip(inputs, names):
         spec = {}
+        shape = list(inp.opt_shape)
         for axis in inp.dynamic_axes():
             dim_name = inp.dim_names[axis] or f"{name}_d{axis}"
             lo, hi = inp.min_shape[axis], inp.max_shape[axis]
@@ -131,8 +133,11 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
             # or 1 specializes there, so it starts at 2 and kiln's profile keeps the real range.
             dims.setdefault(base, Dim(base, min=max(blo, 2), max=max(bhi, 3)))
             spec[axis] = k * dims[base] if k != 1 else dims[base]
+            # The traced example: opt, moved inside what the Dim allows (a multiple of k, at least 2k).
+            shape[axis] = k * min(max(inp.opt_shape[axis] // k, dims[base].min), dims[base].max)
         dynamic_shapes.append(spec or None)
-    args = tuple(_example(torch, inp) for inp in inputs)
+        examples.append(shape)
+    args = tuple(_example(torch, inp, shape) for inp, shape in zip(inputs, examples))
     try:
         # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
         # would match against a GraphModule's *args signature as one element.

@@ -97,6 +97,18 @@ def test_unet_dynamic_height_and_width():
             close(got, want)
 
 
+def test_opt_at_the_small_end_still_exports():
+    # opt 1 (a latency profile): torch.export's dims start at 2, so the traced example moves inside
+    # them while the engine keeps opt 1.
+    model = SeedLinear().eval()
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 1, 16), opt_shape=(1, 1, 16), max_shape=(4, 9, 16),
+                                                  name="x", dim_names=("batch", "seq_len"))])
+    assert compiled.engine.profile_shape("x", 0, kiln.OptProfileSelector.OPT) == (1, 1, 16)
+    with torch.no_grad():
+        x = torch.randn(1, 1, 16)
+        close(compiled(x), model(x))
+
+
 def test_save_and_load_run_without_the_module(linear, tmp_path):
     model, compiled = linear
     path = tmp_path / "linear.kiln"
