@@ -996,11 +996,14 @@ TEST(PatchifyConv, PatchEmbeddingBecomesOneGemm) {
 // ---- pack_attention ----
 
 // fuse_attention, then pack_attention, each told the backend takes what it makes.
-ir::Graph fuse_and_pack(const std::string& text) {
+// fuse_attention then pack_attention on `text` (linear_layers: fuse_matmul_bias first, as the
+// build runs them), everything supported; verified and compacted.
+ir::Graph fuse_and_pack(const std::string& text, bool linear_layers = false) {
   ir::Graph g = parse(text);
   auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
     return true;
   };
+  if (linear_layers) EXPECT_TRUE(builder::fuse_matmul_bias(&g, yes).ok());
   EXPECT_TRUE(builder::fuse_attention(&g, yes).ok());
   Status st = builder::pack_attention(&g, yes);
   EXPECT_TRUE(st.ok()) << st.to_string();
@@ -1131,15 +1134,7 @@ const char* kMhaBlock = R"(graph g(%x: float32[2, 3, 8]) -> (%out: float32[2, 3,
 
 TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
   ir::Graph g = parse(kMhaBlock);
-  ir::Graph packed = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
-  ASSERT_TRUE(builder::fuse_matmul_bias(&packed, yes).ok());
-  ASSERT_TRUE(builder::fuse_attention(&packed, yes).ok());
-  ASSERT_TRUE(builder::pack_attention(&packed, yes).ok());
-  ASSERT_TRUE(ir::verify(packed).ok()) << ir::verify(packed).to_string();
-  ir::compact(&packed);
+  ir::Graph packed = fuse_and_pack(kMhaBlock, /*linear_layers=*/true);
   const std::string text = ir::to_text(packed);
   for (const char* part : {"%p: float32[2, 3, 24] = kiln::MatMulBias(%x, %w, %b) {activation=\"none\"}  # in_proj",
                            "float32[2, 3, 8] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, kv_num_heads=2, "
@@ -1191,15 +1186,10 @@ std::string bert_projections() {
 
 TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
   ir::Graph g = parse(bert_projections());
-  ir::Graph packed = g;
+  ir::Graph packed = fuse_and_pack(bert_projections(), /*linear_layers=*/true);
   auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
     return true;
   };
-  ASSERT_TRUE(builder::fuse_matmul_bias(&packed, yes).ok());
-  ASSERT_TRUE(builder::fuse_attention(&packed, yes).ok());
-  ASSERT_TRUE(builder::pack_attention(&packed, yes).ok());
-  ASSERT_TRUE(ir::verify(packed).ok()) << ir::verify(packed).to_string();
-  ir::compact(&packed);
   const std::string text = ir::to_text(packed);
   for (const char* part : {"%q_qkv: float32[2, 3, 24] = kiln::MatMulBias(%x, %wq_qkv, %wq_qkv_bias) {activation=\"none\"}",
                            "%y: float32[2, 3, 8] = kiln::PackedAttention(%q_qkv, %q_qkv, %q_qkv, %m) {head_size=4, "

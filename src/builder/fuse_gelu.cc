@@ -23,20 +23,6 @@ bool near(std::optional<float> v, double want) {
   return v && std::fabs(double(*v) - want) <= 1e-4 * std::fabs(want);
 }
 
-// The producer of v when it is the ONNX op `op` with one output, read by nothing but `reader`.
-int producer_of(const ir::Graph& g, int v, const char* op, int reader) {
-  if (v < 0 || sole_reader(g, v) != reader) return -1;
-  const int p = g.values[size_t(v)].producer;
-  if (p < 0 || !is_onnx(g.nodes[size_t(p)], op) || g.nodes[size_t(p)].outputs.size() != 1) return -1;
-  return p;
-}
-
-// The operand of binary node n other than `x`, or -1.
-int other_of(const ir::Node& n, int x) {
-  if (n.inputs.size() != 2) return -1;
-  return n.inputs[0] == x ? n.inputs[1] : n.inputs[1] == x ? n.inputs[0] : -1;
-}
-
 StatusOr<bool> fuse_at(ir::Graph* g, int tn, const SupportsFn& supports) {
   const ir::Node& tanh = g->nodes[size_t(tn)];
   if (!is_onnx(tanh, "Tanh") || tanh.inputs.size() != 1 || tanh.outputs.size() != 1) return false;

@@ -29,27 +29,6 @@
 namespace kiln::builder {
 namespace {
 
-// The producer of v when it is the ONNX op `op` with one output, read by nothing but `reader`.
-int producer_of(const ir::Graph& g, int v, const char* op, int reader) {
-  if (v < 0 || sole_reader(g, v) != reader) return -1;
-  const int p = g.values[size_t(v)].producer;
-  if (p < 0 || !is_onnx(g.nodes[size_t(p)], op) || g.nodes[size_t(p)].outputs.size() != 1) return -1;
-  return p;
-}
-
-// The one reader of v when it is the ONNX op `op` with one output; else -1.
-int reader_of(const ir::Graph& g, int v, const char* op) {
-  const int r = sole_reader(g, v);
-  if (r < 0 || !is_onnx(g.nodes[size_t(r)], op) || g.nodes[size_t(r)].outputs.size() != 1) return -1;
-  return r;
-}
-
-// The operand of binary node n other than `x`, or -1.
-int other_of(const ir::Node& n, int x) {
-  if (n.inputs.size() != 2) return -1;
-  return n.inputs[0] == x ? n.inputs[1] : n.inputs[1] == x ? n.inputs[0] : -1;
-}
-
 // Whether ReduceMean node r averages its input over the last axis alone and keeps it.
 bool mean_of_last_axis(const ir::Graph& g, const ir::Node& r) {
   if (r.inputs.empty() || r.inputs[0] < 0) return false;

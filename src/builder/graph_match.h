@@ -44,6 +44,27 @@ inline int sole_reader(const ir::Graph& g, int v) {
 
 inline bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
+// The producer of v when it is the ONNX op `op` with one output, read by nothing but `reader`; else -1.
+inline int producer_of(const ir::Graph& g, int v, const char* op, int reader) {
+  if (v < 0 || sole_reader(g, v) != reader) return -1;
+  const int p = g.values[size_t(v)].producer;
+  if (p < 0 || !is_onnx(g.nodes[size_t(p)], op) || g.nodes[size_t(p)].outputs.size() != 1) return -1;
+  return p;
+}
+
+// The one reader of v when it is the ONNX op `op` with one output; else -1.
+inline int reader_of(const ir::Graph& g, int v, const char* op) {
+  const int r = sole_reader(g, v);
+  if (r < 0 || !is_onnx(g.nodes[size_t(r)], op) || g.nodes[size_t(r)].outputs.size() != 1) return -1;
+  return r;
+}
+
+// The operand of binary node n other than `x`, or -1.
+inline int other_of(const ir::Node& n, int x) {
+  if (n.inputs.size() != 2) return -1;
+  return n.inputs[0] == x ? n.inputs[1] : n.inputs[1] == x ? n.inputs[0] : -1;
+}
+
 // Input i of n when it is a constant of one element, as a float.
 inline std::optional<float> scalar_constant(const ir::Graph& g, const ir::Node& n, size_t i) {
   if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;

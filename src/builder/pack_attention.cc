@@ -329,15 +329,29 @@ std::optional<Operand> trace(const ir::Graph& g, int v, int64_t heads) {
   return std::nullopt;
 }
 
-StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
-  const ir::Node& att = g->nodes[size_t(an)];
-  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 ||
-      att.outputs.size() != 1) {
+// An ONNX Attention these rewrites take: Q, K, V and an optional mask, one output, and no
+// attribute beyond the scale, causality and head counts.
+bool plain_attention(const ir::Node& att) {
+  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 || att.outputs.size() != 1) {
     return false;
   }
   for (const auto& [name, a] : att.attrs.all()) {
     if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads") return false;
   }
+  return true;
+}
+
+// The Attention's scale: its attribute, else 1/sqrt(head size); nullopt when unreadable.
+std::optional<float> scale_of(const ir::Node& att, int64_t head) {
+  if (!att.attrs.has("scale")) return 1.f / std::sqrt(float(head));
+  auto s = att.attrs.get_float("scale", std::nullopt);
+  if (!s.ok()) return std::nullopt;
+  return *s;
+}
+
+StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
+  const ir::Node& att = g->nodes[size_t(an)];
+  if (!plain_attention(att)) return false;
   const int y = att.outputs[0];
   const auto& ys = g->values[size_t(y)].shape;
   if (!ys) return false;
@@ -372,12 +386,8 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
   if (q->base == att.inputs[0] && k->base == att.inputs[1] && v->base == att.inputs[2] && out == y) {
     return false;
   }
-  float scale = 1.f / std::sqrt(float(q->head));
-  if (att.attrs.has("scale")) {
-    auto s = att.attrs.get_float("scale", std::nullopt);
-    if (!s.ok()) return false;
-    scale = *s;
-  }
+  const std::optional<float> scale = scale_of(att, q->head);
+  if (!scale) return false;
   ir::Node fused;
   fused.name = att.name;
   fused.domain = "kiln";
@@ -394,7 +404,7 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
   set_int(&fused, "k_offset", k->offset);
   set_int(&fused, "v_offset", v->offset);
   set_int(&fused, "seq_first", q->seq_first ? 1 : 0);
-  set_float(&fused, "scale", scale);
+  set_float(&fused, "scale", *scale);
   if (*causal != 0) set_int(&fused, "is_causal", 1);
   if (out_rank == 4) set_int(&fused, "output_rank", 4);
   return replace_if_supported(g, matched, std::move(fused), supports);
@@ -564,13 +574,7 @@ std::optional<Tensor> concat_columns(const std::vector<const Tensor*>& parts) {
 
 StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supports) {
   const ir::Node& att = g->nodes[size_t(an)];
-  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 ||
-      att.outputs.size() != 1) {
-    return false;
-  }
-  for (const auto& [name, a] : att.attrs.all()) {
-    if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads") return false;
-  }
+  if (!plain_attention(att)) return false;
   auto qh = att.attrs.get_int("q_num_heads", 0), kh = att.attrs.get_int("kv_num_heads", 0);
   auto causal = att.attrs.get_int("is_causal", 0);
   if (!qh.ok() || !kh.ok() || !causal.ok() || *qh <= 0 || *kh <= 0 || *qh % *kh != 0) return false;
@@ -617,12 +621,8 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
     n.push_back(w.constant->shape()[1]);
   }
   if (n[0] % *qh != 0 || n[1] % *kh != 0 || n[2] % *kh != 0 || n[0] / *qh != n[1] / *kh) return false;
-  float scale = 1.f / std::sqrt(float(n[0] / *qh));
-  if (att.attrs.has("scale")) {
-    auto sc = att.attrs.get_float("scale", std::nullopt);
-    if (!sc.ok()) return false;
-    scale = *sc;
-  }
+  const std::optional<float> scale = scale_of(att, n[0] / *qh);
+  if (!scale) return false;
   // The biases side by side are the columns of [1, N_i] rows.
   std::vector<Tensor> rows;
   for (const Tensor* b : bs) rows.push_back(Tensor::wrap(b->dtype(), {1, b->shape()[0]}, b->data(), nullptr));
@@ -682,7 +682,7 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   set_int(&fused, "k_offset", n[0]);
   set_int(&fused, "v_offset", n[0] + n[1]);
   set_int(&fused, "seq_first", 0);
-  set_float(&fused, "scale", scale);
+  set_float(&fused, "scale", *scale);
   if (*causal != 0) set_int(&fused, "is_causal", 1);
   if (replace_if_supported(g, std::vector<int>{at}, std::move(fused), supports)) return true;
   *g = std::move(saved);
