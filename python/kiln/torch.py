@@ -17,7 +17,7 @@ its symbolic dims, so the engine's profile is exactly the Inputs' min/opt/max. T
 the CPU or, where kiln was built with CUDA, on the GPU (`device="cuda"`); torch tensors go in
 through DLPack and the outputs come back as torch tensors.
 
-torch is imported on first use: `import kiln` never needs it (`pip install .[torch]` brings it).
+`import kiln` never needs torch; `import kiln.torch` does (`pip install .[torch]` brings it).
 """
 
 from __future__ import annotations
@@ -39,12 +39,14 @@ __all__ = ["Input", "CompiledModule", "compile", "save", "load", "backend", "Com
 Shape = Tuple[int, ...]
 
 
+try:
+    import torch as _torch_module
+except ImportError as _e:  # pragma: no cover - exercised only without torch
+    raise ImportError("kiln.torch needs PyTorch: pip install 'kiln[torch]'") from _e
+
+
 def _torch():
-    try:
-        import torch  # noqa: PLC0415 (optional dependency)
-    except ImportError as e:  # pragma: no cover - exercised only without torch
-        raise ImportError("kiln.torch needs PyTorch: pip install 'kiln[torch]'") from e
-    return torch
+    return _torch_module
 
 
 class Input:
@@ -159,8 +161,8 @@ def _profile(inputs: List[Input], names: List[str]) -> Any:
 _PRECISIONS = {"float16": _kiln.BuilderFlag.FP16, "bfloat16": _kiln.BuilderFlag.BF16}
 
 
-class CompiledModule:
-    """A kiln engine behind torch tensors: call it as the module it was made from.
+class CompiledModule(_torch_module.nn.Module):
+    """A kiln engine behind torch tensors: an nn.Module to call as the one it was made from.
 
     Inputs are taken positionally (or by name) as torch tensors, cast to the engine's dtype where
     they differ; outputs are torch tensors of exactly the shapes this call implies, one tensor when
@@ -168,6 +170,7 @@ class CompiledModule:
     """
 
     def __init__(self, engine: Any, input_names: Sequence[str], output_names: Sequence[str], device: str):
+        super().__init__()
         self.engine = engine
         self.input_names = list(input_names)
         self.output_names = list(output_names)
@@ -178,7 +181,7 @@ class CompiledModule:
         """Each output's shape as formulas over the inputs' dim names (kiln's symbolic dims)."""
         return {n: list(self.engine.tensor_symbolic_shape(n)) for n in self.output_names}
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         torch = _torch()
         if len(args) + len(kwargs) != len(self.input_names):
             raise InvalidArgumentError(f"kiln.torch: the engine takes {len(self.input_names)} inputs "
@@ -206,7 +209,6 @@ class CompiledModule:
         result = tuple(torch.from_numpy(outs[n]).to(out_device) for n in self.output_names)
         return result[0] if len(result) == 1 else result
 
-    forward = __call__
 
 
 def _torch_dtype(torch, np_dtype: Any) -> Any:

@@ -66,6 +66,12 @@ def linear():
 
 def test_two_linear_output_is_seq_len_plus_one(linear):
     model, compiled = linear
+    # An nn.Module: it composes with others.
+    assert isinstance(compiled, torch.nn.Module)
+    chained = torch.nn.Sequential(compiled, torch.nn.ReLU())
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        close(chained(x), torch.relu(model(x)))
     (shape,) = compiled.output_shapes().values()
     assert shape == ["batch", "seq_len + 1", "8"]
     with torch.no_grad():
