@@ -29,6 +29,8 @@ import struct
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from . import _kiln
 from . import onnx as _onnx
 from ._errors import InvalidArgumentError
@@ -40,13 +42,9 @@ Shape = Tuple[int, ...]
 
 
 try:
-    import torch as _torch_module
+    import torch
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError("kiln.torch needs PyTorch: pip install 'kiln[torch]'") from _e
-
-
-def _torch():
-    return _torch_module
 
 
 class Input:
@@ -93,7 +91,7 @@ class Input:
                 f"max_shape={self.max_shape}, dtype={self.dtype})")
 
 
-def _example(torch, inp: Input, shape: Sequence[int]) -> Any:
+def _example(inp: Input, shape: Sequence[int]) -> Any:
     dtype = inp.dtype if inp.dtype is not None else torch.float32
     g = torch.Generator().manual_seed(0)
     if dtype.is_floating_point:
@@ -105,7 +103,6 @@ def _example(torch, inp: Input, shape: Sequence[int]) -> Any:
 
 def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
     """The module as ONNX bytes, its dynamic axes named and ranged from the Inputs."""
-    torch = _torch()
     from torch.export import Dim  # noqa: PLC0415
 
     dims: Dict[str, Any] = {}
@@ -139,7 +136,7 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
             shape[axis] = k * min(max(inp.opt_shape[axis] // k, dims[base].min), dims[base].max)
         dynamic_shapes.append(spec or None)
         examples.append(shape)
-    args = tuple(_example(torch, inp, shape) for inp, shape in zip(inputs, examples))
+    args = tuple(_example(inp, shape) for inp, shape in zip(inputs, examples))
     try:
         # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
         # would match against a GraphModule's *args signature as one element.
@@ -161,7 +158,7 @@ def _profile(inputs: List[Input], names: List[str]) -> Any:
 _PRECISIONS = {"float16": _kiln.BuilderFlag.FP16, "bfloat16": _kiln.BuilderFlag.BF16}
 
 
-class CompiledModule(_torch_module.nn.Module):
+class CompiledModule(torch.nn.Module):
     """A kiln engine behind torch tensors: an nn.Module to call as the one it was made from.
 
     Inputs are taken positionally (or by name) as torch tensors, cast to the engine's dtype where
@@ -182,7 +179,6 @@ class CompiledModule(_torch_module.nn.Module):
         return {n: list(self.engine.tensor_symbolic_shape(n)) for n in self.output_names}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        torch = _torch()
         if len(args) + len(kwargs) != len(self.input_names):
             raise InvalidArgumentError(f"kiln.torch: the engine takes {len(self.input_names)} inputs "
                                        f"({', '.join(self.input_names)}), got {len(args) + len(kwargs)}")
@@ -198,7 +194,7 @@ class CompiledModule(_torch_module.nn.Module):
                 raise InvalidArgumentError(f"kiln.torch: input '{name}' is a {type(t).__name__}, not a torch tensor")
             if out_device is None:
                 out_device = t.device
-            want = _torch_dtype(torch, self.engine.tensor_dtype(name))
+            want = _torch_dtype(self.engine.tensor_dtype(name))
             t = t.detach()
             if t.dtype != want:
                 t = t.to(want)
@@ -211,13 +207,15 @@ class CompiledModule(_torch_module.nn.Module):
 
 
 
-def _torch_dtype(torch, np_dtype: Any) -> Any:
-    import numpy as np  # noqa: PLC0415
+# The engine's IO dtypes (numpy's) as torch's.
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+                 np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64,
+                 np.dtype(np.int32): torch.int32, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
+                 np.dtype(np.bool_): torch.bool}
 
-    table = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
-             np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
-             np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8, np.dtype(np.bool_): torch.bool}
-    got = table.get(np.dtype(np_dtype))
+
+def _torch_dtype(np_dtype: Any) -> Any:
+    got = _TORCH_DTYPES.get(np.dtype(np_dtype))
     if got is None:
         raise InvalidArgumentError(f"kiln.torch: no torch dtype for the engine's {np_dtype}")
     return got
@@ -230,7 +228,6 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
     enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
     the builder may compute in. device: "cpu" or "cuda".
     """
-    torch = _torch()
     inputs = list(inputs)
     if not inputs or not all(isinstance(i, Input) for i in inputs):
         raise InvalidArgumentError("kiln.torch.compile: inputs must be a non-empty list of kiln.torch.Input")
@@ -341,7 +338,6 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
     device ("cpu" or "cuda"), enabled_precisions (as compile's). kiln.torch.report says what ran
     where, graph breaks included."""
-    torch = _torch()
     opts = dict(options or {})
     device = opts.pop("device", "cpu")
     precisions = opts.pop("enabled_precisions", None)

@@ -1,5 +1,8 @@
 # kiln.torch: the seeds' modules compiled from nn.Module with Input(min, opt, max), run on torch
 # tensors, saved and loaded. Skipped where PyTorch is not installed (pip install .[torch]).
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 
@@ -203,17 +206,11 @@ def test_torch_compile_backend_reports_the_graph_break(kiln_backend):
     assert "graph breaks" in str(kt.report)
 
 
-class _no_fallback:
+@contextlib.contextmanager
+def _no_fallback():
     """No KilnWarning about a graph falling back to PyTorch inside the block."""
-
-    def __enter__(self):
-        self._w = __import__("warnings").catch_warnings(record=True)
-        self._log = self._w.__enter__()
-        __import__("warnings").simplefilter("always")
-        return self
-
-    def __exit__(self, *exc):
-        self._w.__exit__(*exc)
-        fell = [str(w.message) for w in self._log if "runs on PyTorch" in str(w.message)]
-        assert not fell, fell
-        return False
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        yield
+    fell = [str(w.message) for w in log if "runs on PyTorch" in str(w.message)]
+    assert not fell, fell

@@ -170,12 +170,18 @@ inline void set_string(ir::Node* n, const char* name, std::string s) {
 // it reads and writes), it replaces the nodes `matched`; false, and the graph as it was, when the
 // backend has no kernel for it or the replacement would make a cycle (an input computed from a
 // matched node).
+// Whether the backend has a kernel for node n, typed by the values of g it reads and writes (the
+// node need not be in g yet; its values must be).
+inline bool node_supported(const ir::Graph& g, const ir::Node& n, const SupportsFn& supports) {
+  std::vector<const ir::Value*> in, out;
+  for (int v : n.inputs) in.push_back(v >= 0 ? &g.values[size_t(v)] : nullptr);
+  for (int v : n.outputs) out.push_back(v >= 0 ? &g.values[size_t(v)] : nullptr);
+  return supports(n, in, out);
+}
+
 inline bool replace_if_supported(ir::Graph* g, const std::vector<int>& matched, ir::Node fused,
                                  const SupportsFn& supports) {
-  std::vector<const ir::Value*> in, out;
-  for (int v : fused.inputs) in.push_back(v >= 0 ? &g->values[size_t(v)] : nullptr);
-  for (int v : fused.outputs) out.push_back(&g->values[size_t(v)]);
-  if (!supports(fused, in, out)) return false;
+  if (!node_supported(*g, fused, supports)) return false;
   if (!ir::replace_nodes(g, matched, std::move(fused)).ok()) return false;
   g->opsets.emplace("kiln", 1);
   return true;

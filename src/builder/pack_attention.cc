@@ -649,13 +649,9 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   gemm.inputs = {x, wv, bv};
   gemm.outputs = {pv};
   for (int p : proj) ir::add_replaced(&gemm, g->nodes[size_t(p)]);
-  {
-    std::vector<const ir::Value*> in, out = {&g->values[size_t(pv)]};
-    for (int v : gemm.inputs) in.push_back(&g->values[size_t(v)]);
-    if (!supports(gemm, in, out)) {
-      *g = std::move(saved);
-      return false;
-    }
+  if (!node_supported(*g, gemm, supports)) {
+    *g = std::move(saved);
+    return false;
   }
   // On the edge from X to the first projection, which then reads P: it is unread once the
   // attention below is replaced, and pack_attention removes it with the other two.

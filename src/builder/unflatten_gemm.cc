@@ -86,9 +86,7 @@ StatusOr<bool> unflatten_at(ir::Graph* g, int gn, const SupportsFn& supports) {
     }
   }
   // The backend must run the MatMul (it runs the Add wherever it ran the Gemm).
-  const int mm_node = g->values[size_t(y)].producer;
-  std::vector<const ir::Value*> in = {&g->values[size_t(x)], &g->values[size_t(wk)]}, out = {&g->values[size_t(y)]};
-  if (!supports(g->nodes[size_t(mm_node)], in, out)) {
+  if (!node_supported(*g, g->nodes[size_t(g->values[size_t(y)].producer)], supports)) {
     *g = std::move(saved);
     return false;
   }
