@@ -5,8 +5,11 @@
 # benchmark is scripts/gpu_perf.sh. Models come from KILN_MODELS_DIR
 # (default .gpu_models, git-ignored; the shared models are not copied by this script). Logs go
 # to $OUT when set, else build-gpu/logs. KILN_GPU_SKIP_BUILD=1 reuses an existing build-gpu;
-# KILN_GPU_PARTS picks among "tests memcheck nodes accuracy" (all four by default), so a command
-# stays within a time limit. "accuracy": the fused transformer engines (BERT-base and GPT-2 with
+# KILN_GPU_PARTS picks among "tests memcheck nodes accuracy python" (all five by default), so a
+# command stays within a time limit. "python": the Python package with the CUDA backend (the
+# extension of this build, the package's sources beside it) runs the Python tests on the GPU:
+# torch and CuPy device tensors in and out, streams, kiln.torch on CUDA (python/tests/test_gpu.py,
+# test_torch_cuda.py), then the whole Python suite. "accuracy": the fused transformer engines (BERT-base and GPT-2 with
 # real padding masks, ViT-B/16) against ONNX Runtime FP32 with `kiln compare`, in FP16, BF16 and
 # strict FP32 (bench/transformer_accuracy.py exports them; torch and transformers needed). (The OOM test is left out of memcheck: its intended cudaMalloc failure counts as an
 # API error.)
@@ -26,7 +29,10 @@ status() { printf '%-34s %s\n' "$1" "$2" | tee -a "$LOG/summary.txt"; }
 
 nvidia-smi -L 2>&1 | tee -a "$LOG/summary.txt"
 if [ "${KILN_GPU_SKIP_BUILD:-0}" != 1 ]; then
+  # The Python extension too (for the "python" part) where this python3 has nanobind.
+  PYEXT=OFF; python3 -m nanobind --cmake_dir >/dev/null 2>&1 && PYEXT=ON
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+      -DKILN_BUILD_PYTHON=$PYEXT -DPython_EXECUTABLE="$(command -v python3)" \
       -DCMAKE_CUDA_ARCHITECTURES="${KILN_CUDA_ARCH:-90}" >"$LOG/configure.log" 2>&1; then
     status configure "FAILED (see configure.log)"; tail -20 "$LOG/configure.log"; exit 1
   fi
@@ -36,7 +42,7 @@ if [ "${KILN_GPU_SKIP_BUILD:-0}" != 1 ]; then
   status build ok
 fi
 T=$BUILD/tests/kiln_tests
-PARTS=" ${KILN_GPU_PARTS:-tests memcheck nodes accuracy} "
+PARTS=" ${KILN_GPU_PARTS:-tests memcheck nodes accuracy python} "
 
 if [[ $PARTS == *" tests "* ]]; then
 "$T" >"$LOG/tests_all.log" 2>&1; rc=$?
@@ -126,5 +132,24 @@ PY
         "$BUILD/tools/kiln/kiln" inspect "$ACC/$m.fp16.kiln" >"$LOG/inspect.$m.fp16.txt" 2>&1
       status "inspect $m fp16" "$(grep -hE '^  by op:|^fused layers' "$LOG/inspect.$m.fp16.txt" 2>/dev/null | cut -c1-220 | tr '\n' ' ')"
     done
+  fi
+fi
+
+# The Python package built with the CUDA backend, on the GPU: the device-tensor tests first (each
+# prints why where it skips), then the whole suite.
+if [[ $PARTS == *" python "* ]]; then
+  SITE=${TMPDIR:-/tmp}/kiln-gpu-site
+  rm -rf "$SITE" && mkdir -p "$SITE" && cp -r python/kiln "$SITE/"
+  if ! ls "$BUILD"/python/_kiln*.so >/dev/null 2>&1 ||
+      ! cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/python_install.log" 2>&1; then
+    status "python (cuda)" "FAILED: the extension was not built (nanobind missing?) or did not install"
+  else
+    (cd python/tests && PYTHONPATH="$SITE" KILN_MODELS_DIR="$KILN_MODELS_DIR" python3 -m pytest -q -rs -s \
+      -p no:cacheprovider test_gpu.py test_torch_cuda.py) >"$LOG/python_gpu.log" 2>&1; rc=$?
+    status "python gpu tests" "rc=$rc $(grep -E '(passed|failed|skipped|error)' "$LOG/python_gpu.log" | tail -1)"
+    grep -E "^UNet FP16|FAILED|Error" "$LOG/python_gpu.log" | head -20 | tee -a "$LOG/summary.txt"
+    (cd python/tests && PYTHONPATH="$SITE" KILN_MODELS_DIR="$KILN_MODELS_DIR" timeout "${KILN_PY_ALL_TIMEOUT:-400}" python3 -m pytest -q -rs \
+      -p no:cacheprovider .) >"$LOG/python_all.log" 2>&1; rc=$?
+    status "python (all)" "rc=$rc $(grep -E '(passed|failed|skipped|error)' "$LOG/python_all.log" | tail -1)"
   fi
 fi

@@ -32,6 +32,7 @@ from ._kiln import (
     OptimizationProfile as OptimizationProfile,
     OptProfileSelector as OptProfileSelector,
     TensorIOMode as TensorIOMode,
+    built_with_cuda as built_with_cuda,
     device_available as device_available,
 )
 from ._errors import (
@@ -70,6 +71,6 @@ __all__ = [
     "InvalidModelError", "KilnWarning", "Logger", "MemoryPoolType", "Network",
     "NetworkDefinitionCreationFlag", "NetworkTensor", "NodeArg", "NotFoundError", "OnnxParser",
     "OptimizationProfile", "OptProfileSelector", "OutOfMemoryError", "ParserError", "Runtime",
-    "TensorIOMode", "UnsupportedError", "device_available", "get_available_providers", "nptype",
+    "TensorIOMode", "UnsupportedError", "built_with_cuda", "device_available", "get_available_providers", "nptype",
     "onnx", "volume",
 ]

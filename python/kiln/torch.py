@@ -22,18 +22,19 @@ through DLPack and the outputs come back as torch tensors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import struct
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _kiln
 from . import onnx as _onnx
-from ._errors import InvalidArgumentError
+from ._errors import Error, InvalidArgumentError
 from .session import KilnWarning
 
 __all__ = ["Input", "CompiledModule", "compile", "save", "load", "backend", "CompileReport", "report"]
@@ -148,6 +149,38 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
     return program.model_proto.SerializeToString()
 
 
+@contextlib.contextmanager
+def _source_lines(onnx_bytes: bytes) -> Iterator[None]:
+    """Adds to a kiln error the module's source lines of the nodes it names: the exporter records
+    each node's Python stack (pkg.torch.onnx.stack_trace), and its first frame is the module's line."""
+    try:
+        yield
+    except Error as e:
+        named = list(dict.fromkeys(re.findall(r"node '([^']+)'", str(e))))[:4]
+        if not named:
+            raise
+        try:
+            import onnx  # noqa: PLC0415
+            model = onnx.load_from_string(onnx_bytes)
+        except Exception:  # noqa: BLE001 - the kiln error stands on its own
+            raise e from None
+        traces = {}
+        for node in model.graph.node:
+            if node.name in named:
+                for prop in node.metadata_props:
+                    if prop.key == "pkg.torch.onnx.stack_trace" and prop.value:
+                        traces[node.name] = prop.value
+        lines = []
+        for name in named:
+            if name in traces:
+                frame = traces[name].strip().splitlines()[:2]  # File "...", line N, in f / the code
+                lines.append(f"node '{name}' comes from {frame[0].strip()}" +
+                             (f": {frame[1].strip()}" if len(frame) > 1 else ""))
+        if not lines:
+            raise
+        raise type(e)(str(e) + "\n" + "\n".join(lines)) from None
+
+
 def _profile(inputs: List[Input], names: List[str]) -> Any:
     profile = _kiln.OptimizationProfile()
     for inp, name in zip(inputs, names):
@@ -198,13 +231,37 @@ class CompiledModule(torch.nn.Module):
             t = t.detach()
             if t.dtype != want:
                 t = t.to(want)
-            if t.device.type != "cpu":
-                t = t.cpu()  # the bindings take host memory (device tensors: issue 12, step 4)
-            feeds[name] = t.contiguous()
-        outs = self._context.run(feeds)
-        result = tuple(torch.from_numpy(outs[n]).to(out_device) for n in self.output_names)
+            feeds[name] = t
+        if self.device == "cuda":
+            result = self._run_cuda(feeds, out_device)
+        else:
+            feeds = {n: (t if t.device.type == "cpu" else t.cpu()).contiguous() for n, t in feeds.items()}
+            outs = self._context.run(feeds)
+            result = tuple(torch.from_numpy(outs[n]).to(out_device) for n in self.output_names)
         return result[0] if len(result) == 1 else result
 
+    def _run_cuda(self, feeds: Dict[str, "torch.Tensor"], out_device: Any) -> Tuple["torch.Tensor", ...]:
+        """Binds the inputs' device memory and torch.empty outputs, and enqueues the engine on the
+        current torch stream: no copy, no synchronization, ordered after the inputs' producers and
+        before the outputs' readers as any torch op is. Host inputs are moved to the GPU first and
+        the outputs moved back."""
+        device = torch.device("cuda", torch.cuda.current_device())
+        ctx = self._context
+        keep = []  # the bound tensors stay alive until the run is enqueued (the stream orders the rest)
+        for name, t in feeds.items():
+            t = t.to(device).contiguous()
+            keep.append(t)
+            ctx.set_input_shape(name, tuple(t.shape))
+            ctx.set_tensor_address(name, t.data_ptr())
+        outs = []
+        for name in self.output_names:
+            o = torch.empty(ctx.tensor_shape(name), dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
+            ctx.set_tensor_address(name, o.data_ptr())
+            outs.append(o)
+        ctx.execute_async_v3(torch.cuda.current_stream(device).cuda_stream)
+        if out_device is not None and out_device != device:
+            return tuple(o.to(out_device) for o in outs)
+        return tuple(outs)
 
 
 # The engine's IO dtypes (numpy's) as torch's.
@@ -222,11 +279,14 @@ def _torch_dtype(np_dtype: Any) -> Any:
 
 
 def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optional[Iterable[Any]] = None,
-            device: str = "cpu", builder_optimization_level: Optional[int] = None) -> CompiledModule:
+            device: str = "cpu", builder_optimization_level: Optional[int] = None,
+            allow_tf32: bool = False) -> CompiledModule:
     """Builds a kiln engine for `module` over the Inputs' shape ranges; see the module's text.
 
     enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
-    the builder may compute in. device: "cpu" or "cuda".
+    the builder may compute in. device: "cpu" or "cuda". allow_tf32: let float32 matrix products
+    and convolutions use TF32 tensor cores; off by default, so float32 means float32 (kiln's C++
+    BuilderConfig, like TensorRT's, has TF32 on).
     """
     inputs = list(inputs)
     if not inputs or not all(isinstance(i, Input) for i in inputs):
@@ -240,8 +300,16 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
         module = module.eval()
     with torch.no_grad():
         data = _export(module, inputs, names)
+    with _source_lines(data):
+        return _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32)
+
+
+def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precisions: Optional[Iterable[Any]],
+           device: str, builder_optimization_level: Optional[int], allow_tf32: bool) -> CompiledModule:
     network = _onnx.parse_bytes(data)
     config = _kiln.BuilderConfig()
+    if not allow_tf32:
+        config.clear_flag(_kiln.BuilderFlag.TF32)
     for p in enabled_precisions or ():
         key = str(p).replace("torch.", "")
         if key in ("float32", "float"):
@@ -336,13 +404,15 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
-    device ("cpu" or "cuda"), enabled_precisions (as compile's). kiln.torch.report says what ran
+    device ("cpu" or "cuda"), enabled_precisions and allow_tf32 (as compile's). kiln.torch.report says what ran
     where, graph breaks included."""
     opts = dict(options or {})
     device = opts.pop("device", "cpu")
     precisions = opts.pop("enabled_precisions", None)
+    allow_tf32 = bool(opts.pop("allow_tf32", False))
     if opts:
-        raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} (it takes device, enabled_precisions)")
+        raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} "
+                                   "(it takes device, enabled_precisions, allow_tf32)")
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_list = isinstance(output, list)
@@ -359,7 +429,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
         return fall_back("its output is not a flat sequence of tensors")
     try:
         inputs = [Input(shape=tuple(t.shape), dtype=t.dtype, name=f"arg{k}") for k, t in enumerate(example_inputs)]
-        compiled = compile(gm, inputs, enabled_precisions=precisions, device=device)
+        compiled = compile(gm, inputs, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32)
     except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
         return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     report.add("kiln", ops)

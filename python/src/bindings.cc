@@ -9,6 +9,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -143,19 +144,35 @@ nb::object numpy_dtype(DType d) {
 
 // ---- tensors in ------------------------------------------------------------------------------
 
-// kDLCPU and kDLCUDAHost (pinned host memory) are host memory kiln's CPU kernels can read.
+// DLPack device types: kDLCPU and kDLCUDAHost (pinned host memory) are host memory kiln's CPU
+// kernels can read; kDLCUDA and kDLCUDAManaged are memory CUDA kernels read in place.
 bool is_host_device(int device_type) { return device_type == 1 || device_type == 3; }
+bool is_cuda_device(int device_type) { return device_type == 2 || device_type == 13; }
 
+// A device array reached host-only code: a CPU engine, or a build without the CUDA backend.
 [[noreturn]] void raise_device(const std::string& name, int device_type) {
   std::string where = "device type " + std::to_string(device_type) + " (DLPack)";
-  if (device_type == 2) where = "a CUDA device";
-  if (!backends::get_backend(Device::kCUDA).ok()) {
-    raise(unsupported("tensor '" + name + "' lives on " + where +
-                      ", but the CUDA backend is not in this build of kiln: pass host memory "
-                      "(e.g. tensor.cpu().numpy())"));
+  if (is_cuda_device(device_type)) where = "a CUDA device";
+  auto cuda = backends::get_backend(Device::kCUDA);
+  if (!cuda.ok()) {
+    raise(unsupported("tensor '" + name + "' lives on " + where + ", but kiln cannot run CUDA here (" +
+                      cuda.status().message() + "): pass host memory (e.g. tensor.cpu().numpy())"));
   }
-  raise(unsupported("tensor '" + name + "' lives on " + where +
-                    ": the Python bindings accept host memory only so far"));
+  raise_invalid("tensor '" + name + "' lives on " + where +
+                ", but this engine runs on the CPU: pass host memory, or build the engine with Device.CUDA");
+}
+
+// The DLPack device type `obj` reports through __dlpack_device__, or -1 when it reports none.
+int dlpack_device_type(nb::handle obj) {
+  if (!nb::hasattr(obj, "__dlpack_device__")) return -1;
+  try {
+    nb::object dev = obj.attr("__dlpack_device__")();
+    return nb::cast<int>(dev[0]);
+  } catch (nb::python_error&) {
+    return -1;  // numpy raises for dtypes DLPack lacks (bfloat16); the host paths decide
+  } catch (nb::cast_error&) {
+    return -1;
+  }
 }
 
 // numpy arrays of ml_dtypes.bfloat16 export neither DLPack nor a buffer format nanobind reads, so
@@ -184,22 +201,21 @@ std::optional<nb::ndarray<nb::ro>> bfloat16_numpy_view(const std::string& name, 
                              bits.device_type(), bits.device_id());
 }
 
+void check_dtype_known(const std::string& name, const nb::ndarray<nb::ro>& arr) {
+  if (dtype_from_dlpack(arr.dtype()) != DType::kUndefined) return;
+  static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  int code = arr.dtype().code;
+  std::string kind = code < 7 ? kCodes[code] : "DLPack code " + std::to_string(code);
+  raise_invalid("tensor '" + name + "' has dtype " + kind + std::to_string(int(arr.dtype().bits)) +
+                ", which kiln does not support");
+}
+
 // A host view of any object with the buffer protocol or __dlpack__, checked for device and dtype.
 // `writable` refuses read-only arrays (output buffers); inputs accept them.
 nb::ndarray<nb::ro> as_host_array(const std::string& name, nb::handle obj, bool writable) {
   // Ask the device before importing: a framework may refuse to export device memory to the CPU.
-  if (nb::hasattr(obj, "__dlpack_device__")) {
-    nb::object dev;
-    try {
-      dev = obj.attr("__dlpack_device__")();
-    } catch (nb::python_error&) {
-      dev = nb::none();  // numpy raises for dtypes DLPack lacks (bfloat16); the paths below decide
-    }
-    if (!dev.is_none()) {
-      int device_type = nb::cast<int>(dev[0]);
-      if (!is_host_device(device_type)) raise_device(name, device_type);
-    }
-  }
+  int device_type = dlpack_device_type(obj);
+  if (device_type >= 0 && !is_host_device(device_type)) raise_device(name, device_type);
   if (auto bf16 = bfloat16_numpy_view(name, obj, writable)) return *bf16;
   nb::ndarray<nb::ro> arr;
   if (!nb::try_cast(obj, arr, /*convert=*/false)) {
@@ -213,13 +229,59 @@ nb::ndarray<nb::ro> as_host_array(const std::string& name, nb::handle obj, bool 
       raise_invalid("output '" + name + "' is bound to a read-only array; kiln must write into it");
     }
   }
-  if (dtype_from_dlpack(arr.dtype()) == DType::kUndefined) {
-    static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-    int code = arr.dtype().code;
-    std::string kind = code < 7 ? kCodes[code] : "DLPack code " + std::to_string(code);
-    raise_invalid("tensor '" + name + "' has dtype " + kind + std::to_string(int(arr.dtype().bits)) +
-                  ", which kiln does not support");
+  check_dtype_known(name, arr);
+  return arr;
+}
+
+// The handle of a CUDA stream given as an int (a cudaStream_t), a torch.cuda.Stream (its
+// cuda_stream) or a CuPy stream (its ptr). None is 0, CUDA's legacy default stream.
+uintptr_t stream_handle(nb::handle stream) {
+  if (stream.is_none()) return 0;
+  nb::handle h = stream;
+  nb::object attr;
+  if (!nb::isinstance<nb::int_>(h)) {
+    if (nb::hasattr(h, "cuda_stream")) {
+      attr = h.attr("cuda_stream");
+    } else if (nb::hasattr(h, "ptr")) {
+      attr = h.attr("ptr");
+    } else {
+      raise_invalid("expected a CUDA stream: an int (cudaStream_t), a torch.cuda.Stream or a CuPy stream; got " +
+                    std::string(nb::type_name(h.type()).c_str()));
+    }
+    h = attr;
   }
+  try {
+    return nb::cast<uintptr_t>(h);
+  } catch (nb::cast_error&) {
+    raise_invalid("a CUDA stream handle must be a non-negative int (a cudaStream_t)");
+  }
+}
+
+// A view of a CUDA array (torch, CuPy, anything with __dlpack__) for a CUDA engine: on this
+// process's device, C-contiguous, of a dtype kiln has. With `stream` (the stream kiln will run
+// on), the array is exported through __dlpack__(stream=...), so the producer orders its pending
+// work before that stream's (DLPack's stream handshake; 1 stands for CUDA's legacy default stream).
+nb::ndarray<nb::ro> as_device_array(const std::string& name, nb::handle obj, std::optional<uintptr_t> stream) {
+  nb::ndarray<nb::ro> arr;
+  bool ok = false;
+  if (stream && nb::hasattr(obj, "__dlpack__")) {
+    nb::object capsule = obj.attr("__dlpack__")(nb::arg("stream") = *stream == 0 ? uintptr_t(1) : *stream);
+    ok = nb::try_cast(capsule, arr, /*convert=*/false);
+  } else {
+    ok = nb::try_cast(obj, arr, /*convert=*/false);
+  }
+  if (!ok) {
+    raise_invalid("tensor '" + name + "': expected a CUDA array with __dlpack__ (torch, CuPy), got " +
+                  std::string(nb::type_name(obj.type()).c_str()));
+  }
+  if (!is_cuda_device(arr.device_type())) raise_invalid("tensor '" + name + "' is not CUDA device memory");
+  const int here = value_or_raise(backends::get_backend(Device::kCUDA))->device_ordinal();
+  if (arr.device_id() != here) {
+    raise_invalid("tensor '" + name + "' lives on cuda:" + std::to_string(arr.device_id()) +
+                  ", but kiln runs on cuda:" + std::to_string(here) +
+                  " (CUDA's current device): move the tensor or select that device first");
+  }
+  check_dtype_known(name, arr);
   return arr;
 }
 
@@ -284,6 +346,45 @@ nb::object to_numpy(Tensor t) {
   return bf16 ? out.attr("view")(bf16_dtype) : out;
 }
 
+// Device outputs come back in the inputs' framework (torch, CuPy), else as nanobind's own array,
+// whose __dlpack__ lets any framework take it without a copy.
+enum class Framework { kOther, kTorch, kCuPy };
+
+Framework framework_of(nb::handle obj) {
+  std::string module = nb::cast<std::string>(nb::str(obj.type().attr("__module__")));
+  auto under = [&](const std::string& top) { return module == top || module.rfind(top + ".", 0) == 0; };
+  return under("torch") ? Framework::kTorch : under("cupy") ? Framework::kCuPy : Framework::kOther;
+}
+
+// Device memory from kiln's CUDA backend, freed by it when the last array over it goes.
+struct DeviceBuffer {
+  const backends::Backend* backend;
+  void* data;
+};
+
+// A device array of exactly `shape` over `buffer`'s memory, which it owns (no copy).
+nb::object device_array(DeviceBuffer* buffer, const Shape& shape, DType dtype, int device_id, Framework framework) {
+  nb::capsule owner(buffer, [](void* p) noexcept {
+    auto* b = static_cast<DeviceBuffer*>(p);
+    b->backend->deallocate(b->data);
+    delete b;
+  });
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  auto make = [&]<typename F>(F) {
+    return nb::ndarray<F>(buffer->data, dims.size(), dims.data(), owner, nullptr, dlpack_from_dtype(dtype),
+                          nb::device::cuda::value, device_id)
+        .cast();
+  };
+  switch (framework) {
+    case Framework::kTorch: return make(nb::pytorch{});
+    case Framework::kCuPy: return make(nb::cupy{});
+    case Framework::kOther: break;
+  }
+  return nb::ndarray<>(buffer->data, dims.size(), dims.data(), owner, nullptr, dlpack_from_dtype(dtype),
+                       nb::device::cuda::value, device_id)
+      .cast();
+}
+
 nb::tuple shape_tuple(const Shape& s) {
   nb::list l;
   for (int64_t d : s) l.append(d);
@@ -333,7 +434,18 @@ class BoundContext {
       bound_.erase(name);
       return;
     }
-    nb::ndarray<nb::ro> arr = as_host_array(name, target, /*writable=*/mode == TensorIOMode::kOUTPUT);
+    nb::ndarray<nb::ro> arr;
+    if (engine_.device() == Device::kCUDA) {
+      int device_type = dlpack_device_type(target);
+      if (!is_cuda_device(device_type)) {
+        raise_invalid("tensor '" + name + "': this engine runs on CUDA, so set_tensor_address takes device memory "
+                      "(a CUDA array with __dlpack__, such as a torch or CuPy tensor, or a device pointer as an "
+                      "int); run() takes host arrays and copies them");
+      }
+      arr = as_device_array(name, target, std::nullopt);
+    } else {
+      arr = as_host_array(name, target, /*writable=*/mode == TensorIOMode::kOUTPUT);
+    }
     DType want = value_or_raise(engine_.tensor_dtype(name));
     DType got = dtype_from_dlpack(arr.dtype());
     if (got != want) {
@@ -342,7 +454,7 @@ class BoundContext {
     }
     if (!is_c_contiguous(arr)) {
       raise_invalid("tensor '" + name + "' is bound to an array that is not C-contiguous; kiln reads and "
-                    "writes bound memory in place: pass numpy.ascontiguousarray(a)");
+                    "writes bound memory in place: pass numpy.ascontiguousarray(a) (torch: t.contiguous())");
     }
     Shape shape = array_shape(arr);
     if (mode == TensorIOMode::kINPUT) check(ctx_->set_input_shape(name, shape));
@@ -359,7 +471,8 @@ class BoundContext {
   // TensorRT's execute_async_v3: enqueues on `stream` (a cudaStream_t as an int). A CPU engine runs
   // synchronously and takes stream 0 only: a real stream there means device pointers the CPU cannot
   // read. Errors raise (TensorRT returns False and logs); success returns True, as TensorRT does.
-  bool execute_async_v3(uintptr_t stream) {
+  bool execute_async_v3(nb::handle stream_obj) {
+    const uintptr_t stream = stream_handle(stream_obj);
     if (engine_.device() == Device::kCPU && stream != 0) {
       raise_invalid("execute_async_v3: this engine runs on the CPU, which has no streams: pass stream_handle 0 "
                     "(the run is synchronous)");
@@ -390,7 +503,20 @@ class BoundContext {
 
   // run(inputs): a dict of outputs. Inputs are a dict of name -> array, a list or tuple of arrays in
   // engine input order, or one array for a one-input engine.
-  nb::dict run(nb::handle inputs_obj) { return run_named(named_inputs(inputs_obj)); }
+  // Device arrays (every input on the CUDA device, for a CUDA engine) run without copies and
+  // return device outputs, on `stream` when given (enqueued, not waited for) and otherwise on the
+  // context's stream, waited for.
+  nb::dict run(nb::handle inputs_obj, nb::handle stream) {
+    nb::dict inputs = named_inputs(inputs_obj);
+    bool device = false;
+    for (auto [key, value] : inputs) device = device || is_cuda_device(dlpack_device_type(value));
+    if (device && engine_.device() == Device::kCUDA) return run_device(inputs, stream);
+    if (!stream.is_none()) {
+      raise_invalid("run(stream=...) runs device arrays: these inputs are host memory, which run() copies and "
+                    "waits for (pass stream=None)");
+    }
+    return run_named(inputs);
+  }
 
   // ONNX Runtime's run(output_names, input_feed): a list of arrays in the order asked for (all
   // outputs in engine order when output_names is None).
@@ -411,7 +537,7 @@ class BoundContext {
         names.push_back(std::move(name));
       }
     }
-    nb::dict outputs = run_named(named_inputs(inputs_obj));
+    nb::dict outputs = run(inputs_obj, nb::none());
     nb::list result;
     for (const std::string& n : names) result.append(outputs[nb::str(n.c_str())]);
     return result;
@@ -443,6 +569,82 @@ class BoundContext {
     nb::dict named;
     for (size_t i = 0; i < names.size(); ++i) named[nb::str(names[i].c_str())] = items[i];
     return named;
+  }
+
+  nb::dict run_device(nb::dict inputs_dict, nb::handle stream_obj) {
+    Exclusive guard(this);
+    const backends::Backend* backend = value_or_raise(backends::get_backend(Device::kCUDA));
+    const bool given = !stream_obj.is_none();
+    const uintptr_t stream = given ? stream_handle(stream_obj) : reinterpret_cast<uintptr_t>(ctx_->stream());
+    std::vector<nb::ndarray<nb::ro>> keep;  // hold the inputs' DLPack exports until the run is enqueued
+    Framework framework = Framework::kOther;
+    int device_id = backend->device_ordinal();
+    // Any failure below leaves no address of this call's memory bound.
+    struct Unbind {
+      const Engine& engine;
+      ExecutionContext* ctx;
+      ~Unbind() {
+        for (int i = 0; i < engine.num_io_tensors(); ++i) (void)ctx->set_tensor_address(engine.io_tensor_name(i), nullptr);
+      }
+    } unbind{engine_, ctx_.get()};
+    bound_.clear();
+    for (auto [key, value] : inputs_dict) {
+      if (!nb::isinstance<nb::str>(key)) raise_invalid("run(): input names must be str");
+      std::string name = nb::cast<std::string>(key);
+      if (engine_.tensor_mode(name) != TensorIOMode::kINPUT) raise(not_found("run(): the engine has no input named '" + name + "'"));
+      if (!is_cuda_device(dlpack_device_type(value))) {
+        raise_invalid("run(): input '" + name + "' is host memory while other inputs are on the CUDA device: "
+                      "pass every input on the device (outputs come back there) or every input on the host");
+      }
+      if (keep.empty()) framework = framework_of(value);
+      keep.push_back(as_device_array(name, value, stream));
+      const nb::ndarray<nb::ro>& arr = keep.back();
+      DType want = value_or_raise(engine_.tensor_dtype(name)), got = dtype_from_dlpack(arr.dtype());
+      if (got != want) {
+        raise_invalid("run(): input '" + name + "' is " + std::string(dtype_name(got)) + ", but the engine expects " +
+                      std::string(dtype_name(want)) + " (device inputs are not converted: cast it first)");
+      }
+      if (!is_c_contiguous(arr)) {
+        raise_invalid("run(): input '" + name + "' is not C-contiguous; device inputs are read in place: "
+                      "pass t.contiguous()");
+      }
+      check(ctx_->set_input_shape(name, array_shape(arr)));
+      check(ctx_->set_tensor_address(name, const_cast<void*>(arr.data())));
+    }
+    struct Free {
+      void operator()(DeviceBuffer* b) const {
+        b->backend->deallocate(b->data);
+        delete b;
+      }
+    };
+    std::vector<std::string> outputs;
+    std::vector<std::unique_ptr<DeviceBuffer, Free>> owned;  // freed here if the run fails
+    std::vector<Shape> shapes;
+    for (int i = 0; i < engine_.num_io_tensors(); ++i) {
+      std::string name = engine_.io_tensor_name(i);
+      if (engine_.tensor_mode(name) != TensorIOMode::kOUTPUT) continue;
+      Shape shape = value_or_raise(ctx_->tensor_shape(name));
+      size_t bytes = size_t(shape_numel(shape)) * dtype_size(value_or_raise(engine_.tensor_dtype(name)));
+      void* data = value_or_raise(backend->allocate(std::max<size_t>(bytes, 1)));
+      owned.emplace_back(new DeviceBuffer{backend, data});
+      check(ctx_->set_tensor_address(name, data));
+      outputs.push_back(name);
+      shapes.push_back(std::move(shape));
+    }
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      status = ctx_->enqueue(reinterpret_cast<void*>(stream));
+      if (status.ok() && !given) status = backend->synchronize(reinterpret_cast<void*>(stream));
+    }
+    check(status);
+    nb::dict out;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const std::string& name = outputs[i];
+      out[nb::str(name.c_str())] = device_array(owned[i].release(), shapes[i],
+                                                value_or_raise(engine_.tensor_dtype(name)), device_id, framework);
+    }
+    return out;
   }
 
   nb::dict run_named(nb::dict inputs_dict) {
@@ -676,6 +878,11 @@ NB_MODULE(_kiln, m) {
 
   m.attr("kiln_version") = plan::kKilnVersion;            // written into every engine file
   m.attr("engine_format_version") = plan::kFormatVersion;  // the engine file format this build reads and writes
+#ifdef KILN_PYTHON_WITH_CUDA
+  m.attr("built_with_cuda") = true;  // the CUDA backend is compiled in (device_available says if it runs here)
+#else
+  m.attr("built_with_cuda") = false;
+#endif
 
   m.def("device_available", [](Device d) { return backends::get_backend(d).ok(); }, nb::arg("device"),
         "Whether this build of kiln has a backend for `device` (CUDA needs a CUDA build).");
@@ -978,17 +1185,24 @@ NB_MODULE(_kiln, m) {
       .def("tensor_address", &BoundContext::tensor_address, nb::arg("name"), "The bound address (0 when unset).")
       .def("get_tensor_address", &BoundContext::tensor_address, nb::arg("name"), "Alias of tensor_address.")
       .def("execute", &BoundContext::execute, "Runs with the bound addresses, without the GIL.")
-      .def("execute_async_v3", &BoundContext::execute_async_v3, nb::arg("stream_handle"),
-           "TensorRT's enqueue: runs with the bound addresses on `stream_handle` (a cudaStream_t as an int) and "
-           "returns True. A CPU engine takes stream 0 only and runs synchronously; on the GPU stream 0 runs "
-           "synchronously too. Errors raise.")
-      .def("run", &BoundContext::run, nb::arg("inputs"),
+      .def("execute_async_v3", &BoundContext::execute_async_v3, nb::arg("stream_handle").none(),
+           nb::sig("def execute_async_v3(self, stream_handle: int | object) -> bool"),
+           "TensorRT's enqueue: runs with the bound addresses on `stream_handle` (a cudaStream_t as an int, a "
+           "torch.cuda.Stream or a CuPy stream) and returns True without waiting for the run. A CPU engine "
+           "takes stream 0 only and runs synchronously; on the GPU stream 0 runs synchronously too. Errors raise.")
+      .def("execute_async", &BoundContext::execute_async_v3, nb::arg("stream").none(),
+           nb::sig("def execute_async(self, stream: int | object) -> bool"), "Alias of execute_async_v3.")
+      .def("run", &BoundContext::run, nb::arg("inputs"), nb::kw_only(), nb::arg("stream").none() = nb::none(),
            nb::sig("def run(self, inputs: collections.abc.Mapping[str, object] | collections.abc.Sequence[object] | "
-                   "object) -> dict[str, numpy.ndarray]"),
+                   "object, *, stream: int | object | None = None) -> dict[str, typing.Any]"),
            "Runs on a dict of input arrays (or a list in engine input order, or one array) and returns a dict "
-           "of output arrays of exactly their shapes. C-contiguous host arrays of the engine's dtype are read "
-           "in place; other layouts are copied; a different dtype raises InvalidArgumentError. Outputs own "
-           "kiln's memory (no copy).")
+           "of output arrays of exactly their shapes. Host arrays: C-contiguous ones of the engine's dtype are "
+           "read in place, other layouts copied, a different dtype raises InvalidArgumentError; outputs are numpy "
+           "arrays owning kiln's memory (no copy); a CUDA engine copies them to and from the device. CUDA arrays "
+           "(torch, CuPy, any __dlpack__; every input on the device, C-contiguous, the engine's dtype) are read in "
+           "place and the outputs are new device arrays, torch or CuPy tensors when the inputs are. With "
+           "`stream` (an int handle, a torch.cuda.Stream or a CuPy stream) the run is enqueued on it after the "
+           "inputs' producers (DLPack's stream handshake) and not waited for; without it the run waits.")
       .def(
           "run",
           [](BoundContext& c, nb::handle output_names, nb::handle inputs, nb::handle) {

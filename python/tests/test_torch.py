@@ -214,3 +214,19 @@ def _no_fallback():
         yield
     fell = [str(w.message) for w in log if "runs on PyTorch" in str(w.message)]
     assert not fell, fell
+
+
+class WithNonZero(torch.nn.Module):
+    """An op kiln does not take yet (NonZero: a data-dependent shape)."""
+
+    def forward(self, x):
+        return torch.nonzero(x > 0)
+
+
+def test_build_errors_name_the_module_source_line():
+    with pytest.raises(kiln.Error) as e:
+        kt.compile(WithNonZero(), inputs=[kt.Input(shape=(2, 3), name="x")])
+    message = str(e.value)
+    # kiln's own error names the node; the exporter's stack trace adds the module's line.
+    assert "NonZero" in message, message
+    assert "test_torch.py" in message and "torch.nonzero(x > 0)" in message, message

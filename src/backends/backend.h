@@ -134,6 +134,8 @@ class Backend {
   virtual bool host_accessible() const { return true; }
   // Whether a pointer is device memory of this backend (run() then binds it without copying).
   virtual bool is_device_pointer(const void* p) const { return false; }
+  // The device this backend runs on (CUDA's current device), as DLPack numbers it; 0 on the CPU.
+  virtual int device_ordinal() const { return 0; }
   virtual StatusOr<void*> create_stream() const { return static_cast<void*>(nullptr); }
   virtual void destroy_stream(void* stream) const {}
   // Graph capture (CUDA graphs): work enqueued on `stream` between begin and end is recorded into

@@ -192,6 +192,14 @@ class CudaBackend final : public Backend {
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
+  int device_ordinal() const override {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return dev;
+  }
   StatusOr<void*> create_stream() const override {
     cudaStream_t s = nullptr;
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
