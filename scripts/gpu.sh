@@ -144,6 +144,17 @@ if [[ $PARTS == *" python "* ]]; then
       ! cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/python_install.log" 2>&1; then
     status "python (cuda)" "FAILED: the extension was not built (nanobind missing?) or did not install"
   else
+    # The package's metadata, as pip writes it: torch finds the "kiln" torch.compile backend
+    # through its torch_dynamo_backends entry point.
+    python3 - "$SITE" <<'PY'
+import pathlib, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+info = pathlib.Path(sys.argv[1]) / f"kiln-{project['version']}.dist-info"
+info.mkdir()
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kiln\nVersion: {project['version']}\n")
+(info / "entry_points.txt").write_text("".join(
+    f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in project["entry-points"].items()))
+PY
     (cd python/tests && PYTHONPATH="$SITE" KILN_MODELS_DIR="$KILN_MODELS_DIR" python3 -m pytest -q -rs -s \
       -p no:cacheprovider test_gpu.py test_torch_cuda.py) >"$LOG/python_gpu.log" 2>&1; rc=$?
     status "python gpu tests" "rc=$rc $(grep -E '(passed|failed|skipped|error)' "$LOG/python_gpu.log" | tail -1)"

@@ -3,6 +3,8 @@
 // engines of the rewritten graph against engines of the original on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -554,6 +556,117 @@ TEST(AssignLayout, FewChannelsArePaddedToFour) {
   }
   EXPECT_EQ(g.values[size_t(convs[1]->inputs[1])].constant->shape(), (Shape{6, 3, 3, 1}));
   expect_same_outputs(original, g, {2, 3, 9, 9});
+}
+
+// ---- fuse_squeeze_excite ----
+
+// MobileNetV3's squeeze-and-excitation block after a convolution: the gate (pool, 1x1 conv, Relu,
+// 1x1 conv, HardSigmoid) scales the conv's activations.
+const char* kSqueezeExciteBlock = R"(graph g(%x: float32[n, 8, 6, 6]) -> (%y: float32[n, 8, 6, 6]) {
+  opset ai.onnx 17
+  %w0: float32[8, 8, 3, 3] = dense<0.1>
+  %b0: float32[8] = dense<0.1>
+  %w1: float32[4, 8, 1, 1] = dense<0.1>
+  %b1: float32[4] = dense<0.1>
+  %w2: float32[8, 4, 1, 1] = dense<0.1>
+  %b2: float32[8] = dense<0.1>
+  %c: float32[n, 8, 6, 6] = Conv(%x, %w0, %b0) {pads=[1, 1, 1, 1]}  # conv
+  %a: float32[n, 8, 6, 6] = Relu(%c)  # relu
+  %s: float32[n, 8, 1, 1] = GlobalAveragePool(%a)  # pool
+  %f1: float32[n, 4, 1, 1] = Conv(%s, %w1, %b1)  # fc1
+  %r1: float32[n, 4, 1, 1] = Relu(%f1)  # fc1_relu
+  %f2: float32[n, 8, 1, 1] = Conv(%r1, %w2, %b2)  # fc2
+  %g: float32[n, 8, 1, 1] = HardSigmoid(%f2) {alpha=0.1666667, beta=0.5}  # gate
+  %y: float32[n, 8, 6, 6] = Mul(%a, %g)  # scale
+}
+)";
+
+TEST(FuseSqueezeExcite, GateBecomesOneOpInEitherLayout) {
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
+  ir::Graph original = randomized(kSqueezeExciteBlock);
+  ir::Graph fused = original;
+  ASSERT_TRUE(builder::fuse_conv_activation(&fused, all).ok());
+  ASSERT_EQ(nodes_of(fused, "FusedConv").size(), 3u) << ir::to_text(fused);
+  // NCHW (float32 engines): GlobalAveragePool -> FusedConv -> FusedConv.
+  ir::Graph nchw = fused;
+  ASSERT_TRUE(builder::fuse_squeeze_excite(&nchw, all).ok());
+  ASSERT_TRUE(ir::verify(nchw).ok()) << ir::verify(nchw).to_string();
+  std::string text = ir::to_text(nchw);
+  ASSERT_EQ(nodes_of(nchw, "SqueezeExcite").size(), 1u) << text;
+  const ir::Node* se = nodes_of(nchw, "SqueezeExcite")[0];
+  EXPECT_EQ(layout_of(*se), "NCHW");
+  EXPECT_EQ(se->attrs.find("activation1")->s, "relu");
+  EXPECT_EQ(se->attrs.find("activation2")->s, "hardsigmoid");
+  EXPECT_EQ(nodes_of(nchw, "FusedConv").size(), 1u) << text;
+  EXPECT_TRUE(nodes_of(nchw, "GlobalAveragePool").empty()) << text;
+  EXPECT_EQ(se->replaced, (std::map<std::string, int64_t>{
+                              {"Conv", 2}, {"GlobalAveragePool", 1}, {"HardSigmoid", 1}, {"Relu", 1}}));
+  expect_same_outputs(original, nchw, {2, 8, 6, 6});
+  // NHWC, as assign_layout leaves a half-precision stack: ReduceMean over H and W -> NHWC 1x1s.
+  ir::Graph nhwc = layout(fused);
+  ASSERT_TRUE(builder::fuse_squeeze_excite(&nhwc, all).ok());
+  ASSERT_TRUE(ir::verify(nhwc).ok()) << ir::verify(nhwc).to_string();
+  text = ir::to_text(nhwc);
+  ASSERT_EQ(nodes_of(nhwc, "SqueezeExcite").size(), 1u) << text;
+  EXPECT_EQ(layout_of(*nodes_of(nhwc, "SqueezeExcite")[0]), "NHWC") << text;
+  EXPECT_TRUE(nodes_of(nhwc, "ReduceMean").empty()) << text;
+  EXPECT_EQ(nodes_of(nhwc, "FusedConv").size(), 1u) << text;
+  expect_same_outputs(original, nhwc, {2, 8, 6, 6});
+  // A backend without the kernel, or the pooled value read elsewhere: nothing fuses.
+  ir::Graph refused = fused;
+  auto none = [](const ir::Node& n, const std::vector<const ir::Value*>&,
+                 const std::vector<const ir::Value*>&) { return n.op_type != "SqueezeExcite"; };
+  ASSERT_TRUE(builder::fuse_squeeze_excite(&refused, none).ok());
+  EXPECT_EQ(ir::to_text(refused), ir::to_text(fused));
+  std::string shared = kSqueezeExciteBlock;
+  shared.replace(shared.find("-> (%y: float32[n, 8, 6, 6])"), 28,
+                 "-> (%y: float32[n, 8, 6, 6], %s: float32[n, 8, 1, 1])");
+  ir::Graph sg = randomized(shared);
+  ASSERT_TRUE(builder::fuse_conv_activation(&sg, all).ok());
+  const std::string sg_before = ir::to_text(sg);
+  ASSERT_TRUE(builder::fuse_squeeze_excite(&sg, all).ok());
+  EXPECT_EQ(ir::to_text(sg), sg_before);
+}
+
+TEST(FuseSqueezeExcite, OpInfersRunsOnTheCpuAndRefusesMismatchedFilters) {
+  const char* text = R"(graph g(%x: float16[n, 3, 3, 8]) -> (%g: float16[n, 1, 1, 8]) {
+  opset ai.onnx 17
+  opset kiln 1
+  %w1: float16[2, 1, 1, 8] = dense<0.5>
+  %b1: float16[2] = dense<0.25>
+  %w2: float16[8, 1, 1, 2] = dense<-0.5>
+  %b2: float16[8] = dense<0.125>
+  %g: float16[n, 1, 1, 8] = kiln::SqueezeExcite(%x, %w1, %b1, %w2, %b2) {layout="NHWC", activation1="relu", activation2="sigmoid"}  # se
+}
+)";
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 3, 3, 8}, {2, 3, 3, 8}, {2, 3, 3, 8}).ok());
+  config.add_profile(p);
+  Network net;
+  net.graph = parse(text);
+  auto engine = Builder().build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  // x = 1 everywhere: mean 1, hidden relu(8 * 0.5 + 0.25) = 4.25, gate sigmoid(2 * -0.5 * 4.25 + 0.125).
+  Tensor x = Tensor::zeros(DType::kFloat16, {2, 3, 3, 8}).value();
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<uint16_t>()[i] = 0x3C00;  // 1.0
+  auto out = (*ctx)->run({{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const Tensor& gate = out->at("g");
+  ASSERT_EQ(gate.shape(), (Shape{2, 1, 1, 8}));
+  const double want = 1.0 / (1.0 + std::exp(-(2 * -0.5 * 4.25 + 0.125)));
+  for (int64_t i = 0; i < gate.numel(); ++i) EXPECT_NEAR(gate.float_at(i), want, 1e-3) << i;
+  std::string bad = text;
+  bad.replace(bad.find("%w2: float16[8, 1, 1, 2]"), 24, "%w2: float16[8, 1, 1, 3]");
+  Network bad_net;
+  bad_net.graph = parse(bad);
+  auto refused = Builder().build(bad_net, config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("W2 reads W1's outputs"), std::string::npos)
+      << refused.status().to_string();
 }
 
 }  // namespace kiln::testing

@@ -142,6 +142,8 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
         # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
         # would match against a GraphModule's *args signature as one element.
         shapes = tuple(dynamic_shapes) if any(d is not None for d in dynamic_shapes) else None
+        if shapes is not None and isinstance(module, _TensorArgs):
+            shapes = {"tensors": shapes}  # its forward(*tensors): one parameter holding them all
         program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=shapes,
                                     input_names=names, optimize=True, verbose=False)
     except Exception as e:  # the exporter's own message names the module's source line
@@ -399,20 +401,111 @@ class CompileReport:
 report = CompileReport()
 
 
+class _TensorArgs(torch.nn.Module):
+    """A TorchDynamo graph whose SymInt arguments (the sizes of dynamic dims) are read off the
+    tensors instead, so the exporter sees tensors only and the engine takes tensors only."""
+
+    def __init__(self, gm: Any, plan: List[Tuple[str, Any]]):
+        super().__init__()
+        self.gm = gm
+        self.plan = plan
+        self.tensor_index = {k: i for i, k in enumerate(k for k, (kind, _) in enumerate(plan) if kind == "tensor")}
+
+    def forward(self, *tensors: Any) -> Any:
+        args = []
+        for k, (kind, where) in enumerate(self.plan):
+            if kind == "tensor":
+                args.append(tensors[self.tensor_index[k]])
+            else:
+                arg, axis = where
+                args.append(tensors[self.tensor_index[arg]].shape[axis])
+        return self.gm(*args)
+
+
+def _dynamic_inputs(gm: Any, example_inputs: Sequence[Any],
+                    dynamic_max: Optional[int]) -> Tuple[List[Input], List[Tuple[str, Any]]]:
+    """The engine's Inputs for a TorchDynamo graph, and per graph argument ("tensor", None) or
+    ("sym", (argument, axis)): where a SymInt argument's value is found among the tensors' dims.
+    Symbolic dims get the ranges TorchDynamo's shape environment holds for them."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise InvalidArgumentError("its arguments do not match its graph's placeholders")
+    inputs: List[Input] = []
+    plan: List[Tuple[str, Any]] = []
+    found: Dict[str, Tuple[int, int]] = {}  # symbol -> (argument, axis) of a plain dim
+    wanted: List[Tuple[int, str]] = []
+    for k, (node, example) in enumerate(zip(placeholders, example_inputs)):
+        value = node.meta.get("example_value")
+        if not isinstance(example, torch.Tensor):
+            if not isinstance(value, torch.SymInt) or not value.node.expr.is_Symbol:
+                raise InvalidArgumentError(f"its argument {node.name} is a {type(example).__name__}, not a tensor "
+                                           "or the size of a dynamic dim")
+            plan.append(("sym", None))
+            wanted.append((k, str(value.node.expr)))
+            continue
+        plan.append(("tensor", None))
+        dims = list(value.shape) if isinstance(value, torch.Tensor) else list(example.shape)
+        lo, opt, hi = [int(n) for n in example.shape], [int(n) for n in example.shape], [int(n) for n in example.shape]
+        names: List[Optional[str]] = [None] * len(dims)
+        for axis, d in enumerate(dims):
+            if not isinstance(d, torch.SymInt):
+                continue
+            expr = d.node.expr
+            factor, symbol = 1, expr
+            if not expr.is_Symbol:  # K*s: a multiple of K
+                coeff, rest = expr.as_coeff_Mul()
+                if not (rest.is_Symbol and coeff.is_Integer and int(coeff) > 1):
+                    raise InvalidArgumentError(f"dim {axis} of {node.name} is {expr}, which kiln's backend does not "
+                                               "range yet (a size or K times one)")
+                factor, symbol = int(coeff), rest
+            bounds = d.node.shape_env.var_to_range.get(symbol)
+            upper = bounds.upper if bounds is not None else None
+            upper = int(upper) if getattr(upper, "is_Integer", False) else None  # not int_oo
+            if upper is None or upper > 2 ** 31:
+                if dynamic_max is None:
+                    raise InvalidArgumentError(
+                        f"dim {axis} of {node.name} ({symbol}) has no upper bound: give it one with "
+                        f"torch._dynamo.mark_dynamic(x, {axis}, min=..., max=...), or options={{'dynamic_max': N}}")
+                upper = int(dynamic_max) // factor
+            lower = max(int(bounds.lower), 1) if bounds is not None else 1
+            lo[axis], hi[axis] = factor * lower, factor * max(upper, lower)
+            names[axis] = str(symbol) if factor == 1 else f"{factor}*{symbol}"
+            if factor == 1:
+                found.setdefault(str(symbol), (k, axis))
+        if any(n is not None for n in names):
+            inputs.append(Input(min_shape=lo, opt_shape=opt, max_shape=hi, dtype=example.dtype, name=f"arg{k}",
+                                dim_names=names))
+        else:
+            inputs.append(Input(shape=tuple(example.shape), dtype=example.dtype, name=f"arg{k}"))
+    for k, symbol in wanted:
+        if symbol not in found:
+            raise InvalidArgumentError(f"its size argument {symbol} is no dim of a tensor argument")
+        plan[k] = ("sym", found[symbol])
+    return inputs, plan
+
+
 def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, Any]] = None,
             mode: Optional[str] = None) -> Any:
     """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
-    device ("cpu" or "cuda"), enabled_precisions and allow_tf32 (as compile's). kiln.torch.report says what ran
-    where, graph breaks included."""
+    device ("cpu" or "cuda"), enabled_precisions and allow_tf32 (as compile's), dynamic_max (the
+    largest size of a dynamic dim that TorchDynamo left unbounded). kiln.torch.report says what ran
+    where, graph breaks included.
+
+    Dynamic shapes: a graph whose dims TorchDynamo made symbolic (torch._dynamo.mark_dynamic(x, d,
+    min=, max=), dynamic=True, or a recompilation after a shape changed) becomes one engine whose
+    profile spans each symbol's range (a dim shared by several inputs is one symbol; K*s dims
+    stay multiples of K), opt at the example's size. A symbol without an upper bound takes
+    dynamic_max, and without it the graph stays with PyTorch, saying which dim needs a range."""
     opts = dict(options or {})
     device = opts.pop("device", "cpu")
     precisions = opts.pop("enabled_precisions", None)
     allow_tf32 = bool(opts.pop("allow_tf32", False))
+    dynamic_max = opts.pop("dynamic_max", None)
     if opts:
         raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} "
-                                   "(it takes device, enabled_precisions, allow_tf32)")
+                                   "(it takes device, enabled_precisions, allow_tf32, dynamic_max)")
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_list = isinstance(output, list)
@@ -422,23 +515,41 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
         warnings.warn(KilnWarning(f"kiln backend: a graph of {ops} ops runs on PyTorch: {reason}"), stacklevel=2)
         return gm.forward
 
-    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
-        return fall_back("its inputs have symbolic sizes (torch.compile dynamic=True); kiln.torch.compile "
-                         "takes shape ranges through Input(min_shape, opt_shape, max_shape)")
     if not isinstance(output, (tuple, list)) or not all(hasattr(o, "op") for o in output):
         return fall_back("its output is not a flat sequence of tensors")
     try:
-        inputs = [Input(shape=tuple(t.shape), dtype=t.dtype, name=f"arg{k}") for k, t in enumerate(example_inputs)]
-        compiled = compile(gm, inputs, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32)
-    except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
-        return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    report.add("kiln", ops)
-    if report.graph_breaks:
-        warnings.warn(KilnWarning(str(report)), stacklevel=2)
+        tensors, plan = _dynamic_inputs(gm, example_inputs, dynamic_max)
+    except InvalidArgumentError as e:
+        return fall_back(str(e))
+    tensor_positions = [k for k, (kind, _) in enumerate(plan) if kind == "tensor"]
+    dynamic = any(kind == "sym" for kind, _ in plan)
 
-    def run(*args: Any) -> Any:
-        out = compiled(*args)
-        out = list(out) if isinstance(out, tuple) else [out]
-        return out if as_list else tuple(out)
+    def build() -> Any:
+        try:
+            module = _TensorArgs(gm, plan) if dynamic else gm
+            compiled = compile(module, tensors, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32)
+        except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
+            return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        report.add("kiln", ops)
+        if report.graph_breaks:
+            warnings.warn(KilnWarning(str(report)), stacklevel=3)
 
-    return run
+        def run(*args: Any) -> Any:
+            out = compiled(*[args[k] for k in tensor_positions])
+            out = list(out) if isinstance(out, tuple) else [out]
+            return out if as_list else tuple(out)
+
+        return run
+
+    if not dynamic:
+        return build()
+    # A graph with size arguments is exported at its first call, outside TorchDynamo's compilation:
+    # torch.export run from inside it left a guard that failed on the frame being compiled.
+    state: Dict[str, Any] = {}
+
+    def first_call(*args: Any) -> Any:
+        if "run" not in state:
+            state["run"] = build()
+        return state["run"](*args)
+
+    return first_call

@@ -206,6 +206,42 @@ def test_torch_compile_backend_reports_the_graph_break(kiln_backend):
     assert "graph breaks" in str(kt.report)
 
 
+def test_torch_compile_backend_dynamic_ranges(kiln_backend):
+    # Seed 003's module through torch.compile with batch and seq_len marked dynamic: one engine
+    # spans both ranges (the graph's size arguments are read off the tensor), so new shapes inside
+    # them run without a recompilation.
+    model = SeedLinear().eval()
+    compiled = torch.compile(model, backend=kiln_backend)
+    x = torch.randn(2, 5, 16)
+    torch._dynamo.mark_dynamic(x, 0, min=1, max=8)
+    torch._dynamo.mark_dynamic(x, 1, min=2, max=64)
+    with torch.no_grad(), _no_fallback():
+        close(compiled(x), model(x))
+        # (TorchDynamo specializes sizes 0 and 1, so a batch of 1 would be a new graph.)
+        for dims in [(3, 7), (8, 64), (2, 2)]:
+            y = torch.randn(*dims, 16)
+            got = compiled(y)
+            assert tuple(got.shape) == (dims[0], dims[1] + 1, 8)
+            close(got, model(y))
+    assert [g["runner"] for g in kt.report.graphs] == ["kiln"], str(kt.report)
+    # A dim TorchDynamo made dynamic on its own (a recompilation after the batch changed) has no
+    # upper bound: the graph stays with PyTorch and the reason names the way to give one.
+    kt.report.clear()
+    torch._dynamo.reset()
+    again = torch.compile(SeedLinear().eval(), backend=kiln_backend)
+    with torch.no_grad():
+        again(torch.randn(2, 3, 16))
+        with pytest.warns(kiln.KilnWarning, match="no upper bound.*mark_dynamic"):
+            again(torch.randn(4, 3, 16))
+    # With options={"dynamic_max": N} it builds, up to N.
+    torch._dynamo.reset()
+    bounded = torch.compile(SeedLinear().eval(), backend="kiln", options={"dynamic_max": 16})
+    with torch.no_grad(), _no_fallback():
+        bounded(torch.randn(2, 3, 16))
+        out = bounded(torch.randn(9, 3, 16))
+    assert tuple(out.shape) == (9, 4, 8)
+
+
 @contextlib.contextmanager
 def _no_fallback():
     """No KilnWarning about a graph falling back to PyTorch inside the block."""

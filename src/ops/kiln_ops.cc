@@ -344,6 +344,79 @@ Status infer_packed_attention(InferContext& ctx) {
   return ok_status();
 }
 
+// A FusedConv-style activation named by attribute `act` with its parameters in `params`.
+Status check_activation(InferContext& ctx, const char* act_attr, const char* params_attr) {
+  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string(act_attr, "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats(params_attr, std::vector<float>{}));
+  size_t want = 0;
+  if (act == "clip" || act == "hardsigmoid") {
+    want = 2;
+  } else if (act == "leaky_relu") {
+    want = 1;
+  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
+    return ctx.error(StatusCode::kInvalidModel,
+                     std::string(act_attr) + " '" + act +
+                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
+  }
+  if (params.size() != want) {
+    return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
+                                                    std::to_string(want) + " " + params_attr + ", not " +
+                                                    std::to_string(params.size()));
+  }
+  return ok_status();
+}
+
+// kiln::SqueezeExcite(X, W1, B1, W2, B2) {layout, activation1(_params), activation2(_params)}: a
+// squeeze-and-excitation gate, G = act2(W2 . act1(W1 . mean_HW(X) + B1) + B2), one value per image
+// and channel: [N, C, 1, 1] for layout NCHW, [N, 1, 1, C] for NHWC (the same bytes). W1 and W2 are
+// the two 1x1 convolutions' filters as they were ([K, C, 1, 1], or [K, 1, 1, C] in NHWC); every
+// operand has X's float type. The Mul that applies the gate stays a (channel-broadcast) Mul.
+Status infer_squeeze_excite(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_activation(ctx, "activation1", "activation1_params"));
+  KILN_RETURN_IF_ERROR(check_activation(ctx, "activation2", "activation2_params"));
+  KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NCHW"));
+  if (layout != "NCHW" && layout != "NHWC") {
+    return ctx.error(StatusCode::kInvalidModel, "layout '" + layout + "' is not one of NCHW, NHWC");
+  }
+  const bool nhwc = layout == "NHWC";
+  const DType t = ctx.input_dtype(0);
+  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) {
+    return ctx.error(StatusCode::kInvalidModel, "X must be float32, float16 or bfloat16");
+  }
+  for (int i = 1; i < 5; ++i) {
+    if (ctx.input_dtype(i) != t) {
+      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))) + ", X is " +
+                                                      std::string(dtype_name(t)));
+    }
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& w1 = ctx.input_shape(1);
+  const auto& w2 = ctx.input_shape(3);
+  if (x.size() != 4 || w1.size() != 4 || w2.size() != 4 || ctx.input_shape(2).size() != 1 ||
+      ctx.input_shape(4).size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel, "X, W1 and W2 must have rank 4, B1 and B2 rank 1");
+  }
+  const ir::Dim c = nhwc ? x[3] : x[1];
+  const int in_axis = nhwc ? 3 : 1;
+  for (int a = 1; a < 4; ++a) {
+    if (a == in_axis) continue;
+    KILN_RETURN_IF_ERROR(ctx.require_equal(w1[size_t(a)], ir::Dim(1), "W1 is a 1x1 filter"));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(w2[size_t(a)], ir::Dim(1), "W2 is a 1x1 filter"));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(w1[size_t(in_axis)], c, "W1's input channels are X's channels"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(ctx.input_shape(2)[0], w1[0], "B1 has one value per W1 filter"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(w2[size_t(in_axis)], w1[0], "W2 reads W1's outputs"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(w2[0], c, "W2 makes one value per channel of X"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(ctx.input_shape(4)[0], c, "B2 has one value per channel"));
+  if (nhwc) {
+    ctx.set_output(0, t, {x[0], ir::Dim(1), ir::Dim(1), c});
+  } else {
+    ctx.set_output(0, t, {x[0], c, ir::Dim(1), ir::Dim(1)});
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
@@ -360,6 +433,10 @@ void register_kiln_ops(OpRegistry& r) {
                  OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
                  OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow}});
+  // Made after precision assignment: a mean and two small products accumulated in float, in
+  // whatever float type its operands hold.
+  r.add(OpSchema{OpKind::kSqueezeExcite, 5, 5, 1, 1, &infer_squeeze_excite,
+                 OpTraits{.precision = PrecisionClass::kFollow}});
 }
 
 }  // namespace kiln::ops

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
 #include "ops/elementwise_program.h"
 
@@ -410,6 +411,77 @@ Status packed_attention_kernel(const KernelArgs& args) {
   return ok_status();
 }
 
+// kiln::SqueezeExcite: the channel means, the two 1x1 products and their activations in double,
+// each gate rounded once to the output's type.
+class SqueezeExciteKernel final : public Kernel {
+ public:
+  SqueezeExciteKernel(bool nhwc, std::string act1, std::vector<float> p1, std::string act2, std::vector<float> p2)
+      : nhwc_(nhwc), act1_(std::move(act1)), p1_(std::move(p1)), act2_(std::move(act2)), p2_(std::move(p2)) {}
+  std::string name() const override { return "cpu.SqueezeExcite"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() != 5 || out.size() != 1 || in[0].rank() != 4) {
+      return invalid_argument("SqueezeExcite: needs X of rank 4, W1, B1, W2, B2 and one output");
+    }
+    const TensorView& x = in[0];
+    const int64_t n = x.shape[0], c = nhwc_ ? x.shape[3] : x.shape[1];
+    const int64_t hw = nhwc_ ? x.shape[1] * x.shape[2] : x.shape[2] * x.shape[3];
+    const int64_t cs = in[2].numel();
+    if (in[1].numel() != cs * c || in[3].numel() != c * cs || in[4].numel() != c || out[0].numel() != n * c) {
+      return invalid_argument("SqueezeExcite: the operands' sizes disagree with X " + shape_to_string(x.shape));
+    }
+    for (const TensorView& v : in) {
+      if (v.dtype != x.dtype) return invalid_argument("SqueezeExcite: every operand must have X's dtype");
+    }
+    return dispatch<kF32 | kF16 | kBF16>(x.dtype, OpKind::kSqueezeExcite, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      auto at = [](const TensorView& v, int64_t i) { return double(Num<T>::load(v.as<const T>()[i])); };
+      std::vector<double> mean(static_cast<size_t>(c)), hidden(static_cast<size_t>(cs));
+      for (int64_t b = 0; b < n; ++b) {
+        for (int64_t ch = 0; ch < c; ++ch) {
+          double sum = 0;
+          for (int64_t p = 0; p < hw; ++p) sum += at(x, nhwc_ ? (b * hw + p) * c + ch : (b * c + ch) * hw + p);
+          mean[size_t(ch)] = hw > 0 ? sum / double(hw) : 0.0;
+        }
+        for (int64_t j = 0; j < cs; ++j) {
+          double y = at(in[2], j);
+          for (int64_t ch = 0; ch < c; ++ch) y += at(in[1], j * c + ch) * mean[size_t(ch)];
+          hidden[size_t(j)] = activate(act1_, p1_, y);
+        }
+        for (int64_t ch = 0; ch < c; ++ch) {
+          double y = at(in[4], ch);
+          for (int64_t j = 0; j < cs; ++j) y += at(in[3], ch * cs + j) * hidden[size_t(j)];
+          out[0].as<T>()[b * c + ch] = Num<T>::store(static_cast<typename Num<T>::C>(activate(act2_, p2_, y)));
+        }
+      }
+      return ok_status();
+    });
+  }
+
+ private:
+  bool nhwc_;
+  std::string act1_;
+  std::vector<float> p1_;
+  std::string act2_;
+  std::vector<float> p2_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
+  const ir::Attributes& a = q.node.attrs;
+  KILN_ASSIGN_OR_RETURN(std::string layout, a.get_string("layout", "NCHW"));
+  KILN_ASSIGN_OR_RETURN(std::string act1, a.get_string("activation1", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p1, a.get_floats("activation1_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::string act2, a.get_string("activation2", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p2, a.get_floats("activation2_params", std::vector<float>{}));
+  if (layout != "NCHW" && layout != "NHWC") {
+    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not one of NCHW, NHWC");
+  }
+  // activate() reads the parameters it needs; the schema checked their count.
+  p1.resize(2, 0.f);
+  p2.resize(2, 0.f);
+  return std::unique_ptr<Kernel>(
+      new SqueezeExciteKernel(layout == "NHWC", std::move(act1), std::move(p1), std::move(act2), std::move(p2)));
+}
+
 }  // namespace
 
 void register_kiln_kernels(KernelRegistry& r) {
@@ -418,6 +490,7 @@ void register_kiln_kernels(KernelRegistry& r) {
   r.add_factory(OpKind::kPool, &create_pool);
   r.add_factory(OpKind::kElementwise, &create_elementwise);
   r.add(OpKind::kPackedAttention, &packed_attention_kernel);
+  r.add_factory(OpKind::kSqueezeExcite, &create_squeeze_excite);
 }
 
 }  // namespace kiln::backends::cpu

@@ -24,6 +24,19 @@ struct ConvAttrs {
   float p0 = 0.f, p1 = 0.f;
 };
 
+// A FusedConv / SqueezeExcite activation by its attribute name.
+inline StatusOr<ConvActivation> parse_activation(const std::string& who, const std::string& act) {
+  constexpr std::pair<const char*, ConvActivation> kActs[] = {
+      {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
+      {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
+      {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
+      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu}};
+  for (const auto& [name, a] : kActs) {
+    if (act == name) return a;
+  }
+  return invalid_argument(who + ": unknown activation '" + act + "'");
+}
+
 inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
   ConvAttrs c;
@@ -40,16 +53,7 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   c.nhwc = layout == "NHWC";
   KILN_ASSIGN_OR_RETURN(std::string act, at.get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> p, at.get_floats("activation_params", std::vector<float>{}));
-  constexpr std::pair<const char*, ConvActivation> kActs[] = {
-      {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
-      {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
-      {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
-      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu}};
-  bool known = false;
-  for (const auto& [name, a] : kActs) {
-    if (act == name) c.act = a, known = true;
-  }
-  if (!known) return invalid_argument(q.node.describe() + ": unknown activation '" + act + "'");
+  KILN_ASSIGN_OR_RETURN(c.act, parse_activation(q.node.describe(), act));
   if (p.size() > 0) c.p0 = p[0];
   if (p.size() > 1) c.p1 = p[1];
   return c;

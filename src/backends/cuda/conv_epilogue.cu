@@ -4,6 +4,7 @@
 // float16/bfloat16 NHWC rows of a channel count divisible by 8 move 16 bytes per thread.
 #include <cstdint>
 
+#include "backends/cuda/activation.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/typed.cuh"
@@ -12,28 +13,6 @@ namespace kiln::backends::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-
-__device__ __forceinline__ float activate(ConvActivation act, float p0, float p1, float y) {
-  switch (act) {
-    case ConvActivation::kRelu:
-      return y > 0.f ? y : 0.f;
-    case ConvActivation::kClip:
-      return fminf(fmaxf(y, p0), p1);
-    case ConvActivation::kHardSwish:
-      return y * fminf(fmaxf(y / 6.f + 0.5f, 0.f), 1.f);
-    case ConvActivation::kHardSigmoid:
-      return fminf(fmaxf(p0 * y + p1, 0.f), 1.f);
-    case ConvActivation::kSigmoid:
-      return 1.f / (1.f + __expf(-y));
-    case ConvActivation::kSilu:
-      return y / (1.f + __expf(-y));
-    case ConvActivation::kLeakyRelu:
-      return y >= 0.f ? y : p0 * y;
-    case ConvActivation::kNone:
-      break;
-  }
-  return y;
-}
 
 template <typename T>
 __global__ void epilogue_kernel(T* y, const T* bias, const T* z, int64_t n, int64_t channels,

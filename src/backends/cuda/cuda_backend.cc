@@ -429,6 +429,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_data(families);
   register_resize(families);
   register_pool(families);
+  register_squeeze_excite(families);
   register_norm2(families);
   register_data2(families);
   register_conv_transpose(families);

@@ -203,6 +203,7 @@ void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
+void register_squeeze_excite(Registry& r);  // kiln::SqueezeExcite (squeeze_excite.cu)
 void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
 void register_conv_transpose(Registry& r);
