@@ -112,6 +112,29 @@ Status infer_nhwc_conv(InferContext& ctx) {
   return ok_status();
 }
 
+// The activation attribute `act_attr` (kiln::FusedConv's and kiln::SqueezeExcite's: one of the
+// names below) with the count of parameters in `params_attr` it takes.
+Status check_activation(InferContext& ctx, const char* act_attr, const char* params_attr) {
+  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string(act_attr, "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats(params_attr, std::vector<float>{}));
+  size_t want = 0;
+  if (act == "clip" || act == "hardsigmoid") {
+    want = 2;
+  } else if (act == "leaky_relu") {
+    want = 1;
+  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
+    return ctx.error(StatusCode::kInvalidModel,
+                     std::string(act_attr) + " '" + act +
+                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
+  }
+  if (params.size() != want) {
+    return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
+                                                    std::to_string(want) + " " + params_attr + ", not " +
+                                                    std::to_string(params.size()));
+  }
+  return ok_status();
+}
+
 // kiln::FusedConv(X, W, B?, Z?) {Conv's attributes, activation="none", activation_params=[],
 // layout="NCHW"}: activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a
 // residual of the output's shape). activation: "none", "relu", "clip" (params min, max),
@@ -121,22 +144,7 @@ Status infer_nhwc_conv(InferContext& ctx) {
 // [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter order), B is [K], Z and Y are [N, H', W', K];
 // pads, strides, dilations, group and auto_pad keep their ONNX meaning on the spatial axes H, W.
 Status infer_fused_conv(InferContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string("activation", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats("activation_params", std::vector<float>{}));
-  size_t want = 0;
-  if (act == "clip" || act == "hardsigmoid") {
-    want = 2;
-  } else if (act == "leaky_relu") {
-    want = 1;
-  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "activation '" + act +
-                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
-  }
-  if (params.size() != want) {
-    return ctx.error(StatusCode::kInvalidModel, "activation '" + act + "' takes " + std::to_string(want) +
-                                                    " activation_params, not " + std::to_string(params.size()));
-  }
+  KILN_RETURN_IF_ERROR(check_activation(ctx, "activation", "activation_params"));
   KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NCHW"));
   if (layout == "NHWC") {
     KILN_RETURN_IF_ERROR(infer_nhwc_conv(ctx));
@@ -340,28 +348,6 @@ Status infer_packed_attention(InferContext& ctx) {
     ctx.set_output(0, t, {qs[0], qs[1], Dim(hq), Dim(dv)});
   } else {
     ctx.set_output(0, t, {qs[0], qs[1], Dim(hq * dv)});
-  }
-  return ok_status();
-}
-
-// A FusedConv-style activation named by attribute `act` with its parameters in `params`.
-Status check_activation(InferContext& ctx, const char* act_attr, const char* params_attr) {
-  KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string(act_attr, "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats(params_attr, std::vector<float>{}));
-  size_t want = 0;
-  if (act == "clip" || act == "hardsigmoid") {
-    want = 2;
-  } else if (act == "leaky_relu") {
-    want = 1;
-  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
-    return ctx.error(StatusCode::kInvalidModel,
-                     std::string(act_attr) + " '" + act +
-                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
-  }
-  if (params.size() != want) {
-    return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
-                                                    std::to_string(want) + " " + params_attr + ", not " +
-                                                    std::to_string(params.size()));
   }
   return ok_status();
 }
