@@ -44,16 +44,19 @@ std::vector<float> params(const std::string& a) {
 }
 
 // G[n, c] = act2(B2 + W2 . act1(B1 + W1 . mean_hw(X[n, c])))
-Tensor naive_gate(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                  bool nhwc, const std::string& a1, const std::string& a2) {
+Tensor naive_gate(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                  const Tensor& b2, bool nhwc, const std::string& a1, const std::string& a2) {
   const Shape& s = x.shape();
-  const int64_t n = s[0], c = nhwc ? s[3] : s[1], hw = nhwc ? s[1] * s[2] : s[2] * s[3], cs = b1.numel();
+  const int64_t n = s[0], c = nhwc ? s[3] : s[1], hw = nhwc ? s[1] * s[2] : s[2] * s[3],
+                cs = b1.numel();
   std::vector<float> g(size_t(n * c));
   for (int64_t b = 0; b < n; ++b) {
     std::vector<double> mean(static_cast<size_t>(c)), hidden(static_cast<size_t>(cs));
     for (int64_t ch = 0; ch < c; ++ch) {
       double sum = 0;
-      for (int64_t p = 0; p < hw; ++p) sum += x.float_at(nhwc ? (b * hw + p) * c + ch : (b * c + ch) * hw + p);
+      for (int64_t p = 0; p < hw; ++p) {
+        sum += x.float_at(nhwc ? (b * hw + p) * c + ch : (b * c + ch) * hw + p);
+      }
       mean[size_t(ch)] = sum / double(hw);
     }
     for (int64_t j = 0; j < cs; ++j) {
@@ -76,7 +79,8 @@ TEST(SqueezeExciteKernel, BothLayoutsEverySizeAgainstANaiveLoop) {
   };
   // MobileNetV3-Large's largest gate (960 channels, 240 hidden, 7x7), a 28x28 one with fewer
   // channels than a block has threads, and odd sizes.
-  const Size sizes[] = {{2, 960, 240, 7, 7}, {3, 72, 24, 28, 28}, {1, 5, 3, 7, 9}, {4, 33, 8, 1, 1}};
+  const Size sizes[] = {
+      {2, 960, 240, 7, 7}, {3, 72, 24, 28, 28}, {1, 5, 3, 7, 9}, {4, 33, 8, 1, 1}};
   const std::pair<const char*, const char*> acts[] = {
       {"relu", "hardsigmoid"}, {"silu", "sigmoid"}, {"hardswish", "none"}};
   uint32_t seed = 1;
@@ -99,9 +103,9 @@ TEST(SqueezeExciteKernel, BothLayoutsEverySizeAgainstANaiveLoop) {
                           .floats("activation1_params", params(a1))
                           .s("activation2", a2)
                           .floats("activation2_params", params(a2));
-        const std::string label = std::string(nhwc ? "NHWC" : "NCHW") + " c=" + std::to_string(z.c) +
-                                  " cs=" + std::to_string(z.cs) + " hw=" + std::to_string(z.h * z.w) + " " +
-                                  a1 + "/" + a2;
+        const std::string label = std::string(nhwc ? "NHWC" : "NCHW") +
+                                  " c=" + std::to_string(z.c) + " cs=" + std::to_string(z.cs) +
+                                  " hw=" + std::to_string(z.h * z.w) + " " + a1 + "/" + a2;
         auto r = run_case({.node = node,
                            .inputs = {x, w1, b1, w2, b2},
                            .expected = {naive_gate(x, w1, b1, w2, b2, nhwc, a1, a2)},
@@ -110,7 +114,8 @@ TEST(SqueezeExciteKernel, BothLayoutsEverySizeAgainstANaiveLoop) {
         ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
         for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
           auto h = testing::run_reduced_case(
-              {.node = node, .inputs = {x, w1, b1, w2, b2}, .expect_support = true, .label = label}, dt);
+              {.node = node, .inputs = {x, w1, b1, w2, b2}, .expect_support = true, .label = label},
+              dt);
           ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
           EXPECT_EQ((*h)[0].dtype(), dt) << label;
         }

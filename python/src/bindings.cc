@@ -257,8 +257,8 @@ uintptr_t stream_handle(nb::handle stream) {
   }
 }
 
-// A view of a CUDA array (torch, CuPy, anything with __dlpack__) for a CUDA engine: on this
-// process's device, C-contiguous, of a dtype kiln has. With `stream` (the stream kiln will run
+// A view of a CUDA array (torch, CuPy, anything with __dlpack__) for a CUDA engine: on the device
+// kiln runs on, of a dtype kiln has (callers check its layout). With `stream` (the stream kiln will run
 // on), the array is exported through __dlpack__(stream=...), so the producer orders its pending
 // work before that stream's (DLPack's stream handshake; 1 stands for CUDA's legacy default stream).
 nb::ndarray<nb::ro> as_device_array(const std::string& name, nb::handle obj, std::optional<uintptr_t> stream) {

@@ -57,7 +57,10 @@ bool all_equal(const std::optional<std::vector<int64_t>>& v, int64_t want) {  //
 // A FusedConv of `layout` that is a 1x1 product over channels with constant W and B: its input,
 // or -1.
 int pointwise_fused_conv(const ir::Graph& g, const ir::Node& n, const std::string& layout) {
-  if (n.domain != "kiln" || n.op_type != "FusedConv" || n.inputs.size() != 3 || n.outputs.size() != 1) return -1;
+  if (n.domain != "kiln" || n.op_type != "FusedConv" || n.inputs.size() != 3 ||
+      n.outputs.size() != 1) {
+    return -1;
+  }
   if (str_attr(n, "layout", "NCHW") != layout || int_attr(n, "group", 1) != 1) return -1;
   const std::string pad = str_attr(n, "auto_pad", "NOTSET");
   if (pad != "NOTSET" && pad != "VALID") return -1;

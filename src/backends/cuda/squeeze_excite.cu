@@ -30,12 +30,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 template <typename T>
-__global__ void se_gate_kernel(const T* __restrict__ x, const T* __restrict__ w1, const T* __restrict__ b1,
-                               const T* __restrict__ w2, const T* __restrict__ b2, T* __restrict__ g, int c,
-                               int cs, int64_t hw, bool nhwc, SeActs acts) {
+__global__ void se_gate_kernel(const T* __restrict__ x, const T* __restrict__ w1,
+                               const T* __restrict__ b1, const T* __restrict__ w2,
+                               const T* __restrict__ b2, T* __restrict__ g, int c, int cs,
+                               int64_t hw, bool nhwc, SeActs acts) {
   using N = DNum<T>;
   extern __shared__ float smem[];
-  float* sums = smem;       // [c]
+  float* sums = smem;        // [c]
   float* hidden = smem + c;  // [cs]
   const int64_t image = blockIdx.x;
   const T* xb = x + image * int64_t(c) * hw;
@@ -75,13 +76,16 @@ __global__ void se_gate_kernel(const T* __restrict__ x, const T* __restrict__ w1
     float acc = 0.f;
     for (int k = lane; k < cs; k += 32) acc += N::load(w2[int64_t(ch) * cs + k]) * hidden[k];
     acc = warp_sum(acc);
-    if (lane == 0) g[image * c + ch] = N::store(activate(acts.a2, acts.p20, acts.p21, acc + N::load(b2[ch])));
+    if (lane == 0) {
+      g[image * c + ch] = N::store(activate(acts.a2, acts.p20, acts.p21, acc + N::load(b2[ch])));
+    }
   }
 }
 
 class SqueezeExciteKernel final : public CudaKernel {
  public:
-  SqueezeExciteKernel(bool nhwc, SeActs acts) : CudaKernel("cuda.SqueezeExcite"), nhwc_(nhwc), acts_(acts) {}
+  SqueezeExciteKernel(bool nhwc, SeActs acts)
+      : CudaKernel("cuda.SqueezeExcite"), nhwc_(nhwc), acts_(acts) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (in.size() != 5 || out.size() != 1 || in[0].rank() != 4) {
       return invalid_argument(name_ + ": needs X of rank 4, W1, B1, W2, B2 and one output");
@@ -90,11 +94,15 @@ class SqueezeExciteKernel final : public CudaKernel {
     const int64_t n = x.shape[0], c = nhwc_ ? x.shape[3] : x.shape[1];
     const int64_t hw = nhwc_ ? x.shape[1] * x.shape[2] : x.shape[2] * x.shape[3];
     const int64_t cs = in[2].numel();
-    if (in[1].numel() != cs * c || in[3].numel() != c * cs || in[4].numel() != c || out[0].numel() != n * c) {
-      return invalid_argument(name_ + ": the operands' sizes disagree with X " + shape_to_string(x.shape));
+    if (in[1].numel() != cs * c || in[3].numel() != c * cs || in[4].numel() != c ||
+        out[0].numel() != n * c) {
+      return invalid_argument(name_ + ": the operands' sizes disagree with X " +
+                              shape_to_string(x.shape));
     }
     for (const TensorView& v : in) {
-      if (v.dtype != x.dtype) return invalid_argument(name_ + ": every operand must have X's dtype");
+      if (v.dtype != x.dtype) {
+        return invalid_argument(name_ + ": every operand must have X's dtype");
+      }
     }
     if (out[0].dtype != x.dtype) return invalid_argument(name_ + ": G must have X's dtype");
     if (n == 0) return ok_status();
@@ -127,14 +135,18 @@ StatusOr<std::unique_ptr<Kernel>> make_squeeze_excite(const KernelQuery& q) {
                        std::string(dtype_name(q.input_dtype(0))));
   }
   KILN_ASSIGN_OR_RETURN(std::string layout, at.get_string("layout", "NCHW"));
-  if (layout != "NCHW" && layout != "NHWC") return invalid_argument(who + ": layout '" + layout + "'");
+  if (layout != "NCHW" && layout != "NHWC") {
+    return invalid_argument(who + ": layout '" + layout + "'");
+  }
   SeActs acts;
   KILN_ASSIGN_OR_RETURN(std::string a1, at.get_string("activation1", "none"));
   KILN_ASSIGN_OR_RETURN(std::string a2, at.get_string("activation2", "none"));
   KILN_ASSIGN_OR_RETURN(acts.a1, parse_activation(who, a1));
   KILN_ASSIGN_OR_RETURN(acts.a2, parse_activation(who, a2));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p1, at.get_floats("activation1_params", std::vector<float>{}));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p2, at.get_floats("activation2_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p1,
+                        at.get_floats("activation1_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p2,
+                        at.get_floats("activation2_params", std::vector<float>{}));
   p1.resize(2, 0.f);
   p2.resize(2, 0.f);
   acts.p10 = p1[0], acts.p11 = p1[1], acts.p20 = p2[0], acts.p21 = p2[1];
@@ -143,6 +155,8 @@ StatusOr<std::unique_ptr<Kernel>> make_squeeze_excite(const KernelQuery& q) {
 
 }  // namespace
 
-void register_squeeze_excite(Registry& r) { r.add(ops::OpKind::kSqueezeExcite, &make_squeeze_excite); }
+void register_squeeze_excite(Registry& r) {
+  r.add(ops::OpKind::kSqueezeExcite, &make_squeeze_excite);
+}
 
 }  // namespace kiln::backends::cuda
