@@ -2,6 +2,7 @@
 // listed at once, and missing profiles named.
 #include <gtest/gtest.h>
 
+#include "ir/text.h"
 #include "kiln.h"
 #include "test_util.h"
 
@@ -114,6 +115,70 @@ TEST(BuilderSupport, UnsupportedOpsAreListedAllAtOnce) {
   for (const char* part : {"2 node(s)", "FancyOp", "mystery_1", "com.example", "NonMaxSuppressionV9", "mystery_2"}) {
     EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
   }
+}
+
+// x: [a, 4] and y: [c, 4] concatenated; two profiles, a small one and a large one.
+StatusOr<Engine> two_profile_engine() {
+  auto g = ir::parse_text(R"(graph g(%x: float32[a, 4], %y: float32[c, 4]) -> (%z: float32[a + c, 4]) {
+  opset ai.onnx 17
+  %z: float32[a + c, 4] = Concat(%x, %y) {axis=0}  # cat
+}
+)",
+                          {});
+  if (!g.ok()) return g.status();
+  Network net;
+  net.graph = std::move(g).value();
+  BuilderConfig config;
+  OptimizationProfile small, large;
+  EXPECT_TRUE(small.set_dimensions("x", {1, 4}, {2, 4}, {4, 4}).ok());
+  EXPECT_TRUE(small.set_dimensions("y", {1, 4}, {2, 4}, {4, 4}).ok());
+  EXPECT_TRUE(large.set_dimensions("x", {3, 4}, {12, 4}, {16, 4}).ok());
+  EXPECT_TRUE(large.set_dimensions("y", {3, 4}, {12, 4}, {16, 4}).ok());
+  config.add_profile(small);
+  config.add_profile(large);
+  return Builder().build(net, config);
+}
+
+TEST(BuilderProfiles, AnUnpinnedContextPicksTheProfileWhoseOptIsNearest) {
+  auto engine = two_profile_engine();
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  ExecutionContext& c = **ctx;
+  EXPECT_FALSE(c.profile_pinned());
+  auto run = [&](int64_t a, int64_t b) -> StatusOr<int> {
+    auto out = c.run({{"x", make_f32({a, 4}, std::vector<float>(size_t(a * 4), 1.f))},
+                      {"y", make_f32({b, 4}, std::vector<float>(size_t(b * 4), 2.f))}});
+    if (!out.ok()) return out.status();
+    EXPECT_EQ(out->at("z").shape(), (Shape{a + b, 4}));
+    return c.optimization_profile();
+  };
+  EXPECT_EQ(run(2, 2).value(), 0);    // only the small profile holds 2
+  EXPECT_EQ(run(14, 14).value(), 1);  // only the large one holds 14
+  // 4 is in both: |4 - 2| / 2 per dim against |4 - 12| / 12, so the large profile is nearer.
+  EXPECT_EQ(run(4, 4).value(), 1);
+  EXPECT_EQ(run(3, 1).value(), 0);  // y = 1 is in the small profile only
+  // A shape no profile holds: every profile's range is named.
+  Status none = c.set_input_shape("x", {20, 4});
+  ASSERT_FALSE(none.ok());
+  for (const char* part : {"fits none of the engine's 2 optimization profiles", "[1, 4] of optimization profile 0",
+                           "[3, 16] of optimization profile 1"}) {
+    EXPECT_NE(none.message().find(part), std::string::npos) << part << " in: " << none.message();
+  }
+  // Each shape fits a profile, but no profile holds both: the run says so.
+  auto split = run(1, 16);
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("no optimization profile holds every input's shape at once"),
+            std::string::npos)
+      << split.status().message();
+  // Pinned, a context checks that profile alone, as before.
+  ASSERT_TRUE(c.set_optimization_profile(0).ok());
+  EXPECT_TRUE(c.profile_pinned());
+  Status pinned = c.set_input_shape("x", {14, 4});
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_NE(pinned.message().find("outside the range [1, 4] of optimization profile 0"), std::string::npos)
+      << pinned.message();
+  EXPECT_EQ(run(4, 4).value(), 0);
 }
 
 }  // namespace

@@ -314,7 +314,7 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   EXPECT_TRUE(contains(r.out, "1: image min 5x3x32x32 opt 8x3x32x32 max 16x3x32x32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "profile 1)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 1: its ranges hold the shapes and its opt is nearest)")) << r.out;
   EXPECT_TRUE(contains(r.out, "probs: shape 8x10 float32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32 --profile=0");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -686,6 +686,7 @@ class BoundContext {
     check(ctx_->set_optimization_profile(profile));
   }
   int optimization_profile() const { return ctx_->optimization_profile(); }
+  bool profile_pinned() const { return ctx_->profile_pinned(); }
   size_t arena_bytes() const { return ctx_->arena_bytes(); }
   const Engine& engine() const { return engine_; }
 
@@ -1226,6 +1227,10 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("optimization_profile", &BoundContext::optimization_profile)
       .def_prop_ro("active_optimization_profile", &BoundContext::optimization_profile,
                    "Alias of optimization_profile (TensorRT's name).")
+      .def_prop_ro("profile_pinned", &BoundContext::profile_pinned,
+                   "Whether set_optimization_profile pinned the context. Unpinned, an engine with several "
+                   "profiles takes the one whose ranges hold every input's shape and whose opt shapes are "
+                   "nearest, chosen once every input shape is set (optimization_profile then says which).")
       .def_prop_ro("arena_bytes", &BoundContext::arena_bytes, "Bytes of activation memory held now.")
       .def_prop_ro("engine", &BoundContext::engine, nb::rv_policy::copy, "The engine this context runs.");
 }

@@ -67,6 +67,31 @@ def test_engine_properties_and_profile_shapes():
     assert trt.volume(context.get_tensor_shape("linear_16")) == 2000
 
 
+def test_an_unpinned_context_takes_the_profile_with_the_nearest_opt():
+    require_models()
+    network = kiln.onnx.parse_file(model_path("testmod_linear"))
+    config = kiln.BuilderConfig()
+    small, large = kiln.OptimizationProfile(), kiln.OptimizationProfile()
+    small.set_dimensions("x", (1, 1, 16), (2, 2, 16), (4, 4, 16))
+    large.set_dimensions("x", (3, 3, 16), (8, 8, 16), (10, 10, 16))
+    config.add_profile(small)
+    config.add_profile(large)
+    engine = kiln.Builder(kiln.Device.CPU).build(network, config)
+    context = engine.create_execution_context()
+    assert not context.profile_pinned
+    for shape, profile in [((2, 2, 16), 0), ((9, 9, 16), 1), ((4, 4, 16), 1), ((1, 3, 16), 0)]:
+        context.set_input_shape("x", shape)
+        assert context.active_optimization_profile == profile, shape
+        (out,) = context.run(None, {"x": np.ones(shape, np.float32)})
+        assert out.shape == (shape[0], shape[1] + 1, 8)
+    with pytest.raises(kiln.InvalidArgumentError, match="fits none of the engine's 2 optimization profiles"):
+        context.set_input_shape("x", (12, 2, 16))
+    context.set_optimization_profile(0)
+    assert context.profile_pinned
+    with pytest.raises(kiln.InvalidArgumentError, match=r"outside the range \[1, 4\] of optimization profile 0"):
+        context.set_input_shape("x", (9, 9, 16))
+
+
 def test_nptype_is_identity_on_numpy_dtypes():
     dt = np.dtype(np.float32)
     assert kiln.nptype(dt) is dt

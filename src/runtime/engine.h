@@ -117,9 +117,18 @@ class Profiler {
 class ExecutionContext {
  public:
   ~ExecutionContext();
+  // Pins the context to `profile`: every shape is then checked against its ranges alone.
   Status set_optimization_profile(int profile);
+  // The profile the run uses: the pinned one, or (an unpinned context of a several-profile engine)
+  // the one chosen once every input's shape is set; 0 before that.
   int optimization_profile() const { return profile_; }
-  // Validated against the active profile: rank, each dim's range, consistency of shared symbols.
+  // Whether set_optimization_profile pinned the context.
+  bool profile_pinned() const { return pinned_; }
+  // Validated against the active profile (pinned, or a single-profile engine): rank, each dim's
+  // range, consistency of shared symbols. Unpinned with several profiles, a shape must fit some
+  // profile (else the error names every profile's range for the input); once every input is set,
+  // the profile whose ranges hold all the shapes and whose opt shapes are nearest is chosen
+  // (relative distance |dim - opt| / opt summed over the dynamic dims; the lower index on a tie).
   Status set_input_shape(const std::string& name, const Shape& shape);
   // Inputs: the shape set; outputs: the exact shape the current input shapes imply.
   StatusOr<Shape> tensor_shape(const std::string& name);
@@ -165,6 +174,10 @@ class ExecutionContext {
   Status prepare_kernels();
   Status resolve();
   Status check_io_addresses();
+  // Why `shape` of input `io` is outside profile `p`'s ranges, or ok.
+  Status check_in_profile(int io, const Shape& shape, int p) const;
+  // An unpinned context of a several-profile engine: picks the profile for the shapes set.
+  Status choose_profile();
   Status enqueue_kernels(void* stream);
   Status report_layer_times(void* stream);
   Status run_on_device(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>* outputs);
@@ -172,6 +185,7 @@ class ExecutionContext {
 
   std::shared_ptr<const EngineData> data_;
   int profile_ = 0;
+  bool pinned_ = false;
   std::vector<std::unique_ptr<backends::Kernel>> kernels_;
   std::vector<Shape> input_shapes_;       // per engine input; empty until set
   std::vector<char> input_set_;

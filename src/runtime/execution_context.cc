@@ -4,6 +4,7 @@
 // the run is enqueued on the context's stream (optionally as a CUDA graph), and run() stages host
 // tensors through page-locked buffers.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -116,7 +117,64 @@ Status ExecutionContext::set_optimization_profile(int profile) {
                             std::to_string(n) + " profile(s)");
   }
   profile_ = profile;
+  pinned_ = true;
   resolved_ = false;
+  return ok_status();
+}
+
+Status ExecutionContext::check_in_profile(int io, const Shape& shape, int p) const {
+  const std::string& name = data_->plan.graph.values[data_->io_values[io]].name;
+  const ir::Value& val = data_->plan.graph.values[data_->io_values[io]];
+  const plan::InputRange* range = nullptr;
+  for (const auto& r : data_->plan.profiles[size_t(p)].inputs) {
+    if (r.name == name) range = &r;
+  }
+  if (!range) return ok_status();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (data_->input_bindings[io][d].fixed) continue;
+    if (shape[d] < range->min[d] || shape[d] > range->max[d]) {
+      return invalid_argument("input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() +
+                              ") = " + std::to_string(shape[d]) + " is outside the range [" +
+                              std::to_string(range->min[d]) + ", " + std::to_string(range->max[d]) +
+                              "] of optimization profile " + std::to_string(p) + " (shape given: " +
+                              shape_str(shape) + ")");
+    }
+  }
+  return ok_status();
+}
+
+Status ExecutionContext::choose_profile() {
+  const auto& profiles = data_->plan.profiles;
+  int best = -1;
+  double best_distance = 0;
+  std::string why;
+  for (int p = 0; p < int(profiles.size()); ++p) {
+    double distance = 0;
+    Status fits = ok_status();
+    for (int i = 0; i < data_->num_inputs && fits.ok(); ++i) {
+      fits = check_in_profile(i, input_shapes_[i], p);
+      const std::string& name = data_->plan.graph.values[data_->io_values[i]].name;
+      for (const auto& r : profiles[size_t(p)].inputs) {
+        if (r.name != name) continue;
+        for (size_t d = 0; d < r.opt.size() && d < input_shapes_[i].size(); ++d) {
+          distance += std::abs(double(input_shapes_[i][d] - r.opt[d])) / double(std::max<int64_t>(r.opt[d], 1));
+        }
+      }
+    }
+    if (!fits.ok()) {
+      why += "\n  " + fits.message();
+      continue;
+    }
+    if (best < 0 || distance < best_distance) {
+      best = p;
+      best_distance = distance;
+    }
+  }
+  if (best < 0) {
+    return invalid_argument("no optimization profile holds every input's shape at once:" + why);
+  }
+  if (best != profile_) resolved_ = false;
+  profile_ = best;
   return ok_status();
 }
 
@@ -132,12 +190,9 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
                             ir::dims_to_string(*val.shape) + ", but the shape given, " + shape_str(shape) +
                             ", has rank " + std::to_string(shape.size()));
   }
-  const plan::InputRange* range = nullptr;
-  if (!data_->plan.profiles.empty()) {
-    for (const auto& r : data_->plan.profiles[profile_].inputs) {
-      if (r.name == name) range = &r;
-    }
-  }
+  const int n_profiles = int(data_->plan.profiles.size());
+  const bool choose = !pinned_ && n_profiles > 1;
+  if (n_profiles > 0 && !choose) KILN_RETURN_IF_ERROR(check_in_profile(io, shape, profile_));
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto& b = bindings[d];
     std::string where = "input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() + ")";
@@ -148,20 +203,34 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
       }
       continue;
     }
-    if (range && (shape[d] < range->min[d] || shape[d] > range->max[d])) {
-      return invalid_argument(where + " = " + std::to_string(shape[d]) + " is outside the range [" +
-                              std::to_string(range->min[d]) + ", " + std::to_string(range->max[d]) +
-                              "] of optimization profile " + std::to_string(profile_) + " (shape given: " +
-                              shape_str(shape) + ")");
-    }
     if ((shape[d] - b.offset) % b.coeff != 0) {
       return invalid_argument(where + " = " + std::to_string(shape[d]) + " is not of the form " +
                               (*val.shape)[d].to_string() + " for an integer " + b.symbol);
     }
   }
+  if (choose) {
+    // The shape must fit some profile; which one is decided once every input is set.
+    std::string ranges;
+    bool fits = false;
+    for (int p = 0; p < n_profiles && !fits; ++p) {
+      Status st = check_in_profile(io, shape, p);
+      fits = st.ok();
+      if (!fits) ranges += "\n  " + st.message();
+    }
+    if (!fits) {
+      return invalid_argument("input '" + name + "' shape " + shape_str(shape) + " fits none of the engine's " +
+                              std::to_string(n_profiles) + " optimization profiles:" + ranges);
+    }
+  }
   input_shapes_[io] = shape;
   input_set_[io] = 1;
   resolved_ = false;
+  // Every input set: choose now, so optimization_profile() reports the choice. The shapes may be
+  // half-way through a change (a new x with the previous y), so a set no profile holds is refused
+  // by the run (resolve), not here.
+  if (choose && std::all_of(input_set_.begin(), input_set_.end(), [](char c) { return c != 0; })) {
+    (void)choose_profile();
+  }
   return ok_status();
 }
 
@@ -171,6 +240,9 @@ Status ExecutionContext::resolve() {
     if (!input_set_[i]) unset += (unset.empty() ? "" : ", ") + data_->plan.graph.values[data_->io_values[i]].name;
   }
   if (!unset.empty()) return invalid_argument("input shape(s) not set: " + unset + "; call set_input_shape first");
+  // An unpinned context re-checks the choice: a set_input_shape that found no profile for the
+  // whole set of shapes failed, but left the shape it was given.
+  if (!pinned_ && data_->plan.profiles.size() > 1) KILN_RETURN_IF_ERROR(choose_profile());
 
   // Bind symbols from the input dims; inputs sharing a symbol must agree.
   symbols_.clear();

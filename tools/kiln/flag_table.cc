@@ -170,9 +170,9 @@ constexpr FlagDef kFlags[] = {
     {"seed", "N", R | N | C, kAcc, 0,
      "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
     {"profile", "N", R, kAcc, 0,
-     "the optimization profile to run with (default: the first whose ranges hold the shapes)"},
+     "the optimization profile to run with (default: the one whose ranges hold the shapes and whose opt is nearest)"},
     {"useProfile", "N", R | N, kAcc, T,
-     "the optimization profile to run with (default: the first whose ranges hold the shapes)"},
+     "the optimization profile to run with (default: the one whose ranges hold the shapes and whose opt is nearest)"},
 
     // kiln run.
     {"iterations", "N", R, kAcc, T,

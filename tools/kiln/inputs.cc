@@ -149,7 +149,8 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
     out.tensors[name] = std::move(t);
   }
 
-  // The profile: the one asked for, else the first whose ranges hold every given shape.
+  // The profile: the one asked for, else the one whose ranges hold every given shape and whose opt
+  // is nearest (else the first that holds them, the other inputs at its opt shapes).
   int n_profiles = std::max(engine.num_profiles(), 1);
   std::vector<int> candidates;
   if (options.profile >= 0) {
@@ -160,7 +161,19 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
     }
     candidates.push_back(options.profile);
   } else {
-    for (int p = 0; p < n_profiles; ++p) candidates.push_back(p);
+    // Every shape given: the library's choice first (an unpinned context takes the profile whose
+    // ranges hold the shapes and whose opt is nearest), then the others as before.
+    int chosen = -1;
+    if (n_profiles > 1 && given.size() == out.order.size()) {
+      bool set = true;
+      for (const auto& name : out.order) set = set && ctx.set_input_shape(name, given[name]).ok();
+      if (set && ctx.infer_shapes().ok()) chosen = ctx.optimization_profile();
+    }
+    if (chosen >= 0) candidates.push_back(chosen);
+    for (int p = 0; p < n_profiles; ++p) {
+      if (p != chosen) candidates.push_back(p);
+    }
+    out.profile_chosen = chosen >= 0;
   }
   std::string why_not;
   for (int p : candidates) {

@@ -19,12 +19,13 @@ struct InputOptions {
   std::vector<ShapeSpec> shapes;
   std::vector<std::pair<std::string, std::string>> files;  // (input name, path)
   uint64_t seed = 1;
-  int profile = -1;  // --useProfile; -1: the first profile whose ranges hold the shapes
+  int profile = -1;  // --useProfile; -1: the profile the shapes choose
 };
 Result<InputOptions> parse_input_options(const Args& args);
 
 struct PreparedInputs {
   int profile = 0;
+  bool profile_chosen = false;  // chosen by the shapes (nearest opt), not by --profile
   std::map<std::string, Tensor> tensors;
   std::vector<std::string> order;  // engine input order
   // Where each input came from: "from x.npy", "random values (seed 1), opt shape of profile 0".

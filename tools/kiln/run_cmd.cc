@@ -25,7 +25,8 @@ CommandSpec run_spec() {
       "Runs an engine, loaded or built from --onnx with the build flags (or --shapes as\n"
       "min = opt = max). Inputs are seeded random values unless --loadInputs gives files;\n"
       "shapes come from --shapes, the input files, or the profile's opt shapes. The profile is\n"
-      "the first whose ranges hold the shapes, or --profile=N. Prints the outputs of the last\n"
+      "--profile=N, else the one whose ranges hold the shapes and whose opt shapes are nearest\n"
+      "(relative distance per dim), else the first that holds them. Prints the outputs of the last\n"
       "run (--dumpOutput: every value) and the time of each run.");
 }
 
@@ -162,8 +163,9 @@ int run_command(const Argv& argv) {
   auto inputs = prepare_inputs(*engine, **ctx, *options);
   if (!inputs.ok()) return report("run", inputs.error());
 
-  std::printf("engine: %s (device %s, profile %d)\n", path ? path->c_str() : build->onnx.c_str(),
-              std::string(device_name(engine->device())).c_str(), inputs->profile);
+  std::printf("engine: %s (device %s, profile %d%s)\n", path ? path->c_str() : build->onnx.c_str(),
+              std::string(device_name(engine->device())).c_str(), inputs->profile,
+              inputs->profile_chosen ? ": its ranges hold the shapes and its opt is nearest" : "");
   std::printf("inputs:\n");
   for (const auto& n : inputs->order) {
     std::printf("  %s: %s  [%s]\n", n.c_str(), tensor_summary(inputs->tensors[n]).c_str(),
