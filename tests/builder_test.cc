@@ -51,6 +51,32 @@ TEST(BuilderProfiles, ReshapeValidOnlyForEvenBatchIsRefusedNamingNodeAndRange) {
   }
 }
 
+TEST(BuilderProfiles, TheShapeLogShowsRangesShapesAndHowTheProofWent) {
+  BuilderConfig config = batch_config(2, 8);
+  std::vector<std::string> lines;
+  config.set_shape_log([&](const std::string& line) { lines.push_back(line); });
+  auto engine = Builder().build(reshape_network(), config);
+  ASSERT_FALSE(engine.ok());  // odd batches fail, as below
+  std::string log;
+  for (const std::string& l : lines) log += l + "\n";
+  for (const char* part : {"profile 0: batch in [2, 8]\n", "shapes after inference",
+                           "node 'reshape_pairs' (Reshape): x [batch, 6], shape [2] -> y ",
+                           "profile proof: 1 constraint(s) per profile",
+                           "by enumerating 7 points of batch: fails at 3"}) {
+    EXPECT_NE(log.find(part), std::string::npos) << "'" << part << "' missing in:\n" << log;
+  }
+  // The profile that builds: the same check, with no failure (intervals cannot bound a remainder
+  // over a range, so this one is enumerated too).
+  lines.clear();
+  BuilderConfig even = batch_config(2, 2);
+  even.set_shape_log([&](const std::string& line) { lines.push_back(line); });
+  ASSERT_TRUE(Builder().build(reshape_network(), even).ok());
+  std::string even_log;
+  for (const std::string& l : lines) even_log += l + "\n";
+  EXPECT_NE(even_log.find("must be divisible by 12: by enumerating 1 points of batch\n"), std::string::npos)
+      << even_log;
+}
+
 TEST(BuilderProfiles, FailureBetweenMinAndMaxIsFound) {
   // min 2 and max 8 are both even: checking only min/opt/max would accept this profile.
   auto engine = Builder().build(reshape_network(), batch_config(2, 8));

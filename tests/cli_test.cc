@@ -282,6 +282,15 @@ TEST_F(CliTest, DemoModelEndToEnd) {
       << r.out;
   EXPECT_TRUE(contains(r.out, "profile 0: min ")) << r.out;
   EXPECT_TRUE(contains(r.out, "build time: ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "shape log:")) << r.out;
+  // --verbose adds the shape log: the symbol's range, each node's shapes, the proof's steps.
+  r = kiln_cli("build --onnx=" + demo() + " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 "
+               "--maxShapes=image:16x3x32x32 --verbose");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"shape log: profile 0: batch in [1, 16]", "shape log: shapes after inference",
+                           "[batch, 3, 32, 32]", "shape log: profile proof: "}) {
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+  }
 
   // run: random inputs at a chosen shape, then the test set's input with outputs exported.
   r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --shapes=image:5x3x32x32");

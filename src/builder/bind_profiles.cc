@@ -122,6 +122,14 @@ Status bind_profiles(BuildState& s) {
     if (p == 0) {
       for (const auto& [sym, range] : out.symbols) s.min_symbols[sym] = range.lo;
     }
+    if (const auto& log = s.config.shape_log()) {
+      std::string ranges;
+      for (const auto& [sym, range] : out.symbols) {
+        ranges += (ranges.empty() ? "" : ", ") + sym + " in [" + std::to_string(range.lo) + ", " +
+                  std::to_string(range.hi) + "]";
+      }
+      log(where + ": " + (ranges.empty() ? std::string("no dynamic dims") : ranges));
+    }
     s.profiles.push_back(std::move(out));
   }
   return ok_status();

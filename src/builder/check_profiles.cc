@@ -88,9 +88,13 @@ std::string profile_ranges(const plan::Profile& p, const std::vector<std::string
   return s;
 }
 
-Status check_one(const BuildState& s, size_t profile_index, const Constraint& c) {
+// `how`, when given, says how the constraint was settled.
+Status check_one(const BuildState& s, size_t profile_index, const Constraint& c, std::string* how) {
   const plan::Profile& p = s.profiles[profile_index];
-  if (proven_by_intervals(c, p.symbols)) return ok_status();
+  if (proven_by_intervals(c, p.symbols)) {
+    if (how) *how = "by intervals";
+    return ok_status();
+  }
   std::set<std::string> sym_set;
   c.a.collect_symbols(&sym_set);
   c.b.collect_symbols(&sym_set);
@@ -147,15 +151,17 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c)
     while (k < syms.size() && ++idx[k] == axes[k].size()) idx[k++] = 0;
     if (k == syms.size()) break;
   }
+  if (how) {
+    std::string names;
+    for (const auto& name : syms) names += (names.empty() ? "" : ", ") + name;
+    *how = "by enumerating " + std::to_string(n_total) + " points of " + names +
+           (points > kMaxPoints ? " (a lattice with each range's ends)" : "") +
+           (n_fail == 0 ? "" : ": fails at " + std::to_string(n_fail));
+  }
   if (n_fail == 0) return ok_status();
 
-  const ir::Node& node = s.graph.nodes[c.node];
-  std::string inputs;
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    inputs += (i ? ", " : "");
-    inputs += node.inputs[i] < 0 ? "_" : ir::dims_to_string(*s.graph.values[node.inputs[i]].shape);
-  }
-  std::string msg = node.describe() + ": " + c.what + ": " + c.a.to_string() + " " + relation(c) + " " +
+  const std::string& inputs = c.node_inputs;
+  std::string msg = c.node_desc + ": " + c.what + ": " + c.a.to_string() + " " + relation(c) + " " +
                     c.b.to_string() + ", which fails in profile " + std::to_string(profile_index) + " (" +
                     profile_ranges(p, syms) + ") for " + std::to_string(n_fail) + " of " +
                     std::to_string(n_total) + " checked points, first at " + first_failure +
@@ -194,9 +200,17 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c)
 }  // namespace
 
 Status check_profiles(BuildState& s) {
+  const auto& log = s.config.shape_log();
+  if (log) log("profile proof: " + std::to_string(s.constraints.size()) + " constraint(s) per profile");
   for (size_t p = 0; p < s.profiles.size(); ++p) {
     for (const Constraint& c : s.constraints) {
-      KILN_RETURN_IF_ERROR(check_one(s, p, c));
+      std::string how;
+      Status st = check_one(s, p, c, log ? &how : nullptr);
+      if (log) {
+        log("  profile " + std::to_string(p) + ": " + c.node_desc + ": " + c.what + ": " +
+            c.a.to_string() + " " + relation(c) + " " + c.b.to_string() + ": " + how);
+      }
+      KILN_RETURN_IF_ERROR(st);
     }
   }
   return ok_status();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,11 +56,20 @@ class BuilderConfig {
   void set_timing_cache(std::shared_ptr<TimingCache> cache) { timing_cache_ = std::move(cache); }
   TimingCache* timing_cache() const { return timing_cache_.get(); }
 
+  // A verbose log of the shape work, for debugging dynamic shapes (`kiln build --verbose`): each
+  // profile's symbol ranges, every node's symbolic input and output shapes after inference, and
+  // each constraint the profile proof checked with how it was settled (by intervals, or by
+  // enumerating N points). One call per line; unset (the default), nothing is formatted.
+  using ShapeLog = std::function<void(const std::string& line)>;
+  void set_shape_log(ShapeLog log) { shape_log_ = std::move(log); }
+  const ShapeLog& shape_log() const { return shape_log_; }
+
  private:
   uint32_t flags_ = 0;
   std::vector<OptimizationProfile> profiles_;
   int optimization_level_ = 3;
   std::shared_ptr<TimingCache> timing_cache_;
+  ShapeLog shape_log_;
 };
 
 }  // namespace kiln

@@ -146,6 +146,22 @@ Status infer_shapes(BuildState& s) {
   for (int v : g.outputs) {
     if (!g.values[v].shape) return internal_error("graph output '" + g.values[v].name + "' has no shape");
   }
+  if (const auto& log = s.config.shape_log()) {
+    log("shapes after inference (constants folded away are not listed):");
+    auto list = [&](const std::vector<int>& values) {
+      std::string out;
+      for (int v : values) {
+        out += out.empty() ? "" : ", ";
+        out += v < 0 ? "_" : g.values[size_t(v)].name + " " + ir::dims_to_string(*g.values[size_t(v)].shape);
+      }
+      return out;
+    };
+    for (const ir::Node& node : g.nodes) {
+      bool folded = !node.outputs.empty();
+      for (int v : node.outputs) folded = folded && (v < 0 || g.values[size_t(v)].constant);
+      if (!folded) log("  " + node.describe() + ": " + list(node.inputs) + " -> " + list(node.outputs));
+    }
+  }
   return ok_status();
 }
 

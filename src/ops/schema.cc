@@ -201,6 +201,16 @@ StatusOr<int> InferContext::normalize_axis(int64_t axis, int rank, std::string_v
   return int(axis < 0 ? axis + rank : axis);
 }
 
+void InferContext::record(Constraint::Kind kind, const ir::Dim& a, const ir::Dim& b, std::string what) {
+  std::string inputs;
+  for (size_t i = 0; i < node_.inputs.size(); ++i) {
+    const int v = node_.inputs[i];
+    inputs += i ? ", " : "";
+    inputs += v < 0 || !graph_.values[size_t(v)].shape ? "_" : ir::dims_to_string(*graph_.values[size_t(v)].shape);
+  }
+  constraints_->push_back({kind, a, b, std::move(what), node_index_, node_.describe(), std::move(inputs)});
+}
+
 Status InferContext::require_equal(const ir::Dim& a, const ir::Dim& b, std::string what) {
   ir::Dim diff = a - b;
   if (diff.is_const()) {
@@ -208,7 +218,7 @@ Status InferContext::require_equal(const ir::Dim& a, const ir::Dim& b, std::stri
     return error(StatusCode::kInvalidModel,
                  what + ": " + a.to_string() + " != " + b.to_string());
   }
-  constraints_->push_back({Constraint::Kind::kEqual, a, b, std::move(what), node_index_});
+  record(Constraint::Kind::kEqual, a, b, std::move(what));
   return ok_status();
 }
 
@@ -218,7 +228,7 @@ Status InferContext::require_ge(const ir::Dim& a, const ir::Dim& b, std::string 
     if (diff.value() >= 0) return ok_status();
     return error(StatusCode::kInvalidModel, what + ": " + a.to_string() + " < " + b.to_string());
   }
-  constraints_->push_back({Constraint::Kind::kGreaterEqual, a, b, std::move(what), node_index_});
+  record(Constraint::Kind::kGreaterEqual, a, b, std::move(what));
   return ok_status();
 }
 
@@ -232,7 +242,7 @@ Status InferContext::require_divisible(const ir::Dim& a, const ir::Dim& b, std::
     return error(StatusCode::kInvalidModel,
                  what + ": " + a.to_string() + " is not divisible by " + b.to_string());
   }
-  constraints_->push_back({Constraint::Kind::kDivisible, a, b, std::move(what), node_index_});
+  record(Constraint::Kind::kDivisible, a, b, std::move(what));
   return ok_status();
 }
 
@@ -244,7 +254,7 @@ StatusOr<ir::Dim> InferContext::broadcast_dim(const ir::Dim& a, const ir::Dim& b
     return error(StatusCode::kInvalidModel,
                  what + ": dims " + a.to_string() + " and " + b.to_string() + " do not broadcast");
   }
-  constraints_->push_back({Constraint::Kind::kBroadcast, a, b, std::move(what), node_index_});
+  record(Constraint::Kind::kBroadcast, a, b, std::move(what));
   // Where both are symbolic, the result is whichever is not 1: max() of the two.
   if (a.is_const()) return a;  // b must equal a or be 1
   if (b.is_const()) return b;

@@ -36,7 +36,10 @@ struct Constraint {
   Kind kind;
   ir::Dim a, b;      // a == b | a >= b | a,b broadcastable | a % b == 0
   std::string what;  // "input 1 dim 2 matches input 0 dim 2", shown when it fails
-  int node = -1;     // index of the node that required it
+  int node = -1;     // index of the node that required it, in the graph shape inference saw
+  // That node as errors name it, and its input shapes, kept as shape inference saw them: later
+  // passes rewrite the graph before the profile proof runs, so the index may name another node.
+  std::string node_desc, node_inputs;
 };
 
 class InferContext {
@@ -105,6 +108,8 @@ class InferContext {
   const std::vector<Output>& outputs() const { return outputs_; }
 
  private:
+  void record(Constraint::Kind kind, const ir::Dim& a, const ir::Dim& b, std::string what);
+
   const ir::Graph& graph_;
   const ir::Node& node_;
   int node_index_;

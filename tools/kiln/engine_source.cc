@@ -303,6 +303,10 @@ Result<Engine> build_engine(const Network& network, const BuildOptions& options,
       cache_note = ", unusable before this build";
     }
   }
+  if (options.verbose) {
+    // --verbose: the builder's shape log (symbol ranges, every node's shapes, the proof's steps).
+    config.set_shape_log([](const std::string& line) { std::printf("shape log: %s\n", line.c_str()); });
+  }
   auto engine = Builder(options.device).build(network, config);
   if (!engine.ok()) {
     // The model parsed, so an invalid argument here is about the profiles the flags gave.

@@ -239,7 +239,7 @@ constexpr FlagDef kFlags[] = {
     {"reference", "auto|ort|kiln", C, kAcc, 0,
      "the reference: ONNX Runtime, kiln's CPU kernels, or auto"},
 
-    {"verbose", "", kBuilds, kAcc, T, "print every stage with its time (a build: every layer too)"},
+    {"verbose", "", kBuilds, kAcc, T, "print every stage with its time (a build: every layer too, and the shape log: symbol ranges, each node's shapes, each constraint the profile proof settled and how)"},
 };
 
 struct Named {
