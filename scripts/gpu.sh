@@ -158,7 +158,7 @@ PY
     (cd python/tests && PYTHONPATH="$SITE" KILN_MODELS_DIR="$KILN_MODELS_DIR" python3 -m pytest -q -rs -s \
       -p no:cacheprovider test_gpu.py test_torch_cuda.py) >"$LOG/python_gpu.log" 2>&1; rc=$?
     status "python gpu tests" "rc=$rc $(grep -E '(passed|failed|skipped|error)' "$LOG/python_gpu.log" | tail -1)"
-    grep -E "^UNet FP16|FAILED|Error" "$LOG/python_gpu.log" | head -20 | tee -a "$LOG/summary.txt"
+    grep -oE "UNet FP16 on CUDA.*|FAILED.*|[A-Za-z]*Error.*" "$LOG/python_gpu.log" | head -20 | tee -a "$LOG/summary.txt"
     (cd python/tests && PYTHONPATH="$SITE" KILN_MODELS_DIR="$KILN_MODELS_DIR" timeout "${KILN_PY_ALL_TIMEOUT:-400}" python3 -m pytest -q -rs \
       -p no:cacheprovider .) >"$LOG/python_all.log" 2>&1; rc=$?
     status "python (all)" "rc=$rc $(grep -E '(passed|failed|skipped|error)' "$LOG/python_all.log" | tail -1)"
