@@ -380,9 +380,7 @@ nb::object device_array(DeviceBuffer* buffer, const Shape& shape, DType dtype, i
     case Framework::kCuPy: return make(nb::cupy{});
     case Framework::kOther: break;
   }
-  return nb::ndarray<>(buffer->data, dims.size(), dims.data(), owner, nullptr, dlpack_from_dtype(dtype),
-                       nb::device::cuda::value, device_id)
-      .cast();
+  return make(nb::device::cuda{});  // no framework: nanobind's own array
 }
 
 nb::tuple shape_tuple(const Shape& s) {

@@ -99,13 +99,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int tn, const SupportsFn& supports) {
 }  // namespace
 
 Status fuse_gelu(ir::Graph* g, const SupportsFn& supports) {
-  // A match takes nodes before its anchor, so the nodes after it move up past `n`: after each
-  // fusion the walk starts over (the anchors are few, and a failed match ends at its first check).
-  for (size_t n = 0; n < g->nodes.size();) {
-    KILN_ASSIGN_OR_RETURN(bool fused, fuse_at(g, int(n), supports));
-    n = fused ? 0 : n + 1;
-  }
-  return ok_status();
+  return fuse_at_every_node(g, [&](int n) { return fuse_at(g, n, supports); });
 }
 
 Status fuse_gelu(BuildState& s) {

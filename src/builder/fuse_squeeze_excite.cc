@@ -141,12 +141,7 @@ StatusOr<bool> fuse_at(ir::Graph* g, int n2, const SupportsFn& supports) {
 }  // namespace
 
 Status fuse_squeeze_excite(ir::Graph* g, const SupportsFn& supports) {
-  // A match takes the two nodes before its anchor, so after each fusion the walk starts over.
-  for (size_t n = 0; n < g->nodes.size();) {
-    KILN_ASSIGN_OR_RETURN(bool fused, fuse_at(g, int(n), supports));
-    n = fused ? 0 : n + 1;
-  }
-  return ok_status();
+  return fuse_at_every_node(g, [&](int n) { return fuse_at(g, n, supports); });
 }
 
 Status fuse_squeeze_excite(BuildState& s) {

@@ -187,4 +187,16 @@ inline bool replace_if_supported(ir::Graph* g, const std::vector<int>& matched, 
   return true;
 }
 
+// Tries `fuse_at(n)` (a StatusOr<bool>: whether it fused) with every node n as the anchor. A match
+// takes nodes before its anchor, so the nodes after it move up past n: after each fusion the walk
+// starts over (the anchors are few, and a failed match ends at its first check).
+template <typename F>
+Status fuse_at_every_node(ir::Graph* g, F&& fuse_at) {
+  for (size_t n = 0; n < g->nodes.size();) {
+    KILN_ASSIGN_OR_RETURN(bool fused, fuse_at(int(n)));
+    n = fused ? 0 : n + 1;
+  }
+  return ok_status();
+}
+
 }  // namespace kiln::builder
