@@ -8,13 +8,11 @@
 //         -> FusedConv{layout=NHWC} 1x1 (act2)
 // each FusedConv with constant W and B, no residual, group 1, stride 1, no padding. The Mul that
 // applies the gate to X is left as it is: the channel-broadcast binary kernel reads X once there.
-// Meant to run after assign_layout (the NHWC form is what a half-precision stack becomes), on CUDA
-// builds. It is NOT in the pipeline yet: with it, MobileNetV3-Large FP16 on an H100 took 0.981 ms
-// at batch 1 and 2.076 ms at batch 64 (.gpu_models/se.sh, 2026-11-27), against 0.435 and 1.350 ms
-// without it (013daf2). cuda.SqueezeExcite gives each image one block, so the two products run on
-// one SM as a chain of dependent loads (about 60 us for the 960-channel gate). It goes in once the
-// products spread over the grid (a pool kernel, then each product across many blocks with the
-// hidden units in a workspace); the op, both kernels and the match are tested already.
+// Runs after assign_layout (the NHWC form is what a half-precision stack becomes), on CUDA builds.
+// History: its first kernel gave each image one block, so the two products ran on one SM as a
+// chain of dependent loads (about 60 us for the 960-channel gate), and MobileNetV3-Large FP16 on
+// an H100 went from 0.435 to 0.981 ms at batch 1; cuda.SqueezeExcite now spreads both products
+// over the grid (squeeze_excite.cu).
 #include <algorithm>
 #include <optional>
 #include <string>

@@ -423,6 +423,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_gemm(families);
   register_fused_elementwise(families);
   register_conv_gemm(families);   // before register_conv_graph and register_conv: preferred
+  register_conv_depthwise(families);
   register_conv_graph(families);  // where each applies
   register_conv(families);
   register_norm(families);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -162,6 +163,9 @@ class PreparedOperands final : public PreparedNode {
 // BF16 (q.precision); no state otherwise.
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(const KernelQuery& q,
                                                                             std::initializer_list<int> which);
+// `bytes` (a kernel's own re-layout of a constant, told apart by `layout`) in device memory, uploaded
+// once per process and shared by every engine that prepares the same bytes.
+StatusOr<std::shared_ptr<const DeviceWeight>> device_bytes(std::span<const uint8_t> bytes, int layout);
 // How many weights this process has converted and uploaded (the backend's weights_prepared()).
 uint64_t weights_prepared();
 
@@ -198,6 +202,7 @@ void register_elementwise(Registry& r);
 void register_gemm(Registry& r);
 void register_fused_elementwise(Registry& r);  // kiln::Elementwise (fused_elementwise.cu)
 void register_conv_gemm(Registry& r);  // channels-last 1x1 FusedConv as a cuBLASLt GEMM
+void register_conv_depthwise(Registry& r);  // channels-last depthwise FusedConv, our kernel
 void register_conv_graph(Registry& r);  // channels-last FusedConv on cuDNN's graph API
 void register_conv(Registry& r);
 void register_norm(Registry& r);

@@ -1,0 +1,327 @@
+// kiln::FusedConv depthwise and channels-last (group = channels, one filter per channel, the
+// layout MobileNet's and EfficientNet's float16/bfloat16 stacks take) as our own kernel, with the
+// bias and activation applied before the one store. cuDNN runs these as an implicit GEMM on tensor
+// cores that have nothing to multiply (one input channel per output) and then an epilogue pass of
+// its own over Y: on MobileNetV3-Large FP16 at batch 1 on an H100, its 15 depthwise layers took
+// 167 us and their 15 epilogue passes 65 us more (ncu kernel times, .gpu_models/prof_mb.sh).
+//
+// Each thread computes 8 channels (16 bytes) of PX consecutive output pixels of one row; a tap's
+// 8 filter values are one 16-byte load from the filter re-laid out at prepare time as [kh*kw, C];
+// neighbouring threads take neighbouring channels, so every load of a warp is contiguous. The
+// products accumulate in float; Y is rounded once. PX is picked per run from the thread count:
+// more pixels a thread where that still fills the GPU (the input rows they share are loaded once
+// per row from L1), one where the problem is small (batch 1 late layers).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/activation.cuh"
+#include "backends/cuda/conv_attrs.h"
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
+
+namespace kiln::backends::cuda {
+namespace {
+
+using ops::OpKind;
+
+constexpr int kBlock = 256;
+constexpr int kMaxTaps = 7;   // a larger filter is left to cuDNN
+constexpr int kTapsMajor = 1; // device_bytes layout tag: the filter as [kh*kw, C]
+constexpr int kBiasFloat = 2; // device_bytes layout tag: the bias in float
+
+struct DwGeometry {
+  int64_t n = 0;
+  int h = 0, w = 0, c8 = 0, oh = 0, ow = 0;
+  int sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, kh = 1, kw = 1;
+  ConvActivation act = ConvActivation::kNone;
+  float p0 = 0.f, p1 = 0.f;
+};
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = DNum<T>::load(e[k]);
+}
+
+// KH, KW: the filter size when known at compile time (3 and 5, MobileNet's), else 0 and g.kh/g.kw.
+template <typename T, int KH, int KW, int PX>
+__global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                const float* __restrict__ bias, T* __restrict__ y,
+                                                                DwGeometry g) {
+  const int kh = KH > 0 ? KH : g.kh, kw = KW > 0 ? KW : g.kw;
+  const int tiles = (g.ow + PX - 1) / PX;
+  const int64_t c = int64_t(g.c8) * 8;
+  const int64_t total = g.n * g.oh * tiles * g.c8;
+  KILN_GRID_LOOP(i, total) {
+    const int cg = int(i % g.c8);
+    int64_t r = i / g.c8;
+    const int ow0 = int(r % tiles) * PX;
+    r /= tiles;
+    const int oh = int(r % g.oh);
+    const int64_t img = r / g.oh;
+    float acc[PX][8];
+#pragma unroll
+    for (int p = 0; p < PX; ++p) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[p][k] = 0.f;
+    }
+    const T* xc = x + img * g.h * g.w * c + cg * 8;
+    const T* wc = w + cg * 8;
+#pragma unroll
+    for (int a = 0; a < (KH > 0 ? KH : kMaxTaps); ++a) {
+      if (KH == 0 && a >= kh) break;
+      const int ih = oh * g.sh - g.pt + a * g.dh;
+      if (unsigned(ih) >= unsigned(g.h)) continue;
+      const T* row = xc + int64_t(ih) * g.w * c;
+#pragma unroll
+      for (int b = 0; b < (KW > 0 ? KW : kMaxTaps); ++b) {
+        if (KW == 0 && b >= kw) break;
+        float wv[8];
+        load8(wc + (a * kw + b) * c, wv);
+#pragma unroll
+        for (int p = 0; p < PX; ++p) {
+          const int iw = (ow0 + p) * g.sw - g.pl + b * g.dw;
+          if (unsigned(iw) < unsigned(g.w)) {
+            float xv[8];
+            load8(row + int64_t(iw) * c, xv);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[p][k] = fmaf(xv[k], wv[k], acc[p][k]);
+          }
+        }
+      }
+    }
+    float bv[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) bv[k] = bias ? bias[cg * 8 + k] : 0.f;
+    T* yc = y + ((img * g.oh + oh) * g.ow) * c + cg * 8;
+#pragma unroll
+    for (int p = 0; p < PX; ++p) {
+      if (ow0 + p >= g.ow) break;
+      uint4 out;
+      T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = DNum<T>::store(activate(g.act, g.p0, g.p1, acc[p][k] + bv[k]));
+      *reinterpret_cast<uint4*>(yc + int64_t(ow0 + p) * c) = out;
+    }
+  }
+}
+
+template <typename T, int KH, int KW>
+void launch_px(int px, const T* x, const T* w, const float* b, T* y, const DwGeometry& g, cudaStream_t s) {
+  const int64_t pixels = g.n * g.oh * g.c8;
+  auto grid = [&](int p) { return grid_for(pixels * ((g.ow + p - 1) / p), kBlock); };
+  if (px == 4) {
+    depthwise_nhwc_kernel<T, KH, KW, 4><<<grid(4), kBlock, 0, s>>>(x, w, b, y, g);
+  } else if (px == 2) {
+    depthwise_nhwc_kernel<T, KH, KW, 2><<<grid(2), kBlock, 0, s>>>(x, w, b, y, g);
+  } else {
+    depthwise_nhwc_kernel<T, KH, KW, 1><<<grid(1), kBlock, 0, s>>>(x, w, b, y, g);
+  }
+}
+
+template <typename T>
+void launch(int px, const void* x, const void* w, const float* b, void* y, const DwGeometry& g, cudaStream_t s) {
+  const T* tx = static_cast<const T*>(x);
+  const T* tw = static_cast<const T*>(w);
+  T* ty = static_cast<T*>(y);
+  if (g.kh == 3 && g.kw == 3) {
+    launch_px<T, 3, 3>(px, tx, tw, b, ty, g, s);
+  } else if (g.kh == 5 && g.kw == 5) {
+    launch_px<T, 5, 5>(px, tx, tw, b, ty, g, s);
+  } else {
+    launch_px<T, 0, 0>(px, tx, tw, b, ty, g, s);
+  }
+}
+
+// The filter as [kh*kw, C] and the bias in float, uploaded once per engine.
+class DepthwisePrepared final : public PreparedNode {
+ public:
+  std::shared_ptr<const DeviceWeight> filter, bias;
+};
+
+// The padding before axis i (0: H, 1: W) for an input of `in` elements along it.
+int64_t pad_begin(const ConvAttrs& a, size_t i, int64_t in, int64_t k) {
+  const int64_t s = i < a.strides.size() ? a.strides[i] : 1;
+  const int64_t d = i < a.dilations.size() ? a.dilations[i] : 1;
+  if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
+    const int64_t total = std::max<int64_t>(((in + s - 1) / s - 1) * s + (k - 1) * d + 1 - in, 0);
+    return a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+  }
+  if (a.auto_pad == "VALID" || a.pads.size() != 4) return 0;
+  return a.pads[i];
+}
+
+class DepthwiseKernel final : public CudaKernel {
+ public:
+  DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared)
+      : CudaKernel("cuda.FusedConv"), t_(t), attrs_(std::move(attrs)), prepared_(prepared) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
+    if (sms_ <= 0) sms_ = 1;
+  }
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    const TensorView& w = in[1];
+    const TensorView& y = out[0];
+    if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4) return invalid_argument(name_ + ": X, W and Y must be rank 4");
+    const int64_t c = x.shape[3];
+    if (w.shape[0] != c || w.shape[3] != 1 || y.shape[3] != c || y.shape[0] != x.shape[0] || c % 8 != 0) {
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " + shape_to_string(w.shape) +
+                              " and Y " + shape_to_string(y.shape) + " are not a depthwise convolution of " +
+                              "a multiple of 8 channels");
+    }
+    KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, c));
+    if (in.size() > 3 && present(in[3])) return invalid_argument(name_ + ": takes no residual Z");
+    DwGeometry g;
+    g.n = x.shape[0];
+    g.h = int(x.shape[1]), g.w = int(x.shape[2]), g.c8 = int(c / 8);
+    g.oh = int(y.shape[1]), g.ow = int(y.shape[2]);
+    g.kh = int(w.shape[1]), g.kw = int(w.shape[2]);
+    g.sh = int(attrs_.strides.size() == 2 ? attrs_.strides[0] : 1);
+    g.sw = int(attrs_.strides.size() == 2 ? attrs_.strides[1] : 1);
+    g.dh = int(attrs_.dilations.size() == 2 ? attrs_.dilations[0] : 1);
+    g.dw = int(attrs_.dilations.size() == 2 ? attrs_.dilations[1] : 1);
+    g.pt = int(pad_begin(attrs_, 0, g.h, g.kh));
+    g.pl = int(pad_begin(attrs_, 1, g.w, g.kw));
+    g.act = attrs_.act, g.p0 = attrs_.p0, g.p1 = attrs_.p1;
+    // The output size the attributes imply must be Y's (shape inference computed it; a mismatch
+    // would read or write out of bounds).
+    const int64_t eh = (int64_t(g.h) + g.pt + pad_end(0, g) - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
+    const int64_t ew = (int64_t(g.w) + g.pl + pad_end(1, g) - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
+    if (eh != g.oh || ew != g.ow) {
+      return invalid_argument(name_ + ": Y " + shape_to_string(y.shape) + " is not the output of X " +
+                              shape_to_string(x.shape) + " under the node's strides, pads and dilations");
+    }
+    if (y.numel() == 0) return ok_status();
+    if (!prepared_ || !prepared_->filter) return internal_error(name_ + ": the prepared filter is missing");
+    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    if (!aligned(x.data) || !aligned(y.data)) {
+      return invalid_argument(name_ + ": X and Y must start at 16-byte aligned addresses");
+    }
+    // Pixels per thread: the most that still leaves a thread per core of every SM twice over.
+    const int64_t threads = g.n * g.oh * g.ow * g.c8;
+    const int64_t fill = int64_t(sms_) * 2048;
+    const int px = threads / 4 >= fill ? 4 : threads / 2 >= fill ? 2 : 1;
+    const void* filter = prepared_->filter->data;
+    const float* bias = prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
+    if (t_ == DType::kFloat16) {
+      launch<__half>(px, x.data, filter, bias, y.data, g, stream_);
+    } else {
+      launch<__nv_bfloat16>(px, x.data, filter, bias, y.data, g, stream_);
+    }
+    return launch_status("depthwise_nhwc_kernel");
+  }
+
+ private:
+  // The padding after axis i, as the node's attributes give it (SAME: the total less the begin).
+  int64_t pad_end(size_t i, const DwGeometry& g) const {
+    const int64_t in = i == 0 ? g.h : g.w, k = i == 0 ? g.kh : g.kw;
+    const int64_t s = i == 0 ? g.sh : g.sw, d = i == 0 ? g.dh : g.dw;
+    if (attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER") {
+      const int64_t total = std::max<int64_t>(((in + s - 1) / s - 1) * s + (k - 1) * d + 1 - in, 0);
+      return total - pad_begin(attrs_, i, in, k);
+    }
+    if (attrs_.auto_pad == "VALID" || attrs_.pads.size() != 4) return 0;
+    return attrs_.pads[2 + i];
+  }
+
+  DType t_;
+  ConvAttrs attrs_;
+  const DepthwisePrepared* prepared_;
+  int sms_ = 0;
+};
+
+// Ok when this kernel runs the node; else why not (the builder then asks cuDNN).
+Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
+  const std::string who = q.node.describe() + ": cuda.FusedConv";
+  if (q.node.op_type != "FusedConv" || !c.nhwc) return unsupported(who + " runs channels-last FusedConv only");
+  const DType t = q.input_dtype(0);
+  if (!is_half(t)) return unsupported(who + " takes float16 or bfloat16 tensors, not " + std::string(dtype_name(t)));
+  if (q.output_dtype(0) != t) return unsupported(who + " takes one dtype; Y differs from X");
+  const ir::Value* x = q.inputs.empty() ? nullptr : q.inputs[0];
+  const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+  const ir::Value* b = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
+  if (q.inputs.size() > 3 && q.inputs[3]) return unsupported(who + " takes no residual input");
+  if (!x || !x->shape || x->shape->size() != 4 || !w || !w->shape || w->shape->size() != 4) {
+    return unsupported(who + " runs 2-D convolutions (rank-4 X and W)");
+  }
+  if (!w->constant || w->dtype != t || (b && (!b->constant || b->dtype != t))) {
+    return unsupported(who + " takes a constant filter and bias of X's dtype");
+  }
+  const auto& xs = *x->shape;
+  const Shape& ws = w->constant->shape();
+  if (!xs[3].is_const() || xs[3].value() != c.group || ws[0] != c.group || ws[3] != 1) {
+    return unsupported(who + " runs depthwise convolutions (group = channels, one filter each)");
+  }
+  if (c.group % 8 != 0) return unsupported(who + " runs channel counts that are multiples of 8");
+  if (ws[1] > kMaxTaps || ws[2] > kMaxTaps) {
+    return unsupported(who + " runs filters up to " + std::to_string(kMaxTaps) + "x" + std::to_string(kMaxTaps));
+  }
+  if (b && b->constant->numel() != c.group) return unsupported(who + ": B has the wrong size");
+  if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" && c.auto_pad != "SAME_LOWER") {
+    return invalid_argument(q.node.describe() + ": unknown auto_pad '" + c.auto_pad + "'");
+  }
+  if ((!c.strides.empty() && c.strides.size() != 2) || (!c.dilations.empty() && c.dilations.size() != 2) ||
+      (!c.pads.empty() && c.pads.size() != 4)) {
+    return unsupported(who + ": strides, dilations or pads of the wrong length");
+  }
+  for (size_t i = 0; i < c.strides.size(); ++i) {
+    if (c.strides[i] < 1 || c.strides[i] > 64) return unsupported(who + ": stride " + std::to_string(c.strides[i]));
+  }
+  for (size_t i = 0; i < c.dilations.size(); ++i) {
+    if (c.dilations[i] < 1 || c.dilations[i] > 64) {
+      return unsupported(who + ": dilation " + std::to_string(c.dilations[i]));
+    }
+  }
+  for (int64_t p : c.pads) {
+    if (p < 0 || p > 64) return unsupported(who + ": pad " + std::to_string(p));
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_depthwise(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_RETURN_IF_ERROR(check_depthwise(q, c));
+  // Null when supports() asks (nothing is prepared then); execute() refuses to run without it.
+  const auto* prepared = dynamic_cast<const DepthwisePrepared*>(q.prepared);
+  return std::unique_ptr<Kernel>(new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared));
+}
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_RETURN_IF_ERROR(check_depthwise(q, c));
+  const Tensor& w = *q.inputs[1]->constant;  // [C, kh, kw, 1] of 16-bit elements
+  const int64_t ch = w.shape()[0], taps = w.shape()[1] * w.shape()[2];
+  std::vector<uint16_t> taps_major(size_t(ch * taps));
+  const auto* src = static_cast<const uint16_t*>(w.data());
+  for (int64_t k = 0; k < ch; ++k) {
+    for (int64_t t = 0; t < taps; ++t) taps_major[size_t(t * ch + k)] = src[k * taps + t];
+  }
+  auto prepared = std::make_shared<DepthwisePrepared>();
+  KILN_ASSIGN_OR_RETURN(prepared->filter,
+                        device_bytes({reinterpret_cast<const uint8_t*>(taps_major.data()), taps_major.size() * 2},
+                                     kTapsMajor));
+  const ir::Value* b = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
+  if (b) {
+    std::vector<float> bias(static_cast<size_t>(ch));
+    for (int64_t k = 0; k < ch; ++k) bias[size_t(k)] = float(b->constant->float_at(k));
+    KILN_ASSIGN_OR_RETURN(prepared->bias,
+                          device_bytes({reinterpret_cast<const uint8_t*>(bias.data()), bias.size() * 4}, kBiasFloat));
+  }
+  return std::shared_ptr<const PreparedNode>(std::move(prepared));
+}
+
+}  // namespace
+
+// Registered before cuDNN's convolutions, so the builder takes it for the convolutions it accepts.
+void register_conv_depthwise(Registry& r) {
+  r.add(OpKind::kFusedConv, &make_depthwise, {.prepare = &prepare_depthwise});
+}
+
+}  // namespace kiln::backends::cuda
