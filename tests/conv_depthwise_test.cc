@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model_util.h"
 #include "op_harness.h"
 #include "test_util.h"
 
@@ -23,16 +24,6 @@ using testing::make_f32;
 using testing::op;
 using testing::OpNode;
 using testing::run_case;
-
-std::vector<float> random_values(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 7;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (float(s >> 8) / float(1 << 23) - 1.f);
-  }
-  return v;
-}
 
 double act(const std::string& a, double y) {
   if (a == "relu") return std::max(y, 0.0);
@@ -91,7 +82,7 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       {4, 111, 111, 96, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "relu", true},
       {8, 111, 111, 96, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "hardswish", true},
   };
-  uint32_t seed = 1;
+  uint64_t seed = 1;
   for (const Case& z : cases) {
     int64_t pt = 0, pl = 0, pb = 0, pr = 0;
     if (!z.pads.empty()) {
@@ -108,9 +99,14 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
     }
     const int64_t oh = out_size(z.h, z.k, z.stride, z.dilation, pt, pb);
     const int64_t ow = out_size(z.w, z.k, z.stride, z.dilation, pl, pr);
-    const Tensor x = make_f32({z.n, z.h, z.w, z.c}, random_values(size_t(z.n * z.h * z.w * z.c), seed++, 2.f));
-    const Tensor w = make_f32({z.c, z.k, z.k, 1}, random_values(size_t(z.c * z.k * z.k), seed++, 0.5f));
-    const Tensor b = make_f32({z.c}, random_values(size_t(z.c), seed++, 0.5f));
+    // X in [-2, 2), W and B in [-0.5, 0.5).
+    auto scaled = [](Tensor t, float k) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] *= k;
+      return t;
+    };
+    const Tensor x = scaled(testing::random_f32({z.n, z.h, z.w, z.c}, seed++), 2.f);
+    const Tensor w = scaled(testing::random_f32({z.c, z.k, z.k, 1}, seed++), 0.5f);
+    const Tensor b = scaled(testing::random_f32({z.c}, seed++), 0.5f);
     OpNode node = op("FusedConv", 1, "kiln")
                       .named("dw")
                       .s("layout", "NHWC")
