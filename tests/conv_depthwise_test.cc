@@ -2,8 +2,7 @@
 // present; the CPU reference everywhere) against a naive loop in double: MobileNetV3's 3x3 and
 // 5x5 filters at strides 1 and 2, SAME padding, a 7x7 dilated filter with uneven padding (the
 // kernel's generic path), each activation, float16 and bfloat16 as the precision pass leaves them,
-// and sizes whose thread count makes the kernel take 1, 2 and 4 output pixels a thread, with a
-// row length that leaves a partial tile.
+// and a MobileNet-sized layer of a million threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,10 +76,7 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       {1, 7, 7, 960, 5, 1, 1, {}, "SAME_UPPER", "hardswish", true},
       {2, 12, 9, 24, 5, 2, 1, {}, "SAME_LOWER", "silu", true},
       {2, 10, 11, 8, 7, 1, 2, {3, 5, 6, 4}, "NOTSET", "none", false},
-      // 4 * 111 * 111 * 12 and 8 * 111 * 111 * 12 threads' worth of outputs: two and four
-      // pixels a thread on an H100's 132 SMs, the last tile of each row partial.
-      {4, 111, 111, 96, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "relu", true},
-      {8, 111, 111, 96, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "hardswish", true},
+      {8, 56, 56, 72, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "relu", true},
   };
   uint64_t seed = 1;
   for (const Case& z : cases) {

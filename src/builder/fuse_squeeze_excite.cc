@@ -8,11 +8,15 @@
 //         -> FusedConv{layout=NHWC} 1x1 (act2)
 // each FusedConv with constant W and B, no residual, group 1, stride 1, no padding. The Mul that
 // applies the gate to X is left as it is: the channel-broadcast binary kernel reads X once there.
-// Runs after assign_layout (the NHWC form is what a half-precision stack becomes), on CUDA builds.
-// History: its first kernel gave each image one block, so the two products ran on one SM as a
-// chain of dependent loads (about 60 us for the 960-channel gate), and MobileNetV3-Large FP16 on
-// an H100 went from 0.435 to 0.981 ms at batch 1; cuda.SqueezeExcite now spreads both products
-// over the grid (squeeze_excite.cu).
+// Meant to run after assign_layout (the NHWC form is what a half-precision stack becomes), on CUDA
+// builds. It is NOT in the pipeline: measured on MobileNetV3-Large FP16 on an H100 (2026-11-27,
+// .gpu_models/exp2.sh, the same engine build with and without the pass, each twice): 0.368-0.371
+// ms against 0.348-0.352 at batch 1 and 1.448-1.489 against 1.331-1.382 at batch 64. Its first
+// kernel (one block per image) was far slower still (0.981 ms at batch 1); cuda.SqueezeExcite now
+// spreads both products over the grid, but ncu shows each of its kernels at 4-23 us where the
+// pool, the two cuBLASLt GEMMs and the epilogue it replaces take about as long together, so the
+// launches it saves do not pay. It goes in once its kernels beat those (or once the gate's Mul
+// folds in, which saves another pass over X).
 #include <algorithm>
 #include <optional>
 #include <string>

@@ -27,7 +27,8 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"pack_attention", pack_attention},              // CUDA, FP16/BF16: its views read in place
       {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout},                // CUDA: FP16/BF16 conv stacks in NHWC
-      {"fuse_squeeze_excite", fuse_squeeze_excite},    // CUDA: pool + two 1x1 convs -> gate
+      // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
+      // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
       {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile

@@ -5,12 +5,13 @@
 // its own over Y: on MobileNetV3-Large FP16 at batch 1 on an H100, its 15 depthwise layers took
 // 167 us and their 15 epilogue passes 65 us more (ncu kernel times, .gpu_models/prof_mb.sh).
 //
-// Each thread computes 8 channels (16 bytes) of PX consecutive output pixels of one row; a tap's
-// 8 filter values are one 16-byte load from the filter re-laid out at prepare time as [kh*kw, C];
-// neighbouring threads take neighbouring channels, so every load of a warp is contiguous. The
-// products accumulate in float; Y is rounded once. PX is picked per run from the thread count:
-// more pixels a thread where that still fills the GPU (the input rows they share are loaded once
-// per row from L1), one where the problem is small (batch 1 late layers).
+// Each thread computes 8 channels (16 bytes) of one output pixel; a tap's 8 filter values are one
+// 16-byte load from the filter re-laid out at prepare time as [kh*kw, C]; neighbouring threads
+// take neighbouring channels, then neighbouring pixels, so every load of a warp is contiguous and
+// the taps neighbours share come from L1. The products accumulate in float; Y is rounded once.
+// Measured on MobileNetV3-Large FP16 (H100, .gpu_models/exp.sh and exp2.sh, 2026-11-27): giving
+// a thread 2 or 4 pixels of a row (sharing their input loads in registers) was slower at batch 1
+// (0.39 and 0.50 ms against 0.35 ms) and no faster at batch 64 (1.34 and 1.58 against 1.33 ms).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -40,36 +41,42 @@ struct DwGeometry {
   float p0 = 0.f, p1 = 0.f;
 };
 
+// 16-bit values to and from their bits, so that 16-byte vectors stay in registers (taking the
+// address of a uint4 to read it as 8 halves put it on the stack).
+__device__ __forceinline__ float from_bits(__half, uint32_t b) { return __half2float(__ushort_as_half((unsigned short)b)); }
+__device__ __forceinline__ float from_bits(__nv_bfloat16, uint32_t b) { return __uint_as_float(b << 16); }
+__device__ __forceinline__ uint32_t to_bits(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ uint32_t to_bits(__nv_bfloat16, float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
   const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const T* e = reinterpret_cast<const T*>(&raw);
+  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = DNum<T>::load(e[k]);
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = from_bits(T{}, u[k] & 0xffffu);
+    v[2 * k + 1] = from_bits(T{}, u[k] >> 16);
+  }
 }
 
 // KH, KW: the filter size when known at compile time (3 and 5, MobileNet's), else 0 and g.kh/g.kw.
-template <typename T, int KH, int KW, int PX>
+template <typename T, int KH, int KW>
 __global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                                                 const float* __restrict__ bias, T* __restrict__ y,
                                                                 DwGeometry g) {
   const int kh = KH > 0 ? KH : g.kh, kw = KW > 0 ? KW : g.kw;
-  const int tiles = (g.ow + PX - 1) / PX;
   const int64_t c = int64_t(g.c8) * 8;
-  const int64_t total = g.n * g.oh * tiles * g.c8;
+  const int64_t total = g.n * g.oh * g.ow * g.c8;
   KILN_GRID_LOOP(i, total) {
     const int cg = int(i % g.c8);
     int64_t r = i / g.c8;
-    const int ow0 = int(r % tiles) * PX;
-    r /= tiles;
+    const int ow = int(r % g.ow);
+    r /= g.ow;
     const int oh = int(r % g.oh);
     const int64_t img = r / g.oh;
-    float acc[PX][8];
+    float acc[8];
 #pragma unroll
-    for (int p = 0; p < PX; ++p) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[p][k] = 0.f;
-    }
+    for (int k = 0; k < 8; ++k) acc[k] = 0.f;
     const T* xc = x + img * g.h * g.w * c + cg * 8;
     const T* wc = w + cg * 8;
 #pragma unroll
@@ -81,60 +88,39 @@ __global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restr
 #pragma unroll
       for (int b = 0; b < (KW > 0 ? KW : kMaxTaps); ++b) {
         if (KW == 0 && b >= kw) break;
-        float wv[8];
+        const int iw = ow * g.sw - g.pl + b * g.dw;
+        if (unsigned(iw) >= unsigned(g.w)) continue;
+        float wv[8], xv[8];
         load8(wc + (a * kw + b) * c, wv);
+        load8(row + int64_t(iw) * c, xv);
 #pragma unroll
-        for (int p = 0; p < PX; ++p) {
-          const int iw = (ow0 + p) * g.sw - g.pl + b * g.dw;
-          if (unsigned(iw) < unsigned(g.w)) {
-            float xv[8];
-            load8(row + int64_t(iw) * c, xv);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[p][k] = fmaf(xv[k], wv[k], acc[p][k]);
-          }
-        }
+        for (int k = 0; k < 8; ++k) acc[k] = fmaf(xv[k], wv[k], acc[k]);
       }
     }
-    float bv[8];
+    uint32_t u[4];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) bv[k] = bias ? bias[cg * 8 + k] : 0.f;
-    T* yc = y + ((img * g.oh + oh) * g.ow) * c + cg * 8;
-#pragma unroll
-    for (int p = 0; p < PX; ++p) {
-      if (ow0 + p >= g.ow) break;
-      uint4 out;
-      T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) o[k] = DNum<T>::store(activate(g.act, g.p0, g.p1, acc[p][k] + bv[k]));
-      *reinterpret_cast<uint4*>(yc + int64_t(ow0 + p) * c) = out;
+    for (int k = 0; k < 4; ++k) {
+      const float v0 = acc[2 * k] + (bias ? bias[cg * 8 + 2 * k] : 0.f);
+      const float v1 = acc[2 * k + 1] + (bias ? bias[cg * 8 + 2 * k + 1] : 0.f);
+      u[k] = to_bits(T{}, activate(g.act, g.p0, g.p1, v0)) | (to_bits(T{}, activate(g.act, g.p0, g.p1, v1)) << 16);
     }
-  }
-}
-
-template <typename T, int KH, int KW>
-void launch_px(int px, const T* x, const T* w, const float* b, T* y, const DwGeometry& g, cudaStream_t s) {
-  const int64_t pixels = g.n * g.oh * g.c8;
-  auto grid = [&](int p) { return grid_for(pixels * ((g.ow + p - 1) / p), kBlock); };
-  if (px == 4) {
-    depthwise_nhwc_kernel<T, KH, KW, 4><<<grid(4), kBlock, 0, s>>>(x, w, b, y, g);
-  } else if (px == 2) {
-    depthwise_nhwc_kernel<T, KH, KW, 2><<<grid(2), kBlock, 0, s>>>(x, w, b, y, g);
-  } else {
-    depthwise_nhwc_kernel<T, KH, KW, 1><<<grid(1), kBlock, 0, s>>>(x, w, b, y, g);
+    const uint4 out{u[0], u[1], u[2], u[3]};
+    *reinterpret_cast<uint4*>(y + ((img * g.oh + oh) * g.ow + ow) * c + cg * 8) = out;
   }
 }
 
 template <typename T>
-void launch(int px, const void* x, const void* w, const float* b, void* y, const DwGeometry& g, cudaStream_t s) {
+void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g, cudaStream_t s) {
   const T* tx = static_cast<const T*>(x);
   const T* tw = static_cast<const T*>(w);
   T* ty = static_cast<T*>(y);
+  const unsigned grid = grid_for(g.n * g.oh * g.ow * g.c8, kBlock);
   if (g.kh == 3 && g.kw == 3) {
-    launch_px<T, 3, 3>(px, tx, tw, b, ty, g, s);
+    depthwise_nhwc_kernel<T, 3, 3><<<grid, kBlock, 0, s>>>(tx, tw, b, ty, g);
   } else if (g.kh == 5 && g.kw == 5) {
-    launch_px<T, 5, 5>(px, tx, tw, b, ty, g, s);
+    depthwise_nhwc_kernel<T, 5, 5><<<grid, kBlock, 0, s>>>(tx, tw, b, ty, g);
   } else {
-    launch_px<T, 0, 0>(px, tx, tw, b, ty, g, s);
+    depthwise_nhwc_kernel<T, 0, 0><<<grid, kBlock, 0, s>>>(tx, tw, b, ty, g);
   }
 }
 
@@ -159,11 +145,7 @@ int64_t pad_begin(const ConvAttrs& a, size_t i, int64_t in, int64_t k) {
 class DepthwiseKernel final : public CudaKernel {
  public:
   DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared)
-      : CudaKernel("cuda.FusedConv"), t_(t), attrs_(std::move(attrs)), prepared_(prepared) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
-    if (sms_ <= 0) sms_ = 1;
-  }
+      : CudaKernel("cuda.FusedConv"), t_(t), attrs_(std::move(attrs)), prepared_(prepared) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
@@ -204,16 +186,12 @@ class DepthwiseKernel final : public CudaKernel {
     if (!aligned(x.data) || !aligned(y.data)) {
       return invalid_argument(name_ + ": X and Y must start at 16-byte aligned addresses");
     }
-    // Pixels per thread: the most that still leaves a thread per core of every SM twice over.
-    const int64_t threads = g.n * g.oh * g.ow * g.c8;
-    const int64_t fill = int64_t(sms_) * 2048;
-    const int px = threads / 4 >= fill ? 4 : threads / 2 >= fill ? 2 : 1;
     const void* filter = prepared_->filter->data;
     const float* bias = prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
     if (t_ == DType::kFloat16) {
-      launch<__half>(px, x.data, filter, bias, y.data, g, stream_);
+      launch<__half>(x.data, filter, bias, y.data, g, stream_);
     } else {
-      launch<__nv_bfloat16>(px, x.data, filter, bias, y.data, g, stream_);
+      launch<__nv_bfloat16>(x.data, filter, bias, y.data, g, stream_);
     }
     return launch_status("depthwise_nhwc_kernel");
   }
@@ -234,7 +212,6 @@ class DepthwiseKernel final : public CudaKernel {
   DType t_;
   ConvAttrs attrs_;
   const DepthwisePrepared* prepared_;
-  int sms_ = 0;
 };
 
 // Ok when this kernel runs the node; else why not (the builder then asks cuDNN).
