@@ -121,6 +121,44 @@ TEST(Dim, RemainderOfAConstantNearInt64MinIsExact) {
   EXPECT_EQ(Dim::mod(Dim(kMin + 5), h).eval({{"h", 10}}), 7);
 }
 
+// Nested floor and ceil divisions by constants combine, so an FPN's five stride-2 stages read
+// ceil(h/32) instead of five nested floors (issue 15), and each form agrees with the nested
+// integer arithmetic at every h.
+TEST(Dim, NestedDivisionsCombine) {
+  const Dim h = Dim::symbol("h"), w = Dim::symbol("w");
+  auto floor_int = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+  auto ceil_int = [&](int64_t a, int64_t b) { return -floor_int(-a, b); };
+  // A 3x3 stride-2 convolution with pad 1 maps h to floor((h + 2 - 3)/2) + 1 = ceil(h/2).
+  Dim x = h;
+  for (int stage = 0; stage < 5; ++stage) x = Dim::floor_div(x + 2 - 3, Dim(2)) + 1;
+  EXPECT_EQ(x.to_string(), "ceil(h/32)");
+  EXPECT_EQ(x, Dim::ceil_div(h, Dim(32)));
+  EXPECT_EQ(Dim::ceil_div(Dim::ceil_div(h, Dim(2)), Dim(2)), Dim::ceil_div(h, Dim(4)));
+  EXPECT_EQ(Dim::floor_div(Dim::floor_div(h, Dim(2)), Dim(3)), Dim::floor_div(h, Dim(6)));
+  EXPECT_EQ(Dim::floor_div(h, Dim(6)).to_string(), "floor(h/6)");
+  EXPECT_EQ(Dim::ceil_div(h * 2, Dim(4)), Dim::ceil_div(h, Dim(2)));  // common factors divide out
+  EXPECT_EQ(Dim::ceil_div(h * 4, Dim(4)), h);
+  const Dim mixed = Dim::floor_div(Dim::floor_div(h, Dim(2)) + w, Dim(3));  // = floor((h + 2w)/6)
+  EXPECT_EQ(mixed, Dim::floor_div(h + w * 2, Dim(6)));
+  const Dim ceil_floor = Dim::ceil_div(Dim::floor_div(h + 1, Dim(3)), Dim(5));
+  for (int64_t v = -70; v <= 200; ++v) {
+    ASSERT_EQ(x.eval({{"h", v}}), [&] {
+      int64_t r = v;
+      for (int stage = 0; stage < 5; ++stage) r = floor_int(r - 1, 2) + 1;
+      return r;
+    }()) << v;
+    ASSERT_EQ(Dim::ceil_div(h, Dim(32)).eval({{"h", v}}), ceil_int(v, 32)) << v;
+    ASSERT_EQ(mixed.eval({{"h", v}, {"w", 7 - v}}), floor_int(floor_int(v, 2) + 7 - v, 3)) << v;
+    ASSERT_EQ(ceil_floor.eval({{"h", v}}), ceil_int(floor_int(v + 1, 3), 5)) << v;
+  }
+  // The ceil spelling reads back to the same dim (plans store formulas as text).
+  for (const Dim& d : {x, mixed, ceil_floor, Dim::ceil_div(h * 3 + w, Dim(4)), Dim::ceil_div(h * 2 + 1, Dim(4))}) {
+    auto again = Dim::parse(d.to_string());
+    ASSERT_TRUE(again.has_value()) << d.to_string();
+    EXPECT_EQ(*again, d) << d.to_string();
+  }
+}
+
 TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {
   for (const char* text : {"batch", "4*h", "seq_len + 1", "8*s39", "floor(h/2)", "s0//2", "Mod(a, 4)",
                            "min(a, b)", "ceil(h/3)", "2*(h + 1)"}) {

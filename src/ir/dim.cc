@@ -64,6 +64,16 @@ std::string paren_divisor(const Dim& d) {
   return needs_parens(d) || s.find('*') != std::string::npos ? "(" + s + ")" : s;
 }
 
+// For a term that is exactly floor(X/e) (coefficient 1, e a constant above 1): X and e.
+bool single_floor_term(const AtomPtr& f, int64_t coeff, size_t nfactors, const Dim** x, int64_t* e) {
+  if (coeff != 1 || nfactors != 1 || f->kind != AtomKind::kFloorDiv || !f->b.is_const() || f->b.value() <= 1) {
+    return false;
+  }
+  *x = &f->a;
+  *e = f->b.value();
+  return true;
+}
+
 }  // namespace
 
 Dim Dim::symbol(std::string name) {
@@ -194,6 +204,16 @@ Dim Dim::wrap_floor_div(const Dim& a, const Dim& b, bool /*ceil*/) {
   atom->a = a;
   atom->b = b;
   atom->key = "floor(" + paren(a) + "/" + paren_divisor(b) + ")";
+  // floor((A + d - 1)/d) is ceil(A/d), as a person writes it. Printed so only where ceil_div(A, d)
+  // reads back to this very atom (A's coefficients share no factor with d), so the text form of a
+  // plan's formulas still parses to the same dims.
+  if (b.is_const() && b.constant_ > 1 && !a.terms_.empty() && a.constant_ == b.constant_ - 1) {
+    Dim num = a;
+    num.constant_ = 0;
+    if (std::gcd(num.content_gcd(), b.constant_) == 1) {
+      atom->key = "ceil(" + paren(num) + "/" + std::to_string(b.constant_) + ")";
+    }
+  }
   return from_atom(atom);
 }
 
@@ -204,6 +224,32 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     if (d == INT64_MIN) return wrap_floor_div(a, b, false);
     if (d < 0) return floor_div(-a, Dim(-d));
     if (d == 1) return a;
+    // Nested divisions: floor((floor(X/e) + R)/d) = floor((X + e*R)/(e*d)) for integers X, R and
+    // positive e, d (floor(X/e) + R = floor((X + e*R)/e)), so ceil(ceil(h/2)/2) reads ceil(h/4).
+    for (const auto& t : a.terms_) {
+      const Dim* x = nullptr;
+      int64_t e = 0, ed = 0;
+      if (!single_floor_term(t.factors[0], t.coeff, t.factors.size(), &x, &e) || __builtin_mul_overflow(e, d, &ed)) {
+        continue;
+      }
+      Dim rest = a;
+      rest.set_terms([&] {
+        std::vector<Term> others;
+        for (const auto& u : a.terms_) {
+          if (u.key != t.key) others.push_back(u);
+        }
+        return others;
+      }());
+      bool fits = true;
+      int64_t scaled = 0;
+      fits = fits && !__builtin_mul_overflow(rest.constant_, e, &scaled);
+      for (const auto& u : rest.terms_) {
+        int64_t c = 0;
+        fits = fits && !__builtin_mul_overflow(u.coeff, e, &c);
+      }
+      if (!fits) continue;
+      return floor_div(*x + Dim(e) * rest, Dim(ed));
+    }
     // floor((d*A + B) / d) = A + floor(B / d) for integer A: pull out the divisible part.
     Dim quotient;
     Dim rest;
@@ -260,7 +306,24 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
   return wrap_floor_div(a, b, false);
 }
 
-Dim Dim::ceil_div(const Dim& a, const Dim& b) { return -floor_div(-a, b); }
+// ceil(A/d) for a constant d > 0 is floor((A + d - 1)/d) after dividing out the factor A's
+// coefficients share with d: one canonical form, so ceil(h/4) and floor((h + 3)/4) are one dim
+// and nested ceilings combine (see floor_div).
+Dim Dim::ceil_div(const Dim& a, const Dim& b) {
+  if (b.is_const() && b.constant_ > 1 && !a.is_const()) {
+    const int64_t g = std::gcd(a.content_gcd(), b.constant_);
+    Dim num = a;
+    int64_t d = b.constant_;
+    if (g > 1) {
+      num.constant_ /= g;
+      for (auto& t : num.terms_) t.coeff /= g;
+      d /= g;
+    }
+    if (d == 1) return num;
+    if (num.constant_ <= INT64_MAX - (d - 1)) return floor_div(num + Dim(d - 1), Dim(d));
+  }
+  return -floor_div(-a, b);
+}
 
 Dim Dim::mod(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const()) {
