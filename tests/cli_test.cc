@@ -241,6 +241,29 @@ TEST_F(CliTest, NamesAndMissingDynamicInputs) {
   EXPECT_TRUE(contains(r.out, "fixed at 4")) << r.out;
 }
 
+// --shapeSteps (issue 15): the profile's batch takes 2, 4, 6, 8 only; a run at 3 is refused with
+// the step and the nearest values; an opt off the steps is a command-line error.
+TEST_F(CliTest, ShapeStepsBuildAndRefuseOffStepShapes) {
+  write_model(path("stepped.onnx"), 1.0f);
+  const std::string engine = path("stepped.kiln");
+  auto r = kiln_cli("build --onnx=" + path("stepped.onnx") +
+                    " --minShapes=x:2x4 --optShapes=x:4x4 --maxShapes=x:8x4 --shapeSteps=x:2x1 --verbose --saveEngine=" +
+                    engine);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "steps: batch = 2*batch_step2")) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:6x4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "it moves in steps of 2 (the nearest values are 2 and 4)")) << r.out;
+  r = kiln_cli("build --onnx=" + path("stepped.onnx") + " --minShapes=x:2x4 --optShapes=x:5x4 --maxShapes=x:8x4 --shapeSteps=x:2x1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "opt 5 is not min 2 plus a multiple of the step 2")) << r.out;
+  r = kiln_cli("build --onnx=" + path("stepped.onnx") + " --minShapes=x:2x4 --maxShapes=x:8x4 --shapeSteps=y:2x1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--shapeSteps names 'y'")) << r.out;
+}
+
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
   write_model(path("tiny_cuda.onnx"), 1.0f);
   auto r = kiln_cli("build --onnx=" + path("tiny_cuda.onnx") +

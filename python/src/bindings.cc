@@ -953,9 +953,14 @@ NB_MODULE(_kiln, m) {
       .def(
           "set_dimensions",
           [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
-             std::vector<int64_t> max) { check(p.set_dimensions(input, std::move(min), std::move(opt), std::move(max))); },
-          nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"),
-          "Sets the shapes of one input; min <= opt <= max elementwise, checked when the engine is built.")
+             std::vector<int64_t> max, std::optional<std::vector<int64_t>> steps) {
+            check(steps ? p.set_dimensions(input, std::move(min), std::move(opt), std::move(max), std::move(*steps))
+                        : p.set_dimensions(input, std::move(min), std::move(opt), std::move(max)));
+          },
+          nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"), nb::arg("steps") = nb::none(),
+          "Sets the shapes of one input; min <= opt <= max elementwise, checked when the engine is built. "
+          "steps (one per dim, 1 for every value): a dim of step k takes min, min + k, ..., max only; the "
+          "build proves the model for those values and set_input_shape refuses the others.")
       .def(
           "set_shape",
           [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,

@@ -111,3 +111,19 @@ def test_profile_errors_raise_at_build():
     with pytest.raises(kiln.Error, match="'y'"):
         kiln.Builder().build(network, config2)
     assert kiln.Builder(kiln.Device.CPU).build(network, config).num_profiles == 1
+
+
+def test_profile_steps_refuse_shapes_off_them():
+    require_models()
+    network = kiln.onnx.parse_file(model_path("testmod_linear"))
+    profile = kiln.OptimizationProfile()
+    with pytest.raises(kiln.InvalidArgumentError, match="opt 3 is not min 2 plus a multiple of the step 2"):
+        profile.set_dimensions("x", (1, 2, 16), (4, 3, 16), (10, 10, 16), steps=(1, 2, 1))
+    profile.set_dimensions("x", (1, 2, 16), (4, 4, 16), (10, 10, 16), steps=(1, 2, 1))
+    config = kiln.BuilderConfig()
+    config.add_profile(profile)
+    context = kiln.Builder().build(network, config).create_execution_context()
+    out = context.run({"x": np.ones((3, 6, 16), np.float32)})
+    assert next(iter(out.values())).shape[:2] == (3, 7)  # the model appends a row: seq_len + 1
+    with pytest.raises(kiln.InvalidArgumentError, match=r"steps of 2 \(the nearest values are 4 and 6\)"):
+        context.set_input_shape("x", (3, 5, 16))

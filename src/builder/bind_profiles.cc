@@ -2,6 +2,7 @@
 // symbol. A dim written c*s + k (exporters write "4*h") bounds s to the values whose dim lies in
 // [min, max]; any other dynamic expression becomes a fresh symbol of its own.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "builder/build_state.h"
@@ -26,6 +27,101 @@ std::string describe_inputs(const ir::Graph& g) {
   return s;
 }
 
+int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+
+// Steps (OptimizationProfile::set_dimensions with steps): a symbol whose dim a profile steps by k
+// takes only the values on that lattice. It is replaced in every input dim by m*t + r, t a new
+// symbol "<s>_step<m>", so shape inference and the profile proof see exactly those values (an
+// FPN's 2*floor(h/2) = h holds for h = 32*t) and the runtime's c*symbol + k binding refuses the
+// others by name. Every profile must step a symbol the same way: the engine has one formula per
+// input dim.
+Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profiles,
+                   const BuilderConfig::ShapeLog& log) {
+  struct Lattice {
+    int64_t m, r;
+    std::string where;
+  };
+  std::map<std::string, Lattice> lattice;
+  auto describe = [&](size_t p, const ir::Value& val, size_t d) {
+    return "profile " + std::to_string(p) + ": input '" + val.name + "' dim " + std::to_string(d) + " (" +
+           (*val.shape)[d].to_string() + ")";
+  };
+  // The lattice each profile's steps give, per symbol: (m, r) for dims c*s + k stepped by c*m.
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    for (int v : g.inputs) {
+      const ir::Value& val = g.values[size_t(v)];
+      auto it = profiles[p].inputs().find(val.name);
+      if (it == profiles[p].inputs().end() || it->second.steps.size() != val.shape->size()) continue;
+      const OptimizationProfile::Dims& dims = it->second;
+      for (size_t d = 0; d < dims.steps.size(); ++d) {
+        const int64_t step = dims.steps[d];
+        if (step == 1) continue;
+        const std::string where = describe(p, val, d);
+        const ir::Dim& dim = (*val.shape)[d];
+        if (dim.is_const()) {
+          return invalid_argument(where + " is fixed by the model; it takes no step (give 1)");
+        }
+        std::string sym;
+        int64_t c = 1, k = 0;
+        dim.as_linear(&sym, &c, &k);
+        if (step % c != 0 || (dims.min[d] - k) % c != 0) {
+          return invalid_argument(where + ": a step of " + std::to_string(step) + " from min " +
+                                  std::to_string(dims.min[d]) + " is not a whole number of steps of " + sym);
+        }
+        const int64_t m = step / c, r = floor_mod((dims.min[d] - k) / c, m);
+        auto [li, inserted] = lattice.emplace(sym, Lattice{m, r, where});
+        if (!inserted && (li->second.m != m || li->second.r != r)) {
+          return invalid_argument(where + " steps " + sym + " by " + std::to_string(m) + " from " +
+                                  std::to_string(r) + ", but " + li->second.where + " steps it by " +
+                                  std::to_string(li->second.m) + " from " + std::to_string(li->second.r) +
+                                  "; every profile must give a symbol the same steps");
+        }
+      }
+    }
+  }
+  if (lattice.empty()) return ok_status();
+  // A profile that leaves a stepped symbol's dim unstepped would have it take every value.
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    for (int v : g.inputs) {
+      const ir::Value& val = g.values[size_t(v)];
+      auto it = profiles[p].inputs().find(val.name);
+      if (it == profiles[p].inputs().end()) continue;
+      for (size_t d = 0; d < val.shape->size(); ++d) {
+        std::string sym;
+        int64_t c = 1, k = 0;
+        if (!(*val.shape)[d].as_linear(&sym, &c, &k)) continue;
+        auto li = lattice.find(sym);
+        if (li == lattice.end()) continue;
+        const auto& steps = it->second.steps;
+        const int64_t step = d < steps.size() ? steps[d] : 1;
+        if (step != c * li->second.m) {
+          return invalid_argument(describe(p, val, d) + " has step " + std::to_string(step) + ", but " +
+                                  li->second.where + " steps " + sym + " by " + std::to_string(li->second.m) +
+                                  "; every profile must give a symbol the same steps");
+        }
+      }
+    }
+  }
+  for (int v : g.inputs) {
+    for (ir::Dim& dim : *g.values[size_t(v)].shape) {
+      std::string sym;
+      int64_t c = 1, k = 0;
+      if (dim.is_const() || !dim.as_linear(&sym, &c, &k)) continue;
+      auto li = lattice.find(sym);
+      if (li == lattice.end()) continue;
+      const ir::Dim t = ir::Dim::symbol(sym + "_step" + std::to_string(li->second.m));
+      dim = ir::Dim(c) * (ir::Dim(li->second.m) * t + li->second.r) + k;
+    }
+  }
+  if (log) {
+    for (const auto& [sym, l] : lattice) {
+      log("steps: " + sym + " = " + (ir::Dim(l.m) * ir::Dim::symbol(sym + "_step" + std::to_string(l.m)) + l.r).to_string() +
+          " (from " + l.where + ")");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status bind_profiles(BuildState& s) {
@@ -46,6 +142,7 @@ Status bind_profiles(BuildState& s) {
     }
   }
   const auto& profiles = s.config.profiles();
+  KILN_RETURN_IF_ERROR(apply_steps(g, profiles, s.config.shape_log()));
   if (profiles.empty() && !dynamic_inputs.empty()) {
     return invalid_argument("the model has dynamic inputs but the config has no optimization profile; "
                             "add one with min/opt/max shapes for:" + describe_inputs(g));

@@ -4,12 +4,20 @@
 // the node, its input shapes, the failing values, and the largest range that would work.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "builder/build_state.h"
 
 namespace kiln::builder {
 namespace {
+
+// 2nd, 3rd, 11th, 32nd.
+std::string ordinal(int64_t n) {
+  const int64_t tens = n % 100, ones = n % 10;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th" : ones == 1 ? "st" : ones == 2 ? "nd" : ones == 3 ? "rd" : "th";
+  return std::to_string(n) + suffix;
+}
 
 using ops::Constraint;
 
@@ -58,7 +66,7 @@ std::string describe_values(const std::vector<int64_t>& v) {
     for (size_t i = 2; i < v.size() && progression; ++i) progression = v[i] - v[i - 1] == step;
     if (progression) {
       return "{" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", ..., " + std::to_string(v.back()) +
-             "} (every " + std::to_string(step) + "th value)";
+             "} (every " + ordinal(step) + " value)";
     }
   }
   std::string s;
@@ -192,6 +200,33 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
              std::to_string(best_lo + best_len - 1) + "] would build";
     } else {
       msg += "; no value of " + syms[0] + " in the profile works";
+    }
+    // Where every value was checked and those that pass are exactly every m-th (an FPN's H that
+    // must be a multiple of 32), the profile builds with a step: say so.
+    const bool complete = int64_t(axes[0].size()) == ranges[0].hi - ranges[0].lo + 1;
+    std::vector<int64_t> pass;
+    j = 0;
+    for (int64_t v : axes[0]) {
+      if (j < bad.size() && bad[j] == v) {
+        ++j;
+      } else {
+        pass.push_back(v);
+      }
+    }
+    if (complete && pass.size() >= 2) {
+      int64_t m = 0;
+      for (int64_t v : pass) m = std::gcd(m, v - pass[0]);
+      bool lattice = m > 1;
+      for (int64_t v : axes[0]) {
+        const bool on = (v - pass[0]) % m == 0;
+        const bool passes = !std::binary_search(bad.begin(), bad.end(), v);
+        lattice = lattice && on == passes;
+      }
+      if (lattice) {
+        msg += "; it holds exactly at " + syms[0] + " = " + std::to_string(pass[0]) + " + " + std::to_string(m) +
+               "*k: a profile that steps " + syms[0] + " by " + std::to_string(m) +
+               " from there (OptimizationProfile::set_dimensions with steps; kiln --shapeSteps) would build";
+      }
     }
   }
   return invalid_argument(msg);

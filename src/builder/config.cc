@@ -19,7 +19,34 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
                               ", opt " + std::to_string(opt[d]) + ", max " + std::to_string(max[d]));
     }
   }
-  inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max)};
+  inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max), {}};
+  return ok_status();
+}
+
+Status OptimizationProfile::set_dimensions(const std::string& input, std::vector<int64_t> min,
+                                           std::vector<int64_t> opt, std::vector<int64_t> max,
+                                           std::vector<int64_t> steps) {
+  OptimizationProfile ranges;  // ranks and 0 <= min <= opt <= max first
+  KILN_RETURN_IF_ERROR(ranges.set_dimensions(input, min, opt, max));
+  if (steps.size() != min.size()) {
+    return invalid_argument("profile for input '" + input + "': " + std::to_string(steps.size()) +
+                            " steps for a rank of " + std::to_string(min.size()));
+  }
+  for (size_t d = 0; d < steps.size(); ++d) {
+    const std::string where = "profile for input '" + input + "' dim " + std::to_string(d);
+    if (steps[d] < 1) return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is not positive");
+    for (auto [name, v] : {std::pair<const char*, int64_t>{"opt", opt[d]}, {"max", max[d]}}) {
+      if ((v - min[d]) % steps[d] != 0) {
+        return invalid_argument(where + ": " + name + " " + std::to_string(v) + " is not min " +
+                                std::to_string(min[d]) + " plus a multiple of the step " + std::to_string(steps[d]) +
+                                " (the nearest are " + std::to_string(v - (v - min[d]) % steps[d]) + " and " +
+                                std::to_string(v - (v - min[d]) % steps[d] + steps[d]) + ")");
+      }
+    }
+  }
+  bool any = false;
+  for (int64_t k : steps) any |= k != 1;
+  inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max), any ? std::move(steps) : std::vector<int64_t>{}};
   return ok_status();
 }
 

@@ -22,8 +22,16 @@ class OptimizationProfile {
   // Shapes of one input; min <= opt <= max elementwise, checked when the engine is built.
   Status set_dimensions(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
                         std::vector<int64_t> max);
+  // The same with a step per dim (1: every value): a dim of step k takes the values min, min + k,
+  // ..., max only, so opt and max must be min plus a multiple of k. The build proves the model
+  // for exactly those values (an FPN valid for multiples of 32 builds for 64..960 step 32), and
+  // set_input_shape refuses a shape off the steps, naming the dim, the value and the step.
+  // Profiles that step a dim must agree on its steps (the engine has one formula per input dim).
+  Status set_dimensions(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
+                        std::vector<int64_t> max, std::vector<int64_t> steps);
   struct Dims {
     std::vector<int64_t> min, opt, max;
+    std::vector<int64_t> steps;  // empty, or one per dim (1: every value)
   };
   const std::map<std::string, Dims>& inputs() const { return inputs_; }
 

@@ -204,8 +204,14 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
       continue;
     }
     if ((shape[d] - b.offset) % b.coeff != 0) {
+      // The dim moves in steps of coeff (a model's 4*h, or a profile's step): name the two
+      // nearest values it takes.
+      int64_t below = shape[d] - b.offset;
+      below = below / b.coeff * b.coeff - (below < 0 ? b.coeff : 0) + b.offset;
       return invalid_argument(where + " = " + std::to_string(shape[d]) + " is not of the form " +
-                              (*val.shape)[d].to_string() + " for an integer " + b.symbol);
+                              (*val.shape)[d].to_string() + " for an integer " + b.symbol + ": it moves in steps of " +
+                              std::to_string(b.coeff) + " (the nearest values are " + std::to_string(below) +
+                              " and " + std::to_string(below + b.coeff) + ")");
     }
   }
   if (choose) {

@@ -167,11 +167,14 @@ Result<BuildOptions> parse_build_options(const Args& args) {
       current = size_t(v);
       continue;
     }
-    if (f.name != "minShapes" && f.name != "optShapes" && f.name != "maxShapes") continue;
+    if (f.name != "minShapes" && f.name != "optShapes" && f.name != "maxShapes" && f.name != "shapeSteps") continue;
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs(f.name, f.value));
     if (o.profiles.size() <= current) o.profiles.resize(current + 1);
     ProfileShapes& p = o.profiles[current];
-    auto& target = f.name == "minShapes" ? p.min : f.name == "optShapes" ? p.opt : p.max;
+    auto& target = f.name == "minShapes"   ? p.min
+                   : f.name == "optShapes" ? p.opt
+                   : f.name == "maxShapes" ? p.max
+                                           : p.steps;
     for (auto& s : specs) {
       for (const auto& t : target) {
         if (t.name == s.name) {
@@ -263,6 +266,18 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
     KILN_CLI_TRY(add(given.min, "minShapes", 0));
     KILN_CLI_TRY(add(given.opt, "optShapes", 1));
     KILN_CLI_TRY(add(given.max, "maxShapes", 2));
+    std::map<std::string, std::vector<int64_t>> steps;
+    for (const auto& sp : given.steps) {
+      if (!find_input(sp.name)) {
+        return usage_error("--shapeSteps names '" + sp.name + "', which is not an input of " + options.onnx +
+                           "; its inputs are:" + inputs_list(g));
+      }
+      if (!dims.count(sp.name)) {
+        return usage_error("--shapeSteps gives steps for '" + sp.name + "', which has no --minShapes/--optShapes/"
+                           "--maxShapes in profile " + std::to_string(p));
+      }
+      steps[sp.name] = sp.dims;
+    }
     std::string missing, examples;
     for (const ir::Value* v : dynamic) {
       if (dims.count(v->name)) continue;
@@ -280,7 +295,9 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
       if (d.opt.empty()) d.opt = !d.max.empty() ? d.max : d.min;
       if (d.min.empty()) d.min = d.opt;
       if (d.max.empty()) d.max = d.opt;
-      Status st = profile.set_dimensions(name, d.min, d.opt, d.max);
+      auto st_it = steps.find(name);
+      Status st = st_it == steps.end() ? profile.set_dimensions(name, d.min, d.opt, d.max)
+                                       : profile.set_dimensions(name, d.min, d.opt, d.max, st_it->second);
       if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());
     }
     if (!dims.empty()) config.add_profile(profile);

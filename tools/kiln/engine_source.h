@@ -15,6 +15,7 @@ namespace kiln::cli {
 
 struct ProfileShapes {
   std::vector<ShapeSpec> min, opt, max;
+  std::vector<ShapeSpec> steps;  // --shapeSteps
 };
 
 struct BuildOptions {

@@ -66,6 +66,9 @@ constexpr FlagDef kFlags[] = {
     {"optShapes", "SPEC", kBuilds, kAcc, TB | kRepeatable,
      "shapes the profile is tuned for (given alone: also its min and max, as in trtexec)"},
     {"maxShapes", "SPEC", kBuilds, kAcc, TB | kRepeatable, "largest shapes of the current profile"},
+    {"shapeSteps", "SPEC", kBuilds, kAcc, kBuildFlag | kRepeatable,
+     "steps of the current profile's dims, spelled as the shapes (x:1x1x32x32: H and W take min, "
+     "min + 32, ..., max); the build proves the model for those values and runs refuse the others"},
     {"profile", "N", B | N | C, kAcc, TB | kRepeatable,
      "start profile N (0, 1, ...); the shape flags after it belong to it"},
     {"shapes", "SPEC", B, kAcc, TB,
