@@ -207,5 +207,37 @@ TEST(BuilderProfiles, AnUnpinnedContextPicksTheProfileWhoseOptIsNearest) {
   EXPECT_EQ(run(4, 4).value(), 0);
 }
 
+// Issue 15's case: three batch profiles, 1-8, 9-32 and 33-128; an unpinned context takes the one
+// holding the batch for 4, 20 and 100, and any batch in a range always picks that range's profile.
+TEST(BuilderProfiles, ThreeBatchProfilesEachBatchTakesItsOwn) {
+  auto g = ir::parse_text(R"(graph g(%x: float32[n, 4]) -> (%y: float32[n, 4]) {
+  opset ai.onnx 17
+  %y: float32[n, 4] = Relu(%x)  # relu
+}
+)",
+                          {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  Network net;
+  net.graph = std::move(g).value();
+  BuilderConfig config;
+  const int64_t ranges[3][3] = {{1, 4, 8}, {9, 20, 32}, {33, 64, 128}};
+  for (const auto& r : ranges) {
+    OptimizationProfile p;
+    ASSERT_TRUE(p.set_dimensions("x", {r[0], 4}, {r[1], 4}, {r[2], 4}).ok());
+    config.add_profile(p);
+  }
+  auto engine = Builder().build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  for (int64_t batch : {4, 20, 100, 1, 8, 9, 32, 33, 128}) {
+    auto out = (*ctx)->run({{"x", make_f32({batch, 4}, std::vector<float>(size_t(batch * 4), -1.f))}});
+    ASSERT_TRUE(out.ok()) << batch << ": " << out.status().to_string();
+    EXPECT_EQ(out->at("y").shape(), (Shape{batch, 4}));
+    const int want = batch <= 8 ? 0 : batch <= 32 ? 1 : 2;
+    EXPECT_EQ((*ctx)->optimization_profile(), want) << "batch " << batch;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing
