@@ -201,31 +201,26 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
     } else {
       msg += "; no value of " + syms[0] + " in the profile works";
     }
-    // Where every value was checked and those that pass are exactly every m-th (an FPN's H that
-    // must be a multiple of 32), the profile builds with a step: say so.
-    const bool complete = int64_t(axes[0].size()) == ranges[0].hi - ranges[0].lo + 1;
-    std::vector<int64_t> pass;
-    j = 0;
-    for (int64_t v : axes[0]) {
-      if (j < bad.size() && bad[j] == v) {
-        ++j;
-      } else {
-        pass.push_back(v);
+    // Where every value was checked and which values pass repeats with a period (an FPN's
+    // 2*ceil(h/32) = ceil(h/16) holds for h mod 32 in {0, 17, ..., 31}), a profile stepping by
+    // that period from a passing value builds this node: say so (the smallest such period).
+    const int64_t n = int64_t(axes[0].size());
+    const bool complete = n == ranges[0].hi - ranges[0].lo + 1;
+    if (complete && n >= 4 && best_len < n) {
+      std::vector<char> ok_at(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ok_at[size_t(i)] = !std::binary_search(bad.begin(), bad.end(), axes[0][size_t(i)]);
+      int64_t anchor = -1;
+      for (int64_t i = 0; i < n && anchor < 0; ++i) {
+        if (ok_at[size_t(i)]) anchor = i;
       }
-    }
-    if (complete && pass.size() >= 2) {
-      int64_t m = 0;
-      for (int64_t v : pass) m = std::gcd(m, v - pass[0]);
-      bool lattice = m > 1;
-      for (int64_t v : axes[0]) {
-        const bool on = (v - pass[0]) % m == 0;
-        const bool passes = !std::binary_search(bad.begin(), bad.end(), v);
-        lattice = lattice && on == passes;
-      }
-      if (lattice) {
-        msg += "; it holds exactly at " + syms[0] + " = " + std::to_string(pass[0]) + " + " + std::to_string(m) +
-               "*k: a profile that steps " + syms[0] + " by " + std::to_string(m) +
-               " from there (OptimizationProfile::set_dimensions with steps; kiln --shapeSteps) would build";
+      for (int64_t period = 2; anchor >= 0 && period <= std::min<int64_t>(n / 2, 4096); ++period) {
+        bool periodic = true;
+        for (int64_t i = 0; i + period < n && periodic; ++i) periodic = ok_at[size_t(i)] == ok_at[size_t(i + period)];
+        if (!periodic) continue;
+        msg += "; which values pass repeats every " + std::to_string(period) + ": a profile that steps " + syms[0] +
+               " by " + std::to_string(period) + " from " + std::to_string(axes[0][size_t(anchor)]) +
+               " would build this node (OptimizationProfile::set_dimensions with steps; kiln --shapeSteps)";
+        break;
       }
     }
   }
