@@ -2,7 +2,7 @@
 // present; the CPU reference everywhere) against a naive loop in double: MobileNetV3's 3x3 and
 // 5x5 filters at strides 1 and 2, SAME padding, a 7x7 dilated filter with uneven padding (the
 // kernel's generic path), each activation, float16 and bfloat16 as the precision pass leaves them,
-// and a MobileNet-sized layer of a million threads.
+// and a MobileNet-sized layer (8x56x56x72: 1.8 million outputs).
 #include <gtest/gtest.h>
 
 #include <algorithm>
