@@ -101,6 +101,8 @@ TEST(ProfileSteps, BadStepsAreRefusedByName) {
       << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 100, 4}, {1, 1, 32, 1});
   EXPECT_NE(st.message().find("max 100"), std::string::npos) << st.message();
+  st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 32, 1});
+  EXPECT_NE(st.message().find("step 32 is larger than the range max - min = 0"), std::string::npos) << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 1, 0, 1});
   EXPECT_NE(st.message().find("step 0 is not positive"), std::string::npos) << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 32});
@@ -109,7 +111,7 @@ TEST(ProfileSteps, BadStepsAreRefusedByName) {
   // A step on a dim the model fixes.
   BuilderConfig fixed;
   OptimizationProfile f;
-  ASSERT_TRUE(f.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 1, 32, 2}).ok());
+  ASSERT_TRUE(f.set_dimensions("x", {1, 1, 64, 2}, {1, 1, 64, 4}, {1, 1, 96, 8}, {1, 1, 32, 2}).ok());
   fixed.add_profile(f);
   auto e = Builder().build(even_only(), fixed);
   ASSERT_FALSE(e.ok());

@@ -102,6 +102,17 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
       }
     }
   }
+  std::set<std::string> taken;
+  for (int v : g.inputs) {
+    for (const ir::Dim& dim : *g.values[size_t(v)].shape) dim.collect_symbols(&taken);
+  }
+  for (const auto& [sym, l] : lattice) {
+    const std::string name = sym + "_step" + std::to_string(l.m);
+    if (taken.count(name)) {
+      return invalid_argument("the model already has a symbol '" + name + "', the name the steps of " + sym +
+                              " (" + l.where + ") would take");
+    }
+  }
   for (int v : g.inputs) {
     for (ir::Dim& dim : *g.values[size_t(v)].shape) {
       std::string sym;

@@ -35,6 +35,10 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
   for (size_t d = 0; d < steps.size(); ++d) {
     const std::string where = "profile for input '" + input + "' dim " + std::to_string(d);
     if (steps[d] < 1) return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is not positive");
+    if (steps[d] > 1 && steps[d] > max[d] - min[d]) {
+      return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is larger than the range max - min = " +
+                              std::to_string(max[d] - min[d]));
+    }
     for (auto [name, v] : {std::pair<const char*, int64_t>{"opt", opt[d]}, {"max", max[d]}}) {
       if ((v - min[d]) % steps[d] != 0) {
         return invalid_argument(where + ": " + name + " " + std::to_string(v) + " is not min " +
