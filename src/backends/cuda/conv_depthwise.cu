@@ -13,6 +13,7 @@
 // a thread 2 or 4 pixels of a row (sharing their input loads in registers) was slower at batch 1
 // (0.39 and 0.50 ms against 0.35 ms) and no faster at batch 64 (1.34 and 1.58 against 1.33 ms).
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -159,6 +160,9 @@ class DepthwiseKernel final : public CudaKernel {
                               "a multiple of 8 channels");
     }
     KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, c));
+    for (int64_t v : {x.shape[1], x.shape[2], y.shape[1], y.shape[2], w.shape[1], w.shape[2]}) {
+      if (v > INT32_MAX) return unsupported(name_ + ": a spatial size of " + std::to_string(v) + " is past 32 bits");
+    }
     if (in.size() > 3 && present(in[3])) return invalid_argument(name_ + ": takes no residual Z");
     DwGeometry g;
     g.n = x.shape[0];
