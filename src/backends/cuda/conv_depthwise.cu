@@ -9,9 +9,10 @@
 // 16-byte load from the filter re-laid out at prepare time as [kh*kw, C]; neighbouring threads
 // take neighbouring channels, then neighbouring pixels, so every load of a warp is contiguous and
 // the taps neighbours share come from L1. The products accumulate in float; Y is rounded once.
-// Measured on MobileNetV3-Large FP16 (H100, .gpu_models/exp.sh and exp2.sh, 2026-11-27): giving
-// a thread 2 or 4 pixels of a row (sharing their input loads in registers) was slower at batch 1
-// (0.39 and 0.50 ms against 0.35 ms) and no faster at batch 64 (1.34 and 1.58 against 1.33 ms).
+// Measured on MobileNetV3-Large FP16 (H100, 2026-11-27): giving a thread 2 pixels of a row
+// (their shared input columns loaded once) took 0.392 ms at batch 1 against 0.348-0.351 for one
+// pixel, and 1.335-1.344 against 1.331-1.340 ms at batch 64 (.gpu_models/exp2.sh); 4 pixels took
+// 0.496 and 1.583 ms against 0.374 and 1.464 for one pixel (exp.sh, a build with the SE pass).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -42,8 +43,8 @@ struct DwGeometry {
   float p0 = 0.f, p1 = 0.f;
 };
 
-// 16-bit values to and from their bits, so that 16-byte vectors stay in registers (taking the
-// address of a uint4 to read it as 8 halves put it on the stack).
+// 16-bit values to and from their bits: a 16-byte vector read as eight floats, eight floats
+// rounded into one.
 __device__ __forceinline__ float from_bits(__half, uint32_t b) { return __half2float(__ushort_as_half((unsigned short)b)); }
 __device__ __forceinline__ float from_bits(__nv_bfloat16, uint32_t b) { return __uint_as_float(b << 16); }
 __device__ __forceinline__ uint32_t to_bits(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
