@@ -10,13 +10,13 @@
 // applies the gate to X is left as it is: the channel-broadcast binary kernel reads X once there.
 // Meant to run after assign_layout (the NHWC form is what a half-precision stack becomes), on CUDA
 // builds. It is NOT in the pipeline: measured on MobileNetV3-Large FP16 on an H100 (2026-11-27,
-// .gpu_models/exp2.sh, the same engine build with and without the pass, each twice): 0.368-0.371
-// ms against 0.348-0.352 at batch 1 and 1.448-1.489 against 1.331-1.382 at batch 64. Its first
-// kernel (one block per image) was far slower still (0.981 ms at batch 1); cuda.SqueezeExcite now
-// spreads both products over the grid, but ncu shows each of its kernels at 4-23 us where the
-// pool, the two cuBLASLt GEMMs and the epilogue it replaces take about as long together, so the
-// launches it saves do not pay. It goes in once its kernels beat those (or once the gate's Mul
-// folds in, which saves another pass over X).
+// .gpu_models/exp2.sh: two engine builds, with and without the pass, each timed twice, the
+// depthwise kernel at one pixel a thread), 0.371-0.377 ms against 0.348-0.351 at batch 1 and
+// 1.448-1.449 against 1.331-1.340 at batch 64. Its first kernel (one block per image) was far
+// slower still (0.981 ms at batch 1). cuda.SqueezeExcite now spreads both products over the
+// grid, but ncu (exp.sh) shows its hidden-unit kernel at 11-16 us at batch 1 and its gate kernel
+// at up to 23 us at batch 64: more than the launches it saves. It goes in once its kernels beat
+// the pool and GEMMs it replaces (or once the gate's Mul folds in, saving another pass over X).
 #include <algorithm>
 #include <optional>
 #include <string>
