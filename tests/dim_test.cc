@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "ir/dim.h"
@@ -157,6 +158,24 @@ TEST(Dim, NestedDivisionsCombine) {
     ASSERT_TRUE(again.has_value()) << d.to_string();
     EXPECT_EQ(*again, d) << d.to_string();
   }
+}
+
+// Two fuzz findings (onnx_build_fuzz, dim_parse_fuzz): a coefficient of INT64_MIN has no int64
+// magnitude, and an unbounded end of an interval must stay unbounded after adding a finite one.
+TEST(Dim, Int64MinCoefficientsAndUnboundedEnds) {
+  const Dim h = Dim::symbol("h");
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  const Dim low = Dim::ceil_div(h + kMin, Dim(4));
+  EXPECT_EQ(low.eval({{"h", 4}}), -((int64_t(1) << 61) - 1));  // ceil((4 - 2^63)/4)
+  EXPECT_EQ(Dim::ceil_div(h * kMin, Dim(6)).eval({{"h", 0}}), 0);
+  auto wide = Dim::parse("toin-hrtt8*sfI*8*sfI*lt*h2hoInt*h*nt*ttoIn8*ois");
+  ASSERT_TRUE(wide.has_value());
+  SymbolRanges ranges;
+  std::set<std::string> symbols;
+  wide->collect_symbols(&symbols);
+  int64_t v = 1;
+  for (const std::string& s : symbols) ranges[s] = {1, 7 * v}, v = v * 3 + 1;
+  EXPECT_EQ(wide->bounds(ranges).lo, -Interval::kInf);
 }
 
 TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {

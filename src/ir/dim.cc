@@ -193,9 +193,12 @@ Dim operator*(const Dim& a, const Dim& b) {
 }
 
 int64_t Dim::content_gcd() const {
-  int64_t g = constant_ < 0 ? -constant_ : constant_;
-  for (const auto& t : terms_) g = std::gcd(g, t.coeff < 0 ? -t.coeff : t.coeff);
-  return g;
+  auto magnitude = [](int64_t v) { return v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v); };
+  uint64_t g = magnitude(constant_);
+  for (const auto& t : terms_) g = std::gcd(g, magnitude(t.coeff));
+  // 2^63 (every part INT64_MIN or 0) is no int64: 1 claims no common factor, which only forgoes
+  // a simplification (found by onnx_build_fuzz: a Range whose delta is INT64_MIN).
+  return g > uint64_t(INT64_MAX) ? 1 : int64_t(g);
 }
 
 Dim Dim::wrap_floor_div(const Dim& a, const Dim& b, bool /*ceil*/) {
@@ -451,11 +454,15 @@ static Interval atom_bounds(const Atom& atom, const SymbolRanges& ranges) {
 }
 
 Interval Dim::bounds(const SymbolRanges& ranges) const {
+  // An unbounded end stays unbounded: -kInf + 1 would read as a finite bound that a value past
+  // 2^62 (which int64 still holds) lies outside of (found by dim_parse_fuzz).
+  auto add_lo = [](int64_t a, int64_t b) { return a <= -Interval::kInf || b <= -Interval::kInf ? -Interval::kInf : sat_add(a, b); };
+  auto add_hi = [](int64_t a, int64_t b) { return a >= Interval::kInf || b >= Interval::kInf ? Interval::kInf : sat_add(a, b); };
   Interval sum{constant_, constant_};
   for (const auto& t : terms_) {
     Interval prod{t.coeff, t.coeff};
     for (const auto& f : t.factors) prod = imul(prod, atom_bounds(*f, ranges));
-    sum = {sat_add(sum.lo, prod.lo), sat_add(sum.hi, prod.hi)};
+    sum = {add_lo(sum.lo, prod.lo), add_hi(sum.hi, prod.hi)};
   }
   return sum;
 }
