@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/activation.cuh"
@@ -132,16 +133,18 @@ class DepthwisePrepared final : public PreparedNode {
   std::shared_ptr<const DeviceWeight> filter, bias;
 };
 
-// The padding before axis i (0: H, 1: W) for an input of `in` elements along it.
-int64_t pad_begin(const ConvAttrs& a, size_t i, int64_t in, int64_t k) {
+// The padding before and after axis i (0: H, 1: W) for an input of `in` elements along it and a
+// filter of k taps: the node's pads, or what SAME computes (UPPER puts the odd one after).
+std::pair<int64_t, int64_t> pads_of(const ConvAttrs& a, size_t i, int64_t in, int64_t k) {
   const int64_t s = i < a.strides.size() ? a.strides[i] : 1;
   const int64_t d = i < a.dilations.size() ? a.dilations[i] : 1;
   if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
     const int64_t total = std::max<int64_t>(((in + s - 1) / s - 1) * s + (k - 1) * d + 1 - in, 0);
-    return a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    const int64_t begin = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    return {begin, total - begin};
   }
-  if (a.auto_pad == "VALID" || a.pads.size() != 4) return 0;
-  return a.pads[i];
+  if (a.auto_pad == "VALID" || a.pads.size() != 4) return {0, 0};
+  return {a.pads[i], a.pads[2 + i]};
 }
 
 class DepthwiseKernel final : public CudaKernel {
@@ -174,21 +177,21 @@ class DepthwiseKernel final : public CudaKernel {
     g.sw = int(attrs_.strides.size() == 2 ? attrs_.strides[1] : 1);
     g.dh = int(attrs_.dilations.size() == 2 ? attrs_.dilations[0] : 1);
     g.dw = int(attrs_.dilations.size() == 2 ? attrs_.dilations[1] : 1);
-    g.pt = int(pad_begin(attrs_, 0, g.h, g.kh));
-    g.pl = int(pad_begin(attrs_, 1, g.w, g.kw));
+    const auto [pt, pb] = pads_of(attrs_, 0, g.h, g.kh);
+    const auto [pl, pr] = pads_of(attrs_, 1, g.w, g.kw);
+    g.pt = int(pt), g.pl = int(pl);
     g.act = attrs_.act, g.p0 = attrs_.p0, g.p1 = attrs_.p1;
     // The output size the attributes imply must be Y's (shape inference computed it; a mismatch
     // would read or write out of bounds).
-    const int64_t eh = (int64_t(g.h) + g.pt + pad_end(0, g) - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
-    const int64_t ew = (int64_t(g.w) + g.pl + pad_end(1, g) - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
+    const int64_t eh = (int64_t(g.h) + pt + pb - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
+    const int64_t ew = (int64_t(g.w) + pl + pr - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
     if (eh != g.oh || ew != g.ow) {
       return invalid_argument(name_ + ": Y " + shape_to_string(y.shape) + " is not the output of X " +
                               shape_to_string(x.shape) + " under the node's strides, pads and dilations");
     }
     if (y.numel() == 0) return ok_status();
     if (!prepared_ || !prepared_->filter) return internal_error(name_ + ": the prepared filter is missing");
-    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-    if (!aligned(x.data) || !aligned(y.data)) {
+    if (!aligned16(x.data) || !aligned16(y.data)) {
       return invalid_argument(name_ + ": X and Y must start at 16-byte aligned addresses");
     }
     const void* filter = prepared_->filter->data;
@@ -202,18 +205,6 @@ class DepthwiseKernel final : public CudaKernel {
   }
 
  private:
-  // The padding after axis i, as the node's attributes give it (SAME: the total less the begin).
-  int64_t pad_end(size_t i, const DwGeometry& g) const {
-    const int64_t in = i == 0 ? g.h : g.w, k = i == 0 ? g.kh : g.kw;
-    const int64_t s = i == 0 ? g.sh : g.sw, d = i == 0 ? g.dh : g.dw;
-    if (attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER") {
-      const int64_t total = std::max<int64_t>(((in + s - 1) / s - 1) * s + (k - 1) * d + 1 - in, 0);
-      return total - pad_begin(attrs_, i, in, k);
-    }
-    if (attrs_.auto_pad == "VALID" || attrs_.pads.size() != 4) return 0;
-    return attrs_.pads[2 + i];
-  }
-
   DType t_;
   ConvAttrs attrs_;
   const DepthwisePrepared* prepared_;

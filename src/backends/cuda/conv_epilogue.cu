@@ -50,8 +50,6 @@ __global__ void epilogue_vec8_kernel(T* y, const T* bias, const T* z, int64_t n8
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 template <typename T>
 Status launch(void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner,
               ConvActivation act, float p0, float p1, cudaStream_t s) {

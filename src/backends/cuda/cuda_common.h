@@ -274,6 +274,9 @@ Status copy_window(const TensorView& in, const TensorView& out, std::span<const 
 Status pad_last_axis(const TensorView& x, const TensorView& y, int64_t begin, const void* fill_ptr,
                      uint64_t fill_bits, cudaStream_t s);
 
+// Whether p may be read or written as 16-byte vectors (uint4, eight 16-bit elements).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // Kernel launch grid for n elements.
 inline unsigned grid_for(int64_t n, int block = 256) {
   int64_t g = (n + block - 1) / block;

@@ -120,7 +120,7 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
   // per element (BERT-base's head transposes ran at 0.5 TB/s element by element).
   const int64_t vec = 16 / int64_t(elem);
   bool wide = elem <= 8 && t >= 1 && w.strides[t - 1] == 1 && w.dims[t - 1] % vec == 0 && w.base % vec == 0 &&
-              (reinterpret_cast<uintptr_t>(in) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+              aligned16(in) && aligned16(out);
   for (int d = 0; wide && d + 1 < t; ++d) wide = w.strides[d] % vec == 0;
   if (wide) {
     GatherWalk v = w;
@@ -337,8 +337,7 @@ class GatherKernel final : public CudaKernel {
     if (d == 0) return invalid_argument("Gather: indexing an empty axis");
     int idt = int(in[1].dtype);
     const size_t row_bytes = size_t(inner) * dtype_size(data.dtype);
-    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-    if (row_bytes % 16 == 0 && aligned(data.data) && aligned(out[0].data)) {
+    if (row_bytes % 16 == 0 && aligned16(data.data) && aligned16(out[0].data)) {
       const int64_t row_vecs = int64_t(row_bytes / 16), vecs = outer * nidx * row_vecs;
       gather_rows_kernel<<<grid_for(vecs), 256, 0, stream_>>>(static_cast<const uint4*>(data.data), in[1].data, idt,
                                                               static_cast<uint4*>(out[0].data), vecs, nidx, d,

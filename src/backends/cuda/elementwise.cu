@@ -81,8 +81,6 @@ __global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, floa
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // flat_kernel when every operand is contiguous, of the output's size and of one float type, and
 // 16-byte aligned; false (nothing launched) otherwise.
 template <int kArity>

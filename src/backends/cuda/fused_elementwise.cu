@@ -325,12 +325,11 @@ class FusedElementwiseKernel final : public CudaKernel {
     const bool half = y.dtype == DType::kFloat16 || y.dtype == DType::kBFloat16;
     if ((!half && y.dtype != DType::kFloat32) || program_.slots_used > kVecSlots) return false;
     const int64_t v = int64_t(16 / es);
-    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * kVecBlock || !aligned(y.data)) return false;
+    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * kVecBlock || !aligned16(y.data)) return false;
     for (int k = 0; k < ew_.num_inputs; ++k) {
       if (io.map[k] == kMapScalar) continue;
       const bool row = io.map[k] == kMapDivMod && io.div[k][0] == 1 && io.mod[k][0] % v == 0;
-      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) || !aligned(in[size_t(k)].data)) {
+      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) || !aligned16(in[size_t(k)].data)) {
         return false;
       }
     }

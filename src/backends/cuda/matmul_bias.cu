@@ -94,8 +94,7 @@ Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActi
   for (int d = 0; d + 1 < m.rank && bias && rows; ++d) rows = m.strides[d] == 0;
   if (rows && bias) rows = m.strides[m.rank - 1] == 1;
   constexpr bool kHalf = sizeof(T) == 2;
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (kHalf && rows && m.dims[m.rank - 1] % 8 == 0 && aligned(y) && (!bias || aligned(bias))) {
+  if (kHalf && rows && m.dims[m.rank - 1] % 8 == 0 && aligned16(y) && (!bias || aligned16(bias))) {
     const int64_t vecs = n / 8;
     bias_act_vec_kernel<T><<<grid_for(vecs, kBlock), kBlock, 0, s>>>(
         static_cast<uint4*>(y), static_cast<const uint4*>(bias), int32_t(vecs), int32_t(m.dims[m.rank - 1] / 8), act);

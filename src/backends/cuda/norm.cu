@@ -239,10 +239,9 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
 template <typename T>
 bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorView* bias, T* y, int64_t rows,
                      int64_t n, float eps, cudaStream_t s) {
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (n % 8 != 0 || n > 256 * 8 || rows > int64_t(0x7fffffff) * 4 || !aligned(x.data) || !aligned(y)) return false;
+  if (n % 8 != 0 || n > 256 * 8 || rows > int64_t(0x7fffffff) * 4 || !aligned16(x.data) || !aligned16(y)) return false;
   for (const TensorView* p : {scale, bias}) {
-    if (p && (p->dtype != x.dtype || p->numel() != n || !aligned(p->data))) return false;
+    if (p && (p->dtype != x.dtype || p->numel() != n || !aligned16(p->data))) return false;
   }
   const unsigned grid = unsigned((rows + 3) / 4);  // 4 warps (rows) per block of 128
   const T* sp = scale ? static_cast<const T*>(scale->data) : nullptr;

@@ -70,7 +70,7 @@ Status pad_last_axis(const TensorView& x, const TensorView& y, int64_t begin, co
   const bool small = x.numel() < kSmall && y.numel() < kSmall && in_w < kSmall && begin > -kSmall &&
                      begin < kSmall;
   const size_t es = dtype_size(x.dtype);
-  const bool aligned = reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+  const bool aligned = aligned16(y.data);
   return by_element_size(
       es, "pad_last_axis",
       [&](auto tag) {

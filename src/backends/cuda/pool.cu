@@ -415,8 +415,7 @@ class NhwcPoolKernel final : public CudaKernel {
       small = small && v < (int64_t(1) << 28);
     }
     const int64_t c = x.shape[3];
-    const bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+    const bool aligned = aligned16(x.data) && aligned16(y.data);
     bool known = visit_dtype<kPoolTypes>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       constexpr int kVec = int(16 / sizeof(T));

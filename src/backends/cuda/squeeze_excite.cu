@@ -42,8 +42,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // The channel sums of one image, columns [col0, col1) of its channels, into sums[col - col0]
 // (shared, zeroed here). All threads of the block take part.
 template <typename T>
