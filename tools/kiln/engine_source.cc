@@ -258,26 +258,19 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
                              "', which is not an input of " + options.onnx +
                              "; its inputs are:" + inputs_list(g));
         }
+        if (which == 3 && !dims.count(s.name)) {
+          return usage_error("--shapeSteps gives steps for '" + s.name + "', which has no --minShapes/--optShapes/"
+                             "--maxShapes in profile " + std::to_string(p));
+        }
         auto& d = dims[s.name];
-        (which == 0 ? d.min : which == 1 ? d.opt : d.max) = s.dims;
+        (which == 0 ? d.min : which == 1 ? d.opt : which == 2 ? d.max : d.steps) = s.dims;
       }
       return ok();
     };
     KILN_CLI_TRY(add(given.min, "minShapes", 0));
     KILN_CLI_TRY(add(given.opt, "optShapes", 1));
     KILN_CLI_TRY(add(given.max, "maxShapes", 2));
-    std::map<std::string, std::vector<int64_t>> steps;
-    for (const auto& sp : given.steps) {
-      if (!find_input(sp.name)) {
-        return usage_error("--shapeSteps names '" + sp.name + "', which is not an input of " + options.onnx +
-                           "; its inputs are:" + inputs_list(g));
-      }
-      if (!dims.count(sp.name)) {
-        return usage_error("--shapeSteps gives steps for '" + sp.name + "', which has no --minShapes/--optShapes/"
-                           "--maxShapes in profile " + std::to_string(p));
-      }
-      steps[sp.name] = sp.dims;
-    }
+    KILN_CLI_TRY(add(given.steps, "shapeSteps", 3));  // after the shapes: steps need them
     std::string missing, examples;
     for (const ir::Value* v : dynamic) {
       if (dims.count(v->name)) continue;
@@ -295,9 +288,8 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
       if (d.opt.empty()) d.opt = !d.max.empty() ? d.max : d.min;
       if (d.min.empty()) d.min = d.opt;
       if (d.max.empty()) d.max = d.opt;
-      auto st_it = steps.find(name);
-      Status st = st_it == steps.end() ? profile.set_dimensions(name, d.min, d.opt, d.max)
-                                       : profile.set_dimensions(name, d.min, d.opt, d.max, st_it->second);
+      Status st = d.steps.empty() ? profile.set_dimensions(name, d.min, d.opt, d.max)
+                                  : profile.set_dimensions(name, d.min, d.opt, d.max, d.steps);
       if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());
     }
     if (!dims.empty()) config.add_profile(profile);
