@@ -161,23 +161,29 @@ TEST(EngineFileSections, Version3FileLoadsWithoutReplacedNodes) {
   ASSERT_FALSE(p.graph.nodes[1].replaced.empty());
   std::vector<uint8_t> bytes = serialize(p);
   std::vector<Piece> table = sections_of(bytes);
-  ByteWriter graph, weights;
+  ByteWriter graph, weights, meta;
   ASSERT_TRUE(detail::write_graph(p.graph, graph, weights, 3).ok());
-  bool swapped = false;
+  ASSERT_TRUE(detail::write_meta(p, meta, 3).ok());
+  int swapped = 0;
   for (Piece& piece : table) {
-    if (piece.tag != kSectionGraph) continue;
-    EXPECT_LT(graph.size(), piece.bytes.size());  // one count less per node, subgraphs' too
-    piece.bytes = graph.take();
-    swapped = true;
+    if (piece.tag == kSectionGraph) {
+      EXPECT_LT(graph.size(), piece.bytes.size());  // one count less per node, subgraphs' too
+      piece.bytes = graph.take();
+      ++swapped;
+    } else if (piece.tag == kSectionMeta) {
+      EXPECT_EQ(meta.size() + 8, piece.bytes.size());  // no count of data-dependent dims
+      piece.bytes = meta.take();
+      ++swapped;
+    }
   }
-  ASSERT_TRUE(swapped);
+  ASSERT_EQ(swapped, 2);
   std::vector<uint8_t> v3 = assemble(bytes, table, {}, 3);
   EXPECT_EQ(read_header(v3)->format_version, 3u);
   auto loaded = load(v3);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   for (ir::Node& n : p.graph.nodes) n.replaced.clear();
   expect_plan_eq(p, *loaded);
-  // Read as format 4, the same bytes are one count short per node: corruption, not a crash.
+  // Read as format 5, the same bytes are one count short per node: corruption, not a crash.
   EXPECT_NE(load_error(assemble(bytes, table)).find("engine file is"), std::string::npos)
       << load_error(assemble(bytes, table));
 }
@@ -222,7 +228,7 @@ TEST(EngineFileSections, Version1FileIsRefused) {
   w.align(64);
   std::vector<uint8_t> v1 = w.take();
   const std::string want =
-      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 4: "
+      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 5: "
       "rebuild the engine from the ONNX model";
   EXPECT_EQ(load_error(v1), want);
   EXPECT_EQ(read_header(v1).status().message(), want);

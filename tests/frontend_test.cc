@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln.h"
 #include "onnx_model_builder.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
@@ -604,8 +606,59 @@ TEST(Frontend, UndefinedInputIsNamed) {
   EXPECT_NE(r.status().message().find("nowhere"), std::string::npos);
 }
 
+// Opset 6 (PyTorch's first exporter): `broadcast=1, axis=k` aligns input 1 with input 0 from dim
+// k, and PRelu's [C] slope is per channel; kiln follows both for constants, and refuses the
+// training-mode BatchNormalization that is_test's default asks for.
+TEST(Frontend, Opset6BroadcastAxisAndPerChannelSlope) {
+  ModelProto m = make_model(6);
+  GraphProto* g = m.mutable_graph();
+  add_input(g, "x", TensorProto::FLOAT, {"2", "3", "2"});
+  *g->add_initializer() = raw_tensor<float>("c", TensorProto::FLOAT, {3}, {10, 20, 30});
+  *g->add_initializer() = raw_tensor<float>("slope", TensorProto::FLOAT, {3}, {0.5f, 2, -1});
+  NodeProto* add = add_node(g, "Add", {"x", "c"}, {"y"}, "add");
+  auto* a = add->add_attribute();
+  a->set_name("broadcast"), a->set_type(::onnx::AttributeProto::INT), a->set_i(1);
+  a = add->add_attribute();
+  a->set_name("axis"), a->set_type(::onnx::AttributeProto::INT), a->set_i(1);
+  add_node(g, "PRelu", {"x", "slope"}, {"z"}, "prelu");
+  add_output(g, "y");
+  add_output(g, "z");
+  auto net = parse(m);
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  BuilderConfig config;
+  auto engine = Builder().build(*net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  std::vector<float> xs(12);
+  for (int i = 0; i < 12; ++i) xs[size_t(i)] = float(i % 5) - 2.f;  // -2..2
+  auto out = (*ctx)->run({{"x", testing::make_f32({2, 3, 2}, xs)}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float c[3] = {10, 20, 30}, slope[3] = {0.5f, 2, -1};
+  for (int i = 0; i < 12; ++i) {
+    const int ch = i / 2 % 3;  // dim 1 of [2, 3, 2]
+    EXPECT_EQ(out->at("y").data_as<float>()[i], xs[size_t(i)] + c[ch]) << i;
+    EXPECT_EQ(out->at("z").data_as<float>()[i], xs[size_t(i)] >= 0 ? xs[size_t(i)] : xs[size_t(i)] * slope[ch]) << i;
+  }
+
+  ModelProto bn = make_model(6);
+  g = bn.mutable_graph();
+  add_input(g, "x", TensorProto::FLOAT, {"1", "3", "2"});
+  for (const char* w : {"s", "b", "mean", "var"}) {
+    *g->add_initializer() = raw_tensor<float>(w, TensorProto::FLOAT, {3}, {1, 1, 1});
+  }
+  add_node(g, "BatchNormalization", {"x", "s", "b", "mean", "var"}, {"y"}, "bn");
+  add_output(g, "y");
+  net = parse(bn);
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  auto refused = Builder().build(*net, config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("without is_test=1 runs in training mode"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(Frontend, OpsetsOutsideTheSupportedRangeAreRefused) {
-  for (int64_t opset : {6, 29}) {  // kiln reads opsets 7 to 28
+  for (int64_t opset : {5, 29}) {  // kiln reads opsets 6 to 28
     ModelProto m = make_model(opset);
     add_input(m.mutable_graph(), "x", TensorProto::FLOAT, {"1"});
     add_output(m.mutable_graph(), "x");

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "backends/kernel_registry.h"
@@ -78,6 +79,7 @@ std::unique_ptr<OneNode> infer_one(const OpNode& op, const std::vector<NodeInput
     return one;
   }
   ops::InferContext ctx(g, g.nodes[0], 0, &one->inferred.constraints);
+  ctx.set_data_dependent(&one->inferred.data_dependent, true);
   one->inferred.status = schema->infer(ctx);
   one->inferred.outputs = ctx.outputs();
   return one;
@@ -387,10 +389,23 @@ StatusOr<std::vector<Tensor>> run_case(const KernelCase& c) {
   ir::Graph& g = one->g;
   const ir::Node& node = g.nodes[0];
   std::vector<Tensor> outputs;
+  // A data-dependent dim is allocated at its bound (the inputs' shapes are known here, so it is a
+  // number); the kernel reports the exact size below.
+  ir::SymbolValues bounds;
+  for (const ir::DataDependentDim& d : one->inferred.data_dependent) {
+    if (auto b = d.bound.eval(bounds)) bounds[d.symbol] = *b;
+  }
+  std::vector<char> sized_by_data;
   for (int o = 0; o < c.num_outputs; ++o) {
     const auto& inferred = one->inferred.outputs.at(size_t(o));
     Shape shape;
+    bool by_data = false;
     for (const ir::Dim& d : inferred.shape) {
+      if (!d.is_const() && d.eval(bounds)) {
+        by_data = true;
+        shape.push_back(*d.eval(bounds));
+        continue;
+      }
       if (!d.is_const()) {
         return internal_error(label + ": output " + std::to_string(o) + " has the symbolic shape " +
                               ir::dims_to_string(inferred.shape));
@@ -402,6 +417,7 @@ StatusOr<std::vector<Tensor>> run_case(const KernelCase& c) {
     v.shape = inferred.shape;
     KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(inferred.dtype, shape));
     outputs.push_back(std::move(t));
+    sized_by_data.push_back(by_data);
   }
 
   // The CPU reference.
@@ -417,6 +433,14 @@ StatusOr<std::vector<Tensor>> run_case(const KernelCase& c) {
   auto kernel = backends::create_reference_kernel(q);
   if (!kernel.ok()) return kernel.status();
   KILN_RETURN_IF_ERROR((*kernel)->execute(in_views, out_views));
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (!sized_by_data[o]) continue;
+    KILN_ASSIGN_OR_RETURN(Shape exact, (*kernel)->data_dependent_shape(o));
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(outputs[o].dtype(), exact));
+    if (t.nbytes() > outputs[o].nbytes()) return internal_error(label + ": output " + std::to_string(o) + " exceeds its bound");
+    if (t.nbytes()) std::memcpy(t.data(), outputs[o].data(), t.nbytes());
+    outputs[o] = std::move(t);
+  }
 
   ops::OpKind kind = ops::find_op(node.domain, node.op_type);
   OpCoverage& cov = mutable_coverage()[kind];

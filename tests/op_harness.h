@@ -63,6 +63,7 @@ struct Inferred {
   Status status;
   std::vector<ops::InferContext::Output> outputs;
   std::vector<ops::Constraint> constraints;  // recorded for the profile checker
+  std::vector<ir::DataDependentDim> data_dependent;  // dims only the data decides (NonZero's count)
 
   bool ok() const { return status.ok(); }
   StatusCode code() const { return status.code(); }

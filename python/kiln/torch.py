@@ -255,9 +255,18 @@ class CompiledModule(torch.nn.Module):
             keep.append(t)
             ctx.set_input_shape(name, tuple(t.shape))
             ctx.set_tensor_address(name, t.data_ptr())
+        shapes = [tuple(ctx.tensor_shape(name)) for name in self.output_names]
+        if any(d < 0 for s in shapes for d in s):
+            # An output sized by its data (torch.nonzero): the run allocates it once it knows the
+            # size, on the current torch stream.
+            result = ctx.run(dict(zip(feeds.keys(), keep)), stream=torch.cuda.current_stream(device))
+            outs = tuple(result[n] for n in self.output_names)
+            if out_device is not None and out_device != device:
+                return tuple(o.to(out_device) for o in outs)
+            return outs
         outs = []
-        for name in self.output_names:
-            o = torch.empty(ctx.tensor_shape(name), dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
+        for name, shape in zip(self.output_names, shapes):
+            o = torch.empty(shape, dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
             ctx.set_tensor_address(name, o.data_ptr())
             outs.append(o)
         ctx.execute_async_v3(torch.cuda.current_stream(device).cuda_stream)

@@ -618,15 +618,55 @@ class BoundContext {
     std::vector<std::string> outputs;
     std::vector<std::unique_ptr<DeviceBuffer, Free>> owned;  // freed here if the run fails
     std::vector<Shape> shapes;
+    // An output of data-dependent size (-1 dims until the run): a device buffer of the exact size,
+    // allocated during the run by this allocator.
+    struct Sized final : OutputAllocator {
+      const backends::Backend* backend;
+      DeviceBuffer* buffer = nullptr;
+      Shape shape;
+      explicit Sized(const backends::Backend* b) : backend(b) {}
+      ~Sized() override {
+        if (buffer) Free()(buffer);
+      }
+      void* reallocate_output(const std::string&, void*, size_t bytes, size_t) override {
+        auto p = backend->allocate(std::max<size_t>(bytes, 1));
+        if (!p.ok()) return nullptr;
+        if (buffer) Free()(buffer);
+        buffer = new DeviceBuffer{backend, *p};
+        return *p;
+      }
+      void notify_shape(const std::string&, const Shape& s) override { shape = s; }
+    };
+    std::vector<std::unique_ptr<Sized>> sized;  // per output: set for a data-dependent one
+    struct Unset {
+      const Engine& engine;
+      ExecutionContext* ctx;
+      ~Unset() {
+        for (int i = 0; i < engine.num_io_tensors(); ++i) {
+          if (engine.tensor_mode(engine.io_tensor_name(i)) == TensorIOMode::kOUTPUT) {
+            (void)ctx->set_output_allocator(engine.io_tensor_name(i), nullptr);
+          }
+        }
+      }
+    } unset{engine_, ctx_.get()};
     for (int i = 0; i < engine_.num_io_tensors(); ++i) {
       std::string name = engine_.io_tensor_name(i);
       if (engine_.tensor_mode(name) != TensorIOMode::kOUTPUT) continue;
       Shape shape = value_or_raise(ctx_->tensor_shape(name));
+      outputs.push_back(name);
+      if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; })) {
+        sized.push_back(std::make_unique<Sized>(backend));
+        check(ctx_->set_output_allocator(name, sized.back().get()));
+        owned.emplace_back(nullptr);
+        shapes.emplace_back();
+        continue;
+      }
+      sized.emplace_back(nullptr);
+      check(ctx_->set_output_allocator(name, nullptr));
       size_t bytes = size_t(shape_numel(shape)) * dtype_size(value_or_raise(engine_.tensor_dtype(name)));
       void* data = value_or_raise(backend->allocate(std::max<size_t>(bytes, 1)));
       owned.emplace_back(new DeviceBuffer{backend, data});
       check(ctx_->set_tensor_address(name, data));
-      outputs.push_back(name);
       shapes.push_back(std::move(shape));
     }
     Status status;
@@ -636,6 +676,12 @@ class BoundContext {
       if (status.ok() && !given) status = backend->synchronize(reinterpret_cast<void*>(stream));
     }
     check(status);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!sized[i]) continue;
+      if (!sized[i]->buffer) sized[i]->reallocate_output(outputs[i], nullptr, 1, 64);
+      owned[i].reset(std::exchange(sized[i]->buffer, nullptr));
+      shapes[i] = sized[i]->shape;
+    }
     nb::dict out;
     for (size_t i = 0; i < outputs.size(); ++i) {
       const std::string& name = outputs[i];

@@ -252,17 +252,33 @@ def _no_fallback():
     assert not fell, fell
 
 
-class WithNonZero(torch.nn.Module):
-    """An op kiln does not take yet (NonZero: a data-dependent shape)."""
+class WithDet(torch.nn.Module):
+    """An op kiln does not take yet (Det)."""
 
     def forward(self, x):
-        return torch.nonzero(x > 0)
+        return torch.linalg.det(x)
 
 
 def test_build_errors_name_the_module_source_line():
     with pytest.raises(kiln.Error) as e:
-        kt.compile(WithNonZero(), inputs=[kt.Input(shape=(2, 3), name="x")])
+        kt.compile(WithDet(), inputs=[kt.Input(shape=(2, 3, 3), name="x")])
     message = str(e.value)
     # kiln's own error names the node; the exporter's stack trace adds the module's line.
-    assert "NonZero" in message, message
-    assert "test_torch.py" in message and "torch.nonzero(x > 0)" in message, message
+    assert "Det" in message, message
+    assert "test_torch.py" in message and "torch.linalg.det(x)" in message, message
+
+
+class WithNonZero(torch.nn.Module):
+    """A data-dependent output size: one row per positive element."""
+
+    def forward(self, x):
+        return torch.nonzero(x > 0) * 2
+
+
+def test_data_dependent_output_has_its_exact_size():
+    compiled = kt.compile(WithNonZero(), inputs=[kt.Input(min_shape=(1, 3), opt_shape=(2, 3), max_shape=(8, 3), name="x")])
+    for x in (torch.tensor([[1.0, -1.0, 2.0], [0.0, 3.0, -2.0]]), torch.zeros(4, 3), torch.ones(8, 3)):
+        want = torch.nonzero(x > 0) * 2
+        got = compiled(x)
+        assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+        assert torch.equal(got, want)

@@ -91,6 +91,13 @@ class Kernel {
   virtual std::string name() const = 0;
   // The stream (cudaStream_t on CUDA) later execute() calls enqueue on; ignored on the CPU.
   virtual void set_stream(void* stream) {}
+  // Ops whose output sizes their data decides (NonZero, Unique, Compress, NonMaxSuppression): such
+  // an output's view has the shape of its upper bound, and the kernel writes the exact shape's
+  // elements contiguously from the view's start. After execute() (on a device, once its stream has
+  // been synchronized) this is the exact shape of output i.
+  virtual StatusOr<Shape> data_dependent_shape(size_t output) const {
+    return internal_error(name() + " does not report data-dependent output sizes");
+  }
   // Scratch for the next execute(): the node's arena slot of KernelImpl::workspace_bytes for the
   // current shapes (nullptr, 0 when it declared none). The runtime sets it before every execute.
   void set_workspace(void* p, size_t bytes) {

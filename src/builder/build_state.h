@@ -19,7 +19,9 @@ struct BuildState {
   const BuilderConfig& config;
   const backends::Backend& backend;
   std::vector<ops::Constraint> constraints;  // recorded by shape inference, proven per profile
-  std::vector<plan::Profile> profiles;       // filled by bind_profiles
+  std::vector<plan::Profile> profiles;       // filled by bind_profiles; infer_shapes adds the
+                                             // data-dependent symbols' ranges
+  std::vector<ir::DataDependentDim> data_dependent;  // made by infer_shapes, in order
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order

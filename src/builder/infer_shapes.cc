@@ -3,9 +3,11 @@
 // constants, and folds nodes whose inputs are all constant and whose outputs are small enough to
 // hold at build time (see fold_constants.cc).
 #include <algorithm>
+#include <cstring>
 
 #include "builder/build_state.h"
 #include "core/checked.h"
+#include "ir/rewrite.h"
 
 namespace kiln::builder {
 namespace {
@@ -77,6 +79,66 @@ StatusOr<std::optional<int64_t>> static_bytes(const ir::Node& node, const ir::Va
   return bytes;
 }
 
+// Opset 6 and older (the oldest kiln reads is 6): a binary op's `broadcast=1, axis=k` aligns input
+// 1's dims with input 0's from dim k, and PRelu's [C] slope is per channel (dim 1), where numpy
+// broadcasting (opset 7 on, and kiln's kernels) aligns trailing dims. A constant input 1 is given
+// the trailing ones that make the two agree; a computed one is refused. BatchNormalization and
+// Dropout run in training mode unless is_test=1, which kiln refuses. Runs before node n's
+// inference, when its inputs' shapes are known.
+Status upgrade_opset6(ir::Graph& g, size_t n) {
+  ir::Node& node = g.nodes[n];
+  if (node.opset <= 0 || node.opset >= 7 || !node.domain.empty()) return ok_status();
+  const ops::OpKind kind = ops::find_op(node.domain, node.op_type);
+  auto flag = [&](const char* name, int64_t dflt) {
+    auto v = node.attrs.get_int(name, dflt);
+    return v.ok() ? *v : dflt;
+  };
+  if ((kind == ops::OpKind::kBatchNormalization || kind == ops::OpKind::kDropout) && flag("is_test", 0) != 1) {
+    return unsupported(node.describe() + ": opset " + std::to_string(node.opset) + " " + node.op_type +
+                       " without is_test=1 runs in training mode; kiln runs inference (export the model in eval "
+                       "mode)");
+  }
+  if (kind == ops::OpKind::kBatchNormalization && flag("spatial", 1) != 1) {
+    return unsupported(node.describe() + ": spatial=0 (statistics per element, not per channel) is not supported");
+  }
+  if (node.inputs.size() != 2 || node.inputs[0] < 0 || node.inputs[1] < 0) return ok_status();
+  const auto& a = *g.values[size_t(node.inputs[0])].shape;
+  const auto& b = *g.values[size_t(node.inputs[1])].shape;
+  int64_t trailing = 0;  // ones input 1 needs after its dims
+  std::string why;
+  if (kind == ops::OpKind::kPRelu) {
+    if (b.size() == 1 && a.size() >= 3 && !(b[0].is_const() && b[0].value() == 1)) {
+      trailing = int64_t(a.size()) - 2;
+      why = "a per-channel slope";
+    }
+  } else if (ops::is_elementwise(kind) && flag("broadcast", 0) == 1 && node.attrs.has("axis")) {
+    int64_t axis = flag("axis", 0);
+    if (axis < 0) axis += int64_t(a.size());
+    trailing = int64_t(a.size()) - axis - int64_t(b.size());
+    if (axis < 0 || trailing < 0) {
+      return invalid_model(node.describe() + ": broadcast axis " + std::to_string(flag("axis", 0)) + " puts input 1 " +
+                           ir::dims_to_string(b) + " outside input 0 " + ir::dims_to_string(a));
+    }
+    why = "broadcast from axis " + std::to_string(axis);
+  }
+  if (trailing == 0) return ok_status();
+  const ir::Value& in = g.values[size_t(node.inputs[1])];
+  if (!in.constant) {
+    return unsupported(node.describe() + ": opset " + std::to_string(node.opset) + " " + why + " aligns input 1 " +
+                       ir::dims_to_string(b) + " with input 0 " + ir::dims_to_string(a) +
+                       " by its leading dims, which kiln follows only for a constant; re-export at opset 7 or later");
+  }
+  Shape shape = in.constant->shape();
+  shape.insert(shape.end(), size_t(trailing), 1);
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(in.dtype, shape));
+  if (t.nbytes()) std::memcpy(t.data(), in.constant->data(), t.nbytes());
+  std::vector<ir::Dim> dims(shape.begin(), shape.end());
+  const int v = ir::add_unique_value(&g, in.name + "_opset7", in.dtype, dims);
+  g.values[size_t(v)].constant = std::move(t);
+  g.nodes[n].inputs[1] = v;
+  return ok_status();
+}
+
 }  // namespace
 
 // The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
@@ -93,7 +155,7 @@ ir::SymbolRanges profile_hull(const std::vector<plan::Profile>& profiles) {
 
 Status infer_shapes(BuildState& s) {
   ir::Graph& g = s.graph;
-  const ir::SymbolRanges hull = profile_hull(s.profiles);
+  ir::SymbolRanges hull = profile_hull(s.profiles);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -103,13 +165,36 @@ Status infer_shapes(BuildState& s) {
                               "' has no inferred type");
       }
     }
+    KILN_RETURN_IF_ERROR(upgrade_opset6(g, n));
     const ops::OpSchema* schema = ops::find_schema(node);
     ops::InferContext ctx(g, node, int(n), &s.constraints);
+    const size_t known_dims = s.data_dependent.size();
+    ctx.set_data_dependent(&s.data_dependent, true);
     Status st = schema->infer(ctx);
     if (!st.ok()) {
       std::string msg = st.message();
       if (msg.rfind("node '", 0) != 0) msg = node.describe() + ": " + msg;
       return Status(st.code(), msg + " (inputs: " + input_summary(g, node) + ")");
+    }
+    // New data-dependent dims range over [0, bound] in every profile, and tactics are ranked
+    // at their bound.
+    for (size_t k = known_dims; k < s.data_dependent.size(); ++k) {
+      ir::DataDependentDim& dd = s.data_dependent[k];
+      dd.bound = dd.bound.simplify(hull);
+      ir::Interval all{0, 0};
+      for (plan::Profile& p : s.profiles) {
+        const ir::Interval b = dd.bound.bounds(p.symbols);
+        if (b.hi >= ir::Interval::kInf) {
+          return invalid_model(node.describe() + ": the size of its output, " + dd.symbol + ", is bounded by " +
+                               dd.bound.to_string() + ", which has no finite bound over the profile");
+        }
+        p.symbols[dd.symbol] = ir::Interval{0, std::max<int64_t>(b.hi, 0)};
+        all.hi = std::max(all.hi, b.hi);
+      }
+      hull[dd.symbol] = all;
+      for (ir::SymbolValues* at : {&s.opt_symbols, &s.min_symbols}) {
+        if (auto x = dd.bound.eval(*at)) (*at)[dd.symbol] = std::max<int64_t>(*x, 0);
+      }
     }
     bool all_inputs_constant = true;
     for (int v : node.inputs) {

@@ -2,6 +2,9 @@
 #include "builder/build_state.h"
 #include "builder/builder.h"
 
+#include <set>
+#include <string>
+
 namespace kiln::builder {
 
 StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, const BuilderConfig& config,
@@ -43,6 +46,20 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
   s.plan.builder_flags = config.flags();
   s.plan.model_hash = model_hash;
   s.plan.profiles = s.profiles;
+  // The data-dependent dims the engine still has (dead nodes may have taken some away).
+  std::set<std::string> used;
+  for (const ir::Value& v : s.plan.graph.values) {
+    if (v.shape) {
+      for (const ir::Dim& d : *v.shape) d.collect_symbols(&used);
+    }
+  }
+  for (const ir::DataDependentDim& dd : s.data_dependent) {
+    if (used.count(dd.symbol)) {
+      s.plan.data_dependent.push_back(dd);
+    } else {
+      for (plan::Profile& p : s.plan.profiles) p.symbols.erase(dd.symbol);
+    }
+  }
   return std::move(s.plan);
 }
 

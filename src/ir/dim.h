@@ -98,4 +98,12 @@ struct Atom {
 
 std::string dims_to_string(const std::vector<Dim>& dims);
 
+// A dim only tensor data decides (NonZero's count, the boxes NonMaxSuppression keeps): a symbol
+// the runtime binds once the node that makes it has run, between 0 and `bound`, a formula over the
+// input symbols (and earlier data-dependent ones) that the arena is sized by.
+struct DataDependentDim {
+  std::string symbol;
+  Dim bound;
+};
+
 }  // namespace kiln::ir

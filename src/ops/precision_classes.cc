@@ -33,7 +33,7 @@ constexpr OpKind kFollowOps[] = {
     kScatter,   kScatterND,   kResize,      kDepthToSpace,  kSpaceToDepth,   kMaxPool,
     kAveragePool, kGlobalAveragePool,       kGlobalMaxPool, kReduceMax,      kReduceMin,
     kArgMax,    kArgMin,      kHardmax,     kTopK,          kBatchNormalization, kMaxUnpool,
-    kGridSample, kAffineGrid, kCenterCropPad, kRotaryEmbedding, kDropout};
+    kGridSample, kAffineGrid, kCenterCropPad, kRotaryEmbedding, kDropout, kCompress};
 
 // Dtypes fixed by the model: shape and integer ops, explicit casts, quantization, generators.
 constexpr OpKind kNativeOps[] = {
@@ -42,7 +42,10 @@ constexpr OpKind kNativeOps[] = {
     kBitwiseAnd, kBitwiseOr,   kBitwiseXor,  kBitwiseNot,      kBitShift,   kBitCast,
     kQuantizeLinear, kDequantizeLinear,      kDynamicQuantizeLinear,       kQLinearMatMul,
     kMatMulInteger,  kQLinearConv,           kConvInteger,  kHannWindow,   kHammingWindow,
-    kBlackmanWindow};
+    kBlackmanWindow,
+    // Data-dependent sizes: a value rounded to FP16 may become zero (NonZero) or equal another
+    // (Unique), changing the output's size.
+    kNonZero,        kUnique};
 
 }  // namespace
 

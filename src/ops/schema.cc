@@ -2,6 +2,7 @@
 #include "ops/schema.h"
 
 #include <mutex>
+#include <set>
 
 namespace kiln::ops {
 namespace {
@@ -92,6 +93,7 @@ const OpRegistry& op_registry() {
     register_quant_ops(r);
     register_attention_ops(r);
     register_spatial_ops(r);
+    register_data_dependent_ops(r);
     register_sequence_model_ops(r);
     register_kiln_ops(r);
     register_precision_classes(r);
@@ -158,6 +160,44 @@ void InferContext::set_output(int i, DType dtype, std::vector<ir::Dim> shape) {
 void InferContext::set_output_value(int i, std::vector<ir::Dim> value) {
   if (i >= num_outputs()) return;
   outputs_[i].value = std::move(value);
+}
+
+StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::string_view base,
+                                                  const ir::Dim& bound) {
+  if (!data_dependent_) {
+    return error(StatusCode::kUnsupported, "output " + std::to_string(output) +
+                                               " has a size only its data decides, which needs the "
+                                               "builder's shape inference");
+  }
+  if (!fresh_) {
+    // A stored plan: the symbol at this place, which the plan's list must bound the same way.
+    const int v = has_output(output) ? node_.outputs[output] : -1;
+    const auto* shape = v >= 0 && graph_.values[v].shape ? &*graph_.values[v].shape : nullptr;
+    const ir::Dim stored = shape && dim < int(shape->size()) ? (*shape)[dim] : ir::Dim(-1);
+    for (const auto& d : *data_dependent_) {
+      if (stored.is_symbol() && stored == ir::Dim::symbol(d.symbol)) {
+        if (d.bound == bound) return stored;
+        return error(StatusCode::kInvalidArgument,
+                     "data-dependent dim " + d.symbol + " is bounded by " + d.bound.to_string() +
+                         " in the plan, but the node bounds it by " + bound.to_string());
+      }
+    }
+    return error(StatusCode::kInvalidArgument, "output " + std::to_string(output) + " dim " +
+                                                   std::to_string(dim) + " is stored as " +
+                                                   stored.to_string() +
+                                                   ", not one of the plan's data-dependent dims");
+  }
+  std::set<std::string> taken;
+  for (int in : graph_.inputs) {
+    if (graph_.values[in].shape) {
+      for (const auto& d : *graph_.values[in].shape) d.collect_symbols(&taken);
+    }
+  }
+  for (const auto& d : *data_dependent_) taken.insert(d.symbol);
+  std::string name(base);
+  for (int k = 2; taken.count(name); ++k) name = std::string(base) + "_" + std::to_string(k);
+  data_dependent_->push_back({name, bound});
+  return ir::Dim::symbol(name);
 }
 
 Status InferContext::error(StatusCode code, const std::string& message) const {

@@ -87,6 +87,18 @@ class InferContext {
   StatusOr<ir::Dim> add_dims(const ir::Dim& a, const ir::Dim& b, std::string_view what) const;
   StatusOr<ir::Dim> mul_dims(const ir::Dim& a, const ir::Dim& b, std::string_view what) const;
 
+  // Data-dependent output dims (NonZero, Unique, Compress, NonMaxSuppression). The builder's
+  // inference gives the context its list: each call then makes a fresh symbol named after `base`
+  // (base, base_2, ...; never an input symbol), bounded by `bound`, and appends it. A verifier
+  // passes the plan's list with fresh = false: the call then returns the symbol the plan stores at
+  // output `output` dim `dim`, which must be on the list with this bound. Without a list the call
+  // is an error naming the node (a context outside a build, such as a one-node test, has none).
+  void set_data_dependent(std::vector<ir::DataDependentDim>* list, bool fresh) {
+    data_dependent_ = list;
+    fresh_ = fresh;
+  }
+  StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base, const ir::Dim& bound);
+
   // Normalizes an axis attribute against a rank, naming the attribute in the error.
   StatusOr<int> normalize_axis(int64_t axis, int rank, std::string_view what) const;
 
@@ -96,7 +108,9 @@ class InferContext {
   // A context for `node` of `graph` whose constraints are recorded as this node's: an op runs
   // another op's inference on a view of its inputs (kiln::FusedConv's NHWC shapes seen as NCHW).
   InferContext view(const ir::Graph& graph, const ir::Node& node) const {
-    return InferContext(graph, node, node_index_, constraints_);
+    InferContext c(graph, node, node_index_, constraints_);
+    c.set_data_dependent(data_dependent_, fresh_);
+    return c;
   }
 
   struct Output {
@@ -115,6 +129,8 @@ class InferContext {
   int node_index_;
   std::vector<Constraint>* constraints_;
   std::vector<Output> outputs_;
+  std::vector<ir::DataDependentDim>* data_dependent_ = nullptr;
+  bool fresh_ = true;
 };
 
 // Small integer tensors (shape tensors) up to this many elements carry symbolic values.
@@ -190,6 +206,7 @@ void register_quant_ops(OpRegistry& r);
 void register_sequence_model_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_spatial_ops(OpRegistry& r);
+void register_data_dependent_ops(OpRegistry& r);
 void register_kiln_ops(OpRegistry& r);
 // Runs after every family: sets PrecisionClass from the lists in precision_classes.cc.
 void register_precision_classes(OpRegistry& r);

@@ -306,7 +306,7 @@ StatusOr<Plan> deserialize(std::span<const uint8_t> bytes, std::span<const uint3
   }
   KILN_ASSIGN_OR_RETURN(plan.graph,
                         detail::read_graph(payload(kSectionGraph), payload(kSectionWeights), h.format_version));
-  KILN_RETURN_IF_ERROR(detail::read_meta(payload(kSectionMeta), &plan));
+  KILN_RETURN_IF_ERROR(detail::read_meta(payload(kSectionMeta), &plan, h.format_version));
   KILN_RETURN_IF_ERROR(detail::read_nodes(payload(kSectionNode), &plan));
   KILN_RETURN_IF_ERROR(detail::validate_plan(plan, "engine file is corrupted: "));
   return plan;

@@ -14,9 +14,9 @@
 
 namespace kiln::plan {
 
-// The engine file format kiln writes, and the oldest it still reads (3: node records without
-// `replaced`, which loads as empty).
-inline constexpr uint32_t kFormatVersion = 4;
+// The engine file format kiln writes, and the oldest it still reads. 3: node records without
+// `replaced`, which loads as empty; 3 and 4: no data-dependent dims in META, which loads as none.
+inline constexpr uint32_t kFormatVersion = 5;
 inline constexpr uint32_t kOldestReadableFormatVersion = 3;
 inline constexpr const char* kKilnVersion = "0.1.0";
 
@@ -83,6 +83,10 @@ struct Plan {
   std::vector<NodePlan> nodes;            // parallel to graph.nodes: implementation, tactic, precision
   std::vector<ir::Dim> slot_bytes;        // size in bytes of each arena slot, as a formula
   std::vector<Profile> profiles;
+  // Dims only tensor data decides (NonZero's count), in the order their nodes run: each is a
+  // symbol of the graph's shapes that the runtime binds once its node has run, and each profile
+  // gives it a range [0, hi]. The arena holds them at `bound` for the run's input shapes.
+  std::vector<ir::DataDependentDim> data_dependent;
   std::vector<BackendSection> backend_sections;
 };
 

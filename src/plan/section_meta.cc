@@ -134,7 +134,7 @@ Status validate_plan(const Plan& p, const std::string& prefix) {
   return validate_profiles(p, prefix);
 }
 
-Status write_meta(const Plan& p, ByteWriter& w) {
+Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
   w.u64(p.values.size());
   for (const ValuePlan& vp : p.values) {
     w.u8(uint8_t(vp.storage));
@@ -159,10 +159,19 @@ Status write_meta(const Plan& p, ByteWriter& w) {
       w.i64(range.hi);
     }
   }
+  if (version < 5) {
+    if (!p.data_dependent.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no data-dependent dims");
+    return ok_status();
+  }
+  w.u64(p.data_dependent.size());
+  for (const ir::DataDependentDim& d : p.data_dependent) {
+    w.str(d.symbol);
+    KILN_RETURN_IF_ERROR(write_dims(w, {d.bound}, "the bound of data-dependent dim '" + d.symbol + "'"));
+  }
   return ok_status();
 }
 
-Status read_meta(std::span<const uint8_t> bytes, Plan* p) {
+Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
   ByteReader r(bytes, "section META");
   KILN_ASSIGN_OR_RETURN(size_t nvalues, r.count(1 + 4 + 4, "value plans"));
   p->values.resize(nvalues);
@@ -200,6 +209,20 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p) {
       if (!prof.symbols.emplace(std::move(name), range).second) {
         return r.corrupted("a profile names a symbol twice");
       }
+    }
+  }
+  if (version >= 5) {
+    KILN_ASSIGN_OR_RETURN(size_t ndd, r.count(8 + 8, "data-dependent dims"));
+    for (size_t i = 0; i < ndd; ++i) {
+      ir::DataDependentDim d;
+      KILN_ASSIGN_OR_RETURN(d.symbol, r.str());
+      KILN_ASSIGN_OR_RETURN(auto bound, read_dims(r, "the bound of a data-dependent dim"));
+      if (bound.size() != 1) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " + std::to_string(bound.size()) + " bounds");
+      d.bound = bound[0];
+      for (const auto& e : p->data_dependent) {
+        if (e.symbol == d.symbol) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' is listed twice");
+      }
+      p->data_dependent.push_back(std::move(d));
     }
   }
   return expect_end(r);

@@ -45,8 +45,9 @@ StatusOr<ir::Graph> read_graph(std::span<const uint8_t> graph, std::span<const u
                                uint32_t version);
 
 // META: value plans, arena slot sizes, profiles. NODE: the per-node plan.
-Status write_meta(const Plan& p, ByteWriter& w);
-Status read_meta(std::span<const uint8_t> bytes, Plan* p);
+// `version`: the format written or read (before 5, META has no data-dependent dims).
+Status write_meta(const Plan& p, ByteWriter& w, uint32_t version = kFormatVersion);
+Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version);
 void write_nodes(const Plan& p, ByteWriter& w);
 Status read_nodes(std::span<const uint8_t> bytes, Plan* p);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 
 #include "builder/build_state.h"
 #include "core/checked.h"
@@ -46,6 +47,35 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
       dims.push_back(std::move(b));
     }
     data->input_bindings.push_back(std::move(dims));
+  }
+  // Which values wait for data-dependent dims, and which nodes make them.
+  std::set<std::string> dd;
+  for (const auto& d : data->plan.data_dependent) dd.insert(d.symbol);
+  auto names_dd = [&](const std::vector<ir::Dim>& dims) {
+    std::set<std::string> syms;
+    for (const auto& d : dims) d.collect_symbols(&syms);
+    return std::any_of(syms.begin(), syms.end(), [&](const std::string& x) { return dd.count(x) > 0; });
+  };
+  data->value_data_dependent.assign(g.values.size(), 0);
+  data->shape_data_dependent.assign(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size() && !dd.empty(); ++v) {
+    const ir::Value& val = g.values[v];
+    data->shape_data_dependent[v] = val.shape && names_dd(*val.shape);
+    data->value_data_dependent[v] = data->shape_data_dependent[v] || (val.sym_value && names_dd(*val.sym_value));
+  }
+  data->node_makes_data_dependent.assign(g.nodes.size(), 0);
+  for (size_t n = 0; n < g.nodes.size() && !dd.empty(); ++n) {
+    // A node makes a dim when an output names it and no input does.
+    std::set<std::string> in, out;
+    for (int v : g.nodes[n].inputs) {
+      if (v >= 0 && g.values[v].shape) for (const auto& d : *g.values[v].shape) d.collect_symbols(&in);
+    }
+    for (int v : g.nodes[n].outputs) {
+      if (v >= 0 && g.values[v].shape) for (const auto& d : *g.values[v].shape) d.collect_symbols(&out);
+    }
+    for (const std::string& x : out) {
+      if (dd.count(x) && !in.count(x)) data->node_makes_data_dependent[n] = 1;
+    }
   }
   KILN_RETURN_IF_ERROR(upload_constants(*data));
   KILN_RETURN_IF_ERROR(prepare_implementations(*data));
@@ -156,6 +186,7 @@ std::vector<LayerInfo> Engine::layers() const {
     DType out_dtype = node.outputs.empty() || node.outputs[0] < 0 ? DType::kUndefined
                                                                    : p.graph.values[node.outputs[0]].dtype;
     info.precision = choice.precision.to_string(dtype_name(out_dtype));
+    info.data_dependent = data_->node_makes_data_dependent[n] != 0;
     if (choice.impl == plan::kAliasImpl) {
       info.precision = "-";
       int v = node.outputs[0];
@@ -181,9 +212,10 @@ StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which
       if (!b.fixed) symbols[b.symbol] = (shape[d] - b.offset) / b.coeff;
     }
   }
+  KILN_ASSIGN_OR_RETURN(ir::SymbolRanges ranges, size_ranges(data_->plan, symbols));
   int64_t total = 0;
   for (const auto& slot : data_->plan.slot_bytes) {
-    auto bytes = slot.eval(symbols);
+    auto bytes = value_or_upper(slot, symbols, ranges);
     if (!bytes || *bytes < 0) {
       return internal_error("cannot evaluate activation slot size " + slot.to_string());
     }

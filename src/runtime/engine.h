@@ -42,10 +42,17 @@ struct LayerInfo {
   // A fused layer: the model's nodes it runs in place of, op type -> count (ir::Node::replaced);
   // empty for a layer that is one of the model's nodes, or one the builder inserted.
   std::map<std::string, int64_t> replaced;
+  // Its output sizes come from its data (NonZero, Unique, Compress, NonMaxSuppression): the run
+  // learns them when it has run (on a device, by waiting for it on the host, and without a CUDA
+  // graph), and what follows is sized by them.
+  bool data_dependent = false;
 };
 
-// Receives output buffers whose size is only known once input shapes are (TensorRT's
-// IOutputAllocator). Return nullptr to fail the run with an out-of-memory error.
+// Receives output buffers whose size is only known once input shapes are, or, for an output of
+// data-dependent size (a NonZero's), once the run has computed it (TensorRT's IOutputAllocator):
+// such an output needs an allocator (or run()), which is called during the run with the exact
+// size, and notify_shape gives the exact shape. On CUDA the buffer is device memory. Return
+// nullptr to fail the run with an out-of-memory error.
 class OutputAllocator {
  public:
   virtual ~OutputAllocator() = default;
@@ -130,7 +137,8 @@ class ExecutionContext {
   // the profile whose ranges hold all the shapes and whose opt shapes are nearest is chosen
   // (relative distance |dim - opt| / opt summed over the dynamic dims; the lower index on a tie).
   Status set_input_shape(const std::string& name, const Shape& shape);
-  // Inputs: the shape set; outputs: the exact shape the current input shapes imply.
+  // Inputs: the shape set; outputs: the exact shape the current input shapes imply. An output of
+  // data-dependent size has -1 in the dims its data decides until a run has computed them.
   StatusOr<Shape> tensor_shape(const std::string& name);
   // Resolves every shape; the error names the inputs whose shapes are still unset.
   Status infer_shapes();
@@ -146,7 +154,8 @@ class ExecutionContext {
   // The context's own stream (nullptr on the CPU).
   void* stream() const { return stream_; }
   // CUDA graphs: the run is captured once per set of input shapes and IO addresses, then
-  // replayed; a change re-captures. Ignored by backends without graph capture.
+  // replayed; a change re-captures. Ignored by backends without graph capture, and by engines
+  // with data-dependent sizes (the run waits for them on the host).
   void set_use_cuda_graph(bool use) { use_graph_ = use; }
   bool use_cuda_graph() const { return use_graph_; }
   // Convenience: binds the named host tensors, runs, and returns outputs of exactly their shapes.
@@ -179,6 +188,12 @@ class ExecutionContext {
   // An unpinned context of a several-profile engine: picks the profile for the shapes set.
   Status choose_profile();
   Status enqueue_kernels(void* stream);
+  Status check_sized(size_t n) const;
+  // After node n, which makes data-dependent dims, has run: binds them from its kernel's sizes and
+  // resolves the shapes (and symbolic values) that were waiting for them.
+  Status bind_data_dependent(size_t n, void* stream);
+  // Writes symbolic value v's elements (its slot in the arena, or in page-locked memory).
+  Status write_symbolic(size_t v);
   Status report_layer_times(void* stream);
   Status run_on_device(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>* outputs);
   StatusOr<int> io_index(const std::string& name) const;
@@ -193,7 +208,13 @@ class ExecutionContext {
   std::vector<OutputAllocator*> allocators_;
   bool resolved_ = false;
   ir::SymbolValues symbols_;
+  ir::SymbolRanges ranges_;               // input symbols as points, data-dependent dims as ranges
   std::vector<Shape> shapes_;             // resolved shape of every plan value
+  // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).
+  std::vector<char> pending_;
+  // run()'s buffers for outputs of data-dependent size (an OutputAllocator each), per IO tensor.
+  struct RunBuffer;
+  std::vector<std::unique_ptr<RunBuffer>> run_buffers_;
   std::vector<size_t> slot_offset_;
   std::vector<size_t> slot_size_;    // bytes of each arena slot for the current shapes
   void* arena_ = nullptr;

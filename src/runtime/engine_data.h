@@ -35,6 +35,13 @@ struct EngineData {
     int64_t coeff = 1, offset = 0;
   };
   std::vector<std::vector<DimBinding>> input_bindings;
+  // Data-dependent dims (plan.data_dependent): per plan value, whether its shape or symbolic value
+  // names one (its shape is then known only once the node that sizes it has run), and per node,
+  // whether it makes one (its kernel reports the sizes: on a device the run waits for them there).
+  std::vector<char> value_data_dependent;
+  std::vector<char> shape_data_dependent;  // per plan value: its shape names one (an output
+                                           // needs an allocator then)
+  std::vector<char> node_makes_data_dependent;
   // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
   // indexed by plan value (nullptr for non-constants and on the CPU).
   std::vector<void*> device_constants;
@@ -65,6 +72,14 @@ struct EngineData {
     }
   }
 };
+
+// The symbol ranges activation memory is sized over at input symbols `at`: each input symbol the
+// point it is bound to, each data-dependent dim [0, the upper end of its bound] (bounds may name
+// earlier data-dependent dims). kInvalidArgument naming the dim when a bound has no finite end.
+StatusOr<ir::SymbolRanges> size_ranges(const plan::Plan& plan, const ir::SymbolValues& at);
+// A formula's value at `at`, or, where it names a data-dependent dim not bound in `at`, its upper
+// end over `ranges`. nullopt on overflow, an unknown symbol or no finite upper end.
+std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at, const ir::SymbolRanges& ranges);
 
 // Refuses a plan that breaks an invariant the runtime relies on (storage kinds against the graph's
 // IO, constants' bytes, op arity and inference, arena and workspace slots at every profile corner),

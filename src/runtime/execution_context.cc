@@ -24,6 +24,50 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
+StatusOr<ir::SymbolRanges> size_ranges(const plan::Plan& plan, const ir::SymbolValues& at) {
+  ir::SymbolRanges ranges;
+  for (const auto& [name, v] : at) ranges[name] = ir::Interval{v, v};
+  for (const ir::DataDependentDim& d : plan.data_dependent) {
+    if (at.count(d.symbol)) continue;
+    const ir::Interval b = d.bound.bounds(ranges);
+    if (b.hi >= ir::Interval::kInf) {
+      return invalid_argument("data-dependent dim " + d.symbol + " has no finite bound: " + d.bound.to_string());
+    }
+    ranges[d.symbol] = ir::Interval{0, std::max<int64_t>(b.hi, 0)};
+  }
+  return ranges;
+}
+
+std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at, const ir::SymbolRanges& ranges) {
+  if (auto x = d.eval(at)) return x;
+  const ir::Interval b = d.bounds(ranges);
+  if (b.hi >= ir::Interval::kInf || b.lo <= -ir::Interval::kInf) return std::nullopt;
+  return b.hi;
+}
+
+// run()'s allocator for an output of data-dependent size: a buffer of the engine's backend, grown
+// when a run needs more, kept for the next runs; the shape the run notified.
+struct ExecutionContext::RunBuffer final : OutputAllocator {
+  explicit RunBuffer(const backends::Backend* b) : backend(b) {}
+  ~RunBuffer() override {
+    if (ptr) backend->deallocate(ptr);
+  }
+  void* reallocate_output(const std::string&, void*, size_t bytes, size_t) override {
+    if (bytes <= capacity && ptr) return ptr;
+    auto p = backend->allocate(std::max<size_t>(bytes, 1));
+    if (!p.ok()) return nullptr;
+    if (ptr) backend->deallocate(ptr);
+    ptr = *p;
+    capacity = bytes;
+    return ptr;
+  }
+  void notify_shape(const std::string&, const Shape& s) override { shape = s; }
+  const backends::Backend* backend;
+  void* ptr = nullptr;
+  size_t capacity = 0;
+  Shape shape;
+};
+
 Status upload_constants(EngineData& data) {
   const backends::Backend* b = data.backend;
   if (b->host_accessible()) return ok_status();
@@ -69,12 +113,14 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : dat
   input_set_.assign(data_->num_inputs, 0);
   io_address_.assign(data_->io_values.size(), nullptr);
   allocators_.assign(data_->io_values.size(), nullptr);
+  run_buffers_.resize(data_->io_values.size());
 }
 
 ExecutionContext::~ExecutionContext() {
   const backends::Backend* b = data_->backend;
   if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
   kernels_.clear();
+  run_buffers_.clear();
   if (graph_) b->destroy_graph(graph_);
   for (void* m : markers_) b->destroy_marker(m);
   if (arena_) b->deallocate(arena_);
@@ -270,7 +316,11 @@ Status ExecutionContext::resolve() {
   }
 
   const ir::Graph& g = data_->plan.graph;
+  // Data-dependent dims are unbound until their nodes run: a value that names one is pending, and
+  // holds the shape of its upper bound meanwhile (what its arena slot is sized for).
+  KILN_ASSIGN_OR_RETURN(ranges_, size_ranges(data_->plan, symbols_));
   shapes_.assign(g.values.size(), {});
+  pending_.assign(g.values.size(), 0);
   for (size_t v = 0; v < g.values.size(); ++v) {
     const ir::Value& val = g.values[v];
     if (val.constant) {
@@ -278,9 +328,10 @@ Status ExecutionContext::resolve() {
       continue;
     }
     if (!val.shape) continue;
+    pending_[v] = data_->value_data_dependent[v];
     Shape s;
     for (const auto& d : *val.shape) {
-      auto x = d.eval(symbols_);
+      auto x = value_or_upper(d, symbols_, ranges_);
       if (!x || *x < 0) {
         return internal_error("cannot evaluate dim " + d.to_string() + " of '" + val.name + "' for the given input shapes");
       }
@@ -300,7 +351,7 @@ Status ExecutionContext::resolve() {
   slot_size_.assign(slots.size(), 0);
   size_t total = 0;
   for (size_t k = 0; k < slots.size(); ++k) {
-    auto bytes = slots[k].eval(symbols_);
+    auto bytes = value_or_upper(slots[k], symbols_, ranges_);
     if (!bytes || *bytes < 0) return internal_error("cannot evaluate arena slot " + std::to_string(k));
     slot_offset_[k] = total;
     slot_size_[k] = size_t(*bytes);
@@ -332,7 +383,7 @@ Status ExecutionContext::resolve() {
       if (data_->plan.values[v].storage != plan::Storage::kSymbolic) continue;
       int slot = data_->plan.values[v].slot;
       sym_offset_[slot] = sym_total;
-      sym_total += align_up(size_t(*slots[slot].eval(symbols_)));
+      sym_total += align_up(slot_size_[slot]);
     }
     if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));  // in-flight work may read them
     if (sym_total > sym_capacity_) {
@@ -344,23 +395,11 @@ Status ExecutionContext::resolve() {
     sym_base = static_cast<char*>(sym_host_);
   }
 
-  // Shape tensors whose elements are formulas: written once per set of shapes.
+  // Shape tensors whose elements are formulas: written once per set of shapes (those that wait
+  // for a data-dependent dim, once it is bound).
   for (size_t v = 0; v < g.values.size(); ++v) {
-    if (data_->plan.values[v].storage != plan::Storage::kSymbolic) continue;
-    const ir::Value& val = g.values[v];
-    int slot = data_->plan.values[v].slot;
-    char* dst = sym_base + (host ? slot_offset_[slot] : sym_offset_[slot]);
-    for (size_t i = 0; i < val.sym_value->size(); ++i) {
-      auto x = (*val.sym_value)[i].eval(symbols_);
-      if (!x) return internal_error("cannot evaluate element " + std::to_string(i) + " of '" + val.name + "'");
-      switch (val.dtype) {
-        case DType::kInt64: reinterpret_cast<int64_t*>(dst)[i] = *x; break;
-        case DType::kInt32: reinterpret_cast<int32_t*>(dst)[i] = int32_t(*x); break;
-        case DType::kBool: case DType::kUInt8: reinterpret_cast<uint8_t*>(dst)[i] = uint8_t(*x); break;
-        case DType::kInt8: reinterpret_cast<int8_t*>(dst)[i] = int8_t(*x); break;
-        default: return internal_error("symbolic value '" + val.name + "' has dtype " + std::string(dtype_name(val.dtype)));
-      }
-    }
+    if (data_->plan.values[v].storage != plan::Storage::kSymbolic || pending_[v]) continue;
+    KILN_RETURN_IF_ERROR(write_symbolic(v));
   }
 
   // Views: shapes now, data pointers at execute time (IO addresses may change between runs).
@@ -381,6 +420,106 @@ Status ExecutionContext::resolve() {
   return ok_status();
 }
 
+Status ExecutionContext::write_symbolic(size_t v) {
+  const ir::Value& val = data_->plan.graph.values[v];
+  const int slot = data_->plan.values[v].slot;
+  char* dst = data_->backend->host_accessible() ? static_cast<char*>(arena_) + slot_offset_[slot]
+                                                : static_cast<char*>(sym_host_) + sym_offset_[slot];
+  if (val.sym_value->size() * dtype_size(val.dtype) > slot_size_[slot]) {
+    return internal_error("symbolic value '" + val.name + "' does not fit its arena slot");
+  }
+  for (size_t i = 0; i < val.sym_value->size(); ++i) {
+    auto x = (*val.sym_value)[i].eval(symbols_);
+    if (!x) return internal_error("cannot evaluate element " + std::to_string(i) + " of '" + val.name + "'");
+    switch (val.dtype) {
+      case DType::kInt64: reinterpret_cast<int64_t*>(dst)[i] = *x; break;
+      case DType::kInt32: reinterpret_cast<int32_t*>(dst)[i] = int32_t(*x); break;
+      case DType::kBool: case DType::kUInt8: reinterpret_cast<uint8_t*>(dst)[i] = uint8_t(*x); break;
+      case DType::kInt8: reinterpret_cast<int8_t*>(dst)[i] = int8_t(*x); break;
+      default: return internal_error("symbolic value '" + val.name + "' has dtype " + std::string(dtype_name(val.dtype)));
+    }
+  }
+  return ok_status();
+}
+
+Status ExecutionContext::bind_data_dependent(size_t n, void* stream) {
+  const ir::Graph& g = data_->plan.graph;
+  const ir::Node& node = g.nodes[n];
+  const backends::Backend* backend = data_->backend;
+  // The kernel's sizes are on the host once its work has finished.
+  if (!backend->host_accessible()) KILN_RETURN_IF_ERROR(backend->synchronize(stream));
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    const int v = node.outputs[o];
+    if (v < 0 || !pending_[v]) continue;
+    const ir::Value& val = g.values[v];
+    auto actual = kernels_[n]->data_dependent_shape(o);
+    if (!actual.ok()) return Status(actual.status()).with_context(node.describe() + " output '" + val.name + "'");
+    const std::string where = node.describe() + " [" + kernels_[n]->name() + "] output '" + val.name + "'";
+    if (actual->size() != val.shape->size()) {
+      return internal_error(where + " has rank " + std::to_string(actual->size()) + ", the plan says " +
+                            ir::dims_to_string(*val.shape));
+    }
+    for (size_t d = 0; d < actual->size(); ++d) {
+      const ir::Dim& f = (*val.shape)[d];
+      const int64_t x = (*actual)[d];
+      if (auto known = f.eval(symbols_)) {
+        if (*known != x) {
+          return internal_error(where + " dim " + std::to_string(d) + " (" + f.to_string() + ") is " +
+                                std::to_string(x) + ", not " + std::to_string(*known));
+        }
+        continue;
+      }
+      const auto r = f.is_symbol() ? ranges_.find(f.to_string()) : ranges_.end();
+      if (r == ranges_.end() || x < r->second.lo || x > r->second.hi) {
+        return internal_error(where + " dim " + std::to_string(d) + " (" + f.to_string() + ") is " +
+                              std::to_string(x) + ", outside what the run sized it for" +
+                              (r == ranges_.end() ? std::string()
+                                                  : " [0, " + std::to_string(r->second.hi) + "]"));
+      }
+      symbols_[r->first] = x;
+      r->second = ir::Interval{x, x};
+    }
+  }
+  // Shapes and symbolic values that were waiting, and the views of the nodes still to run.
+  std::vector<char> ready(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (!pending_[v]) continue;
+    const ir::Value& val = g.values[v];
+    Shape s;
+    bool known = true;
+    for (const auto& d : *val.shape) {
+      auto x = d.eval(symbols_);
+      known = known && x && *x >= 0;
+      if (known) s.push_back(*x);
+    }
+    if (known && val.sym_value) {
+      for (const auto& e : *val.sym_value) known = known && e.eval(symbols_).has_value();
+    }
+    if (!known) continue;
+    auto numel = checked_numel(s);
+    if (!numel || !checked_mul(*numel, int64_t(dtype_size(val.dtype))) ||
+        size_t(*numel) * dtype_size(val.dtype) > size_t(shape_numel(shapes_[v])) * dtype_size(val.dtype)) {
+      return internal_error("value '" + val.name + "' of shape " + shape_str(s) + " is larger than its bound " +
+                            shape_str(shapes_[v]));
+    }
+    shapes_[v] = std::move(s);
+    pending_[v] = 0;
+    ready[v] = 1;
+    if (data_->plan.values[v].storage == plan::Storage::kSymbolic) KILN_RETURN_IF_ERROR(write_symbolic(v));
+  }
+  for (size_t m = n; m < g.nodes.size(); ++m) {
+    for (size_t i = 0; i < g.nodes[m].inputs.size(); ++i) {
+      const int v = g.nodes[m].inputs[i];
+      if (v >= 0 && ready[v]) node_in_[m][i].shape = shapes_[v];
+    }
+    for (size_t i = 0; i < g.nodes[m].outputs.size(); ++i) {
+      const int v = g.nodes[m].outputs[i];
+      if (v >= 0 && ready[v]) node_out_[m][i].shape = shapes_[v];
+    }
+  }
+  return ok_status();
+}
+
 Status ExecutionContext::infer_shapes() {
   if (resolved_) return ok_status();
   return resolve();
@@ -393,7 +532,11 @@ StatusOr<Shape> ExecutionContext::tensor_shape(const std::string& name) {
     return input_shapes_[io];
   }
   KILN_RETURN_IF_ERROR(infer_shapes());
-  return shapes_[data_->io_values[io]];
+  const int v = data_->io_values[io];
+  if (!pending_[v]) return shapes_[v];
+  Shape s;
+  for (const auto& d : *data_->plan.graph.values[v].shape) s.push_back(d.eval(symbols_).value_or(-1));
+  return s;
 }
 
 Status ExecutionContext::set_tensor_address(const std::string& name, void* data) {
@@ -421,6 +564,15 @@ Status ExecutionContext::check_io_addresses() {
   for (size_t i = 0; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
     const std::string& name = g.values[v].name;
+    if (data_->shape_data_dependent[v]) {
+      // Sized by the run: its allocator gets the exact size when the data has decided it.
+      if (!allocators_[i]) {
+        return invalid_argument("output '" + name + "' has a data-dependent shape " +
+                                ir::dims_to_string(*g.values[v].shape) +
+                                ": give it an output allocator (set_output_allocator), or use run()");
+      }
+      continue;
+    }
     if (i >= size_t(data_->num_inputs) && allocators_[i]) {
       void* ptr = allocators_[i]->reallocate_output(name, io[i], nbytes(v), kAlign);
       if (!ptr && nbytes(v) > 0) {
@@ -434,6 +586,27 @@ Status ExecutionContext::check_io_addresses() {
       return invalid_argument(std::string(i < size_t(data_->num_inputs) ? "input" : "output") + " '" + name +
                               "' has no address: call set_tensor_address" +
                               (i < size_t(data_->num_inputs) ? "" : " or set_output_allocator"));
+    }
+  }
+  return ok_status();
+}
+
+// Before node n runs in an engine with data-dependent dims: its inputs' sizes are known, and
+// only a node that makes such a dim has an output still waiting for one (a plan that orders them
+// otherwise would run a kernel on a bound instead of a size).
+Status ExecutionContext::check_sized(size_t n) const {
+  const ir::Graph& g = data_->plan.graph;
+  const ir::Node& node = g.nodes[n];
+  for (int v : node.inputs) {
+    if (v >= 0 && pending_[v]) {
+      return internal_error(node.describe() + " reads '" + g.values[v].name + "' " +
+                            ir::dims_to_string(*g.values[v].shape) + " before the run has sized it");
+    }
+  }
+  for (int v : node.outputs) {
+    if (v >= 0 && pending_[v] && !data_->node_makes_data_dependent[n]) {
+      return internal_error(node.describe() + " writes '" + g.values[v].name + "' " +
+                            ir::dims_to_string(*g.values[v].shape) + " before the run has sized it");
     }
   }
   return ok_status();
@@ -487,14 +660,27 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     if (ws >= 0) {
       kernels_[n]->set_workspace(static_cast<char*>(arena_) + slot_offset_[ws], slot_size_[ws]);
     }
+    if (data_->plan.data_dependent.size()) KILN_RETURN_IF_ERROR(check_sized(n));
     Status st = kernels_[n]->execute(node_in_[n], node_out_[n]);
     if (!st.ok()) return st.with_context(node.describe() + " [" + kernels_[n]->name() + "]");
+    if (data_->node_makes_data_dependent[n]) KILN_RETURN_IF_ERROR(bind_data_dependent(n, stream));
     if (profiler_) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[n + 1], stream));
   }
-  // Outputs no node writes (a constant, an input, a shape formula) are copied to their buffers.
+  // Outputs no node writes (a constant, an input, a shape formula) are copied to their buffers,
+  // and so are outputs of data-dependent size, into what their allocators give for the exact size.
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
     void* src = resolve_address(v);
+    if (data_->shape_data_dependent[v]) {
+      const std::string& name = g.values[v].name;
+      if (pending_[v]) return internal_error("output '" + name + "' was never sized by the run");
+      io[i] = allocators_[i]->reallocate_output(name, io[i], nbytes(v), kAlign);
+      if (!io[i] && nbytes(v) > 0) {
+        return out_of_memory("the output allocator for '" + name + "' returned no buffer for " +
+                             std::to_string(nbytes(v)) + " bytes");
+      }
+      allocators_[i]->notify_shape(name, shapes_[v]);
+    }
     if (p.values[v].storage == plan::Storage::kOutput && src == io[i]) continue;
     if (nbytes(v) == 0 || src == io[i]) continue;
     if (host) {
@@ -509,6 +695,9 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
 }
 
 Status ExecutionContext::enqueue(void* stream) {
+  // Data-dependent dims are bound anew by every run.
+  const bool data_dependent = !data_->plan.data_dependent.empty();
+  if (data_dependent) resolved_ = false;
   KILN_RETURN_IF_ERROR(infer_shapes());
   KILN_RETURN_IF_ERROR(check_io_addresses());
   if (!stream) stream = stream_;
@@ -523,7 +712,7 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible()) return enqueue_kernels(stream);
+  if (!use_graph_ || backend->host_accessible() || data_dependent) return enqueue_kernels(stream);
   // A graph bakes in shapes and addresses: its key is both.
   std::vector<int64_t> key;
   for (const Shape& s : input_shapes_) {
@@ -585,6 +774,7 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   size_t total = 0;
   for (size_t i = 0; i < n_io; ++i) {
     int v = data_->io_values[i];
+    if (data_->shape_data_dependent[v]) continue;  // run() copies it from its allocator's buffer
     size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
     if (i < size_t(data_->num_inputs)) {
       const Tensor& t = inputs.at(g.values[v].name);
@@ -636,12 +826,14 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
     t0 = Clock::now();
   }
   for (size_t i = data_->num_inputs; i < n_io; ++i) {
+    if (!staged[i]) continue;
     const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
     KILN_RETURN_IF_ERROR(b->copy(host + off[i], dev + off[i], t.nbytes(), backends::CopyKind::kDeviceToHost, stream_));
   }
   KILN_RETURN_IF_ERROR(b->synchronize(stream_));
   if (time_phases_) last_timing_.d2h_ms = ms_since(t0);
   for (size_t i = data_->num_inputs; i < n_io; ++i) {
+    if (!staged[i]) continue;
     const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
     std::memcpy(t.data(), host + off[i], t.nbytes());
   }
@@ -668,21 +860,39 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
   }
   if (!missing.empty()) return invalid_argument("missing input(s): " + missing);
   KILN_RETURN_IF_ERROR(infer_shapes());
+  const backends::Backend* b = data_->backend;
   std::map<std::string, Tensor> outputs;
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
+    allocators_[i] = nullptr;
+    if (data_->shape_data_dependent[v]) {
+      // Sized by the run: a buffer of the context's until then, copied out below.
+      if (!run_buffers_[i]) run_buffers_[i] = std::make_unique<RunBuffer>(b);
+      allocators_[i] = run_buffers_[i].get();
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, shapes_[v]));
     io_address_[i] = t.data();
-    allocators_[i] = nullptr;
     outputs[g.values[v].name] = std::move(t);
   }
-  if (!data_->backend->host_accessible()) {
+  if (!b->host_accessible()) {
     KILN_RETURN_IF_ERROR(run_on_device(inputs, &outputs));
-    return outputs;
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(execute());
+    last_timing_ = {0, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 0};
   }
-  auto t0 = std::chrono::steady_clock::now();
-  KILN_RETURN_IF_ERROR(execute());
-  last_timing_ = {0, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 0};
+  for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
+    int v = data_->io_values[i];
+    if (!data_->shape_data_dependent[v]) continue;
+    const RunBuffer& buf = *run_buffers_[i];
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, buf.shape));
+    const auto kind = b->host_accessible() ? backends::CopyKind::kHostToHost : backends::CopyKind::kDeviceToHost;
+    KILN_RETURN_IF_ERROR(b->copy(t.data(), buf.ptr, t.nbytes(), kind, stream_));
+    KILN_RETURN_IF_ERROR(b->synchronize(stream_));
+    outputs[g.values[v].name] = std::move(t);
+    allocators_[i] = nullptr;
+  }
   return outputs;
 }
 

@@ -3,6 +3,7 @@
 // verifier does. The file's checksums are public (FNV-1a), so an edited plan behind recomputed
 // checksums must be refused here, with a message naming the invariant, rather than crash a kernel.
 #include <algorithm>
+#include <set>
 
 #include "core/checked.h"
 #include "ops/schema.h"
@@ -69,6 +70,7 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_tables());
     KILN_RETURN_IF_ERROR(check_io());
     KILN_RETURN_IF_ERROR(check_profiles());
+    KILN_RETURN_IF_ERROR(check_data_dependent());
     KILN_RETURN_IF_ERROR(check_values());
     KILN_RETURN_IF_ERROR(check_slots());
     KILN_RETURN_IF_ERROR(check_lifetimes());
@@ -212,6 +214,48 @@ class Verifier {
 
   // The runtime checks input shapes only against the profile's input ranges and derives symbols
   // from them, so those ranges must stay inside the symbol boxes every other check is made over.
+  bool names_data_dependent(const std::vector<ir::Dim>& dims) const {
+    std::set<std::string> syms;
+    for (const auto& d : dims) d.collect_symbols(&syms);
+    for (const auto& d : p_.data_dependent) {
+      if (syms.count(d.symbol)) return true;
+    }
+    return false;
+  }
+
+  // Data-dependent dims are no input's symbols, each profile ranges them over [0, hi], and their
+  // bounds name only input symbols and earlier data-dependent dims (the runtime sizes them in
+  // order).
+  Status check_data_dependent() const {
+    std::set<std::string> known;
+    for (int v : g_.inputs) {
+      for (const auto& d : *g_.values[v].shape) d.collect_symbols(&known);
+    }
+    for (const ir::DataDependentDim& dd : p_.data_dependent) {
+      if (known.count(dd.symbol)) {
+        return violation("data-dependent dims are new symbols",
+                         dd.symbol + " is already a symbol of the inputs or an earlier data-dependent dim");
+      }
+      std::set<std::string> in_bound;
+      dd.bound.collect_symbols(&in_bound);
+      for (const std::string& x : in_bound) {
+        if (!known.count(x)) {
+          return violation("data-dependent bounds name earlier symbols",
+                           "the bound of " + dd.symbol + ", " + dd.bound.to_string() + ", names " + x);
+        }
+      }
+      for (size_t pi = 0; pi < p_.profiles.size(); ++pi) {
+        auto r = p_.profiles[pi].symbols.find(dd.symbol);
+        if (r == p_.profiles[pi].symbols.end() || r->second.lo != 0) {
+          return violation("profiles range data-dependent dims from 0",
+                           "profile " + std::to_string(pi) + " gives " + dd.symbol + " no range [0, hi]");
+        }
+      }
+      known.insert(dd.symbol);
+    }
+    return ok_status();
+  }
+
   Status check_profiles() {
     for (size_t pi = 0; pi < p_.profiles.size(); ++pi) {
       const plan::Profile& prof = p_.profiles[pi];
@@ -358,6 +402,11 @@ class Verifier {
         case plan::Storage::kOutput:
           if (val.producer < 0) {
             return violation("activations are produced", vname(vi) + " has no producer");
+          }
+          if (names_data_dependent(*val.shape)) {
+            // The caller's buffer is only given once the run knows the size.
+            return violation("outputs of data-dependent size are written into the arena",
+                             vname(vi) + " " + ir::dims_to_string(*val.shape) + " is stored as the caller's output");
           }
           break;
         case plan::Storage::kAlias: {
@@ -588,6 +637,7 @@ class Verifier {
     const ir::Node& node = g_.nodes[n];
     std::vector<ops::Constraint> constraints;  // proven by the builder over the profile box
     ops::InferContext ctx(g_, node, int(n), &constraints);
+    ctx.set_data_dependent(&data_dependent_, false);
     Status st = schema.infer(ctx);
     if (!st.ok()) {
       return violation("stored types follow from op inference",
@@ -669,6 +719,7 @@ class Verifier {
   const plan::Plan& p_;
   const ir::Graph& g_;
   const std::vector<ir::SymbolValues> corners_;
+  std::vector<ir::DataDependentDim> data_dependent_ = p_.data_dependent;  // inference's copy
   std::vector<char> is_input_, is_output_, used_;
 };
 

@@ -39,7 +39,13 @@ std::string describe_io(const Engine& engine) {
                        (dims.ok() ? ir::dims_to_string(*dims) : "?") + "\n";
     (engine.tensor_mode(n) == TensorIOMode::kINPUT ? in : out) += line;
   }
-  return "inputs:\n" + in + "outputs (shape formulas over the input symbols):\n" + out;
+  // Dims only the data decides: each is known once the layer that makes it has run.
+  std::string dd;
+  for (const auto& d : engine.plan().data_dependent) {
+    dd += "  " + d.symbol + " in [0, " + d.bound.to_string() + "]\n";
+  }
+  if (!dd.empty()) dd = "data-dependent dims (sized by their layers when the run reaches them):\n" + dd;
+  return "inputs:\n" + in + "outputs (shape formulas over the input symbols):\n" + out + dd;
 }
 
 std::string describe_profiles(const Engine& engine) {
@@ -86,6 +92,11 @@ std::string describe_layers(const Engine& engine, bool each) {
       const auto& l = layers[i];
       // A view runs nothing: its output is another tensor's bytes, which the table names.
       std::string tactic = !l.alias_of.empty() ? "view of " + l.alias_of : l.tactic;
+      // Its output sizes come from its data: the run waits for them here.
+      if (l.data_dependent) {
+        if (!tactic.empty()) tactic += "; ";
+        tactic += "sizes from data (the run waits for them)";
+      }
       std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
                          pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) +
                          (layouts ? pad(l.layout.empty() ? "-" : l.layout, 8) : "") + tactic;
@@ -189,6 +200,7 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     j.key("tactic").value(l.tactic);
     if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
     if (!l.layout.empty()) j.key("layout").value(l.layout);
+    if (l.data_dependent) j.key("data_dependent").value(true);
     if (!l.replaced.empty()) {
       j.key("replaced").begin_object();
       for (const auto& [op, n] : l.replaced) j.key(op).value(n);

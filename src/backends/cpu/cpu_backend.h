@@ -66,6 +66,7 @@ void register_quant_kernels(KernelRegistry& r);
 void register_attention_kernels(KernelRegistry& r);
 void register_spatial_kernels(KernelRegistry& r);
 void register_sequence_model_kernels(KernelRegistry& r);
+void register_data_dependent_kernels(KernelRegistry& r);  // NonZero, Unique, ... (data_dependent.cc)
 void register_kiln_kernels(KernelRegistry& r);  // domain "kiln" (kiln_ops.cc)
 
 }  // namespace kiln::backends::cpu

@@ -448,6 +448,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_swiglu(families);
   register_unpool(families);
   register_dft(families);
+  register_data_dependent(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 

@@ -17,8 +17,10 @@ namespace {
 
 // Protobuf's own recursion limit stops deeper messages first; this bounds our recursion anyway.
 constexpr int kMaxGraphDepth = 64;
-// Opset 7 is where numpy broadcasting began; older attribute forms are refused by the schemas.
-constexpr int64_t kMinOpset = 7;
+// Opset 6 is the oldest form PyTorch's first exporter wrote. Its broadcast attributes, PRelu's
+// per-channel slope and the is_test flags are upgraded (or refused) by the builder's
+// infer_shapes (upgrade_opset6); opsets 1-5 also carry consumed_inputs and are refused here.
+constexpr int64_t kMinOpset = 6;
 // Opset 28 is onnx 1.23's newest. The schemas of the ops whose meaning changed in opsets 25-28
 // check the node's opset: Attention 25 (windows), Range 27 (stash_type), Mod 28 (fmod=0 on
 // floats), BitShift 28 (signed types), SpaceToDepth 28 (mode); the rest only added dtypes.
