@@ -136,6 +136,11 @@ class Backend {
     if (bytes) std::memmove(dst, src, bytes);
     return ok_status();
   }
+  // Zeroes `bytes` of this backend's memory at `dst`, enqueued on `stream`.
+  virtual Status fill_zero(void* dst, size_t bytes, void* stream) const {
+    if (bytes) std::memset(dst, 0, bytes);
+    return ok_status();
+  }
   virtual Status synchronize(void* stream) const { return ok_status(); }
   // True when kernels read and write host memory (allocate() returns host pointers).
   virtual bool host_accessible() const { return true; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <span>
@@ -158,6 +159,29 @@ class ExecutionContext {
   // with data-dependent sizes (the run waits for them on the host).
   void set_use_cuda_graph(bool use) { use_graph_ = use; }
   bool use_cuda_graph() const { return use_graph_; }
+  // The captured graphs kept, one per set of input shapes, IO addresses and stream: up to
+  // `capacity` (default 4), the least recently used destroyed first; 0 keeps none (every run then
+  // runs its kernels directly). Growing the activation arena drops them all (their addresses die).
+  void set_cuda_graph_cache_capacity(size_t capacity);
+  size_t cuda_graph_cache_capacity() const { return graph_capacity_; }
+  struct GraphStats {
+    int64_t captures = 0;   // graphs captured
+    int64_t replays = 0;    // runs that launched a cached graph
+    int64_t evictions = 0;  // graphs dropped for capacity (or an arena that grew)
+    size_t cached = 0;      // graphs held now
+  };
+  GraphStats cuda_graph_stats() const;
+  // Batch buckets for CUDA graphs: a batch runs at its bucket (the next one up), its inputs copied
+  // into buffers of the context's and padded with zero rows, and only its own rows of each output
+  // copied back, so outputs keep their exact shapes while a batch that changes every call replays
+  // one of a few graphs (one per bucket, whatever the caller's addresses). The batch
+  // is the symbol every input's dim 0 is. Refused, with the reason, on a backend without graphs,
+  // for an engine with data-dependent sizes, and where padding could change real rows: an output
+  // whose dim 0 is not the batch, another dim that depends on it, or a node whose outputs lose it
+  // (a reduction across the batch). A batch past the last bucket, or whose bucket lies outside the
+  // profile, runs as it is. Empty: no bucketing.
+  Status set_batch_buckets(std::vector<int64_t> buckets);
+  const std::vector<int64_t>& batch_buckets() const { return buckets_; }
   // Convenience: binds the named host tensors, runs, and returns outputs of exactly their shapes.
   StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
   // Phase times of the last run(), in milliseconds. With set_time_phases(true), run() on a device
@@ -235,9 +259,27 @@ class ExecutionContext {
   Profiler* profiler_ = nullptr;
   std::vector<void*> markers_;  // a marker before the first layer and after each (set_profiler)
   RunTiming last_timing_;
-  void* graph_ = nullptr;
-  std::vector<int64_t> graph_key_;
+  // The graph cache, most recently used first. Each graph reads its own copy of the symbolic
+  // values (page-locked), so replaying it after other shapes ran needs nothing rewritten.
+  struct CachedGraph {
+    std::vector<int64_t> key;
+    void* graph = nullptr;
+    void* sym = nullptr;
+  };
+  std::list<CachedGraph> graphs_;
+  size_t graph_capacity_ = 4;
+  GraphStats graph_stats_;
   std::vector<int64_t> graph_failed_key_;
+  // A direct (uncaptured) device run may still be reading sym_host_: resolve() waits for it before
+  // rewriting them.
+  bool sym_in_flight_ = false;
+  void drop_graphs(bool evicted);
+  Status enqueue_graph(void* stream);
+  // Runs the bucketed form of this run when buckets apply (*ran = true), else leaves it.
+  Status enqueue_bucketed(void* stream, bool* ran);
+  std::vector<int64_t> buckets_;
+  std::vector<void*> bucket_buffers_;     // per IO tensor: device memory of the padded tensor
+  std::vector<size_t> bucket_capacity_;
   std::vector<std::vector<TensorView>> node_in_, node_out_;
 };
 

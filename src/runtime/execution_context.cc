@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "core/checked.h"
 #include "runtime/engine.h"
@@ -121,7 +122,10 @@ ExecutionContext::~ExecutionContext() {
   if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
   kernels_.clear();
   run_buffers_.clear();
-  if (graph_) b->destroy_graph(graph_);
+  drop_graphs(false);
+  for (void* p : bucket_buffers_) {
+    if (p) b->deallocate(p);
+  }
   for (void* m : markers_) b->destroy_marker(m);
   if (arena_) b->deallocate(arena_);
   if (io_device_) b->deallocate(io_device_);
@@ -362,8 +366,9 @@ Status ExecutionContext::resolve() {
   const backends::Backend* backend = data_->backend;
   const bool host = backend->host_accessible();
   if (total > arena_capacity_) {
-    // In-flight work may still use the old arena.
+    // In-flight work may still use the old arena, and captured graphs name its addresses.
     if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));
+    drop_graphs(true);
     auto p = backend->allocate(std::max<size_t>(total, kAlign));
     if (!p.ok()) {
       return out_of_memory("cannot allocate " + std::to_string(total) + " bytes of activation memory: " +
@@ -375,7 +380,6 @@ Status ExecutionContext::resolve() {
   }
   // On a device backend symbolic values live in page-locked host memory: kernels that need them
   // on the host (Slice starts, Resize scales) read them there, device kernels read them in place.
-  char* sym_base = static_cast<char*>(arena_);
   if (!host) {
     sym_offset_.assign(slots.size(), 0);
     size_t sym_total = 0;
@@ -385,14 +389,15 @@ Status ExecutionContext::resolve() {
       sym_offset_[slot] = sym_total;
       sym_total += align_up(slot_size_[slot]);
     }
-    if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));  // in-flight work may read them
+    // A direct run still in flight may read them (graphs read their own copies).
+    if (stream_ && sym_in_flight_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));
+    sym_in_flight_ = false;
     if (sym_total > sym_capacity_) {
       KILN_ASSIGN_OR_RETURN(void* p, backend->allocate_host(sym_total));
       if (sym_host_) backend->deallocate_host(sym_host_);
       sym_host_ = p;
       sym_capacity_ = sym_total;
     }
-    sym_base = static_cast<char*>(sym_host_);
   }
 
   // Shape tensors whose elements are formulas: written once per set of shapes (those that wait
@@ -712,8 +717,52 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible() || data_dependent) return enqueue_kernels(stream);
-  // A graph bakes in shapes and addresses: its key is both.
+  if (!use_graph_ || backend->host_accessible() || data_dependent) {
+    sym_in_flight_ = !backend->host_accessible();
+    return enqueue_kernels(stream);
+  }
+  if (!buckets_.empty()) {
+    bool ran = false;
+    KILN_RETURN_IF_ERROR(enqueue_bucketed(stream, &ran));
+    if (ran) return ok_status();
+  }
+  return enqueue_graph(stream);
+}
+
+void ExecutionContext::set_cuda_graph_cache_capacity(size_t capacity) {
+  graph_capacity_ = capacity;
+  while (graphs_.size() > graph_capacity_) {
+    const backends::Backend* b = data_->backend;
+    if (stream_) (void)b->synchronize(stream_);  // the graph may still run
+    b->destroy_graph(graphs_.back().graph);
+    if (graphs_.back().sym) b->deallocate_host(graphs_.back().sym);
+    graphs_.pop_back();
+    ++graph_stats_.evictions;
+  }
+}
+
+ExecutionContext::GraphStats ExecutionContext::cuda_graph_stats() const {
+  GraphStats s = graph_stats_;
+  s.cached = graphs_.size();
+  return s;
+}
+
+void ExecutionContext::drop_graphs(bool evicted) {
+  const backends::Backend* b = data_->backend;
+  if (!graphs_.empty() && stream_) (void)b->synchronize(stream_);
+  for (CachedGraph& c : graphs_) {
+    b->destroy_graph(c.graph);
+    if (c.sym) b->deallocate_host(c.sym);
+    if (evicted) ++graph_stats_.evictions;
+  }
+  graphs_.clear();
+}
+
+// The run as a CUDA graph: a cached one for these shapes, addresses and stream, or a direct run
+// followed by a capture of the same work (kernels size their scratch and choose algorithms on the
+// direct run), kept in the cache.
+Status ExecutionContext::enqueue_graph(void* stream) {
+  const backends::Backend* backend = data_->backend;
   std::vector<int64_t> key;
   for (const Shape& s : input_shapes_) {
     key.push_back(int64_t(s.size()));
@@ -721,26 +770,182 @@ Status ExecutionContext::enqueue(void* stream) {
   }
   for (void* a : io_address_) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
   key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
-  if (graph_ && key == graph_key_) return backend->launch_graph(graph_, stream);
-  // New shapes: run directly (kernels size their scratch and choose algorithms), then capture the
-  // same work for the next runs.
-  KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
-  if (key == graph_failed_key_) return ok_status();
-  if (graph_) {
-    KILN_RETURN_IF_ERROR(backend->synchronize(stream));
-    backend->destroy_graph(graph_);
-    graph_ = nullptr;
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->key != key) continue;
+    graphs_.splice(graphs_.begin(), graphs_, it);
+    ++graph_stats_.replays;
+    return backend->launch_graph(graphs_.front().graph, stream);
   }
-  KILN_RETURN_IF_ERROR(backend->begin_capture(stream));
-  Status captured = enqueue_kernels(stream);
-  auto graph = backend->end_capture(stream);
+  KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
+  sym_in_flight_ = true;
+  if (key == graph_failed_key_ || graph_capacity_ == 0) return ok_status();
+  // The graph reads its own copy of the symbolic values: later shapes rewrite the shared ones.
+  CachedGraph entry;
+  entry.key = std::move(key);
+  if (sym_capacity_ > 0) {
+    KILN_ASSIGN_OR_RETURN(entry.sym, backend->allocate_host(sym_capacity_));
+    std::memcpy(entry.sym, sym_host_, sym_capacity_);
+  }
+  void* shared = sym_host_;
+  if (entry.sym) sym_host_ = entry.sym;
+  Status begun = backend->begin_capture(stream);
+  Status captured = begun.ok() ? enqueue_kernels(stream) : begun;
+  auto graph = begun.ok() ? backend->end_capture(stream) : StatusOr<void*>(begun);
+  sym_host_ = shared;
   if (!captured.ok() || !graph.ok()) {
-    graph_failed_key_ = key;  // this set of shapes runs without a graph
+    if (graph.ok()) backend->destroy_graph(*graph);
+    if (entry.sym) backend->deallocate_host(entry.sym);
+    graph_failed_key_ = entry.key;  // this set of shapes runs without a graph
     return ok_status();
   }
-  graph_ = *graph;
-  graph_key_ = std::move(key);
+  entry.graph = *graph;
+  if (graphs_.size() >= graph_capacity_) {
+    KILN_RETURN_IF_ERROR(backend->synchronize(stream));  // the evicted graph may still run
+    backend->destroy_graph(graphs_.back().graph);
+    if (graphs_.back().sym) backend->deallocate_host(graphs_.back().sym);
+    graphs_.pop_back();
+    ++graph_stats_.evictions;
+  }
+  graphs_.push_front(std::move(entry));
+  ++graph_stats_.captures;
   return ok_status();
+}
+
+Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
+  const backends::Backend* b = data_->backend;
+  const ir::Graph& g = data_->plan.graph;
+  if (buckets.empty()) {
+    buckets_.clear();
+    return ok_status();
+  }
+  if (b->host_accessible()) {
+    return invalid_argument("batch buckets pad runs to replay CUDA graphs; the " +
+                            std::string(device_name(data_->plan.device)) + " backend has none");
+  }
+  if (!data_->plan.data_dependent.empty()) {
+    return invalid_argument("batch buckets: this engine has data-dependent sizes, whose runs use no CUDA graph");
+  }
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (buckets.front() < 1) return invalid_argument("batch buckets must be positive, got " + std::to_string(buckets.front()));
+  // The batch: the symbol every input's dim 0 is, alone.
+  std::string batch;
+  for (int i = 0; i < data_->num_inputs; ++i) {
+    const std::string& name = g.values[data_->io_values[i]].name;
+    const auto& bind = data_->input_bindings[i];
+    if (bind.empty() || bind[0].fixed || bind[0].coeff != 1 || bind[0].offset != 0 ||
+        (!batch.empty() && bind[0].symbol != batch)) {
+      return invalid_argument("batch buckets: input '" + name + "' dim 0 is " +
+                              (bind.empty() ? std::string("absent (a scalar)") : (*g.values[data_->io_values[i]].shape)[0].to_string()) +
+                              ", not the batch every input starts with" + (batch.empty() ? "" : " (" + batch + ")"));
+    }
+    batch = bind[0].symbol;
+  }
+  auto names_batch = [&](const std::vector<ir::Dim>& dims, size_t from) {
+    std::set<std::string> syms;
+    for (size_t d = from; d < dims.size(); ++d) dims[d].collect_symbols(&syms);
+    return syms.count(batch) > 0;
+  };
+  for (size_t i = 0; i < data_->io_values.size(); ++i) {
+    const ir::Value& v = g.values[data_->io_values[i]];
+    const bool output = i >= size_t(data_->num_inputs);
+    if (output && (v.shape->empty() || !((*v.shape)[0] == ir::Dim::symbol(batch)))) {
+      return invalid_argument("batch buckets: output '" + v.name + "' " + ir::dims_to_string(*v.shape) +
+                              " does not start with the batch " + batch + ", so its rows cannot be sliced back");
+    }
+    if (names_batch(*v.shape, 1)) {
+      return invalid_argument("batch buckets: " + std::string(output ? "output" : "input") + " '" + v.name + "' " +
+                              ir::dims_to_string(*v.shape) + " depends on the batch " + batch + " past dim 0");
+    }
+  }
+  for (const ir::Node& node : g.nodes) {
+    bool in = false, out = false;
+    for (int v : node.inputs) in = in || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
+    for (int v : node.outputs) out = out || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
+    if (in && !out && !node.outputs.empty()) {
+      return invalid_argument("batch buckets: " + node.describe() + " reduces across the batch " + batch +
+                              ", so padded rows would change its result");
+    }
+  }
+  buckets_ = std::move(buckets);
+  bucket_buffers_.resize(data_->io_values.size(), nullptr);
+  bucket_capacity_.resize(data_->io_values.size(), 0);
+  return ok_status();
+}
+
+// Runs at the bucket (the batch's, or the next one up): the inputs copied into the bucket's
+// buffers (zero rows after the real ones), the run (a cached graph per bucket), and each output's
+// first rows copied back. Buffers
+// are sized for the largest bucket at once, so their addresses, part of the graphs' keys, stay.
+Status ExecutionContext::enqueue_bucketed(void* stream, bool* ran) {
+  *ran = false;
+  const backends::Backend* b = data_->backend;
+  const ir::Graph& g = data_->plan.graph;
+  const int64_t batch = input_shapes_[0][0];
+  auto up = std::lower_bound(buckets_.begin(), buckets_.end(), batch);
+  // A batch that is a bucket goes through the buffers too: its graph is then the bucket's, one
+  // per bucket whatever the caller's addresses.
+  if (up == buckets_.end()) return ok_status();
+  const int64_t bucket = *up;
+  std::vector<Shape> padded = input_shapes_;
+  for (Shape& s : padded) s[0] = bucket;
+  if (!data_->plan.profiles.empty()) {
+    for (int i = 0; i < data_->num_inputs; ++i) {
+      if (!check_in_profile(i, padded[i], profile_).ok()) return ok_status();  // runs as it is
+    }
+  }
+  // Exact outputs, and the addresses the caller bound (allocators answered by check_io_addresses).
+  std::vector<size_t> out_bytes(io_address_.size(), 0);
+  for (size_t i = data_->num_inputs; i < io_address_.size(); ++i) {
+    const int v = data_->io_values[i];
+    out_bytes[i] = size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
+  }
+  const std::vector<void*> caller = io_address_;
+  const std::vector<Shape> exact = input_shapes_;
+  auto restore = [&] {
+    io_address_ = caller;
+    input_shapes_ = exact;
+    resolved_ = false;  // tensor_shape() and the next run resolve the exact shapes again
+  };
+  input_shapes_ = padded;
+  resolved_ = false;
+  Status st = infer_shapes();
+  if (!st.ok()) {
+    restore();
+    return st;
+  }
+  // Buffers for the largest bucket: rows of each IO tensor times buckets_.back().
+  for (size_t i = 0; i < io_address_.size() && st.ok(); ++i) {
+    const int v = data_->io_values[i];
+    const size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
+    const size_t row = bucket > 0 ? bytes / size_t(bucket) : 0;
+    const size_t need = std::max<size_t>(row * size_t(buckets_.back()), 1);
+    if (need > bucket_capacity_[i]) {
+      if (stream_) st = b->synchronize(stream);
+      if (!st.ok()) break;
+      auto p = b->allocate(need);
+      if (!p.ok()) {
+        st = p.status();
+        break;
+      }
+      if (bucket_buffers_[i]) b->deallocate(bucket_buffers_[i]);
+      bucket_buffers_[i] = *p;
+      bucket_capacity_[i] = need;
+    }
+    io_address_[i] = bucket_buffers_[i];
+    if (i < size_t(data_->num_inputs)) {
+      const size_t real = row * size_t(batch);
+      if (real) st = b->copy(bucket_buffers_[i], caller[i], real, backends::CopyKind::kDeviceToDevice, stream);
+      if (st.ok() && bytes > real) st = b->fill_zero(static_cast<char*>(bucket_buffers_[i]) + real, bytes - real, stream);
+    }
+  }
+  if (st.ok()) st = enqueue_graph(stream);
+  for (size_t i = data_->num_inputs; i < io_address_.size() && st.ok(); ++i) {
+    if (out_bytes[i]) st = b->copy(caller[i], bucket_buffers_[i], out_bytes[i], backends::CopyKind::kDeviceToDevice, stream);
+  }
+  restore();
+  if (st.ok()) *ran = true;
+  return st;
 }
 
 // After a profiled enqueue_kernels: waits for the run, then reports each kernel's time (between

@@ -126,6 +126,128 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// --batchBuckets=1,2,4: positive integers.
+Result<std::vector<int64_t>> parse_buckets(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    auto v = parse_int_flag("batchBuckets", std::string_view(text).substr(start, end - start), 1, kMaxCount);
+    if (!v.ok()) return v.error();
+    out.push_back(*v);
+    start = end + 1;
+  }
+  return out;
+}
+
+// --randomBatch=LO:HI on a GPU engine: every run draws its batch (dim 0 of every input) from
+// LO..HI, seeded, on device-resident buffers sized for HI; the same draws run without buckets and
+// with them (when given). Prints the latencies, what the graph cache did, and checks that every
+// run's outputs have the exact shapes of its batch.
+Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, const PreparedInputs& inputs,
+                               int64_t lo, int64_t hi, int64_t runs, uint64_t seed,
+                               const std::vector<int64_t>& buckets) {
+  if (engine.device() == Device::kCPU) {
+    return usage_error("--randomBatch times CUDA graphs over changing batches: it needs a GPU engine (--device=cuda)");
+  }
+  auto backend = backends::get_backend(engine.device());
+  if (!backend.ok()) return failure(backend.status(), "the engine's backend");
+  DeviceBuffers bufs;
+  bufs.backend = *backend;
+  auto at = [&](const std::string& name, int64_t batch) {
+    Shape s = inputs.tensors.at(name).shape();
+    if (!s.empty()) s[0] = batch;
+    return s;
+  };
+  // Inputs at HI rows (the given rows repeated), uploaded once; outputs at HI.
+  for (const std::string& name : inputs.order) {
+    const Tensor& t = inputs.tensors.at(name);
+    if (t.rank() == 0 || t.shape()[0] < 1) return usage_error("--randomBatch: input '" + name + "' has no batch dim 0");
+    Status st = ctx.set_input_shape(name, at(name, hi));
+    if (!st.ok()) return failure(st, "--randomBatch: input '" + name + "' at batch " + std::to_string(hi));
+  }
+  for (int i = 0; i < engine.num_io_tensors(); ++i) {
+    const std::string name = engine.io_tensor_name(i);
+    auto shape = ctx.tensor_shape(name);
+    if (!shape.ok()) return failure(shape.status(), "resolving '" + name + "' at batch " + std::to_string(hi));
+    const size_t bytes = std::max<size_t>(size_t(shape_numel(*shape)) * dtype_size(*engine.tensor_dtype(name)), 1);
+    auto p = bufs.backend->allocate(bytes);
+    if (!p.ok()) return failure(p.status(), "allocating '" + name + "'");
+    bufs.ptrs.push_back(*p);
+    if (engine.tensor_mode(name) == TensorIOMode::kINPUT) {
+      const Tensor& t = inputs.tensors.at(name);
+      std::vector<uint8_t> host(bytes);
+      for (size_t k = 0; k < bytes; ++k) host[k] = static_cast<const uint8_t*>(t.data())[k % std::max<size_t>(t.nbytes(), 1)];
+      Status st = bufs.backend->copy(*p, host.data(), bytes, backends::CopyKind::kHostToDevice, nullptr);
+      if (st.ok()) st = bufs.backend->synchronize(nullptr);
+      if (!st.ok()) return failure(st, "uploading '" + name + "'");
+    }
+    Status st = ctx.set_tensor_address(name, *p);
+    if (!st.ok()) return failure(st, "binding '" + name + "'");
+  }
+  Status st = ctx.execute();  // sizes the arena for HI once, so no later growth drops graphs
+  if (!st.ok()) return failure(st, "running at batch " + std::to_string(hi));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<int64_t> draws;
+  for (int64_t k = 0; k < runs; ++k) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+    draws.push_back(lo + int64_t(state % uint64_t(hi - lo + 1)));
+  }
+  std::printf("random batch %lld..%lld: %lld runs (seed %llu), device-resident inputs and outputs, graph cache %zu\n",
+              static_cast<long long>(lo), static_cast<long long>(hi), static_cast<long long>(runs),
+              static_cast<unsigned long long>(seed), ctx.cuda_graph_cache_capacity());
+  int64_t checks = 0;
+  for (int pass = 0; pass < (buckets.empty() ? 1 : 2); ++pass) {
+    // Each pass starts with an empty cache.
+    const size_t capacity = ctx.cuda_graph_cache_capacity();
+    ctx.set_cuda_graph_cache_capacity(0);
+    ctx.set_cuda_graph_cache_capacity(capacity);
+    Status set = ctx.set_batch_buckets(pass == 0 ? std::vector<int64_t>{} : buckets);
+    if (!set.ok()) return failure(set, "--batchBuckets");
+    const auto before = ctx.cuda_graph_stats();
+    std::vector<double> times;
+    for (int64_t b : draws) {
+      for (const std::string& name : inputs.order) {
+        Status s2 = ctx.set_input_shape(name, at(name, b));
+        if (!s2.ok()) return failure(s2, "batch " + std::to_string(b));
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      Status s3 = ctx.execute();
+      times.push_back(ms_since(t0));
+      if (!s3.ok()) return failure(s3, "running batch " + std::to_string(b));
+      for (int i = int(inputs.order.size()); i < engine.num_io_tensors(); ++i) {
+        const std::string name = engine.io_tensor_name(i);
+        auto shape = ctx.tensor_shape(name);
+        if (!shape.ok() || shape->empty() || (*shape)[0] != b) {
+          return failure("batch " + std::to_string(b) + ": output '" + name + "' has shape " +
+                         (shape.ok() ? shape_to_string(*shape) : shape.status().message()) + ", not batch " + std::to_string(b));
+        }
+        ++checks;
+      }
+    }
+    const auto after = ctx.cuda_graph_stats();
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0;
+    for (double t : times) mean += t;
+    mean /= double(times.size());
+    std::string label = "without buckets";
+    if (pass == 1) {
+      label = "with buckets ";
+      for (size_t k = 0; k < buckets.size(); ++k) label += (k ? "," : "") + std::to_string(buckets[k]);
+    }
+    std::printf("  %s: latency (ms) median %.4g  mean %.4g  p90 %.4g  max %.4g; graphs captured %lld, replayed %lld, "
+                "evicted %lld, cached at the end %zu\n",
+                label.c_str(), percentile(sorted, 50), mean, percentile(sorted, 90), sorted.back(),
+                static_cast<long long>(after.captures - before.captures),
+                static_cast<long long>(after.replays - before.replays),
+                static_cast<long long>(after.evictions - before.evictions), after.cached);
+  }
+  std::printf("  every run's outputs had their batch's exact shape (%lld checks)\n", static_cast<long long>(checks));
+  return kExitOk;
+}
+
 }  // namespace
 
 int bench_command(const Argv& argv) {
@@ -153,6 +275,19 @@ int bench_command(const Argv& argv) {
   auto cuda_graph = args->get_bool("useCudaGraph");
   auto no_transfers = args->get_bool("noDataTransfers");
   auto avg_runs = args->get_int("avgRuns", 0, 1, kMaxCount);
+  auto graph_cache = args->get_int("graphCacheSize", 4, 0, 1024);
+  Result<std::vector<int64_t>> buckets = std::vector<int64_t>{};
+  if (auto b = args->get("batchBuckets")) buckets = parse_buckets(*b);
+  int64_t random_lo = 0, random_hi = 0;
+  if (auto r = args->get("randomBatch")) {
+    const size_t colon = r->find(':');
+    auto a = parse_int_flag("randomBatch", std::string_view(*r).substr(0, colon), 1, kMaxCount);
+    auto b = colon == std::string::npos ? a : parse_int_flag("randomBatch", std::string_view(*r).substr(colon + 1), 1, kMaxCount);
+    if (!a.ok()) return report("bench", a.error());
+    if (!b.ok()) return report("bench", b.error());
+    if (*b < *a) return report("bench", usage_error("--randomBatch=LO:HI needs LO <= HI, got " + *r));
+    random_lo = *a, random_hi = *b;
+  }
   Result<std::vector<double>> percentiles = std::vector<double>{90, 99};
   if (auto p = args->get("percentile")) percentiles = parse_percentiles(*p);
   for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
@@ -161,6 +296,8 @@ int bench_command(const Argv& argv) {
                          cuda_graph.ok() ? nullptr : &cuda_graph.error(),
                          no_transfers.ok() ? nullptr : &no_transfers.error(),
                          avg_runs.ok() ? nullptr : &avg_runs.error(),
+                         graph_cache.ok() ? nullptr : &graph_cache.error(),
+                         buckets.ok() ? nullptr : &buckets.error(),
                          percentiles.ok() ? nullptr : &percentiles.error()}) {
     if (e) return report("bench", *e);
   }
@@ -197,7 +334,16 @@ int bench_command(const Argv& argv) {
   // give. A GPU engine's addresses are device pointers, so there each timed run is run() on the
   // host tensors, which includes the host-device copies.
   const bool host_engine = engine->device() == Device::kCPU;
-  if (!host_engine) ctx.set_use_cuda_graph(*cuda_graph);
+  if (!host_engine) ctx.set_use_cuda_graph(*cuda_graph || random_hi > 0);
+  ctx.set_cuda_graph_cache_capacity(size_t(*graph_cache));
+  if (random_hi > 0) {
+    auto r = random_batch_bench(*engine, ctx, *inputs, random_lo, random_hi, *iterations, inputs_opt->seed, *buckets);
+    return r.ok() ? *r : report("bench", r.error());
+  }
+  if (!buckets->empty()) {
+    Status st = ctx.set_batch_buckets(*buckets);
+    if (!st.ok()) return report("bench", failure(st, "--batchBuckets"));
+  }
   // --noDataTransfers on a GPU engine: every IO tensor in a device buffer bound once, as an
   // application that keeps its data on the device runs it (trtexec's flag).
   const bool device_io = !host_engine && *no_transfers;

@@ -206,6 +206,14 @@ constexpr FlagDef kFlags[] = {
     {"percentile", "P1,P2,..", N, kAcc, T,
      "the latency percentiles to report (default 90,99); 0 is the fastest run, 100 the slowest"},
     {"useCudaGraph", "", N, kAcc, T, "capture the run in a CUDA graph (GPU engines only)"},
+    {"graphCacheSize", "N", N, kAcc, 0,
+     "CUDA graphs kept, one per set of input shapes (default 4; the least recently used is dropped)"},
+    {"batchBuckets", "B1,B2,..", N, kAcc, 0,
+     "CUDA graphs: a batch that is no bucket runs at the next bucket up, inputs padded with zero rows "
+     "and outputs sliced back to their exact shapes"},
+    {"randomBatch", "LO:HI", N, kAcc, 0,
+     "GPU engines: each of --iterations runs draws its batch from LO..HI (seeded by --seed) on "
+     "device-resident buffers; reports latency and graph captures without and with --batchBuckets"},
     {"exportTimes", "FILE.json", N, kAcc, T, "write every timed latency and the summary as JSON"},
     {"streams", "N", kCmdAll, kRef, T, kOneStream},
     {"infStreams", "N", kCmdAll, kRef, T, kOneStream},

@@ -163,6 +163,12 @@ class CudaBackend final : public Backend {
                     "copying " + std::to_string(bytes) + " bytes");
     return ok_status();
   }
+  Status fill_zero(void* dst, size_t bytes, void* stream) const override {
+    if (bytes == 0) return ok_status();
+    KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)),
+                    "zeroing " + std::to_string(bytes) + " bytes");
+    return ok_status();
+  }
   uint64_t weights_prepared() const override { return cuda::weights_prepared(); }
   // The GPU model and compute capability, and the cuDNN and cuBLASLt versions: what makes a timed
   // choice valid. A failed query yields an identity no real device has, so nothing cached matches.
