@@ -4,6 +4,7 @@
 // hold at build time (see fold_constants.cc).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "builder/build_state.h"
 #include "core/checked.h"
@@ -139,6 +140,107 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
   return ok_status();
 }
 
+// An If whose condition is known at build time (a constant, or a function of shapes: exporters
+// branch on a tensor's rank or size) runs as the branch it takes: the branch's nodes replace it at
+// position n, its values renamed apart, its outputs written to the If's outputs (by an Identity
+// where the branch passes an outer value or a constant straight through). true when it inlined.
+StatusOr<bool> inline_known_if(ir::Graph& g, size_t n) {
+  const ir::Node& node = g.nodes[n];
+  if (ops::find_op(node.domain, node.op_type) != ops::OpKind::kIf || node.inputs.empty() || node.inputs[0] < 0) {
+    return false;
+  }
+  const ir::Value& c = g.values[size_t(node.inputs[0])];
+  std::optional<bool> cond;
+  if (c.constant && c.constant->numel() == 1) {
+    cond = c.constant->int_at(0) != 0;
+  } else if (c.sym_value && c.sym_value->size() == 1 && (*c.sym_value)[0].is_const()) {
+    cond = (*c.sym_value)[0].value() != 0;
+  }
+  if (!cond) return false;
+  const char* which = *cond ? "then_branch" : "else_branch";
+  const ir::Attribute* attr = node.attrs.find(which);
+  if (!attr || attr->type != ir::AttrType::kGraph || !attr->g) {
+    return invalid_model(node.describe() + ": it has no graph attribute " + which);
+  }
+  const ir::Graph& b = *attr->g;
+  if (b.outputs.size() != node.outputs.size()) {
+    return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b.outputs.size()) +
+                         " outputs, the If has " + std::to_string(node.outputs.size()));
+  }
+  for (const ir::Node& bn : b.nodes) {
+    for (const auto& [name, a] : bn.attrs.all()) {
+      if (a.type == ir::AttrType::kGraph || a.type == ir::AttrType::kGraphs) {
+        return unsupported(node.describe() + ": its " + which + " holds " + bn.describe() +
+                           ", whose own subgraph kiln does not inline");
+      }
+    }
+  }
+  const std::string prefix = node.name.empty() ? std::string("if") : node.name;
+  std::vector<char> produced(b.values.size(), 0);
+  for (const ir::Node& bn : b.nodes) {
+    for (int v : bn.outputs) {
+      if (v >= 0) produced[size_t(v)] = 1;
+    }
+  }
+  std::vector<int> map(b.values.size(), -1);
+  std::vector<ir::Node> inlined;
+  // The branch's outputs are the If's: a value the branch computes takes the If output's place; a
+  // value passed through (or computed twice as outputs) is copied by an Identity.
+  std::vector<std::pair<int, int>> copies;  // (branch value, If output)
+  for (size_t k = 0; k < b.outputs.size(); ++k) {
+    const int bv = b.outputs[k];
+    int out = node.outputs[k];
+    if (out < 0) out = ir::add_unique_value(&g, prefix + "/" + b.values[size_t(bv)].name, DType::kUndefined, std::nullopt);
+    if (produced[size_t(bv)] && map[size_t(bv)] < 0) {
+      map[size_t(bv)] = out;
+    } else {
+      copies.push_back({bv, out});
+    }
+  }
+  for (size_t v = 0; v < b.values.size(); ++v) {
+    const ir::Value& bval = b.values[v];
+    if (map[v] >= 0) continue;
+    if (produced[v]) {
+      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, DType::kUndefined, std::nullopt);
+    } else if (bval.constant) {
+      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, bval.dtype, bval.shape);
+      g.values[size_t(map[v])].constant = bval.constant;
+    } else {
+      // A value of the enclosing graph, read by name: it must be computed before the If.
+      const int outer = g.find_value(bval.name);
+      if (outer < 0 || g.values[size_t(outer)].producer >= int(n)) {
+        return unsupported(g.nodes[n].describe() + ": its " + which + " reads '" + bval.name + "', which " +
+                           (outer < 0 ? "no enclosing graph defines" : "is computed after the If"));
+      }
+      map[v] = outer;
+    }
+  }
+  for (const ir::Node& bn : b.nodes) {
+    ir::Node copy = bn;
+    copy.name = ir::unique_node_name(g, prefix + "/" + (bn.name.empty() ? bn.op_type : bn.name));
+    for (int& v : copy.inputs) v = v < 0 ? v : map[size_t(v)];
+    for (int& v : copy.outputs) v = v < 0 ? v : map[size_t(v)];
+    inlined.push_back(std::move(copy));
+  }
+  for (const auto& [bv, out] : copies) {
+    ir::Node id;
+    id.name = ir::unique_node_name(g, prefix + "/output");
+    id.op_type = "Identity";
+    id.opset = g.nodes[n].opset;
+    id.inputs = {map[size_t(bv)]};
+    id.outputs = {out};
+    inlined.push_back(std::move(id));
+  }
+  g.nodes.erase(g.nodes.begin() + std::ptrdiff_t(n));
+  g.nodes.insert(g.nodes.begin() + std::ptrdiff_t(n), inlined.begin(), inlined.end());
+  for (size_t m = n; m < g.nodes.size(); ++m) {
+    for (int v : g.nodes[m].outputs) {
+      if (v >= 0) g.values[size_t(v)].producer = int(m);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 // The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
@@ -164,6 +266,11 @@ Status infer_shapes(BuildState& s) {
         return internal_error(node.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
                               "' has no inferred type");
       }
+    }
+    KILN_ASSIGN_OR_RETURN(bool inlined, inline_known_if(g, n));
+    if (inlined) {
+      --n;  // the branch's first node is at n now (wraps to the loop's ++ for n = 0)
+      continue;
     }
     KILN_RETURN_IF_ERROR(upgrade_opset6(g, n));
     const ops::OpSchema* schema = ops::find_schema(node);

@@ -134,9 +134,19 @@ Status infer_nms(InferContext& ctx) {
   return ok_status();
 }
 
+// If reaches inference only when its condition is data: the builder runs an If whose condition it
+// knows (a constant, or a function of shapes) as the branch it takes (infer_shapes inlines it).
+Status infer_if(InferContext& ctx) {
+  return ctx.error(StatusCode::kUnsupported,
+                   "its condition ('" + ctx.input(0).name +
+                       "') is computed from tensor data at run time; kiln runs an If only where its condition "
+                       "is known at build time (a constant or a function of input shapes), as the branch it takes");
+}
+
 }  // namespace
 
 void register_data_dependent_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kIf, 1, 1, 1, 1 << 20, &infer_if});
   r.add(OpSchema{OpKind::kNonZero, 1, 1, 1, 1, &infer_nonzero});
   r.add(OpSchema{OpKind::kCompress, 2, 2, 1, 1, &infer_compress});
   r.add(OpSchema{OpKind::kUnique, 1, 1, 1, 4, &infer_unique});

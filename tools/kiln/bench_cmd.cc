@@ -197,6 +197,9 @@ Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, cons
   std::printf("random batch %lld..%lld: %lld runs (seed %llu), device-resident inputs and outputs, graph cache %zu\n",
               static_cast<long long>(lo), static_cast<long long>(hi), static_cast<long long>(runs),
               static_cast<unsigned long long>(seed), ctx.cuda_graph_cache_capacity());
+  std::string first;
+  for (size_t k = 0; k < std::min<size_t>(draws.size(), 8); ++k) first += " " + std::to_string(draws[k]);
+  std::printf("  the first batches drawn:%s ...\n", first.c_str());
   int64_t checks = 0;
   for (int pass = 0; pass < (buckets.empty() ? 1 : 2); ++pass) {
     // Each pass starts with an empty cache.
