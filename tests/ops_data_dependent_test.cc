@@ -1,5 +1,5 @@
-// Ops whose output sizes their data decides (issue 15, item 1): NonZero, Compress, Unique and
-// NonMaxSuppression. Inference gives each such size a data-dependent dim bounded by the input
+// Ops whose output sizes their data decides (issue 15, item 1): NonZero, Compress, Unique,
+// NonMaxSuppression, and TopK with K from data. Inference gives each such size a data-dependent dim bounded by the input
 // shapes; the kernel cases run the CPU reference and one-node engines on every device present
 // (CUDA's cuda.host.* kernels on the GPU host), against values written out by hand from the ONNX
 // spec's examples.
@@ -170,6 +170,28 @@ TEST(DataDependentKernels, NonMaxSuppression) {
   c.inputs = {centers, two, initializer(make_i64({1}, {2})), initializer(make_f32({1}, {0.5f})), Tensor()};
   c.expected = {make_i64({8, 3}, {0, 0, 0, 0, 0, 2, 0, 1, 2, 0, 1, 1, 1, 0, 0, 1, 0, 2, 1, 1, 2, 1, 1, 1})};
   ASSERT_TRUE(run_case(c).ok());
+}
+
+TEST(DataDependentKernels, TopKWithKFromData) {
+  // K is an engine input: the outputs' axis is a data-dependent dim bounded by input 0's.
+  auto r = infer_node(op("TopK", 11), {f32({b, n}), typed(DType::kInt64, {Dim(1)})}, 2);
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(0), "[b, topk]");
+  EXPECT_EQ(r.shape(1), "[b, topk]");
+  EXPECT_EQ(r.data_dependent[0].bound.to_string(), "n");
+  KernelCase c;
+  c.expect_support = true;
+  c.num_outputs = 2;
+  c.node = op("TopK", 11).i("axis", 1);
+  c.inputs = {make_f32({2, 5}, {1, 5, 2, 4, 3, 9, 7, 8, 6, 0}), make_i64({1}, {3})};
+  c.expected = {make_f32({2, 3}, {5, 4, 3, 9, 8, 7}), make_i64({2, 3}, {1, 3, 4, 0, 2, 1})};
+  ASSERT_TRUE(run_case(c).ok());
+  c.inputs = {make_f32({2, 5}, {1, 5, 2, 4, 3, 9, 7, 8, 6, 0}), make_i64({1}, {0})};
+  c.expected = {make_f32({2, 0}, {}), make_i64({2, 0}, {})};
+  ASSERT_TRUE(run_case(c).ok());
+  auto past = run_case(op("TopK", 11), {make_f32({1, 4}, {1, 2, 3, 4}), make_i64({1}, {5})}, 2);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("K = 5 is out of range [0, 4]"), std::string::npos) << past.status().message();
 }
 
 }  // namespace

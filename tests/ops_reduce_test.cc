@@ -341,15 +341,19 @@ TEST(ReduceOpsKernel, HardmaxMarksFirstMaximum) {
   EXPECT_TRUE(all_close((*out)[0], make_f32({2, 3}, {0, 1, 0, 1, 0, 0})));
 }
 
-TEST(ReduceOpsInfer, TopKNeedsKAtBuildTime) {
+TEST(ReduceOpsInfer, TopKWithKKnownOrFromData) {
   auto r = infer_node(op("TopK", 11), {f32({4, 6}), constant(make_i64({1}, {2}))}, 2);
   ASSERT_TRUE(r.ok()) << r.status.to_string();
   EXPECT_EQ(r.dims()[1], Dim(2));
   EXPECT_EQ(r.dtype(), DType::kFloat32);
-  // K larger than the axis is an error; a runtime K is unsupported with a clear reason.
+  // K larger than the axis is an error; a runtime K makes the axis a data-dependent dim up to 6.
   EXPECT_FALSE(infer_node(op("TopK", 11), {f32({4, 6}), constant(make_i64({1}, {7}))}, 2).ok());
   auto rt = infer_node(op("TopK", 11), {f32({4, 6}), typed(DType::kInt64, {1})}, 2);
-  EXPECT_EQ(rt.code(), StatusCode::kUnsupported);
+  ASSERT_TRUE(rt.ok()) << rt.status.to_string();
+  EXPECT_EQ(rt.shape(0), "[4, topk]");
+  ASSERT_EQ(rt.data_dependent.size(), 1u);
+  EXPECT_EQ(rt.data_dependent[0].bound, Dim(6));
+  EXPECT_FALSE(infer_node(op("TopK", 11), {f32({4, 6}), typed(DType::kFloat32, {1})}, 2).ok());
 }
 
 TEST(ReduceOpsKernel, TopKLargestAndSmallestStable) {

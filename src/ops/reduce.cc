@@ -217,8 +217,8 @@ Status infer_hardmax(InferContext& ctx) {
   return ok_status();
 }
 
-// TopK: K must be known at build time (a constant or a function of shapes), since the outputs'
-// shapes depend on it.
+// TopK: K known at build time (a constant or a function of shapes) sizes the outputs; K from data
+// makes the size a data-dependent dim bounded by the axis.
 Status infer_topk(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
   if (!is_float(dt) && !is_integer(dt)) {
@@ -236,6 +236,16 @@ Status infer_topk(InferContext& ctx) {
     k = ir::Dim(kattr);
   } else {
     if (!ctx.has_input(1)) return ctx.error(StatusCode::kInvalidModel, "input 1 (K) is required");
+    if (!ctx.input_value(1)) {
+      if (!is_integer(ctx.input_dtype(1)) || ctx.input_rank(1) > 1) {
+        return ctx.error(StatusCode::kInvalidModel, "input 1 (K) must be an int64 scalar or one-element tensor");
+      }
+      std::vector<ir::Dim> out = x;
+      KILN_ASSIGN_OR_RETURN(out[axis], ctx.data_dependent_dim(0, axis, "topk", x[axis]));
+      ctx.set_output(0, dt, out);
+      ctx.set_output(1, DType::kInt64, out);
+      return ok_status();
+    }
     KILN_ASSIGN_OR_RETURN(std::vector<ir::Dim> kv, ctx.require_value(1, "K"));
     if (kv.size() != 1) {
       return ctx.error(StatusCode::kInvalidModel, "input 1 (K) must have exactly one element");

@@ -67,6 +67,10 @@ void register_attention_kernels(KernelRegistry& r);
 void register_spatial_kernels(KernelRegistry& r);
 void register_sequence_model_kernels(KernelRegistry& r);
 void register_data_dependent_kernels(KernelRegistry& r);  // NonZero, Unique, ... (data_dependent.cc)
+// A kernel whose output sizes its data may decide: `fn` fills each output's exact shape, which the
+// kernel reports (Kernel::data_dependent_shape). Defined in data_dependent.cc.
+using SizedFn = Status (*)(const KernelArgs& args, std::vector<Shape>* shapes);
+void add_sized_kernel(KernelRegistry& r, ops::OpKind op, SizedFn fn);
 void register_kiln_kernels(KernelRegistry& r);  // domain "kiln" (kiln_ops.cc)
 
 }  // namespace kiln::backends::cpu

@@ -18,9 +18,6 @@ namespace {
 
 using ops::OpKind;
 
-// A data-dependent kernel function: fills `shapes` with each output's exact shape.
-using SizedFn = Status (*)(const KernelArgs& args, std::vector<Shape>* shapes);
-
 class SizedKernel final : public Kernel {
  public:
   SizedKernel(std::string name, ir::Attributes attrs, SizedFn fn)
@@ -48,11 +45,6 @@ class SizedKernel final : public Kernel {
   bool valid_ = false;
 };
 
-void add_sized(KernelRegistry& r, OpKind op, SizedFn fn) {
-  r.add_factory(op, [op, fn](const KernelQuery& q) -> StatusOr<std::unique_ptr<Kernel>> {
-    return std::unique_ptr<Kernel>(new SizedKernel("cpu." + name_of(op), q.node.attrs, fn));
-  });
-}
 
 // The error for a size past the bound the run gave the output (a plan whose bound is wrong).
 Status past_bound(std::string_view op, int64_t n, int64_t bound) {
@@ -317,11 +309,17 @@ Status nms_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
 
 }  // namespace
 
+void add_sized_kernel(KernelRegistry& r, OpKind op, SizedFn fn) {
+  r.add_factory(op, [op, fn](const KernelQuery& q) -> StatusOr<std::unique_ptr<Kernel>> {
+    return std::unique_ptr<Kernel>(new SizedKernel("cpu." + name_of(op), q.node.attrs, fn));
+  });
+}
+
 void register_data_dependent_kernels(KernelRegistry& r) {
-  add_sized(r, OpKind::kNonZero, &nonzero_kernel);
-  add_sized(r, OpKind::kCompress, &compress_kernel);
-  add_sized(r, OpKind::kUnique, &unique_kernel);
-  add_sized(r, OpKind::kNonMaxSuppression, &nms_kernel);
+  add_sized_kernel(r, OpKind::kNonZero, &nonzero_kernel);
+  add_sized_kernel(r, OpKind::kCompress, &compress_kernel);
+  add_sized_kernel(r, OpKind::kUnique, &unique_kernel);
+  add_sized_kernel(r, OpKind::kNonMaxSuppression, &nms_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -442,6 +442,35 @@ Status topk_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// TopK as the runtime runs it: K may be data (a data-dependent dim), in which case the outputs'
+// views have the axis at its bound; the kernel runs on views of exactly K and reports that shape.
+Status topk_sized(const KernelArgs& a, std::vector<Shape>* shapes) {
+  const TensorView& x = a.in[0];
+  KILN_ASSIGN_OR_RETURN(int64_t axis_attr, a.attrs.get_int("axis", -1));
+  std::vector<int64_t> kv;
+  if (a.in.size() < 2 || !read_indices(a.in[1], &kv) || kv.size() != 1) {
+    return invalid_argument("TopK: input 1 (K) must be one int64");
+  }
+  const int64_t axis = axis_attr < 0 ? axis_attr + x.rank() : axis_attr;
+  if (axis < 0 || axis >= x.rank() || a.out.size() < 2) return invalid_argument("TopK: axis out of range");
+  Shape s(a.out[0].shape.begin(), a.out[0].shape.end());
+  if (kv[0] < 0 || kv[0] > x.shape[size_t(axis)]) {
+    return invalid_argument("TopK: K = " + std::to_string(kv[0]) + " is out of range [0, " +
+                            std::to_string(x.shape[size_t(axis)]) + "]");
+  }
+  if (size_t(axis) >= s.size() || kv[0] > s[size_t(axis)]) {
+    return internal_error("TopK: K = " + std::to_string(kv[0]) + " exceeds what the plan sized the outputs for");
+  }
+  s[size_t(axis)] = kv[0];
+  TensorView outs[2] = {a.out[0], a.out[1]};
+  outs[0].shape = s;
+  outs[1].shape = s;
+  KILN_RETURN_IF_ERROR(topk_kernel(KernelArgs{a.attrs, a.in, outs}));
+  (*shapes)[0] = s;
+  (*shapes)[1] = s;
+  return ok_status();
+}
+
 }  // namespace
 
 void register_reduce_kernels(KernelRegistry& r) {
@@ -458,7 +487,7 @@ void register_reduce_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kArgMax, &arg_kernel<true>);
   r.add(ops::OpKind::kArgMin, &arg_kernel<false>);
   r.add(ops::OpKind::kHardmax, &hardmax_kernel);
-  r.add(ops::OpKind::kTopK, &topk_kernel);
+  add_sized_kernel(r, ops::OpKind::kTopK, &topk_sized);
 }
 
 }  // namespace kiln::backends::cpu

@@ -226,7 +226,7 @@ void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithS
 void register_swiglu(Registry& r);     // SwiGLU
 void register_unpool(Registry& r);     // MaxUnpool
 void register_dft(Registry& r);        // DFT
-void register_data_dependent(Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression (host)
+void register_data_dependent(Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression, TopK (host)
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);

@@ -1,4 +1,5 @@
-// NonZero, Compress, Unique and NonMaxSuppression on CUDA ("cuda.host.<Op>"): ops whose output
+// NonZero, Compress, Unique, NonMaxSuppression and TopK with K from data on CUDA
+// ("cuda.host.<Op>"; cuda.TopK takes every TopK whose K is known at build time): ops whose output
 // sizes their data decides. The run must learn those sizes on the host before it can size what
 // follows, so it waits for the stream at these layers anyway (kiln inspect marks them). These
 // kernels use that wait: they copy their inputs to page-locked host memory, run the CPU reference
@@ -98,7 +99,7 @@ StatusOr<std::unique_ptr<Kernel>> make_host_run(const KernelQuery& q) {
 
 void register_data_dependent(Registry& r) {
   for (ops::OpKind op : {ops::OpKind::kNonZero, ops::OpKind::kCompress, ops::OpKind::kUnique,
-                         ops::OpKind::kNonMaxSuppression}) {
+                         ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK}) {
     r.add(op, &make_host_run, ImplInfo{"host"});
   }
 }

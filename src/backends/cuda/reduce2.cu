@@ -451,6 +451,11 @@ StatusOr<std::unique_ptr<Kernel>> make_topk(const KernelQuery& q) {
   if (q.outputs.size() < 2 || !q.outputs[0] || !q.outputs[1]) {
     return unsupported(q.node.describe() + ": the CUDA TopK writes both outputs; both must be present");
   }
+  // K from data sizes the outputs only when the run reads it: cuda.host.TopK runs that case.
+  const ir::Value* k = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+  if (k && !k->constant && !k->sym_value) {
+    return unsupported(q.node.describe() + ": K ('" + k->name + "') comes from data; cuda.host.TopK runs it");
+  }
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   KILN_ASSIGN_OR_RETURN(int64_t largest, q.node.attrs.get_int("largest", 1));
   return std::unique_ptr<Kernel>(new TopKKernel(axis, largest != 0));
