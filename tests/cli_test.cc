@@ -23,6 +23,7 @@
 #include "frontend/onnx/parse.h"
 #include "model_util.h"
 #include "onnx/onnx.pb.h"
+#include "onnx_model_builder.h"
 #include "plan/engine_file.h"
 
 namespace kiln::testing {
@@ -262,6 +263,50 @@ TEST_F(CliTest, ShapeStepsBuildAndRefuseOffStepShapes) {
   r = kiln_cli("build --onnx=" + path("stepped.onnx") + " --minShapes=x:2x4 --maxShapes=x:8x4 --shapeSteps=y:2x1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--shapeSteps names 'y'")) << r.out;
+}
+
+// A detector's tail: NonMaxSuppression over 3 classes (at most 5 boxes each), then the kept boxes
+// gathered. The number kept is data-dependent: inspect lists its dim and marks the layer, run
+// prints exact shapes, compare matches ONNX Runtime.
+TEST_F(CliTest, DataDependentOutputsBuildInspectRunAndCompare) {
+  using namespace ::kiln::testing;
+  ::onnx::ModelProto m = make_model(17);
+  auto* g = m.mutable_graph();
+  add_input(g, "boxes", ::onnx::TensorProto::FLOAT, {"1", "n", "4"});
+  add_input(g, "scores", ::onnx::TensorProto::FLOAT, {"1", "3", "n"});
+  *g->add_initializer() = raw_tensor<int64_t>("max_out", ::onnx::TensorProto::INT64, {1}, {5});
+  *g->add_initializer() = raw_tensor<float>("iou", ::onnx::TensorProto::FLOAT, {1}, {0.5f});
+  *g->add_initializer() = raw_tensor<int64_t>("two", ::onnx::TensorProto::INT64, {}, {2});
+  *g->add_initializer() = raw_tensor<int64_t>("zero", ::onnx::TensorProto::INT64, {1}, {0});
+  add_node(g, "NonMaxSuppression", {"boxes", "scores", "max_out", "iou"}, {"sel"}, "nms");
+  auto* pick = add_node(g, "Gather", {"sel", "two"}, {"box_idx"}, "pick_box");
+  auto* axis = pick->add_attribute();
+  axis->set_name("axis"), axis->set_type(::onnx::AttributeProto::INT), axis->set_i(1);
+  add_node(g, "Squeeze", {"boxes", "zero"}, {"boxes2d"}, "squeeze");
+  add_node(g, "Gather", {"boxes2d", "box_idx"}, {"kept"}, "gather_boxes");
+  add_output(g, "sel", ::onnx::TensorProto::INT64);
+  add_output(g, "kept");
+  {
+    std::ofstream f(path("nms_tail.onnx"), std::ios::binary);
+    f << m.SerializeAsString();
+  }
+  const std::string engine = path("nms_tail.kiln");
+  auto r = kiln_cli("build --onnx=" + path("nms_tail.onnx") +
+                    " --minShapes=boxes:1x1x4,scores:1x3x1 --optShapes=boxes:1x50x4,scores:1x3x50"
+                    " --maxShapes=boxes:1x200x4,scores:1x3x200 --saveEngine=" + engine);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "nms_selected in [0, 3*min(5, n)]")) << r.out;
+  r = kiln_cli("inspect " + engine);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "kept    float32   [nms_selected, 4]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "sizes from data (the run waits for them)")) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=boxes:1x20x4,scores:1x3x20");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "sel: shape ") && contains(r.out, "x3 int64")) << r.out;
+  r = kiln_cli("compare --loadEngine=" + engine + " --onnx=" + path("nms_tail.onnx") +
+               " --shapes=boxes:1x30x4,scores:1x3x30");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: 2 of 2 outputs within tolerance")) << r.out;
 }
 
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
