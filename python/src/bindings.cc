@@ -732,6 +732,30 @@ class BoundContext {
   int optimization_profile() const { return ctx_->optimization_profile(); }
   bool profile_pinned() const { return ctx_->profile_pinned(); }
   size_t arena_bytes() const { return ctx_->arena_bytes(); }
+  void set_use_cuda_graph(bool on) {
+    Exclusive guard(this);
+    ctx_->set_use_cuda_graph(on);
+  }
+  bool use_cuda_graph() const { return ctx_->use_cuda_graph(); }
+  void set_graph_capacity(size_t n) {
+    Exclusive guard(this);
+    ctx_->set_cuda_graph_cache_capacity(n);
+  }
+  size_t graph_capacity() const { return ctx_->cuda_graph_cache_capacity(); }
+  void set_batch_buckets(std::vector<int64_t> buckets) {
+    Exclusive guard(this);
+    check(ctx_->set_batch_buckets(std::move(buckets)));
+  }
+  std::vector<int64_t> batch_buckets() const { return ctx_->batch_buckets(); }
+  nb::dict graph_stats() const {
+    const auto s = ctx_->cuda_graph_stats();
+    nb::dict d;
+    d["captures"] = s.captures;
+    d["replays"] = s.replays;
+    d["evictions"] = s.evictions;
+    d["cached"] = s.cached;
+    return d;
+  }
   const Engine& engine() const { return engine_; }
 
  private:
@@ -1281,5 +1305,16 @@ NB_MODULE(_kiln, m) {
                    "profiles takes the one whose ranges hold every input's shape and whose opt shapes are "
                    "nearest, chosen once every input shape is set (optimization_profile then says which).")
       .def_prop_ro("arena_bytes", &BoundContext::arena_bytes, "Bytes of activation memory held now.")
+      .def_prop_rw("use_cuda_graph", &BoundContext::use_cuda_graph, &BoundContext::set_use_cuda_graph,
+                   "CUDA engines: capture each run once per set of input shapes (and IO addresses, stream) "
+                   "and replay it; ignored on the CPU and by engines with data-dependent sizes.")
+      .def_prop_rw("cuda_graph_cache_capacity", &BoundContext::graph_capacity, &BoundContext::set_graph_capacity,
+                   "Captured graphs kept, the least recently used dropped first (default 4).")
+      .def_prop_rw("batch_buckets", &BoundContext::batch_buckets, &BoundContext::set_batch_buckets,
+                   "CUDA graphs: a batch runs at its bucket (the next one up), inputs padded with zero rows, "
+                   "outputs sliced back to their exact shapes. Raises where padding could change real rows "
+                   "(an output not starting with the batch, a reduction across it) and on the CPU.")
+      .def_prop_ro("cuda_graph_stats", &BoundContext::graph_stats,
+                   "{'captures', 'replays', 'evictions', 'cached'}: what the graph cache did so far.")
       .def_prop_ro("engine", &BoundContext::engine, nb::rv_policy::copy, "The engine this context runs.");
 }

@@ -23,6 +23,7 @@ namespace plan {
 struct Plan;
 }
 namespace backends {
+class Backend;
 class Kernel;
 }
 struct EngineData;
@@ -59,6 +60,27 @@ class OutputAllocator {
   virtual ~OutputAllocator() = default;
   virtual void* reallocate_output(const std::string& name, void* current, size_t bytes, size_t alignment) = 0;
   virtual void notify_shape(const std::string& name, const Shape& shape) {}
+};
+
+// An OutputAllocator over memory of a device's backend (device memory on CUDA, host memory on the
+// CPU): it grows when a run needs more and keeps its buffer for later runs; shape() is the shape
+// last notified. run() and kiln bench give it to outputs of data-dependent size.
+class GrowingOutputAllocator : public OutputAllocator {
+ public:
+  explicit GrowingOutputAllocator(Device device);
+  ~GrowingOutputAllocator() override;
+  GrowingOutputAllocator(const GrowingOutputAllocator&) = delete;
+  GrowingOutputAllocator& operator=(const GrowingOutputAllocator&) = delete;
+  void* reallocate_output(const std::string& name, void* current, size_t bytes, size_t alignment) override;
+  void notify_shape(const std::string& name, const Shape& shape) override { shape_ = shape; }
+  void* data() const { return ptr_; }
+  const Shape& shape() const { return shape_; }
+
+ private:
+  const backends::Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+  Shape shape_;
 };
 
 class Engine {
@@ -236,9 +258,8 @@ class ExecutionContext {
   std::vector<Shape> shapes_;             // resolved shape of every plan value
   // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).
   std::vector<char> pending_;
-  // run()'s buffers for outputs of data-dependent size (an OutputAllocator each), per IO tensor.
-  struct RunBuffer;
-  std::vector<std::unique_ptr<RunBuffer>> run_buffers_;
+  // run()'s buffers for outputs of data-dependent size, per IO tensor.
+  std::vector<std::unique_ptr<GrowingOutputAllocator>> run_buffers_;
   std::vector<size_t> slot_offset_;
   std::vector<size_t> slot_size_;    // bytes of each arena slot for the current shapes
   void* arena_ = nullptr;

@@ -46,28 +46,25 @@ std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& 
   return b.hi;
 }
 
-// run()'s allocator for an output of data-dependent size: a buffer of the engine's backend, grown
-// when a run needs more, kept for the next runs; the shape the run notified.
-struct ExecutionContext::RunBuffer final : OutputAllocator {
-  explicit RunBuffer(const backends::Backend* b) : backend(b) {}
-  ~RunBuffer() override {
-    if (ptr) backend->deallocate(ptr);
-  }
-  void* reallocate_output(const std::string&, void*, size_t bytes, size_t) override {
-    if (bytes <= capacity && ptr) return ptr;
-    auto p = backend->allocate(std::max<size_t>(bytes, 1));
-    if (!p.ok()) return nullptr;
-    if (ptr) backend->deallocate(ptr);
-    ptr = *p;
-    capacity = bytes;
-    return ptr;
-  }
-  void notify_shape(const std::string&, const Shape& s) override { shape = s; }
-  const backends::Backend* backend;
-  void* ptr = nullptr;
-  size_t capacity = 0;
-  Shape shape;
-};
+GrowingOutputAllocator::GrowingOutputAllocator(Device device) {
+  auto b = backends::get_backend(device);
+  if (b.ok()) backend_ = *b;
+}
+
+GrowingOutputAllocator::~GrowingOutputAllocator() {
+  if (ptr_) backend_->deallocate(ptr_);
+}
+
+void* GrowingOutputAllocator::reallocate_output(const std::string&, void*, size_t bytes, size_t) {
+  if (!backend_) return nullptr;
+  if (ptr_ && bytes <= capacity_) return ptr_;
+  auto p = backend_->allocate(std::max<size_t>(bytes, 1));
+  if (!p.ok()) return nullptr;
+  if (ptr_) backend_->deallocate(ptr_);
+  ptr_ = *p;
+  capacity_ = bytes;
+  return ptr_;
+}
 
 Status upload_constants(EngineData& data) {
   const backends::Backend* b = data.backend;
@@ -1072,7 +1069,7 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
     allocators_[i] = nullptr;
     if (data_->shape_data_dependent[v]) {
       // Sized by the run: a buffer of the context's until then, copied out below.
-      if (!run_buffers_[i]) run_buffers_[i] = std::make_unique<RunBuffer>(b);
+      if (!run_buffers_[i]) run_buffers_[i] = std::make_unique<GrowingOutputAllocator>(data_->plan.device);
       allocators_[i] = run_buffers_[i].get();
       continue;
     }
@@ -1090,10 +1087,10 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
     if (!data_->shape_data_dependent[v]) continue;
-    const RunBuffer& buf = *run_buffers_[i];
-    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, buf.shape));
+    const GrowingOutputAllocator& buf = *run_buffers_[i];
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, buf.shape()));
     const auto kind = b->host_accessible() ? backends::CopyKind::kHostToHost : backends::CopyKind::kDeviceToHost;
-    KILN_RETURN_IF_ERROR(b->copy(t.data(), buf.ptr, t.nbytes(), kind, stream_));
+    KILN_RETURN_IF_ERROR(b->copy(t.data(), buf.data(), t.nbytes(), kind, stream_));
     KILN_RETURN_IF_ERROR(b->synchronize(stream_));
     outputs[g.values[v].name] = std::move(t);
     allocators_[i] = nullptr;

@@ -61,27 +61,7 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-// An output sized by its data (NonZero's: -1 dims until a run): a buffer of the engine's backend
-// that the run asks for with the exact size, grown when a run needs more, kept for the next.
-struct GrowingOutput final : OutputAllocator {
-  explicit GrowingOutput(const backends::Backend* b) : backend(b) {}
-  ~GrowingOutput() override {
-    if (ptr) backend->deallocate(ptr);
-  }
-  void* reallocate_output(const std::string&, void*, size_t bytes, size_t) override {
-    if (ptr && bytes <= capacity) return ptr;
-    auto p = backend->allocate(std::max<size_t>(bytes, 1));
-    if (!p.ok()) return nullptr;
-    if (ptr) backend->deallocate(ptr);
-    ptr = *p;
-    capacity = bytes;
-    return ptr;
-  }
-  const backends::Backend* backend;
-  void* ptr = nullptr;
-  size_t capacity = 0;
-};
-
+// An output whose size its data decides has -1 dims until a run (NonZero's count).
 bool sized_by_data(const Shape& s) {
   return std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; });
 }
@@ -90,7 +70,7 @@ bool sized_by_data(const Shape& s) {
 struct DeviceBuffers {
   const backends::Backend* backend = nullptr;
   std::vector<void*> ptrs;
-  std::vector<std::unique_ptr<GrowingOutput>> sized;
+  std::vector<std::unique_ptr<GrowingOutputAllocator>> sized;  // outputs sized by their data
   ~DeviceBuffers() {
     for (void* p : ptrs) backend->deallocate(p);
   }
@@ -104,7 +84,7 @@ Status bind_device_buffers(const Engine& engine, ExecutionContext& ctx,
     KILN_ASSIGN_OR_RETURN(Shape shape, ctx.tensor_shape(name));
     KILN_ASSIGN_OR_RETURN(DType dtype, engine.tensor_dtype(name));
     if (sized_by_data(shape)) {
-      out->sized.push_back(std::make_unique<GrowingOutput>(out->backend));
+      out->sized.push_back(std::make_unique<GrowingOutputAllocator>(engine.device()));
       KILN_RETURN_IF_ERROR(ctx.set_output_allocator(name, out->sized.back().get()));
       continue;
     }
@@ -361,7 +341,7 @@ int bench_command(const Argv& argv) {
     return r.ok() ? ok_status() : r.status();
   };
   std::map<std::string, Tensor> outputs;
-  std::vector<std::unique_ptr<GrowingOutput>> sized_outputs;
+  std::vector<std::unique_ptr<GrowingOutputAllocator>> sized_outputs;
   std::string shapes_text;
   for (auto& [name, t] : inputs->tensors) {
     if (!host_engine) break;
@@ -378,7 +358,7 @@ int bench_command(const Argv& argv) {
     if (!shape.ok())
       return report("bench", failure(shape.status(), "resolving output '" + n + "'"));
     if (sized_by_data(*shape)) {
-      sized_outputs.push_back(std::make_unique<GrowingOutput>(&backends::reference_backend()));
+      sized_outputs.push_back(std::make_unique<GrowingOutputAllocator>(engine->device()));
       Status st = ctx.set_output_allocator(n, sized_outputs.back().get());
       if (!st.ok()) return report("bench", failure(st, "binding output '" + n + "'"));
       continue;

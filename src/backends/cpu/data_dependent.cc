@@ -88,67 +88,73 @@ Status nonzero_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   return ok_status();
 }
 
+// What Compress and Unique select from: slices along the axis attribute (outer x len x inner), or
+// without it the elements of the flattened input.
+struct Slices {
+  bool has_axis = false;
+  int axis = 0;
+  int64_t outer = 1, len = 0, inner = 1;
+};
+
+StatusOr<Slices> slices_of(const KernelArgs& a, const TensorView& x, const std::string& op) {
+  Slices s;
+  s.has_axis = a.attrs.has("axis");
+  s.len = x.numel();
+  if (!s.has_axis) return s;
+  KILN_ASSIGN_OR_RETURN(int64_t ax, a.attrs.get_int("axis", 0));
+  s.axis = int(ax < 0 ? ax + x.rank() : ax);
+  if (s.axis < 0 || s.axis >= x.rank()) return invalid_argument(op + ": axis out of range");
+  s.len = x.shape[size_t(s.axis)];
+  for (int d = 0; d < s.axis; ++d) s.outer *= x.shape[size_t(d)];
+  for (int d = s.axis + 1; d < x.rank(); ++d) s.inner *= x.shape[size_t(d)];
+  return s;
+}
+
+// Writes slices rows[0], rows[1], ... of x into y (outer x rows.size() x inner) and returns y's
+// exact shape; the caller has checked rows.size() against y's bound.
+Shape copy_slices(const TensorView& x, const TensorView& y, const Slices& s, const std::vector<int64_t>& rows) {
+  const int64_t n = int64_t(rows.size());
+  const size_t es = dtype_size(x.dtype);
+  const char* src = x.as<const char>();
+  char* dst = y.as<char>();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t k = 0; k < n; ++k) {
+      std::memcpy(dst + size_t((o * n + k) * s.inner) * es, src + size_t((o * s.len + rows[size_t(k)]) * s.inner) * es,
+                  size_t(s.inner) * es);
+    }
+  }
+  if (!s.has_axis) return {n};
+  Shape shape(x.shape.begin(), x.shape.end());
+  shape[size_t(s.axis)] = n;
+  return shape;
+}
+
 Status compress_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   const TensorView& x = a.in[0];
   const TensorView& cond = a.in[1];
   const TensorView& y = a.out[0];
-  const bool has_axis = a.attrs.has("axis");
-  int axis = 0;
-  int64_t outer = 1, len = x.numel(), inner = 1;
-  if (has_axis) {
-    KILN_ASSIGN_OR_RETURN(int64_t ax, a.attrs.get_int("axis", 0));
-    axis = int(ax < 0 ? ax + x.rank() : ax);
-    if (axis < 0 || axis >= x.rank()) return invalid_argument("Compress: axis out of range");
-    len = x.shape[axis];
-    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
-    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape[d];
-  }
+  KILN_ASSIGN_OR_RETURN(Slices sl, slices_of(a, x, "Compress"));
   const uint8_t* c = cond.as<const uint8_t>();
   std::vector<int64_t> keep;
   for (int64_t i = 0; i < cond.numel(); ++i) {
     if (!c[i]) continue;
-    if (i >= len) {
+    if (i >= sl.len) {
       return invalid_argument("Compress: condition entry " + std::to_string(i) + " is true, past the " +
-                              std::to_string(len) + (has_axis ? " slices along the axis" : " elements"));
+                              std::to_string(sl.len) + (sl.has_axis ? " slices along the axis" : " elements"));
     }
     keep.push_back(i);
   }
-  const int64_t n = int64_t(keep.size());
-  const int64_t bound = has_axis ? y.shape[axis] : y.shape[0];
-  if (n > bound) return past_bound("Compress", n, bound);
-  const size_t es = dtype_size(x.dtype);
-  const char* src = x.as<const char>();
-  char* dst = y.as<char>();
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t k = 0; k < n; ++k) {
-      std::memcpy(dst + size_t((o * n + k) * inner) * es, src + size_t((o * len + keep[size_t(k)]) * inner) * es,
-                  size_t(inner) * es);
-    }
-  }
-  Shape s(x.shape.begin(), x.shape.end());
-  if (has_axis) {
-    s[size_t(axis)] = n;
-  } else {
-    s = {n};
-  }
-  (*shapes)[0] = s;
+  const int64_t bound = sl.has_axis ? y.shape[size_t(sl.axis)] : y.shape[0];
+  if (int64_t(keep.size()) > bound) return past_bound("Compress", int64_t(keep.size()), bound);
+  (*shapes)[0] = copy_slices(x, y, sl, keep);
   return ok_status();
 }
 
 Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   const TensorView& x = a.in[0];
-  const bool has_axis = a.attrs.has("axis");
   KILN_ASSIGN_OR_RETURN(int64_t sorted, a.attrs.get_int("sorted", 1));
-  int axis = 0;
-  int64_t outer = 1, rows = x.numel(), inner = 1;
-  if (has_axis) {
-    KILN_ASSIGN_OR_RETURN(int64_t ax, a.attrs.get_int("axis", 0));
-    axis = int(ax < 0 ? ax + x.rank() : ax);
-    if (axis < 0 || axis >= x.rank()) return invalid_argument("Unique: axis out of range");
-    rows = x.shape[axis];
-    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
-    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape[d];
-  }
+  KILN_ASSIGN_OR_RETURN(Slices sl, slices_of(a, x, "Unique"));
+  const int64_t outer = sl.outer, rows = sl.len, inner = sl.inner;
   // Rows (elements, or slices along the axis) in the order numpy's unique sorts them: the
   // slice's elements compared in order. A stable sort keeps each group's first occurrence first.
   std::vector<int64_t> order(static_cast<size_t>(rows));
@@ -196,27 +202,13 @@ Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   for (int64_t k = 0; k < groups; ++k) position[size_t(out_order[size_t(k)])] = k;
 
   const TensorView& y = a.out[0];
-  const int64_t bound = has_axis ? y.shape[axis] : y.shape[0];
+  const int64_t bound = sl.has_axis ? y.shape[size_t(sl.axis)] : y.shape[0];
   if (groups > bound) return past_bound("Unique", groups, bound);
-  const size_t es = dtype_size(x.dtype);
-  const char* src = x.as<const char>();
-  char* dst = y.as<char>();
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t k = 0; k < groups; ++k) {
-      const int64_t row = first[size_t(out_order[size_t(k)])];
-      std::memcpy(dst + size_t((o * groups + k) * inner) * es, src + size_t((o * rows + row) * inner) * es,
-                  size_t(inner) * es);
-    }
-  }
-  Shape ys(x.shape.begin(), x.shape.end());
-  if (has_axis) {
-    ys[size_t(axis)] = groups;
-  } else {
-    ys = {groups};
-  }
-  (*shapes)[0] = ys;
+  std::vector<int64_t> first_rows(static_cast<size_t>(groups));
+  for (int64_t k = 0; k < groups; ++k) first_rows[size_t(k)] = first[size_t(out_order[size_t(k)])];
+  (*shapes)[0] = copy_slices(x, y, sl, first_rows);
   if (a.out.size() > 1 && present(a.out[1])) {
-    for (int64_t k = 0; k < groups; ++k) a.out[1].as<int64_t>()[k] = first[size_t(out_order[size_t(k)])];
+    for (int64_t k = 0; k < groups; ++k) a.out[1].as<int64_t>()[k] = first_rows[size_t(k)];
     (*shapes)[1] = {groups};
   }
   if (a.out.size() > 2 && present(a.out[2])) {
