@@ -119,6 +119,7 @@ ExecutionContext::~ExecutionContext() {
   if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
   kernels_.clear();
   run_buffers_.clear();
+  kernel_stream_ = stream_;  // a caller's stream may be gone by now: the caller waited for its work
   drop_graphs(false);
   for (void* p : bucket_buffers_) {
     if (p) b->deallocate(p);
@@ -364,7 +365,7 @@ Status ExecutionContext::resolve() {
   const bool host = backend->host_accessible();
   if (total > arena_capacity_) {
     // In-flight work may still use the old arena, and captured graphs name its addresses.
-    if (stream_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));
+    if (kernel_stream_) KILN_RETURN_IF_ERROR(backend->synchronize(kernel_stream_));
     drop_graphs(true);
     auto p = backend->allocate(std::max<size_t>(total, kAlign));
     if (!p.ok()) {
@@ -387,7 +388,7 @@ Status ExecutionContext::resolve() {
       sym_total += align_up(slot_size_[slot]);
     }
     // A direct run still in flight may read them (graphs read their own copies).
-    if (stream_ && sym_in_flight_) KILN_RETURN_IF_ERROR(backend->synchronize(stream_));
+    if (kernel_stream_ && sym_in_flight_) KILN_RETURN_IF_ERROR(backend->synchronize(kernel_stream_));
     sym_in_flight_ = false;
     if (sym_total > sym_capacity_) {
       KILN_ASSIGN_OR_RETURN(void* p, backend->allocate_host(sym_total));
@@ -730,7 +731,7 @@ void ExecutionContext::set_cuda_graph_cache_capacity(size_t capacity) {
   graph_capacity_ = capacity;
   while (graphs_.size() > graph_capacity_) {
     const backends::Backend* b = data_->backend;
-    if (stream_) (void)b->synchronize(stream_);  // the graph may still run
+    if (kernel_stream_) (void)b->synchronize(kernel_stream_);  // the graph may still run
     b->destroy_graph(graphs_.back().graph);
     if (graphs_.back().sym) b->deallocate_host(graphs_.back().sym);
     graphs_.pop_back();
@@ -746,7 +747,7 @@ ExecutionContext::GraphStats ExecutionContext::cuda_graph_stats() const {
 
 void ExecutionContext::drop_graphs(bool evicted) {
   const backends::Backend* b = data_->backend;
-  if (!graphs_.empty() && stream_) (void)b->synchronize(stream_);
+  if (!graphs_.empty() && kernel_stream_) (void)b->synchronize(kernel_stream_);
   for (CachedGraph& c : graphs_) {
     b->destroy_graph(c.graph);
     if (c.sym) b->deallocate_host(c.sym);
@@ -918,7 +919,7 @@ Status ExecutionContext::enqueue_bucketed(void* stream, bool* ran) {
     const size_t row = bucket > 0 ? bytes / size_t(bucket) : 0;
     const size_t need = std::max<size_t>(row * size_t(buckets_.back()), 1);
     if (need > bucket_capacity_[i]) {
-      if (stream_) st = b->synchronize(stream);
+      st = b->synchronize(stream);  // the buffer may still be read
       if (!st.ok()) break;
       auto p = b->allocate(need);
       if (!p.ok()) {
