@@ -657,6 +657,36 @@ TEST(Frontend, Opset6BroadcastAxisAndPerChannelSlope) {
       << refused.status().message();
 }
 
+// Upsample (opsets 7-9) reads as Resize-10: nearest 2x of a 2x2 input, the scales an attribute
+// (opset 7) or an input (opset 9).
+TEST(Frontend, UpsampleRunsAsResize) {
+  for (int64_t opset : {7, 9}) {
+    ModelProto m = make_model(opset);
+    GraphProto* g = m.mutable_graph();
+    add_input(g, "x", TensorProto::FLOAT, {"1", "1", "2", "2"});
+    NodeProto* up = add_node(g, "Upsample", {"x"}, {"y"}, "up");
+    if (opset == 7) {
+      auto* a = up->add_attribute();
+      a->set_name("scales"), a->set_type(::onnx::AttributeProto::FLOATS);
+      for (float f : {1.f, 1.f, 2.f, 2.f}) a->add_floats(f);
+    } else {
+      *g->add_initializer() = raw_tensor<float>("scales", TensorProto::FLOAT, {4}, {1, 1, 2, 2});
+      up->add_input("scales");
+    }
+    add_output(g, "y");
+    auto net = parse(m);
+    ASSERT_TRUE(net.ok()) << net.status().to_string();
+    EXPECT_EQ(net->graph.nodes[0].op_type, "Resize");
+    auto engine = Builder().build(*net, BuilderConfig());
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    auto ctx = engine->create_execution_context();
+    auto out = (*ctx)->run({{"x", testing::make_f32({1, 1, 2, 2}, {1, 2, 3, 4})}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(testing::all_close(out->at("y"), testing::make_f32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}), 0, 0))
+        << "opset " << opset;
+  }
+}
+
 TEST(Frontend, OpsetsOutsideTheSupportedRangeAreRefused) {
   for (int64_t opset : {5, 29}) {  // kiln reads opsets 6 to 28
     ModelProto m = make_model(opset);

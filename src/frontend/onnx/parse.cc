@@ -421,6 +421,22 @@ Status parse_graph(const ::onnx::GraphProto& gp, ModelContext& ctx, int depth, c
       }
       node.outputs.push_back(v);
     }
+    // Upsample (opsets 7 to 9; gone since 10) is Resize as opset 10 defines it: input X and the
+    // scales, the same modes, asymmetric coordinates. Upsample-7 gives the scales as an attribute,
+    // which becomes a constant input.
+    if (node.domain.empty() && node.op_type == "Upsample") {
+      if (node.inputs.size() < 2) {
+        auto scales = node.attrs.get_floats("scales", std::nullopt);
+        if (!scales.ok()) return with_context(scales.status(), node.describe());
+        std::string name = node.name + "::scales";
+        while (index.count(name)) name += "_";
+        const int v = value_of(name);
+        set_constant(&g->values[v], Tensor::from_vector(DType::kFloat32, {int64_t(scales->size())}, *scales));
+        node.inputs.push_back(v);
+      }
+      node.op_type = "Resize";
+      node.opset = 10;
+    }
     g->nodes.push_back(std::move(node));
   }
 
