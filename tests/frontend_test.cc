@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln.h"
+#include "model_util.h"
 #include "onnx_model_builder.h"
 #include "test_util.h"
 
@@ -658,7 +659,7 @@ TEST(Frontend, Opset6BroadcastAxisAndPerChannelSlope) {
 }
 
 // Upsample (opsets 7-9) reads as Resize-10: nearest 2x of a 2x2 input, the scales an attribute
-// (opset 7) or an input (opset 9).
+// (opset 7) or an input (opset 9), on the CPU and, where present, on CUDA.
 TEST(Frontend, UpsampleRunsAsResize) {
   for (int64_t opset : {7, 9}) {
     ModelProto m = make_model(opset);
@@ -677,13 +678,16 @@ TEST(Frontend, UpsampleRunsAsResize) {
     auto net = parse(m);
     ASSERT_TRUE(net.ok()) << net.status().to_string();
     EXPECT_EQ(net->graph.nodes[0].op_type, "Resize");
-    auto engine = Builder().build(*net, BuilderConfig());
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    auto ctx = engine->create_execution_context();
-    auto out = (*ctx)->run({{"x", testing::make_f32({1, 1, 2, 2}, {1, 2, 3, 4})}});
-    ASSERT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_TRUE(testing::all_close(out->at("y"), testing::make_f32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}), 0, 0))
-        << "opset " << opset;
+    for (Device device : {Device::kCPU, Device::kCUDA}) {
+      if (device == Device::kCUDA && !testing::device_available(device).ok()) continue;
+      auto engine = Builder(device).build(*net, BuilderConfig());
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      auto ctx = engine->create_execution_context();
+      auto out = (*ctx)->run({{"x", testing::make_f32({1, 1, 2, 2}, {1, 2, 3, 4})}});
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      EXPECT_TRUE(testing::all_close(out->at("y"), testing::make_f32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}), 0, 0))
+          << "opset " << opset << " on " << device_name(device);
+    }
   }
 }
 
