@@ -7,8 +7,6 @@
 // (KernelImpl::in_place_input: cuBLASLt's residual, C == D) takes that input's slot where the node
 // is its last reader.
 #include <map>
-#include <set>
-#include <string>
 
 #include "builder/build_state.h"
 
@@ -57,18 +55,6 @@ Status plan_memory(BuildState& s) {
   std::vector<char> is_output(nv, 0), is_input(nv, 0);
   for (int v : p.graph.outputs) is_output[v] = 1;
   for (int v : p.graph.inputs) is_input[v] = 1;
-  // An output whose size its data decides is written into the arena at its bound and copied out
-  // once the run knows the size (the caller's allocator is asked for it then).
-  std::set<std::string> data_dependent;
-  for (const ir::DataDependentDim& d : s.data_dependent) data_dependent.insert(d.symbol);
-  auto sized_by_data = [&](const ir::Value& val) {
-    std::set<std::string> syms;
-    for (const ir::Dim& d : *val.shape) d.collect_symbols(&syms);
-    for (const std::string& x : syms) {
-      if (data_dependent.count(x)) return true;
-    }
-    return false;
-  };
   for (int v = 0; v < nv; ++v) {
     const ir::Value& val = p.graph.values[v];
     plan::Storage st;
@@ -77,7 +63,10 @@ Status plan_memory(BuildState& s) {
     } else if (val.constant) {
       st = plan::Storage::kConstant;
     } else if (val.producer >= 0) {
-      st = is_output[v] && !sized_by_data(val) ? plan::Storage::kOutput : plan::Storage::kActivation;
+      // An output whose size its data decides is written into the arena at its bound and copied
+      // out once the run knows the size (the caller's allocator is asked for it then).
+      const bool sized_by_data = ir::names_data_dependent(*val.shape, s.data_dependent);
+      st = is_output[v] && !sized_by_data ? plan::Storage::kOutput : plan::Storage::kActivation;
     } else if (val.sym_value) {
       st = plan::Storage::kSymbolic;
     } else {

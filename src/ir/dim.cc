@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 namespace kiln::ir {
 namespace {
@@ -551,6 +552,16 @@ std::string Dim::to_string() const {
   if (constant_ > 0) s += " + " + std::to_string(constant_);
   if (constant_ < 0) s += " - " + std::to_string(uint64_t(0) - uint64_t(constant_));
   return s;
+}
+
+bool names_data_dependent(const std::vector<Dim>& dims, const std::vector<DataDependentDim>& dd) {
+  if (dd.empty()) return false;
+  std::set<std::string> syms;
+  for (const Dim& d : dims) d.collect_symbols(&syms);
+  for (const DataDependentDim& d : dd) {
+    if (syms.count(d.symbol)) return true;
+  }
+  return false;
 }
 
 std::string dims_to_string(const std::vector<Dim>& dims) {

@@ -105,5 +105,7 @@ struct DataDependentDim {
   std::string symbol;
   Dim bound;
 };
+// Whether any of `dims` names one of the data-dependent dims `dd`.
+bool names_data_dependent(const std::vector<Dim>& dims, const std::vector<DataDependentDim>& dd);
 
 }  // namespace kiln::ir

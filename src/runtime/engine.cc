@@ -49,19 +49,16 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     data->input_bindings.push_back(std::move(dims));
   }
   // Which values wait for data-dependent dims, and which nodes make them.
+  const auto& dd_dims = data->plan.data_dependent;
   std::set<std::string> dd;
-  for (const auto& d : data->plan.data_dependent) dd.insert(d.symbol);
-  auto names_dd = [&](const std::vector<ir::Dim>& dims) {
-    std::set<std::string> syms;
-    for (const auto& d : dims) d.collect_symbols(&syms);
-    return std::any_of(syms.begin(), syms.end(), [&](const std::string& x) { return dd.count(x) > 0; });
-  };
+  for (const auto& d : dd_dims) dd.insert(d.symbol);
   data->value_data_dependent.assign(g.values.size(), 0);
   data->shape_data_dependent.assign(g.values.size(), 0);
   for (size_t v = 0; v < g.values.size() && !dd.empty(); ++v) {
     const ir::Value& val = g.values[v];
-    data->shape_data_dependent[v] = val.shape && names_dd(*val.shape);
-    data->value_data_dependent[v] = data->shape_data_dependent[v] || (val.sym_value && names_dd(*val.sym_value));
+    data->shape_data_dependent[v] = val.shape && ir::names_data_dependent(*val.shape, dd_dims);
+    data->value_data_dependent[v] =
+        data->shape_data_dependent[v] || (val.sym_value && ir::names_data_dependent(*val.sym_value, dd_dims));
   }
   data->node_makes_data_dependent.assign(g.nodes.size(), 0);
   for (size_t n = 0; n < g.nodes.size() && !dd.empty(); ++n) {

@@ -229,6 +229,8 @@ class ExecutionContext {
   Status prepare_kernels();
   Status resolve();
   Status check_io_addresses();
+  // Output i's buffer from its allocator for the shape resolved now, and the shape notified.
+  Status allocate_output(size_t i);
   // Why `shape` of input `io` is outside profile `p`'s ranges, or ok.
   Status check_in_profile(int io, const Shape& shape, int p) const;
   // An unpinned context of a several-profile engine: picks the profile for the shapes set.
@@ -295,6 +297,8 @@ class ExecutionContext {
   // rewriting them.
   bool sym_in_flight_ = false;
   void drop_graphs(bool evicted);
+  void release_graph(CachedGraph& c);  // destroys the graph and frees its shape values
+  Status evict_oldest_graph();         // waits for the last run, then releases the oldest graph
   Status enqueue_graph(void* stream);
   // Runs the bucketed form of this run when buckets apply (*ran = true), else leaves it.
   Status enqueue_bucketed(void* stream, bool* ran);

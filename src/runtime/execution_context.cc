@@ -560,6 +560,20 @@ Status ExecutionContext::set_output_allocator(const std::string& name, OutputAll
   return ok_status();
 }
 
+Status ExecutionContext::allocate_output(size_t i) {
+  const int v = data_->io_values[i];
+  const std::string& name = data_->plan.graph.values[v].name;
+  const size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(data_->plan.graph.values[v].dtype);
+  void* ptr = allocators_[i]->reallocate_output(name, io_address_[i], bytes, kAlign);
+  if (!ptr && bytes > 0) {
+    return out_of_memory("the output allocator for '" + name + "' returned no buffer for " +
+                         std::to_string(bytes) + " bytes");
+  }
+  io_address_[i] = ptr;
+  allocators_[i]->notify_shape(name, shapes_[v]);
+  return ok_status();
+}
+
 Status ExecutionContext::check_io_addresses() {
   const ir::Graph& g = data_->plan.graph;
   std::vector<void*>& io = io_address_;
@@ -576,15 +590,7 @@ Status ExecutionContext::check_io_addresses() {
       }
       continue;
     }
-    if (i >= size_t(data_->num_inputs) && allocators_[i]) {
-      void* ptr = allocators_[i]->reallocate_output(name, io[i], nbytes(v), kAlign);
-      if (!ptr && nbytes(v) > 0) {
-        return out_of_memory("the output allocator for '" + name + "' returned no buffer for " +
-                             std::to_string(nbytes(v)) + " bytes");
-      }
-      io[i] = ptr;
-      allocators_[i]->notify_shape(name, shapes_[v]);
-    }
+    if (i >= size_t(data_->num_inputs) && allocators_[i]) KILN_RETURN_IF_ERROR(allocate_output(i));
     if (!io[i] && nbytes(v) > 0) {
       return invalid_argument(std::string(i < size_t(data_->num_inputs) ? "input" : "output") + " '" + name +
                               "' has no address: call set_tensor_address" +
@@ -677,12 +683,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     if (data_->shape_data_dependent[v]) {
       const std::string& name = g.values[v].name;
       if (pending_[v]) return internal_error("output '" + name + "' was never sized by the run");
-      io[i] = allocators_[i]->reallocate_output(name, io[i], nbytes(v), kAlign);
-      if (!io[i] && nbytes(v) > 0) {
-        return out_of_memory("the output allocator for '" + name + "' returned no buffer for " +
-                             std::to_string(nbytes(v)) + " bytes");
-      }
-      allocators_[i]->notify_shape(name, shapes_[v]);
+      KILN_RETURN_IF_ERROR(allocate_output(i));
     }
     if (p.values[v].storage == plan::Storage::kOutput && src == io[i]) continue;
     if (nbytes(v) == 0 || src == io[i]) continue;
@@ -729,14 +730,21 @@ Status ExecutionContext::enqueue(void* stream) {
 
 void ExecutionContext::set_cuda_graph_cache_capacity(size_t capacity) {
   graph_capacity_ = capacity;
-  while (graphs_.size() > graph_capacity_) {
-    const backends::Backend* b = data_->backend;
-    if (kernel_stream_) (void)b->synchronize(kernel_stream_);  // the graph may still run
-    b->destroy_graph(graphs_.back().graph);
-    if (graphs_.back().sym) b->deallocate_host(graphs_.back().sym);
-    graphs_.pop_back();
-    ++graph_stats_.evictions;
-  }
+  while (graphs_.size() > graph_capacity_) (void)evict_oldest_graph();  // a setter has no one to report to
+}
+
+void ExecutionContext::release_graph(CachedGraph& c) {
+  data_->backend->destroy_graph(c.graph);
+  if (c.sym) data_->backend->deallocate_host(c.sym);
+}
+
+Status ExecutionContext::evict_oldest_graph() {
+  // The graph may still run.
+  Status st = kernel_stream_ ? data_->backend->synchronize(kernel_stream_) : ok_status();
+  release_graph(graphs_.back());
+  graphs_.pop_back();
+  ++graph_stats_.evictions;
+  return st;
 }
 
 ExecutionContext::GraphStats ExecutionContext::cuda_graph_stats() const {
@@ -748,11 +756,8 @@ ExecutionContext::GraphStats ExecutionContext::cuda_graph_stats() const {
 void ExecutionContext::drop_graphs(bool evicted) {
   const backends::Backend* b = data_->backend;
   if (!graphs_.empty() && kernel_stream_) (void)b->synchronize(kernel_stream_);
-  for (CachedGraph& c : graphs_) {
-    b->destroy_graph(c.graph);
-    if (c.sym) b->deallocate_host(c.sym);
-    if (evicted) ++graph_stats_.evictions;
-  }
+  for (CachedGraph& c : graphs_) release_graph(c);
+  if (evicted) graph_stats_.evictions += int64_t(graphs_.size());
   graphs_.clear();
 }
 
@@ -797,14 +802,8 @@ Status ExecutionContext::enqueue_graph(void* stream) {
     return ok_status();
   }
   entry.graph = *graph;
-  if (graphs_.size() >= graph_capacity_) {
-    KILN_RETURN_IF_ERROR(backend->synchronize(stream));  // the evicted graph may still run
-    backend->destroy_graph(graphs_.back().graph);
-    if (graphs_.back().sym) backend->deallocate_host(graphs_.back().sym);
-    graphs_.pop_back();
-    ++graph_stats_.evictions;
-  }
   graphs_.push_front(std::move(entry));
+  if (graphs_.size() > graph_capacity_) KILN_RETURN_IF_ERROR(evict_oldest_graph());
   ++graph_stats_.captures;
   return ok_status();
 }
@@ -873,8 +872,8 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
 
 // Runs at the bucket (the batch's, or the next one up): the inputs copied into the bucket's
 // buffers (zero rows after the real ones), the run (a cached graph per bucket), and each output's
-// first rows copied back. Buffers
-// are sized for the largest bucket at once, so their addresses, part of the graphs' keys, stay.
+// first rows copied back. Buffers are sized for the largest bucket at once, so their addresses,
+// part of the graphs' keys, stay.
 Status ExecutionContext::enqueue_bucketed(void* stream, bool* ran) {
   *ran = false;
   const backends::Backend* b = data_->backend;
@@ -1092,10 +1091,10 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
     KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, buf.shape()));
     const auto kind = b->host_accessible() ? backends::CopyKind::kHostToHost : backends::CopyKind::kDeviceToHost;
     KILN_RETURN_IF_ERROR(b->copy(t.data(), buf.data(), t.nbytes(), kind, stream_));
-    KILN_RETURN_IF_ERROR(b->synchronize(stream_));
     outputs[g.values[v].name] = std::move(t);
     allocators_[i] = nullptr;
   }
+  if (!data_->plan.data_dependent.empty()) KILN_RETURN_IF_ERROR(b->synchronize(stream_));  // the copies above
   return outputs;
 }
 

@@ -214,15 +214,6 @@ class Verifier {
 
   // The runtime checks input shapes only against the profile's input ranges and derives symbols
   // from them, so those ranges must stay inside the symbol boxes every other check is made over.
-  bool names_data_dependent(const std::vector<ir::Dim>& dims) const {
-    std::set<std::string> syms;
-    for (const auto& d : dims) d.collect_symbols(&syms);
-    for (const auto& d : p_.data_dependent) {
-      if (syms.count(d.symbol)) return true;
-    }
-    return false;
-  }
-
   // Data-dependent dims are no input's symbols, each profile ranges them over [0, hi], and their
   // bounds name only input symbols and earlier data-dependent dims (the runtime sizes them in
   // order).
@@ -403,7 +394,7 @@ class Verifier {
           if (val.producer < 0) {
             return violation("activations are produced", vname(vi) + " has no producer");
           }
-          if (names_data_dependent(*val.shape)) {
+          if (ir::names_data_dependent(*val.shape, p_.data_dependent)) {
             // The caller's buffer is only given once the run knows the size.
             return violation("outputs of data-dependent size are written into the arena",
                              vname(vi) + " " + ir::dims_to_string(*val.shape) + " is stored as the caller's output");
