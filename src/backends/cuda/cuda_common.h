@@ -227,6 +227,9 @@ void register_swiglu(Registry& r);     // SwiGLU
 void register_unpool(Registry& r);     // MaxUnpool
 void register_dft(Registry& r);        // DFT
 void register_data_dependent(Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression, TopK (host)
+// Runs `op` on CUDA through its CPU kernel on page-locked memory ("cuda.host.<Op>", data_dependent.cc):
+// for ops with no device kernel yet. The op's CPU kernel must be registered.
+void register_host_run(Registry& r, ops::OpKind op);
 
 // Conversion kernels around low-precision GEMMs and convolutions.
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s);

@@ -1,11 +1,14 @@
-// NonZero, Compress, Unique, NonMaxSuppression and TopK with K from data on CUDA
-// ("cuda.host.<Op>"; cuda.TopK takes every TopK whose K is known at build time): ops whose output
-// sizes their data decides. The run must learn those sizes on the host before it can size what
-// follows, so it waits for the stream at these layers anyway (kiln inspect marks them). These
-// kernels use that wait: they copy their inputs to page-locked host memory, run the CPU reference
-// kernel there, and copy the exact outputs back to the device. Their inputs are small in the
-// models that use them (boxes and scores after a detector's heads, masks, index lists); a device
-// kernel per op is the later step where one shows up in a profile.
+// Ops CUDA runs through the CPU reference ("cuda.host.<Op>"): the kernel copies its inputs to
+// page-locked host memory, waits, runs the CPU kernel there, and copies the outputs back.
+//
+// - Ops whose output sizes their data decides (NonZero, Compress, Unique, NonMaxSuppression, TopK
+//   with K from data; cuda.TopK takes every TopK whose K is known at build time): the run must
+//   learn those sizes on the host before it can size what follows, so it waits for the stream at
+//   these layers anyway (kiln inspect marks them). Their inputs are small in the models that use
+//   them (boxes and scores after a detector's heads, masks, index lists).
+// - Ops with no device kernel yet (register_host_run's other callers): correct on CUDA, at the
+//   cost of two copies and a wait. kiln inspect names the kernel, so a profile shows where one is;
+//   a device kernel is the step that replaces it.
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
@@ -16,7 +19,8 @@ namespace {
 
 class HostRunKernel final : public CudaKernel {
  public:
-  HostRunKernel(std::string name, std::unique_ptr<Kernel> cpu) : CudaKernel(std::move(name)), cpu_(std::move(cpu)) {}
+  HostRunKernel(std::string name, std::unique_ptr<Kernel> cpu, bool sized)
+      : CudaKernel(std::move(name)), cpu_(std::move(cpu)), sized_(sized) {}
   ~HostRunKernel() override {
     if (host_) cudaFreeHost(host_);
   }
@@ -56,8 +60,11 @@ class HostRunKernel final : public CudaKernel {
     shapes_.assign(out.size(), Shape{});
     for (size_t o = 0; o < out.size(); ++o) {
       if (!present(out[o])) continue;
-      KILN_ASSIGN_OR_RETURN(shapes_[o], cpu_->data_dependent_shape(o));
-      const size_t bytes = size_t(shape_numel(shapes_[o])) * dtype_size(out[o].dtype);
+      size_t bytes = out[o].nbytes();
+      if (sized_) {
+        KILN_ASSIGN_OR_RETURN(shapes_[o], cpu_->data_dependent_shape(o));
+        bytes = size_t(shape_numel(shapes_[o])) * dtype_size(out[o].dtype);
+      }
       if (bytes > out[o].nbytes()) return internal_error(name_ + ": output " + std::to_string(o) + " exceeds its view");
       if (bytes) {
         KILN_CUDA_CHECK(cudaMemcpyAsync(out[o].data, hout[o].data, bytes, cudaMemcpyDefault, stream_),
@@ -71,19 +78,21 @@ class HostRunKernel final : public CudaKernel {
   }
 
   StatusOr<Shape> data_dependent_shape(size_t output) const override {
+    if (!sized_) return Kernel::data_dependent_shape(output);
     if (!valid_ || output >= shapes_.size()) return internal_error(name_ + " has not run");
     return shapes_[output];
   }
 
  private:
   std::unique_ptr<Kernel> cpu_;
+  bool sized_;  // the CPU kernel reports its outputs' exact shapes (data_dependent_shape)
   void* host_ = nullptr;
   size_t capacity_ = 0;
   std::vector<Shape> shapes_;
   bool valid_ = false;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_host_run(const KernelQuery& q) {
+StatusOr<std::unique_ptr<Kernel>> make_host_run(const KernelQuery& q, bool sized) {
   const std::string op(ops::op_name(ops::find_op(q.node.domain, q.node.op_type)));
   const KernelImpl* cpu = kernel_registry().find("cpu." + op);
   if (!cpu) return unsupported("cuda.host." + op + ": no CPU kernel to run");
@@ -92,15 +101,20 @@ StatusOr<std::unique_ptr<Kernel>> make_host_run(const KernelQuery& q) {
   }
   KILN_RETURN_IF_ERROR(cpu->supports(q));
   KILN_ASSIGN_OR_RETURN(auto kernel, cpu->instantiate(q, nullptr));
-  return std::unique_ptr<Kernel>(new HostRunKernel("cuda.host." + op, std::move(kernel)));
+  return std::unique_ptr<Kernel>(new HostRunKernel("cuda.host." + op, std::move(kernel), sized));
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_sized_host_run(const KernelQuery& q) { return make_host_run(q, true); }
+StatusOr<std::unique_ptr<Kernel>> make_plain_host_run(const KernelQuery& q) { return make_host_run(q, false); }
+
 }  // namespace
+
+void register_host_run(Registry& r, ops::OpKind op) { r.add(op, &make_plain_host_run, ImplInfo{"host"}); }
 
 void register_data_dependent(Registry& r) {
   for (ops::OpKind op : {ops::OpKind::kNonZero, ops::OpKind::kCompress, ops::OpKind::kUnique,
                          ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK}) {
-    r.add(op, &make_host_run, ImplInfo{"host"});
+    r.add(op, &make_sized_host_run, ImplInfo{"host"});
   }
 }
 
