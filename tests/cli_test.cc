@@ -309,6 +309,50 @@ TEST_F(CliTest, DataDependentOutputsBuildInspectRunAndCompare) {
   EXPECT_TRUE(contains(r.out, "PASS: 2 of 2 outputs within tolerance")) << r.out;
 }
 
+// Shape-value inputs from the command line: an integer input the model gives a fixed shape takes
+// values through --minShapes/--optShapes/--maxShapes (trtexec's spelling for shape tensors), and
+// --shapes gives them to a run.
+TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
+  using namespace ::kiln::testing;
+  ::onnx::ModelProto m = make_model(17);
+  auto* g = m.mutable_graph();
+  add_input(g, "x", ::onnx::TensorProto::FLOAT, {"n", "10"});
+  add_input(g, "k", ::onnx::TensorProto::INT64, {"1"});
+  add_input(g, "shape", ::onnx::TensorProto::INT64, {"2"});
+  *g->add_initializer() = raw_tensor<float>("row", ::onnx::TensorProto::FLOAT, {1, 4}, {1.f, 2.f, 3.f, 4.f});
+  auto* topk = add_node(g, "TopK", {"x", "k"}, {"vals", "idx"}, "topk");
+  auto* axis = topk->add_attribute();
+  axis->set_name("axis"), axis->set_type(::onnx::AttributeProto::INT), axis->set_i(1);
+  add_node(g, "Expand", {"row", "shape"}, {"e"}, "expand");
+  add_output(g, "vals");
+  add_output(g, "idx", ::onnx::TensorProto::INT64);
+  add_output(g, "e");
+  {
+    std::ofstream f(path("values.onnx"), std::ios::binary);
+    f << m.SerializeAsString();
+  }
+  const std::string engine = path("values.kiln");
+  auto r = kiln_cli("build --onnx=" + path("values.onnx") +
+                    " --minShapes=x:1x10,k:1,shape:1x4 --optShapes=x:2x10,k:3,shape:2x4"
+                    " --maxShapes=x:4x10,k:5,shape:6x4 --saveEngine=" + engine);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("inspect " + engine);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "shape values (host memory): [shape_0, 4]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "vals   float32   [n, k_0]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "k values min 1 opt 3 max 5")) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,k:4,shape:5x4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "vals: shape 3x4 float32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "e: shape 5x4 float32")) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,k:7,shape:5x4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]")) << r.out;
+  r = kiln_cli("compare --loadEngine=" + engine + " --onnx=" + path("values.onnx") + " --shapes=x:2x10,k:2,shape:3x4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: 3 of 3 outputs within tolerance")) << r.out;
+}
+
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
   write_model(path("tiny_cuda.onnx"), 1.0f);
   auto r = kiln_cli("build --onnx=" + path("tiny_cuda.onnx") +
@@ -429,7 +473,7 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("inspect " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* part :
-       {"header: format version 5", "device cpu", "cpu.FusedConv", "float32", "conv1",
+       {"header: format version 6", "device cpu", "cpu.FusedConv", "float32", "conv1",
         "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]",
         "fused layers: 2 (each with the model's nodes it replaced)", "2 nodes: Conv, Relu"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;

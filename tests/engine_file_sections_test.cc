@@ -171,7 +171,8 @@ TEST(EngineFileSections, Version3FileLoadsWithoutReplacedNodes) {
       piece.bytes = graph.take();
       ++swapped;
     } else if (piece.tag == kSectionMeta) {
-      EXPECT_EQ(meta.size() + 8, piece.bytes.size());  // no count of data-dependent dims
+      // No count of data-dependent dims, of each profile's shape values, of shape-value inputs.
+      EXPECT_EQ(meta.size() + 8 + 8 * p.profiles.size() + 8, piece.bytes.size());
       piece.bytes = meta.take();
       ++swapped;
     }
@@ -183,7 +184,7 @@ TEST(EngineFileSections, Version3FileLoadsWithoutReplacedNodes) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   for (ir::Node& n : p.graph.nodes) n.replaced.clear();
   expect_plan_eq(p, *loaded);
-  // Read as format 5, the same bytes are one count short per node: corruption, not a crash.
+  // Read as format 6, the same bytes are one count short per node: corruption, not a crash.
   EXPECT_NE(load_error(assemble(bytes, table)).find("engine file is"), std::string::npos)
       << load_error(assemble(bytes, table));
 }
@@ -228,7 +229,7 @@ TEST(EngineFileSections, Version1FileIsRefused) {
   w.align(64);
   std::vector<uint8_t> v1 = w.take();
   const std::string want =
-      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 5: "
+      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 6: "
       "rebuild the engine from the ONNX model";
   EXPECT_EQ(load_error(v1), want);
   EXPECT_EQ(read_header(v1).status().message(), want);

@@ -152,7 +152,7 @@ TEST(EngineFile, BadMagicAndNewerVersion) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "engine file format version 7 was written by a newer kiln; this kiln reads versions 3 to 5: "
+            "engine file format version 7 was written by a newer kiln; this kiln reads versions 3 to 6: "
             "rebuild the engine from the ONNX model with this kiln (0.1.0)");
 }
 

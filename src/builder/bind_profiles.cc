@@ -2,10 +2,14 @@
 // symbol. A dim written c*s + k (exporters write "4*h") bounds s to the values whose dim lies in
 // [min, max]; any other dynamic expression becomes a fresh symbol of its own.
 #include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "builder/build_state.h"
+#include "ir/rewrite.h"
 
 namespace kiln::builder {
 namespace {
@@ -133,6 +137,210 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
   return ok_status();
 }
 
+// A symbol name from a tensor name: the formula text keeps letters, digits, '_' and '.', and starts
+// with a letter or '_'.
+std::string symbol_base(const std::string& name) {
+  std::string out;
+  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0])) || out[0] == '.') out = "_" + out;
+  return out;
+}
+
+// The range of values an element of `dtype` holds, for the profile's checks.
+ir::Interval dtype_range(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return {0, 1};
+    case DType::kInt8: return {INT8_MIN, INT8_MAX};
+    case DType::kUInt8: return {0, UINT8_MAX};
+    case DType::kInt16: return {INT16_MIN, INT16_MAX};
+    case DType::kUInt16: return {0, UINT16_MAX};
+    case DType::kInt32: return {INT32_MIN, INT32_MAX};
+    case DType::kUInt32: return {0, UINT32_MAX};
+    default: return {-ir::Interval::kInf, ir::Interval::kInf};
+  }
+}
+
+// Shape-value inputs (OptimizationProfile::set_shape_values): each element of such an input is a
+// symbol ranged by the profiles (or the number every profile fixes it at), and the model's
+// consumers read a value that carries those elements: an Identity of the input whose symbolic
+// value they are (the runtime writes it from the symbols, as any shape arithmetic), or a constant
+// where every element is fixed. The input itself stays an engine input, read on the host.
+Status bind_shape_values(BuildState& s) {
+  ir::Graph& g = s.graph;
+  const auto& profiles = s.config.profiles();
+  std::set<std::string> names;
+  for (const auto& p : profiles) {
+    for (const auto& [name, values] : p.shape_values()) names.insert(name);
+  }
+  if (names.empty()) return ok_status();
+  std::set<std::string> taken;
+  for (int v : g.inputs) {
+    for (const ir::Dim& dim : *g.values[size_t(v)].shape) dim.collect_symbols(&taken);
+  }
+  for (const std::string& name : names) {
+    int v = -1;
+    for (int in : g.inputs) {
+      if (g.values[size_t(in)].name == name) v = in;
+    }
+    if (v < 0) {
+      return invalid_argument("a profile gives shape values for '" + name + "', which is not an input of the model");
+    }
+    const DType dtype = g.values[size_t(v)].dtype;
+    const std::vector<ir::Dim> dims = *g.values[size_t(v)].shape;
+    Shape shape;
+    for (const ir::Dim& d : dims) {
+      if (!d.is_const()) {
+        return invalid_argument("input '" + name + "' takes shape values (set_shape_values), so the model must fix its shape; it is " +
+                                ir::dims_to_string(dims));
+      }
+      shape.push_back(d.value());
+    }
+    const int64_t numel = shape_numel(shape);
+    std::vector<const OptimizationProfile::Values*> per(profiles.size(), nullptr);
+    for (size_t p = 0; p < profiles.size(); ++p) {
+      auto it = profiles[p].shape_values().find(name);
+      if (it == profiles[p].shape_values().end()) {
+        return invalid_argument("profile " + std::to_string(p) + " gives no shape values for input '" + name +
+                                "', which another profile gives; every profile gives values for the same inputs");
+      }
+      per[p] = &it->second;
+      if (it->second.fixed.has_value() != per[0]->fixed.has_value()) {
+        return invalid_argument("profiles 0 and " + std::to_string(p) + " give input '" + name +
+                                "' one a fixed value, the other a range; give it the same kind in each");
+      }
+    }
+    if (profiles.size() > 1 && s.config.profiles().size() != s.profiles.size()) {
+      return internal_error("bind_shape_values runs after every profile is bound");
+    }
+    plan::ShapeValueInput sv;
+    sv.name = name;
+    sv.symbols.assign(size_t(numel), "");
+    std::vector<ir::Dim> elements(static_cast<size_t>(numel), ir::Dim(0));
+    if (per[0]->fixed) {
+      const Tensor& t = *per[0]->fixed;
+      if (t.dtype() != dtype || t.shape() != shape) {
+        return invalid_argument("the shape value given for input '" + name + "' is " + std::string(dtype_name(t.dtype())) +
+                                ir::dims_to_string(std::vector<ir::Dim>(t.shape().begin(), t.shape().end())) +
+                                "; the input is " + std::string(dtype_name(dtype)) + ir::dims_to_string(dims));
+      }
+      for (size_t p = 1; p < per.size(); ++p) {
+        const Tensor& o = *per[p]->fixed;
+        if (o.dtype() != t.dtype() || o.shape() != t.shape() || std::memcmp(o.data(), t.data(), t.nbytes()) != 0) {
+          return invalid_argument("profiles 0 and " + std::to_string(p) + " fix input '" + name +
+                                  "' at different values; an input given one value takes it in every profile");
+        }
+      }
+      sv.fixed = t;
+    } else {
+      if (!is_integer(dtype) && dtype != DType::kBool) {
+        return invalid_argument("input '" + name + "' is " + std::string(dtype_name(dtype)) +
+                                ": a range of shape values is for integer and bool inputs; give a " +
+                                std::string(dtype_name(dtype)) + " input its one value (set_shape_values with a tensor)");
+      }
+      if (numel > ops::kMaxSymbolicElements) {
+        return invalid_argument("input '" + name + "' has " + std::to_string(numel) + " elements; a shape-value input has at most " +
+                                std::to_string(ops::kMaxSymbolicElements));
+      }
+      const ir::Interval held = dtype_range(dtype);
+      KILN_ASSIGN_OR_RETURN(sv.fixed, Tensor::zeros(dtype, shape));
+      for (size_t p = 0; p < per.size(); ++p) {
+        if (int64_t(per[p]->min.size()) != numel) {
+          return invalid_argument("profile " + std::to_string(p) + " gives " + std::to_string(per[p]->min.size()) +
+                                  " shape values for input '" + name + "', which has " + std::to_string(numel) +
+                                  " elements " + ir::dims_to_string(dims));
+        }
+        for (int64_t i = 0; i < numel; ++i) {
+          for (int64_t x : {per[p]->min[size_t(i)], per[p]->max[size_t(i)]}) {
+            if (!held.contains(x)) {
+              return invalid_argument("profile " + std::to_string(p) + ": input '" + name + "' element " + std::to_string(i) +
+                                      " value " + std::to_string(x) + " does not fit its dtype " + std::string(dtype_name(dtype)));
+            }
+          }
+        }
+        s.profiles[p].values.push_back({name, per[p]->min, per[p]->opt, per[p]->max});
+      }
+      for (int64_t i = 0; i < numel; ++i) {
+        bool fixed = true;
+        const int64_t x = per[0]->min[size_t(i)];
+        for (const auto* vals : per) fixed = fixed && vals->min[size_t(i)] == x && vals->max[size_t(i)] == x;
+        if (fixed) {
+          elements[size_t(i)] = ir::Dim(x);
+          switch (dtype) {
+            case DType::kInt64: sv.fixed.data_as<int64_t>()[i] = x; break;
+            case DType::kInt32: sv.fixed.data_as<int32_t>()[i] = int32_t(x); break;
+            case DType::kInt16: sv.fixed.data_as<int16_t>()[i] = int16_t(x); break;
+            case DType::kInt8: sv.fixed.data_as<int8_t>()[i] = int8_t(x); break;
+            case DType::kUInt8: case DType::kBool: sv.fixed.data_as<uint8_t>()[i] = uint8_t(x); break;
+            case DType::kUInt16: sv.fixed.data_as<uint16_t>()[i] = uint16_t(x); break;
+            case DType::kUInt32: sv.fixed.data_as<uint32_t>()[i] = uint32_t(x); break;
+            case DType::kUInt64: sv.fixed.data_as<uint64_t>()[i] = uint64_t(x); break;
+            default: return internal_error("input '" + name + "': no integer storage for " + std::string(dtype_name(dtype)));
+          }
+          continue;
+        }
+        std::string sym = symbol_base(name) + (numel == 1 && shape.empty() ? "" : "_" + std::to_string(i));
+        while (taken.count(sym)) sym += "_";
+        taken.insert(sym);
+        sv.symbols[size_t(i)] = sym;
+        elements[size_t(i)] = ir::Dim::symbol(sym);
+        for (size_t p = 0; p < per.size(); ++p) {
+          s.profiles[p].symbols[sym] = ir::Interval{per[p]->min[size_t(i)], per[p]->max[size_t(i)]};
+          if (p == 0) {
+            s.opt_symbols[sym] = per[p]->opt[size_t(i)];
+            s.min_symbols[sym] = per[p]->min[size_t(i)];
+          }
+        }
+      }
+    }
+    // The consumers read the elements: a constant when all are fixed, else an Identity of the
+    // input that carries them as its symbolic value.
+    bool all_fixed = true;
+    for (const std::string& sym : sv.symbols) all_fixed = all_fixed && sym.empty();
+    const int carrier = ir::add_unique_value(&g, name + "_values", dtype, dims);
+    if (all_fixed) {
+      KILN_ASSIGN_OR_RETURN(Tensor copy, Tensor::zeros(sv.fixed.dtype(), sv.fixed.shape()));
+      if (copy.nbytes()) std::memcpy(copy.data(), sv.fixed.data(), copy.nbytes());
+      g.values[size_t(carrier)].constant = std::move(copy);
+    } else {
+      g.values[size_t(v)].sym_value = elements;
+      ir::Node id;
+      id.name = ir::unique_node_name(g, name + "_values");
+      id.op_type = "Identity";
+      id.opset = g.opsets.count("") ? g.opsets.at("") : 13;
+      id.inputs = {v};
+      id.outputs = {carrier};
+      g.nodes.insert(g.nodes.begin(), std::move(id));
+    }
+    s.shape_value_carriers[name] = carrier;
+    for (ir::Node& node : g.nodes) {
+      if (node.outputs.size() == 1 && node.outputs[0] == carrier) continue;
+      for (int& in : node.inputs) {
+        if (in == v) in = carrier;
+      }
+    }
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      for (int o : g.nodes[n].outputs) {
+        if (o >= 0) g.values[size_t(o)].producer = int(n);
+      }
+    }
+    if (const auto& log = s.config.shape_log()) {
+      std::string text;
+      for (const ir::Dim& e : elements) text += (text.empty() ? "" : ", ") + e.to_string();
+      log("shape values: input '" + name + "' = [" + (per[0]->fixed ? std::string("a fixed ") + std::string(dtype_name(dtype)) + " value" : text) + "]");
+    }
+    s.plan.shape_values.push_back(std::move(sv));
+  }
+  // In engine input order.
+  std::vector<plan::ShapeValueInput> ordered;
+  for (int in : g.inputs) {
+    for (auto& sv : s.plan.shape_values) {
+      if (sv.name == g.values[size_t(in)].name) ordered.push_back(std::move(sv));
+    }
+  }
+  s.plan.shape_values = std::move(ordered);
+  return ok_status();
+}
+
 }  // namespace
 
 Status bind_profiles(BuildState& s) {
@@ -240,7 +448,7 @@ Status bind_profiles(BuildState& s) {
     }
     s.profiles.push_back(std::move(out));
   }
-  return ok_status();
+  return bind_shape_values(s);
 }
 
 }  // namespace kiln::builder

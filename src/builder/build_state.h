@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,9 @@ struct BuildState {
   std::vector<plan::Profile> profiles;       // filled by bind_profiles; infer_shapes adds the
                                              // data-dependent symbols' ranges
   std::vector<ir::DataDependentDim> data_dependent;  // made by infer_shapes, in order
+  // Shape-value inputs (bind_profiles): the value the model's nodes read in each one's place, by
+  // input name (a branch inlined later reads the enclosing graph's values by name).
+  std::map<std::string, int> shape_value_carriers;
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order

@@ -54,6 +54,33 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
   return ok_status();
 }
 
+Status OptimizationProfile::set_shape_values(const std::string& input, std::vector<int64_t> min,
+                                             std::vector<int64_t> opt, std::vector<int64_t> max) {
+  if (min.size() != opt.size() || opt.size() != max.size()) {
+    return invalid_argument("shape values for input '" + input + "': min, opt and max have different lengths (" +
+                            std::to_string(min.size()) + ", " + std::to_string(opt.size()) + ", " +
+                            std::to_string(max.size()) + ")");
+  }
+  for (size_t i = 0; i < min.size(); ++i) {
+    if (!(min[i] <= opt[i] && opt[i] <= max[i])) {
+      return invalid_argument("shape values for input '" + input + "' element " + std::to_string(i) +
+                              ": need min <= opt <= max, got min " + std::to_string(min[i]) + ", opt " +
+                              std::to_string(opt[i]) + ", max " + std::to_string(max[i]));
+    }
+  }
+  values_[input] = Values{std::move(min), std::move(opt), std::move(max), std::nullopt};
+  return ok_status();
+}
+
+Status OptimizationProfile::set_shape_values(const std::string& input, Tensor value) {
+  if (dtype_size(value.dtype()) == 0) {
+    return invalid_argument("shape values for input '" + input + "': a tensor of dtype " +
+                            std::string(dtype_name(value.dtype())) + " has no fixed-size elements");
+  }
+  values_[input] = Values{{}, {}, {}, std::move(value)};
+  return ok_status();
+}
+
 Status BuilderConfig::set_builder_optimization_level(int level) {
   if (level < 0 || level > kMaxOptimizationLevel) {
     return invalid_argument("builder optimization level " + std::to_string(level) +

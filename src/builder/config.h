@@ -6,12 +6,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "builder/timing_cache.h"
 #include "core/precision.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace kiln {
 
@@ -35,8 +37,29 @@ class OptimizationProfile {
   };
   const std::map<std::string, Dims>& inputs() const { return inputs_; }
 
+  // Shape-value inputs (TensorRT's shape tensors): an integer or bool input whose values decide
+  // shapes (a Reshape target, Resize sizes, Pad pads, Slice starts, Range limits, TopK's K) is
+  // given at run time, each element between its min and max here (its host memory is bound with
+  // set_tensor_address; run() takes it as any input). The build treats each element whose min and
+  // max differ as a symbol ranging over [min, max] (the profile proof covers every value), and one
+  // whose min equals its max in every profile as that number; the run checks the values given
+  // against the profile and refuses others by name. The input's shape must be fixed by the model,
+  // with at most 64 elements. Every profile of an engine gives values for the same inputs.
+  Status set_shape_values(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
+                          std::vector<int64_t> max);
+  // The one value an input of any dtype takes (Resize's float scales, Range's float limits, a bool
+  // flag): the engine is built for exactly it, and a run given another is refused. A host tensor
+  // of the input's dtype and shape.
+  Status set_shape_values(const std::string& input, Tensor value);
+  struct Values {
+    std::vector<int64_t> min, opt, max;  // per element (integer and bool inputs)
+    std::optional<Tensor> fixed;         // or the one value, of any dtype
+  };
+  const std::map<std::string, Values>& shape_values() const { return values_; }
+
  private:
   std::map<std::string, Dims> inputs_;
+  std::map<std::string, Values> values_;
 };
 
 class BuilderConfig {

@@ -141,11 +141,17 @@ std::optional<std::vector<ir::Dim>> InferContext::input_value(int i) const {
 StatusOr<std::vector<ir::Dim>> InferContext::require_value(int i, std::string_view what) const {
   auto v = input_value(i);
   if (!v) {
+    // A graph input itself: the profile can range its values (a shape-value input).
+    const bool graph_input = has_input(i) && input(i).producer < 0 && !input(i).constant;
     return error(StatusCode::kUnsupported,
                  "input " + std::to_string(i) + " ('" + (has_input(i) ? input(i).name : "") + "', the " +
                      std::string(what) +
                      ") is computed from tensor data at run time; kiln needs it known at build time "
-                     "(a constant or a function of input shapes)");
+                     "(a constant or a function of input shapes)" +
+                     (graph_input ? std::string("; as a model input it can take shape values: give their range in the "
+                                                "profile (OptimizationProfile::set_shape_values; kiln --minShapes=" +
+                                                input(i).name + ":v1xv2 ...)")
+                                  : std::string()));
   }
   return *v;
 }

@@ -15,8 +15,9 @@
 namespace kiln::plan {
 
 // The engine file format kiln writes, and the oldest it still reads. 3: node records without
-// `replaced`, which loads as empty; 3 and 4: no data-dependent dims in META, which loads as none.
-inline constexpr uint32_t kFormatVersion = 5;
+// `replaced`, which loads as empty; 3 and 4: no data-dependent dims in META, which loads as none;
+// 3 to 5: no shape-value inputs in META, which loads as none.
+inline constexpr uint32_t kFormatVersion = 6;
 inline constexpr uint32_t kOldestReadableFormatVersion = 3;
 inline constexpr const char* kKilnVersion = "0.1.0";
 
@@ -29,6 +30,18 @@ struct InputRange {
 struct Profile {
   std::vector<InputRange> inputs;  // one per dynamic input, in engine input order
   ir::SymbolRanges symbols;        // the range of every input symbol this profile allows
+  // One per integer shape-value input (OptimizationProfile::set_shape_values): min/opt/max per
+  // element (an input with one fixed value of another dtype has none).
+  std::vector<InputRange> values;
+};
+
+// An engine input whose values decide shapes (TensorRT's shape tensors): the run reads its values
+// in host memory and binds each element's symbol (each profile ranges them), or checks it against
+// the one value the engine was built for.
+struct ShapeValueInput {
+  std::string name;                  // the engine input
+  std::vector<std::string> symbols;  // per element: the symbol it binds, or "" where fixed holds it
+  Tensor fixed;                      // the input's dtype and shape: the fixed elements' values, others 0
 };
 
 enum class Storage : uint8_t {
@@ -87,6 +100,7 @@ struct Plan {
   // symbol of the graph's shapes that the runtime binds once its node has run, and each profile
   // gives it a range [0, hi]. The arena holds them at `bound` for the run's input shapes.
   std::vector<ir::DataDependentDim> data_dependent;
+  std::vector<ShapeValueInput> shape_values;  // in engine input order
   std::vector<BackendSection> backend_sections;
 };
 

@@ -1,6 +1,9 @@
 // Sections META (how each value is stored, arena slot sizes, profiles) and NODE (what the builder
 // chose for each node) of the engine file, and the semantic checks save and load share.
+#include <cstring>
 #include <utility>
+
+#include "core/checked.h"
 
 #include "plan/sections.h"
 
@@ -159,6 +162,16 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
       w.i64(range.hi);
     }
   }
+  auto write_ranges = [&](const std::vector<InputRange>& ranges) {
+    w.u64(ranges.size());
+    for (const InputRange& in : ranges) {
+      w.str(in.name);
+      for (const auto* shape : {&in.min, &in.opt, &in.max}) {
+        w.u64(shape->size());
+        for (int64_t d : *shape) w.i64(d);
+      }
+    }
+  };
   if (version < 5) {
     if (!p.data_dependent.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no data-dependent dims");
     return ok_status();
@@ -167,6 +180,21 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
   for (const ir::DataDependentDim& d : p.data_dependent) {
     w.str(d.symbol);
     KILN_RETURN_IF_ERROR(write_dims(w, {d.bound}, "the bound of data-dependent dim '" + d.symbol + "'"));
+  }
+  if (version < 6) {
+    if (!p.shape_values.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no shape-value inputs");
+    return ok_status();
+  }
+  for (const Profile& prof : p.profiles) write_ranges(prof.values);
+  w.u64(p.shape_values.size());
+  for (const ShapeValueInput& sv : p.shape_values) {
+    w.str(sv.name);
+    w.u64(sv.symbols.size());
+    for (const std::string& sym : sv.symbols) w.str(sym);
+    w.u8(uint8_t(sv.fixed.dtype()));
+    w.u64(sv.fixed.shape().size());
+    for (int64_t d : sv.fixed.shape()) w.i64(d);
+    w.str(std::string(static_cast<const char*>(sv.fixed.data()), sv.fixed.nbytes()));
   }
   return ok_status();
 }
@@ -223,6 +251,51 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
         if (e.symbol == d.symbol) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' is listed twice");
       }
       p->data_dependent.push_back(std::move(d));
+    }
+  }
+  if (version >= 6) {
+    for (Profile& prof : p->profiles) {
+      KILN_ASSIGN_OR_RETURN(size_t nvals, r.count(8 * 4, "profile shape values"));
+      prof.values.resize(nvals);
+      for (InputRange& in : prof.values) {
+        KILN_ASSIGN_OR_RETURN(in.name, r.str());
+        for (auto* vals : {&in.min, &in.opt, &in.max}) {
+          KILN_ASSIGN_OR_RETURN(size_t n, r.count(8, "profile shape values"));
+          vals->resize(n);
+          for (int64_t& x : *vals) {
+            KILN_ASSIGN_OR_RETURN(x, r.i64());
+          }
+        }
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(size_t nsv, r.count(8 + 8 + 1 + 8 + 8, "shape-value inputs"));
+    p->shape_values.resize(nsv);
+    for (ShapeValueInput& sv : p->shape_values) {
+      KILN_ASSIGN_OR_RETURN(sv.name, r.str());
+      KILN_ASSIGN_OR_RETURN(size_t nsym, r.count(8, "shape-value symbols"));
+      sv.symbols.resize(nsym);
+      for (std::string& sym : sv.symbols) {
+        KILN_ASSIGN_OR_RETURN(sym, r.str());
+      }
+      KILN_ASSIGN_OR_RETURN(uint8_t code, r.u8());
+      if (!known_dtype_code(code) || dtype_size(DType(code)) == 0) {
+        return r.corrupted("shape-value input '" + clip(sv.name) + "' has dtype code " + std::to_string(code));
+      }
+      KILN_ASSIGN_OR_RETURN(size_t rank, r.count(8, "shape-value dims"));
+      Shape shape(rank);
+      for (int64_t& d : shape) {
+        KILN_ASSIGN_OR_RETURN(d, r.i64());
+        if (d < 0 || d > (int64_t(1) << 20)) return r.corrupted("shape-value input '" + clip(sv.name) + "' has dim " + std::to_string(d));
+      }
+      auto numel = checked_numel(shape);
+      if (!numel || *numel > (int64_t(1) << 20)) return r.corrupted("shape-value input '" + clip(sv.name) + "' is too large");
+      KILN_ASSIGN_OR_RETURN(std::string bytes, r.str());
+      KILN_ASSIGN_OR_RETURN(sv.fixed, Tensor::zeros(DType(code), shape));
+      if (bytes.size() != sv.fixed.nbytes()) {
+        return r.corrupted("shape-value input '" + clip(sv.name) + "' holds " + std::to_string(bytes.size()) +
+                           " bytes for shape " + shape_to_string(shape));
+      }
+      if (!bytes.empty()) std::memcpy(sv.fixed.data(), bytes.data(), bytes.size());
     }
   }
   return expect_end(r);

@@ -48,6 +48,15 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     }
     data->input_bindings.push_back(std::move(dims));
   }
+  data->shape_value_of_input.assign(g.inputs.size(), -1);
+  for (size_t k = 0; k < data->plan.shape_values.size(); ++k) {
+    auto io = data->find_io(data->plan.shape_values[k].name);
+    if (!io.ok() || *io >= data->num_inputs || data->shape_value_of_input[size_t(*io)] >= 0) {
+      return invalid_argument("the plan lists shape-value input '" + data->plan.shape_values[k].name +
+                              "', which is not an engine input or is listed twice");
+    }
+    data->shape_value_of_input[size_t(*io)] = int(k);
+  }
   // Which values wait for data-dependent dims, and which nodes make them.
   const auto& dd_dims = data->plan.data_dependent;
   std::set<std::string> dd;
@@ -161,6 +170,28 @@ StatusOr<Shape> Engine::profile_shape(const std::string& input, int profile, Opt
     }
   }
   return tensor_shape(input);  // a static input: its shape is its only shape
+}
+
+bool Engine::is_shape_inference_io(const std::string& name) const {
+  auto io = data_->find_io(name);
+  return io.ok() && *io < data_->num_inputs && data_->shape_value_of_input[size_t(*io)] >= 0;
+}
+
+StatusOr<std::vector<int64_t>> Engine::profile_tensor_values(const std::string& input, int profile,
+                                                             OptProfileSelector which) const {
+  if (!is_shape_inference_io(input)) {
+    return not_found("'" + input + "' is not a shape-value input of this engine (see is_shape_inference_io)");
+  }
+  if (profile < 0 || profile >= num_profiles()) {
+    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
+                            std::to_string(num_profiles()));
+  }
+  for (const auto& r : data_->plan.profiles[size_t(profile)].values) {
+    if (r.name == input) {
+      return which == OptProfileSelector::kMIN ? r.min : which == OptProfileSelector::kOPT ? r.opt : r.max;
+    }
+  }
+  return not_found("input '" + input + "' has one fixed value of a non-integer dtype, not a range");
 }
 
 ir::Dim Engine::activation_bytes_formula() const {

@@ -106,6 +106,12 @@ class Engine {
   TensorIOMode tensor_mode(const std::string& name) const;  // kNONE for unknown names
   int num_profiles() const;
   StatusOr<Shape> profile_shape(const std::string& input, int profile, OptProfileSelector which) const;
+  // Shape-value inputs (OptimizationProfile::set_shape_values; TensorRT's isShapeInferenceIO): the
+  // run reads their values in host memory (set_tensor_address on the host, or run()'s tensors).
+  bool is_shape_inference_io(const std::string& name) const;
+  // The min, opt or max values of an integer shape-value input in a profile.
+  StatusOr<std::vector<int64_t>> profile_tensor_values(const std::string& input, int profile,
+                                                       OptProfileSelector which) const;
   // Activation memory in bytes as a formula over the input symbols, and its value for given shapes.
   ir::Dim activation_bytes_formula() const;
   Device device() const;
@@ -165,6 +171,11 @@ class ExecutionContext {
   StatusOr<Shape> tensor_shape(const std::string& name);
   // Resolves every shape; the error names the inputs whose shapes are still unset.
   Status infer_shapes();
+  // On a device backend IO addresses are device memory, except a shape-value input's
+  // (Engine::is_shape_inference_io), which is host memory: its values are read there when shapes
+  // are resolved (tensor_shape, infer_shapes) and again by every run, and checked against the
+  // profile (an element outside its range, or unlike the one value the engine was built for, is
+  // refused by name).
   Status set_tensor_address(const std::string& name, void* data);
   void* tensor_address(const std::string& name) const;
   Status set_output_allocator(const std::string& name, OutputAllocator* allocator);
@@ -237,6 +248,10 @@ class ExecutionContext {
   Status choose_profile();
   Status enqueue_kernels(void* stream);
   Status check_sized(size_t n) const;
+  // Reads the shape-value inputs from their host memory into symbols_, checked against the profile.
+  Status bind_shape_values();
+  // Whether a shape-value input's memory holds other values than the last resolve read.
+  bool shape_values_changed() const;
   // After node n, which makes data-dependent dims, has run: binds them from its kernel's sizes and
   // resolves the shapes (and symbolic values) that were waiting for them.
   Status bind_data_dependent(size_t n, void* stream);
@@ -256,6 +271,7 @@ class ExecutionContext {
   std::vector<OutputAllocator*> allocators_;
   bool resolved_ = false;
   ir::SymbolValues symbols_;
+  std::vector<std::vector<uint8_t>> shape_value_bytes_;  // per plan.shape_values: the bytes last read
   ir::SymbolRanges ranges_;               // input symbols as points, data-dependent dims as ranges
   std::vector<Shape> shapes_;             // resolved shape of every plan value
   // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).

@@ -35,6 +35,8 @@ struct EngineData {
     int64_t coeff = 1, offset = 0;
   };
   std::vector<std::vector<DimBinding>> input_bindings;
+  // Per engine input: its index in plan.shape_values, or -1 for an input read as a tensor.
+  std::vector<int> shape_value_of_input;
   // Data-dependent dims (plan.data_dependent): per plan value, whether its shape or symbolic value
   // names one (its shape is then known only once the node that sizes it has run), and per node,
   // whether it makes one (its kernel reports the sizes: on a device the run waits for them there).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -22,6 +23,23 @@ constexpr size_t kAlign = 64;
 std::string shape_str(const Shape& s) { return shape_to_string(s); }
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// A small tensor's elements for a message: "[1, 0, 2]" (the first 16, then "...").
+std::string values_text(const Tensor& t) {
+  std::string s = "[";
+  const bool ints = is_integer(t.dtype()) || t.dtype() == DType::kBool;
+  for (int64_t i = 0; i < t.numel() && i < 16; ++i) {
+    if (i) s += ", ";
+    if (ints) {
+      s += std::to_string(t.int_at(i));
+    } else {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", t.float_at(i));
+      s += buf;
+    }
+  }
+  return s + (t.numel() > 16 ? ", ...]" : "]");
+}
 
 }  // namespace
 
@@ -316,6 +334,7 @@ Status ExecutionContext::resolve() {
       bound_by.emplace(b.symbol, where);
     }
   }
+  KILN_RETURN_IF_ERROR(bind_shape_values());
 
   const ir::Graph& g = data_->plan.graph;
   // Data-dependent dims are unbound until their nodes run: a value that names one is pending, and
@@ -523,6 +542,80 @@ Status ExecutionContext::bind_data_dependent(size_t n, void* stream) {
   return ok_status();
 }
 
+Status ExecutionContext::bind_shape_values() {
+  const auto& values = data_->plan.shape_values;
+  shape_value_bytes_.resize(values.size());
+  const plan::Profile* profile =
+      data_->plan.profiles.empty() ? nullptr : &data_->plan.profiles[size_t(profile_)];
+  for (size_t k = 0; k < values.size(); ++k) {
+    const plan::ShapeValueInput& sv = values[k];
+    KILN_ASSIGN_OR_RETURN(int io, io_index(sv.name));
+    const void* ptr = io_address_[size_t(io)];
+    const Tensor& fixed = sv.fixed;
+    const size_t nbytes = fixed.nbytes();
+    if (!ptr && nbytes > 0) {
+      return invalid_argument("input '" + sv.name + "' holds shape values: bind its values in host memory "
+                              "(set_tensor_address) before shapes are resolved, or pass it to run()");
+    }
+    if (nbytes > 0 && data_->backend->is_device_pointer(ptr)) {
+      return invalid_argument("input '" + sv.name + "' holds shape values, which the run reads on the host: "
+                              "its address is device memory; give it host memory");
+    }
+    const auto* bytes = static_cast<const uint8_t*>(ptr);
+    shape_value_bytes_[k].assign(bytes, bytes + nbytes);
+    KILN_ASSIGN_OR_RETURN(Tensor given, Tensor::zeros(fixed.dtype(), fixed.shape()));
+    if (nbytes) std::memcpy(given.data(), bytes, nbytes);
+    bool any_symbol = false;
+    for (const std::string& sym : sv.symbols) any_symbol = any_symbol || !sym.empty();
+    if (!any_symbol) {
+      if (nbytes && std::memcmp(bytes, fixed.data(), nbytes) != 0) {
+        return invalid_argument("input '" + sv.name + "' = " + values_text(given) + ", but the engine was built for the value " +
+                                values_text(fixed) + " (its profile fixes it); build a profile with a range of values "
+                                "(set_shape_values with min and max) to give others");
+      }
+      continue;
+    }
+    const plan::InputRange* range = nullptr;
+    if (profile) {
+      for (const auto& r : profile->values) {
+        if (r.name == sv.name) range = &r;
+      }
+    }
+    for (size_t i = 0; i < sv.symbols.size(); ++i) {
+      const int64_t x = given.int_at(int64_t(i));
+      const std::string where = "input '" + sv.name + "' element " + std::to_string(i);
+      if (sv.symbols[i].empty()) {
+        if (x != fixed.int_at(int64_t(i))) {
+          return invalid_argument(where + " = " + std::to_string(x) + ", but the engine's profiles fix it at " +
+                                  std::to_string(fixed.int_at(int64_t(i))) + " (values given: " + values_text(given) + ")");
+        }
+        continue;
+      }
+      if (range && i < range->min.size() && (x < range->min[i] || x > range->max[i])) {
+        return invalid_argument(where + " (" + sv.symbols[i] + ") = " + std::to_string(x) + " is outside the range [" +
+                                std::to_string(range->min[i]) + ", " + std::to_string(range->max[i]) +
+                                "] of optimization profile " + std::to_string(profile_) + " (values given: " +
+                                values_text(given) + ")");
+      }
+      symbols_[sv.symbols[i]] = x;
+    }
+  }
+  return ok_status();
+}
+
+bool ExecutionContext::shape_values_changed() const {
+  const auto& values = data_->plan.shape_values;
+  if (shape_value_bytes_.size() != values.size()) return !values.empty();
+  for (size_t k = 0; k < values.size(); ++k) {
+    auto io = io_index(values[k].name);
+    if (!io.ok()) return true;
+    const auto* p = static_cast<const uint8_t*>(io_address_[size_t(*io)]);
+    const auto& last = shape_value_bytes_[k];
+    if (!last.empty() && (!p || std::memcmp(p, last.data(), last.size()) != 0)) return true;
+  }
+  return false;
+}
+
 Status ExecutionContext::infer_shapes() {
   if (resolved_) return ok_status();
   return resolve();
@@ -544,6 +637,9 @@ StatusOr<Shape> ExecutionContext::tensor_shape(const std::string& name) {
 
 Status ExecutionContext::set_tensor_address(const std::string& name, void* data) {
   KILN_ASSIGN_OR_RETURN(int io, io_index(name));
+  if (io < data_->num_inputs && data_->shape_value_of_input[size_t(io)] >= 0 && io_address_[io] != data) {
+    resolved_ = false;  // its values are read there when shapes resolve
+  }
   io_address_[io] = data;
   return ok_status();
 }
@@ -701,7 +797,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
 Status ExecutionContext::enqueue(void* stream) {
   // Data-dependent dims are bound anew by every run.
   const bool data_dependent = !data_->plan.data_dependent.empty();
-  if (data_dependent) resolved_ = false;
+  if (data_dependent || shape_values_changed()) resolved_ = false;
   KILN_RETURN_IF_ERROR(infer_shapes());
   KILN_RETURN_IF_ERROR(check_io_addresses());
   if (!stream) stream = stream_;
@@ -773,6 +869,7 @@ Status ExecutionContext::enqueue_graph(void* stream) {
   }
   for (void* a : io_address_) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
   key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
+  for (const auto& bytes : shape_value_bytes_) key.insert(key.end(), bytes.begin(), bytes.end());
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->key != key) continue;
     graphs_.splice(graphs_.begin(), graphs_, it);
@@ -821,6 +918,9 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
   }
   if (!data_->plan.data_dependent.empty()) {
     return invalid_argument("batch buckets: this engine has data-dependent sizes, whose runs use no CUDA graph");
+  }
+  if (!data_->plan.shape_values.empty()) {
+    return invalid_argument("batch buckets: this engine has shape-value inputs, which padding would not follow");
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
@@ -980,6 +1080,7 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
     size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
     if (i < size_t(data_->num_inputs)) {
       const Tensor& t = inputs.at(g.values[v].name);
+      if (data_->shape_value_of_input[i] >= 0) continue;  // read on the host, where run() set it
       if (t.nbytes() > 0 && b->is_device_pointer(t.data())) {
         io_address_[i] = t.data();
         continue;

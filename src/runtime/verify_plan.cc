@@ -70,6 +70,7 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_tables());
     KILN_RETURN_IF_ERROR(check_io());
     KILN_RETURN_IF_ERROR(check_profiles());
+    KILN_RETURN_IF_ERROR(check_shape_values());
     KILN_RETURN_IF_ERROR(check_data_dependent());
     KILN_RETURN_IF_ERROR(check_values());
     KILN_RETURN_IF_ERROR(check_slots());
@@ -222,6 +223,11 @@ class Verifier {
     for (int v : g_.inputs) {
       for (const auto& d : *g_.values[v].shape) d.collect_symbols(&known);
     }
+    for (const plan::ShapeValueInput& sv : p_.shape_values) {
+      for (const std::string& sym : sv.symbols) {
+        if (!sym.empty()) known.insert(sym);
+      }
+    }
     for (const ir::DataDependentDim& dd : p_.data_dependent) {
       if (known.count(dd.symbol)) {
         return violation("data-dependent dims are new symbols",
@@ -243,6 +249,69 @@ class Verifier {
         }
       }
       known.insert(dd.symbol);
+    }
+    return ok_status();
+  }
+
+  // Shape-value inputs: each names a static engine input, once, with a value of its dtype and shape
+  // and a symbol or fixed number per element; each symbol is new, and every profile ranges it with
+  // the same [min, max] the runtime checks the values against.
+  Status check_shape_values() const {
+    std::set<std::string> dims, seen_inputs, seen_symbols;
+    for (int v : g_.inputs) {
+      for (const auto& d : *g_.values[v].shape) d.collect_symbols(&dims);
+    }
+    for (const plan::ShapeValueInput& sv : p_.shape_values) {
+      int v = -1;
+      for (int in : g_.inputs) {
+        if (g_.values[in].name == sv.name) v = in;
+      }
+      if (v < 0 || !seen_inputs.insert(sv.name).second) {
+        return violation("shape-value inputs are engine inputs, listed once", "'" + sv.name + "'");
+      }
+      const ir::Value& val = g_.values[v];
+      Shape shape;
+      for (const auto& d : *val.shape) shape.push_back(d.is_const() ? d.value() : -1);
+      if (sv.fixed.dtype() != val.dtype || sv.fixed.shape() != shape ||
+          int64_t(sv.symbols.size()) != sv.fixed.numel()) {
+        return violation("a shape-value input's value has its dtype and static shape",
+                         "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)) + ir::dims_to_string(*val.shape) +
+                             ", its value " + std::string(dtype_name(sv.fixed.dtype())) + shape_to_string(sv.fixed.shape()) +
+                             " with " + std::to_string(sv.symbols.size()) + " elements");
+      }
+      for (size_t i = 0; i < sv.symbols.size(); ++i) {
+        const std::string& sym = sv.symbols[i];
+        if (sym.empty()) continue;
+        if (!is_integer(val.dtype) && val.dtype != DType::kBool) {
+          return violation("only integer shape values are symbols", "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)));
+        }
+        if (dims.count(sym) || !seen_symbols.insert(sym).second) {
+          return violation("shape-value symbols are new symbols", sym + " of '" + sv.name + "'");
+        }
+        for (size_t pi = 0; pi < p_.profiles.size(); ++pi) {
+          const plan::Profile& prof = p_.profiles[pi];
+          auto box = prof.symbols.find(sym);
+          const plan::InputRange* range = nullptr;
+          for (const auto& r : prof.values) {
+            if (r.name == sv.name) range = &r;
+          }
+          if (box == prof.symbols.end() || !range || range->min.size() != sv.symbols.size() ||
+              range->max.size() != sv.symbols.size() || range->opt.size() != sv.symbols.size() ||
+              range->min[i] != box->second.lo || range->max[i] != box->second.hi ||
+              range->opt[i] < range->min[i] || range->opt[i] > range->max[i]) {
+            return violation("every profile ranges each shape value as its symbol",
+                             "profile " + std::to_string(pi) + ", '" + sv.name + "' element " + std::to_string(i) + " (" + sym + ")");
+          }
+        }
+      }
+    }
+    for (size_t pi = 0; pi < p_.profiles.size(); ++pi) {
+      for (const auto& r : p_.profiles[pi].values) {
+        if (!seen_inputs.count(r.name)) {
+          return violation("profile values name shape-value inputs",
+                           "profile " + std::to_string(pi) + " gives values for '" + r.name + "'");
+        }
+      }
     }
     return ok_status();
   }

@@ -56,7 +56,7 @@ struct TestCase {
   std::string op;    // the op the table groups it under
   Outcome outcome = Outcome::kFail;
   std::string reason;
-  std::string note;  // a passing test's remark (inputs bound at build time)
+  std::string note;  // a passing test's remark (inputs given as shape values)
   bool excluded = false;
   std::string exclusion_reason;
   std::vector<std::string> input_dtypes;  // of the first data set, for docs/ops.md
@@ -185,7 +185,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
   const fs::path model = light ? tc.path : tc.path / "model.onnx";
   auto net = onnx::parse_file(model.string());
   if (!net.ok()) return "parse: " + net.status().to_string();
-  const ir::Graph& g = net->graph;  // bound inputs leave g.inputs (see below)
+  const ir::Graph& g = net->graph;
 
   std::vector<DataSet> sets;
   if (light) {
@@ -244,10 +244,12 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
   }
   if (any_dynamic) config.add_profile(profile);
   auto engine = Builder(device).build(*net, config);
-  // An input that kiln needs at build time (axes, pads, sizes, K: ONNX node tests feed them as
-  // graph inputs) is bound to the test's value, as TensorRT's shape-value profiles do. Only
-  // inputs the builder names are bound, and only when every data set gives the same value.
-  std::vector<std::string> bound;
+  // An input whose values kiln needs at build time (axes, pads, sizes, K: ONNX node tests feed
+  // them as graph inputs) becomes a shape-value input, as TensorRT's shape tensors are: the profile
+  // gives each element the range of values the test's data sets give it (the same rule as for
+  // dims: one data set gives one value), a float or larger input its one value, and the run is
+  // given the values with the other inputs. Only inputs the builder names become one.
+  std::vector<std::string> valued;
   const size_t max_rounds = g.inputs.size();
   for (size_t round = 0; !engine.ok() && round < max_rounds; ++round) {
     const std::string msg = engine.status().message();
@@ -256,25 +258,30 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       break;
     }
     // The named value may be computed from graph inputs (CenterCropPad's expanded tests slice a
-    // shape input through Sub/Div/...): then the graph inputs feeding it are bound instead. The
+    // shape input through Sub/Div/...): then the graph inputs feeding it take values instead. The
     // walk stops at Shape and Size, whose outputs depend on an input's shape, not its values.
-    std::vector<bool> wanted(net->graph.values.size(), false);
+    std::vector<bool> wanted(g.values.size(), false);
     bool named_input = false;
-    for (int in : net->graph.inputs) {
-      const std::string quoted = "'" + net->graph.values[in].name + "'";
+    for (int in : g.inputs) {
+      const std::string quoted = "'" + g.values[in].name + "'";
       named_input = named_input || msg.find(quoted) != std::string::npos;
     }
     if (!named_input) {
       std::vector<int> stack;
-      for (size_t vi = 0; vi < net->graph.values.size(); ++vi) {
-        const std::string& name = net->graph.values[vi].name;
-        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos) {
-          stack.push_back(int(vi));
+      for (size_t vi = 0; vi < g.values.size(); ++vi) {
+        const std::string& name = g.values[vi].name;
+        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos) stack.push_back(int(vi));
+      }
+      // A value of an If the build inlined is named "<the If's name>/<its name>": walk from the If.
+      for (const ir::Node& n : g.nodes) {
+        if (n.name.empty() || msg.find("'" + n.name + "/") == std::string::npos) continue;
+        for (int o : n.outputs) {
+          if (o >= 0) stack.push_back(o);
         }
       }
-      std::vector<int> producer(net->graph.values.size(), -1);
-      for (size_t ni = 0; ni < net->graph.nodes.size(); ++ni) {
-        for (int o : net->graph.nodes[ni].outputs) {
+      std::vector<int> producer(g.values.size(), -1);
+      for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+        for (int o : g.nodes[ni].outputs) {
           if (o >= 0) producer[size_t(o)] = int(ni);
         }
       }
@@ -285,21 +292,33 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
         wanted[size_t(vi)] = true;
         const int p = producer[size_t(vi)];
         if (p < 0) continue;
-        const ir::Node& n = net->graph.nodes[size_t(p)];
+        const ir::Node& n = g.nodes[size_t(p)];
         if (n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size")) continue;
         for (int in : n.inputs) {
           if (in >= 0) stack.push_back(in);
         }
+        // A branch's nodes read values of the enclosing graph by name.
+        for (const auto& [attr_name, a] : n.attrs.all()) {
+          std::vector<const ir::Graph*> subgraphs;
+          if (a.g) subgraphs.push_back(a.g.get());
+          for (const auto& sg : a.graphs) subgraphs.push_back(sg.get());
+          for (const ir::Graph* sg : subgraphs) {
+            for (const ir::Node& sn : sg->nodes) {
+              for (int in : sn.inputs) {
+                if (in < 0) continue;
+                const int outer = g.find_value(sg->values[size_t(in)].name);
+                if (outer >= 0) stack.push_back(outer);
+              }
+            }
+          }
+        }
       }
     }
     bool changed = false;
-    for (size_t i = 0; i < net->graph.inputs.size(); ++i) {
-      ir::Value& v = net->graph.values[net->graph.inputs[i]];
-      if (named_input ? msg.find("'" + v.name + "'") == std::string::npos
-                      : !wanted[size_t(net->graph.inputs[i])]) {
-        continue;
-      }
-      if (v.constant) continue;
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      const ir::Value& v = g.values[g.inputs[i]];
+      if (named_input ? msg.find("'" + v.name + "'") == std::string::npos : !wanted[size_t(g.inputs[i])]) continue;
+      if (std::find(valued.begin(), valued.end(), v.name) != valued.end()) continue;
       const Tensor& t0 = sets[0].inputs[i];
       bool same = true;
       for (const DataSet& s : sets) {
@@ -307,31 +326,43 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
         same = same && t.dtype() == t0.dtype() && t.shape() == t0.shape() &&
                std::memcmp(t.data(), t0.data(), t.nbytes()) == 0;
       }
-      if (!same) return "build: " + msg + " (and the data sets give '" + v.name + "' different values)";
-      v.constant = t0;
-      bound.push_back(v.name);
-      for (DataSet& s : sets) s.inputs.erase(s.inputs.begin() + long(i));
-      net->graph.inputs.erase(net->graph.inputs.begin() + long(i));
-      config = BuilderConfig();
-      OptimizationProfile kept;
-      bool keep = false;
-      for (const auto& [name, dims] : profile.inputs()) {
-        if (name == v.name) continue;
-        (void)kept.set_dimensions(name, dims.min, dims.opt, dims.max);
-        keep = true;
+      Status st;
+      if ((is_integer(t0.dtype()) || t0.dtype() == DType::kBool) && t0.numel() <= 64) {
+        std::vector<int64_t> lo(size_t(t0.numel())), opt(lo.size()), hi(lo.size());
+        for (int64_t e = 0; e < t0.numel(); ++e) {
+          lo[size_t(e)] = hi[size_t(e)] = opt[size_t(e)] = t0.int_at(e);
+          for (const DataSet& s : sets) {
+            if (s.inputs[i].shape() != t0.shape()) return "build: " + msg + " (and the data sets give '" + v.name + "' different shapes)";
+            lo[size_t(e)] = std::min(lo[size_t(e)], s.inputs[i].int_at(e));
+            hi[size_t(e)] = std::max(hi[size_t(e)], s.inputs[i].int_at(e));
+          }
+        }
+        st = profile.set_shape_values(v.name, lo, opt, hi);
+      } else if (same) {
+        st = profile.set_shape_values(v.name, t0);
+      } else {
+        return "build: " + msg + " (and the data sets give the " + std::string(dtype_name(t0.dtype())) + " input '" +
+               v.name + "' different values)";
       }
-      profile = kept;
-      if (keep) config.add_profile(profile);
+      if (!st.ok()) return "profile: " + st.to_string();
+      valued.push_back(v.name);
       changed = true;
       break;
     }
     if (!changed) break;
+    config = BuilderConfig();
+    config.clear_flag(BuilderFlag::kTF32);
+    config.add_profile(profile);
     engine = Builder(device).build(*net, config);
   }
-  if (!engine.ok()) return "build: " + engine.status().to_string();
-  if (!bound.empty()) {
-    *note = "bound at build time:";
-    for (const std::string& b : bound) *note += " " + b;
+  if (!engine.ok()) {
+    std::string given;
+    for (const std::string& b : valued) given += (given.empty() ? " (shape-value inputs: " : ", ") + b;
+    return "build: " + engine.status().to_string() + (given.empty() ? "" : given + ")");
+  }
+  if (!valued.empty()) {
+    *note = "shape values given at run time:";
+    for (const std::string& b : valued) *note += " " + b;
   }
   auto ctx = engine->create_execution_context();
   if (!ctx.ok()) return "context: " + ctx.status().to_string();
@@ -987,8 +1018,8 @@ int main_impl(int argc, char** argv) {
   int bound = 0;
   for (const TestCase& tc : tests) bound += tc.set == "node" && tc.outcome == Outcome::kPass && !tc.note.empty();
   if (bound > 0) {
-    std::printf("%d passing node tests had inputs bound at build time (axes, pads, sizes, K: values "
-                "kiln needs to build; see --json notes)\n", bound);
+    std::printf("%d passing node tests take shape-value inputs (axes, pads, sizes, K), given at run time "
+                "and ranged by the profile (see --json notes)\n", bound);
   }
   // The headline: the node tests when the corpus has them, else every test run.
   Counts headline = per_set.count("node") ? per_set["node"] : Counts{};

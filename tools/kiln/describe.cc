@@ -37,6 +37,22 @@ std::string describe_io(const Engine& engine) {
     std::string line = "  " + pad(n, width) + "  " +
                        pad(std::string(dtype_name(*engine.tensor_dtype(n))), 8) + "  " +
                        (dims.ok() ? ir::dims_to_string(*dims) : "?") + "\n";
+    if (engine.is_shape_inference_io(n)) {
+      // Its elements: the symbols they bind, or the numbers the engine was built for.
+      std::string elements;
+      for (const auto& sv : engine.plan().shape_values) {
+        if (sv.name != n) continue;
+        const bool ints = is_integer(sv.fixed.dtype()) || sv.fixed.dtype() == DType::kBool;
+        for (size_t e = 0; e < sv.symbols.size(); ++e) {
+          std::string x = !sv.symbols[e].empty() ? sv.symbols[e]
+                          : ints                 ? std::to_string(sv.fixed.int_at(int64_t(e)))
+                                                 : "fixed";
+          elements += (e ? ", " : "") + x;
+        }
+      }
+      line.pop_back();
+      line += "  shape values (host memory): [" + elements + "]\n";
+    }
     (engine.tensor_mode(n) == TensorIOMode::kINPUT ? in : out) += line;
   }
   // Dims only the data decides: each is known once the layer that makes it has run.
@@ -53,9 +69,13 @@ std::string describe_profiles(const Engine& engine) {
   const auto& profiles = engine.plan().profiles;
   for (size_t p = 0; p < profiles.size(); ++p) {
     s += "  " + std::to_string(p) + ":";
-    if (profiles[p].inputs.empty()) s += " (static shapes)";
+    if (profiles[p].inputs.empty() && profiles[p].values.empty()) s += " (static shapes)";
     for (const auto& r : profiles[p].inputs) {
       s += " " + r.name + " min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) + " max " +
+           dims_to_spec(r.max);
+    }
+    for (const auto& r : profiles[p].values) {
+      s += " " + r.name + " values min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) + " max " +
            dims_to_spec(r.max);
     }
     std::string syms;
@@ -169,6 +189,13 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     j.begin_object();
     j.key("inputs").begin_array();
     for (const auto& r : profiles[p].inputs) {
+      j.begin_object().key("name").value(r.name);
+      j.key("min").array(r.min).key("opt").array(r.opt).key("max").array(r.max);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("shape_values").begin_array();
+    for (const auto& r : profiles[p].values) {
       j.begin_object().key("name").value(r.name);
       j.key("min").array(r.min).key("opt").array(r.opt).key("max").array(r.max);
       j.end_object();

@@ -288,6 +288,23 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
       if (d.opt.empty()) d.opt = !d.max.empty() ? d.max : d.min;
       if (d.min.empty()) d.min = d.opt;
       if (d.max.empty()) d.max = d.opt;
+      // An integer input whose shape the model fixes, given other numbers than that shape: they
+      // are its values (a shape-value input, as trtexec reads its shape flags for shape tensors).
+      const ir::Value* in = find_input(name);
+      std::vector<int64_t> fixed_shape;
+      bool is_static = in && in->shape && (is_integer(in->dtype) || in->dtype == DType::kBool);
+      if (is_static) {
+        for (const auto& dim : *in->shape) {
+          is_static = is_static && dim.is_const();
+          if (dim.is_const()) fixed_shape.push_back(dim.value());
+        }
+      }
+      if (is_static && !(d.min == fixed_shape && d.opt == fixed_shape && d.max == fixed_shape)) {
+        if (!d.steps.empty()) return usage_error("--shapeSteps: '" + name + "' takes shape values, which have no steps");
+        Status st = profile.set_shape_values(name, d.min, d.opt, d.max);
+        if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());
+        continue;
+      }
       Status st = d.steps.empty() ? profile.set_dimensions(name, d.min, d.opt, d.max)
                                   : profile.set_dimensions(name, d.min, d.opt, d.max, d.steps);
       if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());

@@ -2,6 +2,7 @@
 #include "inputs.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -128,9 +129,23 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
           "--shapes names '" + s.name +
           "', which is not an input of this engine; its inputs are:" + engine_inputs_list(engine));
     }
+    if (engine.is_shape_inference_io(s.name)) {
+      // A shape-value input: --shapes gives its values (trtexec's spelling for shape tensors).
+      auto t = shape_value_tensor(engine, s.name, s.dims);
+      if (!t.ok()) return usage_error("--shapes: " + t.status().message());
+      given[s.name] = t->shape();
+      out.tensors[s.name] = std::move(t).value();
+      out.from[s.name] = "values from --shapes";
+      continue;
+    }
     given[s.name] = s.dims;
     out.from[s.name] = "shape from --shapes";
   }
+  const std::set<std::string> user_values = [&] {
+    std::set<std::string> names;
+    for (const auto& [name, t] : out.tensors) names.insert(name);
+    return names;
+  }();
   for (const auto& [name, path] : options.files) {
     if (!inputs.count(name)) {
       return usage_error(
@@ -179,6 +194,19 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
   for (int p : candidates) {
     Status st = ctx.set_optimization_profile(p);
     std::map<std::string, Shape> shapes;
+    // Shape-value inputs the user gave no values for take the profile's opt values (or the one
+    // value the engine was built for); the run reads them when shapes resolve.
+    for (const auto& name : out.order) {
+      if (!engine.is_shape_inference_io(name)) continue;
+      if (!user_values.count(name)) {
+        auto opt = engine.profile_tensor_values(name, p, OptProfileSelector::kOPT);
+        StatusOr<Tensor> t = opt.ok() ? shape_value_tensor(engine, name, *opt) : fixed_shape_value(engine, name);
+        if (!t.ok()) return failure(t.status(), "making the values of '" + name + "'");
+        out.tensors[name] = std::move(t).value();
+        out.from[name] = opt.ok() ? "opt values of profile " + std::to_string(p) : "the value the engine was built for";
+      }
+      if (st.ok()) st = ctx.set_tensor_address(name, out.tensors[name].data());
+    }
     for (const auto& name : out.order) {
       if (!st.ok()) break;
       if (given.count(name)) {
@@ -212,6 +240,43 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
                                      ? "no optimization profile of the engine accepts these shapes:"
                                      : "the shapes do not fit the engine:") +
                      why_not);
+}
+
+StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name, const std::vector<int64_t>& values) {
+  KILN_ASSIGN_OR_RETURN(Shape shape, engine.tensor_shape(name));
+  KILN_ASSIGN_OR_RETURN(DType dtype, engine.tensor_dtype(name));
+  if (shape_numel(shape) != int64_t(values.size())) {
+    return invalid_argument("'" + name + "' is a shape-value input of " + std::to_string(shape_numel(shape)) +
+                            " elements " + shape_to_string(shape) + "; " + std::to_string(values.size()) + " values given");
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t x = values[i];
+    switch (dtype) {
+      case DType::kInt64: t.data_as<int64_t>()[i] = x; break;
+      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(x); break;
+      case DType::kInt16: t.data_as<int16_t>()[i] = int16_t(x); break;
+      case DType::kInt8: t.data_as<int8_t>()[i] = int8_t(x); break;
+      case DType::kUInt8: case DType::kBool: t.data_as<uint8_t>()[i] = uint8_t(x); break;
+      case DType::kUInt16: t.data_as<uint16_t>()[i] = uint16_t(x); break;
+      case DType::kUInt32: t.data_as<uint32_t>()[i] = uint32_t(x); break;
+      case DType::kUInt64: t.data_as<uint64_t>()[i] = uint64_t(x); break;
+      default:
+        return invalid_argument("'" + name + "' is " + std::string(dtype_name(dtype)) +
+                                ": it takes the one value the engine was built for, not values from --shapes");
+    }
+  }
+  return t;
+}
+
+StatusOr<Tensor> fixed_shape_value(const Engine& engine, const std::string& name) {
+  for (const auto& sv : engine.plan().shape_values) {
+    if (sv.name != name) continue;
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(sv.fixed.dtype(), sv.fixed.shape()));
+    if (t.nbytes()) std::memcpy(t.data(), sv.fixed.data(), t.nbytes());
+    return t;
+  }
+  return not_found("'" + name + "' is not a shape-value input");
 }
 
 Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
