@@ -455,6 +455,9 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_unpool(families);
   register_dft(families);
   register_data_dependent(families);
+  register_host_run(families, ops::OpKind::kRNN);
+  register_host_run(families, ops::OpKind::kGRU);
+  register_host_run(families, ops::OpKind::kLSTM);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
