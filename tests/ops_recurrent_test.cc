@@ -65,10 +65,9 @@ TEST(RecurrentInfer, SymbolicShapesPerLayoutAndDirection) {
   // layout 1: X [batch, seq, input], Y [batch, seq, dirs, hidden], states [batch, dirs, hidden].
   OpNode g = make_node("GRU", 4);
   g.i("layout", 1);
-  r = infer_node(g,
-                 {f32({b, s, 5}), f32({1, 12, 5}), f32({1, 12, 4}), f32({1, 24}), kOmitted,
-                  f32({b, 1, 4})},
-                 2);
+  r = infer_node(
+      g, {f32({b, s, 5}), f32({1, 12, 5}), f32({1, 12, 4}), f32({1, 24}), kOmitted, f32({b, 1, 4})},
+      2);
   ASSERT_TRUE(r.ok()) << r.status.to_string();
   EXPECT_EQ(r.dims(0), (std::vector<Dim>{b, s, 1, 4}));
   EXPECT_EQ(r.dims(1), (std::vector<Dim>{b, 1, 4}));
@@ -101,9 +100,7 @@ TEST(RecurrentInfer, BadShapesNameTheInput) {
       {"W rank", {f32({2, 1, 2}), f32({12, 2}), f32({1, 12, 3})}, "input 1 (W)"},
       {"R hidden", {f32({2, 1, 2}), f32({1, 12, 2}), f32({1, 12, 4})}, "input 2 (R)"},
       {"X rank", {f32({2, 2}), f32({1, 12, 2}), f32({1, 12, 3})}, "input 0 (X)"},
-      {"B size",
-       {f32({2, 1, 2}), f32({1, 12, 2}), f32({1, 12, 3}), f32({1, 12})},
-       "input 3 (B)"},
+      {"B size", {f32({2, 1, 2}), f32({1, 12, 2}), f32({1, 12, 3}), f32({1, 12})}, "input 3 (B)"},
       {"sequence_lens batch",
        {f32({2, 1, 2}), f32({1, 12, 2}), f32({1, 12, 3}), kOmitted,
         testing::typed(DType::kInt32, {2})},
@@ -135,8 +132,7 @@ TEST(RecurrentInfer, BadShapesNameTheInput) {
     auto r = infer_node(make_node("LSTM", 3), c.inputs, 3);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.code(), StatusCode::kInvalidModel);
-    EXPECT_NE(r.status.message().find("node 'r0' (LSTM)"), std::string::npos)
-        << r.status.message();
+    EXPECT_NE(r.status.message().find("node 'r0' (LSTM)"), std::string::npos) << r.status.message();
     EXPECT_NE(r.status.message().find(c.phrase), std::string::npos) << r.status.message();
   }
   // The same inputs with W fixed are accepted, so the checks above are what refused them.
@@ -231,12 +227,14 @@ Result reference(const Spec& s, const Data& in) {
     };
     auto x_part = [&](int64_t g, int64_t j, const std::vector<double>& x) {
       double acc = bias(g, j, false);
-      for (int64_t i = 0; i < I; ++i) acc += in.W[size_t(((d * G + g) * H + j) * I + i)] * x[size_t(i)];
+      for (int64_t i = 0; i < I; ++i)
+        acc += in.W[size_t(((d * G + g) * H + j) * I + i)] * x[size_t(i)];
       return acc;
     };
     auto h_part = [&](int64_t g, int64_t j, const std::vector<double>& h) {
       double acc = bias(g, j, true);
-      for (int64_t k = 0; k < H; ++k) acc += in.R[size_t(((d * G + g) * H + j) * H + k)] * h[size_t(k)];
+      for (int64_t k = 0; k < H; ++k)
+        acc += in.R[size_t(((d * G + g) * H + j) * H + k)] * h[size_t(k)];
       return acc;
     };
     auto peep = [&](int64_t which, int64_t j) -> double {
@@ -257,9 +255,11 @@ Result reference(const Spec& s, const Data& in) {
         for (int64_t i = 0; i < I; ++i) x[size_t(i)] = in.X[size_t((t * N + b) * I + i)];
         std::vector<double> hn(static_cast<size_t>(H)), cn(static_cast<size_t>(H));
         if (s.op == "RNN") {
-          for (int64_t j = 0; j < H; ++j) hn[size_t(j)] = act[0](clip(x_part(0, j, x) + h_part(0, j, h)));
+          for (int64_t j = 0; j < H; ++j)
+            hn[size_t(j)] = act[0](clip(x_part(0, j, x) + h_part(0, j, h)));
         } else if (s.op == "GRU") {
-          std::vector<double> z(static_cast<size_t>(H)), r(static_cast<size_t>(H)), rh(static_cast<size_t>(H));
+          std::vector<double> z(static_cast<size_t>(H)), r(static_cast<size_t>(H)),
+              rh(static_cast<size_t>(H));
           for (int64_t j = 0; j < H; ++j) {
             z[size_t(j)] = act[0](clip(x_part(0, j, x) + h_part(0, j, h)));
             r[size_t(j)] = act[0](clip(x_part(1, j, x) + h_part(1, j, h)));
@@ -274,18 +274,21 @@ Result reference(const Spec& s, const Data& in) {
         } else {
           for (int64_t j = 0; j < H; ++j) {  // blocks i, o, f, c; peepholes i, o, f
             double ig = act[0](clip(x_part(0, j, x) + h_part(0, j, h) + peep(0, j) * c[size_t(j)]));
-            double fg = s.input_forget ? 1 - ig
-                                       : act[0](clip(x_part(2, j, x) + h_part(2, j, h) +
-                                                     peep(2, j) * c[size_t(j)]));
+            double fg =
+                s.input_forget
+                    ? 1 - ig
+                    : act[0](clip(x_part(2, j, x) + h_part(2, j, h) + peep(2, j) * c[size_t(j)]));
             double cg = act[1](clip(x_part(3, j, x) + h_part(3, j, h)));
             cn[size_t(j)] = fg * c[size_t(j)] + ig * cg;
-            double og = act[0](clip(x_part(1, j, x) + h_part(1, j, h) + peep(1, j) * cn[size_t(j)]));
+            double og =
+                act[0](clip(x_part(1, j, x) + h_part(1, j, h) + peep(1, j) * cn[size_t(j)]));
             hn[size_t(j)] = og * act[2](cn[size_t(j)]);
           }
           c = cn;
         }
         h = hn;
-        for (int64_t j = 0; j < H; ++j) out.Y[size_t(((t * ND + d) * N + b) * H + j)] = float(h[size_t(j)]);
+        for (int64_t j = 0; j < H; ++j)
+          out.Y[size_t(((t * ND + d) * N + b) * H + j)] = float(h[size_t(j)]);
       }
       for (int64_t j = 0; j < H; ++j) {
         out.Yh[size_t((d * N + b) * H + j)] = float(h[size_t(j)]);
@@ -301,7 +304,8 @@ std::vector<float> swap01(const std::vector<float>& v, int64_t a, int64_t b, int
   std::vector<float> out(v.size());
   for (int64_t i = 0; i < a; ++i)
     for (int64_t j = 0; j < b; ++j)
-      for (int64_t k = 0; k < rest; ++k) out[size_t((j * a + i) * rest + k)] = v[size_t((i * b + j) * rest + k)];
+      for (int64_t k = 0; k < rest; ++k)
+        out[size_t((j * a + i) * rest + k)] = v[size_t((i * b + j) * rest + k)];
   return out;
 }
 
@@ -335,8 +339,7 @@ void check_against_reference(OpNode n, const Spec& s, const Data& d, int layout)
   in.push_back(d.lens.empty() ? kNoInput : testing::CaseInput(make_i32({s.N}, d.lens)));
   auto state = [&](const std::vector<float>& v) -> testing::CaseInput {
     if (v.empty()) return kNoInput;
-    return layout ? make_f32({s.N, ND, s.H}, swap01(v, ND, s.N, s.H))
-                  : make_f32({ND, s.N, s.H}, v);
+    return layout ? make_f32({s.N, ND, s.H}, swap01(v, ND, s.N, s.H)) : make_f32({ND, s.N, s.H}, v);
   };
   in.push_back(state(d.h0));
   const bool lstm = s.op == "LSTM";
@@ -356,7 +359,8 @@ void check_against_reference(OpNode n, const Spec& s, const Data& d, int layout)
       for (int64_t e = 0; e < ND; ++e)
         for (int64_t b = 0; b < s.N; ++b)
           for (int64_t j = 0; j < s.H; ++j)
-            t[size_t(((b * s.S + a) * ND + e) * s.H + j)] = ref.Y[size_t(((a * ND + e) * s.N + b) * s.H + j)];
+            t[size_t(((b * s.S + a) * ND + e) * s.H + j)] =
+                ref.Y[size_t(((a * ND + e) * s.N + b) * s.H + j)];
     y = make_f32({s.N, s.S, ND, s.H}, t);
   }
   auto st = [&](const std::vector<float>& v) {
@@ -377,7 +381,8 @@ TEST(RecurrentKernel, RnnTwoStepsByHand) {
                       2);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   const double h1 = std::tanh(1.3), h2 = std::tanh(-2 + 0.5 * h1 + 0.3);
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 1, 1, 1}, {float(h1), float(h2)}), 1e-6, 1e-5));
+  EXPECT_TRUE(
+      testing::all_close((*out)[0], make_f32({2, 1, 1, 1}, {float(h1), float(h2)}), 1e-6, 1e-5));
   EXPECT_TRUE(testing::all_close((*out)[1], make_f32({1, 1, 1}, {float(h2)}), 1e-6, 1e-5));
 }
 
@@ -417,19 +422,68 @@ TEST(RecurrentKernel, LstmOneStepByHandWithPeepholes) {
   const double c = f * c0 + i * g;
   const double o = sigmoid(w[1] * x + r[1] * h0 + wb[1] + rb[1] + p[1] * c);
   const double h = o * std::tanh(c);
-  auto f32v = [](std::initializer_list<double> v) { return std::vector<float>(v.begin(), v.end()); };
-  auto out = run_case(
-      make_node("LSTM", 1),
-      {make_f32({1, 1, 1}, {0.5f}), make_f32({1, 4, 1}, f32v({w[0], w[1], w[2], w[3]})),
-       make_f32({1, 4, 1}, f32v({r[0], r[1], r[2], r[3]})),
-       make_f32({1, 8}, f32v({wb[0], wb[1], wb[2], wb[3], rb[0], rb[1], rb[2], rb[3]})),
-       make_i32({1}, {1}), make_f32({1, 1, 1}, {-0.3f}), make_f32({1, 1, 1}, {0.8f}),
-       make_f32({1, 3}, f32v({p[0], p[1], p[2]}))},
-      3);
+  auto f32v = [](std::initializer_list<double> v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  auto out =
+      run_case(make_node("LSTM", 1),
+               {make_f32({1, 1, 1}, {0.5f}), make_f32({1, 4, 1}, f32v({w[0], w[1], w[2], w[3]})),
+                make_f32({1, 4, 1}, f32v({r[0], r[1], r[2], r[3]})),
+                make_f32({1, 8}, f32v({wb[0], wb[1], wb[2], wb[3], rb[0], rb[1], rb[2], rb[3]})),
+                make_i32({1}, {1}), make_f32({1, 1, 1}, {-0.3f}), make_f32({1, 1, 1}, {0.8f}),
+                make_f32({1, 3}, f32v({p[0], p[1], p[2]}))},
+               3);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_NEAR((*out)[0].data_as<float>()[0], h, 1e-6);
   EXPECT_NEAR((*out)[1].data_as<float>()[0], h, 1e-6);
   EXPECT_NEAR((*out)[2].data_as<float>()[0], c, 1e-6);
+}
+
+// Every activation ONNX lists, through an RNN step whose pre-activation is x itself (W = 1,
+// R = 0): with the ONNX ops' default alpha/beta, then with given ones.
+TEST(RecurrentKernel, EveryActivationWithDefaultAndGivenParameters) {
+  struct Case {
+    const char* name;
+    std::vector<float> alpha, beta;
+    std::function<double(double)> fn;
+  };
+  const std::vector<Case> cases = {
+      {"Relu", {}, {}, [](double x) { return std::max(x, 0.0); }},
+      {"Tanh", {}, {}, [](double x) { return std::tanh(x); }},
+      {"Sigmoid", {}, {}, sigmoid},
+      {"Affine", {}, {}, [](double x) { return x; }},
+      {"Affine", {2.0f}, {0.5f}, [](double x) { return 2 * x + 0.5; }},
+      {"LeakyRelu", {}, {}, [](double x) { return x >= 0 ? x : 0.01 * x; }},
+      {"LeakyRelu", {0.3f}, {}, [](double x) { return x >= 0 ? x : 0.3 * x; }},
+      {"ThresholdedRelu", {}, {}, [](double x) { return x >= 1.0 ? x : 0; }},
+      {"ThresholdedRelu", {0.5f}, {}, [](double x) { return x >= 0.5 ? x : 0; }},
+      {"ScaledTanh", {}, {}, [](double x) { return std::tanh(x); }},
+      {"ScaledTanh", {2.0f}, {0.5f}, [](double x) { return 2 * std::tanh(0.5 * x); }},
+      {"HardSigmoid", {}, {}, [](double x) { return std::clamp(0.2 * x + 0.5, 0.0, 1.0); }},
+      {"HardSigmoid", {0.6f}, {0.1f}, [](double x) { return std::clamp(0.6 * x + 0.1, 0.0, 1.0); }},
+      {"Elu", {}, {}, [](double x) { return x >= 0 ? x : std::exp(x) - 1; }},
+      {"Elu", {0.5f}, {}, [](double x) { return x >= 0 ? x : 0.5 * (std::exp(x) - 1); }},
+      {"Softsign", {}, {}, [](double x) { return x / (1 + std::fabs(x)); }},
+      {"Softplus", {}, {}, [](double x) { return std::log(1 + std::exp(x)); }},
+  };
+  // 0.5 and 1 sit on ThresholdedRelu's thresholds (x >= alpha passes).
+  const std::vector<float> xs = {-1.5f, -0.25f, 0.5f, 0.7f, 1.0f, 1.2f, 3.0f};
+  const int64_t n = int64_t(xs.size());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    OpNode node = make_node("RNN", 1);
+    set_strings(node, "activations", {c.name});
+    if (!c.alpha.empty()) node.floats("activation_alpha", c.alpha);
+    if (!c.beta.empty()) node.floats("activation_beta", c.beta);
+    // One step over a batch of n rows, x = xs[row].
+    auto out = run_case(
+        node, {make_f32({1, n, 1}, xs), make_f32({1, 1, 1}, {1}), make_f32({1, 1, 1}, {0})}, 2);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    for (int64_t b = 0; b < n; ++b) {
+      EXPECT_NEAR((*out)[1].data_as<float>()[b], c.fn(xs[size_t(b)]), 1e-6)
+          << "x = " << xs[size_t(b)];
+    }
+  }
 }
 
 // ---- kernels against the reference loop ----
@@ -456,7 +510,12 @@ TEST(RecurrentKernel, GruDirectionsLayoutsAndResetOrder) {
   for (std::string dir : {"forward", "reverse", "bidirectional"}) {
     for (int lbr : {0, 1}) {
       SCOPED_TRACE(dir + " linear_before_reset " + std::to_string(lbr));
-      Spec s{.op = "GRU", .S = 3, .N = 2, .I = 4, .H = 3, .direction = dir,
+      Spec s{.op = "GRU",
+             .S = 3,
+             .N = 2,
+             .I = 4,
+             .H = 3,
+             .direction = dir,
              .linear_before_reset = lbr != 0};
       Data d = make_data(s, lbr != 0, true, false);
       d.lens = {3, 1};
@@ -489,7 +548,8 @@ TEST(RecurrentKernel, RnnActivationsAlphaBetaAndClip) {
 
 TEST(RecurrentKernel, LstmInputForgetAndOtherActivations) {
   // f = HardSigmoid(0.3, 0.4), g = Softsign, h = Elu(default alpha 1); input and forget coupled.
-  Spec s{.op = "LSTM", .S = 3, .N = 2, .I = 2, .H = 2, .direction = "reverse", .input_forget = true};
+  Spec s{
+      .op = "LSTM", .S = 3, .N = 2, .I = 2, .H = 2, .direction = "reverse", .input_forget = true};
   s.acts = {[](double v) { return std::clamp(0.3 * v + 0.4, 0.0, 1.0); },
             [](double v) { return v / (1 + std::fabs(v)); },
             [](double v) { return v >= 0 ? v : std::exp(v) - 1; }};
@@ -506,7 +566,8 @@ TEST(RecurrentKernel, Float64AndOpsetSevenDefaults) {
   Spec s{.op = "LSTM", .S = 2, .N = 1, .I = 3, .H = 2};
   Data d = make_data(s, false, false, false);
   auto f64 = [](Shape shape, const std::vector<float>& v) {
-    return Tensor::from_vector(DType::kFloat64, std::move(shape), std::vector<double>(v.begin(), v.end()));
+    return Tensor::from_vector(DType::kFloat64, std::move(shape),
+                               std::vector<double>(v.begin(), v.end()));
   };
   testing::KernelCase c{.node = make_node("LSTM", 2, 7),
                         .inputs = {f64({2, 1, 3}, d.X), f64({1, 8, 3}, d.W), f64({1, 8, 2}, d.R)},
@@ -528,7 +589,8 @@ TEST(RecurrentKernel, SequenceLensOutOfRangeIsAnError) {
                        make_f32({1, 1, 1}, {0.5f}), kNoInput, make_i32({1}, {3})},
                       2);
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("sequence_lens[0] = 3 is outside [0, 2]"), std::string::npos)
+  EXPECT_NE(out.status().message().find("sequence_lens[0] = 3 is outside [0, 2]"),
+            std::string::npos)
       << out.status().message();
 }
 

@@ -142,8 +142,10 @@ StatusOr<RecurrentAttrs> parse_recurrent_attrs(OpKind op, const ir::Node& node) 
   // activation_alpha / activation_beta are consumed in order by the functions that take them
   // (ONNX Runtime's reading of "consumed in the order of activation functions"); a function past
   // the end of the list takes its ONNX op's default.
-  KILN_ASSIGN_OR_RETURN(std::vector<float> alphas, attrs.get_floats("activation_alpha", std::vector<float>{}));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> betas, attrs.get_floats("activation_beta", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> alphas,
+                        attrs.get_floats("activation_alpha", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> betas,
+                        attrs.get_floats("activation_beta", std::vector<float>{}));
   size_t next_alpha = 0, next_beta = 0;
   for (const std::string& name : names) {
     const ActivationInfo* info = find_activation(name);
@@ -162,8 +164,8 @@ StatusOr<RecurrentAttrs> parse_recurrent_attrs(OpKind op, const ir::Node& node) 
 
 namespace {
 
-const char* const kInputNames[] = {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c",
-                                   "P"};
+const char* const kInputNames[] = {"X",         "W",         "R", "B", "sequence_lens",
+                                   "initial_h", "initial_c", "P"};
 
 std::string input_label(int i) {
   return "input " + std::to_string(i) + " (" + kInputNames[i] + ")";
@@ -171,9 +173,9 @@ std::string input_label(int i) {
 
 Status require_rank(InferContext& ctx, int i, int rank) {
   if (ctx.input_rank(i) != rank) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     input_label(i) + " must be " + std::to_string(rank) + "-D, got shape " +
-                         ir::dims_to_string(ctx.input_shape(i)));
+    return ctx.error(StatusCode::kInvalidModel, input_label(i) + " must be " +
+                                                    std::to_string(rank) + "-D, got shape " +
+                                                    ir::dims_to_string(ctx.input_shape(i)));
   }
   return ok_status();
 }
@@ -208,10 +210,10 @@ Status infer_recurrent(InferContext& ctx, OpKind op) {
   for (int i = 1; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i) || i == 4) continue;
     if (ctx.input_dtype(i) != dt) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       input_label(i) + " has dtype " +
-                           std::string(dtype_name(ctx.input_dtype(i))) + ", expected X's " +
-                           std::string(dtype_name(dt)));
+      return ctx.error(StatusCode::kInvalidModel, input_label(i) + " has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))) +
+                                                      ", expected X's " +
+                                                      std::string(dtype_name(dt)));
     }
   }
   KILN_RETURN_IF_ERROR(require_rank(ctx, 0, 3));
@@ -225,23 +227,22 @@ Status infer_recurrent(InferContext& ctx, OpKind op) {
   Dim gates = Dim(a.gates) * hidden;
   KILN_RETURN_IF_ERROR(require_dims(ctx, 1, {nd, gates, input_size},
                                     {"num_directions", "gates*hidden_size", "X's input_size"}));
-  KILN_RETURN_IF_ERROR(
-      require_dims(ctx, 2, {nd, gates, hidden}, {"num_directions", "gates*hidden_size",
-                                                 "hidden_size"}));
+  KILN_RETURN_IF_ERROR(require_dims(ctx, 2, {nd, gates, hidden},
+                                    {"num_directions", "gates*hidden_size", "hidden_size"}));
   if (ctx.has_input(3)) {
     KILN_RETURN_IF_ERROR(require_dims(ctx, 3, {nd, Dim(2 * a.gates) * hidden},
                                       {"num_directions", "2*gates*hidden_size"}));
   }
   if (ctx.has_input(4)) {
     if (ctx.input_dtype(4) != DType::kInt32) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       input_label(4) + " has dtype " +
-                           std::string(dtype_name(ctx.input_dtype(4))) + ", expected int32");
+      return ctx.error(StatusCode::kInvalidModel, input_label(4) + " has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(4))) +
+                                                      ", expected int32");
     }
     KILN_RETURN_IF_ERROR(require_dims(ctx, 4, {batch}, {"batch_size"}));
   }
-  std::vector<Dim> state = a.layout == 0 ? std::vector<Dim>{nd, batch, hidden}
-                                         : std::vector<Dim>{batch, nd, hidden};
+  std::vector<Dim> state =
+      a.layout == 0 ? std::vector<Dim>{nd, batch, hidden} : std::vector<Dim>{batch, nd, hidden};
   std::vector<const char*> state_names =
       a.layout == 0 ? std::vector<const char*>{"num_directions", "batch_size", "hidden_size"}
                     : std::vector<const char*>{"batch_size", "num_directions", "hidden_size"};

@@ -35,32 +35,43 @@ struct RnnActivation {
 
   double operator()(double x) const {
     switch (kind) {
-      case RnnActivationKind::kRelu: return x > 0 ? x : 0;
-      case RnnActivationKind::kTanh: return std::tanh(x);
-      case RnnActivationKind::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
-      case RnnActivationKind::kAffine: return alpha * x + beta;
-      case RnnActivationKind::kLeakyRelu: return x >= 0 ? x : alpha * x;
-      case RnnActivationKind::kThresholdedRelu: return x > alpha ? x : 0;
-      case RnnActivationKind::kScaledTanh: return alpha * std::tanh(beta * x);
-      case RnnActivationKind::kHardSigmoid: return std::fmin(std::fmax(alpha * x + beta, 0.0), 1.0);
-      case RnnActivationKind::kElu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
-      case RnnActivationKind::kSoftsign: return x / (1 + std::fabs(x));
-      case RnnActivationKind::kSoftplus: return std::log1p(std::exp(-std::fabs(x))) + std::fmax(x, 0.0);
+      case RnnActivationKind::kRelu:
+        return x > 0 ? x : 0;
+      case RnnActivationKind::kTanh:
+        return std::tanh(x);
+      case RnnActivationKind::kSigmoid:
+        return 1.0 / (1.0 + std::exp(-x));
+      case RnnActivationKind::kAffine:
+        return alpha * x + beta;
+      case RnnActivationKind::kLeakyRelu:
+        return x >= 0 ? x : alpha * x;
+      case RnnActivationKind::kThresholdedRelu:
+        return x >= alpha ? x : 0;  // the recurrent ops' text says >=
+      case RnnActivationKind::kScaledTanh:
+        return alpha * std::tanh(beta * x);
+      case RnnActivationKind::kHardSigmoid:
+        return std::fmin(std::fmax(alpha * x + beta, 0.0), 1.0);
+      case RnnActivationKind::kElu:
+        return x >= 0 ? x : alpha * (std::exp(x) - 1);
+      case RnnActivationKind::kSoftsign:
+        return x / (1 + std::fabs(x));
+      case RnnActivationKind::kSoftplus:
+        return std::log1p(std::exp(-std::fabs(x))) + std::fmax(x, 0.0);
     }
     return x;
   }
 };
 
 struct RecurrentAttrs {
-  int gates = 1;            // weight blocks per direction: RNN 1, GRU 3 (zrh), LSTM 4 (iofc)
+  int gates = 1;  // weight blocks per direction: RNN 1, GRU 3 (zrh), LSTM 4 (iofc)
   int activations_per_direction = 1;  // RNN f; GRU f, g; LSTM f, g, h
   int num_directions = 1;
-  bool reverse = false;     // direction "reverse" (a bidirectional node's second direction is)
+  bool reverse = false;  // direction "reverse" (a bidirectional node's second direction is)
   std::optional<int64_t> hidden_size;  // the attribute; otherwise R's last dim
-  int layout = 0;           // 0: [seq, batch, ...]; 1: [batch, seq, ...]
-  std::optional<double> clip;  // bound of the gates' pre-activations, when given
-  bool linear_before_reset = false;  // GRU
-  bool input_forget = false;         // LSTM
+  int layout = 0;                      // 0: [seq, batch, ...]; 1: [batch, seq, ...]
+  std::optional<double> clip;          // bound of the gates' pre-activations, when given
+  bool linear_before_reset = false;    // GRU
+  bool input_forget = false;           // LSTM
   // activations_per_direction entries per direction, forward's first.
   std::vector<RnnActivation> activations;
 

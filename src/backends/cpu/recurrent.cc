@@ -2,13 +2,14 @@
 // rows and time steps, computed in double and stored in the outputs' dtype. Per batch row, steps
 // past its sequence_lens are not run: Y is zero there and Y_h / Y_c hold the last step run (a
 // reverse direction runs from step len-1 down to 0).
+#include "ops/recurrent.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/numeric.h"
-#include "ops/recurrent.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -132,8 +133,8 @@ Status RecurrentKernel::execute(std::span<const TensorView> in, std::span<const 
     return bad("W " + shape_to_string(W.shape) + " or R " + shape_to_string(R.shape) +
                " is not [num_directions, gates*hidden_size, input_size or hidden_size]");
   }
-  std::vector<int64_t> state = a_.layout == 0 ? std::vector<int64_t>{ND, N, H}
-                                              : std::vector<int64_t>{N, ND, H};
+  std::vector<int64_t> state =
+      a_.layout == 0 ? std::vector<int64_t>{ND, N, H} : std::vector<int64_t>{N, ND, H};
   if (has_in(in, 3) && !shape_is(in[3], {ND, 2 * G * H})) {
     return bad("B " + shape_to_string(in[3].shape) + " is not [num_directions, 2*gates*hidden]");
   }
@@ -142,22 +143,22 @@ Status RecurrentKernel::execute(std::span<const TensorView> in, std::span<const 
   }
   for (size_t i : {size_t(5), size_t(6)}) {
     if (has_in(in, i) && (lstm || i == 5) && !shape_is(in[i], state)) {
-      return bad(std::string(i == 5 ? "initial_h " : "initial_c ") +
-                 shape_to_string(in[i].shape) + " is not " + shape_to_string(state));
+      return bad(std::string(i == 5 ? "initial_h " : "initial_c ") + shape_to_string(in[i].shape) +
+                 " is not " + shape_to_string(state));
     }
   }
   if (lstm && has_in(in, 7) && !shape_is(in[7], {ND, 3 * H})) {
     return bad("P " + shape_to_string(in[7].shape) + " is not [num_directions, 3*hidden_size]");
   }
-  std::vector<int64_t> y_shape = a_.layout == 0 ? std::vector<int64_t>{S, ND, N, H}
-                                                : std::vector<int64_t>{N, S, ND, H};
+  std::vector<int64_t> y_shape =
+      a_.layout == 0 ? std::vector<int64_t>{S, ND, N, H} : std::vector<int64_t>{N, S, ND, H};
   if (has_out(out, 0) && !shape_is(out[0], y_shape)) {
     return bad("Y " + shape_to_string(out[0].shape) + " is not " + shape_to_string(y_shape));
   }
   for (size_t o = 1; o < out.size(); ++o) {
     if (has_out(out, o) && !shape_is(out[o], state)) {
-      return bad("output " + std::to_string(o) + " " + shape_to_string(out[o].shape) +
-                 " is not " + shape_to_string(state));
+      return bad("output " + std::to_string(o) + " " + shape_to_string(out[o].shape) + " is not " +
+                 shape_to_string(state));
     }
   }
   std::vector<int64_t> lens(size_t(N), S);
@@ -165,9 +166,8 @@ Status RecurrentKernel::execute(std::span<const TensorView> in, std::span<const 
     if (!read_indices(in[4], &lens)) return bad("sequence_lens must be int32");
     for (int64_t b = 0; b < N; ++b) {
       if (lens[size_t(b)] < 0 || lens[size_t(b)] > S) {
-        return bad("sequence_lens[" + std::to_string(b) + "] = " +
-                   std::to_string(lens[size_t(b)]) + " is outside [0, " + std::to_string(S) +
-                   "]");
+        return bad("sequence_lens[" + std::to_string(b) + "] = " + std::to_string(lens[size_t(b)]) +
+                   " is outside [0, " + std::to_string(S) + "]");
       }
     }
   }
