@@ -35,7 +35,8 @@
   /* control flow */ X(If)                                                                       \
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
   X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)                                    \
-  /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)
+  /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \
+  /* recurrent */ X(RNN) X(GRU) X(LSTM)
 
 // Domain "kiln": spelled `kiln::Name` in IR text. Schemas in ops/kiln_ops.cc, CPU references in
 // backends/cpu/kiln_ops.cc.

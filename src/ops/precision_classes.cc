@@ -23,7 +23,9 @@ constexpr OpKind kFloat32Ops[] = {
     kReduceMean,  kReduceSum,     kReduceProd,   kReduceL1,          kReduceL2,
     kReduceLogSum, kReduceLogSumExp, kReduceSumSquare, kCumSum,      kCumProd,
     kLpPool,      kNegativeLogLikelihoodLoss,    kSoftmaxCrossEntropyLoss, kDFT,
-    kLinearAttention, kCausalConvWithState};
+    kLinearAttention, kCausalConvWithState,
+    // Recurrences: rounding errors compound over the time steps.
+    kRNN, kGRU, kLSTM};
 
 // Data movement and exact or short-range math: runs in whatever float type arrives. Elementwise
 // ops and views not listed elsewhere follow too (set below from their traits).

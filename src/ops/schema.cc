@@ -95,6 +95,7 @@ const OpRegistry& op_registry() {
     register_spatial_ops(r);
     register_data_dependent_ops(r);
     register_sequence_model_ops(r);
+    register_recurrent_ops(r);
     register_kiln_ops(r);
     register_precision_classes(r);
     return r;

@@ -204,6 +204,7 @@ void register_math_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_quant_ops(OpRegistry& r);
 void register_sequence_model_ops(OpRegistry& r);
+void register_recurrent_ops(OpRegistry& r);  // RNN, GRU, LSTM (recurrent.cc)
 void register_attention_ops(OpRegistry& r);
 void register_spatial_ops(OpRegistry& r);
 void register_data_dependent_ops(OpRegistry& r);

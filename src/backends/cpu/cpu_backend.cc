@@ -70,6 +70,7 @@ KernelRegistry family_kernels() {
   register_attention_kernels(r);
   register_spatial_kernels(r);
   register_sequence_model_kernels(r);
+  register_recurrent_kernels(r);
   register_data_dependent_kernels(r);
   register_kiln_kernels(r);
   return r;
