@@ -1036,6 +1036,25 @@ NB_MODULE(_kiln, m) {
           [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
              std::vector<int64_t> max) { check(p.set_dimensions(input, std::move(min), std::move(opt), std::move(max))); },
           nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"), "Alias of set_dimensions (TensorRT's name).")
+      .def(
+          "set_shape_values",
+          [](OptimizationProfile& p, const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
+             std::vector<int64_t> max) { check(p.set_shape_values(input, std::move(min), std::move(opt), std::move(max))); },
+          nb::arg("input"), nb::arg("min"), nb::arg("opt"), nb::arg("max"),
+          "A shape-value input (TensorRT's shape tensors): an integer input whose values decide shapes takes, per "
+          "element, values in [min, max] at run time; the build proves the model over them.")
+      .def(
+          "set_shape_values",
+          [](OptimizationProfile& p, const std::string& input, const nb::ndarray<nb::ro>& value) {
+            Tensor t = tensor_from_array(value);
+            auto copy = Tensor::zeros(t.dtype(), t.shape());
+            check(copy.status());
+            if (t.nbytes()) std::memcpy(copy->data(), t.data(), t.nbytes());
+            check(p.set_shape_values(input, std::move(copy).value()));
+          },
+          nb::arg("input"), nb::arg("value"),
+          "The one value an input of any dtype takes (Resize's float scales): the engine is built for it and a run "
+          "given another is refused.")
       .def("get_dimensions", &profile_dimensions, nb::arg("input"), "The (min, opt, max) shapes set for `input`.")
       .def("get_shape", &profile_dimensions, nb::arg("input"),
            "Alias of get_dimensions (TensorRT's name); NotFoundError for an input the profile does not set.")
@@ -1153,6 +1172,21 @@ NB_MODULE(_kiln, m) {
           nb::sig("def profile_shape(self, input: str, profile: int, which: OptProfileSelector | None = None) -> "
                   "tuple[int, ...] | tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]"),
           "The MIN, OPT or MAX shape of `input` in `profile`; without `which`, the (min, opt, max) triple.")
+      .def("is_shape_inference_io", &Engine::is_shape_inference_io, nb::arg("name"),
+           "Whether `name` is a shape-value input: the run reads its values in host memory (TensorRT's name).")
+      .def(
+          "get_tensor_profile_values",
+          [](const Engine& e, const std::string& name, int profile) {
+            nb::list out;
+            for (OptProfileSelector w : {OptProfileSelector::kMIN, OptProfileSelector::kOPT, OptProfileSelector::kMAX}) {
+              out.append(shape_tuple(value_or_raise(e.profile_tensor_values(name, profile, w))));
+            }
+            return nb::tuple(out);
+          },
+          nb::arg("name"), nb::arg("profile_index"),
+          nb::sig("def get_tensor_profile_values(self, name: str, profile_index: int) -> "
+                  "tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]"),
+          "(min, opt, max) values of shape-value input `name` in profile `profile_index` (TensorRT's name).")
       .def("get_tensor_profile_shape", &profile_triple, nb::arg("name"), nb::arg("profile_index"),
            nb::sig("def get_tensor_profile_shape(self, name: str, profile_index: int) -> "
                    "tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]"),
