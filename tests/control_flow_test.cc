@@ -1,7 +1,9 @@
-// If with a condition known at build time (issue 15, item 3, first part): exporters branch on a
-// tensor's rank or size, or on a constant; the builder runs such an If as the branch it takes, its
-// nodes inlined in place, so nothing of the If is left at run time. An If whose condition is data
-// is refused with the reason.
+// Control flow laid out at build time (issue 15, item 3): an If with a condition known at build
+// time (exporters branch on a tensor's rank or size, or on a constant) runs as the branch it takes,
+// its nodes inlined in place; a Loop with a known trip count whose body keeps its condition true,
+// and a Scan of known length, are unrolled, their loop-carried values threaded through copies of
+// the body (shapes that grow per iteration included). An If on data, a Loop whose trip count or
+// condition is data, and a Scan over a length that changes at run time are refused with the reason.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -73,6 +75,130 @@ TEST(ControlFlow, AnIfOnDataIsRefusedWithTheReason) {
 )");
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("its condition ('c') is computed from tensor data at run time"),
+            std::string::npos)
+      << engine.status().message();
+}
+
+// y grows by x's row every iteration (a loop-carried shape that changes: [1, 4], [2, 4], ...), s
+// adds the iteration number to a running sum, and the scan output stacks each iteration's sum.
+const char* kGrowingLoop = R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?], %s: float32[?], %hist: float32[?]) {
+  %t: bool[] = dense<1>
+  %s0: float32[] = dense<0.0>
+  %y0: float32[1, 4] = dense<[1.0, 2.0, 3.0, 4.0]>
+  %y: float32[?], %s: float32[?], %hist: float32[?] = Loop(%m, %t, %y0, %s0) {body=graph body(%i: int64[], %c: bool[], %y_in: float32[?], %s_in: float32[?]) -> (%c_out: bool[?], %y_out: float32[?], %s_out: float32[?], %scan: float32[?]) {
+    %c_out: bool[?] = Identity(%c)  # keep
+    %row: float32[?] = ReduceSum(%x) {axes=[0], keepdims=1}  # row
+    %y_out: float32[?] = Concat(%y_in, %row) {axis=0}  # grow
+    %fi: float32[?] = Cast(%i) {to=1}  # as_float
+    %s_out: float32[?] = Add(%s_in, %fi)  # sum
+    %scan: float32[?] = Identity(%s_out)  # record
+  }}  # loop
+}
+)";
+
+TEST(ControlFlow, ALoopWithAKnownTripCountUnrollsAndItsCarriedShapesGrow) {
+  Network net;
+  auto g = ir::parse_text(kGrowingLoop, {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  net.graph = std::move(*g);
+  BuilderConfig config;
+  OptimizationProfile p;
+  ASSERT_TRUE(p.set_dimensions("x", {1, 4}, {2, 4}, {8, 4}).ok());
+  ASSERT_TRUE(p.set_shape_values("m", {3}, {3}, {3}).ok());  // the trip count, a shape value fixed at 3
+  config.add_profile(p);
+  auto engine = Builder().build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  for (const LayerInfo& l : engine->layers()) EXPECT_NE(l.op_type, "Loop");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("y")), "[4, 4]");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("hist")), "[3]");
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = random_f32({2, 4}, 7);
+  auto out = (*ctx)->run({{"x", x}, {"m", make_i64({}, {3})}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->at("y").shape(), (Shape{4, 4}));
+  for (int64_t r = 1; r < 4; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const float want = x.data_as<float>()[c] + x.data_as<float>()[4 + c];
+      EXPECT_NEAR(out->at("y").data_as<float>()[r * 4 + c], want, 1e-6) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(out->at("s").data_as<float>()[0], 3.f);  // 0 + 1 + 2
+  ASSERT_EQ(out->at("hist").shape(), (Shape{3}));
+  EXPECT_EQ(out->at("hist").data_as<float>()[0], 0.f);
+  EXPECT_EQ(out->at("hist").data_as<float>()[1], 1.f);
+  EXPECT_EQ(out->at("hist").data_as<float>()[2], 3.f);
+  // A run given another trip count than the engine was built for is refused by name.
+  out = (*ctx)->run({{"x", x}, {"m", make_i64({}, {4})}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("input 'm' = [4], but the engine was built for the value [3]"), std::string::npos)
+      << out.status().to_string();
+}
+
+TEST(ControlFlow, ALoopOnDataIsRefusedWithTheReason) {
+  // The trip count from data.
+  auto engine = build(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Neg(%a)  # neg
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("its trip count ('m') is computed from tensor data at run time"), std::string::npos)
+      << engine.status().message();
+  // A condition the body computes from data (a while loop).
+  engine = build(R"(graph g(%x: float32[n, 4]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %m: int64[] = dense<5>
+  %zero: float32[] = dense<0.0>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %b: float32[?] = Neg(%a)  # neg
+    %r: float32[?] = ReduceSum(%b) {keepdims=0}  # total
+    %c2: bool[?] = Greater(%r, %zero)  # positive
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("its body computes the loop's condition ('c2') from data"), std::string::npos)
+      << engine.status().message();
+}
+
+// A running sum over x's rows, scanned in reverse, its outputs stacked along axis 1 in reverse.
+TEST(ControlFlow, AScanOfKnownLengthUnrollsInEitherDirection) {
+  Network net;
+  auto g = ir::parse_text(R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[?], %all: float32[?]) {
+  %last: float32[?], %all: float32[?] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1], scan_output_directions=[1], body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?], %out: float32[?]) {
+    %acc2: float32[?] = Add(%acc, %row)  # add
+    %out: float32[?] = Identity(%acc2)  # record
+  }}  # scan
+}
+)", {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  net.graph = std::move(*g);
+  auto engine = Builder().build(net, BuilderConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  auto out = (*ctx)->run({{"init", make_f32({2}, {10.f, 20.f})}, {"x", make_f32({3, 2}, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f})}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  // Rows taken 2, 1, 0: sums (15, 26), (18, 30), (19, 32); stacked on axis 1, last first.
+  EXPECT_TRUE(all_close(out->at("last"), make_f32({2}, {19.f, 32.f}), 0, 0));
+  EXPECT_TRUE(all_close(out->at("all"), make_f32({2, 3}, {19.f, 18.f, 15.f, 32.f, 30.f, 26.f}), 0, 0))
+      << out->at("all").data_as<float>()[0] << " " << out->at("all").data_as<float>()[1];
+}
+
+TEST(ControlFlow, AScanOverADynamicLengthIsRefusedWithTheReason) {
+  auto engine = build(R"(graph g(%x: float32[n, 4]) -> (%last: float32[?]) {
+  %init: float32[4] = dense<0.0>
+  %last: float32[?] = Scan(%init, %x) {num_scan_inputs=1, body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?]) {
+    %acc2: float32[?] = Add(%acc, %row)  # add
+  }}  # scan
+}
+)");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("which changes at run time; kiln unrolls a Scan whose length is known at build time"),
             std::string::npos)
       << engine.status().message();
 }

@@ -99,6 +99,13 @@ std::string attribute_text(const ir::Attribute& a);
 std::string timing_cache_key(std::string_view impl_id, const backends::KernelQuery& q,
                              std::string_view device_identity);
 
+// Control flow laid out at build time (control_flow.cc), for infer_shapes at node n: an If whose
+// condition is known becomes its branch, a Loop with a known trip count and a condition its body
+// keeps true, and a Scan of known length, are unrolled. true when node n was replaced (the
+// expansion's nodes start at n); false when n is no such node, or an If on data (its schema
+// refuses it); an error naming the node for a Loop or Scan kiln cannot lay out.
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers);
+
 // Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
 Status fold_node(ir::Graph& graph, int node_index);
 

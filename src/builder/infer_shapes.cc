@@ -142,146 +142,6 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
   return ok_status();
 }
 
-// A copy of subgraph `sub` whose reads of enclosing values (values it neither takes as inputs, nor
-// computes, nor holds as constants) are renamed by `renamed`, through its own subgraphs too.
-std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub, const std::map<std::string, std::string>& renamed) {
-  auto out = std::make_shared<ir::Graph>(sub);
-  std::vector<char> local(sub.values.size(), 0);
-  for (int v : sub.inputs) local[size_t(v)] = 1;
-  for (const ir::Node& n : sub.nodes) {
-    for (int v : n.outputs) {
-      if (v >= 0) local[size_t(v)] = 1;
-    }
-  }
-  std::map<std::string, std::string> inner = renamed;
-  for (size_t v = 0; v < sub.values.size(); ++v) {
-    if (local[v] || sub.values[v].constant) {
-      inner.erase(sub.values[v].name);  // shadowed below this graph
-      continue;
-    }
-    auto it = renamed.find(sub.values[v].name);
-    if (it != renamed.end()) out->values[v].name = it->second;
-  }
-  for (ir::Node& n : out->nodes) {
-    for (const auto& [attr_name, a] : n.attrs.all()) {
-      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
-      ir::Attribute copy = a;
-      if (a.g) copy.g = rename_captures(*a.g, inner);
-      for (auto& sg : copy.graphs) sg = rename_captures(*sg, inner);
-      n.attrs.set(attr_name, std::move(copy));
-    }
-  }
-  return out;
-}
-
-// An If whose condition is known at build time (a constant, or a function of shapes: exporters
-// branch on a tensor's rank or size) runs as the branch it takes: the branch's nodes replace it at
-// position n, its values renamed apart, its outputs written to the If's outputs (by an Identity
-// where the branch passes an outer value or a constant straight through). true when it inlined.
-StatusOr<bool> inline_known_if(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
-  const ir::Node& node = g.nodes[n];
-  if (ops::find_op(node.domain, node.op_type) != ops::OpKind::kIf || node.inputs.empty() || node.inputs[0] < 0) {
-    return false;
-  }
-  const ir::Value& c = g.values[size_t(node.inputs[0])];
-  std::optional<bool> cond;
-  if (c.constant && c.constant->numel() == 1) {
-    cond = c.constant->int_at(0) != 0;
-  } else if (c.sym_value && c.sym_value->size() == 1 && (*c.sym_value)[0].is_const()) {
-    cond = (*c.sym_value)[0].value() != 0;
-  }
-  if (!cond) return false;
-  const char* which = *cond ? "then_branch" : "else_branch";
-  const ir::Attribute* attr = node.attrs.find(which);
-  if (!attr || attr->type != ir::AttrType::kGraph || !attr->g) {
-    return invalid_model(node.describe() + ": it has no graph attribute " + which);
-  }
-  const ir::Graph& b = *attr->g;
-  if (b.outputs.size() != node.outputs.size()) {
-    return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b.outputs.size()) +
-                         " outputs, the If has " + std::to_string(node.outputs.size()));
-  }
-  const std::string prefix = node.name.empty() ? std::string("if") : node.name;
-  std::vector<char> produced(b.values.size(), 0);
-  for (const ir::Node& bn : b.nodes) {
-    for (int v : bn.outputs) {
-      if (v >= 0) produced[size_t(v)] = 1;
-    }
-  }
-  std::vector<int> map(b.values.size(), -1);
-  std::vector<ir::Node> inlined;
-  // The branch's outputs are the If's: a value the branch computes takes the If output's place; a
-  // value passed through (or computed twice as outputs) is copied by an Identity.
-  std::vector<std::pair<int, int>> copies;  // (branch value, If output)
-  for (size_t k = 0; k < b.outputs.size(); ++k) {
-    const int bv = b.outputs[k];
-    int out = node.outputs[k];
-    if (out < 0) out = ir::add_unique_value(&g, prefix + "/" + b.values[size_t(bv)].name, DType::kUndefined, std::nullopt);
-    if (produced[size_t(bv)] && map[size_t(bv)] < 0) {
-      map[size_t(bv)] = out;
-    } else {
-      copies.push_back({bv, out});
-    }
-  }
-  for (size_t v = 0; v < b.values.size(); ++v) {
-    const ir::Value& bval = b.values[v];
-    if (map[v] >= 0) continue;
-    if (produced[v]) {
-      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, DType::kUndefined, std::nullopt);
-    } else if (bval.constant) {
-      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, bval.dtype, bval.shape);
-      g.values[size_t(map[v])].constant = bval.constant;
-    } else {
-      // A value of the enclosing graph, read by name: it must be computed before the If. A
-      // shape-value input is read through the value that carries its elements.
-      auto carried = carriers.find(bval.name);
-      const int outer = carried != carriers.end() ? carried->second : g.find_value(bval.name);
-      if (outer < 0 || g.values[size_t(outer)].producer >= int(n)) {
-        return unsupported(g.nodes[n].describe() + ": its " + which + " reads '" + bval.name + "', which " +
-                           (outer < 0 ? "no enclosing graph defines" : "is computed after the If"));
-      }
-      map[v] = outer;
-    }
-  }
-  // A nested subgraph (an If in the branch) reads the branch's values by name: those names follow
-  // the renaming, in a copy of the subgraph.
-  std::map<std::string, std::string> renamed;
-  for (size_t v = 0; v < b.values.size(); ++v) {
-    if (map[v] >= 0 && g.values[size_t(map[v])].name != b.values[v].name) renamed[b.values[v].name] = g.values[size_t(map[v])].name;
-  }
-  for (const ir::Node& bn : b.nodes) {
-    ir::Node copy = bn;
-    for (const auto& [attr_name, a] : bn.attrs.all()) {
-      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
-      ir::Attribute renamed_attr = a;
-      if (a.g) renamed_attr.g = rename_captures(*a.g, renamed);
-      for (auto& sg : renamed_attr.graphs) sg = rename_captures(*sg, renamed);
-      copy.attrs.set(attr_name, std::move(renamed_attr));
-    }
-    copy.name = ir::unique_node_name(g, prefix + "/" + (bn.name.empty() ? bn.op_type : bn.name));
-    for (int& v : copy.inputs) v = v < 0 ? v : map[size_t(v)];
-    for (int& v : copy.outputs) v = v < 0 ? v : map[size_t(v)];
-    inlined.push_back(std::move(copy));
-  }
-  for (const auto& [bv, out] : copies) {
-    ir::Node id;
-    id.name = ir::unique_node_name(g, prefix + "/output");
-    id.op_type = "Identity";
-    id.opset = g.nodes[n].opset;
-    id.inputs = {map[size_t(bv)]};
-    id.outputs = {out};
-    inlined.push_back(std::move(id));
-  }
-  g.nodes.erase(g.nodes.begin() + std::ptrdiff_t(n));
-  g.nodes.insert(g.nodes.begin() + std::ptrdiff_t(n), inlined.begin(), inlined.end());
-  for (size_t m = n; m < g.nodes.size(); ++m) {
-    for (int v : g.nodes[m].outputs) {
-      if (v >= 0) g.values[size_t(v)].producer = int(m);
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 // The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
@@ -308,9 +168,9 @@ Status infer_shapes(BuildState& s) {
                               "' has no inferred type");
       }
     }
-    KILN_ASSIGN_OR_RETURN(bool inlined, inline_known_if(g, n, s.shape_value_carriers));
+    KILN_ASSIGN_OR_RETURN(bool inlined, expand_control_flow(g, n, s.shape_value_carriers));
     if (inlined) {
-      --n;  // the branch's first node is at n now (wraps to the loop's ++ for n = 0)
+      --n;  // the expansion's first node is at n now (wraps to the loop's ++ for n = 0)
       continue;
     }
     KILN_RETURN_IF_ERROR(upgrade_opset6(g, n));

@@ -143,10 +143,19 @@ Status infer_if(InferContext& ctx) {
                        "is known at build time (a constant or a function of input shapes), as the branch it takes");
 }
 
+// Loop and Scan are unrolled by the builder (builder/control_flow.cc), which names what it cannot
+// lay out; a node reaching inference is one no build expanded.
+Status infer_unrolled(InferContext& ctx) {
+  return ctx.error(StatusCode::kUnsupported,
+                   "kiln runs a Loop or Scan by unrolling it at build time, and this one was not unrolled");
+}
+
 }  // namespace
 
 void register_data_dependent_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kIf, 1, 1, 1, 1 << 20, &infer_if});
+  r.add(OpSchema{OpKind::kLoop, 2, 1 << 20, 1, 1 << 20, &infer_unrolled});
+  r.add(OpSchema{OpKind::kScan, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // opset 8 may omit input 0
   r.add(OpSchema{OpKind::kNonZero, 1, 1, 1, 1, &infer_nonzero});
   r.add(OpSchema{OpKind::kCompress, 2, 2, 1, 1, &infer_compress});
   r.add(OpSchema{OpKind::kUnique, 1, 1, 1, 4, &infer_unique});

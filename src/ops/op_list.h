@@ -32,7 +32,7 @@
   X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)      \
   X(OneHot) X(ReverseSequence)                                                                   \
   /* data-dependent output shapes */ X(NonZero) X(Compress) X(Unique) X(NonMaxSuppression)      \
-  /* control flow */ X(If)                                                                       \
+  /* control flow */ X(If) X(Loop) X(Scan)                                                    \
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
   X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)                                    \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \

@@ -1,0 +1,471 @@
+// Control flow the build expands in place (called by infer_shapes as it reaches each node, once the
+// node's inputs have shapes and whatever values are known):
+// - If with a condition known at build time: the branch it takes.
+// - Loop with a trip count known at build time and a condition that stays true (the body passes
+//   it through, as exporters write a `for`), unrolled: one copy of the body per iteration, its
+//   loop-carried values threaded from one to the next (their shapes may change per iteration:
+//   each copy is inferred on its own), scan outputs stacked along a new axis 0.
+// - Scan over a scan axis of known length, unrolled the same way (slices in, in either direction;
+//   scan outputs stacked on their axes), opset 8's batched form once per batch row.
+// A Loop whose trip count or condition is data, or a Scan over a length that changes at run time,
+// is refused with that reason: kiln runs control flow it can lay out at build time.
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "builder/build_state.h"
+#include "ir/rewrite.h"
+
+namespace kiln::builder {
+namespace {
+
+// At most this many nodes an unrolled Loop or Scan adds (the body's nodes times its iterations).
+constexpr int64_t kMaxUnrolledNodes = 20000;
+
+// A copy of subgraph `sub` whose reads of enclosing values (values it neither takes as inputs, nor
+// computes, nor holds as constants) are renamed by `renamed`, through its own subgraphs too.
+std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub, const std::map<std::string, std::string>& renamed) {
+  auto out = std::make_shared<ir::Graph>(sub);
+  std::vector<char> local(sub.values.size(), 0);
+  for (int v : sub.inputs) local[size_t(v)] = 1;
+  for (const ir::Node& n : sub.nodes) {
+    for (int v : n.outputs) {
+      if (v >= 0) local[size_t(v)] = 1;
+    }
+  }
+  std::map<std::string, std::string> inner = renamed;
+  for (size_t v = 0; v < sub.values.size(); ++v) {
+    if (local[v] || sub.values[v].constant) {
+      inner.erase(sub.values[v].name);  // shadowed below this graph
+      continue;
+    }
+    auto it = renamed.find(sub.values[v].name);
+    if (it != renamed.end()) out->values[v].name = it->second;
+  }
+  for (ir::Node& n : out->nodes) {
+    for (const auto& [attr_name, a] : n.attrs.all()) {
+      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
+      ir::Attribute copy = a;
+      if (a.g) copy.g = rename_captures(*a.g, inner);
+      for (auto& sg : copy.graphs) sg = rename_captures(*sg, inner);
+      n.attrs.set(attr_name, std::move(copy));
+    }
+  }
+  return out;
+}
+
+struct BodyCopy {
+  std::vector<ir::Node> nodes;
+  std::vector<int> outputs;  // the value of each body output
+};
+
+// The nodes of body `b`, renamed apart under `prefix`, for insertion at position n of g: body
+// input i reads `bound[i]`; body output k is written to `targets[k]` (through an Identity where
+// the body passes a value through), or stays where the body computes it for -1. Values the body
+// reads from enclosing graphs by name resolve in g (a shape-value input through its carrier) and
+// must be computed before position n.
+StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const std::vector<int>& bound,
+                             const std::vector<int>& targets, const std::string& prefix,
+                             const std::map<std::string, int>& carriers, const std::string& what) {
+  const std::string owner = g.nodes[n].describe();
+  if (bound.size() != b.inputs.size()) {
+    return invalid_model(owner + ": its " + what + " takes " + std::to_string(b.inputs.size()) + " inputs, " +
+                         std::to_string(bound.size()) + " given");
+  }
+  std::vector<char> produced(b.values.size(), 0);
+  for (const ir::Node& bn : b.nodes) {
+    for (int v : bn.outputs) {
+      if (v >= 0) produced[size_t(v)] = 1;
+    }
+  }
+  std::vector<int> map(b.values.size(), -1);
+  for (size_t i = 0; i < b.inputs.size(); ++i) map[size_t(b.inputs[i])] = bound[i];
+  std::vector<std::pair<int, int>> copies;  // (body value, target)
+  for (size_t k = 0; k < b.outputs.size(); ++k) {
+    const int bv = b.outputs[k];
+    if (k >= targets.size() || targets[k] < 0) continue;
+    if (produced[size_t(bv)] && map[size_t(bv)] < 0) {
+      map[size_t(bv)] = targets[k];
+    } else {
+      copies.push_back({bv, targets[k]});
+    }
+  }
+  for (size_t v = 0; v < b.values.size(); ++v) {
+    const ir::Value& bval = b.values[v];
+    if (map[v] >= 0) continue;
+    if (produced[v]) {
+      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, DType::kUndefined, std::nullopt);
+    } else if (bval.constant) {
+      map[v] = ir::add_unique_value(&g, prefix + "/" + bval.name, bval.dtype, bval.shape);
+      g.values[size_t(map[v])].constant = bval.constant;
+    } else {
+      auto carried = carriers.find(bval.name);
+      const int outer = carried != carriers.end() ? carried->second : g.find_value(bval.name);
+      if (outer < 0 || g.values[size_t(outer)].producer >= int(n)) {
+        return unsupported(owner + ": its " + what + " reads '" + bval.name + "', which " +
+                           (outer < 0 ? "no enclosing graph defines" : "is computed after it"));
+      }
+      map[v] = outer;
+    }
+  }
+  // A nested subgraph reads the body's values by name: those names follow the renaming.
+  std::map<std::string, std::string> renamed;
+  for (size_t v = 0; v < b.values.size(); ++v) {
+    if (map[v] >= 0 && g.values[size_t(map[v])].name != b.values[v].name) {
+      renamed[b.values[v].name] = g.values[size_t(map[v])].name;
+    }
+  }
+  BodyCopy out;
+  for (const ir::Node& bn : b.nodes) {
+    ir::Node copy = bn;
+    for (const auto& [attr_name, a] : bn.attrs.all()) {
+      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
+      ir::Attribute renamed_attr = a;
+      if (a.g) renamed_attr.g = rename_captures(*a.g, renamed);
+      for (auto& sg : renamed_attr.graphs) sg = rename_captures(*sg, renamed);
+      copy.attrs.set(attr_name, std::move(renamed_attr));
+    }
+    copy.name = ir::unique_node_name(g, prefix + "/" + (bn.name.empty() ? bn.op_type : bn.name));
+    for (int& v : copy.inputs) v = v < 0 ? v : map[size_t(v)];
+    for (int& v : copy.outputs) v = v < 0 ? v : map[size_t(v)];
+    out.nodes.push_back(std::move(copy));
+  }
+  for (const auto& [bv, target] : copies) {
+    ir::Node id;
+    id.name = ir::unique_node_name(g, prefix + "/output");
+    id.op_type = "Identity";
+    id.opset = 13;
+    id.inputs = {map[size_t(bv)]};
+    id.outputs = {target};
+    out.nodes.push_back(std::move(id));
+  }
+  for (size_t k = 0; k < b.outputs.size(); ++k) {
+    out.outputs.push_back(k < targets.size() && targets[k] >= 0 ? targets[k] : map[size_t(b.outputs[k])]);
+  }
+  return out;
+}
+
+// Node n replaced by `nodes`; producer fields refreshed from n on.
+void splice(ir::Graph& g, size_t n, std::vector<ir::Node> nodes) {
+  g.nodes.erase(g.nodes.begin() + std::ptrdiff_t(n));
+  g.nodes.insert(g.nodes.begin() + std::ptrdiff_t(n), std::make_move_iterator(nodes.begin()),
+                 std::make_move_iterator(nodes.end()));
+  for (size_t m = n; m < g.nodes.size(); ++m) {
+    for (int v : g.nodes[m].outputs) {
+      if (v >= 0) g.values[size_t(v)].producer = int(m);
+    }
+  }
+}
+
+// An integer scalar the build knows: a constant, or a symbolic value that is a number.
+std::optional<int64_t> known_scalar(const ir::Value& v) {
+  if (v.constant && v.constant->numel() == 1 && dtype_size(v.constant->dtype()) > 0) {
+    if (is_integer(v.constant->dtype()) || v.constant->dtype() == DType::kBool) return v.constant->int_at(0);
+  }
+  if (v.sym_value && v.sym_value->size() == 1 && (*v.sym_value)[0].is_const()) return (*v.sym_value)[0].value();
+  return std::nullopt;
+}
+
+const ir::Graph* graph_attr(const ir::Node& node, const char* name) {
+  const ir::Attribute* a = node.attrs.find(name);
+  return a && a->type == ir::AttrType::kGraph && a->g ? a->g.get() : nullptr;
+}
+
+// Builds the small nodes an unrolling needs, numbered under one prefix.
+class Emitter {
+ public:
+  Emitter(ir::Graph& g, std::string prefix, std::vector<ir::Node>* nodes) : g_(g), prefix_(std::move(prefix)), nodes_(nodes) {}
+
+  int constant_i64(const std::vector<int64_t>& values, bool scalar) {
+    const int v = ir::add_unique_value(&g_, prefix_ + "/c", DType::kInt64,
+                                       scalar ? std::vector<ir::Dim>{} : std::vector<ir::Dim>{int64_t(values.size())});
+    g_.values[size_t(v)].constant =
+        Tensor::from_vector(DType::kInt64, scalar ? Shape{} : Shape{int64_t(values.size())}, values);
+    return v;
+  }
+  int constant_true() {
+    const int v = ir::add_unique_value(&g_, prefix_ + "/true", DType::kBool, std::vector<ir::Dim>{});
+    g_.values[size_t(v)].constant = Tensor::from_vector(DType::kBool, Shape{}, std::vector<uint8_t>{1});
+    return v;
+  }
+  // One node; out < 0 makes a fresh output value. Returns the output.
+  int node(const std::string& op, std::vector<int> inputs, int out, ir::Attributes attrs = {}) {
+    if (out < 0) out = ir::add_unique_value(&g_, prefix_ + "/" + op, DType::kUndefined, std::nullopt);
+    ir::Node nd;
+    nd.name = ir::unique_node_name(g_, prefix_ + "/" + op);
+    nd.op_type = op;
+    nd.opset = 13;
+    nd.inputs = std::move(inputs);
+    nd.outputs = {out};
+    nd.attrs = std::move(attrs);
+    nodes_->push_back(std::move(nd));
+    return out;
+  }
+  static ir::Attributes int_attr(const char* name, int64_t v) {
+    ir::Attributes a;
+    ir::Attribute at;
+    at.type = ir::AttrType::kInt;
+    at.i = v;
+    a.set(name, at);
+    return a;
+  }
+  // Element `index` of x along `axis`, the axis removed.
+  int slice(int x, int64_t index, int64_t axis) {
+    return node("Gather", {x, constant_i64({index}, true)}, -1, int_attr("axis", axis));
+  }
+  // The values stacked along a new axis `axis` (of the result's rank), into `out` (or fresh).
+  int stack(const std::vector<int>& parts, int64_t axis, int out) {
+    const int axes = constant_i64({axis}, false);
+    if (parts.size() == 1) return node("Unsqueeze", {parts[0], axes}, out);
+    std::vector<int> expanded;
+    for (int p : parts) expanded.push_back(node("Unsqueeze", {p, axes}, -1));
+    return node("Concat", expanded, out, int_attr("axis", axis));
+  }
+
+ private:
+  ir::Graph& g_;
+  std::string prefix_;
+  std::vector<ir::Node>* nodes_;
+};
+
+Status check_size(const ir::Node& node, int64_t iterations, const ir::Graph& body) {
+  if (iterations * int64_t(body.nodes.size() + 4) > kMaxUnrolledNodes) {
+    return unsupported(node.describe() + ": unrolling its " + std::to_string(iterations) + " iterations of " +
+                       std::to_string(body.nodes.size()) + " nodes would add more than " +
+                       std::to_string(kMaxUnrolledNodes) + " nodes");
+  }
+  return ok_status();
+}
+
+StatusOr<bool> inline_known_if(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+  const ir::Node node = g.nodes[n];
+  if (node.inputs.empty() || node.inputs[0] < 0) return false;
+  const std::optional<int64_t> cond = known_scalar(g.values[size_t(node.inputs[0])]);
+  if (!cond) return false;
+  const char* which = *cond != 0 ? "then_branch" : "else_branch";
+  const ir::Graph* b = graph_attr(node, which);
+  if (!b) return invalid_model(node.describe() + ": it has no graph attribute " + which);
+  if (b->outputs.size() != node.outputs.size()) {
+    return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b->outputs.size()) +
+                         " outputs, the If has " + std::to_string(node.outputs.size()));
+  }
+  const std::string prefix = node.name.empty() ? std::string("if") : node.name;
+  std::vector<int> targets = node.outputs;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    if (targets[k] < 0) {
+      targets[k] = ir::add_unique_value(&g, prefix + "/" + b->values[size_t(b->outputs[k])].name, DType::kUndefined,
+                                        std::nullopt);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, {}, targets, prefix, carriers, which));
+  splice(g, n, std::move(copy.nodes));
+  return true;
+}
+
+StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+  const ir::Node node = g.nodes[n];
+  const ir::Graph* b = graph_attr(node, "body");
+  if (!b) return invalid_model(node.describe() + ": it has no graph attribute body");
+  if (node.inputs.size() < 2) return invalid_model(node.describe() + ": a Loop takes M and cond before its loop-carried values");
+  const size_t n_carried = node.inputs.size() - 2;
+  if (b->inputs.size() != n_carried + 2 || b->outputs.size() < n_carried + 1 ||
+      node.outputs.size() > b->outputs.size() - 1) {
+    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) + " inputs and " +
+                         std::to_string(b->outputs.size()) + " outputs for " + std::to_string(n_carried) +
+                         " loop-carried values and " + std::to_string(node.outputs.size()) + " outputs");
+  }
+  const size_t n_scan = b->outputs.size() - 1 - n_carried;
+  if (node.inputs[0] < 0) {
+    return unsupported(node.describe() + ": it has no trip count (M); kiln unrolls a Loop whose trip count is known at build time");
+  }
+  const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
+  if (!trips) {
+    return unsupported(node.describe() + ": its trip count ('" + g.values[size_t(node.inputs[0])].name +
+                       "') is computed from tensor data at run time; kiln unrolls a Loop whose trip count is known at "
+                       "build time (a constant, a function of input shapes, or a shape-value input)");
+  }
+  std::optional<int64_t> cond = int64_t(1);
+  if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
+  if (!cond) {
+    return unsupported(node.describe() + ": its condition ('" + g.values[size_t(node.inputs[1])].name +
+                       "') is computed from tensor data at run time");
+  }
+  // The body must keep the condition true: pass cond_in through, or give a true constant.
+  const int cond_out = b->outputs[0];
+  bool keeps = cond_out == b->inputs[1];
+  const ir::Value& co = b->values[size_t(cond_out)];
+  if (co.constant && co.constant->numel() == 1) keeps = co.constant->int_at(0) != 0;
+  for (const ir::Node& bn : b->nodes) {
+    if (bn.outputs.size() == 1 && bn.outputs[0] == cond_out && bn.op_type == "Identity" && bn.domain.empty() &&
+        bn.inputs.size() == 1 && bn.inputs[0] == b->inputs[1]) {
+      keeps = true;
+    }
+  }
+  if (!keeps) {
+    return unsupported(node.describe() + ": its body computes the loop's condition ('" + co.name +
+                       "') from data, so the number of iterations is known only at run time; kiln unrolls a Loop "
+                       "whose body passes the condition through");
+  }
+  const int64_t iterations = *cond != 0 ? std::max<int64_t>(*trips, 0) : 0;
+  KILN_RETURN_IF_ERROR(check_size(node, iterations, *b));
+  if (iterations == 0 && n_scan > 0) {
+    return unsupported(node.describe() + ": it runs no iteration, and the shapes of its scan outputs are then unknown");
+  }
+  const std::string prefix = node.name.empty() ? std::string("loop") : node.name;
+  std::vector<ir::Node> nodes;
+  Emitter e(g, prefix, &nodes);
+  std::vector<int> carried(node.inputs.begin() + 2, node.inputs.end());
+  std::vector<std::vector<int>> scans(n_scan);
+  for (int64_t i = 0; i < iterations; ++i) {
+    std::vector<int> bound = {e.constant_i64({i}, true), e.constant_true()};
+    bound.insert(bound.end(), carried.begin(), carried.end());
+    KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
+                                                   prefix + "/" + std::to_string(i), carriers, "body"));
+    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+    carried.assign(copy.outputs.begin() + 1, copy.outputs.begin() + 1 + std::ptrdiff_t(n_carried));
+    for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(copy.outputs[1 + n_carried + k]);
+  }
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    if (node.outputs[j] < 0) continue;
+    if (j < n_carried) {
+      e.node("Identity", {carried[j]}, node.outputs[j]);
+    } else {
+      e.stack(scans[j - n_carried], 0, node.outputs[j]);
+    }
+  }
+  splice(g, n, std::move(nodes));
+  return true;
+}
+
+StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+  const ir::Node node = g.nodes[n];
+  const ir::Graph* b = graph_attr(node, "body");
+  if (!b) return invalid_model(node.describe() + ": it has no graph attribute body");
+  auto ints = [&](const char* name, std::vector<int64_t> fallback) { return node.attrs.get_ints(name, fallback); };
+  KILN_ASSIGN_OR_RETURN(int64_t num_scan, node.attrs.get_int("num_scan_inputs", std::nullopt));
+  const bool batched = node.opset > 0 && node.opset < 9;  // opset 8: a batch axis 0, an optional sequence_lens first
+  const size_t first = batched ? 1 : 0;
+  if (num_scan < 1 || size_t(num_scan) + first > node.inputs.size()) {
+    return invalid_model(node.describe() + ": num_scan_inputs=" + std::to_string(num_scan) + " for " +
+                         std::to_string(node.inputs.size()) + " inputs");
+  }
+  if (batched && node.inputs[0] >= 0) {
+    return unsupported(node.describe() + ": opset 8's sequence_lens (a length per batch row) is not supported");
+  }
+  const size_t n_state = node.inputs.size() - first - size_t(num_scan);
+  if (b->inputs.size() != n_state + size_t(num_scan) || b->outputs.size() < n_state ||
+      node.outputs.size() > b->outputs.size()) {
+    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) + " inputs and " +
+                         std::to_string(b->outputs.size()) + " outputs for " + std::to_string(n_state) + " states and " +
+                         std::to_string(num_scan) + " scan inputs");
+  }
+  const size_t n_out = b->outputs.size() - n_state;
+  KILN_ASSIGN_OR_RETURN(auto in_axes, ints("scan_input_axes", std::vector<int64_t>(size_t(num_scan), 0)));
+  KILN_ASSIGN_OR_RETURN(auto in_dirs, ints(batched ? "directions" : "scan_input_directions",
+                                           std::vector<int64_t>(size_t(num_scan), 0)));
+  KILN_ASSIGN_OR_RETURN(auto out_axes, ints("scan_output_axes", std::vector<int64_t>(n_out, 0)));
+  KILN_ASSIGN_OR_RETURN(auto out_dirs, ints("scan_output_directions", std::vector<int64_t>(n_out, 0)));
+  if (in_axes.size() != size_t(num_scan) || in_dirs.size() != size_t(num_scan) || out_axes.size() != n_out ||
+      out_dirs.size() != n_out || (batched && (node.attrs.has("scan_input_axes") || node.attrs.has("scan_output_axes")))) {
+    return invalid_model(node.describe() + ": its scan axes and directions do not match its " +
+                         std::to_string(num_scan) + " scan inputs and " + std::to_string(n_out) + " scan outputs");
+  }
+  // The scan length: every scan input's dim at its axis, known at build time.
+  int64_t length = -1;
+  for (size_t j = 0; j < size_t(num_scan); ++j) {
+    const ir::Value& x = g.values[size_t(node.inputs[first + n_state + j])];
+    const int64_t rank = int64_t(x.shape->size());
+    int64_t axis = in_axes[j] < 0 ? in_axes[j] + rank : in_axes[j];
+    if (batched) axis = 1;
+    if (axis < 0 || axis >= rank) {
+      return invalid_model(node.describe() + ": scan input '" + x.name + "' of rank " + std::to_string(rank) +
+                           " has no axis " + std::to_string(in_axes[j]));
+    }
+    in_axes[j] = axis;
+    const ir::Dim& d = (*x.shape)[size_t(axis)];
+    if (!d.is_const()) {
+      return unsupported(node.describe() + ": it scans '" + x.name + "' over dim " + std::to_string(axis) + " (" +
+                         d.to_string() + "), which changes at run time; kiln unrolls a Scan whose length is known at build time");
+    }
+    if (length >= 0 && d.value() != length) {
+      return invalid_model(node.describe() + ": its scan inputs have lengths " + std::to_string(length) + " and " +
+                           std::to_string(d.value()));
+    }
+    length = d.value();
+  }
+  int64_t rows = 1;
+  if (batched) {
+    const ir::Value& x = g.values[size_t(node.inputs[first + n_state])];
+    if (!(*x.shape)[0].is_const()) {
+      return unsupported(node.describe() + ": opset 8's batch dim (" + (*x.shape)[0].to_string() + ") changes at run time");
+    }
+    rows = (*x.shape)[0].value();
+  }
+  KILN_RETURN_IF_ERROR(check_size(node, length * rows, *b));
+  if (length == 0 && n_out > 0) {
+    return unsupported(node.describe() + ": it scans no element, and the shapes of its scan outputs are then unknown");
+  }
+  const std::string prefix = node.name.empty() ? std::string("scan") : node.name;
+  std::vector<ir::Node> nodes;
+  Emitter e(g, prefix, &nodes);
+  // One scan over `states` and `xs` (their scan axes in_axes): the final states and stacked outputs.
+  auto scan = [&](std::vector<int> states, const std::vector<int>& xs, const std::vector<int64_t>& axes,
+                  const std::string& where) -> StatusOr<std::pair<std::vector<int>, std::vector<int>>> {
+    std::vector<std::vector<int>> outs(n_out);
+    for (int64_t t = 0; t < length; ++t) {
+      std::vector<int> bound = states;
+      for (size_t j = 0; j < xs.size(); ++j) bound.push_back(e.slice(xs[j], in_dirs[j] ? length - 1 - t : t, axes[j]));
+      KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
+                                                     where + "/" + std::to_string(t), carriers, "body"));
+      nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+      states.assign(copy.outputs.begin(), copy.outputs.begin() + std::ptrdiff_t(n_state));
+      for (size_t k = 0; k < n_out; ++k) outs[k].push_back(copy.outputs[n_state + k]);
+    }
+    std::vector<int> stacked;
+    for (size_t k = 0; k < n_out; ++k) {
+      if (out_dirs[k]) std::reverse(outs[k].begin(), outs[k].end());
+      stacked.push_back(e.stack(outs[k], out_axes[k], -1));
+    }
+    return std::make_pair(states, stacked);
+  };
+  std::vector<int> states(node.inputs.begin() + std::ptrdiff_t(first), node.inputs.begin() + std::ptrdiff_t(first + n_state));
+  std::vector<int> xs(node.inputs.begin() + std::ptrdiff_t(first + n_state), node.inputs.end());
+  std::vector<int> final_states, outputs;
+  if (!batched) {
+    KILN_ASSIGN_OR_RETURN(auto r, scan(states, xs, in_axes, prefix));
+    final_states = r.first, outputs = r.second;
+  } else {
+    // Each batch row scanned on its own (its scan axis is then 0), the rows stacked again.
+    std::vector<std::vector<int>> per_state(n_state), per_out(n_out);
+    for (int64_t row = 0; row < rows; ++row) {
+      std::vector<int> s_row, x_row;
+      for (int s : states) s_row.push_back(e.slice(s, row, 0));
+      for (int x : xs) x_row.push_back(e.slice(x, row, 0));
+      KILN_ASSIGN_OR_RETURN(auto r, scan(s_row, x_row, std::vector<int64_t>(xs.size(), 0), prefix + "/row" + std::to_string(row)));
+      for (size_t k = 0; k < n_state; ++k) per_state[k].push_back(r.first[k]);
+      for (size_t k = 0; k < n_out; ++k) per_out[k].push_back(r.second[k]);
+    }
+    for (auto& parts : per_state) final_states.push_back(e.stack(parts, 0, -1));
+    for (auto& parts : per_out) outputs.push_back(e.stack(parts, 0, -1));
+  }
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    if (node.outputs[j] < 0) continue;
+    e.node("Identity", {j < n_state ? final_states[j] : outputs[j - n_state]}, node.outputs[j]);
+  }
+  splice(g, n, std::move(nodes));
+  return true;
+}
+
+}  // namespace
+
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+  const ir::Node& node = g.nodes[n];
+  switch (ops::find_op(node.domain, node.op_type)) {
+    case ops::OpKind::kIf: return inline_known_if(g, n, carriers);
+    case ops::OpKind::kLoop: return unroll_loop(g, n, carriers);
+    case ops::OpKind::kScan: return unroll_scan(g, n, carriers);
+    default: return false;
+  }
+}
+
+}  // namespace kiln::builder
