@@ -455,6 +455,10 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_unpool(families);
   register_dft(families);
   register_data_dependent(families);
+  register_host_run(families, ops::OpKind::kRoiAlign);
+  register_host_run(families, ops::OpKind::kCol2Im);
+  register_host_run(families, ops::OpKind::kDeformConv);
+  register_host_run(families, ops::OpKind::kTensorScatter);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
