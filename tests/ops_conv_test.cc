@@ -1098,5 +1098,116 @@ TEST(FusedConvKernel, ChannelsLastSpatialOnFloat16AndBFloat16) {
   }
 }
 
+// ---- Col2Im ----
+
+TEST(Col2ImInfer, ShapeFromImageAndBlockShape) {
+  using testing::const_ints;
+  // [N, C*2*3, L] with image 4x5, block 2x3, stride 1: 3*3 blocks.
+  auto r = infer_node(op("Col2Im", 18), {f32({kB, 12, 9}), const_ints({4, 5}), const_ints({2, 3})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 2, 4, 5]");
+  // L must be the number of blocks, channels divisible by the block size.
+  auto bad = infer_node(op("Col2Im", 18).named("c2i"),
+                        {f32({1, 12, 8}), const_ints({4, 5}), const_ints({2, 3})});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status.message().find("c2i"), std::string::npos) << bad.status.to_string();
+  EXPECT_FALSE(
+      infer_node(op("Col2Im", 18), {f32({1, 10, 9}), const_ints({4, 5}), const_ints({2, 3})}).ok());
+  // block_shape must be known at build time, and positive.
+  auto runtime = infer_node(op("Col2Im", 18),
+                            {f32({1, 12, 9}), const_ints({4, 5}), typed(DType::kInt64, {2})});
+  EXPECT_FALSE(runtime.ok());
+  EXPECT_NE(runtime.status.message().find("block_shape"), std::string::npos)
+      << runtime.status.to_string();
+  EXPECT_FALSE(
+      infer_node(op("Col2Im", 18), {f32({1, 0, 9}), const_ints({4, 5}), const_ints({0, 3})}).ok());
+}
+
+TEST(Col2ImKernel, SumsOverlappingBlocks) {
+  auto ints = [](std::vector<int64_t> v) {
+    return initializer(testing::make_i64({int64_t(v.size())}, v));
+  };
+  // 1-D image of 3, blocks of 2 at stride 1: columns l=0 cover 0,1 and l=1 cover 1,2, so position
+  // 1 sums block element 1 of column 0 and element 0 of column 1. Two channels.
+  auto out = run_case(op("Col2Im", 18),
+                      {make_f32({1, 4, 2}, {1, 2, 10, 20, 3, 4, 30, 40}), ints({3}), ints({2})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 2, 3}, {1, 12, 20, 3, 34, 40}), 0, 0));
+  // Dilation 2: one column whose two elements land at 0 and 2.
+  out = run_case(op("Col2Im", 18).ints("dilations", {2}),
+                 {make_f32({1, 2, 1}, {5, 7}), ints({3}), ints({2})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3}, {5, 0, 7}), 0, 0));
+  // Pads 1 each side, stride 2, image 3, block 2: blocks start at -1 and 1, so the padded
+  // positions -1 and 3 are dropped.
+  out = run_case(op("Col2Im", 18).ints("pads", {1, 1}).ints("strides", {2}),
+                 {make_f32({1, 2, 2}, {1, 2, 3, 4}), ints({3}), ints({2})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 3}, {3, 2, 4}), 0, 0));
+  // 2-D: ONNX's example, 5x5 from 1x5 blocks (each column is one image row).
+  std::vector<float> col(25);
+  for (int k = 0; k < 5; ++k) {
+    for (int l = 0; l < 5; ++l) col[size_t(k * 5 + l)] = float(l * 5 + k + 1);
+  }
+  std::vector<float> img(25);
+  for (int i = 0; i < 25; ++i) img[size_t(i)] = float(i + 1);
+  out = run_case(op("Col2Im", 18), {make_f32({1, 5, 5}, col), ints({5, 5}), ints({1, 5})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 5, 5}, img), 0, 0));
+}
+
+// ---- DeformConv ----
+
+TEST(DeformConvInfer, ConvShapeAndOffsetChecks) {
+  // X [b, 4, h, w], W [6, 2, 3, 3] (group 2), offset_group 2: offset has 2*9*2 = 36 channels.
+  auto node = op("DeformConv", 19).i("group", 2).i("offset_group", 2).ints("pads", {1, 1, 1, 1});
+  auto r = infer_node(node, {f32({kB, 4, 8, 8}), f32({6, 2, 3, 3}), f32({kB, 36, 8, 8}), f32({6}),
+                             f32({kB, 18, 8, 8})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 6, 8, 8]");
+  // Wrong offset channels, offset spatial size or mask channels.
+  EXPECT_FALSE(infer_node(node, {f32({1, 4, 8, 8}), f32({6, 2, 3, 3}), f32({1, 18, 8, 8})}).ok());
+  EXPECT_FALSE(infer_node(node, {f32({1, 4, 8, 8}), f32({6, 2, 3, 3}), f32({1, 36, 6, 6})}).ok());
+  EXPECT_FALSE(infer_node(node, {f32({1, 4, 8, 8}), f32({6, 2, 3, 3}), f32({1, 36, 8, 8}),
+                                 testing::kOmitted, f32({1, 36, 8, 8})})
+                   .ok());
+  // Only 2-D.
+  auto r3 = infer_node(op("DeformConv", 19),
+                       {f32({1, 1, 4, 4, 4}), f32({1, 1, 2, 2, 2}), f32({1, 24, 3, 3, 3})});
+  EXPECT_EQ(r3.code(), StatusCode::kUnsupported) << r3.status.to_string();
+}
+
+TEST(DeformConvKernel, ZeroOffsetsAreConvAndOffsetsShiftTheTaps) {
+  // X 3x3 = 1..9, W 2x2 of ones: with zero offsets each output is its window's sum.
+  Tensor x = make_f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor w = make_f32({1, 1, 2, 2}, {1, 1, 1, 1});
+  Tensor zero = make_f32({1, 8, 2, 2}, std::vector<float>(32, 0.0f));
+  auto out = run_case(op("DeformConv", 19), {x, w, zero});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2, 2}, {12, 16, 24, 28}), 1e-6, 0));
+  // dy = +1 on every tap moves each window down a row; the bottom row's taps fall outside (0).
+  // With bias 1 and mask 0.5: 0.5 * {24, 28, 15, 17} + 1.
+  std::vector<float> down(32, 0.0f);
+  for (int t = 0; t < 4; ++t) {
+    for (int o = 0; o < 4; ++o) down[size_t(t * 2 * 4 + o)] = 1.0f;  // channel 2t is dy
+  }
+  out = run_case(op("DeformConv", 19), {x, w, make_f32({1, 8, 2, 2}, down), make_f32({1}, {1}),
+                                        make_f32({1, 4, 2, 2}, std::vector<float>(16, 0.5f))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close((*out)[0], make_f32({1, 1, 2, 2}, {13, 15, 8.5f, 9.5f}), 1e-6, 0));
+  // dx = +0.5: taps halfway between columns, a linear plane's mean: window (0,0) reads
+  // 1.5 + 2.5 + 4.5 + 5.5 = 14; the right windows' last column is half outside (x = 2.5 reads
+  // 0.5 * x[.., 2]).
+  std::vector<float> right(32, 0.0f);
+  for (int t = 0; t < 4; ++t) {
+    for (int o = 0; o < 4; ++o) right[size_t((t * 2 + 1) * 4 + o)] = 0.5f;
+  }
+  out = run_case(op("DeformConv", 19), {x, w, make_f32({1, 8, 2, 2}, right)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close(
+      (*out)[0], make_f32({1, 1, 2, 2}, {14, 2.5f + 1.5f + 5.5f + 3, 26, 5.5f + 3 + 8.5f + 4.5f}),
+      1e-6, 0));
+}
+
 }  // namespace
 }  // namespace kiln

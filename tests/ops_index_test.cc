@@ -543,3 +543,68 @@ TEST(IndexKernel, GatherInFloat16AndBFloat16) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- TensorScatter ----
+
+TEST(IndexInfer, TensorScatterKeepsTheCacheShape) {
+  const Dim b = Dim::symbol("b"), s = Dim::symbol("s");
+  auto r = testing::infer_node(testing::op("TensorScatter", 24),
+                               {testing::f32({b, 2, 8, 4}), testing::f32({b, 2, s, 4}),
+                                testing::typed(DType::kInt64, {b})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 2, 8, 4]");
+  auto two = [](testing::OpNode n, std::vector<Dim> cache, std::vector<Dim> upd) {
+    return testing::infer_node(n, {testing::f32(cache), testing::f32(upd)});
+  };
+  // The batch axis, a mismatched head dim, an update longer than the cache, an unknown mode.
+  EXPECT_FALSE(two(testing::op("TensorScatter", 24).i("axis", 0), {2, 8}, {2, 8}).ok());
+  EXPECT_FALSE(two(testing::op("TensorScatter", 24), {2, 2, 8, 4}, {2, 3, 1, 4}).ok());
+  EXPECT_FALSE(two(testing::op("TensorScatter", 24), {2, 2, 8, 4}, {2, 2, 9, 4}).ok());
+  EXPECT_FALSE(two(testing::op("TensorScatter", 24).s("mode", "ring"), {2, 8, 4}, {2, 1, 4}).ok());
+}
+
+TEST(IndexKernel, TensorScatterWritesAtEachBatchsIndex) {
+  using testing::make_f32;
+  using testing::make_i64;
+  // Cache [2, 4, 1] holding 0..7, update [2, 2, 1] of 100+; axis 1 (-2).
+  Tensor cache = make_f32({2, 4, 1}, {0, 1, 2, 3, 4, 5, 6, 7});
+  Tensor upd = make_f32({2, 2, 1}, {100, 101, 110, 111});
+  auto node = testing::op("TensorScatter", 24);
+  // Linear: batch 0 at 1..2, batch 1 at 2..3.
+  auto got = testing::run_case(node, {cache, upd, make_i64({2}, {1, 2})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*got)[0], make_f32({2, 4, 1}, {0, 100, 101, 3, 4, 5, 110, 111}), 0, 0));
+  // Without write_indices both batches write at 0.
+  got = testing::run_case(node, {cache, upd});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*got)[0], make_f32({2, 4, 1}, {100, 101, 2, 3, 110, 111, 6, 7}), 0, 0));
+  // Circular: batch 0 from 3 wraps to 0; batch 1 from 5 is 1..2.
+  got = testing::run_case(testing::op("TensorScatter", 24).s("mode", "circular"),
+                          {cache, upd, make_i64({2}, {3, 5})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*got)[0], make_f32({2, 4, 1}, {101, 1, 2, 100, 4, 110, 111, 7}), 0, 0));
+  // Any dtype, and axis 2 of a rank-4 cache [1, 2, 3, 2] (heads, seq 3, 2 features).
+  std::vector<int64_t> c(12, 0);
+  got = testing::run_case(testing::op("TensorScatter", 24).i("axis", 2),
+                          {make_i64({1, 2, 3, 2}, c), make_i64({1, 2, 1, 2}, {1, 2, 3, 4}),
+                           make_i64({1}, {2})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close(
+      (*got)[0], make_i64({1, 2, 3, 2}, {0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 3, 4}), 0, 0));
+  // Linear writes past the cache's end, or before its start, are errors, not writes.
+  for (int64_t w : {3, -1}) {
+    got = testing::run_case(node, {cache, upd, make_i64({2}, {0, w})});
+    ASSERT_FALSE(got.ok()) << w;
+    EXPECT_NE(got.status().message().find("write_indices[1]"), std::string::npos)
+        << got.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace kiln

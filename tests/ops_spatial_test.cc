@@ -1,5 +1,5 @@
-// Spatial ops: GridSample, AffineGrid, CenterCropPad, Einsum, DFT and BitCast shape inference
-// (symbolic dims, errors) and one kernel value check each, on every backend.
+// Spatial ops: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, BitCast and RoiAlign shape
+// inference (symbolic dims, errors) and kernel values, on every backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -421,6 +421,118 @@ TEST(SpatialOps, BitCastSameSizeDtypes) {
     auto r = testing::run_case(c);
     EXPECT_TRUE(r.ok()) << dtype_name(p.from) << " to " << p.to << ": " << r.status().to_string();
   }
+}
+
+// ---- RoiAlign ----
+
+// A 4x4 plane whose value is linear in the position (4*y + x): bilinear sampling reproduces it
+// exactly inside the plane, so bin averages are the plane at the bins' centers.
+Tensor linear_plane(int64_t batch, float per_batch) {
+  std::vector<float> v;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int i = 0; i < 16; ++i) v.push_back(float(4 * (i / 4) + i % 4) + per_batch * float(b));
+  }
+  return make_f32({batch, 1, 4, 4}, v);
+}
+
+TEST(SpatialOps, RoiAlignShapeAndErrors) {
+  Dim r = Dim::symbol("R"), n = Dim::symbol("N");
+  auto node = op("RoiAlign", 16).i("output_height", 7).i("output_width", 5).named("roi");
+  auto got =
+      infer_node(node, {f32({n, 256, 50, 68}), f32({r, 4}), testing::typed(DType::kInt64, {r})});
+  ASSERT_TRUE(got.ok()) << got.status.to_string();
+  EXPECT_EQ(got.shape(), "[R, 256, 7, 5]");
+  // rois must have 4 columns, batch_indices must be int64 and match the rois, mode avg or max.
+  auto bad = infer_node(node, {f32({1, 3, 8, 8}), f32({2, 5}), testing::typed(DType::kInt64, {2})});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status.message().find("roi"), std::string::npos) << bad.status.to_string();
+  EXPECT_FALSE(
+      infer_node(node, {f32({1, 3, 8, 8}), f32({2, 4}), testing::typed(DType::kInt32, {2})}).ok());
+  EXPECT_FALSE(
+      infer_node(node, {f32({1, 3, 8, 8}), f32({2, 4}), testing::typed(DType::kInt64, {3})}).ok());
+  EXPECT_FALSE(infer_node(op("RoiAlign", 16).s("mode", "sum"),
+                          {f32({1, 3, 8, 8}), f32({2, 4}), testing::typed(DType::kInt64, {2})})
+                   .ok());
+  EXPECT_FALSE(infer_node(op("RoiAlign", 16).i("output_height", 0),
+                          {f32({1, 3, 8, 8}), f32({2, 4}), testing::typed(DType::kInt64, {2})})
+                   .ok());
+}
+
+TEST(SpatialOps, RoiAlignAveragesBinsOfALinearPlane) {
+  // roi (0,0)-(2,2) in 2x2 bins of one pixel: the bins' centers are (0.5, 0.5) ... (1.5, 1.5), so
+  // the plane 4y + x gives 2.5, 3.5, 6.5, 7.5, with one sample per bin (adaptive) or four (ratio
+  // 2).
+  const Tensor want = make_f32({1, 1, 2, 2}, {2.5f, 3.5f, 6.5f, 7.5f});
+  for (int64_t ratio : {0, 2}) {
+    auto got = run_case(op("RoiAlign", 16)
+                            .s("coordinate_transformation_mode", "output_half_pixel")
+                            .i("output_height", 2)
+                            .i("output_width", 2)
+                            .i("sampling_ratio", ratio),
+                        {linear_plane(1, 0), make_f32({1, 4}, {0, 0, 2, 2}), make_i64({1}, {0})});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_TRUE(all_close((*got)[0], want, 1e-5, 0)) << "sampling_ratio " << ratio;
+  }
+  // half_pixel shifts the box by half a pixel; spatial_scale 0.5 halves it; batch index 1 reads the
+  // second image (the first plus 100). Opset 10 (no coordinate_transformation_mode) is
+  // output_half_pixel.
+  auto got = run_case(
+      op("RoiAlign", 16).i("output_height", 2).i("output_width", 2).f("spatial_scale", 0.5f),
+      {linear_plane(2, 100), make_f32({2, 4}, {1, 1, 5, 5, 1, 1, 5, 5}), make_i64({2}, {0, 1})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close(
+      (*got)[0], make_f32({2, 1, 2, 2}, {2.5f, 3.5f, 6.5f, 7.5f, 102.5f, 103.5f, 106.5f, 107.5f}),
+      1e-5, 0));
+  got = run_case(op("RoiAlign", 10).i("output_height", 2).i("output_width", 2),
+                 {linear_plane(1, 0), make_f32({1, 4}, {0, 0, 2, 2}), make_i64({1}, {0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], want, 1e-5, 0));
+  // A box past the plane: points more than a pixel outside read 0, nearer ones clamp to the edge.
+  // One bin, ratio 1, output_half_pixel: the point is the box's center.
+  auto one = op("RoiAlign", 16)
+                 .s("coordinate_transformation_mode", "output_half_pixel")
+                 .i("sampling_ratio", 1);
+  got = run_case(
+      one, {linear_plane(1, 0), make_f32({2, 4}, {4, 4, 6, 6, 3, 3, 5, 5}), make_i64({2}, {0, 0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({2, 1, 1, 1}, {0, 15}), 1e-5, 0));
+}
+
+TEST(SpatialOps, RoiAlignMaxTakesTheLargestWeightedCorner) {
+  // ONNX's max: per sample point the largest of w_i * x_i over its four corners. The point (0.5,
+  // 0.5) has weights 1/4 on 0, 1, 4, 5: 1.25 (a bilinear max would be 2.5).
+  auto node = op("RoiAlign", 16)
+                  .s("coordinate_transformation_mode", "output_half_pixel")
+                  .s("mode", "max")
+                  .i("sampling_ratio", 1);
+  auto got =
+      run_case(node, {linear_plane(1, 0), make_f32({1, 4}, {0, 0, 1, 1}), make_i64({1}, {0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({1, 1, 1, 1}, {1.25f}), 1e-6, 0));
+  // Two points per axis over (0,0)-(2,2): (0.5|1.5, 0.5|1.5); the largest term is at (1.5, 1.5):
+  // corners 5, 6, 9, 10 at 1/4 each, so 2.5.
+  got = run_case(node.i("sampling_ratio", 2),
+                 {linear_plane(1, 0), make_f32({1, 4}, {0, 0, 2, 2}), make_i64({1}, {0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(all_close((*got)[0], make_f32({1, 1, 1, 1}, {2.5f}), 1e-6, 0));
+}
+
+TEST(SpatialOps, RoiAlignRejectsBadBatchIndicesAndBoxesAtRunTime) {
+  auto node = op("RoiAlign", 16).named("roi");
+  Tensor x = linear_plane(1, 0);
+  for (int64_t b : {1, -1}) {
+    auto got = run_case(node, {x, make_f32({1, 4}, {0, 0, 2, 2}), make_i64({1}, {b})});
+    ASSERT_FALSE(got.ok());
+    EXPECT_NE(got.status().message().find("batch_indices[0]"), std::string::npos)
+        << got.status().to_string();
+  }
+  auto got = run_case(node, {x, make_f32({1, 4}, {0, 0, NAN, 2}), make_i64({1}, {0})});
+  EXPECT_FALSE(got.ok());
+  // An adaptive grid over a huge box would sample for hours: refused.
+  got = run_case(node, {x, make_f32({1, 4}, {0, 0, 1e9f, 1e9f}), make_i64({1}, {0})});
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("sample points"), std::string::npos)
+      << got.status().to_string();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Schemas of the conv op family: Conv (and ConvInteger, QLinearConv), ConvTranspose and the pools
-// (MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, MaxUnpool), sharing the spatial
-// attribute checks and the symbolic output-size formula.
+// Schemas of the conv op family: Conv (and ConvInteger, QLinearConv, DeformConv), ConvTranspose,
+// Col2Im and the pools (MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool,
+// MaxUnpool), sharing the spatial attribute checks and the symbolic output-size formula.
 #include <string>
 #include <vector>
 
@@ -430,6 +430,116 @@ Status infer_max_unpool(InferContext& ctx) {
   return ok_status();
 }
 
+// DeformConv (2-D): a Conv whose kernel taps sit at learned offsets from the regular grid.
+// offset [N, offset_group*kH*kW*2, oH, oW] holds (dy, dx) per tap, mask [N, offset_group*kH*kW,
+// oH, oW] (optional) scales each tap; the output is Conv's [N, oC, oH, oW].
+Status infer_deform_conv(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(size_t n, spatial_rank(ctx));
+  if (n != 2) {
+    return ctx.error(
+        StatusCode::kUnsupported,
+        "only 2-D DeformConv ([N, C, H, W]) is supported, got rank " + std::to_string(n + 2));
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_float_input(ctx, i));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, conv_output_shape(ctx, 0, 1, 3));
+  KILN_ASSIGN_OR_RETURN(int64_t offset_group, ctx.attrs().get_int("offset_group", 1));
+  if (offset_group < 1) {
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "attribute offset_group is " + std::to_string(offset_group) + ", expected >= 1");
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& w = ctx.input_shape(1);
+  KILN_RETURN_IF_ERROR(
+      ctx.require_divisible(x[1], Dim(offset_group),
+                            "input 0 dim 1 (channels) is divisible by offset_group (" +
+                                std::to_string(offset_group) + ")"));
+  const Dim taps = w[2] * w[3] * offset_group;
+  for (int i : {2, 4}) {
+    if (!ctx.has_input(i)) continue;
+    const std::string name = i == 2 ? "input 2 (offset)" : "input 4 (mask)";
+    const auto& o = ctx.input_shape(i);
+    if (o.size() != 4) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       name + " must have rank 4, got " + std::to_string(o.size()));
+    }
+    KILN_RETURN_IF_ERROR(ctx.require_equal(o[0], x[0], name + " dim 0 equals the batch"));
+    KILN_RETURN_IF_ERROR(
+        ctx.require_equal(o[1], i == 2 ? taps * 2 : taps,
+                          name + " dim 1 equals offset_group * kH * kW" + (i == 2 ? " * 2" : "")));
+    for (int d = 2; d < 4; ++d) {
+      KILN_RETURN_IF_ERROR(
+          ctx.require_equal(o[size_t(d)], out[size_t(d)],
+                            name + " dim " + std::to_string(d) + " equals the output's"));
+    }
+  }
+  ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+  return ok_status();
+}
+
+// Col2Im: input [N, C*prod(block_shape), L] holds sliding blocks (im2col's columns); the output
+// [N, C, image_shape...] sums each block element into its image position. image_shape and
+// block_shape are inputs, needed at build time; L must equal the number of blocks.
+Status infer_col2im(InferContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  if (!is_float(dt) && !is_integer(dt)) {
+    return ctx.error(StatusCode::kInvalidModel, "input 0 has dtype " + std::string(dtype_name(dt)) +
+                                                    ", expected a numeric type");
+  }
+  const auto& x = ctx.input_shape(0);
+  if (x.size() != 3) {
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "input 0 must have rank 3 ([N, C*prod(block_shape), L]), got " + std::to_string(x.size()));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> image, ctx.require_value(1, "image_shape"));
+  KILN_ASSIGN_OR_RETURN(std::vector<Dim> block, ctx.require_value(2, "block_shape"));
+  const size_t n = image.size();
+  if (n == 0 || block.size() != n) {
+    return ctx.error(StatusCode::kInvalidModel, "input 1 (image_shape) has " + std::to_string(n) +
+                                                    " elements and input 2 (block_shape) " +
+                                                    std::to_string(block.size()) +
+                                                    "; they must match and be at least 1");
+  }
+  std::vector<int64_t> strides, dilations, pads;
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "strides", n, 1, 1, &strides));
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "dilations", n, 1, 1, &dilations));
+  KILN_RETURN_IF_ERROR(read_ints(ctx, "pads", 2 * n, 0, 0, &pads));
+  Dim block_size = 1, blocks = 1;
+  std::vector<Dim> out = {x[0], Dim(0)};
+  for (size_t i = 0; i < n; ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    if (!block[i].is_const() || block[i].value() < 1) {
+      return ctx.error(StatusCode::kInvalidModel, "input 2 (block_shape)" + at + " is " +
+                                                      block[i].to_string() +
+                                                      ", expected a positive constant");
+    }
+    KILN_RETURN_IF_ERROR(ctx.require_ge(image[i], Dim(1), "image_shape" + at + " >= 1"));
+    KILN_ASSIGN_OR_RETURN(block_size, ctx.mul_dims(block_size, block[i], "prod(block_shape)"));
+    // Blocks along axis i: floor((image + pads - dilation*(block-1) - 1) / stride) + 1.
+    const std::string what = "image_shape" + at + " with pads";
+    KILN_ASSIGN_OR_RETURN(Dim padded, ctx.add_dims(image[i], Dim(pads[i]), what));
+    KILN_ASSIGN_OR_RETURN(padded, ctx.add_dims(padded, Dim(pads[n + i]), what));
+    KILN_ASSIGN_OR_RETURN(
+        Dim eff, ctx.mul_dims(Dim(dilations[i]), block[i] - 1, "dilation times block_shape" + at));
+    Dim count = Dim::floor_div(padded - eff - 1, Dim(strides[i])) + 1;
+    KILN_RETURN_IF_ERROR(ctx.require_ge(
+        count, Dim(1), "the blocks along axis " + std::to_string(i) + " number >= 1"));
+    blocks = blocks * count;
+    out.push_back(image[i]);
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_divisible(
+      x[1], block_size,
+      "input 0 dim 1 is divisible by prod(block_shape) (" + block_size.to_string() + ")"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(x[2], blocks, "input 0 dim 2 (L) equals the number of sliding blocks"));
+  out[1] = Dim::floor_div(x[1], block_size);
+  ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -443,6 +553,8 @@ void register_conv_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kMaxUnpool, 2, 3, 1, 1, &infer_max_unpool});
   r.add(OpSchema{OpKind::kConvInteger, 2, 4, 1, 1, &infer_conv_integer});
   r.add(OpSchema{OpKind::kQLinearConv, 8, 9, 1, 1, &infer_qlinear_conv});
+  r.add(OpSchema{OpKind::kDeformConv, 3, 5, 1, 1, &infer_deform_conv});
+  r.add(OpSchema{OpKind::kCol2Im, 3, 3, 1, 1, &infer_col2im});
 }
 
 }  // namespace kiln::ops

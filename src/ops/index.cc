@@ -1,6 +1,6 @@
 // Schemas of the index op family: Slice, Gather, GatherND, GatherElements, CumSum, Scatter*,
-// OneHot, ReverseSequence. Slice clamps its starts and ends per the ONNX spec on symbolic dims,
-// proving each clamp from bounds where it can.
+// OneHot, ReverseSequence, TensorScatter. Slice clamps its starts and ends per the ONNX spec on
+// symbolic dims, proving each clamp from bounds where it can.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -588,6 +588,53 @@ Status infer_reverse_sequence(InferContext& ctx) {
   return ok_status();
 }
 
+// TensorScatter (a KV-cache write): update [batch, ..., seq, ...] lands in past_cache [batch, ...,
+// max_seq, ...] along `axis` (not 0) at write_indices[batch] (0 when omitted), wrapping modulo
+// max_seq in circular mode. The output is past_cache's shape.
+Status infer_tensor_scatter(InferContext& ctx) {
+  const Dims& cache = ctx.input_shape(0);
+  const Dims& upd = ctx.input_shape(1);
+  const int r = int(cache.size());
+  if (ctx.input_dtype(1) != ctx.input_dtype(0)) {
+    return ctx.error(StatusCode::kInvalidModel, "update and past_cache must have the same dtype");
+  }
+  if (r < 2 || int(upd.size()) != r) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "past_cache and update must have the same rank >= 2, got " +
+                         std::to_string(r) + " and " + std::to_string(upd.size()));
+  }
+  auto axis_attr = ctx.attrs().get_int("axis", -2);
+  if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
+  KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
+  if (axis == 0) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute axis is the batch dim (0)");
+  }
+  auto mode = ctx.attrs().get_string("mode", "linear");
+  if (!mode.ok()) return attr_error(ctx, mode.status());
+  if (*mode != "linear" && *mode != "circular") {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute mode '" + *mode + "' is not linear or circular");
+  }
+  for (int d = 0; d < r; ++d) {
+    if (d == axis) continue;
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        upd[d], cache[d], "update dim " + std::to_string(d) + " matches past_cache"));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_ge(
+      cache[axis], upd[axis],
+      "past_cache's sequence dim (" + std::to_string(axis) + ") is at least update's"));
+  if (ctx.has_input(2)) {
+    if (ctx.input_dtype(2) != DType::kInt64 || ctx.input_rank(2) != 1) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       label(ctx, 2) + " (write_indices) must be int64 of shape [batch]");
+    }
+    KILN_RETURN_IF_ERROR(
+        ctx.require_equal(ctx.input_shape(2)[0], cache[0], "write_indices dim 0 equals the batch"));
+  }
+  ctx.set_output(0, ctx.input_dtype(0), cache);
+  return ok_status();
+}
+
 }  // namespace
 
 void register_index_ops(OpRegistry& r) {
@@ -602,6 +649,7 @@ void register_index_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kScatterND, 3, 3, 1, 1, &infer_scatter_nd});
   r.add(OpSchema{OpKind::kOneHot, 3, 3, 1, 1, &infer_one_hot});
   r.add(OpSchema{OpKind::kReverseSequence, 2, 2, 1, 1, &infer_reverse_sequence});
+  r.add(OpSchema{OpKind::kTensorScatter, 2, 3, 1, 1, &infer_tensor_scatter});
 }
 
 }  // namespace kiln::ops

@@ -22,7 +22,7 @@
   X(ReduceL1) X(ReduceL2) X(ReduceLogSum) X(ReduceLogSumExp) X(ReduceSumSquare) X(ArgMax)      \
   X(ArgMin) X(Hardmax) X(TopK) X(RMSNormalization) X(GroupNormalization)                        \
   X(InstanceNormalization) X(LpNormalization) X(MeanVarianceNormalization) X(LRN)               \
-  X(ConvTranspose) X(LpPool) X(MaxUnpool) X(Einsum)                                             \
+  X(ConvTranspose) X(LpPool) X(MaxUnpool) X(Einsum) X(DeformConv) X(Col2Im)                   \
   /* quant, attention */                                                                        \
   X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear) X(QLinearMatMul)               \
   X(MatMulInteger) X(QLinearConv) X(ConvInteger) X(Attention) X(RotaryEmbedding)                \
@@ -30,11 +30,11 @@
   X(Shape) X(Size) X(Reshape) X(Squeeze) X(Unsqueeze) X(Concat) X(Slice) X(Gather) X(GatherND)  \
   X(GatherElements) X(Expand) X(Transpose) X(Range) X(ConstantOfShape) X(Constant) X(CumSum)    \
   X(Split) X(Tile) X(Pad) X(Trilu) X(CumProd) X(ScatterElements) X(Scatter) X(ScatterND)      \
-  X(OneHot) X(ReverseSequence)                                                                   \
+  X(OneHot) X(ReverseSequence) X(TensorScatter)                                                  \
   /* data-dependent output shapes */ X(NonZero) X(Compress) X(Unique) X(NonMaxSuppression)      \
   /* control flow */ X(If) X(Loop) X(Scan)                                                    \
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
-  X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)                                    \
+  X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike) X(RoiAlign)                         \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \
   /* recurrent */ X(RNN) X(GRU) X(LSTM)
 

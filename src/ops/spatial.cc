@@ -1,8 +1,9 @@
-// Schemas of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum, DFT and BitCast,
-// plus the Einsum equation parser the CPU kernel shares (ops/spatial.h).
+// Schemas of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, BitCast and
+// RoiAlign, plus the Einsum equation parser the CPU kernel shares (ops/spatial.h).
 #include "ops/spatial.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "ops/schema.h"
@@ -397,6 +398,78 @@ Status infer_bitcast(InferContext& ctx) {
   return ok_status();
 }
 
+// ---- RoiAlign ----
+
+Status infer_roi_align(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float(ctx, 0));
+  if (ctx.input_dtype(1) != ctx.input_dtype(0)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     input_label(ctx, 1) + " (rois) has dtype " +
+                         std::string(dtype_name(ctx.input_dtype(1))) + " but X has " +
+                         std::string(dtype_name(ctx.input_dtype(0))) + "; they must match");
+  }
+  if (ctx.input_dtype(2) != DType::kInt64) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     input_label(ctx, 2) + " (batch_indices) has dtype " +
+                         std::string(dtype_name(ctx.input_dtype(2))) + ", expected int64");
+  }
+  // Opset 10 has no coordinate_transformation_mode: it behaves as output_half_pixel.
+  auto ctm = ctx.attrs().get_string("coordinate_transformation_mode",
+                                    ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+  if (!ctm.ok()) return attr_error(ctx, ctm.status());
+  if (*ctm != "half_pixel" && *ctm != "output_half_pixel") {
+    return ctx.error(StatusCode::kInvalidModel, "attribute coordinate_transformation_mode '" +
+                                                    *ctm +
+                                                    "' is not half_pixel or output_half_pixel");
+  }
+  auto mode = ctx.attrs().get_string("mode", "avg");
+  if (!mode.ok()) return attr_error(ctx, mode.status());
+  if (*mode != "avg" && *mode != "max") {
+    return ctx.error(StatusCode::kInvalidModel, "attribute mode '" + *mode + "' is not avg or max");
+  }
+  std::vector<Dim> out_hw;
+  for (const char* name : {"output_height", "output_width"}) {
+    auto v = ctx.attrs().get_int(name, 1);
+    if (!v.ok()) return attr_error(ctx, v.status());
+    if (*v < 1 || *v > (int64_t(1) << 31)) {
+      return ctx.error(StatusCode::kInvalidModel, "attribute " + std::string(name) + " is " +
+                                                      std::to_string(*v) + ", expected 1 to 2^31");
+    }
+    out_hw.push_back(Dim(*v));
+  }
+  auto ratio = ctx.attrs().get_int("sampling_ratio", 0);
+  if (!ratio.ok()) return attr_error(ctx, ratio.status());
+  if (*ratio < 0) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute sampling_ratio is " + std::to_string(*ratio) + ", expected >= 0");
+  }
+  auto scale = ctx.attrs().get_float("spatial_scale", 1.0f);
+  if (!scale.ok()) return attr_error(ctx, scale.status());
+  if (!std::isfinite(*scale)) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute spatial_scale is not finite");
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& rois = ctx.input_shape(1);
+  const auto& idx = ctx.input_shape(2);
+  if (x.size() != 4) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "X must have rank 4 (N, C, H, W), got " + std::to_string(x.size()));
+  }
+  if (rois.size() != 2) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "rois must have rank 2 (num_rois, 4), got " + std::to_string(rois.size()));
+  }
+  if (idx.size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel, "batch_indices must have rank 1 (num_rois), got " +
+                                                    std::to_string(idx.size()));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(rois[1], Dim(4), "rois dim 1 is 4 (x1, y1, x2, y2)"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(idx[0], rois[0], "batch_indices dim 0 equals rois dim 0 (num_rois)"));
+  ctx.set_output(0, ctx.input_dtype(0), {rois[0], x[1], out_hw[0], out_hw[1]});
+  return ok_status();
+}
+
 }  // namespace
 
 void register_spatial_ops(OpRegistry& r) {
@@ -406,6 +479,7 @@ void register_spatial_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum, false, false});
   r.add(OpSchema{OpKind::kDFT, 1, 3, 1, 1, &infer_dft, false, false});
   r.add(OpSchema{OpKind::kBitCast, 1, 1, 1, 1, &infer_bitcast, false, false});
+  r.add(OpSchema{OpKind::kRoiAlign, 3, 3, 1, 1, &infer_roi_align, false, false});
 }
 
 }  // namespace kiln::ops

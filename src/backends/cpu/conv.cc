@@ -653,6 +653,7 @@ void register_conv_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kGlobalMaxPool, &global_max_pool_kernel);
   r.add(ops::OpKind::kLpPool, &lp_pool_kernel);
   register_conv_transpose_kernels(r);
+  register_deform_conv_kernels(r);
 }
 
 }  // namespace kiln::backends::cpu

@@ -1,6 +1,6 @@
 // CPU reference kernels of ConvTranspose (groups, dilations, output_padding, output_shape,
-// auto_pad) and MaxUnpool, members of the conv family kept apart from conv.cc's fast paths.
-// Inputs of any float dtype; ConvTranspose accumulates in double.
+// auto_pad), MaxUnpool and Col2Im (the scatter-add ops), members of the conv family kept apart from
+// conv.cc's fast paths. ConvTranspose takes any float dtype and accumulates in double.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -22,7 +22,7 @@ Status get_list(const ir::Attributes& attrs, const char* name, size_t n, int64_t
   KILN_ASSIGN_OR_RETURN(*out, attrs.get_ints(name, std::vector<int64_t>{}));
   if (out->empty()) out->assign(n, fallback);
   if (out->size() != n) {
-    return invalid_argument(std::string("ConvTranspose: attribute ") + name + " has " +
+    return invalid_argument(std::string("attribute ") + name + " has " +
                             std::to_string(out->size()) + " values, expected " + std::to_string(n));
   }
   return ok_status();
@@ -184,11 +184,90 @@ Status max_unpool_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// Col2Im, as the ONNX reference: block element k of column l of channel c lands at image position
+// l_i*stride_i - pad_begin_i + k_i*dilation_i (per axis, l and k unravelled row-major), summed,
+// positions outside the image dropped. Any numeric dtype; sums in double.
+Status col2im_kernel(const KernelArgs& a) {
+  if (a.in.size() < 3 || a.out.empty()) return invalid_argument("Col2Im: expected 3 inputs");
+  const TensorView& x = a.in[0];
+  const TensorView& y = a.out[0];
+  std::vector<int64_t> image, block;
+  if (!read_indices(a.in[1], &image) || !read_indices(a.in[2], &block) || image.empty() ||
+      block.size() != image.size()) {
+    return invalid_argument("Col2Im: image_shape and block_shape must be int64 of one length");
+  }
+  const size_t ns = image.size();
+  std::vector<int64_t> strides, dils, pads;
+  KILN_RETURN_IF_ERROR(get_list(a.attrs, "strides", ns, 1, &strides));
+  KILN_RETURN_IF_ERROR(get_list(a.attrs, "dilations", ns, 1, &dils));
+  KILN_RETURN_IF_ERROR(get_list(a.attrs, "pads", 2 * ns, 0, &pads));
+  // Every number below comes from the model or its inputs: checked before any index is formed.
+  int64_t block_size = 1, blocks = 1;
+  std::vector<int64_t> counts(ns);
+  bool ok =
+      x.rank() == 3 && y.rank() == int(ns) + 2 && y.dtype == x.dtype && y.shape[0] == x.shape[0];
+  for (size_t i = 0; ok && i < ns; ++i) {
+    ok = block[i] >= 1 && strides[i] >= 1 && dils[i] >= 1 && pads[i] >= 0 && pads[ns + i] >= 0 &&
+         image[i] == y.shape[2 + i] && block[i] <= x.shape[1] && dils[i] <= (int64_t(1) << 31) &&
+         block[i] <= (int64_t(1) << 31) && pads[i] < (int64_t(1) << 40) &&
+         pads[ns + i] < (int64_t(1) << 40);
+    if (!ok) break;
+    block_size *= block[i];
+    const int64_t span = image[i] + pads[i] + pads[ns + i] - dils[i] * (block[i] - 1) - 1;
+    counts[i] = span / strides[i] + 1;
+    ok = block_size <= x.shape[1] && span >= 0 && counts[i] <= x.shape[2];
+    if (ok) blocks *= counts[i];
+    ok = ok && blocks <= x.shape[2];
+  }
+  if (!ok || blocks != x.shape[2] || x.shape[1] != y.shape[1] * block_size) {
+    return invalid_argument("Col2Im: input " + shape_to_string(x.shape) + ", output " +
+                            shape_to_string(y.shape) +
+                            ", image_shape, block_shape and the attributes do not agree");
+  }
+  const int64_t batch = x.shape[0], channels = y.shape[1], cols = x.shape[2];
+  const int64_t image_size = shape_numel(image);
+  std::vector<double> acc(static_cast<size_t>(image_size));
+  std::vector<int64_t> kidx(ns), lidx(ns);
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t c = 0; c < channels; ++c) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(kidx.begin(), kidx.end(), 0);
+      for (int64_t k = 0; k < block_size; ++k) {
+        const int64_t row = (n * channels + c) * block_size + k;
+        std::fill(lidx.begin(), lidx.end(), 0);
+        for (int64_t l = 0; l < cols; ++l) {
+          int64_t off = 0;
+          bool inside = true;
+          for (size_t i = 0; i < ns && inside; ++i) {
+            const int64_t p = lidx[i] * strides[i] - pads[i] + kidx[i] * dils[i];
+            inside = p >= 0 && p < image[i];
+            off = off * image[i] + p;
+          }
+          if (inside) acc[size_t(off)] += load_f64(x, row * cols + l);
+          for (size_t i = ns; i-- > 0;) {
+            if (++lidx[i] < counts[i]) break;
+            lidx[i] = 0;
+          }
+        }
+        for (size_t i = ns; i-- > 0;) {
+          if (++kidx[i] < block[i]) break;
+          kidx[i] = 0;
+        }
+      }
+      for (int64_t e = 0; e < image_size; ++e) {
+        store_f64(y, (n * channels + c) * image_size + e, acc[size_t(e)]);
+      }
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_conv_transpose_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kConvTranspose, &conv_transpose_kernel);
   r.add(ops::OpKind::kMaxUnpool, &max_unpool_kernel);
+  r.add(ops::OpKind::kCol2Im, &col2im_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -60,8 +60,9 @@ void register_shape_kernels(KernelRegistry& r);
 void register_index_kernels(KernelRegistry& r);
 void register_math_kernels(KernelRegistry& r);
 void register_loss_kernels(KernelRegistry& r);
-// Part of the conv family (called from register_conv_kernels).
+// Parts of the conv family (called from register_conv_kernels).
 void register_conv_transpose_kernels(KernelRegistry& r);
+void register_deform_conv_kernels(KernelRegistry& r);
 void register_quant_kernels(KernelRegistry& r);
 void register_attention_kernels(KernelRegistry& r);
 void register_spatial_kernels(KernelRegistry& r);

@@ -1,5 +1,5 @@
 // CPU reference kernels of the index op family: Slice, Gather, GatherND, GatherElements, CumSum,
-// Scatter*, OneHot, ReverseSequence.
+// Scatter*, OneHot, ReverseSequence, TensorScatter.
 // Indices come from tensor data, so every one is range-checked before it is used.
 #include <algorithm>
 #include <cstring>
@@ -485,6 +485,63 @@ Status reverse_sequence_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// TensorScatter: the cache copied, then each (prefix, s) row of update written at sequence
+// position write_indices[batch] + s (modulo max_seq in circular mode; linear mode refuses a
+// position outside the cache). Bytes are moved, so every dtype works.
+Status tensor_scatter_kernel(const KernelArgs& a) {
+  const TensorView& cache = a.in[0];
+  const TensorView& upd = a.in[1];
+  const TensorView& out = a.out[0];
+  const int r = cache.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -2));
+  KILN_ASSIGN_OR_RETURN(std::string mode, a.attrs.get_string("mode", "linear"));
+  if (axis < 0) axis += r;
+  bool ok = r >= 2 && axis >= 1 && axis < r && upd.rank() == r && upd.dtype == cache.dtype &&
+            out.dtype == cache.dtype && out.numel() == cache.numel() &&
+            upd.shape[size_t(axis)] <= cache.shape[size_t(axis)];
+  for (int d = 0; ok && d < r; ++d) ok = d == axis || upd.shape[d] == cache.shape[d];
+  if (!ok) {
+    return invalid_argument("TensorScatter: past_cache " + shape_to_string(cache.shape) +
+                            " and update " + shape_to_string(upd.shape) + " do not agree");
+  }
+  const int64_t batch = cache.shape[0], max_seq = cache.shape[size_t(axis)],
+                seq = upd.shape[size_t(axis)];
+  std::vector<int64_t> write(size_t(batch), 0);
+  if (a.in.size() > 2 && present(a.in[2])) {
+    KILN_ASSIGN_OR_RETURN(write, read_ints(a.in[2], "TensorScatter", "write_indices"));
+    if (int64_t(write.size()) != batch) {
+      return invalid_argument("TensorScatter: write_indices has " + std::to_string(write.size()) +
+                              " values, expected the batch (" + std::to_string(batch) + ")");
+    }
+  }
+  if (out.data != cache.data && out.nbytes() > 0) std::memcpy(out.data, cache.data, out.nbytes());
+  int64_t prefix = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) prefix *= cache.shape[d];
+  for (int d = int(axis) + 1; d < r; ++d) inner *= cache.shape[d];
+  const int64_t per_batch = batch > 0 ? prefix / batch : 0;
+  const size_t row = size_t(inner) * dtype_size(cache.dtype);
+  const bool circular = mode == "circular";
+  for (int64_t b = 0; b < batch && seq > 0; ++b) {
+    const int64_t w = write[size_t(b)];
+    // Checked once per batch: linear positions w .. w+seq-1 must lie in the cache.
+    if (!circular && (w < 0 || w > max_seq - seq)) {
+      return invalid_argument("TensorScatter: write_indices[" + std::to_string(b) + "] is " +
+                              std::to_string(w) + "; with " + std::to_string(seq) +
+                              " updates it must be in [0, " + std::to_string(max_seq - seq) + "]");
+    }
+    for (int64_t p = b * per_batch; p < (b + 1) * per_batch; ++p) {
+      for (int64_t s = 0; s < seq; ++s) {
+        // Circular: the position modulo max_seq (>= seq >= 1), taken as a nonnegative remainder.
+        int64_t pos = circular ? ((w % max_seq) + s % max_seq) % max_seq : w + s;
+        if (pos < 0) pos += max_seq;
+        std::memcpy(static_cast<char*>(out.data) + size_t(p * max_seq + pos) * row,
+                    static_cast<const char*>(upd.data) + size_t(p * seq + s) * row, row);
+      }
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_index_kernels(KernelRegistry& r) {
@@ -499,6 +556,7 @@ void register_index_kernels(KernelRegistry& r) {
   r.add(OpKind::kScatterND, &scatter_nd_kernel);
   r.add(OpKind::kOneHot, &one_hot_kernel);
   r.add(OpKind::kReverseSequence, &reverse_sequence_kernel);
+  r.add(OpKind::kTensorScatter, &tensor_scatter_kernel);
 }
 
 }  // namespace kiln::backends::cpu

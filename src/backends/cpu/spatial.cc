@@ -1,5 +1,5 @@
 // CPU reference kernels of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum,
-// DFT and BitCast. They compute in double; none is on a hot path of the shipped models.
+// DFT, BitCast and RoiAlign. They compute in double; none is on a hot path of the shipped models.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
 #include "ops/spatial.h"
 
@@ -452,6 +453,178 @@ Status bitcast_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// ---- RoiAlign ----
+
+// Sample points per bin beyond which a region is refused: an adaptive grid (sampling_ratio 0) is
+// ceil(roi size / bins) per axis, so a corrupt box would otherwise make the kernel run for hours.
+constexpr double kMaxRoiSamples = 1 << 16;
+
+// One sample point: the four corners' flat offsets in an H*W plane and their bilinear weights.
+struct RoiSample {
+  int64_t pos[4];
+  double w[4];
+};
+
+// Follows onnx's reference (op_roi_align.py) step for step: a point more than one pixel outside
+// the map reads 0 with weight 0; otherwise it is clamped into the map. avg averages the bilinear
+// values of the bin's points; max takes, over the points, the largest of the four weighted corner
+// terms (w_i * x_i), which is ONNX's definition (ORT's max differs).
+class RoiAlignKernel final : public Kernel {
+ public:
+  RoiAlignKernel(bool half_pixel, bool max_mode, int64_t ratio, double scale)
+      : half_pixel_(half_pixel), max_mode_(max_mode), ratio_(ratio), scale_(scale) {}
+  std::string name() const override { return "cpu.RoiAlign"; }
+
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in.size() < 3 || out.empty())
+      return invalid_argument("RoiAlign: expected 3 inputs and an output");
+    const TensorView &x = in[0], &rois = in[1], &idx = in[2], &y = out[0];
+    if (x.rank() != 4 || rois.rank() != 2 || rois.shape[1] != 4 || idx.rank() != 1 ||
+        idx.shape[0] != rois.shape[0] || y.rank() != 4 || y.shape[0] != rois.shape[0] ||
+        y.shape[1] != x.shape[1]) {
+      return invalid_argument("RoiAlign: X, rois, batch_indices and Y shapes do not agree");
+    }
+    std::vector<int64_t> batch;
+    if (!read_indices(idx, &batch))
+      return invalid_argument("RoiAlign: batch_indices must be int64");
+    return dispatch<kFloats>(x.dtype, OpKind::kRoiAlign,
+                             [&]<typename T>(Tag<T>) { return run<T>(x, rois, batch, y); });
+  }
+
+ private:
+  template <typename T>
+  Status run(const TensorView& x, const TensorView& rois, const std::vector<int64_t>& batch,
+             const TensorView& y) {
+    const int64_t n_batch = x.shape[0], channels = x.shape[1], height = x.shape[2],
+                  width = x.shape[3];
+    const int64_t out_h = y.shape[2], out_w = y.shape[3], plane = height * width;
+    const T* xd = x.as<const T>();
+    const double offset = half_pixel_ ? 0.5 : 0.0;
+    std::vector<RoiSample> samples;
+    for (int64_t r = 0; r < rois.shape[0]; ++r) {
+      const int64_t b = batch[size_t(r)];
+      if (b < 0 || b >= n_batch) {
+        return invalid_argument("RoiAlign: batch_indices[" + std::to_string(r) + "] is " +
+                                std::to_string(b) + ", outside [0, " + std::to_string(n_batch) +
+                                ") (X's batch)");
+      }
+      double box[4];
+      for (int k = 0; k < 4; ++k) {
+        box[k] = load_f64(rois, r * 4 + k) * scale_ - offset;
+        if (!std::isfinite(box[k])) {
+          return invalid_argument("RoiAlign: roi " + std::to_string(r) + " is not finite");
+        }
+      }
+      double roi_w = box[2] - box[0], roi_h = box[3] - box[1];
+      if (!half_pixel_) {  // output_half_pixel makes a malformed box at least 1x1
+        roi_w = std::max(roi_w, 1.0);
+        roi_h = std::max(roi_h, 1.0);
+      }
+      const double bin_h = roi_h / double(out_h), bin_w = roi_w / double(out_w);
+      double grid_hd = ratio_ > 0 ? double(ratio_) : std::ceil(bin_h);
+      double grid_wd = ratio_ > 0 ? double(ratio_) : std::ceil(bin_w);
+      // An inverted half_pixel box has no points: its bins are 0.
+      grid_hd = std::max(grid_hd, 0.0);
+      grid_wd = std::max(grid_wd, 0.0);
+      if (grid_hd > kMaxRoiSamples || grid_wd > kMaxRoiSamples ||
+          grid_hd * grid_wd > kMaxRoiSamples) {
+        return invalid_argument("RoiAlign: roi " + std::to_string(r) + " needs " +
+                                std::to_string(grid_hd) + " x " + std::to_string(grid_wd) +
+                                " sample points per bin; kiln allows at most 65536");
+      }
+      const int64_t grid_h = int64_t(grid_hd), grid_w = int64_t(grid_wd);
+      const double count = double(std::max<int64_t>(grid_h * grid_w, 1));
+      samples.resize(size_t(grid_h * grid_w));
+      for (int64_t ph = 0; ph < out_h; ++ph) {
+        for (int64_t pw = 0; pw < out_w; ++pw) {
+          for (int64_t iy = 0; iy < grid_h; ++iy) {
+            const double yy =
+                box[1] + double(ph) * bin_h + (double(iy) + 0.5) * bin_h / double(grid_h);
+            for (int64_t ix = 0; ix < grid_w; ++ix) {
+              const double xx =
+                  box[0] + double(pw) * bin_w + (double(ix) + 0.5) * bin_w / double(grid_w);
+              samples[size_t(iy * grid_w + ix)] = sample_at(yy, xx, height, width);
+            }
+          }
+          for (int64_t c = 0; c < channels; ++c) {
+            const T* src = xd + (b * channels + c) * plane;
+            double acc = 0;
+            bool first = true;
+            for (const RoiSample& s : samples) {
+              if (max_mode_) {
+                double v = s.w[0] * double(Num<T>::load(src[s.pos[0]]));
+                for (int k = 1; k < 4; ++k) {
+                  v = std::max(v, s.w[k] * double(Num<T>::load(src[s.pos[k]])));
+                }
+                acc = first ? v : std::max(acc, v);
+                first = false;
+              } else {
+                for (int k = 0; k < 4; ++k) acc += s.w[k] * double(Num<T>::load(src[s.pos[k]]));
+              }
+            }
+            if (!max_mode_) acc /= count;
+            store_f64(y, ((r * channels + c) * out_h + ph) * out_w + pw, acc);
+          }
+        }
+      }
+    }
+    return ok_status();
+  }
+
+  static RoiSample sample_at(double y, double x, int64_t height, int64_t width) {
+    RoiSample s{{0, 0, 0, 0}, {0, 0, 0, 0}};
+    if (height == 0 || width == 0 || y < -1.0 || y > double(height) || x < -1.0 ||
+        x > double(width)) {
+      return s;
+    }
+    y = std::max(y, 0.0);
+    x = std::max(x, 0.0);
+    int64_t y_lo = int64_t(y), x_lo = int64_t(x), y_hi, x_hi;
+    if (y_lo >= height - 1) {
+      y_hi = y_lo = height - 1;
+      y = double(y_lo);
+    } else {
+      y_hi = y_lo + 1;
+    }
+    if (x_lo >= width - 1) {
+      x_hi = x_lo = width - 1;
+      x = double(x_lo);
+    } else {
+      x_hi = x_lo + 1;
+    }
+    const double ly = y - double(y_lo), lx = x - double(x_lo), hy = 1 - ly, hx = 1 - lx;
+    s.pos[0] = y_lo * width + x_lo;
+    s.pos[1] = y_lo * width + x_hi;
+    s.pos[2] = y_hi * width + x_lo;
+    s.pos[3] = y_hi * width + x_hi;
+    s.w[0] = hy * hx;
+    s.w[1] = hy * lx;
+    s.w[2] = ly * hx;
+    s.w[3] = ly * lx;
+    return s;
+  }
+
+  bool half_pixel_, max_mode_;
+  int64_t ratio_;
+  double scale_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_roi_align(const KernelQuery& q) {
+  const ir::Attributes& at = q.node.attrs;
+  KILN_ASSIGN_OR_RETURN(std::string ctm,
+                        at.get_string("coordinate_transformation_mode",
+                                      q.node.opset >= 16 ? "half_pixel" : "output_half_pixel"));
+  KILN_ASSIGN_OR_RETURN(std::string mode, at.get_string("mode", "avg"));
+  KILN_ASSIGN_OR_RETURN(int64_t ratio, at.get_int("sampling_ratio", 0));
+  KILN_ASSIGN_OR_RETURN(float scale, at.get_float("spatial_scale", 1.0f));
+  if ((ctm != "half_pixel" && ctm != "output_half_pixel") || (mode != "avg" && mode != "max") ||
+      ratio < 0 || !std::isfinite(scale)) {
+    return unsupported(q.node.describe() + ": RoiAlign attributes out of range");
+  }
+  return std::unique_ptr<Kernel>(
+      new RoiAlignKernel(ctm == "half_pixel", mode == "max", ratio, double(scale)));
+}
+
 }  // namespace
 
 void register_spatial_kernels(KernelRegistry& r) {
@@ -461,6 +634,7 @@ void register_spatial_kernels(KernelRegistry& r) {
   r.add(OpKind::kEinsum, &einsum_kernel);
   r.add_factory(OpKind::kDFT, &make_dft);
   r.add(OpKind::kBitCast, &bitcast_kernel);
+  r.add_factory(OpKind::kRoiAlign, &make_roi_align);
 }
 
 }  // namespace kiln::backends::cpu

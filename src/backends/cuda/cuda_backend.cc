@@ -423,12 +423,14 @@ MathMode math_mode(const KernelQuery& q) {
   }
 }
 
-// RNN, GRU and LSTM have no device kernel yet: the CPU reference runs on page-locked memory. A
-// register_* function of its own, so that the op coverage test's reading of the sources sees them.
-static void register_recurrent(Registry& r) {
-  register_host_run(r, ops::OpKind::kRNN);
-  register_host_run(r, ops::OpKind::kGRU);
-  register_host_run(r, ops::OpKind::kLSTM);
+// Ops with no device kernel yet (RNN, GRU, LSTM, RoiAlign, Col2Im, DeformConv, TensorScatter): the
+// CPU reference runs on page-locked memory. A register_* function of its own, so that the op
+// coverage test's reading of the sources sees them.
+static void register_host_fallbacks(Registry& r) {
+  for (ops::OpKind op : {ops::OpKind::kRNN, ops::OpKind::kGRU, ops::OpKind::kLSTM, ops::OpKind::kRoiAlign,
+                         ops::OpKind::kCol2Im, ops::OpKind::kDeformConv, ops::OpKind::kTensorScatter}) {
+    register_host_run(r, op);
+  }
 }
 
 void register_kernels(::kiln::backends::KernelRegistry& registry) {
@@ -463,7 +465,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_unpool(families);
   register_dft(families);
   register_data_dependent(families);
-  register_recurrent(families);
+  register_host_fallbacks(families);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
