@@ -459,6 +459,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_host_run(families, ops::OpKind::kCol2Im);
   register_host_run(families, ops::OpKind::kDeformConv);
   register_host_run(families, ops::OpKind::kTensorScatter);
+  register_host_run(families, ops::OpKind::kDet);
   for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
