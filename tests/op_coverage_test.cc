@@ -149,8 +149,8 @@ std::string op_label(ops::OpKind k) {
   return (domain.empty() ? "" : domain + "::") + std::string(ops::op_name(k));
 }
 
-// The ops the CUDA registration functions (register_* in src/backends/cuda) name: what this build
-// would register with CUDA compiled in. Read from the source so that a build without CUDA still
+// The ops the CUDA registration functions (register_* in src/backends/cuda) and register_host_run
+// calls name: what this build would register with CUDA compiled in. Read from the source so that a build without CUDA still
 // knows which ops need a case.
 StatusOr<std::set<ops::OpKind>> cuda_ops_in_source() {
   namespace fs = std::filesystem;
@@ -166,6 +166,7 @@ StatusOr<std::set<ops::OpKind>> cuda_ops_in_source() {
   std::set<ops::OpKind> out;
   const std::regex reg_fn(R"(void\s+register_\w+\s*\(\s*Registry\s*&\s*\w+\s*\)\s*\{)");
   const std::regex op_ref(R"(OpKind::(k\w+))");
+  const std::regex host_run(R"(register_host_run\s*\(\s*\w+\s*,\s*(?:ops::)?OpKind::(k\w+)\s*\))");
   for (const auto& entry : fs::directory_iterator(dir)) {
     std::string ext = entry.path().extension().string();
     if (ext != ".cu" && ext != ".cc") continue;
@@ -186,6 +187,14 @@ StatusOr<std::set<ops::OpKind>> cuda_ops_in_source() {
           return internal_error(entry.path().string() + " names unknown " + (*m)[1].str());
         out.insert(found->second);
       }
+    }
+    // Ops that run on CUDA through their CPU reference, registered one call each (wherever the
+    // call sits: cuda_backend.cc lists them after the families).
+    for (std::sregex_iterator m(text.begin(), text.end(), host_run), end; m != end; ++m) {
+      auto found = by_enum.find((*m)[1].str());
+      if (found == by_enum.end())
+        return internal_error(entry.path().string() + " names unknown " + (*m)[1].str());
+      out.insert(found->second);
     }
   }
   if (out.empty()) return not_found("no register_* functions found in " + dir.string());
