@@ -1211,3 +1211,57 @@ TEST(DeformConvKernel, ZeroOffsetsAreConvAndOffsetsShiftTheTaps) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- MaxPool on 8-bit integers and column-major Indices ----
+
+TEST(PoolKernel, MaxPoolOnInt8AndUInt8) {
+  using testing::make_typed;
+  auto pool = testing::op("MaxPool", 12).ints("kernel_shape", {2, 2});
+  // [1, 1, 2, 3], two 2x2 windows (columns 0-1 and 1-2). uint8 above 127 stays unsigned; int8
+  // windows of negatives only (the max must not start from 0).
+  auto got =
+      testing::run_case(pool, {make_typed(DType::kUInt8, {1, 1, 2, 3}, {1, 200, 3, 250, 5, 6})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*got)[0], make_typed(DType::kUInt8, {1, 1, 1, 2}, {250, 200}), 0, 0));
+  got = testing::run_case(pool, {make_typed(DType::kInt8, {1, 1, 2, 3}, {-5, -8, -3, -7, -6, -9})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(
+      testing::all_close((*got)[0], make_typed(DType::kInt8, {1, 1, 1, 2}, {-5, -3}), 0, 0));
+  // AveragePool stays float-only.
+  EXPECT_FALSE(testing::infer_node(testing::op("AveragePool", 19).ints("kernel_shape", {2, 2}),
+                                   {testing::typed(DType::kUInt8, {1, 1, 2, 3})})
+                   .ok());
+}
+
+TEST(PoolKernel, MaxPoolColumnMajorIndices) {
+  // 1x1 windows over two 2x3 planes: each element is its own max. Column-major numbers (h, w) as
+  // h + 2*w within a plane, plus the plane's offset (6).
+  std::vector<float> x(12);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  auto pool = testing::op("MaxPool", 12).ints("kernel_shape", {1, 1}).i("storage_order", 1);
+  auto got = testing::run_case(pool, {make_f32({1, 2, 2, 3}, x)}, 2);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close(
+      (*got)[1], testing::make_i64({1, 2, 2, 3}, {0, 2, 4, 1, 3, 5, 6, 8, 10, 7, 9, 11}), 0, 0));
+  // A 2x2 window whose max sits at (0, 1): row-major 1, column-major 2.
+  Tensor one = make_f32({1, 1, 2, 3}, {1, 9, 3, 4, 5, 6});
+  auto two = testing::op("MaxPool", 12).ints("kernel_shape", {2, 2});
+  got = testing::run_case(two, {one}, 2);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[1], testing::make_i64({1, 1, 1, 2}, {1, 1}), 0, 0));
+  got = testing::run_case(two.i("storage_order", 1), {one}, 2);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[1], testing::make_i64({1, 1, 1, 2}, {2, 2}), 0, 0));
+  // storage_order is 0 or 1.
+  EXPECT_FALSE(testing::infer_node(
+                   testing::op("MaxPool", 12).ints("kernel_shape", {1, 1}).i("storage_order", 2),
+                   {f32({1, 1, 2, 3})}, 2)
+                   .ok());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -538,3 +538,42 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- Det ----
+
+TEST(DetInfer, DropsTheMatrixDims) {
+  const Dim b = Dim::symbol("b"), m = Dim::symbol("m");
+  auto r = testing::infer_node(testing::op("Det", 22), {testing::f32({b, 2, m, m})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[b, 2]");
+  EXPECT_EQ(testing::infer_node(testing::op("Det", 22), {testing::f32({3, 3})}).shape(), "[]");
+  EXPECT_FALSE(testing::infer_node(testing::op("Det", 22), {testing::f32({2, 3})}).ok());
+  EXPECT_FALSE(testing::infer_node(testing::op("Det", 22), {testing::f32({3})}).ok());
+  EXPECT_FALSE(
+      testing::infer_node(testing::op("Det", 22), {testing::typed(DType::kInt32, {2, 2})}).ok());
+}
+
+TEST(DetKernel, HandComputedWithPivotsAndSingular) {
+  // [[1,2],[3,4]] = -2; [[0,1,2],[1,0,3],[4,-3,8]] (a zero first pivot: rows swap) = -2 by
+  // cofactors: -1*(8-12) + 2*(-3) ; [[1,2],[2,4]] is singular.
+  auto got = testing::run_case(testing::op("Det", 22),
+                               {testing::make_f32({2, 2, 2}, {1, 2, 3, 4, 1, 2, 2, 4})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], testing::make_f32({2}, {-2, 0}), 1e-6, 0));
+  got = testing::run_case(testing::op("Det", 22),
+                          {testing::make_f32({3, 3}, {0, 1, 2, 1, 0, 3, 4, -3, 8})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], testing::make_f32({}, {-2}), 1e-6, 0));
+  // A 4x4 permutation of diag(1, 2, 3, 4) with one swap (rows 0 and 3): -24.
+  got = testing::run_case(
+      testing::op("Det", 22),
+      {testing::make_f32({4, 4}, {0, 0, 0, 4, 0, 2, 0, 0, 0, 0, 3, 0, 1, 0, 0, 0})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], testing::make_f32({}, {-24}), 1e-5, 0));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -74,8 +74,39 @@ TEST(NormOpsInfer, BatchNormChecksChannelsAndMode) {
   ins[3] = f32({4});
   EXPECT_EQ(infer_node(n, ins, 1).status.code(), StatusCode::kInvalidModel);
   ins[3] = f32({8});
+  // Outputs 1 and 2 (running mean and variance) exist only in training mode.
+  EXPECT_EQ(infer_node(n, ins, 3).status.code(), StatusCode::kUnsupported);
   n.i("training_mode", 1);
-  EXPECT_EQ(infer_node(n, ins, 1).status.code(), StatusCode::kUnsupported);
+  r = infer_node(n, ins, 3);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(ir::dims_to_string(r.outputs[0].shape), "[b, 8, s, s]");
+  EXPECT_EQ(ir::dims_to_string(r.outputs[1].shape), "[8]");
+  EXPECT_EQ(ir::dims_to_string(r.outputs[2].shape), "[8]");
+  // training_mode is opset 14's.
+  OpNode old = op("BatchNormalization", 9);
+  old.i("training_mode", 1);
+  EXPECT_FALSE(infer_node(old, ins, 1).status.ok());
+}
+
+TEST(NormOpsKernel, BatchNormTrainingModeUsesTheBatchStatistics) {
+  // X [2, 2, 1]: channel 0 holds {1, 3} (mean 2, variance 1), channel 1 {2, 6} (mean 4, variance
+  // 4). scale {1, 2}, B {0, 1}, epsilon 0: Y = {-1, 1} and {-1, 3}. Running statistics with
+  // momentum 0.5 from input mean {0, 10} and variance {1, 1}: mean {1, 7}, variance {1, 2.5}.
+  OpNode n = op("BatchNormalization", 15).i("training_mode", 1).f("epsilon", 0).f("momentum", 0.5f);
+  auto got = run_case(n,
+                      {make_f32({2, 2, 1}, {1, 2, 3, 6}), make_f32({2}, {1, 2}),
+                       make_f32({2}, {0, 1}), make_f32({2}, {0, 10}), make_f32({2}, {1, 1})},
+                      3);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], make_f32({2, 2, 1}, {-1, -1, 1, 3}), 1e-6, 0));
+  EXPECT_TRUE(testing::all_close((*got)[1], make_f32({2}, {1, 7}), 1e-6, 0));
+  EXPECT_TRUE(testing::all_close((*got)[2], make_f32({2}, {1, 2.5f}), 1e-6, 0));
+  // Y alone, with the default momentum: the same Y.
+  got = run_case(n.f("momentum", 0.9f),
+                 {make_f32({2, 2, 1}, {1, 2, 3, 6}), make_f32({2}, {1, 2}), make_f32({2}, {0, 1}),
+                  make_f32({2}, {0, 10}), make_f32({2}, {1, 1})});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::all_close((*got)[0], make_f32({2, 2, 1}, {-1, -1, 1, 3}), 1e-6, 0));
 }
 
 TEST(NormOpsInfer, SoftmaxAxisPerOpset) {
@@ -539,13 +570,19 @@ TEST(NormOpsKernel, BatchNormOpsets9And14RanksThreeAndFive) {
     }
     EXPECT_TRUE(testing::all_close((*out)[0], make_f32(shape, e))) << opset;
   }
-  // Training mode is refused by the reference (and every backend) instead of computing batch
-  // statistics silently.
+  // Training mode normalizes with the batch's statistics, not the given ones: channel 0 holds
+  // {1, 2} (mean 1.5, variance 0.25), channel 1 {3, 4} (mean 3.5, variance 0.25).
   OpNode t = op("BatchNormalization", 15);
   t.i("training_mode", 1);
-  auto out = run_case(t, {make_f32({1, 2, 2}, {1, 2, 3, 4}), make_f32({2}, scale), make_f32({2}, bias),
-                          make_f32({2}, mean), make_f32({2}, var)});
-  EXPECT_FALSE(out.ok());
+  auto out = run_case(t, {make_f32({1, 2, 2}, {1, 2, 3, 4}), make_f32({2}, scale),
+                          make_f32({2}, bias), make_f32({2}, mean), make_f32({2}, var)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  std::vector<float> e;
+  for (int k = 0; k < 4; ++k) {
+    const size_t c = size_t(k / 2);
+    e.push_back(float((k + 1 - (c ? 3.5 : 1.5)) / std::sqrt(0.25 + 1e-5) * scale[c] + bias[c]));
+  }
+  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({1, 2, 2}, e)));
 }
 
 TEST(NormOpsKernel, GroupAndInstanceNormOverManyElements) {

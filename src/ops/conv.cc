@@ -250,7 +250,11 @@ Status infer_qlinear_conv(InferContext& ctx) {
 
 Status infer_pool(InferContext& ctx, bool is_max) {
   KILN_ASSIGN_OR_RETURN(size_t n, spatial_rank(ctx));
-  KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  // MaxPool also takes int8 and uint8 (opset 12 on); the other pools average or take norms.
+  const DType t = ctx.input_dtype(0);
+  if (!(is_max && (t == DType::kInt8 || t == DType::kUInt8))) {
+    KILN_RETURN_IF_ERROR(require_float_input(ctx, 0));
+  }
   if (!ctx.attrs().has("kernel_shape")) {
     return ctx.error(StatusCode::kInvalidModel, "attribute kernel_shape is required");
   }
@@ -260,9 +264,10 @@ Status infer_pool(InferContext& ctx, bool is_max) {
   KILN_RETURN_IF_ERROR(read_spatial(ctx, n, /*has_dilations=*/true, /*has_ceil=*/true, &s));
   if (is_max) {
     KILN_ASSIGN_OR_RETURN(int64_t storage_order, ctx.attrs().get_int("storage_order", 0));
-    if (storage_order != 0 && ctx.has_output(1)) {
-      return ctx.error(StatusCode::kUnsupported,
-                       "MaxPool Indices with storage_order=1 (column-major) are not supported");
+    if (storage_order != 0 && storage_order != 1) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "attribute storage_order is " + std::to_string(storage_order) +
+                           ", expected 0 (row-major) or 1 (column-major)");
     }
   } else {
     KILN_RETURN_IF_ERROR(ctx.attrs().get_int("count_include_pad", 0).status());

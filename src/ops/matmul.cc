@@ -1,4 +1,4 @@
-// Schemas of the matmul op family: MatMul (numpy semantics) and Gemm.
+// Schemas of the matmul op family: MatMul (numpy semantics), Gemm and Det.
 #include <string>
 #include <vector>
 
@@ -101,11 +101,30 @@ Status infer_gemm(InferContext& ctx) {
   return ok_status();
 }
 
+// Det: the determinant of each square matrix in the last two dims; the output drops them.
+Status infer_det(InferContext& ctx) {
+  const DType t = ctx.input_dtype(0);
+  if (!is_float(t)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 has dtype " + std::string(dtype_name(t)) + ", expected a float type");
+  }
+  const auto& x = ctx.input_shape(0);
+  if (x.size() < 2) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 0 must have rank >= 2 ([..., M, M]), got " + std::to_string(x.size()));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_equal(x[x.size() - 2], x.back(),
+                                         "input 0's last two dims are equal (square matrices)"));
+  ctx.set_output(0, t, std::vector<Dim>(x.begin(), x.end() - 2));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_matmul_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kMatMul, 2, 2, 1, 1, &infer_matmul});
   r.add(OpSchema{OpKind::kGemm, 2, 3, 1, 1, &infer_gemm});
+  r.add(OpSchema{OpKind::kDet, 1, 1, 1, 1, &infer_det});
 }
 
 }  // namespace kiln::ops

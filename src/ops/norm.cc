@@ -68,9 +68,11 @@ Status infer_batch_norm(InferContext& ctx) {
   if (x.size() < 2) {
     return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 2 (N, C, ...)");
   }
+  // training_mode (opset 14 on) normalizes with the batch's statistics and may output the updated
+  // running mean and variance (outputs 1 and 2).
   KILN_ASSIGN_OR_RETURN(int64_t training, ctx.attrs().get_int("training_mode", 0));
-  if (training != 0) {
-    return ctx.error(StatusCode::kUnsupported, "training_mode=1 is not supported (inference only)");
+  if (training != 0 && ctx.opset() < 14) {
+    return ctx.error(StatusCode::kInvalidModel, "attribute training_mode exists from opset 14 on");
   }
   KILN_ASSIGN_OR_RETURN(int64_t spatial, ctx.attrs().get_int("spatial", 1));
   if (spatial != 1) {
@@ -95,10 +97,15 @@ Status infer_batch_norm(InferContext& ctx) {
         s[0], x[1], "input " + std::to_string(i) + " (" + kNames[i] + ") length matches channels"));
   }
   for (int o = 1; o < ctx.num_outputs(); ++o) {
-    if (ctx.has_output(o)) {
+    if (!ctx.has_output(o)) continue;
+    if (training == 0 || o > 2) {
       return ctx.error(StatusCode::kUnsupported,
-                       "output " + std::to_string(o) + " exists only in training mode");
+                       "output " + std::to_string(o) +
+                           (training == 0 ? " exists only in training mode"
+                                          : " is not an output of opset 14's training mode"));
     }
+    // running_mean and running_var take input_mean's and input_var's dtype.
+    ctx.set_output(o, ctx.input_dtype(o + 2), {x[1]});
   }
   ctx.set_output(0, ctx.input_dtype(0), x);
   return ok_status();

@@ -22,7 +22,7 @@
   X(ReduceL1) X(ReduceL2) X(ReduceLogSum) X(ReduceLogSumExp) X(ReduceSumSquare) X(ArgMax)      \
   X(ArgMin) X(Hardmax) X(TopK) X(RMSNormalization) X(GroupNormalization)                        \
   X(InstanceNormalization) X(LpNormalization) X(MeanVarianceNormalization) X(LRN)               \
-  X(ConvTranspose) X(LpPool) X(MaxUnpool) X(Einsum) X(DeformConv) X(Col2Im)                   \
+  X(ConvTranspose) X(LpPool) X(MaxUnpool) X(Einsum) X(DeformConv) X(Col2Im) X(Det)            \
   /* quant, attention */                                                                        \
   X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear) X(QLinearMatMul)               \
   X(MatMulInteger) X(QLinearConv) X(ConvInteger) X(Attention) X(RotaryEmbedding)                \

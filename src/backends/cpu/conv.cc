@@ -436,7 +436,8 @@ void max_pool(const T* x, T* y, int64_t* indices, int64_t planes, const Axis ax[
         for (int64_t ow = 0; ow < ax[2].out; ++ow) {
           int64_t sw = ow * ax[2].stride - ax[2].pb, wlo, whi;
           valid_range(sw, ax[2].dil, ax[2].k, ax[2].in, &wlo, &whi);
-          T best = -std::numeric_limits<T>::infinity();
+          T best = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                        : std::numeric_limits<T>::lowest();
           int64_t best_i = -1;
           for (int64_t jd = dlo; jd < dhi; ++jd) {
             for (int64_t jh = hlo; jh < hhi; ++jh) {
@@ -537,25 +538,50 @@ Status check_float(const char* op, const KernelArgs& args) {
 }
 
 Status max_pool_kernel(const KernelArgs& args) {
-  KILN_RETURN_IF_ERROR(check_float("MaxPool", args));
-  if (is_half_type(args.in[0].dtype)) return run_as_float(args, &max_pool_kernel);
+  const DType t = args.in[0].dtype;
+  const bool is_8bit = t == DType::kInt8 || t == DType::kUInt8;
+  if (!is_8bit) KILN_RETURN_IF_ERROR(check_float("MaxPool", args));
+  if (is_8bit && args.out[0].dtype != t) return invalid_argument("MaxPool: output dtype mismatch");
+  if (is_half_type(t)) return run_as_float(args, &max_pool_kernel);
   SpatialAttrs s;
   Axis ax[3];
   KILN_RETURN_IF_ERROR(pool_axes("MaxPool", args, &s, ax));
   int64_t* indices = nullptr;
+  int64_t storage_order = 0;
   if (args.out.size() > 1 && present(args.out[1])) {
-    KILN_ASSIGN_OR_RETURN(int64_t storage_order, args.attrs.get_int("storage_order", 0));
-    if (storage_order != 0) return unsupported("MaxPool: Indices with storage_order=1");
+    KILN_ASSIGN_OR_RETURN(storage_order, args.attrs.get_int("storage_order", 0));
     if (args.out[1].dtype != DType::kInt64 || args.out[1].numel() != args.out[0].numel()) {
       return invalid_argument("MaxPool: Indices must be int64 of Y's shape");
     }
     indices = args.out[1].as<int64_t>();
   }
   int64_t planes = args.in[0].shape[0] * args.in[0].shape[1];
-  if (args.in[0].dtype == DType::kFloat64) {
-    max_pool(args.in[0].as<const double>(), args.out[0].as<double>(), indices, planes, ax);
-  } else {
-    max_pool(args.in[0].as<const float>(), args.out[0].as<float>(), indices, planes, ax);
+  const void* x = args.in[0].data;
+  void* y = args.out[0].data;
+  switch (t) {
+    case DType::kFloat64:
+      max_pool(static_cast<const double*>(x), static_cast<double*>(y), indices, planes, ax);
+      break;
+    case DType::kInt8:
+      max_pool(static_cast<const int8_t*>(x), static_cast<int8_t*>(y), indices, planes, ax);
+      break;
+    case DType::kUInt8:
+      max_pool(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), indices, planes, ax);
+      break;
+    default:
+      max_pool(static_cast<const float*>(x), static_cast<float*>(y), indices, planes, ax);
+      break;
+  }
+  if (indices && storage_order != 0) {
+    // Column-major Indices (storage_order=1): the spatial position with the first spatial axis
+    // varying fastest, as ONNX's reference numbers it (h + w*H in 2-D); the plane offset stays.
+    const int64_t n0 = ax[0].in, n1 = ax[1].in, n2 = ax[2].in, in_sp = n0 * n1 * n2;
+    for (int64_t e = 0; e < args.out[1].numel(); ++e) {
+      const int64_t v = indices[e];
+      if (v < 0) continue;
+      const int64_t i = v % in_sp, c2 = i % n2, c1 = (i / n2) % n1, c0 = i / (n1 * n2);
+      indices[e] = v - i + c0 + c1 * n0 + c2 * n0 * n1;
+    }
   }
   return ok_status();
 }

@@ -1,6 +1,8 @@
 // CPU reference kernels of the matmul op family: MatMul (numpy broadcasting) and Gemm, on the
-// shared SGEMM (float32) or a plain loop (float64; other dtypes widen to it).
+// shared SGEMM (float32) or a plain loop (float64; other dtypes widen to it), and Det.
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -216,11 +218,54 @@ Status gemm_kernel(const KernelArgs& args) {
   return gemm_typed<float>(args, trans_a != 0, trans_b != 0, alpha, beta);
 }
 
+// Det: LU factorization with partial pivoting, in double, per matrix of the last two dims. A zero
+// pivot column makes the determinant 0; each row swap flips its sign.
+Status det_kernel(const KernelArgs& args) {
+  if (args.in.empty() || args.out.empty()) return invalid_argument("Det: expected an input");
+  const TensorView& x = args.in[0];
+  const TensorView& y = args.out[0];
+  const int r = x.rank();
+  if (r < 2 || x.shape[r - 1] != x.shape[r - 2] ||
+      y.numel() * x.shape[r - 1] * x.shape[r - 1] != x.numel()) {
+    return invalid_argument("Det: input " + shape_to_string(x.shape) + " and output " +
+                            shape_to_string(y.shape) + " are not [..., M, M] and [...]");
+  }
+  const int64_t n = x.shape[r - 1], count = y.numel();
+  std::vector<double> a(static_cast<size_t>(n * n));
+  for (int64_t m = 0; m < count; ++m) {
+    for (int64_t e = 0; e < n * n; ++e) a[size_t(e)] = load_f64(x, m * n * n + e);
+    double det = 1;
+    for (int64_t k = 0; k < n && det != 0; ++k) {
+      int64_t p = k;
+      for (int64_t i = k + 1; i < n; ++i) {
+        if (std::fabs(a[size_t(i * n + k)]) > std::fabs(a[size_t(p * n + k)])) p = i;
+      }
+      const double pivot = a[size_t(p * n + k)];
+      if (pivot == 0) {
+        det = 0;
+        break;
+      }
+      if (p != k) {
+        for (int64_t j = 0; j < n; ++j) std::swap(a[size_t(k * n + j)], a[size_t(p * n + j)]);
+        det = -det;
+      }
+      det *= pivot;
+      for (int64_t i = k + 1; i < n; ++i) {
+        const double f = a[size_t(i * n + k)] / pivot;
+        for (int64_t j = k + 1; j < n; ++j) a[size_t(i * n + j)] -= f * a[size_t(k * n + j)];
+      }
+    }
+    store_f64(y, m, det);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_matmul_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kMatMul, &matmul_kernel);
   r.add(ops::OpKind::kGemm, &gemm_kernel);
+  r.add(ops::OpKind::kDet, &det_kernel);
 }
 
 }  // namespace kiln::backends::cpu

@@ -313,7 +313,8 @@ Status layer_norm_kernel(const KernelArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BatchNormalization (inference): y = (x - mean) / sqrt(var + eps) * scale + B per channel.
+// BatchNormalization: y = (x - mean) / sqrt(var + eps) * scale + B per channel, with the given
+// mean and variance (inference) or the batch's (training_mode).
 
 Status batch_norm_kernel(const KernelArgs& a) {
   const TensorView& x = a.in[0];
@@ -321,7 +322,6 @@ Status batch_norm_kernel(const KernelArgs& a) {
   if (a.in.size() < 5) return invalid_argument("BatchNormalization: needs 5 inputs");
   KILN_ASSIGN_OR_RETURN(float eps, a.attrs.get_float("epsilon", 1e-5f));
   KILN_ASSIGN_OR_RETURN(int64_t training, a.attrs.get_int("training_mode", 0));
-  if (training != 0) return unsupported("BatchNormalization: training_mode=1 is not supported");
   int64_t batch = x.shape[0], channels = x.shape[1];
   int64_t spatial = prod(x.shape, 2, x.rank());
   for (int i = 1; i < 5; ++i) {
@@ -333,6 +333,49 @@ Status batch_norm_kernel(const KernelArgs& a) {
   }
   if (a.out[0].dtype != x.dtype)
     return invalid_argument("BatchNormalization: Y dtype differs from X");
+  for (size_t o = 1; o < a.out.size(); ++o) {
+    if (present(a.out[o]) && (training == 0 || o > 2 || a.out[o].numel() != channels ||
+                              !is_kernel_float(a.out[o].dtype))) {
+      return invalid_argument("BatchNormalization: output " + std::to_string(o) +
+                              " must be training mode's running mean or variance");
+    }
+  }
+  if (training != 0) {
+    // Training mode (opset 14 on): the batch's mean and population variance per channel normalize
+    // X, and running = input * momentum + batch * (1 - momentum).
+    KILN_ASSIGN_OR_RETURN(float momentum, a.attrs.get_float("momentum", 0.9f));
+    const double count = double(batch * spatial);
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t i = 0; i < spatial; ++i) sum += load_at(x, (n * channels + c) * spatial + i);
+      }
+      const double mean = sum / count;
+      for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t i = 0; i < spatial; ++i) {
+          const double d = load_at(x, (n * channels + c) * spatial + i) - mean;
+          sq += d * d;
+        }
+      }
+      const double var = sq / count;
+      const double mul = load_at(a.in[1], c) / std::sqrt(var + double(eps));
+      const double add = load_at(a.in[2], c);
+      for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t i = 0; i < spatial; ++i) {
+          const int64_t e = (n * channels + c) * spatial + i;
+          store_at(a.out[0], e, (load_at(x, e) - mean) * mul + add);
+        }
+      }
+      const double m = double(momentum);
+      if (a.out.size() > 1 && present(a.out[1])) {
+        store_at(a.out[1], c, load_at(a.in[3], c) * m + mean * (1 - m));
+      }
+      if (a.out.size() > 2 && present(a.out[2])) {
+        store_at(a.out[2], c, load_at(a.in[4], c) * m + var * (1 - m));
+      }
+    }
+    return ok_status();
+  }
   return visit_float(x.dtype, "BatchNormalization", [&](auto tag) {
     using T = decltype(tag);
     using N = Num<T>;

@@ -423,12 +423,13 @@ MathMode math_mode(const KernelQuery& q) {
   }
 }
 
-// Ops with no device kernel yet (RNN, GRU, LSTM, RoiAlign, Col2Im, DeformConv, TensorScatter): the
+// Ops with no device kernel yet (RNN, GRU, LSTM, RoiAlign, Col2Im, DeformConv, TensorScatter, Det): the
 // CPU reference runs on page-locked memory. A register_* function of its own, so that the op
 // coverage test's reading of the sources sees them.
 static void register_host_fallbacks(Registry& r) {
   for (ops::OpKind op : {ops::OpKind::kRNN, ops::OpKind::kGRU, ops::OpKind::kLSTM, ops::OpKind::kRoiAlign,
-                         ops::OpKind::kCol2Im, ops::OpKind::kDeformConv, ops::OpKind::kTensorScatter}) {
+                         ops::OpKind::kCol2Im, ops::OpKind::kDeformConv, ops::OpKind::kTensorScatter,
+                         ops::OpKind::kDet}) {
     register_host_run(r, op);
   }
 }
