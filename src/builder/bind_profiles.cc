@@ -209,9 +209,6 @@ Status bind_shape_values(BuildState& s) {
                                 "' one a fixed value, the other a range; give it the same kind in each");
       }
     }
-    if (profiles.size() > 1 && s.config.profiles().size() != s.profiles.size()) {
-      return internal_error("bind_shape_values runs after every profile is bound");
-    }
     plan::ShapeValueInput sv;
     sv.name = name;
     sv.symbols.assign(size_t(numel), "");

@@ -22,6 +22,8 @@ namespace {
 // At most this many nodes an unrolled Loop or Scan adds (the body's nodes times its iterations).
 constexpr int64_t kMaxUnrolledNodes = 20000;
 
+void rename_in_subgraphs(ir::Node& n, const std::map<std::string, std::string>& renamed);
+
 // A copy of subgraph `sub` whose reads of enclosing values (values it neither takes as inputs, nor
 // computes, nor holds as constants) are renamed by `renamed`, through its own subgraphs too.
 std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub, const std::map<std::string, std::string>& renamed) {
@@ -42,16 +44,19 @@ std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub, const std::map<
     auto it = renamed.find(sub.values[v].name);
     if (it != renamed.end()) out->values[v].name = it->second;
   }
-  for (ir::Node& n : out->nodes) {
-    for (const auto& [attr_name, a] : n.attrs.all()) {
-      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
-      ir::Attribute copy = a;
-      if (a.g) copy.g = rename_captures(*a.g, inner);
-      for (auto& sg : copy.graphs) sg = rename_captures(*sg, inner);
-      n.attrs.set(attr_name, std::move(copy));
-    }
-  }
+  for (ir::Node& n : out->nodes) rename_in_subgraphs(n, inner);
   return out;
+}
+
+// Node n's graph attributes, their reads of enclosing values renamed by `renamed`.
+void rename_in_subgraphs(ir::Node& n, const std::map<std::string, std::string>& renamed) {
+  for (const auto& [attr_name, a] : n.attrs.all()) {
+    if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
+    ir::Attribute copy = a;
+    if (a.g) copy.g = rename_captures(*a.g, renamed);
+    for (auto& sg : copy.graphs) sg = rename_captures(*sg, renamed);
+    n.attrs.set(attr_name, std::move(copy));
+  }
 }
 
 struct BodyCopy {
@@ -118,13 +123,7 @@ StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const s
   BodyCopy out;
   for (const ir::Node& bn : b.nodes) {
     ir::Node copy = bn;
-    for (const auto& [attr_name, a] : bn.attrs.all()) {
-      if (a.type != ir::AttrType::kGraph && a.type != ir::AttrType::kGraphs) continue;
-      ir::Attribute renamed_attr = a;
-      if (a.g) renamed_attr.g = rename_captures(*a.g, renamed);
-      for (auto& sg : renamed_attr.graphs) sg = rename_captures(*sg, renamed);
-      copy.attrs.set(attr_name, std::move(renamed_attr));
-    }
+    rename_in_subgraphs(copy, renamed);
     copy.name = ir::unique_node_name(g, prefix + "/" + (bn.name.empty() ? bn.op_type : bn.name));
     for (int& v : copy.inputs) v = v < 0 ? v : map[size_t(v)];
     for (int& v : copy.outputs) v = v < 0 ? v : map[size_t(v)];

@@ -108,6 +108,34 @@ Status validate_profiles(const Plan& p, const std::string& prefix) {
   return ok_status();
 }
 
+// A profile's min/opt/max lists (its inputs' shapes, or its shape-value inputs' values).
+void write_ranges(ByteWriter& w, const std::vector<InputRange>& ranges) {
+  w.u64(ranges.size());
+  for (const InputRange& in : ranges) {
+    w.str(in.name);
+    for (const auto* list : {&in.min, &in.opt, &in.max}) {
+      w.u64(list->size());
+      for (int64_t d : *list) w.i64(d);
+    }
+  }
+}
+
+StatusOr<std::vector<InputRange>> read_ranges(ByteReader& r, const char* what) {
+  KILN_ASSIGN_OR_RETURN(size_t n, r.count(8 * 4, what));
+  std::vector<InputRange> ranges(n);
+  for (InputRange& in : ranges) {
+    KILN_ASSIGN_OR_RETURN(in.name, r.str());
+    for (auto* list : {&in.min, &in.opt, &in.max}) {
+      KILN_ASSIGN_OR_RETURN(size_t len, r.count(8, what));
+      list->resize(len);
+      for (int64_t& d : *list) {
+        KILN_ASSIGN_OR_RETURN(d, r.i64());
+      }
+    }
+  }
+  return ranges;
+}
+
 // A section must be read to its last byte: trailing bytes mean the writer and reader disagree.
 Status expect_end(const ByteReader& r) {
   if (r.remaining() == 0) return ok_status();
@@ -147,14 +175,7 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
   KILN_RETURN_IF_ERROR(write_dims(w, p.slot_bytes, "an arena slot size"));
   w.u64(p.profiles.size());
   for (const Profile& prof : p.profiles) {
-    w.u64(prof.inputs.size());
-    for (const InputRange& in : prof.inputs) {
-      w.str(in.name);
-      for (const auto* shape : {&in.min, &in.opt, &in.max}) {
-        w.u64(shape->size());
-        for (int64_t d : *shape) w.i64(d);
-      }
-    }
+    write_ranges(w, prof.inputs);
     w.u64(prof.symbols.size());
     for (const auto& [name, range] : prof.symbols) {
       w.str(name);
@@ -162,16 +183,7 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
       w.i64(range.hi);
     }
   }
-  auto write_ranges = [&](const std::vector<InputRange>& ranges) {
-    w.u64(ranges.size());
-    for (const InputRange& in : ranges) {
-      w.str(in.name);
-      for (const auto* shape : {&in.min, &in.opt, &in.max}) {
-        w.u64(shape->size());
-        for (int64_t d : *shape) w.i64(d);
-      }
-    }
-  };
+
   if (version < 5) {
     if (!p.data_dependent.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no data-dependent dims");
     return ok_status();
@@ -185,7 +197,7 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
     if (!p.shape_values.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no shape-value inputs");
     return ok_status();
   }
-  for (const Profile& prof : p.profiles) write_ranges(prof.values);
+  for (const Profile& prof : p.profiles) write_ranges(w, prof.values);
   w.u64(p.shape_values.size());
   for (const ShapeValueInput& sv : p.shape_values) {
     w.str(sv.name);
@@ -216,18 +228,7 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
   KILN_ASSIGN_OR_RETURN(size_t nprofiles, r.count(16, "profiles"));
   p->profiles.resize(nprofiles);
   for (Profile& prof : p->profiles) {
-    KILN_ASSIGN_OR_RETURN(size_t ninputs, r.count(8 * 4, "profile inputs"));
-    prof.inputs.resize(ninputs);
-    for (InputRange& in : prof.inputs) {
-      KILN_ASSIGN_OR_RETURN(in.name, r.str());
-      for (auto* shape : {&in.min, &in.opt, &in.max}) {
-        KILN_ASSIGN_OR_RETURN(size_t rank, r.count(8, "profile dims"));
-        shape->resize(rank);
-        for (int64_t& d : *shape) {
-          KILN_ASSIGN_OR_RETURN(d, r.i64());
-        }
-      }
-    }
+    KILN_ASSIGN_OR_RETURN(prof.inputs, read_ranges(r, "profile inputs"));
     KILN_ASSIGN_OR_RETURN(size_t nsymbols, r.count(8 * 3, "profile symbols"));
     for (size_t i = 0; i < nsymbols; ++i) {
       KILN_ASSIGN_OR_RETURN(std::string name, r.str());
@@ -255,18 +256,7 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
   }
   if (version >= 6) {
     for (Profile& prof : p->profiles) {
-      KILN_ASSIGN_OR_RETURN(size_t nvals, r.count(8 * 4, "profile shape values"));
-      prof.values.resize(nvals);
-      for (InputRange& in : prof.values) {
-        KILN_ASSIGN_OR_RETURN(in.name, r.str());
-        for (auto* vals : {&in.min, &in.opt, &in.max}) {
-          KILN_ASSIGN_OR_RETURN(size_t n, r.count(8, "profile shape values"));
-          vals->resize(n);
-          for (int64_t& x : *vals) {
-            KILN_ASSIGN_OR_RETURN(x, r.i64());
-          }
-        }
-      }
+      KILN_ASSIGN_OR_RETURN(prof.values, read_ranges(r, "profile shape values"));
     }
     KILN_ASSIGN_OR_RETURN(size_t nsv, r.count(8 + 8 + 1 + 8 + 8, "shape-value inputs"));
     p->shape_values.resize(nsv);

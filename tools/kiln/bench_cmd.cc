@@ -88,11 +88,16 @@ Status bind_device_buffers(const Engine& engine, ExecutionContext& ctx,
       KILN_RETURN_IF_ERROR(ctx.set_output_allocator(name, out->sized.back().get()));
       continue;
     }
+    auto in = inputs.find(name);
+    if (engine.is_shape_inference_io(name) && in != inputs.end()) {
+      // Shape values stay in host memory, where the run reads them.
+      KILN_RETURN_IF_ERROR(ctx.set_tensor_address(name, in->second.data()));
+      continue;
+    }
     // The context resolved this shape inside the profile, so its size does not overflow.
     size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 1);
     KILN_ASSIGN_OR_RETURN(void* p, out->backend->allocate(bytes));
     out->ptrs.push_back(p);
-    auto in = inputs.find(name);
     if (engine.tensor_mode(name) == TensorIOMode::kINPUT && in != inputs.end() && in->second.nbytes() > 0) {
       KILN_RETURN_IF_ERROR(out->backend->copy(p, in->second.data(), in->second.nbytes(),
                                               backends::CopyKind::kHostToDevice, nullptr));

@@ -187,20 +187,16 @@ void engine_json(JsonWriter& j, const Engine& engine) {
   const auto& profiles = engine.plan().profiles;
   for (size_t p = 0; p < profiles.size(); ++p) {
     j.begin_object();
-    j.key("inputs").begin_array();
-    for (const auto& r : profiles[p].inputs) {
-      j.begin_object().key("name").value(r.name);
-      j.key("min").array(r.min).key("opt").array(r.opt).key("max").array(r.max);
-      j.end_object();
+    for (const auto& [key, ranges] : {std::pair<const char*, const std::vector<plan::InputRange>*>{"inputs", &profiles[p].inputs},
+                                      {"shape_values", &profiles[p].values}}) {
+      j.key(key).begin_array();
+      for (const auto& r : *ranges) {
+        j.begin_object().key("name").value(r.name);
+        j.key("min").array(r.min).key("opt").array(r.opt).key("max").array(r.max);
+        j.end_object();
+      }
+      j.end_array();
     }
-    j.end_array();
-    j.key("shape_values").begin_array();
-    for (const auto& r : profiles[p].values) {
-      j.begin_object().key("name").value(r.name);
-      j.key("min").array(r.min).key("opt").array(r.opt).key("max").array(r.max);
-      j.end_object();
-    }
-    j.end_array();
     j.key("symbols").begin_object();
     for (const auto& [name, range] : profiles[p].symbols) {
       j.key(name).begin_array().value(range.lo).value(range.hi).end_array();
