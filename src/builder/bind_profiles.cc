@@ -262,16 +262,8 @@ Status bind_shape_values(BuildState& s) {
         for (const auto* vals : per) fixed = fixed && vals->min[size_t(i)] == x && vals->max[size_t(i)] == x;
         if (fixed) {
           elements[size_t(i)] = ir::Dim(x);
-          switch (dtype) {
-            case DType::kInt64: sv.fixed.data_as<int64_t>()[i] = x; break;
-            case DType::kInt32: sv.fixed.data_as<int32_t>()[i] = int32_t(x); break;
-            case DType::kInt16: sv.fixed.data_as<int16_t>()[i] = int16_t(x); break;
-            case DType::kInt8: sv.fixed.data_as<int8_t>()[i] = int8_t(x); break;
-            case DType::kUInt8: case DType::kBool: sv.fixed.data_as<uint8_t>()[i] = uint8_t(x); break;
-            case DType::kUInt16: sv.fixed.data_as<uint16_t>()[i] = uint16_t(x); break;
-            case DType::kUInt32: sv.fixed.data_as<uint32_t>()[i] = uint32_t(x); break;
-            case DType::kUInt64: sv.fixed.data_as<uint64_t>()[i] = uint64_t(x); break;
-            default: return internal_error("input '" + name + "': no integer storage for " + std::string(dtype_name(dtype)));
+          if (!sv.fixed.set_int_at(i, x)) {
+            return internal_error("input '" + name + "': no integer storage for " + std::string(dtype_name(dtype)));
           }
           continue;
         }

@@ -41,19 +41,8 @@ StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
   }
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(v.dtype, shape));
   for (size_t i = 0; i < v.sym_value->size(); ++i) {
-    int64_t x = (*v.sym_value)[i].value();
-    switch (v.dtype) {
-      case DType::kInt64: t.data_as<int64_t>()[i] = x; break;
-      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(x); break;
-      case DType::kInt16: t.data_as<int16_t>()[i] = int16_t(x); break;
-      case DType::kInt8: t.data_as<int8_t>()[i] = int8_t(x); break;
-      case DType::kUInt8: t.data_as<uint8_t>()[i] = uint8_t(x); break;
-      case DType::kBool: t.data_as<uint8_t>()[i] = x != 0; break;
-      case DType::kUInt16: t.data_as<uint16_t>()[i] = uint16_t(x); break;
-      case DType::kUInt32: t.data_as<uint32_t>()[i] = uint32_t(x); break;
-      case DType::kUInt64: t.data_as<uint64_t>()[i] = uint64_t(x); break;
-      default: return std::optional<Tensor>();  // symbolic values are integer tensors only
-    }
+    // Symbolic values are integer tensors only.
+    if (!t.set_int_at(int64_t(i), (*v.sym_value)[i].value())) return std::optional<Tensor>();
   }
   return std::optional<Tensor>(std::move(t));
 }

@@ -77,6 +77,21 @@ int64_t Tensor::int_at(int64_t i) const {
   return int64_t(f);
 }
 
+bool Tensor::set_int_at(int64_t i, int64_t x) const {
+  switch (dtype_) {
+    case DType::kInt64: data_as<int64_t>()[i] = x; return true;
+    case DType::kInt32: data_as<int32_t>()[i] = int32_t(x); return true;
+    case DType::kInt16: data_as<int16_t>()[i] = int16_t(x); return true;
+    case DType::kInt8: data_as<int8_t>()[i] = int8_t(x); return true;
+    case DType::kUInt8: data_as<uint8_t>()[i] = uint8_t(x); return true;
+    case DType::kUInt16: data_as<uint16_t>()[i] = uint16_t(x); return true;
+    case DType::kUInt32: data_as<uint32_t>()[i] = uint32_t(x); return true;
+    case DType::kUInt64: data_as<uint64_t>()[i] = uint64_t(x); return true;
+    case DType::kBool: data_as<uint8_t>()[i] = x != 0; return true;
+    default: return false;
+  }
+}
+
 double Tensor::float_at(int64_t i) const {
   switch (dtype_) {
     case DType::kFloat32: return data_as<float>()[i];

@@ -58,6 +58,9 @@ class Tensor {
   // Reads element i as int64 (integer and bool dtypes) or as double (float dtypes).
   int64_t int_at(int64_t i) const;
   double float_at(int64_t i) const;
+  // Writes element i of an integer or bool tensor from int64 (wrapping to the dtype's width, a
+  // bool as x != 0); false, writing nothing, for other dtypes.
+  bool set_int_at(int64_t i, int64_t x) const;
 
  private:
   DType dtype_ = DType::kUndefined;

@@ -251,19 +251,9 @@ StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& nam
   }
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
   for (size_t i = 0; i < values.size(); ++i) {
-    const int64_t x = values[i];
-    switch (dtype) {
-      case DType::kInt64: t.data_as<int64_t>()[i] = x; break;
-      case DType::kInt32: t.data_as<int32_t>()[i] = int32_t(x); break;
-      case DType::kInt16: t.data_as<int16_t>()[i] = int16_t(x); break;
-      case DType::kInt8: t.data_as<int8_t>()[i] = int8_t(x); break;
-      case DType::kUInt8: case DType::kBool: t.data_as<uint8_t>()[i] = uint8_t(x); break;
-      case DType::kUInt16: t.data_as<uint16_t>()[i] = uint16_t(x); break;
-      case DType::kUInt32: t.data_as<uint32_t>()[i] = uint32_t(x); break;
-      case DType::kUInt64: t.data_as<uint64_t>()[i] = uint64_t(x); break;
-      default:
-        return invalid_argument("'" + name + "' is " + std::string(dtype_name(dtype)) +
-                                ": it takes the one value the engine was built for, not values from --shapes");
+    if (!t.set_int_at(int64_t(i), values[i])) {
+      return invalid_argument("'" + name + "' is " + std::string(dtype_name(dtype)) +
+                              ": it takes the one value the engine was built for, not values from --shapes");
     }
   }
   return t;
