@@ -473,7 +473,7 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("inspect " + path("demo.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* part :
-       {"header: format version 6", "device cpu", "cpu.FusedConv", "float32", "conv1",
+       {"header: format version 7", "device cpu", "cpu.FusedConv", "float32", "conv1",
         "activation memory: ", "profile 0: min ", "probs  float32   [batch, 10]",
         "fused layers: 2 (each with the model's nodes it replaced)", "2 nodes: Conv, Relu"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;

@@ -2,7 +2,8 @@
 // time (exporters branch on a tensor's rank or size, or on a constant) runs as the branch it takes,
 // its nodes inlined in place; a Loop with a known trip count whose body keeps its condition true,
 // and a Scan of known length, are unrolled, their loop-carried values threaded through copies of
-// the body (shapes that grow per iteration included). An If on data, a Loop whose trip count or
+// the body (shapes that grow per iteration included). An If on data runs both branches' nodes
+// under its condition and picks the result of the one that ran. A Loop whose trip count or
 // condition is data, and a Scan over a length that changes at run time are refused with the reason.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "ir/text.h"
 #include "kiln.h"
 #include "model_util.h"
+#include "plan/plan.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -64,18 +66,131 @@ TEST(ControlFlow, AnIfOnTheRankRunsAsTheBranchItTakes) {
   EXPECT_EQ(out->at("z").data_as<float>()[0], 3.f);
 }
 
-TEST(ControlFlow, AnIfOnDataIsRefusedWithTheReason) {
-  auto engine = build(R"(graph g(%x: float32[n, 4], %c: bool[]) -> (%y: float32[?]) {
+StatusOr<Engine> build_on(Device device, const std::string& text) {
+  Network net;
+  KILN_ASSIGN_OR_RETURN(net.graph, ir::parse_text(text, {}));
+  BuilderConfig config;
+  OptimizationProfile p;
+  KILN_RETURN_IF_ERROR(p.set_dimensions("x", {1}, {6}, {16}));
+  config.add_profile(p);
+  return Builder(device).build(net, config);
+}
+
+// The condition is data (whether x sums above zero): the run reads it and runs one branch. The
+// branches give different sizes, as torchvision's batched_nms does (no boxes: an empty list; else
+// the kept ones): then the positions of x's positive elements, else x's length.
+const char* kOnData = R"(graph g(%x: float32[n]) -> (%y: int64[?], %z: float32[?]) {
+  %zero: float32[] = dense<0.0>
+  %s: float32[?] = ReduceSum(%x) {keepdims=0}  # sum
+  %c: bool[?] = Greater(%s, %zero)  # positive
+  %y: int64[?], %z: float32[?] = If(%c) {else_branch=graph else_body() -> (%len: int64[?], %neg: float32[?]) {
+    %len: int64[?] = Shape(%x)  # len
+    %neg: float32[?] = Neg(%x)  # neg
+  }, then_branch=graph then_body() -> (%idx: int64[?], %r: float32[?]) {
+    %p: bool[?] = Greater(%x, %zero)  # mask
+    %nz: int64[?] = NonZero(%p)  # nonzero
+    %one: int64[1] = dense<0>
+    %idx: int64[?] = Squeeze(%nz, %one)  # squeeze
+    %r: float32[?] = Relu(%x)  # relu
+  }}  # branch
+}
+)";
+
+void run_on_data(Engine& engine, bool graph, const std::string& where) {
+  auto ctx = engine.create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  if (graph) (*ctx)->set_use_cuda_graph(true);
+  const std::vector<std::vector<float>> runs = {
+      {1, -2, 3, 4, -5, 6}, {-1, -2, 3, -4}, {2}, {-2}, {0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1}};
+  for (const auto& xs : runs) {
+    Tensor x = Tensor::from_vector(DType::kFloat32, Shape{int64_t(xs.size())}, xs);
+    float sum = 0;
+    for (float v : xs) sum += v;
+    const std::string at = where + " x of " + std::to_string(xs.size()) + " summing to " + std::to_string(sum);
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << at << ": " << out.status().to_string();
+    const Tensor& y = out->at("y");
+    const Tensor& z = out->at("z");
+    std::vector<int64_t> want_y;
+    if (sum > 0) {
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (xs[i] > 0) want_y.push_back(int64_t(i));
+      }
+    } else {
+      want_y = {int64_t(xs.size())};
+    }
+    ASSERT_EQ(y.shape(), (Shape{int64_t(want_y.size())})) << at;
+    for (size_t i = 0; i < want_y.size(); ++i) EXPECT_EQ(y.data_as<int64_t>()[i], want_y[i]) << at << " y " << i;
+    ASSERT_EQ(z.shape(), (Shape{int64_t(xs.size())})) << at;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      EXPECT_EQ(z.data_as<float>()[i], sum > 0 ? std::max(xs[i], 0.f) : -xs[i]) << at << " z " << i;
+    }
+  }
+}
+
+TEST(ControlFlow, AnIfOnDataRunsTheBranchItsConditionPicks) {
+  auto engine = build_on(Device::kCPU, kOnData);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  bool select = false;
+  for (const LayerInfo& l : engine->layers()) {
+    EXPECT_NE(l.op_type, "If");
+    select |= l.op_type == "SelectBranch";
+  }
+  EXPECT_TRUE(select);
+  run_on_data(*engine, false, "cpu");
+  // The guards travel in the engine file.
+  auto loaded = Engine::deserialize(engine->serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  run_on_data(*loaded, false, "cpu, loaded");
+}
+
+TEST(ControlFlow, AnIfOnDataRunsOnCuda) {
+  Status why = device_available(Device::kCUDA);
+  if (!why.ok()) GTEST_SKIP() << why.message();
+  auto engine = build_on(Device::kCUDA, kOnData);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  run_on_data(*engine, false, "cuda");
+  run_on_data(*engine, true, "cuda, graphs asked for");
+}
+
+TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
+  auto engine = build_on(Device::kCPU, kOnData);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  // A branch node whose guard names a float value.
+  plan::Plan p = engine->plan();
+  int guarded = -1;
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    if (!p.graph.nodes[n].guards.empty()) guarded = int(n);
+  }
+  ASSERT_GE(guarded, 0);
+  p.graph.nodes[size_t(guarded)].guards[0].cond = p.graph.inputs[0];
+  auto bad = Engine::from_plan(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a guard is a bool scalar computed before the node"), std::string::npos)
+      << bad.status().to_string();
+  // A branch node that lost its guard would run whatever the condition says.
+  p = engine->plan();
+  for (ir::Node& n : p.graph.nodes) {
+    if (n.op_type == "Squeeze") n.guards.clear();
+  }
+  bad = Engine::from_plan(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a node reads a branch's values only inside that branch"), std::string::npos)
+      << bad.status().to_string();
+}
+
+TEST(ControlFlow, AnIfOnDataWhoseBranchesDisagreeOnRankIsRefused) {
+  auto engine = build_on(Device::kCPU, R"(graph g(%x: float32[n], %c: bool[]) -> (%y: float32[?]) {
   %y: float32[?] = If(%c) {else_branch=graph else_body() -> (%e: float32[?]) {
     %e: float32[?] = Neg(%x)  # neg
   }, then_branch=graph then_body() -> (%t: float32[?]) {
-    %t: float32[?] = Relu(%x)  # relu
+    %one: int64[1] = dense<0>
+    %t: float32[?] = Unsqueeze(%x, %one)  # unsqueeze
   }}  # branch
 }
 )");
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("its condition ('c') is computed from tensor data at run time"),
-            std::string::npos)
+  EXPECT_NE(engine.status().message().find("the branches give ranks 2 and 1"), std::string::npos)
       << engine.status().message();
 }
 

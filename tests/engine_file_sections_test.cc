@@ -229,7 +229,7 @@ TEST(EngineFileSections, Version1FileIsRefused) {
   w.align(64);
   std::vector<uint8_t> v1 = w.take();
   const std::string want =
-      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 6: "
+      "engine file format version 1 was written by an older kiln; this kiln reads versions 3 to 7: "
       "rebuild the engine from the ONNX model";
   EXPECT_EQ(load_error(v1), want);
   EXPECT_EQ(read_header(v1).status().message(), want);

@@ -147,12 +147,12 @@ TEST(EngineFile, BadMagicAndNewerVersion) {
   EXPECT_FALSE(deserialize({}).ok());
 
   bad = bytes;
-  bad[8] = 7;  // format version, little-endian u32 right after the magic
+  bad[8] = 8;  // format version, little-endian u32 right after the magic
   auto r = load(bad);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "engine file format version 7 was written by a newer kiln; this kiln reads versions 3 to 6: "
+            "engine file format version 8 was written by a newer kiln; this kiln reads versions 3 to 7: "
             "rebuild the engine from the ONNX model with this kiln (0.1.0)");
 }
 

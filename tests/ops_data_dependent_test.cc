@@ -96,6 +96,22 @@ TEST(DataDependentKernels, NonZero) {
   ASSERT_TRUE(run_case(c).ok());
 }
 
+// kiln::SelectBranch (an If on data, after its branches): the chosen branch's values, at their
+// own size where the branches' sizes differ.
+TEST(DataDependentKernels, SelectBranch) {
+  const Tensor t = make_f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor e = make_f32({2, 3}, {-1, -2, -3, -4, -5, -6});
+  for (bool cond : {true, false}) {
+    KernelCase c;
+    c.expect_support = true;
+    c.node = op("SelectBranch", 1, "kiln");
+    c.num_outputs = 2;
+    c.inputs = {make_bool({}, {uint8_t(cond)}), t, make_i64({2}, {7, 8}), e, make_i64({3}, {9, 10, 11})};
+    c.expected = {cond ? t : e, cond ? make_i64({2}, {7, 8}) : make_i64({3}, {9, 10, 11})};
+    ASSERT_TRUE(run_case(c).ok()) << cond;
+  }
+}
+
 TEST(DataDependentKernels, Compress) {
   const Tensor x = make_f32({3, 2}, {1, 2, 3, 4, 5, 6});
   KernelCase c;

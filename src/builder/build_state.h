@@ -51,6 +51,7 @@ Status pack_attention(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
 Status fuse_elementwise(BuildState& s);
+Status settle_guards(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
@@ -64,7 +65,7 @@ using SupportsFn = std::function<bool(const ir::Node& node, const std::vector<co
 // The answer of the build's backend (any implementation of the node's op on its device).
 SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
-Status merge_duplicates(ir::Graph* g);
+Status merge_duplicates(ir::Graph* g, const std::vector<ir::DataDependentDim>& data_dependent = {});
 Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports);
 Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports);
 Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);

@@ -7,8 +7,10 @@
 //   each copy is inferred on its own), scan outputs stacked along a new axis 0.
 // - Scan over a scan axis of known length, unrolled the same way (slices in, in either direction;
 //   scan outputs stacked on their axes), opset 8's batched form once per batch row.
+// - If whose condition only the run knows: both branches, each node running under its branch's
+//   condition (ir::Node::guards), and a kiln::SelectBranch for the If's outputs.
 // A Loop whose trip count or condition is data, or a Scan over a length that changes at run time,
-// is refused with that reason: kiln runs control flow it can lay out at build time.
+// is refused with that reason: kiln unrolls the loops it can lay out at build time.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -144,8 +146,11 @@ StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const s
   return out;
 }
 
-// Node n replaced by `nodes`; producer fields refreshed from n on.
+// Node n replaced by `nodes`, which run under n's conditions (an expansion inside an If's branch)
+// before their own; producer fields refreshed from n on.
 void splice(ir::Graph& g, size_t n, std::vector<ir::Node> nodes) {
+  const std::vector<ir::Guard> outer = g.nodes[n].guards;
+  for (ir::Node& nd : nodes) nd.guards.insert(nd.guards.begin(), outer.begin(), outer.end());
   g.nodes.erase(g.nodes.begin() + std::ptrdiff_t(n));
   g.nodes.insert(g.nodes.begin() + std::ptrdiff_t(n), std::make_move_iterator(nodes.begin()),
                  std::make_move_iterator(nodes.end()));
@@ -236,11 +241,57 @@ Status check_size(const ir::Node& node, int64_t iterations, const ir::Graph& bod
   return ok_status();
 }
 
-StatusOr<bool> inline_known_if(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+// An If whose condition only the run knows: both branches inlined, each node of a branch running
+// under the condition (ir::Node::guards: the run skips the other branch's nodes), then a
+// kiln::SelectBranch that gives the If's outputs from the branch that ran. Branch nodes are
+// inferred, proven and planned like any others (a branch the data never takes must still build for
+// the profile); an output whose dims differ between the branches gets data-dependent dims.
+StatusOr<bool> inline_if_on_data(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+  const ir::Node node = g.nodes[n];
+  const int cond = node.inputs[0];
+  const ir::Value& c = g.values[size_t(cond)];
+  if (c.dtype != DType::kBool || !c.shape || c.shape->size() > 1 ||
+      (c.shape->size() == 1 && (*c.shape)[0] != ir::Dim(1))) {
+    return invalid_model(node.describe() + ": its condition '" + c.name + "' must be one bool, not " +
+                         ir::type_to_string(c));
+  }
+  const std::string prefix = node.name.empty() ? std::string("if") : node.name;
+  std::vector<ir::Node> nodes;
+  std::vector<int> select_inputs = {cond};
+  for (const char* which : {"then_branch", "else_branch"}) {
+    const ir::Graph* b = graph_attr(node, which);
+    if (!b) return invalid_model(node.describe() + ": it has no graph attribute " + which);
+    if (b->outputs.size() != node.outputs.size()) {
+      return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b->outputs.size()) +
+                           " outputs, the If has " + std::to_string(node.outputs.size()));
+    }
+    const std::string where = prefix + "/" + (which[0] == 't' ? "then" : "else");
+    std::vector<int> targets;
+    for (int bv : b->outputs) {
+      targets.push_back(ir::add_unique_value(&g, where + "/" + b->values[size_t(bv)].name, DType::kUndefined, std::nullopt));
+    }
+    KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, {}, targets, where, carriers, which));
+    for (ir::Node& bn : copy.nodes) bn.guards.push_back(ir::Guard{cond, which[0] == 't'});
+    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+    select_inputs.insert(select_inputs.end(), targets.begin(), targets.end());
+  }
+  ir::Node select;
+  select.name = ir::unique_node_name(g, prefix);
+  select.op_type = "SelectBranch";
+  select.domain = "kiln";
+  select.opset = 1;
+  select.inputs = std::move(select_inputs);
+  select.outputs = node.outputs;
+  nodes.push_back(std::move(select));
+  splice(g, n, std::move(nodes));
+  return true;
+}
+
+StatusOr<bool> inline_if(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
   const ir::Node node = g.nodes[n];
   if (node.inputs.empty() || node.inputs[0] < 0) return false;
   const std::optional<int64_t> cond = known_scalar(g.values[size_t(node.inputs[0])]);
-  if (!cond) return false;
+  if (!cond) return inline_if_on_data(g, n, carriers);
   const char* which = *cond != 0 ? "then_branch" : "else_branch";
   const ir::Graph* b = graph_attr(node, which);
   if (!b) return invalid_model(node.describe() + ": it has no graph attribute " + which);
@@ -457,10 +508,29 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
 
 }  // namespace
 
+// A node a pass put on an edge out of an If's branch (a Cast, a layout Transpose) reads a value
+// only that branch computes: it runs under the branch's conditions too. Every node gains the
+// conditions of the nodes whose outputs it reads; kiln::SelectBranch, which reads both branches
+// and picks the one that ran, is the exception.
+Status settle_guards(BuildState& s) {
+  ir::Graph& g = s.graph;
+  for (ir::Node& node : g.nodes) {
+    if (node.domain == "kiln" && node.op_type == "SelectBranch") continue;
+    for (int v : node.inputs) {
+      const int p = v >= 0 ? g.values[size_t(v)].producer : -1;
+      if (p < 0) continue;
+      for (const ir::Guard& gd : g.nodes[size_t(p)].guards) {
+        if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end()) node.guards.push_back(gd);
+      }
+    }
+  }
+  return ok_status();
+}
+
 StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
   const ir::Node& node = g.nodes[n];
   switch (ops::find_op(node.domain, node.op_type)) {
-    case ops::OpKind::kIf: return inline_known_if(g, n, carriers);
+    case ops::OpKind::kIf: return inline_if(g, n, carriers);
     case ops::OpKind::kLoop: return unroll_loop(g, n, carriers);
     case ops::OpKind::kScan: return unroll_scan(g, n, carriers);
     default: return false;

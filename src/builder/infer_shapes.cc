@@ -222,7 +222,9 @@ Status infer_shapes(BuildState& s) {
     }
     if (all_inputs_constant && !all_outputs_constant && outputs_foldable) {
       Status fold = fold_node(g, int(n));
-      if (!fold.ok()) return fold.with_context("pass fold_constants");
+      // A node of an If's branch may fail on constants the branch never sees at run time (the
+      // other branch's case): it stays a node, which runs only when its branch is taken.
+      if (!fold.ok() && g.nodes[n].guards.empty()) return fold.with_context("pass fold_constants");
     }
   }
   for (int v : g.outputs) {

@@ -7,6 +7,7 @@
 // (their names are the engine's IO). Runs after shape inference and folding; small constant inputs
 // compare by content (each layer's copy of the mask's fill values), other inputs by value.
 #include <map>
+#include <set>
 #include <string>
 
 #include "builder/build_state.h"
@@ -60,6 +61,8 @@ std::string key_of(const ir::Graph& g, const ir::Node& n) {
     }
   }
   k += "|" + std::to_string(n.outputs.size());
+  // Nodes of different If branches (or one in a branch, one outside) are not the same work.
+  for (const ir::Guard& gd : n.guards) k += "|g" + std::to_string(gd.cond) + (gd.when ? "t" : "f");
   // A name's length first: names are the model's text, so "|" or "=" in one must not make two
   // attribute sets read alike (attribute_text's values delimit themselves).
   for (const auto& [name, a] : n.attrs.all()) {
@@ -75,14 +78,31 @@ bool any_graph_output(const ir::Graph& g, const ir::Node& n) {
   return false;
 }
 
+// Whether node n makes a data-dependent dim (an output names one no input does): its readers'
+// shapes name that dim, so another node's output cannot stand in for its own.
+bool makes_data_dependent(const ir::Graph& g, const ir::Node& node, const std::vector<ir::DataDependentDim>& dd) {
+  if (dd.empty()) return false;
+  std::set<std::string> in, out;
+  for (int v : node.inputs) {
+    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&in);
+  }
+  for (int v : node.outputs) {
+    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&out);
+  }
+  for (const ir::DataDependentDim& d : dd) {
+    if (out.count(d.symbol) && !in.count(d.symbol)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-Status merge_duplicates(ir::Graph* g) {
+Status merge_duplicates(ir::Graph* g, const std::vector<ir::DataDependentDim>& data_dependent) {
   std::map<std::string, int> first;  // key -> node index
   bool any = false;
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     const ir::Node& node = g->nodes[n];
-    if (!repeatable(node)) continue;
+    if (!repeatable(node) || makes_data_dependent(*g, node, data_dependent)) continue;
     auto [it, fresh] = first.emplace(key_of(*g, node), int(n));
     if (fresh || any_graph_output(*g, node)) continue;
     const ir::Node& kept = g->nodes[size_t(it->second)];
@@ -97,6 +117,6 @@ Status merge_duplicates(ir::Graph* g) {
   return ok_status();
 }
 
-Status merge_duplicates(BuildState& s) { return merge_duplicates(&s.graph); }
+Status merge_duplicates(BuildState& s) { return merge_duplicates(&s.graph, s.data_dependent); }
 
 }  // namespace kiln::builder

@@ -33,6 +33,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
       // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
       {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel
+      {"settle_guards", settle_guards},                // nodes on edges out of an If's branch run in it
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile
       {"select_kernels", select_kernels},              // a kernel (tactic) per node

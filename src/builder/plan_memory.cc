@@ -44,6 +44,7 @@ Status plan_memory(BuildState& s) {
     ir::Node node = g.nodes[n];
     for (int& v : node.inputs) v = keep(v);
     for (int& v : node.outputs) v = keep(v);
+    for (ir::Guard& gd : node.guards) gd.cond = keep(gd.cond);
     for (int v : node.outputs) {
       if (v >= 0) p.graph.values[v].producer = int(p.graph.nodes.size());
     }

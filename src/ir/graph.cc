@@ -175,6 +175,14 @@ Status verify(const Graph& g) {
                              "' is used before any node or graph input defines it");
       }
     }
+    for (const Guard& gd : n.guards) {
+      if (gd.cond < 0 || gd.cond >= nv) return internal_error(n.describe() + ": guard index out of range");
+      live[gd.cond] = 1;
+      if (!defined[gd.cond]) {
+        return internal_error(n.describe() + ": it runs under '" + g.values[gd.cond].name +
+                              "', which is used before any node or graph input defines it");
+      }
+    }
     for (int v : n.outputs) {
       if (v >= 0) defined[v] = live[v] = 1;
     }
@@ -219,8 +227,9 @@ Status sort_topologically(Graph* g) {
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
       const Node& node = g->nodes[n];
-      if (next < node.inputs.size()) {
-        int v = node.inputs[next++];
+      if (next < node.inputs.size() + node.guards.size()) {
+        const size_t k = next++;
+        int v = k < node.inputs.size() ? node.inputs[k] : node.guards[k - node.inputs.size()].cond;
         if (v < 0 || producer[v] < 0) continue;
         int p = producer[v];
         if (state[p] == 1) {

@@ -62,6 +62,14 @@ struct Value {
   int producer = -1;                           // index of the producing node, -1 for none
 };
 
+// A condition a node runs under: the run executes the node only when the bool scalar `cond` is
+// `when` (a branch of an If whose condition only the run knows; builder/control_flow.cc).
+struct Guard {
+  int cond = -1;  // value index
+  bool when = true;
+  friend bool operator==(const Guard& a, const Guard& b) { return a.cond == b.cond && a.when == b.when; }
+};
+
 struct Node {
   std::string name;
   std::string op_type;
@@ -74,6 +82,9 @@ struct Node {
   // type of the model it stands for, counted through earlier fusions ({"MatMul": 2, "Softmax": 1}
   // for an attention). Empty for the model's own nodes and for nodes a pass inserted (a Cast).
   std::map<std::string, int64_t> replaced;
+  // Conditions the node runs under, all of them (an If nested in a branch adds its own): empty
+  // for a node every run executes. Each cond is defined before the node, as an input is.
+  std::vector<Guard> guards;
 
   // "node 'conv_3' (Conv)", the prefix every error about a node carries.
   std::string describe() const;

@@ -22,6 +22,9 @@ bool is_ordered(const Graph& g) {
     for (int v : n.inputs) {
       if (v >= 0 && produced[v] && !done[v]) return false;
     }
+    for (const Guard& gd : n.guards) {
+      if (gd.cond >= 0 && size_t(gd.cond) < produced.size() && produced[gd.cond] && !done[gd.cond]) return false;
+    }
     for (int v : n.outputs) {
       if (v >= 0) done[v] = 1;
     }
@@ -179,8 +182,29 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
   for (int n = 0; n < nn; ++n) {
     if (in_match[n]) continue;
     for (int v : g->nodes[n].inputs) KILN_RETURN_IF_ERROR(require_kept(v, g->nodes[n].describe()));
+    for (const Guard& gd : g->nodes[n].guards) KILN_RETURN_IF_ERROR(require_kept(gd.cond, g->nodes[n].describe()));
   }
   for (int v : g->outputs) KILN_RETURN_IF_ERROR(require_kept(v, "a graph output"));
+  // The replacement runs under every condition a matched node ran under. That is exact when the
+  // nodes that ran under fewer only fed the others; one whose result is also read elsewhere
+  // (a value outside an If's branch that the branch fuses with) would then go missing.
+  std::vector<Guard> guards;
+  for (int n : matched) {
+    for (const Guard& gd : g->nodes[size_t(n)].guards) {
+      if (std::find(guards.begin(), guards.end(), gd) == guards.end()) guards.push_back(gd);
+    }
+  }
+  for (int n : matched) {
+    if (g->nodes[size_t(n)].guards.size() == guards.size()) continue;
+    for (int v : g->nodes[size_t(n)].outputs) {
+      if (v >= 0 && kept[v]) {
+        return invalid_argument(what + ": " + g->nodes[size_t(n)].describe() +
+                                " runs outside a branch the other matched nodes run in, and its output '" +
+                                g->values[v].name + "' is read elsewhere");
+      }
+    }
+  }
+  replacement.guards = std::move(guards);
 
   Snapshot before(*g);
   fill_defaults(*g, &replacement);
@@ -240,6 +264,17 @@ StatusOr<int> insert_on_edge(Graph* g, int value, Node node, std::span<const int
     first = std::min(first, n);
   }
 
+  // The new node runs where the value exists and is read: under its producer's conditions, or
+  // under those of its readers where they all share them.
+  const int producer = g->values[size_t(value)].producer;
+  if (producer >= 0 && !g->nodes[size_t(producer)].guards.empty()) {
+    node.guards = g->nodes[size_t(producer)].guards;
+  } else {
+    node.guards = g->nodes[size_t(targets[0])].guards;
+    for (int n : targets) {
+      if (g->nodes[size_t(n)].guards != node.guards) node.guards.clear();
+    }
+  }
   Snapshot before(*g);
   fill_defaults(*g, &node);
   const std::string name = node.name;
@@ -329,6 +364,9 @@ Status replace_all_uses(Graph* g, int from, int to, bool include_graph_outputs) 
     for (int& v : n.inputs) {
       if (v == from) v = to;
     }
+    for (Guard& gd : n.guards) {
+      if (gd.cond == from) gd.cond = to;
+    }
   }
   if (include_graph_outputs) {
     for (int& v : g->outputs) {
@@ -354,6 +392,7 @@ int remove_dead_nodes(Graph* g) {
     for (int v : node.inputs) {
       if (v >= 0) read[v] = 1;
     }
+    for (const Guard& gd : node.guards) read[gd.cond] = 1;
     std::set<std::string> nested;
     for (const auto& [k, a] : node.attrs.all()) {
       if (a.g) collect_nested_names(*a.g, &nested);
@@ -393,6 +432,7 @@ std::vector<int> compact(Graph* g) {
     for (int v : n.outputs) {
       if (v >= 0) live[v] = 1;
     }
+    for (const Guard& gd : n.guards) live[gd.cond] = 1;
     for (const auto& [k, a] : n.attrs.all()) {
       if (a.g) collect_nested_names(*a.g, &nested);
       for (const auto& sg : a.graphs) {
@@ -418,6 +458,7 @@ std::vector<int> compact(Graph* g) {
   for (Node& n : g->nodes) {
     remap(n.inputs);
     remap(n.outputs);
+    for (Guard& gd : n.guards) gd.cond = map[gd.cond];
   }
   return map;
 }

@@ -403,9 +403,62 @@ Status infer_squeeze_excite(InferContext& ctx) {
   return ok_status();
 }
 
+// kiln::SelectBranch(cond, then_0..then_{k-1}, else_0..else_{k-1}) -> k outputs: an If whose
+// condition only the run knows, after its branches (the builder inlines both, each node running
+// under its branch's condition: ir::Node::guards). Output j is then_j when cond is true, else_j
+// otherwise. Each dim the branches give alike is kept; one they give differently is a
+// data-dependent dim bounded by the larger, bound by the run once the node has chosen.
+Status infer_select_branch(InferContext& ctx) {
+  if (!ctx.attrs().all().empty()) {
+    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+  }
+  const int k = ctx.num_outputs();
+  if (ctx.num_inputs() != 1 + 2 * k) {
+    return ctx.error(StatusCode::kInvalidModel, "takes a condition and two values per output (" +
+                                                    std::to_string(1 + 2 * k) + " inputs), not " +
+                                                    std::to_string(ctx.num_inputs()));
+  }
+  if (ctx.input_dtype(0) != DType::kBool || ctx.input_rank(0) > 1 ||
+      (ctx.input_rank(0) == 1 && ctx.input_shape(0)[0] != Dim(1))) {
+    return ctx.error(StatusCode::kInvalidModel, "its condition must be one bool, not " +
+                                                    std::string(dtype_name(ctx.input_dtype(0))) + " " +
+                                                    ir::dims_to_string(ctx.input_shape(0)));
+  }
+  for (int j = 0; j < k; ++j) {
+    const int t = 1 + j, e = 1 + k + j;
+    const std::string what = "output " + std::to_string(j) + " ('" + ctx.input(t).name + "' or '" + ctx.input(e).name + "')";
+    if (ctx.input_dtype(t) != ctx.input_dtype(e)) {
+      return ctx.error(StatusCode::kUnsupported, what + ": the branches give " + std::string(dtype_name(ctx.input_dtype(t))) +
+                                                     " and " + std::string(dtype_name(ctx.input_dtype(e))));
+    }
+    const auto& a = ctx.input_shape(t);
+    const auto& b = ctx.input_shape(e);
+    if (a.size() != b.size()) {
+      return ctx.error(StatusCode::kUnsupported, what + ": the branches give ranks " + std::to_string(a.size()) +
+                                                     " and " + std::to_string(b.size()) +
+                                                     "; kiln runs an If on data whose branches agree on each output's rank");
+    }
+    std::vector<Dim> shape(a.size());
+    for (size_t d = 0; d < a.size(); ++d) {
+      if (a[d] == b[d]) {
+        shape[d] = a[d];
+      } else {
+        KILN_ASSIGN_OR_RETURN(shape[d], ctx.data_dependent_dim(j, int(d), "branch_dim", Dim::max(Dim::max(a[d], b[d]), 0)));
+      }
+    }
+    ctx.set_output(j, ctx.input_dtype(t), shape);
+    const auto va = ctx.input(t).sym_value, vb = ctx.input(e).sym_value;
+    if (va && vb && *va == *vb && shape == a) ctx.set_output_value(j, *va);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
+  // Copies what one branch computed: any dtype, as it is.
+  r.add(OpSchema{OpKind::kSelectBranch, 1, 1 << 20, 1, 1 << 20, &infer_select_branch,
+                 OpTraits{.precision = PrecisionClass::kNative}});
   r.add(OpSchema{OpKind::kFusedConv, 2, 4, 1, 1, &infer_fused_conv,
                  OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kMatMulBias, 2, 4, 1, 1, &infer_matmul_bias,

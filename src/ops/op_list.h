@@ -40,4 +40,4 @@
 
 // Domain "kiln": spelled `kiln::Name` in IR text. Schemas in ops/kiln_ops.cc, CPU references in
 // backends/cpu/kiln_ops.cc.
-#define KILN_INTERNAL_OPS(X) X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite)
+#define KILN_INTERNAL_OPS(X) X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite) X(SelectBranch)

@@ -16,8 +16,9 @@ namespace kiln::plan {
 
 // The engine file format kiln writes, and the oldest it still reads. 3: node records without
 // `replaced`, which loads as empty; 3 and 4: no data-dependent dims in META, which loads as none;
-// 3 to 5: no shape-value inputs in META, which loads as none.
-inline constexpr uint32_t kFormatVersion = 6;
+// 3 to 5: no shape-value inputs in META, which loads as none; 3 to 6: node records without
+// `guards` (every node runs), which loads as none.
+inline constexpr uint32_t kFormatVersion = 7;
 inline constexpr uint32_t kOldestReadableFormatVersion = 3;
 inline constexpr const char* kKilnVersion = "0.1.0";
 

@@ -90,6 +90,16 @@ class GraphWriter {
           w.i64(count);
         }
       }
+      if (version_ >= 7) {
+        w.u64(n.guards.size());
+        for (const ir::Guard& gd : n.guards) {
+          w.i32(gd.cond);
+          w.u8(gd.when ? 1 : 0);
+        }
+      } else if (!n.guards.empty()) {
+        return invalid_argument("cannot save plan: " + n.describe() + " runs in an If's branch, which format " +
+                                std::to_string(version_) + " cannot record");
+      }
     }
     for (const auto* list : {&g.inputs, &g.outputs}) {
       w.u64(list->size());
@@ -257,6 +267,15 @@ class GraphReader {
         n.attrs.set(std::move(name), std::move(a));
       }
       if (version_ >= 4) KILN_RETURN_IF_ERROR(read_replaced(r, &n));
+      if (version_ >= 7) {
+        KILN_ASSIGN_OR_RETURN(size_t nguards, r.count(4 + 1, "guards"));
+        n.guards.resize(nguards);
+        for (ir::Guard& gd : n.guards) {
+          KILN_ASSIGN_OR_RETURN(gd.cond, r.i32());
+          KILN_ASSIGN_OR_RETURN(bool when, read_bool(r));
+          gd.when = when;
+        }
+      }
     }
     KILN_RETURN_IF_ERROR(read_indices(r, &g.inputs, "graph inputs"));
     KILN_RETURN_IF_ERROR(read_indices(r, &g.outputs, "graph outputs"));

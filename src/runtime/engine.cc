@@ -83,6 +83,10 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
       if (dd.count(x) && !in.count(x)) data->node_makes_data_dependent[n] = 1;
     }
   }
+  for (const ir::Node& node : g.nodes) {
+    data->has_guards = data->has_guards || !node.guards.empty();
+    data->node_selects_branch.push_back(node.domain == "kiln" && node.op_type == "SelectBranch");
+  }
   KILN_RETURN_IF_ERROR(upload_constants(*data));
   KILN_RETURN_IF_ERROR(prepare_implementations(*data));
   return std::shared_ptr<const EngineData>(std::move(data));

@@ -248,6 +248,9 @@ class ExecutionContext {
   Status choose_profile();
   Status enqueue_kernels(void* stream);
   Status check_sized(size_t n) const;
+  // The bool scalar v at `address`, which node conditions and kiln::SelectBranch read: read once
+  // per run (waiting for the stream where it lives on the device), then remembered.
+  StatusOr<bool> read_condition(int v, const void* address, void* stream);
   // Reads the shape-value inputs from their host memory into symbols_, checked against the profile.
   Status bind_shape_values();
   // Whether a shape-value input's memory holds other values than the last resolve read.
@@ -276,6 +279,7 @@ class ExecutionContext {
   std::vector<Shape> shapes_;             // resolved shape of every plan value
   // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).
   std::vector<char> pending_;
+  std::vector<int8_t> condition_;  // per value: a condition this run read (0, 1), or -1
   // run()'s buffers for outputs of data-dependent size, per IO tensor.
   std::vector<std::unique_ptr<GrowingOutputAllocator>> run_buffers_;
   std::vector<size_t> slot_offset_;

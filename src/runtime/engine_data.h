@@ -44,6 +44,10 @@ struct EngineData {
   std::vector<char> shape_data_dependent;  // per plan value: its shape names one (an output
                                            // needs an allocator then)
   std::vector<char> node_makes_data_dependent;
+  // Whether some node runs under a condition (an If whose condition is data): runs then read each
+  // condition as they reach it and skip the other branch, so they are never captured as a graph.
+  bool has_guards = false;
+  std::vector<char> node_selects_branch;  // per plan node: a kiln::SelectBranch
   // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
   // indexed by plan value (nullptr for non-constants and on the CPU).
   std::vector<void*> device_constants;

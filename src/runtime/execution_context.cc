@@ -702,7 +702,14 @@ Status ExecutionContext::check_io_addresses() {
 Status ExecutionContext::check_sized(size_t n) const {
   const ir::Graph& g = data_->plan.graph;
   const ir::Node& node = g.nodes[n];
-  for (int v : node.inputs) {
+  // kiln::SelectBranch reads its condition and the branch that ran: the other one's values were
+  // never sized.
+  const size_t k = node.outputs.size();
+  const bool select = data_->node_selects_branch[n] && node.inputs.size() == 1 + 2 * k;
+  const int8_t taken = select ? condition_[size_t(node.inputs[0])] : -1;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const int v = node.inputs[i];
+    if (select && i > 0 && (taken < 0 || (i <= k) != (taken == 1))) continue;
     if (v >= 0 && pending_[v]) {
       return internal_error(node.describe() + " reads '" + g.values[v].name + "' " +
                             ir::dims_to_string(*g.values[v].shape) + " before the run has sized it");
@@ -715,6 +722,24 @@ Status ExecutionContext::check_sized(size_t n) const {
     }
   }
   return ok_status();
+}
+
+StatusOr<bool> ExecutionContext::read_condition(int v, const void* address, void* stream) {
+  if (condition_[size_t(v)] >= 0) return condition_[size_t(v)] == 1;
+  const ir::Value& val = data_->plan.graph.values[size_t(v)];
+  if (pending_[size_t(v)] || shape_numel(shapes_[size_t(v)]) != 1 || val.dtype != DType::kBool) {
+    return internal_error("the condition '" + val.name + "' is not one sized bool");
+  }
+  const backends::Backend* backend = data_->backend;
+  uint8_t byte = 0;
+  if (backend->host_accessible() || data_->plan.values[size_t(v)].storage == plan::Storage::kSymbolic) {
+    byte = *static_cast<const uint8_t*>(address);
+  } else {
+    KILN_RETURN_IF_ERROR(backend->copy(&byte, address, 1, backends::CopyKind::kDeviceToHost, stream));
+    KILN_RETURN_IF_ERROR(backend->synchronize(stream));
+  }
+  condition_[size_t(v)] = byte != 0 ? 1 : 0;
+  return byte != 0;
 }
 
 Status ExecutionContext::enqueue_kernels(void* stream) {
@@ -749,11 +774,24 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     }
     KILN_RETURN_IF_ERROR(backend->record_marker(markers_[0], stream));
   }
+  condition_.assign(g.values.size(), -1);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
-    if (!kernels_[n]) {  // an alias
+    // A node of an If's branch runs only when the run takes that branch.
+    bool runs = true;
+    for (const ir::Guard& gd : node.guards) {
+      KILN_ASSIGN_OR_RETURN(bool c, read_condition(gd.cond, resolve_address(gd.cond), stream));
+      if (c != gd.when) {
+        runs = false;
+        break;
+      }
+    }
+    if (!kernels_[n] || !runs) {  // an alias, or a branch not taken
       if (profiler_) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[n + 1], stream));
       continue;
+    }
+    if (data_->node_selects_branch[n] && !node.inputs.empty() && node.inputs[0] >= 0) {
+      KILN_RETURN_IF_ERROR(read_condition(node.inputs[0], resolve_address(node.inputs[0]), stream).status());
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] >= 0) node_in_[n][i].data = resolve_address(node.inputs[i]);
@@ -812,7 +850,7 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible() || data_dependent) {
+  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards) {
     sym_in_flight_ = !backend->host_accessible();
     return enqueue_kernels(stream);
   }
@@ -921,6 +959,9 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
   }
   if (!data_->plan.shape_values.empty()) {
     return invalid_argument("batch buckets: this engine has shape-value inputs, which padding would not follow");
+  }
+  if (data_->has_guards) {
+    return invalid_argument("batch buckets: this engine has an If on data, whose runs use no CUDA graph");
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());

@@ -657,6 +657,7 @@ class Verifier {
                              ", produced by node " + std::to_string(val.producer));
       }
     }
+    KILN_RETURN_IF_ERROR(check_guards(n));
     for (int v : node.outputs) {
       if (v < 0) continue;
       const plan::Storage st = p_.values[v].storage;
@@ -689,6 +690,40 @@ class Verifier {
       return ok_status();
     }
     return check_kernel(n);
+  }
+
+  // A node's guards name bool scalars computed before it, and a node reads a branch's values only
+  // where it runs in that branch too (kiln::SelectBranch, which picks the branch that ran, aside):
+  // otherwise it could read what the run never wrote.
+  Status check_guards(size_t n) const {
+    const ir::Node& node = g_.nodes[n];
+    for (const ir::Guard& gd : node.guards) {
+      if (gd.cond < 0 || size_t(gd.cond) >= g_.values.size()) {
+        return violation("guards name values", node.describe() + " has a guard index out of range");
+      }
+      const ir::Value& c = g_.values[size_t(gd.cond)];
+      if (c.dtype != DType::kBool || !c.shape || c.shape->size() > 1 ||
+          (c.shape->size() == 1 && (*c.shape)[0] != ir::Dim(1)) || c.producer >= int(n) ||
+          (c.producer < 0 && p_.values[size_t(gd.cond)].storage == plan::Storage::kActivation)) {
+        return violation("a guard is a bool scalar computed before the node",
+                         node.describe() + " runs under " + vname(gd.cond) + " (" + ir::type_to_string(c) +
+                             ", produced by node " + std::to_string(c.producer) + ")");
+      }
+    }
+    if (node.domain == "kiln" && node.op_type == "SelectBranch") return ok_status();
+    for (int v : node.inputs) {
+      const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
+      if (p < 0 || p >= int(n)) continue;
+      for (const ir::Guard& gd : g_.nodes[size_t(p)].guards) {
+        if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end()) {
+          return violation("a node reads a branch's values only inside that branch",
+                           node.describe() + " reads " + vname(v) + ", which only runs when '" +
+                               g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false") +
+                               ", without running under that condition");
+        }
+      }
+    }
+    return ok_status();
   }
 
   // The stored types and shapes are what the op's own inference gives on the stored inputs, so a

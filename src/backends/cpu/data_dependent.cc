@@ -299,6 +299,27 @@ Status nms_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   return ok_status();
 }
 
+// kiln::SelectBranch: output j is a copy of then_j or else_j, as the condition says; its shape is
+// the chosen one's (the other branch did not run, so its views hold nothing).
+Status select_branch_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
+  const size_t k = a.out.size();
+  if (a.in.size() != 1 + 2 * k || !present(a.in[0]) || a.in[0].numel() != 1) {
+    return internal_error("SelectBranch: needs a condition and two inputs per output");
+  }
+  const bool cond = *static_cast<const uint8_t*>(a.in[0].data) != 0;
+  for (size_t j = 0; j < k; ++j) {
+    if (!present(a.out[j])) continue;
+    const TensorView& src = a.in[1 + (cond ? 0 : k) + j];
+    const size_t bytes = size_t(src.numel()) * dtype_size(src.dtype);
+    if (src.dtype != a.out[j].dtype || bytes > a.out[j].nbytes()) {
+      return past_bound("SelectBranch", src.numel(), a.out[j].numel());
+    }
+    if (bytes) std::memmove(a.out[j].data, src.data, bytes);
+    (*shapes)[j] = Shape(src.shape.begin(), src.shape.end());
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void add_sized_kernel(KernelRegistry& r, OpKind op, SizedFn fn) {
@@ -312,6 +333,7 @@ void register_data_dependent_kernels(KernelRegistry& r) {
   add_sized_kernel(r, OpKind::kCompress, &compress_kernel);
   add_sized_kernel(r, OpKind::kUnique, &unique_kernel);
   add_sized_kernel(r, OpKind::kNonMaxSuppression, &nms_kernel);
+  add_sized_kernel(r, OpKind::kSelectBranch, &select_branch_kernel);
 }
 
 }  // namespace kiln::backends::cpu

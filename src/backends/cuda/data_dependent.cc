@@ -5,7 +5,9 @@
 //   with K from data; cuda.TopK takes every TopK whose K is known at build time): the run must
 //   learn those sizes on the host before it can size what follows, so it waits for the stream at
 //   these layers anyway (kiln inspect marks them). Their inputs are small in the models that use
-//   them (boxes and scores after a detector's heads, masks, index lists).
+//   them (boxes and scores after a detector's heads, masks, index lists). kiln::SelectBranch (an
+//   If on data) too: it reads its condition on the host, and its branches' results may differ in
+//   size.
 // - Ops with no device kernel yet (register_host_run's other callers): correct on CUDA, at the
 //   cost of two copies and a wait. kiln inspect names the kernel, so a profile shows where one is;
 //   a device kernel is the step that replaces it.
@@ -113,7 +115,7 @@ void register_host_run(Registry& r, ops::OpKind op) { r.add(op, &make_plain_host
 
 void register_data_dependent(Registry& r) {
   for (ops::OpKind op : {ops::OpKind::kNonZero, ops::OpKind::kCompress, ops::OpKind::kUnique,
-                         ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK}) {
+                         ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK, ops::OpKind::kSelectBranch}) {
     r.add(op, &make_sized_host_run, ImplInfo{"host"});
   }
 }
