@@ -90,7 +90,8 @@ StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::
 // floor(in * s) for a scale s computed at run time: exact where s is a known integer, else a
 // data-dependent dim bounded by floor(in * N / D) with N / D (D = 1024) at or above the scale's
 // upper bound, a formula over the input's dims that the run evaluates for its shapes.
-StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const ElementRange& s, int axis) {
+StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const ElementRange& s, int axis,
+                                 const std::string& scales_name) {
   const std::string what = "output dim " + std::to_string(axis) + " scaled by data";
   if (s.exact) {
     // An integer scale: floor(in * s) is in * s.
@@ -105,8 +106,8 @@ StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const Ele
     bound = ir::Dim::floor_div(scaled, ir::Dim(kDenominator));
   }
   return ctx.range_bounded_dim(0, axis, "resized", bound,
-                               "the scale of axis " + std::to_string(axis) +
-                                   " is computed from tensor data at run time and has no upper bound kiln can "
+                               "the scale of axis " + std::to_string(axis) + " (in '" + scales_name +
+                                   "') is computed from tensor data at run time and has no upper bound kiln can "
                                    "prove from the profile's shapes; kiln sizes memory by such a bound");
 }
 
@@ -181,7 +182,9 @@ Status infer_resize(InferContext& ctx) {
                                 : "neither scales nor sizes is given; exactly one must be");
   }
   std::vector<ir::Dim> out(x.begin(), x.end());
-  if (has_scales && !ctx.input_constant(scales_in)) {
+  // Scales or sizes a node computes at run time; a model input is refused below by require_value,
+  // which tells how the profile can give its values.
+  if (has_scales && !ctx.input_constant(scales_in) && ctx.input(scales_in).producer >= 0) {
     if (ctm == "tf_crop_and_resize") {
       return ctx.error(StatusCode::kUnsupported,
                        "scales computed at run time with tf_crop_and_resize: kiln needs the scales known at build "
@@ -193,9 +196,9 @@ Status infer_resize(InferContext& ctx) {
     }
     KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, scales_in, "scales", n));
     for (size_t k = 0; k < n; ++k) {
-      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k]));
+      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k], ctx.input(scales_in).name));
     }
-  } else if (has_sizes && !ctx.input_value(sizes_in)) {
+  } else if (has_sizes && !ctx.input_value(sizes_in) && ctx.input(sizes_in).producer >= 0) {
     if (policy != "stretch") {
       return ctx.error(StatusCode::kUnsupported, "keep_aspect_ratio_policy '" + policy +
                                                      "' with sizes computed at run time: kiln needs constant "

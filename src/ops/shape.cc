@@ -751,8 +751,9 @@ Status infer_pad(InferContext& ctx) {
     if (auto v = ctx.input_value(1)) {
       pads = std::move(*v);
     } else {
+      // A model input has no producer to bound it: the profile can range its values instead.
       auto r = value_range(ctx.graph(), ctx.node().inputs[1], ctx.symbol_ranges());
-      if (!r) KILN_RETURN_IF_ERROR(ctx.require_value(1, "pads").status());
+      if (!r || ctx.input(1).producer < 0) KILN_RETURN_IF_ERROR(ctx.require_value(1, "pads").status());
       pad_ranges = std::move(*r);
       for (const ElementRange& e : pad_ranges) pads.push_back(e.exact ? *e.exact : Dim(0));
     }
