@@ -41,8 +41,15 @@ StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
   }
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(v.dtype, shape));
   for (size_t i = 0; i < v.sym_value->size(); ++i) {
-    // Symbolic values are integer tensors only.
-    if (!t.set_int_at(int64_t(i), (*v.sym_value)[i].value())) return std::optional<Tensor>();
+    const int64_t x = (*v.sym_value)[i].value();
+    // Integer tensors, and float32/float64 ones whose elements are exact integers (ops/elementwise.cc).
+    if (v.dtype == DType::kFloat32) {
+      t.data_as<float>()[i] = float(x);
+    } else if (v.dtype == DType::kFloat64) {
+      t.data_as<double>()[i] = double(x);
+    } else if (!t.set_int_at(int64_t(i), x)) {
+      return std::optional<Tensor>();
+    }
   }
   return std::optional<Tensor>(std::move(t));
 }
@@ -167,6 +174,7 @@ Status infer_shapes(BuildState& s) {
     ops::InferContext ctx(g, node, int(n), &s.constraints);
     const size_t known_dims = s.data_dependent.size();
     ctx.set_data_dependent(&s.data_dependent, true);
+    ctx.set_symbol_ranges(&hull);
     Status st = schema->infer(ctx);
     if (!st.ok()) {
       std::string msg = st.message();

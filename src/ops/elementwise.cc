@@ -60,12 +60,32 @@ std::optional<std::vector<int64_t>> const_shape(const std::vector<Dim>& shape) {
   return out;
 }
 
+// Float shape math (torchvision's detection transforms size images by float32 arithmetic on their
+// shape) keeps its elements as dims where float computes them exactly. A float32 holds every
+// integer of magnitude <= 2^24 (float64: 2^53, exact_integer_limit), and IEEE arithmetic rounds
+// the exact result; so where the inputs are such integers, the exact result of Add, Sub or Mul,
+// when it lies within the limit too, is representable and is what float computes. Min, Max, Neg,
+// Abs, Relu, Where, Identity, Floor, Ceil and Round give back one of their (integer) inputs.
+// Div is exact only as Floor(Div) or Ceil(Div) by a positive integer constant (floor_of_div).
+// `exact` says whether fn's results must then be checked against the limit: these ops' results are
+// integers, but only within it are they what float computes.
+bool exact_in_float(const InferContext& ctx, DType dt, const std::vector<Dim>& elements) {
+  const int64_t limit = exact_integer_limit(dt);
+  if (limit == 0) return false;
+  for (const Dim& d : elements) {
+    const ir::Interval b = ctx.dim_bounds(d);
+    if (b.lo < -limit || b.hi > limit) return false;
+  }
+  return true;
+}
+
 // Computes output 0's elements from the inputs' known values, broadcasting over their (small,
 // constant) shapes. Gives up silently when anything is unknown or an element is undecidable: the
-// value is then simply computed at run time.
+// value is then simply computed at run time. A float output keeps its elements only where they
+// are exact (exact_in_float).
 void fold_values(InferContext& ctx, DType out_dtype, const std::vector<Dim>& out_shape,
                  const ElemFn& fn) {
-  if (!is_integer(out_dtype) && out_dtype != DType::kBool) return;
+  if (!is_integer(out_dtype) && out_dtype != DType::kBool && exact_integer_limit(out_dtype) == 0) return;
   auto os = const_shape(out_shape);
   if (!os) return;
   auto numel = checked_numel(*os);
@@ -109,6 +129,7 @@ void fold_values(InferContext& ctx, DType out_dtype, const std::vector<Dim>& out
     if (!r) return;
     out.push_back(std::move(*r));
   }
+  if (is_float(out_dtype) && !exact_in_float(ctx, out_dtype, out)) return;
   ctx.set_output_value(0, std::move(out));
 }
 
@@ -249,9 +270,11 @@ Status infer_arith(InferContext& ctx) {
       fold_values(ctx, dt, shape, [](auto v) { return std::optional<Dim>(v[0] * v[1]); });
       break;
     case OpKind::kDiv:
-      fold_values(ctx, dt, shape, [](auto v) { return fold_div(v[0], v[1]); });
+      // A float quotient is rarely an integer; Floor and Ceil read it exactly (floor_of_div).
+      if (!is_float(dt)) fold_values(ctx, dt, shape, [](auto v) { return fold_div(v[0], v[1]); });
       break;
     case OpKind::kMod:
+      if (is_float(dt)) break;
       fold_values(ctx, dt, shape, [fmod](auto v) { return fold_mod(v[0], v[1], fmod); });
       break;
     case OpKind::kMax:
@@ -265,6 +288,7 @@ Status infer_arith(InferContext& ctx) {
       break;
     }
     case OpKind::kPow:
+      if (is_float(dt)) break;
       fold_values(ctx, dt, shape, [](auto v) -> std::optional<Dim> {
         if (!v[0].is_const() || !v[1].is_const() || v[1].value() < 0 || v[1].value() > 62) {
           return std::nullopt;
@@ -368,6 +392,44 @@ bool float_only(OpKind op) {
   }
 }
 
+// Floor(a / c) and Ceil(a / c) in float, for integers a with |a| < limit (2^24 for float32) and a
+// constant positive integer c <= limit, are floor_div(a, c) and ceil_div(a, c). Where q = a / c is
+// an integer it is representable (|q| <= |a|) and the division exact. Otherwise n < q < n + 1
+// with n = floor(q), and q lies at least 1/c from both n and n + 1 (its denominator is c). Round
+// to nearest moves q by at most 2^-24 |q| = 2^-24 |a| / c < 1/c (q is normal: |q| >= 1/c >= 2^-24),
+// and n and n + 1 are representable, so the rounded quotient stays strictly between them: Floor
+// gives n and Ceil n + 1, as exact arithmetic does. Float64 is the same with 2^53.
+void floor_of_div(InferContext& ctx, bool ceil) {
+  const ir::Value& in = ctx.input(0);
+  if (in.producer < 0) return;
+  const ir::Node& div = ctx.graph().nodes[size_t(in.producer)];
+  if (find_op(div.domain, div.op_type) != OpKind::kDiv || div.inputs.size() != 2 || div.inputs[0] < 0 ||
+      div.inputs[1] < 0) {
+    return;
+  }
+  const DType dt = in.dtype;
+  const int64_t limit = exact_integer_limit(dt);
+  const ir::Value& a = ctx.graph().values[size_t(div.inputs[0])];
+  const ir::Value& b = ctx.graph().values[size_t(div.inputs[1])];
+  auto av = value_elements(a);
+  auto bv = value_elements(b);
+  auto as = a.shape ? const_shape(*a.shape) : std::nullopt;
+  auto os = const_shape(ctx.input_shape(0));
+  // The divisor one constant; the numerator's shape is the quotient's.
+  if (limit == 0 || !av || !bv || bv->size() != 1 || !as || !os || *as != *os || av->size() != size_t(shape_numel(*os))) {
+    return;
+  }
+  const Dim& c = (*bv)[0];
+  if (!c.is_const() || c.value() <= 0 || c.value() > limit) return;
+  std::vector<Dim> out;
+  for (const Dim& x : *av) {
+    const ir::Interval r = ctx.dim_bounds(x);
+    if (r.lo <= -limit || r.hi >= limit) return;
+    out.push_back(ceil ? Dim::ceil_div(x, c) : Dim::floor_div(x, c));
+  }
+  ctx.set_output_value(0, std::move(out));
+}
+
 Status infer_unary(InferContext& ctx) {
   OpKind op = find_op(ctx.node().domain, ctx.node().op_type);
   DType dt = ctx.input_dtype(0);
@@ -418,6 +480,12 @@ Status infer_unary(InferContext& ctx) {
     case OpKind::kRelu:
       fold_values(ctx, out, shape,
                   [](auto v) { return std::optional<Dim>(min_max(v[0], Dim(0), true)); });
+      break;
+    case OpKind::kFloor:
+    case OpKind::kCeil:
+    case OpKind::kRound:
+      fold_values(ctx, out, shape, [](auto v) { return std::optional<Dim>(v[0]); });
+      if (!ctx.outputs()[0].value && op != OpKind::kRound) floor_of_div(ctx, op == OpKind::kCeil);
       break;
     case OpKind::kSign:
       fold_values(ctx, out, shape, [](auto v) -> std::optional<Dim> {
@@ -471,11 +539,21 @@ Status infer_cast(InferContext& ctx) {
   ctx.set_output(0, dt, shape);
   DType src = ctx.input_dtype(0);
   if (is_integer(src) || src == DType::kBool) {
+    // To float, fold_values keeps only elements the float holds exactly.
     fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
+      if (is_float(dt)) return v[0];
       if (v[0].is_const()) return Dim(wrap_to(dt, v[0].value()));
       if (dt != DType::kBool) return v[0];
       Order o = compare_dims(v[0], Dim(0));
       return decide(o.known_ne, o.known_eq);
+    });
+  } else if (exact_integer_limit(src) != 0) {
+    // A float's known elements are integers within 2^24 (float32) or 2^53: int32 and int64 hold
+    // them; a narrower integer only a constant it holds.
+    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
+      if (is_float(dt) || dt == DType::kInt64 || dt == DType::kInt32) return v[0];
+      if (v[0].is_const() && wrap_to(dt, v[0].value()) == v[0].value()) return v[0];
+      return std::nullopt;
     });
   }
   return ok_status();

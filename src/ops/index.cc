@@ -35,7 +35,8 @@ std::optional<Shape> const_shape(const Dims& dims) {
 }
 
 bool can_carry(DType dtype, const Dims& shape) {
-  if (!is_integer(dtype) && dtype != DType::kBool) return false;
+  // Float values are exact integers (ops/elementwise.cc); moving them keeps them exact.
+  if (!is_integer(dtype) && dtype != DType::kBool && exact_integer_limit(dtype) == 0) return false;
   auto s = const_shape(shape);
   if (!s) return false;
   auto n = checked_numel(*s);
@@ -293,18 +294,26 @@ Status infer_slice(InferContext& ctx) {
     }
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
-  // Values of 1-D shape vectors: out[j] = in[first + j * step].
-  if (r == 1 && firsts_known && can_carry(ctx.input_dtype(0), out)) {
-    auto v = ctx.input_value(0);
-    if (v && in[0].is_const() && int64_t(v->size()) == in[0].value()) {
-      Dims value;
-      for (int64_t j = 0; j < out[0].value(); ++j) {
-        int64_t src = firsts[0] + j * steps[0];
-        if (src < 0 || src >= int64_t(v->size())) return ok_status();
-        value.push_back((*v)[size_t(src)]);
+  // Values of small tensors (shape vectors, a [3, 2] table of pads reversed by step -1):
+  // out[j_0, ...] = in[first_0 + j_0 * step_0, ...].
+  auto v = ctx.input_value(0);
+  auto is = const_shape(in);
+  if (firsts_known && can_carry(ctx.input_dtype(0), out) && v && is && int64_t(v->size()) == shape_numel(*is)) {
+    const Shape os = *const_shape(out);
+    Dims value;
+    for (int64_t o = 0; o < shape_numel(os); ++o) {
+      int64_t rem = o, src = 0, stride = 1;
+      for (int d = r - 1; d >= 0; --d) {
+        const int64_t j = rem % os[size_t(d)];
+        rem /= os[size_t(d)];
+        const int64_t k = firsts[size_t(d)] + j * steps[size_t(d)];
+        if (k < 0 || k >= (*is)[size_t(d)]) return ok_status();
+        src += k * stride;
+        stride *= (*is)[size_t(d)];
       }
-      ctx.set_output_value(0, std::move(value));
+      value.push_back((*v)[size_t(src)]);
     }
+    ctx.set_output_value(0, std::move(value));
   }
   return ok_status();
 }

@@ -63,7 +63,9 @@ ir::Dim combine(OpKind kind, const ir::Dim& acc, const ir::Dim& x) {
 void fold_value(InferContext& ctx, OpKind kind, const std::vector<ir::Dim>& in_shape,
                 const std::vector<int>& axes, int64_t out_numel) {
   auto value = ctx.input_value(0);
-  if (!value || !is_integer(ctx.input_dtype(0))) return;
+  // A float's known elements are exact integers (elementwise.cc): its max and min are among them.
+  const bool picks = kind == OpKind::kReduceMax || kind == OpKind::kReduceMin;
+  if (!value || !(is_integer(ctx.input_dtype(0)) || (picks && exact_integer_limit(ctx.input_dtype(0)) != 0))) return;
   int rank = int(in_shape.size());
   std::vector<int64_t> dims(rank);
   for (int d = 0; d < rank; ++d) {

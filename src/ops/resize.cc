@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/schema.h"
+#include "ops/value_range.h"
 
 namespace kiln::ops {
 namespace {
@@ -69,6 +70,45 @@ StatusOr<std::vector<float>> constant_floats(InferContext& ctx, int i, std::stri
   std::vector<float> out(size_t(t->numel()));
   for (int64_t k = 0; k < t->numel(); ++k) out[k] = float(t->float_at(k));
   return out;
+}
+
+// The value ranges of the sizes or scales input (`n` elements), computed at run time.
+StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::string_view what, size_t n) {
+  auto ranges = value_range(ctx.graph(), ctx.node().inputs[i], ctx.symbol_ranges());
+  if (!ranges) {
+    // Not a small tensor of known shape: the refusal of old says why.
+    KILN_RETURN_IF_ERROR(ctx.require_value(i, what).status());
+    return ctx.error(StatusCode::kInternal, std::string(what) + " has no value range");
+  }
+  if (ranges->size() != n) {
+    return ctx.error(StatusCode::kInvalidModel, std::string(what) + " has " + std::to_string(ranges->size()) +
+                                                    " elements; expected " + std::to_string(n));
+  }
+  return *ranges;
+}
+
+// floor(in * s) for a scale s computed at run time: exact where s is a known integer, else a
+// data-dependent dim bounded by floor(in * N / D) with N / D (D = 1024) at or above the scale's
+// upper bound, a formula over the input's dims that the run evaluates for its shapes.
+StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const ElementRange& s, int axis,
+                                 const std::string& scales_name) {
+  const std::string what = "output dim " + std::to_string(axis) + " scaled by data";
+  if (s.exact) {
+    // An integer scale: floor(in * s) is in * s.
+    KILN_RETURN_IF_ERROR(ctx.require_ge(*s.exact, 1, "the integer scale of axis " + std::to_string(axis) + " > 0"));
+    return ctx.mul_dims(in, *s.exact, what);
+  }
+  constexpr int64_t kDenominator = 1024;
+  std::optional<ir::Dim> bound;
+  if (s.hi < double(int64_t(1) << 31)) {
+    const int64_t num = std::max<int64_t>(int64_t(std::ceil(s.hi * double(kDenominator))) + 1, 0);
+    KILN_ASSIGN_OR_RETURN(ir::Dim scaled, ctx.mul_dims(in, ir::Dim(num), what));
+    bound = ir::Dim::floor_div(scaled, ir::Dim(kDenominator));
+  }
+  return ctx.range_bounded_dim(0, axis, "resized", bound,
+                               "the scale of axis " + std::to_string(axis) + " (in '" + scales_name +
+                                   "') is computed from tensor data at run time and has no upper bound kiln can "
+                                   "prove from the profile's shapes; kiln sizes memory by such a bound");
 }
 
 Status infer_resize(InferContext& ctx) {
@@ -142,7 +182,50 @@ Status infer_resize(InferContext& ctx) {
                                 : "neither scales nor sizes is given; exactly one must be");
   }
   std::vector<ir::Dim> out(x.begin(), x.end());
-  if (has_scales) {
+  // Scales or sizes a node computes at run time; a model input is refused below by require_value,
+  // which tells how the profile can give its values.
+  if (has_scales && !ctx.input_constant(scales_in) && ctx.input(scales_in).producer >= 0) {
+    if (ctm == "tf_crop_and_resize") {
+      return ctx.error(StatusCode::kUnsupported,
+                       "scales computed at run time with tf_crop_and_resize: kiln needs the scales known at build "
+                       "time to size the crop");
+    }
+    if (antialias != 0 && mode != "nearest") {
+      return ctx.error(StatusCode::kUnsupported,
+                       "antialias=1 with scales computed at run time is not supported (it may downsample)");
+    }
+    KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, scales_in, "scales", n));
+    for (size_t k = 0; k < n; ++k) {
+      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k], ctx.input(scales_in).name));
+    }
+  } else if (has_sizes && !ctx.input_value(sizes_in) && ctx.input(sizes_in).producer >= 0) {
+    if (policy != "stretch") {
+      return ctx.error(StatusCode::kUnsupported, "keep_aspect_ratio_policy '" + policy +
+                                                     "' with sizes computed at run time: kiln needs constant "
+                                                     "sizes and input dims for it");
+    }
+    if (antialias != 0 && mode != "nearest") {
+      return ctx.error(StatusCode::kUnsupported, "antialias=1 with sizes is not supported");
+    }
+    KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, sizes_in, "sizes", n));
+    for (size_t k = 0; k < n; ++k) {
+      const int axis = axes[k];
+      const ElementRange& r = ranges[k];
+      if (r.exact) {
+        KILN_RETURN_IF_ERROR(ctx.require_ge(*r.exact, 0, "sizes element " + std::to_string(k) + " >= 0"));
+        out[axis] = *r.exact;
+        continue;
+      }
+      std::optional<ir::Dim> bound;
+      if (r.hi < double(ir::Interval::kInf)) bound = ir::Dim(std::max<int64_t>(int64_t(std::floor(r.hi)), 0));
+      KILN_ASSIGN_OR_RETURN(
+          out[axis], ctx.range_bounded_dim(0, axis, "resized", bound,
+                                           "sizes element " + std::to_string(k) + " ('" + ctx.input(sizes_in).name +
+                                               "') is computed from tensor data at run time and has no upper "
+                                               "bound kiln can prove from the profile's shapes; kiln sizes "
+                                               "memory by such a bound"));
+    }
+  } else if (has_scales) {
     KILN_ASSIGN_OR_RETURN(std::vector<float> scales, constant_floats(ctx, scales_in, "scales"));
     if (scales.size() != n) {
       return ctx.error(StatusCode::kInvalidModel, "scales has " + std::to_string(scales.size()) +

@@ -1,6 +1,7 @@
 // InferContext, the op registry, op lookup by (domain, name) and traits.
 #include "ops/schema.h"
 
+#include <cmath>
 #include <mutex>
 #include <set>
 
@@ -126,17 +127,40 @@ const Tensor* InferContext::input_constant(int i) const {
   return c ? &*c : nullptr;
 }
 
-std::optional<std::vector<ir::Dim>> InferContext::input_value(int i) const {
-  if (!has_input(i)) return std::nullopt;
-  const ir::Value& v = input(i);
+int64_t exact_integer_limit(DType dt) {
+  if (dt == DType::kFloat32) return int64_t(1) << 24;
+  if (dt == DType::kFloat64) return int64_t(1) << 53;
+  return 0;
+}
+
+std::optional<std::vector<ir::Dim>> value_elements(const ir::Value& v) {
   if (v.sym_value) return v.sym_value;
-  if (v.constant && (is_integer(v.constant->dtype()) || v.constant->dtype() == DType::kBool) &&
-      v.constant->numel() <= kMaxSymbolicElements) {
-    std::vector<ir::Dim> out;
-    for (int64_t k = 0; k < v.constant->numel(); ++k) out.push_back(ir::Dim(v.constant->int_at(k)));
+  if (!v.constant || v.constant->numel() > kMaxSymbolicElements) return std::nullopt;
+  const Tensor& t = *v.constant;
+  std::vector<ir::Dim> out;
+  if (is_integer(t.dtype()) || t.dtype() == DType::kBool) {
+    for (int64_t k = 0; k < t.numel(); ++k) out.push_back(ir::Dim(t.int_at(k)));
     return out;
   }
-  return std::nullopt;
+  const double limit = double(exact_integer_limit(t.dtype()));
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    const double x = t.float_at(k);
+    // -0.0 is no integer here: 1/x tells it from 0.
+    if (!(std::fabs(x) <= limit) || x != std::floor(x) || (x == 0 && std::signbit(x))) return std::nullopt;
+    out.push_back(ir::Dim(int64_t(x)));
+  }
+  return out;
+}
+
+std::optional<std::vector<ir::Dim>> InferContext::input_value(int i) const {
+  if (!has_input(i)) return std::nullopt;
+  return value_elements(input(i));
+}
+
+ir::Interval InferContext::dim_bounds(const ir::Dim& d) const {
+  if (d.is_const()) return {d.value(), d.value()};
+  if (!ranges_) return {};
+  return d.bounds(*ranges_);
 }
 
 StatusOr<std::vector<ir::Dim>> InferContext::require_value(int i, std::string_view what) const {
@@ -205,6 +229,23 @@ StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::str
   for (int k = 2; taken.count(name); ++k) name = std::string(base) + "_" + std::to_string(k);
   data_dependent_->push_back({name, bound});
   return ir::Dim::symbol(name);
+}
+
+StatusOr<ir::Dim> InferContext::range_bounded_dim(int output, int dim, std::string_view base,
+                                                 const std::optional<ir::Dim>& bound,
+                                                 std::string_view why) {
+  if (data_dependent_ && !fresh_) {
+    const int v = has_output(output) ? node_.outputs[output] : -1;
+    const auto* shape = v >= 0 && graph_.values[v].shape ? &*graph_.values[v].shape : nullptr;
+    const ir::Dim stored = shape && dim < int(shape->size()) ? (*shape)[dim] : ir::Dim(-1);
+    for (const auto& d : *data_dependent_) {
+      if (stored.is_symbol() && stored == ir::Dim::symbol(d.symbol)) return data_dependent_dim(output, dim, base, d.bound);
+    }
+    // Not one of the plan's: data_dependent_dim names what the plan stores there.
+    return data_dependent_dim(output, dim, base, bound ? *bound : ir::Dim(0));
+  }
+  if (!bound) return error(StatusCode::kUnsupported, std::string(why));
+  return data_dependent_dim(output, dim, base, *bound);
 }
 
 Status InferContext::error(StatusCode code, const std::string& message) const {

@@ -98,6 +98,21 @@ class InferContext {
     fresh_ = fresh;
   }
   StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base, const ir::Dim& bound);
+  // The same for a size read from a tensor computed at run time (Resize's sizes, Pad's pads), bounded
+  // by an analysis of the graph's values (ops/value_range.h) rather than by a formula over the
+  // node's inputs. nullopt: the analysis found no finite bound, an error that says `why`. A verifier
+  // takes the bound its plan stores: passes after inference may rewrite the producers the analysis
+  // walked, and the kernel refuses a size past the bound at run time.
+  StatusOr<ir::Dim> range_bounded_dim(int output, int dim, std::string_view base,
+                                      const std::optional<ir::Dim>& bound, std::string_view why);
+
+  // The hull of the profiles' symbol ranges, with the data-dependent dims made so far (infer_shapes
+  // sets it). nullptr (a verifier, a one-node test): analyses that need ranges then prove nothing.
+  void set_symbol_ranges(const ir::SymbolRanges* ranges) { ranges_ = ranges; }
+  const ir::SymbolRanges* symbol_ranges() const { return ranges_; }
+  // Bounds of a dim over symbol_ranges(); unbounded where a symbol has no range.
+  ir::Interval dim_bounds(const ir::Dim& d) const;
+  const ir::Graph& graph() const { return graph_; }
 
   // Normalizes an axis attribute against a rank, naming the attribute in the error.
   StatusOr<int> normalize_axis(int64_t axis, int rank, std::string_view what) const;
@@ -110,6 +125,7 @@ class InferContext {
   InferContext view(const ir::Graph& graph, const ir::Node& node) const {
     InferContext c(graph, node, node_index_, constraints_);
     c.set_data_dependent(data_dependent_, fresh_);
+    c.set_symbol_ranges(ranges_);
     return c;
   }
 
@@ -131,7 +147,18 @@ class InferContext {
   std::vector<Output> outputs_;
   std::vector<ir::DataDependentDim>* data_dependent_ = nullptr;
   bool fresh_ = true;
+  const ir::SymbolRanges* ranges_ = nullptr;
 };
+
+// The elements of a value as dims, where shape math knows them: its symbolic value, the data of a
+// small integer constant, or of a small float32/float64 constant whose elements are integers that
+// float holds exactly (exact_integer_limit). nullopt otherwise.
+std::optional<std::vector<ir::Dim>> value_elements(const ir::Value& v);
+
+// The magnitude up to which float dtype `dt` holds every integer exactly, the range in which kiln
+// carries float shape math as dims: 2^24 for float32, 2^53 for float64; 0 for every other dtype
+// (float16 and bfloat16 shape math is computed at run time).
+int64_t exact_integer_limit(DType dt);
 
 // Small integer tensors (shape tensors) up to this many elements carry symbolic values.
 inline constexpr int64_t kMaxSymbolicElements = 64;

@@ -9,6 +9,7 @@
 
 #include "core/checked.h"
 #include "ops/schema.h"
+#include "ops/value_range.h"
 
 namespace kiln::ops {
 namespace {
@@ -38,7 +39,8 @@ std::optional<Shape> const_shape(const Dims& dims) {
 
 // Whether an output of this dtype and shape may carry a symbolic value.
 bool can_carry(DType dtype, const Dims& shape) {
-  if (!is_integer(dtype) && dtype != DType::kBool) return false;
+  // Float values are exact integers (ops/elementwise.cc); moving them keeps them exact.
+  if (!is_integer(dtype) && dtype != DType::kBool && exact_integer_limit(dtype) == 0) return false;
   auto s = const_shape(shape);
   if (!s) return false;
   auto n = checked_numel(*s);
@@ -523,7 +525,7 @@ Status infer_constant_of_shape(InferContext& ctx) {
                                                          shape[k].to_string() + ") is not negative"));
   }
   ctx.set_output(0, dtype, shape);
-  if (can_carry(dtype, shape)) {
+  if (can_carry(dtype, shape) && (is_integer(dtype) || dtype == DType::kBool)) {
     ctx.set_output_value(0, Dims(size_t(shape_numel(*const_shape(shape))), Dim(fill)));
   }
   return ok_status();
@@ -611,7 +613,7 @@ Status infer_constant(InferContext& ctx) {
   }
   Dims shape(t.shape().begin(), t.shape().end());
   ctx.set_output(0, t.dtype(), shape);
-  if (can_carry(t.dtype(), shape)) {
+  if (can_carry(t.dtype(), shape) && (is_integer(t.dtype()) || t.dtype() == DType::kBool)) {
     Dims value;
     for (int64_t i = 0; i < t.numel(); ++i) value.push_back(Dim(t.int_at(i)));
     ctx.set_output_value(0, std::move(value));
@@ -741,9 +743,20 @@ Status infer_pad(InferContext& ctx) {
     pads_from = std::string("attribute ") + name;
     break;
   }
+  // Pads computed at run time: each element's range (ops/value_range.h); an inexact one makes its
+  // dim data-dependent, bounded by the input dim plus the pads' upper bounds.
+  std::vector<ElementRange> pad_ranges;
   if (pads.empty() && ctx.has_input(1)) {
-    KILN_ASSIGN_OR_RETURN(pads, ctx.require_value(1, "pads"));
     pads_from = label(ctx, 1) + " (pads)";
+    if (auto v = ctx.input_value(1)) {
+      pads = std::move(*v);
+    } else {
+      // A model input has no producer to bound it: the profile can range its values instead.
+      auto r = value_range(ctx.graph(), ctx.node().inputs[1], ctx.symbol_ranges());
+      if (!r || ctx.input(1).producer < 0) KILN_RETURN_IF_ERROR(ctx.require_value(1, "pads").status());
+      pad_ranges = std::move(*r);
+      for (const ElementRange& e : pad_ranges) pads.push_back(e.exact ? *e.exact : Dim(0));
+    }
   }
   std::vector<int> axes;
   if (ctx.has_input(3)) {
@@ -769,6 +782,25 @@ Status infer_pad(InferContext& ctx) {
     const Dim& e = pads[i + na];
     const std::string padded = "dim " + std::to_string(k) + " padded by " + pads_from +
                                " elements " + std::to_string(i) + " and " + std::to_string(i + na);
+    if (!pad_ranges.empty() && (!pad_ranges[i].exact || !pad_ranges[i + na].exact)) {
+      const ElementRange &rb = pad_ranges[i], &re = pad_ranges[i + na];
+      std::optional<Dim> bound;
+      const double limit = double(ir::Interval::kInf);
+      if (rb.hi < limit && re.hi < limit && rb.hi > -limit && re.hi > -limit) {
+        KILN_ASSIGN_OR_RETURN(Dim grown, ctx.add_dims(in[k], Dim(int64_t(std::floor(rb.hi))), padded));
+        KILN_ASSIGN_OR_RETURN(bound, ctx.add_dims(grown, Dim(int64_t(std::floor(re.hi))), padded));
+      }
+      KILN_ASSIGN_OR_RETURN(out[k], ctx.range_bounded_dim(0, k, "padded", bound,
+                                                          padded + " is computed from tensor data at run time and "
+                                                                   "has no upper bound kiln can prove from the "
+                                                                   "profile's shapes; kiln sizes memory by such a "
+                                                                   "bound"));
+      if (*mode != "constant" && !(rb.hi <= 0 && re.hi <= 0)) {
+        KILN_RETURN_IF_ERROR(ctx.require_ge(in[k], 1, "dim " + std::to_string(k) +
+                                                          " is not empty when padding in " + *mode + " mode"));
+      }
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Dim with_begin, ctx.add_dims(in[k], b, padded));
     KILN_ASSIGN_OR_RETURN(out[k], ctx.add_dims(with_begin, e, padded));
     KILN_RETURN_IF_ERROR(ctx.require_ge(out[k], 0, "padded dim " + std::to_string(k) + " (" +

@@ -458,6 +458,9 @@ Status ExecutionContext::write_symbolic(size_t v) {
       case DType::kInt32: reinterpret_cast<int32_t*>(dst)[i] = int32_t(*x); break;
       case DType::kBool: case DType::kUInt8: reinterpret_cast<uint8_t*>(dst)[i] = uint8_t(*x); break;
       case DType::kInt8: reinterpret_cast<int8_t*>(dst)[i] = int8_t(*x); break;
+      // Exact float shape math (ops/elementwise.cc): integers the float holds exactly.
+      case DType::kFloat32: reinterpret_cast<float*>(dst)[i] = float(*x); break;
+      case DType::kFloat64: reinterpret_cast<double*>(dst)[i] = double(*x); break;
       default: return internal_error("symbolic value '" + val.name + "' has dtype " + std::string(dtype_name(val.dtype)));
     }
   }

@@ -430,8 +430,9 @@ class Verifier {
           const DType dt = val.dtype;
           if (!val.sym_value ||
               !(dt == DType::kInt64 || dt == DType::kInt32 || dt == DType::kBool ||
-                dt == DType::kUInt8 || dt == DType::kInt8)) {
-            return violation("symbolic values are small integer formulas",
+                dt == DType::kUInt8 || dt == DType::kInt8 || dt == DType::kFloat32 ||
+                dt == DType::kFloat64)) {
+            return violation("symbolic values are small integer (or exact float) formulas",
                              vname(vi) + " has symbolic storage with dtype " +
                                  std::string(dtype_name(dt)) +
                                  (val.sym_value ? "" : " and no formulas"));

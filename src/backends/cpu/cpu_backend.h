@@ -73,6 +73,13 @@ void register_data_dependent_kernels(KernelRegistry& r);  // NonZero, Unique, ..
 // kernel reports (Kernel::data_dependent_shape). Defined in data_dependent.cc.
 using SizedFn = Status (*)(const KernelArgs& args, std::vector<Shape>* shapes);
 void add_sized_kernel(KernelRegistry& r, ops::OpKind op, SizedFn fn);
+// The kernel add_sized_kernel makes, for factories that size only some nodes of an op by their data
+// (Pad where its pads are computed at run time).
+std::unique_ptr<Kernel> make_sized_kernel(ops::OpKind op, const ir::Attributes& attrs, SizedFn fn);
+// Whether input i of the node is data the run computes: neither a constant nor a shape formula.
+inline bool computed_at_run_time(const KernelQuery& q, size_t i) {
+  return i < q.inputs.size() && q.inputs[i] && !q.inputs[i]->constant && !q.inputs[i]->sym_value;
+}
 void register_kiln_kernels(KernelRegistry& r);  // domain "kiln" (kiln_ops.cc)
 
 }  // namespace kiln::backends::cpu

@@ -322,9 +322,13 @@ Status select_branch_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
 
 }  // namespace
 
+std::unique_ptr<Kernel> make_sized_kernel(OpKind op, const ir::Attributes& attrs, SizedFn fn) {
+  return std::unique_ptr<Kernel>(new SizedKernel("cpu." + name_of(op), attrs, fn));
+}
+
 void add_sized_kernel(KernelRegistry& r, OpKind op, SizedFn fn) {
   r.add_factory(op, [op, fn](const KernelQuery& q) -> StatusOr<std::unique_ptr<Kernel>> {
-    return std::unique_ptr<Kernel>(new SizedKernel("cpu." + name_of(op), q.node.attrs, fn));
+    return make_sized_kernel(op, q.node.attrs, fn);
   });
 }
 

@@ -46,23 +46,6 @@ struct Num<BF16> {
   static BF16 store(float v) { return BF16{float_to_bf16(v)}; }
 };
 
-class OpsetKernel final : public Kernel {
- public:
-  using Fn = Status (*)(const KernelArgs& args, int opset);
-  OpsetKernel(std::string name, ir::Attributes attrs, int opset, Fn fn)
-      : name_(std::move(name)), attrs_(std::move(attrs)), opset_(opset), fn_(fn) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    return fn_(KernelArgs{attrs_, in, out}, opset_);
-  }
-  std::string name() const override { return name_; }
-
- private:
-  std::string name_;
-  ir::Attributes attrs_;
-  int opset_;
-  Fn fn_;
-};
-
 enum class Mode { kNearest, kLinear, kCubic };
 enum class Coord {
   kHalfPixel,
@@ -358,10 +341,36 @@ StatusOr<std::vector<double>> read_floats(const TensorView& v, const char* what)
   return out;
 }
 
-Status resize_kernel(const KernelArgs& a, int opset) {
+// The output shape the sizes or scales data give (ONNX: sizes, or floor(dim * scale)), for a
+// Resize whose output is data-dependent: the view has the shape of its bound, and the result is
+// written from its start.
+StatusOr<Shape> shape_from_data(const TensorView& x, const TensorView& y, const std::vector<int>& axes,
+                                const std::vector<double>* sizes, const std::vector<double>& scales) {
+  Shape s(x.shape.begin(), x.shape.end());
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const int d = axes[k];
+    const double v = sizes ? (*sizes)[k] : std::floor(double(x.shape[d]) * scales[d]);
+    if (!(v >= 0 && v <= double(ir::Interval::kInf)) || v != std::floor(v)) {
+      return invalid_argument("Resize: output dim " + std::to_string(d) + " from the " +
+                              (sizes ? "sizes" : "scales") + " is " + std::to_string(v) +
+                              ", not a size");
+    }
+    s[d] = int64_t(v);
+  }
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (s[d] > y.shape[d]) {
+      return internal_error("Resize: output dim " + std::to_string(d) + " is " + std::to_string(s[d]) +
+                            ", past the " + std::to_string(y.shape[d]) + " the plan bounds it by");
+    }
+  }
+  return s;
+}
+
+// `sized`: the output is data-dependent; *shape gets the shape written.
+Status resize_kernel(const KernelArgs& a, int opset, bool sized, Shape* shape) {
   bool opset10 = opset > 0 && opset < 11;
   const TensorView& x = a.in[0];
-  const TensorView& y = a.out[0];
+  TensorView y = a.out[0];
   int rank = x.rank();
   if (rank == 0 || y.rank() != rank || y.dtype != x.dtype) {
     return invalid_argument("Resize: output must have the input's rank and dtype");
@@ -396,9 +405,17 @@ Status resize_kernel(const KernelArgs& a, int opset) {
         return invalid_argument("Resize: scales must be > 0");
       scales[axes[k]] = s[k];
     }
+    if (sized) {
+      KILN_ASSIGN_OR_RETURN(*shape, shape_from_data(x, y, axes, nullptr, scales));
+      y.shape = *shape;
+    }
   } else if (sizes_in >= 0 && given(sizes_in)) {
     KILN_ASSIGN_OR_RETURN(std::vector<double> s, read_floats(a.in[sizes_in], "sizes"));
     if (s.size() != n) return invalid_argument("Resize: sizes length does not match the axes");
+    if (sized) {
+      KILN_ASSIGN_OR_RETURN(*shape, shape_from_data(x, y, axes, &s, scales));
+      y.shape = *shape;
+    }
     double common = policy == "not_larger" ? INFINITY : 0;
     for (size_t k = 0; k < n; ++k) {
       double r = s[k] / double(x.shape[axes[k]]);
@@ -471,9 +488,36 @@ Status resize_kernel(const KernelArgs& a, int opset) {
   return ok_status();
 }
 
+// Runs resize_kernel; where the sizes or scales are computed at run time (the output's dims are
+// then data-dependent), reports the shape they gave.
+class ResizeKernel final : public Kernel {
+ public:
+  ResizeKernel(ir::Attributes attrs, int opset, bool sized)
+      : attrs_(std::move(attrs)), opset_(opset), sized_(sized) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    valid_ = false;
+    KILN_RETURN_IF_ERROR(resize_kernel(KernelArgs{attrs_, in, out}, opset_, sized_, &shape_));
+    valid_ = sized_;
+    return ok_status();
+  }
+  std::string name() const override { return "cpu.Resize"; }
+  StatusOr<Shape> data_dependent_shape(size_t output) const override {
+    if (!valid_ || output != 0) return Kernel::data_dependent_shape(output);
+    return shape_;
+  }
+
+ private:
+  ir::Attributes attrs_;
+  int opset_;
+  bool sized_;
+  Shape shape_;
+  bool valid_ = false;
+};
+
 StatusOr<std::unique_ptr<Kernel>> make_resize_kernel(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(
-      new OpsetKernel("cpu.Resize", q.node.attrs, q.node.opset, &resize_kernel));
+  const bool opset10 = q.node.opset > 0 && q.node.opset < 11;
+  const bool sized = opset10 ? computed_at_run_time(q, 1) : computed_at_run_time(q, 2) || computed_at_run_time(q, 3);
+  return std::unique_ptr<Kernel>(new ResizeKernel(q.node.attrs, q.node.opset, sized));
 }
 
 // ---------------------------------------------------------------------------------------------

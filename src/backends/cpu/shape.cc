@@ -500,9 +500,11 @@ int64_t pad_source(int64_t j, int64_t begin, int64_t d, std::string_view mode) {
   return t < d ? t : period - t;
 }
 
-Status pad_kernel(const KernelArgs& a) {
+// `sized`: the pads are computed at run time and the output is data-dependent; its view has the
+// shape of its bound, *shape gets the shape the pads give, written from the view's start.
+Status pad_run(const KernelArgs& a, Shape* shape) {
   const TensorView& in = a.in[0];
-  const TensorView& out = a.out[0];
+  TensorView out = a.out[0];
   int r = in.rank();
   KILN_ASSIGN_OR_RETURN(std::string mode, a.attrs.get_string("mode", std::string("constant")));
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
@@ -534,6 +536,25 @@ Status pad_kernel(const KernelArgs& a) {
     begin[axes[i]] += pads[i];
     end[axes[i]] += pads[i + axes.size()];
   }
+  if (shape) {
+    shape->assign(size_t(r), 0);
+    for (int k = 0; k < r; ++k) {
+      auto grown = checked_add(in.shape[k], begin[k]);
+      if (grown) grown = checked_add(*grown, end[k]);
+      if (!grown || *grown < 0) {
+        return invalid_argument("Pad: dim " + std::to_string(k) + " of " + std::to_string(in.shape[k]) +
+                                " padded by " + std::to_string(begin[k]) + " and " + std::to_string(end[k]) +
+                                " is no size");
+      }
+      const int64_t d = *grown;
+      if (d > out.shape[k]) {
+        return internal_error("Pad: dim " + std::to_string(k) + " padded to " + std::to_string(d) + ", past the " +
+                              std::to_string(out.shape[k]) + " the plan bounds it by");
+      }
+      (*shape)[size_t(k)] = d;
+    }
+    out.shape = *shape;
+  }
   uint64_t fill = 0;
   if (a.in.size() > 2 && present(a.in[2]) && a.in[2].numel() > 0) {
     if (a.in[2].dtype != in.dtype) return invalid_argument("Pad: constant_value dtype differs");
@@ -560,6 +581,17 @@ Status pad_kernel(const KernelArgs& a) {
   }
   if (!empty) copy_by_axis_maps(in, out, maps, &fill);
   return ok_status();
+}
+
+Status pad_fixed(const KernelArgs& a, std::vector<Shape>* shapes) {
+  KILN_RETURN_IF_ERROR(pad_run(a, nullptr));
+  (*shapes)[0].assign(a.out[0].shape.begin(), a.out[0].shape.end());
+  return ok_status();
+}
+Status pad_sized(const KernelArgs& a, std::vector<Shape>* shapes) { return pad_run(a, &(*shapes)[0]); }
+
+StatusOr<std::unique_ptr<Kernel>> make_pad_kernel(const KernelQuery& q) {
+  return make_sized_kernel(OpKind::kPad, q.node.attrs, computed_at_run_time(q, 1) ? &pad_sized : &pad_fixed);
 }
 
 Status trilu_kernel(const KernelArgs& a) {
@@ -668,7 +700,7 @@ void register_shape_kernels(KernelRegistry& r) {
   r.add(OpKind::kRange, &range_kernel);
   r.add(OpKind::kConstantOfShape, &constant_of_shape_kernel);
   r.add(OpKind::kConstant, &constant_kernel);
-  r.add(OpKind::kPad, &pad_kernel);
+  r.add_factory(OpKind::kPad, &make_pad_kernel);
   r.add(OpKind::kTrilu, &trilu_kernel);
   r.add(OpKind::kHannWindow, &hann_window_kernel);
   r.add(OpKind::kHammingWindow, &hamming_window_kernel);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
+#include "core/checked.h"
 #include "backends/cuda/device_util.cuh"
 
 namespace kiln::backends::cuda {
@@ -167,10 +168,17 @@ class PadKernel final : public CudaKernel {
   HostParam pads_in, axes_in;
   std::vector<int64_t> pads_attr;  // opset < 11
   bool from_attr = false;
+  // The pads are computed on the device at run time: the output is data-dependent, its view has
+  // the shape of its bound, and the kernel writes the shape the pads give from the view's start.
+  // Reading the pads is the one synchronization (HostParam::get_ints), which the run makes at such a
+  // layer anyway to learn the shape.
+  bool sized = false;
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView &x = in[0], &y = out[0];
+    const TensorView& x = in[0];
+    TensorView y = out[0];
     int r = x.rank();
+    valid_ = false;
     std::vector<int64_t> pads = pads_attr, axes;
     if (!from_attr && pads_in.present() && present(in[1])) {
       KILN_ASSIGN_OR_RETURN(pads, pads_in.get_ints(in[1], stream_));
@@ -191,6 +199,24 @@ class PadKernel final : public CudaKernel {
       begin[axes[i]] += pads[i];
       end[axes[i]] += pads[i + axes.size()];
     }
+    if (sized) {
+      shape_.assign(size_t(r), 0);
+      for (int k = 0; k < r; ++k) {
+        auto grown = checked_add(x.shape[k], begin[k]);
+        if (grown) grown = checked_add(*grown, end[k]);
+        if (!grown || *grown < 0) {
+          return invalid_argument(name_ + ": dim " + std::to_string(k) + " of " + std::to_string(x.shape[k]) +
+                                  " padded by " + std::to_string(begin[k]) + " and " + std::to_string(end[k]) +
+                                  " is no size");
+        }
+        if (*grown > y.shape[k]) {
+          return internal_error(name_ + ": dim " + std::to_string(k) + " padded to " + std::to_string(*grown) +
+                                ", past the " + std::to_string(y.shape[k]) + " the plan bounds it by");
+        }
+        shape_[size_t(k)] = *grown;
+      }
+      y.shape = shape_;
+    }
     for (int k = 0; k < r; ++k) {
       if (x.shape[k] + begin[k] + end[k] != y.shape[k]) {
         return invalid_argument(name_ + ": output " + shape_to_string(y.shape) +
@@ -206,13 +232,22 @@ class PadKernel final : public CudaKernel {
     // the per-axis map's division per axis and element.
     bool inner_only = mode_ == PadMode::kConstant && r >= 1;
     for (int k = 0; k + 1 < r; ++k) inner_only = inner_only && begin[k] == 0 && end[k] == 0;
-    if (inner_only) return pad_last_axis(x, y, begin[size_t(r - 1)], fill_ptr, fill_bits_, stream_);
-    return launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_);
+    KILN_RETURN_IF_ERROR(inner_only ? pad_last_axis(x, y, begin[size_t(r - 1)], fill_ptr, fill_bits_, stream_)
+                                    : launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_));
+    valid_ = sized;
+    return ok_status();
+  }
+
+  StatusOr<Shape> data_dependent_shape(size_t output) const override {
+    if (!valid_ || output != 0) return Kernel::data_dependent_shape(output);
+    return shape_;
   }
 
  private:
   PadMode mode_;
   uint64_t fill_bits_;  // the `value` attribute (opset < 11) as the data's bytes
+  Shape shape_;
+  bool valid_ = false;
 };
 
 // ---- SpaceToDepth: a strided gather ----
@@ -655,14 +690,13 @@ StatusOr<std::unique_ptr<Kernel>> make_pad(const KernelQuery& q) {
     }
   }
   if (!k->from_attr) {
-    for (size_t i : {size_t(1), size_t(3)}) {
-      if (!host_readable(q, i)) {
-        return unsupported(
-            q.node.describe() + ": input " + std::to_string(i) + (i == 1 ? " (pads)" : " (axes)") +
-            " is computed on the device; the CUDA Pad reads it on the host, so it must be a " +
-            "constant or a shape formula");
-      }
+    if (!host_readable(q, 3)) {
+      return unsupported(q.node.describe() +
+                         ": input 3 (axes) is computed on the device; the CUDA Pad reads it on the host, so it "
+                         "must be a constant or a shape formula");
     }
+    // Pads computed on the device size a data-dependent output (the schema bounds it).
+    k->sized = !host_readable(q, 1);
     k->pads_in.init(q, 1);
     k->axes_in.init(q, 3);
   }

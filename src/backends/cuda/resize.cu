@@ -184,12 +184,23 @@ class ResizeKernel final : public CudaKernel {
   HostParam scales, sizes, roi;
   std::string policy = "stretch";
 
+  // The sizes or scales are computed on the device at run time: the output is data-dependent, its
+  // view has the shape of its bound, and the kernel writes the shape they give from the view's
+  // start. Reading them is the one synchronization (HostParam::get), which the run makes at such a
+  // layer anyway to learn the shape.
+  bool sized = false;
+
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
-    const TensorView& y = out[0];
+    TensorView y = out[0];
     int rank = x.rank();
     if (rank < 1 || rank > kMaxRank || y.rank() != rank)
       return invalid_argument(name_ + ": bad rank");
+    valid_ = false;
+    if (sized) {
+      KILN_ASSIGN_OR_RETURN(shape_, shape_from_data(in, x, y));
+      y.shape = shape_;
+    }
     Shape key(x.shape.begin(), x.shape.end());
     key.insert(key.end(), y.shape.begin(), y.shape.end());
     // roi values may change without the shapes changing: read them every launch (a constant or a
@@ -205,10 +216,47 @@ class ResizeKernel final : public CudaKernel {
     } else {
       resize_kernel<float><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
     }
-    return launch_status("resize_kernel");
+    KILN_RETURN_IF_ERROR(launch_status("resize_kernel"));
+    valid_ = sized;
+    return ok_status();
+  }
+
+  StatusOr<Shape> data_dependent_shape(size_t output) const override {
+    if (!valid_ || output != 0) return Kernel::data_dependent_shape(output);
+    return shape_;
   }
 
  private:
+  // The output shape the sizes (or floor(dim * scale)) give, within the view's bound (as the CPU
+  // reference's shape_from_data).
+  StatusOr<Shape> shape_from_data(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
+    const int rank = x.rank();
+    std::vector<int> ax = axes;
+    if (ax.empty()) {
+      for (int d = 0; d < rank; ++d) ax.push_back(d);
+    }
+    auto given = [&](int i) { return i >= 0 && int(in.size()) > i && present(in[i]) && in[i].numel() > 0; };
+    const bool by_sizes = !given(scales_in) && given(sizes_in);
+    if (!by_sizes && !given(scales_in)) return invalid_argument(name_ + ": one of scales or sizes must be given");
+    KILN_ASSIGN_OR_RETURN(auto v, by_sizes ? sizes.get(in[sizes_in], stream_) : scales.get(in[scales_in], stream_));
+    if (v.size() != ax.size()) return invalid_argument(name_ + ": sizes or scales do not match the axes");
+    Shape s(x.shape.begin(), x.shape.end());
+    for (size_t k = 0; k < ax.size(); ++k) {
+      const int d = ax[k];
+      const double o = by_sizes ? v[k] : std::floor(double(x.shape[d]) * v[k]);
+      if (!(o >= 0 && o <= double(ir::Interval::kInf)) || o != std::floor(o)) {
+        return invalid_argument(name_ + ": output dim " + std::to_string(d) + " from the data is " +
+                                std::to_string(o) + ", not a size");
+      }
+      s[d] = int64_t(o);
+      if (s[d] > y.shape[d]) {
+        return internal_error(name_ + ": output dim " + std::to_string(d) + " is " + std::to_string(s[d]) +
+                              ", past the " + std::to_string(y.shape[d]) + " the plan bounds it by");
+      }
+    }
+    return s;
+  }
+
   Status set_args(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
     int rank = x.rank();
     std::vector<int> ax = axes;
@@ -274,7 +322,14 @@ class ResizeKernel final : public CudaKernel {
 
   Shape key_;
   ResizeArgs args_{};
+  Shape shape_;
+  bool valid_ = false;
 };
+
+// Whether input i is data the run computes on the device: neither a constant nor a shape formula.
+bool computed_at_run_time(const KernelQuery& q, size_t i) {
+  return i < q.inputs.size() && q.inputs[i] && !q.inputs[i]->constant && !q.inputs[i]->sym_value;
+}
 
 // Whether every resized axis provably grows or keeps its size (antialias then changes nothing):
 // constant scales >= 1, or static output dims >= the input's.
@@ -384,6 +439,8 @@ StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelQuery& q) {
   if (antialias != 0 && b.mode != Mode::kNearest && !never_downsamples(q, k->scales_in)) {
     return unsupported(q.node.describe() + ": antialias where an axis may shrink");
   }
+  k->sized = computed_at_run_time(q, size_t(k->scales_in)) ||
+             (k->sizes_in >= 0 && computed_at_run_time(q, size_t(k->sizes_in)));
   k->scales.init(q, k->scales_in);
   if (k->sizes_in >= 0) k->sizes.init(q, k->sizes_in);
   if (b.coord == Coord::kTfCropAndResize) k->roi.init(q, 1);
