@@ -235,6 +235,19 @@ TEST(Dim, SimplifyUsesSymbolRanges) {
 namespace kiln::ir {
 namespace {
 
+// A Reshape's -1 divides the element count by the other dims: where the count is an integer
+// multiple of them, the quotient is that integer (detection heads reshape [boxes * 4] to [boxes, 4]).
+TEST(Dim, AnExactMultipleOfTheDivisorDividesToItsFactor) {
+  const Dim a = Dim::symbol("a"), b = Dim::symbol("b");
+  const Dim den = Dim(30) * a * b + Dim(15) * Dim::ceil_div(a, Dim(2));
+  EXPECT_EQ(Dim::floor_div(Dim(4) * den, den), Dim(4));
+  EXPECT_EQ(Dim::floor_div(Dim(120) * a * b + Dim(60) * Dim::ceil_div(a, Dim(2)), den), Dim(4));
+  // Not a multiple: stays a division, exact where evaluated.
+  const Dim q = Dim::floor_div(Dim(120) * a * b + Dim(61) * Dim::ceil_div(a, Dim(2)), den);
+  EXPECT_FALSE(q.is_const());
+  EXPECT_EQ(q.eval({{"a", 3}, {"b", 2}}), (120 * 6 + 61 * 2) / (30 * 6 + 15 * 2));
+}
+
 TEST(Dim, MinMaxUseThatDimsAreNonNegative) {
   Dim b = Dim::symbol("batch");
   EXPECT_EQ(Dim::max(b * 16, b * 32), b * 32);

@@ -133,6 +133,12 @@ TEST(ResizeDataSizes, FloatScaledSizesAreDataDependentAndThePadStaysAFormula) {
     // floor(640 * 320/240), the interval bound (the true largest size is 640).
     EXPECT_GE(d.bound.value(), 640);
     EXPECT_LE(d.bound.value(), 854);
+    // And the least size the analysis proves: floor(240 * min(320/640, 640/640)) = 120, widened by
+    // float rounding. The profile proof starts the dim there (a stride-2 conv on it needs >= 1).
+    ASSERT_TRUE(d.lower.is_const()) << d.lower.to_string();
+    EXPECT_GE(d.lower.value(), 100);
+    EXPECT_LE(d.lower.value(), 120);
+    for (const auto& prof : engine->plan().profiles) EXPECT_EQ(prof.symbols.at(d.symbol).lo, d.lower.value());
   }
   const std::string y = ir::dims_to_string(*engine->tensor_symbolic_shape("y"));
   EXPECT_EQ(y, "[1, 3, " + dd[0].symbol + ", " + dd[1].symbol + "]");

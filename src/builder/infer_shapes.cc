@@ -186,16 +186,19 @@ Status infer_shapes(BuildState& s) {
     for (size_t k = known_dims; k < s.data_dependent.size(); ++k) {
       ir::DataDependentDim& dd = s.data_dependent[k];
       dd.bound = dd.bound.simplify(hull);
-      ir::Interval all{0, 0};
+      dd.lower = dd.lower.simplify(hull);
+      ir::Interval all{ir::Interval::kInf, 0};
       for (plan::Profile& p : s.profiles) {
         const ir::Interval b = dd.bound.bounds(p.symbols);
         if (b.hi >= ir::Interval::kInf) {
           return invalid_model(node.describe() + ": the size of its output, " + dd.symbol + ", is bounded by " +
                                dd.bound.to_string() + ", which has no finite bound over the profile");
         }
-        p.symbols[dd.symbol] = ir::Interval{0, std::max<int64_t>(b.hi, 0)};
+        p.symbols[dd.symbol] = ir::data_dependent_range(dd, p.symbols);
+        all.lo = std::min(all.lo, p.symbols[dd.symbol].lo);
         all.hi = std::max(all.hi, b.hi);
       }
+      if (all.lo > all.hi) all.lo = 0;
       hull[dd.symbol] = all;
       for (ir::SymbolValues* at : {&s.opt_symbols, &s.min_symbols}) {
         if (auto x = dd.bound.eval(*at)) (*at)[dd.symbol] = std::max<int64_t>(*x, 0);

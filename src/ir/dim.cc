@@ -307,6 +307,13 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     if (exact) return r;
   }
   if (a == b) return Dim(1);
+  // A numerator that is k times the divisor, k an integer: (120*a + 60*b)/(30*a + 15*b) is 4, as
+  // a Reshape's -1 computes it. Exact for every value of the symbols where the divisor is nonzero.
+  if (!b.is_const() && !a.is_const() && a.terms_.size() == b.terms_.size() && b.terms_[0].coeff != 0 &&
+      a.terms_[0].key == b.terms_[0].key && a.terms_[0].coeff % b.terms_[0].coeff == 0) {
+    const Dim k(a.terms_[0].coeff / b.terms_[0].coeff);
+    if (b * k == a) return k;
+  }
   return wrap_floor_div(a, b, false);
 }
 
@@ -552,6 +559,12 @@ std::string Dim::to_string() const {
   if (constant_ > 0) s += " + " + std::to_string(constant_);
   if (constant_ < 0) s += " - " + std::to_string(uint64_t(0) - uint64_t(constant_));
   return s;
+}
+
+Interval data_dependent_range(const DataDependentDim& dd, const SymbolRanges& ranges) {
+  const int64_t hi = std::max<int64_t>(dd.bound.bounds(ranges).hi, 0);
+  const int64_t lo = std::clamp<int64_t>(dd.lower.bounds(ranges).lo, 0, hi);
+  return Interval{lo, hi};
 }
 
 bool names_data_dependent(const std::vector<Dim>& dims, const std::vector<DataDependentDim>& dd) {

@@ -101,10 +101,17 @@ std::string dims_to_string(const std::vector<Dim>& dims);
 // A dim only tensor data decides (NonZero's count, the boxes NonMaxSuppression keeps): a symbol
 // the runtime binds once the node that makes it has run, between 0 and `bound`, a formula over the
 // input symbols (and earlier data-dependent ones) that the arena is sized by.
+// `lower`, where the node's inputs prove one (a resize's sizes computed from the input's shape),
+// is a formula it is at least: the profile proof takes the dim from there, and the run refuses a
+// smaller size.
 struct DataDependentDim {
   std::string symbol;
   Dim bound;
+  Dim lower = 0;
 };
+// The range a profile gives data-dependent dim `dd` (its symbols in `ranges`): from its lower
+// bound's least value (at least 0) to its bound's greatest (an empty bound gives [0, 0]).
+Interval data_dependent_range(const DataDependentDim& dd, const SymbolRanges& ranges);
 // Whether any of `dims` names one of the data-dependent dims `dd`.
 bool names_data_dependent(const std::vector<Dim>& dims, const std::vector<DataDependentDim>& dd);
 

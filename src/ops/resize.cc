@@ -105,10 +105,20 @@ StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const Ele
     KILN_ASSIGN_OR_RETURN(ir::Dim scaled, ctx.mul_dims(in, ir::Dim(num), what));
     bound = ir::Dim::floor_div(scaled, ir::Dim(kDenominator));
   }
+  // The least size: floor(in * M / D) with M / D at or below the scale's lower bound.
+  ir::Dim lower = 0;
+  if (s.lo > 0 && s.lo < s.hi && s.lo < double(int64_t(1) << 31)) {
+    const int64_t num = std::max<int64_t>(int64_t(std::floor(s.lo * double(kDenominator))) - 1, 0);
+    if (num > 0) {
+      KILN_ASSIGN_OR_RETURN(ir::Dim scaled, ctx.mul_dims(in, ir::Dim(num), what));
+      lower = ir::Dim::floor_div(scaled, ir::Dim(kDenominator));
+    }
+  }
   return ctx.range_bounded_dim(0, axis, "resized", bound,
                                "the scale of axis " + std::to_string(axis) + " (in '" + scales_name +
                                    "') is computed from tensor data at run time and has no upper bound kiln can "
-                                   "prove from the profile's shapes; kiln sizes memory by such a bound");
+                                   "prove from the profile's shapes; kiln sizes memory by such a bound",
+                               lower);
 }
 
 Status infer_resize(InferContext& ctx) {
@@ -218,12 +228,16 @@ Status infer_resize(InferContext& ctx) {
       }
       std::optional<ir::Dim> bound;
       if (r.hi < double(ir::Interval::kInf)) bound = ir::Dim(std::max<int64_t>(int64_t(std::floor(r.hi)), 0));
+      // The least size, where the analysis proves one: the profile proof starts the dim there.
+      int64_t lower = r.lo > 0 && r.lo < double(ir::Interval::kInf) ? int64_t(std::ceil(r.lo)) : 0;
+      if (bound) lower = std::min(lower, bound->value());
       KILN_ASSIGN_OR_RETURN(
           out[axis], ctx.range_bounded_dim(0, axis, "resized", bound,
                                            "sizes element " + std::to_string(k) + " ('" + ctx.input(sizes_in).name +
                                                "') is computed from tensor data at run time and has no upper "
                                                "bound kiln can prove from the profile's shapes; kiln sizes "
-                                               "memory by such a bound"));
+                                               "memory by such a bound",
+                                           ir::Dim(lower)));
     }
   } else if (has_scales) {
     KILN_ASSIGN_OR_RETURN(std::vector<float> scales, constant_floats(ctx, scales_in, "scales"));

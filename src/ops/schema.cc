@@ -194,7 +194,7 @@ void InferContext::set_output_value(int i, std::vector<ir::Dim> value) {
 }
 
 StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::string_view base,
-                                                  const ir::Dim& bound) {
+                                                  const ir::Dim& bound, const ir::Dim& lower) {
   if (!data_dependent_) {
     return error(StatusCode::kUnsupported, "output " + std::to_string(output) +
                                                " has a size only its data decides, which needs the "
@@ -207,10 +207,15 @@ StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::str
     const ir::Dim stored = shape && dim < int(shape->size()) ? (*shape)[dim] : ir::Dim(-1);
     for (const auto& d : *data_dependent_) {
       if (stored.is_symbol() && stored == ir::Dim::symbol(d.symbol)) {
-        if (d.bound == bound) return stored;
+        // The builder stores bounds simplified over the profiles' ranges (min(2^63 - 1, n) is n).
+        auto same = [&](const ir::Dim& kept, const ir::Dim& given) {
+          return kept == given || (ranges_ && kept == given.simplify(*ranges_));
+        };
+        if (same(d.bound, bound) && same(d.lower, lower)) return stored;
         return error(StatusCode::kInvalidArgument,
-                     "data-dependent dim " + d.symbol + " is bounded by " + d.bound.to_string() +
-                         " in the plan, but the node bounds it by " + bound.to_string());
+                     "data-dependent dim " + d.symbol + " is bounded by [" + d.lower.to_string() + ", " +
+                         d.bound.to_string() + "] in the plan, but the node bounds it by [" + lower.to_string() +
+                         ", " + bound.to_string() + "]");
       }
     }
     return error(StatusCode::kInvalidArgument, "output " + std::to_string(output) + " dim " +
@@ -227,25 +232,27 @@ StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::str
   for (const auto& d : *data_dependent_) taken.insert(d.symbol);
   std::string name(base);
   for (int k = 2; taken.count(name); ++k) name = std::string(base) + "_" + std::to_string(k);
-  data_dependent_->push_back({name, bound});
+  data_dependent_->push_back({name, bound, lower});
   return ir::Dim::symbol(name);
 }
 
 StatusOr<ir::Dim> InferContext::range_bounded_dim(int output, int dim, std::string_view base,
                                                  const std::optional<ir::Dim>& bound,
-                                                 std::string_view why) {
+                                                 std::string_view why, const ir::Dim& lower) {
   if (data_dependent_ && !fresh_) {
     const int v = has_output(output) ? node_.outputs[output] : -1;
     const auto* shape = v >= 0 && graph_.values[v].shape ? &*graph_.values[v].shape : nullptr;
     const ir::Dim stored = shape && dim < int(shape->size()) ? (*shape)[dim] : ir::Dim(-1);
     for (const auto& d : *data_dependent_) {
-      if (stored.is_symbol() && stored == ir::Dim::symbol(d.symbol)) return data_dependent_dim(output, dim, base, d.bound);
+      if (stored.is_symbol() && stored == ir::Dim::symbol(d.symbol)) {
+        return data_dependent_dim(output, dim, base, d.bound, d.lower);
+      }
     }
     // Not one of the plan's: data_dependent_dim names what the plan stores there.
     return data_dependent_dim(output, dim, base, bound ? *bound : ir::Dim(0));
   }
   if (!bound) return error(StatusCode::kUnsupported, std::string(why));
-  return data_dependent_dim(output, dim, base, *bound);
+  return data_dependent_dim(output, dim, base, *bound, lower);
 }
 
 Status InferContext::error(StatusCode code, const std::string& message) const {

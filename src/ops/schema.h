@@ -97,14 +97,17 @@ class InferContext {
     data_dependent_ = list;
     fresh_ = fresh;
   }
-  StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base, const ir::Dim& bound);
+  StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base, const ir::Dim& bound,
+                                       const ir::Dim& lower = ir::Dim(0));
   // The same for a size read from a tensor computed at run time (Resize's sizes, Pad's pads), bounded
   // by an analysis of the graph's values (ops/value_range.h) rather than by a formula over the
   // node's inputs. nullopt: the analysis found no finite bound, an error that says `why`. A verifier
   // takes the bound its plan stores: passes after inference may rewrite the producers the analysis
   // walked, and the kernel refuses a size past the bound at run time.
+  // `lower` is the least size the analysis proves (0 where it proves none).
   StatusOr<ir::Dim> range_bounded_dim(int output, int dim, std::string_view base,
-                                      const std::optional<ir::Dim>& bound, std::string_view why);
+                                      const std::optional<ir::Dim>& bound, std::string_view why,
+                                      const ir::Dim& lower = ir::Dim(0));
 
   // The hull of the profiles' symbol ranges, with the data-dependent dims made so far (infer_shapes
   // sets it). nullptr (a verifier, a one-node test): analyses that need ranges then prove nothing.

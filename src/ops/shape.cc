@@ -790,11 +790,17 @@ Status infer_pad(InferContext& ctx) {
         KILN_ASSIGN_OR_RETURN(Dim grown, ctx.add_dims(in[k], Dim(int64_t(std::floor(rb.hi))), padded));
         KILN_ASSIGN_OR_RETURN(bound, ctx.add_dims(grown, Dim(int64_t(std::floor(re.hi))), padded));
       }
+      // The least size: the input's dim plus the least pads (the proof starts the dim there).
+      Dim lower = 0;
+      if (rb.lo > -limit && re.lo > -limit && rb.lo < limit && re.lo < limit) {
+        lower = in[k] + Dim(int64_t(std::ceil(rb.lo))) + Dim(int64_t(std::ceil(re.lo)));
+      }
       KILN_ASSIGN_OR_RETURN(out[k], ctx.range_bounded_dim(0, k, "padded", bound,
                                                           padded + " is computed from tensor data at run time and "
                                                                    "has no upper bound kiln can prove from the "
                                                                    "profile's shapes; kiln sizes memory by such a "
-                                                                   "bound"));
+                                                                   "bound",
+                                                          lower));
       if (*mode != "constant" && !(rb.hi <= 0 && re.hi <= 0)) {
         KILN_RETURN_IF_ERROR(ctx.require_ge(in[k], 1, "dim " + std::to_string(k) +
                                                           " is not empty when padding in " + *mode + " mode"));

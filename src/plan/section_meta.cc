@@ -192,6 +192,12 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
   for (const ir::DataDependentDim& d : p.data_dependent) {
     w.str(d.symbol);
     KILN_RETURN_IF_ERROR(write_dims(w, {d.bound}, "the bound of data-dependent dim '" + d.symbol + "'"));
+    if (version >= 7) {
+      KILN_RETURN_IF_ERROR(write_dims(w, {d.lower}, "the lower bound of data-dependent dim '" + d.symbol + "'"));
+    } else if (d.lower != ir::Dim(0)) {
+      return invalid_argument("cannot save plan: format " + std::to_string(version) +
+                              " has no lower bounds of data-dependent dims");
+    }
   }
   if (version < 6) {
     if (!p.shape_values.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no shape-value inputs");
@@ -248,6 +254,11 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
       KILN_ASSIGN_OR_RETURN(auto bound, read_dims(r, "the bound of a data-dependent dim"));
       if (bound.size() != 1) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " + std::to_string(bound.size()) + " bounds");
       d.bound = bound[0];
+      if (version >= 7) {
+        KILN_ASSIGN_OR_RETURN(auto lower, read_dims(r, "the lower bound of a data-dependent dim"));
+        if (lower.size() != 1) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " + std::to_string(lower.size()) + " lower bounds");
+        d.lower = lower[0];
+      }
       for (const auto& e : p->data_dependent) {
         if (e.symbol == d.symbol) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' is listed twice");
       }

@@ -52,7 +52,7 @@ StatusOr<ir::SymbolRanges> size_ranges(const plan::Plan& plan, const ir::SymbolV
     if (b.hi >= ir::Interval::kInf) {
       return invalid_argument("data-dependent dim " + d.symbol + " has no finite bound: " + d.bound.to_string());
     }
-    ranges[d.symbol] = ir::Interval{0, std::max<int64_t>(b.hi, 0)};
+    ranges[d.symbol] = ir::data_dependent_range(d, ranges);
   }
   return ranges;
 }
@@ -499,7 +499,8 @@ Status ExecutionContext::bind_data_dependent(size_t n, void* stream) {
         return internal_error(where + " dim " + std::to_string(d) + " (" + f.to_string() + ") is " +
                               std::to_string(x) + ", outside what the run sized it for" +
                               (r == ranges_.end() ? std::string()
-                                                  : " [0, " + std::to_string(r->second.hi) + "]"));
+                                                  : " [" + std::to_string(r->second.lo) + ", " +
+                                                        std::to_string(r->second.hi) + "]"));
       }
       symbols_[r->first] = x;
       r->second = ir::Interval{x, x};

@@ -235,17 +235,23 @@ class Verifier {
       }
       std::set<std::string> in_bound;
       dd.bound.collect_symbols(&in_bound);
+      dd.lower.collect_symbols(&in_bound);
       for (const std::string& x : in_bound) {
         if (!known.count(x)) {
           return violation("data-dependent bounds name earlier symbols",
-                           "the bound of " + dd.symbol + ", " + dd.bound.to_string() + ", names " + x);
+                           "the bounds of " + dd.symbol + ", [" + dd.lower.to_string() + ", " + dd.bound.to_string() +
+                               "], name " + x);
         }
       }
+      // The proof took the dim from its lower bound: the profile must say the same, and the run
+      // refuses a size below it.
       for (size_t pi = 0; pi < p_.profiles.size(); ++pi) {
         auto r = p_.profiles[pi].symbols.find(dd.symbol);
-        if (r == p_.profiles[pi].symbols.end() || r->second.lo != 0) {
-          return violation("profiles range data-dependent dims from 0",
-                           "profile " + std::to_string(pi) + " gives " + dd.symbol + " no range [0, hi]");
+        if (r == p_.profiles[pi].symbols.end() ||
+            r->second.lo != ir::data_dependent_range(dd, p_.profiles[pi].symbols).lo) {
+          return violation("profiles range data-dependent dims from their lower bound",
+                           "profile " + std::to_string(pi) + " gives " + dd.symbol + " no range [" +
+                               std::to_string(ir::data_dependent_range(dd, p_.profiles[pi].symbols).lo) + ", hi]");
         }
       }
       known.insert(dd.symbol);
@@ -734,6 +740,15 @@ class Verifier {
     std::vector<ops::Constraint> constraints;  // proven by the builder over the profile box
     ops::InferContext ctx(g_, node, int(n), &constraints);
     ctx.set_data_dependent(&data_dependent_, false);
+    if (hull_.empty()) {
+      for (const plan::Profile& p : p_.profiles) {
+        for (const auto& [name, r] : p.symbols) {
+          auto [it, inserted] = hull_.emplace(name, r);
+          if (!inserted) it->second = {std::min(it->second.lo, r.lo), std::max(it->second.hi, r.hi)};
+        }
+      }
+    }
+    ctx.set_symbol_ranges(&hull_);
     Status st = schema.infer(ctx);
     if (!st.ok()) {
       return violation("stored types follow from op inference",
@@ -816,6 +831,7 @@ class Verifier {
   const ir::Graph& g_;
   const std::vector<ir::SymbolValues> corners_;
   std::vector<ir::DataDependentDim> data_dependent_ = p_.data_dependent;  // inference's copy
+  ir::SymbolRanges hull_;  // every profile's symbol ranges together, as the builder simplified over
   std::vector<char> is_input_, is_output_, used_;
 };
 

@@ -58,7 +58,8 @@ std::string describe_io(const Engine& engine) {
   // Dims only the data decides: each is known once the layer that makes it has run.
   std::string dd;
   for (const auto& d : engine.plan().data_dependent) {
-    dd += "  " + d.symbol + " in [0, " + d.bound.to_string() + "]\n";
+    dd += "  " + d.symbol + " in [" + (d.lower == 0 ? std::string("0") : "max(0, " + d.lower.to_string() + ")") + ", " +
+          d.bound.to_string() + "]\n";
   }
   if (!dd.empty()) dd = "data-dependent dims (sized by their layers when the run reaches them):\n" + dd;
   return "inputs:\n" + in + "outputs (shape formulas over the input symbols):\n" + out + dd;
