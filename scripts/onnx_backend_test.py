@@ -9,11 +9,14 @@ Tests in tests/conformance/exclusions.txt are skipped, as the runner counts them
 variants run (kiln.backend.supports_device("CPU")); tolerances are BackendTest's own (rtol 1e-3,
 atol 1e-7, two ulps for bfloat16), the same as the runner's.
 
-kiln builds an engine for fixed values of the inputs that set shapes (axes, pads, sizes, K), and
-ONNX node tests feed those as graph inputs. kiln_node_tests binds them to the test's values at
-build time; so does this script (a thin wrapper over kiln.backend, binding_backend below) unless
---no-bind is given, which shows plain kiln.backend, where those tests fail with "kiln needs it
-known at build time".
+ONNX node tests feed the inputs that set shapes (axes, pads, sizes, K) as graph inputs. kiln.backend
+gives such an input to the engine as a shape-value input, built for the values run() gives and
+checked at run time (kiln_node_tests ranges them over the test's data sets). A value the builder
+needs that is computed from graph inputs (a Cast of one, say) is beyond that: this script's
+wrapper (binding_backend below) then binds the graph inputs feeding it to the test's values at
+build time, unless --no-bind is given, which shows plain kiln.backend (measured 2026-11-27 over
+onnx 1.23.1's corpus: 1566 passed plain, 1606 with the wrapper; 1323 plain before kiln.backend
+took shape values).
 
 Usage: scripts/onnx_backend_test.py [--corpus DIR] [--filter SUBSTR] [--verbose] [--in-memory]
                                     [--no-bind] [--manifest FILE] [--json FILE]

@@ -14,7 +14,7 @@ exactly those shapes, and later runs with the same shapes reuse it.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -51,8 +51,25 @@ def _static_shape(value_info: onnx.ValueInfoProto) -> Optional[Shape]:
     return tuple(dims)
 
 
+# What kiln's build error says of a model input whose values it needs at build time (a Tile's
+# repeats, a Reshape's target fed as a graph input): the profile can give them as shape values.
+_SHAPE_VALUES_HINT = "as a model input it can take shape values"
+
+
+def _inputs_needing_values(message: str, input_names: Sequence[str]) -> List[str]:
+    if _SHAPE_VALUES_HINT not in message:
+        return []
+    return [n for n in input_names if f"('{n}', the " in message]
+
+
 class KilnBackendRep(BackendRep):
-    """A prepared model: engines keyed by input shapes, each with one exact-shape profile."""
+    """A prepared model: engines keyed by input shapes, each with one exact-shape profile.
+
+    An input whose values decide shapes (a Tile's repeats, a Reshape's target, Resize sizes given
+    as graph inputs) is a shape-value input of the engine, as TensorRT's shape tensors are: the
+    engine is built for the values the run gives (OptimizationProfile.set_shape_values), which it
+    then checks at run time, and other values build another engine, as other shapes do.
+    """
 
     def __init__(self, network: "kiln.Network", input_names: Sequence[str],
                  output_names: Sequence[str], device: "kiln.Device"):
@@ -60,24 +77,51 @@ class KilnBackendRep(BackendRep):
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.device = device
-        self._engines: Dict[Tuple[Shape, ...], Tuple[kiln.Engine, kiln.ExecutionContext]] = {}
+        self.value_inputs: List[str] = []  # inputs the engines take as shape values, in order found
+        self._engines: Dict[Tuple[Any, ...], Tuple[kiln.Engine, kiln.ExecutionContext]] = {}
 
-    def engine_for(self, shapes: Mapping[str, Shape]) -> "kiln.Engine":
-        """The engine (built now if needed) whose profile is exactly these input shapes."""
-        return self._context_for(shapes)[0]
+    def engine_for(self, shapes: Mapping[str, Shape],
+                   values: Optional[Mapping[str, Any]] = None) -> "kiln.Engine":
+        """The engine (built now if needed) whose profile is exactly these input shapes (and, for
+        inputs whose values decide shapes, these values)."""
+        return self._context_for(shapes, values)[0]
 
-    def _context_for(self, shapes: Mapping[str, Shape]):
-        key = tuple(tuple(shapes[n]) for n in self.input_names)
-        if key not in self._engines:
+    def _key(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]]) -> Tuple[Any, ...]:
+        key: Tuple[Any, ...] = tuple(tuple(shapes[n]) for n in self.input_names)
+        if self.value_inputs and values is not None:
+            key += tuple((np.asarray(values[n]).dtype.str, np.asarray(values[n]).tobytes()) for n in self.value_inputs)
+        return key
+
+    def _context_for(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]] = None):
+        for _ in range(len(self.input_names) + 1):
+            if self.value_inputs and values is None:
+                raise kiln.UnsupportedError(
+                    f"input(s) {', '.join(map(repr, self.value_inputs))} decide shapes by their values: "
+                    "the engine is built when run() gives them")
+            key = self._key(shapes, values)
+            if key in self._engines:
+                return self._engines[key]
             config = kiln.BuilderConfig()
             profile = kiln.OptimizationProfile()
             for name in self.input_names:
                 shape = list(shapes[name])
                 profile.set_dimensions(name, shape, shape, shape)
+                if name in self.value_inputs:
+                    profile.set_shape_values(name, np.array(values[name], order="C"))  # 0-d stays 0-d
             config.add_profile(profile)
-            engine = kiln.Builder(self.device).build(self.network, config)
+            try:
+                engine = kiln.Builder(self.device).build(self.network, config)
+            except kiln.Error as e:
+                found = [n for n in _inputs_needing_values(str(e), self.input_names) if n not in self.value_inputs]
+                if not found:
+                    raise
+                self.value_inputs += found
+                if values is None:
+                    raise  # prepare(): run() gives the values
+                continue
             self._engines[key] = (engine, engine.create_execution_context())
-        return self._engines[key]
+            return self._engines[key]
+        raise kiln.UnsupportedError("giving inputs as shape values did not make the model buildable")
 
     def run(self, inputs: Any, input_feed: Any = None, **kwargs: Any) -> Tuple[Any, ...]:
         """Runs on inputs given as a list (graph input order), a dict, or a single array.
@@ -108,7 +152,7 @@ class KilnBackendRep(BackendRep):
         missing = [n for n in self.input_names if n not in arrays]
         if missing:
             raise kiln.InvalidArgumentError(f"missing input(s): {', '.join(missing)}")
-        _, context = self._context_for({n: tuple(arrays[n].shape) for n in self.input_names})
+        _, context = self._context_for({n: tuple(arrays[n].shape) for n in self.input_names}, arrays)
         outputs = context.run(arrays)
         return namedtupledict("Outputs", self.output_names)(*[outputs[n] for n in self.output_names])
 
@@ -136,7 +180,11 @@ class KilnBackend(Backend):
         shapes = {i.name: _static_shape(i) for i in graph_inputs}
         shapes.update({n: tuple(s) for n, s in (input_shapes or {}).items()})
         if all(s is not None for s in shapes.values()):
-            rep.engine_for(shapes)
+            try:
+                rep.engine_for(shapes)
+            except kiln.Error:
+                if not rep.value_inputs:
+                    raise  # else the engine is built when run() gives those inputs' values
         return rep
 
     @classmethod

@@ -65,6 +65,30 @@ def test_backend_errors_are_kiln_errors():
         rep.run([np.ones((1, 4))])
 
 
+def test_an_input_whose_values_decide_shapes_is_a_shape_value_input():
+    # Tile's repeats fed as a graph input: the engine takes them as shape values (TensorRT's shape
+    # tensors), built for the values run() gives and checking them at run time; other values
+    # build another engine, as other shapes do. prepare() waits for run() to give them.
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "repeats"], ["y"])], "tile",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("repeats", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    rep = kiln.backend.prepare(model)
+    assert rep.value_inputs == ["repeats"] and not rep._engines
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for reps in ([1, 2], [3, 1], [1, 2]):
+        (y,) = rep.run({"x": x, "repeats": np.array(reps, np.int64)})
+        np.testing.assert_array_equal(y, np.tile(x, reps))
+    assert len(rep._engines) == 2
+    engine = rep.engine_for({"x": (2, 3), "repeats": (2,)}, {"repeats": np.array([3, 1], np.int64)})
+    assert engine.is_shape_inference_io("repeats") and not engine.is_shape_inference_io("x")
+    with pytest.raises(kiln.UnsupportedError, match="'repeats' decide shapes by their values"):
+        rep.engine_for({"x": (2, 3), "repeats": (2,)})
+
+
 # onnx's own node tests (built in memory by the installed onnx), driven by onnx's BackendTest. It
 # generates a test for every case it knows; keep only the included ones, rather than thousands of
 # skips. The last four are opset-28 models (Mod fmod=0 on floats, signed BitShift, SpaceToDepth's

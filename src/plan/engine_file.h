@@ -1,7 +1,9 @@
 // The engine file (.kiln): serializes a Plan to bytes and back, refusing any truncated, corrupted,
 // hostile or version-mismatched file with a specific reason. Loading never trusts the file.
 //
-// Format version 4 (version 3 is still read: its node records end at attrs). Every integer is little-endian with the size given; f32 is IEEE bits as u32.
+// Format version 7 (versions 3 to 6 are still read: 3's node records end at attrs, and only 7's
+// have guards; META gains data-dependent dims in 5, shape-value inputs in 6, and the lower
+// bounds of data-dependent dims in 7: plan.h says what each loads as). Every integer is little-endian with the size given; f32 is IEEE bits as u32.
 // str = u64 byte count + bytes. A "count" is a u64. Offsets are from the start of the file.
 //
 //   header   magic "KILNENG\0" (8 bytes), format_version u32 (= plan::kFormatVersion),
@@ -41,7 +43,9 @@
 //                                     attrs: count, each {name str, type u8, payload},
 //                                     replaced (format 4): count, each {op_type str, count i64}
 //                                       (ir::Node::replaced: a fused node's model nodes, op types
-//                                       unique and non-empty, counts 1..2^31-1)};
+//                                       unique and non-empty, counts 1..2^31-1),
+//                                     guards (format 7): count, each {cond i32, when u8}
+//                                       (ir::Node::guards: the node runs in an If's branch)};
 //                 inputs: count + i32 each;  outputs: count + i32 each
 //         dims   = count, each dim;  dim = kind u8, then 0: i64 constant, or 1: str formula printed
 //                  by Dim::to_string and re-read by Dim::parse (unparsable on load = corruption)
