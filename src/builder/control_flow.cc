@@ -515,7 +515,7 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
 Status settle_guards(BuildState& s) {
   ir::Graph& g = s.graph;
   for (ir::Node& node : g.nodes) {
-    if (node.domain == "kiln" && node.op_type == "SelectBranch") continue;
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch) continue;
     for (int v : node.inputs) {
       const int p = v >= 0 ? g.values[size_t(v)].producer : -1;
       if (p < 0) continue;

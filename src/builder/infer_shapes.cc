@@ -140,21 +140,9 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
 
 }  // namespace
 
-// The hull of every profile's symbol ranges: a simplification true over it is true in each profile.
-ir::SymbolRanges profile_hull(const std::vector<plan::Profile>& profiles) {
-  ir::SymbolRanges hull;
-  for (const auto& p : profiles) {
-    for (const auto& [name, r] : p.symbols) {
-      auto [it, inserted] = hull.emplace(name, r);
-      if (!inserted) it->second = {std::min(it->second.lo, r.lo), std::max(it->second.hi, r.hi)};
-    }
-  }
-  return hull;
-}
-
 Status infer_shapes(BuildState& s) {
   ir::Graph& g = s.graph;
-  ir::SymbolRanges hull = profile_hull(s.profiles);
+  ir::SymbolRanges hull = plan::symbol_hull(s.profiles);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     for (size_t i = 0; i < node.inputs.size(); ++i) {

@@ -78,23 +78,6 @@ bool any_graph_output(const ir::Graph& g, const ir::Node& n) {
   return false;
 }
 
-// Whether node n makes a data-dependent dim (an output names one no input does): its readers'
-// shapes name that dim, so another node's output cannot stand in for its own.
-bool makes_data_dependent(const ir::Graph& g, const ir::Node& node, const std::vector<ir::DataDependentDim>& dd) {
-  if (dd.empty()) return false;
-  std::set<std::string> in, out;
-  for (int v : node.inputs) {
-    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&in);
-  }
-  for (int v : node.outputs) {
-    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&out);
-  }
-  for (const ir::DataDependentDim& d : dd) {
-    if (out.count(d.symbol) && !in.count(d.symbol)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 Status merge_duplicates(ir::Graph* g, const std::vector<ir::DataDependentDim>& data_dependent) {
@@ -102,7 +85,9 @@ Status merge_duplicates(ir::Graph* g, const std::vector<ir::DataDependentDim>& d
   bool any = false;
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     const ir::Node& node = g->nodes[n];
-    if (!repeatable(node) || makes_data_dependent(*g, node, data_dependent)) continue;
+    // A node that makes a data-dependent dim: its readers' shapes name that dim, so another
+    // node's output cannot stand in for its own.
+    if (!repeatable(node) || ir::makes_data_dependent(*g, node, data_dependent)) continue;
     auto [it, fresh] = first.emplace(key_of(*g, node), int(n));
     if (fresh || any_graph_output(*g, node)) continue;
     const ir::Node& kept = g->nodes[size_t(it->second)];

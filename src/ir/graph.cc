@@ -126,6 +126,21 @@ std::vector<std::vector<int>> Graph::consumers() const {
   return c;
 }
 
+bool makes_data_dependent(const Graph& g, const Node& node, const std::vector<DataDependentDim>& dd) {
+  if (dd.empty()) return false;
+  std::set<std::string> in, out;
+  for (int v : node.inputs) {
+    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&in);
+  }
+  for (int v : node.outputs) {
+    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&out);
+  }
+  for (const DataDependentDim& d : dd) {
+    if (out.count(d.symbol) && !in.count(d.symbol)) return true;
+  }
+  return false;
+}
+
 Status verify(const Graph& g) {
   const int nv = int(g.values.size());
   // Who defines each value: a graph input, a node, or (when neither) its constant data. A folded

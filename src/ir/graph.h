@@ -104,6 +104,10 @@ struct Graph {
   std::vector<std::vector<int>> consumers() const;  // value index -> consuming node indices
 };
 
+// Whether `node` makes one of the data-dependent dims `dd`: an output's shape names it and no
+// input's does (its kernel reports that size; the nodes after it read it).
+bool makes_data_dependent(const Graph& g, const Node& node, const std::vector<DataDependentDim>& dd);
+
 // Checks the invariants every pass keeps: index ranges, each value defined once (graph input,
 // node output, or constant data), inputs defined before use, producer fields that match the nodes,
 // and unique names among live values.

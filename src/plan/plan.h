@@ -3,6 +3,7 @@
 // is stored at run time, and the activation memory plan as formulas over the input symbols.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -104,5 +105,18 @@ struct Plan {
   std::vector<ShapeValueInput> shape_values;  // in engine input order
   std::vector<BackendSection> backend_sections;
 };
+
+// The hull of every profile's symbol ranges: a simplification true over it is true in each
+// profile (the builder simplifies formulas over it, and the verifier compares with them so).
+inline ir::SymbolRanges symbol_hull(const std::vector<Profile>& profiles) {
+  ir::SymbolRanges hull;
+  for (const auto& p : profiles) {
+    for (const auto& [name, r] : p.symbols) {
+      auto [it, inserted] = hull.emplace(name, r);
+      if (!inserted) it->second = {std::min(it->second.lo, r.lo), std::max(it->second.hi, r.hi)};
+    }
+  }
+  return hull;
+}
 
 }  // namespace kiln::plan

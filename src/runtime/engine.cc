@@ -70,22 +70,12 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
         data->shape_data_dependent[v] || (val.sym_value && ir::names_data_dependent(*val.sym_value, dd_dims));
   }
   data->node_makes_data_dependent.assign(g.nodes.size(), 0);
-  for (size_t n = 0; n < g.nodes.size() && !dd.empty(); ++n) {
-    // A node makes a dim when an output names it and no input does.
-    std::set<std::string> in, out;
-    for (int v : g.nodes[n].inputs) {
-      if (v >= 0 && g.values[v].shape) for (const auto& d : *g.values[v].shape) d.collect_symbols(&in);
-    }
-    for (int v : g.nodes[n].outputs) {
-      if (v >= 0 && g.values[v].shape) for (const auto& d : *g.values[v].shape) d.collect_symbols(&out);
-    }
-    for (const std::string& x : out) {
-      if (dd.count(x) && !in.count(x)) data->node_makes_data_dependent[n] = 1;
-    }
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    data->node_makes_data_dependent[n] = ir::makes_data_dependent(g, g.nodes[n], dd_dims);
   }
   for (const ir::Node& node : g.nodes) {
     data->has_guards = data->has_guards || !node.guards.empty();
-    data->node_selects_branch.push_back(node.domain == "kiln" && node.op_type == "SelectBranch");
+    data->node_selects_branch.push_back(ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch);
   }
   KILN_RETURN_IF_ERROR(upload_constants(*data));
   KILN_RETURN_IF_ERROR(prepare_implementations(*data));

@@ -717,7 +717,7 @@ class Verifier {
                              ", produced by node " + std::to_string(c.producer) + ")");
       }
     }
-    if (node.domain == "kiln" && node.op_type == "SelectBranch") return ok_status();
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch) return ok_status();
     for (int v : node.inputs) {
       const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
       if (p < 0 || p >= int(n)) continue;
@@ -740,14 +740,6 @@ class Verifier {
     std::vector<ops::Constraint> constraints;  // proven by the builder over the profile box
     ops::InferContext ctx(g_, node, int(n), &constraints);
     ctx.set_data_dependent(&data_dependent_, false);
-    if (hull_.empty()) {
-      for (const plan::Profile& p : p_.profiles) {
-        for (const auto& [name, r] : p.symbols) {
-          auto [it, inserted] = hull_.emplace(name, r);
-          if (!inserted) it->second = {std::min(it->second.lo, r.lo), std::max(it->second.hi, r.hi)};
-        }
-      }
-    }
     ctx.set_symbol_ranges(&hull_);
     Status st = schema.infer(ctx);
     if (!st.ok()) {
@@ -831,7 +823,7 @@ class Verifier {
   const ir::Graph& g_;
   const std::vector<ir::SymbolValues> corners_;
   std::vector<ir::DataDependentDim> data_dependent_ = p_.data_dependent;  // inference's copy
-  ir::SymbolRanges hull_;  // every profile's symbol ranges together, as the builder simplified over
+  ir::SymbolRanges hull_ = plan::symbol_hull(p_.profiles);  // as the builder simplified over
   std::vector<char> is_input_, is_output_, used_;
 };
 
