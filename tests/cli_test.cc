@@ -265,6 +265,51 @@ TEST_F(CliTest, ShapeStepsBuildAndRefuseOffStepShapes) {
   EXPECT_TRUE(contains(r.out, "--shapeSteps names 'y'")) << r.out;
 }
 
+// A sequence input: --sequenceLengths lays it out as tensor inputs xs[0], xs[1] whose shapes the
+// shape flags give; y concatenates them, and the sequence output ys is ys[0], ys[1].
+TEST_F(CliTest, SequenceInputsTakeTheirLengthAndElementShapes) {
+  ::onnx::ModelProto m = ::kiln::testing::make_model(18);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("xs");
+  auto* tt = in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  tt->mutable_shape()->add_dim()->set_dim_param("n");
+  auto* concat = ::kiln::testing::add_node(g, "ConcatFromSequence", {"xs"}, {"y"}, "concat");
+  auto* axis = concat->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(0);
+  ::kiln::testing::add_node(g, "Identity", {"xs"}, {"ys"}, "pass");
+  ::kiln::testing::add_output(g, "y");
+  auto* out = g->add_output();
+  out->set_name("ys");
+  out->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
+  {
+    std::ofstream f(path("seq.onnx"), std::ios::binary);
+    f << m.SerializeAsString();
+  }
+  auto r = kiln_cli("build --onnx=" + path("seq.onnx"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--sequenceLengths=xs:N")) << r.out;
+  r = kiln_cli("build --onnx=" + path("seq.onnx") + " --sequenceLengths=xs:2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "xs[0]: [n]")) << r.out;
+  const std::string engine = path("seq.kiln");
+  r = kiln_cli("build --onnx=" + path("seq.onnx") +
+               " --sequenceLengths=xs:2 --minShapes='xs[0]:1,xs[1]:1' --optShapes='xs[0]:4,xs[1]:2' "
+               "--maxShapes='xs[0]:8,xs[1]:8' --saveEngine=" + engine);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes='xs[0]:3,xs[1]:5'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "y: shape 8 float32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "ys[0]: shape 3 float32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "ys[1]: shape 5 float32")) << r.out;
+  r = kiln_cli("build --onnx=" + path("seq.onnx") + " --sequenceLengths=xs:2x3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "needs one length")) << r.out;
+}
+
 // A detector's tail: NonMaxSuppression over 3 classes (at most 5 boxes each), then the kept boxes
 // gathered. The number kept is data-dependent: inspect lists its dim and marks the layer, run
 // prints exact shapes, compare matches ONNX Runtime.

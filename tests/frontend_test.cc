@@ -251,10 +251,24 @@ TEST(Frontend, DimParamsParseOrBecomeFreshSymbols) {
       ->mutable_tensor_type()
       ->set_elem_type(TensorProto::FLOAT);
   add_output(seq.mutable_graph(), "s");
-  auto unsup = parse(seq);
+  // A sequence of tensors parses, its kind recorded (the build lays it out: builder/sequences.cc).
+  auto parsed = parse(seq);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(value(*parsed, "s").kind, ir::ValueKind::kSequence);
+  EXPECT_EQ(value(*parsed, "s").dtype, DType::kFloat32);
+  // A map is refused by name.
+  ModelProto map = make_model();
+  auto* mvi = map.mutable_graph()->add_input();
+  mvi->set_name("m");
+  auto* mt = mvi->mutable_type()->mutable_map_type();
+  mt->set_key_type(TensorProto::INT64);
+  mt->mutable_value_type()->mutable_tensor_type()->set_elem_type(TensorProto::FLOAT);
+  add_output(map.mutable_graph(), "m");
+  auto unsup = parse(map);
   ASSERT_FALSE(unsup.ok());
   EXPECT_EQ(unsup.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(unsup.status().message().find("'s'"), std::string::npos);
+  EXPECT_NE(unsup.status().message().find("'m'"), std::string::npos);
+  EXPECT_NE(unsup.status().message().find("map"), std::string::npos);
 }
 
 TEST(Frontend, ConstantNodesFoldIntoValues) {

@@ -335,9 +335,38 @@ Status bind_shape_values(BuildState& s) {
 Status bind_profiles(BuildState& s) {
   ir::Graph& g = s.graph;
   std::set<std::string> dynamic_inputs;
+  std::set<std::string> taken;  // symbols in use, for inputs without a shape
+  for (const ir::Value& v : g.values) {
+    if (v.shape) {
+      for (const ir::Dim& d : *v.shape) d.collect_symbols(&taken);
+    }
+  }
   for (int v : g.inputs) {
     ir::Value& val = g.values[v];
-    if (!val.shape) return invalid_model("graph input '" + val.name + "' has no shape");
+    if (!val.shape) {
+      // The model gives no shape (ONNX allows it; a sequence's element type often has none): the
+      // first profile gives the rank, each dim a symbol of its own.
+      const OptimizationProfile::Dims* given = nullptr;
+      if (!s.config.profiles().empty()) {
+        auto it = s.config.profiles()[0].inputs().find(val.name);
+        if (it != s.config.profiles()[0].inputs().end()) given = &it->second;
+      }
+      if (!given) {
+        return invalid_model("graph input '" + val.name + "' has no shape in the model; give its shapes in the "
+                             "profile (the input's rank is then theirs)");
+      }
+      std::string base;
+      for (char c : val.name) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "x" + base;
+      std::vector<ir::Dim> dims;
+      for (size_t d = 0; d < given->min.size(); ++d) {
+        std::string sym = base + "_d" + std::to_string(d);
+        while (taken.count(sym)) sym += "_";
+        taken.insert(sym);
+        dims.push_back(ir::Dim::symbol(sym));
+      }
+      val.shape = std::move(dims);
+    }
     for (size_t d = 0; d < val.shape->size(); ++d) {
       ir::Dim& dim = (*val.shape)[d];
       if (dim.is_const()) continue;

@@ -15,6 +15,14 @@
 
 namespace kiln::builder {
 
+// A sequence or optional value of the model, as the build lays it out (sequences.cc): the tensor
+// values it holds, known at build time.
+struct Composite {
+  bool sequence = false;      // holds a sequence of tensors (else one tensor)
+  bool present = true;        // false: an empty optional
+  std::vector<int> elements;  // value indices: the sequence's elements, or the one tensor
+};
+
 struct BuildState {
   ir::Graph graph;
   const BuilderConfig& config;
@@ -26,6 +34,9 @@ struct BuildState {
   // Shape-value inputs (bind_profiles): the value the model's nodes read in each one's place, by
   // input name (a branch inlined later reads the enclosing graph's values by name).
   std::map<std::string, int> shape_value_carriers;
+  // The sequence and optional values laid out so far, by value index (expand_sequence_inputs and
+  // infer_shapes); no node reads or writes them once infer_shapes is done.
+  std::map<int, Composite> composites;
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
@@ -35,6 +46,7 @@ struct BuildState {
 
 // The passes, in the order pipeline.cc runs them; each lives in the file named after it.
 Status check_supported(BuildState& s);
+Status expand_sequence_inputs(BuildState& s);
 Status bind_profiles(BuildState& s);
 Status infer_shapes(BuildState& s);
 Status merge_duplicates(BuildState& s);
@@ -106,6 +118,17 @@ std::string timing_cache_key(std::string_view impl_id, const backends::KernelQue
 // expansion's nodes start at n); false when n is no such node, or an If on data (its schema
 // refuses it); an error naming the node for a Loop or Scan kiln cannot lay out.
 StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers);
+
+// Sequences and optionals laid out at build time (sequences.cc), for infer_shapes at node n: a
+// sequence or optional op, or a node that passes such values on (Identity, kiln::SelectBranch),
+// becomes the tensor nodes it stands for, its outputs recorded in s.composites. true when node n
+// was replaced (the nodes, if any, start at n); false for a node of tensors only; an error naming
+// the node for a position or length only the run knows, or a sequence read as a tensor.
+StatusOr<bool> expand_sequence_op(BuildState& s, size_t n);
+// Once every node is inferred: each graph output that is a sequence or optional becomes the tensor
+// outputs of its elements ("y[0]", ...; an empty optional none), through Identity nodes appended
+// to the graph. true when it appended nodes (infer_shapes infers them next).
+StatusOr<bool> expand_sequence_outputs(BuildState& s);
 
 // Runs the reference kernel of a node whose inputs are all constant, storing constant outputs.
 Status fold_node(ir::Graph& graph, int node_index);

@@ -90,4 +90,13 @@ Status BuilderConfig::set_builder_optimization_level(int level) {
   return ok_status();
 }
 
+Status BuilderConfig::set_sequence_length(const std::string& input, int64_t length) {
+  if (length < 0 || length > kMaxSequenceLength) {
+    return invalid_argument("sequence input '" + input + "': length " + std::to_string(length) + " is outside 0.." +
+                            std::to_string(kMaxSequenceLength));
+  }
+  sequence_lengths_[input] = length;
+  return ok_status();
+}
+
 }  // namespace kiln

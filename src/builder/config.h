@@ -95,12 +95,30 @@ class BuilderConfig {
   void set_shape_log(ShapeLog log) { shape_log_ = std::move(log); }
   const ShapeLog& shape_log() const { return shape_log_; }
 
+  // Sequence and optional inputs (ONNX's sequence(tensor) and optional(...) types) are laid out at
+  // build time as the tensors they hold (builder/sequences.cc), the same in every profile:
+  // - a sequence input `s` of length n is the tensor inputs "s[0]" .. "s[n-1]", each element its
+  //   own shape (profiles give dynamic ones under those names);
+  // - an optional input is present unless set absent here: a tensor input of its name (or, for an
+  //   optional sequence, the elements as above); an absent one has no input at all.
+  // Outputs are named the same way: a sequence output `y` of n elements is "y[0]" .. "y[n-1]", a
+  // present optional tensor `y` is "y", and an empty optional output has no tensor. A sequence input
+  // with no length set is refused at build time, naming it. kInvalidArgument for a length outside
+  // 0..kMaxSequenceLength.
+  static constexpr int64_t kMaxSequenceLength = 4096;
+  Status set_sequence_length(const std::string& input, int64_t length);
+  const std::map<std::string, int64_t>& sequence_lengths() const { return sequence_lengths_; }
+  void set_optional_present(const std::string& input, bool present) { optional_present_[input] = present; }
+  const std::map<std::string, bool>& optional_present() const { return optional_present_; }
+
  private:
   uint32_t flags_ = 0;
   std::vector<OptimizationProfile> profiles_;
   int optimization_level_ = 3;
   std::shared_ptr<TimingCache> timing_cache_;
   ShapeLog shape_log_;
+  std::map<std::string, int64_t> sequence_lengths_;
+  std::map<std::string, bool> optional_present_;
 };
 
 }  // namespace kiln

@@ -143,16 +143,24 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
 Status infer_shapes(BuildState& s) {
   ir::Graph& g = s.graph;
   ir::SymbolRanges hull = plan::symbol_hull(s.profiles);
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
+  for (size_t n = 0;; ++n) {
+    if (n == g.nodes.size()) {
+      // Graph outputs that are sequences or optionals become tensors through nodes appended here.
+      KILN_ASSIGN_OR_RETURN(bool appended, expand_sequence_outputs(s));
+      if (!appended) break;
+    }
     const ir::Node& node = g.nodes[n];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
-      if (v >= 0 && (!g.values[v].shape || g.values[v].dtype == DType::kUndefined)) {
+      if (v >= 0 && !s.composites.count(v) && (!g.values[v].shape || g.values[v].dtype == DType::kUndefined)) {
         return internal_error(node.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
                               "' has no inferred type");
       }
     }
     KILN_ASSIGN_OR_RETURN(bool inlined, expand_control_flow(g, n, s.shape_value_carriers));
+    if (!inlined) {
+      KILN_ASSIGN_OR_RETURN(inlined, expand_sequence_op(s, n));
+    }
     if (inlined) {
       --n;  // the expansion's first node is at n now (wraps to the loop's ++ for n = 0)
       continue;

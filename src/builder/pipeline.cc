@@ -16,6 +16,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
   };
   static constexpr Pass kPasses[] = {
       {"check_supported", check_supported},            // every unsupported node, listed at once
+      {"expand_sequence_inputs", expand_sequence_inputs},  // sequence inputs -> their elements
       {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
       {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
       {"merge_duplicates", merge_duplicates},          // the same computation runs once

@@ -53,8 +53,15 @@ class Attributes {
   std::map<std::string, Attribute> map_;
 };
 
+// What a value holds, as ONNX's TypeProto says: a tensor, a sequence of tensors, or an optional of
+// either. Only the model's graphs carry the other kinds (dtype and shape are then the elements'):
+// the build lays sequences and optionals out as tensors (builder/sequences.cc) before anything
+// runs, so every value of a plan is a tensor.
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+
 struct Value {
   std::string name;
+  ValueKind kind = ValueKind::kTensor;
   DType dtype = DType::kUndefined;
   std::optional<std::vector<Dim>> shape;       // nullopt: rank not known yet
   std::optional<Tensor> constant;              // initializer or folded constant

@@ -208,8 +208,14 @@ class Printer {
 
 std::string type_to_string(const Value& v) {
   std::string s(dtype_name(v.dtype));
-  if (!v.shape) return s + "[?]";
-  return s + dims_to_string(*v.shape);
+  s += v.shape ? dims_to_string(*v.shape) : std::string("[?]");
+  switch (v.kind) {
+    case ValueKind::kTensor: return s;
+    case ValueKind::kSequence: return "seq(" + s + ")";
+    case ValueKind::kOptionalTensor: return "optional(" + s + ")";
+    case ValueKind::kOptionalSequence: return "optional(seq(" + s + "))";
+  }
+  return s;
 }
 
 std::string to_text(const Graph& graph, const TextPrintOptions& options) {

@@ -150,9 +150,29 @@ Status infer_unrolled(InferContext& ctx) {
                    "kiln runs a Loop or Scan by unrolling it at build time, and this one was not unrolled");
 }
 
+// Sequence and optional ops are laid out by the builder (builder/sequences.cc): a sequence is a
+// list of tensor values known at build time, an optional a value or none. A node reaching inference
+// is one the build did not lay out.
+Status infer_sequence_op(InferContext& ctx) {
+  return ctx.error(StatusCode::kUnsupported,
+                   "kiln lays sequences and optionals out at build time, and this node was not laid out");
+}
+
 }  // namespace
 
 void register_data_dependent_ops(OpRegistry& r) {
+  r.add(OpSchema{OpKind::kSequenceEmpty, 0, 0, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceConstruct, 1, 1 << 20, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceInsert, 2, 3, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceErase, 1, 2, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceAt, 2, 2, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceLength, 1, 1, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSplitToSequence, 1, 2, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kConcatFromSequence, 1, 1, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceMap, 1, 1 << 20, 1, 1 << 20, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kOptional, 0, 1, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kOptionalHasElement, 0, 1, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kOptionalGetElement, 1, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kIf, 1, 1, 1, 1 << 20, &infer_if});
   r.add(OpSchema{OpKind::kLoop, 2, 1 << 20, 1, 1 << 20, &infer_unrolled});
   r.add(OpSchema{OpKind::kScan, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // opset 8 may omit input 0

@@ -33,6 +33,9 @@
   X(OneHot) X(ReverseSequence) X(TensorScatter)                                                  \
   /* data-dependent output shapes */ X(NonZero) X(Compress) X(Unique) X(NonMaxSuppression)      \
   /* control flow */ X(If) X(Loop) X(Scan)                                                    \
+  /* sequences, optionals */ X(SequenceEmpty) X(SequenceConstruct) X(SequenceInsert)            \
+  X(SequenceErase) X(SequenceAt) X(SequenceLength) X(SplitToSequence) X(ConcatFromSequence)      \
+  X(SequenceMap) X(Optional) X(OptionalHasElement) X(OptionalGetElement)                         \
   /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
   X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike) X(RoiAlign)                         \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \

@@ -131,12 +131,17 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
 
 // ---- Loading -----------------------------------------------------------------------------------
 
+// A data set's values, read as the model declares each input and output (a tensor, a sequence, an
+// optional).
 struct DataSet {
-  std::vector<Tensor> inputs, outputs;
+  std::vector<onnx::DataValue> inputs, outputs;
 };
 
-StatusOr<std::vector<DataSet>> load_data_sets(const fs::path& dir) {
+StatusOr<std::vector<DataSet>> load_data_sets(const fs::path& dir, const ir::Graph& g) {
   std::vector<DataSet> sets;
+  auto kind = [&](const std::vector<int>& io, int i) {
+    return size_t(i) < io.size() ? g.values[size_t(io[size_t(i)])].kind : ir::ValueKind::kTensor;
+  };
   for (int k = 0;; ++k) {
     fs::path d = dir / ("test_data_set_" + std::to_string(k));
     if (!fs::exists(d)) break;
@@ -144,14 +149,14 @@ StatusOr<std::vector<DataSet>> load_data_sets(const fs::path& dir) {
     for (int i = 0;; ++i) {
       fs::path f = d / ("input_" + std::to_string(i) + ".pb");
       if (!fs::exists(f)) break;
-      auto t = onnx::parse_tensor_file(f.string());
+      auto t = onnx::parse_value_file(f.string(), kind(g.inputs, i));
       if (!t.ok()) return Status(t.status()).with_context("input_" + std::to_string(i) + ".pb");
       set.inputs.push_back(std::move(*t));
     }
     for (int i = 0;; ++i) {
       fs::path f = d / ("output_" + std::to_string(i) + ".pb");
       if (!fs::exists(f)) break;
-      auto t = onnx::parse_tensor_file(f.string());
+      auto t = onnx::parse_value_file(f.string(), kind(g.outputs, i));
       if (!t.ok()) return Status(t.status()).with_context("output_" + std::to_string(i) + ".pb");
       set.outputs.push_back(std::move(*t));
     }
@@ -159,6 +164,24 @@ StatusOr<std::vector<DataSet>> load_data_sets(const fs::path& dir) {
   }
   if (sets.empty()) return invalid_argument(dir.string() + " has no test_data_set_0");
   return sets;
+}
+
+onnx::DataValue tensor_value(Tensor t) {
+  onnx::DataValue v;
+  v.tensors.push_back(std::move(t));
+  return v;
+}
+
+// The engine tensors of model input or output `name` holding `v` (builder/sequences.cc's names):
+// the tensor itself, a sequence's elements "name[i]", none for an empty optional.
+std::vector<std::pair<std::string, const Tensor*>> engine_tensors(const std::string& name, const onnx::DataValue& v) {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  if (!v.present) return out;
+  const bool sequence = v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence;
+  for (size_t i = 0; i < v.tensors.size(); ++i) {
+    out.push_back({sequence ? name + "[" + std::to_string(i) + "]" : name, &v.tensors[i]});
+  }
+  return out;
 }
 
 // The inputs ONNX's runner feeds a light model: arange(n)/n in the input's shape, with dynamic
@@ -193,7 +216,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
     for (int v : g.inputs) {
       auto t = light_input(g.values[v]);
       if (!t.ok()) return "data: " + t.status().to_string();
-      set.inputs.push_back(std::move(*t));
+      set.inputs.push_back(tensor_value(std::move(*t)));
     }
     std::string stem = tc.path.stem().string();
     for (int i = 0;; ++i) {
@@ -201,21 +224,43 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       if (!fs::exists(f)) break;
       auto t = onnx::parse_tensor_file(f.string());
       if (!t.ok()) return "data: " + t.status().to_string();
-      set.outputs.push_back(std::move(*t));
+      set.outputs.push_back(tensor_value(std::move(*t)));
     }
     if (set.outputs.empty()) return "data: no reference output beside " + model.string();
     sets.push_back(std::move(set));
   } else {
-    auto loaded = load_data_sets(tc.path);
+    auto loaded = load_data_sets(tc.path, g);
     if (!loaded.ok()) return "data: " + loaded.status().to_string();
     sets = std::move(*loaded);
   }
 
-  // A profile of exactly the test's shapes for every input with a dynamic dim (or none known).
-  BuilderConfig config;
-  config.clear_flag(BuilderFlag::kTF32);  // strict FP32: the tests' tolerances are FP32's
+  // A profile of exactly the test's shapes for every input with a dynamic dim (or none known). A
+  // sequence input has the length its data gives (the same in every set), each element a tensor
+  // input of its own; an optional input is present as its data is.
+  BuilderConfig structure;  // sequence lengths and optionals' presence, kept across rebuilds
   OptimizationProfile profile;
   bool any_dynamic = false;
+  auto add_dims = [&](const std::string& name, const std::optional<std::vector<ir::Dim>>& declared,
+                      const std::vector<const Tensor*>& per_set) -> std::string {
+    bool dynamic = !declared;
+    if (declared) {
+      for (const ir::Dim& d : *declared) dynamic = dynamic || !d.is_const();
+    }
+    if (!dynamic) return "";
+    Shape lo = per_set[0]->shape(), hi = lo;
+    for (const Tensor* t : per_set) {
+      const Shape& sh = t->shape();
+      if (sh.size() != lo.size()) return "data: input '" + name + "' changes rank across sets";
+      for (size_t d = 0; d < sh.size(); ++d) {
+        lo[d] = std::min(lo[d], sh[d]);
+        hi[d] = std::max(hi[d], sh[d]);
+      }
+    }
+    Status st = profile.set_dimensions(name, lo, per_set[0]->shape(), hi);
+    if (!st.ok()) return "profile: " + st.to_string();
+    any_dynamic = true;
+    return "";
+  };
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const ir::Value& v = g.values[g.inputs[i]];
     for (const DataSet& s : sets) {
@@ -223,25 +268,33 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
         return "data: the model has " + std::to_string(g.inputs.size()) + " inputs, a data set " +
                std::to_string(s.inputs.size());
       }
-    }
-    bool dynamic = !v.shape;
-    if (v.shape) {
-      for (const ir::Dim& d : *v.shape) dynamic = dynamic || !d.is_const();
-    }
-    if (!dynamic) continue;
-    Shape lo = sets[0].inputs[i].shape(), hi = lo;
-    for (const DataSet& s : sets) {
-      const Shape& sh = s.inputs[i].shape();
-      if (sh.size() != lo.size()) return "data: input '" + v.name + "' changes rank across sets";
-      for (size_t d = 0; d < sh.size(); ++d) {
-        lo[d] = std::min(lo[d], sh[d]);
-        hi[d] = std::max(hi[d], sh[d]);
+      if (s.inputs[i].present != sets[0].inputs[i].present ||
+          s.inputs[i].tensors.size() != sets[0].inputs[i].tensors.size()) {
+        return "data: input '" + v.name + "' changes its sequence length or presence across sets";
       }
     }
-    Status st = profile.set_dimensions(v.name, lo, sets[0].inputs[i].shape(), hi);
-    if (!st.ok()) return "profile: " + st.to_string();
-    any_dynamic = true;
+    const onnx::DataValue& first = sets[0].inputs[i];
+    if (v.kind == ir::ValueKind::kOptionalTensor || v.kind == ir::ValueKind::kOptionalSequence) {
+      structure.set_optional_present(v.name, first.present);
+    }
+    if (first.present && (v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence)) {
+      Status st = structure.set_sequence_length(v.name, int64_t(first.tensors.size()));
+      if (!st.ok()) return "config: " + st.to_string();
+    }
+    const auto tensors = engine_tensors(v.name, first);
+    for (size_t e = 0; e < tensors.size(); ++e) {
+      std::vector<const Tensor*> per_set;
+      for (const DataSet& s : sets) per_set.push_back(&s.inputs[i].tensors[e]);
+      const std::string err = add_dims(tensors[e].first, v.shape, per_set);
+      if (!err.empty()) return err;
+    }
   }
+  auto make_config = [&] {
+    BuilderConfig c = structure;
+    c.clear_flag(BuilderFlag::kTF32);  // strict FP32: the tests' tolerances are FP32's
+    return c;
+  };
+  BuilderConfig config = make_config();
   if (any_dynamic) config.add_profile(profile);
   auto engine = Builder(device).build(*net, config);
   // An input whose values kiln needs at build time (axes, pads, sizes, K: ONNX node tests feed
@@ -319,10 +372,11 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       const ir::Value& v = g.values[g.inputs[i]];
       if (named_input ? msg.find("'" + v.name + "'") == std::string::npos : !wanted[size_t(g.inputs[i])]) continue;
       if (std::find(valued.begin(), valued.end(), v.name) != valued.end()) continue;
-      const Tensor& t0 = sets[0].inputs[i];
+      if (v.kind != ir::ValueKind::kTensor) continue;
+      const Tensor& t0 = sets[0].inputs[i].tensors[0];
       bool same = true;
       for (const DataSet& s : sets) {
-        const Tensor& t = s.inputs[i];
+        const Tensor& t = s.inputs[i].tensors[0];
         same = same && t.dtype() == t0.dtype() && t.shape() == t0.shape() &&
                std::memcmp(t.data(), t0.data(), t.nbytes()) == 0;
       }
@@ -332,9 +386,10 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
         for (int64_t e = 0; e < t0.numel(); ++e) {
           lo[size_t(e)] = hi[size_t(e)] = opt[size_t(e)] = t0.int_at(e);
           for (const DataSet& s : sets) {
-            if (s.inputs[i].shape() != t0.shape()) return "build: " + msg + " (and the data sets give '" + v.name + "' different shapes)";
-            lo[size_t(e)] = std::min(lo[size_t(e)], s.inputs[i].int_at(e));
-            hi[size_t(e)] = std::max(hi[size_t(e)], s.inputs[i].int_at(e));
+            const Tensor& t = s.inputs[i].tensors[0];
+            if (t.shape() != t0.shape()) return "build: " + msg + " (and the data sets give '" + v.name + "' different shapes)";
+            lo[size_t(e)] = std::min(lo[size_t(e)], t.int_at(e));
+            hi[size_t(e)] = std::max(hi[size_t(e)], t.int_at(e));
           }
         }
         st = profile.set_shape_values(v.name, lo, opt, hi);
@@ -350,8 +405,7 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       break;
     }
     if (!changed) break;
-    config = BuilderConfig();
-    config.clear_flag(BuilderFlag::kTF32);
+    config = make_config();
     config.add_profile(profile);
     engine = Builder(device).build(*net, config);
   }
@@ -370,7 +424,9 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
   for (size_t k = 0; k < sets.size(); ++k) {
     const DataSet& s = sets[k];
     std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < g.inputs.size(); ++i) feeds[g.values[g.inputs[i]].name] = s.inputs[i];
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      for (const auto& [name, t] : engine_tensors(g.values[g.inputs[i]].name, s.inputs[i])) feeds[name] = *t;
+    }
     auto out = (*ctx)->run(feeds);
     const std::string where = sets.size() > 1 ? "set " + std::to_string(k) + ": " : "";
     if (!out.ok()) return where + "run: " + out.status().to_string();
@@ -378,12 +434,19 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       return where + "data: " + std::to_string(s.outputs.size()) + " reference outputs for " +
              std::to_string(g.outputs.size()) + " model outputs";
     }
+    size_t expected = 0;
     for (size_t o = 0; o < g.outputs.size(); ++o) {
-      const std::string& name = g.values[g.outputs[o]].name;
-      auto it = out->find(name);
-      if (it == out->end()) return where + "output '" + name + "' missing from the run's results";
-      std::string diff = compare(it->second, s.outputs[o], rtol, atol);
-      if (!diff.empty()) return where + "output " + std::to_string(o) + " '" + name + "': " + diff;
+      for (const auto& [name, want] : engine_tensors(g.values[g.outputs[o]].name, s.outputs[o])) {
+        ++expected;
+        auto it = out->find(name);
+        if (it == out->end()) return where + "output '" + name + "' missing from the run's results";
+        std::string diff = compare(it->second, *want, rtol, atol);
+        if (!diff.empty()) return where + "output " + std::to_string(o) + " '" + name + "': " + diff;
+      }
+    }
+    // A sequence output longer than its reference, or an optional that should be empty, gives more.
+    if (out->size() != expected) {
+      return where + "the run gave " + std::to_string(out->size()) + " output tensors, the reference " + std::to_string(expected);
     }
   }
   return "";

@@ -155,6 +155,22 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     KILN_CHECK(o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
   }
   o.timing_cache_file = args.get("timingCacheFile").value_or("");
+  if (auto lengths = args.get("sequenceLengths")) {
+    KILN_CLI_ASSIGN(auto specs, parse_shape_specs("sequenceLengths", *lengths));
+    for (const ShapeSpec& s : specs) {
+      if (s.dims.size() != 1) {
+        return usage_error("--sequenceLengths: '" + s.name + "' needs one length (NAME:N such as xs:3)");
+      }
+      Status st = o.config.set_sequence_length(s.name, s.dims[0]);
+      if (!st.ok()) return usage_error("--sequenceLengths: " + st.message());
+    }
+  }
+  if (auto absent = args.get("optionalAbsent")) {
+    for (const std::string& name : split_entries(*absent)) {
+      if (name.empty()) return usage_error("--optionalAbsent: empty name in '" + *absent + "'; expected NAME,NAME,...");
+      o.config.set_optional_present(name, false);
+    }
+  }
   // Shape flags in command-line order; --profile=N switches which profile they fill.
   size_t current = 0;
   for (const auto& f : args.flags()) {
@@ -230,9 +246,38 @@ std::string example_shape_flags(const ir::Value& input) {
          " --maxShapes=" + example_spec(input, 32);
 }
 
+// The tensor inputs an engine built with `config` takes (builder/sequences.cc lays them out): a
+// sequence input's elements "xs[0]", ... (its length from the config; none without one: the build
+// names it), an optional input unless built absent, the others as they are.
+std::vector<ir::Value> tensor_inputs(const ir::Graph& g, const BuilderConfig& config) {
+  std::vector<ir::Value> out;
+  for (int v : g.inputs) {
+    ir::Value val = g.values[v];
+    auto present = config.optional_present().find(val.name);
+    if (present != config.optional_present().end() && !present->second) continue;
+    if (val.kind != ir::ValueKind::kSequence && val.kind != ir::ValueKind::kOptionalSequence) {
+      val.kind = ir::ValueKind::kTensor;
+      out.push_back(std::move(val));
+      continue;
+    }
+    auto length = config.sequence_lengths().find(val.name);
+    for (int64_t i = 0; length != config.sequence_lengths().end() && i < length->second; ++i) {
+      ir::Value element = val;
+      element.name = val.name + "[" + std::to_string(i) + "]";
+      element.kind = ir::ValueKind::kTensor;
+      out.push_back(std::move(element));
+    }
+  }
+  return out;
+}
+
 Result<BuilderConfig> make_config(const Network& network, const BuildOptions& options) {
-  const ir::Graph& g = network.graph;
   BuilderConfig config = options.config;
+  ir::Graph g;  // the engine's tensor inputs, which the shape flags name
+  for (ir::Value& v : tensor_inputs(network.graph, config)) {
+    g.inputs.push_back(int(g.values.size()));
+    g.values.push_back(std::move(v));
+  }
   auto find_input = [&](const std::string& name) -> const ir::Value* {
     for (int v : g.inputs) {
       if (g.values[v].name == name) return &g.values[v];

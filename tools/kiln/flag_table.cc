@@ -69,6 +69,13 @@ constexpr FlagDef kFlags[] = {
     {"shapeSteps", "SPEC", kBuilds, kAcc, kBuildFlag | kRepeatable,
      "steps of the current profile's dims, spelled as the shapes (x:1x1x32x32: H and W take min, "
      "min + 32, ..., max); the build proves the model for those values and runs refuse the others"},
+    {"sequenceLengths", "SPEC", kBuilds, kAcc, kBuildFlag,
+     "lengths of sequence inputs: xs:3 makes the engine take xs[0], xs[1] and xs[2], each a tensor "
+     "input whose shapes the shape flags give (ONNX sequence(tensor) inputs are laid out at build "
+     "time)"},
+    {"optionalAbsent", "NAMES", kBuilds, kAcc, kBuildFlag,
+     "optional inputs to build without a value (opt,mask): the engine has no tensor for them; "
+     "others are built present"},
     {"profile", "N", B | N | C, kAcc, TB | kRepeatable,
      "start profile N (0, 1, ...); the shape flags after it belong to it"},
     {"shapes", "SPEC", B, kAcc, TB,

@@ -72,7 +72,8 @@ std::string wrap(const std::string& text, size_t indent, size_t width) {
 
 std::string see_help(const CommandSpec& spec) { return " (see: kiln " + spec.name + " --help)"; }
 
-// Splits on commas outside single quotes.
+}  // namespace
+
 std::vector<std::string> split_entries(std::string_view text) {
   std::vector<std::string> out;
   std::string cur;
@@ -89,6 +90,8 @@ std::vector<std::string> split_entries(std::string_view text) {
   out.push_back(cur);
   return out;
 }
+
+namespace {
 
 // Splits "name:rest" at the last ':' outside quotes; strips quotes around the name.
 Result<std::pair<std::string, std::string>> split_name(std::string_view flag,

@@ -185,6 +185,9 @@ struct ShapeSpec {
 // element) fits in int64. `flag` names the flag in errors.
 Result<std::vector<ShapeSpec>> parse_shape_specs(std::string_view flag, std::string_view text);
 
+// Splits a flag's list on commas outside single quotes ("a,'b,c'" is "a" and "'b,c'").
+std::vector<std::string> split_entries(std::string_view text);
+
 // Parses "x:in.npy,y:dir/in.pb" into (name, path) pairs; the path follows the last ':'.
 Result<std::vector<std::pair<std::string, std::string>>> parse_named_files(std::string_view flag,
                                                                            std::string_view text);

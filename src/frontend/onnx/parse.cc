@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "core/hash.h"
 #include "frontend/onnx/tensor_proto.h"
+#include "onnx/onnx-data.pb.h"
 
 namespace kiln::onnx {
 namespace {
@@ -61,8 +62,11 @@ std::string fresh_symbol(ModelContext& ctx, std::string_view text) {
 // Symbols that parsed dim_params use, collected before any fresh symbol is named.
 void reserve_symbols(const ::onnx::GraphProto& gp, ModelContext& ctx) {
   for (const auto& vi : gp.input()) {
-    if (!vi.type().has_tensor_type()) continue;
-    for (const auto& d : vi.type().tensor_type().shape().dim()) {
+    const ::onnx::TypeProto* type = &vi.type();
+    if (type->has_optional_type()) type = &type->optional_type().elem_type();
+    if (type->has_sequence_type()) type = &type->sequence_type().elem_type();
+    if (!type->has_tensor_type()) continue;
+    for (const auto& d : type->tensor_type().shape().dim()) {
       if (!d.has_dim_param()) continue;
       if (auto dim = ir::Dim::parse(d.dim_param())) dim->collect_symbols(&ctx.symbols_taken);
     }
@@ -81,23 +85,34 @@ Status read_value_type(const ::onnx::ValueInfoProto& vi, const std::string& labe
     if (require) return invalid_model(label + " has no type");
     return ok_status();
   }
-  const auto& type = vi.type();
-  switch (type.value_case()) {
+  // A sequence of tensors, an optional tensor or an optional sequence of tensors: the kind, and the
+  // elements' type below (builder/sequences.cc lays them out as tensors).
+  const ::onnx::TypeProto* type = &vi.type();
+  if (type->value_case() == ::onnx::TypeProto::kOptionalType) {
+    type = &type->optional_type().elem_type();
+    v->kind = ir::ValueKind::kOptionalTensor;
+  }
+  if (type->value_case() == ::onnx::TypeProto::kSequenceType) {
+    type = &type->sequence_type().elem_type();
+    v->kind = v->kind == ir::ValueKind::kOptionalTensor ? ir::ValueKind::kOptionalSequence : ir::ValueKind::kSequence;
+  }
+  const char* within = v->kind == ir::ValueKind::kTensor ? "" : " within its sequence or optional type";
+  switch (type->value_case()) {
     case ::onnx::TypeProto::kTensorType:
       break;
     case ::onnx::TypeProto::kSequenceType:
-      return unsupported(label + " has a sequence type; kiln supports tensors only");
-    case ::onnx::TypeProto::kMapType:
-      return unsupported(label + " has a map type; kiln supports tensors only");
     case ::onnx::TypeProto::kOptionalType:
-      return unsupported(label + " has an optional type; kiln supports tensors only");
+      return unsupported(label + " has a sequence or optional type nested" + within +
+                         "; kiln supports sequences of tensors and optionals of a tensor or of a sequence of tensors");
+    case ::onnx::TypeProto::kMapType:
+      return unsupported(label + " has a map type" + within + "; kiln supports tensors, sequences and optionals");
     case ::onnx::TypeProto::kSparseTensorType:
-      return unsupported(label + " has a sparse tensor type; kiln supports dense tensors only");
+      return unsupported(label + " has a sparse tensor type" + within + "; kiln supports dense tensors only");
     default:
-      if (require) return invalid_model(label + " has no type");
+      if (require) return invalid_model(label + " has no type" + within);
       return ok_status();
   }
-  const auto& tt = type.tensor_type();
+  const auto& tt = type->tensor_type();
   if (tt.elem_type() == 0) {
     if (require) return invalid_model(label + " has no element type");
     return ok_status();
@@ -253,9 +268,31 @@ StatusOr<ir::Attribute> convert_attribute(const ::onnx::AttributeProto& ap, Mode
     case A::SPARSE_TENSOR:
     case A::SPARSE_TENSORS:
       return unsupported(label + " holds a sparse tensor, which kiln does not support");
-    case A::TYPE_PROTO:
+    case A::TYPE_PROTO: {
+      // Optional's `type` (the type of an empty optional), kept as text: "tensor(float32)",
+      // "seq(tensor(float32))"; the build reads whether it is a sequence.
+      const ::onnx::TypeProto* t = &ap.tp();
+      std::string text;
+      int closing = 0;
+      for (int level = 0; level < 4; ++level, ++closing) {
+        if (t->has_optional_type()) {
+          text += "optional(";
+          t = &t->optional_type().elem_type();
+        } else if (t->has_sequence_type()) {
+          text += "seq(";
+          t = &t->sequence_type().elem_type();
+        } else {
+          break;
+        }
+      }
+      if (!t->has_tensor_type()) return unsupported(label + " holds a type other than a tensor, a sequence or an optional");
+      text += std::string("tensor(") + onnx_type_name(t->tensor_type().elem_type()) + ")" + std::string(size_t(closing), ')');
+      a.type = ir::AttrType::kString;
+      a.s = text;
+      break;
+    }
     case A::TYPE_PROTOS:
-      return unsupported(label + " holds a type, which kiln does not support");
+      return unsupported(label + " holds a list of types, which kiln does not support");
     case A::UNDEFINED:
       return invalid_model(label + " has no type and no value");
     default:
@@ -486,11 +523,12 @@ Status parse_graph(const ::onnx::GraphProto& gp, ModelContext& ctx, int depth, c
       return invalid_model(graph_label + ": " + label +
                            " is not produced by any node, initializer or graph input");
     }
-    // Shapes are inferred by the builder; only the declared element type is taken here.
+    // Shapes are inferred by the builder; only the declared element type and kind are taken here.
     ir::Value declared;
     KILN_RETURN_IF_ERROR(
         read_value_type(vi, label, /*require=*/false, /*with_shape=*/false, ctx, &declared));
     if (g->values[v].dtype == DType::kUndefined) g->values[v].dtype = declared.dtype;
+    if (vi.has_type() && g->values[v].kind == ir::ValueKind::kTensor) g->values[v].kind = declared.kind;  // an input's own stays
     g->outputs.push_back(v);
   }
 
@@ -564,7 +602,61 @@ StatusOr<Tensor> parse_tensor(std::span<const uint8_t> bytes, const std::string&
   return t;
 }
 
+// The tensors of a SequenceProto: tensor elements only.
+StatusOr<std::vector<Tensor>> sequence_tensors(const ::onnx::SequenceProto& sp, const std::string& dir,
+                                               const std::string& what) {
+  if (sp.sparse_tensor_values_size() || sp.sequence_values_size() || sp.map_values_size() || sp.optional_values_size()) {
+    return unsupported(what + " holds a sequence of other than tensors");
+  }
+  std::vector<Tensor> out;
+  for (int i = 0; i < sp.tensor_values_size(); ++i) {
+    auto t = decode_tensor(sp.tensor_values(i), dir);
+    if (!t.ok()) return with_context(t.status(), what + ", element " + std::to_string(i));
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
 }  // namespace
+
+StatusOr<DataValue> parse_value_file(const std::string& path, ir::ValueKind kind) {
+  KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path, kMaxProtoBytes, "value"));
+  const std::string what = "value file '" + path + "'";
+  const std::string dir = folder_of(path);
+  DataValue out;
+  out.kind = kind;
+  switch (kind) {
+    case ir::ValueKind::kTensor: {
+      KILN_ASSIGN_OR_RETURN(Tensor t, parse_tensor(bytes, dir, what));
+      out.tensors.push_back(std::move(t));
+      return out;
+    }
+    case ir::ValueKind::kSequence: {
+      ::onnx::SequenceProto sp;
+      if (!sp.ParseFromArray(bytes.data(), int(bytes.size()))) return invalid_model(what + " is not a valid ONNX SequenceProto");
+      KILN_ASSIGN_OR_RETURN(out.tensors, sequence_tensors(sp, dir, what));
+      return out;
+    }
+    case ir::ValueKind::kOptionalTensor:
+    case ir::ValueKind::kOptionalSequence: {
+      ::onnx::OptionalProto op;
+      if (!op.ParseFromArray(bytes.data(), int(bytes.size()))) return invalid_model(what + " is not a valid ONNX OptionalProto");
+      if (op.has_tensor_value()) {
+        auto t = decode_tensor(op.tensor_value(), dir);
+        if (!t.ok()) return with_context(t.status(), what);
+        out.tensors.push_back(std::move(*t));
+      } else if (op.has_sequence_value()) {
+        KILN_ASSIGN_OR_RETURN(out.tensors, sequence_tensors(op.sequence_value(), dir, what));
+      } else if (op.has_sparse_tensor_value() || op.has_map_value() || op.has_optional_value()) {
+        return unsupported(what + " holds an optional of other than a tensor or a sequence");
+      } else {
+        out.present = false;
+      }
+      return out;
+    }
+  }
+  return internal_error(what + ": unknown kind");
+}
 
 StatusOr<Network> parse_file(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path, kMaxProtoBytes, "model"));

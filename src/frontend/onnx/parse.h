@@ -31,5 +31,14 @@ StatusOr<Network> parse_bytes(std::span<const uint8_t> bytes, const std::string&
 StatusOr<Tensor> parse_tensor_file(const std::string& path);
 StatusOr<Tensor> tensor_from_bytes(std::span<const uint8_t> bytes);
 
+// A value of an ONNX test data file, read as the kind the model declares for it (the file does not
+// say): a TensorProto, a SequenceProto of tensors, or an OptionalProto of a tensor or sequence.
+struct DataValue {
+  ir::ValueKind kind = ir::ValueKind::kTensor;
+  bool present = true;          // false: an empty optional
+  std::vector<Tensor> tensors;  // the tensor, or the sequence's elements
+};
+StatusOr<DataValue> parse_value_file(const std::string& path, ir::ValueKind kind);
+
 }  // namespace onnx
 }  // namespace kiln
