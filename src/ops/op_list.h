@@ -33,8 +33,9 @@
   X(OneHot) X(ReverseSequence) X(TensorScatter)                                                  \
   /* data-dependent output shapes */ X(NonZero) X(Compress) X(Unique) X(NonMaxSuppression)      \
   /* control flow */ X(If) X(Loop) X(Scan)                                                    \
-  /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
-  X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike) X(RoiAlign)                         \
+  /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(STFT)            \
+  X(MelWeightMatrix) X(BitCast) X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)     \
+  X(RoiAlign)                                                                                    \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \
   /* recurrent */ X(RNN) X(GRU) X(LSTM)
 
