@@ -1,5 +1,5 @@
-// Spatial ops: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, BitCast and RoiAlign shape
-// inference (symbolic dims, errors) and kernel values, on every backend.
+// Spatial ops: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, STFT, MelWeightMatrix, BitCast
+// and RoiAlign shape inference (symbolic dims, errors) and kernel values, on every backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,8 @@ namespace {
 using ir::Dim;
 using testing::all_close;
 using testing::const_ints;
+using testing::const_scalar;
+using testing::constant;
 using testing::f32;
 using testing::infer_node;
 using testing::initializer;
@@ -395,6 +397,239 @@ TEST(SpatialOps, DftRoundTripsThroughTheInverseRealFft) {
         all_close((*back)[0], testing::make_typed(DType::kFloat32, {3, n, 1}, dft_input(fwd))))
         << "n = " << n;
   }
+}
+
+// ---- STFT ----
+
+TEST(SpatialOps, StftShapes) {
+  const Dim b = Dim::symbol("B");
+  // 128 samples in frames of 16 every 8: 15 frames of 9 onesided bins (test_stft).
+  auto r = infer_node(op("STFT", 17),
+                      {f32({b, 128, 1}), const_scalar(8), testing::kOmitted, const_scalar(16)});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[B, 15, 9, 2]");
+  // The window sets the frame length; two-sided keeps all 16 bins.
+  r = infer_node(op("STFT", 17).i("onesided", 0), {f32({2, 100, 2}), const_scalar(10), f32({16})});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[2, 9, 16, 2]");
+  // Neither: one frame of the whole signal.
+  r = infer_node(op("STFT", 17), {f32({1, 10, 1}), const_scalar(3)});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[1, 1, 6, 2]");
+  // A symbolic signal length gives a symbolic frame count.
+  r = infer_node(op("STFT", 17), {f32({1, Dim::symbol("L"), 1}), const_scalar(4), testing::kOmitted,
+                                  const_scalar(8)});
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.dims()[1].eval({{"L", 20}}), 4);
+
+  // Errors name what is wrong.
+  auto err =
+      infer_node(op("STFT", 17), {f32({1, 64, 1}), const_scalar(8), f32({16}), const_scalar(12)});
+  EXPECT_FALSE(err.ok());
+  EXPECT_NE(err.status.message().find("window"), std::string::npos) << err.status.to_string();
+  err = infer_node(op("STFT", 17), {f32({1, 64, 1}), const_scalar(0), f32({16})});
+  EXPECT_NE(err.status.message().find("frame_step"), std::string::npos) << err.status.to_string();
+  err = infer_node(op("STFT", 17), {f32({64, 1}), const_scalar(8), f32({16})});
+  EXPECT_EQ(err.code(), StatusCode::kInvalidModel);
+  err = infer_node(op("STFT", 17), {f32({1, 64, 3}), const_scalar(8), f32({16})});
+  EXPECT_FALSE(err.ok());
+  err = infer_node(op("STFT", 17), {f32({1, 8, 1}), const_scalar(2), f32({16})});
+  EXPECT_NE(err.status.message().find("at least one frame"), std::string::npos)
+      << err.status.to_string();
+  err = infer_node(op("STFT", 17).i("onesided", 2), {f32({1, 64, 1}), const_scalar(8), f32({16})});
+  EXPECT_NE(err.status.message().find("onesided"), std::string::npos) << err.status.to_string();
+  // frame_step must be known at build time: a runtime tensor is refused, naming it.
+  err = infer_node(op("STFT", 17), {f32({1, 64, 1}), testing::typed(DType::kInt64, {}), f32({16})});
+  EXPECT_EQ(err.code(), StatusCode::kUnsupported);
+  EXPECT_NE(err.status.message().find("frame_step"), std::string::npos) << err.status.to_string();
+  err = infer_node(op("STFT", 17),
+                   {f32({1, 64, 1}), const_scalar(8), testing::typed(DType::kFloat64, {16})});
+  EXPECT_EQ(err.code(), StatusCode::kInvalidModel);
+}
+
+struct StftSpec {
+  Shape x;  // [batch, length, 1 or 2]
+  int64_t step;
+  std::optional<int64_t> length;  // the frame_length input
+  bool window = false;            // a window input of the frame length
+  bool onesided = true;
+  bool step_from_shape = false;  // frame_step computed from a runtime tensor's shape
+  DType dtype = DType::kFloat32;
+};
+
+// sum_t w[t] x[f * step + t] e^(-2 pi i k t / n), by definition.
+Tensor naive_stft(const StftSpec& s, const std::vector<double>& x, const std::vector<double>& w) {
+  const int64_t n = s.length.value_or(s.window ? int64_t(w.size()) : s.x[1]);
+  const int64_t frames = (s.x[1] - n) / s.step + 1, bins = s.onesided ? n / 2 + 1 : n;
+  const int64_t comps = s.x[2];
+  std::vector<double> y;
+  for (int64_t b = 0; b < s.x[0]; ++b) {
+    for (int64_t f = 0; f < frames; ++f) {
+      for (int64_t k = 0; k < bins; ++k) {
+        std::complex<double> acc = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          const double* p = x.data() + (b * s.x[1] + f * s.step + t) * comps;
+          std::complex<double> v(p[0], comps == 2 ? p[1] : 0.0);
+          acc += (s.window ? w[size_t(t)] : 1.0) * v *
+                 std::polar(1.0, -2 * std::numbers::pi * double((k * t) % n) / double(n));
+        }
+        y.push_back(acc.real());
+        y.push_back(acc.imag());
+      }
+    }
+  }
+  return testing::make_typed(s.dtype, {s.x[0], frames, bins, 2}, y);
+}
+
+TEST(SpatialOps, StftAgainstNaive) {
+  struct Case {
+    StftSpec spec;
+    const char* label;
+  };
+  const Case cases[] = {
+      {{.x = {1, 128, 1}, .step = 8, .length = 16}, "real, frame_length (test_stft)"},
+      {{.x = {1, 128, 1}, .step = 8, .window = true}, "real, window (test_stft_with_window)"},
+      {{.x = {2, 40, 2}, .step = 6, .length = 9, .window = true, .onesided = false},
+       "complex, odd window and frame_length, two-sided"},
+      {{.x = {3, 21, 1}, .step = 5, .length = 7}, "frames that leave a tail unread"},
+      {{.x = {2, 12, 1}, .step = 4}, "neither: one frame of the whole signal"},
+      {{.x = {2, 30, 1}, .step = 7, .length = 8, .step_from_shape = true},
+       "frame_step computed at run time"},
+      {{.x = {2, 32, 2}, .step = 8, .window = true, .dtype = DType::kFloat64}, "float64"},
+      {{.x = {1, 24, 1}, .step = 4, .window = true, .dtype = DType::kFloat16}, "float16"},
+  };
+  for (const Case& c : cases) {
+    const StftSpec& s = c.spec;
+    DftSpec as_dft{.x = s.x, .dtype = s.dtype};  // dft_input's values: exact in the dtype
+    const std::vector<double> xv = dft_input(as_dft);
+    std::vector<double> wv;
+    const int64_t wn = s.length.value_or(8);
+    for (int64_t t = 0; t < wn; ++t) {
+      wv.push_back(testing::make_typed(s.dtype, {1}, {0.5 - 0.5 * std::cos(0.7 * double(t + 1))})
+                       .float_at(0));
+    }
+    std::vector<testing::CaseInput> in = {testing::make_typed(s.dtype, s.x, xv)};
+    in.push_back(s.step_from_shape ? testing::shape_of({s.step})
+                                   : initializer(make_i64({}, {s.step})));
+    in.push_back(s.window ? initializer(testing::make_typed(s.dtype, {wn}, wv))
+                          : testing::kNoInput);
+    if (s.length) in.push_back(initializer(make_i64({}, {*s.length})));
+    OpNode node = op("STFT", 17).named("stft0");
+    if (!s.onesided) node.i("onesided", 0);
+    auto r =
+        run_case({.node = node, .inputs = std::move(in), .expect_support = true, .label = c.label});
+    ASSERT_TRUE(r.ok()) << c.label << ": " << r.status().to_string();
+    testing::Tolerance tol = testing::op_tolerance(s.dtype);
+    EXPECT_TRUE(all_close((*r)[0], naive_stft(s, xv, wv), tol.atol, tol.rtol)) << c.label;
+  }
+}
+
+// ---- MelWeightMatrix ----
+
+TEST(SpatialOps, MelWeightMatrixShapesAndErrors) {
+  auto in = [](int64_t mels, int64_t dft, int64_t rate, float lo, float hi) {
+    return std::vector<testing::NodeInput>{const_scalar(mels), const_scalar(dft),
+                                           const_scalar(rate), constant(make_f32({}, {lo})),
+                                           constant(make_f32({}, {hi}))};
+  };
+  auto r = infer_node(op("MelWeightMatrix", 17), in(8, 16, 8192, 0, 4096));
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[9, 8]");
+  EXPECT_EQ(r.dtype(), DType::kFloat32);
+  r = infer_node(op("MelWeightMatrix", 17).i("output_datatype", 11), in(4, 31, 16000, 20, 8000));
+  ASSERT_TRUE(r.ok()) << r.status.to_string();
+  EXPECT_EQ(r.shape(), "[16, 4]");
+  EXPECT_EQ(r.dtype(), DType::kFloat64);
+
+  EXPECT_EQ(infer_node(op("MelWeightMatrix", 17).i("output_datatype", 7), in(8, 16, 8192, 0, 4096))
+                .code(),
+            StatusCode::kUnsupported);
+  auto err = infer_node(op("MelWeightMatrix", 17), in(0, 16, 8192, 0, 4096));
+  EXPECT_NE(err.status.message().find("num_mel_bins"), std::string::npos) << err.status.to_string();
+  err = infer_node(op("MelWeightMatrix", 17), in(8, 16, 8192, 100, 50));
+  EXPECT_NE(err.status.message().find("lower_edge_hertz"), std::string::npos)
+      << err.status.to_string();
+  err = infer_node(op("MelWeightMatrix", 17), in(8, 16, 0, 0, 4096));
+  EXPECT_NE(err.status.message().find("sample_rate"), std::string::npos) << err.status.to_string();
+  // A float where an integer belongs, and an edge known only at run time (the op always folds).
+  auto bad = in(8, 16, 8192, 0, 4096);
+  bad[0] = constant(make_f32({}, {8}));
+  EXPECT_EQ(infer_node(op("MelWeightMatrix", 17), bad).code(), StatusCode::kInvalidModel);
+  bad = in(8, 16, 8192, 0, 4096);
+  bad[4] = f32({});
+  err = infer_node(op("MelWeightMatrix", 17), bad);
+  EXPECT_EQ(err.code(), StatusCode::kUnsupported);
+  EXPECT_NE(err.status.message().find("upper_edge_hertz"), std::string::npos)
+      << err.status.to_string();
+}
+
+// Filter m rises linearly from edge m to edge m + 1 and falls to edge m + 2; the edges are
+// num_mel_bins + 2 points evenly spaced in mel (2595 log10(1 + hz / 700)), as spectrogram bins
+// floor((dft_length + 1) * hz / sample_rate).
+Tensor naive_mel(int64_t mels, int64_t dft, int64_t rate, float lo, float hi) {
+  auto mel = [](float hz) { return double(2595.f * std::log1p(hz / 700.f)) / std::log(10.0); };
+  const double m0 = mel(lo), step = (mel(hi) - m0) / double(mels + 2);
+  std::vector<int64_t> e;
+  for (int64_t i = 0; i < mels + 2; ++i) {
+    const double hz = 700 * (std::pow(10.0, (m0 + double(i) * step) / 2595) - 1);
+    e.push_back(int64_t(std::floor(double(dft + 1) * hz / double(rate))));
+  }
+  const int64_t bins = dft / 2 + 1;
+  std::vector<float> w(size_t(bins * mels), 0.f);
+  for (int64_t j = 0; j < bins; ++j) {
+    for (int64_t m = 0; m < mels; ++m) {
+      const int64_t l = e[size_t(m)], c = e[size_t(m + 1)], r = e[size_t(m + 2)];
+      double v = 0;
+      if (j >= c && j < r) {
+        v = double(r - j) / double(r - c);
+      } else if (j == c) {
+        v = 1;  // a filter whose rise is empty peaks at its centre
+      } else if (j >= l && j < c) {
+        v = double(j - l) / double(c - l);
+      }
+      w[size_t(j * mels + m)] = float(v);
+    }
+  }
+  return make_f32({bins, mels}, w);
+}
+
+TEST(SpatialOps, MelWeightMatrixFoldsToTheTriangularFilters) {
+  struct Case {
+    int64_t mels, dft, rate;
+    float lo, hi;
+  };
+  // test_melweightmatrix's numbers, a wider bank, and one whose low filters collapse onto a bin.
+  for (const Case& c :
+       {Case{8, 16, 8192, 0, 4096}, Case{10, 64, 16000, 100, 7000}, Case{12, 32, 16000, 0, 8000}}) {
+    const std::string label =
+        std::to_string(c.mels) + " mels of a " + std::to_string(c.dft) + "-point transform";
+    auto r = run_case(
+        {.node = op("MelWeightMatrix", 17).named("mel0"),
+         .inputs = {initializer(make_i64({}, {c.mels})), initializer(make_i64({}, {c.dft})),
+                    initializer(make_i64({}, {c.rate})), initializer(make_f32({}, {c.lo})),
+                    initializer(make_f32({}, {c.hi}))},
+         .expect_support = true,
+         .label = label});
+    ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+    EXPECT_TRUE(all_close((*r)[0], naive_mel(c.mels, c.dft, c.rate, c.lo, c.hi), 1e-6, 0)) << label;
+  }
+  // float64 output of the same filters.
+  auto r = run_case({.node = op("MelWeightMatrix", 17).i("output_datatype", 11),
+                     .inputs = {initializer(make_i64({}, {8})), initializer(make_i64({}, {16})),
+                                initializer(make_i64({}, {8192})), initializer(make_f32({}, {0})),
+                                initializer(make_f32({}, {4096}))}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ((*r)[0].dtype(), DType::kFloat64);
+  EXPECT_TRUE(all_close(testing::as_dtype((*r)[0], DType::kFloat32),
+                        naive_mel(8, 16, 8192, 0, 4096), 1e-6, 0));
+  // An upper edge far past the Nyquist frequency lands past the last bin (the top edge, 5/6 of the
+  // way up in mel, is about 11 kHz: bin 23 of 9): a clear error, not a write past the output.
+  r = run_case(op("MelWeightMatrix", 17),
+               {initializer(make_i64({}, {4})), initializer(make_i64({}, {16})),
+                initializer(make_i64({}, {8000})), initializer(make_f32({}, {0})),
+                initializer(make_f32({}, {20000}))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Nyquist"), std::string::npos) << r.status().to_string();
 }
 
 TEST(SpatialOps, BitCast) {

@@ -252,20 +252,20 @@ def _no_fallback():
     assert not fell, fell
 
 
-class WithAntialias(torch.nn.Module):
-    """Something kiln does not take yet: Resize's antialias when downsampling."""
+class WithTrainingDropout(torch.nn.Module):
+    """Something kiln does not take: dropout that draws random numbers (training mode)."""
 
     def forward(self, x):
-        return torch.nn.functional.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)
+        return torch.nn.functional.dropout(x, p=0.5, training=True)
 
 
 def test_build_errors_name_the_module_source_line():
     with pytest.raises(kiln.Error) as e:
-        kt.compile(WithAntialias(), inputs=[kt.Input(shape=(1, 2, 8, 8), name="x")])
+        kt.compile(WithTrainingDropout(), inputs=[kt.Input(shape=(1, 2, 8, 8), name="x")])
     message = str(e.value)
     # kiln's own error names the node; the exporter's stack trace adds the module's line.
-    assert "antialias" in message, message
-    assert "test_torch.py" in message and "antialias=True" in message, message
+    assert "training-mode Dropout" in message, message
+    assert "test_torch.py" in message and "training=True" in message, message
 
 
 class WithNonZero(torch.nn.Module):

@@ -34,7 +34,10 @@ Status fold_node(ir::Graph& g, int node_index) {
   for (const auto& t : outputs) out_views.push_back(t.empty() ? TensorView{} : t.view());
   backends::KernelQuery query{node, in, out};
   KILN_ASSIGN_OR_RETURN(auto kernel, backends::create_reference_kernel(query));
-  KILN_RETURN_IF_ERROR(kernel->execute(in_views, out_views));
+  // The reference kernel checks the constants' values (MelWeightMatrix's edges, Range's length):
+  // its refusal is about this node.
+  Status run = kernel->execute(in_views, out_views);
+  if (!run.ok()) return run.with_context(node.describe());
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     if (node.outputs[o] >= 0) g.values[node.outputs[o]].constant = std::move(outputs[o]);
   }

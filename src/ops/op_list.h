@@ -36,8 +36,9 @@
   /* sequences, optionals */ X(SequenceEmpty) X(SequenceConstruct) X(SequenceInsert)            \
   X(SequenceErase) X(SequenceAt) X(SequenceLength) X(SplitToSequence) X(ConcatFromSequence)      \
   X(SequenceMap) X(Optional) X(OptionalHasElement) X(OptionalGetElement)                         \
-  /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(BitCast)          \
-  X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike) X(RoiAlign)                         \
+  /* spatial, signal */ X(GridSample) X(AffineGrid) X(CenterCropPad) X(DFT) X(STFT)            \
+  X(MelWeightMatrix) X(BitCast) X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(EyeLike)     \
+  X(RoiAlign)                                                                                    \
   /* sequence models (conf4) */ X(LinearAttention) X(CausalConvWithState) X(FlexAttention)      \
   /* recurrent */ X(RNN) X(GRU) X(LSTM)
 

@@ -22,7 +22,7 @@ constexpr OpKind kFloat32Ops[] = {
     kLpNormalization,             kMeanVarianceNormalization,        kLRN,
     kReduceMean,  kReduceSum,     kReduceProd,   kReduceL1,          kReduceL2,
     kReduceLogSum, kReduceLogSumExp, kReduceSumSquare, kCumSum,      kCumProd,
-    kLpPool,      kNegativeLogLikelihoodLoss,    kSoftmaxCrossEntropyLoss, kDFT,
+    kLpPool,      kNegativeLogLikelihoodLoss,    kSoftmaxCrossEntropyLoss, kDFT, kSTFT,
     kLinearAttention, kCausalConvWithState,
     // Recurrences: rounding errors compound over the time steps.
     kRNN, kGRU, kLSTM};
@@ -44,7 +44,7 @@ constexpr OpKind kNativeOps[] = {
     kBitwiseAnd, kBitwiseOr,   kBitwiseXor,  kBitwiseNot,      kBitShift,   kBitCast,
     kQuantizeLinear, kDequantizeLinear,      kDynamicQuantizeLinear,       kQLinearMatMul,
     kMatMulInteger,  kQLinearConv,           kConvInteger,  kHannWindow,   kHammingWindow,
-    kBlackmanWindow,
+    kBlackmanWindow, kMelWeightMatrix,
     // Data-dependent sizes: a value rounded to FP16 may become zero (NonZero) or equal another
     // (Unique), changing the output's size.
     kNonZero,        kUnique};

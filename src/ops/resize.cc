@@ -138,6 +138,10 @@ Status infer_resize(InferContext& ctx) {
                         at.get_string("nearest_mode", "round_prefer_floor"));
   KILN_ASSIGN_OR_RETURN(std::string policy, at.get_string("keep_aspect_ratio_policy", "stretch"));
   KILN_ASSIGN_OR_RETURN(int64_t antialias, at.get_int("antialias", 0));
+  if (antialias != 0 && antialias != 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute antialias is " + std::to_string(antialias) + ", expected 0 or 1");
+  }
   KILN_ASSIGN_OR_RETURN(int64_t exclude_outside, at.get_int("exclude_outside", 0));
   KILN_RETURN_IF_ERROR(at.get_float("cubic_coeff_a", -0.75f).status());
   KILN_RETURN_IF_ERROR(at.get_float("extrapolation_value", 0.f).status());
@@ -200,10 +204,6 @@ Status infer_resize(InferContext& ctx) {
                        "scales computed at run time with tf_crop_and_resize: kiln needs the scales known at build "
                        "time to size the crop");
     }
-    if (antialias != 0 && mode != "nearest") {
-      return ctx.error(StatusCode::kUnsupported,
-                       "antialias=1 with scales computed at run time is not supported (it may downsample)");
-    }
     KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, scales_in, "scales", n));
     for (size_t k = 0; k < n; ++k) {
       KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k], ctx.input(scales_in).name));
@@ -213,9 +213,6 @@ Status infer_resize(InferContext& ctx) {
       return ctx.error(StatusCode::kUnsupported, "keep_aspect_ratio_policy '" + policy +
                                                      "' with sizes computed at run time: kiln needs constant "
                                                      "sizes and input dims for it");
-    }
-    if (antialias != 0 && mode != "nearest") {
-      return ctx.error(StatusCode::kUnsupported, "antialias=1 with sizes is not supported");
     }
     KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, sizes_in, "sizes", n));
     for (size_t k = 0; k < n; ++k) {
@@ -262,10 +259,6 @@ Status infer_resize(InferContext& ctx) {
         return ctx.error(StatusCode::kInvalidModel,
                          "scale " + std::to_string(scales[k]) + " must be finite and > 0");
       }
-      if (antialias != 0 && mode != "nearest" && scales[k] < 1) {
-        return ctx.error(StatusCode::kUnsupported,
-                         "antialias=1 when downsampling is not supported");
-      }
       double f = double(scales[k]);
       if (!roi.empty()) f *= double(roi[n + k]) - double(roi[k]);
       KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_dim(ctx, x[axes[k]], f, axes[k]));
@@ -275,9 +268,6 @@ Status infer_resize(InferContext& ctx) {
     if (sizes.size() != n) {
       return ctx.error(StatusCode::kInvalidModel, "sizes has " + std::to_string(sizes.size()) +
                                                       " elements; expected " + std::to_string(n));
-    }
-    if (antialias != 0 && mode != "nearest") {
-      return ctx.error(StatusCode::kUnsupported, "antialias=1 with sizes is not supported");
     }
     if (policy == "stretch") {
       for (size_t k = 0; k < n; ++k) {

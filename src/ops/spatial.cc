@@ -1,5 +1,6 @@
-// Schemas of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, BitCast and
-// RoiAlign, plus the Einsum equation parser the CPU kernel shares (ops/spatial.h).
+// Schemas of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum, DFT, STFT,
+// MelWeightMatrix, BitCast and RoiAlign, plus the Einsum equation parser the CPU kernel shares
+// (ops/spatial.h).
 #include "ops/spatial.h"
 
 #include <algorithm>
@@ -376,6 +377,141 @@ Status infer_dft(InferContext& ctx) {
   return ok_status();
 }
 
+// ---- STFT ----
+
+// A scalar integer input known at build time (STFT's frame_step and frame_length).
+StatusOr<Dim> scalar_int_input(const InferContext& ctx, int i, const char* what) {
+  if (!is_integer(ctx.input_dtype(i)) || ctx.input_rank(i) > 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     input_label(ctx, i) + " (" + what + ") must be an integer scalar, got " +
+                         std::string(dtype_name(ctx.input_dtype(i))) + " of rank " +
+                         std::to_string(ctx.input_rank(i)));
+  }
+  KILN_ASSIGN_OR_RETURN(auto v, ctx.require_value(i, what));
+  if (v.size() != 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     input_label(ctx, i) + " (" + what + ") must hold one integer");
+  }
+  return v[0];
+}
+
+// Signal [batch, length, 1 or 2] framed every frame_step samples into frames of frame_length
+// (the window's length, or the signal's when neither is given, as the ONNX reference does), each
+// weighted by the window and transformed: [batch, frames, bins, 2].
+Status infer_stft(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_float(ctx, 0));
+  const auto& x = ctx.input_shape(0);
+  if (x.size() != 3) {
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "signal must have rank 3 ([batch, length, 1 or 2]), got " + std::to_string(x.size()));
+  }
+  KILN_RETURN_IF_ERROR(ctx.require_ge(Dim(2), x[2], "signal's last dim is 1 or 2"));
+  KILN_RETURN_IF_ERROR(ctx.require_ge(x[2], Dim(1), "signal's last dim is 1 or 2"));
+  auto onesided = ctx.attrs().get_int("onesided", 1);
+  if (!onesided.ok()) return attr_error(ctx, onesided.status());
+  if (*onesided != 0 && *onesided != 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute onesided is " + std::to_string(*onesided) + ", expected 0 or 1");
+  }
+  KILN_ASSIGN_OR_RETURN(Dim step, scalar_int_input(ctx, 1, "frame_step"));
+  KILN_RETURN_IF_ERROR(ctx.require_ge(step, Dim(1), "frame_step >= 1"));
+  std::optional<Dim> length;
+  if (ctx.has_input(2)) {
+    if (ctx.input_dtype(2) != ctx.input_dtype(0) || ctx.input_rank(2) != 1) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       input_label(ctx, 2) + " (window) must be 1-D of the signal's dtype " +
+                           std::string(dtype_name(ctx.input_dtype(0))));
+    }
+    length = ctx.input_shape(2)[0];
+  }
+  if (ctx.has_input(3)) {
+    KILN_ASSIGN_OR_RETURN(Dim fl, scalar_int_input(ctx, 3, "frame_length"));
+    if (length) {
+      KILN_RETURN_IF_ERROR(
+          ctx.require_equal(fl, *length, "frame_length equals the window's length"));
+    }
+    length = fl;
+  }
+  const Dim n = length.value_or(x[1]);
+  KILN_RETURN_IF_ERROR(ctx.require_ge(n, Dim(1), "the frame length is at least 1"));
+  KILN_RETURN_IF_ERROR(ctx.require_ge(x[1], n, "the signal is at least one frame long"));
+  const Dim frames = Dim::floor_div(x[1] - n, step) + Dim(1);
+  const Dim bins = *onesided ? Dim::floor_div(n, Dim(2)) + Dim(1) : n;
+  ctx.set_output(0, ctx.input_dtype(0), {x[0], frames, bins, Dim(2)});
+  return ok_status();
+}
+
+// ---- MelWeightMatrix ----
+
+// A scalar input whose data must be known at build time: the op then always folds (the ONNX
+// node tests feed these as graph inputs, which the profile gives as shape values).
+StatusOr<double> scalar_constant(const InferContext& ctx, int i, const char* what) {
+  const Tensor* t = ctx.input_constant(i);
+  if (t && t->numel() == 1 && (is_float(t->dtype()) || is_integer(t->dtype()))) {
+    return is_float(t->dtype()) ? t->float_at(0) : double(t->int_at(0));
+  }
+  if (!t && is_integer(ctx.input_dtype(i))) {
+    auto v = ctx.input_value(i);
+    if (v && v->size() == 1 && (*v)[0].is_const()) return double((*v)[0].value());
+  }
+  if (t && t->numel() != 1) {
+    return ctx.error(StatusCode::kInvalidModel, input_label(ctx, i) + " (" + what +
+                                                    ") must hold one element, not " +
+                                                    std::to_string(t->numel()));
+  }
+  return ctx.error(StatusCode::kUnsupported,
+                   input_label(ctx, i) + " (" + what +
+                       ") of MelWeightMatrix must be a scalar constant at build time");
+}
+
+Status infer_mel_weight_matrix(InferContext& ctx) {
+  const char* names[] = {"num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+                         "upper_edge_hertz"};
+  for (int i = 0; i < 5; ++i) {
+    const bool want_float = i >= 3;
+    const DType dt = ctx.input_dtype(i);
+    if (want_float ? !is_float(dt) : !is_integer(dt)) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       input_label(ctx, i) + " (" + names[i] + ") has dtype " +
+                           std::string(dtype_name(dt)) + "; expected " +
+                           (want_float ? "a float" : "an integer") + " scalar");
+    }
+  }
+  double v[5];
+  for (int i = 0; i < 5; ++i) {
+    KILN_ASSIGN_OR_RETURN(v[i], scalar_constant(ctx, i, names[i]));
+  }
+  auto odt = ctx.attrs().get_int("output_datatype", 1);
+  if (!odt.ok()) return attr_error(ctx, odt.status());
+  const DType dt =
+      *odt >= INT32_MIN && *odt <= INT32_MAX ? dtype_from_onnx(int32_t(*odt)) : DType::kUndefined;
+  if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
+      dt != DType::kBFloat16) {
+    return ctx.error(StatusCode::kUnsupported,
+                     "output_datatype " + std::to_string(*odt) + " is not a supported float dtype");
+  }
+  constexpr double kMaxBins = double(int64_t(1) << 24);
+  if (!(v[0] >= 1 && v[0] <= kMaxBins) || !(v[1] >= 1 && v[1] <= 2 * kMaxBins)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "num_mel_bins (" + std::to_string(int64_t(v[0])) + ") and dft_length (" +
+                         std::to_string(int64_t(v[1])) + ") must be in [1, 2^24] and [1, 2^25]");
+  }
+  if (!(v[2] >= 1)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "sample_rate is " + std::to_string(int64_t(v[2])) + ", expected > 0");
+  }
+  // Edges past the Nyquist frequency land past the last bin: the kernel refuses those, with
+  // the bin they map to.
+  if (!std::isfinite(v[3]) || !std::isfinite(v[4]) || !(v[3] >= 0) || !(v[4] >= v[3])) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "lower_edge_hertz (" + std::to_string(v[3]) + ") and upper_edge_hertz (" +
+                         std::to_string(v[4]) + ") must satisfy 0 <= lower <= upper");
+  }
+  ctx.set_output(0, dt, {Dim(int64_t(v[1]) / 2 + 1), Dim(int64_t(v[0]))});
+  return ok_status();
+}
+
 // ---- BitCast ----
 
 Status infer_bitcast(InferContext& ctx) {
@@ -478,6 +614,8 @@ void register_spatial_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kCenterCropPad, 2, 2, 1, 1, &infer_center_crop_pad, false, false});
   r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum, false, false});
   r.add(OpSchema{OpKind::kDFT, 1, 3, 1, 1, &infer_dft, false, false});
+  r.add(OpSchema{OpKind::kSTFT, 2, 4, 1, 1, &infer_stft, false, false});
+  r.add(OpSchema{OpKind::kMelWeightMatrix, 5, 5, 1, 1, &infer_mel_weight_matrix, false, false});
   r.add(OpSchema{OpKind::kBitCast, 1, 1, 1, 1, &infer_bitcast, false, false});
   r.add(OpSchema{OpKind::kRoiAlign, 3, 3, 1, 1, &infer_roi_align, false, false});
 }

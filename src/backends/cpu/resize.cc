@@ -64,6 +64,7 @@ struct ResizeParams {
   Round round = Round::kPreferFloor;
   double cubic_a = -0.75;
   bool exclude_outside = false;
+  bool antialias = false;  // linear and cubic only: widens the filter when downsampling
   double extrapolation = 0;
 };
 
@@ -76,6 +77,7 @@ StatusOr<ResizeParams> parse_params(const ir::Attributes& at, bool opset10) {
   KILN_ASSIGN_OR_RETURN(float a, at.get_float("cubic_coeff_a", -0.75f));
   KILN_ASSIGN_OR_RETURN(int64_t excl, at.get_int("exclude_outside", 0));
   KILN_ASSIGN_OR_RETURN(float extrap, at.get_float("extrapolation_value", 0.f));
+  KILN_ASSIGN_OR_RETURN(int64_t antialias, at.get_int("antialias", 0));
   p.cubic_a = a;
   p.exclude_outside = excl != 0;
   p.extrapolation = extrap;
@@ -93,6 +95,8 @@ StatusOr<ResizeParams> parse_params(const ir::Attributes& at, bool opset10) {
     p.round = Round::kSimple;
     return p;
   }
+  // Nearest ignores antialias; opset 10 (returned above) has no such attribute.
+  p.antialias = antialias != 0 && p.mode != Mode::kNearest;
   static const std::pair<const char*, Coord> kCoords[] = {
       {"half_pixel", Coord::kHalfPixel},
       {"asymmetric", Coord::kAsymmetric},
@@ -182,11 +186,37 @@ struct AxisTaps {
   std::vector<uint8_t> outside;
 };
 
+// The antialiased filter (ONNX Resize, antialias=1): the linear or cubic kernel stretched by
+// 1 / scale when downsampling, so each output averages every input it covers. Tap i of the
+// filter reads input base + i, for i in [start, start + taps), where base is the input left of x
+// (x - 1 when x is an integer, the reference's tie rule), weighted by the kernel at
+// (base + i - x) * min(scale, 1); weights are normalized to sum to 1.
+struct AntialiasFilter {
+  double support;  // the kernel's half-width at scale 1: 1 for linear, 2 for cubic
+  double s;        // min(scale, 1)
+  int64_t start, taps;
+
+  AntialiasFilter(bool cubic, double scale) : support(cubic ? 2.0 : 1.0), s(std::min(scale, 1.0)) {
+    start = int64_t(std::floor(-support / s)) + 1;
+    taps = 2 - 2 * start;
+  }
+  double weight(bool cubic, double a, double d) const {
+    d = std::fabs(d * s);
+    if (!cubic) return std::max(0.0, 1 - d);
+    if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
+    if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+    return 0;
+  }
+};
+
 template <typename C>
 void build_taps(const ResizeParams& p, int64_t in, int64_t out, int64_t stride, double scale,
                 double roi_start, double roi_end, AxisTaps<C>* t) {
   bool identity = in == out && scale == 1.0 && p.coord != Coord::kTfCropAndResize;
+  const AntialiasFilter filter(p.mode == Mode::kCubic, scale);
+  const bool antialias = p.antialias && !identity;
   int k = identity || p.mode == Mode::kNearest ? 1 : p.mode == Mode::kLinear ? 2 : 4;
+  if (antialias) k = int(filter.taps);
   t->k = k;
   t->offset.assign(size_t(out * k), 0);
   t->weight.assign(size_t(out * k), C(0));
@@ -205,7 +235,24 @@ void build_taps(const ResizeParams& p, int64_t in, int64_t out, int64_t stride, 
       t->outside[size_t(x)] = 1;
       continue;
     }
-    if (p.mode == Mode::kNearest) {
+    if (antialias) {
+      const double f = std::floor(xo);
+      const int64_t first = int64_t(f == xo ? f - 1 : f) + filter.start;
+      // Normalized over every tap (the edge repeats), or over those inside under exclude_outside.
+      double norm = 0;
+      std::vector<double> c(static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) {
+        const int64_t i = first + j;
+        const bool drop = p.exclude_outside && (i < 0 || i >= in);
+        c[size_t(j)] =
+            drop ? 0.0 : filter.weight(p.mode == Mode::kCubic, p.cubic_a, double(i) - xo);
+        norm += c[size_t(j)];
+      }
+      for (int j = 0; j < k; ++j) {
+        off[j] = clamp(first + j) * stride;
+        w[j] = C(norm != 0 ? c[size_t(j)] / norm : 0.0);
+      }
+    } else if (p.mode == Mode::kNearest) {
       off[0] = clamp(nearest_index(p.round, xo, scale < 1)) * stride;
       w[0] = C(1);
     } else if (p.mode == Mode::kLinear) {
@@ -376,7 +423,6 @@ Status resize_kernel(const KernelArgs& a, int opset, bool sized, Shape* shape) {
     return invalid_argument("Resize: output must have the input's rank and dtype");
   }
   KILN_ASSIGN_OR_RETURN(ResizeParams p, parse_params(a.attrs, opset10));
-  KILN_ASSIGN_OR_RETURN(int64_t antialias, a.attrs.get_int("antialias", 0));
   KILN_ASSIGN_OR_RETURN(std::string policy,
                         a.attrs.get_string("keep_aspect_ratio_policy", "stretch"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> raw_axes,
@@ -435,11 +481,6 @@ Status resize_kernel(const KernelArgs& a, int opset, bool sized, Shape* shape) {
     for (size_t k = 0; k < n; ++k) {
       roi[axes[k]] = r[k];
       roi[rank + axes[k]] = r[n + k];
-    }
-  }
-  if (antialias != 0 && p.mode != Mode::kNearest) {
-    for (double s : scales) {
-      if (s < 1) return unsupported("Resize: antialias=1 when downsampling is not supported");
     }
   }
   if (y.numel() == 0) return ok_status();

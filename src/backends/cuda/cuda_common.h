@@ -225,7 +225,7 @@ void register_resize(Registry& r);     // Resize
 void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState
 void register_swiglu(Registry& r);     // SwiGLU
 void register_unpool(Registry& r);     // MaxUnpool
-void register_dft(Registry& r);        // DFT
+void register_dft(Registry& r);        // DFT, STFT
 void register_data_dependent(Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression, TopK (host)
 // Runs `op` on CUDA through its CPU kernel on page-locked memory ("cuda.host.<Op>", data_dependent.cc):
 // for ops with no device kernel yet. The op's CPU kernel must be registered.

@@ -1,5 +1,6 @@
-// CUDA Resize: nearest, linear and cubic (cubic_coeff_a, exclude_outside) in every coordinate
-// transformation mode, tf_crop_and_resize with roi and extrapolation_value, any rank and axes,
+// CUDA Resize: nearest, linear and cubic (cubic_coeff_a, exclude_outside, antialias) in every
+// coordinate transformation mode, tf_crop_and_resize with roi and extrapolation_value, any rank
+// and axes,
 // float32/float64/float16/bfloat16 (and int8/uint8/int32/int64 in nearest mode). Each thread
 // computes its output's per-axis taps with the CPU reference's arithmetic (cpu/resize.cc), in
 // double; the launch carries every parameter by value, so shapes may change between launches.
@@ -34,6 +35,7 @@ struct ResizeArgs {
   Coord coord;
   Round round;
   bool exclude_outside;
+  bool antialias;  // linear or cubic with antialias=1: the filter widens by 1 / scale downsampling
   double cubic_a, extrapolation;
   int dtype;
   int64_t in_dims[kMaxRank];
@@ -132,6 +134,101 @@ __device__ int resize_taps(const ResizeArgs& a, int d, int64_t o, int64_t* off, 
   return 4;
 }
 
+// The antialiased filter of axis d at output o, as the CPU reference's AntialiasFilter: taps
+// first .. first + taps - 1 (clamped to the input when read), weighted by the linear or cubic
+// kernel at (index - xo) * min(scale, 1) over norm. false when tf_crop_and_resize puts o outside
+// the crop.
+struct AxisFilter {
+  int64_t first;
+  int taps;
+  double xo, s, norm;
+};
+
+__device__ double antialias_weight(const ResizeArgs& a, double d) {
+  d = fabs(d);
+  const double ca = a.cubic_a;
+  if (a.mode == Mode::kLinear) return d < 1 ? 1 - d : 0.0;
+  if (d <= 1) return ((ca + 2) * d - (ca + 3)) * d * d + 1;
+  if (d < 2) return ((ca * d - 5 * ca) * d + 8 * ca) * d - 4 * ca;
+  return 0;
+}
+
+// The weight of input index `idx` on axis d before normalization (0 outside the input under
+// exclude_outside).
+__device__ double antialias_tap(const ResizeArgs& a, int d, const AxisFilter& f, int64_t idx) {
+  if (a.identity[d]) return 1;
+  if (a.exclude_outside && (idx < 0 || idx >= a.in_dims[d])) return 0;
+  return antialias_weight(a, (double(idx) - f.xo) * f.s);
+}
+
+__device__ bool antialias_filter(const ResizeArgs& a, int d, int64_t o, AxisFilter* f) {
+  if (a.identity[d]) {
+    *f = AxisFilter{o, 1, 0, 1, 1};
+    return true;
+  }
+  const double xo = original_coord(a, d, double(o));
+  if (a.coord == Coord::kTfCropAndResize && (xo < 0 || xo > double(a.in_dims[d] - 1))) {
+    return false;
+  }
+  const double s = a.scale[d] < 1 ? a.scale[d] : 1.0;
+  const double support = a.mode == Mode::kCubic ? 2.0 : 1.0;
+  const int64_t start = int64_t(floor(-support / s)) + 1;
+  const double fl = floor(xo);
+  const int64_t base = int64_t(fl == xo ? fl - 1 : fl);  // the input left of xo
+  f->first = base + start;
+  f->taps = int(2 - 2 * start);
+  f->xo = xo;
+  f->s = s;
+  // Normalized over every tap (the edge repeats), or over those inside under exclude_outside.
+  double sum = 0;
+  for (int j = 0; j < f->taps; ++j) sum += antialias_tap(a, d, *f, f->first + j);
+  f->norm = sum != 0 ? sum : 1;
+  return true;
+}
+
+// The antialiased resize: each axis's taps are walked as an odometer (their count depends on the
+// scale, so they are recomputed rather than stored), zero weights skipped as the reference does.
+template <typename C>
+__global__ void resize_antialias_kernel(const void* x, void* y, ResizeArgs a, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    AxisFilter f[kMaxRank];
+    int64_t r = i;
+    bool outside = false;
+    for (int d = a.rank - 1; d >= 0 && !outside; --d) {
+      const int64_t o = r % a.out_dims[d];
+      r /= a.out_dims[d];
+      outside = !antialias_filter(a, d, o, &f[d]);
+    }
+    if (outside) {
+      store_as<C>(y, a.dtype, i, C(a.extrapolation));
+      continue;
+    }
+    int j[kMaxRank] = {};
+    C acc = 0;
+    while (true) {
+      int64_t src = 0;
+      C w = 1;
+      bool zero = false;
+      for (int d = 0; d < a.rank; ++d) {
+        const int64_t idx = f[d].first + j[d];
+        const double wd = antialias_tap(a, d, f[d], idx) / f[d].norm;
+        zero |= wd == 0;
+        w *= C(wd);
+        const int64_t clamped = idx < 0 ? 0 : idx >= a.in_dims[d] ? a.in_dims[d] - 1 : idx;
+        src += clamped * a.in_strides[d];
+      }
+      if (!zero) acc += w * load_as<C>(x, a.dtype, src);
+      int d = a.rank - 1;
+      for (; d >= 0; --d) {
+        if (++j[d] < f[d].taps) break;
+        j[d] = 0;
+      }
+      if (d < 0) break;
+    }
+    store_as<C>(y, a.dtype, i, acc);
+  }
+}
+
 // C: float for float32, float16 and bfloat16 (as the reference), double otherwise.
 template <typename C>
 __global__ void resize_kernel(const void* x, void* y, ResizeArgs a, int64_t n) {
@@ -211,12 +308,20 @@ class ResizeKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     if (x.numel() == 0)
       return invalid_argument(name_ + ": cannot resize an empty input to a non-empty output");
-    if (x.dtype == DType::kFloat64 || !is_float(x.dtype)) {
+    const bool wide = x.dtype == DType::kFloat64 || !is_float(x.dtype);
+    if (args_.antialias) {
+      if (wide) {
+        resize_antialias_kernel<double><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
+      } else {
+        resize_antialias_kernel<float><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
+      }
+    } else if (wide) {
       resize_kernel<double><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
     } else {
       resize_kernel<float><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
     }
-    KILN_RETURN_IF_ERROR(launch_status("resize_kernel"));
+    KILN_RETURN_IF_ERROR(
+        launch_status(args_.antialias ? "resize_antialias_kernel" : "resize_kernel"));
     valid_ = sized;
     return ok_status();
   }
@@ -331,34 +436,6 @@ bool computed_at_run_time(const KernelQuery& q, size_t i) {
   return i < q.inputs.size() && q.inputs[i] && !q.inputs[i]->constant && !q.inputs[i]->sym_value;
 }
 
-// Whether every resized axis provably grows or keeps its size (antialias then changes nothing):
-// constant scales >= 1, or static output dims >= the input's.
-bool never_downsamples(const KernelQuery& q, int scales_in) {
-  auto all_ge1 = [](const ir::Value* v) {
-    if (!v || !v->constant) return false;
-    const Tensor& t = *v->constant;
-    for (double s : read_numbers(t.data(), t.dtype(), t.numel())) {
-      if (!(s >= 1)) return false;
-    }
-    return true;
-  };
-  if (scales_in < int(q.inputs.size()) && q.inputs[scales_in] && q.inputs[scales_in]->constant &&
-      q.inputs[scales_in]->constant->numel() > 0) {
-    return all_ge1(q.inputs[scales_in]);
-  }
-  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.outputs.empty() ||
-      !q.outputs[0] || !q.outputs[0]->shape ||
-      q.inputs[0]->shape->size() != q.outputs[0]->shape->size()) {
-    return false;
-  }
-  for (size_t d = 0; d < q.inputs[0]->shape->size(); ++d) {
-    const ir::Dim &i = (*q.inputs[0]->shape)[d], &o = (*q.outputs[0]->shape)[d];
-    if (i == o) continue;
-    if (!i.is_const() || !o.is_const() || o.value() < i.value()) return false;
-  }
-  return true;
-}
-
 StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelQuery& q) {
   const ir::Attributes& at = q.node.attrs;
   auto k = std::make_unique<ResizeKernel>();
@@ -434,11 +511,9 @@ StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelQuery& q) {
     b.round = Round::kSimple;
     b.coord = Coord::kAsymmetric;
   }
-  // The reference refuses antialias when a linear or cubic resize shrinks an axis; when none can,
-  // it is the plain resize.
-  if (antialias != 0 && b.mode != Mode::kNearest && !never_downsamples(q, k->scales_in)) {
-    return unsupported(q.node.describe() + ": antialias where an axis may shrink");
-  }
+  // Antialias changes linear and cubic only (nearest ignores it, as the reference's schema
+  // allows); opset 10 has no such attribute.
+  b.antialias = antialias != 0 && b.mode != Mode::kNearest && !opset10;
   k->sized = computed_at_run_time(q, size_t(k->scales_in)) ||
              (k->sizes_in >= 0 && computed_at_run_time(q, size_t(k->sizes_in)));
   k->scales.init(q, k->scales_in);
