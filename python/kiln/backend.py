@@ -51,6 +51,15 @@ def _static_shape(value_info: onnx.ValueInfoProto) -> Optional[Shape]:
     return tuple(dims)
 
 
+def _kind(value_info: onnx.ValueInfoProto) -> str:
+    """"tensor", "sequence", "optional_tensor" or "optional_sequence": what the input or output holds."""
+    t = value_info.type
+    prefix = ""
+    if t.WhichOneof("value") == "optional_type":
+        prefix, t = "optional_", t.optional_type.elem_type
+    return prefix + ("sequence" if t.WhichOneof("value") == "sequence_type" else "tensor")
+
+
 # What kiln's build error says of a model input whose values it needs at build time (a Tile's
 # repeats, a Reshape's target fed as a graph input): the profile can give them as shape values.
 _SHAPE_VALUES_HINT = "as a model input it can take shape values"
@@ -69,42 +78,62 @@ class KilnBackendRep(BackendRep):
     as graph inputs) is a shape-value input of the engine, as TensorRT's shape tensors are: the
     engine is built for the values the run gives (OptimizationProfile.set_shape_values), which it
     then checks at run time, and other values build another engine, as other shapes do.
+
+    Sequence and optional inputs and outputs (ONNX sequence(tensor) and optional types) are lists
+    and None: an engine is built for the sequences' lengths and the optionals' presence that run()
+    gives, its tensors named as kiln lays them out ("xs[0]", "xs[1]", ...; see
+    BuilderConfig.set_sequence_length).
     """
 
     def __init__(self, network: "kiln.Network", input_names: Sequence[str],
-                 output_names: Sequence[str], device: "kiln.Device"):
+                 output_names: Sequence[str], device: "kiln.Device",
+                 input_kinds: Optional[Mapping[str, str]] = None,
+                 output_kinds: Optional[Mapping[str, str]] = None):
         self.network = network
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.device = device
+        self.input_kinds = dict(input_kinds or {})    # name -> _kind(); tensors may be left out
+        self.output_kinds = dict(output_kinds or {})
         self.value_inputs: List[str] = []  # inputs the engines take as shape values, in order found
         self._engines: Dict[Tuple[Any, ...], Tuple[kiln.Engine, kiln.ExecutionContext]] = {}
 
     def engine_for(self, shapes: Mapping[str, Shape],
-                   values: Optional[Mapping[str, Any]] = None) -> "kiln.Engine":
+                   values: Optional[Mapping[str, Any]] = None,
+                   structure: Optional[Mapping[str, Optional[int]]] = None) -> "kiln.Engine":
         """The engine (built now if needed) whose profile is exactly these input shapes (and, for
-        inputs whose values decide shapes, these values)."""
-        return self._context_for(shapes, values)[0]
+        inputs whose values decide shapes, these values). `shapes` is keyed by the engine's tensor
+        names; `structure` gives each sequence input's length and None for an absent optional."""
+        return self._context_for(shapes, values, structure)[0]
 
-    def _key(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]]) -> Tuple[Any, ...]:
-        key: Tuple[Any, ...] = tuple(tuple(shapes[n]) for n in self.input_names)
+    def _key(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]],
+             structure: Mapping[str, Optional[int]]) -> Tuple[Any, ...]:
+        key: Tuple[Any, ...] = tuple(sorted((n, tuple(s)) for n, s in shapes.items()))
+        key += tuple(sorted((n, -1 if v is None else v) for n, v in structure.items()))
         if self.value_inputs and values is not None:
             key += tuple((np.asarray(values[n]).dtype.str, np.asarray(values[n]).tobytes()) for n in self.value_inputs)
         return key
 
-    def _context_for(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]] = None):
+    def _context_for(self, shapes: Mapping[str, Shape], values: Optional[Mapping[str, Any]] = None,
+                     structure: Optional[Mapping[str, Optional[int]]] = None):
+        structure = dict(structure or {})
         for _ in range(len(self.input_names) + 1):
             if self.value_inputs and values is None:
                 raise kiln.UnsupportedError(
                     f"input(s) {', '.join(map(repr, self.value_inputs))} decide shapes by their values: "
                     "the engine is built when run() gives them")
-            key = self._key(shapes, values)
+            key = self._key(shapes, values, structure)
             if key in self._engines:
                 return self._engines[key]
             config = kiln.BuilderConfig()
+            for name, length in structure.items():
+                if length is None:
+                    config.set_optional_present(name, False)
+                elif self.input_kinds.get(name, "tensor").endswith("sequence"):
+                    config.set_sequence_length(name, length)
             profile = kiln.OptimizationProfile()
-            for name in self.input_names:
-                shape = list(shapes[name])
+            for name, shape in shapes.items():
+                shape = list(shape)
                 profile.set_dimensions(name, shape, shape, shape)
                 if name in self.value_inputs:
                     profile.set_shape_values(name, np.array(values[name], order="C"))  # 0-d stays 0-d
@@ -148,13 +177,38 @@ class KilnBackendRep(BackendRep):
                     f"the model has {len(self.input_names)} input(s) {self.input_names}, "
                     f"got {len(inputs)}")
             named = dict(zip(self.input_names, inputs))
-        arrays = {n: (a if hasattr(a, "__dlpack__") else np.asarray(a)) for n, a in named.items()}
-        missing = [n for n in self.input_names if n not in arrays]
+        missing = [n for n in self.input_names if n not in named]
         if missing:
             raise kiln.InvalidArgumentError(f"missing input(s): {', '.join(missing)}")
-        _, context = self._context_for({n: tuple(arrays[n].shape) for n in self.input_names}, arrays)
+
+        def array(a: Any) -> Any:
+            return a if hasattr(a, "__dlpack__") else np.asarray(a)
+
+        arrays: Dict[str, Any] = {}
+        structure: Dict[str, Optional[int]] = {}  # sequence lengths; None: an absent optional
+        for n in self.input_names:
+            kind, value = self.input_kinds.get(n, "tensor"), named[n]
+            if kind.startswith("optional") and value is None:
+                structure[n] = None
+            elif kind.endswith("sequence"):
+                items = list(value)
+                structure[n] = len(items)
+                arrays.update((f"{n}[{i}]", array(a)) for i, a in enumerate(items))
+            else:
+                arrays[n] = array(value)
+        _, context = self._context_for({n: tuple(a.shape) for n, a in arrays.items()}, arrays, structure)
         outputs = context.run(arrays)
-        return namedtupledict("Outputs", self.output_names)(*[outputs[n] for n in self.output_names])
+        results = []
+        for n in self.output_names:
+            kind = self.output_kinds.get(n, "tensor")
+            if kind.endswith("sequence"):
+                items = []
+                while f"{n}[{len(items)}]" in outputs:
+                    items.append(outputs[f"{n}[{len(items)}]"])
+                results.append(None if kind.startswith("optional") and not items else items)
+            else:
+                results.append(outputs.get(n) if kind.startswith("optional") else outputs[n])
+        return namedtupledict("Outputs", self.output_names)(*results)
 
 
 class KilnBackend(Backend):
@@ -176,10 +230,14 @@ class KilnBackend(Backend):
         initializers = {t.name for t in model.graph.initializer}
         graph_inputs = [i for i in model.graph.input if i.name not in initializers]
         rep = KilnBackendRep(network, [i.name for i in graph_inputs],
-                             [o.name for o in model.graph.output], _kiln_device(device))
+                             [o.name for o in model.graph.output], _kiln_device(device),
+                             {i.name: _kind(i) for i in graph_inputs},
+                             {o.name: _kind(o) for o in model.graph.output})
         shapes = {i.name: _static_shape(i) for i in graph_inputs}
         shapes.update({n: tuple(s) for n, s in (input_shapes or {}).items()})
-        if all(s is not None for s in shapes.values()):
+        # A sequence or optional input: its length or presence is known when run() gives it.
+        structured = any(k != "tensor" for k in rep.input_kinds.values())
+        if not structured and all(s is not None for s in shapes.values()):
             try:
                 rep.engine_for(shapes)
             except kiln.Error:

@@ -1111,7 +1111,26 @@ NB_MODULE(_kiln, m) {
           "nothing and gives a byte-identical engine. A missing file is created; one that cannot be used is a "
           "RuntimeWarning and the build starts from an empty cache. An empty path turns the cache off.")
       .def_prop_ro("timing_cache_file", [](const PyBuilderConfig& c) { return c.timing_cache_file; },
-                   "The timing cache file set_timing_cache_file gave; empty when none.");
+                   "The timing cache file set_timing_cache_file gave; empty when none.")
+      .def(
+          "set_sequence_length",
+          [](PyBuilderConfig& c, const std::string& input, int64_t length) { check(c.set_sequence_length(input, length)); },
+          nb::arg("input"), nb::arg("length"),
+          "The length of sequence input `input` (an ONNX sequence(tensor) or optional(sequence)): the engine takes "
+          "its elements as the tensor inputs 'input[0]' .. 'input[length-1]', each with shapes of its own (profiles "
+          "name them so). A sequence output 'y' is likewise the outputs 'y[0]', ... A model with a sequence input "
+          "builds only with its length set.")
+      .def_prop_ro("sequence_lengths", [](const PyBuilderConfig& c) { return c.sequence_lengths(); },
+                   "The sequence lengths set, by input name.")
+      .def(
+          "set_optional_present",
+          [](PyBuilderConfig& c, const std::string& input, bool present) { c.set_optional_present(input, present); },
+          nb::arg("input"), nb::arg("present"),
+          "Whether optional input `input` holds a value in the engine built (default True): present, it is a tensor "
+          "input of its name (or a sequence, as set_sequence_length says); absent, the engine has no input for it. "
+          "An empty optional output likewise has no output tensor.")
+      .def_prop_ro("optional_present", [](const PyBuilderConfig& c) { return c.optional_present(); },
+                   "Whether each optional input named so far is present, by input name.");
 
   nb::class_<Engine>(m, "Engine",
                      "A built engine: immutable, shareable by threads; each thread runs its own ExecutionContext.")

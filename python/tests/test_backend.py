@@ -89,6 +89,38 @@ def test_an_input_whose_values_decide_shapes_is_a_shape_value_input():
         rep.engine_for({"x": (2, 3), "repeats": (2,)})
 
 
+def test_sequences_and_optionals_are_lists_and_none():
+    # A sequence input is a list, a sequence output a list; an optional input None or a value. An
+    # engine is built for each length and presence run() gives, its tensors named xs[0], xs[1], ...
+    seq_type = helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, ["n"])
+    opt_in = helper.make_value_info("bias", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, [3])))
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0),
+         helper.make_node("SequenceInsert", ["xs", "y"], ["grown"]),
+         helper.make_node("OptionalHasElement", ["bias"], ["has_bias"])], "seq",
+        [seq_type, opt_in],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_sequence_value_info("grown", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("has_bias", TensorProto.BOOL, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    rep = kiln.backend.prepare(model)
+    a, b = np.arange(3, dtype=np.float32), np.arange(4, dtype=np.float32) + 10
+    y, grown, has_bias = rep.run({"xs": [a, b], "bias": None})
+    np.testing.assert_array_equal(y, np.concatenate([a, b]))
+    assert isinstance(grown, list) and len(grown) == 3
+    np.testing.assert_array_equal(grown[2], y)
+    assert not has_bias
+    y, grown, has_bias = rep.run({"xs": [b], "bias": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(y, b)
+    assert len(grown) == 2 and has_bias
+    assert len(rep._engines) == 2
+    engine = rep._engines[next(iter(rep._engines))][0]
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    assert names[:2] == ["xs[0]", "xs[1]"], names
+
+
 # onnx's own node tests (built in memory by the installed onnx), driven by onnx's BackendTest. It
 # generates a test for every case it knows; keep only the included ones, rather than thousands of
 # skips. The last four are opset-28 models (Mod fmod=0 on floats, signed BitShift, SpaceToDepth's
@@ -97,6 +129,9 @@ NODE_TESTS = (
     "test_relu_cpu", "test_add_bcast_cpu", "test_matmul_2d_cpu", "test_softmax_axis_1_cpu",
     "test_mod_float_edge_cases_fmod_0_float32_cpu", "test_bitshift_right_int8_negative_input_cpu",
     "test_spacetodepth_crd_mode_example_cpu", "test_swiglu_cpu",
+    # Sequences and optionals: lists and None through kiln.backend.
+    "test_sequence_insert_at_back_cpu", "test_split_to_sequence_1_cpu", "test_optional_has_element_empty_optional_input_cpu",
+    "test_optional_get_element_sequence_cpu",
 )
 backend_test = onnx.backend.test.BackendTest(kiln.backend.KilnBackend, __name__)
 onnx_node_cases = backend_test.test_cases  # a property that makes fresh classes on each access
