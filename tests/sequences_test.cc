@@ -355,5 +355,40 @@ TEST(Sequences, AnIfOnDataPassesSequencesOfOneLength) {
   }
 }
 
+// A subgraph's nodes are not checked before the build reaches them: a sequence op there with too
+// few inputs, or a required one omitted, is refused by name, never read out of range.
+TEST(Sequences, MalformedSequenceNodesInABranchAreRefused) {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto m = make_model(18);
+    auto* g = m.mutable_graph();
+    add_input(g, "a", kFloat, {"3"});
+    *g->add_initializer() = raw_tensor<uint8_t>("yes", kBool, {}, {1});
+    auto* branch = add_node(g, "If", {"yes"}, {"y"}, "branch");
+    for (const char* which : {"then_branch", "else_branch"}) {
+      auto* attr = branch->add_attribute();
+      attr->set_name(which);
+      attr->set_type(::onnx::AttributeProto::GRAPH);
+      auto* b = attr->mutable_g();
+      b->set_name(which);
+      add_node(b, "SequenceConstruct", {"a"}, {"s"}, "make");
+      if (variant == 0) {
+        add_node(b, "SequenceInsert", {"s"}, {"t"}, "insert");  // needs 2 inputs
+      } else {
+        add_node(b, "SequenceInsert", {"s", ""}, {"t"}, "insert");  // its tensor omitted
+      }
+      add_int_attr(add_node(b, "ConcatFromSequence", {"t"}, {"c"}, "concat"), "axis", 0);
+      add_output(b, "c");
+    }
+    add_output(g, "y");
+    auto net = parse(m);
+    ASSERT_TRUE(net.ok()) << net.status().to_string();
+    auto engine = Builder().build(*net, BuilderConfig());
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("insert"), std::string::npos) << engine.status().message();
+    EXPECT_NE(engine.status().message().find(variant == 0 ? "1 inputs" : "omitted"), std::string::npos)
+        << engine.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -253,6 +253,21 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
   for (size_t i = 0; i < node.inputs.size(); ++i) reads = reads || composite(i);
   if (!is_sequence_op(kind) && !reads) return false;
   if (kind == ops::OpKind::kSelectBranch) return expand_select(s, n);
+  // A node of a subgraph (a Loop's body, an If's branch) reaches here unchecked by check_supported.
+  const ops::OpSchema* schema = ops::find_schema(node);
+  if (is_sequence_op(kind) && schema) {
+    const int ni = int(node.inputs.size()), no = int(node.outputs.size());
+    if (ni < schema->min_inputs || ni > schema->max_inputs || no < schema->min_outputs || no > schema->max_outputs) {
+      return invalid_model(node.describe() + ": it has " + std::to_string(ni) + " inputs and " + std::to_string(no) +
+                           " outputs; " + node.op_type + " takes " + std::to_string(schema->min_inputs) + ".." +
+                           std::to_string(schema->max_inputs) + " inputs");
+    }
+    for (int i = 0; i < schema->min_inputs; ++i) {
+      if (node.inputs[size_t(i)] < 0) {
+        return invalid_model(node.describe() + ": its input " + std::to_string(i) + " is omitted, and it is required");
+      }
+    }
+  }
   auto input_name = [&](size_t i) { return g.values[size_t(node.inputs[i])].name; };
   if (!is_sequence_op(kind) && kind != ops::OpKind::kIdentity) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
