@@ -54,6 +54,16 @@ void add_int_attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
   a->set_i(v);
 }
 
+// A graph attribute `name` of node n (an If's branch, SequenceMap's body), named so too.
+::onnx::GraphProto* add_graph_attr(::onnx::NodeProto* n, const std::string& name) {
+  auto* attr = n->add_attribute();
+  attr->set_name(name);
+  attr->set_type(::onnx::AttributeProto::GRAPH);
+  auto* g = attr->mutable_g();
+  g->set_name(name);
+  return g;
+}
+
 void add_constant(::onnx::GraphProto* g, const std::string& name, int64_t v) {
   *g->add_initializer() = raw_tensor<int64_t>(name, kInt64, {}, {v});
 }
@@ -170,11 +180,7 @@ TEST(Sequences, SplitToSequenceAndSequenceMapUnrollPerElement) {
   add_constant(g, "two", 2);
   add_node(g, "SplitToSequence", {"x", "two"}, {"parts"}, "split");
   auto* map = add_node(g, "SequenceMap", {"parts"}, {"mapped"}, "map");
-  auto* body_attr = map->add_attribute();
-  body_attr->set_name("body");
-  body_attr->set_type(::onnx::AttributeProto::GRAPH);
-  auto* body = body_attr->mutable_g();
-  body->set_name("body");
+  auto* body = add_graph_attr(map, "body");
   add_input(body, "p", kFloat, {"2", "4"});
   add_node(body, "Relu", {"p"}, {"r"}, "relu");
   add_output(body, "r");
@@ -222,19 +228,11 @@ TEST(Sequences, SplitToSequenceAndSequenceMapUnrollPerElement) {
   add_kind_input(g, "opt", kFloat, {"4"}, true, false);
   add_node(g, "OptionalHasElement", {"opt"}, {"has"}, "has");
   auto* branch = add_node(g, "If", {"has"}, {"y"}, "branch");
-  auto* then_attr = branch->add_attribute();
-  then_attr->set_name("then_branch");
-  then_attr->set_type(::onnx::AttributeProto::GRAPH);
-  auto* then_g = then_attr->mutable_g();
-  then_g->set_name("then_body");
+  auto* then_g = add_graph_attr(branch, "then_branch");
   add_node(then_g, "OptionalGetElement", {"opt"}, {"v"}, "get");
   add_node(then_g, "Neg", {"v"}, {"nv"}, "neg");
   add_output(then_g, "nv");
-  auto* else_attr = branch->add_attribute();
-  else_attr->set_name("else_branch");
-  else_attr->set_type(::onnx::AttributeProto::GRAPH);
-  auto* else_g = else_attr->mutable_g();
-  else_g->set_name("else_body");
+  auto* else_g = add_graph_attr(branch, "else_branch");
   *else_g->add_initializer() = raw_tensor<float>("fallback", kFloat, {4}, {7, 7, 7, 7});
   add_output(else_g, "fallback");
   add_output(g, "y");
@@ -317,11 +315,7 @@ TEST(Sequences, AnIfOnDataPassesSequencesOfOneLength) {
     add_input(g, "c", kBool, {});
     auto* branch = add_node(g, "If", {"c"}, {"s"}, "branch");
     for (const char* which : {"then_branch", "else_branch"}) {
-      auto* attr = branch->add_attribute();
-      attr->set_name(which);
-      attr->set_type(::onnx::AttributeProto::GRAPH);
-      auto* b = attr->mutable_g();
-      b->set_name(which);
+      auto* b = add_graph_attr(branch, which);
       const bool then = which[0] == 't';
       add_node(b, then ? "Neg" : "Relu", {"a"}, {"e"}, "e");
       std::vector<std::string> parts = {"e", "a"};
@@ -365,11 +359,7 @@ TEST(Sequences, MalformedSequenceNodesInABranchAreRefused) {
     *g->add_initializer() = raw_tensor<uint8_t>("yes", kBool, {}, {1});
     auto* branch = add_node(g, "If", {"yes"}, {"y"}, "branch");
     for (const char* which : {"then_branch", "else_branch"}) {
-      auto* attr = branch->add_attribute();
-      attr->set_name(which);
-      attr->set_type(::onnx::AttributeProto::GRAPH);
-      auto* b = attr->mutable_g();
-      b->set_name(which);
+      auto* b = add_graph_attr(branch, which);
       add_node(b, "SequenceConstruct", {"a"}, {"s"}, "make");
       if (variant == 0) {
         add_node(b, "SequenceInsert", {"s"}, {"t"}, "insert");  // needs 2 inputs
