@@ -135,6 +135,15 @@ TEST(ControlFlow, AnIfOnDataRunsTheBranchItsConditionPicks) {
   for (const LayerInfo& l : engine->layers()) {
     EXPECT_NE(l.op_type, "If");
     select |= l.op_type == "SelectBranch";
+    // Each branch's layers say which value of the condition runs them; the rest run always.
+    const bool then = l.name.rfind("branch/then/", 0) == 0, other = l.name.rfind("branch/else/", 0) == 0;
+    if (then || other) {
+      ASSERT_EQ(l.runs_when.size(), 1u) << l.name;
+      EXPECT_EQ(l.runs_when[0].first, "c") << l.name;
+      EXPECT_EQ(l.runs_when[0].second, then) << l.name;
+    } else {
+      EXPECT_TRUE(l.runs_when.empty()) << l.name;
+    }
   }
   EXPECT_TRUE(select);
   run_on_data(*engine, false, "cpu");

@@ -209,6 +209,7 @@ std::vector<LayerInfo> Engine::layers() const {
                                                                    : p.graph.values[node.outputs[0]].dtype;
     info.precision = choice.precision.to_string(dtype_name(out_dtype));
     info.data_dependent = data_->node_makes_data_dependent[n] != 0;
+    for (const ir::Guard& gd : node.guards) info.runs_when.push_back({p.graph.values[size_t(gd.cond)].name, gd.when});
     if (choice.impl == plan::kAliasImpl) {
       info.precision = "-";
       int v = node.outputs[0];

@@ -48,6 +48,10 @@ struct LayerInfo {
   // learns them when it has run (on a device, by waiting for it on the host, and without a CUDA
   // graph), and what follows is sized by them.
   bool data_dependent = false;
+  // The conditions it runs under (a node of an If's branch whose condition only the run knows,
+  // ir::Node::guards): the bool tensor's name and the value it must have, all of them; empty for a
+  // layer every run executes.
+  std::vector<std::pair<std::string, bool>> runs_when;
 };
 
 // Receives output buffers whose size is only known once input shapes are, or, for an output of

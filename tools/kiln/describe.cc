@@ -118,6 +118,11 @@ std::string describe_layers(const Engine& engine, bool each) {
         if (!tactic.empty()) tactic += "; ";
         tactic += "sizes from data (the run waits for them)";
       }
+      // A layer of an If's branch: the run skips it unless its conditions hold.
+      for (size_t k = 0; k < l.runs_when.size(); ++k) {
+        tactic += k ? ", " : tactic.empty() ? "runs when " : "; runs when ";
+        tactic += l.runs_when[k].first + (l.runs_when[k].second ? " is true" : " is false");
+      }
       std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
                          pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) +
                          (layouts ? pad(l.layout.empty() ? "-" : l.layout, 8) : "") + tactic;
@@ -225,6 +230,11 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
     if (!l.layout.empty()) j.key("layout").value(l.layout);
     if (l.data_dependent) j.key("data_dependent").value(true);
+    if (!l.runs_when.empty()) {
+      j.key("runs_when").begin_array();
+      for (const auto& [cond, when] : l.runs_when) j.begin_object().key("condition").value(cond).key("is").value(when).end_object();
+      j.end_array();
+    }
     if (!l.replaced.empty()) {
       j.key("replaced").begin_object();
       for (const auto& [op, n] : l.replaced) j.key(op).value(n);
