@@ -220,6 +220,39 @@ TEST(Sequences, SplitToSequenceAndSequenceMapUnrollPerElement) {
   }
 }
 
+// A sequence's length from a dynamic dim: built where every profile fixes the dim, refused (naming
+// the dim) where it ranges.
+TEST(Sequences, ASplitOfADimTheProfileFixesHasThatLength) {
+  auto m = make_model(18);
+  auto* g = m.mutable_graph();
+  add_input(g, "x", kFloat, {"n", "4"});
+  add_node(g, "SplitToSequence", {"x"}, {"rows"}, "rows");
+  add_kind_output(g, "rows", kFloat, false, true);
+  auto net = parse(m);
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  for (bool fixed : {true, false}) {
+    BuilderConfig config;
+    OptimizationProfile p;
+    ASSERT_TRUE(p.set_dimensions("x", {fixed ? 3 : 2, 4}, {3, 4}, {3, 4}).ok());
+    config.add_profile(p);
+    auto engine = Builder().build(*net, config);
+    if (!fixed) {
+      ASSERT_FALSE(engine.ok());
+      EXPECT_NE(engine.status().message().find("splits dim 0 of 'x'"), std::string::npos) << engine.status().message();
+      continue;
+    }
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    ASSERT_EQ(engine->num_io_tensors(), 4);
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    const Tensor x = random_f32({3, 4}, 21);
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ(out->at("rows[2]").shape(), (Shape{1, 4}));
+    EXPECT_EQ(out->at("rows[2]").data_as<float>()[1], x.data_as<float>()[9]);
+  }
+}
+
 // opt: an optional float[4]. has = OptionalHasElement(opt); y = If(has) then Neg(OptionalGetElement
 // (opt)) else a constant. Built present and absent.
 ::onnx::ModelProto optional_model() {

@@ -306,6 +306,13 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
     }
     return *p < 0 ? *p + len : *p;
   };
+  // A dim every profile fixes to one value (a profile of min = max) counts as that number.
+  auto known_dim = [&](const ir::Dim& d) -> std::optional<int64_t> {
+    if (d.is_const()) return d.value();
+    const ir::Interval b = d.bounds(plan::symbol_hull(s.profiles));
+    if (b.is_point()) return b.lo;
+    return std::nullopt;
+  };
   const std::string prefix = node.name.empty() ? node.op_type : node.name;
   std::vector<ir::Node> nodes;
   Emitter e(g, prefix, &nodes);
@@ -388,17 +395,21 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       bool squeeze = false;
       if (split && split->shape->size() == 1) {
         const ir::Dim& count = (*split->shape)[0];
-        if (!count.is_const()) {
+        const std::optional<int64_t> known = known_dim(count);
+        if (!known) {
           return unsupported(node.describe() + ": its split ('" + split->name + "') has " + count.to_string() +
                              " elements, which changes at run time; a sequence's length must be known at build time");
         }
-        parts = count.value(), split_input = node.inputs[1];
+        parts = *known, split_input = node.inputs[1];
       } else {
-        const ir::Dim& d = (*x.shape)[size_t(axis)];
-        if (!d.is_const()) {
+        const ir::Dim& dim = (*x.shape)[size_t(axis)];
+        const std::optional<int64_t> length = known_dim(dim);
+        if (!length) {
           return unsupported(node.describe() + ": it splits dim " + std::to_string(axis) + " of '" + x.name + "' (" +
-                             d.to_string() + "), which changes at run time; a sequence's length must be known at build time");
+                             dim.to_string() + "), which changes at run time; a sequence's length must be known at "
+                             "build time (a profile that fixes the dim fixes it)");
         }
+        const ir::Dim d(*length);
         int64_t chunk = 1;
         if (split) {
           if (split->shape->size() != 0) {

@@ -1,5 +1,6 @@
 // libFuzzer target: bytes as an ONNX model. A model that parses is built for the CPU with a small
-// profile (every dynamic dim 1..2), saved and loaded again, and run once at its min shapes.
+// profile (every dynamic dim 1..2, sequences of two elements), saved and loaded again, and run
+// once at its min shapes.
 // Every outcome but a crash, a leak or a sanitizer report is fine: errors are the expected answer.
 #include <cstdint>
 #include <map>
@@ -25,9 +26,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto net = onnx::parse_bytes(std::span<const uint8_t>(data, size), "");
   if (!net.ok()) return 0;
   OptimizationProfile profile;
+  BuilderConfig config;
   std::map<std::string, Tensor> inputs;
+  // The engine's tensor inputs: a sequence input is built with two elements, "s[0]" and "s[1]"
+  // (builder/sequences.cc), each of the element type; optionals are present.
+  std::vector<ir::Value> tensors;
   for (int v : net->graph.inputs) {
-    const ir::Value& value = net->graph.values[size_t(v)];
+    ir::Value value = net->graph.values[size_t(v)];
+    if (value.kind == ir::ValueKind::kSequence || value.kind == ir::ValueKind::kOptionalSequence) {
+      if (!config.set_sequence_length(value.name, 2).ok()) return 0;
+      for (int i = 0; i < 2; ++i) {
+        ir::Value element = value;
+        element.name = value.name + "[" + std::to_string(i) + "]";
+        tensors.push_back(std::move(element));
+      }
+    } else {
+      tensors.push_back(std::move(value));
+    }
+  }
+  for (const ir::Value& value : tensors) {
     if (!value.shape || value.constant) continue;
     std::vector<int64_t> min, max;
     int64_t elements = 1;
@@ -42,7 +59,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto t = Tensor::zeros(value.dtype, min);
     if (t.ok()) inputs.emplace(value.name, std::move(t).value());
   }
-  BuilderConfig config;
   config.add_profile(profile);
   auto engine = Builder(Device::kCPU).build(*net, config);
   if (!engine.ok()) return 0;
