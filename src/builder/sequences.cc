@@ -119,7 +119,6 @@ StatusOr<bool> expand_select(BuildState& s, size_t n) {
   const ir::Node node = g.nodes[n];
   const size_t k = node.outputs.size();
   if (node.inputs.size() != 1 + 2 * k) return false;  // its inference names the mismatch
-
   std::vector<int> then_in, else_in, outs;
   std::vector<std::pair<int, Composite>> made;
   for (size_t j = 0; j < k; ++j) {

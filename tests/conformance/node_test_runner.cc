@@ -815,7 +815,9 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
         "the CUDA backend registers an implementation, and the tests that pass there in strict "
         "FP32";
   if (!cuda_run.empty()) os << " (" << cuda_run << ")";
-  os << ".\n\n";
+  os << ". If, Loop and Scan, and the sequence and optional ops, have no kernel on either backend: "
+        "the builder lays them out before anything runs (`src/builder/control_flow.cc`, "
+        "`src/builder/sequences.cc`), and their tests pass through the nodes they become.\n\n";
   if (!have_tests) os << "(Generated without the test corpus: the test columns are empty.)\n\n";
   if (cuda.empty()) os << "(Generated without CUDA results: the CUDA columns are empty.)\n\n";
   os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing | CUDA kernel | CUDA node tests passing |\n"
