@@ -267,9 +267,8 @@ Status bind_shape_values(BuildState& s) {
           }
           continue;
         }
-        std::string sym = symbol_base(name) + (numel == 1 && shape.empty() ? "" : "_" + std::to_string(i));
-        while (taken.count(sym)) sym += "_";
-        taken.insert(sym);
+        const std::string sym =
+            ir::unique_symbol(symbol_base(name) + (numel == 1 && shape.empty() ? "" : "_" + std::to_string(i)), &taken);
         sv.symbols[size_t(i)] = sym;
         elements[size_t(i)] = ir::Dim::symbol(sym);
         for (size_t p = 0; p < per.size(); ++p) {
@@ -355,15 +354,9 @@ Status bind_profiles(BuildState& s) {
         return invalid_model("graph input '" + val.name + "' has no shape in the model; give its shapes in the "
                              "profile (the input's rank is then theirs)");
       }
-      std::string base;
-      for (char c : val.name) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "x" + base;
       std::vector<ir::Dim> dims;
       for (size_t d = 0; d < given->min.size(); ++d) {
-        std::string sym = base + "_d" + std::to_string(d);
-        while (taken.count(sym)) sym += "_";
-        taken.insert(sym);
-        dims.push_back(ir::Dim::symbol(sym));
+        dims.push_back(ir::Dim::symbol(ir::unique_symbol(symbol_base(val.name) + "_d" + std::to_string(d), &taken)));
       }
       val.shape = std::move(dims);
     }

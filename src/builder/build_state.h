@@ -69,6 +69,11 @@ Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);
 Status plan_memory(BuildState& s);
 
+// What is wrong with node's arity against its schema, one message each (none: nothing): too few
+// or too many inputs or outputs, a required input omitted. check_supported lists them for the
+// main graph; the expansions check the subgraph nodes they reach (sequences.cc).
+std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchema& schema);
+
 // Whether an implementation supports `node` with these input and output values (typed as a pass
 // would make them): the rewriting passes ask before they rewrite, so a backend without a fused or
 // reduced kernel gets the graph as it was.

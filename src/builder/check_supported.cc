@@ -8,6 +8,28 @@
 
 namespace kiln::builder {
 
+std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchema& schema) {
+  std::vector<std::string> out;
+  const int ni = int(node.inputs.size()), no = int(node.outputs.size());
+  if (ni < schema.min_inputs || ni > schema.max_inputs) {
+    out.push_back(node.describe() + " has " + std::to_string(ni) + " inputs, expected " +
+                  std::to_string(schema.min_inputs) + ".." + std::to_string(schema.max_inputs));
+  }
+  if (no < schema.min_outputs || no > schema.max_outputs) {
+    out.push_back(node.describe() + " has " + std::to_string(no) + " outputs, expected " +
+                  std::to_string(schema.min_outputs) + ".." + std::to_string(schema.max_outputs));
+  }
+  // Inputs before min_inputs are required; an ONNX "" there reaches inference, which reads
+  // required inputs without looking, as a missing value.
+  for (int i = 0; i < std::min(ni, schema.min_inputs); ++i) {
+    if (node.inputs[size_t(i)] < 0) {
+      out.push_back(node.describe() + " input " + std::to_string(i) + " is omitted (\"\"), but its first " +
+                    std::to_string(schema.min_inputs) + " input(s) are required");
+    }
+  }
+  return out;
+}
+
 Status check_supported(BuildState& s) {
   // Two IO bindings of one name would share a buffer the runtime frees once per binding; TensorRT
   // refuses ambiguous IO names too.
@@ -31,24 +53,7 @@ Status check_supported(BuildState& s) {
                                : "op known but not implemented yet");
       continue;
     }
-    int ni = int(node.inputs.size()), no = int(node.outputs.size());
-    if (ni < schema->min_inputs || ni > schema->max_inputs) {
-      invalid_list += "\n  " + node.describe() + " has " + std::to_string(ni) + " inputs, expected " +
-                      std::to_string(schema->min_inputs) + ".." + std::to_string(schema->max_inputs);
-    }
-    if (no < schema->min_outputs || no > schema->max_outputs) {
-      invalid_list += "\n  " + node.describe() + " has " + std::to_string(no) + " outputs, expected " +
-                      std::to_string(schema->min_outputs) + ".." + std::to_string(schema->max_outputs);
-    }
-    // Inputs before min_inputs are required; an ONNX "" there reaches inference, which reads
-    // required inputs without looking, as a missing value.
-    for (int i = 0; i < std::min(ni, schema->min_inputs); ++i) {
-      if (node.inputs[i] < 0) {
-        invalid_list += "\n  " + node.describe() + " input " + std::to_string(i) +
-                        " is omitted (\"\"), but its first " + std::to_string(schema->min_inputs) +
-                        " input(s) are required";
-      }
-    }
+    for (const std::string& wrong : arity_problems(node, *schema)) invalid_list += "\n  " + wrong;
   }
   if (n_unsupported) {
     return unsupported(std::to_string(n_unsupported) + " node(s) use ops kiln does not support:" +

@@ -62,6 +62,12 @@ class OptimizationProfile {
   std::map<std::string, Values> values_;
 };
 
+// The tensor that element `index` of sequence input or output `sequence` is ("xs[0]"), as
+// BuilderConfig::set_sequence_length lays sequences out.
+inline std::string sequence_element_name(const std::string& sequence, int64_t index) {
+  return sequence + "[" + std::to_string(index) + "]";
+}
+
 class BuilderConfig {
  public:
   BuilderConfig() { set_flag(BuilderFlag::kTF32); }  // TF32 is on by default, as in TensorRT

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "builder/build_state.h"
+#include "builder/builder.h"
 #include "builder/expansion.h"
 #include "ir/rewrite.h"
 
@@ -63,12 +64,7 @@ std::vector<ir::Dim> element_dims(const std::vector<ir::Dim>& dims, int64_t i, s
     }
     const std::string base = dims[k].is_symbol() ? dims[k].to_string() : "d" + std::to_string(k);
     auto it = renamed.find(base);
-    if (it == renamed.end()) {
-      std::string name = base + "_" + std::to_string(i);
-      while (taken->count(name)) name += "_";
-      taken->insert(name);
-      it = renamed.emplace(base, name).first;
-    }
+    if (it == renamed.end()) it = renamed.emplace(base, ir::unique_symbol(base + "_" + std::to_string(i), taken)).first;
     out.push_back(ir::Dim::symbol(it->second));
   }
   return out;
@@ -92,13 +88,12 @@ Status needs_value(const ir::Graph& g, const ir::Node& node, size_t i, const std
   return unsupported(node.describe() + ": " + needs_value_text(g, node, i, what));
 }
 
-Status set_composite(BuildState& s, int v, Composite c) {
-  if (v < 0) return ok_status();
+void set_composite(BuildState& s, int v, Composite c) {
+  if (v < 0) return;
   ir::Value& val = s.graph.values[size_t(v)];
   val.kind = kind_of(c);
   val.producer = -1;
   s.composites[v] = std::move(c);
-  return ok_status();
 }
 
 void set_scalar_constant(ir::Graph& g, int v, DType dtype, int64_t x) {
@@ -159,7 +154,7 @@ StatusOr<bool> expand_select(BuildState& s, size_t n) {
     nodes.push_back(std::move(sel));
   }
   splice(g, n, std::move(nodes));
-  for (auto& [v, c] : made) KILN_RETURN_IF_ERROR(set_composite(s, v, std::move(c)));
+  for (auto& [v, c] : made) set_composite(s, v, std::move(c));
   return true;
 }
 
@@ -206,7 +201,7 @@ Status expand_sequence_inputs(BuildState& s) {
     const bool optional = x.kind == ir::ValueKind::kOptionalTensor || x.kind == ir::ValueKind::kOptionalSequence;
     auto p = s.config.optional_present().find(x.name);
     if (optional && p != s.config.optional_present().end() && !p->second) {
-      KILN_RETURN_IF_ERROR(set_composite(s, v, Composite{x.kind == ir::ValueKind::kOptionalSequence, false, {}}));
+      set_composite(s, v, Composite{x.kind == ir::ValueKind::kOptionalSequence, false, {}});
       continue;
     }
     if (x.kind == ir::ValueKind::kOptionalTensor) {
@@ -222,7 +217,7 @@ Status expand_sequence_inputs(BuildState& s) {
     }
     Composite c{true, true, {}};
     for (int64_t i = 0; i < len->second; ++i) {
-      const std::string name = x.name + "[" + std::to_string(i) + "]";
+      const std::string name = sequence_element_name(x.name, i);
       if (g.find_value(name) >= 0) {
         return invalid_model("sequence input '" + x.name + "': its element " + std::to_string(i) + " would be the input '" +
                              name + "', a name the model already uses");
@@ -233,10 +228,32 @@ Status expand_sequence_inputs(BuildState& s) {
       inputs.push_back(e);
       c.elements.push_back(e);
     }
-    KILN_RETURN_IF_ERROR(set_composite(s, v, std::move(c)));
+    set_composite(s, v, std::move(c));
   }
   g.inputs = std::move(inputs);
   return ok_status();
+}
+
+std::vector<ir::Value> tensor_inputs(const ir::Graph& graph, const BuilderConfig& config) {
+  std::vector<ir::Value> out;
+  for (int v : graph.inputs) {
+    ir::Value val = graph.values[size_t(v)];
+    auto present = config.optional_present().find(val.name);
+    if (present != config.optional_present().end() && !present->second) continue;
+    if (val.kind != ir::ValueKind::kSequence && val.kind != ir::ValueKind::kOptionalSequence) {
+      val.kind = ir::ValueKind::kTensor;
+      out.push_back(std::move(val));
+      continue;
+    }
+    auto length = config.sequence_lengths().find(val.name);
+    for (int64_t i = 0; length != config.sequence_lengths().end() && i < length->second; ++i) {
+      ir::Value element = val;
+      element.name = sequence_element_name(val.name, i);
+      element.kind = ir::ValueKind::kTensor;
+      out.push_back(std::move(element));
+    }
+  }
+  return out;
 }
 
 StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
@@ -255,17 +272,8 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
   // A node of a subgraph (a Loop's body, an If's branch) reaches here unchecked by check_supported.
   const ops::OpSchema* schema = ops::find_schema(node);
   if (is_sequence_op(kind) && schema) {
-    const int ni = int(node.inputs.size()), no = int(node.outputs.size());
-    if (ni < schema->min_inputs || ni > schema->max_inputs || no < schema->min_outputs || no > schema->max_outputs) {
-      return invalid_model(node.describe() + ": it has " + std::to_string(ni) + " inputs and " + std::to_string(no) +
-                           " outputs; " + node.op_type + " takes " + std::to_string(schema->min_inputs) + ".." +
-                           std::to_string(schema->max_inputs) + " inputs");
-    }
-    for (int i = 0; i < schema->min_inputs; ++i) {
-      if (node.inputs[size_t(i)] < 0) {
-        return invalid_model(node.describe() + ": its input " + std::to_string(i) + " is omitted, and it is required");
-      }
-    }
+    const std::vector<std::string> wrong = arity_problems(node, *schema);
+    if (!wrong.empty()) return invalid_model(wrong.front());
   }
   auto input_name = [&](size_t i) { return g.values[size_t(node.inputs[i])].name; };
   if (!is_sequence_op(kind) && kind != ops::OpKind::kIdentity) {
@@ -525,7 +533,7 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       return internal_error(node.describe() + ": not a sequence op");
   }
   splice(g, n, std::move(nodes));
-  for (auto& [v, c] : made) KILN_RETURN_IF_ERROR(set_composite(s, v, std::move(c)));
+  for (auto& [v, c] : made) set_composite(s, v, std::move(c));
   return true;
 }
 
@@ -556,7 +564,7 @@ StatusOr<bool> expand_sequence_outputs(BuildState& s) {
       continue;
     }
     for (size_t i = 0; i < c.elements.size(); ++i) {
-      const std::string element = name + "[" + std::to_string(i) + "]";
+      const std::string element = sequence_element_name(name, int64_t(i));
       if (g.find_value(element) >= 0) {
         return invalid_model("graph output '" + name + "' is a sequence whose element " + std::to_string(i) +
                              " would be the output '" + element + "', a name the model already uses");

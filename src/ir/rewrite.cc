@@ -127,6 +127,12 @@ std::string unique_node_name(const Graph& g, std::string_view base) {
   return name;
 }
 
+std::string unique_symbol(std::string base, std::set<std::string>* taken) {
+  while (taken->count(base)) base += "_";
+  taken->insert(base);
+  return base;
+}
+
 void add_replaced(Node* into, const Node& from) {
   if (from.replaced.empty()) {
     ++into->replaced[from.op_type];

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,8 @@ int add_unique_value(Graph* g, std::string_view base, DType dtype,
                      std::optional<std::vector<Dim>> shape);
 // A node name no node of `g` has, in the same way.
 std::string unique_node_name(const Graph& g, std::string_view base);
+// A symbol `taken` does not hold (base, base_, base__, ...), added to it.
+std::string unique_symbol(std::string base, std::set<std::string>* taken);
 
 // Replaces the nodes `matched` (a matched subgraph) by `replacement`. Its inputs must be defined
 // outside the matched nodes; its outputs are values the matched nodes produced (so their

@@ -179,7 +179,7 @@ std::vector<std::pair<std::string, const Tensor*>> engine_tensors(const std::str
   if (!v.present) return out;
   const bool sequence = v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence;
   for (size_t i = 0; i < v.tensors.size(); ++i) {
-    out.push_back({sequence ? name + "[" + std::to_string(i) + "]" : name, &v.tensors[i]});
+    out.push_back({sequence ? sequence_element_name(name, int64_t(i)) : name, &v.tensors[i]});
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "builder/builder.h"  // builder::tensor_inputs
 #include "kiln.h"
 
 namespace {
@@ -28,22 +29,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   OptimizationProfile profile;
   BuilderConfig config;
   std::map<std::string, Tensor> inputs;
-  // The engine's tensor inputs: a sequence input is built with two elements, "s[0]" and "s[1]"
-  // (builder/sequences.cc), each of the element type; optionals are present.
-  std::vector<ir::Value> tensors;
+  // Sequence inputs are built with two elements, "s[0]" and "s[1]"; optionals are present.
   for (int v : net->graph.inputs) {
-    ir::Value value = net->graph.values[size_t(v)];
+    const ir::Value& value = net->graph.values[size_t(v)];
     if (value.kind == ir::ValueKind::kSequence || value.kind == ir::ValueKind::kOptionalSequence) {
       if (!config.set_sequence_length(value.name, 2).ok()) return 0;
-      for (int i = 0; i < 2; ++i) {
-        ir::Value element = value;
-        element.name = value.name + "[" + std::to_string(i) + "]";
-        tensors.push_back(std::move(element));
-      }
-    } else {
-      tensors.push_back(std::move(value));
     }
   }
+  const std::vector<ir::Value> tensors = builder::tensor_inputs(net->graph, config);
   for (const ir::Value& value : tensors) {
     if (!value.shape || value.constant) continue;
     std::vector<int64_t> min, max;

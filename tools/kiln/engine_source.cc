@@ -10,6 +10,8 @@
 #include <memory>
 #include <set>
 
+#include "builder/builder.h"  // builder::tensor_inputs: the inputs the shape flags name
+
 namespace kiln::cli {
 
 Result<Device> parse_device(const std::string& text) {
@@ -246,35 +248,10 @@ std::string example_shape_flags(const ir::Value& input) {
          " --maxShapes=" + example_spec(input, 32);
 }
 
-// The tensor inputs an engine built with `config` takes (builder/sequences.cc lays them out): a
-// sequence input's elements "xs[0]", ... (its length from the config; none without one: the build
-// names it), an optional input unless built absent, the others as they are.
-std::vector<ir::Value> tensor_inputs(const ir::Graph& g, const BuilderConfig& config) {
-  std::vector<ir::Value> out;
-  for (int v : g.inputs) {
-    ir::Value val = g.values[v];
-    auto present = config.optional_present().find(val.name);
-    if (present != config.optional_present().end() && !present->second) continue;
-    if (val.kind != ir::ValueKind::kSequence && val.kind != ir::ValueKind::kOptionalSequence) {
-      val.kind = ir::ValueKind::kTensor;
-      out.push_back(std::move(val));
-      continue;
-    }
-    auto length = config.sequence_lengths().find(val.name);
-    for (int64_t i = 0; length != config.sequence_lengths().end() && i < length->second; ++i) {
-      ir::Value element = val;
-      element.name = val.name + "[" + std::to_string(i) + "]";
-      element.kind = ir::ValueKind::kTensor;
-      out.push_back(std::move(element));
-    }
-  }
-  return out;
-}
-
 Result<BuilderConfig> make_config(const Network& network, const BuildOptions& options) {
   BuilderConfig config = options.config;
   ir::Graph g;  // the engine's tensor inputs, which the shape flags name
-  for (ir::Value& v : tensor_inputs(network.graph, config)) {
+  for (ir::Value& v : builder::tensor_inputs(network.graph, config)) {
     g.inputs.push_back(int(g.values.size()));
     g.values.push_back(std::move(v));
   }

@@ -59,12 +59,27 @@ std::string fresh_symbol(ModelContext& ctx, std::string_view text) {
   return name;
 }
 
+// The type inside an optional, a sequence or an optional sequence (`type` itself otherwise), and
+// the kind those wrappers make (builder/sequences.cc lays them out as tensors).
+const ::onnx::TypeProto& element_type(const ::onnx::TypeProto& type, ir::ValueKind* kind) {
+  const ::onnx::TypeProto* t = &type;
+  *kind = ir::ValueKind::kTensor;
+  if (t->has_optional_type()) {
+    t = &t->optional_type().elem_type();
+    *kind = ir::ValueKind::kOptionalTensor;
+  }
+  if (t->has_sequence_type()) {
+    t = &t->sequence_type().elem_type();
+    *kind = *kind == ir::ValueKind::kOptionalTensor ? ir::ValueKind::kOptionalSequence : ir::ValueKind::kSequence;
+  }
+  return *t;
+}
+
 // Symbols that parsed dim_params use, collected before any fresh symbol is named.
 void reserve_symbols(const ::onnx::GraphProto& gp, ModelContext& ctx) {
   for (const auto& vi : gp.input()) {
-    const ::onnx::TypeProto* type = &vi.type();
-    if (type->has_optional_type()) type = &type->optional_type().elem_type();
-    if (type->has_sequence_type()) type = &type->sequence_type().elem_type();
+    ir::ValueKind kind;
+    const ::onnx::TypeProto* type = &element_type(vi.type(), &kind);
     if (!type->has_tensor_type()) continue;
     for (const auto& d : type->tensor_type().shape().dim()) {
       if (!d.has_dim_param()) continue;
@@ -86,16 +101,8 @@ Status read_value_type(const ::onnx::ValueInfoProto& vi, const std::string& labe
     return ok_status();
   }
   // A sequence of tensors, an optional tensor or an optional sequence of tensors: the kind, and the
-  // elements' type below (builder/sequences.cc lays them out as tensors).
-  const ::onnx::TypeProto* type = &vi.type();
-  if (type->value_case() == ::onnx::TypeProto::kOptionalType) {
-    type = &type->optional_type().elem_type();
-    v->kind = ir::ValueKind::kOptionalTensor;
-  }
-  if (type->value_case() == ::onnx::TypeProto::kSequenceType) {
-    type = &type->sequence_type().elem_type();
-    v->kind = v->kind == ir::ValueKind::kOptionalTensor ? ir::ValueKind::kOptionalSequence : ir::ValueKind::kSequence;
-  }
+  // elements' type below.
+  const ::onnx::TypeProto* type = &element_type(vi.type(), &v->kind);
   const char* within = v->kind == ir::ValueKind::kTensor ? "" : " within its sequence or optional type";
   switch (type->value_case()) {
     case ::onnx::TypeProto::kTensorType:
