@@ -3,8 +3,9 @@
 // its nodes inlined in place; a Loop with a known trip count whose body keeps its condition true,
 // and a Scan of known length, are unrolled, their loop-carried values threaded through copies of
 // the body (shapes that grow per iteration included). An If on data runs both branches' nodes
-// under its condition and picks the result of the one that ran. A Loop whose trip count or
-// condition is data, and a Scan over a length that changes at run time are refused with the reason.
+// under its condition and picks the result of the one that ran. A Scan over a length that changes
+// at run time is refused with the reason. A Loop whose trip count or condition is data runs at run
+// time: tests/loops_test.cc.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -257,36 +258,6 @@ TEST(ControlFlow, ALoopWithAKnownTripCountUnrollsAndItsCarriedShapesGrow) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("input 'm' = [4], but the engine was built for the value [3]"), std::string::npos)
       << out.status().to_string();
-}
-
-TEST(ControlFlow, ALoopOnDataIsRefusedWithTheReason) {
-  // The trip count from data.
-  auto engine = build(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Neg(%a)  # neg
-  }}  # loop
-}
-)");
-  ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("its trip count ('m') is computed from tensor data at run time"), std::string::npos)
-      << engine.status().message();
-  // A condition the body computes from data (a while loop).
-  engine = build(R"(graph g(%x: float32[n, 4]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %m: int64[] = dense<5>
-  %zero: float32[] = dense<0.0>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %b: float32[?] = Neg(%a)  # neg
-    %r: float32[?] = ReduceSum(%b) {keepdims=0}  # total
-    %c2: bool[?] = Greater(%r, %zero)  # positive
-  }}  # loop
-}
-)");
-  ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("its body computes the loop's condition ('c2') from data"), std::string::npos)
-      << engine.status().message();
 }
 
 // A running sum over x's rows, scanned in reverse, its outputs stacked along axis 1 in reverse.

@@ -64,6 +64,7 @@ Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
 Status fuse_elementwise(BuildState& s);
 Status settle_guards(BuildState& s);
+Status check_loops(BuildState& s);
 Status eliminate_dead_nodes(BuildState& s);
 Status check_profiles(BuildState& s);
 Status select_kernels(BuildState& s);

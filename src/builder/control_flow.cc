@@ -9,8 +9,10 @@
 //   scan outputs stacked on their axes), opset 8's batched form once per batch row.
 // - If whose condition only the run knows: both branches, each node running under its branch's
 //   condition (ir::Node::guards), and a kiln::SelectBranch for the If's outputs.
-// A Loop whose trip count or condition is data, or a Scan over a length that changes at run time,
-// is refused with that reason: kiln unrolls the loops it can lay out at build time.
+// - Loop whose trip count or condition is data, or too long to unroll: one copy of its body between
+//   a kiln::LoopBegin and a kiln::LoopEnd, which the run repeats (its carried values must keep
+//   their shapes; scan outputs are refused).
+// A Scan over a length that changes at run time is refused with that reason.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "builder/build_state.h"
 #include "builder/expansion.h"
 #include "ir/rewrite.h"
+#include "plan/loops.h"
 
 namespace kiln::builder {
 namespace {
@@ -247,6 +250,65 @@ StatusOr<bool> inline_if(ir::Graph& g, size_t n, const std::map<std::string, int
   return true;
 }
 
+// A Loop the build cannot unroll (its trip count or condition is data, or it is too long): one
+// copy of its body between a kiln::LoopBegin and a kiln::LoopEnd (ops/kiln_ops.cc), which the run
+// repeats (plan/loops.h). `keeps`: the body passes the condition through, so the run reads no
+// condition per iteration. Each carried value must keep its type and shape (LoopEnd's inference
+// says so by name); scan outputs, which grow with the iterations, are refused with `why`.
+StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers, bool keeps,
+                                const std::string& why) {
+  const ir::Node node = g.nodes[n];
+  const ir::Graph* b = graph_attr(node, "body");
+  const size_t n_carried = node.inputs.size() - 2;
+  const size_t n_scan = b->outputs.size() - 1 - n_carried;
+  if (n_scan > 0) {
+    return unsupported(node.describe() + ": " + why + ", and its body has " + std::to_string(n_scan) +
+                       " scan output(s); kiln runs a loop at run time with loop-carried values only, and unrolls one "
+                       "with scan outputs, which needs a trip count known at build time (a constant, a function of "
+                       "input shapes, or a shape-value input) and a body that passes the condition through");
+  }
+  for (size_t j = 0; j < n_carried; ++j) {
+    const int v = node.inputs[2 + j];
+    if (v >= 0 && g.values[size_t(v)].kind != ir::ValueKind::kTensor) {
+      return unsupported(node.describe() + ": " + why + ", and it carries '" + g.values[size_t(v)].name +
+                         "', a sequence or optional; kiln lays those out at build time, so it unrolls such a loop, "
+                         "which needs a trip count known at build time (a constant, a function of input shapes, or "
+                         "a shape-value input) and a body that passes the condition through");
+    }
+  }
+  const std::string prefix = node.name.empty() ? std::string("loop") : node.name;
+  ir::Node begin;
+  begin.name = ir::unique_node_name(g, prefix + "/begin");
+  begin.op_type = "LoopBegin";
+  begin.domain = "kiln";
+  begin.opset = 1;
+  begin.inputs = node.inputs;
+  for (int bv : b->inputs) {
+    begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + b->values[size_t(bv)].name, DType::kUndefined, std::nullopt));
+  }
+  KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, begin.outputs, std::vector<int>(b->outputs.size(), -1),
+                                                 prefix, carriers, "body"));
+  ir::Node end;
+  end.name = ir::unique_node_name(g, prefix + "/end");
+  end.op_type = "LoopEnd";
+  end.domain = "kiln";
+  end.opset = 1;
+  end.inputs = {keeps ? -1 : copy.outputs[0]};
+  end.inputs.insert(end.inputs.end(), copy.outputs.begin() + 1, copy.outputs.begin() + 1 + std::ptrdiff_t(n_carried));
+  end.inputs.insert(end.inputs.end(), begin.outputs.begin(), begin.outputs.end());
+  for (size_t j = 0; j < n_carried; ++j) {
+    int out = j < node.outputs.size() ? node.outputs[j] : -1;
+    if (out < 0) out = ir::add_unique_value(&g, prefix + "/final", DType::kUndefined, std::nullopt);
+    end.outputs.push_back(out);
+  }
+  std::vector<ir::Node> nodes;
+  nodes.push_back(std::move(begin));
+  nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+  nodes.push_back(std::move(end));
+  splice(g, n, std::move(nodes));
+  return true;
+}
+
 StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
@@ -260,22 +322,7 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
                          " loop-carried values and " + std::to_string(node.outputs.size()) + " outputs");
   }
   const size_t n_scan = b->outputs.size() - 1 - n_carried;
-  if (node.inputs[0] < 0) {
-    return unsupported(node.describe() + ": it has no trip count (M); kiln unrolls a Loop whose trip count is known at build time");
-  }
-  const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
-  if (!trips) {
-    return unsupported(node.describe() + ": its trip count ('" + g.values[size_t(node.inputs[0])].name +
-                       "') is computed from tensor data at run time; kiln unrolls a Loop whose trip count is known at "
-                       "build time (a constant, a function of input shapes, or a shape-value input)");
-  }
-  std::optional<int64_t> cond = int64_t(1);
-  if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
-  if (!cond) {
-    return unsupported(node.describe() + ": its condition ('" + g.values[size_t(node.inputs[1])].name +
-                       "') is computed from tensor data at run time");
-  }
-  // The body must keep the condition true: pass cond_in through, or give a true constant.
+  // The body must keep the condition true to unroll: pass cond_in through, or give a true constant.
   const int cond_out = b->outputs[0];
   bool keeps = cond_out == b->inputs[1];
   const ir::Value& co = b->values[size_t(cond_out)];
@@ -286,12 +333,26 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
       keeps = true;
     }
   }
+  if (node.inputs[0] < 0) return loop_at_run_time(g, n, carriers, keeps, "it has no trip count (M)");
+  const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
+  if (!trips) {
+    return loop_at_run_time(g, n, carriers, keeps,
+                            "its trip count ('" + g.values[size_t(node.inputs[0])].name + "') is computed from tensor data at run time");
+  }
+  std::optional<int64_t> cond = int64_t(1);
+  if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
+  if (!cond) {
+    return loop_at_run_time(g, n, carriers, keeps,
+                            "its condition ('" + g.values[size_t(node.inputs[1])].name + "') is computed from tensor data at run time");
+  }
   if (!keeps) {
-    return unsupported(node.describe() + ": its body computes the loop's condition ('" + co.name +
-                       "') from data, so the number of iterations is known only at run time; kiln unrolls a Loop "
-                       "whose body passes the condition through");
+    return loop_at_run_time(g, n, carriers, keeps,
+                            "its body computes the loop's condition ('" + co.name + "'), so the number of iterations is known only at run time");
   }
   const int64_t iterations = *cond != 0 ? std::max<int64_t>(*trips, 0) : 0;
+  if (n_scan == 0 && !check_size(node, iterations, *b).ok()) {
+    return loop_at_run_time(g, n, carriers, keeps, "it is too long to unroll");
+  }
   KILN_RETURN_IF_ERROR(check_size(node, iterations, *b));
   if (iterations == 0 && n_scan > 0) {
     return unsupported(node.describe() + ": it runs no iteration, and the shapes of its scan outputs are then unknown");
@@ -458,6 +519,24 @@ Status settle_guards(BuildState& s) {
         if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end()) node.guards.push_back(gd);
       }
     }
+  }
+  return ok_status();
+}
+
+// The loops the run repeats are well formed after the passes (plan/loops.h: a pass that moved a
+// node across a LoopBegin or LoopEnd is a bug), and no node of a loop makes a data-dependent dim:
+// its size would change per iteration, and memory is planned once per run.
+Status check_loops(BuildState& s) {
+  const ir::Graph& g = s.graph;
+  auto loops = plan::find_loops(g);
+  if (!loops.ok()) return internal_error("after the graph passes: " + loops.status().message());
+  const std::vector<int> loop_of = plan::loop_of_nodes(g, *loops);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (loop_of[n] < 0 || !ir::makes_data_dependent(g, g.nodes[n], s.data_dependent)) continue;
+    const ir::Node& begin = g.nodes[size_t((*loops)[size_t(loop_of[n])].begin)];
+    return unsupported(g.nodes[n].describe() + " gives an output whose size its data decides, inside the loop of " +
+                       begin.describe() + ", which runs at run time; kiln runs such a loop only when every size in "
+                       "its body follows from the input shapes");
   }
   return ok_status();
 }

@@ -227,7 +227,10 @@ Status infer_shapes(BuildState& s) {
         all_outputs_constant = false;
       }
     }
-    if (all_inputs_constant && !all_outputs_constant && outputs_foldable) {
+    // A run-time loop's LoopBegin and LoopEnd stay nodes: the run repeats what lies between.
+    const ops::OpKind kind = ops::find_op(node.domain, node.op_type);
+    const bool control = kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd;
+    if (all_inputs_constant && !all_outputs_constant && outputs_foldable && !control) {
       Status fold = fold_node(g, int(n));
       // A node of an If's branch may fail on constants the branch never sees at run time (the
       // other branch's case): it stays a node, which runs only when its branch is taken.

@@ -13,6 +13,7 @@
 #include "builder/build_state.h"
 #include "builder/graph_match.h"
 #include "ir/rewrite.h"
+#include "plan/loops.h"
 
 namespace kiln::builder {
 namespace {
@@ -32,6 +33,8 @@ bool repeatable(const ir::Node& n) {
       return false;
     }
   }
+  const ops::OpKind kind = ops::find_op(n.domain, n.op_type);
+  if (kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd) return false;  // a loop of its own
   return !n.outputs.empty();
 }
 
@@ -40,8 +43,8 @@ bool repeatable(const ir::Node& n) {
 constexpr size_t kMaxKeyedConstantBytes = 256;
 
 // Everything that decides what the node computes, as text.
-std::string key_of(const ir::Graph& g, const ir::Node& n) {
-  std::string k = n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
+std::string key_of(const ir::Graph& g, const ir::Node& n, int loop) {
+  std::string k = std::to_string(loop) + "|" + n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
   for (int v : n.inputs) {
     const ir::Value* val = v >= 0 ? &g.values[size_t(v)] : nullptr;
     if (val && val->constant && val->constant->nbytes() <= kMaxKeyedConstantBytes) {
@@ -83,12 +86,16 @@ bool any_graph_output(const ir::Graph& g, const ir::Node& n) {
 Status merge_duplicates(ir::Graph* g, const std::vector<ir::DataDependentDim>& data_dependent) {
   std::map<std::string, int> first;  // key -> node index
   bool any = false;
+  // Nodes of a run-time loop are not the same work as nodes outside it (or in another loop): the
+  // loop may run no iteration, and its values are rewritten by each.
+  KILN_ASSIGN_OR_RETURN(const std::vector<plan::LoopRegion> loops, plan::find_loops(*g));
+  const std::vector<int> loop_of = plan::loop_of_nodes(*g, loops);
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     const ir::Node& node = g->nodes[n];
     // A node that makes a data-dependent dim: its readers' shapes name that dim, so another
     // node's output cannot stand in for its own.
     if (!repeatable(node) || ir::makes_data_dependent(*g, node, data_dependent)) continue;
-    auto [it, fresh] = first.emplace(key_of(*g, node), int(n));
+    auto [it, fresh] = first.emplace(key_of(*g, node, loop_of[n]), int(n));
     if (fresh || any_graph_output(*g, node)) continue;
     const ir::Node& kept = g->nodes[size_t(it->second)];
     for (size_t i = 0; i < node.outputs.size(); ++i) {

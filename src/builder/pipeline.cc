@@ -35,6 +35,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
       {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel
       {"settle_guards", settle_guards},                // nodes on edges out of an If's branch run in it
+      {"check_loops", check_loops},                    // run-time loops intact, sized by shapes
       {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
       {"check_profiles", check_profiles},              // prove every constraint on every profile
       {"select_kernels", select_kernels},              // a kernel (tactic) per node

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "builder/build_state.h"
+#include "plan/loops.h"
 
 namespace kiln::builder {
 namespace {
@@ -102,6 +103,29 @@ Status plan_memory(BuildState& s) {
   // Bytes copied to an output after the last node (an output in the arena, or a view of one) live
   // to the end.
   for (int v : p.graph.outputs) last_use[root[v]] = int(p.graph.nodes.size());
+  // A value a loop reads from before it is read again by each iteration: live to its LoopEnd.
+  KILN_ASSIGN_OR_RETURN(const std::vector<plan::LoopRegion> loops, plan::find_loops(p.graph));
+  plan::extend_over_loops(p.graph, loops, [&](int v) { return root[size_t(v)]; }, &last_use);
+  // A LoopEnd copies each v_out_j into v_j before the next iteration. Where some v_out_j is a view
+  // of another carried value v_k, copying in order would read v_k after overwriting it: the run
+  // then copies through the LoopEnd's workspace, one aligned part per carried value.
+  for (const plan::LoopRegion& r : loops) {
+    const ir::Node& end = p.graph.nodes[size_t(r.end)];
+    const size_t k = end.outputs.size();
+    bool crossed = false;
+    for (size_t j = 0; j < k; ++j) {
+      for (size_t m = 0; m < k; ++m) {
+        if (m != j && root[size_t(end.inputs[1 + j])] == root[size_t(end.inputs[3 + k + m])]) crossed = true;
+      }
+    }
+    if (!crossed) continue;
+    ir::Dim bytes(0);
+    for (size_t j = 0; j < k; ++j) {
+      const ir::Dim align(plan::kLoopCopyAlign);
+      bytes = bytes + ir::Dim::ceil_div(bytes_of(p.graph.values[size_t(end.inputs[3 + k + j])]), align) * align;
+    }
+    p.nodes[size_t(r.end)].workspace = bytes;
+  }
   // Symbolic values get slots of their own for the whole run: they are written once per shape.
   for (int v = 0; v < nv; ++v) {
     if (p.values[v].storage == plan::Storage::kSymbolic) {

@@ -12,6 +12,7 @@
 
 #include "backends/kernel_registry.h"
 #include "builder/build_state.h"
+#include "plan/loops.h"
 #include "core/hash.h"
 #include "ir/text.h"
 #include "ir/text_syntax.h"
@@ -160,14 +161,19 @@ Status select_kernels(BuildState& s) {
       s.in_place.push_back(-1);
       continue;
     }
+    const ops::OpKind kind = ops::find_op(node.domain, node.op_type);
+    if (kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd) {  // the run's own copies and jumps
+      s.plan.nodes.push_back({plan::kControlImpl, "", {}, ""});
+      s.in_place.push_back(-1);
+      continue;
+    }
     backends::KernelQuery q{node, {}, {}, policy};
     q.opt_symbols = &s.opt_symbols;
     q.min_symbols = &s.min_symbols;
     q.optimization_level = s.config.builder_optimization_level();
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
-    ops::OpKind op = ops::find_op(node.domain, node.op_type);
-    auto candidates = registry.candidates(op, device);
+    auto candidates = registry.candidates(kind, device);
     const backends::KernelImpl* chosen = nullptr;
     std::string reasons;
     for (const backends::KernelImpl* impl : candidates) {

@@ -174,7 +174,7 @@ void register_data_dependent_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kOptionalHasElement, 0, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kOptionalGetElement, 1, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kIf, 1, 1, 1, 1 << 20, &infer_if});
-  r.add(OpSchema{OpKind::kLoop, 2, 1 << 20, 1, 1 << 20, &infer_unrolled});
+  r.add(OpSchema{OpKind::kLoop, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // M and cond may be omitted
   r.add(OpSchema{OpKind::kScan, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // opset 8 may omit input 0
   r.add(OpSchema{OpKind::kNonZero, 1, 1, 1, 1, &infer_nonzero});
   r.add(OpSchema{OpKind::kCompress, 2, 2, 1, 1, &infer_compress});

@@ -453,9 +453,94 @@ Status infer_select_branch(InferContext& ctx) {
   return ok_status();
 }
 
+// A bool scalar (rank 0, or [1]): the form of every condition.
+bool is_bool_scalar(InferContext& ctx, int i) {
+  return ctx.input_dtype(i) == DType::kBool &&
+         (ctx.input_rank(i) == 0 || (ctx.input_rank(i) == 1 && ctx.input_shape(i)[0] == Dim(1)));
+}
+
+// A Loop whose trip count or condition only the run knows (builder/control_flow.cc keeps one copy
+// of its body between the two; the execution context runs the iterations, plan/loops.h):
+// kiln::LoopBegin(M?, cond?, v_init_0..v_init_{k-1}) -> (i, cond_in, v_0..v_{k-1}). M (an int64
+// scalar) and cond (a bool scalar) may be omitted: no bound, or a condition that starts true. i is
+// the iteration (int64 scalar), cond_in the body's condition input; v_j has v_init_j's type and
+// shape, and no value known at build time (each iteration rewrites it).
+Status infer_loop_begin(InferContext& ctx) {
+  if (!ctx.attrs().all().empty()) {
+    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+  }
+  const int k = ctx.num_inputs() - 2;
+  if (k < 0 || ctx.num_outputs() != k + 2) {
+    return ctx.error(StatusCode::kInvalidModel, "takes M, cond and k carried values and gives i, cond_in and k values (" +
+                                                    std::to_string(ctx.num_inputs()) + " inputs, " +
+                                                    std::to_string(ctx.num_outputs()) + " outputs)");
+  }
+  if (ctx.has_input(0) && (ctx.input_dtype(0) != DType::kInt64 || ctx.input_rank(0) > 1 ||
+                           (ctx.input_rank(0) == 1 && ctx.input_shape(0)[0] != Dim(1)))) {
+    return ctx.error(StatusCode::kInvalidModel, "its trip count M must be one int64, not " + ir::type_to_string(ctx.input(0)));
+  }
+  if (ctx.has_input(1) && !is_bool_scalar(ctx, 1)) {
+    return ctx.error(StatusCode::kInvalidModel, "its condition must be one bool, not " + ir::type_to_string(ctx.input(1)));
+  }
+  ctx.set_output(0, DType::kInt64, {});
+  ctx.set_output(1, DType::kBool, {});
+  for (int j = 0; j < k; ++j) {
+    if (!ctx.has_input(2 + j)) return ctx.error(StatusCode::kInvalidModel, "carried value " + std::to_string(j) + " is omitted");
+    ctx.set_output(2 + j, ctx.input_dtype(2 + j), ctx.input_shape(2 + j));
+  }
+  return ok_status();
+}
+
+// kiln::LoopEnd(cond_out?, v_out_0..v_out_{k-1}, i, cond_in, v_0..v_{k-1}) -> (v_final_0..): the
+// end of the body kiln::LoopBegin began, whose outputs it takes last (which pairs the two). After
+// an iteration the run copies v_out_j into v_j and goes back while i + 1 < M and cond_out holds
+// (omitted: the body keeps the condition true); v_final_j is the last v. A carried value keeps its
+// dtype and shape from one iteration to the next: the body must give v_out_j as v_j is.
+Status infer_loop_end(InferContext& ctx) {
+  if (!ctx.attrs().all().empty()) {
+    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+  }
+  const int k = ctx.num_outputs();
+  if (ctx.num_inputs() != 3 + 2 * k) {
+    return ctx.error(StatusCode::kInvalidModel, "takes cond_out, " + std::to_string(k) + " values, i, cond_in and " +
+                                                    std::to_string(k) + " carried values (" + std::to_string(3 + 2 * k) +
+                                                    " inputs), not " + std::to_string(ctx.num_inputs()));
+  }
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is omitted");
+  }
+  if (ctx.has_input(0) && !is_bool_scalar(ctx, 0)) {
+    return ctx.error(StatusCode::kInvalidModel, "the body's condition '" + ctx.input(0).name + "' must be one bool, not " +
+                                                    ir::type_to_string(ctx.input(0)));
+  }
+  if (ctx.input_dtype(1 + k) != DType::kInt64 || ctx.input_rank(1 + k) != 0 || !is_bool_scalar(ctx, 2 + k)) {
+    return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " + ir::type_to_string(ctx.input(1 + k)) +
+                                                    " and " + ir::type_to_string(ctx.input(2 + k)));
+  }
+  for (int j = 0; j < k; ++j) {
+    const ir::Value& out = ctx.input(1 + j);
+    const ir::Value& v = ctx.input(3 + k + j);
+    if (out.dtype != v.dtype || ctx.input_shape(1 + j) != ctx.input_shape(3 + k + j)) {
+      return ctx.error(StatusCode::kUnsupported,
+                       "loop-carried value " + std::to_string(j) + " ('" + v.name + "') is " + ir::type_to_string(v) +
+                           " but the body gives " + ir::type_to_string(out) + " ('" + out.name +
+                           "'); kiln runs a loop at run time only when each carried value keeps its type and shape "
+                           "(a loop whose shapes change per iteration is unrolled, which needs its trip count at "
+                           "build time and a condition the body passes through)");
+    }
+    ctx.set_output(j, v.dtype, ctx.input_shape(3 + k + j));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_kiln_ops(OpRegistry& r) {
+  // Run by the execution context (plan::kControlImpl): copies, any dtype, as it is.
+  r.add(OpSchema{OpKind::kLoopBegin, 0, 1 << 20, 2, 1 << 20, &infer_loop_begin,
+                 OpTraits{.precision = PrecisionClass::kNative}});
+  r.add(OpSchema{OpKind::kLoopEnd, 0, 1 << 20, 0, 1 << 20, &infer_loop_end,
+                 OpTraits{.precision = PrecisionClass::kNative}});
   // Copies what one branch computed: any dtype, as it is.
   r.add(OpSchema{OpKind::kSelectBranch, 1, 1 << 20, 1, 1 << 20, &infer_select_branch,
                  OpTraits{.precision = PrecisionClass::kNative}});

@@ -44,4 +44,5 @@
 
 // Domain "kiln": spelled `kiln::Name` in IR text. Schemas in ops/kiln_ops.cc, CPU references in
 // backends/cpu/kiln_ops.cc.
-#define KILN_INTERNAL_OPS(X) X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite) X(SelectBranch)
+#define KILN_INTERNAL_OPS(X) X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite) X(SelectBranch) \
+  X(LoopBegin) X(LoopEnd)

@@ -73,6 +73,11 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     data->node_makes_data_dependent[n] = ir::makes_data_dependent(g, g.nodes[n], dd_dims);
   }
+  KILN_ASSIGN_OR_RETURN(data->loops, plan::find_loops(g));  // verify_plan has checked them
+  data->loop_at_node.assign(g.nodes.size(), -1);
+  for (size_t r = 0; r < data->loops.size(); ++r) {
+    data->loop_at_node[size_t(data->loops[r].begin)] = data->loop_at_node[size_t(data->loops[r].end)] = int(r);
+  }
   for (const ir::Node& node : g.nodes) {
     data->has_guards = data->has_guards || !node.guards.empty();
     data->node_selects_branch.push_back(ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch);

@@ -235,6 +235,11 @@ class ExecutionContext {
   // times are per layer, at the cost of the overlap and launch savings. nullptr turns it off.
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   Profiler* profiler() const { return profiler_; }
+  // A loop that runs at run time (an ONNX Loop whose trip count or condition is data) stops the
+  // run with an error naming it once it reaches this many iterations with its condition still
+  // true: a model whose condition never turns false ends instead of hanging. Default 1,000,000.
+  void set_max_loop_iterations(int64_t n) { max_loop_iterations_ = n; }
+  int64_t max_loop_iterations() const { return max_loop_iterations_; }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
   size_t arena_bytes() const { return arena_capacity_; }
 
@@ -252,9 +257,22 @@ class ExecutionContext {
   Status choose_profile();
   Status enqueue_kernels(void* stream);
   Status check_sized(size_t n) const;
-  // The bool scalar v at `address`, which node conditions and kiln::SelectBranch read: read once
-  // per run (waiting for the stream where it lives on the device), then remembered.
-  StatusOr<bool> read_condition(int v, const void* address, void* stream);
+  // The bool scalar v, which node conditions, kiln::SelectBranch and loops read: read once per run
+  // (per iteration inside a run-time loop), waiting for the stream where it lives on the device,
+  // then remembered.
+  StatusOr<bool> read_condition(int v, void* stream);
+  Status read_scalar(int v, DType dtype, void* out, void* stream);
+  // Where value v's bytes are for this run (an alias: its root's), their size, and whether they
+  // are in host memory on a device backend (symbolic values).
+  void* value_address(int v) const;
+  size_t value_bytes(int v) const;
+  bool in_host_memory(int v) const;
+  // Copies on the stream (memmove on the CPU); `from_host`: the source is host memory.
+  Status copy_bytes(void* to, const void* from, size_t bytes, bool from_host, void* stream);
+  Status copy_value(int to, int from, void* stream);
+  // Runs node n, a run-time loop's kiln::LoopBegin or kiln::LoopEnd (plan/loops.h); gives the node
+  // to run next: the body's first, or the one after the loop.
+  StatusOr<size_t> run_loop_node(size_t n, void* stream);
   // Reads the shape-value inputs from their host memory into symbols_, checked against the profile.
   Status bind_shape_values();
   // Whether a shape-value input's memory holds other values than the last resolve read.
@@ -284,6 +302,12 @@ class ExecutionContext {
   // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).
   std::vector<char> pending_;
   std::vector<int8_t> condition_;  // per value: a condition this run read (0, 1), or -1
+  struct LoopFrame {
+    int64_t trips = 0;      // M, or the largest int64 without one
+    int64_t iteration = 0;  // the iteration running
+  };
+  std::vector<LoopFrame> loop_frames_;  // per loop of EngineData::loops
+  int64_t max_loop_iterations_ = 1000000;
   // run()'s buffers for outputs of data-dependent size, per IO tensor.
   std::vector<std::unique_ptr<GrowingOutputAllocator>> run_buffers_;
   std::vector<size_t> slot_offset_;

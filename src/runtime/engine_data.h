@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "backends/kernel_registry.h"
+#include "plan/loops.h"
 #include "plan/plan.h"
 
 namespace kiln {
@@ -48,6 +49,11 @@ struct EngineData {
   // condition as they reach it and skip the other branch, so they are never captured as a graph.
   bool has_guards = false;
   std::vector<char> node_selects_branch;  // per plan node: a kiln::SelectBranch
+  // Loops that run at run time (plan/loops.h), and per plan node the loop whose LoopBegin or
+  // LoopEnd it is (-1 for any other node). Their runs read conditions and counts as they reach
+  // them, so they are never captured as a graph either.
+  std::vector<plan::LoopRegion> loops;
+  std::vector<int> loop_at_node;
   // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
   // indexed by plan value (nullptr for non-constants and on the CPU).
   std::vector<void*> device_constants;

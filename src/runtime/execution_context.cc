@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/checked.h"
 #include "runtime/engine.h"
+#include "plan/loops.h"
 #include "runtime/engine_data.h"
 
 namespace kiln {
@@ -110,7 +112,7 @@ Status prepare_implementations(EngineData& data) {
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const std::string& id = p.nodes[n].impl;
-    if (id == plan::kAliasImpl) continue;  // a view runs nothing
+    if (id == plan::kAliasImpl || id == plan::kControlImpl) continue;  // a view runs nothing; a loop's boundary runs in the context
     const backends::KernelImpl* impl = registry.find(id);
     backends::KernelQuery q = data.query(n);
     // The file may have been edited: the implementation must still accept the node as planned.
@@ -728,22 +730,154 @@ Status ExecutionContext::check_sized(size_t n) const {
   return ok_status();
 }
 
-StatusOr<bool> ExecutionContext::read_condition(int v, const void* address, void* stream) {
-  if (condition_[size_t(v)] >= 0) return condition_[size_t(v)] == 1;
+// The scalar value v as the run has it now, copied to host memory (waiting for the stream where it
+// lives on the device).
+Status ExecutionContext::read_scalar(int v, DType dtype, void* out, void* stream) {
   const ir::Value& val = data_->plan.graph.values[size_t(v)];
-  if (pending_[size_t(v)] || shape_numel(shapes_[size_t(v)]) != 1 || val.dtype != DType::kBool) {
-    return internal_error("the condition '" + val.name + "' is not one sized bool");
+  if (pending_[size_t(v)] || shape_numel(shapes_[size_t(v)]) != 1 || val.dtype != dtype) {
+    return internal_error("'" + val.name + "' is not one sized " + std::string(dtype_name(dtype)));
   }
+  const void* address = value_address(v);
+  const size_t bytes = dtype_size(dtype);
   const backends::Backend* backend = data_->backend;
-  uint8_t byte = 0;
-  if (backend->host_accessible() || data_->plan.values[size_t(v)].storage == plan::Storage::kSymbolic) {
-    byte = *static_cast<const uint8_t*>(address);
-  } else {
-    KILN_RETURN_IF_ERROR(backend->copy(&byte, address, 1, backends::CopyKind::kDeviceToHost, stream));
-    KILN_RETURN_IF_ERROR(backend->synchronize(stream));
+  const int root = data_->plan.values[size_t(v)].storage == plan::Storage::kAlias ? data_->plan.values[size_t(v)].alias_of : v;
+  if (backend->host_accessible() || data_->plan.values[size_t(root)].storage == plan::Storage::kSymbolic) {
+    std::memcpy(out, address, bytes);
+    return ok_status();
   }
+  KILN_RETURN_IF_ERROR(backend->copy(out, address, bytes, backends::CopyKind::kDeviceToHost, stream));
+  return backend->synchronize(stream);
+}
+
+StatusOr<bool> ExecutionContext::read_condition(int v, void* stream) {
+  if (condition_[size_t(v)] >= 0) return condition_[size_t(v)] == 1;
+  uint8_t byte = 0;
+  KILN_RETURN_IF_ERROR(read_scalar(v, DType::kBool, &byte, stream));
   condition_[size_t(v)] = byte != 0 ? 1 : 0;
   return byte != 0;
+}
+
+void* ExecutionContext::value_address(int v) const {
+  const plan::Plan& p = data_->plan;
+  if (p.values[size_t(v)].storage == plan::Storage::kAlias) v = p.values[size_t(v)].alias_of;
+  const bool host = data_->backend->host_accessible();
+  const plan::ValuePlan& vp = p.values[size_t(v)];
+  switch (vp.storage) {
+    case plan::Storage::kInput:
+    case plan::Storage::kOutput: return io_address_[size_t(data_->io_of_value[size_t(v)])];
+    case plan::Storage::kConstant: return host ? p.graph.values[size_t(v)].constant->data() : data_->device_constants[size_t(v)];
+    case plan::Storage::kSymbolic:
+      if (!host) return static_cast<char*>(sym_host_) + sym_offset_[size_t(vp.slot)];
+      return static_cast<char*>(arena_) + slot_offset_[size_t(vp.slot)];
+    case plan::Storage::kActivation: return static_cast<char*>(arena_) + slot_offset_[size_t(vp.slot)];
+    case plan::Storage::kAlias: return nullptr;  // an alias's root is never an alias
+  }
+  return nullptr;
+}
+
+Status ExecutionContext::copy_bytes(void* to, const void* from, size_t bytes, bool from_host, void* stream) {
+  if (bytes == 0 || to == from) return ok_status();
+  const backends::Backend* backend = data_->backend;
+  if (backend->host_accessible()) {
+    std::memmove(to, from, bytes);
+    return ok_status();
+  }
+  return backend->copy(to, from, bytes, from_host ? backends::CopyKind::kHostToDevice : backends::CopyKind::kDeviceToDevice,
+                       stream);
+}
+
+bool ExecutionContext::in_host_memory(int v) const {
+  const plan::Plan& p = data_->plan;
+  const int root = p.values[size_t(v)].storage == plan::Storage::kAlias ? p.values[size_t(v)].alias_of : v;
+  return p.values[size_t(root)].storage == plan::Storage::kSymbolic;
+}
+
+size_t ExecutionContext::value_bytes(int v) const {
+  return size_t(shape_numel(shapes_[size_t(v)])) * dtype_size(data_->plan.graph.values[size_t(v)].dtype);
+}
+
+Status ExecutionContext::copy_value(int to, int from, void* stream) {
+  return copy_bytes(value_address(to), value_address(from), value_bytes(from), in_host_memory(from), stream);
+}
+
+// A run-time loop's boundary (plan/loops.h). LoopBegin reads M and cond, copies the initial values
+// in and starts the counter; LoopEnd reads the body's condition and either goes back (the next
+// values copied over the carried ones, the counter written, the body's conditions forgotten) or
+// copies the last values out. On a device each read of M or of a condition computed on it waits
+// for the stream, as an If on data does; a loop whose body passes its condition through waits only
+// where M is data.
+StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
+  const ir::Graph& g = data_->plan.graph;
+  const int index = data_->loop_at_node[n];
+  const plan::LoopRegion& r = data_->loops[size_t(index)];
+  LoopFrame& f = loop_frames_[size_t(index)];
+  const ir::Node& begin = g.nodes[size_t(r.begin)];
+  const ir::Node& end = g.nodes[size_t(r.end)];
+  const size_t k = end.outputs.size();
+  auto write = [&](int v, const void* bytes, size_t size) {
+    return copy_bytes(value_address(v), bytes, size, true, stream);  // pageable source: staged before return
+  };
+  // The carried values out of the loop: the body's last ones, or the initial ones after no iteration.
+  auto finish = [&](bool ran) -> StatusOr<size_t> {
+    for (size_t j = 0; j < k; ++j) {
+      if (end.outputs[j] >= 0) KILN_RETURN_IF_ERROR(copy_value(end.outputs[j], ran ? end.inputs[1 + j] : begin.outputs[2 + j], stream));
+    }
+    return size_t(r.end) + 1;
+  };
+  if (int(n) == r.begin) {
+    f.trips = std::numeric_limits<int64_t>::max();
+    f.iteration = 0;
+    if (begin.inputs[0] >= 0) KILN_RETURN_IF_ERROR(read_scalar(begin.inputs[0], DType::kInt64, &f.trips, stream));
+    bool go = true;
+    if (begin.inputs[1] >= 0) {
+      KILN_ASSIGN_OR_RETURN(go, read_condition(begin.inputs[1], stream));
+    }
+    for (size_t j = 0; j < k; ++j) KILN_RETURN_IF_ERROR(copy_value(begin.outputs[2 + j], begin.inputs[2 + j], stream));
+    const int64_t zero = 0;
+    const uint8_t yes = 1;
+    KILN_RETURN_IF_ERROR(write(begin.outputs[0], &zero, sizeof zero));
+    KILN_RETURN_IF_ERROR(write(begin.outputs[1], &yes, sizeof yes));
+    if (f.trips <= 0 || !go) return finish(false);
+    return n + 1;
+  }
+  bool go = true;
+  if (end.inputs[0] >= 0) {
+    KILN_ASSIGN_OR_RETURN(go, read_condition(end.inputs[0], stream));
+  }
+  ++f.iteration;
+  if (!go || f.iteration >= f.trips) return finish(true);
+  if (f.iteration >= max_loop_iterations_) {
+    return invalid_argument("the loop of " + begin.describe() + " ran " + std::to_string(f.iteration) +
+                              " iterations and its condition still holds" +
+                              (begin.inputs[0] >= 0 ? " (its trip count is " + std::to_string(f.trips) + ")" : "") +
+                              "; ExecutionContext::set_max_loop_iterations raises the limit");
+  }
+  // v_j = v_out_j for the next iteration, through the workspace where one v_out views another v.
+  const int ws = data_->plan.nodes[n].workspace_slot;
+  if (ws >= 0) {
+    char* stage = static_cast<char*>(arena_) + slot_offset_[size_t(ws)];
+    size_t at = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const int from = end.inputs[1 + j];
+      KILN_RETURN_IF_ERROR(copy_bytes(stage + at, value_address(from), value_bytes(from), in_host_memory(from), stream));
+      at += (value_bytes(from) + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign;
+    }
+    at = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const int to = end.inputs[3 + k + j];
+      KILN_RETURN_IF_ERROR(copy_bytes(value_address(to), stage + at, value_bytes(to), false, stream));
+      at += (value_bytes(to) + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign;
+    }
+  } else {
+    for (size_t j = 0; j < k; ++j) KILN_RETURN_IF_ERROR(copy_value(end.inputs[3 + k + j], end.inputs[1 + j], stream));
+  }
+  KILN_RETURN_IF_ERROR(write(begin.outputs[0], &f.iteration, sizeof f.iteration));
+  for (int m = r.begin; m < r.end; ++m) {
+    for (int v : g.nodes[size_t(m)].outputs) {
+      if (v >= 0) condition_[size_t(v)] = -1;
+    }
+  }
+  return size_t(r.begin) + 1;
 }
 
 Status ExecutionContext::enqueue_kernels(void* stream) {
@@ -752,25 +886,8 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
   const backends::Backend* backend = data_->backend;
   const bool host = backend->host_accessible();
   std::vector<void*>& io = io_address_;
-  auto nbytes = [&](int v) { return size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype); };
-  const std::vector<int>& io_of_value = data_->io_of_value;
-  auto address = [&](int v) -> void* {
-    switch (p.values[v].storage) {
-      case plan::Storage::kInput:
-      case plan::Storage::kOutput: return io[io_of_value[v]];
-      case plan::Storage::kConstant: return host ? g.values[v].constant->data() : data_->device_constants[v];
-      case plan::Storage::kSymbolic:
-        if (!host) return static_cast<char*>(sym_host_) + sym_offset_[p.values[v].slot];
-        return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
-      case plan::Storage::kActivation: return static_cast<char*>(arena_) + slot_offset_[p.values[v].slot];
-      case plan::Storage::kAlias: return nullptr;  // resolved below: the root is never an alias
-    }
-    return nullptr;
-  };
-  auto resolve_address = [&](int v) -> void* {
-    if (p.values[v].storage == plan::Storage::kAlias) return address(p.values[v].alias_of);
-    return address(v);
-  };
+  auto nbytes = [&](int v) { return value_bytes(v); };
+  auto resolve_address = [&](int v) { return value_address(v); };
   if (profiler_) {
     while (markers_.size() < g.nodes.size() + 1) {
       KILN_ASSIGN_OR_RETURN(void* m, backend->create_marker());
@@ -779,23 +896,37 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
     KILN_RETURN_IF_ERROR(backend->record_marker(markers_[0], stream));
   }
   condition_.assign(g.values.size(), -1);
+  loop_frames_.assign(data_->loops.size(), LoopFrame{});
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     // A node of an If's branch runs only when the run takes that branch.
     bool runs = true;
     for (const ir::Guard& gd : node.guards) {
-      KILN_ASSIGN_OR_RETURN(bool c, read_condition(gd.cond, resolve_address(gd.cond), stream));
+      KILN_ASSIGN_OR_RETURN(bool c, read_condition(gd.cond, stream));
       if (c != gd.when) {
         runs = false;
         break;
       }
+    }
+    if (runs && data_->loop_at_node[n] >= 0) {  // a loop's boundary: the run's own copies and jump
+      if (data_->plan.data_dependent.size()) KILN_RETURN_IF_ERROR(check_sized(n));
+      auto next = run_loop_node(n, stream);
+      if (!next.ok()) return Status(next.status()).with_context(node.describe());
+      // Going back, the marker after the LoopBegin is set again: the body's layers report the last
+      // iteration, the LoopBegin the ones before. Going past the body, each skipped layer gets its mark.
+      if (profiler_) {
+        const size_t first = *next <= n ? *next : n + 1, last = *next <= n ? *next : *next;
+        for (size_t m = first; m <= last; ++m) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[m], stream));
+      }
+      n = *next - 1;
+      continue;
     }
     if (!kernels_[n] || !runs) {  // an alias, or a branch not taken
       if (profiler_) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[n + 1], stream));
       continue;
     }
     if (data_->node_selects_branch[n] && !node.inputs.empty() && node.inputs[0] >= 0) {
-      KILN_RETURN_IF_ERROR(read_condition(node.inputs[0], resolve_address(node.inputs[0]), stream).status());
+      KILN_RETURN_IF_ERROR(read_condition(node.inputs[0], stream).status());
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] >= 0) node_in_[n][i].data = resolve_address(node.inputs[i]);
@@ -854,7 +985,7 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards) {
+  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards || !data_->loops.empty()) {
     sym_in_flight_ = !backend->host_accessible();
     return enqueue_kernels(stream);
   }
@@ -966,6 +1097,9 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
   }
   if (data_->has_guards) {
     return invalid_argument("batch buckets: this engine has an If on data, whose runs use no CUDA graph");
+  }
+  if (!data_->loops.empty()) {
+    return invalid_argument("batch buckets: this engine has a loop that runs at run time, whose runs use no CUDA graph");
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());

@@ -7,6 +7,7 @@
 
 #include "core/checked.h"
 #include "ops/schema.h"
+#include "plan/loops.h"
 #include "runtime/engine_data.h"
 
 namespace kiln {
@@ -74,6 +75,7 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_data_dependent());
     KILN_RETURN_IF_ERROR(check_values());
     KILN_RETURN_IF_ERROR(check_slots());
+    KILN_RETURN_IF_ERROR(check_loops());
     KILN_RETURN_IF_ERROR(check_lifetimes());
     for (size_t n = 0; n < g_.nodes.size(); ++n) KILN_RETURN_IF_ERROR(check_node(n));
     return ok_status();
@@ -571,6 +573,7 @@ class Verifier {
       }
     }
     for (int v : g_.outputs) last[root(v)] = end;
+    plan::extend_over_loops(g_, loops_, root, &last);
     std::vector<std::vector<Use>> uses(p_.slot_bytes.size());
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const plan::ValuePlan& vp = p_.values[v];
@@ -677,6 +680,7 @@ class Verifier {
       }
     }
     KILN_RETURN_IF_ERROR(check_inference(n, *schema));
+    if (np.impl == plan::kControlImpl) return check_control(n);
     if (np.impl == plan::kAliasImpl) {
       if (!schema->traits.is_view || no != 1 || node.outputs[0] < 0 ||
           p_.values[node.outputs[0]].storage != plan::Storage::kAlias) {
@@ -697,6 +701,58 @@ class Verifier {
       return ok_status();
     }
     return check_kernel(n);
+  }
+
+  // Run-time loops pair up, nest, and keep their values inside (plan/loops.h).
+  Status check_loops() {
+    auto loops = plan::find_loops(g_);
+    if (!loops.ok()) {
+      return violation("run-time loops pair up, nest and keep their values inside", loops.status().message());
+    }
+    loops_ = std::move(loops).value();
+    return ok_status();
+  }
+
+  // The execution context runs only loop boundaries itself. A LoopEnd where some carried value's
+  // next value is a view of another carried value copies through its workspace, which must hold
+  // every carried value (plan_memory's rule), or the copies would read what they overwrote.
+  Status check_control(size_t n) {
+    const ir::Node& node = g_.nodes[n];
+    const ops::OpKind kind = ops::find_op(node.domain, node.op_type);
+    if (kind == ops::OpKind::kLoopBegin) return ok_status();
+    if (kind != ops::OpKind::kLoopEnd) {
+      return violation("the run itself runs only loop boundaries",
+                       node.describe() + " is planned as '" + plan::kControlImpl + "' but is not a kiln::LoopBegin or kiln::LoopEnd");
+    }
+    auto root = [&](int v) { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; };
+    const size_t k = node.outputs.size();
+    bool crossed = false;
+    for (size_t j = 0; j < k; ++j) {
+      for (size_t m = 0; m < k; ++m) {
+        if (m != j && root(node.inputs[1 + j]) == root(node.inputs[3 + k + m])) crossed = true;
+      }
+    }
+    if (!crossed) return ok_status();
+    const int ws = p_.nodes[n].workspace_slot;
+    for (const auto& c : corners_) {
+      int64_t need = 0;
+      for (size_t j = 0; j < k; ++j) {
+        KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(node.inputs[3 + k + j], c));
+        auto sum = checked_add(need, (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign);
+        if (!sum) return violation("value sizes fit int64", node.describe() + "'s carried values at " + corner_str(c));
+        need = *sum;
+      }
+      int64_t have = 0;
+      if (ws >= 0) {
+        KILN_ASSIGN_OR_RETURN(have, slot_bytes(ws, c));
+      }
+      if (have < need) {
+        return violation("a loop whose next values view each other copies through a workspace that holds them",
+                         node.describe() + " needs " + std::to_string(need) + " bytes of workspace but slot " +
+                             std::to_string(ws) + " holds " + std::to_string(have) + " at " + corner_str(c));
+      }
+    }
+    return ok_status();
   }
 
   // A node's guards name bool scalars computed before it, and a node reads a branch's values only
@@ -825,6 +881,7 @@ class Verifier {
   std::vector<ir::DataDependentDim> data_dependent_ = p_.data_dependent;  // inference's copy
   ir::SymbolRanges hull_ = plan::symbol_hull(p_.profiles);  // as the builder simplified over
   std::vector<char> is_input_, is_output_, used_;
+  std::vector<plan::LoopRegion> loops_;
 };
 
 }  // namespace
