@@ -3,9 +3,9 @@
 // its nodes inlined in place; a Loop with a known trip count whose body keeps its condition true,
 // and a Scan of known length, are unrolled, their loop-carried values threaded through copies of
 // the body (shapes that grow per iteration included). An If on data runs both branches' nodes
-// under its condition and picks the result of the one that ran. A Scan over a length that changes
-// at run time is refused with the reason. A Loop whose trip count or condition is data runs at run
-// time: tests/loops_test.cc.
+// under its condition and picks the result of the one that ran. A Loop whose trip count or
+// condition is data, and a Scan over a length that changes at run time, run at run time:
+// tests/loops_test.cc.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -282,20 +282,6 @@ TEST(ControlFlow, AScanOfKnownLengthUnrollsInEitherDirection) {
   EXPECT_TRUE(all_close(out->at("last"), make_f32({2}, {19.f, 32.f}), 0, 0));
   EXPECT_TRUE(all_close(out->at("all"), make_f32({2, 3}, {19.f, 18.f, 15.f, 32.f, 30.f, 26.f}), 0, 0))
       << out->at("all").data_as<float>()[0] << " " << out->at("all").data_as<float>()[1];
-}
-
-TEST(ControlFlow, AScanOverADynamicLengthIsRefusedWithTheReason) {
-  auto engine = build(R"(graph g(%x: float32[n, 4]) -> (%last: float32[?]) {
-  %init: float32[4] = dense<0.0>
-  %last: float32[?] = Scan(%init, %x) {num_scan_inputs=1, body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?]) {
-    %acc2: float32[?] = Add(%acc, %row)  # add
-  }}  # scan
-}
-)");
-  ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("which changes at run time; kiln unrolls a Scan whose length is known at build time"),
-            std::string::npos)
-      << engine.status().message();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "ir/text.h"
 #include "kiln.h"
 #include "model_util.h"
+#include "ops/loop_end.h"
 #include "plan/loops.h"
 #include "plan/plan.h"
 #include "test_util.h"
@@ -26,12 +27,19 @@ class RunTimeLoop : public ::testing::TestWithParam<Device> {
     Status why = device_available(GetParam());
     if (!why.ok()) GTEST_SKIP() << why.message();
   }
-  StatusOr<Engine> build(const std::string& text, const std::vector<std::string>& dynamic = {"x"}) {
+  // Each input in `dynamic` ranges its first dim over 1..16 (opt 4), followed by `tail`.
+  StatusOr<Engine> build(const std::string& text, const std::vector<std::string>& dynamic = {"x"},
+                         const std::vector<int64_t>& tail = {}) {
     Network net;
     KILN_ASSIGN_OR_RETURN(net.graph, ir::parse_text(text, {}));
     BuilderConfig config;
     OptimizationProfile p;
-    for (const std::string& name : dynamic) KILN_RETURN_IF_ERROR(p.set_dimensions(name, {1}, {4}, {16}));
+    auto dims = [&](int64_t first) {
+      std::vector<int64_t> d = {first};
+      d.insert(d.end(), tail.begin(), tail.end());
+      return d;
+    };
+    for (const std::string& name : dynamic) KILN_RETURN_IF_ERROR(p.set_dimensions(name, dims(1), dims(4), dims(16)));
     config.add_profile(p);
     return Builder(GetParam()).build(net, config);
   }
@@ -85,6 +93,8 @@ TEST_P(RunTimeLoop, AForLoopOverATripCountFromDataRunsItsBodyThatManyTimes) {
   int begins = 0, ends = 0;
   for (const LayerInfo& l : engine->layers()) {
     EXPECT_NE(l.op_type, "Loop");
+    // The body's layers and the LoopEnd repeat per iteration of the LoopBegin; it runs once.
+    EXPECT_EQ(l.repeats_in, l.name.rfind("loop/", 0) == 0 && l.op_type != "LoopBegin" ? "loop/begin" : "") << l.name;
     begins += l.op_type == "LoopBegin";
     ends += l.op_type == "LoopEnd";
     if (l.op_type == "LoopBegin" || l.op_type == "LoopEnd") EXPECT_EQ(l.kernel, plan::kControlImpl);
@@ -246,7 +256,11 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
 )");
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   int begins = 0;
-  for (const LayerInfo& l : engine->layers()) begins += l.op_type == "LoopBegin";
+  for (const LayerInfo& l : engine->layers()) {
+    begins += l.op_type == "LoopBegin";
+    if (l.op_type == "LoopBegin") EXPECT_EQ(l.repeats_in, l.name == "outer/begin" ? "" : "outer/begin") << l.name;
+    if (l.op_type == "Add") EXPECT_EQ(l.repeats_in, "outer/inner/begin") << l.name;
+  }
   EXPECT_EQ(begins, 2);
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
@@ -288,6 +302,70 @@ TEST_P(RunTimeLoop, AnIfOnDataInTheBodyReadsItsConditionEachIteration) {
   auto out = run(**ctx, {{"x", make_f32({2}, {4, 1})}, {"m", make_i64({}, {7})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close(out->at("y"), make_f32({2}, want), kFp32Atol, kFp32Rtol));
+}
+
+// A running sum over x's rows, scanned in reverse, its outputs stacked along axis 1 in reverse,
+// over a row count only the run knows; and a Loop over a trip count the input shapes decide
+// (x's rows), whose scan output stacks each iteration's value.
+TEST_P(RunTimeLoop, AScanOverALengthOnlyTheRunKnowsStacksItsOutputs) {
+  auto engine = build(R"(graph g(%init: float32[2], %x: float32[n, 2]) -> (%last: float32[?], %all: float32[?]) {
+  %last: float32[?], %all: float32[?] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1], scan_output_directions=[1], body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?], %out: float32[2]) {
+    %acc2: float32[?] = Add(%acc, %row)  # add
+    %out: float32[2] = Identity(%acc2)  # record
+  }}  # scan
+}
+)", {"x"}, {2});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("all")), "[2, n]");
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  for (int64_t n : {3, 1, 7}) {
+    Tensor x = random_f32({n, 2}, uint32_t(n));
+    std::vector<float> acc = {10, 20}, all(size_t(2 * n));
+    for (int64_t t = 0; t < n; ++t) {  // rows n-1 .. 0; output column t written at n-1-t
+      for (int c = 0; c < 2; ++c) {
+        acc[size_t(c)] += x.data_as<float>()[(n - 1 - t) * 2 + c];
+        all[size_t(c * n + (n - 1 - t))] = acc[size_t(c)];
+      }
+    }
+    auto out = run(**ctx, {{"init", make_f32({2}, {10, 20})}, {"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(all_close(out->at("last"), make_f32({2}, acc), kFp32Atol, kFp32Rtol)) << n;
+    EXPECT_TRUE(all_close(out->at("all"), make_f32({2, n}, all), kFp32Atol, kFp32Rtol)) << n;
+  }
+}
+
+TEST_P(RunTimeLoop, ALoopOverAShapeTripCountStacksItsScanOutputs) {
+  auto engine = build(R"(graph g(%x: float32[n]) -> (%y: float32[?], %hist: float32[?]) {
+  %t: bool[] = dense<1>
+  %s: int64[?] = Shape(%x)  # shape
+  %zero: int64[] = dense<0>
+  %m: int64[?] = Gather(%s, %zero) {axis=0}  # rows
+  %y: float32[?], %hist: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?], %h: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %fi: float32[?] = Cast(%i) {to=1}  # as_float
+    %b: float32[?] = Add(%a, %fi)  # add
+    %h: float32[?] = ReduceSum(%b) {keepdims=0}  # total
+  }}  # loop
+}
+)");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("hist")), "[n]");
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  for (int64_t n : {4, 1, 9}) {
+    Tensor x = random_f32({n}, uint32_t(n + 3));
+    std::vector<float> a(x.data_as<float>(), x.data_as<float>() + n), hist;
+    for (int64_t i = 0; i < n; ++i) {
+      float total = 0;
+      for (float& v : a) total += (v += float(i));
+      hist.push_back(total);
+    }
+    auto out = run(**ctx, {{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(all_close(out->at("y"), make_f32({n}, a), kFp32Atol, kFp32Rtol)) << n;
+    EXPECT_TRUE(all_close(out->at("hist"), make_f32({n}, hist), kFp32Atol, kFp32Rtol)) << n;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, RunTimeLoop, ::testing::Values(Device::kCPU, Device::kCUDA),
@@ -367,7 +445,8 @@ TEST(RunTimeLoops, APlanWhoseLoopIsBrokenIsRefused) {
     if (p.graph.nodes[n].op_type == "LoopEnd") end = int(n);
   }
   ASSERT_GE(end, 0);
-  const int body_value = p.graph.nodes[size_t(end)].inputs[1];
+  const ir::Node& loop_end = p.graph.nodes[size_t(end)];
+  const int body_value = loop_end.inputs[ops::LoopEndLayout::of(loop_end.inputs.size(), loop_end.outputs.size())->next(0)];
   const int y = p.graph.outputs[0];
   p.graph.outputs[0] = body_value;
   std::swap(p.values[size_t(y)], p.values[size_t(body_value)]);  // the body value's slot to y

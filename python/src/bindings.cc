@@ -742,6 +742,11 @@ class BoundContext {
     ctx_->set_cuda_graph_cache_capacity(n);
   }
   size_t graph_capacity() const { return ctx_->cuda_graph_cache_capacity(); }
+  void set_max_loop_iterations(int64_t n) {
+    Exclusive guard(this);
+    ctx_->set_max_loop_iterations(n);
+  }
+  int64_t max_loop_iterations() const { return ctx_->max_loop_iterations(); }
   void set_batch_buckets(std::vector<int64_t> buckets) {
     Exclusive guard(this);
     check(ctx_->set_batch_buckets(std::move(buckets)));
@@ -1363,6 +1368,10 @@ NB_MODULE(_kiln, m) {
                    "and replay it; ignored on the CPU and by engines with data-dependent sizes.")
       .def_prop_rw("cuda_graph_cache_capacity", &BoundContext::graph_capacity, &BoundContext::set_graph_capacity,
                    "Captured graphs kept, the least recently used dropped first (default 4).")
+      .def_prop_rw("max_loop_iterations", &BoundContext::max_loop_iterations, &BoundContext::set_max_loop_iterations,
+                   "A loop that runs at run time (an ONNX Loop whose trip count or condition is data) stops the "
+                   "run with an error naming it at this many iterations with its condition still true "
+                   "(default 1,000,000).")
       .def_prop_rw("batch_buckets", &BoundContext::batch_buckets, &BoundContext::set_batch_buckets,
                    "CUDA graphs: a batch runs at its bucket (the next one up), inputs padded with zero rows, "
                    "outputs sliced back to their exact shapes. Raises where padding could change real rows "

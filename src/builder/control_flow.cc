@@ -14,6 +14,8 @@
 //   their shapes; scan outputs are refused).
 // A Scan over a length that changes at run time is refused with that reason.
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -250,61 +252,108 @@ StatusOr<bool> inline_if(ir::Graph& g, size_t n, const std::map<std::string, int
   return true;
 }
 
-// A Loop the build cannot unroll (its trip count or condition is data, or it is too long): one
-// copy of its body between a kiln::LoopBegin and a kiln::LoopEnd (ops/kiln_ops.cc), which the run
-// repeats (plan/loops.h). `keeps`: the body passes the condition through, so the run reads no
-// condition per iteration. Each carried value must keep its type and shape (LoopEnd's inference
-// says so by name); scan outputs, which grow with the iterations, are refused with `why`.
+// The parts of a run-time loop (ops/kiln_ops.cc, plan/loops.h) laid out into `nodes`: a
+// kiln::LoopBegin over `trips`, `cond` and `inits` (-1: omitted), then `bind`'s nodes (which read
+// the counter and the carried values: a Scan's slices) giving the body's inputs, one copy of body
+// `b`, and a kiln::LoopEnd. The body's outputs are [cond_out if `cond_output`, next values, scan
+// values]; `keeps`: the body passes the condition through (the run then reads none per
+// iteration). Scan outputs are stacked by the run, one row per iteration, which needs `trips` as a
+// formula of the input shapes (LoopEnd's inference checks). Returns the LoopEnd's outputs: the
+// final carried values, then the stacked scan values, into `outputs` where those are >= 0.
+using BindBody = std::function<std::vector<int>(Emitter& e, int counter, int cond_in, const std::vector<int>& carried)>;
+StatusOr<std::vector<int>> emit_run_time_loop(ir::Graph& g, size_t n, const ir::Graph& b, int trips, int cond,
+                                              const std::vector<int>& inits, bool cond_output, bool keeps,
+                                              const std::vector<int>& outputs, const BindBody& bind,
+                                              const std::string& prefix, const std::map<std::string, int>& carriers,
+                                              std::vector<ir::Node>* nodes) {
+  const size_t k = inits.size();
+  const size_t first = cond_output ? 1 : 0;
+  const size_t q = b.outputs.size() - first - k;
+  auto kiln_node = [&](const char* op, const std::string& name) {
+    ir::Node nd;
+    nd.name = ir::unique_node_name(g, prefix + "/" + name);
+    nd.op_type = op;
+    nd.domain = "kiln";
+    nd.opset = 1;
+    return nd;
+  };
+  ir::Node begin = kiln_node("LoopBegin", "begin");
+  begin.inputs = {trips, cond};
+  begin.inputs.insert(begin.inputs.end(), inits.begin(), inits.end());
+  // Named as the body names them (a Scan's body has no counter or condition).
+  auto body_name = [&](size_t i, const char* fallback) {
+    return i < b.inputs.size() ? b.values[size_t(b.inputs[i])].name : std::string(fallback);
+  };
+  begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + (cond_output ? body_name(0, "i") : "i"), DType::kUndefined, std::nullopt));
+  begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + (cond_output ? body_name(1, "cond") : "cond"), DType::kUndefined, std::nullopt));
+  for (size_t j = 0; j < k; ++j) {
+    begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + body_name((cond_output ? 2 : 0) + j, "carried"),
+                                                 DType::kUndefined, std::nullopt));
+  }
+  const std::vector<int> carried(begin.outputs.begin() + 2, begin.outputs.end());
+  const int counter = begin.outputs[0], cond_in = begin.outputs[1];
+  nodes->push_back(begin);
+  Emitter e(g, prefix, nodes);
+  const std::vector<int> bound = bind(e, counter, cond_in, carried);
+  KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, b, bound, std::vector<int>(b.outputs.size(), -1), prefix, carriers, "body"));
+  nodes->insert(nodes->end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+  ir::Node end = kiln_node("LoopEnd", "end");
+  end.inputs = {cond_output && !keeps ? copy.outputs[0] : -1, q > 0 ? trips : -1};
+  end.inputs.insert(end.inputs.end(), copy.outputs.begin() + std::ptrdiff_t(first), copy.outputs.end());
+  end.inputs.insert(end.inputs.end(), begin.outputs.begin(), begin.outputs.end());
+  for (size_t j = 0; j < k + q; ++j) {
+    int out = j < outputs.size() ? outputs[j] : -1;
+    if (out < 0) out = ir::add_unique_value(&g, prefix + (j < k ? "/final" : "/stacked"), DType::kUndefined, std::nullopt);
+    end.outputs.push_back(out);
+  }
+  nodes->push_back(end);
+  return end.outputs;
+}
+
+// Why a loop cannot run at run time, or ok: it carries a sequence or optional (laid out at build
+// time), or its scan outputs lack a trip count the input shapes decide.
+Status check_run_time_loop(const ir::Graph& g, const ir::Node& node, const std::vector<int>& inits, size_t n_scan,
+                           bool shaped_trips, const std::string& why) {
+  const std::string unroll = "which needs a trip count known at build time (a constant, a function of input shapes, or "
+                             "a shape-value input) and a body that passes the condition through";
+  for (int v : inits) {
+    if (v >= 0 && g.values[size_t(v)].kind != ir::ValueKind::kTensor) {
+      return unsupported(node.describe() + ": " + why + ", and it carries '" + g.values[size_t(v)].name +
+                         "', a sequence or optional; kiln lays those out at build time, so it unrolls such a loop, " + unroll);
+    }
+  }
+  if (n_scan > 0 && !shaped_trips) {
+    return unsupported(node.describe() + ": " + why + ", and its body has " + std::to_string(n_scan) +
+                       " scan output(s); kiln stacks scan outputs at run time only over a trip count the input shapes "
+                       "decide with a body that passes the condition through, and otherwise unrolls the loop, " + unroll);
+  }
+  return ok_status();
+}
+
+// A Loop the build cannot unroll (its trip count or condition is data or changes with the input
+// shapes, or it is too long): run at run time, `why` saying which where that fails too.
 StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers, bool keeps,
                                 const std::string& why) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   const size_t n_carried = node.inputs.size() - 2;
   const size_t n_scan = b->outputs.size() - 1 - n_carried;
-  if (n_scan > 0) {
-    return unsupported(node.describe() + ": " + why + ", and its body has " + std::to_string(n_scan) +
-                       " scan output(s); kiln runs a loop at run time with loop-carried values only, and unrolls one "
-                       "with scan outputs, which needs a trip count known at build time (a constant, a function of "
-                       "input shapes, or a shape-value input) and a body that passes the condition through");
-  }
-  for (size_t j = 0; j < n_carried; ++j) {
-    const int v = node.inputs[2 + j];
-    if (v >= 0 && g.values[size_t(v)].kind != ir::ValueKind::kTensor) {
-      return unsupported(node.describe() + ": " + why + ", and it carries '" + g.values[size_t(v)].name +
-                         "', a sequence or optional; kiln lays those out at build time, so it unrolls such a loop, "
-                         "which needs a trip count known at build time (a constant, a function of input shapes, or "
-                         "a shape-value input) and a body that passes the condition through");
-    }
-  }
-  const std::string prefix = node.name.empty() ? std::string("loop") : node.name;
-  ir::Node begin;
-  begin.name = ir::unique_node_name(g, prefix + "/begin");
-  begin.op_type = "LoopBegin";
-  begin.domain = "kiln";
-  begin.opset = 1;
-  begin.inputs = node.inputs;
-  for (int bv : b->inputs) {
-    begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + b->values[size_t(bv)].name, DType::kUndefined, std::nullopt));
-  }
-  KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, begin.outputs, std::vector<int>(b->outputs.size(), -1),
-                                                 prefix, carriers, "body"));
-  ir::Node end;
-  end.name = ir::unique_node_name(g, prefix + "/end");
-  end.op_type = "LoopEnd";
-  end.domain = "kiln";
-  end.opset = 1;
-  end.inputs = {keeps ? -1 : copy.outputs[0]};
-  end.inputs.insert(end.inputs.end(), copy.outputs.begin() + 1, copy.outputs.begin() + 1 + std::ptrdiff_t(n_carried));
-  end.inputs.insert(end.inputs.end(), begin.outputs.begin(), begin.outputs.end());
-  for (size_t j = 0; j < n_carried; ++j) {
-    int out = j < node.outputs.size() ? node.outputs[j] : -1;
-    if (out < 0) out = ir::add_unique_value(&g, prefix + "/final", DType::kUndefined, std::nullopt);
-    end.outputs.push_back(out);
-  }
+  const std::vector<int> inits(node.inputs.begin() + 2, node.inputs.end());
+  const int m = node.inputs[0], cond = node.inputs[1];
+  const bool shaped = m >= 0 &&
+                      (known_scalar(g.values[size_t(m)]) ||
+                       (g.values[size_t(m)].sym_value && g.values[size_t(m)].sym_value->size() == 1)) &&
+                      keeps && (cond < 0 || known_scalar(g.values[size_t(cond)]).value_or(0) != 0);
+  KILN_RETURN_IF_ERROR(check_run_time_loop(g, node, inits, n_scan, shaped, why));
   std::vector<ir::Node> nodes;
-  nodes.push_back(std::move(begin));
-  nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
-  nodes.push_back(std::move(end));
+  auto bind = [](Emitter&, int counter, int cond_in, const std::vector<int>& carried) {
+    std::vector<int> bound = {counter, cond_in};
+    bound.insert(bound.end(), carried.begin(), carried.end());
+    return bound;
+  };
+  KILN_RETURN_IF_ERROR(emit_run_time_loop(g, n, *b, m, cond, inits, true, keeps, node.outputs, bind,
+                                          node.name.empty() ? std::string("loop") : node.name, carriers, &nodes)
+                           .status());
   splice(g, n, std::move(nodes));
   return true;
 }
@@ -336,8 +385,11 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
   if (node.inputs[0] < 0) return loop_at_run_time(g, n, carriers, keeps, "it has no trip count (M)");
   const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
   if (!trips) {
+    const ir::Value& m = g.values[size_t(node.inputs[0])];
     return loop_at_run_time(g, n, carriers, keeps,
-                            "its trip count ('" + g.values[size_t(node.inputs[0])].name + "') is computed from tensor data at run time");
+                            m.sym_value ? "its trip count ('" + m.name + "' = " + ir::dims_to_string(*m.sym_value) +
+                                              ") changes with the input shapes"
+                                        : "its trip count ('" + m.name + "') is computed from tensor data at run time");
   }
   std::optional<int64_t> cond = int64_t(1);
   if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
@@ -350,10 +402,7 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
                             "its body computes the loop's condition ('" + co.name + "'), so the number of iterations is known only at run time");
   }
   const int64_t iterations = *cond != 0 ? std::max<int64_t>(*trips, 0) : 0;
-  if (n_scan == 0 && !check_size(node, iterations, *b).ok()) {
-    return loop_at_run_time(g, n, carriers, keeps, "it is too long to unroll");
-  }
-  KILN_RETURN_IF_ERROR(check_size(node, iterations, *b));
+  if (!check_size(node, iterations, *b).ok()) return loop_at_run_time(g, n, carriers, keeps, "it is too long to unroll");
   if (iterations == 0 && n_scan > 0) {
     return unsupported(node.describe() + ": it runs no iteration, and the shapes of its scan outputs are then unknown");
   }
@@ -378,6 +427,89 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
     } else {
       e.stack(scans[j - n_carried], 0, node.outputs[j]);
     }
+  }
+  splice(g, n, std::move(nodes));
+  return true;
+}
+
+// A Scan (opset 9 on) over a length only the run knows, or too long to unroll: a run-time loop
+// over the first scan input's length whose body reads slice i of each scan input (Gather; from
+// the end for a reverse direction), its scan outputs stacked by the LoopEnd along axis 0, then
+// reversed (a Slice of step -1) and moved to their axes (a Transpose) as the attributes say.
+StatusOr<bool> scan_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers, size_t n_state,
+                                const std::vector<int64_t>& in_axes, const std::vector<int64_t>& in_dirs,
+                                const std::vector<int64_t>& out_axes, const std::vector<int64_t>& out_dirs,
+                                const std::string& why) {
+  const ir::Node node = g.nodes[n];
+  const ir::Graph* b = graph_attr(node, "body");
+  const std::vector<int> states(node.inputs.begin(), node.inputs.begin() + std::ptrdiff_t(n_state));
+  const std::vector<int> xs(node.inputs.begin() + std::ptrdiff_t(n_state), node.inputs.end());
+  const size_t n_out = b->outputs.size() - n_state;
+  KILN_RETURN_IF_ERROR(check_run_time_loop(g, node, states, n_out, true, why));
+  // A scan output moved off axis 0 needs its rank: the body's declaration of it.
+  std::vector<int64_t> ranks(n_out, -1);
+  for (size_t k = 0; k < n_out; ++k) {
+    const ir::Value& bv = b->values[size_t(b->outputs[n_state + k])];
+    if (bv.shape) ranks[k] = int64_t(bv.shape->size()) + 1;
+    if (out_axes[k] != 0 && ranks[k] < 0) {
+      return unsupported(node.describe() + ": " + why + ", and its scan output " + std::to_string(k) + " ('" + bv.name +
+                         "') goes to axis " + std::to_string(out_axes[k]) +
+                         " but its body does not declare its rank; kiln stacks it at run time along an axis it can place");
+    }
+    if (ranks[k] >= 0 && (out_axes[k] < -ranks[k] || out_axes[k] >= ranks[k])) {
+      return invalid_model(node.describe() + ": scan output " + std::to_string(k) + " of rank " + std::to_string(ranks[k]) +
+                           " has no axis " + std::to_string(out_axes[k]));
+    }
+  }
+  const std::string prefix = node.name.empty() ? std::string("scan") : node.name;
+  std::vector<ir::Node> nodes;
+  Emitter pre(g, prefix, &nodes);
+  // The trip count, read off the first scan input's shape (a formula of the input shapes).
+  const int length = pre.node("Gather", {pre.node("Shape", {xs[0]}, -1), pre.constant_i64({in_axes[0]}, true)}, -1,
+                              Emitter::int_attr("axis", 0));
+  const int last = pre.node("Sub", {length, pre.constant_i64({1}, true)}, -1);
+  auto bind = [&](Emitter& e, int counter, int, const std::vector<int>& carried) {
+    std::vector<int> bound = carried;
+    for (size_t j = 0; j < xs.size(); ++j) {
+      const int at = in_dirs[j] ? e.node("Sub", {last, counter}, -1) : counter;
+      bound.push_back(e.node("Gather", {xs[j], at}, -1, Emitter::int_attr("axis", in_axes[j])));
+    }
+    return bound;
+  };
+  // The LoopEnd writes the final states, and a scan output that needs no reversing or moving,
+  // straight into the Scan's outputs.
+  auto in_place = [&](size_t k) {
+    return out_dirs[k] == 0 && out_axes[k] == 0 && n_state + k < node.outputs.size();
+  };
+  std::vector<int> targets;
+  for (size_t j = 0; j < n_state + n_out; ++j) {
+    const bool direct = j < n_state || in_place(j - n_state);
+    targets.push_back(direct && j < node.outputs.size() ? node.outputs[j] : -1);
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int> outs, emit_run_time_loop(g, n, *b, length, -1, states, false, true, targets, bind,
+                                                                  prefix, carriers, &nodes));
+  Emitter post(g, prefix, &nodes);
+  for (size_t k = 0; k < n_out && n_state + k < node.outputs.size(); ++k) {
+    if (node.outputs[n_state + k] < 0 || in_place(k)) continue;
+    int v = outs[n_state + k];
+    if (out_dirs[k]) {
+      v = post.node("Slice", {v, post.constant_i64({-1}, false), post.constant_i64({std::numeric_limits<int64_t>::min()}, false),
+                              post.constant_i64({0}, false), post.constant_i64({-1}, false)}, -1);
+    }
+    const int64_t axis = out_axes[k] < 0 ? out_axes[k] + ranks[k] : out_axes[k];
+    if (axis != 0) {
+      std::vector<int64_t> perm;
+      for (int64_t d = 1; d <= axis; ++d) perm.push_back(d);
+      perm.push_back(0);
+      for (int64_t d = axis + 1; d < ranks[k]; ++d) perm.push_back(d);
+      ir::Attributes a;
+      ir::Attribute at;
+      at.type = ir::AttrType::kInts;
+      at.ints = perm;
+      a.set("perm", at);
+      v = post.node("Transpose", {v}, -1, a);
+    }
+    post.node("Identity", {v}, node.outputs[n_state + k]);
   }
   splice(g, n, std::move(nodes));
   return true;
@@ -416,8 +548,10 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
     return invalid_model(node.describe() + ": its scan axes and directions do not match its " +
                          std::to_string(num_scan) + " scan inputs and " + std::to_string(n_out) + " scan outputs");
   }
-  // The scan length: every scan input's dim at its axis, known at build time.
+  // The scan length: every scan input's dim at its axis, known at build time (else the scan runs
+  // at run time, over the first input's dim, which the others must equal).
   int64_t length = -1;
+  std::optional<ir::Dim> dynamic;
   for (size_t j = 0; j < size_t(num_scan); ++j) {
     const ir::Value& x = g.values[size_t(node.inputs[first + n_state + j])];
     const int64_t rank = int64_t(x.shape->size());
@@ -429,15 +563,29 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
     }
     in_axes[j] = axis;
     const ir::Dim& d = (*x.shape)[size_t(axis)];
-    if (!d.is_const()) {
-      return unsupported(node.describe() + ": it scans '" + x.name + "' over dim " + std::to_string(axis) + " (" +
-                         d.to_string() + "), which changes at run time; kiln unrolls a Scan whose length is known at build time");
+    if (!d.is_const() || dynamic) {
+      if (batched) {
+        return unsupported(node.describe() + ": it scans '" + x.name + "' over dim " + std::to_string(axis) + " (" +
+                           d.to_string() + "), which changes at run time; kiln unrolls opset 8's batched Scan, whose "
+                           "length must be known at build time");
+      }
+      if (j > 0 && !(dynamic ? *dynamic == d : ir::Dim(length) == d)) {
+        return unsupported(node.describe() + ": its scan inputs have lengths " +
+                           (dynamic ? dynamic->to_string() : std::to_string(length)) + " and " + d.to_string() +
+                           ", which kiln cannot prove equal");
+      }
+      dynamic = d;
+      continue;
     }
     if (length >= 0 && d.value() != length) {
       return invalid_model(node.describe() + ": its scan inputs have lengths " + std::to_string(length) + " and " +
                            std::to_string(d.value()));
     }
     length = d.value();
+  }
+  if (dynamic) {
+    return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs,
+                            "it scans over a length that changes at run time (" + dynamic->to_string() + ")");
   }
   int64_t rows = 1;
   if (batched) {
@@ -446,6 +594,9 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
       return unsupported(node.describe() + ": opset 8's batch dim (" + (*x.shape)[0].to_string() + ") changes at run time");
     }
     rows = (*x.shape)[0].value();
+  }
+  if (!batched && !check_size(node, length * rows, *b).ok()) {
+    return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs, "it is too long to unroll");
   }
   KILN_RETURN_IF_ERROR(check_size(node, length * rows, *b));
   if (length == 0 && n_out > 0) {

@@ -6,9 +6,11 @@
 // one node that runs it. An output the kernel may write over one of its inputs
 // (KernelImpl::in_place_input: cuBLASLt's residual, C == D) takes that input's slot where the node
 // is its last reader.
+#include <algorithm>
 #include <map>
 
 #include "builder/build_state.h"
+#include "ops/loop_end.h"
 #include "plan/loops.h"
 
 namespace kiln::builder {
@@ -109,20 +111,32 @@ Status plan_memory(BuildState& s) {
   // A LoopEnd copies each v_out_j into v_j before the next iteration. Where some v_out_j is a view
   // of another carried value v_k, copying in order would read v_k after overwriting it: the run
   // then copies through the LoopEnd's workspace, one aligned part per carried value.
+  // Per node: the values whose slots it takes beside its outputs. A LoopEnd's stacked outputs are
+  // written row by row from the first iteration on: they take their slots at the LoopBegin.
+  std::vector<std::vector<int>> written_from(p.graph.nodes.size());
   for (const plan::LoopRegion& r : loops) {
     const ir::Node& end = p.graph.nodes[size_t(r.end)];
-    const size_t k = end.outputs.size();
+    const ops::LoopEndLayout l = *ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());
+    for (size_t j = 0; j < l.q; ++j) {
+      const int v = end.outputs[l.stacked(j)];
+      if (v < 0) continue;
+      written_from[size_t(r.begin)].push_back(v);
+      last_use[size_t(v)] = std::max(last_use[size_t(v)], r.end);  // written until the LoopEnd
+    }
+    // A LoopEnd copies each next_j into v_j before the next iteration. Where some next_j is a view
+    // of another carried value v_m, copying in order would read v_m after overwriting it: the run
+    // then copies through the LoopEnd's workspace, one aligned part per carried value.
     bool crossed = false;
-    for (size_t j = 0; j < k; ++j) {
-      for (size_t m = 0; m < k; ++m) {
-        if (m != j && root[size_t(end.inputs[1 + j])] == root[size_t(end.inputs[3 + k + m])]) crossed = true;
+    for (size_t j = 0; j < l.k; ++j) {
+      for (size_t m = 0; m < l.k; ++m) {
+        if (m != j && root[size_t(end.inputs[l.next(j)])] == root[size_t(end.inputs[l.carried(m)])]) crossed = true;
       }
     }
     if (!crossed) continue;
     ir::Dim bytes(0);
-    for (size_t j = 0; j < k; ++j) {
+    for (size_t j = 0; j < l.k; ++j) {
       const ir::Dim align(plan::kLoopCopyAlign);
-      bytes = bytes + ir::Dim::ceil_div(bytes_of(p.graph.values[size_t(end.inputs[3 + k + j])]), align) * align;
+      bytes = bytes + ir::Dim::ceil_div(bytes_of(p.graph.values[size_t(end.inputs[l.carried(j)])]), align) * align;
     }
     p.nodes[size_t(r.end)].workspace = bytes;
   }
@@ -174,8 +188,10 @@ Status plan_memory(BuildState& s) {
     return -1;
   };
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
-    for (int v : p.graph.nodes[n].outputs) {
-      if (v < 0 || p.values[v].storage != plan::Storage::kActivation) continue;
+    std::vector<int> written = p.graph.nodes[n].outputs;
+    written.insert(written.end(), written_from[n].begin(), written_from[n].end());
+    for (int v : written) {
+      if (v < 0 || p.values[v].storage != plan::Storage::kActivation || p.values[v].slot >= 0) continue;
       int chosen = in_place_slot(n, v);
       if (chosen < 0) chosen = take_slot(bytes_of(p.graph.values[v]));
       slot_owner[chosen] = v;

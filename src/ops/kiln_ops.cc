@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/elementwise_program.h"
+#include "ops/loop_end.h"
 #include "ops/schema.h"
 
 namespace kiln::ops {
@@ -491,36 +492,41 @@ Status infer_loop_begin(InferContext& ctx) {
   return ok_status();
 }
 
-// kiln::LoopEnd(cond_out?, v_out_0..v_out_{k-1}, i, cond_in, v_0..v_{k-1}) -> (v_final_0..): the
-// end of the body kiln::LoopBegin began, whose outputs it takes last (which pairs the two). After
-// an iteration the run copies v_out_j into v_j and goes back while i + 1 < M and cond_out holds
-// (omitted: the body keeps the condition true); v_final_j is the last v. A carried value keeps its
-// dtype and shape from one iteration to the next: the body must give v_out_j as v_j is.
+// kiln::LoopEnd (its inputs and outputs: ops/loop_end.h): the end of the body kiln::LoopBegin
+// began, whose outputs it takes last (which pairs the two). After an iteration the run writes each
+// scan value scan_j as row i of stacked_j, copies next_j into v_j, and goes back while i + 1 < M and
+// cond_out holds (omitted: the body keeps the condition true); final_j is the last v_j. A carried
+// value keeps its dtype and shape from one iteration to the next: the body must give next_j as v_j
+// is. Scan outputs need the trip count as a formula (`trips`, M known from the input shapes) and no
+// cond_out: stacked_j is then [max(M, 0)] + scan_j's shape.
 Status infer_loop_end(InferContext& ctx) {
   if (!ctx.attrs().all().empty()) {
     return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
   }
-  const int k = ctx.num_outputs();
-  if (ctx.num_inputs() != 3 + 2 * k) {
-    return ctx.error(StatusCode::kInvalidModel, "takes cond_out, " + std::to_string(k) + " values, i, cond_in and " +
-                                                    std::to_string(k) + " carried values (" + std::to_string(3 + 2 * k) +
-                                                    " inputs), not " + std::to_string(ctx.num_inputs()));
+  const auto layout = LoopEndLayout::of(size_t(ctx.num_inputs()), size_t(ctx.num_outputs()));
+  if (!layout) {
+    return ctx.error(StatusCode::kInvalidModel, "takes cond_out, trips, k next values, q scan values, i, cond_in and k "
+                                                "carried values for k + q outputs, not " +
+                                                    std::to_string(ctx.num_inputs()) + " inputs for " +
+                                                    std::to_string(ctx.num_outputs()) + " outputs");
   }
-  for (int i = 1; i < ctx.num_inputs(); ++i) {
+  const LoopEndLayout l = *layout;
+  for (int i = 2; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is omitted");
   }
   if (ctx.has_input(0) && !is_bool_scalar(ctx, 0)) {
     return ctx.error(StatusCode::kInvalidModel, "the body's condition '" + ctx.input(0).name + "' must be one bool, not " +
                                                     ir::type_to_string(ctx.input(0)));
   }
-  if (ctx.input_dtype(1 + k) != DType::kInt64 || ctx.input_rank(1 + k) != 0 || !is_bool_scalar(ctx, 2 + k)) {
-    return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " + ir::type_to_string(ctx.input(1 + k)) +
-                                                    " and " + ir::type_to_string(ctx.input(2 + k)));
+  const int counter = int(l.begin_outputs());
+  if (ctx.input_dtype(counter) != DType::kInt64 || ctx.input_rank(counter) != 0 || !is_bool_scalar(ctx, counter + 1)) {
+    return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " + ir::type_to_string(ctx.input(counter)) +
+                                                    " and " + ir::type_to_string(ctx.input(counter + 1)));
   }
-  for (int j = 0; j < k; ++j) {
-    const ir::Value& out = ctx.input(1 + j);
-    const ir::Value& v = ctx.input(3 + k + j);
-    if (out.dtype != v.dtype || ctx.input_shape(1 + j) != ctx.input_shape(3 + k + j)) {
+  for (size_t j = 0; j < l.k; ++j) {
+    const ir::Value& out = ctx.input(int(l.next(j)));
+    const ir::Value& v = ctx.input(int(l.carried(j)));
+    if (out.dtype != v.dtype || *out.shape != *v.shape) {
       return ctx.error(StatusCode::kUnsupported,
                        "loop-carried value " + std::to_string(j) + " ('" + v.name + "') is " + ir::type_to_string(v) +
                            " but the body gives " + ir::type_to_string(out) + " ('" + out.name +
@@ -528,7 +534,21 @@ Status infer_loop_end(InferContext& ctx) {
                            "(a loop whose shapes change per iteration is unrolled, which needs its trip count at "
                            "build time and a condition the body passes through)");
     }
-    ctx.set_output(j, v.dtype, ctx.input_shape(3 + k + j));
+    ctx.set_output(int(j), v.dtype, *v.shape);
+  }
+  if (l.q == 0) return ok_status();
+  std::optional<std::vector<Dim>> trips = ctx.has_input(1) ? ctx.input_value(1) : std::nullopt;
+  if (ctx.has_input(0) || !trips || trips->size() != 1 || ctx.input_dtype(1) != DType::kInt64) {
+    return ctx.error(StatusCode::kUnsupported, "its " + std::to_string(l.q) +
+                                                   " scan output(s) need a trip count the input shapes decide and a body "
+                                                   "that keeps the condition true");
+  }
+  const Dim rows = Dim::max((*trips)[0], Dim(0));
+  for (size_t j = 0; j < l.q; ++j) {
+    std::vector<Dim> shape = {rows};
+    const auto& slice = ctx.input_shape(int(l.scan(j)));
+    shape.insert(shape.end(), slice.begin(), slice.end());
+    ctx.set_output(int(l.stacked(j)), ctx.input_dtype(int(l.scan(j))), shape);
   }
   return ok_status();
 }

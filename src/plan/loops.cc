@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ops/loop_end.h"
 #include "ops/schema.h"
 
 namespace kiln::plan {
@@ -29,12 +30,12 @@ StatusOr<std::vector<LoopRegion>> find_loops(const ir::Graph& g) {
   for (size_t e = 0; e < g.nodes.size(); ++e) {
     const ir::Node& end = g.nodes[e];
     if (kind_of(end) != ops::OpKind::kLoopEnd) continue;
-    const size_t k = end.outputs.size();
-    if (end.inputs.size() != 3 + 2 * k) {
-      return invalid_model(end.describe() + ": a kiln::LoopEnd with " + std::to_string(k) + " outputs takes " +
-                           std::to_string(3 + 2 * k) + " inputs, not " + std::to_string(end.inputs.size()));
+    const auto layout = ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());
+    if (!layout) {
+      return invalid_model(end.describe() + ": a kiln::LoopEnd cannot take " + std::to_string(end.inputs.size()) +
+                           " inputs for " + std::to_string(end.outputs.size()) + " outputs");
     }
-    const std::vector<int> tail(end.inputs.begin() + std::ptrdiff_t(1 + k), end.inputs.end());
+    const std::vector<int> tail(end.inputs.begin() + std::ptrdiff_t(layout->begin_outputs()), end.inputs.end());
     const int b = tail[0] >= 0 && size_t(tail[0]) < producer.size() ? producer[size_t(tail[0])] : -1;
     if (b < 0 || b >= int(e) || kind_of(g.nodes[size_t(b)]) != ops::OpKind::kLoopBegin ||
         g.nodes[size_t(b)].outputs != tail) {

@@ -206,6 +206,7 @@ int Engine::num_layers() const { return int(data_->plan.graph.nodes.size()); }
 std::vector<LayerInfo> Engine::layers() const {
   const plan::Plan& p = data_->plan;
   std::vector<LayerInfo> out;
+  const std::vector<int> loop_of = plan::loop_of_nodes(p.graph, data_->loops);
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const plan::NodePlan& choice = p.nodes[n];
@@ -215,6 +216,10 @@ std::vector<LayerInfo> Engine::layers() const {
     info.precision = choice.precision.to_string(dtype_name(out_dtype));
     info.data_dependent = data_->node_makes_data_dependent[n] != 0;
     for (const ir::Guard& gd : node.guards) info.runs_when.push_back({p.graph.values[size_t(gd.cond)].name, gd.when});
+    int loop = loop_of[n];
+    if (loop >= 0 && data_->loops[size_t(loop)].begin == int(n)) loop = data_->loops[size_t(loop)].parent;
+    if (loop >= 0) info.repeats_in = p.graph.nodes[size_t(data_->loops[size_t(loop)].begin)].name;
+    if (choice.impl == plan::kControlImpl) info.precision = "-";  // the run's own copies
     if (choice.impl == plan::kAliasImpl) {
       info.precision = "-";
       int v = node.outputs[0];

@@ -52,6 +52,10 @@ struct LayerInfo {
   // ir::Node::guards): the bool tensor's name and the value it must have, all of them; empty for a
   // layer every run executes.
   std::vector<std::pair<std::string, bool>> runs_when;
+  // A layer of a loop that runs at run time (an ONNX Loop or Scan the build could not unroll): the
+  // name of the loop's kiln::LoopBegin layer, whose loop runs this layer once per iteration (the
+  // innermost such loop); empty for a layer that runs once per run.
+  std::string repeats_in;
 };
 
 // Receives output buffers whose size is only known once input shapes are, or, for an output of

@@ -14,6 +14,7 @@
 
 #include "core/checked.h"
 #include "runtime/engine.h"
+#include "ops/loop_end.h"
 #include "plan/loops.h"
 #include "runtime/engine_data.h"
 
@@ -813,14 +814,24 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
   LoopFrame& f = loop_frames_[size_t(index)];
   const ir::Node& begin = g.nodes[size_t(r.begin)];
   const ir::Node& end = g.nodes[size_t(r.end)];
-  const size_t k = end.outputs.size();
+  const ops::LoopEndLayout l = *ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());  // verify_plan checked
   auto write = [&](int v, const void* bytes, size_t size) {
     return copy_bytes(value_address(v), bytes, size, true, stream);  // pageable source: staged before return
   };
-  // The carried values out of the loop: the body's last ones, or the initial ones after no iteration.
+  // The carried values out of the loop: the body's last ones, or the initial ones after no
+  // iteration. Stacked outputs hold a row per iteration by then, as their shapes say.
   auto finish = [&](bool ran) -> StatusOr<size_t> {
-    for (size_t j = 0; j < k; ++j) {
-      if (end.outputs[j] >= 0) KILN_RETURN_IF_ERROR(copy_value(end.outputs[j], ran ? end.inputs[1 + j] : begin.outputs[2 + j], stream));
+    for (size_t j = 0; j < l.k; ++j) {
+      if (end.outputs[j] >= 0) {
+        KILN_RETURN_IF_ERROR(copy_value(end.outputs[j], ran ? end.inputs[l.next(j)] : begin.outputs[2 + j], stream));
+      }
+    }
+    for (size_t j = 0; j < l.q; ++j) {
+      const int v = end.outputs[l.stacked(j)];
+      if (v >= 0 && shapes_[size_t(v)][0] != f.iteration) {
+        return internal_error("the loop ran " + std::to_string(f.iteration) + " iterations, but its scan output '" +
+                              g.values[size_t(v)].name + "' has " + std::to_string(shapes_[size_t(v)][0]) + " rows");
+      }
     }
     return size_t(r.end) + 1;
   };
@@ -832,7 +843,7 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
     if (begin.inputs[1] >= 0) {
       KILN_ASSIGN_OR_RETURN(go, read_condition(begin.inputs[1], stream));
     }
-    for (size_t j = 0; j < k; ++j) KILN_RETURN_IF_ERROR(copy_value(begin.outputs[2 + j], begin.inputs[2 + j], stream));
+    for (size_t j = 0; j < l.k; ++j) KILN_RETURN_IF_ERROR(copy_value(begin.outputs[2 + j], begin.inputs[2 + j], stream));
     const int64_t zero = 0;
     const uint8_t yes = 1;
     KILN_RETURN_IF_ERROR(write(begin.outputs[0], &zero, sizeof zero));
@@ -840,36 +851,49 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
     if (f.trips <= 0 || !go) return finish(false);
     return n + 1;
   }
+  // This iteration's row of each stacked output.
+  for (size_t j = 0; j < l.q; ++j) {
+    const int v = end.outputs[l.stacked(j)], from = end.inputs[l.scan(j)];
+    if (v < 0) continue;
+    const size_t row = value_bytes(from);
+    if (f.iteration >= shapes_[size_t(v)][0]) {
+      return internal_error("the loop's iteration " + std::to_string(f.iteration) + " is past the rows of its scan output '" +
+                            g.values[size_t(v)].name + "'");
+    }
+    char* to = static_cast<char*>(value_address(v)) + size_t(f.iteration) * row;
+    KILN_RETURN_IF_ERROR(copy_bytes(to, value_address(from), row, in_host_memory(from), stream));
+  }
   bool go = true;
-  if (end.inputs[0] >= 0) {
-    KILN_ASSIGN_OR_RETURN(go, read_condition(end.inputs[0], stream));
+  if (end.inputs[l.cond_out] >= 0) {
+    KILN_ASSIGN_OR_RETURN(go, read_condition(end.inputs[l.cond_out], stream));
   }
   ++f.iteration;
   if (!go || f.iteration >= f.trips) return finish(true);
   if (f.iteration >= max_loop_iterations_) {
     return invalid_argument("the loop of " + begin.describe() + " ran " + std::to_string(f.iteration) +
-                              " iterations and its condition still holds" +
-                              (begin.inputs[0] >= 0 ? " (its trip count is " + std::to_string(f.trips) + ")" : "") +
-                              "; ExecutionContext::set_max_loop_iterations raises the limit");
+                            " iterations and its condition still holds" +
+                            (begin.inputs[0] >= 0 ? " (its trip count is " + std::to_string(f.trips) + ")" : "") +
+                            "; ExecutionContext::set_max_loop_iterations raises the limit");
   }
-  // v_j = v_out_j for the next iteration, through the workspace where one v_out views another v.
+  // v_j = next_j for the next iteration, through the workspace where one next_j views another v.
   const int ws = data_->plan.nodes[n].workspace_slot;
+  auto aligned = [](size_t bytes) { return (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign; };
   if (ws >= 0) {
     char* stage = static_cast<char*>(arena_) + slot_offset_[size_t(ws)];
     size_t at = 0;
-    for (size_t j = 0; j < k; ++j) {
-      const int from = end.inputs[1 + j];
+    for (size_t j = 0; j < l.k; ++j) {
+      const int from = end.inputs[l.next(j)];
       KILN_RETURN_IF_ERROR(copy_bytes(stage + at, value_address(from), value_bytes(from), in_host_memory(from), stream));
-      at += (value_bytes(from) + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign;
+      at += aligned(value_bytes(from));
     }
     at = 0;
-    for (size_t j = 0; j < k; ++j) {
-      const int to = end.inputs[3 + k + j];
+    for (size_t j = 0; j < l.k; ++j) {
+      const int to = end.inputs[l.carried(j)];
       KILN_RETURN_IF_ERROR(copy_bytes(value_address(to), stage + at, value_bytes(to), false, stream));
-      at += (value_bytes(to) + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign;
+      at += aligned(value_bytes(to));
     }
   } else {
-    for (size_t j = 0; j < k; ++j) KILN_RETURN_IF_ERROR(copy_value(end.inputs[3 + k + j], end.inputs[1 + j], stream));
+    for (size_t j = 0; j < l.k; ++j) KILN_RETURN_IF_ERROR(copy_value(end.inputs[l.carried(j)], end.inputs[l.next(j)], stream));
   }
   KILN_RETURN_IF_ERROR(write(begin.outputs[0], &f.iteration, sizeof f.iteration));
   for (int m = r.begin; m < r.end; ++m) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/checked.h"
+#include "ops/loop_end.h"
 #include "ops/schema.h"
 #include "plan/loops.h"
 #include "runtime/engine_data.h"
@@ -574,12 +575,25 @@ class Verifier {
     }
     for (int v : g_.outputs) last[root(v)] = end;
     plan::extend_over_loops(g_, loops_, root, &last);
+    // A loop's stacked outputs are written from its first iteration on (plan_memory's rule).
+    std::vector<int> first(g_.values.size());
+    for (size_t v = 0; v < g_.values.size(); ++v) first[v] = g_.values[v].producer;
+    for (const plan::LoopRegion& r : loops_) {
+      const ir::Node& end = g_.nodes[size_t(r.end)];
+      const ops::LoopEndLayout l = *ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());
+      for (size_t j = 0; j < l.q; ++j) {
+        const int v = end.outputs[l.stacked(j)];
+        if (v < 0) continue;
+        first[size_t(v)] = r.begin;
+        last[size_t(v)] = std::max(last[size_t(v)], r.end);
+      }
+    }
     std::vector<std::vector<Use>> uses(p_.slot_bytes.size());
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const plan::ValuePlan& vp = p_.values[v];
       if (!used_[v] && !is_output_[v]) continue;
       if (vp.storage == plan::Storage::kActivation) {
-        uses[vp.slot].push_back({g_.values[v].producer, last[v], vname(int(v)), int(v)});
+        uses[vp.slot].push_back({first[v], last[v], vname(int(v)), int(v)});
       } else if (vp.storage == plan::Storage::kSymbolic) {
         uses[vp.slot].push_back({-1, end, vname(int(v))});
       }
@@ -725,11 +739,12 @@ class Verifier {
                        node.describe() + " is planned as '" + plan::kControlImpl + "' but is not a kiln::LoopBegin or kiln::LoopEnd");
     }
     auto root = [&](int v) { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; };
-    const size_t k = node.outputs.size();
+    const ops::LoopEndLayout l = *ops::LoopEndLayout::of(node.inputs.size(), node.outputs.size());  // find_loops checked
+    const size_t k = l.k;
     bool crossed = false;
     for (size_t j = 0; j < k; ++j) {
       for (size_t m = 0; m < k; ++m) {
-        if (m != j && root(node.inputs[1 + j]) == root(node.inputs[3 + k + m])) crossed = true;
+        if (m != j && root(node.inputs[l.next(j)]) == root(node.inputs[l.carried(m)])) crossed = true;
       }
     }
     if (!crossed) return ok_status();
@@ -737,7 +752,7 @@ class Verifier {
     for (const auto& c : corners_) {
       int64_t need = 0;
       for (size_t j = 0; j < k; ++j) {
-        KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(node.inputs[3 + k + j], c));
+        KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(node.inputs[l.carried(j)], c));
         auto sum = checked_add(need, (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign);
         if (!sum) return violation("value sizes fit int64", node.describe() + "'s carried values at " + corner_str(c));
         need = *sum;

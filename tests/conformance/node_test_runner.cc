@@ -817,7 +817,9 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
   if (!cuda_run.empty()) os << " (" << cuda_run << ")";
   os << ". If, Loop and Scan, and the sequence and optional ops, have no kernel on either backend: "
         "the builder lays them out before anything runs (`src/builder/control_flow.cc`, "
-        "`src/builder/sequences.cc`), and their tests pass through the nodes they become.\n\n";
+        "`src/builder/sequences.cc`), and their tests pass through the nodes they become; a Loop or Scan "
+        "the build cannot unroll becomes a `kiln::LoopBegin` and a `kiln::LoopEnd` around one copy of its "
+        "body, which the run itself repeats (`src/plan/loops.h`).\n\n";
   if (!have_tests) os << "(Generated without the test corpus: the test columns are empty.)\n\n";
   if (cuda.empty()) os << "(Generated without CUDA results: the CUDA columns are empty.)\n\n";
   os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing | CUDA kernel | CUDA node tests passing |\n"

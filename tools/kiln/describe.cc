@@ -123,6 +123,8 @@ std::string describe_layers(const Engine& engine, bool each) {
         tactic += k ? ", " : tactic.empty() ? "runs when " : "; runs when ";
         tactic += l.runs_when[k].first + (l.runs_when[k].second ? " is true" : " is false");
       }
+      // A layer of a run-time loop: once per iteration.
+      if (!l.repeats_in.empty()) tactic += (tactic.empty() ? "" : "; ") + std::string("repeats per iteration of ") + l.repeats_in;
       std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
                          pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) +
                          (layouts ? pad(l.layout.empty() ? "-" : l.layout, 8) : "") + tactic;
@@ -230,6 +232,7 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     if (!l.alias_of.empty()) j.key("alias_of").value(l.alias_of);
     if (!l.layout.empty()) j.key("layout").value(l.layout);
     if (l.data_dependent) j.key("data_dependent").value(true);
+    if (!l.repeats_in.empty()) j.key("repeats_in").value(l.repeats_in);
     if (!l.runs_when.empty()) {
       j.key("runs_when").begin_array();
       for (const auto& [cond, when] : l.runs_when) j.begin_object().key("condition").value(cond).key("is").value(when).end_object();
