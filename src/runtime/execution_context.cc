@@ -936,8 +936,8 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
       if (data_->plan.data_dependent.size()) KILN_RETURN_IF_ERROR(check_sized(n));
       auto next = run_loop_node(n, stream);
       if (!next.ok()) return Status(next.status()).with_context(node.describe());
-      // Going back, the marker after the LoopBegin is set again: the body's layers report the last
-      // iteration, the LoopBegin the ones before. Going past the body, each skipped layer gets its mark.
+      // Going back, the marker after the LoopBegin is set again, so the body's layers report their
+      // last iteration; going past the body, each skipped layer gets its mark.
       if (profiler_) {
         const size_t first = *next <= n ? *next : n + 1, last = *next <= n ? *next : *next;
         for (size_t m = first; m <= last; ++m) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[m], stream));
