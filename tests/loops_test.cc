@@ -368,6 +368,85 @@ TEST_P(RunTimeLoop, ALoopOverAShapeTripCountStacksItsScanOutputs) {
   }
 }
 
+// A list the body appends to (greedy decoding's tokens): y grows by one element per iteration,
+// the sum of y halved, while that sum is above 1 and for at most 10 iterations. Its length is a
+// data-dependent dim sized for the longest run (n + 10) and bound after each iteration.
+const char* kAppend = R"(graph g(%x: float32[n]) -> (%y: float32[?], %count: int64[?]) {
+  %t: bool[] = dense<1>
+  %m: int64[] = dense<10>
+  %half: float32[] = dense<0.5>
+  %limit: float32[] = dense<1.0>
+  %zero: int64[] = dense<0>
+  %one: int64[] = dense<1>
+  %axes: int64[1] = dense<[0]>
+  %y: float32[?], %count: int64[?] = Loop(%m, %t, %x, %zero) {body=graph body(%i: int64[], %c: bool[], %a: float32[?], %k: int64[?]) -> (%c2: bool[?], %b: float32[?], %k2: int64[?]) {
+    %s: float32[?] = ReduceSum(%a) {keepdims=0}  # sum
+    %h: float32[?] = Mul(%s, %half)  # halve
+    %h1: float32[?] = Unsqueeze(%h, %axes)  # as_list
+    %b: float32[?] = Concat(%a, %h1) {axis=0}  # append
+    %c2: bool[?] = Greater(%h, %limit)  # more
+    %k2: int64[?] = Add(%k, %one)  # count
+  }}  # decode
+}
+)";
+
+TEST_P(RunTimeLoop, AListTheBodyAppendsToGrowsOneElementPerIteration) {
+  auto built = build(kAppend);
+  ASSERT_TRUE(built.ok()) << built.status().to_string();
+  EXPECT_EQ(ir::dims_to_string(*built->tensor_symbolic_shape("y")), "[loop_len]");
+  // The growing dim travels in the engine file.
+  auto engine = Engine::deserialize(built->serialize());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  for (const std::vector<float>& xs : std::vector<std::vector<float>>{{1, 2, 3}, {0.5f}, {100, 1}, {1e6f, 5, 5, 5}}) {
+    std::vector<float> want = xs;
+    int64_t count = 0;
+    for (int i = 0; i < 10; ++i) {
+      float sum = 0;
+      for (float v : want) sum += v;
+      want.push_back(sum * 0.5f);
+      ++count;
+      if (!(sum * 0.5f > 1)) break;
+    }
+    auto out = run(**ctx, {{"x", make_f32({int64_t(xs.size())}, xs)}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ(out->at("y").shape(), (Shape{int64_t(want.size())})) << xs[0];
+    EXPECT_TRUE(all_close(out->at("y"), make_f32({int64_t(want.size())}, want), kFp32Atol, kFp32Rtol)) << xs[0];
+    EXPECT_EQ(out->at("count").data_as<int64_t>()[0], count) << xs[0];
+  }
+  // A trip count from data gives no longest run to size the list for.
+  auto refused = build(R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %two: float32[1] = dense<[2.0]>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Concat(%a, %two) {axis=0}  # append
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("carried value 0 ('x') grows by 1 along dim 0 per iteration; kiln sizes it for "
+                                            "the longest run, which needs a trip count the profile bounds"),
+            std::string::npos)
+      << refused.status().to_string();
+  // A list that doubles has no longest run that a step gives.
+  refused = build(R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %m: int64[] = dense<3>
+  %zero: float32[] = dense<0.0>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %b: float32[?] = Concat(%a, %a) {axis=0}  # double
+    %s: float32[?] = ReduceSum(%b) {keepdims=0}  # sum
+    %c2: bool[?] = Greater(%s, %zero)  # more
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("is float32[n] but the body gives float32[2*n]"), std::string::npos)
+      << refused.status().to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, RunTimeLoop, ::testing::Values(Device::kCPU, Device::kCUDA),
                          [](const ::testing::TestParamInfo<Device>& info) {
                            return std::string(info.param == Device::kCPU ? "Cpu" : "Cuda");

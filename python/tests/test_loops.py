@@ -1,6 +1,8 @@
 # Loops that run at run time (issue 15, item 3) from Python, against ONNX Runtime: a while loop
-# whose trip count and condition are data (the numbers of iterations differ per run), and an
-# RNN-style Scan over a sequence length that changes per run, its outputs stacked in reverse.
+# whose trip count and condition are data (the numbers of iterations differ per run), a decoding
+# loop that appends a column per iteration until its condition fails (its output as long as the
+# run made it), and an RNN-style Scan over a sequence length that changes per run, its outputs
+# stacked in reverse.
 import numpy as np
 import pytest
 
@@ -45,6 +47,30 @@ def while_model():
         [h.make_tensor_value_info("y", T.FLOAT, ["b", 4]), h.make_tensor_value_info("k", T.INT64, [])],
         [h.make_tensor("w", T.FLOAT, [4, 4], np.random.default_rng(0).standard_normal(16).astype(np.float32)),
          h.make_tensor("limit", T.FLOAT, [], [2.5]), h.make_tensor("zero", T.INT64, [], [0])])
+    return serialized(g)
+
+
+def decode_model():
+    # Greedy decoding's shape: seq [b, t] gains a column per iteration (half of each row's mean)
+    # while some row's new value is above 0.5, for at most 8 iterations.
+    body = h.make_graph(
+        [h.make_node("ReduceMean", ["seq_in"], ["mean"], axes=[1], keepdims=1),
+         h.make_node("Mul", ["mean", "decay"], ["col"]),
+         h.make_node("Concat", ["seq_in", "col"], ["seq_out"], axis=1),
+         h.make_node("ReduceMax", ["col"], ["top"], keepdims=0),
+         h.make_node("Greater", ["top", "half"], ["c_out"])],
+        "step",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []),
+         h.make_tensor_value_info("seq_in", T.FLOAT, ["b", None])],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("seq_out", T.FLOAT, ["b", None])],
+        [h.make_tensor("decay", T.FLOAT, [], [0.5]),
+         h.make_tensor("half", T.FLOAT, [], [0.5])])
+    g = h.make_graph(
+        [h.make_node("Loop", ["max_steps", "", "prompt"], ["seq"], body=body, name="decode")],
+        "decode",
+        [h.make_tensor_value_info("prompt", T.FLOAT, ["b", "t"])],
+        [h.make_tensor_value_info("seq", T.FLOAT, ["b", None])],
+        [h.make_tensor("max_steps", T.INT64, [], [8])])
     return serialized(g)
 
 
@@ -96,6 +122,23 @@ def test_a_while_loop_on_data_matches_onnxruntime():
     assert context.max_loop_iterations == 1
     with pytest.raises(kiln.InvalidArgumentError, match="ran 1 iterations and its condition still holds"):
         context.run({"x": np.full((2, 4), 3, np.float32), "m": np.array(10, np.int64), "go": np.array(True)})
+
+
+def test_a_decoding_loop_that_appends_per_iteration_matches_onnxruntime():
+    data = decode_model()
+    engine = build(data, {"prompt": ((1, 1), (2, 4), (4, 16))})
+    assert engine.get_tensor_shape("seq") == (-1, -1)
+    context = engine.create_execution_context()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    lengths = set()
+    for b, t, scale in [(2, 3, 1.0), (1, 16, 1.0), (4, 1, 1.0), (3, 5, 4.0)]:  # 7, 1, 2 and 8 columns
+        feeds = {"prompt": np.abs(np.random.default_rng(t).standard_normal((b, t))).astype(np.float32) * scale}
+        got = context.run(feeds)["seq"]
+        (want,) = session.run(None, feeds)
+        assert got.shape == want.shape, (b, t, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        lengths.add(want.shape[1] - t)
+    assert len(lengths) > 2  # the runs appended different numbers of columns
 
 
 def test_a_scan_over_a_length_that_changes_per_run_matches_onnxruntime():

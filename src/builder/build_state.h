@@ -37,6 +37,9 @@ struct BuildState {
   // The sequence and optional values laid out so far, by value index (expand_sequence_inputs and
   // infer_shapes); no node reads or writes them once infer_shapes is done.
   std::map<int, Composite> composites;
+  // The Loop node each run-time loop's kiln::LoopBegin stands for, by the LoopBegin's name:
+  // regrow_loop lays it out again once its body shows a carried dim that grows.
+  std::map<std::string, ir::Node> run_time_loops;
   ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
   ir::SymbolValues min_symbols;              // and its min point
   std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
@@ -123,7 +126,16 @@ std::string timing_cache_key(std::string_view impl_id, const backends::KernelQue
 // keeps true, and a Scan of known length, are unrolled. true when node n was replaced (the
 // expansion's nodes start at n); false when n is no such node, or an If on data (its schema
 // refuses it); an error naming the node for a Loop or Scan kiln cannot lay out.
-StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers);
+// A Loop the build cannot unroll runs at run time (kiln::LoopBegin .. kiln::LoopEnd); its
+// original node is kept in `run_time_loops`.
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+                                   std::map<std::string, ir::Node>* run_time_loops);
+// For infer_shapes at node n, a kiln::LoopEnd about to be inferred: where its body gives a carried
+// value a dim that grows by a constant per iteration (next = v + c, as a list appended to), the
+// loop is laid out again from its original Loop node with those dims growing (LoopBegin's `grow`:
+// data-dependent dims sized for the longest run). The position of the Loop node to infer from
+// again, or nullopt when nothing grows.
+StatusOr<std::optional<size_t>> regrow_loop(BuildState& s, size_t n);
 
 // Sequences and optionals laid out at build time (sequences.cc), for infer_shapes at node n: a
 // sequence or optional op, or a node that passes such values on (Identity, kiln::SelectBranch),

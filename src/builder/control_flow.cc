@@ -9,10 +9,12 @@
 //   scan outputs stacked on their axes), opset 8's batched form once per batch row.
 // - If whose condition only the run knows: both branches, each node running under its branch's
 //   condition (ir::Node::guards), and a kiln::SelectBranch for the If's outputs.
-// - Loop whose trip count or condition is data, or too long to unroll: one copy of its body between
-//   a kiln::LoopBegin and a kiln::LoopEnd, which the run repeats (its carried values must keep
-//   their shapes; scan outputs are refused).
-// A Scan over a length that changes at run time is refused with that reason.
+// - Loop whose trip count or condition is data (or changes with the input shapes), or too long to
+//   unroll, and a Scan over a length only the run knows: one copy of the body between a
+//   kiln::LoopBegin and a kiln::LoopEnd, which the run repeats (plan/loops.h). Carried values keep
+//   their shapes, or grow by a constant along some dims (regrow_loop lays the loop out again with
+//   those dims data-dependent); scan outputs are stacked where the input shapes decide the trip
+//   count.
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -22,6 +24,7 @@
 #include "builder/build_state.h"
 #include "builder/expansion.h"
 #include "ir/rewrite.h"
+#include "ops/loop_end.h"
 #include "plan/loops.h"
 
 namespace kiln::builder {
@@ -332,8 +335,8 @@ Status check_run_time_loop(const ir::Graph& g, const ir::Node& node, const std::
 
 // A Loop the build cannot unroll (its trip count or condition is data or changes with the input
 // shapes, or it is too long): run at run time, `why` saying which where that fails too.
-StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers, bool keeps,
-                                const std::string& why) {
+StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+                                std::map<std::string, ir::Node>* run_time_loops, bool keeps, const std::string& why) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   const size_t n_carried = node.inputs.size() - 2;
@@ -354,11 +357,16 @@ StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::stri
   KILN_RETURN_IF_ERROR(emit_run_time_loop(g, n, *b, m, cond, inits, true, keeps, node.outputs, bind,
                                           node.name.empty() ? std::string("loop") : node.name, carriers, &nodes)
                            .status());
+  // A Loop laid out again because a carried dim grows (regrow_loop) says which in kiln_grow.
+  ir::Node& begin = nodes.front();
+  if (const ir::Attribute* grow = node.attrs.find("kiln_grow")) begin.attrs.set("grow", *grow);
+  (*run_time_loops)[begin.name] = node;
   splice(g, n, std::move(nodes));
   return true;
 }
 
-StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+                           std::map<std::string, ir::Node>* run_time_loops) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   if (!b) return invalid_model(node.describe() + ": it has no graph attribute body");
@@ -382,11 +390,11 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
       keeps = true;
     }
   }
-  if (node.inputs[0] < 0) return loop_at_run_time(g, n, carriers, keeps, "it has no trip count (M)");
+  if (node.inputs[0] < 0) return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it has no trip count (M)");
   const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
   if (!trips) {
     const ir::Value& m = g.values[size_t(node.inputs[0])];
-    return loop_at_run_time(g, n, carriers, keeps,
+    return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
                             m.sym_value ? "its trip count ('" + m.name + "' = " + ir::dims_to_string(*m.sym_value) +
                                               ") changes with the input shapes"
                                         : "its trip count ('" + m.name + "') is computed from tensor data at run time");
@@ -394,15 +402,15 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
   std::optional<int64_t> cond = int64_t(1);
   if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
   if (!cond) {
-    return loop_at_run_time(g, n, carriers, keeps,
+    return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
                             "its condition ('" + g.values[size_t(node.inputs[1])].name + "') is computed from tensor data at run time");
   }
   if (!keeps) {
-    return loop_at_run_time(g, n, carriers, keeps,
+    return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
                             "its body computes the loop's condition ('" + co.name + "'), so the number of iterations is known only at run time");
   }
   const int64_t iterations = *cond != 0 ? std::max<int64_t>(*trips, 0) : 0;
-  if (!check_size(node, iterations, *b).ok()) return loop_at_run_time(g, n, carriers, keeps, "it is too long to unroll");
+  if (!check_size(node, iterations, *b).ok()) return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it is too long to unroll");
   if (iterations == 0 && n_scan > 0) {
     return unsupported(node.describe() + ": it runs no iteration, and the shapes of its scan outputs are then unknown");
   }
@@ -683,6 +691,8 @@ Status check_loops(BuildState& s) {
   if (!loops.ok()) return internal_error("after the graph passes: " + loops.status().message());
   const std::vector<int> loop_of = plan::loop_of_nodes(g, *loops);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
+    // A LoopBegin's growing dims are the loop's own: the run binds them per iteration.
+    if (ops::find_op(g.nodes[n].domain, g.nodes[n].op_type) == ops::OpKind::kLoopBegin) continue;
     if (loop_of[n] < 0 || !ir::makes_data_dependent(g, g.nodes[n], s.data_dependent)) continue;
     const ir::Node& begin = g.nodes[size_t((*loops)[size_t(loop_of[n])].begin)];
     return unsupported(g.nodes[n].describe() + " gives an output whose size its data decides, inside the loop of " +
@@ -692,11 +702,59 @@ Status check_loops(BuildState& s) {
   return ok_status();
 }
 
-StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+StatusOr<std::optional<size_t>> regrow_loop(BuildState& s, size_t n) {
+  ir::Graph& g = s.graph;
+  const ir::Node& end = g.nodes[n];
+  const auto l = ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());
+  // Its inference says what is wrong with a malformed one; stacked rows must all have one size.
+  if (!l || l->q > 0) return std::optional<size_t>();
+  const int counter = end.inputs[l->begin_outputs()];
+  const int b = counter >= 0 ? g.values[size_t(counter)].producer : -1;
+  if (b < 0 || ops::find_op(g.nodes[size_t(b)].domain, g.nodes[size_t(b)].op_type) != ops::OpKind::kLoopBegin) {
+    return std::optional<size_t>();
+  }
+  const ir::Node& begin = g.nodes[size_t(b)];
+  auto original = s.run_time_loops.find(begin.name);
+  if (begin.attrs.has("grow") || original == s.run_time_loops.end()) return std::optional<size_t>();
+  std::vector<int64_t> grow;  // triples: carried value, dim, step
+  for (size_t j = 0; j < l->k; ++j) {
+    const ir::Value& v = g.values[size_t(end.inputs[l->carried(j)])];
+    const ir::Value& next = g.values[size_t(end.inputs[l->next(j)])];
+    if (!v.shape || !next.shape || v.shape->size() != next.shape->size() || v.dtype != next.dtype) continue;
+    for (size_t d = 0; d < v.shape->size(); ++d) {
+      const ir::Dim step = (*next.shape)[d] - (*v.shape)[d];
+      if (step.is_const() && step.value() > 0) grow.insert(grow.end(), {int64_t(j), int64_t(d), step.value()});
+    }
+  }
+  if (grow.empty()) return std::optional<size_t>();
+  ir::Node again = original->second;
+  ir::Attribute a;
+  a.type = ir::AttrType::kInts;
+  a.ints = grow;
+  again.attrs.set("kiln_grow", a);
+  s.run_time_loops.erase(original);
+  // The loop's nodes, from its LoopBegin to this LoopEnd, give way to the Loop node again.
+  for (size_t m = size_t(b); m <= n; ++m) {
+    for (int v : g.nodes[m].outputs) {
+      if (v >= 0) g.values[size_t(v)].producer = -1;
+    }
+  }
+  g.nodes.erase(g.nodes.begin() + b, g.nodes.begin() + std::ptrdiff_t(n) + 1);
+  g.nodes.insert(g.nodes.begin() + b, std::move(again));
+  for (size_t m = size_t(b); m < g.nodes.size(); ++m) {
+    for (int v : g.nodes[m].outputs) {
+      if (v >= 0) g.values[size_t(v)].producer = int(m);
+    }
+  }
+  return std::optional<size_t>(size_t(b));
+}
+
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+                                   std::map<std::string, ir::Node>* run_time_loops) {
   const ir::Node& node = g.nodes[n];
   switch (ops::find_op(node.domain, node.op_type)) {
     case ops::OpKind::kIf: return inline_if(g, n, carriers);
-    case ops::OpKind::kLoop: return unroll_loop(g, n, carriers);
+    case ops::OpKind::kLoop: return unroll_loop(g, n, carriers, run_time_loops);
     case ops::OpKind::kScan: return unroll_scan(g, n, carriers);
     default: return false;
   }

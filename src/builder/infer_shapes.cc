@@ -157,13 +157,20 @@ Status infer_shapes(BuildState& s) {
                               "' has no inferred type");
       }
     }
-    KILN_ASSIGN_OR_RETURN(bool inlined, expand_control_flow(g, n, s.shape_value_carriers));
+    KILN_ASSIGN_OR_RETURN(bool inlined, expand_control_flow(g, n, s.shape_value_carriers, &s.run_time_loops));
     if (!inlined) {
       KILN_ASSIGN_OR_RETURN(inlined, expand_sequence_op(s, n));
     }
     if (inlined) {
       --n;  // the expansion's first node is at n now (wraps to the loop's ++ for n = 0)
       continue;
+    }
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kLoopEnd) {
+      KILN_ASSIGN_OR_RETURN(std::optional<size_t> again, regrow_loop(s, n));
+      if (again) {
+        n = *again - 1;  // wraps to the loop's ++ for 0
+        continue;
+      }
     }
     KILN_RETURN_IF_ERROR(upgrade_opset6(g, n));
     const ops::OpSchema* schema = ops::find_schema(node);

@@ -466,9 +466,14 @@ bool is_bool_scalar(InferContext& ctx, int i) {
 // scalar) and cond (a bool scalar) may be omitted: no bound, or a condition that starts true. i is
 // the iteration (int64 scalar), cond_in the body's condition input; v_j has v_init_j's type and
 // shape, and no value known at build time (each iteration rewrites it).
+//
+// Attribute `grow` (ints, triples j, d, c): carried value j's dim d grows by c per iteration (a
+// list the body appends to). That dim of v_j is a data-dependent dim the run binds at the start
+// and after each iteration, sized for the longest run: v_init_j's dim + c * max(M, 0), which needs
+// M known as a formula of the input shapes (a constant, a shape, or a shape-value input).
 Status infer_loop_begin(InferContext& ctx) {
-  if (!ctx.attrs().all().empty()) {
-    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+  for (const auto& [name, a] : ctx.attrs().all()) {
+    if (name != "grow") return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
   }
   const int k = ctx.num_inputs() - 2;
   if (k < 0 || ctx.num_outputs() != k + 2) {
@@ -485,11 +490,46 @@ Status infer_loop_begin(InferContext& ctx) {
   }
   ctx.set_output(0, DType::kInt64, {});
   ctx.set_output(1, DType::kBool, {});
+  std::vector<std::vector<Dim>> shapes;
   for (int j = 0; j < k; ++j) {
     if (!ctx.has_input(2 + j)) return ctx.error(StatusCode::kInvalidModel, "carried value " + std::to_string(j) + " is omitted");
-    ctx.set_output(2 + j, ctx.input_dtype(2 + j), ctx.input_shape(2 + j));
+    shapes.push_back(ctx.input_shape(2 + j));
   }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow, ctx.attrs().get_ints("grow", std::vector<int64_t>{}));
+  if (grow.size() % 3 != 0) return ctx.error(StatusCode::kInvalidModel, "attribute grow holds triples (value, dim, step)");
+  for (size_t t = 0; t < grow.size(); t += 3) {
+    const int64_t j = grow[t], d = grow[t + 1], c = grow[t + 2];
+    if (j < 0 || j >= k || d < 0 || d >= int64_t(shapes[size_t(j)].size()) || c < 1) {
+      return ctx.error(StatusCode::kInvalidModel, "attribute grow names carried value " + std::to_string(j) + " dim " +
+                                                      std::to_string(d) + " step " + std::to_string(c) + ", which it does not have");
+    }
+    const std::optional<std::vector<Dim>> m = ctx.has_input(0) ? ctx.input_value(0) : std::nullopt;
+    if (!m || m->size() != 1) {
+      return ctx.error(StatusCode::kUnsupported,
+                       "carried value " + std::to_string(j) + " ('" + ctx.input(2 + int(j)).name + "') grows by " +
+                           std::to_string(c) + " along dim " + std::to_string(d) +
+                           " per iteration; kiln sizes it for the longest run, which needs a trip count the profile "
+                           "bounds (a constant, a function of input shapes, or a shape-value input), and " +
+                           (ctx.has_input(0) ? "'" + ctx.input(0).name + "' is computed from tensor data"
+                                             : std::string("the loop has none")));
+    }
+    Dim& dim = shapes[size_t(j)][size_t(d)];
+    const Dim longest = dim + Dim(c) * Dim::max((*m)[0], Dim(0));
+    KILN_ASSIGN_OR_RETURN(dim, ctx.data_dependent_dim(2 + int(j), int(d), "loop_len", longest, dim));
+  }
+  for (int j = 0; j < k; ++j) ctx.set_output(2 + j, ctx.input_dtype(2 + j), shapes[size_t(j)]);
   return ok_status();
+}
+
+// The step by which LoopBegin `begin`'s `grow` attribute grows carried value j's dim d, or 0.
+int64_t growth_of(const ir::Node* begin, size_t j, size_t d) {
+  if (!begin) return 0;
+  auto grow = begin->attrs.get_ints("grow", std::vector<int64_t>{});
+  if (!grow.ok()) return 0;
+  for (size_t t = 0; t + 2 < grow->size(); t += 3) {
+    if ((*grow)[t] == int64_t(j) && (*grow)[t + 1] == int64_t(d)) return (*grow)[t + 2];
+  }
+  return 0;
 }
 
 // kiln::LoopEnd (its inputs and outputs: ops/loop_end.h): the end of the body kiln::LoopBegin
@@ -497,7 +537,7 @@ Status infer_loop_begin(InferContext& ctx) {
 // scan value scan_j as row i of stacked_j, copies next_j into v_j, and goes back while i + 1 < M and
 // cond_out holds (omitted: the body keeps the condition true); final_j is the last v_j. A carried
 // value keeps its dtype and shape from one iteration to the next: the body must give next_j as v_j
-// is. Scan outputs need the trip count as a formula (`trips`, M known from the input shapes) and no
+// is, but for the dims the LoopBegin's `grow` lets grow by their step. Scan outputs need the trip count as a formula (`trips`, M known from the input shapes) and no
 // cond_out: stacked_j is then [max(M, 0)] + scan_j's shape.
 Status infer_loop_end(InferContext& ctx) {
   if (!ctx.attrs().all().empty()) {
@@ -523,10 +563,20 @@ Status infer_loop_end(InferContext& ctx) {
     return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " + ir::type_to_string(ctx.input(counter)) +
                                                     " and " + ir::type_to_string(ctx.input(counter + 1)));
   }
+  // The LoopBegin, whose `grow` attribute lets a carried dim grow by its step.
+  const int counter_producer = ctx.input(counter).producer;
+  const ir::Node* begin = counter_producer >= 0 && size_t(counter_producer) < ctx.graph().nodes.size()
+                              ? &ctx.graph().nodes[size_t(counter_producer)]
+                              : nullptr;
   for (size_t j = 0; j < l.k; ++j) {
     const ir::Value& out = ctx.input(int(l.next(j)));
     const ir::Value& v = ctx.input(int(l.carried(j)));
-    if (out.dtype != v.dtype || *out.shape != *v.shape) {
+    bool same = out.dtype == v.dtype && out.shape->size() == v.shape->size();
+    for (size_t d = 0; same && d < v.shape->size(); ++d) {
+      const int64_t step = growth_of(begin, j, d);
+      same = (*out.shape)[d] == (step ? (*v.shape)[d] + Dim(step) : (*v.shape)[d]);
+    }
+    if (!same) {
       return ctx.error(StatusCode::kUnsupported,
                        "loop-carried value " + std::to_string(j) + " ('" + v.name + "') is " + ir::type_to_string(v) +
                            " but the body gives " + ir::type_to_string(out) + " ('" + out.name +

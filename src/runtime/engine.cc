@@ -75,8 +75,31 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   }
   KILN_ASSIGN_OR_RETURN(data->loops, plan::find_loops(g));  // verify_plan has checked them
   data->loop_at_node.assign(g.nodes.size(), -1);
+  data->loop_growth.resize(data->loops.size());
+  data->loop_values.resize(data->loops.size());
   for (size_t r = 0; r < data->loops.size(); ++r) {
     data->loop_at_node[size_t(data->loops[r].begin)] = data->loop_at_node[size_t(data->loops[r].end)] = int(r);
+    const ir::Node& begin = g.nodes[size_t(data->loops[r].begin)];
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow, begin.attrs.get_ints("grow", std::vector<int64_t>{}));
+    std::set<std::string> symbols;
+    for (size_t t = 0; t + 2 < grow.size(); t += 3) {  // verify_plan ran its inference: the triples are valid
+      const size_t j = size_t(grow[t]), d = size_t(grow[t + 1]);
+      const ir::Dim& dim = (*g.values[size_t(begin.outputs[2 + j])].shape)[d];
+      data->loop_growth[r].push_back({j, d, dim.to_string()});
+      symbols.insert(dim.to_string());
+    }
+    for (size_t v = 0; v < g.values.size() && !symbols.empty(); ++v) {
+      std::set<std::string> named;
+      const ir::Value& val = g.values[v];
+      if (val.shape) for (const ir::Dim& d : *val.shape) d.collect_symbols(&named);
+      if (val.sym_value) for (const ir::Dim& d : *val.sym_value) d.collect_symbols(&named);
+      for (const std::string& sym : symbols) {
+        if (named.count(sym)) {
+          data->loop_values[r].push_back(int(v));
+          break;
+        }
+      }
+    }
   }
   for (const ir::Node& node : g.nodes) {
     data->has_guards = data->has_guards || !node.guards.empty();

@@ -54,6 +54,15 @@ struct EngineData {
   // them, so they are never captured as a graph either.
   std::vector<plan::LoopRegion> loops;
   std::vector<int> loop_at_node;
+  // Per loop: the carried dims that grow (its LoopBegin's `grow`), each a data-dependent symbol the
+  // run binds at the start and after every iteration, and the values whose shapes or symbolic
+  // values name those symbols (resolved again at each binding).
+  struct LoopGrowth {
+    size_t carried = 0, dim = 0;
+    std::string symbol;
+  };
+  std::vector<std::vector<LoopGrowth>> loop_growth;
+  std::vector<std::vector<int>> loop_values;
   // Backends whose kernels cannot read host memory get each constant uploaded once per engine;
   // indexed by plan value (nullptr for non-constants and on the CPU).
   std::vector<void*> device_constants;

@@ -818,12 +818,64 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
   auto write = [&](int v, const void* bytes, size_t size) {
     return copy_bytes(value_address(v), bytes, size, true, stream);  // pageable source: staged before return
   };
+  // A growing loop's dims bound to what the carried values `from` have now (the initial values, or
+  // the body's next ones), and every shape that names them resolved again: the values', the
+  // views the kernels are given, and symbolic values (after a wait: a kernel still running may
+  // read those in host memory).
+  const auto& growth = data_->loop_growth[size_t(index)];
+  auto bind_growth = [&](const std::vector<int>& from) -> Status {
+    if (growth.empty()) return ok_status();
+    if (!data_->backend->host_accessible()) KILN_RETURN_IF_ERROR(data_->backend->synchronize(stream));
+    for (const auto& grow : growth) {
+      const int64_t x = shapes_[size_t(from[grow.carried])][grow.dim];
+      symbols_[grow.symbol] = x;
+      ranges_[grow.symbol] = ir::Interval{x, x};
+    }
+    std::vector<char> changed(g.values.size(), 0);
+    for (int v : data_->loop_values[size_t(index)]) {
+      const ir::Value& val = g.values[size_t(v)];
+      Shape shape;
+      for (const ir::Dim& d : *val.shape) {
+        const auto x = d.eval(symbols_);
+        if (!x || *x < 0) return internal_error("value '" + val.name + "' dim " + d.to_string() + " has no size in the loop");
+        shape.push_back(*x);
+      }
+      const int root = data_->plan.values[size_t(v)].storage == plan::Storage::kAlias ? data_->plan.values[size_t(v)].alias_of : v;
+      const plan::ValuePlan& rp = data_->plan.values[size_t(root)];
+      const size_t bytes = size_t(shape_numel(shape)) * dtype_size(val.dtype);
+      if (rp.storage == plan::Storage::kActivation && bytes > slot_size_[size_t(rp.slot)]) {
+        return internal_error("value '" + val.name + "' of shape " + shape_str(shape) + " is larger than its slot (" +
+                              std::to_string(slot_size_[size_t(rp.slot)]) + " bytes)");
+      }
+      shapes_[size_t(v)] = std::move(shape);
+      pending_[size_t(v)] = 0;
+      changed[size_t(v)] = 1;
+      if (data_->plan.values[size_t(v)].storage == plan::Storage::kSymbolic) KILN_RETURN_IF_ERROR(write_symbolic(size_t(v)));
+    }
+    for (size_t m = 0; m < g.nodes.size(); ++m) {
+      for (size_t i = 0; i < g.nodes[m].inputs.size(); ++i) {
+        const int v = g.nodes[m].inputs[i];
+        if (v >= 0 && changed[size_t(v)]) node_in_[m][i].shape = shapes_[size_t(v)];
+      }
+      for (size_t i = 0; i < g.nodes[m].outputs.size(); ++i) {
+        const int v = g.nodes[m].outputs[i];
+        if (v >= 0 && changed[size_t(v)]) node_out_[m][i].shape = shapes_[size_t(v)];
+      }
+    }
+    return ok_status();
+  };
+  std::vector<int> inits(begin.inputs.begin() + 2, begin.inputs.end()), nexts;
+  for (size_t j = 0; j < l.k; ++j) nexts.push_back(end.inputs[l.next(j)]);
   // The carried values out of the loop: the body's last ones, or the initial ones after no
   // iteration. Stacked outputs hold a row per iteration by then, as their shapes say.
   auto finish = [&](bool ran) -> StatusOr<size_t> {
+    std::vector<size_t> bytes;
+    for (size_t j = 0; j < l.k; ++j) bytes.push_back(value_bytes(ran ? nexts[j] : begin.outputs[2 + j]));
+    if (ran) KILN_RETURN_IF_ERROR(bind_growth(nexts));  // the final values' shapes
     for (size_t j = 0; j < l.k; ++j) {
+      const int from = ran ? nexts[j] : begin.outputs[2 + j];
       if (end.outputs[j] >= 0) {
-        KILN_RETURN_IF_ERROR(copy_value(end.outputs[j], ran ? end.inputs[l.next(j)] : begin.outputs[2 + j], stream));
+        KILN_RETURN_IF_ERROR(copy_bytes(value_address(end.outputs[j]), value_address(from), bytes[j], in_host_memory(from), stream));
       }
     }
     for (size_t j = 0; j < l.q; ++j) {
@@ -844,6 +896,7 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
       KILN_ASSIGN_OR_RETURN(go, read_condition(begin.inputs[1], stream));
     }
     for (size_t j = 0; j < l.k; ++j) KILN_RETURN_IF_ERROR(copy_value(begin.outputs[2 + j], begin.inputs[2 + j], stream));
+    KILN_RETURN_IF_ERROR(bind_growth(inits));
     const int64_t zero = 0;
     const uint8_t yes = 1;
     KILN_RETURN_IF_ERROR(write(begin.outputs[0], &zero, sizeof zero));
@@ -875,26 +928,31 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
                             (begin.inputs[0] >= 0 ? " (its trip count is " + std::to_string(f.trips) + ")" : "") +
                             "; ExecutionContext::set_max_loop_iterations raises the limit");
   }
-  // v_j = next_j for the next iteration, through the workspace where one next_j views another v.
+  // v_j = next_j for the next iteration, through the workspace where one next_j views another v;
+  // then a growing loop's dims take the next values' sizes.
   const int ws = data_->plan.nodes[n].workspace_slot;
   auto aligned = [](size_t bytes) { return (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign; };
+  std::vector<size_t> bytes;
+  for (int v : nexts) bytes.push_back(value_bytes(v));
   if (ws >= 0) {
     char* stage = static_cast<char*>(arena_) + slot_offset_[size_t(ws)];
     size_t at = 0;
     for (size_t j = 0; j < l.k; ++j) {
-      const int from = end.inputs[l.next(j)];
-      KILN_RETURN_IF_ERROR(copy_bytes(stage + at, value_address(from), value_bytes(from), in_host_memory(from), stream));
-      at += aligned(value_bytes(from));
+      KILN_RETURN_IF_ERROR(copy_bytes(stage + at, value_address(nexts[j]), bytes[j], in_host_memory(nexts[j]), stream));
+      at += aligned(bytes[j]);
     }
     at = 0;
     for (size_t j = 0; j < l.k; ++j) {
-      const int to = end.inputs[l.carried(j)];
-      KILN_RETURN_IF_ERROR(copy_bytes(value_address(to), stage + at, value_bytes(to), false, stream));
-      at += aligned(value_bytes(to));
+      KILN_RETURN_IF_ERROR(copy_bytes(value_address(end.inputs[l.carried(j)]), stage + at, bytes[j], false, stream));
+      at += aligned(bytes[j]);
     }
   } else {
-    for (size_t j = 0; j < l.k; ++j) KILN_RETURN_IF_ERROR(copy_value(end.inputs[l.carried(j)], end.inputs[l.next(j)], stream));
+    for (size_t j = 0; j < l.k; ++j) {
+      KILN_RETURN_IF_ERROR(copy_bytes(value_address(end.inputs[l.carried(j)]), value_address(nexts[j]), bytes[j],
+                                      in_host_memory(nexts[j]), stream));
+    }
   }
+  KILN_RETURN_IF_ERROR(bind_growth(nexts));
   KILN_RETURN_IF_ERROR(write(begin.outputs[0], &f.iteration, sizeof f.iteration));
   for (int m = r.begin; m < r.end; ++m) {
     for (int v : g.nodes[size_t(m)].outputs) {
