@@ -142,6 +142,10 @@ TEST(Dim, NestedDivisionsCombine) {
   const Dim mixed = Dim::floor_div(Dim::floor_div(h, Dim(2)) + w, Dim(3));  // = floor((h + 2w)/6)
   EXPECT_EQ(mixed, Dim::floor_div(h + w * 2, Dim(6)));
   const Dim ceil_floor = Dim::ceil_div(Dim::floor_div(h + 1, Dim(3)), Dim(5));
+  // A common factor divided out first still combines: 4*floor(h/8)/5844 = floor(floor(h/8)/1461)
+  // is floor(h/11688), the form its printed text parses to (found by dim_parse_fuzz).
+  const Dim scaled = Dim::floor_div(Dim::floor_div(h, Dim(8)) * 4, Dim(5844));
+  EXPECT_EQ(scaled, Dim::floor_div(h, Dim(11688)));
   for (int64_t v = -70; v <= 200; ++v) {
     ASSERT_EQ(x.eval({{"h", v}}), [&] {
       int64_t r = v;
@@ -153,7 +157,7 @@ TEST(Dim, NestedDivisionsCombine) {
     ASSERT_EQ(ceil_floor.eval({{"h", v}}), ceil_int(floor_int(v + 1, 3), 5)) << v;
   }
   // The ceil spelling reads back to the same dim (plans store formulas as text).
-  for (const Dim& d : {x, mixed, ceil_floor, Dim::ceil_div(h * 3 + w, Dim(4)), Dim::ceil_div(h * 2 + 1, Dim(4))}) {
+  for (const Dim& d : {x, mixed, ceil_floor, scaled, Dim::ceil_div(h * 3 + w, Dim(4)), Dim::ceil_div(h * 2 + 1, Dim(4))}) {
     auto again = Dim::parse(d.to_string());
     ASSERT_TRUE(again.has_value()) << d.to_string();
     EXPECT_EQ(*again, d) << d.to_string();

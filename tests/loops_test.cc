@@ -67,7 +67,7 @@ const char* kForOnData = R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32
 void check_for_on_data(Engine& engine, const std::string& where) {
   auto ctx = engine.create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  for (int64_t m : {3, 0, 1, 6, -2}) {
+  for (int64_t m : {3, 0, 1, 6, -2, 2500}) {  // 2500: past a lap of the context's counter words
     for (int64_t n : {4, 1}) {
       Tensor x = random_f32({n}, uint32_t(m + 10 * n + 20));
       std::vector<float> want(x.data_as<float>(), x.data_as<float>() + n);

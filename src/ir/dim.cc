@@ -273,7 +273,10 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
       Dim reduced = rest;
       reduced.constant_ /= g;
       for (auto& t : reduced.terms_) t.coeff /= g;
-      return quotient + wrap_floor_div(reduced, Dim(d / g), false);
+      // Divided again: the reduced form may be a nested division that combines (4*floor(h/8)/5844
+      // is floor(floor(h/8)/1461), which is floor(h/11688)), so every spelling has one form and
+      // the printed text parses back to it (found by dim_parse_fuzz).
+      return quotient + floor_div(reduced, Dim(d / g));
     }
     return quotient + wrap_floor_div(rest, b, false);
   }

@@ -312,6 +312,12 @@ class ExecutionContext {
   };
   std::vector<LoopFrame> loop_frames_;  // per loop of EngineData::loops
   int64_t max_loop_iterations_ = 1000000;
+  // Device backends: page-locked words the loops' counters and conditions are copied from (a copy
+  // from pageable memory would wait for the stream each iteration), used in turn; the stream is
+  // waited for once per lap, before the first word is written again.
+  static constexpr size_t kLoopWords = 1024;
+  void* loop_words_ = nullptr;
+  size_t loop_word_next_ = 0;
   // run()'s buffers for outputs of data-dependent size, per IO tensor.
   std::vector<std::unique_ptr<GrowingOutputAllocator>> run_buffers_;
   std::vector<size_t> slot_offset_;

@@ -150,6 +150,7 @@ ExecutionContext::~ExecutionContext() {
   if (io_device_) b->deallocate(io_device_);
   if (sym_host_) b->deallocate_host(sym_host_);
   if (staging_) b->deallocate_host(staging_);
+  if (loop_words_) b->deallocate_host(loop_words_);
   if (stream_) b->destroy_stream(stream_);
 }
 
@@ -815,8 +816,18 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
   const ir::Node& begin = g.nodes[size_t(r.begin)];
   const ir::Node& end = g.nodes[size_t(r.end)];
   const ops::LoopEndLayout l = *ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());  // verify_plan checked
-  auto write = [&](int v, const void* bytes, size_t size) {
-    return copy_bytes(value_address(v), bytes, size, true, stream);  // pageable source: staged before return
+  auto write = [&](int v, const void* bytes, size_t size) -> Status {
+    if (data_->backend->host_accessible()) return copy_bytes(value_address(v), bytes, size, true, stream);
+    if (!loop_words_) {
+      KILN_ASSIGN_OR_RETURN(loop_words_, data_->backend->allocate_host(kLoopWords * sizeof(int64_t)));
+    }
+    if (loop_word_next_ == kLoopWords) {  // a lap: the copies from these words have finished
+      KILN_RETURN_IF_ERROR(data_->backend->synchronize(stream));
+      loop_word_next_ = 0;
+    }
+    char* word = static_cast<char*>(loop_words_) + sizeof(int64_t) * loop_word_next_++;
+    std::memcpy(word, bytes, size);
+    return copy_bytes(value_address(v), word, size, true, stream);
   };
   // A growing loop's dims bound to what the carried values `from` have now (the initial values, or
   // the body's next ones), and every shape that names them resolved again: the values', the
@@ -1360,6 +1371,7 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
       return d.status();
     }
     if (staging_) b->deallocate_host(staging_);
+  if (loop_words_) b->deallocate_host(loop_words_);
     if (io_device_) b->deallocate(io_device_);
     staging_ = h, io_device_ = *d;
     staging_capacity_ = io_device_capacity_ = total;
