@@ -494,6 +494,34 @@ TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheRe
       << engine.status().message();
 }
 
+// check_supported reads the main graph; a body's nodes are checked as the build brings them in.
+TEST(RunTimeLoops, ABodyNodeOfAnUnknownOpOrArityIsRefusedByName) {
+  auto engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Frobnicate(%a)  # frob
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("node 'loop/frob' (Frobnicate) in domain 'ai.onnx'"), std::string::npos)
+      << engine.status().to_string();
+  EXPECT_NE(engine.status().message().find("uses an op kiln does not support"), std::string::npos) << engine.status().to_string();
+  engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Add(%a)  # add
+  }}  # loop
+}
+)");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("node 'loop/add' (Add) has 1 inputs, expected 2..2 (a node of a subgraph)"),
+            std::string::npos)
+      << engine.status().to_string();
+}
+
 TEST(RunTimeLoops, APlanWhoseLoopIsBrokenIsRefused) {
   auto engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
   %t: bool[] = dense<1>

@@ -173,7 +173,16 @@ Status infer_shapes(BuildState& s) {
       }
     }
     KILN_RETURN_IF_ERROR(upgrade_opset6(g, n));
+    // check_supported saw the main graph; a node a subgraph brought in (a loop's body, a branch)
+    // is checked here, before its inference reads its inputs.
     const ops::OpSchema* schema = ops::find_schema(node);
+    if (!schema) {
+      return unsupported(node.describe() + " in domain '" + (node.domain.empty() ? "ai.onnx" : node.domain) +
+                         "' opset " + std::to_string(node.opset) + " (from a subgraph) uses an op kiln does not support");
+    }
+    if (const std::vector<std::string> wrong = arity_problems(node, *schema); !wrong.empty()) {
+      return invalid_model(wrong.front() + " (a node of a subgraph)");
+    }
     ops::InferContext ctx(g, node, int(n), &s.constraints);
     const size_t known_dims = s.data_dependent.size();
     ctx.set_data_dependent(&s.data_dependent, true);
