@@ -462,16 +462,22 @@ StatusOr<Engine> build_cpu(const std::string& text) {
   return Builder(Device::kCPU).build(net, config);
 }
 
-TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheReason) {
-  // y grows by a row per iteration, and the trip count is data: no unrolling, no fixed shape.
-  auto engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
+// A graph of one Loop over x (n x 4) whose trip count m is data and whose body keeps its
+// condition and computes `line` (b from a).
+std::string one_loop(const std::string& line) {
+  return R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
   %t: bool[] = dense<1>
   %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
     %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Concat(%a, %a) {axis=0}  # grow
+    )" + line + R"(
   }}  # loop
 }
-)");
+)";
+}
+
+TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheReason) {
+  // y grows by a row per iteration, and the trip count is data: no unrolling, no fixed shape.
+  auto engine = build_cpu(one_loop("%b: float32[?] = Concat(%a, %a) {axis=0}  # grow"));
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("loop-carried value 0 ('loop/a') is float32[n, 4] but the body gives float32[2*n, 4]"),
             std::string::npos)
@@ -496,26 +502,12 @@ TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheRe
 
 // check_supported reads the main graph; a body's nodes are checked as the build brings them in.
 TEST(RunTimeLoops, ABodyNodeOfAnUnknownOpOrArityIsRefusedByName) {
-  auto engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Frobnicate(%a)  # frob
-  }}  # loop
-}
-)");
+  auto engine = build_cpu(one_loop("%b: float32[?] = Frobnicate(%a)  # frob"));
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("node 'loop/frob' (Frobnicate) in domain 'ai.onnx'"), std::string::npos)
       << engine.status().to_string();
   EXPECT_NE(engine.status().message().find("uses an op kiln does not support"), std::string::npos) << engine.status().to_string();
-  engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Add(%a)  # add
-  }}  # loop
-}
-)");
+  engine = build_cpu(one_loop("%b: float32[?] = Add(%a)  # add"));
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("node 'loop/add' (Add) has 1 inputs, expected 2..2 (a node of a subgraph)"),
             std::string::npos)
@@ -523,14 +515,7 @@ TEST(RunTimeLoops, ABodyNodeOfAnUnknownOpOrArityIsRefusedByName) {
 }
 
 TEST(RunTimeLoops, APlanWhoseLoopIsBrokenIsRefused) {
-  auto engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Neg(%a)  # neg
-  }}  # loop
-}
-)");
+  auto engine = build_cpu(one_loop("%b: float32[?] = Neg(%a)  # neg"));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto tamper = [&](auto edit) {
     plan::Plan p = engine->plan();
