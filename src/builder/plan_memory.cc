@@ -108,9 +108,6 @@ Status plan_memory(BuildState& s) {
   // A value a loop reads from before it is read again by each iteration: live to its LoopEnd.
   KILN_ASSIGN_OR_RETURN(const std::vector<plan::LoopRegion> loops, plan::find_loops(p.graph));
   plan::extend_over_loops(p.graph, loops, [&](int v) { return root[size_t(v)]; }, &last_use);
-  // A LoopEnd copies each v_out_j into v_j before the next iteration. Where some v_out_j is a view
-  // of another carried value v_k, copying in order would read v_k after overwriting it: the run
-  // then copies through the LoopEnd's workspace, one aligned part per carried value.
   // Per node: the values whose slots it takes beside its outputs. A LoopEnd's stacked outputs are
   // written row by row from the first iteration on: they take their slots at the LoopBegin.
   std::vector<std::vector<int>> written_from(p.graph.nodes.size());
