@@ -27,6 +27,11 @@ std::string shape_str(const Shape& s) { return shape_to_string(s); }
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// The value whose bytes v is: its root for an alias (never itself an alias).
+int root_of(const plan::Plan& p, int v) {
+  return p.values[size_t(v)].storage == plan::Storage::kAlias ? p.values[size_t(v)].alias_of : v;
+}
+
 // A small tensor's elements for a message: "[1, 0, 2]" (the first 16, then "...").
 std::string values_text(const Tensor& t) {
   std::string s = "[";
@@ -742,8 +747,7 @@ Status ExecutionContext::read_scalar(int v, DType dtype, void* out, void* stream
   const void* address = value_address(v);
   const size_t bytes = dtype_size(dtype);
   const backends::Backend* backend = data_->backend;
-  const int root = data_->plan.values[size_t(v)].storage == plan::Storage::kAlias ? data_->plan.values[size_t(v)].alias_of : v;
-  if (backend->host_accessible() || data_->plan.values[size_t(root)].storage == plan::Storage::kSymbolic) {
+  if (backend->host_accessible() || in_host_memory(v)) {
     std::memcpy(out, address, bytes);
     return ok_status();
   }
@@ -761,7 +765,7 @@ StatusOr<bool> ExecutionContext::read_condition(int v, void* stream) {
 
 void* ExecutionContext::value_address(int v) const {
   const plan::Plan& p = data_->plan;
-  if (p.values[size_t(v)].storage == plan::Storage::kAlias) v = p.values[size_t(v)].alias_of;
+  v = root_of(p, v);
   const bool host = data_->backend->host_accessible();
   const plan::ValuePlan& vp = p.values[size_t(v)];
   switch (vp.storage) {
@@ -789,9 +793,7 @@ Status ExecutionContext::copy_bytes(void* to, const void* from, size_t bytes, bo
 }
 
 bool ExecutionContext::in_host_memory(int v) const {
-  const plan::Plan& p = data_->plan;
-  const int root = p.values[size_t(v)].storage == plan::Storage::kAlias ? p.values[size_t(v)].alias_of : v;
-  return p.values[size_t(root)].storage == plan::Storage::kSymbolic;
+  return data_->plan.values[size_t(root_of(data_->plan, v))].storage == plan::Storage::kSymbolic;
 }
 
 size_t ExecutionContext::value_bytes(int v) const {
@@ -851,8 +853,7 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
         if (!x || *x < 0) return internal_error("value '" + val.name + "' dim " + d.to_string() + " has no size in the loop");
         shape.push_back(*x);
       }
-      const int root = data_->plan.values[size_t(v)].storage == plan::Storage::kAlias ? data_->plan.values[size_t(v)].alias_of : v;
-      const plan::ValuePlan& rp = data_->plan.values[size_t(root)];
+      const plan::ValuePlan& rp = data_->plan.values[size_t(root_of(data_->plan, v))];
       const size_t bytes = size_t(shape_numel(shape)) * dtype_size(val.dtype);
       if (rp.storage == plan::Storage::kActivation && bytes > slot_size_[size_t(rp.slot)]) {
         return internal_error("value '" + val.name + "' of shape " + shape_str(shape) + " is larger than its slot (" +

@@ -84,6 +84,8 @@ class Verifier {
 
  private:
   std::string vname(int v) const { return "value '" + g_.values[v].name + "'"; }
+  // The value whose bytes v is: its root for an alias (check_values has checked alias_of).
+  int root_of(int v) const { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; }
 
   // The formula at a corner; overflow or an unbound symbol is an error, never a wrap.
   StatusOr<int64_t> eval(const ir::Dim& d, const ir::SymbolValues& c,
@@ -563,9 +565,7 @@ class Verifier {
       int value = -1;
     };
     const int end = int(g_.nodes.size());
-    auto root = [&](int v) {
-      return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v;
-    };
+    auto root = [&](int v) { return root_of(v); };
     std::vector<int> last(g_.values.size(), -1);
     for (size_t v = 0; v < g_.values.size(); ++v) last[v] = g_.values[v].producer;
     for (int n = 0; n < end; ++n) {
@@ -704,8 +704,7 @@ class Verifier {
                 " is planned as an alias but is not a view whose output is stored as one");
       }
       const int in = node.inputs.empty() ? -1 : node.inputs[0];
-      const int root =
-          in >= 0 && p_.values[in].storage == plan::Storage::kAlias ? p_.values[in].alias_of : in;
+      const int root = in >= 0 ? root_of(in) : in;
       const int out = node.outputs[0];
       if (p_.values[out].alias_of != root) {
         return violation("a view's output aliases its input's bytes",
@@ -738,13 +737,12 @@ class Verifier {
       return violation("the run itself runs only loop boundaries",
                        node.describe() + " is planned as '" + plan::kControlImpl + "' but is not a kiln::LoopBegin or kiln::LoopEnd");
     }
-    auto root = [&](int v) { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; };
     const ops::LoopEndLayout l = *ops::LoopEndLayout::of(node.inputs.size(), node.outputs.size());  // find_loops checked
     const size_t k = l.k;
     bool crossed = false;
     for (size_t j = 0; j < k; ++j) {
       for (size_t m = 0; m < k; ++m) {
-        if (m != j && root(node.inputs[l.next(j)]) == root(node.inputs[l.carried(m)])) crossed = true;
+        if (m != j && root_of(node.inputs[l.next(j)]) == root_of(node.inputs[l.carried(m)])) crossed = true;
       }
     }
     if (!crossed) return ok_status();
