@@ -53,15 +53,19 @@ def main():
              "Median latency in ms after warm-up, inputs and outputs resident on the device. kiln: `kiln bench "
              f"--useCudaGraph --noDataTransfers` on an engine built for batch {profiles}. PyTorch: FP16 "
              "(`model.half()`, channels-last for the CNNs), eager and `torch.compile` modes, each run synchronized; "
-             "the peer is torch.compile's best mode for that batch, named in brackets. Throughput is batch / median.",
+             "the peer is torch.compile's best mode for that batch, named in brackets. Throughput is batch / median. "
+             "A model is exported by the TorchScript exporter (`dynamo=False`, opset 17), or with `-dynamo` by "
+             "torch's default `torch.onnx.export(dynamo=True)` (opset 18); the two share PyTorch's rows.",
              "", "| model | batch | kiln FP16 | kiln TF32 | PyTorch eager FP16 | torch.compile FP16 (best mode) | "
              "torch.compile ms / kiln FP16 ms (above 1: kiln faster) | kiln FP16 throughput |", "|---|---|---|---|---|---|---|---|"]
     dyn_models = {r["model"] for r in dynamic}
+    # An export through the dynamo exporter ("NAME-dynamo") shares the module, so the peer, of NAME.
+    base = lambda m: m[: -len("-dynamo")] if m.endswith("-dynamo") else m
     models = sorted(({k[0] for k in kiln} | {k[0] for k in peer}) - dyn_models)
     for model in models:
-        for batch in sorted({k[2] for k in kiln if k[0] == model} | {k[1] for k in peer if k[0] == model}):
+        for batch in sorted({k[2] for k in kiln if k[0] == model} | {k[1] for k in peer if k[0] == base(model)}):
             k16, k32 = kiln.get((model, "fp16", batch)), kiln.get((model, "tf32", batch))
-            p = peer.get((model, batch), {})
+            p = peer.get((base(model), batch), {})
             eager = p.get("eager")
             compiled = {m: v for m, v in p.items() if m != "eager"}
             best = min(compiled.items(), key=lambda kv: kv[1]) if compiled else None
@@ -93,11 +97,11 @@ def main():
         lines += ["", "Engine builds (kiln CLI, this run): the first build times the tactics and writes "
                   "`--timingCacheFile`; the second reads it.", "",
                   "| model | precision | build s | rebuild with the timing cache s | byte-identical | "
-                  "activation memory |", "|---|---|---|---|---|---|"]
+                  "layers | attention layers | activation memory |", "|---|---|---|---|---|---|---|---|"]
         for (model, prec), r in sorted(builds.items()):
             same = {True: "yes", False: "NO"}.get(r.get("identical"), "-")
             lines.append(f"| {model} | {prec} | {r.get('build_s', '-')} | {r.get('cached_build_s', '-')} | {same} | "
-                         f"{r.get('activation', '-')} |")
+                         f"{r.get('layers', '-')} | {r.get('attention_layers', '-')} | {r.get('activation', '-')} |")
     if peer:
         lines += ["", "PyTorch modes measured in this run (a mode missing from a row did not finish within the "
                   "command's time limit): " + "; ".join(

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The benchmark, run on the GPU host from the repository root after scripts/gpu.sh built build-gpu.
-# Exports ResNet-50, MobileNetV3-Large, ViT-B/16, BERT-base (seq 128) and GPT-2 small (seq 512, one
-# forward pass, no KV cache) with seeded random weights (bench/perf_models.py), builds kiln engines
-# for batch 1..N (opt N; N is the model's max_batch in perf_models.PERF: 64, 8 for GPT-2) in TF32
+# Exports ResNet-50, MobileNetV3-Large, ViT-B/16, Swin-T, BERT-base and DistilBERT (seq 128) and
+# GPT-2 small (seq 256, one forward pass, no KV cache) with seeded random weights
+# (bench/perf_models.py); each transformer twice, by the TorchScript exporter (NAME) and by torch's
+# default dynamo exporter (NAME-dynamo), builds kiln engines
+# for batch 1..N (opt N; N is the model's max_batch in perf_models.PERF: 64 for the CNNs, 32 for the
+# transformers) in TF32
 # and FP16, times them at batch 1 and N with device-resident IO in CUDA graphs (kiln bench
 # --useCudaGraph --noDataTransfers), then PyTorch FP16 on the same models in the same run
 # (bench/torch_peer.py: eager and torch.compile), and writes docs/performance.md
@@ -12,9 +15,10 @@
 # one built for 8x384 alone (min = opt = max), both timed at 8x384; the medians and their ratio go
 # to perf.log and dynamic.jsonl (must: the spanning engine within 1.15x). PyTorch times it at 8x384
 # in eager and default torch.compile.
-# KILN_PERF_MODELS (default: all six, bert_base_dyn included) and KILN_PERF_TORCH_MODES narrow the
-# run (KILN_PERF_TORCH=0 times kiln alone; KILN_PERF_AUTOTUNE=0 drops max-autotune, whose compile
-# takes minutes a model); logs go to $OUT, else build-gpu/perf.
+# KILN_PERF_MODELS (default: all of them, bert_base_dyn included), KILN_PERF_PRECISIONS (default
+# "fp16 tf32") and KILN_PERF_TORCH_MODES narrow the run (KILN_PERF_TORCH=0 times kiln alone,
+# KILN_PERF_KILN=0 PyTorch alone into an earlier run's LOG; KILN_PERF_AUTOTUNE=0 drops
+# max-autotune, whose compile takes minutes a model); logs go to $OUT, else build-gpu/perf.
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -24,10 +28,23 @@ mkdir -p "$LOG"
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
 KILN=$BUILD/tools/kiln/kiln
 ITERS=${KILN_BENCH_ITERS:-200}
-MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 bert_base_s128 gpt2 bert_base_dyn}
+MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 vit_b_16-dynamo swin_t swin_t-dynamo bert_base_s128 \
+bert_base_s128-dynamo distilbert_s128 distilbert_s128-dynamo gpt2 gpt2-dynamo bert_base_dyn}
 DIR=$BUILD/perf-models
 [ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
-nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
+# The GPU host has no network: the dynamo exporter's onnxscript (and onnx-ir) travel as wheels in
+# .gpu_models/wheels (pip download onnxscript==0.7.2 onnx-ir --no-deps) where its python lacks them.
+if ! python3 -c "import onnxscript" 2>/dev/null && ls .gpu_models/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target "$BUILD/pyextra" .gpu_models/wheels/*.whl
+  export PYTHONPATH="$PWD/$BUILD/pyextra${PYTHONPATH:+:$PYTHONPATH}"
+fi
+PRECS=${KILN_PERF_PRECISIONS:-fp16 tf32}
+if [ "${KILN_PERF_KILN:-1}" = 0 ]; then
+  # PyTorch's side alone, into the same LOG as an earlier kiln run (its perf.log is kept).
+  nvidia-smi -L >/dev/null 2>&1
+else
+  nvidia-smi -L 2>&1 | tee "$LOG/perf.log"
+fi
 python3 -c "import torch; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}')" \
   >"$LOG/versions.txt" 2>/dev/null || echo "torch not importable" >"$LOG/versions.txt"
 python3 bench/perf_models.py export "$DIR" $MODELS >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
@@ -86,15 +103,15 @@ engine for {r['batch']}x{r['seq']} alone {r['fixed_ms']} ms, ratio {r['ratio']} 
     | tee -a "$LOG/perf.log"
 }
 
-: >"$LOG/kiln_builds.jsonl"
-: >"$LOG/dynamic.jsonl"
-for m in $MODELS; do
+[ "${KILN_PERF_KILN:-1}" = 0 ] && MODELS_KILN="" || MODELS_KILN=$MODELS
+[ -n "$MODELS_KILN" ] && : >"$LOG/kiln_builds.jsonl" && : >"$LOG/dynamic.jsonl"
+for m in $MODELS_KILN; do
   read -r input shape maxb batches seqp < <(meta "$m")
   if [ "$seqp" != - ]; then
     dynamic_check "$m" "$input" "$shape" "$maxb" "$seqp"
     continue
   fi
-  for prec in fp16 tf32; do
+  for prec in $PRECS; do
     engine=$DIR/$m.$prec.kiln
     cache=$DIR/$m.$prec.timing-cache
     rm -f "$cache"
@@ -113,8 +130,13 @@ for m in $MODELS; do
     cached_secs=$(python3 -c "import time;print(round(time.time()-$t0,1))")
     identical=false
     cmp -s "$engine" "$engine.cached" && identical=true
-    act=$("$KILN" inspect "$engine" 2>/dev/null | grep -m1 -i "activation memory" | sed 's/^ *//')
-    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"max_batch\": $maxb, \"shape\": \"$shape\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    "$KILN" inspect "$engine" >"$LOG/inspect.$m.$prec.txt" 2>&1
+    act=$(grep -m1 -i "activation memory" "$LOG/inspect.$m.$prec.txt" | sed 's/^ *//')
+    # Layers, and those that are an attention (ONNX Attention or kiln::PackedAttention).
+    layers=$(grep -m1 -oE '[0-9]+ layers' "$LOG/inspect.$m.$prec.txt" | grep -oE '[0-9]+' || echo null)
+    attn=$(grep -cE '\b(Attention|PackedAttention)\b' "$LOG/inspect.$m.$prec.txt")
+    echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"max_batch\": $maxb, \"shape\": \"$shape\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"layers\": ${layers:-null}, \"attention_layers\": $attn, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
+    echo "kiln $m $prec: $layers layers, $attn attention layers" | tee -a "$LOG/perf.log"
     echo "kiln $m $prec: built in $secs s, again with the timing cache in $cached_secs s, engines identical: $identical" | tee -a "$LOG/perf.log"
     for b in ${batches//,/ }; do
       "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$shape" --useCudaGraph --noDataTransfers \
@@ -137,17 +159,22 @@ done
 if [ "${KILN_PERF_TORCH:-1}" = 0 ]; then
   echo "PyTorch peer skipped: KILN_PERF_TORCH=0" | tee -a "$LOG/perf.log"
 elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
+  peers_done=" "
   for m in $MODELS; do
     read -r input shape maxb batches seqp < <(meta "$m")
+    # Both exports of a model share one PyTorch module, so one peer run.
+    peer=${m%-dynamo}
+    [[ $peers_done == *" $peer "* ]] && continue
+    peers_done+="$peer "
     for b in ${batches//,/ }; do
-      # reduce-overhead (CUDA graphs) wins at batch 1, default and max-autotune at the max batch;
+      # reduce-overhead (CUDA graphs) wins at batch 1; at the max batch every mode is timed;
       # the dynamic-shape check's model only eager and default.
       modes="eager reduce-overhead"
-      [ "$b" != 1 ] && modes="eager default max-autotune"
+      [ "$b" != 1 ] && modes="eager default reduce-overhead max-autotune"
       [ "$seqp" != - ] && modes="eager default"
       [ "${KILN_PERF_AUTOTUNE:-1}" = 0 ] && modes=${modes/ max-autotune/}
       [ -n "${KILN_PERF_TORCH_MODES:-}" ] && modes=$KILN_PERF_TORCH_MODES
-      python3 bench/torch_peer.py "$ITERS" "$b" "$m" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
+      python3 bench/torch_peer.py "$ITERS" "$b" "$peer" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
     done
   done
 else

@@ -19,15 +19,20 @@ using ir::Dim;
 using plan::Plan;
 using plan::Storage;
 
-// x: float32[batch, 4] -> MatMul(x, w[4, 8]) -> h -> Relu -> r -> Reshape(r, Shape(h)) -> v (a
-// view) -> Add(v, v) -> y. Covers input, constant, activation, symbolic, alias and output storage.
+// x: float32[batch, 4] -> MatMul(x, w[4, 8]) -> h -> Relu -> r -> Unsqueeze(r, [1]) -> u ->
+// Reshape(u, Shape(h)) -> v (a view: canonicalize drops a Reshape to its input's own shape, so
+// the view reads u) -> Add(v, v) -> y. Covers input, constant, activation, symbolic, alias and
+// output storage.
 Network small_network() {
   Network net;
   ir::Graph& g = net.graph;
   g.opsets[""] = 18;
   auto value = [&](const char* name) { return g.add_value(name); };
   int x = value("x"), w = value("w"), h = value("h"), s = value("s"), r = value("r"),
-      v = value("v"), y = value("y");
+      axes = value("axes"), u = value("u"), v = value("v"), y = value("y");
+  g.values[axes].dtype = DType::kInt64;
+  g.values[axes].shape = std::vector<Dim>{1};
+  g.values[axes].constant = make_i64({1}, {1});
   g.values[x].dtype = DType::kFloat32;
   g.values[x].shape = std::vector<Dim>{Dim::symbol("batch"), Dim(4)};
   std::vector<float> wdata(32);
@@ -47,7 +52,8 @@ Network small_network() {
   node("mm", "MatMul", {x, w}, h);
   node("shape", "Shape", {h}, s);
   node("relu", "Relu", {h}, r);
-  node("view", "Reshape", {r, s}, v);
+  node("unsqueeze", "Unsqueeze", {r, axes}, u);
+  node("view", "Reshape", {u, s}, v);
   node("add", "Add", {v, v}, y);
   g.inputs = {x};
   g.outputs = {y};

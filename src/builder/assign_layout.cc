@@ -535,7 +535,6 @@ Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptio
 }
 
 Status assign_layout(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return assign_layout(&s.graph, backend_supports(s), LayoutOptions{});
 }
 

@@ -241,7 +241,7 @@ Status assign_precision(ir::Graph* g, DType reduced, const SupportsFn& supports)
 
 Status assign_precision(BuildState& s) {
   const PrecisionPolicy policy = s.config.precision();
-  if (s.backend.device() == Device::kCPU || !(policy.fp16 || policy.bf16)) return ok_status();
+  if (!(policy.fp16 || policy.bf16)) return ok_status();
   const DType reduced = policy.fp16 ? DType::kFloat16 : DType::kBFloat16;
   return assign_precision(&s.graph, reduced, backend_supports(s));
 }

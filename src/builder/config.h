@@ -101,6 +101,17 @@ class BuilderConfig {
   void set_shape_log(ShapeLog log) { shape_log_ = std::move(log); }
   const ShapeLog& shape_log() const { return shape_log_; }
 
+  // The IR after build passes (`kiln build --dumpIR`): after each pass `passes` names (every pass
+  // when it is empty), the pass's name and the graph's text form (ir::to_text). Unset (the
+  // default), nothing is printed. A name that is no pass of the pipeline is refused by the build.
+  using IrDump = std::function<void(const std::string& pass, const std::string& ir_text)>;
+  void set_ir_dump(std::vector<std::string> passes, IrDump dump) {
+    ir_dump_passes_ = std::move(passes);
+    ir_dump_ = std::move(dump);
+  }
+  const IrDump& ir_dump() const { return ir_dump_; }
+  const std::vector<std::string>& ir_dump_passes() const { return ir_dump_passes_; }
+
   // Sequence and optional inputs (ONNX's sequence(tensor) and optional(...) types) are laid out at
   // build time as the tensors they hold (builder/sequences.cc), the same in every profile:
   // - a sequence input `s` of length n is the tensor inputs "s[0]" .. "s[n-1]", each element its
@@ -123,6 +134,8 @@ class BuilderConfig {
   int optimization_level_ = 3;
   std::shared_ptr<TimingCache> timing_cache_;
   ShapeLog shape_log_;
+  IrDump ir_dump_;
+  std::vector<std::string> ir_dump_passes_;
   std::map<std::string, int64_t> sequence_lengths_;
   std::map<std::string, bool> optional_present_;
 };

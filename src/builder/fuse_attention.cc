@@ -1,39 +1,46 @@
-// Pass fuse_attention: scaled dot-product attention as exporters write it becomes one ONNX
-// Attention node (opset 23), which the CUDA backend runs as one fused kernel (cuDNN's flash
-// attention for float16/bfloat16) instead of two batched GEMMs, the score tensor written and read
-// by each of scale, mask, softmax and NaN guard, and the transposes around the heads. Matched,
-// each intermediate read by nothing else and no engine output:
+// Pass fuse_attention: scaled dot-product attention becomes one ONNX Attention node (opset 23),
+// which the CUDA backend runs as one fused kernel (cuDNN's flash attention for float16/bfloat16)
+// instead of two batched GEMMs, the score tensor written and read by each of scale, mask, softmax
+// and NaN guard, and the transposes around the heads. One rule on the rewriter (rewriter.h), after
+// canonicalize has composed the exporters' transposes and reshapes; what it matches:
 //
-//   S = MatMul(Q', K')        Q' = Q times scalars; K' = Transpose(K) times scalars, with
-//                             reshapes that keep the shape anywhere on that path
+//   S = MatMul(Q', K')        Q' = Q times scalars; K' = Transpose(K times scalars) times scalars
 //   S = S * c | S / c ...     scalar constants, before the mask
-//   S = Add(S, M) | Add(M, S) an additive mask broadcasting onto S (M need not be constant)
+//   S = Add(S, M) | Add(M, S) an additive mask broadcasting onto S (M need not be constant), or
+//   S = Where(C, S, fill)     a boolean mask, fill a large negative scalar (-inf, the dtype's
+//     | Where(C, fill, S)     lowest, -1e4 or below): the additive mask Where(C, 0, fill) in its
+//                             place, folded at build time when C is a constant
 //   P = Softmax(S) over the last axis
-//   P = Where(IsNaN(P), 0, P) the guard newer exporters put after softmax (optional)
+//   P = Where(IsNaN(P), 0, P) the guard the exporters put after softmax (optional)
 //   Y = MatMul(P, V)
 //
-// The scalars' product becomes the attribute scale; Attention's K is K' transposed back (the
-// matched Transpose's permutation with its last two axes exchanged: none at all where that is the
-// identity). Q, K, V and Y have rank 4 ([batch, heads, seq, head]) or rank 3 (one head).
-// Where Q, K and V are each split into heads as Transpose(Reshape(x, [B, S, H, D]), [0, 2, 1, 3])
-// of a [B, S, H*D] tensor and Y is merged back the same way (Transpose [0, 2, 1, 3], Reshape to
-// [B, S, H*D]), the node takes the [B, S, H*D] tensors themselves (its 3-D form, q_num_heads and
-// kv_num_heads) and writes the merged output: the kernel reads the heads with strides and the
-// four transposes go.
+// The scalars' product becomes the attribute scale (whether the model scales Q, K, both by the
+// root of the scale as the dynamo exporter does, or the scores); Attention's K is K' transposed
+// back (the Transpose's permutation with its last two axes exchanged: none where that is the
+// identity). A constant mask that is 0 on and below the diagonal of square scores and large and
+// negative above it (a causal mask, as GPT-2's exports fold to) becomes is_causal=1, so the kernel
+// skips the masked half instead of reading a mask. Q, K, V and Y have rank 4 ([batch, heads, seq,
+// head]) or rank 3 (one head). Where Q, K and V are each split into heads as Transpose(Reshape(x,
+// [B, S, H, D]), [0, 2, 1, 3]) of a [B, S, H*D] tensor and Y is merged back the same way
+// (Transpose [0, 2, 1, 3], Reshape to [B, S, H*D]), the node takes the [B, S, H*D] tensors
+// themselves (its 3-D form, q_num_heads and kv_num_heads) and writes the merged output: the
+// kernel reads the heads with strides and the four transposes go.
 //
-// One difference, in rows where every key is masked by -inf: unfused, softmax gives NaN there
-// (0 with the guard); Attention gives 0 either way, as ONNX's Attention and every flash kernel do.
+// One difference, in rows where every key is masked: unfused, softmax gives NaN there (0 with the
+// guard); Attention gives 0 either way, as ONNX's Attention and every flash kernel do.
 //
 // CUDA only, and only where the build may run it in float16 or bfloat16 (--fp16, --bf16): there
 // it has a fused kernel; in float32 the batched GEMMs on tensor cores are faster than the
 // reference Attention kernel, so a strict or TF32 build keeps the graph as it is. Runs before
 // assign_precision, which then gives the whole node the reduced type (it accumulates in float).
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "builder/build_state.h"
 #include "builder/graph_match.h"
+#include "builder/rewriter.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
@@ -41,75 +48,20 @@ namespace {
 
 using ir::Dim;
 using Dims = std::vector<Dim>;
+using rw::any;
+using rw::Context;
+using rw::either;
+using rw::Match;
+using rw::op;
+using rw::Pat;
+using rw::scaled;
+using rw::scalar;
+using rw::scalar_eq;
 
 const Dims* shape_of(const ir::Graph& g, int v) {
   if (v < 0) return nullptr;
   const ir::Value& val = g.values[size_t(v)];
   return val.shape ? &*val.shape : nullptr;
-}
-
-// The factor of a scalar step reading `x`: Mul(x, c) or Mul(c, x) gives c, Div(x, c) gives 1/c.
-std::optional<double> scalar_factor(const ir::Graph& g, const ir::Node& n, int x) {
-  if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
-  if (is_onnx(n, "Mul")) {
-    if (auto c = other_constant(g, n, x)) return double(*c);
-  }
-  if (is_onnx(n, "Div") && n.inputs[0] == x) {
-    auto c = scalar_constant(g, n, 1);
-    if (c && *c != 0.f) return 1.0 / double(*c);
-  }
-  return std::nullopt;
-}
-
-// A scalar step: the tensor it scales and the factor.
-struct Step {
-  int x;
-  double f;
-};
-std::optional<Step> scalar_step(const ir::Graph& g, const ir::Node& n) {
-  for (size_t i = 0; i < n.inputs.size() && i < 2; ++i) {
-    if (auto f = scalar_factor(g, n, n.inputs[i])) return Step{n.inputs[i], *f};
-  }
-  return std::nullopt;
-}
-
-// The producer of `v` when `v` is read only by `reader` (and is no engine output); else -1.
-int producer_for(const ir::Graph& g, int v, int reader) {
-  if (v < 0 || sole_reader(g, v) != reader) return -1;
-  return g.values[size_t(v)].producer;
-}
-
-// Upwards from input `slot` of node `reader` through scalar steps (their nodes into *nodes, their
-// factors into *scale); with allow_transpose, also through one Transpose (into *transpose) and
-// reshapes that keep the shape. Returns the value at the top.
-int walk_up(const ir::Graph& g, int reader, size_t slot, bool allow_transpose,
-            std::vector<int>* nodes, double* scale, int* transpose) {
-  int v = g.nodes[size_t(reader)].inputs[slot];
-  int at = reader;
-  for (;;) {
-    const int p = producer_for(g, v, at);
-    if (p < 0) return v;
-    const ir::Node& n = g.nodes[size_t(p)];
-    if (n.inputs.empty() || n.outputs.size() != 1 || n.outputs[0] != v) return v;
-    const int x = n.inputs[0];
-    int next = -1;
-    if (auto step = scalar_step(g, n)) {
-      *scale *= step->f;
-      next = step->x;
-    } else if (allow_transpose && is_onnx(n, "Transpose") && *transpose < 0) {
-      *transpose = p;
-      next = x;
-    } else if (allow_transpose && is_onnx(n, "Reshape")) {
-      const Dims *in = shape_of(g, x), *out = shape_of(g, v);
-      if (!in || !out || *in != *out) return v;
-      next = x;
-    } else {
-      return v;
-    }
-    if (p != *transpose) nodes->push_back(p);
-    v = next;
-    at = p;
-  }
 }
 
 bool is_identity(const std::vector<int64_t>& p) {
@@ -119,12 +71,18 @@ bool is_identity(const std::vector<int64_t>& p) {
   return true;
 }
 
+// A fill that masks: softmax gives its entries a weight of 0 (exp(-1e4) underflows float, and
+// float16's lowest is -65504).
+bool masks(double fill) { return fill <= -1e4; }
+
 // The Softmax node n normalizes over the last axis (opset 13's meaning, or an older opset's with
 // axis = rank - 1, where flattening changes nothing).
-bool softmax_over_last_axis(const ir::Node& n, size_t rank) {
-  if (!is_onnx(n, "Softmax") || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
-  auto axis = n.attrs.get_int("axis", n.opset > 0 && n.opset < 13 ? 1 : -1);
-  return axis.ok() && (*axis == -1 || *axis == int64_t(rank) - 1);
+bool softmax_over_last_axis(const Context& ctx, const Match&, int n) {
+  const ir::Node& node = ctx.node(n);
+  const Dims* s = ctx.shape(node.inputs[0]);
+  if (!s || node.outputs.size() != 1) return false;
+  auto axis = node.attrs.get_int("axis", node.opset > 0 && node.opset < 13 ? 1 : -1);
+  return axis.ok() && (*axis == -1 || *axis == int64_t(s->size()) - 1);
 }
 
 // A [B, S, H*D] tensor and its H where `v` is Transpose(Reshape(x, [B, S, H, D]), [0, 2, 1, 3])
@@ -152,99 +110,99 @@ std::optional<Heads> split_heads(const ir::Graph& g, int v, std::vector<int64_t>
   return Heads{x, (*vs)[2].value()};
 }
 
-// Whether `v`, read only by `reader`, is a MatMul's output under scalar steps.
-bool leads_to_matmul(const ir::Graph& g, int v, int reader) {
-  for (;;) {
-    const int p = producer_for(g, v, reader);
-    if (p < 0) return false;
-    const ir::Node& n = g.nodes[size_t(p)];
-    if (is_onnx(n, "MatMul")) return true;
-    auto step = scalar_step(g, n);
-    if (!step) return false;
-    v = step->x;
-    reader = p;
+
+// Whether the constant additive mask `m` ([..., S, S], leading dims of 1) is causal: 0 on and
+// below the diagonal, a masking fill above.
+bool is_causal_mask(const ir::Value& m) {
+  if (!m.constant || !m.shape || m.shape->size() < 2) return false;
+  const Dims& s = *m.shape;
+  const size_t r = s.size();
+  for (size_t i = 0; i + 2 < r; ++i) {
+    if (s[i] != Dim(1)) return false;
   }
+  if (!s[r - 1].is_const() || s[r - 2] != s[r - 1]) return false;
+  const int64_t n = s[r - 1].value();
+  if (n < 2 || m.constant->numel() != n * n) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = m.constant->float_at(i * n + j);
+      if (j <= i ? x != 0.0 : !masks(x)) return false;
+    }
+  }
+  return true;
 }
 
-StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
-  const ir::Node& softmax = g->nodes[size_t(sm)];
-  const Dims* score_shape = softmax.inputs.empty() ? nullptr : shape_of(*g, softmax.inputs[0]);
+// The additive mask of a boolean one: Where(cond, 0, fill) (or Where(cond, fill, 0) for a cond
+// that marks what is masked), as a constant when cond is one, else as a node the caller inserts.
+struct AdditiveMask {
+  int value = -1;
+  std::optional<ir::Node> node;
+};
+std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, bool fill_where_true, DType t,
+                                          const std::string& base) {
+  // Copies: adding values below moves the graph's values.
+  if (ctx.value(cond).dtype != DType::kBool || !ctx.value(cond).shape) return std::nullopt;
+  const Dims cond_shape = *ctx.value(cond).shape;
+  const std::optional<Tensor> cond_data = ctx.value(cond).constant;
+  const float f = std::isinf(fill) ? -std::numeric_limits<float>::infinity() : float(fill);
+  auto scalar_of = [&](float x) {
+    auto tensor = Tensor::zeros(t, {});
+    if (!tensor.ok()) return -1;
+    tensor->set_float_at(0, x);
+    return add_constant(ctx.graph, base + "_fill", std::move(*tensor));
+  };
+  if (cond_data) {
+    Shape shape;
+    for (const Dim& d : cond_shape) shape.push_back(d.value());
+    auto tensor = Tensor::zeros(t, shape);
+    if (!tensor.ok()) return std::nullopt;
+    for (int64_t i = 0; i < tensor->numel(); ++i) {
+      const bool on = cond_data->int_at(i) != 0;
+      tensor->set_float_at(i, on == fill_where_true ? f : 0.f);
+    }
+    return AdditiveMask{add_constant(ctx.graph, base, std::move(*tensor)), std::nullopt};
+  }
+  const int zero = scalar_of(0.f), fv = scalar_of(f);
+  if (zero < 0 || fv < 0) return std::nullopt;
+  const int out = ir::add_unique_value(ctx.graph, base, t, cond_shape);
+  ir::Node where = rw::make_node(*ctx.graph, "Where", base, {cond, fill_where_true ? fv : zero, fill_where_true ? zero : fv},
+                                 {out});
+  auto opset = ctx.graph->opsets.find("");
+  where.opset = opset == ctx.graph->opsets.end() ? 0 : opset->second;
+  return AdditiveMask{out, std::move(where)};
+}
+
+StatusOr<bool> fuse(Context& ctx, const Match& m) {
+  ir::Graph* g = ctx.graph;
+  const int qk = m.node("qk"), pv = m.node("pv"), kt_node = m.node("kt");
+  const int q = m.value("q"), k_top = m.value("k"), vv = m.value("v");
+  const int y = ctx.node(pv).outputs[0];
+  const int scores = ctx.node(qk).outputs[0];
+  const Dims* score_shape = ctx.shape(scores);
   if (!score_shape || (score_shape->size() != 3 && score_shape->size() != 4)) return false;
   const size_t rank = score_shape->size();
-  if (!softmax_over_last_axis(softmax, rank)) return false;
-  std::vector<int> matched = {sm};
-  // Up from the softmax: the mask, then scalars, to the first MatMul.
-  double scale = 1.0;
-  int mask = -1, v = softmax.inputs[0], at = sm, qk = -1;
-  for (;;) {
-    const int p = producer_for(*g, v, at);
-    if (p < 0) return false;
-    const ir::Node& n = g->nodes[size_t(p)];
-    if (is_onnx(n, "MatMul") && n.inputs.size() == 2) {
-      qk = p;
-      break;
-    }
-    if (mask < 0 && is_onnx(n, "Add") && n.inputs.size() == 2 && scale == 1.0) {
-      // The mask is the operand that does not come from the product.
-      const int a = n.inputs[0], b = n.inputs[1];
-      const int s = leads_to_matmul(*g, a, p) ? a : leads_to_matmul(*g, b, p) ? b : -1;
-      if (s < 0 || !shape_of(*g, s) || *shape_of(*g, s) != *score_shape) return false;
-      mask = s == a ? b : a;
-      matched.push_back(p);
-      v = s;
-      at = p;
-      continue;
-    }
-    auto step = scalar_step(*g, n);
-    if (!step) return false;
-    scale *= step->f;
-    matched.push_back(p);
-    v = step->x;
-    at = p;
+  const DType t = ctx.value(q).dtype;
+  if (!is_float(t)) return false;
+  // The mask: additive, or boolean with a fill.
+  int mask = m.value("mask");
+  std::optional<ir::Node> mask_node;
+  if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
+    const double fill = *ctx.scalar(m.value("fill"));
+    if (!masks(fill)) return false;
+    auto am = additive_mask(ctx, m.value("cond"), fill, m.node("where_inv") >= 0, t,
+                            ctx.node(m.node(m.node("where") >= 0 ? "where" : "where_inv")).name + "_mask");
+    if (!am) return false;
+    mask = am->value;
+    mask_node = std::move(am->node);
   }
-  // Down from the softmax: the optional NaN guard, then the MatMul with V.
-  int probs = softmax.outputs[0];
-  if (is_graph_output(*g, probs)) return false;
-  std::vector<int> readers = readers_of(*g, probs);
-  if (readers.size() == 2) {
-    int isnan = -1, where = -1;
-    for (int r : readers) {
-      const ir::Node& n = g->nodes[size_t(r)];
-      if (is_onnx(n, "IsNaN")) isnan = r;
-      if (is_onnx(n, "Where")) where = r;
-    }
-    if (isnan < 0 || where < 0) return false;
-    const ir::Node &in = g->nodes[size_t(isnan)], &wn = g->nodes[size_t(where)];
-    auto zero = scalar_constant(*g, wn, 1);
-    if (wn.inputs.size() != 3 || wn.inputs[0] != in.outputs[0] || wn.inputs[2] != probs || !zero ||
-        *zero != 0.f || sole_reader(*g, in.outputs[0]) != where) {
-      return false;
-    }
-    matched.push_back(isnan);
-    matched.push_back(where);
-    probs = wn.outputs[0];
-    readers = {sole_reader(*g, probs)};
-  }
-  if (readers.size() != 1 || readers[0] < 0) return false;
-  const int pv = readers[0];
-  const ir::Node& pv_node = g->nodes[size_t(pv)];
-  if (!is_onnx(pv_node, "MatMul") || pv_node.inputs.size() != 2 || pv_node.inputs[0] != probs)
-    return false;
-  matched.push_back(qk);
-  matched.push_back(pv);
-  // Q and K above the first MatMul.
-  int k_transpose = -1, no_transpose = -1;
-  const int q = walk_up(*g, qk, 0, false, &matched, &scale, &no_transpose);
-  const int k_top = walk_up(*g, qk, 1, true, &matched, &scale, &k_transpose);
-  const int vv = pv_node.inputs[1], y = pv_node.outputs[0];
-  if (k_transpose < 0) return false;
-  const ir::Node& kt = g->nodes[size_t(k_transpose)];
-  const Dims *qs = shape_of(*g, q), *kts = shape_of(*g, g->nodes[size_t(qk)].inputs[1]),
-             *vs = shape_of(*g, vv), *ys = shape_of(*g, y), *ms = shape_of(*g, mask);
-  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank ||
-      vs->size() != rank || ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
+  const Dims *qs = ctx.shape(q), *kts = ctx.shape(ctx.node(qk).inputs[1]), *vs = ctx.shape(vv),
+             *ys = ctx.shape(y), *ms = ctx.shape(mask);
+  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank || vs->size() != rank ||
+      ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
     return false;
   }
+  // K' is the Transpose's output scaled: the same shape.
+  if (ctx.shape(ctx.node(kt_node).outputs[0]) == nullptr || *ctx.shape(ctx.node(kt_node).outputs[0]) != *kts) return false;
   // Batch dims equal (no broadcasting between Q, K and V), K' = [.., D, L], V = [.., L, Dv].
   for (size_t i = 0; i + 2 < rank; ++i) {
     if ((*kts)[i] != (*qs)[i] || (*vs)[i] != (*qs)[i] || (*ys)[i] != (*qs)[i]) return false;
@@ -252,50 +210,78 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   if ((*kts)[rank - 2] != (*qs)[rank - 1] || (*vs)[rank - 2] != (*kts)[rank - 1]) return false;
   // A rank-3 mask over rank-3 scores would meet Attention's [B, heads, S, L] as [1, B, S, L].
   if (rank == 3 && mask >= 0 && ms->size() == 3 && (*ms)[0] != Dim(1)) return false;
-  const DType t = g->values[size_t(q)].dtype;
-  for (int x : {k_top, vv, y, mask}) {
-    if (x >= 0 && g->values[size_t(x)].dtype != t) return false;
+  for (int x : {k_top, vv, y}) {
+    if (ctx.value(x).dtype != t) return false;
   }
-  if (!is_float(t)) return false;
+  if (mask >= 0 && ctx.value(mask).dtype != t) return false;
   // Attention's K: K' without the Transpose's last two axes exchanged.
-  std::vector<int64_t> perm = perm_of(*g, kt).value_or(std::vector<int64_t>{});
+  std::vector<int64_t> perm = perm_of(*g, ctx.node(kt_node)).value_or(std::vector<int64_t>{});
   if (perm.size() != rank) return false;
   std::swap(perm[rank - 2], perm[rank - 1]);
 
   ir::Node fused;
-  fused.name = g->nodes[size_t(qk)].name;
+  fused.name = ctx.node(qk).name;
   fused.op_type = "Attention";
   fused.opset = 23;
-  set_float(&fused, "scale", float(scale));
-  // The 3-D form where every operand is split into heads and the output merged back.
-  std::optional<Heads> hq, hk, hv;
-  int merge_t = -1, merge_r = -1;
-  if (rank == 4) {
-    hq = split_heads(*g, q, {0, 1, 2, 3});
-    hk = split_heads(*g, k_top, perm);
-    hv = split_heads(*g, vv, {0, 1, 2, 3});
-    merge_t = sole_reader(*g, y);
-    if (merge_t >= 0 && is_onnx(g->nodes[size_t(merge_t)], "Transpose") &&
-        perm_of(*g, g->nodes[size_t(merge_t)]) == std::vector<int64_t>{0, 2, 1, 3}) {
-      merge_r = sole_reader(*g, g->nodes[size_t(merge_t)].outputs[0]);
+  set_float(&fused, "scale", float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
+                                   m.factor("s_scale")));
+  if (mask >= 0 && !mask_node && rank == 4 && is_causal_mask(ctx.value(mask)) && (*qs)[2] == (*kts)[3]) {
+    set_int(&fused, "is_causal", 1);
+    mask = -1;
+  }
+  std::vector<int> matched = m.matched;
+  // A mask node made here goes in first; taken out again when the fusion does not happen.
+  auto finish = [&](ir::Node node) -> StatusOr<bool> {
+    if (mask >= 0) node.inputs.push_back(mask);
+    if (mask_node) {
+      if (!node_supported(*g, *mask_node, *ctx.supports)) return false;
+      const size_t at = size_t(*std::min_element(matched.begin(), matched.end()));
+      g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), *mask_node);
+      g->values[size_t(mask_node->outputs[0])].producer = int(at);
+      for (int& n : matched) n += n >= int(at) ? 1 : 0;
+      for (size_t n = at + 1; n < g->nodes.size(); ++n) {
+        for (int o : g->nodes[n].outputs) {
+          if (o >= 0) g->values[size_t(o)].producer = int(n);
+        }
+      }
     }
-    if (merge_r >= 0 && !is_onnx(g->nodes[size_t(merge_r)], "Reshape")) merge_r = -1;
-    const Dims* rs = merge_r >= 0 ? shape_of(*g, g->nodes[size_t(merge_r)].outputs[0]) : nullptr;
-    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] ||
-        (*rs)[2] != (*ys)[1] * (*ys)[3]) {
+    if (replace_if_supported(g, matched, std::move(node), *ctx.supports)) return true;
+    if (mask_node) {
+      const int at = g->values[size_t(mask_node->outputs[0])].producer;
+      g->nodes.erase(g->nodes.begin() + at);
+      g->values[size_t(mask_node->outputs[0])].producer = -1;
+      for (size_t n = size_t(at); n < g->nodes.size(); ++n) {
+        for (int o : g->nodes[n].outputs) {
+          if (o >= 0) g->values[size_t(o)].producer = int(n);
+        }
+      }
+    }
+    return false;
+  };
+  // The 3-D form where every operand is split into heads and the output merged back.
+  if (rank == 4) {
+    std::optional<Heads> hq = split_heads(*g, q, {0, 1, 2, 3});
+    std::optional<Heads> hk = split_heads(*g, k_top, perm);
+    std::optional<Heads> hv = split_heads(*g, vv, {0, 1, 2, 3});
+    int merge_t = ctx.uses->sole_reader(y), merge_r = -1;
+    if (merge_t >= 0 && is_onnx(ctx.node(merge_t), "Transpose") &&
+        perm_of(*g, ctx.node(merge_t)) == std::vector<int64_t>{0, 2, 1, 3}) {
+      merge_r = ctx.uses->sole_reader(ctx.node(merge_t).outputs[0]);
+    }
+    if (merge_r >= 0 && !is_onnx(ctx.node(merge_r), "Reshape")) merge_r = -1;
+    const Dims* rs = merge_r >= 0 ? ctx.shape(ctx.node(merge_r).outputs[0]) : nullptr;
+    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] || (*rs)[2] != (*ys)[1] * (*ys)[3]) {
       merge_r = -1;
     }
-  }
-  if (hq && hk && hv && merge_r >= 0) {
-    fused.inputs = {hq->x, hk->x, hv->x};
-    set_int(&fused, "q_num_heads", hq->heads);
-    set_int(&fused, "kv_num_heads", hk->heads);
-    if (mask >= 0) fused.inputs.push_back(mask);
-    fused.outputs = {g->nodes[size_t(merge_r)].outputs[0]};
-    matched.push_back(k_transpose);
-    matched.push_back(merge_t);
-    matched.push_back(merge_r);
-    return replace_if_supported(g, matched, std::move(fused), supports);
+    if (hq && hk && hv && merge_r >= 0) {
+      fused.inputs = {hq->x, hk->x, hv->x};
+      set_int(&fused, "q_num_heads", hq->heads);
+      set_int(&fused, "kv_num_heads", hk->heads);
+      fused.outputs = {ctx.node(merge_r).outputs[0]};
+      matched.push_back(merge_t);
+      matched.push_back(merge_r);
+      return finish(std::move(fused));
+    }
   }
   fused.outputs = {y};
   if (rank == 3) {  // [N, S, D] is Attention's 3-D form with one head
@@ -304,13 +290,11 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   }
   if (is_identity(perm)) {
     fused.inputs = {q, k_top, vv};
-    if (mask >= 0) fused.inputs.push_back(mask);
-    matched.push_back(k_transpose);
-    return replace_if_supported(g, matched, std::move(fused), supports);
+    return finish(std::move(fused));
   }
   // The matched Transpose becomes K's: it reads the top of K's path with the permutation above.
-  // Undone when the backend says no.
-  ir::Node& tn = g->nodes[size_t(k_transpose)];
+  // Undone when the fusion does not happen.
+  ir::Node& tn = g->nodes[size_t(kt_node)];
   const ir::Node saved = tn;
   const int k = tn.outputs[0];
   const Dims saved_shape = *g->values[size_t(k)].shape;
@@ -319,31 +303,38 @@ StatusOr<bool> fuse_at(ir::Graph* g, int sm, const SupportsFn& supports) {
   tn.inputs[0] = k_top;
   set_ints(&tn, "perm", perm);
   g->values[size_t(k)].shape = k_shape;
+  matched.erase(std::find(matched.begin(), matched.end(), kt_node));
   fused.inputs = {q, k, vv};
-  if (mask >= 0) fused.inputs.push_back(mask);
-  const int k_node = k_transpose;
-  if (replace_if_supported(g, matched, std::move(fused), supports)) return true;
-  g->nodes[size_t(k_node)] = saved;
+  // Node indices shift where finish inserts a mask node; the Transpose is found by its output.
+  KILN_ASSIGN_OR_RETURN(bool done, finish(std::move(fused)));
+  if (done) return true;
+  const int at = g->values[size_t(k)].producer;
+  g->nodes[size_t(at)] = saved;
   g->values[size_t(k)].shape = saved_shape;
   return false;
+}
+
+std::vector<rw::Rule> make_rules() {
+  const Pat qk = op("MatMul", {scaled(any("q"), "q_scale"),
+                               scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
+                     .as("qk");
+  const Pat s = scaled(qk, "s_scale");
+  const Pat masked = either({op("Add", {s, any("mask")}).commutative().as("add"),
+                             op("Where", {any("cond"), s, scalar("fill")}).as("where"),
+                             op("Where", {any("cond"), scalar("fill"), s}).as("where_inv"), s});
+  const Pat softmax = op("Softmax", {masked}).as("softmax").out("p").when(softmax_over_last_axis);
+  const Pat probs = either({op("Where", {op("IsNaN", {softmax}), scalar_eq(0), any("p")}), softmax});
+  return {{"attention", op("MatMul", {probs, any("v")}).as("pv"), fuse}};
 }
 
 }  // namespace
 
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports) {
-  bool any = false;
-  for (size_t n = 0; n < g->nodes.size();) {
-    KILN_ASSIGN_OR_RETURN(bool fused, fuse_at(g, int(n), supports));
-    any = any || fused;
-    if (!fused) ++n;
-  }
-  // The head splits and merges the 3-D form no longer reads.
-  if (any) ir::remove_dead_nodes(g);
-  return ok_status();
+  static const std::vector<rw::Rule> rules = make_rules();
+  return rw::apply(g, rules, supports).status();
 }
 
 Status fuse_attention(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   if (s.config.precision().reduced_float() == DType::kFloat32) return ok_status();
   return fuse_attention(&s.graph, backend_supports(s));
 }

@@ -136,7 +136,6 @@ Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status fuse_elementwise(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return fuse_elementwise(&s.graph, backend_supports(s));
 }
 

@@ -170,9 +170,8 @@ Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports) {
   return ok_status();
 }
 
-// CUDA only, as fuse_elementwise: the CPU runs the same reference kernels either way.
+// CUDA only (pipeline.cc): the CPU runs the same reference kernels either way.
 Status fuse_matmul_bias(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return fuse_matmul_bias(&s.graph, backend_supports(s));
 }
 

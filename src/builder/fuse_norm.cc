@@ -175,7 +175,6 @@ Status fuse_norm(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status fuse_norm(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return fuse_norm(&s.graph, backend_supports(s));
 }
 

@@ -147,7 +147,6 @@ Status fuse_squeeze_excite(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status fuse_squeeze_excite(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return fuse_squeeze_excite(&s.graph, backend_supports(s));
 }
 

@@ -711,7 +711,6 @@ Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status pack_attention(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   if (s.config.precision().reduced_float() == DType::kFloat32) return ok_status();
   return pack_attention(&s.graph, backend_supports(s));
 }

@@ -146,7 +146,6 @@ Status patchify_conv(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status patchify_conv(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return patchify_conv(&s.graph, backend_supports(s));
 }
 

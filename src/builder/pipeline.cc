@@ -2,6 +2,7 @@
 #include "builder/build_state.h"
 #include "builder/builder.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -10,40 +11,74 @@ namespace kiln::builder {
 StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, const BuilderConfig& config,
                                 const backends::Backend& backend) {
   BuildState s{graph, config, backend};
+  // The devices a pass serves: the CPU runs the model's own ops on its reference kernels, so the
+  // fusions whose point is fewer and faster kernels serve CUDA alone (ORT registers each
+  // transformer with the execution providers it serves in the same way).
+  enum Serves : unsigned { kCpu = 1, kCuda = 2, kAll = 3 };
   struct Pass {
     const char* name;
     Status (*run)(BuildState&);
+    unsigned serves;
   };
   static constexpr Pass kPasses[] = {
-      {"check_supported", check_supported},            // every unsupported node, listed at once
-      {"expand_sequence_inputs", expand_sequence_inputs},  // sequence inputs -> their elements
-      {"bind_profiles", bind_profiles},                // input dims -> symbols with ranges
-      {"infer_shapes", infer_shapes},                  // types, symbolic shapes, folding
-      {"merge_duplicates", merge_duplicates},          // the same computation runs once
-      {"fold_batch_norm", fold_batch_norm},            // Conv + BatchNormalization -> Conv
-      {"patchify_conv", patchify_conv},                // CUDA: patch-embedding Conv -> GEMM
-      {"fuse_conv_activation", fuse_conv_activation},  // Conv [+ residual] [+ activation]
-      {"fuse_gelu", fuse_gelu},                        // CUDA: tanh GELU written out -> Gelu
-      {"fuse_norm", fuse_norm},                        // CUDA: LayerNorm/RMSNorm written out -> op
-      {"unflatten_gemm", unflatten_gemm},              // CUDA: Gemm on x.view(-1, K) -> MatMul
-      {"fuse_matmul_bias", fuse_matmul_bias},          // CUDA: MatMul [+ bias] + activation
-      {"fuse_attention", fuse_attention},              // CUDA, FP16/BF16: attention -> Attention
-      {"pack_attention", pack_attention},              // CUDA, FP16/BF16: its views read in place
-      {"assign_precision", assign_precision},          // --fp16/--bf16: reduced activations
-      {"assign_layout", assign_layout},                // CUDA: FP16/BF16 conv stacks in NHWC
+      {"check_supported", check_supported, kAll},                // every unsupported node, listed at once
+      {"expand_sequence_inputs", expand_sequence_inputs, kAll},  // sequence inputs -> their elements
+      {"bind_profiles", bind_profiles, kAll},                    // input dims -> symbols with ranges
+      {"infer_shapes", infer_shapes, kAll},                      // types, symbolic shapes, folding
+      {"merge_duplicates", merge_duplicates, kAll},              // the same computation runs once
+      {"canonicalize", canonicalize, kAll},                      // one form for what exporters spell apart
+      {"fold_batch_norm", fold_batch_norm, kAll},                // Conv + BatchNormalization -> Conv
+      {"patchify_conv", patchify_conv, kCuda},                   // patch-embedding Conv -> GEMM
+      {"fuse_conv_activation", fuse_conv_activation, kAll},      // Conv [+ residual] [+ activation]
+      {"fuse_norm", fuse_norm, kCuda},                           // LayerNorm/RMSNorm written out -> op
+      {"unflatten_gemm", unflatten_gemm, kCuda},                 // Gemm on x.view(-1, K) -> MatMul
+      {"fuse_matmul_bias", fuse_matmul_bias, kCuda},             // MatMul [+ bias] + activation
+      {"fuse_attention", fuse_attention, kCuda},                 // FP16/BF16: attention -> Attention
+      {"pack_attention", pack_attention, kCuda},                 // FP16/BF16: its views read in place
+      {"assign_precision", assign_precision, kCuda},             // --fp16/--bf16: reduced activations
+      {"assign_layout", assign_layout, kCuda},                   // FP16/BF16 conv stacks in NHWC
       // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
       // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
-      {"fuse_elementwise", fuse_elementwise},          // CUDA: elementwise chains -> one kernel
-      {"settle_guards", settle_guards},                // nodes on edges out of an If's branch run in it
-      {"check_loops", check_loops},                    // run-time loops intact, sized by shapes
-      {"eliminate_dead_nodes", eliminate_dead_nodes},  // keep only what must run
-      {"check_profiles", check_profiles},              // prove every constraint on every profile
-      {"select_kernels", select_kernels},              // a kernel (tactic) per node
-      {"plan_memory", plan_memory},                    // arena slots as formulas
+      {"fuse_elementwise", fuse_elementwise, kCuda},             // elementwise chains -> one kernel
+      {"settle_guards", settle_guards, kAll},                    // nodes on edges out of an If's branch run in it
+      {"check_loops", check_loops, kAll},                        // run-time loops intact, sized by shapes
+      {"eliminate_dead_nodes", eliminate_dead_nodes, kAll},      // keep only what must run
+      {"check_profiles", check_profiles, kAll},                  // prove every constraint on every profile
+      {"select_kernels", select_kernels, kAll},                  // a kernel (tactic) per node
+      {"plan_memory", plan_memory, kAll},                        // arena slots as formulas
   };
+  const std::vector<std::string>& dump = config.ir_dump_passes();
+  for (const std::string& name : dump) {
+    bool known = false;
+    for (const Pass& pass : kPasses) known = known || name == pass.name;
+    if (!known) {
+      std::string names;
+      for (const Pass& pass : kPasses) names += std::string(names.empty() ? "" : ", ") + pass.name;
+      return invalid_argument("no build pass is named '" + name + "' (the passes, in order: " + names + ")");
+    }
+  }
+  // A graph made through the API may leave producers unset; the passes read them.
+  for (ir::Value& v : s.graph.values) v.producer = -1;
+  for (size_t n = 0; n < s.graph.nodes.size(); ++n) {
+    for (int v : s.graph.nodes[n].outputs) {
+      if (v >= 0 && size_t(v) < s.graph.values.size()) s.graph.values[size_t(v)].producer = int(n);
+    }
+  }
+  const unsigned device = backend.device() == Device::kCUDA ? kCuda : kCpu;
+  bool laid_out = false;  // from infer_shapes on, the graph is tensors in topological order
   for (const Pass& pass : kPasses) {
+    if (!(pass.serves & device)) continue;
     Status st = pass.run(s);
     if (!st.ok()) return st;
+    laid_out = laid_out || pass.run == infer_shapes;
+    // From there every pass leaves a graph that verifies: the next one (and the plan) rely on it.
+    // The check is linear in the graph, far below what any pass costs.
+    if (Status v = laid_out ? ir::verify(s.graph) : ok_status(); !v.ok()) {
+      return internal_error(std::string("the graph after pass ") + pass.name + " is invalid: " + v.message());
+    }
+    if (config.ir_dump() && (dump.empty() || std::find(dump.begin(), dump.end(), pass.name) != dump.end())) {
+      config.ir_dump()(pass.name, ir::to_text(s.graph));
+    }
   }
   s.plan.device = backend.device();
   s.plan.builder_flags = config.flags();

@@ -107,7 +107,6 @@ Status unflatten_gemm(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status unflatten_gemm(BuildState& s) {
-  if (s.backend.device() != Device::kCUDA) return ok_status();
   return unflatten_gemm(&s.graph, backend_supports(s));
 }
 

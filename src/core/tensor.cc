@@ -92,6 +92,16 @@ bool Tensor::set_int_at(int64_t i, int64_t x) const {
   }
 }
 
+bool Tensor::set_float_at(int64_t i, double x) const {
+  switch (dtype_) {
+    case DType::kFloat32: data_as<float>()[i] = float(x); return true;
+    case DType::kFloat64: data_as<double>()[i] = x; return true;
+    case DType::kFloat16: data_as<uint16_t>()[i] = float_to_half(float(x)); return true;
+    case DType::kBFloat16: data_as<uint16_t>()[i] = float_to_bf16(float(x)); return true;
+    default: return false;
+  }
+}
+
 double Tensor::float_at(int64_t i) const {
   switch (dtype_) {
     case DType::kFloat32: return data_as<float>()[i];

@@ -61,6 +61,9 @@ class Tensor {
   // Writes element i of an integer or bool tensor from int64 (wrapping to the dtype's width, a
   // bool as x != 0); false, writing nothing, for other dtypes.
   bool set_int_at(int64_t i, int64_t x) const;
+  // Writes element i of a float tensor (rounded to nearest even for float16 and bfloat16); false,
+  // writing nothing, for other dtypes.
+  bool set_float_at(int64_t i, double x) const;
 
  private:
   DType dtype_ = DType::kUndefined;

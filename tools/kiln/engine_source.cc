@@ -157,6 +157,18 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     KILN_CHECK(o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
   }
   o.timing_cache_file = args.get("timingCacheFile").value_or("");
+  if (auto when = args.get("dumpIR")) {
+    o.dump_ir = true;
+    if (*when != "all") {
+      if (when->rfind("after:", 0) != 0 || when->size() == 6) {
+        return usage_error("--dumpIR=" + *when + ": expected all or after:PASS[,PASS...]");
+      }
+      for (const std::string& name : split_entries(when->substr(6))) {
+        if (name.empty()) return usage_error("--dumpIR=" + *when + ": empty pass name");
+        o.dump_ir_passes.push_back(name);
+      }
+    }
+  }
   if (auto lengths = args.get("sequenceLengths")) {
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs("sequenceLengths", *lengths));
     for (const ShapeSpec& s : specs) {
@@ -354,6 +366,11 @@ Result<Engine> build_engine(const Network& network, const BuildOptions& options,
   if (options.verbose) {
     // --verbose: the builder's shape log (symbol ranges, every node's shapes, the proof's steps).
     config.set_shape_log([](const std::string& line) { std::printf("shape log: %s\n", line.c_str()); });
+  }
+  if (options.dump_ir) {
+    config.set_ir_dump(options.dump_ir_passes, [](const std::string& pass, const std::string& text) {
+      std::printf("// IR after %s\n%s", pass.c_str(), text.c_str());
+    });
   }
   auto engine = Builder(options.device).build(network, config);
   if (!engine.ok()) {

@@ -25,6 +25,9 @@ struct BuildOptions {
   std::vector<ProfileShapes> profiles;  // as given, in --profile order
   std::vector<std::string> requested;   // precision flags the user asked for: "fp16", "noTF32", ...
   bool verbose = false;
+  // --dumpIR: print the IR after these passes (every pass when empty and dump_ir is set).
+  bool dump_ir = false;
+  std::vector<std::string> dump_ir_passes;
   // --memPoolSize=workspace:SIZE or --workspace=N, in bytes, and the flag that gave it. Kept here
   // because BuilderConfig has no memory pool limit yet: the build summary says so.
   std::optional<int64_t> workspace_bytes;

@@ -73,6 +73,10 @@ constexpr FlagDef kFlags[] = {
      "lengths of sequence inputs: xs:3 makes the engine take xs[0], xs[1] and xs[2], each a tensor "
      "input whose shapes the shape flags give (ONNX sequence(tensor) inputs are laid out at build "
      "time)"},
+    {"dumpIR", "WHEN", kBuilds, kAcc, kBuildFlag,
+     "print the IR text after build passes: all (every pass), or after:PASS[,PASS...] (a pass "
+     "of the pipeline, such as canonicalize or fuse_attention; an unknown name lists them); each "
+     "dump opens with a line '// IR after PASS'"},
     {"optionalAbsent", "NAMES", kBuilds, kAcc, kBuildFlag,
      "optional inputs to build without a value (opt,mask): the engine has no tensor for them; "
      "others are built present"},
