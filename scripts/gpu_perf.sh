@@ -132,9 +132,17 @@ for m in $MODELS_KILN; do
     cmp -s "$engine" "$engine.cached" && identical=true
     "$KILN" inspect "$engine" >"$LOG/inspect.$m.$prec.txt" 2>&1
     act=$(grep -m1 -i "activation memory" "$LOG/inspect.$m.$prec.txt" | sed 's/^ *//')
-    # Layers, and those that are an attention (ONNX Attention or kiln::PackedAttention).
-    layers=$(grep -m1 -oE '[0-9]+ layers' "$LOG/inspect.$m.$prec.txt" | grep -oE '[0-9]+' || echo null)
-    attn=$(grep -cE '\b(Attention|PackedAttention)\b' "$LOG/inspect.$m.$prec.txt")
+    # Layers, and those that are an attention (ONNX Attention or kiln::PackedAttention), from
+    # inspect's "layers: N" and "by op: OP N ..." lines.
+    read -r layers attn < <(python3 - "$LOG/inspect.$m.$prec.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+n = re.search(r"^layers: (\d+)", t, re.M)
+ops = re.search(r"^\s*by op: (.*)$", t, re.M)
+d = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", ops.group(1))} if ops else {}
+print(n.group(1) if n else "null", d.get("Attention", 0) + d.get("PackedAttention", 0))
+PY
+)
     echo "{\"model\": \"$m\", \"prec\": \"$prec\", \"max_batch\": $maxb, \"shape\": \"$shape\", \"build_s\": $secs, \"cached_build_s\": $cached_secs, \"identical\": $identical, \"layers\": ${layers:-null}, \"attention_layers\": $attn, \"activation\": \"$act\"}" >>"$LOG/kiln_builds.jsonl"
     echo "kiln $m $prec: $layers layers, $attn attention layers" | tee -a "$LOG/perf.log"
     echo "kiln $m $prec: built in $secs s, again with the timing cache in $cached_secs s, engines identical: $identical" | tee -a "$LOG/perf.log"

@@ -38,7 +38,7 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   }
   builder::SupportsFn yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
                                const std::vector<const ir::Value*>&) { return true; };
-  for (GraphPass pass : std::initializer_list<GraphPass>{builder::fuse_norm, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::fuse_attention,
+  for (GraphPass pass : std::initializer_list<GraphPass>{builder::fuse_norm, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias,
                     builder::pack_attention}) {
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
   }

@@ -32,7 +32,9 @@
 // CUDA only, and only where the build may run it in float16 or bfloat16 (--fp16, --bf16): there
 // it has a fused kernel; in float32 the batched GEMMs on tensor cores are faster than the
 // reference Attention kernel, so a strict or TF32 build keeps the graph as it is. Runs before
-// assign_precision, which then gives the whole node the reduced type (it accumulates in float).
+// fuse_matmul_bias (which would take the score product and a constant mask, Swin's relative
+// position bias, as a GEMM with a bias) and before assign_precision, which then gives the whole
+// node the reduced type (it accumulates in float).
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -172,6 +174,76 @@ std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, b
   return AdditiveMask{out, std::move(where)};
 }
 
+// Swin's shifted windows: the scores [B*W, H, N, N] viewed as [B, W, H, N, N] (by the model's
+// shape value s5), a constant mask [1, W, 1|H, N, N] added, and viewed back (by s4), after the
+// relative position bias (a constant `bias` broadcasting to [1, H, N, N], or none). A mask of the
+// scores' own shape says the same: the two constants summed at build time, [1, W, H, N, N],
+// expanded to [B, W, H, N, N] by s5 and viewed as [B*W, H, N, N] by s4 at run time (W differs
+// per batch row, so no broadcast of a smaller mask can stand for it).
+struct WindowMask {
+  int value = -1;
+  std::vector<ir::Node> nodes;
+};
+std::optional<WindowMask> window_mask(Context& ctx, const Match& m, int scores, int bias, DType t) {
+  const int split = m.node("window_split"), merge = m.node("window_merge");
+  const int s5 = ctx.node(split).inputs[1], s4 = ctx.node(merge).inputs[1];
+  const int m5 = m.value("window_mask");
+  const Dims* ss = ctx.shape(scores);
+  const Dims* vs = ctx.shape(ctx.node(split).outputs[0]);
+  const Dims* ms = ctx.shape(m5);
+  const Dims* os = ctx.shape(ctx.node(merge).outputs[0]);
+  if (!ss || !vs || !ms || !os || ss->size() != 4 || vs->size() != 5 || ms->size() != 5 || *os != *ss) return std::nullopt;
+  if ((*vs)[0] * (*vs)[1] != (*ss)[0] || (*vs)[2] != (*ss)[1] || (*vs)[3] != (*ss)[2] || (*vs)[4] != (*ss)[3]) {
+    return std::nullopt;
+  }
+  for (size_t i = 1; i < 5; ++i) {
+    if (!(*vs)[i].is_const()) return std::nullopt;
+  }
+  const int64_t w = (*vs)[1].value(), h = (*vs)[2].value(), n = (*vs)[3].value(), l = (*vs)[4].value();
+  const Dims want5 = {Dim(1), Dim(w), Dim(h), Dim(n), Dim(l)};
+  if ((*ms)[0] != Dim(1) || (*ms)[1] != Dim(w) || ((*ms)[2] != Dim(1) && (*ms)[2] != Dim(h)) || (*ms)[3] != Dim(n) ||
+      (*ms)[4] != Dim(l)) {
+    return std::nullopt;
+  }
+  const ir::Value& mv = ctx.value(m5);
+  if (!mv.constant || !is_float(mv.dtype)) return std::nullopt;
+  std::optional<Tensor> bias_data;
+  if (bias >= 0) {
+    const ir::Value& bv = ctx.value(bias);
+    if (!bv.constant || !bv.shape || bv.constant->numel() != h * n * l) return std::nullopt;
+    for (size_t i = 0; i + 3 < bv.shape->size(); ++i) {
+      if ((*bv.shape)[i] != Dim(1)) return std::nullopt;
+    }
+    bias_data = *bv.constant;
+  }
+  auto sum = Tensor::zeros(t, {1, w, h, n, l});
+  if (!sum.ok()) return std::nullopt;
+  const int64_t mh = (*ms)[2].value();
+  for (int64_t wi = 0; wi < w; ++wi) {
+    for (int64_t hi = 0; hi < h; ++hi) {
+      for (int64_t k = 0; k < n * l; ++k) {
+        double x = mv.constant->float_at((wi * mh + (mh == 1 ? 0 : hi)) * n * l + k);
+        if (bias_data) x += bias_data->float_at(hi * n * l + k);
+        sum->set_float_at((wi * h + hi) * n * l + k, x);
+      }
+    }
+  }
+  // Copies: adding values below moves the graph's values.
+  const Dims split_shape = *vs, score_shape = *ss;
+  const std::string base = ctx.node(merge).name + "_window_mask";
+  const int c = add_constant(ctx.graph, base + "_1xW", std::move(*sum));
+  const int e = ir::add_unique_value(ctx.graph, base + "_BxW", t, split_shape);
+  const int r = ir::add_unique_value(ctx.graph, base, t, score_shape);
+  auto opset = ctx.graph->opsets.find("");
+  const int version = opset == ctx.graph->opsets.end() ? 0 : opset->second;
+  WindowMask out{r, {}};
+  out.nodes.push_back(rw::make_node(*ctx.graph, "Expand", base + "_expand", {c, s5}, {e}));
+  out.nodes.push_back(rw::make_node(*ctx.graph, "Reshape", base + "_view", {e, s4}, {r}));
+  out.nodes[1].name = ir::unique_node_name(*ctx.graph, base + "_view_");
+  for (ir::Node& node : out.nodes) node.opset = version;
+  return out;
+}
+
 StatusOr<bool> fuse(Context& ctx, const Match& m) {
   ir::Graph* g = ctx.graph;
   const int qk = m.node("qk"), pv = m.node("pv"), kt_node = m.node("kt");
@@ -183,9 +255,10 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   const size_t rank = score_shape->size();
   const DType t = ctx.value(q).dtype;
   if (!is_float(t)) return false;
-  // The mask: additive, or boolean with a fill.
+  // The mask: additive, or boolean with a fill, or Swin's windowed one; the nodes that make it
+  // from the model's values go in before the Attention.
   int mask = m.value("mask");
-  std::optional<ir::Node> mask_node;
+  std::vector<ir::Node> pre_nodes;
   if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
     const double fill = *ctx.scalar(m.value("fill"));
     if (!masks(fill)) return false;
@@ -193,7 +266,13 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
                             ctx.node(m.node(m.node("where") >= 0 ? "where" : "where_inv")).name + "_mask");
     if (!am) return false;
     mask = am->value;
-    mask_node = std::move(am->node);
+    if (am->node) pre_nodes.push_back(std::move(*am->node));
+  }
+  if (m.node("window_add") >= 0) {
+    auto wm = window_mask(ctx, m, scores, mask, t);
+    if (!wm) return false;
+    mask = wm->value;
+    pre_nodes = std::move(wm->nodes);
   }
   const Dims *qs = ctx.shape(q), *kts = ctx.shape(ctx.node(qk).inputs[1]), *vs = ctx.shape(vv),
              *ys = ctx.shape(y), *ms = ctx.shape(mask);
@@ -225,37 +304,32 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   fused.opset = 23;
   set_float(&fused, "scale", float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
                                    m.factor("s_scale")));
-  if (mask >= 0 && !mask_node && rank == 4 && is_causal_mask(ctx.value(mask)) && (*qs)[2] == (*kts)[3]) {
+  if (mask >= 0 && pre_nodes.empty() && rank == 4 && is_causal_mask(ctx.value(mask)) && (*qs)[2] == (*kts)[3]) {
     set_int(&fused, "is_causal", 1);
     mask = -1;
   }
   std::vector<int> matched = m.matched;
-  // A mask node made here goes in first; taken out again when the fusion does not happen.
+  // Mask nodes made here go in first; taken out again when the fusion does not happen.
   auto finish = [&](ir::Node node) -> StatusOr<bool> {
     if (mask >= 0) node.inputs.push_back(mask);
-    if (mask_node) {
-      if (!node_supported(*g, *mask_node, *ctx.supports)) return false;
-      const size_t at = size_t(*std::min_element(matched.begin(), matched.end()));
-      g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), *mask_node);
-      g->values[size_t(mask_node->outputs[0])].producer = int(at);
-      for (int& n : matched) n += n >= int(at) ? 1 : 0;
-      for (size_t n = at + 1; n < g->nodes.size(); ++n) {
+    for (const ir::Node& n : pre_nodes) {
+      if (!node_supported(*g, n, *ctx.supports)) return false;
+    }
+    const size_t at = size_t(*std::min_element(matched.begin(), matched.end()));
+    auto renumber = [&] {
+      for (size_t n = at; n < g->nodes.size(); ++n) {
         for (int o : g->nodes[n].outputs) {
           if (o >= 0) g->values[size_t(o)].producer = int(n);
         }
       }
-    }
+    };
+    g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), pre_nodes.begin(), pre_nodes.end());
+    for (int& n : matched) n += n >= int(at) ? int(pre_nodes.size()) : 0;
+    renumber();
     if (replace_if_supported(g, matched, std::move(node), *ctx.supports)) return true;
-    if (mask_node) {
-      const int at = g->values[size_t(mask_node->outputs[0])].producer;
-      g->nodes.erase(g->nodes.begin() + at);
-      g->values[size_t(mask_node->outputs[0])].producer = -1;
-      for (size_t n = size_t(at); n < g->nodes.size(); ++n) {
-        for (int o : g->nodes[n].outputs) {
-          if (o >= 0) g->values[size_t(o)].producer = int(n);
-        }
-      }
-    }
+    g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at + pre_nodes.size()));
+    for (const ir::Node& n : pre_nodes) g->values[size_t(n.outputs[0])].producer = -1;
+    renumber();
     return false;
   };
   // The 3-D form where every operand is split into heads and the output merged back.
@@ -319,7 +393,16 @@ std::vector<rw::Rule> make_rules() {
                                scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
                      .as("qk");
   const Pat s = scaled(qk, "s_scale");
-  const Pat masked = either({op("Add", {s, any("mask")}).commutative().as("add"),
+  // Swin's shifted windows: a view as [B, W, H, N, N], a constant mask added, the view back.
+  const Pat windowed = op("Reshape", {op("Add", {op("Reshape", {either({op("Add", {s, any("mask")}).commutative(), s}),
+                                                                 any()})
+                                                      .as("window_split"),
+                                                  rw::constant("window_mask")})
+                                           .commutative()
+                                           .as("window_add"),
+                                       any()})
+                           .as("window_merge");
+  const Pat masked = either({windowed, op("Add", {s, any("mask")}).commutative().as("add"),
                              op("Where", {any("cond"), s, scalar("fill")}).as("where"),
                              op("Where", {any("cond"), scalar("fill"), s}).as("where_inv"), s});
   const Pat softmax = op("Softmax", {masked}).as("softmax").out("p").when(softmax_over_last_axis);

@@ -31,9 +31,9 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"patchify_conv", patchify_conv, kCuda},                   // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},      // Conv [+ residual] [+ activation]
       {"fuse_norm", fuse_norm, kCuda},                           // LayerNorm/RMSNorm written out -> op
+      {"fuse_attention", fuse_attention, kCuda},                 // FP16/BF16: attention -> Attention
       {"unflatten_gemm", unflatten_gemm, kCuda},                 // Gemm on x.view(-1, K) -> MatMul
       {"fuse_matmul_bias", fuse_matmul_bias, kCuda},             // MatMul [+ bias] + activation
-      {"fuse_attention", fuse_attention, kCuda},                 // FP16/BF16: attention -> Attention
       {"pack_attention", pack_attention, kCuda},                 // FP16/BF16: its views read in place
       {"assign_precision", assign_precision, kCuda},             // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout, kCuda},                   // FP16/BF16 conv stacks in NHWC
