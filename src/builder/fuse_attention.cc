@@ -174,19 +174,18 @@ std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, b
   return AdditiveMask{out, std::move(where)};
 }
 
-// Swin's shifted windows: the scores [B*W, H, N, N] viewed as [B, W, H, N, N] (by the model's
-// shape value s5), a constant mask [1, W, 1|H, N, N] added, and viewed back (by s4), after the
-// relative position bias (a constant `bias` broadcasting to [1, H, N, N], or none). A mask of the
-// scores' own shape says the same: the two constants summed at build time, [1, W, H, N, N],
-// expanded to [B, W, H, N, N] by s5 and viewed as [B*W, H, N, N] by s4 at run time (W differs
-// per batch row, so no broadcast of a smaller mask can stand for it).
-struct WindowMask {
-  int value = -1;
-  std::vector<ir::Node> nodes;
+// Swin's shifted windows: the scores [B*W, H, N, L] viewed as [B, W, H, N, L] (W windows), a
+// constant mask [1, W, 1|H, N, L] added and viewed back, after the relative position bias (a
+// constant broadcasting to [1, H, N, L], or none). No mask broadcasting onto [B*W, H, N, L] says
+// that (it repeats every W rows), but with the windows taken as heads it is one constant: Q, K
+// and V [B*W, H, ., D] are [B, W*H, ., D] (a view), the mask [1, W*H, N, L], and the output
+// [B, W*H, N, Dv] is [B*W, H, N, Dv] again. The window count and that constant, or nullopt.
+struct Windows {
+  int64_t count = 0;
+  Tensor mask;  // [1, W*H, N, L]
 };
-std::optional<WindowMask> window_mask(Context& ctx, const Match& m, int scores, int bias, DType t) {
+std::optional<Windows> window_mask(const Context& ctx, const Match& m, int scores, int bias, DType t) {
   const int split = m.node("window_split"), merge = m.node("window_merge");
-  const int s5 = ctx.node(split).inputs[1], s4 = ctx.node(merge).inputs[1];
   const int m5 = m.value("window_mask");
   const Dims* ss = ctx.shape(scores);
   const Dims* vs = ctx.shape(ctx.node(split).outputs[0]);
@@ -200,23 +199,22 @@ std::optional<WindowMask> window_mask(Context& ctx, const Match& m, int scores, 
     if (!(*vs)[i].is_const()) return std::nullopt;
   }
   const int64_t w = (*vs)[1].value(), h = (*vs)[2].value(), n = (*vs)[3].value(), l = (*vs)[4].value();
-  const Dims want5 = {Dim(1), Dim(w), Dim(h), Dim(n), Dim(l)};
   if ((*ms)[0] != Dim(1) || (*ms)[1] != Dim(w) || ((*ms)[2] != Dim(1) && (*ms)[2] != Dim(h)) || (*ms)[3] != Dim(n) ||
       (*ms)[4] != Dim(l)) {
     return std::nullopt;
   }
   const ir::Value& mv = ctx.value(m5);
   if (!mv.constant || !is_float(mv.dtype)) return std::nullopt;
-  std::optional<Tensor> bias_data;
+  const Tensor* bias_data = nullptr;
   if (bias >= 0) {
     const ir::Value& bv = ctx.value(bias);
     if (!bv.constant || !bv.shape || bv.constant->numel() != h * n * l) return std::nullopt;
     for (size_t i = 0; i + 3 < bv.shape->size(); ++i) {
       if ((*bv.shape)[i] != Dim(1)) return std::nullopt;
     }
-    bias_data = *bv.constant;
+    bias_data = &*bv.constant;
   }
-  auto sum = Tensor::zeros(t, {1, w, h, n, l});
+  auto sum = Tensor::zeros(t, {1, w * h, n, l});
   if (!sum.ok()) return std::nullopt;
   const int64_t mh = (*ms)[2].value();
   for (int64_t wi = 0; wi < w; ++wi) {
@@ -228,19 +226,20 @@ std::optional<WindowMask> window_mask(Context& ctx, const Match& m, int scores, 
       }
     }
   }
-  // Copies: adding values below moves the graph's values.
-  const Dims split_shape = *vs, score_shape = *ss;
-  const std::string base = ctx.node(merge).name + "_window_mask";
-  const int c = add_constant(ctx.graph, base + "_1xW", std::move(*sum));
-  const int e = ir::add_unique_value(ctx.graph, base + "_BxW", t, split_shape);
-  const int r = ir::add_unique_value(ctx.graph, base, t, score_shape);
+  return Windows{w, std::move(*sum)};
+}
+
+// A Reshape of `x` to [-1, dims...] (a view), its output of shape `shape`, for `into`.
+int add_view(Context& ctx, int x, std::vector<int64_t> dims, Dims shape, const std::string& base,
+             std::vector<ir::Node>* into) {
+  dims.insert(dims.begin(), -1);
+  const int target = add_constant(ctx.graph, base + "_shape", Tensor::from_vector(DType::kInt64, {int64_t(dims.size())}, dims));
+  const DType t = ctx.value(x).dtype;
+  const int out = ir::add_unique_value(ctx.graph, base, t, std::move(shape));
+  ir::Node r = rw::make_node(*ctx.graph, "Reshape", base + std::to_string(into->size()), {x, target}, {out});
   auto opset = ctx.graph->opsets.find("");
-  const int version = opset == ctx.graph->opsets.end() ? 0 : opset->second;
-  WindowMask out{r, {}};
-  out.nodes.push_back(rw::make_node(*ctx.graph, "Expand", base + "_expand", {c, s5}, {e}));
-  out.nodes.push_back(rw::make_node(*ctx.graph, "Reshape", base + "_view", {e, s4}, {r}));
-  out.nodes[1].name = ir::unique_node_name(*ctx.graph, base + "_view_");
-  for (ir::Node& node : out.nodes) node.opset = version;
+  r.opset = opset == ctx.graph->opsets.end() ? 0 : opset->second;
+  into->push_back(std::move(r));
   return out;
 }
 
@@ -268,11 +267,11 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     mask = am->value;
     if (am->node) pre_nodes.push_back(std::move(*am->node));
   }
+  std::optional<Windows> windows;
   if (m.node("window_add") >= 0) {
-    auto wm = window_mask(ctx, m, scores, mask, t);
-    if (!wm) return false;
-    mask = wm->value;
-    pre_nodes = std::move(wm->nodes);
+    windows = window_mask(ctx, m, scores, mask, t);
+    if (!windows) return false;
+    mask = -1;  // in the windows' constant
   }
   const Dims *qs = ctx.shape(q), *kts = ctx.shape(ctx.node(qk).inputs[1]), *vs = ctx.shape(vv),
              *ys = ctx.shape(y), *ms = ctx.shape(mask);
@@ -332,6 +331,50 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     renumber();
     return false;
   };
+  if (windows) {
+    // Windows as heads: views of Q, K (transposed back where K' is no plain swap) and V as
+    // [B, W*H, ., D], the Attention with the windows' constant mask, and its output viewed as
+    // [B*W, H, N, Dv] in the place of Y (the replacement; the rest go in before it).
+    const int64_t w = windows->count;
+    const Dims y_shape = *ys;  // a copy: adding values below moves the graph's values
+    const Dim heads = (*qs)[1] * Dim(w), rows = Dim::floor_div((*qs)[0], Dim(w));
+    if (rows * Dim(w) != (*qs)[0] || !heads.is_const()) return false;
+    int k_att = k_top;
+    const std::string base = fused.name + "_windows";
+    if (!is_identity(perm)) {
+      Dims ks = *ctx.shape(k_top), kp;
+      for (int64_t a : perm) kp.push_back(ks[size_t(a)]);
+      k_att = ir::add_unique_value(g, base + "_k", t, kp);
+      ir::Node tr = rw::make_node(*g, "Transpose", base + "_k_transpose", {k_top}, {k_att});
+      tr.opset = ctx.node(kt_node).opset;
+      set_ints(&tr, "perm", perm);
+      pre_nodes.push_back(std::move(tr));
+    }
+    auto view = [&](int x, const char* what) {
+      const Dims& xs = *ctx.shape(x);
+      return add_view(ctx, x, {heads.value(), xs[2].value(), xs[3].value()},
+                      {rows, heads, xs[2], xs[3]}, base + "_" + what, &pre_nodes);
+    };
+    for (int x : {q, k_att, vv}) {
+      const Dims& xs = *ctx.shape(x);
+      if (!xs[2].is_const() || !xs[3].is_const()) return false;
+    }
+    const int q4 = view(q, "q"), k4 = view(k_att, "k"), v4 = view(vv, "v");
+    const int m4 = add_constant(g, base + "_mask", std::move(windows->mask));
+    const int y4 = ir::add_unique_value(g, base + "_y", t, Dims{rows, heads, y_shape[2], y_shape[3]});
+    fused.inputs = {q4, k4, v4, m4};
+    fused.outputs = {y4};
+    pre_nodes.push_back(fused);
+    if (!y_shape[1].is_const() || !y_shape[2].is_const() || !y_shape[3].is_const()) return false;
+    const std::vector<int64_t> back = {-1, y_shape[1].value(), y_shape[2].value(), y_shape[3].value()};
+    ir::Node merge = rw::make_node(*g, "Reshape", base + "_merge",
+                                   {add_constant(g, base + "_merge_shape", Tensor::from_vector(DType::kInt64, {4}, back)), -1},
+                                   {y});
+    merge.inputs = {y4, merge.inputs[0]};
+    merge.opset = pre_nodes.front().opset;
+    mask = -1;
+    return finish(std::move(merge));
+  }
   // The 3-D form where every operand is split into heads and the output merged back.
   if (rank == 4) {
     std::optional<Heads> hq = split_heads(*g, q, {0, 1, 2, 3});
