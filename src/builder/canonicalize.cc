@@ -38,13 +38,6 @@ using rw::scalar_eq;
 
 bool near(double v, double want, double rel = 1e-4) { return std::fabs(v - want) <= rel * std::fabs(want); }
 
-bool is_identity(const std::vector<int64_t>& p) {
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] != int64_t(i)) return false;
-  }
-  return true;
-}
-
 // Every reader of `from` reads `to` instead, where `from` is no graph output (its name is the
 // engine's) and the two have one dtype and shape.
 StatusOr<bool> alias(Context& ctx, int from, int to) {
@@ -59,7 +52,7 @@ StatusOr<bool> alias(Context& ctx, int from, int to) {
 StatusOr<bool> replace_by_transpose(Context& ctx, const Match& m, int x, std::vector<int64_t> perm) {
   const ir::Node& root = ctx.node(m.matched[0]);
   const int y = root.outputs[0];
-  if (is_identity(perm)) return alias(ctx, y, x);
+  if (is_identity_perm(perm)) return alias(ctx, y, x);
   ir::Node t = rw::make_node(*ctx.graph, "Transpose", root.name, {x}, {y});
   t.name = root.name;
   set_ints(&t, "perm", std::move(perm));
@@ -104,7 +97,7 @@ std::vector<rw::Rule> make_rules() {
   rules.push_back({"identity_transpose", op("Transpose", {any("x")}),
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      auto p = perm_of(*ctx.graph, ctx.node(m.matched[0]));
-                     if (!p || !is_identity(*p)) return false;
+                     if (!p || !is_identity_perm(*p)) return false;
                      return alias(ctx, ctx.node(m.matched[0]).outputs[0], m.value("x"));
                    }});
   rules.push_back({"compose_reshapes",

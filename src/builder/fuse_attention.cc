@@ -66,13 +66,6 @@ const Dims* shape_of(const ir::Graph& g, int v) {
   return val.shape ? &*val.shape : nullptr;
 }
 
-bool is_identity(const std::vector<int64_t>& p) {
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] != int64_t(i)) return false;
-  }
-  return true;
-}
-
 // A fill that masks: softmax gives its entries a weight of 0 (exp(-1e4) underflows float, and
 // float16's lowest is -65504).
 bool masks(double fill) { return fill <= -1e4; }
@@ -95,7 +88,7 @@ struct Heads {
 };
 
 std::optional<Heads> split_heads(const ir::Graph& g, int v, std::vector<int64_t> perm) {
-  if (is_identity(perm)) {
+  if (is_identity_perm(perm)) {
     const int p = g.values[size_t(v)].producer;
     if (p < 0 || !is_onnx(g.nodes[size_t(p)], "Transpose")) return std::nullopt;
     perm = perm_of(g, g.nodes[size_t(p)]).value_or(std::vector<int64_t>{});
@@ -341,7 +334,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     if (rows * Dim(w) != (*qs)[0] || !heads.is_const()) return false;
     int k_att = k_top;
     const std::string base = fused.name + "_windows";
-    if (!is_identity(perm)) {
+    if (!is_identity_perm(perm)) {
       Dims ks = *ctx.shape(k_top), kp;
       for (int64_t a : perm) kp.push_back(ks[size_t(a)]);
       k_att = ir::add_unique_value(g, base + "_k", t, kp);
@@ -405,7 +398,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     set_int(&fused, "q_num_heads", 1);
     set_int(&fused, "kv_num_heads", 1);
   }
-  if (is_identity(perm)) {
+  if (is_identity_perm(perm)) {
     fused.inputs = {q, k_top, vv};
     return finish(std::move(fused));
   }

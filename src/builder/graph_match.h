@@ -94,6 +94,14 @@ inline std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir:
   return *perm;
 }
 
+// Whether the permutation keeps every axis in place.
+inline bool is_identity_perm(const std::vector<int64_t>& p) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != int64_t(i)) return false;
+  }
+  return true;
+}
+
 // The readers of v that run: not those whose every output is known without running them (shape
 // arithmetic the builder folded, as the exporters' Shape-Gather-Concat chains: they read only v's
 // shape, and eliminate_dead_nodes drops them).
