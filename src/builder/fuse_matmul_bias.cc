@@ -1,21 +1,19 @@
 // Pass fuse_matmul_bias: a MatMul, the bias Add after it and the activation after that become
 // one kiln::MatMulBias (ops/kiln_ops.cc), whose CUDA kernel applies bias and activation in one
-// pass after the GEMM, the sum and the activation in float, instead of a pass per op (erf GELU
-// as exporters write it is five). Matched, each intermediate read by nothing else and no engine
-// output:
-//   MatMul [-> Add(., bias) | Add(bias, .)] -> Relu | Gelu | x * 0.5 * (1 + Erf(x / sqrt(2)))
+// pass after the GEMM, the sum and the activation in float, instead of a pass per op. Matched,
+// each intermediate read by nothing else and no engine output:
+//   MatMul [-> Add(., bias) | Add(bias, .)] -> Relu | Gelu (erf or tanh)
 //   MatMul [-> Add(., bias)] -> Add(., residual) | Add(residual, .)
-// where a residual is a computed tensor of the product's shape (a transformer's skip connection;
-// cuBLASLt adds it as its C in the GEMM's pass), a bias anything else that broadcasts to it. A
-// residual is taken only by a linear layer (a constant B): attention's score product keeps its
-// mask Add for fuse_attention.
-// in the orders the TorchScript exporter and transformers write the last (Div by sqrt(2) or Mul
-// by 1/sqrt(2); the halving before or after the product). The bias must leave the product's
-// shape as it is (it broadcasts from the right). A MatMul and a constant bias without an
-// activation become a MatMulBias only where no elementwise op reads the sum: otherwise the elementwise pass fuses the
-// Add with what follows it (a residual), which a MatMulBias would split. Runs before
-// assign_precision (the fused op is a compute-bound one).
-#include <cmath>
+// GELU written out op by op, in whichever order an exporter writes it, is one Gelu by then
+// (canonicalize). A residual is a computed tensor of the product's shape (a transformer's skip
+// connection; cuBLASLt adds it as its C in the GEMM's pass), a bias anything else that broadcasts
+// to it. A residual is taken only by a linear layer (a constant B): a product of two computed
+// tensors keeps its Add. The bias must leave the product's shape as it is (it broadcasts from
+// the right). A MatMul and a constant bias without an activation become a MatMulBias only where
+// no elementwise op reads the sum: otherwise the elementwise pass fuses the Add with what follows
+// it (a residual), which a MatMulBias would split. Runs after fuse_attention (which takes the
+// score products and their masks first) and before assign_precision (the fused op is a
+// compute-bound one).
 #include <optional>
 #include <vector>
 
@@ -26,51 +24,13 @@
 namespace kiln::builder {
 namespace {
 
-bool near(std::optional<float> v, double want) { return v && std::fabs(double(*v) - want) <= 1e-5 * std::fabs(want); }
-
 struct Activation {
   const char* name;
   std::vector<int> nodes;
   int output;
 };
 
-// x * 0.5 * (1 + Erf(x / sqrt(2))) over `v`, as the nodes reading v compute it.
-std::optional<Activation> gelu_erf_of(const ir::Graph& g, int v) {
-  std::vector<int> r = readers_of(g, v);
-  if (r.size() != 2 || is_graph_output(g, v)) return std::nullopt;
-  for (int k = 0; k < 2; ++k) {
-    const ir::Node& scale = g.nodes[size_t(r[k])];
-    const ir::Node& mul = g.nodes[size_t(r[1 - k])];
-    const bool div = is_onnx(scale, "Div") && scale.inputs.size() == 2 && scale.inputs[0] == v &&
-                     near(scalar_constant(g, scale, 1), std::sqrt(2.0));
-    const bool mul_scale = is_onnx(scale, "Mul") && near(other_constant(g, scale, v), std::sqrt(0.5));
-    if (!(div || mul_scale) || !is_onnx(mul, "Mul") || mul.inputs.size() != 2) continue;
-    const int erf_n = sole_reader(g, scale.outputs[0]);
-    if (erf_n < 0 || !is_onnx(g.nodes[size_t(erf_n)], "Erf")) continue;
-    const int e = g.nodes[size_t(erf_n)].outputs[0];
-    const int add_n = sole_reader(g, e);
-    if (add_n < 0 || !is_onnx(g.nodes[size_t(add_n)], "Add") || !near(other_constant(g, g.nodes[size_t(add_n)], e), 1.0)) {
-      continue;
-    }
-    const int p = g.nodes[size_t(add_n)].outputs[0];
-    const int m = mul.outputs[0];
-    const int last_n = sole_reader(g, m);
-    if (last_n < 0 || !is_onnx(g.nodes[size_t(last_n)], "Mul")) continue;
-    const ir::Node& last = g.nodes[size_t(last_n)];
-    // (a) Mul(v, p) then Mul(., 0.5); (b) Mul(v, 0.5) then Mul(., p).
-    const bool a = (mul.inputs[0] == p || mul.inputs[1] == p) && (mul.inputs[0] == v || mul.inputs[1] == v) &&
-                   near(other_constant(g, last, m), 0.5);
-    const bool b = near(other_constant(g, mul, v), 0.5) && sole_reader(g, p) == last_n &&
-                   last.inputs.size() == 2 && (last.inputs[0] == p || last.inputs[1] == p);
-    if (!a && !b) continue;
-    if (a && sole_reader(g, p) != r[1 - k]) continue;
-    return Activation{"gelu_erf", {r[k], erf_n, add_n, r[1 - k], last_n}, last.outputs[0]};
-  }
-  return std::nullopt;
-}
-
 std::optional<Activation> activation_of(const ir::Graph& g, int v) {
-  if (auto gelu = gelu_erf_of(g, v)) return gelu;
   const int n = sole_reader(g, v);
   if (n < 0) return std::nullopt;
   const ir::Node& node = g.nodes[size_t(n)];
