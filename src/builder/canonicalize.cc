@@ -11,7 +11,9 @@
 //   x * 0.5 * (1 + Erf(x / sqrt(2)))      -> Gelu(x)                    the halving anywhere
 //   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(x) {approximate="tanh"}
 //
-// A node the rewritten one read stays where something else reads it; the rest go. Runs on every
+// A chain is rewritten only where its inner nodes are read by nothing else (each rule then removes
+// work; composing past a value another node reads would only move that read, and can hide the
+// value a later fusion matches, as GPT-2's merged heads feeding its projection). Runs on every
 // device (each rule either removes work or replaces a chain by an op every backend has).
 #include <cmath>
 #include <optional>
@@ -85,7 +87,7 @@ std::vector<rw::Rule> make_rules() {
   std::vector<rw::Rule> rules;
   // Transpose(Transpose(x, p), q): out[i] = x[p[q[i]]].
   rules.push_back({"compose_transposes",
-                   op("Transpose", {op("Transpose", {any("x")}).as("inner").keep()}),
+                   op("Transpose", {op("Transpose", {any("x")}).as("inner")}),
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      auto p = perm_of(*ctx.graph, ctx.node(m.node("inner")));
                      auto q = perm_of(*ctx.graph, ctx.node(m.matched[0]));
@@ -101,7 +103,7 @@ std::vector<rw::Rule> make_rules() {
                      return alias(ctx, ctx.node(m.matched[0]).outputs[0], m.value("x"));
                    }});
   rules.push_back({"compose_reshapes",
-                   op("Reshape", {op("Reshape", {any("x"), any()}).as("inner").keep(), any("shape")}),
+                   op("Reshape", {op("Reshape", {any("x"), any()}).as("inner"), any("shape")}),
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      const ir::Node& root = ctx.node(m.matched[0]);
                      if (!allowzero_off(root) || !allowzero_off(ctx.node(m.node("inner"))) ||
@@ -120,7 +122,7 @@ std::vector<rw::Rule> make_rules() {
   // Reshape(Transpose(Reshape(x, [prod(L), T..]), [0, p..]), [L.., T permuted]).
   rules.push_back(
       {"transpose_through_flatten",
-       op("Reshape", {op("Transpose", {op("Reshape", {any("x"), any()}).as("flat").keep()}).as("t").keep(), any()}),
+       op("Reshape", {op("Transpose", {op("Reshape", {any("x"), any()}).as("flat")}).as("t"), any()}),
        [](Context& ctx, const Match& m) -> StatusOr<bool> {
          const ir::Node& flat = ctx.node(m.node("flat"));
          const Dims* xs = ctx.shape(m.value("x"));
