@@ -162,8 +162,6 @@ std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, b
   const int out = ir::add_unique_value(ctx.graph, base, t, cond_shape);
   ir::Node where = rw::make_node(*ctx.graph, "Where", base, {cond, fill_where_true ? fv : zero, fill_where_true ? zero : fv},
                                  {out});
-  auto opset = ctx.graph->opsets.find("");
-  where.opset = opset == ctx.graph->opsets.end() ? 0 : opset->second;
   return AdditiveMask{out, std::move(where)};
 }
 
@@ -230,8 +228,6 @@ int add_view(Context& ctx, int x, std::vector<int64_t> dims, Dims shape, const s
   const DType t = ctx.value(x).dtype;
   const int out = ir::add_unique_value(ctx.graph, base, t, std::move(shape));
   ir::Node r = rw::make_node(*ctx.graph, "Reshape", base + std::to_string(into->size()), {x, target}, {out});
-  auto opset = ctx.graph->opsets.find("");
-  r.opset = opset == ctx.graph->opsets.end() ? 0 : opset->second;
   into->push_back(std::move(r));
   return out;
 }
@@ -308,20 +304,12 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
       if (!node_supported(*g, n, *ctx.supports)) return false;
     }
     const size_t at = size_t(*std::min_element(matched.begin(), matched.end()));
-    auto renumber = [&] {
-      for (size_t n = at; n < g->nodes.size(); ++n) {
-        for (int o : g->nodes[n].outputs) {
-          if (o >= 0) g->values[size_t(o)].producer = int(n);
-        }
-      }
-    };
     g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), pre_nodes.begin(), pre_nodes.end());
     for (int& n : matched) n += n >= int(at) ? int(pre_nodes.size()) : 0;
-    renumber();
+    ir::set_producers(g);
     if (replace_if_supported(g, matched, std::move(node), *ctx.supports)) return true;
     g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at + pre_nodes.size()));
-    for (const ir::Node& n : pre_nodes) g->values[size_t(n.outputs[0])].producer = -1;
-    renumber();
+    ir::set_producers(g);
     return false;
   };
   if (windows) {
@@ -339,7 +327,6 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
       for (int64_t a : perm) kp.push_back(ks[size_t(a)]);
       k_att = ir::add_unique_value(g, base + "_k", t, kp);
       ir::Node tr = rw::make_node(*g, "Transpose", base + "_k_transpose", {k_top}, {k_att});
-      tr.opset = ctx.node(kt_node).opset;
       set_ints(&tr, "perm", perm);
       pre_nodes.push_back(std::move(tr));
     }
@@ -360,11 +347,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     pre_nodes.push_back(fused);
     if (!y_shape[1].is_const() || !y_shape[2].is_const() || !y_shape[3].is_const()) return false;
     const std::vector<int64_t> back = {-1, y_shape[1].value(), y_shape[2].value(), y_shape[3].value()};
-    ir::Node merge = rw::make_node(*g, "Reshape", base + "_merge",
-                                   {add_constant(g, base + "_merge_shape", Tensor::from_vector(DType::kInt64, {4}, back)), -1},
-                                   {y});
-    merge.inputs = {y4, merge.inputs[0]};
-    merge.opset = pre_nodes.front().opset;
+    const int back_shape = add_constant(g, base + "_merge_shape", Tensor::from_vector(DType::kInt64, {4}, back));
+    ir::Node merge = rw::make_node(*g, "Reshape", base + "_merge", {y4, back_shape}, {y});
     mask = -1;
     return finish(std::move(merge));
   }

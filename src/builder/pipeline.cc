@@ -58,12 +58,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
     }
   }
   // A graph made through the API may leave producers unset; the passes read them.
-  for (ir::Value& v : s.graph.values) v.producer = -1;
-  for (size_t n = 0; n < s.graph.nodes.size(); ++n) {
-    for (int v : s.graph.nodes[n].outputs) {
-      if (v >= 0 && size_t(v) < s.graph.values.size()) s.graph.values[size_t(v)].producer = int(n);
-    }
-  }
+  ir::set_producers(&s.graph);
   const unsigned device = backend.device() == Device::kCUDA ? kCuda : kCpu;
   bool laid_out = false;  // from infer_shapes on, the graph is tensors in topological order
   for (const Pass& pass : kPasses) {

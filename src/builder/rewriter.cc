@@ -363,6 +363,10 @@ ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view bas
   n.domain = std::move(domain);
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
+  // The graph's import of the domain, as replace_nodes gives a replacement (a node inserted beside
+  // the replacement gets no such default).
+  auto opset = g.opsets.find(n.domain);
+  n.opset = opset == g.opsets.end() ? 0 : opset->second;
   return n;
 }
 

@@ -126,7 +126,8 @@ StatusOr<int> apply(ir::Graph* g, std::span<const Rule> rules, const SupportsFn&
 // (ir::replace_nodes); false and the graph as it was otherwise.
 StatusOr<bool> replace(Context& ctx, const Match& m, ir::Node fused);
 
-// A new node of ONNX op `op_type` (domain "" unless given), named after `base` (made unique).
+// A new node of ONNX op `op_type` (domain "" unless given), named after `base` (made unique),
+// of the opset the graph imports for its domain.
 ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view base,
                    std::vector<int> inputs, std::vector<int> outputs, std::string domain = "");
 

@@ -218,6 +218,15 @@ Status verify(const Graph& g) {
   return ok_status();
 }
 
+void set_producers(Graph* g) {
+  for (Value& v : g->values) v.producer = -1;
+  for (size_t n = 0; n < g->nodes.size(); ++n) {
+    for (int v : g->nodes[n].outputs) {
+      if (v >= 0 && size_t(v) < g->values.size()) g->values[size_t(v)].producer = int(n);
+    }
+  }
+}
+
 Status sort_topologically(Graph* g) {
   const int nv = int(g->values.size());
   std::vector<int> producer(nv, -1);
@@ -265,12 +274,7 @@ Status sort_topologically(Graph* g) {
   sorted.reserve(order.size());
   for (int n : order) sorted.push_back(std::move(g->nodes[n]));
   g->nodes = std::move(sorted);
-  for (auto& v : g->values) v.producer = -1;
-  for (size_t n = 0; n < g->nodes.size(); ++n) {
-    for (int v : g->nodes[n].outputs) {
-      if (v >= 0) g->values[v].producer = int(n);
-    }
-  }
+  set_producers(g);
   return verify(*g);
 }
 

@@ -119,6 +119,8 @@ bool makes_data_dependent(const Graph& g, const Node& node, const std::vector<Da
 // node output, or constant data), inputs defined before use, producer fields that match the nodes,
 // and unique names among live values.
 Status verify(const Graph& graph);
+// Sets every value's producer from the nodes' outputs (-1 where no node writes it).
+void set_producers(Graph* graph);
 // Reorders nodes topologically; fails on a cycle or on an input no node or graph input defines.
 Status sort_topologically(Graph* graph);
 // The text form used by tests, bug reports and `kiln inspect`.

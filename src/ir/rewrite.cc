@@ -42,23 +42,13 @@ struct Snapshot {
 };
 
 Status settle(Graph* g, Snapshot&& before) {
-  for (Value& v : g->values) v.producer = -1;
-  for (size_t n = 0; n < g->nodes.size(); ++n) {
-    for (int v : g->nodes[n].outputs) {
-      if (v >= 0 && v < int(g->values.size())) g->values[v].producer = int(n);
-    }
-  }
+  set_producers(g);
   Status st = is_ordered(*g) ? verify(*g) : sort_topologically(g);
   if (st.ok()) return st;
   g->nodes = std::move(before.nodes);
   g->outputs = std::move(before.outputs);
   g->values.resize(before.num_values);
-  for (Value& v : g->values) v.producer = -1;
-  for (size_t n = 0; n < g->nodes.size(); ++n) {
-    for (int v : g->nodes[n].outputs) {
-      if (v >= 0) g->values[v].producer = int(n);
-    }
-  }
+  set_producers(g);
   return st;
 }
 
@@ -417,12 +407,7 @@ int remove_dead_nodes(Graph* g) {
   }
   const int removed = int(g->nodes.size() - next.size());
   g->nodes = std::move(next);
-  for (Value& v : g->values) v.producer = -1;
-  for (size_t n = 0; n < g->nodes.size(); ++n) {
-    for (int v : g->nodes[n].outputs) {
-      if (v >= 0) g->values[v].producer = int(n);
-    }
-  }
+  set_producers(g);
   return removed;
 }
 
