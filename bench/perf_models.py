@@ -33,6 +33,8 @@ PERF = {
     "bert_base_s128": ("bert_base", "input_ids", (128,), False, 32),
     "distilbert_s128": ("distilbert", "input_ids", (128,), False, 32),
     "gpt2": ("gpt2", "input_ids", (256,), False, 32),
+    "llama_s256": ("llama", "input_ids", (256,), False, 32),
+    "whisper_tiny_encoder": ("whisper_tiny_encoder", "input_features", (80, 3000), False, 32),
     "bert_base_dyn": ("bert_base", "input_ids", (384,), False, 8),
 }
 # Models exported with a dynamic sequence too: the sequence range (min, opt, max) of the engine that
@@ -82,7 +84,7 @@ def exportable(name, model):
     output is the same (the mask masks nothing); PyTorch's side runs the model without it."""
     import torch
 
-    if split_name(name)[0] != "gpt2":
+    if split_name(name)[0] not in ("gpt2", "llama_s256"):
         return model
 
     class OnesMask(torch.nn.Module):

@@ -60,6 +60,7 @@ MODELS["t5_small_encoder"] = (("hf", "t5", {}), TXT)
 MODELS["whisper_tiny_encoder"] = (("hf", "whisper", {}), dict(kind="audio", min=(1, 80, 3000), opt=(2, 80, 3000),
                                                               max=(4, 80, 3000), shapes=[(1, 80, 3000), (2, 80, 3000)]))
 MODELS["clip_vision"] = (("hf", "clip", {}), IMG)
+MODELS["llama"] = (("hf", "llama", {}), TXT)
 
 
 def realistic(model, example):
@@ -134,6 +135,12 @@ def make_model(how, spec):
         m = tf.WhisperModel(tf.WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6,
                                              decoder_layers=4, decoder_attention_heads=6, encoder_ffn_dim=1536,
                                              decoder_ffn_dim=1536, num_mel_bins=80)).get_encoder()
+    elif name == "llama":
+        # A Llama-style decoder of realistic width, few layers: RMSNorm, rotary embeddings, grouped-query
+        # attention (16 query heads over 4 key/value heads of 64), SwiGLU MLP.
+        m = tf.LlamaModel(tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                                         max_position_embeddings=2048, use_cache=False))
     elif name == "clip":
         m = tf.CLIPVisionModel(tf.CLIPVisionConfig())
     else:

@@ -169,6 +169,37 @@ std::string assign(const char* text, std::set<std::string> refuse = {}) {
   return ir::to_text(g);
 }
 
+TEST(AssignPrecision, AFoldedNodeKeepsItsOutputsInTheTypeOfTheirData) {
+  // A MatMul of two constants folded by infer_shapes (its output holds data, the node is still in
+  // the graph until eliminate_dead_nodes) feeds a computed Add: the folded output keeps FP32 with
+  // its FP32 data and reaches the Add as a converted FP16 constant, never as an FP16 value whose
+  // data is FP32 (Swin-V2-T's relative position bias failed the plan verifier so).
+  ir::Graph g = parse(R"(graph g(%x: float32[2, 2]) -> (%y: float32[2, 2]) {
+  opset ai.onnx 17
+  %a: float32[2, 2] = dense<[1.0, 2.0, 3.0, 4.0]>
+  %b: float32[2, 2] = dense<[1.0, 0.0, 0.0, 1.0]>
+  %m: float32[2, 2] = MatMul(%a, %b)  # table_mlp
+  %p: float32[2, 2] = MatMul(%x, %b)  # proj
+  %y: float32[2, 2] = Add(%p, %m)  # add
+}
+)");
+  const int m = g.find_value("m");
+  g.values[size_t(m)].constant = Tensor::from_vector<float>(DType::kFloat32, {2, 2}, {1, 2, 3, 4});
+  auto supports = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  Status st = builder::assign_precision(&g, DType::kFloat16, supports);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (const ir::Value& v : g.values) {
+    if (v.constant) {
+      EXPECT_EQ(v.constant->dtype(), v.dtype) << v.name << "\n" << ir::to_text(g);
+    }
+  }
+  EXPECT_EQ(g.values[size_t(m)].dtype, DType::kFloat32);
+  const int p = g.find_value("p");
+  EXPECT_EQ(g.values[size_t(p)].dtype, DType::kFloat16) << ir::to_text(g);
+}
+
 TEST(AssignPrecision, ActivationsStayReducedWithCastsOnlyAtBoundaries) {
   // The Conv runs in FP16 (its weight converted at build), the Relu and the Softmax follow; Pow
   // is FP32-class, so it gets its input cast back; the engine output %r keeps its type through

@@ -117,6 +117,13 @@ class Assigner {
   // retyped.
   StatusOr<bool> try_reduced(ir::Node& node) {
     if (has_subgraph(node)) return false;
+    // A node folded at build time (infer_shapes gave every output its data; eliminate_dead_nodes
+    // drops it later) runs nothing: its outputs keep the type their data has. Swin-V2's position
+    // bias MLP is one, a MatMul on constants, and retyping its output left FP32 data under an
+    // FP16 value.
+    bool folded = !node.outputs.empty();
+    for (int v : node.outputs) folded = folded && (v < 0 || g_.values[size_t(v)].constant);
+    if (folded) return false;
     OpKind kind = ops::find_op(node.domain, node.op_type);
     bool any_float = false, any_reduced = false;
     for (int v : node.inputs) {
