@@ -532,7 +532,8 @@ TEST(FuseMatMulBias, LinearLayersWithActivationsBecomeMatMulBias) {
            "%y1: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_erf\"}  # fc1",
            "%y2: float32[2, 3, 4] = kiln::MatMulBias(%y1, %w, %b) {activation=\"gelu_erf\"}  # fc2",
            "%y3: float32[2, 3, 4] = kiln::MatMulBias(%y2, %w, %b) {activation=\"gelu_tanh\"}  # fc3",
-           "%y4: float32[2, 3, 4] = kiln::MatMulBias(%y3, %w) {activation=\"relu\"}  # fc4",
+           // No bias: a zero one, so cuBLASLt applies the ReLU in its bias epilogue.
+           "%y4: float32[2, 3, 4] = kiln::MatMulBias(%y3, %w, %m4_zero_bias) {activation=\"relu\"}  # fc4",
            "%y5: float32[2, 3, 4] = kiln::MatMulBias(%y4, %w, %b) {activation=\"none\"}  # fc5",
            // Bias then a residual (a computed tensor of the product's shape), and a residual alone.
            "%r6: float32[2, 3, 4] = kiln::MatMulBias(%y5, %w, %b, %x) {activation=\"none\"}  # fc6",

@@ -3,10 +3,13 @@
 // Attention per encoder block, whichever exporter wrote them. The passes run with a backend that
 // supports every fused node, so the test needs no GPU: the CUDA kernels' answers are checked
 // elsewhere (the op harness, scripts/gpu.sh). KILN_FUSION_MODELS=PATH[:INPUT:DIMxDIM...],...
-// also prints the op histogram after the fusions for any model (a developer's check).
+// also prints the op histogram after the fusions for any model (a developer's check), and with
+// KILN_FUSION_DUMP=DIR writes each model's IR after them to DIR/MODEL.ir.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -43,6 +46,9 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
   }
   ir::remove_dead_nodes(&s.graph);
+  if (const char* dump = std::getenv("KILN_FUSION_DUMP")) {
+    std::ofstream(std::string(dump) + "/" + std::filesystem::path(path).stem().string() + ".ir") << ir::to_text(s.graph);
+  }
   // The nodes that run: not those whose outputs the build knows (shape arithmetic it folded,
   // which eliminate_dead_nodes drops).
   std::map<std::string, int> ops;

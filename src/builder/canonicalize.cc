@@ -5,6 +5,8 @@
 //   Transpose(Transpose(x, p), q)          -> Transpose(x, p[q]); the identity -> x
 //   Reshape(Reshape(x, s), t)              -> Reshape(x, t)   (t has no 0 to copy a dim by)
 //   Reshape(x, t) to x's own shape         -> x
+//   Cast(x) to x's own type                -> x
+//   Div(1, x)                              -> Reciprocal(x)
 //   Reshape(Transpose(Reshape(x, [L*, T..]), [0, p..]), [L.., T'..]) -> Transpose(x, [0.., p'..])
 //       leading dims merged, the rest permuted, the leading dims split again: the dynamo
 //       exporter's way of swapping K's last two axes for attention ([-1, S, D] and back)
@@ -151,6 +153,29 @@ std::vector<rw::Rule> make_rules() {
          }
          return replace_by_transpose(ctx, m, m.value("x"), std::move(perm));
        }});
+
+  // Cast(x, to = x's own type): transformers' RMSNorm casts to float32 and back, a no-op in an FP32
+  // model, and the casts stand between the ops fuse_norm matches.
+  rules.push_back({"identity_cast", op("Cast", {any("x")}),
+                   [](Context& ctx, const Match& m) -> StatusOr<bool> {
+                     const ir::Node& cast = ctx.node(m.matched[0]);
+                     const ir::Value& out = ctx.value(cast.outputs[0]);
+                     if (ctx.value(m.value("x")).dtype != out.dtype || out.dtype == DType::kUndefined) return false;
+                     return alias(ctx, cast.outputs[0], m.value("x"));
+                   }});
+  // Div(1, x) -> Reciprocal(x): the TorchScript exporter's rsqrt is 1 / Sqrt (the same correctly
+  // rounded quotient).
+  rules.push_back({"reciprocal", op("Div", {scalar_eq(1), any("x")}),
+                   [](Context& ctx, const Match& m) -> StatusOr<bool> {
+                     const ir::Node& root = ctx.node(m.matched[0]);
+                     const ir::Value &xv = ctx.value(m.value("x")), &yv = ctx.value(root.outputs[0]);
+                     if (!is_float(xv.dtype) || xv.dtype != yv.dtype || !xv.shape || !yv.shape || *xv.shape != *yv.shape) {
+                       return false;
+                     }
+                     ir::Node r = rw::make_node(*ctx.graph, "Reciprocal", root.name, {m.value("x")}, {root.outputs[0]});
+                     r.name = root.name;
+                     return rw::replace(ctx, m, std::move(r));
+                   }});
 
   // GELU: the root multiplies x by (1 + F(x)) with 0.5 somewhere as scalar steps (in the
   // product's operands, or as a Mul after it: the second rule of each kind).

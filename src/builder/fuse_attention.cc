@@ -26,6 +26,10 @@
 // themselves (its 3-D form, q_num_heads and kv_num_heads) and writes the merged output: the
 // kernel reads the heads with strides and the four transposes go.
 //
+// Grouped-query attention's K and V heads, repeated for the query heads (Unsqueeze, Expand,
+// Reshape: transformers' repeat_kv), are read by the node as they are, fewer than Q's; this also
+// for an Attention the exporter wrote.
+//
 // One difference, in rows where every key is masked: unfused, softmax gives NaN there (0 with the
 // guard); Attention gives 0 either way, as ONNX's Attention and every flash kernel do.
 //
@@ -408,6 +412,40 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   return false;
 }
 
+// Grouped-query attention's K or V: each of Hk heads repeated g times for the Hk*g query heads,
+// as transformers' repeat_kv writes it (x[:, :, None].expand(B, Hk, g, L, D).reshape(B, Hk*g, L,
+// D)) and both exporters keep it: Reshape(Expand(Unsqueeze(x, [2]), .), .). The kernels read the
+// Hk heads themselves (Attention takes K and V with fewer heads than Q, each serving Hq/Hk query
+// heads in order), so the copies go. The [B, Hk, L, D] input x, or -1.
+int repeated_kv(const Context& ctx, int root, int v) {
+  static const Pat repeat = op("Reshape", {op("Expand", {op("Unsqueeze", {any("x"), any()}), any()}).as("expand"), any()});
+  const int producer = ctx.value(v).producer;
+  if (producer < 0 || ctx.uses->sole_reader(v) != root) return -1;
+  std::optional<Match> m = rw::match_at(ctx, repeat, producer);
+  if (!m) return -1;
+  const Dims *x = ctx.shape(m->value("x")), *e = ctx.shape(ctx.node(m->node("expand")).outputs[0]), *y = ctx.shape(v);
+  if (!x || !e || !y || x->size() != 4 || e->size() != 5 || y->size() != 4) return -1;
+  const Dims want_e = {(*x)[0], (*x)[1], (*e)[2], (*x)[2], (*x)[3]};
+  const Dims want_y = {(*x)[0], (*x)[1] * (*e)[2], (*x)[2], (*x)[3]};
+  if (!(*e)[2].is_const() || *e != want_e || *y != want_y) return -1;
+  return m->value("x");
+}
+
+// An Attention of 4-D operands whose K and V are repeated_kv(): the same node on the Hk heads.
+StatusOr<bool> grouped_query(Context& ctx, const Match& m) {
+  const int root = m.matched[0];
+  ir::Node fused = ctx.node(root);
+  if (fused.attrs.has("q_num_heads") || fused.attrs.has("kv_num_heads")) return false;  // the 3-D form
+  const int k = repeated_kv(ctx, root, fused.inputs[1]), v = repeated_kv(ctx, root, fused.inputs[2]);
+  if (k < 0 || v < 0) return false;
+  const Dims *ks = ctx.shape(k), *vs = ctx.shape(v);
+  if ((*ks)[1] != (*vs)[1]) return false;
+  fused.replaced.clear();
+  fused.inputs[1] = k;
+  fused.inputs[2] = v;
+  return rw::replace(ctx, m, std::move(fused));
+}
+
 std::vector<rw::Rule> make_rules() {
   const Pat qk = op("MatMul", {scaled(any("q"), "q_scale"),
                                scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
@@ -427,7 +465,9 @@ std::vector<rw::Rule> make_rules() {
                              op("Where", {any("cond"), scalar("fill"), s}).as("where_inv"), s});
   const Pat softmax = op("Softmax", {masked}).as("softmax").out("p").when(softmax_over_last_axis);
   const Pat probs = either({op("Where", {op("IsNaN", {softmax}), scalar_eq(0), any("p")}), softmax});
-  return {{"attention", op("MatMul", {probs, any("v")}).as("pv"), fuse}};
+  return {{"attention", op("MatMul", {probs, any("v")}).as("pv"), fuse},
+          {"grouped_query", op("Attention", {any("q"), any("k"), any("v")}), grouped_query},
+          {"grouped_query_masked", op("Attention", {any("q"), any("k"), any("v"), any("mask")}), grouped_query}};
 }
 
 }  // namespace

@@ -105,6 +105,18 @@ StatusOr<bool> fuse_at(ir::Graph* g, int mm, const SupportsFn& supports) {
     }
     act = Activation{"none", {}, cur};
   }
+  // An activation with no bias (the dynamo exporter drops a zero bias; models without one): a
+  // zero bias of Y's last dim, so the kernel runs the activation in cuBLASLt's bias epilogue
+  // (the one its tactics are timed with) and not in a pass over Y after the GEMM: GPT-2's
+  // [8192, 3072] MLP GEMM at batch 32, 98 us with the pass against 72 us in the epilogue (H200).
+  if (bias < 0 && residual < 0 && act->nodes.size() == 1) {
+    const ir::Value& b = g->values[size_t(matmul.inputs[1])];
+    if (b.constant && b.constant->rank() >= 1 && !yv.shape->empty() && yv.shape->back().is_const() &&
+        b.constant->shape().back() == yv.shape->back().value() && is_float(yv.dtype)) {
+      KILN_ASSIGN_OR_RETURN(Tensor zeros, Tensor::zeros(yv.dtype, {b.constant->shape().back()}));
+      bias = add_constant(g, g->values[size_t(y)].name + "_zero_bias", std::move(zeros));
+    }
+  }
   ir::Node fused = matmul;
   fused.replaced.clear();  // replace_nodes counts the MatMul among the matched nodes
   fused.domain = "kiln";
