@@ -234,6 +234,34 @@ void expect_nhwc_between_boundaries(const ir::Graph& g) {
   for (const ir::Node* c : convs) EXPECT_EQ(layout_of(*c), "NHWC") << text;
 }
 
+// Whisper's stem: two 1-D convolutions with GELU between and after them (the second strided).
+const char* kConv1d = R"(graph g(%x: float32[n, 4, 12]) -> (%y: float32[n, 8, 6]) {
+  opset ai.onnx 20
+  %w1: float32[8, 4, 3] = dense<0.1>
+  %b1: float32[8] = dense<0.1>
+  %w2: float32[8, 8, 3] = dense<0.1>
+  %b2: float32[8] = dense<0.1>
+  %c1: float32[n, 8, 12] = Conv(%x, %w1, %b1) {kernel_shape=[3], pads=[1, 1]}  # conv1
+  %g1: float32[n, 8, 12] = Gelu(%c1)  # gelu1
+  %c2: float32[n, 8, 6] = Conv(%g1, %w2, %b2) {kernel_shape=[3], pads=[1, 1], strides=[2]}  # conv2
+  %y: float32[n, 8, 6] = Gelu(%c2)  # gelu2
+}
+)";
+
+TEST(AssignLayout, OneDimensionalConvolutionsRunChannelsLastAsTwoDimensionalOnes) {
+  ir::Graph original = randomized(kConv1d);
+  ir::Graph g = layout(original);
+  const std::string text = ir::to_text(g);
+  EXPECT_TRUE(nodes_of(g, "Conv").empty()) << text;
+  auto convs = nodes_of(g, "FusedConv");
+  ASSERT_EQ(convs.size(), 2u) << text;
+  for (const ir::Node* c : convs) {
+    EXPECT_EQ(layout_of(*c), "NHWC") << text;
+    EXPECT_EQ(g.values[size_t(c->inputs[1])].shape->size(), 4u) << text;
+  }
+  expect_same_outputs(original, g, {2, 4, 12});
+}
+
 TEST(AssignLayout, ResidualBlockIsNhwcBetweenTwoTransposes) {
   ir::Graph original = randomized(kResidual);
   ir::Graph g = layout(original);
