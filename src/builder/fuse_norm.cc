@@ -1,21 +1,22 @@
 // Pass fuse_norm: LayerNorm and RMSNorm as exporters write them out op by op become the ONNX op,
 // one kernel that reads x once and accumulates in FP32, where the ops ran as two reductions and
-// an elementwise chain with the statistics stored between them.
+// an elementwise chain with the statistics stored between them. Rules on the rewriter
+// (rewriter.h), after canonicalize (which has dropped no-op Casts and made Div(1, s) a
+// Reciprocal):
 //
-//   LayerNorm (exporters before opset 17, and models that write it by hand):
-//     d = Sub(x, ReduceMean(x)); v = ReduceMean(Pow(d, 2))
-//     y = Div(d, Sqrt(Add(v, eps)))                     [Mul(y, gamma)] [Add(., beta)]
-//     -> LayerNormalization(x, gamma, beta) {axis=-1, epsilon=eps}  (opset 17)
-//   RMSNorm (transformers' LlamaRMSNorm and its kin; T5's):
-//     v = ReduceMean(Pow(x, 2))
-//     y = Mul(x, Reciprocal(Sqrt(Add(v, eps)))) or Div(x, Sqrt(Add(v, eps)))   [Mul(y, gamma)]
-//     -> RMSNormalization(x, gamma) {axis=-1, epsilon=eps}  (opset 23)
+//   s = Sqrt(Add(ReduceMean(Pow(d, 2) | Mul(d, d)), eps))        either operand order
+//   y = Div(d, s) | Mul(d, Reciprocal(s))                        [Mul(y, gamma)] [Add(., beta)]
+//   d = Sub(x, ReduceMean(x)), read by nothing else  -> LayerNormalization(x, gamma, beta)
+//                                                       {axis=-1, epsilon=eps} (opset 17)
+//   d = x otherwise                                  -> RMSNormalization(x, gamma) (opset 23)
 //
-// Matched over the last axis only (the ReduceMeans' axes [-1] or [rank-1], keepdims), Pow by 2
-// or Mul(d, d), every Mul and Add in either operand order, every intermediate read by nothing
-// else and no engine output; gamma and beta constants of the normalized size (leading ones
-// allowed), of x's dtype. Without gamma the scale is ones (float32 x only). CUDA only, as the
-// other fusions: a CPU engine runs the model's own ops.
+// Matched over the last axis only (the ReduceMeans' axes [-1] or [rank-1], as an attribute or the
+// opset-18 input, keepdims), every intermediate read by nothing else and no engine output; gamma
+// and beta constants of the normalized size (leading ones allowed), of x's dtype; beta only after
+// a LayerNorm's gamma. Without gamma the scale is ones (float32 x only). The rules are rooted at
+// the last node the normalization can take: a shorter match declines where the longer one's
+// next node follows, so the driver reaches it. CUDA only, as the other fusions: a CPU engine runs
+// the model's own ops.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -24,24 +25,33 @@
 
 #include "builder/build_state.h"
 #include "builder/graph_match.h"
+#include "builder/rewriter.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
 namespace {
 
-// Whether ReduceMean node r averages its input over the last axis alone and keeps it.
-bool mean_of_last_axis(const ir::Graph& g, const ir::Node& r) {
-  if (r.inputs.empty() || r.inputs[0] < 0) return false;
-  const auto& shape = g.values[size_t(r.inputs[0])].shape;
+using rw::any;
+using rw::Context;
+using rw::either;
+using rw::Match;
+using rw::op;
+using rw::Pat;
+using rw::scalar;
+using rw::scalar_eq;
+
+// Whether ReduceMean node n averages its input over the last axis alone and keeps it.
+bool mean_of_last_axis(const Context& ctx, const Match&, int n) {
+  const ir::Node& r = ctx.node(n);
+  const auto* shape = ctx.shape(r.inputs.empty() ? -1 : r.inputs[0]);
   if (!shape || shape->empty()) return false;
   auto keep = r.attrs.get_int("keepdims", 1);
   if (!keep.ok() || *keep != 1) return false;
   std::vector<int64_t> axes;
   if (r.opset >= 18) {
-    if (r.inputs.size() < 2 || r.inputs[1] < 0) return false;
-    const ir::Value& a = g.values[size_t(r.inputs[1])];
-    if (!a.constant) return false;
-    for (int64_t i = 0; i < a.constant->numel(); ++i) axes.push_back(a.constant->int_at(i));
+    if (r.inputs.size() < 2 || r.inputs[1] < 0 || !ctx.value(r.inputs[1]).constant) return false;
+    const Tensor& a = *ctx.value(r.inputs[1]).constant;
+    for (int64_t i = 0; i < a.numel(); ++i) axes.push_back(a.int_at(i));
   } else {
     auto attr = r.attrs.get_ints("axes", std::vector<int64_t>{});
     if (!attr.ok()) return false;
@@ -51,11 +61,17 @@ bool mean_of_last_axis(const ir::Graph& g, const ir::Node& r) {
   return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
 }
 
+// ReduceMean(in) over the last axis, with its axes as an attribute or (opset 18) an input.
+Pat mean_of(Pat in) {
+  return either({op("ReduceMean", {in}).when(mean_of_last_axis),
+                 op("ReduceMean", {in, rw::constant()}).when(mean_of_last_axis)});
+}
+
 // A constant of x's dtype whose elements lie along the normalized axis ([C], or [1, ..., C]), as a
 // [C] tensor; nullopt otherwise.
-std::optional<Tensor> per_channel(const ir::Graph& g, int v, DType dtype, int64_t c) {
+std::optional<Tensor> per_channel(const Context& ctx, int v, DType dtype, int64_t c) {
   if (v < 0) return std::nullopt;
-  const ir::Value& val = g.values[size_t(v)];
+  const ir::Value& val = ctx.value(v);
   if (!val.constant || val.constant->dtype() != dtype || val.constant->numel() != c) return std::nullopt;
   const Shape& s = val.constant->shape();
   if (s.empty() || s.back() != c) return std::nullopt;
@@ -65,113 +81,96 @@ std::optional<Tensor> per_channel(const ir::Graph& g, int v, DType dtype, int64_
   return std::move(t).value();
 }
 
-StatusOr<bool> fuse_at(ir::Graph* g, int rn, const SupportsFn& supports) {
-  // The variance: ReduceMean(Pow(d, 2)) or ReduceMean(Mul(d, d)).
-  const ir::Node& var = g->nodes[size_t(rn)];
-  if (!is_onnx(var, "ReduceMean") || var.outputs.size() != 1 || !mean_of_last_axis(*g, var)) return false;
-  std::vector<int> matched = {rn};
-  const int sq = var.inputs[0];
-  int d = -1, sqn = producer_of(*g, sq, "Pow", rn);
-  if (sqn >= 0) {
-    const auto e = scalar_constant(*g, g->nodes[size_t(sqn)], 1);
-    if (!e || *e != 2.f) return false;
-    d = g->nodes[size_t(sqn)].inputs[0];
-  } else if ((sqn = producer_of(*g, sq, "Mul", rn)) >= 0) {
-    const ir::Node& m = g->nodes[size_t(sqn)];
-    if (m.inputs.size() != 2 || m.inputs[0] != m.inputs[1]) return false;
-    d = m.inputs[0];
-  } else {
-    return false;
-  }
-  matched.push_back(sqn);
-  // Add(v, eps), Sqrt, then Div(d, s) or Mul(d, Reciprocal(s)).
-  const int an = reader_of(*g, var.outputs[0], "Add");
-  if (an < 0) return false;
-  const auto eps = other_constant(*g, g->nodes[size_t(an)], var.outputs[0]);
-  if (!eps || !(*eps >= 0.f)) return false;
-  const int sn = reader_of(*g, g->nodes[size_t(an)].outputs[0], "Sqrt");
-  if (sn < 0) return false;
-  matched.insert(matched.end(), {an, sn});
-  const int s = g->nodes[size_t(sn)].outputs[0];
-  int nn = reader_of(*g, s, "Div");
-  if (nn >= 0) {
-    const ir::Node& div = g->nodes[size_t(nn)];
-    if (div.inputs.size() != 2 || div.inputs[0] != d || div.inputs[1] != s) return false;
-  } else {
-    const int rc = reader_of(*g, s, "Reciprocal");
-    if (rc < 0) return false;
-    const int r = g->nodes[size_t(rc)].outputs[0];
-    nn = reader_of(*g, r, "Mul");
-    if (nn < 0 || other_of(g->nodes[size_t(nn)], r) != d) return false;
-    matched.push_back(rc);
-  }
-  matched.push_back(nn);
-  // d = Sub(x, ReduceMean(x)) makes it a LayerNorm, read by the square and the normalization
-  // alone; otherwise d is x itself, an RMSNorm.
-  int x = d;
+// The other operand of the one node reading `v` when it is `op_type` of two inputs and v is no
+// engine output; -1 otherwise.
+int other_at_sole_reader(const Context& ctx, int v, const char* op_type) {
+  const int r = ctx.uses->sole_reader(v);
+  if (r < 0 || !is_onnx(ctx.node(r), op_type) || ctx.node(r).inputs.size() != 2) return -1;
+  const ir::Node& n = ctx.node(r);
+  return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+}
+
+StatusOr<bool> fuse(Context& ctx, const Match& m) {
+  const double eps = *ctx.scalar(m.value("eps"));
+  if (!(eps >= 0)) return false;
+  Match all = m;
+  // d = Sub(x, ReduceMean(x)), read only by the square and the normalization: a LayerNorm.
+  int x = m.value("d");
   bool layer_norm = false;
-  if (const int sub = d < 0 ? -1 : g->values[size_t(d)].producer;
-      sub >= 0 && is_onnx(g->nodes[size_t(sub)], "Sub") && g->nodes[size_t(sub)].inputs.size() == 2) {
-    const ir::Node& sb = g->nodes[size_t(sub)];
-    const int mn = producer_of(*g, sb.inputs[1], "ReduceMean", sub);
-    if (mn >= 0 && g->nodes[size_t(mn)].inputs[0] == sb.inputs[0] && mean_of_last_axis(*g, g->nodes[size_t(mn)])) {
-      std::vector<int> readers = readers_of(*g, d);
+  static const Pat centered = op("Sub", {any("x"), mean_of(any("x"))});
+  if (const int sub = ctx.value(x).producer; sub >= 0) {
+    if (std::optional<Match> c = rw::match_at(ctx, centered, sub)) {
+      std::vector<int> readers(ctx.uses->readers(x).begin(), ctx.uses->readers(x).end());
+      std::vector<int> want = {m.node("square"), m.node("normed")};
       std::sort(readers.begin(), readers.end());
-      std::vector<int> want = {sqn, nn};
       std::sort(want.begin(), want.end());
-      if (readers != want || is_graph_output(*g, d)) return false;
-      x = sb.inputs[0];
-      layer_norm = true;
-      matched.insert(matched.end(), {sub, mn});
-    }
-  }
-  const ir::Value& xv = g->values[size_t(x)];
-  if (!is_float(xv.dtype) || !xv.shape || xv.shape->empty() || !xv.shape->back().is_const()) return false;
-  const DType dtype = xv.dtype;
-  const int64_t c = xv.shape->back().value();
-  // The affine tail: Mul(., gamma), then (LayerNorm) Add(., beta).
-  int out = g->nodes[size_t(nn)].outputs[0];
-  std::optional<Tensor> gamma, beta;
-  if (const int mul = reader_of(*g, out, "Mul"); mul >= 0) {
-    if ((gamma = per_channel(*g, other_of(g->nodes[size_t(mul)], out), dtype, c))) {
-      matched.push_back(mul);
-      out = g->nodes[size_t(mul)].outputs[0];
-    }
-  }
-  if (layer_norm) {
-    if (const int add = reader_of(*g, out, "Add"); add >= 0) {
-      if ((beta = per_channel(*g, other_of(g->nodes[size_t(add)], out), dtype, c))) {
-        matched.push_back(add);
-        out = g->nodes[size_t(add)].outputs[0];
+      if (readers == want && !ctx.uses->is_output(x)) {
+        x = c->value("x");
+        layer_norm = true;
+        all.matched.insert(all.matched.end(), c->matched.begin(), c->matched.end());
       }
     }
   }
-  const ir::Value& ov = g->values[size_t(out)];
+  const ir::Value& xv = ctx.value(x);
+  if (!is_float(xv.dtype) || !xv.shape || xv.shape->empty() || !xv.shape->back().is_const()) return false;
+  const DType dtype = xv.dtype;
+  const int64_t c = xv.shape->back().value();
+  const int out = ctx.node(m.matched[0]).outputs[0];
+  std::optional<Tensor> gamma, beta;
+  const int g = m.value("gamma"), b = m.value("beta");
+  if (g >= 0 && !(gamma = per_channel(ctx, g, dtype, c))) return false;
+  if (b >= 0 && (!layer_norm || !(beta = per_channel(ctx, b, dtype, c)))) return false;
+  // A longer match follows: the driver takes it at its root.
+  if (!beta && layer_norm && gamma && per_channel(ctx, other_at_sole_reader(ctx, out, "Add"), dtype, c)) {
+    return false;
+  }
+  if (!gamma && per_channel(ctx, other_at_sole_reader(ctx, out, "Mul"), dtype, c)) return false;
+  const ir::Value& ov = ctx.value(out);
   if (ov.dtype != dtype || !ov.shape || *ov.shape != *xv.shape) return false;
   if (!gamma) {
     if (dtype != DType::kFloat32) return false;
     gamma = Tensor::from_vector(DType::kFloat32, {c}, std::vector<float>(size_t(c), 1.f));
   }
-  const std::string name = g->nodes[size_t(rn)].name;
-  ir::Graph saved = *g;
-  ir::Node norm;
+  const std::string name = ctx.node(m.node("var")).name;
+  ir::Node norm = rw::make_node(*ctx.graph, layer_norm ? "LayerNormalization" : "RMSNormalization", name, {}, {out});
   norm.name = name;
-  norm.op_type = layer_norm ? "LayerNormalization" : "RMSNormalization";
   norm.opset = layer_norm ? 17 : 23;
   set_int(&norm, "axis", -1);
-  set_float(&norm, "epsilon", *eps);
-  norm.inputs = {x, add_constant(g, name + (layer_norm ? "_ln_scale" : "_rms_scale"), std::move(*gamma))};
-  if (beta) norm.inputs.push_back(add_constant(g, name + "_ln_bias", std::move(*beta)));
-  norm.outputs = {out};
-  if (replace_if_supported(g, matched, std::move(norm), supports)) return true;
-  *g = std::move(saved);
-  return false;
+  set_float(&norm, "epsilon", float(eps));
+  // The constants are added only once the backend took the node: a declined rewrite leaves the
+  // graph as it was.
+  norm.inputs = {x, -1};
+  if (beta) norm.inputs.push_back(-1);
+  const ir::Value scale_v{.name = name + "_scale", .dtype = dtype, .shape = std::vector<ir::Dim>{ir::Dim(c)}};
+  std::vector<const ir::Value*> in = {&xv, &scale_v};
+  if (beta) in.push_back(&scale_v);
+  if (!(*ctx.supports)(norm, in, {&ov})) return false;
+  norm.inputs[1] = add_constant(ctx.graph, name + (layer_norm ? "_ln_scale" : "_rms_scale"), std::move(*gamma));
+  if (beta) norm.inputs[2] = add_constant(ctx.graph, name + "_ln_bias", std::move(*beta));
+  return rw::replace(ctx, all, std::move(norm));
+}
+
+std::vector<rw::Rule> make_rules() {
+  const Pat square = either({op("Pow", {any("d"), scalar_eq(2)}).as("square"),
+                             op("Mul", {any("d"), any("d")}).as("square")});
+  const Pat var = either({op("ReduceMean", {square}).when(mean_of_last_axis).as("var"),
+                          op("ReduceMean", {square, rw::constant()}).when(mean_of_last_axis).as("var")});
+  const Pat root = op("Sqrt", {op("Add", {var, scalar("eps")}).commutative()});
+  const Pat divided = op("Div", {any("d"), root}).as("normed");
+  const Pat multiplied = op("Mul", {any("d"), op("Reciprocal", {root})}).commutative().as("normed");
+  const Pat scaled = op("Mul", {either({divided, multiplied}), rw::constant("gamma")}).commutative();
+  // A rule's root is an op: the bare normalization is two rules.
+  return {{"norm_scaled_shifted", op("Add", {scaled, rw::constant("beta")}).commutative(), fuse},
+          {"norm_scaled", scaled, fuse},
+          {"norm_divided", divided, fuse},
+          {"norm_multiplied", multiplied, fuse}};
 }
 
 }  // namespace
 
 Status fuse_norm(ir::Graph* g, const SupportsFn& supports) {
-  return fuse_at_every_node(g, [&](int n) { return fuse_at(g, n, supports); });
+  static const std::vector<rw::Rule> rules = make_rules();
+  return rw::apply(g, rules, supports).status();
 }
 
 Status fuse_norm(BuildState& s) {
