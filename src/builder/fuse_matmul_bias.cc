@@ -130,11 +130,7 @@ std::vector<rw::Rule> make_rules() {
   const Pat pre = either({biased, mm});
   return {{"matmul_relu", op("Relu", {pre}), fuse_relu},
           {"matmul_gelu", op("Gelu", {pre}), fuse_gelu},
-          // Two rules, not one commutative pattern: where the first operand also looks like a
-          // product (Swin's residual stream is a sum of a projection and a window), its match
-          // fails only once whole (a consumed node read outside it), and the order is not retried.
-          {"matmul_residual", op("Add", {pre, any("residual")}), fuse_residual},
-          {"matmul_residual_first", op("Add", {any("residual"), pre}), fuse_residual},
+          {"matmul_residual", op("Add", {pre, any("residual")}).commutative(), fuse_residual},
           {"matmul_bias", biased, fuse_bias}};
 }
 

@@ -198,71 +198,90 @@ std::optional<std::pair<int, double>> scalar_step(const Context& ctx, int p) {
   return std::nullopt;
 }
 
-bool match_value(const Context& ctx, const PatNode& p, int v, int reader, Match& m);
+// Matching enumerates: every way a pattern matches (each alternative of an either, both operand
+// orders of a commutative op), in preference order, so a candidate that fails a check made only
+// once the whole pattern matched (match_at's: consumed nodes read only inside the match) gives way
+// to the next. Patterns are small and mismatches prune at the first op, so the lists stay short;
+// kMaxCandidates bounds them all the same.
+using Matches = std::vector<Match>;
+constexpr size_t kMaxCandidates = 256;
 
-bool match_op(const Context& ctx, const PatNode& p, int v, Match& m) {
+Matches match_value(const Context& ctx, const PatNode& p, int v, int reader, const Match& m);
+
+Matches match_op(const Context& ctx, const PatNode& p, int v, const Match& m) {
   const int n = ctx.value(v).producer;
-  if (n < 0) return false;
+  if (n < 0) return {};
   const ir::Node& node = ctx.node(n);
-  if (node.op_type != p.op_type || node.domain != p.domain) return false;
-  if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] != v) return false;
-  if (node.inputs.size() != p.inputs.size()) return false;
+  if (node.op_type != p.op_type || node.domain != p.domain) return {};
+  if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] != v) return {};
+  if (node.inputs.size() != p.inputs.size()) return {};
   // A node reached a second time (a pattern that is a DAG) must be the one bound by name.
-  if (contains(m.matched, n) || contains(m.kept, n)) return !p.name.empty() && m.node(p.name) == n;
-  auto inputs_match = [&](bool swapped) {
-    for (size_t i = 0; i < p.inputs.size(); ++i) {
+  if (contains(m.matched, n) || contains(m.kept, n)) {
+    if (!p.name.empty() && m.node(p.name) == n) return {m};
+    return {};
+  }
+  Match base = m;
+  (p.keep ? base.kept : base.matched).push_back(n);
+  if (!bind(&base.nodes, p.name, n)) return {};
+  Matches out;
+  const bool swap = p.commutative && p.inputs.size() == 2;
+  for (bool swapped : {false, true}) {
+    if (swapped && !swap) break;
+    Matches cur = {base};
+    for (size_t i = 0; i < p.inputs.size() && !cur.empty(); ++i) {
       const size_t j = swapped ? 1 - i : i;
-      if (!match_value(ctx, *p.inputs[i].get(), node.inputs[j], n, m)) return false;
+      Matches next;
+      for (const Match& c : cur) {
+        for (Match& r : match_value(ctx, *p.inputs[i].get(), node.inputs[j], n, c)) {
+          if (next.size() < kMaxCandidates) next.push_back(std::move(r));
+        }
+      }
+      cur = std::move(next);
     }
-    return true;
-  };
-  (p.keep ? m.kept : m.matched).push_back(n);
-  if (!bind(&m.nodes, p.name, n)) return false;
-  const Match saved = m;
-  if (!inputs_match(false)) {
-    if (!p.commutative || p.inputs.size() != 2) return false;
-    m = saved;
-    if (!inputs_match(true)) return false;
+    for (Match& c : cur) {
+      bool ok = true;
+      for (const auto& pred : p.node_preds) ok = ok && pred(ctx, c, n);
+      if (ok && bind(&c.values, p.out_name, v) && out.size() < kMaxCandidates) out.push_back(std::move(c));
+    }
   }
-  for (const auto& pred : p.node_preds) {
-    if (!pred(ctx, m, n)) return false;
-  }
-  return bind(&m.values, p.out_name, v);
+  return out;
 }
 
-bool match_value(const Context& ctx, const PatNode& p, int v, int reader, Match& m) {
-  if (v < 0) return false;
-  bool ok = false;
+Matches match_value(const Context& ctx, const PatNode& p, int v, int reader, const Match& m) {
+  if (v < 0) return {};
+  Matches out;
+  auto leaf = [&](bool ok) {
+    Match r = m;
+    if (ok && bind(&r.values, p.name, v)) out.push_back(std::move(r));
+  };
   switch (p.kind) {
     case PatNode::Kind::kAny:
-      ok = bind(&m.values, p.name, v);
+      leaf(true);
       break;
     case PatNode::Kind::kConstant:
-      ok = ctx.value(v).constant.has_value() && bind(&m.values, p.name, v);
+      leaf(ctx.value(v).constant.has_value());
       break;
     case PatNode::Kind::kScalar:
-      ok = ctx.scalar(v).has_value() && bind(&m.values, p.name, v);
+      leaf(ctx.scalar(v).has_value());
       break;
     case PatNode::Kind::kScalarEq: {
       auto c = ctx.scalar(v);
-      ok = c && *c == p.eq;
+      if (c && *c == p.eq) out.push_back(m);
       break;
     }
     case PatNode::Kind::kOp:
-      ok = match_op(ctx, p, v, m);
+      out = match_op(ctx, p, v, m);
       break;
     case PatNode::Kind::kEither:
       for (const Pat& alt : p.inputs) {
-        Match attempt = m;
-        if (match_value(ctx, *alt.get(), v, reader, attempt)) {
-          m = std::move(attempt);
-          ok = true;
-          break;
+        for (Match& r : match_value(ctx, *alt.get(), v, reader, m)) {
+          if (out.size() < kMaxCandidates) out.push_back(std::move(r));
         }
       }
       break;
     case PatNode::Kind::kScaled: {
       // Greedy: each step's output read by nothing but the node above it.
+      Match r = m;
       double f = 1.0;
       int at = reader;
       while (at >= 0 && ctx.uses->sole_reader(v) == at) {
@@ -271,23 +290,28 @@ bool match_value(const Context& ctx, const PatNode& p, int v, int reader, Match&
         auto step = scalar_step(ctx, prod);
         if (!step) break;
         f *= step->second;
-        m.matched.push_back(prod);
+        r.matched.push_back(prod);
         at = prod;
         v = step->first;
       }
-      ok = match_value(ctx, *p.inputs[0].get(), v, at, m);
-      if (ok && !p.name.empty()) {
-        auto [it, fresh] = m.factors.emplace(p.name, f);
-        if (!fresh) it->second *= f;
+      out = match_value(ctx, *p.inputs[0].get(), v, at, r);
+      if (!p.name.empty()) {
+        for (Match& c : out) {
+          auto [it, fresh] = c.factors.emplace(p.name, f);
+          if (!fresh) it->second *= f;
+        }
       }
       break;
     }
   }
-  if (!ok) return false;
-  for (const auto& pred : p.value_preds) {
-    if (!pred(ctx, m, v)) return false;
+  if (p.value_preds.empty()) return out;
+  Matches kept;
+  for (Match& c : out) {
+    bool ok = true;
+    for (const auto& pred : p.value_preds) ok = ok && pred(ctx, c, v);
+    if (ok) kept.push_back(std::move(c));
   }
-  return true;
+  return kept;
 }
 
 }  // namespace
@@ -297,19 +321,20 @@ std::optional<Match> match_at(const Context& ctx, const Pat& pattern, int n) {
   const ir::Node& node = ctx.node(n);
   if (p.kind != PatNode::Kind::kOp || node.op_type != p.op_type || node.domain != p.domain) return std::nullopt;
   if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] < 0) return std::nullopt;
-  Match m;
-  if (!match_value(ctx, p, node.outputs[size_t(p.output)], -1, m)) return std::nullopt;
-  // The consumed nodes below the root are read only by consumed nodes and are no graph outputs.
-  for (size_t i = 1; i < m.matched.size(); ++i) {
-    for (int o : ctx.node(m.matched[i]).outputs) {
-      if (o < 0) continue;
-      if (ctx.uses->is_output(o)) return std::nullopt;
-      for (int r : ctx.uses->readers(o)) {
-        if (!contains(m.matched, r)) return std::nullopt;
+  // The first candidate whose consumed nodes below the root are read only by consumed nodes and
+  // are no graph outputs.
+  for (Match& m : match_value(ctx, p, node.outputs[size_t(p.output)], -1, Match{})) {
+    bool inside = true;
+    for (size_t i = 1; i < m.matched.size() && inside; ++i) {
+      for (int o : ctx.node(m.matched[i]).outputs) {
+        if (o < 0) continue;
+        if (ctx.uses->is_output(o)) inside = false;
+        for (int r : ctx.uses->readers(o)) inside = inside && contains(m.matched, r);
       }
     }
+    if (inside) return std::move(m);
   }
-  return m;
+  return std::nullopt;
 }
 
 // ---- driver ----

@@ -76,7 +76,7 @@ class Pat {
   // Op patterns only:
   Pat as(std::string node_name) const;     // binds the node
   Pat out(std::string value_name) const;   // binds the output value matched
-  Pat commutative() const;                 // two inputs: either order
+  Pat commutative() const;                 // two inputs: either order (as given first)
   Pat keep() const;                        // may be read outside the match: left in place
   // A constraint checked once the inputs matched: the context, the bindings so far, the node.
   Pat when(std::function<bool(const Context&, const Match&, int node)> pred) const;
@@ -98,7 +98,8 @@ Pat scalar_eq(double v);
 // A value produced by an ONNX op `op_type` (domain "kiln::X" for kiln's ops) from these inputs
 // (exactly that many; omitted optional inputs count). The op's output 0 unless `output` says.
 Pat op(std::string op_type, std::vector<Pat> inputs, int output = 0);
-// The first alternative that matches.
+// The alternatives, tried in order (each candidate of the first before the second's; match_at takes
+// the first candidate overall that passes its single-use check).
 Pat either(std::vector<Pat> alternatives);
 // Zero or more scalar steps above `inner` (Mul by a scalar constant, either order, or Div by one),
 // their product recorded as the factor `name`.
