@@ -36,13 +36,13 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   using StatePass = Status (*)(builder::BuildState&);
   using GraphPass = Status (*)(ir::Graph*, const builder::SupportsFn&);
   for (StatePass pass : std::initializer_list<StatePass>{builder::check_supported, builder::expand_sequence_inputs, builder::bind_profiles,
-                    builder::infer_shapes, builder::merge_duplicates, builder::canonicalize}) {
+                    builder::infer_shapes, builder::merge_duplicates, builder::canonicalize, builder::fold_batch_norm}) {
     KILN_RETURN_IF_ERROR(pass(s));
   }
   builder::SupportsFn yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
                                const std::vector<const ir::Value*>&) { return true; };
-  for (GraphPass pass : std::initializer_list<GraphPass>{builder::fuse_norm, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias,
-                    builder::pack_attention}) {
+  for (GraphPass pass : std::initializer_list<GraphPass>{builder::patchify_conv, builder::fuse_conv_activation, builder::fuse_norm,
+                    builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::pack_attention}) {
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
   }
   ir::remove_dead_nodes(&s.graph);

@@ -76,7 +76,7 @@ std::optional<double> Context::scalar(int v) const {
 // ---- patterns ----
 
 struct PatNode {
-  enum class Kind { kAny, kConstant, kScalar, kScalarEq, kOp, kEither, kScaled };
+  enum class Kind { kAny, kOptional, kConstant, kScalar, kScalarEq, kOp, kEither, kScaled };
   Kind kind = Kind::kAny;
   std::string name;      // the value (leaves, scaled: the factor) or node (op) it binds
   std::string out_name;  // op: the output value it binds
@@ -134,6 +134,7 @@ Pat leaf(PatNode::Kind kind, std::string name, double eq = 0) {
 }  // namespace
 
 Pat any(std::string name) { return leaf(PatNode::Kind::kAny, std::move(name)); }
+Pat optional(std::string name) { return leaf(PatNode::Kind::kOptional, std::move(name)); }
 Pat constant(std::string name) { return leaf(PatNode::Kind::kConstant, std::move(name)); }
 Pat scalar(std::string name) { return leaf(PatNode::Kind::kScalar, std::move(name)); }
 Pat scalar_eq(double v) { return leaf(PatNode::Kind::kScalarEq, "", v); }
@@ -248,7 +249,7 @@ Matches match_op(const Context& ctx, const PatNode& p, int v, const Match& m) {
 }
 
 Matches match_value(const Context& ctx, const PatNode& p, int v, int reader, const Match& m) {
-  if (v < 0) return {};
+  if (v < 0) return p.kind == PatNode::Kind::kOptional ? Matches{m} : Matches{};
   Matches out;
   auto leaf = [&](bool ok) {
     Match r = m;
@@ -256,6 +257,7 @@ Matches match_value(const Context& ctx, const PatNode& p, int v, int reader, con
   };
   switch (p.kind) {
     case PatNode::Kind::kAny:
+    case PatNode::Kind::kOptional:
       leaf(true);
       break;
     case PatNode::Kind::kConstant:

@@ -90,6 +90,8 @@ class Pat {
 
 // Any value, bound to `name` (when named and already bound: that same value).
 Pat any(std::string name = "");
+// An optional input: any value (bound to `name`), or the input omitted (bound to nothing).
+Pat optional(std::string name = "");
 // A constant value (initializer or folded); scalar: of one element.
 Pat constant(std::string name = "");
 Pat scalar(std::string name = "");
