@@ -44,6 +44,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"pack_attention", builder::pack_attention},
       {"fuse_matmul_bias", builder::fuse_matmul_bias},
       {"fuse_norm", builder::fuse_norm},
+      {"fuse_rotary", builder::fuse_rotary},
       {"fuse_elementwise", builder::fuse_elementwise},
       {"fuse_conv_activation", builder::fuse_conv_activation},
       {"unflatten_gemm", builder::unflatten_gemm},

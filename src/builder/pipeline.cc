@@ -31,6 +31,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"patchify_conv", patchify_conv, kCuda},                   // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},      // Conv [+ residual] [+ activation]
       {"fuse_norm", fuse_norm, kCuda},                           // LayerNorm/RMSNorm written out -> op
+      {"fuse_rotary", fuse_rotary, kCuda},                       // x*cos + rotate_half(x)*sin -> RotaryEmbedding
       {"fuse_attention", fuse_attention, kCuda},                 // FP16/BF16: attention -> Attention
       {"unflatten_gemm", unflatten_gemm, kCuda},                 // Gemm on x.view(-1, K) -> MatMul
       {"fuse_matmul_bias", fuse_matmul_bias, kCuda},             // MatMul [+ bias] + activation
