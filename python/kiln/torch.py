@@ -92,14 +92,32 @@ class Input:
                 f"max_shape={self.max_shape}, dtype={self.dtype})")
 
 
-def _example(inp: Input, shape: Sequence[int]) -> Any:
-    dtype = inp.dtype if inp.dtype is not None else torch.float32
+def _held(module: Any) -> Tuple[Any, Any]:
+    """Where the user holds the module: the device of its first parameter or buffer (the CPU for
+    one with neither), and the dtype of its first floating-point one (None for none)."""
+    device, dtype = torch.device("cpu"), None
+    tensors = []
+    if hasattr(module, "parameters"):
+        tensors = [*module.parameters(), *module.buffers()]
+    if tensors:
+        device = tensors[0].device
+    dtype = next((t.dtype for t in tensors if t.dtype.is_floating_point), None)
+    return device, dtype
+
+
+def _example(inp: Input, shape: Sequence[int], device: Any = None, float_dtype: Any = None) -> Any:
+    """The traced example for an Input: seeded, made on the CPU (the same values on any device)
+    and moved once to the module's device; a floating-point Input without a dtype takes the
+    module's (a .half() module traces with half inputs, as it runs)."""
+    dtype = inp.dtype if inp.dtype is not None else (float_dtype or torch.float32)
     g = torch.Generator().manual_seed(0)
     if dtype.is_floating_point:
-        return torch.randn(tuple(shape), generator=g, dtype=torch.float32).to(dtype)
-    if dtype == torch.bool:
-        return torch.ones(tuple(shape), dtype=torch.bool)
-    return torch.randint(0, 2, tuple(shape), generator=g, dtype=dtype)
+        x = torch.randn(tuple(shape), generator=g, dtype=torch.float32).to(dtype)
+    elif dtype == torch.bool:
+        x = torch.ones(tuple(shape), dtype=torch.bool)
+    else:
+        x = torch.randint(0, 2, tuple(shape), generator=g, dtype=dtype)
+    return x if device is None or torch.device(device).type == "cpu" else x.to(device)
 
 
 def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
@@ -137,7 +155,11 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
             shape[axis] = k * min(max(inp.opt_shape[axis] // k, dims[base].min), dims[base].max)
         dynamic_shapes.append(spec or None)
         examples.append(shape)
-    args = tuple(_example(inp, shape) for inp, shape in zip(inputs, examples))
+    # The examples on the module's device and in its dtype: the exporter traces the module as the
+    # user holds it (a CUDA module with CPU examples failed: "Tensor on device cuda:0 is not on
+    # the expected device cpu").
+    device, float_dtype = _held(module)
+    args = tuple(_example(inp, shape, device, float_dtype) for inp, shape in zip(inputs, examples))
     try:
         # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
         # would match against a GraphModule's *args signature as one element.
@@ -499,7 +521,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
     device ("cpu" or "cuda"), enabled_precisions and allow_tf32 (as compile's), dynamic_max (the
-    largest size of a dynamic dim that TorchDynamo left unbounded). kiln.torch.report says what ran
+    largest size of a dynamic dim that TorchDynamo left unbounded), fallback (default True; False
+    makes a graph kiln cannot take an error instead of a KilnWarning). kiln.torch.report says what ran
     where, graph breaks included.
 
     Dynamic shapes: a graph whose dims TorchDynamo made symbolic (torch._dynamo.mark_dynamic(x, d,
@@ -509,17 +532,20 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     dynamic_max, and without it the graph stays with PyTorch, saying which dim needs a range."""
     opts = dict(options or {})
     device = opts.pop("device", "cpu")
+    fallback = bool(opts.pop("fallback", True))
     precisions = opts.pop("enabled_precisions", None)
     allow_tf32 = bool(opts.pop("allow_tf32", False))
     dynamic_max = opts.pop("dynamic_max", None)
     if opts:
         raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} "
-                                   "(it takes device, enabled_precisions, allow_tf32, dynamic_max)")
+                                   "(it takes device, enabled_precisions, allow_tf32, dynamic_max, fallback)")
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_list = isinstance(output, list)
 
     def fall_back(reason: str) -> Any:
+        if not fallback:
+            raise Error(f"kiln backend: a graph of {ops} ops cannot run on kiln (options fallback=False): {reason}")
         report.add("pytorch", ops, reason)
         warnings.warn(KilnWarning(f"kiln backend: a graph of {ops} ops runs on PyTorch: {reason}"), stacklevel=2)
         return gm.forward
@@ -562,3 +588,26 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
         return state["run"](*args)
 
     return first_call
+
+
+def _register_with_dynamo() -> None:
+    """`import kiln.torch` makes torch.compile(backend="kiln") work wherever the package comes from
+    (a source path or a copied folder has no entry point). The installed package's entry point
+    names kiln._dynamo.backend, which imports this module only when a graph is compiled, so the
+    two registrations never meet halfway (torch's lookup registers an entry point after loading
+    it, and refuses a name twice)."""
+    try:
+        from torch._dynamo.backends import registry  # noqa: PLC0415
+    except ImportError:  # a torch without TorchDynamo: kiln.torch.compile still works
+        return
+    # An entry point naming this module itself (a package installed before kiln._dynamo existed)
+    # is being loaded by torch's lookup, which registers it next: registering here would make
+    # that a duplicate.
+    entry = registry._BACKENDS.get("kiln")
+    if str(getattr(entry, "value", "")).startswith("kiln.torch"):
+        return
+    if "kiln" not in registry._COMPILER_FNS:
+        registry.register_backend(compiler_fn=backend, name="kiln")
+
+
+_register_with_dynamo()

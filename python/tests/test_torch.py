@@ -242,6 +242,77 @@ def test_torch_compile_backend_dynamic_ranges(kiln_backend):
     assert tuple(out.shape) == (9, 4, 8)
 
 
+def test_fallback_false_makes_a_graph_kiln_cannot_take_an_error(kiln_backend):
+    # The recompiled graph above, whose batch has no upper bound: with options={"fallback": False}
+    # it is an error naming the reason, not a warning and a silent PyTorch run.
+    strict = torch.compile(SeedLinear().eval(), backend=kiln_backend, options={"fallback": False})
+    with torch.no_grad():
+        strict(torch.randn(2, 3, 16))
+        with pytest.raises(Exception, match="fallback=False.*no upper bound"):
+            strict(torch.randn(4, 3, 16))
+    assert not kt.report.fallbacks, str(kt.report)
+
+
+_REGISTRATION = r"""
+import importlib.metadata as md
+import sys
+order = sys.argv[1]
+if order == "no-entry-point":
+    # As a source checkout or a copied folder has it: no torch_dynamo_backends entry point "kiln".
+    real = md.entry_points
+    def entry_points(*args, **kwargs):
+        eps = real(*args, **kwargs)
+        if kwargs.get("group") == "torch_dynamo_backends":
+            return md.EntryPoints([e for e in eps if e.name != "kiln"])
+        return eps
+    md.entry_points = entry_points
+import torch._dynamo
+from torch._dynamo.backends.registry import lookup_backend
+if order == "no-entry-point":
+    assert "kiln" not in torch._dynamo.list_backends(exclude_tags=()), "kiln listed before the import"
+    import kiln.torch
+    assert "kiln" in torch._dynamo.list_backends(exclude_tags=()), torch._dynamo.list_backends(exclude_tags=())
+elif order == "lookup-first":
+    fn = lookup_backend("kiln")  # the entry point, loaded
+    import kiln.torch  # registers nothing twice
+else:
+    import kiln.torch
+    fn = lookup_backend("kiln")
+fn = lookup_backend("kiln")
+assert callable(fn)
+print("ok", order)
+"""
+
+
+@pytest.mark.parametrize("order", ["no-entry-point", "lookup-first", "import-first"])
+def test_import_kiln_torch_registers_the_backend(order):
+    # Without the package's entry point (a plain source path), `import kiln.torch` alone makes
+    # "kiln" a torch.compile backend; with it, either order of lookup and import works.
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _REGISTRATION, order], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and f"ok {order}" in r.stdout, r.stdout + r.stderr
+
+
+def test_examples_follow_the_module_dtype_and_device():
+    # A module held in bfloat16 traces with bfloat16 examples where the Input names no dtype; an
+    # Input's own dtype wins; the examples are made on the module's device (the CPU here; the CUDA
+    # case is python/tests/test_torch_cuda.py's on the GPU host).
+    model = SeedLinear().to(torch.bfloat16)
+    device, dtype = kt._held(model)
+    assert device.type == "cpu" and dtype == torch.bfloat16
+    x = kt._example(kt.Input(shape=(2, 5, 16)), (2, 5, 16), device, dtype)
+    assert x.dtype == torch.bfloat16 and x.device.type == "cpu"
+    ids = kt._example(kt.Input(shape=(2, 5), dtype=torch.int64), (2, 5), device, dtype)
+    assert ids.dtype == torch.int64
+    assert kt._held(torch.nn.ReLU()) == (torch.device("cpu"), None)
+    # The same seeded values whatever the dtype (up to its rounding).
+    x32 = kt._example(kt.Input(shape=(2, 5, 16)), (2, 5, 16))
+    assert x32.dtype == torch.float32
+    assert torch.allclose(x.float(), x32, rtol=1e-2, atol=1e-2)
+
+
 @contextlib.contextmanager
 def _no_fallback():
     """No KilnWarning about a graph falling back to PyTorch inside the block."""

@@ -88,3 +88,38 @@ def test_seed_unet_fp16_on_cuda():
         print(f"UNet FP16 on CUDA {shape}: cosine {cosine:.6f}, max abs {(got - want).abs().max().item():.3e}")
         assert cosine >= 0.999
         assert np.isfinite(got.cpu().numpy()).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_module_held_on_cuda_in_its_dtype(dtype):
+    # As GPU users hold models (issue 36): the module moved with .cuda().to(dtype) before
+    # kiln.torch.compile, an Input without a dtype (the module's is taken), a dynamic batch, and
+    # torch.compile(backend="kiln") on the same module with fallback off. Not yet run on a GPU
+    # host at the commit that added it (the session's device time was spent).
+    model = UNet().eval().cuda().to(dtype)
+    precisions = {dtype} if dtype != torch.float32 else None
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 3, 200, 200), opt_shape=(2, 3, 200, 200),
+                                                  max_shape=(4, 3, 200, 200), name="x")],
+                          enabled_precisions=precisions, device="cuda")
+    assert next(model.parameters()).is_cuda, "compile moved the module off the GPU"
+    x = torch.randn(3, 3, 200, 200, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    assert got.is_cuda and got.dtype == dtype and got.shape == want.shape
+    cosine = torch.nn.functional.cosine_similarity(got.double().flatten(), want.double().flatten(), dim=0).item()
+    print(f"UNet {dtype} held on CUDA: cosine {cosine:.6f}")
+    assert cosine >= 0.999
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    kt.report.clear()
+    options = {"device": "cuda", "fallback": False}
+    if precisions:
+        options["enabled_precisions"] = precisions
+    backend = torch.compile(model, backend="kiln", options=options)
+    with torch.no_grad():
+        out = backend(x)
+    assert [g["runner"] for g in kt.report.graphs] == ["kiln"], str(kt.report)
+    cosine = torch.nn.functional.cosine_similarity(out.double().flatten(), want.double().flatten(), dim=0).item()
+    assert cosine >= 0.999
+    torch._dynamo.reset()
