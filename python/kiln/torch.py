@@ -101,6 +101,8 @@ def _held(module: Any) -> Tuple[Any, Any]:
         tensors = [*module.parameters(), *module.buffers()]
     if tensors:
         device = tensors[0].device
+    # A TorchDynamo graph whose parameters arrive as arguments: the device of its example tensors.
+    device = getattr(module, "_kiln_example_device", None) or device
     dtype = next((t.dtype for t in tensors if t.dtype.is_floating_point), None)
     return device, dtype
 
@@ -562,6 +564,9 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     def build() -> Any:
         try:
             module = _TensorArgs(gm, plan) if dynamic else gm
+            on = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
+            if on is not None and on.type != "cpu":
+                module._kiln_example_device = on
             compiled = compile(module, tensors, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32)
         except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
             return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")

@@ -307,6 +307,10 @@ def test_examples_follow_the_module_dtype_and_device():
     ids = kt._example(kt.Input(shape=(2, 5), dtype=torch.int64), (2, 5), device, dtype)
     assert ids.dtype == torch.int64
     assert kt._held(torch.nn.ReLU()) == (torch.device("cpu"), None)
+    # A TorchDynamo graph whose parameters are arguments: the backend marks its inputs' device.
+    relu = torch.nn.ReLU()
+    relu._kiln_example_device = torch.device("cuda", 1)
+    assert kt._held(relu)[0] == torch.device("cuda", 1)
     # The same seeded values whatever the dtype (up to its rounding).
     x32 = kt._example(kt.Input(shape=(2, 5, 16)), (2, 5, 16))
     assert x32.dtype == torch.float32
