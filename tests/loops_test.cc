@@ -272,6 +272,62 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
   }
 }
 
+// The iteration budget bounds the whole run (issue 41): nested loops each under it would
+// multiply. m = 12 outer iterations run 66 inner ones, 78 in all.
+TEST_P(RunTimeLoop, NestedLoopsShareOneIterationBudgetPerRun) {
+  auto engine = build(R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %one: float32[] = dense<1.0>
+  %y: float32[?] = Loop(%m, %t, %x) {body=graph outer(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Loop(%i, %t, %a) {body=graph inner(%j: int64[], %d: bool[], %u: float32[?]) -> (%d2: bool[?], %v: float32[?]) {
+      %d2: bool[?] = Identity(%d)  # keep
+      %v: float32[?] = Add(%u, %one)  # inc
+    }}  # inner
+  }}  # outer
+}
+)");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  (*ctx)->set_max_loop_iterations(50);  // each loop alone stays under it
+  auto out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {12})}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("iterations in all"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("for all of a run's loops together"), std::string::npos)
+      << out.status().to_string();
+  // The budget is per run: a smaller run right after on the same context succeeds.
+  out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {5})}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_TRUE(all_close(out->at("y"), make_f32({2}, {11, 9}), kFp32Atol, kFp32Rtol));
+  (*ctx)->set_max_loop_iterations(100);
+  out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {12})}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+}
+
+// A constant trip count near 2^61 (a 1 KB hostile model): the unroll-size check's product wrapped
+// and the builder unrolled forever. Now the product is checked: the loop is too long to unroll,
+// runs at run time, and its run stops at the iteration budget.
+TEST_P(RunTimeLoop, AHugeConstantTripCountBuildsAsARunTimeLoopAndStopsAtTheBudget) {
+  auto engine = build(R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %huge: int64[] = dense<2305843009213693952>
+  %y: float32[?] = Loop(%huge, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Neg(%a)  # neg
+  }}  # huge
+}
+)");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  (*ctx)->set_max_loop_iterations(30);
+  auto out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("2305843009213693952"), std::string::npos) << out.status().to_string();
+}
+
 // The body branches on its carried value: its condition is read again each iteration.
 TEST_P(RunTimeLoop, AnIfOnDataInTheBodyReadsItsConditionEachIteration) {
   auto engine = build(R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {

@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "builder/build_state.h"
+#include "core/checked.h"
 #include "builder/expansion.h"
 #include "ir/rewrite.h"
 #include "ops/loop_end.h"
@@ -176,7 +177,9 @@ const ir::Graph* graph_attr(const ir::Node& node, const char* name) {
 namespace {
 
 Status check_size(const ir::Node& node, int64_t iterations, const ir::Graph& body) {
-  if (iterations * int64_t(body.nodes.size() + 4) > kMaxUnrolledNodes) {
+  // Checked: a trip count near 2^61 from a hostile model wrapped the product and unrolled forever.
+  const std::optional<int64_t> added = checked_mul(iterations, int64_t(body.nodes.size() + 4));
+  if (!added || *added > kMaxUnrolledNodes) {
     return unsupported(node.describe() + ": unrolling its " + std::to_string(iterations) + " iterations of " +
                        std::to_string(body.nodes.size()) + " nodes would add more than " +
                        std::to_string(kMaxUnrolledNodes) + " nodes");
@@ -603,10 +606,12 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
     }
     rows = (*x.shape)[0].value();
   }
-  if (!batched && !check_size(node, length * rows, *b).ok()) {
+  // length * rows saturates: a product past int64 is too long to unroll either way.
+  const int64_t steps = checked_mul(length, rows).value_or(std::numeric_limits<int64_t>::max());
+  if (!batched && !check_size(node, steps, *b).ok()) {
     return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs, "it is too long to unroll");
   }
-  KILN_RETURN_IF_ERROR(check_size(node, length * rows, *b));
+  KILN_RETURN_IF_ERROR(check_size(node, steps, *b));
   if (length == 0 && n_out > 0) {
     return unsupported(node.describe() + ": it scans no element, and the shapes of its scan outputs are then unknown");
   }

@@ -239,9 +239,10 @@ class ExecutionContext {
   // times are per layer, at the cost of the overlap and launch savings. nullptr turns it off.
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   Profiler* profiler() const { return profiler_; }
-  // A loop that runs at run time (an ONNX Loop whose trip count or condition is data) stops the
-  // run with an error naming it once it reaches this many iterations with its condition still
-  // true: a model whose condition never turns false ends instead of hanging. Default 1,000,000.
+  // Loops that run at run time (an ONNX Loop whose trip count or condition is data) stop the run
+  // with an error naming the loop once the run's loops have run this many iterations together
+  // (nested ones included) with a condition still true: a model whose condition never turns false,
+  // or whose nested loops multiply, ends instead of hanging. Default 1,000,000.
   void set_max_loop_iterations(int64_t n) { max_loop_iterations_ = n; }
   int64_t max_loop_iterations() const { return max_loop_iterations_; }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
@@ -312,6 +313,7 @@ class ExecutionContext {
   };
   std::vector<LoopFrame> loop_frames_;  // per loop of EngineData::loops
   int64_t max_loop_iterations_ = 1000000;
+  int64_t run_loop_iterations_ = 0;  // this run's, every loop's together
   // Device backends: page-locked words the loops' counters and conditions are copied from (a copy
   // from pageable memory would wait for the stream each iteration), used in turn; the stream is
   // waited for once per lap, before the first word is written again.

@@ -933,12 +933,19 @@ StatusOr<size_t> ExecutionContext::run_loop_node(size_t n, void* stream) {
     KILN_ASSIGN_OR_RETURN(go, read_condition(end.inputs[l.cond_out], stream));
   }
   ++f.iteration;
+  ++run_loop_iterations_;
   if (!go || f.iteration >= f.trips) return finish(true);
-  if (f.iteration >= max_loop_iterations_) {
+  // The budget bounds the whole run: nested loops each under it would otherwise multiply (1e6
+  // outer iterations of 1e6 inner ones).
+  if (run_loop_iterations_ >= max_loop_iterations_) {
     return invalid_argument("the loop of " + begin.describe() + " ran " + std::to_string(f.iteration) +
                             " iterations and its condition still holds" +
                             (begin.inputs[0] >= 0 ? " (its trip count is " + std::to_string(f.trips) + ")" : "") +
-                            "; ExecutionContext::set_max_loop_iterations raises the limit");
+                            (run_loop_iterations_ != f.iteration
+                                 ? "; the run's loops ran " + std::to_string(run_loop_iterations_) + " iterations in all"
+                                 : std::string()) +
+                            "; ExecutionContext::set_max_loop_iterations (" + std::to_string(max_loop_iterations_) +
+                            ", for all of a run's loops together) raises the limit");
   }
   // v_j = next_j for the next iteration, through the workspace where one next_j views another v;
   // then a growing loop's dims take the next values' sizes.
@@ -991,6 +998,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
   }
   condition_.assign(g.values.size(), -1);
   loop_frames_.assign(data_->loops.size(), LoopFrame{});
+  run_loop_iterations_ = 0;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     // A node of an If's branch runs only when the run takes that branch.
