@@ -1011,6 +1011,49 @@ TEST_F(CliTest, TimingCacheFileUnusableWarnsAndBuilds) {
   EXPECT_TRUE(fs::is_fifo(path("tcu_fifo")));
 }
 
+// Every file the CLI writes (issue 41, class 3): a FIFO named as the engine, the exported outputs,
+// the exported times or the layer profile is refused from its stat, never opened (an open for
+// writing blocks until a reader comes), and left as it is; a symbolic link keeps pointing at the
+// file it names, which is replaced.
+TEST_F(CliTest, WritersRefuseSpecialFilesAndKeepSymbolicLinks) {
+  write_model(path("w.onnx"), 1.0f);
+  fs::remove(path("w_fifo"));
+  ASSERT_EQ(mkfifo(path("w_fifo").c_str(), 0600), 0);
+  auto r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w_fifo"), "timeout 60 ");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.code, 124) << "the build blocked on the FIFO";
+  EXPECT_TRUE(contains(r.out, "engine file '" + path("w_fifo") + "': it exists and is a FIFO")) << r.out;
+  EXPECT_TRUE(fs::is_fifo(path("w_fifo")));
+  r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // --exportOutput writes JSON to a .json path (a folder of .npy files otherwise).
+  fs::remove(path("w_fifo.json"));
+  ASSERT_EQ(mkfifo(path("w_fifo.json").c_str(), 0600), 0);
+  for (const char* flag : {"--exportOutput=", "--exportTimes=", "--exportProfile="}) {
+    const bool run = std::string(flag) == "--exportOutput=";
+    const std::string target = path(run ? "w_fifo.json" : "w_fifo");
+    r = kiln_cli(std::string(run ? "run" : "bench") + " --loadEngine=" + path("w.kiln") + " --shapes=x:2x4 " + flag +
+                     target,
+                 "timeout 60 ");
+    EXPECT_NE(r.code, 0) << flag << r.out;
+    EXPECT_NE(r.code, 124) << flag << " blocked on the FIFO";
+    EXPECT_TRUE(contains(r.out, "'" + target + "': it exists and is a FIFO")) << flag << r.out;
+    EXPECT_TRUE(fs::is_fifo(target));
+  }
+  fs::create_directories(path("w_dir"));
+  r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w_dir"));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "it exists and is a directory")) << r.out;
+  // Through a symbolic link: the engine it names is replaced, the link stays a link.
+  fs::remove(path("w_link.kiln"));
+  fs::create_symlink(path("w.kiln"), path("w_link.kiln"));
+  r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:3x4 --saveEngine=" + path("w_link.kiln"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(path("w_link.kiln")));
+  r = kiln_cli("run --loadEngine=" + path("w.kiln") + " --shapes=x:3x4");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST_F(CliTest, BuilderOptimizationLevelOutOfRangeIsAUsageError) {
   write_model(path("lvl.onnx"), 1.0f);
   const std::string build = "build --onnx=" + path("lvl.onnx") + " --shapes=x:2x4";

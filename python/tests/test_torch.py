@@ -138,6 +138,32 @@ def test_save_and_load_run_without_the_module(linear, tmp_path):
         kt.load(tampered)
 
 
+def test_save_and_load_refuse_special_files(linear, tmp_path):
+    _, compiled = linear
+    # A FIFO named as the target of save or the source of load: refused, never opened (a writer
+    # or reader would block until the other end came), and left as it is (issue 41, class 3).
+    import os
+    import stat
+
+    fifo = tmp_path / "engine.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(kiln.InvalidArgumentError, match="not a regular file"):
+        kt.save(compiled, fifo)
+    with pytest.raises(kiln.InvalidArgumentError, match="not a regular file"):
+        kt.load(fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(kiln.InvalidArgumentError, match="not a regular file"):
+        kt.save(compiled, tmp_path)  # a directory
+    # A symbolic link to a file: the file is replaced, the link stays.
+    real = tmp_path / "real.kt"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.kt"
+    link.symlink_to(real)
+    kt.save(compiled, link)
+    assert link.is_symlink() and kt.load(link).output_names == compiled.output_names
+    assert real.read_bytes()[:10] == b"KILNTORCH1"
+
+
 def test_bad_arguments_are_named(linear):
     _, compiled = linear
     with pytest.raises(kiln.InvalidArgumentError, match="min <= opt <= max"):

@@ -173,39 +173,9 @@ StatusOr<TimingCache> TimingCache::load(const std::string& path) {
 }
 
 Status TimingCache::save(const std::string& path) const {
-  // rename() replaces whatever the path names: a device or FIFO given by mistake (load() refused
-  // it) must stay what it is, and a symbolic link keeps pointing where it did, so the file it
-  // points to is the one replaced.
-  std::string target = path;
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char* resolved = ::realpath(path.c_str(), nullptr);
-    if (resolved) {
-      target = resolved;
-      std::free(resolved);
-    }
-  }
-  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return invalid_argument("cannot write timing cache '" + path +
-                            "': it exists and is not a regular file, so it is left as it is");
-  }
-  std::vector<uint8_t> bytes = serialize();
-  // Beside the target, so rename() stays on one file system and replaces it in one step; the pid
-  // keeps two processes writing the same cache from sharing a temporary file.
-  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& why, int e) {
-    std::remove(tmp.c_str());
-    return invalid_argument("cannot write timing cache '" + path + "': " + why + ": " +
-                            std::strerror(e));
-  };
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return fail("creating " + tmp, errno);
-  size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  int write_errno = errno;
-  if (std::fclose(f) != 0) return fail("closing " + tmp, errno);
-  if (written != bytes.size()) return fail("writing " + tmp, write_errno);
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) return fail("renaming " + tmp, errno);
-  return ok_status();
+  // Only ever a regular file, replaced in one rename (core/file.h): a device or FIFO given by
+  // mistake (load() refused it) stays what it is, and a symbolic link keeps pointing where it did.
+  return write_regular_file(path, serialize(), "timing cache");
 }
 
 }  // namespace kiln

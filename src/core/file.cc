@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace kiln {
@@ -105,6 +107,62 @@ StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64
                                                  std::string_view what) {
   KILN_ASSIGN_OR_RETURN(RegularFile file, RegularFile::open(path, max_bytes, what));
   return file.read_all();
+}
+
+Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes, std::string_view what) {
+  const std::string name = std::string(what) + " file '" + path + "'";
+  if (path.empty()) return invalid_argument("cannot write " + name + ": the path is empty");
+  std::string target = path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char* resolved = ::realpath(path.c_str(), nullptr);
+    if (!resolved) {
+      return invalid_argument("cannot write " + name + ": it is a symbolic link that names no file (" +
+                              std::strerror(errno) + ")");
+    }
+    target = resolved;
+    std::free(resolved);
+  }
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const std::string kind = kind_of(st.st_mode);
+    return invalid_argument("cannot write " + name + ": it exists and " + kind +
+                            (kind == "is not a regular file" ? "" : ", not a regular file") +
+                            "; kiln writes only regular files, and leaves it as it is");
+  }
+  // Beside the target, so the rename stays on one file system; the pid and a counter keep two
+  // writers (processes or threads) from sharing a temporary file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return invalid_argument("cannot write " + name + ": creating '" + tmp + "': " + std::strerror(errno));
+  auto fail = [&](const std::string& step, int e) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return invalid_argument("cannot write " + name + ": " + step + ": " + std::strerror(e));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("writing '" + tmp + "'", n < 0 ? errno : EIO);
+    done += size_t(n);
+  }
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return invalid_argument("cannot write " + name + ": closing '" + tmp + "': " + std::strerror(e));
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return invalid_argument("cannot write " + name + ": renaming '" + tmp + "' to it: " + std::strerror(e));
+  }
+  return ok_status();
+}
+
+Status write_regular_file(const std::string& path, std::string_view text, std::string_view what) {
+  return write_regular_file(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+                            what);
 }
 
 }  // namespace kiln

@@ -45,4 +45,13 @@ class RegularFile {
 StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64_t max_bytes,
                                                  std::string_view what);
 
+// Writes `bytes` as the file at `path`, only ever as a regular file: what exists there and is not
+// one (a FIFO, whose open would block until a reader came, a device, a directory, a socket) is
+// refused and left as it is; the bytes go to a new temporary file beside the target (created
+// exclusively, no symbolic link followed) that then replaces it in one rename, so a reader never
+// sees half a file and a failed write leaves the old one. A symbolic link keeps pointing where it
+// did: the file it names is replaced. Errors name the file as "WHAT file 'PATH'".
+Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes, std::string_view what);
+Status write_regular_file(const std::string& path, std::string_view text, std::string_view what);
+
 }  // namespace kiln

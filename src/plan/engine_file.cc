@@ -314,18 +314,8 @@ StatusOr<Plan> deserialize(std::span<const uint8_t> bytes, std::span<const uint3
 
 Status save_file(const Plan& plan, const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, try_serialize(plan));
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    return invalid_argument("cannot write engine file '" + path + "': " + std::strerror(errno));
-  }
-  size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  int write_errno = errno;
-  bool closed = std::fclose(f) == 0;
-  if (written != bytes.size() || !closed) {
-    return invalid_argument("cannot write engine file '" + path +
-                            "': " + std::strerror(written != bytes.size() ? write_errno : errno));
-  }
-  return ok_status();
+  // A regular file only, replaced in one rename: --saveEngine naming a FIFO blocked forever.
+  return write_regular_file(path, bytes, "engine");
 }
 
 StatusOr<Plan> load_file(const std::string& path, std::span<const uint32_t> backend_tags) {

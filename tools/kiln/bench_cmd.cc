@@ -10,6 +10,7 @@
 
 #include "backends/backend.h"
 #include "commands.h"
+#include "core/file.h"
 #include "engine_source.h"
 #include "inputs.h"
 #include "json.h"
@@ -537,9 +538,9 @@ int bench_command(const Argv& argv) {
         j.key("percentage").value(all > 0 ? 100 * total[l] / all : 0.0).end_object();
       }
       j.end_array();
-      std::ofstream out(*export_profile);
-      out << j.str() << "\n";
-      if (!out) return report("bench", failure("cannot write '" + *export_profile + "'"));
+      if (Status w = write_regular_file(*export_profile, j.str() + "\n", "layer profile"); !w.ok()) {
+        return report("bench", failure(w.message()));
+      }
       std::printf("layer profile written to %s\n", export_profile->c_str());
     }
   }
@@ -566,9 +567,7 @@ int bench_command(const Argv& argv) {
     j.key("throughput_qps").value(qps).key("batch").value(batch);
     j.key("times_ms").array(times);
     j.end_object();
-    std::ofstream out(*path);
-    out << j.str() << "\n";
-    if (!out) return report("bench", failure("cannot write '" + *path + "'"));
+    if (Status w = write_regular_file(*path, j.str() + "\n", "times"); !w.ok()) return report("bench", failure(w.message()));
     std::printf("times written to %s\n", path->c_str());
   }
   return kExitOk;

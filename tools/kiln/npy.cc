@@ -140,14 +140,12 @@ Check write_npy(const std::string& path, const Tensor& tensor) {
   // Magic + version + length + header + '\n' is padded to a multiple of 64, as NumPy does.
   size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return failure("cannot write '" + path + "'");
-  out.write("\x93NUMPY\x01\x00", 8);
-  char len[2] = {char(header.size() & 0xff), char(header.size() >> 8)};
-  out.write(len, 2);
-  out.write(header.data(), std::streamsize(header.size()));
-  out.write(static_cast<const char*>(tensor.data()), std::streamsize(tensor.nbytes()));
-  if (!out) return failure("error writing '" + path + "'");
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += char(header.size() & 0xff);
+  bytes += char(header.size() >> 8);
+  bytes += header;
+  bytes.append(static_cast<const char*>(tensor.data()), tensor.nbytes());
+  if (Status w = write_regular_file(path, bytes, "output"); !w.ok()) return failure(w.message());
   return ok();
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "core/file.h"
 #include "engine_source.h"
 #include "inputs.h"
 #include "json.h"
@@ -84,9 +85,7 @@ Check export_outputs(const std::string& target, const std::vector<std::string>& 
       j.end_array().end_object();
     }
     j.end_array().end_object();
-    std::ofstream out(target);
-    out << j.str() << "\n";
-    if (!out) return failure("cannot write '" + target + "'");
+    if (Status w = write_regular_file(target, j.str() + "\n", "output"); !w.ok()) return failure(w.message());
     std::printf("outputs written to %s\n", target.c_str());
     return ok();
   }
