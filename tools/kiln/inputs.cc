@@ -1,6 +1,8 @@
 // Input preparation and tensor summaries for the kiln CLI.
 #include "inputs.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -228,9 +230,16 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
       if (out.tensors.count(name)) continue;
       if (!out.from.count(name)) out.from[name] = "opt shape of profile " + std::to_string(p);
       auto dtype = engine.tensor_dtype(name);
+      if (!dtype.ok()) return failure(dtype.status(), "reading the dtype of '" + name + "'");
       uint64_t index = 0;
       while (out.order[index] != name) ++index;
-      out.tensors[name] = random_tensor(*dtype, shapes[name], options.seed + index);
+      // Refused before the allocation, with the size it needed: a shape past the machine's memory
+      // made the random input empty and a check abort the process (or the OOM killer end it
+      // where the allocator overcommits).
+      if (Status fits = fits_in_memory(name, *dtype, shapes[name]); !fits.ok()) return usage_error(fits.message());
+      auto made = random_tensor(*dtype, shapes[name], options.seed + index);
+      if (!made.ok()) return usage_error("input '" + name + "': " + made.status().message());
+      out.tensors[name] = std::move(made).value();
       out.from[name] =
           "random values (seed " + std::to_string(options.seed + index) + "), " + out.from[name];
     }
@@ -269,10 +278,26 @@ StatusOr<Tensor> fixed_shape_value(const Engine& engine, const std::string& name
   return not_found("'" + name + "' is not a shape-value input");
 }
 
-Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
-  auto made = Tensor::zeros(dtype, shape);
-  if (!made.ok()) return Tensor();
-  Tensor t = std::move(made).value();
+Status fits_in_memory(const std::string& name, DType dtype, const Shape& shape) {
+  const std::optional<int64_t> n = checked_numel(shape);
+  const std::optional<int64_t> bytes = n ? checked_mul(*n, int64_t(dtype_size(dtype))) : std::nullopt;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const double memory = pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+  const std::string what = "input '" + name + "' of shape " + shape_to_string(shape) + " " + std::string(dtype_name(dtype));
+  if (!bytes) return invalid_argument(what + " has more bytes than a tensor can hold");
+  if (memory > 0 && double(*bytes) > memory) {
+    char size[64];
+    std::snprintf(size, sizeof size, "%.1f GiB", double(*bytes) / double(1 << 30));
+    char have[64];
+    std::snprintf(have, sizeof have, "%.1f GiB", memory / double(1 << 30));
+    return invalid_argument(what + " needs " + std::to_string(*bytes) + " bytes (" + size +
+                            "), more than this machine's memory (" + have + ")");
+  }
+  return ok_status();
+}
+
+StatusOr<Tensor> random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
   uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
   auto next = [&] {
     s = s * 6364136223846793005ull + 1442695040888963407ull;

@@ -38,7 +38,10 @@ struct PreparedInputs {
 Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ctx,
                                       const InputOptions& options);
 
-Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed);
+StatusOr<Tensor> random_tensor(DType dtype, const Shape& shape, uint64_t seed);
+// An input of this shape and dtype fits in the machine's physical memory; the error names the
+// input, its shape and the bytes it needs.
+Status fits_in_memory(const std::string& name, DType dtype, const Shape& shape);
 // A shape-value input's tensor holding `values` (its dtype and static shape), and the one value a
 // non-integer shape-value input was built for.
 StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name, const std::vector<int64_t>& values);
