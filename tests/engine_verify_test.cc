@@ -133,6 +133,12 @@ std::vector<Mutation> mutations() {
          vplan(p, "h") = {Storage::kOutput, -1, -1};
        },
        {"only graph outputs have output storage", "value 'h'"}},
+      {"output_duplicated",
+       [&](Plan& p) { p.graph.outputs.push_back(p.graph.outputs[0]); },
+       {"graph outputs are distinct", "value 'y' is listed twice"}},
+      {"output_written_by_no_node",
+       [&](Plan& p) { node(p, "add").outputs = {-1}; },
+       {"every graph output is written by a node", "value 'y' is written by no node"}},
       {"input_duplicated",
        [&](Plan& p) { p.graph.inputs.push_back(p.graph.inputs[0]); },
        {"graph inputs are distinct", "value 'x' is listed twice"}},

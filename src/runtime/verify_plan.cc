@@ -190,7 +190,36 @@ class Verifier {
         return violation("graph inputs are distinct", vname(v) + " is listed twice");
       }
     }
-    for (int v : g_.outputs) is_output_[v] = 1;
+    for (int v : g_.outputs) {
+      // A graph output listed twice was bound to two output buffers of one value: the run freed
+      // one while the other still pointed at it (a heap use-after-free); the ONNX path refused it.
+      if (is_output_[v]++) {
+        return violation("graph outputs are distinct", vname(v) + " is listed twice");
+      }
+    }
+    // Every graph output is an input, a constant, a shape formula, or written by a node (through
+    // a view, its root too): an output no node writes would return whatever the arena held.
+    std::vector<int> writer(g_.values.size(), -1);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      for (int o : g_.nodes[n].outputs) {
+        if (o >= 0 && writer[size_t(o)] < 0) writer[size_t(o)] = int(n);
+      }
+    }
+    for (int v : g_.outputs) {
+      int at = v;
+      for (size_t step = 0; step <= g_.values.size(); ++step) {
+        const plan::Storage st = p_.values[size_t(at)].storage;
+        if (st == plan::Storage::kInput || st == plan::Storage::kConstant || st == plan::Storage::kSymbolic) break;
+        if (writer[size_t(at)] < 0) {
+          return violation("every graph output is written by a node",
+                           vname(v) + (at == v ? "" : " views " + vname(at) + ", which") + " is written by no node");
+        }
+        if (st != plan::Storage::kAlias) break;
+        const int next = p_.values[size_t(at)].alias_of;
+        if (next < 0 || next >= int(g_.values.size())) break;  // check_values reports it
+        at = next;
+      }
+    }
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const int vi = int(v);
       const ir::Value& val = g_.values[v];
