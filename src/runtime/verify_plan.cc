@@ -79,13 +79,32 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_loops());
     KILN_RETURN_IF_ERROR(check_lifetimes());
     for (size_t n = 0; n < g_.nodes.size(); ++n) KILN_RETURN_IF_ERROR(check_node(n));
-    return ok_status();
+    return check_producers_write();
   }
 
  private:
   std::string vname(int v) const { return "value '" + g_.values[v].name + "'"; }
   // The value whose bytes v is: its root for an alias (check_values has checked alias_of).
   int root_of(int v) const { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; }
+
+  // The recorded producer writes the value (check_node saw the converse: a node writes only values
+  // recording it): a value whose producer no longer lists it, such as an engine output no node
+  // writes, would be read as whatever the arena held. With the storage checks (activations,
+  // outputs and views are produced), every value the run reads is written. Last, so the more
+  // specific invariants above name an edit first.
+  Status check_producers_write() const {
+    for (size_t v = 0; v < g_.values.size(); ++v) {
+      const int producer = g_.values[v].producer;
+      if (producer < 0) continue;
+      const std::vector<int>& outs = g_.nodes[size_t(producer)].outputs;
+      if (std::find(outs.begin(), outs.end(), int(v)) == outs.end()) {
+        return violation("every value is written by the node recorded as its producer",
+                         vname(int(v)) + " is written by no node (its recorded producer, " +
+                             g_.nodes[size_t(producer)].describe() + ", does not write it)");
+      }
+    }
+    return ok_status();
+  }
 
   // The formula at a corner; overflow or an unbound symbol is an error, never a wrap.
   StatusOr<int64_t> eval(const ir::Dim& d, const ir::SymbolValues& c,
@@ -143,6 +162,7 @@ class Verifier {
         return violation("indices in range",
                          vname(int(v)) + " has producer " + std::to_string(val.producer));
       }
+
       if (vp.slot < -1 || vp.slot >= int64_t(p_.slot_bytes.size()) || vp.alias_of < -1 ||
           vp.alias_of >= nv) {
         return violation("indices in range", vname(int(v)) + " has slot " +
@@ -195,29 +215,6 @@ class Verifier {
       // one while the other still pointed at it (a heap use-after-free); the ONNX path refused it.
       if (is_output_[v]++) {
         return violation("graph outputs are distinct", vname(v) + " is listed twice");
-      }
-    }
-    // Every graph output is an input, a constant, a shape formula, or written by a node (through
-    // a view, its root too): an output no node writes would return whatever the arena held.
-    std::vector<int> writer(g_.values.size(), -1);
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      for (int o : g_.nodes[n].outputs) {
-        if (o >= 0 && writer[size_t(o)] < 0) writer[size_t(o)] = int(n);
-      }
-    }
-    for (int v : g_.outputs) {
-      int at = v;
-      for (size_t step = 0; step <= g_.values.size(); ++step) {
-        const plan::Storage st = p_.values[size_t(at)].storage;
-        if (st == plan::Storage::kInput || st == plan::Storage::kConstant || st == plan::Storage::kSymbolic) break;
-        if (writer[size_t(at)] < 0) {
-          return violation("every graph output is written by a node",
-                           vname(v) + (at == v ? "" : " views " + vname(at) + ", which") + " is written by no node");
-        }
-        if (st != plan::Storage::kAlias) break;
-        const int next = p_.values[size_t(at)].alias_of;
-        if (next < 0 || next >= int(g_.values.size())) break;  // check_values reports it
-        at = next;
       }
     }
     for (size_t v = 0; v < g_.values.size(); ++v) {
