@@ -241,8 +241,8 @@ TEST_P(RunTimeLoop, AValueFromBeforeTheLoopStaysLiveForEveryIteration) {
 
 // An inner loop whose trip count is the outer loop's iteration number (data): y = x + 0 + 1 + ...
 // + (m - 1), the inner body reading `one` from the outermost graph.
-TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
-  auto engine = build(R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {
+// Iteration i of the outer loop runs an inner loop of i iterations, each adding 1.
+const char* kNested = R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {
   %t: bool[] = dense<1>
   %one: float32[] = dense<1.0>
   %y: float32[?] = Loop(%m, %t, %x) {body=graph outer(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
@@ -253,7 +253,10 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
     }}  # inner
   }}  # outer
 }
-)");
+)";
+
+TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
+  auto engine = build(kNested);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   int begins = 0;
   for (const LayerInfo& l : engine->layers()) {
@@ -275,18 +278,7 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
 // The iteration budget bounds the whole run (issue 41): nested loops each under it would
 // multiply. m = 12 outer iterations run 66 inner ones, 78 in all.
 TEST_P(RunTimeLoop, NestedLoopsShareOneIterationBudgetPerRun) {
-  auto engine = build(R"(graph g(%x: float32[n], %m: int64[]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %one: float32[] = dense<1.0>
-  %y: float32[?] = Loop(%m, %t, %x) {body=graph outer(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Loop(%i, %t, %a) {body=graph inner(%j: int64[], %d: bool[], %u: float32[?]) -> (%d2: bool[?], %v: float32[?]) {
-      %d2: bool[?] = Identity(%d)  # keep
-      %v: float32[?] = Add(%u, %one)  # inc
-    }}  # inner
-  }}  # outer
-}
-)");
+  auto engine = build(kNested);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());

@@ -61,10 +61,11 @@ bool mean_of_last_axis(const Context& ctx, const Match&, int n) {
   return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
 }
 
-// ReduceMean(in) over the last axis, with its axes as an attribute or (opset 18) an input.
-Pat mean_of(Pat in) {
-  return either({op("ReduceMean", {in}).when(mean_of_last_axis),
-                 op("ReduceMean", {in, rw::constant()}).when(mean_of_last_axis)});
+// ReduceMean(in) over the last axis, with its axes as an attribute or (opset 18) an input; the
+// node bound as `name` where one is given.
+Pat mean_of(Pat in, const std::string& name = "") {
+  return either({op("ReduceMean", {in}).when(mean_of_last_axis).as(name),
+                 op("ReduceMean", {in, rw::constant()}).when(mean_of_last_axis).as(name)});
 }
 
 // A constant of x's dtype whose elements lie along the normalized axis ([C], or [1, ..., C]), as a
@@ -153,8 +154,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
 std::vector<rw::Rule> make_rules() {
   const Pat square = either({op("Pow", {any("d"), scalar_eq(2)}).as("square"),
                              op("Mul", {any("d"), any("d")}).as("square")});
-  const Pat var = either({op("ReduceMean", {square}).when(mean_of_last_axis).as("var"),
-                          op("ReduceMean", {square, rw::constant()}).when(mean_of_last_axis).as("var")});
+  const Pat var = mean_of(square, "var");
   const Pat root = op("Sqrt", {op("Add", {var, scalar("eps")}).commutative()});
   const Pat divided = op("Div", {any("d"), root}).as("normed");
   const Pat multiplied = op("Mul", {any("d"), op("Reciprocal", {root})}).commutative().as("normed");
