@@ -200,6 +200,29 @@ TEST(AssignPrecision, AFoldedNodeKeepsItsOutputsInTheTypeOfTheirData) {
   EXPECT_EQ(g.values[size_t(p)].dtype, DType::kFloat16) << ir::to_text(g);
 }
 
+TEST(AssignPrecision, AGatherOfAConstantTableRunsReduced) {
+  // An embedding: the FP32 table converts at build time and the Gather of token ids runs in FP16
+  // (no Cast before or after it); the Add after it follows. A Gather whose data is an activation
+  // arriving in FP32 (an engine input) keeps it.
+  EXPECT_EQ(assign(R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
+  opset ai.onnx 17
+  %table: float32[4, 2] = dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]>
+  %e: float32[2, 3, 2] = Gather(%table, %ids)  # embed
+  %y: float32[2, 3, 2] = Relu(%e)  # act
+  %z: float32[2, 3, 2] = Gather(%x, %ids)  # pick
+}
+)"),
+            R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
+  opset ai.onnx 17
+  %table_fp16: float16[4, 2] = dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]>
+  %e: float16[2, 3, 2] = Gather(%table_fp16, %ids)  # embed
+  %y_fp16: float16[2, 3, 2] = Relu(%e)  # act
+  %z: float32[2, 3, 2] = Gather(%x, %ids)  # pick
+  %y: float32[2, 3, 2] = Cast(%y_fp16) {to=1}  # y_cast
+}
+)");
+}
+
 TEST(AssignPrecision, ActivationsStayReducedWithCastsOnlyAtBoundaries) {
   // The Conv runs in FP16 (its weight converted at build), the Relu and the Softmax follow; Pow
   // is FP32-class, so it gets its input cast back; the engine output %r keeps its type through

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "backends/backend.h"
+#include "core/dtype.h"
 #include "ir/text.h"
 #include "plan/plan.h"
 #include "model_util.h"
@@ -523,7 +525,7 @@ TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
     ASSERT_EQ(engine->layers().size(), 2u) << precision_name(p);
     for (const LayerInfo& l : engine->layers()) {
       EXPECT_EQ(l.op_type, "Elementwise") << l.name;
-      EXPECT_EQ(l.kernel, "cuda.Elementwise") << l.name;
+      EXPECT_EQ(l.kernel, "cuda.Elementwise.nvrtc") << l.name;  // NVRTC compiled the program
     }
     auto ctx = engine->create_execution_context();
     ASSERT_TRUE(ctx.ok());
@@ -545,6 +547,89 @@ TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
           EXPECT_GE(e.cosine, 0.9999) << name;
         }
       }
+    }
+  }
+}
+
+// The chains the generated kernels take (fused_elementwise.cu, jit.h): SwiGLU of two [n, 64]
+// inputs, a bias [64] and a scalar, the graph in float32, float16 and bfloat16. The CUDA engine
+// with NVRTC's kernel against one built with KILN_CUDA_JIT=0 (the interpreted kernel: the same
+// math per op, so at most a rounding step apart) and against the CPU engine of the same graph.
+std::string swiglu_chain(const char* t) {
+  std::string b = "[";
+  for (int i = 0; i < 64; ++i) b += (i ? ", " : "") + std::to_string(0.05 * (i % 9) - 0.2);
+  b += "]";
+  std::string text = R"(graph g(%x: T[n, 64], %u: T[n, 64]) -> (%y: T[n, 64]) {
+  opset ai.onnx 17
+  %b: T[64] = dense<B>
+  %c: T[] = dense<1.25>
+  %s: T[n, 64] = Sigmoid(%x)  # sig
+  %w: T[n, 64] = Mul(%x, %s)  # silu
+  %g: T[n, 64] = Mul(%w, %u)  # glu
+  %h: T[n, 64] = Add(%g, %b)  # bias
+  %y: T[n, 64] = Mul(%h, %c)  # scale
+}
+)";
+  for (size_t at; (at = text.find("T[")) != std::string::npos;) text.replace(at, 1, t);
+  text.replace(text.find("B>"), 1, b);
+  return text;
+}
+
+Tensor random_of(DType t, Shape shape, uint64_t seed) {
+  Tensor f = random_f32(shape, seed);
+  if (t == DType::kFloat32) return f;
+  std::vector<uint16_t> h;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    const float v = f.data_as<float>()[i];
+    h.push_back(t == DType::kFloat16 ? float_to_half(v) : float_to_bf16(v));
+  }
+  return Tensor::from_vector(t, std::move(shape), h);
+}
+
+TEST(CudaElementwise, GeneratedKernelsMatchTheInterpreted) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  const std::pair<DType, const char*> types[] = {
+      {DType::kFloat32, "float32"}, {DType::kFloat16, "float16"}, {DType::kBFloat16, "bfloat16"}};
+  for (auto [t, tname] : types) {
+    const Network net = network_of(swiglu_chain(tname));
+    auto build = [&](Device d) {
+      BuilderConfig c = config_for(Precision::kFp32);
+      OptimizationProfile prof;
+      EXPECT_TRUE(prof.set_dimensions("x", {1, 64}, {64, 64}, {4096, 64}).ok());
+      EXPECT_TRUE(prof.set_dimensions("u", {1, 64}, {64, 64}, {4096, 64}).ok());
+      c.add_profile(prof);
+      return Builder(d).build(net, c);
+    };
+    auto cpu = build(Device::kCPU);
+    ASSERT_TRUE(cpu.ok()) << tname << ": " << cpu.status().to_string();
+    auto cpu_ctx = cpu->create_execution_context();
+    auto generated = build(Device::kCUDA);
+    ASSERT_TRUE(cpu_ctx.ok() && generated.ok()) << tname << ": " << generated.status().to_string();
+    auto ctx = generated->create_execution_context();
+    ::setenv("KILN_CUDA_JIT", "0", 1);
+    auto interpreted = build(Device::kCUDA);
+    decltype(ctx) interpreted_ctx = unsupported("not built");
+    if (interpreted.ok()) interpreted_ctx = interpreted->create_execution_context();
+    ::unsetenv("KILN_CUDA_JIT");
+    ASSERT_TRUE(ctx.ok() && interpreted_ctx.ok()) << interpreted_ctx.status().to_string();
+    ASSERT_EQ(generated->layers().size(), 1u) << tname;
+    EXPECT_EQ(generated->layers()[0].kernel, "cuda.Elementwise.nvrtc") << tname;
+    EXPECT_EQ(interpreted->layers()[0].kernel, "cuda.Elementwise") << tname;
+    for (int64_t n : {1, 3, 4096}) {
+      std::map<std::string, Tensor> in = {{"x", random_of(t, {n, 64}, 500 + uint64_t(n))},
+                                          {"u", random_of(t, {n, 64}, 600 + uint64_t(n))}};
+      auto want = (*cpu_ctx)->run(in);
+      auto got = (*ctx)->run(in);
+      auto old = (*interpreted_ctx)->run(in);
+      ASSERT_TRUE(want.ok() && got.ok() && old.ok()) << got.status().to_string() << old.status().to_string();
+      ErrorStats vs_cpu = error_stats(got->at("y"), want->at("y"));
+      ErrorStats vs_old = error_stats(got->at("y"), old->at("y"));
+      std::printf("[cuda] generated Elementwise %s n=%lld: vs CPU max abs %.3g cosine %.7f; vs interpreted %.3g\n",
+                  tname, (long long)n, vs_cpu.max_abs, vs_cpu.cosine, vs_old.max_abs);
+      const double ulp = t == DType::kFloat32 ? 1e-6 : t == DType::kFloat16 ? 1.0 / 1024 : 1.0 / 128;
+      EXPECT_LE(vs_old.max_abs, ulp * (1 + vs_old.ref_max_abs)) << tname;
+      EXPECT_LE(vs_cpu.max_abs, 2 * ulp * (1 + vs_cpu.ref_max_abs)) << tname;
+      EXPECT_GE(vs_cpu.cosine, 0.99999) << tname;
     }
   }
 }

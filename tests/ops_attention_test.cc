@@ -39,6 +39,13 @@ Tensor ramp_f16(Shape shape, float scale, float offset) {
   for (float f : ramp(n, scale, offset)) h.push_back(float_to_half(f));
   return Tensor::from_vector(DType::kFloat16, std::move(shape), h);
 }
+Tensor ramp_bf16(Shape shape, float scale, float offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<uint16_t> h;
+  for (float f : ramp(n, scale, offset)) h.push_back(float_to_bf16(f));
+  return Tensor::from_vector(DType::kBFloat16, std::move(shape), h);
+}
 
 Tensor ramp_f64(Shape shape, float scale, float offset) {
   int64_t n = 1;
@@ -368,6 +375,25 @@ TEST(RotaryEmbeddingKernel, ThreeDInterleavedPartialAndFloat16) {
                   ramp_f16({5, 4}, 0.8f, -0.1f), make_i64({2, 3}, {0, 1, 2, 4, 3, 0})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ((*out)[0].dtype(), DType::kFloat16);
+}
+
+TEST(RotaryEmbeddingKernel, SixteenByteVectorShapes) {
+  // Shapes the CUDA kernel's 16-byte path takes (half the rotated dim a multiple of 8 float16 or 4
+  // float32 values): 4-D with position ids and a pass-through tail, 3-D [B, S, H*D] with caches
+  // [B, S, D/2], and the batch-1 cache the fuse_rotary pass makes for a [1, B*H, S, D] view.
+  auto out = run_case(op("RotaryEmbedding", 23).i("rotary_embedding_dim", 32),
+                      {ramp_f16({2, 3, 5, 48}, 0.013f, -0.4f), ramp_f16({7, 16}, 0.05f, -0.3f),
+                       ramp_f16({7, 16}, 0.07f, 0.2f), make_i64({2, 5}, {0, 1, 2, 3, 4, 6, 5, 4, 3, 2})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  out = run_case(op("RotaryEmbedding", 23).i("num_heads", 3),
+                 {ramp_f32({2, 4, 3 * 16}, 0.011f, 0.1f), ramp_f32({2, 4, 8}, 0.03f, -0.2f),
+                  ramp_f32({2, 4, 8}, 0.05f, 0.3f)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  out = run_case(op("RotaryEmbedding", 23),
+                 {ramp_bf16({1, 6, 9, 64}, 0.009f, 0.0f), ramp_bf16({1, 9, 32}, 0.04f, -0.5f),
+                  ramp_bf16({1, 9, 32}, 0.06f, 0.1f)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].shape(), (Shape{1, 6, 9, 64}));
 }
 
 TEST(RotaryEmbeddingKernel, RotatesPairsByPosition) {

@@ -7,6 +7,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install '.[torch]')")
 pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onnxscript")
 
+import torch._dynamo  # noqa: E402  (torch.compile's reset, between the backend's tests)
+
 import kiln  # noqa: E402
 import kiln.torch as kt  # noqa: E402
 from test_torch import SeedLinear, UNet  # noqa: E402
@@ -94,8 +96,7 @@ def test_seed_unet_fp16_on_cuda():
 def test_a_module_held_on_cuda_in_its_dtype(dtype):
     # As GPU users hold models (issue 36): the module moved with .cuda().to(dtype) before
     # kiln.torch.compile, an Input without a dtype (the module's is taken), a dynamic batch, and
-    # torch.compile(backend="kiln") on the same module with fallback off. Not yet run on a GPU
-    # host at the commit that added it (the session's device time was spent).
+    # torch.compile(backend="kiln") on the same module with fallback off.
     model = UNet().eval().cuda().to(dtype)
     precisions = {dtype} if dtype != torch.float32 else None
     compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 3, 200, 200), opt_shape=(2, 3, 200, 200),
@@ -109,8 +110,6 @@ def test_a_module_held_on_cuda_in_its_dtype(dtype):
     cosine = torch.nn.functional.cosine_similarity(got.double().flatten(), want.double().flatten(), dim=0).item()
     print(f"UNet {dtype} held on CUDA: cosine {cosine:.6f}")
     assert cosine >= 0.999
-    import torch._dynamo
-
     torch._dynamo.reset()
     kt.report.clear()
     options = {"device": "cuda", "fallback": False}

