@@ -262,6 +262,39 @@ TEST(AssignLayout, OneDimensionalConvolutionsRunChannelsLastAsTwoDimensionalOnes
   expect_same_outputs(original, g, {2, 4, 12});
 }
 
+TEST(AssignLayout, WhispersStemKeepsOneTransposeAfterItsGeluFuses) {
+  // As the CUDA pipeline takes Whisper's stem: each Gelu joins its convolution (fuse_conv_activation),
+  // the fused 1-D convolutions lift to 2-D NHWC ones, the views between them cancel and so do the
+  // transposes around them, and the model's permute to [n, L, C] after the last one reads the NHWC
+  // output as it is: a transpose of the input is all that moves data.
+  std::string text = kConv1d;
+  text.replace(text.find("-> (%y: float32[n, 8, 6])"), 25, "-> (%y: float32[n, 6, 8])");
+  text.replace(text.find("%y: float32[n, 8, 6] = Gelu(%c2)"), 32, "%g2: float32[n, 8, 6] = Gelu(%c2)");
+  text.replace(text.rfind("}"), 1, "  %y: float32[n, 6, 8] = Transpose(%g2) {perm=[0, 2, 1]}  # permute\n}");
+  ir::Graph original = randomized(text);
+  ir::Graph g = original;
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+    return true;
+  };
+  ASSERT_TRUE(builder::fuse_conv_activation(&g, all).ok());
+  g = layout(g);
+  const std::string out = ir::to_text(g);
+  auto transposes = nodes_of(g, "Transpose");
+  ASSERT_EQ(transposes.size(), 1u) << out;
+  EXPECT_EQ(g.values[size_t(transposes[0]->inputs[0])].shape->size(), 4u) << out;  // x viewed as 2-D
+  EXPECT_TRUE(nodes_of(g, "Gelu").empty()) << out;
+  auto convs = nodes_of(g, "FusedConv");
+  ASSERT_EQ(convs.size(), 2u) << out;
+  for (const ir::Node* c : convs) {
+    EXPECT_EQ(layout_of(*c), "NHWC") << out;
+    EXPECT_EQ(c->attrs.find("activation")->s, "gelu") << out;
+  }
+  const ir::Node* last = producer(g, g.outputs[0]);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->op_type, "Reshape") << out;
+  expect_same_outputs(original, g, {2, 4, 12});
+}
+
 TEST(AssignLayout, ResidualBlockIsNhwcBetweenTwoTransposes) {
   ir::Graph original = randomized(kResidual);
   ir::Graph g = layout(original);

@@ -304,6 +304,12 @@ _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torc
                  np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64,
                  np.dtype(np.int32): torch.int32, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
                  np.dtype(np.bool_): torch.bool}
+try:  # the bindings give bfloat16 tensors ml_dtypes' dtype (numpy has none)
+    import ml_dtypes
+
+    _TORCH_DTYPES[np.dtype(ml_dtypes.bfloat16)] = torch.bfloat16
+except ImportError:  # then no engine of this process reports a bfloat16 tensor either
+    pass
 
 
 def _torch_dtype(np_dtype: Any) -> Any:

@@ -268,15 +268,23 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
   return true;
 }
 
-// Step 0 at node n: a 1-D Conv (X [N, C, L], W [K, C/g, k]) becomes the 2-D one it is with H = 1
+// Step 0 at node n: a 1-D Conv or NCHW kiln::FusedConv (X [N, C, L], W [K, C/g, k]) becomes the 2-D one it is with H = 1
 // between two Reshapes (views, run as aliases), so step 1 takes it channels-last too. cuDNN runs
 // an NCW float16 convolution on its pre-tensor-core implicit_convolve_sgemm: Whisper's two stem
 // convolutions ([32, 80, 3000] and [32, 384, 3000] in, kernel 3) took 2.24 of 5.88 ms at batch 32
 // on an H200. Taken where step 1 would take the 2-D one (its dtype, a constant filter).
 StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
   const ir::Node& conv = g->nodes[size_t(n)];
-  if (!is_onnx(conv, "Conv") || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.outputs[0] < 0) return false;
+  const bool fused = conv.domain == "kiln" && conv.op_type == "FusedConv";
+  if (fused) {
+    auto layout = conv.attrs.get_string("layout", "NCHW");
+    if (!layout.ok() || *layout != "NCHW") return false;
+  }
+  if ((!is_onnx(conv, "Conv") && !fused) || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.outputs[0] < 0) {
+    return false;
+  }
   const int x = conv.inputs[0], w = conv.inputs[1], y = conv.outputs[0];
+  const int z = fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;  // FusedConv's residual, as Y
   if (x < 0 || w < 0) return false;
   const ir::Value &xv = g->values[size_t(x)], &wv = g->values[size_t(w)], &yv = g->values[size_t(y)];
   if (!xv.shape || xv.shape->size() != 3 || !yv.shape || yv.shape->size() != 3 || !wv.constant ||
@@ -324,6 +332,12 @@ StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
   c2.outputs = {y4};
   std::vector<ir::Node> nodes;
   nodes.push_back(onnx_node(*g, "Reshape", "", {x, to4}, {x4}));
+  if (z >= 0) {
+    const int z4 = ir::add_unique_value(g, g->values[size_t(z)].name + "_2d", g->values[size_t(z)].dtype,
+                                        std::vector<Dim>{ys[0], ys[1], Dim(1), ys[2]});
+    nodes.push_back(onnx_node(*g, "Reshape", "", {z, to4}, {z4}));
+    c2.inputs[3] = z4;
+  }
   nodes.push_back(std::move(c2));
   nodes.push_back(onnx_node(*g, "Reshape", "", {y4, to3}, {y}));
   KILN_RETURN_IF_ERROR(splice(g, n, std::move(nodes)));
@@ -513,6 +527,96 @@ StatusOr<bool> push_through_pool(ir::Graph* g, int n, const SupportsFn& supports
   return true;
 }
 
+// Reshape(Reshape(a)) back to a's own shape: its readers read a. Two lifted 1-D convolutions in a
+// row (Whisper's stem) meet so: the first one's view back to [N, C, L], the second's to [N, C, 1,
+// L]; the transposes around them then cancel.
+bool cancel_reshape_pair(ir::Graph* g, int n) {
+  const ir::Node& r2 = g->nodes[size_t(n)];
+  if (!is_onnx(r2, "Reshape") || r2.outputs.size() != 1 || r2.outputs[0] < 0 || r2.inputs.empty()) return false;
+  const int mid = r2.inputs[0];
+  if (mid < 0 || g->values[size_t(mid)].producer < 0) return false;
+  const ir::Node& r1 = g->nodes[size_t(g->values[size_t(mid)].producer)];
+  if (!is_onnx(r1, "Reshape") || r1.inputs.empty() || r1.inputs[0] < 0) return false;
+  const ir::Value &a = g->values[size_t(r1.inputs[0])], &out = g->values[size_t(r2.outputs[0])];
+  if (!a.shape || !out.shape || *a.shape != *out.shape || a.dtype != out.dtype) return false;
+  if (!has_readers(*g, r2.outputs[0])) return false;
+  return ir::replace_all_uses(g, r2.outputs[0], r1.inputs[0]).ok();
+}
+
+// The Reshape constant that views `from` as `to` for every value of the symbols: the number
+// where a dim is constant, 0 (copy) where a symbolic dim keeps its index, -1 for at most one other
+// symbolic dim; nullopt where none does.
+std::optional<std::vector<int64_t>> view_shape(const std::vector<Dim>& from, const std::vector<Dim>& to) {
+  std::vector<int64_t> shape;
+  bool inferred = false;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (to[i].is_const() && to[i].value() > 0) {
+      shape.push_back(to[i].value());
+    } else if (!to[i].is_const() && i < from.size() && from[i] == to[i]) {
+      shape.push_back(0);
+    } else if (!to[i].is_const() && !inferred) {
+      shape.push_back(-1);
+      inferred = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return shape;
+}
+
+// Transpose(Reshape(Transpose(a, p)), q) where the Reshape only drops or adds dims of size 1 and
+// the dims larger than 1 come out in a's order: a view of a. Whisper's stem ends so: the NHWC
+// convolution's [N, 1, L, C] back to NCHW [N, C, 1, L], viewed as [N, C, L] and permuted by the
+// model to [N, L, C]; two transposes of [32, 384, 1500] float16 (73 us each on an H200) go.
+bool transposes_around_a_view(ir::Graph* g, int n) {
+  const ir::Node& t2 = g->nodes[size_t(n)];
+  if (!is_onnx(t2, "Transpose") || t2.outputs.size() != 1 || t2.outputs[0] < 0 || t2.inputs.empty()) return false;
+  auto producer = [&](int v) -> const ir::Node* {
+    return v >= 0 && g->values[size_t(v)].producer >= 0 ? &g->nodes[size_t(g->values[size_t(v)].producer)] : nullptr;
+  };
+  const ir::Node* r = producer(t2.inputs[0]);
+  if (!r || !is_onnx(*r, "Reshape") || r->inputs.empty()) return false;
+  const ir::Node* t1 = producer(r->inputs[0]);
+  if (!t1 || !is_onnx(*t1, "Transpose") || t1->inputs.empty() || t1->inputs[0] < 0) return false;
+  auto p = perm_of(*g, *t1), q = perm_of(*g, t2);
+  const int a = t1->inputs[0];
+  const ir::Value &av = g->values[size_t(a)], &mid = g->values[size_t(t1->outputs[0])],
+                  &rv = g->values[size_t(r->outputs[0])], &out = g->values[size_t(t2.outputs[0])];
+  if (!p || !q || !av.shape || !mid.shape || !rv.shape || !out.shape) return false;
+  // The dims larger than 1 (any symbolic dim counts as one), by index.
+  auto big = [](const std::vector<Dim>& s) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] != Dim(1)) idx.push_back(i);
+    }
+    return idx;
+  };
+  const std::vector<size_t> mid_big = big(*mid.shape), r_big = big(*rv.shape);
+  if (mid_big.size() != r_big.size()) return false;
+  for (size_t k = 0; k < r_big.size(); ++k) {
+    if ((*mid.shape)[mid_big[k]] != (*rv.shape)[r_big[k]]) return false;  // the Reshape moves data
+  }
+  // Where each output dim larger than 1 comes from in a: out[j] = rv[q[j]] = mid[mid_big[k]] (k
+  // the rank of q[j] among rv's big dims) = a[p[mid_big[k]]].
+  int64_t last = -1;
+  for (size_t j = 0; j < q->size(); ++j) {
+    const size_t from = size_t((*q)[j]);
+    if ((*rv.shape)[from] == Dim(1)) continue;
+    const size_t k = size_t(std::find(r_big.begin(), r_big.end(), from) - r_big.begin());
+    const int64_t src = (*p)[mid_big[k]];
+    if (src < last) return false;  // a real permutation of a's data
+    last = src;
+  }
+  auto shape = view_shape(*av.shape, *out.shape);
+  if (!shape) return false;
+  ir::Node view = onnx_node(*g, "Reshape", t2.name, {}, t2.outputs);
+  const int s = add_constant(g, out.name + "_view_shape",
+                             Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape->size())}, *shape));
+  view.inputs = {a, s};
+  g->nodes[size_t(n)] = std::move(view);
+  return true;
+}
+
 // A Transpose that moves only dims of size 1 keeps the bytes in order: a Reshape to its output
 // shape. The shape constant holds for every value of the symbols: 0 (copy the input's dim) where a
 // symbolic dim stays in place, the number elsewhere; otherwise the Transpose stays.
@@ -559,6 +663,8 @@ StatusOr<bool> simplify_once(ir::Graph* g, const SupportsFn& supports) {
   for (size_t n = 0; n < g->nodes.size(); ++n) {
     changed = cancel_pair(g, int(n)) || changed;
     changed = merge_duplicate(g, int(n)) || changed;
+    changed = cancel_reshape_pair(g, int(n)) || changed;
+    changed = transposes_around_a_view(g, int(n)) || changed;
   }
   if (changed) return true;
   for (size_t n = 0; n < g->nodes.size(); ++n) {

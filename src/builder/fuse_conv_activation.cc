@@ -4,7 +4,8 @@
 // (rewriter.h), each rooted at the last node it takes, every intermediate read by nothing else and
 // no engine output:
 //   ACT(Conv [+ Z])    ACT one of Relu, Clip(x, min, max) (constant bounds, either omitted),
-//                      HardSwish, HardSigmoid, LeakyRelu, Sigmoid, and SiLU as x * Sigmoid(x)
+//                      HardSwish, HardSigmoid, LeakyRelu, Sigmoid, Gelu (erf or tanh; canonicalize
+//                      makes the written-out forms one Gelu), and SiLU as x * Sigmoid(x)
 //   Conv + Z           where no activation follows (it is a longer rule's root then)
 // Z, the residual, has the convolution's type and shape exactly (no broadcast), in either operand
 // order, and is computed without the convolution (else the rewrite would make a cycle and is
@@ -43,6 +44,11 @@ const char* activation_name(const ir::Node& n) {
   if (n.op_type == "HardSigmoid") return "hardsigmoid";
   if (n.op_type == "LeakyRelu") return "leaky_relu";
   if (n.op_type == "Clip" && n.opset >= 11) return "clip";
+  if (n.op_type == "Gelu") {  // canonicalize makes the written-out forms this op
+    auto approx = n.attrs.get_string("approximate", "none");
+    if (approx.ok() && *approx == "none") return "gelu";
+    if (approx.ok() && *approx == "tanh") return "gelu_tanh";
+  }
   return nullptr;
 }
 
@@ -114,7 +120,7 @@ std::vector<rw::Rule> make_rules() {
   const Pat residual = op("Add", {conv, any("z")}).commutative().as("add");
   const Pat pre = either({residual, conv});
   std::vector<rw::Rule> rules;
-  for (const char* type : {"Relu", "HardSwish", "Sigmoid", "HardSigmoid", "LeakyRelu"}) {
+  for (const char* type : {"Relu", "HardSwish", "Sigmoid", "HardSigmoid", "LeakyRelu", "Gelu"}) {
     rules.push_back({std::string("conv_") + type, op(type, {pre}), fuse_activation});
   }
   rules.push_back({"conv_clip", op("Clip", {pre}), fuse_activation});

@@ -123,10 +123,12 @@ Status check_activation(InferContext& ctx, const char* act_attr, const char* par
     want = 2;
   } else if (act == "leaky_relu") {
     want = 1;
-  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu") {
+  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu" &&
+             act != "gelu" && act != "gelu_tanh") {
     return ctx.error(StatusCode::kInvalidModel,
                      std::string(act_attr) + " '" + act +
-                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu");
+                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu, gelu, "
+                         "gelu_tanh");
   }
   if (params.size() != want) {
     return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
@@ -140,7 +142,7 @@ Status check_activation(InferContext& ctx, const char* act_attr, const char* par
 // layout="NCHW"}: activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a
 // residual of the output's shape). activation: "none", "relu", "clip" (params min, max),
 // "hardswish", "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)),
-// "leaky_relu" (alpha). layout: "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast
+// "leaky_relu" (alpha), "gelu" (ONNX Gelu, erf) and "gelu_tanh" (its approximate="tanh"). layout: "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast
 // half-precision convolutions read it without transposing): X is [N, H, W, C], W is
 // [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter order), B is [K], Z and Y are [N, H', W', K];
 // pads, strides, dilations, group and auto_pad keep their ONNX meaning on the spatial axes H, W.

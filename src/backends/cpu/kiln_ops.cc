@@ -104,6 +104,8 @@ double activate(const std::string& act, const std::vector<float>& p, double y) {
   if (act == "sigmoid") return 1 / (1 + std::exp(-y));
   if (act == "silu") return y / (1 + std::exp(-y));
   if (act == "leaky_relu") return y >= 0 ? y : double(p[0]) * y;
+  if (act == "gelu") return 0.5 * y * (1 + std::erf(y * 0.70710678118654752440));
+  if (act == "gelu_tanh") return 0.5 * y * (1 + std::tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)));
   return y;
 }
 

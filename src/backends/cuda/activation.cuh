@@ -22,6 +22,10 @@ __device__ __forceinline__ float activate(ConvActivation act, float p0, float p1
       return y / (1.f + __expf(-y));
     case ConvActivation::kLeakyRelu:
       return y >= 0.f ? y : p0 * y;
+    case ConvActivation::kGelu:
+      return 0.5f * y * (1.f + erff(y * 0.70710678118654752440f));
+    case ConvActivation::kGeluTanh:
+      return 0.5f * y * (1.f + tanhf(0.79788456080286535588f * (y + 0.044715f * y * y * y)));
     case ConvActivation::kNone:
       break;
   }

@@ -30,7 +30,8 @@ inline StatusOr<ConvActivation> parse_activation(const std::string& who, const s
       {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
       {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
       {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
-      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu}};
+      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu},
+      {"gelu", ConvActivation::kGelu},           {"gelu_tanh", ConvActivation::kGeluTanh}};
   for (const auto& [name, a] : kActs) {
     if (act == name) return a;
   }

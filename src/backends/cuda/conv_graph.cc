@@ -56,7 +56,8 @@ struct Fusion {
 // swish and hard sigmoid have no pointwise mode; they stay in conv_epilogue).
 bool fusable(ConvActivation a) {
   return a == ConvActivation::kNone || a == ConvActivation::kRelu || a == ConvActivation::kClip ||
-         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid || a == ConvActivation::kSilu;
+         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid || a == ConvActivation::kSilu ||
+         a == ConvActivation::kGelu || a == ConvActivation::kGeluTanh;
 }
 
 // The pads of each spatial axis (explicit, or what auto_pad gives for these sizes), checked against
@@ -249,6 +250,12 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
         break;
       case ConvActivation::kSilu:
         y = graph->pointwise(y, PW().set_name("silu").set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f));
+        break;
+      case ConvActivation::kGelu:  // 0.5 y (1 + erf(y / sqrt 2))
+        y = graph->pointwise(y, PW().set_name("gelu").set_mode(fe::PointwiseMode_t::GELU_FWD));
+        break;
+      case ConvActivation::kGeluTanh:
+        y = graph->pointwise(y, PW().set_name("gelu_tanh").set_mode(fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
         break;
       case ConvActivation::kNone:
         break;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <nvrtc.h>
 
 namespace kiln::backends::cuda {
@@ -69,7 +70,7 @@ JitCounts jit_counts() {
   return c.counts;
 }
 
-StatusOr<cudaKernel_t> jit_kernel(const std::string& source, const std::string& entry) {
+StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& entry) {
   if (!jit_enabled()) return unsupported("CUDA JIT: off (KILN_CUDA_JIT=0)");
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

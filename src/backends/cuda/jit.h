@@ -8,21 +8,21 @@
 
 #include <string>
 
-#include <cuda_runtime.h>
-
 #include "core/status.h"
+
+struct CUkern_st;  // cudaKernel_t is CUkern_st* (driver_types.h): this header needs no CUDA headers
 
 namespace kiln::backends::cuda {
 
 // The kernel `entry` (declared extern "C" in `source`) compiled for the current device; the
 // NVRTC log in the error where it does not compile.
-StatusOr<cudaKernel_t> jit_kernel(const std::string& source, const std::string& entry);
+StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& entry);
 
 // False where KILN_CUDA_JIT=0.
 bool jit_enabled();
 
-// Kernels compiled (cache misses) and found in the cache in this process: tests and `kiln
-// inspect`'s diagnostics read them.
+// Kernels compiled (cache misses), found in the cache and failed in this process (the tests read
+// them).
 struct JitCounts {
   int compiled = 0, reused = 0, failed = 0;
 };
