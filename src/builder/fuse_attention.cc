@@ -304,17 +304,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   // Mask nodes made here go in first; taken out again when the fusion does not happen.
   auto finish = [&](ir::Node node) -> StatusOr<bool> {
     if (mask >= 0) node.inputs.push_back(mask);
-    for (const ir::Node& n : pre_nodes) {
-      if (!node_supported(*g, n, *ctx.supports)) return false;
-    }
-    const size_t at = size_t(*std::min_element(matched.begin(), matched.end()));
-    g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), pre_nodes.begin(), pre_nodes.end());
-    for (int& n : matched) n += n >= int(at) ? int(pre_nodes.size()) : 0;
-    ir::set_producers(g);
-    if (replace_if_supported(g, matched, std::move(node), *ctx.supports)) return true;
-    g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at + pre_nodes.size()));
-    ir::set_producers(g);
-    return false;
+    return rw::replace_with(ctx, matched, std::move(pre_nodes), std::move(node));
   };
   if (windows) {
     // Windows as heads: views of Q, K (transposed back where K' is no plain swap) and V as

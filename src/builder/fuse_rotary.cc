@@ -160,19 +160,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   }
   if (fused.op_type == "RotaryEmbedding") fused.opset = 23;
   fused.name = ctx.node(m.matched[0]).name;
-  for (const ir::Node& n : pre) {
-    if (!node_supported(*g, n, *ctx.supports)) return false;
-  }
-  // The views and the node go in before the root (every value they read is defined by then).
-  std::vector<int> matched = m.matched;
-  const size_t at = size_t(matched[0]);
-  g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), pre.begin(), pre.end());
-  for (int& n : matched) n += n >= int(at) ? int(pre.size()) : 0;
-  ir::set_producers(g);
-  if (replace_if_supported(g, matched, std::move(fused), *ctx.supports)) return true;
-  g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at + pre.size()));
-  ir::set_producers(g);
-  return false;
+  return rw::replace_with(ctx, m.matched, std::move(pre), std::move(fused));
 }
 
 std::vector<rw::Rule> make_rules() {

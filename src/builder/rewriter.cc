@@ -382,6 +382,24 @@ StatusOr<bool> replace(Context& ctx, const Match& m, ir::Node fused) {
   return true;
 }
 
+StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre, ir::Node fused) {
+  ir::Graph* g = ctx.graph;
+  if (matched.empty()) return false;
+  for (const ir::Node& n : pre) {
+    if (!node_supported(*g, n, *ctx.supports)) return false;
+  }
+  const size_t at = size_t(*std::max_element(matched.begin(), matched.end()));
+  const std::ptrdiff_t count = std::ptrdiff_t(pre.size());
+  g->nodes.insert(g->nodes.begin() + std::ptrdiff_t(at), std::make_move_iterator(pre.begin()),
+                  std::make_move_iterator(pre.end()));
+  for (int& n : matched) n += n >= int(at) ? int(count) : 0;
+  ir::set_producers(g);
+  if (replace_if_supported(g, matched, std::move(fused), *ctx.supports)) return true;
+  g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at) + count);
+  ir::set_producers(g);
+  return false;
+}
+
 ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view base, std::vector<int> inputs,
                    std::vector<int> outputs, std::string domain) {
   ir::Node n;

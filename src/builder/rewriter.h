@@ -129,6 +129,12 @@ StatusOr<int> apply(ir::Graph* g, std::span<const Rule> rules, const SupportsFn&
 // (ir::replace_nodes); false and the graph as it was otherwise.
 StatusOr<bool> replace(Context& ctx, const Match& m, ir::Node fused);
 
+// replace() for a fused node that reads new nodes of its own (views, casts, constants' slices):
+// `pre` goes in just before the last matched node (every value a pre node reads is defined by
+// then: it is an input of the match or new), the matched nodes are replaced by `fused`, and the
+// backend must support all of them; false and the graph as it was otherwise.
+StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre, ir::Node fused);
+
 // A new node of ONNX op `op_type` (domain "" unless given), named after `base` (made unique),
 // of the opset the graph imports for its domain.
 ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view base,
