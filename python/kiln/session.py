@@ -33,7 +33,6 @@ import logging
 import os
 import pathlib
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -44,6 +43,7 @@ import numpy as np
 from . import _kiln
 from . import onnx as _onnx
 from ._errors import Error, InvalidArgumentError, NotFoundError
+from ._files import write_regular
 from ._kiln import Builder, BuilderConfig, Device, Engine, Network, OptimizationProfile
 
 __all__ = ["InferenceSession", "KilnWarning", "NodeArg", "get_available_providers"]
@@ -423,23 +423,10 @@ def _package_version() -> str:
 
 
 def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-    """Writes a cache file so that readers see the old file or the whole new one, never a part.
-    A cache that cannot be written costs a rebuild next time, not this run."""
-    tmp = None
+    """Writes a cache file so that readers see the old file or the whole new one, never a part
+    (_files.write_regular). A cache that cannot be written costs a rebuild next time, not this run."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
+        write_regular(path, data, "kiln: the engine cache")
+    except (OSError, InvalidArgumentError) as e:
         _warn(f"kiln: could not write the engine cache {path}: {e}")
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

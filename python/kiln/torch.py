@@ -35,6 +35,7 @@ import numpy as np
 from . import _kiln
 from . import onnx as _onnx
 from ._errors import Error, InvalidArgumentError
+from ._files import open_regular, write_regular
 from .session import KilnWarning
 
 __all__ = ["Input", "CompiledModule", "compile", "save", "load", "backend", "CompileReport", "report"]
@@ -377,58 +378,13 @@ def save(compiled: CompiledModule, path: Union[str, "os.PathLike[str]"]) -> None
         raise InvalidArgumentError(f"kiln.torch.save: expected a CompiledModule, got {type(compiled).__name__}")
     header = json.dumps({"inputs": compiled.input_names, "outputs": compiled.output_names,
                          "device": compiled.device}).encode()
-    _write_regular(os.fspath(path), _MAGIC + struct.pack("<Q", len(header)) + header +
-                   bytes(compiled.engine.serialize()))
-
-
-def _write_regular(path: str, data: bytes) -> None:
-    """Writes a file only as a regular file: an existing FIFO, device, directory or socket is
-    refused and left as it is (opening a FIFO for writing blocks until a reader comes); the bytes
-    go to a temporary file beside the target that replaces it in one rename. A symbolic link keeps
-    pointing where it did."""
-    import stat  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    target = os.path.realpath(path) if os.path.islink(path) else path
-    try:
-        mode = os.stat(target).st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        raise InvalidArgumentError(f"kiln.torch.save: '{path}' exists and is not a regular file (a FIFO, device, "
-                                   "directory or socket); kiln writes only regular files, and leaves it as it is")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(target)))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _open_regular(path: str) -> Any:
-    """A file opened for reading only where it is a regular file: a FIFO would block the open."""
-    import stat  # noqa: PLC0415
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise InvalidArgumentError(f"kiln.torch.load: cannot open '{path}': {e.strerror}") from e
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise InvalidArgumentError(f"kiln.torch.load: '{path}' is not a regular file (a FIFO, device, directory "
-                                   "or socket)")
-    if hasattr(os, "set_blocking"):
-        os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    write_regular(path, _MAGIC + struct.pack("<Q", len(header)) + header +
+                  bytes(compiled.engine.serialize()), "kiln.torch.save")
 
 
 def load(path: Union[str, "os.PathLike[str]"]) -> CompiledModule:
     """Reads what save wrote; runs without the module's Python class (or torch.export)."""
-    with _open_regular(os.fspath(path)) as f:
+    with open_regular(path, "kiln.torch.load") as f:
         head = f.read(len(_MAGIC) + 8)
         if len(head) < len(_MAGIC) + 8 or head[:len(_MAGIC)] != _MAGIC:
             raise InvalidArgumentError(f"kiln.torch.load: '{path}' is not a file kiln.torch.save wrote")

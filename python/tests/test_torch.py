@@ -162,6 +162,18 @@ def test_save_and_load_refuse_special_files(linear, tmp_path):
     kt.save(compiled, link)
     assert link.is_symlink() and kt.load(link).output_names == compiled.output_names
     assert real.read_bytes()[:10] == b"KILNTORCH1"
+    # A new file gets a plain open's mode (0666 less the umask), a replaced one keeps its own.
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.kt"
+        kt.save(compiled, fresh)
+        assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o644
+        os.chmod(real, 0o640)
+        kt.save(compiled, link)
+        assert stat.S_IMODE(os.stat(real).st_mode) == 0o640
+    finally:
+        os.umask(umask)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temporary left behind
 
 
 def test_bad_arguments_are_named(linear):
