@@ -207,6 +207,14 @@ std::vector<Mutation> mutations() {
        [&](Plan& p) { node(p, "mm").inputs[1] = -1; },
        {"required inputs are present", "node 'mm' (MatMul) input 1 is omitted",
         "its first 2 input(s) are required"}},
+      // Issue 41, class 4: an op whose inputs are all required (variadic Sum, kiln::SelectBranch)
+      // with one past min_inputs omitted.
+      {"variadic_input_omitted",
+       [&](Plan& p) {
+         node(p, "relu").op_type = "Sum";
+         node(p, "relu").inputs.push_back(-1);
+       },
+       {"required inputs are present", "node 'relu' (Sum) input 1 is omitted", "none of its inputs may be"}},
       {"output_added",
        [&](Plan& p) { node(p, "relu").outputs.push_back(value_of(p, "h")); },
        {"arity within the op's schema", "node 'relu' (Relu) has 1 inputs and 2 outputs"}},

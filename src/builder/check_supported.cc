@@ -27,6 +27,13 @@ std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchem
                     std::to_string(schema.min_inputs) + " input(s) are required");
     }
   }
+  if (schema.traits.inputs_required) {
+    for (int i = schema.min_inputs; i < ni; ++i) {
+      if (node.inputs[size_t(i)] < 0) {
+        out.push_back(node.describe() + " input " + std::to_string(i) + " is omitted (\"\"), but none of its inputs may be");
+      }
+    }
+  }
   return out;
 }
 

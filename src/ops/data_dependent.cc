@@ -162,14 +162,14 @@ Status infer_sequence_op(InferContext& ctx) {
 
 void register_data_dependent_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kSequenceEmpty, 0, 0, 1, 1, &infer_sequence_op});
-  r.add(OpSchema{OpKind::kSequenceConstruct, 1, 1 << 20, 1, 1, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceConstruct, 1, 1 << 20, 1, 1, &infer_sequence_op, OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kSequenceInsert, 2, 3, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceErase, 1, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceAt, 2, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceLength, 1, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSplitToSequence, 1, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kConcatFromSequence, 1, 1, 1, 1, &infer_sequence_op});
-  r.add(OpSchema{OpKind::kSequenceMap, 1, 1 << 20, 1, 1 << 20, &infer_sequence_op});
+  r.add(OpSchema{OpKind::kSequenceMap, 1, 1 << 20, 1, 1 << 20, &infer_sequence_op, OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kOptional, 0, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kOptionalHasElement, 0, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kOptionalGetElement, 1, 1, 1, 1, &infer_sequence_op});

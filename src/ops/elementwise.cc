@@ -603,8 +603,8 @@ void register_elementwise_ops(OpRegistry& r) {
        {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_arith, true, false});
   }
-  r.add(OpSchema{OpKind::kMax, 1, kVariadic, 1, 1, &infer_arith, true, false});
-  r.add(OpSchema{OpKind::kMin, 1, kVariadic, 1, 1, &infer_arith, true, false});
+  r.add(OpSchema{OpKind::kMax, 1, kVariadic, 1, 1, &infer_arith, OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kMin, 1, kVariadic, 1, 1, &infer_arith, OpTraits{.elementwise = true, .inputs_required = true}});
   for (OpKind k : {OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
                    OpKind::kGreaterOrEqual}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_compare, true, false});

@@ -615,7 +615,7 @@ void register_kiln_ops(OpRegistry& r) {
                  OpTraits{.precision = PrecisionClass::kNative}});
   // Copies what one branch computed: any dtype, as it is.
   r.add(OpSchema{OpKind::kSelectBranch, 1, 1 << 20, 1, 1 << 20, &infer_select_branch,
-                 OpTraits{.precision = PrecisionClass::kNative}});
+                 OpTraits{.precision = PrecisionClass::kNative, .inputs_required = true}});
   r.add(OpSchema{OpKind::kFusedConv, 2, 4, 1, 1, &infer_fused_conv,
                  OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kMatMulBias, 2, 4, 1, 1, &infer_matmul_bias,
@@ -628,7 +628,7 @@ void register_kiln_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kPackedAttention, 3, 4, 1, 1, &infer_packed_attention,
                  OpTraits{.precision = PrecisionClass::kReduced}});
   r.add(OpSchema{OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
-                 OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow}});
+                 OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow, .inputs_required = true}});
   // Made after precision assignment: a mean and two small products accumulated in float, in
   // whatever float type its operands hold.
   r.add(OpSchema{OpKind::kSqueezeExcite, 5, 5, 1, 1, &infer_squeeze_excite,

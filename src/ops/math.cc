@@ -212,8 +212,8 @@ void register_math_ops(OpRegistry& r) {
     r.add(OpSchema{k, 1, 1, 1, 1, &infer_float_unary, true, false});
   }
   r.add(OpSchema{OpKind::kShrink, 1, 1, 1, 1, &infer_shrink, true, false});
-  r.add(OpSchema{OpKind::kSum, 1, 1 << 30, 1, 1, &infer_variadic, true, false});
-  r.add(OpSchema{OpKind::kMean, 1, 1 << 30, 1, 1, &infer_variadic, true, false});
+  r.add(OpSchema{OpKind::kSum, 1, 1 << 30, 1, 1, &infer_variadic, OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kMean, 1, 1 << 30, 1, 1, &infer_variadic, OpTraits{.elementwise = true, .inputs_required = true}});
   r.add(OpSchema{OpKind::kPRelu, 2, 2, 1, 1, &infer_prelu, true, false});
   for (OpKind k : {OpKind::kBitwiseAnd, OpKind::kBitwiseOr, OpKind::kBitwiseXor}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_bitwise, true, false});

@@ -116,6 +116,11 @@ const OpTraits& traits(OpKind kind) {
 
 const OpTraits& traits(const ir::Node& node) { return traits(find_op(node.domain, node.op_type)); }
 
+const ir::Value& InferContext::absent_input() {
+  static const ir::Value* absent = new ir::Value{.name = "(omitted)", .shape = std::vector<ir::Dim>{}};
+  return *absent;
+}
+
 InferContext::InferContext(const ir::Graph& graph, const ir::Node& node, int node_index,
                            std::vector<Constraint>* constraints)
     : graph_(graph), node_(node), node_index_(node_index), constraints_(constraints),

@@ -52,9 +52,16 @@ class InferContext {
   int opset() const { return node_.opset; }
   int num_inputs() const { return int(node_.inputs.size()); }
   int num_outputs() const { return int(node_.outputs.size()); }
-  bool has_input(int i) const { return i < num_inputs() && node_.inputs[i] >= 0; }
-  bool has_output(int i) const { return i < num_outputs() && node_.outputs[i] >= 0; }
-  const ir::Value& input(int i) const { return graph_.values[node_.inputs[i]]; }
+  bool has_input(int i) const { return i >= 0 && i < num_inputs() && node_.inputs[size_t(i)] >= 0; }
+  bool has_output(int i) const { return i >= 0 && i < num_outputs() && node_.outputs[size_t(i)] >= 0; }
+  // An omitted ("") or missing input reads as a placeholder (no dtype, rank 0) instead of out of
+  // bounds: inference that forgets has_input() meets a value of the wrong type and errs, never
+  // undefined behaviour. check_supported and the plan verifier refuse, before inference, an
+  // omitted input the schema requires (OpSchema::min_inputs, OpTraits::inputs_required).
+  const ir::Value& input(int i) const {
+    return has_input(i) ? graph_.values[size_t(node_.inputs[size_t(i)])] : absent_input();
+  }
+  static const ir::Value& absent_input();
   DType input_dtype(int i) const { return input(i).dtype; }
   // Inputs always have a known shape by the time a node is inferred (the builder checks).
   const std::vector<ir::Dim>& input_shape(int i) const { return *input(i).shape; }
@@ -185,6 +192,9 @@ struct OpTraits {
   // Reshape, Flatten, Squeeze, Unsqueeze, Identity.
   bool is_view = false;
   PrecisionClass precision = PrecisionClass::kFloat32;
+  // No input may be omitted ("" in ONNX), not only the first min_inputs: the variadic ops (Sum,
+  // Concat, Einsum...) and kiln's own whose inputs are all data (SelectBranch, Elementwise).
+  bool inputs_required = false;
 };
 
 struct OpSchema {

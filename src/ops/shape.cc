@@ -846,7 +846,7 @@ void register_shape_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kSqueeze, 1, 2, 1, 1, &infer_squeeze, false, true});
   r.add(OpSchema{OpKind::kUnsqueeze, 1, 2, 1, 1, &infer_unsqueeze, false, true});
   r.add(OpSchema{OpKind::kFlatten, 1, 1, 1, 1, &infer_flatten, false, true});
-  r.add(OpSchema{OpKind::kConcat, 1, kVariadic, 1, 1, &infer_concat});
+  r.add(OpSchema{OpKind::kConcat, 1, kVariadic, 1, 1, &infer_concat, OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kExpand, 2, 2, 1, 1, &infer_expand});
   r.add(OpSchema{OpKind::kTranspose, 1, 1, 1, 1, &infer_transpose});
   r.add(OpSchema{OpKind::kRange, 3, 3, 1, 1, &infer_range});

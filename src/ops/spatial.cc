@@ -612,7 +612,7 @@ void register_spatial_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kGridSample, 2, 2, 1, 1, &infer_grid_sample, false, false});
   r.add(OpSchema{OpKind::kAffineGrid, 2, 2, 1, 1, &infer_affine_grid, false, false});
   r.add(OpSchema{OpKind::kCenterCropPad, 2, 2, 1, 1, &infer_center_crop_pad, false, false});
-  r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum, false, false});
+  r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum, OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kDFT, 1, 3, 1, 1, &infer_dft, false, false});
   r.add(OpSchema{OpKind::kSTFT, 2, 4, 1, 1, &infer_stft, false, false});
   r.add(OpSchema{OpKind::kMelWeightMatrix, 5, 5, 1, 1, &infer_mel_weight_matrix, false, false});

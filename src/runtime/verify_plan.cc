@@ -689,12 +689,13 @@ class Verifier {
     }
     // Inputs before min_inputs are required, and inference reads them without looking (the
     // builder's check_supported refuses an omitted one in a model).
-    for (int i = 0; i < schema->min_inputs; ++i) {
-      if (node.inputs[i] < 0) {
+    for (int i = 0; i < ni; ++i) {
+      if (node.inputs[i] < 0 && (i < schema->min_inputs || schema->traits.inputs_required)) {
         return violation("required inputs are present",
-                         node.describe() + " input " + std::to_string(i) +
-                             " is omitted, but its first " + std::to_string(schema->min_inputs) +
-                             " input(s) are required");
+                         node.describe() + " input " + std::to_string(i) + " is omitted, but " +
+                             (schema->traits.inputs_required ? std::string("none of its inputs may be")
+                                                             : "its first " + std::to_string(schema->min_inputs) +
+                                                                   " input(s) are required"));
       }
     }
     for (int v : node.inputs) {
