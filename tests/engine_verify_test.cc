@@ -215,6 +215,13 @@ std::vector<Mutation> mutations() {
          node(p, "relu").inputs.push_back(-1);
        },
        {"required inputs are present", "node 'relu' (Sum) input 1 is omitted", "none of its inputs may be"}},
+      // Issue 41, class 8: an enumerated attribute ONNX does not allow (ops/attribute_domains.h).
+      {"attribute_out_of_domain",
+       [&](Plan& p) {
+         node(p, "mm").op_type = "Gemm";
+         node(p, "mm").attrs.set("transA", ir::Attribute{.type = ir::AttrType::kInt, .i = 5});
+       },
+       {"attribute values are in ONNX's domains", "node 'mm' (Gemm) attribute transA is 5; ONNX allows 0 or 1"}},
       {"output_added",
        [&](Plan& p) { node(p, "relu").outputs.push_back(value_of(p, "h")); },
        {"arity within the op's schema", "node 'relu' (Relu) has 1 inputs and 2 outputs"}},

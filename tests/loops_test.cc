@@ -548,6 +548,33 @@ TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheRe
       << engine.status().message();
 }
 
+// Issue 41, class 8: an enumerated attribute outside what ONNX allows is refused by name before
+// anything reads it, in the main graph and in a body alike (ops/attribute_domains.h).
+TEST(RunTimeLoops, AttributeValuesOnnxForbidsAreRefusedByName) {
+  auto refused = [](const std::string& text, const std::string& phrase) {
+    auto engine = build_cpu(text);
+    ASSERT_FALSE(engine.ok()) << phrase;
+    EXPECT_EQ(engine.status().code(), StatusCode::kInvalidModel) << engine.status().to_string();
+    EXPECT_NE(engine.status().message().find(phrase), std::string::npos) << engine.status().to_string();
+  };
+  refused(R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[2], %all: float32[3, 2]) {
+  %last: float32[2], %all: float32[3, 2] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[2], body=graph body(%acc: float32[2], %row: float32[2]) -> (%acc2: float32[2], %out: float32[2]) {
+    %acc2: float32[2] = Add(%acc, %row)  # add
+    %out: float32[2] = Identity(%acc2)  # out
+  }}  # scan
+}
+)",
+          "node 'scan' (Scan) attribute scan_input_directions[0] is 2; ONNX allows 0 or 1");
+  refused(R"(graph g(%x: float32[2, 3]) -> (%y: float32[?]) {
+  %s: float32[2, 3] = SequenceConstruct(%x, %x)  # seq
+  %y: float32[?] = ConcatFromSequence(%s) {axis=0, new_axis=7}  # cat
+}
+)",
+          "node 'cat' (ConcatFromSequence) attribute new_axis is 7; ONNX allows 0 or 1");
+  // Inside a Loop's body, which check_supported reads too.
+  refused(one_loop("%b: float32[?] = ReduceSum(%a) {keepdims=3}  # sum"), "node 'sum' (ReduceSum) attribute keepdims is 3");
+}
+
 // check_supported reads the main graph; a body's nodes are checked as the build brings them in.
 TEST(RunTimeLoops, ABodyNodeOfAnUnknownOpOrArityIsRefusedByName) {
   auto engine = build_cpu(one_loop("%b: float32[?] = Frobnicate(%a)  # frob"));

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "builder/build_state.h"
+#include "ops/attribute_domains.h"
 
 namespace kiln::builder {
 
@@ -36,6 +37,24 @@ std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchem
   }
   return out;
 }
+
+namespace {
+
+// Attribute values outside ONNX's enumerations, in g's nodes and their subgraphs' (a Scan in a
+// Loop's body is lowered later, after this pass).
+void domain_problems(const ir::Graph& g, std::string* list) {
+  for (const ir::Node& node : g.nodes) {
+    for (const std::string& wrong : ops::attribute_domain_problems(node)) *list += "\n  " + wrong;
+    for (const auto& [name, a] : node.attrs.all()) {
+      if (a.g) domain_problems(*a.g, list);
+      for (const auto& sub : a.graphs) {
+        if (sub) domain_problems(*sub, list);
+      }
+    }
+  }
+}
+
+}  // namespace
 
 Status check_supported(BuildState& s) {
   // Two IO bindings of one name would share a buffer the runtime frees once per binding; TensorRT
@@ -71,6 +90,9 @@ Status check_supported(BuildState& s) {
         "nodes with a wrong number of inputs or outputs, or an omitted required input:" +
         invalid_list);
   }
+  std::string domain_list;
+  domain_problems(s.graph, &domain_list);
+  if (!domain_list.empty()) return invalid_model("attribute values ONNX does not allow:" + domain_list);
   return ok_status();
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/checked.h"
+#include "ops/attribute_domains.h"
 #include "ops/loop_end.h"
 #include "ops/schema.h"
 #include "plan/loops.h"
@@ -675,6 +676,9 @@ class Verifier {
     if (node.opset < 0 || node.opset > kMaxPlausibleOpset) {
       return violation("opsets are plausible",
                        node.describe() + " has opset " + std::to_string(node.opset));
+    }
+    if (auto wrong = ops::attribute_domain_problems(node); !wrong.empty()) {
+      return violation("attribute values are in ONNX's domains", wrong[0]);
     }
     const int ni = int(node.inputs.size()), no = int(node.outputs.size());
     if (ni < schema->min_inputs || ni > schema->max_inputs || no < schema->min_outputs ||
