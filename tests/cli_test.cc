@@ -396,6 +396,18 @@ TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
   r = kiln_cli("compare --loadEngine=" + engine + " --onnx=" + path("values.onnx") + " --shapes=x:2x10,k:2,shape:3x4");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "PASS: 3 of 3 outputs within tolerance")) << r.out;
+  // --loadInputs gives a shape-value input its values too: they are used (issue 41, class 7: they
+  // were dropped for the profile's opt values) and refused outside the profile like --shapes'.
+  for (auto [name, k] : {std::pair{"k4.pb", int64_t(4)}, std::pair{"k7.pb", int64_t(7)}}) {
+    std::ofstream f(path(name), std::ios::binary);
+    f << raw_tensor<int64_t>("k", ::onnx::TensorProto::INT64, {1}, {k}).SerializeAsString();
+  }
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k4.pb"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "vals: shape 3x4 float32")) << r.out;
+  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k7.pb"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]")) << r.out;
 }
 
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {

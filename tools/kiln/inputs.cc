@@ -143,11 +143,6 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
     given[s.name] = s.dims;
     out.from[s.name] = "shape from --shapes";
   }
-  const std::set<std::string> user_values = [&] {
-    std::set<std::string> names;
-    for (const auto& [name, t] : out.tensors) names.insert(name);
-    return names;
-  }();
   for (const auto& [name, path] : options.files) {
     if (!inputs.count(name)) {
       return usage_error(
@@ -165,6 +160,14 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
     out.from[name] = "from " + path;
     out.tensors[name] = std::move(t);
   }
+  // The shape-value inputs the user gave values for (--shapes or --loadInputs): the run uses them,
+  // and the profile refuses them where they are outside its ranges. (--loadInputs' were dropped
+  // for the profile's opt values once, so out-of-range values were never refused.)
+  const std::set<std::string> user_values = [&] {
+    std::set<std::string> names;
+    for (const auto& [name, t] : out.tensors) names.insert(name);
+    return names;
+  }();
 
   // The profile: the one asked for, else the one whose ranges hold every given shape and whose opt
   // is nearest (else the first that holds them, the other inputs at its opt shapes).
