@@ -7,8 +7,11 @@
 // body, no iteration at all, the iteration limit, and the refusals and tampered plans.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <thread>
 
 #include "ir/text.h"
 #include "kiln.h"
@@ -295,6 +298,47 @@ TEST_P(RunTimeLoop, NestedLoopsShareOneIterationBudgetPerRun) {
   (*ctx)->set_max_loop_iterations(100);
   out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {12})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
+}
+
+// ExecutionContext::cancel() from another thread stops a run that would go on for hours (a loop of
+// 2^61 iterations under an unlimited budget) with kCancelled naming where it stopped; a cancel
+// with no run in progress, and the runs after a cancelled one, are not affected (issue 41).
+TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
+  auto engine = build(R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
+  %t: bool[] = dense<1>
+  %huge: int64[] = dense<2305843009213693952>
+  %y: float32[?] = Loop(%huge, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
+    %c2: bool[?] = Identity(%c)  # keep
+    %b: float32[?] = Neg(%a)  # neg
+  }}  # huge
+}
+)");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  (*ctx)->cancel();  // no run in progress: nothing to stop, and the next run is not stopped by it
+  (*ctx)->set_max_loop_iterations(30);
+  auto out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
+  (*ctx)->set_max_loop_iterations(std::numeric_limits<int64_t>::max());
+  const auto start = std::chrono::steady_clock::now();
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*ctx)->cancel();
+  });
+  out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
+  watchdog.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kCancelled) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("cancelled (ExecutionContext::cancel) before node"), std::string::npos)
+      << out.status().to_string();
+  EXPECT_LT(seconds, 30.0);  // stopped, not run to the end (which would take years)
+  (*ctx)->set_max_loop_iterations(30);
+  out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});  // the next run is not cancelled
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
 }
 
 // A constant trip count near 2^61 (a 1 KB hostile model): the unroll-size check's product wrapped

@@ -36,6 +36,7 @@ from ._kiln import (
     device_available as device_available,
 )
 from ._errors import (
+    CancelledError as CancelledError,
     DeviceError as DeviceError,
     Error as Error,
     InternalError as InternalError,
@@ -66,7 +67,7 @@ from .session import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Builder", "BuilderConfig", "BuilderFlag", "Device", "DeviceError", "Engine", "Error",
+    "Builder", "BuilderConfig", "BuilderFlag", "CancelledError", "Device", "DeviceError", "Engine", "Error",
     "ExecutionContext", "ILogger", "InferenceSession", "InternalError", "InvalidArgumentError",
     "InvalidModelError", "KilnWarning", "Logger", "MemoryPoolType", "Network",
     "NetworkDefinitionCreationFlag", "NetworkTensor", "NodeArg", "NotFoundError", "OnnxParser",

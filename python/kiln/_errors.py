@@ -6,7 +6,7 @@ library's context chain, e.g. "node 'conv_3' (Conv): input 'W' dim 1 ...".
 
 __all__ = [
     "Error", "InvalidArgumentError", "InvalidModelError", "UnsupportedError", "NotFoundError",
-    "OutOfMemoryError", "DeviceError", "InternalError",
+    "OutOfMemoryError", "DeviceError", "InternalError", "CancelledError",
 ]
 
 
@@ -58,7 +58,13 @@ class InternalError(Error):
     code = "kInternal"
 
 
+class CancelledError(Error):
+    """ExecutionContext.cancel() (from another thread) stopped the run."""
+
+    code = "kCancelled"
+
+
 for _cls in (Error, InvalidArgumentError, InvalidModelError, UnsupportedError, NotFoundError,
-             OutOfMemoryError, DeviceError, InternalError):
+             OutOfMemoryError, DeviceError, InternalError, CancelledError):
     _cls.__module__ = "kiln"  # tracebacks say kiln.InvalidArgumentError, as users spell it
 del _cls

@@ -41,7 +41,8 @@ struct StatusError {
 // classes) and looked up on the first error, when the kiln package has finished importing.
 PyObject* error_class(StatusCode code) {
   static const char* const kNames[] = {"Error", "InvalidArgumentError", "InvalidModelError", "UnsupportedError",
-                                       "NotFoundError", "OutOfMemoryError", "DeviceError", "InternalError"};
+                                       "NotFoundError", "OutOfMemoryError", "DeviceError", "InternalError",
+                                       "CancelledError"};
   constexpr int kNumCodes = int(sizeof(kNames) / sizeof(kNames[0]));
   static PyObject* classes[kNumCodes] = {};
   int index = int(code);
@@ -746,6 +747,8 @@ class BoundContext {
     Exclusive guard(this);
     ctx_->set_max_loop_iterations(n);
   }
+  // From any thread, while another runs: no Exclusive guard (the run holds it).
+  void cancel() { ctx_->cancel(); }
   int64_t max_loop_iterations() const { return ctx_->max_loop_iterations(); }
   void set_batch_buckets(std::vector<int64_t> buckets) {
     Exclusive guard(this);
@@ -1368,6 +1371,9 @@ NB_MODULE(_kiln, m) {
                    "and replay it; ignored on the CPU and by engines with data-dependent sizes.")
       .def_prop_rw("cuda_graph_cache_capacity", &BoundContext::graph_capacity, &BoundContext::set_graph_capacity,
                    "Captured graphs kept, the least recently used dropped first (default 4).")
+      .def("cancel", &BoundContext::cancel,
+           "Stops the run in progress on this context from another thread: it raises kiln.CancelledError. "
+           "Checked between layers and loop iterations; a run that starts later is not affected.")
       .def_prop_rw("max_loop_iterations", &BoundContext::max_loop_iterations, &BoundContext::set_max_loop_iterations,
                    "A loop that runs at run time (an ONNX Loop whose trip count or condition is data) stops the "
                    "run with an error naming it at this many iterations with its condition still true "

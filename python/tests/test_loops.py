@@ -124,6 +124,30 @@ def test_a_while_loop_on_data_matches_onnxruntime():
         context.run({"x": np.full((2, 4), 3, np.float32), "m": np.array(10, np.int64), "go": np.array(True)})
 
 
+def test_cancel_from_another_thread_stops_a_run_that_would_not_end():
+    # The while loop's condition stays true (its step grows with i): with no iteration limit the run
+    # would go on for ages; context.cancel() from a timer thread stops it with kiln.CancelledError,
+    # and the same context runs normally afterwards.
+    import threading
+    import time
+
+    context = build(while_model(), {"x": ((1, 4), (2, 4), (8, 4))}).create_execution_context()
+    context.max_loop_iterations = 1 << 62
+    feeds = {"x": np.full((2, 4), 3, np.float32), "m": np.array(1 << 60, np.int64), "go": np.array(True)}
+    timer = threading.Timer(0.2, context.cancel)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(kiln.CancelledError, match="cancelled"):
+        context.run(feeds)
+    timer.join()
+    assert time.monotonic() - start < 60
+    small = {**feeds, "m": np.array(3, np.int64)}
+    got = context.run(small)
+    want_y, want_k = ort.InferenceSession(while_model(), providers=["CPUExecutionProvider"]).run(None, small)
+    assert int(got["k"]) == int(want_k)
+    np.testing.assert_allclose(got["y"], want_y, rtol=1e-5, atol=1e-5)
+
+
 def test_a_decoding_loop_that_appends_per_iteration_matches_onnxruntime():
     data = decode_model()
     engine = build(data, {"prompt": ((1, 1), (2, 4), (4, 16))})

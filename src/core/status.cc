@@ -13,6 +13,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kOutOfMemory: return "OUT_OF_MEMORY";
     case StatusCode::kDeviceError: return "DEVICE_ERROR";
     case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kCancelled: return "CANCELLED";
   }
   return "UNKNOWN";
 }
@@ -34,6 +35,7 @@ Status not_found(std::string m) { return Status(StatusCode::kNotFound, std::move
 Status out_of_memory(std::string m) { return Status(StatusCode::kOutOfMemory, std::move(m)); }
 Status device_error(std::string m) { return Status(StatusCode::kDeviceError, std::move(m)); }
 Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+Status cancelled(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 
 void check_failed(const char* file, int line, const char* expr) {
   std::fprintf(stderr, "kiln internal invariant failed at %s:%d: %s\n", file, line, expr);

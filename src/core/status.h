@@ -20,6 +20,7 @@ enum class StatusCode {
   kOutOfMemory,
   kDeviceError,
   kInternal,
+  kCancelled,  // ExecutionContext::cancel() stopped the run
 };
 
 const char* status_code_name(StatusCode code);
@@ -50,6 +51,7 @@ Status not_found(std::string message);
 Status out_of_memory(std::string message);
 Status device_error(std::string message);
 Status internal_error(std::string message);
+Status cancelled(std::string message);
 
 template <typename T>
 class [[nodiscard]] StatusOr {

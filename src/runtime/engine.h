@@ -2,6 +2,7 @@
 // an Engine (immutable, shareable across threads); each ExecutionContext runs it for one caller.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -245,6 +246,12 @@ class ExecutionContext {
   // or whose nested loops multiply, ends instead of hanging. Default 1,000,000.
   void set_max_loop_iterations(int64_t n) { max_loop_iterations_ = n; }
   int64_t max_loop_iterations() const { return max_loop_iterations_; }
+  // Stops the run in progress on this context, from any thread (a watchdog's deadline, a client
+  // gone): the run returns a kCancelled status naming the node it stopped before. It is checked
+  // between nodes and loop iterations (a kernel already running finishes; on CUDA, work already
+  // enqueued runs on the stream). A run that starts after the call is not affected, and a call
+  // with no run in progress does nothing. ONNX Runtime's RunOptions terminate flag, per run.
+  void cancel() { cancel_serial_.store(run_serial_.load(std::memory_order_acquire), std::memory_order_release); }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
   size_t arena_bytes() const { return arena_capacity_; }
 
@@ -314,6 +321,8 @@ class ExecutionContext {
   std::vector<LoopFrame> loop_frames_;  // per loop of EngineData::loops
   int64_t max_loop_iterations_ = 1000000;
   int64_t run_loop_iterations_ = 0;  // this run's, every loop's together
+  // Runs are numbered as they start; cancel() stops every run numbered up to cancel_serial_.
+  std::atomic<uint64_t> run_serial_{0}, cancel_serial_{0};
   // Device backends: page-locked words the loops' counters and conditions are copied from (a copy
   // from pageable memory would wait for the stream each iteration), used in turn; the stream is
   // waited for once per lap, before the first word is written again.

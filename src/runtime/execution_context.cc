@@ -999,8 +999,13 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
   condition_.assign(g.values.size(), -1);
   loop_frames_.assign(data_->loops.size(), LoopFrame{});
   run_loop_iterations_ = 0;
+  const uint64_t serial = run_serial_.fetch_add(1, std::memory_order_acq_rel) + 1;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
+    if (cancel_serial_.load(std::memory_order_acquire) >= serial) {
+      return cancelled("the run was cancelled (ExecutionContext::cancel) before " + node.describe() + ", node " +
+                       std::to_string(n) + " of " + std::to_string(g.nodes.size()));
+    }
     // A node of an If's branch runs only when the run takes that branch.
     bool runs = true;
     for (const ir::Guard& gd : node.guards) {
