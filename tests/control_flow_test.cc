@@ -187,6 +187,31 @@ TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("a node reads a branch's values only inside that branch"), std::string::npos)
       << bad.status().to_string();
+  // Issue 41, class 5: the SelectBranch's then- and else-values swapped (each read when its branch
+  // did not run), and a graph output taken from inside a branch (stale bytes on the other path).
+  p = engine->plan();
+  int select = -1;
+  for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
+    if (p.graph.nodes[n].op_type == "SelectBranch") select = int(n);
+  }
+  ASSERT_GE(select, 0);
+  ir::Node& sel = p.graph.nodes[size_t(select)];
+  const size_t k = sel.outputs.size();
+  std::swap(sel.inputs[1], sel.inputs[1 + k]);
+  bad = Engine::from_plan(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a SelectBranch takes each value from the branch that computes it"),
+            std::string::npos)
+      << bad.status().to_string();
+  p = engine->plan();
+  const ir::Node& chooser = p.graph.nodes[size_t(select)];
+  const int branch_value = chooser.inputs[1], chosen = chooser.outputs[0];
+  for (int& o : p.graph.outputs) o = o == chosen ? branch_value : o;
+  p.graph.values[size_t(branch_value)].name.swap(p.graph.values[size_t(chosen)].name);
+  bad = Engine::from_plan(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("graph outputs are written whichever way the run goes"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST(ControlFlow, AnIfOnDataWhoseBranchesDisagreeOnRankIsRefused) {

@@ -80,6 +80,7 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_loops());
     KILN_RETURN_IF_ERROR(check_lifetimes());
     for (size_t n = 0; n < g_.nodes.size(); ++n) KILN_RETURN_IF_ERROR(check_node(n));
+    KILN_RETURN_IF_ERROR(check_outputs_unguarded());
     return check_producers_write();
   }
 
@@ -93,6 +94,23 @@ class Verifier {
   // writes, would be read as whatever the arena held. With the storage checks (activations,
   // outputs and views are produced), every value the run reads is written. Last, so the more
   // specific invariants above name an edit first.
+  // Every graph output is written on every path the guards allow: its producer runs under no
+  // guard (an If's result leaves its branches through a kiln::SelectBranch, which runs always). An
+  // output only a guarded node writes would be the arena's stale bytes whenever its branch is not
+  // taken.
+  Status check_outputs_unguarded() const {
+    for (int v : g_.outputs) {
+      const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
+      if (p < 0 || g_.nodes[size_t(p)].guards.empty()) continue;
+      const ir::Guard& gd = g_.nodes[size_t(p)].guards[0];
+      return violation("graph outputs are written whichever way the run goes",
+                       "graph output " + vname(v) + " is written only by " + g_.nodes[size_t(p)].describe() +
+                           ", which runs only when '" + g_.values[size_t(gd.cond)].name + "' is " +
+                           (gd.when ? "true" : "false"));
+    }
+    return ok_status();
+  }
+
   Status check_producers_write() const {
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const int producer = g_.values[v].producer;
@@ -817,7 +835,7 @@ class Verifier {
                              ", produced by node " + std::to_string(c.producer) + ")");
       }
     }
-    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch) return ok_status();
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch) return check_select_inputs(n);
     for (int v : node.inputs) {
       const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
       if (p < 0 || p >= int(n)) continue;
@@ -828,6 +846,32 @@ class Verifier {
                                g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false") +
                                ", without running under that condition");
         }
+      }
+    }
+    return ok_status();
+  }
+
+  // kiln::SelectBranch(cond, then..., else...) takes each output's two values from the branch that
+  // computes it: a then-value may run under its own guards and cond = true, an else-value under
+  // them and cond = false. Swapped (or taken from elsewhere in a branch), the output would be read
+  // from a node that did not run.
+  Status check_select_inputs(size_t n) const {
+    const ir::Node& node = g_.nodes[n];
+    const size_t k = node.outputs.size();
+    if (node.inputs.size() != 1 + 2 * k || node.inputs[0] < 0) return ok_status();  // check_inference names it
+    const int cond = node.inputs[0];
+    for (size_t i = 1; i < node.inputs.size(); ++i) {
+      const int v = node.inputs[i];
+      const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
+      if (p < 0 || p >= int(n)) continue;
+      const bool then = i <= k;
+      for (const ir::Guard& gd : g_.nodes[size_t(p)].guards) {
+        const bool own = gd.cond == cond && gd.when == then;
+        if (own || std::find(node.guards.begin(), node.guards.end(), gd) != node.guards.end()) continue;
+        return violation("a SelectBranch takes each value from the branch that computes it",
+                         node.describe() + " takes " + vname(v) + " as its " + (then ? "then" : "else") +
+                             "-value " + std::to_string(then ? i - 1 : i - 1 - k) + ", but it runs only when '" +
+                             g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false"));
       }
     }
     return ok_status();
