@@ -300,11 +300,9 @@ TEST_P(RunTimeLoop, NestedLoopsShareOneIterationBudgetPerRun) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
 }
 
-// ExecutionContext::cancel() from another thread stops a run that would go on for hours (a loop of
-// 2^61 iterations under an unlimited budget) with kCancelled naming where it stopped; a cancel
-// with no run in progress, and the runs after a cancelled one, are not affected (issue 41).
-TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
-  auto engine = build(R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
+// A Loop of a constant 2^61 iterations whose condition stays true: too long to unroll, it runs at
+// run time and ends only at the iteration budget or a cancel.
+const char* kHugeLoop = R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
   %t: bool[] = dense<1>
   %huge: int64[] = dense<2305843009213693952>
   %y: float32[?] = Loop(%huge, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
@@ -312,7 +310,13 @@ TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
     %b: float32[?] = Neg(%a)  # neg
   }}  # huge
 }
-)");
+)";
+
+// ExecutionContext::cancel() from another thread stops a run that would go on for hours (a loop of
+// 2^61 iterations under an unlimited budget) with kCancelled naming where it stopped; a cancel
+// with no run in progress, and the runs after a cancelled one, are not affected (issue 41).
+TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
+  auto engine = build(kHugeLoop);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
@@ -345,15 +349,7 @@ TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
 // and the builder unrolled forever. Now the product is checked: the loop is too long to unroll,
 // runs at run time, and its run stops at the iteration budget.
 TEST_P(RunTimeLoop, AHugeConstantTripCountBuildsAsARunTimeLoopAndStopsAtTheBudget) {
-  auto engine = build(R"(graph g(%x: float32[n]) -> (%y: float32[?]) {
-  %t: bool[] = dense<1>
-  %huge: int64[] = dense<2305843009213693952>
-  %y: float32[?] = Loop(%huge, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
-    %c2: bool[?] = Identity(%c)  # keep
-    %b: float32[?] = Neg(%a)  # neg
-  }}  # huge
-}
-)");
+  auto engine = build(kHugeLoop);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());

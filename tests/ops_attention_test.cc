@@ -32,19 +32,17 @@ Tensor ramp_f32(Shape shape, float scale, float offset) {
   for (int64_t d : shape) n *= d;
   return make_f32(std::move(shape), ramp(n, scale, offset));
 }
-Tensor ramp_f16(Shape shape, float scale, float offset) {
+// A ramp in float16 or bfloat16 (rounded once from ramp's floats).
+Tensor ramp_half(DType t, Shape shape, float scale, float offset) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   std::vector<uint16_t> h;
-  for (float f : ramp(n, scale, offset)) h.push_back(float_to_half(f));
-  return Tensor::from_vector(DType::kFloat16, std::move(shape), h);
+  for (float f : ramp(n, scale, offset)) h.push_back(t == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f));
+  return Tensor::from_vector(t, std::move(shape), h);
 }
+Tensor ramp_f16(Shape shape, float scale, float offset) { return ramp_half(DType::kFloat16, std::move(shape), scale, offset); }
 Tensor ramp_bf16(Shape shape, float scale, float offset) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<uint16_t> h;
-  for (float f : ramp(n, scale, offset)) h.push_back(float_to_bf16(f));
-  return Tensor::from_vector(DType::kBFloat16, std::move(shape), h);
+  return ramp_half(DType::kBFloat16, std::move(shape), scale, offset);
 }
 
 Tensor ramp_f64(Shape shape, float scale, float offset) {
