@@ -394,6 +394,46 @@ TEST(RotaryEmbeddingKernel, SixteenByteVectorShapes) {
   EXPECT_EQ((*out)[0].shape(), (Shape{1, 6, 9, 64}));
 }
 
+TEST(RotaryEmbeddingKernel, ABatchOneCacheServesEveryBatchRow) {
+  // Without position_ids, caches [1, S, D/2] rotate every batch row as [B, S, D/2] copies of them
+  // would (the ONNX reference broadcasts them so; fuse_rotary gives the node transformers' batch-1
+  // cos and sin): 3-D float32 and 4-D float16 on the 16-byte path, and a scalar-path size.
+  struct Case {
+    Tensor x, cos1, sin1;
+    int64_t heads;
+  };
+  auto tile = [](const Tensor& t, int64_t b) {
+    Shape s = t.shape();
+    s[0] = b;
+    std::vector<float> v;
+    for (int64_t r = 0; r < b; ++r) {
+      for (int64_t i = 0; i < t.numel(); ++i) v.push_back(float(t.float_at(i)));
+    }
+    auto out = Tensor::zeros(t.dtype(), s);
+    for (int64_t i = 0; i < out->numel(); ++i) out->set_float_at(i, v[size_t(i)]);
+    return std::move(*out);
+  };
+  for (const Case& c : {Case{ramp_f32({3, 4, 2 * 16}, 0.011f, 0.1f), ramp_f32({1, 4, 8}, 0.03f, -0.2f),
+                             ramp_f32({1, 4, 8}, 0.05f, 0.3f), 2},
+                        Case{ramp_f16({2, 4, 5, 32}, 0.009f, 0.0f), ramp_f16({1, 5, 16}, 0.04f, -0.5f),
+                             ramp_f16({1, 5, 16}, 0.06f, 0.1f), 0},
+                        Case{ramp_f32({2, 3, 3, 6}, 0.02f, 0.2f), ramp_f32({1, 3, 3}, 0.07f, -0.1f),
+                             ramp_f32({1, 3, 3}, 0.08f, 0.4f), 0}}) {
+    const int64_t b = c.x.shape()[0];
+    auto node = op("RotaryEmbedding", 23);
+    if (c.heads) node.i("num_heads", c.heads);
+    auto shared = run_case(node, {c.x, c.cos1, c.sin1});
+    ASSERT_TRUE(shared.ok()) << shape_to_string(c.x.shape()) << ": " << shared.status().to_string();
+    auto tiled = run_case(node, {c.x, tile(c.cos1, b), tile(c.sin1, b)});
+    ASSERT_TRUE(tiled.ok()) << tiled.status().to_string();
+    EXPECT_TRUE(all_close((*shared)[0], (*tiled)[0], 0.0, 0.0)) << shape_to_string(c.x.shape());
+  }
+  // Caches of neither B*S nor S rows are refused.
+  auto bad = run_case(op("RotaryEmbedding", 23), {ramp_f32({2, 1, 3, 4}, 0.1f, 0.0f), ramp_f32({2, 2, 2}, 0.1f, 0.0f),
+                                                   ramp_f32({2, 2, 2}, 0.1f, 0.0f)});
+  EXPECT_FALSE(bad.ok());
+}
+
 TEST(RotaryEmbeddingKernel, RotatesPairsByPosition) {
   // One head of size 2 at positions 0 and 1: angle 0 keeps x, angle pi/2 rotates (1, 0) to (0, 1).
   Tensor x = make_f32({1, 1, 2, 2}, {1, 0, 1, 0});

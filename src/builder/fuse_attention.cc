@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "builder/build_state.h"
+#include "builder/causal_mask.h"
 #include "builder/graph_match.h"
 #include "builder/rewriter.h"
 #include "ir/rewrite.h"
@@ -129,6 +130,29 @@ bool is_causal_mask(const ir::Value& m) {
     }
   }
   return true;
+}
+
+// Whether mask value `m` spans the scores' last two axes [.., S, S] as they are (no broadcast there).
+bool causal_over(const Context& ctx, int m, const Dims& scores) {
+  const Dims* ms = ctx.shape(m);
+  const size_t r = scores.size();
+  return ms && ms->size() >= 2 && ms->size() <= r && (*ms)[ms->size() - 1] == scores[r - 1] &&
+         (*ms)[ms->size() - 2] == scores[r - 2];
+}
+
+// Whether the additive mask `m` over square scores is causal: a constant one, or one the model
+// computes as Where(C, 0, fill) of a causal C (or Where(C, fill, 0) of its complement), as
+// transformers' masks are built at run time from position comparisons.
+bool causal_additive(const Context& ctx, int m, const Dims& scores) {
+  if (!causal_over(ctx, m, scores)) return false;
+  if (is_causal_mask(ctx.value(m))) return true;
+  const int p = ctx.value(m).producer;
+  if (p < 0 || !is_onnx(ctx.node(p), "Where") || ctx.node(p).inputs.size() != 3) return false;
+  const ir::Node& w = ctx.node(p);
+  const std::optional<double> a = ctx.scalar(w.inputs[1]), b = ctx.scalar(w.inputs[2]);
+  if (!a || !b || !causal_over(ctx, w.inputs[0], scores)) return false;
+  const MaskKind k = mask_kind(*ctx.graph, w.inputs[0]);
+  return (*a == 0.0 && masks(*b) && k == MaskKind::kCausal) || (masks(*a) && *b == 0.0 && k == MaskKind::kStrictlyUpper);
 }
 
 // The additive mask of a boolean one: Where(cond, 0, fill) (or Where(cond, fill, 0) for a cond
@@ -251,9 +275,19 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   // from the model's values go in before the Attention.
   int mask = m.value("mask");
   std::vector<ir::Node> pre_nodes;
+  // A causal mask, however computed, becomes is_causal (for square scores [B, H, S, S]).
+  const bool square = rank == 4 && (*score_shape)[2] == (*score_shape)[3] && m.node("window_add") < 0;
+  bool causal = square && mask >= 0 && causal_additive(ctx, mask, *score_shape);
   if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
     const double fill = *ctx.scalar(m.value("fill"));
     if (!masks(fill)) return false;
+    const MaskKind want = m.node("where") >= 0 ? MaskKind::kCausal : MaskKind::kStrictlyUpper;
+    causal = square && causal_over(ctx, m.value("cond"), *score_shape) && mask_kind(*g, m.value("cond")) == want;
+  }
+  if (causal) {
+    mask = -1;
+  } else if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
+    const double fill = *ctx.scalar(m.value("fill"));
     auto am = additive_mask(ctx, m.value("cond"), fill, m.node("where_inv") >= 0, t,
                             ctx.node(m.node(m.node("where") >= 0 ? "where" : "where_inv")).name + "_mask");
     if (!am) return false;
@@ -296,10 +330,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   fused.opset = 23;
   set_float(&fused, "scale", float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
                                    m.factor("s_scale")));
-  if (mask >= 0 && pre_nodes.empty() && rank == 4 && is_causal_mask(ctx.value(mask)) && (*qs)[2] == (*kts)[3]) {
-    set_int(&fused, "is_causal", 1);
-    mask = -1;
-  }
+  if (causal) set_int(&fused, "is_causal", 1);
   std::vector<int> matched = m.matched;
   // Mask nodes made here go in first; taken out again when the fusion does not happen.
   auto finish = [&](ir::Node node) -> StatusOr<bool> {

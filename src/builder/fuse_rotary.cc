@@ -8,8 +8,11 @@
 // takes cos and sin only where their two halves are equal by construction (Cos or Sin of
 // Concat(f, f), through Unsqueeze, Cast and scalar Mul/Div, as transformers' rotary embedding
 // computes them) or in their data (a constant). The caches are cos[..., :D/2] viewed as [b, S,
-// D/2]; with b = 1 and a batch that may exceed it, x is viewed as [1, B*H, S, D] for the node (its
-// rows all use the same positions) and the result viewed back. CUDA only, as the other fusions.
+// D/2] (b = 1 serves every batch row). Where x is split into heads by Transpose(z, [0, 2, 1, 3])
+// of z [B, S, H, D], as Q and K always are, the node rotates z viewed as [B, S, H*D] (the op's 3-D
+// form) and the heads are split after it: fuse_attention then finds Q, K and V each split from a
+// [B, S, H*D] tensor and reads them in place (a Llama-style decoder's 16 head transposes at batch
+// 32, 0.15 ms on an H200, went so). CUDA only, as the other fusions.
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,6 +107,17 @@ Pat slice_of(Pat x, const char* name) {
                  op("Slice", {x, any(), any(), rw::optional(), rw::optional()}).as(name)});
 }
 
+// The [B, S, H, D] tensor that x [B, H, S, D] is Transpose(., [0, 2, 1, 3]) of, or nullopt.
+std::optional<int> head_split_input(const Context& ctx, int x) {
+  const int p = ctx.value(x).producer;
+  if (p < 0 || !is_onnx(ctx.node(p), "Transpose")) return std::nullopt;
+  if (perm_of(*ctx.graph, ctx.node(p)) != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
+  const int z = ctx.node(p).inputs[0];
+  const Dims *zs = ctx.shape(z), *xs = ctx.shape(x);
+  if (!zs || !xs || zs->size() != 4 || (*zs)[1] != (*xs)[2] || (*zs)[2] != (*xs)[1]) return std::nullopt;
+  return z;
+}
+
 StatusOr<bool> fuse(Context& ctx, const Match& m) {
   ir::Graph* g = ctx.graph;
   const int x = m.value("x"), cos = m.value("cos"), sin = m.value("sin");
@@ -143,24 +157,30 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     return viewed;
   };
   const int cc = cache(cos, "cos"), sc = cache(sin, "sin");
-  int xin = x;
-  if (shared && x_shape[0] != Dim(1)) {
-    xin = ir::add_unique_value(g, base + "_rows", t, Dims{Dim(1), x_shape[0] * x_shape[1], x_shape[2], x_shape[3]});
-    pre.push_back(rw::make_node(*g, "Reshape", base + "_rows_view", {x, i64("_rows_shape", {1, -1, 0, 0})}, {xin}));
+  const std::string name = ctx.node(m.matched[0]).name;
+  // x split into heads from [B, S, H, D] (Transpose [0, 2, 1, 3], as every attention does): the
+  // node rotates that tensor as [B, S, H*D] (RotaryEmbedding's 3-D form) and the heads are split
+  // after it, so that fuse_attention finds Q and K split as V is and reads all three in place.
+  const std::optional<int> z = head_split_input(ctx, x);
+  if (!z) {
+    ir::Node fused = rw::make_node(*g, "RotaryEmbedding", name, {x, cc, sc}, {y});
+    fused.opset = 23;
+    fused.name = name;
+    return rw::replace_with(ctx, m.matched, std::move(pre), std::move(fused));
   }
-  ir::Node fused;
-  if (xin == x) {
-    fused = rw::make_node(*g, "RotaryEmbedding", base, {x, cc, sc}, {y});
-  } else {
-    const int yr = ir::add_unique_value(g, base + "_out", t, ctx.value(xin).shape);
-    ir::Node rope = rw::make_node(*g, "RotaryEmbedding", base, {xin, cc, sc}, {yr});
-    rope.opset = 23;
-    pre.push_back(std::move(rope));
-    fused = rw::make_node(*g, "Reshape", base + "_back", {yr, i64("_back_shape", {-1, h, 0, 0})}, {y});
-  }
-  if (fused.op_type == "RotaryEmbedding") fused.opset = 23;
-  fused.name = ctx.node(m.matched[0]).name;
-  return rw::replace_with(ctx, m.matched, std::move(pre), std::move(fused));
+  const Dim s = x_shape[2], hd = Dim(h * d);
+  const int flat = ir::add_unique_value(g, base + "_in", t, Dims{x_shape[0], s, hd});
+  pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view", {*z, i64("_flat_shape", {0, 0, -1})}, {flat}));
+  const int rotated = ir::add_unique_value(g, base + "_out", t, Dims{x_shape[0], s, hd});
+  ir::Node rope = rw::make_node(*g, "RotaryEmbedding", name, {flat, cc, sc}, {rotated});
+  rope.opset = 23;
+  set_int(&rope, "num_heads", h);
+  pre.push_back(std::move(rope));
+  const int heads = ir::add_unique_value(g, base + "_heads", t, Dims{x_shape[0], s, Dim(h), Dim(d)});
+  pre.push_back(rw::make_node(*g, "Reshape", base + "_heads_view", {rotated, i64("_heads_shape", {0, 0, h, d})}, {heads}));
+  ir::Node back = rw::make_node(*g, "Transpose", base + "_split", {heads}, {y});
+  set_ints(&back, "perm", {0, 2, 1, 3});
+  return rw::replace_with(ctx, m.matched, std::move(pre), std::move(back));
 }
 
 std::vector<rw::Rule> make_rules() {

@@ -243,16 +243,19 @@ Status rotary_kernel(const KernelArgs& a) {
     return invalid_argument("RotaryEmbedding: the caches' last dim must be rotary_embedding_dim/2");
   }
   int64_t rows = cosv.numel() / half;
-  if (!has_pos && rows != B * S) {
+  // Without position_ids the caches are [B, S, dim/2], or [1, S, dim/2] for every batch row (the
+  // ONNX reference broadcasts them so).
+  const bool per_batch = rows == B * S;
+  if (!has_pos && !per_batch && rows != S) {
     return invalid_argument(
-        "RotaryEmbedding: without position_ids the caches must be [B, S, dim/2]");
+        "RotaryEmbedding: without position_ids the caches must be [B, S, dim/2] or [1, S, dim/2]");
   }
   auto index = [&](int64_t b, int64_t s, int64_t h, int64_t d) {
     return four_d ? ((b * H + h) * S + s) * D + d : ((b * S + s) * H + h) * D + d;
   };
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {
-      int64_t r = has_pos ? pos[size_t(b * S + s)] : b * S + s;
+      int64_t r = has_pos ? pos[size_t(b * S + s)] : per_batch ? b * S + s : s;
       if (r < 0 || r >= rows) {
         return invalid_argument("RotaryEmbedding: position id " + std::to_string(r) +
                                 " is outside the cache of " + std::to_string(rows) + " rows");

@@ -471,7 +471,8 @@ StatusOr<std::unique_ptr<Kernel>> make_flex_attention(const KernelQuery& q) {
 struct RotaryArgs {
   int64_t b, s, h, d, half, rows;
   int four_d, interleaved;
-  const void* pos;  // int64 [B, S], or nullptr: row b * S + s
+  int shared;       // no position_ids and caches [1, S, dim/2]: row s for every b
+  const void* pos;  // int64 [B, S], or nullptr: row b * S + s (s where shared)
 };
 
 template <typename T>
@@ -485,7 +486,7 @@ __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, Ro
     int64_t h = r % a.h, s = (r / a.h) % a.s, b = r / (a.h * a.s);
     int64_t base = a.four_d ? ((b * a.h + h) * a.s + s) * a.d : ((b * a.s + s) * a.h + h) * a.d;
     if (j < a.half) {
-      int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[b * a.s + s] : b * a.s + s;
+      int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[b * a.s + s] : a.shared ? s : b * a.s + s;
       int64_t i1 = a.interleaved ? 2 * j : j, i2 = a.interleaved ? 2 * j + 1 : j + a.half;
       float x1 = N::load(x[base + i1]), x2 = N::load(x[base + i2]);
       if (row < 0 || row >= a.rows) {  // the reference refuses it; the device cannot: NaN marks it
@@ -523,7 +524,9 @@ __global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4
     // The (b, s) of row r: [B, H, S, D] rows run s fastest, [B, S, H*D] rows h fastest.
     const int32_t s = a.four_d ? r % int32_t(a.s) : (r / int32_t(a.h)) % int32_t(a.s);
     const int32_t b = r / int32_t(a.h * a.s);
-    int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[int64_t(b) * a.s + s] : int64_t(b) * a.s + s;
+    int64_t row = a.pos    ? static_cast<const int64_t*>(a.pos)[int64_t(b) * a.s + s]
+                  : a.shared ? int64_t(s)
+                             : int64_t(b) * a.s + s;
     uint4 u1 = x[base + c], u2 = x[base + half + c], o1, o2;
     const T *h1 = reinterpret_cast<const T*>(&u1), *h2 = reinterpret_cast<const T*>(&u2);
     T *g1 = reinterpret_cast<T*>(&o1), *g2 = reinterpret_cast<T*>(&o2);
@@ -573,8 +576,10 @@ class RotaryKernel final : public CudaKernel {
       return invalid_argument(name_ + ": the caches' last dim must be rotary_embedding_dim/2");
     }
     a.rows = a.half ? cosv.numel() / a.half : 0;
-    if (!has_pos && a.rows != a.b * a.s) {
-      return invalid_argument(name_ + ": without position_ids the caches must be [B, S, dim/2]");
+    // Without position_ids the caches are [B, S, dim/2], or [1, S, dim/2] for every batch row.
+    a.shared = !has_pos && a.rows != a.b * a.s;
+    if (a.shared && a.rows != a.s) {
+      return invalid_argument(name_ + ": without position_ids the caches must be [B, S, dim/2] or [1, S, dim/2]");
     }
     a.pos = has_pos ? in[3].data : nullptr;
     int64_t n = a.b * a.s * a.h * (a.d - a.half);
