@@ -19,6 +19,8 @@
 # "fp16 tf32") and KILN_PERF_TORCH_MODES narrow the run (KILN_PERF_TORCH=0 times kiln alone,
 # KILN_PERF_KILN=0 PyTorch alone into an earlier run's LOG; KILN_PERF_AUTOTUNE=0 drops
 # max-autotune, whose compile takes minutes a model); logs go to $OUT, else build-gpu/perf.
+# KILN_PERF_KILN_TORCH (default "resnet50 bert_base_s128 gpt2"; empty skips) times kiln.torch at
+# the max batch beside kiln bench on its engine and torch.compile (bench/kiln_torch_peer.py).
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -187,6 +189,23 @@ elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
   done
 else
   echo "PyTorch peer skipped: torch, torchvision or transformers not importable" | tee -a "$LOG/perf.log"
+fi
+# kiln.torch beside the engine it builds and beside torch.compile, in one process (issue 36):
+# bench/kiln_torch_peer.py on the Python package built into $BUILD, its table into
+# kiln_torch.md and perf.log. KILN_PERF_KILN_TORCH: its models (empty skips).
+KT_MODELS=${KILN_PERF_KILN_TORCH-resnet50 bert_base_s128 gpt2}
+if [ -n "$KT_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
+  SITE=$BUILD/kiln-torch-site
+  rm -rf "$SITE" && mkdir -p "$SITE" && cp -r python/kiln "$SITE/"
+  if ls "$BUILD"/python/_kiln*.so >/dev/null 2>&1 &&
+      cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/kiln_torch_install.log" 2>&1; then
+    PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" timeout "${KILN_PERF_KILN_TORCH_TIMEOUT:-900}" \
+      python3 bench/kiln_torch_peer.py "$KILN" "$DIR" "$ITERS" $KT_MODELS >"$LOG/kiln_torch.log" 2>&1 ||
+      echo "kiln.torch peer: rc $? ($(tail -1 "$LOG/kiln_torch.log"))" | tee -a "$LOG/perf.log"
+    grep -E "^\|" "$LOG/kiln_torch.log" | tee "$LOG/kiln_torch.md" | tee -a "$LOG/perf.log"
+  else
+    echo "kiln.torch peer skipped: the Python extension was not built or did not install" | tee -a "$LOG/perf.log"
+  fi
 fi
 python3 bench/perf_report.py "$LOG" docs/performance.md "scripts/gpu_perf.sh" | tee -a "$LOG/perf.log"
 cp docs/performance.md "$LOG/performance.md"

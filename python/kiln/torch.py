@@ -226,13 +226,21 @@ class CompiledModule(torch.nn.Module):
     the engine has one output, else a tuple in the engine's order.
     """
 
-    def __init__(self, engine: Any, input_names: Sequence[str], output_names: Sequence[str], device: str):
+    def __init__(self, engine: Any, input_names: Sequence[str], output_names: Sequence[str], device: str,
+                 cuda_graphs: bool = True):
         super().__init__()
         self.engine = engine
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.device = device
+        # CUDA graphs (the CUDA engine): each call's inputs are copied into buffers the module keeps
+        # and its outputs cloned out of them, so the captured graph of a shape replays whatever
+        # tensors the caller passes (Torch-TensorRT's cudagraphs mode does the same). False binds
+        # the caller's tensors and fresh outputs in place and launches the kernels one by one.
+        self.cuda_graphs = bool(cuda_graphs)
         self._context = engine.create_execution_context()
+        self._stage: Dict[str, "torch.Tensor"] = {}  # name -> flat buffer, grown to the largest call
+        self._staged_done: Any = None  # a CUDA event after the last staged run's reads of the buffers
 
     def output_shapes(self) -> Dict[str, List[str]]:
         """Each output's shape as formulas over the inputs' dim names (kiln's symbolic dims)."""
@@ -274,6 +282,11 @@ class CompiledModule(torch.nn.Module):
         the outputs moved back."""
         device = torch.device("cuda", torch.cuda.current_device())
         ctx = self._context
+        if self.cuda_graphs:
+            staged = self._run_staged(feeds, out_device, device)
+            if staged is not None:
+                return staged
+        ctx.use_cuda_graph = False
         keep = []  # the bound tensors stay alive until the run is enqueued (the stream orders the rest)
         for name, t in feeds.items():
             t = t.to(device).contiguous()
@@ -300,6 +313,55 @@ class CompiledModule(torch.nn.Module):
         return tuple(outs)
 
 
+    def _buffer(self, name: str, numel: int, device: Any) -> "torch.Tensor":
+        """The flat staging buffer of `name`, at least `numel` elements (grown, never shrunk: its
+        address, and so the captured graphs, change only when a call is the largest yet)."""
+        buf = self._stage.get(name)
+        if buf is None or buf.numel() < numel or buf.device != device:
+            buf = torch.empty(max(numel, 1), dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
+            self._stage[name] = buf
+        return buf
+
+    def _run_staged(self, feeds: Dict[str, "torch.Tensor"], out_device: Any,
+                    device: Any) -> Optional[Tuple["torch.Tensor", ...]]:
+        """The CUDA-graph path: inputs copied into the staging buffers, the engine replayed from its
+        graph for this shape, outputs cloned out, all on the current torch stream. None where the
+        engine's outputs are sized by their data (no graph runs those)."""
+        ctx = self._context
+        stream = torch.cuda.current_stream(device)
+        if self._staged_done is not None:
+            stream.wait_event(self._staged_done)  # a run on another stream may still read the buffers
+        views = []
+        for name, t in feeds.items():
+            buf = self._buffer(name, t.numel(), device)
+            ctx.set_input_shape(name, tuple(t.shape))
+            view = buf[:t.numel()].view(t.shape)
+            views.append((view, t))
+        shapes = [tuple(ctx.tensor_shape(name)) for name in self.output_names]
+        if any(d < 0 for s in shapes for d in s):
+            return None
+        for view, t in views:
+            view.copy_(t)
+        for name in feeds:
+            ctx.set_tensor_address(name, self._stage[name].data_ptr())
+        outs = []
+        for name, shape in zip(self.output_names, shapes):
+            n = 1
+            for d in shape:
+                n *= d
+            buf = self._buffer(name, n, device)
+            ctx.set_tensor_address(name, buf.data_ptr())
+            outs.append(buf[:n].view(shape))
+        ctx.use_cuda_graph = True
+        ctx.execute_async_v3(stream.cuda_stream)
+        target = out_device if out_device is not None else device
+        result = tuple(o.to(target) if target != device else o.clone() for o in outs)
+        if self._staged_done is None:
+            self._staged_done = torch.cuda.Event()
+        self._staged_done.record(stream)
+        return result
+
+
 # The engine's IO dtypes (numpy's) as torch's.
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
                  np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64,
@@ -322,13 +384,15 @@ def _torch_dtype(np_dtype: Any) -> Any:
 
 def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optional[Iterable[Any]] = None,
             device: str = "cpu", builder_optimization_level: Optional[int] = None,
-            allow_tf32: bool = False) -> CompiledModule:
+            allow_tf32: bool = False, cuda_graphs: bool = True) -> CompiledModule:
     """Builds a kiln engine for `module` over the Inputs' shape ranges; see the module's text.
 
     enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
     the builder may compute in. device: "cpu" or "cuda". allow_tf32: let float32 matrix products
     and convolutions use TF32 tensor cores; off by default, so float32 means float32 (kiln's C++
-    BuilderConfig, like TensorRT's, has TF32 on).
+    BuilderConfig, like TensorRT's, has TF32 on). cuda_graphs: on a CUDA engine, replay each shape's
+    captured CUDA graph, the inputs copied into buffers the module keeps and the outputs cloned out
+    (CompiledModule's text); False runs on the caller's tensors in place, launching kernel by kernel.
     """
     inputs = list(inputs)
     if not inputs or not all(isinstance(i, Input) for i in inputs):
@@ -343,7 +407,9 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
     with torch.no_grad():
         data = _export(module, inputs, names)
     with _source_lines(data):
-        return _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32)
+        compiled = _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32)
+    compiled.cuda_graphs = bool(cuda_graphs)
+    return compiled
 
 
 def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precisions: Optional[Iterable[Any]],
@@ -529,7 +595,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
-    device ("cpu" or "cuda"), enabled_precisions and allow_tf32 (as compile's), dynamic_max (the
+    device ("cpu" or "cuda"), enabled_precisions, allow_tf32 and cuda_graphs (as compile's), dynamic_max (the
     largest size of a dynamic dim that TorchDynamo left unbounded), fallback (default True; False
     makes a graph kiln cannot take an error instead of a KilnWarning). kiln.torch.report says what ran
     where, graph breaks included.
@@ -545,9 +611,10 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     precisions = opts.pop("enabled_precisions", None)
     allow_tf32 = bool(opts.pop("allow_tf32", False))
     dynamic_max = opts.pop("dynamic_max", None)
+    cuda_graphs = bool(opts.pop("cuda_graphs", True))
     if opts:
-        raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} "
-                                   "(it takes device, enabled_precisions, allow_tf32, dynamic_max, fallback)")
+        raise InvalidArgumentError(f"kiln backend: unknown options {sorted(opts)} (it takes device, "
+                                   "enabled_precisions, allow_tf32, dynamic_max, fallback, cuda_graphs)")
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_list = isinstance(output, list)
@@ -574,7 +641,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
             on = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
             if on is not None and on.type != "cpu":
                 module._kiln_example_device = on
-            compiled = compile(module, tensors, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32)
+            compiled = compile(module, tensors, enabled_precisions=precisions, device=device, allow_tf32=allow_tf32,
+                               cuda_graphs=cuda_graphs)
         except Exception as e:  # unsupported op, export failure: PyTorch keeps the graph
             return fall_back(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         report.add("kiln", ops)

@@ -27,10 +27,11 @@ def cuda_or_skip():
 
 
 def test_cuda_tensors_in_and_out_with_no_host_copy_on_a_side_stream():
+    # cuda_graphs=False: the caller's tensors are bound in place (the default stages them; below).
     model = SeedLinear().eval()
     compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 1, 16), opt_shape=(4, 32, 16),
                                                   max_shape=(10, 128, 16), name="x", dim_names=("batch", "seq_len"))],
-                          device="cuda")
+                          device="cuda", cuda_graphs=False)
     reference = model.cuda()
     x = torch.randn(3, 7, 16, device="cuda")
     with torch.no_grad():
@@ -121,4 +122,95 @@ def test_a_module_held_on_cuda_in_its_dtype(dtype):
     assert [g["runner"] for g in kt.report.graphs] == ["kiln"], str(kt.report)
     cosine = torch.nn.functional.cosine_similarity(out.double().flatten(), want.double().flatten(), dim=0).item()
     assert cosine >= 0.999
+    torch._dynamo.reset()
+
+
+def test_cuda_graphs_replay_per_shape_whatever_tensors_the_caller_passes():
+    # The default CUDA path: inputs copied into the module's buffers, the shape's captured graph
+    # replayed, outputs cloned out. New tensors of a seen shape replay; outputs of one call are not
+    # overwritten by the next; a call on another stream waits for the buffers.
+    model = SeedLinear().eval()
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 1, 16), opt_shape=(4, 32, 16),
+                                                  max_shape=(10, 128, 16), name="x")], device="cuda")
+    reference = model.cuda()
+    xs = [torch.randn(3, 7, 16, device="cuda"), torch.randn(5, 9, 16, device="cuda"), torch.randn(3, 7, 16, device="cuda"),
+          torch.randn(3, 7, 16, device="cuda")]
+    with torch.no_grad():
+        ys = [compiled(x) for x in xs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y_side = compiled(xs[1])
+        torch.cuda.current_stream().wait_stream(side)
+        for x, y in zip(xs + [xs[1]], ys + [y_side]):
+            torch.testing.assert_close(y, reference(x), atol=1e-4, rtol=1e-3)
+    stats = compiled._context.cuda_graph_stats
+    print(f"kiln.torch CUDA graphs: {stats}")
+    assert stats["replays"] >= 2, stats  # the third and fourth calls replayed the first call's graph
+    assert len({y.data_ptr() for y in ys}) == len(ys), "outputs of different calls share memory"
+
+
+def _hf_model(kind, dtype):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    torch.manual_seed(0)
+    if kind == "bert":
+        config = transformers.BertConfig(num_hidden_layers=2, attn_implementation="sdpa")
+        model = transformers.BertModel(config)
+    else:
+        config = transformers.GPT2Config(n_layer=2, attn_implementation="sdpa")
+        model = transformers.GPT2Model(config)
+    return model.eval().cuda().to(dtype)
+
+
+class _Hidden(torch.nn.Module):
+    """An HF model's last hidden state from its input ids (what a user compiles of it)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["resnet50", "bert", "gpt2"])
+def test_resnet50_bert_and_gpt2_held_on_cuda(kind, dtype):
+    # Issue 36's models as GPU users hold them, through kiln.torch.compile with a dynamic batch and
+    # through torch.compile(backend="kiln") with fallback off: cosine >= 0.999 against the module in
+    # PyTorch, every graph on kiln. BERT and GPT-2 at their real width with 2 layers (the export and
+    # build time of 12 would buy no more coverage); ResNet-50 whole.
+    if kind == "resnet50":
+        torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed")
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50(weights=None).eval().cuda().to(dtype)
+        spec = kt.Input(min_shape=(1, 3, 96, 96), opt_shape=(4, 3, 96, 96), max_shape=(8, 3, 96, 96), name="x")
+        x = torch.randn(3, 3, 96, 96, device="cuda", dtype=dtype)
+    else:
+        model = _Hidden(_hf_model(kind, dtype))
+        spec = kt.Input(min_shape=(1, 32), opt_shape=(4, 32), max_shape=(8, 32), dtype=torch.int64, name="ids")
+        x = torch.randint(0, 1000, (3, 32), device="cuda")
+    precisions = {dtype} if dtype != torch.float32 else None
+    compiled = kt.compile(model, inputs=[spec], enabled_precisions=precisions, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+        got = compiled(x)
+
+    def cosine(a):
+        return torch.nn.functional.cosine_similarity(a.double().flatten(), want.double().flatten(), dim=0).item()
+
+    print(f"{kind} {dtype} held on CUDA, kiln.torch.compile: cosine {cosine(got):.6f}")
+    assert got.is_cuda and got.dtype == want.dtype and got.shape == want.shape
+    assert cosine(got) >= 0.999
+    torch._dynamo.reset()
+    kt.report.clear()
+    options = {"device": "cuda", "fallback": False}
+    if precisions:
+        options["enabled_precisions"] = precisions
+    backend = torch.compile(model, backend="kiln", options=options, dynamic=False)
+    with torch.no_grad():
+        out = backend(x)
+    assert [g["runner"] for g in kt.report.graphs] == ["kiln"], str(kt.report)
+    print(f"{kind} {dtype} held on CUDA, torch.compile(backend='kiln'): cosine {cosine(out):.6f}")
+    assert cosine(out) >= 0.999
     torch._dynamo.reset()

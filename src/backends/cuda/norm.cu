@@ -519,17 +519,49 @@ StatusOr<std::unique_ptr<Kernel>> make_layer_norm(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new LayerNormKernel(axis, eps));
 }
 
-__global__ void f32_to_f16(const float* in, __half* out, int64_t n) {
-  KILN_GRID_LOOP(i, n) out[i] = __float2half_rn(in[i]);
+// Conversions between float and float16/bfloat16: 8 elements a thread on 16-byte accesses where n
+// is a multiple of 8 and both buffers are 16-byte aligned (every engine output of an FP16 build
+// passes here; one element a thread ran at about 2 TB/s on an H200), one a thread otherwise.
+template <typename T>
+struct alignas(8 * sizeof(T)) Pack8 {
+  T v[8];
+};
+struct ToHalf {
+  __device__ __half operator()(float x) const { return __float2half_rn(x); }
+};
+struct ToBf16 {
+  __device__ __nv_bfloat16 operator()(float x) const { return __float2bfloat16_rn(x); }
+};
+struct FromHalf {
+  __device__ float operator()(__half x) const { return __half2float(x); }
+};
+struct FromBf16 {
+  __device__ float operator()(__nv_bfloat16 x) const { return __bfloat162float(x); }
+};
+template <typename From, typename To, typename Cvt>
+__global__ void convert_kernel(const From* in, To* out, int64_t n) {
+  KILN_GRID_LOOP(i, n) out[i] = Cvt()(in[i]);
 }
-__global__ void f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n) {
-  KILN_GRID_LOOP(i, n) out[i] = __float2bfloat16_rn(in[i]);
+template <typename From, typename To, typename Cvt>
+__global__ void convert8_kernel(const Pack8<From>* in, Pack8<To>* out, int64_t n8) {
+  KILN_GRID_LOOP(i, n8) {
+    const Pack8<From> a = in[i];
+    Pack8<To> b;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) b.v[k] = Cvt()(a.v[k]);
+    out[i] = b;
+  }
 }
-__global__ void f16_to_f32(const __half* in, float* out, int64_t n) {
-  KILN_GRID_LOOP(i, n) out[i] = __half2float(in[i]);
-}
-__global__ void bf16_to_f32(const __nv_bfloat16* in, float* out, int64_t n) {
-  KILN_GRID_LOOP(i, n) out[i] = __bfloat162float(in[i]);
+template <typename From, typename To, typename Cvt>
+Status convert(const void* in, void* out, int64_t n, cudaStream_t s, const char* name) {
+  if (n == 0) return ok_status();
+  if (n % 8 == 0 && aligned16(in) && aligned16(out)) {
+    convert8_kernel<From, To, Cvt><<<grid_for(n / 8), kBlock, 0, s>>>(static_cast<const Pack8<From>*>(in),
+                                                                       static_cast<Pack8<To>*>(out), n / 8);
+  } else {
+    convert_kernel<From, To, Cvt><<<grid_for(n), kBlock, 0, s>>>(static_cast<const From*>(in), static_cast<To*>(out), n);
+  }
+  return launch_status(name);
 }
 __global__ void channel_bias_kernel(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner, int act) {
   KILN_GRID_LOOP(i, n) {
@@ -571,24 +603,16 @@ StatusOr<std::unique_ptr<Kernel>> make_rms_norm(const KernelQuery& q) {
 }  // namespace
 
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s) {
-  if (n == 0) return ok_status();
-  f32_to_f16<<<grid_for(n), kBlock, 0, s>>>(in, static_cast<__half*>(out), n);
-  return launch_status("f32_to_f16");
+  return convert<float, __half, ToHalf>(in, out, n, s, "f32_to_f16");
 }
 Status convert_f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t s) {
-  if (n == 0) return ok_status();
-  f32_to_bf16<<<grid_for(n), kBlock, 0, s>>>(in, static_cast<__nv_bfloat16*>(out), n);
-  return launch_status("f32_to_bf16");
+  return convert<float, __nv_bfloat16, ToBf16>(in, out, n, s, "f32_to_bf16");
 }
 Status convert_f16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s) {
-  if (n == 0) return ok_status();
-  f16_to_f32<<<grid_for(n), kBlock, 0, s>>>(static_cast<const __half*>(in), out, n);
-  return launch_status("f16_to_f32");
+  return convert<__half, float, FromHalf>(in, out, n, s, "f16_to_f32");
 }
 Status convert_bf16_to_f32(const void* in, float* out, int64_t n, cudaStream_t s) {
-  if (n == 0) return ok_status();
-  bf16_to_f32<<<grid_for(n), kBlock, 0, s>>>(static_cast<const __nv_bfloat16*>(in), out, n);
-  return launch_status("bf16_to_f32");
+  return convert<__nv_bfloat16, float, FromBf16>(in, out, n, s, "bf16_to_f32");
 }
 Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n, int64_t channels,
                              int64_t inner, cudaStream_t s) {
