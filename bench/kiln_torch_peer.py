@@ -10,11 +10,13 @@ the CNNs), compiled by `kiln.torch.compile` for batch 1..MAX (opt MAX) in FP16, 
 
 Each Python figure is the median of ITERS calls after warm-up, each synchronized (as
 bench/torch_peer.py times PyTorch); the cosine of kiln.torch's output against the module's own.
-One JSON line per model, then a Markdown table.
+One JSON line per model, then a Markdown table. KILN_TORCH_PEER_MODES narrows the torch.compile
+modes (default "default reduce-overhead").
 
   python3 bench/kiln_torch_peer.py KILN_CLI OUT_DIR ITERS MODEL...
 """
 import json
+import os
 import re
 import subprocess
 import sys
@@ -73,7 +75,7 @@ def main():
             row["kiln_bench_error"] = (bench.stdout + bench.stderr)[-300:]
         del compiled
         row["eager_ms"] = median_ms(model, x, iters)
-        for mode in ("default", "reduce-overhead"):
+        for mode in os.environ.get("KILN_TORCH_PEER_MODES", "default reduce-overhead").split():
             torch._dynamo.reset()
             try:
                 fn = torch.compile(model, mode=None if mode == "default" else mode)

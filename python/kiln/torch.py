@@ -169,8 +169,11 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
         shapes = tuple(dynamic_shapes) if any(d is not None for d in dynamic_shapes) else None
         if shapes is not None and isinstance(module, _TensorArgs):
             shapes = {"tensors": shapes}  # its forward(*tensors): one parameter holding them all
-        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=shapes,
-                                    input_names=names, optimize=True, verbose=False)
+        # onnxscript's optimizer (0.7) folds bfloat16 weights into float32 initializers (a bfloat16
+        # ResNet-50's convolutions came out with float32 weights and bfloat16 activations, which no
+        # ONNX runtime takes): a bfloat16 module is exported unoptimized; kiln folds it itself.
+        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=shapes, input_names=names,
+                                    optimize=float_dtype != torch.bfloat16, verbose=False)
     except Exception as e:  # the exporter's own message names the module's source line
         raise InvalidArgumentError(f"kiln.torch.compile: torch.onnx.export failed: {type(e).__name__}: {e}") from e
     return program.model_proto.SerializeToString()
@@ -272,7 +275,7 @@ class CompiledModule(torch.nn.Module):
         else:
             feeds = {n: (t if t.device.type == "cpu" else t.cpu()).contiguous() for n, t in feeds.items()}
             outs = self._context.run(feeds)
-            result = tuple(torch.from_numpy(outs[n]).to(out_device) for n in self.output_names)
+            result = tuple(_from_numpy(outs[n]).to(out_device) for n in self.output_names)
         return result[0] if len(result) == 1 else result
 
     def _run_cuda(self, feeds: Dict[str, "torch.Tensor"], out_device: Any) -> Tuple["torch.Tensor", ...]:
@@ -322,6 +325,21 @@ class CompiledModule(torch.nn.Module):
             self._stage[name] = buf
         return buf
 
+    def _stage_for_the_largest_shapes(self, device: Any) -> None:
+        """Buffers for the profile's max input shapes and the output shapes they imply, made once:
+        their addresses stay, so each shape's graph is captured once (a buffer grown later for a
+        larger output moves, and its graphs are captured again)."""
+        ctx = self._context
+        try:
+            for name in self.input_names:
+                ctx.set_input_shape(name, tuple(self.engine.get_tensor_profile_shape(name, 0)[2]))
+            for name in self.input_names + self.output_names:
+                shape = tuple(ctx.tensor_shape(name))
+                if all(d >= 0 for d in shape):
+                    self._buffer(name, int(np.prod(shape, dtype=np.int64)), device)
+        except Error:  # shape-value inputs and the like: the buffers grow with the calls instead
+            pass
+
     def _run_staged(self, feeds: Dict[str, "torch.Tensor"], out_device: Any,
                     device: Any) -> Optional[Tuple["torch.Tensor", ...]]:
         """The CUDA-graph path: inputs copied into the staging buffers, the engine replayed from its
@@ -331,6 +349,8 @@ class CompiledModule(torch.nn.Module):
         stream = torch.cuda.current_stream(device)
         if self._staged_done is not None:
             stream.wait_event(self._staged_done)  # a run on another stream may still read the buffers
+        if not self._stage:
+            self._stage_for_the_largest_shapes(device)
         views = []
         for name, t in feeds.items():
             buf = self._buffer(name, t.numel(), device)
@@ -373,6 +393,14 @@ try:  # the bindings give bfloat16 tensors ml_dtypes' dtype (numpy has none)
     _TORCH_DTYPES[np.dtype(ml_dtypes.bfloat16)] = torch.bfloat16
 except ImportError:  # then no engine of this process reports a bfloat16 tensor either
     pass
+
+
+def _from_numpy(a: "np.ndarray") -> "torch.Tensor":
+    """A torch tensor over a host output; bfloat16 (ml_dtypes', which torch.from_numpy refuses) by
+    its bits."""
+    if _torch_dtype(a.dtype) == torch.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _torch_dtype(np_dtype: Any) -> Any:

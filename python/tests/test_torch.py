@@ -355,6 +355,29 @@ def test_examples_follow_the_module_dtype_and_device():
     assert torch.allclose(x.float(), x32, rtol=1e-2, atol=1e-2)
 
 
+def test_a_bfloat16_conv_bn_module_builds_and_runs_on_the_cpu():
+    # onnxscript's optimizer folds a bfloat16 BatchNorm into float32 convolution weights, an ONNX
+    # model whose Conv mixes bfloat16 and float32: kiln.torch exports bfloat16 modules unoptimized.
+    # Outputs of a bfloat16 engine come back as bfloat16 torch tensors.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 3, padding=1), torch.nn.BatchNorm2d(4)).eval()
+    with torch.no_grad():
+        for bn in (model[1], model[4]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    model = model.to(torch.bfloat16)
+    compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 3, 8, 8), opt_shape=(2, 3, 8, 8),
+                                                  max_shape=(4, 3, 8, 8), name="x")],
+                          enabled_precisions={torch.bfloat16})
+    x = torch.randn(3, 3, 8, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    cosine = torch.nn.functional.cosine_similarity(got.double().flatten(), want.double().flatten(), dim=0).item()
+    assert cosine >= 0.999, cosine
+
+
 @contextlib.contextmanager
 def _no_fallback():
     """No KilnWarning about a graph falling back to PyTorch inside the block."""
