@@ -4,7 +4,9 @@
 // supports every fused node, so the test needs no GPU: the CUDA kernels' answers are checked
 // elsewhere (the op harness, scripts/gpu.sh). KILN_FUSION_MODELS=PATH[:INPUT:DIMxDIM...],...
 // also prints the op histogram after the fusions for any model (a developer's check), and with
-// KILN_FUSION_DUMP=DIR writes each model's IR after them to DIR/MODEL.ir.
+// KILN_FUSION_DUMP=DIR writes each model's IR after them to DIR/MODEL.ir; KILN_FUSION_ALL=1 runs
+// assign_precision (float16), assign_layout and fuse_elementwise too, as a CUDA build does (the IR
+// a GPU engine runs, read on a machine without one).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -44,6 +46,11 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   for (GraphPass pass : std::initializer_list<GraphPass>{builder::patchify_conv, builder::fuse_conv_activation, builder::fuse_norm,
                     builder::fuse_rotary, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::pack_attention}) {
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
+  }
+  if (std::getenv("KILN_FUSION_ALL")) {
+    KILN_RETURN_IF_ERROR(builder::assign_precision(&s.graph, DType::kFloat16, yes));
+    KILN_RETURN_IF_ERROR(builder::assign_layout(&s.graph, yes, builder::LayoutOptions{}));
+    KILN_RETURN_IF_ERROR(builder::fuse_elementwise(&s.graph, yes));
   }
   ir::remove_dead_nodes(&s.graph);
   if (const char* dump = std::getenv("KILN_FUSION_DUMP")) {

@@ -230,6 +230,15 @@ TEST(ElementwiseFold, WhereLogicCast) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.dtype(), DType::kFloat32);
   EXPECT_EQ(r.value(), "unknown");
+  // CastLike folds input 0's elements whatever input 1 holds (only its dtype counts): the dynamo
+  // exporter's CastLike(1, batch) of a Range's start, with the batch known only at run time.
+  r = infer_node(ew("CastLike"), {with_value(DType::kInt64, {2}, {b, 4}), typed(DType::kInt32, {})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.dtype(), DType::kInt32);
+  EXPECT_EQ(r.value(), "[b, 4]");
+  r = infer_node(ew("CastLike"), {constant(make_i64({1}, {1})), typed(DType::kInt64, {Dim::symbol("n")})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), "[1]");
   // A symbolic output shape is never folded.
   r = infer_node(ew("Add"), {typed(DType::kInt64, {b}), constant(make_i64({1}, {1}))});
   ASSERT_TRUE(r.ok());

@@ -82,15 +82,15 @@ bool exact_in_float(const InferContext& ctx, DType dt, const std::vector<Dim>& e
 // Computes output 0's elements from the inputs' known values, broadcasting over their (small,
 // constant) shapes. Gives up silently when anything is unknown or an element is undecidable: the
 // value is then simply computed at run time. A float output keeps its elements only where they
-// are exact (exact_in_float).
+// are exact (exact_in_float). `inputs`: the first inputs the elements depend on (-1: all).
 void fold_values(InferContext& ctx, DType out_dtype, const std::vector<Dim>& out_shape,
-                 const ElemFn& fn) {
+                 const ElemFn& fn, int inputs = -1) {
   if (!is_integer(out_dtype) && out_dtype != DType::kBool && exact_integer_limit(out_dtype) == 0) return;
   auto os = const_shape(out_shape);
   if (!os) return;
   auto numel = checked_numel(*os);
   if (!numel || *numel > kMaxSymbolicElements) return;
-  int n = ctx.num_inputs();
+  int n = inputs < 0 ? ctx.num_inputs() : std::min(inputs, ctx.num_inputs());
   std::vector<std::vector<Dim>> values(n);
   std::vector<std::vector<int64_t>> strides(n);  // per output axis, 0 where broadcast
   size_t rank = os->size();
@@ -521,6 +521,29 @@ Status infer_where(InferContext& ctx) {
   return ok_status();
 }
 
+// The known elements of input 0 converted to dt (Cast's and CastLike's).
+void fold_cast(InferContext& ctx, DType dt, const std::vector<Dim>& shape) {
+  DType src = ctx.input_dtype(0);
+  if (is_integer(src) || src == DType::kBool) {
+    // To float, fold_values keeps only elements the float holds exactly.
+    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
+      if (is_float(dt)) return v[0];
+      if (v[0].is_const()) return Dim(wrap_to(dt, v[0].value()));
+      if (dt != DType::kBool) return v[0];
+      Order o = compare_dims(v[0], Dim(0));
+      return decide(o.known_ne, o.known_eq);
+    }, 1);
+  } else if (exact_integer_limit(src) != 0) {
+    // A float's known elements are integers within 2^24 (float32) or 2^53: int32 and int64 hold
+    // them; a narrower integer only a constant it holds.
+    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
+      if (is_float(dt) || dt == DType::kInt64 || dt == DType::kInt32) return v[0];
+      if (v[0].is_const() && wrap_to(dt, v[0].value()) == v[0].value()) return v[0];
+      return std::nullopt;
+    }, 1);
+  }
+}
+
 Status infer_cast(InferContext& ctx) {
   auto to = ctx.attrs().get_int("to", std::nullopt);
   if (!to.ok()) return attr_error(ctx, to.status());
@@ -537,29 +560,12 @@ Status infer_cast(InferContext& ctx) {
   if (!sat.ok()) return attr_error(ctx, sat.status());
   const auto& shape = ctx.input_shape(0);
   ctx.set_output(0, dt, shape);
-  DType src = ctx.input_dtype(0);
-  if (is_integer(src) || src == DType::kBool) {
-    // To float, fold_values keeps only elements the float holds exactly.
-    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
-      if (is_float(dt)) return v[0];
-      if (v[0].is_const()) return Dim(wrap_to(dt, v[0].value()));
-      if (dt != DType::kBool) return v[0];
-      Order o = compare_dims(v[0], Dim(0));
-      return decide(o.known_ne, o.known_eq);
-    });
-  } else if (exact_integer_limit(src) != 0) {
-    // A float's known elements are integers within 2^24 (float32) or 2^53: int32 and int64 hold
-    // them; a narrower integer only a constant it holds.
-    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
-      if (is_float(dt) || dt == DType::kInt64 || dt == DType::kInt32) return v[0];
-      if (v[0].is_const() && wrap_to(dt, v[0].value()) == v[0].value()) return v[0];
-      return std::nullopt;
-    });
-  }
+  fold_cast(ctx, dt, shape);
   return ok_status();
 }
 
-// CastLike: Cast to the dtype of input 1.
+// CastLike: Cast to the dtype of input 1 (only its dtype: its elements need not be known for
+// input 0's to fold, as the dynamo exporter's CastLike(1, batch) of a Range's start needs).
 Status infer_cast_like(InferContext& ctx) {
   if (!ctx.has_input(1)) {
     return ctx.error(StatusCode::kInvalidModel, "input 1 (target_type) is missing");
@@ -567,6 +573,7 @@ Status infer_cast_like(InferContext& ctx) {
   auto sat = ctx.attrs().get_int("saturate", 1);
   if (!sat.ok()) return attr_error(ctx, sat.status());
   ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0));
+  fold_cast(ctx, ctx.input_dtype(1), ctx.input_shape(0));
   return ok_status();
 }
 
