@@ -244,6 +244,16 @@ class CompiledModule(torch.nn.Module):
         self._context = engine.create_execution_context()
         self._stage: Dict[str, "torch.Tensor"] = {}  # name -> flat buffer, grown to the largest call
         self._staged_done: Any = None  # a CUDA event after the last staged run's reads of the buffers
+        self._staged_key: Any = None  # the last staged call's input shapes, bound in the context
+        self._staged_device: Any = None
+        self._staged_views: Any = None  # its (input views, output views) of the buffers
+        self._dtypes: Dict[str, Any] = {}  # IO name -> torch dtype, filled as calls need them
+
+    def _dtype(self, name: str) -> Any:
+        got = self._dtypes.get(name)
+        if got is None:
+            got = self._dtypes[name] = _torch_dtype(self.engine.tensor_dtype(name))
+        return got
 
     def output_shapes(self) -> Dict[str, List[str]]:
         """Each output's shape as formulas over the inputs' dim names (kiln's symbolic dims)."""
@@ -265,7 +275,7 @@ class CompiledModule(torch.nn.Module):
                 raise InvalidArgumentError(f"kiln.torch: input '{name}' is a {type(t).__name__}, not a torch tensor")
             if out_device is None:
                 out_device = t.device
-            want = _torch_dtype(self.engine.tensor_dtype(name))
+            want = self._dtype(name)
             t = t.detach()
             if t.dtype != want:
                 t = t.to(want)
@@ -290,6 +300,7 @@ class CompiledModule(torch.nn.Module):
             if staged is not None:
                 return staged
         ctx.use_cuda_graph = False
+        self._staged_key = None  # the addresses bound below replace the buffers'
         keep = []  # the bound tensors stay alive until the run is enqueued (the stream orders the rest)
         for name, t in feeds.items():
             t = t.to(device).contiguous()
@@ -307,7 +318,7 @@ class CompiledModule(torch.nn.Module):
             return outs
         outs = []
         for name, shape in zip(self.output_names, shapes):
-            o = torch.empty(shape, dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
+            o = torch.empty(shape, dtype=self._dtype(name), device=device)
             ctx.set_tensor_address(name, o.data_ptr())
             outs.append(o)
         ctx.execute_async_v3(torch.cuda.current_stream(device).cuda_stream)
@@ -321,8 +332,9 @@ class CompiledModule(torch.nn.Module):
         address, and so the captured graphs, change only when a call is the largest yet)."""
         buf = self._stage.get(name)
         if buf is None or buf.numel() < numel or buf.device != device:
-            buf = torch.empty(max(numel, 1), dtype=_torch_dtype(self.engine.tensor_dtype(name)), device=device)
+            buf = torch.empty(max(numel, 1), dtype=self._dtype(name), device=device)
             self._stage[name] = buf
+            self._staged_key = None  # the context's bound addresses and the views are stale
         return buf
 
     def _stage_for_the_largest_shapes(self, device: Any) -> None:
@@ -344,35 +356,36 @@ class CompiledModule(torch.nn.Module):
                     device: Any) -> Optional[Tuple["torch.Tensor", ...]]:
         """The CUDA-graph path: inputs copied into the staging buffers, the engine replayed from its
         graph for this shape, outputs cloned out, all on the current torch stream. None where the
-        engine's outputs are sized by their data (no graph runs those)."""
+        engine's outputs are sized by their data (no graph runs those). A call of the last call's
+        shapes only copies, launches and clones: the context keeps its shapes and addresses."""
         ctx = self._context
         stream = torch.cuda.current_stream(device)
         if self._staged_done is not None:
             stream.wait_event(self._staged_done)  # a run on another stream may still read the buffers
-        if not self._stage:
-            self._stage_for_the_largest_shapes(device)
-        views = []
-        for name, t in feeds.items():
-            buf = self._buffer(name, t.numel(), device)
-            ctx.set_input_shape(name, tuple(t.shape))
-            view = buf[:t.numel()].view(t.shape)
-            views.append((view, t))
-        shapes = [tuple(ctx.tensor_shape(name)) for name in self.output_names]
-        if any(d < 0 for s in shapes for d in s):
-            return None
-        for view, t in views:
+        key = tuple(tuple(t.shape) for t in feeds.values())
+        if self._staged_key != key or self._staged_device != device:
+            self._staged_key = None
+            if not self._stage:
+                self._stage_for_the_largest_shapes(device)
+            for name, t in feeds.items():
+                self._buffer(name, t.numel(), device)
+                ctx.set_input_shape(name, tuple(t.shape))
+            shapes = [tuple(ctx.tensor_shape(name)) for name in self.output_names]
+            if any(d < 0 for s in shapes for d in s):
+                return None
+            for name, shape in zip(self.output_names, shapes):
+                self._buffer(name, int(np.prod(shape, dtype=np.int64)), device)
+            for name, buf in self._stage.items():
+                ctx.set_tensor_address(name, buf.data_ptr())
+            ctx.use_cuda_graph = True
+            self._staged_views = (
+                [self._stage[name][:t.numel()].view(t.shape) for name, t in feeds.items()],
+                [self._stage[name][:int(np.prod(shape, dtype=np.int64))].view(shape)
+                 for name, shape in zip(self.output_names, shapes)])
+            self._staged_key, self._staged_device = key, device
+        ins, outs = self._staged_views
+        for view, t in zip(ins, feeds.values()):
             view.copy_(t)
-        for name in feeds:
-            ctx.set_tensor_address(name, self._stage[name].data_ptr())
-        outs = []
-        for name, shape in zip(self.output_names, shapes):
-            n = 1
-            for d in shape:
-                n *= d
-            buf = self._buffer(name, n, device)
-            ctx.set_tensor_address(name, buf.data_ptr())
-            outs.append(buf[:n].view(shape))
-        ctx.use_cuda_graph = True
         ctx.execute_async_v3(stream.cuda_stream)
         target = out_device if out_device is not None else device
         result = tuple(o.to(target) if target != device else o.clone() for o in outs)
