@@ -60,6 +60,54 @@ def op_models():
         yield name, model
 
 
+def control_flow_models():
+    """Models whose engines hold what came after the first fuzz campaign (issue 41): an If on data
+    (guards), a Loop whose trip count is data, a Scan, a data-dependent output (NonZero) and
+    kiln-domain ops, each over x [n, 4]: onnx_build_fuzz seeds, and engines for engine_load_fuzz."""
+    f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    vi = helper.make_tensor_value_info
+    scalar = lambda name, v, dt=np.int64: numpy_helper.from_array(np.array(v, dtype=dt), name)  # noqa: E731
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", f, ["n", 4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", f, ["n", 4])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["s_in", "one_f"], ["s_out"])],
+        "body", [vi("i", i64, []), vi("c_in", b, []), vi("s_in", f, ["n", 4])],
+        [vi("c_out", b, []), vi("s_out", f, ["n", 4])], initializer=[scalar("one_f", 1.0, np.float32)])
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "row"], ["acc_out"]), helper.make_node("Identity", ["acc_out"], ["row_out"])],
+        "scan_body", [vi("acc", f, [4]), vi("row", f, [4])], [vi("acc_out", f, [4]), vi("row_out", f, [4])])
+    cases = {
+        "if_on_data": [helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+                       helper.make_node("Greater", ["sum", "zero_f"], ["cond"]),
+                       helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "loop_on_data": [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+                         helper.make_node("Mul", ["mx", "five_f"], ["m5"]),
+                         helper.make_node("Clip", ["m5", "zero_f", "five_f"], ["mc"]),
+                         helper.make_node("Cast", ["mc"], ["trips"], to=i64),
+                         helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body)],
+        "scan_cumsum": [helper.make_node("Scan", ["init", "x"], ["last", "y"], body=scan_body, num_scan_inputs=1)],
+        "nonzero_gather": [helper.make_node("Greater", ["x", "zero_f"], ["pos"]),
+                           helper.make_node("NonZero", ["pos"], ["nz"]),
+                           helper.make_node("Transpose", ["nz"], ["ix"], perm=[1, 0]),
+                           helper.make_node("GatherND", ["x", "ix"], ["y"])],
+        "kiln_ops": [helper.make_node("MatMulBias", ["x", "w", "bias"], ["h"], domain="kiln", activation="relu"),
+                     helper.make_node("Elementwise", ["h", "half"], ["y"], domain="kiln", ops=["Mul", "Sigmoid"],
+                                      args=[0, 1, 2, -1], alpha=[0.0, 0.0], beta=[0.0, 0.0], to=[f, f])],
+    }
+    inits = [scalar("zero_f", 0.0, np.float32), scalar("five_f", 5.0, np.float32), scalar("true", True, np.bool_),
+             numpy_helper.from_array(np.zeros(4, np.float32), "init"),
+             numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w"),
+             numpy_helper.from_array(np.linspace(-1, 1, 4, dtype=np.float32), "bias"), scalar("half", 0.5, np.float32)]
+    for name, nodes in cases.items():
+        used = {i for n in nodes for i in n.input}
+        graph = helper.make_graph(nodes, name, [vi("x", f, ["n", 4])], [vi("y", f, None)],
+                                  initializer=[t for t in inits if t.name in used])
+        opsets = [helper.make_opsetid("", 18)] + ([helper.make_opsetid("kiln", 1)] if name == "kiln_ops" else [])
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 9
+        yield name, model
+
+
 def npy_bytes(a):
     with tempfile.TemporaryFile() as f:
         np.save(f, a)
@@ -69,7 +117,7 @@ def npy_bytes(a):
 
 def main(kiln, out):
     models_dir = os.environ.get("KILN_MODELS_DIR", os.path.join(ROOT, "..", "shared", "models"))
-    targets = ["onnx_build_fuzz", "engine_load_fuzz", "dim_parse_fuzz", "tensor_file_fuzz"]
+    targets = ["onnx_build_fuzz", "engine_load_fuzz", "dim_parse_fuzz", "tensor_file_fuzz", "cli_flags_fuzz"]
     for t in targets:
         # Overwrites its own files and keeps the rest: regression inputs (regress_*) live there too.
         os.makedirs(os.path.join(out, t), exist_ok=True)
@@ -84,7 +132,7 @@ def main(kiln, out):
                 models[name] = (path, shapes)
             else:
                 print(f"make_fuzz_corpus: {path} is absent; skipped")
-        for name, model in op_models():
+        for name, model in list(op_models()) + list(control_flow_models()):
             path = os.path.join(tmp, name + ".onnx")
             onnx.save(model, path)
             models[name] = (path, "x:1x4,x:2x4,x:3x4")
@@ -118,6 +166,22 @@ def main(kiln, out):
             "-(-n // 8)", "floor((h + 2*1 - 3)/2) + 1"]
     for k, d in enumerate(dims):
         write("dim_parse_fuzz", f"dim{k:02d}", d.encode())
+    # Command lines as trtexec's and kiln's users type them: byte 0 picks the command (0 build, 1 run,
+    # 2 bench, 3 inspect, 4 compare), NUL bytes separate the arguments (cli_flags_fuzz.cc).
+    lines = [
+        (0, ["--onnx=model.onnx", "--fp16", "--minShapes=x:1x3x224x224", "--optShapes=x:8x3x224x224",
+             "--maxShapes=x:32x3x224x224", "--saveEngine=model.kiln", "--memPoolSize=workspace:4096M"]),
+        (0, ["model.onnx", "--shapes=input_ids:1x128,'a,b':2x3", "--profile=1", "--minShapes=x:1x4",
+             "--shapeSteps=x:1x2", "--dumpIR=after:canonicalize,fuse_attention", "--device=cuda", "--noTF32"]),
+        (1, ["--loadEngine=model.kiln", "--shapes=x:2x4", "--loadInputs=x:in.npy", "--iterations=3",
+             "--duration=0.5", "--exportOutput=out.json", "--seed=7"]),
+        (2, ["model.kiln", "--useCudaGraph", "--noDataTransfers", "--warmUp=200", "--iterations=100",
+             "--avgRuns=10", "--exportTimes=t.json", "--workspace=1024"]),
+        (3, ["model.kiln", "--verbose", "--help"]),
+        (4, ["--onnx=model.onnx", "--device=cuda", "--bf16", "--shapes=x:4x3x256x256", "--atol=1e-3", "--rtol=1e-2"]),
+    ]
+    for k, (command, args) in enumerate(lines):
+        write("cli_flags_fuzz", f"line{k:02d}", bytes([command]) + b"\0".join(a.encode() for a in args))
     with open(os.path.join(out, "versions.txt"), "w") as f:
         kiln_version = subprocess.run([kiln, "--version"], capture_output=True, text=True).stdout.strip()
         f.write(f"onnx {onnx.__version__}\nnumpy {np.__version__}\n{kiln_version}\n")

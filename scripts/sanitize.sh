@@ -19,7 +19,7 @@ stress_seconds="${KILN_TSAN_STRESS_SECONDS:-30}"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
-fuzz_targets=(onnx_build_fuzz engine_load_fuzz dim_parse_fuzz tensor_file_fuzz)
+fuzz_targets=(onnx_build_fuzz engine_load_fuzz dim_parse_fuzz tensor_file_fuzz cli_flags_fuzz)
 
 echo "sanitize: ASan+UBSan build (CMake preset asan: clang, CPU only, -O1)"
 cmake --preset asan >/dev/null
