@@ -170,7 +170,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   }
   const Dim s = x_shape[2], hd = Dim(h * d);
   const int flat = ir::add_unique_value(g, base + "_in", t, Dims{x_shape[0], s, hd});
-  pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view", {*z, i64("_flat_shape", {0, 0, -1})}, {flat}));
+  pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view", {*z, i64("_flat_shape", {0, 0, h * d})}, {flat}));
   const int rotated = ir::add_unique_value(g, base + "_out", t, Dims{x_shape[0], s, hd});
   ir::Node rope = rw::make_node(*g, "RotaryEmbedding", name, {flat, cc, sc}, {rotated});
   rope.opset = 23;
