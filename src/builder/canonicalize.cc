@@ -181,11 +181,15 @@ std::vector<rw::Rule> make_rules() {
   // product's operands, or as a Mul after it: the second rule of each kind).
   auto gelu = [](const char* approximate) {
     return [approximate](Context& ctx, const Match& m) -> StatusOr<bool> {
+      // Constants held in float16 or bfloat16 (a module the user holds in half precision) are
+      // rounded to 2^-11 or 2^-8 of their value: 0.044715 is 0.0447083 in float16.
+      const DType xt = ctx.value(m.value("x")).dtype;
+      const double tol = xt == DType::kFloat16 || xt == DType::kBFloat16 ? 8e-3 : 1e-4;
       const double half = m.factor("a") * m.factor("b") * m.factor("c");
-      if (!near(half, 0.5)) return false;
+      if (!near(half, 0.5, tol)) return false;
       if (std::string(approximate) == "none") {
-        if (!near(m.factor("erf_in"), 1.0 / std::sqrt(2.0))) return false;
-      } else if (!near(m.factor("tanh_in"), std::sqrt(2.0 / M_PI)) || !near(m.factor("cube"), 0.044715)) {
+        if (!near(m.factor("erf_in"), 1.0 / std::sqrt(2.0), tol)) return false;
+      } else if (!near(m.factor("tanh_in"), std::sqrt(2.0 / M_PI), tol) || !near(m.factor("cube"), 0.044715, tol)) {
         return false;
       }
       const ir::Node& root = ctx.node(m.matched[0]);
