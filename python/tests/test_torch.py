@@ -418,3 +418,67 @@ def test_data_dependent_output_has_its_exact_size():
         got = compiled(x)
         assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
         assert torch.equal(got, want)
+
+
+def test_cuda_graph_staging_logic_with_a_stand_in_context(monkeypatch):
+    # kiln.torch's CUDA-graph path (CompiledModule._run_staged) on the CPU, with a stand-in for the
+    # engine's context and torch's stream and event (the GPU case is test_torch_cuda.py's): buffers
+    # sized once for the profile's max shapes, so their addresses (and the captured graphs) stay;
+    # a call of the last call's shapes binds nothing again; every call's outputs are its own.
+    class Stream:
+        cuda_stream = 0
+
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        def record(self, stream):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+
+    class Context:
+        def __init__(self):
+            self.shapes, self.addresses, self.calls, self.use_cuda_graph = {}, {}, [], False
+
+        def set_input_shape(self, name, shape):
+            self.shapes[name] = tuple(shape)
+            self.calls.append("shape")
+
+        def tensor_shape(self, name):
+            return (self.shapes["x"][0], 4) if name == "y" else self.shapes[name]
+
+        def set_tensor_address(self, name, address):
+            self.addresses[name] = address
+            self.calls.append("address")
+
+        def execute_async_v3(self, stream):  # y = 2 * x[:, :4], from the bound buffers
+            x = compiled._stage["x"][:int(np.prod(self.shapes["x"]))].view(self.shapes["x"])
+            assert self.addresses["x"] == compiled._stage["x"].data_ptr()
+            compiled._stage["y"][:x.shape[0] * 4].view(x.shape[0], 4).copy_(2 * x[:, :4])
+            self.calls.append("run")
+
+    class Engine:
+        def create_execution_context(self):
+            return Context()
+
+        def tensor_dtype(self, name):
+            return np.float32
+
+        def get_tensor_profile_shape(self, name, profile):
+            return (1, 8), (4, 8), (10, 8)
+
+    compiled = kt.CompiledModule(Engine(), ["x"], ["y"], "cuda")
+    cpu = torch.device("cpu")
+    outs = []
+    for batch in (3, 5, 3, 3):
+        x = torch.randn(batch, 8)
+        (y,) = compiled._run_staged({"x": x}, cpu, cpu)
+        torch.testing.assert_close(y, 2 * x[:, :4])
+        outs.append((y, 2 * x[:, :4]))
+        # Sized for the max at the first call: 10 x 8 inputs, 10 x 4 outputs.
+        assert compiled._stage["x"].numel() == 80 and compiled._stage["y"].numel() == 40
+    assert compiled._context.calls[-2:] == ["run", "run"], "the fourth call (the third's shapes) bound again"
+    for y, want in outs:  # no call's output was overwritten by a later one
+        torch.testing.assert_close(y, want)
