@@ -164,6 +164,11 @@ std::vector<Mutation> mutations() {
       {"slot_smaller_at_max_only",
        [&](Plan& p) { slot_of(p, "h") = Dim(256); },
        {"a value's arena slot holds its bytes", "value 'h' needs 512 bytes", "batch=16"}},
+      // Issue 41 (engine_load_fuzz, 13th session): a slot claiming 4 GB in a small engine made
+      // every run allocate it.
+      {"slot_inflated_past_its_users",
+       [&](Plan& p) { slot_of(p, "h") = Dim(int64_t(1) << 32); },
+       {"the arena holds no more than its values and workspaces need", "its slots total 4294967", "at batch=1"}},
       {"slot_shared_while_live",
        [&](Plan& p) { vplan(p, "r").slot = vplan(p, "h").slot; },
        {"values sharing an arena slot are never live at once", "value 'h' (live at nodes 0..1)",

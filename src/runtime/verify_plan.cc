@@ -3,6 +3,7 @@
 // verifier does. The file's checksums are public (FNV-1a), so an edited plan behind recomputed
 // checksums must be refused here, with a message naming the invariant, rather than crash a kernel.
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "core/checked.h"
@@ -79,7 +80,9 @@ class Verifier {
     KILN_RETURN_IF_ERROR(check_slots());
     KILN_RETURN_IF_ERROR(check_loops());
     KILN_RETURN_IF_ERROR(check_lifetimes());
+    ws_total_.assign(corners_.size(), 0);
     for (size_t n = 0; n < g_.nodes.size(); ++n) KILN_RETURN_IF_ERROR(check_node(n));
+    KILN_RETURN_IF_ERROR(check_arena_bound());
     KILN_RETURN_IF_ERROR(check_outputs_unguarded());
     return check_producers_write();
   }
@@ -796,7 +799,8 @@ class Verifier {
     }
     if (!crossed) return ok_status();
     const int ws = p_.nodes[n].workspace_slot;
-    for (const auto& c : corners_) {
+    for (size_t ci = 0; ci < corners_.size(); ++ci) {
+      const ir::SymbolValues& c = corners_[ci];
       int64_t need = 0;
       for (size_t j = 0; j < k; ++j) {
         KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(node.inputs[l.carried(j)], c));
@@ -804,6 +808,7 @@ class Verifier {
         if (!sum) return violation("value sizes fit int64", node.describe() + "'s carried values at " + corner_str(c));
         need = *sum;
       }
+      add_workspace(ci, need);
       int64_t have = 0;
       if (ws >= 0) {
         KILN_ASSIGN_OR_RETURN(have, slot_bytes(ws, c));
@@ -919,6 +924,45 @@ class Verifier {
     return ok_status();
   }
 
+  void add_workspace(size_t corner, int64_t bytes) {
+    auto sum = checked_add(ws_total_[corner], bytes);
+    ws_total_[corner] = sum ? *sum : std::numeric_limits<int64_t>::max();
+  }
+
+  // The arena is no larger than what its users need: plan_memory sizes each slot as the largest
+  // value or workspace it holds, so all slots together never pass the sum of every value with a
+  // slot and every node's workspace (slots aligned to 64 bytes). An engine file whose slots claim
+  // more (a 2.5 KB file asking for 4 GB of activation memory, found by engine_load_fuzz) would
+  // make every run allocate it: refused at load. The bound is twice that sum plus 64 MiB, so a
+  // library whose workspace query answers less on this machine than on the builder's (cuBLASLt,
+  // cuDNN) never refuses a good engine; what a file can make kiln allocate stays bounded by it.
+  Status check_arena_bound() {
+    constexpr int64_t kSlack = int64_t(64) << 20;
+    for (size_t ci = 0; ci < corners_.size(); ++ci) {
+      const ir::SymbolValues& c = corners_[ci];
+      std::optional<int64_t> need = ws_total_[ci];
+      for (size_t v = 0; v < g_.values.size() && need; ++v) {
+        if (p_.values[v].slot < 0) continue;
+        StatusOr<int64_t> bytes = value_bytes(int(v), c);
+        if (bytes.ok() && *bytes > 0) need = checked_add(*need, *bytes);
+      }
+      std::optional<int64_t> bound = need ? checked_add(*need, *need) : std::nullopt;
+      if (bound) bound = checked_add(*bound, int64_t(p_.slot_bytes.size()) * kArenaAlign + kSlack);
+      int64_t total = 0;
+      for (size_t k = 0; k < p_.slot_bytes.size(); ++k) {
+        KILN_ASSIGN_OR_RETURN(int64_t bytes, slot_bytes(int(k), c));
+        total += (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;  // check_slots: fits int64
+      }
+      if (bound && total > *bound) {
+        return violation("the arena holds no more than its values and workspaces need",
+                         "its slots total " + std::to_string(total) + " bytes at " + corner_str(c) +
+                             ", past " + std::to_string(*bound) + " bytes (twice the " + std::to_string(*need) +
+                             " bytes of every value with a slot and every workspace, and 64 MiB)");
+      }
+    }
+    return ok_status();
+  }
+
   // The kernel the plan names exists for this device and op, and its workspace fits its slot.
   Status check_kernel(size_t n) {
     const ir::Node& node = g_.nodes[n];
@@ -945,9 +989,11 @@ class Verifier {
     }
     const ir::Dim need = impl->workspace_bytes(data_.query(n));
     const int ws = p_.nodes[n].workspace_slot;
-    for (const auto& c : corners_) {
+    for (size_t ci = 0; ci < corners_.size(); ++ci) {
+      const ir::SymbolValues& c = corners_[ci];
       KILN_ASSIGN_OR_RETURN(int64_t bytes, eval(need, c, node.describe() + " workspace"));
       if (bytes <= 0) continue;
+      add_workspace(ci, bytes);
       int64_t have = 0;
       if (ws >= 0) {
         KILN_ASSIGN_OR_RETURN(have, slot_bytes(ws, c));
@@ -970,6 +1016,7 @@ class Verifier {
   ir::SymbolRanges hull_ = plan::symbol_hull(p_.profiles);  // as the builder simplified over
   std::vector<char> is_input_, is_output_, used_;
   std::vector<plan::LoopRegion> loops_;
+  std::vector<int64_t> ws_total_;  // per corner: the workspaces check_node found the kernels need
 };
 
 }  // namespace
