@@ -310,7 +310,6 @@ struct KilnArgs { const void* in[8]; int kind[8]; int mod[8]; void* out; int vec
 __device__ __forceinline__ float kiln_fast_sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 )";
 static_assert(kMaxIn == 8, "the generated KilnArgs holds 8 inputs");
-constexpr int kJitUnroll = 1;  // vectors a thread of the generated kernel
 
 // float from an element of dtype t at pointer expression p.
 std::string jit_load(DType t, const std::string& p) {
@@ -340,41 +339,35 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
   const std::string v = half ? "8" : "4";
   const int n_in = ew.num_inputs;
   std::string body;
-  auto reg = [&](int r) { return r < n_in ? "x" + std::to_string(r) + "[u][k]" : "r" + std::to_string(r - n_in); };
+  auto reg = [&](int r) { return r < n_in ? "x" + std::to_string(r) + "[k]" : "r" + std::to_string(r - n_in); };
   for (int q = 0; q < n_in; ++q) {
     const std::string i = std::to_string(q);
     body += "  const float s" + i + " = a.kind[" + i + "] == 2 ? " + jit_load(in_dtypes[size_t(q)], "a.in[" + i + "]") +
             " : 0.f;\n";
   }
-  // Each thread takes kJitUnroll vectors 256 apart (the block's accesses stay coalesced), all its
-  // loads issued before the first store: twice the bytes in flight of one vector a thread.
-  const std::string un = std::to_string(kJitUnroll);
-  body += "  for (int b0 = blockIdx.x * " + std::to_string(256 * kJitUnroll) +
-          " + threadIdx.x; b0 < a.vecs; b0 += gridDim.x * " + std::to_string(256 * kJitUnroll) + ") {\n";
-  for (int q = 0; q < n_in; ++q) body += "    float x" + std::to_string(q) + "[" + un + "][" + v + "];\n";
-  body += "#pragma unroll\n    for (int u = 0; u < " + un + "; ++u) {\n      const int vi = b0 + u * 256;\n";
+  body += "  for (int vi = blockIdx.x * 256 + threadIdx.x; vi < a.vecs; vi += gridDim.x * 256) {\n";
   for (int q = 0; q < n_in; ++q) {
     const std::string i = std::to_string(q);
-    const std::string fill = "for (int k = 0; k < " + v + "; ++k) x" + i + "[u][k] = s" + i + ";\n";
+    body += "    float x" + i + "[" + v + "];\n";
+    const std::string fill = "for (int k = 0; k < " + v + "; ++k) x" + i + "[k] = s" + i + ";\n";
     if (in_dtypes[size_t(q)] != t) {  // only a scalar (launch_jit checks)
-      body += "      " + fill;
+      body += "    " + fill;
       continue;
     }
-    body += "      if (a.kind[" + i + "] == 2 || vi >= a.vecs) {\n        " + fill + "      } else {\n";
-    body += "        const KilnVec w = ((const KilnVec*)a.in[" + i + "])[a.kind[" + i + "] == 0 ? vi : vi % a.mod[" + i +
+    body += "    if (a.kind[" + i + "] == 2) {\n      " + fill + "    } else {\n";
+    body += "      const KilnVec u = ((const KilnVec*)a.in[" + i + "])[a.kind[" + i + "] == 0 ? vi : vi % a.mod[" + i +
             "]];\n";
     if (half) {
-      body += "        const unsigned short* h = (const unsigned short*)&w;\n";
-      body += "        for (int k = 0; k < 8; ++k) x" + i + "[u][k] = " +
+      body += "      const unsigned short* h = (const unsigned short*)&u;\n";
+      body += "      for (int k = 0; k < 8; ++k) x" + i + "[k] = " +
               (t == DType::kFloat16 ? "kiln_h2f(h[k]);\n" : "kiln_b2f(h[k]);\n");
     } else {
-      body += "        const float* f = (const float*)&w;\n";
-      body += "        for (int k = 0; k < 4; ++k) x" + i + "[u][k] = f[k];\n";
+      body += "      const float* f = (const float*)&u;\n";
+      body += "      for (int k = 0; k < 4; ++k) x" + i + "[k] = f[k];\n";
     }
-    body += "      }\n";
+    body += "    }\n";
   }
-  body += "    }\n#pragma unroll\n    for (int u = 0; u < " + un + "; ++u) {\n      const int vi = b0 + u * 256;\n";
-  body += "      if (vi >= a.vecs) break;\n      KilnVec o;\n#pragma unroll\n      for (int k = 0; k < " + v + "; ++k) {\n";
+  body += "    KilnVec o;\n#pragma unroll\n    for (int k = 0; k < " + v + "; ++k) {\n";
   for (size_t j = 0; j < ew.code.size(); ++j) {
     const ops::EwInstruction& ins = ew.code[j];
     const std::string op = "kb::Op(" + std::to_string(int(cuda_op(ins.op))) + ")";
@@ -389,17 +382,17 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
                   float_bits(ins.beta) + ")";
     if (fast && ins.op == ops::EwOp::kSigmoid) e = "kiln_fast_sigmoid(" + reg(ins.a) + ")";
     if (fast && ins.op == ops::EwOp::kExp) e = "__expf(" + reg(ins.a) + ")";
-    body += "        const float r" + std::to_string(j) + " = " + jit_round(ins.to, e) + ";\n";
+    body += "      const float r" + std::to_string(j) + " = " + jit_round(ins.to, e) + ";\n";
   }
   const std::string last = "r" + std::to_string(ew.code.size() - 1);
   if (t == DType::kFloat16) {
-    body += "        ((unsigned short*)&o)[k] = kiln_f2h(" + last + ");\n";
+    body += "      ((unsigned short*)&o)[k] = kiln_f2h(" + last + ");\n";
   } else if (t == DType::kBFloat16) {
-    body += "        ((unsigned short*)&o)[k] = kiln_f2b(" + last + ");\n";
+    body += "      ((unsigned short*)&o)[k] = kiln_f2b(" + last + ");\n";
   } else {
-    body += "        ((float*)&o)[k] = " + last + ";\n";
+    body += "      ((float*)&o)[k] = " + last + ";\n";
   }
-  body += "      }\n      ((KilnVec*)a.out)[vi] = o;\n    }\n  }\n}\n";
+  body += "    }\n    ((KilnVec*)a.out)[vi] = o;\n  }\n}\n";
   const uint64_t h = fnv1a64({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
   char name[40];
   std::snprintf(name, sizeof name, "kiln_elementwise_%016llx", static_cast<unsigned long long>(h));
@@ -482,9 +475,7 @@ class FusedElementwiseKernel final : public CudaKernel {
   // The generated kernel where it applies (true once launched); false, nothing launched, otherwise.
   StatusOr<bool> launch_jit(std::span<const TensorView> in, const TensorView& y, const Io& io) const {
     const int64_t v = int64_t(16 / dtype_size(y.dtype));
-    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * 256 * kJitUnroll || !aligned16(y.data)) {
-      return false;
-    }
+    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * 256 || !aligned16(y.data)) return false;
     JitArgs a{};
     for (int k = 0; k < ew_.num_inputs; ++k) {
       a.in[k] = in[size_t(k)].data;
@@ -501,8 +492,7 @@ class FusedElementwiseKernel final : public CudaKernel {
     }
     a.out = y.data;
     a.vecs = int(io.n / v);
-    const int64_t per_block = 256 * kJitUnroll;
-    const unsigned grid = unsigned(std::min<int64_t>((a.vecs + per_block - 1) / per_block, 65535LL * 32));
+    const unsigned grid = unsigned(std::min<int64_t>((a.vecs + 255) / 256, 65535LL * 32));
     void* args[] = {&a};
     if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(jit_), dim3(grid), dim3(256), args, 0, stream_);
         e != cudaSuccess) {
