@@ -281,19 +281,18 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
     const double fill = *ctx.scalar(m.value("fill"));
     if (!masks(fill)) return false;
-    const MaskKind want = m.node("where") >= 0 ? MaskKind::kCausal : MaskKind::kStrictlyUpper;
-    causal = square && causal_over(ctx, m.value("cond"), *score_shape) && mask_kind(*g, m.value("cond")) == want;
+    const bool inverted = m.node("where_inv") >= 0;
+    const int cond = m.value("cond");
+    causal = square && causal_over(ctx, cond, *score_shape) &&
+             mask_kind(*g, cond) == (inverted ? MaskKind::kStrictlyUpper : MaskKind::kCausal);
+    if (!causal) {
+      auto am = additive_mask(ctx, cond, fill, inverted, t, ctx.node(m.node(inverted ? "where_inv" : "where")).name + "_mask");
+      if (!am) return false;
+      mask = am->value;
+      if (am->node) pre_nodes.push_back(std::move(*am->node));
+    }
   }
-  if (causal) {
-    mask = -1;
-  } else if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
-    const double fill = *ctx.scalar(m.value("fill"));
-    auto am = additive_mask(ctx, m.value("cond"), fill, m.node("where_inv") >= 0, t,
-                            ctx.node(m.node(m.node("where") >= 0 ? "where" : "where_inv")).name + "_mask");
-    if (!am) return false;
-    mask = am->value;
-    if (am->node) pre_nodes.push_back(std::move(*am->node));
-  }
+  if (causal) mask = -1;
   std::optional<Windows> windows;
   if (m.node("window_add") >= 0) {
     windows = window_mask(ctx, m, scores, mask, t);
