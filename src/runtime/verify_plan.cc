@@ -563,6 +563,7 @@ class Verifier {
   }
 
   Status check_slots() {
+    arena_total_.clear();
     for (const auto& c : corners_) {
       int64_t total = 0;
       for (size_t k = 0; k < p_.slot_bytes.size(); ++k) {
@@ -578,6 +579,7 @@ class Verifier {
         }
         total = *sum;
       }
+      arena_total_.push_back(total);
     }
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const plan::ValuePlan& vp = p_.values[v];
@@ -936,7 +938,7 @@ class Verifier {
   // make every run allocate it: refused at load. The bound is twice that sum plus 64 MiB, so a
   // library whose workspace query answers less on this machine than on the builder's (cuBLASLt,
   // cuDNN) never refuses a good engine; what a file can make kiln allocate stays bounded by it.
-  Status check_arena_bound() {
+  Status check_arena_bound() const {
     constexpr int64_t kSlack = int64_t(64) << 20;
     for (size_t ci = 0; ci < corners_.size(); ++ci) {
       const ir::SymbolValues& c = corners_[ci];
@@ -948,11 +950,7 @@ class Verifier {
       }
       std::optional<int64_t> bound = need ? checked_add(*need, *need) : std::nullopt;
       if (bound) bound = checked_add(*bound, int64_t(p_.slot_bytes.size()) * kArenaAlign + kSlack);
-      int64_t total = 0;
-      for (size_t k = 0; k < p_.slot_bytes.size(); ++k) {
-        KILN_ASSIGN_OR_RETURN(int64_t bytes, slot_bytes(int(k), c));
-        total += (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;  // check_slots: fits int64
-      }
+      const int64_t total = arena_total_[ci];
       if (bound && total > *bound) {
         return violation("the arena holds no more than its values and workspaces need",
                          "its slots total " + std::to_string(total) + " bytes at " + corner_str(c) +
@@ -1016,7 +1014,8 @@ class Verifier {
   ir::SymbolRanges hull_ = plan::symbol_hull(p_.profiles);  // as the builder simplified over
   std::vector<char> is_input_, is_output_, used_;
   std::vector<plan::LoopRegion> loops_;
-  std::vector<int64_t> ws_total_;  // per corner: the workspaces check_node found the kernels need
+  std::vector<int64_t> arena_total_;  // per corner: the slots' aligned bytes (check_slots)
+  std::vector<int64_t> ws_total_;     // per corner: the workspaces check_node found the kernels need
 };
 
 }  // namespace
