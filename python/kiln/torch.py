@@ -326,7 +326,6 @@ class CompiledModule(torch.nn.Module):
             return tuple(o.to(out_device) for o in outs)
         return tuple(outs)
 
-
     def _buffer(self, name: str, numel: int, device: Any) -> "torch.Tensor":
         """The flat staging buffer of `name`, at least `numel` elements (grown, never shrunk: its
         address, and so the captured graphs, change only when a call is the largest yet)."""
@@ -348,7 +347,7 @@ class CompiledModule(torch.nn.Module):
             for name in self.input_names + self.output_names:
                 shape = tuple(ctx.tensor_shape(name))
                 if all(d >= 0 for d in shape):
-                    self._buffer(name, int(np.prod(shape, dtype=np.int64)), device)
+                    self._buffer(name, _numel(shape), device)
         except Error:  # shape-value inputs and the like: the buffers grow with the calls instead
             pass
 
@@ -374,14 +373,13 @@ class CompiledModule(torch.nn.Module):
             if any(d < 0 for s in shapes for d in s):
                 return None
             for name, shape in zip(self.output_names, shapes):
-                self._buffer(name, int(np.prod(shape, dtype=np.int64)), device)
+                self._buffer(name, _numel(shape), device)
             for name, buf in self._stage.items():
                 ctx.set_tensor_address(name, buf.data_ptr())
             ctx.use_cuda_graph = True
-            self._staged_views = (
-                [self._stage[name][:t.numel()].view(t.shape) for name, t in feeds.items()],
-                [self._stage[name][:int(np.prod(shape, dtype=np.int64))].view(shape)
-                 for name, shape in zip(self.output_names, shapes)])
+            sized = [(name, tuple(t.shape)) for name, t in feeds.items()] + list(zip(self.output_names, shapes))
+            views = [self._stage[name][:_numel(shape)].view(shape) for name, shape in sized]
+            self._staged_views = (views[:len(feeds)], views[len(feeds):])
             self._staged_key, self._staged_device = key, device
         ins, outs = self._staged_views
         for view, t in zip(ins, feeds.values()):
@@ -406,6 +404,10 @@ try:  # the bindings give bfloat16 tensors ml_dtypes' dtype (numpy has none)
     _TORCH_DTYPES[np.dtype(ml_dtypes.bfloat16)] = torch.bfloat16
 except ImportError:  # then no engine of this process reports a bfloat16 tensor either
     pass
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def _from_numpy(a: "np.ndarray") -> "torch.Tensor":
@@ -448,13 +450,13 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
     with torch.no_grad():
         data = _export(module, inputs, names)
     with _source_lines(data):
-        compiled = _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32)
-    compiled.cuda_graphs = bool(cuda_graphs)
-    return compiled
+        return _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32,
+                      cuda_graphs)
 
 
 def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precisions: Optional[Iterable[Any]],
-           device: str, builder_optimization_level: Optional[int], allow_tf32: bool) -> CompiledModule:
+           device: str, builder_optimization_level: Optional[int], allow_tf32: bool,
+           cuda_graphs: bool = True) -> CompiledModule:
     network = _onnx.parse_bytes(data)
     config = _kiln.BuilderConfig()
     if not allow_tf32:
@@ -473,7 +475,7 @@ def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precision
     engine = _kiln.Builder(_kiln.Device.CUDA if device == "cuda" else _kiln.Device.CPU).build(network, config)
     outputs = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)
                if engine.tensor_mode(engine.io_tensor_name(i)) == _kiln.TensorIOMode.OUTPUT]
-    return CompiledModule(engine, names, outputs, device)
+    return CompiledModule(engine, names, outputs, device, cuda_graphs)
 
 
 _MAGIC = b"KILNTORCH1\n"
