@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "backends/backend.h"
 #ifdef KILN_HAVE_CUDA
@@ -928,6 +929,74 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
       }
     }
   }
+}
+
+// enqueue_on_default_stream (TensorRT's enqueueV3(0); torch's default stream is stream 0): the run
+// starts after the work queued on stream 0 before it and the work queued there after it waits for
+// the run, though it executes on the context's own (non-blocking) stream. On stream 0, ~1 GB of
+// copies delay the copy that writes the input; a run that did not wait for it would read the stale
+// input (zeros), and a read-back that did not wait for the run would find the output unwritten.
+// Twice per mode, with new input values: the second run with CUDA graphs replays the captured graph.
+TEST(CudaStreams, DefaultStreamRunIsOrderedBothWays) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  const Network net = network_of(R"(graph g(%x: float32[n]) -> (%y: float32[n]) {
+  opset ai.onnx 17
+  %two: float32[] = dense<2.0>
+  %one: float32[] = dense<1.0>
+  %t: float32[n] = Mul(%x, %two)
+  %y: float32[n] = Add(%t, %one)
+}
+)");
+  const int64_t n = int64_t(1) << 22;
+  BuilderConfig config;
+  OptimizationProfile prof;
+  ASSERT_TRUE(prof.set_dimensions("x", {1}, {n}, {n}).ok());
+  config.add_profile(prof);
+  auto engine = Builder(Device::kCUDA).build(net, config);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const backends::Backend* b = *backends::get_backend(Device::kCUDA);
+  const size_t bytes = size_t(n) * sizeof(float), scratch_bytes = size_t(256) << 20;
+  std::vector<void*> mem;
+  for (size_t sz : {bytes, bytes, bytes, bytes, scratch_bytes, scratch_bytes}) {
+    auto p = b->allocate(sz);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    mem.push_back(*p);
+  }
+  void *src = mem[0], *in = mem[1], *out = mem[2], *back = mem[3], *s0 = mem[4], *s1 = mem[5];
+  for (bool graphs : {false, true}) {
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    (*ctx)->set_use_cuda_graph(graphs);
+    ASSERT_TRUE((*ctx)->set_input_shape("x", {n}).ok());
+    ASSERT_TRUE((*ctx)->set_tensor_address("x", in).ok());
+    ASSERT_TRUE((*ctx)->set_tensor_address("y", out).ok());
+    for (int round = 0; round < 2; ++round) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 1000) * 0.5f + float(round + 1);
+      ASSERT_TRUE(b->copy(src, x.data(), bytes, backends::CopyKind::kHostToDevice, nullptr).ok());
+      ASSERT_TRUE(b->fill_zero(in, bytes, nullptr).ok());
+      ASSERT_TRUE(b->fill_zero(out, bytes, nullptr).ok());
+      ASSERT_TRUE(b->synchronize(nullptr).ok());
+      for (int k = 0; k < 4; ++k) {  // stream 0 busy before the input is written
+        ASSERT_TRUE(b->copy(s1, s0, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+        ASSERT_TRUE(b->copy(s0, s1, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+      }
+      ASSERT_TRUE(b->copy(in, src, bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+      Status run = (*ctx)->enqueue_on_default_stream();
+      ASSERT_TRUE(run.ok()) << run.to_string();
+      ASSERT_TRUE(b->copy(back, out, bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+      ASSERT_TRUE(b->synchronize(nullptr).ok());  // stream 0 only: the read-back's own wait
+      std::vector<float> y(static_cast<size_t>(n));
+      ASSERT_TRUE(b->copy(y.data(), back, bytes, backends::CopyKind::kDeviceToHost, nullptr).ok());
+      ASSERT_TRUE(b->synchronize(nullptr).ok());
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) wrong += y[size_t(i)] != x[size_t(i)] * 2.0f + 1.0f;
+      EXPECT_EQ(wrong, 0) << "graphs " << graphs << ", round " << round << ": y[0] = " << y[0] << ", want "
+                          << x[0] * 2.0f + 1.0f;
+    }
+    if (graphs) EXPECT_EQ((*ctx)->cuda_graph_stats().replays, 1);
+  }
+  for (void* p : mem) b->deallocate(p);
 }
 
 TEST(CudaErrors, DeviceOutOfMemoryNamesTheAmount) {

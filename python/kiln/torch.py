@@ -246,6 +246,7 @@ class CompiledModule(torch.nn.Module):
         self._staged_done: Any = None  # a CUDA event after the last staged run's reads of the buffers
         self._staged_key: Any = None  # the last staged call's input shapes, bound in the context
         self._staged_device: Any = None
+        self._staged_stream: Any = None  # the stream of the last staged run (its order covers the next)
         self._staged_views: Any = None  # its (input views, output views) of the buffers
         self._dtypes: Dict[str, Any] = {}  # IO name -> torch dtype, filled as calls need them
 
@@ -359,7 +360,7 @@ class CompiledModule(torch.nn.Module):
         shapes only copies, launches and clones: the context keeps its shapes and addresses."""
         ctx = self._context
         stream = torch.cuda.current_stream(device)
-        if self._staged_done is not None:
+        if self._staged_done is not None and self._staged_stream != stream:
             stream.wait_event(self._staged_done)  # a run on another stream may still read the buffers
         key = tuple(tuple(t.shape) for t in feeds.values())
         if self._staged_key != key or self._staged_device != device:
@@ -390,6 +391,7 @@ class CompiledModule(torch.nn.Module):
         if self._staged_done is None:
             self._staged_done = torch.cuda.Event()
         self._staged_done.record(stream)
+        self._staged_stream = stream
         return result
 
 

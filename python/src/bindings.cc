@@ -465,7 +465,7 @@ class BoundContext {
     return reinterpret_cast<uintptr_t>(ctx_->tensor_address(name));
   }
 
-  void execute() { execute_on(nullptr, /*synchronize=*/true); }
+  void execute() { execute_on(nullptr, /*synchronize=*/true); }  // the context's own stream, waited for
 
   // TensorRT's execute_async_v3: enqueues on `stream` (a cudaStream_t as an int). A CPU engine runs
   // synchronously and takes stream 0 only: a real stream there means device pointers the CPU cannot
@@ -476,9 +476,10 @@ class BoundContext {
       raise_invalid("execute_async_v3: this engine runs on the CPU, which has no streams: pass stream_handle 0 "
                     "(the run is synchronous)");
     }
-    // Stream 0 is CUDA's legacy default stream, not the context's own (enqueue(nullptr)): running
-    // synchronously there keeps every later synchronize on stream 0 correct.
-    execute_on(reinterpret_cast<void*>(stream), /*synchronize=*/stream == 0);
+    // Stream 0 is CUDA's legacy default stream (torch's default current stream), not the context's
+    // own (enqueue(nullptr)): the run is ordered after the work queued there and before the work
+    // queued there later, and not waited for, as TensorRT's enqueueV3(0) is.
+    execute_on(reinterpret_cast<void*>(stream), /*synchronize=*/false);
     return true;
   }
 
@@ -497,7 +498,7 @@ class BoundContext {
       }
     }
     nb::gil_scoped_release release;
-    check(synchronize ? ctx_->execute() : ctx_->enqueue(stream));
+    check(synchronize ? ctx_->execute() : stream ? ctx_->enqueue(stream) : ctx_->enqueue_on_default_stream());
   }
 
   // run(inputs): a dict of outputs. Inputs are a dict of name -> array, a list or tuple of arrays in
@@ -673,7 +674,8 @@ class BoundContext {
     Status status;
     {
       nb::gil_scoped_release release;
-      status = ctx_->enqueue(reinterpret_cast<void*>(stream));
+      // A given stream 0 is CUDA's legacy default stream, fenced as execute_async_v3(0) is.
+      status = given && stream == 0 ? ctx_->enqueue_on_default_stream() : ctx_->enqueue(reinterpret_cast<void*>(stream));
       if (status.ok() && !given) status = backend->synchronize(reinterpret_cast<void*>(stream));
     }
     check(status);
@@ -1324,7 +1326,9 @@ NB_MODULE(_kiln, m) {
            nb::sig("def execute_async_v3(self, stream_handle: int | object) -> bool"),
            "TensorRT's enqueue: runs with the bound addresses on `stream_handle` (a cudaStream_t as an int, a "
            "torch.cuda.Stream or a CuPy stream) and returns True without waiting for the run. A CPU engine "
-           "takes stream 0 only and runs synchronously; on the GPU stream 0 runs synchronously too. Errors raise.")
+           "takes stream 0 only and runs synchronously. On the GPU stream 0 is CUDA's legacy default stream (torch's "
+           "default stream): the run is ordered after the work queued there and before later work there, "
+           "without waiting. Errors raise.")
       .def("execute_async", &BoundContext::execute_async_v3, nb::arg("stream").none(),
            nb::sig("def execute_async(self, stream: int | object) -> bool"), "Alias of execute_async_v3.")
       .def("run", &BoundContext::run, nb::arg("inputs"), nb::kw_only(), nb::arg("stream").none() = nb::none(),

@@ -146,6 +146,39 @@ def test_run_on_a_non_default_stream_is_ordered_after_the_producer(torch_cuda, l
     assert torch.equal(y2, y)
 
 
+def test_stream_zero_is_torchs_default_stream_ordered_both_ways(torch_cuda, linear_cuda):
+    """execute_async_v3(0) and run(stream=0), as TensorRT code written for torch's default stream
+    calls them: the run waits for the producer queued on stream 0 and the consumer queued there after
+    it waits for the run, with no host wait between (kiln runs on its own stream between two events)."""
+    torch = torch_cuda
+    engine, cpu = linear_cuda
+    assert torch.cuda.current_stream().cuda_stream == 0
+    context = engine.create_execution_context()
+    (name,) = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)
+               if engine.get_tensor_mode(engine.get_tensor_name(i)) == kiln.TensorIOMode.OUTPUT]
+    x = torch.randn(4, 3, 16, device="cuda")
+    want = reference(cpu, x.cpu().numpy())[name]
+    staged, y = torch.empty_like(x), torch.empty(4, 4, 8, device="cuda")
+    context.set_tensor_address("x", staged)
+    context.set_tensor_address(name, y)
+    for graphs in (False, True, True):  # the second graph run replays the captured graph
+        context.use_cuda_graph = graphs
+        staged.zero_()
+        y.fill_(float("nan"))
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # the input's producer lands long after the run is enqueued
+        staged.copy_(x)
+        assert context.execute_async_v3(0) is True
+        got = y.clone()  # queued on stream 0 after the run: it must wait for it
+        np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=RTOL)
+    assert context.cuda_graph_stats["replays"] >= 1
+    staged = torch.zeros_like(x)
+    torch.cuda._sleep(200_000_000)
+    staged.copy_(x)
+    (y0,) = context.run({"x": staged}, stream=0).values()
+    np.testing.assert_allclose(y0.clone().cpu().numpy(), want, atol=ATOL, rtol=RTOL)
+
+
 def test_set_tensor_address_and_execute_async_on_torch_tensors(torch_cuda, linear_cuda):
     torch = torch_cuda
     engine, cpu = linear_cuda

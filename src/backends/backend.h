@@ -156,6 +156,10 @@ class Backend {
   virtual StatusOr<void*> end_capture(void* stream) const { return unsupported("graph capture"); }
   virtual Status launch_graph(void* graph, void* stream) const { return unsupported("graph capture"); }
   virtual void destroy_graph(void* graph) const {}
+  // Orders two streams: work queued on `waiter` from now on starts after the work queued on
+  // `producer` so far (an event recorded on one, waited for by the other; nothing blocks the host).
+  // nullptr is CUDA's legacy default stream (stream 0). The CPU runs everything as it is enqueued.
+  virtual Status order_after(void* waiter, void* producer) const { return ok_status(); }
   // Per-layer timing (ExecutionContext::set_profiler): a marker recorded on `stream` passes once the
   // work enqueued before it has run; marker_elapsed_ms is the time between two markers that have
   // both passed (the caller synchronizes first). The CPU's markers are clock readings, its kernels

@@ -194,6 +194,11 @@ class ExecutionContext {
   // Enqueues the run on `stream` (a cudaStream_t on CUDA; nullptr: the context's own stream)
   // without waiting for it. On the CPU it runs synchronously.
   Status enqueue(void* stream = nullptr);
+  // Enqueues the run as if on CUDA's legacy default stream (stream 0, TensorRT's enqueueV3(0)):
+  // after the work queued there so far and before the work queued there later, without waiting.
+  // It runs on the context's own stream, fenced both ways by events, because CUDA cannot capture a
+  // graph on stream 0. On the CPU it runs synchronously.
+  Status enqueue_on_default_stream();
   // The context's own stream (nullptr on the CPU).
   void* stream() const { return stream_; }
   // CUDA graphs: the run is captured once per set of input shapes and IO addresses, then

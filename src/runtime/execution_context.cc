@@ -1345,6 +1345,16 @@ Status ExecutionContext::report_layer_times(void* stream) {
   return ok_status();
 }
 
+Status ExecutionContext::enqueue_on_default_stream() {
+  const backends::Backend* b = data_->backend;
+  if (b->host_accessible()) return enqueue(stream_);
+  KILN_RETURN_IF_ERROR(b->order_after(stream_, nullptr));
+  Status run = enqueue(stream_);
+  // Even a run that failed part-way may have queued kernels: stream 0's later work waits for them.
+  Status fenced = b->order_after(nullptr, stream_);
+  return run.ok() ? fenced : run;
+}
+
 Status ExecutionContext::execute() {
   KILN_RETURN_IF_ERROR(enqueue(stream_));
   return data_->backend->synchronize(stream_);

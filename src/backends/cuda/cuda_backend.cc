@@ -241,6 +241,16 @@ class CudaBackend final : public Backend {
                     "launching the CUDA graph");
     return ok_status();
   }
+  Status order_after(void* waiter, void* producer) const override {
+    auto handle = [](void* s) { return s ? static_cast<cudaStream_t>(s) : cudaStreamLegacy; };
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating a stream-ordering event");
+    cudaError_t err = cudaEventRecord(e, handle(producer));
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(handle(waiter), e, 0);
+    cudaEventDestroy(e);  // released once the wait has passed it
+    KILN_CUDA_CHECK(err, "ordering one stream after another");
+    return ok_status();
+  }
   void destroy_graph(void* graph) const override {
     if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
