@@ -230,18 +230,27 @@ class CompiledModule(torch.nn.Module):
     """
 
     def __init__(self, engine: Any, input_names: Sequence[str], output_names: Sequence[str], device: str,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, device_index: Optional[int] = None):
         super().__init__()
         self.engine = engine
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.device = device
+        # The GPU the engine runs on (its context's stream and buffers live there): the current CUDA
+        # device when none is named. Each call runs there; inputs from elsewhere are copied to it
+        # and the outputs copied back to the inputs' device.
+        self.device_index: Optional[int] = None
+        self._torch_device: Any = None
+        if device == "cuda":
+            self.device_index = torch.cuda.current_device() if device_index is None else int(device_index)
+            self._torch_device = torch.device("cuda", self.device_index)
         # CUDA graphs (the CUDA engine): each call's inputs are copied into buffers the module keeps
         # and its outputs cloned out of them, so the captured graph of a shape replays whatever
         # tensors the caller passes (Torch-TensorRT's cudagraphs mode does the same). False binds
         # the caller's tensors and fresh outputs in place and launches the kernels one by one.
         self.cuda_graphs = bool(cuda_graphs)
-        self._context = engine.create_execution_context()
+        with self._on_device():
+            self._context = engine.create_execution_context()
         self._stage: Dict[str, "torch.Tensor"] = {}  # name -> flat buffer, grown to the largest call
         self._staged_done: Any = None  # a CUDA event after the last staged run's reads of the buffers
         self._staged_key: Any = None  # the last staged call's input shapes, bound in the context
@@ -249,6 +258,12 @@ class CompiledModule(torch.nn.Module):
         self._staged_stream: Any = None  # the stream of the last staged run (its order covers the next)
         self._staged_views: Any = None  # its (input views, output views) of the buffers
         self._dtypes: Dict[str, Any] = {}  # IO name -> torch dtype, filled as calls need them
+
+    def _on_device(self) -> Any:
+        """A context that makes the engine's GPU CUDA's current device (nothing where it is already)."""
+        if self.device_index is None or torch.cuda.current_device() == self.device_index:
+            return contextlib.nullcontext()
+        return torch.cuda.device(self.device_index)
 
     def _dtype(self, name: str) -> Any:
         got = self._dtypes.get(name)
@@ -282,7 +297,8 @@ class CompiledModule(torch.nn.Module):
                 t = t.to(want)
             feeds[name] = t
         if self.device == "cuda":
-            result = self._run_cuda(feeds, out_device)
+            with self._on_device():
+                result = self._run_cuda(feeds, out_device)
         else:
             feeds = {n: (t if t.device.type == "cpu" else t.cpu()).contiguous() for n, t in feeds.items()}
             outs = self._context.run(feeds)
@@ -294,7 +310,7 @@ class CompiledModule(torch.nn.Module):
         current torch stream: no copy, no synchronization, ordered after the inputs' producers and
         before the outputs' readers as any torch op is. Host inputs are moved to the GPU first and
         the outputs moved back."""
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = self._torch_device
         ctx = self._context
         if self.cuda_graphs:
             staged = self._run_staged(feeds, out_device, device)
@@ -428,12 +444,13 @@ def _torch_dtype(np_dtype: Any) -> Any:
 
 
 def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optional[Iterable[Any]] = None,
-            device: str = "cpu", builder_optimization_level: Optional[int] = None,
+            device: Union[str, "torch.device"] = "cpu", builder_optimization_level: Optional[int] = None,
             allow_tf32: bool = False, cuda_graphs: bool = True) -> CompiledModule:
     """Builds a kiln engine for `module` over the Inputs' shape ranges; see the module's text.
 
     enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
-    the builder may compute in. device: "cpu" or "cuda". allow_tf32: let float32 matrix products
+    the builder may compute in. device: "cpu", "cuda" (the module's GPU where it is on one, else the
+    current device), "cuda:N" or a torch.device; the engine is built and runs there. allow_tf32: let float32 matrix products
     and convolutions use TF32 tensor cores; off by default, so float32 means float32 (kiln's C++
     BuilderConfig, like TensorRT's, has TF32 on). cuda_graphs: on a CUDA engine, replay each shape's
     captured CUDA graph, the inputs copied into buffers the module keeps and the outputs cloned out
@@ -445,15 +462,36 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
     names = [inp.name or f"input_{k}" for k, inp in enumerate(inputs)]
     if len(set(names)) != len(names):
         raise InvalidArgumentError(f"kiln.torch.compile: input names repeat: {names}")
-    if device not in ("cpu", "cuda"):
-        raise InvalidArgumentError(f"kiln.torch.compile: device must be 'cpu' or 'cuda', got {device!r}")
+    kind, index = _parse_device(device, "kiln.torch.compile")
+    _check_gpu(index, "kiln.torch.compile")
+    if kind == "cuda" and index is None:
+        held = _held(module)[0]
+        index = held.index if held.type == "cuda" and held.index is not None else torch.cuda.current_device()
     if hasattr(module, "eval"):
         module = module.eval()
     with torch.no_grad():
         data = _export(module, inputs, names)
-    with _source_lines(data):
-        return _build(data, inputs, names, enabled_precisions, device, builder_optimization_level, allow_tf32,
+    with _source_lines(data), (torch.cuda.device(index) if index is not None else contextlib.nullcontext()):
+        return _build(data, inputs, names, enabled_precisions, kind, builder_optimization_level, allow_tf32,
                       cuda_graphs)
+
+
+def _parse_device(device: Any, where: str) -> Tuple[str, Optional[int]]:
+    """("cpu", None), ("cuda", None) for "cuda", ("cuda", N) for "cuda:N" or torch.device("cuda", N)."""
+    try:
+        d = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise InvalidArgumentError(f"{where}: device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, "
+                                   f"got {device!r}") from e
+    if d.type not in ("cpu", "cuda"):
+        raise InvalidArgumentError(f"{where}: device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
+    return d.type, (d.index if d.type == "cuda" else None)
+
+
+def _check_gpu(index: Optional[int], where: str) -> None:
+    count = torch.cuda.device_count() if index is not None else 0
+    if index is not None and index >= count:
+        raise InvalidArgumentError(f"{where}: device cuda:{index} does not exist: torch sees {count} CUDA device(s)")
 
 
 def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precisions: Optional[Iterable[Any]],
@@ -493,8 +531,10 @@ def save(compiled: CompiledModule, path: Union[str, "os.PathLike[str]"]) -> None
                   bytes(compiled.engine.serialize()), "kiln.torch.save")
 
 
-def load(path: Union[str, "os.PathLike[str]"]) -> CompiledModule:
-    """Reads what save wrote; runs without the module's Python class (or torch.export)."""
+def load(path: Union[str, "os.PathLike[str]"], device: Union[str, "torch.device", None] = None) -> CompiledModule:
+    """Reads what save wrote; runs without the module's Python class (or torch.export). device: None
+    (the device kind it was compiled for; a CUDA engine on the current GPU), "cuda:N" or a
+    torch.device to load a CUDA engine onto another GPU (of the same kind, as any kiln engine file)."""
     with open_regular(path, "kiln.torch.load") as f:
         head = f.read(len(_MAGIC) + 8)
         if len(head) < len(_MAGIC) + 8 or head[:len(_MAGIC)] != _MAGIC:
@@ -504,15 +544,23 @@ def load(path: Union[str, "os.PathLike[str]"]) -> CompiledModule:
             raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a header of {n} bytes (at most 1 MiB)")
         try:
             meta = json.loads(f.read(n))
-            inputs, outputs, device = list(meta["inputs"]), list(meta["outputs"]), str(meta["device"])
+            inputs, outputs, saved = list(meta["inputs"]), list(meta["outputs"]), str(meta["device"])
         except (ValueError, KeyError, TypeError) as e:
             raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a corrupted header: {e}") from e
-        engine = _kiln.Engine.deserialize(f.read())
+        if saved not in ("cpu", "cuda"):
+            raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a corrupted header: device {saved!r}")
+        kind, index = (saved, None) if device is None else _parse_device(device, "kiln.torch.load")
+        if kind != saved:
+            raise InvalidArgumentError(f"kiln.torch.load: '{path}' holds an engine built for {saved}; it cannot "
+                                       f"load onto {device}")
+        _check_gpu(index, "kiln.torch.load")
+        with torch.cuda.device(index) if index is not None else contextlib.nullcontext():
+            engine = _kiln.Engine.deserialize(f.read())
     names = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)]
     if sorted(names) != sorted(inputs + outputs):
         raise InvalidArgumentError(f"kiln.torch.load: '{path}': the header's IO names {inputs + outputs} are not "
                                    f"the engine's {names}")
-    return CompiledModule(engine, inputs, outputs, device)
+    return CompiledModule(engine, inputs, outputs, kind, device_index=index)
 
 
 # ---- torch.compile(model, backend="kiln") ----
@@ -640,7 +688,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
-    device ("cpu" or "cuda"), enabled_precisions, allow_tf32 and cuda_graphs (as compile's), dynamic_max (the
+    device ("cpu", "cuda" or "cuda:N"), enabled_precisions, allow_tf32 and cuda_graphs (as compile's), dynamic_max (the
     largest size of a dynamic dim that TorchDynamo left unbounded), fallback (default True; False
     makes a graph kiln cannot take an error instead of a KilnWarning). kiln.torch.report says what ran
     where, graph breaks included.

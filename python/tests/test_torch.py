@@ -136,6 +136,14 @@ def test_save_and_load_run_without_the_module(linear, tmp_path):
     tampered.write_bytes(bytes(data))
     with pytest.raises(kiln.Error):
         kt.load(tampered)
+    # The device it loads onto: a CPU engine only on the CPU; a device string is checked by name.
+    close(kt.load(path, device="cpu")(x), compiled(x), atol=0, rtol=0)
+    with pytest.raises(kiln.InvalidArgumentError, match="built for cpu"):
+        kt.load(path, device=torch.device("cuda", 0))
+    with pytest.raises(kiln.InvalidArgumentError, match="'tpu:0'"):
+        kt.load(path, device="tpu:0")
+    with pytest.raises(kiln.InvalidArgumentError, match="'gpu'"):
+        kt.compile(model, inputs=[kt.Input(shape=(1, 1, 16), name="x")], device="gpu")
 
 
 def test_save_and_load_refuse_special_files(linear, tmp_path):
@@ -437,6 +445,7 @@ def test_cuda_graph_staging_logic_with_a_stand_in_context(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
     monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
     class Context:
         def __init__(self):

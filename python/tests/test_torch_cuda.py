@@ -62,6 +62,49 @@ def test_cuda_tensors_in_and_out_with_no_host_copy_on_a_side_stream():
     assert len(gpu_work) > 3, "the profiler saw no kernels, so its silence on copies proves nothing"
 
 
+def test_save_and_load_onto_a_named_gpu(tmp_path):
+    """kiln.torch.load(path, device="cuda:N"): the engine's context, buffers and runs on GPU N
+    whatever the current device; inputs from another device are copied over and the outputs come
+    back to the inputs' device. With one GPU, cuda:0 by name and a GPU that does not exist."""
+    model = SeedLinear().eval()
+    spec = kt.Input(min_shape=(1, 1, 16), opt_shape=(2, 4, 16), max_shape=(4, 8, 16), name="x")
+    compiled = kt.compile(model.cuda(), inputs=[spec], device="cuda")
+    assert compiled.device_index == torch.cuda.current_device()
+    path = tmp_path / "linear_cuda.kiln"
+    kt.save(compiled, path)
+    x = torch.randn(3, 5, 16, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    count = torch.cuda.device_count()
+    again = kt.load(path, device="cuda:0")
+    assert again.device == "cuda" and again.device_index == 0
+    torch.testing.assert_close(again(x.to("cuda:0")), want.to("cuda:0"), atol=1e-4, rtol=1e-3)
+    with pytest.raises(kiln.InvalidArgumentError, match=f"cuda:{count} does not exist"):
+        kt.load(path, device=f"cuda:{count}")
+    with pytest.raises(kiln.InvalidArgumentError, match="built for cuda"):
+        kt.load(path, device="cpu")
+    if count < 2:
+        print(f"loading onto a second GPU not shown: torch sees {count} CUDA device")
+        return
+    for graphs in (True, False):
+        other = kt.load(path, device="cuda:1")
+        other.cuda_graphs = graphs
+        assert other.device_index == 1 and torch.cuda.current_device() == 0
+        x1 = x.to("cuda:1")
+        with torch.no_grad():
+            y1 = other(x1)  # current device 0, engine and input on 1
+            y0 = other(x.to("cuda:0"))  # copied to GPU 1 and back
+        assert y1.device == torch.device("cuda", 1) and y0.device == torch.device("cuda", 0)
+        torch.testing.assert_close(y1.to("cuda:0"), want, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(y0, want, atol=1e-4, rtol=1e-3)
+        assert torch.cuda.current_device() == 0
+    # compile straight onto GPU 1, the module held there.
+    on1 = kt.compile(SeedLinear().eval().to("cuda:1"), inputs=[spec], device="cuda")
+    assert on1.device_index == 1
+    with torch.no_grad():
+        assert on1(x.to("cuda:1")).device == torch.device("cuda", 1)
+
+
 def test_host_tensors_still_work_on_a_cuda_engine():
     model = SeedLinear().eval()
     compiled = kt.compile(model, inputs=[kt.Input(min_shape=(1, 1, 16), opt_shape=(2, 4, 16), max_shape=(4, 8, 16),
