@@ -465,7 +465,10 @@ class BoundContext {
     return reinterpret_cast<uintptr_t>(ctx_->tensor_address(name));
   }
 
-  void execute() { execute_on(nullptr, /*synchronize=*/true); }  // the context's own stream, waited for
+  // Synchronous: ordered after the work queued on stream 0 (where torch's default stream puts the
+  // inputs' producers), then waited for. The context's own stream does not wait for stream 0 by
+  // itself (it is non-blocking), so without the fence a tensor torch had just queued was read early.
+  void execute() { execute_on(nullptr, /*synchronize=*/true); }
 
   // TensorRT's execute_async_v3: enqueues on `stream` (a cudaStream_t as an int). A CPU engine runs
   // synchronously and takes stream 0 only: a real stream there means device pointers the CPU cannot
@@ -498,7 +501,12 @@ class BoundContext {
       }
     }
     nb::gil_scoped_release release;
-    check(synchronize ? ctx_->execute() : stream ? ctx_->enqueue(stream) : ctx_->enqueue_on_default_stream());
+    if (synchronize) {
+      check(ctx_->enqueue_on_default_stream());
+      check(value_or_raise(backends::get_backend(engine_.device()))->synchronize(ctx_->stream()));
+      return;
+    }
+    check(stream ? ctx_->enqueue(stream) : ctx_->enqueue_on_default_stream());
   }
 
   // run(inputs): a dict of outputs. Inputs are a dict of name -> array, a list or tuple of arrays in
@@ -1321,7 +1329,9 @@ NB_MODULE(_kiln, m) {
           "the run's exact shape. Returns True (TensorRT's habit); errors raise.")
       .def("tensor_address", &BoundContext::tensor_address, nb::arg("name"), "The bound address (0 when unset).")
       .def("get_tensor_address", &BoundContext::tensor_address, nb::arg("name"), "Alias of tensor_address.")
-      .def("execute", &BoundContext::execute, "Runs with the bound addresses, without the GIL.")
+      .def("execute", &BoundContext::execute,
+           "Runs with the bound addresses, without the GIL, and waits for the run. On the GPU the run is "
+           "ordered after the work queued on stream 0 (torch's default stream), as execute_async_v3(0) is.")
       .def("execute_async_v3", &BoundContext::execute_async_v3, nb::arg("stream_handle").none(),
            nb::sig("def execute_async_v3(self, stream_handle: int | object) -> bool"),
            "TensorRT's enqueue: runs with the bound addresses on `stream_handle` (a cudaStream_t as an int, a "

@@ -147,7 +147,7 @@ def test_run_on_a_non_default_stream_is_ordered_after_the_producer(torch_cuda, l
 
 
 def test_stream_zero_is_torchs_default_stream_ordered_both_ways(torch_cuda, linear_cuda):
-    """execute_async_v3(0) and run(stream=0), as TensorRT code written for torch's default stream
+    """execute_async_v3(0), execute() and run(stream=0), as TensorRT code written for torch's default stream
     calls them: the run waits for the producer queued on stream 0 and the consumer queued there after
     it waits for the run, with no host wait between (kiln runs on its own stream between two events)."""
     torch = torch_cuda
@@ -172,6 +172,14 @@ def test_stream_zero_is_torchs_default_stream_ordered_both_ways(torch_cuda, line
         got = y.clone()  # queued on stream 0 after the run: it must wait for it
         np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=RTOL)
     assert context.cuda_graph_stats["replays"] >= 1
+    # The synchronous execute() waits for stream 0's producer too, then for the run itself.
+    staged.zero_()
+    y.fill_(float("nan"))
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)
+    staged.copy_(x)
+    context.execute()
+    np.testing.assert_allclose(y.cpu().numpy(), want, atol=ATOL, rtol=RTOL)
     staged = torch.zeros_like(x)
     torch.cuda._sleep(200_000_000)
     staged.copy_(x)
