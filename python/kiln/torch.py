@@ -450,8 +450,9 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
 
     enabled_precisions: torch dtypes (torch.float16, torch.bfloat16; torch.float32 is always on)
     the builder may compute in. device: "cpu", "cuda" (the module's GPU where it is on one, else the
-    current device), "cuda:N" or a torch.device; the engine is built and runs there. allow_tf32: let float32 matrix products
-    and convolutions use TF32 tensor cores; off by default, so float32 means float32 (kiln's C++
+    current device), "cuda:N" or a torch.device; the engine is built and runs there. allow_tf32:
+    let float32 matrix products and convolutions use TF32 tensor cores; off by default, so float32
+    means float32 (kiln's C++
     BuilderConfig, like TensorRT's, has TF32 on). cuda_graphs: on a CUDA engine, replay each shape's
     captured CUDA graph, the inputs copied into buffers the module keeps and the outputs cloned out
     (CompiledModule's text); False runs on the caller's tensors in place, launching kernel by kernel.
@@ -688,8 +689,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], options: Optional[Dict[str, 
     """The torch.compile backend (registered as "kiln" through the torch_dynamo_backends entry
     point): each graph TorchDynamo captures becomes a kiln engine for its example inputs' shapes,
     or, where kiln cannot take it, stays with PyTorch with a KilnWarning saying why. Options:
-    device ("cpu", "cuda" or "cuda:N"), enabled_precisions, allow_tf32 and cuda_graphs (as compile's), dynamic_max (the
-    largest size of a dynamic dim that TorchDynamo left unbounded), fallback (default True; False
+    device ("cpu", "cuda" or "cuda:N"), enabled_precisions, allow_tf32 and cuda_graphs (as
+    compile's), dynamic_max (the largest size of a dynamic dim that TorchDynamo left unbounded), fallback (default True; False
     makes a graph kiln cannot take an error instead of a KilnWarning). kiln.torch.report says what ran
     where, graph breaks included.
 
