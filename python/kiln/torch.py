@@ -452,10 +452,10 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
     the builder may compute in. device: "cpu", "cuda" (the module's GPU where it is on one, else the
     current device), "cuda:N" or a torch.device; the engine is built and runs there. allow_tf32:
     let float32 matrix products and convolutions use TF32 tensor cores; off by default, so float32
-    means float32 (kiln's C++
-    BuilderConfig, like TensorRT's, has TF32 on). cuda_graphs: on a CUDA engine, replay each shape's
-    captured CUDA graph, the inputs copied into buffers the module keeps and the outputs cloned out
-    (CompiledModule's text); False runs on the caller's tensors in place, launching kernel by kernel.
+    means float32 (kiln's C++ BuilderConfig, like TensorRT's, has TF32 on). cuda_graphs: on a CUDA
+    engine, replay each shape's captured CUDA graph, the inputs copied into buffers the module keeps
+    and the outputs cloned out (CompiledModule's text); False runs on the caller's tensors in place,
+    launching kernel by kernel.
     """
     inputs = list(inputs)
     if not inputs or not all(isinstance(i, Input) for i in inputs):
