@@ -260,10 +260,7 @@ class CompiledModule(torch.nn.Module):
         self._dtypes: Dict[str, Any] = {}  # IO name -> torch dtype, filled as calls need them
 
     def _on_device(self) -> Any:
-        """A context that makes the engine's GPU CUDA's current device (nothing where it is already)."""
-        if self.device_index is None or torch.cuda.current_device() == self.device_index:
-            return contextlib.nullcontext()
-        return torch.cuda.device(self.device_index)
+        return _on_gpu(self.device_index)
 
     def _dtype(self, name: str) -> Any:
         got = self._dtypes.get(name)
@@ -472,7 +469,7 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
         module = module.eval()
     with torch.no_grad():
         data = _export(module, inputs, names)
-    with _source_lines(data), (torch.cuda.device(index) if index is not None else contextlib.nullcontext()):
+    with _source_lines(data), _on_gpu(index):
         return _build(data, inputs, names, enabled_precisions, kind, builder_optimization_level, allow_tf32,
                       cuda_graphs)
 
@@ -490,9 +487,18 @@ def _parse_device(device: Any, where: str) -> Tuple[str, Optional[int]]:
 
 
 def _check_gpu(index: Optional[int], where: str) -> None:
-    count = torch.cuda.device_count() if index is not None else 0
-    if index is not None and index >= count:
+    if index is None:
+        return
+    count = torch.cuda.device_count()
+    if index >= count:
         raise InvalidArgumentError(f"{where}: device cuda:{index} does not exist: torch sees {count} CUDA device(s)")
+
+
+def _on_gpu(index: Optional[int]) -> Any:
+    """A context that makes GPU `index` CUDA's current device (nothing for None or where it is already)."""
+    if index is None or torch.cuda.current_device() == index:
+        return contextlib.nullcontext()
+    return torch.cuda.device(index)
 
 
 def _build(data: bytes, inputs: List[Input], names: List[str], enabled_precisions: Optional[Iterable[Any]],
@@ -555,7 +561,7 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, "torch.device"
             raise InvalidArgumentError(f"kiln.torch.load: '{path}' holds an engine built for {saved}; it cannot "
                                        f"load onto {device}")
         _check_gpu(index, "kiln.torch.load")
-        with torch.cuda.device(index) if index is not None else contextlib.nullcontext():
+        with _on_gpu(index):
             engine = _kiln.Engine.deserialize(f.read())
     names = [engine.io_tensor_name(i) for i in range(engine.num_io_tensors)]
     if sorted(names) != sorted(inputs + outputs):

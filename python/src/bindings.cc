@@ -506,7 +506,13 @@ class BoundContext {
       check(value_or_raise(backends::get_backend(engine_.device()))->synchronize(ctx_->stream()));
       return;
     }
-    check(stream ? ctx_->enqueue(stream) : ctx_->enqueue_on_default_stream());
+    check(enqueue_on(reinterpret_cast<uintptr_t>(stream)));
+  }
+
+  // Enqueues on a caller's stream handle: 0 is CUDA's legacy default stream (torch's default
+  // stream), fenced by enqueue_on_default_stream; any other handle is used as it is.
+  Status enqueue_on(uintptr_t stream) {
+    return stream ? ctx_->enqueue(reinterpret_cast<void*>(stream)) : ctx_->enqueue_on_default_stream();
   }
 
   // run(inputs): a dict of outputs. Inputs are a dict of name -> array, a list or tuple of arrays in
@@ -682,8 +688,7 @@ class BoundContext {
     Status status;
     {
       nb::gil_scoped_release release;
-      // A given stream 0 is CUDA's legacy default stream, fenced as execute_async_v3(0) is.
-      status = given && stream == 0 ? ctx_->enqueue_on_default_stream() : ctx_->enqueue(reinterpret_cast<void*>(stream));
+      status = enqueue_on(stream);  // without a given stream, `stream` is the context's own
       if (status.ok() && !given) status = backend->synchronize(reinterpret_cast<void*>(stream));
     }
     check(status);
