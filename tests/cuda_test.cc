@@ -931,6 +931,84 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
   }
 }
 
+// Keys that fit one tile run attention_short.cu's tensor-core kernel (Swin's windows: 49 tokens,
+// head size 32, a [1, heads, 49, 49] bias): head sizes 8 to 64 and Q's differing from V's, grouped
+// heads, a mask per head or per query, is_causal, more queries than one block takes (s 100 over 49
+// keys), and 64 keys against 65 (cuDNN), in FP16 and BF16 against the CPU reference.
+TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  struct Case {
+    int64_t hq, hk, d, dv;
+    const char* mask;  // "" none, "h": [1, hq, s, l], "q": [s, l]
+    int causal;
+    std::vector<std::pair<int64_t, int64_t>> sl;  // (s, l) pairs run
+  };
+  const std::vector<Case> cases = {
+      {3, 3, 32, 32, "h", 0, {{49, 49}, {1, 1}, {7, 7}, {64, 64}, {65, 65}}},
+      {4, 2, 8, 16, "", 1, {{49, 49}, {100, 49}, {16, 16}}},
+      {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
+      {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}},
+  };
+  for (const Case& c : cases) {
+    const std::string dt = "float32";
+    const std::string mt = std::string(c.mask) == "h" ? dt + "[1, " + std::to_string(c.hq) + ", s, l]"
+                           : std::string(c.mask) == "q" ? dt + "[s, l]" : "";
+    auto dims = [](int64_t a, const char* s2, int64_t b) {
+      return "[n, " + std::to_string(a) + ", " + s2 + ", " + std::to_string(b) + "]";
+    };
+    std::string text = "graph g(%q: " + dt + dims(c.hq, "s", c.d) + ", %k: " + dt + dims(c.hk, "l", c.d) +
+                       ", %v: " + dt + dims(c.hk, "l", c.dv) + (mt.empty() ? "" : ", %m: " + mt) + ") -> (%y: " + dt +
+                       dims(c.hq, "s", c.dv) + ") {\n  opset ai.onnx 23\n  %y: " + dt + dims(c.hq, "s", c.dv) +
+                       " = Attention(%q, %k, %v" + (mt.empty() ? "" : ", %m") + ") {is_causal=" +
+                       std::to_string(c.causal) + "}  # attn\n}\n";
+    const Network net = network_of(text);
+    auto build = [&](Device d, Precision p) {
+      BuilderConfig cfg = config_for(p);
+      OptimizationProfile prof;
+      EXPECT_TRUE(prof.set_dimensions("q", {1, c.hq, 1, c.d}, {2, c.hq, 49, c.d}, {2, c.hq, 100, c.d}).ok());
+      EXPECT_TRUE(prof.set_dimensions("k", {1, c.hk, 1, c.d}, {2, c.hk, 49, c.d}, {2, c.hk, 65, c.d}).ok());
+      EXPECT_TRUE(prof.set_dimensions("v", {1, c.hk, 1, c.dv}, {2, c.hk, 49, c.dv}, {2, c.hk, 65, c.dv}).ok());
+      if (std::string(c.mask) == "h") {
+        EXPECT_TRUE(prof.set_dimensions("m", {1, c.hq, 1, 1}, {1, c.hq, 49, 49}, {1, c.hq, 100, 65}).ok());
+      }
+      if (std::string(c.mask) == "q") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {49, 49}, {100, 65}).ok());
+      cfg.add_profile(prof);
+      return Builder(d).build(net, cfg);
+    };
+    auto cpu = build(Device::kCPU, Precision::kFp32);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    auto cpu_ctx = cpu->create_execution_context();
+    ASSERT_TRUE(cpu_ctx.ok());
+    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+      auto engine = build(Device::kCUDA, p);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      auto ctx = engine->create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      for (auto [s, l] : c.sl) {
+        const int64_t n = 2;
+        std::map<std::string, Tensor> in = {{"q", random_f32({n, c.hq, s, c.d}, 2000 + uint64_t(s))},
+                                            {"k", random_f32({n, c.hk, l, c.d}, 2100 + uint64_t(l))},
+                                            {"v", random_f32({n, c.hk, l, c.dv}, 2200 + uint64_t(l))}};
+        if (std::string(c.mask) == "h") in["m"] = random_f32({1, c.hq, s, l}, 2300);
+        if (std::string(c.mask) == "q") in["m"] = random_f32({s, l}, 2400);
+        auto want = (*cpu_ctx)->run(in);
+        auto got = (*ctx)->run(in);
+        ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+        ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
+        ErrorStats e = error_stats(got->at("y"), want->at("y"));
+        std::printf("[cuda] short Attention hq=%lld hk=%lld d=%lld dv=%lld mask=%s causal=%d %s s=%lld l=%lld: "
+                    "max abs %.3g, cosine %.7f, nan %lld\n",
+                    (long long)c.hq, (long long)c.hk, (long long)c.d, (long long)c.dv, *c.mask ? c.mask : "none",
+                    c.causal, precision_name(p), (long long)s, (long long)l, e.max_abs, e.cosine,
+                    (long long)count_nan(got->at("y")));
+        EXPECT_EQ(count_nan(got->at("y")), 0);
+        EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2) << text << " s=" << s << " l=" << l;
+        EXPECT_GE(e.cosine, 0.999) << text << " s=" << s << " l=" << l;
+      }
+    }
+  }
+}
+
 // enqueue_on_default_stream (TensorRT's enqueueV3(0); torch's default stream is stream 0): the run
 // starts after the work queued on stream 0 before it and the work queued there after it waits for
 // the run, though it executes on the context's own (non-blocking) stream. On stream 0, ~1 GB of

@@ -6,6 +6,7 @@
 //   Reshape(Reshape(x, s), t)              -> Reshape(x, t)   (t has no 0 to copy a dim by)
 //   Reshape(x, t) to x's own shape         -> x
 //   Cast(x) to x's own type                -> x
+//   Pad(x, all zeros)                      -> x
 //   Div(1, x)                              -> Reciprocal(x)
 //   Reshape(Transpose(Reshape(x, [L*, T..]), [0, p..]), [L.., T'..]) -> Transpose(x, [0.., p'..])
 //       leading dims merged, the rest permuted, the leading dims split again: the dynamo
@@ -121,6 +122,20 @@ std::vector<rw::Rule> make_rules() {
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      return alias(ctx, ctx.node(m.matched[0]).outputs[0], m.value("x"));
                    }});
+  // Pad by zeros on every side, whatever the mode (torchvision's Swin pads each block's input to
+  // whole windows, by nothing when the size divides).
+  // Pad(x, pads), with constant_value, and with axes too.
+  for (std::vector<Pat> in : {std::vector<Pat>{any("x"), any("pads")}, {any("x"), any("pads"), rw::optional()},
+                              {any("x"), any("pads"), rw::optional(), rw::optional()}}) {
+    rules.push_back({"identity_pad", op("Pad", std::move(in)), [](Context& ctx, const Match& m) -> StatusOr<bool> {
+                       const ir::Value& pads = ctx.value(m.value("pads"));
+                       if (!pads.constant) return false;
+                       for (int64_t i = 0; i < pads.constant->numel(); ++i) {
+                         if (pads.constant->int_at(i) != 0) return false;
+                       }
+                       return alias(ctx, ctx.node(m.matched[0]).outputs[0], m.value("x"));
+                     }});
+  }
   // Reshape(Transpose(Reshape(x, [prod(L), T..]), [0, p..]), [L.., T permuted]).
   rules.push_back(
       {"transpose_through_flatten",

@@ -46,6 +46,24 @@ PackedDims packed_dims(const PackedLayout& l, std::span<const int64_t> shape, in
 // attention.cu's kernel for a kiln::PackedAttention node.
 StatusOr<std::unique_ptr<Kernel>> make_packed_attention_kernel(const KernelQuery& q);
 
+// attention_short.cu: attention whose keys fit one tile (Swin's windows), on tensor cores.
+inline constexpr int64_t kShortAttentionKeys = 64, kShortAttentionHead = 64;
+struct ShortAttnArgs {
+  int64_t b = 0, hq = 0, hk = 0, s = 0, l = 0, d = 0, dv = 0;
+  int64_t st[4][3] = {};  // element strides of (batch, head, seq) of Q, K, V and Y; head dim 1
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* y = nullptr;
+  const void* mask = nullptr;  // additive, of Q's dtype, its last dim `l`
+  int64_t m[4] = {1, 1, 1, 1};  // the mask's dims broadcast to rank 4
+  float scale = 1.f;
+  bool causal = false;  // aligned top left
+};
+// Whether short_attention runs `a` for Q, K and V of dtype t (float16 or bfloat16) whose
+// elements are `element` bytes: at most kShortAttentionKeys keys, head sizes multiples of 8 up to
+// kShortAttentionHead, 16-byte aligned rows. The device must be sm_80 or later.
+bool short_attention_takes(const ShortAttnArgs& a, DType t, size_t element);
+Status short_attention(DType t, const ShortAttnArgs& a, cudaStream_t stream);
+
 // Attention on cuDNN's SDPA graph (attention_sdpa.cc): registered before attention.cu's kernel.
 void register_attention_sdpa(Registry& r);
 

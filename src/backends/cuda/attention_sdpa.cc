@@ -125,7 +125,15 @@ class SdpaKernel final : public CudaKernel {
         scale_(scale),
         causal_(causal),
         fallback_(std::move(fallback)),
-        packed_(packed) {}
+        packed_(packed) {
+    // attention_short.cu's tensor-core kernel for keys that fit one tile: sm_80 and later.
+    int device = 0, major = 0;
+    short_ok_ = cudaGetDevice(&device) == cudaSuccess &&
+                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+                    cudaSuccess &&
+                major >= 8;
+    (void)cudaGetLastError();
+  }
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &q = in[0], &k = in[1], &v = in[2], &y = out[0];
@@ -149,6 +157,20 @@ class SdpaKernel final : public CudaKernel {
     for (int i = 0; i < 3; ++i) {
       if (reinterpret_cast<uintptr_t>(ptr[i]) % 16 != 0) plain = false;
       for (int a = 0; a < 3; ++a) plain = plain && (p.st[i][a] * es) % 16 == 0;
+    }
+    if (plain && short_ok_) {
+      ShortAttnArgs sa;
+      sa.b = p.b, sa.hq = p.hq, sa.hk = p.hk, sa.s = p.s, sa.l = p.l, sa.d = p.d, sa.dv = p.dv;
+      for (int i = 0; i < 4; ++i) {
+        for (int x = 0; x < 3; ++x) sa.st[i][x] = p.st[i][x];
+      }
+      sa.q = ptr[0], sa.k = ptr[1], sa.v = ptr[2], sa.y = y.data;
+      if (mask) {
+        sa.mask = mask->data;
+        for (int x = 0; x < 4; ++x) sa.m[x] = p.m[x];
+      }
+      sa.scale = scale_, sa.causal = causal_;
+      if (short_attention_takes(sa, t_, size_t(es))) return short_attention(t_, sa, stream_);
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     std::shared_ptr<fe::graph::Graph> plan;
@@ -253,6 +275,7 @@ class SdpaKernel final : public CudaKernel {
   bool causal_;
   std::unique_ptr<Kernel> fallback_;
   std::optional<PackedLayout> packed_;
+  bool short_ok_ = false;
   std::map<std::vector<int64_t>, std::shared_ptr<fe::graph::Graph>> plans_;
   std::vector<std::vector<int64_t>> order_;
 };
