@@ -44,7 +44,7 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   builder::SupportsFn yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
                                const std::vector<const ir::Value*>&) { return true; };
   for (GraphPass pass : std::initializer_list<GraphPass>{builder::patchify_conv, builder::fuse_conv_activation, builder::fuse_norm,
-                    builder::fuse_rotary, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::pack_attention}) {
+                    builder::fuse_rotary, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::pack_attention, builder::gather_views}) {
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
   }
   if (std::getenv("KILN_FUSION_ALL")) {

@@ -49,6 +49,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"fuse_conv_activation", builder::fuse_conv_activation},
       {"unflatten_gemm", builder::unflatten_gemm},
       {"patchify_conv", builder::patchify_conv},
+      {"gather_views", builder::gather_views},
   };
   return kPasses;
 }

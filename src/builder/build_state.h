@@ -64,6 +64,7 @@ Status unflatten_gemm(BuildState& s);
 Status fuse_matmul_bias(BuildState& s);
 Status fuse_attention(BuildState& s);
 Status pack_attention(BuildState& s);
+Status gather_views(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
 Status fuse_elementwise(BuildState& s);
@@ -98,6 +99,7 @@ Status fuse_norm(ir::Graph* g, const SupportsFn& supports);
 Status fuse_rotary(ir::Graph* g, const SupportsFn& supports);
 Status fuse_squeeze_excite(ir::Graph* g, const SupportsFn& supports);
 Status unflatten_gemm(ir::Graph* g, const SupportsFn& supports);
+Status gather_views(ir::Graph* g, const SupportsFn& supports);
 Status patchify_conv(ir::Graph* g, const SupportsFn& supports);
 Status pack_attention(ir::Graph* g, const SupportsFn& supports);
 // What assign_layout converts to NHWC: by default the float16/bfloat16 convolutions, whose cuDNN

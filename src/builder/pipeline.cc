@@ -36,6 +36,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"unflatten_gemm", unflatten_gemm, kCuda},                 // Gemm on x.view(-1, K) -> MatMul
       {"fuse_matmul_bias", fuse_matmul_bias, kCuda},             // MatMul [+ bias] + activation
       {"pack_attention", pack_attention, kCuda},                 // FP16/BF16: its views read in place
+      {"gather_views", gather_views, kCuda},                     // copying view chains -> one Gather
       {"assign_precision", assign_precision, kCuda},             // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout, kCuda},                   // FP16/BF16 conv stacks in NHWC
       // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
