@@ -1,17 +1,19 @@
 // Pass gather_views: a chain of data-movement ops (Transpose, Concat, Slice, Reshape, Squeeze,
 // Unsqueeze, Flatten) from one tensor that copies the data more than once becomes one Gather of
-// rows. Swin's shifted windows are the case: torch.roll is two Slice/Slice/Concat steps and the
-// window partition a Reshape/Transpose/Reshape, so each shifted block copied its [B, H, W, C]
-// activation three times on the way into attention and three on the way out (the two Concats ran
-// at about 1.3 TB/s on an H200: 30 us each at batch 32 in stage 1, against 14 for a Transpose).
-// Whatever the chain, it moves whole rows of the source's last dim (or of a divisor of it) to fixed
-// places, the same in every batch row: so the pass runs the chain once at build time on the
-// positions of one batch row (and of two, to check that the second row's positions are the first's
-// plus one row), reads off which source row each output row comes from, and writes
+// rows. Swin is the case. torch.roll is two Slice/Slice/Concat steps and the window partition a
+// Reshape/Transpose/Reshape, so each shifted block copied its [B, H, W, C] activation seven times
+// on the way into attention and seven on the way out (every Slice and Concat is a copy; the
+// Concats ran at about 1.3 TB/s on an H200, 30 us each at batch 32 in stage 1). Each patch
+// merging's four strided slices and channel Concat copied seven times too (118 us in stage 1).
+// Whatever the chain, it moves whole rows of the source's last dim (or of a divisor of it) to
+// fixed places, the same in every batch row: so the pass runs the chain once at build time on the
+// positions of one batch row (and of two, to check that the second row's positions are the
+// first's plus one row), reads off which source row each output row comes from, and writes
 //   Reshape(Gather(Reshape(x, [batch, N/R, R]), rows, axis=1), the chain's output shape)
-// where the two Reshapes are views: one copy. A chain with at most one copy is left as it is (no
-// work saved), and so is one whose inner values other nodes read, whose source has a symbolic dim
-// other than its first, or whose rows would be under 8 elements (an element-wise gather).
+// where the two Reshapes are views: one copy. Left as they are: a chain with at most one copy
+// (Transpose, Concat or Slice: no work saved), one whose inner values other nodes read, one whose
+// source has a symbolic dim other than its first (a multiple of the batch), and one whose rows
+// would be under 8 elements (an element-wise gather).
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -201,7 +203,7 @@ int copies(const ir::Graph& g, const Chain& c) {
   int k = 0;
   for (int n : c.nodes) {
     const std::string& op = g.nodes[size_t(n)].op_type;
-    k += op == "Transpose" || op == "Concat";
+    k += op == "Transpose" || op == "Concat" || op == "Slice";
   }
   return k;
 }
