@@ -43,6 +43,11 @@ std::vector<int> data_inputs(const ir::Node& n) {
   return {n.inputs.empty() ? -1 : n.inputs[0]};
 }
 
+// The most elements a chain's tensors may have at the batch the pass runs it at (2): 32 MB of
+// positions each, a few alive at once (Swin-T's largest, stage 1 at batch 2, has 602,112; Swin-L's
+// 1,204,224; a 384-pixel Swin-B's 2,359,296).
+constexpr int64_t kMaxPositions = int64_t(1) << 22;
+
 // A tensor of positions (int64) with concrete dims.
 struct Positions {
   std::vector<int64_t> dims;
@@ -230,10 +235,15 @@ std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std:
   if (!src_dims) return std::nullopt;
   Positions src{*src_dims, {}};
   const int64_t n = std::accumulate(src_dims->begin(), src_dims->end(), int64_t(1), std::multiplies<>());
-  if (n > (int64_t(1) << 24)) return std::nullopt;  // a table this large would cost more than it saves
+  if (n > kMaxPositions) return std::nullopt;
   src.at.resize(size_t(n));
   std::iota(src.at.begin(), src.at.end(), int64_t(0));
   at[c.source] = std::move(src);
+  // Reads left of each value, so a value's positions are dropped after its last reader ran.
+  std::map<int, int> reads;
+  for (int idx : c.nodes) {
+    for (int v : data_inputs(g.nodes[size_t(idx)])) ++reads[v];
+  }
   for (int idx : c.nodes) {  // graph order is topological
     const ir::Node& node = g.nodes[size_t(idx)];
     std::vector<const Positions*> in;
@@ -245,7 +255,10 @@ std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std:
     auto dims = dims_at(g, node.outputs[0], sym, b);
     if (!dims) return std::nullopt;
     auto y = run(g, node, in, *dims);
-    if (!y) return std::nullopt;
+    if (!y || int64_t(y->at.size()) > kMaxPositions) return std::nullopt;
+    for (int v : data_inputs(node)) {
+      if (--reads[v] == 0) at.erase(v);
+    }
     at[node.outputs[0]] = std::move(*y);
   }
   return at[g.nodes[size_t(c.nodes.back())].outputs[0]];
