@@ -1,10 +1,12 @@
-// Pass gather_views: a chain of data-movement ops (Transpose, Concat, Slice, Reshape, Squeeze,
-// Unsqueeze, Flatten) from one tensor that copies the data more than once becomes one Gather of
-// rows. Swin is the case. torch.roll is two Slice/Slice/Concat steps and the window partition a
+// Pass gather_views: a chain of data-movement ops (Transpose, Concat, Slice, Gather by constant
+// indices, Reshape, Squeeze, Unsqueeze, Flatten) from one tensor that copies the data more than
+// once becomes one Gather of rows. Swin is the case. torch.roll is two Slice/Slice/Concat steps and the window partition a
 // Reshape/Transpose/Reshape, so each shifted block copied its [B, H, W, C] activation seven times
 // on the way into attention and seven on the way out (every Slice and Concat is a copy; the
 // Concats ran at about 1.3 TB/s on an H200, 30 us each at batch 32 in stage 1). Each patch
-// merging's four strided slices and channel Concat copied seven times too (118 us in stage 1).
+// merging's four strided slices and channel Concat copied seven times too (118 us in stage 1),
+// and each shifted window attention split its packed Q, K and V with a Transpose of the whole
+// projection and three Gathers (the Transpose 44 us in stage 1): now three Gathers alone.
 // Whatever the chain, it moves whole rows of the source's last dim (or of a divisor of it) to
 // fixed places, the same in every batch row: so the pass runs the chain once at build time on the
 // positions of one batch row (and of two, to check that the second row's positions are the
@@ -32,9 +34,15 @@ namespace {
 
 using ir::Dim;
 
-bool is_movement(const ir::Node& n) {
+// A Gather by constant indices (the split of a packed Q, K and V) moves data as the others do.
+bool is_movement(const ir::Graph& g, const ir::Node& n) {
   static const std::set<std::string> ops = {"Transpose", "Concat", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Flatten"};
-  return n.domain.empty() && ops.count(n.op_type) > 0;
+  if (!n.domain.empty()) return false;
+  if (n.op_type == "Gather") {
+    return n.inputs.size() == 2 && n.inputs[1] >= 0 && g.values[size_t(n.inputs[1])].constant &&
+           is_integer(g.values[size_t(n.inputs[1])].dtype);
+  }
+  return ops.count(n.op_type) > 0;
 }
 
 // The inputs of a movement node that carry data (the others are parameters: shapes, axes, starts).
@@ -130,6 +138,28 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
     }
     return y;
   }
+  if (n.op_type == "Gather") {
+    auto idx = ints_of(g, n.inputs[1]);
+    auto axis = n.attrs.get_int("axis", 0);
+    const int xr = int(x.dims.size());
+    if (!idx || !axis.ok() || xr < 1) return std::nullopt;
+    const int64_t a = *axis < 0 ? *axis + xr : *axis;
+    if (a < 0 || a >= xr) return std::nullopt;
+    const int64_t d = x.dims[size_t(a)], k = int64_t(idx->size());
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < a; ++i) outer *= x.dims[size_t(i)];
+    for (int64_t i = a + 1; i < xr; ++i) inner *= x.dims[size_t(i)];
+    if (outer * k * inner != numel) return std::nullopt;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t r = (*idx)[size_t(j)];
+        if (r < 0) r += d;
+        if (r < 0 || r >= d) return std::nullopt;
+        for (int64_t i = 0; i < inner; ++i) y.at[size_t((o * k + j) * inner + i)] = x.at[size_t((o * d + r) * inner + i)];
+      }
+    }
+    return y;
+  }
   if (n.op_type == "Concat") {
     auto axis = n.attrs.get_int("axis", 0);
     if (!axis.ok()) return std::nullopt;
@@ -156,14 +186,19 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
   return std::nullopt;
 }
 
-// A maximal chain ending at node `root`: its nodes in graph order and its one source value.
+// A maximal chain ending at node `root`: its nodes in graph order, its one source value, and the
+// nodes the rewrite removes. An inner value that other movement ops read too (the Transpose of a
+// packed Q, K and V that three Gathers split) stays in the chain but is kept, with what makes it,
+// for those other chains: each becomes a Gather from the source of its own, and the shared nodes
+// die with the last of them.
 struct Chain {
   std::vector<int> nodes;
+  std::vector<int> removed;
   int source = -1;
 };
 
 std::optional<Chain> chain_at(const ir::Graph& g, const rw::Uses& uses, int root) {
-  std::set<int> stop;  // values taken as the chain's edge: read outside it
+  std::set<int> stop;  // values taken as the chain's edge: read outside it by other ops
   for (int attempt = 0; attempt < 16; ++attempt) {
     std::set<int> nodes, leaves;
     std::vector<int> todo = {root};
@@ -175,20 +210,25 @@ std::optional<Chain> chain_at(const ir::Graph& g, const rw::Uses& uses, int root
       for (int v : data_inputs(g.nodes[size_t(n)])) {
         if (v < 0) return std::nullopt;
         const int p = g.values[size_t(v)].producer;
-        if (stop.count(v) || p < 0 || !is_movement(g.nodes[size_t(p)]) || uses.is_output(v)) {
+        if (stop.count(v) || p < 0 || !is_movement(g, g.nodes[size_t(p)]) || uses.is_output(v)) {
           leaves.insert(v);
         } else {
           todo.push_back(p);
         }
       }
     }
-    // An inner value read by a node outside the chain stays computed: the chain starts there.
+    // An inner value read outside the chain by anything but a movement op stays computed: the
+    // chain starts there.
     bool again = false;
+    std::set<int> kept;
     for (int n : nodes) {
       if (n == root) continue;
       const int v = g.nodes[size_t(n)].outputs[0];
       for (int r : uses.readers(v)) {
-        if (!nodes.count(r)) {
+        if (nodes.count(r)) continue;
+        if (is_movement(g, g.nodes[size_t(r)])) {
+          kept.insert(n);
+        } else {
           stop.insert(v);
           again = true;
         }
@@ -196,8 +236,19 @@ std::optional<Chain> chain_at(const ir::Graph& g, const rw::Uses& uses, int root
     }
     if (again) continue;
     if (leaves.size() != 1) return std::nullopt;
+    // What a kept node reads is kept too (graph order: producers first, so walk it backwards).
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      if (!kept.count(*it)) continue;
+      for (int v : data_inputs(g.nodes[size_t(*it)])) {
+        const int p = g.values[size_t(v)].producer;
+        if (p >= 0 && nodes.count(p)) kept.insert(p);
+      }
+    }
     Chain c;
     c.nodes.assign(nodes.begin(), nodes.end());
+    for (int n : c.nodes) {
+      if (!kept.count(n)) c.removed.push_back(n);
+    }
     c.source = *leaves.begin();
     return c;
   }
@@ -208,7 +259,7 @@ int copies(const ir::Graph& g, const Chain& c) {
   int k = 0;
   for (int n : c.nodes) {
     const std::string& op = g.nodes[size_t(n)].op_type;
-    k += op == "Transpose" || op == "Concat" || op == "Slice";
+    k += op == "Transpose" || op == "Concat" || op == "Slice" || op == "Gather";
   }
   return k;
 }
@@ -338,7 +389,7 @@ StatusOr<bool> rewrite(ir::Graph* g, const rw::Uses& uses, const SupportsFn& sup
   set_int(&gather, "axis", 1);
   ir::Node out = rw::make_node(*g, "Reshape", base + "_view", {gv, out_shape}, {y});
   rw::Context ctx{g, &uses, &supports};
-  return rw::replace_with(ctx, chain->nodes, {std::move(view), std::move(gather)}, std::move(out));
+  return rw::replace_with(ctx, chain->removed, {std::move(view), std::move(gather)}, std::move(out));
 }
 
 }  // namespace
@@ -347,11 +398,11 @@ Status gather_views(ir::Graph* g, const SupportsFn& supports) {
   rw::Uses uses(*g);
   for (size_t n = 0; n < g->nodes.size();) {
     const ir::Node& node = g->nodes[n++];
-    if (!is_movement(node) || node.outputs.size() != 1 || node.outputs[0] < 0) continue;
+    if (!is_movement(*g, node) || node.outputs.size() != 1 || node.outputs[0] < 0) continue;
     // The end of a chain: read by something that is not a movement op (or a graph output).
     const int v = node.outputs[0];
     bool end = uses.is_output(v);
-    for (int r : uses.readers(v)) end = end || !is_movement(g->nodes[size_t(r)]);
+    for (int r : uses.readers(v)) end = end || !is_movement(*g, g->nodes[size_t(r)]);
     if (!end) continue;
     KILN_ASSIGN_OR_RETURN(bool changed, rewrite(g, uses, supports, int(n - 1)));
     if (changed) {
