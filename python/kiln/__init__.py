@@ -16,7 +16,8 @@ kiln.Error subclasses, one per Status code. kiln.backend adapts kiln to onnx's b
 
 TensorRT 10's spellings work beside kiln's (kiln.trt: Logger, Runtime, OnnxParser, nptype, and
 Builder(logger).create_network/create_builder_config/build_serialized_network), and ONNX Runtime's
-InferenceSession is kiln.InferenceSession (kiln.session), with engines cached on disk.
+InferenceSession is kiln.InferenceSession (kiln.session), with engines cached on disk. kiln.serve's
+DynamicBatcher serves one engine to many callers, batching their requests to fit its profiles.
 """
 
 from ._kiln import (

@@ -1,0 +1,310 @@
+"""Serving one kiln engine to many callers: dynamic batching fitted to the engine's profiles.
+
+A ``DynamicBatcher`` owns an engine's execution contexts and a bounded queue. ``submit`` checks a
+request against the engine at once (a shape no profile holds is refused with the engine's own
+error, never queued), then queues it; worker threads form batches of requests whose shapes agree
+but for the batch dim, up to the largest batch a profile allows for that shape (and ``max_batch``),
+waiting at most ``wait_ms`` after the oldest request for more. The context picks the profile as
+Triton does: among those that hold the batch, the one whose opt shapes are nearest. Each caller
+gets exactly its own rows back: outputs are split along the batch dim in request order.
+
+A request can join a batch only where the engine says the batch dim is one: every input and output
+has the same symbol as its first dim and nowhere else (``Engine.tensor_symbolic_shape``). Other
+engines still serve, one request a run.
+
+    batcher = kiln.serve.DynamicBatcher(engine, max_batch=32, wait_ms=2, contexts=2)
+    future = batcher.submit({"x": x})          # concurrent.futures.Future
+    outputs = future.result()                   # {"out": array of x's batch}
+    batcher.close()
+
+The Ray Serve deployment (issue 40) runs one batcher per replica.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import re
+import threading
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _kiln
+from ._errors import Error, InvalidArgumentError
+
+__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "ServeStats"]
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class QueueFullError(Error):
+    """The batcher's queue holds ``queue_size`` requests already (HTTP 429)."""
+
+
+class BatchPlan:
+    """What an engine allows a batcher: its inputs and outputs, the batch symbol, the batch limits."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self.inputs = [n for n in names if engine.tensor_mode(n) == _kiln.TensorIOMode.INPUT]
+        self.outputs = [n for n in names if engine.tensor_mode(n) == _kiln.TensorIOMode.OUTPUT]
+        self.dtypes = {n: np.dtype(engine.tensor_dtype(n)) for n in self.inputs}
+        self.batch_symbol = self._batch_symbol()
+        self._checker = engine.create_execution_context()
+        self._check_lock = threading.Lock()
+
+    def _batch_symbol(self) -> str | None:
+        symbol = None
+        for name in self.inputs + self.outputs:
+            if self.engine.is_shape_inference_io(name):
+                return None
+            dims = self.engine.tensor_symbolic_shape(name)
+            if not dims or not _SYMBOL.fullmatch(dims[0]):
+                return None
+            if symbol is None:
+                symbol = dims[0]
+            if dims[0] != symbol:
+                return None
+            for d in dims[1:]:
+                if symbol in _SYMBOL.findall(d):
+                    return None
+        return symbol
+
+    def arrays(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The request's inputs as arrays of the engine's dtypes; refuses unknown or missing names."""
+        unknown = sorted(set(inputs) - set(self.inputs))
+        if unknown:
+            raise InvalidArgumentError(f"unknown input(s) {unknown}; the engine's inputs are {self.inputs}")
+        missing = [n for n in self.inputs if n not in inputs]
+        if missing:
+            raise InvalidArgumentError(f"missing input(s) {missing}; the engine's inputs are {self.inputs}")
+        out = {}
+        for name in self.inputs:
+            a = np.asarray(inputs[name])
+            if a.dtype != self.dtypes[name]:
+                if a.dtype.kind != self.dtypes[name].kind and not (a.dtype.kind in "iu" and self.dtypes[name].kind in "iuf"):
+                    raise InvalidArgumentError(f"input '{name}' is {a.dtype}, the engine takes {self.dtypes[name]}")
+                a = a.astype(self.dtypes[name])
+            out[name] = np.ascontiguousarray(a)
+        return out
+
+    def check(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Raises the engine's own error when no profile holds these shapes."""
+        with self._check_lock:
+            for name, a in arrays.items():
+                self._checker.set_input_shape(name, a.shape)
+            self._checker.infer_shapes()
+
+    def rows(self, arrays: Mapping[str, np.ndarray]) -> int:
+        """The request's batch rows (1 where the engine has no batch dim)."""
+        if self.batch_symbol is None:
+            return 1
+        return int(arrays[self.inputs[0]].shape[0]) if arrays[self.inputs[0]].ndim else 1
+
+    def key(self, arrays: Mapping[str, np.ndarray]) -> tuple | None:
+        """Requests of one key can share a batch; None: this one runs alone."""
+        if self.batch_symbol is None:
+            return None
+        shapes = []
+        for name in self.inputs:
+            a = arrays[name]
+            if a.ndim == 0 or a.shape[0] != arrays[self.inputs[0]].shape[0]:
+                return None
+            shapes.append(tuple(a.shape[1:]))
+        return tuple(shapes)
+
+    def max_batch(self, key: tuple) -> int:
+        """The largest batch any profile holds for requests of this key (each input's other dims)."""
+        best = 0
+        for p in range(self.engine.num_profiles):
+            limit = None
+            for name, rest in zip(self.inputs, key):
+                lo, _, hi = self.engine.profile_shape(name, p)
+                if len(lo) != len(rest) + 1 or any(not (a <= d <= b) for a, d, b in zip(lo[1:], rest, hi[1:])):
+                    limit = 0
+                    break
+                limit = hi[0] if limit is None else min(limit, hi[0])
+            best = max(best, limit or 0)
+        return best
+
+    def run(self, context: Any, batch: list[dict[str, np.ndarray]], sizes: list[int]) -> list[dict[str, np.ndarray]]:
+        """One run of the requests of `batch` stacked along the batch dim; each one's rows back."""
+        if len(batch) == 1:
+            return [context.run(batch[0])]
+        stacked = {n: np.concatenate([r[n] for r in batch], axis=0) for n in self.inputs}
+        outputs = context.run(stacked)
+        total = sum(sizes)
+        results: list[dict[str, np.ndarray]] = [{} for _ in batch]
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise Error(f"output '{name}' of shape {value.shape} does not have the batch's {total} rows")
+            start = 0
+            for i, n in enumerate(sizes):
+                results[i][name] = value[start:start + n]
+                start += n
+        return results
+
+
+class ServeStats:
+    """Counters of a batcher: requests, refusals, errors, and the batches it formed (rows: count)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.refused = 0
+        self.errors = 0
+        self.batches: collections.Counter[int] = collections.Counter()
+        self.queue_seconds = 0.0
+        self.compute_seconds = 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            formed = sum(self.batches.values())
+            return {
+                "requests": self.requests,
+                "refused": self.refused,
+                "errors": self.errors,
+                "batches": formed,
+                "batch_rows": dict(sorted(self.batches.items())),
+                "mean_batch_requests": (self.requests - self.refused - self.errors) / formed if formed else 0.0,
+                "queue_seconds": self.queue_seconds,
+                "compute_seconds": self.compute_seconds,
+            }
+
+
+class _Request:
+    __slots__ = ("arrays", "rows", "key", "future", "arrived")
+
+    def __init__(self, arrays, rows, key):
+        self.arrays = arrays
+        self.rows = rows
+        self.key = key
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.arrived = time.monotonic()
+
+
+class DynamicBatcher:
+    """Batches requests to one engine across ``contexts`` worker threads (one context each)."""
+
+    def __init__(self, engine: Any, *, max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1,
+                 queue_size: int = 1024):
+        if contexts < 1 or queue_size < 1 or wait_ms < 0 or (max_batch is not None and max_batch < 1):
+            raise InvalidArgumentError("contexts and queue_size must be at least 1, wait_ms at least 0, "
+                                       "max_batch at least 1")
+        self.plan = BatchPlan(engine)
+        self.max_batch = max_batch
+        self.wait = wait_ms / 1000.0
+        self.queue_size = queue_size
+        self.stats = ServeStats()
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._limits: dict[tuple, int] = {}
+        self._workers = [threading.Thread(target=self._work, args=(engine.create_execution_context(),),
+                                          name=f"kiln-serve-{i}", daemon=True) for i in range(contexts)]
+        for w in self._workers:
+            w.start()
+
+    def submit(self, inputs: Mapping[str, Any]) -> concurrent.futures.Future:
+        """Queues one request; refuses at once (raising) what no profile holds or a full queue."""
+        with self.stats.lock:
+            self.stats.requests += 1
+        try:
+            arrays = self.plan.arrays(inputs)
+            self.plan.check(arrays)
+        except Error:
+            with self.stats.lock:
+                self.stats.refused += 1
+            raise
+        key = self.plan.key(arrays)
+        request = _Request(arrays, self.plan.rows(arrays), key)
+        with self._cond:
+            if self._closed:
+                raise Error("the batcher is closed")
+            if len(self._queue) >= self.queue_size:
+                with self.stats.lock:
+                    self.stats.refused += 1
+                raise QueueFullError(f"the queue holds {self.queue_size} requests; try again later")
+            self._queue.append(request)
+            self._cond.notify()
+        return request.future
+
+    def run(self, inputs: Mapping[str, Any], timeout: float | None = None) -> dict[str, np.ndarray]:
+        """submit, then wait for the answer."""
+        return self.submit(inputs).result(timeout)
+
+    def close(self) -> None:
+        """Stops taking requests, answers every queued one, and joins the workers."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for w in self._workers:
+            w.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _limit(self, key: tuple | None) -> int:
+        if key is None:
+            return 1
+        if key not in self._limits:
+            limit = self.plan.max_batch(key)
+            self._limits[key] = max(1, min(limit, self.max_batch) if self.max_batch else limit)
+        return self._limits[key]
+
+    def _take(self) -> list[_Request] | None:
+        """The next batch: the oldest request and the later ones of its key that fit, once the batch
+        is full or the oldest has waited `wait`; None when closed and empty."""
+        with self._cond:
+            while True:
+                if not self._queue:
+                    if self._closed:
+                        return None
+                    self._cond.wait()
+                    continue
+                first = self._queue[0]
+                limit = self._limit(first.key)
+                # The oldest always goes, even with more rows than max_batch (a profile holds it).
+                rows, batch = first.rows, [first]
+                if first.key is not None:
+                    for r in itertools.islice(self._queue, 1, None):
+                        if rows >= limit:
+                            break
+                        if r.key == first.key and rows + r.rows <= limit:
+                            batch.append(r)
+                            rows += r.rows
+                waited = time.monotonic() - first.arrived
+                if rows >= limit or waited >= self.wait or self._closed or first.key is None:
+                    for r in batch:
+                        self._queue.remove(r)
+                    return batch
+                self._cond.wait(self.wait - waited)
+
+    def _work(self, context: Any) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            start = time.monotonic()
+            try:
+                results = self.plan.run(context, [r.arrays for r in batch], [r.rows for r in batch])
+            except BaseException as e:  # noqa: BLE001 (every caller of the batch gets the error)
+                with self.stats.lock:
+                    self.stats.errors += len(batch)
+                for r in batch:
+                    r.future.set_exception(e)
+                continue
+            done = time.monotonic()
+            with self.stats.lock:
+                self.stats.batches[sum(r.rows for r in batch)] += 1
+                self.stats.compute_seconds += done - start
+                self.stats.queue_seconds += sum(start - r.arrived for r in batch)
+            for r, out in zip(batch, results):
+                r.future.set_result(out)

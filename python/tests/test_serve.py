@@ -1,0 +1,89 @@
+# kiln.serve.DynamicBatcher on the shared testmod_linear (x: [batch_size, seq_len, 16], batch 1..10):
+# batches form across callers, each caller gets exactly its rows (equal to a direct run of its own
+# input), and what no profile holds, malformed requests and a full queue are refused at once.
+import concurrent.futures
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.serve
+from conftest import built_engine, require_models
+
+
+def test_concurrent_callers_share_batches_and_get_their_own_rows():
+    require_models()
+    engine = built_engine("testmod_linear")
+    direct = engine.create_execution_context()
+    rng = np.random.default_rng(40)
+    requests = [rng.uniform(-1, 1, (1 + i % 4, (3, 5)[i % 2], 16)).astype(np.float32) for i in range(240)]
+    expected = [direct.run({"x": x})["cat"] for x in requests]
+    answers = [None] * len(requests)
+    with kiln.serve.DynamicBatcher(engine, wait_ms=5, contexts=2) as batcher:
+        assert batcher.plan.batch_symbol == "batch_size"
+
+        def client(c):
+            for i in range(c, len(requests), 16):
+                answers[i] = batcher.submit({"x": requests[i]}).result(timeout=60)["cat"]
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(client, range(16)))
+        stats = batcher.stats.snapshot()
+    for i, (got, want) in enumerate(zip(answers, expected)):
+        assert got.shape == want.shape, i
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"request {i}")
+    assert stats["requests"] == 240 and stats["refused"] == 0 and stats["errors"] == 0
+    # Batches of one shape only, never past the profile's 10 rows, and several callers per batch.
+    assert max(stats["batch_rows"]) <= 10
+    assert stats["mean_batch_requests"] > 1.5, stats
+
+
+def test_refusals_name_what_was_wrong():
+    require_models()
+    engine = built_engine("testmod_linear")
+    with kiln.serve.DynamicBatcher(engine) as batcher:
+        with pytest.raises(kiln.InvalidArgumentError, match=r"dim 0 \(batch_size\) = 11 is outside the range \[1, 10\]"):
+            batcher.submit({"x": np.zeros((11, 2, 16), np.float32)})
+        with pytest.raises(kiln.InvalidArgumentError, match=r"unknown input\(s\) \['y'\]"):
+            batcher.submit({"x": np.zeros((1, 2, 16), np.float32), "y": np.zeros(1)})
+        with pytest.raises(kiln.InvalidArgumentError, match=r"missing input\(s\) \['x'\]"):
+            batcher.submit({})
+        with pytest.raises(kiln.InvalidArgumentError, match="is bool, the engine takes float32"):
+            batcher.submit({"x": np.zeros((1, 2, 16), bool)})
+        with pytest.raises(kiln.InvalidArgumentError, match="dim 2"):
+            batcher.submit({"x": np.zeros((1, 2, 17), np.float32)})
+        assert batcher.stats.snapshot()["refused"] == 5
+        # The batcher still serves after refusals.
+        assert batcher.run({"x": np.ones((2, 2, 16), np.float32)}, timeout=30)["cat"].shape == (2, 3, 8)
+
+
+def test_a_full_queue_refuses_and_close_answers_what_was_queued():
+    require_models()
+    engine = built_engine("testmod_linear")
+    # A long wait: the worker holds the oldest request back for more, so the queue stays full.
+    batcher = kiln.serve.DynamicBatcher(engine, wait_ms=60_000, queue_size=2)
+    x = np.ones((1, 4, 16), np.float32)
+    first, second = batcher.submit({"x": x}), batcher.submit({"x": x})
+    with pytest.raises(kiln.serve.QueueFullError, match="the queue holds 2 requests"):
+        batcher.submit({"x": x})
+    closer = threading.Thread(target=batcher.close)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    want = engine.create_execution_context().run({"x": x})["cat"]
+    for f in (first, second):
+        np.testing.assert_allclose(f.result(timeout=1)["cat"], want, rtol=1e-6, atol=1e-6)
+    assert batcher.stats.snapshot()["batch_rows"] == {2: 1}  # the two formed one batch
+    with pytest.raises(kiln.Error, match="closed"):
+        batcher.submit({"x": x})
+
+
+def test_a_request_larger_than_max_batch_runs_alone():
+    require_models()
+    engine = built_engine("testmod_linear")
+    x = np.random.default_rng(1).uniform(-1, 1, (7, 3, 16)).astype(np.float32)
+    with kiln.serve.DynamicBatcher(engine, max_batch=2) as batcher:
+        got = batcher.run({"x": x}, timeout=30)["cat"]
+        assert batcher.plan.max_batch(((3, 16),)) == 10
+    np.testing.assert_allclose(got, engine.create_execution_context().run({"x": x})["cat"], rtol=1e-6, atol=1e-6)
