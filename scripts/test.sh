@@ -15,8 +15,9 @@ if [ -f build/onnx-tests/summary.txt ]; then echo "ONNX backend tests:"; cat bui
 # The Python package as a newcomer installs it (the README's quickest path to the CLI): a fresh
 # venv, `pip install .` with pip's default build isolation (pyproject.toml declares every build
 # requirement), then the wheel's `kiln` command. It builds in build-python-*/ through the same ccache
-# as the C++ build above (mostly hits). Then the pinned test requirements (requirements.txt, and
-# requirements-torch.txt for kiln.torch) and the pytest suite, in that venv.
+# as the C++ build above (mostly hits). Then the pinned test requirements (requirements.txt,
+# requirements-torch.txt for kiln.torch, requirements-serve.txt for kiln.serve on Ray) and the
+# pytest suite, in that venv.
 venv=build/venv
 rm -rf "$venv"
 python3 -m venv "$venv"
@@ -26,4 +27,6 @@ echo "fresh venv: pip install . && kiln --help: ok ($("$venv/bin/kiln" --version
 "$venv/bin/pip" install -q --disable-pip-version-check -r requirements.txt
 # kiln.torch's tests (the package's [torch] extra, pinned): torch, torchvision, onnxscript.
 "$venv/bin/pip" install -q --disable-pip-version-check -r requirements-torch.txt
+# kiln.serve's Ray Serve tests (the package's [serve] extra, pinned): ray[serve].
+"$venv/bin/pip" install -q --disable-pip-version-check -r requirements-serve.txt
 "$venv/bin/python" -m pytest -q -rs python/tests

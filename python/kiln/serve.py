@@ -17,7 +17,13 @@ engines still serve, one request a run.
     outputs = future.result()                   # {"out": array of x's batch}
     batcher.close()
 
-The Ray Serve deployment (issue 40) runs one batcher per replica.
+On Ray Serve (``pip install kiln[serve]``), ``deployment`` makes an application whose replicas
+each load the engine once and run a batcher: Python handles (``await handle.infer.remote(inputs)``)
+and HTTP POSTs of JSON, KServe v2 JSON, .npy or .npz bodies, answered in kind.
+
+    from ray import serve
+    handle = serve.run(kiln.serve.deployment("model.kiln", replicas=2, max_batch=32))
+    outputs = handle.infer.remote({"x": x}).result()
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ import numpy as np
 from . import _kiln
 from ._errors import Error, InvalidArgumentError
 
-__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "ServeStats"]
+__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "ServeStats", "decode_request", "deployment",
+           "encode_response"]
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -308,3 +315,147 @@ class DynamicBatcher:
                 self.stats.queue_seconds += sum(start - r.arrived for r in batch)
             for r, out in zip(batch, results):
                 r.future.set_result(out)
+
+
+# ---- Ray Serve ----
+
+_V2_TYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+             "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
+             "FP32": np.float32, "FP64": np.float64}
+_V2_NAMES = {np.dtype(t): n for n, t in _V2_TYPES.items()}
+
+
+def decode_request(body: bytes, content_type: str) -> tuple[dict[str, np.ndarray], str]:
+    """The inputs of an HTTP body and the form to answer in: "v2" (KServe v2 / Triton JSON:
+    {"inputs": [{"name", "shape", "datatype", "data"}]}), "json" ({"inputs": {name: nested lists}}),
+    "npy" (one input, numpy's .npy) or "npz" (named arrays, numpy's .npz). Raises
+    InvalidArgumentError naming what is malformed."""
+    import io
+    import json
+
+    kind = content_type.split(";")[0].strip().lower()
+    try:
+        if kind in ("application/x-npy", "application/npy"):
+            return {"": np.load(io.BytesIO(body), allow_pickle=False)}, "npy"
+        if kind in ("application/x-npz", "application/npz", "application/octet-stream"):
+            with np.load(io.BytesIO(body), allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}, "npz"
+        doc = json.loads(body)
+    except Exception as e:  # noqa: BLE001 (numpy and json raise many types for a bad body)
+        raise InvalidArgumentError(f"the request body is not valid {kind or 'JSON'}: {e}") from None
+    if not isinstance(doc, dict) or "inputs" not in doc:
+        raise InvalidArgumentError('a JSON request is {"inputs": {name: values}} or KServe v2\'s {"inputs": [...]}')
+    inputs = doc["inputs"]
+    if isinstance(inputs, dict):
+        try:
+            return {str(k): np.asarray(v) for k, v in inputs.items()}, "json"
+        except Exception as e:  # noqa: BLE001
+            raise InvalidArgumentError(f"an input is not a rectangular array: {e}") from None
+    if not isinstance(inputs, list):
+        raise InvalidArgumentError('"inputs" must be an object of arrays or a KServe v2 list')
+    out = {}
+    for i, t in enumerate(inputs):
+        if not isinstance(t, dict) or not {"name", "shape", "datatype", "data"} <= set(t):
+            raise InvalidArgumentError(f"inputs[{i}] needs name, shape, datatype and data (KServe v2)")
+        if t["datatype"] not in _V2_TYPES:
+            raise InvalidArgumentError(f"inputs[{i}] ('{t['name']}'): datatype {t['datatype']!r} is not one of {sorted(_V2_TYPES)}")
+        try:
+            shape = [int(d) for d in t["shape"]]
+            a = np.asarray(t["data"], dtype=_V2_TYPES[t["datatype"]])
+            out[str(t["name"])] = a.reshape(shape)
+        except Exception as e:  # noqa: BLE001
+            raise InvalidArgumentError(f"inputs[{i}] ('{t.get('name')}'): {e}") from None
+    return out, "v2"
+
+
+def encode_response(outputs: Mapping[str, np.ndarray], form: str) -> tuple[bytes, str]:
+    """The body and content type of an answer in the request's form."""
+    import io
+    import json
+
+    if form == "npy" and len(outputs) == 1:
+        buf = io.BytesIO()
+        np.save(buf, next(iter(outputs.values())), allow_pickle=False)
+        return buf.getvalue(), "application/x-npy"
+    if form in ("npy", "npz"):
+        buf = io.BytesIO()
+        np.savez(buf, **outputs)
+        return buf.getvalue(), "application/x-npz"
+    if form == "v2":
+        doc = {"outputs": [{"name": n, "shape": list(a.shape), "datatype": _V2_NAMES.get(a.dtype, str(a.dtype)),
+                            "data": a.reshape(-1).tolist()} for n, a in outputs.items()]}
+    else:
+        doc = {"outputs": {n: a.tolist() for n, a in outputs.items()}}
+    return json.dumps(doc).encode(), "application/json"
+
+
+class Replica:
+    """One serving replica: the engine loaded once, a DynamicBatcher over its contexts, HTTP and
+    Python entry points. Ray Serve runs it as a deployment (``deployment()``); it also runs alone."""
+
+    def __init__(self, engine: Any, *, max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1,
+                 queue_size: int = 1024):
+        from ._kiln import Engine
+
+        if isinstance(engine, (bytes, bytearray, memoryview)):
+            engine = Engine.deserialize(bytes(engine))
+        elif not isinstance(engine, Engine):
+            engine = Engine.load(str(engine))
+        self.batcher = DynamicBatcher(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts,
+                                      queue_size=queue_size)
+
+    async def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The Python handle's call: ``await handle.infer.remote({"x": array})``."""
+        import asyncio
+
+        return await asyncio.wrap_future(self.batcher.submit(inputs))
+
+    async def __call__(self, request: Any) -> Any:
+        """HTTP: POST a body decode_request reads; 400 for a malformed request or shape, 429 when
+        the queue is full, 503 once closed, 500 for an error while running."""
+        from starlette.responses import JSONResponse, Response
+
+        try:
+            if request.method != "POST":
+                return JSONResponse({"error": "POST the inputs (JSON, KServe v2 JSON, .npy or .npz)"}, status_code=405)
+            inputs, form = decode_request(await request.body(), request.headers.get("content-type", "application/json"))
+            if form == "npy":
+                if len(self.batcher.plan.inputs) != 1:
+                    raise InvalidArgumentError(f"a .npy body holds one input; the engine takes {self.batcher.plan.inputs}")
+                inputs = {self.batcher.plan.inputs[0]: inputs[""]}
+            outputs = await self.infer(inputs)
+        except QueueFullError as e:
+            return JSONResponse({"error": str(e)}, status_code=429)
+        except InvalidArgumentError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        except Error as e:
+            return JSONResponse({"error": str(e)}, status_code=503 if "closed" in str(e) else 500)
+        body, content_type = encode_response(outputs, form)
+        return Response(body, media_type=content_type)
+
+    def stats(self) -> dict[str, Any]:
+        return self.batcher.stats.snapshot()
+
+    def check_health(self) -> None:
+        """Ray Serve's health check: every worker thread alive."""
+        if not all(w.is_alive() for w in self.batcher._workers):
+            raise RuntimeError("a kiln worker thread has stopped")
+
+
+def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus_per_replica: float = 0,
+               max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1, queue_size: int = 1024):
+    """A Ray Serve application serving `engine` (a path every node reads, or the engine file's
+    bytes, which Ray keeps in its object store): ``serve.run(kiln.serve.deployment("m.kiln"))``.
+    replicas: a count, or "auto" (Ray's autoscaling, 1 to 8 replicas by queued requests)."""
+    from ray import serve
+
+    options: dict[str, Any] = {"name": name, "max_ongoing_requests": queue_size,
+                               "ray_actor_options": {"num_gpus": gpus_per_replica, "num_cpus": 1}}
+    if replicas == "auto":
+        options["autoscaling_config"] = {"min_replicas": 1, "max_replicas": 8, "target_ongoing_requests": 2 * (max_batch or 8)}
+    else:
+        if int(replicas) < 1:
+            raise InvalidArgumentError(f"replicas must be at least 1 or 'auto', not {replicas!r}")
+        options["num_replicas"] = int(replicas)
+    cls = serve.deployment(**options)(Replica)
+    return cls.bind(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts, queue_size=queue_size)
