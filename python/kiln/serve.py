@@ -459,3 +459,121 @@ def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus
         options["num_replicas"] = int(replicas)
     cls = serve.deployment(**options)(Replica)
     return cls.bind(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts, queue_size=queue_size)
+
+
+# ---- kiln serve ----
+
+_USAGE = """usage: kiln serve (--loadEngine=m.kiln | --onnx=m.onnx [kiln build flags]) [--replicas=N|auto]
+                  [--gpusPerReplica=G] [--maxBatch=B] [--batchWaitMs=T] [--contexts=C] [--queueSize=Q]
+                  [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln] [--address=RAY_ADDRESS]
+                  [--duration=SECONDS]
+
+Serves an engine on Ray Serve: starts a local Ray cluster (or joins --address), deploys the replicas
+and answers HTTP POSTs on http://HOST:PORT/ROUTE (JSON, KServe v2 JSON, .npy or .npz bodies) until
+interrupted (or for --duration seconds). With --onnx, `kiln build` makes the engine first from the
+build flags given (--minShapes/--optShapes/--maxShapes, --fp16, ...)."""
+
+
+def _kiln_binary() -> str:
+    import os
+    import shutil
+    from pathlib import Path
+
+    packaged = Path(__file__).resolve().parent / "bin" / "kiln"
+    if packaged.is_file():
+        return str(packaged)
+    found = os.environ.get("KILN_BINARY") or shutil.which("kiln")
+    if not found:
+        raise InvalidArgumentError("--onnx needs the kiln command-line tool to build the engine (not found)")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`kiln serve` (and `python -m kiln.serve`): returns the exit status (0 ok, 1 failure, 2 usage)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(_USAGE)
+        return 0
+    own = {"loadEngine": None, "onnx": None, "replicas": "1", "gpusPerReplica": "0", "maxBatch": None,
+           "batchWaitMs": "2", "contexts": "1", "queueSize": "1024", "host": "127.0.0.1", "port": "8000",
+           "route": "/", "name": "kiln", "address": None, "duration": None}
+    build_flags = []
+    for a in args:
+        key, eq, value = a[2:].partition("=")
+        if not a.startswith("--") or (key in own and not eq):
+            sys.stderr.write(f"kiln serve: '{a}' is not a flag this command takes (--name=value)\n\n{_USAGE}\n")
+            return 2
+        if key in own:
+            own[key] = value
+        else:
+            build_flags.append(a)  # for kiln build, which checks it
+    if (own["loadEngine"] is None) == (own["onnx"] is None):
+        sys.stderr.write(f"kiln serve: give --loadEngine or --onnx (one of them)\n\n{_USAGE}\n")
+        return 2
+    if build_flags and own["onnx"] is None:
+        sys.stderr.write(f"kiln serve: {build_flags[0]} is a build flag; it needs --onnx\n\n{_USAGE}\n")
+        return 2
+    try:
+        numbers = {k: float(own[k]) for k in ("gpusPerReplica", "batchWaitMs")}
+        ints = {k: int(own[k]) for k in ("contexts", "queueSize", "port") if own[k] is not None}
+        max_batch = int(own["maxBatch"]) if own["maxBatch"] else None
+        duration = float(own["duration"]) if own["duration"] else None
+        replicas = own["replicas"] if own["replicas"] == "auto" else int(own["replicas"])
+    except ValueError as e:
+        sys.stderr.write(f"kiln serve: a number flag has a value that is not a number: {e}\n")
+        return 2
+    if not 0 < ints["port"] < 65536:
+        sys.stderr.write(f"kiln serve: --port={ints['port']} is not a port (1..65535)\n")
+        return 2
+    engine = own["loadEngine"]
+    try:
+        if engine is None:
+            tmp = tempfile.mkdtemp(prefix="kiln-serve-")
+            engine = os.path.join(tmp, "engine.kiln")
+            cmd = [_kiln_binary(), "build", f"--onnx={own['onnx']}", f"--saveEngine={engine}", *build_flags]
+            print("kiln serve: building:", " ".join(cmd), flush=True)
+            if subprocess.run(cmd).returncode != 0:
+                sys.stderr.write("kiln serve: kiln build failed (above)\n")
+                return 1
+        # The engine is checked here, before Ray starts: a bad file fails fast with its reason.
+        from ._kiln import Engine
+
+        Engine.load(engine)
+        import ray
+        from ray import serve
+
+        ray.init(address=own["address"], include_dashboard=False, logging_level="ERROR")
+        serve.start(http_options={"host": own["host"], "port": ints["port"]})
+        app = deployment(engine, name=own["name"], replicas=replicas, gpus_per_replica=numbers["gpusPerReplica"],
+                         max_batch=max_batch, wait_ms=numbers["batchWaitMs"], contexts=ints["contexts"],
+                         queue_size=ints["queueSize"])
+        serve.run(app, name=own["name"], route_prefix=own["route"])
+        print(f"kiln serve: {own['name']} on http://{own['host']}:{ints['port']}{own['route']} "
+              f"({replicas} replica(s)); Ctrl-C stops", flush=True)
+        # Ctrl-C and SIGTERM stop serving cleanly (installed after Ray's own handlers).
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        deadline = None if duration is None else time.monotonic() + duration
+        while not stop.wait(0.2) and (deadline is None or time.monotonic() < deadline):
+            pass
+        print("kiln serve: stopping", flush=True)
+        serve.shutdown()
+        ray.shutdown()
+        return 0
+    except ImportError as e:
+        sys.stderr.write(f"kiln serve: Ray Serve is not installed ({e}); pip install 'kiln[serve]'\n")
+        return 1
+    except Error as e:
+        sys.stderr.write(f"kiln serve: error: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

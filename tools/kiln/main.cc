@@ -1,9 +1,14 @@
 // kiln: the command-line tool. trtexec's spellings for build/run/bench, polygraphy's habits for
 // compare; every subcommand parses flags, calls the public API, and prints.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "plan/plan.h"
@@ -31,6 +36,8 @@ constexpr const char* kUsage =
     "  bench     time an engine: latency percentiles and throughput\n"
     "  inspect   describe a model (and what kiln does not support) or an engine\n"
     "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
+    "  serve     serve an engine on Ray Serve (the Python package's kiln.serve):  kiln serve \\\n"
+    "              --loadEngine=m.kiln --replicas=2 --maxBatch=32 --port=8000\n"
     "\n"
     "kiln COMMAND --help shows a command's flags; kiln help-flags, what kiln does with each\n"
     "trtexec flag. Exit status: 0 ok, 1 failure, 2 bad command line, 3 internal error.\n";
@@ -66,6 +73,23 @@ int dispatch(int argc, char** argv) {
   if (command == "bench") return bench_command(rest);
   if (command == "inspect") return inspect_command(rest);
   if (command == "compare") return compare_command(rest);
+  if (command == "serve") {
+    // Serving runs on Ray Serve, in Python: the Python that installed kiln (the wheel's `kiln`
+    // sets KILN_PYTHON), else python3 from PATH.
+    const char* env = std::getenv("KILN_PYTHON");
+    const std::string python = env && *env ? env : "python3";
+    std::vector<char*> args = {const_cast<char*>(python.c_str()), const_cast<char*>("-m"),
+                               const_cast<char*>("kiln.serve")};
+    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    std::fflush(stdout);
+    execvp(python.c_str(), args.data());
+    std::fprintf(stderr,
+                 "kiln serve: error: could not start %s (%s); kiln serve runs kiln.serve from the "
+                 "Python package: pip install '.[serve]'\n",
+                 python.c_str(), std::strerror(errno));
+    return kExitFail;
+  }
   if (command == "help-flags") {
     // Hidden: the flag table, for scripts/gen_flags_doc.sh (docs/trtexec_flags.md) and for users
     // who ask what kiln does with a trtexec flag.
