@@ -434,7 +434,10 @@ class Replica:
         return Response(body, media_type=content_type)
 
     def stats(self) -> dict[str, Any]:
-        return self.batcher.stats.snapshot()
+        """The batcher's counters, and this replica's process id (a replica Ray restarts has another)."""
+        import os
+
+        return {**self.batcher.stats.snapshot(), "pid": os.getpid()}
 
     def check_health(self) -> None:
         """Ray Serve's health check: every worker thread alive."""

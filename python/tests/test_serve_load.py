@@ -1,0 +1,48 @@
+# scripts/serve_load_test.py against a 2-replica Ray Serve deployment of the shared testmod_linear
+# (built for batch 1..64): 2,000 requests from 32 concurrent clients with 1..8 rows, each answer
+# equal to the direct run; then the same with one replica killed mid-run (Ray Serve starts another,
+# the requests it held are retried): nothing lost, nothing answered twice.
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import kiln
+from conftest import model_path, require_models
+
+pytest.importorskip("ray", reason="Ray Serve is not installed (pip install -r requirements-serve.txt)")
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "serve_load_test.py"
+
+
+@pytest.fixture(scope="module")
+def engine_file(tmp_path_factory):
+    require_models()
+    network = kiln.onnx.parse_file(model_path("testmod_linear"))
+    config = kiln.BuilderConfig()
+    profile = kiln.OptimizationProfile()
+    profile.set_dimensions("x", (1, 1, 16), (8, 4, 16), (64, 10, 16))
+    config.add_profile(profile)
+    path = tmp_path_factory.mktemp("load") / "linear64.kiln"
+    kiln.Builder(kiln.Device.CPU).build(network, config).save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("kill", [0, 600], ids=["steady", "replica_killed"])
+def test_load_loses_nothing(engine_file, tmp_path, kill):
+    out = tmp_path / "summary.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), f"--loadEngine={engine_file}", "--replicas=2", "--requests=2000",
+                        "--clients=32", "--maxRows=8", "--batchWaitMs=10", f"--killReplicaAfter={kill}",
+                        "--timeout=900", f"--json={out}"], capture_output=True, text=True, timeout=1200)
+    summary = json.loads(out.read_text()) if out.exists() else {}
+    print(r.stdout[-2000:])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert summary["answered"] == 2000 and summary["lost"] == 0 and summary["wrong"] == 0
+    assert summary["answered_twice"] == 0 and summary["refused"] == 0
+    rows = summary["batch_rows"]
+    mean_rows = sum(int(k) * v for k, v in rows.items()) / sum(rows.values())
+    assert mean_rows > 2, rows
+    assert summary["mean_requests_per_batch"] > 1, summary
+    if kill:
+        assert summary["killed_replica"].startswith("SERVE_REPLICA::"), summary
