@@ -93,7 +93,9 @@ class BatchPlan:
         for name in self.inputs:
             a = np.asarray(inputs[name])
             if a.dtype != self.dtypes[name]:
-                if a.dtype.kind != self.dtypes[name].kind and not (a.dtype.kind in "iu" and self.dtypes[name].kind in "iuf"):
+                want = self.dtypes[name]
+                numeric_to_float = a.dtype.kind in "iuf" and (want.kind == "f" or want.name == "bfloat16")
+                if a.dtype.kind != want.kind and not numeric_to_float and not (a.dtype.kind in "iu" and want.kind in "iu"):
                     raise InvalidArgumentError(f"input '{name}' is {a.dtype}, the engine takes {self.dtypes[name]}")
                 a = a.astype(self.dtypes[name])
             out[name] = np.ascontiguousarray(a)
