@@ -41,7 +41,7 @@ import numpy as np
 from . import _kiln
 from ._errors import Error, InvalidArgumentError
 
-__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "ServeStats", "decode_request", "deployment",
+__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "RequestTimeoutError", "ServeStats", "decode_request", "deployment",
            "encode_response"]
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,6 +49,10 @@ _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 class QueueFullError(Error):
     """The batcher's queue holds ``queue_size`` requests already (HTTP 429)."""
+
+
+class RequestTimeoutError(Error):
+    """A request waited in the queue past its timeout and was dropped unrun (HTTP 504)."""
 
 
 class BatchPlan:
@@ -159,13 +163,15 @@ class BatchPlan:
 
 
 class ServeStats:
-    """Counters of a batcher: requests, refusals, errors, and the batches it formed (rows: count)."""
+    """Counters of a batcher: requests, refusals, errors, requests dropped unrun (past their timeout
+    or cancelled), and the batches it formed (rows: count)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.requests = 0
         self.refused = 0
         self.errors = 0
+        self.dropped = 0
         self.batches: collections.Counter[int] = collections.Counter()
         self.queue_seconds = 0.0
         self.compute_seconds = 0.0
@@ -177,23 +183,26 @@ class ServeStats:
                 "requests": self.requests,
                 "refused": self.refused,
                 "errors": self.errors,
+                "dropped": self.dropped,
                 "batches": formed,
                 "batch_rows": dict(sorted(self.batches.items())),
-                "mean_batch_requests": (self.requests - self.refused - self.errors) / formed if formed else 0.0,
+                "mean_batch_requests": (self.requests - self.refused - self.errors - self.dropped) / formed
+                if formed else 0.0,
                 "queue_seconds": self.queue_seconds,
                 "compute_seconds": self.compute_seconds,
             }
 
 
 class _Request:
-    __slots__ = ("arrays", "rows", "key", "future", "arrived")
+    __slots__ = ("arrays", "rows", "key", "future", "arrived", "deadline")
 
-    def __init__(self, arrays, rows, key):
+    def __init__(self, arrays, rows, key, timeout):
         self.arrays = arrays
         self.rows = rows
         self.key = key
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.arrived = time.monotonic()
+        self.deadline = None if timeout is None else self.arrived + timeout
 
 
 class DynamicBatcher:
@@ -218,8 +227,12 @@ class DynamicBatcher:
         for w in self._workers:
             w.start()
 
-    def submit(self, inputs: Mapping[str, Any]) -> concurrent.futures.Future:
-        """Queues one request; refuses at once (raising) what no profile holds or a full queue."""
+    def submit(self, inputs: Mapping[str, Any], timeout: float | None = None) -> concurrent.futures.Future:
+        """Queues one request; refuses at once (raising) what no profile holds or a full queue. A
+        request still queued `timeout` seconds later is dropped (RequestTimeoutError), and so is
+        one whose future the caller cancelled; a request already running is answered."""
+        if timeout is not None and not timeout > 0:
+            raise InvalidArgumentError(f"timeout must be positive seconds, not {timeout!r}")
         with self.stats.lock:
             self.stats.requests += 1
         try:
@@ -230,7 +243,7 @@ class DynamicBatcher:
                 self.stats.refused += 1
             raise
         key = self.plan.key(arrays)
-        request = _Request(arrays, self.plan.rows(arrays), key)
+        request = _Request(arrays, self.plan.rows(arrays), key, timeout)
         with self._cond:
             if self._closed:
                 raise Error("the batcher is closed")
@@ -243,8 +256,8 @@ class DynamicBatcher:
         return request.future
 
     def run(self, inputs: Mapping[str, Any], timeout: float | None = None) -> dict[str, np.ndarray]:
-        """submit, then wait for the answer."""
-        return self.submit(inputs).result(timeout)
+        """submit, then wait for the answer (a queue timeout of `timeout` too)."""
+        return self.submit(inputs, timeout).result(timeout)
 
     def close(self) -> None:
         """Stops taking requests, answers every queued one, and joins the workers."""
@@ -278,6 +291,9 @@ class DynamicBatcher:
                         return None
                     self._cond.wait()
                     continue
+                self._drop_expired()
+                if not self._queue:
+                    continue
                 first = self._queue[0]
                 limit = self._limit(first.key)
                 # The oldest always goes, even with more rows than max_batch (a profile holds it).
@@ -293,14 +309,31 @@ class DynamicBatcher:
                 if rows >= limit or waited >= self.wait or self._closed or first.key is None:
                     for r in batch:
                         self._queue.remove(r)
-                    return batch
-                self._cond.wait(self.wait - waited)
+                    # A caller that cancelled since keeps its cancellation; the rest are running.
+                    return [r for r in batch if r.future.set_running_or_notify_cancel()]
+                # Wake for the batch's wait or the first queued deadline, whichever comes first.
+                now = time.monotonic()
+                wake = min([self.wait - waited] + [r.deadline - now for r in self._queue if r.deadline is not None])
+                self._cond.wait(max(wake, 0.0))
+
+    def _drop_expired(self) -> None:
+        """Drops queued requests past their deadline or cancelled (under the lock)."""
+        now = time.monotonic()
+        for r in [r for r in self._queue if r.future.cancelled() or (r.deadline is not None and now >= r.deadline)]:
+            self._queue.remove(r)
+            with self.stats.lock:
+                self.stats.dropped += 1
+            if not r.future.cancelled():
+                r.future.set_exception(RequestTimeoutError(
+                    f"the request waited {now - r.arrived:.3f} s in the queue, past its timeout; it did not run"))
 
     def _work(self, context: Any) -> None:
         while True:
             batch = self._take()
             if batch is None:
                 return
+            if not batch:  # every request of it was cancelled
+                continue
             start = time.monotonic()
             try:
                 results = self.plan.run(context, [r.arrays for r in batch], [r.rows for r in batch])
@@ -406,15 +439,18 @@ class Replica:
         self.batcher = DynamicBatcher(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts,
                                       queue_size=queue_size)
 
-    async def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The Python handle's call: ``await handle.infer.remote({"x": array})``."""
+    async def infer(self, inputs: Mapping[str, Any], timeout_ms: float | None = None) -> dict[str, np.ndarray]:
+        """The Python handle's call: ``handle.infer.remote({"x": array}).result()``; a request still
+        queued after timeout_ms is dropped unrun (RequestTimeoutError)."""
         import asyncio
 
-        return await asyncio.wrap_future(self.batcher.submit(inputs))
+        timeout = None if timeout_ms is None else timeout_ms / 1000.0
+        return await asyncio.wrap_future(self.batcher.submit(inputs, timeout))
 
     async def __call__(self, request: Any) -> Any:
-        """HTTP: POST a body decode_request reads; 400 for a malformed request or shape, 429 when
-        the queue is full, 503 once closed, 500 for an error while running."""
+        """HTTP: POST a body decode_request reads (header X-Kiln-Timeout-Ms: the most it may wait
+        queued); 400 for a malformed request or shape, 429 when the queue is full, 504 past its
+        timeout, 503 once closed, 500 for an error while running."""
         from starlette.responses import JSONResponse, Response
 
         try:
@@ -425,9 +461,16 @@ class Replica:
                 if len(self.batcher.plan.inputs) != 1:
                     raise InvalidArgumentError(f"a .npy body holds one input; the engine takes {self.batcher.plan.inputs}")
                 inputs = {self.batcher.plan.inputs[0]: inputs[""]}
-            outputs = await self.infer(inputs)
+            header = request.headers.get("x-kiln-timeout-ms")
+            try:
+                timeout_ms = None if header is None else float(header)
+            except ValueError:
+                raise InvalidArgumentError(f"X-Kiln-Timeout-Ms: {header!r} is not a number of milliseconds") from None
+            outputs = await self.infer(inputs, timeout_ms)
         except QueueFullError as e:
             return JSONResponse({"error": str(e)}, status_code=429)
+        except RequestTimeoutError as e:
+            return JSONResponse({"error": str(e)}, status_code=504)
         except InvalidArgumentError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         except Error as e:

@@ -87,3 +87,23 @@ def test_a_request_larger_than_max_batch_runs_alone():
         got = batcher.run({"x": x}, timeout=30)["cat"]
         assert batcher.plan.max_batch(((3, 16),)) == 10
     np.testing.assert_allclose(got, engine.create_execution_context().run({"x": x})["cat"], rtol=1e-6, atol=1e-6)
+
+
+def test_queued_requests_past_their_timeout_or_cancelled_are_dropped_unrun():
+    require_models()
+    engine = built_engine("testmod_linear")
+    batcher = kiln.serve.DynamicBatcher(engine, wait_ms=60_000)  # holds the oldest back for more
+    x = np.ones((1, 4, 16), np.float32)
+    late = batcher.submit({"x": x}, timeout=0.2)
+    with pytest.raises(kiln.serve.RequestTimeoutError, match="past its timeout; it did not run"):
+        late.result(timeout=30)
+    cancelled = batcher.submit({"x": x})
+    assert cancelled.cancel()
+    kept = batcher.submit({"x": x})
+    with pytest.raises(kiln.InvalidArgumentError, match="timeout must be positive"):
+        batcher.submit({"x": x}, timeout=0)
+    batcher.close()  # answers what is still queued
+    np.testing.assert_allclose(kept.result(timeout=1)["cat"], engine.create_execution_context().run({"x": x})["cat"],
+                               rtol=1e-6, atol=1e-6)
+    stats = batcher.stats.snapshot()
+    assert stats["dropped"] == 2 and stats["batch_rows"] == {1: 1}, stats
