@@ -597,6 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         from ray import serve
 
         ray.init(address=own["address"], include_dashboard=False, logging_level="ERROR")
+        # Ctrl-C and SIGTERM stop serving cleanly, also while the deployment starts (installed
+        # after ray.init, which sets handlers of its own).
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         serve.start(http_options={"host": own["host"], "port": ints["port"]})
         app = deployment(engine, name=own["name"], replicas=replicas, gpus_per_replica=numbers["gpusPerReplica"],
                          max_batch=max_batch, wait_ms=numbers["batchWaitMs"], contexts=ints["contexts"],
@@ -604,10 +609,6 @@ def main(argv: list[str] | None = None) -> int:
         serve.run(app, name=own["name"], route_prefix=own["route"])
         print(f"kiln serve: {own['name']} on http://{own['host']}:{ints['port']}{own['route']} "
               f"({replicas} replica(s)); Ctrl-C stops", flush=True)
-        # Ctrl-C and SIGTERM stop serving cleanly (installed after Ray's own handlers).
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         deadline = None if duration is None else time.monotonic() + duration
         while not stop.wait(0.2) and (deadline is None or time.monotonic() < deadline):
             pass
