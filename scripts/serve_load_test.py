@@ -39,6 +39,8 @@ def parse_args(argv):
     p.add_argument("--maxBatch", type=int, default=32)
     p.add_argument("--batchWaitMs", type=float, default=2.0)
     p.add_argument("--killReplicaAfter", type=int, default=0)
+    p.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (a local multi-node cluster); "
+                   "the replicas spread over them, one a node")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the whole load may take")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the summary here")
@@ -114,11 +116,26 @@ def main(argv=None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray.init(num_cpus=max(4, args.replicas + 2), include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    cluster = None
+    if args.nodes > 1:
+        # Ray's local multi-node cluster: a head and more raylets of their own resources, one machine.
+        from ray.cluster_utils import Cluster
+
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+        for _ in range(args.nodes - 1):
+            cluster.add_node(num_cpus=2)
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        cluster.wait_for_nodes()
+    else:
+        ray.init(num_cpus=max(4, args.replicas + 2), include_dashboard=False, logging_level="ERROR",
+                 log_to_driver=False)
+    # One HTTP proxy (on the head): every node of a local cluster has the same address.
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     name = "loadtest"
     handle = serve.run(kiln.serve.deployment(args.loadEngine, name=name, replicas=args.replicas, max_batch=args.maxBatch,
-                                             wait_ms=args.batchWaitMs), name=name, route_prefix="/" + name)
+                                             wait_ms=args.batchWaitMs,
+                                             max_replicas_per_node=1 if args.nodes > 1 else None),
+                       name=name, route_prefix="/" + name)
     url = f"http://127.0.0.1:{port}/{name}"
 
     answers = collections.Counter()
@@ -167,12 +184,13 @@ def main(argv=None):
     elapsed = time.monotonic() - t_start
 
     # Each replica's counters (the handle routes the calls among them; one report per process).
-    stats, formed, batched, pids = collections.Counter(), 0, 0, set()
+    stats, formed, batched, pids, nodes = collections.Counter(), 0, 0, set(), set()
     for _ in range(8 * args.replicas):
         s = handle.stats.remote().result(timeout_s=30)
         if s["pid"] in pids:
             continue
         pids.add(s["pid"])
+        nodes.add(s["node"])
         for rows, count in s["batch_rows"].items():
             stats[int(rows)] += count
         formed += s["batches"]
@@ -185,7 +203,7 @@ def main(argv=None):
         "throughput_rps": round(len(answers) / elapsed, 1) if elapsed else 0.0,
         "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3), "p90": round(float(np.percentile(lat, 90)), 3),
                        "p99": round(float(np.percentile(lat, 99)), 3)},
-        "replicas_reporting": len(pids), "batches": formed, "batch_rows": dict(sorted(stats.items())),
+        "replicas_reporting": len(pids), "replica_nodes": len(nodes), "batches": formed, "batch_rows": dict(sorted(stats.items())),
         "mean_requests_per_batch": round(batched / formed, 2) if formed else 0.0,
     }
     print(f"requests {summary['requests']}: answered {summary['answered']}, refused {summary['refused']}, "
@@ -193,7 +211,8 @@ def main(argv=None):
           f"wrong {summary['wrong']}" + (f"; killed {killed[0]}" if killed[0] else ""))
     print(f"throughput {summary['throughput_rps']} requests/s over {summary['seconds']} s; latency ms p50 "
           f"{summary['latency_ms']['p50']} p90 {summary['latency_ms']['p90']} p99 {summary['latency_ms']['p99']}")
-    print(f"batches formed by the {len(pids)} replicas now running (rows: count): {summary['batch_rows']}; "
+    print(f"batches formed by the {len(pids)} replicas now running, on {len(nodes)} node(s) (rows: count): "
+          f"{summary['batch_rows']}; "
           f"mean requests per batch {summary['mean_requests_per_batch']}")
     for i, status, err in refused[:5]:
         print(f"refused request {i}: {status} {err}")
@@ -202,6 +221,8 @@ def main(argv=None):
             json.dump(summary, f, indent=1)
     serve.shutdown()
     ray.shutdown()
+    if cluster is not None:
+        cluster.shutdown()
     bad = summary["lost"] or summary["wrong"] or summary["answered_twice"] or summary["refused"]
     return 1 if bad else 0
 

@@ -479,10 +479,18 @@ class Replica:
         return Response(body, media_type=content_type)
 
     def stats(self) -> dict[str, Any]:
-        """The batcher's counters, and this replica's process id (a replica Ray restarts has another)."""
+        """The batcher's counters, this replica's process id (a replica Ray restarts has another) and
+        its Ray node."""
         import os
 
-        return {**self.batcher.stats.snapshot(), "pid": os.getpid()}
+        node = None
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 (outside Ray: no node)
+            pass
+        return {**self.batcher.stats.snapshot(), "pid": os.getpid(), "node": node}
 
     def check_health(self) -> None:
         """Ray Serve's health check: every worker thread alive."""
@@ -491,14 +499,18 @@ class Replica:
 
 
 def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus_per_replica: float = 0,
-               max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1, queue_size: int = 1024):
+               max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1, queue_size: int = 1024,
+               max_replicas_per_node: int | None = None):
     """A Ray Serve application serving `engine` (a path every node reads, or the engine file's
     bytes, which Ray keeps in its object store): ``serve.run(kiln.serve.deployment("m.kiln"))``.
-    replicas: a count, or "auto" (Ray's autoscaling, 1 to 8 replicas by queued requests)."""
+    replicas: a count, or "auto" (Ray's autoscaling, 1 to 8 replicas by queued requests);
+    max_replicas_per_node spreads them over the cluster's nodes."""
     from ray import serve
 
     options: dict[str, Any] = {"name": name, "max_ongoing_requests": queue_size,
                                "ray_actor_options": {"num_gpus": gpus_per_replica, "num_cpus": 1}}
+    if max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = int(max_replicas_per_node)
     if replicas == "auto":
         options["autoscaling_config"] = {"min_replicas": 1, "max_replicas": 8, "target_ongoing_requests": 2 * (max_batch or 8)}
     else:
