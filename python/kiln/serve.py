@@ -41,8 +41,8 @@ import numpy as np
 from . import _kiln
 from ._errors import Error, InvalidArgumentError
 
-__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "RequestTimeoutError", "ServeStats", "decode_request", "deployment",
-           "encode_response"]
+__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "RequestTimeoutError", "ServeStats",
+           "decode_request", "deployment", "encode_response", "main"]
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -69,6 +69,8 @@ class BatchPlan:
         self._check_lock = threading.Lock()
 
     def _batch_symbol(self) -> str | None:
+        if not self.inputs:
+            return None
         symbol = None
         for name in self.inputs + self.outputs:
             if self.engine.is_shape_inference_io(name):
@@ -246,6 +248,8 @@ class DynamicBatcher:
         request = _Request(arrays, self.plan.rows(arrays), key, timeout)
         with self._cond:
             if self._closed:
+                with self.stats.lock:
+                    self.stats.refused += 1
                 raise Error("the batcher is closed")
             if len(self._queue) >= self.queue_size:
                 with self.stats.lock:

@@ -62,6 +62,16 @@ struct Positions {
   std::vector<int64_t> at;
 };
 
+// The elements of `dims`, or -1 past kMaxPositions (no overflow on the way).
+int64_t bounded_numel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > kMaxPositions / d)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
 std::vector<int64_t> strides_of(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
@@ -81,7 +91,8 @@ std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, int v) {
 std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::vector<const Positions*>& in,
                              const std::vector<int64_t>& out_dims) {
   const Positions& x = *in[0];
-  const int64_t numel = std::accumulate(out_dims.begin(), out_dims.end(), int64_t(1), std::multiplies<>());
+  const int64_t numel = bounded_numel(out_dims);
+  if (numel < 0) return std::nullopt;
   Positions y{out_dims, std::vector<int64_t>(size_t(numel))};
   const int rank = int(out_dims.size());
   if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" || n.op_type == "Flatten") {
@@ -285,8 +296,8 @@ std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std:
   auto src_dims = dims_at(g, c.source, sym, b);
   if (!src_dims) return std::nullopt;
   Positions src{*src_dims, {}};
-  const int64_t n = std::accumulate(src_dims->begin(), src_dims->end(), int64_t(1), std::multiplies<>());
-  if (n > kMaxPositions) return std::nullopt;
+  const int64_t n = bounded_numel(*src_dims);
+  if (n < 0) return std::nullopt;
   src.at.resize(size_t(n));
   std::iota(src.at.begin(), src.at.end(), int64_t(0));
   at[c.source] = std::move(src);
@@ -306,7 +317,7 @@ std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std:
     auto dims = dims_at(g, node.outputs[0], sym, b);
     if (!dims) return std::nullopt;
     auto y = run(g, node, in, *dims);
-    if (!y || int64_t(y->at.size()) > kMaxPositions) return std::nullopt;
+    if (!y) return std::nullopt;
     for (int v : data_inputs(node)) {
       if (--reads[v] == 0) at.erase(v);
     }
