@@ -2,13 +2,16 @@
 """Load test of an engine served by kiln.serve on Ray Serve, on loopback, bounded in requests and time.
 
   python3 scripts/serve_load_test.py --loadEngine=m.kiln [--replicas=2] [--requests=2000] [--clients=32]
-      [--maxRows=8] [--maxBatch=32] [--batchWaitMs=2] [--killReplicaAfter=N] [--timeout=600] [--json=F]
+      [--maxRows=8] [--maxBatch=32] [--batchWaitMs=2] [--via=http|handle] [--nodes=1] [--killReplicaAfter=N]
+      [--timeout=600] [--json=F]
 
 Starts a local Ray cluster and deploys the engine (`kiln.serve.deployment`), then `--clients`
-threads POST `--requests` requests in all (.npz bodies) with 1..maxRows batch rows and, where the
-profile lets a dim vary, two shapes. Every answer is checked against a direct
+threads send `--requests` requests in all (HTTP POSTs of .npz bodies, or with --via=handle Python
+DeploymentHandle calls) with 1..maxRows batch rows and, where the profile lets a dim vary, two
+shapes. Every answer is checked against a direct
 `ExecutionContext.run` of the same input in this process. A request that fails for a reason a
-replica's death explains (5xx, a dropped connection) is retried, at most 5 times. With
+replica's death explains (5xx, a dropped connection, a handle's actor error) is retried, at most
+5 times. With
 --killReplicaAfter=N, one replica is killed once N requests are answered; Ray Serve starts another.
 Prints requests sent, answered, refused, lost, retried and answered twice; throughput; p50/p90/p99
 latency; the batches the replicas formed. Exits 1 if any request is lost, wrong or answered twice.
@@ -39,6 +42,8 @@ def parse_args(argv):
     p.add_argument("--maxBatch", type=int, default=32)
     p.add_argument("--batchWaitMs", type=float, default=2.0)
     p.add_argument("--killReplicaAfter", type=int, default=0)
+    p.add_argument("--via", choices=("http", "handle"), default="http",
+                   help="HTTP POSTs of .npz bodies through Ray's proxy, or Python DeploymentHandle calls")
     p.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (a local multi-node cluster); "
                    "the replicas spread over them, one a node")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the whole load may take")
@@ -89,6 +94,23 @@ def post_npz(url, inputs, timeout):
         return e.code, None, e.read().decode(errors="replace")
     except (urllib.error.URLError, ConnectionError, OSError) as e:
         return None, None, str(e)
+
+
+def call_handle(handle, inputs):
+    """post_npz's (status, outputs, error) for a DeploymentHandle call: 400/429/504 for the
+    request's own refusals, None for a failure a replica's death explains."""
+    import kiln.serve
+
+    try:
+        return 200, handle.infer.remote(inputs).result(timeout_s=60), None
+    except kiln.serve.QueueFullError as e:
+        return 429, None, str(e)
+    except kiln.serve.RequestTimeoutError as e:
+        return 504, None, str(e)
+    except kiln.InvalidArgumentError as e:
+        return 400, None, str(e)
+    except Exception as e:  # noqa: BLE001 (Ray's errors for a replica that died)
+        return None, None, f"{type(e).__name__}: {e}"
 
 
 def kill_one_replica(app_name):
@@ -152,7 +174,10 @@ def main(argv=None):
             if time.monotonic() > deadline:
                 break
             t0 = time.monotonic()
-            status, out, err = post_npz(url, requests[i], timeout=60)
+            if args.via == "http":
+                status, out, err = post_npz(url, requests[i], timeout=60)
+            else:
+                status, out, err = call_handle(handle, requests[i])
             if status == 200:
                 ok = set(out) == set(expected[i]) and all(
                     out[k].shape == expected[i][k].shape and np.allclose(out[k], expected[i][k], rtol=1e-5, atol=1e-5)

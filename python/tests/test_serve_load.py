@@ -2,7 +2,8 @@
 # (built for batch 1..64): 2,000 requests from 32 concurrent clients with 1..8 rows, each answer
 # equal to the direct run; then the same with one replica killed mid-run (Ray Serve starts another,
 # the requests it held are retried): nothing lost, nothing answered twice; and the same on Ray's
-# local two-node cluster (a second raylet on this machine), one replica on each node.
+# local two-node cluster (a second raylet on this machine), one replica on each node; and through
+# Python DeploymentHandles with a replica killed.
 import json
 import pathlib
 import subprocess
@@ -30,11 +31,12 @@ def engine_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("kill, nodes", [(0, 1), (600, 1), (0, 2)], ids=["steady", "replica_killed", "two_nodes"])
-def test_load_loses_nothing(engine_file, tmp_path, kill, nodes):
+@pytest.mark.parametrize("kill, nodes, via", [(0, 1, "http"), (600, 1, "http"), (0, 2, "http"), (600, 1, "handle")],
+                         ids=["steady", "replica_killed", "two_nodes", "handles_replica_killed"])
+def test_load_loses_nothing(engine_file, tmp_path, kill, nodes, via):
     out = tmp_path / "summary.json"
     r = subprocess.run([sys.executable, str(SCRIPT), f"--loadEngine={engine_file}", "--replicas=2", "--requests=2000",
-                        "--clients=32", "--maxRows=8", "--batchWaitMs=10", f"--killReplicaAfter={kill}", f"--nodes={nodes}",
+                        "--clients=32", "--maxRows=8", "--batchWaitMs=10", f"--killReplicaAfter={kill}", f"--nodes={nodes}", f"--via={via}",
                         "--timeout=900", f"--json={out}"], capture_output=True, text=True, timeout=1200)
     summary = json.loads(out.read_text()) if out.exists() else {}
     print(r.stdout[-2000:])
