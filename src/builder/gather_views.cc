@@ -78,14 +78,6 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& dims) {
   return s;
 }
 
-std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, int v) {
-  if (v < 0 || !g.values[size_t(v)].constant) return std::nullopt;
-  const Tensor& t = *g.values[size_t(v)].constant;
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t.int_at(i));
-  return out;
-}
-
 // Node n run on positions: `in` are its data inputs', `out_dims` its output's dims. nullopt for a
 // form this evaluator does not take (the pass then leaves the chain alone).
 std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::vector<const Positions*>& in,
@@ -116,9 +108,7 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
     return y;
   }
   if (n.op_type == "Slice") {
-    auto starts = ints_of(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
-    auto axes = n.inputs.size() > 3 && n.inputs[3] >= 0 ? ints_of(g, n.inputs[3]) : std::optional<std::vector<int64_t>>{};
-    auto steps = n.inputs.size() > 4 && n.inputs[4] >= 0 ? ints_of(g, n.inputs[4]) : std::optional<std::vector<int64_t>>{};
+    auto starts = ints_of(g, n, 1), axes = ints_of(g, n, 3), steps = ints_of(g, n, 4);
     if (!starts || int(x.dims.size()) != rank || (n.inputs.size() > 3 && n.inputs[3] >= 0 && !axes) ||
         (n.inputs.size() > 4 && n.inputs[4] >= 0 && !steps)) {
       return std::nullopt;
@@ -150,7 +140,7 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
     return y;
   }
   if (n.op_type == "Gather") {
-    auto idx = ints_of(g, n.inputs[1]);
+    auto idx = ints_of(g, n, 1);
     auto axis = n.attrs.get_int("axis", 0);
     const int xr = int(x.dims.size());
     if (!idx || !axis.ok() || xr < 1) return std::nullopt;

@@ -81,6 +81,16 @@ inline std::optional<float> other_constant(const ir::Graph& g, const ir::Node& n
   return std::nullopt;
 }
 
+// The int64 elements of constant integer input i of n; nullopt when absent or not such a constant.
+inline std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, const ir::Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
+  const ir::Value& v = g.values[size_t(n.inputs[i])];
+  if (!v.constant || !is_integer(v.constant->dtype())) return std::nullopt;
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < v.constant->numel(); ++k) out.push_back(v.constant->int_at(k));
+  return out;
+}
+
 // A Transpose's permutation (ONNX's default reverses the axes); nullopt when unreadable or not of
 // its input's rank.
 inline std::optional<std::vector<int64_t>> perm_of(const ir::Graph& g, const ir::Node& t) {

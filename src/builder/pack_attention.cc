@@ -143,16 +143,6 @@ std::optional<View> reshape(const View& in, const Dims& shape, Sampler& sm) {
   return out;
 }
 
-// The int64 elements of constant input i of n.
-std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, const ir::Node& n, size_t i) {
-  if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
-  const ir::Value& v = g.values[size_t(n.inputs[i])];
-  if (!v.constant || !is_integer(v.constant->dtype())) return std::nullopt;
-  std::vector<int64_t> out;
-  for (int64_t k = 0; k < v.constant->numel(); ++k) out.push_back(v.constant->int_at(k));
-  return out;
-}
-
 // A plain dim of the view and its constant extent (for index arithmetic), or nullopt.
 std::optional<int64_t> plain_extent(const View& v, size_t axis) {
   if (axis >= v.dims.size() || v.dims[axis].size() != 1 || !v.dims[axis][0].extent.is_const()) {

@@ -17,9 +17,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -27,55 +29,37 @@ namespace {
 constexpr int kRows = 64;  // query rows a block takes (4 warps of 16)
 constexpr int kPad = 8;    // elements after each shared row: fragment loads free of bank conflicts
 
+// Two floats rounded to T (float16 or bfloat16), packed as one fragment register.
 template <typename T>
-struct Mma;
-template <>
-struct Mma<__half> {
-  __device__ static uint32_t pack(float lo, float hi) {
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
-  }
-  __device__ static void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-  }
-};
-template <>
-struct Mma<__nv_bfloat16> {
-  __device__ static uint32_t pack(float lo, float hi) {
+  } else {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
   }
-  __device__ static void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-  }
-};
+}
 
+// c += a * b on one m16n8k16 tile of T inputs with float accumulators (sm_80 and later).
+#define KILN_MMA_M16N8K16(TYPE)                                                                  \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, "     \
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                       \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __half>) {
+    KILN_MMA_M16N8K16("f16");
+  } else {
+    KILN_MMA_M16N8K16("bf16");
+  }
+#else
+  __trap();
+#endif
 }
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
+#undef KILN_MMA_M16N8K16
 
 __device__ __forceinline__ uint32_t word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
@@ -134,7 +118,7 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
     for (int n = 0; n < kKeyTiles; ++n) {
       if (n < key_tiles) {
         const T* kb = ks + (n * 8 + g) * kLd + kc * 16 + 2 * t;
-        Mma<T>::run(s[n], af, word(kb), word(kb + 8));
+        mma<T>(s[n], af, word(kb), word(kb + 8));
       }
     }
   }
@@ -155,7 +139,7 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
       const int64_t i = q0 + r0 + g + 8 * half;  // the query's index in the sequence
       float bias = neg_inf;
       if (n < key_tiles && j < keys && i < a.s) {
-        bias = mask ? to_float(mask[(mrow + (m[2] == 1 ? 0 : i)) * m[3] + j]) : 0.f;
+        bias = mask ? DNum<T>::load(mask[(mrow + (m[2] == 1 ? 0 : i)) * m[3] + j]) : 0.f;
         if (a.causal && j > i) bias = neg_inf;
       }
       open[half] = open[half] || bias != neg_inf;
@@ -194,14 +178,14 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
 #pragma unroll
   for (int kc = 0; kc < kRows / 16; ++kc) {
     if (kc * 2 < key_tiles) {
-      const uint32_t pf[4] = {Mma<T>::pack(s[2 * kc][0], s[2 * kc][1]),
-                              Mma<T>::pack(s[2 * kc][2], s[2 * kc][3]),
-                              Mma<T>::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                              Mma<T>::pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const uint32_t pf[4] = {pack2<T>(s[2 * kc][0], s[2 * kc][1]),
+                              pack2<T>(s[2 * kc][2], s[2 * kc][3]),
+                              pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                              pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
         const T* vb = vt + (n * 8 + g) * kLdt + kc * 16 + 2 * t;
-        Mma<T>::run(acc[n], pf, word(vb), word(vb + 8));
+        mma<T>(acc[n], pf, word(vb), word(vb + 8));
       }
     }
   }
@@ -217,7 +201,7 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
     for (int n = 0; n < kD / 8; ++n) {
       const int c = n * 8 + 2 * t;
       if (c < a.dv) {
-        const uint32_t w = Mma<T>::pack(acc[n][2 * half] * inv[half], acc[n][2 * half + 1] * inv[half]);
+        const uint32_t w = pack2<T>(acc[n][2 * half] * inv[half], acc[n][2 * half + 1] * inv[half]);
         *reinterpret_cast<uint32_t*>(yr + c) = w;
       }
     }
