@@ -21,6 +21,8 @@
 # max-autotune, whose compile takes minutes a model); logs go to $OUT, else build-gpu/perf.
 # KILN_PERF_KILN_TORCH (default "resnet50 bert_base_s128 gpt2"; empty skips) times kiln.torch at
 # the max batch beside kiln bench on its engine and torch.compile (bench/kiln_torch_peer.py).
+# KILN_PERF_SERVE (default none) serves models on Ray Serve, on one GPU and on two where there are
+# two, beside kiln bench on the same engine (scripts/serve_load_test.py; see below).
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -30,7 +32,7 @@ mkdir -p "$LOG"
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
 KILN=$BUILD/tools/kiln/kiln
 ITERS=${KILN_BENCH_ITERS:-200}
-MODELS=${KILN_PERF_MODELS:-resnet50 mobilenet_v3_large vit_b_16 vit_b_16-dynamo swin_t swin_t-dynamo bert_base_s128 \
+MODELS=${KILN_PERF_MODELS-resnet50 mobilenet_v3_large vit_b_16 vit_b_16-dynamo swin_t swin_t-dynamo bert_base_s128 \
 bert_base_s128-dynamo distilbert_s128 distilbert_s128-dynamo gpt2 gpt2-dynamo bert_base_dyn}
 DIR=$BUILD/perf-models
 [ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
@@ -49,7 +51,7 @@ else
 fi
 python3 -c "import torch; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}')" \
   >"$LOG/versions.txt" 2>/dev/null || echo "torch not importable" >"$LOG/versions.txt"
-python3 bench/perf_models.py export "$DIR" $MODELS >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
+[ -z "$MODELS" ] || python3 bench/perf_models.py export "$DIR" $MODELS >>"$LOG/perf.log" 2>&1 || { tail -20 "$LOG/perf.log"; exit 1; }
 
 # A model's NAME.json (perf_models.py): input name, shape without the batch (x-joined), max batch,
 # the batches timed (space-separated) and the sequence profile of a dynamic-sequence model (min opt
@@ -205,6 +207,77 @@ if [ -n "$KT_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
     grep -E "^\|" "$LOG/kiln_torch.log" | tee "$LOG/kiln_torch.md" | tee -a "$LOG/perf.log"
   else
     echo "kiln.torch peer skipped: the Python extension was not built or did not install" | tee -a "$LOG/perf.log"
+  fi
+fi
+# Serving on Ray Serve (issue 40): KILN_PERF_SERVE names the models (default none). Each one's FP16
+# engine for batch 1..32 is served by scripts/serve_load_test.py through DeploymentHandles (host
+# arrays in and out, as a request holds them): 8-row requests from 8 client processes of 16
+# threads, each replica with 2 contexts. Beside it, `kiln bench` on the same engine with host IO
+# (run() on host tensors: the copies each way included) at batches 8, 16 and 32.
+# KILN_PERF_SERVE_LAYOUTS: replicas:GPUs-each pairs (default "1:1 2:0.5 2:1": one replica on a GPU,
+# two sharing one as Ray's fractional GPUs place them, one on each of two GPUs where there are two).
+# The GPU host has no network: where its python lacks Ray, `.gpu_ray/site.tar.xz` (ray[serve] and
+# what it needs that the host lacks, for Python 3.12) is unpacked onto PYTHONPATH.
+SERVE_MODELS=${KILN_PERF_SERVE:-}
+if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
+  SITE=$BUILD/serve-site
+  rm -rf "$SITE" && mkdir -p "$SITE" && cp -r python/kiln "$SITE/"
+  SPATH=$SITE
+  if ! python3 -c "import ray.serve" 2>/dev/null && [ -f .gpu_ray/site.tar.xz ]; then
+    rm -rf "$BUILD/raysite" && mkdir -p "$BUILD/raysite" && tar -xJf .gpu_ray/site.tar.xz -C "$BUILD/raysite" --strip-components=1
+    SPATH=$SITE:$PWD/$BUILD/raysite
+  fi
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  if ! cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/serve_install.log" 2>&1; then
+    echo "serving skipped: the Python extension did not install" | tee -a "$LOG/perf.log"
+  elif ! PYTHONPATH="$SPATH" python3 -c "import ray.serve" >"$LOG/serve_import.log" 2>&1; then
+    echo "serving skipped: Ray Serve is not importable ($(tail -1 "$LOG/serve_import.log"))" | tee -a "$LOG/perf.log"
+  else
+    : >"$LOG/serve.jsonl"
+    python3 bench/perf_models.py export "$DIR" $SERVE_MODELS >>"$LOG/serve_export.log" 2>&1
+    for m in $SERVE_MODELS; do
+      read -r input shape _ _ _ < <(meta "$m")
+      engine=$DIR/$m.serve.fp16.kiln
+      if ! "$KILN" build --onnx="$DIR/$m.onnx" --device=cuda --fp16 --minShapes="$input:1x$shape" \
+          --optShapes="$input:32x$shape" --maxShapes="$input:32x$shape" --saveEngine="$engine" >"$LOG/serve.build.$m.log" 2>&1; then
+        echo "serving $m: kiln build FAILED: $(tail -3 "$LOG/serve.build.$m.log")" | tee -a "$LOG/perf.log"; continue
+      fi
+      benches=""
+      for b in 8 16 32; do
+        "$KILN" bench --loadEngine="$engine" --shapes="$input:${b}x$shape" --iterations="$ITERS" --warmUp=500 \
+          --exportTimes="$LOG/serve.bench.$m.b$b.json" >"$LOG/serve.bench.$m.b$b.log" 2>&1
+        benches="$benches $b:$(median "$LOG/serve.bench.$m.b$b.json")"
+      done
+      # replicas:GPUs each (one replica on a GPU, two sharing one, one on each of two GPUs)
+      for rg in ${KILN_PERF_SERVE_LAYOUTS:-1:1 2:0.5 2:1}; do
+        r=${rg%%:*}; g=${rg##*:}; need=$(python3 -c "import math;print(math.ceil($r*$g))")
+        [ "$need" -le "$NGPU" ] || { echo "serving $m: $r replica(s) of $g GPU not run: this host has $NGPU GPU" | tee -a "$LOG/perf.log"; continue; }
+        tag=$m.r$r.g$g
+        PYTHONPATH="$SPATH" timeout "${KILN_PERF_SERVE_TIMEOUT:-300}" python3 scripts/serve_load_test.py \
+          --loadEngine="$engine" --replicas="$r" --gpusPerReplica="$g" --via=handle --requests="${KILN_PERF_SERVE_REQUESTS:-6000}" \
+          --clients=16 --clientProcesses="${KILN_PERF_SERVE_CLIENTS:-8}" --contexts="${KILN_PERF_SERVE_CONTEXTS:-2}" --minRows=8 --maxRows=8 --maxBatch=32 --batchWaitMs=2 --warmup=400 \
+          --distinct=64 --rtol=0.02 --atol=0.05 --json="$LOG/serve.$tag.json" >"$LOG/serve.$tag.log" 2>&1
+        echo "serving $m, $r replica(s) of $g GPU: rc $? $(grep -E '^(requests|throughput|batches)' "$LOG/serve.$tag.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
+        python3 - "$m" "$r" "$need" "$LOG/serve.$tag.json" $benches <<'PY' | tee -a "$LOG/serve.jsonl"
+import json, sys
+m, r, gpus, path, benches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+try:
+    s = json.load(open(path))
+except (OSError, ValueError):
+    raise SystemExit(0)
+bench = {int(b): (None if ms == "null" else float(ms)) for b, ms in (x.split(":") for x in benches)}
+formed = s["mean_rows_per_batch"]
+near = min(bench, key=lambda b: abs(b - formed))  # kiln bench at the batch nearest the mean formed one
+rows_s = {b: round(b * 1000 / ms, 1) for b, ms in bench.items() if ms}
+ratio = round(s["throughput_rows_per_s"] / (gpus * rows_s[near]), 3) if rows_s.get(near) else None
+print(json.dumps(dict(model=m, replicas=r, gpus=gpus, rows_per_s=s["throughput_rows_per_s"], requests_per_s=s["throughput_rps"],
+                      latency_ms=s["latency_ms"], mean_rows_per_batch=formed, replica_run_ms_per_batch=s["replica_run_ms_per_batch"],
+                      replica_engine_ms_per_batch=s.get("replica_engine_ms_per_batch"),
+                      lost=s["lost"], wrong=s["wrong"], answered_twice=s["answered_twice"], kiln_bench_ms=bench,
+                      kiln_bench_rows_per_s=rows_s, bench_batch=near, of_kiln_bench_per_gpu=ratio)))
+PY
+      done
+    done
   fi
 fi
 python3 bench/perf_report.py "$LOG" docs/performance.md "scripts/gpu_perf.sh" | tee -a "$LOG/perf.log"

@@ -107,3 +107,41 @@ def test_queued_requests_past_their_timeout_or_cancelled_are_dropped_unrun():
                                rtol=1e-6, atol=1e-6)
     stats = batcher.stats.snapshot()
     assert stats["dropped"] == 2 and stats["batch_rows"] == {1: 1}, stats
+
+
+def test_answers_outlive_the_reused_stacking_buffer():
+    # An engine whose outputs are the input passed through (Identity) or viewed (Reshape): if an
+    # output aliased the worker's stacking buffer, which it reuses for the next batch, an answer
+    # already given would change under its caller. Batches of 1..8 rows, growing and shrinking.
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 12])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["same"]), helper.make_node("Reshape", ["x", "shape"], ["flat"])],
+        "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 4])],
+        [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["n", 3, 4]),
+         helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["n", 12])], initializer=[shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    config = kiln.BuilderConfig()
+    profile = kiln.OptimizationProfile()
+    profile.set_dimensions("x", (1, 3, 4), (4, 3, 4), (8, 3, 4))
+    config.add_profile(profile)
+    engine = kiln.Builder(kiln.Device.CPU).build(kiln.onnx.parse_bytes(model), config)
+    rng = np.random.default_rng(7)
+    requests = [rng.uniform(-1, 1, (1 + i % 3, 3, 4)).astype(np.float32) for i in range(120)]
+    answers = []
+    with kiln.serve.DynamicBatcher(engine, wait_ms=5, contexts=1) as batcher:
+        start, burst = 0, 0
+        while start < len(requests):  # bursts of 1..6 requests: batches form, the next reuses the buffer
+            burst = burst % 6 + 1
+            futures = [batcher.submit({"x": x}) for x in requests[start:start + burst]]
+            answers += [f.result(timeout=60) for f in futures]
+            start += burst
+        stats = batcher.stats.snapshot()
+    for i, (x, got) in enumerate(zip(requests, answers)):
+        np.testing.assert_array_equal(got["same"], x, err_msg=f"request {i}")
+        np.testing.assert_array_equal(got["flat"], x.reshape(-1, 12), err_msg=f"request {i}")
+    assert len(stats["batch_rows"]) > 1 and max(stats["batch_rows"]) <= 8, stats
+    assert stats["mean_batch_requests"] > 1.5, stats
+    assert 0 < stats["engine_seconds"] <= stats["compute_seconds"], stats
