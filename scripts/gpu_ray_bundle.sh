@@ -27,7 +27,7 @@ SITE=$WORK/site
   pydantic==2.14.4 pydantic-core==2.50.5 python-discovery==1.9.6 python-dotenv==1.2.4 referencing==0.37.0 \
   rpds-py==2026.9.1 smart_open==9.0.2 starlette==1.10.0 typing-inspection==0.4.5 uvicorn==0.54.0 \
   virtualenv==21.15.11 watchfiles==1.3.0 websockets==17.4
-rm -rf "$SITE"/ray/{jars,rllib,tune,train,data,llm}
+rm -rf "$SITE"/ray/{jars,rllib,tune,train,data,llm} "$SITE/bin/tune"
 # The dashboard refuses to start without its web UI's folder: one page in its place.
 rm -rf "$SITE/ray/dashboard/client/build"
 mkdir -p "$SITE/ray/dashboard/client/build/static"

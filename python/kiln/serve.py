@@ -19,7 +19,8 @@ engines still serve, one request a run.
 
 On Ray Serve (``pip install kiln[serve]``), ``deployment`` makes an application whose replicas
 each load the engine once and run a batcher: Python handles (``await handle.infer.remote(inputs)``)
-and HTTP POSTs of JSON, KServe v2 JSON, .npy or .npz bodies, answered in kind.
+and HTTP POSTs of JSON, KServe v2 JSON, .npy or .npz bodies, answered in kind. Each replica's
+counters go to Ray's metrics (``RayMetrics``: Ray's Prometheus endpoint).
 
     from ray import serve
     handle = serve.run(kiln.serve.deployment("model.kiln", replicas=2, max_batch=32))
@@ -41,7 +42,7 @@ import numpy as np
 from . import _kiln
 from ._errors import Error, InvalidArgumentError
 
-__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "Replica", "RequestTimeoutError", "ServeStats",
+__all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "RayMetrics", "Replica", "RequestTimeoutError", "ServeStats",
            "decode_request", "deployment", "encode_response", "main"]
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -191,8 +192,9 @@ class ServeStats:
     batch started (summed over requests), batches in a worker (stacking, the run, the split), and
     the engine's runs alone (ExecutionContext.run with its copies)."""
 
-    def __init__(self):
+    def __init__(self, sink: Any = None):
         self.lock = threading.Lock()
+        self.sink = sink  # also told of each event (RayMetrics on Ray Serve)
         self.requests = 0
         self.refused = 0
         self.errors = 0
@@ -201,6 +203,39 @@ class ServeStats:
         self.queue_seconds = 0.0
         self.compute_seconds = 0.0
         self.engine_seconds = 0.0
+
+    def request(self, outcome: str) -> None:
+        """A request submitted: "accepted", or refused: "invalid", "queue_full", "closed"."""
+        with self.lock:
+            self.requests += 1
+            if outcome != "accepted":
+                self.refused += 1
+        if self.sink is not None:
+            self.sink.request(outcome)
+
+    def dropped_one(self) -> None:
+        """A queued request dropped unrun (its timeout passed, or its caller cancelled it)."""
+        with self.lock:
+            self.dropped += 1
+        if self.sink is not None:
+            self.sink.dropped()
+
+    def failed(self, requests: int) -> None:
+        """A batch of `requests` whose run raised (each caller got the error)."""
+        with self.lock:
+            self.errors += requests
+        if self.sink is not None:
+            self.sink.failed(requests)
+
+    def formed(self, rows: int, queued: list[float], compute: float, engine: float) -> None:
+        """A batch run: its rows, each request's seconds queued, the worker's and the engine's seconds."""
+        with self.lock:
+            self.batches[rows] += 1
+            self.compute_seconds += compute
+            self.engine_seconds += engine
+            self.queue_seconds += sum(queued)
+        if self.sink is not None:
+            self.sink.formed(rows, queued, compute, engine)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -220,6 +255,57 @@ class ServeStats:
             }
 
 
+_MS_BOUNDS = [0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
+
+
+class RayMetrics:
+    """A batcher's counters on Ray's metrics (its Prometheus endpoint, `ray_` before each name,
+    tagged with the application, deployment and replica by Ray Serve):
+
+    - kiln_requests_total{outcome}: accepted, invalid (no profile holds it, malformed), queue_full,
+      closed;
+    - kiln_requests_dropped_total: dropped unrun past their timeout or cancelled;
+    - kiln_request_errors_total: requests whose batch's run raised;
+    - kiln_batch_rows, kiln_batch_requests: histograms of the batches formed;
+    - kiln_queue_ms: each request's time queued in the replica before its batch ran;
+    - kiln_batch_ms, kiln_engine_ms: a batch's time in a worker (stacking, run, split) and the
+      engine's run alone."""
+
+    def __init__(self):
+        from ray.serve.metrics import Counter, Histogram
+
+        self._requests = Counter("kiln_requests", description="requests submitted, by outcome", tag_keys=("outcome",))
+        self._dropped = Counter("kiln_requests_dropped", description="requests dropped unrun (timeout or cancelled)")
+        self._errors = Counter("kiln_request_errors", description="requests whose batch's run raised")
+        self._rows = Histogram("kiln_batch_rows", description="rows of each batch run",
+                               boundaries=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+        self._per_batch = Histogram("kiln_batch_requests", description="requests in each batch run",
+                                    boundaries=[1, 2, 4, 8, 16, 32, 64, 128])
+        self._queue = Histogram("kiln_queue_ms", description="ms a request waited in the replica's queue",
+                                boundaries=_MS_BOUNDS)
+        self._batch = Histogram("kiln_batch_ms", description="ms of a batch in a worker (stack, run, split)",
+                                boundaries=_MS_BOUNDS)
+        self._engine = Histogram("kiln_engine_ms", description="ms of the engine's run of a batch",
+                                 boundaries=_MS_BOUNDS)
+
+    def request(self, outcome: str) -> None:
+        self._requests.inc(tags={"outcome": outcome})
+
+    def dropped(self) -> None:
+        self._dropped.inc()
+
+    def failed(self, requests: int) -> None:
+        self._errors.inc(requests)
+
+    def formed(self, rows: int, queued: list[float], compute: float, engine: float) -> None:
+        self._rows.observe(rows)
+        self._per_batch.observe(len(queued))
+        for q in queued:
+            self._queue.observe(1000.0 * q)
+        self._batch.observe(1000.0 * compute)
+        self._engine.observe(1000.0 * engine)
+
+
 class _Request:
     __slots__ = ("arrays", "rows", "key", "future", "arrived", "deadline")
 
@@ -236,7 +322,7 @@ class DynamicBatcher:
     """Batches requests to one engine across ``contexts`` worker threads (one context each)."""
 
     def __init__(self, engine: Any, *, max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1,
-                 queue_size: int = 1024):
+                 queue_size: int = 1024, metrics: Any = None):
         if contexts < 1 or queue_size < 1 or wait_ms < 0 or (max_batch is not None and max_batch < 1):
             raise InvalidArgumentError("contexts and queue_size must be at least 1, wait_ms at least 0, "
                                        "max_batch at least 1")
@@ -244,7 +330,7 @@ class DynamicBatcher:
         self.max_batch = max_batch
         self.wait = wait_ms / 1000.0
         self.queue_size = queue_size
-        self.stats = ServeStats()
+        self.stats = ServeStats(metrics)
         self._queue: collections.deque[_Request] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -260,28 +346,24 @@ class DynamicBatcher:
         one whose future the caller cancelled; a request already running is answered."""
         if timeout is not None and not timeout > 0:
             raise InvalidArgumentError(f"timeout must be positive seconds, not {timeout!r}")
-        with self.stats.lock:
-            self.stats.requests += 1
         try:
             arrays = self.plan.arrays(inputs)
             self.plan.check(arrays)
         except Error:
-            with self.stats.lock:
-                self.stats.refused += 1
+            self.stats.request("invalid")
             raise
         key = self.plan.key(arrays)
         request = _Request(arrays, self.plan.rows(arrays), key, timeout)
         with self._cond:
-            if self._closed:
-                with self.stats.lock:
-                    self.stats.refused += 1
-                raise Error("the batcher is closed")
-            if len(self._queue) >= self.queue_size:
-                with self.stats.lock:
-                    self.stats.refused += 1
-                raise QueueFullError(f"the queue holds {self.queue_size} requests; try again later")
-            self._queue.append(request)
-            self._cond.notify()
+            outcome = "closed" if self._closed else "queue_full" if len(self._queue) >= self.queue_size else "accepted"
+            if outcome == "accepted":
+                self._queue.append(request)
+                self._cond.notify()
+        self.stats.request(outcome)
+        if outcome == "closed":
+            raise Error("the batcher is closed")
+        if outcome == "queue_full":
+            raise QueueFullError(f"the queue holds {self.queue_size} requests; try again later")
         return request.future
 
     def run(self, inputs: Mapping[str, Any], timeout: float | None = None) -> dict[str, np.ndarray]:
@@ -350,8 +432,7 @@ class DynamicBatcher:
         now = time.monotonic()
         for r in [r for r in self._queue if r.future.cancelled() or (r.deadline is not None and now >= r.deadline)]:
             self._queue.remove(r)
-            with self.stats.lock:
-                self.stats.dropped += 1
+            self.stats.dropped_one()
             if not r.future.cancelled():
                 r.future.set_exception(RequestTimeoutError(
                     f"the request waited {now - r.arrived:.3f} s in the queue, past its timeout; it did not run"))
@@ -370,17 +451,12 @@ class DynamicBatcher:
                 times.clear()
                 results = self.plan.run(context, [r.arrays for r in batch], [r.rows for r in batch], scratch, times)
             except BaseException as e:  # noqa: BLE001 (every caller of the batch gets the error)
-                with self.stats.lock:
-                    self.stats.errors += len(batch)
+                self.stats.failed(len(batch))
                 for r in batch:
                     r.future.set_exception(e)
                 continue
-            done = time.monotonic()
-            with self.stats.lock:
-                self.stats.batches[sum(r.rows for r in batch)] += 1
-                self.stats.compute_seconds += done - start
-                self.stats.engine_seconds += sum(times)
-                self.stats.queue_seconds += sum(start - r.arrived for r in batch)
+            self.stats.formed(sum(r.rows for r in batch), [start - r.arrived for r in batch],
+                              time.monotonic() - start, sum(times))
             for r, out in zip(batch, results):
                 r.future.set_result(out)
 
@@ -469,8 +545,16 @@ class Replica:
             engine = Engine.deserialize(bytes(engine))
         elif not isinstance(engine, Engine):
             engine = Engine.load(str(engine))
+        metrics = None
+        try:
+            import ray
+
+            if ray.is_initialized():  # a replica of Ray Serve (alone, Replica has no metrics)
+                metrics = RayMetrics()
+        except ImportError:
+            pass
         self.batcher = DynamicBatcher(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts,
-                                      queue_size=queue_size)
+                                      queue_size=queue_size, metrics=metrics)
 
     async def infer(self, inputs: Mapping[str, Any], timeout_ms: float | None = None) -> dict[str, np.ndarray]:
         """The Python handle's call: ``handle.infer.remote({"x": array}).result()``; a request still

@@ -145,3 +145,61 @@ def test_answers_outlive_the_reused_stacking_buffer():
     assert len(stats["batch_rows"]) > 1 and max(stats["batch_rows"]) <= 8, stats
     assert stats["mean_batch_requests"] > 1.5, stats
     assert 0 < stats["engine_seconds"] <= stats["compute_seconds"], stats
+
+
+class RecordingSink:
+    """What RayMetrics is told, recorded (the same calls, no Ray)."""
+
+    def __init__(self):
+        self.events = []
+
+    def request(self, outcome):
+        self.events.append(("request", outcome))
+
+    def dropped(self):
+        self.events.append(("dropped",))
+
+    def failed(self, requests):
+        self.events.append(("failed", requests))
+
+    def formed(self, rows, queued, compute, engine):
+        assert len(queued) >= 1 and all(q >= 0 for q in queued) and 0 <= engine <= compute
+        self.events.append(("formed", rows, len(queued)))
+
+
+def test_metrics_are_told_every_outcome_and_batch():
+    require_models()
+    engine = built_engine("testmod_linear")
+    sink = RecordingSink()
+    batcher = kiln.serve.DynamicBatcher(engine, wait_ms=60_000, queue_size=3, metrics=sink)
+    x = np.ones((1, 4, 16), np.float32)
+    with pytest.raises(kiln.InvalidArgumentError):
+        batcher.submit({"x": np.zeros((11, 2, 16), np.float32)})
+    late = batcher.submit({"x": x}, timeout=0.2)
+    with pytest.raises(kiln.serve.RequestTimeoutError):
+        late.result(timeout=30)
+    kept = [batcher.submit({"x": x}) for _ in range(3)]
+    with pytest.raises(kiln.serve.QueueFullError):
+        batcher.submit({"x": x})
+    batcher.close()
+    with pytest.raises(kiln.Error, match="closed"):
+        batcher.submit({"x": x})
+    assert all(f.result(timeout=1)["cat"].shape[0] == 1 for f in kept)
+    assert sink.events == [("request", "invalid"), ("request", "accepted"), ("dropped",)] + \
+        [("request", "accepted")] * 3 + [("request", "queue_full"), ("formed", 3, 3), ("request", "closed")]
+    stats = batcher.stats.snapshot()
+    assert stats["requests"] == 7 and stats["refused"] == 3 and stats["dropped"] == 1, stats
+
+    # A run that raises: every caller gets the error, and the sink counts its requests.
+    sink = RecordingSink()
+    with kiln.serve.DynamicBatcher(engine, wait_ms=50, metrics=sink) as failing:
+        def broken(*args, **kwargs):
+            raise kiln.Error("the engine failed")
+
+        failing.plan.run = broken
+        futures = [failing.submit({"x": x}) for _ in range(2)]
+        for f in futures:
+            with pytest.raises(kiln.Error, match="the engine failed"):
+                f.result(timeout=30)
+    assert ("failed", 2) in sink.events or sink.events.count(("failed", 1)) == 2, sink.events
+    assert failing.stats.snapshot()["errors"] == 2

@@ -1,7 +1,8 @@
 # kiln.serve on Ray Serve (requirements-serve.txt): the shared testmod_linear engine file deployed
 # with 2 replicas on a local Ray cluster, on loopback. Python handles and HTTP (JSON, KServe v2
 # JSON, .npy, .npz) from concurrent clients each get the direct run's answer for their own input;
-# replicas form batches; malformed requests and shapes outside the profile get 400 with the reason.
+# replicas form batches; malformed requests and shapes outside the profile get 400 with the reason;
+# the replicas' counters reach Ray's Prometheus endpoint.
 import concurrent.futures
 import io
 import json
@@ -20,6 +21,9 @@ ray = pytest.importorskip("ray", reason="Ray Serve is not installed (pip install
 serve = pytest.importorskip("ray.serve")
 
 
+METRICS = {}  # the port of Ray's Prometheus endpoint, set by the app fixture
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,7 +37,9 @@ def app(tmp_path_factory):
     path = tmp_path_factory.mktemp("serve") / "testmod_linear.kiln"
     engine.save(str(path))
     port = free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    METRICS["port"] = free_port()
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+             _metrics_export_port=METRICS["port"], _system_config={"metrics_report_interval_ms": 500})
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     handle = serve.run(kiln.serve.deployment(str(path), name="linear", replicas=2, wait_ms=5, contexts=1),
                        name="linear", route_prefix="/linear")
@@ -115,3 +121,72 @@ def test_malformed_requests_get_400_with_the_reason(app, body, content_type, rea
     status, ctype, answer = post(url, body, content_type)
     assert status == 400 and ctype == "application/json", (status, answer)
     assert pytest.importorskip("re").search(reason, json.loads(answer)["error"]), answer
+
+
+def scrape(port):
+    """{(name, frozenset of label pairs but Ray's own): value} of the kiln_ series Ray exports."""
+    import re
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    series = {}
+    for line in body.splitlines():
+        m = re.match(r"(ray_kiln_\w+)\{(.*)\} (\S+)$", line)
+        if m:
+            labels = frozenset((k, v) for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(2))
+                               if k in ("outcome", "le", "deployment"))
+            series[(m.group(1), labels)] = series.get((m.group(1), labels), 0.0) + float(m.group(3))
+    return series
+
+
+def total(series, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, ls), v in series.items() if n == name and want <= set(ls))
+
+
+def test_replica_counters_reach_rays_prometheus_endpoint(app):
+    import time
+
+    _, handle, url = app
+
+    def read():
+        series = scrape(METRICS["port"])
+        return {"accepted": total(series, "ray_kiln_requests_total", outcome="accepted"),
+                "invalid": total(series, "ray_kiln_requests_total", outcome="invalid"),
+                "queue_full": total(series, "ray_kiln_requests_total", outcome="queue_full"),
+                "all": total(series, "ray_kiln_requests_total", deployment="linear"),
+                "batches": total(series, "ray_kiln_batch_rows_count"),
+                # (Ray's histogram sums are of bucket midpoints: the buckets tell the rows.)
+                "one_row": total(series, "ray_kiln_batch_rows_bucket", le="1.0"),
+                "two_rows": total(series, "ray_kiln_batch_rows_bucket", le="2.0"),
+                "queued": total(series, "ray_kiln_queue_ms_count"),
+                "batch_ms": total(series, "ray_kiln_batch_ms_count"),
+                "engine_ms": total(series, "ray_kiln_engine_ms_count")}
+
+    def settled(want=None):
+        """Counters once they agree with each other and stay the same over two reads 1.2 s apart
+        (Ray reports every 500 ms here, each replica on its own) and, given `want`, once
+        want(counters) holds."""
+        deadline = time.monotonic() + 60
+        last = None
+        while True:
+            got = read()
+            ok = (got == last and got["queued"] == got["accepted"] and got["batch_ms"] == got["engine_ms"] == got["batches"]
+                  and got["all"] == got["accepted"] + got["invalid"] + got["queue_full"])
+            if (ok and (want is None or want(got))) or time.monotonic() > deadline:
+                return got
+            last = got
+            time.sleep(1.2)
+
+    before = settled()
+    x = np.ones((2, 3, 16), np.float32)
+    for _ in range(20):  # one after another: each is a batch of its 2 rows
+        handle.infer.remote({"x": x}).result(timeout_s=60)
+    status, _, _ = post(url, json.dumps({"inputs": {"x": np.zeros((11, 2, 16)).tolist()}}).encode(), "application/json")
+    assert status == 400
+    after = settled(lambda got: got["accepted"] >= before["accepted"] + 20 and got["invalid"] > before["invalid"])
+    d = {k: after[k] - before[k] for k in after}
+    # Every request accepted was queued and ran in a batch with both its times; the 20 requests made
+    # 20 batches of 2 rows; the invalid one is counted as such.
+    assert d["accepted"] == 20 and d["invalid"] == 1 and d["queue_full"] == 0, (before, after)
+    assert d["batches"] == 20 and d["one_row"] == 0 and d["two_rows"] == 20, (before, after)
+    assert d["queued"] == 20 and d["batch_ms"] == d["engine_ms"] == 20, (before, after)
