@@ -216,6 +216,7 @@ fi
 # (run() on host tensors: the copies each way included) at batches 8, 16 and 32.
 # KILN_PERF_SERVE_LAYOUTS: replicas:GPUs-each pairs (default "1:1 2:0.5 2:1": one replica on a GPU,
 # two sharing one as Ray's fractional GPUs place them, one on each of two GPUs where there are two).
+# KILN_PERF_SERVE_BUCKETS=8,16,32 runs each batch from its bucket's CUDA graph (--batchBuckets).
 # The GPU host has no network: where its python lacks Ray, `.gpu_ray/site.tar.xz` (ray[serve] and
 # what it needs that the host lacks, for Python 3.12) is unpacked onto PYTHONPATH.
 SERVE_MODELS=${KILN_PERF_SERVE:-}
@@ -255,7 +256,7 @@ if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
         tag=$m.r$r.g$g
         PYTHONPATH="$SPATH" timeout "${KILN_PERF_SERVE_TIMEOUT:-300}" python3 scripts/serve_load_test.py \
           --loadEngine="$engine" --replicas="$r" --gpusPerReplica="$g" --via=handle --requests="${KILN_PERF_SERVE_REQUESTS:-6000}" \
-          --clients=16 --clientProcesses="${KILN_PERF_SERVE_CLIENTS:-8}" --contexts="${KILN_PERF_SERVE_CONTEXTS:-2}" --minRows=8 --maxRows=8 --maxBatch=32 --batchWaitMs=2 --warmup=400 \
+          --clients=16 --clientProcesses="${KILN_PERF_SERVE_CLIENTS:-8}" --contexts="${KILN_PERF_SERVE_CONTEXTS:-2}" ${KILN_PERF_SERVE_BUCKETS:+--batchBuckets=$KILN_PERF_SERVE_BUCKETS} --minRows=8 --maxRows=8 --maxBatch=32 --batchWaitMs=2 --warmup=400 \
           --distinct=64 --rtol=0.02 --atol=0.05 --json="$LOG/serve.$tag.json" >"$LOG/serve.$tag.log" 2>&1
         echo "serving $m, $r replica(s) of $g GPU: rc $? $(grep -E '^(requests|throughput|batches)' "$LOG/serve.$tag.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
         python3 - "$m" "$r" "$need" "$LOG/serve.$tag.json" $benches <<'PY' | tee -a "$LOG/serve.jsonl"

@@ -3,7 +3,7 @@
 
   python3 scripts/serve_load_test.py --loadEngine=m.kiln [--replicas=2] [--requests=2000] [--clients=32]
       [--minRows=1] [--maxRows=8] [--maxBatch=32] [--batchWaitMs=2] [--via=http|handle] [--nodes=1]
-      [--gpusPerReplica=0] [--contexts=1] [--clientProcesses=1] [--distinct=0] [--warmup=0] [--killReplicaAfter=N] [--rtol=1e-5] [--atol=1e-5] [--timeout=600] [--json=F]
+      [--gpusPerReplica=0] [--contexts=1] [--batchBuckets=B1,..] [--clientProcesses=1] [--distinct=0] [--warmup=0] [--killReplicaAfter=N] [--rtol=1e-5] [--atol=1e-5] [--timeout=600] [--json=F]
 
 Starts a local Ray cluster and deploys the engine (`kiln.serve.deployment`), then `--clients`
 threads send `--requests` requests in all (HTTP POSTs of .npz bodies, or with --via=handle Python
@@ -49,6 +49,7 @@ def parse_args(argv):
     p.add_argument("--maxBatch", type=int, default=32)
     p.add_argument("--batchWaitMs", type=float, default=2.0)
     p.add_argument("--contexts", type=int, default=1, help="execution contexts (worker threads) in each replica")
+    p.add_argument("--batchBuckets", default="", help="B1,B2,..: each batch runs from its bucket's CUDA graph")
     p.add_argument("--killReplicaAfter", type=int, default=0)
     p.add_argument("--via", choices=("http", "handle"), default="http",
                    help="HTTP POSTs of .npz bodies through Ray's proxy, or Python DeploymentHandle calls")
@@ -257,6 +258,7 @@ def main(argv=None):
     name = "loadtest"
     handle = serve.run(kiln.serve.deployment(args.loadEngine, name=name, replicas=args.replicas, max_batch=args.maxBatch,
                                              wait_ms=args.batchWaitMs, contexts=args.contexts,
+                                             batch_buckets=[int(b) for b in args.batchBuckets.split(",") if b] or None,
                                              gpus_per_replica=args.gpusPerReplica,
                                              max_replicas_per_node=1 if args.nodes > 1 else None),
                        name=name, route_prefix="/" + name)
@@ -335,7 +337,9 @@ def main(argv=None):
     # (less what they had counted by the end of the warm-up).
     stats, formed, batched, pids, nodes = collections.Counter(), 0, 0, set(), set()
     compute = queued = engine_s = 0.0
+    graphs = collections.Counter()  # the replicas' CUDA graph counters (with --batchBuckets)
     for pid, s in replica_stats().items():
+        graphs.update(s.get("cuda_graphs", {}))
         b = before.get(pid, {"batch_rows": {}, "batches": 0, "requests": 0, "refused": 0, "errors": 0,
                              "compute_seconds": 0.0, "queue_seconds": 0.0, "engine_seconds": 0.0})
         compute += s["compute_seconds"] - b["compute_seconds"]
@@ -366,6 +370,7 @@ def main(argv=None):
         "replica_run_ms_per_batch": round(1000 * compute / formed, 3) if formed else 0.0,
         "replica_engine_ms_per_batch": round(1000 * engine_s / formed, 3) if formed else 0.0,
         "replica_queue_ms_per_request": round(1000 * queued / batched, 3) if batched else 0.0,
+        "cuda_graphs": dict(graphs),
     }
     print(f"requests {summary['requests']}: answered {summary['answered']}, refused {summary['refused']}, "
           f"lost {summary['lost']}, retried {summary['retried']}, answered twice {summary['answered_twice']}, "

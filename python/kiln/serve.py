@@ -322,10 +322,19 @@ class DynamicBatcher:
     """Batches requests to one engine across ``contexts`` worker threads (one context each)."""
 
     def __init__(self, engine: Any, *, max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1,
-                 queue_size: int = 1024, metrics: Any = None):
+                 queue_size: int = 1024, batch_buckets: list[int] | None = None, metrics: Any = None):
         if contexts < 1 or queue_size < 1 or wait_ms < 0 or (max_batch is not None and max_batch < 1):
             raise InvalidArgumentError("contexts and queue_size must be at least 1, wait_ms at least 0, "
                                        "max_batch at least 1")
+        made = [engine.create_execution_context() for _ in range(contexts)]
+        if batch_buckets:
+            # Each batch runs at its bucket from a CUDA graph (ExecutionContext.batch_buckets: the
+            # inputs padded with zero rows, only the batch's own rows copied back); refused, with
+            # the reason, where the engine or its backend cannot.
+            for c in made:
+                c.use_cuda_graph = True
+                c.batch_buckets = [int(b) for b in batch_buckets]
+        self.batch_buckets = list(batch_buckets or [])
         self.plan = BatchPlan(engine)
         self.max_batch = max_batch
         self.wait = wait_ms / 1000.0
@@ -335,8 +344,9 @@ class DynamicBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._limits: dict[tuple, int] = {}
-        self._workers = [threading.Thread(target=self._work, args=(engine.create_execution_context(),),
-                                          name=f"kiln-serve-{i}", daemon=True) for i in range(contexts)]
+        self._graphs: dict[int, dict[str, int]] = {}  # each worker's context's CUDA graph counters
+        self._workers = [threading.Thread(target=self._work, args=(c, i), name=f"kiln-serve-{i}", daemon=True)
+                         for i, c in enumerate(made)]
         for w in self._workers:
             w.start()
 
@@ -437,7 +447,17 @@ class DynamicBatcher:
                 r.future.set_exception(RequestTimeoutError(
                     f"the request waited {now - r.arrived:.3f} s in the queue, past its timeout; it did not run"))
 
-    def _work(self, context: Any) -> None:
+    def graph_stats(self) -> dict[str, int]:
+        """The workers' CUDA graph counters summed (captures, replays, evictions, cached), as of
+        each one's last batch; zeros without batch buckets."""
+        total = {"captures": 0, "replays": 0, "evictions": 0, "cached": 0}
+        with self.stats.lock:
+            for g in self._graphs.values():
+                for k in total:
+                    total[k] += g.get(k, 0)
+        return total
+
+    def _work(self, context: Any, index: int) -> None:
         scratch: dict[str, np.ndarray] = {}
         times: list[float] = []
         while True:
@@ -457,6 +477,10 @@ class DynamicBatcher:
                 continue
             self.stats.formed(sum(r.rows for r in batch), [start - r.arrived for r in batch],
                               time.monotonic() - start, sum(times))
+            if self.batch_buckets:  # read by this worker, which alone runs the context
+                graphs = dict(context.cuda_graph_stats)
+                with self.stats.lock:
+                    self._graphs[index] = graphs
             for r, out in zip(batch, results):
                 r.future.set_result(out)
 
@@ -538,7 +562,7 @@ class Replica:
     Python entry points. Ray Serve runs it as a deployment (``deployment()``); it also runs alone."""
 
     def __init__(self, engine: Any, *, max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1,
-                 queue_size: int = 1024):
+                 queue_size: int = 1024, batch_buckets: list[int] | None = None):
         from ._kiln import Engine
 
         if isinstance(engine, (bytes, bytearray, memoryview)):
@@ -554,7 +578,7 @@ class Replica:
         except ImportError:
             pass
         self.batcher = DynamicBatcher(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts,
-                                      queue_size=queue_size, metrics=metrics)
+                                      queue_size=queue_size, batch_buckets=batch_buckets, metrics=metrics)
 
     async def infer(self, inputs: Mapping[str, Any], timeout_ms: float | None = None) -> dict[str, np.ndarray]:
         """The Python handle's call: ``handle.infer.remote({"x": array}).result()``; a request still
@@ -607,7 +631,8 @@ class Replica:
             node = ray.get_runtime_context().get_node_id()
         except Exception:  # noqa: BLE001 (outside Ray: no node)
             pass
-        return {**self.batcher.stats.snapshot(), "pid": os.getpid(), "node": node}
+        return {**self.batcher.stats.snapshot(), "cuda_graphs": self.batcher.graph_stats(), "pid": os.getpid(),
+                "node": node}
 
     def check_health(self) -> None:
         """Ray Serve's health check: every worker thread alive."""
@@ -617,11 +642,12 @@ class Replica:
 
 def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus_per_replica: float = 0,
                max_batch: int | None = None, wait_ms: float = 2.0, contexts: int = 1, queue_size: int = 1024,
-               max_replicas_per_node: int | None = None):
+               max_replicas_per_node: int | None = None, batch_buckets: list[int] | None = None):
     """A Ray Serve application serving `engine` (a path every node reads, or the engine file's
     bytes, which Ray keeps in its object store): ``serve.run(kiln.serve.deployment("m.kiln"))``.
     replicas: a count, or "auto" (Ray's autoscaling, 1 to 8 replicas by queued requests);
-    max_replicas_per_node spreads them over the cluster's nodes."""
+    max_replicas_per_node spreads them over the cluster's nodes; batch_buckets (CUDA engines) runs
+    each batch from the CUDA graph of its bucket, padded (DynamicBatcher)."""
     from ray import serve
 
     options: dict[str, Any] = {"name": name, "max_ongoing_requests": queue_size,
@@ -635,20 +661,23 @@ def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus
             raise InvalidArgumentError(f"replicas must be at least 1 or 'auto', not {replicas!r}")
         options["num_replicas"] = int(replicas)
     cls = serve.deployment(**options)(Replica)
-    return cls.bind(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts, queue_size=queue_size)
+    return cls.bind(engine, max_batch=max_batch, wait_ms=wait_ms, contexts=contexts, queue_size=queue_size,
+                    batch_buckets=batch_buckets)
 
 
 # ---- kiln serve ----
 
 _USAGE = """usage: kiln serve (--loadEngine=m.kiln | --onnx=m.onnx [kiln build flags]) [--replicas=N|auto]
                   [--gpusPerReplica=G] [--maxBatch=B] [--batchWaitMs=T] [--contexts=C] [--queueSize=Q]
-                  [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln] [--address=RAY_ADDRESS]
+                  [--batchBuckets=B1,B2,..] [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln] [--address=RAY_ADDRESS]
                   [--duration=SECONDS]
 
 Serves an engine on Ray Serve: starts a local Ray cluster (or joins --address), deploys the replicas
 and answers HTTP POSTs on http://HOST:PORT/ROUTE (JSON, KServe v2 JSON, .npy or .npz bodies) until
 interrupted (or for --duration seconds). With --onnx, `kiln build` makes the engine first from the
-build flags given (--minShapes/--optShapes/--maxShapes, --fp16, ...)."""
+build flags given (--minShapes/--optShapes/--maxShapes, --fp16, ...). --batchBuckets (a CUDA
+engine) runs each batch from the CUDA graph of the next bucket up, padded with zero rows, as
+`kiln bench --batchBuckets` does."""
 
 
 def _kiln_binary() -> str:
@@ -679,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     own = {"loadEngine": None, "onnx": None, "replicas": "1", "gpusPerReplica": "0", "maxBatch": None,
            "batchWaitMs": "2", "contexts": "1", "queueSize": "1024", "host": "127.0.0.1", "port": "8000",
-           "route": "/", "name": "kiln", "address": None, "duration": None}
+           "route": "/", "name": "kiln", "address": None, "duration": None, "batchBuckets": None}
     build_flags = []
     for a in args:
         key, eq, value = a[2:].partition("=")
@@ -702,8 +731,12 @@ def main(argv: list[str] | None = None) -> int:
         max_batch = int(own["maxBatch"]) if own["maxBatch"] else None
         duration = float(own["duration"]) if own["duration"] else None
         replicas = own["replicas"] if own["replicas"] == "auto" else int(own["replicas"])
+        buckets = [int(b) for b in own["batchBuckets"].split(",")] if own["batchBuckets"] else None
     except ValueError as e:
         sys.stderr.write(f"kiln serve: a number flag has a value that is not a number: {e}\n")
+        return 2
+    if buckets is not None and any(b < 1 for b in buckets):
+        sys.stderr.write(f"kiln serve: --batchBuckets={own['batchBuckets']}: each bucket is a batch of at least 1\n")
         return 2
     if not 0 < ints["port"] < 65536:
         sys.stderr.write(f"kiln serve: --port={ints['port']} is not a port (1..65535)\n")
@@ -721,7 +754,12 @@ def main(argv: list[str] | None = None) -> int:
         # The engine is checked here, before Ray starts: a bad file fails fast with its reason.
         from ._kiln import Engine
 
-        Engine.load(engine)
+        loaded = Engine.load(engine)
+        if buckets:  # refused here, with the engine's reason, rather than in every replica
+            probe = loaded.create_execution_context()
+            probe.use_cuda_graph = True
+            probe.batch_buckets = buckets
+            del probe
         import ray
         from ray import serve
 
@@ -734,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.start(http_options={"host": own["host"], "port": ints["port"]})
         app = deployment(engine, name=own["name"], replicas=replicas, gpus_per_replica=numbers["gpusPerReplica"],
                          max_batch=max_batch, wait_ms=numbers["batchWaitMs"], contexts=ints["contexts"],
-                         queue_size=ints["queueSize"])
+                         queue_size=ints["queueSize"], batch_buckets=buckets)
         serve.run(app, name=own["name"], route_prefix=own["route"])
         print(f"kiln serve: {own['name']} on http://{own['host']}:{ints['port']}{own['route']} "
               f"({replicas} replica(s)); Ctrl-C stops", flush=True)

@@ -246,3 +246,29 @@ def test_the_package_carries_the_cuda_backend_where_nvcc_was_found():
         pytest.skip("no nvcc here")
     # pip install . on a machine with nvcc (and cuDNN) builds the CUDA backend into the package.
     assert kiln.built_with_cuda, f"nvcc is at {nvcc}, but this kiln package was built without the CUDA backend"
+
+
+def test_serving_batches_replay_their_buckets_cuda_graphs(torch_cuda, linear_cuda):
+    # kiln.serve on a CUDA engine with batch buckets: host requests of 1..3 rows from concurrent
+    # callers form batches of 1..10 rows; each runs from its bucket's graph (2, 4 or 8; 9 and 10
+    # run as they are) and every caller gets the CPU reference's rows.
+    import concurrent.futures
+
+    import kiln.serve
+
+    engine, cpu = linear_cuda
+    rng = np.random.default_rng(11)
+    requests = [rng.uniform(-1, 1, (1 + i % 3, 5, 16)).astype(np.float32) for i in range(300)]
+    with kiln.serve.DynamicBatcher(engine, wait_ms=3, contexts=2, batch_buckets=[2, 4, 8]) as batcher:
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda x: batcher.run({"x": x}, timeout=60), requests))
+        stats, graphs = batcher.stats.snapshot(), batcher.graph_stats()
+    name = next(iter(answers[0]))
+    for i, (x, got) in enumerate(zip(requests, answers)):
+        assert got[name].shape[0] == x.shape[0], i
+        np.testing.assert_allclose(got[name], reference(cpu, x)[name], atol=ATOL, rtol=RTOL, err_msg=f"request {i}")
+    assert stats["mean_batch_requests"] > 1, stats
+    # At most one capture per context for each bucket and for each batch past the last (9, 10 rows,
+    # run at their own shape): 10; the batches of up to 8 rows replayed their bucket's graph.
+    bucketed = sum(c for rows, c in stats["batch_rows"].items() if rows <= 8)
+    assert 0 < graphs["captures"] <= 5 * 2 and graphs["replays"] >= bucketed - 3 * 2, (stats, graphs)

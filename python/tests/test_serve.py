@@ -203,3 +203,10 @@ def test_metrics_are_told_every_outcome_and_batch():
                 f.result(timeout=30)
     assert ("failed", 2) in sink.events or sink.events.count(("failed", 1)) == 2, sink.events
     assert failing.stats.snapshot()["errors"] == 2
+
+
+def test_batch_buckets_are_refused_with_the_reason_where_there_are_no_graphs():
+    require_models()
+    engine = built_engine("testmod_linear")  # CPU: no CUDA graphs to pad for
+    with pytest.raises(kiln.InvalidArgumentError, match="the cpu backend has none"):
+        kiln.serve.DynamicBatcher(engine, batch_buckets=[2, 4])

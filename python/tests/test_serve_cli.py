@@ -30,6 +30,8 @@ def test_help_and_bad_command_lines():
                          (("--loadEngine=a.kiln", "--fp16"), "--fp16 is a build flag; it needs --onnx"),
                          (("--loadEngine=a.kiln", "--port=99999"), "--port=99999 is not a port"),
                          (("--loadEngine=a.kiln", "--maxBatch=lots"), "not a number"),
+                         (("--loadEngine=a.kiln", "--batchBuckets=8,x"), "not a number"),
+                         (("--loadEngine=a.kiln", "--batchBuckets=0,8"), "each bucket is a batch of at least 1"),
                          (("--loadEngine=a.kiln", "stray"), "'stray' is not a flag")]:
         r = serve_cmd(*args)
         assert r.returncode == 2 and reason in r.stderr, (args, r.stderr)
@@ -40,6 +42,15 @@ def test_a_bad_engine_file_fails_before_ray_starts(tmp_path):
     bad.write_bytes(b"not an engine")
     r = serve_cmd(f"--loadEngine={bad}", "--port=8123")
     assert r.returncode == 1 and "kiln serve: error:" in r.stderr, r.stderr
+
+
+def test_batch_buckets_on_a_cpu_engine_fail_before_ray_starts(tmp_path):
+    require_models()
+    path = tmp_path / "linear.kiln"
+    built_engine("testmod_linear").save(str(path))
+    r = serve_cmd(f"--loadEngine={path}", "--batchBuckets=2,4", "--port=8123")
+    assert r.returncode == 1 and "batch buckets pad runs to replay CUDA graphs; the cpu backend has none" in r.stderr, \
+        r.stderr
 
 
 def test_the_kiln_command_hands_serve_to_python():
