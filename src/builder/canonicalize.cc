@@ -7,6 +7,9 @@
 //   Reshape(x, t) to x's own shape         -> x
 //   Cast(x) to x's own type                -> x
 //   Pad(x, all zeros)                      -> x
+//   Add|Sub|Mul|Div(y, Expand(a, s))       -> the op on (y, a), where broadcasting a against y
+//                                             gives the same output (F.normalize's division by
+//                                             the clamped norm, expanded to x's shape)
 //   Div(1, x)                              -> Reciprocal(x)
 //   Reshape(Transpose(Reshape(x, [L*, T..]), [0, p..]), [L.., T'..]) -> Transpose(x, [0.., p'..])
 //       leading dims merged, the rest permuted, the leading dims split again: the dynamo
@@ -18,6 +21,7 @@
 // work; composing past a value another node reads would only move that read, and can hide the
 // value a later fusion matches, as GPT-2's merged heads feeding its projection). Runs on every
 // device (each rule either removes work or replaces a chain by an op every backend has).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -81,6 +85,22 @@ bool target_has_no_zero(const Context& ctx, int shape) {
   return true;
 }
 
+// The shape numpy broadcasting gives a and b, or none where a dim pair is neither equal nor has a 1.
+std::optional<Dims> broadcast(const Dims& a, const Dims& b) {
+  Dims out(std::max(a.size(), b.size()), Dim(1));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Dim x = i < a.size() ? a[a.size() - 1 - i] : Dim(1), y = i < b.size() ? b[b.size() - 1 - i] : Dim(1);
+    if (x == y || y == Dim(1)) {
+      out[out.size() - 1 - i] = x;
+    } else if (x == Dim(1)) {
+      out[out.size() - 1 - i] = y;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
 bool allowzero_off(const ir::Node& n) {
   auto a = n.attrs.get_int("allowzero", 0);
   return a.ok() && *a == 0;
@@ -135,6 +155,28 @@ std::vector<rw::Rule> make_rules() {
                        }
                        return alias(ctx, ctx.node(m.matched[0]).outputs[0], m.value("x"));
                      }});
+  }
+  // A broadcasting op reading an Expand of one operand where the other gives the output its shape:
+  // the op broadcasts the operand itself, and the expanded copy goes.
+  for (const char* name : {"Add", "Sub", "Mul", "Div"}) {
+    for (size_t side : {size_t(0), size_t(1)}) {
+      // `side`: the Expand's input index.
+      std::vector<Pat> in = {op("Expand", {any("a"), any()}).as("expand"), any("other")};
+      if (side == 1) std::swap(in[0], in[1]);
+      rules.push_back({std::string("expand_into_") + name, op(name, std::move(in)),
+                       [side](Context& ctx, const Match& m) -> StatusOr<bool> {
+                         const ir::Node& root = ctx.node(m.matched[0]);
+                         const Dims *as = ctx.shape(m.value("a")), *os = ctx.shape(m.value("other")),
+                                    *ys = ctx.shape(root.outputs[0]);
+                         if (!as || !os || !ys) return false;
+                         const std::optional<Dims> b = side == 1 ? broadcast(*os, *as) : broadcast(*as, *os);
+                         if (!b || *b != *ys) return false;
+                         ir::Node r = root;
+                         r.replaced.clear();
+                         r.inputs[side] = m.value("a");
+                         return rw::replace(ctx, m, std::move(r));
+                       }});
+    }
   }
   // Reshape(Transpose(Reshape(x, [prod(L), T..]), [0, p..]), [L.., T permuted]).
   rules.push_back(

@@ -6,6 +6,9 @@
 //
 //   S = MatMul(Q', K')        Q' = Q times scalars; K' = Transpose(K times scalars) times scalars
 //   S = S * c | S / c ...     scalar constants, before the mask
+//   S = S * h                 a constant per head ([.., H, 1, 1]: Swin-V2's cosine attention,
+//                             exp of the clamped logit scale): Mul(Q, h) goes in before the
+//                             Attention, which scales Q's rows as the scores' were
 //   S = Add(S, M) | Add(M, S) an additive mask broadcasting onto S (M need not be constant), or
 //   S = Where(C, S, fill)     a boolean mask, fill a large negative scalar (-inf, the dtype's
 //     | Where(C, fill, S)     lowest, -1e4 or below): the additive mask Where(C, 0, fill) in its
@@ -263,7 +266,8 @@ int add_view(Context& ctx, int x, std::vector<int64_t> dims, Dims shape, const s
 StatusOr<bool> fuse(Context& ctx, const Match& m) {
   ir::Graph* g = ctx.graph;
   const int qk = m.node("qk"), pv = m.node("pv"), kt_node = m.node("kt");
-  const int q = m.value("q"), k_top = m.value("k"), vv = m.value("v");
+  int q = m.value("q");
+  const int k_top = m.value("k"), vv = m.value("v");
   const int y = ctx.node(pv).outputs[0];
   const int scores = ctx.node(qk).outputs[0];
   const Dims* score_shape = ctx.shape(scores);
@@ -293,6 +297,32 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     }
   }
   if (causal) mask = -1;
+  // Swin-V2's cosine attention scales the scores by a constant per head (the clamped logit
+  // scale's exp, [H, 1, 1]): the same factor on Q's rows, Mul(Q, c), before the Attention. A
+  // scalar joins the scale attribute.
+  double head_factor = 1.0;
+  if (m.node("head_mul") >= 0) {
+    const int c = m.value("head_scale");
+    const ir::Value& cv = ctx.value(c);
+    const Dims* cs = ctx.shape(c);
+    if (!cv.constant || !cs || cv.dtype != t) return false;
+    if (cv.constant->numel() == 1) {
+      head_factor = cv.constant->float_at(0);
+    } else {
+      // Broadcast over the scores' rows and columns, and no wider than Q (a factor per batch
+      // row, head or window, never per query or key).
+      const Dims* qs0 = ctx.shape(q);
+      if (!qs0 || cs->size() < 2 || cs->size() > rank || qs0->size() != rank) return false;
+      if ((*cs)[cs->size() - 1] != Dim(1) || (*cs)[cs->size() - 2] != Dim(1)) return false;
+      for (size_t i = 0; i + 2 < cs->size(); ++i) {
+        const Dim& d = (*cs)[i];
+        if (d != Dim(1) && d != (*qs0)[rank - cs->size() + i]) return false;
+      }
+      const int scaled_q = ir::add_unique_value(g, ctx.node(qk).name + "_q_head_scaled", t, *qs0);
+      pre_nodes.push_back(rw::make_node(*g, "Mul", ctx.node(qk).name + "_q_head_scale", {q, c}, {scaled_q}));
+      q = scaled_q;
+    }
+  }
   std::optional<Windows> windows;
   if (m.node("window_add") >= 0) {
     windows = window_mask(ctx, m, scores, mask, t);
@@ -328,7 +358,7 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   fused.op_type = "Attention";
   fused.opset = 23;
   set_float(&fused, "scale", float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
-                                   m.factor("s_scale")));
+                                   m.factor("s_scale") * head_factor));
   if (causal) set_int(&fused, "is_causal", 1);
   std::vector<int> matched = m.matched;
   // Mask nodes made here go in first; taken out again when the fusion does not happen.
@@ -470,7 +500,9 @@ std::vector<rw::Rule> make_rules() {
   const Pat qk = op("MatMul", {scaled(any("q"), "q_scale"),
                                scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
                      .as("qk");
-  const Pat s = scaled(qk, "s_scale");
+  // The scores times scalars, then perhaps by a constant per head (Swin-V2).
+  const Pat s = either({op("Mul", {scaled(qk, "s_scale"), rw::constant("head_scale")}).commutative().as("head_mul"),
+                        scaled(qk, "s_scale")});
   // Swin's shifted windows: a view as [B, W, H, N, N], a constant mask added, the view back.
   const Pat windowed = op("Reshape", {op("Add", {op("Reshape", {either({op("Add", {s, any("mask")}).commutative(), s}),
                                                                  any()})
