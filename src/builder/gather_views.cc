@@ -1,6 +1,7 @@
 // Pass gather_views: a chain of data-movement ops (Transpose, Concat, Slice, Gather by constant
 // indices, Reshape, Squeeze, Unsqueeze, Flatten) from one tensor that copies the data more than
-// once becomes one Gather of rows. Swin is the case. torch.roll is two Slice/Slice/Concat steps and the window partition a
+// once becomes one Gather of rows (a rule on the rewriter, rooted at the chain's last node). Swin
+// is the case. torch.roll is two Slice/Slice/Concat steps and the window partition a
 // Reshape/Transpose/Reshape, so each shifted block copied its [B, H, W, C] activation seven times
 // on the way into attention and seven on the way out (every Slice and Concat is a copy; the
 // Concats ran at about 1.3 TB/s on an H200, 30 us each at batch 32 in stage 1). Each patch
@@ -393,26 +394,31 @@ StatusOr<bool> rewrite(ir::Graph* g, const rw::Uses& uses, const SupportsFn& sup
   return rw::replace_with(ctx, chain->removed, {std::move(view), std::move(gather)}, std::move(out));
 }
 
+// The rules, on the rewriter: at each movement node that ends a chain (read by something that is
+// not a movement op, or a graph output), the chain up from it.
+std::vector<rw::Rule> make_rules() {
+  auto at_end = [](rw::Context& ctx, const rw::Match& m) -> StatusOr<bool> {
+    const int n = m.matched[0];
+    const ir::Node& node = ctx.node(n);
+    if (!is_movement(*ctx.graph, node) || node.outputs.size() != 1 || node.outputs[0] < 0) return false;
+    const int v = node.outputs[0];
+    bool end = ctx.uses->is_output(v);
+    for (int r : ctx.uses->readers(v)) end = end || !is_movement(*ctx.graph, ctx.node(r));
+    if (!end) return false;
+    return rewrite(ctx.graph, *ctx.uses, *ctx.supports, n);
+  };
+  std::vector<rw::Rule> rules;
+  for (const char* op : {"Transpose", "Concat", "Slice", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}) {
+    rules.push_back({std::string("gather_views_") + op, rw::node_of(op), at_end});
+  }
+  return rules;
+}
+
 }  // namespace
 
 Status gather_views(ir::Graph* g, const SupportsFn& supports) {
-  rw::Uses uses(*g);
-  for (size_t n = 0; n < g->nodes.size();) {
-    const ir::Node& node = g->nodes[n++];
-    if (!is_movement(*g, node) || node.outputs.size() != 1 || node.outputs[0] < 0) continue;
-    // The end of a chain: read by something that is not a movement op (or a graph output).
-    const int v = node.outputs[0];
-    bool end = uses.is_output(v);
-    for (int r : uses.readers(v)) end = end || !is_movement(*g, g->nodes[size_t(r)]);
-    if (!end) continue;
-    KILN_ASSIGN_OR_RETURN(bool changed, rewrite(g, uses, supports, int(n - 1)));
-    if (changed) {
-      uses.rebuild(*g);
-      n = 0;  // node indices moved; a chain rewritten ends in a Reshape of no copy, left alone
-    }
-  }
-  ir::remove_dead_nodes(g);
-  return ok_status();
+  static const std::vector<rw::Rule> rules = make_rules();
+  return rw::apply(g, rules, supports).status();
 }
 
 Status gather_views(BuildState& s) { return gather_views(&s.graph, backend_supports(s)); }

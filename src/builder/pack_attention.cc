@@ -20,8 +20,10 @@
 // BERT's Q, K and V, three GEMMs of one input read by an Attention in its 3-D form, become one
 // GEMM whose output a PackedAttention reads at three offsets (merge_projections_at below).
 //
-// CUDA builds with --fp16 or --bf16, after fuse_attention (as it; in float32 nothing makes
-// Attention nodes), before assign_precision, which gives the node the reduced type.
+// Rules on the rewriter (rewriter.h), each rooted at an Attention (or, for the batch-first step,
+// a PackedAttention) whose rewrite traces the views from it. CUDA builds with --fp16 or --bf16,
+// after fuse_attention (as it; in float32 nothing makes Attention nodes), before
+// assign_precision, which gives the node the reduced type.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,6 +38,7 @@
 
 #include "builder/build_state.h"
 #include "builder/graph_match.h"
+#include "builder/rewriter.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
@@ -675,28 +678,31 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   return false;
 }
 
+// The rules, on the rewriter: at each Attention, its operands traced to the tensors they view (or
+// its three projections merged); then, once the views those leave unread are gone (the rewriter
+// removes them after a rule set), at each sequence-first PackedAttention.
+std::vector<rw::Rule> pack_rules() {
+  auto pack = [](rw::Context& ctx, const rw::Match& m) -> StatusOr<bool> {
+    KILN_ASSIGN_OR_RETURN(bool packed, pack_at(ctx.graph, m.matched[0], *ctx.supports));
+    if (packed) return true;
+    return merge_projections_at(ctx.graph, m.matched[0], *ctx.supports);
+  };
+  return {{"pack_attention", rw::node_of("Attention"), pack}};
+}
+
+std::vector<rw::Rule> batch_first_rules() {
+  auto batch_first = [](rw::Context& ctx, const rw::Match& m) -> StatusOr<bool> {
+    return batch_first_at(ctx.graph, m.matched[0], *ctx.supports);
+  };
+  return {{"batch_first", rw::node_of("kiln::PackedAttention"), batch_first}};
+}
+
 }  // namespace
 
 Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
-  bool any = false;
-  for (size_t n = 0; n < g->nodes.size();) {
-    KILN_ASSIGN_OR_RETURN(bool packed, pack_at(g, int(n), supports));
-    if (!packed) {
-      KILN_ASSIGN_OR_RETURN(packed, merge_projections_at(g, int(n), supports));
-    }
-    any = any || packed;
-    if (!packed) ++n;
-  }
-  if (!any) return ok_status();
-  // The views the packed nodes no longer read, then the layers that can run batch first.
-  ir::remove_dead_nodes(g);
-  bool moved_any = false;
-  for (size_t n = 0; n < g->nodes.size();) {
-    KILN_ASSIGN_OR_RETURN(bool moved, batch_first_at(g, int(n), supports));
-    moved_any = moved_any || moved;
-    if (!moved) ++n;
-  }
-  if (moved_any) ir::remove_dead_nodes(g);
+  static const std::vector<rw::Rule> pack = pack_rules(), batch_first = batch_first_rules();
+  KILN_ASSIGN_OR_RETURN(int packed, rw::apply(g, pack, supports));
+  if (packed > 0) KILN_RETURN_IF_ERROR(rw::apply(g, batch_first, supports).status());
   return ok_status();
 }
 

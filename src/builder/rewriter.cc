@@ -84,6 +84,7 @@ struct PatNode {
   int output = 0;
   std::vector<Pat> inputs;  // op: its inputs; either: the alternatives; scaled: the inner pattern
   bool commutative = false, keep = false;
+  bool any_inputs = false;  // op: whatever its inputs (node_of)
   double eq = 0;
   std::vector<std::function<bool(const Context&, const Match&, int)>> node_preds, value_preds;
 };
@@ -138,6 +139,13 @@ Pat optional(std::string name) { return leaf(PatNode::Kind::kOptional, std::move
 Pat constant(std::string name) { return leaf(PatNode::Kind::kConstant, std::move(name)); }
 Pat scalar(std::string name) { return leaf(PatNode::Kind::kScalar, std::move(name)); }
 Pat scalar_eq(double v) { return leaf(PatNode::Kind::kScalarEq, "", v); }
+
+Pat node_of(std::string op_type) {
+  Pat p = op(std::move(op_type), {});
+  auto n = std::make_shared<PatNode>(*p.get());
+  n->any_inputs = true;
+  return Pat(n);
+}
 
 Pat op(std::string op_type, std::vector<Pat> inputs, int output) {
   auto p = std::make_shared<PatNode>();
@@ -215,7 +223,7 @@ Matches match_op(const Context& ctx, const PatNode& p, int v, const Match& m) {
   const ir::Node& node = ctx.node(n);
   if (node.op_type != p.op_type || node.domain != p.domain) return {};
   if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] != v) return {};
-  if (node.inputs.size() != p.inputs.size()) return {};
+  if (!p.any_inputs && node.inputs.size() != p.inputs.size()) return {};
   // A node reached a second time (a pattern that is a DAG) must be the one bound by name.
   if (contains(m.matched, n) || contains(m.kept, n)) {
     if (!p.name.empty() && m.node(p.name) == n) return {m};

@@ -100,6 +100,9 @@ Pat scalar_eq(double v);
 // A value produced by an ONNX op `op_type` (domain "kiln::X" for kiln's ops) from these inputs
 // (exactly that many; omitted optional inputs count). The op's output 0 unless `output` says.
 Pat op(std::string op_type, std::vector<Pat> inputs, int output = 0);
+// A node of op `op_type`, whatever its inputs (none of them matched): the root of a rule whose
+// rewrite reads the node itself (a dataflow analysis from it, as pack_attention's view tracing).
+Pat node_of(std::string op_type);
 // The alternatives, tried in order (each candidate of the first before the second's; match_at takes
 // the first candidate overall that passes its single-use check).
 Pat either(std::vector<Pat> alternatives);
