@@ -2,6 +2,28 @@
 // records the constraints the profile checker must prove, turns fully known symbolic values into
 // constants, and folds nodes whose inputs are all constant and whose outputs are small enough to
 // hold at build time (see fold_constants.cc).
+//
+// The lowering steps run in the same walk, at each node n before its inference, in this order
+// (named here; `--dumpIR` and the pipeline table know the walk as infer_shapes):
+//   lower_control_flow  (control_flow.cc) an If whose condition is now known becomes its branch;
+//                       a Loop or Scan the build can lay out is unrolled, or else becomes a
+//                       run-time loop (kiln::LoopBegin .. kiln::LoopEnd)
+//   lower_sequences     (sequences.cc) a sequence op whose elements are now known becomes ops on
+//                       the tensors themselves
+//   regrow_loop         a run-time loop is laid out again once its body shows a carried dim
+//                       that grows, and the walk goes back to its start
+//   upgrade_opset6      opset 6's broadcast=1/axis and PRelu's per-channel slope become numpy
+//                       broadcasting (a constant given trailing ones); training-mode
+//                       BatchNormalization and Dropout are refused
+//   infer               the op's schema: types, symbolic shapes, symbolic values, constraints
+//   fold_constants      a node of constant inputs becomes constants (at most 4 GiB)
+//   lower_sequence_outputs (at the end) graph outputs that are sequences or optionals become
+//                       tensors through nodes appended to the graph, which the walk then reaches
+// They are one walk, not passes of their own, because each needs what inference has learned about
+// every node before n and gives inference what it needs for the nodes after: an If's condition is
+// known only once the nodes computing it are inferred and folded, and the nodes after an If, a
+// Loop or a sequence op are inferred from what its expansion produces. As separate passes they
+// would run to a fixed point over the whole graph, once per level of control flow.
 #include <algorithm>
 #include <cstring>
 #include <map>

@@ -24,7 +24,10 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, con
       {"check_supported", check_supported, kAll},                // every unsupported node, listed at once
       {"expand_sequence_inputs", expand_sequence_inputs, kAll},  // sequence inputs -> their elements
       {"bind_profiles", bind_profiles, kAll},                    // input dims -> symbols with ranges
-      {"infer_shapes", infer_shapes, kAll},                      // types, symbolic shapes, folding
+      // Types, symbolic shapes and folding, with the lowering each node needs first (known Ifs to
+      // their branch, Loops and Scans unrolled or run-time loops, sequences to tensors, opset 6
+      // forms upgraded): one walk in topological order, see infer_shapes.cc for why.
+      {"infer_shapes", infer_shapes, kAll},
       {"merge_duplicates", merge_duplicates, kAll},              // the same computation runs once
       {"canonicalize", canonicalize, kAll},                      // one form for what exporters spell apart
       {"fold_batch_norm", fold_batch_norm, kAll},                // Conv + BatchNormalization -> Conv
