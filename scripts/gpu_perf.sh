@@ -15,7 +15,8 @@
 # one built for 8x384 alone (min = opt = max), both timed at 8x384; the medians and their ratio go
 # to perf.log and dynamic.jsonl (must: the spanning engine within 1.15x). PyTorch times it at 8x384
 # in eager and default torch.compile.
-# KILN_PERF_MODELS (default: all of them, bert_base_dyn included), KILN_PERF_PRECISIONS (default
+# KILN_PERF_MODELS (unset: all of them, bert_base_dyn included; empty: none, for a serving-only
+# run), KILN_PERF_PRECISIONS (default
 # "fp16 tf32") and KILN_PERF_TORCH_MODES narrow the run (KILN_PERF_TORCH=0 times kiln alone,
 # KILN_PERF_KILN=0 PyTorch alone into an earlier run's LOG; KILN_PERF_AUTOTUNE=0 drops
 # max-autotune, whose compile takes minutes a model); logs go to $OUT, else build-gpu/perf.
