@@ -30,6 +30,7 @@ PERF = {
     "mobilenet_v3_large": ("mobilenet_v3_large", "x", (3, 224, 224), True, 64),
     "vit_b_16": ("vit_b_16", "x", (3, 224, 224), False, 32),
     "swin_t": ("swin_t", "x", (3, 224, 224), False, 32),
+    "swin_v2_t": ("swin_v2_t", "x", (3, 256, 256), False, 32),
     "bert_base_s128": ("bert_base", "input_ids", (128,), False, 32),
     "distilbert_s128": ("distilbert", "input_ids", (128,), False, 32),
     "gpt2": ("gpt2", "input_ids", (256,), False, 32),

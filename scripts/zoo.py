@@ -49,6 +49,9 @@ for _n in ["resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "goo
            "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "mnasnet1_0",
            "shufflenet_v2_x1_0", "squeezenet1_1", "convnext_tiny", "swin_t", "vit_b_16", "maxvit_t"]:
     tv(_n)
+# Swin-V2's window size (8) divides its 256-pixel training size: the shapes stay at 256.
+tv("swin_v2_t", dict(IMG, min=(1, 3, 256, 256), opt=(2, 3, 256, 256), max=(8, 3, 256, 256),
+                     shapes=[(1, 3, 256, 256), (3, 3, 256, 256)]))
 tv("inception_v3", dict(IMG, min=(1, 3, 299, 299), opt=(2, 3, 299, 299), max=(8, 3, 299, 299),
                         shapes=[(1, 3, 299, 299), (3, 3, 299, 299)]), aux_logits=False, init_weights=True)
 for _n in ["deeplabv3_mobilenet_v3_large", "fcn_resnet50", "lraspp_mobilenet_v3_large"]:
