@@ -203,6 +203,7 @@ class ServeStats:
         self.queue_seconds = 0.0
         self.compute_seconds = 0.0
         self.engine_seconds = 0.0
+        self.sink_errors = 0
 
     def request(self, outcome: str) -> None:
         """A request submitted: "accepted", or refused: "invalid", "queue_full", "closed"."""
@@ -210,22 +211,19 @@ class ServeStats:
             self.requests += 1
             if outcome != "accepted":
                 self.refused += 1
-        if self.sink is not None:
-            self.sink.request(outcome)
+        self._tell("request", outcome)
 
     def dropped_one(self) -> None:
         """A queued request dropped unrun (its timeout passed, or its caller cancelled it)."""
         with self.lock:
             self.dropped += 1
-        if self.sink is not None:
-            self.sink.dropped()
+        self._tell("dropped")
 
     def failed(self, requests: int) -> None:
         """A batch of `requests` whose run raised (each caller got the error)."""
         with self.lock:
             self.errors += requests
-        if self.sink is not None:
-            self.sink.failed(requests)
+        self._tell("failed", requests)
 
     def formed(self, rows: int, queued: list[float], compute: float, engine: float) -> None:
         """A batch run: its rows, each request's seconds queued, the worker's and the engine's seconds."""
@@ -234,8 +232,18 @@ class ServeStats:
             self.compute_seconds += compute
             self.engine_seconds += engine
             self.queue_seconds += sum(queued)
-        if self.sink is not None:
-            self.sink.formed(rows, queued, compute, engine)
+        self._tell("formed", rows, queued, compute, engine)
+
+    def _tell(self, event: str, *args: Any) -> None:
+        """The sink's method for `event`; a sink that raises is counted (sink_errors), never passed
+        on: metrics must not fail a request or stop a worker."""
+        if self.sink is None:
+            return
+        try:
+            getattr(self.sink, event)(*args)
+        except Exception:  # noqa: BLE001
+            with self.lock:
+                self.sink_errors += 1
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -252,6 +260,7 @@ class ServeStats:
                 "queue_seconds": self.queue_seconds,
                 "compute_seconds": self.compute_seconds,
                 "engine_seconds": self.engine_seconds,
+                "sink_errors": self.sink_errors,
             }
 
 

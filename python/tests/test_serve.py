@@ -210,3 +210,22 @@ def test_batch_buckets_are_refused_with_the_reason_where_there_are_no_graphs():
     engine = built_engine("testmod_linear")  # CPU: no CUDA graphs to pad for
     with pytest.raises(kiln.InvalidArgumentError, match="the cpu backend has none"):
         kiln.serve.DynamicBatcher(engine, batch_buckets=[2, 4])
+
+
+def test_a_sink_that_raises_fails_no_request_and_stops_no_worker():
+    require_models()
+    engine = built_engine("testmod_linear")
+
+    class Broken:
+        def __getattr__(self, name):
+            def fail(*args):
+                raise RuntimeError("the metrics backend is down")
+            return fail
+
+    x = np.ones((2, 3, 16), np.float32)
+    want = engine.create_execution_context().run({"x": x})["cat"]
+    with kiln.serve.DynamicBatcher(engine, wait_ms=1, metrics=Broken()) as batcher:
+        for _ in range(3):
+            np.testing.assert_allclose(batcher.run({"x": x}, timeout=30)["cat"], want, rtol=1e-6, atol=1e-6)
+        stats = batcher.stats.snapshot()
+    assert stats["requests"] == 3 and stats["batches"] == 3 and stats["sink_errors"] == 6, stats
