@@ -3,7 +3,8 @@
 
   python3 scripts/serve_load_test.py --loadEngine=m.kiln [--replicas=2] [--requests=2000] [--clients=32]
       [--minRows=1] [--maxRows=8] [--maxBatch=32] [--batchWaitMs=2] [--via=http|handle] [--nodes=1]
-      [--gpusPerReplica=0] [--contexts=1] [--batchBuckets=B1,..] [--clientProcesses=1] [--distinct=0] [--warmup=0] [--killReplicaAfter=N] [--rtol=1e-5] [--atol=1e-5] [--timeout=600] [--json=F]
+      [--gpusPerReplica=0] [--contexts=1] [--batchBuckets=B1,..] [--clientProcesses=1] [--distinct=0]
+      [--warmup=0] [--killReplicaAfter=N] [--rtol=1e-5] [--atol=1e-5] [--timeout=600] [--json=F]
 
 Starts a local Ray cluster and deploys the engine (`kiln.serve.deployment`), then `--clients`
 threads send `--requests` requests in all (HTTP POSTs of .npz bodies, or with --via=handle Python
@@ -11,12 +12,14 @@ DeploymentHandle calls) with minRows..maxRows batch rows and, where the profile 
 shapes. Every answer is checked against a direct `ExecutionContext.run` of the same input in this
 process (within rtol/atol: an FP16 engine's batched run may take other kernels than the direct
 one). With --gpusPerReplica=1 each replica has a GPU of its own (Ray's placement); --warmup=N
-requests go first, untimed, so that the timing leaves out each replica's first runs. A request that fails for a reason a
-replica's death explains (5xx, a dropped connection, a handle's actor error) is retried, at most
-5 times. With
---killReplicaAfter=N, one replica is killed once N requests are answered; Ray Serve starts another.
-Prints requests sent, answered, refused, lost, retried and answered twice; throughput; p50/p90/p99
-latency; the batches the replicas formed. Exits 1 if any request is lost, wrong or answered twice.
+requests go first, untimed, so that the timing leaves out each replica's first runs. A request that
+fails for a reason a replica's death explains (5xx, a dropped connection, a handle's actor error) is
+retried, at most 5 times. With --killReplicaAfter=N, one replica is killed once N requests are
+answered; Ray Serve starts another. Prints requests sent, answered, refused, lost, retried and
+answered twice; throughput; p50/p90/p99 latency; the batches the replicas formed. Exits 1 if any
+request is lost, wrong or answered twice. --clientProcesses=P sends from P processes, each its own
+Ray driver with --clients threads (one process's handle calls are bound by its interpreter);
+--distinct=N makes N distinct requests and repeats them.
 """
 
 import argparse
@@ -375,7 +378,8 @@ def main(argv=None):
     print(f"requests {summary['requests']}: answered {summary['answered']}, refused {summary['refused']}, "
           f"lost {summary['lost']}, retried {summary['retried']}, answered twice {summary['answered_twice']}, "
           f"wrong {summary['wrong']}" + (f"; killed {killed[0]}" if killed[0] else ""))
-    print(f"throughput {summary['throughput_rps']} requests/s ({summary['throughput_rows_per_s']} rows/s) over {summary['seconds']} s; latency ms p50 "
+    print(f"throughput {summary['throughput_rps']} requests/s ({summary['throughput_rows_per_s']} rows/s) "
+          f"over {summary['seconds']} s; latency ms p50 "
           f"{summary['latency_ms']['p50']} p90 {summary['latency_ms']['p90']} p99 {summary['latency_ms']['p99']}")
     print(f"batches formed by the {len(pids)} replicas now running, on {len(nodes)} node(s) (rows: count): "
           f"{summary['batch_rows']}; "

@@ -678,8 +678,8 @@ def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus
 
 _USAGE = """usage: kiln serve (--loadEngine=m.kiln | --onnx=m.onnx [kiln build flags]) [--replicas=N|auto]
                   [--gpusPerReplica=G] [--maxBatch=B] [--batchWaitMs=T] [--contexts=C] [--queueSize=Q]
-                  [--batchBuckets=B1,B2,..] [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln] [--address=RAY_ADDRESS]
-                  [--duration=SECONDS]
+                  [--batchBuckets=B1,B2,..] [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln]
+                  [--address=RAY_ADDRESS] [--duration=SECONDS]
 
 Serves an engine on Ray Serve: starts a local Ray cluster (or joins --address), deploys the replicas
 and answers HTTP POSTs on http://HOST:PORT/ROUTE (JSON, KServe v2 JSON, .npy or .npz bodies) until

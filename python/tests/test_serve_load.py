@@ -38,7 +38,8 @@ def test_load_loses_nothing(engine_file, tmp_path, kill, nodes, via):
     out = tmp_path / "summary.json"
     r = subprocess.run([sys.executable, str(SCRIPT), f"--loadEngine={engine_file}", "--replicas=2", "--requests=2000",
                         "--clients=32", "--maxRows=8", "--batchWaitMs=10", f"--killReplicaAfter={kill}", f"--nodes={nodes}", f"--via={via}",
-                        "--timeout=900", f"--json={out}"] + (["--warmup=200"] if not kill and nodes == 1 and via == "http" else []), capture_output=True, text=True, timeout=1200)
+                        "--timeout=900", f"--json={out}"] + (["--warmup=200"] if not kill and nodes == 1 and via == "http" else []),
+                       capture_output=True, text=True, timeout=1200)
     summary = json.loads(out.read_text()) if out.exists() else {}
     print(r.stdout[-2000:])
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
