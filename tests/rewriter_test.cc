@@ -133,5 +133,25 @@ TEST(Rewriter, TheDriverAppliesRulesToAFixedPointAndDropsWhatNoOneReads) {
   EXPECT_TRUE(ir::verify(g).ok());
 }
 
+TEST(Rewriter, NodeOfMatchesANodeWhateverItsInputsAndBindsNothingBelow) {
+  ir::Graph g = parse(R"(graph g(%a: float32[2], %b: float32[2], %c: float32[2]) -> (%y: float32[6], %z: float32[4]) {
+  opset ai.onnx 17
+  %y: float32[6] = Concat(%a, %b, %c) {axis=0}  # three
+  %z: float32[4] = Concat(%a, %b) {axis=0}  # two
+}
+)");
+  Uses uses(g);
+  Context ctx{&g, &uses, &kYes};
+  for (const char* name : {"three", "two"}) {
+    auto m = builder::rw::match_at(ctx, builder::rw::node_of("Concat"), node_named(g, name));
+    ASSERT_TRUE(m.has_value()) << name;
+    EXPECT_EQ(m->matched, std::vector<int>{node_named(g, name)});
+    EXPECT_TRUE(m->values.empty());
+  }
+  // An op pattern still asks for its exact arity, and node_of for its op.
+  EXPECT_FALSE(builder::rw::match_at(ctx, op("Concat", {any(), any()}), node_named(g, "three")).has_value());
+  EXPECT_FALSE(builder::rw::match_at(ctx, builder::rw::node_of("Relu"), node_named(g, "two")).has_value());
+}
+
 }  // namespace
 }  // namespace kiln::testing
