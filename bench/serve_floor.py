@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Ray Serve's own cost a request beside kiln's: a deployment that returns its input (no engine, no
-batching) and a kiln.serve deployment of ENGINE, each sent the same handle calls (an [8, ...]
-float32 input, `threads` callers) on one local Ray cluster, alternately `rounds` times.
+batching) and a kiln.serve deployment of ENGINE (one input), each sent the same handle calls (the
+input at 8 rows and its profile's opt shape otherwise, `threads` callers) on one local Ray cluster,
+alternately `rounds` times.
 
-  python3 bench/serve_floor.py ENGINE [requests=1500] [threads=16] [rounds=2]
+  python3 bench/serve_floor.py ENGINE [requests=1500] [threads=16] [rounds=2] [gpus=0]
+
+(gpus: the GPUs Ray gives kiln's replica; a CUDA engine needs 1, as Ray hides the GPUs from a
+replica that asks for none.)
 
 Prints requests a second for each, every round. Where the two are close, a replica's ceiling is
 Ray Serve's handling of a request, not kiln's batcher or engine."""
@@ -25,9 +29,13 @@ def main(argv):
     n = int(argv[1]) if len(argv) > 1 else 1500
     threads = int(argv[2]) if len(argv) > 2 else 16
     rounds = int(argv[3]) if len(argv) > 3 else 2
+    gpus = float(argv[4]) if len(argv) > 4 else 0.0
     engine = kiln.Engine.load(engine_path)
     name = engine.get_tensor_name(0)
-    lo, opt, hi = engine.profile_shape(name, 0)
+    if engine.num_io_tensors - sum(1 for i in range(engine.num_io_tensors)
+                                   if engine.tensor_mode(engine.get_tensor_name(i)) == kiln.TensorIOMode.OUTPUT) != 1:
+        raise SystemExit("serve_floor.py: the engine must have one input")
+    _, opt, hi = engine.profile_shape(name, 0)
     x = {name: np.ones((min(8, hi[0]), *opt[1:]), np.dtype(engine.tensor_dtype(name)))}
 
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
@@ -49,7 +57,8 @@ def main(argv):
     for _ in range(rounds):
         results["echo"].append(load(serve.run(Echo.bind(), name="echo", route_prefix="/echo")))
         serve.delete("echo")
-        app = kiln.serve.deployment(engine_path, name="kiln", replicas=1, max_batch=64, wait_ms=2)
+        app = kiln.serve.deployment(engine_path, name="kiln", replicas=1, max_batch=64, wait_ms=2,
+                                    gpus_per_replica=gpus)
         results["kiln"].append(load(serve.run(app, name="kiln", route_prefix="/kiln")))
         serve.delete("kiln")
     serve.shutdown()
