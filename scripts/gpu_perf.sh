@@ -193,16 +193,26 @@ elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
 else
   echo "PyTorch peer skipped: torch, torchvision or transformers not importable" | tee -a "$LOG/perf.log"
 fi
+# The Python package of this build (its sources beside the extension) in one folder, made once for
+# the parts below that import it, in PY_SITE; false when the extension was not built or did not
+# install.
+PY_SITE=""
+python_site() {
+  if [ -z "$PY_SITE" ]; then
+    local site=$BUILD/perf-site
+    rm -rf "$site" && mkdir -p "$site" && cp -r python/kiln "$site/"
+    ls "$BUILD"/python/_kiln*.so >/dev/null 2>&1 &&
+      cmake --install "$BUILD" --component python --prefix "$site" >"$LOG/python_install.log" 2>&1 && PY_SITE=$site
+  fi
+  [ -n "$PY_SITE" ]
+}
 # kiln.torch beside the engine it builds and beside torch.compile, in one process (issue 36):
 # bench/kiln_torch_peer.py on the Python package built into $BUILD, its table into
 # kiln_torch.md and perf.log. KILN_PERF_KILN_TORCH: its models (empty skips).
 KT_MODELS=${KILN_PERF_KILN_TORCH-resnet50 bert_base_s128 gpt2}
 if [ -n "$KT_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
-  SITE=$BUILD/kiln-torch-site
-  rm -rf "$SITE" && mkdir -p "$SITE" && cp -r python/kiln "$SITE/"
-  if ls "$BUILD"/python/_kiln*.so >/dev/null 2>&1 &&
-      cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/kiln_torch_install.log" 2>&1; then
-    PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" timeout "${KILN_PERF_KILN_TORCH_TIMEOUT:-900}" \
+  if python_site; then
+    PYTHONPATH="$PY_SITE${PYTHONPATH:+:$PYTHONPATH}" timeout "${KILN_PERF_KILN_TORCH_TIMEOUT:-900}" \
       python3 bench/kiln_torch_peer.py "$KILN" "$DIR" "$ITERS" $KT_MODELS >"$LOG/kiln_torch.log" 2>&1 ||
       echo "kiln.torch peer: rc $? ($(tail -1 "$LOG/kiln_torch.log"))" | tee -a "$LOG/perf.log"
     grep -E "^\|" "$LOG/kiln_torch.log" | tee "$LOG/kiln_torch.md" | tee -a "$LOG/perf.log"
@@ -222,16 +232,15 @@ fi
 # what it needs that the host lacks, for Python 3.12) is unpacked onto PYTHONPATH.
 SERVE_MODELS=${KILN_PERF_SERVE:-}
 if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
-  SITE=$BUILD/serve-site
-  rm -rf "$SITE" && mkdir -p "$SITE" && cp -r python/kiln "$SITE/"
-  SPATH=$SITE
-  if ! python3 -c "import ray.serve" 2>/dev/null && [ -f .gpu_ray/site.tar.xz ]; then
+  SPATH=""
+  python_site && SPATH=$PY_SITE
+  if [ -n "$SPATH" ] && ! python3 -c "import ray.serve" 2>/dev/null && [ -f .gpu_ray/site.tar.xz ]; then
     rm -rf "$BUILD/raysite" && mkdir -p "$BUILD/raysite" && tar -xJf .gpu_ray/site.tar.xz -C "$BUILD/raysite" --strip-components=1
-    SPATH=$SITE:$PWD/$BUILD/raysite
+    SPATH=$SPATH:$PWD/$BUILD/raysite
   fi
   NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
-  if ! cmake --install "$BUILD" --component python --prefix "$SITE" >"$LOG/serve_install.log" 2>&1; then
-    echo "serving skipped: the Python extension did not install" | tee -a "$LOG/perf.log"
+  if [ -z "$SPATH" ]; then
+    echo "serving skipped: the Python extension was not built or did not install" | tee -a "$LOG/perf.log"
   elif ! PYTHONPATH="$SPATH" python3 -c "import ray.serve" >"$LOG/serve_import.log" 2>&1; then
     echo "serving skipped: Ray Serve is not importable ($(tail -1 "$LOG/serve_import.log"))" | tee -a "$LOG/perf.log"
   else

@@ -169,7 +169,7 @@ std::vector<rw::Rule> make_rules() {
                          const Dims *as = ctx.shape(m.value("a")), *os = ctx.shape(m.value("other")),
                                     *ys = ctx.shape(root.outputs[0]);
                          if (!as || !os || !ys) return false;
-                         const std::optional<Dims> b = side == 1 ? broadcast(*os, *as) : broadcast(*as, *os);
+                         const std::optional<Dims> b = broadcast(*as, *os);
                          if (!b || *b != *ys) return false;
                          ir::Node r = root;
                          r.replaced.clear();

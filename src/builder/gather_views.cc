@@ -18,6 +18,7 @@
 // source has a symbolic dim other than its first (a multiple of the batch), and one whose rows
 // would be under 8 elements (an element-wise gather).
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -36,14 +37,16 @@ namespace {
 using ir::Dim;
 
 // A Gather by constant indices (the split of a packed Q, K and V) moves data as the others do.
+constexpr const char* kMovementOps[] = {"Transpose", "Concat", "Slice", "Gather", "Reshape", "Squeeze", "Unsqueeze",
+                                        "Flatten"};
+
 bool is_movement(const ir::Graph& g, const ir::Node& n) {
-  static const std::set<std::string> ops = {"Transpose", "Concat", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Flatten"};
   if (!n.domain.empty()) return false;
   if (n.op_type == "Gather") {
     return n.inputs.size() == 2 && n.inputs[1] >= 0 && g.values[size_t(n.inputs[1])].constant &&
            is_integer(g.values[size_t(n.inputs[1])].dtype);
   }
-  return ops.count(n.op_type) > 0;
+  return std::find(std::begin(kMovementOps), std::end(kMovementOps), n.op_type) != std::end(kMovementOps);
 }
 
 // The inputs of a movement node that carry data (the others are parameters: shapes, axes, starts).
@@ -408,7 +411,7 @@ std::vector<rw::Rule> make_rules() {
     return rewrite(ctx.graph, *ctx.uses, *ctx.supports, n);
   };
   std::vector<rw::Rule> rules;
-  for (const char* op : {"Transpose", "Concat", "Slice", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}) {
+  for (const char* op : kMovementOps) {
     rules.push_back({std::string("gather_views_") + op, rw::node_of(op), at_end});
   }
   return rules;
