@@ -931,25 +931,20 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
   }
 }
 
-// Keys that fit one tile run attention_short.cu's tensor-core kernel (Swin's windows: 49 tokens,
-// head size 32, a [1, heads, 49, 49] bias): head sizes 8 to 64 and Q's differing from V's, grouped
-// heads, a mask per head or per query, is_causal, more queries than one block takes (s 100 over 49
-// keys), and 64 keys against 65 (cuDNN), in FP16 and BF16 against the CPU reference.
-TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
-  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
-  struct Case {
-    int64_t hq, hk, d, dv;
-    const char* mask;  // "" none, "h": [1, hq, s, l], "q": [s, l]
-    int causal;
-    std::vector<std::pair<int64_t, int64_t>> sl;  // (s, l) pairs run
-  };
-  const std::vector<Case> cases = {
-      {3, 3, 32, 32, "h", 0, {{49, 49}, {1, 1}, {7, 7}, {64, 64}, {65, 65}}},
-      {4, 2, 8, 16, "", 1, {{49, 49}, {100, 49}, {16, 16}}},
-      {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
-      {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}},
-  };
-  for (const Case& c : cases) {
+// An Attention case of the tensor-core kernels' tests: heads, head sizes, the mask, is_causal, and
+// the (s, l) pairs run.
+struct TensorCoreAttentionCase {
+  int64_t hq, hk, d, dv;
+  const char* mask;  // "" none, "h": [1, hq, s, l], "q": [s, l]
+  int causal;
+  std::vector<std::pair<int64_t, int64_t>> sl;
+};
+
+// Builds each case for a profile up to [2, heads, max_s, .] queries and max_l keys and runs its
+// (s, l) pairs in FP16 and BF16 against the CPU reference (FP32).
+void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cases, int64_t max_s,
+                                 int64_t max_l, const char* label) {
+  for (const TensorCoreAttentionCase& c : cases) {
     const std::string dt = "float32";
     const std::string mt = std::string(c.mask) == "h" ? dt + "[1, " + std::to_string(c.hq) + ", s, l]"
                            : std::string(c.mask) == "q" ? dt + "[s, l]" : "";
@@ -965,13 +960,13 @@ TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
     auto build = [&](Device d, Precision p) {
       BuilderConfig cfg = config_for(p);
       OptimizationProfile prof;
-      EXPECT_TRUE(prof.set_dimensions("q", {1, c.hq, 1, c.d}, {2, c.hq, 49, c.d}, {2, c.hq, 100, c.d}).ok());
-      EXPECT_TRUE(prof.set_dimensions("k", {1, c.hk, 1, c.d}, {2, c.hk, 49, c.d}, {2, c.hk, 65, c.d}).ok());
-      EXPECT_TRUE(prof.set_dimensions("v", {1, c.hk, 1, c.dv}, {2, c.hk, 49, c.dv}, {2, c.hk, 65, c.dv}).ok());
+      EXPECT_TRUE(prof.set_dimensions("q", {1, c.hq, 1, c.d}, {2, c.hq, 49, c.d}, {2, c.hq, max_s, c.d}).ok());
+      EXPECT_TRUE(prof.set_dimensions("k", {1, c.hk, 1, c.d}, {2, c.hk, 49, c.d}, {2, c.hk, max_l, c.d}).ok());
+      EXPECT_TRUE(prof.set_dimensions("v", {1, c.hk, 1, c.dv}, {2, c.hk, 49, c.dv}, {2, c.hk, max_l, c.dv}).ok());
       if (std::string(c.mask) == "h") {
-        EXPECT_TRUE(prof.set_dimensions("m", {1, c.hq, 1, 1}, {1, c.hq, 49, 49}, {1, c.hq, 100, 65}).ok());
+        EXPECT_TRUE(prof.set_dimensions("m", {1, c.hq, 1, 1}, {1, c.hq, 49, 49}, {1, c.hq, max_s, max_l}).ok());
       }
-      if (std::string(c.mask) == "q") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {49, 49}, {100, 65}).ok());
+      if (std::string(c.mask) == "q") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {49, 49}, {max_s, max_l}).ok());
       cfg.add_profile(prof);
       return Builder(d).build(net, cfg);
     };
@@ -996,9 +991,9 @@ TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
         ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
         ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
         ErrorStats e = error_stats(got->at("y"), want->at("y"));
-        std::printf("[cuda] short Attention hq=%lld hk=%lld d=%lld dv=%lld mask=%s causal=%d %s s=%lld l=%lld: "
+        std::printf("[cuda] %s Attention hq=%lld hk=%lld d=%lld dv=%lld mask=%s causal=%d %s s=%lld l=%lld: "
                     "max abs %.3g, cosine %.7f, nan %lld\n",
-                    (long long)c.hq, (long long)c.hk, (long long)c.d, (long long)c.dv, *c.mask ? c.mask : "none",
+                    label, (long long)c.hq, (long long)c.hk, (long long)c.d, (long long)c.dv, *c.mask ? c.mask : "none",
                     c.causal, precision_name(p), (long long)s, (long long)l, e.max_abs, e.cosine,
                     (long long)count_nan(got->at("y")));
         EXPECT_EQ(count_nan(got->at("y")), 0);
@@ -1007,6 +1002,33 @@ TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
       }
     }
   }
+}
+
+// Keys that fit one tile run attention_short.cu's tensor-core kernel (Swin's windows: 49 tokens,
+// head size 32, a [1, heads, 49, 49] bias): head sizes 8 to 64 and Q's differing from V's, grouped
+// heads, a mask per head or per query, is_causal, more queries than one block takes (s 100 over 49
+// keys), and 64 keys against 65 (the next kernel), in FP16 and BF16 against the CPU reference.
+TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  check_tensor_core_attention({{3, 3, 32, 32, "h", 0, {{49, 49}, {1, 1}, {7, 7}, {64, 64}, {65, 65}}},
+                               {4, 2, 8, 16, "", 1, {{49, 49}, {100, 49}, {16, 16}}},
+                               {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
+                               {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}}},
+                              100, 65, "short");
+}
+
+// Longer keys run attention_flash.cu's kernel (64 keys a step, a running softmax): sequences of a
+// decoder (256, causal), ViT's 197, more keys than queries and more queries than keys (causal
+// rows past the keys), one query, a key count one past a step, head sizes 128, 64 and 40 over 24,
+// grouped heads and both masks; rows whose every key the causal mask and a -inf free mask leave
+// open are the common case, and s 300 over l 100 causal has rows that see every key.
+TEST(CudaAttention, LongKeysOnTensorCoresMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  check_tensor_core_attention({{4, 4, 64, 64, "", 1, {{256, 256}, {1, 129}, {300, 100}, {65, 65}}},
+                               {3, 3, 64, 64, "h", 0, {{197, 197}, {100, 300}, {129, 129}}},
+                               {4, 2, 128, 128, "", 0, {{256, 256}, {17, 300}}},
+                               {2, 1, 40, 24, "q", 1, {{130, 130}, {256, 77}}}},
+                              300, 300, "flash");
 }
 
 // enqueue_on_default_stream (TensorRT's enqueueV3(0); torch's default stream is stream 0): the run
