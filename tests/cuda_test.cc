@@ -1017,18 +1017,17 @@ TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
                               100, 65, "short");
 }
 
-// Longer keys run attention_flash.cu's kernel (64 keys a step, a running softmax): sequences of a
-// decoder (256, causal), ViT's 197, more keys than queries and more queries than keys (causal
-// rows past the keys), one query, a key count one past a step, head sizes 128, 64 and 40 over 24,
-// grouped heads and both masks; rows whose every key the causal mask and a -inf free mask leave
-// open are the common case, and s 300 over l 100 causal has rows that see every key.
+// Longer keys run cuDNN's flash attention: a decoder's sequence (256, causal), ViT's 197, more
+// keys than queries and more queries than keys (causal rows past the keys see every key), one
+// query, key counts one past a tile, head sizes 128, 64 and 40 over 24, grouped heads and both
+// masks, in FP16 and BF16 against the CPU reference.
 TEST(CudaAttention, LongKeysOnTensorCoresMatchTheCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
   check_tensor_core_attention({{4, 4, 64, 64, "", 1, {{256, 256}, {1, 129}, {300, 100}, {65, 65}}},
                                {3, 3, 64, 64, "h", 0, {{197, 197}, {100, 300}, {129, 129}}},
                                {4, 2, 128, 128, "", 0, {{256, 256}, {17, 300}}},
                                {2, 1, 40, 24, "q", 1, {{130, 130}, {256, 77}}}},
-                              300, 300, "flash");
+                              300, 300, "long");
 }
 
 // enqueue_on_default_stream (TensorRT's enqueueV3(0); torch's default stream is stream 0): the run

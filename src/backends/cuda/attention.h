@@ -64,13 +64,6 @@ struct ShortAttnArgs {
 bool short_attention_takes(const ShortAttnArgs& a, DType t, size_t element);
 Status short_attention(DType t, const ShortAttnArgs& a, cudaStream_t stream);
 
-// attention_flash.cu: attention over any number of keys on tensor cores, 64 keys a step with a
-// running softmax (FlashAttention-2's scheme on mma.sync). Same arguments and alignment as
-// short_attention; head sizes multiples of 8 up to kFlashAttentionHead.
-inline constexpr int64_t kFlashAttentionHead = 128;
-bool flash_attention_takes(const ShortAttnArgs& a, DType t, size_t element);
-Status flash_attention(DType t, const ShortAttnArgs& a, cudaStream_t stream);
-
 // Attention on cuDNN's SDPA graph (attention_sdpa.cc): registered before attention.cu's kernel.
 void register_attention_sdpa(Registry& r);
 

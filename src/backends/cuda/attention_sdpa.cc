@@ -15,7 +15,6 @@
 // accepted node never fails for cuDNN's reasons.
 
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,12 +113,6 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
   return graph;
 }
 
-// EXPERIMENT: KILN_ATTN_FLASH=1 routes to attention_flash.cu.
-int flash_mode() {
-  static const int mode = std::getenv("KILN_ATTN_FLASH") ? std::atoi(std::getenv("KILN_ATTN_FLASH")) : 0;
-  return mode;
-}
-
 class SdpaKernel final : public CudaKernel {
  public:
   SdpaKernel(DType t, int64_t q_heads, int64_t kv_heads, float scale, bool causal,
@@ -178,8 +171,6 @@ class SdpaKernel final : public CudaKernel {
       }
       sa.scale = scale_, sa.causal = causal_;
       if (short_attention_takes(sa, t_, size_t(es))) return short_attention(t_, sa, stream_);
-      if (flash_mode() > 0 && flash_attention_takes(sa, t_, size_t(es)))
-        return flash_attention(t_, sa, stream_);
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     std::shared_ptr<fe::graph::Graph> plan;
