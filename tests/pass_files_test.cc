@@ -40,6 +40,7 @@ using GraphPass = Status (*)(ir::Graph*, const builder::SupportsFn&);
 const std::map<std::string, GraphPass>& passes() {
   static const std::map<std::string, GraphPass> kPasses = {
       {"canonicalize", builder::canonicalize},
+      {"fold_batch_norm", builder::fold_batch_norm},
       {"fuse_attention", builder::fuse_attention},
       {"pack_attention", builder::pack_attention},
       {"fuse_matmul_bias", builder::fuse_matmul_bias},
@@ -47,6 +48,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"fuse_rotary", builder::fuse_rotary},
       {"fuse_elementwise", builder::fuse_elementwise},
       {"fuse_conv_activation", builder::fuse_conv_activation},
+      {"fuse_squeeze_excite", builder::fuse_squeeze_excite},
       {"unflatten_gemm", builder::unflatten_gemm},
       {"patchify_conv", builder::patchify_conv},
       {"gather_views", builder::gather_views},

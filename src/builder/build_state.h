@@ -95,6 +95,7 @@ Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports);
 Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports);
 Status fuse_attention(ir::Graph* g, const SupportsFn& supports);
 Status canonicalize(ir::Graph* g, const SupportsFn& supports);
+Status fold_batch_norm(ir::Graph* g, const SupportsFn& supports);
 Status fuse_norm(ir::Graph* g, const SupportsFn& supports);
 Status fuse_rotary(ir::Graph* g, const SupportsFn& supports);
 Status fuse_squeeze_excite(ir::Graph* g, const SupportsFn& supports);

@@ -1,7 +1,7 @@
 // Pass fuse_squeeze_excite: a squeeze-and-excitation gate (MobileNetV3, EfficientNet) becomes one
 // kiln::SqueezeExcite, one kernel where there were a pool, two tiny convolutions (cuDNN calls on
-// 1x1 images) and, for HardSigmoid, an epilogue pass. Matched, each intermediate read by nothing
-// else and no engine output:
+// 1x1 images) and, for HardSigmoid, an epilogue pass. One rule on the rewriter (rewriter.h),
+// rooted at the second FusedConv, each intermediate read by nothing else and no engine output:
 //   NCHW: GlobalAveragePool(X) or ReduceMean(X, axes [2, 3], keepdims) -> FusedConv 1x1 (act1)
 //         -> FusedConv 1x1 (act2)
 //   NHWC: ReduceMean(X, axes [1, 2], keepdims) -> FusedConv{layout=NHWC} 1x1 (act1)
@@ -24,10 +24,18 @@
 
 #include "builder/build_state.h"
 #include "builder/graph_match.h"
+#include "builder/rewriter.h"
 #include "ir/rewrite.h"
 
 namespace kiln::builder {
 namespace {
+
+using rw::any;
+using rw::constant;
+using rw::Context;
+using rw::Match;
+using rw::op;
+using rw::Pat;
 
 // Attribute values with their defaults; a malformed attribute reads as a value no match takes.
 std::string str_attr(const ir::Node& n, const char* name, const char* dflt) {
@@ -56,94 +64,95 @@ bool all_equal(const std::optional<std::vector<int64_t>>& v, int64_t want) {  //
   return true;
 }
 
-// A FusedConv of `layout` that is a 1x1 product over channels with constant W and B: its input,
-// or -1.
-int pointwise_fused_conv(const ir::Graph& g, const ir::Node& n, const std::string& layout) {
-  if (n.domain != "kiln" || n.op_type != "FusedConv" || n.inputs.size() != 3 ||
-      n.outputs.size() != 1) {
-    return -1;
-  }
-  if (str_attr(n, "layout", "NCHW") != layout || int_attr(n, "group", 1) != 1) return -1;
+// A FusedConv that is a 1x1 product over channels: one output, group 1, stride and dilation 1, no
+// padding, W of rank 4 with 1x1 spatial dims in its layout (NCHW unless NHWC).
+bool pointwise(const Context& ctx, const Match&, int node) {
+  const ir::Node& n = ctx.node(node);
+  if (n.outputs.size() != 1 || int_attr(n, "group", 1) != 1) return false;
   const std::string pad = str_attr(n, "auto_pad", "NOTSET");
-  if (pad != "NOTSET" && pad != "VALID") return -1;
+  if (pad != "NOTSET" && pad != "VALID") return false;
   if (!all_equal(ints_attr(n, "strides"), 1) || !all_equal(ints_attr(n, "dilations"), 1) ||
       !all_equal(ints_attr(n, "pads"), 0)) {
-    return -1;
+    return false;
   }
-  for (int i : {1, 2}) {
-    if (n.inputs[size_t(i)] < 0 || !g.values[size_t(n.inputs[size_t(i)])].constant) return -1;
-  }
-  const ir::Value& w = g.values[size_t(n.inputs[1])];
-  if (!w.shape || w.shape->size() != 4) return -1;
-  const bool nhwc = layout == "NHWC";
+  const std::vector<ir::Dim>* w = ctx.shape(n.inputs[1]);
+  if (!w || w->size() != 4) return false;
+  const bool nhwc = str_attr(n, "layout", "NCHW") == "NHWC";
   for (int a : nhwc ? std::vector<int>{1, 2} : std::vector<int>{2, 3}) {
-    if ((*w.shape)[size_t(a)] != ir::Dim(1)) return -1;
+    if ((*w)[size_t(a)] != ir::Dim(1)) return false;
   }
-  return n.inputs[0];
+  return true;
 }
 
-// X when node `p` averages it over H and W with keepdims (GlobalAveragePool, or ReduceMean over
-// the spatial axes of `layout`); else -1.
-int spatial_mean_of(const ir::Graph& g, const ir::Node& p, bool nhwc) {
-  if (p.outputs.size() != 1 || p.inputs.empty() || p.inputs[0] < 0) return -1;
-  const ir::Value& x = g.values[size_t(p.inputs[0])];
-  if (!x.shape || x.shape->size() != 4) return -1;
-  if (is_onnx(p, "GlobalAveragePool")) return nhwc ? -1 : p.inputs[0];
-  if (!is_onnx(p, "ReduceMean") || int_attr(p, "keepdims", 1) != 1) return -1;
+// Whether node `p` averages its input X over H and W of `layout` with keepdims
+// (GlobalAveragePool in NCHW, or ReduceMean over the spatial axes), X of rank 4.
+bool spatial_mean(const Context& ctx, const ir::Node& p, const std::string& layout) {
+  const bool nhwc = layout == "NHWC";
+  const std::vector<ir::Dim>* x = ctx.shape(p.inputs[0]);
+  if (p.outputs.size() != 1 || !x || x->size() != 4) return false;
+  if (is_onnx(p, "GlobalAveragePool")) return !nhwc;
+  if (int_attr(p, "keepdims", 1) != 1) return false;
   std::vector<int64_t> axes;
   if (p.inputs.size() > 1 && p.inputs[1] >= 0) {
-    const ir::Value& a = g.values[size_t(p.inputs[1])];
-    if (!a.constant) return -1;
+    const ir::Value& a = ctx.value(p.inputs[1]);
+    if (!a.constant) return false;
     for (int64_t i = 0; i < a.constant->numel(); ++i) axes.push_back(a.constant->int_at(i));
   } else {
     auto attr = ints_attr(p, "axes");
-    if (!attr) return -1;
+    if (!attr) return false;
     axes = *attr;
   }
   for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
   std::ranges::sort(axes);
-  const std::vector<int64_t> want = nhwc ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3};
-  return axes == want ? p.inputs[0] : -1;
+  return axes == (nhwc ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3});
 }
 
-StatusOr<bool> fuse_at(ir::Graph* g, int n2, const SupportsFn& supports) {
-  const ir::Node& f2 = g->nodes[size_t(n2)];
-  if (f2.domain != "kiln" || f2.op_type != "FusedConv") return false;
-  const std::string layout = str_attr(f2, "layout", "NCHW");
-  const int a = pointwise_fused_conv(*g, f2, layout);
-  if (a < 0 || sole_reader(*g, a) != n2) return false;
-  const int n1 = g->values[size_t(a)].producer;
-  if (n1 < 0) return false;
-  const ir::Node& f1 = g->nodes[size_t(n1)];
-  const int s = pointwise_fused_conv(*g, f1, layout);
-  if (s < 0 || sole_reader(*g, s) != n1) return false;
-  const int np = g->values[size_t(s)].producer;
-  if (np < 0) return false;
-  const int x = spatial_mean_of(*g, g->nodes[size_t(np)], layout == "NHWC");
-  if (x < 0) return false;
-  const DType t = g->values[size_t(x)].dtype;
+// The gate's layout is the second FusedConv's; the first and the pool must agree with it.
+bool one_layout(const Context& ctx, const Match& m, int node) {
+  const std::string layout = str_attr(ctx.node(node), "layout", "NCHW");
+  return str_attr(ctx.node(m.node("f1")), "layout", "NCHW") == layout &&
+         spatial_mean(ctx, ctx.node(m.node("pool")), layout);
+}
+
+StatusOr<bool> fuse(Context& ctx, const Match& m) {
+  const ir::Node& f1 = ctx.node(m.node("f1"));
+  const ir::Node& f2 = ctx.node(m.matched[0]);
+  const int x = m.value("x");
+  const DType t = ctx.value(x).dtype;
   for (int v : {f1.inputs[1], f1.inputs[2], f2.inputs[1], f2.inputs[2], f2.outputs[0]}) {
-    if (g->values[size_t(v)].dtype != t) return false;
+    if (ctx.value(v).dtype != t) return false;
   }
   ir::Node se;
   se.domain = "kiln";
   se.op_type = "SqueezeExcite";
   se.opset = 1;
   se.name = f2.name + "_se";
-  set_string(&se, "layout", layout);
+  set_string(&se, "layout", str_attr(f2, "layout", "NCHW"));
   set_string(&se, "activation1", str_attr(f1, "activation", "none"));
   set_floats(&se, "activation1_params", floats_attr(f1, "activation_params"));
   set_string(&se, "activation2", str_attr(f2, "activation", "none"));
   set_floats(&se, "activation2_params", floats_attr(f2, "activation_params"));
   se.inputs = {x, f1.inputs[1], f1.inputs[2], f2.inputs[1], f2.inputs[2]};
   se.outputs = {f2.outputs[0]};
-  return replace_if_supported(g, {np, n1, n2}, std::move(se), supports);
+  // Unfused where the backend has no kernel.
+  return rw::replace(ctx, m, std::move(se));
+}
+
+std::vector<rw::Rule> make_rules() {
+  const Pat mean = rw::either({op("GlobalAveragePool", {any("x")}).as("pool"),
+                               op("ReduceMean", {any("x")}).as("pool"),
+                               op("ReduceMean", {any("x"), rw::optional()}).as("pool")});
+  auto conv1x1 = [](Pat in) {
+    return op("kiln::FusedConv", {std::move(in), constant(), constant()}).when(pointwise);
+  };
+  return {{"squeeze_excite", conv1x1(conv1x1(mean).as("f1")).when(one_layout), fuse}};
 }
 
 }  // namespace
 
 Status fuse_squeeze_excite(ir::Graph* g, const SupportsFn& supports) {
-  return fuse_at_every_node(g, [&](int n) { return fuse_at(g, n, supports); });
+  static const std::vector<rw::Rule> rules = make_rules();
+  return rw::apply(g, rules, supports).status();
 }
 
 Status fuse_squeeze_excite(BuildState& s) {
