@@ -24,6 +24,8 @@
 # the max batch beside kiln bench on its engine and torch.compile (bench/kiln_torch_peer.py).
 # KILN_PERF_SERVE (default none) serves models on Ray Serve, on one GPU and on two where there are
 # two, beside kiln bench on the same engine (scripts/serve_load_test.py; see below).
+# KILN_PERF_COMPARE=1 checks each model against ONNX Runtime FP32 in FP16, BF16 and strict FP32
+# (kiln compare; accuracy.jsonl); with KILN_PERF_KILN=0 KILN_PERF_TORCH=0 it is all that runs.
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
 set -uo pipefail
@@ -167,6 +169,47 @@ PY
     fi
   done
 done
+
+# KILN_PERF_COMPARE=1: each model's accuracy against ONNX Runtime FP32 (kiln compare, seeded
+# inputs at batch 2, an engine built for that shape) in FP16, BF16 and strict FP32 (--noTF32, kiln
+# compare's FP32 tolerance); one line each in perf.log and accuracy.jsonl. The FP16/BF16 verdict is
+# cosine >= 0.999 per output (compare's tolerances for those are tight for a whole transformer).
+if [ "${KILN_PERF_COMPARE:-0}" = 1 ]; then
+  : >"$LOG/accuracy.jsonl"
+  for m in $MODELS; do
+    read -r input shape maxb batches seqp < <(meta "$m")
+    [ "$seqp" != - ] && continue
+    for prec in fp16 bf16 fp32; do
+      case $prec in fp16) pf=--fp16 ;; bf16) pf=--bf16 ;; fp32) pf=--noTF32 ;; esac
+      timeout 300 "$KILN" compare --onnx="$DIR/$m.onnx" --device=cuda $pf --shapes="$input:2x$shape" \
+        >"$LOG/compare.$m.$prec.log" 2>&1
+      python3 - "$m" "$prec" $? "$LOG/compare.$m.$prec.log" <<'PY' | tee -a "$LOG/accuracy.jsonl"
+import json, sys
+m, prec, rc, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# kiln compare's table: a header "output shape max_abs max_rel mean_abs p99_abs cosine top1 ...
+# result", then a row per output until a blank line.
+lines, rows = open(log).read().splitlines(), []
+for i, l in enumerate(lines):
+    if l.split()[:3] == ["output", "shape", "max_abs"]:
+        for r in lines[i + 1:]:
+            if not r.strip():
+                break
+            rows.append(r.split())
+outs = [dict(output=r[0], max_abs=float(r[2]), cosine=float(r[6]), verdict=r[-1]) for r in rows]
+ok = bool(outs) and (all(o["verdict"] == "PASS" for o in outs) if prec == "fp32"
+                     else all(o["cosine"] >= 0.999 for o in outs))
+print(json.dumps(dict(model=m, prec=prec, rc=rc, outputs=outs, ok=ok)))
+PY
+    done
+  done
+  python3 -c "
+import json
+for l in open('$LOG/accuracy.jsonl'):
+    r = json.loads(l)
+    o = ', '.join(f\"{x['output']} cosine {x['cosine']:.6f} max abs {x['max_abs']:.3g} {x['verdict']}\" for x in r['outputs'])
+    print(f\"accuracy {r['model']} {r['prec']}: {o or 'no output (rc ' + str(r['rc']) + ')'}: {'ok' if r['ok'] else 'FAIL'}\")
+" | tee -a "$LOG/perf.log"
+fi
 
 : >"$LOG/torch.jsonl"
 if [ "${KILN_PERF_TORCH:-1}" = 0 ]; then
