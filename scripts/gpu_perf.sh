@@ -302,9 +302,12 @@ if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
           --exportTimes="$LOG/serve.bench.$m.b$b.json" >"$LOG/serve.bench.$m.b$b.log" 2>&1
         benches="$benches $b:$(median "$LOG/serve.bench.$m.b$b.json")"
       done
-      # Ray Serve's own cost a request: a deployment returning its input beside this engine's.
-      PYTHONPATH="$SPATH" timeout 120 python3 bench/serve_floor.py "$engine" 3000 32 1 1 >"$LOG/serve.floor.$m.log" 2>&1
-      echo "serving $m, Ray's floor (bench/serve_floor.py, 8-row handle calls from 32 threads): $(grep 'requests/s' "$LOG/serve.floor.$m.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
+      # Ray Serve's own cost a request: a deployment returning its input beside this engine's
+      # (KILN_PERF_SERVE_FLOOR=0 leaves it out).
+      if [ "${KILN_PERF_SERVE_FLOOR:-1}" = 1 ]; then
+        PYTHONPATH="$SPATH" timeout 120 python3 bench/serve_floor.py "$engine" 3000 32 1 1 >"$LOG/serve.floor.$m.log" 2>&1
+        echo "serving $m, Ray's floor (bench/serve_floor.py, 8-row handle calls from 32 threads): $(grep 'requests/s' "$LOG/serve.floor.$m.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
+      fi
       # replicas:GPUs each (one replica on a GPU, two sharing one, one on each of two GPUs)
       for rg in ${KILN_PERF_SERVE_LAYOUTS:-1:1 2:0.5 2:1}; do
         r=${rg%%:*}; g=${rg##*:}; need=$(python3 -c "import math;print(math.ceil($r*$g))")

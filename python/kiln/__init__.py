@@ -36,6 +36,7 @@ from ._kiln import (
     built_with_cuda as built_with_cuda,
     device_available as device_available,
 )
+from ._kiln import _pinned_bytes
 from ._errors import (
     CancelledError as CancelledError,
     DeviceError as DeviceError,
@@ -67,12 +68,32 @@ from .session import (
 
 __version__ = "0.1.0"
 
+
+def empty_pinned(shape, dtype=float) -> "numpy.ndarray":
+    """An uninitialized numpy array of `shape` and `dtype` in page-locked host memory (CuPy's
+    cupyx.empty_pinned, torch's pin_memory). A CUDA engine's run() copies such an input to the
+    device from where it lies, without its staging copy: fill one buffer in place (np.concatenate's
+    out=, np.copyto) and run it. The memory is freed when the last view of the array goes. Raises
+    kiln.UnsupportedError where there is no CUDA device (kiln.device_available(kiln.Device.CUDA))."""
+    import numpy
+
+    dt = numpy.dtype(dtype)
+    dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"empty_pinned: shape {dims} has a negative dim")
+    count = 1
+    for d in dims:
+        count *= d
+    raw = _pinned_bytes(max(count * dt.itemsize, 1))
+    return raw[: count * dt.itemsize].view(dt).reshape(dims)
+
 __all__ = [
     "Builder", "BuilderConfig", "BuilderFlag", "CancelledError", "Device", "DeviceError", "Engine", "Error",
     "ExecutionContext", "ILogger", "InferenceSession", "InternalError", "InvalidArgumentError",
     "InvalidModelError", "KilnWarning", "Logger", "MemoryPoolType", "Network",
     "NetworkDefinitionCreationFlag", "NetworkTensor", "NodeArg", "NotFoundError", "OnnxParser",
     "OptimizationProfile", "OptProfileSelector", "OutOfMemoryError", "ParserError", "Runtime",
-    "TensorIOMode", "UnsupportedError", "built_with_cuda", "device_available", "get_available_providers", "nptype",
+    "TensorIOMode", "UnsupportedError", "built_with_cuda", "device_available", "empty_pinned",
+    "get_available_providers", "nptype",
     "onnx", "volume",
 ]

@@ -979,6 +979,27 @@ NB_MODULE(_kiln, m) {
   m.def("device_available", [](Device d) { return backends::get_backend(d).ok(); }, nb::arg("device"),
         "Whether this build of kiln has a backend for `device` (CUDA needs a CUDA build).");
 
+  // kiln.empty_pinned's memory: `nbytes` of page-locked host memory from the CUDA backend as a
+  // uint8 array that frees it when the last view of it goes.
+  m.def(
+      "_pinned_bytes",
+      [](size_t nbytes) {
+        struct Pinned {
+          const backends::Backend* backend;
+          void* data;
+        };
+        const backends::Backend* b = value_or_raise(backends::get_backend(Device::kCUDA));
+        auto* owned = new Pinned{b, value_or_raise(b->allocate_host(nbytes))};
+        nb::capsule owner(owned, [](void* p) noexcept {
+          auto* h = static_cast<Pinned*>(p);
+          h->backend->deallocate_host(h->data);
+          delete h;
+        });
+        const size_t n = nbytes;
+        return nb::ndarray<nb::numpy, uint8_t>(owned->data, 1, &n, owner).cast();
+      },
+      nb::arg("nbytes"));
+
   nb::class_<NetworkTensor>(m, "NetworkTensor", "A graph input or output of a Network (TensorRT's ITensor).")
       .def_ro("name", &NetworkTensor::name)
       .def_prop_ro(

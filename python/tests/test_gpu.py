@@ -272,3 +272,35 @@ def test_serving_batches_replay_their_buckets_cuda_graphs(torch_cuda, linear_cud
     # run at their own shape): 10; the batches of up to 8 rows replayed their bucket's graph.
     bucketed = sum(c for rows, c in stats["batch_rows"].items() if rows <= 8)
     assert 0 < graphs["captures"] <= 5 * 2 and graphs["replays"] >= bucketed - 3 * 2, (stats, graphs)
+
+
+def test_pinned_inputs_run_from_where_they_lie(torch_cuda, linear_cuda):
+    # kiln.empty_pinned: page-locked host memory (torch agrees), of the shape and dtype asked; a
+    # CUDA engine's run reads it in place of its staging copy and answers as for a plain array,
+    # also for a view into a larger pinned buffer (the serving batcher's stacking buffer) and
+    # after the buffer's contents change between runs.
+    torch = torch_cuda
+    engine, cpu = linear_cuda
+    context = engine.create_execution_context()
+    buf = kiln.empty_pinned(10 * 10 * 16, np.float32)
+    assert buf.shape == (1600,) and buf.dtype == np.float32
+    assert torch.from_numpy(buf).is_pinned()
+    assert kiln.empty_pinned((2, 3), np.float16).shape == (2, 3)
+    rng = np.random.default_rng(5)
+    for rows in (3, 7, 3):
+        x = rng.uniform(-1, 1, (rows, 4, 16)).astype(np.float32)
+        view = buf[: x.size].reshape(x.shape)
+        np.copyto(view, x)
+        got = context.run({"x": view})
+        name = next(iter(got))
+        np.testing.assert_allclose(got[name], reference(cpu, x)[name], atol=ATOL, rtol=RTOL)
+        np.testing.assert_array_equal(got[name], context.run({"x": x})[name])
+    with pytest.raises(kiln.InvalidArgumentError):
+        kiln.empty_pinned((2, -1))
+
+
+def test_empty_pinned_says_why_without_a_cuda_device():
+    if kiln.device_available(kiln.Device.CUDA):
+        pytest.skip("a CUDA device is here (test_pinned_inputs_run_from_where_they_lie runs instead)")
+    with pytest.raises(kiln.Error, match="CUDA"):
+        kiln.empty_pinned((2, 3))

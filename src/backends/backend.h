@@ -146,6 +146,10 @@ class Backend {
   virtual bool host_accessible() const { return true; }
   // Whether a pointer is device memory of this backend (run() then binds it without copying).
   virtual bool is_device_pointer(const void* p) const { return false; }
+  // Whether a host pointer is in page-locked memory of this backend (allocate_host, or pinned by
+  // another library): run() copies such an input to the device from where it is, not through its
+  // staging buffer.
+  virtual bool is_page_locked(const void* p) const { return false; }
   // The device this backend runs on (CUDA's current device), as DLPack numbers it; 0 on the CPU.
   virtual int device_ordinal() const { return 0; }
   virtual StatusOr<void*> create_stream() const { return static_cast<void*>(nullptr); }

@@ -1361,7 +1361,8 @@ Status ExecutionContext::execute() {
 }
 
 // run() on a device backend: host tensors go through page-locked staging into device buffers
-// owned by the context (grown, never per call); device tensors are bound as they are.
+// owned by the context (grown, never per call), or straight from where they are when they are
+// page-locked already (kiln.empty_pinned); device tensors are bound as they are.
 Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inputs,
                                        std::map<std::string, Tensor>* outputs) {
   const ir::Graph& g = data_->plan.graph;
@@ -1411,8 +1412,12 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
     io_address_[i] = dev + off[i];
     if (i >= size_t(data_->num_inputs)) continue;
     const Tensor& t = inputs.at(g.values[data_->io_values[i]].name);
-    std::memcpy(host + off[i], t.data(), t.nbytes());
-    KILN_RETURN_IF_ERROR(b->copy(dev + off[i], host + off[i], t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
+    const void* from = t.data();
+    if (t.nbytes() > 0 && !b->is_page_locked(from)) {
+      std::memcpy(host + off[i], from, t.nbytes());
+      from = host + off[i];
+    }
+    KILN_RETURN_IF_ERROR(b->copy(dev + off[i], from, t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
   }
   if (time_phases_) {
     KILN_RETURN_IF_ERROR(b->synchronize(stream_));

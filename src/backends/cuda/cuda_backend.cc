@@ -198,6 +198,14 @@ class CudaBackend final : public Backend {
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
+  bool is_page_locked(const void* p) const override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+  }
   int device_ordinal() const override {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
