@@ -35,7 +35,7 @@ mkdir -p "$LOG"
 BUILD=${KILN_GPU_BUILD_DIR:-build-gpu}
 KILN=$BUILD/tools/kiln/kiln
 ITERS=${KILN_BENCH_ITERS:-200}
-MODELS=${KILN_PERF_MODELS-resnet50 mobilenet_v3_large vit_b_16 vit_b_16-dynamo swin_t swin_t-dynamo bert_base_s128 \
+MODELS=${KILN_PERF_MODELS-resnet50 mobilenet_v3_large convnext_tiny efficientnet_v2_s vit_b_16 vit_b_16-dynamo swin_t swin_t-dynamo bert_base_s128 \
 bert_base_s128-dynamo distilbert_s128 distilbert_s128-dynamo gpt2 gpt2-dynamo bert_base_dyn}
 DIR=$BUILD/perf-models
 [ -x "$KILN" ] || { echo "gpu_perf: $KILN is missing: run scripts/gpu.sh first" >&2; exit 1; }
