@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sanitizers (issue 13), run by .ci/run after scripts/test.sh: the CPU test suite built with ASan and
-# UBSan (a subset: the README's Tests section says which and why), each fuzz target for a while on
+# UBSan (a subset: docs/testing.md says which and why), each fuzz target for a while on
 # its committed corpus, and the stress test's CPU case under TSan. Any sanitizer report, fuzz
 # finding or test failure fails the script. KILN_FUZZ_RUNS (default 20000 inputs per target, from
 # a fixed seed, so a given tree fuzzes the same inputs every time and CI cannot turn red by chance)
