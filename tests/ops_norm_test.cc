@@ -629,7 +629,7 @@ TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {
   EXPECT_NEAR((*out)[0].data_as<float>()[5], 2 / r1, 1e-6);
 }
 
-// ---- MeanVarianceNormalization and LRN over every float dtype (CUDA: norm2.cu) ----
+// ---- MeanVarianceNormalization and LRN over every float dtype (CUDA: channel_norm.cu) ----
 
 const DType kFloatDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64};
 

@@ -372,7 +372,7 @@ TEST(ReduceOpsKernel, TopKLargestAndSmallestStable) {
 }
 
 
-// ---- every reduction, dtype, Hardmax and TopK on every device (CUDA: reduce2.cu) ----
+// ---- every reduction, dtype, Hardmax and TopK on every device (CUDA: reduce.cu) ----
 
 // A case every device present must run; the reference must match `expected` when given.
 void expect_case(testing::OpNode node, std::vector<testing::CaseInput> inputs, int num_outputs = 1,

@@ -466,10 +466,10 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_resize(families);
   register_pool(families);
   register_squeeze_excite(families);
-  register_norm2(families);
-  register_data2(families);
+  register_channel_norm(families);
+  register_shape(families);
   register_conv_transpose(families);
-  register_reduce2(families);
+  register_reduce(families);
   register_math(families);
   register_quant(families);
   register_quant_gemm(families);

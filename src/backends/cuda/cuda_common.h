@@ -209,17 +209,17 @@ void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_squeeze_excite(Registry& r);  // kiln::SqueezeExcite (squeeze_excite.cu)
-void register_norm2(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
-void register_data2(Registry& r);  // Split, Tile, Pad, Trilu, GatherElements, ScatterElements, ...
+void register_channel_norm(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
+void register_shape(Registry& r);  // Split, Tile, Pad, SpaceToDepth, Trilu (shape.cu)
 void register_conv_transpose(Registry& r);
-void register_reduce2(Registry& r);  // Reduce* (every op and dtype), Hardmax, TopK
+void register_reduce(Registry& r);  // Reduce* (every op and dtype), ArgMax/ArgMin, Hardmax, TopK
 void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
 void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
 void register_quant_gemm(Registry& r);  // ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul
 void register_einsum(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-void register_index(Registry& r);      // ScatterND, ReverseSequence
+void register_index(Registry& r);      // GatherElements, ScatterElements, OneHot, ScatterND, ReverseSequence
 void register_spatial(Registry& r);    // GridSample, AffineGrid, CenterCropPad
 void register_resize(Registry& r);     // Resize
 void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState

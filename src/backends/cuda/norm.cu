@@ -1,5 +1,5 @@
 // Row kernels: Softmax/LogSoftmax, LayerNormalization and RMSNormalization (the Reduce* ops live in
-// reduce2.cu);
+// reduce.cu, the channel normalizations in channel_norm.cu);
 // plus the small conversion and bias kernels the GEMM and conv paths use. One block per row; sums
 // accumulate in double, as the CPU reference does (Softmax over short contiguous rows of float32,
 // float16 and bfloat16: a warp per row, in float). Softmax takes every float dtype: float16 and

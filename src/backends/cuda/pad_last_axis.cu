@@ -1,4 +1,4 @@
-// Pad's fast path (data2.cu's PadKernel calls it): a constant-mode Pad of only the innermost axis,
+// Pad's fast path (shape.cu's PadKernel calls it): a constant-mode Pad of only the innermost axis,
 // such as the 3 -> 8 channel pad of an NHWC RGB stem (assign_layout), as rows copied with the
 // fill around them. The general per-axis map costs a division per axis and element; this costs
 // one per 16 bytes written.

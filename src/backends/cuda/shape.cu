@@ -1,9 +1,9 @@
-// More data movement and index kernels: Split (2-D copies), Tile, Pad and copy_window (one
-// per-axis source map), SpaceToDepth (a strided gather), Trilu, GatherElements, ScatterElements,
-// OneHot, ArgMax/ArgMin. Copies dispatch on the element size, so every dtype works; values that
-// are computed (scatter reductions, ArgMax, OneHot indices) go through load_as/store_as. Small
-// parameters (Pad's pads, Trilu's k, OneHot's values) are read where they live: host-readable ones
-// on the host, the rest on the device by the kernel, so execute never synchronizes.
+// The shape op family's copy kernels on CUDA (the CPU reference is cpu/shape.cc): Split (2-D
+// copies), Tile, Pad and copy_window (one per-axis source map), SpaceToDepth (a strided gather) and
+// Trilu. Copies dispatch on the element size, so every dtype works. Small parameters (Pad's pads,
+// Trilu's k) are read where they live: host-readable ones on the host, the rest on the device by the
+// kernel, so execute never synchronizes. GatherElements, ScatterElements and OneHot are in
+// index.cu, ArgMax/ArgMin in reduce.cu.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "core/checked.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/query_checks.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -19,25 +20,6 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 256;
 
-
-// Element sizes the copy kernels move: refused at build time otherwise.
-Status require_element_size(const KernelQuery& q, DType t) {
-  size_t es = dtype_size(t);
-  if (es != 1 && es != 2 && es != 4 && es != 8) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
-                       " is not supported");
-  }
-  return ok_status();
-}
-
-// Whether input i can be read on the host without a device copy, so that HostParam::get never
-// synchronizes: a constant, or a value known as formulas (shape arithmetic), whose producer never
-// runs (eliminate_dead_nodes) and which the runtime evaluates into page-locked host memory.
-bool host_readable(const KernelQuery& q, size_t i) {
-  if (i >= q.inputs.size() || !q.inputs[i]) return true;  // omitted
-  const ir::Value& v = *q.inputs[i];
-  return v.constant.has_value() || v.sym_value.has_value();
-}
 
 // ---- Split ----
 
@@ -350,272 +332,7 @@ class TriluKernel final : public CudaKernel {
   bool upper_;
 };
 
-// ---- GatherElements and ScatterElements ----
-
-struct ElementsArgs {
-  int rank;
-  int axis;
-  int64_t idx_dims[kMaxRank];      // the indices' (and updates') shape
-  int64_t data_strides[kMaxRank];  // data (and output) strides
-  int64_t axis_dim;                // data.shape[axis]
-};
-
-// Where an index points along the axis: negative ones wrap; out-of-range ones, which the device
-// cannot report, read or write element 0 (as the CUDA Gather).
-__device__ __forceinline__ int64_t wrap_index(int64_t k, int64_t d) {
-  if (k < 0) k += d;
-  return k < 0 || k >= d ? 0 : k;
-}
-
-template <typename E>
-__global__ void gather_elements_kernel(const E* data, const void* idx, int idx_dtype, E* out,
-                                       ElementsArgs a, int64_t n) {
-  KILN_GRID_LOOP(i, n) {
-    int64_t r = i, off = 0;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      int64_t c = r % a.idx_dims[d];
-      r /= a.idx_dims[d];
-      if (d == a.axis) c = wrap_index(load_as<int64_t>(idx, idx_dtype, i), a.axis_dim);
-      off += c * a.data_strides[d];
-    }
-    out[i] = data[off];
-  }
-}
-
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-// One thread per line of the indices along the axis, applying its updates in order: updates on
-// different lines differ in a coordinate other than the axis, so they never meet, and within a
-// line the order is the CPU reference's (later updates win, reductions fold left to right).
-template <typename C>
-__global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, int idx_dtype,
-                                        const void* upd, ElementsArgs a, Reduction red,
-                                        int64_t lines) {
-  int64_t len = a.idx_dims[a.axis];
-  KILN_GRID_LOOP(line, lines) {
-    int64_t r = line, base = 0, src = 0, src_stride = 1, axis_src_stride = 1;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      if (d == a.axis) {
-        axis_src_stride = src_stride;
-      } else {
-        int64_t c = r % a.idx_dims[d];
-        r /= a.idx_dims[d];
-        base += c * a.data_strides[d];
-        src += c * src_stride;
-      }
-      src_stride *= a.idx_dims[d];
-    }
-    for (int64_t j = 0; j < len; ++j) {
-      int64_t u = src + j * axis_src_stride;
-      int64_t t = base + wrap_index(load_as<int64_t>(idx, idx_dtype, u), a.axis_dim) *
-                             a.data_strides[a.axis];
-      C b = load_as<C>(upd, dtype, u), v = b;
-      if (red != Reduction::kNone) {
-        C cur = load_as<C>(out, dtype, t);
-        if (red == Reduction::kAdd) v = C(cur + b);
-        if (red == Reduction::kMul) v = C(cur * b);
-        if (red == Reduction::kMax) v = cur > b ? cur : b;
-        if (red == Reduction::kMin) v = cur < b ? cur : b;
-      }
-      store_as<C>(out, dtype, t, v);
-    }
-  }
-}
-
-// The shared checks of GatherElements and ScatterElements; fills `a` (indices shape, data strides).
-Status elements_args(const std::string& name, int64_t axis_attr, const TensorView& data,
-                     const TensorView& indices, ElementsArgs* a) {
-  int r = data.rank();
-  int64_t axis = axis_attr < 0 ? axis_attr + r : axis_attr;
-  if (r < 1 || r > kMaxRank || indices.rank() != r || axis < 0 || axis >= r) {
-    return invalid_argument(name + ": bad axis or ranks");
-  }
-  auto st = row_major_strides(data.shape);
-  a->rank = r;
-  a->axis = int(axis);
-  a->axis_dim = data.shape[axis];
-  for (int d = 0; d < r; ++d) {
-    if (d != axis && indices.shape[d] > data.shape[d]) {
-      return invalid_argument(name + ": indices dim " + std::to_string(d) +
-                              " exceeds the data dim");
-    }
-    a->idx_dims[d] = indices.shape[d];
-    a->data_strides[d] = st[d];
-  }
-  return ok_status();
-}
-
-class GatherElementsKernel final : public CudaKernel {
- public:
-  explicit GatherElementsKernel(int64_t axis) : CudaKernel("cuda.GatherElements"), axis_(axis) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView &data = in[0], &indices = in[1];
-    ElementsArgs a{};
-    KILN_RETURN_IF_ERROR(elements_args(name_, axis_, data, indices, &a));
-    int64_t n = out[0].numel();
-    if (n != indices.numel())
-      return invalid_argument(name_ + ": the output shape differs from the indices shape");
-    if (n == 0) return ok_status();
-    if (a.axis_dim == 0) return invalid_argument(name_ + ": indexing an empty axis");
-    return by_element_size(dtype_size(data.dtype), name_, [&](auto tag) {
-      using E = decltype(tag);
-      gather_elements_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
-          static_cast<const E*>(data.data), indices.data, int(indices.dtype),
-          static_cast<E*>(out[0].data), a, n);
-    });
-  }
-
- private:
-  int64_t axis_;
-};
-
-class ScatterElementsKernel final : public CudaKernel {
- public:
-  ScatterElementsKernel(int64_t axis, Reduction red)
-      : CudaKernel("cuda.ScatterElements"), axis_(axis), red_(red) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView &data = in[0], &indices = in[1], &upd = in[2], &y = out[0];
-    ElementsArgs a{};
-    KILN_RETURN_IF_ERROR(elements_args(name_, axis_, data, indices, &a));
-    if (upd.numel() != indices.numel() || y.numel() != data.numel()) {
-      return invalid_argument(name_ + ": updates must match the indices and the output the data");
-    }
-    if (y.data != data.data && y.nbytes() > 0) {
-      KILN_CUDA_CHECK(
-          cudaMemcpyAsync(y.data, data.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
-    }
-    int64_t len = indices.shape[a.axis];
-    if (indices.numel() == 0) return ok_status();
-    if (a.axis_dim == 0) return invalid_argument(name_ + ": indexing an empty axis");
-    int64_t lines = indices.numel() / len;
-    int dt = int(data.dtype), idt = int(indices.dtype);
-    if (is_float(data.dtype)) {
-      scatter_elements_kernel<double><<<grid_for(lines), kBlock, 0, stream_>>>(
-          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
-    } else {
-      scatter_elements_kernel<int64_t><<<grid_for(lines), kBlock, 0, stream_>>>(
-          y.data, dt, indices.data, idt, upd.data, a, red_, lines);
-    }
-    return launch_status("scatter_elements_kernel");
-  }
-
- private:
-  int64_t axis_;
-  Reduction red_;
-};
-
-// ---- OneHot ----
-
-template <typename E>
-__global__ void one_hot_kernel(const void* idx, int idx_dtype, const E* values, E* out,
-                               int64_t depth, int64_t inner, int64_t n) {
-  KILN_GRID_LOOP(e, n) {
-    int64_t i = e % inner, d = (e / inner) % depth, o = e / (inner * depth);
-    double v = load_as<double>(idx, idx_dtype, o * inner + i);
-    if (v < 0) v += double(depth);
-    out[e] = values[v == double(d) ? 1 : 0];
-  }
-}
-
-class OneHotKernel final : public CudaKernel {
- public:
-  explicit OneHotKernel(int64_t axis) : CudaKernel("cuda.OneHot"), axis_(axis) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView &idx = in[0], &values = in[2], &y = out[0];
-    int r = y.rank();
-    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
-    if (axis < 0 || axis >= r || idx.rank() != r - 1 || values.numel() != 2) {
-      return invalid_argument(name_ + ": indices " + shape_to_string(idx.shape) + " and output " +
-                              shape_to_string(y.shape) + " do not fit axis " +
-                              std::to_string(axis_));
-    }
-    int64_t depth = y.shape[axis], inner = 1;
-    for (int d = int(axis) + 1; d < r; ++d) inner *= y.shape[d];
-    int64_t n = y.numel();
-    if (n == 0) return ok_status();
-    return by_element_size(dtype_size(y.dtype), name_, [&](auto tag) {
-      using E = decltype(tag);
-      one_hot_kernel<E><<<grid_for(n), kBlock, 0, stream_>>>(
-          idx.data, int(idx.dtype), static_cast<const E*>(values.data), static_cast<E*>(y.data),
-          depth, inner, n);
-    });
-  }
-
- private:
-  int64_t axis_;
-};
-
-// ---- ArgMax / ArgMin ----
-
-// The CPU reference's arg_best: a NaN wins and stops the scan; ties keep the first index unless
-// select_last_index.
-template <bool kMax>
-__global__ void arg_kernel(const void* x, int dtype, int64_t* out, int64_t n, int64_t inner,
-                           bool last, int64_t lines) {
-  KILN_GRID_LOOP(line, lines) {
-    int64_t base = (line / inner) * n * inner + line % inner;
-    int64_t best_i = 0;
-    double best = load_as<double>(x, dtype, base);
-    for (int64_t k = 1; k < n; ++k) {
-      double v = load_as<double>(x, dtype, base + k * inner);
-      if (best != best) break;
-      bool better = kMax ? (v > best) : (v < best);
-      if (better || v != v || (last && v == best)) {
-        best = v;
-        best_i = k;
-      }
-    }
-    out[line] = best_i;
-  }
-}
-
-class ArgKernel final : public CudaKernel {
- public:
-  ArgKernel(std::string name, bool is_max, int64_t axis, bool last)
-      : CudaKernel(std::move(name)), max_(is_max), axis_(axis), last_(last) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView& x = in[0];
-    int r = x.rank();
-    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
-    if (axis < 0 || axis >= r) return invalid_argument(name_ + ": axis out of range");
-    int64_t n = x.shape[axis], inner = 1, outer = 1;
-    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
-    for (int d = int(axis) + 1; d < r; ++d) inner *= x.shape[d];
-    int64_t lines = outer * inner;
-    if (out[0].numel() != lines)
-      return invalid_argument(name_ + ": the output does not match the reduced input");
-    if (lines == 0) return ok_status();
-    if (n == 0) return invalid_argument(name_ + ": the reduced axis is empty");
-    if (max_) {
-      arg_kernel<true><<<grid_for(lines), kBlock, 0, stream_>>>(
-          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
-    } else {
-      arg_kernel<false><<<grid_for(lines), kBlock, 0, stream_>>>(
-          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
-    }
-    return launch_status("arg_kernel");
-  }
-
- private:
-  bool max_;
-  int64_t axis_;
-  bool last_;
-};
-
 // ---- factories ----
-
-// The rank of input i, known at build time and at most kMaxRank.
-StatusOr<int> known_rank(const KernelQuery& q, size_t i) {
-  if (i >= q.inputs.size() || !q.inputs[i] || !q.inputs[i]->shape) {
-    return unsupported(q.node.describe() + ": input " + std::to_string(i) + " has no known rank");
-  }
-  int r = int(q.inputs[i]->shape->size());
-  if (r > kMaxRank) {
-    return unsupported(q.node.describe() + ": rank " + std::to_string(r) +
-                       " exceeds the CUDA kernels' " + std::to_string(kMaxRank));
-  }
-  return r;
-}
 
 StatusOr<std::unique_ptr<Kernel>> make_split(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
@@ -725,71 +442,6 @@ StatusOr<std::unique_ptr<Kernel>> make_trilu(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new TriluKernel(upper != 0));
 }
 
-Status require_int_indices(const KernelQuery& q, size_t i) {
-  DType t = q.input_dtype(i);
-  if (t != DType::kInt64 && t != DType::kInt32) {
-    return unsupported(q.node.describe() + ": indices must be int32 or int64, not " +
-                       std::string(dtype_name(t)));
-  }
-  return ok_status();
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_gather_elements(const KernelQuery& q) {
-  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
-  KILN_RETURN_IF_ERROR(require_int_indices(q, 1));
-  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
-  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
-  return std::unique_ptr<Kernel>(new GatherElementsKernel(axis));
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_scatter_elements(const KernelQuery& q) {
-  KILN_RETURN_IF_ERROR(require_element_size(q, q.input_dtype(0)));
-  KILN_RETURN_IF_ERROR(require_int_indices(q, 1));
-  KILN_RETURN_IF_ERROR(known_rank(q, 0).status());
-  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
-  KILN_ASSIGN_OR_RETURN(std::string red_s, q.node.attrs.get_string("reduction", "none"));
-  Reduction red;
-  if (red_s == "none")
-    red = Reduction::kNone;
-  else if (red_s == "add")
-    red = Reduction::kAdd;
-  else if (red_s == "mul")
-    red = Reduction::kMul;
-  else if (red_s == "max")
-    red = Reduction::kMax;
-  else if (red_s == "min")
-    red = Reduction::kMin;
-  else
-    return invalid_argument(q.node.describe() + ": unknown reduction '" + red_s + "'");
-  if (q.input_dtype(2) != q.input_dtype(0))
-    return invalid_argument(q.node.describe() + ": updates' dtype differs");
-  return std::unique_ptr<Kernel>(new ScatterElementsKernel(axis, red));
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_one_hot(const KernelQuery& q) {
-  KILN_RETURN_IF_ERROR(require_element_size(q, q.output_dtype(0)));
-  DType it = q.input_dtype(0);
-  if (!is_integer(it) && !is_float(it)) {
-    return unsupported(q.node.describe() + ": indices of dtype " + std::string(dtype_name(it)));
-  }
-  if (q.input_dtype(2) != q.output_dtype(0))
-    return invalid_argument(q.node.describe() + ": values' dtype differs");
-  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
-  return std::unique_ptr<Kernel>(new OneHotKernel(axis));
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_arg(const KernelQuery& q) {
-  DType t = q.input_dtype(0);
-  if (!is_integer(t) && !is_float(t) && t != DType::kBool) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
-                       " is not supported");
-  }
-  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
-  KILN_ASSIGN_OR_RETURN(int64_t last, q.node.attrs.get_int("select_last_index", 0));
-  bool is_max = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kArgMax;
-  return std::unique_ptr<Kernel>(new ArgKernel("cuda." + q.node.op_type, is_max, axis, last != 0));
-}
-
 }  // namespace
 
 Status copy_window(const TensorView& in, const TensorView& out, std::span<const int64_t> begin,
@@ -804,18 +456,12 @@ Status copy_window(const TensorView& in, const TensorView& out, std::span<const 
   return launch_axis_map(in, out, at, PadMode::kConstant, nullptr, 0, "copy_window", s);
 }
 
-void register_data2(Registry& r) {
+void register_shape(Registry& r) {
   r.add(OpKind::kSplit, &make_split);
   r.add(OpKind::kTile, &make_tile);
   r.add(OpKind::kPad, &make_pad);
   r.add(OpKind::kSpaceToDepth, &make_space_to_depth);
   r.add(OpKind::kTrilu, &make_trilu);
-  r.add(OpKind::kGatherElements, &make_gather_elements);
-  r.add(OpKind::kScatterElements, &make_scatter_elements);
-  r.add(OpKind::kScatter, &make_scatter_elements);  // opsets 9-10: ScatterElements without reduction
-  r.add(OpKind::kOneHot, &make_one_hot);
-  r.add(OpKind::kArgMax, &make_arg);
-  r.add(OpKind::kArgMin, &make_arg);
 }
 
 }  // namespace kiln::backends::cuda

@@ -520,7 +520,7 @@ StatusOr<std::unique_ptr<Kernel>> make_lrn(const KernelQuery& q) {
 
 }  // namespace
 
-void register_norm2(Registry& r) {
+void register_channel_norm(Registry& r) {
   r.add(OpKind::kBatchNormalization, &make_batch_norm);
   r.add(OpKind::kInstanceNormalization, &make_grouped_norm);
   r.add(OpKind::kGroupNormalization, &make_grouped_norm);

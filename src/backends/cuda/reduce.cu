@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/typed.cuh"
+#include "backends/cuda/query_checks.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -397,13 +398,6 @@ Status require_dtype(const KernelQuery& q, unsigned set, DType t) {
   return ok_status();
 }
 
-// Whether input i is read on the host without a device copy (a constant or a shape formula), so
-// that HostParam::get never synchronizes.
-bool host_readable(const KernelQuery& q, size_t i) {
-  if (i >= q.inputs.size() || !q.inputs[i]) return true;
-  return q.inputs[i]->constant.has_value() || q.inputs[i]->sym_value.has_value();
-}
-
 StatusOr<std::unique_ptr<Kernel>> make_reduce(const KernelQuery& q) {
   Red op;
   switch (ops::find_op(q.node.domain, q.node.op_type)) {
@@ -461,9 +455,78 @@ StatusOr<std::unique_ptr<Kernel>> make_topk(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new TopKKernel(axis, largest != 0));
 }
 
+// ---- ArgMax / ArgMin ----
+
+// The CPU reference's arg_best: a NaN wins and stops the scan; ties keep the first index unless
+// select_last_index.
+template <bool kMax>
+__global__ void arg_kernel(const void* x, int dtype, int64_t* out, int64_t n, int64_t inner,
+                           bool last, int64_t lines) {
+  KILN_GRID_LOOP(line, lines) {
+    int64_t base = (line / inner) * n * inner + line % inner;
+    int64_t best_i = 0;
+    double best = load_as<double>(x, dtype, base);
+    for (int64_t k = 1; k < n; ++k) {
+      double v = load_as<double>(x, dtype, base + k * inner);
+      if (best != best) break;
+      bool better = kMax ? (v > best) : (v < best);
+      if (better || v != v || (last && v == best)) {
+        best = v;
+        best_i = k;
+      }
+    }
+    out[line] = best_i;
+  }
+}
+
+class ArgKernel final : public CudaKernel {
+ public:
+  ArgKernel(std::string name, bool is_max, int64_t axis, bool last)
+      : CudaKernel(std::move(name)), max_(is_max), axis_(axis), last_(last) {}
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const TensorView& x = in[0];
+    int r = x.rank();
+    int64_t axis = axis_ < 0 ? axis_ + r : axis_;
+    if (axis < 0 || axis >= r) return invalid_argument(name_ + ": axis out of range");
+    int64_t n = x.shape[axis], inner = 1, outer = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int d = int(axis) + 1; d < r; ++d) inner *= x.shape[d];
+    int64_t lines = outer * inner;
+    if (out[0].numel() != lines)
+      return invalid_argument(name_ + ": the output does not match the reduced input");
+    if (lines == 0) return ok_status();
+    if (n == 0) return invalid_argument(name_ + ": the reduced axis is empty");
+    if (max_) {
+      arg_kernel<true><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
+    } else {
+      arg_kernel<false><<<grid_for(lines), kBlock, 0, stream_>>>(
+          x.data, int(x.dtype), out[0].as<int64_t>(), n, inner, last_, lines);
+    }
+    return launch_status("arg_kernel");
+  }
+
+ private:
+  bool max_;
+  int64_t axis_;
+  bool last_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_arg(const KernelQuery& q) {
+  DType t = q.input_dtype(0);
+  if (!is_integer(t) && !is_float(t) && t != DType::kBool) {
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t last, q.node.attrs.get_int("select_last_index", 0));
+  bool is_max = ops::find_op(q.node.domain, q.node.op_type) == OpKind::kArgMax;
+  return std::unique_ptr<Kernel>(new ArgKernel("cuda." + q.node.op_type, is_max, axis, last != 0));
+}
+
 }  // namespace
 
-void register_reduce2(Registry& r) {
+void register_reduce(Registry& r) {
   for (OpKind k : {OpKind::kReduceSum, OpKind::kReduceMean, OpKind::kReduceMax, OpKind::kReduceMin,
                    OpKind::kReduceProd, OpKind::kReduceL1, OpKind::kReduceL2, OpKind::kReduceLogSum,
                    OpKind::kReduceLogSumExp, OpKind::kReduceSumSquare}) {
@@ -471,6 +534,8 @@ void register_reduce2(Registry& r) {
   }
   r.add(OpKind::kHardmax, &make_hardmax);
   r.add(OpKind::kTopK, &make_topk);
+  r.add(OpKind::kArgMax, &make_arg);
+  r.add(OpKind::kArgMin, &make_arg);
 }
 
 }  // namespace kiln::backends::cuda
