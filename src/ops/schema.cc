@@ -88,6 +88,7 @@ const OpRegistry& op_registry() {
     register_reduce_ops(r);
     register_resize_ops(r);
     register_shape_ops(r);
+    register_generator_ops(r);
     register_index_ops(r);
     register_math_ops(r);
     register_loss_ops(r);

@@ -239,6 +239,7 @@ void register_norm_ops(OpRegistry& r);
 void register_reduce_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
+void register_generator_ops(OpRegistry& r);  // Range, ConstantOfShape, Constant, windows, EyeLike
 void register_index_ops(OpRegistry& r);
 void register_math_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
