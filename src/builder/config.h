@@ -17,8 +17,6 @@
 
 namespace kiln {
 
-enum class OptProfileSelector { kMIN = 0, kOPT = 1, kMAX = 2 };
-
 class OptimizationProfile {
  public:
   // Shapes of one input; min <= opt <= max elementwise, checked when the engine is built.

@@ -1,14 +1,11 @@
-// Engine and Builder: building a plan, loading and saving it, and answering questions about IO.
+// Engine: checking and preparing a plan, loading and saving it, and answering questions about IO.
 #include "runtime/engine.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <set>
 
-#include "builder/build_state.h"
 #include "core/checked.h"
-#include "builder/builder.h"
-#include "frontend/onnx/parse.h"
 #include "plan/engine_file.h"
 #include "runtime/engine_data.h"
 
@@ -115,19 +112,6 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
 StatusOr<Engine> Engine::from_plan(plan::Plan plan) {
   KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
   return Engine(std::move(data));
-}
-
-StatusOr<Engine> Builder::build(const Network& network, const BuilderConfig& config) const {
-  KILN_ASSIGN_OR_RETURN(const backends::Backend* backend, backends::get_backend(device_));
-  KILN_ASSIGN_OR_RETURN(plan::Plan plan, builder::build_plan(network.graph, network.model_hash, config, *backend));
-  KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
-  return Engine(std::move(data));
-}
-
-Status Builder::check_supported(const Network& network) const {
-  BuilderConfig config;
-  builder::BuildState s{network.graph, config, backends::reference_backend()};
-  return builder::check_supported(s);
 }
 
 StatusOr<Engine> Engine::load(const std::string& path) {

@@ -1,5 +1,6 @@
-// The public runtime API, named after TensorRT 10's tensor-name API in snake_case: Builder builds
-// an Engine (immutable, shareable across threads); each ExecutionContext runs it for one caller.
+// The public runtime API, named after TensorRT 10's tensor-name API in snake_case: an Engine
+// (immutable, shareable across threads), loaded or made by the Builder (builder/engine_builder.h);
+// each ExecutionContext runs it for one caller. Nothing here needs the builder or the frontend.
 #pragma once
 
 #include <atomic>
@@ -11,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "builder/config.h"
 #include "core/device.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -19,7 +19,6 @@
 
 namespace kiln {
 
-struct Network;
 namespace plan {
 struct Plan;
 }
@@ -31,6 +30,9 @@ struct EngineData;
 class ExecutionContext;
 
 enum class TensorIOMode { kNONE = 0, kINPUT = 1, kOUTPUT = 2 };
+
+// Which shape of an optimization profile (BuilderConfig's OptimizationProfile) a query asks for.
+enum class OptProfileSelector { kMIN = 0, kOPT = 1, kMAX = 2 };
 
 // One node that runs in an engine, as `kiln inspect` and the build summary show it.
 struct LayerInfo {
@@ -134,21 +136,8 @@ class Engine {
   StatusOr<std::unique_ptr<ExecutionContext>> create_execution_context() const;
 
  private:
-  friend class Builder;
   explicit Engine(std::shared_ptr<const EngineData> data) : data_(std::move(data)) {}
   std::shared_ptr<const EngineData> data_;
-};
-
-class Builder {
- public:
-  explicit Builder(Device device = Device::kCPU) : device_(device) {}
-  StatusOr<Engine> build(const Network& network, const BuilderConfig& config) const;
-  // The build's first check alone: every node whose op kiln does not support (or whose arity is
-  // wrong), listed in one error; ok when the whole model is supported. Needs no profile.
-  Status check_supported(const Network& network) const;
-
- private:
-  Device device_;
 };
 
 // Receives each layer's time after a run with it set (TensorRT's IProfiler). Layers are the engine's
