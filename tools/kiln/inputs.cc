@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/checked.h"
+#include "core/file.h"
 #include "npy.h"
 #include "plan/engine_file.h"
 
@@ -96,6 +97,27 @@ Result<Tensor> convert(const Tensor& t, DType to, const std::string& what) {
     }
   }
   return std::move(out).value();
+}
+
+// An input file by its extension: .npy, or .pb (a serialized onnx.TensorProto), of at most
+// `max_bytes`.
+Result<Tensor> read_tensor_file(const std::string& path, uint64_t max_bytes) {
+  auto ends_with = [&](const char* ext) {
+    size_t n = std::strlen(ext);
+    return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  if (ends_with(".npy")) return read_npy(path, max_bytes, "input");
+  if (ends_with(".pb")) {
+    // Opened here for the cap alone: parse_tensor_file reads it again (refusing special files
+    // itself), with the folder a TensorProto's external data is relative to.
+    auto file = RegularFile::open(path, max_bytes, "input");
+    if (!file.ok()) return failure(file.status().message());
+    auto t = onnx::parse_tensor_file(path);
+    if (!t.ok()) return failure(t.status(), "reading '" + path + "'");
+    return std::move(t).value();
+  }
+  return usage_error("'" + path +
+                     "': input files must be .npy or .pb (a serialized onnx.TensorProto)");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // NumPy .npy files (format 1.0/2.0/3.0, little-endian, C order): how kiln run and kiln compare
-// read inputs and write outputs, and how they hand tensors to scripts/ort_reference.py.
+// read inputs and write outputs, and how they hand tensors to scripts/ort_reference.py. Core code
+// alone, so the runtime-only runner (tools/run_engine) compiles it in too.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,5 @@ namespace kiln::cli {
 Result<Tensor> parse_npy(std::span<const uint8_t> bytes, const std::string& path);
 Result<Tensor> read_npy(const std::string& path, uint64_t max_bytes, std::string_view what);
 Check write_npy(const std::string& path, const Tensor& tensor);
-
-// An input file by its extension: .npy, or .pb (a serialized onnx.TensorProto), of at most
-// `max_bytes`.
-Result<Tensor> read_tensor_file(const std::string& path, uint64_t max_bytes);
 
 }  // namespace kiln::cli
