@@ -28,6 +28,21 @@ StatusOr<Reduction> read_reduction(const KernelQuery& q) {
   return unsupported(q.node.describe() + ": unknown reduction '" + r + "'");
 }
 
+// Writes update b at out[t], folded into what is there by the reduction (ScatterND and
+// ScatterElements alike).
+template <typename C>
+__device__ __forceinline__ void scatter_one(void* out, int dtype, int64_t t, C b, Reduction red) {
+  C v = b;
+  if (red != Reduction::kNone) {
+    C cur = load_as<C>(out, dtype, t);
+    if (red == Reduction::kAdd) v = C(cur + b);
+    if (red == Reduction::kMul) v = C(cur * b);
+    if (red == Reduction::kMax) v = cur > b ? cur : b;
+    if (red == Reduction::kMin) v = cur < b ? cur : b;
+  }
+  store_as<C>(out, dtype, t, v);
+}
+
 // ---- ScatterND ----
 
 struct ScatterNdArgs {
@@ -55,15 +70,7 @@ __global__ void scatter_nd_kernel(void* out, int dtype, const void* idx, int idx
       }
       if (!inside) continue;
       const int64_t t = off + e, u = c * a.slice + e;
-      C b = load_as<C>(upd, dtype, u), v = b;
-      if (red != Reduction::kNone) {
-        C cur = load_as<C>(out, dtype, t);
-        if (red == Reduction::kAdd) v = C(cur + b);
-        if (red == Reduction::kMul) v = C(cur * b);
-        if (red == Reduction::kMax) v = cur > b ? cur : b;
-        if (red == Reduction::kMin) v = cur < b ? cur : b;
-      }
-      store_as<C>(out, dtype, t, v);
+      scatter_one<C>(out, dtype, t, load_as<C>(upd, dtype, u), red);
     }
   }
 }
@@ -169,15 +176,7 @@ __global__ void scatter_elements_kernel(void* out, int dtype, const void* idx, i
       int64_t u = src + j * axis_src_stride;
       int64_t t = base + wrap_index(load_as<int64_t>(idx, idx_dtype, u), a.axis_dim) *
                              a.data_strides[a.axis];
-      C b = load_as<C>(upd, dtype, u), v = b;
-      if (red != Reduction::kNone) {
-        C cur = load_as<C>(out, dtype, t);
-        if (red == Reduction::kAdd) v = C(cur + b);
-        if (red == Reduction::kMul) v = C(cur * b);
-        if (red == Reduction::kMax) v = cur > b ? cur : b;
-        if (red == Reduction::kMin) v = cur < b ? cur : b;
-      }
-      store_as<C>(out, dtype, t, v);
+      scatter_one<C>(out, dtype, t, load_as<C>(upd, dtype, u), red);
     }
   }
 }
