@@ -27,7 +27,6 @@ import collections
 import concurrent.futures
 import io
 import json
-import socket
 import sys
 import threading
 import time
@@ -240,9 +239,7 @@ def main(argv=None):
     if args.clientProcesses > 1 and args.killReplicaAfter:
         raise SystemExit("--killReplicaAfter needs --clientProcesses=1")
     load = Load(args, engine)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = kiln.serve._free_local_port()  # outside the ephemeral range Ray's processes take ports from
     cluster = None
     if args.nodes > 1:
         # Ray's local multi-node cluster: a head and more raylets of their own resources, one machine.

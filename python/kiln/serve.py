@@ -48,6 +48,29 @@ __all__ = ["BatchPlan", "DynamicBatcher", "QueueFullError", "RayMetrics", "Repli
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _free_local_port() -> int:
+    """A loopback TCP port that is free now and outside the ranges others draw from while we start.
+
+    A port the kernel hands out for ``bind(0)`` lies in its ephemeral range (32768-60999 on Linux),
+    from which Ray's own processes also take ports as they start, so it may be gone by the time
+    Serve's proxy binds it. This draws at random from 20000-32767, below the ephemeral range and
+    above Ray's worker ports (10002-19999), and checks each candidate binds.
+    """
+    import random
+    import socket
+
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise OSError("no free loopback port in 20000-32767 after 200 tries")
+
+
 class QueueFullError(Error):
     """The batcher's queue holds ``queue_size`` requests already (HTTP 429)."""
 

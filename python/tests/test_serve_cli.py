@@ -4,7 +4,6 @@
 import io
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -68,9 +67,8 @@ def test_serves_http_until_interrupted(tmp_path):
     engine = built_engine("testmod_linear")
     path = tmp_path / "m.kiln"
     engine.save(str(path))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from kiln.serve import _free_local_port
+    port = _free_local_port()
     proc = subprocess.Popen([sys.executable, "-m", "kiln.serve", f"--loadEngine={path}", f"--port={port}",
                              "--route=/m", "--maxBatch=8", "--duration=300"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -6,7 +6,6 @@
 import concurrent.futures
 import io
 import json
-import socket
 import urllib.error
 import urllib.request
 
@@ -24,10 +23,7 @@ serve = pytest.importorskip("ray.serve")
 METRICS = {}  # the port of Ray's Prometheus endpoint, set by the app fixture
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = kiln.serve._free_local_port
 
 
 @pytest.fixture(scope="module")
