@@ -10,7 +10,9 @@
 namespace fs = std::filesystem;
 
 static std::string mode_name(kiln::TensorIOMode m) {
-  return m == kiln::TensorIOMode::kINPUT ? "input" : m == kiln::TensorIOMode::kOUTPUT ? "output" : "none";
+  return m == kiln::TensorIOMode::kINPUT    ? "input"
+         : m == kiln::TensorIOMode::kOUTPUT ? "output"
+                                            : "none";
 }
 
 int main(int argc, char** argv) {
@@ -27,7 +29,8 @@ int main(int argc, char** argv) {
   kiln::BuilderConfig config;
   kiln::OptimizationProfile profile;
   const std::string input = "image";
-  if (auto st = profile.set_dimensions(input, {1, 3, 32, 32}, {4, 3, 32, 32}, {16, 3, 32, 32}); !st.ok()) {
+  if (auto st = profile.set_dimensions(input, {1, 3, 32, 32}, {4, 3, 32, 32}, {16, 3, 32, 32});
+      !st.ok()) {
     std::fprintf(stderr, "%s\n", st.to_string().c_str());
     return 1;
   }
@@ -42,8 +45,8 @@ int main(int argc, char** argv) {
               engine->activation_bytes_formula().to_string().c_str());
   for (int i = 0; i < engine->num_io_tensors(); ++i) {
     std::string name = engine->io_tensor_name(i);
-    std::printf("  %-6s %-8s %-10s %s\n", mode_name(engine->tensor_mode(name)).c_str(), name.c_str(),
-                std::string(kiln::dtype_name(*engine->tensor_dtype(name))).c_str(),
+    std::printf("  %-6s %-8s %-10s %s\n", mode_name(engine->tensor_mode(name)).c_str(),
+                name.c_str(), std::string(kiln::dtype_name(*engine->tensor_dtype(name))).c_str(),
                 kiln::ir::dims_to_string(*engine->tensor_symbolic_shape(name)).c_str());
   }
   auto ctx = engine->create_execution_context();
@@ -75,8 +78,9 @@ int main(int argc, char** argv) {
     }
     all_ok &= ok;
     std::printf("batch %-3ld input %s -> %s %s; vs ONNX Runtime (FP32): max abs err %.2e  %s\n",
-                long(x->shape()[0]), kiln::shape_to_string(x->shape()).c_str(), out->begin()->first.c_str(),
-                kiln::shape_to_string(y.shape()).c_str(), max_abs, ok ? "PASS" : "FAIL");
+                long(x->shape()[0]), kiln::shape_to_string(x->shape()).c_str(),
+                out->begin()->first.c_str(), kiln::shape_to_string(y.shape()).c_str(), max_abs,
+                ok ? "PASS" : "FAIL");
   }
   return all_ok ? 0 : 1;
 }

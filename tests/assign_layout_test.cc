@@ -263,25 +263,27 @@ TEST(AssignLayout, OneDimensionalConvolutionsRunChannelsLastAsTwoDimensionalOnes
 }
 
 TEST(AssignLayout, WhispersStemKeepsOneTransposeAfterItsGeluFuses) {
-  // As the CUDA pipeline takes Whisper's stem: each Gelu joins its convolution (fuse_conv_activation),
-  // the fused 1-D convolutions lift to 2-D NHWC ones, the views between them cancel and so do the
-  // transposes around them, and the model's permute to [n, L, C] after the last one reads the NHWC
-  // output as it is: a transpose of the input is all that moves data.
+  // As the CUDA pipeline takes Whisper's stem: each Gelu joins its convolution
+  // (fuse_conv_activation), the fused 1-D convolutions lift to 2-D NHWC ones, the views between
+  // them cancel and so do the transposes around them, and the model's permute to [n, L, C] after
+  // the last one reads the NHWC output as it is: a transpose of the input is all that moves data.
   std::string text = kConv1d;
   text.replace(text.find("-> (%y: float32[n, 8, 6])"), 25, "-> (%y: float32[n, 6, 8])");
-  text.replace(text.find("%y: float32[n, 8, 6] = Gelu(%c2)"), 32, "%g2: float32[n, 8, 6] = Gelu(%c2)");
-  text.replace(text.rfind("}"), 1, "  %y: float32[n, 6, 8] = Transpose(%g2) {perm=[0, 2, 1]}  # permute\n}");
+  text.replace(text.find("%y: float32[n, 8, 6] = Gelu(%c2)"), 32,
+               "%g2: float32[n, 8, 6] = Gelu(%c2)");
+  text.replace(text.rfind("}"), 1,
+               "  %y: float32[n, 6, 8] = Transpose(%g2) {perm=[0, 2, 1]}  # permute\n}");
   ir::Graph original = randomized(text);
   ir::Graph g = original;
-  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::fuse_conv_activation(&g, all).ok());
   g = layout(g);
   const std::string out = ir::to_text(g);
   auto transposes = nodes_of(g, "Transpose");
   ASSERT_EQ(transposes.size(), 1u) << out;
-  EXPECT_EQ(g.values[size_t(transposes[0]->inputs[0])].shape->size(), 4u) << out;  // x viewed as 2-D
+  EXPECT_EQ(g.values[size_t(transposes[0]->inputs[0])].shape->size(), 4u)
+      << out;  // x viewed as 2-D
   EXPECT_TRUE(nodes_of(g, "Gelu").empty()) << out;
   auto convs = nodes_of(g, "FusedConv");
   ASSERT_EQ(convs.size(), 2u) << out;
@@ -661,8 +663,9 @@ TEST(FuseSqueezeExcite, GateBecomesOneOpInEitherLayout) {
   EXPECT_EQ(se->attrs.find("activation2")->s, "hardsigmoid");
   EXPECT_EQ(nodes_of(nchw, "FusedConv").size(), 1u) << text;
   EXPECT_TRUE(nodes_of(nchw, "GlobalAveragePool").empty()) << text;
-  EXPECT_EQ(se->replaced, (std::map<std::string, int64_t>{
-                              {"Conv", 2}, {"GlobalAveragePool", 1}, {"HardSigmoid", 1}, {"Relu", 1}}));
+  EXPECT_EQ(se->replaced,
+            (std::map<std::string, int64_t>{
+                {"Conv", 2}, {"GlobalAveragePool", 1}, {"HardSigmoid", 1}, {"Relu", 1}}));
   expect_same_outputs(original, nchw, {2, 8, 6, 6});
   // NHWC, as assign_layout leaves a half-precision stack: ReduceMean over H and W -> NHWC 1x1s.
   ir::Graph nhwc = layout(fused);
@@ -711,7 +714,8 @@ TEST(FuseSqueezeExcite, OpInfersRunsOnTheCpuAndRefusesMismatchedFilters) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  // x = 1 everywhere: mean 1, hidden relu(8 * 0.5 + 0.25) = 4.25, gate sigmoid(2 * -0.5 * 4.25 + 0.125).
+  // x = 1 everywhere: mean 1, hidden relu(8 * 0.5 + 0.25) = 4.25, gate sigmoid(2 * -0.5 * 4.25 +
+  // 0.125).
   Tensor x = Tensor::zeros(DType::kFloat16, {2, 3, 3, 8}).value();
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<uint16_t>()[i] = 0x3C00;  // 1.0
   auto out = (*ctx)->run({{"x", x}});

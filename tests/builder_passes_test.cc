@@ -12,9 +12,9 @@
 #include "builder/build_state.h"
 #include "ir/rewrite.h"
 #include "ir/text.h"
-#include "ops/elementwise_program.h"
 #include "kiln.h"
 #include "model_util.h"
+#include "ops/elementwise_program.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -61,7 +61,8 @@ std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x) {
     // The output's IR shape where it is static (else x's, for the symbolic graphs).
     Shape shape = x.shape();
     const auto& ir_shape = g.values[size_t(n.outputs[0])].shape;
-    if (ir_shape && std::all_of(ir_shape->begin(), ir_shape->end(), [](const ir::Dim& d) { return d.is_const(); })) {
+    if (ir_shape && std::all_of(ir_shape->begin(), ir_shape->end(),
+                                [](const ir::Dim& d) { return d.is_const(); })) {
       shape.clear();
       for (const ir::Dim& d : *ir_shape) shape.push_back(d.value());
     }
@@ -98,8 +99,9 @@ TEST(FoldBatchNorm, FoldsIntoTheConvsWeightsAndBias) {
   std::snprintf(b1, sizeof b1, "%.9g", -2.0 * s1);
   std::string text = run_pass(builder::fold_batch_norm, parse(kConvBn));
   EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
-  EXPECT_NE(text.find("%bn: float32[n, 2, 2, 2] = Conv(%x, %conv_bn_weight, %conv_bn_bias)  # conv"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("%bn: float32[n, 2, 2, 2] = Conv(%x, %conv_bn_weight, %conv_bn_bias)  # conv"),
+      std::string::npos)
       << text;
   ir::Graph g = parse(text);
   const Tensor& w = *g.values[size_t(g.find_value("conv_bn_weight"))].constant;
@@ -117,7 +119,8 @@ TEST(FoldBatchNorm, LeavesWhatItCannotFold) {
   std::string shared = kConvBn;
   shared.replace(shared.find("-> (%y: float32[n, 2, 2, 2])"), 28,
                  "-> (%y: float32[n, 2, 2, 2], %c: float32[n, 2, 2, 2])");
-  EXPECT_NE(run_pass(builder::fold_batch_norm, parse(shared)).find("BatchNormalization"), std::string::npos);
+  EXPECT_NE(run_pass(builder::fold_batch_norm, parse(shared)).find("BatchNormalization"),
+            std::string::npos);
   // Statistics computed at run time.
   std::string runtime_var = kConvBn;
   runtime_var.replace(runtime_var.find("(%x: float32[n, 2, 2, 2])"), 25,
@@ -148,7 +151,8 @@ TEST(FoldBatchNorm, EngineMatchesTheUnfoldedGraph) {
 // ---- assign_precision ----
 
 // Conv -> Relu -> Softmax -> Pow -> output, and the Relu's output also an engine output.
-const char* kMixed = R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
+const char* kMixed =
+    R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
   opset ai.onnx 17
   %w: float32[2, 2, 1, 1] = dense<[1.0, 2.0, 3.0, 4.0]>
   %two: float32[] = dense<2.0>
@@ -185,9 +189,8 @@ TEST(AssignPrecision, AFoldedNodeKeepsItsOutputsInTheTypeOfTheirData) {
 )");
   const int m = g.find_value("m");
   g.values[size_t(m)].constant = Tensor::from_vector<float>(DType::kFloat32, {2, 2}, {1, 2, 3, 4});
-  auto supports = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto supports = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                     const std::vector<const ir::Value*>&) { return true; };
   Status st = builder::assign_precision(&g, DType::kFloat16, supports);
   ASSERT_TRUE(st.ok()) << st.to_string();
   for (const ir::Value& v : g.values) {
@@ -204,7 +207,9 @@ TEST(AssignPrecision, AGatherOfAConstantTableRunsReduced) {
   // An embedding: the FP32 table converts at build time and the Gather of token ids runs in FP16
   // (no Cast before or after it); the Add after it follows. A Gather whose data is an activation
   // arriving in FP32 (an engine input) keeps it.
-  EXPECT_EQ(assign(R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
+  EXPECT_EQ(
+      assign(
+          R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
   opset ai.onnx 17
   %table: float32[4, 2] = dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]>
   %e: float32[2, 3, 2] = Gather(%table, %ids)  # embed
@@ -212,7 +217,7 @@ TEST(AssignPrecision, AGatherOfAConstantTableRunsReduced) {
   %z: float32[2, 3, 2] = Gather(%x, %ids)  # pick
 }
 )"),
-            R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
+      R"(graph g(%ids: int64[2, 3], %x: float32[4, 2]) -> (%y: float32[2, 3, 2], %z: float32[2, 3, 2]) {
   opset ai.onnx 17
   %table_fp16: float16[4, 2] = dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]>
   %e: float16[2, 3, 2] = Gather(%table_fp16, %ids)  # embed
@@ -227,7 +232,9 @@ TEST(AssignPrecision, ActivationsStayReducedWithCastsOnlyAtBoundaries) {
   // The Conv runs in FP16 (its weight converted at build), the Relu and the Softmax follow; Pow
   // is FP32-class, so it gets its input cast back; the engine output %r keeps its type through
   // a cast at the end.
-  EXPECT_EQ(assign(kMixed), R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
+  EXPECT_EQ(
+      assign(kMixed),
+      R"(graph g(%x: float32[1, 2, 2, 2]) -> (%y: float32[1, 2, 2, 2], %r: float32[1, 2, 2, 2]) {
   opset ai.onnx 17
   %two: float32[] = dense<[2.0]>
   %w_fp16: float16[2, 2, 1, 1] = dense<[1.0, 2.0, 3.0, 4.0]>
@@ -282,7 +289,8 @@ std::string fuse(const std::string& text, bool supported = true) {
 
 // A residual block's end: Conv -> Add(identity) -> Relu; then Conv -> Clip(0, 6); then
 // Conv -> SiLU (x * Sigmoid(x)).
-const char* kConvChains = R"(graph g(%x: float32[1, 2, 4, 4]) -> (%y: float32[1, 2, 4, 4], %q: float32[1, 2, 4, 4]) {
+const char* kConvChains =
+    R"(graph g(%x: float32[1, 2, 4, 4]) -> (%y: float32[1, 2, 4, 4], %q: float32[1, 2, 4, 4]) {
   opset ai.onnx 17
   %w: float32[2, 2, 1, 1] = dense<[1.0, -2.0, 3.0, -4.0]>
   %b: float32[2] = dense<[0.5, -0.5]>
@@ -301,10 +309,11 @@ const char* kConvChains = R"(graph g(%x: float32[1, 2, 4, 4]) -> (%y: float32[1,
 
 TEST(FuseConvActivation, ResidualClipAndSiluChainsBecomeFusedConvs) {
   std::string text = fuse(kConvChains);
-  for (const char* part : {
-           "%r: float32[1, 2, 4, 4] = kiln::FusedConv(%x, %w, %b, %x) {activation=\"relu\"}  # conv1",
-           "%y: float32[1, 2, 4, 4] = kiln::FusedConv(%r, %w, _) {activation=\"clip\", activation_params=[0.0, 6.0]}  # conv2",
-           "%q: float32[1, 2, 4, 4] = kiln::FusedConv(%y, %w, %b) {activation=\"silu\"}  # conv3"}) {
+  for (const char* part :
+       {"%r: float32[1, 2, 4, 4] = kiln::FusedConv(%x, %w, %b, %x) {activation=\"relu\"}  # conv1",
+        "%y: float32[1, 2, 4, 4] = kiln::FusedConv(%r, %w, _) {activation=\"clip\", "
+        "activation_params=[0.0, 6.0]}  # conv2",
+        "%q: float32[1, 2, 4, 4] = kiln::FusedConv(%y, %w, %b) {activation=\"silu\"}  # conv3"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   for (const char* op : {"Add(", "Relu(", "Clip(", "Sigmoid(", "Mul("}) {
@@ -317,7 +326,8 @@ TEST(FuseConvActivation, LeavesSharedOutputsAndUnsupportedBackendsAlone) {
   // fuses (its output is the fused node's), but a Conv whose output is an engine output does not.
   std::string shared = kConvChains;
   const std::string outs = "(%y: float32[1, 2, 4, 4], %q";
-  shared.replace(shared.find(outs), outs.size(), "(%y: float32[1, 2, 4, 4], %c3: float32[1, 2, 4, 4], %q");
+  shared.replace(shared.find(outs), outs.size(),
+                 "(%y: float32[1, 2, 4, 4], %c3: float32[1, 2, 4, 4], %q");
   std::string text = fuse(shared);
   EXPECT_NE(text.find("Sigmoid(%c3)"), std::string::npos) << text;
   EXPECT_EQ(fuse(kConvChains, /*supported=*/false), ir::to_text(parse(kConvChains)));
@@ -349,7 +359,8 @@ std::string fuse_ew(const std::string& text, bool supported = true) {
 // A linear layer's bias and erf GELU as exporters write them, then a float16 branch: a Cast
 // down, a broadcast multiply by a per-row gate, a Cast back up (precision assignment's casts).
 // %h (the biased product) is also an engine output, so the chain above it starts after it.
-const char* kEwChains = R"(graph g(%x: float32[2, 3, 8], %w: float32[8, 8], %gate: float16[2, 1, 1]) -> (%y: float32[2, 3, 8], %h: float32[2, 3, 8], %z: float32[2, 3, 8]) {
+const char* kEwChains =
+    R"(graph g(%x: float32[2, 3, 8], %w: float32[8, 8], %gate: float16[2, 1, 1]) -> (%y: float32[2, 3, 8], %h: float32[2, 3, 8], %z: float32[2, 3, 8]) {
   opset ai.onnx 17
   %b: float32[8] = dense<[0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8]>
   %sqrt2: float32[] = dense<1.4142135>
@@ -371,14 +382,15 @@ const char* kEwChains = R"(graph g(%x: float32[2, 3, 8], %w: float32[8, 8], %gat
 
 TEST(FuseElementwise, GeluAndCastChainsBecomeOneNodeEach) {
   std::string text = fuse_ew(kEwChains);
-  for (const char* part : {
-           "%y: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2, %one, %half) {alpha=[0.0, 0.0, 0.0, 0.0, 0.0], "
-           "args=[0, 1, 4, -1, 5, 2, 0, 6, 7, 3], beta=[0.0, 0.0, 0.0, 0.0, 0.0], "
-           "ops=[\"Div\", \"Erf\", \"Add\", \"Mul\", \"Mul\"], to=[1, 1, 1, 1, 1]}  # gelu_half",
-           "%z: float32[2, 3, 8] = kiln::Elementwise(%x, %gate) {alpha=[0.0, 0.0, 0.0, 0.0], "
-           "args=[0, -1, 2, 1, 3, -1, 4, -1], beta=[0.0, 0.0, 0.0, 0.0], "
-           "ops=[\"Cast\", \"Mul\", \"Sigmoid\", \"Cast\"], to=[10, 10, 10, 1]}  # up",
-           "%h: float32[2, 3, 8] = Add(%m, %b)  # bias"}) {
+  for (const char* part :
+       {"%y: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2, %one, %half) {alpha=[0.0, 0.0, 0.0, "
+        "0.0, 0.0], "
+        "args=[0, 1, 4, -1, 5, 2, 0, 6, 7, 3], beta=[0.0, 0.0, 0.0, 0.0, 0.0], "
+        "ops=[\"Div\", \"Erf\", \"Add\", \"Mul\", \"Mul\"], to=[1, 1, 1, 1, 1]}  # gelu_half",
+        "%z: float32[2, 3, 8] = kiln::Elementwise(%x, %gate) {alpha=[0.0, 0.0, 0.0, 0.0], "
+        "args=[0, -1, 2, 1, 3, -1, 4, -1], beta=[0.0, 0.0, 0.0, 0.0], "
+        "ops=[\"Cast\", \"Mul\", \"Sigmoid\", \"Cast\"], to=[10, 10, 10, 1]}  # up",
+        "%h: float32[2, 3, 8] = Add(%m, %b)  # bias"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   EXPECT_EQ(fuse_ew(kEwChains, /*supported=*/false), ir::to_text(parse(kEwChains)));
@@ -392,9 +404,12 @@ TEST(FuseElementwise, AValueReadOutsideTheChainEndsIt) {
   shared.replace(shared.find(outs), outs.size(), "%z: float32[2, 3, 8], %k: float32[2, 3, 8]) {");
   shared.replace(shared.rfind('}'), 1, "  %k: float32[2, 3, 8] = Neg(%e)  # neg\n}");
   std::string text = fuse_ew(shared);
-  EXPECT_NE(text.find("%e: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%e: float32[2, 3, 8] = kiln::Elementwise(%h, %sqrt2)"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("%k: float32[2, 3, 8] = Neg(%e)"), std::string::npos) << text;
-  EXPECT_NE(text.find("%y: float32[2, 3, 8] = kiln::Elementwise(%e, %one, %h, %half)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%y: float32[2, 3, 8] = kiln::Elementwise(%e, %one, %h, %half)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(FuseElementwise, TheCpuReferenceRoundsAsTheUnfusedChain) {
@@ -402,9 +417,8 @@ TEST(FuseElementwise, TheCpuReferenceRoundsAsTheUnfusedChain) {
   // its dtype) and match the unfused ops' results bit for bit.
   ir::Graph g = parse(kEwChains);
   ir::Graph fused = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::fuse_elementwise(&fused, yes).ok());
   std::map<int, Tensor> v;
   v[g.find_value("x")] = random_f32({2, 3, 8}, 3);
@@ -437,13 +451,15 @@ TEST(FuseElementwise, TheCpuReferenceRoundsAsTheUnfusedChain) {
     const Tensor& a = fused_values.at(fused.find_value(name));
     const Tensor& e = unfused.at(g.find_value(name));
     ASSERT_EQ(a.shape(), e.shape()) << name;
-    for (int64_t i = 0; i < e.numel(); ++i) ASSERT_EQ(a.float_at(i), e.float_at(i)) << name << " at " << i;
+    for (int64_t i = 0; i < e.numel(); ++i)
+      ASSERT_EQ(a.float_at(i), e.float_at(i)) << name << " at " << i;
   }
 }
 
 TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
   // The program's parser, as shape inference, the CPU reference and the CUDA kernel run it.
-  auto attrs = [](std::vector<std::string> ops, std::vector<int64_t> args, std::vector<int64_t> to) {
+  auto attrs = [](std::vector<std::string> ops, std::vector<int64_t> args,
+                  std::vector<int64_t> to) {
     ops::ElementwiseProgram p;
     ir::Attributes a;
     ir::Attribute o;
@@ -468,14 +484,20 @@ TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
       {attrs({"Add"}, {-1, 0}, {1}), f32x2, "operand register -1 is not one of 0..1"},
       {attrs({"Relu"}, {0, 1}, {1}), f32x2, "must be -1 (a unary op)"},
       {attrs({"Softmax"}, {0, -1}, {1}), f32x2, "instruction 0 (Softmax): not an op"},
-      {attrs({"GeluTanh", "Relu"}, {0, -1, 3, -1}, {1, 1}), f32x2, "instruction 1 (Relu): operand register 3"},
-      {attrs({"Add"}, {0, 1}, {10}), f32x2, "result dtype float16 differs from its operand's float32"},
-      {attrs({"Add"}, {0, 1}, {7}), f32x2, "result dtype code 7 is not float32, float16 or bfloat16"},
-      {attrs({"Add"}, {0, 1}, {1}), {DType::kFloat32, DType::kFloat16}, "operands of dtypes float32 and float16"},
+      {attrs({"GeluTanh", "Relu"}, {0, -1, 3, -1}, {1, 1}), f32x2,
+       "instruction 1 (Relu): operand register 3"},
+      {attrs({"Add"}, {0, 1}, {10}), f32x2,
+       "result dtype float16 differs from its operand's float32"},
+      {attrs({"Add"}, {0, 1}, {7}), f32x2,
+       "result dtype code 7 is not float32, float16 or bfloat16"},
+      {attrs({"Add"}, {0, 1}, {1}),
+       {DType::kFloat32, DType::kFloat16},
+       "operands of dtypes float32 and float16"},
       {attrs({"Add"}, {0, 1}, {1}), {DType::kFloat32, DType::kInt64}, "input 1 has dtype int64"},
       {attrs({"Add"}, {0, 1, 2}, {1}), f32x2, "do not fit 1 instructions"},
       {attrs({}, {}, {}), f32x2, "has 0 instructions"},
-      {attrs({"Relu"}, {0, -1}, {1}), std::vector<DType>(9, DType::kFloat32), "has 9 inputs, expected 1 to 8"},
+      {attrs({"Relu"}, {0, -1}, {1}), std::vector<DType>(9, DType::kFloat32),
+       "has 9 inputs, expected 1 to 8"},
   };
   for (const Case& c : cases) {
     auto p = ops::parse_elementwise_program(c.a, c.in);
@@ -485,7 +507,8 @@ TEST(FuseElementwise, HostileProgramsAreRefusedByName) {
   ir::Attributes unknown = attrs({"Relu"}, {0, -1}, {1});
   unknown.set("axis", ir::Attribute{});
   EXPECT_FALSE(ops::parse_elementwise_program(unknown, f32x2).ok());
-  EXPECT_TRUE(ops::parse_elementwise_program(attrs({"Mul", "Relu"}, {0, 1, 2, -1}, {1, 1}), f32x2).ok());
+  EXPECT_TRUE(
+      ops::parse_elementwise_program(attrs({"Mul", "Relu"}, {0, 1, 2, -1}, {1, 1}), f32x2).ok());
 }
 
 // ---- fuse_matmul_bias ----
@@ -506,7 +529,8 @@ std::string fuse_mm(const std::string& text, bool supported = true) {
 // its Add; the Gelu op; Relu without a bias; a bias alone (fused: an engine output reads it); and a
 // bias whose sum a residual Add reads (left for the elementwise pass); an Add of a tensor that is
 // no constant (attention's mask) is no bias.
-const char* kLinears = R"(graph g(%x: float32[2, 3, 4]) -> (%y1: float32[2, 3, 4], %y2: float32[2, 3, 4], %y3: float32[2, 3, 4], %y4: float32[2, 3, 4], %y5: float32[2, 3, 4], %r6: float32[2, 3, 4], %y7: float32[2, 3, 4], %y8: float32[2, 3, 3]) {
+const char* kLinears =
+    R"(graph g(%x: float32[2, 3, 4]) -> (%y1: float32[2, 3, 4], %y2: float32[2, 3, 4], %y3: float32[2, 3, 4], %y4: float32[2, 3, 4], %y5: float32[2, 3, 4], %r6: float32[2, 3, 4], %y7: float32[2, 3, 4], %y8: float32[2, 3, 3]) {
   opset ai.onnx 20
   %w: float32[4, 4] = dense<[0.5, -0.25, 0.125, 1.0, -0.5, 0.75, 0.25, -1.0, 1.5, 0.0, -0.75, 0.5, 0.25, 0.5, -0.125, -0.5]>
   %b: float32[4] = dense<[0.1, -0.2, 0.3, -0.4]>
@@ -551,18 +575,19 @@ const char* kLinears = R"(graph g(%x: float32[2, 3, 4]) -> (%y1: float32[2, 3, 4
 
 TEST(FuseMatMulBias, LinearLayersWithActivationsBecomeMatMulBias) {
   std::string text = fuse_mm(kLinears);
-  for (const char* part : {
-           "%y1: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_erf\"}  # fc1",
-           "%y2: float32[2, 3, 4] = kiln::MatMulBias(%y1, %w, %b) {activation=\"gelu_erf\"}  # fc2",
-           "%y3: float32[2, 3, 4] = kiln::MatMulBias(%y2, %w, %b) {activation=\"gelu_tanh\"}  # fc3",
-           // No bias: a zero one, so cuBLASLt applies the ReLU in its bias epilogue.
-           "%y4: float32[2, 3, 4] = kiln::MatMulBias(%y3, %w, %m4_zero_bias) {activation=\"relu\"}  # fc4",
-           "%y5: float32[2, 3, 4] = kiln::MatMulBias(%y4, %w, %b) {activation=\"none\"}  # fc5",
-           // Bias then a residual (a computed tensor of the product's shape), and a residual alone.
-           "%r6: float32[2, 3, 4] = kiln::MatMulBias(%y5, %w, %b, %x) {activation=\"none\"}  # fc6",
-           "%a7: float32[2, 3, 4] = kiln::MatMulBias(%r6, %w, _, %x) {activation=\"none\"}  # scores7",
-           // A product of two computed tensors (attention's scores) keeps its mask Add.
-           "%a8: float32[2, 3, 3] = Add(%m8, %mask)  # mask8"}) {
+  for (const char* part :
+       {"%y1: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_erf\"}  # fc1",
+        "%y2: float32[2, 3, 4] = kiln::MatMulBias(%y1, %w, %b) {activation=\"gelu_erf\"}  # fc2",
+        "%y3: float32[2, 3, 4] = kiln::MatMulBias(%y2, %w, %b) {activation=\"gelu_tanh\"}  # fc3",
+        // No bias: a zero one, so cuBLASLt applies the ReLU in its bias epilogue.
+        "%y4: float32[2, 3, 4] = kiln::MatMulBias(%y3, %w, %m4_zero_bias) {activation=\"relu\"}  # "
+        "fc4",
+        "%y5: float32[2, 3, 4] = kiln::MatMulBias(%y4, %w, %b) {activation=\"none\"}  # fc5",
+        // Bias then a residual (a computed tensor of the product's shape), and a residual alone.
+        "%r6: float32[2, 3, 4] = kiln::MatMulBias(%y5, %w, %b, %x) {activation=\"none\"}  # fc6",
+        "%a7: float32[2, 3, 4] = kiln::MatMulBias(%r6, %w, _, %x) {activation=\"none\"}  # scores7",
+        // A product of two computed tensors (attention's scores) keeps its mask Add.
+        "%a8: float32[2, 3, 3] = Add(%m8, %mask)  # mask8"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   for (const char* op : {"Erf(", "Div(", "Gelu(", "Relu("}) {
@@ -570,16 +595,16 @@ TEST(FuseMatMulBias, LinearLayersWithActivationsBecomeMatMulBias) {
   }
   EXPECT_EQ(fuse_mm(kLinears, /*supported=*/false), ir::to_text(parse(kLinears)));
   // A GELU intermediate read outside the pattern keeps that layer unfused.
-  const std::string shared = with_output(kLinears, "%y8: float32[2, 3, 3]", "%e1: float32[2, 3, 4]");
+  const std::string shared =
+      with_output(kLinears, "%y8: float32[2, 3, 3]", "%e1: float32[2, 3, 4]");
   EXPECT_NE(fuse_mm(shared).find("Erf(%d1)"), std::string::npos);
 }
 
 TEST(FuseMatMulBias, TheFusedReferenceMatchesTheUnfusedLayers) {
   ir::Graph g = parse(kLinears);
   ir::Graph fused = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(canonical_mm(&fused, yes).ok());
   Tensor x = random_f32({2, 3, 4}, 21);
   std::map<int, Tensor> want = run_unfused(g, x), got = run_unfused(fused, x);
@@ -594,7 +619,8 @@ TEST(FuseMatMulBias, TheFusedReferenceMatchesTheUnfusedLayers) {
 // BERT's mask as the exporter repeats it per layer (Where then Cast, twice, the second Where on its
 // own copy of a constant), a duplicate whose attribute differs, a random op, and a duplicate that
 // is an engine output.
-const char* kDuplicates = R"(graph g(%x: float32[2, 3], %c: bool[2, 3]) -> (%y: float32[2, 3], %r1: float32[2, 3], %r2: float32[2, 3], %o: float32[2, 3]) {
+const char* kDuplicates =
+    R"(graph g(%x: float32[2, 3], %c: bool[2, 3]) -> (%y: float32[2, 3], %r1: float32[2, 3], %r2: float32[2, 3], %o: float32[2, 3]) {
   opset ai.onnx 17
   %zero: float32[] = dense<0.0>
   %low: float32[] = dense<-100.0>
@@ -622,7 +648,8 @@ TEST(MergeDuplicates, RepeatedComputationsRunOnce) {
   ir::compact(&g);
   const std::string text = ir::to_text(g);
   EXPECT_NE(text.find("%s: float32[2, 3] = Add(%b1, %b1)"), std::string::npos) << text;
-  for (const char* gone : {"# mask2", "# cast2", "# back2"}) EXPECT_EQ(text.find(gone), std::string::npos) << gone;
+  for (const char* gone : {"# mask2", "# cast2", "# back2"})
+    EXPECT_EQ(text.find(gone), std::string::npos) << gone;
   for (const char* kept : {"Cast(%w1) {to=1}  # cast3", "# rand1", "# rand2", "# mask3"}) {
     EXPECT_NE(text.find(kept), std::string::npos) << kept << "\n" << text;
   }
@@ -635,7 +662,8 @@ std::string fuse_attn(const std::string& text, bool supported = true) {
 }
 
 // Every value of `g` on the reference kernels, node by node, each output of its IR type.
-std::map<std::string, Tensor> run_graph(const ir::Graph& g, const std::map<std::string, Tensor>& inputs) {
+std::map<std::string, Tensor> run_graph(const ir::Graph& g,
+                                        const std::map<std::string, Tensor>& inputs) {
   std::map<int, Tensor> v;
   for (const auto& [name, t] : inputs) v[g.find_value(name)] = t;
   for (size_t k = 0; k < g.values.size(); ++k) {
@@ -665,7 +693,8 @@ std::map<std::string, Tensor> run_graph(const ir::Graph& g, const std::map<std::
 // A BERT layer's attention as the TorchScript exporter writes it (transformers' SDPA path): heads
 // split by Reshape and Transpose (K's two transposes merged into one), both operands scaled by
 // the root of the scale, an additive mask, the NaN guard, heads merged back.
-const char* kBertAttention = R"(graph g(%q: float32[2, 3, 8], %k: float32[2, 3, 8], %v: float32[2, 3, 8], %m: float32[2, 1, 1, 3]) -> (%y: float32[2, 3, 8]) {
+const char* kBertAttention =
+    R"(graph g(%q: float32[2, 3, 8], %k: float32[2, 3, 8], %v: float32[2, 3, 8], %m: float32[2, 1, 1, 3]) -> (%y: float32[2, 3, 8]) {
   opset ai.onnx 17
   %shape4: int64[4] = dense<[2, 3, 2, 4]>
   %shape3: int64[3] = dense<[2, 3, 8]>
@@ -694,7 +723,8 @@ const char* kBertAttention = R"(graph g(%q: float32[2, 3, 8], %k: float32[2, 3, 
 // [0, 1, 3, 2], no mask, no guard, the output permuted sequence-first (so no 3-D form). A second
 // attention scales the scores by Div and reads K through a Transpose that is no plain swap, which
 // becomes K's transpose; a third has a scale after the mask (which would scale the mask) and stays.
-const char* kVitAttention = R"(graph g(%q: float32[2, 2, 3, 4], %k: float32[2, 2, 3, 4], %v: float32[2, 2, 3, 4], %k2: float32[2, 3, 2, 4], %m: float32[3, 3]) -> (%y: float32[3, 2, 2, 4], %y2: float32[2, 2, 3, 4], %y3: float32[2, 2, 3, 4]) {
+const char* kVitAttention =
+    R"(graph g(%q: float32[2, 2, 3, 4], %k: float32[2, 2, 3, 4], %v: float32[2, 2, 3, 4], %k2: float32[2, 3, 2, 4], %m: float32[3, 3]) -> (%y: float32[3, 2, 2, 4], %y2: float32[2, 2, 3, 4], %y3: float32[2, 2, 3, 4]) {
   opset ai.onnx 17
   %c: float32[] = dense<0.70710677>
   %two: float32[] = dense<2.0>
@@ -721,7 +751,8 @@ const char* kVitAttention = R"(graph g(%q: float32[2, 2, 3, 4], %k: float32[2, 2
 )";
 
 // The dynamo exporter's ViT: heads folded into the batch, [B*H, S, D], K transposed by [0, 2, 1].
-const char* kRank3Attention = R"(graph g(%q: float32[4, 3, 8], %k: float32[4, 3, 8], %v: float32[4, 3, 8]) -> (%y: float32[4, 3, 8]) {
+const char* kRank3Attention =
+    R"(graph g(%q: float32[4, 3, 8], %k: float32[4, 3, 8], %v: float32[4, 3, 8]) -> (%y: float32[4, 3, 8]) {
   opset ai.onnx 18
   %c: float32[] = dense<0.35355339>
   %kt: float32[4, 8, 3] = Transpose(%k) {perm=[0, 2, 1]}  # k_t
@@ -734,30 +765,40 @@ const char* kRank3Attention = R"(graph g(%q: float32[4, 3, 8], %k: float32[4, 3,
 
 TEST(FuseAttention, ExportedAttentionBecomesOneAttentionNode) {
   const std::string r3 = fuse_attn(kRank3Attention);
-  EXPECT_NE(r3.find("%y: float32[4, 3, 8] = Attention@23(%q, %k, %v) {kv_num_heads=1, q_num_heads=1, scale=0.3535533"),
+  EXPECT_NE(r3.find("%y: float32[4, 3, 8] = Attention@23(%q, %k, %v) {kv_num_heads=1, "
+                    "q_num_heads=1, scale=0.3535533"),
             std::string::npos)
       << r3;
 
   std::string bert = fuse_attn(kBertAttention);
-  EXPECT_NE(bert.find("%y: float32[2, 3, 8] = Attention@23(%q, %k, %v, %m) {kv_num_heads=2, q_num_heads=2, scale=0.49999997"),
+  EXPECT_NE(bert.find("%y: float32[2, 3, 8] = Attention@23(%q, %k, %v, %m) {kv_num_heads=2, "
+                      "q_num_heads=2, scale=0.49999997"),
             std::string::npos)
       << bert;
-  for (const char* gone : {"Transpose(", "Reshape(", "Softmax(", "IsNaN(", "Where(", "MatMul(", "Mul("}) {
+  for (const char* gone :
+       {"Transpose(", "Reshape(", "Softmax(", "IsNaN(", "Where(", "MatMul(", "Mul("}) {
     EXPECT_EQ(bert.find(gone), std::string::npos) << gone << "\n" << bert;
   }
   EXPECT_EQ(fuse_attn(kBertAttention, /*supported=*/false), ir::to_text(parse(kBertAttention)));
 
   std::string vit = fuse_attn(kVitAttention);
-  EXPECT_NE(vit.find("%o: float32[2, 2, 3, 4] = Attention@23(%q, %k, %v) {scale=0.49999997"), std::string::npos) << vit;
-  EXPECT_NE(vit.find("%y2: float32[2, 2, 3, 4] = Attention@23(%q, %kt2, %v, %m) {scale=0.5"), std::string::npos) << vit;
-  EXPECT_NE(vit.find("%kt2: float32[2, 2, 3, 4] = Transpose(%k2) {perm=[0, 2, 1, 3]}"), std::string::npos) << vit;
+  EXPECT_NE(vit.find("%o: float32[2, 2, 3, 4] = Attention@23(%q, %k, %v) {scale=0.49999997"),
+            std::string::npos)
+      << vit;
+  EXPECT_NE(vit.find("%y2: float32[2, 2, 3, 4] = Attention@23(%q, %kt2, %v, %m) {scale=0.5"),
+            std::string::npos)
+      << vit;
+  EXPECT_NE(vit.find("%kt2: float32[2, 2, 3, 4] = Transpose(%k2) {perm=[0, 2, 1, 3]}"),
+            std::string::npos)
+      << vit;
   EXPECT_NE(vit.find("%d3: float32[2, 2, 3, 3] = Div(%a3, %two)"), std::string::npos) << vit;
   EXPECT_NE(vit.find("Softmax(%d3)"), std::string::npos) << vit;
   EXPECT_EQ(vit.find("Softmax(%s)"), std::string::npos) << vit;
   // Unsupported: the Transpose the second attention took over is given back as it was.
   EXPECT_EQ(fuse_attn(kVitAttention, /*supported=*/false), ir::to_text(parse(kVitAttention)));
   // Scores read outside the pattern keep that attention unfused.
-  const std::string shared = with_output(kBertAttention, "%y: float32[2, 3, 8]", "%s: float32[2, 2, 3, 3]");
+  const std::string shared =
+      with_output(kBertAttention, "%y: float32[2, 3, 8]", "%s: float32[2, 2, 3, 3]");
   EXPECT_NE(fuse_attn(shared).find("Softmax("), std::string::npos);
 }
 
@@ -765,9 +806,8 @@ TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
   for (const char* text : {kBertAttention, kVitAttention, kRank3Attention}) {
     ir::Graph g = parse(text);
     ir::Graph fused = g;
-    auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-      return true;
-    };
+    auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                  const std::vector<const ir::Value*>&) { return true; };
     ASSERT_TRUE(builder::fuse_attention(&fused, yes).ok());
     std::map<std::string, Tensor> in;
     uint64_t seed = 40;
@@ -796,7 +836,8 @@ TEST(FuseAttention, TheFusedReferenceMatchesTheUnfusedGraph) {
 
 // GPT-2's tanh GELU written out (the halving first), on a linear layer's output, and the same with
 // the halving last on an input.
-const char* kTanhGelu = R"(graph g(%x: float32[2, 3, 4], %z: float32[2, 3, 4]) -> (%y: float32[2, 3, 4], %y2: float32[2, 3, 4]) {
+const char* kTanhGelu =
+    R"(graph g(%x: float32[2, 3, 4], %z: float32[2, 3, 4]) -> (%y: float32[2, 3, 4], %y2: float32[2, 3, 4]) {
   opset ai.onnx 17
   %w: float32[4, 4] = dense<[0.5, -0.25, 0.125, 1.0, -0.5, 0.75, 0.25, -1.0, 1.5, 0.0, -0.75, 0.5, 0.25, 0.5, -0.125, -0.5]>
   %b: float32[4] = dense<[0.1, -0.2, 0.3, -0.4]>
@@ -830,7 +871,8 @@ const char* kTanhGelu = R"(graph g(%x: float32[2, 3, 4], %z: float32[2, 3, 4]) -
 
 // LayerNorm written out (an exporter before opset 17), llama's RMSNorm (Pow, Reciprocal of Sqrt,
 // weight [1, 1, C] first), an RMSNorm by Div of Mul(x, x) without weight, and one over axis 1.
-const char* kNorms = R"(graph g(%x: float32[2, 3, 4]) -> (%ln: float32[2, 3, 4], %rms: float32[2, 3, 4], %rms2: float32[2, 3, 4], %keep: float32[2, 3, 4]) {
+const char* kNorms =
+    R"(graph g(%x: float32[2, 3, 4]) -> (%ln: float32[2, 3, 4], %rms: float32[2, 3, 4], %rms2: float32[2, 3, 4], %keep: float32[2, 3, 4]) {
   opset ai.onnx 17
   %two: float32[] = dense<2.0>
   %eps: float32[] = dense<1e-05>
@@ -869,28 +911,37 @@ const char* kNorms = R"(graph g(%x: float32[2, 3, 4]) -> (%ln: float32[2, 3, 4],
 TEST(FuseNorm, LayerNormAndRmsNormWrittenOutBecomeOneOpEach) {
   ir::Graph g = parse(kNorms);
   ir::Graph f = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::fuse_norm(&f, yes).ok());
   ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
   ir::compact(&f);
   const std::string text = ir::to_text(f);
-  for (const char* part :
-       {"%ln: float32[2, 3, 4] = LayerNormalization(%x, %ln_var_ln_scale, %ln_var_ln_bias) {axis=-1, epsilon=1e-05}  # ln_var",
-        "%rms: float32[2, 3, 4] = RMSNormalization@23(%x, %rms_var_rms_scale) {axis=-1, epsilon=1e-05}  # rms_var",
-        "%rms2: float32[2, 3, 4] = RMSNormalization@23(%x, %rms2_var_rms_scale) {axis=-1, epsilon=1e-05}  # rms2_var",
-        "%keep: float32[2, 3, 4] = Div(%x, %s4)  # wrong_div"}) {
+  for (const char* part : {"%ln: float32[2, 3, 4] = LayerNormalization(%x, %ln_var_ln_scale, "
+                           "%ln_var_ln_bias) {axis=-1, epsilon=1e-05}  # ln_var",
+                           "%rms: float32[2, 3, 4] = RMSNormalization@23(%x, %rms_var_rms_scale) "
+                           "{axis=-1, epsilon=1e-05}  # rms_var",
+                           "%rms2: float32[2, 3, 4] = RMSNormalization@23(%x, %rms2_var_rms_scale) "
+                           "{axis=-1, epsilon=1e-05}  # rms2_var",
+                           "%keep: float32[2, 3, 4] = Div(%x, %s4)  # wrong_div"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
-  for (const char* gone : {"Sub(", "Reciprocal(", "Mul("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  for (const char* gone : {"Sub(", "Reciprocal(", "Mul("})
+    EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
   // Each op records the model's nodes it replaced.
   std::map<std::string, std::map<std::string, int64_t>> replaced;
   for (const ir::Node& n : f.nodes) replaced[n.name] = n.replaced;
-  EXPECT_EQ(replaced["ln_var"], (std::map<std::string, int64_t>{
-                                    {"Add", 2}, {"Div", 1}, {"Mul", 1}, {"Pow", 1}, {"ReduceMean", 2}, {"Sqrt", 1}, {"Sub", 1}}));
-  EXPECT_EQ(replaced["rms_var"], (std::map<std::string, int64_t>{
-                                     {"Add", 1}, {"Mul", 2}, {"Pow", 1}, {"ReduceMean", 1}, {"Reciprocal", 1}, {"Sqrt", 1}}));
+  EXPECT_EQ(replaced["ln_var"], (std::map<std::string, int64_t>{{"Add", 2},
+                                                                {"Div", 1},
+                                                                {"Mul", 1},
+                                                                {"Pow", 1},
+                                                                {"ReduceMean", 2},
+                                                                {"Sqrt", 1},
+                                                                {"Sub", 1}}));
+  EXPECT_EQ(
+      replaced["rms_var"],
+      (std::map<std::string, int64_t>{
+          {"Add", 1}, {"Mul", 2}, {"Pow", 1}, {"ReduceMean", 1}, {"Reciprocal", 1}, {"Sqrt", 1}}));
   std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 77)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(f, in);
   for (const char* name : {"ln", "rms", "rms2", "keep"}) {
@@ -902,16 +953,16 @@ TEST(FuseNorm, LayerNormAndRmsNormWrittenOutBecomeOneOpEach) {
   // An intermediate read elsewhere (the centred x as a graph output) keeps that LayerNorm; an
   // unsupported op keeps them all.
   std::string shared = kNorms;
-  shared.replace(shared.find("(%ln: float32[2, 3, 4],"), 23, "(%ln: float32[2, 3, 4], %d: float32[2, 3, 4],");
+  shared.replace(shared.find("(%ln: float32[2, 3, 4],"), 23,
+                 "(%ln: float32[2, 3, 4], %d: float32[2, 3, 4],");
   ir::Graph sg = parse(shared);
   ASSERT_TRUE(builder::fuse_norm(&sg, yes).ok());
   const std::string st = ir::to_text(sg);
   EXPECT_EQ(st.find("LayerNormalization("), std::string::npos) << st;
   EXPECT_NE(st.find("RMSNormalization@23("), std::string::npos) << st;
   ir::Graph u = parse(kNorms);
-  auto no = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return false;
-  };
+  auto no = [](const ir::Node&, const std::vector<const ir::Value*>&,
+               const std::vector<const ir::Value*>&) { return false; };
   ASSERT_TRUE(builder::fuse_norm(&u, no).ok());
   EXPECT_EQ(ir::to_text(u), ir::to_text(parse(kNorms)));
 }
@@ -919,17 +970,22 @@ TEST(FuseNorm, LayerNormAndRmsNormWrittenOutBecomeOneOpEach) {
 TEST(Canonicalize, TanhGeluWrittenOutBecomesOneGelu) {
   ir::Graph g = parse(kTanhGelu);
   ir::Graph f = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::canonicalize(&f, yes).ok());
   ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
   ir::compact(&f);
   std::string text = ir::to_text(f);
-  EXPECT_NE(text.find("%y: float32[2, 3, 4] = Gelu@20(%h) {approximate=\"tanh\"}  # gelu"), std::string::npos) << text;
-  EXPECT_NE(text.find("%y2: float32[2, 3, 4] = Gelu@20(%z) {approximate=\"tanh\"}  # gelu2"), std::string::npos) << text;
-  for (const char* gone : {"Tanh(", "Pow("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
-  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 97)}, {"z", random_f32({2, 3, 4}, 98)}};
+  EXPECT_NE(text.find("%y: float32[2, 3, 4] = Gelu@20(%h) {approximate=\"tanh\"}  # gelu"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("%y2: float32[2, 3, 4] = Gelu@20(%z) {approximate=\"tanh\"}  # gelu2"),
+            std::string::npos)
+      << text;
+  for (const char* gone : {"Tanh(", "Pow("})
+    EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 97)},
+                                      {"z", random_f32({2, 3, 4}, 98)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(f, in);
   for (const char* name : {"y", "y2"}) {
     ASSERT_TRUE(got.count(name) && want.count(name)) << name;
@@ -940,7 +996,9 @@ TEST(Canonicalize, TanhGeluWrittenOutBecomesOneGelu) {
   // Then the linear layer takes it into its epilogue.
   ASSERT_TRUE(builder::fuse_matmul_bias(&f, yes).ok());
   text = ir::to_text(f);
-  EXPECT_NE(text.find("%y: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_tanh\"}"), std::string::npos)
+  EXPECT_NE(
+      text.find("%y: float32[2, 3, 4] = kiln::MatMulBias(%x, %w, %b) {activation=\"gelu_tanh\"}"),
+      std::string::npos)
       << text;
   // A wrong constant (not 0.044715) keeps the ops.
   std::string off = kTanhGelu;
@@ -979,9 +1037,8 @@ const char* kConv1DMlp = R"(graph g(%x: float32[2, 3, 4]) -> (%y: float32[2, 3, 
 TEST(UnflattenGemm, Conv1DLinearsBecomeMatMulBiasWithEpilogues) {
   ir::Graph g = parse(kConv1DMlp);
   ir::Graph f = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::unflatten_gemm(&f, yes).ok());
   ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
   std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 4}, 99)}};
@@ -990,18 +1047,21 @@ TEST(UnflattenGemm, Conv1DLinearsBecomeMatMulBiasWithEpilogues) {
   ASSERT_TRUE(ir::verify(f).ok()) << ir::verify(f).to_string();
   ir::compact(&f);
   const std::string text = ir::to_text(f);
-  for (const char* part : {"%a: float32[2, 3, 6] = kiln::MatMulBias(%x, %w1, %b1) {activation=\"gelu_tanh\"}",
-                           "%y: float32[2, 3, 4] = kiln::MatMulBias(%a, %w2_kn, %b2, %x) {activation=\"none\"}"}) {
+  for (const char* part :
+       {"%a: float32[2, 3, 6] = kiln::MatMulBias(%x, %w1, %b1) {activation=\"gelu_tanh\"}",
+        "%y: float32[2, 3, 4] = kiln::MatMulBias(%a, %w2_kn, %b2, %x) {activation=\"none\"}"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
-  for (const char* gone : {"Gemm(", "Reshape(", "Gelu(", "Add("}) EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
-  // Each model node counted once, through unflatten_gemm's bias Add (which replaced the Gemm and the
-  // Reshape after it) and fuse_matmul_bias's copy of it; the MatMul unflatten_gemm put in before the
-  // Add counts as a MatMul of its own.
+  for (const char* gone : {"Gemm(", "Reshape(", "Gelu(", "Add("})
+    EXPECT_EQ(text.find(gone), std::string::npos) << gone << "\n" << text;
+  // Each model node counted once, through unflatten_gemm's bias Add (which replaced the Gemm and
+  // the Reshape after it) and fuse_matmul_bias's copy of it; the MatMul unflatten_gemm put in
+  // before the Add counts as a MatMul of its own.
   ASSERT_EQ(f.nodes.size(), 2u) << text;
-  EXPECT_EQ(f.nodes[0].replaced,
-            (std::map<std::string, int64_t>{{"Gelu", 1}, {"Gemm", 1}, {"MatMul", 1}, {"Reshape", 1}}));
-  EXPECT_EQ(f.nodes[1].replaced, (std::map<std::string, int64_t>{{"Add", 1}, {"Gemm", 1}, {"MatMul", 1}, {"Reshape", 1}}));
+  EXPECT_EQ(f.nodes[0].replaced, (std::map<std::string, int64_t>{
+                                     {"Gelu", 1}, {"Gemm", 1}, {"MatMul", 1}, {"Reshape", 1}}));
+  EXPECT_EQ(f.nodes[1].replaced, (std::map<std::string, int64_t>{
+                                     {"Add", 1}, {"Gemm", 1}, {"MatMul", 1}, {"Reshape", 1}}));
   std::map<std::string, Tensor> got = run_graph(f, in);
   for (const auto* m : {&mid, &got}) {
     ASSERT_TRUE(m->count("y") && want.count("y"));
@@ -1028,17 +1088,18 @@ const char* kPatchEmbed = R"(graph g(%x: float32[2, 3, 8, 8]) -> (%y: float32[2,
 TEST(PatchifyConv, PatchEmbeddingBecomesOneGemm) {
   ir::Graph g = parse(kPatchEmbed);
   ir::Graph p = g;
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   ASSERT_TRUE(builder::patchify_conv(&p, yes).ok());
   ASSERT_TRUE(ir::verify(p).ok()) << ir::verify(p).to_string();
   ir::compact(&p);
   const std::string text = ir::to_text(p);
-  for (const char* part : {"%x_patches6: float32[2, 3, 2, 4, 2, 4] = Reshape(%x, %x_patches6_shape)",
-                           "Transpose(%x_patches6) {perm=[0, 2, 4, 1, 3, 5]}",
-                           "%x_patches: float32[2, 4, 48] = Reshape(%x_patches6t, %x_patches_shape)",
-                           "%y: float32[2, 4, 4] = kiln::MatMulBias(%x_patches, %w_patch_matrix, %b) {activation=\"none\"}  # conv_proj"}) {
+  for (const char* part :
+       {"%x_patches6: float32[2, 3, 2, 4, 2, 4] = Reshape(%x, %x_patches6_shape)",
+        "Transpose(%x_patches6) {perm=[0, 2, 4, 1, 3, 5]}",
+        "%x_patches: float32[2, 4, 48] = Reshape(%x_patches6t, %x_patches_shape)",
+        "%y: float32[2, 4, 4] = kiln::MatMulBias(%x_patches, %w_patch_matrix, %b) "
+        "{activation=\"none\"}  # conv_proj"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   EXPECT_EQ(text.find("Conv("), std::string::npos) << text;
@@ -1063,9 +1124,8 @@ TEST(PatchifyConv, PatchEmbeddingBecomesOneGemm) {
 // build runs them), everything supported; verified and compacted.
 ir::Graph fuse_and_pack(const std::string& text, bool linear_layers = false) {
   ir::Graph g = parse(text);
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   if (linear_layers) EXPECT_TRUE(builder::fuse_matmul_bias(&g, yes).ok());
   EXPECT_TRUE(builder::fuse_attention(&g, yes).ok());
   Status st = builder::pack_attention(&g, yes);
@@ -1119,7 +1179,8 @@ const char* kMhaAttention = R"(graph g(%p: float32[3, 2, 24]) -> (%y: float32[6,
 
 // GPT-2's: a [B, S, 3E] projection split in three on its last axis, heads split and merged
 // around a causal mask's attention (here an additive mask input), batch symbolic.
-const char* kSplitAttention = R"(graph g(%p: float32[b, 3, 24], %m: float32[3, 3]) -> (%y: float32[b, 3, 8]) {
+const char* kSplitAttention =
+    R"(graph g(%p: float32[b, 3, 24], %m: float32[3, 3]) -> (%y: float32[b, 3, 8]) {
   opset ai.onnx 17
   %sizes: int64[3] = dense<[8, 8, 8]>
   %heads: int64[4] = dense<[0, 0, 2, 4]>
@@ -1199,10 +1260,12 @@ TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
   ir::Graph g = parse(kMhaBlock);
   ir::Graph packed = fuse_and_pack(kMhaBlock, /*linear_layers=*/true);
   const std::string text = ir::to_text(packed);
-  for (const char* part : {"%p: float32[2, 3, 24] = kiln::MatMulBias(%x, %w, %b) {activation=\"none\"}  # in_proj",
-                           "float32[2, 3, 8] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, kv_num_heads=2, "
-                           "output_rank=3, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0",
-                           "%out: float32[2, 3, 8] = kiln::MatMulBias("}) {
+  for (const char* part :
+       {"%p: float32[2, 3, 24] = kiln::MatMulBias(%x, %w, %b) {activation=\"none\"}  # in_proj",
+        "float32[2, 3, 8] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, "
+        "kv_num_heads=2, "
+        "output_rank=3, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0",
+        "%out: float32[2, 3, 8] = kiln::MatMulBias("}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   for (const char* gone : {"Transpose(", "Gemm(", "Reshape(", "Add("}) {
@@ -1212,11 +1275,13 @@ TEST(PackAttention, SequenceFirstBlocksRunBatchFirst) {
   // counted through the fusions before it: the attention replaced fuse_attention's Attention.
   std::map<std::string, std::map<std::string, int64_t>> replaced;
   for (const ir::Node& n : packed.nodes) replaced[n.name] = n.replaced;
-  EXPECT_EQ(replaced["scores"], (std::map<std::string, int64_t>{{"MatMul", 2}, {"Mul", 2}, {"Softmax", 1}, {"Transpose", 2}}));
+  EXPECT_EQ(replaced["scores"], (std::map<std::string, int64_t>{
+                                    {"MatMul", 2}, {"Mul", 2}, {"Softmax", 1}, {"Transpose", 2}}));
   EXPECT_EQ(replaced["in_proj"], (std::map<std::string, int64_t>{{"Add", 1}, {"MatMul", 1}}));
   // The output projection: the Gemm between its Reshapes, which it leaves unread, and the
   // Transpose and residual Add it replaces.
-  EXPECT_EQ(replaced["out_proj"], (std::map<std::string, int64_t>{{"Add", 1}, {"Gemm", 1}, {"Reshape", 2}, {"Transpose", 1}}));
+  EXPECT_EQ(replaced["out_proj"], (std::map<std::string, int64_t>{
+                                      {"Add", 1}, {"Gemm", 1}, {"Reshape", 2}, {"Transpose", 1}}));
   std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 90)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
   ASSERT_TRUE(got.count("out") && want.count("out"));
@@ -1231,11 +1296,13 @@ std::string bert_projections() {
   body = body.substr(body.find("  %shape4"));  // the attention itself, after the opset line
   auto dense = [](int n, int seed) {
     std::string d = "dense<[";
-    for (int i = 0; i < n; ++i) d += (i ? ", " : "") + std::to_string(0.5 * std::sin(0.37 * (i + 1) * seed + seed));
+    for (int i = 0; i < n; ++i)
+      d += (i ? ", " : "") + std::to_string(0.5 * std::sin(0.37 * (i + 1) * seed + seed));
     return d + "]>";
   };
-  std::string text = "graph g(%x: float32[2, 3, 8], %m: float32[2, 1, 1, 3]) -> (%y: float32[2, 3, 8]) {\n"
-                     "  opset ai.onnx 17\n";
+  std::string text =
+      "graph g(%x: float32[2, 3, 8], %m: float32[2, 1, 1, 3]) -> (%y: float32[2, 3, 8]) {\n"
+      "  opset ai.onnx 17\n";
   int seed = 1;
   for (const char* p : {"q", "k", "v"}) {
     const std::string s = p;
@@ -1250,19 +1317,21 @@ std::string bert_projections() {
 TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
   ir::Graph g = parse(bert_projections());
   ir::Graph packed = fuse_and_pack(bert_projections(), /*linear_layers=*/true);
-  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
-    return true;
-  };
+  auto yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
   const std::string text = ir::to_text(packed);
-  for (const char* part : {"%q_qkv: float32[2, 3, 24] = kiln::MatMulBias(%x, %wq_qkv, %wq_qkv_bias) {activation=\"none\"}",
-                           "%y: float32[2, 3, 8] = kiln::PackedAttention(%q_qkv, %q_qkv, %q_qkv, %m) {head_size=4, "
-                           "k_offset=8, kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0, "
-                           "v_head_size=4, v_offset=16}"}) {
+  for (const char* part :
+       {"%q_qkv: float32[2, 3, 24] = kiln::MatMulBias(%x, %wq_qkv, %wq_qkv_bias) "
+        "{activation=\"none\"}",
+        "%y: float32[2, 3, 8] = kiln::PackedAttention(%q_qkv, %q_qkv, %q_qkv, %m) {head_size=4, "
+        "k_offset=8, kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=0, "
+        "v_head_size=4, v_offset=16}"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   EXPECT_EQ(packed.nodes.size(), 2u) << text;
   EXPECT_EQ(packed.nodes[0].replaced, (std::map<std::string, int64_t>{{"Add", 3}, {"MatMul", 3}}));
-  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 91)}, {"m", random_f32({2, 1, 1, 3}, 92)}};
+  std::map<std::string, Tensor> in = {{"x", random_f32({2, 3, 8}, 91)},
+                                      {"m", random_f32({2, 1, 1, 3}, 92)}};
   std::map<std::string, Tensor> want = run_graph(g, in), got = run_graph(packed, in);
   ASSERT_TRUE(got.count("y") && want.count("y"));
   ErrorStats e = error_stats(got.at("y"), want.at("y"));
@@ -1271,7 +1340,8 @@ TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
 
   // A projection read by something else as well stays, and so do the other two.
   std::string shared = bert_projections();
-  shared.replace(shared.find("-> (%y: float32[2, 3, 8])"), 25, "-> (%y: float32[2, 3, 8], %k: float32[2, 3, 8])");
+  shared.replace(shared.find("-> (%y: float32[2, 3, 8])"), 25,
+                 "-> (%y: float32[2, 3, 8], %k: float32[2, 3, 8])");
   ir::Graph s = parse(shared);
   ASSERT_TRUE(builder::fuse_matmul_bias(&s, yes).ok());
   ASSERT_TRUE(builder::fuse_attention(&s, yes).ok());
@@ -1284,7 +1354,8 @@ TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
   ASSERT_TRUE(builder::fuse_matmul_bias(&u, yes).ok());
   ASSERT_TRUE(builder::fuse_attention(&u, yes).ok());
   const std::string before = ir::to_text(u);
-  auto no_packed = [](const ir::Node& n, const std::vector<const ir::Value*>&, const std::vector<const ir::Value*>&) {
+  auto no_packed = [](const ir::Node& n, const std::vector<const ir::Value*>&,
+                      const std::vector<const ir::Value*>&) {
     return n.op_type != "PackedAttention";
   };
   ASSERT_TRUE(builder::pack_attention(&u, no_packed).ok());
@@ -1293,19 +1364,24 @@ TEST(PackAttention, ProjectionsOfOneInputBecomeOneGemm) {
 
 TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
   const std::string mha = ir::to_text(fuse_and_pack(kMhaAttention));
-  EXPECT_NE(mha.find("%ot: float32[3, 2, 2, 4] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, "
-                     "kv_num_heads=2, output_rank=4, q_num_heads=2, q_offset=0, scale=0.49999997, seq_first=1, "
-                     "v_head_size=4, v_offset=16}"),
-            std::string::npos)
+  EXPECT_NE(
+      mha.find(
+          "%ot: float32[3, 2, 2, 4] = kiln::PackedAttention(%p, %p, %p) {head_size=4, k_offset=8, "
+          "kv_num_heads=2, output_rank=4, q_num_heads=2, q_offset=0, scale=0.49999997, "
+          "seq_first=1, "
+          "v_head_size=4, v_offset=16}"),
+      std::string::npos)
       << mha;
   for (const char* gone : {"Gather(", "Transpose(", "Squeeze(", "Unsqueeze(", "Attention@"}) {
     EXPECT_EQ(mha.find(gone), std::string::npos) << gone << "\n" << mha;
   }
   const std::string split = ir::to_text(fuse_and_pack(kSplitAttention));
-  EXPECT_NE(split.find("%y: float32[b, 3, 8] = kiln::PackedAttention(%p, %p, %p, %m) {head_size=4, k_offset=8, "
-                       "kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.5, seq_first=0, v_head_size=4, "
-                       "v_offset=16}"),
-            std::string::npos)
+  EXPECT_NE(
+      split.find(
+          "%y: float32[b, 3, 8] = kiln::PackedAttention(%p, %p, %p, %m) {head_size=4, k_offset=8, "
+          "kv_num_heads=2, q_num_heads=2, q_offset=0, scale=0.5, seq_first=0, v_head_size=4, "
+          "v_offset=16}"),
+      std::string::npos)
       << split;
   EXPECT_EQ(split.find("Split("), std::string::npos) << split;
   // The same with a symbolic batch: [S, B*H, D] merges a symbol with a head count, and the
@@ -1314,7 +1390,8 @@ TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
   auto subst = [&](const std::string& from, const std::string& to) {
     for (size_t at; (at = sym.find(from)) != std::string::npos;) sym.replace(at, from.size(), to);
   };
-  subst("%p: float32[3, 2, 24]) -> (%y: float32[6, 8])", "%p: float32[3, b, 24]) -> (%y: float32[3*b, 8])");
+  subst("%p: float32[3, 2, 24]) -> (%y: float32[6, 8])",
+        "%p: float32[3, b, 24]) -> (%y: float32[3*b, 8])");
   subst("dense<[3, 2, 3, 8]>", "dense<[0, 0, 3, 8]>");
   subst("dense<[3, 4, 4]>", "dense<[0, -1, 4]>");
   subst("dense<[2, 2, 3, 4]>", "dense<[-1, 2, 3, 4]>");
@@ -1332,7 +1409,8 @@ TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
   subst("[3, 2, 2, 4]", "[3, b, 2, 4]");
   subst("[6, 8]", "[3*b, 8]");
   const std::string symbolic = ir::to_text(fuse_and_pack(sym));
-  EXPECT_NE(symbolic.find("%ot: float32[3, b, 2, 4] = kiln::PackedAttention(%p, %p, %p)"), std::string::npos)
+  EXPECT_NE(symbolic.find("%ot: float32[3, b, 2, 4] = kiln::PackedAttention(%p, %p, %p)"),
+            std::string::npos)
       << symbolic;
   // BERT's separate projections are Attention's 3-D form already: nothing to pack.
   const std::string bert = ir::to_text(fuse_and_pack(kBertAttention));
@@ -1340,10 +1418,12 @@ TEST(PackAttention, ViewsOfAPackedProjectionAreReadInPlace) {
   EXPECT_NE(bert.find("Attention@23(%q, %k, %v, %m)"), std::string::npos) << bert;
   // A projection split where the heads are not contiguous (a Transpose inside the head) stays.
   std::string strided = kMhaAttention;
-  const std::string from = "%q2: float32[4, 3, 4] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t\n"
-                           "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
-  const std::string to = "%q2: float32[4, 4, 3] = Transpose(%q1) {perm=[1, 2, 0]}  # q_t\n"
-                         "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
+  const std::string from =
+      "%q2: float32[4, 3, 4] = Transpose(%q1) {perm=[1, 0, 2]}  # q_t\n"
+      "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
+  const std::string to =
+      "%q2: float32[4, 4, 3] = Transpose(%q1) {perm=[1, 2, 0]}  # q_t\n"
+      "  %q3: float32[2, 2, 3, 4] = Reshape(%q2, %bhsd)  # q_r2";
   ASSERT_NE(strided.find(from), std::string::npos);
   strided.replace(strided.find(from), from.size(), to);
   const std::string kept = ir::to_text(fuse_and_pack(strided));
@@ -1357,7 +1437,8 @@ TEST(PackAttention, ThePackedReferenceMatchesTheUnfusedGraph) {
   for (const std::string& text : {std::string(kMhaAttention), split}) {
     ir::Graph g = parse(text);
     ir::Graph packed = fuse_and_pack(text);
-    ASSERT_NE(ir::to_text(packed).find("PackedAttention"), std::string::npos) << ir::to_text(packed);
+    ASSERT_NE(ir::to_text(packed).find("PackedAttention"), std::string::npos)
+        << ir::to_text(packed);
     std::map<std::string, Tensor> in;
     uint64_t seed = 70;
     for (int i : g.inputs) {

@@ -46,7 +46,8 @@ TEST(BuilderProfiles, ReshapeValidOnlyForEvenBatchIsRefusedNamingNodeAndRange) {
   auto engine = Builder().build(reshape_network(), batch_config(1, 8));
   ASSERT_FALSE(engine.ok());
   const std::string& m = engine.status().message();
-  for (const char* part : {"reshape_pairs", "Reshape", "batch in [1, 8]", "{1, 3, ..., 7}", "[batch, 6]"}) {
+  for (const char* part :
+       {"reshape_pairs", "Reshape", "batch in [1, 8]", "{1, 3, ..., 7}", "[batch, 6]"}) {
     EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
   }
 }
@@ -73,7 +74,8 @@ TEST(BuilderProfiles, TheShapeLogShowsRangesShapesAndHowTheProofWent) {
   ASSERT_TRUE(Builder().build(reshape_network(), even).ok());
   std::string even_log;
   for (const std::string& l : lines) even_log += l + "\n";
-  EXPECT_NE(even_log.find("must be divisible by 12: by enumerating 1 points of batch\n"), std::string::npos)
+  EXPECT_NE(even_log.find("must be divisible by 12: by enumerating 1 points of batch\n"),
+            std::string::npos)
       << even_log;
 }
 
@@ -81,7 +83,8 @@ TEST(BuilderProfiles, FailureBetweenMinAndMaxIsFound) {
   // min 2 and max 8 are both even: checking only min/opt/max would accept this profile.
   auto engine = Builder().build(reshape_network(), batch_config(2, 8));
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("batch=3"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("batch=3"), std::string::npos)
+      << engine.status().message();
 }
 
 TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
@@ -104,7 +107,8 @@ TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
 TEST(BuilderProfiles, MissingProfileListsDynamicInputs) {
   auto engine = Builder().build(reshape_network(), BuilderConfig());
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("x: [batch, 6]"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("x: [batch, 6]"), std::string::npos)
+      << engine.status().message();
   BuilderConfig wrong;
   OptimizationProfile p;
   ASSERT_TRUE(p.set_dimensions("z", {1}, {1}, {1}).ok());
@@ -138,19 +142,21 @@ TEST(BuilderSupport, UnsupportedOpsAreListedAllAtOnce) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kUnsupported);
   const std::string& m = engine.status().message();
-  for (const char* part : {"2 node(s)", "FancyOp", "mystery_1", "com.example", "NonMaxSuppressionV9", "mystery_2"}) {
+  for (const char* part :
+       {"2 node(s)", "FancyOp", "mystery_1", "com.example", "NonMaxSuppressionV9", "mystery_2"}) {
     EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
   }
 }
 
 // x: [a, 4] and y: [c, 4] concatenated; two profiles, a small one and a large one.
 StatusOr<Engine> two_profile_engine() {
-  auto g = ir::parse_text(R"(graph g(%x: float32[a, 4], %y: float32[c, 4]) -> (%z: float32[a + c, 4]) {
+  auto g =
+      ir::parse_text(R"(graph g(%x: float32[a, 4], %y: float32[c, 4]) -> (%z: float32[a + c, 4]) {
   opset ai.onnx 17
   %z: float32[a + c, 4] = Concat(%x, %y) {axis=0}  # cat
 }
 )",
-                          {});
+                     {});
   if (!g.ok()) return g.status();
   Network net;
   net.graph = std::move(g).value();
@@ -187,22 +193,25 @@ TEST(BuilderProfiles, AnUnpinnedContextPicksTheProfileWhoseOptIsNearest) {
   // A shape no profile holds: every profile's range is named.
   Status none = c.set_input_shape("x", {20, 4});
   ASSERT_FALSE(none.ok());
-  for (const char* part : {"fits none of the engine's 2 optimization profiles", "[1, 4] of optimization profile 0",
-                           "[3, 16] of optimization profile 1"}) {
+  for (const char* part :
+       {"fits none of the engine's 2 optimization profiles", "[1, 4] of optimization profile 0",
+        "[3, 16] of optimization profile 1"}) {
     EXPECT_NE(none.message().find(part), std::string::npos) << part << " in: " << none.message();
   }
   // Each shape fits a profile, but no profile holds both: the run says so.
   auto split = run(1, 16);
   ASSERT_FALSE(split.ok());
-  EXPECT_NE(split.status().message().find("no optimization profile holds every input's shape at once"),
-            std::string::npos)
+  EXPECT_NE(
+      split.status().message().find("no optimization profile holds every input's shape at once"),
+      std::string::npos)
       << split.status().message();
   // Pinned, a context checks that profile alone, as before.
   ASSERT_TRUE(c.set_optimization_profile(0).ok());
   EXPECT_TRUE(c.profile_pinned());
   Status pinned = c.set_input_shape("x", {14, 4});
   ASSERT_FALSE(pinned.ok());
-  EXPECT_NE(pinned.message().find("outside the range [1, 4] of optimization profile 0"), std::string::npos)
+  EXPECT_NE(pinned.message().find("outside the range [1, 4] of optimization profile 0"),
+            std::string::npos)
       << pinned.message();
   EXPECT_EQ(run(4, 4).value(), 0);
 }
@@ -231,7 +240,8 @@ TEST(BuilderProfiles, ThreeBatchProfilesEachBatchTakesItsOwn) {
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   for (int64_t batch : {4, 20, 100, 1, 8, 9, 32, 33, 128}) {
-    auto out = (*ctx)->run({{"x", make_f32({batch, 4}, std::vector<float>(size_t(batch * 4), -1.f))}});
+    auto out =
+        (*ctx)->run({{"x", make_f32({batch, 4}, std::vector<float>(size_t(batch * 4), -1.f))}});
     ASSERT_TRUE(out.ok()) << batch << ": " << out.status().to_string();
     EXPECT_EQ(out->at("y").shape(), (Shape{batch, 4}));
     const int want = batch <= 8 ? 0 : batch <= 32 ? 1 : 2;

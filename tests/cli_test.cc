@@ -248,7 +248,8 @@ TEST_F(CliTest, ShapeStepsBuildAndRefuseOffStepShapes) {
   write_model(path("stepped.onnx"), 1.0f);
   const std::string engine = path("stepped.kiln");
   auto r = kiln_cli("build --onnx=" + path("stepped.onnx") +
-                    " --minShapes=x:2x4 --optShapes=x:4x4 --maxShapes=x:8x4 --shapeSteps=x:2x1 --verbose --saveEngine=" +
+                    " --minShapes=x:2x4 --optShapes=x:4x4 --maxShapes=x:8x4 --shapeSteps=x:2x1 "
+                    "--verbose --saveEngine=" +
                     engine);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "steps: batch = 2*batch_step2")) << r.out;
@@ -257,10 +258,12 @@ TEST_F(CliTest, ShapeStepsBuildAndRefuseOffStepShapes) {
   r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x4");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "it moves in steps of 2 (the nearest values are 2 and 4)")) << r.out;
-  r = kiln_cli("build --onnx=" + path("stepped.onnx") + " --minShapes=x:2x4 --optShapes=x:5x4 --maxShapes=x:8x4 --shapeSteps=x:2x1");
+  r = kiln_cli("build --onnx=" + path("stepped.onnx") +
+               " --minShapes=x:2x4 --optShapes=x:5x4 --maxShapes=x:8x4 --shapeSteps=x:2x1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "opt 5 is not min 2 plus a multiple of the step 2")) << r.out;
-  r = kiln_cli("build --onnx=" + path("stepped.onnx") + " --minShapes=x:2x4 --maxShapes=x:8x4 --shapeSteps=y:2x1");
+  r = kiln_cli("build --onnx=" + path("stepped.onnx") +
+               " --minShapes=x:2x4 --maxShapes=x:8x4 --shapeSteps=y:2x1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--shapeSteps names 'y'")) << r.out;
 }
@@ -272,7 +275,8 @@ TEST_F(CliTest, SequenceInputsTakeTheirLengthAndElementShapes) {
   auto* g = m.mutable_graph();
   auto* in = g->add_input();
   in->set_name("xs");
-  auto* tt = in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type();
+  auto* tt =
+      in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type();
   tt->set_elem_type(1);
   tt->mutable_shape()->add_dim()->set_dim_param("n");
   auto* concat = ::kiln::testing::add_node(g, "ConcatFromSequence", {"xs"}, {"y"}, "concat");
@@ -284,7 +288,11 @@ TEST_F(CliTest, SequenceInputsTakeTheirLengthAndElementShapes) {
   ::kiln::testing::add_output(g, "y");
   auto* out = g->add_output();
   out->set_name("ys");
-  out->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
+  out->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(1);
   {
     std::ofstream f(path("seq.onnx"), std::ios::binary);
     f << m.SerializeAsString();
@@ -296,9 +304,11 @@ TEST_F(CliTest, SequenceInputsTakeTheirLengthAndElementShapes) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "xs[0]: [n]")) << r.out;
   const std::string engine = path("seq.kiln");
-  r = kiln_cli("build --onnx=" + path("seq.onnx") +
-               " --sequenceLengths=xs:2 --minShapes='xs[0]:1,xs[1]:1' --optShapes='xs[0]:4,xs[1]:2' "
-               "--maxShapes='xs[0]:8,xs[1]:8' --saveEngine=" + engine);
+  r = kiln_cli(
+      "build --onnx=" + path("seq.onnx") +
+      " --sequenceLengths=xs:2 --minShapes='xs[0]:1,xs[1]:1' --optShapes='xs[0]:4,xs[1]:2' "
+      "--maxShapes='xs[0]:8,xs[1]:8' --saveEngine=" +
+      engine);
   ASSERT_EQ(r.code, 0) << r.out;
   r = kiln_cli("run --loadEngine=" + engine + " --shapes='xs[0]:3,xs[1]:5'");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -338,7 +348,8 @@ TEST_F(CliTest, DataDependentOutputsBuildInspectRunAndCompare) {
   const std::string engine = path("nms_tail.kiln");
   auto r = kiln_cli("build --onnx=" + path("nms_tail.onnx") +
                     " --minShapes=boxes:1x1x4,scores:1x3x1 --optShapes=boxes:1x50x4,scores:1x3x50"
-                    " --maxShapes=boxes:1x200x4,scores:1x3x200 --saveEngine=" + engine);
+                    " --maxShapes=boxes:1x200x4,scores:1x3x200 --saveEngine=" +
+                    engine);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "nms_selected in [0, 3*min(5, n)]")) << r.out;
   r = kiln_cli("inspect " + engine);
@@ -364,7 +375,8 @@ TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
   add_input(g, "x", ::onnx::TensorProto::FLOAT, {"n", "10"});
   add_input(g, "k", ::onnx::TensorProto::INT64, {"1"});
   add_input(g, "shape", ::onnx::TensorProto::INT64, {"2"});
-  *g->add_initializer() = raw_tensor<float>("row", ::onnx::TensorProto::FLOAT, {1, 4}, {1.f, 2.f, 3.f, 4.f});
+  *g->add_initializer() =
+      raw_tensor<float>("row", ::onnx::TensorProto::FLOAT, {1, 4}, {1.f, 2.f, 3.f, 4.f});
   auto* topk = add_node(g, "TopK", {"x", "k"}, {"vals", "idx"}, "topk");
   auto* axis = topk->add_attribute();
   axis->set_name("axis"), axis->set_type(::onnx::AttributeProto::INT), axis->set_i(1);
@@ -379,7 +391,8 @@ TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
   const std::string engine = path("values.kiln");
   auto r = kiln_cli("build --onnx=" + path("values.onnx") +
                     " --minShapes=x:1x10,k:1,shape:1x4 --optShapes=x:2x10,k:3,shape:2x4"
-                    " --maxShapes=x:4x10,k:5,shape:6x4 --saveEngine=" + engine);
+                    " --maxShapes=x:4x10,k:5,shape:6x4 --saveEngine=" +
+                    engine);
   ASSERT_EQ(r.code, 0) << r.out;
   r = kiln_cli("inspect " + engine);
   EXPECT_EQ(r.code, 0) << r.out;
@@ -392,8 +405,10 @@ TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
   EXPECT_TRUE(contains(r.out, "e: shape 5x4 float32")) << r.out;
   r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,k:7,shape:5x4");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]")) << r.out;
-  r = kiln_cli("compare --loadEngine=" + engine + " --onnx=" + path("values.onnx") + " --shapes=x:2x10,k:2,shape:3x4");
+  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]"))
+      << r.out;
+  r = kiln_cli("compare --loadEngine=" + engine + " --onnx=" + path("values.onnx") +
+               " --shapes=x:2x10,k:2,shape:3x4");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "PASS: 3 of 3 outputs within tolerance")) << r.out;
   // --loadInputs gives a shape-value input its values too: they are used (issue 41, class 7: they
@@ -402,12 +417,15 @@ TEST_F(CliTest, ShapeValueInputsBuildInspectRunAndCompare) {
     std::ofstream f(path(name), std::ios::binary);
     f << raw_tensor<int64_t>("k", ::onnx::TensorProto::INT64, {1}, {k}).SerializeAsString();
   }
-  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k4.pb"));
+  r = kiln_cli("run --loadEngine=" + engine +
+               " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k4.pb"));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "vals: shape 3x4 float32")) << r.out;
-  r = kiln_cli("run --loadEngine=" + engine + " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k7.pb"));
+  r = kiln_cli("run --loadEngine=" + engine +
+               " --shapes=x:3x10,shape:5x4 --loadInputs=k:" + path("k7.pb"));
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "input 'k' element 0 (k_0) = 7 is outside the range [1, 5]"))
+      << r.out;
 }
 
 TEST_F(CliTest, CudaDeviceIsRefusedClearlyWithoutABackendOrGpu) {
@@ -453,11 +471,13 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   EXPECT_TRUE(contains(r.out, "build time: ")) << r.out;
   EXPECT_FALSE(contains(r.out, "shape log:")) << r.out;
   // --verbose adds the shape log: the symbol's range, each node's shapes, the proof's steps.
-  r = kiln_cli("build --onnx=" + demo() + " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 "
+  r = kiln_cli("build --onnx=" + demo() +
+               " --minShapes=image:1x3x32x32 --optShapes=image:4x3x32x32 "
                "--maxShapes=image:16x3x32x32 --verbose");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* part : {"shape log: profile 0: batch in [1, 16]", "shape log: shapes after inference",
-                           "[batch, 3, 32, 32]", "shape log: profile proof: "}) {
+  for (const char* part :
+       {"shape log: profile 0: batch in [1, 16]", "shape log: shapes after inference",
+        "[batch, 3, 32, 32]", "shape log: profile proof: "}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
   }
 
@@ -492,7 +512,8 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   EXPECT_TRUE(contains(r.out, "1: image min 5x3x32x32 opt 8x3x32x32 max 16x3x32x32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "profile 1: its ranges hold the shapes and its opt is nearest)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "profile 1: its ranges hold the shapes and its opt is nearest)"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "probs: shape 8x10 float32")) << r.out;
   r = kiln_cli("run --loadEngine=" + path("demo2.kiln") + " --shapes=image:8x3x32x32 --profile=0");
   EXPECT_EQ(r.code, 2) << r.out;
@@ -524,7 +545,8 @@ TEST_F(CliTest, DemoModelEndToEnd) {
                " --iterations=2 --warmUp=0 --noDataTransfers --exportTimes=" + path("t2.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "timed: 2 runs")) << r.out;
-  EXPECT_TRUE(contains(read_file(path("t2.json")), "\"device_io\": false")) << read_file(path("t2.json"));
+  EXPECT_TRUE(contains(read_file(path("t2.json")), "\"device_io\": false"))
+      << read_file(path("t2.json"));
 
   // inspect: the engine (header, layers with kernels, memory) and the model.
   r = kiln_cli("inspect " + path("demo.kiln"));
@@ -607,7 +629,8 @@ TEST_F(CliTest, CompareFailsWithExitOneOnAMismatch) {
 // tolerances, as an FP16 CUDA engine's elementwise and normalization layers do.
 TEST_F(CliTest, CompareTolerancesFollowFloat16Activations) {
   write_model(path("plus1_f16.onnx"), 1.0f, {}, /*float16=*/true);
-  auto r = kiln_cli("compare --onnx=" + path("plus1_f16.onnx") + " --shapes=x:2x4 --reference=kiln");
+  auto r =
+      kiln_cli("compare --onnx=" + path("plus1_f16.onnx") + " --shapes=x:2x4 --reference=kiln");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "defaults for float16 layers")) << r.out;
   write_model(path("plus1_f32.onnx"), 1.0f);
@@ -761,11 +784,13 @@ TEST_F(CliTest, TrtexecRunAndBenchFlagsHaveTheirEffect) {
       << read_file(path("tr_times.json"));
   // --dumpProfile / --exportProfile: a profiled pass after the timed runs, one row per layer that
   // runs (inspect --json lists the layers; aliases run nothing), trtexec's JSON form.
-  auto profiled = kiln_cli("bench --loadEngine=" + path("tr.kiln") + " --iterations=4 --warmUp=0 --dumpProfile " +
+  auto profiled = kiln_cli("bench --loadEngine=" + path("tr.kiln") +
+                           " --iterations=4 --warmUp=0 --dumpProfile " +
                            "--separateProfileRun --exportProfile=" + path("tr_profile.json"));
   ASSERT_EQ(profiled.code, 0) << profiled.out;
   EXPECT_TRUE(contains(profiled.out, "layer profile (4 runs, a sync per run")) << profiled.out;
-  EXPECT_TRUE(contains(profiled.out, "Time(ms)") && contains(profiled.out, "Time(%)")) << profiled.out;
+  EXPECT_TRUE(contains(profiled.out, "Time(ms)") && contains(profiled.out, "Time(%)"))
+      << profiled.out;
   auto layers = kiln_cli("inspect --json " + path("tr.kiln"));
   ASSERT_EQ(layers.code, 0) << layers.out;
   const std::string profile = read_file(path("tr_profile.json"));
@@ -979,8 +1004,9 @@ TEST_F(CliTest, TimingCacheFileUnusableWarnsAndBuilds) {
   std::ofstream(cache, std::ios::binary | std::ios::trunc) << bad;
   r = kiln_cli(build + " --timingCacheFile=" + cache);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "warning: timing cache '" + cache + "': the timing cache is "
-                              "truncated or corrupted"))
+  EXPECT_TRUE(contains(r.out, "warning: timing cache '" + cache +
+                                  "': the timing cache is "
+                                  "truncated or corrupted"))
       << r.out;
   EXPECT_TRUE(contains(r.out, "timing cache: 0 hits, 1 misses (" + cache +
                                   ", unusable before this build, 1 entries, written)"))
@@ -1016,10 +1042,13 @@ TEST_F(CliTest, WritersRefuseSpecialFilesAndKeepSymbolicLinks) {
   write_model(path("w.onnx"), 1.0f);
   fs::remove(path("w_fifo"));
   ASSERT_EQ(mkfifo(path("w_fifo").c_str(), 0600), 0);
-  auto r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w_fifo"), "timeout 60 ");
+  auto r =
+      kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w_fifo"),
+               "timeout 60 ");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.code, 124) << "the build blocked on the FIFO";
-  EXPECT_TRUE(contains(r.out, "engine file '" + path("w_fifo") + "': it exists and is a FIFO")) << r.out;
+  EXPECT_TRUE(contains(r.out, "engine file '" + path("w_fifo") + "': it exists and is a FIFO"))
+      << r.out;
   EXPECT_TRUE(fs::is_fifo(path("w_fifo")));
   r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:2x4 --saveEngine=" + path("w.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -1029,8 +1058,8 @@ TEST_F(CliTest, WritersRefuseSpecialFilesAndKeepSymbolicLinks) {
   for (const char* flag : {"--exportOutput=", "--exportTimes=", "--exportProfile="}) {
     const bool run = std::string(flag) == "--exportOutput=";
     const std::string target = path(run ? "w_fifo.json" : "w_fifo");
-    r = kiln_cli(std::string(run ? "run" : "bench") + " --loadEngine=" + path("w.kiln") + " --shapes=x:2x4 " + flag +
-                     target,
+    r = kiln_cli(std::string(run ? "run" : "bench") + " --loadEngine=" + path("w.kiln") +
+                     " --shapes=x:2x4 " + flag + target,
                  "timeout 60 ");
     EXPECT_NE(r.code, 0) << flag << r.out;
     EXPECT_NE(r.code, 124) << flag << " blocked on the FIFO";
@@ -1044,7 +1073,8 @@ TEST_F(CliTest, WritersRefuseSpecialFilesAndKeepSymbolicLinks) {
   // Through a symbolic link: the engine it names is replaced, the link stays a link.
   fs::remove(path("w_link.kiln"));
   fs::create_symlink(path("w.kiln"), path("w_link.kiln"));
-  r = kiln_cli("build --onnx=" + path("w.onnx") + " --shapes=x:3x4 --saveEngine=" + path("w_link.kiln"));
+  r = kiln_cli("build --onnx=" + path("w.onnx") +
+               " --shapes=x:3x4 --saveEngine=" + path("w_link.kiln"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::is_symlink(path("w_link.kiln")));
   r = kiln_cli("run --loadEngine=" + path("w.kiln") + " --shapes=x:3x4");
@@ -1057,9 +1087,13 @@ TEST_F(CliTest, WritersRefuseSpecialFilesAndKeepSymbolicLinks) {
 TEST_F(CliTest, AnInputTooLargeToAllocateIsRefusedWithItsSize) {
   write_model(path("big.onnx"), 1.0f);
   for (const char* cmd : {"run", "bench"}) {
-    auto r = kiln_cli(std::string(cmd) + " --onnx=" + path("big.onnx") + " --shapes=x:1099511627776x4", "timeout 120 ");
+    auto r =
+        kiln_cli(std::string(cmd) + " --onnx=" + path("big.onnx") + " --shapes=x:1099511627776x4",
+                 "timeout 120 ");
     EXPECT_EQ(r.code, 2) << cmd << r.out;
-    EXPECT_TRUE(contains(r.out, "input 'x' of shape (1099511627776, 4) float32 needs 17592186044416 bytes")) << r.out;
+    EXPECT_TRUE(
+        contains(r.out, "input 'x' of shape (1099511627776, 4) float32 needs 17592186044416 bytes"))
+        << r.out;
     EXPECT_TRUE(contains(r.out, "more than this machine's memory")) << r.out;
     EXPECT_FALSE(contains(r.out, "invariant")) << r.out;
   }

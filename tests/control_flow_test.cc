@@ -101,13 +101,17 @@ void run_on_data(Engine& engine, bool graph, const std::string& where) {
   auto ctx = engine.create_execution_context();
   ASSERT_TRUE(ctx.ok());
   if (graph) (*ctx)->set_use_cuda_graph(true);
-  const std::vector<std::vector<float>> runs = {
-      {1, -2, 3, 4, -5, 6}, {-1, -2, 3, -4}, {2}, {-2}, {0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1}};
+  const std::vector<std::vector<float>> runs = {{1, -2, 3, 4, -5, 6},
+                                                {-1, -2, 3, -4},
+                                                {2},
+                                                {-2},
+                                                {0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1}};
   for (const auto& xs : runs) {
     Tensor x = Tensor::from_vector(DType::kFloat32, Shape{int64_t(xs.size())}, xs);
     float sum = 0;
     for (float v : xs) sum += v;
-    const std::string at = where + " x of " + std::to_string(xs.size()) + " summing to " + std::to_string(sum);
+    const std::string at =
+        where + " x of " + std::to_string(xs.size()) + " summing to " + std::to_string(sum);
     auto out = (*ctx)->run({{"x", x}});
     ASSERT_TRUE(out.ok()) << at << ": " << out.status().to_string();
     const Tensor& y = out->at("y");
@@ -121,7 +125,8 @@ void run_on_data(Engine& engine, bool graph, const std::string& where) {
       want_y = {int64_t(xs.size())};
     }
     ASSERT_EQ(y.shape(), (Shape{int64_t(want_y.size())})) << at;
-    for (size_t i = 0; i < want_y.size(); ++i) EXPECT_EQ(y.data_as<int64_t>()[i], want_y[i]) << at << " y " << i;
+    for (size_t i = 0; i < want_y.size(); ++i)
+      EXPECT_EQ(y.data_as<int64_t>()[i], want_y[i]) << at << " y " << i;
     ASSERT_EQ(z.shape(), (Shape{int64_t(xs.size())})) << at;
     for (size_t i = 0; i < xs.size(); ++i) {
       EXPECT_EQ(z.data_as<float>()[i], sum > 0 ? std::max(xs[i], 0.f) : -xs[i]) << at << " z " << i;
@@ -137,7 +142,8 @@ TEST(ControlFlow, AnIfOnDataRunsTheBranchItsConditionPicks) {
     EXPECT_NE(l.op_type, "If");
     select |= l.op_type == "SelectBranch";
     // Each branch's layers say which value of the condition runs them; the rest run always.
-    const bool then = l.name.rfind("branch/then/", 0) == 0, other = l.name.rfind("branch/else/", 0) == 0;
+    const bool then = l.name.rfind("branch/then/", 0) == 0,
+               other = l.name.rfind("branch/else/", 0) == 0;
     if (then || other) {
       ASSERT_EQ(l.runs_when.size(), 1u) << l.name;
       EXPECT_EQ(l.runs_when[0].first, "c") << l.name;
@@ -176,7 +182,8 @@ TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
   p.graph.nodes[size_t(guarded)].guards[0].cond = p.graph.inputs[0];
   auto bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("a guard is a bool scalar computed before the node"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("a guard is a bool scalar computed before the node"),
+            std::string::npos)
       << bad.status().to_string();
   // A branch node that lost its guard would run whatever the condition says.
   p = engine->plan();
@@ -185,7 +192,8 @@ TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
   }
   bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("a node reads a branch's values only inside that branch"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("a node reads a branch's values only inside that branch"),
+            std::string::npos)
       << bad.status().to_string();
   // Issue 41, class 5: the SelectBranch's then- and else-values swapped (each read when its branch
   // did not run), and a graph output taken from inside a branch (stale bytes on the other path).
@@ -200,7 +208,8 @@ TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
   std::swap(sel.inputs[1], sel.inputs[1 + k]);
   bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("a SelectBranch takes each value from the branch that computes it"),
+  EXPECT_NE(bad.status().message().find(
+                "a SelectBranch takes each value from the branch that computes it"),
             std::string::npos)
       << bad.status().to_string();
   p = engine->plan();
@@ -210,7 +219,8 @@ TEST(ControlFlow, APlanWhoseGuardsAreWrongIsRefused) {
   p.graph.values[size_t(branch_value)].name.swap(p.graph.values[size_t(chosen)].name);
   bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("graph outputs are written whichever way the run goes"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("graph outputs are written whichever way the run goes"),
+            std::string::npos)
       << bad.status().to_string();
 }
 
@@ -231,7 +241,8 @@ TEST(ControlFlow, AnIfOnDataWhoseBranchesDisagreeOnRankIsRefused) {
 
 // y grows by x's row every iteration (a loop-carried shape that changes: [1, 4], [2, 4], ...), s
 // adds the iteration number to a running sum, and the scan output stacks each iteration's sum.
-const char* kGrowingLoop = R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?], %s: float32[?], %hist: float32[?]) {
+const char* kGrowingLoop =
+    R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?], %s: float32[?], %hist: float32[?]) {
   %t: bool[] = dense<1>
   %s0: float32[] = dense<0.0>
   %y0: float32[1, 4] = dense<[1.0, 2.0, 3.0, 4.0]>
@@ -254,7 +265,8 @@ TEST(ControlFlow, ALoopWithAKnownTripCountUnrollsAndItsCarriedShapesGrow) {
   BuilderConfig config;
   OptimizationProfile p;
   ASSERT_TRUE(p.set_dimensions("x", {1, 4}, {2, 4}, {8, 4}).ok());
-  ASSERT_TRUE(p.set_shape_values("m", {3}, {3}, {3}).ok());  // the trip count, a shape value fixed at 3
+  ASSERT_TRUE(
+      p.set_shape_values("m", {3}, {3}, {3}).ok());  // the trip count, a shape value fixed at 3
   config.add_profile(p);
   auto engine = Builder().build(net, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
@@ -281,31 +293,37 @@ TEST(ControlFlow, ALoopWithAKnownTripCountUnrollsAndItsCarriedShapesGrow) {
   // A run given another trip count than the engine was built for is refused by name.
   out = (*ctx)->run({{"x", x}, {"m", make_i64({}, {4})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("input 'm' = [4], but the engine was built for the value [3]"), std::string::npos)
+  EXPECT_NE(
+      out.status().message().find("input 'm' = [4], but the engine was built for the value [3]"),
+      std::string::npos)
       << out.status().to_string();
 }
 
 // A running sum over x's rows, scanned in reverse, its outputs stacked along axis 1 in reverse.
 TEST(ControlFlow, AScanOfKnownLengthUnrollsInEitherDirection) {
   Network net;
-  auto g = ir::parse_text(R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[?], %all: float32[?]) {
+  auto g = ir::parse_text(
+      R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[?], %all: float32[?]) {
   %last: float32[?], %all: float32[?] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1], scan_output_directions=[1], body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?], %out: float32[?]) {
     %acc2: float32[?] = Add(%acc, %row)  # add
     %out: float32[?] = Identity(%acc2)  # record
   }}  # scan
 }
-)", {});
+)",
+      {});
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   net.graph = std::move(*g);
   auto engine = Builder().build(net, BuilderConfig());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  auto out = (*ctx)->run({{"init", make_f32({2}, {10.f, 20.f})}, {"x", make_f32({3, 2}, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f})}});
+  auto out = (*ctx)->run({{"init", make_f32({2}, {10.f, 20.f})},
+                          {"x", make_f32({3, 2}, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   // Rows taken 2, 1, 0: sums (15, 26), (18, 30), (19, 32); stacked on axis 1, last first.
   EXPECT_TRUE(all_close(out->at("last"), make_f32({2}, {19.f, 32.f}), 0, 0));
-  EXPECT_TRUE(all_close(out->at("all"), make_f32({2, 3}, {19.f, 18.f, 15.f, 32.f, 30.f, 26.f}), 0, 0))
+  EXPECT_TRUE(
+      all_close(out->at("all"), make_f32({2, 3}, {19.f, 18.f, 15.f, 32.f, 30.f, 26.f}), 0, 0))
       << out->at("all").data_as<float>()[0] << " " << out->at("all").data_as<float>()[1];
 }
 

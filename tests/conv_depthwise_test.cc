@@ -43,8 +43,8 @@ int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t before, in
 }
 
 // Y[n, oh, ow, c] = act(B[c] + sum over the taps of X[n, ih, iw, c] * W[c, a, b, 0]).
-Tensor naive(const Tensor& x, const Tensor& w, const Tensor* b, const Case& z, int64_t pt, int64_t pl,
-             int64_t oh, int64_t ow) {
+Tensor naive(const Tensor& x, const Tensor& w, const Tensor* b, const Case& z, int64_t pt,
+             int64_t pl, int64_t oh, int64_t ow) {
   std::vector<float> y(size_t(z.n * oh * ow * z.c));
   for (int64_t n = 0; n < z.n; ++n) {
     for (int64_t i = 0; i < oh; ++i) {
@@ -57,7 +57,8 @@ Tensor naive(const Tensor& x, const Tensor& w, const Tensor* b, const Case& z, i
             for (int64_t e = 0; e < z.k; ++e) {
               const int64_t iw = j * z.stride - pl + e * z.dilation;
               if (iw < 0 || iw >= z.w) continue;
-              s += x.float_at(((n * z.h + ih) * z.w + iw) * z.c + c) * w.float_at((c * z.k + a) * z.k + e);
+              s += x.float_at(((n * z.h + ih) * z.w + iw) * z.c + c) *
+                   w.float_at((c * z.k + a) * z.k + e);
             }
           }
           y[size_t(((n * oh + i) * ow + j) * z.c + c)] = float(act(z.activation, s));
@@ -85,8 +86,8 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       pt = z.pads[0], pl = z.pads[1], pb = z.pads[2], pr = z.pads[3];
     } else {
       auto same = [&](int64_t in, int64_t* before, int64_t* after) {
-        const int64_t total =
-            std::max<int64_t>(((in + z.stride - 1) / z.stride - 1) * z.stride + (z.k - 1) * z.dilation + 1 - in, 0);
+        const int64_t total = std::max<int64_t>(
+            ((in + z.stride - 1) / z.stride - 1) * z.stride + (z.k - 1) * z.dilation + 1 - in, 0);
         *before = z.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
         *after = total - *before;
       };
@@ -116,9 +117,10 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
     } else {
       node.ints("pads", z.pads);
     }
-    const std::string label = "n=" + std::to_string(z.n) + " " + std::to_string(z.h) + "x" + std::to_string(z.w) +
-                              "x" + std::to_string(z.c) + " k=" + std::to_string(z.k) + " s=" +
-                              std::to_string(z.stride) + " d=" + std::to_string(z.dilation) + " " + z.activation;
+    const std::string label = "n=" + std::to_string(z.n) + " " + std::to_string(z.h) + "x" +
+                              std::to_string(z.w) + "x" + std::to_string(z.c) +
+                              " k=" + std::to_string(z.k) + " s=" + std::to_string(z.stride) +
+                              " d=" + std::to_string(z.dilation) + " " + z.activation;
     std::vector<testing::CaseInput> inputs = {x, initializer(w)};
     if (z.bias) inputs.push_back(initializer(b));
     // cuDNN (the float32 node) pads symmetrically only; the uneven cases are for this kernel,
@@ -131,7 +133,8 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
                        .label = label});
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-      auto h = testing::run_reduced_case({.node = node, .inputs = inputs, .expect_support = even, .label = label}, dt);
+      auto h = testing::run_reduced_case(
+          {.node = node, .inputs = inputs, .expect_support = even, .label = label}, dt);
       ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
       EXPECT_EQ((*h)[0].dtype(), dt) << label;
     }
@@ -142,11 +145,13 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
   ASSERT_NE(op_it, cov.end());
   auto dev = op_it->second.devices.find(Device::kCUDA);
   if (dev == op_it->second.devices.end() || dev->second.with_kernel == 0) {
-    std::printf("[ skipped ] cuda: no CUDA device ran the cases, so cuda.FusedConv was not checked\n");
+    std::printf(
+        "[ skipped ] cuda: no CUDA device ran the cases, so cuda.FusedConv was not checked\n");
     return;
   }
-  EXPECT_EQ(dev->second.impls.count("cuda.FusedConv"), 1u) << "implementations that ran FusedConv on CUDA: "
-                                                           << ::testing::PrintToString(dev->second.impls);
+  EXPECT_EQ(dev->second.impls.count("cuda.FusedConv"), 1u)
+      << "implementations that ran FusedConv on CUDA: "
+      << ::testing::PrintToString(dev->second.impls);
 }
 
 }  // namespace

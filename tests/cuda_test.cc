@@ -14,27 +14,31 @@
 #endif
 #include "core/dtype.h"
 #include "ir/text.h"
-#include "plan/plan.h"
 #include "model_util.h"
+#include "plan/plan.h"
 #include "test_util.h"
 
 namespace kiln::testing {
 namespace {
 
-#define REQUIRE_CUDA()                                                                       \
+#define REQUIRE_CUDA()                                                                          \
   if (models_dir().empty()) GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR)"; \
-  if (Status why = device_available(Device::kCUDA); !why.ok()) {                             \
-    GTEST_SKIP() << "CUDA is not available: " << why.message();                              \
+  if (Status why = device_available(Device::kCUDA); !why.ok()) {                                \
+    GTEST_SKIP() << "CUDA is not available: " << why.message();                                 \
   }
 
 enum class Precision { kFp32, kTf32, kFp16, kBf16 };
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kTf32: return "tf32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
   }
   return "";
 }
@@ -60,12 +64,13 @@ struct SetResult {
 StatusOr<std::vector<SetResult>> run_model(const std::string& name, Precision precision,
                                            std::vector<LayerInfo>* layers = nullptr) {
   std::string dir = models_dir() + "/" + name;
-  KILN_ASSIGN_OR_RETURN(Engine engine, build_model(dir + "/model.onnx", shared_model_profile(name), Device::kCUDA,
-                                                   config_for(precision)));
+  KILN_ASSIGN_OR_RETURN(Engine engine, build_model(dir + "/model.onnx", shared_model_profile(name),
+                                                   Device::kCUDA, config_for(precision)));
   KILN_ASSIGN_OR_RETURN(auto sets, load_test_sets(dir));
   KILN_ASSIGN_OR_RETURN(auto ctx, engine.create_execution_context());
   int num_inputs = 0;
-  while (engine.tensor_mode(engine.io_tensor_name(num_inputs)) == TensorIOMode::kINPUT) ++num_inputs;
+  while (engine.tensor_mode(engine.io_tensor_name(num_inputs)) == TensorIOMode::kINPUT)
+    ++num_inputs;
   std::vector<SetResult> results;
   for (const TestSet& set : sets) {
     std::map<std::string, Tensor> inputs;
@@ -83,9 +88,11 @@ StatusOr<std::vector<SetResult>> run_model(const std::string& name, Precision pr
 }
 
 void print_stats(const std::string& name, Precision p, size_t set, const SetResult& r) {
-  std::printf("[cuda %-5s] %-19s set %zu: max_abs %.3g (ref max %.3g) mean_abs %.3g (ref mean %.3g) cosine %.7f top1 %.2f\n",
-              precision_name(p), name.c_str(), set, r.stats.max_abs, r.stats.ref_max_abs, r.stats.mean_abs,
-              r.stats.ref_mean_abs, r.stats.cosine, r.top1);
+  std::printf(
+      "[cuda %-5s] %-19s set %zu: max_abs %.3g (ref max %.3g) mean_abs %.3g (ref mean %.3g) cosine "
+      "%.7f top1 %.2f\n",
+      precision_name(p), name.c_str(), set, r.stats.max_abs, r.stats.ref_max_abs, r.stats.mean_abs,
+      r.stats.ref_mean_abs, r.stats.cosine, r.top1);
 }
 
 class CudaModel : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
@@ -95,7 +102,8 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
   const auto [name, precision] = GetParam();
   std::vector<LayerInfo> layers;
   auto results = run_model(name, precision, &layers);
-  ASSERT_TRUE(results.ok()) << name << " " << precision_name(precision) << ": " << results.status().to_string();
+  ASSERT_TRUE(results.ok()) << name << " " << precision_name(precision) << ": "
+                            << results.status().to_string();
   // The engine records what each layer computes in; GEMM and conv layers show the precision.
   bool saw_math_layer = false;
   const char* want = precision == Precision::kFp32   ? "float32"
@@ -103,8 +111,8 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
                      : precision == Precision::kFp16 ? "float16"
                                                      : "bfloat16";
   for (const LayerInfo& l : layers) {
-    if (l.op_type == "MatMul" || l.op_type == "MatMulBias" || l.op_type == "Gemm" || l.op_type == "Conv" ||
-        l.op_type == "FusedConv") {
+    if (l.op_type == "MatMul" || l.op_type == "MatMulBias" || l.op_type == "Gemm" ||
+        l.op_type == "Conv" || l.op_type == "FusedConv") {
       saw_math_layer = true;
       EXPECT_EQ(l.precision, want) << l.name << " [" << l.kernel << "]";
     }
@@ -121,8 +129,10 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
     const PrecisionTolerance& tol = precision == Precision::kTf32   ? kTf32Tolerance
                                     : precision == Precision::kFp16 ? kFp16Tolerance
                                                                     : kBf16Tolerance;
-    EXPECT_LE(r.stats.max_abs, tol.max_rel * r.stats.ref_max_abs + tol.abs_floor) << name << " " << tol.name << " set " << k;
-    EXPECT_LE(r.stats.mean_abs, tol.mean_rel * r.stats.ref_mean_abs + tol.abs_floor) << name << " " << tol.name << " set " << k;
+    EXPECT_LE(r.stats.max_abs, tol.max_rel * r.stats.ref_max_abs + tol.abs_floor)
+        << name << " " << tol.name << " set " << k;
+    EXPECT_LE(r.stats.mean_abs, tol.mean_rel * r.stats.ref_mean_abs + tol.abs_floor)
+        << name << " " << tol.name << " set " << k;
     if (r.stats.ref_max_abs > kMeaningfulRefMax) {
       EXPECT_GE(r.stats.cosine, tol.min_cosine) << name << " " << tol.name << " set " << k;
       if (is_classifier(name)) {
@@ -134,12 +144,13 @@ TEST_P(CudaModel, MatchesOnnxRuntimeWithinPrecisionTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(All, CudaModel,
                          ::testing::Combine(::testing::Values("testmod_linear", "unet_pixelshuffle",
-                                                              "mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy",
-                                                              "llama_tiny"),
-                                            ::testing::Values(Precision::kFp32, Precision::kTf32, Precision::kFp16,
-                                                              Precision::kBf16)),
+                                                              "mobilenet_v3_small", "vit_tiny",
+                                                              "vit_tiny_legacy", "llama_tiny"),
+                                            ::testing::Values(Precision::kFp32, Precision::kTf32,
+                                                              Precision::kFp16, Precision::kBf16)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + precision_name(std::get<1>(info.param));
+                           return std::get<0>(info.param) + "_" +
+                                  precision_name(std::get<1>(info.param));
                          });
 
 // The seed's finding: MobileNetV3 under TF32 is visibly less exact than strict FP32, which
@@ -151,7 +162,8 @@ TEST(CudaMobilenetFinding, Tf32ErrorIsClearlyLargerThanStrictFp32) {
   ASSERT_TRUE(fp32.ok()) << fp32.status().to_string();
   ASSERT_TRUE(tf32.ok()) << tf32.status().to_string();
   // The CPU reference kernels on the same sets, for scale.
-  auto cpu = build_model(models_dir() + "/mobilenet_v3_small/model.onnx", shared_model_profile("mobilenet_v3_small"));
+  auto cpu = build_model(models_dir() + "/mobilenet_v3_small/model.onnx",
+                         shared_model_profile("mobilenet_v3_small"));
   ASSERT_TRUE(cpu.ok());
   auto cpu_ctx = cpu->create_execution_context();
   auto sets = load_test_sets(models_dir() + "/mobilenet_v3_small");
@@ -161,14 +173,16 @@ TEST(CudaMobilenetFinding, Tf32ErrorIsClearlyLargerThanStrictFp32) {
     ASSERT_TRUE(out.ok());
     ErrorStats c = error_stats(out->at("linear_1"), (*sets)[k].outputs[0]);
     ErrorStats g = error_stats((*fp32)[k].got, out->at("linear_1"));
-    std::printf("[cpu ] mobilenet_v3_small set %zu: cpu-vs-ort max_abs %.3g cosine %.7f; cuda fp32-vs-cpu max_abs %.3g cosine %.7f\n",
-                k, c.max_abs, c.cosine, g.max_abs, g.cosine);
+    std::printf(
+        "[cpu ] mobilenet_v3_small set %zu: cpu-vs-ort max_abs %.3g cosine %.7f; cuda fp32-vs-cpu "
+        "max_abs %.3g cosine %.7f\n",
+        k, c.max_abs, c.cosine, g.max_abs, g.cosine);
   }
   double max32 = 0, maxtf = 0;
   for (const auto& r : *fp32) max32 = std::max(max32, r.stats.max_abs);
   for (const auto& r : *tf32) maxtf = std::max(maxtf, r.stats.max_abs);
-  std::printf("[cuda] mobilenet_v3_small max abs error: strict fp32 %.3g, tf32 %.3g (ratio %.1f)\n", max32, maxtf,
-              max32 > 0 ? maxtf / max32 : 0.0);
+  std::printf("[cuda] mobilenet_v3_small max abs error: strict fp32 %.3g, tf32 %.3g (ratio %.1f)\n",
+              max32, maxtf, max32 > 0 ? maxtf / max32 : 0.0);
   EXPECT_LE(max32, kStrictFp32MobilenetMaxAbs);
   EXPECT_GE(maxtf, kTf32OverFp32MinRatio * max32);
 }
@@ -176,11 +190,12 @@ TEST(CudaMobilenetFinding, Tf32ErrorIsClearlyLargerThanStrictFp32) {
 // The plan records each library's algorithm (ranked at the opt shapes) as the node's tactic. The
 // precision pass keeps vit_tiny's activations float16, so every GEMM and the convolution read
 // float16 tensors as they are: nothing to convert, no workspace slot (a GEMM converting a float32
-// activation would have one). A tactic a library does not know is refused when the engine is loaded.
+// activation would have one). A tactic a library does not know is refused when the engine is
+// loaded.
 TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
   REQUIRE_CUDA();
-  auto engine = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"), Device::kCUDA,
-                            config_for(Precision::kFp16));
+  auto engine = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"),
+                            Device::kCUDA, config_for(Precision::kFp16));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const plan::Plan& p = engine->plan();
   int gemms = 0, convs = 0, with_workspace = 0, patch_gemms = 0;
@@ -190,7 +205,8 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
     if (np.impl == "cuda.cublaslt.MatMul" || np.impl == "cuda.cublaslt.Gemm" ||
         np.impl == "cuda.cublaslt.MatMulBias") {
       ++gemms;
-      patch_gemms += p.graph.values[size_t(node.inputs[1])].name.find("_patch_matrix") != std::string::npos;
+      patch_gemms +=
+          p.graph.values[size_t(node.inputs[1])].name.find("_patch_matrix") != std::string::npos;
       EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << node.describe() << ": " << np.tactic;
       EXPECT_NE(np.tactic.find(" tile="), std::string::npos) << np.tactic;
       bool converts = false;
@@ -206,7 +222,8 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       ++convs;
       // The legacy API's algorithm, or the graph API's timed engine configuration.
       if (np.impl == "cuda.cudnn_graph.FusedConv") {
-        EXPECT_TRUE(np.tactic.rfind("engine=", 0) == 0 || np.tactic.rfind("fused engine=", 0) == 0) << np.tactic;
+        EXPECT_TRUE(np.tactic.rfind("engine=", 0) == 0 || np.tactic.rfind("fused engine=", 0) == 0)
+            << np.tactic;
       } else {
         EXPECT_EQ(np.tactic.rfind("algo=", 0), 0u) << np.tactic;
       }
@@ -215,15 +232,18 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       // workspace is the zero bias of cuDNN's fused call where B is absent, and nothing else.
       EXPECT_EQ(p.graph.values[size_t(node.inputs[0])].dtype, DType::kFloat16) << node.describe();
       const bool no_bias = node.inputs.size() < 3 || node.inputs[2] < 0;
-      EXPECT_EQ(np.workspace_slot >= 0, np.impl == "cuda.cudnn.FusedConv" && no_bias) << node.describe();
+      EXPECT_EQ(np.workspace_slot >= 0, np.impl == "cuda.cudnn.FusedConv" && no_bias)
+          << node.describe();
       EXPECT_EQ(np.layout, "NHWC") << node.describe();
       EXPECT_EQ(engine->layers()[n].layout, "NHWC") << node.describe();  // kiln inspect's column
     } else {
       EXPECT_EQ(np.workspace_slot, -1) << node.describe() << " [" << np.impl << "]";
     }
   }
-  std::printf("[cuda] vit_tiny fp16: %d GEMMs, %d convolutions, %d nodes with a workspace slot; first tactic %s\n",
-              gemms, convs, with_workspace, gemms ? p.nodes[0].tactic.c_str() : "");
+  std::printf(
+      "[cuda] vit_tiny fp16: %d GEMMs, %d convolutions, %d nodes with a workspace slot; first "
+      "tactic %s\n",
+      gemms, convs, with_workspace, gemms ? p.nodes[0].tactic.c_str() : "");
   EXPECT_GT(gemms, 0);
   // patchify_conv made the stride=kernel patch embedding a GEMM (Reshape, Transpose, MatMulBias):
   // no convolution is left.
@@ -234,7 +254,8 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
   // Saved and loaded, the tactics come back and the engine runs batch 1 and 4 alike.
   auto loaded = Engine::deserialize(engine->serialize());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  for (size_t n = 0; n < p.nodes.size(); ++n) EXPECT_EQ(loaded->plan().nodes[n].tactic, p.nodes[n].tactic);
+  for (size_t n = 0; n < p.nodes.size(); ++n)
+    EXPECT_EQ(loaded->plan().nodes[n].tactic, p.nodes[n].tactic);
   auto ctx = loaded->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   auto sets = load_test_sets(models_dir() + "/vit_tiny");
@@ -248,7 +269,8 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
 
   // An unknown tactic is refused at load, naming it.
   for (size_t n = 0; n < p.nodes.size(); ++n) {
-    if (p.nodes[n].impl != "cuda.cudnn.FusedConv" && p.nodes[n].impl != "cuda.cudnn_graph.FusedConv" &&
+    if (p.nodes[n].impl != "cuda.cudnn.FusedConv" &&
+        p.nodes[n].impl != "cuda.cudnn_graph.FusedConv" &&
         p.nodes[n].impl != "cuda.cublaslt.MatMul") {
       continue;
     }
@@ -260,10 +282,12 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
     EXPECT_NE(st.message().find("warp_drive"), std::string::npos) << st.message();
     if (p.nodes[n].impl != "cuda.cudnn_graph.FusedConv") continue;
     // Tampered graph-API tactics: refused by name, never an exception or an overflow.
-    for (const char* t : {"engine=- knobs=", "engine=1 knobs=3:", "engine=99999999999999999999 knobs=",
-                          "engine=1 knobs=0:1", "engine=1 knobs=2:1,2:2", "engine=1", "fused ", "fused engine=x knobs=",
-                          "fused fused engine=1 knobs=", "fusedengine=1 knobs=", "engine=1 knobs= | below=0 heuristic",
-                          "engine=1 knobs= | below=4", "heuristic | below=x heuristic", "heuristic | below=2 engine="}) {
+    for (const char* t :
+         {"engine=- knobs=", "engine=1 knobs=3:", "engine=99999999999999999999 knobs=",
+          "engine=1 knobs=0:1", "engine=1 knobs=2:1,2:2", "engine=1", "fused ",
+          "fused engine=x knobs=", "fused fused engine=1 knobs=", "fusedengine=1 knobs=",
+          "engine=1 knobs= | below=0 heuristic", "engine=1 knobs= | below=4",
+          "heuristic | below=x heuristic", "heuristic | below=2 engine="}) {
       plan::Plan tampered = p;
       tampered.nodes[n].tactic = t;
       auto te = Engine::from_plan(std::move(tampered));
@@ -271,7 +295,8 @@ TEST(CudaPlan, RecordsLibraryAlgorithmsAndWorkspaceSlots) {
       ASSERT_FALSE(ts.ok()) << t;
       EXPECT_NE(ts.message().find("cuDNN graph tactic"), std::string::npos) << ts.message();
     }
-    // An engine id cuDNN does not have parses, and the kernel falls back to cuDNN's heuristic choice.
+    // An engine id cuDNN does not have parses, and the kernel falls back to cuDNN's heuristic
+    // choice.
     plan::Plan unknown = p;
     unknown.nodes[n].tactic = "engine=987654 knobs=";
     auto ue = Engine::from_plan(std::move(unknown));
@@ -407,7 +432,8 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
         auto act = pl.graph.nodes[n].attrs.get_string("activation", "none");
         ASSERT_TRUE(act.ok());
         const bool hswish = *act == "hardswish";
-        for (const char* t : {"heuristic", "fused heuristic", "heuristic | below=2 fused heuristic"}) {
+        for (const char* t :
+             {"heuristic", "fused heuristic", "heuristic | below=2 fused heuristic"}) {
           plan::Plan forced = pl;
           forced.nodes[n].tactic = t;
           auto fe = Engine::from_plan(std::move(forced));
@@ -424,20 +450,25 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
             auto got = (*fctx)->run({{"x", xs[b]}});
             ASSERT_TRUE(got.ok()) << got.status().to_string();
             ErrorStats e = error_stats(got->at("y"), base[b].at("y"));
-            EXPECT_GE(e.cosine, 0.99999) << pl.graph.nodes[n].name << " " << t << " max abs " << e.max_abs;
+            EXPECT_GE(e.cosine, 0.99999)
+                << pl.graph.nodes[n].name << " " << t << " max abs " << e.max_abs;
           }
         }
       }
-      std::printf("[cuda] FusedConv chain fp16: %d of 4 graph-API convolutions chose a fused tactic\n",
-                  fused_chosen);
+      std::printf(
+          "[cuda] FusedConv chain fp16: %d of 4 graph-API convolutions chose a fused tactic\n",
+          fused_chosen);
       // conv_leaky_res, a 1x1 cuBLASLt convolution, is the last reader of its residual Z: Y takes
       // Z's arena slot (C == D, in place). The loader accepts that hand-over for an implementation
       // the registry says writes in place, and refuses it for one that does not.
       int in_place = 0;
       for (size_t n = 0; n < pl.nodes.size(); ++n) {
         const ir::Node& node = pl.graph.nodes[n];
-        if (pl.nodes[n].impl != "cuda.cublaslt.FusedConv" || node.inputs.size() < 4 || node.inputs[3] < 0) continue;
-        const plan::ValuePlan &y = pl.values[size_t(node.outputs[0])], &z = pl.values[size_t(node.inputs[3])];
+        if (pl.nodes[n].impl != "cuda.cublaslt.FusedConv" || node.inputs.size() < 4 ||
+            node.inputs[3] < 0)
+          continue;
+        const plan::ValuePlan &y = pl.values[size_t(node.outputs[0])],
+                              &z = pl.values[size_t(node.inputs[3])];
         if (y.storage != plan::Storage::kActivation || z.storage != plan::Storage::kActivation ||
             y.slot != z.slot) {
           continue;
@@ -448,7 +479,8 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
         other.nodes[n].tactic = "heuristic";
         auto oe = Engine::from_plan(std::move(other));
         ASSERT_FALSE(oe.ok()) << node.describe();
-        EXPECT_NE(oe.status().message().find("never live at once"), std::string::npos) << oe.status().message();
+        EXPECT_NE(oe.status().message().find("never live at once"), std::string::npos)
+            << oe.status().message();
       }
       EXPECT_EQ(in_place, 1);
     }
@@ -458,8 +490,8 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
       auto got = (*ctx)->run({{"x", x}});
       ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
       ErrorStats e = error_stats(got->at("y"), want->at("y"));
-      std::printf("[cuda] FusedConv chain %s batch %lld: max abs %.3g, cosine %.7f\n", precision_name(p),
-                  (long long)batch, e.max_abs, e.cosine);
+      std::printf("[cuda] FusedConv chain %s batch %lld: max abs %.3g, cosine %.7f\n",
+                  precision_name(p), (long long)batch, e.max_abs, e.cosine);
       if (p == Precision::kFp32) {
         EXPECT_LE(e.max_abs, 1e-4 + 1e-3 * e.ref_max_abs);
       } else {
@@ -473,7 +505,8 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
 // [7] (index i % 7), erf GELU, a per-channel gate [1, 8, 1, 1] (index (i / 35) % 8), HardSigmoid
 // and a product; and a broadcast of [n, 1, 7] against [n, 5, 1] (the general walk) into
 // LeakyRelu and Tanh.
-const char* kEwChain = R"(graph g(%x: float32[n, 8, 5, 7], %u: float32[n, 1, 7], %v: float32[n, 5, 1]) -> (%y: float32[n, 8, 5, 7], %z: float32[n, 5, 7]) {
+const char* kEwChain =
+    R"(graph g(%x: float32[n, 8, 5, 7], %u: float32[n, 1, 7], %v: float32[n, 5, 1]) -> (%y: float32[n, 8, 5, 7], %z: float32[n, 5, 7]) {
   opset ai.onnx 17
   %b: float32[7] = dense<[0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7]>
   %gch: float32[1, 8, 1, 1] = dense<[1.5, -1.0, 0.5, 2.0, -0.25, 1.0, 0.75, -2.0]>
@@ -543,8 +576,8 @@ TEST(CudaElementwise, FusedChainsMatchTheUnfusedCpu) {
       for (const char* name : {"y", "z"}) {
         ASSERT_EQ(got->at(name).shape(), want->at(name).shape());
         ErrorStats e = error_stats(got->at(name), want->at(name));
-        std::printf("[cuda] Elementwise %s %s n=%lld: max abs %.3g, cosine %.7f\n", name, precision_name(p),
-                    (long long)n, e.max_abs, e.cosine);
+        std::printf("[cuda] Elementwise %s %s n=%lld: max abs %.3g, cosine %.7f\n", name,
+                    precision_name(p), (long long)n, e.max_abs, e.cosine);
         if (p == Precision::kFp32) {
           EXPECT_LE(e.max_abs, 1e-5 + 1e-5 * e.ref_max_abs) << name;
         } else {
@@ -626,7 +659,8 @@ TEST(CudaElementwise, GeneratedKernelsMatchTheInterpreted) {
     ::unsetenv("KILN_CUDA_JIT");
 #ifdef KILN_HAVE_CUDA
     const backends::cuda::JitCounts off = backends::cuda::jit_counts();
-    EXPECT_EQ(off.compiled + off.reused + off.failed, after.compiled + after.reused + after.failed) << tname;
+    EXPECT_EQ(off.compiled + off.reused + off.failed, after.compiled + after.reused + after.failed)
+        << tname;
 #endif
     ASSERT_TRUE(ctx.ok() && interpreted_ctx.ok()) << interpreted_ctx.status().to_string();
     ASSERT_EQ(generated->layers().size(), 1u) << tname;
@@ -636,12 +670,17 @@ TEST(CudaElementwise, GeneratedKernelsMatchTheInterpreted) {
       auto want = (*cpu_ctx)->run(in);
       auto got = (*ctx)->run(in);
       auto old = (*interpreted_ctx)->run(in);
-      ASSERT_TRUE(want.ok() && got.ok() && old.ok()) << got.status().to_string() << old.status().to_string();
+      ASSERT_TRUE(want.ok() && got.ok() && old.ok())
+          << got.status().to_string() << old.status().to_string();
       ErrorStats vs_cpu = error_stats(got->at("y"), want->at("y"));
       ErrorStats vs_old = error_stats(got->at("y"), old->at("y"));
-      std::printf("[cuda] generated Elementwise %s n=%lld: vs CPU max abs %.3g cosine %.7f; vs interpreted %.3g\n",
-                  tname, (long long)n, vs_cpu.max_abs, vs_cpu.cosine, vs_old.max_abs);
-      const double ulp = t == DType::kFloat32 ? 1e-6 : t == DType::kFloat16 ? 1.0 / 1024 : 1.0 / 128;
+      std::printf(
+          "[cuda] generated Elementwise %s n=%lld: vs CPU max abs %.3g cosine %.7f; vs interpreted "
+          "%.3g\n",
+          tname, (long long)n, vs_cpu.max_abs, vs_cpu.cosine, vs_old.max_abs);
+      const double ulp = t == DType::kFloat32   ? 1e-6
+                         : t == DType::kFloat16 ? 1.0 / 1024
+                                                : 1.0 / 128;
       EXPECT_LE(vs_old.max_abs, ulp * (1 + vs_old.ref_max_abs)) << tname;
       EXPECT_LE(vs_cpu.max_abs, 2 * ulp * (1 + vs_cpu.ref_max_abs)) << tname;
       EXPECT_GE(vs_cpu.cosine, 0.99999) << tname;
@@ -652,7 +691,8 @@ TEST(CudaElementwise, GeneratedKernelsMatchTheInterpreted) {
 // Attention as transformers' TorchScript export writes it (heads split with Reshape [0, 0, 2, 64]
 // and Transpose, K transposed once, both operands scaled by 64^-1/4, an additive mask, the NaN
 // guard, heads merged), with dynamic batch and sequence.
-const char* kExportedAttention = R"(graph g(%q: float32[n, s, 128], %k: float32[n, s, 128], %v: float32[n, s, 128], %m: float32[n, 1, 1, s]) -> (%y: float32[n, s, 128]) {
+const char* kExportedAttention =
+    R"(graph g(%q: float32[n, s, 128], %k: float32[n, s, 128], %v: float32[n, s, 128], %m: float32[n, 1, 1, s]) -> (%y: float32[n, s, 128]) {
   opset ai.onnx 17
   %split: int64[4] = dense<[0, 0, 2, 64]>
   %merge: int64[3] = dense<[0, 0, 128]>
@@ -715,7 +755,8 @@ TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     int attention = 0;
     for (const LayerInfo& l : engine->layers()) {
-      EXPECT_TRUE(l.op_type != "MatMul" && l.op_type != "Softmax" && l.op_type != "Transpose") << l.name;
+      EXPECT_TRUE(l.op_type != "MatMul" && l.op_type != "Softmax" && l.op_type != "Transpose")
+          << l.name;
       if (l.op_type == "Attention") {
         ++attention;
         EXPECT_EQ(l.kernel, "cuda.cudnn_sdpa.Attention") << l.name;
@@ -734,8 +775,9 @@ TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
       ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
       ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
       ErrorStats e = error_stats(got->at("y"), want->at("y"));
-      std::printf("[cuda] Attention %s n=%lld s=%lld: max abs %.3g, cosine %.7f, nan %lld\n", precision_name(p),
-                  (long long)n, (long long)s, e.max_abs, e.cosine, (long long)count_nan(got->at("y")));
+      std::printf("[cuda] Attention %s n=%lld s=%lld: max abs %.3g, cosine %.7f, nan %lld\n",
+                  precision_name(p), (long long)n, (long long)s, e.max_abs, e.cosine,
+                  (long long)count_nan(got->at("y")));
       EXPECT_EQ(count_nan(got->at("y")), 0);
       EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2);
       if (s > 1) EXPECT_GE(e.cosine, 0.999);
@@ -784,7 +826,8 @@ const char* kPackedMha = R"(graph g(%p: float32[37, n, 384]) -> (%y: float32[37,
 }
 )";
 
-const char* kPackedSplit = R"(graph g(%p: float32[n, s, 384], %m: float32[s, s]) -> (%y: float32[n, s, 128]) {
+const char* kPackedSplit =
+    R"(graph g(%p: float32[n, s, 384], %m: float32[s, s]) -> (%y: float32[n, s, 128]) {
   opset ai.onnx 17
   %sizes: int64[3] = dense<[128, 128, 128]>
   %heads: int64[4] = dense<[0, 0, 2, 64]>
@@ -833,7 +876,8 @@ TEST(CudaAttention, PackedProjectionsAreReadInPlaceAndMatchTheCpu) {
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       int packed = 0;
       for (const LayerInfo& l : engine->layers()) {
-        for (const char* gone : {"Gather", "Split", "Transpose", "MatMul", "Softmax", "Attention"}) {
+        for (const char* gone :
+             {"Gather", "Split", "Transpose", "MatMul", "Softmax", "Attention"}) {
           EXPECT_NE(l.op_type, gone) << l.name;
         }
         if (l.op_type == "PackedAttention") {
@@ -877,10 +921,14 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
   };
   for (Case c : {Case{"", 0}, Case{"", 1}, Case{"float32[s, s]", 0}, Case{"float32[n, 1, s, s]", 1},
                  Case{"float32[1, 4, 1, s]", 0}}) {
-    std::string text = std::string("graph g(%q: float32[n, 4, s, 64], %k: float32[n, 2, s, 64], %v: float32[n, 2, s, 64]") +
+    std::string text = std::string(
+                           "graph g(%q: float32[n, 4, s, 64], %k: float32[n, 2, s, 64], %v: "
+                           "float32[n, 2, s, 64]") +
                        (*c.mask_type ? std::string(", %m: ") + c.mask_type : "") +
-                       ") -> (%y: float32[n, 4, s, 64]) {\n  opset ai.onnx 23\n  %y: float32[n, 4, s, 64] = Attention(%q, %k, %v" +
-                       (*c.mask_type ? ", %m" : "") + ") {is_causal=" + std::to_string(c.causal) + "}  # attn\n}\n";
+                       ") -> (%y: float32[n, 4, s, 64]) {\n  opset ai.onnx 23\n  %y: float32[n, 4, "
+                       "s, 64] = Attention(%q, %k, %v" +
+                       (*c.mask_type ? ", %m" : "") + ") {is_causal=" + std::to_string(c.causal) +
+                       "}  # attn\n}\n";
     const Network net = network_of(text);
     auto build = [&](Device d, Precision p) {
       BuilderConfig cfg = config_for(p);
@@ -890,11 +938,13 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
         EXPECT_TRUE(prof.set_dimensions(name, {1, 2, 1, 64}, {2, 2, 64, 64}, {2, 2, 96, 64}).ok());
       }
       const std::string mt = c.mask_type;
-      if (mt == "float32[s, s]") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {64, 64}, {96, 96}).ok());
+      if (mt == "float32[s, s]")
+        EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {64, 64}, {96, 96}).ok());
       if (mt == "float32[n, 1, s, s]") {
         EXPECT_TRUE(prof.set_dimensions("m", {1, 1, 1, 1}, {2, 1, 64, 64}, {2, 1, 96, 96}).ok());
       }
-      if (mt == "float32[1, 4, 1, s]") EXPECT_TRUE(prof.set_dimensions("m", {1, 4, 1, 1}, {1, 4, 1, 64}, {1, 4, 1, 96}).ok());
+      if (mt == "float32[1, 4, 1, s]")
+        EXPECT_TRUE(prof.set_dimensions("m", {1, 4, 1, 1}, {1, 4, 1, 64}, {1, 4, 1, 96}).ok());
       cfg.add_profile(prof);
       return Builder(d).build(net, cfg);
     };
@@ -906,7 +956,9 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       for (const LayerInfo& l : engine->layers()) {
         if (l.op_type == "Attention") {
-          EXPECT_EQ(l.kernel, p == Precision::kFp16 ? "cuda.cudnn_sdpa.Attention" : "cuda.Attention") << text;
+          EXPECT_EQ(l.kernel,
+                    p == Precision::kFp16 ? "cuda.cudnn_sdpa.Attention" : "cuda.Attention")
+              << text;
         }
       }
       auto ctx = engine->create_execution_context();
@@ -916,15 +968,18 @@ TEST(CudaAttention, AttentionOpMasksCausalAndGroupedHeadsMatchTheCpu) {
                                             {"k", random_f32({n, 2, s, 64}, 900 + uint64_t(s))},
                                             {"v", random_f32({n, 2, s, 64}, 1000 + uint64_t(s))}};
         if (std::string(c.mask_type) == "float32[s, s]") in["m"] = random_f32({s, s}, 1100);
-        if (std::string(c.mask_type) == "float32[n, 1, s, s]") in["m"] = random_f32({n, 1, s, s}, 1200);
-        if (std::string(c.mask_type) == "float32[1, 4, 1, s]") in["m"] = random_f32({1, 4, 1, s}, 1300);
+        if (std::string(c.mask_type) == "float32[n, 1, s, s]")
+          in["m"] = random_f32({n, 1, s, s}, 1200);
+        if (std::string(c.mask_type) == "float32[1, 4, 1, s]")
+          in["m"] = random_f32({1, 4, 1, s}, 1300);
         auto want = (*cpu_ctx)->run(in);
         auto got = (*ctx)->run(in);
         ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
         ErrorStats e = error_stats(got->at("y"), want->at("y"));
-        std::printf("[cuda] Attention mask=%s causal=%d %s n=%lld s=%lld: max abs %.3g, cosine %.7f\n",
-                    *c.mask_type ? c.mask_type : "none", c.causal, precision_name(p), (long long)n, (long long)s,
-                    e.max_abs, e.cosine);
+        std::printf(
+            "[cuda] Attention mask=%s causal=%d %s n=%lld s=%lld: max abs %.3g, cosine %.7f\n",
+            *c.mask_type ? c.mask_type : "none", c.causal, precision_name(p), (long long)n,
+            (long long)s, e.max_abs, e.cosine);
         EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 1e-4) << text;
       }
     }
@@ -946,27 +1001,39 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
                                  int64_t max_l, const char* label) {
   for (const TensorCoreAttentionCase& c : cases) {
     const std::string dt = "float32";
-    const std::string mt = std::string(c.mask) == "h" ? dt + "[1, " + std::to_string(c.hq) + ", s, l]"
-                           : std::string(c.mask) == "q" ? dt + "[s, l]" : "";
+    const std::string mt = std::string(c.mask) == "h"
+                               ? dt + "[1, " + std::to_string(c.hq) + ", s, l]"
+                           : std::string(c.mask) == "q" ? dt + "[s, l]"
+                                                        : "";
     auto dims = [](int64_t a, const char* s2, int64_t b) {
       return "[n, " + std::to_string(a) + ", " + s2 + ", " + std::to_string(b) + "]";
     };
-    std::string text = "graph g(%q: " + dt + dims(c.hq, "s", c.d) + ", %k: " + dt + dims(c.hk, "l", c.d) +
-                       ", %v: " + dt + dims(c.hk, "l", c.dv) + (mt.empty() ? "" : ", %m: " + mt) + ") -> (%y: " + dt +
-                       dims(c.hq, "s", c.dv) + ") {\n  opset ai.onnx 23\n  %y: " + dt + dims(c.hq, "s", c.dv) +
-                       " = Attention(%q, %k, %v" + (mt.empty() ? "" : ", %m") + ") {is_causal=" +
-                       std::to_string(c.causal) + "}  # attn\n}\n";
+    std::string text =
+        "graph g(%q: " + dt + dims(c.hq, "s", c.d) + ", %k: " + dt + dims(c.hk, "l", c.d) +
+        ", %v: " + dt + dims(c.hk, "l", c.dv) + (mt.empty() ? "" : ", %m: " + mt) +
+        ") -> (%y: " + dt + dims(c.hq, "s", c.dv) + ") {\n  opset ai.onnx 23\n  %y: " + dt +
+        dims(c.hq, "s", c.dv) + " = Attention(%q, %k, %v" + (mt.empty() ? "" : ", %m") +
+        ") {is_causal=" + std::to_string(c.causal) + "}  # attn\n}\n";
     const Network net = network_of(text);
     auto build = [&](Device d, Precision p) {
       BuilderConfig cfg = config_for(p);
       OptimizationProfile prof;
-      EXPECT_TRUE(prof.set_dimensions("q", {1, c.hq, 1, c.d}, {2, c.hq, 49, c.d}, {2, c.hq, max_s, c.d}).ok());
-      EXPECT_TRUE(prof.set_dimensions("k", {1, c.hk, 1, c.d}, {2, c.hk, 49, c.d}, {2, c.hk, max_l, c.d}).ok());
-      EXPECT_TRUE(prof.set_dimensions("v", {1, c.hk, 1, c.dv}, {2, c.hk, 49, c.dv}, {2, c.hk, max_l, c.dv}).ok());
+      EXPECT_TRUE(
+          prof.set_dimensions("q", {1, c.hq, 1, c.d}, {2, c.hq, 49, c.d}, {2, c.hq, max_s, c.d})
+              .ok());
+      EXPECT_TRUE(
+          prof.set_dimensions("k", {1, c.hk, 1, c.d}, {2, c.hk, 49, c.d}, {2, c.hk, max_l, c.d})
+              .ok());
+      EXPECT_TRUE(
+          prof.set_dimensions("v", {1, c.hk, 1, c.dv}, {2, c.hk, 49, c.dv}, {2, c.hk, max_l, c.dv})
+              .ok());
       if (std::string(c.mask) == "h") {
-        EXPECT_TRUE(prof.set_dimensions("m", {1, c.hq, 1, 1}, {1, c.hq, 49, 49}, {1, c.hq, max_s, max_l}).ok());
+        EXPECT_TRUE(
+            prof.set_dimensions("m", {1, c.hq, 1, 1}, {1, c.hq, 49, 49}, {1, c.hq, max_s, max_l})
+                .ok());
       }
-      if (std::string(c.mask) == "q") EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {49, 49}, {max_s, max_l}).ok());
+      if (std::string(c.mask) == "q")
+        EXPECT_TRUE(prof.set_dimensions("m", {1, 1}, {49, 49}, {max_s, max_l}).ok());
       cfg.add_profile(prof);
       return Builder(d).build(net, cfg);
     };
@@ -981,9 +1048,10 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
       ASSERT_TRUE(ctx.ok());
       for (auto [s, l] : c.sl) {
         const int64_t n = 2;
-        std::map<std::string, Tensor> in = {{"q", random_f32({n, c.hq, s, c.d}, 2000 + uint64_t(s))},
-                                            {"k", random_f32({n, c.hk, l, c.d}, 2100 + uint64_t(l))},
-                                            {"v", random_f32({n, c.hk, l, c.dv}, 2200 + uint64_t(l))}};
+        std::map<std::string, Tensor> in = {
+            {"q", random_f32({n, c.hq, s, c.d}, 2000 + uint64_t(s))},
+            {"k", random_f32({n, c.hk, l, c.d}, 2100 + uint64_t(l))},
+            {"v", random_f32({n, c.hk, l, c.dv}, 2200 + uint64_t(l))}};
         if (std::string(c.mask) == "h") in["m"] = random_f32({1, c.hq, s, l}, 2300);
         if (std::string(c.mask) == "q") in["m"] = random_f32({s, l}, 2400);
         auto want = (*cpu_ctx)->run(in);
@@ -991,13 +1059,16 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
         ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
         ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
         ErrorStats e = error_stats(got->at("y"), want->at("y"));
-        std::printf("[cuda] %s Attention hq=%lld hk=%lld d=%lld dv=%lld mask=%s causal=%d %s s=%lld l=%lld: "
-                    "max abs %.3g, cosine %.7f, nan %lld\n",
-                    label, (long long)c.hq, (long long)c.hk, (long long)c.d, (long long)c.dv, *c.mask ? c.mask : "none",
-                    c.causal, precision_name(p), (long long)s, (long long)l, e.max_abs, e.cosine,
-                    (long long)count_nan(got->at("y")));
+        std::printf(
+            "[cuda] %s Attention hq=%lld hk=%lld d=%lld dv=%lld mask=%s causal=%d %s s=%lld "
+            "l=%lld: "
+            "max abs %.3g, cosine %.7f, nan %lld\n",
+            label, (long long)c.hq, (long long)c.hk, (long long)c.d, (long long)c.dv,
+            *c.mask ? c.mask : "none", c.causal, precision_name(p), (long long)s, (long long)l,
+            e.max_abs, e.cosine, (long long)count_nan(got->at("y")));
         EXPECT_EQ(count_nan(got->at("y")), 0);
-        EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2) << text << " s=" << s << " l=" << l;
+        EXPECT_LE(e.max_abs, p == Precision::kFp16 ? 1e-2 : 4e-2)
+            << text << " s=" << s << " l=" << l;
         EXPECT_GE(e.cosine, 0.999) << text << " s=" << s << " l=" << l;
       }
     }
@@ -1010,11 +1081,12 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
 // keys), and 64 keys against 65 (the next kernel), in FP16 and BF16 against the CPU reference.
 TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
-  check_tensor_core_attention({{3, 3, 32, 32, "h", 0, {{49, 49}, {1, 1}, {7, 7}, {64, 64}, {65, 65}}},
-                               {4, 2, 8, 16, "", 1, {{49, 49}, {100, 49}, {16, 16}}},
-                               {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
-                               {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}}},
-                              100, 65, "short");
+  check_tensor_core_attention(
+      {{3, 3, 32, 32, "h", 0, {{49, 49}, {1, 1}, {7, 7}, {64, 64}, {65, 65}}},
+       {4, 2, 8, 16, "", 1, {{49, 49}, {100, 49}, {16, 16}}},
+       {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
+       {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}}},
+      100, 65, "short");
 }
 
 // Longer keys run cuDNN's flash attention: a decoder's sequence (256, causal), ViT's 197, more
@@ -1035,7 +1107,8 @@ TEST(CudaAttention, LongKeysOnTensorCoresMatchTheCpu) {
 // the run, though it executes on the context's own (non-blocking) stream. On stream 0, ~1 GB of
 // copies delay the copy that writes the input; a run that did not wait for it would read the stale
 // input (zeros), and a read-back that did not wait for the run would find the output unwritten.
-// Twice per mode, with new input values: the second run with CUDA graphs replays the captured graph.
+// Twice per mode, with new input values: the second run with CUDA graphs replays the captured
+// graph.
 TEST(CudaStreams, DefaultStreamRunIsOrderedBothWays) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
   const Network net = network_of(R"(graph g(%x: float32[n]) -> (%y: float32[n]) {
@@ -1077,8 +1150,10 @@ TEST(CudaStreams, DefaultStreamRunIsOrderedBothWays) {
       ASSERT_TRUE(b->fill_zero(out, bytes, nullptr).ok());
       ASSERT_TRUE(b->synchronize(nullptr).ok());
       for (int k = 0; k < 4; ++k) {  // stream 0 busy before the input is written
-        ASSERT_TRUE(b->copy(s1, s0, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
-        ASSERT_TRUE(b->copy(s0, s1, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+        ASSERT_TRUE(
+            b->copy(s1, s0, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
+        ASSERT_TRUE(
+            b->copy(s0, s1, scratch_bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
       }
       ASSERT_TRUE(b->copy(in, src, bytes, backends::CopyKind::kDeviceToDevice, nullptr).ok());
       Status run = (*ctx)->enqueue_on_default_stream();
@@ -1090,8 +1165,8 @@ TEST(CudaStreams, DefaultStreamRunIsOrderedBothWays) {
       ASSERT_TRUE(b->synchronize(nullptr).ok());
       int64_t wrong = 0;
       for (int64_t i = 0; i < n; ++i) wrong += y[size_t(i)] != x[size_t(i)] * 2.0f + 1.0f;
-      EXPECT_EQ(wrong, 0) << "graphs " << graphs << ", round " << round << ": y[0] = " << y[0] << ", want "
-                          << x[0] * 2.0f + 1.0f;
+      EXPECT_EQ(wrong, 0) << "graphs " << graphs << ", round " << round << ": y[0] = " << y[0]
+                          << ", want " << x[0] * 2.0f + 1.0f;
     }
     if (graphs) EXPECT_EQ((*ctx)->cuda_graph_stats().replays, 1);
   }
@@ -1105,7 +1180,8 @@ TEST(CudaErrors, DeviceOutOfMemoryNamesTheAmount) {
   auto p = b->allocate(huge);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kOutOfMemory) << p.status().to_string();
-  EXPECT_NE(p.status().message().find(std::to_string(huge)), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find(std::to_string(huge)), std::string::npos)
+      << p.status().message();
   // The device still works afterwards.
   auto small = b->allocate(1024);
   ASSERT_TRUE(small.ok()) << small.status().to_string();
@@ -1160,7 +1236,8 @@ TEST(CudaErrors, RunNeedingMoreMemoryThanTheCardHasIsOutOfMemory) {
   auto huge = (*ctx)->run({{"x", random_f32({n, 1}, 3)}});
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), StatusCode::kOutOfMemory) << huge.status().to_string();
-  EXPECT_NE(huge.status().message().find("activation memory"), std::string::npos) << huge.status().message();
+  EXPECT_NE(huge.status().message().find("activation memory"), std::string::npos)
+      << huge.status().message();
   // The same context still runs a shape that fits, and computes x_i * sum(x).
   auto small = (*ctx)->run({{"x", make_f32({3, 1}, {1, 2, -4})}});
   ASSERT_TRUE(small.ok()) << small.status().to_string();
@@ -1173,9 +1250,10 @@ TEST(CudaErrors, RunNeedingMoreMemoryThanTheCardHasIsOutOfMemory) {
 
 TEST(CudaErrors, BadInputsGetTheCpuErrors) {
   REQUIRE_CUDA();
-  auto cpu = build_model(models_dir() + "/testmod_linear/model.onnx", shared_model_profile("testmod_linear"));
-  auto gpu = build_model(models_dir() + "/testmod_linear/model.onnx", shared_model_profile("testmod_linear"),
-                         Device::kCUDA);
+  auto cpu = build_model(models_dir() + "/testmod_linear/model.onnx",
+                         shared_model_profile("testmod_linear"));
+  auto gpu = build_model(models_dir() + "/testmod_linear/model.onnx",
+                         shared_model_profile("testmod_linear"), Device::kCUDA);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   auto c = cpu->create_execution_context();
   auto g = gpu->create_execution_context();

@@ -21,7 +21,8 @@ namespace {
 
 // idx = NonZero(x) [2, nonzero]; y = the nonzero values squared [nonzero]; k = 2*[nonzero], a
 // shape formula over the count.
-const char* kModel = R"(graph g(%x: float32[n, 4]) -> (%idx: int64[?], %y: float32[?], %k: int64[?]) {
+const char* kModel =
+    R"(graph g(%x: float32[n, 4]) -> (%idx: int64[?], %y: float32[?], %k: int64[?]) {
   %idx: int64[?] = NonZero(%x)  # nz
   %t: int64[?] = Transpose(%idx) {perm=[1, 0]}  # tr
   %v: float32[?] = GatherND(%x, %t)  # gather
@@ -44,12 +45,14 @@ StatusOr<Engine> build(Device device) {
 // x of n rows with a zero wherever (row + col + seed) % 3 == 0.
 Tensor input(int64_t n, int seed) {
   std::vector<float> v(size_t(n * 4));
-  for (int64_t i = 0; i < n * 4; ++i) v[size_t(i)] = (i / 4 + i % 4 + seed) % 3 == 0 ? 0.f : float(i + 1) * 0.5f;
+  for (int64_t i = 0; i < n * 4; ++i)
+    v[size_t(i)] = (i / 4 + i % 4 + seed) % 3 == 0 ? 0.f : float(i + 1) * 0.5f;
   return make_f32({n, 4}, v);
 }
 
 // What the model computes, by hand.
-void expect_outputs(const Tensor& x, const std::map<std::string, Tensor>& out, const std::string& where) {
+void expect_outputs(const Tensor& x, const std::map<std::string, Tensor>& out,
+                    const std::string& where) {
   std::vector<int64_t> rows, cols;
   std::vector<float> sq;
   const float* xs = x.data_as<float>();
@@ -85,7 +88,8 @@ TEST(DataDependent, NonZeroSizesTheLayersAfterItAndTheOutputs) {
     auto out = (*ctx)->run({{"x", x}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     expect_outputs(x, *out, "n " + std::to_string(n));
-    EXPECT_EQ((*ctx)->tensor_shape("y")->at(0), out->at("y").shape()[0]) << "the shape of the last run";
+    EXPECT_EQ((*ctx)->tensor_shape("y")->at(0), out->at("y").shape()[0])
+        << "the shape of the last run";
   }
   // All zeros: a count of 0 empties what follows.
   auto none = (*ctx)->run({{"x", make_f32({2, 4}, std::vector<float>(8, 0.f))}});
@@ -161,7 +165,8 @@ TEST(DataDependent, TheEngineFileKeepsTheBoundAndATamperedOneIsRefused) {
   tampered.data_dependent[0].bound = ir::Dim(1);
   auto bad = Engine::from_plan(tampered);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("data-dependent dim nonzero is bounded by [0, 1] in the plan, but the node bounds it by [0, 4*n]"),
+  EXPECT_NE(bad.status().message().find("data-dependent dim nonzero is bounded by [0, 1] in the "
+                                        "plan, but the node bounds it by [0, 4*n]"),
             std::string::npos)
       << bad.status().message();
   // An output of data-dependent size stored as the caller's buffer is refused too.
@@ -171,7 +176,9 @@ TEST(DataDependent, TheEngineFileKeepsTheBoundAndATamperedOneIsRefused) {
   }
   bad = Engine::from_plan(tampered);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("outputs of data-dependent size are written into the arena"), std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("outputs of data-dependent size are written into the arena"),
+      std::string::npos)
       << bad.status().message();
 }
 
@@ -181,7 +188,8 @@ TEST(DataDependent, CudaGivesTheSameOutputs) {
   auto engine = build(Device::kCUDA);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   bool host_kernel = false;
-  for (const LayerInfo& l : engine->layers()) host_kernel |= l.kernel == "cuda.host.NonZero" && l.data_dependent;
+  for (const LayerInfo& l : engine->layers())
+    host_kernel |= l.kernel == "cuda.host.NonZero" && l.data_dependent;
   EXPECT_TRUE(host_kernel);
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());

@@ -1,12 +1,12 @@
 // Symbolic dims: simplification, printing, parsing, evaluation and bounds.
+#include "ir/dim.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <limits>
 #include <set>
 #include <string>
-
-#include "ir/dim.h"
 
 namespace kiln::ir {
 namespace {
@@ -127,7 +127,9 @@ TEST(Dim, RemainderOfAConstantNearInt64MinIsExact) {
 // integer arithmetic at every h.
 TEST(Dim, NestedDivisionsCombine) {
   const Dim h = Dim::symbol("h"), w = Dim::symbol("w");
-  auto floor_int = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+  auto floor_int = [](int64_t a, int64_t b) {
+    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+  };
   auto ceil_int = [&](int64_t a, int64_t b) { return -floor_int(-a, b); };
   // A 3x3 stride-2 convolution with pad 1 maps h to floor((h + 2 - 3)/2) + 1 = ceil(h/2).
   Dim x = h;
@@ -157,7 +159,8 @@ TEST(Dim, NestedDivisionsCombine) {
     ASSERT_EQ(ceil_floor.eval({{"h", v}}), ceil_int(floor_int(v + 1, 3), 5)) << v;
   }
   // The ceil spelling reads back to the same dim (plans store formulas as text).
-  for (const Dim& d : {x, mixed, ceil_floor, scaled, Dim::ceil_div(h * 3 + w, Dim(4)), Dim::ceil_div(h * 2 + 1, Dim(4))}) {
+  for (const Dim& d : {x, mixed, ceil_floor, scaled, Dim::ceil_div(h * 3 + w, Dim(4)),
+                       Dim::ceil_div(h * 2 + 1, Dim(4))}) {
     auto again = Dim::parse(d.to_string());
     ASSERT_TRUE(again.has_value()) << d.to_string();
     EXPECT_EQ(*again, d) << d.to_string();
@@ -183,8 +186,8 @@ TEST(Dim, Int64MinCoefficientsAndUnboundedEnds) {
 }
 
 TEST(Dim, ParsesExporterSpellingsAndRoundTrips) {
-  for (const char* text : {"batch", "4*h", "seq_len + 1", "8*s39", "floor(h/2)", "s0//2", "Mod(a, 4)",
-                           "min(a, b)", "ceil(h/3)", "2*(h + 1)"}) {
+  for (const char* text : {"batch", "4*h", "seq_len + 1", "8*s39", "floor(h/2)", "s0//2",
+                           "Mod(a, 4)", "min(a, b)", "ceil(h/3)", "2*(h + 1)"}) {
     auto d = Dim::parse(text);
     ASSERT_TRUE(d.has_value()) << text;
     auto again = Dim::parse(d->to_string());
@@ -240,7 +243,8 @@ namespace kiln::ir {
 namespace {
 
 // A Reshape's -1 divides the element count by the other dims: where the count is an integer
-// multiple of them, the quotient is that integer (detection heads reshape [boxes * 4] to [boxes, 4]).
+// multiple of them, the quotient is that integer (detection heads reshape [boxes * 4] to [boxes,
+// 4]).
 TEST(Dim, AnExactMultipleOfTheDivisorDividesToItsFactor) {
   const Dim a = Dim::symbol("a"), b = Dim::symbol("b");
   const Dim den = Dim(30) * a * b + Dim(15) * Dim::ceil_div(a, Dim(2));

@@ -1,7 +1,7 @@
-// The engine file's section table (format version 3): node plans, aliases and backend sections round
-// trip; sections load in any order; unknown optional sections are skipped, unknown required ones
-// and other format versions are refused with a message saying what to do; duplicate tags, missing
-// core sections and hostile node plans or aliases are corruption.
+// The engine file's section table (format version 3): node plans, aliases and backend sections
+// round trip; sections load in any order; unknown optional sections are skipped, unknown required
+// ones and other format versions are refused with a message saying what to do; duplicate tags,
+// missing core sections and hostile node plans or aliases are corruption.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -191,15 +191,17 @@ TEST(EngineFileSections, Version3FileLoadsWithoutReplacedNodes) {
 
 TEST(EngineFileSections, HostileReplacedCountsAreRefused) {
   Plan p = make_plan();
-  for (auto [op, times, want] : {std::tuple<std::string, int64_t, std::string>{"MatMul", 0, "replaced op 'MatMul' 0 times"},
-                                 {"MatMul", -5, "replaced op 'MatMul' -5 times"},
-                                 {"", 1, "replaced op '' 1 times"},
-                                 {"MatMul", int64_t(1) << 31, "replaced op 'MatMul' 2147483648 times"}}) {
+  for (auto [op, times, want] :
+       {std::tuple<std::string, int64_t, std::string>{"MatMul", 0, "replaced op 'MatMul' 0 times"},
+        {"MatMul", -5, "replaced op 'MatMul' -5 times"},
+        {"", 1, "replaced op '' 1 times"},
+        {"MatMul", int64_t(1) << 31, "replaced op 'MatMul' 2147483648 times"}}) {
     p.graph.nodes[1].replaced = {{op, times}};
     // The writer does not judge: the reader does, behind valid checksums.
     std::vector<uint8_t> bytes = serialize(p);
-    EXPECT_NE(load_error(bytes).find("engine file is corrupted: section GRPH: node 'matmul_1' " + want),
-              std::string::npos)
+    EXPECT_NE(
+        load_error(bytes).find("engine file is corrupted: section GRPH: node 'matmul_1' " + want),
+        std::string::npos)
         << load_error(bytes);
   }
 }

@@ -151,9 +151,10 @@ TEST(EngineFile, BadMagicAndNewerVersion) {
   auto r = load(bad);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "engine file format version 8 was written by a newer kiln; this kiln reads versions 3 to 7: "
-            "rebuild the engine from the ONNX model with this kiln (0.1.0)");
+  EXPECT_EQ(
+      r.status().message(),
+      "engine file format version 8 was written by a newer kiln; this kiln reads versions 3 to 7: "
+      "rebuild the engine from the ONNX model with this kiln (0.1.0)");
 }
 
 TEST(EngineFile, HostileCountsAreRefusedBeforeAllocating) {

@@ -138,8 +138,8 @@ std::vector<Mutation> mutations() {
        {"graph outputs are distinct", "value 'y' is listed twice"}},
       {"output_written_by_no_node",
        [&](Plan& p) { node(p, "add").outputs = {-1}; },
-       {"every value is written by the node recorded as its producer", "value 'y' is written by no node",
-        "node 'add'"}},
+       {"every value is written by the node recorded as its producer",
+        "value 'y' is written by no node", "node 'add'"}},
       {"input_duplicated",
        [&](Plan& p) { p.graph.inputs.push_back(p.graph.inputs[0]); },
        {"graph inputs are distinct", "value 'x' is listed twice"}},
@@ -168,7 +168,8 @@ std::vector<Mutation> mutations() {
       // every run allocate it.
       {"slot_inflated_past_its_users",
        [&](Plan& p) { slot_of(p, "h") = Dim(int64_t(1) << 32); },
-       {"the arena holds no more than its values and workspaces need", "its slots total 4294967", "at batch=1"}},
+       {"the arena holds no more than its values and workspaces need", "its slots total 4294967",
+        "at batch=1"}},
       {"slot_shared_while_live",
        [&](Plan& p) { vplan(p, "r").slot = vplan(p, "h").slot; },
        {"values sharing an arena slot are never live at once", "value 'h' (live at nodes 0..1)",
@@ -219,14 +220,16 @@ std::vector<Mutation> mutations() {
          node(p, "relu").op_type = "Sum";
          node(p, "relu").inputs.push_back(-1);
        },
-       {"required inputs are present", "node 'relu' (Sum) input 1 is omitted", "none of its inputs may be"}},
+       {"required inputs are present", "node 'relu' (Sum) input 1 is omitted",
+        "none of its inputs may be"}},
       // Issue 41, class 8: an enumerated attribute ONNX does not allow (ops/attribute_domains.h).
       {"attribute_out_of_domain",
        [&](Plan& p) {
          node(p, "mm").op_type = "Gemm";
          node(p, "mm").attrs.set("transA", ir::Attribute{.type = ir::AttrType::kInt, .i = 5});
        },
-       {"attribute values are in ONNX's domains", "node 'mm' (Gemm) attribute transA is 5; ONNX allows 0 or 1"}},
+       {"attribute values are in ONNX's domains",
+        "node 'mm' (Gemm) attribute transA is 5; ONNX allows 0 or 1"}},
       {"output_added",
        [&](Plan& p) { node(p, "relu").outputs.push_back(value_of(p, "h")); },
        {"arity within the op's schema", "node 'relu' (Relu) has 1 inputs and 2 outputs"}},

@@ -567,7 +567,8 @@ TEST(FrontendHostile, OmittedOptionalPositionsOfEveryOpIncludingKilns) {
       std::vector<std::string> inputs(size_t(omitted + 1), "x");
       inputs[size_t(omitted)] = "";
       std::vector<std::string> outputs;
-      for (int o = 0; o < std::max(schema->min_outputs, 1); ++o) outputs.push_back("y" + std::to_string(o));
+      for (int o = 0; o < std::max(schema->min_outputs, 1); ++o)
+        outputs.push_back("y" + std::to_string(o));
       ModelProto m = make_model(23);
       if (!domain.empty()) {
         auto* imp = m.add_opset_import();

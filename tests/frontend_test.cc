@@ -653,7 +653,9 @@ TEST(Frontend, Opset6BroadcastAxisAndPerChannelSlope) {
   for (int i = 0; i < 12; ++i) {
     const int ch = i / 2 % 3;  // dim 1 of [2, 3, 2]
     EXPECT_EQ(out->at("y").data_as<float>()[i], xs[size_t(i)] + c[ch]) << i;
-    EXPECT_EQ(out->at("z").data_as<float>()[i], xs[size_t(i)] >= 0 ? xs[size_t(i)] : xs[size_t(i)] * slope[ch]) << i;
+    EXPECT_EQ(out->at("z").data_as<float>()[i],
+              xs[size_t(i)] >= 0 ? xs[size_t(i)] : xs[size_t(i)] * slope[ch])
+        << i;
   }
 
   ModelProto bn = make_model(6);
@@ -668,7 +670,8 @@ TEST(Frontend, Opset6BroadcastAxisAndPerChannelSlope) {
   ASSERT_TRUE(net.ok()) << net.status().to_string();
   auto refused = Builder().build(*net, config);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("without is_test=1 runs in training mode"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("without is_test=1 runs in training mode"),
+            std::string::npos)
       << refused.status().message();
 }
 
@@ -699,7 +702,9 @@ TEST(Frontend, UpsampleRunsAsResize) {
       auto ctx = engine->create_execution_context();
       auto out = (*ctx)->run({{"x", testing::make_f32({1, 1, 2, 2}, {1, 2, 3, 4})}});
       ASSERT_TRUE(out.ok()) << out.status().to_string();
-      EXPECT_TRUE(testing::all_close(out->at("y"), testing::make_f32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}), 0, 0))
+      EXPECT_TRUE(testing::all_close(
+          out->at("y"),
+          testing::make_f32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}), 0, 0))
           << "opset " << opset << " on " << device_name(device);
     }
   }

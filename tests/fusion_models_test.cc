@@ -25,8 +25,10 @@
 namespace kiln::testing {
 namespace {
 
-// Op type -> count of the nodes that run after the front passes and the CUDA fusions (as pipeline.cc orders them).
-StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const std::string& input, Shape shape) {
+// Op type -> count of the nodes that run after the front passes and the CUDA fusions (as
+// pipeline.cc orders them).
+StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const std::string& input,
+                                               Shape shape) {
   KILN_ASSIGN_OR_RETURN(auto network, onnx::parse_file(path));
   BuilderConfig config;
   config.set_flag(BuilderFlag::kFP16);
@@ -37,14 +39,18 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   builder::BuildState s{network.graph, config, *cpu};
   using StatePass = Status (*)(builder::BuildState&);
   using GraphPass = Status (*)(ir::Graph*, const builder::SupportsFn&);
-  for (StatePass pass : std::initializer_list<StatePass>{builder::check_supported, builder::expand_sequence_inputs, builder::bind_profiles,
-                    builder::infer_shapes, builder::merge_duplicates, builder::canonicalize, builder::fold_batch_norm}) {
+  for (StatePass pass : std::initializer_list<StatePass>{
+           builder::check_supported, builder::expand_sequence_inputs, builder::bind_profiles,
+           builder::infer_shapes, builder::merge_duplicates, builder::canonicalize,
+           builder::fold_batch_norm}) {
     KILN_RETURN_IF_ERROR(pass(s));
   }
   builder::SupportsFn yes = [](const ir::Node&, const std::vector<const ir::Value*>&,
                                const std::vector<const ir::Value*>&) { return true; };
-  for (GraphPass pass : std::initializer_list<GraphPass>{builder::patchify_conv, builder::fuse_conv_activation, builder::fuse_norm,
-                    builder::fuse_rotary, builder::fuse_attention, builder::unflatten_gemm, builder::fuse_matmul_bias, builder::pack_attention, builder::gather_views}) {
+  for (GraphPass pass : std::initializer_list<GraphPass>{
+           builder::patchify_conv, builder::fuse_conv_activation, builder::fuse_norm,
+           builder::fuse_rotary, builder::fuse_attention, builder::unflatten_gemm,
+           builder::fuse_matmul_bias, builder::pack_attention, builder::gather_views}) {
     KILN_RETURN_IF_ERROR(pass(&s.graph, yes));
   }
   if (std::getenv("KILN_FUSION_ALL")) {
@@ -54,7 +60,8 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   }
   ir::remove_dead_nodes(&s.graph);
   if (const char* dump = std::getenv("KILN_FUSION_DUMP")) {
-    std::ofstream(std::string(dump) + "/" + std::filesystem::path(path).stem().string() + ".ir") << ir::to_text(s.graph);
+    std::ofstream(std::string(dump) + "/" + std::filesystem::path(path).stem().string() + ".ir")
+        << ir::to_text(s.graph);
   }
   // The nodes that run: not those whose outputs the build knows (shape arithmetic it folded,
   // which eliminate_dead_nodes drops).
@@ -62,7 +69,8 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
   for (const ir::Node& n : s.graph.nodes) {
     bool folded = !n.outputs.empty();
     for (int o : n.outputs) {
-      folded = folded && o >= 0 && (s.graph.values[size_t(o)].constant || s.graph.values[size_t(o)].sym_value);
+      folded = folded && o >= 0 &&
+               (s.graph.values[size_t(o)].constant || s.graph.values[size_t(o)].sym_value);
     }
     if (!folded) ++ops[(n.domain.empty() ? "" : n.domain + "::") + n.op_type];
   }
@@ -71,7 +79,8 @@ StatusOr<std::map<std::string, int>> fused_ops(const std::string& path, const st
 
 TEST(FusionModels, BothExportsOfViTGetOneAttentionPerBlock) {
   const std::string dir = models_dir();
-  if (dir.empty()) GTEST_SKIP() << "the shared models are absent (KILN_MODELS_DIR or ../shared/models)";
+  if (dir.empty())
+    GTEST_SKIP() << "the shared models are absent (KILN_MODELS_DIR or ../shared/models)";
   std::map<std::string, std::map<std::string, int>> by_model;
   for (auto [model, input] : {std::pair{"vit_tiny", "x"}, std::pair{"vit_tiny_legacy", "input"}}) {
     auto ops = fused_ops(dir + "/" + model + "/model.onnx", input, {2, 3, 224, 224});

@@ -102,7 +102,8 @@ TEST_F(GraphCacheCuda, BucketsPadTheBatchAndKeepOutputsExact) {
   ASSERT_TRUE(actx.ok());
   Status refused = (*actx)->set_batch_buckets({1, 2, 4, 8});
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.message().find("does not start with the batch"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("does not start with the batch"), std::string::npos)
+      << refused.message();
 
   auto engine = build(kRows, Device::kCUDA);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();

@@ -124,7 +124,8 @@ TEST(IrRewrite, ReplaceNodesRefusesToDropAValueReadElsewhere) {
 // ---- insert_on_edge, insert_cast, insert_layout_transform ----
 
 TEST(IrRewrite, InsertCastForSelectedConsumers) {
-  ir::Graph g = parse(R"(graph g(%x: float32[4]) -> (%a: float32[4], %b: float32[4], %c: float32[4]) {
+  ir::Graph g =
+      parse(R"(graph g(%x: float32[4]) -> (%a: float32[4], %b: float32[4], %c: float32[4]) {
   %a: float32[4] = Relu(%x)  # r
   %b: float32[4] = Neg(%x)  # n
   %c: float32[4] = Abs(%x)  # abs
@@ -134,7 +135,8 @@ TEST(IrRewrite, InsertCastForSelectedConsumers) {
   auto n = ir::insert_cast(&g, value(g, "x"), DType::kFloat16, consumers);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   EXPECT_EQ(*n, 1);
-  EXPECT_EQ(to_text(g), R"(graph g(%x: float32[4]) -> (%a: float32[4], %b: float32[4], %c: float32[4]) {
+  EXPECT_EQ(to_text(g),
+            R"(graph g(%x: float32[4]) -> (%a: float32[4], %b: float32[4], %c: float32[4]) {
   %a: float32[4] = Relu(%x)  # r
   %x_float16: float16[4] = Cast(%x) {to=10}  # x_float16
   %b: float32[4] = Neg(%x_float16)  # n
@@ -148,11 +150,13 @@ TEST(IrRewrite, InsertCastForSelectedConsumers) {
   std::vector<int> wrong = {0};
   auto bad = ir::insert_cast(&g, value(g, "a"), DType::kFloat16, wrong);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("does not read 'a'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("does not read 'a'"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(IrRewrite, InsertLayoutTransformBeforeAConsumer) {
-  ir::Graph g = parse(R"(graph g(%x: float32[n, 3, h, w]) -> (%y: float32[n, 8, h, w], %p: float32[n, 3, h, w]) {
+  ir::Graph g = parse(
+      R"(graph g(%x: float32[n, 3, h, w]) -> (%y: float32[n, 8, h, w], %p: float32[n, 3, h, w]) {
   %k: float32[8, 3, 1, 1] = dense<1.0>
   %y: float32[n, 8, h, w] = Conv(%x, %k)  # conv
   %p: float32[n, 3, h, w] = Relu(%x)  # relu
@@ -161,15 +165,18 @@ TEST(IrRewrite, InsertLayoutTransformBeforeAConsumer) {
   std::vector<int> conv = {0};
   auto n = ir::insert_layout_transform(&g, value(g, "x"), {0, 2, 3, 1}, conv);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
-  EXPECT_EQ(to_text(g), R"(graph g(%x: float32[n, 3, h, w]) -> (%y: float32[n, 8, h, w], %p: float32[n, 3, h, w]) {
+  EXPECT_EQ(
+      to_text(g),
+      R"(graph g(%x: float32[n, 3, h, w]) -> (%y: float32[n, 8, h, w], %p: float32[n, 3, h, w]) {
   %k: float32[8, 3, 1, 1] = dense<1.0>
   %x_layout: float32[n, h, w, 3] = Transpose(%x) {perm=[0, 2, 3, 1]}  # x_layout
   %y: float32[n, 8, h, w] = Conv(%x_layout, %k)  # conv
   %p: float32[n, 3, h, w] = Relu(%x)  # relu
 }
 )");
-  EXPECT_FALSE(ir::insert_layout_transform(&g, value(g, "x"), {0, 2, 2, 1}).ok());  // not a permutation
-  EXPECT_FALSE(ir::insert_layout_transform(&g, value(g, "x"), {1, 0}).ok());        // rank 4
+  EXPECT_FALSE(
+      ir::insert_layout_transform(&g, value(g, "x"), {0, 2, 2, 1}).ok());     // not a permutation
+  EXPECT_FALSE(ir::insert_layout_transform(&g, value(g, "x"), {1, 0}).ok());  // rank 4
   EXPECT_EQ(g.values.size(), 5u);  // failed inserts leave no values behind
 }
 
@@ -183,14 +190,14 @@ TEST(IrRewrite, InsertOnEdgeReordersOrRefusesACycle) {
   // Add(x, a) before Relu would read Relu's own output: a cycle, refused, graph unchanged.
   int xa = ir::add_unique_value(&g, "x_plus", DType::kFloat32, std::vector<ir::Dim>{2});
   std::vector<int> relu = {0};
-  auto cyc = ir::insert_on_edge(&g, value(g, "x"),
-                                make_node("", "Add", {value(g, "x"), value(g, "a")}, {xa}, "add"), relu);
+  auto cyc = ir::insert_on_edge(
+      &g, value(g, "x"), make_node("", "Add", {value(g, "x"), value(g, "a")}, {xa}, "add"), relu);
   ASSERT_FALSE(cyc.ok());
   EXPECT_NE(cyc.status().message().find("cycle"), std::string::npos) << cyc.status().message();
   EXPECT_EQ(to_text(g), text);
   // Add(x, c) before Relu reads Neg's output, defined later: the nodes are re-sorted.
-  auto n = ir::insert_on_edge(&g, value(g, "x"),
-                              make_node("", "Add", {value(g, "x"), value(g, "c")}, {xa}, "add"), relu);
+  auto n = ir::insert_on_edge(
+      &g, value(g, "x"), make_node("", "Add", {value(g, "x"), value(g, "c")}, {xa}, "add"), relu);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   EXPECT_EQ(*n, 1);
   EXPECT_EQ(to_text(g), R"(graph g(%x: float32[2]) -> (%a: float32[2], %c: float32[2]) {
@@ -219,7 +226,8 @@ TEST(IrRewrite, ReplaceAllUsesTurnsAViewIntoAnAlias) {
   %o: float32[2, 3] = Identity(%y)  # out_copy
 }
 )");
-  ASSERT_TRUE(ir::replace_all_uses(&g, value(g, "o"), value(g, "y"), /*include_graph_outputs=*/true).ok());
+  ASSERT_TRUE(
+      ir::replace_all_uses(&g, value(g, "o"), value(g, "y"), /*include_graph_outputs=*/true).ok());
   EXPECT_EQ(ir::remove_dead_nodes(&g), 1);
   EXPECT_EQ(to_text(g), R"(graph g(%x: float32[2, 3]) -> (%y: float32[2, 3], %y: float32[2, 3]) {
   %y: float32[2, 3] = Relu(%x)  # r
@@ -283,7 +291,8 @@ TEST(IrRewrite, VerifierNamesEachBrokenInvariant) {
     c.corrupt(g);
     Status s = ir::verify(g);
     ASSERT_FALSE(s.ok()) << c.what;
-    EXPECT_NE(s.message().find(c.what), std::string::npos) << "want '" << c.what << "' in: " << s.message();
+    EXPECT_NE(s.message().find(c.what), std::string::npos)
+        << "want '" << c.what << "' in: " << s.message();
   }
 }
 
@@ -294,7 +303,8 @@ TEST(OpTraits, ViewsAreExactlyTheByteIdentityOps) {
   for (int k = 1; ops::op_name(ops::OpKind(k)) != "Unknown"; ++k) {
     if (ops::is_view(ops::OpKind(k))) views.insert(std::string(ops::op_name(ops::OpKind(k))));
   }
-  EXPECT_EQ(views, (std::set<std::string>{"Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"}));
+  EXPECT_EQ(views,
+            (std::set<std::string>{"Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"}));
 }
 
 TEST(OpTraits, PrecisionClassesAndElementwise) {
@@ -307,10 +317,12 @@ TEST(OpTraits, PrecisionClassesAndElementwise) {
                    OpKind::kPow, OpKind::kCumSum}) {
     EXPECT_EQ(ops::precision_class(k), PrecisionClass::kFloat32) << ops::op_name(k);
   }
-  for (OpKind k : {OpKind::kShape, OpKind::kCast, OpKind::kRange, OpKind::kQuantizeLinear, OpKind::kAnd}) {
+  for (OpKind k :
+       {OpKind::kShape, OpKind::kCast, OpKind::kRange, OpKind::kQuantizeLinear, OpKind::kAnd}) {
     EXPECT_EQ(ops::precision_class(k), PrecisionClass::kNative) << ops::op_name(k);
   }
-  for (OpKind k : {OpKind::kAdd, OpKind::kRelu, OpKind::kTranspose, OpKind::kReshape, OpKind::kMaxPool}) {
+  for (OpKind k :
+       {OpKind::kAdd, OpKind::kRelu, OpKind::kTranspose, OpKind::kReshape, OpKind::kMaxPool}) {
     EXPECT_EQ(ops::precision_class(k), PrecisionClass::kFollow) << ops::op_name(k);
   }
   EXPECT_TRUE(ops::is_elementwise(OpKind::kAdd));
@@ -345,7 +357,9 @@ Inferred infer_first_node(const std::string& text) {
   EXPECT_NE(schema, nullptr);
   ops::InferContext ctx(g, g.nodes[0], 0, &constraints);
   Inferred r{schema->infer(ctx)};
-  if (r.status.ok()) r.shape = std::string(dtype_name(ctx.outputs()[0].dtype)) + ir::dims_to_string(ctx.outputs()[0].shape);
+  if (r.status.ok())
+    r.shape = std::string(dtype_name(ctx.outputs()[0].dtype)) +
+              ir::dims_to_string(ctx.outputs()[0].shape);
   r.constraints = constraints.size();
   return r;
 }
@@ -356,11 +370,13 @@ std::string mmb(const char* a, const char* b, const char* bias, const char* attr
 }
 
 TEST(KilnMatMulBias, InfersSymbolicShapesAndValidatesAttributes) {
-  Inferred ok = infer_first_node(mmb("float32[batch, seq, 16]", "float32[16, n]", "float32[n]", ""));
+  Inferred ok =
+      infer_first_node(mmb("float32[batch, seq, 16]", "float32[16, n]", "float32[n]", ""));
   ASSERT_TRUE(ok.status.ok()) << ok.status.to_string();
   EXPECT_EQ(ok.shape, "float32[batch, seq, n]");
   EXPECT_EQ(ok.constraints, 0u);  // bias dim n matches the product's n exactly
-  Inferred sym = infer_first_node(mmb("float32[b, k]", "float32[k2, 8]", "float32[1, 8]", " {activation=\"gelu_tanh\"}"));
+  Inferred sym = infer_first_node(
+      mmb("float32[b, k]", "float32[k2, 8]", "float32[1, 8]", " {activation=\"gelu_tanh\"}"));
   ASSERT_TRUE(sym.status.ok()) << sym.status.to_string();
   EXPECT_EQ(sym.shape, "float32[b, 8]");
   EXPECT_EQ(sym.constraints, 1u);  // k == k2, left to the profile checker
@@ -369,9 +385,12 @@ TEST(KilnMatMulBias, InfersSymbolicShapesAndValidatesAttributes) {
     const char* what;
   };
   const Bad bad[] = {
-      {mmb("float32[2, 4]", "float32[4, 8]", "float32[8]", " {activation=\"swish\"}"), "activation 'swish'"},
-      {mmb("float32[2, 4]", "float32[4, 8]", "float32[8]", " {alpha=1.0}"), "unknown attribute 'alpha'"},
-      {mmb("float32[2, 4]", "float32[4, 8]", "float32[3]", ""), "bias) dim 0 matches product dim 1"},
+      {mmb("float32[2, 4]", "float32[4, 8]", "float32[8]", " {activation=\"swish\"}"),
+       "activation 'swish'"},
+      {mmb("float32[2, 4]", "float32[4, 8]", "float32[8]", " {alpha=1.0}"),
+       "unknown attribute 'alpha'"},
+      {mmb("float32[2, 4]", "float32[4, 8]", "float32[3]", ""),
+       "bias) dim 0 matches product dim 1"},
       {mmb("float32[2, 4]", "float32[4, 8]", "float32[3, 2, 8]", ""), "does not broadcast"},
       {mmb("float32[2, 4]", "float32[4, 8]", "float16[8]", ""), "input 2 (bias) has dtype float16"},
       {mmb("int64[2, 4]", "int64[4, 8]", "int64[8]", ""), "expected a float type"},
@@ -393,10 +412,12 @@ std::string linear_text(const std::string& activation_line) {
   %w: float32[16, 8] = dense<...>
   %b: float32[8] = dense<...>
   %mm: float32[?] = MatMul(%x, %w)  # mm
-)" + activation_line + "}\n";
+)" + activation_line +
+         "}\n";
 }
 
-// Builds `graph` on the CPU for x: [1..4, 1..8, 16], runs it on x; `kernels` gets the layers' kernels.
+// Builds `graph` on the CPU for x: [1..4, 1..8, 16], runs it on x; `kernels` gets the layers'
+// kernels.
 StatusOr<Tensor> build_and_run(ir::Graph graph, const Tensor& x, std::string* kernels = nullptr) {
   Network net;
   net.graph = std::move(graph);
@@ -425,16 +446,19 @@ TEST(KilnMatMulBias, FusedNodeMatchesTheUnfusedSubgraphExactly) {
   const Case cases[] = {
       {"none", "  %y: float32[?] = Add(%mm, %b)  # add\n"},
       {"relu", "  %add: float32[?] = Add(%mm, %b)  # add\n  %y: float32[?] = Relu(%add)  # act\n"},
-      {"gelu_erf", "  %add: float32[?] = Add(%mm, %b)  # add\n  %y: float32[?] = Gelu(%add)  # act\n"},
+      {"gelu_erf",
+       "  %add: float32[?] = Add(%mm, %b)  # add\n  %y: float32[?] = Gelu(%add)  # act\n"},
       {"gelu_tanh",
-       "  %add: float32[?] = Add(%mm, %b)  # add\n  %y: float32[?] = Gelu(%add) {approximate=\"tanh\"}  # act\n"},
+       "  %add: float32[?] = Add(%mm, %b)  # add\n  %y: float32[?] = Gelu(%add) "
+       "{approximate=\"tanh\"}  # act\n"},
   };
   for (const Case& c : cases) {
     ir::Graph unfused = parse(linear_text(c.unfused_tail), weights);
     // The fusion a pass would make, with the rewrite helper.
     ir::Graph fused = unfused;
-    ir::Node node = make_node("kiln", "MatMulBias", {value(fused, "x"), value(fused, "w"), value(fused, "b")},
-                              {fused.outputs[0]}, "fc");
+    ir::Node node =
+        make_node("kiln", "MatMulBias", {value(fused, "x"), value(fused, "w"), value(fused, "b")},
+                  {fused.outputs[0]}, "fc");
     node.attrs.set("activation", string_attr(c.activation));
     std::vector<int> all;
     for (size_t n = 0; n < fused.nodes.size(); ++n) all.push_back(int(n));
@@ -442,8 +466,10 @@ TEST(KilnMatMulBias, FusedNodeMatchesTheUnfusedSubgraphExactly) {
     ir::compact(&fused);
     // It prints, and reads back, as IR text.
     const std::string text = to_text(fused);
-    EXPECT_NE(text.find("kiln::MatMulBias(%x, %w, %b) {activation=\"" + std::string(c.activation) + "\"}"),
-              std::string::npos) << text;
+    EXPECT_NE(text.find("kiln::MatMulBias(%x, %w, %b) {activation=\"" + std::string(c.activation) +
+                        "\"}"),
+              std::string::npos)
+        << text;
     ir::Graph reparsed = parse(text, ir::elided_from(fused));
 
     auto want = build_and_run(unfused, x);
@@ -471,7 +497,8 @@ TEST(KilnMatMulBias, WithoutBiasIsAPlainMatMul) {
   %w: float32[16, 8] = dense<...>
   %y: float32[?] = )";
   ir::Graph unfused = parse(body + "MatMul(%x, %w)  # mm\n}\n", weights);
-  ir::Graph fused = parse(body + "kiln::MatMulBias(%x, %w, _) {activation=\"relu\"}  # fc\n}\n", weights);
+  ir::Graph fused =
+      parse(body + "kiln::MatMulBias(%x, %w, _) {activation=\"relu\"}  # fc\n}\n", weights);
   const Tensor x = testing::random_f32({2, 3, 16}, 9);
   auto want = build_and_run(unfused, x);
   auto got = build_and_run(fused, x);

@@ -35,7 +35,8 @@ void expect_canonical(const std::string& text, const std::string& expected) {
 }
 
 TEST(IrText, CanonicalSnippetRoundTripsUnchanged) {
-  const std::string text = R"(graph main(%x: float32[batch, 16], %ids: int64[batch, seq + 1]) -> (%y: float32[batch, 8], %s: int64[2] = [batch, 16]) {
+  const std::string text =
+      R"(graph main(%x: float32[batch, 16], %ids: int64[batch, seq + 1]) -> (%y: float32[batch, 8], %s: int64[2] = [batch, 16]) {
   opset ai.onnx 17
   opset kiln 1
   %w: float32[16, 8] = dense<0.25>
@@ -48,7 +49,8 @@ TEST(IrText, CanonicalSnippetRoundTripsUnchanged) {
 }
 
 TEST(IrText, SymbolicDimsInTheirPrintedForms) {
-  const std::string text = R"(graph g(%x: float32[n, 3, 4*h, 4*w]) -> (%y: float32[n, 3, floor(h/2), min(a, b), n*w + 2*h - 1]) {
+  const std::string text =
+      R"(graph g(%x: float32[n, 3, 4*h, 4*w]) -> (%y: float32[n, 3, floor(h/2), min(a, b), n*w + 2*h - 1]) {
   %y: float32[n, 3, floor(h/2), min(a, b), n*w + 2*h - 1] = Foo(%x)  # foo
 }
 )";
@@ -61,7 +63,8 @@ TEST(IrText, SymbolicDimsInTheirPrintedForms) {
   ASSERT_TRUE(y.shape && y.shape->size() == 5);
   EXPECT_EQ((*y.shape)[2], ir::Dim::floor_div(ir::Dim::symbol("h"), 2));
   EXPECT_EQ((*y.shape)[3], ir::Dim::min(ir::Dim::symbol("a"), ir::Dim::symbol("b")));
-  EXPECT_EQ((*y.shape)[4], ir::Dim::symbol("n") * ir::Dim::symbol("w") + 2 * ir::Dim::symbol("h") - 1);
+  EXPECT_EQ((*y.shape)[4],
+            ir::Dim::symbol("n") * ir::Dim::symbol("w") + 2 * ir::Dim::symbol("h") - 1);
 }
 
 TEST(IrText, EveryAttributeKind) {
@@ -94,7 +97,8 @@ TEST(IrText, EveryAttributeKind) {
 }
 
 TEST(IrText, ConstantsOfEveryDtypeKeepTheirBits) {
-  const std::string text = R"(graph g() -> (%f32: float32[4], %f64: float64[2], %f16: float16[3], %bf: bfloat16[2], %i8: int8[2], %u8: uint8[2], %i16: int16[1], %u16: uint16[1], %i32: int32[2], %u32: uint32[1], %i64: int64[2], %u64: uint64[1], %b: bool[3], %scalar: int64[], %empty: float32[0, 4]) {
+  const std::string text =
+      R"(graph g() -> (%f32: float32[4], %f64: float64[2], %f16: float16[3], %bf: bfloat16[2], %i8: int8[2], %u8: uint8[2], %i16: int16[1], %u16: uint16[1], %i32: int32[2], %u32: uint32[1], %i64: int64[2], %u64: uint64[1], %b: bool[3], %scalar: int64[], %empty: float32[0, 4]) {
   %f32: float32[4] = dense<[0.1, 1e-45, 16777216.0, -3.4028235e+38]>
   %f64: float64[2] = dense<[0.1, 5e-324]>
   %f16: float16[3] = dense<[0.099975586, 65504.0, 5.9604645e-08]>
@@ -115,7 +119,9 @@ TEST(IrText, ConstantsOfEveryDtypeKeepTheirBits) {
   EXPECT_EQ(round_trip(text), text);
   auto g = parse_text(text);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  auto value = [&](const char* name) -> const Tensor& { return *g->values[g->find_value(name)].constant; };
+  auto value = [&](const char* name) -> const Tensor& {
+    return *g->values[g->find_value(name)].constant;
+  };
   EXPECT_EQ(value("f32").data_as<float>()[0], 0.1f);
   EXPECT_EQ(value("f32").data_as<float>()[1], std::nextafter(0.f, 1.f));
   EXPECT_EQ(value("f64").data_as<double>()[0], 0.1);
@@ -126,7 +132,8 @@ TEST(IrText, ConstantsOfEveryDtypeKeepTheirBits) {
 }
 
 TEST(IrText, QuotedNamesDomainsAndOmittedSlots) {
-  const std::string text = R"(graph "my model"(%"input 0": float32[2], %onnx::Mul_3: float32[2]) -> (%"y:": float32[2]) {
+  const std::string text =
+      R"(graph "my model"(%"input 0": float32[2], %onnx::Mul_3: float32[2]) -> (%"y:": float32[2]) {
   opset ai.onnx 13
   opset com.example 2
   %"y:": float32[2], _ = com.example::Fancy@1(%"input 0", _, %onnx::Mul_3) {"odd key"=1}  # "node with spaces"
@@ -175,7 +182,8 @@ TEST(IrText, LargeConstantsAreElidedAndSuppliedByTheCaller) {
   // Without a supplier the parse fails naming the value; with one it round-trips.
   auto bad = parse_text(text);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("line 2, column "), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("line 2, column "), std::string::npos)
+      << bad.status().message();
   EXPECT_NE(bad.status().message().find("'w'"), std::string::npos) << bad.status().message();
   auto good = parse_text(text, {ir::elided_from(g)});
   ASSERT_TRUE(good.ok()) << good.status().to_string();
@@ -194,10 +202,10 @@ struct BadCase {
 
 TEST(IrText, ErrorsNameLineAndColumn) {
   const BadCase cases[] = {
-      {"graph g() -> (%y: float32[1]) {\n  %y: float32[1] = Relu(%nope)  # r\n}", "line 2, column 25",
-       "undefined value %nope"},
-      {"graph g(%x: float32[1]) -> (%x: float32[1]) {\n  %x: float32[1] = Relu(%x)\n}", "line 2, column 3",
-       "defined twice"},
+      {"graph g() -> (%y: float32[1]) {\n  %y: float32[1] = Relu(%nope)  # r\n}",
+       "line 2, column 25", "undefined value %nope"},
+      {"graph g(%x: float32[1]) -> (%x: float32[1]) {\n  %x: float32[1] = Relu(%x)\n}",
+       "line 2, column 3", "defined twice"},
       {"graph g(%x: float33[1]) -> () {\n}", "line 1, column 13", "unknown dtype 'float33'"},
       {"graph g(%x: float32[a +]) -> () {\n}", "line 1, column 21", "not a dim expression"},
       {"graph g() -> (%c: int64[3]) {\n  %c: int64[3] = dense<[1, 2]>\n}", "line 2, column 23",
@@ -206,14 +214,15 @@ TEST(IrText, ErrorsNameLineAndColumn) {
        "out of range for int8"},
       {"graph g() -> (%c: int64[n]) {\n  %c: int64[n] = dense<[1]>\n}", "line 2, column 3",
        "non-negative integers"},
-      {"graph g(%x: float32[1]) -> (%y: float32[2]) {\n  %y: float32[1] = Relu(%x)\n}", "line 1, column 29",
-       "declared float32[2] but defined as float32[1]"},
-      {"graph g(%x: float32[1]) -> () {\n  %y: float32[1] = Relu(%x) {a=[]}\n}", "line 2, column 32",
-       "empty list needs its type"},
-      {"graph g(%x: float32[1]) -> () {\n  %y: float32[1] = Relu(%x) {s=\"abc}\n}", "line 2, column 32",
-       "unterminated string"},
+      {"graph g(%x: float32[1]) -> (%y: float32[2]) {\n  %y: float32[1] = Relu(%x)\n}",
+       "line 1, column 29", "declared float32[2] but defined as float32[1]"},
+      {"graph g(%x: float32[1]) -> () {\n  %y: float32[1] = Relu(%x) {a=[]}\n}",
+       "line 2, column 32", "empty list needs its type"},
+      {"graph g(%x: float32[1]) -> () {\n  %y: float32[1] = Relu(%x) {s=\"abc}\n}",
+       "line 2, column 32", "unterminated string"},
       {"graph g() -> () {\n}\nextra", "line 3, column 1", "unexpected text"},
-      {"graph g() -> () {\n  opset ai.onnx 17\n  opset ai.onnx 18\n}", "line 3, column 3", "given twice"},
+      {"graph g() -> () {\n  opset ai.onnx 17\n  opset ai.onnx 18\n}", "line 3, column 3",
+       "given twice"},
   };
   for (const BadCase& c : cases) {
     auto g = parse_text(c.text);
@@ -228,8 +237,8 @@ TEST(IrText, ErrorsNameLineAndColumn) {
 TEST(IrText, SharedModelsRoundTrip) {
   const std::string dir = testing::models_dir();
   if (dir.empty()) GTEST_SKIP() << "the shared models are absent (set KILN_MODELS_DIR)";
-  const char* models[] = {"mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy",
-                          "unet_pixelshuffle", "testmod_linear", "llama_tiny"};
+  const char* models[] = {"mobilenet_v3_small", "vit_tiny",       "vit_tiny_legacy",
+                          "unet_pixelshuffle",  "testmod_linear", "llama_tiny"};
   int tested = 0;
   for (const char* m : models) {
     const std::string path = dir + "/" + m + "/model.onnx";
@@ -259,7 +268,8 @@ TEST(IrText, SharedModelsRoundTrip) {
       if (!v.constant) continue;
       const ir::Value& orig = net->graph.values[net->graph.find_value(v.name)];
       ASSERT_EQ(v.constant->nbytes(), orig.constant->nbytes()) << v.name;
-      EXPECT_EQ(std::memcmp(v.constant->data(), orig.constant->data(), v.constant->nbytes()), 0) << v.name;
+      EXPECT_EQ(std::memcmp(v.constant->data(), orig.constant->data(), v.constant->nbytes()), 0)
+          << v.name;
       ++compared;
     }
     EXPECT_GT(compared, 0);

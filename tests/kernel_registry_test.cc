@@ -2,12 +2,13 @@
 // last, views planned as aliases that run nothing (on every backend), nodes no implementation can
 // place listed with every implementation's reason, an engine naming an unknown implementation
 // refused, and weights prepared once per process however many engines and contexts use them.
+#include "backends/kernel_registry.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
 
-#include "backends/kernel_registry.h"
 #include "builder/builder.h"
 #include "kiln.h"
 #include "model_util.h"
@@ -52,7 +53,8 @@ Network view_network(bool expose) {
   g.values[shape].shape = std::vector<ir::Dim>{ir::Dim(3)};
   auto node = [&](const char* name, const char* op, std::vector<int> in, std::vector<int> out) {
     ir::Node n;
-    n.name = name, n.op_type = op, n.opset = 18, n.inputs = std::move(in), n.outputs = std::move(out);
+    n.name = name, n.op_type = op, n.opset = 18, n.inputs = std::move(in),
+    n.outputs = std::move(out);
     g.nodes.push_back(std::move(n));
   };
   node("reshape", "Reshape", {x, shape}, {r});
@@ -108,7 +110,9 @@ TEST(Profiler, ReportsEveryLayerThatRunsOncePerRunInOrder) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   struct Recorder final : Profiler {
     std::vector<std::pair<std::string, double>> reports;
-    void report_layer_time(const std::string& layer, double ms) override { reports.emplace_back(layer, ms); }
+    void report_layer_time(const std::string& layer, double ms) override {
+      reports.emplace_back(layer, ms);
+    }
   } recorder;
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
@@ -150,10 +154,12 @@ TEST(Views, VitTinyReshapesAreAliasesOnEveryBackend) {
   if (models_dir().empty()) GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR)";
   for (Device device : {Device::kCPU, Device::kCUDA}) {
     if (Status why = device_available(device); !why.ok()) {
-      std::printf("[ skipped  ] %s: %s\n", std::string(device_name(device)).c_str(), why.message().c_str());
+      std::printf("[ skipped  ] %s: %s\n", std::string(device_name(device)).c_str(),
+                  why.message().c_str());
       continue;
     }
-    auto engine = build_model(models_dir() + "/vit_tiny/model.onnx", shared_model_profile("vit_tiny"), device);
+    auto engine = build_model(models_dir() + "/vit_tiny/model.onnx",
+                              shared_model_profile("vit_tiny"), device);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     int reshapes = 0, aliased = 0;
     for (const auto& l : engine->layers()) {
@@ -179,7 +185,8 @@ TEST(Plan, AnEngineNamingAnUnknownImplementationIsRefused) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("cpu.Relu.from_the_future"), std::string::npos)
       << loaded.status().message();
-  EXPECT_NE(loaded.status().message().find("rebuild"), std::string::npos) << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("rebuild"), std::string::npos)
+      << loaded.status().message();
 }
 
 TEST(Plan, AKernelOfAnotherOpIsRefused) {
@@ -251,7 +258,8 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   ir::Node mm;
   mm.name = "mm32", mm.op_type = "MatMul", mm.opset = 19, mm.inputs = {a, b}, mm.outputs = {c};
   ir::Node pool;
-  pool.name = "pool64", pool.op_type = "MaxPool", pool.opset = 22, pool.inputs = {x}, pool.outputs = {y};
+  pool.name = "pool64", pool.op_type = "MaxPool", pool.opset = 22, pool.inputs = {x},
+  pool.outputs = {y};
   ir::Attribute k;
   k.type = ir::AttrType::kInts;
   k.ints = {2, 2};
@@ -270,9 +278,9 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
 }
 
 // The cuDNN convolution's tactic grammar: "algo=A [epilogue=separate] [small=B below=N]" (B for
-// batches under N, timed at the profile's min shapes). Anything else is refused naming the tactic, so an
-// edited plan cannot run an algorithm nobody chose. Asked through supports(), which builds the
-// kernel object without a GPU.
+// batches under N, timed at the profile's min shapes). Anything else is refused naming the tactic,
+// so an edited plan cannot run an algorithm nobody chose. Asked through supports(), which builds
+// the kernel object without a GPU.
 TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
   const backends::KernelRegistry& registry = backends::kernel_registry();
   if (!registry.has(ops::OpKind::kConv, Device::kCUDA)) {
@@ -285,7 +293,8 @@ TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
     v.shape = std::move(shape);
     return v;
   };
-  ir::Value x = value("x", {1, 4, 8, 8}), w = value("w", {4, 4, 3, 3}), y = value("y", {1, 4, 6, 6});
+  ir::Value x = value("x", {1, 4, 8, 8}), w = value("w", {4, 4, 3, 3}),
+            y = value("y", {1, 4, 6, 6});
   ir::Node conv;
   conv.name = "conv";
   conv.op_type = "Conv";
@@ -296,14 +305,16 @@ TEST(KernelRegistry, CudaConvolutionTacticsParseOrAreRefused) {
     q.tactic = tactic;
     return impl->supports(q);
   };
-  for (const char* ok : {"", "algo=implicit_precomp_gemm", "algo=gemm small=implicit_gemm below=8",
-                         "algo=gemm epilogue=separate", "algo=gemm epilogue=separate small=fft below=4"}) {
+  for (const char* ok :
+       {"", "algo=implicit_precomp_gemm", "algo=gemm small=implicit_gemm below=8",
+        "algo=gemm epilogue=separate", "algo=gemm epilogue=separate small=fft below=4"}) {
     EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).to_string();
   }
-  for (const char* bad : {"algo=warp_drive", "algo=gemm small=fft", "algo=gemm below=8", "small=fft below=2",
-                          "algo=gemm small=fft below=x", "algo=gemm algo=fft", "algo=gemm  small=fft below=8",
-                          "algo=gemm epilogue=fused", "epilogue=separate algo=gemm",
-                          "algo=gemm small=fft below=4 epilogue=separate"}) {
+  for (const char* bad :
+       {"algo=warp_drive", "algo=gemm small=fft", "algo=gemm below=8", "small=fft below=2",
+        "algo=gemm small=fft below=x", "algo=gemm algo=fft", "algo=gemm  small=fft below=8",
+        "algo=gemm epilogue=fused", "epilogue=separate algo=gemm",
+        "algo=gemm small=fft below=4 epilogue=separate"}) {
     Status st = check(bad);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find(bad), std::string::npos) << st.message();
@@ -323,15 +334,18 @@ TEST(PreparedWeights, Fp16WeightsAreConvertedAtBuildAndNeverPreparedAgain) {
   std::string path = (std::filesystem::temp_directory_path() / "kiln_prepared_once.kiln").string();
   ASSERT_TRUE(built->save(path).ok());
   // The precision pass converted the GEMMs' weights (the patch embedding's among them, a GEMM
-  // since patchify_conv) to float16 at build time: the engine stores them so, and no float32 weight feeds a node computing in FP16.
+  // since patchify_conv) to float16 at build time: the engine stores them so, and no float32 weight
+  // feeds a node computing in FP16.
   std::set<std::string> weights, float32_weights;
   const plan::Plan& p = built->plan();
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const std::string& op = p.graph.nodes[n].op_type;
-    if (op != "MatMul" && op != "Gemm" && op != "MatMulBias" && op != "Conv" && op != "FusedConv") continue;
+    if (op != "MatMul" && op != "Gemm" && op != "MatMulBias" && op != "Conv" && op != "FusedConv")
+      continue;
     for (int v : p.graph.nodes[n].inputs) {
       if (v < 0 || !p.graph.values[v].constant) continue;
-      (p.graph.values[v].dtype == DType::kFloat16 ? weights : float32_weights).insert(p.graph.values[v].name);
+      (p.graph.values[v].dtype == DType::kFloat16 ? weights : float32_weights)
+          .insert(p.graph.values[v].name);
     }
   }
   ASSERT_GT(weights.size(), 10u);
@@ -357,9 +371,10 @@ TEST(PreparedWeights, Fp16WeightsAreConvertedAtBuildAndNeverPreparedAgain) {
     if (load == 0) after_first = cuda->weights_prepared() - before;
   }
   uint64_t prepared = cuda->weights_prepared() - before;
-  std::printf("[ info     ] %zu FP16 weights stored converted; %llu prepared by two loads with 2 "
-              "contexts each\n",
-              weights.size(), static_cast<unsigned long long>(prepared));
+  std::printf(
+      "[ info     ] %zu FP16 weights stored converted; %llu prepared by two loads with 2 "
+      "contexts each\n",
+      weights.size(), static_cast<unsigned long long>(prepared));
   // Nothing is converted at load or per context: the engine file holds the FP16 weights.
   EXPECT_EQ(after_first, 0u);
   EXPECT_EQ(prepared, 0u);

@@ -5,6 +5,8 @@
 // carried values that swap (copied through the LoopEnd's workspace), a value from before the loop
 // that only the body reads (kept live across iterations), nested loops, an If on data in the
 // body, no iteration at all, the iteration limit, and the refusals and tampered plans.
+#include "plan/loops.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,7 +19,6 @@
 #include "kiln.h"
 #include "model_util.h"
 #include "ops/loop_end.h"
-#include "plan/loops.h"
 #include "plan/plan.h"
 #include "test_util.h"
 
@@ -42,12 +43,14 @@ class RunTimeLoop : public ::testing::TestWithParam<Device> {
       d.insert(d.end(), tail.begin(), tail.end());
       return d;
     };
-    for (const std::string& name : dynamic) KILN_RETURN_IF_ERROR(p.set_dimensions(name, dims(1), dims(4), dims(16)));
+    for (const std::string& name : dynamic)
+      KILN_RETURN_IF_ERROR(p.set_dimensions(name, dims(1), dims(4), dims(16)));
     config.add_profile(p);
     return Builder(GetParam()).build(net, config);
   }
   // Runs each case on one context (CUDA graphs asked for: a loop's runs take none).
-  static StatusOr<std::map<std::string, Tensor>> run(ExecutionContext& ctx, const std::map<std::string, Tensor>& in) {
+  static StatusOr<std::map<std::string, Tensor>> run(ExecutionContext& ctx,
+                                                     const std::map<std::string, Tensor>& in) {
     ctx.set_use_cuda_graph(true);
     return ctx.run(in);
   }
@@ -97,7 +100,9 @@ TEST_P(RunTimeLoop, AForLoopOverATripCountFromDataRunsItsBodyThatManyTimes) {
   for (const LayerInfo& l : engine->layers()) {
     EXPECT_NE(l.op_type, "Loop");
     // The body's layers and the LoopEnd repeat per iteration of the LoopBegin; it runs once.
-    EXPECT_EQ(l.repeats_in, l.name.rfind("loop/", 0) == 0 && l.op_type != "LoopBegin" ? "loop/begin" : "") << l.name;
+    EXPECT_EQ(l.repeats_in,
+              l.name.rfind("loop/", 0) == 0 && l.op_type != "LoopBegin" ? "loop/begin" : "")
+        << l.name;
     begins += l.op_type == "LoopBegin";
     ends += l.op_type == "LoopEnd";
     if (l.op_type == "LoopBegin" || l.op_type == "LoopEnd") EXPECT_EQ(l.kernel, plan::kControlImpl);
@@ -136,7 +141,8 @@ TEST_P(RunTimeLoop, AWhileLoopRunsUntilItsConditionTurnsFalse) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  for (const std::vector<float>& xs : std::vector<std::vector<float>>{{100, -3, 7}, {0.25f}, {1.5f}, {-900, 1e4f, 3, 3}}) {
+  for (const std::vector<float>& xs :
+       std::vector<std::vector<float>>{{100, -3, 7}, {0.25f}, {1.5f}, {-900, 1e4f, 3, 3}}) {
     std::vector<float> want = xs;
     int64_t count = 0;
     auto total = [&] {
@@ -150,7 +156,8 @@ TEST_P(RunTimeLoop, AWhileLoopRunsUntilItsConditionTurnsFalse) {
     }
     auto out = run(**ctx, {{"x", make_f32({int64_t(xs.size())}, xs)}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_TRUE(all_close(out->at("y"), make_f32({int64_t(xs.size())}, want), kFp32Atol, kFp32Rtol)) << xs[0];
+    EXPECT_TRUE(all_close(out->at("y"), make_f32({int64_t(xs.size())}, want), kFp32Atol, kFp32Rtol))
+        << xs[0];
     EXPECT_EQ(out->at("count").data_as<int64_t>()[0], count) << xs[0];
   }
 }
@@ -173,14 +180,17 @@ TEST_P(RunTimeLoop, ALoopWhoseConditionNeverTurnsFalseStopsAtTheIterationLimit) 
   (*ctx)->set_max_loop_iterations(40);
   auto out = (*ctx)->run({{"x", make_f32({2}, {1, 2})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("ran 40 iterations and its condition still holds"), std::string::npos)
+  EXPECT_NE(out.status().message().find("ran 40 iterations and its condition still holds"),
+            std::string::npos)
       << out.status().to_string();
-  EXPECT_NE(out.status().message().find("spin/begin"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("spin/begin"), std::string::npos)
+      << out.status().to_string();
 }
 
 // The carried values swap each iteration: the next a is b's bytes and the next b is a's, so the
 // LoopEnd copies through its workspace.
-const char* kSwap = R"(graph g(%x: float32[n], %z: float32[n], %m: int64[]) -> (%p: float32[?], %q: float32[?]) {
+const char* kSwap =
+    R"(graph g(%x: float32[n], %z: float32[n], %m: int64[]) -> (%p: float32[?], %q: float32[?]) {
   %t: bool[] = dense<1>
   %p: float32[?], %q: float32[?] = Loop(%m, %t, %x, %z) {body=graph body(%i: int64[], %c: bool[], %a: float32[?], %b: float32[?]) -> (%c2: bool[?], %b2: float32[?], %a2: float32[?]) {
     %c2: bool[?] = Identity(%c)  # keep
@@ -215,7 +225,8 @@ TEST_P(RunTimeLoop, CarriedValuesThatSwapCopyThroughTheWorkspace) {
   }
   auto refused = Engine::from_plan(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("copies through a workspace that holds them"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("copies through a workspace that holds them"),
+            std::string::npos)
       << refused.status().to_string();
 }
 
@@ -232,7 +243,8 @@ TEST_P(RunTimeLoop, AValueFromBeforeTheLoopStaysLiveForEveryIteration) {
     %b: float32[?] = Abs(%q)  # abs
   }}  # loop
 }
-)", {"x", "w0"});
+)",
+                      {"x", "w0"});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
@@ -264,7 +276,8 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
   int begins = 0;
   for (const LayerInfo& l : engine->layers()) {
     begins += l.op_type == "LoopBegin";
-    if (l.op_type == "LoopBegin") EXPECT_EQ(l.repeats_in, l.name == "outer/begin" ? "" : "outer/begin") << l.name;
+    if (l.op_type == "LoopBegin")
+      EXPECT_EQ(l.repeats_in, l.name == "outer/begin" ? "" : "outer/begin") << l.name;
     if (l.op_type == "Add") EXPECT_EQ(l.repeats_in, "outer/inner/begin") << l.name;
   }
   EXPECT_EQ(begins, 2);
@@ -274,7 +287,8 @@ TEST_P(RunTimeLoop, NestedLoopsRunEachInnerLoopPerOuterIteration) {
     auto out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {m})}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     const float add = float(m * (m - 1) / 2);
-    EXPECT_TRUE(all_close(out->at("y"), make_f32({2}, {1 + add, -1 + add}), kFp32Atol, kFp32Rtol)) << m;
+    EXPECT_TRUE(all_close(out->at("y"), make_f32({2}, {1 + add, -1 + add}), kFp32Atol, kFp32Rtol))
+        << m;
   }
 }
 
@@ -288,7 +302,8 @@ TEST_P(RunTimeLoop, NestedLoopsShareOneIterationBudgetPerRun) {
   (*ctx)->set_max_loop_iterations(50);  // each loop alone stays under it
   auto out = run(**ctx, {{"x", make_f32({2}, {1, -1})}, {"m", make_i64({}, {12})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("iterations in all"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("iterations in all"), std::string::npos)
+      << out.status().to_string();
   EXPECT_NE(out.status().message().find("for all of a run's loops together"), std::string::npos)
       << out.status().to_string();
   // The budget is per run: a smaller run right after on the same context succeeds.
@@ -324,7 +339,8 @@ TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
   (*ctx)->set_max_loop_iterations(30);
   auto out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos)
+      << out.status().to_string();
   (*ctx)->set_max_loop_iterations(std::numeric_limits<int64_t>::max());
   const auto start = std::chrono::steady_clock::now();
   std::thread watchdog([&] {
@@ -333,16 +349,19 @@ TEST_P(RunTimeLoop, CancelFromAnotherThreadStopsTheRunInProgressOnly) {
   });
   out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
   watchdog.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kCancelled) << out.status().to_string();
-  EXPECT_NE(out.status().message().find("cancelled (ExecutionContext::cancel) before node"), std::string::npos)
+  EXPECT_NE(out.status().message().find("cancelled (ExecutionContext::cancel) before node"),
+            std::string::npos)
       << out.status().to_string();
   EXPECT_LT(seconds, 30.0);  // stopped, not run to the end (which would take years)
   (*ctx)->set_max_loop_iterations(30);
   out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});  // the next run is not cancelled
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos)
+      << out.status().to_string();
 }
 
 // A constant trip count near 2^61 (a 1 KB hostile model): the unroll-size check's product wrapped
@@ -356,8 +375,10 @@ TEST_P(RunTimeLoop, AHugeConstantTripCountBuildsAsARunTimeLoopAndStopsAtTheBudge
   (*ctx)->set_max_loop_iterations(30);
   auto out = run(**ctx, {{"x", make_f32({2}, {1, 2})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos) << out.status().to_string();
-  EXPECT_NE(out.status().message().find("2305843009213693952"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("ran 30 iterations"), std::string::npos)
+      << out.status().to_string();
+  EXPECT_NE(out.status().message().find("2305843009213693952"), std::string::npos)
+      << out.status().to_string();
 }
 
 // The body branches on its carried value: its condition is read again each iteration.
@@ -396,13 +417,15 @@ TEST_P(RunTimeLoop, AnIfOnDataInTheBodyReadsItsConditionEachIteration) {
 // over a row count only the run knows; and a Loop over a trip count the input shapes decide
 // (x's rows), whose scan output stacks each iteration's value.
 TEST_P(RunTimeLoop, AScanOverALengthOnlyTheRunKnowsStacksItsOutputs) {
-  auto engine = build(R"(graph g(%init: float32[2], %x: float32[n, 2]) -> (%last: float32[?], %all: float32[?]) {
+  auto engine = build(
+      R"(graph g(%init: float32[2], %x: float32[n, 2]) -> (%last: float32[?], %all: float32[?]) {
   %last: float32[?], %all: float32[?] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1], scan_output_directions=[1], body=graph body(%acc: float32[?], %row: float32[?]) -> (%acc2: float32[?], %out: float32[2]) {
     %acc2: float32[?] = Add(%acc, %row)  # add
     %out: float32[2] = Identity(%acc2)  # record
   }}  # scan
 }
-)", {"x"}, {2});
+)",
+      {"x"}, {2});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("all")), "[2, n]");
   auto ctx = engine->create_execution_context();
@@ -487,7 +510,8 @@ TEST_P(RunTimeLoop, AListTheBodyAppendsToGrowsOneElementPerIteration) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  for (const std::vector<float>& xs : std::vector<std::vector<float>>{{1, 2, 3}, {0.5f}, {100, 1}, {1e6f, 5, 5, 5}}) {
+  for (const std::vector<float>& xs :
+       std::vector<std::vector<float>>{{1, 2, 3}, {0.5f}, {100, 1}, {1e6f, 5, 5, 5}}) {
     std::vector<float> want = xs;
     int64_t count = 0;
     for (int i = 0; i < 10; ++i) {
@@ -500,7 +524,9 @@ TEST_P(RunTimeLoop, AListTheBodyAppendsToGrowsOneElementPerIteration) {
     auto out = run(**ctx, {{"x", make_f32({int64_t(xs.size())}, xs)}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     ASSERT_EQ(out->at("y").shape(), (Shape{int64_t(want.size())})) << xs[0];
-    EXPECT_TRUE(all_close(out->at("y"), make_f32({int64_t(want.size())}, want), kFp32Atol, kFp32Rtol)) << xs[0];
+    EXPECT_TRUE(
+        all_close(out->at("y"), make_f32({int64_t(want.size())}, want), kFp32Atol, kFp32Rtol))
+        << xs[0];
     EXPECT_EQ(out->at("count").data_as<int64_t>()[0], count) << xs[0];
   }
   // A trip count from data gives no longest run to size the list for.
@@ -514,8 +540,9 @@ TEST_P(RunTimeLoop, AListTheBodyAppendsToGrowsOneElementPerIteration) {
 }
 )");
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("carried value 0 ('x') grows by 1 along dim 0 per iteration; kiln sizes it for "
-                                            "the longest run, which needs a trip count the profile bounds"),
+  EXPECT_NE(refused.status().message().find(
+                "carried value 0 ('x') grows by 1 along dim 0 per iteration; kiln sizes it for "
+                "the longest run, which needs a trip count the profile bounds"),
             std::string::npos)
       << refused.status().to_string();
   // A list that doubles has no longest run that a step gives.
@@ -531,7 +558,8 @@ TEST_P(RunTimeLoop, AListTheBodyAppendsToGrowsOneElementPerIteration) {
 }
 )");
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("is float32[n] but the body gives float32[2*n]"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("is float32[n] but the body gives float32[2*n]"),
+            std::string::npos)
       << refused.status().to_string();
 }
 
@@ -557,7 +585,8 @@ std::string one_loop(const std::string& line) {
   %t: bool[] = dense<1>
   %y: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?]) {
     %c2: bool[?] = Identity(%c)  # keep
-    )" + line + R"(
+    )" + line +
+         R"(
   }}  # loop
 }
 )";
@@ -567,12 +596,16 @@ TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheRe
   // y grows by a row per iteration, and the trip count is data: no unrolling, no fixed shape.
   auto engine = build_cpu(one_loop("%b: float32[?] = Concat(%a, %a) {axis=0}  # grow"));
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("loop-carried value 0 ('loop/a') is float32[n, 4] but the body gives float32[2*n, 4]"),
-            std::string::npos)
+  EXPECT_NE(
+      engine.status().message().find(
+          "loop-carried value 0 ('loop/a') is float32[n, 4] but the body gives float32[2*n, 4]"),
+      std::string::npos)
       << engine.status().message();
-  EXPECT_NE(engine.status().message().find("keeps its type and shape"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("keeps its type and shape"), std::string::npos)
+      << engine.status().message();
   // A scan output stacks one slice per iteration: its length is the trip count.
-  engine = build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?], %all: float32[?]) {
+  engine =
+      build_cpu(R"(graph g(%x: float32[n, 4], %m: int64[]) -> (%y: float32[?], %all: float32[?]) {
   %t: bool[] = dense<1>
   %y: float32[?], %all: float32[?] = Loop(%m, %t, %x) {body=graph body(%i: int64[], %c: bool[], %a: float32[?]) -> (%c2: bool[?], %b: float32[?], %s: float32[?]) {
     %c2: bool[?] = Identity(%c)  # keep
@@ -582,8 +615,9 @@ TEST(RunTimeLoops, ACarriedValueWhoseShapeChangesOrAScanOutputIsRefusedWithTheRe
 }
 )");
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("its trip count ('m') is computed from tensor data at run time, and its "
-                                           "body has 1 scan output(s)"),
+  EXPECT_NE(engine.status().message().find(
+                "its trip count ('m') is computed from tensor data at run time, and its "
+                "body has 1 scan output(s)"),
             std::string::npos)
       << engine.status().message();
 }
@@ -595,16 +629,18 @@ TEST(RunTimeLoops, AttributeValuesOnnxForbidsAreRefusedByName) {
     auto engine = build_cpu(text);
     ASSERT_FALSE(engine.ok()) << phrase;
     EXPECT_EQ(engine.status().code(), StatusCode::kInvalidModel) << engine.status().to_string();
-    EXPECT_NE(engine.status().message().find(phrase), std::string::npos) << engine.status().to_string();
+    EXPECT_NE(engine.status().message().find(phrase), std::string::npos)
+        << engine.status().to_string();
   };
-  refused(R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[2], %all: float32[3, 2]) {
+  refused(
+      R"(graph g(%init: float32[2], %x: float32[3, 2]) -> (%last: float32[2], %all: float32[3, 2]) {
   %last: float32[2], %all: float32[3, 2] = Scan(%init, %x) {num_scan_inputs=1, scan_input_directions=[2], body=graph body(%acc: float32[2], %row: float32[2]) -> (%acc2: float32[2], %out: float32[2]) {
     %acc2: float32[2] = Add(%acc, %row)  # add
     %out: float32[2] = Identity(%acc2)  # out
   }}  # scan
 }
 )",
-          "node 'scan' (Scan) attribute scan_input_directions[0] is 2; ONNX allows 0 or 1");
+      "node 'scan' (Scan) attribute scan_input_directions[0] is 2; ONNX allows 0 or 1");
   refused(R"(graph g(%x: float32[2, 3]) -> (%y: float32[?]) {
   %s: float32[2, 3] = SequenceConstruct(%x, %x)  # seq
   %y: float32[?] = ConcatFromSequence(%s) {axis=0, new_axis=7}  # cat
@@ -612,19 +648,23 @@ TEST(RunTimeLoops, AttributeValuesOnnxForbidsAreRefusedByName) {
 )",
           "node 'cat' (ConcatFromSequence) attribute new_axis is 7; ONNX allows 0 or 1");
   // Inside a Loop's body, which check_supported reads too.
-  refused(one_loop("%b: float32[?] = ReduceSum(%a) {keepdims=3}  # sum"), "node 'sum' (ReduceSum) attribute keepdims is 3");
+  refused(one_loop("%b: float32[?] = ReduceSum(%a) {keepdims=3}  # sum"),
+          "node 'sum' (ReduceSum) attribute keepdims is 3");
 }
 
 // check_supported reads the main graph; a body's nodes are checked as the build brings them in.
 TEST(RunTimeLoops, ABodyNodeOfAnUnknownOpOrArityIsRefusedByName) {
   auto engine = build_cpu(one_loop("%b: float32[?] = Frobnicate(%a)  # frob"));
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("node 'loop/frob' (Frobnicate) in domain 'ai.onnx'"), std::string::npos)
+  EXPECT_NE(engine.status().message().find("node 'loop/frob' (Frobnicate) in domain 'ai.onnx'"),
+            std::string::npos)
       << engine.status().to_string();
-  EXPECT_NE(engine.status().message().find("uses an op kiln does not support"), std::string::npos) << engine.status().to_string();
+  EXPECT_NE(engine.status().message().find("uses an op kiln does not support"), std::string::npos)
+      << engine.status().to_string();
   engine = build_cpu(one_loop("%b: float32[?] = Add(%a)  # add"));
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("node 'loop/add' (Add) has 1 inputs, expected 2..2 (a node of a subgraph)"),
+  EXPECT_NE(engine.status().message().find(
+                "node 'loop/add' (Add) has 1 inputs, expected 2..2 (a node of a subgraph)"),
             std::string::npos)
       << engine.status().to_string();
 }
@@ -640,7 +680,8 @@ TEST(RunTimeLoops, APlanWhoseLoopIsBrokenIsRefused) {
   // The LoopEnd no longer takes the LoopBegin's outputs: nothing pairs them.
   Status st = tamper([](plan::Plan& p, size_t n) {
     ir::Node& node = p.graph.nodes[n];
-    if (node.op_type == "LoopEnd") std::swap(node.inputs[node.inputs.size() - 1], node.inputs[node.inputs.size() - 3]);
+    if (node.op_type == "LoopEnd")
+      std::swap(node.inputs[node.inputs.size() - 1], node.inputs[node.inputs.size() - 3]);
   });
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("run-time loops pair up"), std::string::npos) << st.to_string();
@@ -653,13 +694,16 @@ TEST(RunTimeLoops, APlanWhoseLoopIsBrokenIsRefused) {
   }
   ASSERT_GE(end, 0);
   const ir::Node& loop_end = p.graph.nodes[size_t(end)];
-  const int body_value = loop_end.inputs[ops::LoopEndLayout::of(loop_end.inputs.size(), loop_end.outputs.size())->next(0)];
+  const int body_value =
+      loop_end
+          .inputs[ops::LoopEndLayout::of(loop_end.inputs.size(), loop_end.outputs.size())->next(0)];
   const int y = p.graph.outputs[0];
   p.graph.outputs[0] = body_value;
   std::swap(p.values[size_t(y)], p.values[size_t(body_value)]);  // the body value's slot to y
   auto bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("is a graph output"), std::string::npos) << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("is a graph output"), std::string::npos)
+      << bad.status().to_string();
   // A LoopBegin planned with a kernel id instead of the run's control.
   st = tamper([](plan::Plan& p, size_t n) {
     if (p.graph.nodes[n].op_type == "LoopBegin") p.nodes[n].impl = "cpu.Neg";

@@ -17,8 +17,10 @@ std::vector<ModelProfile> shared_model_profile(const std::string& model) {
   if (model == "mobilenet_v3_small" || model == "vit_tiny") {
     return {{"x", {1, 3, 224, 224}, {4, 3, 224, 224}, {32, 3, 224, 224}}};
   }
-  if (model == "vit_tiny_legacy") return {{"input", {1, 3, 224, 224}, {4, 3, 224, 224}, {32, 3, 224, 224}}};
-  if (model == "unet_pixelshuffle") return {{"x", {1, 3, 200, 200}, {1, 3, 300, 300}, {32, 3, 400, 400}}};
+  if (model == "vit_tiny_legacy")
+    return {{"input", {1, 3, 224, 224}, {4, 3, 224, 224}, {32, 3, 224, 224}}};
+  if (model == "unet_pixelshuffle")
+    return {{"x", {1, 3, 200, 200}, {1, 3, 300, 300}, {32, 3, 400, 400}}};
   if (model == "testmod_linear") return {{"x", {1, 1, 16}, {4, 4, 16}, {10, 10, 16}}};
   if (model == "llama_tiny") return {{"ids", {1, 2}, {2, 32}, {8, 128}}};
   return {};
@@ -31,11 +33,14 @@ StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir) {
     if (!std::filesystem::exists(dir)) break;
     TestSet set;
     for (int i = 0; std::filesystem::exists(dir / ("input_" + std::to_string(i) + ".pb")); ++i) {
-      KILN_ASSIGN_OR_RETURN(Tensor t, onnx::parse_tensor_file((dir / ("input_" + std::to_string(i) + ".pb")).string()));
+      KILN_ASSIGN_OR_RETURN(Tensor t, onnx::parse_tensor_file(
+                                          (dir / ("input_" + std::to_string(i) + ".pb")).string()));
       set.inputs.push_back(std::move(t));
     }
     for (int i = 0; std::filesystem::exists(dir / ("output_" + std::to_string(i) + ".pb")); ++i) {
-      KILN_ASSIGN_OR_RETURN(Tensor t, onnx::parse_tensor_file((dir / ("output_" + std::to_string(i) + ".pb")).string()));
+      KILN_ASSIGN_OR_RETURN(
+          Tensor t,
+          onnx::parse_tensor_file((dir / ("output_" + std::to_string(i) + ".pb")).string()));
       set.outputs.push_back(std::move(t));
     }
     sets.push_back(std::move(set));
@@ -43,8 +48,8 @@ StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir) {
   return sets;
 }
 
-StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
-                             Device device) {
+StatusOr<Engine> build_model(const std::string& model_path,
+                             const std::vector<ModelProfile>& profile, Device device) {
   return build_model(model_path, profile, device, BuilderConfig());
 }
 
@@ -53,11 +58,13 @@ Status device_available(Device device) {
   return backend.ok() ? ok_status() : backend.status();
 }
 
-StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
-                             Device device, BuilderConfig config) {
+StatusOr<Engine> build_model(const std::string& model_path,
+                             const std::vector<ModelProfile>& profile, Device device,
+                             BuilderConfig config) {
   KILN_ASSIGN_OR_RETURN(Network net, onnx::parse_file(model_path));
   OptimizationProfile p;
-  for (const auto& m : profile) KILN_RETURN_IF_ERROR(p.set_dimensions(m.input, m.min, m.opt, m.max));
+  for (const auto& m : profile)
+    KILN_RETURN_IF_ERROR(p.set_dimensions(m.input, m.min, m.opt, m.max));
   config.add_profile(p);
   return Builder(device).build(net, config);
 }

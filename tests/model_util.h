@@ -25,11 +25,13 @@ struct TestSet {
 };
 StatusOr<std::vector<TestSet>> load_test_sets(const std::string& model_dir);
 
-StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
+StatusOr<Engine> build_model(const std::string& model_path,
+                             const std::vector<ModelProfile>& profile,
                              Device device = Device::kCPU);
 // The same with a given configuration (precision flags); the profile is added to it.
-StatusOr<Engine> build_model(const std::string& model_path, const std::vector<ModelProfile>& profile,
-                             Device device, BuilderConfig config);
+StatusOr<Engine> build_model(const std::string& model_path,
+                             const std::vector<ModelProfile>& profile, Device device,
+                             BuilderConfig config);
 
 // ok when tests can run on `device`; otherwise why not (no CUDA build, no GPU).
 Status device_available(Device device);

@@ -10,18 +10,20 @@
 namespace kiln::testing {
 namespace {
 
-#define REQUIRE_MODELS()                                                                    \
-  if (models_dir().empty()) {                                                               \
+#define REQUIRE_MODELS()                                                                   \
+  if (models_dir().empty()) {                                                              \
     GTEST_SKIP() << "../shared/models is absent (set KILN_MODELS_DIR to run these tests)"; \
   }
 
 // Skips (printing why) when the device cannot run here: no CUDA in this build, or no GPU.
-#define REQUIRE_DEVICE(device)                                                         \
-  if (Status why = device_available(device); !why.ok()) {                              \
-    GTEST_SKIP() << device_name(device) << " is not available: " << why.message();     \
+#define REQUIRE_DEVICE(device)                                                     \
+  if (Status why = device_available(device); !why.ok()) {                          \
+    GTEST_SKIP() << device_name(device) << " is not available: " << why.message(); \
   }
 
-std::string model_path(const std::string& name) { return models_dir() + "/" + name + "/model.onnx"; }
+std::string model_path(const std::string& name) {
+  return models_dir() + "/" + name + "/model.onnx";
+}
 
 std::string device_param_name(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
 
@@ -50,7 +52,8 @@ TEST_P(SharedModel, BuildsSavesLoadsAndMatchesOnnxRuntime) {
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   int num_inputs = 0;
-  while (engine->tensor_mode(engine->io_tensor_name(num_inputs)) == TensorIOMode::kINPUT) ++num_inputs;
+  while (engine->tensor_mode(engine->io_tensor_name(num_inputs)) == TensorIOMode::kINPUT)
+    ++num_inputs;
   for (size_t k = 0; k < sets->size(); ++k) {
     const TestSet& set = (*sets)[k];
     std::map<std::string, Tensor> inputs;
@@ -61,19 +64,22 @@ TEST_P(SharedModel, BuildsSavesLoadsAndMatchesOnnxRuntime) {
     for (size_t o = 0; o < set.outputs.size(); ++o) {
       const std::string out_name = engine->io_tensor_name(num_inputs + int(o));
       const Tensor& got = out->at(out_name);
-      EXPECT_EQ(got.shape(), set.outputs[o].shape()) << name << " set " << k << " output " << out_name;
-      EXPECT_TRUE(all_close(got, set.outputs[o], kFp32Atol, kFp32Rtol)) << name << " set " << k << " output " << out_name;
+      EXPECT_EQ(got.shape(), set.outputs[o].shape())
+          << name << " set " << k << " output " << out_name;
+      EXPECT_TRUE(all_close(got, set.outputs[o], kFp32Atol, kFp32Rtol))
+          << name << " set " << k << " output " << out_name;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SharedModel,
                          ::testing::Combine(::testing::Values("testmod_linear", "unet_pixelshuffle",
-                                                              "mobilenet_v3_small", "vit_tiny", "vit_tiny_legacy",
-                                                              "llama_tiny"),
+                                                              "mobilenet_v3_small", "vit_tiny",
+                                                              "vit_tiny_legacy", "llama_tiny"),
                                             ::testing::Values(Device::kCPU, Device::kCUDA)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + device_param_name(std::get<1>(info.param));
+                           return std::get<0>(info.param) + "_" +
+                                  device_param_name(std::get<1>(info.param));
                          });
 
 // Seed 000: one context at batch 4, 1, 32, 4; outputs are exactly (batch, 1000), each row equals
@@ -120,7 +126,8 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   ASSERT_TRUE(alone_ctx.ok());
   std::vector<Tensor> alone, alone_feature;
   for (int64_t r = 0; r < 32; ++r) {
-    Tensor row = Tensor::wrap(DType::kFloat32, {1, 3, 224, 224}, all.data_as<float>() + r * image, nullptr);
+    Tensor row =
+        Tensor::wrap(DType::kFloat32, {1, 3, 224, 224}, all.data_as<float>() + r * image, nullptr);
     auto out = (*alone_ctx)->run({{"x", row}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     alone.push_back(out->at("linear_16"));
@@ -130,7 +137,8 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
   for (int64_t i = 0; i < alone_feature[0].numel(); ++i) {
     feature_max = std::max(feature_max, std::abs(alone_feature[0].float_at(i)));
   }
-  ASSERT_GT(feature_max, 0.1) << "the feature rows must carry signal for the row check to mean anything";
+  ASSERT_GT(feature_max, 0.1)
+      << "the feature rows must carry signal for the row check to mean anything";
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   (*ctx)->set_use_cuda_graph(param.cuda_graph);
@@ -148,13 +156,15 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
       Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000}, y.data_as<float>() + r * 1000, nullptr);
       EXPECT_TRUE(all_close(row, alone[r], 1e-5, 1e-4)) << "batch " << batch << " row " << r;
       Tensor frow = Tensor::wrap(DType::kFloat32, {1, 192}, f.data_as<float>() + r * 192, nullptr);
-      EXPECT_TRUE(all_close(frow, alone_feature[r], 1e-4, 1e-3)) << "batch " << batch << " feature row " << r;
+      EXPECT_TRUE(all_close(frow, alone_feature[r], 1e-4, 1e-3))
+          << "batch " << batch << " feature row " << r;
     }
     if (batch == 4 && arena_at_4 == 0) arena_at_4 = (*ctx)->arena_bytes();
   }
   auto fresh = engine->create_execution_context();
   ASSERT_TRUE((*fresh)->run({{"x", batch_of(32)}}).ok());
-  EXPECT_LT(arena_at_4 * 4, (*fresh)->arena_bytes()) << "activation memory at batch 4 should be far below batch 32";
+  EXPECT_LT(arena_at_4 * 4, (*fresh)->arena_bytes())
+      << "activation memory at batch 4 should be far below batch 32";
   // The formula agrees with what the arena holds at batch 32 (give or take slot alignment).
   auto formula = engine->activation_bytes_formula().eval({{"batch", 32}});
   ASSERT_TRUE(formula.has_value());
@@ -164,17 +174,20 @@ TEST_P(SeedVitDynamicBatch, ExactOutputShapesAndRowsMatchAloneRuns) {
     auto again = (*ctx)->run({{"x", batch_of(4)}});
     ASSERT_TRUE(again.ok()) << again.status().to_string();
     for (int64_t r = 0; r < 4; ++r) {
-      Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000}, again->at("linear_16").data_as<float>() + r * 1000, nullptr);
+      Tensor row = Tensor::wrap(DType::kFloat32, {1, 1000},
+                                again->at("linear_16").data_as<float>() + r * 1000, nullptr);
       EXPECT_TRUE(all_close(row, alone[r], 1e-5, 1e-4)) << "graph replay row " << r;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, SeedVitDynamicBatch,
-                         ::testing::Values(VitRun{Device::kCPU, false}, VitRun{Device::kCUDA, false},
+                         ::testing::Values(VitRun{Device::kCPU, false},
+                                           VitRun{Device::kCUDA, false},
                                            VitRun{Device::kCUDA, true}),
                          [](const auto& info) {
-                           return device_param_name(info.param.device) + (info.param.cuda_graph ? "_graph" : "");
+                           return device_param_name(info.param.device) +
+                                  (info.param.cuda_graph ? "_graph" : "");
                          });
 
 // Seed 003: a dependent symbolic dim reported as a formula and resolved from the input shape.
@@ -182,7 +195,8 @@ TEST(SeedDependentDims, TestmodLinearReportsSeqLenPlusOne) {
   REQUIRE_MODELS();
   auto engine = build_model(model_path("testmod_linear"), shared_model_profile("testmod_linear"));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("cat")), "[batch_size, seq_len + 1, 8]");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("cat")),
+            "[batch_size, seq_len + 1, 8]");
   EXPECT_EQ(*engine->tensor_shape("cat"), (Shape{-1, -1, 8}));
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE((*ctx)->set_input_shape("x", {10, 10, 16}).ok());
@@ -194,9 +208,11 @@ TEST(SeedDependentDims, TestmodLinearReportsSeqLenPlusOne) {
 // Seed 001: dynamic H and W through PixelShuffle and interpolate.
 TEST(SeedUnetDynamicHW, RunsTwoSpatialSizes) {
   REQUIRE_MODELS();
-  auto engine = build_model(model_path("unet_pixelshuffle"), shared_model_profile("unet_pixelshuffle"));
+  auto engine =
+      build_model(model_path("unet_pixelshuffle"), shared_model_profile("unet_pixelshuffle"));
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("pixel_shuffle_1")), "[n, 3, 8*h, 8*w]");
+  EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("pixel_shuffle_1")),
+            "[n, 3, 8*h, 8*w]");
   auto ctx = engine->create_execution_context();
   for (Shape s : {Shape{2, 3, 200, 200}, Shape{1, 3, 300, 400}}) {
     auto out = (*ctx)->run({{"x", random_f32(s, 3)}});
@@ -219,7 +235,8 @@ TEST(RuntimeErrors, ClearMessagesNeverCrashes) {
   Status outside = c.set_input_shape("x", {11, 4, 16});
   EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
   for (const char* part : {"'x'", "dim 0", "batch_size", "11", "[1, 10]"}) {
-    EXPECT_NE(outside.message().find(part), std::string::npos) << part << " missing in: " << outside.message();
+    EXPECT_NE(outside.message().find(part), std::string::npos)
+        << part << " missing in: " << outside.message();
   }
   Status rank = c.set_input_shape("x", {4, 16});
   EXPECT_NE(rank.message().find("rank 3"), std::string::npos) << rank.message();
@@ -233,10 +250,12 @@ TEST(RuntimeErrors, ClearMessagesNeverCrashes) {
 
   auto wrong_dtype = c.run({{"x", make_i64({1, 1, 16}, std::vector<int64_t>(16, 1))}});
   ASSERT_FALSE(wrong_dtype.ok());
-  EXPECT_NE(wrong_dtype.status().message().find("int64"), std::string::npos) << wrong_dtype.status().message();
+  EXPECT_NE(wrong_dtype.status().message().find("int64"), std::string::npos)
+      << wrong_dtype.status().message();
   auto missing = c.run({});
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("missing input(s): x"), std::string::npos) << missing.status().message();
+  EXPECT_NE(missing.status().message().find("missing input(s): x"), std::string::npos)
+      << missing.status().message();
   auto no_address = (*engine->create_execution_context())->execute();
   EXPECT_FALSE(no_address.ok());
   EXPECT_NE(no_address.message().find("not set: x"), std::string::npos) << no_address.message();
@@ -250,7 +269,8 @@ TEST(EngineFileErrors, TruncatedAndFlippedFilesAreRefused) {
   ASSERT_TRUE(Engine::deserialize(bytes).ok());
   auto truncated = Engine::deserialize(std::span<const uint8_t>(bytes.data(), bytes.size() / 2));
   ASSERT_FALSE(truncated.ok());
-  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos) << truncated.status().message();
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos)
+      << truncated.status().message();
   for (size_t pos : {size_t(3), size_t(20), bytes.size() / 3, bytes.size() - 5}) {
     std::vector<uint8_t> flipped = bytes;
     flipped[pos] ^= 0x10;

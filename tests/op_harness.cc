@@ -437,7 +437,8 @@ StatusOr<std::vector<Tensor>> run_case(const KernelCase& c) {
     if (!sized_by_data[o]) continue;
     KILN_ASSIGN_OR_RETURN(Shape exact, (*kernel)->data_dependent_shape(o));
     KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(outputs[o].dtype(), exact));
-    if (t.nbytes() > outputs[o].nbytes()) return internal_error(label + ": output " + std::to_string(o) + " exceeds its bound");
+    if (t.nbytes() > outputs[o].nbytes())
+      return internal_error(label + ": output " + std::to_string(o) + " exceeds its bound");
     if (t.nbytes()) std::memcpy(t.data(), outputs[o].data(), t.nbytes());
     outputs[o] = std::move(t);
   }

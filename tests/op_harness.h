@@ -62,7 +62,7 @@ NodeInput const_scalar(int64_t v);             // int64, rank 0
 struct Inferred {
   Status status;
   std::vector<ops::InferContext::Output> outputs;
-  std::vector<ops::Constraint> constraints;  // recorded for the profile checker
+  std::vector<ops::Constraint> constraints;          // recorded for the profile checker
   std::vector<ir::DataDependentDim> data_dependent;  // dims only the data decides (NonZero's count)
 
   bool ok() const { return status.ok(); }

@@ -37,10 +37,13 @@ Tensor ramp_half(DType t, Shape shape, float scale, float offset) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   std::vector<uint16_t> h;
-  for (float f : ramp(n, scale, offset)) h.push_back(t == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f));
+  for (float f : ramp(n, scale, offset))
+    h.push_back(t == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f));
   return Tensor::from_vector(t, std::move(shape), h);
 }
-Tensor ramp_f16(Shape shape, float scale, float offset) { return ramp_half(DType::kFloat16, std::move(shape), scale, offset); }
+Tensor ramp_f16(Shape shape, float scale, float offset) {
+  return ramp_half(DType::kFloat16, std::move(shape), scale, offset);
+}
 Tensor ramp_bf16(Shape shape, float scale, float offset) {
   return ramp_half(DType::kBFloat16, std::move(shape), scale, offset);
 }
@@ -202,7 +205,8 @@ TEST(PackedAttentionKernel, IsAttentionOverTheHeadsItReadsInPlace) {
           for (int64_t hh = 0; hh < h; ++hh) {
             for (int64_t ss = 0; ss < s; ++ss) {
               const int64_t row = seq_first ? ss * b + bb : bb * s + ss;
-              for (int64_t dd = 0; dd < d; ++dd) v.push_back(p.data_as<float>()[row * n + offset + hh * d + dd]);
+              for (int64_t dd = 0; dd < d; ++dd)
+                v.push_back(p.data_as<float>()[row * n + offset + hh * d + dd]);
             }
           }
         }
@@ -216,7 +220,8 @@ TEST(PackedAttentionKernel, IsAttentionOverTheHeadsItReadsInPlace) {
         for (int64_t x1 = 0; x1 < ps[1]; ++x1) {
           const int64_t bb = seq_first ? x1 : x0, ss = seq_first ? x0 : x1;
           for (int64_t hh = 0; hh < hq; ++hh) {
-            for (int64_t dd = 0; dd < d; ++dd) want.push_back((*ref)[0].data_as<float>()[((bb * hq + hh) * s + ss) * d + dd]);
+            for (int64_t dd = 0; dd < d; ++dd)
+              want.push_back((*ref)[0].data_as<float>()[((bb * hq + hh) * s + ss) * d + dd]);
           }
         }
       }
@@ -231,14 +236,20 @@ TEST(PackedAttentionKernel, IsAttentionOverTheHeadsItReadsInPlace) {
                         .i("seq_first", seq_first)
                         .i("is_causal", causal)
                         .f("scale", 0.3f);
-      const std::string label = std::string("seq_first ") + std::to_string(seq_first) + " causal " + std::to_string(causal);
-      auto got = run_case({.node = node, .inputs = {p, p, p, mask}, .expected = {make_f32({ps[0], ps[1], hq * d}, want)},
-                           .expect_support = true, .label = label});
+      const std::string label = std::string("seq_first ") + std::to_string(seq_first) + " causal " +
+                                std::to_string(causal);
+      auto got = run_case({.node = node,
+                           .inputs = {p, p, p, mask},
+                           .expected = {make_f32({ps[0], ps[1], hq * d}, want)},
+                           .expect_support = true,
+                           .label = label});
       ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
       for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-        auto h = testing::run_reduced_case(
-            {.node = node, .inputs = {p, p, p, mask}, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
-            dt);
+        auto h = testing::run_reduced_case({.node = node,
+                                            .inputs = {p, p, p, mask},
+                                            .expect_support = true,
+                                            .label = label + " " + std::string(dtype_name(dt))},
+                                           dt);
         ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
       }
     }
@@ -250,9 +261,12 @@ TEST(PackedAttentionKernel, IsAttentionOverTheHeadsItReadsInPlace) {
                           .i("head_size", 8)
                           .i("v_head_size", 8)
                           .i("v_offset", 40),
-                      {ramp_f32({1, 2, 48}, 0.1f, 0.f), ramp_f32({1, 2, 48}, 0.1f, 0.f), ramp_f32({1, 2, 48}, 0.1f, 0.f)});
+                      {ramp_f32({1, 2, 48}, 0.1f, 0.f), ramp_f32({1, 2, 48}, 0.1f, 0.f),
+                       ramp_f32({1, 2, 48}, 0.1f, 0.f)});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("V's heads (v_offset 40, 2 of 8) do not fit its last dim 48"), std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("V's heads (v_offset 40, 2 of 8) do not fit its last dim 48"),
+      std::string::npos)
       << bad.status().to_string();
 }
 
@@ -379,9 +393,10 @@ TEST(RotaryEmbeddingKernel, SixteenByteVectorShapes) {
   // Shapes the CUDA kernel's 16-byte path takes (half the rotated dim a multiple of 8 float16 or 4
   // float32 values): 4-D with position ids and a pass-through tail, 3-D [B, S, H*D] with caches
   // [B, S, D/2], and the batch-1 cache the fuse_rotary pass makes for a [1, B*H, S, D] view.
-  auto out = run_case(op("RotaryEmbedding", 23).i("rotary_embedding_dim", 32),
-                      {ramp_f16({2, 3, 5, 48}, 0.013f, -0.4f), ramp_f16({7, 16}, 0.05f, -0.3f),
-                       ramp_f16({7, 16}, 0.07f, 0.2f), make_i64({2, 5}, {0, 1, 2, 3, 4, 6, 5, 4, 3, 2})});
+  auto out =
+      run_case(op("RotaryEmbedding", 23).i("rotary_embedding_dim", 32),
+               {ramp_f16({2, 3, 5, 48}, 0.013f, -0.4f), ramp_f16({7, 16}, 0.05f, -0.3f),
+                ramp_f16({7, 16}, 0.07f, 0.2f), make_i64({2, 5}, {0, 1, 2, 3, 4, 6, 5, 4, 3, 2})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   out = run_case(op("RotaryEmbedding", 23).i("num_heads", 3),
                  {ramp_f32({2, 4, 3 * 16}, 0.011f, 0.1f), ramp_f32({2, 4, 8}, 0.03f, -0.2f),
@@ -413,12 +428,13 @@ TEST(RotaryEmbeddingKernel, ABatchOneCacheServesEveryBatchRow) {
     for (int64_t i = 0; i < out->numel(); ++i) out->set_float_at(i, v[size_t(i)]);
     return std::move(*out);
   };
-  for (const Case& c : {Case{ramp_f32({3, 4, 2 * 16}, 0.011f, 0.1f), ramp_f32({1, 4, 8}, 0.03f, -0.2f),
-                             ramp_f32({1, 4, 8}, 0.05f, 0.3f), 2},
-                        Case{ramp_f16({2, 4, 5, 32}, 0.009f, 0.0f), ramp_f16({1, 5, 16}, 0.04f, -0.5f),
-                             ramp_f16({1, 5, 16}, 0.06f, 0.1f), 0},
-                        Case{ramp_f32({2, 3, 3, 6}, 0.02f, 0.2f), ramp_f32({1, 3, 3}, 0.07f, -0.1f),
-                             ramp_f32({1, 3, 3}, 0.08f, 0.4f), 0}}) {
+  for (const Case& c :
+       {Case{ramp_f32({3, 4, 2 * 16}, 0.011f, 0.1f), ramp_f32({1, 4, 8}, 0.03f, -0.2f),
+             ramp_f32({1, 4, 8}, 0.05f, 0.3f), 2},
+        Case{ramp_f16({2, 4, 5, 32}, 0.009f, 0.0f), ramp_f16({1, 5, 16}, 0.04f, -0.5f),
+             ramp_f16({1, 5, 16}, 0.06f, 0.1f), 0},
+        Case{ramp_f32({2, 3, 3, 6}, 0.02f, 0.2f), ramp_f32({1, 3, 3}, 0.07f, -0.1f),
+             ramp_f32({1, 3, 3}, 0.08f, 0.4f), 0}}) {
     const int64_t b = c.x.shape()[0];
     auto node = op("RotaryEmbedding", 23);
     if (c.heads) node.i("num_heads", c.heads);
@@ -429,8 +445,9 @@ TEST(RotaryEmbeddingKernel, ABatchOneCacheServesEveryBatchRow) {
     EXPECT_TRUE(all_close((*shared)[0], (*tiled)[0], 0.0, 0.0)) << shape_to_string(c.x.shape());
   }
   // Caches of neither B*S nor S rows are refused.
-  auto bad = run_case(op("RotaryEmbedding", 23), {ramp_f32({2, 1, 3, 4}, 0.1f, 0.0f), ramp_f32({2, 2, 2}, 0.1f, 0.0f),
-                                                   ramp_f32({2, 2, 2}, 0.1f, 0.0f)});
+  auto bad = run_case(op("RotaryEmbedding", 23),
+                      {ramp_f32({2, 1, 3, 4}, 0.1f, 0.0f), ramp_f32({2, 2, 2}, 0.1f, 0.0f),
+                       ramp_f32({2, 2, 2}, 0.1f, 0.0f)});
   EXPECT_FALSE(bad.ok());
 }
 

@@ -155,7 +155,8 @@ std::vector<int64_t> conv_out_dims(const ConvSpec& s) {
   std::vector<int64_t> out;
   size_t ns = s.in.size();
   for (size_t i = 0; i < ns; ++i) {
-    out.push_back((s.in[i] + s.pads[i] + s.pads[ns + i] - s.dil[i] * (s.k[i] - 1) - 1) / s.stride[i] + 1);
+    out.push_back(
+        (s.in[i] + s.pads[i] + s.pads[ns + i] - s.dil[i] * (s.k[i] - 1) - 1) / s.stride[i] + 1);
   }
   return out;
 }
@@ -169,8 +170,8 @@ Tensor naive_conv(const ConvSpec& s, const Tensor& x, const Tensor& w, const Ten
     for (size_t i = 0; i < ns; ++i) r[3 - ns + i] = v[off + i];
     return r;
   };
-  auto in = pad3(s.in, 1, 0), k = pad3(s.k, 1, 0), st = pad3(s.stride, 1, 0), dl = pad3(s.dil, 1, 0),
-       pb = pad3(s.pads, 0, 0), out = pad3(o, 1, 0);
+  auto in = pad3(s.in, 1, 0), k = pad3(s.k, 1, 0), st = pad3(s.stride, 1, 0),
+       dl = pad3(s.dil, 1, 0), pb = pad3(s.pads, 0, 0), out = pad3(o, 1, 0);
   int64_t cg = s.c / s.group, mg = s.m / s.group;
   Shape shape = {s.n, s.m};
   shape.insert(shape.end(), o.begin(), o.end());
@@ -192,8 +193,10 @@ Tensor naive_conv(const ConvSpec& s, const Tensor& x, const Tensor& w, const Ten
                     int64_t id = od * st[0] - pb[0] + kd * dl[0];
                     int64_t ih = oh * st[1] - pb[1] + kh * dl[1];
                     int64_t iw = ow * st[2] - pb[2] + kw * dl[2];
-                    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1] || iw < 0 || iw >= in[2]) continue;
-                    double xv = xp[(((n * s.c + g * cg + c) * in[0] + id) * in[1] + ih) * in[2] + iw];
+                    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1] || iw < 0 || iw >= in[2])
+                      continue;
+                    double xv =
+                        xp[(((n * s.c + g * cg + c) * in[0] + id) * in[1] + ih) * in[2] + iw];
                     double wv = wp[(((m * cg + c) * k[0] + kd) * k[1] + kh) * k[2] + kw];
                     acc += xv * wv;
                   }
@@ -245,12 +248,16 @@ TEST(ConvKernel, AgainstNaive) {
   check_conv({1, 8, 6, 1, {9, 9}, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, false}, "1x1 stride 2");
   check_conv({2, 3, 16, 1, {15, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true}, "3x3 s2 stem");
   check_conv({1, 6, 9, 3, {11, 10}, {3, 2}, {1, 2}, {2, 1}, {2, 0, 1, 1}, true}, "groups dilated");
-  check_conv({2, 16, 16, 16, {13, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true}, "depthwise 3x3");
-  check_conv({1, 24, 24, 24, {14, 15}, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, true}, "depthwise 5x5 s2");
-  check_conv({1, 4, 4, 4, {40, 37}, {3, 3}, {1, 1}, {2, 3}, {2, 1, 3, 0}, false}, "depthwise dilated");
+  check_conv({2, 16, 16, 16, {13, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "depthwise 3x3");
+  check_conv({1, 24, 24, 24, {14, 15}, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, true},
+             "depthwise 5x5 s2");
+  check_conv({1, 4, 4, 4, {40, 37}, {3, 3}, {1, 1}, {2, 3}, {2, 1, 3, 0}, false},
+             "depthwise dilated");
   check_conv({1, 4, 8, 4, {9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true}, "depthwise x2");
   check_conv({2, 5, 7, 1, {20}, {4}, {3}, {2}, {3, 1}, true}, "1-D");
-  check_conv({1, 4, 6, 2, {5, 6, 7}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 0}, true}, "3-D");
+  check_conv({1, 4, 6, 2, {5, 6, 7}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 0}, true},
+             "3-D");
   check_conv({1, 64, 32, 1, {28, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true}, "K = 576");
   check_conv({1, 560, 2, 1, {4, 4}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false}, "K = 5040");
 }
@@ -389,7 +396,8 @@ std::vector<int64_t> pool_out_dims(const PoolSpec& s) {
   std::vector<int64_t> out;
   size_t ns = s.in.size();
   for (size_t i = 0; i < ns; ++i) {
-    double v = double(s.in[i] + s.pads[i] + s.pads[ns + i] - s.dil[i] * (s.k[i] - 1) - 1) / s.stride[i];
+    double v =
+        double(s.in[i] + s.pads[i] + s.pads[ns + i] - s.dil[i] * (s.k[i] - 1) - 1) / s.stride[i];
     int64_t o = int64_t(s.ceil_mode ? std::ceil(v) : std::floor(v)) + 1;
     if (s.ceil_mode && (o - 1) * s.stride[i] >= s.in[i] + s.pads[i]) --o;
     out.push_back(o);
@@ -398,8 +406,8 @@ std::vector<int64_t> pool_out_dims(const PoolSpec& s) {
 }
 
 // 2-D naive pools over [1, C, H, W]; returns max (with flat indices) or average.
-void naive_pool_2d(const PoolSpec& s, const Tensor& x, int64_t c, bool is_max, std::vector<float>* y,
-                   std::vector<int64_t>* idx) {
+void naive_pool_2d(const PoolSpec& s, const Tensor& x, int64_t c, bool is_max,
+                   std::vector<float>* y, std::vector<int64_t>* idx) {
   auto o = pool_out_dims(s);
   const float* xp = x.data_as<float>();
   int64_t H = s.in[0], W = s.in[1];
@@ -587,8 +595,8 @@ struct PoolNd {
 };
 
 // Max (with flat indices), average (count_include_pad) or Lp pooling by loops over 1..3 axes.
-Tensor naive_pool_nd(const PoolNd& s, const Tensor& x, const std::string& kind, bool include_pad, double p,
-                     std::vector<int64_t>* indices) {
+Tensor naive_pool_nd(const PoolNd& s, const Tensor& x, const std::string& kind, bool include_pad,
+                     double p, std::vector<int64_t>* indices) {
   size_t ns = s.x.size() - 2;
   Shape out = {s.x[0], s.x[1]};
   for (size_t i = 0; i < ns; ++i) {
@@ -600,13 +608,15 @@ Tensor naive_pool_nd(const PoolNd& s, const Tensor& x, const std::string& kind, 
   int64_t in_sp = 1, out_sp = 1, kk = 1;
   std::vector<int64_t> in_stride(ns, 1);
   for (size_t i = 0; i < ns; ++i) in_sp *= s.x[2 + i], out_sp *= out[2 + i], kk *= s.k[i];
-  for (int64_t i = int64_t(ns) - 2; i >= 0; --i) in_stride[size_t(i)] = in_stride[size_t(i) + 1] * s.x[3 + i];
+  for (int64_t i = int64_t(ns) - 2; i >= 0; --i)
+    in_stride[size_t(i)] = in_stride[size_t(i) + 1] * s.x[3 + i];
   const float* xp = x.data_as<float>();
   std::vector<float> y;
   for (int64_t plane = 0; plane < s.x[0] * s.x[1]; ++plane) {
     for (int64_t o = 0; o < out_sp; ++o) {
       std::vector<int64_t> oc(ns);
-      for (int64_t r = o, i = int64_t(ns) - 1; i >= 0; --i) oc[size_t(i)] = r % out[2 + i], r /= out[2 + i];
+      for (int64_t r = o, i = int64_t(ns) - 1; i >= 0; --i)
+        oc[size_t(i)] = r % out[2 + i], r /= out[2 + i];
       float best = -std::numeric_limits<float>::infinity();
       int64_t best_i = -1, count = 0, padded = 0;
       double sum = 0;
@@ -616,7 +626,8 @@ Tensor naive_pool_nd(const PoolNd& s, const Tensor& x, const std::string& kind, 
         for (int64_t r = t, i = int64_t(ns) - 1; i >= 0; --i) {
           int64_t kc = r % s.k[size_t(i)];
           r /= s.k[size_t(i)];
-          int64_t c = oc[size_t(i)] * s.stride[size_t(i)] - s.pads[size_t(i)] + kc * s.dil[size_t(i)];
+          int64_t c =
+              oc[size_t(i)] * s.stride[size_t(i)] - s.pads[size_t(i)] + kc * s.dil[size_t(i)];
           inside = inside && c >= 0 && c < s.x[2 + i];
           in_padded = in_padded && c < s.x[2 + i] + s.pads[ns + size_t(i)];
           off += c * in_stride[size_t(i)];
@@ -660,12 +671,14 @@ void check_pool_nd(const PoolNd& s, const std::string& label) {
       std::vector<int64_t> want_idx;
       Tensor want = naive_pool_nd(spec, x, kind, include_pad, 3.0, &want_idx);
       std::string l = label + " " + kind + (include_pad ? " include pad" : "");
-      auto r = run_case({.node = node, .inputs = {x}, .num_outputs = kind == "MaxPool" ? 2 : 1, .label = l});
+      auto r = run_case(
+          {.node = node, .inputs = {x}, .num_outputs = kind == "MaxPool" ? 2 : 1, .label = l});
       ASSERT_TRUE(r.ok()) << l << ": " << r.status().to_string();
       EXPECT_TRUE(all_close((*r)[0], want)) << l;
       if (kind == "MaxPool") {
         ASSERT_EQ((*r)[1].numel(), int64_t(want_idx.size())) << l;
-        for (size_t i = 0; i < want_idx.size(); ++i) ASSERT_EQ((*r)[1].data_as<int64_t>()[i], want_idx[i]) << l << " " << i;
+        for (size_t i = 0; i < want_idx.size(); ++i)
+          ASSERT_EQ((*r)[1].data_as<int64_t>()[i], want_idx[i]) << l << " " << i;
       }
     }
   }
@@ -674,8 +687,10 @@ void check_pool_nd(const PoolNd& s, const std::string& label) {
 TEST(PoolKernel, OneDAndThreeDAgainstNaive) {
   check_pool_nd({{2, 3, 11}, {3}, {2}, {1}, {1, 2}, false}, "1-D asymmetric pads");
   check_pool_nd({{2, 2, 10}, {2}, {3}, {2}, {0, 1}, true}, "1-D dilated ceil");
-  check_pool_nd({{1, 2, 5, 6, 7}, {2, 3, 2}, {2, 2, 3}, {1, 1, 1}, {1, 0, 1, 0, 1, 1}, true}, "3-D ceil");
-  check_pool_nd({{2, 1, 4, 5, 6}, {3, 2, 2}, {1, 2, 1}, {1, 2, 2}, {1, 1, 0, 1, 0, 1}, false}, "3-D dilated");
+  check_pool_nd({{1, 2, 5, 6, 7}, {2, 3, 2}, {2, 2, 3}, {1, 1, 1}, {1, 0, 1, 0, 1, 1}, true},
+                "3-D ceil");
+  check_pool_nd({{2, 1, 4, 5, 6}, {3, 2, 2}, {1, 2, 1}, {1, 2, 2}, {1, 1, 0, 1, 0, 1}, false},
+                "3-D dilated");
 }
 
 TEST(PoolKernel, TwoDLpPoolAndAsymmetricPads) {
@@ -692,8 +707,10 @@ TEST(PoolKernel, AutoPadMatchesExplicitPads) {
     std::vector<int64_t> pads;
   };
   for (const char* kind : {"MaxPool", "AveragePool"}) {
-    for (const V& v : std::vector<V>{{"SAME_UPPER", {1, 0, 1, 1}}, {"SAME_LOWER", {1, 1, 1, 0}}, {"VALID", {0, 0, 0, 0}}}) {
-      OpNode base = op(kind, 19).named("pool0").ints("kernel_shape", {3, 3}).ints("strides", {2, 2});
+    for (const V& v : std::vector<V>{
+             {"SAME_UPPER", {1, 0, 1, 1}}, {"SAME_LOWER", {1, 1, 1, 0}}, {"VALID", {0, 0, 0, 0}}}) {
+      OpNode base =
+          op(kind, 19).named("pool0").ints("kernel_shape", {3, 3}).ints("strides", {2, 2});
       auto a = run_case(OpNode(base).s("auto_pad", v.auto_pad), {x});
       auto b = run_case(OpNode(base).ints("pads", v.pads), {x});
       ASSERT_TRUE(a.ok() && b.ok()) << kind << " " << v.auto_pad;
@@ -828,23 +845,43 @@ void check_conv_transpose(TransposeSpec s, const std::string& label) {
 }
 
 TEST(ConvTransposeKernel, AgainstNaive) {
-  check_conv_transpose({.x = {2, 4, 5, 4}, .w = {4, 3, 3, 2}, .group = 2, .stride = {2, 1}, .dil = {1, 2},
-                        .pads = {1, 0, 1, 0}, .out_pad = {1, 0}, .bias = true},
+  check_conv_transpose({.x = {2, 4, 5, 4},
+                        .w = {4, 3, 3, 2},
+                        .group = 2,
+                        .stride = {2, 1},
+                        .dil = {1, 2},
+                        .pads = {1, 0, 1, 0},
+                        .out_pad = {1, 0},
+                        .bias = true},
                        "2-D groups strides dilations output_padding");
-  check_conv_transpose({.x = {1, 3, 4, 4}, .w = {3, 2, 3, 3}, .stride = {2, 2}, .pads = {1, 1, 0, 0}},
-                       "2-D pads differ by less than the stride");
-  check_conv_transpose({.x = {1, 2, 3, 3}, .w = {2, 2, 3, 3}, .stride = {2, 2}, .pads = {0, 1, 1, 0}},
-                       "2-D asymmetric pads cuDNN cannot express");
-  check_conv_transpose({.x = {1, 2, 3, 4}, .w = {2, 3, 3, 3}, .stride = {2, 2}, .output_shape = {8, 9}},
-                       "output_shape");
-  check_conv_transpose({.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_LOWER"},
-                       "SAME_LOWER");
-  check_conv_transpose({.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_UPPER"},
-                       "SAME_UPPER");
-  check_conv_transpose({.x = {2, 3, 7}, .w = {3, 2, 4}, .stride = {3}, .dil = {2}, .pads = {2, 1}, .out_pad = {1},
+  check_conv_transpose(
+      {.x = {1, 3, 4, 4}, .w = {3, 2, 3, 3}, .stride = {2, 2}, .pads = {1, 1, 0, 0}},
+      "2-D pads differ by less than the stride");
+  check_conv_transpose(
+      {.x = {1, 2, 3, 3}, .w = {2, 2, 3, 3}, .stride = {2, 2}, .pads = {0, 1, 1, 0}},
+      "2-D asymmetric pads cuDNN cannot express");
+  check_conv_transpose(
+      {.x = {1, 2, 3, 4}, .w = {2, 3, 3, 3}, .stride = {2, 2}, .output_shape = {8, 9}},
+      "output_shape");
+  check_conv_transpose(
+      {.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_LOWER"},
+      "SAME_LOWER");
+  check_conv_transpose(
+      {.x = {1, 2, 4, 3}, .w = {2, 1, 3, 3}, .stride = {2, 2}, .auto_pad = "SAME_UPPER"},
+      "SAME_UPPER");
+  check_conv_transpose({.x = {2, 3, 7},
+                        .w = {3, 2, 4},
+                        .stride = {3},
+                        .dil = {2},
+                        .pads = {2, 1},
+                        .out_pad = {1},
                         .bias = true},
                        "1-D");
-  check_conv_transpose({.x = {1, 6, 5, 5}, .w = {6, 1, 3, 3}, .group = 6, .stride = {1, 1}, .pads = {1, 1, 1, 1},
+  check_conv_transpose({.x = {1, 6, 5, 5},
+                        .w = {6, 1, 3, 3},
+                        .group = 6,
+                        .stride = {1, 1},
+                        .pads = {1, 1, 1, 1},
                         .bias = true},
                        "depthwise");
 }
@@ -986,12 +1023,22 @@ TEST(FusedConvKernel, EveryActivationWithBiasAndResidual) {
   const Act acts[] = {
       {"none", {}, [](double y, const std::vector<float>&) { return y; }},
       {"relu", {}, [](double y, const std::vector<float>&) { return std::max(y, 0.0); }},
-      {"clip", {-0.5f, 0.75f}, [](double y, const std::vector<float>& p) { return std::clamp(y, double(p[0]), double(p[1])); }},
-      {"hardswish", {}, [](double y, const std::vector<float>&) { return y * std::clamp(y / 6 + 0.5, 0.0, 1.0); }},
-      {"hardsigmoid", {0.25f, 0.4f}, [](double y, const std::vector<float>& p) { return std::clamp(p[0] * y + p[1], 0.0, 1.0); }},
+      {"clip",
+       {-0.5f, 0.75f},
+       [](double y, const std::vector<float>& p) {
+         return std::clamp(y, double(p[0]), double(p[1]));
+       }},
+      {"hardswish",
+       {},
+       [](double y, const std::vector<float>&) { return y * std::clamp(y / 6 + 0.5, 0.0, 1.0); }},
+      {"hardsigmoid",
+       {0.25f, 0.4f},
+       [](double y, const std::vector<float>& p) { return std::clamp(p[0] * y + p[1], 0.0, 1.0); }},
       {"sigmoid", {}, [](double y, const std::vector<float>&) { return 1 / (1 + std::exp(-y)); }},
       {"silu", {}, [](double y, const std::vector<float>&) { return y / (1 + std::exp(-y)); }},
-      {"leaky_relu", {0.1f}, [](double y, const std::vector<float>& p) { return y >= 0 ? y : p[0] * y; }},
+      {"leaky_relu",
+       {0.1f},
+       [](double y, const std::vector<float>& p) { return y >= 0 ? y : p[0] * y; }},
   };
   for (const Act& a : acts) {
     for (bool bias : {true, false}) {
@@ -1001,15 +1048,25 @@ TEST(FusedConvKernel, EveryActivationWithBiasAndResidual) {
           double v = want.data_as<float>()[i] + (residual ? z.data_as<float>()[i] : 0.f);
           want.data_as<float>()[i] = float(a.f(v, a.params));
         }
-        OpNode node = op("FusedConv", 1, "kiln").named("fused0").ints("pads", {1, 1, 1, 1}).s("activation", a.name);
+        OpNode node = op("FusedConv", 1, "kiln")
+                          .named("fused0")
+                          .ints("pads", {1, 1, 1, 1})
+                          .s("activation", a.name);
         if (!a.params.empty()) node.floats("activation_params", a.params);
-        std::vector<testing::CaseInput> inputs = {x, initializer(w), bias ? initializer(b) : testing::kNoInput};
+        std::vector<testing::CaseInput> inputs = {x, initializer(w),
+                                                  bias ? initializer(b) : testing::kNoInput};
         if (residual) inputs.push_back(z);
-        std::string label = std::string(a.name) + (bias ? " bias" : "") + (residual ? " residual" : "");
-        auto r = run_case({.node = node, .inputs = inputs, .expected = {want}, .expect_support = true, .label = label});
+        std::string label =
+            std::string(a.name) + (bias ? " bias" : "") + (residual ? " residual" : "");
+        auto r = run_case({.node = node,
+                           .inputs = inputs,
+                           .expected = {want},
+                           .expect_support = true,
+                           .label = label});
         ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
-        auto h = testing::run_reduced_case({.node = node, .inputs = inputs, .expect_support = true, .label = label + " float16"},
-                                  DType::kFloat16);
+        auto h = testing::run_reduced_case(
+            {.node = node, .inputs = inputs, .expect_support = true, .label = label + " float16"},
+            DType::kFloat16);
         ASSERT_TRUE(h.ok()) << label << " float16: " << h.status().to_string();
       }
     }
@@ -1017,8 +1074,8 @@ TEST(FusedConvKernel, EveryActivationWithBiasAndResidual) {
 }
 
 // Channels-last 1x1 FusedConv (assign_layout's form of a pointwise convolution), which CUDA runs as
-// one cuBLASLt GEMM with bias, residual and ReLU in its epilogue and the other activations in a pass
-// after it: each epilogue against the naive sum in double, in float32 and on float16/bfloat16
+// one cuBLASLt GEMM with bias, residual and ReLU in its epilogue and the other activations in a
+// pass after it: each epilogue against the naive sum in double, in float32 and on float16/bfloat16
 // tensors. 16 in and 24 out channels (rows of 16 bytes, as the GEMM path requires), 15 pixels.
 TEST(FusedConvKernel, ChannelsLastPointwiseEveryEpilogue) {
   const int64_t n = 2, h = 5, w = 3, c = 16, k = 24, rows = n * h * w;
@@ -1034,8 +1091,12 @@ TEST(FusedConvKernel, ChannelsLastPointwiseEveryEpilogue) {
   const Act acts[] = {
       {"none", {}, [](double y, const std::vector<float>&) { return y; }},
       {"relu", {}, [](double y, const std::vector<float>&) { return std::max(y, 0.0); }},
-      {"hardswish", {}, [](double y, const std::vector<float>&) { return y * std::clamp(y / 6 + 0.5, 0.0, 1.0); }},
-      {"leaky_relu", {0.1f}, [](double y, const std::vector<float>& p) { return y >= 0 ? y : p[0] * y; }},
+      {"hardswish",
+       {},
+       [](double y, const std::vector<float>&) { return y * std::clamp(y / 6 + 0.5, 0.0, 1.0); }},
+      {"leaky_relu",
+       {0.1f},
+       [](double y, const std::vector<float>& p) { return y >= 0 ? y : p[0] * y; }},
   };
   for (const Act& a : acts) {
     for (bool bias : {true, false}) {
@@ -1044,22 +1105,32 @@ TEST(FusedConvKernel, ChannelsLastPointwiseEveryEpilogue) {
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t o = 0; o < k; ++o) {
             double v = bias ? b.data_as<float>()[o] : 0.0;
-            for (int64_t i = 0; i < c; ++i) v += double(x.data_as<float>()[r * c + i]) * wt.data_as<float>()[o * c + i];
+            for (int64_t i = 0; i < c; ++i)
+              v += double(x.data_as<float>()[r * c + i]) * wt.data_as<float>()[o * c + i];
             if (residual) v += z.data_as<float>()[r * k + o];
             want.data_as<float>()[r * k + o] = float(a.f(v, a.params));
           }
         }
-        OpNode node = op("FusedConv", 1, "kiln").named("pw0").s("layout", "NHWC").s("activation", a.name);
+        OpNode node =
+            op("FusedConv", 1, "kiln").named("pw0").s("layout", "NHWC").s("activation", a.name);
         if (!a.params.empty()) node.floats("activation_params", a.params);
-        std::vector<testing::CaseInput> inputs = {x, initializer(wt), bias ? initializer(b) : testing::kNoInput};
+        std::vector<testing::CaseInput> inputs = {x, initializer(wt),
+                                                  bias ? initializer(b) : testing::kNoInput};
         if (residual) inputs.push_back(z);
-        std::string label = std::string("NHWC 1x1 ") + a.name + (bias ? " bias" : "") + (residual ? " residual" : "");
-        auto r = run_case({.node = node, .inputs = inputs, .expected = {want}, .expect_support = true, .label = label});
+        std::string label = std::string("NHWC 1x1 ") + a.name + (bias ? " bias" : "") +
+                            (residual ? " residual" : "");
+        auto r = run_case({.node = node,
+                           .inputs = inputs,
+                           .expected = {want},
+                           .expect_support = true,
+                           .label = label});
         ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
         for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-          auto hr = testing::run_reduced_case(
-              {.node = node, .inputs = inputs, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
-              dt);
+          auto hr = testing::run_reduced_case({.node = node,
+                                               .inputs = inputs,
+                                               .expect_support = true,
+                                               .label = label + " " + std::string(dtype_name(dt))},
+                                              dt);
           ASSERT_TRUE(hr.ok()) << label << " " << dtype_name(dt) << ": " << hr.status().to_string();
         }
       }
@@ -1086,11 +1157,14 @@ TEST(FusedConvKernel, ChannelsLastSpatialOnFloat16AndBFloat16) {
                           .ints("pads", {1, 1, 1, 1});
         std::vector<testing::CaseInput> inputs = {x, initializer(wt), initializer(b)};
         if (residual) inputs.push_back(z);
-        const std::string label = "NHWC 3x3 C=" + std::to_string(c) + " " + act + (residual ? " residual" : "");
+        const std::string label =
+            "NHWC 3x3 C=" + std::to_string(c) + " " + act + (residual ? " residual" : "");
         for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-          auto r = testing::run_reduced_case(
-              {.node = node, .inputs = inputs, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
-              dt);
+          auto r = testing::run_reduced_case({.node = node,
+                                              .inputs = inputs,
+                                              .expect_support = true,
+                                              .label = label + " " + std::string(dtype_name(dt))},
+                                             dt);
           ASSERT_TRUE(r.ok()) << label << " " << dtype_name(dt) << ": " << r.status().to_string();
         }
       }

@@ -289,13 +289,16 @@ TEST(CudaCoverage, DataMovement) {
   for (size_t i = 0; i < img.size(); ++i) img[i] = float(i) * 0.25f - 40.f;
   for (int n = 0; n < 2; ++n) {
     for (int c = 0; c < 3; ++c) {
-      for (int p = 0; p < 45; ++p) nhwc[size_t((n * 45 + p) * 3 + c)] = img[size_t((n * 3 + c) * 45 + p)];
+      for (int p = 0; p < 45; ++p)
+        nhwc[size_t((n * 45 + p) * 3 + c)] = img[size_t((n * 3 + c) * 45 + p)];
     }
   }
   OpNode to_nhwc = op("Transpose", 18).ints("perm", {0, 2, 3, 1});
   expect_case(to_nhwc, {make_f32({2, 3, 5, 9}, img)}, {make_f32({2, 5, 9, 3}, nhwc)});
-  auto half = testing::run_reduced_case({.node = to_nhwc, .inputs = {make_f32({2, 3, 5, 9}, img)},
-                                         .expect_support = true, .label = "Transpose to NHWC, 3 channels"},
+  auto half = testing::run_reduced_case({.node = to_nhwc,
+                                         .inputs = {make_f32({2, 3, 5, 9}, img)},
+                                         .expect_support = true,
+                                         .label = "Transpose to NHWC, 3 channels"},
                                         DType::kFloat16);
   ASSERT_TRUE(half.ok()) << half.status().to_string();
   // Concat along axis 1 of [2, 3, 4], [2, 1, 4] and [2, 2, 4].

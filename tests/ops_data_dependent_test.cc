@@ -1,8 +1,8 @@
 // Ops whose output sizes their data decides (issue 15, item 1): NonZero, Compress, Unique,
-// NonMaxSuppression, and TopK with K from data. Inference gives each such size a data-dependent dim bounded by the input
-// shapes; the kernel cases run the CPU reference and one-node engines on every device present
-// (CUDA's cuda.host.* kernels on the GPU host), against values written out by hand from the ONNX
-// spec's examples.
+// NonMaxSuppression, and TopK with K from data. Inference gives each such size a data-dependent dim
+// bounded by the input shapes; the kernel cases run the CPU reference and one-node engines on every
+// device present (CUDA's cuda.host.* kernels on the GPU host), against values written out by hand
+// from the ONNX spec's examples.
 #include <gtest/gtest.h>
 
 #include "op_harness.h"
@@ -57,7 +57,8 @@ TEST(DataDependentInfer, NonZeroCountsUpToTheElements) {
 }
 
 TEST(DataDependentInfer, CompressUniqueAndNmsBounds) {
-  auto c = infer_node(op("Compress", 11).i("axis", 1), {f32({b, n}), typed(DType::kBool, {Dim(5)})});
+  auto c =
+      infer_node(op("Compress", 11).i("axis", 1), {f32({b, n}), typed(DType::kBool, {Dim(5)})});
   ASSERT_TRUE(c.ok()) << c.status.to_string();
   EXPECT_EQ(c.shape(), "[b, compressed]");
   EXPECT_EQ(c.data_dependent[0].bound.to_string(), "min(5, n)");
@@ -91,7 +92,8 @@ TEST(DataDependentKernels, NonZero) {
   c.inputs = {make_f32({3}, {-0.0f, 0, 0})};
   c.expected = {make_i64({1, 0}, {})};
   ASSERT_TRUE(run_case(c).ok());
-  c.inputs = {Tensor::from_vector(DType::kInt32, {2, 1, 3}, std::vector<int32_t>{0, 7, 0, -1, 0, 2})};
+  c.inputs = {
+      Tensor::from_vector(DType::kInt32, {2, 1, 3}, std::vector<int32_t>{0, 7, 0, -1, 0, 2})};
   c.expected = {make_i64({3, 3}, {0, 1, 1, 0, 0, 0, 1, 0, 2})};
   ASSERT_TRUE(run_case(c).ok());
 }
@@ -106,7 +108,8 @@ TEST(DataDependentKernels, SelectBranch) {
     c.expect_support = true;
     c.node = op("SelectBranch", 1, "kiln");
     c.num_outputs = 2;
-    c.inputs = {make_bool({}, {uint8_t(cond)}), t, make_i64({2}, {7, 8}), e, make_i64({3}, {9, 10, 11})};
+    c.inputs = {make_bool({}, {uint8_t(cond)}), t, make_i64({2}, {7, 8}), e,
+                make_i64({3}, {9, 10, 11})};
     c.expected = {cond ? t : e, cond ? make_i64({2}, {7, 8}) : make_i64({3}, {9, 10, 11})};
     ASSERT_TRUE(run_case(c).ok()) << cond;
   }
@@ -131,7 +134,8 @@ TEST(DataDependentKernels, Compress) {
   // A true entry past the axis is an error naming it, never a read past the input.
   auto past = run_case(op("Compress", 11).i("axis", 1), {x, make_bool({3}, {0, 0, 1})});
   ASSERT_FALSE(past.ok());
-  EXPECT_NE(past.status().message().find("condition entry 2 is true, past the 2 slices"), std::string::npos)
+  EXPECT_NE(past.status().message().find("condition entry 2 is true, past the 2 slices"),
+            std::string::npos)
       << past.status().message();
 }
 
@@ -141,17 +145,17 @@ TEST(DataDependentKernels, UniqueSortedUnsortedAndAlongAnAxis) {
   c.num_outputs = 4;
   c.node = op("Unique", 11);
   c.inputs = {make_f32({6}, {2, 1, 1, 3, 4, 3})};
-  c.expected = {make_f32({4}, {1, 2, 3, 4}), make_i64({4}, {1, 0, 3, 4}), make_i64({6}, {1, 0, 0, 2, 3, 2}),
-                make_i64({4}, {2, 1, 2, 1})};
+  c.expected = {make_f32({4}, {1, 2, 3, 4}), make_i64({4}, {1, 0, 3, 4}),
+                make_i64({6}, {1, 0, 0, 2, 3, 2}), make_i64({4}, {2, 1, 2, 1})};
   ASSERT_TRUE(run_case(c).ok());
   c.node = op("Unique", 11).i("sorted", 0);
-  c.expected = {make_f32({4}, {2, 1, 3, 4}), make_i64({4}, {0, 1, 3, 4}), make_i64({6}, {0, 1, 1, 2, 3, 2}),
-                make_i64({4}, {1, 2, 2, 1})};
+  c.expected = {make_f32({4}, {2, 1, 3, 4}), make_i64({4}, {0, 1, 3, 4}),
+                make_i64({6}, {0, 1, 1, 2, 3, 2}), make_i64({4}, {1, 2, 2, 1})};
   ASSERT_TRUE(run_case(c).ok());
   c.node = op("Unique", 11).i("axis", 0);
   c.inputs = {make_f32({3, 3}, {2, 3, 4, 1, 0, 0, 2, 3, 4})};
-  c.expected = {make_f32({2, 3}, {1, 0, 0, 2, 3, 4}), make_i64({2}, {1, 0}), make_i64({3}, {1, 0, 1}),
-                make_i64({2}, {1, 2})};
+  c.expected = {make_f32({2, 3}, {1, 0, 0, 2, 3, 4}), make_i64({2}, {1, 0}),
+                make_i64({3}, {1, 0, 1}), make_i64({2}, {1, 2})};
   ASSERT_TRUE(run_case(c).ok());
   // Along the last axis of a [2, 3] input: columns 0 and 2 are equal.
   c.node = op("Unique", 11).i("axis", -1).i("sorted", 0);
@@ -163,8 +167,8 @@ TEST(DataDependentKernels, UniqueSortedUnsortedAndAlongAnAxis) {
 
 TEST(DataDependentKernels, NonMaxSuppression) {
   // ONNX's suppress_by_IOU example: boxes 0-2 overlap, 3-4 overlap, 5 stands alone.
-  const Tensor boxes = make_f32({1, 6, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f,
-                                            0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101});
+  const Tensor boxes = make_f32({1, 6, 4}, {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                            0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101});
   const Tensor scores = make_f32({1, 1, 6}, {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f});
   KernelCase c;
   c.expect_support = true;
@@ -181,10 +185,13 @@ TEST(DataDependentKernels, NonMaxSuppression) {
   // Center-point boxes, two classes, two batches.
   const Tensor centers = make_f32({2, 3, 4}, {0.5f, 0.5f, 1, 1, 0.5f, 0.6f, 1, 1, 5, 5, 1, 1,
                                               0.5f, 0.5f, 1, 1, 0.5f, 0.6f, 1, 1, 5, 5, 1, 1});
-  const Tensor two = make_f32({2, 2, 3}, {0.9f, 0.8f, 0.7f, 0.1f, 0.2f, 0.3f, 0.9f, 0.8f, 0.7f, 0.1f, 0.2f, 0.3f});
+  const Tensor two =
+      make_f32({2, 2, 3}, {0.9f, 0.8f, 0.7f, 0.1f, 0.2f, 0.3f, 0.9f, 0.8f, 0.7f, 0.1f, 0.2f, 0.3f});
   c.node = op("NonMaxSuppression", 11).i("center_point_box", 1);
-  c.inputs = {centers, two, initializer(make_i64({1}, {2})), initializer(make_f32({1}, {0.5f})), Tensor()};
-  c.expected = {make_i64({8, 3}, {0, 0, 0, 0, 0, 2, 0, 1, 2, 0, 1, 1, 1, 0, 0, 1, 0, 2, 1, 1, 2, 1, 1, 1})};
+  c.inputs = {centers, two, initializer(make_i64({1}, {2})), initializer(make_f32({1}, {0.5f})),
+              Tensor()};
+  c.expected = {
+      make_i64({8, 3}, {0, 0, 0, 0, 0, 2, 0, 1, 2, 0, 1, 1, 1, 0, 0, 1, 0, 2, 1, 1, 2, 1, 1, 1})};
   ASSERT_TRUE(run_case(c).ok());
 }
 
@@ -207,7 +214,8 @@ TEST(DataDependentKernels, TopKWithKFromData) {
   ASSERT_TRUE(run_case(c).ok());
   auto past = run_case(op("TopK", 11), {make_f32({1, 4}, {1, 2, 3, 4}), make_i64({1}, {5})}, 2);
   ASSERT_FALSE(past.ok());
-  EXPECT_NE(past.status().message().find("K = 5 is out of range [0, 4]"), std::string::npos) << past.status().message();
+  EXPECT_NE(past.status().message().find("K = 5 is out of range [0, 4]"), std::string::npos)
+      << past.status().message();
 }
 
 }  // namespace

@@ -232,11 +232,13 @@ TEST(ElementwiseFold, WhereLogicCast) {
   EXPECT_EQ(r.value(), "unknown");
   // CastLike folds input 0's elements whatever input 1 holds (only its dtype counts): the dynamo
   // exporter's CastLike(1, batch) of a Range's start, with the batch known only at run time.
-  r = infer_node(ew("CastLike"), {with_value(DType::kInt64, {2}, {b, 4}), typed(DType::kInt32, {})});
+  r = infer_node(ew("CastLike"),
+                 {with_value(DType::kInt64, {2}, {b, 4}), typed(DType::kInt32, {})});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.dtype(), DType::kInt32);
   EXPECT_EQ(r.value(), "[b, 4]");
-  r = infer_node(ew("CastLike"), {constant(make_i64({1}, {1})), typed(DType::kInt64, {Dim::symbol("n")})});
+  r = infer_node(ew("CastLike"),
+                 {constant(make_i64({1}, {1})), typed(DType::kInt64, {Dim::symbol("n")})});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value(), "[1]");
   // A symbolic output shape is never folded.
@@ -408,7 +410,8 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
   Tensor cond = make_bool({2, 1, 4}, {1, 0, 0, 1, 0, 1, 1, 0});
   // Same-shape operands of 111 elements: whole 16-byte vectors and a tail on the CUDA fast path.
   std::vector<float> v2(111), w2(111);
-  for (size_t i = 0; i < v2.size(); ++i) v2[i] = float(i % 23) * 0.4f - 4.3f, w2[i] = 1.5f - float(i % 7) * 0.3f;
+  for (size_t i = 0; i < v2.size(); ++i)
+    v2[i] = float(i % 23) * 0.4f - 4.3f, w2[i] = 1.5f - float(i % 7) * 0.3f;
   Tensor x2 = make_f32({3, 37}, v2), y2 = make_f32({3, 37}, w2);
   struct Case {
     OpNode node;
@@ -466,9 +469,9 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
 }
 
 // A channels-last gate: one operand of the output's shape, the other [N, 1, ..., 1, C],
-// [1, ..., 1, C], [C] or [1, ..., 1, D, ..., C] (the CUDA kernels' channel-broadcast path: 16-byte vectors where C is a
-// multiple of 8 float16/bfloat16 or 4 float32 elements, one element otherwise), in both operand
-// orders, so Sub and Div show that the order is kept.
+// [1, ..., 1, C], [C] or [1, ..., 1, D, ..., C] (the CUDA kernels' channel-broadcast path: 16-byte
+// vectors where C is a multiple of 8 float16/bfloat16 or 4 float32 elements, one element
+// otherwise), in both operand orders, so Sub and Div show that the order is kept.
 TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
   struct Case {
     Shape full, gate;
@@ -481,8 +484,8 @@ TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
       {{3, 5, 8}, {8}},                // a per-channel bias of lower rank
       {{2, 7, 8}, {1, 1, 8}},
       {{4, 24}, {1, 24}},
-      {{3, 5, 8}, {1, 5, 8}},          // a position embedding: the gate's period is 5 * 8
-      {{2, 3, 5, 6}, {3, 5, 6}},       // leading ones implied by rank; odd period
+      {{3, 5, 8}, {1, 5, 8}},     // a position embedding: the gate's period is 5 * 8
+      {{2, 3, 5, 6}, {3, 5, 6}},  // leading ones implied by rank; odd period
   };
   for (const Case& c : cases) {
     const int64_t nf = shape_numel(c.full), ng = shape_numel(c.gate);
@@ -849,21 +852,59 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
   };
   // Registers: 0 x [2, 3, 5] in [-2, 2], 1 bias [5] in [0.5, 1.5], 2 gate [2, 1, 1]; then results.
   const std::vector<std::vector<Ins>> programs = {
-      {{"Add", 0, 1},  {"Sub", 3, 2},  {"Mul", 4, 0},        {"Div", 5, 1},  {"Pow", 1, 0},  {"Add", 6, 7},
-       {"Sqrt", 1, -1}, {"Add", 8, 9}, {"Log", 1, -1},       {"Add", 10, 11}, {"Reciprocal", 1, -1},
-       {"Mul", 12, 13}, {"Exp", 0, -1}, {"Sub", 14, 15},     {"Abs", 16, -1}, {"Neg", 17, -1}, {"Relu", 16, -1},
+      {{"Add", 0, 1},
+       {"Sub", 3, 2},
+       {"Mul", 4, 0},
+       {"Div", 5, 1},
+       {"Pow", 1, 0},
+       {"Add", 6, 7},
+       {"Sqrt", 1, -1},
+       {"Add", 8, 9},
+       {"Log", 1, -1},
+       {"Add", 10, 11},
+       {"Reciprocal", 1, -1},
+       {"Mul", 12, 13},
+       {"Exp", 0, -1},
+       {"Sub", 14, 15},
+       {"Abs", 16, -1},
+       {"Neg", 17, -1},
+       {"Relu", 16, -1},
        {"Add", 18, 19}},
-      {{"Sigmoid", 0, -1}, {"Tanh", 0, -1}, {"Add", 3, 4}, {"Erf", 0, -1}, {"Add", 5, 6}, {"Identity", 0, -1},
-       {"Add", 7, 8}, {"HardSigmoid", 0, -1, 0.3f, 0.4f}, {"Add", 9, 10}, {"HardSwish", 0, -1}, {"Add", 11, 12},
-       {"LeakyRelu", 0, -1, 0.2f}, {"Add", 13, 14}, {"Gelu", 0, -1}, {"Add", 15, 16}},
-      {{"GeluTanh", 0, -1}, {"Sin", 0, -1}, {"Add", 3, 4}, {"Cos", 0, -1}, {"Add", 5, 6}, {"Floor", 0, -1},
-       {"Add", 7, 8}, {"Ceil", 0, -1}, {"Add", 9, 10}, {"Softplus", 0, -1}, {"Add", 11, 12},
-       {"Cast", 13, -1, 0, 0, 10}, {"Cast", 14, -1, 0, 0, 1}, {"Mul", 15, 2}},
+      {{"Sigmoid", 0, -1},
+       {"Tanh", 0, -1},
+       {"Add", 3, 4},
+       {"Erf", 0, -1},
+       {"Add", 5, 6},
+       {"Identity", 0, -1},
+       {"Add", 7, 8},
+       {"HardSigmoid", 0, -1, 0.3f, 0.4f},
+       {"Add", 9, 10},
+       {"HardSwish", 0, -1},
+       {"Add", 11, 12},
+       {"LeakyRelu", 0, -1, 0.2f},
+       {"Add", 13, 14},
+       {"Gelu", 0, -1},
+       {"Add", 15, 16}},
+      {{"GeluTanh", 0, -1},
+       {"Sin", 0, -1},
+       {"Add", 3, 4},
+       {"Cos", 0, -1},
+       {"Add", 5, 6},
+       {"Floor", 0, -1},
+       {"Add", 7, 8},
+       {"Ceil", 0, -1},
+       {"Add", 9, 10},
+       {"Softplus", 0, -1},
+       {"Add", 11, 12},
+       {"Cast", 13, -1, 0, 0, 10},
+       {"Cast", 14, -1, 0, 0, 1},
+       {"Mul", 15, 2}},
   };
   std::vector<float> xv(30), bv(5), gv = {0.75f, -1.25f};
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = -2.0f + 4.0f * float((i * 37) % 30) / 29.0f;
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.5f + 0.25f * float(i);
-  const Tensor x = make_f32({2, 3, 5}, xv), bias = make_f32({5}, bv), gate = make_f32({2, 1, 1}, gv);
+  const Tensor x = make_f32({2, 3, 5}, xv), bias = make_f32({5}, bv),
+               gate = make_f32({2, 1, 1}, gv);
   for (size_t k = 0; k < programs.size(); ++k) {
     OpNode node = op("Elementwise", 1, "kiln").named("ew" + std::to_string(k));
     ir::Attribute ops_attr, args, to, alpha, beta;
@@ -881,13 +922,15 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
              {"ops", ops_attr}, {"args", args}, {"to", to}, {"alpha", alpha}, {"beta", beta}}) {
       node.node.attrs.set(name, a);
     }
-    auto r = run_case({.node = node, .inputs = {x, bias, gate}, .expect_support = true,
+    auto r = run_case({.node = node,
+                       .inputs = {x, bias, gate},
+                       .expect_support = true,
                        .label = "program " + std::to_string(k)});
     ASSERT_TRUE(r.ok()) << "program " << k << ": " << r.status().to_string();
     ASSERT_EQ((*r)[0].shape(), (Shape{2, 3, 5}));
   }
-  // The CUDA kernel's vector form: an input of Y's shape, a trailing bias whose length is a multiple
-  // of 4 and a scalar, a program of few slots.
+  // The CUDA kernel's vector form: an input of Y's shape, a trailing bias whose length is a
+  // multiple of 4 and a scalar, a program of few slots.
   {
     OpNode node = op("Elementwise", 1, "kiln").named("ew_vec");
     ir::Attribute ops_attr, args, to;
@@ -902,8 +945,11 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
     std::vector<float> xv4(6 * 16), bv4(16);
     for (size_t i = 0; i < xv4.size(); ++i) xv4[i] = 0.05f * float(int(i * 13 % 40) - 20);
     for (size_t i = 0; i < bv4.size(); ++i) bv4[i] = 0.1f * float(i) - 0.7f;
-    auto r = run_case({.node = node, .inputs = {make_f32({6, 16}, xv4), make_f32({16}, bv4), make_f32({1}, {1.5f})},
-                       .expect_support = true, .label = "vector"});
+    auto r =
+        run_case({.node = node,
+                  .inputs = {make_f32({6, 16}, xv4), make_f32({16}, bv4), make_f32({1}, {1.5f})},
+                  .expect_support = true,
+                  .label = "vector"});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     // Element [5, 9]: tanh((x + b) * 1.5) + x.
     const float xe = xv4[5 * 16 + 9];
@@ -924,8 +970,10 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
     std::vector<float> av(12), bv(20);
     for (size_t i = 0; i < av.size(); ++i) av[i] = 0.25f * float(i) - 1.0f;
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.1f * float(i * 7 % 20);
-    auto r = run_case({.node = node, .inputs = {make_f32({2, 1, 3, 1, 2}, av), make_f32({1, 4, 1, 5, 1}, bv)},
-                       .expect_support = true, .label = "walk"});
+    auto r = run_case({.node = node,
+                       .inputs = {make_f32({2, 1, 3, 1, 2}, av), make_f32({1, 4, 1, 5, 1}, bv)},
+                       .expect_support = true,
+                       .label = "walk"});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     ASSERT_EQ((*r)[0].shape(), (Shape{2, 4, 3, 5, 2}));
     // Element [1, 2, 0, 3, 1]: tanh(a[1, 0, 0, 0, 1] - b[0, 2, 0, 3, 0]).
@@ -946,7 +994,8 @@ TEST(ElementwiseKernel, FusedProgramsOfEveryOp) {
   bad.node.attrs.set("to", a);
   testing::Inferred r = infer_node(bad, {f32({2}), f32({2})});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status.message().find("second operand register 5"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("second operand register 5"), std::string::npos)
+      << r.status.message();
   EXPECT_NE(r.status.message().find("ew_bad"), std::string::npos) << r.status.message();
 }
 

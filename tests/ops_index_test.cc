@@ -120,9 +120,9 @@ TEST(IndexOpsInfer, SliceLengthMatchesSpecForEveryDim) {
     int64_t start, end, step;
   };
   std::vector<Params> params = {
-      {0, kMax, 1},   {1, kMax, 1},   {-1, kMax, 1}, {-3, -1, 1},  {0, 3, 1},     {2, 5, 2},
-      {-1, kMin, -1}, {kMax, kMin, -2}, {-2, 0, -1}, {3, 1, -1},   {1, -1, 3},    {0, -100, 1},
-      {-100, 2, 1},   {5, kMax, 1},   {-1, -2, -1},  {0, kMax, 4}, {kMin, kMax, 1}, {4, 4, 1}};
+      {0, kMax, 1},   {1, kMax, 1},     {-1, kMax, 1}, {-3, -1, 1},  {0, 3, 1},       {2, 5, 2},
+      {-1, kMin, -1}, {kMax, kMin, -2}, {-2, 0, -1},   {3, 1, -1},   {1, -1, 3},      {0, -100, 1},
+      {-100, 2, 1},   {5, kMax, 1},     {-1, -2, -1},  {0, kMax, 4}, {kMin, kMax, 1}, {4, 4, 1}};
   for (const auto& p : params) {
     auto r = infer_node(slice(), {f32({s}), const_ints({p.start}), const_ints({p.end}),
                                   const_ints({0}), const_ints({p.step})});
@@ -346,8 +346,9 @@ TEST(IndexOpsInfer, OneHotInsertsTheDepthAxis) {
 
 TEST(IndexOpsKernel, OneHotWrapsNegativeIndicesAndSkipsOutOfRange) {
   // depth 4, axis 0: output [4, 3]; index -1 is 3, 4 and -5 are out of range (all off).
-  auto got = run_case(op("OneHot", 11).i("axis", 0),
-                      {make_i64({3}, {1, -1, 4}), initializer(make_f32({}, {4})), make_f32({2}, {-1, 7})});
+  auto got =
+      run_case(op("OneHot", 11).i("axis", 0),
+               {make_i64({3}, {1, -1, 4}), initializer(make_f32({}, {4})), make_f32({2}, {-1, 7})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(
       all_close((*got)[0], make_f32({4, 3}, {-1, -1, -1, 7, -1, -1, -1, -1, -1, -1, 7, -1}), 0, 0));
@@ -366,7 +367,8 @@ TEST(IndexOpsKernel, GatherElementsThreeDInt32IndicesAndOtherDtypes) {
   // [2, 3, 2] data, gather along axis 1 with int32 indices of shape [2, 2, 2] (smaller on axis 1).
   std::vector<float> d(12);
   for (int i = 0; i < 12; ++i) d[size_t(i)] = float(i);
-  Tensor idx = Tensor::from_vector(DType::kInt32, {2, 2, 2}, std::vector<int32_t>{2, 0, -1, 1, 0, 0, 1, 2});
+  Tensor idx =
+      Tensor::from_vector(DType::kInt32, {2, 2, 2}, std::vector<int32_t>{2, 0, -1, 1, 0, 0, 1, 2});
   auto got = run_case(op("GatherElements", 13).i("axis", 1), {make_f32({2, 3, 2}, d), idx});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   // out[b, i, j] = data[b, idx[b, i, j], j]
@@ -392,16 +394,19 @@ TEST(IndexOpsKernel, ScatterElementsReductionsApplyDuplicatesInOrder) {
                                    {"mul", {1, 12, 3, 10, 5}},
                                    {"max", {1, 4, 3, 4, 5}},
                                    {"min", {1, 1.5f, 3, 2.5f, 5}}}) {
-    auto got = run_case(op("ScatterElements", 18).i("axis", 1).s("reduction", v.reduction), {data, idx, upd});
+    auto got = run_case(op("ScatterElements", 18).i("axis", 1).s("reduction", v.reduction),
+                        {data, idx, upd});
     ASSERT_TRUE(got.ok()) << v.reduction << ": " << got.status().to_string();
     EXPECT_TRUE(all_close((*got)[0], make_f32({1, 5}, v.want), 0, 0)) << v.reduction;
   }
   // Axis 0 over a [3, 3] with negative indices (ONNX example 1), and int64 data with add.
-  auto got = run_case(op("ScatterElements", 13),
-                      {make_f32({3, 3}, std::vector<float>(9, 0)), make_i64({2, 3}, {1, 0, 2, 0, 2, -2}),
-                       make_f32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f})});
+  auto got =
+      run_case(op("ScatterElements", 13),
+               {make_f32({3, 3}, std::vector<float>(9, 0)), make_i64({2, 3}, {1, 0, 2, 0, 2, -2}),
+                make_f32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  EXPECT_TRUE(all_close((*got)[0], make_f32({3, 3}, {2.0f, 1.1f, 0, 1.0f, 0, 2.2f, 0, 2.1f, 1.2f}), 0, 0));
+  EXPECT_TRUE(
+      all_close((*got)[0], make_f32({3, 3}, {2.0f, 1.1f, 0, 1.0f, 0, 2.2f, 0, 2.1f, 1.2f}), 0, 0));
   got = run_case(op("ScatterElements", 18).i("axis", 0).s("reduction", "add"),
                  {make_i64({2, 2}, {1, 2, 3, 4}), make_i64({3, 2}, {0, 1, 0, 1, 1, 0}),
                   make_i64({3, 2}, {10, 20, 30, 40, 50, 60})});
@@ -418,7 +423,8 @@ TEST(IndexOpsKernel, OneHotMiddleAxisInt32IndicesInt64Values) {
   auto got = run_case(op("OneHot", 11).i("axis", 1),
                       {idx, initializer(make_i64({1}, {3})), initializer(make_i64({2}, {5, 9}))});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  EXPECT_TRUE(all_close((*got)[0], make_i64({2, 3, 2}, {9, 5, 5, 5, 5, 9, 5, 5, 5, 9, 9, 5}), 0, 0));
+  EXPECT_TRUE(
+      all_close((*got)[0], make_i64({2, 3, 2}, {9, 5, 5, 5, 5, 9, 5, 5, 5, 9, 9, 5}), 0, 0));
 }
 
 TEST(IndexOpsInfer, ReverseSequenceAxes) {
@@ -428,9 +434,11 @@ TEST(IndexOpsInfer, ReverseSequenceAxes) {
   EXPECT_TRUE(r.constraints.empty());
   const NodeInput x2 = f32({4, 3}), l2 = typed(DType::kInt64, {4});
   EXPECT_EQ(infer_node(op("ReverseSequence", 10), {x2, l2}).code(), StatusCode::kInvalidModel);
-  EXPECT_TRUE(infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 1), {x2, l2}).ok());
-  EXPECT_EQ(infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 0), {x2, l2}).code(),
-            StatusCode::kInvalidModel);
+  EXPECT_TRUE(
+      infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 1), {x2, l2}).ok());
+  EXPECT_EQ(
+      infer_node(op("ReverseSequence", 10).i("batch_axis", 0).i("time_axis", 0), {x2, l2}).code(),
+      StatusCode::kInvalidModel);
 }
 
 TEST(IndexOpsKernel, ReverseSequenceMatchesTheSpecExamples) {
@@ -456,7 +464,6 @@ TEST(IndexOpsKernel, ReverseSequenceMatchesTheSpecExamples) {
   EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().to_string();
 }
 
-
 // CumProd on every dtype the reference takes, each axis, exclusive and reverse (CUDA: data.cu).
 TEST(IndexKernel, CumProdDtypesAxesExclusiveReverse) {
   std::vector<double> v(24);
@@ -470,17 +477,20 @@ TEST(IndexKernel, CumProdDtypesAxesExclusiveReverse) {
     for (int64_t axis : {0, 1, -1}) {
       for (int ex = 0; ex <= 1; ++ex) {
         for (int rev = 0; rev <= 1; ++rev) {
-          testing::KernelCase c{.node = testing::op("CumProd", 26).i("exclusive", ex).i("reverse", rev),
-                                .inputs = {x, testing::initializer(testing::make_i64({}, {axis}))},
-                                .expect_support = true};
+          testing::KernelCase c{
+              .node = testing::op("CumProd", 26).i("exclusive", ex).i("reverse", rev),
+              .inputs = {x, testing::initializer(testing::make_i64({}, {axis}))},
+              .expect_support = true};
           auto r = testing::run_case(c);
-          EXPECT_TRUE(r.ok()) << dtype_name(dt) << " axis " << axis << ": " << r.status().to_string();
+          EXPECT_TRUE(r.ok()) << dtype_name(dt) << " axis " << axis << ": "
+                              << r.status().to_string();
         }
       }
     }
   }
   testing::KernelCase c{.node = testing::op("CumProd", 26),
-                        .inputs = {testing::make_f32({4}, {1, 2, 3, 4}), testing::initializer(testing::make_i64({}, {0}))},
+                        .inputs = {testing::make_f32({4}, {1, 2, 3, 4}),
+                                   testing::initializer(testing::make_i64({}, {0}))},
                         .expected = {testing::make_f32({4}, {1, 2, 6, 24})},
                         .expect_support = true};
   EXPECT_TRUE(testing::run_case(c).ok());
@@ -551,9 +561,9 @@ namespace {
 
 TEST(IndexInfer, TensorScatterKeepsTheCacheShape) {
   const Dim b = Dim::symbol("b"), s = Dim::symbol("s");
-  auto r = testing::infer_node(testing::op("TensorScatter", 24),
-                               {testing::f32({b, 2, 8, 4}), testing::f32({b, 2, s, 4}),
-                                testing::typed(DType::kInt64, {b})});
+  auto r = testing::infer_node(
+      testing::op("TensorScatter", 24),
+      {testing::f32({b, 2, 8, 4}), testing::f32({b, 2, s, 4}), testing::typed(DType::kInt64, {b})});
   ASSERT_TRUE(r.ok()) << r.status.to_string();
   EXPECT_EQ(r.shape(), "[b, 2, 8, 4]");
   auto two = [](testing::OpNode n, std::vector<Dim> cache, std::vector<Dim> upd) {
@@ -591,9 +601,9 @@ TEST(IndexKernel, TensorScatterWritesAtEachBatchsIndex) {
       testing::all_close((*got)[0], make_f32({2, 4, 1}, {101, 1, 2, 100, 4, 110, 111, 7}), 0, 0));
   // Any dtype, and axis 2 of a rank-4 cache [1, 2, 3, 2] (heads, seq 3, 2 features).
   std::vector<int64_t> c(12, 0);
-  got = testing::run_case(testing::op("TensorScatter", 24).i("axis", 2),
-                          {make_i64({1, 2, 3, 2}, c), make_i64({1, 2, 1, 2}, {1, 2, 3, 4}),
-                           make_i64({1}, {2})});
+  got = testing::run_case(
+      testing::op("TensorScatter", 24).i("axis", 2),
+      {make_i64({1, 2, 3, 2}, c), make_i64({1, 2, 1, 2}, {1, 2, 3, 4}), make_i64({1}, {2})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(testing::all_close(
       (*got)[0], make_i64({1, 2, 3, 2}, {0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 3, 4}), 0, 0));

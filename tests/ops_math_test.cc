@@ -98,8 +98,8 @@ TEST(MathKernel, ShrinkIntegersAndBitwiseNot) {
 }
 
 TEST(MathKernel, PReluBroadcastsTheSlope) {
-  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                   DType::kInt64, DType::kInt8}) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                   DType::kInt32, DType::kInt64, DType::kInt8}) {
     SCOPED_TRACE(std::string(dtype_name(dt)));
     Tensor x = make_typed(dt, {2, 3, 4}, spread(24, -6, 6));
     expect_case(op("PRelu", 16), {x, make_typed(dt, {3, 1}, {0, 2, -1})});
@@ -121,7 +121,8 @@ TEST(MathKernel, BitwiseAndBitShiftEveryIntegerDtype) {
     }
     Tensor x = make_typed(dt, {2, 3, 4}, a);
     Tensor y = make_typed(dt, {3, 4}, std::vector<double>(b.begin(), b.begin() + 12));
-    for (const char* name : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) expect_case(op(name, 18), {x, y});
+    for (const char* name : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+      expect_case(op(name, 18), {x, y});
     Tensor c = make_typed(dt, {2, 3, 4}, counts);
     for (const char* dir : {"LEFT", "RIGHT"}) {
       expect_case(op("BitShift", 28).s("direction", dir), {x, c});
@@ -132,14 +133,15 @@ TEST(MathKernel, BitwiseAndBitShiftEveryIntegerDtype) {
   Tensor m = Tensor::from_vector(DType::kUInt8, {1}, std::vector<uint8_t>{0x3C});
   expect_case(op("BitwiseAnd", 18), {u, m}, 1,
               {Tensor::from_vector(DType::kUInt8, {3}, std::vector<uint8_t>{0x30, 0x0C, 0x14})});
-  expect_case(op("BitShift", 11).s("direction", "LEFT"), {u, Tensor::from_vector(DType::kUInt8, {1}, std::vector<uint8_t>{2})},
-              1, {Tensor::from_vector(DType::kUInt8, {3}, std::vector<uint8_t>{0xC0, 0x3C, 0x54})});
+  expect_case(op("BitShift", 11).s("direction", "LEFT"),
+              {u, Tensor::from_vector(DType::kUInt8, {1}, std::vector<uint8_t>{2})}, 1,
+              {Tensor::from_vector(DType::kUInt8, {3}, std::vector<uint8_t>{0xC0, 0x3C, 0x54})});
 }
 
 TEST(MathKernel, VariadicSumMeanMaxMin) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                   DType::kUInt64, DType::kInt8}) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                   DType::kInt32, DType::kUInt64, DType::kInt8}) {
     SCOPED_TRACE(std::string(dtype_name(dt)));
     bool flt = is_float(dt);
     Tensor a = make_typed(dt, {2, 3, 4}, flt ? spread(24, -3, 3) : spread(24, 0, 48));
@@ -175,16 +177,18 @@ TEST(MathKernel, DropoutIsIdentityWithAllTrueMask) {
 TEST(MathKernel, CastLikeAmongDtypesAndClipWithCrossedBounds) {
   std::vector<double> v = {-2.75, -1.5, -0.25, 0, 0.5, 1.25, 3.5, 100.75};
   std::vector<std::pair<DType, DType>> pairs = {
-      {DType::kFloat32, DType::kFloat16}, {DType::kBFloat16, DType::kFloat32}, {DType::kFloat64, DType::kFloat32},
-      {DType::kFloat16, DType::kFloat64}, {DType::kFloat32, DType::kInt32},    {DType::kFloat32, DType::kBFloat16},
-      {DType::kInt64, DType::kFloat64},   {DType::kFloat32, DType::kBool},     {DType::kInt32, DType::kInt8}};
+      {DType::kFloat32, DType::kFloat16}, {DType::kBFloat16, DType::kFloat32},
+      {DType::kFloat64, DType::kFloat32}, {DType::kFloat16, DType::kFloat64},
+      {DType::kFloat32, DType::kInt32},   {DType::kFloat32, DType::kBFloat16},
+      {DType::kInt64, DType::kFloat64},   {DType::kFloat32, DType::kBool},
+      {DType::kInt32, DType::kInt8}};
   for (auto [from, to] : pairs) {
     SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
     expect_case(op("CastLike", 19), {make_typed(from, {8}, v), make_typed(to, {1}, {0})});
   }
   // min > max: every element becomes max.
-  expect_case(op("Clip", 13), {make_f32({3}, {-1, 0.5f, 9}), make_f32({}, {2}), make_f32({}, {1})}, 1,
-              {make_f32({3}, {1, 1, 1})});
+  expect_case(op("Clip", 13), {make_f32({3}, {-1, 0.5f, 9}), make_f32({}, {2}), make_f32({}, {1})},
+              1, {make_f32({3}, {1, 1, 1})});
 }
 
 }  // namespace

@@ -114,7 +114,8 @@ void naive_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t p = 0; p < k; ++p) {
-        acc += double(ta ? a[p * lda + i] : a[i * lda + p]) * double(tb ? b[j * ldb + p] : b[p * ldb + j]);
+        acc += double(ta ? a[p * lda + i] : a[i * lda + p]) *
+               double(tb ? b[j * ldb + p] : b[p * ldb + j]);
       }
       double& y = (*c)[i * ldc + j];
       y = alpha * acc + (beta == 0 ? 0.0 : beta * y);
@@ -481,7 +482,9 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
       {"relu", [](double y) { return std::max(y, 0.0); }},
       {"gelu_erf", [](double y) { return 0.5 * y * (1 + std::erf(y / std::sqrt(2.0))); }},
       {"gelu_tanh",
-       [](double y) { return 0.5 * y * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y * y * y))); }},
+       [](double y) {
+         return 0.5 * y * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y * y * y)));
+       }},
   };
   const std::vector<std::vector<int64_t>> bias_shapes = {{N}, {1, N}, {M, 1}, {M, N}, {}};
   for (const Act& act : acts) {
@@ -495,7 +498,8 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < N; ++n) {
             double v = 0;
-            for (int64_t k = 0; k < K; ++k) v += double(a.data_as<float>()[(b * M + m) * K + k]) * wv[size_t(k * N + n)];
+            for (int64_t k = 0; k < K; ++k)
+              v += double(a.data_as<float>()[(b * M + m) * K + k]) * wv[size_t(k * N + n)];
             if (has_bias) {
               // Right-aligned: [N] and [1, N] index n, [M, 1] index m, [M, N] both.
               const int64_t rows = bs.size() == 2 ? bs[0] : 1, cols = bs.back();
@@ -508,13 +512,20 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
       OpNode node = op("MatMulBias", 1, "kiln").named("mmb0").s("activation", act.name);
       std::vector<testing::CaseInput> inputs = {a, initializer(w)};
       if (has_bias) inputs.push_back(initializer(bias));
-      const std::string label = std::string(act.name) + " bias " + (has_bias ? shape_to_string(bs) : "none");
-      auto r = run_case({.node = node, .inputs = inputs, .expected = {want}, .expect_support = true, .label = label});
+      const std::string label =
+          std::string(act.name) + " bias " + (has_bias ? shape_to_string(bs) : "none");
+      auto r = run_case({.node = node,
+                         .inputs = inputs,
+                         .expected = {want},
+                         .expect_support = true,
+                         .label = label});
       ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
       for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-        auto h = testing::run_reduced_case(
-            {.node = node, .inputs = inputs, .expect_support = true, .label = label + " " + std::string(dtype_name(dt))},
-            dt);
+        auto h = testing::run_reduced_case({.node = node,
+                                            .inputs = inputs,
+                                            .expect_support = true,
+                                            .label = label + " " + std::string(dtype_name(dt))},
+                                           dt);
         ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
       }
       // A residual (input 3, the product's shape) is added last; CUDA adds it as cuBLASLt's C,
@@ -522,14 +533,23 @@ TEST(MatMulBiasKernel, EveryActivationAndBiasShape) {
       if (std::string(act.name) != "none") continue;
       Tensor res = make_f32({batch, M, N}, random_values(size_t(batch * M * N), 84));
       Tensor want_r = want;
-      for (int64_t i = 0; i < batch * M * N; ++i) want_r.data_as<float>()[i] += res.data_as<float>()[i];
-      std::vector<testing::CaseInput> rin = {a, initializer(w), has_bias ? initializer(bias) : testing::kNoInput, res};
+      for (int64_t i = 0; i < batch * M * N; ++i)
+        want_r.data_as<float>()[i] += res.data_as<float>()[i];
+      std::vector<testing::CaseInput> rin = {a, initializer(w),
+                                             has_bias ? initializer(bias) : testing::kNoInput, res};
       const std::string rlabel = label + " + residual";
-      auto rr = run_case({.node = node, .inputs = rin, .expected = {want_r}, .expect_support = true, .label = rlabel});
+      auto rr = run_case({.node = node,
+                          .inputs = rin,
+                          .expected = {want_r},
+                          .expect_support = true,
+                          .label = rlabel});
       ASSERT_TRUE(rr.ok()) << rlabel << ": " << rr.status().to_string();
       for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-        auto h = testing::run_reduced_case(
-            {.node = node, .inputs = rin, .expect_support = true, .label = rlabel + " " + std::string(dtype_name(dt))}, dt);
+        auto h = testing::run_reduced_case({.node = node,
+                                            .inputs = rin,
+                                            .expect_support = true,
+                                            .label = rlabel + " " + std::string(dtype_name(dt))},
+                                           dt);
         ASSERT_TRUE(h.ok()) << rlabel << " " << dtype_name(dt) << ": " << h.status().to_string();
       }
     }

@@ -175,11 +175,15 @@ TEST(NormOpsKernel, SoftmaxRowsOfEveryLength) {
       OpNode node = op(name, 13);
       auto out = run_case(node, {make_f32({3, n}, x)});
       ASSERT_TRUE(out.ok()) << name << " n=" << n << ": " << out.status().to_string();
-      EXPECT_TRUE(testing::all_close((*out)[0], make_f32({3, n}, naive_softmax(x, 3, n, 1, std::string(name) == "LogSoftmax"))))
+      EXPECT_TRUE(testing::all_close(
+          (*out)[0],
+          make_f32({3, n}, naive_softmax(x, 3, n, 1, std::string(name) == "LogSoftmax"))))
           << name << " n=" << n;
       for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-        auto h = testing::run_reduced_case({.node = node, .inputs = {make_f32({3, n}, x)}, .label = name}, dt);
-        ASSERT_TRUE(h.ok()) << name << " n=" << n << " " << dtype_name(dt) << ": " << h.status().to_string();
+        auto h = testing::run_reduced_case(
+            {.node = node, .inputs = {make_f32({3, n}, x)}, .label = name}, dt);
+        ASSERT_TRUE(h.ok()) << name << " n=" << n << " " << dtype_name(dt) << ": "
+                            << h.status().to_string();
       }
     }
   }
@@ -426,7 +430,6 @@ TEST(NormOpsKernel, EmptyInputIsFine) {
   EXPECT_TRUE(out.ok()) << out.status().to_string();
 }
 
-
 // ---- RMS/Group/Instance/Lp/MeanVariance normalization, LRN ----
 
 TEST(NormOpsInfer, GroupNormChecksGroupsAndParams) {
@@ -481,7 +484,6 @@ TEST(NormOpsKernel, RmsNormAxesBroadcastScaleAndDtypes) {
   EXPECT_NEAR((*out)[0].data_as<double>()[0], xd[0] / std::sqrt(sq / 12 + 1e-5), 1e-9);
 }
 
-
 TEST(NormOpsKernel, InstanceNormZeroMeanUnitVariance) {
   std::vector<float> x = ramp(12, 0.7f, 1.0f);
   OpNode n = op("InstanceNormalization", 22);
@@ -534,8 +536,9 @@ TEST(NormOpsKernel, LpNormalizationAndLrn) {
 // ---- per-channel normalizations against the formulas, over sizes that span several warps ----
 
 // (x - mean) / sqrt(var + eps) * scale[c] + bias[c] over groups of `cpg` channels of X [n, c, ...].
-std::vector<float> grouped_norm_reference(const std::vector<float>& x, int64_t n, int64_t c, int64_t spatial,
-                                          int64_t groups, const std::vector<float>& scale,
+std::vector<float> grouped_norm_reference(const std::vector<float>& x, int64_t n, int64_t c,
+                                          int64_t spatial, int64_t groups,
+                                          const std::vector<float>& scale,
                                           const std::vector<float>& bias, double eps) {
   std::vector<float> y(x.size());
   int64_t cpg = c / groups, block = cpg * spatial;
@@ -544,23 +547,28 @@ std::vector<float> grouped_norm_reference(const std::vector<float>& x, int64_t n
     double s = 0, sq = 0;
     for (int64_t j = 0; j < block; ++j) s += x[size_t(b * block + j)];
     double mean = s / double(block);
-    for (int64_t j = 0; j < block; ++j) sq += (x[size_t(b * block + j)] - mean) * (x[size_t(b * block + j)] - mean);
+    for (int64_t j = 0; j < block; ++j)
+      sq += (x[size_t(b * block + j)] - mean) * (x[size_t(b * block + j)] - mean);
     double inv = 1.0 / std::sqrt(sq / double(block) + eps);
     for (int64_t j = 0; j < block; ++j) {
       int64_t g = b % groups, pi = per_group ? g : g * cpg + j / spatial;
-      y[size_t(b * block + j)] = float((x[size_t(b * block + j)] - mean) * inv * scale[size_t(pi)] + bias[size_t(pi)]);
+      y[size_t(b * block + j)] =
+          float((x[size_t(b * block + j)] - mean) * inv * scale[size_t(pi)] + bias[size_t(pi)]);
     }
   }
   return y;
 }
 
 TEST(NormOpsKernel, BatchNormOpsets9And14RanksThreeAndFive) {
-  std::vector<float> scale = {1.5f, -0.5f}, bias = {0.1f, 0.2f}, mean = {0.5f, -1.0f}, var = {1.0f, 4.0f};
-  for (auto [opset, shape] : std::vector<std::pair<int, Shape>>{{9, {3, 2, 5}}, {14, {1, 2, 2, 3, 2}}}) {
+  std::vector<float> scale = {1.5f, -0.5f}, bias = {0.1f, 0.2f}, mean = {0.5f, -1.0f},
+                     var = {1.0f, 4.0f};
+  for (auto [opset, shape] :
+       std::vector<std::pair<int, Shape>>{{9, {3, 2, 5}}, {14, {1, 2, 2, 3, 2}}}) {
     std::vector<float> x = ramp(shape_numel(shape), 0.37f, -2.f);
     OpNode n = op("BatchNormalization", opset);
-    auto out = run_case(n, {make_f32(shape, x), initializer(make_f32({2}, scale)), initializer(make_f32({2}, bias)),
-                            make_f32({2}, mean), make_f32({2}, var)});
+    auto out =
+        run_case(n, {make_f32(shape, x), initializer(make_f32({2}, scale)),
+                     initializer(make_f32({2}, bias)), make_f32({2}, mean), make_f32({2}, var)});
     ASSERT_TRUE(out.ok()) << opset << ": " << out.status().to_string();
     int64_t spatial = shape_numel(shape) / (shape[0] * 2);
     std::vector<float> e(x.size());
@@ -594,21 +602,26 @@ TEST(NormOpsKernel, GroupAndInstanceNormOverManyElements) {
   std::vector<float> sc3 = {2, -1, 0.5f}, bi3 = {-0.5f, 0, 0.25f};
   OpNode g21 = op("GroupNormalization", 21);
   g21.i("num_groups", 3);
-  auto out = run_case(g21, {make_f32({n, c, sp}, x), initializer(make_f32({6}, sc6)), initializer(make_f32({6}, bi6))});
+  auto out = run_case(g21, {make_f32({n, c, sp}, x), initializer(make_f32({6}, sc6)),
+                            initializer(make_f32({6}, bi6))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0], make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc6, bi6, 1e-5))));
+  EXPECT_TRUE(testing::all_close(
+      (*out)[0], make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc6, bi6, 1e-5))));
   // Opset 18: scale and bias per group.
   OpNode g18 = op("GroupNormalization", 18);
   g18.i("num_groups", 3);
   g18.f("epsilon", 1e-3f);
-  out = run_case(g18, {make_f32({n, c, sp}, x), initializer(make_f32({3}, sc3)), initializer(make_f32({3}, bi3))});
+  out = run_case(g18, {make_f32({n, c, sp}, x), initializer(make_f32({3}, sc3)),
+                       initializer(make_f32({3}, bi3))});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(testing::all_close((*out)[0],
-                                 make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc3, bi3, double(1e-3f)))));
-  out = run_case(op("InstanceNormalization", 6), {make_f32({n, c, 15, 20}, x), make_f32({6}, sc6), make_f32({6}, bi6)});
+  EXPECT_TRUE(testing::all_close(
+      (*out)[0],
+      make_f32({n, c, sp}, grouped_norm_reference(x, n, c, sp, 3, sc3, bi3, double(1e-3f)))));
+  out = run_case(op("InstanceNormalization", 6),
+                 {make_f32({n, c, 15, 20}, x), make_f32({6}, sc6), make_f32({6}, bi6)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_TRUE(
-      testing::all_close((*out)[0], make_f32({n, c, 15, 20}, grouped_norm_reference(x, n, c, sp, 6, sc6, bi6, 1e-5))));
+  EXPECT_TRUE(testing::all_close(
+      (*out)[0], make_f32({n, c, 15, 20}, grouped_norm_reference(x, n, c, sp, 6, sc6, bi6, 1e-5))));
 }
 
 TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {
@@ -619,7 +632,8 @@ TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {
   n.i("p", 1);
   auto out = run_case(n, {make_f32({2, 3, 2}, x)});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  std::vector<float> e = {1.f / 8, -2.f / 4, 3.f / 8, 0, -4.f / 8, 2.f / 4, 0, 1.f / 4, 0, 1.f / 4, 0, -2.f / 4};
+  std::vector<float> e = {1.f / 8, -2.f / 4, 3.f / 8, 0,       -4.f / 8, 2.f / 4,
+                          0,       1.f / 4,  0,       1.f / 4, 0,        -2.f / 4};
   EXPECT_TRUE(testing::all_close((*out)[0], make_f32({2, 3, 2}, e)));
   n.i("p", 2);
   out = run_case(n, {make_f32({2, 3, 2}, x)});

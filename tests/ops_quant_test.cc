@@ -110,14 +110,14 @@ TEST(QuantOpsKernel, QLinearMatMulRequantizes) {
   EXPECT_EQ((*out)[0].data_as<uint8_t>()[0], 15);
 }
 
-
 // Every float input and quantized output dtype, per tensor, per axis and blocked, with and without
 // a zero point; then back (CUDA: quant.cu).
 TEST(QuantOpsKernel, QuantizeDequantizeEveryDtypeAndGranularity) {
   std::vector<double> xv(24);
   for (int i = 0; i < 24; ++i) xv[i] = (i - 11.5) * 1.75;
   auto expect = [](OpNode n, std::vector<testing::CaseInput> in, int outs = 1) {
-    testing::KernelCase c{.node = std::move(n), .inputs = std::move(in), .num_outputs = outs, .expect_support = true};
+    testing::KernelCase c{
+        .node = std::move(n), .inputs = std::move(in), .num_outputs = outs, .expect_support = true};
     auto r = run_case(c);
     EXPECT_TRUE(r.ok()) << c.node.node.describe() << ": " << r.status().to_string();
   };
@@ -132,14 +132,18 @@ TEST(QuantOpsKernel, QuantizeDequantizeEveryDtypeAndGranularity) {
       expect(op("QuantizeLinear", 21), {x, initializer(s1), initializer(z1)});
       expect(op("DequantizeLinear", 21), {q, initializer(s1), initializer(z1)});
       // per axis (axis 1), zero point omitted on dequantize
-      Tensor s3 = testing::make_typed(ft, {3}, {0.25, 1.0, 3.0}), z3 = testing::make_typed(qt, {3}, {0, 5, 2});
+      Tensor s3 = testing::make_typed(ft, {3}, {0.25, 1.0, 3.0}),
+             z3 = testing::make_typed(qt, {3}, {0, 5, 2});
       expect(op("QuantizeLinear", 21).i("axis", 1), {x, initializer(s3), initializer(z3)});
       expect(op("DequantizeLinear", 21).i("axis", 1), {q, initializer(s3)});
       // blocked along the last axis, blocks of 3 over 4 (a ragged last block)
-      Tensor sb = testing::make_typed(ft, {2, 3, 2}, {0.5, 1, 2, 0.25, 4, 1, 1, 2, 0.5, 3, 0.75, 1.5});
+      Tensor sb =
+          testing::make_typed(ft, {2, 3, 2}, {0.5, 1, 2, 0.25, 4, 1, 1, 2, 0.5, 3, 0.75, 1.5});
       Tensor zb = testing::make_typed(qt, {2, 3, 2}, std::vector<double>(12, 1));
-      expect(op("QuantizeLinear", 21).i("axis", -1).i("block_size", 3), {x, initializer(sb), initializer(zb)});
-      expect(op("DequantizeLinear", 21).i("axis", 2).i("block_size", 3), {q, initializer(sb), initializer(zb)});
+      expect(op("QuantizeLinear", 21).i("axis", -1).i("block_size", 3),
+             {x, initializer(sb), initializer(zb)});
+      expect(op("DequantizeLinear", 21).i("axis", 2).i("block_size", 3),
+             {q, initializer(sb), initializer(zb)});
     }
   }
   // DynamicQuantizeLinear: all negative, all positive, mixed, and a long input.

@@ -183,7 +183,8 @@ TEST(ReduceOpsKernel, EachOpEachAxisSetKeepdims) {
 TEST(ReduceOpsKernel, ChannelsLastPoolingAxes) {
   const Shape shape = {3, 7, 9, 40};
   std::vector<float> x(size_t(shape_numel(shape)));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * 2.0f + 0.01f * float(i % 13);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(float(i) * 0.37f) * 2.0f + 0.01f * float(i % 13);
   const std::pair<const char*, double (*)(double, double)> ops[] = {
       {"ReduceMean", [](double a, double b) { return a + b; }},
       {"ReduceSum", [](double a, double b) { return a + b; }},
@@ -204,8 +205,9 @@ TEST(ReduceOpsKernel, ChannelsLastPoolingAxes) {
     auto out = run_case(op(name, 18).i("keepdims", 1), ins);
     ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
     EXPECT_TRUE(all_close((*out)[0], make_f32({3, 1, 1, 40}, ef))) << name;
-    auto half = testing::run_reduced_case({.node = op(name, 18).i("keepdims", 1), .inputs = ins, .expect_support = true},
-                                          DType::kFloat16, {1});
+    auto half = testing::run_reduced_case(
+        {.node = op(name, 18).i("keepdims", 1), .inputs = ins, .expect_support = true},
+        DType::kFloat16, {1});
     ASSERT_TRUE(half.ok()) << name << " float16: " << half.status().to_string();
   }
 }
@@ -325,12 +327,14 @@ TEST(ReduceOpsKernel, ArgMaxArgMinMiddleAxisNoKeepdimsIntegersAndNan) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_i64({2, 2}, {0, 1, 1, 2}), 0, 0));
   // int32 data, and a NaN wins the line it is in.
-  Tensor xi = Tensor::from_vector(DType::kInt32, {2, 3}, std::vector<int32_t>{4, -7, 4, 0, 100, -100});
+  Tensor xi =
+      Tensor::from_vector(DType::kInt32, {2, 3}, std::vector<int32_t>{4, -7, 4, 0, 100, -100});
   out = run_case(op("ArgMin", 13).i("axis", 1).i("keepdims", 0), {xi});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_i64({2}, {1, 2}), 0, 0));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  out = run_case(op("ArgMax", 13).i("axis", 1).i("keepdims", 0), {make_f32({2, 3}, {1, nan, 5, 3, 2, 1})});
+  out = run_case(op("ArgMax", 13).i("axis", 1).i("keepdims", 0),
+                 {make_f32({2, 3}, {1, nan, 5, 3, 2, 1})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close((*out)[0], make_i64({2}, {1, 0}), 0, 0));
 }
@@ -371,7 +375,6 @@ TEST(ReduceOpsKernel, TopKLargestAndSmallestStable) {
   EXPECT_EQ((*out)[1].data_as<int64_t>()[1], 4);
 }
 
-
 // ---- every reduction, dtype, Hardmax and TopK on every device (CUDA: reduce.cu) ----
 
 // A case every device present must run; the reference must match `expected` when given.
@@ -391,8 +394,8 @@ const DType kSweepTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, 
                              DType::kInt32,   DType::kUInt32,  DType::kInt64,   DType::kUInt64};
 
 TEST(ReduceOpsKernel, EveryReductionEveryDtype) {
-  const char* ops[] = {"ReduceSum", "ReduceMean",      "ReduceMax",       "ReduceMin",
-                       "ReduceProd", "ReduceL1",       "ReduceL2",        "ReduceLogSum",
+  const char* ops[] = {"ReduceSum",       "ReduceMean",     "ReduceMax", "ReduceMin",
+                       "ReduceProd",      "ReduceL1",       "ReduceL2",  "ReduceLogSum",
                        "ReduceLogSumExp", "ReduceSumSquare"};
   for (DType dt : kSweepTypes) {
     for (const char* name : ops) {
@@ -400,14 +403,17 @@ TEST(ReduceOpsKernel, EveryReductionEveryDtype) {
       std::vector<double> v(24);
       for (int i = 0; i < 24; ++i) {
         if (is_float(dt)) {
-          v[i] = log_op && std::string(name) == "ReduceLogSum" ? 0.25 * (i % 5 + 1) : 0.25 * (i % 7 - 3);
+          v[i] = log_op && std::string(name) == "ReduceLogSum" ? 0.25 * (i % 5 + 1)
+                                                               : 0.25 * (i % 7 - 3);
         } else {
           v[i] = testing::signed_int(dt) && !log_op ? i % 5 - 2 : i % 4 + 1;
         }
       }
       Tensor x = testing::make_typed(dt, {2, 3, 4}, v);
-      for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
-        SCOPED_TRACE(std::string(name) + " " + std::string(dtype_name(dt)) + " axes " + shape_to_string(axes));
+      for (const std::vector<int64_t>& axes :
+           {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+        SCOPED_TRACE(std::string(name) + " " + std::string(dtype_name(dt)) + " axes " +
+                     shape_to_string(axes));
         expect_case(op(name, 18), {x, i64s(axes)});
         expect_case(op(name, 18).i("keepdims", 0), {x, i64s(axes)});
       }
@@ -428,13 +434,15 @@ TEST(ReduceOpsKernel, LongRowsEmptyAxesAndIntegerExtremes) {
   // An empty axis gives the identity: -inf for Max, the type's largest value for an integer Min.
   expect_case(op("ReduceMax", 18).i("keepdims", 0), {make_f32({2, 0}, {}), i64s({1})}, 1,
               {make_f32({2}, {-INFINITY, -INFINITY})});
-  expect_case(op("ReduceMin", 18).i("keepdims", 0),
-              {Tensor::from_vector(DType::kInt32, {2, 0}, std::vector<int32_t>{}), i64s({1})}, 1,
-              {Tensor::from_vector(DType::kInt32, {2}, std::vector<int32_t>{INT32_MAX, INT32_MAX})});
+  expect_case(
+      op("ReduceMin", 18).i("keepdims", 0),
+      {Tensor::from_vector(DType::kInt32, {2, 0}, std::vector<int32_t>{}), i64s({1})}, 1,
+      {Tensor::from_vector(DType::kInt32, {2}, std::vector<int32_t>{INT32_MAX, INT32_MAX})});
   expect_case(op("ReduceLogSumExp", 18).i("keepdims", 0), {make_f32({2, 0}, {}), i64s({1})}, 1,
               {make_f32({2}, {-INFINITY, -INFINITY})});
   // uint64 beyond int64's range compares as unsigned; int64 extremes as signed.
-  Tensor u = Tensor::from_vector(DType::kUInt64, {3}, std::vector<uint64_t>{1, ~uint64_t(0) - 5, 7});
+  Tensor u =
+      Tensor::from_vector(DType::kUInt64, {3}, std::vector<uint64_t>{1, ~uint64_t(0) - 5, 7});
   expect_case(op("ReduceMax", 18).i("keepdims", 0), {u}, 1,
               {Tensor::from_vector(DType::kUInt64, {}, std::vector<uint64_t>{~uint64_t(0) - 5})});
   Tensor s = make_i64({3}, {INT64_MIN, 5, INT64_MAX});

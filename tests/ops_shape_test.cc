@@ -512,12 +512,14 @@ TEST(ShapeOpsKernel, SplitNumOutputsAttributeInputAndDtypes) {
   EXPECT_TRUE(all_close((*got)[1], make_f32({2, 3}, {4, 5, 6, 11, 12, 13}), 0, 0));
   EXPECT_TRUE(all_close((*got)[2], make_f32({2, 1}, {7, 14}), 0, 0));
   // Opset 11 split attribute along axis 0 of int64 rows.
-  got = run_case(op("Split", 11).ints("split", {1, 3}), {make_i64({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})}, 2);
+  got = run_case(op("Split", 11).ints("split", {1, 3}),
+                 {make_i64({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})}, 2);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], make_i64({1, 2}, {1, 2}), 0, 0));
   EXPECT_TRUE(all_close((*got)[1], make_i64({3, 2}, {3, 4, 5, 6, 7, 8}), 0, 0));
   // Opset 2, no split: equal parts of the last axis; int8 elements.
-  Tensor x8 = Tensor::from_vector(DType::kInt8, {2, 4}, std::vector<int8_t>{1, -2, 3, -4, 5, -6, 7, -8});
+  Tensor x8 =
+      Tensor::from_vector(DType::kInt8, {2, 4}, std::vector<int8_t>{1, -2, 3, -4, 5, -6, 7, -8});
   got = run_case(op("Split", 2).i("axis", -1), {x8}, 2);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   ASSERT_EQ((*got)[1].shape(), (Shape{2, 2}));
@@ -525,7 +527,8 @@ TEST(ShapeOpsKernel, SplitNumOutputsAttributeInputAndDtypes) {
   EXPECT_EQ((*got)[1].int_at(0), 3);
   EXPECT_EQ((*got)[1].int_at(3), -8);
   // Opset 13 split input with an empty part, on the middle axis of a 3-D tensor.
-  got = run_case(op("Split", 13).i("axis", 1), {iota_f32({2, 3, 2}), initializer(make_i64({3}, {2, 0, 1}))}, 3);
+  got = run_case(op("Split", 13).i("axis", 1),
+                 {iota_f32({2, 3, 2}), initializer(make_i64({3}, {2, 0, 1}))}, 3);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], make_f32({2, 2, 2}, {1, 2, 3, 4, 7, 8, 9, 10}), 0, 0));
   EXPECT_EQ((*got)[1].shape(), (Shape{2, 0, 2}));
@@ -551,7 +554,8 @@ TEST(ShapeOpsKernel, TileThreeDAndBool) {
 }
 
 // Pad by loops, for the 4-D cases: the source index of each axis as numpy's pad modes.
-Tensor pad_reference(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode, float fill) {
+Tensor pad_reference(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode,
+                     float fill) {
   int r = x.rank();
   Shape out(size_t(r), 0);
   for (int k = 0; k < r; ++k) out[k] = x.shape()[k] + pads[k] + pads[r + k];
@@ -589,7 +593,8 @@ TEST(ShapeOpsKernel, PadNchwModesShapeFormulaPadsAndOldOpsets) {
   Tensor x = iota_f32({1, 2, 3, 4});
   const std::vector<int64_t> pads = {0, 0, 1, 2, 0, 0, 2, 1};  // asymmetric on H and W
   for (std::string mode : {"constant", "reflect", "edge", "wrap"}) {
-    auto got = run_case(op("Pad", 19).s("mode", mode), {x, initializer(make_i64({8}, pads)), make_f32({}, {-3})});
+    auto got = run_case(op("Pad", 19).s("mode", mode),
+                        {x, initializer(make_i64({8}, pads)), make_f32({}, {-3})});
     ASSERT_TRUE(got.ok()) << mode << ": " << got.status().to_string();
     EXPECT_TRUE(all_close((*got)[0], pad_reference(x, pads, mode, -3), 0, 0)) << mode;
   }
@@ -599,11 +604,13 @@ TEST(ShapeOpsKernel, PadNchwModesShapeFormulaPadsAndOldOpsets) {
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], pad_reference(y, {0, 1, 2, 0}, "constant", 0), 0, 0));
   // Opset 2: pads and value attributes.
-  got = run_case(op("Pad", 2).ints("pads", {1, 0, 0, 1}).f("value", 1.5f), {make_f32({1, 2}, {7, 8})});
+  got = run_case(op("Pad", 2).ints("pads", {1, 0, 0, 1}).f("value", 1.5f),
+                 {make_f32({1, 2}, {7, 8})});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], make_f32({2, 3}, {1.5f, 1.5f, 1.5f, 7, 8, 1.5f}), 0, 0));
   // Opset 11 edge on int64 data.
-  got = run_case(op("Pad", 11).s("mode", "edge"), {make_i64({3}, {4, 5, 6}), initializer(make_i64({2}, {2, 1}))});
+  got = run_case(op("Pad", 11).s("mode", "edge"),
+                 {make_i64({3}, {4, 5, 6}), initializer(make_i64({2}, {2, 1}))});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(all_close((*got)[0], make_i64({6}, {4, 4, 4, 5, 6, 6}), 0, 0));
 }
@@ -721,7 +728,6 @@ TEST(ShapeOpsKernel, ShapeSizeAndReshapeCopies) {
   got = run_cpu_kernel(op("Flatten", 18).node, {x}, {{DType::kFloat32, {2, 10}}});
   EXPECT_FALSE(got.ok());  // 20 elements cannot hold 24
 }
-
 
 // EyeLike over dtypes and diagonals, k past either edge included (CUDA: elementwise.cu).
 TEST(ShapeKernel, EyeLikeDtypesAndDiagonals) {

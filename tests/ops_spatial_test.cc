@@ -164,25 +164,27 @@ TEST(SpatialOps, EinsumKernelForms) {
     const char* eq;
     std::vector<Shape> shapes;
   };
-  for (const Form& f : {Form{"bhid,bhjd->bhij", {{2, 3, 5, 4}, {2, 3, 6, 4}}},
-                        Form{"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}},
-                        Form{"i,ij,j->", {{3}, {3, 5}, {5}}},
-                        Form{"bij->bji", {{2, 3, 4}}},
-                        Form{"ii->i", {{4, 4}}}}) {
+  for (const Form& f :
+       {Form{"bhid,bhjd->bhij", {{2, 3, 5, 4}, {2, 3, 6, 4}}},
+        Form{"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}}, Form{"i,ij,j->", {{3}, {3, 5}, {5}}},
+        Form{"bij->bji", {{2, 3, 4}}}, Form{"ii->i", {{4, 4}}}}) {
     std::vector<testing::CaseInput> ins;
     for (const Shape& s : f.shapes) ins.push_back(seq(s, 1.0));
-    testing::KernelCase c{.node = op("Einsum", 12).s("equation", f.eq), .inputs = ins, .expect_support = true};
+    testing::KernelCase c{
+        .node = op("Einsum", 12).s("equation", f.eq), .inputs = ins, .expect_support = true};
     auto r = testing::run_case(c);
     EXPECT_TRUE(r.ok()) << f.eq << ": " << r.status().to_string();
   }
   Tensor a = seq(Shape{2, 3}, 1.0);
   Tensor b = seq(Shape{3, 2}, 0.5);
-  Tensor a64 = *Tensor::zeros(DType::kFloat64, {2, 3}), b64 = *Tensor::zeros(DType::kFloat64, {3, 2});
+  Tensor a64 = *Tensor::zeros(DType::kFloat64, {2, 3}),
+         b64 = *Tensor::zeros(DType::kFloat64, {3, 2});
   for (int i = 0; i < 6; ++i) {
     a64.data_as<double>()[i] = a.data_as<float>()[i];
     b64.data_as<double>()[i] = b.data_as<float>()[i];
   }
-  testing::KernelCase c{.node = op("Einsum", 12).s("equation", "ij,jk->ik"), .inputs = {a64, b64},
+  testing::KernelCase c{.node = op("Einsum", 12).s("equation", "ij,jk->ik"),
+                        .inputs = {a64, b64},
                         .expect_support = true};
   auto r = testing::run_case(c);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
@@ -648,8 +650,9 @@ TEST(SpatialOps, BitCastSameSizeDtypes) {
     DType from;
     int to;  // ONNX dtype code
   };
-  for (P p : {P{DType::kFloat32, 6}, P{DType::kInt32, 1}, P{DType::kFloat64, 7}, P{DType::kInt64, 13},
-              P{DType::kFloat16, 16}, P{DType::kUInt8, 3}, P{DType::kUInt16, 10}}) {
+  for (P p :
+       {P{DType::kFloat32, 6}, P{DType::kInt32, 1}, P{DType::kFloat64, 7}, P{DType::kInt64, 13},
+        P{DType::kFloat16, 16}, P{DType::kUInt8, 3}, P{DType::kUInt16, 10}}) {
     testing::KernelCase c{.node = op("BitCast", 26).i("to", p.to),
                           .inputs = {testing::make_typed(p.from, {2, 3}, {1, 2, 3, 4, 5, 6})},
                           .expect_support = true};

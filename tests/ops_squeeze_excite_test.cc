@@ -81,8 +81,9 @@ TEST(SqueezeExciteKernel, BothLayoutsEverySizeAgainstANaiveLoop) {
   // channels than a block has threads, and odd sizes; up to 4 images the CUDA kernel pools in
   // its hidden-unit blocks, above that in a pool kernel of its own with 8 images a block (11 and
   // 9: a partial last group).
-  const Size sizes[] = {{2, 960, 240, 7, 7}, {3, 72, 24, 28, 28}, {1, 5, 3, 7, 9},   {4, 33, 8, 1, 1},
-                        {11, 960, 240, 7, 7}, {9, 72, 24, 28, 28}, {6, 33, 8, 3, 2}};
+  const Size sizes[] = {{2, 960, 240, 7, 7}, {3, 72, 24, 28, 28},  {1, 5, 3, 7, 9},
+                        {4, 33, 8, 1, 1},    {11, 960, 240, 7, 7}, {9, 72, 24, 28, 28},
+                        {6, 33, 8, 3, 2}};
   const std::pair<const char*, const char*> acts[] = {
       {"relu", "hardsigmoid"}, {"silu", "sigmoid"}, {"hardswish", "none"}};
   uint32_t seed = 1;

@@ -16,10 +16,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,7 +119,8 @@ std::optional<std::map<std::string, Tensor>> make_inputs(const ir::Graph& g) {
     } else if (v.dtype == DType::kBool || is_integer(v.dtype)) {
       auto t = Tensor::zeros(v.dtype, *shape);
       if (!t.ok()) return std::nullopt;
-      for (int64_t k = 0; k < t->numel(); ++k) t->set_int_at(k, v.dtype == DType::kBool ? k % 4 != 3 : k % 5);
+      for (int64_t k = 0; k < t->numel(); ++k)
+        t->set_int_at(k, v.dtype == DType::kBool ? k % 4 != 3 : k % 5);
       in[v.name] = std::move(*t);
     } else {
       return std::nullopt;
@@ -129,7 +130,8 @@ std::optional<std::map<std::string, Tensor>> make_inputs(const ir::Graph& g) {
 }
 
 // Every node of `g` on the reference kernels; the graph outputs by name.
-StatusOr<std::map<std::string, Tensor>> evaluate(const ir::Graph& g, const std::map<std::string, Tensor>& inputs) {
+StatusOr<std::map<std::string, Tensor>> evaluate(const ir::Graph& g,
+                                                 const std::map<std::string, Tensor>& inputs) {
   std::map<int, Tensor> v;
   for (const auto& [name, t] : inputs) v[g.find_value(name)] = t;
   for (size_t k = 0; k < g.values.size(); ++k) {
@@ -214,7 +216,8 @@ std::vector<std::string> pass_files() {
 INSTANTIATE_TEST_SUITE_P(All, PassFiles, ::testing::ValuesIn(pass_files()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param.substr(0, info.param.size() - 3);
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;
                          });
 

@@ -33,11 +33,13 @@ Network even_only() {
   return net;
 }
 
-StatusOr<Engine> build(int64_t lo, int64_t opt, int64_t hi, int64_t step, std::vector<std::string>* log = nullptr) {
+StatusOr<Engine> build(int64_t lo, int64_t opt, int64_t hi, int64_t step,
+                       std::vector<std::string>* log = nullptr) {
   BuilderConfig config;
   OptimizationProfile p;
   Status st = step == 1 ? p.set_dimensions("x", {1, 1, lo, 4}, {1, 1, opt, 4}, {1, 1, hi, 4})
-                        : p.set_dimensions("x", {1, 1, lo, 4}, {1, 1, opt, 4}, {1, 1, hi, 4}, {1, 1, step, 1});
+                        : p.set_dimensions("x", {1, 1, lo, 4}, {1, 1, opt, 4}, {1, 1, hi, 4},
+                                           {1, 1, step, 1});
   if (!st.ok()) return st;
   config.add_profile(p);
   if (log) config.set_shape_log([log](const std::string& line) { log->push_back(line); });
@@ -48,9 +50,12 @@ TEST(ProfileSteps, AnEvenOnlyModelBuildsOnItsStepsAndRefusesShapesOffThem) {
   // Every H: odd ones break the Add, and the proof says so.
   auto refused = build(64, 64, 96, 1);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("add"), std::string::npos) << refused.status().message();
-  EXPECT_NE(refused.status().message().find("(every 2nd value)"), std::string::npos) << refused.status().message();
-  EXPECT_NE(refused.status().message().find("which values pass repeats every 2: a profile that steps h by 2 from 64"),
+  EXPECT_NE(refused.status().message().find("add"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("(every 2nd value)"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find(
+                "which values pass repeats every 2: a profile that steps h by 2 from 64"),
             std::string::npos)
       << refused.status().message();
   std::printf("[ info ] without steps: %s\n", refused.status().message().c_str());
@@ -60,7 +65,8 @@ TEST(ProfileSteps, AnEvenOnlyModelBuildsOnItsStepsAndRefusesShapesOffThem) {
     auto engine = build(64, 64, 96, step, &log);
     ASSERT_TRUE(engine.ok()) << "step " << step << ": " << engine.status().to_string();
     bool logged = false;
-    for (const auto& line : log) logged |= line.find("steps: h = " + std::to_string(step) + "*h_step") == 0;
+    for (const auto& line : log)
+      logged |= line.find("steps: h = " + std::to_string(step) + "*h_step") == 0;
     EXPECT_TRUE(logged) << "the shape log names the stepped symbol";
     auto ctx = engine->create_execution_context();
     ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
@@ -96,13 +102,15 @@ TEST(ProfileSteps, BadStepsAreRefusedByName) {
   OptimizationProfile p;
   Status st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 80, 4}, {1, 1, 960, 4}, {1, 1, 32, 1});
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("opt 80 is not min 64 plus a multiple of the step 32 (the nearest are 64 and 96)"),
+  EXPECT_NE(st.message().find(
+                "opt 80 is not min 64 plus a multiple of the step 32 (the nearest are 64 and 96)"),
             std::string::npos)
       << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 100, 4}, {1, 1, 32, 1});
   EXPECT_NE(st.message().find("max 100"), std::string::npos) << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 32, 1});
-  EXPECT_NE(st.message().find("step 32 is larger than the range max - min = 0"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("step 32 is larger than the range max - min = 0"), std::string::npos)
+      << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 1, 0, 1});
   EXPECT_NE(st.message().find("step 0 is not positive"), std::string::npos) << st.message();
   st = p.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 32});
@@ -111,23 +119,27 @@ TEST(ProfileSteps, BadStepsAreRefusedByName) {
   // A step on a dim the model fixes.
   BuilderConfig fixed;
   OptimizationProfile f;
-  ASSERT_TRUE(f.set_dimensions("x", {1, 1, 64, 2}, {1, 1, 64, 4}, {1, 1, 96, 8}, {1, 1, 32, 2}).ok());
+  ASSERT_TRUE(
+      f.set_dimensions("x", {1, 1, 64, 2}, {1, 1, 64, 4}, {1, 1, 96, 8}, {1, 1, 32, 2}).ok());
   fixed.add_profile(f);
   auto e = Builder().build(even_only(), fixed);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("dim 3 (4) is fixed by the model; it takes no step"), std::string::npos)
+  EXPECT_NE(e.status().message().find("dim 3 (4) is fixed by the model; it takes no step"),
+            std::string::npos)
       << e.status().message();
 
   // Two profiles that step h differently: the engine has one formula for x's dim 2.
   BuilderConfig two;
   OptimizationProfile a, b;
-  ASSERT_TRUE(a.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 1, 32, 1}).ok());
+  ASSERT_TRUE(
+      a.set_dimensions("x", {1, 1, 64, 4}, {1, 1, 64, 4}, {1, 1, 96, 4}, {1, 1, 32, 1}).ok());
   ASSERT_TRUE(b.set_dimensions("x", {1, 1, 128, 4}, {1, 1, 128, 4}, {1, 1, 192, 4}).ok());
   two.add_profile(a);
   two.add_profile(b);
   e = Builder().build(even_only(), two);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("every profile must give a symbol the same steps"), std::string::npos)
+  EXPECT_NE(e.status().message().find("every profile must give a symbol the same steps"),
+            std::string::npos)
       << e.status().message();
 }
 

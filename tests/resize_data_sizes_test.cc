@@ -109,8 +109,8 @@ Tensor image(int64_t h, int64_t w) {
 Tensor resized_by_constant_sizes(const Tensor& x, int64_t oh, int64_t ow) {
   const std::string text = "graph g(%x: float32[1, 3, " + std::to_string(x.shape()[2]) + ", " +
                            std::to_string(x.shape()[3]) + "]) -> (%y: float32[?]) {\n" +
-                           "  %sizes: int64[4] = dense<[1, 3, " + std::to_string(oh) + ", " + std::to_string(ow) +
-                           "]>\n" +
+                           "  %sizes: int64[4] = dense<[1, 3, " + std::to_string(oh) + ", " +
+                           std::to_string(ow) + "]>\n" +
                            "  %y: float32[?] = Resize(%x, _, _, %sizes) {mode=\"linear\", "
                            "coordinate_transformation_mode=\"half_pixel\"}\n}\n";
   auto engine = build(text.c_str(), x.shape(), x.shape(), x.shape());
@@ -138,7 +138,8 @@ TEST(ResizeDataSizes, FloatScaledSizesAreDataDependentAndThePadStaysAFormula) {
     ASSERT_TRUE(d.lower.is_const()) << d.lower.to_string();
     EXPECT_GE(d.lower.value(), 100);
     EXPECT_LE(d.lower.value(), 120);
-    for (const auto& prof : engine->plan().profiles) EXPECT_EQ(prof.symbols.at(d.symbol).lo, d.lower.value());
+    for (const auto& prof : engine->plan().profiles)
+      EXPECT_EQ(prof.symbols.at(d.symbol).lo, d.lower.value());
   }
   const std::string y = ir::dims_to_string(*engine->tensor_symbolic_shape("y"));
   EXPECT_EQ(y, "[1, 3, " + dd[0].symbol + ", " + dd[1].symbol + "]");
@@ -150,11 +151,13 @@ TEST(ResizeDataSizes, FloatScaledSizesAreDataDependentAndThePadStaysAFormula) {
     ir::SymbolValues at{{dd[0].symbol, 300}, {dd[1].symbol, 417}};
     EXPECT_EQ(p[size_t(k)].eval(at), k == 2 ? 320 : 448) << p[size_t(k)].to_string();
   }
-  for (const LayerInfo& l : engine->layers()) EXPECT_EQ(l.data_dependent, l.name == "resize") << l.name;
+  for (const LayerInfo& l : engine->layers())
+    EXPECT_EQ(l.data_dependent, l.name == "resize") << l.name;
 
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
-  for (auto [h, w] : {std::pair<int64_t, int64_t>{240, 400}, {480, 320}, {320, 320}, {241, 639}, {640, 240}}) {
+  for (auto [h, w] :
+       {std::pair<int64_t, int64_t>{240, 400}, {480, 320}, {320, 320}, {241, 639}, {640, 240}}) {
     const std::string where = std::to_string(h) + "x" + std::to_string(w);
     const Tensor x = image(h, w);
     auto out = (*ctx)->run({{"x", x}});
@@ -219,8 +222,9 @@ TEST(ResizeDataSizes, SizesWithoutAFiniteBoundAreRefused) {
   auto engine = build(unbounded, {1, 1, 1, 4}, {1, 1, 4, 4}, {1, 1, 8, 4});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(engine.status().message().find("sizes element 2 ('sizes') is computed from tensor data at run time and "
-                                           "has no upper bound"),
+  EXPECT_NE(engine.status().message().find(
+                "sizes element 2 ('sizes') is computed from tensor data at run time and "
+                "has no upper bound"),
             std::string::npos)
       << engine.status().to_string();
   // h >= 3 keeps the divisor positive: 100 / (h - 2) <= 100 bounds it.
@@ -241,7 +245,8 @@ TEST(ResizeDataSizes, SizesWithoutAFiniteBoundAreRefused) {
 )";
   auto pad = build(data_pads, {1, 4}, {1, 4}, {1, 4});
   ASSERT_FALSE(pad.ok());
-  EXPECT_NE(pad.status().message().find("is computed from tensor data at run time and has no upper bound"),
+  EXPECT_NE(pad.status().message().find(
+                "is computed from tensor data at run time and has no upper bound"),
             std::string::npos)
       << pad.status().to_string();
 }
@@ -249,7 +254,8 @@ TEST(ResizeDataSizes, SizesWithoutAFiniteBoundAreRefused) {
 // Pads and scales computed from an input's values, capped by Min and Max with constants, bound
 // their dims; each run pads and scales by what it gives.
 TEST(ResizeDataSizes, PadsAndScalesFromBoundedData) {
-  const char* pads_model = R"(graph g(%x: float32[1, n], %v: float32[2]) -> (%y: float32[?], %z: float32[?]) {
+  const char* pads_model =
+      R"(graph g(%x: float32[1, n], %v: float32[2]) -> (%y: float32[?], %z: float32[?]) {
   %f3: float32[] = dense<3.0>
   %f0: float32[] = dense<0.0>
   %f1: float32[1] = dense<[1.0]>
@@ -289,10 +295,12 @@ TEST(ResizeDataSizes, PadsAndScalesFromBoundedData) {
   auto out = (*ctx)->run({{"x", x}, {"v", make_f32({2}, {7.f, 2.f})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   // pads [0, 0, 3, 2]: dim 0's end by 3 and dim 1's by 2, repeating the edge.
-  EXPECT_TRUE(all_close(out->at("y"), make_f32({4, 5}, {1, 2, 3, 3, 3, 1, 2, 3, 3, 3, 1, 2, 3, 3, 3, 1, 2, 3, 3, 3}),
-                        0, 0));
+  EXPECT_TRUE(all_close(
+      out->at("y"), make_f32({4, 5}, {1, 2, 3, 3, 3, 1, 2, 3, 3, 3, 1, 2, 3, 3, 3, 1, 2, 3, 3, 3}),
+      0, 0));
   // scales [1, 4]: each element four times.
-  EXPECT_TRUE(all_close(out->at("z"), make_f32({1, 12}, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}), 0, 0));
+  EXPECT_TRUE(
+      all_close(out->at("z"), make_f32({1, 12}, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}), 0, 0));
   out = (*ctx)->run({{"x", x}, {"v", make_f32({2}, {0.f, 1.f})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(all_close(out->at("y"), make_f32({1, 4}, {1, 2, 3, 3}), 0, 0));

@@ -1,11 +1,12 @@
 // The pattern rewriter (src/builder/rewriter.h) on small graphs: what a pattern binds, the
 // single-use rule, alternatives and operand orders tried in turn, scalar chains, the driver.
+#include "builder/rewriter.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "builder/rewriter.h"
 #include "ir/rewrite.h"
 #include "ir/text.h"
 
@@ -19,8 +20,8 @@ using builder::rw::either;
 using builder::rw::Match;
 using builder::rw::op;
 using builder::rw::Pat;
-using builder::rw::scaled;
 using builder::rw::scalar_eq;
+using builder::rw::scaled;
 using builder::rw::Uses;
 
 ir::Graph parse(const std::string& text) {
@@ -43,7 +44,8 @@ const builder::SupportsFn kYes = [](const ir::Node&, const std::vector<const ir:
 // %s = Add(%a, %p): both operands are products, and %a is also read by %other. The commutative
 // pattern Add(MatMul, any) first binds the MatMul of %a, whose output is read outside the match;
 // the match then takes the other order, with the MatMul of %p.
-const char* kTwoProducts = R"(graph g(%x: float32[2, 2], %w: float32[2, 2]) -> (%s: float32[2, 2], %other: float32[2, 2]) {
+const char* kTwoProducts =
+    R"(graph g(%x: float32[2, 2], %w: float32[2, 2]) -> (%s: float32[2, 2], %other: float32[2, 2]) {
   opset ai.onnx 17
   %a: float32[2, 2] = MatMul(%x, %w)  # shared
   %p: float32[2, 2] = MatMul(%w, %x)  # own
@@ -56,7 +58,8 @@ TEST(Rewriter, ACommutativeMatchFailingTheSingleUseRuleTriesTheOtherOrder) {
   ir::Graph g = parse(kTwoProducts);
   Uses uses(g);
   Context ctx{&g, &uses, &kYes};
-  const Pat pattern = op("Add", {op("MatMul", {any("l"), any("r")}).as("mm"), any("rest")}).commutative();
+  const Pat pattern =
+      op("Add", {op("MatMul", {any("l"), any("r")}).as("mm"), any("rest")}).commutative();
   auto m = builder::rw::match_at(ctx, pattern, node_named(g, "sum"));
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->node("mm"), node_named(g, "own"));
@@ -117,14 +120,13 @@ TEST(Rewriter, TheDriverAppliesRulesToAFixedPointAndDropsWhatNoOneReads) {
   %y: float32[2] = Relu(%c)  # r4
 }
 )");
-  std::vector<builder::rw::Rule> rules = {
-      {"relu_relu", op("Relu", {op("Relu", {any("x")})}),
-       [](Context& ctx, const Match& m) -> StatusOr<bool> {
-         ir::Node r = ctx.node(m.matched[0]);
-         r.replaced.clear();
-         r.inputs = {m.value("x")};
-         return builder::rw::replace(ctx, m, std::move(r));
-       }}};
+  std::vector<builder::rw::Rule> rules = {{"relu_relu", op("Relu", {op("Relu", {any("x")})}),
+                                           [](Context& ctx, const Match& m) -> StatusOr<bool> {
+                                             ir::Node r = ctx.node(m.matched[0]);
+                                             r.replaced.clear();
+                                             r.inputs = {m.value("x")};
+                                             return builder::rw::replace(ctx, m, std::move(r));
+                                           }}};
   auto n = builder::rw::apply(&g, rules, kYes);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   EXPECT_EQ(*n, 3);
@@ -134,7 +136,8 @@ TEST(Rewriter, TheDriverAppliesRulesToAFixedPointAndDropsWhatNoOneReads) {
 }
 
 TEST(Rewriter, NodeOfMatchesANodeWhateverItsInputsAndBindsNothingBelow) {
-  ir::Graph g = parse(R"(graph g(%a: float32[2], %b: float32[2], %c: float32[2]) -> (%y: float32[6], %z: float32[4]) {
+  ir::Graph g = parse(
+      R"(graph g(%a: float32[2], %b: float32[2], %c: float32[2]) -> (%y: float32[6], %z: float32[4]) {
   opset ai.onnx 17
   %y: float32[6] = Concat(%a, %b, %c) {axis=0}  # three
   %z: float32[4] = Concat(%a, %b) {axis=0}  # two
@@ -149,8 +152,10 @@ TEST(Rewriter, NodeOfMatchesANodeWhateverItsInputsAndBindsNothingBelow) {
     EXPECT_TRUE(m->values.empty());
   }
   // An op pattern still asks for its exact arity, and node_of for its op.
-  EXPECT_FALSE(builder::rw::match_at(ctx, op("Concat", {any(), any()}), node_named(g, "three")).has_value());
-  EXPECT_FALSE(builder::rw::match_at(ctx, builder::rw::node_of("Relu"), node_named(g, "two")).has_value());
+  EXPECT_FALSE(
+      builder::rw::match_at(ctx, op("Concat", {any(), any()}), node_named(g, "three")).has_value());
+  EXPECT_FALSE(
+      builder::rw::match_at(ctx, builder::rw::node_of("Relu"), node_named(g, "two")).has_value());
 }
 
 }  // namespace

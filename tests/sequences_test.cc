@@ -24,8 +24,8 @@ constexpr int kFloat = 1, kInt64 = 7, kBool = 9;
   return t;
 }
 
-void add_kind_input(::onnx::GraphProto* g, const std::string& name, int elem_type, const std::vector<std::string>& dims,
-                    bool optional, bool sequence) {
+void add_kind_input(::onnx::GraphProto* g, const std::string& name, int elem_type,
+                    const std::vector<std::string>& dims, bool optional, bool sequence) {
   auto* vi = g->add_input();
   vi->set_name(name);
   auto* tt = element_type(vi->mutable_type(), optional, sequence)->mutable_tensor_type();
@@ -41,10 +41,13 @@ void add_kind_input(::onnx::GraphProto* g, const std::string& name, int elem_typ
   }
 }
 
-void add_kind_output(::onnx::GraphProto* g, const std::string& name, int elem_type, bool optional, bool sequence) {
+void add_kind_output(::onnx::GraphProto* g, const std::string& name, int elem_type, bool optional,
+                     bool sequence) {
   auto* vi = g->add_output();
   vi->set_name(name);
-  element_type(vi->mutable_type(), optional, sequence)->mutable_tensor_type()->set_elem_type(elem_type);
+  element_type(vi->mutable_type(), optional, sequence)
+      ->mutable_tensor_type()
+      ->set_elem_type(elem_type);
 }
 
 void add_int_attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
@@ -115,11 +118,13 @@ TEST(Sequences, ASequenceInputIsOneTensorInputPerElement) {
     (engine->tensor_mode(name) == TensorIOMode::kINPUT ? inputs : outputs).push_back(name);
   }
   EXPECT_EQ(inputs, (std::vector<std::string>{"xs[0]", "xs[1]", "xs[2]", "t"}));
-  EXPECT_EQ(outputs, (std::vector<std::string>{"y", "len", "last", "grown[0]", "grown[1]", "grown[2]", "grown[3]", "z"}));
+  EXPECT_EQ(outputs, (std::vector<std::string>{"y", "len", "last", "grown[0]", "grown[1]",
+                                               "grown[2]", "grown[3]", "z"}));
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
 
-  const Tensor a = random_f32({2, 4}, 1), b = random_f32({2, 4}, 2), c = random_f32({2, 4}, 3), t = random_f32({2, 4}, 4);
+  const Tensor a = random_f32({2, 4}, 1), b = random_f32({2, 4}, 2), c = random_f32({2, 4}, 3),
+               t = random_f32({2, 4}, 4);
   auto out = (*ctx)->run({{"xs[0]", a}, {"xs[1]", b}, {"xs[2]", c}, {"t", t}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   ASSERT_EQ(out->at("y").shape(), (Shape{6, 4}));
@@ -161,13 +166,15 @@ TEST(Sequences, ASequenceInputNeedsItsLength) {
   auto engine = Builder().build(*net, BuilderConfig());
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("'xs'"), std::string::npos) << engine.status().message();
-  EXPECT_NE(engine.status().message().find("set_sequence_length"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("set_sequence_length"), std::string::npos)
+      << engine.status().message();
   BuilderConfig config;
   ASSERT_TRUE(config.set_sequence_length("t", 2).ok());
   engine = Builder().build(*net, config);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("'t'"), std::string::npos) << engine.status().message();
-  EXPECT_NE(engine.status().message().find("not a sequence"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("not a sequence"), std::string::npos)
+      << engine.status().message();
   EXPECT_FALSE(config.set_sequence_length("xs", -1).ok());
 }
 
@@ -208,7 +215,8 @@ TEST(Sequences, SplitToSequenceAndSequenceMapUnrollPerElement) {
   for (int64_t part = 0; part < 3; ++part) {
     for (int64_t r = 0; r < 2; ++r) {
       for (int64_t k = 0; k < 4; ++k) {
-        EXPECT_EQ(out->at("y").data_as<float>()[r * 12 + part * 4 + k], std::max(xp[(part * 2 + r) * 4 + k], 0.f));
+        EXPECT_EQ(out->at("y").data_as<float>()[r * 12 + part * 4 + k],
+                  std::max(xp[(part * 2 + r) * 4 + k], 0.f));
       }
     }
   }
@@ -238,7 +246,8 @@ TEST(Sequences, ASplitOfADimTheProfileFixesHasThatLength) {
     auto engine = Builder().build(*net, config);
     if (!fixed) {
       ASSERT_FALSE(engine.ok());
-      EXPECT_NE(engine.status().message().find("splits dim 0 of 'x'"), std::string::npos) << engine.status().message();
+      EXPECT_NE(engine.status().message().find("splits dim 0 of 'x'"), std::string::npos)
+          << engine.status().message();
       continue;
     }
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
@@ -304,7 +313,8 @@ TEST(Sequences, AnOptionalInputIsBuiltPresentOrAbsent) {
   wrong.set_optional_present("y", false);
   auto refused = Builder().build(*net, wrong);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("not an input"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("not an input"), std::string::npos)
+      << refused.status().message();
 }
 
 // A position only the run knows is refused with the reason (a shape-value input would do).
@@ -320,9 +330,12 @@ TEST(Sequences, APositionFromDataIsRefusedWithTheReason) {
   ASSERT_TRUE(net.ok()) << net.status().to_string();
   auto engine = Builder().build(*net, BuilderConfig());
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("node 'at'"), std::string::npos) << engine.status().message();
-  EXPECT_NE(engine.status().message().find("'pos'"), std::string::npos) << engine.status().message();
-  EXPECT_NE(engine.status().message().find("at run time"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("node 'at'"), std::string::npos)
+      << engine.status().message();
+  EXPECT_NE(engine.status().message().find("'pos'"), std::string::npos)
+      << engine.status().message();
+  EXPECT_NE(engine.status().message().find("at run time"), std::string::npos)
+      << engine.status().message();
   // Given as a shape-value input, the position is known to the build.
   BuilderConfig config;
   OptimizationProfile p;
@@ -362,8 +375,10 @@ TEST(Sequences, AnIfOnDataPassesSequencesOfOneLength) {
     auto engine = Builder().build(*net, BuilderConfig());
     if (!same_length) {
       ASSERT_FALSE(engine.ok());
-      EXPECT_NE(engine.status().message().find("'c'"), std::string::npos) << engine.status().message();
-      EXPECT_NE(engine.status().message().find("a sequence of 2 tensors in one branch and a sequence of 3"),
+      EXPECT_NE(engine.status().message().find("'c'"), std::string::npos)
+          << engine.status().message();
+      EXPECT_NE(engine.status().message().find(
+                    "a sequence of 2 tensors in one branch and a sequence of 3"),
                 std::string::npos)
           << engine.status().message();
       continue;
@@ -373,7 +388,8 @@ TEST(Sequences, AnIfOnDataPassesSequencesOfOneLength) {
     ASSERT_TRUE(ctx.ok());
     const Tensor a = Tensor::from_vector<float>(DType::kFloat32, {3}, {-1, 2, -3});
     for (bool c : {true, false}) {
-      auto out = (*ctx)->run({{"a", a}, {"c", Tensor::from_vector<uint8_t>(DType::kBool, {}, {uint8_t(c)})}});
+      auto out = (*ctx)->run(
+          {{"a", a}, {"c", Tensor::from_vector<uint8_t>(DType::kBool, {}, {uint8_t(c)})}});
       ASSERT_TRUE(out.ok()) << out.status().to_string();
       EXPECT_EQ(out->at("s[0]").data_as<float>()[0], c ? 1.f : 0.f);
       EXPECT_EQ(out->at("s[0]").data_as<float>()[1], c ? -2.f : 2.f);
@@ -407,8 +423,10 @@ TEST(Sequences, MalformedSequenceNodesInABranchAreRefused) {
     ASSERT_TRUE(net.ok()) << net.status().to_string();
     auto engine = Builder().build(*net, BuilderConfig());
     ASSERT_FALSE(engine.ok());
-    EXPECT_NE(engine.status().message().find("insert"), std::string::npos) << engine.status().message();
-    EXPECT_NE(engine.status().message().find(variant == 0 ? "1 inputs" : "omitted"), std::string::npos)
+    EXPECT_NE(engine.status().message().find("insert"), std::string::npos)
+        << engine.status().message();
+    EXPECT_NE(engine.status().message().find(variant == 0 ? "1 inputs" : "omitted"),
+              std::string::npos)
         << engine.status().message();
   }
 }

@@ -24,7 +24,8 @@ namespace {
 
 // vals/idx = TopK(x, k) along dim 1; e = a [1, 4] row expanded to `shape`; r = Range(0, lim, 1);
 // p = x padded by `pads` (constant 0).
-const char* kModel = R"(graph g(%x: float32[n, 10], %k: int64[1], %shape: int64[2], %lim: int64[], %pads: int64[4])
+const char* kModel =
+    R"(graph g(%x: float32[n, 10], %k: int64[1], %shape: int64[2], %lim: int64[], %pads: int64[4])
     -> (%vals: float32[?], %idx: int64[?], %e: float32[?], %r: int64[?], %p: float32[?]) {
   %row: float32[1, 4] = dense<[1.0, 2.0, 3.0, 4.0]>
   %zero: int64[] = dense<0>
@@ -79,7 +80,8 @@ std::map<std::string, Tensor> feeds(int64_t n, const Values& v) {
 }
 
 // What the model computes, by hand.
-void expect_outputs(int64_t n, const Values& v, const std::map<std::string, Tensor>& out, const std::string& where) {
+void expect_outputs(int64_t n, const Values& v, const std::map<std::string, Tensor>& out,
+                    const std::string& where) {
   const Tensor x = input(n);
   const float* xs = x.data_as<float>();
   ASSERT_EQ(out.at("vals").shape(), (Shape{n, v.k})) << where;
@@ -94,7 +96,8 @@ void expect_outputs(int64_t n, const Values& v, const std::map<std::string, Tens
     }
   }
   ASSERT_EQ(out.at("e").shape(), (Shape{v.rows, 4})) << where;
-  for (int64_t i = 0; i < v.rows * 4; ++i) EXPECT_EQ(out.at("e").data_as<float>()[i], float(i % 4 + 1)) << where;
+  for (int64_t i = 0; i < v.rows * 4; ++i)
+    EXPECT_EQ(out.at("e").data_as<float>()[i], float(i % 4 + 1)) << where;
   ASSERT_EQ(out.at("r").shape(), (Shape{v.lim})) << where;
   for (int64_t i = 0; i < v.lim; ++i) EXPECT_EQ(out.at("r").data_as<int64_t>()[i], i) << where;
   const int64_t pr = n + v.pads[0] + v.pads[2], pc = 10 + v.pads[1] + v.pads[3];
@@ -108,28 +111,33 @@ void expect_outputs(int64_t n, const Values& v, const std::map<std::string, Tens
   }
 }
 
-const std::vector<std::pair<int64_t, Values>> kRuns = {
-    {2, {3, 2, 5, {0, 1, 0, 1}}}, {4, {5, 6, 50, {2, 3, 2, 3}}}, {1, {1, 1, 0, {0, 0, 0, 0}}},
-    {3, {2, 3, 17, {1, 0, 2, 3}}}, {2, {3, 2, 5, {0, 1, 0, 1}}}};
+const std::vector<std::pair<int64_t, Values>> kRuns = {{2, {3, 2, 5, {0, 1, 0, 1}}},
+                                                       {4, {5, 6, 50, {2, 3, 2, 3}}},
+                                                       {1, {1, 1, 0, {0, 0, 0, 0}}},
+                                                       {3, {2, 3, 17, {1, 0, 2, 3}}},
+                                                       {2, {3, 2, 5, {0, 1, 0, 1}}}};
 
 TEST(ShapeValues, ValuesGivenAtRunTimeSizeEveryOutput) {
   auto engine = build(Device::kCPU, ranged_profile());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  for (const char* name : {"k", "shape", "lim", "pads"}) EXPECT_TRUE(engine->is_shape_inference_io(name)) << name;
+  for (const char* name : {"k", "shape", "lim", "pads"})
+    EXPECT_TRUE(engine->is_shape_inference_io(name)) << name;
   EXPECT_FALSE(engine->is_shape_inference_io("x"));
   EXPECT_FALSE(engine->is_shape_inference_io("vals"));
   // The outputs' formulas name the values' symbols; shape's dim 1 is fixed at 4 by the profile.
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("vals")), "[n, k_0]");
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("e")), "[shape_0, 4]");
   EXPECT_EQ(ir::dims_to_string(*engine->tensor_symbolic_shape("r")), "[lim]");
-  EXPECT_EQ(*engine->profile_tensor_values("pads", 0, OptProfileSelector::kMAX), (std::vector<int64_t>{2, 3, 2, 3}));
-  EXPECT_EQ(*engine->profile_tensor_values("k", 0, OptProfileSelector::kOPT), (std::vector<int64_t>{3}));
+  EXPECT_EQ(*engine->profile_tensor_values("pads", 0, OptProfileSelector::kMAX),
+            (std::vector<int64_t>{2, 3, 2, 3}));
+  EXPECT_EQ(*engine->profile_tensor_values("k", 0, OptProfileSelector::kOPT),
+            (std::vector<int64_t>{3}));
   EXPECT_FALSE(engine->profile_tensor_values("x", 0, OptProfileSelector::kMIN).ok());
   auto ctx = engine->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   for (const auto& [n, v] : kRuns) {
-    const std::string where = "n=" + std::to_string(n) + " k=" + std::to_string(v.k) + " rows=" +
-                              std::to_string(v.rows) + " lim=" + std::to_string(v.lim);
+    const std::string where = "n=" + std::to_string(n) + " k=" + std::to_string(v.k) +
+                              " rows=" + std::to_string(v.rows) + " lim=" + std::to_string(v.lim);
     auto out = (*ctx)->run(feeds(n, v));
     ASSERT_TRUE(out.ok()) << where << ": " << out.status().to_string();
     expect_outputs(n, v, *out, where);
@@ -151,9 +159,10 @@ TEST(ShapeValues, ExecuteRereadsTheValuesEveryRun) {
   }
   EXPECT_EQ(*c.tensor_shape("vals"), (Shape{2, 3}));
   EXPECT_EQ(*c.tensor_shape("r"), (Shape{5}));
-  GrowingOutputAllocator alloc[5] = {GrowingOutputAllocator(Device::kCPU), GrowingOutputAllocator(Device::kCPU),
-                                     GrowingOutputAllocator(Device::kCPU), GrowingOutputAllocator(Device::kCPU),
-                                     GrowingOutputAllocator(Device::kCPU)};
+  GrowingOutputAllocator alloc[5] = {
+      GrowingOutputAllocator(Device::kCPU), GrowingOutputAllocator(Device::kCPU),
+      GrowingOutputAllocator(Device::kCPU), GrowingOutputAllocator(Device::kCPU),
+      GrowingOutputAllocator(Device::kCPU)};
   const char* outs[5] = {"vals", "idx", "e", "r", "p"};
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.set_output_allocator(outs[i], &alloc[i]).ok());
   ASSERT_TRUE(c.execute().ok());
@@ -181,15 +190,18 @@ TEST(ShapeValues, ValuesOutsideTheProfileAreRefusedByName) {
   ASSERT_TRUE(ctx.ok());
   auto out = (*ctx)->run(feeds(2, {6, 2, 5, {0, 0, 0, 0}}));
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("input 'k' element 0 (k_0) = 6 is outside the range [1, 5] of optimization profile 0"),
-            std::string::npos)
+  EXPECT_NE(
+      out.status().message().find(
+          "input 'k' element 0 (k_0) = 6 is outside the range [1, 5] of optimization profile 0"),
+      std::string::npos)
       << out.status().to_string();
   // shape's dim 1 is fixed at 4 by every profile.
   std::map<std::string, Tensor> in = feeds(2, {3, 2, 5, {0, 0, 0, 0}});
   in["shape"] = make_i64({2}, {2, 3});
   out = (*ctx)->run(in);
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("input 'shape' element 1 = 3, but the engine's profiles fix it at 4"),
+  EXPECT_NE(out.status().message().find(
+                "input 'shape' element 1 = 3, but the engine's profiles fix it at 4"),
             std::string::npos)
       << out.status().to_string();
   // A good run after the refusals.
@@ -220,10 +232,15 @@ TEST(ShapeValues, BadProfilesAreRefusedByName) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {[](OptimizationProfile& q) { (void)q.set_shape_values("nope", {1}, {1}, {2}); }, "'nope', which is not an input"},
-      {[](OptimizationProfile& q) { (void)q.set_shape_values("pads", {0, 0}, {0, 0}, {1, 1}); },
+      {[](OptimizationProfile& q) { (void)q.set_shape_values("nope", {1}, {1}, {2}); },
+       "'nope', which is not an input"},
+      {[](OptimizationProfile& q) {
+         (void)q.set_shape_values("pads", {0, 0}, {0, 0}, {1, 1});
+       },
        "gives 2 shape values for input 'pads', which has 4 elements"},
-      {[](OptimizationProfile& q) { (void)q.set_shape_values("x", make_f32({1, 10}, std::vector<float>(10, 0.f))); },
+      {[](OptimizationProfile& q) {
+         (void)q.set_shape_values("x", make_f32({1, 10}, std::vector<float>(10, 0.f)));
+       },
        "must fix its shape"},
       {[](OptimizationProfile& q) { (void)q.set_shape_values("k", make_f32({1}, {2.f})); },
        "the shape value given for input 'k' is float32[1]; the input is int64[1]"},
@@ -233,7 +250,8 @@ TEST(ShapeValues, BadProfilesAreRefusedByName) {
     c.edit(q);
     auto engine = build(Device::kCPU, q);
     ASSERT_FALSE(engine.ok()) << c.want;
-    EXPECT_NE(engine.status().message().find(c.want), std::string::npos) << engine.status().to_string();
+    EXPECT_NE(engine.status().message().find(c.want), std::string::npos)
+        << engine.status().to_string();
   }
   // Every profile gives values for the same inputs.
   auto net = parse_model();
@@ -245,7 +263,8 @@ TEST(ShapeValues, BadProfilesAreRefusedByName) {
   config.add_profile(second);
   auto engine = Builder(Device::kCPU).build(*net, config);
   ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("profile 1 gives no shape values for input"), std::string::npos)
+  EXPECT_NE(engine.status().message().find("profile 1 gives no shape values for input"),
+            std::string::npos)
       << engine.status().to_string();
 }
 
@@ -275,8 +294,10 @@ TEST(ShapeValues, AFloatInputTakesTheOneValueItWasBuiltFor) {
   EXPECT_EQ(out->at("y").data_as<float>()[23], 4.f);
   out = (*ctx)->run({{"x", x}, {"scales", make_f32({4}, {1.f, 1.f, 2.f, 2.f})}});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("input 'scales' = [1, 1, 2, 2], but the engine was built for the value [1, 1, 2, 3]"),
-            std::string::npos)
+  EXPECT_NE(
+      out.status().message().find(
+          "input 'scales' = [1, 1, 2, 2], but the engine was built for the value [1, 1, 2, 3]"),
+      std::string::npos)
       << out.status().to_string();
 }
 
@@ -286,7 +307,8 @@ TEST(ShapeValues, TheEngineFileKeepsThemAndTheVerifierChecksThem) {
   auto loaded = Engine::deserialize(engine->serialize());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_TRUE(loaded->is_shape_inference_io("lim"));
-  EXPECT_EQ(*loaded->profile_tensor_values("lim", 0, OptProfileSelector::kMAX), (std::vector<int64_t>{50}));
+  EXPECT_EQ(*loaded->profile_tensor_values("lim", 0, OptProfileSelector::kMAX),
+            (std::vector<int64_t>{50}));
   auto ctx = loaded->create_execution_context();
   ASSERT_TRUE(ctx.ok());
   auto out = (*ctx)->run(feeds(4, kRuns[1].second));
@@ -299,7 +321,8 @@ TEST(ShapeValues, TheEngineFileKeepsThemAndTheVerifierChecksThem) {
   p.profiles[0].values[0].max[0] += 100;
   auto bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("every profile ranges each shape value as its symbol"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("every profile ranges each shape value as its symbol"),
+            std::string::npos)
       << bad.status().to_string();
   // A plan whose shape-value symbol collides with an input dim's.
   p = engine->plan();
@@ -310,7 +333,8 @@ TEST(ShapeValues, TheEngineFileKeepsThemAndTheVerifierChecksThem) {
   }
   bad = Engine::from_plan(p);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("shape-value symbols are new symbols"), std::string::npos) << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("shape-value symbols are new symbols"), std::string::npos)
+      << bad.status().to_string();
 }
 
 // On CUDA the values stay in host memory; the run and the graph cache follow them.
@@ -324,7 +348,8 @@ TEST(ShapeValues, CudaGivesTheSameOutputs) {
     ASSERT_TRUE(ctx.ok());
     (*ctx)->set_use_cuda_graph(graph);
     for (const auto& [n, v] : kRuns) {
-      const std::string where = std::string(graph ? "graph " : "") + "n=" + std::to_string(n) + " k=" + std::to_string(v.k);
+      const std::string where = std::string(graph ? "graph " : "") + "n=" + std::to_string(n) +
+                                " k=" + std::to_string(v.k);
       auto out = (*ctx)->run(feeds(n, v));
       ASSERT_TRUE(out.ok()) << where << ": " << out.status().to_string();
       expect_outputs(n, v, *out, where);

@@ -36,7 +36,8 @@ int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 class Stress : public ::testing::TestWithParam<Device> {};
@@ -50,8 +51,8 @@ TEST_P(Stress, ContextsOnOneEngineMatchSingleThreadRunsBitwise) {
   const int64_t n_contexts = env_int("KILN_STRESS_CONTEXTS", 4, 1, 256);
   BuilderConfig config;
   config.clear_flag(BuilderFlag::kTF32);
-  auto engine = build_model(models_dir() + "/mobilenet_v3_small/model.onnx", shared_model_profile("mobilenet_v3_small"),
-                            device, config);
+  auto engine = build_model(models_dir() + "/mobilenet_v3_small/model.onnx",
+                            shared_model_profile("mobilenet_v3_small"), device, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
 
   // Inputs of changing batch, each with its single-thread result.
@@ -110,11 +111,13 @@ TEST_P(Stress, ContextsOnOneEngineMatchSingleThreadRunsBitwise) {
     });
   }
   for (auto& th : threads) th.join();
-  std::printf("[ stress ] %s: %lld contexts x %lld threads x %lld s: %lld runs, %lld mismatches, %lld errors\n",
-              std::string(device_name(device)).c_str(), static_cast<long long>(n_contexts),
-              static_cast<long long>(n_threads), static_cast<long long>(seconds),
-              static_cast<long long>(runs.load()), static_cast<long long>(mismatches.load()),
-              static_cast<long long>(errors.load()));
+  std::printf(
+      "[ stress ] %s: %lld contexts x %lld threads x %lld s: %lld runs, %lld mismatches, %lld "
+      "errors\n",
+      std::string(device_name(device)).c_str(), static_cast<long long>(n_contexts),
+      static_cast<long long>(n_threads), static_cast<long long>(seconds),
+      static_cast<long long>(runs.load()), static_cast<long long>(mismatches.load()),
+      static_cast<long long>(errors.load()));
   EXPECT_GT(runs.load(), n_contexts);  // more runs than contexts, or the test measured nothing
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_EQ(errors.load(), 0) << first_error;

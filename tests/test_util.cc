@@ -12,12 +12,12 @@ namespace kiln::testing {
 
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& e, double atol, double rtol) {
   if (a.dtype() != e.dtype()) {
-    return ::testing::AssertionFailure() << "dtype " << dtype_name(a.dtype()) << " != expected "
-                                         << dtype_name(e.dtype());
+    return ::testing::AssertionFailure()
+           << "dtype " << dtype_name(a.dtype()) << " != expected " << dtype_name(e.dtype());
   }
   if (a.shape() != e.shape()) {
-    return ::testing::AssertionFailure() << "shape " << shape_to_string(a.shape()) << " != expected "
-                                         << shape_to_string(e.shape());
+    return ::testing::AssertionFailure() << "shape " << shape_to_string(a.shape())
+                                         << " != expected " << shape_to_string(e.shape());
   }
   int64_t n = a.numel();
   if (!is_float(a.dtype()) && atol == 0 && rtol == 0) {
@@ -56,8 +56,9 @@ namespace kiln::testing {
     }
   }
   if (nonzero_e > n / 2 && nonzero_a < nonzero_e / 4) {
-    return ::testing::AssertionFailure() << "output is mostly zero (" << nonzero_a << " nonzero of "
-                                         << n << ") where the reference is not (" << nonzero_e << ")";
+    return ::testing::AssertionFailure()
+           << "output is mostly zero (" << nonzero_a << " nonzero of " << n
+           << ") where the reference is not (" << nonzero_e << ")";
   }
   if (bad) {
     return ::testing::AssertionFailure()
@@ -132,7 +133,8 @@ Tensor make_i64(Shape shape, std::vector<int64_t> values) {
   return Tensor::from_vector(DType::kInt64, std::move(shape), values);
 }
 
-StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node, const std::vector<Tensor>& inputs,
+StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node,
+                                             const std::vector<Tensor>& inputs,
                                              const std::vector<std::pair<DType, Shape>>& outputs) {
   ir::Graph g;
   std::vector<const ir::Value*> in_vals, out_vals;
@@ -148,7 +150,8 @@ StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node, const std::ve
     v.dtype = outputs[i].first;
     v.shape = std::vector<ir::Dim>(outputs[i].second.begin(), outputs[i].second.end());
   }
-  for (size_t i = 0; i < inputs.size(); ++i) in_vals.push_back(inputs[i].empty() ? nullptr : &g.values[i]);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    in_vals.push_back(inputs[i].empty() ? nullptr : &g.values[i]);
   for (size_t i = 0; i < outputs.size(); ++i) out_vals.push_back(&g.values[inputs.size() + i]);
   backends::KernelQuery q{node, in_vals, out_vals};
   KILN_ASSIGN_OR_RETURN(auto kernel, backends::create_reference_kernel(q));

@@ -268,7 +268,8 @@ TEST(TimingCacheBuild, CachedTacticIsWhatThePlanRecords) {
   q.opt_symbols = &opt;
   q.min_symbols = &min;
   const backends::KernelImpl* impl = nullptr;
-  for (const auto* c : backends::kernel_registry().candidates(ops::find_op("", "Relu"), Device::kCPU)) {
+  for (const auto* c :
+       backends::kernel_registry().candidates(ops::find_op("", "Relu"), Device::kCPU)) {
     if (c->supports(q).ok()) {
       impl = c;
       break;

@@ -26,24 +26,37 @@ inline Tensor make_typed(DType dt, Shape shape, const std::vector<double>& v) {
     return Tensor::from_vector(dt, std::move(shape), out);
   };
   switch (dt) {
-    case DType::kFloat32: return as(float{});
-    case DType::kFloat64: return as(double{});
-    case DType::kInt8: return as(int8_t{});
-    case DType::kUInt8: return as(uint8_t{});
-    case DType::kBool: return as(uint8_t{});
-    case DType::kInt16: return as(int16_t{});
-    case DType::kUInt16: return as(uint16_t{});
-    case DType::kInt32: return as(int32_t{});
-    case DType::kUInt32: return as(uint32_t{});
-    case DType::kInt64: return as(int64_t{});
-    case DType::kUInt64: return as(uint64_t{});
+    case DType::kFloat32:
+      return as(float{});
+    case DType::kFloat64:
+      return as(double{});
+    case DType::kInt8:
+      return as(int8_t{});
+    case DType::kUInt8:
+      return as(uint8_t{});
+    case DType::kBool:
+      return as(uint8_t{});
+    case DType::kInt16:
+      return as(int16_t{});
+    case DType::kUInt16:
+      return as(uint16_t{});
+    case DType::kInt32:
+      return as(int32_t{});
+    case DType::kUInt32:
+      return as(uint32_t{});
+    case DType::kInt64:
+      return as(int64_t{});
+    case DType::kUInt64:
+      return as(uint64_t{});
     case DType::kFloat16:
     case DType::kBFloat16: {
       std::vector<uint16_t> out;
-      for (double d : v) out.push_back(dt == DType::kFloat16 ? float_to_half(float(d)) : float_to_bf16(float(d)));
+      for (double d : v)
+        out.push_back(dt == DType::kFloat16 ? float_to_half(float(d)) : float_to_bf16(float(d)));
       return Tensor::from_vector(dt, std::move(shape), out);
     }
-    default: return Tensor();
+    default:
+      return Tensor();
   }
 }
 

@@ -87,7 +87,8 @@ class Kernel {
   virtual ~Kernel() = default;
   // Runs the node. Output views are allocated with exactly the shapes the runtime resolved.
   // Must not allocate in steady state beyond what prepare() sized.
-  virtual Status execute(std::span<const TensorView> inputs, std::span<const TensorView> outputs) = 0;
+  virtual Status execute(std::span<const TensorView> inputs,
+                         std::span<const TensorView> outputs) = 0;
   virtual std::string name() const = 0;
   // The stream (cudaStream_t on CUDA) later execute() calls enqueue on; ignored on the CPU.
   virtual void set_stream(void* stream) {}
@@ -110,7 +111,8 @@ class Kernel {
   // whose workspace slot does not match the implementation's formula).
   Status check_workspace(size_t bytes, const std::string& who) const {
     if (bytes <= workspace_size_) return ok_status();
-    return internal_error(who + " needs " + std::to_string(bytes) + " bytes of workspace but the plan gives " +
+    return internal_error(who + " needs " + std::to_string(bytes) +
+                          " bytes of workspace but the plan gives " +
                           std::to_string(workspace_size_));
   }
   void* workspace_ = nullptr;
@@ -158,16 +160,18 @@ class Backend {
   // an executable graph instead of running. kUnsupported where the backend has none.
   virtual Status begin_capture(void* stream) const { return unsupported("graph capture"); }
   virtual StatusOr<void*> end_capture(void* stream) const { return unsupported("graph capture"); }
-  virtual Status launch_graph(void* graph, void* stream) const { return unsupported("graph capture"); }
+  virtual Status launch_graph(void* graph, void* stream) const {
+    return unsupported("graph capture");
+  }
   virtual void destroy_graph(void* graph) const {}
   // Orders two streams: work queued on `waiter` from now on starts after the work queued on
   // `producer` so far (an event recorded on one, waited for by the other; nothing blocks the host).
   // nullptr is CUDA's legacy default stream (stream 0). The CPU runs everything as it is enqueued.
   virtual Status order_after(void* waiter, void* producer) const { return ok_status(); }
-  // Per-layer timing (ExecutionContext::set_profiler): a marker recorded on `stream` passes once the
-  // work enqueued before it has run; marker_elapsed_ms is the time between two markers that have
-  // both passed (the caller synchronizes first). The CPU's markers are clock readings, its kernels
-  // running as they are enqueued.
+  // Per-layer timing (ExecutionContext::set_profiler): a marker recorded on `stream` passes once
+  // the work enqueued before it has run; marker_elapsed_ms is the time between two markers that
+  // have both passed (the caller synchronizes first). The CPU's markers are clock readings, its
+  // kernels running as they are enqueued.
   virtual StatusOr<void*> create_marker() const {
     return static_cast<void*>(new std::chrono::steady_clock::time_point());
   }
@@ -177,7 +181,8 @@ class Backend {
   }
   virtual StatusOr<double> marker_elapsed_ms(void* from, void* to) const {
     using T = std::chrono::steady_clock::time_point;
-    return std::chrono::duration<double, std::milli>(*static_cast<T*>(to) - *static_cast<T*>(from)).count();
+    return std::chrono::duration<double, std::milli>(*static_cast<T*>(to) - *static_cast<T*>(from))
+        .count();
   }
   virtual void destroy_marker(void* marker) const {
     delete static_cast<std::chrono::steady_clock::time_point*>(marker);
@@ -193,9 +198,11 @@ class Backend {
  protected:
   static StatusOr<void*> host_allocate(size_t bytes) {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    if (rounded < bytes) return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+    if (rounded < bytes)
+      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
     void* p = std::aligned_alloc(64, rounded);
-    if (!p) return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+    if (!p)
+      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
     return p;
   }
 };

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <map>
-#include <string_view>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"

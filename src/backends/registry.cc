@@ -10,7 +10,8 @@ namespace kiln::backends {
 
 StatusOr<const Backend*> get_backend(Device device) {
   switch (device) {
-    case Device::kCPU: return &cpu::cpu_backend();
+    case Device::kCPU:
+      return &cpu::cpu_backend();
     case Device::kCUDA:
 #ifdef KILN_HAVE_CUDA
       return cuda::cuda_backend();
@@ -43,7 +44,8 @@ StatusOr<std::unique_ptr<Kernel>> create_reference_kernel(const KernelQuery& q) 
   ops::OpKind op = ops::find_op(q.node.domain, q.node.op_type);
   const KernelImpl* impl = op == ops::OpKind::kUnknown ? nullptr : kernel_registry().reference(op);
   if (!impl) {
-    return unsupported(q.node.describe() + ": the CPU reference has no kernel for " + q.node.op_type);
+    return unsupported(q.node.describe() + ": the CPU reference has no kernel for " +
+                       q.node.op_type);
   }
   KILN_RETURN_IF_ERROR(impl->supports(q));
   return impl->instantiate(q, nullptr);

@@ -268,11 +268,12 @@ StatusOr<bool> convert_conv(ir::Graph* g, int n, const SupportsFn& supports,
   return true;
 }
 
-// Step 0 at node n: a 1-D Conv or NCHW kiln::FusedConv (X [N, C, L], W [K, C/g, k]) becomes the 2-D one it is with H = 1
-// between two Reshapes (views, run as aliases), so step 1 takes it channels-last too. cuDNN runs
-// an NCW float16 convolution on its pre-tensor-core implicit_convolve_sgemm: Whisper's two stem
-// convolutions ([32, 80, 3000] and [32, 384, 3000] in, kernel 3) took 2.24 of 5.88 ms at batch 32
-// on an H200. Taken where step 1 would take the 2-D one (its dtype, a constant filter).
+// Step 0 at node n: a 1-D Conv or NCHW kiln::FusedConv (X [N, C, L], W [K, C/g, k]) becomes the 2-D
+// one it is with H = 1 between two Reshapes (views, run as aliases), so step 1 takes it
+// channels-last too. cuDNN runs an NCW float16 convolution on its pre-tensor-core
+// implicit_convolve_sgemm: Whisper's two stem convolutions ([32, 80, 3000] and [32, 384, 3000] in,
+// kernel 3) took 2.24 of 5.88 ms at batch 32 on an H200. Taken where step 1 would take the 2-D one
+// (its dtype, a constant filter).
 StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
   const ir::Node& conv = g->nodes[size_t(n)];
   const bool fused = conv.domain == "kiln" && conv.op_type == "FusedConv";
@@ -280,19 +281,23 @@ StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
     auto layout = conv.attrs.get_string("layout", "NCHW");
     if (!layout.ok() || *layout != "NCHW") return false;
   }
-  if ((!is_onnx(conv, "Conv") && !fused) || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.outputs[0] < 0) {
+  if ((!is_onnx(conv, "Conv") && !fused) || conv.inputs.size() < 2 || conv.outputs.size() != 1 ||
+      conv.outputs[0] < 0) {
     return false;
   }
   const int x = conv.inputs[0], w = conv.inputs[1], y = conv.outputs[0];
-  const int z = fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;  // FusedConv's residual, as Y
+  const int z =
+      fused && conv.inputs.size() > 3 ? conv.inputs[3] : -1;  // FusedConv's residual, as Y
   if (x < 0 || w < 0) return false;
-  const ir::Value &xv = g->values[size_t(x)], &wv = g->values[size_t(w)], &yv = g->values[size_t(y)];
+  const ir::Value &xv = g->values[size_t(x)], &wv = g->values[size_t(w)],
+                  &yv = g->values[size_t(y)];
   if (!xv.shape || xv.shape->size() != 3 || !yv.shape || yv.shape->size() != 3 || !wv.constant ||
       wv.constant->rank() != 3) {
     return false;
   }
   const DType t = xv.dtype;
-  if (!(t == DType::kFloat16 || t == DType::kBFloat16 || (options.convert_float32 && t == DType::kFloat32))) {
+  if (!(t == DType::kFloat16 || t == DType::kBFloat16 ||
+        (options.convert_float32 && t == DType::kFloat32))) {
     return false;
   }
   // Attributes with a leading H entry: kernel 1, stride 1, dilation 1, no padding.
@@ -300,7 +305,8 @@ StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
   c2.replaced.clear();
   auto lift = [&](const char* name, std::vector<int64_t> head) -> Status {
     if (!conv.attrs.has(name)) return ok_status();
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> v, conv.attrs.get_ints(name, std::vector<int64_t>{}));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> v,
+                          conv.attrs.get_ints(name, std::vector<int64_t>{}));
     if (std::string(name) == "pads") {
       if (v.size() != 2) return invalid_argument("pads");
       set_ints(&c2, name, {0, v[0], 0, v[1]});
@@ -311,8 +317,8 @@ StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
     set_ints(&c2, name, std::move(head));
     return ok_status();
   };
-  for (auto [name, head] : {std::pair{"kernel_shape", 1}, std::pair{"strides", 1}, std::pair{"dilations", 1},
-                            std::pair{"pads", 0}}) {
+  for (auto [name, head] : {std::pair{"kernel_shape", 1}, std::pair{"strides", 1},
+                            std::pair{"dilations", 1}, std::pair{"pads", 0}}) {
     if (!lift(name, {head}).ok()) return false;
   }
   const Shape& ws = wv.constant->shape();
@@ -323,18 +329,23 @@ StatusOr<bool> lift_conv1d(ir::Graph* g, int n, const LayoutOptions& options) {
   const std::string xname = xv.name, yname = yv.name, wname = wv.name;
   const DType yt = yv.dtype;
   const std::string base = conv.name.empty() ? yname : conv.name;
-  const int x4 = ir::add_unique_value(g, xname + "_2d", t, std::vector<Dim>{xs[0], xs[1], Dim(1), xs[2]});
-  const int y4 = ir::add_unique_value(g, yname + "_2d", yt, std::vector<Dim>{ys[0], ys[1], Dim(1), ys[2]});
-  const int to4 = add_constant(g, base + "_as_2d", Tensor::from_vector<int64_t>(DType::kInt64, {4}, {0, 0, 1, -1}));
-  const int to3 = add_constant(g, base + "_as_1d", Tensor::from_vector<int64_t>(DType::kInt64, {3}, {0, 0, -1}));
+  const int x4 =
+      ir::add_unique_value(g, xname + "_2d", t, std::vector<Dim>{xs[0], xs[1], Dim(1), xs[2]});
+  const int y4 =
+      ir::add_unique_value(g, yname + "_2d", yt, std::vector<Dim>{ys[0], ys[1], Dim(1), ys[2]});
+  const int to4 = add_constant(g, base + "_as_2d",
+                               Tensor::from_vector<int64_t>(DType::kInt64, {4}, {0, 0, 1, -1}));
+  const int to3 = add_constant(g, base + "_as_1d",
+                               Tensor::from_vector<int64_t>(DType::kInt64, {3}, {0, 0, -1}));
   c2.inputs[0] = x4;
   c2.inputs[1] = add_constant(g, wname + "_2d", std::move(w4));
   c2.outputs = {y4};
   std::vector<ir::Node> nodes;
   nodes.push_back(onnx_node(*g, "Reshape", "", {x, to4}, {x4}));
   if (z >= 0) {
-    const int z4 = ir::add_unique_value(g, g->values[size_t(z)].name + "_2d", g->values[size_t(z)].dtype,
-                                        std::vector<Dim>{ys[0], ys[1], Dim(1), ys[2]});
+    const int z4 =
+        ir::add_unique_value(g, g->values[size_t(z)].name + "_2d", g->values[size_t(z)].dtype,
+                             std::vector<Dim>{ys[0], ys[1], Dim(1), ys[2]});
     nodes.push_back(onnx_node(*g, "Reshape", "", {z, to4}, {z4}));
     c2.inputs[3] = z4;
   }
@@ -532,7 +543,8 @@ StatusOr<bool> push_through_pool(ir::Graph* g, int n, const SupportsFn& supports
 // L]; the transposes around them then cancel.
 bool cancel_reshape_pair(ir::Graph* g, int n) {
   const ir::Node& r2 = g->nodes[size_t(n)];
-  if (!is_onnx(r2, "Reshape") || r2.outputs.size() != 1 || r2.outputs[0] < 0 || r2.inputs.empty()) return false;
+  if (!is_onnx(r2, "Reshape") || r2.outputs.size() != 1 || r2.outputs[0] < 0 || r2.inputs.empty())
+    return false;
   const int mid = r2.inputs[0];
   if (mid < 0 || g->values[size_t(mid)].producer < 0) return false;
   const ir::Node& r1 = g->nodes[size_t(g->values[size_t(mid)].producer)];
@@ -546,7 +558,8 @@ bool cancel_reshape_pair(ir::Graph* g, int n) {
 // The Reshape constant that views `from` as `to` for every value of the symbols: the number
 // where a dim is constant, 0 (copy) where a symbolic dim keeps its index, -1 for at most one other
 // symbolic dim; nullopt where none does.
-std::optional<std::vector<int64_t>> view_shape(const std::vector<Dim>& from, const std::vector<Dim>& to) {
+std::optional<std::vector<int64_t>> view_shape(const std::vector<Dim>& from,
+                                               const std::vector<Dim>& to) {
   std::vector<int64_t> shape;
   bool inferred = false;
   for (size_t i = 0; i < to.size(); ++i) {
@@ -570,9 +583,12 @@ std::optional<std::vector<int64_t>> view_shape(const std::vector<Dim>& from, con
 // model to [N, L, C]; two transposes of [32, 384, 1500] float16 (73 us each on an H200) go.
 bool transposes_around_a_view(ir::Graph* g, int n) {
   const ir::Node& t2 = g->nodes[size_t(n)];
-  if (!is_onnx(t2, "Transpose") || t2.outputs.size() != 1 || t2.outputs[0] < 0 || t2.inputs.empty()) return false;
+  if (!is_onnx(t2, "Transpose") || t2.outputs.size() != 1 || t2.outputs[0] < 0 || t2.inputs.empty())
+    return false;
   auto producer = [&](int v) -> const ir::Node* {
-    return v >= 0 && g->values[size_t(v)].producer >= 0 ? &g->nodes[size_t(g->values[size_t(v)].producer)] : nullptr;
+    return v >= 0 && g->values[size_t(v)].producer >= 0
+               ? &g->nodes[size_t(g->values[size_t(v)].producer)]
+               : nullptr;
   };
   const ir::Node* r = producer(t2.inputs[0]);
   if (!r || !is_onnx(*r, "Reshape") || r->inputs.empty()) return false;
@@ -610,8 +626,9 @@ bool transposes_around_a_view(ir::Graph* g, int n) {
   auto shape = view_shape(*av.shape, *out.shape);
   if (!shape) return false;
   ir::Node view = onnx_node(*g, "Reshape", t2.name, {}, t2.outputs);
-  const int s = add_constant(g, out.name + "_view_shape",
-                             Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape->size())}, *shape));
+  const int s =
+      add_constant(g, out.name + "_view_shape",
+                   Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(shape->size())}, *shape));
   view.inputs = {a, s};
   g->nodes[size_t(n)] = std::move(view);
   return true;

@@ -46,9 +46,12 @@ bool has_subgraph(const ir::Node& n) {
 
 const char* suffix(DType t) {
   switch (t) {
-    case DType::kFloat16: return "_fp16";
-    case DType::kBFloat16: return "_bf16";
-    default: return "_fp32";
+    case DType::kFloat16:
+      return "_fp16";
+    case DType::kBFloat16:
+      return "_bf16";
+    default:
+      return "_fp32";
   }
 }
 
@@ -91,8 +94,8 @@ class Assigner {
     // Engine outputs keep their types: a reduced one is renamed and cast back under its own name.
     for (int& out : g_.outputs) {
       if (g_.values[size_t(out)].dtype == original_[size_t(out)]) continue;
-      int inner = ir::add_unique_value(&g_, g_.values[size_t(out)].name + suffix(reduced_), reduced_,
-                                       g_.values[size_t(out)].shape);
+      int inner = ir::add_unique_value(&g_, g_.values[size_t(out)].name + suffix(reduced_),
+                                       reduced_, g_.values[size_t(out)].shape);
       for (ir::Node& n : g_.nodes) {
         for (int& v : n.inputs) v = v == out ? inner : v;
         for (int& v : n.outputs) v = v == out ? inner : v;
@@ -134,7 +137,8 @@ class Assigner {
     for (int v : node.outputs) any_float |= is_float32_value(v);
     if (!any_float) return false;
     switch (ops::precision_class(kind)) {
-      case ops::PrecisionClass::kReduced: break;
+      case ops::PrecisionClass::kReduced:
+        break;
       case ops::PrecisionClass::kFollow:
         // A node whose float data are all constants (an embedding table read by a Gather of
         // token ids, rotary caches sliced by a position, a mask's fill values) follows them into
@@ -146,7 +150,8 @@ class Assigner {
       case ops::PrecisionClass::kFloat32:
         if (!any_reduced || !accumulates_in_float(kind)) return false;
         break;
-      default: return false;
+      default:
+        return false;
     }
     // The node as it would be: FP32 inputs and outputs in the reduced type.
     ir::Node trial = node;
@@ -210,9 +215,12 @@ class Assigner {
 
   static int64_t onnx_type(DType t) {
     switch (t) {
-      case DType::kFloat16: return 10;
-      case DType::kBFloat16: return 16;
-      default: return 1;
+      case DType::kFloat16:
+        return 10;
+      case DType::kBFloat16:
+        return 16;
+      default:
+        return 1;
     }
   }
 
@@ -224,12 +232,14 @@ class Assigner {
     auto key = std::make_pair(v, t);
     auto it = casts_.find(key);
     if (it != casts_.end()) return it->second;
-    int nv = ir::add_unique_value(&g_, g_.values[size_t(v)].name + suffix(t), t, g_.values[size_t(v)].shape);
+    int nv = ir::add_unique_value(&g_, g_.values[size_t(v)].name + suffix(t), t,
+                                  g_.values[size_t(v)].shape);
     if (g_.values[size_t(v)].constant) {
       if (t == reduced_) {
         KILN_ASSIGN_OR_RETURN(g_.values[size_t(nv)].constant, converted(v));
       } else {
-        KILN_ASSIGN_OR_RETURN(g_.values[size_t(nv)].constant, convert(*g_.values[size_t(v)].constant, t));
+        KILN_ASSIGN_OR_RETURN(g_.values[size_t(nv)].constant,
+                              convert(*g_.values[size_t(v)].constant, t));
       }
     } else {
       g_.nodes.push_back(cast_node(v, nv));

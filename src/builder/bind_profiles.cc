@@ -47,15 +47,16 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
   };
   std::map<std::string, Lattice> lattice;
   auto describe = [&](size_t p, const ir::Value& val, size_t d) {
-    return "profile " + std::to_string(p) + ": input '" + val.name + "' dim " + std::to_string(d) + " (" +
-           (*val.shape)[d].to_string() + ")";
+    return "profile " + std::to_string(p) + ": input '" + val.name + "' dim " + std::to_string(d) +
+           " (" + (*val.shape)[d].to_string() + ")";
   };
   // The lattice each profile's steps give, per symbol: (m, r) for dims c*s + k stepped by c*m.
   for (size_t p = 0; p < profiles.size(); ++p) {
     for (int v : g.inputs) {
       const ir::Value& val = g.values[size_t(v)];
       auto it = profiles[p].inputs().find(val.name);
-      if (it == profiles[p].inputs().end() || it->second.steps.size() != val.shape->size()) continue;
+      if (it == profiles[p].inputs().end() || it->second.steps.size() != val.shape->size())
+        continue;
       const OptimizationProfile::Dims& dims = it->second;
       for (size_t d = 0; d < dims.steps.size(); ++d) {
         const int64_t step = dims.steps[d];
@@ -70,14 +71,16 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
         dim.as_linear(&sym, &c, &k);
         if (step % c != 0 || (dims.min[d] - k) % c != 0) {
           return invalid_argument(where + ": a step of " + std::to_string(step) + " from min " +
-                                  std::to_string(dims.min[d]) + " is not a whole number of steps of " + sym);
+                                  std::to_string(dims.min[d]) +
+                                  " is not a whole number of steps of " + sym);
         }
         const int64_t m = step / c, r = floor_mod((dims.min[d] - k) / c, m);
         auto [li, inserted] = lattice.emplace(sym, Lattice{m, r, where});
         if (!inserted && (li->second.m != m || li->second.r != r)) {
           return invalid_argument(where + " steps " + sym + " by " + std::to_string(m) + " from " +
-                                  std::to_string(r) + ", but " + li->second.where + " steps it by " +
-                                  std::to_string(li->second.m) + " from " + std::to_string(li->second.r) +
+                                  std::to_string(r) + ", but " + li->second.where +
+                                  " steps it by " + std::to_string(li->second.m) + " from " +
+                                  std::to_string(li->second.r) +
                                   "; every profile must give a symbol the same steps");
         }
       }
@@ -99,8 +102,9 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
         const auto& steps = it->second.steps;
         const int64_t step = d < steps.size() ? steps[d] : 1;
         if (step != c * li->second.m) {
-          return invalid_argument(describe(p, val, d) + " has step " + std::to_string(step) + ", but " +
-                                  li->second.where + " steps " + sym + " by " + std::to_string(li->second.m) +
+          return invalid_argument(describe(p, val, d) + " has step " + std::to_string(step) +
+                                  ", but " + li->second.where + " steps " + sym + " by " +
+                                  std::to_string(li->second.m) +
                                   "; every profile must give a symbol the same steps");
         }
       }
@@ -113,8 +117,8 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
   for (const auto& [sym, l] : lattice) {
     const std::string name = sym + "_step" + std::to_string(l.m);
     if (taken.count(name)) {
-      return invalid_argument("the model already has a symbol '" + name + "', the name the steps of " + sym +
-                              " (" + l.where + ") would take");
+      return invalid_argument("the model already has a symbol '" + name +
+                              "', the name the steps of " + sym + " (" + l.where + ") would take");
     }
   }
   for (int v : g.inputs) {
@@ -130,7 +134,8 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
   }
   if (log) {
     for (const auto& [sym, l] : lattice) {
-      log("steps: " + sym + " = " + (ir::Dim(l.m) * ir::Dim::symbol(sym + "_step" + std::to_string(l.m)) + l.r).to_string() +
+      log("steps: " + sym + " = " +
+          (ir::Dim(l.m) * ir::Dim::symbol(sym + "_step" + std::to_string(l.m)) + l.r).to_string() +
           " (from " + l.where + ")");
     }
   }
@@ -141,22 +146,32 @@ Status apply_steps(ir::Graph& g, const std::vector<OptimizationProfile>& profile
 // with a letter or '_'.
 std::string symbol_base(const std::string& name) {
   std::string out;
-  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
-  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0])) || out[0] == '.') out = "_" + out;
+  for (char c : name)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0])) || out[0] == '.')
+    out = "_" + out;
   return out;
 }
 
 // The range of values an element of `dtype` holds, for the profile's checks.
 ir::Interval dtype_range(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return {0, 1};
-    case DType::kInt8: return {INT8_MIN, INT8_MAX};
-    case DType::kUInt8: return {0, UINT8_MAX};
-    case DType::kInt16: return {INT16_MIN, INT16_MAX};
-    case DType::kUInt16: return {0, UINT16_MAX};
-    case DType::kInt32: return {INT32_MIN, INT32_MAX};
-    case DType::kUInt32: return {0, UINT32_MAX};
-    default: return {-ir::Interval::kInf, ir::Interval::kInf};
+    case DType::kBool:
+      return {0, 1};
+    case DType::kInt8:
+      return {INT8_MIN, INT8_MAX};
+    case DType::kUInt8:
+      return {0, UINT8_MAX};
+    case DType::kInt16:
+      return {INT16_MIN, INT16_MAX};
+    case DType::kUInt16:
+      return {0, UINT16_MAX};
+    case DType::kInt32:
+      return {INT32_MIN, INT32_MAX};
+    case DType::kUInt32:
+      return {0, UINT32_MAX};
+    default:
+      return {-ir::Interval::kInf, ir::Interval::kInf};
   }
 }
 
@@ -183,15 +198,18 @@ Status bind_shape_values(BuildState& s) {
       if (g.values[size_t(in)].name == name) v = in;
     }
     if (v < 0) {
-      return invalid_argument("a profile gives shape values for '" + name + "', which is not an input of the model");
+      return invalid_argument("a profile gives shape values for '" + name +
+                              "', which is not an input of the model");
     }
     const DType dtype = g.values[size_t(v)].dtype;
     const std::vector<ir::Dim> dims = *g.values[size_t(v)].shape;
     Shape shape;
     for (const ir::Dim& d : dims) {
       if (!d.is_const()) {
-        return invalid_argument("input '" + name + "' takes shape values (set_shape_values), so the model must fix its shape; it is " +
-                                ir::dims_to_string(dims));
+        return invalid_argument(
+            "input '" + name +
+            "' takes shape values (set_shape_values), so the model must fix its shape; it is " +
+            ir::dims_to_string(dims));
       }
       shape.push_back(d.value());
     }
@@ -200,13 +218,15 @@ Status bind_shape_values(BuildState& s) {
     for (size_t p = 0; p < profiles.size(); ++p) {
       auto it = profiles[p].shape_values().find(name);
       if (it == profiles[p].shape_values().end()) {
-        return invalid_argument("profile " + std::to_string(p) + " gives no shape values for input '" + name +
-                                "', which another profile gives; every profile gives values for the same inputs");
+        return invalid_argument(
+            "profile " + std::to_string(p) + " gives no shape values for input '" + name +
+            "', which another profile gives; every profile gives values for the same inputs");
       }
       per[p] = &it->second;
       if (it->second.fixed.has_value() != per[0]->fixed.has_value()) {
-        return invalid_argument("profiles 0 and " + std::to_string(p) + " give input '" + name +
-                                "' one a fixed value, the other a range; give it the same kind in each");
+        return invalid_argument(
+            "profiles 0 and " + std::to_string(p) + " give input '" + name +
+            "' one a fixed value, the other a range; give it the same kind in each");
       }
     }
     plan::ShapeValueInput sv;
@@ -216,41 +236,51 @@ Status bind_shape_values(BuildState& s) {
     if (per[0]->fixed) {
       const Tensor& t = *per[0]->fixed;
       if (t.dtype() != dtype || t.shape() != shape) {
-        return invalid_argument("the shape value given for input '" + name + "' is " + std::string(dtype_name(t.dtype())) +
-                                ir::dims_to_string(std::vector<ir::Dim>(t.shape().begin(), t.shape().end())) +
-                                "; the input is " + std::string(dtype_name(dtype)) + ir::dims_to_string(dims));
+        return invalid_argument(
+            "the shape value given for input '" + name + "' is " +
+            std::string(dtype_name(t.dtype())) +
+            ir::dims_to_string(std::vector<ir::Dim>(t.shape().begin(), t.shape().end())) +
+            "; the input is " + std::string(dtype_name(dtype)) + ir::dims_to_string(dims));
       }
       for (size_t p = 1; p < per.size(); ++p) {
         const Tensor& o = *per[p]->fixed;
-        if (o.dtype() != t.dtype() || o.shape() != t.shape() || std::memcmp(o.data(), t.data(), t.nbytes()) != 0) {
-          return invalid_argument("profiles 0 and " + std::to_string(p) + " fix input '" + name +
-                                  "' at different values; an input given one value takes it in every profile");
+        if (o.dtype() != t.dtype() || o.shape() != t.shape() ||
+            std::memcmp(o.data(), t.data(), t.nbytes()) != 0) {
+          return invalid_argument(
+              "profiles 0 and " + std::to_string(p) + " fix input '" + name +
+              "' at different values; an input given one value takes it in every profile");
         }
       }
       sv.fixed = t;
     } else {
       if (!is_integer(dtype) && dtype != DType::kBool) {
-        return invalid_argument("input '" + name + "' is " + std::string(dtype_name(dtype)) +
-                                ": a range of shape values is for integer and bool inputs; give a " +
-                                std::string(dtype_name(dtype)) + " input its one value (set_shape_values with a tensor)");
+        return invalid_argument(
+            "input '" + name + "' is " + std::string(dtype_name(dtype)) +
+            ": a range of shape values is for integer and bool inputs; give a " +
+            std::string(dtype_name(dtype)) +
+            " input its one value (set_shape_values with a tensor)");
       }
       if (numel > ops::kMaxSymbolicElements) {
-        return invalid_argument("input '" + name + "' has " + std::to_string(numel) + " elements; a shape-value input has at most " +
+        return invalid_argument("input '" + name + "' has " + std::to_string(numel) +
+                                " elements; a shape-value input has at most " +
                                 std::to_string(ops::kMaxSymbolicElements));
       }
       const ir::Interval held = dtype_range(dtype);
       KILN_ASSIGN_OR_RETURN(sv.fixed, Tensor::zeros(dtype, shape));
       for (size_t p = 0; p < per.size(); ++p) {
         if (int64_t(per[p]->min.size()) != numel) {
-          return invalid_argument("profile " + std::to_string(p) + " gives " + std::to_string(per[p]->min.size()) +
-                                  " shape values for input '" + name + "', which has " + std::to_string(numel) +
-                                  " elements " + ir::dims_to_string(dims));
+          return invalid_argument("profile " + std::to_string(p) + " gives " +
+                                  std::to_string(per[p]->min.size()) + " shape values for input '" +
+                                  name + "', which has " + std::to_string(numel) + " elements " +
+                                  ir::dims_to_string(dims));
         }
         for (int64_t i = 0; i < numel; ++i) {
           for (int64_t x : {per[p]->min[size_t(i)], per[p]->max[size_t(i)]}) {
             if (!held.contains(x)) {
-              return invalid_argument("profile " + std::to_string(p) + ": input '" + name + "' element " + std::to_string(i) +
-                                      " value " + std::to_string(x) + " does not fit its dtype " + std::string(dtype_name(dtype)));
+              return invalid_argument("profile " + std::to_string(p) + ": input '" + name +
+                                      "' element " + std::to_string(i) + " value " +
+                                      std::to_string(x) + " does not fit its dtype " +
+                                      std::string(dtype_name(dtype)));
             }
           }
         }
@@ -259,16 +289,19 @@ Status bind_shape_values(BuildState& s) {
       for (int64_t i = 0; i < numel; ++i) {
         bool fixed = true;
         const int64_t x = per[0]->min[size_t(i)];
-        for (const auto* vals : per) fixed = fixed && vals->min[size_t(i)] == x && vals->max[size_t(i)] == x;
+        for (const auto* vals : per)
+          fixed = fixed && vals->min[size_t(i)] == x && vals->max[size_t(i)] == x;
         if (fixed) {
           elements[size_t(i)] = ir::Dim(x);
           if (!sv.fixed.set_int_at(i, x)) {
-            return internal_error("input '" + name + "': no integer storage for " + std::string(dtype_name(dtype)));
+            return internal_error("input '" + name + "': no integer storage for " +
+                                  std::string(dtype_name(dtype)));
           }
           continue;
         }
-        const std::string sym =
-            ir::unique_symbol(symbol_base(name) + (numel == 1 && shape.empty() ? "" : "_" + std::to_string(i)), &taken);
+        const std::string sym = ir::unique_symbol(
+            symbol_base(name) + (numel == 1 && shape.empty() ? "" : "_" + std::to_string(i)),
+            &taken);
         sv.symbols[size_t(i)] = sym;
         elements[size_t(i)] = ir::Dim::symbol(sym);
         for (size_t p = 0; p < per.size(); ++p) {
@@ -314,7 +347,10 @@ Status bind_shape_values(BuildState& s) {
     if (const auto& log = s.config.shape_log()) {
       std::string text;
       for (const ir::Dim& e : elements) text += (text.empty() ? "" : ", ") + e.to_string();
-      log("shape values: input '" + name + "' = [" + (per[0]->fixed ? std::string("a fixed ") + std::string(dtype_name(dtype)) + " value" : text) + "]");
+      log("shape values: input '" + name + "' = [" +
+          (per[0]->fixed ? std::string("a fixed ") + std::string(dtype_name(dtype)) + " value"
+                         : text) +
+          "]");
     }
     s.plan.shape_values.push_back(std::move(sv));
   }
@@ -351,12 +387,14 @@ Status bind_profiles(BuildState& s) {
         if (it != s.config.profiles()[0].inputs().end()) given = &it->second;
       }
       if (!given) {
-        return invalid_model("graph input '" + val.name + "' has no shape in the model; give its shapes in the "
+        return invalid_model("graph input '" + val.name +
+                             "' has no shape in the model; give its shapes in the "
                              "profile (the input's rank is then theirs)");
       }
       std::vector<ir::Dim> dims;
       for (size_t d = 0; d < given->min.size(); ++d) {
-        dims.push_back(ir::Dim::symbol(ir::unique_symbol(symbol_base(val.name) + "_d" + std::to_string(d), &taken)));
+        dims.push_back(ir::Dim::symbol(
+            ir::unique_symbol(symbol_base(val.name) + "_d" + std::to_string(d), &taken)));
       }
       val.shape = std::move(dims);
     }
@@ -374,8 +412,10 @@ Status bind_profiles(BuildState& s) {
   const auto& profiles = s.config.profiles();
   KILN_RETURN_IF_ERROR(apply_steps(g, profiles, s.config.shape_log()));
   if (profiles.empty() && !dynamic_inputs.empty()) {
-    return invalid_argument("the model has dynamic inputs but the config has no optimization profile; "
-                            "add one with min/opt/max shapes for:" + describe_inputs(g));
+    return invalid_argument(
+        "the model has dynamic inputs but the config has no optimization profile; "
+        "add one with min/opt/max shapes for:" +
+        describe_inputs(g));
   }
   for (size_t p = 0; p < std::max<size_t>(profiles.size(), 1); ++p) {
     plan::Profile out;
@@ -386,7 +426,8 @@ Status bind_profiles(BuildState& s) {
         bool found = false;
         for (int v : g.inputs) found |= g.values[v].name == name;
         if (!found) {
-          return invalid_argument(where + " sets shapes for '" + name + "', which is not an input of the model");
+          return invalid_argument(where + " sets shapes for '" + name +
+                                  "', which is not an input of the model");
         }
       }
     }
@@ -403,20 +444,21 @@ Status bind_profiles(BuildState& s) {
         continue;
       }
       if (dims->min.size() != shape.size()) {
-        return invalid_argument(where + ": input '" + val.name + "' has rank " + std::to_string(shape.size()) +
-                                " (" + ir::dims_to_string(shape) + ") but the profile gives rank " +
-                                std::to_string(dims->min.size()));
+        return invalid_argument(where + ": input '" + val.name + "' has rank " +
+                                std::to_string(shape.size()) + " (" + ir::dims_to_string(shape) +
+                                ") but the profile gives rank " + std::to_string(dims->min.size()));
       }
       out.inputs.push_back({val.name, dims->min, dims->opt, dims->max});
       for (size_t d = 0; d < shape.size(); ++d) {
-        std::string dim_where = where + ": input '" + val.name + "' dim " + std::to_string(d) + " (" +
-                                shape[d].to_string() + ")";
+        std::string dim_where = where + ": input '" + val.name + "' dim " + std::to_string(d) +
+                                " (" + shape[d].to_string() + ")";
         if (shape[d].is_const()) {
           int64_t c = shape[d].value();
           if (dims->min[d] != c || dims->max[d] != c || dims->opt[d] != c) {
-            return invalid_argument(dim_where + " is fixed at " + std::to_string(c) + " by the model, but the profile gives min " +
-                                    std::to_string(dims->min[d]) + ", opt " + std::to_string(dims->opt[d]) +
-                                    ", max " + std::to_string(dims->max[d]));
+            return invalid_argument(
+                dim_where + " is fixed at " + std::to_string(c) +
+                " by the model, but the profile gives min " + std::to_string(dims->min[d]) +
+                ", opt " + std::to_string(dims->opt[d]) + ", max " + std::to_string(dims->max[d]));
           }
           continue;
         }
@@ -428,14 +470,15 @@ Status bind_profiles(BuildState& s) {
         if (!inserted) it->second = {std::max(it->second.lo, r.lo), std::min(it->second.hi, r.hi)};
         if (it->second.lo > it->second.hi || it->second.hi < 0) {
           return invalid_argument(dim_where + ": no value of " + sym + " gives a dim in [" +
-                                  std::to_string(dims->min[d]) + ", " + std::to_string(dims->max[d]) +
+                                  std::to_string(dims->min[d]) + ", " +
+                                  std::to_string(dims->max[d]) +
                                   "] consistent with the model's other dims that use " + sym);
         }
         // An opt that no symbol value reaches is a user error worth naming now.
         int64_t opt_rest = dims->opt[d] - k;
         if (opt_rest % c != 0) {
-          return invalid_argument(dim_where + ": opt " + std::to_string(dims->opt[d]) + " is not of the form " +
-                                  shape[d].to_string());
+          return invalid_argument(dim_where + ": opt " + std::to_string(dims->opt[d]) +
+                                  " is not of the form " + shape[d].to_string());
         }
         if (p == 0) s.opt_symbols[sym] = opt_rest / c;
       }
@@ -443,8 +486,9 @@ Status bind_profiles(BuildState& s) {
     if (!missing.empty()) {
       std::string list;
       for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-      return invalid_argument(where + " gives no shapes for dynamic input(s) " + list +
-                              "; every dynamic input needs min/opt/max shapes:" + describe_inputs(g));
+      return invalid_argument(
+          where + " gives no shapes for dynamic input(s) " + list +
+          "; every dynamic input needs min/opt/max shapes:" + describe_inputs(g));
     }
     if (p == 0) {
       for (const auto& [sym, range] : out.symbols) s.min_symbols[sym] = range.lo;

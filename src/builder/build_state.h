@@ -40,11 +40,11 @@ struct BuildState {
   // The Loop node each run-time loop's kiln::LoopBegin stands for, by the LoopBegin's name:
   // regrow_loop lays it out again once its body shows a carried dim that grows.
   std::map<std::string, ir::Node> run_time_loops;
-  ir::SymbolValues opt_symbols;              // the first profile's opt point (bind_profiles)
-  ir::SymbolValues min_symbols;              // and its min point
-  std::vector<int> runtime_nodes;            // filled by eliminate_dead_nodes, in execution order
-  std::vector<int> in_place;                 // per plan node: KernelImpl::in_place_input (select_kernels)
-  plan::Plan plan;                           // filled by the last passes
+  ir::SymbolValues opt_symbols;    // the first profile's opt point (bind_profiles)
+  ir::SymbolValues min_symbols;    // and its min point
+  std::vector<int> runtime_nodes;  // filled by eliminate_dead_nodes, in execution order
+  std::vector<int> in_place;       // per plan node: KernelImpl::in_place_input (select_kernels)
+  plan::Plan plan;                 // filled by the last passes
 };
 
 // The passes, in the order pipeline.cc runs them; each lives in the file named after it.
@@ -83,8 +83,9 @@ std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchem
 // Whether an implementation supports `node` with these input and output values (typed as a pass
 // would make them): the rewriting passes ask before they rewrite, so a backend without a fused or
 // reduced kernel gets the graph as it was.
-using SupportsFn = std::function<bool(const ir::Node& node, const std::vector<const ir::Value*>& inputs,
-                                               const std::vector<const ir::Value*>& outputs)>;
+using SupportsFn =
+    std::function<bool(const ir::Node& node, const std::vector<const ir::Value*>& inputs,
+                       const std::vector<const ir::Value*>& outputs)>;
 // The answer of the build's backend (any implementation of the node's op on its device).
 SupportsFn backend_supports(const BuildState& s);
 // The passes' cores, for tests with a given answer.
@@ -133,7 +134,8 @@ std::string timing_cache_key(std::string_view impl_id, const backends::KernelQue
 // refuses it); an error naming the node for a Loop or Scan kiln cannot lay out.
 // A Loop the build cannot unroll runs at run time (kiln::LoopBegin .. kiln::LoopEnd); its
 // original node is kept in `run_time_loops`.
-StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n,
+                                   const std::map<std::string, int>& carriers,
                                    std::map<std::string, ir::Node>* run_time_loops);
 // For infer_shapes at node n, a kiln::LoopEnd about to be inferred: where its body gives a carried
 // value a dim that grows by a constant per iteration (next = v + c, as a list appended to), the

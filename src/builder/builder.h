@@ -8,8 +8,8 @@
 
 namespace kiln::builder {
 
-StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash, const BuilderConfig& config,
-                                const backends::Backend& backend);
+StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
+                                const BuilderConfig& config, const backends::Backend& backend);
 
 // The tensor inputs an engine built from `graph` with `config` takes, in order (sequences.cc lays
 // them out): a sequence input's elements "xs[0]", ... of its element type (none where the config

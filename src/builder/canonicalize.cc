@@ -1,6 +1,7 @@
 // Pass canonicalize: puts equivalent graphs in one form before the fusions match them, so a fusion
 // matches what a model computes and not how an exporter wrote it. Each rule is exact (the same
-// values, bit for bit, but for GELU's, which replace an op-by-op formula by the op that defines it):
+// values, bit for bit, but for GELU's, which replace an op-by-op formula by the op that defines
+// it):
 //
 //   Transpose(Transpose(x, p), q)          -> Transpose(x, p[q]); the identity -> x
 //   Reshape(Reshape(x, s), t)              -> Reshape(x, t)   (t has no 0 to copy a dim by)
@@ -41,11 +42,13 @@ using rw::Context;
 using rw::Match;
 using rw::op;
 using rw::Pat;
-using rw::scaled;
 using rw::scalar;
 using rw::scalar_eq;
+using rw::scaled;
 
-bool near(double v, double want, double rel = 1e-4) { return std::fabs(v - want) <= rel * std::fabs(want); }
+bool near(double v, double want, double rel = 1e-4) {
+  return std::fabs(v - want) <= rel * std::fabs(want);
+}
 
 // Every reader of `from` reads `to` instead, where `from` is no graph output (its name is the
 // engine's) and the two have one dtype and shape.
@@ -58,7 +61,8 @@ StatusOr<bool> alias(Context& ctx, int from, int to) {
 }
 
 // A Transpose node reading `x` with permutation `perm` in place of the match's root.
-StatusOr<bool> replace_by_transpose(Context& ctx, const Match& m, int x, std::vector<int64_t> perm) {
+StatusOr<bool> replace_by_transpose(Context& ctx, const Match& m, int x,
+                                    std::vector<int64_t> perm) {
   const ir::Node& root = ctx.node(m.matched[0]);
   const int y = root.outputs[0];
   if (is_identity_perm(perm)) return alias(ctx, y, x);
@@ -85,11 +89,13 @@ bool target_has_no_zero(const Context& ctx, int shape) {
   return true;
 }
 
-// The shape numpy broadcasting gives a and b, or none where a dim pair is neither equal nor has a 1.
+// The shape numpy broadcasting gives a and b, or none where a dim pair is neither equal nor has
+// a 1.
 std::optional<Dims> broadcast(const Dims& a, const Dims& b) {
   Dims out(std::max(a.size(), b.size()), Dim(1));
   for (size_t i = 0; i < out.size(); ++i) {
-    const Dim x = i < a.size() ? a[a.size() - 1 - i] : Dim(1), y = i < b.size() ? b[b.size() - 1 - i] : Dim(1);
+    const Dim x = i < a.size() ? a[a.size() - 1 - i] : Dim(1),
+              y = i < b.size() ? b[b.size() - 1 - i] : Dim(1);
     if (x == y || y == Dim(1)) {
       out[out.size() - 1 - i] = x;
     } else if (x == Dim(1)) {
@@ -109,8 +115,7 @@ bool allowzero_off(const ir::Node& n) {
 std::vector<rw::Rule> make_rules() {
   std::vector<rw::Rule> rules;
   // Transpose(Transpose(x, p), q): out[i] = x[p[q[i]]].
-  rules.push_back({"compose_transposes",
-                   op("Transpose", {op("Transpose", {any("x")}).as("inner")}),
+  rules.push_back({"compose_transposes", op("Transpose", {op("Transpose", {any("x")}).as("inner")}),
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      auto p = perm_of(*ctx.graph, ctx.node(m.node("inner")));
                      auto q = perm_of(*ctx.graph, ctx.node(m.matched[0]));
@@ -145,9 +150,11 @@ std::vector<rw::Rule> make_rules() {
   // Pad by zeros on every side, whatever the mode (torchvision's Swin pads each block's input to
   // whole windows, by nothing when the size divides).
   // Pad(x, pads), with constant_value, and with axes too.
-  for (std::vector<Pat> in : {std::vector<Pat>{any("x"), any("pads")}, {any("x"), any("pads"), rw::optional()},
+  for (std::vector<Pat> in : {std::vector<Pat>{any("x"), any("pads")},
+                              {any("x"), any("pads"), rw::optional()},
                               {any("x"), any("pads"), rw::optional(), rw::optional()}}) {
-    rules.push_back({"identity_pad", op("Pad", std::move(in)), [](Context& ctx, const Match& m) -> StatusOr<bool> {
+    rules.push_back({"identity_pad", op("Pad", std::move(in)),
+                     [](Context& ctx, const Match& m) -> StatusOr<bool> {
                        const ir::Value& pads = ctx.value(m.value("pads"));
                        if (!pads.constant) return false;
                        for (int64_t i = 0; i < pads.constant->numel(); ++i) {
@@ -166,7 +173,8 @@ std::vector<rw::Rule> make_rules() {
       rules.push_back({std::string("expand_into_") + name, op(name, std::move(in)),
                        [side](Context& ctx, const Match& m) -> StatusOr<bool> {
                          const ir::Node& root = ctx.node(m.matched[0]);
-                         const Dims *as = ctx.shape(m.value("a")), *os = ctx.shape(m.value("other")),
+                         const Dims *as = ctx.shape(m.value("a")),
+                                    *os = ctx.shape(m.value("other")),
                                     *ys = ctx.shape(root.outputs[0]);
                          if (!as || !os || !ys) return false;
                          const std::optional<Dims> b = broadcast(*as, *os);
@@ -181,15 +189,16 @@ std::vector<rw::Rule> make_rules() {
   // Reshape(Transpose(Reshape(x, [prod(L), T..]), [0, p..]), [L.., T permuted]).
   rules.push_back(
       {"transpose_through_flatten",
-       op("Reshape", {op("Transpose", {op("Reshape", {any("x"), any()}).as("flat")}).as("t"), any()}),
+       op("Reshape",
+          {op("Transpose", {op("Reshape", {any("x"), any()}).as("flat")}).as("t"), any()}),
        [](Context& ctx, const Match& m) -> StatusOr<bool> {
          const ir::Node& flat = ctx.node(m.node("flat"));
          const Dims* xs = ctx.shape(m.value("x"));
          const Dims* fs = ctx.shape(flat.outputs[0]);
          const Dims* ys = ctx.shape(ctx.node(m.matched[0]).outputs[0]);
          auto p = perm_of(*ctx.graph, ctx.node(m.node("t")));
-         if (!xs || !fs || !ys || !p || fs->size() < 2 || xs->size() < fs->size() || ys->size() != xs->size() ||
-             (*p)[0] != 0) {
+         if (!xs || !fs || !ys || !p || fs->size() < 2 || xs->size() < fs->size() ||
+             ys->size() != xs->size() || (*p)[0] != 0) {
            return false;
          }
          const size_t q = fs->size(), l = xs->size() - (q - 1);
@@ -213,23 +222,27 @@ std::vector<rw::Rule> make_rules() {
 
   // Cast(x, to = x's own type): transformers' RMSNorm casts to float32 and back, a no-op in an FP32
   // model, and the casts stand between the ops fuse_norm matches.
-  rules.push_back({"identity_cast", op("Cast", {any("x")}),
-                   [](Context& ctx, const Match& m) -> StatusOr<bool> {
-                     const ir::Node& cast = ctx.node(m.matched[0]);
-                     const ir::Value& out = ctx.value(cast.outputs[0]);
-                     if (ctx.value(m.value("x")).dtype != out.dtype || out.dtype == DType::kUndefined) return false;
-                     return alias(ctx, cast.outputs[0], m.value("x"));
-                   }});
+  rules.push_back(
+      {"identity_cast", op("Cast", {any("x")}), [](Context& ctx, const Match& m) -> StatusOr<bool> {
+         const ir::Node& cast = ctx.node(m.matched[0]);
+         const ir::Value& out = ctx.value(cast.outputs[0]);
+         if (ctx.value(m.value("x")).dtype != out.dtype || out.dtype == DType::kUndefined)
+           return false;
+         return alias(ctx, cast.outputs[0], m.value("x"));
+       }});
   // Div(1, x) -> Reciprocal(x): the TorchScript exporter's rsqrt is 1 / Sqrt (the same correctly
   // rounded quotient).
   rules.push_back({"reciprocal", op("Div", {scalar_eq(1), any("x")}),
                    [](Context& ctx, const Match& m) -> StatusOr<bool> {
                      const ir::Node& root = ctx.node(m.matched[0]);
-                     const ir::Value &xv = ctx.value(m.value("x")), &yv = ctx.value(root.outputs[0]);
-                     if (!is_float(xv.dtype) || xv.dtype != yv.dtype || !xv.shape || !yv.shape || *xv.shape != *yv.shape) {
+                     const ir::Value &xv = ctx.value(m.value("x")),
+                                     &yv = ctx.value(root.outputs[0]);
+                     if (!is_float(xv.dtype) || xv.dtype != yv.dtype || !xv.shape || !yv.shape ||
+                         *xv.shape != *yv.shape) {
                        return false;
                      }
-                     ir::Node r = rw::make_node(*ctx.graph, "Reciprocal", root.name, {m.value("x")}, {root.outputs[0]});
+                     ir::Node r = rw::make_node(*ctx.graph, "Reciprocal", root.name, {m.value("x")},
+                                                {root.outputs[0]});
                      r.name = root.name;
                      return rw::replace(ctx, m, std::move(r));
                    }});
@@ -246,13 +259,15 @@ std::vector<rw::Rule> make_rules() {
       if (!near(half, 0.5, tol)) return false;
       if (std::string(approximate) == "none") {
         if (!near(m.factor("erf_in"), 1.0 / std::sqrt(2.0), tol)) return false;
-      } else if (!near(m.factor("tanh_in"), std::sqrt(2.0 / M_PI), tol) || !near(m.factor("cube"), 0.044715, tol)) {
+      } else if (!near(m.factor("tanh_in"), std::sqrt(2.0 / M_PI), tol) ||
+                 !near(m.factor("cube"), 0.044715, tol)) {
         return false;
       }
       const ir::Node& root = ctx.node(m.matched[0]);
       const int x = m.value("x");
       const ir::Value &xv = ctx.value(x), &yv = ctx.value(root.outputs[0]);
-      if (!is_float(xv.dtype) || xv.dtype != yv.dtype || !xv.shape || !yv.shape || *xv.shape != *yv.shape) {
+      if (!is_float(xv.dtype) || xv.dtype != yv.dtype || !xv.shape || !yv.shape ||
+          *xv.shape != *yv.shape) {
         return false;
       }
       ir::Node g = rw::make_node(*ctx.graph, "Gelu", root.name, {x}, {root.outputs[0]});
@@ -266,8 +281,10 @@ std::vector<rw::Rule> make_rules() {
       op("Add", {op("Erf", {scaled(any("x"), "erf_in")}), scalar_eq(1)}).commutative();
   const Pat tanh_term =
       op("Add",
-         {op("Tanh", {scaled(op("Add", {any("x"), scaled(op("Pow", {any("x"), scalar_eq(3)}), "cube")}).commutative(),
-                             "tanh_in")}),
+         {op("Tanh",
+             {scaled(op("Add", {any("x"), scaled(op("Pow", {any("x"), scalar_eq(3)}), "cube")})
+                         .commutative(),
+                     "tanh_in")}),
           scalar_eq(1)})
           .commutative();
   struct Gelu {
@@ -275,20 +292,24 @@ std::vector<rw::Rule> make_rules() {
     Pat term;
     const char* approximate;
   };
-  for (const Gelu& form : {Gelu{"gelu_erf", erf_term, "none"}, Gelu{"gelu_tanh", tanh_term, "tanh"}}) {
+  for (const Gelu& form :
+       {Gelu{"gelu_erf", erf_term, "none"}, Gelu{"gelu_tanh", tanh_term, "tanh"}}) {
     const std::string name = form.name;
     const Pat term = form.term;
     const char* approximate = form.approximate;
-    rules.push_back({name, op("Mul", {scaled(any("x"), "a"), scaled(term, "b")}).commutative(), gelu(approximate)});
-    rules.push_back({name + "_halved_after",
-                     op("Mul", {scaled(op("Mul", {scaled(any("x"), "a"), scaled(term, "b")}).commutative(), "c"),
-                                scalar("half")})
-                         .commutative(),
-                     [g = gelu(approximate)](Context& ctx, const Match& m) -> StatusOr<bool> {
-                       Match scaled_match = m;
-                       scaled_match.factors["c"] = m.factor("c") * *ctx.scalar(m.value("half"));
-                       return g(ctx, scaled_match);
-                     }});
+    rules.push_back({name, op("Mul", {scaled(any("x"), "a"), scaled(term, "b")}).commutative(),
+                     gelu(approximate)});
+    rules.push_back(
+        {name + "_halved_after",
+         op("Mul",
+            {scaled(op("Mul", {scaled(any("x"), "a"), scaled(term, "b")}).commutative(), "c"),
+             scalar("half")})
+             .commutative(),
+         [g = gelu(approximate)](Context& ctx, const Match& m) -> StatusOr<bool> {
+           Match scaled_match = m;
+           scaled_match.factors["c"] = m.factor("c") * *ctx.scalar(m.value("half"));
+           return g(ctx, scaled_match);
+         }});
   }
   return rules;
 }

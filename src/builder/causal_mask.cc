@@ -17,10 +17,13 @@ using Dims = std::vector<Dim>;
 
 struct Facts {
   enum Kind { kUnknown, kNonzero, kCausal, kUpper, kIndex } kind = kUnknown;
-  int axis = 0;  // kIndex: the value is its coordinate along this axis, counted from the end (-1: last)
+  int axis =
+      0;  // kIndex: the value is its coordinate along this axis, counted from the end (-1: last)
 };
 
-bool nonzero_at(const Tensor& t, int64_t i) { return is_float(t.dtype()) ? t.float_at(i) != 0.0 : t.int_at(i) != 0; }
+bool nonzero_at(const Tensor& t, int64_t i) {
+  return is_float(t.dtype()) ? t.float_at(i) != 0.0 : t.int_at(i) != 0;
+}
 
 Facts of_constant(const Tensor& t) {
   const int64_t numel = t.numel();
@@ -63,8 +66,10 @@ Facts of_constant(const Tensor& t) {
 std::optional<int64_t> int_scalar(const ir::Graph& g, int v) {
   if (v < 0) return std::nullopt;
   const ir::Value& val = g.values[size_t(v)];
-  if (val.constant && val.constant->numel() == 1 && !is_float(val.constant->dtype())) return val.constant->int_at(0);
-  if (val.sym_value && val.sym_value->size() == 1 && (*val.sym_value)[0].is_const()) return (*val.sym_value)[0].value();
+  if (val.constant && val.constant->numel() == 1 && !is_float(val.constant->dtype()))
+    return val.constant->int_at(0);
+  if (val.sym_value && val.sym_value->size() == 1 && (*val.sym_value)[0].is_const())
+    return (*val.sym_value)[0].value();
   return std::nullopt;
 }
 
@@ -84,7 +89,8 @@ std::optional<int> carried_axis(const Dims& in, const Dims& out, int a) {
   return std::nullopt;
 }
 
-// Whether `out` (a broadcast of `in`, aligned from the end) keeps in's extent at axis a (from the end).
+// Whether `out` (a broadcast of `in`, aligned from the end) keeps in's extent at axis a (from the
+// end).
 bool same_extent(const Dims& in, const Dims& out, int a) {
   const int p = int(in.size()) + a, q = int(out.size()) + a;
   return p >= 0 && q >= 0 && in[size_t(p)] == out[size_t(q)];
@@ -132,7 +138,10 @@ class Analysis {
     // Orient so that lhs is j (axis -1) and rhs i (axis -2).
     std::string o = op;
     if (fa.axis == -2 && fb.axis == -1) {
-      o = op == "Less" ? "Greater" : op == "Greater" ? "Less" : op == "LessOrEqual" ? "GreaterOrEqual" : "LessOrEqual";
+      o = op == "Less"          ? "Greater"
+          : op == "Greater"     ? "Less"
+          : op == "LessOrEqual" ? "GreaterOrEqual"
+                                : "LessOrEqual";
     } else if (!(fa.axis == -1 && fb.axis == -2)) {
       return {};
     }
@@ -146,7 +155,8 @@ class Analysis {
     if (val.constant) return of_constant(*val.constant);
     if (val.producer < 0) return {};
     const ir::Node& n = g_.nodes[size_t(val.producer)];
-    if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0) return {};
+    if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0)
+      return {};
     const std::string& t = n.op_type;
     const int x = n.inputs[0];
     if (t == "Identity" || t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") {
@@ -172,31 +182,39 @@ class Analysis {
       return of(x, depth + 1).kind == Facts::kNonzero ? Facts{Facts::kNonzero} : Facts{};
     }
     if (t == "Range" && n.inputs.size() == 3) {
-      return int_scalar(g_, n.inputs[0]) == 0 && int_scalar(g_, n.inputs[2]) == 1 ? Facts{Facts::kIndex, -1} : Facts{};
+      return int_scalar(g_, n.inputs[0]) == 0 && int_scalar(g_, n.inputs[2]) == 1
+                 ? Facts{Facts::kIndex, -1}
+                 : Facts{};
     }
     if (t == "Not") {
       const Facts f = through(of(x, depth + 1), x, v, false);
-      return f.kind == Facts::kCausal ? Facts{Facts::kUpper} : f.kind == Facts::kUpper ? Facts{Facts::kCausal} : Facts{};
+      return f.kind == Facts::kCausal  ? Facts{Facts::kUpper}
+             : f.kind == Facts::kUpper ? Facts{Facts::kCausal}
+                                       : Facts{};
     }
     if (t == "And" && n.inputs.size() == 2 && n.inputs[1] >= 0) {
       const int y = n.inputs[1];
-      const Facts fx = through(of(x, depth + 1), x, v, false), fy = through(of(y, depth + 1), y, v, false);
+      const Facts fx = through(of(x, depth + 1), x, v, false),
+                  fy = through(of(y, depth + 1), y, v, false);
       if (fx.kind == Facts::kNonzero) return fy;
       if (fy.kind == Facts::kNonzero) return fx;
       return fx.kind == fy.kind && fx.kind != Facts::kIndex ? fx : Facts{};
     }
-    if ((t == "LessOrEqual" || t == "GreaterOrEqual" || t == "Less" || t == "Greater") && n.inputs.size() == 2) {
+    if ((t == "LessOrEqual" || t == "GreaterOrEqual" || t == "Less" || t == "Greater") &&
+        n.inputs.size() == 2) {
       return compare(t, x, n.inputs[1], depth);
     }
     if (t == "Trilu") {
       // Trilu of ones: the lower triangle with its diagonal (upper = 0, k = 0) is causal, the upper
       // one above it (upper = 1, k = 1) its complement.
       const Dims* s = shape(v);
-      if (of(x, depth + 1).kind != Facts::kNonzero || !s || s->size() < 2 || (*s)[s->size() - 1] != (*s)[s->size() - 2]) {
+      if (of(x, depth + 1).kind != Facts::kNonzero || !s || s->size() < 2 ||
+          (*s)[s->size() - 1] != (*s)[s->size() - 2]) {
         return {};
       }
       auto upper = n.attrs.get_int("upper", 1);
-      const std::optional<int64_t> k = n.inputs.size() > 1 && n.inputs[1] >= 0 ? int_scalar(g_, n.inputs[1]) : 0;
+      const std::optional<int64_t> k =
+          n.inputs.size() > 1 && n.inputs[1] >= 0 ? int_scalar(g_, n.inputs[1]) : 0;
       if (!upper.ok() || !k) return {};
       if (*upper == 0 && *k == 0) return {Facts::kCausal};
       if (*upper == 1 && *k == 1) return {Facts::kUpper};

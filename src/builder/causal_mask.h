@@ -11,12 +11,13 @@ namespace kiln::builder {
 
 enum class MaskKind {
   kUnknown,
-  kAllTrue,   // every element nonzero
-  kCausal,    // over the last two axes [.., S, S]: nonzero where j <= i (key at or before the query)
+  kAllTrue,  // every element nonzero
+  kCausal,   // over the last two axes [.., S, S]: nonzero where j <= i (key at or before the query)
   kStrictlyUpper,  // the complement: nonzero where j > i (the keys a causal mask hides)
 };
 
-// What `v` holds; kUnknown where the analysis cannot tell. Linear in the nodes it visits (bounded depth).
+// What `v` holds; kUnknown where the analysis cannot tell. Linear in the nodes it visits (bounded
+// depth).
 MaskKind mask_kind(const ir::Graph& g, int v);
 
 }  // namespace kiln::builder

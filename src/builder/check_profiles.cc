@@ -15,7 +15,11 @@ namespace {
 // 2nd, 3rd, 11th, 32nd.
 std::string ordinal(int64_t n) {
   const int64_t tens = n % 100, ones = n % 10;
-  const char* suffix = (tens >= 11 && tens <= 13) ? "th" : ones == 1 ? "st" : ones == 2 ? "nd" : ones == 3 ? "rd" : "th";
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : ones == 1                ? "st"
+                       : ones == 2                ? "nd"
+                       : ones == 3                ? "rd"
+                                                  : "th";
   return std::to_string(n) + suffix;
 }
 
@@ -27,10 +31,14 @@ std::optional<bool> holds_at(const Constraint& c, const ir::SymbolValues& at) {
   auto b = c.b.eval(at);
   if (!a || !b) return std::nullopt;
   switch (c.kind) {
-    case Constraint::Kind::kEqual: return *a == *b;
-    case Constraint::Kind::kGreaterEqual: return *a >= *b;
-    case Constraint::Kind::kBroadcast: return *a == *b || *a == 1 || *b == 1;
-    case Constraint::Kind::kDivisible: return *b != 0 && *a % *b == 0;
+    case Constraint::Kind::kEqual:
+      return *a == *b;
+    case Constraint::Kind::kGreaterEqual:
+      return *a >= *b;
+    case Constraint::Kind::kBroadcast:
+      return *a == *b || *a == 1 || *b == 1;
+    case Constraint::Kind::kDivisible:
+      return *b != 0 && *a % *b == 0;
   }
   return std::nullopt;
 }
@@ -38,8 +46,10 @@ std::optional<bool> holds_at(const Constraint& c, const ir::SymbolValues& at) {
 bool proven_by_intervals(const Constraint& c, const ir::SymbolRanges& r) {
   auto point = [](const ir::Interval& i, int64_t v) { return i.lo == v && i.hi == v; };
   switch (c.kind) {
-    case Constraint::Kind::kEqual: return point((c.a - c.b).bounds(r), 0);
-    case Constraint::Kind::kGreaterEqual: return (c.a - c.b).bounds(r).lo >= 0;
+    case Constraint::Kind::kEqual:
+      return point((c.a - c.b).bounds(r), 0);
+    case Constraint::Kind::kGreaterEqual:
+      return (c.a - c.b).bounds(r).lo >= 0;
     case Constraint::Kind::kBroadcast:
       return point((c.a - c.b).bounds(r), 0) || point(c.a.bounds(r), 1) || point(c.b.bounds(r), 1);
     case Constraint::Kind::kDivisible:
@@ -50,10 +60,14 @@ bool proven_by_intervals(const Constraint& c, const ir::SymbolRanges& r) {
 
 const char* relation(const Constraint& c) {
   switch (c.kind) {
-    case Constraint::Kind::kEqual: return "must equal";
-    case Constraint::Kind::kGreaterEqual: return "must be >=";
-    case Constraint::Kind::kBroadcast: return "must broadcast with";
-    case Constraint::Kind::kDivisible: return "must be divisible by";
+    case Constraint::Kind::kEqual:
+      return "must equal";
+    case Constraint::Kind::kGreaterEqual:
+      return "must be >=";
+    case Constraint::Kind::kBroadcast:
+      return "must broadcast with";
+    case Constraint::Kind::kDivisible:
+      return "must be divisible by";
   }
   return "";
 }
@@ -65,8 +79,8 @@ std::string describe_values(const std::vector<int64_t>& v) {
     bool progression = step > 1;
     for (size_t i = 2; i < v.size() && progression; ++i) progression = v[i] - v[i - 1] == step;
     if (progression) {
-      return "{" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", ..., " + std::to_string(v.back()) +
-             "} (every " + ordinal(step) + " value)";
+      return "{" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", ..., " +
+             std::to_string(v.back()) + "} (every " + ordinal(step) + " value)";
     }
   }
   std::string s;
@@ -79,7 +93,8 @@ std::string describe_values(const std::vector<int64_t>& v) {
       break;
     }
     s += (s.empty() ? "" : ", ");
-    s += i == j ? std::to_string(v[i]) : "[" + std::to_string(v[i]) + ", " + std::to_string(v[j]) + "]";
+    s += i == j ? std::to_string(v[i])
+                : "[" + std::to_string(v[i]) + ", " + std::to_string(v[j]) + "]";
     i = j + 1;
   }
   return s;
@@ -124,7 +139,9 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
   for (size_t i = 0; i < syms.size(); ++i) {
     int64_t lo = ranges[i].lo, hi = ranges[i].hi;
     int64_t n = hi - lo + 1;
-    int64_t per_axis = points <= kMaxPoints ? n : std::max<int64_t>(3, int64_t(std::pow(kMaxPoints, 1.0 / syms.size())));
+    int64_t per_axis = points <= kMaxPoints
+                           ? n
+                           : std::max<int64_t>(3, int64_t(std::pow(kMaxPoints, 1.0 / syms.size())));
     if (n <= per_axis) {
       for (int64_t v = lo; v <= hi; ++v) axes[i].push_back(v);
     } else {
@@ -170,8 +187,8 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
 
   const std::string& inputs = c.node_inputs;
   std::string msg = c.node_desc + ": " + c.what + ": " + c.a.to_string() + " " + relation(c) + " " +
-                    c.b.to_string() + ", which fails in profile " + std::to_string(profile_index) + " (" +
-                    profile_ranges(p, syms) + ") for " + std::to_string(n_fail) + " of " +
+                    c.b.to_string() + ", which fails in profile " + std::to_string(profile_index) +
+                    " (" + profile_ranges(p, syms) + ") for " + std::to_string(n_fail) + " of " +
                     std::to_string(n_total) + " checked points, first at " + first_failure +
                     "; node input shapes: " + inputs;
   if (syms.size() == 1) {
@@ -208,18 +225,22 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
     const bool complete = n == ranges[0].hi - ranges[0].lo + 1;
     if (complete && n >= 4 && best_len < n) {
       std::vector<char> ok_at(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) ok_at[size_t(i)] = !std::binary_search(bad.begin(), bad.end(), axes[0][size_t(i)]);
+      for (int64_t i = 0; i < n; ++i)
+        ok_at[size_t(i)] = !std::binary_search(bad.begin(), bad.end(), axes[0][size_t(i)]);
       int64_t anchor = -1;
       for (int64_t i = 0; i < n && anchor < 0; ++i) {
         if (ok_at[size_t(i)]) anchor = i;
       }
       for (int64_t period = 2; anchor >= 0 && period <= std::min<int64_t>(n / 2, 4096); ++period) {
         bool periodic = true;
-        for (int64_t i = 0; i + period < n && periodic; ++i) periodic = ok_at[size_t(i)] == ok_at[size_t(i + period)];
+        for (int64_t i = 0; i + period < n && periodic; ++i)
+          periodic = ok_at[size_t(i)] == ok_at[size_t(i + period)];
         if (!periodic) continue;
-        msg += "; which values pass repeats every " + std::to_string(period) + ": a profile that steps " + syms[0] +
-               " by " + std::to_string(period) + " from " + std::to_string(axes[0][size_t(anchor)]) +
-               " would build this node (OptimizationProfile::set_dimensions with steps; kiln --shapeSteps)";
+        msg += "; which values pass repeats every " + std::to_string(period) +
+               ": a profile that steps " + syms[0] + " by " + std::to_string(period) + " from " +
+               std::to_string(axes[0][size_t(anchor)]) +
+               " would build this node (OptimizationProfile::set_dimensions with steps; kiln "
+               "--shapeSteps)";
         break;
       }
     }
@@ -231,7 +252,8 @@ Status check_one(const BuildState& s, size_t profile_index, const Constraint& c,
 
 Status check_profiles(BuildState& s) {
   const auto& log = s.config.shape_log();
-  if (log) log("profile proof: " + std::to_string(s.constraints.size()) + " constraint(s) per profile");
+  if (log)
+    log("profile proof: " + std::to_string(s.constraints.size()) + " constraint(s) per profile");
   for (size_t p = 0; p < s.profiles.size(); ++p) {
     for (const Constraint& c : s.constraints) {
       std::string how;

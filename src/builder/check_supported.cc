@@ -24,14 +24,16 @@ std::vector<std::string> arity_problems(const ir::Node& node, const ops::OpSchem
   // required inputs without looking, as a missing value.
   for (int i = 0; i < std::min(ni, schema.min_inputs); ++i) {
     if (node.inputs[size_t(i)] < 0) {
-      out.push_back(node.describe() + " input " + std::to_string(i) + " is omitted (\"\"), but its first " +
-                    std::to_string(schema.min_inputs) + " input(s) are required");
+      out.push_back(node.describe() + " input " + std::to_string(i) +
+                    " is omitted (\"\"), but its first " + std::to_string(schema.min_inputs) +
+                    " input(s) are required");
     }
   }
   if (schema.traits.inputs_required) {
     for (int i = schema.min_inputs; i < ni; ++i) {
       if (node.inputs[size_t(i)] < 0) {
-        out.push_back(node.describe() + " input " + std::to_string(i) + " is omitted (\"\"), but none of its inputs may be");
+        out.push_back(node.describe() + " input " + std::to_string(i) +
+                      " is omitted (\"\"), but none of its inputs may be");
       }
     }
   }
@@ -82,8 +84,8 @@ Status check_supported(BuildState& s) {
     for (const std::string& wrong : arity_problems(node, *schema)) invalid_list += "\n  " + wrong;
   }
   if (n_unsupported) {
-    return unsupported(std::to_string(n_unsupported) + " node(s) use ops kiln does not support:" +
-                       unsupported_list);
+    return unsupported(std::to_string(n_unsupported) +
+                       " node(s) use ops kiln does not support:" + unsupported_list);
   }
   if (!invalid_list.empty()) {
     return invalid_model(
@@ -92,7 +94,8 @@ Status check_supported(BuildState& s) {
   }
   std::string domain_list;
   domain_problems(s.graph, &domain_list);
-  if (!domain_list.empty()) return invalid_model("attribute values ONNX does not allow:" + domain_list);
+  if (!domain_list.empty())
+    return invalid_model("attribute values ONNX does not allow:" + domain_list);
   return ok_status();
 }
 

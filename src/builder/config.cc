@@ -8,7 +8,8 @@ namespace kiln {
 Status OptimizationProfile::set_dimensions(const std::string& input, std::vector<int64_t> min,
                                            std::vector<int64_t> opt, std::vector<int64_t> max) {
   if (min.size() != opt.size() || opt.size() != max.size()) {
-    return invalid_argument("profile for input '" + input + "': min, opt and max have different ranks (" +
+    return invalid_argument("profile for input '" + input +
+                            "': min, opt and max have different ranks (" +
                             std::to_string(min.size()) + ", " + std::to_string(opt.size()) + ", " +
                             std::to_string(max.size()) + ")");
   }
@@ -16,7 +17,8 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
     if (min[d] < 0 || !(min[d] <= opt[d] && opt[d] <= max[d])) {
       return invalid_argument("profile for input '" + input + "' dim " + std::to_string(d) +
                               ": need 0 <= min <= opt <= max, got min " + std::to_string(min[d]) +
-                              ", opt " + std::to_string(opt[d]) + ", max " + std::to_string(max[d]));
+                              ", opt " + std::to_string(opt[d]) + ", max " +
+                              std::to_string(max[d]));
     }
   }
   inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max), {}};
@@ -34,38 +36,44 @@ Status OptimizationProfile::set_dimensions(const std::string& input, std::vector
   }
   for (size_t d = 0; d < steps.size(); ++d) {
     const std::string where = "profile for input '" + input + "' dim " + std::to_string(d);
-    if (steps[d] < 1) return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is not positive");
+    if (steps[d] < 1)
+      return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is not positive");
     if (steps[d] > 1 && steps[d] > max[d] - min[d]) {
-      return invalid_argument(where + ": step " + std::to_string(steps[d]) + " is larger than the range max - min = " +
-                              std::to_string(max[d] - min[d]));
+      return invalid_argument(
+          where + ": step " + std::to_string(steps[d]) +
+          " is larger than the range max - min = " + std::to_string(max[d] - min[d]));
     }
     for (auto [name, v] : {std::pair<const char*, int64_t>{"opt", opt[d]}, {"max", max[d]}}) {
       if ((v - min[d]) % steps[d] != 0) {
         return invalid_argument(where + ": " + name + " " + std::to_string(v) + " is not min " +
-                                std::to_string(min[d]) + " plus a multiple of the step " + std::to_string(steps[d]) +
-                                " (the nearest are " + std::to_string(v - (v - min[d]) % steps[d]) + " and " +
+                                std::to_string(min[d]) + " plus a multiple of the step " +
+                                std::to_string(steps[d]) + " (the nearest are " +
+                                std::to_string(v - (v - min[d]) % steps[d]) + " and " +
                                 std::to_string(v - (v - min[d]) % steps[d] + steps[d]) + ")");
       }
     }
   }
   bool any = false;
   for (int64_t k : steps) any |= k != 1;
-  inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max), any ? std::move(steps) : std::vector<int64_t>{}};
+  inputs_[input] = Dims{std::move(min), std::move(opt), std::move(max),
+                        any ? std::move(steps) : std::vector<int64_t>{}};
   return ok_status();
 }
 
 Status OptimizationProfile::set_shape_values(const std::string& input, std::vector<int64_t> min,
                                              std::vector<int64_t> opt, std::vector<int64_t> max) {
   if (min.size() != opt.size() || opt.size() != max.size()) {
-    return invalid_argument("shape values for input '" + input + "': min, opt and max have different lengths (" +
+    return invalid_argument("shape values for input '" + input +
+                            "': min, opt and max have different lengths (" +
                             std::to_string(min.size()) + ", " + std::to_string(opt.size()) + ", " +
                             std::to_string(max.size()) + ")");
   }
   for (size_t i = 0; i < min.size(); ++i) {
     if (!(min[i] <= opt[i] && opt[i] <= max[i])) {
-      return invalid_argument("shape values for input '" + input + "' element " + std::to_string(i) +
-                              ": need min <= opt <= max, got min " + std::to_string(min[i]) + ", opt " +
-                              std::to_string(opt[i]) + ", max " + std::to_string(max[i]));
+      return invalid_argument("shape values for input '" + input + "' element " +
+                              std::to_string(i) + ": need min <= opt <= max, got min " +
+                              std::to_string(min[i]) + ", opt " + std::to_string(opt[i]) +
+                              ", max " + std::to_string(max[i]));
     }
   }
   values_[input] = Values{std::move(min), std::move(opt), std::move(max), std::nullopt};
@@ -92,8 +100,8 @@ Status BuilderConfig::set_builder_optimization_level(int level) {
 
 Status BuilderConfig::set_sequence_length(const std::string& input, int64_t length) {
   if (length < 0 || length > kMaxSequenceLength) {
-    return invalid_argument("sequence input '" + input + "': length " + std::to_string(length) + " is outside 0.." +
-                            std::to_string(kMaxSequenceLength));
+    return invalid_argument("sequence input '" + input + "': length " + std::to_string(length) +
+                            " is outside 0.." + std::to_string(kMaxSequenceLength));
   }
   sequence_lengths_[input] = length;
   return ok_status();

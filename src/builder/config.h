@@ -20,15 +20,16 @@ namespace kiln {
 class OptimizationProfile {
  public:
   // Shapes of one input; min <= opt <= max elementwise, checked when the engine is built.
-  Status set_dimensions(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
-                        std::vector<int64_t> max);
+  Status set_dimensions(const std::string& input, std::vector<int64_t> min,
+                        std::vector<int64_t> opt, std::vector<int64_t> max);
   // The same with a step per dim (1: every value): a dim of step k takes the values min, min + k,
   // ..., max only, so opt and max must be min plus a multiple of k. The build proves the model
   // for exactly those values (an FPN valid for multiples of 32 builds for 64..960 step 32), and
   // set_input_shape refuses a shape off the steps, naming the dim, the value and the step.
   // Profiles that step a dim must agree on its steps (the engine has one formula per input dim).
-  Status set_dimensions(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
-                        std::vector<int64_t> max, std::vector<int64_t> steps);
+  Status set_dimensions(const std::string& input, std::vector<int64_t> min,
+                        std::vector<int64_t> opt, std::vector<int64_t> max,
+                        std::vector<int64_t> steps);
   struct Dims {
     std::vector<int64_t> min, opt, max;
     std::vector<int64_t> steps;  // empty, or one per dim (1: every value)
@@ -43,8 +44,8 @@ class OptimizationProfile {
   // whose min equals its max in every profile as that number; the run checks the values given
   // against the profile and refuses others by name. The input's shape must be fixed by the model,
   // with at most 64 elements. Every profile of an engine gives values for the same inputs.
-  Status set_shape_values(const std::string& input, std::vector<int64_t> min, std::vector<int64_t> opt,
-                          std::vector<int64_t> max);
+  Status set_shape_values(const std::string& input, std::vector<int64_t> min,
+                          std::vector<int64_t> opt, std::vector<int64_t> max);
   // The one value an input of any dtype takes (Resize's float scales, Range's float limits, a bool
   // flag): the engine is built for exactly it, and a run given another is refused. A host tensor
   // of the input's dtype and shape.
@@ -117,13 +118,15 @@ class BuilderConfig {
   // - an optional input is present unless set absent here: a tensor input of its name (or, for an
   //   optional sequence, the elements as above); an absent one has no input at all.
   // Outputs are named the same way: a sequence output `y` of n elements is "y[0]" .. "y[n-1]", a
-  // present optional tensor `y` is "y", and an empty optional output has no tensor. A sequence input
-  // with no length set is refused at build time, naming it. kInvalidArgument for a length outside
-  // 0..kMaxSequenceLength.
+  // present optional tensor `y` is "y", and an empty optional output has no tensor. A sequence
+  // input with no length set is refused at build time, naming it. kInvalidArgument for a length
+  // outside 0..kMaxSequenceLength.
   static constexpr int64_t kMaxSequenceLength = 4096;
   Status set_sequence_length(const std::string& input, int64_t length);
   const std::map<std::string, int64_t>& sequence_lengths() const { return sequence_lengths_; }
-  void set_optional_present(const std::string& input, bool present) { optional_present_[input] = present; }
+  void set_optional_present(const std::string& input, bool present) {
+    optional_present_[input] = present;
+  }
   const std::map<std::string, bool>& optional_present() const { return optional_present_; }
 
  private:

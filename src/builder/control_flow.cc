@@ -22,8 +22,8 @@
 #include <memory>
 
 #include "builder/build_state.h"
-#include "core/checked.h"
 #include "builder/expansion.h"
+#include "core/checked.h"
 #include "ir/rewrite.h"
 #include "ops/loop_end.h"
 #include "plan/loops.h"
@@ -38,7 +38,8 @@ void rename_in_subgraphs(ir::Node& n, const std::map<std::string, std::string>& 
 
 // A copy of subgraph `sub` whose reads of enclosing values (values it neither takes as inputs, nor
 // computes, nor holds as constants) are renamed by `renamed`, through its own subgraphs too.
-std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub, const std::map<std::string, std::string>& renamed) {
+std::shared_ptr<ir::Graph> rename_captures(const ir::Graph& sub,
+                                           const std::map<std::string, std::string>& renamed) {
   auto out = std::make_shared<ir::Graph>(sub);
   std::vector<char> local(sub.values.size(), 0);
   for (int v : sub.inputs) local[size_t(v)] = 1;
@@ -73,13 +74,14 @@ void rename_in_subgraphs(ir::Node& n, const std::map<std::string, std::string>& 
 
 }  // namespace
 
-StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const std::vector<int>& bound,
-                             const std::vector<int>& targets, const std::string& prefix,
-                             const std::map<std::string, int>& carriers, const std::string& what) {
+StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b,
+                             const std::vector<int>& bound, const std::vector<int>& targets,
+                             const std::string& prefix, const std::map<std::string, int>& carriers,
+                             const std::string& what) {
   const std::string owner = g.nodes[n].describe();
   if (bound.size() != b.inputs.size()) {
-    return invalid_model(owner + ": its " + what + " takes " + std::to_string(b.inputs.size()) + " inputs, " +
-                         std::to_string(bound.size()) + " given");
+    return invalid_model(owner + ": its " + what + " takes " + std::to_string(b.inputs.size()) +
+                         " inputs, " + std::to_string(bound.size()) + " given");
   }
   std::vector<char> produced(b.values.size(), 0);
   for (const ir::Node& bn : b.nodes) {
@@ -143,7 +145,8 @@ StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const s
     out.nodes.push_back(std::move(id));
   }
   for (size_t k = 0; k < b.outputs.size(); ++k) {
-    out.outputs.push_back(k < targets.size() && targets[k] >= 0 ? targets[k] : map[size_t(b.outputs[k])]);
+    out.outputs.push_back(k < targets.size() && targets[k] >= 0 ? targets[k]
+                                                                : map[size_t(b.outputs[k])]);
   }
   return out;
 }
@@ -163,9 +166,11 @@ void splice(ir::Graph& g, size_t n, std::vector<ir::Node> nodes) {
 
 std::optional<int64_t> known_scalar(const ir::Value& v) {
   if (v.constant && v.constant->numel() == 1 && dtype_size(v.constant->dtype()) > 0) {
-    if (is_integer(v.constant->dtype()) || v.constant->dtype() == DType::kBool) return v.constant->int_at(0);
+    if (is_integer(v.constant->dtype()) || v.constant->dtype() == DType::kBool)
+      return v.constant->int_at(0);
   }
-  if (v.sym_value && v.sym_value->size() == 1 && (*v.sym_value)[0].is_const()) return (*v.sym_value)[0].value();
+  if (v.sym_value && v.sym_value->size() == 1 && (*v.sym_value)[0].is_const())
+    return (*v.sym_value)[0].value();
   return std::nullopt;
 }
 
@@ -180,9 +185,10 @@ Status check_size(const ir::Node& node, int64_t iterations, const ir::Graph& bod
   // Checked: a trip count near 2^61 from a hostile model wrapped the product and unrolled forever.
   const std::optional<int64_t> added = checked_mul(iterations, int64_t(body.nodes.size() + 4));
   if (!added || *added > kMaxUnrolledNodes) {
-    return unsupported(node.describe() + ": unrolling its " + std::to_string(iterations) + " iterations of " +
-                       std::to_string(body.nodes.size()) + " nodes would add more than " +
-                       std::to_string(kMaxUnrolledNodes) + " nodes");
+    return unsupported(node.describe() + ": unrolling its " + std::to_string(iterations) +
+                       " iterations of " + std::to_string(body.nodes.size()) +
+                       " nodes would add more than " + std::to_string(kMaxUnrolledNodes) +
+                       " nodes");
   }
   return ok_status();
 }
@@ -192,14 +198,15 @@ Status check_size(const ir::Node& node, int64_t iterations, const ir::Graph& bod
 // kiln::SelectBranch that gives the If's outputs from the branch that ran. Branch nodes are
 // inferred, proven and planned like any others (a branch the data never takes must still build for
 // the profile); an output whose dims differ between the branches gets data-dependent dims.
-StatusOr<bool> inline_if_on_data(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers) {
+StatusOr<bool> inline_if_on_data(ir::Graph& g, size_t n,
+                                 const std::map<std::string, int>& carriers) {
   const ir::Node node = g.nodes[n];
   const int cond = node.inputs[0];
   const ir::Value& c = g.values[size_t(cond)];
   if (c.dtype != DType::kBool || !c.shape || c.shape->size() > 1 ||
       (c.shape->size() == 1 && (*c.shape)[0] != ir::Dim(1))) {
-    return invalid_model(node.describe() + ": its condition '" + c.name + "' must be one bool, not " +
-                         ir::type_to_string(c));
+    return invalid_model(node.describe() + ": its condition '" + c.name +
+                         "' must be one bool, not " + ir::type_to_string(c));
   }
   const std::string prefix = node.name.empty() ? std::string("if") : node.name;
   std::vector<ir::Node> nodes;
@@ -208,17 +215,20 @@ StatusOr<bool> inline_if_on_data(ir::Graph& g, size_t n, const std::map<std::str
     const ir::Graph* b = graph_attr(node, which);
     if (!b) return invalid_model(node.describe() + ": it has no graph attribute " + which);
     if (b->outputs.size() != node.outputs.size()) {
-      return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b->outputs.size()) +
-                           " outputs, the If has " + std::to_string(node.outputs.size()));
+      return invalid_model(node.describe() + ": its " + which + " has " +
+                           std::to_string(b->outputs.size()) + " outputs, the If has " +
+                           std::to_string(node.outputs.size()));
     }
     const std::string where = prefix + "/" + (which[0] == 't' ? "then" : "else");
     std::vector<int> targets;
     for (int bv : b->outputs) {
-      targets.push_back(ir::add_unique_value(&g, where + "/" + b->values[size_t(bv)].name, DType::kUndefined, std::nullopt));
+      targets.push_back(ir::add_unique_value(&g, where + "/" + b->values[size_t(bv)].name,
+                                             DType::kUndefined, std::nullopt));
     }
     KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, {}, targets, where, carriers, which));
     for (ir::Node& bn : copy.nodes) bn.guards.push_back(ir::Guard{cond, which[0] == 't'});
-    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()),
+                 std::make_move_iterator(copy.nodes.end()));
     select_inputs.insert(select_inputs.end(), targets.begin(), targets.end());
   }
   ir::Node select;
@@ -242,15 +252,16 @@ StatusOr<bool> inline_if(ir::Graph& g, size_t n, const std::map<std::string, int
   const ir::Graph* b = graph_attr(node, which);
   if (!b) return invalid_model(node.describe() + ": it has no graph attribute " + which);
   if (b->outputs.size() != node.outputs.size()) {
-    return invalid_model(node.describe() + ": its " + which + " has " + std::to_string(b->outputs.size()) +
-                         " outputs, the If has " + std::to_string(node.outputs.size()));
+    return invalid_model(node.describe() + ": its " + which + " has " +
+                         std::to_string(b->outputs.size()) + " outputs, the If has " +
+                         std::to_string(node.outputs.size()));
   }
   const std::string prefix = node.name.empty() ? std::string("if") : node.name;
   std::vector<int> targets = node.outputs;
   for (size_t k = 0; k < targets.size(); ++k) {
     if (targets[k] < 0) {
-      targets[k] = ir::add_unique_value(&g, prefix + "/" + b->values[size_t(b->outputs[k])].name, DType::kUndefined,
-                                        std::nullopt);
+      targets[k] = ir::add_unique_value(&g, prefix + "/" + b->values[size_t(b->outputs[k])].name,
+                                        DType::kUndefined, std::nullopt);
     }
   }
   KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, {}, targets, prefix, carriers, which));
@@ -266,11 +277,14 @@ StatusOr<bool> inline_if(ir::Graph& g, size_t n, const std::map<std::string, int
 // iteration). Scan outputs are stacked by the run, one row per iteration, which needs `trips` as a
 // formula of the input shapes (LoopEnd's inference checks). Returns the LoopEnd's outputs: the
 // final carried values, then the stacked scan values, into `outputs` where those are >= 0.
-using BindBody = std::function<std::vector<int>(Emitter& e, int counter, int cond_in, const std::vector<int>& carried)>;
-StatusOr<std::vector<int>> emit_run_time_loop(ir::Graph& g, size_t n, const ir::Graph& b, int trips, int cond,
-                                              const std::vector<int>& inits, bool cond_output, bool keeps,
+using BindBody = std::function<std::vector<int>(Emitter& e, int counter, int cond_in,
+                                                const std::vector<int>& carried)>;
+StatusOr<std::vector<int>> emit_run_time_loop(ir::Graph& g, size_t n, const ir::Graph& b, int trips,
+                                              int cond, const std::vector<int>& inits,
+                                              bool cond_output, bool keeps,
                                               const std::vector<int>& outputs, const BindBody& bind,
-                                              const std::string& prefix, const std::map<std::string, int>& carriers,
+                                              const std::string& prefix,
+                                              const std::map<std::string, int>& carriers,
                                               std::vector<ir::Node>* nodes) {
   const size_t k = inits.size();
   const size_t first = cond_output ? 1 : 0;
@@ -290,26 +304,36 @@ StatusOr<std::vector<int>> emit_run_time_loop(ir::Graph& g, size_t n, const ir::
   auto body_name = [&](size_t i, const char* fallback) {
     return i < b.inputs.size() ? b.values[size_t(b.inputs[i])].name : std::string(fallback);
   };
-  begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + (cond_output ? body_name(0, "i") : "i"), DType::kUndefined, std::nullopt));
-  begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + (cond_output ? body_name(1, "cond") : "cond"), DType::kUndefined, std::nullopt));
+  begin.outputs.push_back(ir::add_unique_value(
+      &g, prefix + "/" + (cond_output ? body_name(0, "i") : "i"), DType::kUndefined, std::nullopt));
+  begin.outputs.push_back(
+      ir::add_unique_value(&g, prefix + "/" + (cond_output ? body_name(1, "cond") : "cond"),
+                           DType::kUndefined, std::nullopt));
   for (size_t j = 0; j < k; ++j) {
-    begin.outputs.push_back(ir::add_unique_value(&g, prefix + "/" + body_name((cond_output ? 2 : 0) + j, "carried"),
-                                                 DType::kUndefined, std::nullopt));
+    begin.outputs.push_back(
+        ir::add_unique_value(&g, prefix + "/" + body_name((cond_output ? 2 : 0) + j, "carried"),
+                             DType::kUndefined, std::nullopt));
   }
   const std::vector<int> carried(begin.outputs.begin() + 2, begin.outputs.end());
   const int counter = begin.outputs[0], cond_in = begin.outputs[1];
   nodes->push_back(begin);
   Emitter e(g, prefix, nodes);
   const std::vector<int> bound = bind(e, counter, cond_in, carried);
-  KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, b, bound, std::vector<int>(b.outputs.size(), -1), prefix, carriers, "body"));
-  nodes->insert(nodes->end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+  KILN_ASSIGN_OR_RETURN(
+      BodyCopy copy,
+      copy_body(g, n, b, bound, std::vector<int>(b.outputs.size(), -1), prefix, carriers, "body"));
+  nodes->insert(nodes->end(), std::make_move_iterator(copy.nodes.begin()),
+                std::make_move_iterator(copy.nodes.end()));
   ir::Node end = kiln_node("LoopEnd", "end");
   end.inputs = {cond_output && !keeps ? copy.outputs[0] : -1, q > 0 ? trips : -1};
-  end.inputs.insert(end.inputs.end(), copy.outputs.begin() + std::ptrdiff_t(first), copy.outputs.end());
+  end.inputs.insert(end.inputs.end(), copy.outputs.begin() + std::ptrdiff_t(first),
+                    copy.outputs.end());
   end.inputs.insert(end.inputs.end(), begin.outputs.begin(), begin.outputs.end());
   for (size_t j = 0; j < k + q; ++j) {
     int out = j < outputs.size() ? outputs[j] : -1;
-    if (out < 0) out = ir::add_unique_value(&g, prefix + (j < k ? "/final" : "/stacked"), DType::kUndefined, std::nullopt);
+    if (out < 0)
+      out = ir::add_unique_value(&g, prefix + (j < k ? "/final" : "/stacked"), DType::kUndefined,
+                                 std::nullopt);
     end.outputs.push_back(out);
   }
   nodes->push_back(end);
@@ -318,20 +342,27 @@ StatusOr<std::vector<int>> emit_run_time_loop(ir::Graph& g, size_t n, const ir::
 
 // Why a loop cannot run at run time, or ok: it carries a sequence or optional (laid out at build
 // time), or its scan outputs lack a trip count the input shapes decide.
-Status check_run_time_loop(const ir::Graph& g, const ir::Node& node, const std::vector<int>& inits, size_t n_scan,
-                           bool shaped_trips, const std::string& why) {
-  const std::string unroll = "which needs a trip count known at build time (a constant, a function of input shapes, or "
-                             "a shape-value input) and a body that passes the condition through";
+Status check_run_time_loop(const ir::Graph& g, const ir::Node& node, const std::vector<int>& inits,
+                           size_t n_scan, bool shaped_trips, const std::string& why) {
+  const std::string unroll =
+      "which needs a trip count known at build time (a constant, a function of input shapes, or "
+      "a shape-value input) and a body that passes the condition through";
   for (int v : inits) {
     if (v >= 0 && g.values[size_t(v)].kind != ir::ValueKind::kTensor) {
-      return unsupported(node.describe() + ": " + why + ", and it carries '" + g.values[size_t(v)].name +
-                         "', a sequence or optional; kiln lays those out at build time, so it unrolls such a loop, " + unroll);
+      return unsupported(node.describe() + ": " + why + ", and it carries '" +
+                         g.values[size_t(v)].name +
+                         "', a sequence or optional; kiln lays those out at build time, so it "
+                         "unrolls such a loop, " +
+                         unroll);
     }
   }
   if (n_scan > 0 && !shaped_trips) {
-    return unsupported(node.describe() + ": " + why + ", and its body has " + std::to_string(n_scan) +
-                       " scan output(s); kiln stacks scan outputs at run time only over a trip count the input shapes "
-                       "decide with a body that passes the condition through, and otherwise unrolls the loop, " + unroll);
+    return unsupported(
+        node.describe() + ": " + why + ", and its body has " + std::to_string(n_scan) +
+        " scan output(s); kiln stacks scan outputs at run time only over a trip count the input "
+        "shapes "
+        "decide with a body that passes the condition through, and otherwise unrolls the loop, " +
+        unroll);
   }
   return ok_status();
 }
@@ -339,17 +370,19 @@ Status check_run_time_loop(const ir::Graph& g, const ir::Node& node, const std::
 // A Loop the build cannot unroll (its trip count or condition is data or changes with the input
 // shapes, or it is too long): run at run time, `why` saying which where that fails too.
 StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
-                                std::map<std::string, ir::Node>* run_time_loops, bool keeps, const std::string& why) {
+                                std::map<std::string, ir::Node>* run_time_loops, bool keeps,
+                                const std::string& why) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   const size_t n_carried = node.inputs.size() - 2;
   const size_t n_scan = b->outputs.size() - 1 - n_carried;
   const std::vector<int> inits(node.inputs.begin() + 2, node.inputs.end());
   const int m = node.inputs[0], cond = node.inputs[1];
-  const bool shaped = m >= 0 &&
-                      (known_scalar(g.values[size_t(m)]) ||
-                       (g.values[size_t(m)].sym_value && g.values[size_t(m)].sym_value->size() == 1)) &&
-                      keeps && (cond < 0 || known_scalar(g.values[size_t(cond)]).value_or(0) != 0);
+  const bool shaped =
+      m >= 0 &&
+      (known_scalar(g.values[size_t(m)]) ||
+       (g.values[size_t(m)].sym_value && g.values[size_t(m)].sym_value->size() == 1)) &&
+      keeps && (cond < 0 || known_scalar(g.values[size_t(cond)]).value_or(0) != 0);
   KILN_RETURN_IF_ERROR(check_run_time_loop(g, node, inits, n_scan, shaped, why));
   std::vector<ir::Node> nodes;
   auto bind = [](Emitter&, int counter, int cond_in, const std::vector<int>& carried) {
@@ -358,7 +391,8 @@ StatusOr<bool> loop_at_run_time(ir::Graph& g, size_t n, const std::map<std::stri
     return bound;
   };
   KILN_RETURN_IF_ERROR(emit_run_time_loop(g, n, *b, m, cond, inits, true, keeps, node.outputs, bind,
-                                          node.name.empty() ? std::string("loop") : node.name, carriers, &nodes)
+                                          node.name.empty() ? std::string("loop") : node.name,
+                                          carriers, &nodes)
                            .status());
   // A Loop laid out again because a carried dim grows (regrow_loop) says which in kiln_grow.
   ir::Node& begin = nodes.front();
@@ -373,13 +407,16 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   if (!b) return invalid_model(node.describe() + ": it has no graph attribute body");
-  if (node.inputs.size() < 2) return invalid_model(node.describe() + ": a Loop takes M and cond before its loop-carried values");
+  if (node.inputs.size() < 2)
+    return invalid_model(node.describe() +
+                         ": a Loop takes M and cond before its loop-carried values");
   const size_t n_carried = node.inputs.size() - 2;
   if (b->inputs.size() != n_carried + 2 || b->outputs.size() < n_carried + 1 ||
       node.outputs.size() > b->outputs.size() - 1) {
-    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) + " inputs and " +
-                         std::to_string(b->outputs.size()) + " outputs for " + std::to_string(n_carried) +
-                         " loop-carried values and " + std::to_string(node.outputs.size()) + " outputs");
+    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) +
+                         " inputs and " + std::to_string(b->outputs.size()) + " outputs for " +
+                         std::to_string(n_carried) + " loop-carried values and " +
+                         std::to_string(node.outputs.size()) + " outputs");
   }
   const size_t n_scan = b->outputs.size() - 1 - n_carried;
   // The body must keep the condition true to unroll: pass cond_in through, or give a true constant.
@@ -388,34 +425,41 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
   const ir::Value& co = b->values[size_t(cond_out)];
   if (co.constant && co.constant->numel() == 1) keeps = co.constant->int_at(0) != 0;
   for (const ir::Node& bn : b->nodes) {
-    if (bn.outputs.size() == 1 && bn.outputs[0] == cond_out && bn.op_type == "Identity" && bn.domain.empty() &&
-        bn.inputs.size() == 1 && bn.inputs[0] == b->inputs[1]) {
+    if (bn.outputs.size() == 1 && bn.outputs[0] == cond_out && bn.op_type == "Identity" &&
+        bn.domain.empty() && bn.inputs.size() == 1 && bn.inputs[0] == b->inputs[1]) {
       keeps = true;
     }
   }
-  if (node.inputs[0] < 0) return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it has no trip count (M)");
+  if (node.inputs[0] < 0)
+    return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it has no trip count (M)");
   const std::optional<int64_t> trips = known_scalar(g.values[size_t(node.inputs[0])]);
   if (!trips) {
     const ir::Value& m = g.values[size_t(node.inputs[0])];
-    return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
-                            m.sym_value ? "its trip count ('" + m.name + "' = " + ir::dims_to_string(*m.sym_value) +
-                                              ") changes with the input shapes"
-                                        : "its trip count ('" + m.name + "') is computed from tensor data at run time");
+    return loop_at_run_time(
+        g, n, carriers, run_time_loops, keeps,
+        m.sym_value ? "its trip count ('" + m.name + "' = " + ir::dims_to_string(*m.sym_value) +
+                          ") changes with the input shapes"
+                    : "its trip count ('" + m.name + "') is computed from tensor data at run time");
   }
   std::optional<int64_t> cond = int64_t(1);
   if (node.inputs[1] >= 0) cond = known_scalar(g.values[size_t(node.inputs[1])]);
   if (!cond) {
     return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
-                            "its condition ('" + g.values[size_t(node.inputs[1])].name + "') is computed from tensor data at run time");
+                            "its condition ('" + g.values[size_t(node.inputs[1])].name +
+                                "') is computed from tensor data at run time");
   }
   if (!keeps) {
     return loop_at_run_time(g, n, carriers, run_time_loops, keeps,
-                            "its body computes the loop's condition ('" + co.name + "'), so the number of iterations is known only at run time");
+                            "its body computes the loop's condition ('" + co.name +
+                                "'), so the number of iterations is known only at run time");
   }
   const int64_t iterations = *cond != 0 ? std::max<int64_t>(*trips, 0) : 0;
-  if (!check_size(node, iterations, *b).ok()) return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it is too long to unroll");
+  if (!check_size(node, iterations, *b).ok())
+    return loop_at_run_time(g, n, carriers, run_time_loops, keeps, "it is too long to unroll");
   if (iterations == 0 && n_scan > 0) {
-    return unsupported(node.describe() + ": it runs no iteration, and the shapes of its scan outputs are then unknown");
+    return unsupported(
+        node.describe() +
+        ": it runs no iteration, and the shapes of its scan outputs are then unknown");
   }
   const std::string prefix = node.name.empty() ? std::string("loop") : node.name;
   std::vector<ir::Node> nodes;
@@ -425,9 +469,11 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
   for (int64_t i = 0; i < iterations; ++i) {
     std::vector<int> bound = {e.constant_i64({i}, true), e.constant_true()};
     bound.insert(bound.end(), carried.begin(), carried.end());
-    KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
-                                                   prefix + "/" + std::to_string(i), carriers, "body"));
-    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+    KILN_ASSIGN_OR_RETURN(BodyCopy copy,
+                          copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
+                                    prefix + "/" + std::to_string(i), carriers, "body"));
+    nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()),
+                 std::make_move_iterator(copy.nodes.end()));
     carried.assign(copy.outputs.begin() + 1, copy.outputs.begin() + 1 + std::ptrdiff_t(n_carried));
     for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(copy.outputs[1 + n_carried + k]);
   }
@@ -447,10 +493,11 @@ StatusOr<bool> unroll_loop(ir::Graph& g, size_t n, const std::map<std::string, i
 // over the first scan input's length whose body reads slice i of each scan input (Gather; from
 // the end for a reverse direction), its scan outputs stacked by the LoopEnd along axis 0, then
 // reversed (a Slice of step -1) and moved to their axes (a Transpose) as the attributes say.
-StatusOr<bool> scan_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers, size_t n_state,
-                                const std::vector<int64_t>& in_axes, const std::vector<int64_t>& in_dirs,
-                                const std::vector<int64_t>& out_axes, const std::vector<int64_t>& out_dirs,
-                                const std::string& why) {
+StatusOr<bool> scan_at_run_time(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+                                size_t n_state, const std::vector<int64_t>& in_axes,
+                                const std::vector<int64_t>& in_dirs,
+                                const std::vector<int64_t>& out_axes,
+                                const std::vector<int64_t>& out_dirs, const std::string& why) {
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   const std::vector<int> states(node.inputs.begin(), node.inputs.begin() + std::ptrdiff_t(n_state));
@@ -463,21 +510,25 @@ StatusOr<bool> scan_at_run_time(ir::Graph& g, size_t n, const std::map<std::stri
     const ir::Value& bv = b->values[size_t(b->outputs[n_state + k])];
     if (bv.shape) ranks[k] = int64_t(bv.shape->size()) + 1;
     if (out_axes[k] != 0 && ranks[k] < 0) {
-      return unsupported(node.describe() + ": " + why + ", and its scan output " + std::to_string(k) + " ('" + bv.name +
-                         "') goes to axis " + std::to_string(out_axes[k]) +
-                         " but its body does not declare its rank; kiln stacks it at run time along an axis it can place");
+      return unsupported(node.describe() + ": " + why + ", and its scan output " +
+                         std::to_string(k) + " ('" + bv.name + "') goes to axis " +
+                         std::to_string(out_axes[k]) +
+                         " but its body does not declare its rank; kiln stacks it at run time "
+                         "along an axis it can place");
     }
     if (ranks[k] >= 0 && (out_axes[k] < -ranks[k] || out_axes[k] >= ranks[k])) {
-      return invalid_model(node.describe() + ": scan output " + std::to_string(k) + " of rank " + std::to_string(ranks[k]) +
-                           " has no axis " + std::to_string(out_axes[k]));
+      return invalid_model(node.describe() + ": scan output " + std::to_string(k) + " of rank " +
+                           std::to_string(ranks[k]) + " has no axis " +
+                           std::to_string(out_axes[k]));
     }
   }
   const std::string prefix = node.name.empty() ? std::string("scan") : node.name;
   std::vector<ir::Node> nodes;
   Emitter pre(g, prefix, &nodes);
   // The trip count, read off the first scan input's shape (a formula of the input shapes).
-  const int length = pre.node("Gather", {pre.node("Shape", {xs[0]}, -1), pre.constant_i64({in_axes[0]}, true)}, -1,
-                              Emitter::int_attr("axis", 0));
+  const int length =
+      pre.node("Gather", {pre.node("Shape", {xs[0]}, -1), pre.constant_i64({in_axes[0]}, true)}, -1,
+               Emitter::int_attr("axis", 0));
   const int last = pre.node("Sub", {length, pre.constant_i64({1}, true)}, -1);
   auto bind = [&](Emitter& e, int counter, int, const std::vector<int>& carried) {
     std::vector<int> bound = carried;
@@ -497,15 +548,19 @@ StatusOr<bool> scan_at_run_time(ir::Graph& g, size_t n, const std::map<std::stri
     const bool direct = j < n_state || in_place(j - n_state);
     targets.push_back(direct && j < node.outputs.size() ? node.outputs[j] : -1);
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<int> outs, emit_run_time_loop(g, n, *b, length, -1, states, false, true, targets, bind,
-                                                                  prefix, carriers, &nodes));
+  KILN_ASSIGN_OR_RETURN(std::vector<int> outs,
+                        emit_run_time_loop(g, n, *b, length, -1, states, false, true, targets, bind,
+                                           prefix, carriers, &nodes));
   Emitter post(g, prefix, &nodes);
   for (size_t k = 0; k < n_out && n_state + k < node.outputs.size(); ++k) {
     if (node.outputs[n_state + k] < 0 || in_place(k)) continue;
     int v = outs[n_state + k];
     if (out_dirs[k]) {
-      v = post.node("Slice", {v, post.constant_i64({-1}, false), post.constant_i64({std::numeric_limits<int64_t>::min()}, false),
-                              post.constant_i64({0}, false), post.constant_i64({-1}, false)}, -1);
+      v = post.node("Slice",
+                    {v, post.constant_i64({-1}, false),
+                     post.constant_i64({std::numeric_limits<int64_t>::min()}, false),
+                     post.constant_i64({0}, false), post.constant_i64({-1}, false)},
+                    -1);
     }
     const int64_t axis = out_axes[k] < 0 ? out_axes[k] + ranks[k] : out_axes[k];
     if (axis != 0) {
@@ -530,34 +585,43 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
   const ir::Node node = g.nodes[n];
   const ir::Graph* b = graph_attr(node, "body");
   if (!b) return invalid_model(node.describe() + ": it has no graph attribute body");
-  auto ints = [&](const char* name, std::vector<int64_t> fallback) { return node.attrs.get_ints(name, fallback); };
+  auto ints = [&](const char* name, std::vector<int64_t> fallback) {
+    return node.attrs.get_ints(name, fallback);
+  };
   KILN_ASSIGN_OR_RETURN(int64_t num_scan, node.attrs.get_int("num_scan_inputs", std::nullopt));
-  const bool batched = node.opset > 0 && node.opset < 9;  // opset 8: a batch axis 0, an optional sequence_lens first
+  const bool batched =
+      node.opset > 0 && node.opset < 9;  // opset 8: a batch axis 0, an optional sequence_lens first
   const size_t first = batched ? 1 : 0;
   if (num_scan < 1 || size_t(num_scan) + first > node.inputs.size()) {
-    return invalid_model(node.describe() + ": num_scan_inputs=" + std::to_string(num_scan) + " for " +
-                         std::to_string(node.inputs.size()) + " inputs");
+    return invalid_model(node.describe() + ": num_scan_inputs=" + std::to_string(num_scan) +
+                         " for " + std::to_string(node.inputs.size()) + " inputs");
   }
   if (batched && node.inputs[0] >= 0) {
-    return unsupported(node.describe() + ": opset 8's sequence_lens (a length per batch row) is not supported");
+    return unsupported(node.describe() +
+                       ": opset 8's sequence_lens (a length per batch row) is not supported");
   }
   const size_t n_state = node.inputs.size() - first - size_t(num_scan);
   if (b->inputs.size() != n_state + size_t(num_scan) || b->outputs.size() < n_state ||
       node.outputs.size() > b->outputs.size()) {
-    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) + " inputs and " +
-                         std::to_string(b->outputs.size()) + " outputs for " + std::to_string(n_state) + " states and " +
-                         std::to_string(num_scan) + " scan inputs");
+    return invalid_model(node.describe() + ": its body has " + std::to_string(b->inputs.size()) +
+                         " inputs and " + std::to_string(b->outputs.size()) + " outputs for " +
+                         std::to_string(n_state) + " states and " + std::to_string(num_scan) +
+                         " scan inputs");
   }
   const size_t n_out = b->outputs.size() - n_state;
-  KILN_ASSIGN_OR_RETURN(auto in_axes, ints("scan_input_axes", std::vector<int64_t>(size_t(num_scan), 0)));
+  KILN_ASSIGN_OR_RETURN(auto in_axes,
+                        ints("scan_input_axes", std::vector<int64_t>(size_t(num_scan), 0)));
   KILN_ASSIGN_OR_RETURN(auto in_dirs, ints(batched ? "directions" : "scan_input_directions",
                                            std::vector<int64_t>(size_t(num_scan), 0)));
   KILN_ASSIGN_OR_RETURN(auto out_axes, ints("scan_output_axes", std::vector<int64_t>(n_out, 0)));
-  KILN_ASSIGN_OR_RETURN(auto out_dirs, ints("scan_output_directions", std::vector<int64_t>(n_out, 0)));
-  if (in_axes.size() != size_t(num_scan) || in_dirs.size() != size_t(num_scan) || out_axes.size() != n_out ||
-      out_dirs.size() != n_out || (batched && (node.attrs.has("scan_input_axes") || node.attrs.has("scan_output_axes")))) {
+  KILN_ASSIGN_OR_RETURN(auto out_dirs,
+                        ints("scan_output_directions", std::vector<int64_t>(n_out, 0)));
+  if (in_axes.size() != size_t(num_scan) || in_dirs.size() != size_t(num_scan) ||
+      out_axes.size() != n_out || out_dirs.size() != n_out ||
+      (batched && (node.attrs.has("scan_input_axes") || node.attrs.has("scan_output_axes")))) {
     return invalid_model(node.describe() + ": its scan axes and directions do not match its " +
-                         std::to_string(num_scan) + " scan inputs and " + std::to_string(n_out) + " scan outputs");
+                         std::to_string(num_scan) + " scan inputs and " + std::to_string(n_out) +
+                         " scan outputs");
   }
   // The scan length: every scan input's dim at its axis, known at build time (else the scan runs
   // at run time, over the first input's dim, which the others must equal).
@@ -569,65 +633,77 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
     int64_t axis = in_axes[j] < 0 ? in_axes[j] + rank : in_axes[j];
     if (batched) axis = 1;
     if (axis < 0 || axis >= rank) {
-      return invalid_model(node.describe() + ": scan input '" + x.name + "' of rank " + std::to_string(rank) +
-                           " has no axis " + std::to_string(in_axes[j]));
+      return invalid_model(node.describe() + ": scan input '" + x.name + "' of rank " +
+                           std::to_string(rank) + " has no axis " + std::to_string(in_axes[j]));
     }
     in_axes[j] = axis;
     const ir::Dim& d = (*x.shape)[size_t(axis)];
     if (!d.is_const() || dynamic) {
       if (batched) {
-        return unsupported(node.describe() + ": it scans '" + x.name + "' over dim " + std::to_string(axis) + " (" +
-                           d.to_string() + "), which changes at run time; kiln unrolls opset 8's batched Scan, whose "
-                           "length must be known at build time");
+        return unsupported(
+            node.describe() + ": it scans '" + x.name + "' over dim " + std::to_string(axis) +
+            " (" + d.to_string() +
+            "), which changes at run time; kiln unrolls opset 8's batched Scan, whose "
+            "length must be known at build time");
       }
       if (j > 0 && !(dynamic ? *dynamic == d : ir::Dim(length) == d)) {
         return unsupported(node.describe() + ": its scan inputs have lengths " +
-                           (dynamic ? dynamic->to_string() : std::to_string(length)) + " and " + d.to_string() +
-                           ", which kiln cannot prove equal");
+                           (dynamic ? dynamic->to_string() : std::to_string(length)) + " and " +
+                           d.to_string() + ", which kiln cannot prove equal");
       }
       dynamic = d;
       continue;
     }
     if (length >= 0 && d.value() != length) {
-      return invalid_model(node.describe() + ": its scan inputs have lengths " + std::to_string(length) + " and " +
-                           std::to_string(d.value()));
+      return invalid_model(node.describe() + ": its scan inputs have lengths " +
+                           std::to_string(length) + " and " + std::to_string(d.value()));
     }
     length = d.value();
   }
   if (dynamic) {
-    return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs,
-                            "it scans over a length that changes at run time (" + dynamic->to_string() + ")");
+    return scan_at_run_time(
+        g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs,
+        "it scans over a length that changes at run time (" + dynamic->to_string() + ")");
   }
   int64_t rows = 1;
   if (batched) {
     const ir::Value& x = g.values[size_t(node.inputs[first + n_state])];
     if (!(*x.shape)[0].is_const()) {
-      return unsupported(node.describe() + ": opset 8's batch dim (" + (*x.shape)[0].to_string() + ") changes at run time");
+      return unsupported(node.describe() + ": opset 8's batch dim (" + (*x.shape)[0].to_string() +
+                         ") changes at run time");
     }
     rows = (*x.shape)[0].value();
   }
   // length * rows saturates: a product past int64 is too long to unroll either way.
   const int64_t steps = checked_mul(length, rows).value_or(std::numeric_limits<int64_t>::max());
   if (!batched && !check_size(node, steps, *b).ok()) {
-    return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs, "it is too long to unroll");
+    return scan_at_run_time(g, n, carriers, n_state, in_axes, in_dirs, out_axes, out_dirs,
+                            "it is too long to unroll");
   }
   KILN_RETURN_IF_ERROR(check_size(node, steps, *b));
   if (length == 0 && n_out > 0) {
-    return unsupported(node.describe() + ": it scans no element, and the shapes of its scan outputs are then unknown");
+    return unsupported(
+        node.describe() +
+        ": it scans no element, and the shapes of its scan outputs are then unknown");
   }
   const std::string prefix = node.name.empty() ? std::string("scan") : node.name;
   std::vector<ir::Node> nodes;
   Emitter e(g, prefix, &nodes);
-  // One scan over `states` and `xs` (their scan axes in_axes): the final states and stacked outputs.
-  auto scan = [&](std::vector<int> states, const std::vector<int>& xs, const std::vector<int64_t>& axes,
-                  const std::string& where) -> StatusOr<std::pair<std::vector<int>, std::vector<int>>> {
+  // One scan over `states` and `xs` (their scan axes in_axes): the final states and stacked
+  // outputs.
+  auto scan =
+      [&](std::vector<int> states, const std::vector<int>& xs, const std::vector<int64_t>& axes,
+          const std::string& where) -> StatusOr<std::pair<std::vector<int>, std::vector<int>>> {
     std::vector<std::vector<int>> outs(n_out);
     for (int64_t t = 0; t < length; ++t) {
       std::vector<int> bound = states;
-      for (size_t j = 0; j < xs.size(); ++j) bound.push_back(e.slice(xs[j], in_dirs[j] ? length - 1 - t : t, axes[j]));
-      KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
-                                                     where + "/" + std::to_string(t), carriers, "body"));
-      nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
+      for (size_t j = 0; j < xs.size(); ++j)
+        bound.push_back(e.slice(xs[j], in_dirs[j] ? length - 1 - t : t, axes[j]));
+      KILN_ASSIGN_OR_RETURN(BodyCopy copy,
+                            copy_body(g, n, *b, bound, std::vector<int>(b->outputs.size(), -1),
+                                      where + "/" + std::to_string(t), carriers, "body"));
+      nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()),
+                   std::make_move_iterator(copy.nodes.end()));
       states.assign(copy.outputs.begin(), copy.outputs.begin() + std::ptrdiff_t(n_state));
       for (size_t k = 0; k < n_out; ++k) outs[k].push_back(copy.outputs[n_state + k]);
     }
@@ -638,7 +714,8 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
     }
     return std::make_pair(states, stacked);
   };
-  std::vector<int> states(node.inputs.begin() + std::ptrdiff_t(first), node.inputs.begin() + std::ptrdiff_t(first + n_state));
+  std::vector<int> states(node.inputs.begin() + std::ptrdiff_t(first),
+                          node.inputs.begin() + std::ptrdiff_t(first + n_state));
   std::vector<int> xs(node.inputs.begin() + std::ptrdiff_t(first + n_state), node.inputs.end());
   std::vector<int> final_states, outputs;
   if (!batched) {
@@ -651,7 +728,8 @@ StatusOr<bool> unroll_scan(ir::Graph& g, size_t n, const std::map<std::string, i
       std::vector<int> s_row, x_row;
       for (int s : states) s_row.push_back(e.slice(s, row, 0));
       for (int x : xs) x_row.push_back(e.slice(x, row, 0));
-      KILN_ASSIGN_OR_RETURN(auto r, scan(s_row, x_row, std::vector<int64_t>(xs.size(), 0), prefix + "/row" + std::to_string(row)));
+      KILN_ASSIGN_OR_RETURN(auto r, scan(s_row, x_row, std::vector<int64_t>(xs.size(), 0),
+                                         prefix + "/row" + std::to_string(row)));
       for (size_t k = 0; k < n_state; ++k) per_state[k].push_back(r.first[k]);
       for (size_t k = 0; k < n_out; ++k) per_out[k].push_back(r.second[k]);
     }
@@ -680,7 +758,8 @@ Status settle_guards(BuildState& s) {
       const int p = v >= 0 ? g.values[size_t(v)].producer : -1;
       if (p < 0) continue;
       for (const ir::Guard& gd : g.nodes[size_t(p)].guards) {
-        if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end()) node.guards.push_back(gd);
+        if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end())
+          node.guards.push_back(gd);
       }
     }
   }
@@ -700,8 +779,10 @@ Status check_loops(BuildState& s) {
     if (ops::find_op(g.nodes[n].domain, g.nodes[n].op_type) == ops::OpKind::kLoopBegin) continue;
     if (loop_of[n] < 0 || !ir::makes_data_dependent(g, g.nodes[n], s.data_dependent)) continue;
     const ir::Node& begin = g.nodes[size_t((*loops)[size_t(loop_of[n])].begin)];
-    return unsupported(g.nodes[n].describe() + " gives an output whose size its data decides, inside the loop of " +
-                       begin.describe() + ", which runs at run time; kiln runs such a loop only when every size in "
+    return unsupported(g.nodes[n].describe() +
+                       " gives an output whose size its data decides, inside the loop of " +
+                       begin.describe() +
+                       ", which runs at run time; kiln runs such a loop only when every size in "
                        "its body follows from the input shapes");
   }
   return ok_status();
@@ -715,7 +796,8 @@ StatusOr<std::optional<size_t>> regrow_loop(BuildState& s, size_t n) {
   if (!l || l->q > 0) return std::optional<size_t>();
   const int counter = end.inputs[l->begin_outputs()];
   const int b = counter >= 0 ? g.values[size_t(counter)].producer : -1;
-  if (b < 0 || ops::find_op(g.nodes[size_t(b)].domain, g.nodes[size_t(b)].op_type) != ops::OpKind::kLoopBegin) {
+  if (b < 0 || ops::find_op(g.nodes[size_t(b)].domain, g.nodes[size_t(b)].op_type) !=
+                   ops::OpKind::kLoopBegin) {
     return std::optional<size_t>();
   }
   const ir::Node& begin = g.nodes[size_t(b)];
@@ -725,10 +807,12 @@ StatusOr<std::optional<size_t>> regrow_loop(BuildState& s, size_t n) {
   for (size_t j = 0; j < l->k; ++j) {
     const ir::Value& v = g.values[size_t(end.inputs[l->carried(j)])];
     const ir::Value& next = g.values[size_t(end.inputs[l->next(j)])];
-    if (!v.shape || !next.shape || v.shape->size() != next.shape->size() || v.dtype != next.dtype) continue;
+    if (!v.shape || !next.shape || v.shape->size() != next.shape->size() || v.dtype != next.dtype)
+      continue;
     for (size_t d = 0; d < v.shape->size(); ++d) {
       const ir::Dim step = (*next.shape)[d] - (*v.shape)[d];
-      if (step.is_const() && step.value() > 0) grow.insert(grow.end(), {int64_t(j), int64_t(d), step.value()});
+      if (step.is_const() && step.value() > 0)
+        grow.insert(grow.end(), {int64_t(j), int64_t(d), step.value()});
     }
   }
   if (grow.empty()) return std::optional<size_t>();
@@ -754,14 +838,19 @@ StatusOr<std::optional<size_t>> regrow_loop(BuildState& s, size_t n) {
   return std::optional<size_t>(size_t(b));
 }
 
-StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n, const std::map<std::string, int>& carriers,
+StatusOr<bool> expand_control_flow(ir::Graph& g, size_t n,
+                                   const std::map<std::string, int>& carriers,
                                    std::map<std::string, ir::Node>* run_time_loops) {
   const ir::Node& node = g.nodes[n];
   switch (ops::find_op(node.domain, node.op_type)) {
-    case ops::OpKind::kIf: return inline_if(g, n, carriers);
-    case ops::OpKind::kLoop: return unroll_loop(g, n, carriers, run_time_loops);
-    case ops::OpKind::kScan: return unroll_scan(g, n, carriers);
-    default: return false;
+    case ops::OpKind::kIf:
+      return inline_if(g, n, carriers);
+    case ops::OpKind::kLoop:
+      return unroll_loop(g, n, carriers, run_time_loops);
+    case ops::OpKind::kScan:
+      return unroll_scan(g, n, carriers);
+    default:
+      return false;
   }
 }
 

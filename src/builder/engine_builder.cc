@@ -10,7 +10,8 @@ namespace kiln {
 
 StatusOr<Engine> Builder::build(const Network& network, const BuilderConfig& config) const {
   KILN_ASSIGN_OR_RETURN(const backends::Backend* backend, backends::get_backend(device_));
-  KILN_ASSIGN_OR_RETURN(plan::Plan plan, builder::build_plan(network.graph, network.model_hash, config, *backend));
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan,
+                        builder::build_plan(network.graph, network.model_hash, config, *backend));
   return Engine::from_plan(std::move(plan));
 }
 

@@ -23,9 +23,10 @@ struct BodyCopy {
 // the body passes a value through), or stays where the body computes it for -1. Values the body
 // reads from enclosing graphs by name resolve in g (a shape-value input through its carrier) and
 // must be computed before position n. `what` names the body in errors ("body", "then_branch").
-StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b, const std::vector<int>& bound,
-                             const std::vector<int>& targets, const std::string& prefix,
-                             const std::map<std::string, int>& carriers, const std::string& what);
+StatusOr<BodyCopy> copy_body(ir::Graph& g, size_t n, const ir::Graph& b,
+                             const std::vector<int>& bound, const std::vector<int>& targets,
+                             const std::string& prefix, const std::map<std::string, int>& carriers,
+                             const std::string& what);
 
 // Node n replaced by `nodes`, which run under n's conditions (an expansion inside an If's branch)
 // before their own; producer fields refreshed from n on.
@@ -40,18 +41,22 @@ const ir::Graph* graph_attr(const ir::Node& node, const char* name);
 // Builds the small nodes an expansion needs, numbered under one prefix.
 class Emitter {
  public:
-  Emitter(ir::Graph& g, std::string prefix, std::vector<ir::Node>* nodes) : g_(g), prefix_(std::move(prefix)), nodes_(nodes) {}
+  Emitter(ir::Graph& g, std::string prefix, std::vector<ir::Node>* nodes)
+      : g_(g), prefix_(std::move(prefix)), nodes_(nodes) {}
 
   int constant_i64(const std::vector<int64_t>& values, bool scalar) {
-    const int v = ir::add_unique_value(&g_, prefix_ + "/c", DType::kInt64,
-                                       scalar ? std::vector<ir::Dim>{} : std::vector<ir::Dim>{int64_t(values.size())});
-    g_.values[size_t(v)].constant =
-        Tensor::from_vector(DType::kInt64, scalar ? Shape{} : Shape{int64_t(values.size())}, values);
+    const int v = ir::add_unique_value(
+        &g_, prefix_ + "/c", DType::kInt64,
+        scalar ? std::vector<ir::Dim>{} : std::vector<ir::Dim>{int64_t(values.size())});
+    g_.values[size_t(v)].constant = Tensor::from_vector(
+        DType::kInt64, scalar ? Shape{} : Shape{int64_t(values.size())}, values);
     return v;
   }
   int constant_true() {
-    const int v = ir::add_unique_value(&g_, prefix_ + "/true", DType::kBool, std::vector<ir::Dim>{});
-    g_.values[size_t(v)].constant = Tensor::from_vector(DType::kBool, Shape{}, std::vector<uint8_t>{1});
+    const int v =
+        ir::add_unique_value(&g_, prefix_ + "/true", DType::kBool, std::vector<ir::Dim>{});
+    g_.values[size_t(v)].constant =
+        Tensor::from_vector(DType::kBool, Shape{}, std::vector<uint8_t>{1});
     return v;
   }
   // One node; out < 0 makes a fresh output value. Returns the output.
@@ -61,7 +66,8 @@ class Emitter {
     return out;
   }
   // One node of several outputs (ai.onnx opset 13, as every node here).
-  void nodes(const std::string& op, std::vector<int> inputs, std::vector<int> outputs, ir::Attributes attrs = {}) {
+  void nodes(const std::string& op, std::vector<int> inputs, std::vector<int> outputs,
+             ir::Attributes attrs = {}) {
     ir::Node nd;
     nd.name = ir::unique_node_name(g_, prefix_ + "/" + op);
     nd.op_type = op;

@@ -64,9 +64,9 @@ using rw::either;
 using rw::Match;
 using rw::op;
 using rw::Pat;
-using rw::scaled;
 using rw::scalar;
 using rw::scalar_eq;
+using rw::scaled;
 
 const Dims* shape_of(const ir::Graph& g, int v) {
   if (v < 0) return nullptr;
@@ -113,7 +113,6 @@ std::optional<Heads> split_heads(const ir::Graph& g, int v, std::vector<int64_t>
   return Heads{x, (*vs)[2].value()};
 }
 
-
 // Whether the constant additive mask `m` ([..., S, S], leading dims of 1) is causal: 0 on and
 // below the diagonal, a masking fill above.
 bool is_causal_mask(const ir::Value& m) {
@@ -135,7 +134,8 @@ bool is_causal_mask(const ir::Value& m) {
   return true;
 }
 
-// Whether mask value `m` spans the scores' last two axes [.., S, S] as they are (no broadcast there).
+// Whether mask value `m` spans the scores' last two axes [.., S, S] as they are (no broadcast
+// there).
 bool causal_over(const Context& ctx, int m, const Dims& scores) {
   const Dims* ms = ctx.shape(m);
   const size_t r = scores.size();
@@ -155,7 +155,8 @@ bool causal_additive(const Context& ctx, int m, const Dims& scores) {
   const std::optional<double> a = ctx.scalar(w.inputs[1]), b = ctx.scalar(w.inputs[2]);
   if (!a || !b || !causal_over(ctx, w.inputs[0], scores)) return false;
   const MaskKind k = mask_kind(*ctx.graph, w.inputs[0]);
-  return (*a == 0.0 && masks(*b) && k == MaskKind::kCausal) || (masks(*a) && *b == 0.0 && k == MaskKind::kStrictlyUpper);
+  return (*a == 0.0 && masks(*b) && k == MaskKind::kCausal) ||
+         (masks(*a) && *b == 0.0 && k == MaskKind::kStrictlyUpper);
 }
 
 // The additive mask of a boolean one: Where(cond, 0, fill) (or Where(cond, fill, 0) for a cond
@@ -164,8 +165,8 @@ struct AdditiveMask {
   int value = -1;
   std::optional<ir::Node> node;
 };
-std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, bool fill_where_true, DType t,
-                                          const std::string& base) {
+std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, bool fill_where_true,
+                                          DType t, const std::string& base) {
   // Copies: adding values below moves the graph's values.
   if (ctx.value(cond).dtype != DType::kBool || !ctx.value(cond).shape) return std::nullopt;
   const Dims cond_shape = *ctx.value(cond).shape;
@@ -191,8 +192,9 @@ std::optional<AdditiveMask> additive_mask(Context& ctx, int cond, double fill, b
   const int zero = scalar_of(0.f), fv = scalar_of(f);
   if (zero < 0 || fv < 0) return std::nullopt;
   const int out = ir::add_unique_value(ctx.graph, base, t, cond_shape);
-  ir::Node where = rw::make_node(*ctx.graph, "Where", base, {cond, fill_where_true ? fv : zero, fill_where_true ? zero : fv},
-                                 {out});
+  ir::Node where =
+      rw::make_node(*ctx.graph, "Where", base,
+                    {cond, fill_where_true ? fv : zero, fill_where_true ? zero : fv}, {out});
   return AdditiveMask{out, std::move(where)};
 }
 
@@ -206,23 +208,28 @@ struct Windows {
   int64_t count = 0;
   Tensor mask;  // [1, W*H, N, L]
 };
-std::optional<Windows> window_mask(const Context& ctx, const Match& m, int scores, int bias, DType t) {
+std::optional<Windows> window_mask(const Context& ctx, const Match& m, int scores, int bias,
+                                   DType t) {
   const int split = m.node("window_split"), merge = m.node("window_merge");
   const int m5 = m.value("window_mask");
   const Dims* ss = ctx.shape(scores);
   const Dims* vs = ctx.shape(ctx.node(split).outputs[0]);
   const Dims* ms = ctx.shape(m5);
   const Dims* os = ctx.shape(ctx.node(merge).outputs[0]);
-  if (!ss || !vs || !ms || !os || ss->size() != 4 || vs->size() != 5 || ms->size() != 5 || *os != *ss) return std::nullopt;
-  if ((*vs)[0] * (*vs)[1] != (*ss)[0] || (*vs)[2] != (*ss)[1] || (*vs)[3] != (*ss)[2] || (*vs)[4] != (*ss)[3]) {
+  if (!ss || !vs || !ms || !os || ss->size() != 4 || vs->size() != 5 || ms->size() != 5 ||
+      *os != *ss)
+    return std::nullopt;
+  if ((*vs)[0] * (*vs)[1] != (*ss)[0] || (*vs)[2] != (*ss)[1] || (*vs)[3] != (*ss)[2] ||
+      (*vs)[4] != (*ss)[3]) {
     return std::nullopt;
   }
   for (size_t i = 1; i < 5; ++i) {
     if (!(*vs)[i].is_const()) return std::nullopt;
   }
-  const int64_t w = (*vs)[1].value(), h = (*vs)[2].value(), n = (*vs)[3].value(), l = (*vs)[4].value();
-  if ((*ms)[0] != Dim(1) || (*ms)[1] != Dim(w) || ((*ms)[2] != Dim(1) && (*ms)[2] != Dim(h)) || (*ms)[3] != Dim(n) ||
-      (*ms)[4] != Dim(l)) {
+  const int64_t w = (*vs)[1].value(), h = (*vs)[2].value(), n = (*vs)[3].value(),
+                l = (*vs)[4].value();
+  if ((*ms)[0] != Dim(1) || (*ms)[1] != Dim(w) || ((*ms)[2] != Dim(1) && (*ms)[2] != Dim(h)) ||
+      (*ms)[3] != Dim(n) || (*ms)[4] != Dim(l)) {
     return std::nullopt;
   }
   const ir::Value& mv = ctx.value(m5);
@@ -255,10 +262,12 @@ std::optional<Windows> window_mask(const Context& ctx, const Match& m, int score
 int add_view(Context& ctx, int x, std::vector<int64_t> dims, Dims shape, const std::string& base,
              std::vector<ir::Node>* into) {
   dims.insert(dims.begin(), -1);
-  const int target = add_constant(ctx.graph, base + "_shape", Tensor::from_vector(DType::kInt64, {int64_t(dims.size())}, dims));
+  const int target = add_constant(ctx.graph, base + "_shape",
+                                  Tensor::from_vector(DType::kInt64, {int64_t(dims.size())}, dims));
   const DType t = ctx.value(x).dtype;
   const int out = ir::add_unique_value(ctx.graph, base, t, std::move(shape));
-  ir::Node r = rw::make_node(*ctx.graph, "Reshape", base + std::to_string(into->size()), {x, target}, {out});
+  ir::Node r =
+      rw::make_node(*ctx.graph, "Reshape", base + std::to_string(into->size()), {x, target}, {out});
   into->push_back(std::move(r));
   return out;
 }
@@ -280,7 +289,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   int mask = m.value("mask");
   std::vector<ir::Node> pre_nodes;
   // A causal mask, however computed, becomes is_causal (for square scores [B, H, S, S]).
-  const bool square = rank == 4 && (*score_shape)[2] == (*score_shape)[3] && m.node("window_add") < 0;
+  const bool square =
+      rank == 4 && (*score_shape)[2] == (*score_shape)[3] && m.node("window_add") < 0;
   bool causal = square && mask >= 0 && causal_additive(ctx, mask, *score_shape);
   if (m.node("where") >= 0 || m.node("where_inv") >= 0) {
     const double fill = *ctx.scalar(m.value("fill"));
@@ -290,7 +300,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     causal = square && causal_over(ctx, cond, *score_shape) &&
              mask_kind(*g, cond) == (inverted ? MaskKind::kStrictlyUpper : MaskKind::kCausal);
     if (!causal) {
-      auto am = additive_mask(ctx, cond, fill, inverted, t, ctx.node(m.node(inverted ? "where_inv" : "where")).name + "_mask");
+      auto am = additive_mask(ctx, cond, fill, inverted, t,
+                              ctx.node(m.node(inverted ? "where_inv" : "where")).name + "_mask");
       if (!am) return false;
       mask = am->value;
       if (am->node) pre_nodes.push_back(std::move(*am->node));
@@ -319,7 +330,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
         if (d != Dim(1) && d != (*qs0)[rank - cs->size() + i]) return false;
       }
       const int scaled_q = ir::add_unique_value(g, ctx.node(qk).name + "_q_head_scaled", t, *qs0);
-      pre_nodes.push_back(rw::make_node(*g, "Mul", ctx.node(qk).name + "_q_head_scale", {q, c}, {scaled_q}));
+      pre_nodes.push_back(
+          rw::make_node(*g, "Mul", ctx.node(qk).name + "_q_head_scale", {q, c}, {scaled_q}));
       q = scaled_q;
     }
   }
@@ -331,12 +343,14 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   }
   const Dims *qs = ctx.shape(q), *kts = ctx.shape(ctx.node(qk).inputs[1]), *vs = ctx.shape(vv),
              *ys = ctx.shape(y), *ms = ctx.shape(mask);
-  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank || vs->size() != rank ||
-      ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
+  if (!qs || !kts || !vs || !ys || qs->size() != rank || kts->size() != rank ||
+      vs->size() != rank || ys->size() != rank || (mask >= 0 && (!ms || ms->size() > rank))) {
     return false;
   }
   // K' is the Transpose's output scaled: the same shape.
-  if (ctx.shape(ctx.node(kt_node).outputs[0]) == nullptr || *ctx.shape(ctx.node(kt_node).outputs[0]) != *kts) return false;
+  if (ctx.shape(ctx.node(kt_node).outputs[0]) == nullptr ||
+      *ctx.shape(ctx.node(kt_node).outputs[0]) != *kts)
+    return false;
   // Batch dims equal (no broadcasting between Q, K and V), K' = [.., D, L], V = [.., L, Dv].
   for (size_t i = 0; i + 2 < rank; ++i) {
     if ((*kts)[i] != (*qs)[i] || (*vs)[i] != (*qs)[i] || (*ys)[i] != (*qs)[i]) return false;
@@ -357,8 +371,9 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   fused.name = ctx.node(qk).name;
   fused.op_type = "Attention";
   fused.opset = 23;
-  set_float(&fused, "scale", float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
-                                   m.factor("s_scale") * head_factor));
+  set_float(&fused, "scale",
+            float(m.factor("q_scale") * m.factor("k_scale") * m.factor("kt_scale") *
+                  m.factor("s_scale") * head_factor));
   if (causal) set_int(&fused, "is_causal", 1);
   std::vector<int> matched = m.matched;
   // Mask nodes made here go in first; taken out again when the fusion does not happen.
@@ -395,13 +410,16 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     }
     const int q4 = view(q, "q"), k4 = view(k_att, "k"), v4 = view(vv, "v");
     const int m4 = add_constant(g, base + "_mask", std::move(windows->mask));
-    const int y4 = ir::add_unique_value(g, base + "_y", t, Dims{rows, heads, y_shape[2], y_shape[3]});
+    const int y4 =
+        ir::add_unique_value(g, base + "_y", t, Dims{rows, heads, y_shape[2], y_shape[3]});
     fused.inputs = {q4, k4, v4, m4};
     fused.outputs = {y4};
     pre_nodes.push_back(fused);
     if (!y_shape[1].is_const() || !y_shape[2].is_const() || !y_shape[3].is_const()) return false;
-    const std::vector<int64_t> back = {-1, y_shape[1].value(), y_shape[2].value(), y_shape[3].value()};
-    const int back_shape = add_constant(g, base + "_merge_shape", Tensor::from_vector(DType::kInt64, {4}, back));
+    const std::vector<int64_t> back = {-1, y_shape[1].value(), y_shape[2].value(),
+                                       y_shape[3].value()};
+    const int back_shape =
+        add_constant(g, base + "_merge_shape", Tensor::from_vector(DType::kInt64, {4}, back));
     ir::Node merge = rw::make_node(*g, "Reshape", base + "_merge", {y4, back_shape}, {y});
     mask = -1;
     return finish(std::move(merge));
@@ -418,7 +436,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     }
     if (merge_r >= 0 && !is_onnx(ctx.node(merge_r), "Reshape")) merge_r = -1;
     const Dims* rs = merge_r >= 0 ? ctx.shape(ctx.node(merge_r).outputs[0]) : nullptr;
-    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] || (*rs)[2] != (*ys)[1] * (*ys)[3]) {
+    if (!rs || rs->size() != 3 || (*rs)[0] != (*ys)[0] || (*rs)[1] != (*ys)[2] ||
+        (*rs)[2] != (*ys)[1] * (*ys)[3]) {
       merge_r = -1;
     }
     if (hq && hk && hv && merge_r >= 0) {
@@ -468,12 +487,14 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
 // Hk heads themselves (Attention takes K and V with fewer heads than Q, each serving Hq/Hk query
 // heads in order), so the copies go. The [B, Hk, L, D] input x, or -1.
 int repeated_kv(const Context& ctx, int root, int v) {
-  static const Pat repeat = op("Reshape", {op("Expand", {op("Unsqueeze", {any("x"), any()}), any()}).as("expand"), any()});
+  static const Pat repeat = op(
+      "Reshape", {op("Expand", {op("Unsqueeze", {any("x"), any()}), any()}).as("expand"), any()});
   const int producer = ctx.value(v).producer;
   if (producer < 0 || ctx.uses->sole_reader(v) != root) return -1;
   std::optional<Match> m = rw::match_at(ctx, repeat, producer);
   if (!m) return -1;
-  const Dims *x = ctx.shape(m->value("x")), *e = ctx.shape(ctx.node(m->node("expand")).outputs[0]), *y = ctx.shape(v);
+  const Dims *x = ctx.shape(m->value("x")), *e = ctx.shape(ctx.node(m->node("expand")).outputs[0]),
+             *y = ctx.shape(v);
   if (!x || !e || !y || x->size() != 4 || e->size() != 5 || y->size() != 4) return -1;
   const Dims want_e = {(*x)[0], (*x)[1], (*e)[2], (*x)[2], (*x)[3]};
   const Dims want_y = {(*x)[0], (*x)[1] * (*e)[2], (*x)[2], (*x)[3]};
@@ -485,8 +506,10 @@ int repeated_kv(const Context& ctx, int root, int v) {
 StatusOr<bool> grouped_query(Context& ctx, const Match& m) {
   const int root = m.matched[0];
   ir::Node fused = ctx.node(root);
-  if (fused.attrs.has("q_num_heads") || fused.attrs.has("kv_num_heads")) return false;  // the 3-D form
-  const int k = repeated_kv(ctx, root, fused.inputs[1]), v = repeated_kv(ctx, root, fused.inputs[2]);
+  if (fused.attrs.has("q_num_heads") || fused.attrs.has("kv_num_heads"))
+    return false;  // the 3-D form
+  const int k = repeated_kv(ctx, root, fused.inputs[1]),
+            v = repeated_kv(ctx, root, fused.inputs[2]);
   if (k < 0 || v < 0) return false;
   const Dims *ks = ctx.shape(k), *vs = ctx.shape(v);
   if ((*ks)[1] != (*vs)[1]) return false;
@@ -497,29 +520,34 @@ StatusOr<bool> grouped_query(Context& ctx, const Match& m) {
 }
 
 std::vector<rw::Rule> make_rules() {
-  const Pat qk = op("MatMul", {scaled(any("q"), "q_scale"),
-                               scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
-                     .as("qk");
+  const Pat qk =
+      op("MatMul", {scaled(any("q"), "q_scale"),
+                    scaled(op("Transpose", {scaled(any("k"), "k_scale")}).as("kt"), "kt_scale")})
+          .as("qk");
   // The scores times scalars, then perhaps by a constant per head (Swin-V2).
-  const Pat s = either({op("Mul", {scaled(qk, "s_scale"), rw::constant("head_scale")}).commutative().as("head_mul"),
-                        scaled(qk, "s_scale")});
+  const Pat s = either(
+      {op("Mul", {scaled(qk, "s_scale"), rw::constant("head_scale")}).commutative().as("head_mul"),
+       scaled(qk, "s_scale")});
   // Swin's shifted windows: a view as [B, W, H, N, N], a constant mask added, the view back.
-  const Pat windowed = op("Reshape", {op("Add", {op("Reshape", {either({op("Add", {s, any("mask")}).commutative(), s}),
-                                                                 any()})
-                                                      .as("window_split"),
-                                                  rw::constant("window_mask")})
-                                           .commutative()
-                                           .as("window_add"),
-                                       any()})
-                           .as("window_merge");
+  const Pat windowed =
+      op("Reshape",
+         {op("Add", {op("Reshape", {either({op("Add", {s, any("mask")}).commutative(), s}), any()})
+                         .as("window_split"),
+                     rw::constant("window_mask")})
+              .commutative()
+              .as("window_add"),
+          any()})
+          .as("window_merge");
   const Pat masked = either({windowed, op("Add", {s, any("mask")}).commutative().as("add"),
                              op("Where", {any("cond"), s, scalar("fill")}).as("where"),
                              op("Where", {any("cond"), scalar("fill"), s}).as("where_inv"), s});
   const Pat softmax = op("Softmax", {masked}).as("softmax").out("p").when(softmax_over_last_axis);
-  const Pat probs = either({op("Where", {op("IsNaN", {softmax}), scalar_eq(0), any("p")}), softmax});
+  const Pat probs =
+      either({op("Where", {op("IsNaN", {softmax}), scalar_eq(0), any("p")}), softmax});
   return {{"attention", op("MatMul", {probs, any("v")}).as("pv"), fuse},
           {"grouped_query", op("Attention", {any("q"), any("k"), any("v")}), grouped_query},
-          {"grouped_query_masked", op("Attention", {any("q"), any("k"), any("v"), any("mask")}), grouped_query}};
+          {"grouped_query_masked", op("Attention", {any("q"), any("k"), any("v"), any("mask")}),
+           grouped_query}};
 }
 
 }  // namespace

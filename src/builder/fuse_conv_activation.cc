@@ -60,16 +60,20 @@ bool activation_follows(const Context& ctx, int v) {
   if (readers.size() == 1) return activation_name(ctx.node(readers[0])) != nullptr;
   if (readers.size() != 2) return false;
   const ir::Node &a = ctx.node(readers[0]), &b = ctx.node(readers[1]);
-  return (is_onnx(a, "Sigmoid") && is_onnx(b, "Mul")) || (is_onnx(a, "Mul") && is_onnx(b, "Sigmoid"));
+  return (is_onnx(a, "Sigmoid") && is_onnx(b, "Mul")) ||
+         (is_onnx(a, "Mul") && is_onnx(b, "Sigmoid"));
 }
 
-StatusOr<bool> fuse(Context& ctx, const Match& m, const std::string& act, std::vector<float> params) {
+StatusOr<bool> fuse(Context& ctx, const Match& m, const std::string& act,
+                    std::vector<float> params) {
   const ir::Node& conv = ctx.node(m.node("conv"));
   const int c = conv.outputs[0];
   const int z = m.value("z");
   if (z >= 0) {
     const int sum = ctx.node(m.node("add")).outputs[0];
-    if (z == c || !same_type(ctx.value(z), ctx.value(c)) || !same_type(ctx.value(sum), ctx.value(c))) return false;
+    if (z == c || !same_type(ctx.value(z), ctx.value(c)) ||
+        !same_type(ctx.value(sum), ctx.value(c)))
+      return false;
   }
   ir::Node fused = conv;
   fused.replaced.clear();  // replace_nodes counts the Conv among the matched nodes
@@ -116,7 +120,8 @@ StatusOr<bool> fuse_residual(Context& ctx, const Match& m) {
 }
 
 std::vector<rw::Rule> make_rules() {
-  const Pat conv = either({op("Conv", {any(), any()}).as("conv"), op("Conv", {any(), any(), any()}).as("conv")});
+  const Pat conv =
+      either({op("Conv", {any(), any()}).as("conv"), op("Conv", {any(), any(), any()}).as("conv")});
   const Pat residual = op("Add", {conv, any("z")}).commutative().as("add");
   const Pat pre = either({residual, conv});
   std::vector<rw::Rule> rules;
@@ -125,7 +130,8 @@ std::vector<rw::Rule> make_rules() {
   }
   rules.push_back({"conv_clip", op("Clip", {pre}), fuse_activation});
   rules.push_back({"conv_clip_min", op("Clip", {pre, rw::optional("lo")}), fuse_activation});
-  rules.push_back({"conv_clip_min_max", op("Clip", {pre, rw::optional("lo"), rw::optional("hi")}), fuse_activation});
+  rules.push_back({"conv_clip_min_max", op("Clip", {pre, rw::optional("lo"), rw::optional("hi")}),
+                   fuse_activation});
   // SiLU: the convolution (with its residual) read by the Sigmoid and the Mul, both in the match.
   rules.push_back({"conv_silu", op("Mul", {pre, op("Sigmoid", {pre})}).commutative(), fuse_silu});
   rules.push_back({"conv_residual", residual, fuse_residual});
@@ -139,6 +145,8 @@ Status fuse_conv_activation(ir::Graph* g, const SupportsFn& supports) {
   return rw::apply(g, rules, supports).status();
 }
 
-Status fuse_conv_activation(BuildState& s) { return fuse_conv_activation(&s.graph, backend_supports(s)); }
+Status fuse_conv_activation(BuildState& s) {
+  return fuse_conv_activation(&s.graph, backend_supports(s));
+}
 
 }  // namespace kiln::builder

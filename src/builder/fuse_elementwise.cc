@@ -135,8 +135,6 @@ Status fuse_elementwise(ir::Graph* g, const SupportsFn& supports) {
   return ok_status();
 }
 
-Status fuse_elementwise(BuildState& s) {
-  return fuse_elementwise(&s.graph, backend_supports(s));
-}
+Status fuse_elementwise(BuildState& s) { return fuse_elementwise(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

@@ -48,8 +48,8 @@ bool float_product(const Context& ctx, const Match&, int n) {
 // An Add of `y` and `other` that keeps y's shape and dtype (other broadcasting from the right).
 bool keeps_product(const Context& ctx, int y, int other, int sum) {
   const ir::Value &yv = ctx.value(y), &ov = ctx.value(sum), &bv = ctx.value(other);
-  return other != y && ov.dtype == yv.dtype && bv.dtype == yv.dtype && ov.shape && *ov.shape == *yv.shape &&
-         bv.shape && bv.shape->size() <= yv.shape->size();
+  return other != y && ov.dtype == yv.dtype && bv.dtype == yv.dtype && ov.shape &&
+         *ov.shape == *yv.shape && bv.shape && bv.shape->size() <= yv.shape->size();
 }
 
 // A computed operand of the product's own shape (a skip connection), not a bias.
@@ -62,7 +62,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m, std::string activation, int re
   const ir::Node& matmul = ctx.node(m.node("mm"));
   const int y = m.value("y");
   int bias = m.value("bias");
-  if (bias >= 0 && (!keeps_product(ctx, y, bias, ctx.node(m.node("add")).outputs[0]) || is_residual(ctx, bias, y))) {
+  if (bias >= 0 && (!keeps_product(ctx, y, bias, ctx.node(m.node("add")).outputs[0]) ||
+                    is_residual(ctx, bias, y))) {
     return false;
   }
   const int out = ctx.node(m.matched[0]).outputs[0];
@@ -73,8 +74,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m, std::string activation, int re
     // one its tactics are timed with) and not in a pass over Y after the GEMM: GPT-2's [8192, 3072]
     // MLP GEMM at batch 32, 98 us with the pass against 72 us in the epilogue (H200).
     const ir::Value& b = ctx.value(matmul.inputs[1]);
-    if (b.constant && b.constant->rank() >= 1 && !yv.shape->empty() && yv.shape->back().is_const() &&
-        b.constant->shape().back() == yv.shape->back().value()) {
+    if (b.constant && b.constant->rank() >= 1 && !yv.shape->empty() &&
+        yv.shape->back().is_const() && b.constant->shape().back() == yv.shape->back().value()) {
       KILN_ASSIGN_OR_RETURN(Tensor zeros, Tensor::zeros(yv.dtype, {b.constant->shape().back()}));
       bias = add_constant(ctx.graph, yv.name + "_zero_bias", std::move(zeros));
     }
@@ -142,8 +143,6 @@ Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports) {
 }
 
 // CUDA only (pipeline.cc): the CPU runs the same reference kernels either way.
-Status fuse_matmul_bias(BuildState& s) {
-  return fuse_matmul_bias(&s.graph, backend_supports(s));
-}
+Status fuse_matmul_bias(BuildState& s) { return fuse_matmul_bias(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

@@ -73,7 +73,8 @@ Pat mean_of(Pat in, const std::string& name = "") {
 std::optional<Tensor> per_channel(const Context& ctx, int v, DType dtype, int64_t c) {
   if (v < 0) return std::nullopt;
   const ir::Value& val = ctx.value(v);
-  if (!val.constant || val.constant->dtype() != dtype || val.constant->numel() != c) return std::nullopt;
+  if (!val.constant || val.constant->dtype() != dtype || val.constant->numel() != c)
+    return std::nullopt;
   const Shape& s = val.constant->shape();
   if (s.empty() || s.back() != c) return std::nullopt;
   auto t = Tensor::zeros(dtype, {c});
@@ -113,7 +114,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     }
   }
   const ir::Value& xv = ctx.value(x);
-  if (!is_float(xv.dtype) || !xv.shape || xv.shape->empty() || !xv.shape->back().is_const()) return false;
+  if (!is_float(xv.dtype) || !xv.shape || xv.shape->empty() || !xv.shape->back().is_const())
+    return false;
   const DType dtype = xv.dtype;
   const int64_t c = xv.shape->back().value();
   const int out = ctx.node(m.matched[0]).outputs[0];
@@ -122,7 +124,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   if (g >= 0 && !(gamma = per_channel(ctx, g, dtype, c))) return false;
   if (b >= 0 && (!layer_norm || !(beta = per_channel(ctx, b, dtype, c)))) return false;
   // A longer match follows: the driver takes it at its root.
-  if (!beta && layer_norm && gamma && per_channel(ctx, other_at_sole_reader(ctx, out, "Add"), dtype, c)) {
+  if (!beta && layer_norm && gamma &&
+      per_channel(ctx, other_at_sole_reader(ctx, out, "Add"), dtype, c)) {
     return false;
   }
   if (!gamma && per_channel(ctx, other_at_sole_reader(ctx, out, "Mul"), dtype, c)) return false;
@@ -133,7 +136,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     gamma = Tensor::from_vector(DType::kFloat32, {c}, std::vector<float>(size_t(c), 1.f));
   }
   const std::string name = ctx.node(m.node("var")).name;
-  ir::Node norm = rw::make_node(*ctx.graph, layer_norm ? "LayerNormalization" : "RMSNormalization", name, {}, {out});
+  ir::Node norm = rw::make_node(*ctx.graph, layer_norm ? "LayerNormalization" : "RMSNormalization",
+                                name, {}, {out});
   norm.name = name;
   norm.opset = layer_norm ? 17 : 23;
   set_int(&norm, "axis", -1);
@@ -142,11 +146,13 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   // graph as it was.
   norm.inputs = {x, -1};
   if (beta) norm.inputs.push_back(-1);
-  const ir::Value scale_v{.name = name + "_scale", .dtype = dtype, .shape = std::vector<ir::Dim>{ir::Dim(c)}};
+  const ir::Value scale_v{
+      .name = name + "_scale", .dtype = dtype, .shape = std::vector<ir::Dim>{ir::Dim(c)}};
   std::vector<const ir::Value*> in = {&xv, &scale_v};
   if (beta) in.push_back(&scale_v);
   if (!(*ctx.supports)(norm, in, {&ov})) return false;
-  norm.inputs[1] = add_constant(ctx.graph, name + (layer_norm ? "_ln_scale" : "_rms_scale"), std::move(*gamma));
+  norm.inputs[1] =
+      add_constant(ctx.graph, name + (layer_norm ? "_ln_scale" : "_rms_scale"), std::move(*gamma));
   if (beta) norm.inputs[2] = add_constant(ctx.graph, name + "_ln_bias", std::move(*beta));
   return rw::replace(ctx, all, std::move(norm));
 }
@@ -158,7 +164,8 @@ std::vector<rw::Rule> make_rules() {
   const Pat root = op("Sqrt", {op("Add", {var, scalar("eps")}).commutative()});
   const Pat divided = op("Div", {any("d"), root}).as("normed");
   const Pat multiplied = op("Mul", {any("d"), op("Reciprocal", {root})}).commutative().as("normed");
-  const Pat scaled = op("Mul", {either({divided, multiplied}), rw::constant("gamma")}).commutative();
+  const Pat scaled =
+      op("Mul", {either({divided, multiplied}), rw::constant("gamma")}).commutative();
   // A rule's root is an op: the bare normalization is two rules.
   return {{"norm_scaled_shifted", op("Add", {scaled, rw::constant("beta")}).commutative(), fuse},
           {"norm_scaled", scaled, fuse},
@@ -173,8 +180,6 @@ Status fuse_norm(ir::Graph* g, const SupportsFn& supports) {
   return rw::apply(g, rules, supports).status();
 }
 
-Status fuse_norm(BuildState& s) {
-  return fuse_norm(&s.graph, backend_supports(s));
-}
+Status fuse_norm(BuildState& s) { return fuse_norm(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

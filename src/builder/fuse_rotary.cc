@@ -44,13 +44,16 @@ std::optional<std::vector<int64_t>> ints_of(const Context& ctx, int v) {
 }
 
 // Slice node n takes x[..., from:to] along the last axis of a rank-`rank` x (step 1), `to` clamped.
-bool slices_last_axis(const Context& ctx, int n, int64_t rank, int64_t d, int64_t from, int64_t to) {
+bool slices_last_axis(const Context& ctx, int n, int64_t rank, int64_t d, int64_t from,
+                      int64_t to) {
   const ir::Node& s = ctx.node(n);
   auto starts = ints_of(ctx, s.inputs[1]), ends = ints_of(ctx, s.inputs[2]);
-  auto axes = s.inputs.size() > 3 && s.inputs[3] >= 0 ? ints_of(ctx, s.inputs[3]) : std::vector<int64_t>{rank - 1};
-  auto steps = s.inputs.size() > 4 && s.inputs[4] >= 0 ? ints_of(ctx, s.inputs[4]) : std::vector<int64_t>{1};
-  if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 || axes->size() != 1 ||
-      steps->size() != 1 || (*steps)[0] != 1) {
+  auto axes = s.inputs.size() > 3 && s.inputs[3] >= 0 ? ints_of(ctx, s.inputs[3])
+                                                      : std::vector<int64_t>{rank - 1};
+  auto steps =
+      s.inputs.size() > 4 && s.inputs[4] >= 0 ? ints_of(ctx, s.inputs[4]) : std::vector<int64_t>{1};
+  if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 ||
+      axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1) {
     return false;
   }
   const int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
@@ -63,7 +66,9 @@ bool slices_last_axis(const Context& ctx, int n, int64_t rank, int64_t d, int64_
 bool equal_halves(const Context& ctx, int v, int depth = 0) {
   if (v < 0 || depth > 16) return false;
   const ir::Value& val = ctx.value(v);
-  if (!val.shape || val.shape->empty() || !val.shape->back().is_const() || val.shape->back().value() % 2) return false;
+  if (!val.shape || val.shape->empty() || !val.shape->back().is_const() ||
+      val.shape->back().value() % 2)
+    return false;
   const int64_t d = val.shape->back().value();
   if (val.constant) {
     const Tensor& t = *val.constant;
@@ -78,7 +83,8 @@ bool equal_halves(const Context& ctx, int v, int depth = 0) {
   const ir::Node& n = ctx.node(p);
   if (!n.domain.empty() || n.inputs.empty()) return false;
   const std::string& t = n.op_type;
-  if (t == "Cos" || t == "Sin" || t == "Cast" || t == "Identity" || t == "Neg") return equal_halves(ctx, n.inputs[0], depth + 1);
+  if (t == "Cos" || t == "Sin" || t == "Cast" || t == "Identity" || t == "Neg")
+    return equal_halves(ctx, n.inputs[0], depth + 1);
   if (t == "Unsqueeze") {
     // Axes that leave the last axis last.
     auto axes = n.inputs.size() > 1 ? ints_of(ctx, n.inputs[1]) : std::nullopt;
@@ -103,7 +109,8 @@ bool equal_halves(const Context& ctx, int v, int depth = 0) {
 }
 
 Pat slice_of(Pat x, const char* name) {
-  return either({op("Slice", {x, any(), any()}).as(name), op("Slice", {x, any(), any(), rw::optional()}).as(name),
+  return either({op("Slice", {x, any(), any()}).as(name),
+                 op("Slice", {x, any(), any(), rw::optional()}).as(name),
                  op("Slice", {x, any(), any(), rw::optional(), rw::optional()}).as(name)});
 }
 
@@ -114,7 +121,8 @@ std::optional<int> head_split_input(const Context& ctx, int x) {
   if (perm_of(*ctx.graph, ctx.node(p)) != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
   const int z = ctx.node(p).inputs[0];
   const Dims *zs = ctx.shape(z), *xs = ctx.shape(x);
-  if (!zs || !xs || zs->size() != 4 || (*zs)[1] != (*xs)[2] || (*zs)[2] != (*xs)[1]) return std::nullopt;
+  if (!zs || !xs || zs->size() != 4 || (*zs)[1] != (*xs)[2] || (*zs)[2] != (*xs)[1])
+    return std::nullopt;
   return z;
 }
 
@@ -123,15 +131,20 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   const int x = m.value("x"), cos = m.value("cos"), sin = m.value("sin");
   const int y = ctx.node(m.matched[0]).outputs[0];
   const Dims *xs = ctx.shape(x), *cs = ctx.shape(cos), *ss = ctx.shape(sin), *ys = ctx.shape(y);
-  if (!xs || !cs || !ss || !ys || xs->size() != 4 || *ys != *xs || *cs != *ss || cs->size() != 4) return false;
+  if (!xs || !cs || !ss || !ys || xs->size() != 4 || *ys != *xs || *cs != *ss || cs->size() != 4)
+    return false;
   if (!(*xs)[1].is_const() || !(*xs)[3].is_const() || (*xs)[3].value() % 2) return false;
   const int64_t h = (*xs)[1].value(), d = (*xs)[3].value(), half = d / 2;
   // cos, sin: [b, 1, S, D], b = 1 or x's batch.
   const bool shared = (*cs)[0] == Dim(1);
-  if (!(shared || (*cs)[0] == (*xs)[0]) || (*cs)[1] != Dim(1) || (*cs)[2] != (*xs)[2] || (*cs)[3] != (*xs)[3]) return false;
+  if (!(shared || (*cs)[0] == (*xs)[0]) || (*cs)[1] != Dim(1) || (*cs)[2] != (*xs)[2] ||
+      (*cs)[3] != (*xs)[3])
+    return false;
   const DType t = ctx.value(x).dtype;
   if (!is_float(t) || ctx.value(cos).dtype != t || ctx.value(sin).dtype != t) return false;
-  if (!slices_last_axis(ctx, m.node("lo"), 4, d, 0, half) || !slices_last_axis(ctx, m.node("hi"), 4, d, half, d)) return false;
+  if (!slices_last_axis(ctx, m.node("lo"), 4, d, 0, half) ||
+      !slices_last_axis(ctx, m.node("hi"), 4, d, half, d))
+    return false;
   auto axis = ctx.node(m.node("rot")).attrs.get_int("axis", 0);
   if (!axis.ok() || (*axis != -1 && *axis != 3)) return false;
   if (!equal_halves(ctx, cos) || !equal_halves(ctx, sin)) return false;
@@ -147,13 +160,17 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   // The caches of one cos or sin, made once for every rotation reading it (Q's and K's).
   auto cache = [&](int from, const char* what) {
     const std::string name = ctx.value(from).name + "_rotary_cache";
-    if (const int found = g->find_value(name); found >= 0 && ctx.value(found).producer >= 0) return found;
-    const int sliced = ir::add_unique_value(g, base + "_" + what + "_half", t, Dims{c_shape[0], Dim(1), c_shape[2], Dim(half)});
+    if (const int found = g->find_value(name); found >= 0 && ctx.value(found).producer >= 0)
+      return found;
+    const int sliced = ir::add_unique_value(g, base + "_" + what + "_half", t,
+                                            Dims{c_shape[0], Dim(1), c_shape[2], Dim(half)});
     pre.push_back(rw::make_node(*g, "Slice", base + "_" + what + "_slice",
-                                {from, i64("_zero", {0}), i64("_half", {half}), i64("_last", {3})}, {sliced}));
+                                {from, i64("_zero", {0}), i64("_half", {half}), i64("_last", {3})},
+                                {sliced}));
     const int viewed = ir::add_unique_value(g, name, t, Dims{c_shape[0], c_shape[2], Dim(half)});
     pre.push_back(rw::make_node(*g, "Reshape", base + "_" + what + "_view",
-                                {sliced, i64("_cache_shape", {shared ? 1 : 0, -1, half})}, {viewed}));
+                                {sliced, i64("_cache_shape", {shared ? 1 : 0, -1, half})},
+                                {viewed}));
     return viewed;
   };
   const int cc = cache(cos, "cos"), sc = cache(sin, "sin");
@@ -170,21 +187,25 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
   }
   const Dim s = x_shape[2], hd = Dim(h * d);
   const int flat = ir::add_unique_value(g, base + "_in", t, Dims{x_shape[0], s, hd});
-  pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view", {*z, i64("_flat_shape", {0, 0, h * d})}, {flat}));
+  pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view",
+                              {*z, i64("_flat_shape", {0, 0, h * d})}, {flat}));
   const int rotated = ir::add_unique_value(g, base + "_out", t, Dims{x_shape[0], s, hd});
   ir::Node rope = rw::make_node(*g, "RotaryEmbedding", name, {flat, cc, sc}, {rotated});
   rope.opset = 23;
   set_int(&rope, "num_heads", h);
   pre.push_back(std::move(rope));
-  const int heads = ir::add_unique_value(g, base + "_heads", t, Dims{x_shape[0], s, Dim(h), Dim(d)});
-  pre.push_back(rw::make_node(*g, "Reshape", base + "_heads_view", {rotated, i64("_heads_shape", {0, 0, h, d})}, {heads}));
+  const int heads =
+      ir::add_unique_value(g, base + "_heads", t, Dims{x_shape[0], s, Dim(h), Dim(d)});
+  pre.push_back(rw::make_node(*g, "Reshape", base + "_heads_view",
+                              {rotated, i64("_heads_shape", {0, 0, h, d})}, {heads}));
   ir::Node back = rw::make_node(*g, "Transpose", base + "_split", {heads}, {y});
   set_ints(&back, "perm", {0, 2, 1, 3});
   return rw::replace_with(ctx, m.matched, std::move(pre), std::move(back));
 }
 
 std::vector<rw::Rule> make_rules() {
-  const Pat rotated = op("Concat", {op("Neg", {slice_of(any("x"), "hi")}), slice_of(any("x"), "lo")}).as("rot");
+  const Pat rotated =
+      op("Concat", {op("Neg", {slice_of(any("x"), "hi")}), slice_of(any("x"), "lo")}).as("rot");
   const Pat root = op("Add", {op("Mul", {any("x"), any("cos")}).commutative(),
                               op("Mul", {rotated, any("sin")}).commutative()})
                        .commutative();

@@ -37,8 +37,8 @@ namespace {
 using ir::Dim;
 
 // A Gather by constant indices (the split of a packed Q, K and V) moves data as the others do.
-constexpr const char* kMovementOps[] = {"Transpose", "Concat", "Slice", "Gather", "Reshape", "Squeeze", "Unsqueeze",
-                                        "Flatten"};
+constexpr const char* kMovementOps[] = {"Transpose", "Concat",  "Slice",     "Gather",
+                                        "Reshape",   "Squeeze", "Unsqueeze", "Flatten"};
 
 bool is_movement(const ir::Graph& g, const ir::Node& n) {
   if (!n.domain.empty()) return false;
@@ -46,7 +46,8 @@ bool is_movement(const ir::Graph& g, const ir::Node& n) {
     return n.inputs.size() == 2 && n.inputs[1] >= 0 && g.values[size_t(n.inputs[1])].constant &&
            is_integer(g.values[size_t(n.inputs[1])].dtype);
   }
-  return std::find(std::begin(kMovementOps), std::end(kMovementOps), n.op_type) != std::end(kMovementOps);
+  return std::find(std::begin(kMovementOps), std::end(kMovementOps), n.op_type) !=
+         std::end(kMovementOps);
 }
 
 // The inputs of a movement node that carry data (the others are parameters: shapes, axes, starts).
@@ -84,14 +85,16 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& dims) {
 
 // Node n run on positions: `in` are its data inputs', `out_dims` its output's dims. nullopt for a
 // form this evaluator does not take (the pass then leaves the chain alone).
-std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::vector<const Positions*>& in,
+std::optional<Positions> run(const ir::Graph& g, const ir::Node& n,
+                             const std::vector<const Positions*>& in,
                              const std::vector<int64_t>& out_dims) {
   const Positions& x = *in[0];
   const int64_t numel = bounded_numel(out_dims);
   if (numel < 0) return std::nullopt;
   Positions y{out_dims, std::vector<int64_t>(size_t(numel))};
   const int rank = int(out_dims.size());
-  if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" || n.op_type == "Flatten") {
+  if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" ||
+      n.op_type == "Flatten") {
     if (int64_t(x.at.size()) != numel) return std::nullopt;
     y.at = x.at;
     return y;
@@ -113,7 +116,8 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
   }
   if (n.op_type == "Slice") {
     auto starts = ints_of(g, n, 1), axes = ints_of(g, n, 3), steps = ints_of(g, n, 4);
-    if (!starts || int(x.dims.size()) != rank || (n.inputs.size() > 3 && n.inputs[3] >= 0 && !axes) ||
+    if (!starts || int(x.dims.size()) != rank ||
+        (n.inputs.size() > 3 && n.inputs[3] >= 0 && !axes) ||
         (n.inputs.size() > 4 && n.inputs[4] >= 0 && !steps)) {
       return std::nullopt;
     }
@@ -160,7 +164,8 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
         int64_t r = (*idx)[size_t(j)];
         if (r < 0) r += d;
         if (r < 0 || r >= d) return std::nullopt;
-        for (int64_t i = 0; i < inner; ++i) y.at[size_t((o * k + j) * inner + i)] = x.at[size_t((o * d + r) * inner + i)];
+        for (int64_t i = 0; i < inner; ++i)
+          y.at[size_t((o * k + j) * inner + i)] = x.at[size_t((o * d + r) * inner + i)];
       }
     }
     return y;
@@ -179,7 +184,8 @@ std::optional<Positions> run(const ir::Graph& g, const ir::Node& n, const std::v
       for (int64_t o = 0; o < outer; ++o) {
         for (int64_t k = 0; k < len; ++k) {
           for (int64_t i = 0; i < inner; ++i) {
-            y.at[size_t((o * out_dims[size_t(a)] + offset + k) * inner + i)] = p->at[size_t((o * len + k) * inner + i)];
+            y.at[size_t((o * out_dims[size_t(a)] + offset + k) * inner + i)] =
+                p->at[size_t((o * len + k) * inner + i)];
           }
         }
       }
@@ -270,7 +276,8 @@ int copies(const ir::Graph& g, const Chain& c) {
 }
 
 // The dims of value v with `sym` bound to b (nullopt if another symbol remains).
-std::optional<std::vector<int64_t>> dims_at(const ir::Graph& g, int v, const std::string& sym, int64_t b) {
+std::optional<std::vector<int64_t>> dims_at(const ir::Graph& g, int v, const std::string& sym,
+                                            int64_t b) {
   const auto& shape = g.values[size_t(v)].shape;
   if (!shape) return std::nullopt;
   ir::SymbolValues values;
@@ -285,7 +292,8 @@ std::optional<std::vector<int64_t>> dims_at(const ir::Graph& g, int v, const std
 }
 
 // The chain run on the positions of a source with `sym` = b: the output's positions.
-std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std::string& sym, int64_t b) {
+std::optional<Positions> evaluate(const ir::Graph& g, const Chain& c, const std::string& sym,
+                                  int64_t b) {
   std::map<int, Positions> at;
   auto src_dims = dims_at(g, c.source, sym, b);
   if (!src_dims) return std::nullopt;
@@ -347,7 +355,8 @@ StatusOr<bool> rewrite(ir::Graph* g, const rw::Uses& uses, const SupportsFn& sup
     auto two = evaluate(*g, *chain, sym, 2);
     if (!two || int64_t(two->at.size()) != 2 * per_out) return false;
     for (int64_t e = 0; e < per_out; ++e) {
-      if (two->at[size_t(e)] != one->at[size_t(e)] || two->at[size_t(per_out + e)] != one->at[size_t(e)] + per_in) {
+      if (two->at[size_t(e)] != one->at[size_t(e)] ||
+          two->at[size_t(per_out + e)] != one->at[size_t(e)] + per_in) {
         return false;
       }
     }
@@ -360,7 +369,8 @@ StatusOr<bool> rewrite(ir::Graph* g, const rw::Uses& uses, const SupportsFn& sup
     bool whole = true;
     for (int64_t k = 0; k < per_out && whole; k += r) {
       whole = one->at[size_t(k)] % r == 0;
-      for (int64_t i = 1; i < r && whole; ++i) whole = one->at[size_t(k + i)] == one->at[size_t(k)] + i;
+      for (int64_t i = 1; i < r && whole; ++i)
+        whole = one->at[size_t(k + i)] == one->at[size_t(k)] + i;
     }
     if (whole) {
       rows = r;
@@ -384,17 +394,25 @@ StatusOr<bool> rewrite(ir::Graph* g, const rw::Uses& uses, const SupportsFn& sup
   const std::string base = g->values[size_t(y)].name, xname = x.name;
   const DType xtype = x.dtype, ytype = g->values[size_t(y)].dtype;
   const Dim batch = sym.empty() ? Dim(1) : Dim::symbol(sym);
-  const int view_shape = add_constant(g, base + "_rows_shape", Tensor::from_vector<int64_t>(DType::kInt64, {3}, {-1, nin, rows}));
-  const int index = add_constant(g, base + "_rows", Tensor::from_vector<int64_t>(DType::kInt64, {nout}, table));
-  const int out_shape = add_constant(g, base + "_shape", Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(target.size())}, target));
-  const int xv = ir::add_unique_value(g, xname + "_rows", xtype, std::vector<Dim>{batch, Dim(nin), Dim(rows)});
-  const int gv = ir::add_unique_value(g, base + "_gathered", ytype, std::vector<Dim>{batch, Dim(nout), Dim(rows)});
-  ir::Node view = rw::make_node(*g, "Reshape", base + "_rows_view", {chain->source, view_shape}, {xv});
+  const int view_shape = add_constant(
+      g, base + "_rows_shape", Tensor::from_vector<int64_t>(DType::kInt64, {3}, {-1, nin, rows}));
+  const int index =
+      add_constant(g, base + "_rows", Tensor::from_vector<int64_t>(DType::kInt64, {nout}, table));
+  const int out_shape =
+      add_constant(g, base + "_shape",
+                   Tensor::from_vector<int64_t>(DType::kInt64, {int64_t(target.size())}, target));
+  const int xv =
+      ir::add_unique_value(g, xname + "_rows", xtype, std::vector<Dim>{batch, Dim(nin), Dim(rows)});
+  const int gv = ir::add_unique_value(g, base + "_gathered", ytype,
+                                      std::vector<Dim>{batch, Dim(nout), Dim(rows)});
+  ir::Node view =
+      rw::make_node(*g, "Reshape", base + "_rows_view", {chain->source, view_shape}, {xv});
   ir::Node gather = rw::make_node(*g, "Gather", base + "_rows_gather", {xv, index}, {gv});
   set_int(&gather, "axis", 1);
   ir::Node out = rw::make_node(*g, "Reshape", base + "_view", {gv, out_shape}, {y});
   rw::Context ctx{g, &uses, &supports};
-  return rw::replace_with(ctx, chain->removed, {std::move(view), std::move(gather)}, std::move(out));
+  return rw::replace_with(ctx, chain->removed, {std::move(view), std::move(gather)},
+                          std::move(out));
 }
 
 // The rules, on the rewriter: at each movement node that ends a chain (read by something that is
@@ -403,7 +421,8 @@ std::vector<rw::Rule> make_rules() {
   auto at_end = [](rw::Context& ctx, const rw::Match& m) -> StatusOr<bool> {
     const int n = m.matched[0];
     const ir::Node& node = ctx.node(n);
-    if (!is_movement(*ctx.graph, node) || node.outputs.size() != 1 || node.outputs[0] < 0) return false;
+    if (!is_movement(*ctx.graph, node) || node.outputs.size() != 1 || node.outputs[0] < 0)
+      return false;
     const int v = node.outputs[0];
     bool end = ctx.uses->is_output(v);
     for (int r : ctx.uses->readers(v)) end = end || !is_movement(*ctx.graph, ctx.node(r));

@@ -42,20 +42,25 @@ inline int sole_reader(const ir::Graph& g, int v) {
   return r.size() == 1 ? r[0] : -1;
 }
 
-inline bool is_onnx(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+inline bool is_onnx(const ir::Node& n, const char* op) {
+  return n.domain.empty() && n.op_type == op;
+}
 
-// The producer of v when it is the ONNX op `op` with one output, read by nothing but `reader`; else -1.
+// The producer of v when it is the ONNX op `op` with one output, read by nothing but `reader`; else
+// -1.
 inline int producer_of(const ir::Graph& g, int v, const char* op, int reader) {
   if (v < 0 || sole_reader(g, v) != reader) return -1;
   const int p = g.values[size_t(v)].producer;
-  if (p < 0 || !is_onnx(g.nodes[size_t(p)], op) || g.nodes[size_t(p)].outputs.size() != 1) return -1;
+  if (p < 0 || !is_onnx(g.nodes[size_t(p)], op) || g.nodes[size_t(p)].outputs.size() != 1)
+    return -1;
   return p;
 }
 
 // The one reader of v when it is the ONNX op `op` with one output; else -1.
 inline int reader_of(const ir::Graph& g, int v, const char* op) {
   const int r = sole_reader(g, v);
-  if (r < 0 || !is_onnx(g.nodes[size_t(r)], op) || g.nodes[size_t(r)].outputs.size() != 1) return -1;
+  if (r < 0 || !is_onnx(g.nodes[size_t(r)], op) || g.nodes[size_t(r)].outputs.size() != 1)
+    return -1;
   return r;
 }
 
@@ -82,7 +87,8 @@ inline std::optional<float> other_constant(const ir::Graph& g, const ir::Node& n
 }
 
 // The int64 elements of constant integer input i of n; nullopt when absent or not such a constant.
-inline std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, const ir::Node& n, size_t i) {
+inline std::optional<std::vector<int64_t>> ints_of(const ir::Graph& g, const ir::Node& n,
+                                                   size_t i) {
   if (i >= n.inputs.size() || n.inputs[i] < 0) return std::nullopt;
   const ir::Value& v = g.values[size_t(n.inputs[i])];
   if (!v.constant || !is_integer(v.constant->dtype())) return std::nullopt;
@@ -147,7 +153,8 @@ inline std::optional<Tensor> transposed_2d(const Tensor& w) {
   const auto* src = static_cast<const unsigned char*>(w.data());
   auto* dst = static_cast<unsigned char*>(t->data());
   for (int64_t i = 0; i < r; ++i) {
-    for (int64_t j = 0; j < c; ++j) std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
+    for (int64_t j = 0; j < c; ++j)
+      std::memcpy(dst + size_t(j * r + i) * es, src + size_t(i * c + j) * es, es);
   }
   return std::move(*t);
 }

@@ -58,13 +58,15 @@ StatusOr<std::optional<Tensor>> constant_from_value(const ir::Value& v) {
     if (!e.is_const()) return std::optional<Tensor>();
   }
   if (shape_numel(shape) != int64_t(v.sym_value->size())) {
-    return internal_error("symbolic value of '" + v.name + "' has " + std::to_string(v.sym_value->size()) +
-                          " elements for shape " + shape_to_string(shape));
+    return internal_error("symbolic value of '" + v.name + "' has " +
+                          std::to_string(v.sym_value->size()) + " elements for shape " +
+                          shape_to_string(shape));
   }
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(v.dtype, shape));
   for (size_t i = 0; i < v.sym_value->size(); ++i) {
     const int64_t x = (*v.sym_value)[i].value();
-    // Integer tensors, and float32/float64 ones whose elements are exact integers (ops/elementwise.cc).
+    // Integer tensors, and float32/float64 ones whose elements are exact integers
+    // (ops/elementwise.cc).
     if (v.dtype == DType::kFloat32) {
       t.data_as<float>()[i] = float(x);
     } else if (v.dtype == DType::kFloat64) {
@@ -114,13 +116,16 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
     auto v = node.attrs.get_int(name, dflt);
     return v.ok() ? *v : dflt;
   };
-  if ((kind == ops::OpKind::kBatchNormalization || kind == ops::OpKind::kDropout) && flag("is_test", 0) != 1) {
-    return unsupported(node.describe() + ": opset " + std::to_string(node.opset) + " " + node.op_type +
-                       " without is_test=1 runs in training mode; kiln runs inference (export the model in eval "
-                       "mode)");
+  if ((kind == ops::OpKind::kBatchNormalization || kind == ops::OpKind::kDropout) &&
+      flag("is_test", 0) != 1) {
+    return unsupported(
+        node.describe() + ": opset " + std::to_string(node.opset) + " " + node.op_type +
+        " without is_test=1 runs in training mode; kiln runs inference (export the model in eval "
+        "mode)");
   }
   if (kind == ops::OpKind::kBatchNormalization && flag("spatial", 1) != 1) {
-    return unsupported(node.describe() + ": spatial=0 (statistics per element, not per channel) is not supported");
+    return unsupported(node.describe() +
+                       ": spatial=0 (statistics per element, not per channel) is not supported");
   }
   if (node.inputs.size() != 2 || node.inputs[0] < 0 || node.inputs[1] < 0) return ok_status();
   const auto& a = *g.values[size_t(node.inputs[0])].shape;
@@ -137,17 +142,20 @@ Status upgrade_opset6(ir::Graph& g, size_t n) {
     if (axis < 0) axis += int64_t(a.size());
     trailing = int64_t(a.size()) - axis - int64_t(b.size());
     if (axis < 0 || trailing < 0) {
-      return invalid_model(node.describe() + ": broadcast axis " + std::to_string(flag("axis", 0)) + " puts input 1 " +
-                           ir::dims_to_string(b) + " outside input 0 " + ir::dims_to_string(a));
+      return invalid_model(node.describe() + ": broadcast axis " + std::to_string(flag("axis", 0)) +
+                           " puts input 1 " + ir::dims_to_string(b) + " outside input 0 " +
+                           ir::dims_to_string(a));
     }
     why = "broadcast from axis " + std::to_string(axis);
   }
   if (trailing == 0) return ok_status();
   const ir::Value& in = g.values[size_t(node.inputs[1])];
   if (!in.constant) {
-    return unsupported(node.describe() + ": opset " + std::to_string(node.opset) + " " + why + " aligns input 1 " +
-                       ir::dims_to_string(b) + " with input 0 " + ir::dims_to_string(a) +
-                       " by its leading dims, which kiln follows only for a constant; re-export at opset 7 or later");
+    return unsupported(node.describe() + ": opset " + std::to_string(node.opset) + " " + why +
+                       " aligns input 1 " + ir::dims_to_string(b) + " with input 0 " +
+                       ir::dims_to_string(a) +
+                       " by its leading dims, which kiln follows only for a constant; re-export at "
+                       "opset 7 or later");
   }
   Shape shape = in.constant->shape();
   shape.insert(shape.end(), size_t(trailing), 1);
@@ -174,12 +182,14 @@ Status infer_shapes(BuildState& s) {
     const ir::Node& node = g.nodes[n];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int v = node.inputs[i];
-      if (v >= 0 && !s.composites.count(v) && (!g.values[v].shape || g.values[v].dtype == DType::kUndefined)) {
-        return internal_error(node.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
-                              "' has no inferred type");
+      if (v >= 0 && !s.composites.count(v) &&
+          (!g.values[v].shape || g.values[v].dtype == DType::kUndefined)) {
+        return internal_error(node.describe() + ": input " + std::to_string(i) + " '" +
+                              g.values[v].name + "' has no inferred type");
       }
     }
-    KILN_ASSIGN_OR_RETURN(bool inlined, expand_control_flow(g, n, s.shape_value_carriers, &s.run_time_loops));
+    KILN_ASSIGN_OR_RETURN(bool inlined,
+                          expand_control_flow(g, n, s.shape_value_carriers, &s.run_time_loops));
     if (!inlined) {
       KILN_ASSIGN_OR_RETURN(inlined, expand_sequence_op(s, n));
     }
@@ -199,8 +209,10 @@ Status infer_shapes(BuildState& s) {
     // is checked here, before its inference reads its inputs.
     const ops::OpSchema* schema = ops::find_schema(node);
     if (!schema) {
-      return unsupported(node.describe() + " in domain '" + (node.domain.empty() ? "ai.onnx" : node.domain) +
-                         "' opset " + std::to_string(node.opset) + " (from a subgraph) uses an op kiln does not support");
+      return unsupported(node.describe() + " in domain '" +
+                         (node.domain.empty() ? "ai.onnx" : node.domain) + "' opset " +
+                         std::to_string(node.opset) +
+                         " (from a subgraph) uses an op kiln does not support");
     }
     if (const std::vector<std::string> wrong = arity_problems(node, *schema); !wrong.empty()) {
       return invalid_model(wrong.front() + " (a node of a subgraph)");
@@ -225,8 +237,9 @@ Status infer_shapes(BuildState& s) {
       for (plan::Profile& p : s.profiles) {
         const ir::Interval b = dd.bound.bounds(p.symbols);
         if (b.hi >= ir::Interval::kInf) {
-          return invalid_model(node.describe() + ": the size of its output, " + dd.symbol + ", is bounded by " +
-                               dd.bound.to_string() + ", which has no finite bound over the profile");
+          return invalid_model(node.describe() + ": the size of its output, " + dd.symbol +
+                               ", is bounded by " + dd.bound.to_string() +
+                               ", which has no finite bound over the profile");
         }
         p.symbols[dd.symbol] = ir::data_dependent_range(dd, p.symbols);
         all.lo = std::min(all.lo, p.symbols[dd.symbol].lo);
@@ -247,7 +260,9 @@ Status infer_shapes(BuildState& s) {
       int v = node.outputs[o];
       if (v < 0) continue;
       const auto& out = ctx.outputs()[o];
-      if (!out.set) return internal_error(node.describe() + ": inference left output " + std::to_string(o) + " unset");
+      if (!out.set)
+        return internal_error(node.describe() + ": inference left output " + std::to_string(o) +
+                              " unset");
       ir::Value& val = g.values[v];
       val.dtype = out.dtype;
       val.shape = out.shape;
@@ -276,7 +291,8 @@ Status infer_shapes(BuildState& s) {
     }
   }
   for (int v : g.outputs) {
-    if (!g.values[v].shape) return internal_error("graph output '" + g.values[v].name + "' has no shape");
+    if (!g.values[v].shape)
+      return internal_error("graph output '" + g.values[v].name + "' has no shape");
   }
   if (const auto& log = s.config.shape_log()) {
     log("shapes after inference (constants folded away are not listed):");
@@ -284,14 +300,17 @@ Status infer_shapes(BuildState& s) {
       std::string out;
       for (int v : values) {
         out += out.empty() ? "" : ", ";
-        out += v < 0 ? "_" : g.values[size_t(v)].name + " " + ir::dims_to_string(*g.values[size_t(v)].shape);
+        out +=
+            v < 0 ? "_"
+                  : g.values[size_t(v)].name + " " + ir::dims_to_string(*g.values[size_t(v)].shape);
       }
       return out;
     };
     for (const ir::Node& node : g.nodes) {
       bool folded = !node.outputs.empty();
       for (int v : node.outputs) folded = folded && (v < 0 || g.values[size_t(v)].constant);
-      if (!folded) log("  " + node.describe() + ": " + list(node.inputs) + " -> " + list(node.outputs));
+      if (!folded)
+        log("  " + node.describe() + ": " + list(node.inputs) + " -> " + list(node.outputs));
     }
   }
   return ok_status();

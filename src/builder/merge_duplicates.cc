@@ -34,7 +34,8 @@ bool repeatable(const ir::Node& n) {
     }
   }
   const ops::OpKind kind = ops::find_op(n.domain, n.op_type);
-  if (kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd) return false;  // a loop of its own
+  if (kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd)
+    return false;  // a loop of its own
   return !n.outputs.empty();
 }
 
@@ -44,7 +45,8 @@ constexpr size_t kMaxKeyedConstantBytes = 256;
 
 // Everything that decides what the node computes, as text.
 std::string key_of(const ir::Graph& g, const ir::Node& n, int loop) {
-  std::string k = std::to_string(loop) + "|" + n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
+  std::string k =
+      std::to_string(loop) + "|" + n.domain + "|" + n.op_type + "|" + std::to_string(n.opset) + "|";
   for (int v : n.inputs) {
     const ir::Value* val = v >= 0 ? &g.values[size_t(v)] : nullptr;
     if (val && val->constant && val->constant->nbytes() <= kMaxKeyedConstantBytes) {

@@ -30,8 +30,8 @@
 #include <deque>
 #include <iterator>
 #include <optional>
-#include <span>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,7 +169,8 @@ bool is_view_op(const ir::Node& n) {
 }
 
 // The view of node n's output `out` given the view of its input 0.
-std::optional<View> apply(const ir::Graph& g, const ir::Node& n, int out, const View& in, Sampler& sm) {
+std::optional<View> apply(const ir::Graph& g, const ir::Node& n, int out, const View& in,
+                          Sampler& sm) {
   const auto& shape = g.values[size_t(out)].shape;
   if (!shape) return std::nullopt;
   const size_t rank = in.dims.size();
@@ -211,8 +212,10 @@ std::optional<View> apply(const ir::Graph& g, const ir::Node& n, int out, const 
   }
   if (is_onnx(n, "Slice")) {
     auto starts = ints_of(g, n, 1);
-    std::optional<std::vector<int64_t>> axes = n.inputs.size() > 3 && n.inputs[3] >= 0 ? ints_of(g, n, 3) : std::nullopt;
-    std::optional<std::vector<int64_t>> steps = n.inputs.size() > 4 && n.inputs[4] >= 0 ? ints_of(g, n, 4) : std::nullopt;
+    std::optional<std::vector<int64_t>> axes =
+        n.inputs.size() > 3 && n.inputs[3] >= 0 ? ints_of(g, n, 3) : std::nullopt;
+    std::optional<std::vector<int64_t>> steps =
+        n.inputs.size() > 4 && n.inputs[4] >= 0 ? ints_of(g, n, 4) : std::nullopt;
     if (!starts || (n.inputs.size() > 3 && n.inputs[3] >= 0 && !axes) ||
         (n.inputs.size() > 4 && n.inputs[4] >= 0 && !steps) || shape->size() != rank) {
       return std::nullopt;
@@ -227,8 +230,8 @@ std::optional<View> apply(const ir::Graph& g, const ir::Node& n, int out, const 
       }
       auto extent = plain_extent(in, *axis);
       if (!extent) return std::nullopt;
-      const int64_t start = std::clamp((*starts)[k] < 0 ? (*starts)[k] + *extent : (*starts)[k],
-                                       int64_t(0), *extent);
+      const int64_t start =
+          std::clamp((*starts)[k] < 0 ? (*starts)[k] + *extent : (*starts)[k], int64_t(0), *extent);
       const Part& p = in.dims[*axis][0];
       v.offset = v.offset + Dim(start) * p.stride;
       v.dims[*axis] = {Part{(*shape)[*axis], p.stride * Dim(step)}};
@@ -325,11 +328,13 @@ std::optional<Operand> trace(const ir::Graph& g, int v, int64_t heads) {
 // An ONNX Attention these rewrites take: Q, K, V and an optional mask, one output, and no
 // attribute beyond the scale, causality and head counts.
 bool plain_attention(const ir::Node& att) {
-  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 || att.outputs.size() != 1) {
+  if (!is_onnx(att, "Attention") || att.inputs.size() < 3 || att.inputs.size() > 4 ||
+      att.outputs.size() != 1) {
     return false;
   }
   for (const auto& [name, a] : att.attrs.all()) {
-    if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads") return false;
+    if (name != "scale" && name != "is_causal" && name != "q_num_heads" && name != "kv_num_heads")
+      return false;
   }
   return true;
 }
@@ -351,7 +356,8 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
   auto qh = att.attrs.get_int("q_num_heads", 0), kh = att.attrs.get_int("kv_num_heads", 0);
   auto causal = att.attrs.get_int("is_causal", 0);
   if (!qh.ok() || !kh.ok() || !causal.ok()) return false;
-  auto q = trace(*g, att.inputs[0], *qh), k = trace(*g, att.inputs[1], *kh), v = trace(*g, att.inputs[2], *kh);
+  auto q = trace(*g, att.inputs[0], *qh), k = trace(*g, att.inputs[1], *kh),
+       v = trace(*g, att.inputs[2], *kh);
   if (!q || !k || !v || q->seq_first != k->seq_first || q->seq_first != v->seq_first ||
       k->heads != v->heads || q->head != k->head || k->heads <= 0 || q->heads % k->heads != 0) {
     return false;
@@ -376,7 +382,8 @@ StatusOr<bool> pack_at(ir::Graph* g, int an, const SupportsFn& supports) {
   }
   if (out_seq_first != q->seq_first) return false;
   // Nothing to gain where every operand is the node's own input and Y is already merged.
-  if (q->base == att.inputs[0] && k->base == att.inputs[1] && v->base == att.inputs[2] && out == y) {
+  if (q->base == att.inputs[0] && k->base == att.inputs[1] && v->base == att.inputs[2] &&
+      out == y) {
     return false;
   }
   const std::optional<float> scale = scale_of(att, q->head);
@@ -441,7 +448,8 @@ float float_attr(const ir::Node& n, const char* name, float def, float bad) {
 
 StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) {
   const ir::Node& att = g->nodes[size_t(an)];
-  if (att.domain != "kiln" || att.op_type != "PackedAttention" || att.inputs.size() < 3) return false;
+  if (att.domain != "kiln" || att.op_type != "PackedAttention" || att.inputs.size() < 3)
+    return false;
   if (int_attr(att, "seq_first", 0, 0) != 1 || int_attr(att, "output_rank", 3, 3) != 4 ||
       att.inputs[0] != att.inputs[1] || att.inputs[0] != att.inputs[2]) {
     return false;
@@ -453,7 +461,9 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   if (m1 < 0) return false;
   const ir::Node& mm = g->nodes[size_t(m1)];
   const bool is_mmb = mm.domain == "kiln" && mm.op_type == "MatMulBias";
-  if (!(is_mmb || is_onnx(mm, "MatMul")) || mm.inputs.size() < 2 || (is_mmb && mm.inputs.size() > 3)) return false;
+  if (!(is_mmb || is_onnx(mm, "MatMul")) || mm.inputs.size() < 2 ||
+      (is_mmb && mm.inputs.size() > 3))
+    return false;
   const ir::Value& w = g->values[size_t(mm.inputs[1])];
   if (!w.constant || !w.shape || w.shape->size() != 2) return false;
   const int t1 = g->values[size_t(mm.inputs[0])].producer;
@@ -463,7 +473,9 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   }
   const int x = g->nodes[size_t(t1)].inputs[0];
   const auto &xs = g->values[size_t(x)].shape, &ps = g->values[size_t(p)].shape;
-  if (!xs || xs->size() != 3 || !ps || ps->size() != 3 || (*ps)[0] != (*xs)[1] || (*ps)[1] != (*xs)[0]) return false;
+  if (!xs || xs->size() != 3 || !ps || ps->size() != 3 || (*ps)[0] != (*xs)[1] ||
+      (*ps)[1] != (*xs)[0])
+    return false;
   // Output side: Reshape to [S*B, E], Gemm, Reshape to [S, B, E'], Transpose [1, 0, 2].
   const int r2 = sole_onnx_reader(*g, y, "Reshape");
   const int gm = r2 < 0 ? -1 : sole_onnx_reader(*g, g->nodes[size_t(r2)].outputs[0], "Gemm");
@@ -474,8 +486,8 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   const auto& ys = g->values[size_t(y)].shape;
   const auto &r2s = g->values[size_t(g->nodes[size_t(r2)].outputs[0])].shape,
              &r3s = g->values[size_t(g->nodes[size_t(r3)].outputs[0])].shape;
-  if (!ys || ys->size() != 4 || !r2s || r2s->size() != 2 || (*r2s)[1] != (*ys)[2] * (*ys)[3] || !r3s ||
-      r3s->size() != 3 || (*r3s)[0] != (*xs)[1] || (*r3s)[1] != (*xs)[0]) {
+  if (!ys || ys->size() != 4 || !r2s || r2s->size() != 2 || (*r2s)[1] != (*ys)[2] * (*ys)[3] ||
+      !r3s || r3s->size() != 3 || (*r3s)[0] != (*xs)[1] || (*r3s)[1] != (*xs)[0]) {
     return false;
   }
   if (float_attr(gemm, "alpha", 1.f, 0.f) != 1.f || float_attr(gemm, "beta", 1.f, 0.f) != 1.f ||
@@ -487,7 +499,8 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   if (!wo.constant || !wo.shape || wo.shape->size() != 2) return false;
   if (c >= 0) {
     const auto& cs = g->values[size_t(c)].shape;
-    if (!g->values[size_t(c)].constant || !cs || cs->size() != 1 || (*cs)[0] != (*r3s)[2]) return false;
+    if (!g->values[size_t(c)].constant || !cs || cs->size() != 1 || (*cs)[0] != (*r3s)[2])
+      return false;
   }
   std::optional<Tensor> wt = *wo.constant;
   const int64_t trans_b = int_attr(gemm, "transB", 0, -1);
@@ -500,7 +513,8 @@ StatusOr<bool> batch_first_at(ir::Graph* g, int an, const SupportsFn& supports) 
   const int z = g->nodes[size_t(t2)].outputs[0];
   int out = z, residual = -1;
   std::vector<int> matched = {t2};
-  if (const int add = sole_onnx_reader(*g, z, "Add"); add >= 0 && g->nodes[size_t(add)].inputs.size() == 2) {
+  if (const int add = sole_onnx_reader(*g, z, "Add");
+      add >= 0 && g->nodes[size_t(add)].inputs.size() == 2) {
     const ir::Node& a = g->nodes[size_t(add)];
     const int other = a.inputs[0] == z ? a.inputs[1] : a.inputs[0];
     const ir::Value& ov = g->values[size_t(other)];
@@ -581,23 +595,25 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
   std::vector<int64_t> n;
   for (int i = 0; i < 3; ++i) {
     const int v = att.inputs[size_t(i)];
-    if (v < 0 || std::count(att.inputs.begin(), att.inputs.begin() + 3, v) != 1 || is_graph_output(*g, v) ||
-        running_readers(*g, v) != std::vector<int>{an}) {
+    if (v < 0 || std::count(att.inputs.begin(), att.inputs.begin() + 3, v) != 1 ||
+        is_graph_output(*g, v) || running_readers(*g, v) != std::vector<int>{an}) {
       return false;
     }
     const int p = g->values[size_t(v)].producer;
     if (p < 0) return false;
     const ir::Node& mm = g->nodes[size_t(p)];
-    if (mm.domain != "kiln" || mm.op_type != "MatMulBias" || mm.inputs.size() != 3 || mm.inputs[2] < 0 ||
-        mm.attrs.all().size() != 1) {
+    if (mm.domain != "kiln" || mm.op_type != "MatMulBias" || mm.inputs.size() != 3 ||
+        mm.inputs[2] < 0 || mm.attrs.all().size() != 1) {
       return false;
     }
-    if (auto act = mm.attrs.get_string("activation", std::string()); !act.ok() || *act != "none") return false;
+    if (auto act = mm.attrs.get_string("activation", std::string()); !act.ok() || *act != "none")
+      return false;
     const ir::Value &w = g->values[size_t(mm.inputs[1])], &b = g->values[size_t(mm.inputs[2])];
     const auto& vs = g->values[size_t(v)].shape;
     if (!w.constant || w.constant->rank() != 2 || !b.constant || b.constant->rank() != 1 ||
-        b.constant->shape()[0] != w.constant->shape()[1] || b.constant->dtype() != w.constant->dtype() ||
-        !vs || vs->size() != 3 || !(*vs)[2].is_const() || (*vs)[2].value() != w.constant->shape()[1]) {
+        b.constant->shape()[0] != w.constant->shape()[1] ||
+        b.constant->dtype() != w.constant->dtype() || !vs || vs->size() != 3 ||
+        !(*vs)[2].is_const() || (*vs)[2].value() != w.constant->shape()[1]) {
       return false;
     }
     if (i == 0) {
@@ -613,13 +629,16 @@ StatusOr<bool> merge_projections_at(ir::Graph* g, int an, const SupportsFn& supp
     bs.push_back(&*b.constant);
     n.push_back(w.constant->shape()[1]);
   }
-  if (n[0] % *qh != 0 || n[1] % *kh != 0 || n[2] % *kh != 0 || n[0] / *qh != n[1] / *kh) return false;
+  if (n[0] % *qh != 0 || n[1] % *kh != 0 || n[2] % *kh != 0 || n[0] / *qh != n[1] / *kh)
+    return false;
   const std::optional<float> scale = scale_of(att, n[0] / *qh);
   if (!scale) return false;
   // The biases side by side are the columns of [1, N_i] rows.
   std::vector<Tensor> rows;
-  for (const Tensor* b : bs) rows.push_back(Tensor::wrap(b->dtype(), {1, b->shape()[0]}, b->data(), nullptr));
-  std::optional<Tensor> wcat = concat_columns(ws), bcat = concat_columns({&rows[0], &rows[1], &rows[2]});
+  for (const Tensor* b : bs)
+    rows.push_back(Tensor::wrap(b->dtype(), {1, b->shape()[0]}, b->data(), nullptr));
+  std::optional<Tensor> wcat = concat_columns(ws),
+                        bcat = concat_columns({&rows[0], &rows[1], &rows[2]});
   if (!wcat || !bcat) return false;
   auto bias = Tensor::zeros(bcat->dtype(), {bcat->numel()});  // [1, N] as [N]
   if (!bias.ok()) return false;

@@ -49,7 +49,8 @@ StatusOr<bool> patchify(Context& ctx, const Match& m) {
   const int64_t e = ws[0], c = ws[1], p = ws[2], q = ws[3];
   const Dims xs = *xv.shape;
   const DType dtype = xv.dtype;
-  if (!xs[1].is_const() || !xs[2].is_const() || !xs[3].is_const() || xs[1].value() != c) return false;
+  if (!xs[1].is_const() || !xs[2].is_const() || !xs[3].is_const() || xs[1].value() != c)
+    return false;
   const int64_t h = xs[2].value(), wd = xs[3].value();
   if (p <= 1 || q <= 1 || h % p != 0 || wd % q != 0) return false;
   const auto& at = conv.attrs;
@@ -65,18 +66,23 @@ StatusOr<bool> patchify(Context& ctx, const Match& m) {
   // Y -> Reshape [B, E, N] -> Transpose [0, 2, 1].
   const int64_t hp = h / p, wp = wd / q, n = hp * wp, k = c * p * q;
   const Dims* rs = ctx.shape(ctx.node(m.node("flatten")).outputs[0]);
-  if (!rs || rs->size() != 3 || (*rs)[0] != xs[0] || (*rs)[1] != Dim(e) || (*rs)[2] != Dim(n)) return false;
+  if (!rs || rs->size() != 3 || (*rs)[0] != xs[0] || (*rs)[1] != Dim(e) || (*rs)[2] != Dim(n))
+    return false;
   // W [E, C, P, Q], read as [E, C*P*Q], transposed: the [C*P*Q, E] matrix.
-  std::optional<Tensor> wt = transposed_2d(Tensor::wrap(dtype, {e, k}, wv.constant->data(), nullptr));
+  std::optional<Tensor> wt =
+      transposed_2d(Tensor::wrap(dtype, {e, k}, wv.constant->data(), nullptr));
   if (!wt) return false;
   const std::string base = xv.name, wname = wv.name, name = conv.name;
   const int tokens = ctx.node(m.matched[0]).outputs[0];
   auto shape_const = [&](const char* suffix, std::vector<int64_t> dims) {
     const int64_t rank = int64_t(dims.size());
-    return add_constant(g, base + suffix, Tensor::from_vector<int64_t>(DType::kInt64, {rank}, dims));
+    return add_constant(g, base + suffix,
+                        Tensor::from_vector<int64_t>(DType::kInt64, {rank}, dims));
   };
-  const int x6 = ir::add_unique_value(g, base + "_patches6", dtype, Dims{xs[0], Dim(c), Dim(hp), Dim(p), Dim(wp), Dim(q)});
-  const int x6t = ir::add_unique_value(g, base + "_patches6t", dtype, Dims{xs[0], Dim(hp), Dim(wp), Dim(c), Dim(p), Dim(q)});
+  const int x6 = ir::add_unique_value(g, base + "_patches6", dtype,
+                                      Dims{xs[0], Dim(c), Dim(hp), Dim(p), Dim(wp), Dim(q)});
+  const int x6t = ir::add_unique_value(g, base + "_patches6t", dtype,
+                                       Dims{xs[0], Dim(hp), Dim(wp), Dim(c), Dim(p), Dim(q)});
   const int x3 = ir::add_unique_value(g, base + "_patches", dtype, Dims{xs[0], Dim(n), Dim(k)});
   const int s6 = shape_const("_patches6_shape", {-1, c, hp, p, wp, q});
   const int s3 = shape_const("_patches_shape", {-1, n, k});
@@ -97,8 +103,9 @@ StatusOr<bool> patchify(Context& ctx, const Match& m) {
 }
 
 std::vector<rw::Rule> make_rules() {
-  const Pat conv = either({op("Conv", {any("x"), rw::constant("w")}).as("conv"),
-                           op("Conv", {any("x"), rw::constant("w"), rw::optional("b")}).as("conv")});
+  const Pat conv =
+      either({op("Conv", {any("x"), rw::constant("w")}).as("conv"),
+              op("Conv", {any("x"), rw::constant("w"), rw::optional("b")}).as("conv")});
   const Pat root = op("Transpose", {op("Reshape", {conv, any()}).as("flatten")})
                        .when([](const Context& ctx, const Match&, int n) {
                          return perm_of(*ctx.graph, ctx.node(n)) == std::vector<int64_t>{0, 2, 1};
@@ -113,8 +120,6 @@ Status patchify_conv(ir::Graph* g, const SupportsFn& supports) {
   return rw::apply(g, rules, supports).status();
 }
 
-Status patchify_conv(BuildState& s) {
-  return patchify_conv(&s.graph, backend_supports(s));
-}
+Status patchify_conv(BuildState& s) { return patchify_conv(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

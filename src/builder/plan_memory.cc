@@ -74,13 +74,14 @@ Status plan_memory(BuildState& s) {
     } else if (val.sym_value) {
       st = plan::Storage::kSymbolic;
     } else {
-      return internal_error("value '" + val.name + "' is neither an input, a constant, a formula nor produced");
+      return internal_error("value '" + val.name +
+                            "' is neither an input, a constant, a formula nor produced");
     }
     p.values[v].storage = st;
   }
   if (p.nodes.size() != p.graph.nodes.size()) {
-    return internal_error("select_kernels chose " + std::to_string(p.nodes.size()) + " kernels for " +
-                          std::to_string(p.graph.nodes.size()) + " nodes");
+    return internal_error("select_kernels chose " + std::to_string(p.nodes.size()) +
+                          " kernels for " + std::to_string(p.graph.nodes.size()) + " nodes");
   }
   // Views: the output is the (root of the) input's bytes. Nodes run in order, so a view's input is
   // resolved to its root before the view itself is seen.
@@ -107,7 +108,8 @@ Status plan_memory(BuildState& s) {
   for (int v : p.graph.outputs) last_use[root[v]] = int(p.graph.nodes.size());
   // A value a loop reads from before it is read again by each iteration: live to its LoopEnd.
   KILN_ASSIGN_OR_RETURN(const std::vector<plan::LoopRegion> loops, plan::find_loops(p.graph));
-  plan::extend_over_loops(p.graph, loops, [&](int v) { return root[size_t(v)]; }, &last_use);
+  plan::extend_over_loops(
+      p.graph, loops, [&](int v) { return root[size_t(v)]; }, &last_use);
   // Per node: the values whose slots it takes beside its outputs. A LoopEnd's stacked outputs are
   // written row by row from the first iteration on: they take their slots at the LoopBegin.
   std::vector<std::vector<int>> written_from(p.graph.nodes.size());
@@ -126,14 +128,17 @@ Status plan_memory(BuildState& s) {
     bool crossed = false;
     for (size_t j = 0; j < l.k; ++j) {
       for (size_t m = 0; m < l.k; ++m) {
-        if (m != j && root[size_t(end.inputs[l.next(j)])] == root[size_t(end.inputs[l.carried(m)])]) crossed = true;
+        if (m != j && root[size_t(end.inputs[l.next(j)])] == root[size_t(end.inputs[l.carried(m)])])
+          crossed = true;
       }
     }
     if (!crossed) continue;
     ir::Dim bytes(0);
     for (size_t j = 0; j < l.k; ++j) {
       const ir::Dim align(plan::kLoopCopyAlign);
-      bytes = bytes + ir::Dim::ceil_div(bytes_of(p.graph.values[size_t(end.inputs[l.carried(j)])]), align) * align;
+      bytes = bytes +
+              ir::Dim::ceil_div(bytes_of(p.graph.values[size_t(end.inputs[l.carried(j)])]), align) *
+                  align;
     }
     p.nodes[size_t(r.end)].workspace = bytes;
   }
@@ -172,7 +177,9 @@ Status plan_memory(BuildState& s) {
   auto in_place_slot = [&](size_t n, int v) {
     const ir::Node& node = p.graph.nodes[n];
     const int k = n < s.in_place.size() ? s.in_place[n] : -1;
-    if (k < 0 || size_t(k) >= node.inputs.size() || node.inputs[size_t(k)] < 0 || node.outputs[0] != v) return -1;
+    if (k < 0 || size_t(k) >= node.inputs.size() || node.inputs[size_t(k)] < 0 ||
+        node.outputs[0] != v)
+      return -1;
     const int in = root[node.inputs[size_t(k)]];
     if (p.values[in].storage != plan::Storage::kActivation || last_use[in] != int(n)) return -1;
     for (size_t j = 0; j < node.inputs.size(); ++j) {
@@ -188,7 +195,8 @@ Status plan_memory(BuildState& s) {
     std::vector<int> written = p.graph.nodes[n].outputs;
     written.insert(written.end(), written_from[n].begin(), written_from[n].end());
     for (int v : written) {
-      if (v < 0 || p.values[v].storage != plan::Storage::kActivation || p.values[v].slot >= 0) continue;
+      if (v < 0 || p.values[v].storage != plan::Storage::kActivation || p.values[v].slot >= 0)
+        continue;
       int chosen = in_place_slot(n, v);
       if (chosen < 0) chosen = take_slot(bytes_of(p.graph.values[v]));
       slot_owner[chosen] = v;

@@ -1,4 +1,5 @@
-// The pattern rewriter: matching a pattern tree upwards from a root node, and the fixed-point driver.
+// The pattern rewriter: matching a pattern tree upwards from a root node, and the fixed-point
+// driver.
 #include "builder/rewriter.h"
 
 #include <algorithm>
@@ -187,7 +188,9 @@ bool bind(std::map<std::string, int, std::less<>>* map, const std::string& name,
   return fresh || it->second == x;
 }
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 // A scalar step reading value x's producer p: the operand it scales and the factor.
 std::optional<std::pair<int, double>> scalar_step(const Context& ctx, int p) {
@@ -250,7 +253,8 @@ Matches match_op(const Context& ctx, const PatNode& p, int v, const Match& m) {
     for (Match& c : cur) {
       bool ok = true;
       for (const auto& pred : p.node_preds) ok = ok && pred(ctx, c, n);
-      if (ok && bind(&c.values, p.out_name, v) && out.size() < kMaxCandidates) out.push_back(std::move(c));
+      if (ok && bind(&c.values, p.out_name, v) && out.size() < kMaxCandidates)
+        out.push_back(std::move(c));
     }
   }
   return out;
@@ -329,8 +333,10 @@ Matches match_value(const Context& ctx, const PatNode& p, int v, int reader, con
 std::optional<Match> match_at(const Context& ctx, const Pat& pattern, int n) {
   const PatNode& p = *pattern.get();
   const ir::Node& node = ctx.node(n);
-  if (p.kind != PatNode::Kind::kOp || node.op_type != p.op_type || node.domain != p.domain) return std::nullopt;
-  if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] < 0) return std::nullopt;
+  if (p.kind != PatNode::Kind::kOp || node.op_type != p.op_type || node.domain != p.domain)
+    return std::nullopt;
+  if (size_t(p.output) >= node.outputs.size() || node.outputs[size_t(p.output)] < 0)
+    return std::nullopt;
   // The first candidate whose consumed nodes below the root are read only by consumed nodes and
   // are no graph outputs.
   for (Match& m : match_value(ctx, p, node.outputs[size_t(p.output)], -1, Match{})) {
@@ -364,16 +370,19 @@ StatusOr<int> apply(ir::Graph* g, std::span<const Rule> rules, const SupportsFn&
         if (node.op_type != root.op_type || node.domain != root.domain) continue;
         // A node nothing reads is left for dead-node removal (an alias rewrite leaves such).
         bool read = false;
-        for (int o : node.outputs) read = read || (o >= 0 && (uses.is_output(o) || !uses.readers(o).empty()));
+        for (int o : node.outputs)
+          read = read || (o >= 0 && (uses.is_output(o) || !uses.readers(o).empty()));
         if (!read) continue;
         std::optional<Match> m = match_at(ctx, rule.pattern, int(n));
         if (!m) continue;
         KILN_ASSIGN_OR_RETURN(bool done, rule.rewrite(ctx, *m));
         if (!done) continue;
-        if (++count > 1000000) return internal_error("rewriter: rule '" + rule.name + "' never reaches a fixed point");
+        if (++count > 1000000)
+          return internal_error("rewriter: rule '" + rule.name + "' never reaches a fixed point");
         changed = true;
         uses.rebuild(*g);
-        n = std::min<size_t>(size_t(*std::min_element(m->matched.begin(), m->matched.end())), g->nodes.size());
+        n = std::min<size_t>(size_t(*std::min_element(m->matched.begin(), m->matched.end())),
+                             g->nodes.size());
         break;
       }
     }
@@ -390,7 +399,8 @@ StatusOr<bool> replace(Context& ctx, const Match& m, ir::Node fused) {
   return true;
 }
 
-StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre, ir::Node fused) {
+StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre,
+                            ir::Node fused) {
   ir::Graph* g = ctx.graph;
   if (matched.empty()) return false;
   for (const ir::Node& n : pre) {
@@ -403,13 +413,14 @@ StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<
   for (int& n : matched) n += n >= int(at) ? int(count) : 0;
   ir::set_producers(g);
   if (replace_if_supported(g, matched, std::move(fused), *ctx.supports)) return true;
-  g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at), g->nodes.begin() + std::ptrdiff_t(at) + count);
+  g->nodes.erase(g->nodes.begin() + std::ptrdiff_t(at),
+                 g->nodes.begin() + std::ptrdiff_t(at) + count);
   ir::set_producers(g);
   return false;
 }
 
-ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view base, std::vector<int> inputs,
-                   std::vector<int> outputs, std::string domain) {
+ir::Node make_node(const ir::Graph& g, std::string op_type, std::string_view base,
+                   std::vector<int> inputs, std::vector<int> outputs, std::string domain) {
   ir::Node n;
   n.name = ir::unique_node_name(g, base);
   n.op_type = std::move(op_type);

@@ -2,7 +2,8 @@
 // dataflow (ops, commutative operands, alternatives, chains of scalar steps, constraints on
 // constants and shapes), matched from a root node up through producers with use lists, and one
 // driver that applies a rule set to a fixed point (tinygrad's PatternMatcher, onnxscript's
-// rewriter: clean the graph up first, then match what it computes, not the order it was written in).
+// rewriter: clean the graph up first, then match what it computes, not the order it was written
+// in).
 #pragma once
 
 #include <functional>
@@ -47,8 +48,8 @@ struct Match {
   std::vector<int> matched;  // root first
   std::vector<int> kept;     // matched, read elsewhere too, left in place by the rewrite
 
-  int value(std::string_view name) const;   // -1 when unbound
-  int node(std::string_view name) const;    // -1 when unbound
+  int value(std::string_view name) const;      // -1 when unbound
+  int node(std::string_view name) const;       // -1 when unbound
   double factor(std::string_view name) const;  // 1 when the chain had no step
 };
 
@@ -74,10 +75,10 @@ class Pat {
   const PatNode* get() const { return p_.get(); }
 
   // Op patterns only:
-  Pat as(std::string node_name) const;     // binds the node
-  Pat out(std::string value_name) const;   // binds the output value matched
-  Pat commutative() const;                 // two inputs: either order (as given first)
-  Pat keep() const;                        // may be read outside the match: left in place
+  Pat as(std::string node_name) const;    // binds the node
+  Pat out(std::string value_name) const;  // binds the output value matched
+  Pat commutative() const;                // two inputs: either order (as given first)
+  Pat keep() const;                       // may be read outside the match: left in place
   // A constraint checked once the inputs matched: the context, the bindings so far, the node.
   Pat when(std::function<bool(const Context&, const Match&, int node)> pred) const;
   // A constraint on the matched value (any pattern kind).
@@ -136,7 +137,8 @@ StatusOr<bool> replace(Context& ctx, const Match& m, ir::Node fused);
 // `pre` goes in just before the last matched node (every value a pre node reads is defined by
 // then: it is an input of the match or new), the matched nodes are replaced by `fused`, and the
 // backend must support all of them; false and the graph as it was otherwise.
-StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre, ir::Node fused);
+StatusOr<bool> replace_with(Context& ctx, std::vector<int> matched, std::vector<ir::Node> pre,
+                            ir::Node fused);
 
 // A new node of ONNX op `op_type` (domain "" unless given), named after `base` (made unique),
 // of the opset the graph imports for its domain.

@@ -12,10 +12,10 @@
 
 #include "backends/kernel_registry.h"
 #include "builder/build_state.h"
-#include "plan/loops.h"
 #include "core/hash.h"
 #include "ir/text.h"
 #include "ir/text_syntax.h"
+#include "plan/loops.h"
 
 namespace kiln::builder {
 namespace {
@@ -31,7 +31,8 @@ bool is_graph_output(const ir::Graph& g, int v) {
 // output (an engine output is written into the caller's buffer, so it needs its copy).
 bool runs_as_alias(const ir::Graph& g, const ir::Node& node) {
   if (!ops::traits(node).is_view) return false;
-  if (node.inputs.empty() || node.inputs[0] < 0 || node.outputs.size() != 1 || node.outputs[0] < 0) {
+  if (node.inputs.empty() || node.inputs[0] < 0 || node.outputs.size() != 1 ||
+      node.outputs[0] < 0) {
     return false;
   }
   const ir::Value& in = g.values[node.inputs[0]];
@@ -66,13 +67,14 @@ std::string hex64(uint64_t v) {
 // Tensor and graph attributes enter the key as a digest: their full text could be megabytes per
 // entry, and a digest collision would also need the same op, implementation and shapes.
 std::string tensor_text(const Tensor& t) {
-  return "tensor " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) +
-         " fnv1a " + hex64(fnv1a64({static_cast<const uint8_t*>(t.data()), t.nbytes()}));
+  return "tensor " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " fnv1a " +
+         hex64(fnv1a64({static_cast<const uint8_t*>(t.data()), t.nbytes()}));
 }
 
 std::string graph_text(const ir::Graph& g) {
   const std::string text = ir::to_text(g, ir::TextPrintOptions{.max_inline_elements = -1});
-  return "graph fnv1a " + hex64(fnv1a64({reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
+  return "graph fnv1a " +
+         hex64(fnv1a64({reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
 }
 
 template <typename T, typename F>
@@ -87,16 +89,24 @@ std::string list_text(const std::vector<T>& items, F&& one) {
 std::string attribute_text(const ir::Attribute& a) {
   auto f = [](float v) { return ir::text::format_float(v, false); };
   switch (a.type) {
-    case ir::AttrType::kFloat: return f(a.f);
-    case ir::AttrType::kInt: return std::to_string(a.i);
-    case ir::AttrType::kString: return quote_text(a.s);
-    case ir::AttrType::kTensor: return tensor_text(a.t);
-    case ir::AttrType::kGraph: return a.g ? graph_text(*a.g) : "graph none";
-    case ir::AttrType::kFloats: return "floats" + list_text(a.floats, f);
+    case ir::AttrType::kFloat:
+      return f(a.f);
+    case ir::AttrType::kInt:
+      return std::to_string(a.i);
+    case ir::AttrType::kString:
+      return quote_text(a.s);
+    case ir::AttrType::kTensor:
+      return tensor_text(a.t);
+    case ir::AttrType::kGraph:
+      return a.g ? graph_text(*a.g) : "graph none";
+    case ir::AttrType::kFloats:
+      return "floats" + list_text(a.floats, f);
     case ir::AttrType::kInts:
       return "ints" + list_text(a.ints, [](int64_t v) { return std::to_string(v); });
-    case ir::AttrType::kStrings: return "strings" + list_text(a.strings, quote_text);
-    case ir::AttrType::kTensors: return "tensors" + list_text(a.tensors, tensor_text);
+    case ir::AttrType::kStrings:
+      return "strings" + list_text(a.strings, quote_text);
+    case ir::AttrType::kTensors:
+      return "tensors" + list_text(a.tensors, tensor_text);
     case ir::AttrType::kGraphs:
       return "graphs" + list_text(a.graphs, [](const std::shared_ptr<ir::Graph>& g) {
                return g ? graph_text(*g) : std::string("graph none");
@@ -162,7 +172,8 @@ Status select_kernels(BuildState& s) {
       continue;
     }
     const ops::OpKind kind = ops::find_op(node.domain, node.op_type);
-    if (kind == ops::OpKind::kLoopBegin || kind == ops::OpKind::kLoopEnd) {  // the run's own copies and jumps
+    if (kind == ops::OpKind::kLoopBegin ||
+        kind == ops::OpKind::kLoopEnd) {  // the run's own copies and jumps
       s.plan.nodes.push_back({plan::kControlImpl, "", {}, ""});
       s.in_place.push_back(-1);
       continue;

@@ -45,7 +45,8 @@ bool is_sequence_op(ops::OpKind k) {
 
 std::string describe(const Composite& c) {
   if (!c.present) return "an empty optional";
-  return c.sequence ? "a sequence of " + std::to_string(c.elements.size()) + " tensors" : "an optional tensor";
+  return c.sequence ? "a sequence of " + std::to_string(c.elements.size()) + " tensors"
+                    : "an optional tensor";
 }
 
 ir::ValueKind kind_of(const Composite& c) {
@@ -54,7 +55,8 @@ ir::ValueKind kind_of(const Composite& c) {
 
 // The dims of element i of a sequence input: each element has dims of its own, so symbol `h` of
 // the declared element type is `h_<i>` for element i (made unique among `taken`).
-std::vector<ir::Dim> element_dims(const std::vector<ir::Dim>& dims, int64_t i, std::set<std::string>* taken) {
+std::vector<ir::Dim> element_dims(const std::vector<ir::Dim>& dims, int64_t i,
+                                  std::set<std::string>* taken) {
   std::map<std::string, std::string> renamed;
   std::vector<ir::Dim> out;
   for (size_t k = 0; k < dims.size(); ++k) {
@@ -64,7 +66,8 @@ std::vector<ir::Dim> element_dims(const std::vector<ir::Dim>& dims, int64_t i, s
     }
     const std::string base = dims[k].is_symbol() ? dims[k].to_string() : "d" + std::to_string(k);
     auto it = renamed.find(base);
-    if (it == renamed.end()) it = renamed.emplace(base, ir::unique_symbol(base + "_" + std::to_string(i), taken)).first;
+    if (it == renamed.end())
+      it = renamed.emplace(base, ir::unique_symbol(base + "_" + std::to_string(i), taken)).first;
     out.push_back(ir::Dim::symbol(it->second));
   }
   return out;
@@ -73,15 +76,19 @@ std::vector<ir::Dim> element_dims(const std::vector<ir::Dim>& dims, int64_t i, s
 // The error for input `i` of `node` (`what` it is) whose value the layout needs at build time and
 // only the run knows; a graph input is told it can be a shape-value input (the same words as
 // InferContext::require_value's, which the node-test runner and kiln.backend look for).
-std::string needs_value_text(const ir::Graph& g, const ir::Node& node, size_t i, const std::string& what) {
+std::string needs_value_text(const ir::Graph& g, const ir::Node& node, size_t i,
+                             const std::string& what) {
   const ir::Value& v = g.values[size_t(node.inputs[i])];
   const bool graph_input = v.producer < 0 && !v.constant;
   return std::string("input ") + std::to_string(i) + " ('" + v.name + "', the " + what +
-                     ") is computed from tensor data at run time; kiln lays sequences and optionals out at build "
-                     "time, so it must be known then (a constant or a function of input shapes)" +
-                     (graph_input ? "; as a model input it can take shape values: give their range in the profile "
-                                    "(OptimizationProfile::set_shape_values; kiln --minShapes=" + v.name + ":v1xv2 ...)"
-                                  : std::string());
+         ") is computed from tensor data at run time; kiln lays sequences and optionals out at "
+         "build "
+         "time, so it must be known then (a constant or a function of input shapes)" +
+         (graph_input
+              ? "; as a model input it can take shape values: give their range in the profile "
+                "(OptimizationProfile::set_shape_values; kiln --minShapes=" +
+                    v.name + ":v1xv2 ...)"
+              : std::string());
 }
 
 Status needs_value(const ir::Graph& g, const ir::Node& node, size_t i, const std::string& what) {
@@ -101,8 +108,10 @@ void set_scalar_constant(ir::Graph& g, int v, DType dtype, int64_t x) {
   ir::Value& val = g.values[size_t(v)];
   val.dtype = dtype;
   val.shape = std::vector<ir::Dim>{};
-  val.constant = dtype == DType::kBool ? Tensor::from_vector(DType::kBool, Shape{}, std::vector<uint8_t>{uint8_t(x != 0)})
-                                       : Tensor::from_vector(DType::kInt64, Shape{}, std::vector<int64_t>{x});
+  val.constant =
+      dtype == DType::kBool
+          ? Tensor::from_vector(DType::kBool, Shape{}, std::vector<uint8_t>{uint8_t(x != 0)})
+          : Tensor::from_vector(DType::kInt64, Shape{}, std::vector<int64_t>{x});
   val.producer = -1;
 }
 
@@ -124,20 +133,25 @@ StatusOr<bool> expand_select(BuildState& s, size_t n) {
       then_in.push_back(t), else_in.push_back(e), outs.push_back(node.outputs[j]);
       continue;
     }
-    const std::string out_name = node.outputs[j] >= 0 ? g.values[size_t(node.outputs[j])].name : "#" + std::to_string(j);
+    const std::string out_name =
+        node.outputs[j] >= 0 ? g.values[size_t(node.outputs[j])].name : "#" + std::to_string(j);
     if (!is_t || !is_e) {
-      return invalid_model(node.describe() + ": for output '" + out_name + "' one branch gives a tensor and the other " +
+      return invalid_model(node.describe() + ": for output '" + out_name +
+                           "' one branch gives a tensor and the other " +
                            describe(is_t ? ct->second : ce->second));
     }
     const Composite a = ct->second, b = ce->second;
-    if (a.present != b.present || a.sequence != b.sequence || a.elements.size() != b.elements.size()) {
-      return unsupported(node.describe() + ": its output '" + out_name + "' is " + describe(a) + " in one branch and " +
-                         describe(b) + " in the other, and its " + needs_value_text(g, node, 0, "If's condition"));
+    if (a.present != b.present || a.sequence != b.sequence ||
+        a.elements.size() != b.elements.size()) {
+      return unsupported(node.describe() + ": its output '" + out_name + "' is " + describe(a) +
+                         " in one branch and " + describe(b) + " in the other, and its " +
+                         needs_value_text(g, node, 0, "If's condition"));
     }
     Composite oc{a.sequence, a.present, {}};
     for (size_t i = 0; i < a.elements.size(); ++i) {
       if (node.outputs[j] < 0) break;
-      const int o = ir::add_unique_value(&g, out_name + "/" + std::to_string(i), DType::kUndefined, std::nullopt);
+      const int o = ir::add_unique_value(&g, out_name + "/" + std::to_string(i), DType::kUndefined,
+                                         std::nullopt);
       then_in.push_back(a.elements[i]), else_in.push_back(b.elements[i]), outs.push_back(o);
       oc.elements.push_back(o);
     }
@@ -172,16 +186,20 @@ Status expand_sequence_inputs(BuildState& s) {
     const int v = input_named(name);
     const ir::ValueKind k = v < 0 ? ir::ValueKind::kTensor : g.values[size_t(v)].kind;
     if (k != ir::ValueKind::kSequence && k != ir::ValueKind::kOptionalSequence) {
-      return invalid_argument("the build config gives a sequence length for '" + name + "', which is " +
-                              (v < 0 ? "not an input of the model" : "a " + ir::type_to_string(g.values[size_t(v)]) + " input, not a sequence"));
+      return invalid_argument(
+          "the build config gives a sequence length for '" + name + "', which is " +
+          (v < 0 ? "not an input of the model"
+                 : "a " + ir::type_to_string(g.values[size_t(v)]) + " input, not a sequence"));
     }
   }
   for (const auto& [name, present] : s.config.optional_present()) {
     const int v = input_named(name);
     const ir::ValueKind k = v < 0 ? ir::ValueKind::kTensor : g.values[size_t(v)].kind;
     if (k != ir::ValueKind::kOptionalTensor && k != ir::ValueKind::kOptionalSequence) {
-      return invalid_argument("the build config says whether '" + name + "' is present, but it is " +
-                              (v < 0 ? "not an input of the model" : "a " + ir::type_to_string(g.values[size_t(v)]) + " input, not an optional"));
+      return invalid_argument(
+          "the build config says whether '" + name + "' is present, but it is " +
+          (v < 0 ? "not an input of the model"
+                 : "a " + ir::type_to_string(g.values[size_t(v)]) + " input, not an optional"));
     }
   }
   std::set<std::string> taken;
@@ -198,7 +216,8 @@ Status expand_sequence_inputs(BuildState& s) {
       inputs.push_back(v);
       continue;
     }
-    const bool optional = x.kind == ir::ValueKind::kOptionalTensor || x.kind == ir::ValueKind::kOptionalSequence;
+    const bool optional =
+        x.kind == ir::ValueKind::kOptionalTensor || x.kind == ir::ValueKind::kOptionalSequence;
     auto p = s.config.optional_present().find(x.name);
     if (optional && p != s.config.optional_present().end() && !p->second) {
       set_composite(s, v, Composite{x.kind == ir::ValueKind::kOptionalSequence, false, {}});
@@ -211,16 +230,18 @@ Status expand_sequence_inputs(BuildState& s) {
     }
     auto len = s.config.sequence_lengths().find(x.name);
     if (len == s.config.sequence_lengths().end()) {
-      return invalid_argument("graph input '" + x.name + "' is a " + ir::type_to_string(x) +
-                              "; kiln lays sequences out at build time: give its length "
-                              "(BuilderConfig::set_sequence_length, `kiln build --sequenceLengths=" + x.name + ":N`)");
+      return invalid_argument(
+          "graph input '" + x.name + "' is a " + ir::type_to_string(x) +
+          "; kiln lays sequences out at build time: give its length "
+          "(BuilderConfig::set_sequence_length, `kiln build --sequenceLengths=" +
+          x.name + ":N`)");
     }
     Composite c{true, true, {}};
     for (int64_t i = 0; i < len->second; ++i) {
       const std::string name = sequence_element_name(x.name, i);
       if (g.find_value(name) >= 0) {
-        return invalid_model("sequence input '" + x.name + "': its element " + std::to_string(i) + " would be the input '" +
-                             name + "', a name the model already uses");
+        return invalid_model("sequence input '" + x.name + "': its element " + std::to_string(i) +
+                             " would be the input '" + name + "', a name the model already uses");
       }
       const int e = g.add_value(name);
       g.values[size_t(e)].dtype = x.dtype;
@@ -279,8 +300,9 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
   if (!is_sequence_op(kind) && kind != ops::OpKind::kIdentity) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (const Composite* c = composite(i)) {
-        return unsupported(node.describe() + ": its input " + std::to_string(i) + " ('" + input_name(i) + "') is " +
-                           describe(*c) + ", and " + node.op_type + " takes tensors");
+        return unsupported(node.describe() + ": its input " + std::to_string(i) + " ('" +
+                           input_name(i) + "') is " + describe(*c) + ", and " + node.op_type +
+                           " takes tensors");
       }
     }
   }
@@ -288,28 +310,32 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
   auto sequence = [&](size_t i) -> StatusOr<const Composite*> {
     const Composite* c = composite(i);
     if (c && c->sequence && c->present) return c;
-    return invalid_model(node.describe() + ": its input " + std::to_string(i) +
-                         (i < node.inputs.size() && node.inputs[i] >= 0 ? " ('" + input_name(i) + "')" : std::string()) +
-                         " must be a sequence, and it is " + (c ? describe(*c) : std::string("a tensor")));
+    return invalid_model(
+        node.describe() + ": its input " + std::to_string(i) +
+        (i < node.inputs.size() && node.inputs[i] >= 0 ? " ('" + input_name(i) + "')"
+                                                       : std::string()) +
+        " must be a sequence, and it is " + (c ? describe(*c) : std::string("a tensor")));
   };
   // Input i as a tensor.
   auto tensor = [&](size_t i) -> Status {
     if (const Composite* c = composite(i)) {
-      return invalid_model(node.describe() + ": its input " + std::to_string(i) + " ('" + input_name(i) +
-                           "') must be a tensor, and it is " + describe(*c));
+      return invalid_model(node.describe() + ": its input " + std::to_string(i) + " ('" +
+                           input_name(i) + "') must be a tensor, and it is " + describe(*c));
     }
     return ok_status();
   };
   // A position into a sequence of `len` elements from input i (or `dflt` where it is omitted),
   // between lo and hi (negative ones counting from the end), made non-negative.
-  auto position = [&](size_t i, int64_t len, int64_t dflt, int64_t lo, int64_t hi) -> StatusOr<int64_t> {
+  auto position = [&](size_t i, int64_t len, int64_t dflt, int64_t lo,
+                      int64_t hi) -> StatusOr<int64_t> {
     if (i >= node.inputs.size() || node.inputs[i] < 0) return dflt;
     KILN_RETURN_IF_ERROR(tensor(i));
     const std::optional<int64_t> p = known_scalar(g.values[size_t(node.inputs[i])]);
     if (!p) return needs_value(g, node, i, "position");
     if (*p < lo || *p > hi) {
-      return invalid_model(node.describe() + ": position " + std::to_string(*p) + " is outside " + std::to_string(lo) +
-                           ".." + std::to_string(hi) + " for a sequence of " + std::to_string(len) + " elements");
+      return invalid_model(node.describe() + ": position " + std::to_string(*p) + " is outside " +
+                           std::to_string(lo) + ".." + std::to_string(hi) + " for a sequence of " +
+                           std::to_string(len) + " elements");
     }
     return *p < 0 ? *p + len : *p;
   };
@@ -336,10 +362,14 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       Composite c{true, true, {}};
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         KILN_RETURN_IF_ERROR(tensor(i));
-        if (node.inputs[i] < 0) return invalid_model(node.describe() + ": its input " + std::to_string(i) + " is omitted");
+        if (node.inputs[i] < 0)
+          return invalid_model(node.describe() + ": its input " + std::to_string(i) +
+                               " is omitted");
         if (g.values[size_t(node.inputs[i])].dtype != g.values[size_t(node.inputs[0])].dtype) {
-          return invalid_model(node.describe() + ": its inputs are " + ir::type_to_string(g.values[size_t(node.inputs[0])]) +
-                               " and " + ir::type_to_string(g.values[size_t(node.inputs[i])]) + "; a sequence's elements share one dtype");
+          return invalid_model(node.describe() + ": its inputs are " +
+                               ir::type_to_string(g.values[size_t(node.inputs[0])]) + " and " +
+                               ir::type_to_string(g.values[size_t(node.inputs[i])]) +
+                               "; a sequence's elements share one dtype");
         }
         c.elements.push_back(node.inputs[i]);
       }
@@ -351,9 +381,12 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       KILN_RETURN_IF_ERROR(tensor(1));
       const int64_t len = int64_t(c->elements.size());
       KILN_ASSIGN_OR_RETURN(int64_t at, position(2, len, len, -len, len));
-      if (len > 0 && g.values[size_t(node.inputs[1])].dtype != g.values[size_t(c->elements[0])].dtype) {
-        return invalid_model(node.describe() + ": it inserts " + ir::type_to_string(g.values[size_t(node.inputs[1])]) +
-                             " into a sequence of " + ir::type_to_string(g.values[size_t(c->elements[0])]));
+      if (len > 0 &&
+          g.values[size_t(node.inputs[1])].dtype != g.values[size_t(c->elements[0])].dtype) {
+        return invalid_model(node.describe() + ": it inserts " +
+                             ir::type_to_string(g.values[size_t(node.inputs[1])]) +
+                             " into a sequence of " +
+                             ir::type_to_string(g.values[size_t(c->elements[0])]));
       }
       Composite r = *c;
       r.elements.insert(r.elements.begin() + std::ptrdiff_t(at), node.inputs[1]);
@@ -390,8 +423,8 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       KILN_ASSIGN_OR_RETURN(int64_t axis, node.attrs.get_int("axis", 0));
       KILN_ASSIGN_OR_RETURN(int64_t keepdims, node.attrs.get_int("keepdims", 1));
       if (axis < -rank || axis >= rank) {
-        return invalid_model(node.describe() + ": axis " + std::to_string(axis) + " is outside its input " +
-                             ir::type_to_string(x));
+        return invalid_model(node.describe() + ": axis " + std::to_string(axis) +
+                             " is outside its input " + ir::type_to_string(x));
       }
       if (axis < 0) axis += rank;
       const bool has_split = node.inputs.size() > 1 && node.inputs[1] >= 0;
@@ -404,38 +437,45 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
         const ir::Dim& count = (*split->shape)[0];
         const std::optional<int64_t> known = known_dim(count);
         if (!known) {
-          return unsupported(node.describe() + ": its split ('" + split->name + "') has " + count.to_string() +
-                             " elements, which changes at run time; a sequence's length must be known at build time");
+          return unsupported(node.describe() + ": its split ('" + split->name + "') has " +
+                             count.to_string() +
+                             " elements, which changes at run time; a sequence's length must be "
+                             "known at build time");
         }
         parts = *known, split_input = node.inputs[1];
       } else {
         const ir::Dim& dim = (*x.shape)[size_t(axis)];
         const std::optional<int64_t> length = known_dim(dim);
         if (!length) {
-          return unsupported(node.describe() + ": it splits dim " + std::to_string(axis) + " of '" + x.name + "' (" +
-                             dim.to_string() + "), which changes at run time; a sequence's length must be known at "
+          return unsupported(node.describe() + ": it splits dim " + std::to_string(axis) + " of '" +
+                             x.name + "' (" + dim.to_string() +
+                             "), which changes at run time; a sequence's length must be known at "
                              "build time (a profile that fixes the dim fixes it)");
         }
         const ir::Dim d(*length);
         int64_t chunk = 1;
         if (split) {
           if (split->shape->size() != 0) {
-            return invalid_model(node.describe() + ": its split ('" + split->name + "') must be a scalar or 1-D, not " +
-                                 ir::type_to_string(*split));
+            return invalid_model(node.describe() + ": its split ('" + split->name +
+                                 "') must be a scalar or 1-D, not " + ir::type_to_string(*split));
           }
           const std::optional<int64_t> k = known_scalar(*split);
           if (!k) return needs_value(g, node, 1, "split");
-          if (*k <= 0) return invalid_model(node.describe() + ": its split is " + std::to_string(*k) + "; it must be positive");
+          if (*k <= 0)
+            return invalid_model(node.describe() + ": its split is " + std::to_string(*k) +
+                                 "; it must be positive");
           chunk = *k;
         } else {
           squeeze = keepdims == 0;
         }
         std::vector<int64_t> sizes;
-        for (int64_t at = 0; at < d.value(); at += chunk) sizes.push_back(std::min(chunk, d.value() - at));
+        for (int64_t at = 0; at < d.value(); at += chunk)
+          sizes.push_back(std::min(chunk, d.value() - at));
         parts = int64_t(sizes.size());
         if (parts > BuilderConfig::kMaxSequenceLength) {
           return unsupported(node.describe() + ": it makes a sequence of " + std::to_string(parts) +
-                             " tensors; kiln lays out at most " + std::to_string(BuilderConfig::kMaxSequenceLength));
+                             " tensors; kiln lays out at most " +
+                             std::to_string(BuilderConfig::kMaxSequenceLength));
         }
         if (parts > 0) split_input = e.constant_i64(sizes, false);
       }
@@ -455,7 +495,8 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       KILN_ASSIGN_OR_RETURN(int64_t axis, node.attrs.get_int("axis", std::nullopt));
       KILN_ASSIGN_OR_RETURN(int64_t new_axis, node.attrs.get_int("new_axis", 0));
       if (c->elements.empty()) {
-        return invalid_model(node.describe() + ": it concatenates an empty sequence, which has no shape");
+        return invalid_model(node.describe() +
+                             ": it concatenates an empty sequence, which has no shape");
       }
       if (out < 0) break;
       if (new_axis != 0) {
@@ -475,8 +516,9 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
       for (size_t i = 1; i < node.inputs.size(); ++i) {
         const Composite* c = composite(i);
         if (c && (!c->sequence || !c->present || c->elements.size() != len)) {
-          return invalid_model(node.describe() + ": its input " + std::to_string(i) + " ('" + input_name(i) + "') is " +
-                               describe(*c) + ", its input 0 a sequence of " + std::to_string(len) + " tensors");
+          return invalid_model(node.describe() + ": its input " + std::to_string(i) + " ('" +
+                               input_name(i) + "') is " + describe(*c) +
+                               ", its input 0 a sequence of " + std::to_string(len) + " tensors");
         }
       }
       std::vector<Composite> outs(node.outputs.size(), Composite{true, true, {}});
@@ -486,22 +528,28 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
           const Composite* c = composite(i);
           bound.push_back(c ? c->elements[t] : node.inputs[i]);
         }
-        KILN_ASSIGN_OR_RETURN(BodyCopy copy, copy_body(g, n, *body, bound, std::vector<int>(body->outputs.size(), -1),
-                                                       prefix + "/" + std::to_string(t), s.shape_value_carriers, "body"));
-        nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()), std::make_move_iterator(copy.nodes.end()));
-        for (size_t k = 0; k < outs.size() && k < copy.outputs.size(); ++k) outs[k].elements.push_back(copy.outputs[k]);
+        KILN_ASSIGN_OR_RETURN(
+            BodyCopy copy,
+            copy_body(g, n, *body, bound, std::vector<int>(body->outputs.size(), -1),
+                      prefix + "/" + std::to_string(t), s.shape_value_carriers, "body"));
+        nodes.insert(nodes.end(), std::make_move_iterator(copy.nodes.begin()),
+                     std::make_move_iterator(copy.nodes.end()));
+        for (size_t k = 0; k < outs.size() && k < copy.outputs.size(); ++k)
+          outs[k].elements.push_back(copy.outputs[k]);
       }
-      for (size_t k = 0; k < outs.size(); ++k) made.push_back({node.outputs[k], std::move(outs[k])});
+      for (size_t k = 0; k < outs.size(); ++k)
+        made.push_back({node.outputs[k], std::move(outs[k])});
       break;
     }
     case ops::OpKind::kOptional: {
       if (node.inputs.empty() || node.inputs[0] < 0) {
-        KILN_ASSIGN_OR_RETURN(std::string type, node.attrs.get_string("type", std::string("tensor")));
+        KILN_ASSIGN_OR_RETURN(std::string type,
+                              node.attrs.get_string("type", std::string("tensor")));
         made.push_back({out, Composite{type.rfind("seq(", 0) == 0, false, {}}});
       } else if (const Composite* c = composite(0)) {
         if (!c->sequence || !c->present) {
-          return invalid_model(node.describe() + ": its input ('" + input_name(0) + "') is " + describe(*c) +
-                               "; an optional holds a tensor or a sequence");
+          return invalid_model(node.describe() + ": its input ('" + input_name(0) + "') is " +
+                               describe(*c) + "; an optional holds a tensor or a sequence");
         }
         made.push_back({out, *c});
       } else {
@@ -518,9 +566,10 @@ StatusOr<bool> expand_sequence_op(BuildState& s, size_t n) {
     case ops::OpKind::kOptionalGetElement: {
       const Composite* c = composite(0);
       if (c && !c->present) {
-        return invalid_model(node.describe() + ": its input ('" + input_name(0) +
-                             "') is an empty optional in the engine being built (an input the build config says is "
-                             "absent, or an Optional without a value)");
+        return invalid_model(
+            node.describe() + ": its input ('" + input_name(0) +
+            "') is an empty optional in the engine being built (an input the build config says is "
+            "absent, or an Optional without a value)");
       }
       if (c && c->sequence) {
         made.push_back({out, *c});
@@ -548,7 +597,8 @@ StatusOr<bool> expand_sequence_outputs(BuildState& s) {
     if (it == s.composites.end()) {
       const ir::ValueKind k = g.values[size_t(v)].kind;
       if (k == ir::ValueKind::kSequence || k == ir::ValueKind::kOptionalSequence) {
-        return invalid_model("graph output '" + name + "' is declared a sequence, and the model computes a tensor");
+        return invalid_model("graph output '" + name +
+                             "' is declared a sequence, and the model computes a tensor");
       }
       g.values[size_t(v)].kind = ir::ValueKind::kTensor;  // an optional tensor that holds one
       outputs.push_back(v);
@@ -566,8 +616,9 @@ StatusOr<bool> expand_sequence_outputs(BuildState& s) {
     for (size_t i = 0; i < c.elements.size(); ++i) {
       const std::string element = sequence_element_name(name, int64_t(i));
       if (g.find_value(element) >= 0) {
-        return invalid_model("graph output '" + name + "' is a sequence whose element " + std::to_string(i) +
-                             " would be the output '" + element + "', a name the model already uses");
+        return invalid_model("graph output '" + name + "' is a sequence whose element " +
+                             std::to_string(i) + " would be the output '" + element +
+                             "', a name the model already uses");
       }
       const int o = g.add_value(element);
       e.node("Identity", {c.elements[i]}, o);
@@ -577,7 +628,8 @@ StatusOr<bool> expand_sequence_outputs(BuildState& s) {
   g.outputs = std::move(outputs);
   if (nodes.empty()) return false;
   const size_t first = g.nodes.size();
-  g.nodes.insert(g.nodes.end(), std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
+  g.nodes.insert(g.nodes.end(), std::make_move_iterator(nodes.begin()),
+                 std::make_move_iterator(nodes.end()));
   for (size_t m = first; m < g.nodes.size(); ++m) {
     for (int o : g.nodes[m].outputs) g.values[size_t(o)].producer = int(m);
   }

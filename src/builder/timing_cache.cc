@@ -1,7 +1,7 @@
 // The timing cache's entries and its file. The file, little-endian:
 //   "KILNTCAC" magic, u32 format version, u64 entry count,
-//   per entry, sorted by key: u64 FNV-1a 64 of the key, u64 length + key bytes, u64 length + tactic,
-//   u64 checksum64 of every byte before it.
+//   per entry, sorted by key: u64 FNV-1a 64 of the key, u64 length + key bytes, u64 length +
+//   tactic, u64 checksum64 of every byte before it.
 // Sorting makes the bytes a function of the entries alone (not of insertion or hash-table order).
 #include "builder/timing_cache.h"
 

@@ -1,6 +1,7 @@
-// The timing cache (TensorRT's ITimingCache): the tactic the builder chose for each layer signature,
-// so that a rebuild with the cache times nothing and writes a byte-identical engine. Kept in a file
-// between builds (kiln build --timingCacheFile=FILE); the format is described in timing_cache.cc.
+// The timing cache (TensorRT's ITimingCache): the tactic the builder chose for each layer
+// signature, so that a rebuild with the cache times nothing and writes a byte-identical engine.
+// Kept in a file between builds (kiln build --timingCacheFile=FILE); the format is described in
+// timing_cache.cc.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,8 @@ namespace kiln {
 
 class TimingCache {
  public:
-  // Files larger than this are refused unread: a cache holds a few hundred bytes per distinct layer,
-  // so anything near it is not a timing cache.
+  // Files larger than this are refused unread: a cache holds a few hundred bytes per distinct
+  // layer, so anything near it is not a timing cache.
   static constexpr uint64_t kMaxFileBytes = uint64_t(64) << 20;
 
   // The tactic recorded for `key` (the builder's canonical text of a layer signature, see

@@ -7,8 +7,8 @@
 // so that fuse_matmul_bias sees the linear layer as BERT's look: the bias, a following GELU and a
 // residual Add go into one MatMulBias (cuBLASLt's epilogue and C) instead of a Gemm, a separate
 // activation and a separate Add. Matched: alpha 1, beta 1, transA 0, W a 2-D constant, c a
-// constant of N elements or absent, Y's leading dims X's own. One rule on the rewriter (rewriter.h).
-// CUDA only, before fuse_matmul_bias.
+// constant of N elements or absent, Y's leading dims X's own. One rule on the rewriter
+// (rewriter.h). CUDA only, before fuse_matmul_bias.
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +35,9 @@ StatusOr<bool> unflatten(Context& ctx, const Match& m) {
   const ir::Node& gemm = ctx.node(m.node("gemm"));
   auto alpha = gemm.attrs.get_float("alpha", 1.f), beta = gemm.attrs.get_float("beta", 1.f);
   auto ta = gemm.attrs.get_int("transA", 0), tb = gemm.attrs.get_int("transB", 0);
-  if (!alpha.ok() || !beta.ok() || !ta.ok() || !tb.ok() || *alpha != 1.f || *beta != 1.f || *ta != 0) return false;
+  if (!alpha.ok() || !beta.ok() || !ta.ok() || !tb.ok() || *alpha != 1.f || *beta != 1.f ||
+      *ta != 0)
+    return false;
   const int x = m.value("x"), w = m.value("w"), c = m.value("c");
   const int y = ctx.node(m.matched[0]).outputs[0];
   const ir::Value& wv = ctx.value(w);
@@ -44,7 +46,8 @@ StatusOr<bool> unflatten(Context& ctx, const Match& m) {
   const int64_t k = *tb ? wv.constant->shape()[1] : wv.constant->shape()[0];
   if (c >= 0) {
     const ir::Value& cv = ctx.value(c);
-    if (!cv.constant || cv.constant->numel() != n || !cv.shape || cv.shape->size() > 1) return false;
+    if (!cv.constant || cv.constant->numel() != n || !cv.shape || cv.shape->size() > 1)
+      return false;
   }
   // Copies: adding values below moves the graph's values.
   const Dims* xp = ctx.shape(x);
@@ -66,7 +69,8 @@ StatusOr<bool> unflatten(Context& ctx, const Match& m) {
   // sequence-first merge ([2, 0, 1, 3]) is pack_attention's, which reads it in place.
   if (merge_heads) {
     const int t = ctx.value(x).producer;
-    if (t < 0 || !is_onnx(ctx.node(t), "Transpose") || perm_of(*g, ctx.node(t)) != std::vector<int64_t>{0, 2, 1, 3}) {
+    if (t < 0 || !is_onnx(ctx.node(t), "Transpose") ||
+        perm_of(*g, ctx.node(t)) != std::vector<int64_t>{0, 2, 1, 3}) {
       return false;
     }
   }
@@ -87,7 +91,9 @@ StatusOr<bool> unflatten(Context& ctx, const Match& m) {
     target.push_back(k);
     Dims shape(ys.begin(), ys.end() - 1);
     shape.push_back(Dim(k));
-    const int tv = add_constant(g, xname + "_merged_shape", Tensor::from_vector(DType::kInt64, {int64_t(target.size())}, target));
+    const int tv =
+        add_constant(g, xname + "_merged_shape",
+                     Tensor::from_vector(DType::kInt64, {int64_t(target.size())}, target));
     x3 = ir::add_unique_value(g, xname + "_merged", ctx.value(x).dtype, std::move(shape));
     pre.push_back(rw::make_node(*g, "Reshape", xname + "_merged", {x, tv}, {x3}));
   }
@@ -119,8 +125,6 @@ Status unflatten_gemm(ir::Graph* g, const SupportsFn& supports) {
   return rw::apply(g, rules, supports).status();
 }
 
-Status unflatten_gemm(BuildState& s) {
-  return unflatten_gemm(&s.graph, backend_supports(s));
-}
+Status unflatten_gemm(BuildState& s) { return unflatten_gemm(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

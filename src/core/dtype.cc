@@ -8,30 +8,36 @@ namespace kiln {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
 #define KILN_DTYPE_SIZE(name, code, str, size) \
-  case DType::name: return size;
+  case DType::name:                            \
+    return size;
     KILN_DTYPES(KILN_DTYPE_SIZE)
 #undef KILN_DTYPE_SIZE
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
 #define KILN_DTYPE_NAME(name, code, str, size) \
-  case DType::name: return str;
+  case DType::name:                            \
+    return str;
     KILN_DTYPES(KILN_DTYPE_NAME)
 #undef KILN_DTYPE_NAME
-    default: return "undefined";
+    default:
+      return "undefined";
   }
 }
 
 DType dtype_from_onnx(int32_t code) {
   switch (code) {
 #define KILN_DTYPE_CODE(name, c, str, size) \
-  case c: return DType::name;
+  case c:                                   \
+    return DType::name;
     KILN_DTYPES(KILN_DTYPE_CODE)
 #undef KILN_DTYPE_CODE
-    default: return DType::kUndefined;
+    default:
+      return DType::kUndefined;
   }
 }
 
@@ -42,8 +48,14 @@ bool is_float(DType d) {
 
 bool is_integer(DType d) {
   switch (d) {
-    case DType::kUInt8: case DType::kInt8: case DType::kUInt16: case DType::kInt16:
-    case DType::kInt32: case DType::kInt64: case DType::kUInt32: case DType::kUInt64:
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kUInt16:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt32:
+    case DType::kUInt64:
       return true;
     default:
       return false;
@@ -82,7 +94,7 @@ uint16_t float_to_half(float f) {
     return uint16_t(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0));
   }
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // rounds to inf
-  if (abs < 0x38800000u) {  // subnormal or zero in half
+  if (abs < 0x38800000u) {                                 // subnormal or zero in half
     float af;
     std::memcpy(&af, &abs, 4);
     float scaled = af * 16777216.0f;  // 2^24

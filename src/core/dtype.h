@@ -38,7 +38,8 @@ DType dtype_from_onnx(int32_t code);
 bool is_float(DType dtype);
 bool is_integer(DType dtype);
 
-// IEEE half and bfloat16 conversions (round to nearest even), used by reference kernels and loaders.
+// IEEE half and bfloat16 conversions (round to nearest even), used by reference kernels and
+// loaders.
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 inline float bf16_to_float(uint16_t b) {

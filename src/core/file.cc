@@ -109,7 +109,8 @@ StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64
   return file.read_all();
 }
 
-Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes, std::string_view what) {
+Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes,
+                          std::string_view what) {
   const std::string name = std::string(what) + " file '" + path + "'";
   if (path.empty()) return invalid_argument("cannot write " + name + ": the path is empty");
   std::string target = path;
@@ -117,7 +118,8 @@ Status write_regular_file(const std::string& path, std::span<const uint8_t> byte
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     char* resolved = ::realpath(path.c_str(), nullptr);
     if (!resolved) {
-      return invalid_argument("cannot write " + name + ": it is a symbolic link that names no file (" +
+      return invalid_argument("cannot write " + name +
+                              ": it is a symbolic link that names no file (" +
                               std::strerror(errno) + ")");
     }
     target = resolved;
@@ -132,9 +134,12 @@ Status write_regular_file(const std::string& path, std::span<const uint8_t> byte
   // Beside the target, so the rename stays on one file system; the pid and a counter keep two
   // writers (processes or threads) from sharing a temporary file.
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp =
+      target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return invalid_argument("cannot write " + name + ": creating '" + tmp + "': " + std::strerror(errno));
+  if (fd < 0)
+    return invalid_argument("cannot write " + name + ": creating '" + tmp +
+                            "': " + std::strerror(errno));
   auto fail = [&](const std::string& step, int e) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -150,19 +155,22 @@ Status write_regular_file(const std::string& path, std::span<const uint8_t> byte
   if (::close(fd) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    return invalid_argument("cannot write " + name + ": closing '" + tmp + "': " + std::strerror(e));
+    return invalid_argument("cannot write " + name + ": closing '" + tmp +
+                            "': " + std::strerror(e));
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    return invalid_argument("cannot write " + name + ": renaming '" + tmp + "' to it: " + std::strerror(e));
+    return invalid_argument("cannot write " + name + ": renaming '" + tmp +
+                            "' to it: " + std::strerror(e));
   }
   return ok_status();
 }
 
 Status write_regular_file(const std::string& path, std::string_view text, std::string_view what) {
-  return write_regular_file(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
-                            what);
+  return write_regular_file(
+      path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+      what);
 }
 
 }  // namespace kiln

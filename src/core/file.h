@@ -51,7 +51,8 @@ StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64
 // exclusively, no symbolic link followed) that then replaces it in one rename, so a reader never
 // sees half a file and a failed write leaves the old one. A symbolic link keeps pointing where it
 // did: the file it names is replaced. Errors name the file as "WHAT file 'PATH'".
-Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes, std::string_view what);
+Status write_regular_file(const std::string& path, std::span<const uint8_t> bytes,
+                          std::string_view what);
 Status write_regular_file(const std::string& path, std::string_view text, std::string_view what);
 
 }  // namespace kiln

@@ -56,8 +56,9 @@ struct PrecisionPolicy {
 
 // The precision a node computes in, assigned at build and stored in the plan.
 struct NodePrecision {
-  DType compute = DType::kUndefined;  // kUndefined: the node computes in its own dtypes (ints, bool, copies)
-  bool tf32 = false;                  // FP32 storage, TF32 tensor-core math
+  DType compute =
+      DType::kUndefined;  // kUndefined: the node computes in its own dtypes (ints, bool, copies)
+  bool tf32 = false;      // FP32 storage, TF32 tensor-core math
 
   bool operator==(const NodePrecision&) const = default;
   // "float32", "tf32", "float16", or `native` (a caller passes the output dtype's name).

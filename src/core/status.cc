@@ -5,15 +5,24 @@ namespace kiln {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kInvalidModel: return "INVALID_MODEL";
-    case StatusCode::kUnsupported: return "UNSUPPORTED";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kOutOfMemory: return "OUT_OF_MEMORY";
-    case StatusCode::kDeviceError: return "DEVICE_ERROR";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kCancelled: return "CANCELLED";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kInvalidModel:
+      return "INVALID_MODEL";
+    case StatusCode::kUnsupported:
+      return "UNSUPPORTED";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kOutOfMemory:
+      return "OUT_OF_MEMORY";
+    case StatusCode::kDeviceError:
+      return "DEVICE_ERROR";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
   }
   return "UNKNOWN";
 }
@@ -28,7 +37,9 @@ std::string Status::to_string() const {
   return std::string(status_code_name(code_)) + ": " + message_;
 }
 
-Status invalid_argument(std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); }
+Status invalid_argument(std::string m) {
+  return Status(StatusCode::kInvalidArgument, std::move(m));
+}
 Status invalid_model(std::string m) { return Status(StatusCode::kInvalidModel, std::move(m)); }
 Status unsupported(std::string m) { return Status(StatusCode::kUnsupported, std::move(m)); }
 Status not_found(std::string m) { return Status(StatusCode::kNotFound, std::move(m)); }

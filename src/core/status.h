@@ -1,5 +1,6 @@
-// Status and StatusOr: kiln's error values. The library never throws and never aborts on user input;
-// every failure is a Status with a code, a message and a context chain added as it propagates.
+// Status and StatusOr: kiln's error values. The library never throws and never aborts on user
+// input; every failure is a Status with a code, a message and a context chain added as it
+// propagates.
 #pragma once
 
 #include <cstdio>
@@ -56,7 +57,7 @@ Status cancelled(std::string message);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) {
       status_ = Status(StatusCode::kInternal, "StatusOr constructed from an ok Status");
@@ -84,9 +85,9 @@ class [[nodiscard]] StatusOr {
 #define KILN_CONCAT_INNER(a, b) a##b
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
-#define KILN_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::kiln::Status kiln_status_ = (expr);       \
+#define KILN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::kiln::Status kiln_status_ = (expr);        \
     if (!kiln_status_.ok()) return kiln_status_; \
   } while (0)
 
@@ -99,7 +100,7 @@ class [[nodiscard]] StatusOr {
   KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(kiln_statusor_, __LINE__), lhs, expr)
 
 // For internal invariants only; user input must never reach a KILN_CHECK.
-#define KILN_CHECK(cond)                                \
-  do {                                                  \
+#define KILN_CHECK(cond)                                          \
+  do {                                                            \
     if (!(cond)) ::kiln::check_failed(__FILE__, __LINE__, #cond); \
   } while (0)

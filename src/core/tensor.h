@@ -27,7 +27,9 @@ struct TensorView {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
   int rank() const { return int(shape.size()); }
   template <typename T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 class Tensor {
@@ -35,7 +37,8 @@ class Tensor {
   Tensor() = default;
   // Zero-filled tensor; fails on overflow or an unknown dtype.
   static StatusOr<Tensor> zeros(DType dtype, Shape shape);
-  // Wraps memory owned elsewhere (kept alive by `owner`, which may be null for caller-managed data).
+  // Wraps memory owned elsewhere (kept alive by `owner`, which may be null for caller-managed
+  // data).
   static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
   template <typename T>
   static Tensor from_vector(DType dtype, Shape shape, const std::vector<T>& values) {
@@ -52,7 +55,9 @@ class Tensor {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   void* data() const { return data_; }
   template <typename T>
-  T* data_as() const { return static_cast<T*>(data_); }
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
   bool empty() const { return dtype_ == DType::kUndefined; }
   TensorView view() const { return TensorView{data_, dtype_, shape_}; }
   // Reads element i as int64 (integer and bool dtypes) or as double (float dtypes).

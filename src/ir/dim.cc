@@ -30,7 +30,8 @@ int64_t floor_mod_int(int64_t a, int64_t b) {
 int64_t sat(int64_t v) { return std::clamp(v, -Interval::kInf, Interval::kInf); }
 int64_t sat_mul(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return ((a < 0) != (b < 0)) ? -Interval::kInf : Interval::kInf;
+  if (__builtin_mul_overflow(a, b, &r))
+    return ((a < 0) != (b < 0)) ? -Interval::kInf : Interval::kInf;
   return sat(r);
 }
 int64_t sat_add(int64_t a, int64_t b) {
@@ -39,7 +40,8 @@ int64_t sat_add(int64_t a, int64_t b) {
   return sat(r);
 }
 Interval imul(Interval x, Interval y) {
-  int64_t c[4] = {sat_mul(x.lo, y.lo), sat_mul(x.lo, y.hi), sat_mul(x.hi, y.lo), sat_mul(x.hi, y.hi)};
+  int64_t c[4] = {sat_mul(x.lo, y.lo), sat_mul(x.lo, y.hi), sat_mul(x.hi, y.lo),
+                  sat_mul(x.hi, y.hi)};
   return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
 }
 
@@ -57,7 +59,9 @@ bool needs_parens(const Dim& d) {
   return s.find(' ') != std::string::npos || s[0] == '-';
 }
 
-std::string paren(const Dim& d) { return needs_parens(d) ? "(" + d.to_string() + ")" : d.to_string(); }
+std::string paren(const Dim& d) {
+  return needs_parens(d) ? "(" + d.to_string() + ")" : d.to_string();
+}
 
 // A divisor also needs them around a product: "a/4*h" reads as floor(a/4)*h.
 std::string paren_divisor(const Dim& d) {
@@ -66,8 +70,10 @@ std::string paren_divisor(const Dim& d) {
 }
 
 // For a term that is exactly floor(X/e) (coefficient 1, e a constant above 1): X and e.
-bool single_floor_term(const AtomPtr& f, int64_t coeff, size_t nfactors, const Dim** x, int64_t* e) {
-  if (coeff != 1 || nfactors != 1 || f->kind != AtomKind::kFloorDiv || !f->b.is_const() || f->b.value() <= 1) {
+bool single_floor_term(const AtomPtr& f, int64_t coeff, size_t nfactors, const Dim** x,
+                       int64_t* e) {
+  if (coeff != 1 || nfactors != 1 || f->kind != AtomKind::kFloorDiv || !f->b.is_const() ||
+      f->b.value() <= 1) {
     return false;
   }
   *x = &f->a;
@@ -120,7 +126,8 @@ void Dim::add_term(Term t) {
 }
 
 void Dim::set_terms(std::vector<Term> terms) {
-  std::stable_sort(terms.begin(), terms.end(), [](const Term& x, const Term& y) { return x.key < y.key; });
+  std::stable_sort(terms.begin(), terms.end(),
+                   [](const Term& x, const Term& y) { return x.key < y.key; });
   terms_.clear();
   terms_.reserve(terms.size());
   for (auto& t : terms) {
@@ -184,7 +191,8 @@ Dim operator*(const Dim& a, const Dim& b) {
     for (const auto& y : b.terms_) {
       std::vector<AtomPtr> f = x.factors;
       f.insert(f.end(), y.factors.begin(), y.factors.end());
-      std::sort(f.begin(), f.end(), [](const AtomPtr& p, const AtomPtr& q) { return p->key < q->key; });
+      std::sort(f.begin(), f.end(),
+                [](const AtomPtr& p, const AtomPtr& q) { return p->key < q->key; });
       std::string key = monomial_key(f);
       all.push_back({wmul(x.coeff, y.coeff), std::move(f), std::move(key)});
     }
@@ -233,7 +241,8 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     for (const auto& t : a.terms_) {
       const Dim* x = nullptr;
       int64_t e = 0, ed = 0;
-      if (!single_floor_term(t.factors[0], t.coeff, t.factors.size(), &x, &e) || __builtin_mul_overflow(e, d, &ed)) {
+      if (!single_floor_term(t.factors[0], t.coeff, t.factors.size(), &x, &e) ||
+          __builtin_mul_overflow(e, d, &ed)) {
         continue;
       }
       Dim rest = a;
@@ -267,7 +276,7 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
     int64_t q = floor_div_int(a.constant_, d);
     quotient.constant_ = q;
     rest.constant_ = floor_mod_int(a.constant_, d);  // in [0, d)
-    if (rest.is_const()) return quotient;  // rest in [0, d) floors to 0
+    if (rest.is_const()) return quotient;            // rest in [0, d) floors to 0
     int64_t g = std::gcd(rest.content_gcd(), d);
     if (g > 1) {
       Dim reduced = rest;
@@ -292,7 +301,8 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
       }
       std::vector<AtomPtr> f = t.factors;
       for (const auto& df : den.factors) {
-        auto it = std::find_if(f.begin(), f.end(), [&](const AtomPtr& p) { return p->key == df->key; });
+        auto it =
+            std::find_if(f.begin(), f.end(), [&](const AtomPtr& p) { return p->key == df->key; });
         if (it == f.end()) {
           exact = false;
           break;
@@ -312,8 +322,9 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
   if (a == b) return Dim(1);
   // A numerator that is k times the divisor, k an integer: (120*a + 60*b)/(30*a + 15*b) is 4, as
   // a Reshape's -1 computes it. Exact for every value of the symbols where the divisor is nonzero.
-  if (!b.is_const() && !a.is_const() && a.terms_.size() == b.terms_.size() && b.terms_[0].coeff != 0 &&
-      a.terms_[0].key == b.terms_[0].key && a.terms_[0].coeff % b.terms_[0].coeff == 0) {
+  if (!b.is_const() && !a.is_const() && a.terms_.size() == b.terms_.size() &&
+      b.terms_[0].coeff != 0 && a.terms_[0].key == b.terms_[0].key &&
+      a.terms_[0].coeff % b.terms_[0].coeff == 0) {
     const Dim k(a.terms_[0].coeff / b.terms_[0].coeff);
     if (b * k == a) return k;
   }
@@ -417,9 +428,12 @@ static std::optional<int64_t> eval_atom(const Atom& atom, const SymbolValues& va
     case AtomKind::kMod:
       if (*y == 0 || (*x == INT64_MIN && *y == -1)) return std::nullopt;
       return floor_mod_int(*x, *y);
-    case AtomKind::kMin: return std::min(*x, *y);
-    case AtomKind::kMax: return std::max(*x, *y);
-    default: return std::nullopt;
+    case AtomKind::kMin:
+      return std::min(*x, *y);
+    case AtomKind::kMax:
+      return std::max(*x, *y);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -458,17 +472,24 @@ static Interval atom_bounds(const Atom& atom, const SymbolRanges& ranges) {
         return {0, y.hi - 1};
       }
       return {};
-    case AtomKind::kMin: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
-    case AtomKind::kMax: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
-    default: return {};
+    case AtomKind::kMin:
+      return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+    case AtomKind::kMax:
+      return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+    default:
+      return {};
   }
 }
 
 Interval Dim::bounds(const SymbolRanges& ranges) const {
   // An unbounded end stays unbounded: -kInf + 1 would read as a finite bound that a value past
   // 2^62 (which int64 still holds) lies outside of (found by dim_parse_fuzz).
-  auto add_lo = [](int64_t a, int64_t b) { return a <= -Interval::kInf || b <= -Interval::kInf ? -Interval::kInf : sat_add(a, b); };
-  auto add_hi = [](int64_t a, int64_t b) { return a >= Interval::kInf || b >= Interval::kInf ? Interval::kInf : sat_add(a, b); };
+  auto add_lo = [](int64_t a, int64_t b) {
+    return a <= -Interval::kInf || b <= -Interval::kInf ? -Interval::kInf : sat_add(a, b);
+  };
+  auto add_hi = [](int64_t a, int64_t b) {
+    return a >= Interval::kInf || b >= Interval::kInf ? Interval::kInf : sat_add(a, b);
+  };
   Interval sum{constant_, constant_};
   for (const auto& t : terms_) {
     Interval prod{t.coeff, t.coeff};
@@ -486,8 +507,8 @@ Dim Dim::simplify_atom(const AtomPtr& atom, const SymbolRanges& r) {
     case AtomKind::kFloorDiv: {
       Dim q = floor_div(x, y);
       Interval xb = x.bounds(r), yb = y.bounds(r);
-      if (!q.is_const() && yb.is_point() && yb.lo > 0 && xb.lo > -Interval::kInf && xb.hi < Interval::kInf &&
-          floor_div_int(xb.lo, yb.lo) == floor_div_int(xb.hi, yb.lo)) {
+      if (!q.is_const() && yb.is_point() && yb.lo > 0 && xb.lo > -Interval::kInf &&
+          xb.hi < Interval::kInf && floor_div_int(xb.lo, yb.lo) == floor_div_int(xb.hi, yb.lo)) {
         return Dim(floor_div_int(xb.lo, yb.lo));
       }
       return q;
@@ -505,7 +526,8 @@ Dim Dim::simplify_atom(const AtomPtr& atom, const SymbolRanges& r) {
       if (d.hi <= 0) return is_max ? y : x;
       return is_max ? max(x, y) : min(x, y);
     }
-    default: return from_atom(atom);
+    default:
+      return from_atom(atom);
   }
 }
 

@@ -93,7 +93,7 @@ struct Atom {
   AtomKind kind;
   std::string name;  // for kSymbol
   Dim a, b;
-  std::string key;   // canonical printed form, used for ordering and equality
+  std::string key;  // canonical printed form, used for ordering and equality
 };
 
 std::string dims_to_string(const std::vector<Dim>& dims);

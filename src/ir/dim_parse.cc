@@ -141,8 +141,8 @@ class Parser {
     }
     if (!(std::isalpha(static_cast<unsigned char>(c)) || c == '_')) return std::nullopt;
     size_t start = pos_;
-    while (pos_ < s_.size() &&
-           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' || s_[pos_] == '.')) {
+    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) ||
+                                s_[pos_] == '_' || s_[pos_] == '.')) {
       ++pos_;
     }
     std::string name(s_.substr(start, pos_ - start));
@@ -152,7 +152,8 @@ class Parser {
     for (char ch : name) fn += char(std::tolower(static_cast<unsigned char>(ch)));
     auto first = sum();
     if (!first) return std::nullopt;
-    if (fn == "floor" || fn == "floortoint" || fn == "ceil" || fn == "ceiling" || fn == "ceiltoint") {
+    if (fn == "floor" || fn == "floortoint" || fn == "ceil" || fn == "ceiling" ||
+        fn == "ceiltoint") {
       if (!eat(")")) return std::nullopt;
       bool ceil = fn[0] == 'c';
       if (ceil && first->is_div) return Operand{Dim::ceil_div(first->num, first->den)};

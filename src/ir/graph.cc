@@ -9,22 +9,33 @@ namespace {
 
 const char* attr_type_name(AttrType t) {
   switch (t) {
-    case AttrType::kFloat: return "float";
-    case AttrType::kInt: return "int";
-    case AttrType::kString: return "string";
-    case AttrType::kTensor: return "tensor";
-    case AttrType::kGraph: return "graph";
-    case AttrType::kFloats: return "floats";
-    case AttrType::kInts: return "ints";
-    case AttrType::kStrings: return "strings";
-    case AttrType::kTensors: return "tensors";
-    case AttrType::kGraphs: return "graphs";
+    case AttrType::kFloat:
+      return "float";
+    case AttrType::kInt:
+      return "int";
+    case AttrType::kString:
+      return "string";
+    case AttrType::kTensor:
+      return "tensor";
+    case AttrType::kGraph:
+      return "graph";
+    case AttrType::kFloats:
+      return "floats";
+    case AttrType::kInts:
+      return "ints";
+    case AttrType::kStrings:
+      return "strings";
+    case AttrType::kTensors:
+      return "tensors";
+    case AttrType::kGraphs:
+      return "graphs";
   }
   return "?";
 }
 
 Status wrong_type(const std::string& name, AttrType got, const char* want) {
-  return invalid_model("attribute '" + name + "' has type " + attr_type_name(got) + ", expected " + want);
+  return invalid_model("attribute '" + name + "' has type " + attr_type_name(got) + ", expected " +
+                       want);
 }
 
 }  // namespace
@@ -34,7 +45,8 @@ const Attribute* Attributes::find(const std::string& name) const {
   return it == map_.end() ? nullptr : &it->second;
 }
 
-StatusOr<int64_t> Attributes::get_int(const std::string& name, std::optional<int64_t> fallback) const {
+StatusOr<int64_t> Attributes::get_int(const std::string& name,
+                                      std::optional<int64_t> fallback) const {
   const Attribute* a = find(name);
   if (!a) {
     if (fallback) return *fallback;
@@ -44,7 +56,8 @@ StatusOr<int64_t> Attributes::get_int(const std::string& name, std::optional<int
   return a->i;
 }
 
-StatusOr<float> Attributes::get_float(const std::string& name, std::optional<float> fallback) const {
+StatusOr<float> Attributes::get_float(const std::string& name,
+                                      std::optional<float> fallback) const {
   const Attribute* a = find(name);
   if (!a) {
     if (fallback) return *fallback;
@@ -66,8 +79,8 @@ StatusOr<std::string> Attributes::get_string(const std::string& name,
   return a->s;
 }
 
-StatusOr<std::vector<int64_t>> Attributes::get_ints(const std::string& name,
-                                                    std::optional<std::vector<int64_t>> fallback) const {
+StatusOr<std::vector<int64_t>> Attributes::get_ints(
+    const std::string& name, std::optional<std::vector<int64_t>> fallback) const {
   const Attribute* a = find(name);
   if (!a) {
     if (fallback) return *fallback;
@@ -78,8 +91,8 @@ StatusOr<std::vector<int64_t>> Attributes::get_ints(const std::string& name,
   return a->ints;
 }
 
-StatusOr<std::vector<float>> Attributes::get_floats(const std::string& name,
-                                                    std::optional<std::vector<float>> fallback) const {
+StatusOr<std::vector<float>> Attributes::get_floats(
+    const std::string& name, std::optional<std::vector<float>> fallback) const {
   const Attribute* a = find(name);
   if (!a) {
     if (fallback) return *fallback;
@@ -126,14 +139,17 @@ std::vector<std::vector<int>> Graph::consumers() const {
   return c;
 }
 
-bool makes_data_dependent(const Graph& g, const Node& node, const std::vector<DataDependentDim>& dd) {
+bool makes_data_dependent(const Graph& g, const Node& node,
+                          const std::vector<DataDependentDim>& dd) {
   if (dd.empty()) return false;
   std::set<std::string> in, out;
   for (int v : node.inputs) {
-    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&in);
+    if (v >= 0 && g.values[size_t(v)].shape)
+      for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&in);
   }
   for (int v : node.outputs) {
-    if (v >= 0 && g.values[size_t(v)].shape) for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&out);
+    if (v >= 0 && g.values[size_t(v)].shape)
+      for (const auto& d : *g.values[size_t(v)].shape) d.collect_symbols(&out);
   }
   for (const DataDependentDim& d : dd) {
     if (out.count(d.symbol) && !in.count(d.symbol)) return true;
@@ -186,12 +202,14 @@ Status verify(const Graph& g) {
       if (v < 0) continue;
       live[v] = 1;
       if (!defined[v]) {
-        return invalid_model(n.describe() + ": input " + std::to_string(i) + " '" + g.values[v].name +
+        return invalid_model(n.describe() + ": input " + std::to_string(i) + " '" +
+                             g.values[v].name +
                              "' is used before any node or graph input defines it");
       }
     }
     for (const Guard& gd : n.guards) {
-      if (gd.cond < 0 || gd.cond >= nv) return internal_error(n.describe() + ": guard index out of range");
+      if (gd.cond < 0 || gd.cond >= nv)
+        return internal_error(n.describe() + ": guard index out of range");
       live[gd.cond] = 1;
       if (!defined[gd.cond]) {
         return internal_error(n.describe() + ": it runs under '" + g.values[gd.cond].name +
@@ -204,7 +222,8 @@ Status verify(const Graph& g) {
   }
   for (int v : g.outputs) {
     if (v < 0 || v >= nv) return internal_error("graph output index out of range");
-    if (!defined[v]) return invalid_model("graph output '" + g.values[v].name + "' is never produced");
+    if (!defined[v])
+      return invalid_model("graph output '" + g.values[v].name + "' is never produced");
     live[v] = 1;
   }
   for (int v : g.inputs) live[v] = 1;

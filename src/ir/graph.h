@@ -16,7 +16,18 @@ namespace kiln::ir {
 
 struct Graph;
 
-enum class AttrType { kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs };
+enum class AttrType {
+  kFloat,
+  kInt,
+  kString,
+  kTensor,
+  kGraph,
+  kFloats,
+  kInts,
+  kStrings,
+  kTensors,
+  kGraphs
+};
 
 struct Attribute {
   AttrType type = AttrType::kInt;
@@ -42,7 +53,8 @@ class Attributes {
   // Typed getters: a present attribute of the wrong type is an error naming it.
   StatusOr<int64_t> get_int(const std::string& name, std::optional<int64_t> fallback) const;
   StatusOr<float> get_float(const std::string& name, std::optional<float> fallback) const;
-  StatusOr<std::string> get_string(const std::string& name, std::optional<std::string> fallback) const;
+  StatusOr<std::string> get_string(const std::string& name,
+                                   std::optional<std::string> fallback) const;
   StatusOr<std::vector<int64_t>> get_ints(const std::string& name,
                                           std::optional<std::vector<int64_t>> fallback) const;
   StatusOr<std::vector<float>> get_floats(const std::string& name,
@@ -63,10 +75,10 @@ struct Value {
   std::string name;
   ValueKind kind = ValueKind::kTensor;
   DType dtype = DType::kUndefined;
-  std::optional<std::vector<Dim>> shape;       // nullopt: rank not known yet
-  std::optional<Tensor> constant;              // initializer or folded constant
-  std::optional<std::vector<Dim>> sym_value;   // elements of a small integer tensor, as dims
-  int producer = -1;                           // index of the producing node, -1 for none
+  std::optional<std::vector<Dim>> shape;      // nullopt: rank not known yet
+  std::optional<Tensor> constant;             // initializer or folded constant
+  std::optional<std::vector<Dim>> sym_value;  // elements of a small integer tensor, as dims
+  int producer = -1;                          // index of the producing node, -1 for none
 };
 
 // A condition a node runs under: the run executes the node only when the bool scalar `cond` is
@@ -74,14 +86,16 @@ struct Value {
 struct Guard {
   int cond = -1;  // value index
   bool when = true;
-  friend bool operator==(const Guard& a, const Guard& b) { return a.cond == b.cond && a.when == b.when; }
+  friend bool operator==(const Guard& a, const Guard& b) {
+    return a.cond == b.cond && a.when == b.when;
+  }
 };
 
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;  // "" for ai.onnx
-  int opset = 0;       // opset of `domain` the model imports
+  std::string domain;        // "" for ai.onnx
+  int opset = 0;             // opset of `domain` the model imports
   std::vector<int> inputs;   // value indices; -1 marks an omitted optional input
   std::vector<int> outputs;  // value indices; -1 marks an omitted optional output
   Attributes attrs;
@@ -113,7 +127,8 @@ struct Graph {
 
 // Whether `node` makes one of the data-dependent dims `dd`: an output's shape names it and no
 // input's does (its kernel reports that size; the nodes after it read it).
-bool makes_data_dependent(const Graph& g, const Node& node, const std::vector<DataDependentDim>& dd);
+bool makes_data_dependent(const Graph& g, const Node& node,
+                          const std::vector<DataDependentDim>& dd);
 
 // Checks the invariants every pass keeps: index ranges, each value defined once (graph input,
 // node output, or constant data), inputs defined before use, producer fields that match the nodes,

@@ -23,7 +23,8 @@ bool is_ordered(const Graph& g) {
       if (v >= 0 && produced[v] && !done[v]) return false;
     }
     for (const Guard& gd : n.guards) {
-      if (gd.cond >= 0 && size_t(gd.cond) < produced.size() && produced[gd.cond] && !done[gd.cond]) return false;
+      if (gd.cond >= 0 && size_t(gd.cond) < produced.size() && produced[gd.cond] && !done[gd.cond])
+        return false;
     }
     for (int v : n.outputs) {
       if (v >= 0) done[v] = 1;
@@ -71,7 +72,8 @@ void fill_defaults(const Graph& g, Node* n) {
 
 // A fresh output: in range, and not yet a graph input, a node's output or a constant.
 Status check_fresh(const Graph& g, int v, const std::vector<char>& produced, const char* what) {
-  if (!valid_value(g, v)) return invalid_argument(std::string(what) + ": output index out of range");
+  if (!valid_value(g, v))
+    return invalid_argument(std::string(what) + ": output index out of range");
   if (produced[v] || g.values[v].constant ||
       std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end()) {
     return invalid_argument(std::string(what) + ": output '" + g.values[v].name +
@@ -138,7 +140,8 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
   int last = -1;
   for (int n : matched) {
     if (n < 0 || n >= nn) return invalid_argument("replace_nodes: node index out of range");
-    if (in_match[n]) return invalid_argument("replace_nodes: node " + std::to_string(n) + " listed twice");
+    if (in_match[n])
+      return invalid_argument("replace_nodes: node " + std::to_string(n) + " listed twice");
     in_match[n] = 1;
     last = std::max(last, n);
   }
@@ -152,7 +155,8 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
   }
   const std::string what = "replace_nodes (" + replacement.op_type + ")";
   for (int v : replacement.inputs) {
-    if (v < -1 || v >= int(g->values.size())) return invalid_argument(what + ": input index out of range");
+    if (v < -1 || v >= int(g->values.size()))
+      return invalid_argument(what + ": input index out of range");
     if (v >= 0 && by_match[v]) {
       return invalid_argument(what + ": input '" + g->values[v].name +
                               "' is produced by a node being replaced");
@@ -178,7 +182,8 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
   for (int n = 0; n < nn; ++n) {
     if (in_match[n]) continue;
     for (int v : g->nodes[n].inputs) KILN_RETURN_IF_ERROR(require_kept(v, g->nodes[n].describe()));
-    for (const Guard& gd : g->nodes[n].guards) KILN_RETURN_IF_ERROR(require_kept(gd.cond, g->nodes[n].describe()));
+    for (const Guard& gd : g->nodes[n].guards)
+      KILN_RETURN_IF_ERROR(require_kept(gd.cond, g->nodes[n].describe()));
   }
   for (int v : g->outputs) KILN_RETURN_IF_ERROR(require_kept(v, "a graph output"));
   // The replacement runs under every condition a matched node ran under. That is exact when the
@@ -194,9 +199,10 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
     if (g->nodes[size_t(n)].guards.size() == guards.size()) continue;
     for (int v : g->nodes[size_t(n)].outputs) {
       if (v >= 0 && kept[v]) {
-        return invalid_argument(what + ": " + g->nodes[size_t(n)].describe() +
-                                " runs outside a branch the other matched nodes run in, and its output '" +
-                                g->values[v].name + "' is read elsewhere");
+        return invalid_argument(
+            what + ": " + g->nodes[size_t(n)].describe() +
+            " runs outside a branch the other matched nodes run in, and its output '" +
+            g->values[v].name + "' is read elsewhere");
       }
     }
   }
@@ -251,7 +257,8 @@ StatusOr<int> insert_on_edge(Graph* g, int value, Node node, std::span<const int
   }
   int first = int(g->nodes.size());
   for (int n : targets) {
-    if (n < 0 || n >= int(g->nodes.size())) return invalid_argument(what + ": consumer index out of range");
+    if (n < 0 || n >= int(g->nodes.size()))
+      return invalid_argument(what + ": consumer index out of range");
     const auto& ins = g->nodes[n].inputs;
     if (std::find(ins.begin(), ins.end(), value) == ins.end()) {
       return invalid_argument(what + ": " + g->nodes[n].describe() + " does not read '" +
@@ -289,9 +296,9 @@ namespace {
 
 // Inserts `op_type` with one attribute on the edge from `value` to `consumers`, writing a new value
 // named after `base`; the new value is removed again when the insertion fails.
-StatusOr<int> insert_unary(Graph* g, int value, const char* op_type, const std::string& base, DType dtype,
-                           std::optional<std::vector<Dim>> shape, const char* attr_name, Attribute attr,
-                           std::span<const int> consumers) {
+StatusOr<int> insert_unary(Graph* g, int value, const char* op_type, const std::string& base,
+                           DType dtype, std::optional<std::vector<Dim>> shape,
+                           const char* attr_name, Attribute attr, std::span<const int> consumers) {
   const size_t num_values = g->values.size();
   int out = add_unique_value(g, base, dtype, std::move(shape));
   Node node;
@@ -312,13 +319,14 @@ StatusOr<int> insert_cast(Graph* g, int value, DType to, std::span<const int> co
   Attribute a;
   a.type = AttrType::kInt;
   a.i = int64_t(to);  // DType numbers are ONNX's TensorProto codes
-  return insert_unary(g, value, "Cast", g->values[value].name + "_" + std::string(dtype_name(to)), to,
-                      g->values[value].shape, "to", std::move(a), consumers);
+  return insert_unary(g, value, "Cast", g->values[value].name + "_" + std::string(dtype_name(to)),
+                      to, g->values[value].shape, "to", std::move(a), consumers);
 }
 
 StatusOr<int> insert_layout_transform(Graph* g, int value, std::vector<int64_t> perm,
                                       std::span<const int> consumers) {
-  if (!valid_value(*g, value)) return invalid_argument("insert_layout_transform: value index out of range");
+  if (!valid_value(*g, value))
+    return invalid_argument("insert_layout_transform: value index out of range");
   std::vector<char> seen(perm.size(), 0);
   for (int64_t p : perm) {
     if (p < 0 || p >= int64_t(perm.size()) || seen[size_t(p)]) {
@@ -340,8 +348,9 @@ StatusOr<int> insert_layout_transform(Graph* g, int value, std::vector<int64_t> 
   Attribute a;
   a.type = AttrType::kInts;
   a.ints = std::move(perm);
-  return insert_unary(g, value, "Transpose", g->values[value].name + "_layout", g->values[value].dtype,
-                      std::move(out_shape), "perm", std::move(a), consumers);
+  return insert_unary(g, value, "Transpose", g->values[value].name + "_layout",
+                      g->values[value].dtype, std::move(out_shape), "perm", std::move(a),
+                      consumers);
 }
 
 Status replace_all_uses(Graph* g, int from, int to, bool include_graph_outputs) {

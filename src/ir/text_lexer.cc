@@ -55,8 +55,8 @@ std::string Lexer::found() const {
   return ", found '" + std::string(s_.substr(pos_, end - pos_)) + "'";
 }
 bool Lexer::is_ident_char(char c, bool allow_dot) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || (allow_dot && c == '.');
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         (allow_dot && c == '.');
 }
 bool Lexer::keyword(std::string_view kw) {
   skip();
@@ -127,8 +127,8 @@ std::string Lexer::number_token() {
   size_t start = pos_;
   while (pos_ < s_.size()) {
     char c = s_[pos_];
-    bool exp_sign = (c == '+' || c == '-') && pos_ > start &&
-                    (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E');
+    bool exp_sign =
+        (c == '+' || c == '-') && pos_ > start && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E');
     if (!(is_ident_char(c, true) || exp_sign || (pos_ == start && (c == '-' || c == '+')))) break;
     ++pos_;
   }
@@ -136,8 +136,8 @@ std::string Lexer::number_token() {
 }
 
 bool Lexer::looks_float(std::string_view t) {
-  return t.find_first_of(".eE") != std::string_view::npos || t.find("nan") != std::string_view::npos ||
-         t.find("inf") != std::string_view::npos;
+  return t.find_first_of(".eE") != std::string_view::npos ||
+         t.find("nan") != std::string_view::npos || t.find("inf") != std::string_view::npos;
 }
 
 StatusOr<int64_t> Lexer::parse_int(const std::string& t, size_t pos) const {
@@ -190,7 +190,8 @@ Status Lexer::store(const Tensor& t, int64_t i, const Element& e) const {
     case DType::kFloat16:
     case DType::kBFloat16: {
       KILN_ASSIGN_OR_RETURN(float f, parse_float<float>(e.text, e.pos));
-      static_cast<uint16_t*>(p)[i] = t.dtype() == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f);
+      static_cast<uint16_t*>(p)[i] =
+          t.dtype() == DType::kFloat16 ? float_to_half(f) : float_to_bf16(f);
       return ok_status();
     }
     case DType::kBool:
@@ -208,7 +209,8 @@ Status Lexer::store(const Tensor& t, int64_t i, const Element& e) const {
       static_cast<uint64_t*>(p)[i] = v;
       return ok_status();
     }
-    default: break;
+    default:
+      break;
   }
   KILN_ASSIGN_OR_RETURN(int64_t v, parse_int(e.text, e.pos));
   auto put = [&]<typename T>(T*) -> Status {
@@ -220,15 +222,23 @@ Status Lexer::store(const Tensor& t, int64_t i, const Element& e) const {
     return ok_status();
   };
   switch (t.dtype()) {
-    case DType::kInt64: return put(static_cast<int64_t*>(nullptr));
-    case DType::kInt32: return put(static_cast<int32_t*>(nullptr));
-    case DType::kInt16: return put(static_cast<int16_t*>(nullptr));
-    case DType::kInt8: return put(static_cast<int8_t*>(nullptr));
-    case DType::kUInt32: return put(static_cast<uint32_t*>(nullptr));
-    case DType::kUInt16: return put(static_cast<uint16_t*>(nullptr));
-    case DType::kUInt8: return put(static_cast<uint8_t*>(nullptr));
-    default: return error(e.pos, "tensors of dtype " + std::string(dtype_name(t.dtype())) +
-                                     " have no text form");
+    case DType::kInt64:
+      return put(static_cast<int64_t*>(nullptr));
+    case DType::kInt32:
+      return put(static_cast<int32_t*>(nullptr));
+    case DType::kInt16:
+      return put(static_cast<int16_t*>(nullptr));
+    case DType::kInt8:
+      return put(static_cast<int8_t*>(nullptr));
+    case DType::kUInt32:
+      return put(static_cast<uint32_t*>(nullptr));
+    case DType::kUInt16:
+      return put(static_cast<uint16_t*>(nullptr));
+    case DType::kUInt8:
+      return put(static_cast<uint8_t*>(nullptr));
+    default:
+      return error(e.pos,
+                   "tensors of dtype " + std::string(dtype_name(t.dtype())) + " have no text form");
   }
 }
 

@@ -139,7 +139,8 @@ class Parser : text::Lexer {
           skip();
           size_t at = pos_;
           d.elements.push_back({number_token(), at});
-          if (d.elements.back().text.empty()) return error(at, "expected a tensor element" + found());
+          if (d.elements.back().text.empty())
+            return error(at, "expected a tensor element" + found());
         } while (eat(","));
         KILN_RETURN_IF_ERROR(expect("]"));
       }
@@ -154,13 +155,15 @@ class Parser : text::Lexer {
     return d;
   }
 
-  StatusOr<Tensor> fetch(const std::string& key, DType dtype, const Shape& shape, size_t pos) const {
+  StatusOr<Tensor> fetch(const std::string& key, DType dtype, const Shape& shape,
+                         size_t pos) const {
     auto t = options_.elided(key, dtype, shape);
     if (!t.ok()) return error(pos, "no data for '" + key + "': " + t.status().message());
     if (t->dtype() != dtype || t->shape() != shape) {
-      return error(pos, "the data supplied for '" + key + "' is " + std::string(dtype_name(t->dtype())) +
-                            shape_to_string(t->shape()) + ", expected " +
-                            std::string(dtype_name(dtype)) + shape_to_string(shape));
+      return error(pos, "the data supplied for '" + key + "' is " +
+                            std::string(dtype_name(t->dtype())) + shape_to_string(t->shape()) +
+                            ", expected " + std::string(dtype_name(dtype)) +
+                            shape_to_string(shape));
     }
     return std::move(t).value();
   }
@@ -176,8 +179,9 @@ class Parser : text::Lexer {
       const bool is_attr = !key.empty() && key[0] == kAttrKey;
       const std::string shown = is_attr ? key.substr(1) : key;
       if (!options_.elided) {
-        return error(d.pos, "the data of '" + shown +
-                                "' is elided (dense<...>); pass TextParseOptions::elided to supply it");
+        return error(d.pos,
+                     "the data of '" + shown +
+                         "' is elided (dense<...>); pass TextParseOptions::elided to supply it");
       }
       if (is_attr) {
         // The node's name comes at the end of its line: fetched by resolve_elided_attrs.
@@ -263,10 +267,11 @@ class Parser : text::Lexer {
       KILN_ASSIGN_OR_RETURN(a.s, quoted());
       return a;
     }
-    static constexpr std::pair<const char*, AttrType> kEmpty[] = {
-        {"ints", AttrType::kInts},       {"floats", AttrType::kFloats},
-        {"strings", AttrType::kStrings}, {"tensors", AttrType::kTensors},
-        {"graphs", AttrType::kGraphs}};
+    static constexpr std::pair<const char*, AttrType> kEmpty[] = {{"ints", AttrType::kInts},
+                                                                  {"floats", AttrType::kFloats},
+                                                                  {"strings", AttrType::kStrings},
+                                                                  {"tensors", AttrType::kTensors},
+                                                                  {"graphs", AttrType::kGraphs}};
     for (const auto& [kw, t] : kEmpty) {
       if (keyword(kw)) {
         KILN_RETURN_IF_ERROR(expect("["));
@@ -295,7 +300,8 @@ class Parser : text::Lexer {
     }
     if (eat("[")) {
       std::vector<Attribute> items;
-      if (peek(']')) return error(at, "an empty list needs its type: ints[], floats[], strings[], ...");
+      if (peek(']'))
+        return error(at, "an empty list needs its type: ints[], floats[], strings[], ...");
       do {
         std::string item_key = key + "[" + std::to_string(items.size()) + "]";
         KILN_ASSIGN_OR_RETURN(Attribute item, attr_value(st, item_key, depth));
@@ -338,7 +344,8 @@ class Parser : text::Lexer {
         break;
       case AttrType::kFloat:
         a.type = AttrType::kFloats;
-        for (const auto& it : items) a.floats.push_back(it.type == AttrType::kInt ? float(it.i) : it.f);
+        for (const auto& it : items)
+          a.floats.push_back(it.type == AttrType::kInt ? float(it.i) : it.f);
         break;
       case AttrType::kString:
         a.type = AttrType::kStrings;
@@ -359,7 +366,8 @@ class Parser : text::Lexer {
   // ---- graphs ----
   // After the `graph` keyword. `free` receives the names this graph reads but does not define
   // (nested graphs only: the top level reports them as errors).
-  StatusOr<Graph> graph(const GraphState* outer, int depth, std::vector<GraphState::Pending>* free) {
+  StatusOr<Graph> graph(const GraphState* outer, int depth,
+                        std::vector<GraphState::Pending>* free) {
     if (depth > kMaxGraphDepth) return error(pos_, "graphs nest too deeply");
     GraphState st;
     st.outer = outer;
@@ -427,7 +435,8 @@ class Parser : text::Lexer {
     skip();
     if (s_.substr(pos_, 6) == "dense<") {
       keyword("dense");
-      if (outs.size() != 1 || omitted[0]) return error(start, "a constant defines exactly one value");
+      if (outs.size() != 1 || omitted[0])
+        return error(start, "a constant defines exactly one value");
       KILN_ASSIGN_OR_RETURN(Dense d, dense());
       KILN_ASSIGN_OR_RETURN(Tensor t, make_tensor(d, outs[0].type, outs[0].pos, outs[0].name));
       KILN_ASSIGN_OR_RETURN(int v, define(st, outs[0]));
@@ -557,7 +566,8 @@ class Parser : text::Lexer {
         val.dtype = declared.dtype;
         val.shape = declared.shape;
         val.sym_value = declared.sym_value;
-      } else if (type_to_string(val) != type_to_string(declared) || val.sym_value != declared.sym_value) {
+      } else if (type_to_string(val) != type_to_string(declared) ||
+                 val.sym_value != declared.sym_value) {
         return error(d.pos, "graph output %" + d.name + " is declared " + type_to_string(declared) +
                                 " but defined as " + type_to_string(val));
       }
@@ -566,8 +576,9 @@ class Parser : text::Lexer {
     for (size_t i = 0; i < st.g.nodes.size(); ++i) {
       Node& n = st.g.nodes[i];
       auto imported = st.g.opsets.find(n.domain);
-      n.opset = st.explicit_opset[i] >= 0 ? st.explicit_opset[i]
-                : imported == st.g.opsets.end() ? 0 : imported->second;
+      n.opset = st.explicit_opset[i] >= 0       ? st.explicit_opset[i]
+                : imported == st.g.opsets.end() ? 0
+                                                : imported->second;
       for (int v : n.outputs) {
         if (v >= 0) st.g.values[v].producer = int(i);
       }
@@ -606,7 +617,8 @@ ElidedTensorFn elided_from(const Graph& source) {
   }
   return [tensors](std::string_view key, DType dtype, const Shape& shape) -> StatusOr<Tensor> {
     auto it = tensors->find(std::string(key));
-    if (it == tensors->end()) return not_found("the source graph has no tensor '" + std::string(key) + "'");
+    if (it == tensors->end())
+      return not_found("the source graph has no tensor '" + std::string(key) + "'");
     return it->second;
   };
 }

@@ -29,13 +29,20 @@ std::string ident_text(std::string_view s, bool allow_dot) {
 
 std::string element_text(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kFloat32: return format_float(t.data_as<float>()[i], false);
-    case DType::kFloat64: return format_float(t.data_as<double>()[i], true);
-    case DType::kFloat16: return format_float(half_to_float(t.data_as<uint16_t>()[i]), false);
-    case DType::kBFloat16: return format_float(bf16_to_float(t.data_as<uint16_t>()[i]), false);
-    case DType::kBool: return t.data_as<uint8_t>()[i] ? "true" : "false";
-    case DType::kUInt64: return std::to_string(t.data_as<uint64_t>()[i]);
-    default: return std::to_string(t.int_at(i));
+    case DType::kFloat32:
+      return format_float(t.data_as<float>()[i], false);
+    case DType::kFloat64:
+      return format_float(t.data_as<double>()[i], true);
+    case DType::kFloat16:
+      return format_float(half_to_float(t.data_as<uint16_t>()[i]), false);
+    case DType::kBFloat16:
+      return format_float(bf16_to_float(t.data_as<uint16_t>()[i]), false);
+    case DType::kBool:
+      return t.data_as<uint8_t>()[i] ? "true" : "false";
+    case DType::kUInt64:
+      return std::to_string(t.data_as<uint64_t>()[i]);
+    default:
+      return std::to_string(t.int_at(i));
   }
 }
 
@@ -79,11 +86,16 @@ class Printer {
       return s + "]";
     };
     switch (a.type) {
-      case AttrType::kFloat: return format_float(a.f, false);
-      case AttrType::kInt: return std::to_string(a.i);
-      case AttrType::kString: return text::quote(a.s);
-      case AttrType::kTensor: return tensor_attr(a.t);
-      case AttrType::kGraph: return a.g ? graph(*a.g, indent) : "graph \"\"() -> () {}";
+      case AttrType::kFloat:
+        return format_float(a.f, false);
+      case AttrType::kInt:
+        return std::to_string(a.i);
+      case AttrType::kString:
+        return text::quote(a.s);
+      case AttrType::kTensor:
+        return tensor_attr(a.t);
+      case AttrType::kGraph:
+        return a.g ? graph(*a.g, indent) : "graph \"\"() -> () {}";
       case AttrType::kFloats:
         return list(a.floats, "floats", [](float f) { return format_float(f, false); });
       case AttrType::kInts:
@@ -112,7 +124,8 @@ class Printer {
     std::string s = "graph " + name_text(g.name.empty() ? "main" : g.name) + "(";
     for (size_t i = 0; i < g.inputs.size(); ++i) s += (i ? ", " : "") + decl(g.values[g.inputs[i]]);
     s += ") -> (";
-    for (size_t i = 0; i < g.outputs.size(); ++i) s += (i ? ", " : "") + decl(g.values[g.outputs[i]]);
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      s += (i ? ", " : "") + decl(g.values[g.outputs[i]]);
     s += ") {\n";
     for (const auto& [domain, version] : g.opsets) {
       s += pad + "opset " + ident_text(domain.empty() ? "ai.onnx" : domain, true) + " " +
@@ -210,10 +223,14 @@ std::string type_to_string(const Value& v) {
   std::string s(dtype_name(v.dtype));
   s += v.shape ? dims_to_string(*v.shape) : std::string("[?]");
   switch (v.kind) {
-    case ValueKind::kTensor: return s;
-    case ValueKind::kSequence: return "seq(" + s + ")";
-    case ValueKind::kOptionalTensor: return "optional(" + s + ")";
-    case ValueKind::kOptionalSequence: return "optional(seq(" + s + "))";
+    case ValueKind::kTensor:
+      return s;
+    case ValueKind::kSequence:
+      return "seq(" + s + ")";
+    case ValueKind::kOptionalTensor:
+      return "optional(" + s + ")";
+    case ValueKind::kOptionalSequence:
+      return "optional(seq(" + s + "))";
   }
   return s;
 }

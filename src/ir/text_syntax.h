@@ -50,7 +50,9 @@ inline std::string quote(std::string_view s) {
   return out + "\"";
 }
 
-inline std::string name_text(std::string_view s) { return is_bare_name(s) ? std::string(s) : quote(s); }
+inline std::string name_text(std::string_view s) {
+  return is_bare_name(s) ? std::string(s) : quote(s);
+}
 
 inline std::optional<DType> dtype_from_name(std::string_view name) {
 #define KILN_DTYPE_FROM_NAME(e, code, str, size) \

@@ -26,9 +26,9 @@ const std::map<OpKind, std::vector<Domain>>& table() {
       return d;
     };
     auto* m = new std::map<OpKind, std::vector<Domain>>;
-    for (OpKind k : {OpKind::kReduceMean, OpKind::kReduceSum, OpKind::kReduceMax, OpKind::kReduceMin,
-                     OpKind::kReduceProd, OpKind::kReduceL1, OpKind::kReduceL2, OpKind::kReduceLogSum,
-                     OpKind::kReduceLogSumExp, OpKind::kReduceSumSquare}) {
+    for (OpKind k : {OpKind::kReduceMean, OpKind::kReduceSum, OpKind::kReduceMax,
+                     OpKind::kReduceMin, OpKind::kReduceProd, OpKind::kReduceL1, OpKind::kReduceL2,
+                     OpKind::kReduceLogSum, OpKind::kReduceLogSumExp, OpKind::kReduceSumSquare}) {
       (*m)[k] = flags({"keepdims", "noop_with_empty_axes"});
     }
     (*m)[OpKind::kArgMax] = flags({"keepdims", "select_last_index"});
@@ -88,9 +88,10 @@ std::vector<std::string> attribute_domain_problems(const ir::Node& node) {
       if (std::find(d.allowed.begin(), d.allowed.end(), values[i]) != d.allowed.end()) continue;
       std::string allowed;
       for (int64_t v : d.allowed) allowed += (allowed.empty() ? "" : " or ") + std::to_string(v);
-      out.push_back(node.describe() + " attribute " + std::string(d.attr) +
-                    (a->type == ir::AttrType::kInts ? "[" + std::to_string(i) + "]" : std::string()) + " is " +
-                    std::to_string(values[i]) + "; ONNX allows " + allowed);
+      out.push_back(
+          node.describe() + " attribute " + std::string(d.attr) +
+          (a->type == ir::AttrType::kInts ? "[" + std::to_string(i) + "]" : std::string()) +
+          " is " + std::to_string(values[i]) + "; ONNX allows " + allowed);
       break;
     }
   }

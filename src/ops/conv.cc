@@ -27,14 +27,14 @@ Status read_ints(InferContext& ctx, const std::string& name, size_t n, int64_t f
   KILN_ASSIGN_OR_RETURN(*out, ctx.attrs().get_ints(name, std::vector<int64_t>(n, fallback)));
   if (out->size() != n) {
     return ctx.error(StatusCode::kInvalidModel, "attribute " + name + " has " +
-                                                    std::to_string(out->size()) + " values, expected " +
-                                                    std::to_string(n));
+                                                    std::to_string(out->size()) +
+                                                    " values, expected " + std::to_string(n));
   }
   for (int64_t v : *out) {
     if (v < min_value) {
       return ctx.error(StatusCode::kInvalidModel, "attribute " + name + " has value " +
-                                                      std::to_string(v) + ", expected >= " +
-                                                      std::to_string(min_value));
+                                                      std::to_string(v) +
+                                                      ", expected >= " + std::to_string(min_value));
     }
   }
   return ok_status();
@@ -58,8 +58,8 @@ Status read_spatial(InferContext& ctx, size_t n, bool has_dilations, bool has_ce
   } else if (auto_pad == "VALID") {
     s->auto_pad = AutoPad::kValid;
   } else {
-    return ctx.error(StatusCode::kInvalidModel, "attribute auto_pad has unknown value '" + auto_pad +
-                                                    "'");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute auto_pad has unknown value '" + auto_pad + "'");
   }
   if (has_ceil) {
     KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, ctx.attrs().get_int("ceil_mode", 0));
@@ -138,8 +138,9 @@ StatusOr<size_t> spatial_rank(InferContext& ctx) {
                      "input 0 must have rank >= 3 ([N, C, spatial...]), got " + std::to_string(r));
   }
   if (r > 5) {
-    return ctx.error(StatusCode::kUnsupported,
-                     "only 1-D, 2-D and 3-D spatial inputs are supported, got rank " + std::to_string(r));
+    return ctx.error(
+        StatusCode::kUnsupported,
+        "only 1-D, 2-D and 3-D spatial inputs are supported, got rank " + std::to_string(r));
   }
   return size_t(r - 2);
 }
@@ -184,9 +185,9 @@ StatusOr<std::vector<Dim>> conv_output_shape(InferContext& ctx, int xi, int wi, 
   if (bi >= 0 && ctx.has_input(bi)) {
     const auto& b = ctx.input_shape(bi);
     if (b.size() != 1) {
-      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(bi) +
-                                                      " (B) must be 1-D, got rank " +
-                                                      std::to_string(b.size()));
+      return ctx.error(
+          StatusCode::kInvalidModel,
+          "input " + std::to_string(bi) + " (B) must be 1-D, got rank " + std::to_string(b.size()));
     }
     KILN_RETURN_IF_ERROR(ctx.require_equal(
         b[0], w[0],
@@ -332,11 +333,12 @@ Status infer_conv_transpose(InferContext& ctx) {
     for (size_t i = 0; i < n; ++i) {
       KILN_RETURN_IF_ERROR(ctx.require_equal(w[2 + i], Dim(ks[i]),
                                              "input 1 (W) dim " + std::to_string(2 + i) +
-                                                 " matches kernel_shape[" + std::to_string(i) + "]"));
+                                                 " matches kernel_shape[" + std::to_string(i) +
+                                                 "]"));
     }
   }
-  KILN_RETURN_IF_ERROR(ctx.require_equal(
-      w[0], x[1], "input 1 (W) dim 0 equals input 0 dim 1 (input channels)"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(w[0], x[1], "input 1 (W) dim 0 equals input 0 dim 1 (input channels)"));
   KILN_RETURN_IF_ERROR(ctx.require_divisible(
       x[1], Dim(group),
       "input 0 dim 1 (channels) is divisible by group (" + std::to_string(group) + ")"));
@@ -381,8 +383,8 @@ Status infer_conv_transpose(InferContext& ctx) {
       KILN_ASSIGN_OR_RETURN(d, ctx.add_dims(d, dilated, what + " kernel extent"));
       d = d + 1 - pads;
     }
-    KILN_RETURN_IF_ERROR(ctx.require_ge(d, Dim(1), "output dim " + std::to_string(2 + i) +
-                                                       " is at least 1"));
+    KILN_RETURN_IF_ERROR(
+        ctx.require_ge(d, Dim(1), "output dim " + std::to_string(2 + i) + " is at least 1"));
     out.push_back(d);
   }
   ctx.set_output(0, ctx.input_dtype(0), std::move(out));
@@ -403,8 +405,8 @@ Status infer_max_unpool(InferContext& ctx) {
     return ctx.error(StatusCode::kInvalidModel, "input 1 (I) must have the shape of input 0");
   }
   for (size_t d = 0; d < x.size(); ++d) {
-    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[d], x[d], "input 1 (I) dim " + std::to_string(d) +
-                                                             " matches input 0"));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        idx[d], x[d], "input 1 (I) dim " + std::to_string(d) + " matches input 0"));
   }
   if (ctx.has_input(2)) {
     KILN_ASSIGN_OR_RETURN(std::vector<Dim> shape, ctx.require_value(2, "output_shape"));

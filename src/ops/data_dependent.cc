@@ -13,7 +13,9 @@ namespace {
 using ir::Dim;
 using Dims = std::vector<Dim>;
 
-Status attr_error(const InferContext& ctx, const Status& s) { return ctx.error(s.code(), s.message()); }
+Status attr_error(const InferContext& ctx, const Status& s) {
+  return ctx.error(s.code(), s.message());
+}
 
 Dim numel(const Dims& shape) {
   Dim n = 1;
@@ -41,11 +43,12 @@ Status infer_compress(InferContext& ctx) {
                                                     std::string(dtype_name(ctx.input_dtype(1))));
   }
   if (cond.size() != 1) {
-    return ctx.error(StatusCode::kInvalidModel, "input 1 (condition) must have rank 1, not " +
-                                                    std::to_string(cond.size()));
+    return ctx.error(StatusCode::kInvalidModel,
+                     "input 1 (condition) must have rank 1, not " + std::to_string(cond.size()));
   }
   if (!ctx.attrs().has("axis")) {
-    KILN_ASSIGN_OR_RETURN(Dim c, ctx.data_dependent_dim(0, 0, "compressed", Dim::min(cond[0], numel(x))));
+    KILN_ASSIGN_OR_RETURN(Dim c,
+                          ctx.data_dependent_dim(0, 0, "compressed", Dim::min(cond[0], numel(x))));
     ctx.set_output(0, ctx.input_dtype(0), {c});
     return ok_status();
   }
@@ -54,7 +57,8 @@ Status infer_compress(InferContext& ctx) {
   if (x.empty()) return ctx.error(StatusCode::kInvalidModel, "axis given for a scalar input");
   KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, int(x.size()), "axis"));
   Dims out = x;
-  KILN_ASSIGN_OR_RETURN(out[axis], ctx.data_dependent_dim(0, axis, "compressed", Dim::min(cond[0], x[axis])));
+  KILN_ASSIGN_OR_RETURN(out[axis],
+                        ctx.data_dependent_dim(0, axis, "compressed", Dim::min(cond[0], x[axis])));
   ctx.set_output(0, ctx.input_dtype(0), out);
   return ok_status();
 }
@@ -66,7 +70,8 @@ Status infer_unique(InferContext& ctx) {
   auto sorted = ctx.attrs().get_int("sorted", 1);
   if (!sorted.ok()) return attr_error(ctx, sorted.status());
   if (*sorted != 0 && *sorted != 1) {
-    return ctx.error(StatusCode::kInvalidModel, "attribute sorted must be 0 or 1, not " + std::to_string(*sorted));
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute sorted must be 0 or 1, not " + std::to_string(*sorted));
   }
   Dims y;
   Dim rows, u;
@@ -98,15 +103,17 @@ Status infer_nms(InferContext& ctx) {
   const Dims& boxes = ctx.input_shape(0);
   const Dims& scores = ctx.input_shape(1);
   if (boxes.size() != 3 || scores.size() != 3) {
-    return ctx.error(StatusCode::kInvalidModel, "boxes must be [batches, boxes, 4] and scores [batches, classes, "
-                                                "boxes]; got ranks " + std::to_string(boxes.size()) + " and " +
-                                                    std::to_string(scores.size()));
+    return ctx.error(StatusCode::kInvalidModel,
+                     "boxes must be [batches, boxes, 4] and scores [batches, classes, "
+                     "boxes]; got ranks " +
+                         std::to_string(boxes.size()) + " and " + std::to_string(scores.size()));
   }
   if (ctx.input_dtype(0) != DType::kFloat32 || ctx.input_dtype(1) != DType::kFloat32) {
     return ctx.error(StatusCode::kInvalidModel, "boxes and scores must be float32");
   }
   KILN_RETURN_IF_ERROR(ctx.require_equal(boxes[2], Dim(4), "boxes dim 2 is 4 (one box's corners)"));
-  KILN_RETURN_IF_ERROR(ctx.require_equal(boxes[0], scores[0], "boxes and scores have one batch size"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(boxes[0], scores[0], "boxes and scores have one batch size"));
   KILN_RETURN_IF_ERROR(ctx.require_equal(boxes[1], scores[2], "scores dim 2 counts the boxes"));
   auto center = ctx.attrs().get_int("center_point_box", 0);
   if (!center.ok()) return attr_error(ctx, center.status());
@@ -125,11 +132,13 @@ Status infer_nms(InferContext& ctx) {
   Dim per_class = boxes[1];
   if (ctx.has_input(2)) {
     auto k = ctx.input_value(2);
-    if (k && k->size() == 1 && (*k)[0].is_const()) per_class = Dim::min(boxes[1], Dim(std::max<int64_t>((*k)[0].value(), 0)));
+    if (k && k->size() == 1 && (*k)[0].is_const())
+      per_class = Dim::min(boxes[1], Dim(std::max<int64_t>((*k)[0].value(), 0)));
   } else {
     per_class = 0;  // the default keeps no box
   }
-  KILN_ASSIGN_OR_RETURN(Dim s, ctx.data_dependent_dim(0, 0, "nms_selected", scores[0] * scores[1] * per_class));
+  KILN_ASSIGN_OR_RETURN(
+      Dim s, ctx.data_dependent_dim(0, 0, "nms_selected", scores[0] * scores[1] * per_class));
   ctx.set_output(0, DType::kInt64, {s, Dim(3)});
   return ok_status();
 }
@@ -137,45 +146,53 @@ Status infer_nms(InferContext& ctx) {
 // If reaches inference only when its condition is data: the builder runs an If whose condition it
 // knows (a constant, or a function of shapes) as the branch it takes (infer_shapes inlines it).
 Status infer_if(InferContext& ctx) {
-  return ctx.error(StatusCode::kUnsupported,
-                   "its condition ('" + ctx.input(0).name +
-                       "') is computed from tensor data at run time; kiln runs an If only where its condition "
-                       "is known at build time (a constant or a function of input shapes), as the branch it takes");
+  return ctx.error(
+      StatusCode::kUnsupported,
+      "its condition ('" + ctx.input(0).name +
+          "') is computed from tensor data at run time; kiln runs an If only where its condition "
+          "is known at build time (a constant or a function of input shapes), as the branch it "
+          "takes");
 }
 
 // Loop and Scan are unrolled by the builder (builder/control_flow.cc), which names what it cannot
 // lay out; a node reaching inference is one no build expanded.
 Status infer_unrolled(InferContext& ctx) {
-  return ctx.error(StatusCode::kUnsupported,
-                   "kiln runs a Loop or Scan by unrolling it at build time, and this one was not unrolled");
+  return ctx.error(
+      StatusCode::kUnsupported,
+      "kiln runs a Loop or Scan by unrolling it at build time, and this one was not unrolled");
 }
 
 // Sequence and optional ops are laid out by the builder (builder/sequences.cc): a sequence is a
 // list of tensor values known at build time, an optional a value or none. A node reaching inference
 // is one the build did not lay out.
 Status infer_sequence_op(InferContext& ctx) {
-  return ctx.error(StatusCode::kUnsupported,
-                   "kiln lays sequences and optionals out at build time, and this node was not laid out");
+  return ctx.error(
+      StatusCode::kUnsupported,
+      "kiln lays sequences and optionals out at build time, and this node was not laid out");
 }
 
 }  // namespace
 
 void register_data_dependent_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kSequenceEmpty, 0, 0, 1, 1, &infer_sequence_op});
-  r.add(OpSchema{OpKind::kSequenceConstruct, 1, 1 << 20, 1, 1, &infer_sequence_op, OpTraits{.inputs_required = true}});
+  r.add(OpSchema{OpKind::kSequenceConstruct, 1, 1 << 20, 1, 1, &infer_sequence_op,
+                 OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kSequenceInsert, 2, 3, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceErase, 1, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceAt, 2, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSequenceLength, 1, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kSplitToSequence, 1, 2, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kConcatFromSequence, 1, 1, 1, 1, &infer_sequence_op});
-  r.add(OpSchema{OpKind::kSequenceMap, 1, 1 << 20, 1, 1 << 20, &infer_sequence_op, OpTraits{.inputs_required = true}});
+  r.add(OpSchema{OpKind::kSequenceMap, 1, 1 << 20, 1, 1 << 20, &infer_sequence_op,
+                 OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kOptional, 0, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kOptionalHasElement, 0, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kOptionalGetElement, 1, 1, 1, 1, &infer_sequence_op});
   r.add(OpSchema{OpKind::kIf, 1, 1, 1, 1 << 20, &infer_if});
-  r.add(OpSchema{OpKind::kLoop, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // M and cond may be omitted
-  r.add(OpSchema{OpKind::kScan, 0, 1 << 20, 1, 1 << 20, &infer_unrolled});  // opset 8 may omit input 0
+  r.add(OpSchema{OpKind::kLoop, 0, 1 << 20, 1, 1 << 20,
+                 &infer_unrolled});  // M and cond may be omitted
+  r.add(OpSchema{OpKind::kScan, 0, 1 << 20, 1, 1 << 20,
+                 &infer_unrolled});  // opset 8 may omit input 0
   r.add(OpSchema{OpKind::kNonZero, 1, 1, 1, 1, &infer_nonzero});
   r.add(OpSchema{OpKind::kCompress, 2, 2, 1, 1, &infer_compress});
   r.add(OpSchema{OpKind::kUnique, 1, 1, 1, 4, &infer_unique});

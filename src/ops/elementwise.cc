@@ -85,7 +85,8 @@ bool exact_in_float(const InferContext& ctx, DType dt, const std::vector<Dim>& e
 // are exact (exact_in_float). `inputs`: the first inputs the elements depend on (-1: all).
 void fold_values(InferContext& ctx, DType out_dtype, const std::vector<Dim>& out_shape,
                  const ElemFn& fn, int inputs = -1) {
-  if (!is_integer(out_dtype) && out_dtype != DType::kBool && exact_integer_limit(out_dtype) == 0) return;
+  if (!is_integer(out_dtype) && out_dtype != DType::kBool && exact_integer_limit(out_dtype) == 0)
+    return;
   auto os = const_shape(out_shape);
   if (!os) return;
   auto numel = checked_numel(*os);
@@ -403,8 +404,8 @@ void floor_of_div(InferContext& ctx, bool ceil) {
   const ir::Value& in = ctx.input(0);
   if (in.producer < 0) return;
   const ir::Node& div = ctx.graph().nodes[size_t(in.producer)];
-  if (find_op(div.domain, div.op_type) != OpKind::kDiv || div.inputs.size() != 2 || div.inputs[0] < 0 ||
-      div.inputs[1] < 0) {
+  if (find_op(div.domain, div.op_type) != OpKind::kDiv || div.inputs.size() != 2 ||
+      div.inputs[0] < 0 || div.inputs[1] < 0) {
     return;
   }
   const DType dt = in.dtype;
@@ -416,7 +417,8 @@ void floor_of_div(InferContext& ctx, bool ceil) {
   auto as = a.shape ? const_shape(*a.shape) : std::nullopt;
   auto os = const_shape(ctx.input_shape(0));
   // The divisor one constant; the numerator's shape is the quotient's.
-  if (limit == 0 || !av || !bv || bv->size() != 1 || !as || !os || *as != *os || av->size() != size_t(shape_numel(*os))) {
+  if (limit == 0 || !av || !bv || bv->size() != 1 || !as || !os || *as != *os ||
+      av->size() != size_t(shape_numel(*os))) {
     return;
   }
   const Dim& c = (*bv)[0];
@@ -526,21 +528,27 @@ void fold_cast(InferContext& ctx, DType dt, const std::vector<Dim>& shape) {
   DType src = ctx.input_dtype(0);
   if (is_integer(src) || src == DType::kBool) {
     // To float, fold_values keeps only elements the float holds exactly.
-    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
-      if (is_float(dt)) return v[0];
-      if (v[0].is_const()) return Dim(wrap_to(dt, v[0].value()));
-      if (dt != DType::kBool) return v[0];
-      Order o = compare_dims(v[0], Dim(0));
-      return decide(o.known_ne, o.known_eq);
-    }, 1);
+    fold_values(
+        ctx, dt, shape,
+        [dt](auto v) -> std::optional<Dim> {
+          if (is_float(dt)) return v[0];
+          if (v[0].is_const()) return Dim(wrap_to(dt, v[0].value()));
+          if (dt != DType::kBool) return v[0];
+          Order o = compare_dims(v[0], Dim(0));
+          return decide(o.known_ne, o.known_eq);
+        },
+        1);
   } else if (exact_integer_limit(src) != 0) {
     // A float's known elements are integers within 2^24 (float32) or 2^53: int32 and int64 hold
     // them; a narrower integer only a constant it holds.
-    fold_values(ctx, dt, shape, [dt](auto v) -> std::optional<Dim> {
-      if (is_float(dt) || dt == DType::kInt64 || dt == DType::kInt32) return v[0];
-      if (v[0].is_const() && wrap_to(dt, v[0].value()) == v[0].value()) return v[0];
-      return std::nullopt;
-    }, 1);
+    fold_values(
+        ctx, dt, shape,
+        [dt](auto v) -> std::optional<Dim> {
+          if (is_float(dt) || dt == DType::kInt64 || dt == DType::kInt32) return v[0];
+          if (v[0].is_const() && wrap_to(dt, v[0].value()) == v[0].value()) return v[0];
+          return std::nullopt;
+        },
+        1);
   }
 }
 
@@ -610,8 +618,10 @@ void register_elementwise_ops(OpRegistry& r) {
        {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_arith, true, false});
   }
-  r.add(OpSchema{OpKind::kMax, 1, kVariadic, 1, 1, &infer_arith, OpTraits{.elementwise = true, .inputs_required = true}});
-  r.add(OpSchema{OpKind::kMin, 1, kVariadic, 1, 1, &infer_arith, OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kMax, 1, kVariadic, 1, 1, &infer_arith,
+                 OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kMin, 1, kVariadic, 1, 1, &infer_arith,
+                 OpTraits{.elementwise = true, .inputs_required = true}});
   for (OpKind k : {OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
                    OpKind::kGreaterOrEqual}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_compare, true, false});

@@ -96,7 +96,9 @@ bool ew_op_of(std::string_view op_type, std::string_view gelu_approximate, EwOp*
 
 OpKind ew_onnx_kind(EwOp op) { return entry(op).kind; }
 
-bool ew_dtype_ok(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool ew_dtype_ok(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& attrs,
                                                        std::span<const DType> input_dtypes) {
@@ -106,7 +108,8 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
     }
   }
   const ir::Attribute* ops = attrs.find("ops");
-  if (!ops || ops->type != ir::AttrType::kStrings) return invalid_argument("attribute 'ops' (strings) is missing");
+  if (!ops || ops->type != ir::AttrType::kStrings)
+    return invalid_argument("attribute 'ops' (strings) is missing");
   const size_t k = ops->strings.size();
   if (k == 0 || k > size_t(kMaxElementwiseInstructions)) {
     return invalid_argument("has " + std::to_string(k) + " instructions, expected 1 to " +
@@ -119,13 +122,15 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
   }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> args, attrs.get_ints("args", std::nullopt));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> to, attrs.get_ints("to", std::nullopt));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> alpha, attrs.get_floats("alpha", std::vector<float>(k, 0.0f)));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> beta, attrs.get_floats("beta", std::vector<float>(k, 0.0f)));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> alpha,
+                        attrs.get_floats("alpha", std::vector<float>(k, 0.0f)));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> beta,
+                        attrs.get_floats("beta", std::vector<float>(k, 0.0f)));
   if (args.size() != 2 * k || to.size() != k || alpha.size() != k || beta.size() != k) {
-    return invalid_argument("attributes args (" + std::to_string(args.size()) + "), to (" +
-                            std::to_string(to.size()) + "), alpha (" + std::to_string(alpha.size()) +
-                            ") and beta (" + std::to_string(beta.size()) + ") do not fit " +
-                            std::to_string(k) + " instructions (2 args and one of the others each)");
+    return invalid_argument(
+        "attributes args (" + std::to_string(args.size()) + "), to (" + std::to_string(to.size()) +
+        "), alpha (" + std::to_string(alpha.size()) + ") and beta (" + std::to_string(beta.size()) +
+        ") do not fit " + std::to_string(k) + " instructions (2 args and one of the others each)");
   }
   for (int i = 0; i < n; ++i) {
     if (!ew_dtype_ok(input_dtypes[size_t(i)])) {
@@ -145,13 +150,15 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
     const int64_t limit = int64_t(n) + int64_t(j);
     const int64_t a = args[2 * j], b = args[2 * j + 1];
     if (a < 0 || a >= limit) {
-      return invalid_argument(where + ": operand register " + std::to_string(a) + " is not one of 0.." +
-                              std::to_string(limit - 1) + " (the inputs and earlier results)");
+      return invalid_argument(where + ": operand register " + std::to_string(a) +
+                              " is not one of 0.." + std::to_string(limit - 1) +
+                              " (the inputs and earlier results)");
     }
     if (ew_is_binary(o->op) ? (b < 0 || b >= limit) : b != -1) {
       return invalid_argument(where + ": second operand register " + std::to_string(b) +
-                              (ew_is_binary(o->op) ? " is not one of 0.." + std::to_string(limit - 1)
-                                                   : " must be -1 (a unary op)"));
+                              (ew_is_binary(o->op)
+                                   ? " is not one of 0.." + std::to_string(limit - 1)
+                                   : " must be -1 (a unary op)"));
     }
     ins.a = int(a);
     ins.b = int(b);
@@ -164,12 +171,12 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
     // Cast changes it.
     const DType ta = reg[size_t(a)];
     if (o->op != EwOp::kCast && ins.to != ta) {
-      return invalid_argument(where + ": result dtype " + std::string(dtype_name(ins.to)) + " differs from its operand's " +
-                              std::string(dtype_name(ta)));
+      return invalid_argument(where + ": result dtype " + std::string(dtype_name(ins.to)) +
+                              " differs from its operand's " + std::string(dtype_name(ta)));
     }
     if (ew_is_binary(o->op) && o->op != EwOp::kPow && reg[size_t(b)] != ta) {
-      return invalid_argument(where + ": operands of dtypes " + std::string(dtype_name(ta)) + " and " +
-                              std::string(dtype_name(reg[size_t(b)])));
+      return invalid_argument(where + ": operands of dtypes " + std::string(dtype_name(ta)) +
+                              " and " + std::string(dtype_name(reg[size_t(b)])));
     }
     reg.push_back(ins.to);
     p.code.push_back(std::move(ins));
@@ -177,7 +184,8 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
   return p;
 }
 
-StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node, std::span<const ir::Value* const> inputs) {
+StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node,
+                                                    std::span<const ir::Value* const> inputs) {
   std::vector<DType> dtypes;
   for (const ir::Value* v : inputs) {
     if (!v) return invalid_argument(node.describe() + ": an input is missing");
@@ -218,7 +226,9 @@ ir::Attributes ew_onnx_attributes(const EwInstruction& i) {
     attrs.set(name, a);
   };
   switch (i.op) {
-    case EwOp::kLeakyRelu: set_float("alpha", i.alpha); break;
+    case EwOp::kLeakyRelu:
+      set_float("alpha", i.alpha);
+      break;
     case EwOp::kHardSigmoid:
       set_float("alpha", i.alpha);
       set_float("beta", i.beta);
@@ -238,7 +248,8 @@ ir::Attributes ew_onnx_attributes(const EwInstruction& i) {
       attrs.set("approximate", a);
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return attrs;
 }

@@ -29,10 +29,34 @@ inline constexpr int kMaxElementwiseInstructions = 24;
 
 enum class EwOp {
   // binary
-  kAdd, kSub, kMul, kDiv, kPow,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
   // unary
-  kRelu, kSigmoid, kTanh, kErf, kExp, kLog, kSqrt, kReciprocal, kNeg, kAbs, kIdentity, kCast,
-  kHardSigmoid, kHardSwish, kLeakyRelu, kGelu, kGeluTanh, kSin, kCos, kFloor, kCeil, kSoftplus,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kErf,
+  kExp,
+  kLog,
+  kSqrt,
+  kReciprocal,
+  kNeg,
+  kAbs,
+  kIdentity,
+  kCast,
+  kHardSigmoid,
+  kHardSwish,
+  kLeakyRelu,
+  kGelu,
+  kGeluTanh,
+  kSin,
+  kCos,
+  kFloor,
+  kCeil,
+  kSoftplus,
 };
 
 struct EwInstruction {
@@ -62,7 +86,8 @@ StatusOr<ElementwiseProgram> parse_elementwise_program(const ir::Attributes& att
                                                        std::span<const DType> input_dtypes);
 // parse_elementwise_program of a node whose inputs are these values (a kernel factory's query):
 // a missing input, or the parser's error, prefixed with the node's description.
-StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node, std::span<const ir::Value* const> inputs);
+StatusOr<ElementwiseProgram> elementwise_program_of(const ir::Node& node,
+                                                    std::span<const ir::Value* const> inputs);
 // The attributes of `p` (the inverse of parse_elementwise_program).
 ir::Attributes elementwise_attributes(const ElementwiseProgram& p);
 // The ONNX attributes instruction `i` runs its op with (LeakyRelu alpha, HardSigmoid alpha and

@@ -17,12 +17,12 @@
 namespace kiln::ops {
 namespace {
 
+using ir::Dim;
 using shape_util::attr_error;
 using shape_util::can_carry;
 using shape_util::const_shape;
 using shape_util::label;
 using shape_util::sym_max;
-using ir::Dim;
 using Dims = std::vector<Dim>;
 
 // A scalar input of Range: its value as a Dim (integer dtypes) or a double (float dtypes).
@@ -61,8 +61,9 @@ Status infer_range(InferContext& ctx) {
     }
     double n = std::ceil((v[1] - v[0]) / v[2]);
     if (v[2] == 0 || !std::isfinite(n) || n > double(int64_t(1) << 53)) {
-      return ctx.error(StatusCode::kInvalidModel, "the Range length ceil((limit - start) / delta) is not "
-                                                  "a finite size");
+      return ctx.error(StatusCode::kInvalidModel,
+                       "the Range length ceil((limit - start) / delta) is not "
+                       "a finite size");
     }
     ctx.set_output(0, dtype, {Dim(n > 0 ? int64_t(n) : 0)});  // a negative n may not fit int64
     return ok_status();
@@ -76,8 +77,8 @@ Status infer_range(InferContext& ctx) {
     KILN_ASSIGN_OR_RETURN(v[i], range_int_input(ctx, i, names[i]));
   }
   if (!v[2].is_const()) {
-    return ctx.error(StatusCode::kUnsupported, "the Range delta " + v[2].to_string() +
-                                                   " must be a constant at build time");
+    return ctx.error(StatusCode::kUnsupported,
+                     "the Range delta " + v[2].to_string() + " must be a constant at build time");
   }
   int64_t delta = v[2].value();
   if (delta == 0) return ctx.error(StatusCode::kInvalidModel, "the Range delta is 0");
@@ -132,8 +133,9 @@ Status infer_constant_of_shape(InferContext& ctx) {
     if (is_integer(dtype) || dtype == DType::kBool) fill = t->int_at(0);
   }
   for (size_t k = 0; k < shape.size(); ++k) {
-    KILN_RETURN_IF_ERROR(ctx.require_ge(shape[k], 0, "output dim " + std::to_string(k) + " (" +
-                                                         shape[k].to_string() + ") is not negative"));
+    KILN_RETURN_IF_ERROR(ctx.require_ge(
+        shape[k], 0,
+        "output dim " + std::to_string(k) + " (" + shape[k].to_string() + ") is not negative"));
   }
   ctx.set_output(0, dtype, shape);
   if (can_carry(dtype, shape) && (is_integer(dtype) || dtype == DType::kBool)) {
@@ -156,8 +158,8 @@ Status infer_window(InferContext& ctx) {
   if (!odt.ok()) return attr_error(ctx, odt.status());
   auto periodic = ctx.attrs().get_int("periodic", 1);
   if (!periodic.ok()) return attr_error(ctx, periodic.status());
-  DType dt = *odt >= INT32_MIN && *odt <= INT32_MAX ? dtype_from_onnx(int32_t(*odt))
-                                                     : DType::kUndefined;
+  DType dt =
+      *odt >= INT32_MIN && *odt <= INT32_MAX ? dtype_from_onnx(int32_t(*odt)) : DType::kUndefined;
   if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
       dt != DType::kBFloat16) {
     return ctx.error(StatusCode::kUnsupported,
@@ -231,7 +233,6 @@ Status infer_constant(InferContext& ctx) {
   }
   return ok_status();
 }
-
 
 }  // namespace
 

@@ -19,7 +19,9 @@ using Dims = std::vector<Dim>;
 // Starts/ends at or beyond this magnitude mean "to the end" (exporters write INT64_MAX, INT32_MAX).
 constexpr int64_t kHuge = std::numeric_limits<int32_t>::max();
 
-Status attr_error(const InferContext& ctx, const Status& s) { return ctx.error(s.code(), s.message()); }
+Status attr_error(const InferContext& ctx, const Status& s) {
+  return ctx.error(s.code(), s.message());
+}
 
 std::string label(const InferContext& ctx, int i) {
   return "input " + std::to_string(i) + " ('" + ctx.input(i).name + "')";
@@ -66,8 +68,8 @@ class Prover {
     ir::SymbolRanges ranges;
     for (const auto& name : symbols) ranges[name] = ir::Interval{1, ir::Interval::kInf};
     if (d.bounds(ranges).lo < 0) return false;
-    KILN_RETURN_IF_ERROR(ctx_.require_ge(b, a, "the slice on " + where_ + " needs " + a.to_string() +
-                                                   " <= " + b.to_string()));
+    KILN_RETURN_IF_ERROR(ctx_.require_ge(
+        b, a, "the slice on " + where_ + " needs " + a.to_string() + " <= " + b.to_string()));
     return true;
   }
   StatusOr<Dim> min(const Dim& a, const Dim& b) {
@@ -148,9 +150,9 @@ StatusOr<SliceAxis> slice_axis(InferContext& ctx, const Dim& d, const Dim& start
     if (v.is_const() && (v.value() >= kHuge || v.value() <= -kHuge)) {
       bool up = v.value() > 0;
       if (!d.is_const() && v.value() < ir::Interval::kInf && v.value() > -ir::Interval::kInf) {
-        KILN_RETURN_IF_ERROR(ctx.require_ge(Dim(up ? v.value() : -v.value()), d,
-                                            "slice " + name + " " + std::to_string(v.value()) +
-                                                " lies beyond " + where));
+        KILN_RETURN_IF_ERROR(ctx.require_ge(
+            Dim(up ? v.value() : -v.value()), d,
+            "slice " + name + " " + std::to_string(v.value()) + " lies beyond " + where));
       }
       return clamp(prover, up ? hi : lo, lo, hi);
     }
@@ -161,8 +163,9 @@ StatusOr<SliceAxis> slice_axis(InferContext& ctx, const Dim& d, const Dim& start
     } else if (b.hi < 0) {
       x = v + d;
     } else {
-      return ctx.error(StatusCode::kUnsupported, "the slice " + name + " " + v.to_string() + " on " +
-                                                     where + " may or may not be negative");
+      return ctx.error(StatusCode::kUnsupported, "the slice " + name + " " + v.to_string() +
+                                                     " on " + where +
+                                                     " may or may not be negative");
     }
     return clamp(prover, x, lo, hi);
   };
@@ -216,8 +219,8 @@ StatusOr<SliceParams> slice_params(InferContext& ctx) {
   SliceParams p;
   const ir::Attributes& a = ctx.attrs();
   if (a.has("starts")) {
-    for (auto [name, dst] : {std::pair{"starts", &p.starts}, std::pair{"ends", &p.ends},
-                             std::pair{"axes", &p.axes}}) {
+    for (auto [name, dst] :
+         {std::pair{"starts", &p.starts}, std::pair{"ends", &p.ends}, std::pair{"axes", &p.axes}}) {
       if (!a.has(name)) continue;
       auto v = a.get_ints(name, std::nullopt);
       if (!v.ok()) return attr_error(ctx, v.status());
@@ -228,12 +231,13 @@ StatusOr<SliceParams> slice_params(InferContext& ctx) {
     Dims* dsts[] = {nullptr, &p.starts, &p.ends, &p.axes, &p.steps};
     for (int i = 1; i <= 4; ++i) {
       if (!ctx.has_input(i)) {
-        if (i <= 2) return ctx.error(StatusCode::kInvalidModel, std::string("Slice needs ") + names[i]);
+        if (i <= 2)
+          return ctx.error(StatusCode::kInvalidModel, std::string("Slice needs ") + names[i]);
         continue;
       }
       if (!is_index_dtype(ctx.input_dtype(i))) {
-        return ctx.error(StatusCode::kInvalidModel, label(ctx, i) + " (" + names[i] +
-                                                        ") must be int32 or int64");
+        return ctx.error(StatusCode::kInvalidModel,
+                         label(ctx, i) + " (" + names[i] + ") must be int32 or int64");
       }
       KILN_ASSIGN_OR_RETURN(*dsts[i], ctx.require_value(i, names[i]));
     }
@@ -250,7 +254,8 @@ Status infer_slice(InferContext& ctx) {
   const Dims& in = ctx.input_shape(0);
   int r = int(in.size());
   // normalize_axis lets axis 0 through at rank 0; a scalar has no axis to slice.
-  if (r == 0) return ctx.error(StatusCode::kInvalidModel, "input 0 is a scalar; Slice needs rank 1 or more");
+  if (r == 0)
+    return ctx.error(StatusCode::kInvalidModel, "input 0 is a scalar; Slice needs rank 1 or more");
   KILN_ASSIGN_OR_RETURN(SliceParams p, slice_params(ctx));
   Dims out = in;
   std::vector<bool> seen(size_t(r), false);
@@ -265,7 +270,8 @@ Status infer_slice(InferContext& ctx) {
       axis_v = p.axes[i].value();
     }
     KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_v, r, "axis"));
-    if (seen[axis]) return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(axis) + " repeats");
+    if (seen[axis])
+      return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(axis) + " repeats");
     seen[axis] = true;
     int64_t step = 1;
     if (!p.steps.empty()) {
@@ -284,7 +290,8 @@ Status infer_slice(InferContext& ctx) {
               " has no int64 magnitude (-4611686018427387904, or any step longer than the axis, "
               "selects the same one element)");
     }
-    KILN_ASSIGN_OR_RETURN(SliceAxis sa, slice_axis(ctx, in[axis], p.starts[i], p.ends[i], step, axis));
+    KILN_ASSIGN_OR_RETURN(SliceAxis sa,
+                          slice_axis(ctx, in[axis], p.starts[i], p.ends[i], step, axis));
     out[axis] = sa.length;
     steps[axis] = step;
     if (sa.first) {
@@ -298,7 +305,8 @@ Status infer_slice(InferContext& ctx) {
   // out[j_0, ...] = in[first_0 + j_0 * step_0, ...].
   auto v = ctx.input_value(0);
   auto is = const_shape(in);
-  if (firsts_known && can_carry(ctx.input_dtype(0), out) && v && is && int64_t(v->size()) == shape_numel(*is)) {
+  if (firsts_known && can_carry(ctx.input_dtype(0), out) && v && is &&
+      int64_t(v->size()) == shape_numel(*is)) {
     const Shape os = *const_shape(out);
     Dims value;
     for (int64_t o = 0; o < shape_numel(os); ++o) {
@@ -324,7 +332,8 @@ Status infer_gather(InferContext& ctx) {
   int r = int(data.size());
   if (r < 1) return ctx.error(StatusCode::kInvalidModel, "Gather data must have rank >= 1");
   if (!is_index_dtype(ctx.input_dtype(1))) {
-    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 1) + " (indices) must be int32 or int64");
   }
   auto axis_attr = ctx.attrs().get_int("axis", 0);
   if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
@@ -388,8 +397,9 @@ Status infer_gather_nd(InferContext& ctx) {
   if (!b_attr.ok()) return attr_error(ctx, b_attr.status());
   int64_t b = *b_attr;
   if (r < 1 || q < 1 || b < 0 || b >= std::min(r, q)) {
-    return ctx.error(StatusCode::kInvalidModel, "GatherND needs data and indices of rank >= 1 and "
-                                                "batch_dims below both ranks");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "GatherND needs data and indices of rank >= 1 and "
+                     "batch_dims below both ranks");
   }
   const Dim& last = idx.back();
   if (!last.is_const()) {
@@ -399,11 +409,13 @@ Status infer_gather_nd(InferContext& ctx) {
   int64_t m = last.value();
   if (m < 1 || m > r - b) {
     return ctx.error(StatusCode::kInvalidModel, "the last indices dim " + std::to_string(m) +
-                                                    " must be in [1, " + std::to_string(r - b) + "]");
+                                                    " must be in [1, " + std::to_string(r - b) +
+                                                    "]");
   }
   for (int64_t k = 0; k < b; ++k) {
-    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[k], data[k], "indices batch dim " + std::to_string(k) +
-                                                                " matches data dim " + std::to_string(k)));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        idx[k], data[k],
+        "indices batch dim " + std::to_string(k) + " matches data dim " + std::to_string(k)));
   }
   Dims out(idx.begin(), idx.end() - 1);
   out.insert(out.end(), data.begin() + b + m, data.end());
@@ -416,19 +428,22 @@ Status infer_gather_elements(InferContext& ctx) {
   const Dims& idx = ctx.input_shape(1);
   int r = int(data.size());
   if (!is_index_dtype(ctx.input_dtype(1))) {
-    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 1) + " (indices) must be int32 or int64");
   }
   if (r < 1 || int(idx.size()) != r) {
-    return ctx.error(StatusCode::kInvalidModel, "GatherElements data and indices must have the same "
-                                                "rank >= 1");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "GatherElements data and indices must have the same "
+                     "rank >= 1");
   }
   auto axis_attr = ctx.attrs().get_int("axis", 0);
   if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
   KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(*axis_attr, r, "axis"));
   for (int k = 0; k < r; ++k) {
     if (k == axis) continue;
-    KILN_RETURN_IF_ERROR(ctx.require_ge(data[k], idx[k], "indices dim " + std::to_string(k) +
-                                                             " fits in data dim " + std::to_string(k)));
+    KILN_RETURN_IF_ERROR(ctx.require_ge(
+        data[k], idx[k],
+        "indices dim " + std::to_string(k) + " fits in data dim " + std::to_string(k)));
   }
   ctx.set_output(0, ctx.input_dtype(0), idx);
   return ok_status();
@@ -438,9 +453,9 @@ Status infer_cumsum(InferContext& ctx) {
   DType dtype = ctx.input_dtype(0);
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kInt32 &&
       dtype != DType::kInt64) {
-    return ctx.error(StatusCode::kUnsupported,
-                     ctx.node().op_type + " on " + std::string(dtype_name(dtype)) +
-                         " is not supported");
+    return ctx.error(
+        StatusCode::kUnsupported,
+        ctx.node().op_type + " on " + std::string(dtype_name(dtype)) + " is not supported");
   }
   if (!is_index_dtype(ctx.input_dtype(1))) {
     return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (axis) must be int32 or int64");
@@ -461,7 +476,8 @@ Status infer_scatter_elements(InferContext& ctx) {
   const Dims& upd = ctx.input_shape(2);
   int r = int(data.size());
   if (!is_index_dtype(ctx.input_dtype(1))) {
-    return ctx.error(StatusCode::kInvalidModel, label(ctx, 1) + " (indices) must be int32 or int64");
+    return ctx.error(StatusCode::kInvalidModel,
+                     label(ctx, 1) + " (indices) must be int32 or int64");
   }
   if (ctx.input_dtype(2) != ctx.input_dtype(0)) {
     return ctx.error(StatusCode::kInvalidModel, "updates and data must have the same dtype");
@@ -474,9 +490,9 @@ Status infer_scatter_elements(InferContext& ctx) {
   if (!axis_attr.ok()) return attr_error(ctx, axis_attr.status());
   KILN_RETURN_IF_ERROR(ctx.normalize_axis(*axis_attr, r, "axis").status());
   for (int k = 0; k < r; ++k) {
-    KILN_RETURN_IF_ERROR(ctx.require_equal(idx[k], upd[k], "updates dim " + std::to_string(k) +
-                                                               " matches indices dim " +
-                                                               std::to_string(k)));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        idx[k], upd[k],
+        "updates dim " + std::to_string(k) + " matches indices dim " + std::to_string(k)));
   }
   auto red = ctx.attrs().get_string("reduction", "none");
   if (!red.ok()) return attr_error(ctx, red.status());

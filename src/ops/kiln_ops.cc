@@ -17,7 +17,8 @@ using ir::Dim;
 // kiln::MatMulBias(A, B, bias?, residual?) {activation="none"}: activation(MatMul(A, B) + bias)
 // + residual, the epilogue fusion of linear layers. bias broadcasts to the MatMul result without
 // growing it; residual (a transformer's skip connection) has the result's shape.
-// activation: "none", "relu", "gelu_erf" (Gelu approximate="none"), "gelu_tanh" (approximate="tanh").
+// activation: "none", "relu", "gelu_erf" (Gelu approximate="none"), "gelu_tanh"
+// (approximate="tanh").
 Status infer_matmul_bias(InferContext& ctx) {
   for (const auto& [name, attr] : ctx.attrs().all()) {
     if (name != "activation") {
@@ -47,32 +48,35 @@ Status infer_matmul_bias(InferContext& ctx) {
     if (bias.size() > out.size()) {
       return ctx.error(StatusCode::kInvalidModel,
                        "input 2 (bias) of rank " + std::to_string(bias.size()) +
-                           " does not broadcast to the product of rank " + std::to_string(out.size()));
+                           " does not broadcast to the product of rank " +
+                           std::to_string(out.size()));
     }
     for (size_t d = 0; d < bias.size(); ++d) {
       const Dim& target = out[out.size() - bias.size() + d];
       if (bias[d].is_const() && bias[d].value() == 1) continue;
-      KILN_RETURN_IF_ERROR(ctx.require_equal(
-          bias[d], target,
-          "input 2 (bias) dim " + std::to_string(d) + " matches product dim " +
-              std::to_string(out.size() - bias.size() + d)));
+      KILN_RETURN_IF_ERROR(ctx.require_equal(bias[d], target,
+                                             "input 2 (bias) dim " + std::to_string(d) +
+                                                 " matches product dim " +
+                                                 std::to_string(out.size() - bias.size() + d)));
     }
   }
   if (ctx.has_input(3)) {
     if (ctx.input_dtype(3) != t) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       "input 3 (residual) has dtype " + std::string(dtype_name(ctx.input_dtype(3))) +
-                           " but input 0 has " + std::string(dtype_name(t)));
+      return ctx.error(StatusCode::kInvalidModel, "input 3 (residual) has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(3))) +
+                                                      " but input 0 has " +
+                                                      std::string(dtype_name(t)));
     }
     const auto& r = ctx.input_shape(3);
     if (r.size() != out.size()) {
-      return ctx.error(StatusCode::kInvalidModel, "input 3 (residual) of rank " + std::to_string(r.size()) +
-                                                      " is not of the product's rank " +
-                                                      std::to_string(out.size()));
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 3 (residual) of rank " + std::to_string(r.size()) +
+                           " is not of the product's rank " + std::to_string(out.size()));
     }
     for (size_t d = 0; d < r.size(); ++d) {
-      KILN_RETURN_IF_ERROR(ctx.require_equal(r[d], out[d], "input 3 (residual) dim " + std::to_string(d) +
-                                                                " matches product dim " + std::to_string(d)));
+      KILN_RETURN_IF_ERROR(ctx.require_equal(r[d], out[d],
+                                             "input 3 (residual) dim " + std::to_string(d) +
+                                                 " matches product dim " + std::to_string(d)));
     }
   }
   return ok_status();
@@ -117,23 +121,24 @@ Status infer_nhwc_conv(InferContext& ctx) {
 // names below) with the count of parameters in `params_attr` it takes.
 Status check_activation(InferContext& ctx, const char* act_attr, const char* params_attr) {
   KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string(act_attr, "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> params, ctx.attrs().get_floats(params_attr, std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params,
+                        ctx.attrs().get_floats(params_attr, std::vector<float>{}));
   size_t want = 0;
   if (act == "clip" || act == "hardsigmoid") {
     want = 2;
   } else if (act == "leaky_relu") {
     want = 1;
-  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" && act != "silu" &&
-             act != "gelu" && act != "gelu_tanh") {
-    return ctx.error(StatusCode::kInvalidModel,
-                     std::string(act_attr) + " '" + act +
-                         "' is not one of none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, leaky_relu, gelu, "
-                         "gelu_tanh");
+  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" &&
+             act != "silu" && act != "gelu" && act != "gelu_tanh") {
+    return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act +
+                                                    "' is not one of none, relu, clip, hardswish, "
+                                                    "hardsigmoid, sigmoid, silu, leaky_relu, gelu, "
+                                                    "gelu_tanh");
   }
   if (params.size() != want) {
     return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
-                                                    std::to_string(want) + " " + params_attr + ", not " +
-                                                    std::to_string(params.size()));
+                                                    std::to_string(want) + " " + params_attr +
+                                                    ", not " + std::to_string(params.size()));
   }
   return ok_status();
 }
@@ -142,10 +147,11 @@ Status check_activation(InferContext& ctx, const char* act_attr, const char* par
 // layout="NCHW"}: activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a
 // residual of the output's shape). activation: "none", "relu", "clip" (params min, max),
 // "hardswish", "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)),
-// "leaky_relu" (alpha), "gelu" (ONNX Gelu, erf) and "gelu_tanh" (its approximate="tanh"). layout: "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast
-// half-precision convolutions read it without transposing): X is [N, H, W, C], W is
-// [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter order), B is [K], Z and Y are [N, H', W', K];
-// pads, strides, dilations, group and auto_pad keep their ONNX meaning on the spatial axes H, W.
+// "leaky_relu" (alpha), "gelu" (ONNX Gelu, erf) and "gelu_tanh" (its approximate="tanh"). layout:
+// "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast half-precision convolutions read
+// it without transposing): X is [N, H, W, C], W is [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter
+// order), B is [K], Z and Y are [N, H', W', K]; pads, strides, dilations, group and auto_pad keep
+// their ONNX meaning on the spatial axes H, W.
 Status infer_fused_conv(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_activation(ctx, "activation", "activation_params"));
   KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NCHW"));
@@ -162,16 +168,18 @@ Status infer_fused_conv(InferContext& ctx) {
     const auto& z = ctx.input_shape(3);
     if (ctx.input_dtype(3) != ctx.input_dtype(0)) {
       return ctx.error(StatusCode::kInvalidModel,
-                       "input 3 (Z) has dtype " + std::string(dtype_name(ctx.input_dtype(3))) + " but input 0 has " +
-                           std::string(dtype_name(ctx.input_dtype(0))));
+                       "input 3 (Z) has dtype " + std::string(dtype_name(ctx.input_dtype(3))) +
+                           " but input 0 has " + std::string(dtype_name(ctx.input_dtype(0))));
     }
     if (z.size() != out.size()) {
-      return ctx.error(StatusCode::kInvalidModel, "input 3 (Z) has rank " + std::to_string(z.size()) +
-                                                      ", the convolution's output " + std::to_string(out.size()));
+      return ctx.error(StatusCode::kInvalidModel,
+                       "input 3 (Z) has rank " + std::to_string(z.size()) +
+                           ", the convolution's output " + std::to_string(out.size()));
     }
     for (size_t d = 0; d < z.size(); ++d) {
-      KILN_RETURN_IF_ERROR(ctx.require_equal(z[d], out[d], "input 3 (Z) dim " + std::to_string(d) +
-                                                               " matches the convolution's output"));
+      KILN_RETURN_IF_ERROR(ctx.require_equal(
+          z[d], out[d],
+          "input 3 (Z) dim " + std::to_string(d) + " matches the convolution's output"));
     }
   }
   return ok_status();
@@ -240,7 +248,8 @@ Status infer_pool(InferContext& ctx) {
 Status infer_elementwise(InferContext& ctx) {
   std::vector<DType> dtypes;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is missing");
+    if (!ctx.has_input(i))
+      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is missing");
     dtypes.push_back(ctx.input_dtype(i));
   }
   auto program = parse_elementwise_program(ctx.attrs(), dtypes);
@@ -271,13 +280,13 @@ Status infer_elementwise(InferContext& ctx) {
 // (a packed projection split by Gather, Split or Slice, heads split by Reshape and Transpose): the
 // views, and the copies they would be, go.
 Status infer_packed_attention(InferContext& ctx) {
-  static const char* kAttrs[] = {"q_num_heads", "kv_num_heads", "head_size", "v_head_size",
-                                 "q_offset",    "k_offset",     "v_offset",  "seq_first",
+  static const char* kAttrs[] = {"q_num_heads", "kv_num_heads", "head_size",  "v_head_size",
+                                 "q_offset",    "k_offset",     "v_offset",   "seq_first",
                                  "scale",       "is_causal",    "output_rank"};
   for (const auto& entry : ctx.attrs().all()) {
     const std::string& name = entry.first;
-    if (std::find_if(std::begin(kAttrs), std::end(kAttrs), [&](const char* a) { return name == a; }) ==
-        std::end(kAttrs)) {
+    if (std::find_if(std::begin(kAttrs), std::end(kAttrs),
+                     [&](const char* a) { return name == a; }) == std::end(kAttrs)) {
       return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
     }
   }
@@ -291,7 +300,8 @@ Status infer_packed_attention(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t out_rank, attr("output_rank", 3));
   KILN_RETURN_IF_ERROR(ctx.attrs().get_float("scale", 1.f).status());
   const int64_t kMax = int64_t(1) << 24;
-  if (hq <= 0 || hk <= 0 || hq % hk != 0 || hq > kMax || d <= 0 || d > kMax || dv <= 0 || dv > kMax) {
+  if (hq <= 0 || hk <= 0 || hq % hk != 0 || hq > kMax || d <= 0 || d > kMax || dv <= 0 ||
+      dv > kMax) {
     return ctx.error(StatusCode::kInvalidModel,
                      "q_num_heads and kv_num_heads must be positive with kv_num_heads dividing "
                      "q_num_heads, and head_size and v_head_size positive (at most 2^24 each)");
@@ -306,7 +316,8 @@ Status infer_packed_attention(InferContext& ctx) {
   const int64_t heads[] = {hq, hk, hk}, sizes[] = {d, d, dv};
   const char* offsets[] = {"q_offset", "k_offset", "v_offset"};
   for (int i = 0; i < 3; ++i) {
-    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, std::string(names[i]) + " is missing");
+    if (!ctx.has_input(i))
+      return ctx.error(StatusCode::kInvalidModel, std::string(names[i]) + " is missing");
     if (!is_float(ctx.input_dtype(i)) || ctx.input_dtype(i) != t) {
       return ctx.error(StatusCode::kInvalidModel, "Q, K and V must have one float dtype; input " +
                                                       std::to_string(i) + " is " +
@@ -314,15 +325,16 @@ Status infer_packed_attention(InferContext& ctx) {
     }
     const auto& s = ctx.input_shape(i);
     if (s.size() != 3 || !s[2].is_const()) {
-      return ctx.error(StatusCode::kInvalidModel, std::string(names[i]) +
-                                                      " must be 3-D with a constant last dim");
+      return ctx.error(StatusCode::kInvalidModel,
+                       std::string(names[i]) + " must be 3-D with a constant last dim");
     }
     KILN_ASSIGN_OR_RETURN(int64_t off, attr(offsets[i], 0));
     if (off < 0 || off > s[2].value() || heads[i] * sizes[i] > s[2].value() - off) {
       return ctx.error(StatusCode::kInvalidModel,
-                       std::string(names[i]) + "'s heads (" + offsets[i] + " " + std::to_string(off) +
-                           ", " + std::to_string(heads[i]) + " of " + std::to_string(sizes[i]) +
-                           ") do not fit its last dim " + std::to_string(s[2].value()));
+                       std::string(names[i]) + "'s heads (" + offsets[i] + " " +
+                           std::to_string(off) + ", " + std::to_string(heads[i]) + " of " +
+                           std::to_string(sizes[i]) + ") do not fit its last dim " +
+                           std::to_string(s[2].value()));
     }
   }
   const auto &qs = ctx.input_shape(0), &ks = ctx.input_shape(1), &vs = ctx.input_shape(2);
@@ -334,17 +346,17 @@ Status infer_packed_attention(InferContext& ctx) {
   if (ctx.has_input(3)) {
     const DType m = ctx.input_dtype(3);
     if (m != t && m != DType::kBool) {
-      return ctx.error(StatusCode::kInvalidModel, "attn_mask must be bool or Q's dtype, not " +
-                                                      std::string(dtype_name(m)));
+      return ctx.error(StatusCode::kInvalidModel,
+                       "attn_mask must be bool or Q's dtype, not " + std::string(dtype_name(m)));
     }
     const auto& ms = ctx.input_shape(3);
     const std::vector<Dim> target = {batch, Dim(hq), seq, keys};
     if (ms.size() > 4) return ctx.error(StatusCode::kInvalidModel, "attn_mask has rank above 4");
     for (size_t i = 0; i < ms.size(); ++i) {
       if (ms[i].is_const() && ms[i].value() == 1) continue;
-      KILN_RETURN_IF_ERROR(ctx.require_equal(ms[i], target[4 - ms.size() + i],
-                                             "attn_mask dim " + std::to_string(i) +
-                                                 " broadcasts onto [batch, q_heads, seq, keys]"));
+      KILN_RETURN_IF_ERROR(ctx.require_equal(
+          ms[i], target[4 - ms.size() + i],
+          "attn_mask dim " + std::to_string(i) + " broadcasts onto [batch, q_heads, seq, keys]"));
     }
   }
   if (out_rank == 4) {
@@ -375,8 +387,8 @@ Status infer_squeeze_excite(InferContext& ctx) {
   for (int i = 1; i < 5; ++i) {
     if (ctx.input_dtype(i) != t) {
       return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is " +
-                                                      std::string(dtype_name(ctx.input_dtype(i))) + ", X is " +
-                                                      std::string(dtype_name(t)));
+                                                      std::string(dtype_name(ctx.input_dtype(i))) +
+                                                      ", X is " + std::string(dtype_name(t)));
     }
   }
   const auto& x = ctx.input_shape(0);
@@ -393,8 +405,10 @@ Status infer_squeeze_excite(InferContext& ctx) {
     KILN_RETURN_IF_ERROR(ctx.require_equal(w1[size_t(a)], ir::Dim(1), "W1 is a 1x1 filter"));
     KILN_RETURN_IF_ERROR(ctx.require_equal(w2[size_t(a)], ir::Dim(1), "W2 is a 1x1 filter"));
   }
-  KILN_RETURN_IF_ERROR(ctx.require_equal(w1[size_t(in_axis)], c, "W1's input channels are X's channels"));
-  KILN_RETURN_IF_ERROR(ctx.require_equal(ctx.input_shape(2)[0], w1[0], "B1 has one value per W1 filter"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(w1[size_t(in_axis)], c, "W1's input channels are X's channels"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(ctx.input_shape(2)[0], w1[0], "B1 has one value per W1 filter"));
   KILN_RETURN_IF_ERROR(ctx.require_equal(w2[size_t(in_axis)], w1[0], "W2 reads W1's outputs"));
   KILN_RETURN_IF_ERROR(ctx.require_equal(w2[0], c, "W2 makes one value per channel of X"));
   KILN_RETURN_IF_ERROR(ctx.require_equal(ctx.input_shape(4)[0], c, "B2 has one value per channel"));
@@ -413,7 +427,8 @@ Status infer_squeeze_excite(InferContext& ctx) {
 // data-dependent dim bounded by the larger, bound by the run once the node has chosen.
 Status infer_select_branch(InferContext& ctx) {
   if (!ctx.attrs().all().empty()) {
-    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
   }
   const int k = ctx.num_outputs();
   if (ctx.num_inputs() != 1 + 2 * k) {
@@ -424,29 +439,33 @@ Status infer_select_branch(InferContext& ctx) {
   if (ctx.input_dtype(0) != DType::kBool || ctx.input_rank(0) > 1 ||
       (ctx.input_rank(0) == 1 && ctx.input_shape(0)[0] != Dim(1))) {
     return ctx.error(StatusCode::kInvalidModel, "its condition must be one bool, not " +
-                                                    std::string(dtype_name(ctx.input_dtype(0))) + " " +
-                                                    ir::dims_to_string(ctx.input_shape(0)));
+                                                    std::string(dtype_name(ctx.input_dtype(0))) +
+                                                    " " + ir::dims_to_string(ctx.input_shape(0)));
   }
   for (int j = 0; j < k; ++j) {
     const int t = 1 + j, e = 1 + k + j;
-    const std::string what = "output " + std::to_string(j) + " ('" + ctx.input(t).name + "' or '" + ctx.input(e).name + "')";
+    const std::string what = "output " + std::to_string(j) + " ('" + ctx.input(t).name + "' or '" +
+                             ctx.input(e).name + "')";
     if (ctx.input_dtype(t) != ctx.input_dtype(e)) {
-      return ctx.error(StatusCode::kUnsupported, what + ": the branches give " + std::string(dtype_name(ctx.input_dtype(t))) +
-                                                     " and " + std::string(dtype_name(ctx.input_dtype(e))));
+      return ctx.error(StatusCode::kUnsupported,
+                       what + ": the branches give " + std::string(dtype_name(ctx.input_dtype(t))) +
+                           " and " + std::string(dtype_name(ctx.input_dtype(e))));
     }
     const auto& a = ctx.input_shape(t);
     const auto& b = ctx.input_shape(e);
     if (a.size() != b.size()) {
-      return ctx.error(StatusCode::kUnsupported, what + ": the branches give ranks " + std::to_string(a.size()) +
-                                                     " and " + std::to_string(b.size()) +
-                                                     "; kiln runs an If on data whose branches agree on each output's rank");
+      return ctx.error(StatusCode::kUnsupported,
+                       what + ": the branches give ranks " + std::to_string(a.size()) + " and " +
+                           std::to_string(b.size()) +
+                           "; kiln runs an If on data whose branches agree on each output's rank");
     }
     std::vector<Dim> shape(a.size());
     for (size_t d = 0; d < a.size(); ++d) {
       if (a[d] == b[d]) {
         shape[d] = a[d];
       } else {
-        KILN_ASSIGN_OR_RETURN(shape[d], ctx.data_dependent_dim(j, int(d), "branch_dim", Dim::max(Dim::max(a[d], b[d]), 0)));
+        KILN_ASSIGN_OR_RETURN(shape[d], ctx.data_dependent_dim(j, int(d), "branch_dim",
+                                                               Dim::max(Dim::max(a[d], b[d]), 0)));
       }
     }
     ctx.set_output(j, ctx.input_dtype(t), shape);
@@ -475,49 +494,62 @@ bool is_bool_scalar(InferContext& ctx, int i) {
 // M known as a formula of the input shapes (a constant, a shape, or a shape-value input).
 Status infer_loop_begin(InferContext& ctx) {
   for (const auto& [name, a] : ctx.attrs().all()) {
-    if (name != "grow") return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    if (name != "grow")
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
   }
   const int k = ctx.num_inputs() - 2;
   if (k < 0 || ctx.num_outputs() != k + 2) {
-    return ctx.error(StatusCode::kInvalidModel, "takes M, cond and k carried values and gives i, cond_in and k values (" +
-                                                    std::to_string(ctx.num_inputs()) + " inputs, " +
-                                                    std::to_string(ctx.num_outputs()) + " outputs)");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "takes M, cond and k carried values and gives i, cond_in and k values (" +
+                         std::to_string(ctx.num_inputs()) + " inputs, " +
+                         std::to_string(ctx.num_outputs()) + " outputs)");
   }
   if (ctx.has_input(0) && (ctx.input_dtype(0) != DType::kInt64 || ctx.input_rank(0) > 1 ||
                            (ctx.input_rank(0) == 1 && ctx.input_shape(0)[0] != Dim(1)))) {
-    return ctx.error(StatusCode::kInvalidModel, "its trip count M must be one int64, not " + ir::type_to_string(ctx.input(0)));
+    return ctx.error(StatusCode::kInvalidModel,
+                     "its trip count M must be one int64, not " + ir::type_to_string(ctx.input(0)));
   }
   if (ctx.has_input(1) && !is_bool_scalar(ctx, 1)) {
-    return ctx.error(StatusCode::kInvalidModel, "its condition must be one bool, not " + ir::type_to_string(ctx.input(1)));
+    return ctx.error(StatusCode::kInvalidModel,
+                     "its condition must be one bool, not " + ir::type_to_string(ctx.input(1)));
   }
   ctx.set_output(0, DType::kInt64, {});
   ctx.set_output(1, DType::kBool, {});
   std::vector<std::vector<Dim>> shapes;
   for (int j = 0; j < k; ++j) {
-    if (!ctx.has_input(2 + j)) return ctx.error(StatusCode::kInvalidModel, "carried value " + std::to_string(j) + " is omitted");
+    if (!ctx.has_input(2 + j))
+      return ctx.error(StatusCode::kInvalidModel,
+                       "carried value " + std::to_string(j) + " is omitted");
     shapes.push_back(ctx.input_shape(2 + j));
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow, ctx.attrs().get_ints("grow", std::vector<int64_t>{}));
-  if (grow.size() % 3 != 0) return ctx.error(StatusCode::kInvalidModel, "attribute grow holds triples (value, dim, step)");
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow,
+                        ctx.attrs().get_ints("grow", std::vector<int64_t>{}));
+  if (grow.size() % 3 != 0)
+    return ctx.error(StatusCode::kInvalidModel, "attribute grow holds triples (value, dim, step)");
   for (size_t t = 0; t < grow.size(); t += 3) {
     const int64_t j = grow[t], d = grow[t + 1], c = grow[t + 2];
     if (j < 0 || j >= k || d < 0 || d >= int64_t(shapes[size_t(j)].size()) || c < 1) {
-      return ctx.error(StatusCode::kInvalidModel, "attribute grow names carried value " + std::to_string(j) + " dim " +
-                                                      std::to_string(d) + " step " + std::to_string(c) + ", which it does not have");
+      return ctx.error(StatusCode::kInvalidModel,
+                       "attribute grow names carried value " + std::to_string(j) + " dim " +
+                           std::to_string(d) + " step " + std::to_string(c) +
+                           ", which it does not have");
     }
     const std::optional<std::vector<Dim>> m = ctx.has_input(0) ? ctx.input_value(0) : std::nullopt;
     if (!m || m->size() != 1) {
-      return ctx.error(StatusCode::kUnsupported,
-                       "carried value " + std::to_string(j) + " ('" + ctx.input(2 + int(j)).name + "') grows by " +
-                           std::to_string(c) + " along dim " + std::to_string(d) +
-                           " per iteration; kiln sizes it for the longest run, which needs a trip count the profile "
-                           "bounds (a constant, a function of input shapes, or a shape-value input), and " +
-                           (ctx.has_input(0) ? "'" + ctx.input(0).name + "' is computed from tensor data"
-                                             : std::string("the loop has none")));
+      return ctx.error(
+          StatusCode::kUnsupported,
+          "carried value " + std::to_string(j) + " ('" + ctx.input(2 + int(j)).name +
+              "') grows by " + std::to_string(c) + " along dim " + std::to_string(d) +
+              " per iteration; kiln sizes it for the longest run, which needs a trip count the "
+              "profile "
+              "bounds (a constant, a function of input shapes, or a shape-value input), and " +
+              (ctx.has_input(0) ? "'" + ctx.input(0).name + "' is computed from tensor data"
+                                : std::string("the loop has none")));
     }
     Dim& dim = shapes[size_t(j)][size_t(d)];
     const Dim longest = dim + Dim(c) * Dim::max((*m)[0], Dim(0));
-    KILN_ASSIGN_OR_RETURN(dim, ctx.data_dependent_dim(2 + int(j), int(d), "loop_len", longest, dim));
+    KILN_ASSIGN_OR_RETURN(dim,
+                          ctx.data_dependent_dim(2 + int(j), int(d), "loop_len", longest, dim));
   }
   for (int j = 0; j < k; ++j) ctx.set_output(2 + j, ctx.input_dtype(2 + j), shapes[size_t(j)]);
   return ok_status();
@@ -536,40 +568,49 @@ int64_t growth_of(const ir::Node* begin, size_t j, size_t d) {
 
 // kiln::LoopEnd (its inputs and outputs: ops/loop_end.h): the end of the body kiln::LoopBegin
 // began, whose outputs it takes last (which pairs the two). After an iteration the run writes each
-// scan value scan_j as row i of stacked_j, copies next_j into v_j, and goes back while i + 1 < M and
-// cond_out holds (omitted: the body keeps the condition true); final_j is the last v_j. A carried
-// value keeps its dtype and shape from one iteration to the next: the body must give next_j as v_j
-// is, but for the dims the LoopBegin's `grow` lets grow by their step. Scan outputs need the trip count as a formula (`trips`, M known from the input shapes) and no
-// cond_out: stacked_j is then [max(M, 0)] + scan_j's shape.
+// scan value scan_j as row i of stacked_j, copies next_j into v_j, and goes back while i + 1 < M
+// and cond_out holds (omitted: the body keeps the condition true); final_j is the last v_j. A
+// carried value keeps its dtype and shape from one iteration to the next: the body must give next_j
+// as v_j is, but for the dims the LoopBegin's `grow` lets grow by their step. Scan outputs need the
+// trip count as a formula (`trips`, M known from the input shapes) and no cond_out: stacked_j is
+// then [max(M, 0)] + scan_j's shape.
 Status infer_loop_end(InferContext& ctx) {
   if (!ctx.attrs().all().empty()) {
-    return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "unknown attribute '" + ctx.attrs().all().begin()->first + "'");
   }
   const auto layout = LoopEndLayout::of(size_t(ctx.num_inputs()), size_t(ctx.num_outputs()));
   if (!layout) {
-    return ctx.error(StatusCode::kInvalidModel, "takes cond_out, trips, k next values, q scan values, i, cond_in and k "
-                                                "carried values for k + q outputs, not " +
-                                                    std::to_string(ctx.num_inputs()) + " inputs for " +
-                                                    std::to_string(ctx.num_outputs()) + " outputs");
+    return ctx.error(StatusCode::kInvalidModel,
+                     "takes cond_out, trips, k next values, q scan values, i, cond_in and k "
+                     "carried values for k + q outputs, not " +
+                         std::to_string(ctx.num_inputs()) + " inputs for " +
+                         std::to_string(ctx.num_outputs()) + " outputs");
   }
   const LoopEndLayout l = *layout;
   for (int i = 2; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is omitted");
+    if (!ctx.has_input(i))
+      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is omitted");
   }
   if (ctx.has_input(0) && !is_bool_scalar(ctx, 0)) {
-    return ctx.error(StatusCode::kInvalidModel, "the body's condition '" + ctx.input(0).name + "' must be one bool, not " +
+    return ctx.error(StatusCode::kInvalidModel, "the body's condition '" + ctx.input(0).name +
+                                                    "' must be one bool, not " +
                                                     ir::type_to_string(ctx.input(0)));
   }
   const int counter = int(l.begin_outputs());
-  if (ctx.input_dtype(counter) != DType::kInt64 || ctx.input_rank(counter) != 0 || !is_bool_scalar(ctx, counter + 1)) {
-    return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " + ir::type_to_string(ctx.input(counter)) +
-                                                    " and " + ir::type_to_string(ctx.input(counter + 1)));
+  if (ctx.input_dtype(counter) != DType::kInt64 || ctx.input_rank(counter) != 0 ||
+      !is_bool_scalar(ctx, counter + 1)) {
+    return ctx.error(StatusCode::kInvalidModel, "its loop's counter and condition are " +
+                                                    ir::type_to_string(ctx.input(counter)) +
+                                                    " and " +
+                                                    ir::type_to_string(ctx.input(counter + 1)));
   }
   // The LoopBegin, whose `grow` attribute lets a carried dim grow by its step.
   const int counter_producer = ctx.input(counter).producer;
-  const ir::Node* begin = counter_producer >= 0 && size_t(counter_producer) < ctx.graph().nodes.size()
-                              ? &ctx.graph().nodes[size_t(counter_producer)]
-                              : nullptr;
+  const ir::Node* begin =
+      counter_producer >= 0 && size_t(counter_producer) < ctx.graph().nodes.size()
+          ? &ctx.graph().nodes[size_t(counter_producer)]
+          : nullptr;
   for (size_t j = 0; j < l.k; ++j) {
     const ir::Value& out = ctx.input(int(l.next(j)));
     const ir::Value& v = ctx.input(int(l.carried(j)));
@@ -580,10 +621,13 @@ Status infer_loop_end(InferContext& ctx) {
     }
     if (!same) {
       return ctx.error(StatusCode::kUnsupported,
-                       "loop-carried value " + std::to_string(j) + " ('" + v.name + "') is " + ir::type_to_string(v) +
-                           " but the body gives " + ir::type_to_string(out) + " ('" + out.name +
-                           "'); kiln runs a loop at run time only when each carried value keeps its type and shape "
-                           "(a loop whose shapes change per iteration is unrolled, which needs its trip count at "
+                       "loop-carried value " + std::to_string(j) + " ('" + v.name + "') is " +
+                           ir::type_to_string(v) + " but the body gives " +
+                           ir::type_to_string(out) + " ('" + out.name +
+                           "'); kiln runs a loop at run time only when each carried value keeps "
+                           "its type and shape "
+                           "(a loop whose shapes change per iteration is unrolled, which needs its "
+                           "trip count at "
                            "build time and a condition the body passes through)");
     }
     ctx.set_output(int(j), v.dtype, *v.shape);
@@ -591,9 +635,10 @@ Status infer_loop_end(InferContext& ctx) {
   if (l.q == 0) return ok_status();
   std::optional<std::vector<Dim>> trips = ctx.has_input(1) ? ctx.input_value(1) : std::nullopt;
   if (ctx.has_input(0) || !trips || trips->size() != 1 || ctx.input_dtype(1) != DType::kInt64) {
-    return ctx.error(StatusCode::kUnsupported, "its " + std::to_string(l.q) +
-                                                   " scan output(s) need a trip count the input shapes decide and a body "
-                                                   "that keeps the condition true");
+    return ctx.error(StatusCode::kUnsupported,
+                     "its " + std::to_string(l.q) +
+                         " scan output(s) need a trip count the input shapes decide and a body "
+                         "that keeps the condition true");
   }
   const Dim rows = Dim::max((*trips)[0], Dim(0));
   for (size_t j = 0; j < l.q; ++j) {
@@ -627,8 +672,10 @@ void register_kiln_ops(OpRegistry& r) {
   // As Attention: the products on tensor cores in the reduced type, the softmax in float.
   r.add(OpSchema{OpKind::kPackedAttention, 3, 4, 1, 1, &infer_packed_attention,
                  OpTraits{.precision = PrecisionClass::kReduced}});
-  r.add(OpSchema{OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
-                 OpTraits{.elementwise = true, .precision = PrecisionClass::kFollow, .inputs_required = true}});
+  r.add(OpSchema{
+      OpKind::kElementwise, 1, kMaxElementwiseInputs, 1, 1, &infer_elementwise,
+      OpTraits{
+          .elementwise = true, .precision = PrecisionClass::kFollow, .inputs_required = true}});
   // Made after precision assignment: a mean and two small products accumulated in float, in
   // whatever float type its operands hold.
   r.add(OpSchema{OpKind::kSqueezeExcite, 5, 5, 1, 1, &infer_squeeze_excite,

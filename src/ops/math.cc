@@ -42,10 +42,10 @@ StatusOr<std::vector<Dim>> broadcast_all(InferContext& ctx) {
       return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is missing");
     }
     if (ctx.input_dtype(i) != ctx.input_dtype(0)) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       input_label(ctx, i) + " has dtype " +
-                           std::string(dtype_name(ctx.input_dtype(i))) + " but input 0 has " +
-                           std::string(dtype_name(ctx.input_dtype(0))));
+      return ctx.error(StatusCode::kInvalidModel, input_label(ctx, i) + " has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))) +
+                                                      " but input 0 has " +
+                                                      std::string(dtype_name(ctx.input_dtype(0))));
     }
     shapes.push_back(ctx.input_shape(i));
   }
@@ -62,8 +62,7 @@ Status infer_float_unary(InferContext& ctx) {
 
 Status infer_shrink(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
-  KILN_RETURN_IF_ERROR(
-      require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
   KILN_RETURN_IF_ERROR(check_float_attrs(ctx, {"bias", "lambd"}));
   ctx.set_output(0, dt, ctx.input_shape(0));
   return ok_status();
@@ -72,8 +71,7 @@ Status infer_shrink(InferContext& ctx) {
 // Sum, Mean: numeric inputs of one dtype, broadcast together.
 Status infer_variadic(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
-  KILN_RETURN_IF_ERROR(
-      require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
   if (find_op(ctx.node().domain, ctx.node().op_type) == OpKind::kMean) {
     KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_float(dt), "float tensors"));
   }
@@ -85,8 +83,7 @@ Status infer_variadic(InferContext& ctx) {
 // PRelu: the slope broadcasts to X (unidirectionally); the output has X's shape.
 Status infer_prelu(InferContext& ctx) {
   DType dt = ctx.input_dtype(0);
-  KILN_RETURN_IF_ERROR(
-      require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_float(dt) || is_integer(dt), "numeric tensors"));
   KILN_ASSIGN_OR_RETURN(auto shape, broadcast_all(ctx));
   const auto& x = ctx.input_shape(0);
   if (shape.size() != x.size()) {
@@ -94,8 +91,8 @@ Status infer_prelu(InferContext& ctx) {
                      "the slope " + input_label(ctx, 1) + " has a higher rank than X");
   }
   for (size_t d = 0; d < x.size(); ++d) {
-    KILN_RETURN_IF_ERROR(ctx.require_equal(shape[d], x[d],
-                                           "slope broadcasts to X along dim " + std::to_string(d)));
+    KILN_RETURN_IF_ERROR(
+        ctx.require_equal(shape[d], x[d], "slope broadcasts to X along dim " + std::to_string(d)));
   }
   ctx.set_output(0, dt, x);
   return ok_status();
@@ -103,8 +100,7 @@ Status infer_prelu(InferContext& ctx) {
 
 // BitwiseAnd/Or/Xor/Not: integer tensors.
 Status infer_bitwise(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(
-      require_dtype(ctx, 0, is_integer(ctx.input_dtype(0)), "integer tensors"));
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, is_integer(ctx.input_dtype(0)), "integer tensors"));
   KILN_ASSIGN_OR_RETURN(auto shape, broadcast_all(ctx));
   ctx.set_output(0, ctx.input_dtype(0), shape);
   return ok_status();
@@ -182,9 +178,10 @@ Status infer_dropout(InferContext& ctx) {
     if (ctx.has_input(1)) {
       const Tensor* r = ctx.input_constant(1);
       if (r == nullptr) {
-        return ctx.error(StatusCode::kUnsupported,
-                         "input 1 ('" + ctx.input(1).name +
-                             "', ratio) is computed at run time; kiln needs it known at build time");
+        return ctx.error(
+            StatusCode::kUnsupported,
+            "input 1 ('" + ctx.input(1).name +
+                "', ratio) is computed at run time; kiln needs it known at build time");
       }
       if (!is_float(r->dtype()) || r->numel() != 1) {
         return ctx.error(StatusCode::kInvalidModel, "ratio must be one float");
@@ -205,15 +202,17 @@ Status infer_dropout(InferContext& ctx) {
 }  // namespace
 
 void register_math_ops(OpRegistry& r) {
-  for (OpKind k : {OpKind::kTan, OpKind::kAsin, OpKind::kAcos, OpKind::kAtan, OpKind::kSinh,
-                   OpKind::kCosh, OpKind::kAsinh, OpKind::kAcosh, OpKind::kAtanh,
-                   OpKind::kSoftsign, OpKind::kSelu, OpKind::kCelu, OpKind::kMish,
-                   OpKind::kThresholdedRelu, OpKind::kSwish}) {
+  for (OpKind k :
+       {OpKind::kTan, OpKind::kAsin, OpKind::kAcos, OpKind::kAtan, OpKind::kSinh, OpKind::kCosh,
+        OpKind::kAsinh, OpKind::kAcosh, OpKind::kAtanh, OpKind::kSoftsign, OpKind::kSelu,
+        OpKind::kCelu, OpKind::kMish, OpKind::kThresholdedRelu, OpKind::kSwish}) {
     r.add(OpSchema{k, 1, 1, 1, 1, &infer_float_unary, true, false});
   }
   r.add(OpSchema{OpKind::kShrink, 1, 1, 1, 1, &infer_shrink, true, false});
-  r.add(OpSchema{OpKind::kSum, 1, 1 << 30, 1, 1, &infer_variadic, OpTraits{.elementwise = true, .inputs_required = true}});
-  r.add(OpSchema{OpKind::kMean, 1, 1 << 30, 1, 1, &infer_variadic, OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kSum, 1, 1 << 30, 1, 1, &infer_variadic,
+                 OpTraits{.elementwise = true, .inputs_required = true}});
+  r.add(OpSchema{OpKind::kMean, 1, 1 << 30, 1, 1, &infer_variadic,
+                 OpTraits{.elementwise = true, .inputs_required = true}});
   r.add(OpSchema{OpKind::kPRelu, 2, 2, 1, 1, &infer_prelu, true, false});
   for (OpKind k : {OpKind::kBitwiseAnd, OpKind::kBitwiseOr, OpKind::kBitwiseXor}) {
     r.add(OpSchema{k, 2, 2, 1, 1, &infer_bitwise, true, false});

@@ -22,10 +22,10 @@ Status check_dtypes(InferContext& ctx, int n) {
   }
   for (int i = 1; i < n; ++i) {
     if (ctx.has_input(i) && ctx.input_dtype(i) != t) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       "input " + std::to_string(i) + " has dtype " +
-                           std::string(dtype_name(ctx.input_dtype(i))) + " but input 0 has " +
-                           std::string(dtype_name(t)));
+      return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))) +
+                                                      " but input 0 has " +
+                                                      std::string(dtype_name(t)));
     }
   }
   return ok_status();
@@ -38,17 +38,18 @@ Status infer_matmul(InferContext& ctx) {
   int ra = ctx.input_rank(0), rb = ctx.input_rank(1);
   if (ra == 0 || rb == 0) {
     return ctx.error(StatusCode::kInvalidModel, "MatMul inputs must have rank >= 1, got ranks " +
-                                                    std::to_string(ra) + " and " + std::to_string(rb));
+                                                    std::to_string(ra) + " and " +
+                                                    std::to_string(rb));
   }
   std::vector<Dim> a = ctx.input_shape(0), b = ctx.input_shape(1);
   if (ra == 1) a.insert(a.begin(), Dim(1));
   if (rb == 1) b.push_back(Dim(1));
   const Dim& k_a = a[a.size() - 1];
   const Dim& k_b = b[b.size() - 2];
-  KILN_RETURN_IF_ERROR(ctx.require_equal(
-      k_b, k_a,
-      "input 1 dim " + std::to_string(int(b.size()) - 2) + " (K) matches input 0 dim " +
-          std::to_string(ra - 1) + " (K)"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(k_b, k_a,
+                                         "input 1 dim " + std::to_string(int(b.size()) - 2) +
+                                             " (K) matches input 0 dim " + std::to_string(ra - 1) +
+                                             " (K)"));
   std::vector<std::vector<Dim>> batches = {std::vector<Dim>(a.begin(), a.end() - 2),
                                            std::vector<Dim>(b.begin(), b.end() - 2)};
   KILN_ASSIGN_OR_RETURN(std::vector<Dim> out, ctx.broadcast_shapes(batches));
@@ -67,9 +68,9 @@ Status infer_gemm(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(attrs.get_float("alpha", 1.f).status());
   KILN_RETURN_IF_ERROR(attrs.get_float("beta", 1.f).status());
   if (ctx.input_rank(0) != 2 || ctx.input_rank(1) != 2) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "Gemm inputs A and B must be 2-D, got ranks " + std::to_string(ctx.input_rank(0)) +
-                         " and " + std::to_string(ctx.input_rank(1)));
+    return ctx.error(StatusCode::kInvalidModel, "Gemm inputs A and B must be 2-D, got ranks " +
+                                                    std::to_string(ctx.input_rank(0)) + " and " +
+                                                    std::to_string(ctx.input_rank(1)));
   }
   const auto& a = ctx.input_shape(0);
   const auto& b = ctx.input_shape(1);
@@ -77,10 +78,10 @@ Status infer_gemm(InferContext& ctx) {
   Dim k = trans_a ? a[0] : a[1];
   Dim k_b = trans_b ? b[1] : b[0];
   Dim n = trans_b ? b[0] : b[1];
-  KILN_RETURN_IF_ERROR(ctx.require_equal(
-      k_b, k,
-      std::string("input 1 dim ") + (trans_b ? "1" : "0") + " (K) matches input 0 dim " +
-          (trans_a ? "0" : "1") + " (K)"));
+  KILN_RETURN_IF_ERROR(ctx.require_equal(k_b, k,
+                                         std::string("input 1 dim ") + (trans_b ? "1" : "0") +
+                                             " (K) matches input 0 dim " + (trans_a ? "0" : "1") +
+                                             " (K)"));
   if (ctx.has_input(2)) {
     const auto& c = ctx.input_shape(2);
     if (c.size() > 2) {

@@ -139,17 +139,17 @@ Status check_trailing_param(InferContext& ctx, int i, int axis) {
   const auto& s = ctx.input_shape(i);
   int norm_rank = rank - axis;
   if (int(s.size()) > norm_rank) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "input " + std::to_string(i) + " has rank " + std::to_string(s.size()) +
-                         ", more than the " + std::to_string(norm_rank) + " normalized dims");
+    return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " has rank " +
+                                                    std::to_string(s.size()) + ", more than the " +
+                                                    std::to_string(norm_rank) + " normalized dims");
   }
   for (size_t d = 0; d < s.size(); ++d) {
     if (s[d].is_const() && s[d].value() == 1) continue;
     int xd = rank - int(s.size()) + int(d);
-    KILN_RETURN_IF_ERROR(ctx.require_equal(
-        s[d], x[xd],
-        "input " + std::to_string(i) + " dim " + std::to_string(d) + " matches input 0 dim " +
-            std::to_string(xd)));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(s[d], x[xd],
+                                           "input " + std::to_string(i) + " dim " +
+                                               std::to_string(d) + " matches input 0 dim " +
+                                               std::to_string(xd)));
   }
   return ok_status();
 }
@@ -176,8 +176,8 @@ Status check_channel_param(InferContext& ctx, int i, const ir::Dim& channels, co
     return ctx.error(StatusCode::kInvalidModel,
                      "input " + std::to_string(i) + " (" + what + ") must have rank 1");
   }
-  return ctx.require_equal(s[0], channels,
-                           "input " + std::to_string(i) + " (" + what + ") length matches channels");
+  return ctx.require_equal(
+      s[0], channels, "input " + std::to_string(i) + " (" + what + ") length matches channels");
 }
 
 Status infer_instance_norm(InferContext& ctx) {
@@ -198,7 +198,8 @@ Status infer_group_norm(InferContext& ctx) {
   const auto& x = ctx.input_shape(0);
   if (x.size() < 2) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 2");
   KILN_ASSIGN_OR_RETURN(int64_t groups, ctx.attrs().get_int("num_groups", std::nullopt));
-  if (groups <= 0) return ctx.error(StatusCode::kInvalidModel, "attribute 'num_groups' must be > 0");
+  if (groups <= 0)
+    return ctx.error(StatusCode::kInvalidModel, "attribute 'num_groups' must be > 0");
   KILN_ASSIGN_OR_RETURN(float eps, ctx.attrs().get_float("epsilon", 1e-5f));
   if (!(eps >= 0)) return ctx.error(StatusCode::kInvalidModel, "attribute 'epsilon' must be >= 0");
   KILN_RETURN_IF_ERROR(

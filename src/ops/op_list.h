@@ -3,6 +3,8 @@
 // "kiln" (fused ops the builder's passes emit). Adding an op: docs/adding_an_op.md.
 #pragma once
 
+// The lists keep their own layout, grouped by family.
+// clang-format off
 #define KILN_OPS(X)                                                                             \
   /* elementwise */                                                                             \
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Mod) X(Max) X(Min) X(Equal) X(Less) X(LessOrEqual)      \
@@ -44,5 +46,7 @@
 
 // Domain "kiln": spelled `kiln::Name` in IR text. Schemas in ops/kiln_ops.cc, CPU references in
 // backends/cpu/kiln_ops.cc.
-#define KILN_INTERNAL_OPS(X) X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite) X(SelectBranch) \
-  X(LoopBegin) X(LoopEnd)
+#define KILN_INTERNAL_OPS(X)                                                                    \
+  X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite)         \
+  X(SelectBranch) X(LoopBegin) X(LoopEnd)
+// clang-format on

@@ -65,7 +65,9 @@ void fold_value(InferContext& ctx, OpKind kind, const std::vector<ir::Dim>& in_s
   auto value = ctx.input_value(0);
   // A float's known elements are exact integers (elementwise.cc): its max and min are among them.
   const bool picks = kind == OpKind::kReduceMax || kind == OpKind::kReduceMin;
-  if (!value || !(is_integer(ctx.input_dtype(0)) || (picks && exact_integer_limit(ctx.input_dtype(0)) != 0))) return;
+  if (!value ||
+      !(is_integer(ctx.input_dtype(0)) || (picks && exact_integer_limit(ctx.input_dtype(0)) != 0)))
+    return;
   int rank = int(in_shape.size());
   std::vector<int64_t> dims(rank);
   for (int d = 0; d < rank; ++d) {
@@ -184,8 +186,9 @@ Status infer_arg(InferContext& ctx) {
   }
   if (x.empty()) return ctx.error(StatusCode::kInvalidModel, "input 0 must have rank >= 1");
   KILN_ASSIGN_OR_RETURN(int axis, ctx.normalize_axis(axis_attr, int(x.size()), "attribute 'axis'"));
-  KILN_RETURN_IF_ERROR(ctx.require_ge(x[axis], ir::Dim(1), "input 0 dim " + std::to_string(axis) +
-                                                               " (the reduced axis) is not empty"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_ge(x[axis], ir::Dim(1),
+                     "input 0 dim " + std::to_string(axis) + " (the reduced axis) is not empty"));
   std::vector<ir::Dim> out;
   for (int d = 0; d < int(x.size()); ++d) {
     if (d != axis) {
@@ -240,7 +243,8 @@ Status infer_topk(InferContext& ctx) {
     if (!ctx.has_input(1)) return ctx.error(StatusCode::kInvalidModel, "input 1 (K) is required");
     if (!ctx.input_value(1)) {
       if (!is_integer(ctx.input_dtype(1)) || ctx.input_rank(1) > 1) {
-        return ctx.error(StatusCode::kInvalidModel, "input 1 (K) must be an int64 scalar or one-element tensor");
+        return ctx.error(StatusCode::kInvalidModel,
+                         "input 1 (K) must be an int64 scalar or one-element tensor");
       }
       std::vector<ir::Dim> out = x;
       KILN_ASSIGN_OR_RETURN(out[axis], ctx.data_dependent_dim(0, axis, "topk", x[axis]));

@@ -73,7 +73,8 @@ StatusOr<std::vector<float>> constant_floats(InferContext& ctx, int i, std::stri
 }
 
 // The value ranges of the sizes or scales input (`n` elements), computed at run time.
-StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::string_view what, size_t n) {
+StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::string_view what,
+                                                 size_t n) {
   auto ranges = value_range(ctx.graph(), ctx.node().inputs[i], ctx.symbol_ranges());
   if (!ranges) {
     // Not a small tensor of known shape: the refusal of old says why.
@@ -81,7 +82,8 @@ StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::
     return ctx.error(StatusCode::kInternal, std::string(what) + " has no value range");
   }
   if (ranges->size() != n) {
-    return ctx.error(StatusCode::kInvalidModel, std::string(what) + " has " + std::to_string(ranges->size()) +
+    return ctx.error(StatusCode::kInvalidModel, std::string(what) + " has " +
+                                                    std::to_string(ranges->size()) +
                                                     " elements; expected " + std::to_string(n));
   }
   return *ranges;
@@ -90,12 +92,13 @@ StatusOr<std::vector<ElementRange>> input_ranges(InferContext& ctx, int i, std::
 // floor(in * s) for a scale s computed at run time: exact where s is a known integer, else a
 // data-dependent dim bounded by floor(in * N / D) with N / D (D = 1024) at or above the scale's
 // upper bound, a formula over the input's dims that the run evaluates for its shapes.
-StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const ElementRange& s, int axis,
-                                 const std::string& scales_name) {
+StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const ElementRange& s,
+                                 int axis, const std::string& scales_name) {
   const std::string what = "output dim " + std::to_string(axis) + " scaled by data";
   if (s.exact) {
     // An integer scale: floor(in * s) is in * s.
-    KILN_RETURN_IF_ERROR(ctx.require_ge(*s.exact, 1, "the integer scale of axis " + std::to_string(axis) + " > 0"));
+    KILN_RETURN_IF_ERROR(
+        ctx.require_ge(*s.exact, 1, "the integer scale of axis " + std::to_string(axis) + " > 0"));
     return ctx.mul_dims(in, *s.exact, what);
   }
   constexpr int64_t kDenominator = 1024;
@@ -114,11 +117,12 @@ StatusOr<ir::Dim> scaled_by_data(InferContext& ctx, const ir::Dim& in, const Ele
       lower = ir::Dim::floor_div(scaled, ir::Dim(kDenominator));
     }
   }
-  return ctx.range_bounded_dim(0, axis, "resized", bound,
-                               "the scale of axis " + std::to_string(axis) + " (in '" + scales_name +
-                                   "') is computed from tensor data at run time and has no upper bound kiln can "
-                                   "prove from the profile's shapes; kiln sizes memory by such a bound",
-                               lower);
+  return ctx.range_bounded_dim(
+      0, axis, "resized", bound,
+      "the scale of axis " + std::to_string(axis) + " (in '" + scales_name +
+          "') is computed from tensor data at run time and has no upper bound kiln can "
+          "prove from the profile's shapes; kiln sizes memory by such a bound",
+      lower);
 }
 
 Status infer_resize(InferContext& ctx) {
@@ -201,40 +205,46 @@ Status infer_resize(InferContext& ctx) {
   if (has_scales && !ctx.input_constant(scales_in) && ctx.input(scales_in).producer >= 0) {
     if (ctm == "tf_crop_and_resize") {
       return ctx.error(StatusCode::kUnsupported,
-                       "scales computed at run time with tf_crop_and_resize: kiln needs the scales known at build "
+                       "scales computed at run time with tf_crop_and_resize: kiln needs the scales "
+                       "known at build "
                        "time to size the crop");
     }
     KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, scales_in, "scales", n));
     for (size_t k = 0; k < n; ++k) {
-      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k], ctx.input(scales_in).name));
+      KILN_ASSIGN_OR_RETURN(out[axes[k]], scaled_by_data(ctx, x[axes[k]], ranges[k], axes[k],
+                                                         ctx.input(scales_in).name));
     }
   } else if (has_sizes && !ctx.input_value(sizes_in) && ctx.input(sizes_in).producer >= 0) {
     if (policy != "stretch") {
-      return ctx.error(StatusCode::kUnsupported, "keep_aspect_ratio_policy '" + policy +
-                                                     "' with sizes computed at run time: kiln needs constant "
-                                                     "sizes and input dims for it");
+      return ctx.error(StatusCode::kUnsupported,
+                       "keep_aspect_ratio_policy '" + policy +
+                           "' with sizes computed at run time: kiln needs constant "
+                           "sizes and input dims for it");
     }
     KILN_ASSIGN_OR_RETURN(auto ranges, input_ranges(ctx, sizes_in, "sizes", n));
     for (size_t k = 0; k < n; ++k) {
       const int axis = axes[k];
       const ElementRange& r = ranges[k];
       if (r.exact) {
-        KILN_RETURN_IF_ERROR(ctx.require_ge(*r.exact, 0, "sizes element " + std::to_string(k) + " >= 0"));
+        KILN_RETURN_IF_ERROR(
+            ctx.require_ge(*r.exact, 0, "sizes element " + std::to_string(k) + " >= 0"));
         out[axis] = *r.exact;
         continue;
       }
       std::optional<ir::Dim> bound;
-      if (r.hi < double(ir::Interval::kInf)) bound = ir::Dim(std::max<int64_t>(int64_t(std::floor(r.hi)), 0));
+      if (r.hi < double(ir::Interval::kInf))
+        bound = ir::Dim(std::max<int64_t>(int64_t(std::floor(r.hi)), 0));
       // The least size, where the analysis proves one: the profile proof starts the dim there.
       int64_t lower = r.lo > 0 && r.lo < double(ir::Interval::kInf) ? int64_t(std::ceil(r.lo)) : 0;
       if (bound) lower = std::min(lower, bound->value());
       KILN_ASSIGN_OR_RETURN(
-          out[axis], ctx.range_bounded_dim(0, axis, "resized", bound,
-                                           "sizes element " + std::to_string(k) + " ('" + ctx.input(sizes_in).name +
-                                               "') is computed from tensor data at run time and has no upper "
-                                               "bound kiln can prove from the profile's shapes; kiln sizes "
-                                               "memory by such a bound",
-                                           ir::Dim(lower)));
+          out[axis], ctx.range_bounded_dim(
+                         0, axis, "resized", bound,
+                         "sizes element " + std::to_string(k) + " ('" + ctx.input(sizes_in).name +
+                             "') is computed from tensor data at run time and has no upper "
+                             "bound kiln can prove from the profile's shapes; kiln sizes "
+                             "memory by such a bound",
+                         ir::Dim(lower)));
     }
   } else if (has_scales) {
     KILN_ASSIGN_OR_RETURN(std::vector<float> scales, constant_floats(ctx, scales_in, "scales"));

@@ -8,11 +8,9 @@
 namespace kiln::ops {
 namespace {
 
-constexpr std::string_view kOpNames[] = {
-    "Unknown",
+constexpr std::string_view kOpNames[] = {"Unknown",
 #define KILN_OP_NAME(name) #name,
-    KILN_OPS(KILN_OP_NAME)
-    KILN_INTERNAL_OPS(KILN_OP_NAME)
+                                         KILN_OPS(KILN_OP_NAME) KILN_INTERNAL_OPS(KILN_OP_NAME)
 #undef KILN_OP_NAME
 };
 
@@ -53,10 +51,14 @@ OpKind find_op(std::string_view domain, std::string_view op_type) {
 
 std::string_view precision_class_name(PrecisionClass c) {
   switch (c) {
-    case PrecisionClass::kFloat32: return "float32";
-    case PrecisionClass::kReduced: return "reduced";
-    case PrecisionClass::kFollow: return "follow";
-    case PrecisionClass::kNative: return "native";
+    case PrecisionClass::kFloat32:
+      return "float32";
+    case PrecisionClass::kReduced:
+      return "reduced";
+    case PrecisionClass::kFollow:
+      return "follow";
+    case PrecisionClass::kNative:
+      return "native";
   }
   return "?";
 }
@@ -118,13 +120,17 @@ const OpTraits& traits(OpKind kind) {
 const OpTraits& traits(const ir::Node& node) { return traits(find_op(node.domain, node.op_type)); }
 
 const ir::Value& InferContext::absent_input() {
-  static const ir::Value* absent = new ir::Value{.name = "(omitted)", .shape = std::vector<ir::Dim>{}};
+  static const ir::Value* absent =
+      new ir::Value{.name = "(omitted)", .shape = std::vector<ir::Dim>{}};
   return *absent;
 }
 
 InferContext::InferContext(const ir::Graph& graph, const ir::Node& node, int node_index,
                            std::vector<Constraint>* constraints)
-    : graph_(graph), node_(node), node_index_(node_index), constraints_(constraints),
+    : graph_(graph),
+      node_(node),
+      node_index_(node_index),
+      constraints_(constraints),
       outputs_(node.outputs.size()) {}
 
 const Tensor* InferContext::input_constant(int i) const {
@@ -152,7 +158,8 @@ std::optional<std::vector<ir::Dim>> value_elements(const ir::Value& v) {
   for (int64_t k = 0; k < t.numel(); ++k) {
     const double x = t.float_at(k);
     // -0.0 is no integer here: 1/x tells it from 0.
-    if (!(std::fabs(x) <= limit) || x != std::floor(x) || (x == 0 && std::signbit(x))) return std::nullopt;
+    if (!(std::fabs(x) <= limit) || x != std::floor(x) || (x == 0 && std::signbit(x)))
+      return std::nullopt;
     out.push_back(ir::Dim(int64_t(x)));
   }
   return out;
@@ -174,15 +181,18 @@ StatusOr<std::vector<ir::Dim>> InferContext::require_value(int i, std::string_vi
   if (!v) {
     // A graph input itself: the profile can range its values (a shape-value input).
     const bool graph_input = has_input(i) && input(i).producer < 0 && !input(i).constant;
-    return error(StatusCode::kUnsupported,
-                 "input " + std::to_string(i) + " ('" + (has_input(i) ? input(i).name : "") + "', the " +
-                     std::string(what) +
-                     ") is computed from tensor data at run time; kiln needs it known at build time "
-                     "(a constant or a function of input shapes)" +
-                     (graph_input ? std::string("; as a model input it can take shape values: give their range in the "
-                                                "profile (OptimizationProfile::set_shape_values; kiln --minShapes=" +
-                                                input(i).name + ":v1xv2 ...)")
-                                  : std::string()));
+    return error(
+        StatusCode::kUnsupported,
+        "input " + std::to_string(i) + " ('" + (has_input(i) ? input(i).name : "") + "', the " +
+            std::string(what) +
+            ") is computed from tensor data at run time; kiln needs it known at build time "
+            "(a constant or a function of input shapes)" +
+            (graph_input
+                 ? std::string(
+                       "; as a model input it can take shape values: give their range in the "
+                       "profile (OptimizationProfile::set_shape_values; kiln --minShapes=" +
+                       input(i).name + ":v1xv2 ...)")
+                 : std::string()));
   }
   return *v;
 }
@@ -200,7 +210,7 @@ void InferContext::set_output_value(int i, std::vector<ir::Dim> value) {
 }
 
 StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::string_view base,
-                                                  const ir::Dim& bound, const ir::Dim& lower) {
+                                                   const ir::Dim& bound, const ir::Dim& lower) {
   if (!data_dependent_) {
     return error(StatusCode::kUnsupported, "output " + std::to_string(output) +
                                                " has a size only its data decides, which needs the "
@@ -219,9 +229,9 @@ StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::str
         };
         if (same(d.bound, bound) && same(d.lower, lower)) return stored;
         return error(StatusCode::kInvalidArgument,
-                     "data-dependent dim " + d.symbol + " is bounded by [" + d.lower.to_string() + ", " +
-                         d.bound.to_string() + "] in the plan, but the node bounds it by [" + lower.to_string() +
-                         ", " + bound.to_string() + "]");
+                     "data-dependent dim " + d.symbol + " is bounded by [" + d.lower.to_string() +
+                         ", " + d.bound.to_string() + "] in the plan, but the node bounds it by [" +
+                         lower.to_string() + ", " + bound.to_string() + "]");
       }
     }
     return error(StatusCode::kInvalidArgument, "output " + std::to_string(output) + " dim " +
@@ -243,8 +253,8 @@ StatusOr<ir::Dim> InferContext::data_dependent_dim(int output, int dim, std::str
 }
 
 StatusOr<ir::Dim> InferContext::range_bounded_dim(int output, int dim, std::string_view base,
-                                                 const std::optional<ir::Dim>& bound,
-                                                 std::string_view why, const ir::Dim& lower) {
+                                                  const std::optional<ir::Dim>& bound,
+                                                  std::string_view why, const ir::Dim& lower) {
   if (data_dependent_ && !fresh_) {
     const int v = has_output(output) ? node_.outputs[output] : -1;
     const auto* shape = v >= 0 && graph_.values[v].shape ? &*graph_.values[v].shape : nullptr;
@@ -297,27 +307,31 @@ StatusOr<ir::Dim> InferContext::mul_dims(const ir::Dim& a, const ir::Dim& b,
 StatusOr<int> InferContext::normalize_axis(int64_t axis, int rank, std::string_view what) const {
   if (axis < -rank || axis >= std::max(rank, 1)) {
     return error(StatusCode::kInvalidModel, std::string(what) + " " + std::to_string(axis) +
-                                                " is out of range for rank " + std::to_string(rank));
+                                                " is out of range for rank " +
+                                                std::to_string(rank));
   }
   return int(axis < 0 ? axis + rank : axis);
 }
 
-void InferContext::record(Constraint::Kind kind, const ir::Dim& a, const ir::Dim& b, std::string what) {
+void InferContext::record(Constraint::Kind kind, const ir::Dim& a, const ir::Dim& b,
+                          std::string what) {
   std::string inputs;
   for (size_t i = 0; i < node_.inputs.size(); ++i) {
     const int v = node_.inputs[i];
     inputs += i ? ", " : "";
-    inputs += v < 0 || !graph_.values[size_t(v)].shape ? "_" : ir::dims_to_string(*graph_.values[size_t(v)].shape);
+    inputs += v < 0 || !graph_.values[size_t(v)].shape
+                  ? "_"
+                  : ir::dims_to_string(*graph_.values[size_t(v)].shape);
   }
-  constraints_->push_back({kind, a, b, std::move(what), node_index_, node_.describe(), std::move(inputs)});
+  constraints_->push_back(
+      {kind, a, b, std::move(what), node_index_, node_.describe(), std::move(inputs)});
 }
 
 Status InferContext::require_equal(const ir::Dim& a, const ir::Dim& b, std::string what) {
   ir::Dim diff = a - b;
   if (diff.is_const()) {
     if (diff.value() == 0) return ok_status();
-    return error(StatusCode::kInvalidModel,
-                 what + ": " + a.to_string() + " != " + b.to_string());
+    return error(StatusCode::kInvalidModel, what + ": " + a.to_string() + " != " + b.to_string());
   }
   record(Constraint::Kind::kEqual, a, b, std::move(what));
   return ok_status();
@@ -347,7 +361,8 @@ Status InferContext::require_divisible(const ir::Dim& a, const ir::Dim& b, std::
   return ok_status();
 }
 
-StatusOr<ir::Dim> InferContext::broadcast_dim(const ir::Dim& a, const ir::Dim& b, std::string what) {
+StatusOr<ir::Dim> InferContext::broadcast_dim(const ir::Dim& a, const ir::Dim& b,
+                                              std::string what) {
   if (a == b) return a;
   if (a.is_const() && a.value() == 1) return b;
   if (b.is_const() && b.value() == 1) return a;
@@ -372,10 +387,9 @@ StatusOr<std::vector<ir::Dim>> InferContext::broadcast_shapes(
     size_t off = rank - s.size();
     for (size_t d = 0; d < s.size(); ++d) {
       KILN_ASSIGN_OR_RETURN(
-          out[off + d],
-          broadcast_dim(out[off + d], s[d],
-                        "input " + std::to_string(k) + " dim " + std::to_string(d) +
-                            " broadcasts against the other inputs"));
+          out[off + d], broadcast_dim(out[off + d], s[d],
+                                      "input " + std::to_string(k) + " dim " + std::to_string(d) +
+                                          " broadcasts against the other inputs"));
     }
   }
   return out;

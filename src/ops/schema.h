@@ -18,8 +18,7 @@ namespace kiln::ops {
 enum class OpKind {
   kUnknown = 0,
 #define KILN_OP_ENUM(name) k##name,
-  KILN_OPS(KILN_OP_ENUM)
-  KILN_INTERNAL_OPS(KILN_OP_ENUM)
+  KILN_OPS(KILN_OP_ENUM) KILN_INTERNAL_OPS(KILN_OP_ENUM)
 #undef KILN_OP_ENUM
 };
 
@@ -53,7 +52,9 @@ class InferContext {
   int num_inputs() const { return int(node_.inputs.size()); }
   int num_outputs() const { return int(node_.outputs.size()); }
   bool has_input(int i) const { return i >= 0 && i < num_inputs() && node_.inputs[size_t(i)] >= 0; }
-  bool has_output(int i) const { return i >= 0 && i < num_outputs() && node_.outputs[size_t(i)] >= 0; }
+  bool has_output(int i) const {
+    return i >= 0 && i < num_outputs() && node_.outputs[size_t(i)] >= 0;
+  }
   // An omitted ("") or missing input reads as a placeholder (no dtype, rank 0) instead of out of
   // bounds: inference that forgets has_input() meets a value of the wrong type and errs, never
   // undefined behaviour. check_supported and the plan verifier refuse, before inference, an
@@ -104,14 +105,14 @@ class InferContext {
     data_dependent_ = list;
     fresh_ = fresh;
   }
-  StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base, const ir::Dim& bound,
-                                       const ir::Dim& lower = ir::Dim(0));
-  // The same for a size read from a tensor computed at run time (Resize's sizes, Pad's pads), bounded
-  // by an analysis of the graph's values (ops/value_range.h) rather than by a formula over the
-  // node's inputs. nullopt: the analysis found no finite bound, an error that says `why`. A verifier
-  // takes the bound its plan stores: passes after inference may rewrite the producers the analysis
-  // walked, and the kernel refuses a size past the bound at run time.
-  // `lower` is the least size the analysis proves (0 where it proves none).
+  StatusOr<ir::Dim> data_dependent_dim(int output, int dim, std::string_view base,
+                                       const ir::Dim& bound, const ir::Dim& lower = ir::Dim(0));
+  // The same for a size read from a tensor computed at run time (Resize's sizes, Pad's pads),
+  // bounded by an analysis of the graph's values (ops/value_range.h) rather than by a formula over
+  // the node's inputs. nullopt: the analysis found no finite bound, an error that says `why`. A
+  // verifier takes the bound its plan stores: passes after inference may rewrite the producers the
+  // analysis walked, and the kernel refuses a size past the bound at run time. `lower` is the least
+  // size the analysis proves (0 where it proves none).
   StatusOr<ir::Dim> range_bounded_dim(int output, int dim, std::string_view base,
                                       const std::optional<ir::Dim>& bound, std::string_view why,
                                       const ir::Dim& lower = ir::Dim(0));
@@ -210,7 +211,8 @@ class OpRegistry {
  public:
   void add(OpSchema schema);
   const OpSchema* find(OpKind kind) const;
-  // Sets the precision class of a registered op (precision_classes.cc); unregistered ops are skipped.
+  // Sets the precision class of a registered op (precision_classes.cc); unregistered ops are
+  // skipped.
   void set_precision(OpKind kind, PrecisionClass c);
 
  private:

@@ -43,7 +43,8 @@ StatusOr<std::vector<int64_t>> const_ints(const InferContext& ctx, const Dims& v
   return out;
 }
 
-// Axes from an attribute (older opsets) or from an input (newer ones); nullopt when neither is given.
+// Axes from an attribute (older opsets) or from an input (newer ones); nullopt when neither is
+// given.
 StatusOr<std::optional<std::vector<int64_t>>> axes_from(const InferContext& ctx, int input) {
   if (ctx.attrs().has("axes")) {
     auto a = ctx.attrs().get_ints("axes", std::nullopt);
@@ -78,7 +79,8 @@ Dims remap_values(const Dims& in, const Shape& in_shape, const Shape& out_shape,
   std::vector<int64_t> idx(size_t(r), 0);
   for (int64_t o = 0; o < n; ++o) {
     int64_t src = 0;
-    for (int k = off; k < r; ++k) src = src * in_shape[k - off] + map_axis(k, idx[k], in_shape[k - off]);
+    for (int k = off; k < r; ++k)
+      src = src * in_shape[k - off] + map_axis(k, idx[k], in_shape[k - off]);
     out.push_back(in[size_t(src)]);
     for (int k = r - 1; k >= 0; --k) {
       if (++idx[k] < out_shape[k]) break;
@@ -134,8 +136,8 @@ Status infer_reshape(InferContext& ctx) {
     const Dim& t = target[i];
     if (t.is_const() && t.value() == -1) {
       if (infer_at >= 0) {
-        return ctx.error(StatusCode::kInvalidModel, "the shape " + ir::dims_to_string(target) +
-                                                        " has more than one -1");
+        return ctx.error(StatusCode::kInvalidModel,
+                         "the shape " + ir::dims_to_string(target) + " has more than one -1");
       }
       infer_at = int(i);
       out.push_back(0);
@@ -147,9 +149,10 @@ Status infer_reshape(InferContext& ctx) {
     }
     if (t.is_const() && t.value() == 0 && *allowzero == 0) {
       if (i >= in.size()) {
-        return ctx.error(StatusCode::kInvalidModel,
-                         "shape element " + std::to_string(i) + " is 0 (copy the input dim) but the " +
-                             "input " + ir::dims_to_string(in) + " has no dim " + std::to_string(i));
+        return ctx.error(StatusCode::kInvalidModel, "shape element " + std::to_string(i) +
+                                                        " is 0 (copy the input dim) but the " +
+                                                        "input " + ir::dims_to_string(in) +
+                                                        " has no dim " + std::to_string(i));
       }
       out.push_back(in[i]);
     } else {
@@ -159,9 +162,9 @@ Status infer_reshape(InferContext& ctx) {
     known = known * out.back();
   }
   if (has_zero && infer_at >= 0) {
-    return ctx.error(StatusCode::kInvalidModel, "with allowzero=1 the shape " +
-                                                    ir::dims_to_string(target) +
-                                                    " cannot hold both 0 and -1");
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "with allowzero=1 the shape " + ir::dims_to_string(target) + " cannot hold both 0 and -1");
   }
   Dim total = product(in, 0, in.size());
   if (infer_at >= 0) {
@@ -195,8 +198,8 @@ Status infer_squeeze(InferContext& ctx) {
     for (int k = 0; k < r; ++k) {
       if (!in[k].is_const()) {
         return ctx.error(StatusCode::kUnsupported,
-                         "Squeeze without axes on the symbolic dim " + in[k].to_string() +
-                             " of " + ir::dims_to_string(in) +
+                         "Squeeze without axes on the symbolic dim " + in[k].to_string() + " of " +
+                             ir::dims_to_string(in) +
                              " depends on its run-time value; give the axes explicitly");
       }
       drop[k] = in[k].value() == 1;
@@ -204,10 +207,12 @@ Status infer_squeeze(InferContext& ctx) {
   } else {
     for (int64_t a : *axes) {
       KILN_ASSIGN_OR_RETURN(int k, ctx.normalize_axis(a, r, "axis"));
-      if (drop[k]) return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(a) + " repeats");
+      if (drop[k])
+        return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(a) + " repeats");
       drop[k] = true;
       KILN_RETURN_IF_ERROR(ctx.require_equal(
-          in[k], 1, "squeezed dim " + std::to_string(k) + " of " + ir::dims_to_string(in) + " is 1"));
+          in[k], 1,
+          "squeezed dim " + std::to_string(k) + " of " + ir::dims_to_string(in) + " is 1"));
     }
   }
   Dims out;
@@ -227,7 +232,8 @@ Status infer_unsqueeze(InferContext& ctx) {
   std::vector<bool> inserted(size_t(r), false);
   for (int64_t a : *axes) {
     KILN_ASSIGN_OR_RETURN(int k, ctx.normalize_axis(a, r, "axis"));
-    if (inserted[k]) return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(a) + " repeats");
+    if (inserted[k])
+      return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(a) + " repeats");
     inserted[k] = true;
   }
   Dims out;
@@ -244,8 +250,9 @@ Status infer_flatten(InferContext& ctx) {
   auto axis = ctx.attrs().get_int("axis", 1);
   if (!axis.ok()) return attr_error(ctx, axis.status());
   if (*axis < -r || *axis > r) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "axis " + std::to_string(*axis) + " is out of range for rank " + std::to_string(r));
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "axis " + std::to_string(*axis) + " is out of range for rank " + std::to_string(r));
   }
   size_t a = size_t(*axis < 0 ? *axis + r : *axis);
   Dims out = {product(in, 0, a), product(in, a, in.size())};
@@ -265,24 +272,25 @@ Status infer_concat(InferContext& ctx) {
   Dims out = first;
   out[axis] = 0;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) return ctx.error(StatusCode::kInvalidModel, "Concat inputs cannot be omitted");
+    if (!ctx.has_input(i))
+      return ctx.error(StatusCode::kInvalidModel, "Concat inputs cannot be omitted");
     const Dims& s = ctx.input_shape(i);
     if (ctx.input_dtype(i) != dtype) {
-      return ctx.error(StatusCode::kInvalidModel, label(ctx, i) + " has dtype " +
-                                                      std::string(dtype_name(ctx.input_dtype(i))) +
-                                                      ", input 0 has " + std::string(dtype_name(dtype)));
+      return ctx.error(StatusCode::kInvalidModel,
+                       label(ctx, i) + " has dtype " + std::string(dtype_name(ctx.input_dtype(i))) +
+                           ", input 0 has " + std::string(dtype_name(dtype)));
     }
     if (int(s.size()) != r) {
       return ctx.error(StatusCode::kInvalidModel, label(ctx, i) + " has rank " +
-                                                      std::to_string(s.size()) + ", input 0 has rank " +
-                                                      std::to_string(r));
+                                                      std::to_string(s.size()) +
+                                                      ", input 0 has rank " + std::to_string(r));
     }
     for (int k = 0; k < r; ++k) {
       if (k == axis) continue;
-      KILN_RETURN_IF_ERROR(ctx.require_equal(s[k], first[k],
-                                             "input " + std::to_string(i) + " dim " + std::to_string(k) +
-                                                 " (" + s[k].to_string() + ") matches input 0 dim " +
-                                                 std::to_string(k) + " (" + first[k].to_string() + ")"));
+      KILN_RETURN_IF_ERROR(ctx.require_equal(
+          s[k], first[k],
+          "input " + std::to_string(i) + " dim " + std::to_string(k) + " (" + s[k].to_string() +
+              ") matches input 0 dim " + std::to_string(k) + " (" + first[k].to_string() + ")"));
     }
     // One input listed many times adds up past int64 without any input being large.
     KILN_ASSIGN_OR_RETURN(out[axis], ctx.add_dims(out[axis], s[axis],
@@ -328,8 +336,9 @@ Status infer_expand(InferContext& ctx) {
     auto v = ctx.input_value(0);
     auto s = const_shape(in);
     if (v && s && int64_t(v->size()) == shape_numel(*s)) {
-      ctx.set_output_value(0, remap_values(*v, *s, *const_shape(out),
-                                           [](int, int64_t o, int64_t d) { return d == 1 ? 0 : o; }));
+      ctx.set_output_value(0,
+                           remap_values(*v, *s, *const_shape(out),
+                                        [](int, int64_t o, int64_t d) { return d == 1 ? 0 : o; }));
     }
   }
   return ok_status();
@@ -350,7 +359,8 @@ Status infer_transpose(InferContext& ctx) {
   Dims out;
   for (int64_t p : *perm) {
     if (p < 0 || p >= r || seen[p]) {
-      return ctx.error(StatusCode::kInvalidModel, "perm is not a permutation of 0.." + std::to_string(r - 1));
+      return ctx.error(StatusCode::kInvalidModel,
+                       "perm is not a permutation of 0.." + std::to_string(r - 1));
     }
     seen[p] = true;
     out.push_back(in[p]);
@@ -402,17 +412,18 @@ Status infer_split(InferContext& ctx) {
   if (!sizes.empty() || ctx.has_input(1)) {
     if (int(sizes.size()) != n) {
       return ctx.error(StatusCode::kInvalidModel, "split has " + std::to_string(sizes.size()) +
-                                                      " entries for " + std::to_string(n) + " outputs");
+                                                      " entries for " + std::to_string(n) +
+                                                      " outputs");
     }
     Dim sum = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      KILN_RETURN_IF_ERROR(ctx.require_ge(sizes[i], 0, "split entry " + std::to_string(i) +
-                                                           " is not negative"));
+      KILN_RETURN_IF_ERROR(
+          ctx.require_ge(sizes[i], 0, "split entry " + std::to_string(i) + " is not negative"));
       sum = sum + sizes[i];
     }
-    KILN_RETURN_IF_ERROR(ctx.require_equal(sum, d, "the split sizes add up to dim " +
-                                                       std::to_string(axis) + " (" + d.to_string() +
-                                                       ")"));
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        sum, d,
+        "the split sizes add up to dim " + std::to_string(axis) + " (" + d.to_string() + ")"));
   } else {
     bool has_num = ctx.attrs().has("num_outputs");
     auto num = ctx.attrs().get_int("num_outputs", int64_t(n));
@@ -427,15 +438,16 @@ Status infer_split(InferContext& ctx) {
       // Opset 18: chunks of ceil(d / n), the last one smaller.
       Dim chunk = Dim::ceil_div(d, Dim(n));
       Dim last = d - chunk * Dim(n - 1);
-      KILN_RETURN_IF_ERROR(ctx.require_ge(last, 0, "dim " + std::to_string(axis) + " (" +
-                                                       d.to_string() + ") fills " +
-                                                       std::to_string(n) + " chunks"));
+      KILN_RETURN_IF_ERROR(ctx.require_ge(last, 0,
+                                          "dim " + std::to_string(axis) + " (" + d.to_string() +
+                                              ") fills " + std::to_string(n) + " chunks"));
       sizes.assign(size_t(n - 1), chunk);
       sizes.push_back(last);
     } else {
-      KILN_RETURN_IF_ERROR(ctx.require_divisible(
-          d, Dim(n), "dim " + std::to_string(axis) + " (" + d.to_string() + ") splits into " +
-                         std::to_string(n) + " equal parts"));
+      KILN_RETURN_IF_ERROR(ctx.require_divisible(d, Dim(n),
+                                                 "dim " + std::to_string(axis) + " (" +
+                                                     d.to_string() + ") splits into " +
+                                                     std::to_string(n) + " equal parts"));
       sizes.assign(size_t(n), Dim::floor_div(d, Dim(n)));
     }
   }
@@ -461,11 +473,13 @@ Status infer_tile(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Dims reps, ctx.require_value(1, "repeats"));
   if (reps.size() != in.size()) {
     return ctx.error(StatusCode::kInvalidModel, "repeats has " + std::to_string(reps.size()) +
-                                                    " entries for rank " + std::to_string(in.size()));
+                                                    " entries for rank " +
+                                                    std::to_string(in.size()));
   }
   Dims out;
   for (size_t k = 0; k < in.size(); ++k) {
-    KILN_RETURN_IF_ERROR(ctx.require_ge(reps[k], 0, "repeat " + std::to_string(k) + " is not negative"));
+    KILN_RETURN_IF_ERROR(
+        ctx.require_ge(reps[k], 0, "repeat " + std::to_string(k) + " is not negative"));
     KILN_ASSIGN_OR_RETURN(Dim d, ctx.mul_dims(in[k], reps[k],
                                               "dim " + std::to_string(k) + " times " +
                                                   label(ctx, 1) + " element " + std::to_string(k)));
@@ -511,7 +525,8 @@ Status infer_pad(InferContext& ctx) {
     } else {
       // A model input has no producer to bound it: the profile can range its values instead.
       auto r = value_range(ctx.graph(), ctx.node().inputs[1], ctx.symbol_ranges());
-      if (!r || ctx.input(1).producer < 0) KILN_RETURN_IF_ERROR(ctx.require_value(1, "pads").status());
+      if (!r || ctx.input(1).producer < 0)
+        KILN_RETURN_IF_ERROR(ctx.require_value(1, "pads").status());
       pad_ranges = std::move(*r);
       for (const ElementRange& e : pad_ranges) pads.push_back(e.exact ? *e.exact : Dim(0));
     }
@@ -545,7 +560,8 @@ Status infer_pad(InferContext& ctx) {
       std::optional<Dim> bound;
       const double limit = double(ir::Interval::kInf);
       if (rb.hi < limit && re.hi < limit && rb.hi > -limit && re.hi > -limit) {
-        KILN_ASSIGN_OR_RETURN(Dim grown, ctx.add_dims(in[k], Dim(int64_t(std::floor(rb.hi))), padded));
+        KILN_ASSIGN_OR_RETURN(Dim grown,
+                              ctx.add_dims(in[k], Dim(int64_t(std::floor(rb.hi))), padded));
         KILN_ASSIGN_OR_RETURN(bound, ctx.add_dims(grown, Dim(int64_t(std::floor(re.hi))), padded));
       }
       // The least size: the input's dim plus the least pads (the proof starts the dim there).
@@ -553,28 +569,31 @@ Status infer_pad(InferContext& ctx) {
       if (rb.lo > -limit && re.lo > -limit && rb.lo < limit && re.lo < limit) {
         lower = in[k] + Dim(int64_t(std::ceil(rb.lo))) + Dim(int64_t(std::ceil(re.lo)));
       }
-      KILN_ASSIGN_OR_RETURN(out[k], ctx.range_bounded_dim(0, k, "padded", bound,
-                                                          padded + " is computed from tensor data at run time and "
-                                                                   "has no upper bound kiln can prove from the "
-                                                                   "profile's shapes; kiln sizes memory by such a "
-                                                                   "bound",
-                                                          lower));
+      KILN_ASSIGN_OR_RETURN(
+          out[k], ctx.range_bounded_dim(0, k, "padded", bound,
+                                        padded + " is computed from tensor data at run time and "
+                                                 "has no upper bound kiln can prove from the "
+                                                 "profile's shapes; kiln sizes memory by such a "
+                                                 "bound",
+                                        lower));
       if (*mode != "constant" && !(rb.hi <= 0 && re.hi <= 0)) {
-        KILN_RETURN_IF_ERROR(ctx.require_ge(in[k], 1, "dim " + std::to_string(k) +
-                                                          " is not empty when padding in " + *mode + " mode"));
+        KILN_RETURN_IF_ERROR(ctx.require_ge(
+            in[k], 1,
+            "dim " + std::to_string(k) + " is not empty when padding in " + *mode + " mode"));
       }
       continue;
     }
     KILN_ASSIGN_OR_RETURN(Dim with_begin, ctx.add_dims(in[k], b, padded));
     KILN_ASSIGN_OR_RETURN(out[k], ctx.add_dims(with_begin, e, padded));
-    KILN_RETURN_IF_ERROR(ctx.require_ge(out[k], 0, "padded dim " + std::to_string(k) + " (" +
-                                                       out[k].to_string() + ") is not negative"));
+    KILN_RETURN_IF_ERROR(ctx.require_ge(
+        out[k], 0,
+        "padded dim " + std::to_string(k) + " (" + out[k].to_string() + ") is not negative"));
     if (*mode != "constant") {
       bool pads_something = !(b.is_const() && b.value() <= 0 && e.is_const() && e.value() <= 0);
       if (pads_something) {
-        KILN_RETURN_IF_ERROR(ctx.require_ge(in[k], 1, "dim " + std::to_string(k) +
-                                                          " is not empty when padding in " + *mode +
-                                                          " mode"));
+        KILN_RETURN_IF_ERROR(ctx.require_ge(
+            in[k], 1,
+            "dim " + std::to_string(k) + " is not empty when padding in " + *mode + " mode"));
       }
     }
   }
@@ -604,7 +623,8 @@ void register_shape_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kSqueeze, 1, 2, 1, 1, &infer_squeeze, false, true});
   r.add(OpSchema{OpKind::kUnsqueeze, 1, 2, 1, 1, &infer_unsqueeze, false, true});
   r.add(OpSchema{OpKind::kFlatten, 1, 1, 1, 1, &infer_flatten, false, true});
-  r.add(OpSchema{OpKind::kConcat, 1, kVariadic, 1, 1, &infer_concat, OpTraits{.inputs_required = true}});
+  r.add(OpSchema{OpKind::kConcat, 1, kVariadic, 1, 1, &infer_concat,
+                 OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kExpand, 2, 2, 1, 1, &infer_expand});
   r.add(OpSchema{OpKind::kTranspose, 1, 1, 1, 1, &infer_transpose});
   r.add(OpSchema{OpKind::kSplit, 1, 2, 1, kVariadic, &infer_split});

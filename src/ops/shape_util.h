@@ -13,7 +13,9 @@ namespace kiln::ops::shape_util {
 
 using Dims = std::vector<ir::Dim>;
 
-inline Status attr_error(const InferContext& ctx, const Status& s) { return ctx.error(s.code(), s.message()); }
+inline Status attr_error(const InferContext& ctx, const Status& s) {
+  return ctx.error(s.code(), s.message());
+}
 
 inline ir::Dim product(const Dims& dims, size_t begin, size_t end) {
   ir::Dim p = 1;

@@ -165,10 +165,10 @@ bool is_numeric(DType d) { return is_float(d) || is_integer(d); }
 
 Status require_float(const InferContext& ctx, int i) {
   if (is_float(ctx.input_dtype(i))) return ok_status();
-  return ctx.error(StatusCode::kInvalidModel,
-                   input_label(ctx, i) + " has dtype " +
-                       std::string(dtype_name(ctx.input_dtype(i))) + "; " + ctx.node().op_type +
-                       " takes float tensors");
+  return ctx.error(StatusCode::kInvalidModel, input_label(ctx, i) + " has dtype " +
+                                                  std::string(dtype_name(ctx.input_dtype(i))) +
+                                                  "; " + ctx.node().op_type +
+                                                  " takes float tensors");
 }
 
 // ---- GridSample ----
@@ -183,8 +183,9 @@ Status infer_grid_sample(InferContext& ctx) {
   if (!mode.ok()) return attr_error(ctx, mode.status());
   const std::vector<std::string> modes = {"linear", "bilinear", "nearest", "cubic", "bicubic"};
   if (std::find(modes.begin(), modes.end(), *mode) == modes.end()) {
-    return ctx.error(StatusCode::kInvalidModel, "attribute mode '" + *mode + "' is not one of "
-                                                "linear, bilinear, nearest, cubic, bicubic");
+    return ctx.error(StatusCode::kInvalidModel, "attribute mode '" + *mode +
+                                                    "' is not one of "
+                                                    "linear, bilinear, nearest, cubic, bicubic");
   }
   auto pad = ctx.attrs().get_string("padding_mode", "zeros");
   if (!pad.ok()) return attr_error(ctx, pad.status());
@@ -197,19 +198,19 @@ Status infer_grid_sample(InferContext& ctx) {
   const auto& x = ctx.input_shape(0);
   const auto& g = ctx.input_shape(1);
   if (x.size() < 3) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "X must have rank 3 or more (N, C, spatial...), got " +
-                         std::to_string(x.size()));
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "X must have rank 3 or more (N, C, spatial...), got " + std::to_string(x.size()));
   }
   if (g.size() != x.size()) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "grid has rank " + std::to_string(g.size()) + " but X has rank " +
-                         std::to_string(x.size()) + "; they must match");
+    return ctx.error(StatusCode::kInvalidModel, "grid has rank " + std::to_string(g.size()) +
+                                                    " but X has rank " + std::to_string(x.size()) +
+                                                    "; they must match");
   }
   int r = int(x.size()) - 2;
   KILN_RETURN_IF_ERROR(ctx.require_equal(g[0], x[0], "grid dim 0 matches X's batch"));
-  KILN_RETURN_IF_ERROR(ctx.require_equal(g.back(), Dim(r),
-                                         "grid's last dim equals the number of spatial dims"));
+  KILN_RETURN_IF_ERROR(
+      ctx.require_equal(g.back(), Dim(r), "grid's last dim equals the number of spatial dims"));
   std::vector<Dim> out = {x[0], x[1]};
   for (size_t d = 1; d + 1 < g.size(); ++d) out.push_back(g[d]);
   ctx.set_output(0, dt, out);
@@ -224,9 +225,9 @@ Status infer_affine_grid(InferContext& ctx) {
   if (!ac.ok()) return attr_error(ctx, ac.status());
   const auto& theta = ctx.input_shape(0);
   if (theta.size() != 3) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "theta must have rank 3 (N, 2, 3) or (N, 3, 4), got rank " +
-                         std::to_string(theta.size()));
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "theta must have rank 3 (N, 2, 3) or (N, 3, 4), got rank " + std::to_string(theta.size()));
   }
   KILN_ASSIGN_OR_RETURN(auto size, ctx.require_value(1, "size"));
   if (size.size() != 4 && size.size() != 5) {
@@ -258,8 +259,8 @@ Status infer_center_crop_pad(InferContext& ctx) {
     for (int64_t v : *a) {
       KILN_ASSIGN_OR_RETURN(int ax, ctx.normalize_axis(v, rank, "axes"));
       if (std::find(axes.begin(), axes.end(), ax) != axes.end()) {
-        return ctx.error(StatusCode::kInvalidModel, "attribute axes repeats axis " +
-                                                        std::to_string(ax));
+        return ctx.error(StatusCode::kInvalidModel,
+                         "attribute axes repeats axis " + std::to_string(ax));
       }
       axes.push_back(ax);
     }
@@ -267,9 +268,9 @@ Status infer_center_crop_pad(InferContext& ctx) {
     for (int d = 0; d < rank; ++d) axes.push_back(d);
   }
   if (shape.size() != axes.size()) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "shape has " + std::to_string(shape.size()) + " elements but there are " +
-                         std::to_string(axes.size()) + " axes");
+    return ctx.error(StatusCode::kInvalidModel, "shape has " + std::to_string(shape.size()) +
+                                                    " elements but there are " +
+                                                    std::to_string(axes.size()) + " axes");
   }
   std::vector<Dim> out = x;
   for (size_t i = 0; i < axes.size(); ++i) {
@@ -291,10 +292,9 @@ Status infer_einsum(InferContext& ctx) {
       return ctx.error(StatusCode::kInvalidModel, "input " + std::to_string(i) + " is missing");
     }
     if (ctx.input_dtype(i) != ctx.input_dtype(0) || !is_numeric(ctx.input_dtype(i))) {
-      return ctx.error(StatusCode::kInvalidModel,
-                       input_label(ctx, i) + " has dtype " +
-                           std::string(dtype_name(ctx.input_dtype(i))) +
-                           "; Einsum takes numeric inputs of one dtype");
+      return ctx.error(StatusCode::kInvalidModel, input_label(ctx, i) + " has dtype " +
+                                                      std::string(dtype_name(ctx.input_dtype(i))) +
+                                                      "; Einsum takes numeric inputs of one dtype");
     }
     ranks.push_back(ctx.input_rank(i));
   }
@@ -329,9 +329,9 @@ Status infer_dft(InferContext& ctx) {
   const auto& x = ctx.input_shape(0);
   int rank = int(x.size());
   if (rank < 2) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "input must have rank 2 or more ([..., signal, 1 or 2]), got " +
-                         std::to_string(rank));
+    return ctx.error(
+        StatusCode::kInvalidModel,
+        "input must have rank 2 or more ([..., signal, 1 or 2]), got " + std::to_string(rank));
   }
   KILN_RETURN_IF_ERROR(ctx.require_ge(Dim(2), x.back(), "input's last dim is 1 or 2"));
   auto onesided = ctx.attrs().get_int("onesided", 0);
@@ -354,9 +354,9 @@ Status infer_dft(InferContext& ctx) {
     axis = *a;
   }
   if (axis < -rank || axis > rank - 2 || axis == -1) {
-    return ctx.error(StatusCode::kInvalidModel,
-                     "axis " + std::to_string(axis) + " is outside [-" + std::to_string(rank) +
-                         ", -2] and [0, " + std::to_string(rank - 2) + "]");
+    return ctx.error(StatusCode::kInvalidModel, "axis " + std::to_string(axis) + " is outside [-" +
+                                                    std::to_string(rank) + ", -2] and [0, " +
+                                                    std::to_string(rank - 2) + "]");
   }
   if (axis < 0) axis += rank;
   // Inverse and onesided is the inverse real FFT: n/2+1 bins in, n real samples out.
@@ -517,8 +517,8 @@ Status infer_mel_weight_matrix(InferContext& ctx) {
 Status infer_bitcast(InferContext& ctx) {
   auto to = ctx.attrs().get_int("to", std::nullopt);
   if (!to.ok()) return attr_error(ctx, to.status());
-  DType dt = (*to < INT32_MIN || *to > INT32_MAX) ? DType::kUndefined
-                                                  : dtype_from_onnx(int32_t(*to));
+  DType dt =
+      (*to < INT32_MIN || *to > INT32_MAX) ? DType::kUndefined : dtype_from_onnx(int32_t(*to));
   DType src = ctx.input_dtype(0);
   if (dt == DType::kUndefined || !(is_numeric(dt) || dt == DType::kBool)) {
     return ctx.error(StatusCode::kUnsupported,
@@ -612,7 +612,8 @@ void register_spatial_ops(OpRegistry& r) {
   r.add(OpSchema{OpKind::kGridSample, 2, 2, 1, 1, &infer_grid_sample, false, false});
   r.add(OpSchema{OpKind::kAffineGrid, 2, 2, 1, 1, &infer_affine_grid, false, false});
   r.add(OpSchema{OpKind::kCenterCropPad, 2, 2, 1, 1, &infer_center_crop_pad, false, false});
-  r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum, OpTraits{.inputs_required = true}});
+  r.add(OpSchema{OpKind::kEinsum, 1, 1 << 30, 1, 1, &infer_einsum,
+                 OpTraits{.inputs_required = true}});
   r.add(OpSchema{OpKind::kDFT, 1, 3, 1, 1, &infer_dft, false, false});
   r.add(OpSchema{OpKind::kSTFT, 2, 4, 1, 1, &infer_stft, false, false});
   r.add(OpSchema{OpKind::kMelWeightMatrix, 5, 5, 1, 1, &infer_mel_weight_matrix, false, false});

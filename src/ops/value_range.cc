@@ -46,7 +46,8 @@ double as_double(int64_t x) {
 
 ElementRange of_dim(const Dim& d, const ir::SymbolRanges* ranges) {
   static const ir::SymbolRanges kNone;
-  const ir::Interval b = d.is_const() ? ir::Interval{d.value(), d.value()} : d.bounds(ranges ? *ranges : kNone);
+  const ir::Interval b =
+      d.is_const() ? ir::Interval{d.value(), d.value()} : d.bounds(ranges ? *ranges : kNone);
   return ElementRange{d, as_double(b.lo), as_double(b.hi)};
 }
 
@@ -63,11 +64,16 @@ ElementRange make(double lo, double hi) {
 // round-to-nearest bound, so the double arithmetic computing the bound is covered too).
 double rounding(DType dt) {
   switch (dt) {
-    case DType::kFloat32: return 0x1p-23;
-    case DType::kFloat64: return 0x1p-51;
-    case DType::kFloat16: return 0x1p-10;
-    case DType::kBFloat16: return 0x1p-7;
-    default: return 0;
+    case DType::kFloat32:
+      return 0x1p-23;
+    case DType::kFloat64:
+      return 0x1p-51;
+    case DType::kFloat16:
+      return 0x1p-10;
+    case DType::kBFloat16:
+      return 0x1p-7;
+    default:
+      return 0;
   }
 }
 
@@ -104,7 +110,8 @@ class Walker {
     if (auto known = value_elements(val); known && int64_t(known->size()) == numel(*shape)) {
       out.emplace();
       for (const Dim& d : *known) out->push_back(of_dim(d, ranges_));
-    } else if (val.constant && val.constant->numel() == numel(*shape) && is_float(val.constant->dtype())) {
+    } else if (val.constant && val.constant->numel() == numel(*shape) &&
+               is_float(val.constant->dtype())) {
       out.emplace();
       for (int64_t k = 0; k < val.constant->numel(); ++k) {
         const double x = val.constant->float_at(k);
@@ -115,7 +122,8 @@ class Walker {
       out = node(g_.nodes[size_t(val.producer)], v, *shape);
       --depth_;
     }
-    if (!out || int64_t(out->size()) != numel(*shape)) out = Elems(size_t(numel(*shape)), unknown());
+    if (!out || int64_t(out->size()) != numel(*shape))
+      out = Elems(size_t(numel(*shape)), unknown());
     memo_[v] = out;
     return out;
   }
@@ -148,8 +156,9 @@ class Walker {
   }
 
   // Elementwise over the inputs, broadcast (numpy rules) to `out`.
-  std::optional<Elems> broadcast(const ir::Node& n, const Shape64& out,
-                                 const std::function<ElementRange(const std::vector<const ElementRange*>&)>& fn) {
+  std::optional<Elems> broadcast(
+      const ir::Node& n, const Shape64& out,
+      const std::function<ElementRange(const std::vector<const ElementRange*>&)>& fn) {
     std::vector<Operand> ins;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       auto op = operand(n, i);
@@ -223,10 +232,15 @@ class Walker {
       case OpKind::kFloor:
       case OpKind::kCeil:
       case OpKind::kRound:
-        return broadcast(n, shape, [&](const std::vector<const ElementRange*>& a) { return unary(op, dt, *a[0]); });
-      case OpKind::kConcat: return concat(n, shape);
-      case OpKind::kGather: return gather(n, shape);
-      case OpKind::kSlice: return slice(n, shape);
+        return broadcast(n, shape, [&](const std::vector<const ElementRange*>& a) {
+          return unary(op, dt, *a[0]);
+        });
+      case OpKind::kConcat:
+        return concat(n, shape);
+      case OpKind::kGather:
+        return gather(n, shape);
+      case OpKind::kSlice:
+        return slice(n, shape);
       case OpKind::kReduceMin:
       case OpKind::kReduceMax: {
         // One output element: the extreme of every input element, whatever the axes say.
@@ -234,14 +248,17 @@ class Walker {
         if (!in || numel(shape) != 1 || in->e.empty()) return std::nullopt;
         const bool is_max = op == OpKind::kReduceMax;
         ElementRange r = in->e[0];
-        for (size_t k = 1; k < in->e.size(); ++k) r = arith(is_max ? OpKind::kMax : OpKind::kMin, dt, is_int, {&r, &in->e[k]});
+        for (size_t k = 1; k < in->e.size(); ++k)
+          r = arith(is_max ? OpKind::kMax : OpKind::kMin, dt, is_int, {&r, &in->e[k]});
         return Elems{r};
       }
-      default: return std::nullopt;
+      default:
+        return std::nullopt;
     }
   }
 
-  static ElementRange arith(OpKind op, DType dt, bool is_int, const std::vector<const ElementRange*>& a) {
+  static ElementRange arith(OpKind op, DType dt, bool is_int,
+                            const std::vector<const ElementRange*>& a) {
     if (op == OpKind::kMin || op == OpKind::kMax) {
       const bool is_max = op == OpKind::kMax;
       ElementRange r = *a[0];
@@ -249,7 +266,8 @@ class Walker {
         const ElementRange& b = *a[k];
         ElementRange m = is_max ? make(std::max(r.lo, b.lo), std::max(r.hi, b.hi))
                                 : make(std::min(r.lo, b.lo), std::min(r.hi, b.hi));
-        if (r.exact && b.exact) m.exact = is_max ? Dim::max(*r.exact, *b.exact) : Dim::min(*r.exact, *b.exact);
+        if (r.exact && b.exact)
+          m.exact = is_max ? Dim::max(*r.exact, *b.exact) : Dim::min(*r.exact, *b.exact);
         r = m;
       }
       return r;  // picks one of its inputs: nothing rounds
@@ -267,20 +285,25 @@ class Walker {
         break;
       case OpKind::kMul: {
         const double p[4] = {x.lo * y.lo, x.lo * y.hi, x.hi * y.lo, x.hi * y.hi};
-        if (std::any_of(std::begin(p), std::end(p), [](double q) { return std::isnan(q); })) return unknown();
-        r = make(*std::min_element(std::begin(p), std::end(p)), *std::max_element(std::begin(p), std::end(p)));
+        if (std::any_of(std::begin(p), std::end(p), [](double q) { return std::isnan(q); }))
+          return unknown();
+        r = make(*std::min_element(std::begin(p), std::end(p)),
+                 *std::max_element(std::begin(p), std::end(p)));
         if (x.exact && y.exact) r.exact = *x.exact * *y.exact;
         break;
       }
       case OpKind::kDiv: {
         if (!(y.lo > 0 || y.hi < 0)) return unknown();  // the divisor may be 0
         const double q[4] = {x.lo / y.lo, x.lo / y.hi, x.hi / y.lo, x.hi / y.hi};
-        if (std::any_of(std::begin(q), std::end(q), [](double v) { return std::isnan(v); })) return unknown();
-        r = make(*std::min_element(std::begin(q), std::end(q)), *std::max_element(std::begin(q), std::end(q)));
+        if (std::any_of(std::begin(q), std::end(q), [](double v) { return std::isnan(v); }))
+          return unknown();
+        r = make(*std::min_element(std::begin(q), std::end(q)),
+                 *std::max_element(std::begin(q), std::end(q)));
         if (is_int) r.lo = trunc_int(r.lo), r.hi = trunc_int(r.hi);  // integer Div truncates
         break;
       }
-      default: return unknown();
+      default:
+        return unknown();
     }
     check_exact(r, dt);
     round_out(r, dt);
@@ -304,10 +327,17 @@ class Walker {
         if (x.lo >= 0) return x;
         if (x.hi <= 0) return unary(OpKind::kNeg, dt, x);
         return make(0, std::max(-x.lo, x.hi));
-      case OpKind::kFloor: r = make(std::floor(x.lo), std::floor(x.hi)); break;
-      case OpKind::kCeil: r = make(std::ceil(x.lo), std::ceil(x.hi)); break;
-      case OpKind::kRound: r = make(std::nearbyint(x.lo), std::nearbyint(x.hi)); break;  // monotone
-      default: return unknown();
+      case OpKind::kFloor:
+        r = make(std::floor(x.lo), std::floor(x.hi));
+        break;
+      case OpKind::kCeil:
+        r = make(std::ceil(x.lo), std::ceil(x.hi));
+        break;
+      case OpKind::kRound:
+        r = make(std::nearbyint(x.lo), std::nearbyint(x.hi));
+        break;  // monotone
+      default:
+        return unknown();
     }
     r.exact = x.exact;  // an integer stays itself
     return r;
@@ -355,7 +385,8 @@ class Walker {
       for (int64_t i : *idx) {
         if (i < 0) i += len;
         if (i < 0 || i >= len) return std::nullopt;
-        for (int64_t k = 0; k < inner; ++k) out.push_back(data->e[size_t((o * len + i) * inner + k)]);
+        for (int64_t k = 0; k < inner; ++k)
+          out.push_back(data->e[size_t((o * len + i) * inner + k)]);
       }
     }
     if (int64_t(out.size()) != numel(shape)) return std::nullopt;
@@ -427,7 +458,8 @@ class Walker {
 
 }  // namespace
 
-std::optional<std::vector<ElementRange>> value_range(const ir::Graph& g, int v, const ir::SymbolRanges* ranges) {
+std::optional<std::vector<ElementRange>> value_range(const ir::Graph& g, int v,
+                                                     const ir::SymbolRanges* ranges) {
   return Walker(g, ranges).walk(v);
 }
 

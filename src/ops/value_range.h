@@ -1,7 +1,8 @@
 // Value ranges of small tensors computed at run time (Resize's sizes or scales, Pad's pads when
 // float math on a shape makes them): per element an interval over the profiles' symbol ranges, by
 // interval arithmetic along the value's producers, and the element as a dim where shape math
-// knows it exactly. Ops whose output size such a tensor decides bound their data-dependent dims by it.
+// knows it exactly. Ops whose output size such a tensor decides bound their data-dependent dims by
+// it.
 #pragma once
 
 #include <optional>
@@ -13,7 +14,8 @@ namespace kiln::ops {
 
 struct ElementRange {
   std::optional<ir::Dim> exact;  // the element as a formula, where shape math knows it
-  double lo = -1.0 / 0.0, hi = 1.0 / 0.0;  // every value it takes over the symbol ranges lies within
+  double lo = -1.0 / 0.0,
+         hi = 1.0 / 0.0;  // every value it takes over the symbol ranges lies within
 };
 
 // The elements of value `v` of `g` in row-major order. Walks producers of small tensors of constant

@@ -72,8 +72,9 @@ Status validate_backend_sections(const Plan& plan) {
 Status check_format_version(uint32_t version) {
   if (version >= kOldestReadableFormatVersion && version <= kFormatVersion) return ok_status();
   const std::string what = "engine file format version " + std::to_string(version);
-  const std::string ours = "this kiln reads versions " + std::to_string(kOldestReadableFormatVersion) +
-                           " to " + std::to_string(kFormatVersion);
+  const std::string ours = "this kiln reads versions " +
+                           std::to_string(kOldestReadableFormatVersion) + " to " +
+                           std::to_string(kFormatVersion);
   if (version < kOldestReadableFormatVersion) {
     return invalid_argument(what + " was written by an older kiln; " + ours +
                             ": rebuild the engine from the ONNX model");
@@ -304,8 +305,8 @@ StatusOr<Plan> deserialize(std::span<const uint8_t> bytes, std::span<const uint3
                               "kiln");
     }
   }
-  KILN_ASSIGN_OR_RETURN(plan.graph,
-                        detail::read_graph(payload(kSectionGraph), payload(kSectionWeights), h.format_version));
+  KILN_ASSIGN_OR_RETURN(plan.graph, detail::read_graph(payload(kSectionGraph),
+                                                       payload(kSectionWeights), h.format_version));
   KILN_RETURN_IF_ERROR(detail::read_meta(payload(kSectionMeta), &plan, h.format_version));
   KILN_RETURN_IF_ERROR(detail::read_nodes(payload(kSectionNode), &plan));
   KILN_RETURN_IF_ERROR(detail::validate_plan(plan, "engine file is corrupted: "));

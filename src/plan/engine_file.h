@@ -3,8 +3,9 @@
 //
 // Format version 7 (versions 3 to 6 are still read: 3's node records end at attrs, and only 7's
 // have guards; META gains data-dependent dims in 5, shape-value inputs in 6, and the lower
-// bounds of data-dependent dims in 7: plan.h says what each loads as). Every integer is little-endian with the size given; f32 is IEEE bits as u32.
-// str = u64 byte count + bytes. A "count" is a u64. Offsets are from the start of the file.
+// bounds of data-dependent dims in 7: plan.h says what each loads as). Every integer is
+// little-endian with the size given; f32 is IEEE bits as u32. str = u64 byte count + bytes. A
+// "count" is a u64. Offsets are from the start of the file.
 //
 //   header   magic "KILNENG\0" (8 bytes), format_version u32 (= plan::kFormatVersion),
 //            kiln_version str, device u32 (0 cpu, 1 cuda), builder_flags u32, model_hash u64,

@@ -32,19 +32,23 @@ StatusOr<std::vector<LoopRegion>> find_loops(const ir::Graph& g) {
     if (kind_of(end) != ops::OpKind::kLoopEnd) continue;
     const auto layout = ops::LoopEndLayout::of(end.inputs.size(), end.outputs.size());
     if (!layout) {
-      return invalid_model(end.describe() + ": a kiln::LoopEnd cannot take " + std::to_string(end.inputs.size()) +
-                           " inputs for " + std::to_string(end.outputs.size()) + " outputs");
+      return invalid_model(end.describe() + ": a kiln::LoopEnd cannot take " +
+                           std::to_string(end.inputs.size()) + " inputs for " +
+                           std::to_string(end.outputs.size()) + " outputs");
     }
-    const std::vector<int> tail(end.inputs.begin() + std::ptrdiff_t(layout->begin_outputs()), end.inputs.end());
-    const int b = tail[0] >= 0 && size_t(tail[0]) < producer.size() ? producer[size_t(tail[0])] : -1;
+    const std::vector<int> tail(end.inputs.begin() + std::ptrdiff_t(layout->begin_outputs()),
+                                end.inputs.end());
+    const int b =
+        tail[0] >= 0 && size_t(tail[0]) < producer.size() ? producer[size_t(tail[0])] : -1;
     if (b < 0 || b >= int(e) || kind_of(g.nodes[size_t(b)]) != ops::OpKind::kLoopBegin ||
         g.nodes[size_t(b)].outputs != tail) {
       return invalid_model(end.describe() + ": its last " + std::to_string(tail.size()) +
                            " inputs are not the outputs of one kiln::LoopBegin before it");
     }
     if (end_of[size_t(b)] >= 0) {
-      return invalid_model(g.nodes[size_t(b)].describe() + " is closed by two kiln::LoopEnd nodes, " +
-                           g.nodes[size_t(end_of[size_t(b)])].describe() + " and " + end.describe());
+      return invalid_model(
+          g.nodes[size_t(b)].describe() + " is closed by two kiln::LoopEnd nodes, " +
+          g.nodes[size_t(end_of[size_t(b)])].describe() + " and " + end.describe());
     }
     end_of[size_t(b)] = int(e);
   }
@@ -60,7 +64,8 @@ StatusOr<std::vector<LoopRegion>> find_loops(const ir::Graph& g) {
     if (!open.empty()) {
       const LoopRegion& outer = loops[size_t(open.back())];
       if (outer.end < loops[r].end) {
-        return invalid_model(g.nodes[size_t(loops[r].begin)].describe() + " begins inside the loop of " +
+        return invalid_model(g.nodes[size_t(loops[r].begin)].describe() +
+                             " begins inside the loop of " +
                              g.nodes[size_t(outer.begin)].describe() + " but ends after it");
       }
       loops[r].parent = open.back();
@@ -90,8 +95,9 @@ StatusOr<std::vector<LoopRegion>> find_loops(const ir::Graph& g) {
       for (int v : reads) {
         const int p = v >= 0 && size_t(v) < producer.size() ? producer[size_t(v)] : -1;
         if (p >= r.begin && p < r.end) {
-          return invalid_model(node.describe() + " reads '" + g.values[size_t(v)].name + "', computed in the loop of " +
-                               g.nodes[size_t(r.begin)].describe() + ", from outside that loop");
+          return invalid_model(node.describe() + " reads '" + g.values[size_t(v)].name +
+                               "', computed in the loop of " + g.nodes[size_t(r.begin)].describe() +
+                               ", from outside that loop");
         }
       }
     }
@@ -102,13 +108,14 @@ StatusOr<std::vector<LoopRegion>> find_loops(const ir::Graph& g) {
 std::vector<int> loop_of_nodes(const ir::Graph& g, const std::vector<LoopRegion>& loops) {
   std::vector<int> of(g.nodes.size(), -1);
   for (size_t r = 0; r < loops.size(); ++r) {  // outer loops first: inner ones overwrite
-    for (int n = loops[r].begin; n <= loops[r].end && size_t(n) < of.size(); ++n) of[size_t(n)] = int(r);
+    for (int n = loops[r].begin; n <= loops[r].end && size_t(n) < of.size(); ++n)
+      of[size_t(n)] = int(r);
   }
   return of;
 }
 
-void extend_over_loops(const ir::Graph& g, const std::vector<LoopRegion>& loops, const std::function<int(int)>& root,
-                       std::vector<int>* last) {
+void extend_over_loops(const ir::Graph& g, const std::vector<LoopRegion>& loops,
+                       const std::function<int(int)>& root, std::vector<int>* last) {
   const std::vector<int> producer = producers(g);
   for (const LoopRegion& r : loops) {
     for (int n = r.begin + 1; n <= r.end; ++n) {
@@ -118,7 +125,8 @@ void extend_over_loops(const ir::Graph& g, const std::vector<LoopRegion>& loops,
       for (int v : reads) {
         if (v < 0) continue;
         const int rv = root(v);
-        if (producer[size_t(rv)] < r.begin) (*last)[size_t(rv)] = std::max((*last)[size_t(rv)], r.end);
+        if (producer[size_t(rv)] < r.begin)
+          (*last)[size_t(rv)] = std::max((*last)[size_t(rv)], r.end);
       }
     }
   }

@@ -43,7 +43,7 @@ std::vector<int> loop_of_nodes(const ir::Graph& g, const std::vector<LoopRegion>
 // `last[root(v)]`, the position of the last node reading value v's bytes, raised to a loop's
 // LoopEnd for every value computed before its LoopBegin that a node of the loop reads: each
 // iteration reads it again.
-void extend_over_loops(const ir::Graph& g, const std::vector<LoopRegion>& loops, const std::function<int(int)>& root,
-                       std::vector<int>* last);
+void extend_over_loops(const ir::Graph& g, const std::vector<LoopRegion>& loops,
+                       const std::function<int(int)>& root, std::vector<int>* last);
 
 }  // namespace kiln::plan

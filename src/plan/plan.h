@@ -43,7 +43,7 @@ struct Profile {
 struct ShapeValueInput {
   std::string name;                  // the engine input
   std::vector<std::string> symbols;  // per element: the symbol it binds, or "" where fixed holds it
-  Tensor fixed;                      // the input's dtype and shape: the fixed elements' values, others 0
+  Tensor fixed;  // the input's dtype and shape: the fixed elements' values, others 0
 };
 
 enum class Storage : uint8_t {
@@ -52,7 +52,7 @@ enum class Storage : uint8_t {
   kSymbolic = 2,    // a small integer tensor evaluated from its formulas each time shapes change
   kActivation = 3,  // a slot of the activation arena
   kOutput = 4,      // written straight into the caller's output buffer
-  kAlias = 5,       // a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the bytes of `alias_of`
+  kAlias = 5,  // a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the bytes of `alias_of`
 };
 
 struct ValuePlan {
@@ -94,9 +94,9 @@ struct Plan {
   // graph.nodes are the nodes that run, in order; graph.inputs/outputs are the IO tensors.
   // Every value a node touches has a shape (formulas), and constants carry their data.
   ir::Graph graph;
-  std::vector<ValuePlan> values;          // parallel to graph.values
-  std::vector<NodePlan> nodes;            // parallel to graph.nodes: implementation, tactic, precision
-  std::vector<ir::Dim> slot_bytes;        // size in bytes of each arena slot, as a formula
+  std::vector<ValuePlan> values;    // parallel to graph.values
+  std::vector<NodePlan> nodes;      // parallel to graph.nodes: implementation, tactic, precision
+  std::vector<ir::Dim> slot_bytes;  // size in bytes of each arena slot, as a formula
   std::vector<Profile> profiles;
   // Dims only tensor data decides (NonZero's count), in the order their nodes run: each is a
   // symbol of the graph's shapes that the runtime binds once its node has run, and each profile

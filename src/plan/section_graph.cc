@@ -97,7 +97,8 @@ class GraphWriter {
           w.u8(gd.when ? 1 : 0);
         }
       } else if (!n.guards.empty()) {
-        return invalid_argument("cannot save plan: " + n.describe() + " runs in an If's branch, which format " +
+        return invalid_argument("cannot save plan: " + n.describe() +
+                                " runs in an If's branch, which format " +
                                 std::to_string(version_) + " cannot record");
       }
     }
@@ -186,7 +187,8 @@ class GraphWriter {
 // Reads a graph from GRPH, copying its tensors' bytes out of WGTS.
 class GraphReader {
  public:
-  GraphReader(std::span<const uint8_t> weights, uint32_t version) : weights_(weights), version_(version) {}
+  GraphReader(std::span<const uint8_t> weights, uint32_t version)
+      : weights_(weights), version_(version) {}
 
   // Format 4: what a fused node stands for, each op type once with a count of at least 1.
   Status read_replaced(ByteReader& r, ir::Node* n) {

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "core/checked.h"
-
 #include "plan/sections.h"
 
 namespace kiln::plan::detail {
@@ -185,22 +184,28 @@ Status write_meta(const Plan& p, ByteWriter& w, uint32_t version) {
   }
 
   if (version < 5) {
-    if (!p.data_dependent.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no data-dependent dims");
+    if (!p.data_dependent.empty())
+      return invalid_argument("cannot save plan: format " + std::to_string(version) +
+                              " has no data-dependent dims");
     return ok_status();
   }
   w.u64(p.data_dependent.size());
   for (const ir::DataDependentDim& d : p.data_dependent) {
     w.str(d.symbol);
-    KILN_RETURN_IF_ERROR(write_dims(w, {d.bound}, "the bound of data-dependent dim '" + d.symbol + "'"));
+    KILN_RETURN_IF_ERROR(
+        write_dims(w, {d.bound}, "the bound of data-dependent dim '" + d.symbol + "'"));
     if (version >= 7) {
-      KILN_RETURN_IF_ERROR(write_dims(w, {d.lower}, "the lower bound of data-dependent dim '" + d.symbol + "'"));
+      KILN_RETURN_IF_ERROR(
+          write_dims(w, {d.lower}, "the lower bound of data-dependent dim '" + d.symbol + "'"));
     } else if (d.lower != ir::Dim(0)) {
       return invalid_argument("cannot save plan: format " + std::to_string(version) +
                               " has no lower bounds of data-dependent dims");
     }
   }
   if (version < 6) {
-    if (!p.shape_values.empty()) return invalid_argument("cannot save plan: format " + std::to_string(version) + " has no shape-value inputs");
+    if (!p.shape_values.empty())
+      return invalid_argument("cannot save plan: format " + std::to_string(version) +
+                              " has no shape-value inputs");
     return ok_status();
   }
   for (const Profile& prof : p.profiles) write_ranges(w, prof.values);
@@ -252,15 +257,20 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
       ir::DataDependentDim d;
       KILN_ASSIGN_OR_RETURN(d.symbol, r.str());
       KILN_ASSIGN_OR_RETURN(auto bound, read_dims(r, "the bound of a data-dependent dim"));
-      if (bound.size() != 1) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " + std::to_string(bound.size()) + " bounds");
+      if (bound.size() != 1)
+        return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " +
+                           std::to_string(bound.size()) + " bounds");
       d.bound = bound[0];
       if (version >= 7) {
         KILN_ASSIGN_OR_RETURN(auto lower, read_dims(r, "the lower bound of a data-dependent dim"));
-        if (lower.size() != 1) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " + std::to_string(lower.size()) + " lower bounds");
+        if (lower.size() != 1)
+          return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' has " +
+                             std::to_string(lower.size()) + " lower bounds");
         d.lower = lower[0];
       }
       for (const auto& e : p->data_dependent) {
-        if (e.symbol == d.symbol) return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' is listed twice");
+        if (e.symbol == d.symbol)
+          return r.corrupted("data-dependent dim '" + clip(d.symbol) + "' is listed twice");
       }
       p->data_dependent.push_back(std::move(d));
     }
@@ -280,21 +290,26 @@ Status read_meta(std::span<const uint8_t> bytes, Plan* p, uint32_t version) {
       }
       KILN_ASSIGN_OR_RETURN(uint8_t code, r.u8());
       if (!known_dtype_code(code) || dtype_size(DType(code)) == 0) {
-        return r.corrupted("shape-value input '" + clip(sv.name) + "' has dtype code " + std::to_string(code));
+        return r.corrupted("shape-value input '" + clip(sv.name) + "' has dtype code " +
+                           std::to_string(code));
       }
       KILN_ASSIGN_OR_RETURN(size_t rank, r.count(8, "shape-value dims"));
       Shape shape(rank);
       for (int64_t& d : shape) {
         KILN_ASSIGN_OR_RETURN(d, r.i64());
-        if (d < 0 || d > (int64_t(1) << 20)) return r.corrupted("shape-value input '" + clip(sv.name) + "' has dim " + std::to_string(d));
+        if (d < 0 || d > (int64_t(1) << 20))
+          return r.corrupted("shape-value input '" + clip(sv.name) + "' has dim " +
+                             std::to_string(d));
       }
       auto numel = checked_numel(shape);
-      if (!numel || *numel > (int64_t(1) << 20)) return r.corrupted("shape-value input '" + clip(sv.name) + "' is too large");
+      if (!numel || *numel > (int64_t(1) << 20))
+        return r.corrupted("shape-value input '" + clip(sv.name) + "' is too large");
       KILN_ASSIGN_OR_RETURN(std::string bytes, r.str());
       KILN_ASSIGN_OR_RETURN(sv.fixed, Tensor::zeros(DType(code), shape));
       if (bytes.size() != sv.fixed.nbytes()) {
-        return r.corrupted("shape-value input '" + clip(sv.name) + "' holds " + std::to_string(bytes.size()) +
-                           " bytes for shape " + shape_to_string(shape));
+        return r.corrupted("shape-value input '" + clip(sv.name) + "' holds " +
+                           std::to_string(bytes.size()) + " bytes for shape " +
+                           shape_to_string(shape));
       }
       if (!bytes.empty()) std::memcpy(sv.fixed.data(), bytes.data(), bytes.size());
     }
@@ -332,7 +347,8 @@ Status read_nodes(std::span<const uint8_t> bytes, Plan* p) {
     KILN_ASSIGN_OR_RETURN(np.layout, r.str());
     KILN_ASSIGN_OR_RETURN(int64_t ws, r.i64());
     if (ws < -1 || ws > INT32_MAX) {
-      return r.corrupted("node plan " + std::to_string(i) + " has workspace slot " + std::to_string(ws));
+      return r.corrupted("node plan " + std::to_string(i) + " has workspace slot " +
+                         std::to_string(ws));
     }
     np.workspace_slot = int(ws);
   }

@@ -37,7 +37,8 @@ Status write_dims(ByteWriter& w, const std::vector<ir::Dim>& dims, const std::st
 StatusOr<std::vector<ir::Dim>> read_dims(ByteReader& r, const std::string& owner);
 
 // GRPH and WGTS are written together: every tensor record in GRPH points into WGTS.
-// `version` is the format written: kiln writes kFormatVersion; tests write 3 to check it still loads.
+// `version` is the format written: kiln writes kFormatVersion; tests write 3 to check it still
+// loads.
 Status write_graph(const ir::Graph& g, ByteWriter& graph, ByteWriter& weights,
                    uint32_t version = kFormatVersion);
 // `version`: the file's format version (3 has no `replaced` in node records).

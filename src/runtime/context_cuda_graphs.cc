@@ -1,8 +1,8 @@
 // ExecutionContext's CUDA graphs: the cache of captured runs (one per shapes, addresses and
 // stream), and batch buckets, which run a batch padded to its bucket so a few graphs serve all.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,16 +10,17 @@
 #include <set>
 
 #include "core/checked.h"
-#include "runtime/engine.h"
 #include "ops/loop_end.h"
 #include "plan/loops.h"
+#include "runtime/engine.h"
 #include "runtime/engine_data.h"
 
 namespace kiln {
 
 void ExecutionContext::set_cuda_graph_cache_capacity(size_t capacity) {
   graph_capacity_ = capacity;
-  while (graphs_.size() > graph_capacity_) (void)evict_oldest_graph();  // a setter has no one to report to
+  while (graphs_.size() > graph_capacity_)
+    (void)evict_oldest_graph();  // a setter has no one to report to
 }
 
 void ExecutionContext::release_graph(CachedGraph& c) {
@@ -110,20 +111,27 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
                             std::string(device_name(data_->plan.device)) + " backend has none");
   }
   if (!data_->plan.data_dependent.empty()) {
-    return invalid_argument("batch buckets: this engine has data-dependent sizes, whose runs use no CUDA graph");
+    return invalid_argument(
+        "batch buckets: this engine has data-dependent sizes, whose runs use no CUDA graph");
   }
   if (!data_->plan.shape_values.empty()) {
-    return invalid_argument("batch buckets: this engine has shape-value inputs, which padding would not follow");
+    return invalid_argument(
+        "batch buckets: this engine has shape-value inputs, which padding would not follow");
   }
   if (data_->has_guards) {
-    return invalid_argument("batch buckets: this engine has an If on data, whose runs use no CUDA graph");
+    return invalid_argument(
+        "batch buckets: this engine has an If on data, whose runs use no CUDA graph");
   }
   if (!data_->loops.empty()) {
-    return invalid_argument("batch buckets: this engine has a loop that runs at run time, whose runs use no CUDA graph");
+    return invalid_argument(
+        "batch buckets: this engine has a loop that runs at run time, whose runs use no CUDA "
+        "graph");
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
-  if (buckets.front() < 1) return invalid_argument("batch buckets must be positive, got " + std::to_string(buckets.front()));
+  if (buckets.front() < 1)
+    return invalid_argument("batch buckets must be positive, got " +
+                            std::to_string(buckets.front()));
   // The batch: the symbol every input's dim 0 is, alone.
   std::string batch;
   for (int i = 0; i < data_->num_inputs; ++i) {
@@ -131,9 +139,11 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
     const auto& bind = data_->input_bindings[i];
     if (bind.empty() || bind[0].fixed || bind[0].coeff != 1 || bind[0].offset != 0 ||
         (!batch.empty() && bind[0].symbol != batch)) {
-      return invalid_argument("batch buckets: input '" + name + "' dim 0 is " +
-                              (bind.empty() ? std::string("absent (a scalar)") : (*g.values[data_->io_values[i]].shape)[0].to_string()) +
-                              ", not the batch every input starts with" + (batch.empty() ? "" : " (" + batch + ")"));
+      return invalid_argument(
+          "batch buckets: input '" + name + "' dim 0 is " +
+          (bind.empty() ? std::string("absent (a scalar)")
+                        : (*g.values[data_->io_values[i]].shape)[0].to_string()) +
+          ", not the batch every input starts with" + (batch.empty() ? "" : " (" + batch + ")"));
     }
     batch = bind[0].symbol;
   }
@@ -146,21 +156,25 @@ Status ExecutionContext::set_batch_buckets(std::vector<int64_t> buckets) {
     const ir::Value& v = g.values[data_->io_values[i]];
     const bool output = i >= size_t(data_->num_inputs);
     if (output && (v.shape->empty() || !((*v.shape)[0] == ir::Dim::symbol(batch)))) {
-      return invalid_argument("batch buckets: output '" + v.name + "' " + ir::dims_to_string(*v.shape) +
-                              " does not start with the batch " + batch + ", so its rows cannot be sliced back");
+      return invalid_argument("batch buckets: output '" + v.name + "' " +
+                              ir::dims_to_string(*v.shape) + " does not start with the batch " +
+                              batch + ", so its rows cannot be sliced back");
     }
     if (names_batch(*v.shape, 1)) {
-      return invalid_argument("batch buckets: " + std::string(output ? "output" : "input") + " '" + v.name + "' " +
-                              ir::dims_to_string(*v.shape) + " depends on the batch " + batch + " past dim 0");
+      return invalid_argument("batch buckets: " + std::string(output ? "output" : "input") + " '" +
+                              v.name + "' " + ir::dims_to_string(*v.shape) +
+                              " depends on the batch " + batch + " past dim 0");
     }
   }
   for (const ir::Node& node : g.nodes) {
     bool in = false, out = false;
-    for (int v : node.inputs) in = in || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
-    for (int v : node.outputs) out = out || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
+    for (int v : node.inputs)
+      in = in || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
+    for (int v : node.outputs)
+      out = out || (v >= 0 && g.values[v].shape && names_batch(*g.values[v].shape, 0));
     if (in && !out && !node.outputs.empty()) {
-      return invalid_argument("batch buckets: " + node.describe() + " reduces across the batch " + batch +
-                              ", so padded rows would change its result");
+      return invalid_argument("batch buckets: " + node.describe() + " reduces across the batch " +
+                              batch + ", so padded rows would change its result");
     }
   }
   buckets_ = std::move(buckets);
@@ -231,13 +245,18 @@ Status ExecutionContext::enqueue_bucketed(void* stream, bool* ran) {
     io_address_[i] = bucket_buffers_[i];
     if (i < size_t(data_->num_inputs)) {
       const size_t real = row * size_t(batch);
-      if (real) st = b->copy(bucket_buffers_[i], caller[i], real, backends::CopyKind::kDeviceToDevice, stream);
-      if (st.ok() && bytes > real) st = b->fill_zero(static_cast<char*>(bucket_buffers_[i]) + real, bytes - real, stream);
+      if (real)
+        st = b->copy(bucket_buffers_[i], caller[i], real, backends::CopyKind::kDeviceToDevice,
+                     stream);
+      if (st.ok() && bytes > real)
+        st = b->fill_zero(static_cast<char*>(bucket_buffers_[i]) + real, bytes - real, stream);
     }
   }
   if (st.ok()) st = enqueue_graph(stream);
   for (size_t i = data_->num_inputs; i < io_address_.size() && st.ok(); ++i) {
-    if (out_bytes[i]) st = b->copy(caller[i], bucket_buffers_[i], out_bytes[i], backends::CopyKind::kDeviceToDevice, stream);
+    if (out_bytes[i])
+      st = b->copy(caller[i], bucket_buffers_[i], out_bytes[i], backends::CopyKind::kDeviceToDevice,
+                   stream);
   }
   restore();
   if (st.ok()) *ran = true;

@@ -2,8 +2,8 @@
 // engine's symbols, every value's shape resolved from its formula and the arena laid out for them,
 // and the data-dependent dims bound as the run learns them (execution_context.cc runs).
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,10 +11,10 @@
 #include <set>
 
 #include "core/checked.h"
-#include "runtime/engine.h"
 #include "ops/loop_end.h"
 #include "plan/loops.h"
 #include "runtime/arena.h"
+#include "runtime/engine.h"
 #include "runtime/engine_data.h"
 
 namespace kiln {
@@ -44,8 +44,8 @@ std::string values_text(const Tensor& t) {
 Status ExecutionContext::set_optimization_profile(int profile) {
   int n = int(data_->plan.profiles.size());
   if (profile < 0 || profile >= std::max(n, 1)) {
-    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
-                            std::to_string(n) + " profile(s)");
+    return invalid_argument("profile " + std::to_string(profile) +
+                            " does not exist; the engine has " + std::to_string(n) + " profile(s)");
   }
   profile_ = profile;
   pinned_ = true;
@@ -64,11 +64,11 @@ Status ExecutionContext::check_in_profile(int io, const Shape& shape, int p) con
   for (size_t d = 0; d < shape.size(); ++d) {
     if (data_->input_bindings[io][d].fixed) continue;
     if (shape[d] < range->min[d] || shape[d] > range->max[d]) {
-      return invalid_argument("input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() +
-                              ") = " + std::to_string(shape[d]) + " is outside the range [" +
-                              std::to_string(range->min[d]) + ", " + std::to_string(range->max[d]) +
-                              "] of optimization profile " + std::to_string(p) + " (shape given: " +
-                              shape_str(shape) + ")");
+      return invalid_argument("input '" + name + "' dim " + std::to_string(d) + " (" +
+                              (*val.shape)[d].to_string() + ") = " + std::to_string(shape[d]) +
+                              " is outside the range [" + std::to_string(range->min[d]) + ", " +
+                              std::to_string(range->max[d]) + "] of optimization profile " +
+                              std::to_string(p) + " (shape given: " + shape_str(shape) + ")");
     }
   }
   return ok_status();
@@ -88,7 +88,8 @@ Status ExecutionContext::choose_profile() {
       for (const auto& r : profiles[size_t(p)].inputs) {
         if (r.name != name) continue;
         for (size_t d = 0; d < r.opt.size() && d < input_shapes_[i].size(); ++d) {
-          distance += std::abs(double(input_shapes_[i][d] - r.opt[d])) / double(std::max<int64_t>(r.opt[d], 1));
+          distance += std::abs(double(input_shapes_[i][d] - r.opt[d])) /
+                      double(std::max<int64_t>(r.opt[d], 1));
         }
       }
     }
@@ -117,16 +118,17 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
   const auto& bindings = data_->input_bindings[io];
   const ir::Value& val = data_->plan.graph.values[data_->io_values[io]];
   if (shape.size() != bindings.size()) {
-    return invalid_argument("input '" + name + "' has rank " + std::to_string(bindings.size()) + " " +
-                            ir::dims_to_string(*val.shape) + ", but the shape given, " + shape_str(shape) +
-                            ", has rank " + std::to_string(shape.size()));
+    return invalid_argument("input '" + name + "' has rank " + std::to_string(bindings.size()) +
+                            " " + ir::dims_to_string(*val.shape) + ", but the shape given, " +
+                            shape_str(shape) + ", has rank " + std::to_string(shape.size()));
   }
   const int n_profiles = int(data_->plan.profiles.size());
   const bool choose = !pinned_ && n_profiles > 1;
   if (n_profiles > 0 && !choose) KILN_RETURN_IF_ERROR(check_in_profile(io, shape, profile_));
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto& b = bindings[d];
-    std::string where = "input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() + ")";
+    std::string where =
+        "input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() + ")";
     if (b.fixed) {
       if (shape[d] != b.value) {
         return invalid_argument(where + " is fixed at " + std::to_string(b.value) + ", got " +
@@ -140,9 +142,10 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
       int64_t below = shape[d] - b.offset;
       below = below / b.coeff * b.coeff - (below < 0 ? b.coeff : 0) + b.offset;
       return invalid_argument(where + " = " + std::to_string(shape[d]) + " is not of the form " +
-                              (*val.shape)[d].to_string() + " for an integer " + b.symbol + ": it moves in steps of " +
-                              std::to_string(b.coeff) + " (the nearest values are " + std::to_string(below) +
-                              " and " + std::to_string(below + b.coeff) + ")");
+                              (*val.shape)[d].to_string() + " for an integer " + b.symbol +
+                              ": it moves in steps of " + std::to_string(b.coeff) +
+                              " (the nearest values are " + std::to_string(below) + " and " +
+                              std::to_string(below + b.coeff) + ")");
     }
   }
   if (choose) {
@@ -155,8 +158,9 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
       if (!fits) ranges += "\n  " + st.message();
     }
     if (!fits) {
-      return invalid_argument("input '" + name + "' shape " + shape_str(shape) + " fits none of the engine's " +
-                              std::to_string(n_profiles) + " optimization profiles:" + ranges);
+      return invalid_argument("input '" + name + "' shape " + shape_str(shape) +
+                              " fits none of the engine's " + std::to_string(n_profiles) +
+                              " optimization profiles:" + ranges);
     }
   }
   input_shapes_[io] = shape;
@@ -174,9 +178,11 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
 Status ExecutionContext::resolve() {
   std::string unset;
   for (int i = 0; i < data_->num_inputs; ++i) {
-    if (!input_set_[i]) unset += (unset.empty() ? "" : ", ") + data_->plan.graph.values[data_->io_values[i]].name;
+    if (!input_set_[i])
+      unset += (unset.empty() ? "" : ", ") + data_->plan.graph.values[data_->io_values[i]].name;
   }
-  if (!unset.empty()) return invalid_argument("input shape(s) not set: " + unset + "; call set_input_shape first");
+  if (!unset.empty())
+    return invalid_argument("input shape(s) not set: " + unset + "; call set_input_shape first");
   // An unpinned context re-checks the choice: a set_input_shape that found no profile for the
   // whole set of shapes failed, but left the shape it was given.
   if (!pinned_ && data_->plan.profiles.size() > 1) KILN_RETURN_IF_ERROR(choose_profile());
@@ -193,8 +199,9 @@ Status ExecutionContext::resolve() {
       std::string where = "input '" + name + "' dim " + std::to_string(d);
       auto [it, inserted] = symbols_.emplace(b.symbol, v);
       if (!inserted && it->second != v) {
-        return invalid_argument(where + " implies " + b.symbol + " = " + std::to_string(v) + ", but " +
-                                bound_by[b.symbol] + " implies " + b.symbol + " = " + std::to_string(it->second));
+        return invalid_argument(where + " implies " + b.symbol + " = " + std::to_string(v) +
+                                ", but " + bound_by[b.symbol] + " implies " + b.symbol + " = " +
+                                std::to_string(it->second));
       }
       bound_by.emplace(b.symbol, where);
     }
@@ -219,14 +226,16 @@ Status ExecutionContext::resolve() {
     for (const auto& d : *val.shape) {
       auto x = value_or_upper(d, symbols_, ranges_);
       if (!x || *x < 0) {
-        return internal_error("cannot evaluate dim " + d.to_string() + " of '" + val.name + "' for the given input shapes");
+        return internal_error("cannot evaluate dim " + d.to_string() + " of '" + val.name +
+                              "' for the given input shapes");
       }
       s.push_back(*x);
     }
     // Checked here once so every later numel * dtype_size of this shape is known not to wrap.
     auto numel = checked_numel(s);
     if (!numel || !checked_mul(*numel, int64_t(dtype_size(val.dtype)))) {
-      return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) + " is too large");
+      return invalid_argument("tensor '" + val.name + "' of shape " + shape_str(s) +
+                              " is too large");
     }
     shapes_[v] = std::move(s);
   }
@@ -238,7 +247,8 @@ Status ExecutionContext::resolve() {
   size_t total = 0;
   for (size_t k = 0; k < slots.size(); ++k) {
     auto bytes = value_or_upper(slots[k], symbols_, ranges_);
-    if (!bytes || *bytes < 0) return internal_error("cannot evaluate arena slot " + std::to_string(k));
+    if (!bytes || *bytes < 0)
+      return internal_error("cannot evaluate arena slot " + std::to_string(k));
     slot_offset_[k] = total;
     slot_size_[k] = size_t(*bytes);
     size_t aligned = (size_t(*bytes) + kAlign - 1) / kAlign * kAlign;
@@ -253,8 +263,8 @@ Status ExecutionContext::resolve() {
     drop_graphs(true);
     auto p = backend->allocate(std::max<size_t>(total, kAlign));
     if (!p.ok()) {
-      return out_of_memory("cannot allocate " + std::to_string(total) + " bytes of activation memory: " +
-                           p.status().message());
+      return out_of_memory("cannot allocate " + std::to_string(total) +
+                           " bytes of activation memory: " + p.status().message());
     }
     if (arena_) backend->deallocate(arena_);
     arena_ = *p;
@@ -272,7 +282,8 @@ Status ExecutionContext::resolve() {
       sym_total += align_up(slot_size_[slot]);
     }
     // A direct run still in flight may read them (graphs read their own copies).
-    if (kernel_stream_ && sym_in_flight_) KILN_RETURN_IF_ERROR(backend->synchronize(kernel_stream_));
+    if (kernel_stream_ && sym_in_flight_)
+      KILN_RETURN_IF_ERROR(backend->synchronize(kernel_stream_));
     sym_in_flight_ = false;
     if (sym_total > sym_capacity_) {
       KILN_ASSIGN_OR_RETURN(void* p, backend->allocate_host(sym_total));
@@ -317,16 +328,33 @@ Status ExecutionContext::write_symbolic(size_t v) {
   }
   for (size_t i = 0; i < val.sym_value->size(); ++i) {
     auto x = (*val.sym_value)[i].eval(symbols_);
-    if (!x) return internal_error("cannot evaluate element " + std::to_string(i) + " of '" + val.name + "'");
+    if (!x)
+      return internal_error("cannot evaluate element " + std::to_string(i) + " of '" + val.name +
+                            "'");
     switch (val.dtype) {
-      case DType::kInt64: reinterpret_cast<int64_t*>(dst)[i] = *x; break;
-      case DType::kInt32: reinterpret_cast<int32_t*>(dst)[i] = int32_t(*x); break;
-      case DType::kBool: case DType::kUInt8: reinterpret_cast<uint8_t*>(dst)[i] = uint8_t(*x); break;
-      case DType::kInt8: reinterpret_cast<int8_t*>(dst)[i] = int8_t(*x); break;
+      case DType::kInt64:
+        reinterpret_cast<int64_t*>(dst)[i] = *x;
+        break;
+      case DType::kInt32:
+        reinterpret_cast<int32_t*>(dst)[i] = int32_t(*x);
+        break;
+      case DType::kBool:
+      case DType::kUInt8:
+        reinterpret_cast<uint8_t*>(dst)[i] = uint8_t(*x);
+        break;
+      case DType::kInt8:
+        reinterpret_cast<int8_t*>(dst)[i] = int8_t(*x);
+        break;
       // Exact float shape math (ops/elementwise.cc): integers the float holds exactly.
-      case DType::kFloat32: reinterpret_cast<float*>(dst)[i] = float(*x); break;
-      case DType::kFloat64: reinterpret_cast<double*>(dst)[i] = double(*x); break;
-      default: return internal_error("symbolic value '" + val.name + "' has dtype " + std::string(dtype_name(val.dtype)));
+      case DType::kFloat32:
+        reinterpret_cast<float*>(dst)[i] = float(*x);
+        break;
+      case DType::kFloat64:
+        reinterpret_cast<double*>(dst)[i] = double(*x);
+        break;
+      default:
+        return internal_error("symbolic value '" + val.name + "' has dtype " +
+                              std::string(dtype_name(val.dtype)));
     }
   }
   return ok_status();
@@ -343,19 +371,21 @@ Status ExecutionContext::bind_data_dependent(size_t n, void* stream) {
     if (v < 0 || !pending_[v]) continue;
     const ir::Value& val = g.values[v];
     auto actual = kernels_[n]->data_dependent_shape(o);
-    if (!actual.ok()) return Status(actual.status()).with_context(node.describe() + " output '" + val.name + "'");
-    const std::string where = node.describe() + " [" + kernels_[n]->name() + "] output '" + val.name + "'";
+    if (!actual.ok())
+      return Status(actual.status()).with_context(node.describe() + " output '" + val.name + "'");
+    const std::string where =
+        node.describe() + " [" + kernels_[n]->name() + "] output '" + val.name + "'";
     if (actual->size() != val.shape->size()) {
-      return internal_error(where + " has rank " + std::to_string(actual->size()) + ", the plan says " +
-                            ir::dims_to_string(*val.shape));
+      return internal_error(where + " has rank " + std::to_string(actual->size()) +
+                            ", the plan says " + ir::dims_to_string(*val.shape));
     }
     for (size_t d = 0; d < actual->size(); ++d) {
       const ir::Dim& f = (*val.shape)[d];
       const int64_t x = (*actual)[d];
       if (auto known = f.eval(symbols_)) {
         if (*known != x) {
-          return internal_error(where + " dim " + std::to_string(d) + " (" + f.to_string() + ") is " +
-                                std::to_string(x) + ", not " + std::to_string(*known));
+          return internal_error(where + " dim " + std::to_string(d) + " (" + f.to_string() +
+                                ") is " + std::to_string(x) + ", not " + std::to_string(*known));
         }
         continue;
       }
@@ -389,14 +419,16 @@ Status ExecutionContext::bind_data_dependent(size_t n, void* stream) {
     if (!known) continue;
     auto numel = checked_numel(s);
     if (!numel || !checked_mul(*numel, int64_t(dtype_size(val.dtype))) ||
-        size_t(*numel) * dtype_size(val.dtype) > size_t(shape_numel(shapes_[v])) * dtype_size(val.dtype)) {
-      return internal_error("value '" + val.name + "' of shape " + shape_str(s) + " is larger than its bound " +
-                            shape_str(shapes_[v]));
+        size_t(*numel) * dtype_size(val.dtype) >
+            size_t(shape_numel(shapes_[v])) * dtype_size(val.dtype)) {
+      return internal_error("value '" + val.name + "' of shape " + shape_str(s) +
+                            " is larger than its bound " + shape_str(shapes_[v]));
     }
     shapes_[v] = std::move(s);
     pending_[v] = 0;
     ready[v] = 1;
-    if (data_->plan.values[v].storage == plan::Storage::kSymbolic) KILN_RETURN_IF_ERROR(write_symbolic(v));
+    if (data_->plan.values[v].storage == plan::Storage::kSymbolic)
+      KILN_RETURN_IF_ERROR(write_symbolic(v));
   }
   for (size_t m = n; m < g.nodes.size(); ++m) {
     for (size_t i = 0; i < g.nodes[m].inputs.size(); ++i) {
@@ -423,11 +455,14 @@ Status ExecutionContext::bind_shape_values() {
     const Tensor& fixed = sv.fixed;
     const size_t nbytes = fixed.nbytes();
     if (!ptr && nbytes > 0) {
-      return invalid_argument("input '" + sv.name + "' holds shape values: bind its values in host memory "
-                              "(set_tensor_address) before shapes are resolved, or pass it to run()");
+      return invalid_argument(
+          "input '" + sv.name +
+          "' holds shape values: bind its values in host memory "
+          "(set_tensor_address) before shapes are resolved, or pass it to run()");
     }
     if (nbytes > 0 && data_->backend->is_device_pointer(ptr)) {
-      return invalid_argument("input '" + sv.name + "' holds shape values, which the run reads on the host: "
+      return invalid_argument("input '" + sv.name +
+                              "' holds shape values, which the run reads on the host: "
                               "its address is device memory; give it host memory");
     }
     const auto* bytes = static_cast<const uint8_t*>(ptr);
@@ -438,8 +473,9 @@ Status ExecutionContext::bind_shape_values() {
     for (const std::string& sym : sv.symbols) any_symbol = any_symbol || !sym.empty();
     if (!any_symbol) {
       if (nbytes && std::memcmp(bytes, fixed.data(), nbytes) != 0) {
-        return invalid_argument("input '" + sv.name + "' = " + values_text(given) + ", but the engine was built for the value " +
-                                values_text(fixed) + " (its profile fixes it); build a profile with a range of values "
+        return invalid_argument("input '" + sv.name + "' = " + values_text(given) +
+                                ", but the engine was built for the value " + values_text(fixed) +
+                                " (its profile fixes it); build a profile with a range of values "
                                 "(set_shape_values with min and max) to give others");
       }
       continue;
@@ -455,16 +491,19 @@ Status ExecutionContext::bind_shape_values() {
       const std::string where = "input '" + sv.name + "' element " + std::to_string(i);
       if (sv.symbols[i].empty()) {
         if (x != fixed.int_at(int64_t(i))) {
-          return invalid_argument(where + " = " + std::to_string(x) + ", but the engine's profiles fix it at " +
-                                  std::to_string(fixed.int_at(int64_t(i))) + " (values given: " + values_text(given) + ")");
+          return invalid_argument(where + " = " + std::to_string(x) +
+                                  ", but the engine's profiles fix it at " +
+                                  std::to_string(fixed.int_at(int64_t(i))) +
+                                  " (values given: " + values_text(given) + ")");
         }
         continue;
       }
       if (range && i < range->min.size() && (x < range->min[i] || x > range->max[i])) {
-        return invalid_argument(where + " (" + sv.symbols[i] + ") = " + std::to_string(x) + " is outside the range [" +
-                                std::to_string(range->min[i]) + ", " + std::to_string(range->max[i]) +
-                                "] of optimization profile " + std::to_string(profile_) + " (values given: " +
-                                values_text(given) + ")");
+        return invalid_argument(where + " (" + sv.symbols[i] + ") = " + std::to_string(x) +
+                                " is outside the range [" + std::to_string(range->min[i]) + ", " +
+                                std::to_string(range->max[i]) + "] of optimization profile " +
+                                std::to_string(profile_) + " (values given: " + values_text(given) +
+                                ")");
       }
       symbols_[sv.symbols[i]] = x;
     }
@@ -493,14 +532,16 @@ Status ExecutionContext::infer_shapes() {
 StatusOr<Shape> ExecutionContext::tensor_shape(const std::string& name) {
   KILN_ASSIGN_OR_RETURN(int io, io_index(name));
   if (io < data_->num_inputs) {
-    if (!input_set_[io]) return invalid_argument("the shape of input '" + name + "' is not set yet");
+    if (!input_set_[io])
+      return invalid_argument("the shape of input '" + name + "' is not set yet");
     return input_shapes_[io];
   }
   KILN_RETURN_IF_ERROR(infer_shapes());
   const int v = data_->io_values[io];
   if (!pending_[v]) return shapes_[v];
   Shape s;
-  for (const auto& d : *data_->plan.graph.values[v].shape) s.push_back(d.eval(symbols_).value_or(-1));
+  for (const auto& d : *data_->plan.graph.values[v].shape)
+    s.push_back(d.eval(symbols_).value_or(-1));
   return s;
 }
 

@@ -37,8 +37,8 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
       } else {
         b.fixed = false;
         if (!d.as_linear(&b.symbol, &b.coeff, &b.offset) || b.coeff <= 0) {
-          return invalid_argument("engine input '" + g.values[v].name + "' has dim " + d.to_string() +
-                                  ", which is not of the form c*symbol + k");
+          return invalid_argument("engine input '" + g.values[v].name + "' has dim " +
+                                  d.to_string() + ", which is not of the form c*symbol + k");
         }
       }
       dims.push_back(std::move(b));
@@ -49,7 +49,8 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   for (size_t k = 0; k < data->plan.shape_values.size(); ++k) {
     auto io = data->find_io(data->plan.shape_values[k].name);
     if (!io.ok() || *io >= data->num_inputs || data->shape_value_of_input[size_t(*io)] >= 0) {
-      return invalid_argument("the plan lists shape-value input '" + data->plan.shape_values[k].name +
+      return invalid_argument("the plan lists shape-value input '" +
+                              data->plan.shape_values[k].name +
                               "', which is not an engine input or is listed twice");
     }
     data->shape_value_of_input[size_t(*io)] = int(k);
@@ -64,7 +65,8 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     const ir::Value& val = g.values[v];
     data->shape_data_dependent[v] = val.shape && ir::names_data_dependent(*val.shape, dd_dims);
     data->value_data_dependent[v] =
-        data->shape_data_dependent[v] || (val.sym_value && ir::names_data_dependent(*val.sym_value, dd_dims));
+        data->shape_data_dependent[v] ||
+        (val.sym_value && ir::names_data_dependent(*val.sym_value, dd_dims));
   }
   data->node_makes_data_dependent.assign(g.nodes.size(), 0);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
@@ -75,11 +77,14 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   data->loop_growth.resize(data->loops.size());
   data->loop_values.resize(data->loops.size());
   for (size_t r = 0; r < data->loops.size(); ++r) {
-    data->loop_at_node[size_t(data->loops[r].begin)] = data->loop_at_node[size_t(data->loops[r].end)] = int(r);
+    data->loop_at_node[size_t(data->loops[r].begin)] =
+        data->loop_at_node[size_t(data->loops[r].end)] = int(r);
     const ir::Node& begin = g.nodes[size_t(data->loops[r].begin)];
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow, begin.attrs.get_ints("grow", std::vector<int64_t>{}));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> grow,
+                          begin.attrs.get_ints("grow", std::vector<int64_t>{}));
     std::set<std::string> symbols;
-    for (size_t t = 0; t + 2 < grow.size(); t += 3) {  // verify_plan ran its inference: the triples are valid
+    for (size_t t = 0; t + 2 < grow.size();
+         t += 3) {  // verify_plan ran its inference: the triples are valid
       const size_t j = size_t(grow[t]), d = size_t(grow[t + 1]);
       const ir::Dim& dim = (*g.values[size_t(begin.outputs[2 + j])].shape)[d];
       data->loop_growth[r].push_back({j, d, dim.to_string()});
@@ -88,8 +93,10 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
     for (size_t v = 0; v < g.values.size() && !symbols.empty(); ++v) {
       std::set<std::string> named;
       const ir::Value& val = g.values[v];
-      if (val.shape) for (const ir::Dim& d : *val.shape) d.collect_symbols(&named);
-      if (val.sym_value) for (const ir::Dim& d : *val.sym_value) d.collect_symbols(&named);
+      if (val.shape)
+        for (const ir::Dim& d : *val.shape) d.collect_symbols(&named);
+      if (val.sym_value)
+        for (const ir::Dim& d : *val.sym_value) d.collect_symbols(&named);
       for (const std::string& sym : symbols) {
         if (named.count(sym)) {
           data->loop_values[r].push_back(int(v));
@@ -100,7 +107,8 @@ StatusOr<std::shared_ptr<const EngineData>> make_engine_data(plan::Plan plan) {
   }
   for (const ir::Node& node : g.nodes) {
     data->has_guards = data->has_guards || !node.guards.empty();
-    data->node_selects_branch.push_back(ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch);
+    data->node_selects_branch.push_back(ops::find_op(node.domain, node.op_type) ==
+                                        ops::OpKind::kSelectBranch);
   }
   KILN_RETURN_IF_ERROR(upload_constants(*data));
   KILN_RETURN_IF_ERROR(prepare_implementations(*data));
@@ -121,7 +129,8 @@ StatusOr<Engine> Engine::load(const std::string& path) {
 }
 
 StatusOr<Engine> Engine::deserialize(std::span<const uint8_t> bytes) {
-  KILN_ASSIGN_OR_RETURN(plan::Plan plan, plan::deserialize(bytes, backends::backend_section_tags()));
+  KILN_ASSIGN_OR_RETURN(plan::Plan plan,
+                        plan::deserialize(bytes, backends::backend_section_tags()));
   KILN_ASSIGN_OR_RETURN(auto data, make_engine_data(std::move(plan)));
   return Engine(std::move(data));
 }
@@ -162,17 +171,20 @@ TensorIOMode Engine::tensor_mode(const std::string& name) const {
 
 int Engine::num_profiles() const { return int(data_->plan.profiles.size()); }
 
-StatusOr<Shape> Engine::profile_shape(const std::string& input, int profile, OptProfileSelector which) const {
+StatusOr<Shape> Engine::profile_shape(const std::string& input, int profile,
+                                      OptProfileSelector which) const {
   if (tensor_mode(input) != TensorIOMode::kINPUT) {
     return not_found("'" + input + "' is not an input of this engine");
   }
   if (profile < 0 || profile >= num_profiles()) {
-    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
-                            std::to_string(num_profiles()));
+    return invalid_argument("profile " + std::to_string(profile) +
+                            " does not exist; the engine has " + std::to_string(num_profiles()));
   }
   for (const auto& r : data_->plan.profiles[profile].inputs) {
     if (r.name == input) {
-      return which == OptProfileSelector::kMIN ? r.min : which == OptProfileSelector::kOPT ? r.opt : r.max;
+      return which == OptProfileSelector::kMIN   ? r.min
+             : which == OptProfileSelector::kOPT ? r.opt
+                                                 : r.max;
     }
   }
   return tensor_shape(input);  // a static input: its shape is its only shape
@@ -186,15 +198,18 @@ bool Engine::is_shape_inference_io(const std::string& name) const {
 StatusOr<std::vector<int64_t>> Engine::profile_tensor_values(const std::string& input, int profile,
                                                              OptProfileSelector which) const {
   if (!is_shape_inference_io(input)) {
-    return not_found("'" + input + "' is not a shape-value input of this engine (see is_shape_inference_io)");
+    return not_found("'" + input +
+                     "' is not a shape-value input of this engine (see is_shape_inference_io)");
   }
   if (profile < 0 || profile >= num_profiles()) {
-    return invalid_argument("profile " + std::to_string(profile) + " does not exist; the engine has " +
-                            std::to_string(num_profiles()));
+    return invalid_argument("profile " + std::to_string(profile) +
+                            " does not exist; the engine has " + std::to_string(num_profiles()));
   }
   for (const auto& r : data_->plan.profiles[size_t(profile)].values) {
     if (r.name == input) {
-      return which == OptProfileSelector::kMIN ? r.min : which == OptProfileSelector::kOPT ? r.opt : r.max;
+      return which == OptProfileSelector::kMIN   ? r.min
+             : which == OptProfileSelector::kOPT ? r.opt
+                                                 : r.max;
     }
   }
   return not_found("input '" + input + "' has one fixed value of a non-integer dtype, not a range");
@@ -217,20 +232,25 @@ std::vector<LayerInfo> Engine::layers() const {
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const plan::NodePlan& choice = p.nodes[n];
-    LayerInfo info{node.name, node.op_type, choice.impl, choice.tactic, "", "", choice.layout, node.replaced};
-    DType out_dtype = node.outputs.empty() || node.outputs[0] < 0 ? DType::kUndefined
-                                                                   : p.graph.values[node.outputs[0]].dtype;
+    LayerInfo info{node.name, node.op_type, choice.impl,   choice.tactic,
+                   "",        "",           choice.layout, node.replaced};
+    DType out_dtype = node.outputs.empty() || node.outputs[0] < 0
+                          ? DType::kUndefined
+                          : p.graph.values[node.outputs[0]].dtype;
     info.precision = choice.precision.to_string(dtype_name(out_dtype));
     info.data_dependent = data_->node_makes_data_dependent[n] != 0;
-    for (const ir::Guard& gd : node.guards) info.runs_when.push_back({p.graph.values[size_t(gd.cond)].name, gd.when});
+    for (const ir::Guard& gd : node.guards)
+      info.runs_when.push_back({p.graph.values[size_t(gd.cond)].name, gd.when});
     int loop = loop_of[n];
-    if (loop >= 0 && data_->loops[size_t(loop)].begin == int(n)) loop = data_->loops[size_t(loop)].parent;
+    if (loop >= 0 && data_->loops[size_t(loop)].begin == int(n))
+      loop = data_->loops[size_t(loop)].parent;
     if (loop >= 0) info.repeats_in = p.graph.nodes[size_t(data_->loops[size_t(loop)].begin)].name;
     if (choice.impl == plan::kControlImpl) info.precision = "-";  // the run's own copies
     if (choice.impl == plan::kAliasImpl) {
       info.precision = "-";
       int v = node.outputs[0];
-      if (v >= 0 && p.values[v].alias_of >= 0) info.alias_of = p.graph.values[p.values[v].alias_of].name;
+      if (v >= 0 && p.values[v].alias_of >= 0)
+        info.alias_of = p.graph.values[p.values[v].alias_of].name;
     }
     out.push_back(std::move(info));
   }
@@ -261,7 +281,8 @@ StatusOr<int64_t> Engine::activation_bytes(int profile, OptProfileSelector which
     }
     auto padded = checked_add(*bytes, 63);  // the runtime arena's alignment
     auto sum = padded ? checked_add(total, *padded / 64 * 64) : std::nullopt;
-    if (!sum) return invalid_argument("activation memory overflows int64 at slot " + slot.to_string());
+    if (!sum)
+      return invalid_argument("activation memory overflows int64 at slot " + slot.to_string());
     total = *sum;
   }
   return total;

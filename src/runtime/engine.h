@@ -25,7 +25,7 @@ struct Plan;
 namespace backends {
 class Backend;
 class Kernel;
-}
+}  // namespace backends
 struct EngineData;
 class ExecutionContext;
 
@@ -36,7 +36,7 @@ enum class OptProfileSelector { kMIN = 0, kOPT = 1, kMAX = 2 };
 
 // One node that runs in an engine, as `kiln inspect` and the build summary show it.
 struct LayerInfo {
-  std::string name;       // the model's node name
+  std::string name;  // the model's node name
   std::string op_type;
   std::string kernel;     // the implementation the builder chose ("cuda.cublaslt.MatMul"), or
                           // "alias" for a view that runs nothing
@@ -69,7 +69,8 @@ struct LayerInfo {
 class OutputAllocator {
  public:
   virtual ~OutputAllocator() = default;
-  virtual void* reallocate_output(const std::string& name, void* current, size_t bytes, size_t alignment) = 0;
+  virtual void* reallocate_output(const std::string& name, void* current, size_t bytes,
+                                  size_t alignment) = 0;
   virtual void notify_shape(const std::string& name, const Shape& shape) {}
 };
 
@@ -82,7 +83,8 @@ class GrowingOutputAllocator : public OutputAllocator {
   ~GrowingOutputAllocator() override;
   GrowingOutputAllocator(const GrowingOutputAllocator&) = delete;
   GrowingOutputAllocator& operator=(const GrowingOutputAllocator&) = delete;
-  void* reallocate_output(const std::string& name, void* current, size_t bytes, size_t alignment) override;
+  void* reallocate_output(const std::string& name, void* current, size_t bytes,
+                          size_t alignment) override;
   void notify_shape(const std::string& name, const Shape& shape) override { shape_ = shape; }
   void* data() const { return ptr_; }
   const Shape& shape() const { return shape_; }
@@ -116,7 +118,8 @@ class Engine {
   StatusOr<DType> tensor_dtype(const std::string& name) const;
   TensorIOMode tensor_mode(const std::string& name) const;  // kNONE for unknown names
   int num_profiles() const;
-  StatusOr<Shape> profile_shape(const std::string& input, int profile, OptProfileSelector which) const;
+  StatusOr<Shape> profile_shape(const std::string& input, int profile,
+                                OptProfileSelector which) const;
   // Shape-value inputs (OptimizationProfile::set_shape_values; TensorRT's isShapeInferenceIO): the
   // run reads their values in host memory (set_tensor_address on the host, or run()'s tensors).
   bool is_shape_inference_io(const std::string& name) const;
@@ -126,7 +129,7 @@ class Engine {
   // Activation memory in bytes as a formula over the input symbols, and its value for given shapes.
   ir::Dim activation_bytes_formula() const;
   Device device() const;
-  int num_layers() const;  // nodes that run
+  int num_layers() const;                 // nodes that run
   std::vector<LayerInfo> layers() const;  // in execution order
   // Activation memory at a profile's min, opt or max input shapes: what an execution context's
   // arena holds for those shapes (each slot rounded up to the arena's 64-byte alignment).
@@ -140,8 +143,8 @@ class Engine {
   std::shared_ptr<const EngineData> data_;
 };
 
-// Receives each layer's time after a run with it set (TensorRT's IProfiler). Layers are the engine's
-// layers() in order, by name; aliases (views that run nothing) are not reported.
+// Receives each layer's time after a run with it set (TensorRT's IProfiler). Layers are the
+// engine's layers() in order, by name; aliases (views that run nothing) are not reported.
 class Profiler {
  public:
   virtual ~Profiler() = default;
@@ -245,7 +248,9 @@ class ExecutionContext {
   // between nodes and loop iterations (a kernel already running finishes; on CUDA, work already
   // enqueued runs on the stream). A run that starts after the call is not affected, and a call
   // with no run in progress does nothing. ONNX Runtime's RunOptions terminate flag, per run.
-  void cancel() { cancel_serial_.store(run_serial_.load(std::memory_order_acquire), std::memory_order_release); }
+  void cancel() {
+    cancel_serial_.store(run_serial_.load(std::memory_order_acquire), std::memory_order_release);
+  }
   // Bytes the activation arena holds now (it grows to the largest shapes run, never to the max).
   size_t arena_bytes() const { return arena_capacity_; }
 
@@ -289,22 +294,24 @@ class ExecutionContext {
   // Writes symbolic value v's elements (its slot in the arena, or in page-locked memory).
   Status write_symbolic(size_t v);
   Status report_layer_times(void* stream);
-  Status run_on_device(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>* outputs);
+  Status run_on_device(const std::map<std::string, Tensor>& inputs,
+                       std::map<std::string, Tensor>* outputs);
   StatusOr<int> io_index(const std::string& name) const;
 
   std::shared_ptr<const EngineData> data_;
   int profile_ = 0;
   bool pinned_ = false;
   std::vector<std::unique_ptr<backends::Kernel>> kernels_;
-  std::vector<Shape> input_shapes_;       // per engine input; empty until set
+  std::vector<Shape> input_shapes_;  // per engine input; empty until set
   std::vector<char> input_set_;
-  std::vector<void*> io_address_;         // per IO tensor
+  std::vector<void*> io_address_;  // per IO tensor
   std::vector<OutputAllocator*> allocators_;
   bool resolved_ = false;
   ir::SymbolValues symbols_;
-  std::vector<std::vector<uint8_t>> shape_value_bytes_;  // per plan.shape_values: the bytes last read
-  ir::SymbolRanges ranges_;               // input symbols as points, data-dependent dims as ranges
-  std::vector<Shape> shapes_;             // resolved shape of every plan value
+  std::vector<std::vector<uint8_t>>
+      shape_value_bytes_;      // per plan.shape_values: the bytes last read
+  ir::SymbolRanges ranges_;    // input symbols as points, data-dependent dims as ranges
+  std::vector<Shape> shapes_;  // resolved shape of every plan value
   // Per value: its shape waits for a data-dependent dim (shapes_ holds its upper bound meanwhile).
   std::vector<char> pending_;
   std::vector<int8_t> condition_;  // per value: a condition this run read (0, 1), or -1
@@ -326,14 +333,14 @@ class ExecutionContext {
   // run()'s buffers for outputs of data-dependent size, per IO tensor.
   std::vector<std::unique_ptr<GrowingOutputAllocator>> run_buffers_;
   std::vector<size_t> slot_offset_;
-  std::vector<size_t> slot_size_;    // bytes of each arena slot for the current shapes
+  std::vector<size_t> slot_size_;  // bytes of each arena slot for the current shapes
   void* arena_ = nullptr;
   size_t arena_capacity_ = 0;
   // Device backends: the stream, symbolic values in page-locked host memory (kernels read them on
   // the host; the device reads them in place), run()'s staging and device IO buffers, the graph.
   void* stream_ = nullptr;
-  void* kernel_stream_ = nullptr;     // the stream kernels were last given
-  std::vector<size_t> sym_offset_;    // per slot, offset into sym_host_ (symbolic slots only)
+  void* kernel_stream_ = nullptr;   // the stream kernels were last given
+  std::vector<size_t> sym_offset_;  // per slot, offset into sym_host_ (symbolic slots only)
   void* sym_host_ = nullptr;
   size_t sym_capacity_ = 0;
   void* staging_ = nullptr;
@@ -366,7 +373,7 @@ class ExecutionContext {
   // Runs the bucketed form of this run when buckets apply (*ran = true), else leaves it.
   Status enqueue_bucketed(void* stream, bool* ran);
   std::vector<int64_t> buckets_;
-  std::vector<void*> bucket_buffers_;     // per IO tensor: device memory of the padded tensor
+  std::vector<void*> bucket_buffers_;  // per IO tensor: device memory of the padded tensor
   std::vector<size_t> bucket_capacity_;
   std::vector<std::vector<TensorView>> node_in_, node_out_;
 };

@@ -15,8 +15,8 @@ namespace kiln {
 struct EngineData {
   plan::Plan plan;
   const backends::Backend* backend = nullptr;
-  std::vector<int> io_values;                 // plan value index of each IO tensor: inputs, then outputs
-  std::vector<int> io_of_value;              // per plan value: its IO index, or -1
+  std::vector<int> io_values;    // plan value index of each IO tensor: inputs, then outputs
+  std::vector<int> io_of_value;  // per plan value: its IO index, or -1
   int num_inputs = 0;
   std::map<std::string, int, std::less<>> io_by_name;
 
@@ -76,8 +76,12 @@ struct EngineData {
   backends::KernelQuery query(size_t n) const {
     const ir::Graph& g = plan.graph;
     const ir::Node& node = g.nodes[n];
-    backends::KernelQuery q{node, {}, {}, PrecisionPolicy::from_flags(plan.builder_flags),
-                            plan.nodes[n].precision, plan.nodes[n].tactic};
+    backends::KernelQuery q{node,
+                            {},
+                            {},
+                            PrecisionPolicy::from_flags(plan.builder_flags),
+                            plan.nodes[n].precision,
+                            plan.nodes[n].tactic};
     for (int v : node.inputs) q.inputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     return q;
@@ -100,11 +104,13 @@ struct EngineData {
 StatusOr<ir::SymbolRanges> size_ranges(const plan::Plan& plan, const ir::SymbolValues& at);
 // A formula's value at `at`, or, where it names a data-dependent dim not bound in `at`, its upper
 // end over `ranges`. nullopt on overflow, an unknown symbol or no finite upper end.
-std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at, const ir::SymbolRanges& ranges);
+std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at,
+                                      const ir::SymbolRanges& ranges);
 
 // Refuses a plan that breaks an invariant the runtime relies on (storage kinds against the graph's
 // IO, constants' bytes, op arity and inference, arena and workspace slots at every profile corner),
-// naming the invariant, the node or value and the numbers. Runs before anything else reads the plan.
+// naming the invariant, the node or value and the numbers. Runs before anything else reads the
+// plan.
 Status verify_plan(const EngineData& data);
 // Uploads the plan's constants for a device backend (a no-op on host-accessible backends).
 Status upload_constants(EngineData& data);

@@ -6,8 +6,8 @@
 // context_shapes.cc the shape binding, context_control_flow.cc values, conditions and loops,
 // context_cuda_graphs.cc the graph cache and batch buckets.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,10 +15,10 @@
 #include <set>
 
 #include "core/checked.h"
-#include "runtime/engine.h"
 #include "ops/loop_end.h"
 #include "plan/loops.h"
 #include "runtime/arena.h"
+#include "runtime/engine.h"
 #include "runtime/engine_data.h"
 
 namespace kiln {
@@ -30,14 +30,16 @@ StatusOr<ir::SymbolRanges> size_ranges(const plan::Plan& plan, const ir::SymbolV
     if (at.count(d.symbol)) continue;
     const ir::Interval b = d.bound.bounds(ranges);
     if (b.hi >= ir::Interval::kInf) {
-      return invalid_argument("data-dependent dim " + d.symbol + " has no finite bound: " + d.bound.to_string());
+      return invalid_argument("data-dependent dim " + d.symbol +
+                              " has no finite bound: " + d.bound.to_string());
     }
     ranges[d.symbol] = ir::data_dependent_range(d, ranges);
   }
   return ranges;
 }
 
-std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at, const ir::SymbolRanges& ranges) {
+std::optional<int64_t> value_or_upper(const ir::Dim& d, const ir::SymbolValues& at,
+                                      const ir::SymbolRanges& ranges) {
   if (auto x = d.eval(at)) return x;
   const ir::Interval b = d.bounds(ranges);
   if (b.hi >= ir::Interval::kInf || b.lo <= -ir::Interval::kInf) return std::nullopt;
@@ -90,21 +92,24 @@ Status prepare_implementations(EngineData& data) {
   for (size_t n = 0; n < p.graph.nodes.size(); ++n) {
     const ir::Node& node = p.graph.nodes[n];
     const std::string& id = p.nodes[n].impl;
-    if (id == plan::kAliasImpl || id == plan::kControlImpl) continue;  // a view runs nothing; a loop's boundary runs in the context
+    if (id == plan::kAliasImpl || id == plan::kControlImpl)
+      continue;  // a view runs nothing; a loop's boundary runs in the context
     const backends::KernelImpl* impl = registry.find(id);
     backends::KernelQuery q = data.query(n);
     // The file may have been edited: the implementation must still accept the node as planned.
     Status st = impl->supports(q);
     if (!st.ok()) return st.with_context("loading the plan: " + node.describe());
     auto prepared = impl->prepare(q, *data.backend);
-    if (!prepared.ok()) return Status(prepared.status()).with_context("preparing " + node.describe());
+    if (!prepared.ok())
+      return Status(prepared.status()).with_context("preparing " + node.describe());
     data.impls[n] = impl;
     data.prepared[n] = std::move(prepared).value();
   }
   return ok_status();
 }
 
-ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data) : data_(std::move(data)) {
+ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data)
+    : data_(std::move(data)) {
   input_shapes_.resize(data_->num_inputs);
   input_set_.assign(data_->num_inputs, 0);
   io_address_.assign(data_->io_values.size(), nullptr);
@@ -159,7 +164,8 @@ StatusOr<int> ExecutionContext::io_index(const std::string& name) const {
 
 Status ExecutionContext::set_tensor_address(const std::string& name, void* data) {
   KILN_ASSIGN_OR_RETURN(int io, io_index(name));
-  if (io < data_->num_inputs && data_->shape_value_of_input[size_t(io)] >= 0 && io_address_[io] != data) {
+  if (io < data_->num_inputs && data_->shape_value_of_input[size_t(io)] >= 0 &&
+      io_address_[io] != data) {
     resolved_ = false;  // its values are read there when shapes resolve
   }
   io_address_[io] = data;
@@ -173,7 +179,8 @@ void* ExecutionContext::tensor_address(const std::string& name) const {
 
 Status ExecutionContext::set_output_allocator(const std::string& name, OutputAllocator* allocator) {
   KILN_ASSIGN_OR_RETURN(int io, io_index(name));
-  if (io < data_->num_inputs) return invalid_argument("'" + name + "' is an input; output allocators are for outputs");
+  if (io < data_->num_inputs)
+    return invalid_argument("'" + name + "' is an input; output allocators are for outputs");
   allocators_[io] = allocator;
   return ok_status();
 }
@@ -181,7 +188,8 @@ Status ExecutionContext::set_output_allocator(const std::string& name, OutputAll
 Status ExecutionContext::allocate_output(size_t i) {
   const int v = data_->io_values[i];
   const std::string& name = data_->plan.graph.values[v].name;
-  const size_t bytes = size_t(shape_numel(shapes_[v])) * dtype_size(data_->plan.graph.values[v].dtype);
+  const size_t bytes =
+      size_t(shape_numel(shapes_[v])) * dtype_size(data_->plan.graph.values[v].dtype);
   void* ptr = allocators_[i]->reallocate_output(name, io_address_[i], bytes, kAlign);
   if (!ptr && bytes > 0) {
     return out_of_memory("the output allocator for '" + name + "' returned no buffer for " +
@@ -195,23 +203,26 @@ Status ExecutionContext::allocate_output(size_t i) {
 Status ExecutionContext::check_io_addresses() {
   const ir::Graph& g = data_->plan.graph;
   std::vector<void*>& io = io_address_;
-  auto nbytes = [&](int v) { return size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype); };
+  auto nbytes = [&](int v) {
+    return size_t(shape_numel(shapes_[v])) * dtype_size(g.values[v].dtype);
+  };
   for (size_t i = 0; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
     const std::string& name = g.values[v].name;
     if (data_->shape_data_dependent[v]) {
       // Sized by the run: its allocator gets the exact size when the data has decided it.
       if (!allocators_[i]) {
-        return invalid_argument("output '" + name + "' has a data-dependent shape " +
-                                ir::dims_to_string(*g.values[v].shape) +
-                                ": give it an output allocator (set_output_allocator), or use run()");
+        return invalid_argument(
+            "output '" + name + "' has a data-dependent shape " +
+            ir::dims_to_string(*g.values[v].shape) +
+            ": give it an output allocator (set_output_allocator), or use run()");
       }
       continue;
     }
     if (i >= size_t(data_->num_inputs) && allocators_[i]) KILN_RETURN_IF_ERROR(allocate_output(i));
     if (!io[i] && nbytes(v) > 0) {
-      return invalid_argument(std::string(i < size_t(data_->num_inputs) ? "input" : "output") + " '" + name +
-                              "' has no address: call set_tensor_address" +
+      return invalid_argument(std::string(i < size_t(data_->num_inputs) ? "input" : "output") +
+                              " '" + name + "' has no address: call set_tensor_address" +
                               (i < size_t(data_->num_inputs) ? "" : " or set_output_allocator"));
     }
   }
@@ -240,8 +251,9 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     if (cancel_serial_.load(std::memory_order_acquire) >= serial) {
-      return cancelled("the run was cancelled (ExecutionContext::cancel) before " + node.describe() + ", node " +
-                       std::to_string(n) + " of " + std::to_string(g.nodes.size()));
+      return cancelled("the run was cancelled (ExecutionContext::cancel) before " +
+                       node.describe() + ", node " + std::to_string(n) + " of " +
+                       std::to_string(g.nodes.size()));
     }
     // A node of an If's branch runs only when the run takes that branch.
     bool runs = true;
@@ -260,7 +272,8 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
       // last iteration; going past the body, each skipped layer gets its mark.
       if (profiler_) {
         const size_t first = *next <= n ? *next : n + 1, last = *next <= n ? *next : *next;
-        for (size_t m = first; m <= last; ++m) KILN_RETURN_IF_ERROR(backend->record_marker(markers_[m], stream));
+        for (size_t m = first; m <= last; ++m)
+          KILN_RETURN_IF_ERROR(backend->record_marker(markers_[m], stream));
       }
       n = *next - 1;
       continue;
@@ -304,8 +317,9 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
       std::memmove(io[i], src, nbytes(v));
       continue;
     }
-    auto kind = p.values[v].storage == plan::Storage::kSymbolic ? backends::CopyKind::kHostToDevice
-                                                               : backends::CopyKind::kDeviceToDevice;
+    auto kind = p.values[v].storage == plan::Storage::kSymbolic
+                    ? backends::CopyKind::kHostToDevice
+                    : backends::CopyKind::kDeviceToDevice;
     KILN_RETURN_IF_ERROR(backend->copy(io[i], src, nbytes(v), kind, stream));
   }
   return ok_status();
@@ -329,7 +343,8 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards || !data_->loops.empty()) {
+  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards ||
+      !data_->loops.empty()) {
     sym_in_flight_ = !backend->host_accessible();
     return enqueue_kernels(stream);
   }
@@ -406,7 +421,7 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
       return d.status();
     }
     if (staging_) b->deallocate_host(staging_);
-  if (loop_words_) b->deallocate_host(loop_words_);
+    if (loop_words_) b->deallocate_host(loop_words_);
     if (io_device_) b->deallocate(io_device_);
     staging_ = h, io_device_ = *d;
     staging_capacity_ = io_device_capacity_ = total;
@@ -414,7 +429,9 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   char* host = static_cast<char*>(staging_);
   char* dev = static_cast<char*>(io_device_);
   using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
   last_timing_ = {};
   auto t0 = Clock::now();
   for (size_t i = 0; i < n_io; ++i) {
@@ -427,7 +444,8 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
       std::memcpy(host + off[i], from, t.nbytes());
       from = host + off[i];
     }
-    KILN_RETURN_IF_ERROR(b->copy(dev + off[i], from, t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
+    KILN_RETURN_IF_ERROR(
+        b->copy(dev + off[i], from, t.nbytes(), backends::CopyKind::kHostToDevice, stream_));
   }
   if (time_phases_) {
     KILN_RETURN_IF_ERROR(b->synchronize(stream_));
@@ -443,7 +461,8 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   for (size_t i = data_->num_inputs; i < n_io; ++i) {
     if (!staged[i]) continue;
     const Tensor& t = outputs->at(g.values[data_->io_values[i]].name);
-    KILN_RETURN_IF_ERROR(b->copy(host + off[i], dev + off[i], t.nbytes(), backends::CopyKind::kDeviceToHost, stream_));
+    KILN_RETURN_IF_ERROR(b->copy(host + off[i], dev + off[i], t.nbytes(),
+                                 backends::CopyKind::kDeviceToHost, stream_));
   }
   KILN_RETURN_IF_ERROR(b->synchronize(stream_));
   if (time_phases_) last_timing_.d2h_ms = ms_since(t0);
@@ -455,15 +474,18 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   return ok_status();
 }
 
-StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std::string, Tensor>& inputs) {
+StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(
+    const std::map<std::string, Tensor>& inputs) {
   const ir::Graph& g = data_->plan.graph;
   for (const auto& [name, t] : inputs) {
     KILN_ASSIGN_OR_RETURN(int io, io_index(name));
-    if (io >= data_->num_inputs) return invalid_argument("'" + name + "' is an output of the engine, not an input");
+    if (io >= data_->num_inputs)
+      return invalid_argument("'" + name + "' is an output of the engine, not an input");
     DType want = g.values[data_->io_values[io]].dtype;
     if (t.dtype() != want) {
-      return invalid_argument("input '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
-                              ", but the engine expects " + std::string(dtype_name(want)));
+      return invalid_argument("input '" + name + "' has dtype " +
+                              std::string(dtype_name(t.dtype())) + ", but the engine expects " +
+                              std::string(dtype_name(want)));
     }
     KILN_RETURN_IF_ERROR(set_input_shape(name, t.shape()));
     io_address_[io] = t.data();
@@ -482,7 +504,8 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
     allocators_[i] = nullptr;
     if (data_->shape_data_dependent[v]) {
       // Sized by the run: a buffer of the context's until then, copied out below.
-      if (!run_buffers_[i]) run_buffers_[i] = std::make_unique<GrowingOutputAllocator>(data_->plan.device);
+      if (!run_buffers_[i])
+        run_buffers_[i] = std::make_unique<GrowingOutputAllocator>(data_->plan.device);
       allocators_[i] = run_buffers_[i].get();
       continue;
     }
@@ -495,19 +518,23 @@ StatusOr<std::map<std::string, Tensor>> ExecutionContext::run(const std::map<std
   } else {
     auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(execute());
-    last_timing_ = {0, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 0};
+    last_timing_ = {
+        0, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+        0};
   }
   for (size_t i = data_->num_inputs; i < data_->io_values.size(); ++i) {
     int v = data_->io_values[i];
     if (!data_->shape_data_dependent[v]) continue;
     const GrowingOutputAllocator& buf = *run_buffers_[i];
     KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values[v].dtype, buf.shape()));
-    const auto kind = b->host_accessible() ? backends::CopyKind::kHostToHost : backends::CopyKind::kDeviceToHost;
+    const auto kind =
+        b->host_accessible() ? backends::CopyKind::kHostToHost : backends::CopyKind::kDeviceToHost;
     KILN_RETURN_IF_ERROR(b->copy(t.data(), buf.data(), t.nbytes(), kind, stream_));
     outputs[g.values[v].name] = std::move(t);
     allocators_[i] = nullptr;
   }
-  if (!data_->plan.data_dependent.empty()) KILN_RETURN_IF_ERROR(b->synchronize(stream_));  // the copies above
+  if (!data_->plan.data_dependent.empty())
+    KILN_RETURN_IF_ERROR(b->synchronize(stream_));  // the copies above
   return outputs;
 }
 

@@ -90,7 +90,9 @@ class Verifier {
  private:
   std::string vname(int v) const { return "value '" + g_.values[v].name + "'"; }
   // The value whose bytes v is: its root for an alias (check_values has checked alias_of).
-  int root_of(int v) const { return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v; }
+  int root_of(int v) const {
+    return p_.values[v].storage == plan::Storage::kAlias ? p_.values[v].alias_of : v;
+  }
 
   // The recorded producer writes the value (check_node saw the converse: a node writes only values
   // recording it): a value whose producer no longer lists it, such as an engine output no node
@@ -107,8 +109,9 @@ class Verifier {
       if (p < 0 || g_.nodes[size_t(p)].guards.empty()) continue;
       const ir::Guard& gd = g_.nodes[size_t(p)].guards[0];
       return violation("graph outputs are written whichever way the run goes",
-                       "graph output " + vname(v) + " is written only by " + g_.nodes[size_t(p)].describe() +
-                           ", which runs only when '" + g_.values[size_t(gd.cond)].name + "' is " +
+                       "graph output " + vname(v) + " is written only by " +
+                           g_.nodes[size_t(p)].describe() + ", which runs only when '" +
+                           g_.values[size_t(gd.cond)].name + "' is " +
                            (gd.when ? "true" : "false"));
     }
     return ok_status();
@@ -283,8 +286,9 @@ class Verifier {
     }
     for (const ir::DataDependentDim& dd : p_.data_dependent) {
       if (known.count(dd.symbol)) {
-        return violation("data-dependent dims are new symbols",
-                         dd.symbol + " is already a symbol of the inputs or an earlier data-dependent dim");
+        return violation(
+            "data-dependent dims are new symbols",
+            dd.symbol + " is already a symbol of the inputs or an earlier data-dependent dim");
       }
       std::set<std::string> in_bound;
       dd.bound.collect_symbols(&in_bound);
@@ -292,8 +296,8 @@ class Verifier {
       for (const std::string& x : in_bound) {
         if (!known.count(x)) {
           return violation("data-dependent bounds name earlier symbols",
-                           "the bounds of " + dd.symbol + ", [" + dd.lower.to_string() + ", " + dd.bound.to_string() +
-                               "], name " + x);
+                           "the bounds of " + dd.symbol + ", [" + dd.lower.to_string() + ", " +
+                               dd.bound.to_string() + "], name " + x);
         }
       }
       // The proof took the dim from its lower bound: the profile must say the same, and the run
@@ -302,9 +306,11 @@ class Verifier {
         auto r = p_.profiles[pi].symbols.find(dd.symbol);
         if (r == p_.profiles[pi].symbols.end() ||
             r->second.lo != ir::data_dependent_range(dd, p_.profiles[pi].symbols).lo) {
-          return violation("profiles range data-dependent dims from their lower bound",
-                           "profile " + std::to_string(pi) + " gives " + dd.symbol + " no range [" +
-                               std::to_string(ir::data_dependent_range(dd, p_.profiles[pi].symbols).lo) + ", hi]");
+          return violation(
+              "profiles range data-dependent dims from their lower bound",
+              "profile " + std::to_string(pi) + " gives " + dd.symbol + " no range [" +
+                  std::to_string(ir::data_dependent_range(dd, p_.profiles[pi].symbols).lo) +
+                  ", hi]");
         }
       }
       known.insert(dd.symbol);
@@ -334,15 +340,18 @@ class Verifier {
       if (sv.fixed.dtype() != val.dtype || sv.fixed.shape() != shape ||
           int64_t(sv.symbols.size()) != sv.fixed.numel()) {
         return violation("a shape-value input's value has its dtype and static shape",
-                         "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)) + ir::dims_to_string(*val.shape) +
-                             ", its value " + std::string(dtype_name(sv.fixed.dtype())) + shape_to_string(sv.fixed.shape()) +
-                             " with " + std::to_string(sv.symbols.size()) + " elements");
+                         "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)) +
+                             ir::dims_to_string(*val.shape) + ", its value " +
+                             std::string(dtype_name(sv.fixed.dtype())) +
+                             shape_to_string(sv.fixed.shape()) + " with " +
+                             std::to_string(sv.symbols.size()) + " elements");
       }
       for (size_t i = 0; i < sv.symbols.size(); ++i) {
         const std::string& sym = sv.symbols[i];
         if (sym.empty()) continue;
         if (!is_integer(val.dtype) && val.dtype != DType::kBool) {
-          return violation("only integer shape values are symbols", "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)));
+          return violation("only integer shape values are symbols",
+                           "'" + sv.name + "' is " + std::string(dtype_name(val.dtype)));
         }
         if (dims.count(sym) || !seen_symbols.insert(sym).second) {
           return violation("shape-value symbols are new symbols", sym + " of '" + sv.name + "'");
@@ -359,7 +368,8 @@ class Verifier {
               range->min[i] != box->second.lo || range->max[i] != box->second.hi ||
               range->opt[i] < range->min[i] || range->opt[i] > range->max[i]) {
             return violation("every profile ranges each shape value as its symbol",
-                             "profile " + std::to_string(pi) + ", '" + sv.name + "' element " + std::to_string(i) + " (" + sym + ")");
+                             "profile " + std::to_string(pi) + ", '" + sv.name + "' element " +
+                                 std::to_string(i) + " (" + sym + ")");
           }
         }
       }
@@ -487,10 +497,9 @@ class Verifier {
         }
         case plan::Storage::kSymbolic: {
           const DType dt = val.dtype;
-          if (!val.sym_value ||
-              !(dt == DType::kInt64 || dt == DType::kInt32 || dt == DType::kBool ||
-                dt == DType::kUInt8 || dt == DType::kInt8 || dt == DType::kFloat32 ||
-                dt == DType::kFloat64)) {
+          if (!val.sym_value || !(dt == DType::kInt64 || dt == DType::kInt32 ||
+                                  dt == DType::kBool || dt == DType::kUInt8 || dt == DType::kInt8 ||
+                                  dt == DType::kFloat32 || dt == DType::kFloat64)) {
             return violation("symbolic values are small integer (or exact float) formulas",
                              vname(vi) + " has symbolic storage with dtype " +
                                  std::string(dtype_name(dt)) +
@@ -526,7 +535,8 @@ class Verifier {
           if (ir::names_data_dependent(*val.shape, p_.data_dependent)) {
             // The caller's buffer is only given once the run knows the size.
             return violation("outputs of data-dependent size are written into the arena",
-                             vname(vi) + " " + ir::dims_to_string(*val.shape) + " is stored as the caller's output");
+                             vname(vi) + " " + ir::dims_to_string(*val.shape) +
+                                 " is stored as the caller's output");
           }
           break;
         case plan::Storage::kAlias: {
@@ -664,7 +674,8 @@ class Verifier {
         return false;
       }
       for (size_t j = 0; j < node.inputs.size(); ++j) {
-        if (int(j) != k && node.inputs[j] >= 0 && root(node.inputs[j]) == before.value) return false;
+        if (int(j) != k && node.inputs[j] >= 0 && root(node.inputs[j]) == before.value)
+          return false;
       }
       return true;
     };
@@ -673,7 +684,8 @@ class Verifier {
       std::sort(u.begin(), u.end(), [](const Use& a, const Use& b) { return a.from < b.from; });
       size_t longest = 0;  // of the uses so far, the one live the latest
       for (size_t i = 1; i < u.size(); ++i) {
-        if (u[i].from <= u[longest].to && !(u[i].from == u[longest].to && hands_over(u[longest], u[i]))) {
+        if (u[i].from <= u[longest].to &&
+            !(u[i].from == u[longest].to && hands_over(u[longest], u[i]))) {
           auto span = [](const Use& x) {
             return x.who + " (live at nodes " + std::to_string(x.from) + ".." +
                    std::to_string(x.to) + ")";
@@ -720,9 +732,10 @@ class Verifier {
       if (node.inputs[i] < 0 && (i < schema->min_inputs || schema->traits.inputs_required)) {
         return violation("required inputs are present",
                          node.describe() + " input " + std::to_string(i) + " is omitted, but " +
-                             (schema->traits.inputs_required ? std::string("none of its inputs may be")
-                                                             : "its first " + std::to_string(schema->min_inputs) +
-                                                                   " input(s) are required"));
+                             (schema->traits.inputs_required
+                                  ? std::string("none of its inputs may be")
+                                  : "its first " + std::to_string(schema->min_inputs) +
+                                        " input(s) are required"));
       }
     }
     for (int v : node.inputs) {
@@ -774,7 +787,8 @@ class Verifier {
   Status check_loops() {
     auto loops = plan::find_loops(g_);
     if (!loops.ok()) {
-      return violation("run-time loops pair up, nest and keep their values inside", loops.status().message());
+      return violation("run-time loops pair up, nest and keep their values inside",
+                       loops.status().message());
     }
     loops_ = std::move(loops).value();
     return ok_status();
@@ -789,14 +803,17 @@ class Verifier {
     if (kind == ops::OpKind::kLoopBegin) return ok_status();
     if (kind != ops::OpKind::kLoopEnd) {
       return violation("the run itself runs only loop boundaries",
-                       node.describe() + " is planned as '" + plan::kControlImpl + "' but is not a kiln::LoopBegin or kiln::LoopEnd");
+                       node.describe() + " is planned as '" + plan::kControlImpl +
+                           "' but is not a kiln::LoopBegin or kiln::LoopEnd");
     }
-    const ops::LoopEndLayout l = *ops::LoopEndLayout::of(node.inputs.size(), node.outputs.size());  // find_loops checked
+    const ops::LoopEndLayout l =
+        *ops::LoopEndLayout::of(node.inputs.size(), node.outputs.size());  // find_loops checked
     const size_t k = l.k;
     bool crossed = false;
     for (size_t j = 0; j < k; ++j) {
       for (size_t m = 0; m < k; ++m) {
-        if (m != j && root_of(node.inputs[l.next(j)]) == root_of(node.inputs[l.carried(m)])) crossed = true;
+        if (m != j && root_of(node.inputs[l.next(j)]) == root_of(node.inputs[l.carried(m)]))
+          crossed = true;
       }
     }
     if (!crossed) return ok_status();
@@ -806,8 +823,11 @@ class Verifier {
       int64_t need = 0;
       for (size_t j = 0; j < k; ++j) {
         KILN_ASSIGN_OR_RETURN(int64_t bytes, value_bytes(node.inputs[l.carried(j)], c));
-        auto sum = checked_add(need, (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign);
-        if (!sum) return violation("value sizes fit int64", node.describe() + "'s carried values at " + corner_str(c));
+        auto sum = checked_add(
+            need, (bytes + plan::kLoopCopyAlign - 1) / plan::kLoopCopyAlign * plan::kLoopCopyAlign);
+        if (!sum)
+          return violation("value sizes fit int64",
+                           node.describe() + "'s carried values at " + corner_str(c));
         need = *sum;
       }
       add_workspace(ci, need);
@@ -816,9 +836,10 @@ class Verifier {
         KILN_ASSIGN_OR_RETURN(have, slot_bytes(ws, c));
       }
       if (have < need) {
-        return violation("a loop whose next values view each other copies through a workspace that holds them",
-                         node.describe() + " needs " + std::to_string(need) + " bytes of workspace but slot " +
-                             std::to_string(ws) + " holds " + std::to_string(have) + " at " + corner_str(c));
+        return violation(
+            "a loop whose next values view each other copies through a workspace that holds them",
+            node.describe() + " needs " + std::to_string(need) + " bytes of workspace but slot " +
+                std::to_string(ws) + " holds " + std::to_string(have) + " at " + corner_str(c));
       }
     }
     return ok_status();
@@ -838,11 +859,13 @@ class Verifier {
           (c.shape->size() == 1 && (*c.shape)[0] != ir::Dim(1)) || c.producer >= int(n) ||
           (c.producer < 0 && p_.values[size_t(gd.cond)].storage == plan::Storage::kActivation)) {
         return violation("a guard is a bool scalar computed before the node",
-                         node.describe() + " runs under " + vname(gd.cond) + " (" + ir::type_to_string(c) +
-                             ", produced by node " + std::to_string(c.producer) + ")");
+                         node.describe() + " runs under " + vname(gd.cond) + " (" +
+                             ir::type_to_string(c) + ", produced by node " +
+                             std::to_string(c.producer) + ")");
       }
     }
-    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch) return check_select_inputs(n);
+    if (ops::find_op(node.domain, node.op_type) == ops::OpKind::kSelectBranch)
+      return check_select_inputs(n);
     for (int v : node.inputs) {
       const int p = v >= 0 ? g_.values[size_t(v)].producer : -1;
       if (p < 0 || p >= int(n)) continue;
@@ -850,7 +873,8 @@ class Verifier {
         if (std::find(node.guards.begin(), node.guards.end(), gd) == node.guards.end()) {
           return violation("a node reads a branch's values only inside that branch",
                            node.describe() + " reads " + vname(v) + ", which only runs when '" +
-                               g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false") +
+                               g_.values[size_t(gd.cond)].name + "' is " +
+                               (gd.when ? "true" : "false") +
                                ", without running under that condition");
         }
       }
@@ -865,7 +889,8 @@ class Verifier {
   Status check_select_inputs(size_t n) const {
     const ir::Node& node = g_.nodes[n];
     const size_t k = node.outputs.size();
-    if (node.inputs.size() != 1 + 2 * k || node.inputs[0] < 0) return ok_status();  // check_inference names it
+    if (node.inputs.size() != 1 + 2 * k || node.inputs[0] < 0)
+      return ok_status();  // check_inference names it
     const int cond = node.inputs[0];
     for (size_t i = 1; i < node.inputs.size(); ++i) {
       const int v = node.inputs[i];
@@ -874,11 +899,13 @@ class Verifier {
       const bool then = i <= k;
       for (const ir::Guard& gd : g_.nodes[size_t(p)].guards) {
         const bool own = gd.cond == cond && gd.when == then;
-        if (own || std::find(node.guards.begin(), node.guards.end(), gd) != node.guards.end()) continue;
-        return violation("a SelectBranch takes each value from the branch that computes it",
-                         node.describe() + " takes " + vname(v) + " as its " + (then ? "then" : "else") +
-                             "-value " + std::to_string(then ? i - 1 : i - 1 - k) + ", but it runs only when '" +
-                             g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false"));
+        if (own || std::find(node.guards.begin(), node.guards.end(), gd) != node.guards.end())
+          continue;
+        return violation(
+            "a SelectBranch takes each value from the branch that computes it",
+            node.describe() + " takes " + vname(v) + " as its " + (then ? "then" : "else") +
+                "-value " + std::to_string(then ? i - 1 : i - 1 - k) + ", but it runs only when '" +
+                g_.values[size_t(gd.cond)].name + "' is " + (gd.when ? "true" : "false"));
       }
     }
     return ok_status();
@@ -954,7 +981,8 @@ class Verifier {
       if (bound && total > *bound) {
         return violation("the arena holds no more than its values and workspaces need",
                          "its slots total " + std::to_string(total) + " bytes at " + corner_str(c) +
-                             ", past " + std::to_string(*bound) + " bytes (twice the " + std::to_string(*need) +
+                             ", past " + std::to_string(*bound) + " bytes (twice the " +
+                             std::to_string(*need) +
                              " bytes of every value with a slot and every workspace, and 64 MiB)");
       }
     }
@@ -1015,7 +1043,7 @@ class Verifier {
   std::vector<char> is_input_, is_output_, used_;
   std::vector<plan::LoopRegion> loops_;
   std::vector<int64_t> arena_total_;  // per corner: the slots' aligned bytes (check_slots)
-  std::vector<int64_t> ws_total_;     // per corner: the workspaces check_node found the kernels need
+  std::vector<int64_t> ws_total_;  // per corner: the workspaces check_node found the kernels need
 };
 
 }  // namespace

@@ -34,7 +34,8 @@ namespace {
 struct Options {
   std::string data_dir;
   std::string filter;
-  std::vector<std::string> manifests;  // --manifest, repeatable (the CUDA run adds exclusions_cuda.txt)
+  std::vector<std::string>
+      manifests;  // --manifest, repeatable (the CUDA run adds exclusions_cuda.txt)
   std::string json;
   std::string list_ops;  // markdown output path, "-" for stdout
   std::string ops_tsv;   // per-op results of this run's device, for docs/ops.md's device columns
@@ -43,7 +44,7 @@ struct Options {
   bool fork = true;
   int jobs = 1;
   int timeout_s = 120;
-  int min_pass = -1;  // exit 1 when fewer node tests pass
+  int min_pass = -1;             // exit 1 when fewer node tests pass
   Device device = Device::kCPU;  // where every test's engine is built and run
 };
 
@@ -174,10 +175,12 @@ onnx::DataValue tensor_value(Tensor t) {
 
 // The engine tensors of model input or output `name` holding `v` (builder/sequences.cc's names):
 // the tensor itself, a sequence's elements "name[i]", none for an empty optional.
-std::vector<std::pair<std::string, const Tensor*>> engine_tensors(const std::string& name, const onnx::DataValue& v) {
+std::vector<std::pair<std::string, const Tensor*>> engine_tensors(const std::string& name,
+                                                                  const onnx::DataValue& v) {
   std::vector<std::pair<std::string, const Tensor*>> out;
   if (!v.present) return out;
-  const bool sequence = v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence;
+  const bool sequence =
+      v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence;
   for (size_t i = 0; i < v.tensors.size(); ++i) {
     out.push_back({sequence ? sequence_element_name(name, int64_t(i)) : name, &v.tensors[i]});
   }
@@ -203,7 +206,8 @@ StatusOr<Tensor> light_input(const ir::Value& v) {
 // ---- Running one test ------------------------------------------------------------------------
 
 // Runs one test in this process; "" on pass, else the reason it failed.
-std::string run_test(const TestCase& tc, double rtol, double atol, Device device, std::string* note) {
+std::string run_test(const TestCase& tc, double rtol, double atol, Device device,
+                     std::string* note) {
   const bool light = tc.set == "light";
   const fs::path model = light ? tc.path : tc.path / "model.onnx";
   auto net = onnx::parse_file(model.string());
@@ -277,7 +281,8 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
     if (v.kind == ir::ValueKind::kOptionalTensor || v.kind == ir::ValueKind::kOptionalSequence) {
       structure.set_optional_present(v.name, first.present);
     }
-    if (first.present && (v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence)) {
+    if (first.present &&
+        (v.kind == ir::ValueKind::kSequence || v.kind == ir::ValueKind::kOptionalSequence)) {
       Status st = structure.set_sequence_length(v.name, int64_t(first.tensors.size()));
       if (!st.ok()) return "config: " + st.to_string();
     }
@@ -323,7 +328,8 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       std::vector<int> stack;
       for (size_t vi = 0; vi < g.values.size(); ++vi) {
         const std::string& name = g.values[vi].name;
-        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos) stack.push_back(int(vi));
+        if (!name.empty() && msg.find("'" + name + "'") != std::string::npos)
+          stack.push_back(int(vi));
       }
       // A value of an If the build inlined is named "<the If's name>/<its name>": walk from the If.
       for (const ir::Node& n : g.nodes) {
@@ -370,7 +376,9 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
     bool changed = false;
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const ir::Value& v = g.values[g.inputs[i]];
-      if (named_input ? msg.find("'" + v.name + "'") == std::string::npos : !wanted[size_t(g.inputs[i])]) continue;
+      if (named_input ? msg.find("'" + v.name + "'") == std::string::npos
+                      : !wanted[size_t(g.inputs[i])])
+        continue;
       if (std::find(valued.begin(), valued.end(), v.name) != valued.end()) continue;
       if (v.kind != ir::ValueKind::kTensor) continue;
       const Tensor& t0 = sets[0].inputs[i].tensors[0];
@@ -387,7 +395,9 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
           lo[size_t(e)] = hi[size_t(e)] = opt[size_t(e)] = t0.int_at(e);
           for (const DataSet& s : sets) {
             const Tensor& t = s.inputs[i].tensors[0];
-            if (t.shape() != t0.shape()) return "build: " + msg + " (and the data sets give '" + v.name + "' different shapes)";
+            if (t.shape() != t0.shape())
+              return "build: " + msg + " (and the data sets give '" + v.name +
+                     "' different shapes)";
             lo[size_t(e)] = std::min(lo[size_t(e)], t.int_at(e));
             hi[size_t(e)] = std::max(hi[size_t(e)], t.int_at(e));
           }
@@ -396,8 +406,8 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
       } else if (same) {
         st = profile.set_shape_values(v.name, t0);
       } else {
-        return "build: " + msg + " (and the data sets give the " + std::string(dtype_name(t0.dtype())) + " input '" +
-               v.name + "' different values)";
+        return "build: " + msg + " (and the data sets give the " +
+               std::string(dtype_name(t0.dtype())) + " input '" + v.name + "' different values)";
       }
       if (!st.ok()) return "profile: " + st.to_string();
       valued.push_back(v.name);
@@ -411,7 +421,8 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
   }
   if (!engine.ok()) {
     std::string given;
-    for (const std::string& b : valued) given += (given.empty() ? " (shape-value inputs: " : ", ") + b;
+    for (const std::string& b : valued)
+      given += (given.empty() ? " (shape-value inputs: " : ", ") + b;
     return "build: " + engine.status().to_string() + (given.empty() ? "" : given + ")");
   }
   if (!valued.empty()) {
@@ -425,7 +436,8 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
     const DataSet& s = sets[k];
     std::map<std::string, Tensor> feeds;
     for (size_t i = 0; i < g.inputs.size(); ++i) {
-      for (const auto& [name, t] : engine_tensors(g.values[g.inputs[i]].name, s.inputs[i])) feeds[name] = *t;
+      for (const auto& [name, t] : engine_tensors(g.values[g.inputs[i]].name, s.inputs[i]))
+        feeds[name] = *t;
     }
     auto out = (*ctx)->run(feeds);
     const std::string where = sets.size() > 1 ? "set " + std::to_string(k) + ": " : "";
@@ -441,12 +453,14 @@ std::string run_test(const TestCase& tc, double rtol, double atol, Device device
         auto it = out->find(name);
         if (it == out->end()) return where + "output '" + name + "' missing from the run's results";
         std::string diff = compare(it->second, *want, rtol, atol);
-        if (!diff.empty()) return where + "output " + std::to_string(o) + " '" + name + "': " + diff;
+        if (!diff.empty())
+          return where + "output " + std::to_string(o) + " '" + name + "': " + diff;
       }
     }
     // A sequence output longer than its reference, or an optional that should be empty, gives more.
     if (out->size() != expected) {
-      return where + "the run gave " + std::to_string(out->size()) + " output tensors, the reference " + std::to_string(expected);
+      return where + "the run gave " + std::to_string(out->size()) +
+             " output tensors, the reference " + std::to_string(expected);
     }
   }
   return "";
@@ -740,8 +754,10 @@ struct DeviceRow {
   int pass = 0, total = 0;
 };
 
-// Reads an --ops-tsv file: a "# " header line naming the run, then "op<TAB>yes|no<TAB>pass<TAB>total".
-StatusOr<std::pair<std::string, std::map<std::string, DeviceRow>>> read_ops_tsv(const std::string& path) {
+// Reads an --ops-tsv file: a "# " header line naming the run, then
+// "op<TAB>yes|no<TAB>pass<TAB>total".
+StatusOr<std::pair<std::string, std::map<std::string, DeviceRow>>> read_ops_tsv(
+    const std::string& path) {
   std::ifstream f(path);
   if (!f) return not_found("cannot read " + path);
   std::string line, header;
@@ -765,7 +781,8 @@ StatusOr<std::pair<std::string, std::map<std::string, DeviceRow>>> read_ops_tsv(
   return std::make_pair(header, rows);
 }
 
-void write_ops_tsv(std::ostream& os, const std::vector<TestCase>& tests, Device device, const std::string& what) {
+void write_ops_tsv(std::ostream& os, const std::vector<TestCase>& tests, Device device,
+                   const std::string& what) {
   std::map<std::string, DeviceRow> rows;
   for (const TestCase& tc : tests) {
     if (tc.set != "node") continue;
@@ -817,12 +834,15 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
   if (!cuda_run.empty()) os << " (" << cuda_run << ")";
   os << ". If, Loop and Scan, and the sequence and optional ops, have no kernel on either backend: "
         "the builder lays them out before anything runs (`src/builder/control_flow.cc`, "
-        "`src/builder/sequences.cc`), and their tests pass through the nodes they become; a Loop or Scan "
-        "the build cannot unroll becomes a `kiln::LoopBegin` and a `kiln::LoopEnd` around one copy of its "
+        "`src/builder/sequences.cc`), and their tests pass through the nodes they become; a Loop "
+        "or Scan "
+        "the build cannot unroll becomes a `kiln::LoopBegin` and a `kiln::LoopEnd` around one copy "
+        "of its "
         "body, which the run itself repeats (`src/plan/loops.h`).\n\n";
   if (!have_tests) os << "(Generated without the test corpus: the test columns are empty.)\n\n";
   if (cuda.empty()) os << "(Generated without CUDA results: the CUDA columns are empty.)\n\n";
-  os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing | CUDA kernel | CUDA node tests passing |\n"
+  os << "| op | schema | CPU kernel | node tests passing | dtypes seen passing | CUDA kernel | "
+        "CUDA node tests passing |\n"
      << "|---|---|---|---|---|---|---|\n";
   const ops::OpRegistry& reg = ops::op_registry();
   std::set<std::string> listed;
@@ -853,7 +873,8 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
     os << " |\n";
   }
   os << "\n## ONNX ops kiln does not know\n\n"
-     << "Ops that the node tests exercise and that kiln's op list lacks, with their test counts.\n\n";
+     << "Ops that the node tests exercise and that kiln's op list lacks, with their test "
+        "counts.\n\n";
   for (const auto& [op, c] : counts) {
     if (listed.count(op) || op.empty() || op[0] == '(') continue;
     os << "- " << op << " (" << c.second << " tests)\n";
@@ -862,9 +883,12 @@ void write_ops_doc(std::ostream& os, const std::vector<TestCase>& tests, bool ha
 
 const char* outcome_name(Outcome o) {
   switch (o) {
-    case Outcome::kPass: return "pass";
-    case Outcome::kFail: return "fail";
-    case Outcome::kExcluded: return "excluded";
+    case Outcome::kPass:
+      return "pass";
+    case Outcome::kFail:
+      return "fail";
+    case Outcome::kExcluded:
+      return "excluded";
   }
   return "?";
 }
@@ -915,7 +939,8 @@ bool parse_args(int argc, char** argv, Options* opt) {
     } else {
       std::cerr << "kiln_node_tests: unknown argument '" << a << "'\n"
                 << "usage: kiln_node_tests --data=DIR [--filter=SUBSTR] [--manifest=FILE]... "
-                   "[--device=cpu|cuda] [--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] [--timeout=S] "
+                   "[--device=cpu|cuda] [--verbose] [--json=FILE] [--min-pass=N] [--jobs=N] "
+                   "[--timeout=S] "
                    "[--no-fork] [--list-ops[=FILE] [--cuda-results=TSV]] [--ops-tsv=FILE]\n";
       return false;
     }
@@ -954,9 +979,8 @@ int main_impl(int argc, char** argv) {
     }
     tests = discover(opt.data_dir);
     if (!opt.filter.empty()) {
-      std::erase_if(tests, [&](const TestCase& t) {
-        return t.name.find(opt.filter) == std::string::npos;
-      });
+      std::erase_if(
+          tests, [&](const TestCase& t) { return t.name.find(opt.filter) == std::string::npos; });
     }
   } else if (opt.list_ops.empty()) {
     std::cerr << "kiln_node_tests: --data=DIR is required (scripts/fetch_onnx_tests.sh)\n";
@@ -997,7 +1021,8 @@ int main_impl(int argc, char** argv) {
   if (!opt.ops_tsv.empty()) {
     std::ofstream f(opt.ops_tsv);
     write_ops_tsv(f, tests, opt.device,
-                  std::string(device_name(opt.device)) + " node tests of onnx " + corpus_onnx_version(opt.data_dir));
+                  std::string(device_name(opt.device)) + " node tests of onnx " +
+                      corpus_onnx_version(opt.data_dir));
     if (!f) {
       std::cerr << "kiln_node_tests: cannot write " << opt.ops_tsv << "\n";
       return 2;
@@ -1066,8 +1091,7 @@ int main_impl(int argc, char** argv) {
   }
   for (const auto& [set, c] : per_set) {
     if (set == "node") continue;
-    std::printf("%s: %d passed, %d failed, %d skipped\n", set.c_str(), c.pass, c.fail,
-                c.excluded);
+    std::printf("%s: %d passed, %d failed, %d skipped\n", set.c_str(), c.pass, c.fail, c.excluded);
   }
   if (!opt.json.empty()) {
     std::ofstream f(opt.json);
@@ -1083,10 +1107,13 @@ int main_impl(int argc, char** argv) {
     f << "]}\n";
   }
   int bound = 0;
-  for (const TestCase& tc : tests) bound += tc.set == "node" && tc.outcome == Outcome::kPass && !tc.note.empty();
+  for (const TestCase& tc : tests)
+    bound += tc.set == "node" && tc.outcome == Outcome::kPass && !tc.note.empty();
   if (bound > 0) {
-    std::printf("%d passing node tests take shape-value inputs (axes, pads, sizes, K), given at run time "
-                "and ranged by the profile (see --json notes)\n", bound);
+    std::printf(
+        "%d passing node tests take shape-value inputs (axes, pads, sizes, K), given at run time "
+        "and ranged by the profile (see --json notes)\n",
+        bound);
   }
   // The headline: the node tests when the corpus has them, else every test run.
   Counts headline = per_set.count("node") ? per_set["node"] : Counts{};

@@ -62,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   argv.push_back(std::move(arg));
   static const std::vector<CommandSpec> specs = [] {
     std::vector<CommandSpec> s;
-    for (int k = 0; k < 5; ++k) s.push_back(command_spec(kIds[k], kNames[k], "", "", "MODEL_OR_ENGINE"));
+    for (int k = 0; k < 5; ++k)
+      s.push_back(command_spec(kIds[k], kNames[k], "", "", "MODEL_OR_ENGINE"));
     return s;
   }();
   const CommandSpec& spec = specs[size_t(c)];

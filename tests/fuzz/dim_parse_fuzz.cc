@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Bounds hold for every point in the ranges; the point evaluated is one of them.
   // kInf stands for unbounded, so a value past it is inside an open end.
   constexpr int64_t kInf = kiln::ir::Interval::kInf;
-  if (at && ((box.lo > -kInf && *at < box.lo) || (box.hi < kInf && *at > box.hi))) __builtin_trap();
+  if (at && ((box.lo > -kInf && *at < box.lo) || (box.hi<kInf&& * at> box.hi))) __builtin_trap();
   Dim simple = dim->simplify(ranges);
   std::optional<int64_t> simple_at = simple.eval(values);
   if (at && simple_at && *at != *simple_at) __builtin_trap();

@@ -82,7 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     output_bytes += bytes;
     if (output_bytes > kMaxOutputBytes) return 0;
   }
-  (*context)->set_max_loop_iterations(1000);  // a run-time loop whose condition never turns false ends soon
+  (*context)->set_max_loop_iterations(
+      1000);  // a run-time loop whose condition never turns false ends soon
   (void)(*context)->run(inputs);
   return 0;
 }

@@ -99,7 +99,8 @@ Status bind_device_buffers(const Engine& engine, ExecutionContext& ctx,
     size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 1);
     KILN_ASSIGN_OR_RETURN(void* p, out->backend->allocate(bytes));
     out->ptrs.push_back(p);
-    if (engine.tensor_mode(name) == TensorIOMode::kINPUT && in != inputs.end() && in->second.nbytes() > 0) {
+    if (engine.tensor_mode(name) == TensorIOMode::kINPUT && in != inputs.end() &&
+        in->second.nbytes() > 0) {
       KILN_RETURN_IF_ERROR(out->backend->copy(p, in->second.data(), in->second.nbytes(),
                                               backends::CopyKind::kHostToDevice, nullptr));
     }
@@ -119,7 +120,8 @@ Result<std::vector<int64_t>> parse_buckets(const std::string& text) {
   while (start <= text.size()) {
     size_t end = text.find(',', start);
     if (end == std::string::npos) end = text.size();
-    auto v = parse_int_flag("batchBuckets", std::string_view(text).substr(start, end - start), 1, kMaxCount);
+    auto v = parse_int_flag("batchBuckets", std::string_view(text).substr(start, end - start), 1,
+                            kMaxCount);
     if (!v.ok()) return v.error();
     out.push_back(*v);
     start = end + 1;
@@ -131,11 +133,13 @@ Result<std::vector<int64_t>> parse_buckets(const std::string& text) {
 // LO..HI, seeded, on device-resident buffers sized for HI; the same draws run without buckets and
 // with them (when given). Prints the latencies, what the graph cache did, and checks that every
 // run's outputs have the exact shapes of its batch.
-Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, const PreparedInputs& inputs,
-                               int64_t lo, int64_t hi, int64_t runs, uint64_t seed,
-                               const std::vector<int64_t>& buckets) {
+Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx,
+                               const PreparedInputs& inputs, int64_t lo, int64_t hi, int64_t runs,
+                               uint64_t seed, const std::vector<int64_t>& buckets) {
   if (engine.device() == Device::kCPU) {
-    return usage_error("--randomBatch times CUDA graphs over changing batches: it needs a GPU engine (--device=cuda)");
+    return usage_error(
+        "--randomBatch times CUDA graphs over changing batches: it needs a GPU engine "
+        "(--device=cuda)");
   }
   auto backend = backends::get_backend(engine.device());
   if (!backend.ok()) return failure(backend.status(), "the engine's backend");
@@ -149,23 +153,29 @@ Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, cons
   // Inputs at HI rows (the given rows repeated), uploaded once; outputs at HI.
   for (const std::string& name : inputs.order) {
     const Tensor& t = inputs.tensors.at(name);
-    if (t.rank() == 0 || t.shape()[0] < 1) return usage_error("--randomBatch: input '" + name + "' has no batch dim 0");
+    if (t.rank() == 0 || t.shape()[0] < 1)
+      return usage_error("--randomBatch: input '" + name + "' has no batch dim 0");
     Status st = ctx.set_input_shape(name, at(name, hi));
-    if (!st.ok()) return failure(st, "--randomBatch: input '" + name + "' at batch " + std::to_string(hi));
+    if (!st.ok())
+      return failure(st, "--randomBatch: input '" + name + "' at batch " + std::to_string(hi));
   }
   for (int i = 0; i < engine.num_io_tensors(); ++i) {
     const std::string name = engine.io_tensor_name(i);
     auto shape = ctx.tensor_shape(name);
-    if (!shape.ok()) return failure(shape.status(), "resolving '" + name + "' at batch " + std::to_string(hi));
-    const size_t bytes = std::max<size_t>(size_t(shape_numel(*shape)) * dtype_size(*engine.tensor_dtype(name)), 1);
+    if (!shape.ok())
+      return failure(shape.status(), "resolving '" + name + "' at batch " + std::to_string(hi));
+    const size_t bytes =
+        std::max<size_t>(size_t(shape_numel(*shape)) * dtype_size(*engine.tensor_dtype(name)), 1);
     auto p = bufs.backend->allocate(bytes);
     if (!p.ok()) return failure(p.status(), "allocating '" + name + "'");
     bufs.ptrs.push_back(*p);
     if (engine.tensor_mode(name) == TensorIOMode::kINPUT) {
       const Tensor& t = inputs.tensors.at(name);
       std::vector<uint8_t> host(bytes);
-      for (size_t k = 0; k < bytes; ++k) host[k] = static_cast<const uint8_t*>(t.data())[k % std::max<size_t>(t.nbytes(), 1)];
-      Status st = bufs.backend->copy(*p, host.data(), bytes, backends::CopyKind::kHostToDevice, nullptr);
+      for (size_t k = 0; k < bytes; ++k)
+        host[k] = static_cast<const uint8_t*>(t.data())[k % std::max<size_t>(t.nbytes(), 1)];
+      Status st =
+          bufs.backend->copy(*p, host.data(), bytes, backends::CopyKind::kHostToDevice, nullptr);
       if (st.ok()) st = bufs.backend->synchronize(nullptr);
       if (!st.ok()) return failure(st, "uploading '" + name + "'");
     }
@@ -180,11 +190,14 @@ Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, cons
     state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
     draws.push_back(lo + int64_t(state % uint64_t(hi - lo + 1)));
   }
-  std::printf("random batch %lld..%lld: %lld runs (seed %llu), device-resident inputs and outputs, graph cache %zu\n",
-              static_cast<long long>(lo), static_cast<long long>(hi), static_cast<long long>(runs),
-              static_cast<unsigned long long>(seed), ctx.cuda_graph_cache_capacity());
+  std::printf(
+      "random batch %lld..%lld: %lld runs (seed %llu), device-resident inputs and outputs, graph "
+      "cache %zu\n",
+      static_cast<long long>(lo), static_cast<long long>(hi), static_cast<long long>(runs),
+      static_cast<unsigned long long>(seed), ctx.cuda_graph_cache_capacity());
   std::string first;
-  for (size_t k = 0; k < std::min<size_t>(draws.size(), 8); ++k) first += " " + std::to_string(draws[k]);
+  for (size_t k = 0; k < std::min<size_t>(draws.size(), 8); ++k)
+    first += " " + std::to_string(draws[k]);
   std::printf("  the first batches drawn:%s ...\n", first.c_str());
   int64_t checks = 0;
   for (int pass = 0; pass < (buckets.empty() ? 1 : 2); ++pass) {
@@ -210,7 +223,8 @@ Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, cons
         auto shape = ctx.tensor_shape(name);
         if (!shape.ok() || shape->empty() || (*shape)[0] != b) {
           return failure("batch " + std::to_string(b) + ": output '" + name + "' has shape " +
-                         (shape.ok() ? shape_to_string(*shape) : shape.status().message()) + ", not batch " + std::to_string(b));
+                         (shape.ok() ? shape_to_string(*shape) : shape.status().message()) +
+                         ", not batch " + std::to_string(b));
         }
         ++checks;
       }
@@ -224,16 +238,20 @@ Result<int> random_batch_bench(const Engine& engine, ExecutionContext& ctx, cons
     std::string label = "without buckets";
     if (pass == 1) {
       label = "with buckets ";
-      for (size_t k = 0; k < buckets.size(); ++k) label += (k ? "," : "") + std::to_string(buckets[k]);
+      for (size_t k = 0; k < buckets.size(); ++k)
+        label += (k ? "," : "") + std::to_string(buckets[k]);
     }
-    std::printf("  %s: latency (ms) median %.4g  mean %.4g  p90 %.4g  max %.4g; graphs captured %lld, replayed %lld, "
-                "evicted %lld, cached at the end %zu\n",
-                label.c_str(), percentile(sorted, 50), mean, percentile(sorted, 90), sorted.back(),
-                static_cast<long long>(after.captures - before.captures),
-                static_cast<long long>(after.replays - before.replays),
-                static_cast<long long>(after.evictions - before.evictions), after.cached);
+    std::printf(
+        "  %s: latency (ms) median %.4g  mean %.4g  p90 %.4g  max %.4g; graphs captured %lld, "
+        "replayed %lld, "
+        "evicted %lld, cached at the end %zu\n",
+        label.c_str(), percentile(sorted, 50), mean, percentile(sorted, 90), sorted.back(),
+        static_cast<long long>(after.captures - before.captures),
+        static_cast<long long>(after.replays - before.replays),
+        static_cast<long long>(after.evictions - before.evictions), after.cached);
   }
-  std::printf("  every run's outputs had their batch's exact shape (%lld checks)\n", static_cast<long long>(checks));
+  std::printf("  every run's outputs had their batch's exact shape (%lld checks)\n",
+              static_cast<long long>(checks));
   return kExitOk;
 }
 
@@ -271,10 +289,14 @@ int bench_command(const Argv& argv) {
   if (auto r = args->get("randomBatch")) {
     const size_t colon = r->find(':');
     auto a = parse_int_flag("randomBatch", std::string_view(*r).substr(0, colon), 1, kMaxCount);
-    auto b = colon == std::string::npos ? a : parse_int_flag("randomBatch", std::string_view(*r).substr(colon + 1), 1, kMaxCount);
+    auto b =
+        colon == std::string::npos
+            ? a
+            : parse_int_flag("randomBatch", std::string_view(*r).substr(colon + 1), 1, kMaxCount);
     if (!a.ok()) return report("bench", a.error());
     if (!b.ok()) return report("bench", b.error());
-    if (*b < *a) return report("bench", usage_error("--randomBatch=LO:HI needs LO <= HI, got " + *r));
+    if (*b < *a)
+      return report("bench", usage_error("--randomBatch=LO:HI needs LO <= HI, got " + *r));
     random_lo = *a, random_hi = *b;
   }
   Result<std::vector<double>> percentiles = std::vector<double>{90, 99};
@@ -326,7 +348,8 @@ int bench_command(const Argv& argv) {
   if (!host_engine) ctx.set_use_cuda_graph(*cuda_graph || random_hi > 0);
   ctx.set_cuda_graph_cache_capacity(size_t(*graph_cache));
   if (random_hi > 0) {
-    auto r = random_batch_bench(*engine, ctx, *inputs, random_lo, random_hi, *iterations, inputs_opt->seed, *buckets);
+    auto r = random_batch_bench(*engine, ctx, *inputs, random_lo, random_hi, *iterations,
+                                inputs_opt->seed, *buckets);
     return r.ok() ? *r : report("bench", r.error());
   }
   if (!buckets->empty()) {
@@ -518,10 +541,13 @@ int bench_command(const Argv& argv) {
     }
     const double n_runs = double(runs);
     if (args->has("dumpProfile")) {
-      std::printf("layer profile (%zu runs, a sync per run, no CUDA graph; the sum of layer times is %.4g ms a "
-                  "run):\n",
-                  runs, all / n_runs);
-      std::printf("  %10s %10s %10s %8s  %s\n", "Time(ms)", "Avg.(ms)", "Median(ms)", "Time(%)", "Layer");
+      std::printf(
+          "layer profile (%zu runs, a sync per run, no CUDA graph; the sum of layer times is %.4g "
+          "ms a "
+          "run):\n",
+          runs, all / n_runs);
+      std::printf("  %10s %10s %10s %8s  %s\n", "Time(ms)", "Avg.(ms)", "Median(ms)", "Time(%)",
+                  "Layer");
       for (size_t l = 0; l < profile.names.size(); ++l) {
         std::printf("  %10.4g %10.4g %10.4g %8.2f  %s\n", total[l], total[l] / n_runs, med[l],
                     all > 0 ? 100 * total[l] / all : 0.0, profile.names[l].c_str());
@@ -538,7 +564,8 @@ int bench_command(const Argv& argv) {
         j.key("percentage").value(all > 0 ? 100 * total[l] / all : 0.0).end_object();
       }
       j.end_array();
-      if (Status w = write_regular_file(*export_profile, j.str() + "\n", "layer profile"); !w.ok()) {
+      if (Status w = write_regular_file(*export_profile, j.str() + "\n", "layer profile");
+          !w.ok()) {
         return report("bench", failure(w.message()));
       }
       std::printf("layer profile written to %s\n", export_profile->c_str());
@@ -558,7 +585,10 @@ int bench_command(const Argv& argv) {
     j.key("min").value(sorted.front()).key("mean").value(mean).key("median").value(median);
     j.key("device_io").value(device_io);
     if (!host_engine && !device_io) {
-      j.key("h2d_median").value(phase_median.h2d_ms).key("compute_median").value(phase_median.compute_ms);
+      j.key("h2d_median")
+          .value(phase_median.h2d_ms)
+          .key("compute_median")
+          .value(phase_median.compute_ms);
       j.key("d2h_median").value(phase_median.d2h_ms);
     }
     for (double p : *percentiles) j.key(percentile_name(p)).value(percentile(sorted, p));
@@ -567,7 +597,8 @@ int bench_command(const Argv& argv) {
     j.key("throughput_qps").value(qps).key("batch").value(batch);
     j.key("times_ms").array(times);
     j.end_object();
-    if (Status w = write_regular_file(*path, j.str() + "\n", "times"); !w.ok()) return report("bench", failure(w.message()));
+    if (Status w = write_regular_file(*path, j.str() + "\n", "times"); !w.ok())
+      return report("bench", failure(w.message()));
     std::printf("times written to %s\n", path->c_str());
   }
   return kExitOk;

@@ -58,10 +58,12 @@ std::string describe_io(const Engine& engine) {
   // Dims only the data decides: each is known once the layer that makes it has run.
   std::string dd;
   for (const auto& d : engine.plan().data_dependent) {
-    dd += "  " + d.symbol + " in [" + (d.lower == 0 ? std::string("0") : "max(0, " + d.lower.to_string() + ")") + ", " +
+    dd += "  " + d.symbol + " in [" +
+          (d.lower == 0 ? std::string("0") : "max(0, " + d.lower.to_string() + ")") + ", " +
           d.bound.to_string() + "]\n";
   }
-  if (!dd.empty()) dd = "data-dependent dims (sized by their layers when the run reaches them):\n" + dd;
+  if (!dd.empty())
+    dd = "data-dependent dims (sized by their layers when the run reaches them):\n" + dd;
   return "inputs:\n" + in + "outputs (shape formulas over the input symbols):\n" + out + dd;
 }
 
@@ -76,8 +78,8 @@ std::string describe_profiles(const Engine& engine) {
            dims_to_spec(r.max);
     }
     for (const auto& r : profiles[p].values) {
-      s += " " + r.name + " values min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) + " max " +
-           dims_to_spec(r.max);
+      s += " " + r.name + " values min " + dims_to_spec(r.min) + " opt " + dims_to_spec(r.opt) +
+           " max " + dims_to_spec(r.max);
     }
     std::string syms;
     for (const auto& [name, range] : profiles[p].symbols) {
@@ -106,7 +108,8 @@ std::string describe_layers(const Engine& engine, bool each) {
     }
     wn = std::min<size_t>(wn, 48);
     // A layout column only where some layer computes channels last (CUDA FP16/BF16 convolutions).
-    const bool layouts = std::any_of(layers.begin(), layers.end(), [](const auto& l) { return !l.layout.empty(); });
+    const bool layouts =
+        std::any_of(layers.begin(), layers.end(), [](const auto& l) { return !l.layout.empty(); });
     s += "  " + pad("#", 5) + pad("node", wn + 2) + pad("op", wo + 2) + pad("kernel", wk + 2) +
          pad("precision", 11) + (layouts ? pad("layout", 8) : "") + "tactic\n";
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -124,7 +127,9 @@ std::string describe_layers(const Engine& engine, bool each) {
         tactic += l.runs_when[k].first + (l.runs_when[k].second ? " is true" : " is false");
       }
       // A layer of a run-time loop: once per iteration.
-      if (!l.repeats_in.empty()) tactic += (tactic.empty() ? "" : "; ") + std::string("repeats per iteration of ") + l.repeats_in;
+      if (!l.repeats_in.empty())
+        tactic +=
+            (tactic.empty() ? "" : "; ") + std::string("repeats per iteration of ") + l.repeats_in;
       std::string line = "  " + pad(std::to_string(i), 5) + pad(l.name, wn + 2) +
                          pad(l.op_type, wo + 2) + pad(l.kernel, wk + 2) + pad(l.precision, 11) +
                          (layouts ? pad(l.layout.empty() ? "-" : l.layout, 8) : "") + tactic;
@@ -135,7 +140,8 @@ std::string describe_layers(const Engine& engine, bool each) {
     size_t fused = 0;
     for (const auto& l : layers) fused += !l.replaced.empty();
     if (fused > 0) {
-      s += "fused layers: " + std::to_string(fused) + " (each with the model's nodes it replaced)\n";
+      s +=
+          "fused layers: " + std::to_string(fused) + " (each with the model's nodes it replaced)\n";
       for (size_t i = 0; i < layers.size(); ++i) {
         if (layers[i].replaced.empty()) continue;
         int64_t total = 0;
@@ -144,8 +150,8 @@ std::string describe_layers(const Engine& engine, bool each) {
           total += n;
           ops += (ops.empty() ? "" : ", ") + op + (n > 1 ? " x" + std::to_string(n) : "");
         }
-        s += "  " + pad(std::to_string(i), 5) + pad(layers[i].op_type, wo + 2) + std::to_string(total) +
-             (total == 1 ? " node: " : " nodes: ") + ops + "\n";
+        s += "  " + pad(std::to_string(i), 5) + pad(layers[i].op_type, wo + 2) +
+             std::to_string(total) + (total == 1 ? " node: " : " nodes: ") + ops + "\n";
       }
     }
   }
@@ -195,7 +201,8 @@ void engine_json(JsonWriter& j, const Engine& engine) {
   const auto& profiles = engine.plan().profiles;
   for (size_t p = 0; p < profiles.size(); ++p) {
     j.begin_object();
-    for (const auto& [key, ranges] : {std::pair<const char*, const std::vector<plan::InputRange>*>{"inputs", &profiles[p].inputs},
+    for (const auto& [key, ranges] : {std::pair<const char*, const std::vector<plan::InputRange>*>{
+                                          "inputs", &profiles[p].inputs},
                                       {"shape_values", &profiles[p].values}}) {
       j.key(key).begin_array();
       for (const auto& r : *ranges) {
@@ -235,7 +242,8 @@ void engine_json(JsonWriter& j, const Engine& engine) {
     if (!l.repeats_in.empty()) j.key("repeats_in").value(l.repeats_in);
     if (!l.runs_when.empty()) {
       j.key("runs_when").begin_array();
-      for (const auto& [cond, when] : l.runs_when) j.begin_object().key("condition").value(cond).key("is").value(when).end_object();
+      for (const auto& [cond, when] : l.runs_when)
+        j.begin_object().key("condition").value(cond).key("is").value(when).end_object();
       j.end_array();
     }
     if (!l.replaced.empty()) {

@@ -154,7 +154,8 @@ Result<BuildOptions> parse_build_options(const Args& args) {
   if (args.has("builderOptimizationLevel")) {
     KILN_CLI_ASSIGN(int64_t level, args.get_int("builderOptimizationLevel", 3, 0,
                                                 BuilderConfig::kMaxOptimizationLevel));
-    KILN_CHECK(o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
+    KILN_CHECK(
+        o.config.set_builder_optimization_level(int(level)).ok());  // in range: checked above
   }
   o.timing_cache_file = args.get("timingCacheFile").value_or("");
   if (auto when = args.get("dumpIR")) {
@@ -173,7 +174,8 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs("sequenceLengths", *lengths));
     for (const ShapeSpec& s : specs) {
       if (s.dims.size() != 1) {
-        return usage_error("--sequenceLengths: '" + s.name + "' needs one length (NAME:N such as xs:3)");
+        return usage_error("--sequenceLengths: '" + s.name +
+                           "' needs one length (NAME:N such as xs:3)");
       }
       Status st = o.config.set_sequence_length(s.name, s.dims[0]);
       if (!st.ok()) return usage_error("--sequenceLengths: " + st.message());
@@ -181,7 +183,9 @@ Result<BuildOptions> parse_build_options(const Args& args) {
   }
   if (auto absent = args.get("optionalAbsent")) {
     for (const std::string& name : split_entries(*absent)) {
-      if (name.empty()) return usage_error("--optionalAbsent: empty name in '" + *absent + "'; expected NAME,NAME,...");
+      if (name.empty())
+        return usage_error("--optionalAbsent: empty name in '" + *absent +
+                           "'; expected NAME,NAME,...");
       o.config.set_optional_present(name, false);
     }
   }
@@ -197,7 +201,9 @@ Result<BuildOptions> parse_build_options(const Args& args) {
       current = size_t(v);
       continue;
     }
-    if (f.name != "minShapes" && f.name != "optShapes" && f.name != "maxShapes" && f.name != "shapeSteps") continue;
+    if (f.name != "minShapes" && f.name != "optShapes" && f.name != "maxShapes" &&
+        f.name != "shapeSteps")
+      continue;
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs(f.name, f.value));
     if (o.profiles.size() <= current) o.profiles.resize(current + 1);
     ProfileShapes& p = o.profiles[current];
@@ -293,8 +299,10 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
                              "; its inputs are:" + inputs_list(g));
         }
         if (which == 3 && !dims.count(s.name)) {
-          return usage_error("--shapeSteps gives steps for '" + s.name + "', which has no --minShapes/--optShapes/"
-                             "--maxShapes in profile " + std::to_string(p));
+          return usage_error("--shapeSteps gives steps for '" + s.name +
+                             "', which has no --minShapes/--optShapes/"
+                             "--maxShapes in profile " +
+                             std::to_string(p));
         }
         auto& d = dims[s.name];
         (which == 0 ? d.min : which == 1 ? d.opt : which == 2 ? d.max : d.steps) = s.dims;
@@ -334,7 +342,9 @@ Result<BuilderConfig> make_config(const Network& network, const BuildOptions& op
         }
       }
       if (is_static && !(d.min == fixed_shape && d.opt == fixed_shape && d.max == fixed_shape)) {
-        if (!d.steps.empty()) return usage_error("--shapeSteps: '" + name + "' takes shape values, which have no steps");
+        if (!d.steps.empty())
+          return usage_error("--shapeSteps: '" + name +
+                             "' takes shape values, which have no steps");
         Status st = profile.set_shape_values(name, d.min, d.opt, d.max);
         if (!st.ok()) return usage_error("profile " + std::to_string(p) + ": " + st.message());
         continue;
@@ -365,12 +375,14 @@ Result<Engine> build_engine(const Network& network, const BuildOptions& options,
   }
   if (options.verbose) {
     // --verbose: the builder's shape log (symbol ranges, every node's shapes, the proof's steps).
-    config.set_shape_log([](const std::string& line) { std::printf("shape log: %s\n", line.c_str()); });
+    config.set_shape_log(
+        [](const std::string& line) { std::printf("shape log: %s\n", line.c_str()); });
   }
   if (options.dump_ir) {
-    config.set_ir_dump(options.dump_ir_passes, [](const std::string& pass, const std::string& text) {
-      std::printf("// IR after %s\n%s", pass.c_str(), text.c_str());
-    });
+    config.set_ir_dump(options.dump_ir_passes,
+                       [](const std::string& pass, const std::string& text) {
+                         std::printf("// IR after %s\n%s", pass.c_str(), text.c_str());
+                       });
   }
   auto engine = Builder(options.device).build(network, config);
   if (!engine.ok()) {
@@ -437,7 +449,8 @@ std::string precision_summary(const Engine& engine, const std::vector<std::strin
 std::string flags_to_string(uint32_t flags) {
   PrecisionPolicy p = PrecisionPolicy::from_flags(flags);
   std::string s;
-  for (auto [on, name] : {std::pair{p.tf32, "tf32"}, {p.fp16, "fp16"}, {p.bf16, "bf16"}, {p.int8, "int8"}}) {
+  for (auto [on, name] :
+       {std::pair{p.tf32, "tf32"}, {p.fp16, "fp16"}, {p.bf16, "bf16"}, {p.int8, "int8"}}) {
     if (on) s += (s.empty() ? "" : " ") + std::string(name);
   }
   return s.empty() ? "none (strict fp32)" : s;

@@ -184,9 +184,11 @@ constexpr FlagDef kFlags[] = {
     {"seed", "N", R | N | C, kAcc, 0,
      "seed of the random inputs (default 1): floats in [-1,1), ints in [0,100)"},
     {"profile", "N", R, kAcc, 0,
-     "the optimization profile to run with (default: the one whose ranges hold the shapes and whose opt is nearest)"},
+     "the optimization profile to run with (default: the one whose ranges hold the shapes and "
+     "whose opt is nearest)"},
     {"useProfile", "N", R | N, kAcc, T,
-     "the optimization profile to run with (default: the one whose ranges hold the shapes and whose opt is nearest)"},
+     "the optimization profile to run with (default: the one whose ranges hold the shapes and "
+     "whose opt is nearest)"},
 
     // kiln run.
     {"iterations", "N", R, kAcc, T,
@@ -218,9 +220,11 @@ constexpr FlagDef kFlags[] = {
      "the latency percentiles to report (default 90,99); 0 is the fastest run, 100 the slowest"},
     {"useCudaGraph", "", N, kAcc, T, "capture the run in a CUDA graph (GPU engines only)"},
     {"graphCacheSize", "N", N, kAcc, 0,
-     "CUDA graphs kept, one per set of input shapes (default 4; the least recently used is dropped)"},
+     "CUDA graphs kept, one per set of input shapes (default 4; the least recently used is "
+     "dropped)"},
     {"batchBuckets", "B1,B2,..", N, kAcc, 0,
-     "CUDA graphs: a batch that is no bucket runs at the next bucket up, inputs padded with zero rows "
+     "CUDA graphs: a batch that is no bucket runs at the next bucket up, inputs padded with zero "
+     "rows "
      "and outputs sliced back to their exact shapes"},
     {"randomBatch", "LO:HI", N, kAcc, 0,
      "GPU engines: each of --iterations runs draws its batch from LO..HI (seeded by --seed) on "
@@ -261,7 +265,9 @@ constexpr FlagDef kFlags[] = {
     {"reference", "auto|ort|kiln", C, kAcc, 0,
      "the reference: ONNX Runtime, kiln's CPU kernels, or auto"},
 
-    {"verbose", "", kBuilds, kAcc, T, "print every stage with its time (a build: every layer too, and the shape log: symbol ranges, each node's shapes, each constraint the profile proof settled and how)"},
+    {"verbose", "", kBuilds, kAcc, T,
+     "print every stage with its time (a build: every layer too, and the shape log: symbol ranges, "
+     "each node's shapes, each constraint the profile proof settled and how)"},
 };
 
 struct Named {

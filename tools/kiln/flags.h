@@ -116,11 +116,11 @@ std::string check_flag_table();
 void warn(std::string_view command, const std::string& message);
 
 struct CommandSpec {
-  uint32_t id;           // kCmdBuild, ...
-  std::string name;      // "build"
-  std::string synopsis;  // the usage line after "kiln NAME "
-  std::string summary;   // one paragraph
-  std::string positional;  // e.g. "MODEL_OR_ENGINE"; empty when the command takes none
+  uint32_t id;                        // kCmdBuild, ...
+  std::string name;                   // "build"
+  std::string synopsis;               // the usage line after "kiln NAME "
+  std::string summary;                // one paragraph
+  std::string positional;             // e.g. "MODEL_OR_ENGINE"; empty when the command takes none
   std::vector<const FlagDef*> flags;  // what the command takes (accepted or warns), from the table
 };
 

@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
@@ -227,10 +227,12 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
       if (!engine.is_shape_inference_io(name)) continue;
       if (!user_values.count(name)) {
         auto opt = engine.profile_tensor_values(name, p, OptProfileSelector::kOPT);
-        StatusOr<Tensor> t = opt.ok() ? shape_value_tensor(engine, name, *opt) : fixed_shape_value(engine, name);
+        StatusOr<Tensor> t =
+            opt.ok() ? shape_value_tensor(engine, name, *opt) : fixed_shape_value(engine, name);
         if (!t.ok()) return failure(t.status(), "making the values of '" + name + "'");
         out.tensors[name] = std::move(t).value();
-        out.from[name] = opt.ok() ? "opt values of profile " + std::to_string(p) : "the value the engine was built for";
+        out.from[name] = opt.ok() ? "opt values of profile " + std::to_string(p)
+                                  : "the value the engine was built for";
       }
       if (st.ok()) st = ctx.set_tensor_address(name, out.tensors[name].data());
     }
@@ -261,7 +263,8 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
       // Refused before the allocation, with the size it needed: a shape past the machine's memory
       // made the random input empty and a check abort the process (or the OOM killer end it
       // where the allocator overcommits).
-      if (Status fits = fits_in_memory(name, *dtype, shapes[name]); !fits.ok()) return usage_error(fits.message());
+      if (Status fits = fits_in_memory(name, *dtype, shapes[name]); !fits.ok())
+        return usage_error(fits.message());
       auto made = random_tensor(*dtype, shapes[name], options.seed + index);
       if (!made.ok()) return usage_error("input '" + name + "': " + made.status().message());
       out.tensors[name] = std::move(made).value();
@@ -276,18 +279,22 @@ Result<PreparedInputs> prepare_inputs(const Engine& engine, ExecutionContext& ct
                      why_not);
 }
 
-StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name, const std::vector<int64_t>& values) {
+StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name,
+                                    const std::vector<int64_t>& values) {
   KILN_ASSIGN_OR_RETURN(Shape shape, engine.tensor_shape(name));
   KILN_ASSIGN_OR_RETURN(DType dtype, engine.tensor_dtype(name));
   if (shape_numel(shape) != int64_t(values.size())) {
-    return invalid_argument("'" + name + "' is a shape-value input of " + std::to_string(shape_numel(shape)) +
-                            " elements " + shape_to_string(shape) + "; " + std::to_string(values.size()) + " values given");
+    return invalid_argument("'" + name + "' is a shape-value input of " +
+                            std::to_string(shape_numel(shape)) + " elements " +
+                            shape_to_string(shape) + "; " + std::to_string(values.size()) +
+                            " values given");
   }
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, shape));
   for (size_t i = 0; i < values.size(); ++i) {
     if (!t.set_int_at(int64_t(i), values[i])) {
-      return invalid_argument("'" + name + "' is " + std::string(dtype_name(dtype)) +
-                              ": it takes the one value the engine was built for, not values from --shapes");
+      return invalid_argument(
+          "'" + name + "' is " + std::string(dtype_name(dtype)) +
+          ": it takes the one value the engine was built for, not values from --shapes");
     }
   }
   return t;
@@ -305,10 +312,12 @@ StatusOr<Tensor> fixed_shape_value(const Engine& engine, const std::string& name
 
 Status fits_in_memory(const std::string& name, DType dtype, const Shape& shape) {
   const std::optional<int64_t> n = checked_numel(shape);
-  const std::optional<int64_t> bytes = n ? checked_mul(*n, int64_t(dtype_size(dtype))) : std::nullopt;
+  const std::optional<int64_t> bytes =
+      n ? checked_mul(*n, int64_t(dtype_size(dtype))) : std::nullopt;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
-  const std::string what = "input '" + name + "' of shape " + shape_to_string(shape) + " " + std::string(dtype_name(dtype));
+  const std::string what = "input '" + name + "' of shape " + shape_to_string(shape) + " " +
+                           std::string(dtype_name(dtype));
   if (!bytes) return invalid_argument(what + " has more bytes than a tensor can hold");
   if (memory > 0 && double(*bytes) > memory) {
     char size[64];

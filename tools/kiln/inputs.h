@@ -44,7 +44,8 @@ StatusOr<Tensor> random_tensor(DType dtype, const Shape& shape, uint64_t seed);
 Status fits_in_memory(const std::string& name, DType dtype, const Shape& shape);
 // A shape-value input's tensor holding `values` (its dtype and static shape), and the one value a
 // non-integer shape-value input was built for.
-StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name, const std::vector<int64_t>& values);
+StatusOr<Tensor> shape_value_tensor(const Engine& engine, const std::string& name,
+                                    const std::vector<int64_t>& values);
 StatusOr<Tensor> fixed_shape_value(const Engine& engine, const std::string& name);
 
 // "shape 4x1000 float32  min -2.9 max 3.0 mean 0.012 std 0.98  first [..]" plus argmax per row

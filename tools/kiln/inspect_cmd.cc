@@ -178,8 +178,9 @@ int inspect_engine(const std::string& path, const std::vector<uint8_t>& bytes, b
       flags_to_string(h.builder_flags).c_str(), static_cast<unsigned long long>(h.model_hash));
   std::printf("sections:");
   for (const auto& s : h.sections) {
-    std::printf(" %s%s %s at %llu", plan::section_tag_name(s.tag).c_str(), s.required() ? "" : " (optional)",
-                format_bytes(int64_t(s.size)).c_str(), static_cast<unsigned long long>(s.offset));
+    std::printf(" %s%s %s at %llu", plan::section_tag_name(s.tag).c_str(),
+                s.required() ? "" : " (optional)", format_bytes(int64_t(s.size)).c_str(),
+                static_cast<unsigned long long>(s.offset));
   }
   std::printf("\n%s%s", describe_profiles(*engine).c_str(), describe_io(*engine).c_str());
   std::printf("%s", describe_layers(*engine, /*each=*/true).c_str());

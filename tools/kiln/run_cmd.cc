@@ -27,7 +27,8 @@ CommandSpec run_spec() {
       "min = opt = max). Inputs are seeded random values unless --loadInputs gives files;\n"
       "shapes come from --shapes, the input files, or the profile's opt shapes. The profile is\n"
       "--profile=N, else the one whose ranges hold the shapes and whose opt shapes are nearest\n"
-      "(relative distance per dim), else the first that holds them. Prints the outputs of the last\n"
+      "(relative distance per dim), else the first that holds them. Prints the outputs of the "
+      "last\n"
       "run (--dumpOutput: every value) and the time of each run.");
 }
 
@@ -85,7 +86,8 @@ Check export_outputs(const std::string& target, const std::vector<std::string>& 
       j.end_array().end_object();
     }
     j.end_array().end_object();
-    if (Status w = write_regular_file(target, j.str() + "\n", "output"); !w.ok()) return failure(w.message());
+    if (Status w = write_regular_file(target, j.str() + "\n", "output"); !w.ok())
+      return failure(w.message());
     std::printf("outputs written to %s\n", target.c_str());
     return ok();
   }

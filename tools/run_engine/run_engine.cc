@@ -1,6 +1,7 @@
-// kiln_run_engine: loads an engine file and runs it with the runtime alone (include/kiln_runtime.h),
-// linking no builder or frontend code, as a deployment would; tests/run_engine_test.sh keeps it so.
-// Usage: kiln_run_engine ENGINE NAME=INPUT.npy... [--out=DIR]  (DIR/OUTPUT.npy for each output)
+// kiln_run_engine: loads an engine file and runs it with the runtime alone
+// (include/kiln_runtime.h), linking no builder or frontend code, as a deployment would;
+// tests/run_engine_test.sh keeps it so. Usage: kiln_run_engine ENGINE NAME=INPUT.npy... [--out=DIR]
+// (DIR/OUTPUT.npy for each output)
 #include <cstdio>
 #include <map>
 #include <string>
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
       return fail("usage: kiln_run_engine ENGINE NAME=INPUT.npy... [--out=DIR]", 2);
     }
   }
-  if (engine_path.empty()) return fail("usage: kiln_run_engine ENGINE NAME=INPUT.npy... [--out=DIR]", 2);
+  if (engine_path.empty())
+    return fail("usage: kiln_run_engine ENGINE NAME=INPUT.npy... [--out=DIR]", 2);
 
   auto bytes = read_regular_file(engine_path, kMaxFileBytes, "engine");
   if (!bytes.ok()) return fail(bytes.status().to_string());
@@ -60,13 +62,15 @@ int main(int argc, char** argv) {
     std::string name = engine->io_tensor_name(i);
     if (engine->tensor_mode(name) != TensorIOMode::kINPUT) continue;
     auto it = files.find(name);
-    if (it == files.end()) return fail("no file for input '" + name + "' (give " + name + "=FILE.npy)", 2);
+    if (it == files.end())
+      return fail("no file for input '" + name + "' (give " + name + "=FILE.npy)", 2);
     auto t = cli::read_npy(it->second, kMaxFileBytes, "input");
     if (!t.ok()) return fail(t.error().message);
     inputs.emplace(name, std::move(t).value());
     files.erase(it);
   }
-  if (!files.empty()) return fail("'" + files.begin()->first + "' is not an input of this engine", 2);
+  if (!files.empty())
+    return fail("'" + files.begin()->first + "' is not an input of this engine", 2);
 
   auto outputs = (*ctx)->run(inputs);
   if (!outputs.ok()) return fail("running: " + outputs.status().to_string());
@@ -76,7 +80,8 @@ int main(int argc, char** argv) {
     const Tensor& t = outputs->at(name);
     std::string shape;
     for (int64_t d : t.shape()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    std::printf("%s %s [%s]\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(), shape.c_str());
+    std::printf("%s %s [%s]\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(),
+                shape.c_str());
     if (!out_dir.empty()) {
       auto written = cli::write_npy(out_dir + "/" + file_stem(name) + ".npy", t);
       if (!written.ok()) return fail(written.error().message);

@@ -138,9 +138,9 @@ Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t
       }
     }
     if (expect != out[i]) {
-      return invalid_argument(std::string(op) + ": output spatial dim " + std::to_string(i) + " is " +
-                              std::to_string(out[i]) + " but the input and attributes give " +
-                              std::to_string(expect));
+      return invalid_argument(std::string(op) + ": output spatial dim " + std::to_string(i) +
+                              " is " + std::to_string(out[i]) +
+                              " but the input and attributes give " + std::to_string(expect));
     }
     a.out = out[i];
   }
@@ -309,12 +309,13 @@ class ConvKernel final : public Kernel {
   }
 
   template <typename T>
-  Status run(const TensorView& xv, const TensorView& wv, const TensorView* bv, const TensorView& yv) {
+  Status run(const TensorView& xv, const TensorView& wv, const TensorView* bv,
+             const TensorView& yv) {
     int r = xv.rank();
     int ns = r - 2;
     if (ns < 1 || ns > 3 || wv.rank() != r || yv.rank() != r) {
-      return unsupported("Conv: X " + shape_to_string(xv.shape) + ", W " + shape_to_string(wv.shape) +
-                         ", Y " + shape_to_string(yv.shape) +
+      return unsupported("Conv: X " + shape_to_string(xv.shape) + ", W " +
+                         shape_to_string(wv.shape) + ", Y " + shape_to_string(yv.shape) +
                          ": only 1-D, 2-D and 3-D convolutions of matching ranks are supported");
     }
     int64_t n = xv.shape[0], c = xv.shape[1], m = wv.shape[0], cg = wv.shape[1];
@@ -323,13 +324,13 @@ class ConvKernel final : public Kernel {
                               shape_to_string(wv.shape) + " do not match with group " +
                               std::to_string(group_));
     }
-    if (!attrs_.kernel.empty() &&
-        !std::equal(attrs_.kernel.begin(), attrs_.kernel.end(), wv.shape.begin() + 2, wv.shape.end())) {
+    if (!attrs_.kernel.empty() && !std::equal(attrs_.kernel.begin(), attrs_.kernel.end(),
+                                              wv.shape.begin() + 2, wv.shape.end())) {
       return invalid_argument("Conv: kernel_shape does not match W " + shape_to_string(wv.shape));
     }
     if (bv && bv->numel() != m) {
-      return invalid_argument("Conv: bias has " + std::to_string(bv->numel()) + " elements, expected " +
-                              std::to_string(m));
+      return invalid_argument("Conv: bias has " + std::to_string(bv->numel()) +
+                              " elements, expected " + std::to_string(m));
     }
     Axis ax[3];
     KILN_RETURN_IF_ERROR(resolve_axes("Conv", attrs_, ns, xv.shape.data() + 2, wv.shape.data() + 2,
@@ -347,11 +348,12 @@ class ConvKernel final : public Kernel {
 
     if (cg == 1 && mg == 1 && ax[0].k == 1 && ax[0].in == 1 && ax[0].out == 1 && ax[0].pb == 0) {
       std::vector<T>& phases = col<T>();
-      if (phases.size() < size_t(ax[2].in + ax[2].stride)) phases.resize(size_t(ax[2].in + ax[2].stride));
+      if (phases.size() < size_t(ax[2].in + ax[2].stride))
+        phases.resize(size_t(ax[2].in + ax[2].stride));
       for (int64_t i = 0; i < n * c; ++i) {
         int64_t ch = i % c;
-        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2], y + i * out_sp,
-                     phases.data());
+        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                     y + i * out_sp, phases.data());
       }
       return ok_status();
     }
@@ -441,7 +443,8 @@ void max_pool(const T* x, T* y, int64_t* indices, int64_t planes, const Axis ax[
           int64_t best_i = -1;
           for (int64_t jd = dlo; jd < dhi; ++jd) {
             for (int64_t jh = hlo; jh < hhi; ++jh) {
-              int64_t row = ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              int64_t row =
+                  ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
               for (int64_t jw = wlo; jw < whi; ++jw) {
                 int64_t i = row + jw * ax[2].dil;
                 if (xp[i] > best || best_i < 0) {
@@ -483,7 +486,8 @@ void average_pool(const T* x, T* y, int64_t planes, const Axis ax[3], bool inclu
           T sum = 0;
           for (int64_t jd = dlo; jd < dhi; ++jd) {
             for (int64_t jh = hlo; jh < hhi; ++jh) {
-              const T* row = xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              const T* row =
+                  xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
               for (int64_t jw = wlo; jw < whi; ++jw) sum += row[jw * ax[2].dil];
             }
           }
@@ -515,8 +519,10 @@ void lp_pool(const T* x, T* y, int64_t planes, const Axis ax[3], double p) {
           double sum = 0;
           for (int64_t jd = dlo; jd < dhi; ++jd) {
             for (int64_t jh = hlo; jh < hhi; ++jh) {
-              const T* row = xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
-              for (int64_t jw = wlo; jw < whi; ++jw) sum += std::pow(std::fabs(double(row[jw * ax[2].dil])), p);
+              const T* row =
+                  xp + ((sd + jd * ax[0].dil) * ax[1].in + sh + jh * ax[1].dil) * ax[2].in + sw;
+              for (int64_t jw = wlo; jw < whi; ++jw)
+                sum += std::pow(std::fabs(double(row[jw * ax[2].dil])), p);
             }
           }
           *y++ = T(std::pow(sum, 1.0 / p));
@@ -595,9 +601,11 @@ Status average_pool_kernel(const KernelArgs& args) {
   KILN_ASSIGN_OR_RETURN(int64_t include_pad, args.attrs.get_int("count_include_pad", 0));
   int64_t planes = args.in[0].shape[0] * args.in[0].shape[1];
   if (args.in[0].dtype == DType::kFloat64) {
-    average_pool(args.in[0].as<const double>(), args.out[0].as<double>(), planes, ax, include_pad != 0);
+    average_pool(args.in[0].as<const double>(), args.out[0].as<double>(), planes, ax,
+                 include_pad != 0);
   } else {
-    average_pool(args.in[0].as<const float>(), args.out[0].as<float>(), planes, ax, include_pad != 0);
+    average_pool(args.in[0].as<const float>(), args.out[0].as<float>(), planes, ax,
+                 include_pad != 0);
   }
   return ok_status();
 }

@@ -38,8 +38,8 @@ class CpuImpl final : public KernelImpl {
     // have no effect on the CPU), and integer kernels are exact.
     return {};
   }
-  StatusOr<std::unique_ptr<Kernel>> instantiate(const KernelQuery& q,
-                                                std::shared_ptr<const PreparedNode>) const override {
+  StatusOr<std::unique_ptr<Kernel>> instantiate(
+      const KernelQuery& q, std::shared_ptr<const PreparedNode>) const override {
     if (entry_.factory) return entry_.factory(q);
     return std::unique_ptr<Kernel>(new FnKernel(id_, q.node.attrs, entry_.fn));
   }

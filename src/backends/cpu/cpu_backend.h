@@ -68,7 +68,8 @@ void register_attention_kernels(KernelRegistry& r);
 void register_spatial_kernels(KernelRegistry& r);
 void register_sequence_model_kernels(KernelRegistry& r);
 void register_recurrent_kernels(KernelRegistry& r);  // RNN, GRU, LSTM (recurrent.cc)
-void register_data_dependent_kernels(KernelRegistry& r);  // NonZero, Unique, ... (data_dependent.cc)
+void register_data_dependent_kernels(
+    KernelRegistry& r);  // NonZero, Unique, ... (data_dependent.cc)
 // A kernel whose output sizes its data may decide: `fn` fills each output's exact shape, which the
 // kernel reports (Kernel::data_dependent_shape). Defined in data_dependent.cc.
 using SizedFn = Status (*)(const KernelArgs& args, std::vector<Shape>* shapes);

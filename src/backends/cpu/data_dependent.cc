@@ -32,7 +32,8 @@ class SizedKernel final : public Kernel {
   std::string name() const override { return name_; }
   StatusOr<Shape> data_dependent_shape(size_t output) const override {
     if (!valid_ || output >= shapes_.size()) {
-      return internal_error(name_ + " has no size for output " + std::to_string(output) + " (it has not run)");
+      return internal_error(name_ + " has no size for output " + std::to_string(output) +
+                            " (it has not run)");
     }
     return shapes_[output];
   }
@@ -45,11 +46,10 @@ class SizedKernel final : public Kernel {
   bool valid_ = false;
 };
 
-
 // The error for a size past the bound the run gave the output (a plan whose bound is wrong).
 Status past_bound(std::string_view op, int64_t n, int64_t bound) {
-  return internal_error(std::string(op) + ": " + std::to_string(n) + " results exceed the " + std::to_string(bound) +
-                        " the plan bounds the output by");
+  return internal_error(std::string(op) + ": " + std::to_string(n) + " results exceed the " +
+                        std::to_string(bound) + " the plan bounds the output by");
 }
 
 // Whether element i is nonzero (-0.0 is zero; NaN is not).
@@ -73,7 +73,8 @@ Status nonzero_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> pos, nonzero_positions(x, OpKind::kNonZero));
   const int64_t n = int64_t(pos.size());
   const int64_t rank = std::max(x.rank(), 1);
-  if (y.rank() != 2 || y.shape[0] != rank) return internal_error("NonZero: output view is not [rank, n]");
+  if (y.rank() != 2 || y.shape[0] != rank)
+    return internal_error("NonZero: output view is not [rank, n]");
   if (n > y.shape[1]) return past_bound("NonZero", n, y.shape[1]);
   int64_t* out = y.as<int64_t>();
   for (int64_t k = 0; k < n; ++k) {
@@ -112,15 +113,16 @@ StatusOr<Slices> slices_of(const KernelArgs& a, const TensorView& x, const std::
 
 // Writes slices rows[0], rows[1], ... of x into y (outer x rows.size() x inner) and returns y's
 // exact shape; the caller has checked rows.size() against y's bound.
-Shape copy_slices(const TensorView& x, const TensorView& y, const Slices& s, const std::vector<int64_t>& rows) {
+Shape copy_slices(const TensorView& x, const TensorView& y, const Slices& s,
+                  const std::vector<int64_t>& rows) {
   const int64_t n = int64_t(rows.size());
   const size_t es = dtype_size(x.dtype);
   const char* src = x.as<const char>();
   char* dst = y.as<char>();
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t k = 0; k < n; ++k) {
-      std::memcpy(dst + size_t((o * n + k) * s.inner) * es, src + size_t((o * s.len + rows[size_t(k)]) * s.inner) * es,
-                  size_t(s.inner) * es);
+      std::memcpy(dst + size_t((o * n + k) * s.inner) * es,
+                  src + size_t((o * s.len + rows[size_t(k)]) * s.inner) * es, size_t(s.inner) * es);
     }
   }
   if (!s.has_axis) return {n};
@@ -139,8 +141,9 @@ Status compress_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   for (int64_t i = 0; i < cond.numel(); ++i) {
     if (!c[i]) continue;
     if (i >= sl.len) {
-      return invalid_argument("Compress: condition entry " + std::to_string(i) + " is true, past the " +
-                              std::to_string(sl.len) + (sl.has_axis ? " slices along the axis" : " elements"));
+      return invalid_argument("Compress: condition entry " + std::to_string(i) +
+                              " is true, past the " + std::to_string(sl.len) +
+                              (sl.has_axis ? " slices along the axis" : " elements"));
     }
     keep.push_back(i);
   }
@@ -159,12 +162,15 @@ Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   // slice's elements compared in order. A stable sort keeps each group's first occurrence first.
   std::vector<int64_t> order(static_cast<size_t>(rows));
   std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> group(static_cast<size_t>(rows));  // row -> its group's index in sorted order
+  std::vector<int64_t> group(
+      static_cast<size_t>(rows));  // row -> its group's index in sorted order
   int64_t groups = 0;
   KILN_RETURN_IF_ERROR(dispatch<kAll>(x.dtype, OpKind::kUnique, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const T* p = x.as<const T>();
-    auto at = [&](int64_t row, int64_t k) { return Num<T>::load(p[(k / inner * rows + row) * inner + k % inner]); };
+    auto at = [&](int64_t row, int64_t k) {
+      return Num<T>::load(p[(k / inner * rows + row) * inner + k % inner]);
+    };
     const int64_t per_row = outer * inner;
     auto cmp = [&](int64_t r1, int64_t r2) {  // -1, 0, 1
       for (int64_t k = 0; k < per_row; ++k) {
@@ -179,7 +185,8 @@ Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
       }
       return 0;
     };
-    std::stable_sort(order.begin(), order.end(), [&](int64_t r1, int64_t r2) { return cmp(r1, r2) < 0; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t r1, int64_t r2) { return cmp(r1, r2) < 0; });
     for (size_t i = 0; i < order.size(); ++i) {
       if (i == 0 || cmp(order[i - 1], order[i]) != 0) ++groups;
       group[size_t(order[i])] = groups - 1;
@@ -196,7 +203,8 @@ Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   std::vector<int64_t> out_order(static_cast<size_t>(groups));  // output position -> group
   std::iota(out_order.begin(), out_order.end(), 0);
   if (sorted == 0) {
-    std::sort(out_order.begin(), out_order.end(), [&](int64_t g1, int64_t g2) { return first[size_t(g1)] < first[size_t(g2)]; });
+    std::sort(out_order.begin(), out_order.end(),
+              [&](int64_t g1, int64_t g2) { return first[size_t(g1)] < first[size_t(g2)]; });
   }
   std::vector<int64_t> position(static_cast<size_t>(groups));  // group -> output position
   for (int64_t k = 0; k < groups; ++k) position[size_t(out_order[size_t(k)])] = k;
@@ -212,11 +220,13 @@ Status unique_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
     (*shapes)[1] = {groups};
   }
   if (a.out.size() > 2 && present(a.out[2])) {
-    for (int64_t r = 0; r < rows; ++r) a.out[2].as<int64_t>()[r] = position[size_t(group[size_t(r)])];
+    for (int64_t r = 0; r < rows; ++r)
+      a.out[2].as<int64_t>()[r] = position[size_t(group[size_t(r)])];
     (*shapes)[2] = {rows};
   }
   if (a.out.size() > 3 && present(a.out[3])) {
-    for (int64_t k = 0; k < groups; ++k) a.out[3].as<int64_t>()[k] = count[size_t(out_order[size_t(k)])];
+    for (int64_t k = 0; k < groups; ++k)
+      a.out[3].as<int64_t>()[k] = count[size_t(out_order[size_t(k)])];
     (*shapes)[3] = {groups};
   }
   return ok_status();
@@ -231,8 +241,10 @@ bool suppresses(const float* bi, const float* bj, bool center, float iou_thresho
     y2a = std::min(bj[0], bj[2]), y2b = std::max(bj[0], bj[2]);
     x2a = std::min(bj[1], bj[3]), x2b = std::max(bj[1], bj[3]);
   } else {
-    x1a = bi[0] - bi[2] / 2, x1b = bi[0] + bi[2] / 2, y1a = bi[1] - bi[3] / 2, y1b = bi[1] + bi[3] / 2;
-    x2a = bj[0] - bj[2] / 2, x2b = bj[0] + bj[2] / 2, y2a = bj[1] - bj[3] / 2, y2b = bj[1] + bj[3] / 2;
+    x1a = bi[0] - bi[2] / 2, x1b = bi[0] + bi[2] / 2, y1a = bi[1] - bi[3] / 2,
+    y1b = bi[1] + bi[3] / 2;
+    x2a = bj[0] - bj[2] / 2, x2b = bj[0] + bj[2] / 2, y2a = bj[1] - bj[3] / 2,
+    y2b = bj[1] + bj[3] / 2;
   }
   const float ix0 = std::max(x1a, x2a), ix1 = std::min(x1b, x2b);
   if (ix1 <= ix0) return false;
@@ -258,9 +270,10 @@ Status nms_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
   const float score_threshold = has_score ? a.in[4].as<const float>()[0] : 0.f;
   const int64_t batches = boxes.shape[0], n = boxes.shape[1], classes = scores.shape[1];
   if (scores.shape[0] != batches || scores.shape[2] != n || boxes.shape[2] != 4) {
-    return invalid_argument("NonMaxSuppression: boxes " + shape_to_string(Shape(boxes.shape.begin(), boxes.shape.end())) +
-                            " and scores " + shape_to_string(Shape(scores.shape.begin(), scores.shape.end())) +
-                            " do not agree");
+    return invalid_argument(
+        "NonMaxSuppression: boxes " +
+        shape_to_string(Shape(boxes.shape.begin(), boxes.shape.end())) + " and scores " +
+        shape_to_string(Shape(scores.shape.begin(), scores.shape.end())) + " do not agree");
   }
   int64_t* out = y.as<int64_t>();
   const int64_t bound = y.shape[0];
@@ -275,8 +288,11 @@ Status nms_kernel(const KernelArgs& a, std::vector<Shape>* shapes) {
         if (!has_score || sc[i] > score_threshold) cand.push_back(i);
       }
       // Highest score first; equal scores, lower index first (NaN last, a strict order).
-      auto key = [&](int64_t i) { return std::isnan(sc[i]) ? -std::numeric_limits<float>::infinity() : sc[i]; };
-      std::stable_sort(cand.begin(), cand.end(), [&](int64_t i, int64_t j) { return key(i) > key(j); });
+      auto key = [&](int64_t i) {
+        return std::isnan(sc[i]) ? -std::numeric_limits<float>::infinity() : sc[i];
+      };
+      std::stable_sort(cand.begin(), cand.end(),
+                       [&](int64_t i, int64_t j) { return key(i) > key(j); });
       kept.clear();
       for (int64_t i : cand) {
         if (int64_t(kept.size()) >= max_per_class) break;

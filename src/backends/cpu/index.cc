@@ -63,11 +63,14 @@ Status slice_kernel(const KernelArgs& a) {
     }
   }
   size_t n = starts.size();
-  if (ends.size() != n || (!axes.empty() && axes.size() != n) || (!steps.empty() && steps.size() != n)) {
+  if (ends.size() != n || (!axes.empty() && axes.size() != n) ||
+      (!steps.empty() && steps.size() != n)) {
     return invalid_argument("Slice: starts, ends, axes and steps differ in length");
   }
-  if (out.rank() != r || out.dtype != in.dtype) return invalid_argument("Slice: output rank differs");
-  std::vector<int64_t> first(size_t(r), 0), step(size_t(r), 1), len(in.shape.begin(), in.shape.end());
+  if (out.rank() != r || out.dtype != in.dtype)
+    return invalid_argument("Slice: output rank differs");
+  std::vector<int64_t> first(size_t(r), 0), step(size_t(r), 1),
+      len(in.shape.begin(), in.shape.end());
   std::vector<bool> seen(size_t(r), false);
   for (size_t i = 0; i < n; ++i) {
     int64_t axis = axes.empty() ? int64_t(i) : axes[i];
@@ -100,8 +103,8 @@ Status slice_kernel(const KernelArgs& a) {
   for (int k = 0; k < r; ++k) {
     if (len[k] != out.shape[k]) {
       return invalid_argument("Slice: the output has shape " + shape_to_string(out.shape) +
-                              " but the slice has " + std::to_string(len[k]) + " elements on axis " +
-                              std::to_string(k));
+                              " but the slice has " + std::to_string(len[k]) +
+                              " elements on axis " + std::to_string(k));
     }
     maps[k].resize(size_t(len[k]));
     for (int64_t j = 0; j < len[k]; ++j) maps[k][j] = first[k] + j * step[k];
@@ -207,8 +210,9 @@ Status gather_elements_kernel(const KernelArgs& a) {
                               " exceeds the data dim");
     }
   }
-  if (out.dtype != data.dtype || std::vector<int64_t>(out.shape.begin(), out.shape.end()) !=
-                                     std::vector<int64_t>(indices.shape.begin(), indices.shape.end())) {
+  if (out.dtype != data.dtype ||
+      std::vector<int64_t>(out.shape.begin(), out.shape.end()) !=
+          std::vector<int64_t>(indices.shape.begin(), indices.shape.end())) {
     return invalid_argument("GatherElements: the output shape differs from the indices shape");
   }
   KILN_ASSIGN_OR_RETURN(auto idx, read_ints(indices, "GatherElements", "indices"));
@@ -265,7 +269,8 @@ Status cumsum_kernel(const KernelArgs& a) {
   int64_t axis = axis_v[0] < 0 ? axis_v[0] + r : axis_v[0];
   KILN_ASSIGN_OR_RETURN(int64_t exclusive, a.attrs.get_int("exclusive", 0));
   KILN_ASSIGN_OR_RETURN(int64_t reverse, a.attrs.get_int("reverse", 0));
-  if (y.dtype != x.dtype || y.numel() != x.numel()) return invalid_argument("CumSum: output differs");
+  if (y.dtype != x.dtype || y.numel() != x.numel())
+    return invalid_argument("CumSum: output differs");
   int64_t outer = 1, inner = 1, n = x.shape[axis];
   for (int k = 0; k < axis; ++k) outer *= x.shape[k];
   for (int k = int(axis) + 1; k < r; ++k) inner *= x.shape[k];
@@ -278,10 +283,12 @@ Status cumsum_kernel(const KernelArgs& a) {
       cumsum_impl<kProd>(x.as<const double>(), y.as<double>(), outer, n, inner, exclusive, reverse);
       break;
     case DType::kInt32:
-      cumsum_impl<kProd>(x.as<const int32_t>(), y.as<int32_t>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const int32_t>(), y.as<int32_t>(), outer, n, inner, exclusive,
+                         reverse);
       break;
     case DType::kInt64:
-      cumsum_impl<kProd>(x.as<const int64_t>(), y.as<int64_t>(), outer, n, inner, exclusive, reverse);
+      cumsum_impl<kProd>(x.as<const int64_t>(), y.as<int64_t>(), outer, n, inner, exclusive,
+                         reverse);
       break;
     default:
       return unsupported("CumSum: dtype " + std::string(dtype_name(x.dtype)) + " is not supported");
@@ -389,7 +396,8 @@ Status scatter_nd_kernel(const KernelArgs& a) {
   for (int64_t c = 0; c < count; ++c) {
     int64_t off = 0;
     for (int64_t d = 0; d < k; ++d) {
-      KILN_ASSIGN_OR_RETURN(int64_t i, checked_index(idx[size_t(c * k + d)], data.shape[d], "ScatterND"));
+      KILN_ASSIGN_OR_RETURN(int64_t i,
+                            checked_index(idx[size_t(c * k + d)], data.shape[d], "ScatterND"));
       off += i * stride[d];
     }
     for (int64_t e = 0; e < slice; ++e) pairs.emplace_back(off + e, c * slice + e);

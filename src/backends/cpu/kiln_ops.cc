@@ -32,7 +32,9 @@ const Parts& parts() {
     register_elementwise_kernels(r);
     register_shape_kernels(r);
     register_conv_kernels(r);
-    auto fn = [&](OpKind k) { return size_t(k) < r.entries().size() ? r.entries()[size_t(k)].fn : nullptr; };
+    auto fn = [&](OpKind k) {
+      return size_t(k) < r.entries().size() ? r.entries()[size_t(k)].fn : nullptr;
+    };
     return Parts{fn(OpKind::kMatMul),     fn(OpKind::kAdd),       fn(OpKind::kRelu),
                  fn(OpKind::kGelu),       fn(OpKind::kTranspose), fn(OpKind::kMaxPool),
                  fn(OpKind::kAveragePool)};
@@ -105,7 +107,8 @@ double activate(const std::string& act, const std::vector<float>& p, double y) {
   if (act == "silu") return y / (1 + std::exp(-y));
   if (act == "leaky_relu") return y >= 0 ? y : double(p[0]) * y;
   if (act == "gelu") return 0.5 * y * (1 + std::erf(y * 0.70710678118654752440));
-  if (act == "gelu_tanh") return 0.5 * y * (1 + std::tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)));
+  if (act == "gelu_tanh")
+    return 0.5 * y * (1 + std::tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)));
   return y;
 }
 
@@ -121,7 +124,8 @@ class FusedConvKernel final : public Kernel {
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     static const ir::Attributes kNone;
-    if (in.size() < 2 || out.size() != 1) return invalid_argument("FusedConv: needs X, W and one output");
+    if (in.size() < 2 || out.size() != 1)
+      return invalid_argument("FusedConv: needs X, W and one output");
     if (nhwc_) {
       KILN_RETURN_IF_ERROR(conv_nhwc(in.first(std::min<size_t>(in.size(), 3)), out[0]));
     } else {
@@ -133,7 +137,8 @@ class FusedConvKernel final : public Kernel {
     }
     if (act_ == "none") return ok_status();
     const TensorView& y = out[0];
-    for (int64_t i = 0; i < y.numel(); ++i) store_f64(y, i, activate(act_, params_, load_f64(y, i)));
+    for (int64_t i = 0; i < y.numel(); ++i)
+      store_f64(y, i, activate(act_, params_, load_f64(y, i)));
     return ok_status();
   }
 
@@ -188,7 +193,8 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
     return internal_error("FusedConv: a CPU kernel it is made of is not registered");
   }
   KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> params, q.node.attrs.get_floats("activation_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> params,
+                        q.node.attrs.get_floats("activation_params", std::vector<float>{}));
   KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NCHW"));
   if (layout != "NCHW" && layout != "NHWC") {
     return invalid_argument(q.node.describe() + ": layout '" + layout +
@@ -275,11 +281,14 @@ class ElementwiseKernel final : public Kernel {
   std::string name() const override { return "cpu.Elementwise"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (int(in.size()) != p_.num_inputs || out.size() != 1) {
-      return invalid_argument("Elementwise: needs " + std::to_string(p_.num_inputs) + " inputs and one output");
+      return invalid_argument("Elementwise: needs " + std::to_string(p_.num_inputs) +
+                              " inputs and one output");
     }
     std::vector<Tensor> results;  // instruction j's result
     results.reserve(p_.code.size());
-    auto reg = [&](int r) { return r < p_.num_inputs ? in[size_t(r)] : results[size_t(r - p_.num_inputs)].view(); };
+    auto reg = [&](int r) {
+      return r < p_.num_inputs ? in[size_t(r)] : results[size_t(r - p_.num_inputs)].view();
+    };
     for (size_t j = 0; j < p_.code.size(); ++j) {
       const ops::EwInstruction& ins = p_.code[j];
       std::vector<TensorView> operands{reg(ins.a)};
@@ -287,15 +296,17 @@ class ElementwiseKernel final : public Kernel {
       // The broadcast shape of the operands (numpy rules; the kernel checks they broadcast).
       Shape shape;
       for (const TensorView& v : operands) {
-        if (v.shape.size() > shape.size()) shape.insert(shape.begin(), v.shape.size() - shape.size(), 1);
+        if (v.shape.size() > shape.size())
+          shape.insert(shape.begin(), v.shape.size() - shape.size(), 1);
         for (size_t d = 0; d < v.shape.size(); ++d) {
           int64_t& o = shape[shape.size() - v.shape.size() + d];
           if (o == 1) o = v.shape[d];
         }
       }
       const bool last = j + 1 == p_.code.size();
-      if (last && (out[0].dtype != ins.to || !std::equal(shape.begin(), shape.end(), out[0].shape.begin(),
-                                                         out[0].shape.end()))) {
+      if (last &&
+          (out[0].dtype != ins.to ||
+           !std::equal(shape.begin(), shape.end(), out[0].shape.begin(), out[0].shape.end()))) {
         return invalid_argument("Elementwise: output is " + std::string(dtype_name(out[0].dtype)) +
                                 shape_to_string(out[0].shape) + ", the program computes " +
                                 std::string(dtype_name(ins.to)) + shape_to_string(shape));
@@ -307,7 +318,9 @@ class ElementwiseKernel final : public Kernel {
         dst = results.back().view();
       }
       Status st = fns_[j](KernelArgs{attrs_[j], operands, std::span<const TensorView>(&dst, 1)});
-      if (!st.ok()) return Status(st.code(), "Elementwise instruction " + std::to_string(j) + " (" + ins.name + "): " + st.message());
+      if (!st.ok())
+        return Status(st.code(), "Elementwise instruction " + std::to_string(j) + " (" + ins.name +
+                                     "): " + st.message());
     }
     return ok_status();
   }
@@ -347,7 +360,8 @@ Status packed_attention_kernel(const KernelArgs& args) {
     const size_t k = size_t(OpKind::kAttention);
     return k < r.entries().size() ? r.entries()[k].fn : nullptr;
   }();
-  if (!attention) return internal_error("PackedAttention: the CPU Attention kernel is not registered");
+  if (!attention)
+    return internal_error("PackedAttention: the CPU Attention kernel is not registered");
   if (args.in.size() < 3 || args.out.size() != 1) {
     return invalid_argument("PackedAttention: needs Q, K, V (and attn_mask) and one output");
   }
@@ -373,7 +387,8 @@ Status packed_attention_kernel(const KernelArgs& args) {
     const int64_t batch = x.shape[size_t(seq_first)], seq = x.shape[size_t(1 - seq_first)],
                   n = x.shape[2];
     if (offset[i] < 0 || heads[i] * size[i] > n - offset[i]) {
-      return invalid_argument("PackedAttention: input " + std::to_string(i) + "'s heads do not fit its last dim");
+      return invalid_argument("PackedAttention: input " + std::to_string(i) +
+                              "'s heads do not fit its last dim");
     }
     shapes[i] = {batch, heads[i], seq, size[i]};
     buf[i].resize(size_t(batch * heads[i] * seq * size[i]) * es);
@@ -392,7 +407,8 @@ Status packed_attention_kernel(const KernelArgs& args) {
   if (args.in.size() > 3) in.push_back(args.in[3]);
   const int64_t batch = shapes[0][0], seq = shapes[0][2];
   const Shape yshape = {batch, hq, seq, dv};
-  if (args.out[0].numel() != batch * hq * seq * dv) return invalid_argument("PackedAttention: Y has the wrong size");
+  if (args.out[0].numel() != batch * hq * seq * dv)
+    return invalid_argument("PackedAttention: Y has the wrong size");
   std::vector<unsigned char> ybuf(size_t(batch * hq * seq * dv) * es);
   std::array<TensorView, 1> yv{TensorView{ybuf.data(), args.out[0].dtype, yshape}};
   ir::Attributes attrs;
@@ -417,8 +433,13 @@ Status packed_attention_kernel(const KernelArgs& args) {
 // each gate rounded once to the output's type.
 class SqueezeExciteKernel final : public Kernel {
  public:
-  SqueezeExciteKernel(bool nhwc, std::string act1, std::vector<float> p1, std::string act2, std::vector<float> p2)
-      : nhwc_(nhwc), act1_(std::move(act1)), p1_(std::move(p1)), act2_(std::move(act2)), p2_(std::move(p2)) {}
+  SqueezeExciteKernel(bool nhwc, std::string act1, std::vector<float> p1, std::string act2,
+                      std::vector<float> p2)
+      : nhwc_(nhwc),
+        act1_(std::move(act1)),
+        p1_(std::move(p1)),
+        act2_(std::move(act2)),
+        p2_(std::move(p2)) {}
   std::string name() const override { return "cpu.SqueezeExcite"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (in.size() != 5 || out.size() != 1 || in[0].rank() != 4) {
@@ -428,20 +449,26 @@ class SqueezeExciteKernel final : public Kernel {
     const int64_t n = x.shape[0], c = nhwc_ ? x.shape[3] : x.shape[1];
     const int64_t hw = nhwc_ ? x.shape[1] * x.shape[2] : x.shape[2] * x.shape[3];
     const int64_t cs = in[2].numel();
-    if (in[1].numel() != cs * c || in[3].numel() != c * cs || in[4].numel() != c || out[0].numel() != n * c) {
-      return invalid_argument("SqueezeExcite: the operands' sizes disagree with X " + shape_to_string(x.shape));
+    if (in[1].numel() != cs * c || in[3].numel() != c * cs || in[4].numel() != c ||
+        out[0].numel() != n * c) {
+      return invalid_argument("SqueezeExcite: the operands' sizes disagree with X " +
+                              shape_to_string(x.shape));
     }
     for (const TensorView& v : in) {
-      if (v.dtype != x.dtype) return invalid_argument("SqueezeExcite: every operand must have X's dtype");
+      if (v.dtype != x.dtype)
+        return invalid_argument("SqueezeExcite: every operand must have X's dtype");
     }
     return dispatch<kF32 | kF16 | kBF16>(x.dtype, OpKind::kSqueezeExcite, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      auto at = [](const TensorView& v, int64_t i) { return double(Num<T>::load(v.as<const T>()[i])); };
+      auto at = [](const TensorView& v, int64_t i) {
+        return double(Num<T>::load(v.as<const T>()[i]));
+      };
       std::vector<double> mean(static_cast<size_t>(c)), hidden(static_cast<size_t>(cs));
       for (int64_t b = 0; b < n; ++b) {
         for (int64_t ch = 0; ch < c; ++ch) {
           double sum = 0;
-          for (int64_t p = 0; p < hw; ++p) sum += at(x, nhwc_ ? (b * hw + p) * c + ch : (b * c + ch) * hw + p);
+          for (int64_t p = 0; p < hw; ++p)
+            sum += at(x, nhwc_ ? (b * hw + p) * c + ch : (b * c + ch) * hw + p);
           mean[size_t(ch)] = hw > 0 ? sum / double(hw) : 0.0;
         }
         for (int64_t j = 0; j < cs; ++j) {
@@ -452,7 +479,8 @@ class SqueezeExciteKernel final : public Kernel {
         for (int64_t ch = 0; ch < c; ++ch) {
           double y = at(in[4], ch);
           for (int64_t j = 0; j < cs; ++j) y += at(in[3], ch * cs + j) * hidden[size_t(j)];
-          out[0].as<T>()[b * c + ch] = Num<T>::store(static_cast<typename Num<T>::C>(activate(act2_, p2_, y)));
+          out[0].as<T>()[b * c + ch] =
+              Num<T>::store(static_cast<typename Num<T>::C>(activate(act2_, p2_, y)));
         }
       }
       return ok_status();
@@ -471,17 +499,20 @@ StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
   const ir::Attributes& a = q.node.attrs;
   KILN_ASSIGN_OR_RETURN(std::string layout, a.get_string("layout", "NCHW"));
   KILN_ASSIGN_OR_RETURN(std::string act1, a.get_string("activation1", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p1, a.get_floats("activation1_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p1,
+                        a.get_floats("activation1_params", std::vector<float>{}));
   KILN_ASSIGN_OR_RETURN(std::string act2, a.get_string("activation2", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p2, a.get_floats("activation2_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p2,
+                        a.get_floats("activation2_params", std::vector<float>{}));
   if (layout != "NCHW" && layout != "NHWC") {
-    return invalid_argument(q.node.describe() + ": layout '" + layout + "' is not one of NCHW, NHWC");
+    return invalid_argument(q.node.describe() + ": layout '" + layout +
+                            "' is not one of NCHW, NHWC");
   }
   // activate() reads the parameters it needs; the schema checked their count.
   p1.resize(2, 0.f);
   p2.resize(2, 0.f);
-  return std::unique_ptr<Kernel>(
-      new SqueezeExciteKernel(layout == "NHWC", std::move(act1), std::move(p1), std::move(act2), std::move(p2)));
+  return std::unique_ptr<Kernel>(new SqueezeExciteKernel(
+      layout == "NHWC", std::move(act1), std::move(p1), std::move(act2), std::move(p2)));
 }
 
 }  // namespace

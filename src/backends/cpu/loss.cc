@@ -66,7 +66,8 @@ Status loss_kernel(const KernelArgs& a) {
           return invalid_argument(name + ": log_prob output must match the input");
         }
         T* lp = a.out[1].as<T>();
-        for (int64_t i = 0; i < x.numel(); ++i) lp[i] = Num<T>::store(decltype(Num<T>::load(lp[0]))(in[size_t(i)]));
+        for (int64_t i = 0; i < x.numel(); ++i)
+          lp[i] = Num<T>::store(decltype(Num<T>::load(lp[0]))(in[size_t(i)]));
       }
     }
     std::vector<double> loss(size_t(n * d)), w(size_t(n * d));

@@ -40,8 +40,24 @@ Status check_io(const KernelArgs& a, size_t num_in, OpKind op) {
 
 // ---- unary ----
 
-enum class Un { kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kSoftsign, kSelu,
-                kCelu, kMish, kThresholdedRelu, kSwish, kShrink };
+enum class Un {
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kSoftsign,
+  kSelu,
+  kCelu,
+  kMish,
+  kThresholdedRelu,
+  kSwish,
+  kShrink
+};
 
 struct Params {
   double alpha = 0, gamma = 0, bias = 0, lambd = 0;
@@ -237,7 +253,8 @@ Status variadic_kernel(const KernelArgs& a) {
   const TensorView& out = a.out[0];
   if (a.in.size() == 1) {
     if (a.in[0].numel() != out.numel()) return invalid_argument(name_of(kOp) + ": size differs");
-    if (out.nbytes() > 0 && out.data != a.in[0].data) std::memcpy(out.data, a.in[0].data, out.nbytes());
+    if (out.nbytes() > 0 && out.data != a.in[0].data)
+      std::memcpy(out.data, a.in[0].data, out.nbytes());
   } else {
     KILN_RETURN_IF_ERROR((binary<Bin::kAdd, kNumeric>(kOp, a.in[0], a.in[1], out)));
     for (size_t k = 2; k < a.in.size(); ++k) {

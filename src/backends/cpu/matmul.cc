@@ -19,7 +19,8 @@ void dgemm_loop(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, dou
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t p = 0; p < k; ++p) {
-        acc += (trans_a ? a[p * lda + i] : a[i * lda + p]) * (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+        acc += (trans_a ? a[p * lda + i] : a[i * lda + p]) *
+               (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
       }
       double& y = c[i * ldc + j];
       y = beta == 0 ? alpha * acc : alpha * acc + beta * y;
@@ -79,7 +80,8 @@ Status run_widened(const KernelArgs& args, Fn&& fn) {
   TensorView out_view = args.out[0];
   out_view.data = out.data();
   out_view.dtype = DType::kFloat64;
-  KILN_RETURN_IF_ERROR(fn(KernelArgs{args.attrs, in_views, std::span<const TensorView>(&out_view, 1)}));
+  KILN_RETURN_IF_ERROR(
+      fn(KernelArgs{args.attrs, in_views, std::span<const TensorView>(&out_view, 1)}));
   for (int64_t e = 0; e < args.out[0].numel(); ++e) store_f64(args.out[0], e, out[size_t(e)]);
   return ok_status();
 }

@@ -596,7 +596,8 @@ Status lrn_kernel(const KernelArgs& a) {
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t i = 0; i < spatial; ++i) {
         double sq = 0;
-        for (int64_t cc = std::max<int64_t>(0, c - lo); cc <= std::min(channels - 1, c + hi); ++cc) {
+        for (int64_t cc = std::max<int64_t>(0, c - lo); cc <= std::min(channels - 1, c + hi);
+             ++cc) {
           double v = load_at(x, (b * channels + cc) * spatial + i);
           sq += v * v;
         }

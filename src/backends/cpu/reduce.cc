@@ -452,14 +452,16 @@ Status topk_sized(const KernelArgs& a, std::vector<Shape>* shapes) {
     return invalid_argument("TopK: input 1 (K) must be one int64");
   }
   const int64_t axis = axis_attr < 0 ? axis_attr + x.rank() : axis_attr;
-  if (axis < 0 || axis >= x.rank() || a.out.size() < 2) return invalid_argument("TopK: axis out of range");
+  if (axis < 0 || axis >= x.rank() || a.out.size() < 2)
+    return invalid_argument("TopK: axis out of range");
   Shape s(a.out[0].shape.begin(), a.out[0].shape.end());
   if (kv[0] < 0 || kv[0] > x.shape[size_t(axis)]) {
     return invalid_argument("TopK: K = " + std::to_string(kv[0]) + " is out of range [0, " +
                             std::to_string(x.shape[size_t(axis)]) + "]");
   }
   if (size_t(axis) >= s.size() || kv[0] > s[size_t(axis)]) {
-    return internal_error("TopK: K = " + std::to_string(kv[0]) + " exceeds what the plan sized the outputs for");
+    return internal_error("TopK: K = " + std::to_string(kv[0]) +
+                          " exceeds what the plan sized the outputs for");
   }
   s[size_t(axis)] = kv[0];
   TensorView outs[2] = {a.out[0], a.out[1]};

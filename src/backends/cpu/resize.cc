@@ -391,8 +391,9 @@ StatusOr<std::vector<double>> read_floats(const TensorView& v, const char* what)
 // The output shape the sizes or scales data give (ONNX: sizes, or floor(dim * scale)), for a
 // Resize whose output is data-dependent: the view has the shape of its bound, and the result is
 // written from its start.
-StatusOr<Shape> shape_from_data(const TensorView& x, const TensorView& y, const std::vector<int>& axes,
-                                const std::vector<double>* sizes, const std::vector<double>& scales) {
+StatusOr<Shape> shape_from_data(const TensorView& x, const TensorView& y,
+                                const std::vector<int>& axes, const std::vector<double>* sizes,
+                                const std::vector<double>& scales) {
   Shape s(x.shape.begin(), x.shape.end());
   for (size_t k = 0; k < axes.size(); ++k) {
     const int d = axes[k];
@@ -406,8 +407,9 @@ StatusOr<Shape> shape_from_data(const TensorView& x, const TensorView& y, const 
   }
   for (size_t d = 0; d < s.size(); ++d) {
     if (s[d] > y.shape[d]) {
-      return internal_error("Resize: output dim " + std::to_string(d) + " is " + std::to_string(s[d]) +
-                            ", past the " + std::to_string(y.shape[d]) + " the plan bounds it by");
+      return internal_error("Resize: output dim " + std::to_string(d) + " is " +
+                            std::to_string(s[d]) + ", past the " + std::to_string(y.shape[d]) +
+                            " the plan bounds it by");
     }
   }
   return s;
@@ -557,7 +559,8 @@ class ResizeKernel final : public Kernel {
 
 StatusOr<std::unique_ptr<Kernel>> make_resize_kernel(const KernelQuery& q) {
   const bool opset10 = q.node.opset > 0 && q.node.opset < 11;
-  const bool sized = opset10 ? computed_at_run_time(q, 1) : computed_at_run_time(q, 2) || computed_at_run_time(q, 3);
+  const bool sized = opset10 ? computed_at_run_time(q, 1)
+                             : computed_at_run_time(q, 2) || computed_at_run_time(q, 3);
   return std::unique_ptr<Kernel>(new ResizeKernel(q.node.attrs, q.node.opset, sized));
 }
 

@@ -24,10 +24,18 @@ using ops::OpKind;
 template <typename F>
 Status with_element_type(DType dtype, std::string_view op, F&& f) {
   switch (dtype_size(dtype)) {
-    case 1: f(std::type_identity<uint8_t>{}); return ok_status();
-    case 2: f(std::type_identity<uint16_t>{}); return ok_status();
-    case 4: f(std::type_identity<uint32_t>{}); return ok_status();
-    case 8: f(std::type_identity<uint64_t>{}); return ok_status();
+    case 1:
+      f(std::type_identity<uint8_t>{});
+      return ok_status();
+    case 2:
+      f(std::type_identity<uint16_t>{});
+      return ok_status();
+    case 4:
+      f(std::type_identity<uint32_t>{});
+      return ok_status();
+    case 8:
+      f(std::type_identity<uint64_t>{});
+      return ok_status();
     default:
       return unsupported(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
                          " is not supported");
@@ -57,20 +65,47 @@ StatusOr<std::vector<int64_t>> read_ints(const TensorView& v, std::string_view o
 void write_scalar(DType dtype, double v, void* dst) {
   auto put = [dst](auto x) { std::memcpy(dst, &x, sizeof(x)); };
   switch (dtype) {
-    case DType::kFloat32: put(float(v)); break;
-    case DType::kFloat64: put(v); break;
-    case DType::kFloat16: put(float_to_half(float(v))); break;
-    case DType::kBFloat16: put(float_to_bf16(float(v))); break;
-    case DType::kInt8: put(int8_t(v)); break;
-    case DType::kUInt8: put(uint8_t(v)); break;
-    case DType::kInt16: put(int16_t(v)); break;
-    case DType::kUInt16: put(uint16_t(v)); break;
-    case DType::kInt32: put(int32_t(v)); break;
-    case DType::kUInt32: put(uint32_t(v)); break;
-    case DType::kInt64: put(int64_t(v)); break;
-    case DType::kUInt64: put(uint64_t(v)); break;
-    case DType::kBool: put(uint8_t(v != 0)); break;
-    default: break;
+    case DType::kFloat32:
+      put(float(v));
+      break;
+    case DType::kFloat64:
+      put(v);
+      break;
+    case DType::kFloat16:
+      put(float_to_half(float(v)));
+      break;
+    case DType::kBFloat16:
+      put(float_to_bf16(float(v)));
+      break;
+    case DType::kInt8:
+      put(int8_t(v));
+      break;
+    case DType::kUInt8:
+      put(uint8_t(v));
+      break;
+    case DType::kInt16:
+      put(int16_t(v));
+      break;
+    case DType::kUInt16:
+      put(uint16_t(v));
+      break;
+    case DType::kInt32:
+      put(int32_t(v));
+      break;
+    case DType::kUInt32:
+      put(uint32_t(v));
+      break;
+    case DType::kInt64:
+      put(int64_t(v));
+      break;
+    case DType::kUInt64:
+      put(uint64_t(v));
+      break;
+    case DType::kBool:
+      put(uint8_t(v != 0));
+      break;
+    default:
+      break;
   }
 }
 
@@ -79,7 +114,8 @@ Status copy_bytes(const KernelArgs& a) {
   const TensorView& in = a.in[0];
   const TensorView& out = a.out[0];
   if (in.nbytes() != out.nbytes() || in.dtype != out.dtype) {
-    return invalid_argument("Reshape/Squeeze/Unsqueeze/Flatten: input " + shape_to_string(in.shape) + " and output " +
+    return invalid_argument("Reshape/Squeeze/Unsqueeze/Flatten: input " +
+                            shape_to_string(in.shape) + " and output " +
                             shape_to_string(out.shape) + " differ in size or dtype");
   }
   if (out.nbytes() > 0 && in.data != out.data) std::memmove(out.data, in.data, out.nbytes());
@@ -121,7 +157,8 @@ Status concat_kernel(const KernelArgs& a) {
   }
   size_t esz = dtype_size(out.dtype);
   for (const TensorView& in : a.in) {
-    if (in.rank() != r || in.dtype != out.dtype) return shape_mismatch("Concat", "an input", in.shape, out.shape);
+    if (in.rank() != r || in.dtype != out.dtype)
+      return shape_mismatch("Concat", "an input", in.shape, out.shape);
     for (int k = 0; k < r; ++k) {
       if (k != axis && in.shape[k] != out.shape[k]) {
         return shape_mismatch("Concat", "an input", in.shape, out.shape);
@@ -156,7 +193,8 @@ Status split_kernel(const KernelArgs& a) {
   }
   for (const TensorView& out : a.out) {
     if (!present(out)) return invalid_argument("Split: every output must be present");
-    if (out.rank() != r || out.dtype != in.dtype) return shape_mismatch("Split", "an output", out.shape, in.shape);
+    if (out.rank() != r || out.dtype != in.dtype)
+      return shape_mismatch("Split", "an output", out.shape, in.shape);
     for (int k = 0; k < r; ++k) {
       if (k != axis && in.shape[k] != out.shape[k]) {
         return shape_mismatch("Split", "an output", out.shape, in.shape);
@@ -186,7 +224,8 @@ Status expand_kernel(const KernelArgs& a) {
   const TensorView& in = a.in[0];
   const TensorView& out = a.out[0];
   int r = out.rank(), off = r - in.rank();
-  if (off < 0 || in.dtype != out.dtype) return shape_mismatch("Expand", "the output", out.shape, in.shape);
+  if (off < 0 || in.dtype != out.dtype)
+    return shape_mismatch("Expand", "the output", out.shape, in.shape);
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
   // An empty output copies nothing, and one of its other axes may be huge (0 x 2^45 is a valid
   // shape): building that axis's index map would allocate terabytes (found by onnx_build_fuzz).
@@ -195,7 +234,8 @@ Status expand_kernel(const KernelArgs& a) {
   for (int k = 0; k < r; ++k) {
     int64_t d = k >= off ? in.shape[k - off] : 1;
     src_shape[k] = d;
-    if (d != out.shape[k] && d != 1) return shape_mismatch("Expand", "the output", out.shape, in.shape);
+    if (d != out.shape[k] && d != 1)
+      return shape_mismatch("Expand", "the output", out.shape, in.shape);
     if (empty) continue;
     maps[k].resize(size_t(out.shape[k]));
     for (int64_t o = 0; o < out.shape[k]; ++o) maps[k][o] = d == 1 ? 0 : o;
@@ -345,11 +385,21 @@ Status range_kernel(const KernelArgs& a) {
     }
   }
   switch (a.out[0].dtype) {
-    case DType::kFloat32: range_impl<float>(a); break;
-    case DType::kFloat64: range_impl<double>(a); break;
-    case DType::kInt32: range_impl<int32_t>(a); break;
-    case DType::kInt64: range_impl<int64_t>(a); break;
-    case DType::kInt16: range_impl<int16_t>(a); break;
+    case DType::kFloat32:
+      range_impl<float>(a);
+      break;
+    case DType::kFloat64:
+      range_impl<double>(a);
+      break;
+    case DType::kInt32:
+      range_impl<int32_t>(a);
+      break;
+    case DType::kInt64:
+      range_impl<int64_t>(a);
+      break;
+    case DType::kInt16:
+      range_impl<int16_t>(a);
+      break;
     case DType::kFloat16:
     case DType::kBFloat16: {
       // start + i * delta in the stash type (opset 27: float, the default, or double), rounded
@@ -386,10 +436,18 @@ Status window_kernel(const KernelArgs& a, const char* name, double a0, double a1
     const double x = 2.0 * std::numbers::pi * double(i) / n_den;
     const double w = n_den == 0 ? 1.0 : a0 - a1 * std::cos(x) + a2 * std::cos(2.0 * x);
     switch (out.dtype) {
-      case DType::kFloat32: out.as<float>()[i] = float(w); break;
-      case DType::kFloat64: out.as<double>()[i] = w; break;
-      case DType::kFloat16: out.as<uint16_t>()[i] = float_to_half(float(w)); break;
-      case DType::kBFloat16: out.as<uint16_t>()[i] = float_to_bf16(float(w)); break;
+      case DType::kFloat32:
+        out.as<float>()[i] = float(w);
+        break;
+      case DType::kFloat64:
+        out.as<double>()[i] = w;
+        break;
+      case DType::kFloat16:
+        out.as<uint16_t>()[i] = float_to_half(float(w));
+        break;
+      case DType::kBFloat16:
+        out.as<uint16_t>()[i] = float_to_bf16(float(w));
+        break;
       default:
         return unsupported(std::string(name) + ": output dtype " +
                            std::string(dtype_name(out.dtype)) + " is not supported");
@@ -449,7 +507,8 @@ Status constant_of_shape_kernel(const KernelArgs& a) {
   if (a.attrs.has("value")) {
     KILN_ASSIGN_OR_RETURN(Tensor v, a.attrs.get_tensor("value"));
     if (v.dtype() != out.dtype || v.numel() != 1) {
-      return invalid_argument("ConstantOfShape: the value attribute does not match the output dtype");
+      return invalid_argument(
+          "ConstantOfShape: the value attribute does not match the output dtype");
     }
     std::memcpy(&bytes, v.data(), v.nbytes());
   } else if (out.dtype != DType::kFloat32) {
@@ -542,14 +601,15 @@ Status pad_run(const KernelArgs& a, Shape* shape) {
       auto grown = checked_add(in.shape[k], begin[k]);
       if (grown) grown = checked_add(*grown, end[k]);
       if (!grown || *grown < 0) {
-        return invalid_argument("Pad: dim " + std::to_string(k) + " of " + std::to_string(in.shape[k]) +
-                                " padded by " + std::to_string(begin[k]) + " and " + std::to_string(end[k]) +
-                                " is no size");
+        return invalid_argument(
+            "Pad: dim " + std::to_string(k) + " of " + std::to_string(in.shape[k]) + " padded by " +
+            std::to_string(begin[k]) + " and " + std::to_string(end[k]) + " is no size");
       }
       const int64_t d = *grown;
       if (d > out.shape[k]) {
-        return internal_error("Pad: dim " + std::to_string(k) + " padded to " + std::to_string(d) + ", past the " +
-                              std::to_string(out.shape[k]) + " the plan bounds it by");
+        return internal_error("Pad: dim " + std::to_string(k) + " padded to " + std::to_string(d) +
+                              ", past the " + std::to_string(out.shape[k]) +
+                              " the plan bounds it by");
       }
       (*shape)[size_t(k)] = d;
     }
@@ -588,10 +648,13 @@ Status pad_fixed(const KernelArgs& a, std::vector<Shape>* shapes) {
   (*shapes)[0].assign(a.out[0].shape.begin(), a.out[0].shape.end());
   return ok_status();
 }
-Status pad_sized(const KernelArgs& a, std::vector<Shape>* shapes) { return pad_run(a, &(*shapes)[0]); }
+Status pad_sized(const KernelArgs& a, std::vector<Shape>* shapes) {
+  return pad_run(a, &(*shapes)[0]);
+}
 
 StatusOr<std::unique_ptr<Kernel>> make_pad_kernel(const KernelQuery& q) {
-  return make_sized_kernel(OpKind::kPad, q.node.attrs, computed_at_run_time(q, 1) ? &pad_sized : &pad_fixed);
+  return make_sized_kernel(OpKind::kPad, q.node.attrs,
+                           computed_at_run_time(q, 1) ? &pad_sized : &pad_fixed);
 }
 
 Status trilu_kernel(const KernelArgs& a) {
@@ -624,7 +687,8 @@ Status trilu_kernel(const KernelArgs& a) {
       int64_t c1 = upper ? m : std::clamp<int64_t>(i + kc + 1, 0, m);
       std::memset(dst + row, 0, size_t(m) * esz);
       if (c1 > c0) {
-        std::memcpy(dst + row + size_t(c0) * esz, src + row + size_t(c0) * esz, size_t(c1 - c0) * esz);
+        std::memcpy(dst + row + size_t(c0) * esz, src + row + size_t(c0) * esz,
+                    size_t(c1 - c0) * esz);
       }
     }
   }

@@ -1,6 +1,8 @@
 // CPU reference kernels of the spatial op family: GridSample, AffineGrid, CenterCropPad, Einsum,
 // DFT, STFT, MelWeightMatrix, BitCast and RoiAlign. They compute in double; none is on a hot path
 // of the shipped models.
+#include "ops/spatial.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,7 +13,6 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
-#include "ops/spatial.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -85,10 +86,10 @@ Status grid_sample_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(std::string mode_s, a.attrs.get_string("mode", "linear"));
   KILN_ASSIGN_OR_RETURN(std::string pad_s, a.attrs.get_string("padding_mode", "zeros"));
   KILN_ASSIGN_OR_RETURN(int64_t align, a.attrs.get_int("align_corners", 0));
-  Mode mode = mode_s == "nearest"                         ? Mode::kNearest
+  Mode mode = mode_s == "nearest"                          ? Mode::kNearest
               : (mode_s == "cubic" || mode_s == "bicubic") ? Mode::kCubic
                                                            : Mode::kLinear;
-  Padding pad = pad_s == "border" ? Padding::kBorder
+  Padding pad = pad_s == "border"       ? Padding::kBorder
                 : pad_s == "reflection" ? Padding::kReflection
                                         : Padding::kZeros;
   int r = x.rank() - 2;
@@ -274,9 +275,9 @@ Status einsum_kernel(const KernelArgs& a) {
       if (s < 0 || (ellipsis && s == 1)) {
         s = v;
       } else if (v != s && !(ellipsis && v == 1)) {
-        return invalid_argument("Einsum: input " + std::to_string(i) + " dim " +
-                                std::to_string(d) + " (" + std::to_string(v) +
-                                ") does not match its label's size " + std::to_string(s));
+        return invalid_argument("Einsum: input " + std::to_string(i) + " dim " + std::to_string(d) +
+                                " (" + std::to_string(v) + ") does not match its label's size " +
+                                std::to_string(s));
       }
     }
   }

@@ -340,7 +340,8 @@ class AttentionKernel final : public CudaKernel {
         py.seq != a.s || y.numel() != a.batch * a.s * l.q_heads * l.dv) {
       return invalid_argument(name_ + ": Q, K, V and Y disagree on batch or sequence");
     }
-    for (int i = 0; i < 3; ++i) a.qs[i] = pq.st[i], a.ks[i] = pk.st[i], a.vs[i] = pv.st[i], a.ys[i] = py.st[i];
+    for (int i = 0; i < 3; ++i)
+      a.qs[i] = pq.st[i], a.ks[i] = pk.st[i], a.vs[i] = pv.st[i], a.ys[i] = py.st[i];
     const size_t es = dtype_size(q.dtype);
     a.q = static_cast<const char*>(q.data) + l.offset[0] * int64_t(es);
     a.k = static_cast<const char*>(k.data) + l.offset[1] * int64_t(es);
@@ -486,7 +487,9 @@ __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, Ro
     int64_t h = r % a.h, s = (r / a.h) % a.s, b = r / (a.h * a.s);
     int64_t base = a.four_d ? ((b * a.h + h) * a.s + s) * a.d : ((b * a.s + s) * a.h + h) * a.d;
     if (j < a.half) {
-      int64_t row = a.pos ? static_cast<const int64_t*>(a.pos)[b * a.s + s] : a.shared ? s : b * a.s + s;
+      int64_t row = a.pos      ? static_cast<const int64_t*>(a.pos)[b * a.s + s]
+                    : a.shared ? s
+                               : b * a.s + s;
       int64_t i1 = a.interleaved ? 2 * j : j, i2 = a.interleaved ? 2 * j + 1 : j + a.half;
       float x1 = N::load(x[base + i1]), x2 = N::load(x[base + i2]);
       if (row < 0 || row >= a.rows) {  // the reference refuses it; the device cannot: NaN marks it
@@ -509,12 +512,13 @@ __global__ void rotary_kernel(const T* x, const T* cosv, const T* sinv, T* y, Ro
 // and two stores. The scalar form above, one pair a thread through 64-bit divisions, ran at about
 // 0.7 TB/s on an H200 (Llama-style Q and K, [32, 16, 256, 64] float16).
 template <typename T, int V>
-__global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4* sinv, uint4* y, RotaryArgs a,
-                                  int32_t n) {
+__global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4* sinv, uint4* y,
+                                  RotaryArgs a, int32_t n) {
   using N = DNum<T>;
   const int32_t chunks = int32_t(a.half / V), d = int32_t(a.d / V), half = chunks;
   const int32_t pairs_v = int32_t((a.d - a.half) / V);  // chunks this row's threads cover
-  for (int32_t e = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int32_t(gridDim.x) * blockDim.x) {
+  for (int32_t e = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += int32_t(gridDim.x) * blockDim.x) {
     const int32_t c = e % pairs_v, r = e / pairs_v;  // r: the row in memory order
     const int32_t base = r * d;
     if (c >= chunks) {  // the pass-through tail past the rotated dims
@@ -524,7 +528,7 @@ __global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4
     // The (b, s) of row r: [B, H, S, D] rows run s fastest, [B, S, H*D] rows h fastest.
     const int32_t s = a.four_d ? r % int32_t(a.s) : (r / int32_t(a.h)) % int32_t(a.s);
     const int32_t b = r / int32_t(a.h * a.s);
-    int64_t row = a.pos    ? static_cast<const int64_t*>(a.pos)[int64_t(b) * a.s + s]
+    int64_t row = a.pos      ? static_cast<const int64_t*>(a.pos)[int64_t(b) * a.s + s]
                   : a.shared ? int64_t(s)
                              : int64_t(b) * a.s + s;
     uint4 u1 = x[base + c], u2 = x[base + half + c], o1, o2;
@@ -538,7 +542,8 @@ __global__ void rotary_vec_kernel(const uint4* x, const uint4* cosv, const uint4
       const T *hc = reinterpret_cast<const T*>(&uc), *hs = reinterpret_cast<const T*>(&us);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float x1 = N::load(h1[k]), x2 = N::load(h2[k]), co = N::load(hc[k]), si = N::load(hs[k]);
+        const float x1 = N::load(h1[k]), x2 = N::load(h2[k]), co = N::load(hc[k]),
+                    si = N::load(hs[k]);
         g1[k] = N::store(co * x1 - si * x2);
         g2[k] = N::store(si * x1 + co * x2);
       }
@@ -579,7 +584,8 @@ class RotaryKernel final : public CudaKernel {
     // Without position_ids the caches are [B, S, dim/2], or [1, S, dim/2] for every batch row.
     a.shared = !has_pos && a.rows != a.b * a.s;
     if (a.shared && a.rows != a.s) {
-      return invalid_argument(name_ + ": without position_ids the caches must be [B, S, dim/2] or [1, S, dim/2]");
+      return invalid_argument(
+          name_ + ": without position_ids the caches must be [B, S, dim/2] or [1, S, dim/2]");
     }
     a.pos = has_pos ? in[3].data : nullptr;
     int64_t n = a.b * a.s * a.h * (a.d - a.half);
@@ -588,11 +594,13 @@ class RotaryKernel final : public CudaKernel {
       using T = decltype(tag);
       constexpr int64_t V = int64_t(16 / sizeof(T));
       const int64_t vecs = a.b * a.s * a.h * ((a.d - a.half) / V);
-      if (!a.interleaved && a.half % V == 0 && a.d % V == 0 && a.b * a.s * a.h * a.d / V < (int64_t(1) << 31) &&
-          aligned16(x.data) && aligned16(cosv.data) && aligned16(sinv.data) && aligned16(out[0].data)) {
+      if (!a.interleaved && a.half % V == 0 && a.d % V == 0 &&
+          a.b * a.s * a.h * a.d / V < (int64_t(1) << 31) && aligned16(x.data) &&
+          aligned16(cosv.data) && aligned16(sinv.data) && aligned16(out[0].data)) {
         rotary_vec_kernel<T, int(V)><<<grid_for(vecs), 256, 0, stream_>>>(
             static_cast<const uint4*>(x.data), static_cast<const uint4*>(cosv.data),
-            static_cast<const uint4*>(sinv.data), static_cast<uint4*>(out[0].data), a, int32_t(vecs));
+            static_cast<const uint4*>(sinv.data), static_cast<uint4*>(out[0].data), a,
+            int32_t(vecs));
         return;
       }
       rotary_kernel<T><<<grid_for(n), 256, 0, stream_>>>(
@@ -635,8 +643,8 @@ std::optional<int64_t> attention_head_size(const KernelQuery& q, size_t i, int64
   return std::nullopt;
 }
 
-Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_heads, int64_t seq_q, int64_t m[4],
-                           const std::string& who) {
+Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_heads, int64_t seq_q,
+                           int64_t m[4], const std::string& who) {
   const int r = mask.rank();
   if (r < 1 || r > 4) return invalid_argument(who + ": attn_mask must have rank 1 to 4");
   for (int d = 0; d < 4; ++d) m[d] = d < 4 - r ? 1 : mask.shape[size_t(d - (4 - r))];
@@ -650,7 +658,9 @@ Status attention_mask_dims(const TensorView& mask, int64_t batch, int64_t q_head
   return ok_status();
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q) { return make_attention(q); }
+StatusOr<std::unique_ptr<Kernel>> make_attention_kernel(const KernelQuery& q) {
+  return make_attention(q);
+}
 
 StatusOr<PackedLayout> packed_layout(const ir::Node& node) {
   const ir::Attributes& at = node.attrs;
@@ -667,7 +677,8 @@ StatusOr<PackedLayout> packed_layout(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(int64_t causal, at.get_int("is_causal", 0));
   l.seq_first = seq_first != 0, l.causal = causal != 0;
   if (l.q_heads <= 0 || l.kv_heads <= 0 || l.q_heads % l.kv_heads != 0 || l.d <= 0 || l.dv <= 0) {
-    return invalid_argument(node.describe() + ": PackedAttention's heads and head sizes are invalid");
+    return invalid_argument(node.describe() +
+                            ": PackedAttention's heads and head sizes are invalid");
   }
   return l;
 }

@@ -53,7 +53,7 @@ struct ShortAttnArgs {
   int64_t st[4][3] = {};  // element strides of (batch, head, seq) of Q, K, V and Y; head dim 1
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   void* y = nullptr;
-  const void* mask = nullptr;  // additive, of Q's dtype, its last dim `l`
+  const void* mask = nullptr;   // additive, of Q's dtype, its last dim `l`
   int64_t m[4] = {1, 1, 1, 1};  // the mask's dims broadcast to rank 4
   float scale = 1.f;
   bool causal = false;  // aligned top left

@@ -70,18 +70,12 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   using TA = fe::graph::Tensor_attributes;
-  auto q = graph->tensor(TA().set_name("Q")
-                             .set_uid(kUidQ)
-                             .set_dim({p.b, p.hq, p.s, p.d})
-                             .set_stride(p.stride(0)));
-  auto k = graph->tensor(TA().set_name("K")
-                             .set_uid(kUidK)
-                             .set_dim({p.b, p.hk, p.l, p.d})
-                             .set_stride(p.stride(1)));
-  auto v = graph->tensor(TA().set_name("V")
-                             .set_uid(kUidV)
-                             .set_dim({p.b, p.hk, p.l, p.dv})
-                             .set_stride(p.stride(2)));
+  auto q = graph->tensor(
+      TA().set_name("Q").set_uid(kUidQ).set_dim({p.b, p.hq, p.s, p.d}).set_stride(p.stride(0)));
+  auto k = graph->tensor(
+      TA().set_name("K").set_uid(kUidK).set_dim({p.b, p.hk, p.l, p.d}).set_stride(p.stride(1)));
+  auto v = graph->tensor(
+      TA().set_name("V").set_uid(kUidV).set_dim({p.b, p.hk, p.l, p.dv}).set_stride(p.stride(2)));
   auto options = fe::graph::SDPA_attributes()
                      .set_name("attention")
                      .set_generate_stats(false)
@@ -96,10 +90,7 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> sdpa_plan(const Problem& p, DType t,
   }
   auto [o, stats] = graph->sdpa(q, k, v, options);
   (void)stats;
-  o->set_output(true)
-      .set_uid(kUidO)
-      .set_dim({p.b, p.hq, p.s, p.dv})
-      .set_stride(p.stride(3));
+  o->set_output(true).set_uid(kUidO).set_dim({p.b, p.hq, p.s, p.dv}).set_stride(p.stride(3));
   KILN_RETURN_IF_ERROR(fe_status(graph->validate(), who + ": validating the attention graph"));
   KILN_RETURN_IF_ERROR(
       fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
@@ -128,10 +119,10 @@ class SdpaKernel final : public CudaKernel {
         packed_(packed) {
     // attention_short.cu's tensor-core kernel for keys that fit one tile: sm_80 and later.
     int device = 0, major = 0;
-    short_ok_ = cudaGetDevice(&device) == cudaSuccess &&
-                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-                    cudaSuccess &&
-                major >= 8;
+    short_ok_ =
+        cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major >= 8;
     (void)cudaGetLastError();
   }
 

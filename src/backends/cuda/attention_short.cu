@@ -42,10 +42,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // c += a * b on one m16n8k16 tile of T inputs with float accumulators (sm_80 and later).
-#define KILN_MMA_M16N8K16(TYPE)                                                                  \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, "     \
-               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                       \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+#define KILN_MMA_M16N8K16(TYPE)                                       \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE \
+               ".f32 {%0,%1,%2,%3}, "                                 \
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"             \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

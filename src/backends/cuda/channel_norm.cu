@@ -159,7 +159,6 @@ struct MvnGeom {
   int64_t kept_n, red_n;
 };
 
-
 // Block by block over the kept indices: (x - mean) / (sqrt(E[x^2] - mean^2) + 1e-9), as the
 // reference (and the ONNX function body) computes it. Explicitly rounded double operations where
 // nvcc would contract into an FMA, so each step rounds as the reference's does (the partial sums

@@ -27,11 +27,16 @@ struct ConvAttrs {
 // A FusedConv / SqueezeExcite activation by its attribute name.
 inline StatusOr<ConvActivation> parse_activation(const std::string& who, const std::string& act) {
   constexpr std::pair<const char*, ConvActivation> kActs[] = {
-      {"none", ConvActivation::kNone},           {"relu", ConvActivation::kRelu},
-      {"clip", ConvActivation::kClip},           {"hardswish", ConvActivation::kHardSwish},
-      {"hardsigmoid", ConvActivation::kHardSigmoid}, {"sigmoid", ConvActivation::kSigmoid},
-      {"silu", ConvActivation::kSilu},           {"leaky_relu", ConvActivation::kLeakyRelu},
-      {"gelu", ConvActivation::kGelu},           {"gelu_tanh", ConvActivation::kGeluTanh}};
+      {"none", ConvActivation::kNone},
+      {"relu", ConvActivation::kRelu},
+      {"clip", ConvActivation::kClip},
+      {"hardswish", ConvActivation::kHardSwish},
+      {"hardsigmoid", ConvActivation::kHardSigmoid},
+      {"sigmoid", ConvActivation::kSigmoid},
+      {"silu", ConvActivation::kSilu},
+      {"leaky_relu", ConvActivation::kLeakyRelu},
+      {"gelu", ConvActivation::kGelu},
+      {"gelu_tanh", ConvActivation::kGeluTanh}};
   for (const auto& [name, a] : kActs) {
     if (act == name) return a;
   }
@@ -53,7 +58,8 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   }
   c.nhwc = layout == "NHWC";
   KILN_ASSIGN_OR_RETURN(std::string act, at.get_string("activation", "none"));
-  KILN_ASSIGN_OR_RETURN(std::vector<float> p, at.get_floats("activation_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> p,
+                        at.get_floats("activation_params", std::vector<float>{}));
   KILN_ASSIGN_OR_RETURN(c.act, parse_activation(q.node.describe(), act));
   if (p.size() > 0) c.p0 = p[0];
   if (p.size() > 1) c.p1 = p[1];
@@ -61,11 +67,11 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
 }
 
 // B has one value per output channel, Z the output's size, and X, W, B, Z and Y are all `t`.
-inline Status check_fused_operands(const std::string& who, std::span<const TensorView> in, const TensorView& y,
-                                   DType t, int64_t channels) {
+inline Status check_fused_operands(const std::string& who, std::span<const TensorView> in,
+                                   const TensorView& y, DType t, int64_t channels) {
   if (in.size() > 2 && present(in[2]) && in[2].numel() != channels) {
-    return invalid_argument(who + ": B has " + std::to_string(in[2].numel()) + " elements, expected " +
-                            std::to_string(channels));
+    return invalid_argument(who + ": B has " + std::to_string(in[2].numel()) +
+                            " elements, expected " + std::to_string(channels));
   }
   if (in.size() > 3 && present(in[3]) && in[3].numel() != y.numel()) {
     return invalid_argument(who + ": Z has " + shape_to_string(in[3].shape) + ", the output " +
@@ -73,7 +79,8 @@ inline Status check_fused_operands(const std::string& who, std::span<const Tenso
   }
   for (size_t i = 0; i < in.size(); ++i) {
     if (present(in[i]) && in[i].dtype != t) {
-      return invalid_argument(who + ": input " + std::to_string(i) + " is " + std::string(dtype_name(in[i].dtype)));
+      return invalid_argument(who + ": input " + std::to_string(i) + " is " +
+                              std::string(dtype_name(in[i].dtype)));
     }
   }
   if (y.dtype != t) return invalid_argument(who + ": Y is " + std::string(dtype_name(y.dtype)));

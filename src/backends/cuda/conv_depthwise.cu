@@ -32,9 +32,9 @@ namespace {
 using ops::OpKind;
 
 constexpr int kBlock = 256;
-constexpr int kMaxTaps = 7;   // a larger filter is left to cuDNN
-constexpr int kTapsMajor = 1; // device_bytes layout tag: the filter as [kh*kw, C]
-constexpr int kBiasFloat = 2; // device_bytes layout tag: the bias in float
+constexpr int kMaxTaps = 7;    // a larger filter is left to cuDNN
+constexpr int kTapsMajor = 1;  // device_bytes layout tag: the filter as [kh*kw, C]
+constexpr int kBiasFloat = 2;  // device_bytes layout tag: the bias in float
 
 struct DwGeometry {
   int64_t n = 0;
@@ -46,10 +46,18 @@ struct DwGeometry {
 
 // 16-bit values to and from their bits: a 16-byte vector read as eight floats, eight floats
 // rounded into one.
-__device__ __forceinline__ float from_bits(__half, uint32_t b) { return __half2float(__ushort_as_half((unsigned short)b)); }
-__device__ __forceinline__ float from_bits(__nv_bfloat16, uint32_t b) { return __uint_as_float(b << 16); }
-__device__ __forceinline__ uint32_t to_bits(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
-__device__ __forceinline__ uint32_t to_bits(__nv_bfloat16, float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float from_bits(__half, uint32_t b) {
+  return __half2float(__ushort_as_half((unsigned short)b));
+}
+__device__ __forceinline__ float from_bits(__nv_bfloat16, uint32_t b) {
+  return __uint_as_float(b << 16);
+}
+__device__ __forceinline__ uint32_t to_bits(__half, float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ uint32_t to_bits(__nv_bfloat16, float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
 
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
@@ -64,9 +72,9 @@ __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
 
 // KH, KW: the filter size when known at compile time (3 and 5, MobileNet's), else 0 and g.kh/g.kw.
 template <typename T, int KH, int KW>
-__global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                                                const float* __restrict__ bias, T* __restrict__ y,
-                                                                DwGeometry g) {
+__global__ void __launch_bounds__(kBlock)
+    depthwise_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                          const float* __restrict__ bias, T* __restrict__ y, DwGeometry g) {
   const int kh = KH > 0 ? KH : g.kh, kw = KW > 0 ? KW : g.kw;
   const int64_t c = int64_t(g.c8) * 8;
   const int64_t total = g.n * g.oh * g.ow * g.c8;
@@ -105,7 +113,8 @@ __global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restr
     for (int k = 0; k < 4; ++k) {
       const float v0 = acc[2 * k] + (bias ? bias[cg * 8 + 2 * k] : 0.f);
       const float v1 = acc[2 * k + 1] + (bias ? bias[cg * 8 + 2 * k + 1] : 0.f);
-      u[k] = to_bits(T{}, activate(g.act, g.p0, g.p1, v0)) | (to_bits(T{}, activate(g.act, g.p0, g.p1, v1)) << 16);
+      u[k] = to_bits(T{}, activate(g.act, g.p0, g.p1, v0)) |
+             (to_bits(T{}, activate(g.act, g.p0, g.p1, v1)) << 16);
     }
     const uint4 out{u[0], u[1], u[2], u[3]};
     *reinterpret_cast<uint4*>(y + ((img * g.oh + oh) * g.ow + ow) * c + cg * 8) = out;
@@ -113,7 +122,8 @@ __global__ void __launch_bounds__(kBlock) depthwise_nhwc_kernel(const T* __restr
 }
 
 template <typename T>
-void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g, cudaStream_t s) {
+void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g,
+            cudaStream_t s) {
   const T* tx = static_cast<const T*>(x);
   const T* tw = static_cast<const T*>(w);
   T* ty = static_cast<T*>(y);
@@ -156,16 +166,19 @@ class DepthwiseKernel final : public CudaKernel {
     const TensorView& x = in[0];
     const TensorView& w = in[1];
     const TensorView& y = out[0];
-    if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4) return invalid_argument(name_ + ": X, W and Y must be rank 4");
+    if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4)
+      return invalid_argument(name_ + ": X, W and Y must be rank 4");
     const int64_t c = x.shape[3];
-    if (w.shape[0] != c || w.shape[3] != 1 || y.shape[3] != c || y.shape[0] != x.shape[0] || c % 8 != 0) {
-      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " + shape_to_string(w.shape) +
-                              " and Y " + shape_to_string(y.shape) + " are not a depthwise convolution of " +
-                              "a multiple of 8 channels");
+    if (w.shape[0] != c || w.shape[3] != 1 || y.shape[3] != c || y.shape[0] != x.shape[0] ||
+        c % 8 != 0) {
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " +
+                              shape_to_string(w.shape) + " and Y " + shape_to_string(y.shape) +
+                              " are not a depthwise convolution of " + "a multiple of 8 channels");
     }
     KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, c));
     for (int64_t v : {x.shape[1], x.shape[2], y.shape[1], y.shape[2], w.shape[1], w.shape[2]}) {
-      if (v > INT32_MAX) return unsupported(name_ + ": a spatial size of " + std::to_string(v) + " is past 32 bits");
+      if (v > INT32_MAX)
+        return unsupported(name_ + ": a spatial size of " + std::to_string(v) + " is past 32 bits");
     }
     if (in.size() > 3 && present(in[3])) return invalid_argument(name_ + ": takes no residual Z");
     DwGeometry g;
@@ -186,16 +199,19 @@ class DepthwiseKernel final : public CudaKernel {
     const int64_t eh = (int64_t(g.h) + pt + pb - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
     const int64_t ew = (int64_t(g.w) + pl + pr - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
     if (eh != g.oh || ew != g.ow) {
-      return invalid_argument(name_ + ": Y " + shape_to_string(y.shape) + " is not the output of X " +
-                              shape_to_string(x.shape) + " under the node's strides, pads and dilations");
+      return invalid_argument(name_ + ": Y " + shape_to_string(y.shape) +
+                              " is not the output of X " + shape_to_string(x.shape) +
+                              " under the node's strides, pads and dilations");
     }
     if (y.numel() == 0) return ok_status();
-    if (!prepared_ || !prepared_->filter) return internal_error(name_ + ": the prepared filter is missing");
+    if (!prepared_ || !prepared_->filter)
+      return internal_error(name_ + ": the prepared filter is missing");
     if (!aligned16(x.data) || !aligned16(y.data)) {
       return invalid_argument(name_ + ": X and Y must start at 16-byte aligned addresses");
     }
     const void* filter = prepared_->filter->data;
-    const float* bias = prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
+    const float* bias =
+        prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
     if (t_ == DType::kFloat16) {
       launch<__half>(x.data, filter, bias, y.data, g, stream_);
     } else {
@@ -213,9 +229,12 @@ class DepthwiseKernel final : public CudaKernel {
 // Ok when this kernel runs the node; else why not (the builder then asks cuDNN).
 Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
   const std::string who = q.node.describe() + ": cuda.FusedConv";
-  if (q.node.op_type != "FusedConv" || !c.nhwc) return unsupported(who + " runs channels-last FusedConv only");
+  if (q.node.op_type != "FusedConv" || !c.nhwc)
+    return unsupported(who + " runs channels-last FusedConv only");
   const DType t = q.input_dtype(0);
-  if (!is_half(t)) return unsupported(who + " takes float16 or bfloat16 tensors, not " + std::string(dtype_name(t)));
+  if (!is_half(t))
+    return unsupported(who + " takes float16 or bfloat16 tensors, not " +
+                       std::string(dtype_name(t)));
   if (q.output_dtype(0) != t) return unsupported(who + " takes one dtype; Y differs from X");
   const ir::Value* x = q.inputs.empty() ? nullptr : q.inputs[0];
   const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
@@ -234,18 +253,22 @@ Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
   }
   if (c.group % 8 != 0) return unsupported(who + " runs channel counts that are multiples of 8");
   if (ws[1] > kMaxTaps || ws[2] > kMaxTaps) {
-    return unsupported(who + " runs filters up to " + std::to_string(kMaxTaps) + "x" + std::to_string(kMaxTaps));
+    return unsupported(who + " runs filters up to " + std::to_string(kMaxTaps) + "x" +
+                       std::to_string(kMaxTaps));
   }
   if (b && b->constant->numel() != c.group) return unsupported(who + ": B has the wrong size");
-  if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" && c.auto_pad != "SAME_LOWER") {
+  if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" &&
+      c.auto_pad != "SAME_LOWER") {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + c.auto_pad + "'");
   }
-  if ((!c.strides.empty() && c.strides.size() != 2) || (!c.dilations.empty() && c.dilations.size() != 2) ||
+  if ((!c.strides.empty() && c.strides.size() != 2) ||
+      (!c.dilations.empty() && c.dilations.size() != 2) ||
       (!c.pads.empty() && c.pads.size() != 4)) {
     return unsupported(who + ": strides, dilations or pads of the wrong length");
   }
   for (size_t i = 0; i < c.strides.size(); ++i) {
-    if (c.strides[i] < 1 || c.strides[i] > 64) return unsupported(who + ": stride " + std::to_string(c.strides[i]));
+    if (c.strides[i] < 1 || c.strides[i] > 64)
+      return unsupported(who + ": stride " + std::to_string(c.strides[i]));
   }
   for (size_t i = 0; i < c.dilations.size(); ++i) {
     if (c.dilations[i] < 1 || c.dilations[i] > 64) {
@@ -277,15 +300,17 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuer
     for (int64_t t = 0; t < taps; ++t) taps_major[size_t(t * ch + k)] = src[k * taps + t];
   }
   auto prepared = std::make_shared<DepthwisePrepared>();
-  KILN_ASSIGN_OR_RETURN(prepared->filter,
-                        device_bytes({reinterpret_cast<const uint8_t*>(taps_major.data()), taps_major.size() * 2},
-                                     kTapsMajor));
+  KILN_ASSIGN_OR_RETURN(
+      prepared->filter,
+      device_bytes({reinterpret_cast<const uint8_t*>(taps_major.data()), taps_major.size() * 2},
+                   kTapsMajor));
   const ir::Value* b = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
   if (b) {
     std::vector<float> bias(static_cast<size_t>(ch));
     for (int64_t k = 0; k < ch; ++k) bias[size_t(k)] = float(b->constant->float_at(k));
-    KILN_ASSIGN_OR_RETURN(prepared->bias,
-                          device_bytes({reinterpret_cast<const uint8_t*>(bias.data()), bias.size() * 4}, kBiasFloat));
+    KILN_ASSIGN_OR_RETURN(
+        prepared->bias,
+        device_bytes({reinterpret_cast<const uint8_t*>(bias.data()), bias.size() * 4}, kBiasFloat));
   }
   return std::shared_ptr<const PreparedNode>(std::move(prepared));
 }

@@ -59,11 +59,13 @@ Status launch(void* y, const void* bias, const void* z, int64_t n, int64_t chann
   if constexpr (sizeof(T) == 2) {
     if (inner == 1 && channels % 8 == 0 && aligned16(y) && (!z || aligned16(z)) &&
         (!bias || aligned16(bias))) {
-      epilogue_vec8_kernel<T><<<grid_for(n / 8, kBlock), kBlock, 0, s>>>(ty, tb, tz, n / 8, channels, act, p0, p1);
+      epilogue_vec8_kernel<T>
+          <<<grid_for(n / 8, kBlock), kBlock, 0, s>>>(ty, tb, tz, n / 8, channels, act, p0, p1);
       return launch_status("conv epilogue (8 per thread)");
     }
   }
-  epilogue_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(ty, tb, tz, n, channels, inner, act, p0, p1);
+  epilogue_kernel<T>
+      <<<grid_for(n, kBlock), kBlock, 0, s>>>(ty, tb, tz, n, channels, inner, act, p0, p1);
   return launch_status("conv epilogue");
 }
 

@@ -18,9 +18,12 @@ using ops::OpKind;
 // Ok when the node is a channels-last 1x1 convolution this kernel runs as a GEMM; else why not.
 Status check_gemm_shaped(const KernelQuery& q, const ConvAttrs& c) {
   const std::string who = q.node.describe() + ": cuda.cublaslt.FusedConv";
-  if (q.node.op_type != "FusedConv" || !c.nhwc) return unsupported(who + " runs channels-last FusedConv only");
+  if (q.node.op_type != "FusedConv" || !c.nhwc)
+    return unsupported(who + " runs channels-last FusedConv only");
   const DType t = q.input_dtype(0);
-  if (!is_half(t)) return unsupported(who + " takes float16 or bfloat16 tensors, not " + std::string(dtype_name(t)));
+  if (!is_half(t))
+    return unsupported(who + " takes float16 or bfloat16 tensors, not " +
+                       std::string(dtype_name(t)));
   for (size_t i = 1; i < q.inputs.size(); ++i) {
     if (q.inputs[i] && q.inputs[i]->dtype != t) {
       return unsupported(who + " takes one dtype; input " + std::to_string(i) + " is " +
@@ -58,8 +61,8 @@ Status check_gemm_shaped(const KernelQuery& q, const ConvAttrs& c) {
 }
 
 // Column-major D^T = op(A) * B: A is the filter ([K, C] row-major, taken transposed), B is X
-// ([rows, C] row-major, i.e. C x rows column-major), D is Y (K x rows, ld K); the bias is per row of
-// D, one value per output channel.
+// ([rows, C] row-major, i.e. C x rows column-major), D is Y (K x rows, ld K); the bias is per row
+// of D, one value per output channel.
 Problem conv_problem(int64_t rows, int64_t c, int64_t k, bool bias, bool relu) {
   Problem p;
   p.trans_a = true;
@@ -107,8 +110,9 @@ class ConvGemmKernel final : public CudaKernel {
     if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || w.shape[1] != 1 || w.shape[2] != 1 ||
         w.shape[3] != x.shape[3] || y.shape[3] != w.shape[0] || y.shape[0] != x.shape[0] ||
         y.shape[1] != x.shape[1] || y.shape[2] != x.shape[2]) {
-      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " + shape_to_string(w.shape) +
-                              " and Y " + shape_to_string(y.shape) + " are no 1x1 channels-last convolution");
+      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " +
+                              shape_to_string(w.shape) + " and Y " + shape_to_string(y.shape) +
+                              " are no 1x1 channels-last convolution");
     }
     const int64_t k = w.shape[0], c = w.shape[3];
     KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, k));
@@ -125,8 +129,8 @@ class ConvGemmKernel final : public CudaKernel {
       } else {
         KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.nbytes(), stream_), name_ + ": zero Y");
       }
-      return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, z, y.numel(), k, 1, attrs_.act, attrs_.p0,
-                           attrs_.p1, stream_);
+      return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, z, y.numel(), k, 1,
+                           attrs_.act, attrs_.p0, attrs_.p1, stream_);
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     const bool relu = attrs_.act == ConvActivation::kRelu;
@@ -137,14 +141,16 @@ class ConvGemmKernel final : public CudaKernel {
     KILN_RETURN_IF_ERROR(gemm.run(p, w.data, x.data, y.data, has_bias ? in[2].data : nullptr, 1.0,
                                   has_z ? 1.0 : 0.0, res, has_z ? in[3].data : nullptr));
     if (attrs_.act == ConvActivation::kNone || relu) return ok_status();
-    return conv_epilogue(t_, y.data, nullptr, nullptr, y.numel(), k, 1, attrs_.act, attrs_.p0, attrs_.p1, stream_);
+    return conv_epilogue(t_, y.data, nullptr, nullptr, y.numel(), k, 1, attrs_.act, attrs_.p0,
+                         attrs_.p1, stream_);
   }
 
  private:
   DType t_;
   ConvAttrs attrs_;
   int64_t below_;
-  LtGemm recorded_;   // the algorithm the plan recorded (checked per shape; the heuristic where refused)
+  LtGemm recorded_;   // the algorithm the plan recorded (checked per shape; the heuristic where
+                      // refused)
   LtGemm per_shape_;  // the heuristic's answer for each shape, for batches under below_
 };
 
@@ -155,18 +161,19 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_gemm(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new ConvGemmKernel(q.input_dtype(0), std::move(c), tactic));
 }
 
-// cuBLASLt's ranking at the opt shapes, then "heuristic"; each ranked algorithm with " below=N" when
-// the profile's min batch is smaller, N the geometric mean of the min and opt batches.
+// cuBLASLt's ranking at the opt shapes, then "heuristic"; each ranked algorithm with " below=N"
+// when the profile's min batch is smaller, N the geometric mean of the min and opt batches.
 std::vector<std::string> conv_gemm_tactics(const KernelQuery& q) {
   const ir::Value* xv = q.inputs.empty() ? nullptr : q.inputs[0];
   const ir::Value* wv = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
   auto x = q.opt_shape(xv), w = q.opt_shape(wv), xm = q.min_shape(xv);
   auto attrs = conv_attrs(q);
   std::optional<Problem> p;
-  if (x && w && attrs.ok() && x->size() == 4 && w->size() == 4 && shape_numel(*x) > 0 && (*x)[3] > 0 &&
-      (*w)[0] > 0 && (*w)[3] > 0) {
+  if (x && w && attrs.ok() && x->size() == 4 && w->size() == 4 && shape_numel(*x) > 0 &&
+      (*x)[3] > 0 && (*w)[0] > 0 && (*w)[3] > 0) {
     const bool bias = q.inputs.size() > 2 && q.inputs[2];
-    p = conv_problem(shape_numel(*x) / (*x)[3], (*w)[3], (*w)[0], bias, attrs->act == ConvActivation::kRelu);
+    p = conv_problem(shape_numel(*x) / (*x)[3], (*w)[3], (*w)[0], bias,
+                     attrs->act == ConvActivation::kRelu);
     p->align_a = p->align_b = p->align_c = 16;
   }
   std::vector<std::string> out = rank_tactics(p, gemm_types(q.input_dtype(0), MathMode::kFp32));

@@ -56,22 +56,24 @@ struct Fusion {
 // swish and hard sigmoid have no pointwise mode; they stay in conv_epilogue).
 bool fusable(ConvActivation a) {
   return a == ConvActivation::kNone || a == ConvActivation::kRelu || a == ConvActivation::kClip ||
-         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid || a == ConvActivation::kSilu ||
-         a == ConvActivation::kGelu || a == ConvActivation::kGeluTanh;
+         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid ||
+         a == ConvActivation::kSilu || a == ConvActivation::kGelu || a == ConvActivation::kGeluTanh;
 }
 
 // The pads of each spatial axis (explicit, or what auto_pad gives for these sizes), checked against
 // the output size the plan holds.
-StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x, std::span<const int64_t> w,
-                            std::span<const int64_t> y, const std::string& who) {
-  if (x.size() != 4 || w.size() != 4 || y.size() != 4) return invalid_argument(who + ": X, W and Y must be rank 4");
+StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x,
+                            std::span<const int64_t> w, std::span<const int64_t> y,
+                            const std::string& who) {
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4)
+    return invalid_argument(who + ": X, W and Y must be rank 4");
   Geometry g;
   g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
   g.k = w[0], g.r = w[1], g.s = w[2];
   g.p = y[1], g.q = y[2];
   if (w[3] != g.c || y[0] != g.n || y[3] != g.k) {
-    return invalid_argument(who + ": X " + shape_to_string(x) + ", W " + shape_to_string(w) + " and Y " +
-                            shape_to_string(y) + " are no channels-last convolution");
+    return invalid_argument(who + ": X " + shape_to_string(x) + ", W " + shape_to_string(w) +
+                            " and Y " + shape_to_string(y) + " are no channels-last convolution");
   }
   const int64_t in[2] = {g.h, g.w}, kernel[2] = {g.r, g.s}, out[2] = {g.p, g.q};
   for (int i = 0; i < 2; ++i) {
@@ -79,19 +81,23 @@ StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x, std:
     const int64_t d = c.dilations.size() == 2 ? c.dilations[size_t(i)] : 1;
     int64_t pb = 0, pe = 0;
     if (c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
-      const int64_t total = std::max<int64_t>(0, ((in[i] + st - 1) / st - 1) * st + d * (kernel[i] - 1) + 1 - in[i]);
+      const int64_t total =
+          std::max<int64_t>(0, ((in[i] + st - 1) / st - 1) * st + d * (kernel[i] - 1) + 1 - in[i]);
       pb = c.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pe = total - pb;
     } else if (c.auto_pad == "NOTSET" && c.pads.size() == 4) {
       pb = c.pads[size_t(i)], pe = c.pads[size_t(i) + 2];
     }
-    if (st < 1 || d < 1 || pb < 0 || pe < 0) return invalid_argument(who + ": bad stride, dilation or pad");
+    if (st < 1 || d < 1 || pb < 0 || pe < 0)
+      return invalid_argument(who + ": bad stride, dilation or pad");
     const int64_t expect = (in[i] + pb + pe - d * (kernel[i] - 1) - 1) / st + 1;
     if (expect != out[i]) {
-      return invalid_argument(who + ": the convolution gives " + std::to_string(expect) + " along spatial axis " +
-                              std::to_string(i) + ", the plan " + std::to_string(out[i]));
+      return invalid_argument(who + ": the convolution gives " + std::to_string(expect) +
+                              " along spatial axis " + std::to_string(i) + ", the plan " +
+                              std::to_string(out[i]));
     }
-    g.pre[size_t(i)] = pb, g.post[size_t(i)] = pe, g.stride[size_t(i)] = st, g.dilation[size_t(i)] = d;
+    g.pre[size_t(i)] = pb, g.post[size_t(i)] = pe, g.stride[size_t(i)] = st,
+    g.dilation[size_t(i)] = d;
   }
   return g;
 }
@@ -112,7 +118,8 @@ struct GraphTactic {
   GraphConfig small;
 };
 
-std::string to_config(bool fused, int64_t engine, const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
+std::string to_config(bool fused, int64_t engine,
+                      const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
   // Knob order fixed, so rebuilds write the same text. A backend knob the frontend has no name for
   // comes back as NOT_SET, which create_execution_plan refuses: left out, the engine takes its
   // default for it.
@@ -134,7 +141,8 @@ std::string to_config(bool fused, int64_t engine, const std::unordered_map<fe::K
 // An optional '-' and 1 to 17 digits (no exception, no overflow on a tampered engine file).
 StatusOr<int64_t> parse_int(const std::string& s, const std::string& t) {
   const size_t digits = s.size() - (!s.empty() && s[0] == '-');
-  if (digits == 0 || digits > 17 || s.find_first_not_of("0123456789", s.size() - digits) != std::string::npos) {
+  if (digits == 0 || digits > 17 ||
+      s.find_first_not_of("0123456789", s.size() - digits) != std::string::npos) {
     return invalid_argument("cuDNN graph tactic '" + t + "': '" + s + "' is no integer");
   }
   return std::stoll(s);
@@ -147,9 +155,10 @@ StatusOr<GraphConfig> parse_config(const std::string& text, const std::string& w
   out.fused = text.rfind("fused ", 0) == 0;
   const std::string t = out.fused ? text.substr(6) : text;
   if (t == "heuristic") return out;
-  const std::string bad = "cuDNN graph tactic '" + whole +
-                          "' is not [fused ]engine=<id> knobs=[<type>:<value>,...] or [fused ]heuristic, "
-                          "optionally followed by ' | below=<batch> ' and another of those";
+  const std::string bad =
+      "cuDNN graph tactic '" + whole +
+      "' is not [fused ]engine=<id> knobs=[<type>:<value>,...] or [fused ]heuristic, "
+      "optionally followed by ' | below=<batch> ' and another of those";
   if (t.rfind("engine=", 0) != 0) return invalid_argument(bad);
   const size_t sp = t.find(" knobs=");
   if (sp == std::string::npos) return invalid_argument(bad);
@@ -166,7 +175,8 @@ StatusOr<GraphConfig> parse_config(const std::string& text, const std::string& w
     if (colon == std::string::npos) return invalid_argument(bad);
     KILN_ASSIGN_OR_RETURN(int64_t type, parse_int(item.substr(0, colon), whole));
     KILN_ASSIGN_OR_RETURN(int64_t value, parse_int(item.substr(colon + 1), whole));
-    if (type <= 0 || type > 1000 || out.knobs.count(fe::KnobType_t(type))) return invalid_argument(bad);
+    if (type <= 0 || type > 1000 || out.knobs.count(fe::KnobType_t(type)))
+      return invalid_argument(bad);
     out.knobs[fe::KnobType_t(type)] = value;
     at = end + 1;
   }
@@ -183,22 +193,26 @@ StatusOr<GraphTactic> parse_tactic(const std::string& t) {
   if (bar == std::string::npos) return out;
   const std::string rest = t.substr(bar + std::string(kBelow).size());
   const size_t sp = rest.find(' ');
-  if (sp == std::string::npos) return invalid_argument("cuDNN graph tactic '" + t + "': nothing after 'below=N'");
+  if (sp == std::string::npos)
+    return invalid_argument("cuDNN graph tactic '" + t + "': nothing after 'below=N'");
   KILN_ASSIGN_OR_RETURN(out.below, parse_int(rest.substr(0, sp), t));
-  if (out.below < 1) return invalid_argument("cuDNN graph tactic '" + t + "': 'below=' takes a batch of 1 or more");
+  if (out.below < 1)
+    return invalid_argument("cuDNN graph tactic '" + t + "': 'below=' takes a batch of 1 or more");
   KILN_ASSIGN_OR_RETURN(out.small, parse_config(rest.substr(sp + 1), t));
   return out;
 }
 
 // The operation graph of one problem, built as far as choosing engines.
-StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, DType t, const Fusion& f,
-                                                            cudnnHandle_t handle, const std::string& who) {
+StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, DType t,
+                                                            const Fusion& f, cudnnHandle_t handle,
+                                                            const std::string& who) {
   auto graph = std::make_shared<fe::graph::Graph>();
   const fe::DataType_t io = t == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
   graph->set_io_data_type(io)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  const std::vector<int64_t> y_dim = {g.n, g.k, g.p, g.q}, y_stride = {g.p * g.q * g.k, 1, g.q * g.k, g.k};
+  const std::vector<int64_t> y_dim = {g.n, g.k, g.p, g.q},
+                             y_stride = {g.p * g.q * g.k, 1, g.q * g.k, g.k};
   auto x = graph->tensor(fe::graph::Tensor_attributes()
                              .set_name("X")
                              .set_uid(kUidX)
@@ -219,14 +233,17 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
     // act(conv + B + Z), each step in float on the accumulator, as conv_epilogue computes it.
     using PW = fe::graph::Pointwise_attributes;
     if (f.bias) {
-      auto b = graph->tensor(
-          fe::graph::Tensor_attributes().set_name("B").set_uid(kUidB).set_dim({1, g.k, 1, 1}).set_stride(
-              {g.k, 1, g.k, g.k}));
+      auto b = graph->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("B")
+                                 .set_uid(kUidB)
+                                 .set_dim({1, g.k, 1, 1})
+                                 .set_stride({g.k, 1, g.k, g.k}));
       y = graph->pointwise(y, b, PW().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
     }
     if (f.z) {
-      auto z = graph->tensor(fe::graph::Tensor_attributes().set_name("Z").set_uid(kUidZ).set_dim(y_dim).set_stride(
-          y_stride));
+      auto z = graph->tensor(
+          fe::graph::Tensor_attributes().set_name("Z").set_uid(kUidZ).set_dim(y_dim).set_stride(
+              y_stride));
       y = graph->pointwise(y, z, PW().set_name("residual").set_mode(fe::PointwiseMode_t::ADD));
     }
     switch (f.act) {
@@ -246,16 +263,19 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
                                     .set_relu_lower_clip_slope(f.p0));
         break;
       case ConvActivation::kSigmoid:
-        y = graph->pointwise(y, PW().set_name("sigmoid").set_mode(fe::PointwiseMode_t::SIGMOID_FWD));
+        y = graph->pointwise(y,
+                             PW().set_name("sigmoid").set_mode(fe::PointwiseMode_t::SIGMOID_FWD));
         break;
       case ConvActivation::kSilu:
-        y = graph->pointwise(y, PW().set_name("silu").set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f));
+        y = graph->pointwise(
+            y, PW().set_name("silu").set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f));
         break;
       case ConvActivation::kGelu:  // 0.5 y (1 + erf(y / sqrt 2))
         y = graph->pointwise(y, PW().set_name("gelu").set_mode(fe::PointwiseMode_t::GELU_FWD));
         break;
       case ConvActivation::kGeluTanh:
-        y = graph->pointwise(y, PW().set_name("gelu_tanh").set_mode(fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+        y = graph->pointwise(
+            y, PW().set_name("gelu_tanh").set_mode(fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
         break;
       case ConvActivation::kNone:
         break;
@@ -265,14 +285,16 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
   }
   y->set_output(true).set_uid(kUidY).set_data_type(io).set_dim(y_dim).set_stride(y_stride);
   KILN_RETURN_IF_ERROR(fe_status(graph->validate(), who + ": validating the convolution graph"));
-  KILN_RETURN_IF_ERROR(fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph->build_operation_graph(handle), who + ": building the operation graph"));
   return graph;
 }
 
 // cuDNN's heuristics' engine configurations for a graph, run-time compiled ones left out, checked.
 Status choose_engines(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who) {
-  KILN_RETURN_IF_ERROR(fe_status(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-                                 who + ": cuDNN's heuristics"));
+  KILN_RETURN_IF_ERROR(
+      fe_status(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                who + ": cuDNN's heuristics"));
   graph.deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
   return fe_status(graph.check_support(handle), who + ": no cuDNN engine takes the convolution");
 }
@@ -280,7 +302,8 @@ Status choose_engines(fe::graph::Graph& graph, cudnnHandle_t handle, const std::
 // The heuristics' first configuration that builds.
 Status heuristic_plan(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who) {
   KILN_RETURN_IF_ERROR(choose_engines(graph, handle, who));
-  return fe_status(graph.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), who + ": building a cuDNN plan");
+  return fe_status(graph.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+                   who + ": building a cuDNN plan");
 }
 
 // One shape's plan, and whether its graph computes the epilogue.
@@ -292,8 +315,9 @@ struct GraphPlan {
 // The plan for one shape: the recorded engine where it takes the shape, else cuDNN's heuristic
 // choice for the recorded form (fused or not), else its choice unfused; each within the library
 // workspace.
-StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusion, const GraphConfig& tactic,
-                                  cudnnHandle_t handle, const std::string& who) {
+StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusion,
+                                  const GraphConfig& tactic, cudnnHandle_t handle,
+                                  const std::string& who) {
   const Fusion none;
   auto within = [](fe::graph::Graph& gr) {
     int64_t ws = 0;
@@ -303,14 +327,14 @@ StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusi
   if (tactic.engine) {
     auto graph = operation_graph(g, t, form, handle, who);
     if (graph.ok() && (*graph)->create_execution_plan(*tactic.engine, tactic.knobs).is_good() &&
-        (*graph)->check_support(handle).is_good() && (*graph)->build_plans(handle).is_good() && within(**graph)) {
+        (*graph)->check_support(handle).is_good() && (*graph)->build_plans(handle).is_good() &&
+        within(**graph)) {
       return GraphPlan{*graph, tactic.fused};
     }
   }
   if (tactic.fused) {
     auto graph = operation_graph(g, t, form, handle, who);
-    if (graph.ok() && heuristic_plan(**graph, handle, who).ok() &&
-        within(**graph)) {
+    if (graph.ok() && heuristic_plan(**graph, handle, who).ok() && within(**graph)) {
       return GraphPlan{*graph, true};
     }
   }
@@ -319,8 +343,9 @@ StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusi
   int64_t ws = 0;
   KILN_RETURN_IF_ERROR(fe_status(graph->get_workspace_size(ws), who + ": the plan's workspace"));
   if (ws > kLibraryWorkspace) {
-    return unsupported(who + ": cuDNN's plan needs " + std::to_string(ws) + " bytes of workspace, over the " +
-                       std::to_string(kLibraryWorkspace) + " a stream has");
+    return unsupported(who + ": cuDNN's plan needs " + std::to_string(ws) +
+                       " bytes of workspace, over the " + std::to_string(kLibraryWorkspace) +
+                       " a stream has");
   }
   return GraphPlan{graph, false};
 }
@@ -349,10 +374,15 @@ class GraphConvKernel final : public CudaKernel {
       key.insert(key.end(), w.shape.begin(), w.shape.end());
       auto it = plans_.find(key);
       if (it == plans_.end()) {
-        const Fusion fusion{.on = true, .bias = has_bias, .z = has_z, .act = attrs_.act, .p0 = attrs_.p0,
+        const Fusion fusion{.on = true,
+                            .bias = has_bias,
+                            .z = has_z,
+                            .act = attrs_.act,
+                            .p0 = attrs_.p0,
                             .p1 = attrs_.p1};
         const GraphConfig& config = g.n < tactic_.below ? tactic_.small : tactic_.main;
-        KILN_ASSIGN_OR_RETURN(GraphPlan plan, planned_graph(g, t_, fusion, config, res->dnn, name_));
+        KILN_ASSIGN_OR_RETURN(GraphPlan plan,
+                              planned_graph(g, t_, fusion, config, res->dnn, name_));
         if (plans_.size() >= kMaxPlans) {
           plans_.erase(order_.front());
           order_.erase(order_.begin());
@@ -369,8 +399,8 @@ class GraphConvKernel final : public CudaKernel {
       if (!e.is_good()) return internal_error(name_ + ": cuDNN graph execute: " + e.err_msg);
     }
     if (fused || (!has_bias && !has_z && attrs_.act == ConvActivation::kNone)) return ok_status();
-    return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, has_z ? in[3].data : nullptr, y.numel(),
-                         g.k, 1, attrs_.act, attrs_.p0, attrs_.p1, stream_);
+    return conv_epilogue(t_, y.data, has_bias ? in[2].data : nullptr, has_z ? in[3].data : nullptr,
+                         y.numel(), g.k, 1, attrs_.act, attrs_.p0, attrs_.p1, stream_);
   }
 
  private:
@@ -383,19 +413,25 @@ class GraphConvKernel final : public CudaKernel {
 
 Status check_graph_conv(const KernelQuery& q, const ConvAttrs& c) {
   const std::string who = q.node.describe() + ": cuda.cudnn_graph.FusedConv";
-  if (q.node.op_type != "FusedConv" || !c.nhwc) return unsupported(who + " runs channels-last FusedConv only");
+  if (q.node.op_type != "FusedConv" || !c.nhwc)
+    return unsupported(who + " runs channels-last FusedConv only");
   const DType t = q.input_dtype(0);
-  if (!is_half(t)) return unsupported(who + " takes float16 or bfloat16 tensors, not " + std::string(dtype_name(t)));
+  if (!is_half(t))
+    return unsupported(who + " takes float16 or bfloat16 tensors, not " +
+                       std::string(dtype_name(t)));
   for (size_t i = 1; i < q.inputs.size(); ++i) {
-    if (q.inputs[i] && q.inputs[i]->dtype != t) return unsupported(who + " takes one dtype for X, W, B and Z");
+    if (q.inputs[i] && q.inputs[i]->dtype != t)
+      return unsupported(who + " takes one dtype for X, W, B and Z");
   }
   if (q.output_dtype(0) != t) return unsupported(who + " takes one dtype; Y differs from X");
   // Grouped and depthwise convolutions stay on the legacy API, whose depthwise engines are fast.
   if (c.group != 1) return unsupported(who + " runs ungrouped convolutions");
-  if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" && c.auto_pad != "SAME_LOWER") {
+  if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" &&
+      c.auto_pad != "SAME_LOWER") {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + c.auto_pad + "'");
   }
-  if ((!c.strides.empty() && c.strides.size() != 2) || (!c.dilations.empty() && c.dilations.size() != 2) ||
+  if ((!c.strides.empty() && c.strides.size() != 2) ||
+      (!c.dilations.empty() && c.dilations.size() != 2) ||
       (!c.pads.empty() && c.pads.size() != 4)) {
     return unsupported(who + " runs 2-D convolutions");
   }
@@ -415,7 +451,8 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
     return invalid_argument(q.node.describe() + ": cuDNN graph tactic '" + q.tactic +
                             "' fuses an activation cuDNN's pointwise nodes do not compute");
   }
-  return std::unique_ptr<Kernel>(new GraphConvKernel(q.input_dtype(0), std::move(c), std::move(tactic)));
+  return std::unique_ptr<Kernel>(
+      new GraphConvKernel(q.input_dtype(0), std::move(c), std::move(tactic)));
 }
 
 // The engine configurations cuDNN's heuristics offer for one problem (no run-time compiled ones,
@@ -424,10 +461,12 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
 // once, then is timed over five runs on zero-filled operands; an unfused plan's time includes the
 // conv_epilogue pass it needs. Unmeasured (optimization level 0, or no memory for the operands):
 // the fused graph's heuristic order, then the unfused one's. At most `budget` plans per graph run.
-std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttrs& attrs, bool has_bias, bool has_z,
-                                      int level, cudnnHandle_t handle, cudaStream_t stream, const std::string& who) {
+std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttrs& attrs,
+                                      bool has_bias, bool has_z, int level, cudnnHandle_t handle,
+                                      cudaStream_t stream, const std::string& who) {
   const bool has_epilogue = has_bias || has_z || attrs.act != ConvActivation::kNone;
-  const int64_t x_numel = g.n * g.h * g.w * g.c, w_numel = g.k * g.r * g.s * g.c, y_numel = g.n * g.p * g.q * g.k;
+  const int64_t x_numel = g.n * g.h * g.w * g.c, w_numel = g.k * g.r * g.s * g.c,
+                y_numel = g.n * g.p * g.q * g.k;
   TimingBuffers buffers;
   const size_t es = dtype_size(t);
   void* px = buffers.alloc(size_t(x_numel) * es);
@@ -437,7 +476,9 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   void* pz = has_z ? buffers.alloc(size_t(y_numel) * es) : py;
   void* ws = buffers.alloc(size_t(kLibraryWorkspace));
   const bool measure = level > 0 && px && pw && py && pb && pz && ws;
-  const int64_t budget = level >= 4 ? std::numeric_limits<int64_t>::max() : level >= 3 ? kTimedPlans : 4;
+  const int64_t budget = level >= 4   ? std::numeric_limits<int64_t>::max()
+                         : level >= 3 ? kTimedPlans
+                                      : 4;
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -461,20 +502,26 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   double epilogue_ms = 0;
   if (measure && has_epilogue) {
     epilogue_ms = time5([&] {
-      return conv_epilogue(t, py, has_bias ? pb : nullptr, has_z ? pz : nullptr, y_numel, g.k, 1, attrs.act,
-                           attrs.p0, attrs.p1, stream)
+      return conv_epilogue(t, py, has_bias ? pb : nullptr, has_z ? pz : nullptr, y_numel, g.k, 1,
+                           attrs.act, attrs.p0, attrs.p1, stream)
           .ok();
     });
   }
   std::vector<std::pair<double, std::string>> timed;
   std::vector<std::string> order;
   auto try_form = [&](bool fused) {
-    const Fusion fusion{.on = fused, .bias = has_bias, .z = has_z, .act = attrs.act, .p0 = attrs.p0, .p1 = attrs.p1};
+    const Fusion fusion{.on = fused,
+                        .bias = has_bias,
+                        .z = has_z,
+                        .act = attrs.act,
+                        .p0 = attrs.p0,
+                        .p1 = attrs.p1};
     auto graph = operation_graph(g, t, fusion, handle, who);
     if (!graph.ok()) return;
     auto& gr = **graph;
     if (!choose_engines(gr, handle, who).ok()) return;
-    (void)gr.build_plans(handle, fe::BuildPlanPolicy_t::ALL);  // plans that fail to build are skipped below
+    (void)gr.build_plans(handle,
+                         fe::BuildPlanPolicy_t::ALL);  // plans that fail to build are skipped below
     std::unordered_map<int64_t, void*> pack = {{kUidX, px}, {kUidW, pw}, {kUidY, py}};
     if (fused && has_bias) pack[kUidB] = pb;
     if (fused && has_z) pack[kUidZ] = pz;
@@ -493,7 +540,8 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
         continue;
       }
       ++tried;
-      const double ms = time5([&] { return gr.execute_plan_at_index(handle, pack, ws, i).is_good(); });
+      const double ms =
+          time5([&] { return gr.execute_plan_at_index(handle, pack, ws, i).is_good(); });
       if (ms >= 0) timed.emplace_back(ms + (fused ? 0 : epilogue_ms), config);
     }
   };
@@ -501,7 +549,8 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   try_form(false);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [ms, config] : timed) order.push_back(config);
   std::vector<std::string> out;
   for (const auto& config : order) {
@@ -522,7 +571,8 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
   auto geometry_at = [&](bool opt) -> std::optional<Geometry> {
     auto x = opt ? q.opt_shape(xv) : q.min_shape(xv), w = opt ? q.opt_shape(wv) : q.min_shape(wv),
          y = opt ? q.opt_shape(yv) : q.min_shape(yv);
-    if (!x || !w || !y || !attrs.ok() || shape_numel(*x) == 0 || shape_numel(*w) == 0 || shape_numel(*y) == 0) {
+    if (!x || !w || !y || !attrs.ok() || shape_numel(*x) == 0 || shape_numel(*w) == 0 ||
+        shape_numel(*y) == 0) {
       return std::nullopt;
     }
     auto g = geometry(*attrs, *x, *w, *y, who);
@@ -545,10 +595,12 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
     out = rank_configs(*opt, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
     auto min = geometry_at(false);
     if (!out.empty() && min && min->n < opt->n && q.optimization_level > 0) {
-      auto small = rank_configs(*min, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
+      auto small =
+          rank_configs(*min, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
       if (!small.empty()) {
         const auto below = int64_t(std::ceil(std::sqrt(double(min->n) * double(opt->n))));
-        for (std::string& config : out) config += kBelow + std::to_string(below) + " " + small.front();
+        for (std::string& config : out)
+          config += kBelow + std::to_string(below) + " " + small.front();
       }
     }
   }
@@ -560,7 +612,8 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
 
 // Registered after the 1x1 GEMM and before the legacy cuDNN convolution (register_kernels' order).
 void register_conv_graph(Registry& r) {
-  r.add(OpKind::kFusedConv, &make_graph_conv, {.library = "cudnn_graph", .tactics = &graph_conv_tactics});
+  r.add(OpKind::kFusedConv, &make_graph_conv,
+        {.library = "cudnn_graph", .tactics = &graph_conv_tactics});
 }
 
 }  // namespace kiln::backends::cuda

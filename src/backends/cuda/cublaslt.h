@@ -14,12 +14,13 @@
 
 namespace kiln::backends::cuda {
 
-#define KILN_LT_CHECK(expr, what)                                                                  \
-  do {                                                                                             \
-    cublasStatus_t kiln_s_ = (expr);                                                               \
-    if (kiln_s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-      return internal_error(std::string(what) + ": cuBLASLt status " + std::to_string(int(kiln_s_))); \
-    }                                                                                              \
+#define KILN_LT_CHECK(expr, what)                                      \
+  do {                                                                 \
+    cublasStatus_t kiln_s_ = (expr);                                   \
+    if (kiln_s_ != CUBLAS_STATUS_SUCCESS) {                            \
+      return internal_error(std::string(what) + ": cuBLASLt status " + \
+                            std::to_string(int(kiln_s_)));             \
+    }                                                                  \
   } while (0)
 
 inline int alignment_of(const void* p, int64_t batch_stride_bytes) {
@@ -67,19 +68,27 @@ inline std::string to_tactic(const cublasLtMatmulAlgo_t& algo) {
   AlgoConfig c;
   size_t w = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof(c.id), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof(c.stages), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof(c.splitk), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile),
+                                       &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages,
+                                       sizeof(c.stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk,
+                                       sizeof(c.splitk), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction,
                                        sizeof(c.reduction), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle, sizeof(c.swizzle), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom, sizeof(c.custom), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner, sizeof(c.inner), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof(c.cluster), &w);
-  return "algo=" + std::to_string(c.id) + " tile=" + std::to_string(c.tile) + " stages=" + std::to_string(c.stages) +
-         " splitk=" + std::to_string(c.splitk) + " reduction=" + std::to_string(c.reduction) +
-         " swizzle=" + std::to_string(c.swizzle) + " custom=" + std::to_string(c.custom) +
-         " inner=" + std::to_string(c.inner) + " cluster=" + std::to_string(c.cluster);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle,
+                                       sizeof(c.swizzle), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom,
+                                       sizeof(c.custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner,
+                                       sizeof(c.inner), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster,
+                                       sizeof(c.cluster), &w);
+  return "algo=" + std::to_string(c.id) + " tile=" + std::to_string(c.tile) +
+         " stages=" + std::to_string(c.stages) + " splitk=" + std::to_string(c.splitk) +
+         " reduction=" + std::to_string(c.reduction) + " swizzle=" + std::to_string(c.swizzle) +
+         " custom=" + std::to_string(c.custom) + " inner=" + std::to_string(c.inner) +
+         " cluster=" + std::to_string(c.cluster);
 }
 
 // nullopt for "heuristic"; kInvalidArgument for text that is neither.
@@ -94,7 +103,8 @@ inline StatusOr<std::optional<AlgoConfig>> parse_lt_tactic(const std::string& t)
     std::string item = t.substr(i, end - i);
     size_t eq = item.find('=');
     char* stop = nullptr;
-    if (eq == std::string::npos) return invalid_argument("cuBLASLt tactic '" + t + "': '" + item + "' is not key=value");
+    if (eq == std::string::npos)
+      return invalid_argument("cuBLASLt tactic '" + t + "': '" + item + "' is not key=value");
     long long v = std::strtoll(item.c_str() + eq + 1, &stop, 10);
     // Every field is an int32 or uint32 in cuBLASLt (SPLITK_NUM is -1 for "chosen at run time").
     if (*stop || eq + 1 == item.size() || v < INT32_MIN || v > UINT32_MAX) {
@@ -103,19 +113,27 @@ inline StatusOr<std::optional<AlgoConfig>> parse_lt_tactic(const std::string& t)
     kv[item.substr(0, eq)] = v;
     i = end + 1;
   }
-  for (const char* key : {"algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "inner", "cluster"}) {
+  for (const char* key :
+       {"algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "inner", "cluster"}) {
     if (!kv.count(key)) return invalid_argument("cuBLASLt tactic '" + t + "' has no " + key);
   }
-  if (kv.size() != 9 + kv.count("rows")) return invalid_argument("cuBLASLt tactic '" + t + "' has unknown keys");
-  if (kv.count("rows") && kv["rows"] < 0) return invalid_argument("cuBLASLt tactic '" + t + "': rows is out of range");
+  if (kv.size() != 9 + kv.count("rows"))
+    return invalid_argument("cuBLASLt tactic '" + t + "' has unknown keys");
+  if (kv.count("rows") && kv["rows"] < 0)
+    return invalid_argument("cuBLASLt tactic '" + t + "': rows is out of range");
   for (const char* key : {"tile", "stages", "reduction", "swizzle", "custom", "inner", "cluster"}) {
-    const int64_t limit = std::string(key) == "inner" || std::string(key) == "cluster" ? UINT16_MAX : UINT32_MAX;
-    if (kv[key] < 0 || kv[key] > limit) return invalid_argument("cuBLASLt tactic '" + t + "': " + key + " is out of range");
+    const int64_t limit =
+        std::string(key) == "inner" || std::string(key) == "cluster" ? UINT16_MAX : UINT32_MAX;
+    if (kv[key] < 0 || kv[key] > limit)
+      return invalid_argument("cuBLASLt tactic '" + t + "': " + key + " is out of range");
   }
-  if (kv["algo"] > INT32_MAX || kv["splitk"] > INT32_MAX) return invalid_argument("cuBLASLt tactic '" + t + "' is out of range");
+  if (kv["algo"] > INT32_MAX || kv["splitk"] > INT32_MAX)
+    return invalid_argument("cuBLASLt tactic '" + t + "' is out of range");
   c.id = int32_t(kv["algo"]), c.tile = uint32_t(kv["tile"]), c.stages = uint32_t(kv["stages"]);
-  c.splitk = int32_t(kv["splitk"]), c.reduction = uint32_t(kv["reduction"]), c.swizzle = uint32_t(kv["swizzle"]);
-  c.custom = uint32_t(kv["custom"]), c.inner = uint16_t(kv["inner"]), c.cluster = uint16_t(kv["cluster"]);
+  c.splitk = int32_t(kv["splitk"]), c.reduction = uint32_t(kv["reduction"]),
+  c.swizzle = uint32_t(kv["swizzle"]);
+  c.custom = uint32_t(kv["custom"]), c.inner = uint16_t(kv["inner"]),
+  c.cluster = uint16_t(kv["cluster"]);
   c.rows = kv.count("rows") ? kv["rows"] : 0;
   return std::optional<AlgoConfig>(c);
 }
@@ -157,7 +175,6 @@ inline GemmTypes gemm_types(DType data, MathMode mode) {
   return t;
 }
 
-
 // The descriptors of one problem.
 class LtDesc {
  public:
@@ -166,15 +183,22 @@ class LtDesc {
     release();
     KILN_LT_CHECK(cublasLtMatmulDescCreate(&desc, types.compute, types.scale),
                   "creating the matmul descriptor");
-    cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
-    KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+    cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+        "transa");
+    KILN_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+        "transb");
     if (p.bias || p.relu || p.gelu) {
       cublasLtEpilogue_t epi = p.bias ? (p.gelu   ? CUBLASLT_EPILOGUE_GELU_BIAS
                                          : p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
                                                   : CUBLASLT_EPILOGUE_BIAS)
                                       : (p.gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_RELU);
-      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+      KILN_LT_CHECK(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+          "epilogue");
     }
     // Stored shapes (column-major): op(A) is m x k, op(B) is k x n.
     KILN_RETURN_IF_ERROR(layout(&la, types.ab, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda,
@@ -185,24 +209,32 @@ class LtDesc {
     return ok_status();
   }
   // Up to `max` algorithms cuBLASLt's heuristic ranks for the problem, best first.
-  StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> heuristic(const Problem& p, cublasLtHandle_t lt,
-                                                                   uint64_t workspace, int max) const {
+  StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> heuristic(const Problem& p,
+                                                                   cublasLtHandle_t lt,
+                                                                   uint64_t workspace,
+                                                                   int max) const {
     cublasLtMatmulPreference_t pref = nullptr;
     KILN_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), "creating a preference");
     uint32_t aa = uint32_t(p.align_a), ab = uint32_t(p.align_b), ac = uint32_t(p.align_c);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                         sizeof(workspace));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                         sizeof(aa));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                         sizeof(ab));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                         sizeof(ac));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                         sizeof(ac));
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, max, results.data(), &found);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, max, results.data(), &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-      return unsupported("cuBLASLt has no algorithm for a " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                         std::to_string(p.k) + " GEMM (batch " + std::to_string(p.batch) + ", status " +
-                         std::to_string(int(st)) + ")");
+      return unsupported("cuBLASLt has no algorithm for a " + std::to_string(p.m) + "x" +
+                         std::to_string(p.n) + "x" + std::to_string(p.k) + " GEMM (batch " +
+                         std::to_string(p.batch) + ", status " + std::to_string(int(st)) + ")");
     }
     results.resize(size_t(found));
     return results;
@@ -219,14 +251,17 @@ class LtDesc {
     if (lc) cublasLtMatrixLayoutDestroy(lc);
     desc = nullptr, la = lb = lc = nullptr;
   }
-  static Status layout(cublasLtMatrixLayout_t* l, cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int batch,
-                       int64_t stride) {
-    KILN_LT_CHECK(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld), "creating a layout");
+  static Status layout(cublasLtMatrixLayout_t* l, cudaDataType t, int64_t rows, int64_t cols,
+                       int64_t ld, int batch, int64_t stride) {
+    KILN_LT_CHECK(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld),
+                  "creating a layout");
     if (batch > 1) {
       int32_t bc = batch;
-      KILN_LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)), "batch");
-      KILN_LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                     sizeof(stride)),
+      KILN_LT_CHECK(
+          cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)),
+          "batch");
+      KILN_LT_CHECK(cublasLtMatrixLayoutSetAttribute(
+                        *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
                     "batch stride");
     }
     return ok_status();
@@ -253,7 +288,8 @@ class LtGemm {
              double alpha, double beta, StreamResources* res, const void* c = nullptr) {
     if (!(p == key_) || !ready_) KILN_RETURN_IF_ERROR(plan(p, res));
     if (fallback_) {
-      if (c && c != d) return unsupported("cuBLASLt has no algorithm for the GEMM with a separate C");
+      if (c && c != d)
+        return unsupported("cuBLASLt has no algorithm for the GEMM with a separate C");
       return gemm_fallback(types_.data, p.trans_a, p.trans_b, p.m, p.n, p.k, alpha, a, p.lda,
                            p.stride_a, b, p.ldb, p.stride_b, beta, d, p.ldc, p.stride_c, p.batch,
                            res->stream);
@@ -262,12 +298,14 @@ class LtGemm {
     const void* pa = types_.scale == CUDA_R_64F ? static_cast<const void*>(&alpha) : &alpha_f;
     const void* pb = types_.scale == CUDA_R_64F ? static_cast<const void*>(&beta) : &beta_f;
     if (p.bias) {
-      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(lt_.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+      KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(lt_.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof(bias)),
                     "setting the bias pointer");
     }
-    KILN_LT_CHECK(cublasLtMatmul(res->lt, lt_.desc, pa, a, lt_.la, b, lt_.lb, pb, c ? c : d, lt_.lc,
-                                 d, lt_.lc, &algo_, res->workspace, res->workspace_bytes, res->stream),
-                  "cublasLtMatmul");
+    KILN_LT_CHECK(
+        cublasLtMatmul(res->lt, lt_.desc, pa, a, lt_.la, b, lt_.lb, pb, c ? c : d, lt_.lc, d,
+                       lt_.lc, &algo_, res->workspace, res->workspace_bytes, res->stream),
+        "cublasLtMatmul");
     return ok_status();
   }
 
@@ -300,23 +338,26 @@ class LtGemm {
       return false;
     }
     const AlgoConfig& c = *recorded_;
-    bool ok = cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof(c.stages)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof(c.splitk)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction,
-                                                   sizeof(c.reduction)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle,
-                                                   sizeof(c.swizzle)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom,
-                                                   sizeof(c.custom)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner,
-                                                   sizeof(c.inner)) == 0 &&
-              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster,
-                                                   sizeof(c.cluster)) == 0;
+    bool ok = cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile,
+                                                   sizeof(c.tile)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                   &c.stages, sizeof(c.stages)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                   &c.splitk, sizeof(c.splitk)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                   &c.reduction, sizeof(c.reduction)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                                   &c.swizzle, sizeof(c.swizzle)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                   &c.custom, sizeof(c.custom)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+                                                   &c.inner, sizeof(c.inner)) == 0 &&
+              cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                   &c.cluster, sizeof(c.cluster)) == 0;
     if (!ok) return false;
     cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(res->lt, lt_.desc, lt_.la, lt_.lb, lt_.lc, lt_.lc, &algo_, &check) !=
-        CUBLAS_STATUS_SUCCESS) {
+    if (cublasLtMatmulAlgoCheck(res->lt, lt_.desc, lt_.la, lt_.lb, lt_.lc, lt_.lc, &algo_,
+                                &check) != CUBLAS_STATUS_SUCCESS) {
       return false;
     }
     return check.workspaceSize <= res->workspace_bytes;
@@ -333,7 +374,8 @@ class LtGemm {
 
 // The tactics of a GEMM problem at the opt shapes: the heuristic's ranked algorithms, then
 // "heuristic" (per-shape choice). Only "heuristic" when there is no GPU or no answer.
-inline std::vector<std::string> rank_tactics(const std::optional<Problem>& p, const GemmTypes& types) {
+inline std::vector<std::string> rank_tactics(const std::optional<Problem>& p,
+                                             const GemmTypes& types) {
   std::vector<std::string> out;
   if (p) {
     static cublasLtHandle_t handle = [] {
@@ -345,7 +387,8 @@ inline std::vector<std::string> rank_tactics(const std::optional<Problem>& p, co
       auto results = d.heuristic(*p, handle, kLibraryWorkspace, 8);
       if (results.ok()) {
         for (const auto& r : *results) {
-          std::string t = to_tactic(r.algo) + " rows=" + std::to_string(std::min<int64_t>(p->n * p->batch, UINT32_MAX));
+          std::string t = to_tactic(r.algo) +
+                          " rows=" + std::to_string(std::min<int64_t>(p->n * p->batch, UINT32_MAX));
           if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(std::move(t));
         }
       }

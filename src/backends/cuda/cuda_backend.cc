@@ -69,8 +69,9 @@ class CudaImpl final : public KernelImpl {
     if (entry_.info.float32_only) {
       auto check = [&](const ir::Value* v, const char* what, size_t i) -> Status {
         if (v && is_float(v->dtype) && v->dtype != DType::kFloat32) {
-          return unsupported(id_ + " computes on float32 tensors; " + what + " " + std::to_string(i) +
-                             " ('" + v->name + "') is " + std::string(dtype_name(v->dtype)));
+          return unsupported(id_ + " computes on float32 tensors; " + what + " " +
+                             std::to_string(i) + " ('" + v->name + "') is " +
+                             std::string(dtype_name(v->dtype)));
         }
         return ok_status();
       };
@@ -83,12 +84,15 @@ class CudaImpl final : public KernelImpl {
                              "') is " + std::string(dtype_name(v->dtype)));
         }
       }
-      for (size_t i = 0; i < q.inputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.inputs[i], "input", i));
-      for (size_t i = 0; i < q.outputs.size(); ++i) KILN_RETURN_IF_ERROR(check(q.outputs[i], "output", i));
+      for (size_t i = 0; i < q.inputs.size(); ++i)
+        KILN_RETURN_IF_ERROR(check(q.inputs[i], "input", i));
+      for (size_t i = 0; i < q.outputs.size(); ++i)
+        KILN_RETURN_IF_ERROR(check(q.outputs[i], "output", i));
     }
     for (const ir::Value* v : q.inputs) {
       if (v && dtype_size(v->dtype) == 0) {
-        return unsupported(id_ + ": input '" + v->name + "' is " + std::string(dtype_name(v->dtype)) +
+        return unsupported(id_ + ": input '" + v->name + "' is " +
+                           std::string(dtype_name(v->dtype)) +
                            ", which the CUDA backend does not store");
       }
     }
@@ -110,8 +114,8 @@ class CudaImpl final : public KernelImpl {
   std::vector<std::string> tactics(const KernelQuery& q) const override {
     return entry_.info.tactics ? entry_.info.tactics(q) : std::vector<std::string>{""};
   }
-  StatusOr<std::unique_ptr<Kernel>> instantiate(const KernelQuery& q,
-                                                std::shared_ptr<const PreparedNode>) const override {
+  StatusOr<std::unique_ptr<Kernel>> instantiate(
+      const KernelQuery& q, std::shared_ptr<const PreparedNode>) const override {
     return entry_.factory(q);
   }
 
@@ -131,9 +135,9 @@ class CudaBackend final : public Backend {
       cudaGetLastError();  // clear the sticky-free error so later calls work
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
-      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of device memory (" +
-                           std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes free): " +
-                           cudaGetErrorString(e));
+      return out_of_memory("cannot allocate " + std::to_string(bytes) +
+                           " bytes of device memory (" + std::to_string(free_b) + " of " +
+                           std::to_string(total_b) + " bytes free): " + cudaGetErrorString(e));
     }
     return p;
   }
@@ -145,18 +149,19 @@ class CudaBackend final : public Backend {
     cudaError_t e = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
     if (e != cudaSuccess) {
       cudaGetLastError();
-      return out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of page-locked host memory: " +
-                           cudaGetErrorString(e));
+      return out_of_memory("cannot allocate " + std::to_string(bytes) +
+                           " bytes of page-locked host memory: " + cudaGetErrorString(e));
     }
     return p;
   }
   void deallocate_host(void* p) const override {
     if (p) cudaFreeHost(p);
   }
-  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) const override {
+  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind,
+              void* stream) const override {
     if (bytes == 0) return ok_status();
-    cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                       : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+    cudaMemcpyKind k = kind == CopyKind::kHostToDevice     ? cudaMemcpyHostToDevice
+                       : kind == CopyKind::kDeviceToHost   ? cudaMemcpyDeviceToHost
                        : kind == CopyKind::kDeviceToDevice ? cudaMemcpyDeviceToDevice
                                                            : cudaMemcpyHostToHost;
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)),
@@ -181,12 +186,13 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
       return std::string("cuda (device query failed: ") + cudaGetErrorName(e) + ")";
     }
-    return std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-           " cudnn " + std::to_string(cudnnGetVersion()) + " cublasLt " +
-           std::to_string(cublasLtGetVersion());
+    return std::string(prop.name) + " sm_" + std::to_string(prop.major) +
+           std::to_string(prop.minor) + " cudnn " + std::to_string(cudnnGetVersion()) +
+           " cublasLt " + std::to_string(cublasLtGetVersion());
   }
   Status synchronize(void* stream) const override {
-    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronizing the stream");
+    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                    "synchronizing the stream");
     return ok_status();
   }
   bool host_accessible() const override { return false; }
@@ -231,13 +237,15 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
   Status begin_capture(void* stream) const override {
-    KILN_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal),
-                    "beginning CUDA graph capture");
+    KILN_CUDA_CHECK(
+        cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal),
+        "beginning CUDA graph capture");
     return ok_status();
   }
   StatusOr<void*> end_capture(void* stream) const override {
     cudaGraph_t graph = nullptr;
-    KILN_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph), "ending CUDA graph capture");
+    KILN_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph),
+                    "ending CUDA graph capture");
     cudaGraphExec_t exec = nullptr;
     cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -245,14 +253,16 @@ class CudaBackend final : public Backend {
     return static_cast<void*>(exec);
   }
   Status launch_graph(void* graph, void* stream) const override {
-    KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
-                    "launching the CUDA graph");
+    KILN_CUDA_CHECK(
+        cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
+        "launching the CUDA graph");
     return ok_status();
   }
   Status order_after(void* waiter, void* producer) const override {
     auto handle = [](void* s) { return s ? static_cast<cudaStream_t>(s) : cudaStreamLegacy; };
     cudaEvent_t e = nullptr;
-    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating a stream-ordering event");
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                    "creating a stream-ordering event");
     cudaError_t err = cudaEventRecord(e, handle(producer));
     if (err == cudaSuccess) err = cudaStreamWaitEvent(handle(waiter), e, 0);
     cudaEventDestroy(e);  // released once the wait has passed it
@@ -268,14 +278,16 @@ class CudaBackend final : public Backend {
     return static_cast<void*>(e);
   }
   Status record_marker(void* marker, void* stream) const override {
-    KILN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(marker), static_cast<cudaStream_t>(stream)),
-                    "recording a layer-timing event");
+    KILN_CUDA_CHECK(
+        cudaEventRecord(static_cast<cudaEvent_t>(marker), static_cast<cudaStream_t>(stream)),
+        "recording a layer-timing event");
     return ok_status();
   }
   StatusOr<double> marker_elapsed_ms(void* from, void* to) const override {
     float ms = 0;
-    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)),
-                    "reading layer-timing events");
+    KILN_CUDA_CHECK(
+        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)),
+        "reading layer-timing events");
     return double(ms);
   }
   void destroy_marker(void* marker) const override {
@@ -310,7 +322,8 @@ StatusOr<StreamResources*> stream_resources(cudaStream_t stream) {
     cublasLtDestroy(r->lt);
     cudnnDestroy(r->dnn);
     t.by_stream.erase(stream);
-    return out_of_memory("cannot allocate the " + std::to_string(kWorkspaceBytes) + "-byte GEMM workspace");
+    return out_of_memory("cannot allocate the " + std::to_string(kWorkspaceBytes) +
+                         "-byte GEMM workspace");
   }
   r->workspace_bytes = kWorkspaceBytes;
   slot = std::move(r);
@@ -327,15 +340,34 @@ std::vector<double> read_numbers(const void* data, DType dtype, int64_t n) {
   std::vector<double> out(size_t(std::max<int64_t>(n, 0)));
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::kFloat32: out[i] = static_cast<const float*>(data)[i]; break;
-      case DType::kFloat64: out[i] = static_cast<const double*>(data)[i]; break;
-      case DType::kInt64: out[i] = double(static_cast<const int64_t*>(data)[i]); break;
-      case DType::kInt32: out[i] = static_cast<const int32_t*>(data)[i]; break;
-      case DType::kInt8: out[i] = static_cast<const int8_t*>(data)[i]; break;
-      case DType::kUInt8: case DType::kBool: out[i] = static_cast<const uint8_t*>(data)[i]; break;
-      case DType::kFloat16: out[i] = half_to_float(static_cast<const uint16_t*>(data)[i]); break;
-      case DType::kBFloat16: out[i] = bf16_to_float(static_cast<const uint16_t*>(data)[i]); break;
-      default: out[i] = 0; break;
+      case DType::kFloat32:
+        out[i] = static_cast<const float*>(data)[i];
+        break;
+      case DType::kFloat64:
+        out[i] = static_cast<const double*>(data)[i];
+        break;
+      case DType::kInt64:
+        out[i] = double(static_cast<const int64_t*>(data)[i]);
+        break;
+      case DType::kInt32:
+        out[i] = static_cast<const int32_t*>(data)[i];
+        break;
+      case DType::kInt8:
+        out[i] = static_cast<const int8_t*>(data)[i];
+        break;
+      case DType::kUInt8:
+      case DType::kBool:
+        out[i] = static_cast<const uint8_t*>(data)[i];
+        break;
+      case DType::kFloat16:
+        out[i] = half_to_float(static_cast<const uint16_t*>(data)[i]);
+        break;
+      case DType::kBFloat16:
+        out[i] = bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+        break;
+      default:
+        out[i] = 0;
+        break;
     }
   }
   return out;
@@ -379,7 +411,8 @@ StatusOr<std::vector<double>> HostParam::get(const TensorView& v, cudaStream_t s
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream, &cs);
   if (cs != cudaStreamCaptureStatusNone) {
-    return unsupported("a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
+    return unsupported(
+        "a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
   }
   std::vector<uint8_t> host(v.nbytes());
   KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), v.data, host.size(), cudaMemcpyDeviceToHost, stream),
@@ -395,7 +428,8 @@ StatusOr<std::vector<int64_t>> HostParam::get_ints(const TensorView& v, cudaStre
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream, &cs);
   if (cs != cudaStreamCaptureStatusNone) {
-    return unsupported("a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
+    return unsupported(
+        "a parameter tensor computed on the device cannot be read while capturing a CUDA graph");
   }
   std::vector<uint8_t> host(v.nbytes());
   KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), v.data, host.size(), cudaMemcpyDeviceToHost, stream),
@@ -435,19 +469,22 @@ Status require_float_data(const KernelQuery& q) {
 MathMode math_mode(const KernelQuery& q) {
   if (q.precision.tf32) return MathMode::kTf32;
   switch (q.precision.compute) {
-    case DType::kFloat16: return MathMode::kFp16;
-    case DType::kBFloat16: return MathMode::kBf16;
-    default: return MathMode::kFp32;
+    case DType::kFloat16:
+      return MathMode::kFp16;
+    case DType::kBFloat16:
+      return MathMode::kBf16;
+    default:
+      return MathMode::kFp32;
   }
 }
 
-// Ops with no device kernel yet (RNN, GRU, LSTM, RoiAlign, Col2Im, DeformConv, TensorScatter, Det): the
-// CPU reference runs on page-locked memory. A register_* function of its own, so that the op
+// Ops with no device kernel yet (RNN, GRU, LSTM, RoiAlign, Col2Im, DeformConv, TensorScatter, Det):
+// the CPU reference runs on page-locked memory. A register_* function of its own, so that the op
 // coverage test's reading of the sources sees them.
 static void register_host_fallbacks(Registry& r) {
-  for (ops::OpKind op : {ops::OpKind::kRNN, ops::OpKind::kGRU, ops::OpKind::kLSTM, ops::OpKind::kRoiAlign,
-                         ops::OpKind::kCol2Im, ops::OpKind::kDeformConv, ops::OpKind::kTensorScatter,
-                         ops::OpKind::kDet}) {
+  for (ops::OpKind op : {ops::OpKind::kRNN, ops::OpKind::kGRU, ops::OpKind::kLSTM,
+                         ops::OpKind::kRoiAlign, ops::OpKind::kCol2Im, ops::OpKind::kDeformConv,
+                         ops::OpKind::kTensorScatter, ops::OpKind::kDet}) {
     register_host_run(r, op);
   }
 }
@@ -457,7 +494,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_elementwise(families);
   register_gemm(families);
   register_fused_elementwise(families);
-  register_conv_gemm(families);   // before register_conv_graph and register_conv: preferred
+  register_conv_gemm(families);  // before register_conv_graph and register_conv: preferred
   register_conv_depthwise(families);
   register_conv_graph(families);  // where each applies
   register_conv(families);
@@ -485,15 +522,20 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_dft(families);
   register_data_dependent(families);
   register_host_fallbacks(families);
-  for (const Registry::Entry& e : families.entries) registry.add(e.op, std::make_unique<CudaImpl>(e));
+  for (const Registry::Entry& e : families.entries)
+    registry.add(e.op, std::make_unique<CudaImpl>(e));
 }
 
 const char* math_mode_name(MathMode m) {
   switch (m) {
-    case MathMode::kFp32: return "float32";
-    case MathMode::kTf32: return "tf32";
-    case MathMode::kFp16: return "float16";
-    case MathMode::kBf16: return "bfloat16";
+    case MathMode::kFp32:
+      return "float32";
+    case MathMode::kTf32:
+      return "tf32";
+    case MathMode::kFp16:
+      return "float16";
+    case MathMode::kBf16:
+      return "bfloat16";
   }
   return "float32";
 }

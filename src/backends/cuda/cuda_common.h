@@ -29,9 +29,9 @@ Status cuda_status(cudaError_t e, const std::string& what);
       return internal_error(std::string(what) + ": " + cudnnGetErrorString(kiln_s_)); \
     }                                                                                 \
   } while (0)
-#define KILN_CUDA_CHECK(expr, what)                                   \
-  do {                                                                \
-    cudaError_t kiln_e_ = (expr);                                     \
+#define KILN_CUDA_CHECK(expr, what)                                                        \
+  do {                                                                                     \
+    cudaError_t kiln_e_ = (expr);                                                          \
     if (kiln_e_ != cudaSuccess) return ::kiln::backends::cuda::cuda_status(kiln_e_, what); \
   } while (0)
 
@@ -54,7 +54,9 @@ StatusOr<StreamResources*> stream_resources(cudaStream_t stream);
 
 // Kernel workspace (Kernel::set_workspace) is carved into pieces each aligned to this.
 inline constexpr size_t kWorkspaceAlign = 256;
-inline size_t workspace_piece(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+inline size_t workspace_piece(size_t bytes) {
+  return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
 // The same as a formula: numel(v) * elem_size rounded up to kWorkspaceAlign.
 ir::Dim workspace_piece(const ir::Value* v, size_t elem_size);
 
@@ -161,11 +163,12 @@ class PreparedOperands final : public PreparedNode {
 
 // FP16/BF16 copies of the node's float32 constant inputs `which` when the plan assigned FP16 or
 // BF16 (q.precision); no state otherwise.
-StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(const KernelQuery& q,
-                                                                            std::initializer_list<int> which);
-// `bytes` (a kernel's own re-layout of a constant, told apart by `layout`) in device memory, uploaded
-// once per process and shared by every engine that prepares the same bytes.
-StatusOr<std::shared_ptr<const DeviceWeight>> device_bytes(std::span<const uint8_t> bytes, int layout);
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(
+    const KernelQuery& q, std::initializer_list<int> which);
+// `bytes` (a kernel's own re-layout of a constant, told apart by `layout`) in device memory,
+// uploaded once per process and shared by every engine that prepares the same bytes.
+StatusOr<std::shared_ptr<const DeviceWeight>> device_bytes(std::span<const uint8_t> bytes,
+                                                           int layout);
 // How many weights this process has converted and uploaded (the backend's weights_prepared()).
 uint64_t weights_prepared();
 
@@ -201,34 +204,38 @@ struct Registry {
 void register_elementwise(Registry& r);
 void register_gemm(Registry& r);
 void register_fused_elementwise(Registry& r);  // kiln::Elementwise (fused_elementwise.cu)
-void register_conv_gemm(Registry& r);  // channels-last 1x1 FusedConv as a cuBLASLt GEMM
-void register_conv_depthwise(Registry& r);  // channels-last depthwise FusedConv, our kernel
-void register_conv_graph(Registry& r);  // channels-last FusedConv on cuDNN's graph API
+void register_conv_gemm(Registry& r);          // channels-last 1x1 FusedConv as a cuBLASLt GEMM
+void register_conv_depthwise(Registry& r);     // channels-last depthwise FusedConv, our kernel
+void register_conv_graph(Registry& r);         // channels-last FusedConv on cuDNN's graph API
 void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_squeeze_excite(Registry& r);  // kiln::SqueezeExcite (squeeze_excite.cu)
-void register_channel_norm(Registry& r);  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
+void register_channel_norm(
+    Registry& r);                  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
 void register_shape(Registry& r);  // Split, Tile, Pad, SpaceToDepth, Trilu (shape.cu)
 void register_conv_transpose(Registry& r);
 void register_reduce(Registry& r);  // Reduce* (every op and dtype), ArgMax/ArgMin, Hardmax, TopK
-void register_math(Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
-void register_quant(Registry& r);  // Quantize/DequantizeLinear, DynamicQuantizeLinear
+void register_math(
+    Registry& r);  // trigonometry, activations, bitwise, BitShift, Sum/Mean/Max/Min, Dropout
+void register_quant(Registry& r);       // Quantize/DequantizeLinear, DynamicQuantizeLinear
 void register_quant_gemm(Registry& r);  // ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul
 void register_einsum(Registry& r);
 void register_attention(Registry& r);  // Attention, RotaryEmbedding
 void register_loss(Registry& r);       // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-void register_index(Registry& r);      // GatherElements, ScatterElements, OneHot, ScatterND, ReverseSequence
-void register_spatial(Registry& r);    // GridSample, AffineGrid, CenterCropPad
-void register_resize(Registry& r);     // Resize
+void register_index(
+    Registry& r);  // GatherElements, ScatterElements, OneHot, ScatterND, ReverseSequence
+void register_spatial(Registry& r);          // GridSample, AffineGrid, CenterCropPad
+void register_resize(Registry& r);           // Resize
 void register_sequence_models(Registry& r);  // LinearAttention, CausalConvWithState
-void register_swiglu(Registry& r);     // SwiGLU
-void register_unpool(Registry& r);     // MaxUnpool
-void register_dft(Registry& r);        // DFT, STFT
-void register_data_dependent(Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression, TopK (host)
-// Runs `op` on CUDA through its CPU kernel on page-locked memory ("cuda.host.<Op>", data_dependent.cc):
-// for ops with no device kernel yet. The op's CPU kernel must be registered.
+void register_swiglu(Registry& r);           // SwiGLU
+void register_unpool(Registry& r);           // MaxUnpool
+void register_dft(Registry& r);              // DFT, STFT
+void register_data_dependent(
+    Registry& r);  // NonZero, Compress, Unique, NonMaxSuppression, TopK (host)
+// Runs `op` on CUDA through its CPU kernel on page-locked memory ("cuda.host.<Op>",
+// data_dependent.cc): for ops with no device kernel yet. The op's CPU kernel must be registered.
 void register_host_run(Registry& r, ops::OpKind op);
 
 // Conversion kernels around low-precision GEMMs and convolutions.
@@ -249,9 +256,21 @@ Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n
 // kiln::MatMulBias's epilogue after its GEMM (matmul_bias.cu): y = act(y + bias), bias (may be
 // null) broadcast to Y from the right, in float (double for float64 Y), rounded once to Y's type.
 enum class MatMulActivation { kNone, kRelu, kGeluErf, kGeluTanh };
-Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape, const void* bias,
-                            std::span<const int64_t> bias_shape, MatMulActivation act, cudaStream_t s);
-enum class ConvActivation { kNone, kRelu, kClip, kHardSwish, kHardSigmoid, kSigmoid, kSilu, kLeakyRelu, kGelu, kGeluTanh };
+Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape,
+                            const void* bias, std::span<const int64_t> bias_shape,
+                            MatMulActivation act, cudaStream_t s);
+enum class ConvActivation {
+  kNone,
+  kRelu,
+  kClip,
+  kHardSwish,
+  kHardSigmoid,
+  kSigmoid,
+  kSilu,
+  kLeakyRelu,
+  kGelu,
+  kGeluTanh
+};
 Status conv_epilogue(DType dtype, void* y, const void* bias, const void* z, int64_t n,
                      int64_t channels, int64_t inner, ConvActivation act, float p0, float p1,
                      cudaStream_t s);

@@ -57,7 +57,8 @@ __global__ void tiled_transpose_kernel(const E* in, E* out, int64_t rows, int64_
 // [N, H*W, 3]), where a 32x32 tile would be mostly empty: one thread per output row, reading its
 // `rows` elements a column apart (coalesced across the warp) and writing them together.
 template <typename E>
-__global__ void few_rows_transpose_kernel(const E* in, E* out, int64_t rows, int64_t cols, int64_t n) {
+__global__ void few_rows_transpose_kernel(const E* in, E* out, int64_t rows, int64_t cols,
+                                          int64_t n) {
   KILN_GRID_LOOP(t, n) {
     const int64_t b = t / cols, j = t - b * cols;
     const E* src = in + b * rows * cols + j;
@@ -67,8 +68,9 @@ __global__ void few_rows_transpose_kernel(const E* in, E* out, int64_t rows, int
 }
 
 // out (dims) gathers in[base + sum_d c_d * strides[d]]. Size-1 dims are dropped first.
-Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
-                      int64_t base, size_t elem, cudaStream_t s) {
+Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dims,
+                      const std::vector<int64_t>& strides, int64_t base, size_t elem,
+                      cudaStream_t s) {
   GatherWalk w;
   int64_t n = 1;
   for (size_t d = 0; d < dims.size(); ++d) {
@@ -89,22 +91,26 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
   if (n == 0) return ok_status();
   // [batch,] cols x rows out of a contiguous [batch,] rows x cols: the tiled kernel.
   const int t = w.rank;
-  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 && w.strides[t - 1] == w.dims[t - 2] &&
-      (t == 2 || w.strides[0] == w.dims[1] * w.dims[2]) && (t == 2 || w.dims[0] <= 65535) &&
-      w.dims[t - 2] >= 8 && w.dims[t - 1] >= 8 && (elem == 2 || elem == 4)) {
+  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 &&
+      w.strides[t - 1] == w.dims[t - 2] && (t == 2 || w.strides[0] == w.dims[1] * w.dims[2]) &&
+      (t == 2 || w.dims[0] <= 65535) && w.dims[t - 2] >= 8 && w.dims[t - 1] >= 8 &&
+      (elem == 2 || elem == 4)) {
     const int64_t rows = w.dims[t - 1], cols = w.dims[t - 2], batch = t == 3 ? w.dims[0] : 1;
     dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batch));
     if ((rows + 31) / 32 <= 65535) {
       if (elem == 2) {
-        tiled_transpose_kernel<uint16_t><<<grid, dim3(32, 8), 0, s>>>((const uint16_t*)in, (uint16_t*)out, rows, cols);
+        tiled_transpose_kernel<uint16_t>
+            <<<grid, dim3(32, 8), 0, s>>>((const uint16_t*)in, (uint16_t*)out, rows, cols);
       } else {
-        tiled_transpose_kernel<uint32_t><<<grid, dim3(32, 8), 0, s>>>((const uint32_t*)in, (uint32_t*)out, rows, cols);
+        tiled_transpose_kernel<uint32_t>
+            <<<grid, dim3(32, 8), 0, s>>>((const uint32_t*)in, (uint32_t*)out, rows, cols);
       }
       return launch_status("tiled_transpose_kernel");
     }
   }
-  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 && w.strides[t - 1] == w.dims[t - 2] &&
-      w.dims[t - 1] < 8 && w.dims[t - 2] >= 32 && (elem == 2 || elem == 4)) {
+  if (base == 0 && (t == 2 || t == 3) && w.strides[t - 2] == 1 &&
+      w.strides[t - 1] == w.dims[t - 2] && w.dims[t - 1] < 8 && w.dims[t - 2] >= 32 &&
+      (elem == 2 || elem == 4)) {
     const int64_t rows = w.dims[t - 1], cols = w.dims[t - 2], batch = t == 3 ? w.dims[0] : 1;
     if (elem == 2) {
       few_rows_transpose_kernel<uint16_t><<<grid_for(batch * cols), 256, 0, s>>>(
@@ -119,8 +125,8 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
   // of D = 64 halves): moved as 16-byte vectors, one index computation per 16 bytes instead of
   // per element (BERT-base's head transposes ran at 0.5 TB/s element by element).
   const int64_t vec = 16 / int64_t(elem);
-  bool wide = elem <= 8 && t >= 1 && w.strides[t - 1] == 1 && w.dims[t - 1] % vec == 0 && w.base % vec == 0 &&
-              aligned16(in) && aligned16(out);
+  bool wide = elem <= 8 && t >= 1 && w.strides[t - 1] == 1 && w.dims[t - 1] % vec == 0 &&
+              w.base % vec == 0 && aligned16(in) && aligned16(out);
   for (int d = 0; wide && d + 1 < t; ++d) wide = w.strides[d] % vec == 0;
   if (wide) {
     GatherWalk v = w;
@@ -132,34 +138,51 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
     return launch_status("strided_gather_kernel (16-byte rows)");
   }
   switch (elem) {
-    case 1: strided_gather_kernel<uint8_t><<<grid_for(n), 256, 0, s>>>((const uint8_t*)in, (uint8_t*)out, w, n); break;
-    case 2: strided_gather_kernel<uint16_t><<<grid_for(n), 256, 0, s>>>((const uint16_t*)in, (uint16_t*)out, w, n); break;
-    case 4: strided_gather_kernel<uint32_t><<<grid_for(n), 256, 0, s>>>((const uint32_t*)in, (uint32_t*)out, w, n); break;
-    case 8: strided_gather_kernel<uint64_t><<<grid_for(n), 256, 0, s>>>((const uint64_t*)in, (uint64_t*)out, w, n); break;
-    default: return unsupported("elements of " + std::to_string(elem) + " bytes");
+    case 1:
+      strided_gather_kernel<uint8_t>
+          <<<grid_for(n), 256, 0, s>>>((const uint8_t*)in, (uint8_t*)out, w, n);
+      break;
+    case 2:
+      strided_gather_kernel<uint16_t>
+          <<<grid_for(n), 256, 0, s>>>((const uint16_t*)in, (uint16_t*)out, w, n);
+      break;
+    case 4:
+      strided_gather_kernel<uint32_t>
+          <<<grid_for(n), 256, 0, s>>>((const uint32_t*)in, (uint32_t*)out, w, n);
+      break;
+    case 8:
+      strided_gather_kernel<uint64_t>
+          <<<grid_for(n), 256, 0, s>>>((const uint64_t*)in, (uint64_t*)out, w, n);
+      break;
+    default:
+      return unsupported("elements of " + std::to_string(elem) + " bytes");
   }
   return launch_status("strided_gather_kernel");
 }
 
 class TransposeKernel final : public CudaKernel {
  public:
-  TransposeKernel(std::vector<int64_t> perm) : CudaKernel("cuda.Transpose"), perm_(std::move(perm)) {}
+  TransposeKernel(std::vector<int64_t> perm)
+      : CudaKernel("cuda.Transpose"), perm_(std::move(perm)) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     int r = in[0].rank();
     std::vector<int64_t> perm = perm_;
     if (perm.empty()) {
       for (int d = r - 1; d >= 0; --d) perm.push_back(d);
     }
-    if (int(perm.size()) != r || out[0].rank() != r) return invalid_argument(name_ + ": perm does not match the rank");
+    if (int(perm.size()) != r || out[0].rank() != r)
+      return invalid_argument(name_ + ": perm does not match the rank");
     auto is = row_major_strides(in[0].shape);
     std::vector<int64_t> dims(r), strides(r);
     for (int d = 0; d < r; ++d) {
       if (perm[d] < 0 || perm[d] >= r) return invalid_argument(name_ + ": perm entry out of range");
       dims[d] = in[0].shape[perm[d]];
       strides[d] = is[perm[d]];
-      if (dims[d] != out[0].shape[d]) return invalid_argument(name_ + ": output shape does not match the perm");
+      if (dims[d] != out[0].shape[d])
+        return invalid_argument(name_ + ": output shape does not match the perm");
     }
-    return strided_gather(in[0].data, out[0].data, dims, strides, 0, dtype_size(in[0].dtype), stream_);
+    return strided_gather(in[0].data, out[0].data, dims, strides, 0, dtype_size(in[0].dtype),
+                          stream_);
   }
 
  private:
@@ -221,8 +244,9 @@ class SliceKernel final : public CudaKernel {
     std::vector<int64_t> strides(r);
     for (int d = 0; d < r; ++d) {
       if (len[d] != out[0].shape[d]) {
-        return invalid_argument("Slice: the output has shape " + shape_to_string(out[0].shape) + " but the slice has " +
-                                std::to_string(len[d]) + " elements on axis " + std::to_string(d));
+        return invalid_argument("Slice: the output has shape " + shape_to_string(out[0].shape) +
+                                " but the slice has " + std::to_string(len[d]) +
+                                " elements on axis " + std::to_string(d));
       }
       base += first[d] * is[d];
       strides[d] = is[d] * step[d];
@@ -276,13 +300,14 @@ class ConcatKernel final : public CudaKernel {
       if (x.rank() != r) return invalid_argument(name_ + ": inputs differ in rank");
       size_t row = size_t(x.shape[axis] * inner) * es;
       if (row > 0 && outer > 0) {
-        KILN_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(y.data) + offset, out_row, x.data, row, row, size_t(outer),
-                                          cudaMemcpyDeviceToDevice, stream_),
+        KILN_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(y.data) + offset, out_row, x.data, row,
+                                          row, size_t(outer), cudaMemcpyDeviceToDevice, stream_),
                         name_);
       }
       offset += row;
     }
-    if (offset != out_row) return invalid_argument(name_ + ": the inputs do not fill the output along the axis");
+    if (offset != out_row)
+      return invalid_argument(name_ + ": the inputs do not fill the output along the axis");
     return ok_status();
   }
 
@@ -291,8 +316,8 @@ class ConcatKernel final : public CudaKernel {
 };
 
 template <typename E>
-__global__ void gather_kernel(const E* data, const void* idx, int idx_dtype, E* out, int64_t n, int64_t nidx,
-                              int64_t d, int64_t inner) {
+__global__ void gather_kernel(const E* data, const void* idx, int idx_dtype, E* out, int64_t n,
+                              int64_t nidx, int64_t d, int64_t inner) {
   KILN_GRID_LOOP(i, n) {
     int64_t in_i = i % inner, r = i / inner;
     int64_t j = r % nidx, o = r / nidx;
@@ -308,8 +333,8 @@ __global__ void gather_kernel(const E* data, const void* idx, int idx_dtype, E* 
 // the tensors are 16-byte aligned: a vector a thread, one index load per vector instead of per
 // element. ViT-B/16's split of its packed Q, K and V (three Gathers of a 19 MB third at batch 64)
 // took 64 us each element by element.
-__global__ void gather_rows_kernel(const uint4* data, const void* idx, int idx_dtype, uint4* out, int64_t vecs,
-                                   int64_t nidx, int64_t d, int64_t row_vecs) {
+__global__ void gather_rows_kernel(const uint4* data, const void* idx, int idx_dtype, uint4* out,
+                                   int64_t vecs, int64_t nidx, int64_t d, int64_t row_vecs) {
   KILN_GRID_LOOP(vi, vecs) {
     const int64_t row = vi / row_vecs, in_v = vi - row * row_vecs;
     const int64_t o = row / nidx, j = row - o * nidx;
@@ -332,26 +357,35 @@ class GatherKernel final : public CudaKernel {
     for (int k = 0; k < axis; ++k) outer *= data.shape[k];
     for (int k = int(axis) + 1; k < r; ++k) inner *= data.shape[k];
     int64_t n = out[0].numel();
-    if (n != outer * nidx * inner) return invalid_argument("Gather: the output shape does not match the inputs");
+    if (n != outer * nidx * inner)
+      return invalid_argument("Gather: the output shape does not match the inputs");
     if (n == 0) return ok_status();
     if (d == 0) return invalid_argument("Gather: indexing an empty axis");
     int idt = int(in[1].dtype);
     const size_t row_bytes = size_t(inner) * dtype_size(data.dtype);
     if (row_bytes % 16 == 0 && aligned16(data.data) && aligned16(out[0].data)) {
       const int64_t row_vecs = int64_t(row_bytes / 16), vecs = outer * nidx * row_vecs;
-      gather_rows_kernel<<<grid_for(vecs), 256, 0, stream_>>>(static_cast<const uint4*>(data.data), in[1].data, idt,
-                                                              static_cast<uint4*>(out[0].data), vecs, nidx, d,
-                                                              row_vecs);
+      gather_rows_kernel<<<grid_for(vecs), 256, 0, stream_>>>(
+          static_cast<const uint4*>(data.data), in[1].data, idt, static_cast<uint4*>(out[0].data),
+          vecs, nidx, d, row_vecs);
       return launch_status("gather_rows_kernel");
     }
     switch (dtype_size(data.dtype)) {
-#define KILN_GATHER(E) gather_kernel<E><<<grid_for(n), 256, 0, stream_>>>((const E*)data.data, in[1].data, idt, (E*)out[0].data, n, nidx, d, inner); break
-      case 1: KILN_GATHER(uint8_t);
-      case 2: KILN_GATHER(uint16_t);
-      case 4: KILN_GATHER(uint32_t);
-      case 8: KILN_GATHER(uint64_t);
+#define KILN_GATHER(E)                                                                     \
+  gather_kernel<E><<<grid_for(n), 256, 0, stream_>>>((const E*)data.data, in[1].data, idt, \
+                                                     (E*)out[0].data, n, nidx, d, inner);  \
+  break
+      case 1:
+        KILN_GATHER(uint8_t);
+      case 2:
+        KILN_GATHER(uint16_t);
+      case 4:
+        KILN_GATHER(uint32_t);
+      case 8:
+        KILN_GATHER(uint64_t);
 #undef KILN_GATHER
-      default: return unsupported("Gather: dtype " + std::string(dtype_name(data.dtype)));
+      default:
+        return unsupported("Gather: dtype " + std::string(dtype_name(data.dtype)));
     }
     return launch_status("gather_kernel");
   }
@@ -361,14 +395,15 @@ class GatherKernel final : public CudaKernel {
 };
 
 struct GatherNDArgs {
-  int64_t m;                // index tuple length
-  int64_t dims[kMaxRank];   // data dims indexed by a tuple
-  int64_t stride[kMaxRank]; // their element strides within a batch
+  int64_t m;                 // index tuple length
+  int64_t dims[kMaxRank];    // data dims indexed by a tuple
+  int64_t stride[kMaxRank];  // their element strides within a batch
   int64_t slice, per_batch, batch_size;
 };
 
 template <typename E>
-__global__ void gather_nd_kernel(const E* data, const int64_t* idx, E* out, GatherNDArgs a, int64_t n) {
+__global__ void gather_nd_kernel(const E* data, const int64_t* idx, E* out, GatherNDArgs a,
+                                 int64_t n) {
   KILN_GRID_LOOP(i, n) {
     int64_t s = i % a.slice, t = i / a.slice;  // t: global tuple number
     int64_t b = t / a.per_batch;
@@ -391,10 +426,12 @@ class GatherNDKernel final : public CudaKernel {
     const TensorView& indices = in[1];
     int r = data.rank(), q = indices.rank();
     if (indices.dtype != DType::kInt64) return unsupported("GatherND: indices must be int64");
-    if (q < 1 || b_ < 0 || b_ >= std::min(r, q)) return invalid_argument("GatherND: bad batch_dims");
+    if (q < 1 || b_ < 0 || b_ >= std::min(r, q))
+      return invalid_argument("GatherND: bad batch_dims");
     GatherNDArgs a{};
     a.m = indices.shape[q - 1];
-    if (a.m < 1 || a.m > r - b_ || a.m > kMaxRank) return invalid_argument("GatherND: bad last indices dim");
+    if (a.m < 1 || a.m > r - b_ || a.m > kMaxRank)
+      return invalid_argument("GatherND: bad last indices dim");
     int64_t batches = 1;
     a.slice = 1, a.per_batch = 1;
     for (int k = 0; k < b_; ++k) batches *= data.shape[k];
@@ -408,17 +445,26 @@ class GatherNDKernel final : public CudaKernel {
     }
     a.batch_size = bs;
     int64_t n = out[0].numel();
-    if (n != batches * a.per_batch * a.slice) return invalid_argument("GatherND: the output shape does not match");
+    if (n != batches * a.per_batch * a.slice)
+      return invalid_argument("GatherND: the output shape does not match");
     if (n == 0) return ok_status();
     const int64_t* idx = indices.as<const int64_t>();
     switch (dtype_size(data.dtype)) {
-#define KILN_GND(E) gather_nd_kernel<E><<<grid_for(n), 256, 0, stream_>>>((const E*)data.data, idx, (E*)out[0].data, a, n); break
-      case 1: KILN_GND(uint8_t);
-      case 2: KILN_GND(uint16_t);
-      case 4: KILN_GND(uint32_t);
-      case 8: KILN_GND(uint64_t);
+#define KILN_GND(E)                                                                        \
+  gather_nd_kernel<E>                                                                      \
+      <<<grid_for(n), 256, 0, stream_>>>((const E*)data.data, idx, (E*)out[0].data, a, n); \
+  break
+      case 1:
+        KILN_GND(uint8_t);
+      case 2:
+        KILN_GND(uint16_t);
+      case 4:
+        KILN_GND(uint32_t);
+      case 8:
+        KILN_GND(uint64_t);
 #undef KILN_GND
-      default: return unsupported("GatherND: dtype " + std::string(dtype_name(data.dtype)));
+      default:
+        return unsupported("GatherND: dtype " + std::string(dtype_name(data.dtype)));
     }
     return launch_status("gather_nd_kernel");
   }
@@ -428,8 +474,8 @@ class GatherNDKernel final : public CudaKernel {
 };
 
 template <typename C>
-__global__ void cumsum_kernel(const void* x, void* y, int dtype, int64_t outer, int64_t n, int64_t inner,
-                              bool exclusive, bool reverse, bool prod) {
+__global__ void cumsum_kernel(const void* x, void* y, int dtype, int64_t outer, int64_t n,
+                              int64_t inner, bool exclusive, bool reverse, bool prod) {
   KILN_GRID_LOOP(line, outer * inner) {
     int64_t o = line / inner, in = line % inner;
     C acc = prod ? 1 : 0;
@@ -451,22 +497,28 @@ __global__ void cumsum_kernel(const void* x, void* y, int dtype, int64_t outer, 
 class CumSumKernel final : public CudaKernel {
  public:
   CumSumKernel(bool exclusive, bool reverse, bool prod)
-      : CudaKernel(prod ? "cuda.CumProd" : "cuda.CumSum"), exclusive_(exclusive), reverse_(reverse), prod_(prod) {}
+      : CudaKernel(prod ? "cuda.CumProd" : "cuda.CumSum"),
+        exclusive_(exclusive),
+        reverse_(reverse),
+        prod_(prod) {}
   HostParam axis;
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     int r = x.rank();
     KILN_ASSIGN_OR_RETURN(auto av, axis.get_ints(in[1], stream_));
-    if (av.size() != 1 || av[0] < -r || av[0] >= r) return invalid_argument("CumSum: the axis must be one value in [-rank, rank)");
+    if (av.size() != 1 || av[0] < -r || av[0] >= r)
+      return invalid_argument("CumSum: the axis must be one value in [-rank, rank)");
     int64_t ax = av[0] < 0 ? av[0] + r : av[0];
     int64_t outer = 1, inner = 1, n = x.shape[ax];
     for (int k = 0; k < ax; ++k) outer *= x.shape[k];
     for (int k = int(ax) + 1; k < r; ++k) inner *= x.shape[k];
     if (x.numel() == 0) return ok_status();
     if (is_float(x.dtype)) {
-      cumsum_kernel<double><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
+      cumsum_kernel<double><<<grid_for(outer * inner), 256, 0, stream_>>>(
+          x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
     } else {
-      cumsum_kernel<int64_t><<<grid_for(outer * inner), 256, 0, stream_>>>(x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
+      cumsum_kernel<int64_t><<<grid_for(outer * inner), 256, 0, stream_>>>(
+          x.data, out[0].data, int(x.dtype), outer, n, inner, exclusive_, reverse_, prod_);
     }
     return launch_status("cumsum_kernel");
   }
@@ -500,7 +552,8 @@ StatusOr<std::unique_ptr<Kernel>> make_slice(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_depth_to_space(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t bs, q.node.attrs.get_int("blocksize", std::nullopt));
   KILN_ASSIGN_OR_RETURN(std::string mode, q.node.attrs.get_string("mode", "DCR"));
-  if (mode != "DCR" && mode != "CRD") return invalid_argument(q.node.describe() + ": mode must be DCR or CRD");
+  if (mode != "DCR" && mode != "CRD")
+    return invalid_argument(q.node.describe() + ": mode must be DCR or CRD");
   return std::unique_ptr<Kernel>(new DepthToSpaceKernel(bs, mode == "CRD"));
 }
 

@@ -41,7 +41,8 @@ class HostRunKernel final : public CudaKernel {
       if (host_) KILN_CUDA_CHECK(cudaFreeHost(host_), name_ + ": freeing its host buffer");
       host_ = nullptr;
       capacity_ = 0;
-      KILN_CUDA_CHECK(cudaHostAlloc(&host_, total, cudaHostAllocDefault), name_ + ": " + std::to_string(total) + " bytes of page-locked memory");
+      KILN_CUDA_CHECK(cudaHostAlloc(&host_, total, cudaHostAllocDefault),
+                      name_ + ": " + std::to_string(total) + " bytes of page-locked memory");
       capacity_ = total;
     }
     char* base = static_cast<char*>(host_);
@@ -50,8 +51,9 @@ class HostRunKernel final : public CudaKernel {
       if (!present(in[i])) continue;
       hin[i].data = base + off[i];
       if (in[i].nbytes()) {
-        KILN_CUDA_CHECK(cudaMemcpyAsync(hin[i].data, in[i].data, in[i].nbytes(), cudaMemcpyDefault, stream_),
-                        name_ + ": copying input " + std::to_string(i) + " to the host");
+        KILN_CUDA_CHECK(
+            cudaMemcpyAsync(hin[i].data, in[i].data, in[i].nbytes(), cudaMemcpyDefault, stream_),
+            name_ + ": copying input " + std::to_string(i) + " to the host");
       }
     }
     for (size_t o = 0; o < out.size(); ++o) {
@@ -67,10 +69,12 @@ class HostRunKernel final : public CudaKernel {
         KILN_ASSIGN_OR_RETURN(shapes_[o], cpu_->data_dependent_shape(o));
         bytes = size_t(shape_numel(shapes_[o])) * dtype_size(out[o].dtype);
       }
-      if (bytes > out[o].nbytes()) return internal_error(name_ + ": output " + std::to_string(o) + " exceeds its view");
+      if (bytes > out[o].nbytes())
+        return internal_error(name_ + ": output " + std::to_string(o) + " exceeds its view");
       if (bytes) {
-        KILN_CUDA_CHECK(cudaMemcpyAsync(out[o].data, hout[o].data, bytes, cudaMemcpyDefault, stream_),
-                        name_ + ": copying output " + std::to_string(o) + " to the device");
+        KILN_CUDA_CHECK(
+            cudaMemcpyAsync(out[o].data, hout[o].data, bytes, cudaMemcpyDefault, stream_),
+            name_ + ": copying output " + std::to_string(o) + " to the device");
       }
     }
     // The host buffer is reused by the next run: the copies out of it finish first.
@@ -99,23 +103,31 @@ StatusOr<std::unique_ptr<Kernel>> make_host_run(const KernelQuery& q, bool sized
   const KernelImpl* cpu = kernel_registry().find("cpu." + op);
   if (!cpu) return unsupported("cuda.host." + op + ": no CPU kernel to run");
   for (const ir::Value* v : q.inputs) {
-    if (v && dtype_size(v->dtype) == 0) return unsupported("cuda.host." + op + ": input '" + v->name + "' has no storage");
+    if (v && dtype_size(v->dtype) == 0)
+      return unsupported("cuda.host." + op + ": input '" + v->name + "' has no storage");
   }
   KILN_RETURN_IF_ERROR(cpu->supports(q));
   KILN_ASSIGN_OR_RETURN(auto kernel, cpu->instantiate(q, nullptr));
   return std::unique_ptr<Kernel>(new HostRunKernel("cuda.host." + op, std::move(kernel), sized));
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_sized_host_run(const KernelQuery& q) { return make_host_run(q, true); }
-StatusOr<std::unique_ptr<Kernel>> make_plain_host_run(const KernelQuery& q) { return make_host_run(q, false); }
+StatusOr<std::unique_ptr<Kernel>> make_sized_host_run(const KernelQuery& q) {
+  return make_host_run(q, true);
+}
+StatusOr<std::unique_ptr<Kernel>> make_plain_host_run(const KernelQuery& q) {
+  return make_host_run(q, false);
+}
 
 }  // namespace
 
-void register_host_run(Registry& r, ops::OpKind op) { r.add(op, &make_plain_host_run, ImplInfo{"host"}); }
+void register_host_run(Registry& r, ops::OpKind op) {
+  r.add(op, &make_plain_host_run, ImplInfo{"host"});
+}
 
 void register_data_dependent(Registry& r) {
-  for (ops::OpKind op : {ops::OpKind::kNonZero, ops::OpKind::kCompress, ops::OpKind::kUnique,
-                         ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK, ops::OpKind::kSelectBranch}) {
+  for (ops::OpKind op :
+       {ops::OpKind::kNonZero, ops::OpKind::kCompress, ops::OpKind::kUnique,
+        ops::OpKind::kNonMaxSuppression, ops::OpKind::kTopK, ops::OpKind::kSelectBranch}) {
     r.add(op, &make_sized_host_run, ImplInfo{"host"});
   }
 }

@@ -17,19 +17,33 @@ constexpr int kMaxRank = 8;
 template <typename C>
 __device__ __forceinline__ C load_as(const void* p, int dtype, int64_t i) {
   switch (DType(dtype)) {
-    case DType::kFloat32: return C(static_cast<const float*>(p)[i]);
-    case DType::kFloat64: return C(static_cast<const double*>(p)[i]);
-    case DType::kFloat16: return C(__half2float(static_cast<const __half*>(p)[i]));
-    case DType::kBFloat16: return C(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
-    case DType::kInt64: return C(static_cast<const int64_t*>(p)[i]);
-    case DType::kInt32: return C(static_cast<const int32_t*>(p)[i]);
-    case DType::kInt16: return C(static_cast<const int16_t*>(p)[i]);
-    case DType::kInt8: return C(static_cast<const int8_t*>(p)[i]);
-    case DType::kUInt8: case DType::kBool: return C(static_cast<const uint8_t*>(p)[i]);
-    case DType::kUInt16: return C(static_cast<const uint16_t*>(p)[i]);
-    case DType::kUInt32: return C(static_cast<const uint32_t*>(p)[i]);
-    case DType::kUInt64: return C(static_cast<const uint64_t*>(p)[i]);
-    default: return C(0);
+    case DType::kFloat32:
+      return C(static_cast<const float*>(p)[i]);
+    case DType::kFloat64:
+      return C(static_cast<const double*>(p)[i]);
+    case DType::kFloat16:
+      return C(__half2float(static_cast<const __half*>(p)[i]));
+    case DType::kBFloat16:
+      return C(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    case DType::kInt64:
+      return C(static_cast<const int64_t*>(p)[i]);
+    case DType::kInt32:
+      return C(static_cast<const int32_t*>(p)[i]);
+    case DType::kInt16:
+      return C(static_cast<const int16_t*>(p)[i]);
+    case DType::kInt8:
+      return C(static_cast<const int8_t*>(p)[i]);
+    case DType::kUInt8:
+    case DType::kBool:
+      return C(static_cast<const uint8_t*>(p)[i]);
+    case DType::kUInt16:
+      return C(static_cast<const uint16_t*>(p)[i]);
+    case DType::kUInt32:
+      return C(static_cast<const uint32_t*>(p)[i]);
+    case DType::kUInt64:
+      return C(static_cast<const uint64_t*>(p)[i]);
+    default:
+      return C(0);
   }
 }
 
@@ -52,20 +66,47 @@ __device__ __forceinline__ void store_as(void* p, int dtype, int64_t i, C v) {
     iv = int64_t(v);
   }
   switch (DType(dtype)) {
-    case DType::kFloat32: static_cast<float*>(p)[i] = float(v); break;
-    case DType::kFloat64: static_cast<double*>(p)[i] = double(v); break;
-    case DType::kFloat16: static_cast<__half*>(p)[i] = __float2half_rn(float(v)); break;
-    case DType::kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(float(v)); break;
-    case DType::kInt64: static_cast<int64_t*>(p)[i] = iv; break;
-    case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(iv); break;
-    case DType::kInt16: static_cast<int16_t*>(p)[i] = int16_t(iv); break;
-    case DType::kInt8: static_cast<int8_t*>(p)[i] = int8_t(iv); break;
-    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(iv); break;
-    case DType::kBool: static_cast<uint8_t*>(p)[i] = uint8_t(v != C(0)); break;
-    case DType::kUInt16: static_cast<uint16_t*>(p)[i] = uint16_t(iv); break;
-    case DType::kUInt32: static_cast<uint32_t*>(p)[i] = uint32_t(iv); break;
-    case DType::kUInt64: static_cast<uint64_t*>(p)[i] = uint64_t(iv); break;
-    default: break;
+    case DType::kFloat32:
+      static_cast<float*>(p)[i] = float(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(p)[i] = double(v);
+      break;
+    case DType::kFloat16:
+      static_cast<__half*>(p)[i] = __float2half_rn(float(v));
+      break;
+    case DType::kBFloat16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(float(v));
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(p)[i] = iv;
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(p)[i] = int32_t(iv);
+      break;
+    case DType::kInt16:
+      static_cast<int16_t*>(p)[i] = int16_t(iv);
+      break;
+    case DType::kInt8:
+      static_cast<int8_t*>(p)[i] = int8_t(iv);
+      break;
+    case DType::kUInt8:
+      static_cast<uint8_t*>(p)[i] = uint8_t(iv);
+      break;
+    case DType::kBool:
+      static_cast<uint8_t*>(p)[i] = uint8_t(v != C(0));
+      break;
+    case DType::kUInt16:
+      static_cast<uint16_t*>(p)[i] = uint16_t(iv);
+      break;
+    case DType::kUInt32:
+      static_cast<uint32_t*>(p)[i] = uint32_t(iv);
+      break;
+    case DType::kUInt64:
+      static_cast<uint64_t*>(p)[i] = uint64_t(iv);
+      break;
+    default:
+      break;
   }
 }
 
@@ -116,7 +157,8 @@ __device__ __forceinline__ int64_t walk_offset(int64_t i, int rank, const int64_
   return off;
 }
 
-#define KILN_GRID_LOOP(i, n) \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+#define KILN_GRID_LOOP(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
 
 }  // namespace kiln::backends::cuda

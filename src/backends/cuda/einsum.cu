@@ -21,8 +21,8 @@ constexpr int kMaxLoops = 12;
 
 struct EinsumArgs {
   int nops, nout, nloop;
-  int64_t size[kMaxLoops];                 // extent of each loop label: the output's, then the summed
-  int64_t step[kMaxOperands][kMaxLoops];   // how far each label advances each operand
+  int64_t size[kMaxLoops];  // extent of each loop label: the output's, then the summed
+  int64_t step[kMaxOperands][kMaxLoops];  // how far each label advances each operand
   const void* in[kMaxOperands];
 };
 
@@ -59,7 +59,8 @@ __global__ void einsum_kernel(EinsumArgs a, T* y, int64_t n) {
 
 class EinsumKernel final : public CudaKernel {
  public:
-  explicit EinsumKernel(std::string equation) : CudaKernel("cuda.Einsum"), equation_(std::move(equation)) {}
+  explicit EinsumKernel(std::string equation)
+      : CudaKernel("cuda.Einsum"), equation_(std::move(equation)) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& y = out[0];
@@ -96,22 +97,26 @@ class EinsumKernel final : public CudaKernel {
         if (s < 0 || (ellipsis && s == 1)) {
           s = v;
         } else if (v != s && !(ellipsis && v == 1)) {
-          return invalid_argument("Einsum: input " + std::to_string(i) + " dim " + std::to_string(d) + " (" +
-                                  std::to_string(v) + ") does not match its label's size " + std::to_string(s));
+          return invalid_argument("Einsum: input " + std::to_string(i) + " dim " +
+                                  std::to_string(d) + " (" + std::to_string(v) +
+                                  ") does not match its label's size " + std::to_string(s));
         }
       }
     }
     std::vector<int> order = spec.output;
     for (int l = 0; l < nl; ++l) {
-      if (size[size_t(l)] >= 0 && std::find(order.begin(), order.end(), l) == order.end()) order.push_back(l);
+      if (size[size_t(l)] >= 0 && std::find(order.begin(), order.end(), l) == order.end())
+        order.push_back(l);
     }
     if (int(spec.output.size()) != y.rank()) return invalid_argument("Einsum: output rank differs");
     for (size_t k = 0; k < spec.output.size(); ++k) {
       if (size[size_t(spec.output[k])] < 0) size[size_t(spec.output[k])] = 1;
-      if (y.shape[k] != size[size_t(spec.output[k])]) return invalid_argument("Einsum: output dim differs");
+      if (y.shape[k] != size[size_t(spec.output[k])])
+        return invalid_argument("Einsum: output dim differs");
     }
     if (order.size() > size_t(kMaxLoops)) {
-      return unsupported(name_ + ": " + std::to_string(order.size()) + " labels; the CUDA kernel loops over at most " +
+      return unsupported(name_ + ": " + std::to_string(order.size()) +
+                         " labels; the CUDA kernel loops over at most " +
                          std::to_string(kMaxLoops));
     }
     EinsumArgs a{};
@@ -142,8 +147,9 @@ class EinsumKernel final : public CudaKernel {
 StatusOr<std::unique_ptr<Kernel>> make_einsum(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(std::string eq, q.node.attrs.get_string("equation", std::nullopt));
   if (q.inputs.empty() || q.inputs.size() > size_t(kMaxOperands)) {
-    return unsupported(q.node.describe() + ": the CUDA Einsum takes 1 to " + std::to_string(kMaxOperands) +
-                       " operands, not " + std::to_string(q.inputs.size()));
+    return unsupported(q.node.describe() + ": the CUDA Einsum takes 1 to " +
+                       std::to_string(kMaxOperands) + " operands, not " +
+                       std::to_string(q.inputs.size()));
   }
   const DType t = q.output_dtype(0);
   if (t != DType::kFloat32 && t != DType::kFloat64 && t != DType::kFloat16 &&
@@ -154,7 +160,8 @@ StatusOr<std::unique_ptr<Kernel>> make_einsum(const KernelQuery& q) {
   }
   std::vector<int> ranks;
   for (size_t i = 0; i < q.inputs.size(); ++i) {
-    if (!q.inputs[i] || !q.inputs[i]->shape) return invalid_argument(q.node.describe() + ": an operand has no shape");
+    if (!q.inputs[i] || !q.inputs[i]->shape)
+      return invalid_argument(q.node.describe() + ": an operand has no shape");
     if (q.input_dtype(i) != t) return unsupported(q.node.describe() + ": operands of mixed dtypes");
     ranks.push_back(int(q.inputs[i]->shape->size()));
   }
@@ -166,7 +173,8 @@ StatusOr<std::unique_ptr<Kernel>> make_einsum(const KernelQuery& q) {
     used.erase(std::unique(used.begin(), used.end()), used.end());
     if (used.size() > size_t(kMaxLoops)) {
       return unsupported(q.node.describe() + ": " + std::to_string(used.size()) +
-                         " labels; the CUDA kernel loops over at most " + std::to_string(kMaxLoops));
+                         " labels; the CUDA kernel loops over at most " +
+                         std::to_string(kMaxLoops));
     }
   }
   return std::unique_ptr<Kernel>(new EinsumKernel(eq));

@@ -54,7 +54,8 @@ __global__ void unary_kernel(EwArgs a) {
 // between layers): no walk and no per-element dtype switch, and kVec elements per thread through
 // one 16-byte access where the pointers are aligned. Computes in float as the general kernels.
 template <typename T, int kArity>
-__global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, float alpha, float beta) {
+__global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, float alpha,
+                            float beta) {
   constexpr int kVec = 16 / sizeof(T);
   using N = DNum<T>;
   const int64_t nv = n / kVec;
@@ -68,7 +69,7 @@ __global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, floa
     for (int k = 0; k < kVec; ++k) {
       float a = float(N::load(xs[k]));
       os[k] = N::store(typename N::C(kArity == 2 ? binary_op<float>(op, a, float(N::load(zs[k])))
-                                                  : unary_op<float>(op, a, alpha, beta)));
+                                                 : unary_op<float>(op, a, alpha, beta)));
     }
     reinterpret_cast<uint4*>(y)[v] = out;
   }
@@ -84,28 +85,32 @@ __global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, floa
 // flat_kernel when every operand is contiguous, of the output's size and of one float type, and
 // 16-byte aligned; false (nothing launched) otherwise.
 template <int kArity>
-bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, float alpha, float beta,
-                 cudaStream_t s) {
+bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, float alpha,
+                 float beta, cudaStream_t s) {
   const DType t = out.dtype;
   if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) return false;
   if (!aligned16(out.data)) return false;
   for (int k = 0; k < kArity; ++k) {
     if (in[k].dtype != t || in[k].numel() != out.numel() || !aligned16(in[k].data)) return false;
     if (kArity == 2 && in[k].shape.size() != out.shape.size()) return false;
-    if (kArity == 2 && !std::equal(in[k].shape.begin(), in[k].shape.end(), out.shape.begin())) return false;
+    if (kArity == 2 && !std::equal(in[k].shape.begin(), in[k].shape.end(), out.shape.begin()))
+      return false;
   }
   const int64_t n = out.numel();
   const void* z = kArity == 2 ? in[1].data : nullptr;
   auto go = [&](auto tag) {
     using T = decltype(tag);
     const int64_t threads = std::max<int64_t>(n / (16 / int64_t(sizeof(T))), 1);
-    flat_kernel<T, kArity><<<grid_for(threads), 256, 0, s>>>(static_cast<const T*>(in[0].data),
-                                                             static_cast<const T*>(z), static_cast<T*>(out.data),
-                                                             n, op, alpha, beta);
+    flat_kernel<T, kArity><<<grid_for(threads), 256, 0, s>>>(
+        static_cast<const T*>(in[0].data), static_cast<const T*>(z), static_cast<T*>(out.data), n,
+        op, alpha, beta);
   };
-  if (t == DType::kFloat32) go(float{});
-  else if (t == DType::kFloat16) go(__half{});
-  else go(__nv_bfloat16{});
+  if (t == DType::kFloat32)
+    go(float{});
+  else if (t == DType::kFloat16)
+    go(__half{});
+  else
+    go(__nv_bfloat16{});
   return true;
 }
 
@@ -231,7 +236,8 @@ __global__ void where_kernel(EwArgs a) {
     int64_t off[3];
     a.walk.offsets(i, off);
     bool c = static_cast<const uint8_t*>(a.in[0])[off[0]] != 0;
-    static_cast<E*>(a.out)[i] = c ? static_cast<const E*>(a.in[1])[off[1]] : static_cast<const E*>(a.in[2])[off[2]];
+    static_cast<E*>(a.out)[i] =
+        c ? static_cast<const E*>(a.in[1])[off[1]] : static_cast<const E*>(a.in[2])[off[2]];
   }
 }
 
@@ -250,8 +256,8 @@ Status plan_walk(std::span<const int64_t> out, const std::array<std::span<const 
   cpu::BroadcastPlan<N> plan;
   KILN_RETURN_IF_ERROR(cpu::make_broadcast_plan<N>(out, ins, &plan));
   if (plan.dims.size() > size_t(kMaxRank)) {
-    return unsupported("broadcast over " + std::to_string(plan.dims.size()) + " non-mergeable axes (at most " +
-                       std::to_string(kMaxRank) + ")");
+    return unsupported("broadcast over " + std::to_string(plan.dims.size()) +
+                       " non-mergeable axes (at most " + std::to_string(kMaxRank) + ")");
   }
   walk->rank = int(plan.dims.size());
   for (size_t d = 0; d < plan.dims.size(); ++d) {
@@ -280,10 +286,14 @@ Status launch_copy_sized(const EwArgs& a, cudaStream_t s) {
 
 Status launch_copy(const EwArgs& a, size_t elem, cudaStream_t s) {
   switch (elem) {
-    case 1: return launch_copy_sized<uint8_t>(a, s);
-    case 2: return launch_copy_sized<uint16_t>(a, s);
-    case 4: return launch_copy_sized<uint32_t>(a, s);
-    case 8: return launch_copy_sized<uint64_t>(a, s);
+    case 1:
+      return launch_copy_sized<uint8_t>(a, s);
+    case 2:
+      return launch_copy_sized<uint16_t>(a, s);
+    case 4:
+      return launch_copy_sized<uint32_t>(a, s);
+    case 8:
+      return launch_copy_sized<uint64_t>(a, s);
   }
   return unsupported("broadcast copy of " + std::to_string(elem) + "-byte elements");
 }
@@ -292,7 +302,8 @@ class BinaryKernel final : public CudaKernel {
  public:
   BinaryKernel(std::string name, Op op) : CudaKernel(std::move(name)), op_(op) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.size() < 2 || out.empty()) return invalid_argument(name_ + ": expects 2 inputs and 1 output");
+    if (in.size() < 2 || out.empty())
+      return invalid_argument(name_ + ": expects 2 inputs and 1 output");
     EwArgs a{};
     KILN_RETURN_IF_ERROR(plan_walk<2>(out[0].shape, {in[0].shape, in[1].shape}, &a.walk));
     a.n = out[0].numel();
@@ -301,14 +312,21 @@ class BinaryKernel final : public CudaKernel {
     a.in_dtype[0] = int(in[0].dtype), a.in_dtype[1] = int(in[1].dtype);
     a.out = out[0].data, a.out_dtype = int(out[0].dtype);
     a.op = op_;
-    if (launch_flat<2>(in, out[0], op_, 0.f, 0.f, stream_)) return launch_status("flat binary kernel");
+    if (launch_flat<2>(in, out[0], op_, 0.f, 0.f, stream_))
+      return launch_status("flat binary kernel");
     if (launch_channel_broadcast(in, out[0], op_, stream_)) {
       return launch_status("channel_broadcast_kernel");
     }
     switch (compute_for({in[0].dtype, in[1].dtype})) {
-      case Compute::kFloat: binary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case Compute::kDouble: binary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case Compute::kInt: binary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kFloat:
+        binary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case Compute::kDouble:
+        binary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case Compute::kInt:
+        binary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
     }
     return launch_status("binary_kernel");
   }
@@ -323,7 +341,8 @@ class UnaryKernel final : public CudaKernel {
       : CudaKernel(std::move(name)), op_(op), alpha_(alpha), beta_(beta) {}
   HostParam clip_min, clip_max;  // Clip (opset >= 11) bounds
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects 1 input and 1 output");
+    if (in.empty() || out.empty())
+      return invalid_argument(name_ + ": expects 1 input and 1 output");
     EwArgs a{};
     a.n = out[0].numel();
     if (a.n != in[0].numel()) return invalid_argument(name_ + ": input and output sizes differ");
@@ -352,22 +371,33 @@ class UnaryKernel final : public CudaKernel {
         a.beta = beta_;
       }
     }
-    if (launch_flat<1>(in, out[0], op_, a.alpha, a.beta, stream_)) return launch_status("flat unary kernel");
+    if (launch_flat<1>(in, out[0], op_, a.alpha, a.beta, stream_))
+      return launch_status("flat unary kernel");
     // Casts between float32 and float16/bfloat16 (the precision pass's, at an engine's IO): the
     // conversion kernels, with no walk and no per-element dtype switch (the general kernel took
     // 60 us for a batch of 64 RGB images on an H100).
     if (op_ == Op::kCopy && in[0].dtype == DType::kFloat32) {
-      if (out[0].dtype == DType::kFloat16) return convert_f32_to_f16(in[0].as<const float>(), out[0].data, a.n, stream_);
-      if (out[0].dtype == DType::kBFloat16) return convert_f32_to_bf16(in[0].as<const float>(), out[0].data, a.n, stream_);
+      if (out[0].dtype == DType::kFloat16)
+        return convert_f32_to_f16(in[0].as<const float>(), out[0].data, a.n, stream_);
+      if (out[0].dtype == DType::kBFloat16)
+        return convert_f32_to_bf16(in[0].as<const float>(), out[0].data, a.n, stream_);
     }
     if (op_ == Op::kCopy && out[0].dtype == DType::kFloat32) {
-      if (in[0].dtype == DType::kFloat16) return convert_f16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
-      if (in[0].dtype == DType::kBFloat16) return convert_bf16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
+      if (in[0].dtype == DType::kFloat16)
+        return convert_f16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
+      if (in[0].dtype == DType::kBFloat16)
+        return convert_bf16_to_f32(in[0].data, out[0].as<float>(), a.n, stream_);
     }
     switch (compute_for({in[0].dtype, out[0].dtype})) {
-      case Compute::kFloat: unary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case Compute::kDouble: unary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case Compute::kInt: unary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
+      case Compute::kFloat:
+        unary_kernel<float><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case Compute::kDouble:
+        unary_kernel<double><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case Compute::kInt:
+        unary_kernel<int64_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
     }
     return launch_status("unary_kernel");
   }
@@ -381,19 +411,30 @@ class WhereKernel final : public CudaKernel {
  public:
   using CudaKernel::CudaKernel;
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.size() < 3 || out.empty()) return invalid_argument(name_ + ": expects 3 inputs and 1 output");
+    if (in.size() < 3 || out.empty())
+      return invalid_argument(name_ + ": expects 3 inputs and 1 output");
     EwArgs a{};
-    KILN_RETURN_IF_ERROR(plan_walk<3>(out[0].shape, {in[0].shape, in[1].shape, in[2].shape}, &a.walk));
+    KILN_RETURN_IF_ERROR(
+        plan_walk<3>(out[0].shape, {in[0].shape, in[1].shape, in[2].shape}, &a.walk));
     a.n = out[0].numel();
     if (a.n == 0) return ok_status();
     for (int k = 0; k < 3; ++k) a.in[k] = in[k].data;
     a.out = out[0].data;
     switch (dtype_size(out[0].dtype)) {
-      case 1: where_kernel<uint8_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case 2: where_kernel<uint16_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case 4: where_kernel<uint32_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      case 8: where_kernel<uint64_t><<<grid_for(a.n), 256, 0, stream_>>>(a); break;
-      default: return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
+      case 1:
+        where_kernel<uint8_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case 2:
+        where_kernel<uint16_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case 4:
+        where_kernel<uint32_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      case 8:
+        where_kernel<uint64_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
+        break;
+      default:
+        return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
     }
     return launch_status("where_kernel");
   }
@@ -404,8 +445,10 @@ class ExpandKernel final : public CudaKernel {
  public:
   using CudaKernel::CudaKernel;
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects an input and an output");
-    return broadcast_copy(in[0].data, in[0].shape, out[0].data, out[0].shape, dtype_size(out[0].dtype), stream_);
+    if (in.empty() || out.empty())
+      return invalid_argument(name_ + ": expects an input and an output");
+    return broadcast_copy(in[0].data, in[0].shape, out[0].data, out[0].shape,
+                          dtype_size(out[0].dtype), stream_);
   }
 };
 
@@ -414,20 +457,23 @@ class CopyKernel final : public CudaKernel {
  public:
   using CudaKernel::CudaKernel;
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.empty() || out.empty()) return invalid_argument(name_ + ": expects an input and an output");
+    if (in.empty() || out.empty())
+      return invalid_argument(name_ + ": expects an input and an output");
     if (in[0].nbytes() != out[0].nbytes()) {
-      return invalid_argument(name_ + ": input holds " + std::to_string(in[0].nbytes()) + " bytes, output " +
-                              std::to_string(out[0].nbytes()));
+      return invalid_argument(name_ + ": input holds " + std::to_string(in[0].nbytes()) +
+                              " bytes, output " + std::to_string(out[0].nbytes()));
     }
     if (in[0].data == out[0].data || out[0].nbytes() == 0) return ok_status();
-    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].nbytes(), cudaMemcpyDeviceToDevice, stream_),
+    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].nbytes(),
+                                    cudaMemcpyDeviceToDevice, stream_),
                     name_);
     return ok_status();
   }
 };
 
 template <typename C>
-__global__ void range_kernel(const void* start, const void* delta, int dtype, void* out, int64_t n) {
+__global__ void range_kernel(const void* start, const void* delta, int dtype, void* out,
+                             int64_t n) {
   C s = load_as<C>(start, dtype, 0), d = load_as<C>(delta, dtype, 0);
   KILN_GRID_LOOP(i, n) store_as<C>(out, dtype, i, C(s + C(i) * d));
 }
@@ -443,9 +489,11 @@ class RangeKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     DType dt = out[0].dtype;
     if (is_float(dt)) {
-      range_kernel<double><<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
+      range_kernel<double>
+          <<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
     } else {
-      range_kernel<int64_t><<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
+      range_kernel<int64_t>
+          <<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
     }
     return launch_status("range_kernel");
   }
@@ -458,16 +506,29 @@ __global__ void fill_kernel(E* out, E v, int64_t n) {
 
 class ConstantOfShapeKernel final : public CudaKernel {
  public:
-  ConstantOfShapeKernel(std::string name, uint64_t bits) : CudaKernel(std::move(name)), bits_(bits) {}
+  ConstantOfShapeKernel(std::string name, uint64_t bits)
+      : CudaKernel(std::move(name)), bits_(bits) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     int64_t n = out[0].numel();
     if (n == 0) return ok_status();
     switch (dtype_size(out[0].dtype)) {
-      case 1: fill_kernel<uint8_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint8_t>(), uint8_t(bits_), n); break;
-      case 2: fill_kernel<uint16_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint16_t>(), uint16_t(bits_), n); break;
-      case 4: fill_kernel<uint32_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint32_t>(), uint32_t(bits_), n); break;
-      case 8: fill_kernel<uint64_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint64_t>(), bits_, n); break;
-      default: return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
+      case 1:
+        fill_kernel<uint8_t>
+            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint8_t>(), uint8_t(bits_), n);
+        break;
+      case 2:
+        fill_kernel<uint16_t>
+            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint16_t>(), uint16_t(bits_), n);
+        break;
+      case 4:
+        fill_kernel<uint32_t>
+            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint32_t>(), uint32_t(bits_), n);
+        break;
+      case 8:
+        fill_kernel<uint64_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint64_t>(), bits_, n);
+        break;
+      default:
+        return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
     }
     return launch_status("fill_kernel");
   }
@@ -522,10 +583,12 @@ class ShapeKernel final : public CudaKernel {
       int64_t r = in[0].rank();
       int64_t s = start_ < 0 ? std::max<int64_t>(start_ + r, 0) : std::min(start_, r);
       int64_t e = end_ ? (*end_ < 0 ? std::max<int64_t>(*end_ + r, 0) : std::min(*end_, r)) : r;
-      if (e - s > int64_t(kMaxRank * 2)) return internal_error(name_ + ": rank " + std::to_string(r) + " is too large");
+      if (e - s > int64_t(kMaxRank * 2))
+        return internal_error(name_ + ": rank " + std::to_string(r) + " is too large");
       for (int64_t d = s; d < e; ++d) vals.v[n++] = in[0].shape[d];
     }
-    if (int64_t(n) != out[0].numel()) return internal_error(name_ + ": output size does not match the shape");
+    if (int64_t(n) != out[0].numel())
+      return internal_error(name_ + ": output size does not match the shape");
     if (n == 0) return ok_status();
     shape_values_kernel<<<1, kMaxRank * 2, 0, stream_>>>(out[0].as<int64_t>(), vals, n);
     return launch_status("shape_values_kernel");
@@ -541,25 +604,52 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
   OpKind k = ops::find_op(q.node.domain, q.node.op_type);
   Op op;
   switch (k) {
-    case OpKind::kAdd: op = Op::kAdd; break;
-    case OpKind::kSub: op = Op::kSub; break;
-    case OpKind::kMul: op = Op::kMul; break;
-    case OpKind::kDiv: op = Op::kDiv; break;
-    case OpKind::kPow: op = Op::kPow; break;
+    case OpKind::kAdd:
+      op = Op::kAdd;
+      break;
+    case OpKind::kSub:
+      op = Op::kSub;
+      break;
+    case OpKind::kMul:
+      op = Op::kMul;
+      break;
+    case OpKind::kDiv:
+      op = Op::kDiv;
+      break;
+    case OpKind::kPow:
+      op = Op::kPow;
+      break;
     case OpKind::kMod: {
       KILN_ASSIGN_OR_RETURN(int64_t fmod, q.node.attrs.get_int("fmod", 0));
       op = fmod ? Op::kModTrunc : Op::kModFloor;
       break;
     }
-    case OpKind::kEqual: op = Op::kEq; break;
-    case OpKind::kLess: op = Op::kLt; break;
-    case OpKind::kLessOrEqual: op = Op::kLe; break;
-    case OpKind::kGreater: op = Op::kGt; break;
-    case OpKind::kGreaterOrEqual: op = Op::kGe; break;
-    case OpKind::kAnd: op = Op::kAnd; break;
-    case OpKind::kOr: op = Op::kOr; break;
-    case OpKind::kXor: op = Op::kXor; break;
-    default: return unsupported(q.node.describe() + ": not a binary op");
+    case OpKind::kEqual:
+      op = Op::kEq;
+      break;
+    case OpKind::kLess:
+      op = Op::kLt;
+      break;
+    case OpKind::kLessOrEqual:
+      op = Op::kLe;
+      break;
+    case OpKind::kGreater:
+      op = Op::kGt;
+      break;
+    case OpKind::kGreaterOrEqual:
+      op = Op::kGe;
+      break;
+    case OpKind::kAnd:
+      op = Op::kAnd;
+      break;
+    case OpKind::kOr:
+      op = Op::kOr;
+      break;
+    case OpKind::kXor:
+      op = Op::kXor;
+      break;
+    default:
+      return unsupported(q.node.describe() + ": not a binary op");
   }
   return std::unique_ptr<Kernel>(new BinaryKernel("cuda." + q.node.op_type, op));
 }
@@ -570,27 +660,57 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
   float alpha = 0, beta = 0;
   Op op;
   switch (k) {
-    case OpKind::kNot: op = Op::kNot; break;
-    case OpKind::kNeg: op = Op::kNeg; break;
-    case OpKind::kAbs: op = Op::kAbs; break;
-    case OpKind::kReciprocal: op = Op::kReciprocal; break;
-    case OpKind::kSqrt: op = Op::kSqrt; break;
-    case OpKind::kExp: op = Op::kExp; break;
-    case OpKind::kLog: op = Op::kLog; break;
-    case OpKind::kErf: op = Op::kErf; break;
-    case OpKind::kRelu: op = Op::kRelu; break;
-    case OpKind::kSigmoid: op = Op::kSigmoid; break;
-    case OpKind::kTanh: op = Op::kTanh; break;
+    case OpKind::kNot:
+      op = Op::kNot;
+      break;
+    case OpKind::kNeg:
+      op = Op::kNeg;
+      break;
+    case OpKind::kAbs:
+      op = Op::kAbs;
+      break;
+    case OpKind::kReciprocal:
+      op = Op::kReciprocal;
+      break;
+    case OpKind::kSqrt:
+      op = Op::kSqrt;
+      break;
+    case OpKind::kExp:
+      op = Op::kExp;
+      break;
+    case OpKind::kLog:
+      op = Op::kLog;
+      break;
+    case OpKind::kErf:
+      op = Op::kErf;
+      break;
+    case OpKind::kRelu:
+      op = Op::kRelu;
+      break;
+    case OpKind::kSigmoid:
+      op = Op::kSigmoid;
+      break;
+    case OpKind::kTanh:
+      op = Op::kTanh;
+      break;
     case OpKind::kHardSigmoid: {
       op = Op::kHardSigmoid;
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 0.2f));
       KILN_ASSIGN_OR_RETURN(beta, at.get_float("beta", 0.5f));
       break;
     }
-    case OpKind::kHardSwish: op = Op::kHardSwish; break;
-    case OpKind::kSin: op = Op::kSin; break;
-    case OpKind::kCos: op = Op::kCos; break;
-    case OpKind::kIsNaN: op = Op::kIsNaN; break;
+    case OpKind::kHardSwish:
+      op = Op::kHardSwish;
+      break;
+    case OpKind::kSin:
+      op = Op::kSin;
+      break;
+    case OpKind::kCos:
+      op = Op::kCos;
+      break;
+    case OpKind::kIsNaN:
+      op = Op::kIsNaN;
+      break;
     case OpKind::kIsInf: {
       op = Op::kIsInf;
       KILN_ASSIGN_OR_RETURN(int64_t pos, at.get_int("detect_positive", 1));
@@ -598,10 +718,18 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       alpha = float(pos), beta = float(neg);
       break;
     }
-    case OpKind::kFloor: op = Op::kFloor; break;
-    case OpKind::kCeil: op = Op::kCeil; break;
-    case OpKind::kRound: op = Op::kRound; break;
-    case OpKind::kSign: op = Op::kSign; break;
+    case OpKind::kFloor:
+      op = Op::kFloor;
+      break;
+    case OpKind::kCeil:
+      op = Op::kCeil;
+      break;
+    case OpKind::kRound:
+      op = Op::kRound;
+      break;
+    case OpKind::kSign:
+      op = Op::kSign;
+      break;
     case OpKind::kLeakyRelu: {
       op = Op::kLeakyRelu;
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 0.01f));
@@ -612,15 +740,20 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("alpha", 1.0f));
       break;
     }
-    case OpKind::kSoftplus: op = Op::kSoftplus; break;
+    case OpKind::kSoftplus:
+      op = Op::kSoftplus;
+      break;
     case OpKind::kGelu: {
       KILN_ASSIGN_OR_RETURN(std::string approx, at.get_string("approximate", "none"));
-      if (approx != "none" && approx != "tanh") return invalid_argument(q.node.describe() + ": approximate must be 'none' or 'tanh'");
+      if (approx != "none" && approx != "tanh")
+        return invalid_argument(q.node.describe() + ": approximate must be 'none' or 'tanh'");
       op = approx == "tanh" ? Op::kGeluTanh : Op::kGelu;
       break;
     }
     case OpKind::kCast:
-    case OpKind::kCastLike: op = Op::kCopy; break;
+    case OpKind::kCastLike:
+      op = Op::kCopy;
+      break;
     case OpKind::kClip: {
       op = Op::kClip;
       KILN_ASSIGN_OR_RETURN(alpha, at.get_float("min", -3.402823466e38f));
@@ -630,7 +763,8 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       kernel->clip_max.init(q, 2);
       return std::unique_ptr<Kernel>(std::move(kernel));
     }
-    default: return unsupported(q.node.describe() + ": not a unary op");
+    default:
+      return unsupported(q.node.describe() + ": not a unary op");
   }
   return std::unique_ptr<Kernel>(new UnaryKernel("cuda." + q.node.op_type, op, alpha, beta));
 }
@@ -651,7 +785,8 @@ StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
   uint64_t bits = 0;
   if (q.node.attrs.has("value")) {
     KILN_ASSIGN_OR_RETURN(Tensor t, q.node.attrs.get_tensor("value"));
-    if (t.numel() != 1) return invalid_argument(q.node.describe() + ": value must have one element");
+    if (t.numel() != 1)
+      return invalid_argument(q.node.describe() + ": value must have one element");
     std::memcpy(&bits, t.data(), std::min<size_t>(t.nbytes(), 8));
   }
   return std::unique_ptr<Kernel>(new ConstantOfShapeKernel("cuda.ConstantOfShape", bits));
@@ -659,7 +794,8 @@ StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_eye_like(const KernelQuery& q) {
   DType t = q.output_dtype(0);
   if (!is_float(t) && !is_integer(t) && t != DType::kBool) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported on CUDA");
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported on CUDA");
   }
   KILN_ASSIGN_OR_RETURN(int64_t k, q.node.attrs.get_int("k", 0));
   return std::unique_ptr<Kernel>(new EyeLikeKernel(k));
@@ -689,21 +825,25 @@ Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* o
 }
 
 void register_elementwise(Registry& r) {
-  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
-                   OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kXor}) {
+  for (OpKind k :
+       {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kPow, OpKind::kMod,
+        OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
+        OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kXor}) {
     r.add(k, &make_binary);
   }
-  for (OpKind k : {OpKind::kNot, OpKind::kNeg, OpKind::kAbs, OpKind::kReciprocal, OpKind::kSqrt, OpKind::kExp,
-                   OpKind::kLog, OpKind::kErf, OpKind::kRelu, OpKind::kSigmoid, OpKind::kTanh, OpKind::kHardSigmoid,
-                   OpKind::kHardSwish, OpKind::kSin, OpKind::kCos, OpKind::kIsNaN, OpKind::kIsInf, OpKind::kFloor,
-                   OpKind::kCeil, OpKind::kRound, OpKind::kSign, OpKind::kLeakyRelu, OpKind::kElu, OpKind::kSoftplus,
-                   OpKind::kGelu, OpKind::kCast, OpKind::kCastLike, OpKind::kClip}) {
+  for (OpKind k : {OpKind::kNot,       OpKind::kNeg,       OpKind::kAbs,      OpKind::kReciprocal,
+                   OpKind::kSqrt,      OpKind::kExp,       OpKind::kLog,      OpKind::kErf,
+                   OpKind::kRelu,      OpKind::kSigmoid,   OpKind::kTanh,     OpKind::kHardSigmoid,
+                   OpKind::kHardSwish, OpKind::kSin,       OpKind::kCos,      OpKind::kIsNaN,
+                   OpKind::kIsInf,     OpKind::kFloor,     OpKind::kCeil,     OpKind::kRound,
+                   OpKind::kSign,      OpKind::kLeakyRelu, OpKind::kElu,      OpKind::kSoftplus,
+                   OpKind::kGelu,      OpKind::kCast,      OpKind::kCastLike, OpKind::kClip}) {
     r.add(k, &make_unary);
   }
   r.add(OpKind::kWhere, &make_where);
   r.add(OpKind::kExpand, &make_expand);
-  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten, OpKind::kIdentity,
-                   OpKind::kBitCast}) {
+  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten,
+                   OpKind::kIdentity, OpKind::kBitCast}) {
     r.add(k, &make_copy);
   }
   r.add(OpKind::kRange, &make_range);

@@ -10,12 +10,50 @@ namespace kiln::backends::cuda {
 
 enum class Op : int {
   // binary
-  kAdd, kSub, kMul, kDiv, kPow, kModFloor, kModTrunc, kEq, kLt, kLe, kGt, kGe, kAnd,
-  kOr, kXor,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kModFloor,
+  kModTrunc,
+  kEq,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kAnd,
+  kOr,
+  kXor,
   // unary
-  kNot, kNeg, kAbs, kReciprocal, kSqrt, kExp, kLog, kErf, kRelu, kSigmoid, kTanh, kHardSigmoid,
-  kHardSwish, kSin, kCos, kIsNaN, kIsInf, kFloor, kCeil, kLeakyRelu, kClip, kSoftplus, kElu,
-  kGelu, kGeluTanh, kSign, kRound, kCopy
+  kNot,
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kSqrt,
+  kExp,
+  kLog,
+  kErf,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kHardSigmoid,
+  kHardSwish,
+  kSin,
+  kCos,
+  kIsNaN,
+  kIsInf,
+  kFloor,
+  kCeil,
+  kLeakyRelu,
+  kClip,
+  kSoftplus,
+  kElu,
+  kGelu,
+  kGeluTanh,
+  kSign,
+  kRound,
+  kCopy
 };
 
 template <typename C>
@@ -39,9 +77,12 @@ template <typename C>
 __device__ __forceinline__ C binary_op(Op op, C a, C b) {
   constexpr bool kFloat = !(C(0.5) == C(0));
   switch (op) {
-    case Op::kAdd: return a + b;
-    case Op::kSub: return a - b;
-    case Op::kMul: return a * b;
+    case Op::kAdd:
+      return a + b;
+    case Op::kSub:
+      return a - b;
+    case Op::kMul:
+      return a * b;
     case Op::kDiv:
       if constexpr (kFloat) {
         return a / b;
@@ -68,15 +109,24 @@ __device__ __forceinline__ C binary_op(Op op, C a, C b) {
       if (op == Op::kModFloor && r != 0 && ((r < 0) != (b < 0))) r = r + b;
       return r;
     }
-    case Op::kEq: return C(a == b);
-    case Op::kLt: return C(a < b);
-    case Op::kLe: return C(a <= b);
-    case Op::kGt: return C(a > b);
-    case Op::kGe: return C(a >= b);
-    case Op::kAnd: return C(a != C(0) && b != C(0));
-    case Op::kOr: return C(a != C(0) || b != C(0));
-    case Op::kXor: return C((a != C(0)) != (b != C(0)));
-    default: return 0;
+    case Op::kEq:
+      return C(a == b);
+    case Op::kLt:
+      return C(a < b);
+    case Op::kLe:
+      return C(a <= b);
+    case Op::kGt:
+      return C(a > b);
+    case Op::kGe:
+      return C(a >= b);
+    case Op::kAnd:
+      return C(a != C(0) && b != C(0));
+    case Op::kOr:
+      return C(a != C(0) || b != C(0));
+    case Op::kXor:
+      return C((a != C(0)) != (b != C(0)));
+    default:
+      return 0;
   }
 }
 
@@ -84,49 +134,78 @@ template <typename C>
 __device__ __forceinline__ C unary_op(Op op, C x, float alpha, float beta) {
   constexpr bool kFloat = !(C(0.5) == C(0));
   switch (op) {
-    case Op::kNot: return C(x == C(0));
-    case Op::kNeg: return C(0) - x;
-    case Op::kAbs: return x < C(0) ? C(0) - x : x;
-    case Op::kSign: return C(x > C(0)) - C(x < C(0));
-    case Op::kRelu: return x > C(0) ? x : C(0);
-    case Op::kCopy: return x;
+    case Op::kNot:
+      return C(x == C(0));
+    case Op::kNeg:
+      return C(0) - x;
+    case Op::kAbs:
+      return x < C(0) ? C(0) - x : x;
+    case Op::kSign:
+      return C(x > C(0)) - C(x < C(0));
+    case Op::kRelu:
+      return x > C(0) ? x : C(0);
+    case Op::kCopy:
+      return x;
     case Op::kClip: {
       // min(max(x, lo), hi): when lo > hi every element becomes hi, as ONNX specifies.
       C v = x < C(alpha) ? C(alpha) : x;
       return v > C(beta) ? C(beta) : v;
     }
-    default: break;
+    default:
+      break;
   }
   if constexpr (kFloat) {
     switch (op) {
-      case Op::kReciprocal: return C(1) / x;
-      case Op::kSqrt: return sqrt(x);
-      case Op::kExp: return exp(x);
-      case Op::kLog: return log(x);
-      case Op::kErf: return erf(x);
+      case Op::kReciprocal:
+        return C(1) / x;
+      case Op::kSqrt:
+        return sqrt(x);
+      case Op::kExp:
+        return exp(x);
+      case Op::kLog:
+        return log(x);
+      case Op::kErf:
+        return erf(x);
       case Op::kSigmoid:
-        if (x >= C(0)) return C(1) / (C(1) + exp(-x));
+        if (x >= C(0))
+          return C(1) / (C(1) + exp(-x));
         else {
           C e = exp(x);
           return e / (C(1) + e);
         }
-      case Op::kTanh: return tanh(x);
-      case Op::kHardSigmoid: return fmax(C(0), fmin(C(1), C(alpha) * x + C(beta)));
-      case Op::kHardSwish: return x * fmax(C(0), fmin(C(1), x / C(6) + C(0.5)));
-      case Op::kSin: return sin(x);
-      case Op::kCos: return cos(x);
-      case Op::kIsNaN: return C(x != x);
-      case Op::kIsInf: return C(isinf(x) && ((x > 0 && alpha != 0) || (x < 0 && beta != 0)));
-      case Op::kFloor: return floor(x);
-      case Op::kCeil: return ceil(x);
-      case Op::kRound: return rint(x);
-      case Op::kLeakyRelu: return x < C(0) ? C(alpha) * x : x;
-      case Op::kSoftplus: return x > C(0) ? x + log1p(exp(-x)) : log1p(exp(x));
-      case Op::kElu: return x < C(0) ? C(alpha) * expm1(x) : x;
-      case Op::kGelu: return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
+      case Op::kTanh:
+        return tanh(x);
+      case Op::kHardSigmoid:
+        return fmax(C(0), fmin(C(1), C(alpha) * x + C(beta)));
+      case Op::kHardSwish:
+        return x * fmax(C(0), fmin(C(1), x / C(6) + C(0.5)));
+      case Op::kSin:
+        return sin(x);
+      case Op::kCos:
+        return cos(x);
+      case Op::kIsNaN:
+        return C(x != x);
+      case Op::kIsInf:
+        return C(isinf(x) && ((x > 0 && alpha != 0) || (x < 0 && beta != 0)));
+      case Op::kFloor:
+        return floor(x);
+      case Op::kCeil:
+        return ceil(x);
+      case Op::kRound:
+        return rint(x);
+      case Op::kLeakyRelu:
+        return x < C(0) ? C(alpha) * x : x;
+      case Op::kSoftplus:
+        return x > C(0) ? x + log1p(exp(-x)) : log1p(exp(x));
+      case Op::kElu:
+        return x < C(0) ? C(alpha) * expm1(x) : x;
+      case Op::kGelu:
+        return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
       case Op::kGeluTanh:
-        return C(0.5) * x * (C(1) + tanh(C(0.79788456080286535588) * (x + C(0.044715) * x * x * x)));
-      default: return x;
+        return C(0.5) * x *
+               (C(1) + tanh(C(0.79788456080286535588) * (x + C(0.044715) * x * x * x)));
+      default:
+        return x;
     }
   }
   return x;

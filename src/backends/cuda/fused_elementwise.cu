@@ -76,8 +76,8 @@ __device__ __forceinline__ float round_to(float v, uint8_t r) {
 
 // I: int32_t when the output has fewer than 2^31 - kVec * block * grid elements, int64_t else.
 template <typename I>
-__global__ void __launch_bounds__(256) fused_elementwise_kernel(const __grid_constant__ Program p,
-                                                                const __grid_constant__ Io io) {
+__global__ void __launch_bounds__(256)
+    fused_elementwise_kernel(const __grid_constant__ Program p, const __grid_constant__ Io io) {
   float slots[kMaxSlots][kVec];
   for (int q = 0; q < p.n_in; ++q) {
     if (io.map[q] != kMapScalar) continue;
@@ -120,11 +120,13 @@ __global__ void __launch_bounds__(256) fused_elementwise_kernel(const __grid_con
       float r[kVec];
       if (p.binary[j]) {
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) r[k] = round_to(binary_op<float>(op, slots[a][k], slots[b][k]), rnd);
+        for (int k = 0; k < kVec; ++k)
+          r[k] = round_to(binary_op<float>(op, slots[a][k], slots[b][k]), rnd);
       } else {
         const float al = p.alpha[j], be = p.beta[j];
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) r[k] = round_to(unary_op<float>(op, slots[a][k], al, be), rnd);
+        for (int k = 0; k < kVec; ++k)
+          r[k] = round_to(unary_op<float>(op, slots[a][k], al, be), rnd);
       }
 #pragma unroll
       for (int k = 0; k < kVec; ++k) slots[d][k] = r[k];
@@ -150,9 +152,9 @@ constexpr int kVecSlots = 8;
 constexpr int kVecBlock = 128;
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kVecBlock) fused_elementwise_vec_kernel(const __grid_constant__ Program p,
-                                                                          const __grid_constant__ Io io,
-                                                                          int32_t vecs) {
+__global__ void __launch_bounds__(kVecBlock)
+    fused_elementwise_vec_kernel(const __grid_constant__ Program p, const __grid_constant__ Io io,
+                                 int32_t vecs) {
   using N = DNum<T>;
   __shared__ float slots[kVecSlots * V * kVecBlock];
   float* r = slots + threadIdx.x;  // slot s, lane k at r[(s * V + k) * kVecBlock]
@@ -162,7 +164,8 @@ __global__ void __launch_bounds__(kVecBlock) fused_elementwise_vec_kernel(const 
 #pragma unroll
     for (int k = 0; k < V; ++k) r[(q * V + k) * kVecBlock] = v;
   }
-  for (int32_t vi = int32_t(blockIdx.x) * kVecBlock + threadIdx.x; vi < vecs; vi += int32_t(gridDim.x) * kVecBlock) {
+  for (int32_t vi = int32_t(blockIdx.x) * kVecBlock + threadIdx.x; vi < vecs;
+       vi += int32_t(gridDim.x) * kVecBlock) {
     for (int q = 0; q < p.n_in; ++q) {
       const uint8_t map = io.map[q];
       if (map == kMapScalar) continue;
@@ -181,12 +184,14 @@ __global__ void __launch_bounds__(kVecBlock) fused_elementwise_vec_kernel(const 
         const float* b = r + p.b[j] * V * kVecBlock;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          d[k * kVecBlock] = round_to(binary_op<float>(op, a[k * kVecBlock], b[k * kVecBlock]), rnd);
+          d[k * kVecBlock] =
+              round_to(binary_op<float>(op, a[k * kVecBlock], b[k * kVecBlock]), rnd);
         }
       } else {
         const float al = p.alpha[j], be = p.beta[j];
 #pragma unroll
-        for (int k = 0; k < V; ++k) d[k * kVecBlock] = round_to(unary_op<float>(op, a[k * kVecBlock], al, be), rnd);
+        for (int k = 0; k < V; ++k)
+          d[k * kVecBlock] = round_to(unary_op<float>(op, a[k * kVecBlock], al, be), rnd);
       }
     }
     const float* o = r + p.dst[p.n_code - 1] * V * kVecBlock;
@@ -201,33 +206,59 @@ __global__ void __launch_bounds__(kVecBlock) fused_elementwise_vec_kernel(const 
 Op cuda_op(ops::EwOp op) {
   using E = ops::EwOp;
   switch (op) {
-    case E::kAdd: return Op::kAdd;
-    case E::kSub: return Op::kSub;
-    case E::kMul: return Op::kMul;
-    case E::kDiv: return Op::kDiv;
-    case E::kPow: return Op::kPow;
-    case E::kRelu: return Op::kRelu;
-    case E::kSigmoid: return Op::kSigmoid;
-    case E::kTanh: return Op::kTanh;
-    case E::kErf: return Op::kErf;
-    case E::kExp: return Op::kExp;
-    case E::kLog: return Op::kLog;
-    case E::kSqrt: return Op::kSqrt;
-    case E::kReciprocal: return Op::kReciprocal;
-    case E::kNeg: return Op::kNeg;
-    case E::kAbs: return Op::kAbs;
+    case E::kAdd:
+      return Op::kAdd;
+    case E::kSub:
+      return Op::kSub;
+    case E::kMul:
+      return Op::kMul;
+    case E::kDiv:
+      return Op::kDiv;
+    case E::kPow:
+      return Op::kPow;
+    case E::kRelu:
+      return Op::kRelu;
+    case E::kSigmoid:
+      return Op::kSigmoid;
+    case E::kTanh:
+      return Op::kTanh;
+    case E::kErf:
+      return Op::kErf;
+    case E::kExp:
+      return Op::kExp;
+    case E::kLog:
+      return Op::kLog;
+    case E::kSqrt:
+      return Op::kSqrt;
+    case E::kReciprocal:
+      return Op::kReciprocal;
+    case E::kNeg:
+      return Op::kNeg;
+    case E::kAbs:
+      return Op::kAbs;
     case E::kIdentity:
-    case E::kCast: return Op::kCopy;
-    case E::kHardSigmoid: return Op::kHardSigmoid;
-    case E::kHardSwish: return Op::kHardSwish;
-    case E::kLeakyRelu: return Op::kLeakyRelu;
-    case E::kGelu: return Op::kGelu;
-    case E::kGeluTanh: return Op::kGeluTanh;
-    case E::kSin: return Op::kSin;
-    case E::kCos: return Op::kCos;
-    case E::kFloor: return Op::kFloor;
-    case E::kCeil: return Op::kCeil;
-    case E::kSoftplus: return Op::kSoftplus;
+    case E::kCast:
+      return Op::kCopy;
+    case E::kHardSigmoid:
+      return Op::kHardSigmoid;
+    case E::kHardSwish:
+      return Op::kHardSwish;
+    case E::kLeakyRelu:
+      return Op::kLeakyRelu;
+    case E::kGelu:
+      return Op::kGelu;
+    case E::kGeluTanh:
+      return Op::kGeluTanh;
+    case E::kSin:
+      return Op::kSin;
+    case E::kCos:
+      return Op::kCos;
+    case E::kFloor:
+      return Op::kFloor;
+    case E::kCeil:
+      return Op::kCeil;
+    case E::kSoftplus:
+      return Op::kSoftplus;
   }
   return Op::kCopy;
 }
@@ -260,7 +291,8 @@ Program compile(const ops::ElementwiseProgram& ew) {
     p.a[j] = slot(ins.a);
     p.b[j] = ins.b >= 0 ? slot(ins.b) : uint8_t(0);
     for (int r : {ins.a, ins.b}) {
-      if (r >= n_in && last_use[size_t(r - n_in)] == j) busy[size_t(slot_of[size_t(r - n_in)])] = false;
+      if (r >= n_in && last_use[size_t(r - n_in)] == j)
+        busy[size_t(slot_of[size_t(r - n_in)])] = false;
     }
     int s = n_in;
     while (busy[size_t(s)]) ++s;  // at most n_in + n_code slots are ever taken
@@ -270,7 +302,9 @@ Program compile(const ops::ElementwiseProgram& ew) {
     p.slots_used = std::max(p.slots_used, s + 1);
     // A result that nothing reads (possible only in a hand-written program) frees its slot.
     if (last_use[size_t(j)] < 0) busy[size_t(s)] = false;
-    p.round[j] = ins.to == DType::kFloat16 ? kRoundHalf : ins.to == DType::kBFloat16 ? kRoundBf16 : kRoundNone;
+    p.round[j] = ins.to == DType::kFloat16    ? kRoundHalf
+                 : ins.to == DType::kBFloat16 ? kRoundBf16
+                                              : kRoundNone;
     p.alpha[j] = ins.alpha;
     p.beta[j] = ins.beta;
   }
@@ -339,11 +373,13 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
   const std::string v = half ? "8" : "4";
   const int n_in = ew.num_inputs;
   std::string body;
-  auto reg = [&](int r) { return r < n_in ? "x" + std::to_string(r) + "[k]" : "r" + std::to_string(r - n_in); };
+  auto reg = [&](int r) {
+    return r < n_in ? "x" + std::to_string(r) + "[k]" : "r" + std::to_string(r - n_in);
+  };
   for (int q = 0; q < n_in; ++q) {
     const std::string i = std::to_string(q);
-    body += "  const float s" + i + " = a.kind[" + i + "] == 2 ? " + jit_load(in_dtypes[size_t(q)], "a.in[" + i + "]") +
-            " : 0.f;\n";
+    body += "  const float s" + i + " = a.kind[" + i + "] == 2 ? " +
+            jit_load(in_dtypes[size_t(q)], "a.in[" + i + "]") + " : 0.f;\n";
   }
   body += "  for (int vi = blockIdx.x * 256 + threadIdx.x; vi < a.vecs; vi += gridDim.x * 256) {\n";
   for (int q = 0; q < n_in; ++q) {
@@ -355,12 +391,12 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
       continue;
     }
     body += "    if (a.kind[" + i + "] == 2) {\n      " + fill + "    } else {\n";
-    body += "      const KilnVec u = ((const KilnVec*)a.in[" + i + "])[a.kind[" + i + "] == 0 ? vi : vi % a.mod[" + i +
-            "]];\n";
+    body += "      const KilnVec u = ((const KilnVec*)a.in[" + i + "])[a.kind[" + i +
+            "] == 0 ? vi : vi % a.mod[" + i + "]];\n";
     if (half) {
       body += "      const unsigned short* h = (const unsigned short*)&u;\n";
-      body += "      for (int k = 0; k < 8; ++k) x" + i + "[k] = " +
-              (t == DType::kFloat16 ? "kiln_h2f(h[k]);\n" : "kiln_b2f(h[k]);\n");
+      body += "      for (int k = 0; k < 8; ++k) x" + i +
+              "[k] = " + (t == DType::kFloat16 ? "kiln_h2f(h[k]);\n" : "kiln_b2f(h[k]);\n");
     } else {
       body += "      const float* f = (const float*)&u;\n";
       body += "      for (int k = 0; k < 4; ++k) x" + i + "[k] = f[k];\n";
@@ -373,13 +409,13 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
     const std::string op = "kb::Op(" + std::to_string(int(cuda_op(ins.op))) + ")";
     // A step that rounds to float16 or bfloat16 takes exp and sigmoid from the hardware's
     // approximations (a few ulp of float, far below the 2^-11 the rounding adds): the precise
-    // forms cost more instructions than the vector's memory traffic takes (SwiGLU's x * sigmoid(x)).
+    // forms cost more instructions than the vector's memory traffic takes (SwiGLU's x *
+    // sigmoid(x)).
     const bool fast = ins.to == DType::kFloat16 || ins.to == DType::kBFloat16;
-    std::string e =
-        ops::ew_is_binary(ins.op)
-            ? "kb::binary_op<float>(" + op + ", " + reg(ins.a) + ", " + reg(ins.b) + ")"
-            : "kb::unary_op<float>(" + op + ", " + reg(ins.a) + ", " + float_bits(ins.alpha) + ", " +
-                  float_bits(ins.beta) + ")";
+    std::string e = ops::ew_is_binary(ins.op)
+                        ? "kb::binary_op<float>(" + op + ", " + reg(ins.a) + ", " + reg(ins.b) + ")"
+                        : "kb::unary_op<float>(" + op + ", " + reg(ins.a) + ", " +
+                              float_bits(ins.alpha) + ", " + float_bits(ins.beta) + ")";
     if (fast && ins.op == ops::EwOp::kSigmoid) e = "kiln_fast_sigmoid(" + reg(ins.a) + ")";
     if (fast && ins.op == ops::EwOp::kExp) e = "__expf(" + reg(ins.a) + ")";
     body += "      const float r" + std::to_string(j) + " = " + jit_round(ins.to, e) + ";\n";
@@ -396,8 +432,9 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
   const uint64_t h = fnv1a64({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
   char name[40];
   std::snprintf(name, sizeof name, "kiln_elementwise_%016llx", static_cast<unsigned long long>(h));
-  std::string src = std::string(kJitPrelude) + ew_math_source() + kJitHelpers + "extern \"C\" __global__ void " +
-                    "__launch_bounds__(256) " + name + "(const KilnArgs a) {\n" + body;
+  std::string src = std::string(kJitPrelude) + ew_math_source() + kJitHelpers +
+                    "extern \"C\" __global__ void " + "__launch_bounds__(256) " + name +
+                    "(const KilnArgs a) {\n" + body;
   return {std::move(src), name};
 }
 
@@ -422,11 +459,13 @@ class FusedElementwiseKernel final : public CudaKernel {
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (int(in.size()) != ew_.num_inputs || out.size() != 1) {
-      return invalid_argument(name_ + ": needs " + std::to_string(ew_.num_inputs) + " inputs and one output");
+      return invalid_argument(name_ + ": needs " + std::to_string(ew_.num_inputs) +
+                              " inputs and one output");
     }
     const TensorView& y = out[0];
     if (y.dtype != ew_.code.back().to) {
-      return invalid_argument(name_ + ": output is " + std::string(dtype_name(y.dtype)) + ", the program computes " +
+      return invalid_argument(name_ + ": output is " + std::string(dtype_name(y.dtype)) +
+                              ", the program computes " +
                               std::string(dtype_name(ew_.code.back().to)));
     }
     Io io{};
@@ -435,13 +474,15 @@ class FusedElementwiseKernel final : public CudaKernel {
     io.out = y.data;
     io.out_dtype = int(y.dtype);
     const int rank = y.rank();
-    if (rank > kMaxRank) return unsupported(name_ + ": output of rank " + std::to_string(rank) + " (at most 8)");
+    if (rank > kMaxRank)
+      return unsupported(name_ + ": output of rank " + std::to_string(rank) + " (at most 8)");
     io.rank = rank;
     for (int d = 0; d < rank; ++d) io.dims[d] = y.shape[size_t(d)];
     for (int k = 0; k < ew_.num_inputs; ++k) {
       const TensorView& x = in[size_t(k)];
       if (x.dtype != input_dtypes_[size_t(k)]) {
-        return invalid_argument(name_ + ": input " + std::to_string(k) + " is " + std::string(dtype_name(x.dtype)));
+        return invalid_argument(name_ + ": input " + std::to_string(k) + " is " +
+                                std::string(dtype_name(x.dtype)));
       }
       KILN_RETURN_IF_ERROR(map_input(x.shape, y.shape, k, &io));
       io.in[k] = x.data;
@@ -454,7 +495,8 @@ class FusedElementwiseKernel final : public CudaKernel {
     }
     if (launch_vec(in, y, io)) return launch_status("fused_elementwise_vec_kernel");
     const int64_t per_block = 256 * kVec;
-    const unsigned grid = unsigned(std::min<int64_t>((io.n + per_block - 1) / per_block, 65535LL * 32));
+    const unsigned grid =
+        unsigned(std::min<int64_t>((io.n + per_block - 1) / per_block, 65535LL * 32));
     if (io.n + per_block * int64_t(grid) < (int64_t(1) << 31)) {
       fused_elementwise_kernel<int32_t><<<grid, 256, 0, stream_>>>(program_, io);
     } else {
@@ -468,14 +510,17 @@ class FusedElementwiseKernel final : public CudaKernel {
   static void warn_once(const Status& why) {
     static std::once_flag once;
     std::call_once(once, [&] {
-      std::fprintf(stderr, "kiln: elementwise chains run interpreted on CUDA: %s\n", why.to_string().c_str());
+      std::fprintf(stderr, "kiln: elementwise chains run interpreted on CUDA: %s\n",
+                   why.to_string().c_str());
     });
   }
 
   // The generated kernel where it applies (true once launched); false, nothing launched, otherwise.
-  StatusOr<bool> launch_jit(std::span<const TensorView> in, const TensorView& y, const Io& io) const {
+  StatusOr<bool> launch_jit(std::span<const TensorView> in, const TensorView& y,
+                            const Io& io) const {
     const int64_t v = int64_t(16 / dtype_size(y.dtype));
-    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * 256 || !aligned16(y.data)) return false;
+    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * 256 || !aligned16(y.data))
+      return false;
     JitArgs a{};
     for (int k = 0; k < ew_.num_inputs; ++k) {
       a.in[k] = in[size_t(k)].data;
@@ -484,7 +529,8 @@ class FusedElementwiseKernel final : public CudaKernel {
         continue;
       }
       const bool row = io.map[k] == kMapDivMod && io.div[k][0] == 1 && io.mod[k][0] % v == 0;
-      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) || !aligned16(in[size_t(k)].data)) {
+      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) ||
+          !aligned16(in[size_t(k)].data)) {
         return false;
       }
       a.kind[k] = row ? 1 : 0;
@@ -494,7 +540,8 @@ class FusedElementwiseKernel final : public CudaKernel {
     a.vecs = int(io.n / v);
     const unsigned grid = unsigned(std::min<int64_t>((a.vecs + 255) / 256, 65535LL * 32));
     void* args[] = {&a};
-    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(jit_), dim3(grid), dim3(256), args, 0, stream_);
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(jit_), dim3(grid), dim3(256),
+                                         args, 0, stream_);
         e != cudaSuccess) {
       cudaGetLastError();
       return internal_error(name_ + ": launching the generated kernel: " + cudaGetErrorString(e));
@@ -508,20 +555,25 @@ class FusedElementwiseKernel final : public CudaKernel {
     const bool half = y.dtype == DType::kFloat16 || y.dtype == DType::kBFloat16;
     if ((!half && y.dtype != DType::kFloat32) || program_.slots_used > kVecSlots) return false;
     const int64_t v = int64_t(16 / es);
-    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * kVecBlock || !aligned16(y.data)) return false;
+    if (io.n % v != 0 || io.n / v >= (int64_t(1) << 31) - 65535LL * 32 * kVecBlock ||
+        !aligned16(y.data))
+      return false;
     for (int k = 0; k < ew_.num_inputs; ++k) {
       if (io.map[k] == kMapScalar) continue;
       const bool row = io.map[k] == kMapDivMod && io.div[k][0] == 1 && io.mod[k][0] % v == 0;
-      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) || !aligned16(in[size_t(k)].data)) {
+      if (in[size_t(k)].dtype != y.dtype || !(io.map[k] == kMapSame || row) ||
+          !aligned16(in[size_t(k)].data)) {
         return false;
       }
     }
     const int32_t vecs = int32_t(io.n / v);
-    const unsigned grid = unsigned(std::min<int64_t>((vecs + kVecBlock - 1) / kVecBlock, 65535LL * 32));
+    const unsigned grid =
+        unsigned(std::min<int64_t>((vecs + kVecBlock - 1) / kVecBlock, 65535LL * 32));
     if (y.dtype == DType::kFloat16) {
       fused_elementwise_vec_kernel<__half, 8><<<grid, kVecBlock, 0, stream_>>>(program_, io, vecs);
     } else if (y.dtype == DType::kBFloat16) {
-      fused_elementwise_vec_kernel<__nv_bfloat16, 8><<<grid, kVecBlock, 0, stream_>>>(program_, io, vecs);
+      fused_elementwise_vec_kernel<__nv_bfloat16, 8>
+          <<<grid, kVecBlock, 0, stream_>>>(program_, io, vecs);
     } else {
       fused_elementwise_vec_kernel<float, 4><<<grid, kVecBlock, 0, stream_>>>(program_, io, vecs);
     }
@@ -532,14 +584,17 @@ class FusedElementwiseKernel final : public CudaKernel {
   // consecutive output dims, else a walk of the output's dims with the input's strides.
   static Status map_input(std::span<const int64_t> xs, std::span<const int64_t> ys, int k, Io* io) {
     const int r = int(ys.size()), xr = int(xs.size());
-    if (xr > r) return invalid_argument("Elementwise: input " + std::to_string(k) + " has a higher rank than the output");
+    if (xr > r)
+      return invalid_argument("Elementwise: input " + std::to_string(k) +
+                              " has a higher rank than the output");
     std::vector<int64_t> full(size_t(r), 1);
     for (int d = 0; d < xr; ++d) full[size_t(r - xr + d)] = xs[size_t(d)];
     int first = -1;  // the first dim where the input is not broadcast
     for (int d = 0; d < r; ++d) {
       if (full[size_t(d)] != ys[size_t(d)] && full[size_t(d)] != 1) {
-        return invalid_argument("Elementwise: input " + std::to_string(k) + " shape " + shape_to_string(xs) +
-                                " does not broadcast to the output shape " + shape_to_string(ys));
+        return invalid_argument("Elementwise: input " + std::to_string(k) + " shape " +
+                                shape_to_string(xs) + " does not broadcast to the output shape " +
+                                shape_to_string(ys));
       }
       if (full[size_t(d)] != 1) {
         if (first < 0) first = d;
@@ -608,6 +663,8 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelQuery& q) {
 
 }  // namespace
 
-void register_fused_elementwise(Registry& r) { r.add(ops::OpKind::kElementwise, &make_fused_elementwise); }
+void register_fused_elementwise(Registry& r) {
+  r.add(ops::OpKind::kElementwise, &make_fused_elementwise);
+}
 
 }  // namespace kiln::backends::cuda

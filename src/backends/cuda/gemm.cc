@@ -83,7 +83,8 @@ ir::Dim gemm_workspace(const KernelQuery& q) {
   if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return 0;
   ir::Dim total = 0;
   for (size_t i = 0; i < 2; ++i) {
-    if (!q.input_is_constant(i) && i < q.inputs.size()) total = total + workspace_piece(q.inputs[i], 2);
+    if (!q.input_is_constant(i) && i < q.inputs.size())
+      total = total + workspace_piece(q.inputs[i], 2);
   }
   return total;
 }
@@ -105,7 +106,8 @@ StatusOr<MatMulShape> matmul_shape(std::span<const int64_t> a, std::span<const i
   s.N = rb == 1 ? 1 : b[rb - 1];
   int64_t Kb = rb == 1 ? b[0] : b[rb - 2];
   if (s.K != Kb) {
-    return invalid_argument("MatMul: inner dims differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+    return invalid_argument("MatMul: inner dims differ: " + shape_to_string(a) + " x " +
+                            shape_to_string(b));
   }
   s.ab.assign(a.begin(), a.end() - std::min<size_t>(ra, 2));
   s.bb.assign(b.begin(), b.end() - std::min<size_t>(rb, 2));
@@ -116,7 +118,8 @@ StatusOr<MatMulShape> matmul_shape(std::span<const int64_t> a, std::span<const i
   s.ob.resize(r);
   for (size_t d = 0; d < r; ++d) {
     if (s.ab[d] != s.bb[d] && s.ab[d] != 1 && s.bb[d] != 1) {
-      return invalid_argument("MatMul: batch dims do not broadcast: " + shape_to_string(a) + " x " + shape_to_string(b));
+      return invalid_argument("MatMul: batch dims do not broadcast: " + shape_to_string(a) + " x " +
+                              shape_to_string(b));
     }
     s.ob[d] = std::max(s.ab[d], s.bb[d]);
     na *= s.ab[d], nb *= s.bb[d], s.nout *= s.ob[d];
@@ -179,11 +182,12 @@ class MatMulKernel : public CudaKernel {
   // (never for a kBroadcast product: the caller checks epilogue_ok first), plus `residual` (Y's
   // shape and dtype) as cuBLASLt's C when given.
   static bool epilogue_ok(const MatMulShape& s) { return s.kind != MatMulShape::Kind::kBroadcast; }
-  Status run(std::span<const TensorView> in, std::span<const TensorView> out, const void* bias, bool relu,
-             bool gelu = false, const void* residual = nullptr) {
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out, const void* bias,
+             bool relu, bool gelu = false, const void* residual = nullptr) {
     const TensorView &a = in[0], &b = in[1], &y = out[0];
     KILN_ASSIGN_OR_RETURN(MatMulShape s, matmul_shape(a.shape, b.shape));
-    if (s.nout * s.M * s.N != y.numel()) return invalid_argument("MatMul: the output shape does not match the inputs");
+    if (s.nout * s.M * s.N != y.numel())
+      return invalid_argument("MatMul: the output shape does not match the inputs");
     if (y.numel() == 0) return ok_status();
     const size_t a_bytes = a_op_.scratch_bytes(a.numel(), mode_);
     KILN_RETURN_IF_ERROR(check_workspace(a_bytes + b_op_.scratch_bytes(b.numel(), mode_), name_));
@@ -229,7 +233,8 @@ class MatMulKernel : public CudaKernel {
       return ok_status();
     }
     p.align_a = alignment_of(pb, p.stride_a * es), p.align_b = alignment_of(pa, p.stride_b * es);
-    p.align_c = std::min(alignment_of(d, p.stride_c * os), residual ? alignment_of(residual, p.stride_c * os) : 256);
+    p.align_c = std::min(alignment_of(d, p.stride_c * os),
+                         residual ? alignment_of(residual, p.stride_c * os) : 256);
     p.bias = bias != nullptr, p.relu = bias != nullptr && relu, p.gelu = bias != nullptr && gelu;
     return gemm_.run(p, pb, pa, d, bias, 1.0, residual ? 1.0 : 0.0, res, residual);
   }
@@ -257,12 +262,13 @@ bool gelu_epilogue(MatMulActivation act, DType y) {
 // (matmul_bias_epilogue).
 class MatMulBiasKernel final : public MatMulKernel {
  public:
-  MatMulBiasKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic, const void* prepared_a,
-                   const void* prepared_b, MatMulActivation act)
+  MatMulBiasKernel(DType data, MathMode mode, std::optional<AlgoConfig> tactic,
+                   const void* prepared_a, const void* prepared_b, MatMulActivation act)
       : MatMulKernel(data, mode, tactic, prepared_a, prepared_b, "MatMulBias"), act_(act) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.size() < 2 || out.size() != 1) return invalid_argument(name_ + ": needs A, B (and bias) and one output");
+    if (in.size() < 2 || out.size() != 1)
+      return invalid_argument(name_ + ": needs A, B (and bias) and one output");
     const TensorView& y = out[0];
     const bool has_bias = in.size() > 2 && present(in[2]);
     // Y is float32 for float32 tensors in every math mode (FP16/BF16 inputs, FP32 output).
@@ -273,7 +279,8 @@ class MatMulBiasKernel final : public MatMulKernel {
     // A bias of Y's last dim alone, with no activation, a ReLU or a GELU cuBLASLt's epilogue
     // computes (gelu_epilogue_): the epilogue adds it to the float accumulator and applies the
     // activation before the one rounding to Y, with no pass over Y.
-    bool last_dim = has_bias && y.rank() >= 1 && in[2].rank() >= 1 && in[2].shape.back() == y.shape.back() &&
+    bool last_dim = has_bias && y.rank() >= 1 && in[2].rank() >= 1 &&
+                    in[2].shape.back() == y.shape.back() &&
                     in[2].numel() == y.shape.back();  // [N] or [1, ..., 1, N], not [N, 1]
     // A residual (only with no activation: make_matmul_bias) is cuBLASLt's C, added to the
     // accumulator in the same pass.
@@ -316,14 +323,18 @@ StatusOr<GemmAttrs> gemm_attrs(const ir::Node& node) {
 }
 
 // Gemm's cuBLAS problem for A and B of these (2-D) shapes; bias: C runs as the BIAS epilogue.
-StatusOr<Problem> gemm_problem(const GemmAttrs& g, std::span<const int64_t> a, std::span<const int64_t> b, bool bias) {
+StatusOr<Problem> gemm_problem(const GemmAttrs& g, std::span<const int64_t> a,
+                               std::span<const int64_t> b, bool bias) {
   if (a.size() != 2 || b.size() != 2) return invalid_argument("Gemm: A and B must be 2-D");
   int64_t M = g.ta ? a[1] : a[0], K = g.ta ? a[0] : a[1];
   int64_t N = g.tb ? b[0] : b[1], Kb = g.tb ? b[1] : b[0];
-  if (K != Kb) return invalid_argument("Gemm: inner dims differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+  if (K != Kb)
+    return invalid_argument("Gemm: inner dims differ: " + shape_to_string(a) + " x " +
+                            shape_to_string(b));
   Problem p;
   p.m = N, p.n = M, p.k = K, p.ldc = N;
-  p.trans_a = g.tb;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
+  p.trans_a =
+      g.tb;  // our B as stored: row-major [K,N] (col-major N x K, ld N) or [N,K] when transB
   p.lda = g.tb ? K : N;
   p.trans_b = g.ta;  // our A: row-major [M,K] (col-major K x M, ld K) or [K,M] when transA
   p.ldb = g.ta ? M : K;
@@ -362,7 +373,8 @@ class GemmKernel final : public CudaKernel {
     const TensorView* c = has_c ? &in[2] : nullptr;
     KILN_ASSIGN_OR_RETURN(Problem p, gemm_problem(g_, a.shape, b.shape, false));
     const int64_t M = p.n, N = p.m;
-    if (y.numel() != M * N) return invalid_argument("Gemm: the output shape does not match the inputs");
+    if (y.numel() != M * N)
+      return invalid_argument("Gemm: the output shape does not match the inputs");
     if (y.numel() == 0) return ok_status();
     float beta = 0.f;
     if (c) {
@@ -381,7 +393,8 @@ class GemmKernel final : public CudaKernel {
     KILN_ASSIGN_OR_RETURN(const void* pa, a_op_.get(a.data, a.numel(), mode_, ws, stream_));
     KILN_ASSIGN_OR_RETURN(const void* pb,
                           b_op_.get(b.data, b.numel(), mode_, ws + a_bytes, stream_));
-    p.align_a = alignment_of(pb, 0), p.align_b = alignment_of(pa, 0), p.align_c = alignment_of(y.data, 0);
+    p.align_a = alignment_of(pb, 0), p.align_b = alignment_of(pa, 0),
+    p.align_c = alignment_of(y.data, 0);
     return gemm_.run(p, pb, pa, y.data, p.bias ? c->data : nullptr, double(g_.alpha), double(beta),
                      res);
   }
@@ -430,18 +443,23 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul_bias(const KernelQuery& q) {
   } else if (act == "gelu_tanh") {
     a = MatMulActivation::kGeluTanh;
   } else if (act != "none") {
-    return invalid_argument(q.node.describe() + ": activation '" + act + "' is not one of none, relu, gelu_erf, gelu_tanh");
+    return invalid_argument(q.node.describe() + ": activation '" + act +
+                            "' is not one of none, relu, gelu_erf, gelu_tanh");
   }
   if (a != MatMulActivation::kNone && q.inputs.size() > 3 && q.inputs[3]) {
-    return unsupported(q.node.describe() + ": cuda.cublaslt.MatMulBias adds a residual only with no activation");
+    return unsupported(q.node.describe() +
+                       ": cuda.cublaslt.MatMulBias adds a residual only with no activation");
   }
   const ir::Value* y = q.outputs.empty() ? nullptr : q.outputs[0];
   const ir::Value* bias = q.inputs.size() > 2 ? q.inputs[2] : nullptr;
-  if (y && y->shape && (y->shape->size() > 8 || (bias && bias->shape && bias->shape->size() > y->shape->size()))) {
-    return unsupported(q.node.describe() + ": cuda.cublaslt.MatMulBias takes outputs of rank 8 or less");
+  if (y && y->shape &&
+      (y->shape->size() > 8 || (bias && bias->shape && bias->shape->size() > y->shape->size()))) {
+    return unsupported(q.node.describe() +
+                       ": cuda.cublaslt.MatMulBias takes outputs of rank 8 or less");
   }
   KILN_ASSIGN_OR_RETURN(auto tactic, parse_lt_tactic(q.tactic));
-  return std::unique_ptr<Kernel>(new MatMulBiasKernel(data, gemm_mode(q), tactic, PreparedOperands::operand(q, 0),
+  return std::unique_ptr<Kernel>(new MatMulBiasKernel(data, gemm_mode(q), tactic,
+                                                      PreparedOperands::operand(q, 0),
                                                       PreparedOperands::operand(q, 1), a));
 }
 

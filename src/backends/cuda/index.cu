@@ -439,7 +439,8 @@ StatusOr<std::unique_ptr<Kernel>> make_one_hot(const KernelQuery& q) {
 void register_index(Registry& r) {
   r.add(OpKind::kGatherElements, &make_gather_elements);
   r.add(OpKind::kScatterElements, &make_scatter_elements);
-  r.add(OpKind::kScatter, &make_scatter_elements);  // opsets 9-10: ScatterElements without reduction
+  r.add(OpKind::kScatter,
+        &make_scatter_elements);  // opsets 9-10: ScatterElements without reduction
   r.add(OpKind::kOneHot, &make_one_hot);
   r.add(OpKind::kScatterND, &make_scatter_nd);
   r.add(OpKind::kReverseSequence, &make_reverse_sequence);

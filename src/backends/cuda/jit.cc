@@ -1,14 +1,14 @@
 #include "backends/cuda/jit.h"
 
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
-
-#include <cuda_runtime.h>
-#include <nvrtc.h>
 
 namespace kiln::backends::cuda {
 namespace {
@@ -29,7 +29,8 @@ std::string nvrtc_error(const std::string& what, nvrtcResult r) {
 
 StatusOr<std::vector<char>> compile(const std::string& source, const std::string& entry, int sm) {
   nvrtcProgram prog;
-  if (nvrtcResult r = nvrtcCreateProgram(&prog, source.c_str(), (entry + ".cu").c_str(), 0, nullptr, nullptr);
+  if (nvrtcResult r =
+          nvrtcCreateProgram(&prog, source.c_str(), (entry + ".cu").c_str(), 0, nullptr, nullptr);
       r != NVRTC_SUCCESS) {
     return internal_error(nvrtc_error("nvrtcCreateProgram", r));
   }
@@ -94,7 +95,8 @@ StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& en
   }
   cudaLibrary_t lib = nullptr;
   cudaKernel_t kernel = nullptr;
-  if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  if (cudaError_t e =
+          cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
       e != cudaSuccess) {
     cudaGetLastError();
     ++c.counts.failed;
@@ -104,7 +106,8 @@ StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& en
     cudaGetLastError();
     cudaLibraryUnload(lib);
     ++c.counts.failed;
-    return internal_error(std::string("CUDA JIT: no kernel ") + entry + ": " + cudaGetErrorString(e));
+    return internal_error(std::string("CUDA JIT: no kernel ") + entry + ": " +
+                          cudaGetErrorString(e));
   }
   ++c.counts.compiled;
   c.kernels.emplace(std::move(key), kernel);

@@ -20,8 +20,24 @@ constexpr int kBlock = 256;
 // ---- unary ----
 
 enum class Un : int {
-  kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kSoftsign, kSelu, kCelu, kMish,
-  kThresholdedRelu, kSwish, kShrink, kBitwiseNot, kDivide  // kDivide: x / alpha (Mean's last step)
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kSoftsign,
+  kSelu,
+  kCelu,
+  kMish,
+  kThresholdedRelu,
+  kSwish,
+  kShrink,
+  kBitwiseNot,
+  kDivide  // kDivide: x / alpha (Mean's last step)
 };
 
 struct UnParams {
@@ -42,17 +58,28 @@ __device__ __forceinline__ C un_apply(Un op, C x, const UnParams& p) {
     return op == Un::kBitwiseNot ? C(~x) : x;
   } else {
     switch (op) {
-      case Un::kTan: return tan(x);
-      case Un::kAsin: return asin(x);
-      case Un::kAcos: return acos(x);
-      case Un::kAtan: return atan(x);
-      case Un::kSinh: return sinh(x);
-      case Un::kCosh: return cosh(x);
-      case Un::kAsinh: return asinh(x);
-      case Un::kAcosh: return acosh(x);
-      case Un::kAtanh: return atanh(x);
-      case Un::kSoftsign: return x / (C(1) + fabs(x));
-      case Un::kSelu: return x > C(0) ? C(p.gamma) * x : C(p.gamma) * (C(p.alpha) * exp(x) - C(p.alpha));
+      case Un::kTan:
+        return tan(x);
+      case Un::kAsin:
+        return asin(x);
+      case Un::kAcos:
+        return acos(x);
+      case Un::kAtan:
+        return atan(x);
+      case Un::kSinh:
+        return sinh(x);
+      case Un::kCosh:
+        return cosh(x);
+      case Un::kAsinh:
+        return asinh(x);
+      case Un::kAcosh:
+        return acosh(x);
+      case Un::kAtanh:
+        return atanh(x);
+      case Un::kSoftsign:
+        return x / (C(1) + fabs(x));
+      case Un::kSelu:
+        return x > C(0) ? C(p.gamma) * x : C(p.gamma) * (C(p.alpha) * exp(x) - C(p.alpha));
       case Un::kCelu: {
         C a = C(p.alpha);
         return fmax(C(0), x) + fmin(C(0), a * expm1(x / a));
@@ -61,10 +88,14 @@ __device__ __forceinline__ C un_apply(Un op, C x, const UnParams& p) {
         C sp = x > C(0) ? x + log1p(exp(-x)) : log1p(exp(x));
         return x * tanh(sp);
       }
-      case Un::kThresholdedRelu: return x > C(p.alpha) ? x : C(0);
-      case Un::kSwish: return x / (C(1) + exp(-C(p.alpha) * x));
-      case Un::kDivide: return x / C(p.alpha);
-      default: return x;
+      case Un::kThresholdedRelu:
+        return x > C(p.alpha) ? x : C(0);
+      case Un::kSwish:
+        return x / (C(1) + exp(-C(p.alpha) * x));
+      case Un::kDivide:
+        return x / C(p.alpha);
+      default:
+        return x;
     }
   }
 }
@@ -95,24 +126,38 @@ __device__ __forceinline__ C bin_apply(Bin op, C x, C y) {
     // Opset 28: a shift count outside [0, bits) gives 0 (left) or the sign extension (right).
     bool in_range = !is_negative(y) && uint64_t(y) < sizeof(C) * 8;
     switch (op) {
-      case Bin::kAdd: return C(W(x) + W(y));
-      case Bin::kMax: return x > y ? x : y;
-      case Bin::kMin: return x < y ? x : y;
-      case Bin::kPRelu: return is_negative(x) ? C(W(y) * W(x)) : x;
-      case Bin::kAnd: return C(x & y);
-      case Bin::kOr: return C(x | y);
-      case Bin::kXor: return C(x ^ y);
-      case Bin::kShl: return in_range ? C(W(x) << y) : C(0);
-      case Bin::kShr: return in_range ? C(x >> y) : (is_negative(x) ? C(-1) : C(0));
+      case Bin::kAdd:
+        return C(W(x) + W(y));
+      case Bin::kMax:
+        return x > y ? x : y;
+      case Bin::kMin:
+        return x < y ? x : y;
+      case Bin::kPRelu:
+        return is_negative(x) ? C(W(y) * W(x)) : x;
+      case Bin::kAnd:
+        return C(x & y);
+      case Bin::kOr:
+        return C(x | y);
+      case Bin::kXor:
+        return C(x ^ y);
+      case Bin::kShl:
+        return in_range ? C(W(x) << y) : C(0);
+      case Bin::kShr:
+        return in_range ? C(x >> y) : (is_negative(x) ? C(-1) : C(0));
     }
     return x;
   } else {
     switch (op) {
-      case Bin::kAdd: return x + y;
-      case Bin::kMax: return (x > y || x != x) ? x : y;  // NaN wins
-      case Bin::kMin: return (x < y || x != x) ? x : y;
-      case Bin::kPRelu: return x < C(0) ? C(y * x) : x;
-      default: return x;
+      case Bin::kAdd:
+        return x + y;
+      case Bin::kMax:
+        return (x > y || x != x) ? x : y;  // NaN wins
+      case Bin::kMin:
+        return (x < y || x != x) ? x : y;
+      case Bin::kPRelu:
+        return x < C(0) ? C(y * x) : x;
+      default:
+        return x;
     }
   }
 }
@@ -133,13 +178,13 @@ __global__ void binary_kernel(const T* a, const T* b, T* y, BinArgs args) {
   }
 }
 
-Status plan_walk2(std::span<const int64_t> out, std::span<const int64_t> a, std::span<const int64_t> b,
-                  Strided<3>* walk) {
+Status plan_walk2(std::span<const int64_t> out, std::span<const int64_t> a,
+                  std::span<const int64_t> b, Strided<3>* walk) {
   cpu::BroadcastPlan<2> plan;
   KILN_RETURN_IF_ERROR(cpu::make_broadcast_plan<2>(out, {a, b}, &plan));
   if (plan.dims.size() > size_t(kMaxRank)) {
-    return unsupported("broadcast over " + std::to_string(plan.dims.size()) + " non-mergeable axes (at most " +
-                       std::to_string(kMaxRank) + ")");
+    return unsupported("broadcast over " + std::to_string(plan.dims.size()) +
+                       " non-mergeable axes (at most " + std::to_string(kMaxRank) + ")");
   }
   walk->rank = int(plan.dims.size());
   for (size_t d = 0; d < plan.dims.size(); ++d) {
@@ -151,7 +196,8 @@ Status plan_walk2(std::span<const int64_t> out, std::span<const int64_t> a, std:
 
 // y = a op b, broadcast to y's shape; a or b may be y itself (the variadic fold), which is safe
 // because every element reads only its own position of y.
-Status launch_binary(Bin op, const TensorView& a, const TensorView& b, const TensorView& y, cudaStream_t s) {
+Status launch_binary(Bin op, const TensorView& a, const TensorView& b, const TensorView& y,
+                     cudaStream_t s) {
   BinArgs args{};
   KILN_RETURN_IF_ERROR(plan_walk2(y.shape, a.shape, b.shape, &args.walk));
   args.n = y.numel();
@@ -159,19 +205,22 @@ Status launch_binary(Bin op, const TensorView& a, const TensorView& b, const Ten
   if (args.n == 0) return ok_status();
   visit_dtype<kTNumeric>(y.dtype, [&](auto tag) {
     using T = decltype(tag);
-    binary_kernel<T><<<grid_for(args.n), kBlock, 0, s>>>(static_cast<const T*>(a.data), static_cast<const T*>(b.data),
+    binary_kernel<T><<<grid_for(args.n), kBlock, 0, s>>>(static_cast<const T*>(a.data),
+                                                         static_cast<const T*>(b.data),
                                                          static_cast<T*>(y.data), args);
   });
   return launch_status("binary_kernel");
 }
 
-Status launch_unary(Un op, const UnParams& p, const TensorView& x, const TensorView& y, cudaStream_t s) {
+Status launch_unary(Un op, const UnParams& p, const TensorView& x, const TensorView& y,
+                    cudaStream_t s) {
   int64_t n = y.numel();
   if (n != x.numel()) return invalid_argument("the output size differs from the input's");
   if (n == 0) return ok_status();
   visit_dtype<kTNumeric>(y.dtype, [&](auto tag) {
     using T = decltype(tag);
-    unary_kernel<T><<<grid_for(n), kBlock, 0, s>>>(static_cast<const T*>(x.data), static_cast<T*>(y.data), n, op, p);
+    unary_kernel<T><<<grid_for(n), kBlock, 0, s>>>(static_cast<const T*>(x.data),
+                                                   static_cast<T*>(y.data), n, op, p);
   });
   return launch_status("unary_kernel");
 }
@@ -203,17 +252,22 @@ class BinaryKernel final : public CudaKernel {
 // copied; Mean divides at the end.
 class VariadicKernel final : public CudaKernel {
  public:
-  VariadicKernel(std::string name, Bin op, bool mean) : CudaKernel(std::move(name)), op_(op), mean_(mean) {}
+  VariadicKernel(std::string name, Bin op, bool mean)
+      : CudaKernel(std::move(name)), op_(op), mean_(mean) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& y = out[0];
     if (in.size() == 1) {
-      if (in[0].nbytes() != y.nbytes()) return invalid_argument(name_ + ": the output size differs");
+      if (in[0].nbytes() != y.nbytes())
+        return invalid_argument(name_ + ": the output size differs");
       if (y.nbytes() > 0 && y.data != in[0].data) {
-        KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, in[0].data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
+        KILN_CUDA_CHECK(
+            cudaMemcpyAsync(y.data, in[0].data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+            name_);
       }
     } else {
       KILN_RETURN_IF_ERROR(launch_binary(op_, in[0], in[1], y, stream_));
-      for (size_t k = 2; k < in.size(); ++k) KILN_RETURN_IF_ERROR(launch_binary(op_, y, in[k], y, stream_));
+      for (size_t k = 2; k < in.size(); ++k)
+        KILN_RETURN_IF_ERROR(launch_binary(op_, y, in[k], y, stream_));
     }
     if (!mean_) return ok_status();
     UnParams p;
@@ -234,7 +288,8 @@ class DropoutKernel final : public CudaKernel {
     const TensorView &x = in[0], &y = out[0];
     if (x.nbytes() != y.nbytes()) return invalid_argument(name_ + ": the output size differs");
     if (y.nbytes() > 0 && y.data != x.data) {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, x.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(y.data, x.data, y.nbytes(), cudaMemcpyDeviceToDevice, stream_), name_);
     }
     if (out.size() > 1 && present(out[1]) && out[1].nbytes() > 0) {
       KILN_CUDA_CHECK(cudaMemsetAsync(out[1].data, 1, out[1].nbytes(), stream_), name_);
@@ -249,14 +304,17 @@ class DropoutKernel final : public CudaKernel {
 Status require_types(const KernelQuery& q, unsigned set, size_t inputs_checked) {
   DType t = q.input_dtype(0);
   if ((dtype_bit(t) & set) == 0 || t == DType::kBool) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported on CUDA");
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported on CUDA");
   }
   for (size_t i = 1; i < inputs_checked && i < q.inputs.size(); ++i) {
     if (q.inputs[i] && q.inputs[i]->dtype != t) {
-      return invalid_argument(q.node.describe() + ": input " + std::to_string(i) + " differs in dtype from input 0");
+      return invalid_argument(q.node.describe() + ": input " + std::to_string(i) +
+                              " differs in dtype from input 0");
     }
   }
-  if (q.output_dtype(0) != t) return invalid_argument(q.node.describe() + ": the output dtype differs from the input's");
+  if (q.output_dtype(0) != t)
+    return invalid_argument(q.node.describe() + ": the output dtype differs from the input's");
   return ok_status();
 }
 
@@ -265,17 +323,39 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
   UnParams p;
   Un op;
   switch (ops::find_op(q.node.domain, q.node.op_type)) {
-    case OpKind::kTan: op = Un::kTan; break;
-    case OpKind::kAsin: op = Un::kAsin; break;
-    case OpKind::kAcos: op = Un::kAcos; break;
-    case OpKind::kAtan: op = Un::kAtan; break;
-    case OpKind::kSinh: op = Un::kSinh; break;
-    case OpKind::kCosh: op = Un::kCosh; break;
-    case OpKind::kAsinh: op = Un::kAsinh; break;
-    case OpKind::kAcosh: op = Un::kAcosh; break;
-    case OpKind::kAtanh: op = Un::kAtanh; break;
-    case OpKind::kSoftsign: op = Un::kSoftsign; break;
-    case OpKind::kMish: op = Un::kMish; break;
+    case OpKind::kTan:
+      op = Un::kTan;
+      break;
+    case OpKind::kAsin:
+      op = Un::kAsin;
+      break;
+    case OpKind::kAcos:
+      op = Un::kAcos;
+      break;
+    case OpKind::kAtan:
+      op = Un::kAtan;
+      break;
+    case OpKind::kSinh:
+      op = Un::kSinh;
+      break;
+    case OpKind::kCosh:
+      op = Un::kCosh;
+      break;
+    case OpKind::kAsinh:
+      op = Un::kAsinh;
+      break;
+    case OpKind::kAcosh:
+      op = Un::kAcosh;
+      break;
+    case OpKind::kAtanh:
+      op = Un::kAtanh;
+      break;
+    case OpKind::kSoftsign:
+      op = Un::kSoftsign;
+      break;
+    case OpKind::kMish:
+      op = Un::kMish;
+      break;
     case OpKind::kSelu: {
       op = Un::kSelu;
       KILN_ASSIGN_OR_RETURN(float alpha, at.get_float("alpha", 1.67326319217681884765625f));
@@ -289,7 +369,8 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       OpKind k = ops::find_op(q.node.domain, q.node.op_type);
       op = k == OpKind::kCelu ? Un::kCelu : k == OpKind::kSwish ? Un::kSwish : Un::kThresholdedRelu;
       KILN_ASSIGN_OR_RETURN(float alpha, at.get_float("alpha", 1.0f));
-      if (op == Un::kCelu && alpha == 0) return invalid_argument(q.node.describe() + ": alpha must not be 0");
+      if (op == Un::kCelu && alpha == 0)
+        return invalid_argument(q.node.describe() + ": alpha must not be 0");
       p.alpha = alpha;
       break;
     }
@@ -300,8 +381,11 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
       p.bias = bias, p.lambd = lambd;
       break;
     }
-    case OpKind::kBitwiseNot: op = Un::kBitwiseNot; break;
-    default: return unsupported(q.node.describe() + ": not a math unary op");
+    case OpKind::kBitwiseNot:
+      op = Un::kBitwiseNot;
+      break;
+    default:
+      return unsupported(q.node.describe() + ": not a math unary op");
   }
   unsigned set = op == Un::kShrink ? kTNumeric : op == Un::kBitwiseNot ? kTInts : kTFloats;
   KILN_RETURN_IF_ERROR(require_types(q, set, 1));
@@ -312,19 +396,29 @@ StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
   Bin op;
   unsigned set = kTInts;
   switch (ops::find_op(q.node.domain, q.node.op_type)) {
-    case OpKind::kPRelu: op = Bin::kPRelu, set = kTNumeric; break;
-    case OpKind::kBitwiseAnd: op = Bin::kAnd; break;
-    case OpKind::kBitwiseOr: op = Bin::kOr; break;
-    case OpKind::kBitwiseXor: op = Bin::kXor; break;
+    case OpKind::kPRelu:
+      op = Bin::kPRelu, set = kTNumeric;
+      break;
+    case OpKind::kBitwiseAnd:
+      op = Bin::kAnd;
+      break;
+    case OpKind::kBitwiseOr:
+      op = Bin::kOr;
+      break;
+    case OpKind::kBitwiseXor:
+      op = Bin::kXor;
+      break;
     case OpKind::kBitShift: {
       KILN_ASSIGN_OR_RETURN(std::string dir, q.node.attrs.get_string("direction", std::nullopt));
       if (dir != "LEFT" && dir != "RIGHT") {
-        return invalid_argument(q.node.describe() + ": direction must be 'LEFT' or 'RIGHT', got '" + dir + "'");
+        return invalid_argument(q.node.describe() + ": direction must be 'LEFT' or 'RIGHT', got '" +
+                                dir + "'");
       }
       op = dir == "LEFT" ? Bin::kShl : Bin::kShr;
       break;
     }
-    default: return unsupported(q.node.describe() + ": not a math binary op");
+    default:
+      return unsupported(q.node.describe() + ": not a math binary op");
   }
   KILN_RETURN_IF_ERROR(require_types(q, set, 2));
   return std::unique_ptr<Kernel>(new BinaryKernel("cuda." + q.node.op_type, op));
@@ -336,7 +430,8 @@ StatusOr<std::unique_ptr<Kernel>> make_variadic(const KernelQuery& q) {
   bool mean = k == OpKind::kMean;
   KILN_RETURN_IF_ERROR(require_types(q, mean ? kTFloats : kTNumeric, q.inputs.size()));
   for (size_t i = 0; i < q.inputs.size(); ++i) {
-    if (!q.inputs[i]) return unsupported(q.node.describe() + ": input " + std::to_string(i) + " is omitted");
+    if (!q.inputs[i])
+      return unsupported(q.node.describe() + ": input " + std::to_string(i) + " is omitted");
   }
   return std::unique_ptr<Kernel>(new VariadicKernel("cuda." + q.node.op_type, op, mean));
 }
@@ -345,22 +440,26 @@ StatusOr<std::unique_ptr<Kernel>> make_dropout(const KernelQuery& q) {
   if (q.outputs.size() > 1 && q.outputs[1] && q.output_dtype(1) != DType::kBool) {
     return invalid_argument(q.node.describe() + ": the mask must be bool");
   }
-  if (q.output_dtype(0) != q.input_dtype(0)) return invalid_argument(q.node.describe() + ": the output dtype differs");
+  if (q.output_dtype(0) != q.input_dtype(0))
+    return invalid_argument(q.node.describe() + ": the output dtype differs");
   return std::unique_ptr<Kernel>(new DropoutKernel());
 }
 
 }  // namespace
 
 void register_math(Registry& r) {
-  for (OpKind k : {OpKind::kTan, OpKind::kAsin, OpKind::kAcos, OpKind::kAtan, OpKind::kSinh, OpKind::kCosh,
-                   OpKind::kAsinh, OpKind::kAcosh, OpKind::kAtanh, OpKind::kSoftsign, OpKind::kSelu, OpKind::kCelu,
-                   OpKind::kMish, OpKind::kThresholdedRelu, OpKind::kSwish, OpKind::kShrink, OpKind::kBitwiseNot}) {
+  for (OpKind k : {OpKind::kTan, OpKind::kAsin, OpKind::kAcos, OpKind::kAtan, OpKind::kSinh,
+                   OpKind::kCosh, OpKind::kAsinh, OpKind::kAcosh, OpKind::kAtanh, OpKind::kSoftsign,
+                   OpKind::kSelu, OpKind::kCelu, OpKind::kMish, OpKind::kThresholdedRelu,
+                   OpKind::kSwish, OpKind::kShrink, OpKind::kBitwiseNot}) {
     r.add(k, &make_unary);
   }
-  for (OpKind k : {OpKind::kPRelu, OpKind::kBitwiseAnd, OpKind::kBitwiseOr, OpKind::kBitwiseXor, OpKind::kBitShift}) {
+  for (OpKind k : {OpKind::kPRelu, OpKind::kBitwiseAnd, OpKind::kBitwiseOr, OpKind::kBitwiseXor,
+                   OpKind::kBitShift}) {
     r.add(k, &make_binary);
   }
-  for (OpKind k : {OpKind::kSum, OpKind::kMean, OpKind::kMax, OpKind::kMin}) r.add(k, &make_variadic);
+  for (OpKind k : {OpKind::kSum, OpKind::kMean, OpKind::kMax, OpKind::kMin})
+    r.add(k, &make_variadic);
   r.add(OpKind::kDropout, &make_dropout);
 }
 

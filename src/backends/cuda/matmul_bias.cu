@@ -57,9 +57,11 @@ __global__ void bias_act_kernel(T* y, const T* bias, int64_t n, BiasMap m, MatMu
 // division and remainder per dim (BERT-base's [8192, 3072] GELU epilogue: 0.2 ms of a 0.27 ms
 // layer at batch 64).
 template <typename T>
-__global__ void bias_act_rows_kernel(T* y, const T* bias, int32_t n, int32_t cols, MatMulActivation act) {
+__global__ void bias_act_rows_kernel(T* y, const T* bias, int32_t n, int32_t cols,
+                                     MatMulActivation act) {
   using C = typename DNum<T>::C;
-  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int32_t(gridDim.x) * blockDim.x) {
+  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int32_t(gridDim.x) * blockDim.x) {
     C v = DNum<T>::load(y[i]);
     if (bias) v += DNum<T>::load(bias[i % cols]);
     y[i] = DNum<T>::store(activate<C>(act, v));
@@ -71,9 +73,11 @@ __global__ void bias_act_rows_kernel(T* y, const T* bias, int32_t n, int32_t col
 // issued a 2-byte load, a remainder and a store per element (ViT-B/16's [12608, 3072] GELU
 // epilogue at batch 64: 0.17 ms after a 0.08 ms GEMM).
 template <typename T>
-__global__ void bias_act_vec_kernel(uint4* y, const uint4* bias, int32_t vecs, int32_t row_vecs, MatMulActivation act) {
+__global__ void bias_act_vec_kernel(uint4* y, const uint4* bias, int32_t vecs, int32_t row_vecs,
+                                    MatMulActivation act) {
   using N = DNum<T>;
-  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs; i += int32_t(gridDim.x) * blockDim.x) {
+  for (int32_t i = int32_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += int32_t(gridDim.x) * blockDim.x) {
     uint4 u = y[i];
     uint4 b = bias ? bias[i % row_vecs] : make_uint4(0, 0, 0, 0);
     T* h = reinterpret_cast<T*>(&u);
@@ -89,7 +93,8 @@ __global__ void bias_act_vec_kernel(uint4* y, const uint4* bias, int32_t vecs, i
 }
 
 template <typename T>
-Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActivation act, cudaStream_t s) {
+Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActivation act,
+              cudaStream_t s) {
   bool rows = m.rank >= 1 && n + int64_t(kBlock) * grid_for(n, kBlock) < (int64_t(1) << 31);
   for (int d = 0; d + 1 < m.rank && bias && rows; ++d) rows = m.strides[d] == 0;
   if (rows && bias) rows = m.strides[m.rank - 1] == 1;
@@ -97,28 +102,32 @@ Status launch(void* y, const void* bias, int64_t n, const BiasMap& m, MatMulActi
   if (kHalf && rows && m.dims[m.rank - 1] % 8 == 0 && aligned16(y) && (!bias || aligned16(bias))) {
     const int64_t vecs = n / 8;
     bias_act_vec_kernel<T><<<grid_for(vecs, kBlock), kBlock, 0, s>>>(
-        static_cast<uint4*>(y), static_cast<const uint4*>(bias), int32_t(vecs), int32_t(m.dims[m.rank - 1] / 8), act);
+        static_cast<uint4*>(y), static_cast<const uint4*>(bias), int32_t(vecs),
+        int32_t(m.dims[m.rank - 1] / 8), act);
     return launch_status("MatMulBias epilogue");
   }
   if (rows) {
-    bias_act_rows_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(
-        static_cast<T*>(y), static_cast<const T*>(bias), int32_t(n), int32_t(m.dims[m.rank - 1]), act);
+    bias_act_rows_kernel<T>
+        <<<grid_for(n, kBlock), kBlock, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias),
+                                                int32_t(n), int32_t(m.dims[m.rank - 1]), act);
   } else {
-    bias_act_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n,
-                                                              m, act);
+    bias_act_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), n, m, act);
   }
   return launch_status("MatMulBias epilogue");
 }
 
 }  // namespace
 
-Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape, const void* bias,
-                            std::span<const int64_t> bias_shape, MatMulActivation act, cudaStream_t s) {
+Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape,
+                            const void* bias, std::span<const int64_t> bias_shape,
+                            MatMulActivation act, cudaStream_t s) {
   const int64_t n = shape_numel(y_shape);
   if (n == 0 || (!bias && act == MatMulActivation::kNone)) return ok_status();
   if (y_shape.size() > size_t(kMaxBiasRank) || bias_shape.size() > y_shape.size()) {
-    return invalid_argument("MatMulBias: Y of rank " + std::to_string(y_shape.size()) + " and bias of rank " +
-                            std::to_string(bias_shape.size()) + " (at most " + std::to_string(kMaxBiasRank) + ")");
+    return invalid_argument("MatMulBias: Y of rank " + std::to_string(y_shape.size()) +
+                            " and bias of rank " + std::to_string(bias_shape.size()) +
+                            " (at most " + std::to_string(kMaxBiasRank) + ")");
   }
   BiasMap m;
   m.rank = int(y_shape.size());
@@ -128,8 +137,8 @@ Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_sha
     const int bd = d - (m.rank - int(bias_shape.size()));
     const int64_t b = bd >= 0 ? bias_shape[size_t(bd)] : 1;
     if (b != 1 && b != m.dims[d]) {
-      return invalid_argument("MatMulBias: bias " + shape_to_string(bias_shape) + " does not broadcast to Y " +
-                              shape_to_string(y_shape));
+      return invalid_argument("MatMulBias: bias " + shape_to_string(bias_shape) +
+                              " does not broadcast to Y " + shape_to_string(y_shape));
     }
     m.strides[d] = b == 1 ? 0 : stride;
     stride *= b;

@@ -20,11 +20,15 @@ constexpr int kBlock = 256;
 
 struct Sum {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MaxOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return (a > b || a != a) ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
 };
 
 // Softmax over rows of length n whose elements are `inner` apart; row r starts at
@@ -90,7 +94,8 @@ __global__ void softmax_warp_kernel(const T* x, T* y, int64_t rows, int n, bool 
 // softmax_warp_kernel where it applies (contiguous rows of at most 1024, a float type other than
 // float64); false (nothing launched) otherwise.
 template <typename T>
-bool launch_softmax_warp(const void* x, void* y, int64_t rows, int64_t n, int64_t inner, bool log, cudaStream_t s) {
+bool launch_softmax_warp(const void* x, void* y, int64_t rows, int64_t n, int64_t inner, bool log,
+                         cudaStream_t s) {
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
@@ -99,19 +104,24 @@ bool launch_softmax_warp(const void* x, void* y, int64_t rows, int64_t n, int64_
     if (grid > 0x7fffffffu / 256) return false;
     auto go = [&](auto per) {
       constexpr int kPer = decltype(per)::value;
-      softmax_warp_kernel<T, kPer><<<grid, 256, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, int(n),
-                                                         log);
+      softmax_warp_kernel<T, kPer>
+          <<<grid, 256, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, int(n), log);
     };
-    if (n <= 128) go(std::integral_constant<int, 4>{});
-    else if (n <= 256) go(std::integral_constant<int, 8>{});
-    else if (n <= 512) go(std::integral_constant<int, 16>{});
-    else go(std::integral_constant<int, 32>{});
+    if (n <= 128)
+      go(std::integral_constant<int, 4>{});
+    else if (n <= 256)
+      go(std::integral_constant<int, 8>{});
+    else if (n <= 512)
+      go(std::integral_constant<int, 16>{});
+    else
+      go(std::integral_constant<int, 32>{});
     return true;
   }
 }
 
-__global__ void layer_norm_kernel(const float* x, const float* scale, const float* bias, float* y, float* mean_out,
-                                  float* inv_out, int64_t n, int64_t scale_n, int64_t bias_n, float eps) {
+__global__ void layer_norm_kernel(const float* x, const float* scale, const float* bias, float* y,
+                                  float* mean_out, float* inv_out, int64_t n, int64_t scale_n,
+                                  int64_t bias_n, float eps) {
   __shared__ double sd[32];
   int64_t r = blockIdx.x;
   const float* row = x + r * n;
@@ -174,19 +184,19 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
   }
 }
 
-// LayerNormalization of float16/bfloat16 rows of n <= 256 * kVecs (at most 2048) elements, n a multiple of 8,
-// with Scale and B of X's type and the row's size (or absent) and no Mean/InvStdDev outputs: one
-// warp a row, held in registers from 16-byte loads; mean and variance in float over the held values
-// (two passes, no cancellation), one rounding of each result. The block-per-row kernel above read
-// the row three times in double: 47-70 us a layer for BERT-base's and ViT-B/16's [8192..12608,
-// 768] rows at batch 64, on an H100.
+// LayerNormalization of float16/bfloat16 rows of n <= 256 * kVecs (at most 2048) elements, n a
+// multiple of 8, with Scale and B of X's type and the row's size (or absent) and no Mean/InvStdDev
+// outputs: one warp a row, held in registers from 16-byte loads; mean and variance in float over
+// the held values (two passes, no cancellation), one rounding of each result. The block-per-row
+// kernel above read the row three times in double: 47-70 us a layer for BERT-base's and ViT-B/16's
+// [8192..12608, 768] rows at batch 64, on an H100.
 //
 // kRms: RMSNormalization's rows the same way (no mean subtracted, no B): the block-per-row
 // rms_norm_kernel below reads in double through load_as and took 80 us a layer on a Llama-style
 // decoder's [8192, 1024] rows on an H200.
 template <typename T, int kVecs, bool kRms = false>
-__global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y, int64_t rows, int n,
-                                       float eps) {
+__global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y,
+                                       int64_t rows, int n, float eps) {
   using N = DNum<T>;
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
@@ -244,9 +254,11 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
 
 // layer_norm_warp_kernel where it applies; false (nothing launched) otherwise.
 template <typename T, bool kRms = false>
-bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorView* bias, T* y, int64_t rows,
-                     int64_t n, float eps, cudaStream_t s) {
-  if (n % 8 != 0 || n > 256 * 8 || rows > int64_t(0x7fffffff) * 4 || !aligned16(x.data) || !aligned16(y)) return false;
+bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorView* bias, T* y,
+                     int64_t rows, int64_t n, float eps, cudaStream_t s) {
+  if (n % 8 != 0 || n > 256 * 8 || rows > int64_t(0x7fffffff) * 4 || !aligned16(x.data) ||
+      !aligned16(y))
+    return false;
   for (const TensorView* p : {scale, bias}) {
     if (p && (p->dtype != x.dtype || p->numel() != n || !aligned16(p->data))) return false;
   }
@@ -258,10 +270,14 @@ bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorV
         <<<grid, 128, 0, s>>>(static_cast<const T*>(x.data), sp, bp, y, rows, int(n), eps);
   };
   const int64_t per_lane = (n / 8 + 31) / 32;  // 16-byte vectors per lane
-  if (per_lane <= 1) go(std::integral_constant<int, 1>{});
-  else if (per_lane <= 2) go(std::integral_constant<int, 2>{});
-  else if (per_lane <= 4) go(std::integral_constant<int, 4>{});
-  else go(std::integral_constant<int, 8>{});
+  if (per_lane <= 1)
+    go(std::integral_constant<int, 1>{});
+  else if (per_lane <= 2)
+    go(std::integral_constant<int, 2>{});
+  else if (per_lane <= 4)
+    go(std::integral_constant<int, 4>{});
+  else
+    go(std::integral_constant<int, 8>{});
   return true;
 }
 
@@ -298,7 +314,6 @@ __global__ void rms_norm_kernel(const void* x, const void* scale, void* y, RmsAr
   }
 }
 
-
 class SoftmaxKernel final : public CudaKernel {
  public:
   SoftmaxKernel(std::string name, int64_t axis, bool single_axis, bool log)
@@ -307,7 +322,8 @@ class SoftmaxKernel final : public CudaKernel {
     const TensorView& x = in[0];
     int rank = x.rank();
     int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
-    if (rank == 0 || axis < 0 || axis >= rank) return invalid_argument(name_ + ": axis " + std::to_string(axis_) + " out of range");
+    if (rank == 0 || axis < 0 || axis >= rank)
+      return invalid_argument(name_ + ": axis " + std::to_string(axis_) + " out of range");
     int64_t outer = 1, n = 1, inner = 1;
     for (int d = 0; d < axis; ++d) outer *= x.shape[d];
     if (single_) {
@@ -336,7 +352,8 @@ class SoftmaxKernel final : public CudaKernel {
 
 class LayerNormKernel final : public CudaKernel {
  public:
-  LayerNormKernel(int64_t axis, float eps) : CudaKernel("cuda.LayerNormalization"), axis_(axis), eps_(eps) {}
+  LayerNormKernel(int64_t axis, float eps)
+      : CudaKernel("cuda.LayerNormalization"), axis_(axis), eps_(eps) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
     int rank = x.rank();
@@ -345,7 +362,8 @@ class LayerNormKernel final : public CudaKernel {
       return unsupported(name_ + ": float32, float16 and bfloat16 only on CUDA");
     }
     int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
-    if (rank == 0 || axis < 0 || axis >= rank) return invalid_argument("LayerNormalization: axis out of range");
+    if (rank == 0 || axis < 0 || axis >= rank)
+      return invalid_argument("LayerNormalization: axis out of range");
     int64_t outer = 1, n = 1;
     for (int d = 0; d < axis; ++d) outer *= x.shape[d];
     for (int d = int(axis); d < rank; ++d) n *= x.shape[d];
@@ -353,13 +371,14 @@ class LayerNormKernel final : public CudaKernel {
     const float* bias = in.size() > 2 && present(in[2]) ? in[2].as<const float>() : nullptr;
     int64_t sn = scale ? in[1].numel() : 1, bn = bias ? in[2].numel() : 1;
     if ((scale && sn != n && sn != 1) || (bias && bn != n && bn != 1)) {
-      return unsupported("LayerNormalization: the CUDA backend needs Scale and B of the normalized size or 1");
+      return unsupported(
+          "LayerNormalization: the CUDA backend needs Scale and B of the normalized size or 1");
     }
     float* mean = out.size() > 1 && present(out[1]) ? out[1].as<float>() : nullptr;
     float* inv = out.size() > 2 && present(out[2]) ? out[2].as<float>() : nullptr;
     if (outer == 0 || n == 0) return ok_status();
-    layer_norm_kernel<<<unsigned(outer), kBlock, 0, stream_>>>(x.as<const float>(), scale, bias, out[0].as<float>(),
-                                                               mean, inv, n, sn, bn, eps_);
+    layer_norm_kernel<<<unsigned(outer), kBlock, 0, stream_>>>(
+        x.as<const float>(), scale, bias, out[0].as<float>(), mean, inv, n, sn, bn, eps_);
     return launch_status("layer_norm_kernel");
   }
 
@@ -394,9 +413,10 @@ class LayerNormKernel final : public CudaKernel {
     const TensorView* scale = has_scale ? &in[1] : nullptr;
     const TensorView* bias = has_bias ? &in[2] : nullptr;
     if (!a.mean && !a.inv) {
-      const bool warp = x.dtype == DType::kFloat16
-                            ? layer_norm_warp(x, scale, bias, y.as<__half>(), outer, n, eps_, stream_)
-                            : layer_norm_warp(x, scale, bias, y.as<__nv_bfloat16>(), outer, n, eps_, stream_);
+      const bool warp =
+          x.dtype == DType::kFloat16
+              ? layer_norm_warp(x, scale, bias, y.as<__half>(), outer, n, eps_, stream_)
+              : layer_norm_warp(x, scale, bias, y.as<__nv_bfloat16>(), outer, n, eps_, stream_);
       if (warp) return launch_status("layer_norm_warp_kernel");
     }
     if (x.dtype == DType::kFloat16) {
@@ -452,12 +472,14 @@ class RmsNormKernel final : public CudaKernel {
     if (outer == 0 || n == 0) return ok_status();
     if (outer > INT32_MAX) return unsupported(name_ + ": too many rows");
     if (scale.numel() == n && scale.dtype == x.dtype) {
-      const bool warp = x.dtype == DType::kFloat16
-                            ? layer_norm_warp<__half, true>(x, &scale, nullptr, out[0].as<__half>(), outer, n, eps_, stream_)
-                        : x.dtype == DType::kBFloat16
-                            ? layer_norm_warp<__nv_bfloat16, true>(x, &scale, nullptr, out[0].as<__nv_bfloat16>(), outer,
-                                                                    n, eps_, stream_)
-                            : false;
+      const bool warp =
+          x.dtype == DType::kFloat16
+              ? layer_norm_warp<__half, true>(x, &scale, nullptr, out[0].as<__half>(), outer, n,
+                                              eps_, stream_)
+          : x.dtype == DType::kBFloat16
+              ? layer_norm_warp<__nv_bfloat16, true>(x, &scale, nullptr, out[0].as<__nv_bfloat16>(),
+                                                     outer, n, eps_, stream_)
+              : false;
       if (warp) return launch_status("rms_norm_warp_kernel");
     }
     rms_norm_kernel<<<unsigned(outer), kBlock, 0, stream_>>>(x.data, scale.data, out[0].data, a);
@@ -468,7 +490,6 @@ class RmsNormKernel final : public CudaKernel {
   int64_t axis_;
   float eps_;
 };
-
 
 StatusOr<std::unique_ptr<Kernel>> make_softmax(const KernelQuery& q) {
   const DType t = q.input_dtype(0);
@@ -510,7 +531,8 @@ StatusOr<std::unique_ptr<Kernel>> make_layer_norm(const KernelQuery& q) {
         if (!one && !(n && m && *m == *n)) {
           return unsupported(q.node.describe() + ": the CUDA LayerNormalization needs " +
                              (i == 1 ? "Scale" : "B") + " of the normalized slice's size (" +
-                             (n ? n->to_string() : "unknown") + " elements) or one element; it has " +
+                             (n ? n->to_string() : "unknown") +
+                             " elements) or one element; it has " +
                              (m ? m->to_string() : "an unknown number of") + " elements");
         }
       }
@@ -556,14 +578,16 @@ template <typename From, typename To, typename Cvt>
 Status convert(const void* in, void* out, int64_t n, cudaStream_t s, const char* name) {
   if (n == 0) return ok_status();
   if (n % 8 == 0 && aligned16(in) && aligned16(out)) {
-    convert8_kernel<From, To, Cvt><<<grid_for(n / 8), kBlock, 0, s>>>(static_cast<const Pack8<From>*>(in),
-                                                                       static_cast<Pack8<To>*>(out), n / 8);
+    convert8_kernel<From, To, Cvt><<<grid_for(n / 8), kBlock, 0, s>>>(
+        static_cast<const Pack8<From>*>(in), static_cast<Pack8<To>*>(out), n / 8);
   } else {
-    convert_kernel<From, To, Cvt><<<grid_for(n), kBlock, 0, s>>>(static_cast<const From*>(in), static_cast<To*>(out), n);
+    convert_kernel<From, To, Cvt>
+        <<<grid_for(n), kBlock, 0, s>>>(static_cast<const From*>(in), static_cast<To*>(out), n);
   }
   return launch_status(name);
 }
-__global__ void channel_bias_kernel(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner, int act) {
+__global__ void channel_bias_kernel(float* out, const float* bias, int64_t n, int64_t channels,
+                                    int64_t inner, int act) {
   KILN_GRID_LOOP(i, n) {
     float v = out[i] + (bias ? bias[(i / inner) % channels] : 0.f);
     if (act == 1) v = v > 0.f ? v : 0.f;
@@ -599,7 +623,6 @@ StatusOr<std::unique_ptr<Kernel>> make_rms_norm(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new RmsNormKernel(axis, eps));
 }
 
-
 }  // namespace
 
 Status convert_f32_to_f16(const float* in, void* out, int64_t n, cudaStream_t s) {
@@ -629,8 +652,8 @@ Status add_channel_bias_half(void* out, const void* bias, DType dtype, int64_t n
   }
   return launch_status("channel_bias_half_kernel");
 }
-Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner, int act,
-                        cudaStream_t s) {
+Status add_channel_bias(float* out, const float* bias, int64_t n, int64_t channels, int64_t inner,
+                        int act, cudaStream_t s) {
   if (n == 0) return ok_status();
   channel_bias_kernel<<<grid_for(n), kBlock, 0, s>>>(out, bias, n, channels, inner, act);
   return launch_status("channel_bias_kernel");

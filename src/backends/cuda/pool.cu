@@ -345,10 +345,12 @@ class PoolKernel final : public CudaKernel {
       T* py = y.as<T>();
       switch (op_) {
         case PoolOp::kMax:
-          if (!indices && a.in[0] == 1 && a.k[0] == 1 && n < INT32_MAX && a.in[1] * a.in[2] < INT32_MAX) {
+          if (!indices && a.in[0] == 1 && a.k[0] == 1 && n < INT32_MAX &&
+              a.in[1] * a.in[2] < INT32_MAX) {
             max_pool2d_kernel<T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, a, int(n));
           } else {
-            pool_kernel<PoolOp::kMax, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
+            pool_kernel<PoolOp::kMax, T>
+                <<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
           }
           break;
         case PoolOp::kAverage:

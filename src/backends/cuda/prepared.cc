@@ -34,15 +34,18 @@ WeightTable& table() {
 }
 
 // The bytes of `host` in device memory, shared under `key` while any engine holds them.
-StatusOr<std::shared_ptr<const DeviceWeight>> upload(const Key& key, const void* host, size_t nbytes) {
+StatusOr<std::shared_ptr<const DeviceWeight>> upload(const Key& key, const void* host,
+                                                     size_t nbytes) {
   WeightTable& w = table();
   std::lock_guard<std::mutex> lock(w.mu);
   if (auto it = w.weights.find(key); it != w.weights.end()) {
     if (auto alive = it->second.lock()) return alive;
   }
   auto weight = std::make_shared<DeviceWeight>();
-  KILN_CUDA_CHECK(cudaMalloc(&weight->data, std::max<size_t>(nbytes, 16)), "allocating a prepared weight");
-  KILN_CUDA_CHECK(cudaMemcpy(weight->data, host, nbytes, cudaMemcpyHostToDevice), "uploading a prepared weight");
+  KILN_CUDA_CHECK(cudaMalloc(&weight->data, std::max<size_t>(nbytes, 16)),
+                  "allocating a prepared weight");
+  KILN_CUDA_CHECK(cudaMemcpy(weight->data, host, nbytes, cudaMemcpyHostToDevice),
+                  "uploading a prepared weight");
   w.weights[key] = weight;
   w.prepared.fetch_add(1);
   return std::shared_ptr<const DeviceWeight>(std::move(weight));
@@ -72,23 +75,26 @@ const void* PreparedOperands::operand(const KernelQuery& q, size_t i) {
   return p->operands[i]->data;
 }
 
-StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(const KernelQuery& q,
-                                                                            std::initializer_list<int> which) {
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_low_precision_operands(
+    const KernelQuery& q, std::initializer_list<int> which) {
   MathMode mode = math_mode(q);
-  if (mode != MathMode::kFp16 && mode != MathMode::kBf16) return std::shared_ptr<const PreparedNode>();
+  if (mode != MathMode::kFp16 && mode != MathMode::kBf16)
+    return std::shared_ptr<const PreparedNode>();
   auto prepared = std::make_shared<PreparedOperands>();
   bool any = false;
   for (int i : which) {
     if (!q.input_is_constant(size_t(i)) || q.inputs[size_t(i)]->dtype != DType::kFloat32) continue;
     if (prepared->operands.size() <= size_t(i)) prepared->operands.resize(size_t(i) + 1);
-    KILN_ASSIGN_OR_RETURN(prepared->operands[size_t(i)], device_weight(*q.inputs[size_t(i)]->constant, mode));
+    KILN_ASSIGN_OR_RETURN(prepared->operands[size_t(i)],
+                          device_weight(*q.inputs[size_t(i)]->constant, mode));
     any = true;
   }
   if (!any) return std::shared_ptr<const PreparedNode>();
   return std::shared_ptr<const PreparedNode>(std::move(prepared));
 }
 
-StatusOr<std::shared_ptr<const DeviceWeight>> device_bytes(std::span<const uint8_t> bytes, int layout) {
+StatusOr<std::shared_ptr<const DeviceWeight>> device_bytes(std::span<const uint8_t> bytes,
+                                                           int layout) {
   // Keyed apart from the MathMode conversions (small non-negative ints).
   Key key{checksum64(bytes), bytes.size(), 1000 + layout};
   return upload(key, bytes.data(), bytes.size());

@@ -57,7 +57,8 @@ __global__ void quantize_kernel(QuantArgs a) {
 __global__ void dequantize_kernel(QuantArgs a) {
   KILN_GRID_LOOP(e, a.n) {
     int64_t p = a.map.at(e);
-    double v = load_as<double>(a.x, a.x_dtype, e) - (a.zp ? load_as<double>(a.zp, a.zp_dtype, p) : 0.0);
+    double v =
+        load_as<double>(a.x, a.x_dtype, e) - (a.zp ? load_as<double>(a.zp, a.zp_dtype, p) : 0.0);
     double s = load_as<double>(a.scale, a.s_dtype, p);
     double r = DType(a.y_dtype) == DType::kFloat64 ? v * s : double(float(v) * float(s));
     store_as<double>(a.y, a.y_dtype, e, r);
@@ -65,7 +66,8 @@ __global__ void dequantize_kernel(QuantArgs a) {
 }
 
 bool quantized_type(DType t) {
-  return t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16 || t == DType::kInt32;
+  return t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16 ||
+         t == DType::kInt32;
 }
 
 class QuantKernel final : public CudaKernel {
@@ -79,7 +81,8 @@ class QuantKernel final : public CudaKernel {
     const TensorView &x = in[0], &s = in[1], &y = out[0];
     bool has_zp = in.size() > 2 && present(in[2]);
     if (y.numel() != x.numel()) return invalid_argument(name_ + ": the output size differs");
-    if (has_zp && in[2].numel() != s.numel()) return invalid_argument(name_ + ": zero point and scale sizes differ");
+    if (has_zp && in[2].numel() != s.numel())
+      return invalid_argument(name_ + ": zero point and scale sizes differ");
     QuantArgs a{};
     ParamMap& m = a.map;
     m.dim = m.inner = m.block = m.blocks = 1;
@@ -90,14 +93,16 @@ class QuantKernel final : public CudaKernel {
       m.dim = x.shape[axis];
       for (int d = int(axis) + 1; d < rank; ++d) m.inner *= x.shape[d];
       if (block_ == 0) {
-        if (s.numel() != m.dim) return invalid_argument(name_ + ": the scale does not match the axis");
+        if (s.numel() != m.dim)
+          return invalid_argument(name_ + ": the scale does not match the axis");
         m.kind = 1;
       } else {
         m.kind = 2;
         m.block = block_;
         m.blocks = (m.dim + block_ - 1) / block_;
         int64_t outer = m.dim ? x.numel() / (m.dim * m.inner) : 0;
-        if (s.numel() != outer * m.blocks * m.inner) return invalid_argument(name_ + ": the blocked scale's size differs");
+        if (s.numel() != outer * m.blocks * m.inner)
+          return invalid_argument(name_ + ": the blocked scale's size differs");
       }
     }
     a.x = x.data, a.scale = s.data, a.zp = has_zp ? in[2].data : nullptr, a.y = y.data;
@@ -105,12 +110,23 @@ class QuantKernel final : public CudaKernel {
     a.y_dtype = int(y.dtype);
     a.n = y.numel();
     switch (y.dtype) {
-      case DType::kInt8: a.lo = -128, a.hi = 127; break;
-      case DType::kUInt8: a.lo = 0, a.hi = 255; break;
-      case DType::kInt16: a.lo = -32768, a.hi = 32767; break;
-      case DType::kUInt16: a.lo = 0, a.hi = 65535; break;
-      case DType::kInt32: a.lo = -2147483648.0, a.hi = 2147483647.0; break;
-      default: break;
+      case DType::kInt8:
+        a.lo = -128, a.hi = 127;
+        break;
+      case DType::kUInt8:
+        a.lo = 0, a.hi = 255;
+        break;
+      case DType::kInt16:
+        a.lo = -32768, a.hi = 32767;
+        break;
+      case DType::kUInt16:
+        a.lo = 0, a.hi = 65535;
+        break;
+      case DType::kInt32:
+        a.lo = -2147483648.0, a.hi = 2147483647.0;
+        break;
+      default:
+        break;
     }
     if (a.n == 0) return ok_status();
     if (quantize_) {
@@ -135,7 +151,8 @@ struct FminF {
 
 // One block: the range [min(0, x), max(0, x)] (NaN ignored, as std::max/min in the reference)
 // and the scale and zero point mapping it onto [0, 255].
-__global__ void dynamic_params_kernel(const float* x, int64_t n, float* scale_out, uint8_t* zp_out) {
+__global__ void dynamic_params_kernel(const float* x, int64_t n, float* scale_out,
+                                      uint8_t* zp_out) {
   __shared__ float sh[32];
   float mx = 0, mn = 0;
   for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
@@ -152,7 +169,8 @@ __global__ void dynamic_params_kernel(const float* x, int64_t n, float* scale_ou
   }
 }
 
-__global__ void dynamic_quantize_kernel(const float* x, int64_t n, const float* scale, const uint8_t* zp, uint8_t* y) {
+__global__ void dynamic_quantize_kernel(const float* x, int64_t n, const float* scale,
+                                        const uint8_t* zp, uint8_t* y) {
   float s = *scale, z = float(*zp);
   KILN_GRID_LOOP(e, n) y[e] = uint8_t(fminf(fmaxf(rintf(x[e] / s) + z, 0.0f), 255.0f));
 }
@@ -164,14 +182,16 @@ class DynamicQuantKernel final : public CudaKernel {
     const TensorView& x = in[0];
     int64_t n = x.numel();
     if (out[0].numel() != n || out[1].numel() != 1 || out[2].numel() != 1) {
-      return invalid_argument(name_ + ": outputs must be Y of X's size and one scale and zero point");
+      return invalid_argument(name_ +
+                              ": outputs must be Y of X's size and one scale and zero point");
     }
     float* scale = out[1].as<float>();
     uint8_t* zp = out[2].as<uint8_t>();
     dynamic_params_kernel<<<1, 1024, 0, stream_>>>(x.as<const float>(), n, scale, zp);
     KILN_RETURN_IF_ERROR(launch_status("dynamic_params_kernel"));
     if (n == 0) return ok_status();
-    dynamic_quantize_kernel<<<grid_for(n), kBlock, 0, stream_>>>(x.as<const float>(), n, scale, zp, out[0].as<uint8_t>());
+    dynamic_quantize_kernel<<<grid_for(n), kBlock, 0, stream_>>>(x.as<const float>(), n, scale, zp,
+                                                                 out[0].as<uint8_t>());
     return launch_status("dynamic_quantize_kernel");
   }
 };
@@ -181,11 +201,13 @@ StatusOr<std::unique_ptr<Kernel>> make_quant(const KernelQuery& q) {
   DType x = q.input_dtype(0), y = q.output_dtype(0);
   DType data = quantize ? x : y, qt = quantize ? y : x;
   if (!is_float(data) || !quantized_type(qt)) {
-    return unsupported(q.node.describe() + ": the CUDA kernel quantizes float32/float64/float16/bfloat16 to " +
-                       "int8/uint8/int16/uint16/int32, not " + std::string(dtype_name(data)) + " and " +
-                       std::string(dtype_name(qt)));
+    return unsupported(q.node.describe() +
+                       ": the CUDA kernel quantizes float32/float64/float16/bfloat16 to " +
+                       "int8/uint8/int16/uint16/int32, not " + std::string(dtype_name(data)) +
+                       " and " + std::string(dtype_name(qt)));
   }
-  if (!is_float(q.input_dtype(1))) return invalid_argument(q.node.describe() + ": the scale must be a float");
+  if (!is_float(q.input_dtype(1)))
+    return invalid_argument(q.node.describe() + ": the scale must be a float");
   DType zt = q.input_dtype(2);
   if (zt != DType::kUndefined && zt != qt) {
     return unsupported(q.node.describe() + ": zero point of dtype " + std::string(dtype_name(zt)));
@@ -199,7 +221,8 @@ StatusOr<std::unique_ptr<Kernel>> make_quant(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_dynamic_quant(const KernelQuery& q) {
   if (q.input_dtype(0) != DType::kFloat32 || q.output_dtype(0) != DType::kUInt8 ||
       q.output_dtype(1) != DType::kFloat32 || q.output_dtype(2) != DType::kUInt8) {
-    return unsupported(q.node.describe() + ": the CUDA kernel takes float32 to uint8 with all three outputs");
+    return unsupported(q.node.describe() +
+                       ": the CUDA kernel takes float32 to uint8 with all three outputs");
   }
   return std::unique_ptr<Kernel>(new DynamicQuantKernel());
 }

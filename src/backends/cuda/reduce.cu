@@ -11,8 +11,8 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
-#include "backends/cuda/typed.cuh"
 #include "backends/cuda/query_checks.h"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -33,22 +33,29 @@ struct ReduceArgs {
   Red op;
 };
 
-
 struct AddOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MulOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a * b; }
+  __device__ T operator()(T a, T b) const {
+    return a * b;
+  }
 };
 struct MaxNanOp {  // NaN wins
   template <typename T>
-  __device__ T operator()(T a, T b) const { return (a > b || a != a) ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
 };
 struct MinNanOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return (a < b || a != a) ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return (a < b || a != a) ? a : b;
+  }
 };
 struct FmaxOp {  // NaN ignored, as std::max(mx, v) in the reference's LogSumExp
   __device__ double operator()(double a, double b) const { return fmax(a, b); }
@@ -70,27 +77,32 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
   using C = typename N::C;
   constexpr bool kFloat = std::is_floating_point_v<C>;
   // Max/Min compare in K, which holds every value of C: C for floats, int64/uint64 for integers.
-  using K = std::conditional_t<kFloat, C, std::conditional_t<std::is_signed_v<C>, int64_t, uint64_t>>;
+  using K =
+      std::conditional_t<kFloat, C, std::conditional_t<std::is_signed_v<C>, int64_t, uint64_t>>;
   __shared__ K sk[32];
   __shared__ double sd[32];
   __shared__ uint64_t su[32];
   int64_t o = blockIdx.x;
   int64_t base = walk_offset(o, a.out_rank, a.out_dims, a.out_strides);
-  auto at = [&](int64_t j) { return N::load(x[base + walk_offset(j, a.red_rank, a.red_dims, a.red_strides)]); };
+  auto at = [&](int64_t j) {
+    return N::load(x[base + walk_offset(j, a.red_rank, a.red_dims, a.red_strides)]);
+  };
   const Red op = a.op;
   if (op == Red::kMax || op == Red::kMin) {
     K ident;
     if constexpr (kFloat) {
       ident = op == Red::kMax ? K(-INFINITY) : K(INFINITY);
     } else {
-      ident = op == Red::kMax ? K(std::numeric_limits<C>::lowest()) : K(std::numeric_limits<C>::max());
+      ident =
+          op == Red::kMax ? K(std::numeric_limits<C>::lowest()) : K(std::numeric_limits<C>::max());
     }
     K best = ident;
     for (int64_t j = threadIdx.x; j < a.red_n; j += blockDim.x) {
       K v = K(at(j));
       best = op == Red::kMax ? MaxNanOp()(best, v) : MinNanOp()(best, v);
     }
-    best = op == Red::kMax ? block_reduce(best, MaxNanOp(), sk, ident) : block_reduce(best, MinNanOp(), sk, ident);
+    best = op == Red::kMax ? block_reduce(best, MaxNanOp(), sk, ident)
+                           : block_reduce(best, MinNanOp(), sk, ident);
     if (threadIdx.x == 0) y[o] = N::store(C(best));
   } else if (kFloat || op == Red::kLogSum || op == Red::kLogSumExp) {
     double mx = 0;
@@ -104,15 +116,26 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
     for (int64_t j = threadIdx.x; j < a.red_n; j += blockDim.x) {
       double v = double(at(j));
       switch (op) {
-        case Red::kProd: acc *= v; break;
-        case Red::kL1: acc += fabs(v); break;
+        case Red::kProd:
+          acc *= v;
+          break;
+        case Red::kL1:
+          acc += fabs(v);
+          break;
         case Red::kL2:
-        case Red::kSumSquare: acc += v * v; break;
-        case Red::kLogSumExp: acc += exp(v - mx); break;
-        default: acc += v; break;
+        case Red::kSumSquare:
+          acc += v * v;
+          break;
+        case Red::kLogSumExp:
+          acc += exp(v - mx);
+          break;
+        default:
+          acc += v;
+          break;
       }
     }
-    acc = op == Red::kProd ? block_reduce(acc, MulOp(), sd, 1.0) : block_reduce(acc, AddOp(), sd, 0.0);
+    acc = op == Red::kProd ? block_reduce(acc, MulOp(), sd, 1.0)
+                           : block_reduce(acc, AddOp(), sd, 0.0);
     if (threadIdx.x == 0) {
       double r = acc;
       if (op == Red::kMean) r = acc / double(a.red_n);
@@ -126,14 +149,23 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
     for (int64_t j = threadIdx.x; j < a.red_n; j += blockDim.x) {
       int64_t v = int64_t(at(j));
       switch (op) {
-        case Red::kProd: acc *= uint64_t(v); break;
-        case Red::kL1: acc += v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v); break;
+        case Red::kProd:
+          acc *= uint64_t(v);
+          break;
+        case Red::kL1:
+          acc += v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
+          break;
         case Red::kL2:
-        case Red::kSumSquare: acc += uint64_t(v) * uint64_t(v); break;
-        default: acc += uint64_t(v); break;
+        case Red::kSumSquare:
+          acc += uint64_t(v) * uint64_t(v);
+          break;
+        default:
+          acc += uint64_t(v);
+          break;
       }
     }
-    acc = op == Red::kProd ? block_reduce(acc, MulOp(), su, uint64_t(1)) : block_reduce(acc, AddOp(), su, uint64_t(0));
+    acc = op == Red::kProd ? block_reduce(acc, MulOp(), su, uint64_t(1))
+                           : block_reduce(acc, AddOp(), su, uint64_t(0));
     if (threadIdx.x == 0) {
       int64_t r = int64_t(acc);
       if (op == Red::kMean) r = a.red_n > 0 ? r / a.red_n : 0;
@@ -150,8 +182,8 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
 // splits j over 8 rows of threads, combined through shared memory; sums in double as the
 // reference.
 template <typename T>
-__global__ void column_reduce_kernel(const T* x, T* y, int64_t inner, int64_t red_n, int64_t red_stride,
-                                     int64_t outer_stride, Red op) {
+__global__ void column_reduce_kernel(const T* x, T* y, int64_t inner, int64_t red_n,
+                                     int64_t red_stride, int64_t outer_stride, Red op) {
   using N = DNum<T>;
   __shared__ double part[8][33];
   const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
@@ -196,7 +228,8 @@ class ReduceKernel final : public CudaKernel {
     }
     std::vector<bool> reduced(size_t(rank), axes.empty() && !noop_);
     for (int64_t ax : axes) {
-      if (ax < -rank || ax >= rank) return invalid_argument(name_ + ": axis " + std::to_string(ax) + " out of range");
+      if (ax < -rank || ax >= rank)
+        return invalid_argument(name_ + ": axis " + std::to_string(ax) + " out of range");
       reduced[size_t(ax < 0 ? ax + rank : ax)] = true;
     }
     ReduceArgs a{};
@@ -223,14 +256,16 @@ class ReduceKernel final : public CudaKernel {
         dims[r] = x.shape[d], st[r++] = strides[d];
       }
     }
-    if (outs != out[0].numel()) return invalid_argument(name_ + ": the output shape does not match the axes");
+    if (outs != out[0].numel())
+      return invalid_argument(name_ + ": the output shape does not match the axes");
     if (outs == 0) return ok_status();
     if (outs > INT32_MAX) return unsupported(name_ + ": more than 2^31 outputs");
-    const bool column = a.red_rank == 1 && a.out_rank >= 1 && a.out_rank <= 2 &&
-                        a.out_strides[a.out_rank - 1] == 1 && a.red_strides[0] > 1 &&
-                        (a.out_rank == 1 || a.out_dims[0] <= 65535) &&
-                        (op_ == Red::kSum || op_ == Red::kMean || op_ == Red::kMax || op_ == Red::kMin) &&
-                        (dtype_bit(x.dtype) & kTFloats) != 0;
+    const bool column =
+        a.red_rank == 1 && a.out_rank >= 1 && a.out_rank <= 2 &&
+        a.out_strides[a.out_rank - 1] == 1 && a.red_strides[0] > 1 &&
+        (a.out_rank == 1 || a.out_dims[0] <= 65535) &&
+        (op_ == Red::kSum || op_ == Red::kMean || op_ == Red::kMax || op_ == Red::kMin) &&
+        (dtype_bit(x.dtype) & kTFloats) != 0;
     if (column) {
       const int64_t inner = a.out_dims[a.out_rank - 1];
       const int64_t outer = a.out_rank == 2 ? a.out_dims[0] : 1;
@@ -239,8 +274,8 @@ class ReduceKernel final : public CudaKernel {
       visit_dtype<kTFloats>(x.dtype, [&](auto tag) {
         using T = decltype(tag);
         column_reduce_kernel<T><<<grid, dim3(32, 8), 0, stream_>>>(
-            static_cast<const T*>(x.data), static_cast<T*>(out[0].data), inner, a.red_dims[0], a.red_strides[0],
-            outer_stride, op_);
+            static_cast<const T*>(x.data), static_cast<T*>(out[0].data), inner, a.red_dims[0],
+            a.red_strides[0], outer_stride, op_);
       });
       return launch_status("column_reduce_kernel");
     }
@@ -296,8 +331,8 @@ class HardmaxKernel final : public CudaKernel {
     int64_t lines = x.numel() / n;
     visit_dtype<kTFloats>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
-      hardmax_kernel<T><<<grid_for(lines), kBlock, 0, stream_>>>(static_cast<const T*>(x.data),
-                                                                 static_cast<T*>(out[0].data), n, inner, lines);
+      hardmax_kernel<T><<<grid_for(lines), kBlock, 0, stream_>>>(
+          static_cast<const T*>(x.data), static_cast<T*>(out[0].data), n, inner, lines);
     });
     return launch_status("hardmax_kernel");
   }
@@ -310,7 +345,8 @@ class HardmaxKernel final : public CudaKernel {
 
 // The order TopK sorts in, total so that places are distinct: NaN above everything (and equal
 // to NaN), ties by index.
-__device__ __forceinline__ bool goes_before(double a, int64_t ia, double b, int64_t ib, bool largest) {
+__device__ __forceinline__ bool goes_before(double a, int64_t ia, double b, int64_t ib,
+                                            bool largest) {
   bool an = a != a, bn = b != b;
   if (an || bn) {
     if (an && bn) return ia < ib;
@@ -351,12 +387,14 @@ __global__ void topk_kernel(const void* x, int dtype, E* values, int64_t* indice
 
 class TopKKernel final : public CudaKernel {
  public:
-  TopKKernel(int64_t axis, bool largest) : CudaKernel("cuda.TopK"), axis_(axis), largest_(largest) {}
+  TopKKernel(int64_t axis, bool largest)
+      : CudaKernel("cuda.TopK"), axis_(axis), largest_(largest) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView &x = in[0], &values = out[0], &indices = out[1];
     int r = x.rank();
     int64_t axis = axis_ < 0 ? axis_ + r : axis_;
-    if (axis < 0 || axis >= r || values.rank() != r) return invalid_argument(name_ + ": axis out of range");
+    if (axis < 0 || axis >= r || values.rank() != r)
+      return invalid_argument(name_ + ": axis out of range");
     // K is fixed at build time: it is the outputs' extent along the axis.
     int64_t n = x.shape[axis], k = values.shape[axis], outer = 1, inner = 1;
     for (int d = 0; d < axis; ++d) outer *= x.shape[d];
@@ -369,11 +407,20 @@ class TopKKernel final : public CudaKernel {
     if (lines > INT32_MAX) return unsupported(name_ + ": more than 2^31 lines");
     unsigned threads = block_for(n);
     switch (dtype_size(x.dtype)) {
-      case 1: launch<uint8_t>(x, values, indices, n, inner, k, lines, threads); break;
-      case 2: launch<uint16_t>(x, values, indices, n, inner, k, lines, threads); break;
-      case 4: launch<uint32_t>(x, values, indices, n, inner, k, lines, threads); break;
-      case 8: launch<uint64_t>(x, values, indices, n, inner, k, lines, threads); break;
-      default: return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
+      case 1:
+        launch<uint8_t>(x, values, indices, n, inner, k, lines, threads);
+        break;
+      case 2:
+        launch<uint16_t>(x, values, indices, n, inner, k, lines, threads);
+        break;
+      case 4:
+        launch<uint32_t>(x, values, indices, n, inner, k, lines, threads);
+        break;
+      case 8:
+        launch<uint64_t>(x, values, indices, n, inner, k, lines, threads);
+        break;
+      default:
+        return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
     }
     return launch_status("topk_kernel");
   }
@@ -382,8 +429,9 @@ class TopKKernel final : public CudaKernel {
   template <typename E>
   void launch(const TensorView& x, const TensorView& values, const TensorView& indices, int64_t n,
               int64_t inner, int64_t k, int64_t lines, unsigned threads) {
-    topk_kernel<E><<<unsigned(lines), threads, 0, stream_>>>(x.data, int(x.dtype), static_cast<E*>(values.data),
-                                                             indices.as<int64_t>(), n, inner, k, largest_);
+    topk_kernel<E><<<unsigned(lines), threads, 0, stream_>>>(
+        x.data, int(x.dtype), static_cast<E*>(values.data), indices.as<int64_t>(), n, inner, k,
+        largest_);
   }
   int64_t axis_;
   bool largest_;
@@ -393,7 +441,8 @@ class TopKKernel final : public CudaKernel {
 
 Status require_dtype(const KernelQuery& q, unsigned set, DType t) {
   if ((dtype_bit(t) & set) == 0) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) + " is not supported on CUDA");
+    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
+                       " is not supported on CUDA");
   }
   return ok_status();
 }
@@ -401,23 +450,45 @@ Status require_dtype(const KernelQuery& q, unsigned set, DType t) {
 StatusOr<std::unique_ptr<Kernel>> make_reduce(const KernelQuery& q) {
   Red op;
   switch (ops::find_op(q.node.domain, q.node.op_type)) {
-    case OpKind::kReduceSum: op = Red::kSum; break;
-    case OpKind::kReduceMean: op = Red::kMean; break;
-    case OpKind::kReduceMax: op = Red::kMax; break;
-    case OpKind::kReduceMin: op = Red::kMin; break;
-    case OpKind::kReduceProd: op = Red::kProd; break;
-    case OpKind::kReduceL1: op = Red::kL1; break;
-    case OpKind::kReduceL2: op = Red::kL2; break;
-    case OpKind::kReduceLogSum: op = Red::kLogSum; break;
-    case OpKind::kReduceLogSumExp: op = Red::kLogSumExp; break;
-    case OpKind::kReduceSumSquare: op = Red::kSumSquare; break;
-    default: return unsupported(q.node.describe() + ": not a reduction");
+    case OpKind::kReduceSum:
+      op = Red::kSum;
+      break;
+    case OpKind::kReduceMean:
+      op = Red::kMean;
+      break;
+    case OpKind::kReduceMax:
+      op = Red::kMax;
+      break;
+    case OpKind::kReduceMin:
+      op = Red::kMin;
+      break;
+    case OpKind::kReduceProd:
+      op = Red::kProd;
+      break;
+    case OpKind::kReduceL1:
+      op = Red::kL1;
+      break;
+    case OpKind::kReduceL2:
+      op = Red::kL2;
+      break;
+    case OpKind::kReduceLogSum:
+      op = Red::kLogSum;
+      break;
+    case OpKind::kReduceLogSumExp:
+      op = Red::kLogSumExp;
+      break;
+    case OpKind::kReduceSumSquare:
+      op = Red::kSumSquare;
+      break;
+    default:
+      return unsupported(q.node.describe() + ": not a reduction");
   }
   KILN_RETURN_IF_ERROR(require_dtype(q, kTNumeric | kTBool, q.input_dtype(0)));
   if (q.output_dtype(0) != q.input_dtype(0)) {
     return invalid_argument(q.node.describe() + ": the output dtype differs from the input's");
   }
-  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape || q.inputs[0]->shape->size() > size_t(kMaxRank)) {
+  if (q.inputs.empty() || !q.inputs[0] || !q.inputs[0]->shape ||
+      q.inputs[0]->shape->size() > size_t(kMaxRank)) {
     return unsupported(q.node.describe() + ": the CUDA reductions need a known rank of at most " +
                        std::to_string(kMaxRank));
   }
@@ -426,7 +497,9 @@ StatusOr<std::unique_ptr<Kernel>> make_reduce(const KernelQuery& q) {
   auto kernel = std::make_unique<ReduceKernel>("cuda." + q.node.op_type, op, axes, noop != 0);
   if (!q.node.attrs.has("axes")) {
     if (!host_readable(q, 1)) {
-      return unsupported(q.node.describe() + ": axes computed on the device; the CUDA reductions read them on the host");
+      return unsupported(
+          q.node.describe() +
+          ": axes computed on the device; the CUDA reductions read them on the host");
     }
     kernel->axes_in.init(q, 1);
   }
@@ -441,14 +514,17 @@ StatusOr<std::unique_ptr<Kernel>> make_hardmax(const KernelQuery& q) {
 
 StatusOr<std::unique_ptr<Kernel>> make_topk(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(require_dtype(q, kTNumeric, q.input_dtype(0)));
-  if (q.output_dtype(1) != DType::kInt64) return invalid_argument(q.node.describe() + ": indices must be int64");
+  if (q.output_dtype(1) != DType::kInt64)
+    return invalid_argument(q.node.describe() + ": indices must be int64");
   if (q.outputs.size() < 2 || !q.outputs[0] || !q.outputs[1]) {
-    return unsupported(q.node.describe() + ": the CUDA TopK writes both outputs; both must be present");
+    return unsupported(q.node.describe() +
+                       ": the CUDA TopK writes both outputs; both must be present");
   }
   // K from data sizes the outputs only when the run reads it: cuda.host.TopK runs that case.
   const ir::Value* k = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
   if (k && !k->constant && !k->sym_value) {
-    return unsupported(q.node.describe() + ": K ('" + k->name + "') comes from data; cuda.host.TopK runs it");
+    return unsupported(q.node.describe() + ": K ('" + k->name +
+                       "') comes from data; cuda.host.TopK runs it");
   }
   KILN_ASSIGN_OR_RETURN(int64_t axis, q.node.attrs.get_int("axis", -1));
   KILN_ASSIGN_OR_RETURN(int64_t largest, q.node.attrs.get_int("largest", 1));

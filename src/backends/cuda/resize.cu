@@ -334,17 +334,23 @@ class ResizeKernel final : public CudaKernel {
  private:
   // The output shape the sizes (or floor(dim * scale)) give, within the view's bound (as the CPU
   // reference's shape_from_data).
-  StatusOr<Shape> shape_from_data(std::span<const TensorView> in, const TensorView& x, const TensorView& y) {
+  StatusOr<Shape> shape_from_data(std::span<const TensorView> in, const TensorView& x,
+                                  const TensorView& y) {
     const int rank = x.rank();
     std::vector<int> ax = axes;
     if (ax.empty()) {
       for (int d = 0; d < rank; ++d) ax.push_back(d);
     }
-    auto given = [&](int i) { return i >= 0 && int(in.size()) > i && present(in[i]) && in[i].numel() > 0; };
+    auto given = [&](int i) {
+      return i >= 0 && int(in.size()) > i && present(in[i]) && in[i].numel() > 0;
+    };
     const bool by_sizes = !given(scales_in) && given(sizes_in);
-    if (!by_sizes && !given(scales_in)) return invalid_argument(name_ + ": one of scales or sizes must be given");
-    KILN_ASSIGN_OR_RETURN(auto v, by_sizes ? sizes.get(in[sizes_in], stream_) : scales.get(in[scales_in], stream_));
-    if (v.size() != ax.size()) return invalid_argument(name_ + ": sizes or scales do not match the axes");
+    if (!by_sizes && !given(scales_in))
+      return invalid_argument(name_ + ": one of scales or sizes must be given");
+    KILN_ASSIGN_OR_RETURN(
+        auto v, by_sizes ? sizes.get(in[sizes_in], stream_) : scales.get(in[scales_in], stream_));
+    if (v.size() != ax.size())
+      return invalid_argument(name_ + ": sizes or scales do not match the axes");
     Shape s(x.shape.begin(), x.shape.end());
     for (size_t k = 0; k < ax.size(); ++k) {
       const int d = ax[k];
@@ -355,8 +361,9 @@ class ResizeKernel final : public CudaKernel {
       }
       s[d] = int64_t(o);
       if (s[d] > y.shape[d]) {
-        return internal_error(name_ + ": output dim " + std::to_string(d) + " is " + std::to_string(s[d]) +
-                              ", past the " + std::to_string(y.shape[d]) + " the plan bounds it by");
+        return internal_error(name_ + ": output dim " + std::to_string(d) + " is " +
+                              std::to_string(s[d]) + ", past the " + std::to_string(y.shape[d]) +
+                              " the plan bounds it by");
       }
     }
     return s;

@@ -1,8 +1,8 @@
 // The shape op family's copy kernels on CUDA (the CPU reference is cpu/shape.cc): Split (2-D
 // copies), Tile, Pad and copy_window (one per-axis source map), SpaceToDepth (a strided gather) and
 // Trilu. Copies dispatch on the element size, so every dtype works. Small parameters (Pad's pads,
-// Trilu's k) are read where they live: host-readable ones on the host, the rest on the device by the
-// kernel, so execute never synchronizes. GatherElements, ScatterElements and OneHot are in
+// Trilu's k) are read where they live: host-readable ones on the host, the rest on the device by
+// the kernel, so execute never synchronizes. GatherElements, ScatterElements and OneHot are in
 // index.cu, ArgMax/ArgMin in reduce.cu.
 #include <algorithm>
 #include <cstring>
@@ -10,16 +10,15 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
-#include "core/checked.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/query_checks.h"
+#include "core/checked.h"
 
 namespace kiln::backends::cuda {
 namespace {
 
 using ops::OpKind;
 constexpr int kBlock = 256;
-
 
 // ---- Split ----
 
@@ -152,8 +151,8 @@ class PadKernel final : public CudaKernel {
   bool from_attr = false;
   // The pads are computed on the device at run time: the output is data-dependent, its view has
   // the shape of its bound, and the kernel writes the shape the pads give from the view's start.
-  // Reading the pads is the one synchronization (HostParam::get_ints), which the run makes at such a
-  // layer anyway to learn the shape.
+  // Reading the pads is the one synchronization (HostParam::get_ints), which the run makes at such
+  // a layer anyway to learn the shape.
   bool sized = false;
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -187,13 +186,15 @@ class PadKernel final : public CudaKernel {
         auto grown = checked_add(x.shape[k], begin[k]);
         if (grown) grown = checked_add(*grown, end[k]);
         if (!grown || *grown < 0) {
-          return invalid_argument(name_ + ": dim " + std::to_string(k) + " of " + std::to_string(x.shape[k]) +
-                                  " padded by " + std::to_string(begin[k]) + " and " + std::to_string(end[k]) +
+          return invalid_argument(name_ + ": dim " + std::to_string(k) + " of " +
+                                  std::to_string(x.shape[k]) + " padded by " +
+                                  std::to_string(begin[k]) + " and " + std::to_string(end[k]) +
                                   " is no size");
         }
         if (*grown > y.shape[k]) {
-          return internal_error(name_ + ": dim " + std::to_string(k) + " padded to " + std::to_string(*grown) +
-                                ", past the " + std::to_string(y.shape[k]) + " the plan bounds it by");
+          return internal_error(name_ + ": dim " + std::to_string(k) + " padded to " +
+                                std::to_string(*grown) + ", past the " +
+                                std::to_string(y.shape[k]) + " the plan bounds it by");
         }
         shape_[size_t(k)] = *grown;
       }
@@ -214,8 +215,9 @@ class PadKernel final : public CudaKernel {
     // the per-axis map's division per axis and element.
     bool inner_only = mode_ == PadMode::kConstant && r >= 1;
     for (int k = 0; k + 1 < r; ++k) inner_only = inner_only && begin[k] == 0 && end[k] == 0;
-    KILN_RETURN_IF_ERROR(inner_only ? pad_last_axis(x, y, begin[size_t(r - 1)], fill_ptr, fill_bits_, stream_)
-                                    : launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_));
+    KILN_RETURN_IF_ERROR(
+        inner_only ? pad_last_axis(x, y, begin[size_t(r - 1)], fill_ptr, fill_bits_, stream_)
+                   : launch_axis_map(x, y, begin, mode_, fill_ptr, fill_bits_, name_, stream_));
     valid_ = sized;
     return ok_status();
   }
@@ -408,9 +410,10 @@ StatusOr<std::unique_ptr<Kernel>> make_pad(const KernelQuery& q) {
   }
   if (!k->from_attr) {
     if (!host_readable(q, 3)) {
-      return unsupported(q.node.describe() +
-                         ": input 3 (axes) is computed on the device; the CUDA Pad reads it on the host, so it "
-                         "must be a constant or a shape formula");
+      return unsupported(
+          q.node.describe() +
+          ": input 3 (axes) is computed on the device; the CUDA Pad reads it on the host, so it "
+          "must be a constant or a shape formula");
     }
     // Pads computed on the device size a data-dependent output (the schema bounds it).
     k->sized = !host_readable(q, 1);

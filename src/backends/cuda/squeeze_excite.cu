@@ -45,8 +45,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // The channel sums of one image, columns [col0, col1) of its channels, into sums[col - col0]
 // (shared, zeroed here). All threads of the block take part.
 template <typename T>
-__device__ void channel_sums(const T* __restrict__ xb, int c, int col0, int col1, int64_t hw, bool nhwc, bool vec,
-                             float* sums) {
+__device__ void channel_sums(const T* __restrict__ xb, int c, int col0, int col1, int64_t hw,
+                             bool nhwc, bool vec, float* sums) {
   using N = DNum<T>;
   const int width = col1 - col0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -82,7 +82,8 @@ __device__ void channel_sums(const T* __restrict__ xb, int c, int col0, int col1
             }
           } else {
 #pragma unroll 4
-            for (int64_t px = row; px < hw; px += rows) acc[0] += N::load(xb[px * stride + col0 + v]);
+            for (int64_t px = row; px < hw; px += rows)
+              acc[0] += N::load(xb[px * stride + col0 + v]);
           }
         }
         if (cols <= 32) {  // every lane of the warp is here: the loop runs once for all
@@ -111,8 +112,9 @@ __device__ void channel_sums(const T* __restrict__ xb, int c, int col0, int col1
 
 // Grid (images, column chunks of `per` channels): sums[image, ch] over the image's pixels.
 template <typename T>
-__global__ void __launch_bounds__(kGateBlock) se_pool_kernel(const T* __restrict__ x, float* __restrict__ sums, int c,
-                                                             int per, int64_t hw, bool nhwc, bool vec) {
+__global__ void __launch_bounds__(kGateBlock)
+    se_pool_kernel(const T* __restrict__ x, float* __restrict__ sums, int c, int per, int64_t hw,
+                   bool nhwc, bool vec) {
   extern __shared__ float part[];  // [per]
   const int64_t image = blockIdx.x;
   const int col0 = int(blockIdx.y) * per, col1 = min(c, col0 + per);
@@ -123,8 +125,8 @@ __global__ void __launch_bounds__(kGateBlock) se_pool_kernel(const T* __restrict
 // dot(row[0, len), v[0, len)) over a warp: 16-byte loads of the row where `vec` (len % 8 == 0,
 // 16-bit elements, the row aligned), else one element a lane.
 template <typename T>
-__device__ __forceinline__ void warp_dots(const T* __restrict__ row, const float* v, int len, int ld, int images,
-                                          bool vec, float* acc) {
+__device__ __forceinline__ void warp_dots(const T* __restrict__ row, const float* v, int len,
+                                          int ld, int images, bool vec, float* acc) {
   using N = DNum<T>;
   const int lane = threadIdx.x & 31;
   if (vec) {
@@ -158,11 +160,11 @@ __device__ __forceinline__ void warp_dots(const T* __restrict__ row, const float
 // Grid (image groups of `group`, hidden chunks of `per`): hidden[image, j] = act1(W1[j] . mean +
 // B1[j]). With `pool` the block takes its (single) image's sums itself; else it reads them.
 template <typename T>
-__global__ void __launch_bounds__(kHiddenBlock) se_hidden_kernel(const T* __restrict__ x, const float* __restrict__ sums_in,
-                                                                 const T* __restrict__ w1, const T* __restrict__ b1,
-                                                                 float* __restrict__ hidden, int64_t n, int c, int cs,
-                                                                 int group, int per, int64_t hw, bool nhwc, bool pool,
-                                                                 bool xvec, bool wvec, SeActs acts) {
+__global__ void __launch_bounds__(kHiddenBlock)
+    se_hidden_kernel(const T* __restrict__ x, const float* __restrict__ sums_in,
+                     const T* __restrict__ w1, const T* __restrict__ b1, float* __restrict__ hidden,
+                     int64_t n, int c, int cs, int group, int per, int64_t hw, bool nhwc, bool pool,
+                     bool xvec, bool wvec, SeActs acts) {
   using N = DNum<T>;
   extern __shared__ float sums[];  // [group][c]
   const int64_t image0 = int64_t(blockIdx.x) * group;
@@ -183,7 +185,8 @@ __global__ void __launch_bounds__(kHiddenBlock) se_hidden_kernel(const T* __rest
       const float b = N::load(b1[j]);
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
-        if (i < images) hidden[(image0 + i) * cs + j] = activate(acts.a1, acts.p10, acts.p11, acc[i] * inv + b);
+        if (i < images)
+          hidden[(image0 + i) * cs + j] = activate(acts.a1, acts.p10, acts.p11, acc[i] * inv + b);
       }
     }
   }
@@ -192,9 +195,10 @@ __global__ void __launch_bounds__(kHiddenBlock) se_hidden_kernel(const T* __rest
 // Grid (image groups of `group`, channel chunks of `per`): g[image, ch] = act2(W2[ch] . hidden +
 // B2[ch]).
 template <typename T>
-__global__ void __launch_bounds__(kGateBlock) se_gate_kernel(const float* __restrict__ hidden, const T* __restrict__ w2,
-                                                             const T* __restrict__ b2, T* __restrict__ g, int64_t n,
-                                                             int c, int cs, int group, int per, bool wvec, SeActs acts) {
+__global__ void __launch_bounds__(kGateBlock)
+    se_gate_kernel(const float* __restrict__ hidden, const T* __restrict__ w2,
+                   const T* __restrict__ b2, T* __restrict__ g, int64_t n, int c, int cs, int group,
+                   int per, bool wvec, SeActs acts) {
   using N = DNum<T>;
   extern __shared__ float h[];  // [group][cs]
   const int64_t image0 = int64_t(blockIdx.x) * group;
@@ -210,7 +214,8 @@ __global__ void __launch_bounds__(kGateBlock) se_gate_kernel(const float* __rest
       const float b = N::load(b2[ch]);
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
-        if (i < images) g[(image0 + i) * c + ch] = N::store(activate(acts.a2, acts.p20, acts.p21, acc[i] + b));
+        if (i < images)
+          g[(image0 + i) * c + ch] = N::store(activate(acts.a2, acts.p20, acts.p21, acc[i] + b));
       }
     }
   }
@@ -229,7 +234,8 @@ class SqueezeExciteKernel final : public CudaKernel {
   SqueezeExciteKernel(bool nhwc, SeActs acts)
       : CudaKernel("cuda.SqueezeExcite"), nhwc_(nhwc), acts_(acts) {
     int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaGetDevice(&dev) == cudaSuccess)
+      cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
     if (sms_ <= 0) sms_ = 1;
   }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -262,7 +268,8 @@ class SqueezeExciteKernel final : public CudaKernel {
     const size_t sums_bytes = few ? 0 : workspace_piece(size_t(n * c) * sizeof(float));
     KILN_RETURN_IF_ERROR(check_workspace(hidden_bytes + sums_bytes, name_));
     float* hidden = static_cast<float*>(workspace_);
-    float* sums = few ? nullptr : reinterpret_cast<float*>(static_cast<char*>(workspace_) + hidden_bytes);
+    float* sums =
+        few ? nullptr : reinterpret_cast<float*>(static_cast<char*>(workspace_) + hidden_bytes);
     const bool half = dtype_size(x.dtype) == 2;
     const bool xvec = half && c % 8 == 0 && aligned16(x.data);
     const bool w1vec = half && c % 8 == 0 && aligned16(in[1].data);
@@ -274,7 +281,8 @@ class SqueezeExciteKernel final : public CudaKernel {
     const dim3 g2(unsigned(groups), unsigned((c + per_gate - 1) / per_gate));
     // The pool of the three-launch form: column chunks of whole 16-byte vectors (or warps of
     // NCHW channels), about two blocks per SM.
-    const int per_pool = xvec ? 8 * chunk_size(c / 8, n, 1, sms_) : chunk_size(c, n, nhwc_ ? 1 : kGateBlock / 32, sms_);
+    const int per_pool = xvec ? 8 * chunk_size(c / 8, n, 1, sms_)
+                              : chunk_size(c, n, nhwc_ ? 1 : kGateBlock / 32, sms_);
     const dim3 g0(unsigned(n), unsigned((c + per_pool - 1) / per_pool));
     bool known = visit_dtype<kSeTypes>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -283,11 +291,11 @@ class SqueezeExciteKernel final : public CudaKernel {
             in[0].as<const T>(), sums, int(c), per_pool, hw, nhwc_, xvec);
       }
       se_hidden_kernel<T><<<g1, kHiddenBlock, size_t(group) * size_t(c) * sizeof(float), stream_>>>(
-          in[0].as<const T>(), sums, in[1].as<const T>(), in[2].as<const T>(), hidden, n, int(c), int(cs), group,
-          per_hidden, hw, nhwc_, few, xvec, w1vec, acts_);
+          in[0].as<const T>(), sums, in[1].as<const T>(), in[2].as<const T>(), hidden, n, int(c),
+          int(cs), group, per_hidden, hw, nhwc_, few, xvec, w1vec, acts_);
       se_gate_kernel<T><<<g2, kGateBlock, size_t(group) * size_t(cs) * sizeof(float), stream_>>>(
-          hidden, in[3].as<const T>(), in[4].as<const T>(), out[0].as<T>(), n, int(c), int(cs), group, per_gate,
-          w2vec, acts_);
+          hidden, in[3].as<const T>(), in[4].as<const T>(), out[0].as<T>(), n, int(c), int(cs),
+          group, per_gate, w2vec, acts_);
     });
     if (!known) return unsupported(name_ + ": dtype " + std::string(dtype_name(x.dtype)));
     return launch_status("squeeze-excitation kernels");
@@ -346,7 +354,8 @@ ir::Dim squeeze_excite_workspace(const KernelQuery& q) {
 }  // namespace
 
 void register_squeeze_excite(Registry& r) {
-  r.add(ops::OpKind::kSqueezeExcite, &make_squeeze_excite, {.workspace = &squeeze_excite_workspace});
+  r.add(ops::OpKind::kSqueezeExcite, &make_squeeze_excite,
+        {.workspace = &squeeze_excite_workspace});
 }
 
 }  // namespace kiln::backends::cuda

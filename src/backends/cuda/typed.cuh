@@ -58,33 +58,47 @@ inline constexpr unsigned kTNumeric = kTFloats | kTInts;
 // The set bit of a dtype; 0 for dtypes no typed kernel stores.
 inline unsigned dtype_bit(DType dt) {
   switch (dt) {
-    case DType::kFloat32: return kTF32;
-    case DType::kFloat64: return kTF64;
-    case DType::kFloat16: return kTF16;
-    case DType::kBFloat16: return kTBF16;
-    case DType::kInt8: return kTI8;
-    case DType::kUInt8: return kTU8;
-    case DType::kInt16: return kTI16;
-    case DType::kUInt16: return kTU16;
-    case DType::kInt32: return kTI32;
-    case DType::kUInt32: return kTU32;
-    case DType::kInt64: return kTI64;
-    case DType::kUInt64: return kTU64;
-    case DType::kBool: return kTBool;
-    default: return 0;
+    case DType::kFloat32:
+      return kTF32;
+    case DType::kFloat64:
+      return kTF64;
+    case DType::kFloat16:
+      return kTF16;
+    case DType::kBFloat16:
+      return kTBF16;
+    case DType::kInt8:
+      return kTI8;
+    case DType::kUInt8:
+      return kTU8;
+    case DType::kInt16:
+      return kTI16;
+    case DType::kUInt16:
+      return kTU16;
+    case DType::kInt32:
+      return kTI32;
+    case DType::kUInt32:
+      return kTU32;
+    case DType::kInt64:
+      return kTI64;
+    case DType::kUInt64:
+      return kTU64;
+    case DType::kBool:
+      return kTBool;
+    default:
+      return 0;
   }
 }
 
 // Calls f(T{}) for the storage type of dt when kSet holds it; false when it does not.
 template <unsigned kSet, typename F>
 bool visit_dtype(DType dt, F&& f) {
-#define KILN_TYPED_CASE(bit, T)                        \
-  if (dtype_bit(dt) == (bit)) {                        \
-    if constexpr ((kSet & (bit)) != 0) {               \
-      f(T{});                                          \
-      return true;                                     \
-    }                                                  \
-    return false;                                      \
+#define KILN_TYPED_CASE(bit, T)          \
+  if (dtype_bit(dt) == (bit)) {          \
+    if constexpr ((kSet & (bit)) != 0) { \
+      f(T{});                            \
+      return true;                       \
+    }                                    \
+    return false;                        \
   }
   KILN_TYPED_CASE(kTF32, float)
   KILN_TYPED_CASE(kTF64, double)

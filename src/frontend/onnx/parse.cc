@@ -70,7 +70,8 @@ const ::onnx::TypeProto& element_type(const ::onnx::TypeProto& type, ir::ValueKi
   }
   if (t->has_sequence_type()) {
     t = &t->sequence_type().elem_type();
-    *kind = *kind == ir::ValueKind::kOptionalTensor ? ir::ValueKind::kOptionalSequence : ir::ValueKind::kSequence;
+    *kind = *kind == ir::ValueKind::kOptionalTensor ? ir::ValueKind::kOptionalSequence
+                                                    : ir::ValueKind::kSequence;
   }
   return *t;
 }
@@ -103,18 +104,22 @@ Status read_value_type(const ::onnx::ValueInfoProto& vi, const std::string& labe
   // A sequence of tensors, an optional tensor or an optional sequence of tensors: the kind, and the
   // elements' type below.
   const ::onnx::TypeProto* type = &element_type(vi.type(), &v->kind);
-  const char* within = v->kind == ir::ValueKind::kTensor ? "" : " within its sequence or optional type";
+  const char* within =
+      v->kind == ir::ValueKind::kTensor ? "" : " within its sequence or optional type";
   switch (type->value_case()) {
     case ::onnx::TypeProto::kTensorType:
       break;
     case ::onnx::TypeProto::kSequenceType:
     case ::onnx::TypeProto::kOptionalType:
       return unsupported(label + " has a sequence or optional type nested" + within +
-                         "; kiln supports sequences of tensors and optionals of a tensor or of a sequence of tensors");
+                         "; kiln supports sequences of tensors and optionals of a tensor or of a "
+                         "sequence of tensors");
     case ::onnx::TypeProto::kMapType:
-      return unsupported(label + " has a map type" + within + "; kiln supports tensors, sequences and optionals");
+      return unsupported(label + " has a map type" + within +
+                         "; kiln supports tensors, sequences and optionals");
     case ::onnx::TypeProto::kSparseTensorType:
-      return unsupported(label + " has a sparse tensor type" + within + "; kiln supports dense tensors only");
+      return unsupported(label + " has a sparse tensor type" + within +
+                         "; kiln supports dense tensors only");
     default:
       if (require) return invalid_model(label + " has no type" + within);
       return ok_status();
@@ -292,8 +297,10 @@ StatusOr<ir::Attribute> convert_attribute(const ::onnx::AttributeProto& ap, Mode
           break;
         }
       }
-      if (!t->has_tensor_type()) return unsupported(label + " holds a type other than a tensor, a sequence or an optional");
-      text += std::string("tensor(") + onnx_type_name(t->tensor_type().elem_type()) + ")" + std::string(size_t(closing), ')');
+      if (!t->has_tensor_type())
+        return unsupported(label + " holds a type other than a tensor, a sequence or an optional");
+      text += std::string("tensor(") + onnx_type_name(t->tensor_type().elem_type()) + ")" +
+              std::string(size_t(closing), ')');
       a.type = ir::AttrType::kString;
       a.s = text;
       break;
@@ -475,7 +482,8 @@ Status parse_graph(const ::onnx::GraphProto& gp, ModelContext& ctx, int depth, c
         std::string name = node.name + "::scales";
         while (index.count(name)) name += "_";
         const int v = value_of(name);
-        set_constant(&g->values[v], Tensor::from_vector(DType::kFloat32, {int64_t(scales->size())}, *scales));
+        set_constant(&g->values[v],
+                     Tensor::from_vector(DType::kFloat32, {int64_t(scales->size())}, *scales));
         node.inputs.push_back(v);
       }
       node.op_type = "Resize";
@@ -535,7 +543,8 @@ Status parse_graph(const ::onnx::GraphProto& gp, ModelContext& ctx, int depth, c
     KILN_RETURN_IF_ERROR(
         read_value_type(vi, label, /*require=*/false, /*with_shape=*/false, ctx, &declared));
     if (g->values[v].dtype == DType::kUndefined) g->values[v].dtype = declared.dtype;
-    if (vi.has_type() && g->values[v].kind == ir::ValueKind::kTensor) g->values[v].kind = declared.kind;  // an input's own stays
+    if (vi.has_type() && g->values[v].kind == ir::ValueKind::kTensor)
+      g->values[v].kind = declared.kind;  // an input's own stays
     g->outputs.push_back(v);
   }
 
@@ -610,9 +619,10 @@ StatusOr<Tensor> parse_tensor(std::span<const uint8_t> bytes, const std::string&
 }
 
 // The tensors of a SequenceProto: tensor elements only.
-StatusOr<std::vector<Tensor>> sequence_tensors(const ::onnx::SequenceProto& sp, const std::string& dir,
-                                               const std::string& what) {
-  if (sp.sparse_tensor_values_size() || sp.sequence_values_size() || sp.map_values_size() || sp.optional_values_size()) {
+StatusOr<std::vector<Tensor>> sequence_tensors(const ::onnx::SequenceProto& sp,
+                                               const std::string& dir, const std::string& what) {
+  if (sp.sparse_tensor_values_size() || sp.sequence_values_size() || sp.map_values_size() ||
+      sp.optional_values_size()) {
     return unsupported(what + " holds a sequence of other than tensors");
   }
   std::vector<Tensor> out;
@@ -640,14 +650,16 @@ StatusOr<DataValue> parse_value_file(const std::string& path, ir::ValueKind kind
     }
     case ir::ValueKind::kSequence: {
       ::onnx::SequenceProto sp;
-      if (!sp.ParseFromArray(bytes.data(), int(bytes.size()))) return invalid_model(what + " is not a valid ONNX SequenceProto");
+      if (!sp.ParseFromArray(bytes.data(), int(bytes.size())))
+        return invalid_model(what + " is not a valid ONNX SequenceProto");
       KILN_ASSIGN_OR_RETURN(out.tensors, sequence_tensors(sp, dir, what));
       return out;
     }
     case ir::ValueKind::kOptionalTensor:
     case ir::ValueKind::kOptionalSequence: {
       ::onnx::OptionalProto op;
-      if (!op.ParseFromArray(bytes.data(), int(bytes.size()))) return invalid_model(what + " is not a valid ONNX OptionalProto");
+      if (!op.ParseFromArray(bytes.data(), int(bytes.size())))
+        return invalid_model(what + " is not a valid ONNX OptionalProto");
       if (op.has_tensor_value()) {
         auto t = decode_tensor(op.tensor_value(), dir);
         if (!t.ok()) return with_context(t.status(), what);
