@@ -729,7 +729,7 @@ TEST(ShapeOpsKernel, ShapeSizeAndReshapeCopies) {
   EXPECT_FALSE(got.ok());  // 20 elements cannot hold 24
 }
 
-// EyeLike over dtypes and diagonals, k past either edge included (CUDA: elementwise.cu).
+// EyeLike over dtypes and diagonals, k past either edge included (CUDA: generators.cu).
 TEST(ShapeKernel, EyeLikeDtypesAndDiagonals) {
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64,
                    DType::kUInt8, DType::kBool}) {

@@ -644,7 +644,7 @@ TEST(SpatialOps, BitCast) {
   EXPECT_EQ((*got)[0].data_as<int32_t>()[0], 0x3f800000);
 }
 
-// Same-size BitCast among dtypes: the bytes are unchanged (CUDA: a copy, elementwise.cu).
+// Same-size BitCast among dtypes: the bytes are unchanged (CUDA: a copy, broadcast_copy.cu).
 TEST(SpatialOps, BitCastSameSizeDtypes) {
   struct P {
     DType from;

@@ -492,6 +492,8 @@ static void register_host_fallbacks(Registry& r) {
 void register_kernels(::kiln::backends::KernelRegistry& registry) {
   Registry families;
   register_elementwise(families);
+  register_broadcast_copy(families);
+  register_generators(families);
   register_gemm(families);
   register_fused_elementwise(families);
   register_conv_gemm(families);  // before register_conv_graph and register_conv: preferred

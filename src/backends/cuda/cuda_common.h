@@ -201,7 +201,9 @@ struct Registry {
   void add(ops::OpKind op, Factory f, ImplInfo info = {}) { entries.push_back({op, f, info}); }
 };
 
-void register_elementwise(Registry& r);
+void register_elementwise(Registry& r);     // unary and binary ops, Cast, Clip (elementwise.cu)
+void register_broadcast_copy(Registry& r);  // Where, Expand, copy-only ops (broadcast_copy.cu)
+void register_generators(Registry& r);      // Range, ConstantOfShape, EyeLike, Shape, Size
 void register_gemm(Registry& r);
 void register_fused_elementwise(Registry& r);  // kiln::Elementwise (fused_elementwise.cu)
 void register_conv_gemm(Registry& r);          // channels-last 1x1 FusedConv as a cuBLASLt GEMM

@@ -1,13 +1,11 @@
-// Broadcasting elementwise kernels: unary math, binary arithmetic, comparisons and logic, Where,
-// Cast, Clip, Expand, Range, ConstantOfShape, EyeLike and the copy-only ops (Reshape, Squeeze,
-// Identity, same-size BitCast...).
-// One instantiation per compute type (float, double, int64); storage dtypes are switched at run
-// time inside the kernel, and the op is a runtime code too, to keep compile time small.
+// Broadcasting kernels of the unary and binary ops (math, comparisons, logic, Cast, Clip), with
+// contiguous and channel-broadcast fast paths. One instantiation per compute type (float, double,
+// int64); storage dtypes and the op are runtime codes inside the kernel, for a short compile.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
-#include "backends/cpu/broadcast.h"
+#include "backends/cuda/broadcast_walk.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/ew_math.cuh"
@@ -17,17 +15,6 @@ namespace kiln::backends::cuda {
 namespace {
 
 using ops::OpKind;
-
-struct EwArgs {
-  Strided<3> walk;
-  const void* in[3];
-  int in_dtype[3];
-  void* out;
-  int out_dtype;
-  int64_t n;
-  Op op;
-  float alpha, beta;
-};
 
 template <typename C>
 __global__ void binary_kernel(EwArgs a) {
@@ -229,44 +216,6 @@ bool launch_channel_broadcast(std::span<const TensorView> in, const TensorView& 
   return true;
 }
 
-// Where and broadcast copies move elements of one size, whatever they hold.
-template <typename E>
-__global__ void where_kernel(EwArgs a) {
-  KILN_GRID_LOOP(i, a.n) {
-    int64_t off[3];
-    a.walk.offsets(i, off);
-    bool c = static_cast<const uint8_t*>(a.in[0])[off[0]] != 0;
-    static_cast<E*>(a.out)[i] =
-        c ? static_cast<const E*>(a.in[1])[off[1]] : static_cast<const E*>(a.in[2])[off[2]];
-  }
-}
-
-template <typename E>
-__global__ void copy_kernel(EwArgs a) {
-  KILN_GRID_LOOP(i, a.n) {
-    int64_t off[3];
-    a.walk.offsets(i, off);
-    static_cast<E*>(a.out)[i] = static_cast<const E*>(a.in[0])[off[0]];
-  }
-}
-
-template <int N>
-Status plan_walk(std::span<const int64_t> out, const std::array<std::span<const int64_t>, N>& ins,
-                 Strided<3>* walk) {
-  cpu::BroadcastPlan<N> plan;
-  KILN_RETURN_IF_ERROR(cpu::make_broadcast_plan<N>(out, ins, &plan));
-  if (plan.dims.size() > size_t(kMaxRank)) {
-    return unsupported("broadcast over " + std::to_string(plan.dims.size()) +
-                       " non-mergeable axes (at most " + std::to_string(kMaxRank) + ")");
-  }
-  walk->rank = int(plan.dims.size());
-  for (size_t d = 0; d < plan.dims.size(); ++d) {
-    walk->dims[d] = plan.dims[d];
-    for (int k = 0; k < 3; ++k) walk->strides[d][k] = k < N ? plan.strides[d][k] : 0;
-  }
-  return ok_status();
-}
-
 enum class Compute { kFloat, kDouble, kInt };
 
 Compute compute_for(std::initializer_list<DType> dts) {
@@ -276,26 +225,6 @@ Compute compute_for(std::initializer_list<DType> dts) {
     if (d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16) any_float = true;
   }
   return any_double ? Compute::kDouble : any_float ? Compute::kFloat : Compute::kInt;
-}
-
-template <typename E>
-Status launch_copy_sized(const EwArgs& a, cudaStream_t s) {
-  copy_kernel<E><<<grid_for(a.n), 256, 0, s>>>(a);
-  return launch_status("broadcast copy");
-}
-
-Status launch_copy(const EwArgs& a, size_t elem, cudaStream_t s) {
-  switch (elem) {
-    case 1:
-      return launch_copy_sized<uint8_t>(a, s);
-    case 2:
-      return launch_copy_sized<uint16_t>(a, s);
-    case 4:
-      return launch_copy_sized<uint32_t>(a, s);
-    case 8:
-      return launch_copy_sized<uint64_t>(a, s);
-  }
-  return unsupported("broadcast copy of " + std::to_string(elem) + "-byte elements");
 }
 
 class BinaryKernel final : public CudaKernel {
@@ -405,199 +334,6 @@ class UnaryKernel final : public CudaKernel {
  private:
   Op op_;
   float alpha_, beta_;
-};
-
-class WhereKernel final : public CudaKernel {
- public:
-  using CudaKernel::CudaKernel;
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.size() < 3 || out.empty())
-      return invalid_argument(name_ + ": expects 3 inputs and 1 output");
-    EwArgs a{};
-    KILN_RETURN_IF_ERROR(
-        plan_walk<3>(out[0].shape, {in[0].shape, in[1].shape, in[2].shape}, &a.walk));
-    a.n = out[0].numel();
-    if (a.n == 0) return ok_status();
-    for (int k = 0; k < 3; ++k) a.in[k] = in[k].data;
-    a.out = out[0].data;
-    switch (dtype_size(out[0].dtype)) {
-      case 1:
-        where_kernel<uint8_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
-        break;
-      case 2:
-        where_kernel<uint16_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
-        break;
-      case 4:
-        where_kernel<uint32_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
-        break;
-      case 8:
-        where_kernel<uint64_t><<<grid_for(a.n), 256, 0, stream_>>>(a);
-        break;
-      default:
-        return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
-    }
-    return launch_status("where_kernel");
-  }
-};
-
-// Expand: the shape input is already reflected in the output shape the runtime resolved.
-class ExpandKernel final : public CudaKernel {
- public:
-  using CudaKernel::CudaKernel;
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.empty() || out.empty())
-      return invalid_argument(name_ + ": expects an input and an output");
-    return broadcast_copy(in[0].data, in[0].shape, out[0].data, out[0].shape,
-                          dtype_size(out[0].dtype), stream_);
-  }
-};
-
-// Reshape, Squeeze, Unsqueeze, Flatten, Identity: the bytes are unchanged.
-class CopyKernel final : public CudaKernel {
- public:
-  using CudaKernel::CudaKernel;
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.empty() || out.empty())
-      return invalid_argument(name_ + ": expects an input and an output");
-    if (in[0].nbytes() != out[0].nbytes()) {
-      return invalid_argument(name_ + ": input holds " + std::to_string(in[0].nbytes()) +
-                              " bytes, output " + std::to_string(out[0].nbytes()));
-    }
-    if (in[0].data == out[0].data || out[0].nbytes() == 0) return ok_status();
-    KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].nbytes(),
-                                    cudaMemcpyDeviceToDevice, stream_),
-                    name_);
-    return ok_status();
-  }
-};
-
-template <typename C>
-__global__ void range_kernel(const void* start, const void* delta, int dtype, void* out,
-                             int64_t n) {
-  C s = load_as<C>(start, dtype, 0), d = load_as<C>(delta, dtype, 0);
-  KILN_GRID_LOOP(i, n) store_as<C>(out, dtype, i, C(s + C(i) * d));
-}
-
-// Range: the element count is known from the resolved output shape; start and delta are read on
-// the device, so no synchronization is needed even when they are computed.
-class RangeKernel final : public CudaKernel {
- public:
-  using CudaKernel::CudaKernel;
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (in.size() < 3 || out.empty()) return invalid_argument(name_ + ": expects 3 inputs");
-    int64_t n = out[0].numel();
-    if (n == 0) return ok_status();
-    DType dt = out[0].dtype;
-    if (is_float(dt)) {
-      range_kernel<double>
-          <<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
-    } else {
-      range_kernel<int64_t>
-          <<<grid_for(n), 256, 0, stream_>>>(in[0].data, in[2].data, int(dt), out[0].data, n);
-    }
-    return launch_status("range_kernel");
-  }
-};
-
-template <typename E>
-__global__ void fill_kernel(E* out, E v, int64_t n) {
-  KILN_GRID_LOOP(i, n) out[i] = v;
-}
-
-class ConstantOfShapeKernel final : public CudaKernel {
- public:
-  ConstantOfShapeKernel(std::string name, uint64_t bits)
-      : CudaKernel(std::move(name)), bits_(bits) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    int64_t n = out[0].numel();
-    if (n == 0) return ok_status();
-    switch (dtype_size(out[0].dtype)) {
-      case 1:
-        fill_kernel<uint8_t>
-            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint8_t>(), uint8_t(bits_), n);
-        break;
-      case 2:
-        fill_kernel<uint16_t>
-            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint16_t>(), uint16_t(bits_), n);
-        break;
-      case 4:
-        fill_kernel<uint32_t>
-            <<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint32_t>(), uint32_t(bits_), n);
-        break;
-      case 8:
-        fill_kernel<uint64_t><<<grid_for(n), 256, 0, stream_>>>(out[0].as<uint64_t>(), bits_, n);
-        break;
-      default:
-        return unsupported(name_ + ": dtype " + std::string(dtype_name(out[0].dtype)));
-    }
-    return launch_status("fill_kernel");
-  }
-
- private:
-  uint64_t bits_;
-};
-
-__global__ void eye_like_kernel(void* out, int dtype, int64_t cols, int64_t k, int64_t n) {
-  KILN_GRID_LOOP(i, n) store_as<int64_t>(out, dtype, i, int64_t(i % cols - i / cols == k));
-}
-
-// EyeLike: ones on the diagonal k of a 2-D output of any dtype, zeros elsewhere.
-class EyeLikeKernel final : public CudaKernel {
- public:
-  explicit EyeLikeKernel(int64_t k) : CudaKernel("cuda.EyeLike"), k_(k) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const TensorView& y = out[0];
-    if (y.rank() != 2) return invalid_argument(name_ + ": the output must be 2-D");
-    int64_t n = y.numel(), cols = y.shape[1];
-    if (n == 0) return ok_status();
-    // Clamped so that the difference of indices cannot miss or overflow (k may be any int64).
-    int64_t k = std::clamp<int64_t>(k_, -y.shape[0] - 1, cols + 1);
-    eye_like_kernel<<<grid_for(n), 256, 0, stream_>>>(y.data, int(y.dtype), cols, k, n);
-    return launch_status("eye_like_kernel");
-  }
-
- private:
-  int64_t k_;
-};
-
-// Shape and Size when they were not folded: the values are the resolved shapes, passed to the
-// kernel by value (no host buffer, nothing to synchronize, capturable in a graph).
-struct ShapeValues {
-  int64_t v[kMaxRank * 2];
-};
-__global__ void shape_values_kernel(int64_t* out, ShapeValues vals, int n) {
-  int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) out[i] = vals.v[i];
-}
-
-class ShapeKernel final : public CudaKernel {
- public:
-  ShapeKernel(std::string name, bool size, int64_t start, std::optional<int64_t> end)
-      : CudaKernel(std::move(name)), size_(size), start_(start), end_(end) {}
-  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    ShapeValues vals{};
-    int n = 0;
-    if (size_) {
-      vals.v[n++] = in[0].numel();
-    } else {
-      int64_t r = in[0].rank();
-      int64_t s = start_ < 0 ? std::max<int64_t>(start_ + r, 0) : std::min(start_, r);
-      int64_t e = end_ ? (*end_ < 0 ? std::max<int64_t>(*end_ + r, 0) : std::min(*end_, r)) : r;
-      if (e - s > int64_t(kMaxRank * 2))
-        return internal_error(name_ + ": rank " + std::to_string(r) + " is too large");
-      for (int64_t d = s; d < e; ++d) vals.v[n++] = in[0].shape[d];
-    }
-    if (int64_t(n) != out[0].numel())
-      return internal_error(name_ + ": output size does not match the shape");
-    if (n == 0) return ok_status();
-    shape_values_kernel<<<1, kMaxRank * 2, 0, stream_>>>(out[0].as<int64_t>(), vals, n);
-    return launch_status("shape_values_kernel");
-  }
-
- private:
-  bool size_;
-  int64_t start_;
-  std::optional<int64_t> end_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_binary(const KernelQuery& q) {
@@ -769,60 +505,7 @@ StatusOr<std::unique_ptr<Kernel>> make_unary(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new UnaryKernel("cuda." + q.node.op_type, op, alpha, beta));
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_where(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new WhereKernel("cuda.Where"));
-}
-StatusOr<std::unique_ptr<Kernel>> make_expand(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new ExpandKernel("cuda.Expand"));
-}
-StatusOr<std::unique_ptr<Kernel>> make_copy(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new CopyKernel("cuda." + q.node.op_type + "(copy)"));
-}
-StatusOr<std::unique_ptr<Kernel>> make_range(const KernelQuery& q) {
-  return std::unique_ptr<Kernel>(new RangeKernel("cuda.Range"));
-}
-StatusOr<std::unique_ptr<Kernel>> make_constant_of_shape(const KernelQuery& q) {
-  uint64_t bits = 0;
-  if (q.node.attrs.has("value")) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, q.node.attrs.get_tensor("value"));
-    if (t.numel() != 1)
-      return invalid_argument(q.node.describe() + ": value must have one element");
-    std::memcpy(&bits, t.data(), std::min<size_t>(t.nbytes(), 8));
-  }
-  return std::unique_ptr<Kernel>(new ConstantOfShapeKernel("cuda.ConstantOfShape", bits));
-}
-StatusOr<std::unique_ptr<Kernel>> make_eye_like(const KernelQuery& q) {
-  DType t = q.output_dtype(0);
-  if (!is_float(t) && !is_integer(t) && t != DType::kBool) {
-    return unsupported(q.node.describe() + ": dtype " + std::string(dtype_name(t)) +
-                       " is not supported on CUDA");
-  }
-  KILN_ASSIGN_OR_RETURN(int64_t k, q.node.attrs.get_int("k", 0));
-  return std::unique_ptr<Kernel>(new EyeLikeKernel(k));
-}
-StatusOr<std::unique_ptr<Kernel>> make_shape(const KernelQuery& q) {
-  bool size = q.node.op_type == "Size";
-  KILN_ASSIGN_OR_RETURN(int64_t start, q.node.attrs.get_int("start", 0));
-  std::optional<int64_t> end;
-  if (q.node.attrs.has("end")) {
-    KILN_ASSIGN_OR_RETURN(int64_t e, q.node.attrs.get_int("end", 0));
-    end = e;
-  }
-  return std::unique_ptr<Kernel>(new ShapeKernel("cuda." + q.node.op_type, size, start, end));
-}
-
 }  // namespace
-
-Status broadcast_copy(const void* in, std::span<const int64_t> in_shape, void* out,
-                      std::span<const int64_t> out_shape, size_t elem_size, cudaStream_t s) {
-  EwArgs a{};
-  KILN_RETURN_IF_ERROR(plan_walk<1>(out_shape, {in_shape}, &a.walk));
-  a.n = shape_numel(out_shape);
-  if (a.n == 0) return ok_status();
-  a.in[0] = in;
-  a.out = out;
-  return launch_copy(a, elem_size, s);
-}
 
 void register_elementwise(Registry& r) {
   for (OpKind k :
@@ -840,17 +523,6 @@ void register_elementwise(Registry& r) {
                    OpKind::kGelu,      OpKind::kCast,      OpKind::kCastLike, OpKind::kClip}) {
     r.add(k, &make_unary);
   }
-  r.add(OpKind::kWhere, &make_where);
-  r.add(OpKind::kExpand, &make_expand);
-  for (OpKind k : {OpKind::kReshape, OpKind::kSqueeze, OpKind::kUnsqueeze, OpKind::kFlatten,
-                   OpKind::kIdentity, OpKind::kBitCast}) {
-    r.add(k, &make_copy);
-  }
-  r.add(OpKind::kRange, &make_range);
-  r.add(OpKind::kConstantOfShape, &make_constant_of_shape);
-  r.add(OpKind::kEyeLike, &make_eye_like);
-  r.add(OpKind::kShape, &make_shape);
-  r.add(OpKind::kSize, &make_shape);
 }
 
 }  // namespace kiln::backends::cuda
