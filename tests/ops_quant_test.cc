@@ -53,6 +53,22 @@ TEST(QuantOpsInfer, BlockedScaleShape) {
   EXPECT_FALSE(infer_node(n, {typed(DType::kUInt8, {3, 4}), f32({3, 3})}).status.ok());
 }
 
+// ONNX Runtime's quantize_static writes a per-tensor scale of shape [1] beside a scalar zero point
+// (its QDQ transformers' biases): one element each is per tensor, as ORT runs it; other shape
+// mismatches of scale and zero point stay errors.
+TEST(QuantOpsKernel, OneElementScaleAndScalarZeroPointArePerTensor) {
+  OpNode n = op("DequantizeLinear", 21);
+  auto inferred = infer_node(n, {typed(DType::kInt32, {4}), f32({1}), typed(DType::kInt32, {})});
+  ASSERT_TRUE(inferred.status.ok()) << inferred.status.to_string();
+  EXPECT_FALSE(infer_node(n, {typed(DType::kInt32, {4}), f32({4}), typed(DType::kInt32, {})}).ok());
+  auto out = run_case(
+      n, {make<int32_t>(DType::kInt32, {4}, {-3, 0, 5, 1000}), initializer(make_f32({1}, {0.5f})),
+          initializer(make<int32_t>(DType::kInt32, {}, {1}))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const float* y = (*out)[0].data_as<float>();
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{-2.f, -0.5f, 2.f, 499.5f}));
+}
+
 TEST(QuantOpsKernel, QuantizeRoundsHalfToEvenAndSaturates) {
   OpNode n = op("QuantizeLinear", 21);
   Tensor x = make_f32({6}, {0.5f, 1.5f, 2.5f, -1.f, 300.f, 1000.f});

@@ -1,6 +1,7 @@
 // Schemas of the quant op family: QuantizeLinear and DequantizeLinear (per tensor, per axis and
 // blocked), DynamicQuantizeLinear, QLinearMatMul and MatMulInteger. (QLinearConv and
 // ConvInteger share Conv's shape inference in conv.cc.)
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,15 @@ Status check_quant_params(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t block, ctx.attrs().get_int("block_size", 0));
   if (block < 0) return ctx.error(StatusCode::kInvalidModel, "attribute block_size must be >= 0");
   const auto& s = ctx.input_shape(1);
-  if (ctx.has_input(2)) {
+  auto one_element = [](const std::vector<ir::Dim>& d) {
+    return std::all_of(d.begin(), d.end(),
+                       [](const ir::Dim& x) { return x.is_const() && x.value() == 1; });
+  };
+  // ONNX Runtime's quantization tool writes per-tensor scales as [1] beside scalar zero points
+  // (and ORT runs them): one element each is per tensor whatever the ranks.
+  const bool per_tensor_pair =
+      block == 0 && ctx.has_input(2) && one_element(s) && one_element(ctx.input_shape(2));
+  if (ctx.has_input(2) && !per_tensor_pair) {
     const auto& z = ctx.input_shape(2);
     if (z.size() != s.size()) {
       return ctx.error(StatusCode::kInvalidModel,

@@ -38,6 +38,8 @@ constexpr const char* kUsage =
     "  compare   compare kiln's outputs with ONNX Runtime's FP32 outputs (exit 0 pass, 1 fail)\n"
     "  serve     serve an engine on Ray Serve (the Python package's kiln.serve):  kiln serve \\\n"
     "              --loadEngine=m.kiln --replicas=2 --maxBatch=32 --port=8000\n"
+    "  quantize  calibrate a model and write it with int8 or fp8 Q/DQ nodes (kiln.quantize):\n"
+    "              kiln quantize --onnx=m.onnx --calib=data.npz --output=m.int8.onnx\n"
     "\n"
     "kiln COMMAND --help shows a command's flags; kiln help-flags, what kiln does with each\n"
     "trtexec flag. Exit status: 0 ok, 1 failure, 2 bad command line, 3 internal error.\n";
@@ -73,21 +75,23 @@ int dispatch(int argc, char** argv) {
   if (command == "bench") return bench_command(rest);
   if (command == "inspect") return inspect_command(rest);
   if (command == "compare") return compare_command(rest);
-  if (command == "serve") {
-    // Serving runs on Ray Serve, in Python: the Python that installed kiln (the wheel's `kiln`
-    // sets KILN_PYTHON), else python3 from PATH.
+  if (command == "serve" || command == "quantize") {
+    // Serving (Ray Serve) and quantization (calibration writes an ONNX model) run in Python: the
+    // Python that installed kiln (the wheel's `kiln` sets KILN_PYTHON), else python3 from PATH.
     const char* env = std::getenv("KILN_PYTHON");
     const std::string python = env && *env ? env : "python3";
+    const std::string module = "kiln." + command;
     std::vector<char*> args = {const_cast<char*>(python.c_str()), const_cast<char*>("-m"),
-                               const_cast<char*>("kiln.serve")};
+                               const_cast<char*>(module.c_str())};
     for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     std::fflush(stdout);
     execvp(python.c_str(), args.data());
     std::fprintf(stderr,
-                 "kiln serve: error: could not start %s (%s); kiln serve runs kiln.serve from the "
-                 "Python package: pip install '.[serve]'\n",
-                 python.c_str(), std::strerror(errno));
+                 "kiln %s: error: could not start %s (%s); kiln %s runs %s from the Python "
+                 "package: pip install '.%s'\n",
+                 command.c_str(), python.c_str(), std::strerror(errno), command.c_str(),
+                 module.c_str(), command == "serve" ? "[serve]" : "[quantize]");
     return kExitFail;
   }
   if (command == "help-flags") {
