@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 # clang-14 and its sanitizer and libFuzzer runtimes: scripts/sanitize.sh (the asan and tsan presets);
-# clang-format-14: scripts/check_format.sh.
+# clang-format-14 and clang-tidy-14: scripts/check_format.sh and scripts/check_tidy.sh.
 packages=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev ccache clang-14
-          libclang-rt-14-dev clang-format-14)
+          libclang-rt-14-dev clang-format-14 clang-tidy-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

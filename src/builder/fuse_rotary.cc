@@ -185,7 +185,8 @@ StatusOr<bool> fuse(Context& ctx, const Match& m) {
     fused.name = name;
     return rw::replace_with(ctx, m.matched, std::move(pre), std::move(fused));
   }
-  const Dim s = x_shape[2], hd = Dim(h * d);
+  const Dim& s = x_shape[2];
+  const Dim hd = Dim(h * d);
   const int flat = ir::add_unique_value(g, base + "_in", t, Dims{x_shape[0], s, hd});
   pre.push_back(rw::make_node(*g, "Reshape", base + "_in_view",
                               {*z, i64("_flat_shape", {0, 0, h * d})}, {flat}));

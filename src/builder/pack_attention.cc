@@ -273,7 +273,9 @@ std::optional<Operand> as_operand(const ir::Graph& g, int base, const View& v) {
     if (d.size() != 1) return std::nullopt;
   }
   const Part &b = v.dims[0][0], &h = v.dims[1][0], &s = v.dims[2][0], &d = v.dims[3][0];
-  const Dim n = (*bs)[2], row1 = n, row0 = (*bs)[1] * n;
+  const Dim& n = (*bs)[2];
+  const Dim& row1 = n;  // the stride of dim 1 in rows of n
+  const Dim row0 = (*bs)[1] * n;
   if (!d.extent.is_const() || !h.extent.is_const() || !v.offset.is_const()) return std::nullopt;
   if (!is_one(d.extent) && d.stride != Dim(1)) return std::nullopt;
   if (!is_one(h.extent) && h.stride != d.extent) return std::nullopt;

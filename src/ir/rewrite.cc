@@ -217,7 +217,7 @@ StatusOr<int> replace_nodes(Graph* g, std::span<const int> matched, Node replace
   next.reserve(size_t(nn) - matched.size() + 1);
   for (int n = 0; n < nn; ++n) {
     if (!in_match[n]) next.push_back(std::move(g->nodes[n]));
-    if (n == last) next.push_back(std::move(replacement));
+    if (n == last) next.push_back(std::move(replacement));  // NOLINT(bugprone-use-after-move): once
   }
   g->nodes = std::move(next);
   KILN_RETURN_IF_ERROR(settle(g, std::move(before)));

@@ -7,8 +7,6 @@
 namespace kiln::ops {
 namespace {
 
-using ir::Dim;
-
 // Both ops: input (N, C, d1..dk), target (N, d1..dk) of int32/int64, optional weight (C).
 Status infer_loss(InferContext& ctx) {
   const bool sce =

@@ -21,8 +21,6 @@ using shape_util::can_carry;
 using shape_util::const_shape;
 using shape_util::label;
 using shape_util::product;
-using shape_util::provably_le;
-using shape_util::sym_max;
 
 using ir::Dim;
 using Dims = std::vector<Dim>;

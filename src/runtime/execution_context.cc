@@ -271,7 +271,7 @@ Status ExecutionContext::enqueue_kernels(void* stream) {
       // Going back, the marker after the LoopBegin is set again, so the body's layers report their
       // last iteration; going past the body, each skipped layer gets its mark.
       if (profiler_) {
-        const size_t first = *next <= n ? *next : n + 1, last = *next <= n ? *next : *next;
+        const size_t first = *next <= n ? *next : n + 1, last = *next;
         for (size_t m = first; m <= last; ++m)
           KILN_RETURN_IF_ERROR(backend->record_marker(markers_[m], stream));
       }

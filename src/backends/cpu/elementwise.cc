@@ -115,12 +115,12 @@ inline auto bin_apply(C a, C b) {
     if constexpr (kInt)
       return a > b ? a : b;
     else
-      return (a > b || a != a) ? a : b;  // NaN wins
+      return (a > b || a != a) ? a : b;  // NOLINT(misc-redundant-expression): NaN wins
   } else if constexpr (op == Bin::kMin) {
     if constexpr (kInt)
       return a < b ? a : b;
     else
-      return (a < b || a != a) ? a : b;
+      return (a < b || a != a) ? a : b;  // NOLINT(misc-redundant-expression): NaN wins
   } else if constexpr (op == Bin::kEq) {
     return a == b;
   } else if constexpr (op == Bin::kLt) {
@@ -194,7 +194,7 @@ Status variadic_kernel(const KernelArgs& a) {
 // int64 range, and narrower targets then wrap as integer casts do (matching numpy on common cases).
 template <typename D, typename F>
 D float_to_int(F f) {
-  if (f != f) return D(0);
+  if (f != f) return D(0);  // NOLINT(misc-redundant-expression): NaN, for every float type
   if constexpr (std::is_same_v<D, uint64_t>) {
     if (f >= F(18446744073709551616.0)) return std::numeric_limits<uint64_t>::max();
     if (f >= F(0)) return uint64_t(f);

@@ -154,8 +154,8 @@ T reduce_one(const T* x, int64_t base, const std::vector<Run>& red, int64_t coun
     if (count > 0) {
       for_each_reduced(x, base, red, idx, [&](C v) {
         if (kOp == Reduce::kMax ? (v > best) : (v < best)) best = v;
-        if (v != v) best = v;  // NaN propagates
-        return best == best;
+        if (v != v) best = v;  // NOLINT(misc-redundant-expression): NaN propagates
+        return best == best;   // NOLINT(misc-redundant-expression): stop at NaN
       });
     }
     return N::store(best);
