@@ -261,6 +261,38 @@ void depthwise(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T
   }
 }
 
+// Depthwise at stride 1 through a zero-padded copy of the channel's plane. Output row oh, column
+// ow reads padded row oh + kh*dil_h, column ow + kw*dil_w, so over the padded width pw the whole
+// output plane is one contiguous run per tap: out_h*pw multiply-adds in a single axpy (vectorized
+// for the running CPU), of which the ow < out_w columns of each row are kept. On MobileNet's small
+// planes (5x5 taps over 14x14) this beats depthwise() above, whose per-tap bounds work and short
+// rows cost more than the arithmetic. Taps accumulate in the same order as there.
+template <typename T>
+void depthwise_padded(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T* y,
+                      std::vector<T>& buf) {
+  const int64_t ph = (ah.out - 1) + (ah.k - 1) * ah.dil + 1;
+  const int64_t pw = (aw.out - 1) + (aw.k - 1) * aw.dil + 1;
+  const int64_t plane = ph * pw + (aw.k - 1) * aw.dil;  // the last row's run reads past its end
+  const int64_t run = ah.out * pw;
+  if (buf.size() < size_t(plane + run)) buf.resize(size_t(plane + run));
+  T* pad = buf.data();
+  T* acc = pad + plane;
+  std::fill_n(pad, plane, T(0));
+  const int64_t lo = std::max<int64_t>(0, aw.pb), hi = std::min<int64_t>(pw, aw.pb + aw.in);
+  for (int64_t r = 0; r < ph && hi > lo; ++r) {
+    const int64_t ih = r - ah.pb;
+    if (ih < 0 || ih >= ah.in) continue;
+    std::copy(x + ih * aw.in + (lo - aw.pb), x + ih * aw.in + (hi - aw.pb), pad + r * pw + lo);
+  }
+  std::fill_n(acc, run, bias);
+  for (int64_t kh = 0; kh < ah.k; ++kh) {
+    for (int64_t kw = 0; kw < aw.k; ++kw) {
+      axpy(acc, pad + kh * ah.dil * pw + kw * aw.dil, w[kh * aw.k + kw], run);
+    }
+  }
+  for (int64_t oh = 0; oh < ah.out; ++oh) std::copy_n(acc + oh * pw, aw.out, y + oh * aw.out);
+}
+
 // Conv keeps its parsed attributes and its im2col buffer, which grows to the largest shape seen
 // and is reused, so steady state does not allocate.
 class ConvKernel final : public Kernel {
@@ -350,10 +382,16 @@ class ConvKernel final : public Kernel {
       std::vector<T>& phases = col<T>();
       if (phases.size() < size_t(ax[2].in + ax[2].stride))
         phases.resize(size_t(ax[2].in + ax[2].stride));
+      const bool unit_stride = ax[1].stride == 1 && ax[2].stride == 1;
       for (int64_t i = 0; i < n * c; ++i) {
         int64_t ch = i % c;
-        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                     y + i * out_sp, phases.data());
+        if (unit_stride) {
+          depthwise_padded<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                              y + i * out_sp, phases);
+        } else {
+          depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                       y + i * out_sp, phases.data());
+        }
       }
       return ok_status();
     }

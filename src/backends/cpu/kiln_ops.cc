@@ -97,20 +97,100 @@ Status matmul_bias_kernel(const KernelArgs& args) {
   return ok_status();
 }
 
-// The activation of kiln::FusedConv on one value (computed in double, stored once).
-double activate(const std::string& act, const std::vector<float>& p, double y) {
-  if (act == "relu") return y > 0 ? y : 0;
-  if (act == "clip") return std::min(std::max(y, double(p[0])), double(p[1]));
-  if (act == "hardswish") return y * std::max(0.0, std::min(1.0, y / 6 + 0.5));
-  if (act == "hardsigmoid") return std::max(0.0, std::min(1.0, double(p[0]) * y + double(p[1])));
-  if (act == "sigmoid") return 1 / (1 + std::exp(-y));
-  if (act == "silu") return y / (1 + std::exp(-y));
-  if (act == "leaky_relu") return y >= 0 ? y : double(p[0]) * y;
-  if (act == "gelu") return 0.5 * y * (1 + std::erf(y * 0.70710678118654752440));
-  if (act == "gelu_tanh")
-    return 0.5 * y * (1 + std::tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)));
-  return y;
-}
+// The activation of kiln::FusedConv and kiln::SqueezeExcite, decoded once from its attribute (the
+// schema checked the name and the parameter count). Each value is computed in double and stored
+// once, as the unfused ops' reference would round it.
+struct Activation {
+  enum class Kind {
+    kNone,
+    kRelu,
+    kClip,
+    kHardSwish,
+    kHardSigmoid,
+    kSigmoid,
+    kSilu,
+    kLeakyRelu,
+    kGelu,
+    kGeluTanh
+  };
+  Kind kind = Kind::kNone;
+  double p0 = 0, p1 = 0;
+
+  static StatusOr<Activation> parse(const std::string& act, const std::vector<float>& p) {
+    static const std::pair<const char*, Kind> kNames[] = {{"none", Kind::kNone},
+                                                          {"relu", Kind::kRelu},
+                                                          {"clip", Kind::kClip},
+                                                          {"hardswish", Kind::kHardSwish},
+                                                          {"hardsigmoid", Kind::kHardSigmoid},
+                                                          {"sigmoid", Kind::kSigmoid},
+                                                          {"silu", Kind::kSilu},
+                                                          {"leaky_relu", Kind::kLeakyRelu},
+                                                          {"gelu", Kind::kGelu},
+                                                          {"gelu_tanh", Kind::kGeluTanh}};
+    for (const auto& [name, kind] : kNames) {
+      if (act == name) {
+        return Activation{kind, p.size() > 0 ? double(p[0]) : 0.0,
+                          p.size() > 1 ? double(p[1]) : 0.0};
+      }
+    }
+    return invalid_argument("activation '" + act + "' has no CPU kernel");
+  }
+
+  double operator()(double y) const {
+    switch (kind) {
+      case Kind::kNone:
+        return y;
+      case Kind::kRelu:
+        return y > 0 ? y : 0;
+      case Kind::kClip:
+        return std::min(std::max(y, p0), p1);
+      case Kind::kHardSwish:
+        return y * std::max(0.0, std::min(1.0, y / 6 + 0.5));
+      case Kind::kHardSigmoid:
+        return std::max(0.0, std::min(1.0, p0 * y + p1));
+      case Kind::kSigmoid:
+        return 1 / (1 + std::exp(-y));
+      case Kind::kSilu:
+        return y / (1 + std::exp(-y));
+      case Kind::kLeakyRelu:
+        return y >= 0 ? y : p0 * y;
+      case Kind::kGelu:
+        return 0.5 * y * (1 + std::erf(y * 0.70710678118654752440));
+      case Kind::kGeluTanh:
+        return 0.5 * y * (1 + std::tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)));
+    }
+    return y;
+  }
+
+  // In place over y: one loop per kind, so the choice is made once per tensor, not per element
+  // (float32 tensors are read and written directly).
+  void apply(const TensorView& y) const {
+    switch (kind) {
+      case Kind::kNone:
+        return;
+      case Kind::kRelu:
+        return each(y, [](double v) { return v > 0 ? v : 0.0; });
+      case Kind::kClip:
+        return each(y, [a = p0, b = p1](double v) { return std::min(std::max(v, a), b); });
+      case Kind::kHardSwish:
+        return each(y, [](double v) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); });
+      default:
+        return each(y, [this](double v) { return (*this)(v); });
+    }
+  }
+
+ private:
+  template <typename F>
+  static void each(const TensorView& y, F f) {
+    const int64_t n = y.numel();
+    if (y.dtype == DType::kFloat32) {
+      float* p = y.as<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = float(f(double(p[i])));
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) store_f64(y, i, f(load_f64(y, i)));
+  }
+};
 
 // kiln::FusedConv: the Conv reference kernel into Y, then Y += Z with the Add kernel, then the
 // activation over Y. Layout NHWC runs the same Conv on X and W transposed to NCHW, into an NCHW
@@ -118,9 +198,8 @@ double activate(const std::string& act, const std::vector<float>& p, double y) {
 // are elementwise, so they apply to the NHWC Y as they are.
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, std::string act, std::vector<float> params,
-                  bool nhwc)
-      : conv_(std::move(conv)), act_(std::move(act)), params_(std::move(params)), nhwc_(nhwc) {}
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Activation act, bool nhwc)
+      : conv_(std::move(conv)), act_(act), nhwc_(nhwc) {}
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     static const ir::Attributes kNone;
@@ -135,10 +214,7 @@ class FusedConvKernel final : public Kernel {
       std::array<TensorView, 2> sum{out[0], in[3]};
       KILN_RETURN_IF_ERROR(parts().add(KernelArgs{kNone, sum, out}));
     }
-    if (act_ == "none") return ok_status();
-    const TensorView& y = out[0];
-    for (int64_t i = 0; i < y.numel(); ++i)
-      store_f64(y, i, activate(act_, params_, load_f64(y, i)));
+    act_.apply(out[0]);
     return ok_status();
   }
 
@@ -176,8 +252,7 @@ class FusedConvKernel final : public Kernel {
   }
 
   std::unique_ptr<Kernel> conv_;
-  std::string act_;
-  std::vector<float> params_;
+  Activation act_;
   bool nhwc_;
   std::vector<std::byte> x_, w_, y_;  // NCHW scratch of layout NHWC
   std::vector<int64_t> x_shape_, w_shape_, y_shape_;
@@ -212,7 +287,8 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
   KernelQuery cq{conv, q.inputs, q.outputs, q.policy};
   if (cq.inputs.size() > 3) cq.inputs.resize(3);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, conv_factory(cq));
-  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), act, params, layout == "NHWC"));
+  KILN_ASSIGN_OR_RETURN(Activation activation, Activation::parse(act, params));
+  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), activation, layout == "NHWC"));
 }
 
 // kiln::Pool (layout NHWC): the ONNX MaxPool or AveragePool reference on X transposed to NCHW,
@@ -433,13 +509,8 @@ Status packed_attention_kernel(const KernelArgs& args) {
 // each gate rounded once to the output's type.
 class SqueezeExciteKernel final : public Kernel {
  public:
-  SqueezeExciteKernel(bool nhwc, std::string act1, std::vector<float> p1, std::string act2,
-                      std::vector<float> p2)
-      : nhwc_(nhwc),
-        act1_(std::move(act1)),
-        p1_(std::move(p1)),
-        act2_(std::move(act2)),
-        p2_(std::move(p2)) {}
+  SqueezeExciteKernel(bool nhwc, Activation act1, Activation act2)
+      : nhwc_(nhwc), act1_(act1), act2_(act2) {}
   std::string name() const override { return "cpu.SqueezeExcite"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (in.size() != 5 || out.size() != 1 || in[0].rank() != 4) {
@@ -474,13 +545,12 @@ class SqueezeExciteKernel final : public Kernel {
         for (int64_t j = 0; j < cs; ++j) {
           double y = at(in[2], j);
           for (int64_t ch = 0; ch < c; ++ch) y += at(in[1], j * c + ch) * mean[size_t(ch)];
-          hidden[size_t(j)] = activate(act1_, p1_, y);
+          hidden[size_t(j)] = act1_(y);
         }
         for (int64_t ch = 0; ch < c; ++ch) {
           double y = at(in[4], ch);
           for (int64_t j = 0; j < cs; ++j) y += at(in[3], ch * cs + j) * hidden[size_t(j)];
-          out[0].as<T>()[b * c + ch] =
-              Num<T>::store(static_cast<typename Num<T>::C>(activate(act2_, p2_, y)));
+          out[0].as<T>()[b * c + ch] = Num<T>::store(static_cast<typename Num<T>::C>(act2_(y)));
         }
       }
       return ok_status();
@@ -489,10 +559,7 @@ class SqueezeExciteKernel final : public Kernel {
 
  private:
   bool nhwc_;
-  std::string act1_;
-  std::vector<float> p1_;
-  std::string act2_;
-  std::vector<float> p2_;
+  Activation act1_, act2_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
@@ -508,11 +575,9 @@ StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
     return invalid_argument(q.node.describe() + ": layout '" + layout +
                             "' is not one of NCHW, NHWC");
   }
-  // activate() reads the parameters it needs; the schema checked their count.
-  p1.resize(2, 0.f);
-  p2.resize(2, 0.f);
-  return std::unique_ptr<Kernel>(new SqueezeExciteKernel(
-      layout == "NHWC", std::move(act1), std::move(p1), std::move(act2), std::move(p2)));
+  KILN_ASSIGN_OR_RETURN(Activation a1, Activation::parse(act1, p1));
+  KILN_ASSIGN_OR_RETURN(Activation a2, Activation::parse(act2, p2));
+  return std::unique_ptr<Kernel>(new SqueezeExciteKernel(layout == "NHWC", a1, a2));
 }
 
 }  // namespace

@@ -1,0 +1,178 @@
+"""kiln's CPU backend beside ONNX Runtime's CPU provider, interleaved in one process (issue 42).
+
+For each shared model (../shared/models, or KILN_MODELS_DIR) at each of its test sets' shapes:
+kiln's FP32 CPU engine (built once for the model's profile) and ONNX Runtime 1.30's CPU provider
+with 1 and with 2 intra-op threads (and every graph optimization) run the same inputs in rounds,
+kiln then ORT-1 then ORT-2, so a busy neighbour slows all three alike. Each figure is the median
+of every timed run after warm-up. kiln's output is checked against ORT's at 1e-4 + 1e-3*|ref|.
+Peak resident memory: with --memory, each runtime runs the model alone in a child process and its
+ru_maxrss after the runs is reported (the Python interpreter and numpy included in both).
+
+    python bench/cpu_peer.py [--models=vit_tiny,unet_pixelshuffle] [--rounds=5] [--iters=5]
+                             [--memory] [--json=out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+MODELS_DIR = pathlib.Path(os.environ.get("KILN_MODELS_DIR", HERE.parent.parent / "shared" / "models"))
+# The shared models' README profiles (python/tests/conftest.py holds the same).
+PROFILES = {
+    "mobilenet_v3_small": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
+    "vit_tiny": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
+    "vit_tiny_legacy": {"input": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
+    "unet_pixelshuffle": {"x": ((1, 3, 200, 200), (1, 3, 300, 300), (32, 3, 400, 400))},
+    "testmod_linear": {"x": ((1, 1, 16), (4, 4, 16), (10, 10, 16))},
+    "llama_tiny": {"ids": ((1, 2), (2, 32), (8, 128))},
+}
+
+
+def test_inputs(name):
+    """[(input names -> arrays)] of the model's test_data_set_* folders."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(MODELS_DIR / name / "model.onnx"), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    sets = []
+    for folder in sorted((MODELS_DIR / name).glob("test_data_set_*")):
+        arrays = []
+        for p in sorted(folder.glob("input_*.pb")):
+            t = onnx.TensorProto()
+            t.ParseFromString(p.read_bytes())
+            arrays.append(numpy_helper.to_array(t))
+        sets.append(dict(zip(names, arrays)))
+    return sets
+
+
+def kiln_runner(name):
+    import kiln
+
+    network = kiln.onnx.parse_file(str(MODELS_DIR / name / "model.onnx"))
+    config = kiln.BuilderConfig()
+    profile = kiln.OptimizationProfile()
+    for input_name, (lo, opt, hi) in PROFILES[name].items():
+        profile.set_dimensions(input_name, lo, opt, hi)
+    config.add_profile(profile)
+    engine = kiln.Builder(kiln.Device.CPU).build(network, config)
+    context = engine.create_execution_context()
+    return lambda feed: context.run(feed)
+
+
+def ort_runner(name, threads):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(MODELS_DIR / name / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in session.get_outputs()]
+    return lambda feed: dict(zip(outputs, session.run(outputs, feed)))
+
+
+def timed(run, feed, iters):
+    out = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        run(feed)
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def close(a, e):
+    a, e = np.asarray(a), np.asarray(e)
+    if a.shape != e.shape:
+        return False, float("inf")
+    if a.dtype.kind != "f":
+        return bool(np.array_equal(a, e)), 0.0
+    err = np.abs(a.astype(np.float64) - e)
+    return bool(np.all(err <= 1e-4 + 1e-3 * np.abs(e.astype(np.float64)))), float(err.max() if err.size else 0.0)
+
+
+def memory_child(runtime, name, set_index, iters):
+    """Runs in a child: the model on one runtime, then prints its peak resident set in MiB."""
+    feed = test_inputs(name)[set_index]
+    run = kiln_runner(name) if runtime == "kiln" else ort_runner(name, int(runtime[-1]))
+    for _ in range(iters):
+        run(feed)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(PROFILES))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=5, help="timed runs per runtime per round")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--memory", action="store_true", help="peak RSS of each runtime alone, in child processes")
+    p.add_argument("--json")
+    p.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args._child:
+        memory_child(args._child[0], args._child[1], int(args._child[2]), int(args._child[3]))
+        return 0
+    if not (MODELS_DIR / "testmod_linear" / "model.onnx").exists():
+        sys.exit(f"cpu_peer: {MODELS_DIR} holds no shared models (set KILN_MODELS_DIR)")
+    import kiln
+    import onnxruntime as ort
+
+    print(f"kiln {kiln.__version__ if hasattr(kiln, '__version__') else ''} vs onnxruntime {ort.__version__}; "
+          f"{os.cpu_count()} CPUs; medians of {args.rounds}x{args.iters} runs after {args.warmup} warm-up, ms")
+    rows = []
+    header = (f"{'model':<20} {'input':<18} {'kiln':>9} {'ORT 1t':>9} {'ORT 2t':>9} {'ORT best / kiln':>15} "
+              f"{'max abs':>9}" + (f" {'RSS kiln':>9} {'RSS ORT':>9}" if args.memory else ""))
+    print(header)
+    for name in [m for m in args.models.split(",") if m]:
+        runners = {"kiln": kiln_runner(name), "ort1": ort_runner(name, 1), "ort2": ort_runner(name, 2)}
+        for si, feed in enumerate(test_inputs(name)):
+            outs = {k: r(feed) for k, r in runners.items()}
+            ok, worst = True, 0.0
+            for out_name, ref in outs["ort1"].items():
+                good, err = close(outs["kiln"][out_name], ref)
+                ok, worst = ok and good, max(worst, err)
+            for r in runners.values():
+                timed(r, feed, args.warmup)
+            times = {k: [] for k in runners}
+            for _ in range(args.rounds):
+                for k, r in runners.items():
+                    times[k] += timed(r, feed, args.iters)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            best = min(med["ort1"], med["ort2"])
+            shape = "x".join(str(d) for d in next(iter(feed.values())).shape)
+            row = {"model": name, "input": shape, "kiln_ms": med["kiln"], "ort1_ms": med["ort1"], "ort2_ms": med["ort2"],
+                   "speedup_vs_ort_best": best / med["kiln"], "max_abs": worst, "matches_ort": ok}
+            line = (f"{name:<20} {shape:<18} {med['kiln']:9.3f} {med['ort1']:9.3f} {med['ort2']:9.3f} "
+                    f"{best / med['kiln']:14.2f}x {worst:9.2e}{'' if ok else ' MISMATCH'}")
+            if args.memory:
+                rss = {}
+                for runtime in ("kiln", "ort2"):
+                    r = subprocess.run([sys.executable, __file__, "--_child", runtime, name, str(si), "3"],
+                                       capture_output=True, text=True, check=True)
+                    rss[runtime] = float(r.stdout.split()[-1])
+                row.update(rss_kiln_mib=rss["kiln"], rss_ort_mib=rss["ort2"])
+                line += f" {rss['kiln']:9.1f} {rss['ort2']:9.1f}"
+            print(line, flush=True)
+            rows.append(row)
+    ratios = [r["speedup_vs_ort_best"] for r in rows]
+    if ratios:
+        print(f"geomean ORT best / kiln: {float(np.exp(np.mean(np.log(ratios)))):.3f}x over {len(ratios)} cases")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["matches_ort"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
