@@ -6,7 +6,8 @@ with 1 and with 2 intra-op threads (and every graph optimization) run the same i
 kiln then ORT-1 then ORT-2, so a busy neighbour slows all three alike. Each figure is the median
 of every timed run after warm-up. kiln's output is checked against ORT's at 1e-4 + 1e-3*|ref|.
 Peak resident memory: with --memory, each runtime runs the model alone in a child process and its
-ru_maxrss after the runs is reported (the Python interpreter and numpy included in both).
+peak resident set (VmHWM) after the runs is reported (the Python interpreter, numpy and onnx
+included in both).
 
     python bench/cpu_peer.py [--models=vit_tiny,unet_pixelshuffle] [--rounds=5] [--iters=5]
                              [--memory] [--json=out.json]
@@ -18,7 +19,6 @@ import argparse
 import json
 import os
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -108,7 +108,10 @@ def memory_child(runtime, name, set_index, iters):
     run = kiln_runner(name) if runtime == "kiln" else ort_runner(name, int(runtime[-1]))
     for _ in range(iters):
         run(feed)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and exec, so a child would report
+    # its parent's peak; VmHWM belongs to the child's own address space.
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(int(hwm.split()[1]) / 1024.0)
 
 
 def main():
