@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/numeric.h"
+#include "backends/cpu/thread_pool.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
@@ -261,6 +262,9 @@ void depthwise(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T
   }
 }
 
+// Below this many multiply-adds a depthwise convolution runs on the calling thread.
+constexpr int64_t kParallelDepthwise = int64_t(1) << 16;
+
 // Depthwise at stride 1 through a zero-padded copy of the channel's plane. Output row oh, column
 // ow reads padded row oh + kh*dil_h, column ow + kw*dil_w, so over the padded width pw the whole
 // output plane is one contiguous run per tap: out_h*pw multiply-adds in a single axpy (vectorized
@@ -383,15 +387,26 @@ class ConvKernel final : public Kernel {
       if (phases.size() < size_t(ax[2].in + ax[2].stride))
         phases.resize(size_t(ax[2].in + ax[2].stride));
       const bool unit_stride = ax[1].stride == 1 && ax[2].stride == 1;
+      if (unit_stride) {
+        // Channels are independent: split them over the CPU's threads, each padding into its own
+        // buffer (this kernel's buffers belong to the calling thread).
+        auto channel = [&](int64_t i) {
+          static thread_local std::vector<T> pad;
+          const int64_t ch = i % c;
+          depthwise_padded<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                              y + i * out_sp, pad);
+        };
+        if (n * c * out_sp * kk >= kParallelDepthwise) {
+          parallel_for(n * c, channel);
+        } else {
+          for (int64_t i = 0; i < n * c; ++i) channel(i);
+        }
+        return ok_status();
+      }
       for (int64_t i = 0; i < n * c; ++i) {
         int64_t ch = i % c;
-        if (unit_stride) {
-          depthwise_padded<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                              y + i * out_sp, phases);
-        } else {
-          depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                       y + i * out_sp, phases.data());
-        }
+        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                     y + i * out_sp, phases.data());
       }
       return ok_status();
     }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/thread_pool.h"
+
 // The micro-kernel's `acc += a * b` must become FMAs; -std=c++20 (not gnu++20) turns contraction
 // off by default, so ask for it in this file only.
 #pragma GCC optimize("fp-contract=fast")
@@ -166,28 +168,67 @@ inline __attribute__((always_inline)) void micro_kernel(int64_t kc, const float*
   }
 }
 
+// One packed KC x NC panel of B and the C tiles it feeds, split into tasks of one MC block of A's
+// rows by a run of NR-wide column slivers. A task packs its own A block (thread-local scratch)
+// and reads the shared panel; tasks write disjoint tiles of C, each with the same kc loop as one
+// thread would, so the result does not depend on how many threads ran it.
+struct Panel {
+  const GemmArgs* g;
+  const float* pb;
+  int64_t jc, pc, nc, kc;
+  int64_t j_chunks, slivers_per_chunk;
+};
+
 template <int MR, int NV, typename V>
-inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g) {
+inline __attribute__((always_inline)) void panel_tiles(const Panel& p, int64_t task) {
+  constexpr int NR = NV * int(sizeof(V) / sizeof(float));
+  const GemmArgs& g = *p.g;
+  const int64_t ic = (task / p.j_chunks) * kMc, mc = std::min(kMc, g.m - ic);
+  const int64_t j0 = (task % p.j_chunks) * p.slivers_per_chunk * NR;
+  const int64_t j1 = std::min(p.nc, j0 + p.slivers_per_chunk * NR);
+  if (j0 >= j1 || mc <= 0) return;
+  float* pa = Scratch::aligned(scratch().a, size_t(kMc * p.kc));
+  pack_a<MR>(g, ic, p.pc, mc, p.kc, pa);
+  for (int64_t jr = j0; jr < j1; jr += NR) {
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+      micro_kernel<MR, NV, V>(p.kc, pa + ir * p.kc, p.pb + jr * p.kc,
+                              g.c + (ic + ir) * g.ldc + p.jc + jr, g.ldc, g.alpha,
+                              std::min<int64_t>(MR, mc - ir), std::min<int64_t>(NR, p.nc - jr));
+    }
+  }
+}
+
+// Below this many multiply-adds a GEMM runs on the calling thread: waking workers costs more.
+constexpr int64_t kParallelGemm = int64_t(1) << 20;
+
+// `tiles` is panel_tiles<MR, NV, V> compiled for the same ISA as the caller, so workers use the
+// caller's tile shape (NR) on the panel it packed.
+template <int MR, int NV, typename V>
+inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
+                                                        void (*tiles)(const Panel&, int64_t)) {
   constexpr int NR = NV * int(sizeof(V) / sizeof(float));
   Scratch& s = scratch();
   int64_t kc_max = std::min(g.k, kKc);
-  float* pa = Scratch::aligned(s.a, size_t(kMc * kc_max));
   float* pb = Scratch::aligned(s.b, size_t(((std::min(g.n, kNc) + NR - 1) / NR) * NR * kc_max));
+  const int64_t m_blocks = (g.m + kMc - 1) / kMc;
+  const bool parallel = g.m * g.n * g.k >= kParallelGemm && cpu_threads() > 1;
   for (int64_t jc = 0; jc < g.n; jc += kNc) {
     int64_t nc = std::min(kNc, g.n - jc);
+    const int64_t slivers = (nc + NR - 1) / NR;
+    // Enough tasks that every thread gets about two, when the panel has the slivers for it.
+    const int64_t want = parallel ? 2 * int64_t(cpu_threads()) : 1;
+    const int64_t j_chunks =
+        std::min(slivers, std::max<int64_t>(1, (want + m_blocks - 1) / m_blocks));
+    const int64_t per_chunk = (slivers + j_chunks - 1) / j_chunks;
     for (int64_t pc = 0; pc < g.k; pc += kKc) {
       int64_t kc = std::min(kKc, g.k - pc);
       pack_b<NR>(g, pc, jc, kc, nc, pb);
-      for (int64_t ic = 0; ic < g.m; ic += kMc) {
-        int64_t mc = std::min(kMc, g.m - ic);
-        pack_a<MR>(g, ic, pc, mc, kc, pa);
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            micro_kernel<MR, NV, V>(kc, pa + ir * kc, pb + jr * kc,
-                                    g.c + (ic + ir) * g.ldc + jc + jr, g.ldc, g.alpha,
-                                    std::min<int64_t>(MR, mc - ir), std::min<int64_t>(NR, nc - jr));
-          }
-        }
+      const Panel panel{&g, pb, jc, pc, nc, kc, j_chunks, per_chunk};
+      const int64_t tasks = m_blocks * j_chunks;
+      if (!parallel || tasks == 1) {
+        for (int64_t t = 0; t < tasks; ++t) panel_tiles<MR, NV, V>(panel, t);
+      } else {
+        parallel_for(tasks, [&panel, tiles](int64_t t) { tiles(panel, t); });
       }
     }
   }
@@ -210,18 +251,28 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g) {
 #endif
 #if KILN_MULTIVERSION
 #define KILN_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+__attribute__((target("default"))) void tiles_sse(const Panel& p, int64_t t) {
+  panel_tiles<6, 2, V4>(p, t);
+}
+__attribute__((target("avx2,fma"))) void tiles_avx2(const Panel& p, int64_t t) {
+  panel_tiles<6, 2, V8>(p, t);
+}
+__attribute__((target("avx512f"))) void tiles_avx512(const Panel& p, int64_t t) {
+  panel_tiles<12, 2, V16>(p, t);
+}
 __attribute__((target("default"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<6, 2, V4>(g);  // 6x8: 12 accumulators
+  blocked_gemm<6, 2, V4>(g, &tiles_sse);  // 6x8: 12 accumulators
 }
 __attribute__((target("avx2,fma"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<6, 2, V8>(g);  // 6x16: 12 accumulators
+  blocked_gemm<6, 2, V8>(g, &tiles_avx2);  // 6x16: 12 accumulators
 }
 __attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<12, 2, V16>(g);  // 12x32: 24 accumulators
+  blocked_gemm<12, 2, V16>(g, &tiles_avx512);  // 12x32: 24 accumulators
 }
 #else
 #define KILN_TARGET_CLONES
-void blocked_gemm_dispatch(const GemmArgs& g) { blocked_gemm<6, 2, V4>(g); }
+void tiles_sse(const Panel& p, int64_t t) { panel_tiles<6, 2, V4>(p, t); }
+void blocked_gemm_dispatch(const GemmArgs& g) { blocked_gemm<6, 2, V4>(g, &tiles_sse); }
 #endif
 
 void small_gemm(const GemmArgs& g) {

@@ -1,0 +1,21 @@
+// The CPU backend's worker threads: one pool per process that kernels split their work over
+// (parallel_for), shared fairly by every execution context that runs at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kiln::backends::cpu {
+
+// Runs fn(i) for every i in [0, count), on the calling thread and the pool's workers, and
+// returns when all have run. Each index runs exactly once; the calls for one parallel_for may run
+// in any order and at once, so fn must write disjoint data. Calls from several threads at once
+// share the workers; a call made by a worker runs inline. In a process forked from the one that
+// made the pool, and with one thread, everything runs inline on the caller.
+void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
+
+// The threads parallel_for uses, the caller included: KILN_CPU_THREADS when set (1 to 256), else
+// the CPUs this process may run on (sched_getaffinity).
+int cpu_threads();
+
+}  // namespace kiln::backends::cpu
