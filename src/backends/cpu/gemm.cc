@@ -198,6 +198,24 @@ inline __attribute__((always_inline)) void panel_tiles(const Panel& p, int64_t t
   }
 }
 
+// Hands the panel's tasks to the pool through a plain callback: clang 14 (the sanitizer builds)
+// emits no code for a std::function made in this file of target_clones functions, and the link
+// fails.
+struct PanelTasks {
+  const Panel* panel;
+  void (*tiles)(const Panel&, int64_t);
+};
+
+void run_panel_task(const void* ctx, int64_t t) {
+  const auto* p = static_cast<const PanelTasks*>(ctx);
+  p->tiles(*p->panel, t);
+}
+
+void run_panel_tasks(const Panel& panel, int64_t tasks, void (*tiles)(const Panel&, int64_t)) {
+  const PanelTasks ctx{&panel, tiles};
+  parallel_for(tasks, &run_panel_task, &ctx);
+}
+
 // Below this many multiply-adds a GEMM runs on the calling thread: waking workers costs more.
 constexpr int64_t kParallelGemm = int64_t(1) << 20;
 
@@ -228,7 +246,7 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
       if (!parallel || tasks == 1) {
         for (int64_t t = 0; t < tasks; ++t) panel_tiles<MR, NV, V>(panel, t);
       } else {
-        parallel_for(tasks, [&panel, tiles](int64_t t) { tiles(panel, t); });
+        run_panel_tasks(panel, tasks, tiles);
       }
     }
   }

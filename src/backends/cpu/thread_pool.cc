@@ -131,4 +131,8 @@ int cpu_threads() {
 
 void parallel_for(int64_t count, const std::function<void(int64_t)>& fn) { pool().run(count, fn); }
 
+void parallel_for(int64_t count, void (*fn)(const void* ctx, int64_t i), const void* ctx) {
+  pool().run(count, [fn, ctx](int64_t i) { fn(ctx, i); });
+}
+
 }  // namespace kiln::backends::cpu

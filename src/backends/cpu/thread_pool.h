@@ -13,6 +13,9 @@ namespace kiln::backends::cpu {
 // share the workers; a call made by a worker runs inline. In a process forked from the one that
 // made the pool, and with one thread, everything runs inline on the caller.
 void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
+// The same with a plain callback fn(ctx, i), for code that cannot make a std::function (gemm.cc:
+// clang 14 emits no std::function code in a file of target_clones functions).
+void parallel_for(int64_t count, void (*fn)(const void* ctx, int64_t i), const void* ctx);
 
 // The threads parallel_for uses, the caller included: KILN_CPU_THREADS when set (1 to 256), else
 // the CPUs this process may run on (sched_getaffinity).
