@@ -28,15 +28,8 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODELS_DIR = pathlib.Path(os.environ.get("KILN_MODELS_DIR", HERE.parent.parent / "shared" / "models"))
-# The shared models' README profiles (python/tests/conftest.py holds the same).
-PROFILES = {
-    "mobilenet_v3_small": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "vit_tiny": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "vit_tiny_legacy": {"input": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "unet_pixelshuffle": {"x": ((1, 3, 200, 200), (1, 3, 300, 300), (32, 3, 400, 400))},
-    "testmod_linear": {"x": ((1, 1, 16), (4, 4, 16), (10, 10, 16))},
-    "llama_tiny": {"ids": ((1, 2), (2, 32), (8, 128))},
-}
+sys.path.insert(0, str(HERE.parent / "python" / "tests"))
+from shared_models import PROFILES  # noqa: E402  (the README profiles, shared with the tests)
 
 
 def test_inputs(name):

@@ -277,16 +277,24 @@ def _graph_inputs(model) -> list[str]:
     return [i.name for i in model.graph.input if i.name not in inits]
 
 
-def _engine(model_bytes: bytes, feeds: Sequence[Mapping[str, np.ndarray]], device: Any = None):
-    """A kiln FP32 engine of the model whose one profile holds every feed's shapes."""
+def _static_inputs(model) -> set[str]:
+    """The graph inputs whose every dim is a number: they have no range for a profile to give."""
+    static = set()
+    for i in model.graph.input:
+        t = i.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            static.add(i.name)
+    return static
+
+
+def _engine(model_bytes: bytes, feeds: Sequence[Mapping[str, np.ndarray]], static: set[str], device: Any = None):
+    """A kiln FP32 engine of the model whose one profile holds every feed's shapes; ``static`` is
+    the model's _static_inputs (quantize_to_budget builds many engines of one model's variants, so
+    the caller reads them once instead of each build parsing the bytes a second time)."""
     from . import Builder, BuilderConfig, Device, OptimizationProfile
     from . import onnx as konnx
 
     network = konnx.parse_bytes(model_bytes)
-    static = {}
-    for i in _onnx().load_from_string(model_bytes).graph.input:
-        dims = i.type.tensor_type.shape.dim
-        static[i.name] = bool(i.type.tensor_type.HasField("shape")) and all(d.HasField("dim_value") for d in dims)
     config = BuilderConfig()
     profile = OptimizationProfile()
     for name in feeds[0]:
@@ -294,7 +302,7 @@ def _engine(model_bytes: bytes, feeds: Sequence[Mapping[str, np.ndarray]], devic
         ranks = {len(s) for s in shapes}
         if len(ranks) != 1:
             raise InvalidArgumentError(f"the feeds give input '{name}' different ranks: {sorted(ranks)}")
-        if static.get(name, False):
+        if name in static:
             continue  # a static input has no range to give; the run checks each feed's shape
         lo = tuple(int(x) for x in np.min(shapes, axis=0))
         hi = tuple(int(x) for x in np.max(shapes, axis=0))
@@ -348,7 +356,7 @@ class Calibrator:
         for t in computed:
             if t not in present:
                 probe.graph.output.append(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None))
-        engine = _engine(probe.SerializeToString(), feeds)
+        engine = _engine(probe.SerializeToString(), feeds, _static_inputs(self.model))
 
         def observations():
             for feed, result in zip(feeds, _run_all(engine, feeds, computed)):
@@ -573,12 +581,13 @@ def quantize_to_budget(model: Any, calibration: Calibration, holdout: Iterable[M
     calibration.check_model(data)
     feeds = _feed_list(holdout, _graph_inputs(proto), "held-out feed")
     outputs = [o.name for o in proto.graph.output]
-    ref = list(_run_all(_engine(data, feeds), feeds, outputs))
+    static = _static_inputs(proto)  # Q/DQ insertion leaves the graph inputs as they are
+    ref = list(_run_all(_engine(data, feeds, static), feeds, outputs))
     names = [s.name for s in _sites(proto.graph)]
 
     def score(exclude: Iterable[str]) -> float:
         q = quantize(proto, calibration, precision, exclude, check_hash=False)
-        return _measure(metric, list(_run_all(_engine(q.SerializeToString(), feeds), feeds, outputs)), ref)
+        return _measure(metric, list(_run_all(_engine(q.SerializeToString(), feeds, static), feeds, outputs)), ref)
 
     everything = score(())
     report: dict[str, Any] = {"metric": metric, "budget": bound, "precision": precision, "all_quantized": everything,

@@ -12,15 +12,7 @@ import kiln
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODELS_DIR = pathlib.Path(os.environ.get("KILN_MODELS_DIR", REPO.parent / "shared" / "models"))
 
-# The profiles of ../shared/models/README.md: input -> (min, opt, max).
-PROFILES = {
-    "mobilenet_v3_small": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "vit_tiny": {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "vit_tiny_legacy": {"input": ((1, 3, 224, 224), (4, 3, 224, 224), (32, 3, 224, 224))},
-    "unet_pixelshuffle": {"x": ((1, 3, 200, 200), (1, 3, 300, 300), (32, 3, 400, 400))},
-    "testmod_linear": {"x": ((1, 1, 16), (4, 4, 16), (10, 10, 16))},
-    "llama_tiny": {"ids": ((1, 2), (2, 32), (8, 128))},
-}
+from shared_models import PROFILES  # noqa: E402  (the README profiles, shared with bench/)
 
 # The shared tolerance for FP32 against ONNX Runtime: |a - e| <= ATOL + RTOL * |e|.
 ATOL = 1e-4
