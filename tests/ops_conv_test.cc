@@ -12,6 +12,7 @@
 
 #include "backends/kernel_registry.h"
 #include "op_harness.h"
+#include "ops/conv_activation.h"
 #include "typed_values.h"
 
 namespace kiln {
@@ -1135,6 +1136,30 @@ TEST(FusedConvKernel, ChannelsLastPointwiseEveryEpilogue) {
         }
       }
     }
+  }
+}
+
+// The schema takes every activation of ops/conv_activation.h with exactly its parameter count and
+// names the node, the attribute and the allowed values when it refuses one.
+TEST(FusedConvInfer, ActivationNamesAndParameterCountsAreChecked) {
+  auto infer = [](const std::string& act, size_t params) {
+    OpNode node = op("FusedConv", 1, "kiln").named("fc0").s("activation", act);
+    if (params > 0) node.floats("activation_params", std::vector<float>(params, 0.5f));
+    return infer_node(node, {f32({1, 3, 8, 8}), f32({4, 3, 3, 3})});
+  };
+  for (const ops::ConvActivationInfo& a : ops::kConvActivations) {
+    auto good = infer(a.name, size_t(a.params));
+    EXPECT_TRUE(good.status.ok()) << a.name << ": " << good.status.to_string();
+    auto bad = infer(a.name, size_t(a.params) + 1);
+    ASSERT_FALSE(bad.status.ok()) << a.name << " with one parameter too many";
+    EXPECT_NE(bad.status.message().find("takes " + std::to_string(a.params)), std::string::npos)
+        << bad.status.to_string();
+  }
+  auto unknown = infer("swish", 0);
+  ASSERT_FALSE(unknown.status.ok());
+  for (const char* part : {"fc0", "activation 'swish'", "none, relu, clip", "gelu_tanh"}) {
+    EXPECT_NE(unknown.status.message().find(part), std::string::npos)
+        << part << " in " << unknown.status.to_string();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/conv_activation.h"
 #include "ops/elementwise_program.h"
 #include "ops/loop_end.h"
 #include "ops/schema.h"
@@ -117,28 +118,22 @@ Status infer_nhwc_conv(InferContext& ctx) {
   return ok_status();
 }
 
-// The activation attribute `act_attr` (kiln::FusedConv's and kiln::SqueezeExcite's: one of the
-// names below) with the count of parameters in `params_attr` it takes.
+// The activation attribute `act_attr` (kiln::FusedConv's and kiln::SqueezeExcite's: one of
+// conv_activation.h's names) with the count of parameters in `params_attr` it takes.
 Status check_activation(InferContext& ctx, const char* act_attr, const char* params_attr) {
   KILN_ASSIGN_OR_RETURN(std::string act, ctx.attrs().get_string(act_attr, "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> params,
                         ctx.attrs().get_floats(params_attr, std::vector<float>{}));
-  size_t want = 0;
-  if (act == "clip" || act == "hardsigmoid") {
-    want = 2;
-  } else if (act == "leaky_relu") {
-    want = 1;
-  } else if (act != "none" && act != "relu" && act != "hardswish" && act != "sigmoid" &&
-             act != "silu" && act != "gelu" && act != "gelu_tanh") {
+  const ConvActivationInfo* info = find_conv_activation(act);
+  if (info == nullptr) {
     return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act +
-                                                    "' is not one of none, relu, clip, hardswish, "
-                                                    "hardsigmoid, sigmoid, silu, leaky_relu, gelu, "
-                                                    "gelu_tanh");
+                                                    "' is not one of " + conv_activation_names());
   }
-  if (params.size() != want) {
+  if (params.size() != size_t(info->params)) {
     return ctx.error(StatusCode::kInvalidModel, std::string(act_attr) + " '" + act + "' takes " +
-                                                    std::to_string(want) + " " + params_attr +
-                                                    ", not " + std::to_string(params.size()));
+                                                    std::to_string(info->params) + " " +
+                                                    params_attr + ", not " +
+                                                    std::to_string(params.size()));
   }
   return ok_status();
 }

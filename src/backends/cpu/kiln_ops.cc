@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
+#include "ops/conv_activation.h"
 #include "ops/elementwise_program.h"
 
 namespace kiln::backends::cpu {
@@ -101,37 +102,14 @@ Status matmul_bias_kernel(const KernelArgs& args) {
 // schema checked the name and the parameter count). Each value is computed in double and stored
 // once, as the unfused ops' reference would round it.
 struct Activation {
-  enum class Kind {
-    kNone,
-    kRelu,
-    kClip,
-    kHardSwish,
-    kHardSigmoid,
-    kSigmoid,
-    kSilu,
-    kLeakyRelu,
-    kGelu,
-    kGeluTanh
-  };
+  using Kind = ops::ConvActivation;
   Kind kind = Kind::kNone;
   double p0 = 0, p1 = 0;
 
   static StatusOr<Activation> parse(const std::string& act, const std::vector<float>& p) {
-    static const std::pair<const char*, Kind> kNames[] = {{"none", Kind::kNone},
-                                                          {"relu", Kind::kRelu},
-                                                          {"clip", Kind::kClip},
-                                                          {"hardswish", Kind::kHardSwish},
-                                                          {"hardsigmoid", Kind::kHardSigmoid},
-                                                          {"sigmoid", Kind::kSigmoid},
-                                                          {"silu", Kind::kSilu},
-                                                          {"leaky_relu", Kind::kLeakyRelu},
-                                                          {"gelu", Kind::kGelu},
-                                                          {"gelu_tanh", Kind::kGeluTanh}};
-    for (const auto& [name, kind] : kNames) {
-      if (act == name) {
-        return Activation{kind, p.size() > 0 ? double(p[0]) : 0.0,
-                          p.size() > 1 ? double(p[1]) : 0.0};
-      }
+    if (const ops::ConvActivationInfo* a = ops::find_conv_activation(act)) {
+      return Activation{a->kind, p.size() > 0 ? double(p[0]) : 0.0,
+                        p.size() > 1 ? double(p[1]) : 0.0};
     }
     return invalid_argument("activation '" + act + "' has no CPU kernel");
   }

@@ -26,20 +26,7 @@ struct ConvAttrs {
 
 // A FusedConv / SqueezeExcite activation by its attribute name.
 inline StatusOr<ConvActivation> parse_activation(const std::string& who, const std::string& act) {
-  constexpr std::pair<const char*, ConvActivation> kActs[] = {
-      {"none", ConvActivation::kNone},
-      {"relu", ConvActivation::kRelu},
-      {"clip", ConvActivation::kClip},
-      {"hardswish", ConvActivation::kHardSwish},
-      {"hardsigmoid", ConvActivation::kHardSigmoid},
-      {"sigmoid", ConvActivation::kSigmoid},
-      {"silu", ConvActivation::kSilu},
-      {"leaky_relu", ConvActivation::kLeakyRelu},
-      {"gelu", ConvActivation::kGelu},
-      {"gelu_tanh", ConvActivation::kGeluTanh}};
-  for (const auto& [name, a] : kActs) {
-    if (act == name) return a;
-  }
+  if (const ops::ConvActivationInfo* a = ops::find_conv_activation(act)) return a->kind;
   return invalid_argument(who + ": unknown activation '" + act + "'");
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "ops/conv_activation.h"
 #include "ops/schema.h"
 
 namespace kiln::backends::cuda {
@@ -261,18 +262,7 @@ enum class MatMulActivation { kNone, kRelu, kGeluErf, kGeluTanh };
 Status matmul_bias_epilogue(DType dtype, void* y, std::span<const int64_t> y_shape,
                             const void* bias, std::span<const int64_t> bias_shape,
                             MatMulActivation act, cudaStream_t s);
-enum class ConvActivation {
-  kNone,
-  kRelu,
-  kClip,
-  kHardSwish,
-  kHardSigmoid,
-  kSigmoid,
-  kSilu,
-  kLeakyRelu,
-  kGelu,
-  kGeluTanh
-};
+using ConvActivation = ops::ConvActivation;  // ops/conv_activation.h
 Status conv_epilogue(DType dtype, void* y, const void* bias, const void* z, int64_t n,
                      int64_t channels, int64_t inner, ConvActivation act, float p0, float p1,
                      cudaStream_t s);
