@@ -104,6 +104,32 @@ TEST(BuilderProfiles, ValidProfileBuildsAndRuns) {
   EXPECT_EQ(timing.d2h_ms, 0.0);
 }
 
+// A context's CPU thread count (ONNX Runtime's intra-op threads): checked, read back, and the
+// runs give the same values with one thread and with three.
+TEST(BuilderProfiles, AContextsCpuThreadsAreCheckedAndRunsAgree) {
+  auto engine = Builder().build(reshape_network(), batch_config(2, 2));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_GE((*ctx)->cpu_threads(), 1);
+  for (int bad : {-1, 257}) {
+    Status st = (*ctx)->set_cpu_threads(bad);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("cpu threads " + std::to_string(bad) + " is outside 0..256"),
+              std::string::npos)
+        << st.message();
+  }
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = float(i) * 0.5f;
+  for (int threads : {1, 3, 0}) {
+    ASSERT_TRUE((*ctx)->set_cpu_threads(threads).ok());
+    if (threads > 0) EXPECT_EQ((*ctx)->cpu_threads(), threads);
+    auto out = (*ctx)->run({{"x", make_f32({2, 6}, v)}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(all_close(out->at("y"), make_f32({1, 12}, v))) << threads;
+  }
+}
+
 TEST(BuilderProfiles, MissingProfileListsDynamicInputs) {
   auto engine = Builder().build(reshape_network(), BuilderConfig());
   ASSERT_FALSE(engine.ok());

@@ -540,6 +540,20 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("bench --onnx=" + demo() + " --shapes=image:2x3x32x32 --iterations=2 --warmUp=0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "samples/s, batch 2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu threads: ")) << r.out;
+  // --threads=N (ONNX Runtime's intra-op threads) on a CPU engine, in range, printed; run too.
+  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") +
+               " --iterations=2 --warmUp=0 --threads=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu threads: 3 (--threads)")) << r.out;
+  r = kiln_cli("run --loadEngine=" + path("demo.kiln") + " --threads=1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") + " --threads=257");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--threads=257 is outside [0, 256]")) << r.out;
+  r = kiln_cli("bench --loadEngine=" + path("demo.kiln") + " --threads");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--threads needs a value")) << r.out;
   // trtexec's --noDataTransfers: a cpu engine has no transfers to leave out, so it times the same.
   r = kiln_cli("bench --loadEngine=" + path("demo.kiln") +
                " --iterations=2 --warmUp=0 --noDataTransfers --exportTimes=" + path("t2.json"));
@@ -831,7 +845,7 @@ TEST_F(CliTest, TrtexecFlagsKilnLacksAreRefusedWithAReason) {
            {"run" + e + " --useDLACore=0", "kiln has no DLA backend"},
            {"run" + e + " --separateProfileRun", "per-layer profiles come from kiln bench"},
            {"bench" + e + " --streams=2", "one execution context on one stream"},
-           {"bench" + e + " --threads", "one execution context on one stream"},
+           {"build" + m + " --threads", "one execution context on one stream"},
            {"bench" + e + " --useSpinWait", "no spin-wait"},
            {"run" + e + " --exportProfile=p.json", "per-layer profiles come from kiln bench"},
            {"build" + m + " --exportLayerInfo=l.json", "kiln inspect --json ENGINE > FILE"},

@@ -840,6 +840,11 @@ class BoundContext {
     Exclusive guard(this);
     ctx_->set_max_loop_iterations(n);
   }
+  void set_cpu_threads(int n) {
+    Exclusive guard(this);
+    check(ctx_->set_cpu_threads(n));
+  }
+  int cpu_threads() const { return ctx_->cpu_threads(); }
   // From any thread, while another runs: no Exclusive guard (the run holds it).
   void cancel() { ctx_->cancel(); }
   int64_t max_loop_iterations() const { return ctx_->max_loop_iterations(); }
@@ -1644,6 +1649,11 @@ NB_MODULE(_kiln, m) {
            "Stops the run in progress on this context from another thread: it raises "
            "kiln.CancelledError. "
            "Checked between layers and loop iterations; a run that starts later is not affected.")
+      .def_prop_rw("cpu_threads", &BoundContext::cpu_threads, &BoundContext::set_cpu_threads,
+                   "CPU engines: the threads each run splits its kernels over, the calling thread "
+                   "included (ONNX Runtime's intra_op_num_threads). Reads the count in use; set "
+                   "1..256, or 0 for the default (KILN_CPU_THREADS, else the CPUs this process may "
+                   "use). Contexts share one pool of workers.")
       .def_prop_rw(
           "max_loop_iterations", &BoundContext::max_loop_iterations,
           &BoundContext::set_max_loop_iterations,

@@ -71,3 +71,26 @@ def test_dlpack_host_object_is_accepted():
     expected = engine.create_execution_context().run({"x": x})["cat"]
     got = engine.create_execution_context().run({"x": OnlyDLPack(x)})["cat"]
     np.testing.assert_array_equal(got, expected)
+
+
+def test_cpu_threads_per_context_give_bitwise_equal_outputs():
+    """context.cpu_threads (ONNX Runtime's intra-op threads): read back, range-checked, and the
+    GEMM split over threads gives the one-thread result bit for bit (vit_tiny's GEMMs are split
+    into panels)."""
+    require_models()
+    engine = built_engine("vit_tiny")
+    x = np.random.default_rng(3).standard_normal((2, 3, 224, 224), dtype=np.float32)
+    context = engine.create_execution_context()
+    assert context.cpu_threads >= 1
+    results = {}
+    for threads in (1, 3):
+        context.cpu_threads = threads
+        assert context.cpu_threads == threads
+        results[threads] = context.run({"x": x})
+    for name in results[1]:
+        np.testing.assert_array_equal(results[1][name], results[3][name])
+    for bad in (-1, 257):
+        with pytest.raises(kiln.InvalidArgumentError, match=f"cpu threads {bad} is outside 0..256"):
+            context.cpu_threads = bad
+    context.cpu_threads = 0
+    assert context.cpu_threads >= 1

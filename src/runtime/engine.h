@@ -243,6 +243,13 @@ class ExecutionContext {
   // or whose nested loops multiply, ends instead of hanging. Default 1,000,000.
   void set_max_loop_iterations(int64_t n) { max_loop_iterations_ = n; }
   int64_t max_loop_iterations() const { return max_loop_iterations_; }
+  // CPU engines: the threads each run of this context may split its kernels over, the calling
+  // thread included (ONNX Runtime's intra_op_num_threads). 0, the default: the process's default,
+  // KILN_CPU_THREADS or else the CPUs it may run on. Every context draws on one pool of workers,
+  // which grows to the largest count asked for. kInvalidArgument outside 0..256.
+  Status set_cpu_threads(int threads);
+  // The threads a run uses: the count set, or the process's default.
+  int cpu_threads() const;
   // Stops the run in progress on this context, from any thread (a watchdog's deadline, a client
   // gone): the run returns a kCancelled status naming the node it stopped before. It is checked
   // between nodes and loop iterations (a kernel already running finishes; on CUDA, work already
@@ -321,6 +328,7 @@ class ExecutionContext {
   };
   std::vector<LoopFrame> loop_frames_;  // per loop of EngineData::loops
   int64_t max_loop_iterations_ = 1000000;
+  int cpu_threads_ = 0;              // set_cpu_threads'; 0: the process's default
   int64_t run_loop_iterations_ = 0;  // this run's, every loop's together
   // Runs are numbered as they start; cancel() stops every run numbered up to cancel_serial_.
   std::atomic<uint64_t> run_serial_{0}, cancel_serial_{0};

@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 
+#include "backends/cpu/thread_pool.h"
 #include "core/checked.h"
 #include "ops/loop_end.h"
 #include "plan/loops.h"
@@ -229,7 +230,23 @@ Status ExecutionContext::check_io_addresses() {
   return ok_status();
 }
 
+Status ExecutionContext::set_cpu_threads(int threads) {
+  if (threads < 0 || threads > backends::cpu::kMaxCpuThreads) {
+    return invalid_argument("cpu threads " + std::to_string(threads) + " is outside 0.." +
+                            std::to_string(backends::cpu::kMaxCpuThreads) +
+                            " (0: the process's default)");
+  }
+  cpu_threads_ = threads;
+  return ok_status();
+}
+
+int ExecutionContext::cpu_threads() const {
+  return cpu_threads_ > 0 ? cpu_threads_ : backends::cpu::cpu_threads();
+}
+
 Status ExecutionContext::enqueue_kernels(void* stream) {
+  // The CPU kernels' parallel_for calls from this thread use the context's thread count.
+  backends::cpu::ScopedThreadLimit thread_limit(cpu_threads_);
   const plan::Plan& p = data_->plan;
   const ir::Graph& g = p.graph;
   const backends::Backend* backend = data_->backend;

@@ -283,6 +283,7 @@ int bench_command(const Argv& argv) {
   auto no_transfers = args->get_bool("noDataTransfers");
   auto avg_runs = args->get_int("avgRuns", 0, 1, kMaxCount);
   auto graph_cache = args->get_int("graphCacheSize", 4, 0, 1024);
+  auto threads = args->get_int("threads", 0, 0, 256);
   Result<std::vector<int64_t>> buckets = std::vector<int64_t>{};
   if (auto b = args->get("batchBuckets")) buckets = parse_buckets(*b);
   int64_t random_lo = 0, random_hi = 0;
@@ -301,15 +302,16 @@ int bench_command(const Argv& argv) {
   }
   Result<std::vector<double>> percentiles = std::vector<double>{90, 99};
   if (auto p = args->get("percentile")) percentiles = parse_percentiles(*p);
-  for (const Error* e : {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
-                         iterations.ok() ? nullptr : &iterations.error(),
-                         duration_s.ok() ? nullptr : &duration_s.error(),
-                         cuda_graph.ok() ? nullptr : &cuda_graph.error(),
-                         no_transfers.ok() ? nullptr : &no_transfers.error(),
-                         avg_runs.ok() ? nullptr : &avg_runs.error(),
-                         graph_cache.ok() ? nullptr : &graph_cache.error(),
-                         buckets.ok() ? nullptr : &buckets.error(),
-                         percentiles.ok() ? nullptr : &percentiles.error()}) {
+  for (const Error* e :
+       {warmup_ms.ok() ? nullptr : &warmup_ms.error(),
+        iterations.ok() ? nullptr : &iterations.error(),
+        duration_s.ok() ? nullptr : &duration_s.error(),
+        cuda_graph.ok() ? nullptr : &cuda_graph.error(),
+        no_transfers.ok() ? nullptr : &no_transfers.error(),
+        avg_runs.ok() ? nullptr : &avg_runs.error(),
+        graph_cache.ok() ? nullptr : &graph_cache.error(),
+        threads.ok() ? nullptr : &threads.error(), buckets.ok() ? nullptr : &buckets.error(),
+        percentiles.ok() ? nullptr : &percentiles.error()}) {
     if (e) return report("bench", *e);
   }
   const std::string save = args->get("saveEngine").value_or("");
@@ -338,6 +340,8 @@ int bench_command(const Argv& argv) {
   if (!ctx_or.ok())
     return report("bench", failure(ctx_or.status(), "creating an execution context"));
   ExecutionContext& ctx = **ctx_or;
+  if (Status st = ctx.set_cpu_threads(int(*threads)); !st.ok())
+    return report("bench", failure(st, "--threads"));
   auto inputs = prepare_inputs(*engine, ctx, *inputs_opt);
   if (!inputs.ok()) return report("bench", inputs.error());
 
@@ -402,6 +406,12 @@ int bench_command(const Argv& argv) {
   std::printf(
       "engine: %s, device %s, profile %d, shapes %s\n", load ? load->c_str() : build->onnx.c_str(),
       std::string(device_name(engine->device())).c_str(), inputs->profile, shapes_text.c_str());
+  if (host_engine) {
+    std::printf("cpu threads: %d%s\n", ctx.cpu_threads(),
+                args->has("threads") && *threads > 0 ? " (--threads)"
+                : std::getenv("KILN_CPU_THREADS")    ? " (KILN_CPU_THREADS)"
+                                                     : " (the CPUs this process may use)");
+  }
   if (*cuda_graph && engine->device() == Device::kCPU) {
     std::printf("note: --useCudaGraph ignored: the cpu backend has no CUDA graphs\n");
   }

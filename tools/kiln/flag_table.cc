@@ -232,7 +232,12 @@ constexpr FlagDef kFlags[] = {
     {"exportTimes", "FILE.json", N, kAcc, T, "write every timed latency and the summary as JSON"},
     {"streams", "N", kCmdAll, kRef, T, kOneStream},
     {"infStreams", "N", kCmdAll, kRef, T, kOneStream},
-    {"threads", "", kCmdAll, kRef, T, kOneStream},
+    {"threads", "N", R | N, kAcc, T,
+     "CPU engines: the threads each run splits its kernels over, this one included (ONNX "
+     "Runtime's intra_op_num_threads; default KILN_CPU_THREADS, else the CPUs the process may "
+     "use; 0 = that default). trtexec's bare --threads (one thread per stream) has no kiln "
+     "counterpart: kiln bench drives one context"},
+    {"threads", "", B | I | C, kRef, T, kOneStream},
     {"noDataTransfers", "", N, kAcc, T,
      "GPU engines: inputs and outputs stay in device buffers bound once (copied there once "
      "before timing), and each timed run is execute() with no host-device copies"},

@@ -134,6 +134,8 @@ int run_command(const Argv& argv) {
   if (!duration_s.ok()) return report("run", duration_s.error());
   auto dump = args->get_bool("dumpOutput");
   if (!dump.ok()) return report("run", dump.error());
+  auto threads = args->get_int("threads", 0, 0, 256);
+  if (!threads.ok()) return report("run", threads.error());
   const std::string save = args->get("saveEngine").value_or("");
 
   // Stage lines for a build (as bench --onnx prints them) or with --verbose; on a pipe, a plain
@@ -161,6 +163,8 @@ int run_command(const Argv& argv) {
   stages.end();
   auto ctx = engine->create_execution_context();
   if (!ctx.ok()) return report("run", failure(ctx.status(), "creating an execution context"));
+  if (Status st = (*ctx)->set_cpu_threads(int(*threads)); !st.ok())
+    return report("run", failure(st, "--threads"));
   auto inputs = prepare_inputs(*engine, **ctx, *options);
   if (!inputs.ok()) return report("run", inputs.error());
 

@@ -1,6 +1,8 @@
-// A fixed pool of cpu_threads() - 1 workers and a queue of parallel_for jobs. A job hands out its
-// indices through an atomic counter; its caller takes indices too, so a job finishes even when
-// every worker is busy with another context's job, and waits only for indices already taken.
+// A pool of workers (cpu_threads() - 1 at first, more when a ScopedThreadLimit asks for more) and
+// a queue of parallel_for jobs. A job hands out its indices through an atomic counter; its caller
+// takes indices too, so a job finishes even when every worker is busy with another context's job,
+// and waits only for indices already taken. A job admits at most its caller's thread limit less
+// one workers.
 #include "backends/cpu/thread_pool.h"
 
 #include <sched.h>
@@ -20,13 +22,15 @@ namespace kiln::backends::cpu {
 namespace {
 
 thread_local bool t_in_worker = false;
+thread_local int t_limit = 0;  // ScopedThreadLimit's; 0: cpu_threads()
 
 struct Job {
   const std::function<void(int64_t)>* fn;
   int64_t count;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
-  int users = 0;  // workers inside drain(); guarded by the pool's mutex
+  int users = 0;      // workers inside drain(); guarded by the pool's mutex
+  int max_users = 0;  // the workers it admits: its caller's thread limit less one
 };
 
 class Pool {
@@ -37,15 +41,18 @@ class Pool {
 
   void run(int64_t count, const std::function<void(int64_t)>& fn) {
     if (count <= 0) return;
-    if (count == 1 || workers_.empty() || t_in_worker || getpid() != owner_) {
+    const int64_t helpers = std::min<int64_t>(thread_limit() - 1, count - 1);
+    if (helpers <= 0 || t_in_worker || getpid() != owner_) {
       for (int64_t i = 0; i < count; ++i) fn(i);
       return;
     }
     Job job;
     job.fn = &fn;
     job.count = count;
+    job.max_users = int(helpers);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      while (int64_t(workers_.size()) < helpers) workers_.emplace_back([this] { work(); });
       jobs_.push_back(&job);
     }
     wake_.notify_all();
@@ -79,7 +86,7 @@ class Pool {
       wake_.wait(lock, [&] { return has_work(); });
       Job* job = nullptr;
       for (Job* j : jobs_) {
-        if (j->next.load(std::memory_order_relaxed) < j->count) {
+        if (open(*j)) {
           job = j;
           break;
         }
@@ -93,10 +100,12 @@ class Pool {
     }
   }
 
+  // Indices left and room for one more worker (called with mu_ held).
+  static bool open(const Job& j) {
+    return j.users < j.max_users && j.next.load(std::memory_order_relaxed) < j.count;
+  }
   bool has_work() const {
-    return std::any_of(jobs_.begin(), jobs_.end(), [](const Job* j) {
-      return j->next.load(std::memory_order_relaxed) < j->count;
-    });
+    return std::any_of(jobs_.begin(), jobs_.end(), [](const Job* j) { return open(*j); });
   }
 
   const pid_t owner_;
@@ -128,6 +137,14 @@ int cpu_threads() {
   }();
   return n;
 }
+
+int thread_limit() { return t_limit > 0 ? t_limit : cpu_threads(); }
+
+ScopedThreadLimit::ScopedThreadLimit(int threads) : saved_(t_limit) {
+  t_limit = threads <= 0 ? 0 : std::min(threads, kMaxCpuThreads);
+}
+
+ScopedThreadLimit::~ScopedThreadLimit() { t_limit = saved_; }
 
 void parallel_for(int64_t count, const std::function<void(int64_t)>& fn) { pool().run(count, fn); }
 

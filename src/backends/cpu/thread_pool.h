@@ -17,8 +17,28 @@ void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
 // clang 14 emits no std::function code in a file of target_clones functions).
 void parallel_for(int64_t count, void (*fn)(const void* ctx, int64_t i), const void* ctx);
 
-// The threads parallel_for uses, the caller included: KILN_CPU_THREADS when set (1 to 256), else
-// the CPUs this process may run on (sched_getaffinity).
+// The threads parallel_for uses by default, the caller included: KILN_CPU_THREADS when set (1 to
+// 256), else the CPUs this process may run on (sched_getaffinity).
 int cpu_threads();
+
+inline constexpr int kMaxCpuThreads = 256;
+
+// While it lives, the parallel_for calls of the thread that made it use at most `threads`
+// threads, the caller included (0: cpu_threads()); clamped to 1..kMaxCpuThreads. The pool grows
+// to the largest limit asked for (more threads than CPUs is allowed, as ONNX Runtime allows more
+// intra-op threads than cores). ExecutionContext::set_cpu_threads sets one around each run.
+class ScopedThreadLimit {
+ public:
+  explicit ScopedThreadLimit(int threads);
+  ~ScopedThreadLimit();
+  ScopedThreadLimit(const ScopedThreadLimit&) = delete;
+  ScopedThreadLimit& operator=(const ScopedThreadLimit&) = delete;
+
+ private:
+  int saved_;
+};
+
+// The threads a parallel_for from this thread may use now (the caller included).
+int thread_limit();
 
 }  // namespace kiln::backends::cpu
