@@ -1,8 +1,9 @@
 // Channels-last depthwise kiln::FusedConv (cuda.FusedConv, conv_depthwise.cu, where CUDA is
 // present; the CPU reference everywhere) against a naive loop in double: MobileNetV3's 3x3 and
 // 5x5 filters at strides 1 and 2, SAME padding, a 7x7 dilated filter with uneven padding (the
-// kernel's generic path), each activation, float16 and bfloat16 as the precision pass leaves them,
-// and a MobileNet-sized layer (8x56x56x72: 1.8 million outputs).
+// kernel's generic path), 5x5 and 7x7 filters at stride 1 (the strip kernel; ConvNeXt's 7x7),
+// each activation, float16 and bfloat16 as the precision pass leaves them, and a MobileNet-sized
+// layer (8x56x56x72: 1.8 million outputs).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ double act(const std::string& a, double y) {
   if (a == "relu") return std::max(y, 0.0);
   if (a == "hardswish") return y * std::clamp(y / 6 + 0.5, 0.0, 1.0);
   if (a == "silu") return y / (1 + std::exp(-y));
+  if (a == "gelu") return 0.5 * y * (1 + std::erf(y / std::sqrt(2.0)));
   return y;
 }
 
@@ -78,6 +80,13 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       {2, 12, 9, 24, 5, 2, 1, {}, "SAME_LOWER", "silu", true},
       {2, 10, 11, 8, 7, 1, 2, {3, 5, 6, 4}, "NOTSET", "none", false},
       {8, 56, 56, 72, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "relu", true},
+      // Stride 1, 5x5 and 7x7: the strip kernel (4 output pixels a thread); widths that are and
+      // are not a multiple of 4, narrower than a strip, uneven pads, ConvNeXt's 7x7 pad 3.
+      {2, 13, 17, 96, 7, 1, 1, {3, 3, 3, 3}, "NOTSET", "none", true},
+      {4, 28, 28, 192, 7, 1, 1, {3, 3, 3, 3}, "NOTSET", "gelu", true},
+      {2, 9, 10, 16, 7, 1, 1, {1, 3, 4, 2}, "NOTSET", "relu", true},
+      {1, 5, 3, 8, 7, 1, 1, {3, 3, 3, 3}, "NOTSET", "none", false},
+      {2, 11, 6, 24, 5, 1, 1, {2, 2, 2, 2}, "NOTSET", "silu", true},
   };
   uint64_t seed = 1;
   for (const Case& z : cases) {
@@ -126,6 +135,11 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
     // cuDNN (the float32 node) pads symmetrically only; the uneven cases are for this kernel,
     // whose refusal the coverage check below would catch.
     const bool even = pt == pb && pl == pr;
+    // Both of cuda.FusedConv's tactics where the strip kernel applies, whichever the build timed
+    // faster; one pixel a thread elsewhere.
+    const bool strip = z.stride == 1 && z.dilation == 1 && (z.k == 3 || z.k == 5 || z.k == 7);
+    const std::vector<std::string> tactics =
+        strip ? std::vector<std::string>{"pixel", "strip4"} : std::vector<std::string>{"pixel"};
     auto r = run_case({.node = node,
                        .inputs = inputs,
                        .expected = {naive(x, w, z.bias ? &b : nullptr, z, pt, pl, oh, ow)},
@@ -133,8 +147,13 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
                        .label = label});
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-      auto h = testing::run_reduced_case(
-          {.node = node, .inputs = inputs, .expect_support = even, .label = label}, dt);
+      auto h = testing::run_reduced_case({.node = node,
+                                          .inputs = inputs,
+                                          .expect_support = even,
+                                          .label = label,
+                                          .tactics_of = "cuda.FusedConv",
+                                          .tactics = tactics},
+                                         dt);
       ASSERT_TRUE(h.ok()) << label << " " << dtype_name(dt) << ": " << h.status().to_string();
       EXPECT_EQ((*h)[0].dtype(), dt) << label;
     }

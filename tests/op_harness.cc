@@ -240,6 +240,27 @@ void run_on_device(const KernelCase& c, const std::string& label, Device device,
     }
   }
   if (!ok) return;
+  for (const std::string& tactic : c.tactics) {
+    if (impl != c.tactics_of) break;
+    plan::Plan forced = plan;
+    for (size_t k = 0; k < forced.graph.nodes.size() && k < forced.nodes.size(); ++k) {
+      if (forced.graph.nodes[k].name == n.name) forced.nodes[k].tactic = tactic;
+    }
+    auto fe = Engine::from_plan(std::move(forced));
+    auto fctx = fe.ok() ? fe->create_execution_context()
+                        : StatusOr<std::unique_ptr<ExecutionContext>>(fe.status());
+    if (!fctx.ok()) return fail("tactic '" + tactic + "': " + fctx.status().to_string());
+    auto fout = (*fctx)->run(feeds);
+    if (!fout.ok()) return fail("tactic '" + tactic + "': run: " + fout.status().to_string());
+    for (int o = 0; o < c.num_outputs; ++o) {
+      auto it = fout->find("y" + std::to_string(o));
+      if (it == fout->end()) return fail("tactic '" + tactic + "': no output");
+      Tolerance tol = op_tolerance(reference[o].dtype(), precision);
+      auto close = all_close(it->second, reference[o], tol.atol, tol.rtol);
+      if (!close)
+        fail("tactic '" + tactic + "': output " + std::to_string(o) + ": " + close.message());
+    }
+  }
   if (impl.empty() || impl == plan::kAliasImpl) {
     ++cov.without_kernel;
   } else {

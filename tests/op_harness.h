@@ -108,6 +108,10 @@ struct KernelCase {
   // A device present that refuses the node fails the case instead of skipping it.
   bool expect_support = false;
   std::string label;  // names the case in messages
+  // Where the implementation `tactics_of` ran the node: the engine again with each of these
+  // tactics forced on the node (whatever the builder's timing chose), each checked as the first.
+  std::string tactics_of;
+  std::vector<std::string> tactics;
 };
 
 // Runs the CPU reference (output types and shapes from the op's schema), then, for every device

@@ -422,6 +422,31 @@ TEST(NormOpsKernel, Float16AndBFloat16Tensors) {
                   "float16 RMSNormalization");
 }
 
+// LayerNormalization of half rows in every lane class of CUDA's warp kernel (4, 8, 16 lanes a row
+// for rows of up to 16, 32, 64 vectors; a warp a row above), with row counts that leave part of
+// the last block's rows past the end; RMSNormalization in two of them.
+TEST(NormOpsKernel, HalfLayerNormRowsOfEveryWidthClass) {
+  for (int64_t n : {8, 96, 136, 192, 384, 520, 768, 1024, 2048}) {
+    for (int64_t rows : {1, 37}) {
+      Tensor t = make_f32({rows, n}, ramp(rows * n, 0.37f, 0.4f));
+      Tensor g = make_f32({n}, ramp(n, 0.3f, 0.f)), b = make_f32({n}, ramp(n, 0.7f, 0.f));
+      for (float& v : std::span(g.data_as<float>(), size_t(n))) v = 1.0f + v / 6;
+      for (float& v : std::span(b.data_as<float>(), size_t(n))) v /= 10;
+      const std::string label =
+          "LayerNormalization " + std::to_string(rows) + "x" + std::to_string(n);
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        check_half_norm(op("LayerNormalization", 17), dt, {t, g, b}, {}, 1,
+                        label + " " + std::string(dtype_name(dt)), BuildPrecision::kFp16);
+      }
+      if (n == 96 || n == 1024) {
+        check_half_norm(op("RMSNormalization", 23), DType::kFloat16, {t, g}, {}, 1,
+                        "RMSNormalization " + std::to_string(rows) + "x" + std::to_string(n),
+                        BuildPrecision::kFp16);
+      }
+    }
+  }
+}
+
 TEST(NormOpsKernel, EmptyInputIsFine) {
   auto out = run_case(op("Softmax", 13), {make_f32({0, 4}, {})});
   EXPECT_TRUE(out.ok()) << out.status().to_string();

@@ -13,6 +13,12 @@
 // (their shared input columns loaded once) took 0.392 ms at batch 1 against 0.348-0.351 for one
 // pixel, and 1.335-1.344 against 1.331-1.340 ms at batch 64 (.gpu_models/exp2.sh); 4 pixels took
 // 0.496 and 1.583 ms against 0.374 and 1.464 for one pixel (exp.sh, a build with the SE pass).
+//
+// Larger filters at stride 1 (ConvNeXt's 7x7, 5x5) reuse far more: there a thread computes a strip
+// of kStrip output pixels of one row, converting each filter row's kStrip + K - 1 input columns
+// once and each tap's 8 filter values once for the strip (depthwise_nhwc_strip_kernel). One pixel
+// a thread read each input column 49 times for a 7x7 filter from L1: ConvNeXt-T FP16 at batch 32
+// spent 1,114 us of its 2,461 us of kernels (ncu, H200) in its 18 depthwise layers.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -122,11 +128,120 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 template <typename T>
-void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g,
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
+  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = from_bits(T{}, u[k] & 0xffffu);
+    v[2 * k + 1] = from_bits(T{}, u[k] >> 16);
+  }
+}
+
+// Stride 1, dilation 1, a K x K filter: kStrip output pixels of one row a thread (8 channels
+// each). Per filter row, the kStrip + K - 1 input columns the strip reads are loaded and converted
+// once (zero outside the image: the tap then adds x * w = 0); each tap's filter values once. The
+// taps accumulate in the order the one-pixel kernel uses, in float; Y is rounded once.
+constexpr int kStrip = 4;
+constexpr int kStripBlock = 128;
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kStripBlock)
+    depthwise_nhwc_strip_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                const float* __restrict__ bias, T* __restrict__ y, DwGeometry g) {
+  constexpr int kCols = kStrip + K - 1;
+  const int64_t c = int64_t(g.c8) * 8;
+  const int strips = (g.ow + kStrip - 1) / kStrip;
+  const int64_t total = g.n * g.oh * strips * g.c8;
+  KILN_GRID_LOOP(i, total) {
+    const int cg = int(i % g.c8);
+    int64_t r = i / g.c8;
+    const int sx = int(r % strips);
+    r /= strips;
+    const int oh = int(r % g.oh);
+    const int64_t img = r / g.oh;
+    const int ow0 = sx * kStrip;
+    float acc[kStrip][8];
+#pragma unroll
+    for (int t = 0; t < kStrip; ++t) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[t][k] = 0.f;
+    }
+    const T* xc = x + img * g.h * g.w * c + cg * 8;
+    const T* wc = w + cg * 8;
+#pragma unroll 1
+    for (int a = 0; a < K; ++a) {
+      const int ih = oh - g.pt + a;
+      if (unsigned(ih) >= unsigned(g.h)) continue;
+      const T* row = xc + int64_t(ih) * g.w * c;
+      float win[kCols][8];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const int iw = ow0 - g.pl + j;
+        const uint4 raw = unsigned(iw) < unsigned(g.w)
+                              ? __ldg(reinterpret_cast<const uint4*>(row + int64_t(iw) * c))
+                              : make_uint4(0, 0, 0, 0);
+        unpack8<T>(raw, win[j]);
+      }
+#pragma unroll
+      for (int b = 0; b < K; ++b) {
+        float wv[8];
+        load8(wc + (a * K + b) * c, wv);
+#pragma unroll
+        for (int t = 0; t < kStrip; ++t) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) acc[t][k] = fmaf(win[t + b][k], wv[k], acc[t][k]);
+        }
+      }
+    }
+    float bv[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) bv[k] = bias ? bias[cg * 8 + k] : 0.f;
+    T* yrow = y + ((img * g.oh + oh) * g.ow) * c + cg * 8;
+#pragma unroll
+    for (int t = 0; t < kStrip; ++t) {
+      if (ow0 + t >= g.ow) break;
+      uint32_t u[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        u[k] = to_bits(T{}, activate(g.act, g.p0, g.p1, acc[t][2 * k] + bv[2 * k])) |
+               (to_bits(T{}, activate(g.act, g.p0, g.p1, acc[t][2 * k + 1] + bv[2 * k + 1])) << 16);
+      }
+      *reinterpret_cast<uint4*>(yrow + int64_t(ow0 + t) * c) = uint4{u[0], u[1], u[2], u[3]};
+    }
+  }
+}
+
+// Whether depthwise_nhwc_strip_kernel can run this geometry: stride and dilation 1, a square
+// filter of 3, 5 or 7 taps.
+bool strip_geometry(const DwGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.kh == g.kw &&
+         (g.kh == 3 || g.kh == 5 || g.kh == 7);
+}
+
+// The tactics: one pixel a thread, or the strip kernel (where strip_geometry holds). The builder
+// times both at the opt shapes (depthwise_tactics); untimed, 5x5 and 7x7 take the strip and 3x3
+// one pixel (see the measurements at the top).
+constexpr const char* kPixelTactic = "pixel";
+constexpr const char* kStripTactic = "strip4";
+
+template <typename T>
+void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g, bool strip,
             cudaStream_t s) {
   const T* tx = static_cast<const T*>(x);
   const T* tw = static_cast<const T*>(w);
   T* ty = static_cast<T*>(y);
+  if (strip) {
+    const int strips = (g.ow + kStrip - 1) / kStrip;
+    const unsigned sgrid = grid_for(g.n * g.oh * strips * g.c8, kStripBlock);
+    if (g.kh == 7) {
+      depthwise_nhwc_strip_kernel<T, 7><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+    } else if (g.kh == 5) {
+      depthwise_nhwc_strip_kernel<T, 5><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+    } else {
+      depthwise_nhwc_strip_kernel<T, 3><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+    }
+    return;
+  }
   const unsigned grid = grid_for(g.n * g.oh * g.ow * g.c8, kBlock);
   if (g.kh == 3 && g.kw == 3) {
     depthwise_nhwc_kernel<T, 3, 3><<<grid, kBlock, 0, s>>>(tx, tw, b, ty, g);
@@ -157,10 +272,53 @@ std::pair<int64_t, int64_t> pads_of(const ConvAttrs& a, size_t i, int64_t in, in
   return {a.pads[i], a.pads[2 + i]};
 }
 
+// The kernel's geometry for X, W ([C, kh, kw, 1]) and Y of these shapes; an error names what does
+// not fit a channels-last depthwise convolution of a multiple of 8 channels.
+StatusOr<DwGeometry> dw_geometry(const std::string& who, const ConvAttrs& attrs,
+                                 std::span<const int64_t> x, std::span<const int64_t> w,
+                                 std::span<const int64_t> y) {
+  const int64_t c = x[3];
+  if (w[0] != c || w[3] != 1 || y[3] != c || y[0] != x[0] || c % 8 != 0) {
+    return invalid_argument(who + ": X " + shape_to_string(x) + ", W " + shape_to_string(w) +
+                            " and Y " + shape_to_string(y) +
+                            " are not a depthwise convolution of a multiple of 8 channels");
+  }
+  for (int64_t v : {x[1], x[2], y[1], y[2], w[1], w[2]}) {
+    if (v > INT32_MAX)
+      return unsupported(who + ": a spatial size of " + std::to_string(v) + " is past 32 bits");
+  }
+  DwGeometry g;
+  g.n = x[0];
+  g.h = int(x[1]), g.w = int(x[2]), g.c8 = int(c / 8);
+  g.oh = int(y[1]), g.ow = int(y[2]);
+  g.kh = int(w[1]), g.kw = int(w[2]);
+  g.sh = int(attrs.strides.size() == 2 ? attrs.strides[0] : 1);
+  g.sw = int(attrs.strides.size() == 2 ? attrs.strides[1] : 1);
+  g.dh = int(attrs.dilations.size() == 2 ? attrs.dilations[0] : 1);
+  g.dw = int(attrs.dilations.size() == 2 ? attrs.dilations[1] : 1);
+  const auto [pt, pb] = pads_of(attrs, 0, g.h, g.kh);
+  const auto [pl, pr] = pads_of(attrs, 1, g.w, g.kw);
+  g.pt = int(pt), g.pl = int(pl);
+  g.act = attrs.act, g.p0 = attrs.p0, g.p1 = attrs.p1;
+  // The output size the attributes imply must be Y's (shape inference computed it; a mismatch
+  // would read or write out of bounds).
+  const int64_t eh = (int64_t(g.h) + pt + pb - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
+  const int64_t ew = (int64_t(g.w) + pl + pr - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
+  if (eh != g.oh || ew != g.ow) {
+    return invalid_argument(who + ": Y " + shape_to_string(y) + " is not the output of X " +
+                            shape_to_string(x) + " under the node's strides, pads and dilations");
+  }
+  return g;
+}
+
 class DepthwiseKernel final : public CudaKernel {
  public:
-  DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared)
-      : CudaKernel("cuda.FusedConv"), t_(t), attrs_(std::move(attrs)), prepared_(prepared) {}
+  DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared, bool strip)
+      : CudaKernel("cuda.FusedConv"),
+        t_(t),
+        attrs_(std::move(attrs)),
+        prepared_(prepared),
+        strip_(strip) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
@@ -168,41 +326,11 @@ class DepthwiseKernel final : public CudaKernel {
     const TensorView& y = out[0];
     if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4)
       return invalid_argument(name_ + ": X, W and Y must be rank 4");
-    const int64_t c = x.shape[3];
-    if (w.shape[0] != c || w.shape[3] != 1 || y.shape[3] != c || y.shape[0] != x.shape[0] ||
-        c % 8 != 0) {
-      return invalid_argument(name_ + ": X " + shape_to_string(x.shape) + ", W " +
-                              shape_to_string(w.shape) + " and Y " + shape_to_string(y.shape) +
-                              " are not a depthwise convolution of " + "a multiple of 8 channels");
-    }
-    KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, c));
-    for (int64_t v : {x.shape[1], x.shape[2], y.shape[1], y.shape[2], w.shape[1], w.shape[2]}) {
-      if (v > INT32_MAX)
-        return unsupported(name_ + ": a spatial size of " + std::to_string(v) + " is past 32 bits");
-    }
+    KILN_ASSIGN_OR_RETURN(DwGeometry g, dw_geometry(name_, attrs_, x.shape, w.shape, y.shape));
+    KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, x.shape[3]));
     if (in.size() > 3 && present(in[3])) return invalid_argument(name_ + ": takes no residual Z");
-    DwGeometry g;
-    g.n = x.shape[0];
-    g.h = int(x.shape[1]), g.w = int(x.shape[2]), g.c8 = int(c / 8);
-    g.oh = int(y.shape[1]), g.ow = int(y.shape[2]);
-    g.kh = int(w.shape[1]), g.kw = int(w.shape[2]);
-    g.sh = int(attrs_.strides.size() == 2 ? attrs_.strides[0] : 1);
-    g.sw = int(attrs_.strides.size() == 2 ? attrs_.strides[1] : 1);
-    g.dh = int(attrs_.dilations.size() == 2 ? attrs_.dilations[0] : 1);
-    g.dw = int(attrs_.dilations.size() == 2 ? attrs_.dilations[1] : 1);
-    const auto [pt, pb] = pads_of(attrs_, 0, g.h, g.kh);
-    const auto [pl, pr] = pads_of(attrs_, 1, g.w, g.kw);
-    g.pt = int(pt), g.pl = int(pl);
-    g.act = attrs_.act, g.p0 = attrs_.p0, g.p1 = attrs_.p1;
-    // The output size the attributes imply must be Y's (shape inference computed it; a mismatch
-    // would read or write out of bounds).
-    const int64_t eh = (int64_t(g.h) + pt + pb - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
-    const int64_t ew = (int64_t(g.w) + pl + pr - (int64_t(g.kw) - 1) * g.dw - 1) / g.sw + 1;
-    if (eh != g.oh || ew != g.ow) {
-      return invalid_argument(name_ + ": Y " + shape_to_string(y.shape) +
-                              " is not the output of X " + shape_to_string(x.shape) +
-                              " under the node's strides, pads and dilations");
-    }
+    if (strip_ && !strip_geometry(g))
+      return internal_error(name_ + ": the strip tactic does not fit this geometry");
     if (y.numel() == 0) return ok_status();
     if (!prepared_ || !prepared_->filter)
       return internal_error(name_ + ": the prepared filter is missing");
@@ -213,17 +341,18 @@ class DepthwiseKernel final : public CudaKernel {
     const float* bias =
         prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
     if (t_ == DType::kFloat16) {
-      launch<__half>(x.data, filter, bias, y.data, g, stream_);
+      launch<__half>(x.data, filter, bias, y.data, g, strip_, stream_);
     } else {
-      launch<__nv_bfloat16>(x.data, filter, bias, y.data, g, stream_);
+      launch<__nv_bfloat16>(x.data, filter, bias, y.data, g, strip_, stream_);
     }
-    return launch_status("depthwise_nhwc_kernel");
+    return launch_status(strip_ ? "depthwise_nhwc_strip_kernel" : "depthwise_nhwc_kernel");
   }
 
  private:
   DType t_;
   ConvAttrs attrs_;
   const DepthwisePrepared* prepared_;
+  bool strip_;
 };
 
 // Ok when this kernel runs the node; else why not (the builder then asks cuDNN).
@@ -281,12 +410,97 @@ Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
   return ok_status();
 }
 
+// The strip tactic's precondition on the node's attributes and filter (strip_geometry's, before
+// shapes are known).
+bool strip_node(const KernelQuery& q, const ConvAttrs& c) {
+  auto one = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 1; });
+  };
+  const Shape& ws = q.inputs[1]->constant->shape();
+  return one(c.strides) && one(c.dilations) && ws[1] == ws[2] &&
+         (ws[1] == 3 || ws[1] == 5 || ws[1] == 7);
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_depthwise(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
   KILN_RETURN_IF_ERROR(check_depthwise(q, c));
+  bool strip = false;
+  if (q.tactic == kStripTactic) {
+    if (!strip_node(q, c)) {
+      return invalid_argument(q.node.describe() + ": depthwise tactic '" + q.tactic +
+                              "' needs stride 1, dilation 1 and a 3x3, 5x5 or 7x7 filter");
+    }
+    strip = true;
+  } else if (!q.tactic.empty() && q.tactic != kPixelTactic) {
+    return invalid_argument(q.node.describe() + ": unknown depthwise tactic '" + q.tactic + "'");
+  }
   // Null when supports() asks (nothing is prepared then); execute() refuses to run without it.
   const auto* prepared = dynamic_cast<const DepthwisePrepared*>(q.prepared);
-  return std::unique_ptr<Kernel>(new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared));
+  return std::unique_ptr<Kernel>(
+      new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared, strip));
+}
+
+// Where the strip kernel can run: both tactics, timed at the opt shapes on zero-filled operands
+// (one run, then the mean of five) from optimization level 1, fastest first; untimed, the strip
+// first for 5x5 and 7x7 filters and one pixel first for 3x3. Elsewhere one pixel alone.
+std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
+  auto c = conv_attrs(q);
+  if (!c.ok() || !check_depthwise(q, *c).ok() || !strip_node(q, *c)) return {kPixelTactic};
+  const int64_t k = q.inputs[1]->constant->shape()[1];
+  std::vector<std::string> order = k == 3 ? std::vector<std::string>{kPixelTactic, kStripTactic}
+                                          : std::vector<std::string>{kStripTactic, kPixelTactic};
+  auto x = q.opt_shape(q.inputs[0]);
+  auto y = q.outputs.empty() ? std::nullopt : q.opt_shape(q.outputs[0]);
+  if (q.optimization_level < 1 || !x || !y || x->size() != 4 || y->size() != 4 ||
+      shape_numel(*y) == 0) {
+    return order;
+  }
+  auto g = dw_geometry(q.node.describe(), *c, *x, q.inputs[1]->constant->shape(), *y);
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
+  }();
+  if (!g.ok() || !strip_geometry(*g) || !stream) return order;
+  TimingBuffers buffers;
+  const int64_t ch = int64_t(g->c8) * 8;
+  void* px = buffers.alloc(size_t(shape_numel(*x)) * 2);
+  void* pw = buffers.alloc(size_t(ch * g->kh * g->kw) * 2);
+  void* py = buffers.alloc(size_t(shape_numel(*y)) * 2);
+  void* pb = buffers.alloc(size_t(ch) * 4);
+  if (!px || !pw || !py || !pb) return order;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    if (start) cudaEventDestroy(start);
+    return order;
+  }
+  const bool half = q.input_dtype(0) == DType::kFloat16;
+  const float* bias = q.inputs.size() > 2 && q.inputs[2] ? static_cast<const float*>(pb) : nullptr;
+  auto time = [&](bool strip) -> float {
+    auto run = [&] {
+      if (half) {
+        launch<__half>(px, pw, bias, py, *g, strip, stream);
+      } else {
+        launch<__nv_bfloat16>(px, pw, bias, py, *g, strip, stream);
+      }
+    };
+    run();
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < 5; ++i) run();
+    cudaEventRecord(stop, stream);
+    float ms = -1;
+    if (cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)
+      ms = -1;
+    cudaGetLastError();
+    return ms;
+  };
+  const float pixel_ms = time(false), strip_ms = time(true);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (pixel_ms < 0 || strip_ms < 0) return order;
+  return strip_ms < pixel_ms ? std::vector<std::string>{kStripTactic, kPixelTactic}
+                             : std::vector<std::string>{kPixelTactic, kStripTactic};
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuery& q) {
@@ -319,7 +533,8 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuer
 
 // Registered before cuDNN's convolutions, so the builder takes it for the convolutions it accepts.
 void register_conv_depthwise(Registry& r) {
-  r.add(OpKind::kFusedConv, &make_depthwise, {.prepare = &prepare_depthwise});
+  r.add(OpKind::kFusedConv, &make_depthwise,
+        {.prepare = &prepare_depthwise, .tactics = &depthwise_tactics});
 }
 
 }  // namespace kiln::backends::cuda

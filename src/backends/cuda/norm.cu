@@ -184,9 +184,10 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
   }
 }
 
-// LayerNormalization of float16/bfloat16 rows of n <= 256 * kVecs (at most 2048) elements, n a
-// multiple of 8, with Scale and B of X's type and the row's size (or absent) and no Mean/InvStdDev
-// outputs: one warp a row, held in registers from 16-byte loads; mean and variance in float over
+// LayerNormalization of float16/bfloat16 rows of n <= 8 * kLanes * kVecs (at most 2048) elements,
+// n a multiple of 8, with Scale and B of X's type and the row's size (or absent) and no
+// Mean/InvStdDev outputs: kLanes lanes of a warp a row (32, or 4-16 for short rows), held in
+// registers from 16-byte loads; mean and variance in float over
 // the held values (two passes, no cancellation), one rounding of each result. The block-per-row
 // kernel above read the row three times in double: 47-70 us a layer for BERT-base's and ViT-B/16's
 // [8192..12608, 768] rows at batch 64, on an H100.
@@ -194,21 +195,23 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
 // kRms: RMSNormalization's rows the same way (no mean subtracted, no B): the block-per-row
 // rms_norm_kernel below reads in double through load_as and took 80 us a layer on a Llama-style
 // decoder's [8192, 1024] rows on an H200.
-template <typename T, int kVecs, bool kRms = false>
+template <typename T, int kVecs, int kLanes, bool kRms = false>
 __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y,
                                        int64_t rows, int n, float eps) {
   using N = DNum<T>;
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int nv = n / 8;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * n);
-  uint4* yr = reinterpret_cast<uint4*>(y + row * n);
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  // Rows past the end still take part in the shuffles (a group of lanes shares its warp with other
+  // rows), with nothing loaded and nothing stored.
+  const bool live = row < rows;
+  const int nv = live ? n / 8 : 0;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : 0) * n);
+  uint4* yr = reinterpret_cast<uint4*>(y + (live ? row : 0) * n);
   float v[kVecs][8];
   float s = 0;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    const int c = lane + 32 * i;
+    const int c = lane + kLanes * i;
     uint4 u = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
     const T* h = reinterpret_cast<const T*>(&u);
 #pragma unroll
@@ -219,22 +222,24 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
   }
   float mean = 0;
   if (!kRms) {
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     mean = s / float(n);
   }
   float q = 0;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    if (lane + 32 * i < nv) {
+    if (lane + kLanes * i < nv) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
     }
   }
-  for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
   const float inv = 1.f / sqrtf(q / float(n) + eps);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    const int c = lane + 32 * i;
+    const int c = lane + kLanes * i;
     if (c >= nv) continue;
     uint4 su = scale ? reinterpret_cast<const uint4*>(scale)[c] : make_uint4(0, 0, 0, 0);
     uint4 bu = bias ? reinterpret_cast<const uint4*>(bias)[c] : make_uint4(0, 0, 0, 0);
@@ -252,7 +257,10 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
   }
 }
 
-// layer_norm_warp_kernel where it applies; false (nothing launched) otherwise.
+// layer_norm_warp_kernel where it applies; false (nothing launched) otherwise. A row takes the
+// fewest lanes (4, 8, 16 or 32) that leave each at most 4 vectors, so short rows share a warp:
+// ConvNeXt-T's 96-channel rows (12 vectors) had 20 of 32 lanes idle when a row took a warp
+// (190 us for 9 layers at batch 32 on an H200, 1.8 TB/s).
 template <typename T, bool kRms = false>
 bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorView* bias, T* y,
                      int64_t rows, int64_t n, float eps, cudaStream_t s) {
@@ -262,22 +270,37 @@ bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorV
   for (const TensorView* p : {scale, bias}) {
     if (p && (p->dtype != x.dtype || p->numel() != n || !aligned16(p->data))) return false;
   }
-  const unsigned grid = unsigned((rows + 3) / 4);  // 4 warps (rows) per block of 128
   const T* sp = scale ? static_cast<const T*>(scale->data) : nullptr;
   const T* bp = bias ? static_cast<const T*>(bias->data) : nullptr;
-  auto go = [&](auto vecs) {
-    layer_norm_warp_kernel<T, decltype(vecs)::value, kRms>
+  const int64_t nv = n / 8;  // 16-byte vectors a row
+  auto go = [&](auto vecs, auto lanes) {
+    constexpr int kL = decltype(lanes)::value;
+    const unsigned grid = unsigned((rows + 128 / kL - 1) / (128 / kL));  // blocks of 128
+    layer_norm_warp_kernel<T, decltype(vecs)::value, kL, kRms>
         <<<grid, 128, 0, s>>>(static_cast<const T*>(x.data), sp, bp, y, rows, int(n), eps);
   };
-  const int64_t per_lane = (n / 8 + 31) / 32;  // 16-byte vectors per lane
-  if (per_lane <= 1)
-    go(std::integral_constant<int, 1>{});
-  else if (per_lane <= 2)
-    go(std::integral_constant<int, 2>{});
-  else if (per_lane <= 4)
-    go(std::integral_constant<int, 4>{});
-  else
-    go(std::integral_constant<int, 8>{});
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  using I4 = std::integral_constant<int, 4>;
+  using I8 = std::integral_constant<int, 8>;
+  if (nv <= 4 * 4) {
+    go(I4{}, std::integral_constant<int, 4>{});
+  } else if (nv <= 8 * 4) {
+    go(I4{}, std::integral_constant<int, 8>{});
+  } else if (nv <= 16 * 4) {
+    go(I4{}, std::integral_constant<int, 16>{});
+  } else {
+    const int64_t per_lane = (nv + 31) / 32;
+    auto l32 = std::integral_constant<int, 32>{};
+    if (per_lane <= 1)
+      go(I1{}, l32);
+    else if (per_lane <= 2)
+      go(I2{}, l32);
+    else if (per_lane <= 4)
+      go(I4{}, l32);
+    else
+      go(I8{}, l32);
+  }
   return true;
 }
 
