@@ -233,6 +233,20 @@ void check_conv(const ConvSpec& s, const std::string& label) {
   EXPECT_TRUE(all_close((*r)[0], naive_conv(s, x, w, s.bias ? &b : nullptr))) << label;
 }
 
+// Convolutions whose im2col the CPU kernel splits into several tiles of output rows (512 KB of
+// patches each), the last one partial: 2-D with stride and padding, grouped, 3-D with tiles that
+// cross depth slices, and few output channels (UNet's 24 -> 8 layer).
+TEST(ConvKernel, Im2colTilesCoverEveryOutputRowOnce) {
+  check_conv({2, 16, 8, 1, {40, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "16 -> 8 3x3 40x64, 3 tiles");
+  check_conv({1, 24, 8, 1, {70, 90}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 2}, false},
+             "24 -> 8 3x3 strided, dilated, uneven pads");
+  check_conv({2, 16, 12, 2, {41, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "grouped 16 -> 12, 2 groups");
+  check_conv({1, 8, 4, 1, {5, 12, 32}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, true},
+             "3-D 8 -> 4 3x3x3 5x12x32: tiles cross depth slices");
+}
+
 TEST(ConvKernel, HandComputed) {
   // 1x1x3x3 input, 2x2 kernel of ones, bias 1: window sums + 1.
   Tensor x = make_f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
