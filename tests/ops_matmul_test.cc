@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/thread_pool.h"
 #include "op_harness.h"
 #include "typed_values.h"
 
@@ -179,6 +180,32 @@ TEST(Sgemm, CrossesEveryBlockBoundary) {
   check_sgemm({5, 3100, 9, false, true, 1.f, 0.f, 0});     // N > one panel
   check_sgemm({3, 5, 5000, false, false, 1.f, 0.f, 0});    // long K, accumulated in float
   check_sgemm({64, 64, 5000, true, false, 1.f, 0.f, 0});
+}
+
+// A few rows of A (a classifier head at batch 4, a projection at batch 8) against B and B^T,
+// large enough that the columns are split over threads: right against the naive loop, and bit for
+// bit the same with one thread and with three.
+TEST(Sgemm, FewRowsSplitOverThreadsMatchesOneThreadBitwise) {
+  check_sgemm({4, 1000, 576, false, true, 1.f, 0.f, 0});
+  check_sgemm({8, 1030, 300, false, false, 0.5f, 2.f, 3});
+  check_sgemm({2, 4099, 700, false, true, -1.f, 1.f, 1});
+  for (bool tb : {false, true}) {
+    const int64_t m = 5, n = 2051, k = 640;
+    auto a = random_values(size_t(m * k), 7);
+    auto b = random_values(size_t(n * k), 8);
+    std::vector<float> c1(size_t(m * n)), c3(size_t(m * n));
+    {
+      backends::cpu::ScopedThreadLimit one(1);
+      backends::cpu::sgemm(false, tb, m, n, k, 1.f, a.data(), k, b.data(), tb ? k : n, 0.f,
+                           c1.data(), n);
+    }
+    {
+      backends::cpu::ScopedThreadLimit three(3);
+      backends::cpu::sgemm(false, tb, m, n, k, 1.f, a.data(), k, b.data(), tb ? k : n, 0.f,
+                           c3.data(), n);
+    }
+    EXPECT_EQ(c1, c3) << "tb=" << tb;
+  }
 }
 
 TEST(Sgemm, BetaZeroIgnoresNanAndKZeroScales) {

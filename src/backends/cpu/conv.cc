@@ -410,10 +410,18 @@ class ConvKernel final : public Kernel {
         }
         return ok_status();
       }
-      for (int64_t i = 0; i < n * c; ++i) {
-        int64_t ch = i % c;
+      // Strided: the same split, each thread with its own phase buffer.
+      auto strided = [&](int64_t i) {
+        static thread_local std::vector<T> own;
+        if (own.size() < phases.size()) own.resize(phases.size());
+        const int64_t ch = i % c;
         depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                     y + i * out_sp, phases.data());
+                     y + i * out_sp, own.data());
+      };
+      if (n * c * out_sp * kk >= kParallelDepthwise) {
+        parallel_for(n * c, strided);
+      } else {
+        for (int64_t i = 0; i < n * c; ++i) strided(i);
       }
       return ok_status();
     }

@@ -230,12 +230,12 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
   int64_t kc_max = std::min(g.k, kKc);
   float* pb = Scratch::aligned(s.b, size_t(((std::min(g.n, kNc) + NR - 1) / NR) * NR * kc_max));
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
-  const bool parallel = g.m * g.n * g.k >= kParallelGemm && cpu_threads() > 1;
+  const bool parallel = g.m * g.n * g.k >= kParallelGemm && thread_limit() > 1;
   for (int64_t jc = 0; jc < g.n; jc += kNc) {
     int64_t nc = std::min(kNc, g.n - jc);
     const int64_t slivers = (nc + NR - 1) / NR;
     // Enough tasks that every thread gets about two, when the panel has the slivers for it.
-    const int64_t want = parallel ? 2 * int64_t(cpu_threads()) : 1;
+    const int64_t want = parallel ? 2 * int64_t(thread_limit()) : 1;
     const int64_t j_chunks =
         std::min(slivers, std::max<int64_t>(1, (want + m_blocks - 1) / m_blocks));
     const int64_t per_chunk = (slivers + j_chunks - 1) / j_chunks;
@@ -362,6 +362,51 @@ void gemv_m1(const GemmArgs& g) {
   }
 }
 
+// A few rows of A (m <= kSmallM, A not transposed): a batch of a few vectors through a classifier
+// head or projection (MobileNetV3's two Gemms at batch 4). Packing would copy all of B for a
+// handful of rows, and a transposed B packed column by column reads it with a stride of K, so
+// instead each row (B^T: [N, K]) or row segment (B: [K, N]) of B is read once and used against
+// every row of A from L1. The columns of C are split over threads; each element keeps the order of
+// its sums whatever the split (the m == 1 products of gemv_m1 for each row).
+constexpr int64_t kSmallM = 8;
+
+struct FewRows {
+  const GemmArgs* g;
+  int64_t chunk;  // columns of C a task takes
+};
+
+void few_rows_task(const void* ctx, int64_t t) {
+  const auto* f = static_cast<const FewRows*>(ctx);
+  const GemmArgs& g = *f->g;
+  const int64_t j0 = t * f->chunk, j1 = std::min(g.n, j0 + f->chunk);
+  if (j0 >= j1) return;
+  if (g.trans_b) {
+    for (int64_t j = j0; j < j1; ++j) {
+      for (int64_t i = 0; i < g.m; ++i)
+        g.c[i * g.ldc + j] += g.alpha * dot(g.b + j * g.ldb, g.a + i * g.lda, g.k);
+    }
+    return;
+  }
+  for (int64_t p = 0; p < g.k; ++p) {
+    for (int64_t i = 0; i < g.m; ++i)
+      axpy(g.c + i * g.ldc + j0, g.b + p * g.ldb + j0, g.alpha * g.a[i * g.lda + p], j1 - j0);
+  }
+}
+
+void few_rows(const GemmArgs& g) {
+  const int64_t threads = g.m * g.n * g.k >= kParallelGemm ? thread_limit() : 1;
+  // Four chunks a thread; column runs of whole 16-float vectors for the axpy form.
+  int64_t chunk = (g.n + 4 * threads - 1) / (4 * threads);
+  if (!g.trans_b) chunk = (chunk + 15) / 16 * 16;
+  const FewRows ctx{&g, chunk};
+  const int64_t tasks = (g.n + chunk - 1) / chunk;
+  if (threads > 1 && tasks > 1) {
+    parallel_for(tasks, &few_rows_task, &ctx);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) few_rows_task(&ctx, t);
+  }
+}
+
 }  // namespace
 
 void saxpy(float* y, const float* x, float a, int64_t n) { axpy(y, x, a, n); }
@@ -382,6 +427,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     small_gemm(g);
   } else if (n == 1) {
     gemv_n1(g);
+  } else if (m <= kSmallM && !trans_a) {
+    few_rows(g);
   } else if (m == 1) {
     gemv_m1(g);
   } else {
