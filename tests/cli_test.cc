@@ -841,7 +841,7 @@ TEST_F(CliTest, TrtexecFlagsKilnLacksAreRefusedWithAReason) {
   for (const Case& c : std::vector<Case>{
            {"build" + m + " --plugins=libfoo.so", "kiln loads no plugin libraries"},
            {"bench" + e + " --staticPlugins=libfoo.so", "kiln loads no plugin libraries"},
-           {"build" + m + " --int8 --calib=calib.cache", "reads no calibration cache"},
+           {"build" + m + " --int8 --minShapesCalib=x:1x4", "no separate calibration profile"},
            {"run" + e + " --useDLACore=0", "kiln has no DLA backend"},
            {"run" + e + " --separateProfileRun", "per-layer profiles come from kiln bench"},
            {"bench" + e + " --streams=2", "one execution context on one stream"},
@@ -866,6 +866,33 @@ TEST_F(CliTest, TrtexecFlagsKilnLacksAreRefusedWithAReason) {
   auto r = kiln_cli("run" + e + " --exportTimes=t.json");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--exportTimes is a flag of kiln bench, not of kiln run")) << r.out;
+}
+
+// --int8 --calib: what is refused before any Python runs. (The calibrated build itself runs
+// kiln.quantize: python/tests/test_quantize.py test_kiln_build_int8_calib.)
+TEST_F(CliTest, Int8CalibrationFlagsAreCheckedBeforeCalibrating) {
+  write_model(path("q.onnx"), 1.0f);
+  const std::string onnx = " --onnx=" + path("q.onnx") + " --shapes=x:2x4";
+  auto r = kiln_cli("build" + onnx + " --calib=" + path("data.npz"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--calib calibrates an INT8 build: add --int8")) << r.out;
+  r = kiln_cli("build" + onnx + " --int8 --calibMethod=minmax");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--calibMethod needs the data to calibrate on")) << r.out;
+  // trtexec's habit: --calib=<TensorRT calibration cache>.
+  {
+    std::ofstream f(path("calib.cache"));
+    f << "TRT-8601-EntropyCalibration2\ninput: 3c010a14\n";
+  }
+  r = kiln_cli("build" + onnx + " --int8 --calib=" + path("calib.cache"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is a TensorRT calibration cache, which kiln cannot read")) << r.out;
+  r = kiln_cli("build" + onnx + " --int8 --calib=" + path("absent.json"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "no such calibration cache")) << r.out;
+  r = kiln_cli("inspect --calib=" + path("data.npz") + " " + path("q.onnx"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "calibration is a build step")) << r.out;
 }
 
 TEST_F(CliTest, TrtexecFlagsWithoutEffectWarnAndDuplicatesAreCaught) {

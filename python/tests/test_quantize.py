@@ -266,3 +266,34 @@ def test_kiln_command_runs_quantize():
     assert r.returncode == 0 and "usage: kiln quantize" in r.stdout, r.stderr
     r = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=60)
     assert "quantize" in r.stdout
+
+
+def test_kiln_build_int8_calib(model, data, fp32, tmp_path):
+    """kiln build --int8 --calib: calibrated, built with the Q/DQ nodes, its top-1 that of FP32; the
+    cache it writes is read back by a second build through trtexec's --calib=<cache> habit."""
+    beside = pathlib.Path(sys.executable).with_name("kiln")
+    command = str(beside) if beside.exists() else shutil.which("kiln")
+    if not command:
+        pytest.skip("no `kiln` command beside this interpreter or on PATH (pip install . makes one)")
+    x, _ = data
+    np.savez(tmp_path / "calib.npz", image=x[CALIB])
+    cache, engine_path = tmp_path / "calib.json", tmp_path / "int8.kiln"
+    base = [command, "build", f"--onnx={model}", "--int8", "--minShapes=image:1x1x8x8",
+            "--optShapes=image:64x1x8x8", "--maxShapes=image:64x1x8x8"]
+    r = subprocess.run(base + [f"--calib={tmp_path / 'calib.npz'}", "--calibMethod=minmax",
+                               f"--calibCache={cache}", f"--saveEngine={engine_path}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "calibrating" in r.stdout and "calibration cache written" in r.stdout, r.stdout
+    assert json.loads(cache.read_text())["method"] == "minmax"
+    got = logits(kiln.Engine.load(engine_path), x[HOLDOUT])
+    agree = float(np.mean(got.argmax(1) == fp32.argmax(1)))
+    print(f"kiln build --int8 --calib: top-1 agreement with FP32 {agree:.4f}")
+    assert agree >= 0.99
+    r = subprocess.run(base + [f"--calib={cache}", f"--saveEngine={tmp_path / 'again.kiln'}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "calibration read from" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "again.kiln").read_bytes() == engine_path.read_bytes()
+    r = subprocess.run(base + [f"--calib={tmp_path / 'missing.npz'}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "neither a folder of .npz files nor an .npz file" in r.stderr, r.stdout + r.stderr
+    assert "calibrating" in r.stdout and "its error is above" in r.stderr

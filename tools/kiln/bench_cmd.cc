@@ -322,7 +322,7 @@ int bench_command(const Argv& argv) {
   } else {
     Stages stages("bench", save.empty() ? 2 : 3, build->verbose);
     stages.begin("parsing " + build->onnx);
-    auto network = load_network(build->onnx);
+    auto network = load_build_network(*build);
     if (!network.ok()) return report("bench", network.error());
     stages.end();
     stages.begin("building the engine");

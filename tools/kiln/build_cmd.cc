@@ -47,7 +47,7 @@ int build_command(const Argv& argv) {
   auto t0 = std::chrono::steady_clock::now();
   Stages stages("build", save.empty() ? 2 : 3, options->verbose);
   stages.begin("parsing " + options->onnx);
-  auto network = load_network(options->onnx);
+  auto network = load_build_network(*options);
   if (!network.ok()) return report("build", network.error());
   stages.end();
   stages.begin("building the engine for " + std::string(device_name(options->device)));

@@ -168,7 +168,7 @@ int compare_command(const Argv& argv) {
 
   Stages stages("compare", 4, build->verbose);
   stages.begin("parsing " + build->onnx);
-  auto network = load_network(build->onnx);
+  auto network = load_build_network(*build);
   if (!network.ok()) return report("compare", network.error());
   stages.end();
   stages.begin(load ? "loading " + *load : "building the engine");

@@ -221,6 +221,19 @@ Result<BuildOptions> parse_build_options(const Args& args) {
       target.push_back(std::move(s));
     }
   }
+  auto calib = args.get("calib"), cache = args.get("calibCache"), method = args.get("calibMethod");
+  if (calib || cache || method) {
+    if (!o.config.get_flag(BuilderFlag::kINT8)) {
+      return usage_error(std::string(calib   ? "--calib"
+                                     : cache ? "--calibCache"
+                                             : "--calibMethod") +
+                         " calibrates an INT8 build: add --int8");
+    }
+    if (!calib && !cache) {
+      return usage_error("--calibMethod needs the data to calibrate on: --calib=DIR_OR_NPZ");
+    }
+    o.calibration = CalibrationRequest{calib.value_or(""), method.value_or(""), cache.value_or("")};
+  }
   if (o.profiles.empty() && args.get("shapes")) {
     KILN_CLI_ASSIGN(auto specs, parse_shape_specs("shapes", *args.get("shapes")));
     o.profiles.push_back({specs, specs, specs});
@@ -233,6 +246,16 @@ Result<Network> load_network(const std::string& path) {
   auto net = onnx::parse_file(path);
   if (!net.ok()) return failure(net.status(), "loading the model '" + path + "'");
   return std::move(net).value();
+}
+
+Result<Network> load_build_network(BuildOptions& options) {
+  if (!options.calibration) return load_network(options.onnx);
+  if (!options.calibrated) {
+    std::printf("calibrating %s for INT8 (kiln.quantize on the CPU engine in FP32)\n",
+                options.onnx.c_str());
+    KILN_CLI_ASSIGN(options.calibrated, CalibratedModel::make(options.onnx, *options.calibration));
+  }
+  return load_network(options.calibrated->path());
 }
 
 namespace {

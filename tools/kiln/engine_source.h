@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "calibrate.h"
 #include "flags.h"
 #include "kiln.h"
 #include "plan/plan.h"  // Engine::plan(): profiles with symbol ranges, builder flags
@@ -36,6 +37,10 @@ struct BuildOptions {
   std::string timing_cache_file;
   // --shapes stood for the profile (min = opt = max), no --minShapes/--optShapes/--maxShapes given.
   bool profile_from_shapes = false;
+  // --int8 --calib / --calibCache: the engine is built from the model calibrated and written with
+  // Q/DQ nodes (load_build_network makes it once; `calibrated` holds it while the options live).
+  std::optional<CalibrationRequest> calibration;
+  std::shared_ptr<CalibratedModel> calibrated;
 };
 
 Result<Device> parse_device(const std::string& text);
@@ -53,6 +58,10 @@ Result<int64_t> parse_pool_size(std::string_view flag, std::string_view text);
 std::string memory_pool_summary(const BuildOptions& options);
 
 Result<Network> load_network(const std::string& path);
+
+// The network the engine is built from: --onnx's model, or with --calib the Q/DQ model
+// kiln.quantize makes of it (made at the first call; its progress and errors go to the terminal).
+Result<Network> load_build_network(BuildOptions& options);
 
 // The config with its profiles, checked against the model's inputs: an unknown name lists the
 // inputs; a dynamic input without shapes lists every such input with its symbolic shape and the

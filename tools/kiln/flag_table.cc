@@ -24,9 +24,8 @@ constexpr std::string_view kNoPlugins =
 constexpr std::string_view kNoDla =
     "kiln has no DLA backend; an engine targets --device=cpu or --device=cuda";
 constexpr std::string_view kNoCalibration =
-    "kiln has no INT8 calibration yet and reads no calibration cache: --int8 is recorded in the "
-    "engine, but no layer computes in int8; a model quantized with QuantizeLinear/DequantizeLinear "
-    "runs as exported";
+    "kiln calibrates with --int8 --calib=DATA at the shapes of the data's own feeds (no separate "
+    "calibration profile); a model quantized with QuantizeLinear/DequantizeLinear runs as exported";
 constexpr std::string_view kNoLayerConstraints =
     "kiln assigns each layer's precision in its own pass and takes no per-layer constraints yet; "
     "`kiln inspect ENGINE` shows what each layer computes in";
@@ -91,10 +90,12 @@ constexpr FlagDef kFlags[] = {
      "disable TF32 for FP32 matmul/conv on GPUs (TF32 is on by default, as in TensorRT)"},
     {"fp16", "", kBuilds, kAcc, TB, "allow FP16 kernels"},
     {"bf16", "", kBuilds, kAcc, TB, "allow BF16 kernels"},
-    {"int8", "", kBuilds, kAcc, TB, "allow INT8 kernels"},
+    {"int8", "", kBuilds, kAcc, TB,
+     "INT8: with --calib, the model is calibrated and built with INT8 Q/DQ nodes; without, --int8 "
+     "is recorded and Q/DQ nodes a model has run as exported"},
     {"best", "", kBuilds, kAcc, TB,
      "allow every precision kiln has: fp16, bf16 and tf32 (trtexec's --best enables all); not "
-     "int8, which needs the calibration kiln lacks"},
+     "int8, which needs --calib"},
     {"fp8", "", kCmdAll, kRef, T,
      "kiln has no FP8 kernels yet (planned for Hopper GPUs); use --fp16 or --bf16"},
     {"int4", "", kCmdAll, kRef, T, "kiln has no INT4 kernels; use --fp16 or --bf16"},
@@ -104,7 +105,17 @@ constexpr FlagDef kFlags[] = {
     {"precisionConstraints", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
     {"layerPrecisions", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
     {"layerOutputTypes", "SPEC", kCmdAll, kRef, T, kNoLayerConstraints},
-    {"calib", "FILE", kCmdAll, kRef, T, kNoCalibration},
+    {"calib", "DATA", kBuilds, kAcc, T,
+     "with --int8: calibrate on DATA (a folder of .npz feeds, or one .npz stacking samples along "
+     "axis 0) on kiln's CPU engine in FP32 and build the model with the INT8 Q/DQ nodes that gives "
+     "(kiln.quantize; Python needed); a kiln calibration cache (.json) is read as --calibCache, a "
+     "TensorRT cache is refused"},
+    {"calib", "FILE", I, kRef, T, "kiln inspect reads an engine; calibration is a build step"},
+    {"calibCache", "FILE.json", kBuilds, kAcc, 0,
+     "with --int8: read the calibration from FILE when it exists (tied to the model's bytes), else "
+     "calibrate on --calib and write it there"},
+    {"calibMethod", "M", kBuilds, kAcc, 0,
+     "with --int8 --calib: minmax, percentile (99.99) or entropy (the default)"},
     {"minShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},
     {"optShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},
     {"maxShapesCalib", "SPEC", kCmdAll, kRef, T, kNoCalibration},

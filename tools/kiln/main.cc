@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate.h"
 #include "commands.h"
 #include "plan/plan.h"
 
@@ -78,8 +79,7 @@ int dispatch(int argc, char** argv) {
   if (command == "serve" || command == "quantize") {
     // Serving (Ray Serve) and quantization (calibration writes an ONNX model) run in Python: the
     // Python that installed kiln (the wheel's `kiln` sets KILN_PYTHON), else python3 from PATH.
-    const char* env = std::getenv("KILN_PYTHON");
-    const std::string python = env && *env ? env : "python3";
+    const std::string python = kiln_python();
     const std::string module = "kiln." + command;
     std::vector<char*> args = {const_cast<char*>(python.c_str()), const_cast<char*>("-m"),
                                const_cast<char*>(module.c_str())};

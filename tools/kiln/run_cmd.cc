@@ -147,7 +147,7 @@ int run_command(const Argv& argv) {
     engine = load_engine(*path);
   } else {
     stages.begin("parsing " + build->onnx);
-    auto network = load_network(build->onnx);
+    auto network = load_build_network(*build);
     if (!network.ok()) return report("run", network.error());
     stages.end();
     stages.begin("building the engine for " + std::string(device_name(build->device)));
