@@ -1,7 +1,7 @@
 // The CPU's vectorized float32 math (backends/cpu/vector_math.h) against the C library in double:
 // Gelu's erf fit within one float ulp of the correctly rounded value (plus 1e-8 |x| where 1 + erf
 // cancels) over [-8, 8] densely, exact at 0, NaN kept, the infinities as the formula gives them,
-// odd lengths and in place.
+// odd lengths and in place; Sigmoid's exp fit correctly rounded but for a handful of values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@ namespace kiln {
 namespace {
 
 using backends::cpu::gelu_erf_f32;
+using backends::cpu::sigmoid_f32;
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
@@ -63,6 +64,41 @@ TEST(CpuVectorMath, GeluErfSpecialValuesOddLengthsAndInPlace) {
     EXPECT_EQ(v, out) << n;
   }
   gelu_erf_f32(nullptr, nullptr, 0);  // nothing to do
+}
+
+// Sigmoid over [-120, 120] densely and past the clamp: within one ulp of 1 / (1 + exp(-x)) in
+// double everywhere (correctly rounded but for a handful), NaN kept, +-inf to 1 and 0.
+TEST(CpuVectorMath, SigmoidIsCorrectlyRoundedAlmostEverywhere) {
+  std::vector<float> x;
+  for (int i = -1200000; i <= 1200000; ++i) x.push_back(float(i) * 1e-4f);
+  for (float v : {-150.f, -200.f, 150.f, 1e30f, -1e30f, 1e-30f, -0.f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  sigmoid_f32(x.data(), y.data(), int64_t(x.size()));
+  int64_t off = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = 1.0 / (1.0 + std::exp(-double(x[i])));
+    const float rounded = float(want);
+    const double ulp =
+        std::nextafter(std::fabs(double(rounded)), std::numeric_limits<double>::infinity()) -
+        std::fabs(double(rounded));
+    const double fulp =
+        std::max(double(std::nextafter(std::fabs(rounded), std::numeric_limits<float>::infinity()) -
+                        std::fabs(rounded)),
+                 ulp);
+    ASSERT_LE(std::fabs(double(y[i]) - want), fulp)
+        << "x = " << x[i] << ": got " << y[i] << ", want " << want;
+    off += y[i] != rounded;
+  }
+  std::printf("[ sigmoid ] %zu values, %lld not the correctly rounded float\n", x.size(),
+              static_cast<long long>(off));
+  EXPECT_LT(off, 100);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {std::nanf(""), inf, -inf, 0.f};
+  sigmoid_f32(special.data(), special.data(), 4);
+  EXPECT_TRUE(std::isnan(special[0]));
+  EXPECT_EQ(special[1], 1.f);
+  EXPECT_EQ(special[2], 0.f);
+  EXPECT_EQ(special[3], 0.5f);
 }
 
 }  // namespace

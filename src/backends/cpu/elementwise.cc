@@ -241,6 +241,17 @@ Status pow_kernel(const KernelArgs& a) {
   const TensorView& y = a.in[1];
   const TensorView& out = a.out[0];
   KILN_RETURN_IF_ERROR(expect_dtype(out, x.dtype, kOp, "output 0"));
+  // x ** 2 on float32 (RMSNorm and variance as exporters write them): x * x, the correctly rounded
+  // square, over the thread pool.
+  if (x.dtype == DType::kFloat32 && y.dtype == DType::kFloat32 && y.numel() == 1 &&
+      *y.as<float>() == 2.0f && out.numel() == x.numel()) {
+    const float* src = x.as<float>();
+    float* dst = out.as<float>();
+    parallel_chunks(x.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = src[i] * src[i];
+    });
+    return ok_status();
+  }
   BroadcastPlan<2> plan;
   KILN_RETURN_IF_ERROR(plan_for<2>(out, {x.shape, y.shape}, kOp, &plan));
   return dispatch<kPowTypes>(x.dtype, kOp, [&]<typename T>(Tag<T>) {
@@ -400,6 +411,21 @@ Status unary_kernel(const KernelArgs& a) {
     });
     return ok_status();
   });
+}
+
+// Sigmoid of float32 through the vectorized form (vector_math.h); the other types as the other
+// unary ops.
+Status sigmoid_kernel(const KernelArgs& a) {
+  if (a.in.size() == 1 && a.out.size() == 1 && a.in[0].dtype == DType::kFloat32 &&
+      a.out[0].dtype == DType::kFloat32 && a.in[0].numel() == a.out[0].numel()) {
+    const float* x = a.in[0].as<float>();
+    float* y = a.out[0].as<float>();
+    parallel_chunks(a.in[0].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      sigmoid_f32(x + begin, y + begin, end - begin);
+    });
+    return ok_status();
+  }
+  return unary_kernel<OpKind::kSigmoid, Un::kSigmoid, kFloats>(a);
 }
 
 Status gelu_kernel(const KernelArgs& a) {
@@ -637,7 +663,7 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add(OpKind::kExp, &unary_kernel<OpKind::kExp, Un::kExp, kFloats>);
   r.add(OpKind::kLog, &unary_kernel<OpKind::kLog, Un::kLog, kFloats>);
   r.add(OpKind::kErf, &unary_kernel<OpKind::kErf, Un::kErf, kFloats>);
-  r.add(OpKind::kSigmoid, &unary_kernel<OpKind::kSigmoid, Un::kSigmoid, kFloats>);
+  r.add(OpKind::kSigmoid, &sigmoid_kernel);
   r.add(OpKind::kTanh, &unary_kernel<OpKind::kTanh, Un::kTanh, kFloats>);
   r.add(OpKind::kHardSigmoid, &unary_kernel<OpKind::kHardSigmoid, Un::kHardSigmoid, kFloats>);
   r.add(OpKind::kHardSwish, &unary_kernel<OpKind::kHardSwish, Un::kHardSwish, kFloats>);

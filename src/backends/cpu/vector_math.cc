@@ -1,5 +1,9 @@
 #include "backends/cpu/vector_math.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "backends/cpu/multiversion.h"
 
 namespace kiln::backends::cpu {
@@ -31,6 +35,44 @@ inline void gelu_loop(const float* x, float* y, int64_t n) {
   }
 }
 
+// exp(x) for |x| <= 216 (k within a double's exponent range), vectorizable: k = round(x / ln 2)
+// through the 1.5 * 2^52 shift (k lands in the mantissa's low bits), r = x - k ln 2 in two parts,
+// exp(r) by Taylor's series to r^11 (|r| <= 0.347: the next term is below 7e-15 of the result),
+// 2^k put into the exponent field directly.
+inline double exp_fit(double x) {
+  constexpr double kLog2e = 1.4426950408889634074, kShift = 6755399441055744.0;  // 1.5 * 2^52
+  constexpr double kLn2Hi = 0.693147180369123816490, kLn2Lo = 1.90821492927058770002e-10;
+  const double tk = x * kLog2e + kShift;
+  const double k = tk - kShift;
+  const double r = (x - k * kLn2Hi) - k * kLn2Lo;
+  double p = 1.0 / 39916800.0;  // 1/11!
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  uint64_t bits;
+  std::memcpy(&bits, &tk, sizeof bits);
+  bits = (bits + 1023) << 52;  // the low bits hold 2^51 + k: 2^51 shifts out, k + 1023 stays
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline void sigmoid_loop(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    // std::min/max keep their first argument when a comparison fails: NaN passes through.
+    const double v = std::min(std::max(double(x[i]), -150.0), 150.0);
+    y[i] = float(1.0 / (1.0 + exp_fit(-v)));
+  }
+}
+
 }  // namespace
 
 #if KILN_MULTIVERSION
@@ -38,6 +80,13 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void gelu_erf_f32(const float* x, float* y, int64_t n) {
   gelu_loop(x, y, n);
+}
+
+#if KILN_MULTIVERSION
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void sigmoid_f32(const float* x, float* y, int64_t n) {
+  sigmoid_loop(x, y, n);
 }
 
 }  // namespace kiln::backends::cpu

@@ -14,4 +14,10 @@ namespace kiln::backends::cpu {
 // 0.5 * -inf * (1 + erf(-inf)) is. x and y may be the same array.
 void gelu_erf_f32(const float* x, float* y, int64_t n);
 
+// y[i] = Sigmoid(x[i]) = 1 / (1 + exp(-x[i])) for i < n, in double and rounded once: exp from a
+// degree-11 Taylor polynomial on |r| <= ln 2 / 2 after x = k ln 2 + r (relative error below
+// 1e-14), so the float result is the correctly rounded one but for rare ties. x is clamped to
+// [-150, 150], past which Sigmoid is 0 or 1 in float; NaN stays NaN. x and y may be one array.
+void sigmoid_f32(const float* x, float* y, int64_t n);
+
 }  // namespace kiln::backends::cpu
