@@ -15,6 +15,7 @@ namespace {
 
 using backends::cpu::gelu_erf_f32;
 using backends::cpu::sigmoid_f32;
+using backends::cpu::softmax_row_f32;
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
@@ -99,6 +100,31 @@ TEST(CpuVectorMath, SigmoidIsCorrectlyRoundedAlmostEverywhere) {
   EXPECT_EQ(special[1], 1.f);
   EXPECT_EQ(special[2], 0.f);
   EXPECT_EQ(special[3], 0.5f);
+}
+
+// Softmax rows of several lengths (the partial sums' remainders), with -inf entries and large
+// values: within 2e-7 relative of the double computation; a NaN or +inf in a row makes it NaN.
+TEST(CpuVectorMath, SoftmaxRowsMatchDoubleAndPropagateNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 8, 197, 1000}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::sin(float(i) * 1.7f) * 30.f + 80.f;
+    if (n > 2) x[1] = -inf;
+    std::vector<float> y(x.size());
+    softmax_row_f32(x.data(), y.data(), n);
+    double mx = -1e300, sum = 0;
+    for (float v : x) mx = std::max(mx, double(v));
+    for (float v : x) sum += std::exp(double(v) - mx);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::exp(double(x[size_t(i)]) - mx) / sum;
+      EXPECT_NEAR(y[size_t(i)], want, 2e-7 * want + 1e-30) << "n=" << n << " i=" << i;
+    }
+  }
+  for (float bad : {std::nanf(""), inf}) {
+    std::vector<float> x = {1.f, bad, 2.f};
+    softmax_row_f32(x.data(), x.data(), 3);  // in place
+    for (float v : x) EXPECT_TRUE(std::isnan(v)) << bad;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/cpu/vector_math.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -164,7 +165,16 @@ template <typename T>
 void softmax_block(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1));
   parallel_chunks(outer, grain, [&](int64_t first, int64_t last) {
-    for (int64_t o = first; o < last; ++o) softmax_outer(x, y, o, n, inner, log);
+    for (int64_t o = first; o < last; ++o) {
+      if constexpr (std::is_same_v<T, float>) {
+        // Contiguous float32 rows (the last axis, as attention's scores): the vectorized row.
+        if (inner == 1 && !log) {
+          softmax_row_f32(x + o * n, y + o * n, n);
+          continue;
+        }
+      }
+      softmax_outer(x, y, o, n, inner, log);
+    }
   });
 }
 

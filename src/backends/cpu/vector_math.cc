@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/multiversion.h"
 
@@ -73,6 +74,24 @@ inline void sigmoid_loop(const float* x, float* y, int64_t n) {
   }
 }
 
+inline void softmax_row_loop(const float* x, float* y, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::max(double(x[i]) - double(mx), -150.0);  // NaN passes through
+    y[i] = float(exp_fit(d));
+  }
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += double(y[i + j]);
+  }
+  double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) sum += double(y[i]);
+  const float inv = float(1.0 / sum);
+  for (int64_t k = 0; k < n; ++k) y[k] *= inv;
+}
+
 }  // namespace
 
 #if KILN_MULTIVERSION
@@ -87,6 +106,13 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void sigmoid_f32(const float* x, float* y, int64_t n) {
   sigmoid_loop(x, y, n);
+}
+
+#if KILN_MULTIVERSION
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void softmax_row_f32(const float* x, float* y, int64_t n) {
+  softmax_row_loop(x, y, n);
 }
 
 }  // namespace kiln::backends::cpu

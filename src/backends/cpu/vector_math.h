@@ -20,4 +20,9 @@ void gelu_erf_f32(const float* x, float* y, int64_t n);
 // [-150, 150], past which Sigmoid is 0 or 1 in float; NaN stays NaN. x and y may be one array.
 void sigmoid_f32(const float* x, float* y, int64_t n);
 
+// One contiguous row of Softmax: y = e / sum(e) with e = exp(x - max(x)) computed as above and
+// stored as float, summed in double (eight partial sums), each y then e times the float of
+// 1 / sum. NaN and infinities as the formula gives them (a row holding NaN or +inf is NaN).
+void softmax_row_f32(const float* x, float* y, int64_t n);
+
 }  // namespace kiln::backends::cpu
