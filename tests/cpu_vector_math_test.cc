@@ -13,6 +13,7 @@
 namespace kiln {
 namespace {
 
+using backends::cpu::erf_f32;
 using backends::cpu::gelu_erf_f32;
 using backends::cpu::sigmoid_f32;
 using backends::cpu::softmax_row_f32;
@@ -65,6 +66,32 @@ TEST(CpuVectorMath, GeluErfSpecialValuesOddLengthsAndInPlace) {
     EXPECT_EQ(v, out) << n;
   }
   gelu_erf_f32(nullptr, nullptr, 0);  // nothing to do
+}
+
+// Erf over [-6, 6] densely: within one float ulp of the correctly rounded value; +-1 beyond, NaN
+// kept.
+TEST(CpuVectorMath, ErfIsWithinAnUlp) {
+  std::vector<float> x;
+  for (int i = -600000; i <= 600000; ++i) x.push_back(float(i) * 1e-5f);
+  for (float v : {100.f, -100.f, 1e-30f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  erf_f32(x.data(), y.data(), int64_t(x.size()));
+  int64_t off = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::erf(double(x[i]));
+    const float rounded = float(want);
+    const double ulp =
+        std::max(double(std::nextafter(std::fabs(rounded), std::numeric_limits<float>::infinity()) -
+                        std::fabs(rounded)),
+                 1e-45);
+    ASSERT_LE(std::fabs(double(y[i]) - want), ulp) << "x = " << x[i];
+    off += y[i] != rounded;
+  }
+  std::printf("[ erf ] %zu values, %lld not the correctly rounded float\n", x.size(),
+              static_cast<long long>(off));
+  float nan = std::nanf("");
+  erf_f32(&nan, &nan, 1);
+  EXPECT_TRUE(std::isnan(nan));
 }
 
 // Sigmoid over [-120, 120] densely and past the clamp: within one ulp of 1 / (1 + exp(-x)) in

@@ -413,19 +413,20 @@ Status unary_kernel(const KernelArgs& a) {
   });
 }
 
-// Sigmoid of float32 through the vectorized form (vector_math.h); the other types as the other
-// unary ops.
-Status sigmoid_kernel(const KernelArgs& a) {
+// Sigmoid and Erf of float32 through the vectorized forms (vector_math.h) over the thread pool;
+// the other types as the other unary ops.
+template <OpKind kOp, Un op, void (*kVector)(const float*, float*, int64_t)>
+Status vector_unary_kernel(const KernelArgs& a) {
   if (a.in.size() == 1 && a.out.size() == 1 && a.in[0].dtype == DType::kFloat32 &&
       a.out[0].dtype == DType::kFloat32 && a.in[0].numel() == a.out[0].numel()) {
     const float* x = a.in[0].as<float>();
     float* y = a.out[0].as<float>();
     parallel_chunks(a.in[0].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-      sigmoid_f32(x + begin, y + begin, end - begin);
+      kVector(x + begin, y + begin, end - begin);
     });
     return ok_status();
   }
-  return unary_kernel<OpKind::kSigmoid, Un::kSigmoid, kFloats>(a);
+  return unary_kernel<kOp, op, kFloats>(a);
 }
 
 Status gelu_kernel(const KernelArgs& a) {
@@ -662,8 +663,8 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add(OpKind::kSqrt, &unary_kernel<OpKind::kSqrt, Un::kSqrt, kFloats>);
   r.add(OpKind::kExp, &unary_kernel<OpKind::kExp, Un::kExp, kFloats>);
   r.add(OpKind::kLog, &unary_kernel<OpKind::kLog, Un::kLog, kFloats>);
-  r.add(OpKind::kErf, &unary_kernel<OpKind::kErf, Un::kErf, kFloats>);
-  r.add(OpKind::kSigmoid, &sigmoid_kernel);
+  r.add(OpKind::kErf, &vector_unary_kernel<OpKind::kErf, Un::kErf, &erf_f32>);
+  r.add(OpKind::kSigmoid, &vector_unary_kernel<OpKind::kSigmoid, Un::kSigmoid, &sigmoid_f32>);
   r.add(OpKind::kTanh, &unary_kernel<OpKind::kTanh, Un::kTanh, kFloats>);
   r.add(OpKind::kHardSigmoid, &unary_kernel<OpKind::kHardSigmoid, Un::kHardSigmoid, kFloats>);
   r.add(OpKind::kHardSwish, &unary_kernel<OpKind::kHardSwish, Un::kHardSwish, kFloats>);

@@ -104,6 +104,13 @@ void gelu_erf_f32(const float* x, float* y, int64_t n) {
 #if KILN_MULTIVERSION
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
+void erf_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(erf_fit(double(x[i])));
+}
+
+#if KILN_MULTIVERSION
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void sigmoid_f32(const float* x, float* y, int64_t n) {
   sigmoid_loop(x, y, n);
 }

@@ -14,6 +14,10 @@ namespace kiln::backends::cpu {
 // 0.5 * -inf * (1 + erf(-inf)) is. x and y may be the same array.
 void gelu_erf_f32(const float* x, float* y, int64_t n);
 
+// y[i] = erf(x[i]) for i < n through the same fit (at most 1.5e-8 from erf, so within one float ulp
+// of the correctly rounded value), +-1 past |x| = 4; NaN stays NaN. x and y may be one array.
+void erf_f32(const float* x, float* y, int64_t n);
+
 // y[i] = Sigmoid(x[i]) = 1 / (1 + exp(-x[i])) for i < n, in double and rounded once: exp from a
 // degree-11 Taylor polynomial on |r| <= ln 2 / 2 after x = k ln 2 + r (relative error below
 // 1e-14), so the float result is the correctly rounded one but for rare ties. x is clamped to
