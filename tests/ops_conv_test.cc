@@ -247,6 +247,19 @@ TEST(ConvKernel, Im2colTilesCoverEveryOutputRowOnce) {
              "3-D 8 -> 4 3x3x3 5x12x32: tiles cross depth slices");
 }
 
+// Depthwise convolutions at strides 2 and 3 (the CPU runs them through phase planes): 3x3 and 5x5
+// filters, odd sizes, uneven and zero pads, a 1-pixel output, and a dilated one (row by row).
+TEST(ConvKernel, StridedDepthwiseThroughPhasePlanes) {
+  check_conv({2, 5, 5, 5, {14, 14}, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, true}, "5x5 s2 14x14");
+  check_conv({1, 4, 4, 4, {11, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 0, 0, 1}, false},
+             "3x3 s2 11x9 uneven pads");
+  check_conv({1, 3, 3, 3, {13, 10}, {3, 5}, {3, 2}, {1, 1}, {1, 2, 1, 2}, true}, "3x5 s3x2 13x10");
+  check_conv({1, 2, 2, 2, {5, 5}, {5, 5}, {2, 2}, {1, 1}, {0, 0, 0, 0}, true}, "one output pixel");
+  check_conv({2, 64, 64, 64, {28, 28}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
+             "64 channels over the thread pool");
+  check_conv({1, 3, 3, 3, {12, 12}, {3, 3}, {2, 2}, {2, 2}, {2, 2, 2, 2}, true}, "dilated 3x3 s2");
+}
+
 TEST(ConvKernel, HandComputed) {
   // 1x1x3x3 input, 2x2 kernel of ones, bias 1: window sums + 1.
   Tensor x = make_f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/depthwise.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/numeric.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/cpu/window.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
@@ -94,11 +96,6 @@ Status parse_spatial(const char* op, const ir::Attributes& attrs, SpatialAttrs* 
   return ok_status();
 }
 
-// One spatial axis of a sliding window: input size, kernel size, output size, and how they relate.
-struct Axis {
-  int64_t in = 1, k = 1, out = 1, stride = 1, dil = 1, pb = 0, pe = 0;
-};
-
 // Fills axes[3 - ns .. 3) from the runtime sizes and checks that the preallocated output size is
 // the one the attributes give (the same formula as shape inference).
 Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t* in,
@@ -146,17 +143,6 @@ Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t
     a.out = out[i];
   }
   return ok_status();
-}
-
-// The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi).
-inline void valid_range(int64_t start, int64_t step, int64_t count, int64_t limit, int64_t* lo,
-                        int64_t* hi) {
-  int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
-  int64_t h = start > limit - 1 ? 0 : (limit - 1 - start) / step + 1;
-  l = std::min(l, count);
-  h = std::min(h, count);
-  *lo = l;
-  *hi = std::max(h, l);
 }
 
 // Rows (c, kd, kh, kw) by columns (od, oh, ow): the input patches one GEMM multiplies by the
@@ -221,88 +207,6 @@ void gemm(int64_t m, int64_t n, int64_t k, const double* a, const double* b, dou
 // the GEMM reads it (a whole image's patches did not: UNet's 24-channel 3x3 layer at 200x200
 // built a 35 MB matrix and ran at 7 GFLOP/s).
 constexpr int64_t kIm2colTileBytes = 512 * 1024;
-
-void axpy(float* y, const float* x, float w, int64_t n) { saxpy(y, x, w, n); }
-void axpy(double* y, const double* x, double w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
-}
-
-// Depthwise (one input and one output channel per group), at most 2 spatial dims: each tap of the
-// kernel adds a scaled, shifted input row to an output row that stays in L1. For stride s > 1 the
-// input row is first split into s phases (phase r holds x[j*s + r]) in `phases` (>= in + s
-// elements), so every tap is a contiguous, vectorized axpy.
-template <typename T>
-void depthwise(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T* y, T* phases) {
-  int64_t s = aw.stride;
-  int64_t plen = (aw.in + s - 1) / s;
-  for (int64_t oh = 0; oh < ah.out; ++oh) {
-    T* yrow = y + oh * aw.out;
-    std::fill_n(yrow, aw.out, bias);
-    for (int64_t kh = 0; kh < ah.k; ++kh) {
-      int64_t ih = oh * ah.stride - ah.pb + kh * ah.dil;
-      if (ih < 0 || ih >= ah.in) continue;
-      const T* xrow = x + ih * aw.in;
-      if (s > 1) {
-        for (int64_t r = 0; r < s; ++r) {
-          for (int64_t j = 0; j < plen; ++j) {
-            int64_t i = j * s + r;
-            phases[r * plen + j] = i < aw.in ? xrow[i] : T(0);
-          }
-        }
-      }
-      for (int64_t kw = 0; kw < aw.k; ++kw) {
-        T wv = w[kh * aw.k + kw];
-        int64_t off = kw * aw.dil - aw.pb;
-        int64_t lo, hi;
-        valid_range(off, s, aw.out, aw.in, &lo, &hi);
-        if (hi <= lo) continue;
-        if (s == 1) {
-          axpy(yrow + lo, xrow + off + lo, wv, hi - lo);
-        } else {
-          // x[ow*s + off] = phase r at (ow + q), with off = q*s + r and 0 <= r < s.
-          int64_t q = off >= 0 ? off / s : -((-off + s - 1) / s);
-          int64_t r = off - q * s;
-          axpy(yrow + lo, phases + r * plen + lo + q, wv, hi - lo);
-        }
-      }
-    }
-  }
-}
-
-// Below this many multiply-adds a depthwise convolution runs on the calling thread.
-constexpr int64_t kParallelDepthwise = int64_t(1) << 16;
-
-// Depthwise at stride 1 through a zero-padded copy of the channel's plane. Output row oh, column
-// ow reads padded row oh + kh*dil_h, column ow + kw*dil_w, so over the padded width pw the whole
-// output plane is one contiguous run per tap: out_h*pw multiply-adds in a single axpy (vectorized
-// for the running CPU), of which the ow < out_w columns of each row are kept. On MobileNet's small
-// planes (5x5 taps over 14x14) this beats depthwise() above, whose per-tap bounds work and short
-// rows cost more than the arithmetic. Taps accumulate in the same order as there.
-template <typename T>
-void depthwise_padded(const T* x, const T* w, T bias, const Axis& ah, const Axis& aw, T* y,
-                      std::vector<T>& buf) {
-  const int64_t ph = (ah.out - 1) + (ah.k - 1) * ah.dil + 1;
-  const int64_t pw = (aw.out - 1) + (aw.k - 1) * aw.dil + 1;
-  const int64_t plane = ph * pw + (aw.k - 1) * aw.dil;  // the last row's run reads past its end
-  const int64_t run = ah.out * pw;
-  if (buf.size() < size_t(plane + run)) buf.resize(size_t(plane + run));
-  T* pad = buf.data();
-  T* acc = pad + plane;
-  std::fill_n(pad, plane, T(0));
-  const int64_t lo = std::max<int64_t>(0, aw.pb), hi = std::min<int64_t>(pw, aw.pb + aw.in);
-  for (int64_t r = 0; r < ph && hi > lo; ++r) {
-    const int64_t ih = r - ah.pb;
-    if (ih < 0 || ih >= ah.in) continue;
-    std::copy(x + ih * aw.in + (lo - aw.pb), x + ih * aw.in + (hi - aw.pb), pad + r * pw + lo);
-  }
-  std::fill_n(acc, run, bias);
-  for (int64_t kh = 0; kh < ah.k; ++kh) {
-    for (int64_t kw = 0; kw < aw.k; ++kw) {
-      axpy(acc, pad + kh * ah.dil * pw + kw * aw.dil, w[kh * aw.k + kw], run);
-    }
-  }
-  for (int64_t oh = 0; oh < ah.out; ++oh) std::copy_n(acc + oh * pw, aw.out, y + oh * aw.out);
-}
 
 // Conv keeps its parsed attributes and its im2col buffer, which grows to the largest shape seen
 // and is reused, so steady state does not allocate.
@@ -410,11 +314,18 @@ class ConvKernel final : public Kernel {
         }
         return ok_status();
       }
-      // Strided: the same split, each thread with its own phase buffer.
+      // Strided: the same split, each thread with its own buffers; undilated through the phase
+      // planes, dilated row by row.
+      const bool undilated = ax[1].dil == 1 && ax[2].dil == 1;
       auto strided = [&](int64_t i) {
         static thread_local std::vector<T> own;
-        if (own.size() < phases.size()) own.resize(phases.size());
         const int64_t ch = i % c;
+        if (undilated) {
+          depthwise_phases<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
+                              y + i * out_sp, own);
+          return;
+        }
+        if (own.size() < phases.size()) own.resize(phases.size());
         depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
                      y + i * out_sp, own.data());
       };
