@@ -413,8 +413,8 @@ Status unary_kernel(const KernelArgs& a) {
   });
 }
 
-// Sigmoid and Erf of float32 through the vectorized forms (vector_math.h) over the thread pool;
-// the other types as the other unary ops.
+// Sigmoid, Erf and Gelu of float32 through the vectorized forms (vector_math.h) over the thread
+// pool; the other types as the other unary ops.
 template <OpKind kOp, Un op, void (*kVector)(const float*, float*, int64_t)>
 Status vector_unary_kernel(const KernelArgs& a) {
   if (a.in.size() == 1 && a.out.size() == 1 && a.in[0].dtype == DType::kFloat32 &&
@@ -433,17 +433,8 @@ Status gelu_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(std::string approx, a.attrs.get_string("approximate", "none"));
   if (approx == "tanh") return unary_kernel<OpKind::kGelu, Un::kGeluTanh, kFloats>(a);
   if (approx != "none") return invalid_argument("Gelu: approximate must be 'none' or 'tanh'");
-  if (a.in.size() == 1 && a.out.size() == 1 && a.in[0].dtype == DType::kFloat32 &&
-      a.out[0].dtype == DType::kFloat32 && a.in[0].numel() == a.out[0].numel()) {
-    // float32: the vectorized form (vector_math.h), ~10x the scalar erf's speed.
-    const float* x = a.in[0].as<float>();
-    float* y = a.out[0].as<float>();
-    parallel_chunks(a.in[0].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-      gelu_erf_f32(x + begin, y + begin, end - begin);
-    });
-    return ok_status();
-  }
-  return unary_kernel<OpKind::kGelu, Un::kGelu, kFloats>(a);
+  // float32 through the vectorized form (vector_math.h), ~10x the scalar erf's speed.
+  return vector_unary_kernel<OpKind::kGelu, Un::kGelu, &gelu_erf_f32>(a);
 }
 
 // IsNaN and IsInf: float in, bool out.

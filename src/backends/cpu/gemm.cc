@@ -258,7 +258,6 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
 // accumulators in its own register file (32 zmm, 16 ymm, 16 xmm).
 // Not under TSan (multiversion.h).
 #if KILN_MULTIVERSION
-#define KILN_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 __attribute__((target("default"))) void tiles_sse(const Panel& p, int64_t t) {
   panel_tiles<6, 2, V4>(p, t);
 }
@@ -278,7 +277,6 @@ __attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g)
   blocked_gemm<12, 2, V16>(g, &tiles_avx512);  // 12x32: 24 accumulators
 }
 #else
-#define KILN_TARGET_CLONES
 void tiles_sse(const Panel& p, int64_t t) { panel_tiles<6, 2, V4>(p, t); }
 void blocked_gemm_dispatch(const GemmArgs& g) { blocked_gemm<6, 2, V4>(g, &tiles_sse); }
 #endif

@@ -16,3 +16,11 @@
 #ifndef KILN_MULTIVERSION
 #define KILN_MULTIVERSION 1
 #endif
+
+// A function compiled once per instruction set (AVX-512, AVX2, the baseline), the loader picking
+// one for the running CPU; nothing where multiversioning is off.
+#if KILN_MULTIVERSION
+#define KILN_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KILN_TARGET_CLONES
+#endif

@@ -94,32 +94,18 @@ inline void softmax_row_loop(const float* x, float* y, int64_t n) {
 
 }  // namespace
 
-#if KILN_MULTIVERSION
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void gelu_erf_f32(const float* x, float* y, int64_t n) {
-  gelu_loop(x, y, n);
-}
+KILN_TARGET_CLONES
+void gelu_erf_f32(const float* x, float* y, int64_t n) { gelu_loop(x, y, n); }
 
-#if KILN_MULTIVERSION
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+KILN_TARGET_CLONES
 void erf_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = float(erf_fit(double(x[i])));
 }
 
-#if KILN_MULTIVERSION
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void sigmoid_f32(const float* x, float* y, int64_t n) {
-  sigmoid_loop(x, y, n);
-}
+KILN_TARGET_CLONES
+void sigmoid_f32(const float* x, float* y, int64_t n) { sigmoid_loop(x, y, n); }
 
-#if KILN_MULTIVERSION
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void softmax_row_f32(const float* x, float* y, int64_t n) {
-  softmax_row_loop(x, y, n);
-}
+KILN_TARGET_CLONES
+void softmax_row_f32(const float* x, float* y, int64_t n) { softmax_row_loop(x, y, n); }
 
 }  // namespace kiln::backends::cpu
