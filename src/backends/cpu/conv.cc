@@ -7,7 +7,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -208,8 +207,9 @@ void gemm(int64_t m, int64_t n, int64_t k, const double* a, const double* b, dou
 // built a 35 MB matrix and ran at 7 GFLOP/s).
 constexpr int64_t kIm2colTileBytes = 512 * 1024;
 
-// Conv keeps its parsed attributes and its im2col buffer, which grows to the largest shape seen
-// and is reused, so steady state does not allocate.
+// Conv keeps its parsed attributes and the float32 copies of half-precision operands; the im2col
+// tiles and depthwise planes are per-thread buffers. All grow to the largest shape seen and are
+// reused, so steady state does not allocate.
 class ConvKernel final : public Kernel {
  public:
   Status init(const ir::Attributes& attrs) {
@@ -246,15 +246,6 @@ class ConvKernel final : public Kernel {
   std::string name() const override { return "cpu.Conv"; }
 
  private:
-  template <typename T>
-  std::vector<T>& col() {
-    if constexpr (std::is_same_v<T, float>) {
-      return col_f32_;
-    } else {
-      return col_f64_;
-    }
-  }
-
   template <typename T>
   Status run(const TensorView& xv, const TensorView& wv, const TensorView* bv,
              const TensorView& yv) {
@@ -294,45 +285,32 @@ class ConvKernel final : public Kernel {
     T* y = yv.as<T>();
 
     if (cg == 1 && mg == 1 && ax[0].k == 1 && ax[0].in == 1 && ax[0].out == 1 && ax[0].pb == 0) {
-      std::vector<T>& phases = col<T>();
-      if (phases.size() < size_t(ax[2].in + ax[2].stride))
-        phases.resize(size_t(ax[2].in + ax[2].stride));
+      // Channels are independent: split them over the CPU's threads, each with a buffer of its
+      // own (the zero-padded plane at stride 1, the phase planes at larger strides undilated, the
+      // row phases otherwise).
       const bool unit_stride = ax[1].stride == 1 && ax[2].stride == 1;
-      if (unit_stride) {
-        // Channels are independent: split them over the CPU's threads, each padding into its own
-        // buffer (this kernel's buffers belong to the calling thread).
-        auto channel = [&](int64_t i) {
-          static thread_local std::vector<T> pad;
-          const int64_t ch = i % c;
-          depthwise_padded<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                              y + i * out_sp, pad);
-        };
-        if (n * c * out_sp * kk >= kParallelDepthwise) {
-          parallel_for(n * c, channel);
-        } else {
-          for (int64_t i = 0; i < n * c; ++i) channel(i);
-        }
-        return ok_status();
-      }
-      // Strided: the same split, each thread with its own buffers; undilated through the phase
-      // planes, dilated row by row.
       const bool undilated = ax[1].dil == 1 && ax[2].dil == 1;
-      auto strided = [&](int64_t i) {
-        static thread_local std::vector<T> own;
+      auto channel = [&](int64_t i) {
+        static thread_local std::vector<T> buf;
         const int64_t ch = i % c;
-        if (undilated) {
-          depthwise_phases<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                              y + i * out_sp, own);
-          return;
+        const T* xi = x + i * in_sp;
+        const T* wi = w + ch * kk;
+        const T b = bias ? bias[ch] : T(0);
+        T* yi = y + i * out_sp;
+        if (unit_stride) {
+          depthwise_padded<T>(xi, wi, b, ax[1], ax[2], yi, buf);
+        } else if (undilated) {
+          depthwise_phases<T>(xi, wi, b, ax[1], ax[2], yi, buf);
+        } else {
+          if (buf.size() < size_t(ax[2].in + ax[2].stride))
+            buf.resize(size_t(ax[2].in + ax[2].stride));
+          depthwise<T>(xi, wi, b, ax[1], ax[2], yi, buf.data());
         }
-        if (own.size() < phases.size()) own.resize(phases.size());
-        depthwise<T>(x + i * in_sp, w + ch * kk, bias ? bias[ch] : T(0), ax[1], ax[2],
-                     y + i * out_sp, own.data());
       };
       if (n * c * out_sp * kk >= kParallelDepthwise) {
-        parallel_for(n * c, strided);
+        parallel_for(n * c, channel);
       } else {
-        for (int64_t i = 0; i < n * c; ++i) strided(i);
+        for (int64_t i = 0; i < n * c; ++i) channel(i);
       }
       return ok_status();
     }
@@ -389,8 +367,6 @@ class ConvKernel final : public Kernel {
 
   int64_t group_ = 1;
   SpatialAttrs attrs_;
-  std::vector<float> col_f32_;  // the depthwise kernel's phase buffer
-  std::vector<double> col_f64_;
   std::vector<float> x_f32_, w_f32_, b_f32_, y_f32_;  // float16/bfloat16 operands widened
 };
 
