@@ -1,6 +1,7 @@
 // Channels last: kiln::FusedConv's layout "NHWC" (shape inference, errors, CPU reference against
-// the NCHW one) and the pass assign_layout on IR text, checked by the structure it leaves and by
-// engines of the rewritten graph against engines of the original on the CPU backend.
+// the NCHW one) and the passes on channels-last stacks (assign_layout, fuse_squeeze_excite,
+// sink_conv_activation) on IR text, checked by the structure they leave and by engines of the
+// rewritten graph against engines of the original on the CPU backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -691,6 +692,62 @@ TEST(FuseSqueezeExcite, GateBecomesOneOpInEitherLayout) {
   const std::string sg_before = ir::to_text(sg);
   ASSERT_TRUE(builder::fuse_squeeze_excite(&sg, all).ok());
   EXPECT_EQ(ir::to_text(sg), sg_before);
+}
+
+// ---- sink_conv_activation ----
+
+// EfficientNet's inverted-residual block: a 1x1 expansion with SiLU (as x * Sigmoid(x)), a 3x3
+// depthwise convolution at stride 2 with SiLU, a 1x1 projection.
+const char* kInvertedResidual = R"(graph g(%x: float32[n, 4, 6, 6]) -> (%y: float32[n, 4, 3, 3]) {
+  opset ai.onnx 17
+  %we: float32[8, 4, 1, 1] = dense<0.1>
+  %be: float32[8] = dense<0.1>
+  %wd: float32[8, 1, 3, 3] = dense<0.1>
+  %bd: float32[8] = dense<0.1>
+  %wp: float32[4, 8, 1, 1] = dense<0.1>
+  %bp: float32[4] = dense<0.1>
+  %e: float32[n, 8, 6, 6] = Conv(%x, %we, %be)  # expand
+  %es: float32[n, 8, 6, 6] = Sigmoid(%e)  # expand_sigmoid
+  %ea: float32[n, 8, 6, 6] = Mul(%e, %es)  # expand_silu
+  %d: float32[n, 8, 3, 3] = Conv(%ea, %wd, %bd) {group=8, pads=[1, 1, 1, 1], strides=[2, 2]}  # dw
+  %ds: float32[n, 8, 3, 3] = Sigmoid(%d)  # dw_sigmoid
+  %da: float32[n, 8, 3, 3] = Mul(%d, %ds)  # dw_silu
+  %y: float32[n, 4, 3, 3] = Conv(%da, %wp, %bp)  # project
+}
+)";
+
+// After fuse_conv_activation and assign_layout, the expansion's SiLU moves into the depthwise
+// node where the backend runs the rewritten nodes, and the engine of that graph (CPU, batch 1..3)
+// computes what the model does; a backend with no kernel applying an input activation (CUDA's
+// float32 engines) gets the graph as it was.
+TEST(SinkConvActivation, ExpansionActivationMovesIntoTheDepthwiseWhereAKernelTakesIt) {
+  auto all = [](const ir::Node&, const std::vector<const ir::Value*>&,
+                const std::vector<const ir::Value*>&) { return true; };
+  ir::Graph original = randomized(kInvertedResidual);
+  ir::Graph fused = original;
+  ASSERT_TRUE(builder::fuse_conv_activation(&fused, all).ok());
+  ir::Graph nhwc = layout(fused);
+  ASSERT_EQ(nodes_of(nhwc, "FusedConv").size(), 3u) << ir::to_text(nhwc);
+  auto no_input_activation = [](const ir::Node& n, const std::vector<const ir::Value*>&,
+                                const std::vector<const ir::Value*>&) {
+    return !n.attrs.has("input_activation");
+  };
+  ir::Graph kept = nhwc;
+  ASSERT_TRUE(builder::sink_conv_activation(&kept, no_input_activation).ok());
+  EXPECT_EQ(ir::to_text(kept), ir::to_text(nhwc));
+  ir::Graph sunk = nhwc;
+  ASSERT_TRUE(builder::sink_conv_activation(&sunk, all).ok());
+  ASSERT_TRUE(ir::verify(sunk).ok()) << ir::verify(sunk).to_string();
+  const std::string text = ir::to_text(sunk);
+  const std::vector<const ir::Node*> convs = nodes_of(sunk, "FusedConv");
+  ASSERT_EQ(convs.size(), 3u) << text;
+  for (const ir::Node* conv : convs) EXPECT_EQ(layout_of(*conv), "NHWC") << text;
+  EXPECT_EQ(convs[0]->attrs.find("activation")->s, "none") << text;
+  ASSERT_NE(convs[1]->attrs.find("input_activation"), nullptr) << text;
+  EXPECT_EQ(convs[1]->attrs.find("input_activation")->s, "silu") << text;
+  EXPECT_EQ(convs[1]->attrs.find("activation")->s, "silu") << text;
+  EXPECT_EQ(convs[2]->attrs.find("input_activation"), nullptr) << text;  // the projection: 1x1
+  expect_same_outputs(original, sunk, {2, 4, 6, 6});
 }
 
 TEST(FuseSqueezeExcite, OpInfersRunsOnTheCpuAndRefusesMismatchedFilters) {

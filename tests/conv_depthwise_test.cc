@@ -2,8 +2,9 @@
 // present; the CPU reference everywhere) against a naive loop in double: MobileNetV3's 3x3 and
 // 5x5 filters at strides 1 and 2, SAME padding, a 7x7 dilated filter with uneven padding (the
 // kernel's generic path), 5x5 and 7x7 filters at stride 1 (the strip kernel; ConvNeXt's 7x7),
-// each activation, float16 and bfloat16 as the precision pass leaves them, and a MobileNet-sized
-// layer (8x56x56x72: 1.8 million outputs).
+// each activation, float16 and bfloat16 as the precision pass leaves them, a MobileNet-sized
+// layer (8x56x56x72: 1.8 million outputs), and input_activation (the tile kernel's alone). Each
+// tactic that fits a case is forced in turn.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Case {
   std::vector<int64_t> pads;  // top, left, bottom, right; empty with auto_pad
   std::string auto_pad, activation;
   bool bias;
+  std::string input_activation = "none";  // applied to X before the convolution
 };
 
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t before, int64_t after) {
@@ -59,7 +61,7 @@ Tensor naive(const Tensor& x, const Tensor& w, const Tensor* b, const Case& z, i
             for (int64_t e = 0; e < z.k; ++e) {
               const int64_t iw = j * z.stride - pl + e * z.dilation;
               if (iw < 0 || iw >= z.w) continue;
-              s += x.float_at(((n * z.h + ih) * z.w + iw) * z.c + c) *
+              s += act(z.input_activation, x.float_at(((n * z.h + ih) * z.w + iw) * z.c + c)) *
                    w.float_at((c * z.k + a) * z.k + e);
             }
           }
@@ -87,6 +89,16 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       {2, 9, 10, 16, 7, 1, 1, {1, 3, 4, 2}, "NOTSET", "relu", true},
       {1, 5, 3, 8, 7, 1, 1, {3, 3, 3, 3}, "NOTSET", "none", false},
       {2, 11, 6, 24, 5, 1, 1, {2, 2, 2, 2}, "NOTSET", "silu", true},
+      // The tile kernel alone: an input_activation (EfficientNet's SiLU after the 1x1
+      // expansion), at strides 1 and 2, tiles that do and do not divide the output, channel
+      // counts under, at and past a block's 64, EfficientNetV2's 12x12x1536 and 24x24x960.
+      {2, 13, 11, 24, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "silu", true, "silu"},
+      {3, 15, 17, 72, 3, 2, 1, {1, 1, 1, 1}, "NOTSET", "silu", true, "silu"},
+      {2, 9, 10, 40, 5, 2, 1, {2, 2, 2, 2}, "NOTSET", "hardswish", true, "hardswish"},
+      {1, 7, 7, 136, 5, 1, 1, {}, "SAME_UPPER", "none", false, "relu"},
+      {2, 12, 12, 1536, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "silu", true, "silu"},
+      {2, 24, 24, 960, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "silu", true, "silu"},
+      {2, 20, 19, 64, 7, 1, 1, {3, 3, 3, 3}, "NOTSET", "gelu", true, "gelu"},
   };
   uint64_t seed = 1;
   for (const Case& z : cases) {
@@ -121,6 +133,7 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
                       .ints("strides", {z.stride, z.stride})
                       .ints("dilations", {z.dilation, z.dilation})
                       .s("activation", z.activation);
+    if (z.input_activation != "none") node.s("input_activation", z.input_activation);
     if (z.pads.empty()) {
       node.s("auto_pad", z.auto_pad);
     } else {
@@ -129,21 +142,26 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
     const std::string label = "n=" + std::to_string(z.n) + " " + std::to_string(z.h) + "x" +
                               std::to_string(z.w) + "x" + std::to_string(z.c) +
                               " k=" + std::to_string(z.k) + " s=" + std::to_string(z.stride) +
-                              " d=" + std::to_string(z.dilation) + " " + z.activation;
+                              " d=" + std::to_string(z.dilation) + " " + z.activation +
+                              (z.input_activation != "none" ? " in " + z.input_activation : "");
     std::vector<testing::CaseInput> inputs = {x, initializer(w)};
     if (z.bias) inputs.push_back(initializer(b));
-    // cuDNN (the float32 node) pads symmetrically only; the uneven cases are for this kernel,
-    // whose refusal the coverage check below would catch.
+    // cuDNN (the float32 node) pads symmetrically only and applies no input_activation; the
+    // uneven cases are for this kernel, whose refusal the coverage check below would catch.
     const bool even = pt == pb && pl == pr;
-    // Both of cuda.FusedConv's tactics where the strip kernel applies, whichever the build timed
-    // faster; one pixel a thread elsewhere.
-    const bool strip = z.stride == 1 && z.dilation == 1 && (z.k == 3 || z.k == 5 || z.k == 7);
-    const std::vector<std::string> tactics =
-        strip ? std::vector<std::string>{"pixel", "strip4"} : std::vector<std::string>{"pixel"};
+    const bool in_act = z.input_activation != "none";
+    // Each of cuda.FusedConv's tactics that fits, whichever the build timed faster: the strip at
+    // stride 1, the tile at strides 1 and 2 (7x7 at 1), one pixel a thread everywhere but where
+    // an input_activation leaves the tile alone.
+    const bool square = z.dilation == 1 && (z.k == 3 || z.k == 5 || z.k == 7);
+    std::vector<std::string> tactics;
+    if (!in_act) tactics.push_back("pixel");
+    if (!in_act && square && z.stride == 1) tactics.push_back("strip4");
+    if (square && (z.stride == 1 || (z.stride == 2 && z.k <= 5))) tactics.push_back("tile");
     auto r = run_case({.node = node,
                        .inputs = inputs,
                        .expected = {naive(x, w, z.bias ? &b : nullptr, z, pt, pl, oh, ow)},
-                       .expect_support = even,
+                       .expect_support = even && !in_act,
                        .label = label});
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {

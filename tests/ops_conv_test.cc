@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -1187,6 +1188,154 @@ TEST(FusedConvInfer, ActivationNamesAndParameterCountsAreChecked) {
   for (const char* part : {"fc0", "activation 'swish'", "none, relu, clip", "gelu_tanh"}) {
     EXPECT_NE(unknown.status.message().find(part), std::string::npos)
         << part << " in " << unknown.status.to_string();
+  }
+}
+
+// input_activation is checked as activation is, and its errors name it (not "activation"), its
+// parameter attribute and the allowed values.
+TEST(FusedConvInfer, InputActivationNamesAndParameterCountsAreChecked) {
+  auto infer = [](const std::string& act, size_t params) {
+    OpNode node = op("FusedConv", 1, "kiln").named("fc1").s("input_activation", act);
+    if (params > 0) node.floats("input_activation_params", std::vector<float>(params, 0.5f));
+    return infer_node(node, {f32({1, 3, 8, 8}), f32({4, 3, 3, 3})});
+  };
+  for (const ops::ConvActivationInfo& a : ops::kConvActivations) {
+    auto good = infer(a.name, size_t(a.params));
+    EXPECT_TRUE(good.status.ok()) << a.name << ": " << good.status.to_string();
+    auto bad = infer(a.name, size_t(a.params) + 1);
+    ASSERT_FALSE(bad.status.ok()) << a.name << " with one parameter too many";
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidModel) << bad.status.to_string();
+    const std::string want = "input_activation '" + std::string(a.name) + "' takes " +
+                             std::to_string(a.params) + " input_activation_params, not " +
+                             std::to_string(a.params + 1);
+    EXPECT_NE(bad.status.message().find(want), std::string::npos) << bad.status.to_string();
+  }
+  auto unknown = infer("swish", 0);
+  ASSERT_FALSE(unknown.status.ok());
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidModel) << unknown.status.to_string();
+  for (const char* part : {"fc1", "input_activation 'swish'", "none, relu, clip", "gelu_tanh"}) {
+    EXPECT_NE(unknown.status.message().find(part), std::string::npos)
+        << part << " in " << unknown.status.to_string();
+  }
+}
+
+// A rank-4 float32 tensor with its axes permuted (Transpose's meaning): NCHW <-> NHWC.
+Tensor permuted4(const Tensor& t, const std::array<int64_t, 4>& perm) {
+  const Shape& in = t.shape();
+  const int64_t stride[4] = {in[1] * in[2] * in[3], in[2] * in[3], in[3], 1};
+  const Shape out = {in[size_t(perm[0])], in[size_t(perm[1])], in[size_t(perm[2])],
+                     in[size_t(perm[3])]};
+  std::vector<float> v;
+  v.reserve(size_t(t.numel()));
+  for (int64_t a = 0; a < out[0]; ++a) {
+    for (int64_t b = 0; b < out[1]; ++b) {
+      for (int64_t c = 0; c < out[2]; ++c) {
+        for (int64_t d = 0; d < out[3]; ++d) {
+          v.push_back(t.data_as<float>()[a * stride[perm[0]] + b * stride[perm[1]] +
+                                         c * stride[perm[2]] + d * stride[perm[3]]]);
+        }
+      }
+    }
+  }
+  return make_f32(out, v);
+}
+
+// input_activation applies to X before the convolution, in either layout, depthwise (the case
+// sink_conv_activation makes) and dense, at stride 1 and 2, with the output's own activation
+// after: against the naive convolution of X activated in double and rounded to float32. The
+// padding pads the activated X with zeros: sigmoid, 0.5 at 0, shows it (a kernel that activated
+// the padded plane would add half a tap's weight at every border output).
+TEST(FusedConvKernel, InputActivationAppliesToXBeforeTheConvolution) {
+  const int64_t n = 2, c = 8, h = 7, w = 6;
+  const Tensor x = make_f32({n, c, h, w}, random_values(size_t(n * c * h * w), 91));
+  const Tensor b = make_f32({c}, random_values(size_t(c), 92));
+  struct Act {
+    const char* name;
+    std::vector<float> params;
+    double (*f)(double, const std::vector<float>&);
+  };
+  const Act acts[] = {
+      {"silu", {}, [](double v, const std::vector<float>&) { return v / (1 + std::exp(-v)); }},
+      {"hardswish",
+       {},
+       [](double v, const std::vector<float>&) { return v * std::clamp(v / 6 + 0.5, 0.0, 1.0); }},
+      {"relu", {}, [](double v, const std::vector<float>&) { return std::max(v, 0.0); }},
+      {"sigmoid", {}, [](double v, const std::vector<float>&) { return 1 / (1 + std::exp(-v)); }},
+      {"clip",
+       {-0.25f, 0.5f},
+       [](double v, const std::vector<float>& p) {
+         return std::clamp(v, double(p[0]), double(p[1]));
+       }},
+  };
+  for (const Act& a : acts) {
+    std::vector<float> activated(size_t(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      activated[size_t(i)] = float(a.f(double(x.data_as<float>()[i]), a.params));
+    const Tensor xa = make_f32(x.shape(), activated);
+    for (int64_t group : {c, int64_t(1)}) {
+      const Tensor wt = scaled(
+          make_f32({c, c / group, 3, 3}, random_values(size_t(c * (c / group) * 9), 93)), 0.3f);
+      for (int64_t stride : {1, 2}) {
+        ConvSpec s{n, c, c, group, {h, w}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true};
+        s.stride = {stride, stride};
+        Tensor want = naive_conv(s, xa, wt, &b);
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          float& y = want.data_as<float>()[i];
+          y = std::max(y, 0.f);  // the output's own relu, after
+        }
+        for (bool nhwc : {false, true}) {
+          OpNode node = op("FusedConv", 1, "kiln")
+                            .named("fc_in_act")
+                            .i("group", group)
+                            .ints("strides", {stride, stride})
+                            .ints("pads", {1, 1, 1, 1})
+                            .s("activation", "relu")
+                            .s("input_activation", a.name);
+          if (!a.params.empty()) node.floats("input_activation_params", a.params);
+          if (nhwc) node.s("layout", "NHWC");
+          const std::string label = std::string(a.name) + (nhwc ? " NHWC" : " NCHW") +
+                                    (group == 1 ? " dense" : " depthwise") + " stride " +
+                                    std::to_string(stride);
+          auto r = run_case(
+              {.node = node,
+               .inputs = {nhwc ? permuted4(x, {0, 2, 3, 1}) : x,
+                          initializer(nhwc ? permuted4(wt, {0, 2, 3, 1}) : wt), initializer(b)},
+               .expected = {nhwc ? permuted4(want, {0, 2, 3, 1}) : want},
+               .label = label});
+          ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+        }
+      }
+    }
+  }
+}
+
+// The float16 and bfloat16 references (the input activation computed in double and rounded once
+// to X's dtype) against the float32 one, which the test above holds to the naive loop: a reduced
+// path that skipped or misrounded the input activation fails here. Channels-last depthwise, as
+// sink_conv_activation leaves it; CUDA's depthwise tile kernel runs these where it takes them.
+TEST(FusedConvKernel, InputActivationOnFloat16AndBFloat16Depthwise) {
+  const int64_t n = 2, h = 9, w = 7, c = 16;
+  const Tensor x = make_f32({n, h, w, c}, random_values(size_t(n * h * w * c), 95));
+  const Tensor wt = scaled(make_f32({c, 3, 3, 1}, random_values(size_t(c * 9), 96)), 0.3f);
+  const Tensor b = make_f32({c}, random_values(size_t(c), 97));
+  for (const char* act : {"silu", "hardswish"}) {
+    for (int64_t stride : {1, 2}) {
+      OpNode node = op("FusedConv", 1, "kiln")
+                        .named("dw_in_act")
+                        .s("layout", "NHWC")
+                        .i("group", c)
+                        .ints("strides", {stride, stride})
+                        .ints("pads", {1, 1, 1, 1})
+                        .s("activation", "none")
+                        .s("input_activation", act);
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        const std::string label = std::string(act) + " stride " + std::to_string(stride) + " " +
+                                  std::string(dtype_name(dt));
+        auto r = testing::run_reduced_case(
+            {.node = node, .inputs = {x, initializer(wt), initializer(b)}, .label = label}, dt);
+        ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
+      }
+    }
   }
 }
 

@@ -49,6 +49,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"fuse_elementwise", builder::fuse_elementwise},
       {"fuse_conv_activation", builder::fuse_conv_activation},
       {"fuse_squeeze_excite", builder::fuse_squeeze_excite},
+      {"sink_conv_activation", builder::sink_conv_activation},
       {"unflatten_gemm", builder::unflatten_gemm},
       {"patchify_conv", builder::patchify_conv},
       {"gather_views", builder::gather_views},

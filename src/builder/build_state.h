@@ -67,6 +67,7 @@ Status pack_attention(BuildState& s);
 Status gather_views(BuildState& s);
 Status assign_precision(BuildState& s);
 Status assign_layout(BuildState& s);
+Status sink_conv_activation(BuildState& s);
 Status fuse_elementwise(BuildState& s);
 Status settle_guards(BuildState& s);
 Status check_loops(BuildState& s);
@@ -114,6 +115,7 @@ struct LayoutOptions {
   bool pad_channels = true;
 };
 Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptions& options);
+Status sink_conv_activation(ir::Graph* g, const SupportsFn& supports);
 
 // An attribute as one line of canonical text: exact for numbers and strings, tensors and graphs by
 // digest (the timing cache's keys and merge_duplicates compare nodes by it).

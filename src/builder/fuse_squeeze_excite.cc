@@ -65,10 +65,12 @@ bool all_equal(const std::optional<std::vector<int64_t>>& v, int64_t want) {  //
 }
 
 // A FusedConv that is a 1x1 product over channels: one output, group 1, stride and dilation 1, no
-// padding, W of rank 4 with 1x1 spatial dims in its layout (NCHW unless NHWC).
+// padding, W of rank 4 with 1x1 spatial dims in its layout (NCHW unless NHWC), and no
+// input_activation (SqueezeExcite has none to apply).
 bool pointwise(const Context& ctx, const Match&, int node) {
   const ir::Node& n = ctx.node(node);
   if (n.outputs.size() != 1 || int_attr(n, "group", 1) != 1) return false;
+  if (str_attr(n, "input_activation", "none") != "none") return false;
   const std::string pad = str_attr(n, "auto_pad", "NOTSET");
   if (pad != "NOTSET" && pad != "VALID") return false;
   if (!all_equal(ints_attr(n, "strides"), 1) || !all_equal(ints_attr(n, "dilations"), 1) ||

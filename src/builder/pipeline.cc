@@ -43,6 +43,9 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"gather_views", gather_views, kCuda},          // copying view chains -> one Gather
       {"assign_precision", assign_precision, kCuda},  // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout, kCuda},        // FP16/BF16 conv stacks in NHWC
+      // sink_conv_activation (a FusedConv's activation -> the depthwise FusedConv it feeds, applied
+      // as that loads X) is not run: the depthwise tile kernel it needs measured slower than the
+      // epilogue pass it saves (see the pass's file).
       // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
       // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
       {"fuse_elementwise", fuse_elementwise, kCuda},  // elementwise chains -> one kernel

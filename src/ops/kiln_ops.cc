@@ -139,16 +139,22 @@ Status check_activation(InferContext& ctx, const char* act_attr, const char* par
 }
 
 // kiln::FusedConv(X, W, B?, Z?) {Conv's attributes, activation="none", activation_params=[],
-// layout="NCHW"}: activation(Conv(X, W, B) + Z), the epilogue fusion of convolution layers (Z: a
+// input_activation="none", input_activation_params=[], layout="NCHW"}:
+// activation(Conv(input_activation(X), W, B) + Z), the epilogue fusion of convolution layers (Z: a
 // residual of the output's shape). activation: "none", "relu", "clip" (params min, max),
 // "hardswish", "hardsigmoid" (params alpha, beta), "sigmoid", "silu" (y * sigmoid(y)),
-// "leaky_relu" (alpha), "gelu" (ONNX Gelu, erf) and "gelu_tanh" (its approximate="tanh"). layout:
+// "leaky_relu" (alpha), "gelu" (ONNX Gelu, erf) and "gelu_tanh" (its approximate="tanh").
+// input_activation: one of the same names, with its input_activation_params, applied to X before
+// the convolution (its zero padding pads the activated X): sink_conv_activation moves a producer
+// FusedConv's activation there, so that a depthwise kernel applies it while it loads its input
+// tile instead of the producer writing the activated tensor in a pass of its own. layout:
 // "NCHW" (ONNX's) or "NHWC" (channels last, 2-D only; cuDNN's fast half-precision convolutions read
 // it without transposing): X is [N, H, W, C], W is [K, kh, kw, C/group] (KRSC, cuDNN's NHWC filter
 // order), B is [K], Z and Y are [N, H', W', K]; pads, strides, dilations, group and auto_pad keep
 // their ONNX meaning on the spatial axes H, W.
 Status infer_fused_conv(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_activation(ctx, "activation", "activation_params"));
+  KILN_RETURN_IF_ERROR(check_activation(ctx, "input_activation", "input_activation_params"));
   KILN_ASSIGN_OR_RETURN(std::string layout, ctx.attrs().get_string("layout", "NCHW"));
   if (layout == "NHWC") {
     KILN_RETURN_IF_ERROR(infer_nhwc_conv(ctx));

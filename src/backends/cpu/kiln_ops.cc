@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -170,23 +171,35 @@ struct Activation {
   }
 };
 
-// kiln::FusedConv: the Conv reference kernel into Y, then Y += Z with the Add kernel, then the
-// activation over Y. Layout NHWC runs the same Conv on X and W transposed to NCHW, into an NCHW
-// scratch Y transposed back (exact: only the order of the elements changes); Z and the activation
-// are elementwise, so they apply to the NHWC Y as they are.
+// kiln::FusedConv: the input activation over a copy of X, the Conv reference kernel into Y, then
+// Y += Z with the Add kernel, then the activation over Y. Layout NHWC runs the same Conv on X and W
+// transposed to NCHW, into an NCHW scratch Y transposed back (exact: only the order of the
+// elements changes); the activations and Z are elementwise, so the input activation applies to the
+// transposed X, and Z and the activation to the NHWC Y, as they are. The activated X is rounded
+// once to X's dtype, as a producer's epilogue would have stored it, and the Conv's zero padding
+// then pads it.
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, Activation act, bool nhwc)
-      : conv_(std::move(conv)), act_(act), nhwc_(nhwc) {}
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Activation act, Activation in_act, bool nhwc)
+      : conv_(std::move(conv)), act_(act), in_act_(in_act), nhwc_(nhwc) {}
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     static const ir::Attributes kNone;
     if (in.size() < 2 || out.size() != 1)
       return invalid_argument("FusedConv: needs X, W and one output");
+    std::array<TensorView, 3> xwb{in[0], in[1], TensorView{}};
+    if (in.size() > 2) xwb[2] = in[2];
+    const std::span<const TensorView> conv_in =
+        std::span<const TensorView>(xwb).first(std::min<size_t>(in.size(), 3));
     if (nhwc_) {
-      KILN_RETURN_IF_ERROR(conv_nhwc(in.first(std::min<size_t>(in.size(), 3)), out[0]));
+      KILN_RETURN_IF_ERROR(conv_nhwc(conv_in, out[0]));
     } else {
-      KILN_RETURN_IF_ERROR(conv_->execute(in.first(std::min<size_t>(in.size(), 3)), out));
+      if (in_act_.kind != Activation::Kind::kNone) {
+        xwb[0] = scratch(x_, x_shape_, in[0].dtype, in[0].shape, {});
+        if (in[0].nbytes() > 0) std::memcpy(xwb[0].data, in[0].data, in[0].nbytes());
+        in_act_.apply(xwb[0]);
+      }
+      KILN_RETURN_IF_ERROR(conv_->execute(conv_in, out));
     }
     if (in.size() > 3 && present(in[3])) {
       std::array<TensorView, 2> sum{out[0], in[3]};
@@ -197,11 +210,12 @@ class FusedConvKernel final : public Kernel {
   }
 
  private:
-  // A scratch tensor of `shape` (an NHWC shape permuted by `perm`) in `buf`, which grows to the
-  // largest shape seen and is reused, so steady state does not allocate.
+  // A scratch tensor of `shape` (an NHWC shape permuted by `perm`; as it is when perm is empty) in
+  // `buf`, which grows to the largest shape seen and is reused, so steady state does not allocate.
   static TensorView scratch(std::vector<std::byte>& buf, std::vector<int64_t>& shape, DType dtype,
                             std::span<const int64_t> from, std::span<const int64_t> perm) {
     shape.clear();
+    if (perm.empty()) shape.assign(from.begin(), from.end());
     for (int64_t p : perm) shape.push_back(from[size_t(p)]);
     const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
     if (buf.size() < bytes) buf.resize(bytes);
@@ -224,15 +238,17 @@ class FusedConvKernel final : public Kernel {
       KILN_RETURN_IF_ERROR(
           parts().transpose(KernelArgs{kToNchw, in.subspan(size_t(i), 1), {&nchw[size_t(i)], 1}}));
     }
+    in_act_.apply(nchw[0]);  // on the transposed copy: no buffer of its own
     KILN_RETURN_IF_ERROR(
         conv_->execute(std::span<const TensorView>(nchw).first(in.size()), y_nchw));
     return parts().transpose(KernelArgs{kToNhwc, y_nchw, {&y, 1}});
   }
 
   std::unique_ptr<Kernel> conv_;
-  Activation act_;
+  Activation act_, in_act_;
   bool nhwc_;
-  std::vector<std::byte> x_, w_, y_;  // NCHW scratch of layout NHWC
+  // NCHW scratch of layout NHWC; x_ also holds layout NCHW's activated X.
+  std::vector<std::byte> x_, w_, y_;
   std::vector<int64_t> x_shape_, w_shape_, y_shape_;
 };
 
@@ -248,25 +264,33 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(std::string act, q.node.attrs.get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(std::vector<float> params,
                         q.node.attrs.get_floats("activation_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(std::string in_act, q.node.attrs.get_string("input_activation", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> in_params,
+                        q.node.attrs.get_floats("input_activation_params", std::vector<float>{}));
   KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NCHW"));
   if (layout != "NCHW" && layout != "NHWC") {
     return invalid_argument(q.node.describe() + ": layout '" + layout +
                             "' is not one of NCHW, NHWC");
   }
-  // The Conv part sees a Conv node: the same attributes without the activation's and the layout.
+  // The Conv part sees a Conv node: the same attributes without the activations' and the layout.
+  static constexpr std::string_view kFusedOnly[] = {
+      "activation", "activation_params", "input_activation", "input_activation_params", "layout"};
   ir::Node conv = q.node;
   conv.op_type = "Conv";
   conv.domain = "";
   ir::Attributes attrs;
   for (const auto& [name, a] : q.node.attrs.all()) {
-    if (name != "activation" && name != "activation_params" && name != "layout") attrs.set(name, a);
+    if (std::find(std::begin(kFusedOnly), std::end(kFusedOnly), name) == std::end(kFusedOnly))
+      attrs.set(name, a);
   }
   conv.attrs = attrs;
   KernelQuery cq{conv, q.inputs, q.outputs, q.policy};
   if (cq.inputs.size() > 3) cq.inputs.resize(3);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, conv_factory(cq));
   KILN_ASSIGN_OR_RETURN(Activation activation, Activation::parse(act, params));
-  return std::unique_ptr<Kernel>(new FusedConvKernel(std::move(k), activation, layout == "NHWC"));
+  KILN_ASSIGN_OR_RETURN(Activation in_activation, Activation::parse(in_act, in_params));
+  return std::unique_ptr<Kernel>(
+      new FusedConvKernel(std::move(k), activation, in_activation, layout == "NHWC"));
 }
 
 // kiln::Pool (layout NHWC): the ONNX MaxPool or AveragePool reference on X transposed to NCHW,

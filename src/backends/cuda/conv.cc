@@ -597,6 +597,7 @@ Status check_conv_dtypes(const KernelQuery& q) {
 StatusOr<std::unique_ptr<Kernel>> make_conv(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(check_conv_dtypes(q));
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_RETURN_IF_ERROR(check_no_input_activation(q, c, "cuda.cudnn.Conv"));
   const bool fused = q.node.op_type == "FusedConv";
   if (fused) {
     const std::pair<DType, const char*> z{q.input_dtype(3), "Z"};

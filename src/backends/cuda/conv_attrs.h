@@ -22,6 +22,10 @@ struct ConvAttrs {
   bool nhwc = false;
   ConvActivation act = ConvActivation::kNone;
   float p0 = 0.f, p1 = 0.f;
+  // input_activation: applied to X before the convolution (only conv_depthwise.cu's tile kernel
+  // takes it; the other kernels refuse a node that has one).
+  ConvActivation in_act = ConvActivation::kNone;
+  float ip0 = 0.f, ip1 = 0.f;
 };
 
 // A FusedConv / SqueezeExcite activation by its attribute name.
@@ -50,7 +54,21 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(c.act, parse_activation(q.node.describe(), act));
   if (p.size() > 0) c.p0 = p[0];
   if (p.size() > 1) c.p1 = p[1];
+  KILN_ASSIGN_OR_RETURN(std::string in_act, at.get_string("input_activation", "none"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> ip,
+                        at.get_floats("input_activation_params", std::vector<float>{}));
+  KILN_ASSIGN_OR_RETURN(c.in_act, parse_activation(q.node.describe(), in_act));
+  if (ip.size() > 0) c.ip0 = ip[0];
+  if (ip.size() > 1) c.ip1 = ip[1];
   return c;
+}
+
+// Ok unless the node has an input_activation, which only conv_depthwise.cu's tile kernel applies
+// (cuDNN and cuBLASLt read X as it is).
+inline Status check_no_input_activation(const KernelQuery& q, const ConvAttrs& c,
+                                        const char* impl) {
+  if (c.in_act == ConvActivation::kNone) return ok_status();
+  return unsupported(q.node.describe() + ": " + impl + " applies no input_activation");
 }
 
 // B has one value per output channel, Z the output's size, and X, W, B, Z and Y are all `t`.

@@ -19,6 +19,12 @@
 // once and each tap's 8 filter values once for the strip (depthwise_nhwc_strip_kernel). One pixel
 // a thread read each input column 49 times for a 7x7 filter from L1: ConvNeXt-T FP16 at batch 32
 // spent 1,114 us of its 2,461 us of kernels (ncu, H200) in its 18 depthwise layers.
+//
+// Both kept EfficientNetV2-S's 3x3 layers at about 0.9 TB/s (ncu, H200, batch 32: 1,455 us in 30
+// layers). The tile kernel (depthwise_nhwc_tile_kernel) stages each block's input in shared
+// memory and is the one that takes an input_activation (the SiLU of the 1x1 expansion before it,
+// applied once per element instead of a pass of its own). The builder times every tactic that
+// fits at the opt shapes.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -48,6 +54,8 @@ struct DwGeometry {
   int sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, kh = 1, kw = 1;
   ConvActivation act = ConvActivation::kNone;
   float p0 = 0.f, p1 = 0.f;
+  ConvActivation in_act = ConvActivation::kNone;  // input_activation (the tile kernel alone)
+  float ip0 = 0.f, ip1 = 0.f;
 };
 
 // 16-bit values to and from their bits: a 16-byte vector read as eight floats, eight floats
@@ -211,26 +219,317 @@ __global__ void __launch_bounds__(kStripBlock)
   }
 }
 
-// Whether depthwise_nhwc_strip_kernel can run this geometry: stride and dilation 1, a square
-// filter of 3, 5 or 7 taps.
-bool strip_geometry(const DwGeometry& g) {
-  return g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.kh == g.kw &&
-         (g.kh == 3 || g.kh == 5 || g.kh == 7);
+// Shared-memory tiles, any of the three forms above at strides 1 and 2: a block stages an output
+// tile's input (the tile's rows and columns with the filter's halo, `cgs` groups of 8 channels)
+// in shared memory with cp.async, 16 bytes an element and no register on the way, applies
+// input_activation there once per element, then each thread computes strips of tile_p<S>()
+// output pixels of 8 channels from it, while the next tile's input lands in a second buffer. A
+// thread keeps one channel group, so its filter loads hit L1. The pixel and strip kernels
+// instead decode each thread's position with 64-bit divisions and read every input column again
+// per output row from L1 or L2; their loads are in flight only while their thread waits.
+// Measured on EfficientNetV2-S FP16 at batch 32 (ncu, H200): a first version, one tile a block
+// staged through registers one load at a time, took 234 us on a 24x24x960 3x3 layer where the
+// strip kernel took 80.
+template <int S>
+constexpr int tile_p() {
+  return S == 1 ? 4 : 2;  // output pixels a thread computes along a row
+}
+constexpr int kTileLanes = 32;          // strips a block computes per channel group
+constexpr int kTileMaxGroups = 8;       // channel groups a block: 256 threads
+constexpr int kTileSmem = 48 * 1024;    // bytes of shared memory a block may stage
+constexpr int kTileMaxBlocksY = 65535;  // gridDim.y holds the channel chunks
+
+// The tile a block computes, chosen at launch from the output's size (tile_shape).
+struct TileShape {
+  int th = 8, tw = 16, cgs = 8;
+  int tiles_w = 1, tiles = 1;  // tiles along W, tiles per image
+};
+
+template <typename F>
+__device__ __forceinline__ void map8(float (&v)[8], F f) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = f(v[k]);
 }
 
-// The tactics: one pixel a thread, or the strip kernel (where strip_geometry holds). The builder
-// times both at the opt shapes (depthwise_tactics); untimed, 5x5 and 7x7 take the strip and 3x3
-// one pixel (see the measurements at the top).
-constexpr const char* kPixelTactic = "pixel";
-constexpr const char* kStripTactic = "strip4";
+// activate() on eight values with one branch on the kind for the eight (activate() branches for
+// each value); the forms are activate()'s, so the results are the same bits.
+__device__ __forceinline__ void activate8(ConvActivation act, float p0, float p1, float (&v)[8]) {
+  switch (act) {
+    case ConvActivation::kNone:
+      return;
+    case ConvActivation::kRelu:
+      map8(v, [](float y) { return y > 0.f ? y : 0.f; });
+      return;
+    case ConvActivation::kSilu:
+      map8(v, [](float y) { return y / (1.f + __expf(-y)); });
+      return;
+    case ConvActivation::kHardSwish:
+      map8(v, [](float y) { return y * fminf(fmaxf(y / 6.f + 0.5f, 0.f), 1.f); });
+      return;
+    default:
+      map8(v, [&](float y) { return activate(act, p0, p1, y); });
+      return;
+  }
+}
 
 template <typename T>
-void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g, bool strip,
-            cudaStream_t s) {
+__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
+  uint32_t u[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) u[k] = to_bits(T{}, v[2 * k]) | (to_bits(T{}, v[2 * k + 1]) << 16);
+  return uint4{u[0], u[1], u[2], u[3]};
+}
+
+// 16 bytes global -> shared without a register (cp.async), or 16 zero bytes where !fill.
+__device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src, bool fill) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(fill ? 16 : 0));
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits for every group but the newest.
+__device__ __forceinline__ void wait_async_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+// The blocks of a channel chunk take turns over the (image, tile) jobs; each stages the next
+// job's input while it computes the current one (two buffers), so loads are in flight while the
+// SM computes. A job's input is its tile's rows and columns with the filter's halo.
+template <typename T, int K, int S, bool kInAct>
+__global__ void __launch_bounds__(kTileLanes* kTileMaxGroups)
+    depthwise_nhwc_tile_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                               const float* __restrict__ bias, T* __restrict__ y, DwGeometry g,
+                               TileShape ts) {
+  constexpr int P = tile_p<S>();
+  constexpr int kCols = (P - 1) * S + K;
+  extern __shared__ uint4 smem[];  // two of [in_rows][in_cols][cgs], 8 values each
+  const int cgs = ts.cgs;
+  const int in_rows = (ts.th - 1) * S + K, in_cols = (ts.tw - 1) * S + K;
+  const int chunks = in_rows * in_cols * cgs, step = int(blockDim.x);
+  const int cg0 = int(blockIdx.y) * cgs;
+  const int64_t c = int64_t(g.c8) * 8;
+  const int64_t jobs = int64_t(ts.tiles) * g.n;
+  const uint4* x16 = reinterpret_cast<const uint4*>(x);
+  // Where job j's tile starts: its image, output row and column.
+  auto origin = [&](int64_t j, int64_t* img, int* oh0, int* ow0) {
+    *img = j / ts.tiles;
+    const int t = int(j % ts.tiles);
+    *oh0 = (t / ts.tiles_w) * ts.th, *ow0 = (t % ts.tiles_w) * ts.tw;
+  };
+  // Whether chunk e of job j's input lies in the image (else it stays zero: the padding pads
+  // the activated X), and its address.
+  auto source = [&](int64_t img, int oh0, int ow0, int e, const uint4** src) {
+    const int cl = e % cgs, pix = e / cgs;
+    const int ih = oh0 * S - g.pt + pix / in_cols, iw = ow0 * S - g.pl + pix % in_cols;
+    const bool in = unsigned(ih) < unsigned(g.h) && unsigned(iw) < unsigned(g.w) && cg0 + cl < g.c8;
+    *src = in ? x16 + ((img * g.h + ih) * g.w + iw) * g.c8 + cg0 + cl : x16;
+    return in;
+  };
+  auto stage = [&](int64_t j, uint4* buf) {
+    int64_t img;
+    int oh0, ow0;
+    origin(j, &img, &oh0, &ow0);
+    for (int e = int(threadIdx.x); e < chunks; e += step) {
+      const uint4* src;
+      const bool in = source(img, oh0, ow0, e, &src);
+      copy16_async(buf + e, src, in);
+    }
+  };
+  const int cl = int(threadIdx.x) % cgs, cg = cg0 + cl;
+  const int strips = ts.tw / P, items = ts.th * strips, lanes = step / cgs;
+  const T* wc = w + (cg < g.c8 ? cg : 0) * 8;
+  float bv[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) bv[k] = bias && cg < g.c8 ? bias[cg * 8 + k] : 0.f;
+  int64_t j = blockIdx.x;
+  if (j < jobs) stage(j, smem);
+  commit_async();
+  for (int round = 0; j < jobs; j += gridDim.x, ++round) {
+    uint4* tile = smem + (round & 1) * chunks;
+    if (j + gridDim.x < jobs) stage(j + gridDim.x, smem + ((round + 1) & 1) * chunks);
+    commit_async();  // an empty group where there is no next job: the wait below counts groups
+    wait_async_but_newest();
+    int64_t img;
+    int oh0, ow0;
+    origin(j, &img, &oh0, &ow0);
+    if constexpr (kInAct) {  // each thread activates the chunks it staged, now landed
+      for (int e = int(threadIdx.x); e < chunks; e += step) {
+        const uint4* src;
+        if (!source(img, oh0, ow0, e, &src)) continue;
+        float f[8];
+        unpack8<T>(tile[e], f);
+        activate8(g.in_act, g.ip0, g.ip1, f);
+        tile[e] = pack8<T>(f);
+      }
+    }
+    __syncthreads();  // every thread's chunks landed (and activated)
+    for (int it = int(threadIdx.x) / cgs; cg < g.c8 && it < items; it += lanes) {
+      const int r = it / strips, sx = it % strips;
+      const int oh = oh0 + r, ow = ow0 + sx * P;
+      if (oh >= g.oh || ow >= g.ow) continue;
+      float acc[P][8];
+#pragma unroll
+      for (int q = 0; q < P; ++q) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[q][k] = 0.f;
+      }
+#pragma unroll 1
+      for (int a = 0; a < K; ++a) {
+        const uint4* row = tile + ((r * S + a) * in_cols + sx * P * S) * cgs + cl;
+        float win[kCols][8];
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) unpack8<T>(row[jj * cgs], win[jj]);
+#pragma unroll
+        for (int b = 0; b < K; ++b) {
+          float wv[8];
+          load8(wc + (a * K + b) * c, wv);
+#pragma unroll
+          for (int q = 0; q < P; ++q) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[q][k] = fmaf(win[q * S + b][k], wv[k], acc[q][k]);
+          }
+        }
+      }
+      T* yrow = y + ((img * g.oh + oh) * g.ow) * c + cg * 8;
+#pragma unroll
+      for (int q = 0; q < P; ++q) {
+        if (ow + q >= g.ow) break;
+        float o[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[k] = acc[q][k] + bv[k];
+        activate8(g.act, g.p0, g.p1, o);
+        *reinterpret_cast<uint4*>(yrow + int64_t(ow + q) * c) = pack8<T>(o);
+      }
+    }
+    __syncthreads();  // the next round stages into the buffer this one read
+  }
+}
+
+// The tactics. "pixel": one pixel a thread, any geometry. "strip4": stride and dilation 1, a
+// square 3x3, 5x5 or 7x7 filter. "tile": dilation 1, a square 3x3 or 5x5 filter at stride 1 or 2,
+// or 7x7 at stride 1; the only one that applies an input_activation. The builder times those that
+// fit at the opt shapes (depthwise_tactics).
+enum class DwTactic { kPixel, kStrip, kTile };
+constexpr const char* kPixelTactic = "pixel";
+constexpr const char* kStripTactic = "strip4";
+constexpr const char* kTileTactic = "tile";
+
+const char* tactic_name(DwTactic t) {
+  return t == DwTactic::kStrip ? kStripTactic : t == DwTactic::kTile ? kTileTactic : kPixelTactic;
+}
+
+// Whether a tactic fits these strides, dilations and filter sizes (one rule for the node's
+// attributes at build time and a geometry at run time).
+bool tactic_fits(DwTactic t, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t kh,
+                 int64_t kw) {
+  const bool square = kh == kw && (kh == 3 || kh == 5 || kh == 7) && dh == 1 && dw == 1;
+  switch (t) {
+    case DwTactic::kPixel:
+      return true;
+    case DwTactic::kStrip:
+      return square && sh == 1 && sw == 1;
+    case DwTactic::kTile:
+      return square && sh == sw && (sh == 1 || (sh == 2 && kh <= 5));
+  }
+  return false;
+}
+
+// The tile for this output: of the tiles of 32 strips (th rows by 32 / th strips of P pixels),
+// the one whose tiles cover the output with the fewest staged plus computed pixels, within the
+// shared memory a block may use; then as many channel groups a block (up to 8) as leave about
+// two blocks per SM.
+TileShape tile_shape(const DwGeometry& g, int sms) {
+  const int s = g.sh, k = g.kh, p = s == 1 ? 4 : 2;
+  TileShape best;
+  int64_t best_cost = -1;
+  for (int th = 1; th <= kTileLanes; th *= 2) {
+    const int tw = (kTileLanes / th) * p;
+    const int in_rows = (th - 1) * s + k, in_cols = (tw - 1) * s + k;
+    if (in_rows * in_cols * kTileMaxGroups * 16 > kTileSmem) continue;
+    const int tiles_h = (g.oh + th - 1) / th, tiles_w = (g.ow + tw - 1) / tw;
+    const int64_t cost = int64_t(tiles_h) * tiles_w * (int64_t(in_rows) * in_cols + th * tw);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best.th = th, best.tw = tw, best.tiles_w = tiles_w, best.tiles = tiles_h * tiles_w;
+    }
+  }
+  int cgs = 1;
+  while (cgs < kTileMaxGroups && cgs < g.c8) cgs *= 2;
+  auto blocks = [&](int groups) {
+    return int64_t(best.tiles) * g.n * ((g.c8 + groups - 1) / groups);
+  };
+  while (cgs > 1 && blocks(cgs) < 2 * int64_t(sms)) cgs /= 2;
+  best.cgs = cgs;
+  return best;
+}
+
+// Blocks a channel chunk: enough for two resident on each SM (their registers and two buffers
+// allow two), no more than there are jobs.
+constexpr int kTileBlocksPerSm = 2;
+
+template <typename T, int K, int S, bool kInAct>
+void launch_tile_kernel(const T* x, const T* w, const float* b, T* y, const DwGeometry& g,
+                        const TileShape& ts, dim3 grid, unsigned threads, size_t smem,
+                        cudaStream_t s) {
+  // Two buffers may pass the 48 KB a launch gets by default; the attribute is the current
+  // device's, so it is set for each launch that needs it (a failure shows as the launch's).
+  if (smem > 48 * 1024) {
+    (void)cudaFuncSetAttribute(depthwise_nhwc_tile_kernel<T, K, S, kInAct>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  }
+  depthwise_nhwc_tile_kernel<T, K, S, kInAct><<<grid, threads, smem, s>>>(x, w, b, y, g, ts);
+}
+
+template <typename T, int K, int S>
+void launch_tile(const T* x, const T* w, const float* b, T* y, const DwGeometry& g, int sms,
+                 cudaStream_t s) {
+  const TileShape ts = tile_shape(g, sms);
+  const int64_t chunks_y = (g.c8 + ts.cgs - 1) / ts.cgs, jobs = int64_t(ts.tiles) * g.n;
+  const int64_t per_chunk = (int64_t(kTileBlocksPerSm) * sms + chunks_y - 1) / chunks_y;
+  const dim3 grid(unsigned(std::clamp<int64_t>(per_chunk, 1, jobs)), unsigned(chunks_y));
+  const size_t smem =
+      2 * size_t((ts.th - 1) * S + K) * size_t((ts.tw - 1) * S + K) * size_t(ts.cgs) * 16;
+  const unsigned threads = unsigned(kTileLanes * ts.cgs);
+  if (g.in_act != ConvActivation::kNone) {
+    launch_tile_kernel<T, K, S, true>(x, w, b, y, g, ts, grid, threads, smem, s);
+  } else {
+    launch_tile_kernel<T, K, S, false>(x, w, b, y, g, ts, grid, threads, smem, s);
+  }
+}
+
+// Ok when the tile kernel's grid holds this geometry (its channel chunks along y).
+Status tile_grid_fits(const std::string& who, const DwGeometry& g, int sms) {
+  const TileShape ts = tile_shape(g, sms);
+  if ((g.c8 + ts.cgs - 1) / ts.cgs > kTileMaxBlocksY) {
+    return unsupported(who + ": " + std::to_string(int64_t(g.c8) * 8) +
+                       " channels are past the tile kernel's grid");
+  }
+  return ok_status();
+}
+
+template <typename T>
+void launch(const void* x, const void* w, const float* b, void* y, const DwGeometry& g,
+            DwTactic tactic, int sms, cudaStream_t s) {
   const T* tx = static_cast<const T*>(x);
   const T* tw = static_cast<const T*>(w);
   T* ty = static_cast<T*>(y);
-  if (strip) {
+  if (tactic == DwTactic::kTile) {
+    if (g.sh == 2) {
+      if (g.kh == 5) {
+        launch_tile<T, 5, 2>(tx, tw, b, ty, g, sms, s);
+      } else {
+        launch_tile<T, 3, 2>(tx, tw, b, ty, g, sms, s);
+      }
+    } else if (g.kh == 7) {
+      launch_tile<T, 7, 1>(tx, tw, b, ty, g, sms, s);
+    } else if (g.kh == 5) {
+      launch_tile<T, 5, 1>(tx, tw, b, ty, g, sms, s);
+    } else {
+      launch_tile<T, 3, 1>(tx, tw, b, ty, g, sms, s);
+    }
+    return;
+  }
+  if (tactic == DwTactic::kStrip) {
     const int strips = (g.ow + kStrip - 1) / kStrip;
     const unsigned sgrid = grid_for(g.n * g.oh * strips * g.c8, kStripBlock);
     if (g.kh == 7) {
@@ -250,6 +549,17 @@ void launch(const void* x, const void* w, const float* b, void* y, const DwGeome
   } else {
     depthwise_nhwc_kernel<T, 0, 0><<<grid, kBlock, 0, s>>>(tx, tw, b, ty, g);
   }
+}
+
+// The SMs of the current device (the tile kernel sizes its blocks' channel groups by them).
+int current_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return std::max(sms, 1);
 }
 
 // The filter as [kh*kw, C] and the bias in float, uploaded once per engine.
@@ -300,6 +610,7 @@ StatusOr<DwGeometry> dw_geometry(const std::string& who, const ConvAttrs& attrs,
   const auto [pl, pr] = pads_of(attrs, 1, g.w, g.kw);
   g.pt = int(pt), g.pl = int(pl);
   g.act = attrs.act, g.p0 = attrs.p0, g.p1 = attrs.p1;
+  g.in_act = attrs.in_act, g.ip0 = attrs.ip0, g.ip1 = attrs.ip1;
   // The output size the attributes imply must be Y's (shape inference computed it; a mismatch
   // would read or write out of bounds).
   const int64_t eh = (int64_t(g.h) + pt + pb - (int64_t(g.kh) - 1) * g.dh - 1) / g.sh + 1;
@@ -313,12 +624,13 @@ StatusOr<DwGeometry> dw_geometry(const std::string& who, const ConvAttrs& attrs,
 
 class DepthwiseKernel final : public CudaKernel {
  public:
-  DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared, bool strip)
+  DepthwiseKernel(DType t, ConvAttrs attrs, const DepthwisePrepared* prepared, DwTactic tactic)
       : CudaKernel("cuda.FusedConv"),
         t_(t),
         attrs_(std::move(attrs)),
         prepared_(prepared),
-        strip_(strip) {}
+        tactic_(tactic),
+        sms_(tactic == DwTactic::kTile ? current_sms() : 1) {}
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const TensorView& x = in[0];
@@ -329,9 +641,9 @@ class DepthwiseKernel final : public CudaKernel {
     KILN_ASSIGN_OR_RETURN(DwGeometry g, dw_geometry(name_, attrs_, x.shape, w.shape, y.shape));
     KILN_RETURN_IF_ERROR(check_fused_operands(name_, in, y, t_, x.shape[3]));
     if (in.size() > 3 && present(in[3])) return invalid_argument(name_ + ": takes no residual Z");
-    if (strip_ && !strip_geometry(g))
-      return internal_error(name_ + ": the strip tactic does not fit this geometry");
+    // The tactic fits the node's attributes and filter (make_depthwise), so it fits g.
     if (y.numel() == 0) return ok_status();
+    if (tactic_ == DwTactic::kTile) KILN_RETURN_IF_ERROR(tile_grid_fits(name_, g, sms_));
     if (!prepared_ || !prepared_->filter)
       return internal_error(name_ + ": the prepared filter is missing");
     if (!aligned16(x.data) || !aligned16(y.data)) {
@@ -341,19 +653,30 @@ class DepthwiseKernel final : public CudaKernel {
     const float* bias =
         prepared_->bias ? static_cast<const float*>(prepared_->bias->data) : nullptr;
     if (t_ == DType::kFloat16) {
-      launch<__half>(x.data, filter, bias, y.data, g, strip_, stream_);
+      launch<__half>(x.data, filter, bias, y.data, g, tactic_, sms_, stream_);
     } else {
-      launch<__nv_bfloat16>(x.data, filter, bias, y.data, g, strip_, stream_);
+      launch<__nv_bfloat16>(x.data, filter, bias, y.data, g, tactic_, sms_, stream_);
     }
-    return launch_status(strip_ ? "depthwise_nhwc_strip_kernel" : "depthwise_nhwc_kernel");
+    return launch_status(tactic_ == DwTactic::kTile    ? "depthwise_nhwc_tile_kernel"
+                         : tactic_ == DwTactic::kStrip ? "depthwise_nhwc_strip_kernel"
+                                                       : "depthwise_nhwc_kernel");
   }
 
  private:
   DType t_;
   ConvAttrs attrs_;
   const DepthwisePrepared* prepared_;
-  bool strip_;
+  DwTactic tactic_;
+  int sms_;  // the device's SMs, for the tile kernel's blocks
 };
+
+// Whether a tactic fits the node's attributes and filter (tactic_fits before shapes are known).
+bool node_fits(DwTactic t, const KernelQuery& q, const ConvAttrs& c) {
+  auto at = [](const std::vector<int64_t>& v, size_t i) { return i < v.size() ? v[i] : 1; };
+  const Shape& ws = q.inputs[1]->constant->shape();
+  return tactic_fits(t, at(c.strides, 0), at(c.strides, 1), at(c.dilations, 0), at(c.dilations, 1),
+                     ws[1], ws[2]);
+}
 
 // Ok when this kernel runs the node; else why not (the builder then asks cuDNN).
 Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
@@ -407,51 +730,62 @@ Status check_depthwise(const KernelQuery& q, const ConvAttrs& c) {
   for (int64_t p : c.pads) {
     if (p < 0 || p > 64) return unsupported(who + ": pad " + std::to_string(p));
   }
+  if (c.in_act != ConvActivation::kNone && !node_fits(DwTactic::kTile, q, c)) {
+    return unsupported(who +
+                       " applies an input_activation only with a 3x3 or 5x5 filter at "
+                       "stride 1 or 2, or 7x7 at stride 1, dilation 1");
+  }
   return ok_status();
 }
 
-// The strip tactic's precondition on the node's attributes and filter (strip_geometry's, before
-// shapes are known).
-bool strip_node(const KernelQuery& q, const ConvAttrs& c) {
-  auto one = [](const std::vector<int64_t>& v) {
-    return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 1; });
-  };
-  const Shape& ws = q.inputs[1]->constant->shape();
-  return one(c.strides) && one(c.dilations) && ws[1] == ws[2] &&
-         (ws[1] == 3 || ws[1] == 5 || ws[1] == 7);
+// The tactics that run this node: the tile alone where it has an input_activation, else each
+// that fits, in the untimed order (one pixel first for 3x3 filters, the strip first for 5x5
+// and 7x7, as measured before the tile kernel; the tile last until its measurements say more).
+std::vector<DwTactic> fitting_tactics(const KernelQuery& q, const ConvAttrs& c) {
+  if (c.in_act != ConvActivation::kNone) return {DwTactic::kTile};
+  std::vector<DwTactic> out = {DwTactic::kPixel};
+  if (node_fits(DwTactic::kStrip, q, c)) {
+    const bool three = q.inputs[1]->constant->shape()[1] == 3;
+    out.insert(three ? out.end() : out.begin(), DwTactic::kStrip);
+  }
+  if (node_fits(DwTactic::kTile, q, c)) out.push_back(DwTactic::kTile);
+  return out;
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_depthwise(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
   KILN_RETURN_IF_ERROR(check_depthwise(q, c));
-  bool strip = false;
-  if (q.tactic == kStripTactic) {
-    if (!strip_node(q, c)) {
+  const std::vector<DwTactic> fit = fitting_tactics(q, c);
+  DwTactic tactic = fit.front();
+  if (!q.tactic.empty()) {
+    auto it = std::find_if(fit.begin(), fit.end(),
+                           [&](DwTactic t) { return q.tactic == tactic_name(t); });
+    if (it == fit.end()) {
+      std::string names;
+      for (DwTactic t : fit) names += std::string(names.empty() ? "" : ", ") + tactic_name(t);
       return invalid_argument(q.node.describe() + ": depthwise tactic '" + q.tactic +
-                              "' needs stride 1, dilation 1 and a 3x3, 5x5 or 7x7 filter");
+                              "' does not run this node (its tactics: " + names + ")");
     }
-    strip = true;
-  } else if (!q.tactic.empty() && q.tactic != kPixelTactic) {
-    return invalid_argument(q.node.describe() + ": unknown depthwise tactic '" + q.tactic + "'");
+    tactic = *it;
   }
   // Null when supports() asks (nothing is prepared then); execute() refuses to run without it.
   const auto* prepared = dynamic_cast<const DepthwisePrepared*>(q.prepared);
   return std::unique_ptr<Kernel>(
-      new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared, strip));
+      new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared, tactic));
 }
 
-// Where the strip kernel can run: both tactics, timed at the opt shapes on zero-filled operands
-// (one run, then the mean of five) from optimization level 1, fastest first; untimed, the strip
-// first for 5x5 and 7x7 filters and one pixel first for 3x3. Elsewhere one pixel alone.
+// The tactics that fit (fitting_tactics), timed at the opt shapes on zero-filled operands (one
+// run, then the mean of five) from optimization level 1, fastest first; untimed, in
+// fitting_tactics' order.
 std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
   auto c = conv_attrs(q);
-  if (!c.ok() || !check_depthwise(q, *c).ok() || !strip_node(q, *c)) return {kPixelTactic};
-  const int64_t k = q.inputs[1]->constant->shape()[1];
-  std::vector<std::string> order = k == 3 ? std::vector<std::string>{kPixelTactic, kStripTactic}
-                                          : std::vector<std::string>{kStripTactic, kPixelTactic};
+  if (!c.ok() || !check_depthwise(q, *c).ok()) return {kPixelTactic};
+  const std::vector<DwTactic> fit = fitting_tactics(q, *c);
+  std::vector<std::string> order;
+  for (DwTactic t : fit) order.push_back(tactic_name(t));
   auto x = q.opt_shape(q.inputs[0]);
   auto y = q.outputs.empty() ? std::nullopt : q.opt_shape(q.outputs[0]);
-  if (q.optimization_level < 1 || !x || !y || x->size() != 4 || y->size() != 4 ||
+  if (fit.size() < 2 || q.optimization_level < 1 || !x || !y || x->size() != 4 || y->size() != 4 ||
       shape_numel(*y) == 0) {
     return order;
   }
@@ -460,7 +794,8 @@ std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
     cudaStream_t s = nullptr;
     return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
   }();
-  if (!g.ok() || !strip_geometry(*g) || !stream) return order;
+  const int sms = current_sms();
+  if (!g.ok() || !stream || !tile_grid_fits("", *g, sms).ok()) return order;
   TimingBuffers buffers;
   const int64_t ch = int64_t(g->c8) * 8;
   void* px = buffers.alloc(size_t(shape_numel(*x)) * 2);
@@ -476,12 +811,12 @@ std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
   }
   const bool half = q.input_dtype(0) == DType::kFloat16;
   const float* bias = q.inputs.size() > 2 && q.inputs[2] ? static_cast<const float*>(pb) : nullptr;
-  auto time = [&](bool strip) -> float {
+  auto time = [&](DwTactic tactic) -> float {
     auto run = [&] {
       if (half) {
-        launch<__half>(px, pw, bias, py, *g, strip, stream);
+        launch<__half>(px, pw, bias, py, *g, tactic, sms, stream);
       } else {
-        launch<__nv_bfloat16>(px, pw, bias, py, *g, strip, stream);
+        launch<__nv_bfloat16>(px, pw, bias, py, *g, tactic, sms, stream);
       }
     };
     run();
@@ -495,12 +830,18 @@ std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
     cudaGetLastError();
     return ms;
   };
-  const float pixel_ms = time(false), strip_ms = time(true);
+  std::vector<std::pair<float, size_t>> timed;
+  for (size_t i = 0; i < fit.size(); ++i) timed.emplace_back(time(fit[i]), i);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (pixel_ms < 0 || strip_ms < 0) return order;
-  return strip_ms < pixel_ms ? std::vector<std::string>{kStripTactic, kPixelTactic}
-                             : std::vector<std::string>{kPixelTactic, kStripTactic};
+  for (const auto& [ms, i] : timed) {
+    if (ms < 0) return order;
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto& l, const auto& r) { return l.first < r.first; });
+  std::vector<std::string> fastest;
+  for (const auto& [ms, i] : timed) fastest.push_back(order[i]);
+  return fastest;
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuery& q) {

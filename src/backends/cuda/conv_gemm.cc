@@ -156,6 +156,7 @@ class ConvGemmKernel final : public CudaKernel {
 
 StatusOr<std::unique_ptr<Kernel>> make_conv_gemm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_RETURN_IF_ERROR(check_no_input_activation(q, c, "cuda.cublaslt.FusedConv"));
   KILN_RETURN_IF_ERROR(check_gemm_shaped(q, c));
   KILN_ASSIGN_OR_RETURN(ConvGemmTactic tactic, parse_conv_gemm_tactic(q.tactic));
   return std::unique_ptr<Kernel>(new ConvGemmKernel(q.input_dtype(0), std::move(c), tactic));

@@ -445,6 +445,7 @@ Status check_graph_conv(const KernelQuery& q, const ConvAttrs& c) {
 
 StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(ConvAttrs c, conv_attrs(q));
+  KILN_RETURN_IF_ERROR(check_no_input_activation(q, c, "cuDNN's graph FusedConv"));
   KILN_RETURN_IF_ERROR(check_graph_conv(q, c));
   KILN_ASSIGN_OR_RETURN(GraphTactic tactic, parse_tactic(q.tactic));
   if ((tactic.main.fused || (tactic.below > 0 && tactic.small.fused)) && !fusable(c.act)) {
