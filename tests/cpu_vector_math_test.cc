@@ -4,7 +4,10 @@
 // odd lengths and in place; Sigmoid's exp fit correctly rounded but for a handful of values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -152,6 +155,50 @@ TEST(CpuVectorMath, SoftmaxRowsMatchDoubleAndPropagateNaN) {
     softmax_row_f32(x.data(), x.data(), 3);  // in place
     for (float v : x) EXPECT_TRUE(std::isnan(v)) << bad;
   }
+}
+
+// The piecewise-linear activations give the bits of their scalar double forms (the CPU
+// FusedConv's), whichever instruction set ran them: every float of a sweep over [-12, 12] in
+// steps that hit the kinks exactly, odd lengths, infinities, NaN and signed zeros.
+TEST(CpuVectorMath, PiecewiseLinearActivationsMatchTheirScalarForms) {
+  using namespace backends::cpu;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x;
+  for (int i = -1200; i <= 1200; ++i) x.push_back(float(i) / 100.f);
+  for (float v : {inf, -inf, std::nanf(""), -0.f, 0.f, 3.f, -3.f, 6.f, 1e-30f, -1e-30f})
+    x.push_back(v);
+  auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return std::isnan(v) ? 0x7fc00000u : u;
+  };
+  auto check = [&](const char* name, void (*run)(float*, int64_t, double, double), double a,
+                   double b, double (*want)(double, double, double)) {
+    for (size_t n : {x.size(), size_t(1), size_t(17)}) {
+      std::vector<float> y(x.begin(), x.begin() + std::ptrdiff_t(n));
+      run(y.data(), int64_t(n), a, b);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(bits(y[i]), bits(float(want(double(x[i]), a, b))))
+            << name << "(" << x[i] << ") n=" << n;
+      }
+    }
+  };
+  check(
+      "relu", [](float* y, int64_t n, double, double) { relu_f32(y, n); }, 0, 0,
+      [](double v, double, double) { return v > 0 ? v : 0.0; });
+  check(
+      "clip", [](float* y, int64_t n, double a, double b) { clip_f32(y, n, a, b); }, -1.5, 6,
+      [](double v, double a, double b) { return std::min(std::max(v, a), b); });
+  check(
+      "hardswish", [](float* y, int64_t n, double, double) { hardswish_f32(y, n); }, 0, 0,
+      [](double v, double, double) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); });
+  check(
+      "hardsigmoid", [](float* y, int64_t n, double a, double b) { hardsigmoid_f32(y, n, a, b); },
+      0.2, 0.5,
+      [](double v, double a, double b) { return std::max(0.0, std::min(1.0, a * v + b)); });
+  check(
+      "leaky_relu", [](float* y, int64_t n, double a, double) { leaky_relu_f32(y, n, a); }, 0.01, 0,
+      [](double v, double a, double) { return v >= 0 ? v : a * v; });
 }
 
 }  // namespace

@@ -261,6 +261,31 @@ TEST(ConvKernel, StridedDepthwiseThroughPhasePlanes) {
   check_conv({1, 3, 3, 3, {12, 12}, {3, 3}, {2, 2}, {2, 2}, {2, 2, 2, 2}, true}, "dilated 3x3 s2");
 }
 
+// Convolutions of few taps (input channels x kernel rows x columns <= 64, group 1, undilated,
+// strides 1 and 2: the CPU computes them directly, conv_direct.h): an RGB stem at 224x224 (16
+// outputs, two blocks of 8), output channels that are no multiple of 8 and fewer than 8, widths
+// under, at and past a block of 16 columns, uneven pads, mixed strides, 64 taps exactly, no bias,
+// and 65 taps (im2col + GEMM again), batches over the thread pool.
+TEST(ConvKernel, FewTapsDirectly) {
+  // n, c, m, group, in, k, stride, dil, pads, bias
+  check_conv({1, 3, 16, 1, {224, 224}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
+             "RGB stem 3 -> 16 3x3 s2 224x224");
+  check_conv({3, 3, 13, 1, {17, 33}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "3 -> 13 3x3 s1, 33 wide");
+  check_conv({2, 2, 5, 1, {9, 16}, {5, 5}, {2, 1}, {1, 1}, {2, 0, 1, 3}, false},
+             "2 -> 5 5x5 strides 2x1, uneven pads");
+  check_conv({1, 4, 9, 1, {12, 7}, {4, 4}, {1, 2}, {1, 1}, {0, 3, 2, 0}, true},
+             "4 -> 9 4x4 = 64 taps, strides 1x2");
+  check_conv({2, 1, 3, 1, {6, 40}, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, true},
+             "1 -> 3 7x7 s2, 49 taps");
+  check_conv({1, 5, 8, 1, {10, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "5 -> 8 3x3: 45 taps");
+  check_conv({1, 65, 4, 1, {5, 5}, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, true},
+             "65 taps: im2col + GEMM");
+  check_conv({8, 3, 24, 1, {32, 48}, {3, 3}, {2, 2}, {1, 1}, {0, 0, 1, 1}, true},
+             "batch 8 over the thread pool");
+}
+
 TEST(ConvKernel, HandComputed) {
   // 1x1x3x3 input, 2x2 kernel of ones, bias 1: window sums + 1.
   Tensor x = make_f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});

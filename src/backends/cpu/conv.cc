@@ -1,14 +1,17 @@
 // CPU reference kernels of the conv op family: Conv (1x1 as a direct GEMM, depthwise as a direct
-// loop, everything else im2col + GEMM) and the pools. 1-D and 2-D inputs are handled as 3-D ones
-// with leading spatial dims of size 1, so one code path serves every spatial rank. float16 and
-// bfloat16 run through float32 copies, each output rounded once, as the CUDA kernels compute them.
+// loop, few taps a direct loop too (conv_direct.h), everything else im2col + GEMM) and the pools.
+// 1-D and 2-D inputs are handled as 3-D ones with leading spatial dims of size 1, so one code path
+// serves every spatial rank. float16 and bfloat16 run through float32 copies, each output rounded
+// once, as the CUDA kernels compute them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "backends/cpu/conv_direct.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/gemm.h"
@@ -331,6 +334,25 @@ class ConvKernel final : public Kernel {
         }
       }
       return ok_status();
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (conv_direct_fits(group_, cg, ax[0], ax[1], ax[2])) {
+        // Few taps (an RGB stem): directly, a run of output rows a task (conv_direct.h).
+        const int64_t chunk = std::max<int64_t>(1, ax[1].out / 8);
+        const int64_t chunks = (ax[1].out + chunk - 1) / chunk;
+        auto task = [&](int64_t t) {
+          static thread_local std::vector<float> buf;
+          const int64_t b = t / chunks, r0 = (t % chunks) * chunk;
+          conv_direct_f32(x + b * c * in_sp, cg, w, bias, m, ax[1], ax[2], r0,
+                          std::min(ax[1].out, r0 + chunk), y + b * m * out_sp, buf);
+        };
+        if (n * chunks > 1 && m * rows * out_sp * n >= kParallelDepthwise) {
+          parallel_for(n * chunks, task);
+        } else {
+          for (int64_t t = 0; t < n * chunks; ++t) task(t);
+        }
+        return ok_status();
+      }
     }
     // im2col + GEMM a tile of output rows at a time, the tiles of every image and group split over
     // the CPU's threads (each its own tile buffer; every output element is computed by one task,

@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
+#include "backends/cpu/vector_math.h"
 #include "ops/conv_activation.h"
 #include "ops/elementwise_program.h"
 
@@ -141,9 +142,12 @@ struct Activation {
     return y;
   }
 
-  // In place over y: one loop per kind, so the choice is made once per tensor, not per element
-  // (float32 tensors are read and written directly).
+  // In place over y: one loop per kind, so the choice is made once per tensor, not per element.
+  // Float32 tensors go through vector_math's loops (vectorized for the running CPU: the scalar
+  // loops below ran at two doubles an instruction in the baseline build, 13% of MobileNetV3-small
+  // at batch 1), whose Sigmoid and Gelu are the unfused ops' own.
   void apply(const TensorView& y) const {
+    if (y.dtype == DType::kFloat32 && apply_f32(y.as<float>(), y.numel())) return;
     switch (kind) {
       case Kind::kNone:
         return;
@@ -159,6 +163,37 @@ struct Activation {
   }
 
  private:
+  // The vectorized float32 forms; false for the kinds that have none (the scalar loop then runs).
+  bool apply_f32(float* y, int64_t n) const {
+    switch (kind) {
+      case Kind::kNone:
+        return true;
+      case Kind::kRelu:
+        relu_f32(y, n);
+        return true;
+      case Kind::kClip:
+        clip_f32(y, n, p0, p1);
+        return true;
+      case Kind::kHardSwish:
+        hardswish_f32(y, n);
+        return true;
+      case Kind::kHardSigmoid:
+        hardsigmoid_f32(y, n, p0, p1);
+        return true;
+      case Kind::kLeakyRelu:
+        leaky_relu_f32(y, n, p0);
+        return true;
+      case Kind::kSigmoid:
+        sigmoid_f32(y, y, n);
+        return true;
+      case Kind::kGelu:
+        gelu_erf_f32(y, y, n);
+        return true;
+      default:
+        return false;
+    }
+  }
+
   template <typename F>
   static void each(const TensorView& y, F f) {
     const int64_t n = y.numel();

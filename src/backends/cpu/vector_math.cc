@@ -108,4 +108,38 @@ void sigmoid_f32(const float* x, float* y, int64_t n) { sigmoid_loop(x, y, n); }
 KILN_TARGET_CLONES
 void softmax_row_f32(const float* x, float* y, int64_t n) { softmax_row_loop(x, y, n); }
 
+KILN_TARGET_CLONES
+void relu_f32(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = y[i];
+    y[i] = float(v > 0 ? v : 0.0);
+  }
+}
+
+KILN_TARGET_CLONES
+void clip_f32(float* y, int64_t n, double lo, double hi) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(std::min(std::max(double(y[i]), lo), hi));
+}
+
+KILN_TARGET_CLONES
+void hardswish_f32(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = y[i];
+    y[i] = float(v * std::max(0.0, std::min(1.0, v / 6 + 0.5)));
+  }
+}
+
+KILN_TARGET_CLONES
+void hardsigmoid_f32(float* y, int64_t n, double a, double b) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(std::max(0.0, std::min(1.0, a * double(y[i]) + b)));
+}
+
+KILN_TARGET_CLONES
+void leaky_relu_f32(float* y, int64_t n, double a) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = y[i];
+    y[i] = float(v >= 0 ? v : a * v);
+  }
+}
+
 }  // namespace kiln::backends::cpu

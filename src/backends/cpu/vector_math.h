@@ -29,4 +29,15 @@ void sigmoid_f32(const float* x, float* y, int64_t n);
 // 1 / sum. NaN and infinities as the formula gives them (a row holding NaN or +inf is NaN).
 void softmax_row_f32(const float* x, float* y, int64_t n);
 
+// In place, y[i] = the piecewise-linear activations of kiln::FusedConv, each in double and
+// rounded once by the same expressions as the CPU FusedConv kernel's scalar ones (so the bits do
+// not depend on which instruction set ran them): relu y > 0 ? y : 0; clip min(max(y, lo), hi);
+// hardswish y max(0, min(1, y / 6 + 0.5)); hardsigmoid max(0, min(1, a y + b)); leaky_relu
+// y >= 0 ? y : a y.
+void relu_f32(float* y, int64_t n);
+void clip_f32(float* y, int64_t n, double lo, double hi);
+void hardswish_f32(float* y, int64_t n);
+void hardsigmoid_f32(float* y, int64_t n, double a, double b);
+void leaky_relu_f32(float* y, int64_t n, double a);
+
 }  // namespace kiln::backends::cpu
