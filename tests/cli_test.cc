@@ -593,12 +593,15 @@ TEST_F(CliTest, DemoModelEndToEnd) {
   r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=kiln");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "reference: kiln CPU reference kernels (FP32)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "strict FP32 (--reference=kiln)")) << r.out;
+  EXPECT_FALSE(contains(r.out, "onnxruntime was not available")) << r.out;  // it was not asked
   // Without a usable Python, compare falls back to kiln's own FP32 reference and says why.
   r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32",
                "KILN_PYTHON=/nonexistent/python3 ");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "reference: kiln CPU reference kernels (FP32)")) << r.out;
   EXPECT_TRUE(contains(r.out, "/nonexistent/python3) was not found")) << r.out;
+  EXPECT_TRUE(contains(r.out, "strict FP32; onnxruntime was not available (")) << r.out;
   r = kiln_cli("compare --onnx=" + demo() + " --shapes=image:2x3x32x32 --reference=ort",
                "KILN_PYTHON=/nonexistent/python3 ");
   EXPECT_EQ(r.code, 1) << r.out;

@@ -5,6 +5,7 @@
 # float until it holds, and bad calibration input is refused with the reason.
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -257,11 +258,17 @@ def test_quantize_command(model, data, tmp_path):
     assert r.returncode == 1 and "same number (> 0) of samples" in r.stderr, r.stderr
 
 
-def test_kiln_command_runs_quantize():
+def kiln_command():
+    """The `kiln` CLI beside this interpreter (pip install . puts it there), else on PATH; skips without one."""
     beside = pathlib.Path(sys.executable).with_name("kiln")
     command = str(beside) if beside.exists() else shutil.which("kiln")
     if not command:
         pytest.skip("no `kiln` command beside this interpreter or on PATH (pip install . makes one)")
+    return command
+
+
+def test_kiln_command_runs_quantize():
+    command = kiln_command()
     r = subprocess.run([command, "quantize", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "usage: kiln quantize" in r.stdout, r.stderr
     r = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=60)
@@ -271,10 +278,7 @@ def test_kiln_command_runs_quantize():
 def test_kiln_build_int8_calib(model, data, fp32, tmp_path):
     """kiln build --int8 --calib: calibrated, built with the Q/DQ nodes, its top-1 that of FP32; the
     cache it writes is read back by a second build through trtexec's --calib=<cache> habit."""
-    beside = pathlib.Path(sys.executable).with_name("kiln")
-    command = str(beside) if beside.exists() else shutil.which("kiln")
-    if not command:
-        pytest.skip("no `kiln` command beside this interpreter or on PATH (pip install . makes one)")
+    command = kiln_command()
     x, _ = data
     np.savez(tmp_path / "calib.npz", image=x[CALIB])
     cache, engine_path = tmp_path / "calib.json", tmp_path / "int8.kiln"
@@ -297,3 +301,73 @@ def test_kiln_build_int8_calib(model, data, fp32, tmp_path):
     r = subprocess.run(base + [f"--calib={tmp_path / 'missing.npz'}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "neither a folder of .npz files nor an .npz file" in r.stderr, r.stdout + r.stderr
     assert "calibrating" in r.stdout and "its error is above" in r.stderr
+
+
+def test_kiln_compare_int8_calib(model, data, fp32, tmp_path):
+    """kiln compare --int8 --calib: the INT8 engine kiln calibrates and builds, against ONNX Runtime
+    running the FP32 model on the held-out digits; its cosine and top-1 are those the test computes
+    itself from the same calibration, and the flags that would calibrate nothing are refused."""
+    command = kiln_command()
+    x, _ = data
+    np.savez(tmp_path / "calib.npz", image=x[CALIB])
+    np.save(tmp_path / "holdout.npy", x[HOLDOUT])
+    cache, n = tmp_path / "calib.json", len(x[HOLDOUT])
+    # compare judges elementwise only: neither the float32 defaults it picks for this engine nor its
+    # int8 ones (0.1 + 0.1*|ref|) hold a healthy INT8 engine's error on logits near zero. 5% of the
+    # logits' range holds minmax INT8's (max |diff| 0.42 on both networks, ranges 32 and 21).
+    atol = 0.05 * float(np.abs(fp32).max())
+    base = [command, "compare", f"--onnx={model}", "--int8", f"--shapes=image:{n}x1x8x8"]
+    r = subprocess.run(base + [f"--calib={tmp_path / 'calib.npz'}", "--calibMethod=minmax", f"--calibCache={cache}",
+                               f"--loadInputs=image:{tmp_path / 'holdout.npy'}", f"--atol={atol:.3g}", "--rtol=0"],
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout
+    print(out)
+    assert r.returncode == 0, out + r.stderr
+    assert f"calibrating {model} for INT8" in out
+    assert re.search(r"^kiln quantize: calibrated \d+ activations on 25 feeds \(minmax\)$", out, re.M), out
+    # The engine ran the Q/DQ model; the reference, the FP32 file in ONNX Runtime.
+    assert int(re.search(r"^kiln: cpu engine, .*?(\d+) layers in int8", out, re.M).group(1)) >= 1, out
+    assert re.search(rf"^model: {re.escape(str(model))}$", out, re.M), out
+    assert re.search(r"^reference: ONNX Runtime \S+, CPUExecutionProvider, FP32 ", out, re.M), out
+    assert re.search(rf"^  image: {n}x1x8x8 float32, from ", out, re.M), out
+    tol = re.search(r"^tolerance: \|kiln - ref\| <= atol \+ rtol\*\|ref\|, atol (\S+), rtol (\S+) \(given\)$",
+                    out, re.M)
+    assert tol and float(tol[1]) == pytest.approx(atol, rel=1e-2) and float(tol[2]) == 0, out
+    row = re.search(r"^logits +(\d+)x10 +(\S+) +\S+ +(\S+) +\S+ +(\S+) +(\d+)/(\d+) +\d+% +(\d+) +(PASS|FAIL)$",
+                    out, re.M)
+    assert row, out
+    rows, max_abs, mean_abs, cosine = int(row[1]), float(row[2]), float(row[3]), float(row[4])
+    agree, violations, verdict = int(row[5]), int(row[7]), row[8]
+    assert rows == int(row[6]) == n and violations == 0 and verdict == "PASS", out
+    assert out.rstrip().endswith("PASS: 1 of 1 outputs within tolerance"), out
+    assert cosine >= 0.999 and agree / n >= 0.99 and max_abs <= atol, out
+    # An FP32 engine is within 1e-5 of ONNX Runtime here: an error this size is INT8's.
+    assert mean_abs > 1e-3, out
+    # The same numbers from the calibration compare wrote, quantized and run in this process.
+    assert json.loads(cache.read_text())["method"] == "minmax"
+    int8 = logits(engine_of(kq.quantize(model, kq.Calibration.load(cache)).SerializeToString()), x[HOLDOUT])
+    ref = ort_logits(model_bytes(model), x[HOLDOUT], optimize=True)
+    ours = float(np.sum(int8 * ref) / np.sqrt(np.sum(int8 * int8) * np.sum(ref * ref)))
+    assert agree == int(np.sum(int8.argmax(1) == ref.argmax(1))), (agree, out)
+    assert cosine == pytest.approx(ours, abs=2e-6), (ours, out)
+    assert max_abs == pytest.approx(float(np.abs(int8 - ref).max()), rel=1e-2), out
+    print(f"kiln compare --int8 --calib: cosine {cosine:.6f}, top-1 {agree}/{n}, max |diff| {max_abs:.3g} "
+          f"(atol {atol:.3g})")
+    # kiln's own CPU reference runs the FP32 model too, not the Q/DQ one the engine came from (the
+    # cache given as --calib, trtexec's habit, rebuilds the same engine without calibrating).
+    r = subprocess.run(base + [f"--calib={cache}", "--reference=kiln", f"--loadInputs=image:{tmp_path / 'holdout.npy'}",
+                               f"--atol={atol:.3g}", "--rtol=0"], capture_output=True, text=True, timeout=600)
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    assert re.search(r"^reference: kiln CPU reference kernels", out, re.M), out
+    row = re.search(r"^logits +\d+x10 +\S+ +\S+ +(\S+) +\S+ +(\S+) +(\d+)/\d+ ", out, re.M)
+    assert row and float(row[1]) > 1e-3, out  # INT8 against itself would give 0
+    assert float(row[2]) == pytest.approx(ours, abs=1e-5) and int(row[3]) == agree, (ours, out)
+    # Flags that would calibrate nothing are refused before any work, naming the flag that is missing.
+    r = subprocess.run(base + ["--calibMethod=minmax"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--calibMethod needs the data to calibrate on: --calib=" in r.stderr, r.stderr
+    assert "calibrating" not in r.stdout, r.stdout
+    r = subprocess.run(base[:3] + [f"--calib={tmp_path / 'calib.npz'}", base[4]], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "--calib calibrates an INT8 build: add --int8" in r.stderr, r.stdout + r.stderr

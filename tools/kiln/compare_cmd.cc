@@ -214,10 +214,21 @@ int compare_command(const Argv& argv) {
       return report("compare", failure("--reference=ort, but onnxruntime is unavailable: " + why));
   }
   if (ref.description.empty()) {
-    auto own = kiln_cpu_reference(*network, inputs->tensors);
+    // With --int8 --calib the engine comes from the Q/DQ model calibration wrote; the reference
+    // runs the FP32 model the user gave (ONNX Runtime above reads it too), else INT8 would be
+    // compared with itself and always pass.
+    const Network* source = &*network;
+    Result<Network> fp32 = failure("unused");
+    if (build->calibration) {
+      fp32 = load_network(build->onnx);
+      if (!fp32.ok()) return report("compare", fp32.error());
+      source = &*fp32;
+    }
+    auto own = kiln_cpu_reference(*source, inputs->tensors);
     if (!own.ok()) return report("compare", own.error());
     ref = std::move(own).value();
-    if (!why.empty()) ref.description += " (" + why + ")";
+    ref.description += why.empty() ? std::string(" (--reference=kiln)")
+                                   : "; onnxruntime was not available (" + why + ")";
   }
   stages.end();
 

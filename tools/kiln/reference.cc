@@ -124,8 +124,7 @@ Result<Reference> kiln_cpu_reference(const Network& network,
   if (!ctx.ok()) return failure(ctx.status(), "kiln CPU reference");
   auto outputs = (*ctx)->run(inputs);
   if (!outputs.ok()) return failure(outputs.status(), "running the kiln CPU reference");
-  return Reference{"kiln CPU reference kernels (FP32), strict FP32; onnxruntime was not available",
-                   std::move(outputs).value()};
+  return Reference{"kiln CPU reference kernels (FP32), strict FP32", std::move(outputs).value()};
 }
 
 }  // namespace kiln::cli
