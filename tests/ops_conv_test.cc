@@ -261,11 +261,11 @@ TEST(ConvKernel, StridedDepthwiseThroughPhasePlanes) {
   check_conv({1, 3, 3, 3, {12, 12}, {3, 3}, {2, 2}, {2, 2}, {2, 2, 2, 2}, true}, "dilated 3x3 s2");
 }
 
-// Convolutions of few taps (input channels x kernel rows x columns <= 64, group 1, undilated,
-// strides 1 and 2: the CPU computes them directly, conv_direct.h): an RGB stem at 224x224 (16
-// outputs, two blocks of 8), output channels that are no multiple of 8 and fewer than 8, widths
-// under, at and past a block of 16 columns, uneven pads, mixed strides, 64 taps exactly, no bias,
-// and 65 taps (im2col + GEMM again), batches over the thread pool.
+// Convolutions of few taps (input channels x kernel rows x columns <= 64, or <= 1024 for <= 16
+// outputs; group 1, undilated, strides 1 and 2: the CPU computes them directly, conv_direct.h): an
+// RGB stem at 224x224 (16 outputs, two blocks of 8), output channels that are no multiple of 8 and
+// fewer than 8, widths under, at and past a block of 16 columns, uneven pads, mixed strides, 64
+// taps exactly, no bias, and 65 taps (im2col + GEMM again), batches over the thread pool.
 TEST(ConvKernel, FewTapsDirectly) {
   // n, c, m, group, in, k, stride, dil, pads, bias
   check_conv({1, 3, 16, 1, {224, 224}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
@@ -284,6 +284,13 @@ TEST(ConvKernel, FewTapsDirectly) {
              "65 taps: im2col + GEMM");
   check_conv({8, 3, 24, 1, {32, 48}, {3, 3}, {2, 2}, {1, 1}, {0, 0, 1, 1}, true},
              "batch 8 over the thread pool");
+  // Few outputs with many taps (UNet's 24 -> 8 layer), directly up to 16 outputs and 1024 taps.
+  check_conv({2, 24, 8, 1, {40, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "24 -> 8 3x3: 216 taps, 8 outputs");
+  check_conv({1, 40, 16, 1, {9, 21}, {5, 5}, {2, 1}, {1, 1}, {2, 1, 2, 3}, false},
+             "40 -> 16 5x5 = 1000 taps, strides 2x1");
+  check_conv({1, 8, 17, 1, {12, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+             "72 taps, 17 outputs: im2col + GEMM");
 }
 
 TEST(ConvKernel, HandComputed) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "op_harness.h"
@@ -314,6 +316,51 @@ TEST(ResizeOpsKernel, TfCropAndResizeWithExtrapolation) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(
       all_close((*out)[0], make_f32({1, 1, 3, 3}, {7.6f, 10, 10, 12.4f, 10, 10, 10, 10, 10})));
+}
+
+// A float32 resize over the spatial axes alone runs plane by plane, each input row interpolated
+// along W once (resize.cc's resize_planes_f32); one that also resizes N takes the general path.
+// Where N's linear taps are (1, 0), output planes 0 and 3 of [2, 1, H, W] -> [4, 1, ...] are input
+// planes 0 and 1: the general path's bits there are the plane path's on the same planes, including
+// rows and columns outside a tf_crop_and_resize roi (the extrapolation value).
+TEST(ResizeOpsKernel, PlanesAloneGiveTheGeneralPathsBits) {
+  std::vector<float> x(2 * 7 * 9);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 1.37f) * 3.0f + 0.25f;
+  const Tensor input = make_f32({2, 1, 7, 9}, x);
+  struct Mode {
+    const char* coord;
+    std::vector<float> roi;  // empty: none
+  };
+  for (const Mode& m : {Mode{"half_pixel", {}}, Mode{"align_corners", {}},
+                        Mode{"tf_crop_and_resize", {0, 0, -0.2f, 0.1f, 1, 1, 1.3f, 1.15f}}}) {
+    const OpNode n = resize(13)
+                         .s("mode", "linear")
+                         .s("coordinate_transformation_mode", m.coord)
+                         .f("extrapolation_value", -7.5f);
+    // N's roi is [0, 1]: output 0 and 3 read input 0 and 1 exactly.
+    const CaseInput roi = m.roi.empty() ? kNoInput : CaseInput(make_f32({8}, m.roi));
+    auto general = run_case(n, {input, roi, scales({2, 1, 1.75f, 2.5f})});
+    auto planes = run_case(n, {input, roi, scales({1, 1, 1.75f, 2.5f})});
+    ASSERT_TRUE(general.ok()) << m.coord << ": " << general.status().to_string();
+    ASSERT_TRUE(planes.ok()) << m.coord << ": " << planes.status().to_string();
+    const Tensor& g = (*general)[0];
+    const Tensor& p = (*planes)[0];
+    // 7x9 by 1.75x2.5: 12x22, or 18x23 over tf_crop_and_resize's roi (1.5 and 1.05 of the axes).
+    const int64_t h = m.roi.empty() ? 12 : 18, w = m.roi.empty() ? 22 : 23, plane = h * w;
+    ASSERT_EQ(g.shape(), (Shape{4, 1, h, w})) << m.coord;
+    ASSERT_EQ(p.shape(), (Shape{2, 1, h, w})) << m.coord;
+    for (auto [gi, pi] : {std::pair<int64_t, int64_t>{0, 0}, {3, 1}}) {
+      for (int64_t e = 0; e < plane; ++e) {
+        const float a = g.data_as<float>()[gi * plane + e], b = p.data_as<float>()[pi * plane + e];
+        ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
+            << m.coord << " plane " << gi << " element " << e << ": " << a << " vs " << b;
+      }
+    }
+    if (!m.roi.empty()) {  // the roi reaches outside: some outputs are the extrapolation value
+      const float* v = p.data_as<float>();
+      EXPECT_GT(std::count(v, v + 2 * plane, -7.5f), 0) << m.coord;
+    }
+  }
 }
 
 TEST(ResizeOpsKernel, DtypesAntialiasUpsamplingAndUnroundedAlignCorners) {

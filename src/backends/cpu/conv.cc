@@ -336,8 +336,9 @@ class ConvKernel final : public Kernel {
       return ok_status();
     }
     if constexpr (std::is_same_v<T, float>) {
-      if (conv_direct_fits(group_, cg, ax[0], ax[1], ax[2])) {
-        // Few taps (an RGB stem): directly, a run of output rows a task (conv_direct.h).
+      if (conv_direct_fits(group_, cg, mg, ax[0], ax[1], ax[2])) {
+        // Few taps (an RGB stem) or few outputs: directly, a run of output rows a task
+        // (conv_direct.h).
         const int64_t chunk = std::max<int64_t>(1, ax[1].out / 8);
         const int64_t chunks = (ax[1].out + chunk - 1) / chunk;
         auto task = [&](int64_t t) {

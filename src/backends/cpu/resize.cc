@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/thread_pool.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
@@ -289,6 +290,88 @@ struct Combo {
   double weight;
 };
 
+// Whether every axis but the last two maps each output index to its own input index with the
+// one nonzero weight 1 (N and C under a spatial resize): each plane then resizes alone.
+template <typename C>
+bool planes_alone(const std::vector<AxisTaps<C>>& taps, int rank, const TensorView& y,
+                  const std::vector<int64_t>& stride) {
+  for (int d = 0; d < rank - 2; ++d) {
+    const AxisTaps<C>& t = taps[size_t(d)];
+    for (int64_t i = 0; i < y.shape[d]; ++i) {
+      if (t.outside[size_t(i)]) return false;
+      int nonzero = 0;
+      for (int j = 0; j < t.k; ++j) {
+        const C w = t.weight[size_t(i * t.k + j)];
+        if (w == C(0)) continue;
+        if (w != C(1) || t.offset[size_t(i * t.k + j)] != i * stride[size_t(d)]) return false;
+        ++nonzero;
+      }
+      if (nonzero != 1) return false;
+    }
+  }
+  return true;
+}
+
+// resize_run's float32 planes alone, over the CPU's threads: each input row a plane's output rows
+// read is interpolated along W once (resize_run did it again for every output row and tap, with a
+// list of taps built per row), then each output row sums its row taps over those. The same float
+// operations in the same order as resize_run, so the same bits: UNet's 2x bilinear upsample of
+// [2, 16, 100, 100] took 5.9 ms there, most of the model, on the 2-core development machine.
+void resize_planes_f32(const std::vector<AxisTaps<float>>& taps, int rank, const TensorView& x,
+                       const TensorView& y, float extrap) {
+  const int64_t in_h = x.shape[rank - 2], in_w = x.shape[rank - 1];
+  const int64_t out_h = y.shape[rank - 2], out_w = y.shape[rank - 1];
+  const int64_t planes = y.numel() / (out_h * out_w);
+  const AxisTaps<float>& row = taps[size_t(rank - 2)];
+  const AxisTaps<float>& col = taps[size_t(rank - 1)];
+  const float* in = x.as<const float>();
+  float* out = y.as<float>();
+  auto plane = [&](int64_t pl) {
+    static thread_local std::vector<float> across;  // [in_h][out_w], rows made when first read
+    static thread_local std::vector<uint8_t> made;
+    if (across.size() < size_t(in_h * out_w)) across.resize(size_t(in_h * out_w));
+    made.assign(size_t(in_h), 0);
+    const float* xp = in + pl * in_h * in_w;
+    float* yp = out + pl * out_h * out_w;
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      float* o = yp + oy * out_w;
+      if (row.outside[size_t(oy)]) {
+        std::fill(o, o + out_w, extrap);
+        continue;
+      }
+      std::fill(o, o + out_w, 0.f);
+      for (int j = 0; j < row.k; ++j) {
+        const float w = row.weight[size_t(oy * row.k + j)];
+        if (w == 0.f) continue;
+        const int64_t iy = row.offset[size_t(oy * row.k + j)] / in_w;
+        float* h = across.data() + iy * out_w;
+        if (!made[size_t(iy)]) {
+          made[size_t(iy)] = 1;
+          const float* xr = xp + iy * in_w;
+          for (int64_t ox = 0; ox < out_w; ++ox) {
+            const int64_t* co = &col.offset[size_t(ox * col.k)];
+            const float* cw = &col.weight[size_t(ox * col.k)];
+            float sum = 0;
+            for (int t = 0; t < col.k; ++t) {
+              if (cw[t] != 0.f) sum += cw[t] * xr[co[t]];
+            }
+            h[ox] = sum;
+          }
+        }
+        for (int64_t ox = 0; ox < out_w; ++ox) o[ox] += w * h[ox];
+      }
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        if (col.outside[size_t(ox)]) o[ox] = extrap;
+      }
+    }
+  };
+  if (planes > 1 && y.numel() >= (int64_t(1) << 16)) {
+    parallel_for(planes, plane);
+  } else {
+    for (int64_t pl = 0; pl < planes; ++pl) plane(pl);
+  }
+}
+
 template <typename T>
 void resize_run(const ResizeParams& p, const TensorView& x, const TensorView& y,
                 const std::vector<double>& scales, const std::vector<double>& roi) {
@@ -300,6 +383,12 @@ void resize_run(const ResizeParams& p, const TensorView& x, const TensorView& y,
   std::vector<AxisTaps<C>> taps(static_cast<size_t>(rank));
   for (int d = 0; d < rank; ++d) {
     build_taps<C>(p, x.shape[d], y.shape[d], stride[d], scales[d], roi[d], roi[rank + d], &taps[d]);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (rank >= 2 && planes_alone(taps, rank, y, stride)) {
+      resize_planes_f32(taps, rank, x, y, float(p.extrapolation));
+      return;
+    }
   }
   const T* in = x.as<const T>();
   T* out = y.as<T>();
