@@ -363,6 +363,42 @@ TEST(ResizeOpsKernel, PlanesAloneGiveTheGeneralPathsBits) {
   }
 }
 
+// DepthToSpace and SpaceToDepth in both modes and two block sizes against the permutation written
+// out per element, on tensors large enough to split over the CPU's threads; the round trip gives
+// the input back.
+TEST(ResizeOpsKernel, DepthToSpaceAndSpaceToDepthAgainstThePermutation) {
+  for (const char* mode : {"DCR", "CRD"}) {
+    for (int64_t b : {2, 3}) {
+      const int64_t n = 2, c = 16, h = 60 / b * 2, w = 36 / b * 2;  // deep [n, c*b*b, h, w]
+      std::vector<float> x(size_t(n * c * b * b * h * w));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) * 0.5f - 7.f;
+      std::vector<float> want(x.size());
+      for (int64_t in = 0; in < n; ++in) {
+        for (int64_t ic = 0; ic < c; ++ic) {
+          for (int64_t oh = 0; oh < h * b; ++oh) {
+            for (int64_t ow = 0; ow < w * b; ++ow) {
+              const int64_t i = oh % b, j = ow % b;
+              const int64_t ch =
+                  std::string(mode) == "CRD" ? ic * b * b + i * b + j : (i * b + j) * c + ic;
+              want[size_t(((in * c + ic) * h * b + oh) * w * b + ow)] =
+                  x[size_t(((in * c * b * b + ch) * h + oh / b) * w + ow / b)];
+            }
+          }
+        }
+      }
+      const std::string label = std::string(mode) + " blocksize " + std::to_string(b);
+      auto wide = run_case(op("DepthToSpace", 13).i("blocksize", b).s("mode", mode),
+                           {make_f32({n, c * b * b, h, w}, x)});
+      ASSERT_TRUE(wide.ok()) << label << ": " << wide.status().to_string();
+      EXPECT_TRUE(all_close((*wide)[0], make_f32({n, c, h * b, w * b}, want), 0, 0)) << label;
+      auto deep = run_case(op("SpaceToDepth", 28).i("blocksize", b).s("mode", mode),
+                           {make_f32({n, c, h * b, w * b}, want)});
+      ASSERT_TRUE(deep.ok()) << label << ": " << deep.status().to_string();
+      EXPECT_TRUE(all_close((*deep)[0], make_f32({n, c * b * b, h, w}, x), 0, 0)) << label;
+    }
+  }
+}
+
 TEST(ResizeOpsKernel, DtypesAntialiasUpsamplingAndUnroundedAlignCorners) {
   // float16 cubic, a non-integer scale (3 * 1.7 = 5.1 -> 5 outputs) with align_corners, which uses
   // the unrounded length 5.1.

@@ -663,28 +663,36 @@ struct Bytes {
 
 // out[n, c, h*b + i, w*b + j] = in[n, channel(c, i, j), h, w] for DepthToSpace; SpaceToDepth is
 // the inverse permutation (in both modes: SpaceToDepth has CRD from opset 28), done by swapping
-// the roles of the two tensors.
+// the roles of the two tensors. A row of the wide tensor interleaves b rows of the deep one, so
+// each (plane, row, i, j) is one strided run, with no division per element (the first version
+// divided and took the remainder of every index: 1.9 ms of UNet's 10 at batch 2 on the 2-core
+// development machine); the wide tensor's planes go over the CPU's threads.
 template <typename E>
 void depth_space_copy(const E* src, E* dst, int64_t batch, int64_t c_out, int64_t h, int64_t w,
                       int64_t b, bool crd, bool to_space) {
-  int64_t c_in = c_out * b * b;
-  for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t c = 0; c < c_out; ++c) {
-      for (int64_t oh = 0; oh < h * b; ++oh) {
-        int64_t ih = oh / b, i = oh % b;
-        for (int64_t ow = 0; ow < w * b; ++ow) {
-          int64_t iw = ow / b, j = ow % b;
-          int64_t ch = crd ? c * b * b + i * b + j : (i * b + j) * c_out + c;
-          int64_t deep = ((n * c_in + ch) * h + ih) * w + iw;
-          int64_t wide = ((n * c_out + c) * h * b + oh) * w * b + ow;
+  const int64_t c_in = c_out * b * b, ww = w * b;
+  auto plane = [&](int64_t t) {
+    const int64_t n = t / c_out, c = t % c_out;
+    for (int64_t ih = 0; ih < h; ++ih) {
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t wide = ((n * c_out + c) * h * b + ih * b + i) * ww;
+        for (int64_t j = 0; j < b; ++j) {
+          const int64_t ch = crd ? c * b * b + i * b + j : (i * b + j) * c_out + c;
+          const int64_t deep = ((n * c_in + ch) * h + ih) * w;
           if (to_space) {
-            dst[wide] = src[deep];
+            for (int64_t iw = 0; iw < w; ++iw) dst[wide + iw * b + j] = src[deep + iw];
           } else {
-            dst[deep] = src[wide];
+            for (int64_t iw = 0; iw < w; ++iw) dst[deep + iw] = src[wide + iw * b + j];
           }
         }
       }
     }
+  };
+  const int64_t planes = batch * c_out;
+  if (planes > 1 && planes * h * ww >= (int64_t(1) << 16)) {
+    parallel_for(planes, plane);
+  } else {
+    for (int64_t t = 0; t < planes; ++t) plane(t);
   }
 }
 
