@@ -893,6 +893,10 @@ TEST_F(CliTest, Int8CalibrationFlagsAreCheckedBeforeCalibrating) {
   r = kiln_cli("build" + onnx + " --int8 --calib=" + path("absent.json"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "no such calibration cache")) << r.out;
+  r = kiln_cli("build" + onnx + " --int8 --calibCache=" + path("absent.json"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "absent.json does not exist, and there is no --calib=")) << r.out;
+  EXPECT_FALSE(contains(r.out, "calibrating")) << r.out;
   r = kiln_cli("inspect --calib=" + path("data.npz") + " " + path("q.onnx"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "calibration is a build step")) << r.out;

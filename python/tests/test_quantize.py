@@ -327,6 +327,8 @@ def test_kiln_compare_int8_calib(model, data, fp32, tmp_path):
     assert re.search(r"^kiln quantize: calibrated \d+ activations on 25 feeds \(minmax\)$", out, re.M), out
     # The engine ran the Q/DQ model; the reference, the FP32 file in ONNX Runtime.
     assert int(re.search(r"^kiln: cpu engine, .*?(\d+) layers in int8", out, re.M).group(1)) >= 1, out
+    assert "the int8 layers are the Q/DQ model's QuantizeLinear nodes" in out, out
+    assert "--int8 recorded in the engine" not in out, out  # it said both before the 20th session
     assert re.search(rf"^model: {re.escape(str(model))}$", out, re.M), out
     assert re.search(r"^reference: ONNX Runtime \S+, CPUExecutionProvider, FP32 ", out, re.M), out
     assert re.search(rf"^  image: {n}x1x8x8 float32, from ", out, re.M), out

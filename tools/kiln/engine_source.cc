@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -232,6 +233,14 @@ Result<BuildOptions> parse_build_options(const Args& args) {
     if (!calib && !cache) {
       return usage_error("--calibMethod needs the data to calibrate on: --calib=DIR_OR_NPZ");
     }
+    // A cache to read that is not there, with nothing to calibrate on, is refused here rather than
+    // after Python has started.
+    std::error_code ec;
+    if (!calib && !std::filesystem::is_regular_file(*cache, ec)) {
+      return usage_error("--calibCache=" + *cache +
+                         " does not exist, and there is no --calib=DIR_OR_NPZ to calibrate on and "
+                         "write it from");
+    }
     o.calibration = CalibrationRequest{calib.value_or(""), method.value_or(""), cache.value_or("")};
   }
   if (o.profiles.empty() && args.get("shapes")) {
@@ -454,9 +463,18 @@ std::string precision_summary(const Engine& engine, const std::vector<std::strin
       s += (s.empty() ? "" : ", ") + std::to_string(n) + " layers in " + p;
   }
   if (views) s += "; " + std::to_string(views) + " views run nothing (aliases)";
+  // int8 layers come from the model's Q/DQ nodes (QuantizeLinear's outputs: a calibrated
+  // --int8 build, or a Q/DQ model), not from --int8, which picks no kernel by itself.
+  const bool qdq = counts.count("int8") > 0;
   std::string asked;
+  bool int8_asked = false;
   for (const auto& r : requested) {
-    if (r != "noTF32") asked += (asked.empty() ? "--" : ", --") + r;
+    int8_asked |= r == "int8";
+    if (r != "noTF32" && !(qdq && r == "int8")) asked += (asked.empty() ? "--" : ", --") + r;
+  }
+  if (qdq && int8_asked) {
+    s += "; the int8 layers are the Q/DQ model's QuantizeLinear nodes, the layers between them "
+         "compute in float";
   }
   if (!asked.empty() && engine.device() == Device::kCPU) {
     s += "; " + asked +
