@@ -355,6 +355,21 @@ def test_kiln_compare_int8_calib(model, data, fp32, tmp_path):
     assert max_abs == pytest.approx(float(np.abs(int8 - ref).max()), rel=1e-2), out
     print(f"kiln compare --int8 --calib: cosine {cosine:.6f}, top-1 {agree}/{n}, max |diff| {max_abs:.3g} "
           f"(atol {atol:.3g})")
+    # Judged by cosine and top-1 alone (no --atol/--rtol): the elementwise tolerance is reported,
+    # not required; a cosine above what INT8 reaches fails, naming the criterion.
+    held = f"--loadInputs=image:{tmp_path / 'holdout.npy'}"
+    r = subprocess.run(base + [f"--calib={cache}", held, "--minCosine=0.999", "--minTop1=0.99"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "; reported, not required: the criteria below judge" in r.stdout, r.stdout
+    assert re.search(r"^criteria: cosine >= 0\.999, top-1 >= 0\.99 ", r.stdout, re.M), r.stdout
+    assert r.stdout.rstrip().endswith("PASS: 1 of 1 outputs within tolerance"), r.stdout
+    r = subprocess.run(base + [f"--calib={cache}", held, "--minCosine=0.9999999"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"logits: cosine 0\.\d+ is below --minCosine=0\.9999999", r.stdout), r.stdout
+    r = subprocess.run(base + [f"--calib={cache}", held, "--minTop1=1.5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "minTop1" in r.stderr, r.stdout + r.stderr
     # kiln's own CPU reference runs the FP32 model too, not the Q/DQ one the engine came from (the
     # cache given as --calib, trtexec's habit, rebuilds the same engine without calibrating).
     r = subprocess.run(base + [f"--calib={cache}", "--reference=kiln", f"--loadInputs=image:{tmp_path / 'holdout.npy'}",

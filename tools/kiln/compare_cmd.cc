@@ -49,6 +49,7 @@ Tolerance default_tolerance(const Engine& engine) {
       for (int v : plan.graph.nodes[i].outputs) {
         const DType t = v >= 0 ? plan.graph.values[size_t(v)].dtype : DType::kUndefined;
         if (t == DType::kFloat16 || t == DType::kBFloat16) c = t;
+        if (t == DType::kInt8) c = t;  // a Q/DQ model's QuantizeLinear
       }
     }
     f16 |= c == DType::kFloat16, b16 |= c == DType::kBFloat16;
@@ -59,6 +60,13 @@ Tolerance default_tolerance(const Engine& engine) {
   if (f16) return {1e-2, 1e-2, "defaults for float16 layers"};
   if (tf32) return {1e-3, 1e-2, "defaults for TF32 matmul/conv on a GPU"};
   return {1e-4, 1e-3, "defaults for float32 layers"};
+}
+
+// A criterion as given (0.9999999 stays that, not 1).
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
 }
 
 std::string sci(double v) {
@@ -160,6 +168,13 @@ int compare_command(const Argv& argv) {
   auto rtol_flag = args->get_double("rtol", -1, 0, std::numeric_limits<double>::max());
   if (!atol_flag.ok()) return report("compare", atol_flag.error());
   if (!rtol_flag.ok()) return report("compare", rtol_flag.error());
+  // Metric criteria (-1: absent). Given without --atol/--rtol, they judge alone.
+  auto min_cosine = args->get_double("minCosine", -1, 0, 1);
+  auto min_top1 = args->get_double("minTop1", -1, 0, 1);
+  if (!min_cosine.ok()) return report("compare", min_cosine.error());
+  if (!min_top1.ok()) return report("compare", min_top1.error());
+  const bool metrics = *min_cosine >= 0 || *min_top1 >= 0;
+  const bool elementwise = !metrics || *atol_flag >= 0 || *rtol_flag >= 0;
   std::string which = args->get("reference").value_or("auto");
   if (which != "auto" && which != "ort" && which != "kiln") {
     return report("compare", usage_error("--reference=" + which + " is not auto, ort or kiln"));
@@ -248,8 +263,16 @@ int compare_command(const Argv& argv) {
                 inputs->from[n].c_str());
   }
   std::printf("reference: %s\n", ref.description.c_str());
-  std::printf("tolerance: |kiln - ref| <= atol + rtol*|ref|, atol %s, rtol %s (%s)\n\n",
-              sci(tol.atol).c_str(), sci(tol.rtol).c_str(), tol.why.c_str());
+  std::printf("tolerance: |kiln - ref| <= atol + rtol*|ref|, atol %s, rtol %s (%s)%s\n",
+              sci(tol.atol).c_str(), sci(tol.rtol).c_str(), tol.why.c_str(),
+              elementwise ? "" : "; reported, not required: the criteria below judge");
+  if (metrics) {
+    std::string c;
+    if (*min_cosine >= 0) c += "cosine >= " + shortest(*min_cosine);
+    if (*min_top1 >= 0) c += (c.empty() ? "" : ", ") + ("top-1 >= " + shortest(*min_top1));
+    std::printf("criteria: %s (--minCosine/--minTop1)\n", c.c_str());
+  }
+  std::printf("\n");
 
   std::vector<std::string> names;
   size_t wn = 6, ws = 5;
@@ -275,6 +298,20 @@ int compare_command(const Argv& argv) {
       continue;
     }
     Stats s = compare_tensors(ai->second, ri->second, tol);
+    if (s.shape_ok) {
+      char why[96] = "";
+      if (*min_cosine >= 0 && !(s.cosine >= *min_cosine)) {
+        std::snprintf(why, sizeof why, "cosine %.6f is below --minCosine=%.10g", s.cosine,
+                      *min_cosine);
+      } else if (*min_top1 >= 0 && s.top1_agree >= 0 &&
+                 double(s.top1_agree) < *min_top1 * double(s.rows)) {
+        std::snprintf(why, sizeof why, "top-1 %lld/%lld is below --minTop1=%.10g",
+                      static_cast<long long>(s.top1_agree), static_cast<long long>(s.rows),
+                      *min_top1);
+      }
+      if (why[0] && s.note.empty()) s.note = why;
+      s.pass = (!elementwise || s.violations == 0) && s.nan_mismatch == 0 && s.note.empty();
+    }
     std::string top1 = "-";
     if (s.top1_agree >= 0) {
       char buf[48];

@@ -280,6 +280,13 @@ constexpr FlagDef kFlags[] = {
     {"rtol", "R", C, kAcc, 0, "relative tolerance (default per precision; fp32: 1e-3)"},
     {"reference", "auto|ort|kiln", C, kAcc, 0,
      "the reference: ONNX Runtime, kiln's CPU kernels, or auto"},
+    {"minCosine", "V", C, kAcc, 0,
+     "an output passes only with a cosine similarity to the reference of at least V (0..1); "
+     "with --minTop1 and no --atol/--rtol these judge alone (INT8 and FP16 engines, whose "
+     "elementwise error near zero fails any tolerance that still catches a broken kernel)"},
+    {"minTop1", "V", C, kAcc, 0,
+     "an output of (batch, classes) scores passes only with a top-1 agreement of at least V "
+     "(0..1); other outputs are judged by the other criteria"},
 
     {"verbose", "", kBuilds, kAcc, T,
      "print every stage with its time (a build: every layer too, and the shape log: symbol ranges, "
