@@ -37,11 +37,8 @@ using rw::Match;
 using rw::op;
 using rw::Pat;
 
-// Attribute values with their defaults; a malformed attribute reads as a value no match takes.
-std::string str_attr(const ir::Node& n, const char* name, const char* dflt) {
-  auto r = n.attrs.get_string(name, dflt);
-  return r.ok() ? *r : std::string("?");
-}
+// Attribute values with their defaults (str_attr: graph_match.h); a malformed attribute reads as
+// a value no match takes.
 int64_t int_attr(const ir::Node& n, const char* name, int64_t dflt) {
   auto r = n.attrs.get_int(name, dflt);
   return r.ok() ? *r : -999;

@@ -184,6 +184,12 @@ inline void set_floats(ir::Node* n, const char* name, std::vector<float> floats)
   a.floats = std::move(floats);
   n->attrs.set(name, std::move(a));
 }
+// A string attribute with its default; a malformed one reads as "?", a value no match takes.
+inline std::string str_attr(const ir::Node& n, const char* name, const char* dflt) {
+  auto r = n.attrs.get_string(name, dflt);
+  return r.ok() ? *r : std::string("?");
+}
+
 inline void set_string(ir::Node* n, const char* name, std::string s) {
   ir::Attribute a;
   a.type = ir::AttrType::kString;

@@ -36,12 +36,6 @@ using rw::Match;
 using rw::op;
 using rw::Pat;
 
-// Attribute values with their defaults; a malformed attribute reads as a value no match takes.
-std::string str_attr(const ir::Node& n, const char* name, const char* dflt) {
-  auto r = n.attrs.get_string(name, dflt);
-  return r.ok() ? *r : std::string("?");
-}
-
 // The producer: channels-last, one output, an activation of conv_activation.h other than none.
 bool activated_producer(const Context& ctx, const Match&, int node) {
   const ir::Node& p = ctx.node(node);

@@ -31,6 +31,10 @@ CommandSpec compare_spec() {
 struct Tolerance {
   double atol, rtol;
   std::string why;
+  // --minCosine/--minTop1 (-1: absent); elementwise: whether atol/rtol must hold too (not when
+  // the metrics were given alone).
+  double min_cosine = -1, min_top1 = -1;
+  bool elementwise = true;
 };
 
 // Defaults by the lowest precision a layer computes in. FP32 is the foundation's bound (also in
@@ -138,7 +142,20 @@ Stats compare_tensors(const Tensor& a, const Tensor& e, const Tolerance& tol) {
     s.info = "every reference value is below atol (max |ref| " + sci(max_ref) +
              "), so the tolerance admits anything that small; judge by cosine and top-1";
   }
-  s.pass = s.violations == 0 && s.nan_mismatch == 0 && s.note.empty();
+  if (s.note.empty() && tol.min_cosine >= 0 && !(s.cosine >= tol.min_cosine)) {
+    char why[96];
+    std::snprintf(why, sizeof why, "cosine %.6f is below --minCosine=%.10g", s.cosine,
+                  tol.min_cosine);
+    s.note = why;
+  } else if (s.note.empty() && tol.min_top1 >= 0 && s.top1_agree >= 0 &&
+             double(s.top1_agree) < tol.min_top1 * double(s.rows)) {
+    char why[96];
+    std::snprintf(why, sizeof why, "top-1 %lld/%lld is below --minTop1=%.10g",
+                  static_cast<long long>(s.top1_agree), static_cast<long long>(s.rows),
+                  tol.min_top1);
+    s.note = why;
+  }
+  s.pass = (!tol.elementwise || s.violations == 0) && s.nan_mismatch == 0 && s.note.empty();
   return s;
 }
 
@@ -251,6 +268,7 @@ int compare_command(const Argv& argv) {
   if (*atol_flag >= 0 || *rtol_flag >= 0) tol.why = "given";
   if (*atol_flag >= 0) tol.atol = *atol_flag;
   if (*rtol_flag >= 0) tol.rtol = *rtol_flag;
+  tol.min_cosine = *min_cosine, tol.min_top1 = *min_top1, tol.elementwise = elementwise;
 
   std::printf("\nmodel: %s\n", build->onnx.c_str());
   std::printf("kiln: %s engine, profile %d; %s\n",
@@ -298,20 +316,6 @@ int compare_command(const Argv& argv) {
       continue;
     }
     Stats s = compare_tensors(ai->second, ri->second, tol);
-    if (s.shape_ok) {
-      char why[96] = "";
-      if (*min_cosine >= 0 && !(s.cosine >= *min_cosine)) {
-        std::snprintf(why, sizeof why, "cosine %.6f is below --minCosine=%.10g", s.cosine,
-                      *min_cosine);
-      } else if (*min_top1 >= 0 && s.top1_agree >= 0 &&
-                 double(s.top1_agree) < *min_top1 * double(s.rows)) {
-        std::snprintf(why, sizeof why, "top-1 %lld/%lld is below --minTop1=%.10g",
-                      static_cast<long long>(s.top1_agree), static_cast<long long>(s.rows),
-                      *min_top1);
-      }
-      if (why[0] && s.note.empty()) s.note = why;
-      s.pass = (!elementwise || s.violations == 0) && s.nan_mismatch == 0 && s.note.empty();
-    }
     std::string top1 = "-";
     if (s.top1_agree >= 0) {
       char buf[48];

@@ -236,7 +236,7 @@ constexpr int tile_p() {
 }
 constexpr int kTileLanes = 32;          // strips a block computes per channel group
 constexpr int kTileMaxGroups = 8;       // channel groups a block: 256 threads
-constexpr int kTileSmem = 48 * 1024;    // bytes of shared memory a block may stage
+constexpr int kTileSmem = 48 * 1024;    // bytes of one of a block's two staging buffers, at most
 constexpr int kTileMaxBlocksY = 65535;  // gridDim.y holds the channel chunks
 
 // The tile a block computes, chosen at launch from the output's size (tile_shape).
