@@ -365,12 +365,15 @@ StatusOr<Network> fused_conv_chain() {
   return net;
 }
 
+// At optimization level 2: precompiled cuDNN engines only (no runtime fusion, so cuBLASLt keeps
+// every 1x1 convolution; CudaFusedConv.RuntimeFusionAtLevelThree covers level 3).
 TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
   auto net = fused_conv_chain();
   ASSERT_TRUE(net.ok()) << net.status().to_string();
   auto build = [&](Device d, Precision p) {
     BuilderConfig c = config_for(p);
+    EXPECT_TRUE(c.set_builder_optimization_level(2).ok());
     OptimizationProfile prof;
     EXPECT_TRUE(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}).ok());
     c.add_profile(prof);
@@ -498,6 +501,92 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
         EXPECT_GE(e.cosine, 0.999);
       }
     }
+  }
+}
+
+// Level 3 (the default): cuBLASLt declines the 1x1 convolutions whose activation its epilogue
+// lacks but cuDNN's pointwise nodes compute (Clip, LeakyRelu), so cuDNN's graph API runs six of
+// the seven, and its runtime-fusion engines are timed for the fused form ("fused jit engine=...",
+// compiled again for each batch the kernel meets). Every tactic the builder
+// chose, at batch 1, 3 and 2 (a shape the plan has not met), matches the CPU; a jit tactic without
+// "fused", or on "heuristic", is refused by name.
+TEST(CudaFusedConv, RuntimeFusionAtLevelThree) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  const bool runtime_fusion = backends::cuda::cudnn_runtime_fusion();
+  auto net = fused_conv_chain();
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  auto build = [&](Device d, Precision p) {
+    BuilderConfig c = config_for(p);
+    OptimizationProfile prof;
+    EXPECT_TRUE(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}).ok());
+    c.add_profile(prof);
+    return Builder(d).build(*net, c);
+  };
+  auto cpu = build(Device::kCPU, Precision::kFp32);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto cpu_ctx = cpu->create_execution_context();
+  ASSERT_TRUE(cpu_ctx.ok());
+  auto engine = build(Device::kCUDA, Precision::kFp16);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const plan::Plan& pl = engine->plan();
+  int gemm_convs = 0, graph_convs = 0, jit = 0;
+  for (size_t n = 0; n < pl.nodes.size(); ++n) {
+    gemm_convs += pl.nodes[n].impl == "cuda.cublaslt.FusedConv";
+    if (pl.nodes[n].impl != "cuda.cudnn_graph.FusedConv") continue;
+    ++graph_convs;
+    jit += pl.nodes[n].tactic.find("fused jit engine=") != std::string::npos;
+  }
+  EXPECT_EQ(gemm_convs, runtime_fusion ? 1 : 3);  // hard sigmoid's stays on cuBLASLt
+  EXPECT_EQ(graph_convs, runtime_fusion ? 6 : 4);
+  std::printf(
+      "[cuda] FusedConv chain fp16 level 3: %d of %d graph-API convolutions chose a jit "
+      "tactic (runtime fusion %s)\n",
+      jit, graph_convs, runtime_fusion ? "available" : "unavailable");
+  auto ctx = engine->create_execution_context();
+  ASSERT_TRUE(ctx.ok());
+  for (int64_t batch : {1, 3, 2}) {
+    Tensor x = random_f32({batch, 16, 8, 8}, 200 + uint64_t(batch));
+    auto want = (*cpu_ctx)->run({{"x", x}});
+    auto got = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+    ErrorStats e = error_stats(got->at("y"), want->at("y"));
+    std::printf("[cuda] FusedConv chain fp16 level 3 batch %lld: max abs %.3g, cosine %.7f\n",
+                (long long)batch, e.max_abs, e.cosine);
+    EXPECT_GE(e.cosine, 0.999);
+  }
+  // With KILN_CUDA_JIT=0 the same engine runs its jit nodes on precompiled engines (fused where
+  // one takes the graph, else with the epilogue pass), and a new build records no jit tactic.
+  ::setenv("KILN_CUDA_JIT", "0", 1);
+  {
+    auto off_ctx = engine->create_execution_context();
+    ASSERT_TRUE(off_ctx.ok());
+    Tensor x = random_f32({2, 16, 8, 8}, 300);
+    auto want = (*cpu_ctx)->run({{"x", x}});
+    auto got = (*off_ctx)->run({{"x", x}});
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+    EXPECT_GE(error_stats(got->at("y"), want->at("y")).cosine, 0.999);
+    auto off = build(Device::kCUDA, Precision::kFp16);
+    ASSERT_TRUE(off.ok()) << off.status().to_string();
+    int off_gemm_convs = 0;
+    for (const plan::NodePlan& np : off->plan().nodes) {
+      off_gemm_convs += np.impl == "cuda.cublaslt.FusedConv";
+      EXPECT_EQ(np.tactic.find("jit"), std::string::npos) << np.tactic;
+    }
+    EXPECT_EQ(off_gemm_convs, 3);
+  }
+  ::unsetenv("KILN_CUDA_JIT");
+  for (size_t n = 0; n < pl.nodes.size(); ++n) {
+    if (pl.nodes[n].impl != "cuda.cudnn_graph.FusedConv") continue;
+    for (const char* t :
+         {"jit engine=1 knobs=", "fused jit heuristic", "fused jit jit engine=1 knobs="}) {
+      plan::Plan tampered = pl;
+      tampered.nodes[n].tactic = t;
+      auto te = Engine::from_plan(std::move(tampered));
+      Status ts = te.ok() ? te->create_execution_context().status() : te.status();
+      ASSERT_FALSE(ts.ok()) << t;
+      EXPECT_NE(ts.message().find("cuDNN graph tactic"), std::string::npos) << ts.message();
+    }
+    break;
   }
 }
 

@@ -27,6 +27,10 @@ class KernelImpl {
   // capability). Answered at build time, so that a node it accepts never fails for these reasons
   // at run time.
   virtual Status supports(const KernelQuery& q) const = 0;
+  // Ok, or why the builder should give a node this implementation supports to a later one that
+  // also supports it (one that runs it faster: cuBLASLt's 1x1 convolution and an activation its
+  // epilogue lacks). Where no later one supports the node, the builder takes this one after all.
+  virtual Status declines(const KernelQuery& q) const { return ok_status(); }
   // What the node computes in under the build's precision policy (q.policy). The default: the
   // node's own dtypes (integer, bool and copy kernels; float kernels of the output's dtype).
   virtual NodePrecision precision(const KernelQuery& q) const { return {}; }

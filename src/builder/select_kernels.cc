@@ -186,15 +186,21 @@ Status select_kernels(BuildState& s) {
     for (int v : node.outputs) q.outputs.push_back(v >= 0 ? &g.values[v] : nullptr);
     auto candidates = registry.candidates(kind, device);
     const backends::KernelImpl* chosen = nullptr;
+    const backends::KernelImpl* declined = nullptr;  // the first that supports it but declines
     std::string reasons;
     for (const backends::KernelImpl* impl : candidates) {
       Status st = impl->supports(q);
+      if (st.ok() && !declined && !impl->declines(q).ok()) {
+        declined = impl;
+        continue;
+      }
       if (st.ok()) {
         chosen = impl;
         break;
       }
       reasons += "\n    " + impl->id() + ": " + st.message();
     }
+    if (!chosen) chosen = declined;
     if (!chosen) {
       ++n_failed;
       failures += "\n  " + node.describe() + ": ";

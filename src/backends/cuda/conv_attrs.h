@@ -63,6 +63,14 @@ inline StatusOr<ConvAttrs> conv_attrs(const KernelQuery& q) {
   return c;
 }
 
+// The activations cuDNN's graph pointwise nodes compute exactly as kiln::FusedConv defines them
+// (hard swish and hard sigmoid have no pointwise mode; they stay in conv_epilogue).
+inline bool cudnn_pointwise_computes(ConvActivation a) {
+  return a == ConvActivation::kNone || a == ConvActivation::kRelu || a == ConvActivation::kClip ||
+         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid ||
+         a == ConvActivation::kSilu || a == ConvActivation::kGelu || a == ConvActivation::kGeluTanh;
+}
+
 // Ok unless the node has an input_activation, which only conv_depthwise.cu's tile kernel applies
 // (cuDNN and cuBLASLt read X as it is).
 inline Status check_no_input_activation(const KernelQuery& q, const ConvAttrs& c,

@@ -8,12 +8,20 @@
 // <config>": at batch 1 a configuration tiled for batch 64 leaves most of the GPU idle). The kernel
 // replays the recorded configuration for each shape it meets (cuDNN's heuristic choice where the
 // engine refuses that shape: a fixed rule, not a new choice).
-// Engines that compile kernels at run time are left out, so a new batch size costs a plan build
-// (milliseconds), never a compilation. Bias, residual and activation join the graph as pointwise
-// nodes on the float accumulator where an engine takes them ("fused engine=..."), so Y is rounded
-// to its type once, as the legacy API's fused call and the cuBLASLt epilogue do; otherwise they run
-// in one conv_epilogue pass after the convolution, which rounds the convolution's result first. The
-// builder times both forms (the unfused one with its epilogue pass) and keeps the faster.
+// Bias, residual and activation join the graph as pointwise nodes on the float accumulator where an
+// engine takes them ("fused engine=..."), so Y is rounded to its type once, as the legacy API's
+// fused call and the cuBLASLt epilogue do; otherwise they run in one conv_epilogue pass after the
+// convolution, which rounds the convolution's result first. The builder times both forms (the
+// unfused one with its epilogue pass) and keeps the faster.
+// cuDNN's precompiled engines fuse little beyond ReLU; its runtime-fusion engines generate and
+// compile (NVRTC) a kernel for the graph, SiLU or GELU included. At optimization level 3 and up,
+// where cudnn_runtime_fusion() (jit.h) allows, the fused form's timing also takes the first
+// kJitPlans of those in the heuristics' order ("fused jit engine=..."). EfficientNetV2-S on an H200
+// (FP16, batch 32): 5.84 -> 5.03 ms, its build 4 -> 135 s (timing 4 jit plans instead of 12: 5.26
+// ms, 85 s). The kernel compiles such a plan for each shape it first meets (EfficientNetV2-S's
+// first run at a new batch: about 3 s), as the builder did. cuDNN's dynamic-shape mode, which
+// would compile once for every shape, offered slower kernels (sm80 ones where static shapes got
+// sm90 ones: 5.76 ms at a budget of 3). Unfused forms and precompiled engines never compile.
 
 #include <array>
 #include <cmath>
@@ -23,6 +31,7 @@
 
 #include "backends/cuda/conv_attrs.h"
 #include "backends/cuda/cudnn_fe.h"
+#include "backends/cuda/jit.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -37,6 +46,9 @@ constexpr size_t kMaxPlans = 16;
 // Engine configurations the builder times per graph at optimization level 3 (cuDNN's heuristic
 // order decides which); level 4 and up times all, levels 1 and 2 the first four.
 constexpr int64_t kTimedPlans = 16;
+// Run-time compiled (runtime-fusion) configurations timed per fused graph, beside those: each is
+// a compilation (about 30-50 ms on the H200 host). None below optimization level 3.
+constexpr int64_t kJitPlans = 12, kJitPlansLevel4 = 32;
 
 // One convolution problem in cuDNN's NCHW-ordered dims (the strides say channels last).
 struct Geometry {
@@ -51,14 +63,6 @@ struct Fusion {
   ConvActivation act = ConvActivation::kNone;
   float p0 = 0.f, p1 = 0.f;
 };
-
-// The activations cuDNN's pointwise nodes compute exactly as kiln::FusedConv defines them (hard
-// swish and hard sigmoid have no pointwise mode; they stay in conv_epilogue).
-bool fusable(ConvActivation a) {
-  return a == ConvActivation::kNone || a == ConvActivation::kRelu || a == ConvActivation::kClip ||
-         a == ConvActivation::kLeakyRelu || a == ConvActivation::kSigmoid ||
-         a == ConvActivation::kSilu || a == ConvActivation::kGelu || a == ConvActivation::kGeluTanh;
-}
 
 // The pads of each spatial axis (explicit, or what auto_pad gives for these sizes), checked against
 // the output size the plan holds.
@@ -103,9 +107,11 @@ StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x,
 }
 
 // One engine configuration: cuDNN's heuristic choice for each shape where no engine is given;
-// fused: bias, residual and activation inside the graph.
+// fused: bias, residual and activation inside the graph; jit: a runtime-fusion engine (its kernel
+// compiled at run time for each shape).
 struct GraphConfig {
   bool fused = false;
+  bool jit = false;
   std::optional<int64_t> engine;
   std::unordered_map<fe::KnobType_t, int64_t> knobs;
 };
@@ -118,7 +124,7 @@ struct GraphTactic {
   GraphConfig small;
 };
 
-std::string to_config(bool fused, int64_t engine,
+std::string to_config(bool fused, bool jit, int64_t engine,
                       const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
   // Knob order fixed, so rebuilds write the same text. A backend knob the frontend has no name for
   // comes back as NOT_SET, which create_execution_plan refuses: left out, the engine takes its
@@ -127,7 +133,9 @@ std::string to_config(bool fused, int64_t engine,
   for (const auto& [type, value] : knobs) {
     if (type != fe::KnobType_t::NOT_SET) sorted[int64_t(type)] = value;
   }
-  std::string t = fused ? "fused engine=" : "engine=";
+  std::string t = fused ? "fused " : "";
+  if (jit) t += "jit ";
+  t += "engine=";
   t += std::to_string(engine);
   t += " knobs=";
   bool first = true;
@@ -148,17 +156,22 @@ StatusOr<int64_t> parse_int(const std::string& s, const std::string& t) {
   return std::stoll(s);
 }
 
-// "[fused ]engine=<id> knobs=[<type>:<value>,...]" or "[fused ]heuristic"; `whole` is the tactic
-// the text came from, for the message.
+// "[fused [jit ]]engine=<id> knobs=[<type>:<value>,...]" or "[fused ]heuristic"; `whole` is the
+// tactic the text came from, for the message.
 StatusOr<GraphConfig> parse_config(const std::string& text, const std::string& whole) {
   GraphConfig out;
   out.fused = text.rfind("fused ", 0) == 0;
-  const std::string t = out.fused ? text.substr(6) : text;
-  if (t == "heuristic") return out;
+  std::string t = out.fused ? text.substr(6) : text;
+  out.jit = out.fused && t.rfind("jit ", 0) == 0;
+  if (out.jit) t = t.substr(4);
   const std::string bad =
       "cuDNN graph tactic '" + whole +
-      "' is not [fused ]engine=<id> knobs=[<type>:<value>,...] or [fused ]heuristic, "
+      "' is not [fused [jit ]]engine=<id> knobs=[<type>:<value>,...] or [fused ]heuristic, "
       "optionally followed by ' | below=<batch> ' and another of those";
+  if (t == "heuristic") {
+    if (out.jit) return invalid_argument(bad);
+    return out;
+  }
   if (t.rfind("engine=", 0) != 0) return invalid_argument(bad);
   const size_t sp = t.find(" knobs=");
   if (sp == std::string::npos) return invalid_argument(bad);
@@ -290,13 +303,23 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
   return graph;
 }
 
-// cuDNN's heuristics' engine configurations for a graph, run-time compiled ones left out, checked.
-Status choose_engines(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who) {
+// cuDNN's heuristics' engine configurations for a graph, run-time compiled ones left out unless
+// `jit`, checked.
+Status choose_engines(fe::graph::Graph& graph, cudnnHandle_t handle, const std::string& who,
+                      bool jit = false) {
   KILN_RETURN_IF_ERROR(
       fe_status(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
                 who + ": cuDNN's heuristics"));
-  graph.deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
+  if (!jit) graph.deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
   return fe_status(graph.check_support(handle), who + ": no cuDNN engine takes the convolution");
+}
+
+// Whether the heuristics' configuration `i` compiles its kernel at run time.
+bool compiles_at_run_time(const fe::graph::Graph& graph, int64_t i) {
+  std::vector<fe::BehaviorNote_t> notes;
+  if (!graph.get_behavior_notes_for_plan_at_index(i, notes).is_good()) return false;
+  return std::find(notes.begin(), notes.end(), fe::BehaviorNote_t::RUNTIME_COMPILATION) !=
+         notes.end();
 }
 
 // The heuristics' first configuration that builds.
@@ -324,7 +347,8 @@ StatusOr<GraphPlan> planned_graph(const Geometry& g, DType t, const Fusion& fusi
     return gr.get_workspace_size(ws).is_good() && ws <= kLibraryWorkspace;
   };
   const Fusion& form = tactic.fused ? fusion : none;
-  if (tactic.engine) {
+  // A jit engine where KILN_CUDA_JIT=0 turned compiling off: the precompiled heuristic choice.
+  if (tactic.engine && (!tactic.jit || cudnn_runtime_fusion())) {
     auto graph = operation_graph(g, t, form, handle, who);
     if (graph.ok() && (*graph)->create_execution_plan(*tactic.engine, tactic.knobs).is_good() &&
         (*graph)->check_support(handle).is_good() && (*graph)->build_plans(handle).is_good() &&
@@ -448,7 +472,8 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
   KILN_RETURN_IF_ERROR(check_no_input_activation(q, c, "cuDNN's graph FusedConv"));
   KILN_RETURN_IF_ERROR(check_graph_conv(q, c));
   KILN_ASSIGN_OR_RETURN(GraphTactic tactic, parse_tactic(q.tactic));
-  if ((tactic.main.fused || (tactic.below > 0 && tactic.small.fused)) && !fusable(c.act)) {
+  if ((tactic.main.fused || (tactic.below > 0 && tactic.small.fused)) &&
+      !cudnn_pointwise_computes(c.act)) {
     return invalid_argument(q.node.describe() + ": cuDNN graph tactic '" + q.tactic +
                             "' fuses an activation cuDNN's pointwise nodes do not compute");
   }
@@ -480,6 +505,10 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   const int64_t budget = level >= 4   ? std::numeric_limits<int64_t>::max()
                          : level >= 3 ? kTimedPlans
                                       : 4;
+  const int64_t jit_budget = !cudnn_runtime_fusion() ? 0
+                             : level >= 4            ? kJitPlansLevel4
+                             : level >= 3            ? kJitPlans
+                                                     : 0;
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -510,7 +539,8 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   }
   std::vector<std::pair<double, std::string>> timed;
   std::vector<std::string> order;
-  auto try_form = [&](bool fused) {
+  // One form's configurations: precompiled ones, or (jit) the run-time compiled ones.
+  auto try_form = [&](bool fused, bool jit) {
     const Fusion fusion{.on = fused,
                         .bias = has_bias,
                         .z = has_z,
@@ -520,34 +550,39 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
     auto graph = operation_graph(g, t, fusion, handle, who);
     if (!graph.ok()) return;
     auto& gr = **graph;
-    if (!choose_engines(gr, handle, who).ok()) return;
-    (void)gr.build_plans(handle,
-                         fe::BuildPlanPolicy_t::ALL);  // plans that fail to build are skipped below
+    if (!choose_engines(gr, handle, who, jit).ok()) return;
     std::unordered_map<int64_t, void*> pack = {{kUidX, px}, {kUidW, pw}, {kUidY, py}};
     if (fused && has_bias) pack[kUidB] = pb;
     if (fused && has_z) pack[kUidZ] = pz;
     const int64_t count = gr.get_execution_plan_count();
     int64_t tried = 0;
-    for (int64_t i = 0; i < count && tried < budget; ++i) {
+    for (int64_t i = 0; i < count && tried < (jit ? jit_budget : budget); ++i) {
+      // Plans are built one at a time (a plan that fails to build is skipped), so a run-time
+      // compiled engine past the budget is never compiled.
+      if (compiles_at_run_time(gr, i) != jit) continue;
       int64_t need = 0, engine = 0;
       std::unordered_map<fe::KnobType_t, int64_t> knobs;
-      if (!gr.get_workspace_size_plan_at_index(i, need).is_good() || need > kLibraryWorkspace ||
-          !gr.get_engine_and_knobs_at_index(i, engine, knobs).is_good()) {
+      if (!gr.get_engine_and_knobs_at_index(i, engine, knobs).is_good()) continue;
+      const std::string config = to_config(fused, jit, engine, knobs);
+      if (measure) ++tried;
+      if (!gr.build_plan_at_index(i).is_good() ||
+          !gr.get_workspace_size_plan_at_index(i, need).is_good() || need > kLibraryWorkspace) {
         continue;
       }
-      const std::string config = to_config(fused, engine, knobs);
       if (!measure) {
         order.push_back(config);
         continue;
       }
-      ++tried;
       const double ms =
           time5([&] { return gr.execute_plan_at_index(handle, pack, ws, i).is_good(); });
       if (ms >= 0) timed.emplace_back(ms + (fused ? 0 : epilogue_ms), config);
     }
   };
-  if (has_epilogue && fusable(attrs.act)) try_form(true);
-  try_form(false);
+  if (has_epilogue && cudnn_pointwise_computes(attrs.act)) {
+    try_form(true, false);
+    if (measure && jit_budget > 0) try_form(true, true);
+  }
+  try_form(false, false);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::stable_sort(timed.begin(), timed.end(),

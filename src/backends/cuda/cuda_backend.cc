@@ -102,6 +102,9 @@ class CudaImpl final : public KernelImpl {
     auto kernel = entry_.factory(with_precision);
     return kernel.ok() ? ok_status() : kernel.status();
   }
+  Status declines(const KernelQuery& q) const override {
+    return entry_.info.declines ? entry_.info.declines(q) : ok_status();
+  }
   StatusOr<std::shared_ptr<const PreparedNode>> prepare(const KernelQuery& q,
                                                         const Backend&) const override {
     if (!entry_.info.prepare) return std::shared_ptr<const PreparedNode>();

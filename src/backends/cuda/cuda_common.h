@@ -143,6 +143,8 @@ using Prepare = StatusOr<std::shared_ptr<const PreparedNode>> (*)(const KernelQu
 using Workspace = ir::Dim (*)(const KernelQuery& q);
 // The tactics, ranked at the opt shapes, the default first (KernelImpl::tactics).
 using Tactics = std::vector<std::string> (*)(const KernelQuery& q);
+// KernelImpl::declines for a node the factory accepts.
+using Declines = Status (*)(const KernelQuery& q);
 
 // A constant converted to a GEMM's or convolution's input precision, in device memory. Shared by
 // every engine of the process that holds the same bytes (an engine loaded twice prepares once).
@@ -187,6 +189,7 @@ struct ImplInfo {
   Prepare prepare = nullptr;       // once-per-engine state, when the kernel has any
   Workspace workspace = nullptr;   // scratch per execute, when the kernel needs any
   Tactics tactics = nullptr;       // algorithm choices, when the library offers several
+  Declines declines = nullptr;     // KernelImpl::declines, when it ever declines
   int in_place_input = -1;         // KernelImpl::in_place_input
 };
 

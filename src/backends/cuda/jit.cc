@@ -65,6 +65,19 @@ bool jit_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+bool cudnn_runtime_fusion() {
+  static const bool ampere = [] {
+    int device = 0, major = 0;
+    const bool yes =
+        cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major >= 8;
+    cudaGetLastError();
+    return yes;
+  }();
+  return ampere && jit_enabled();
+}
+
 JitCounts jit_counts() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

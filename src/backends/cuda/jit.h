@@ -21,6 +21,10 @@ StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& en
 // False where KILN_CUDA_JIT=0.
 bool jit_enabled();
 
+// Whether cuDNN's runtime-fusion engines, which compile their kernels at run time as these do, may
+// be used (conv_graph.cc): jit_enabled() and a GPU of compute capability 8.0 or later.
+bool cudnn_runtime_fusion();
+
 // Kernels compiled (cache misses), found in the cache and failed in this process (the tests read
 // them).
 struct JitCounts {
