@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/vector_math.h"
 
 namespace kiln {
@@ -191,7 +192,9 @@ TEST(CpuVectorMath, PiecewiseLinearActivationsMatchTheirScalarForms) {
       [](double v, double a, double b) { return std::min(std::max(v, a), b); });
   check(
       "hardswish", [](float* y, int64_t n, double, double) { hardswish_f32(y, n); }, 0, 0,
-      [](double v, double, double) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); });
+      [](double v, double, double) {
+        return v * std::max(0.0, std::min(1.0, (v + 3) * (1.0 / 6)));
+      });
   check(
       "hardsigmoid", [](float* y, int64_t n, double a, double b) { hardsigmoid_f32(y, n, a, b); },
       0.2, 0.5,
@@ -199,6 +202,35 @@ TEST(CpuVectorMath, PiecewiseLinearActivationsMatchTheirScalarForms) {
   check(
       "leaky_relu", [](float* y, int64_t n, double a, double) { leaky_relu_f32(y, n, a); }, 0.01, 0,
       [](double v, double a, double) { return v >= 0 ? v : a * v; });
+}
+
+// saxpy_taps, which keeps a depthwise plane's output run in registers across its taps, gives the
+// bits of one saxpy per tap in the same order, for runs of whole vectors, of a partial one, of
+// more than the 64 floats a register block holds, and for one tap and none.
+TEST(CpuVectorMath, TapsAxpyMatchesOneAxpyPerTap) {
+  using namespace backends::cpu;
+  std::vector<float> src(4096);
+  uint32_t state = 12345;
+  for (float& v : src) {
+    state = state * 1664525u + 1013904223u;
+    v = float(int32_t(state >> 8) % 20001 - 10000) / 1234.5f;
+  }
+  for (int64_t taps : {0, 1, 9, 25}) {
+    std::vector<int64_t> off;
+    std::vector<float> w;
+    for (int64_t t = 0; t < taps; ++t) {
+      off.push_back((t * 37) % 211);
+      w.push_back(float(t % 7) * 0.37f - 1.1f);
+    }
+    for (int64_t n : {1, 15, 16, 17, 48, 63, 64, 77, 80, 130, 200}) {
+      std::vector<float> want(size_t(n), 0.25f), got(size_t(n), 0.25f);
+      for (int64_t t = 0; t < taps; ++t)
+        saxpy(want.data(), src.data() + off[size_t(t)], w[size_t(t)], n);
+      saxpy_taps(got.data(), src.data(), off.data(), w.data(), taps, n);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), size_t(n) * sizeof(float)), 0)
+          << "taps " << taps << " n " << n;
+    }
+  }
 }
 
 }  // namespace

@@ -295,15 +295,16 @@ class ConvKernel final : public Kernel {
       const bool undilated = ax[1].dil == 1 && ax[2].dil == 1;
       auto channel = [&](int64_t i) {
         static thread_local std::vector<T> buf;
+        static thread_local std::vector<int64_t> offsets;
         const int64_t ch = i % c;
         const T* xi = x + i * in_sp;
         const T* wi = w + ch * kk;
         const T b = bias ? bias[ch] : T(0);
         T* yi = y + i * out_sp;
         if (unit_stride) {
-          depthwise_padded<T>(xi, wi, b, ax[1], ax[2], yi, buf);
+          depthwise_padded<T>(xi, wi, b, ax[1], ax[2], yi, buf, offsets);
         } else if (undilated) {
-          depthwise_phases<T>(xi, wi, b, ax[1], ax[2], yi, buf);
+          depthwise_phases<T>(xi, wi, b, ax[1], ax[2], yi, buf, offsets);
         } else {
           if (buf.size() < size_t(ax[2].in + ax[2].stride))
             buf.resize(size_t(ax[2].in + ax[2].stride));

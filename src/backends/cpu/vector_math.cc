@@ -125,7 +125,7 @@ KILN_TARGET_CLONES
 void hardswish_f32(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = y[i];
-    y[i] = float(v * std::max(0.0, std::min(1.0, v / 6 + 0.5)));
+    y[i] = float(v * std::max(0.0, std::min(1.0, (v + 3) * (1.0 / 6))));
   }
 }
 

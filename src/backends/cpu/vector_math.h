@@ -32,7 +32,7 @@ void softmax_row_f32(const float* x, float* y, int64_t n);
 // In place, y[i] = the piecewise-linear activations of kiln::FusedConv, each in double and
 // rounded once by the same expressions as the CPU FusedConv kernel's scalar ones (so the bits do
 // not depend on which instruction set ran them): relu y > 0 ? y : 0; clip min(max(y, lo), hi);
-// hardswish y max(0, min(1, y / 6 + 0.5)); hardsigmoid max(0, min(1, a y + b)); leaky_relu
+// hardswish y max(0, min(1, (y + 3) * (1/6))); hardsigmoid max(0, min(1, a y + b)); leaky_relu
 // y >= 0 ? y : a y.
 void relu_f32(float* y, int64_t n);
 void clip_f32(float* y, int64_t n, double lo, double hi);
