@@ -233,5 +233,21 @@ TEST(CpuVectorMath, TapsAxpyMatchesOneAxpyPerTap) {
   }
 }
 
+// strided_copy_f32 gathers every stride-th float, reading nothing past the last one it copies
+// (each source is exactly (n - 1) * stride + 1 floats, so ASan sees an over-read).
+TEST(CpuVectorMath, StridedCopyReadsOnlyWhatItCopies) {
+  using namespace backends::cpu;
+  for (int64_t stride : {1, 2, 3}) {
+    for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 100}) {
+      std::vector<float> src(size_t((n - 1) * stride + 1));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) * 0.5f - 3.f;
+      std::vector<float> dst(size_t(n), -1.f);
+      strided_copy_f32(dst.data(), src.data(), stride, n);
+      for (int64_t j = 0; j < n; ++j)
+        EXPECT_EQ(dst[size_t(j)], src[size_t(j * stride)]) << stride << " " << n << " " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

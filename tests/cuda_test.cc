@@ -507,12 +507,16 @@ TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
 // Level 3 (the default): cuBLASLt declines the 1x1 convolutions whose activation its epilogue
 // lacks but cuDNN's pointwise nodes compute (Clip, LeakyRelu), so cuDNN's graph API runs six of
 // the seven, and its runtime-fusion engines are timed for the fused form ("fused jit engine=...",
-// compiled again for each batch the kernel meets). Every tactic the builder
-// chose, at batch 1, 3 and 2 (a shape the plan has not met), matches the CPU; a jit tactic without
-// "fused", or on "heuristic", is refused by name.
+// compiled again for each batch the kernel meets). Every tactic the builder chose, at batch 1, 3
+// and 2 (a shape the plan has not met), matches the CPU; a jit tactic without "fused", or on
+// "heuristic", is refused by name.
 TEST(CudaFusedConv, RuntimeFusionAtLevelThree) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+#ifdef KILN_HAVE_CUDA
   const bool runtime_fusion = backends::cuda::cudnn_runtime_fusion();
+#else
+  const bool runtime_fusion = false;  // unreachable: no CUDA device without the backend
+#endif
   auto net = fused_conv_chain();
   ASSERT_TRUE(net.ok()) << net.status().to_string();
   auto build = [&](Device d, Precision p) {

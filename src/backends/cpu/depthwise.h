@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/vector_math.h"
 #include "backends/cpu/window.h"
 
 namespace kiln::backends::cpu {
@@ -143,7 +145,11 @@ void depthwise_phases(const T* x, const T* w, T bias, const Axis& ah, const Axis
       int64_t lo, hi;
       valid_range(b - aw.pb, sw, qw, aw.in, &lo, &hi);
       T* dst = prow + b * plane;
-      for (int64_t j = lo; j < hi; ++j) dst[j] = xrow[j * sw + b - aw.pb];
+      if constexpr (std::is_same_v<T, float>) {
+        if (hi > lo) strided_copy_f32(dst + lo, xrow + lo * sw + b - aw.pb, sw, hi - lo);
+      } else {
+        for (int64_t j = lo; j < hi; ++j) dst[j] = xrow[j * sw + b - aw.pb];
+      }
     }
   }
   std::fill_n(acc, run16, bias);

@@ -130,6 +130,30 @@ void hardswish_f32(float* y, int64_t n) {
 }
 
 KILN_TARGET_CLONES
+void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n) {
+  int64_t j = 0;
+  if (stride == 2) {
+    typedef float V16 __attribute__((vector_size(64)));
+    typedef int32_t I16 __attribute__((vector_size(64)));
+    const I16 even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    for (; j + 16 <= n; j += 16) {
+      V16 a, b;
+      std::memcpy(&a, src + 2 * j, sizeof(V16));
+      // The last block's second half may lie past src[2 (n - 1)]: read only what exists.
+      if (j + 16 < n) {
+        std::memcpy(&b, src + 2 * j + 16, sizeof(V16));
+      } else {
+        b = V16{};
+        std::memcpy(&b, src + 2 * j + 16, sizeof(float) * 15);
+      }
+      const V16 d = __builtin_shuffle(a, b, even);
+      std::memcpy(dst + j, &d, sizeof(V16));
+    }
+  }
+  for (; j < n; ++j) dst[j] = src[j * stride];
+}
+
+KILN_TARGET_CLONES
 void hardsigmoid_f32(float* y, int64_t n, double a, double b) {
   for (int64_t i = 0; i < n; ++i) y[i] = float(std::max(0.0, std::min(1.0, a * double(y[i]) + b)));
 }
