@@ -134,8 +134,6 @@ void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n) {
   int64_t j = 0;
   if (stride == 2) {
     typedef float V16 __attribute__((vector_size(64)));
-    typedef int32_t I16 __attribute__((vector_size(64)));
-    const I16 even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
     for (; j + 16 <= n; j += 16) {
       V16 a, b;
       std::memcpy(&a, src + 2 * j, sizeof(V16));
@@ -146,7 +144,9 @@ void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n) {
         b = V16{};
         std::memcpy(&b, src + 2 * j + 16, sizeof(float) * 15);
       }
-      const V16 d = __builtin_shuffle(a, b, even);
+      // The even lanes of a:b (__builtin_shufflevector: GCC 12 and clang alike).
+      const V16 d =
+          __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
       std::memcpy(dst + j, &d, sizeof(V16));
     }
   }
