@@ -365,20 +365,24 @@ StatusOr<Network> fused_conv_chain() {
   return net;
 }
 
+// kFusedConvChain built for `d` in precision `p` at builder optimization level `level`, for
+// batches 1..3 (opt 3).
+StatusOr<Engine> build_fused_conv_chain(const Network& net, Device d, Precision p, int level) {
+  BuilderConfig c = config_for(p);
+  KILN_RETURN_IF_ERROR(c.set_builder_optimization_level(level));
+  OptimizationProfile prof;
+  KILN_RETURN_IF_ERROR(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}));
+  c.add_profile(prof);
+  return Builder(d).build(net, c);
+}
+
 // At optimization level 2: precompiled cuDNN engines only (no runtime fusion, so cuBLASLt keeps
 // every 1x1 convolution; CudaFusedConv.RuntimeFusionAtLevelThree covers level 3).
 TEST(CudaFusedConv, EveryActivationAndResidualMatchesTheCpu) {
   if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
   auto net = fused_conv_chain();
   ASSERT_TRUE(net.ok()) << net.status().to_string();
-  auto build = [&](Device d, Precision p) {
-    BuilderConfig c = config_for(p);
-    EXPECT_TRUE(c.set_builder_optimization_level(2).ok());
-    OptimizationProfile prof;
-    EXPECT_TRUE(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}).ok());
-    c.add_profile(prof);
-    return Builder(d).build(*net, c);
-  };
+  auto build = [&](Device d, Precision p) { return build_fused_conv_chain(*net, d, p, 2); };
   auto cpu = build(Device::kCPU, Precision::kFp32);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
   auto cpu_ctx = cpu->create_execution_context();
@@ -519,13 +523,7 @@ TEST(CudaFusedConv, RuntimeFusionAtLevelThree) {
 #endif
   auto net = fused_conv_chain();
   ASSERT_TRUE(net.ok()) << net.status().to_string();
-  auto build = [&](Device d, Precision p) {
-    BuilderConfig c = config_for(p);
-    OptimizationProfile prof;
-    EXPECT_TRUE(prof.set_dimensions("x", {1, 16, 8, 8}, {3, 16, 8, 8}, {3, 16, 8, 8}).ok());
-    c.add_profile(prof);
-    return Builder(d).build(*net, c);
-  };
+  auto build = [&](Device d, Precision p) { return build_fused_conv_chain(*net, d, p, 3); };
   auto cpu = build(Device::kCPU, Precision::kFp32);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
   auto cpu_ctx = cpu->create_execution_context();
