@@ -352,9 +352,11 @@ inline __attribute__((always_inline)) void taps_block(float* __restrict acc,
 // acc[0:n] += w[t] * src[off[t] + 0:n] for t = 0, 1, ... taps - 1 in that order: every tap of a
 // depthwise plane into one output run, held in registers 64 floats at a time while the taps stream
 // past it (loaded and stored once instead of once per tap, one call instead of `taps`). Each
-// element gets the same operations in the same order as one axpy call per tap, vector lanes and
-// scalar tail alike, so the bits match axpy's (CpuVectorMath.TapsAxpyMatchesOneAxpyPerTap);
-// callers pad n to a multiple of 16 where they can, since the tail is scalar.
+// element gets the same products and sums in the same order as one axpy call per tap; whether a
+// product and its sum round once (FMA) is the compiler's choice per function (GCC 13 on the GPU
+// host rounded 16-float runs differently in the two), so they agree within roundings, not bit
+// for bit (CpuVectorMath.TapsAxpyMatchesOneAxpyPerTap). Callers pad n to a multiple of 16 where
+// they can, since the tail is scalar.
 KILN_TARGET_CLONES void taps_axpy(float* __restrict acc, const float* __restrict src,
                                   const int64_t* off, const float* w, int64_t taps, int64_t n) {
   int64_t i = 0;

@@ -196,8 +196,9 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
 // rms_norm_kernel below reads in double through load_as and took 80 us a layer on a Llama-style
 // decoder's [8192, 1024] rows on an H200.
 template <typename T, int kVecs, int kLanes, bool kRms = false>
-__global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y,
-                                       int64_t rows, int n, float eps) {
+__global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
+    layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y, int64_t rows, int n,
+                           float eps) {
   using N = DNum<T>;
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
   const int lane = threadIdx.x % kLanes;
@@ -207,21 +208,25 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
   const int nv = live ? n / 8 : 0;
   const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : 0) * n);
   uint4* yr = reinterpret_cast<uint4*>(y + (live ? row : 0) * n);
-  float v[kVecs][8];
-  float s = 0;
+  // The row stays in registers as loaded (8 halves a vector) and is converted to float in each of
+  // the three passes: a float copy took 53 registers a thread for 768-wide rows, so only 36 of an
+  // SM's 64 warps were resident and GPT-2's [8192, 768] rows took two waves (9.7 us a layer on an
+  // H200); held as loaded, the rows of a layer are resident at once.
+  uint4 u[kVecs];
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = lane + kLanes * i;
-    uint4 u = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[i][e] = c < nv ? float(N::load(h[e])) : 0.f;
-      s += v[i][e];
-    }
+    u[i] = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
   }
+  auto at = [&](int i, int e) { return float(N::load(reinterpret_cast<const T*>(&u[i])[e])); };
   float mean = 0;
   if (!kRms) {
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += at(i, e);
+    }
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     mean = s / float(n);
@@ -231,7 +236,7 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
   for (int i = 0; i < kVecs; ++i) {
     if (lane + kLanes * i < nv) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
+      for (int e = 0; e < 8; ++e) q += (at(i, e) - mean) * (at(i, e) - mean);
     }
   }
 #pragma unroll
@@ -248,7 +253,7 @@ __global__ void layer_norm_warp_kernel(const T* x, const T* scale, const T* bias
     T* oh = reinterpret_cast<T*>(&out);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      float o = (v[i][e] - mean) * inv;
+      float o = (at(i, e) - mean) * inv;
       if (scale) o *= float(N::load(sh[e]));
       if (bias) o += float(N::load(bh[e]));
       oh[e] = N::store(typename N::C(o));
@@ -296,6 +301,8 @@ bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorV
       go(I1{}, l32);
     else if (per_lane <= 2)
       go(I2{}, l32);
+    else if (per_lane <= 3)
+      go(std::integral_constant<int, 3>{}, l32);
     else if (per_lane <= 4)
       go(I4{}, l32);
     else
