@@ -16,8 +16,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // y[0:n] += a * x[0:n], vectorized for the running CPU (the depthwise conv's inner loop).
 void saxpy(float* y, const float* x, float a, int64_t n);
 
-// acc[0:n] += w[t] * src[offsets[t] + 0:n] for each t < taps in order: the same bits as one saxpy
-// per tap, with the run kept in registers across the taps (a depthwise plane's every tap).
+// acc[0:n] += w[t] * src[offsets[t] + 0:n] for each t < taps in order: the sums of one saxpy per
+// tap in the same order (not always the same bits: the compiler decides per function whether a
+// product and its sum round once), with the run kept in registers across the taps (a depthwise
+// plane's every tap).
 void saxpy_taps(float* acc, const float* src, const int64_t* offsets, const float* w, int64_t taps,
                 int64_t n);
 
