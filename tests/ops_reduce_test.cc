@@ -6,7 +6,10 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "backends/cpu/thread_pool.h"
 #include "op_harness.h"
 #include "typed_values.h"
 
@@ -209,6 +212,40 @@ TEST(ReduceOpsKernel, ChannelsLastPoolingAxes) {
         {.node = op(name, 18).i("keepdims", 1), .inputs = ins, .expect_support = true},
         DType::kFloat16, {1});
     ASSERT_TRUE(half.ok()) << name << " float16: " << half.status().to_string();
+  }
+}
+
+// A global average pool in NCHW ([N, C, H, W] over H and W): float32 rows summed in double over
+// partial sums and split over threads. Against the loop in double, rows of 49 (a tail past the
+// 16-wide blocks) and 3136 elements, enough of them to run on several threads, and the same bits on
+// one thread and on three.
+TEST(ReduceOpsKernel, FloatRowsOverThreadsMatchTheLoop) {
+  for (const Shape& shape : {Shape{2, 576, 7, 7}, Shape{1, 40, 56, 56}}) {
+    const int64_t rows = shape[0] * shape[1], n = shape[2] * shape[3];
+    std::vector<float> x(size_t(rows * n));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(float(i) * 0.61f) * 3.0f + 0.02f * float(i % 11);
+    for (const char* name : {"ReduceMean", "ReduceSum"}) {
+      const bool mean = std::string(name) == "ReduceMean";
+      std::vector<float> ef(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t p = 0; p < n; ++p) acc += x[size_t(r * n + p)];
+        ef[size_t(r)] = float(mean ? acc / double(n) : acc);
+      }
+      std::vector<testing::CaseInput> ins = {make_f32(shape, x), i64s({2, 3})};
+      std::vector<float> bits[2];
+      for (int threads : {1, 3}) {
+        backends::cpu::ScopedThreadLimit limit(threads);
+        auto out = run_case(op(name, 18).i("keepdims", 1), ins);
+        ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
+        EXPECT_TRUE(all_close((*out)[0], make_f32({shape[0], shape[1], 1, 1}, ef)))
+            << name << " " << shape_to_string(shape) << " threads " << threads;
+        const float* p = (*out)[0].data_as<const float>();
+        bits[threads == 3].assign(p, p + rows);
+      }
+      EXPECT_EQ(bits[0], bits[1]) << name << " " << shape_to_string(shape);
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/numeric.h"
+#include "backends/cpu/thread_pool.h"
+#include "backends/cpu/vector_math.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -227,6 +229,26 @@ void reduce_all(const T* x, T* y, const std::vector<Run>& kept, const std::vecto
   }
 }
 
+// y[r] = the sum (or mean) of x[r * n : (r + 1) * n] for r < rows, in double, rows split over
+// threads where there are enough elements.
+template <bool kMean>
+void float_rows(const float* x, float* y, int64_t rows, int64_t n) {
+  auto row = [&](int64_t r) {
+    const double s = sum_f32(x + r * n, n);
+    y[r] = float(kMean ? s / double(n) : s);
+  };
+  constexpr int64_t kParallelElements = int64_t(1) << 16;
+  const int64_t tasks =
+      rows * n >= kParallelElements ? std::min<int64_t>(rows, 4 * thread_limit()) : 1;
+  if (tasks <= 1) {
+    for (int64_t r = 0; r < rows; ++r) row(r);
+    return;
+  }
+  parallel_for(tasks, [&](int64_t t) {
+    for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r) row(r);
+  });
+}
+
 template <Reduce kOp>
 Status reduce_kernel(const KernelArgs& a) {
   const char* op = reduce_name(kOp);
@@ -287,6 +309,16 @@ Status reduce_kernel(const KernelArgs& a) {
                             " elements; the reduction gives " + std::to_string(out_n));
   }
   if (out_n == 0) return ok_status();
+  if constexpr (kOp == Reduce::kSum || kOp == Reduce::kMean) {
+    // float32 rows: each output the sum of `count` contiguous elements, the outputs one after
+    // another (a global average pool's [N, C, H, W] over H and W; squeeze-excitation's every
+    // block in MobileNet): sum_f32's partial sums in double, the rows split over threads.
+    if (x.dtype == DType::kFloat32 && count > 0 && red.size() == 1 && red[0].stride == 1 &&
+        (kept.empty() || (kept.size() == 1 && kept[0].stride == count))) {
+      float_rows<kOp == Reduce::kMean>(x.as<const float>(), y.as<float>(), out_n, count);
+      return ok_status();
+    }
+  }
   return visit_numeric(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     reduce_all<T, kOp>(x.as<const T>(), y.as<T>(), kept, red, count);

@@ -122,6 +122,21 @@ void clip_f32(float* y, int64_t n, double lo, double hi) {
 }
 
 KILN_TARGET_CLONES
+double sum_f32(const float* x, int64_t n) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += double(x[i + j]);
+  }
+  for (int w = 8; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  double s = acc[0];
+  for (; i < n; ++i) s += double(x[i]);
+  return s;
+}
+
+KILN_TARGET_CLONES
 void hardswish_f32(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = y[i];

@@ -40,6 +40,10 @@ void hardswish_f32(float* y, int64_t n);
 void hardsigmoid_f32(float* y, int64_t n, double a, double b);
 void leaky_relu_f32(float* y, int64_t n, double a);
 
+// The sum of x[0:n] in double, over sixteen partial sums (so the additions do not wait on one
+// another), added pairwise at the end, then the tail in order.
+double sum_f32(const float* x, int64_t n);
+
 // dst[j] = src[j * stride] for j < n (a depthwise convolution's phase split); stride 2, the
 // common one, deinterleaves 32 floats at a time.
 void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n);
