@@ -264,9 +264,22 @@ void layer_norm_rows(const KernelArgs& a, int64_t outer, int64_t n, double eps,
   auto at = [n](const std::vector<int64_t>& idx, int64_t numel, int64_t j) {
     return !idx.empty() ? idx[j] : (numel == n ? j : 0);
   };
+  // float32 with Scale and B of the row's size: layer_norm_row_f32's vector loops, the same
+  // formula over partial sums.
+  const bool rows_f32 = std::is_same_v<T, float> && scale_idx.empty() && s_numel == n &&
+                        (!bias || (bias_idx.empty() && b_numel == n));
   auto row = [&](int64_t o) {
     const T* xr = x + o * n;
     T* yr = y + o * n;
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows_f32) {
+        double mean = 0, inv = 0;
+        layer_norm_row_f32(xr, yr, n, scale, bias, eps, &mean, &inv);
+        if (mean_out) store_at(*mean_out, o, mean);
+        if (inv_out) store_at(*inv_out, o, inv);
+        return;
+      }
+    }
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) sum += double(N::load(xr[j]));
     double mean = sum / double(n);

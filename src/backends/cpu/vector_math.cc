@@ -1,6 +1,7 @@
 #include "backends/cpu/vector_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -134,6 +135,47 @@ double sum_f32(const float* x, int64_t n) {
   double s = acc[0];
   for (; i < n; ++i) s += double(x[i]);
   return s;
+}
+
+KILN_TARGET_CLONES
+void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                        double eps, double* mean_out, double* inv_out) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += double(x[i + j]);
+  }
+  for (int w = 8; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  double sum = acc[0];
+  for (; i < n; ++i) sum += double(x[i]);
+  const double mean = sum / double(n);
+  double sq[16] = {};
+  i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      const double d = double(x[i + j]) - mean;
+      sq[j] += d * d;
+    }
+  }
+  for (int w = 8; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) sq[j] += sq[j + w];
+  }
+  double var = sq[0];
+  for (; i < n; ++i) {
+    const double d = double(x[i]) - mean;
+    var += d * d;
+  }
+  const double inv = 1.0 / std::sqrt(var / double(n) + eps);
+  if (bias) {
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = float((double(x[j]) - mean) * inv * double(scale[j]) + double(bias[j]));
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j] = float((double(x[j]) - mean) * inv * double(scale[j]));
+  }
+  *mean_out = mean;
+  *inv_out = inv;
 }
 
 KILN_TARGET_CLONES

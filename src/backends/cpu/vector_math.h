@@ -44,6 +44,13 @@ void leaky_relu_f32(float* y, int64_t n, double a);
 // another), added pairwise at the end, then the tail in order.
 double sum_f32(const float* x, int64_t n);
 
+// One float32 row of LayerNormalization, in double as the reference computes it: mean, then the
+// mean squared deviation from it (each over sixteen partial sums, as sum_f32), inv = 1 /
+// sqrt(var + eps), y[j] = float((x[j] - mean) * inv * scale[j] + bias[j]) (bias may be null).
+// Writes the mean and inv to *mean and *inv. x and y may be one array.
+void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                        double eps, double* mean, double* inv);
+
 // dst[j] = src[j * stride] for j < n (a depthwise convolution's phase split); stride 2, the
 // common one, deinterleaves 32 floats at a time.
 void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n);
