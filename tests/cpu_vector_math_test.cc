@@ -267,5 +267,46 @@ TEST(CpuVectorMath, StridedCopyReadsOnlyWhatItCopies) {
   }
 }
 
+// layer_norm_row_f32 against the reference's sequential loops in double, rows shorter than one
+// 16-wide block, of whole blocks and with a tail, with and without B, in place too: the mean and
+// inv within double rounding of the loops', every output within one float ulp of the loop's.
+TEST(CpuVectorMath, LayerNormRowMatchesTheSequentialLoops) {
+  using namespace backends::cpu;
+  for (int64_t n : {1, 15, 16, 17, 192, 200}) {
+    const size_t sz = static_cast<size_t>(n);
+    std::vector<float> x(sz), scale(sz), bias(sz);
+    for (int64_t j = 0; j < n; ++j) {
+      x[size_t(j)] = std::sin(float(j) * 0.7f) * 4.f + 1.5f;
+      scale[size_t(j)] = 0.5f + float(j % 5) * 0.25f;
+      bias[size_t(j)] = float(j % 3) - 1.f;
+    }
+    for (bool with_bias : {false, true}) {
+      double sum = 0;
+      for (float v : x) sum += double(v);
+      const double mean = sum / double(n);
+      double sq = 0;
+      for (float v : x) sq += (double(v) - mean) * (double(v) - mean);
+      const double inv = 1.0 / std::sqrt(sq / double(n) + 1e-5);
+      std::vector<float> y(sz), in_place = x;
+      double got_mean = 0, got_inv = 0, m2 = 0, i2 = 0;
+      layer_norm_row_f32(x.data(), y.data(), n, scale.data(), with_bias ? bias.data() : nullptr,
+                         1e-5, &got_mean, &got_inv);
+      layer_norm_row_f32(in_place.data(), in_place.data(), n, scale.data(),
+                         with_bias ? bias.data() : nullptr, 1e-5, &m2, &i2);
+      EXPECT_NEAR(got_mean, mean, 1e-12 * (1 + std::fabs(mean))) << n;
+      EXPECT_NEAR(got_inv, inv, 1e-12 * inv) << n;
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = (double(x[size_t(j)]) - mean) * inv * double(scale[size_t(j)]) +
+                            (with_bias ? double(bias[size_t(j)]) : 0.0);
+        const float w = float(want);
+        EXPECT_LE(std::fabs(y[size_t(j)] - w),
+                  std::nextafter(std::fabs(w), INFINITY) - std::fabs(w))
+            << "n " << n << " j " << j << " bias " << with_bias;
+        EXPECT_EQ(in_place[size_t(j)], y[size_t(j)]) << "in place, n " << n << " j " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
