@@ -208,6 +208,40 @@ TEST(Sgemm, FewRowsSplitOverThreadsMatchesOneThreadBitwise) {
   }
 }
 
+// sgemm_packed, B packed once (a layer's constant weights), gives sgemm's bits: B and B^T, a few
+// rows (no packing on that path) and many, k over several 256-deep chunks, n over two 3072-wide
+// panels with a partial sliver, ld wider than the row, alpha and beta, one thread and three.
+TEST(Sgemm, PackedBGivesTheBitsOfSgemm) {
+  struct Case {
+    int64_t m, n, k;
+    bool tb;
+    float alpha, beta;
+    int64_t pad;
+  };
+  for (const Case& g :
+       {Case{197, 576, 192, false, 1.f, 0.f, 0}, Case{64, 3100, 600, false, 1.f, 0.f, 3},
+        Case{130, 67, 259, true, -1.5f, 0.25f, 5}, Case{4, 1000, 576, true, 1.f, 0.f, 0},
+        Case{1, 300, 700, false, 1.f, 1.f, 0}, Case{33, 47, 300, true, 0.5f, 2.f, 1}}) {
+    const int64_t lda = g.k + g.pad, ldb = (g.tb ? g.k : g.n) + g.pad, ldc = g.n + g.pad;
+    auto a = random_values(size_t(g.m * lda), 11);
+    auto b = random_values(size_t((g.tb ? g.n : g.k) * ldb), 12);
+    auto c0 = random_values(size_t(g.m * ldc), 13);
+    const backends::cpu::PackedB packed(g.tb, g.k, g.n, b.data(), ldb);
+    EXPECT_EQ(packed.k(), g.k);
+    EXPECT_EQ(packed.n(), g.n);
+    for (int threads : {1, 3}) {
+      backends::cpu::ScopedThreadLimit limit(threads);
+      std::vector<float> want = c0, got = c0;
+      backends::cpu::sgemm(false, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb,
+                           g.beta, want.data(), ldc);
+      backends::cpu::sgemm_packed(g.m, g.alpha, a.data(), lda, b.data(), ldb, packed, g.beta,
+                                  got.data(), ldc);
+      EXPECT_EQ(want, got) << g.m << "x" << g.n << "x" << g.k << " tb=" << g.tb << " threads "
+                           << threads;
+    }
+  }
+}
+
 TEST(Sgemm, BetaZeroIgnoresNanAndKZeroScales) {
   std::vector<float> a(12, 1.f), b(12, 1.f);
   std::vector<float> c(9, std::numeric_limits<float>::quiet_NaN());

@@ -6,10 +6,11 @@ namespace {
 
 class FnKernel final : public Kernel {
  public:
-  FnKernel(std::string name, ir::Attributes attrs, KernelFn fn)
-      : name_(std::move(name)), attrs_(std::move(attrs)), fn_(fn) {}
+  FnKernel(std::string name, ir::Attributes attrs, KernelFn fn,
+           std::shared_ptr<const PreparedNode> prepared)
+      : name_(std::move(name)), attrs_(std::move(attrs)), fn_(fn), prepared_(std::move(prepared)) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    return fn_(KernelArgs{attrs_, in, out});
+    return fn_(KernelArgs{attrs_, in, out, prepared_.get()});
   }
   std::string name() const override { return name_; }
 
@@ -17,6 +18,7 @@ class FnKernel final : public Kernel {
   std::string name_;
   ir::Attributes attrs_;
   KernelFn fn_;
+  std::shared_ptr<const PreparedNode> prepared_;
 };
 
 // A CPU reference implementation: a kernel function (stateless, supports every node the op's
@@ -38,10 +40,15 @@ class CpuImpl final : public KernelImpl {
     // have no effect on the CPU), and integer kernels are exact.
     return {};
   }
+  StatusOr<std::shared_ptr<const PreparedNode>> prepare(const KernelQuery& q,
+                                                        const Backend&) const override {
+    if (!entry_.prepare) return std::shared_ptr<const PreparedNode>();
+    return entry_.prepare(q);
+  }
   StatusOr<std::unique_ptr<Kernel>> instantiate(
-      const KernelQuery& q, std::shared_ptr<const PreparedNode>) const override {
+      const KernelQuery& q, std::shared_ptr<const PreparedNode> prepared) const override {
     if (entry_.factory) return entry_.factory(q);
-    return std::unique_ptr<Kernel>(new FnKernel(id_, q.node.attrs, entry_.fn));
+    return std::unique_ptr<Kernel>(new FnKernel(id_, q.node.attrs, entry_.fn, std::move(prepared)));
   }
 
  private:
@@ -78,10 +85,11 @@ KernelRegistry family_kernels() {
 
 }  // namespace
 
-void KernelRegistry::add(ops::OpKind op, KernelFn fn) {
+void KernelRegistry::add(ops::OpKind op, KernelFn fn, PrepareFn prepare) {
   size_t i = size_t(op);
   if (entries_.size() <= i) entries_.resize(i + 1);
   entries_[i].fn = fn;
+  entries_[i].prepare = prepare;
 }
 
 void KernelRegistry::add_factory(ops::OpKind op, KernelFactory factory) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,9 +20,16 @@ struct KernelArgs {
   const ir::Attributes& attrs;
   std::span<const TensorView> in;
   std::span<const TensorView> out;
+  // What the kernel's PrepareFn made of the node's constants for this engine, or nullptr (no
+  // PrepareFn, nothing to prepare, or a kernel run outside an engine: constant folding, the op
+  // tests). A kernel computes the same with and without it.
+  const PreparedNode* prepared = nullptr;
 };
 
 using KernelFn = Status (*)(const KernelArgs& args);
+// Once per engine, for a KernelFn: state made from the node's constant inputs (packed weights),
+// shared read-only by every context; a null pointer where there is nothing to prepare.
+using PrepareFn = StatusOr<std::shared_ptr<const PreparedNode>> (*)(const KernelQuery& q);
 
 // A kernel factory for kernels that prepare state once (packed weights, parsed attributes). It
 // also answers whether the node is supported: a factory that refuses a node returns the reason.
@@ -31,11 +39,12 @@ using KernelFactory = std::function<StatusOr<std::unique_ptr<Kernel>>(const Kern
 class KernelRegistry {
  public:
   // A stateless kernel: attributes are read on each call.
-  void add(ops::OpKind op, KernelFn fn);
+  void add(ops::OpKind op, KernelFn fn, PrepareFn prepare = nullptr);
   void add_factory(ops::OpKind op, KernelFactory factory);
 
   struct Entry {
     KernelFn fn = nullptr;
+    PrepareFn prepare = nullptr;
     KernelFactory factory;
   };
   const std::vector<Entry>& entries() const { return entries_; }

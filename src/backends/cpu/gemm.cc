@@ -237,13 +237,17 @@ constexpr int64_t kParallelGemm = int64_t(1) << 20;
 
 // `tiles` is panel_tiles<MR, NV, V> compiled for the same ISA as the caller, so workers use the
 // caller's tile shape (NR) on the panel it packed.
+// `packed`: op(B) packed beforehand in this NR's panels (PackedB), or nullptr to pack here.
 template <int MR, int NV, typename V>
 inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
-                                                        void (*tiles)(const Panel&, int64_t)) {
+                                                        void (*tiles)(const Panel&, int64_t),
+                                                        const float* packed) {
   constexpr int NR = NV * int(sizeof(V) / sizeof(float));
   Scratch& s = scratch();
   int64_t kc_max = std::min(g.k, kKc);
-  float* pb = Scratch::aligned(s.b, size_t(((std::min(g.n, kNc) + NR - 1) / NR) * NR * kc_max));
+  float* pb =
+      packed ? nullptr
+             : Scratch::aligned(s.b, size_t(((std::min(g.n, kNc) + NR - 1) / NR) * NR * kc_max));
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
   const bool parallel = g.m * g.n * g.k >= kParallelGemm && thread_limit() > 1;
   for (int64_t jc = 0; jc < g.n; jc += kNc) {
@@ -256,7 +260,12 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
     const int64_t per_chunk = (slivers + j_chunks - 1) / j_chunks;
     for (int64_t pc = 0; pc < g.k; pc += kKc) {
       int64_t kc = std::min(kKc, g.k - pc);
-      pack_b<NR>(g, pc, jc, kc, nc, pb);
+      if (packed) {
+        pb = const_cast<float*>(packed);  // read only: the panels' tasks never write B
+        packed += slivers * NR * kc;
+      } else {
+        pack_b<NR>(g, pc, jc, kc, nc, pb);
+      }
       const Panel panel{&g, pb, jc, pc, nc, kc, j_chunks, per_chunk};
       const int64_t tasks = m_blocks * j_chunks;
       if (!parallel || tasks == 1) {
@@ -272,6 +281,7 @@ inline __attribute__((always_inline)) void blocked_gemm(const GemmArgs& g,
 // target_clones would compile one tile shape for all ISAs; separate versions let each keep its
 // accumulators in its own register file (32 zmm, 16 ymm, 16 xmm).
 // Not under TSan (multiversion.h).
+// blocked_nr() is the NR of the version blocked_gemm_dispatch runs, for PackedB.
 #if KILN_MULTIVERSION
 __attribute__((target("default"))) void tiles_sse(const Panel& p, int64_t t) {
   panel_tiles<6, 2, V4>(p, t);
@@ -282,18 +292,27 @@ __attribute__((target("avx2,fma"))) void tiles_avx2(const Panel& p, int64_t t) {
 __attribute__((target("avx512f"))) void tiles_avx512(const Panel& p, int64_t t) {
   panel_tiles<12, 2, V16>(p, t);
 }
-__attribute__((target("default"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<6, 2, V4>(g, &tiles_sse);  // 6x8: 12 accumulators
+__attribute__((target("default"))) void blocked_gemm_dispatch(const GemmArgs& g,
+                                                              const float* packed = nullptr) {
+  blocked_gemm<6, 2, V4>(g, &tiles_sse, packed);  // 6x8: 12 accumulators
 }
-__attribute__((target("avx2,fma"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<6, 2, V8>(g, &tiles_avx2);  // 6x16: 12 accumulators
+__attribute__((target("avx2,fma"))) void blocked_gemm_dispatch(const GemmArgs& g,
+                                                               const float* packed = nullptr) {
+  blocked_gemm<6, 2, V8>(g, &tiles_avx2, packed);  // 6x16: 12 accumulators
 }
-__attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g) {
-  blocked_gemm<12, 2, V16>(g, &tiles_avx512);  // 12x32: 24 accumulators
+__attribute__((target("avx512f"))) void blocked_gemm_dispatch(const GemmArgs& g,
+                                                              const float* packed = nullptr) {
+  blocked_gemm<12, 2, V16>(g, &tiles_avx512, packed);  // 12x32: 24 accumulators
 }
+__attribute__((target("default"))) int blocked_nr() { return 8; }
+__attribute__((target("avx2,fma"))) int blocked_nr() { return 16; }
+__attribute__((target("avx512f"))) int blocked_nr() { return 32; }
 #else
 void tiles_sse(const Panel& p, int64_t t) { panel_tiles<6, 2, V4>(p, t); }
-void blocked_gemm_dispatch(const GemmArgs& g) { blocked_gemm<6, 2, V4>(g, &tiles_sse); }
+void blocked_gemm_dispatch(const GemmArgs& g, const float* packed = nullptr) {
+  blocked_gemm<6, 2, V4>(g, &tiles_sse, packed);
+}
+int blocked_nr() { return 8; }
 #endif
 
 void small_gemm(const GemmArgs& g) {
@@ -528,8 +547,11 @@ void saxpy_taps(float* acc, const float* src, const int64_t* offsets, const floa
   taps_axpy(acc, src, offsets, w, taps, n);
 }
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+
+void sgemm_with(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc, const float* packed) {
   if (m <= 0 || n <= 0) return;
   if (beta == 0.f) {
     for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
@@ -549,8 +571,58 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   } else if (m == 1) {
     gemv_m1(g);
   } else {
-    blocked_gemm_dispatch(g);
+    blocked_gemm_dispatch(g, packed);
   }
+}
+
+float* align64(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+}
+
+// op(B)'s panels in blocked_gemm's order (column panels of kNc, in each the k chunks of kKc, each
+// chunk's slivers of NR columns, zero-padded), packed by pack_b<NR>.
+template <int NR>
+std::vector<float> pack_all(const GemmArgs& g) {
+  int64_t total = 0;
+  for (int64_t jc = 0; jc < g.n; jc += kNc) {
+    total += (std::min(kNc, g.n - jc) + NR - 1) / NR * NR * g.k;
+  }
+  std::vector<float> out(size_t(total) + 16);
+  float* dst = align64(out.data());  // as the scratch panels are
+  for (int64_t jc = 0; jc < g.n; jc += kNc) {
+    const int64_t nc = std::min(kNc, g.n - jc), slivers = (nc + NR - 1) / NR;
+    for (int64_t pc = 0; pc < g.k; pc += kKc) {
+      const int64_t kc = std::min(kKc, g.k - pc);
+      pack_b<NR>(g, pc, jc, kc, nc, dst);
+      dst += slivers * NR * kc;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm_with(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+}
+
+PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
+    : trans_b_(trans_b), k_(k), n_(n), nr_(blocked_nr()) {
+  if (k <= 0 || n <= 0) return;
+  const GemmArgs g{false, trans_b, 0, n, k, 1.f, nullptr, 0, b, ldb, nullptr, 0};
+  data_ = nr_ == 32 ? pack_all<32>(g) : nr_ == 16 ? pack_all<16>(g) : pack_all<8>(g);
+}
+
+void sgemm_packed(int64_t m, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  const PackedB& packed, float beta, float* c, int64_t ldc) {
+  // Packed for another tile width (a build without multiversioning loading a plan of one with it
+  // cannot happen in one process, but the check costs nothing): pack as usual.
+  const float* panels = packed.nr_ == blocked_nr() && !packed.data_.empty()
+                            ? align64(const_cast<float*>(packed.data_.data()))
+                            : nullptr;
+  sgemm_with(false, packed.trans_b_, m, packed.n_, packed.k_, alpha, a, lda, b, ldb, beta, c, ldc,
+             panels);
 }
 
 }  // namespace kiln::backends::cpu

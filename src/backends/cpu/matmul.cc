@@ -1,7 +1,9 @@
 // CPU reference kernels of the matmul op family: MatMul (numpy broadcasting) and Gemm, on the
 // shared SGEMM (float32) or a plain loop (float64; other dtypes widen to it), and Det.
 #include <cmath>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -86,6 +88,41 @@ Status run_widened(const KernelArgs& args, Fn&& fn) {
   return ok_status();
 }
 
+// A constant float32 B packed once for the engine (sgemm_packed), for a float32 A: a layer's
+// weights, whether MatMul's [K, N] or Gemm's with transB.
+struct PackedWeights final : PreparedNode {
+  explicit PackedWeights(PackedB b) : packed(std::move(b)) {}
+  PackedB packed;
+};
+
+StatusOr<std::shared_ptr<const PreparedNode>> pack_constant_b(const KernelQuery& q, bool trans_b) {
+  if (q.input_dtype(0) != DType::kFloat32 || !q.input_is_constant(1))
+    return std::shared_ptr<const PreparedNode>();
+  const Tensor& b = *q.inputs[1]->constant;
+  if (b.dtype() != DType::kFloat32 || b.rank() != 2 || b.numel() == 0)
+    return std::shared_ptr<const PreparedNode>();
+  const int64_t rows = b.shape()[0], cols = b.shape()[1];
+  return std::shared_ptr<const PreparedNode>(std::make_shared<PackedWeights>(PackedB(
+      trans_b, trans_b ? cols : rows, trans_b ? rows : cols, b.data_as<const float>(), cols)));
+}
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_matmul(const KernelQuery& q) {
+  return pack_constant_b(q, false);
+}
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(int64_t trans_b, q.node.attrs.get_int("transB", 0));
+  return pack_constant_b(q, trans_b != 0);
+}
+
+// The packed B of `args` when it was packed for exactly this B (k x n, trans_b), else nullptr.
+const PackedB* packed_b(const KernelArgs& args, bool trans_b, int64_t k, int64_t n) {
+  const auto* w = dynamic_cast<const PackedWeights*>(args.prepared);
+  if (!w || w->packed.trans_b() != trans_b || w->packed.k() != k || w->packed.n() != n)
+    return nullptr;
+  return &w->packed;
+}
+
 template <typename T>
 Status matmul_typed(const KernelArgs& args) {
   const TensorView& av = args.in[0];
@@ -112,6 +149,12 @@ Status matmul_typed(const KernelArgs& args) {
     // B is one matrix shared by every batch: fold A's batch dims into M, one large GEMM.
     int64_t rows = av.numel() / std::max<int64_t>(k, 1);
     if (k == 0) rows = yv.numel() / n;
+    if constexpr (std::is_same_v<T, float>) {
+      if (const PackedB* p = rb == 2 && k > 0 ? packed_b(args, false, k, n) : nullptr) {
+        sgemm_packed(rows, 1.f, a, k, b, n, *p, 0.f, y, n);
+        return ok_status();
+      }
+    }
     gemm(false, false, rows, n, k, T(1), a, k, b, n, T(0), y, n);
     return ok_status();
   }
@@ -198,6 +241,13 @@ Status gemm_typed(const KernelArgs& args, bool trans_a, bool trans_b, float alph
       }
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (const PackedB* p = !trans_a && k > 0 ? packed_b(args, trans_b, k, n) : nullptr) {
+      sgemm_packed(m, alpha, av.as<const T>(), av.shape[1], bv.as<const T>(), bv.shape[1], *p,
+                   has_c ? beta : 0.f, y, n);
+      return ok_status();
+    }
+  }
   gemm(trans_a, trans_b, m, n, k, T(alpha), av.as<const T>(), av.shape[1], bv.as<const T>(),
        bv.shape[1], has_c ? T(beta) : T(0), y, n);
   return ok_status();
@@ -265,8 +315,8 @@ Status det_kernel(const KernelArgs& args) {
 }  // namespace
 
 void register_matmul_kernels(KernelRegistry& r) {
-  r.add(ops::OpKind::kMatMul, &matmul_kernel);
-  r.add(ops::OpKind::kGemm, &gemm_kernel);
+  r.add(ops::OpKind::kMatMul, &matmul_kernel, &prepare_matmul);
+  r.add(ops::OpKind::kGemm, &gemm_kernel, &prepare_gemm);
   r.add(ops::OpKind::kDet, &det_kernel);
 }
 
