@@ -31,6 +31,7 @@ namespace kiln::backends::cpu {
 namespace {
 
 thread_local bool t_in_worker = false;
+thread_local int t_limit = 0;  // ScopedThreadLimit's; 0: cpu_threads()
 
 // How long a worker watches for the next job, and a caller for its job's end, before blocking.
 constexpr std::chrono::microseconds kSpin{200};
@@ -53,7 +54,6 @@ bool spin_until(F done) {
     if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return done();
   }
 }
-thread_local int t_limit = 0;  // ScopedThreadLimit's; 0: cpu_threads()
 
 struct Job {
   const std::function<void(int64_t)>* fn;
