@@ -12,10 +12,10 @@
 // softcap or windows, constant head sizes cuDNN takes). A plan is built per shape the kernel meets
 // (at most kMaxPlans kept): outside CUDA graph capture the fastest of cuDNN's first configurations,
 // timed on the shape's own buffers (GPT-2's causal heads at batch 32 took 24.5 us a layer on its
-// second configuration, 30 us on the heuristic's first), under capture the first that builds. For
-// a shape cuDNN refuses at run time, and for a
-// mask shorter than the keys, the kernel runs attention.cu's reference kernel instead, so an
-// accepted node never fails for cuDNN's reasons.
+// second configuration, 30 us on the heuristic's first), under capture (or where no timing
+// succeeds) the first that builds. For a shape cuDNN refuses at run time, and for a mask shorter
+// than the keys, the kernel runs attention.cu's reference kernel instead, so an accepted node
+// never fails for cuDNN's reasons.
 
 #include <cmath>
 #include <map>
@@ -123,6 +123,7 @@ StatusOr<SdpaPlan> sdpa_plan(const Problem& p, DType t, float scale, bool causal
   }
   SdpaPlan best{graph, -1};
   float best_ms = 0;
+  int64_t first = -1;  // the first that builds: the plan where no timing succeeds
   const int64_t count = graph->get_execution_plan_count();
   for (int64_t i = 0, built = 0; i < count && built < (pack ? kTimedPlans : 1); ++i) {
     int64_t need = 0;
@@ -132,10 +133,8 @@ StatusOr<SdpaPlan> sdpa_plan(const Problem& p, DType t, float scale, bool causal
       continue;
     }
     ++built;
-    if (!pack) {
-      best.index = i;
-      break;
-    }
+    if (first < 0) first = i;
+    if (!pack) break;
     auto run = [&] { return graph->execute_plan_at_index(handle, *pack, workspace, i).is_good(); };
     float ms = 0;
     bool ok = run() && cudaEventRecord(start, stream) == cudaSuccess;
@@ -148,7 +147,8 @@ StatusOr<SdpaPlan> sdpa_plan(const Problem& p, DType t, float scale, bool causal
   }
   if (start) cudaEventDestroy(start);
   if (stop) cudaEventDestroy(stop);
-  if (best.index < 0) return internal_error(who + ": no cuDNN plan for the attention builds");
+  if (first < 0) return internal_error(who + ": no cuDNN plan for the attention builds");
+  if (best.index < 0) best.index = first;
   return best;
 }
 
