@@ -75,6 +75,23 @@ inline void sigmoid_loop(const float* x, float* y, int64_t n) {
   }
 }
 
+// The sum of term(x[i]) for i < n in double: sixteen partial sums (so the additions do not wait on
+// one another), added pairwise, then the tail in order. sum_f32 and both of LayerNorm's passes.
+template <typename Term>
+inline __attribute__((always_inline)) double sum16(const float* x, int64_t n, Term term) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += term(double(x[i + j]));
+  }
+  for (int w = 8; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  double s = acc[0];
+  for (; i < n; ++i) s += term(double(x[i]));
+  return s;
+}
+
 inline void softmax_row_loop(const float* x, float* y, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
@@ -124,49 +141,14 @@ void clip_f32(float* y, int64_t n, double lo, double hi) {
 
 KILN_TARGET_CLONES
 double sum_f32(const float* x, int64_t n) {
-  double acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += double(x[i + j]);
-  }
-  for (int w = 8; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  double s = acc[0];
-  for (; i < n; ++i) s += double(x[i]);
-  return s;
+  return sum16(x, n, [](double v) { return v; });
 }
 
 KILN_TARGET_CLONES
 void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                         double eps, double* mean_out, double* inv_out) {
-  double acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += double(x[i + j]);
-  }
-  for (int w = 8; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  double sum = acc[0];
-  for (; i < n; ++i) sum += double(x[i]);
-  const double mean = sum / double(n);
-  double sq[16] = {};
-  i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) {
-      const double d = double(x[i + j]) - mean;
-      sq[j] += d * d;
-    }
-  }
-  for (int w = 8; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) sq[j] += sq[j + w];
-  }
-  double var = sq[0];
-  for (; i < n; ++i) {
-    const double d = double(x[i]) - mean;
-    var += d * d;
-  }
+  const double mean = sum16(x, n, [](double v) { return v; }) / double(n);
+  const double var = sum16(x, n, [mean](double v) { return (v - mean) * (v - mean); });
   const double inv = 1.0 / std::sqrt(var / double(n) + eps);
   if (bias) {
     for (int64_t j = 0; j < n; ++j)
