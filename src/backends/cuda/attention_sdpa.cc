@@ -166,12 +166,7 @@ class SdpaKernel final : public CudaKernel {
         fallback_(std::move(fallback)),
         packed_(packed) {
     // attention_short.cu's tensor-core kernel for keys that fit one tile: sm_80 and later.
-    int device = 0, major = 0;
-    short_ok_ =
-        cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        major >= 8;
-    (void)cudaGetLastError();
+    short_ok_ = current_sm() >= 80;
   }
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {

@@ -333,6 +333,17 @@ StatusOr<StreamResources*> stream_resources(cudaStream_t stream) {
   return slot.get();
 }
 
+int current_sm() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];

@@ -96,6 +96,10 @@ class HostParam {
   std::vector<int64_t> ints_;  // exact for integer constants (INT64_MAX ends of Slice)
 };
 
+// The current device's compute capability as major * 10 + minor (90 on an H100 or H200), or 0
+// where there is no current device (the CUDA error is cleared).
+int current_sm();
+
 // Row-major (contiguous) element strides of a shape.
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/cuda_common.h"
+
 namespace kiln::backends::cuda {
 namespace {
 
@@ -66,15 +68,7 @@ bool jit_enabled() {
 }
 
 bool cudnn_runtime_fusion() {
-  static const bool ampere = [] {
-    int device = 0, major = 0;
-    const bool yes =
-        cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        major >= 8;
-    cudaGetLastError();
-    return yes;
-  }();
+  static const bool ampere = current_sm() >= 80;
   return ampere && jit_enabled();
 }
 
@@ -86,14 +80,8 @@ JitCounts jit_counts() {
 
 StatusOr<CUkern_st*> jit_kernel(const std::string& source, const std::string& entry) {
   if (!jit_enabled()) return unsupported("CUDA JIT: off (KILN_CUDA_JIT=0)");
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return unsupported("CUDA JIT: no current device");
-  }
-  const int sm = major * 10 + minor;
+  const int sm = current_sm();
+  if (sm == 0) return unsupported("CUDA JIT: no current device");
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);  // one compile at a time: NVRTC is slow, not hot
   auto key = std::make_pair(entry + '\n' + source, sm);
