@@ -314,9 +314,8 @@ class ConvKernel final : public Kernel {
       if (n * c * out_sp * kk >= kParallelDepthwise) {
         // Runs of channels, four a thread: a task a channel paid the pool's two shared atomic
         // updates for each of MobileNetV3's 576 7x7 planes, a few microseconds of work each.
-        const int64_t planes = n * c, tasks = std::min<int64_t>(planes, 4 * thread_limit());
-        parallel_for(tasks, [&](int64_t t) {
-          for (int64_t i = planes * t / tasks; i < planes * (t + 1) / tasks; ++i) channel(i);
+        parallel_chunks(n * c, 1, [&](int64_t first, int64_t last) {
+          for (int64_t i = first; i < last; ++i) channel(i);
         });
       } else {
         for (int64_t i = 0; i < n * c; ++i) channel(i);

@@ -230,22 +230,14 @@ void reduce_all(const T* x, T* y, const std::vector<Run>& kept, const std::vecto
 }
 
 // y[r] = the sum (or mean) of x[r * n : (r + 1) * n] for r < rows, in double, rows split over
-// threads where there are enough elements.
+// threads as LayerNorm's are.
 template <bool kMean>
 void float_rows(const float* x, float* y, int64_t rows, int64_t n) {
-  auto row = [&](int64_t r) {
-    const double s = sum_f32(x + r * n, n);
-    y[r] = float(kMean ? s / double(n) : s);
-  };
-  constexpr int64_t kParallelElements = int64_t(1) << 16;
-  const int64_t tasks =
-      rows * n >= kParallelElements ? std::min<int64_t>(rows, 4 * thread_limit()) : 1;
-  if (tasks <= 1) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-    return;
-  }
-  parallel_for(tasks, [&](int64_t t) {
-    for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r) row(r);
+  parallel_chunks(rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const double s = sum_f32(x + r * n, n);
+      y[r] = float(kMean ? s / double(n) : s);
+    }
   });
 }
 
