@@ -1,9 +1,13 @@
 // Helpers for tests over ../shared/models.
 #include "model_util.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "backends/backend.h"
+#include "test_util.h"
 
 namespace kiln::testing {
 
@@ -67,6 +71,32 @@ StatusOr<Engine> build_model(const std::string& model_path,
     KILN_RETURN_IF_ERROR(p.set_dimensions(m.input, m.min, m.opt, m.max));
   config.add_profile(p);
   return Builder(device).build(net, config);
+}
+
+// Every value of `g` computed node by node on the reference kernels (each output of x's shape).
+std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x) {
+  std::map<int, Tensor> v;
+  v[g.find_value("x")] = x;
+  for (size_t k = 0; k < g.values.size(); ++k) {
+    if (g.values[k].constant) v[int(k)] = *g.values[k].constant;
+  }
+  for (const ir::Node& n : g.nodes) {
+    std::vector<Tensor> in;
+    for (int i : n.inputs) in.push_back(i >= 0 ? v.at(i) : Tensor());
+    // The output's IR shape where it is static (else x's, for the symbolic graphs).
+    Shape shape = x.shape();
+    const auto& ir_shape = g.values[size_t(n.outputs[0])].shape;
+    if (ir_shape && std::all_of(ir_shape->begin(), ir_shape->end(),
+                                [](const ir::Dim& d) { return d.is_const(); })) {
+      shape.clear();
+      for (const ir::Dim& d : *ir_shape) shape.push_back(d.value());
+    }
+    auto r = run_cpu_kernel(n, in, {{DType::kFloat32, shape}});
+    EXPECT_TRUE(r.ok()) << n.describe() << ": " << r.status().to_string();
+    if (!r.ok()) return v;
+    v[n.outputs[0]] = r->at(0);
+  }
+  return v;
 }
 
 Tensor random_f32(Shape shape, uint64_t seed) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ StatusOr<Engine> build_model(const std::string& model_path,
 
 // ok when tests can run on `device`; otherwise why not (no CUDA build, no GPU).
 Status device_available(Device device);
+
+// Every value of `g` computed node by node on the CPU reference kernels, from input "x" and the
+// constants (each node's one output of its static IR shape, else of x's shape).
+std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x);
 
 // Deterministic pseudo-random floats in [-1, 1).
 Tensor random_f32(Shape shape, uint64_t seed);

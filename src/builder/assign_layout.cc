@@ -459,16 +459,40 @@ StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
   return true;
 }
 
-// GlobalAveragePool / GlobalMaxPool of a transpose to NCHW: the same reduction over H and W of
+// GlobalAveragePool / GlobalMaxPool (or a ReduceMean / ReduceMax over H and W) of a transpose to
+// NCHW: the same reduction over H and W of
 // the NHWC tensor (ReduceMean / ReduceMax, keepdims), whose [N, 1, 1, C] result goes back by a
 // transpose that becomes a Reshape.
+// Whether ReduceMean/ReduceMax node r reduces exactly the two spatial axes of a 4-D tensor and
+// keeps them (axes from the attribute before opset 18, from a constant input after).
+bool is_global_reduce(const ir::Graph& g, const ir::Node& r) {
+  auto keep = r.attrs.get_int("keepdims", 1);
+  if (!keep.ok() || *keep != 1 || r.inputs.empty() || r.inputs[0] < 0) return false;
+  const auto& shape = g.values[size_t(r.inputs[0])].shape;
+  if (!shape || shape->size() != 4) return false;
+  std::optional<std::vector<int64_t>> axes;
+  if (r.inputs.size() > 1) {
+    axes = ints_of(g, r, 1);
+  } else if (auto a = r.attrs.get_ints("axes", std::vector<int64_t>{}); a.ok()) {
+    axes = *a;
+  }
+  if (!axes || axes->size() != 2) return false;
+  std::set<int64_t> norm;
+  for (int64_t a : *axes) norm.insert(a < 0 ? a + 4 : a);
+  return norm == std::set<int64_t>{2, 3};
+}
+
 StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& supports) {
   const ir::Node& pool = g->nodes[size_t(n)];
-  const bool avg = is_onnx(pool, "GlobalAveragePool");
-  if ((!avg && !is_onnx(pool, "GlobalMaxPool")) || pool.outputs.size() != 1 ||
+  const bool reduce_op = is_onnx(pool, "ReduceMean") || is_onnx(pool, "ReduceMax");
+  const bool avg = is_onnx(pool, "GlobalAveragePool") || is_onnx(pool, "ReduceMean");
+  if ((!avg && !is_onnx(pool, "GlobalMaxPool") && !reduce_op) || pool.outputs.size() != 1 ||
       pool.outputs[0] < 0) {
     return false;
   }
+  // torch.onnx's dynamo exporter writes x.mean((2, 3), keepdim=True) as ReduceMean over axes
+  // [2, 3] (or [-2, -1]) with keepdims, the same global pool.
+  if (reduce_op && !is_global_reduce(*g, pool)) return false;
   const int a = transposed_from(*g, pool.inputs.empty() ? -1 : pool.inputs[0], kToNchw);
   const int out = pool.outputs[0];
   if (a < 0 || !g->values[size_t(out)].shape || g->values[size_t(out)].shape->size() != 4) {
@@ -726,7 +750,31 @@ Status assign_layout(ir::Graph* g, const SupportsFn& supports, const LayoutOptio
 }
 
 Status assign_layout(BuildState& s) {
-  return assign_layout(&s.graph, backend_supports(s), LayoutOptions{});
+  if (s.backend.device() != Device::kCPU) {
+    return assign_layout(&s.graph, backend_supports(s), LayoutOptions{});
+  }
+  // The CPU: float32 convolutions too (its NHWC kernels vectorize over channels and read the
+  // activations as GEMM rows in place; MobileNetV3-small's depthwise convs ran 2-3x faster), and
+  // no zero channels (they would only add work there). A transpose there is a pass over memory
+  // that cuDNN's NCHW kernels would have made anyway but the CPU's NCHW kernels do not: the graph
+  // takes the NHWC form only where its conv stacks are long enough to pay for the transposes at
+  // their edges (at least four convolutions per transpose left; a lone conv stays NCHW).
+  auto count = [](const ir::Graph& g, auto pred) {
+    return std::count_if(g.nodes.begin(), g.nodes.end(), pred);
+  };
+  auto is_transpose = [](const ir::Node& n) { return is_onnx(n, "Transpose"); };
+  auto is_nhwc_conv = [](const ir::Node& n) {
+    if (n.domain != "kiln" || n.op_type != "FusedConv") return false;
+    auto layout = n.attrs.get_string("layout", "NCHW");
+    return layout.ok() && *layout == "NHWC";
+  };
+  ir::Graph g = s.graph;
+  KILN_RETURN_IF_ERROR(assign_layout(
+      &g, backend_supports(s), LayoutOptions{.convert_float32 = true, .pad_channels = false}));
+  const auto added = count(g, is_transpose) - count(s.graph, is_transpose);
+  const auto convs = count(g, is_nhwc_conv);
+  if (convs > 0 && added * 4 <= convs) s.graph = std::move(g);
+  return ok_status();
 }
 
 }  // namespace kiln::builder

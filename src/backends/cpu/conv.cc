@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/conv_direct.h"
+#include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/gemm.h"
@@ -21,51 +22,6 @@
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
-namespace {
-
-enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
-
-bool is_half_type(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
-
-// `v` as float32 in `buf` (which grows and is reused): the view of that copy.
-TensorView widened(const TensorView& v, std::vector<float>& buf) {
-  const int64_t n = v.numel();
-  if (buf.size() < size_t(n)) buf.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = float(load_f64(v, i));
-  return TensorView{buf.data(), DType::kFloat32, v.shape};
-}
-
-// Runs fn on float32 copies of the float16/bfloat16 inputs and outputs (others pass through as
-// they are, such as MaxPool's int64 Indices), then rounds those outputs back.
-template <typename Fn>
-Status run_as_float(const KernelArgs& args, Fn&& fn) {
-  std::vector<std::vector<float>> ins(args.in.size()), outs(args.out.size());
-  std::vector<TensorView> in_views(args.in.begin(), args.in.end());
-  std::vector<TensorView> out_views(args.out.begin(), args.out.end());
-  for (size_t i = 0; i < args.in.size(); ++i) {
-    if (present(args.in[i]) && is_half_type(args.in[i].dtype)) {
-      in_views[i] = widened(args.in[i], ins[i]);
-    }
-  }
-  for (size_t i = 0; i < args.out.size(); ++i) {
-    if (!present(args.out[i]) || !is_half_type(args.out[i].dtype)) continue;
-    outs[i].resize(size_t(args.out[i].numel()));
-    out_views[i] = TensorView{outs[i].data(), DType::kFloat32, args.out[i].shape};
-  }
-  KILN_RETURN_IF_ERROR(fn(KernelArgs{args.attrs, in_views, out_views}));
-  for (size_t i = 0; i < args.out.size(); ++i) {
-    if (out_views[i].data == args.out[i].data) continue;
-    for (int64_t e = 0; e < args.out[i].numel(); ++e) store_f64(args.out[i], e, outs[i][size_t(e)]);
-  }
-  return ok_status();
-}
-
-// Attribute values read once (Conv) or per call (pools); empty lists mean the ONNX defaults.
-struct SpatialAttrs {
-  std::vector<int64_t> kernel, strides, dilations, pads;
-  AutoPad auto_pad = AutoPad::kNotSet;
-  bool ceil_mode = false;
-};
 
 Status parse_spatial(const char* op, const ir::Attributes& attrs, SpatialAttrs* s) {
   KILN_ASSIGN_OR_RETURN(s->strides, attrs.get_ints("strides", std::vector<int64_t>{}));
@@ -98,8 +54,6 @@ Status parse_spatial(const char* op, const ir::Attributes& attrs, SpatialAttrs* 
   return ok_status();
 }
 
-// Fills axes[3 - ns .. 3) from the runtime sizes and checks that the preallocated output size is
-// the one the attributes give (the same formula as shape inference).
 Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t* in,
                     const int64_t* k, const int64_t* out, Axis axes[3]) {
   auto bad_len = [&](const char* name) {
@@ -143,6 +97,43 @@ Status resolve_axes(const char* op, const SpatialAttrs& s, int ns, const int64_t
                               " but the input and attributes give " + std::to_string(expect));
     }
     a.out = out[i];
+  }
+  return ok_status();
+}
+
+namespace {
+
+bool is_half_type(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// `v` as float32 in `buf` (which grows and is reused): the view of that copy.
+TensorView widened(const TensorView& v, std::vector<float>& buf) {
+  const int64_t n = v.numel();
+  if (buf.size() < size_t(n)) buf.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = float(load_f64(v, i));
+  return TensorView{buf.data(), DType::kFloat32, v.shape};
+}
+
+// Runs fn on float32 copies of the float16/bfloat16 inputs and outputs (others pass through as
+// they are, such as MaxPool's int64 Indices), then rounds those outputs back.
+template <typename Fn>
+Status run_as_float(const KernelArgs& args, Fn&& fn) {
+  std::vector<std::vector<float>> ins(args.in.size()), outs(args.out.size());
+  std::vector<TensorView> in_views(args.in.begin(), args.in.end());
+  std::vector<TensorView> out_views(args.out.begin(), args.out.end());
+  for (size_t i = 0; i < args.in.size(); ++i) {
+    if (present(args.in[i]) && is_half_type(args.in[i].dtype)) {
+      in_views[i] = widened(args.in[i], ins[i]);
+    }
+  }
+  for (size_t i = 0; i < args.out.size(); ++i) {
+    if (!present(args.out[i]) || !is_half_type(args.out[i].dtype)) continue;
+    outs[i].resize(size_t(args.out[i].numel()));
+    out_views[i] = TensorView{outs[i].data(), DType::kFloat32, args.out[i].shape};
+  }
+  KILN_RETURN_IF_ERROR(fn(KernelArgs{args.attrs, in_views, out_views}));
+  for (size_t i = 0; i < args.out.size(); ++i) {
+    if (out_views[i].data == args.out[i].data) continue;
+    for (int64_t e = 0; e < args.out[i].numel(); ++e) store_f64(args.out[i], e, outs[i][size_t(e)]);
   }
   return ok_status();
 }

@@ -92,10 +92,11 @@ void KernelRegistry::add(ops::OpKind op, KernelFn fn, PrepareFn prepare) {
   entries_[i].prepare = prepare;
 }
 
-void KernelRegistry::add_factory(ops::OpKind op, KernelFactory factory) {
+void KernelRegistry::add_factory(ops::OpKind op, KernelFactory factory, PrepareFn prepare) {
   size_t i = size_t(op);
   if (entries_.size() <= i) entries_.resize(i + 1);
   entries_[i].factory = std::move(factory);
+  entries_[i].prepare = prepare;
 }
 
 void register_kernels(::kiln::backends::KernelRegistry& registry) {

@@ -40,7 +40,8 @@ class KernelRegistry {
  public:
   // A stateless kernel: attributes are read on each call.
   void add(ops::OpKind op, KernelFn fn, PrepareFn prepare = nullptr);
-  void add_factory(ops::OpKind op, KernelFactory factory);
+  // A factory's kernels read what `prepare` made through KernelQuery::prepared.
+  void add_factory(ops::OpKind op, KernelFactory factory, PrepareFn prepare = nullptr);
 
   struct Entry {
     KernelFn fn = nullptr;

@@ -448,6 +448,142 @@ KILN_TARGET_CLONES void taps_axpy(float* __restrict acc, const float* __restrict
   }
 }
 
+// depthwise_pixel_f32's R vectors of 16 channels: the accumulators stay in registers while the
+// taps stream past them.
+template <int R>
+inline __attribute__((always_inline)) void depthwise_block(
+    float* __restrict y, const float* __restrict x, const int64_t* off, const float* __restrict w,
+    const int64_t* wrow, int64_t taps, const float* bias) {
+  V16 a[R];
+  for (int r = 0; r < R; ++r) {
+    if (bias) {
+      std::memcpy(&a[r], bias + 16 * r, sizeof(V16));
+    } else {
+      a[r] = V16{};
+    }
+  }
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* xs = x + off[t];
+    const float* ws = w + wrow[t];
+    for (int r = 0; r < R; ++r) {
+      V16 xv, wv;
+      std::memcpy(&xv, xs + 16 * r, sizeof(V16));
+      std::memcpy(&wv, ws + 16 * r, sizeof(V16));
+      a[r] += xv * wv;
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(y + 16 * r, &a[r], sizeof(V16));
+}
+
+}  // namespace
+
+KILN_TARGET_CLONES void depthwise_pixel_f32(float* y, const float* x, const int64_t* off,
+                                            const float* w, const int64_t* wrow, int64_t taps,
+                                            const float* bias, int64_t c) {
+  int64_t i = 0;
+  for (; i + 64 <= c; i += 64) {
+    depthwise_block<4>(y + i, x + i, off, w + i, wrow, taps, bias ? bias + i : nullptr);
+  }
+  switch ((c - i) / 16) {
+    case 3:
+      depthwise_block<3>(y + i, x + i, off, w + i, wrow, taps, bias ? bias + i : nullptr);
+      i += 48;
+      break;
+    case 2:
+      depthwise_block<2>(y + i, x + i, off, w + i, wrow, taps, bias ? bias + i : nullptr);
+      i += 32;
+      break;
+    case 1:
+      depthwise_block<1>(y + i, x + i, off, w + i, wrow, taps, bias ? bias + i : nullptr);
+      i += 16;
+      break;
+    default:
+      break;
+  }
+  for (; i < c; ++i) {
+    float s = bias ? bias[i] : 0.f;
+    for (int64_t t = 0; t < taps; ++t) s += x[off[t] + i] * w[wrow[t] + i];
+    y[i] = s;
+  }
+}
+
+namespace {
+
+// sgemm_small_n's block: P rows of A against R vectors of B, P * R accumulators in registers.
+template <int R, int P>
+inline __attribute__((always_inline)) void small_n_block(int64_t n, int64_t k, const float* a,
+                                                         int64_t lda, const float* b, float* c,
+                                                         int64_t ldc) {
+  V16 acc[P][R];
+  for (int i = 0; i < P; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = V16{};
+  }
+  const int64_t ldb = R * 16;
+  for (int64_t p = 0; p < k; ++p) {
+    V16 bv[R];
+    for (int r = 0; r < R; ++r) std::memcpy(&bv[r], b + p * ldb + 16 * r, sizeof(V16));
+    for (int i = 0; i < P; ++i) {
+      const float av = a[i * lda + p];
+      for (int r = 0; r < R; ++r) acc[i][r] += av * bv[r];
+    }
+  }
+  for (int i = 0; i < P; ++i) {
+    float* ci = c + i * ldc;
+    for (int r = 0; r < R; ++r) {
+      const int64_t cols = std::min<int64_t>(16, n - 16 * r);
+      if (cols == 16) {
+        std::memcpy(ci + 16 * r, &acc[i][r], sizeof(V16));
+      } else {
+        float tmp[16];
+        std::memcpy(tmp, &acc[i][r], sizeof(V16));
+        std::memcpy(ci + 16 * r, tmp, size_t(cols) * sizeof(float));
+      }
+    }
+  }
+}
+
+template <int R, int P>
+inline __attribute__((always_inline)) void small_n_rows(int64_t m, int64_t n, int64_t k,
+                                                        const float* a, int64_t lda, const float* b,
+                                                        float* c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + P <= m; i += P) small_n_block<R, P>(n, k, a + i * lda, lda, b, c + i * ldc, ldc);
+  for (; i < m; ++i) small_n_block<R, 1>(n, k, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+KILN_TARGET_CLONES void small_n_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                     const float* b, float* c, int64_t ldc) {
+  switch (small_n_stride(n) / 16) {
+    case 1:
+      return small_n_rows<1, 8>(m, n, k, a, lda, b, c, ldc);
+    case 2:
+      return small_n_rows<2, 6>(m, n, k, a, lda, b, c, ldc);
+    case 3:
+      return small_n_rows<3, 4>(m, n, k, a, lda, b, c, ldc);
+    default:
+      return small_n_rows<4, 4>(m, n, k, a, lda, b, c, ldc);
+  }
+}
+
+}  // namespace
+
+KILN_TARGET_CLONES void add_rows_f32(float* y, const float* b, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * n;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      V16 yv, bv;
+      std::memcpy(&yv, yr + j, sizeof(V16));
+      std::memcpy(&bv, b + j, sizeof(V16));
+      yv += bv;
+      std::memcpy(yr + j, &yv, sizeof(V16));
+    }
+    for (; j < n; ++j) yr[j] += b[j];
+  }
+}
+
+namespace {
+
 // A strided dot product, for the rare transposed layouts of a vector operand.
 float dot_strided(const float* x, int64_t sx, const float* y, int64_t sy, int64_t n) {
   float s = 0.f;
@@ -545,6 +681,12 @@ void saxpy(float* y, const float* x, float a, int64_t n) { axpy(y, x, a, n); }
 void saxpy_taps(float* acc, const float* src, const int64_t* offsets, const float* w, int64_t taps,
                 int64_t n) {
   taps_axpy(acc, src, offsets, w, taps, n);
+}
+
+void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  small_n_gemm(m, n, k, a, lda, b, c, ldc);
 }
 
 namespace {

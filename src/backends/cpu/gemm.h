@@ -54,4 +54,24 @@ void saxpy(float* y, const float* x, float a, int64_t n);
 void saxpy_taps(float* acc, const float* src, const int64_t* offsets, const float* w, int64_t taps,
                 int64_t n);
 
+// One output pixel of a channels-last depthwise convolution: y[j] = bias[j] (0 where bias is null)
+// + the sum over t < taps, in that order, of x[off[t] + j] * w[wrow[t] + j], for j < c (the
+// pixel's channels; each tap's input pixel and filter row are c floats apart from their
+// neighbours). Vectorized over channels, 64 at a time in registers across the taps.
+void depthwise_pixel_f32(float* y, const float* x, const int64_t* off, const float* w,
+                         const int64_t* wrow, int64_t taps, const float* bias, int64_t c);
+
+// C[i, 0:n] = sum over p < k of A[i, p] * B[p, 0:n] for i < m (C overwritten; row-major, A's
+// rows lda apart, C's ldc), for few columns (n <= 64): B is [k][round_up(n, 16)], zero-padded
+// (small_n_stride). A channels-last conv with few output channels (an RGB stem's 16), where the
+// blocked GEMM's 32-column tiles would be half empty: rows in blocks held in registers against B's
+// row, each element's sum in order of p.
+void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   float* c, int64_t ldc);
+inline int64_t small_n_stride(int64_t n) { return (n + 15) / 16 * 16; }
+inline constexpr int64_t kSmallN = 64;
+
+// y[r * n + j] += b[j] for r < rows, j < n (a bias over rows of channels).
+void add_rows_f32(float* y, const float* b, int64_t rows, int64_t n);
+
 }  // namespace kiln::backends::cpu

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/conv_nhwc.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/numeric.h"
@@ -216,13 +217,20 @@ struct Activation {
 // then pads it.
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, Activation act, Activation in_act, bool nhwc)
-      : conv_(std::move(conv)), act_(act), in_act_(in_act), nhwc_(nhwc) {}
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Activation act, Activation in_act, bool nhwc,
+                  const NhwcConvWeights* fast)
+      : conv_(std::move(conv)), act_(act), in_act_(in_act), nhwc_(nhwc), fast_(fast) {}
   std::string name() const override { return "cpu.FusedConv"; }
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     static const ir::Attributes kNone;
     if (in.size() < 2 || out.size() != 1)
       return invalid_argument("FusedConv: needs X, W and one output");
+    if (fast_ && fast_path(in, out[0])) {
+      const TensorView* z = in.size() > 3 && present(in[3]) ? &in[3] : nullptr;
+      const float* bias = in.size() > 2 && present(in[2]) ? in[2].as<const float>() : nullptr;
+      const Epilogue epi{act_, z ? z->as<const float>() : nullptr, out[0].shape[3]};
+      return conv_nhwc_f32(*fast_, in[0], in[1], bias, out[0], epi);
+    }
     std::array<TensorView, 3> xwb{in[0], in[1], TensorView{}};
     if (in.size() > 2) xwb[2] = in[2];
     const std::span<const TensorView> conv_in =
@@ -280,9 +288,44 @@ class FusedConvKernel final : public Kernel {
     return parts().transpose(KernelArgs{kToNhwc, y_nchw, {&y, 1}});
   }
 
+  // The channels-last float32 path's epilogue: Z (same shape as Y) added, then the activation,
+  // over each tile of output pixels while it is in cache.
+  struct Epilogue final : NhwcEpilogue {
+    Epilogue(const Activation& act, const float* z, int64_t m) : act(act), z(z), m(m) {}
+    void apply(float* y, int64_t first, int64_t pixels) const override {
+      const int64_t n = pixels * m;
+      if (z) {
+        const float* zt = z + first * m;
+        for (int64_t i = 0; i < n; ++i) y[i] += zt[i];
+      }
+      const int64_t shape[1] = {n};
+      act.apply(TensorView{y, DType::kFloat32, shape});
+    }
+    const Activation& act;
+    const float* z;
+    int64_t m;
+  };
+
+  // Whether the prepared channels-last path runs this call: float32 throughout (the prepare
+  // checked X, W and Y's types at build), a float32 bias, and a Z of Y's own shape.
+  bool fast_path(std::span<const TensorView> in, const TensorView& y) const {
+    if (in[0].dtype != DType::kFloat32 || y.dtype != DType::kFloat32) return false;
+    if (in.size() > 2 && present(in[2]) &&
+        (in[2].dtype != DType::kFloat32 || in[2].numel() != fast_->m)) {
+      return false;
+    }
+    if (in.size() > 3 && present(in[3]) &&
+        (in[3].dtype != DType::kFloat32 ||
+         !std::equal(in[3].shape.begin(), in[3].shape.end(), y.shape.begin(), y.shape.end()))) {
+      return false;
+    }
+    return y.rank() == 4;
+  }
+
   std::unique_ptr<Kernel> conv_;
   Activation act_, in_act_;
   bool nhwc_;
+  const NhwcConvWeights* fast_;  // the engine's prepared filter, or null
   // NCHW scratch of layout NHWC; x_ also holds layout NCHW's activated X.
   std::vector<std::byte> x_, w_, y_;
   std::vector<int64_t> x_shape_, w_shape_, y_shape_;
@@ -326,7 +369,13 @@ StatusOr<std::unique_ptr<Kernel>> create_fused_conv(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(Activation activation, Activation::parse(act, params));
   KILN_ASSIGN_OR_RETURN(Activation in_activation, Activation::parse(in_act, in_params));
   return std::unique_ptr<Kernel>(
-      new FusedConvKernel(std::move(k), activation, in_activation, layout == "NHWC"));
+      new FusedConvKernel(std::move(k), activation, in_activation, layout == "NHWC",
+                          dynamic_cast<const NhwcConvWeights*>(q.prepared)));
+}
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_fused_conv(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const NhwcConvWeights> w, prepare_nhwc_conv(q));
+  return std::shared_ptr<const PreparedNode>(std::move(w));
 }
 
 // kiln::Pool (layout NHWC): the ONNX MaxPool or AveragePool reference on X transposed to NCHW,
@@ -622,7 +671,7 @@ StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
 
 void register_kiln_kernels(KernelRegistry& r) {
   r.add(OpKind::kMatMulBias, &matmul_bias_kernel);
-  r.add_factory(OpKind::kFusedConv, &create_fused_conv);
+  r.add_factory(OpKind::kFusedConv, &create_fused_conv, &prepare_fused_conv);
   r.add_factory(OpKind::kPool, &create_pool);
   r.add_factory(OpKind::kElementwise, &create_elementwise);
   r.add(OpKind::kPackedAttention, &packed_attention_kernel);

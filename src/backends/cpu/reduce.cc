@@ -241,6 +241,30 @@ void float_rows(const float* x, float* y, int64_t rows, int64_t n) {
   });
 }
 
+// y[o * inner + i] = the sum (or mean) over r < n of x[(o * n + r) * inner + i], in double in
+// order of r: a reduction over middle axes (a channels-last global average pool, [N, H, W, C]
+// over H and W), each input row added to a row of accumulators, the outer blocks split over
+// threads.
+template <bool kMean>
+void float_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
+  parallel_chunks(outer, std::max<int64_t>(1, kParallelGrain / (n * inner)),
+                  [&](int64_t first, int64_t last) {
+                    static thread_local std::vector<double> acc;
+                    acc.resize(size_t(inner));
+                    for (int64_t o = first; o < last; ++o) {
+                      std::fill(acc.begin(), acc.end(), 0.0);
+                      for (int64_t r = 0; r < n; ++r) {
+                        const float* xr = x + (o * n + r) * inner;
+                        for (int64_t i = 0; i < inner; ++i) acc[size_t(i)] += double(xr[i]);
+                      }
+                      for (int64_t i = 0; i < inner; ++i) {
+                        const double v = acc[size_t(i)];
+                        y[o * inner + i] = float(kMean ? v / double(n) : v);
+                      }
+                    }
+                  });
+}
+
 template <Reduce kOp>
 Status reduce_kernel(const KernelArgs& a) {
   const char* op = reduce_name(kOp);
@@ -308,6 +332,14 @@ Status reduce_kernel(const KernelArgs& a) {
     if (x.dtype == DType::kFloat32 && count > 0 && red.size() == 1 && red[0].stride == 1 &&
         (kept.empty() || (kept.size() == 1 && kept[0].stride == count))) {
       float_rows<kOp == Reduce::kMean>(x.as<const float>(), y.as<float>(), out_n, count);
+      return ok_status();
+    }
+    // float32 columns: one reduced run between an outer run and a contiguous inner one.
+    if (x.dtype == DType::kFloat32 && count > 0 && red.size() == 1 && !kept.empty() &&
+        kept.back().stride == 1 && red[0].stride == kept.back().size &&
+        (kept.size() == 1 || (kept.size() == 2 && kept[0].stride == count * kept.back().size))) {
+      const int64_t inner = kept.back().size, outer = kept.size() == 2 ? kept[0].size : 1;
+      float_columns<kOp == Reduce::kMean>(x.as<const float>(), y.as<float>(), outer, count, inner);
       return ok_status();
     }
   }

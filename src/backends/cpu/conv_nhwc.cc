@@ -1,0 +1,236 @@
+#include "backends/cpu/conv_nhwc.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+// The tile of output pixels a GEMM task computes: its A rows (patches) and C rows together about
+// this many bytes, so that both stay in the core's L2 while the epilogue reads C.
+constexpr int64_t kTileBytes = 256 * 1024;
+// Tiles are whole multiples of the micro-kernel's rows (12 on AVX-512, 6 below).
+constexpr int64_t kTileRowsMultiple = 12;
+
+struct Geometry {
+  int64_t n, h, w, c, oh, ow, m;
+  Axis ah, aw;
+};
+
+Status geometry(const NhwcConvWeights& wt, const TensorView& x, const TensorView& y, Geometry* g) {
+  if (x.rank() != 4 || y.rank() != 4 || x.dtype != DType::kFloat32 || y.dtype != DType::kFloat32) {
+    return invalid_argument("FusedConv (NHWC): X " + shape_to_string(x.shape) + " and Y " +
+                            shape_to_string(y.shape) + " must be float32 of rank 4");
+  }
+  *g = Geometry{x.shape[0], x.shape[1], x.shape[2], x.shape[3], y.shape[1],
+                y.shape[2], y.shape[3], {},         {}};
+  if (g->c != wt.c || g->m != wt.m || y.shape[0] != g->n) {
+    return invalid_argument("FusedConv (NHWC): X " + shape_to_string(x.shape) + " and Y " +
+                            shape_to_string(y.shape) + " do not match the filter's " +
+                            std::to_string(wt.c) + " input and " + std::to_string(wt.m) +
+                            " output channels");
+  }
+  const int64_t in[2] = {g->h, g->w}, k[2] = {wt.kh, wt.kw}, out[2] = {g->oh, g->ow};
+  Axis ax[3];
+  KILN_RETURN_IF_ERROR(resolve_axes("FusedConv", wt.attrs, 2, in, k, out, ax));
+  g->ah = ax[1];
+  g->aw = ax[2];
+  return ok_status();
+}
+
+// The patches of output pixels [p0, p1) as rows of kh * kw * C floats in the filter's (kh, kw, c)
+// order, zeros where a tap falls in the padding. A run of taps along W at dilation 1 is one copy.
+// Walks the pixels by output row, so that no pixel pays for divisions.
+void im2col_nhwc(const float* x, const Geometry& g, int64_t p0, int64_t p1, float* col) {
+  const Axis &ah = g.ah, &aw = g.aw;
+  const int64_t row = ah.k * aw.k * g.c, span = aw.k * g.c;
+  int64_t ow = p0 % g.ow, oh = (p0 / g.ow) % g.oh, b = p0 / (g.ow * g.oh);
+  for (int64_t p = p0; p < p1; ++p) {
+    float* dst = col + (p - p0) * row;
+    const float* img = x + b * g.h * g.w * g.c;
+    const int64_t iw0 = ow * aw.stride - aw.pb;
+    int64_t kw_lo = 0, kw_hi = 0;
+    valid_range(iw0, aw.dil, aw.k, g.w, &kw_lo, &kw_hi);
+    for (int64_t kh = 0; kh < ah.k; ++kh, dst += span) {
+      const int64_t ih = oh * ah.stride - ah.pb + kh * ah.dil;
+      if (ih < 0 || ih >= g.h || kw_lo >= kw_hi) {
+        std::fill_n(dst, span, 0.f);
+        continue;
+      }
+      const float* src = img + ih * g.w * g.c;
+      if (aw.dil == 1 && kw_lo == 0 && kw_hi == aw.k) {
+        const float* s = src + iw0 * g.c;
+        for (int64_t j = 0; j < span; ++j) dst[j] = s[j];
+        continue;
+      }
+      std::fill_n(dst, kw_lo * g.c, 0.f);
+      for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
+        std::memcpy(dst + kw * g.c, src + (iw0 + kw * aw.dil) * g.c, size_t(g.c) * sizeof(float));
+      }
+      std::fill_n(dst + kw_hi * g.c, (aw.k - kw_hi) * g.c, 0.f);
+    }
+    if (++ow == g.ow) {
+      ow = 0;
+      if (++oh == g.oh) {
+        oh = 0;
+        ++b;
+      }
+    }
+  }
+}
+
+// Output pixels [p0, p1) of a dense conv: the GEMM over their patches (the pixels themselves at
+// 1x1 with unit stride and no padding), then the bias and the epilogue.
+void gemm_tile(const NhwcConvWeights& wt, const Geometry& g, bool pointwise, const float* x,
+               const float* filter, const float* bias, float* y, const NhwcEpilogue& epi,
+               int64_t p0, int64_t p1) {
+  const int64_t k = wt.kh * wt.kw * g.c;
+  const float* a = x + p0 * g.c;
+  if (!pointwise) {
+    static thread_local std::vector<float> col;
+    if (col.size() < size_t((p1 - p0) * k)) col.resize(size_t((p1 - p0) * k));
+    im2col_nhwc(x, g, p0, p1, col.data());
+    a = col.data();
+  }
+  float* yt = y + p0 * g.m;
+  if (p1 - p0 == 1) {
+    // One pixel (a squeeze-excitation's 1x1 map): the filter's rows against it, streamed once.
+    sgemm(false, false, g.m, 1, k, 1.f, filter, k, a, 1, 0.f, yt, 1);
+  } else if (!wt.small.empty()) {
+    sgemm_small_n(p1 - p0, g.m, k, a, k, wt.small.data(), yt, g.m);
+  } else {
+    sgemm_packed(p1 - p0, 1.f, a, k, filter, k, *wt.gemm, 0.f, yt, g.m);
+  }
+  if (bias) add_rows_f32(yt, bias, p1 - p0, g.m);
+  epi.apply(yt, p0, p1 - p0);
+}
+
+void dense(const NhwcConvWeights& wt, const Geometry& g, const float* x, const float* filter,
+           const float* bias, float* y, const NhwcEpilogue& epi) {
+  const bool pointwise = wt.kh == 1 && wt.kw == 1 && g.ah.stride == 1 && g.aw.stride == 1 &&
+                         g.ah.pb == 0 && g.aw.pb == 0 && g.h == g.oh && g.w == g.ow;
+  const int64_t pixels = g.n * g.oh * g.ow, k = wt.kh * wt.kw * g.c;
+  int64_t tile = kTileBytes / int64_t(sizeof(float)) / (k + g.m);
+  tile = std::max(kTileRowsMultiple, tile / kTileRowsMultiple * kTileRowsMultiple);
+  const int64_t tiles = (pixels + tile - 1) / tile;
+  auto run = [&](int64_t t) {
+    gemm_tile(wt, g, pointwise, x, filter, bias, y, epi, t * tile,
+              std::min(pixels, (t + 1) * tile));
+  };
+  if (tiles >= 2 * int64_t(thread_limit()) && pixels * k * g.m >= kParallelGrain * 64) {
+    // Tiles over the threads, each GEMM on its own thread.
+    parallel_for(tiles, [&](int64_t t) {
+      ScopedThreadLimit one(1);
+      run(t);
+    });
+  } else {
+    // Few tiles: one after another, each GEMM split over the threads by its own rule.
+    for (int64_t t = 0; t < tiles; ++t) run(t);
+  }
+}
+
+// Output rows (n, oh) [r0, r1) of a depthwise conv: each pixel's valid taps listed, then summed
+// over the channels in vectors.
+void depthwise_rows(const NhwcConvWeights& wt, const Geometry& g, const float* x, const float* bias,
+                    float* y, const NhwcEpilogue& epi, int64_t r0, int64_t r1) {
+  static thread_local std::vector<int64_t> off, wrow;
+  const int64_t taps = wt.kh * wt.kw;
+  off.resize(size_t(taps));
+  wrow.resize(size_t(taps));
+  const Axis &ah = g.ah, &aw = g.aw;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t oh = r % g.oh, b = r / g.oh;
+    const float* img = x + b * g.h * g.w * g.c;
+    float* yr = y + r * g.ow * g.m;
+    int64_t kh_lo = 0, kh_hi = 0;
+    valid_range(oh * ah.stride - ah.pb, ah.dil, ah.k, g.h, &kh_lo, &kh_hi);
+    for (int64_t ow = 0; ow < g.ow; ++ow) {
+      const int64_t iw0 = ow * aw.stride - aw.pb;
+      int64_t kw_lo = 0, kw_hi = 0;
+      valid_range(iw0, aw.dil, aw.k, g.w, &kw_lo, &kw_hi);
+      int64_t n = 0;
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        const int64_t ih = oh * ah.stride - ah.pb + kh * ah.dil;
+        for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
+          off[size_t(n)] = (ih * g.w + iw0 + kw * aw.dil) * g.c;
+          wrow[size_t(n)] = (kh * aw.k + kw) * g.c;
+          ++n;
+        }
+      }
+      depthwise_pixel_f32(yr + ow * g.m, img, off.data(), wt.taps.data(), wrow.data(), n, bias,
+                          g.c);
+    }
+    epi.apply(yr, r * g.ow, g.ow);
+  }
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const NhwcConvWeights>> prepare_nhwc_conv(const KernelQuery& q) {
+  const std::shared_ptr<const NhwcConvWeights> none;
+  KILN_ASSIGN_OR_RETURN(std::string layout, q.node.attrs.get_string("layout", "NCHW"));
+  KILN_ASSIGN_OR_RETURN(std::string in_act, q.node.attrs.get_string("input_activation", "none"));
+  KILN_ASSIGN_OR_RETURN(int64_t group, q.node.attrs.get_int("group", 1));
+  if (layout != "NHWC" || in_act != "none" || q.input_dtype(0) != DType::kFloat32 ||
+      !q.input_is_constant(1) || q.outputs.size() != 1 || q.output_dtype(0) != DType::kFloat32) {
+    return none;
+  }
+  const Tensor& f = *q.inputs[1]->constant;
+  if (f.dtype() != DType::kFloat32 || f.rank() != 4 || f.numel() == 0) return none;
+  auto w = std::make_shared<NhwcConvWeights>();
+  KILN_RETURN_IF_ERROR(parse_spatial("FusedConv", q.node.attrs, &w->attrs));
+  const int64_t m = f.shape()[0], kh = f.shape()[1], kw = f.shape()[2], cg = f.shape()[3];
+  w->m = m;
+  w->kh = kh;
+  w->kw = kw;
+  w->c = cg * group;
+  const float* src = f.data_as<const float>();
+  if (group == 1) {
+    const int64_t k = kh * kw * cg;
+    if (m <= kSmallN) {
+      const int64_t ld = small_n_stride(m);
+      w->small.assign(size_t(k * ld), 0.f);
+      for (int64_t o = 0; o < m; ++o) {
+        for (int64_t p = 0; p < k; ++p) w->small[size_t(p * ld + o)] = src[o * k + p];
+      }
+    } else {
+      w->gemm.emplace(/*trans_b=*/true, k, m, src, k);
+    }
+  } else if (cg == 1 && m == group) {
+    // [M, kh, kw, 1] -> [kh * kw][M]
+    w->taps.resize(size_t(m * kh * kw));
+    for (int64_t o = 0; o < m; ++o) {
+      for (int64_t t = 0; t < kh * kw; ++t) w->taps[size_t(t * m + o)] = src[o * kh * kw + t];
+    }
+  } else {
+    return none;
+  }
+  return std::shared_ptr<const NhwcConvWeights>(std::move(w));
+}
+
+Status conv_nhwc_f32(const NhwcConvWeights& w, const TensorView& x, const TensorView& filter,
+                     const float* bias, const TensorView& y, const NhwcEpilogue& epi) {
+  Geometry g;
+  KILN_RETURN_IF_ERROR(geometry(w, x, y, &g));
+  if (y.numel() == 0) return ok_status();
+  const float* xp = x.as<const float>();
+  float* yp = y.as<float>();
+  if (w.gemm || !w.small.empty()) {
+    if (filter.dtype != DType::kFloat32 || filter.numel() != w.m * w.kh * w.kw * g.c) {
+      return invalid_argument("FusedConv (NHWC): W " + shape_to_string(filter.shape) +
+                              " is not the prepared float32 filter");
+    }
+    dense(w, g, xp, filter.as<const float>(), bias, yp, epi);
+    return ok_status();
+  }
+  const int64_t rows = g.n * g.oh;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.ow * g.m));
+  parallel_chunks(rows, grain,
+                  [&](int64_t r0, int64_t r1) { depthwise_rows(w, g, xp, bias, yp, epi, r0, r1); });
+  return ok_status();
+}
+
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,146 @@
+// The CPU's channels-last convolutions (assign_layout on the CPU, conv_nhwc.cc): a stack of every
+// kind of conv they serve (dense KxK with few and many output channels, strided, dilated,
+// depthwise, pointwise, a 1x1 map, a residual, activations, a squeeze-excitation's ReduceMean and
+// Mul, a grouped conv left to the transposing path) built for the CPU computes what the graph's
+// nodes compute one by one on the NCHW reference kernels, at batch 1 and 3, with the same bits on
+// one thread and on two; a lone conv stays NCHW.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "builder/build_state.h"
+#include "ir/text.h"
+#include "kiln.h"
+#include "model_util.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+// Nine convolutions and three edges that change layout (X in, Y out, and the one ReduceMean's
+// output that goes back to NCHW for nothing: it is pushed through), so the CPU takes NHWC.
+const char* kStack = R"(graph g(%x: float32[N, 8, 12, 12]) -> (%y: float32[N, 72, 3, 3]) {
+  opset ai.onnx 17
+  %w1: float32[16, 8, 3, 3] = dense<...>
+  %b1: float32[16] = dense<...>
+  %w2: float32[16, 1, 5, 5] = dense<...>
+  %b2: float32[16] = dense<...>
+  %w3: float32[80, 16, 1, 1] = dense<...>
+  %w4: float32[16, 80, 1, 1] = dense<...>
+  %b4: float32[16] = dense<...>
+  %wg: float32[16, 8, 1, 1] = dense<...>
+  %wse: float32[16, 16, 1, 1] = dense<...>
+  %w5: float32[24, 16, 3, 3] = dense<...>
+  %w6: float32[24, 1, 3, 3] = dense<...>
+  %w7: float32[72, 24, 3, 3] = dense<...>
+  %b7: float32[72] = dense<...>
+  %lo: float32[] = dense<0.0>
+  %hi: float32[] = dense<0.5>
+  %c1: float32[N, 16, 6, 6] = Conv(%x, %w1, %b1) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]}  # conv1
+  %r1: float32[N, 16, 6, 6] = Relu(%c1)  # relu1
+  %c2: float32[N, 16, 6, 6] = Conv(%r1, %w2, %b2) {group=16, kernel_shape=[5, 5], pads=[2, 2, 2, 2]}  # dw2
+  %r2: float32[N, 16, 6, 6] = Clip(%c2, %lo, %hi)  # clip2
+  %c3: float32[N, 80, 6, 6] = Conv(%r2, %w3) {kernel_shape=[1, 1]}  # pw3
+  %c4: float32[N, 16, 6, 6] = Conv(%c3, %w4, %b4) {kernel_shape=[1, 1]}  # pw4
+  %a4: float32[N, 16, 6, 6] = Add(%c4, %r1)  # residual
+  %s: float32[N, 16, 6, 6] = Relu(%a4)  # relu4
+  %g5: float32[N, 16, 6, 6] = Conv(%s, %wg) {group=2, kernel_shape=[1, 1]}  # grouped5
+  %m: float32[N, 16, 1, 1] = ReduceMean(%g5) {axes=[2, 3], keepdims=1}  # se_pool
+  %m2: float32[N, 16, 1, 1] = Conv(%m, %wse) {kernel_shape=[1, 1]}  # se_conv
+  %e: float32[N, 16, 6, 6] = Mul(%g5, %m2)  # se_scale
+  %c5: float32[N, 24, 6, 6] = Conv(%e, %w5) {dilations=[2, 2], kernel_shape=[3, 3], pads=[2, 2, 2, 2]}  # dil5
+  %c6: float32[N, 24, 3, 3] = Conv(%c5, %w6) {group=24, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]}  # dw6
+  %y: float32[N, 72, 3, 3] = Conv(%c6, %w7, %b7) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}  # conv7
+}
+)";
+
+// The stack with batch `n` ("N" -> n) and its weights drawn from their names.
+ir::Graph stack(const std::string& n) {
+  std::string text = kStack;
+  for (size_t at = 0; (at = text.find("[N,", at)) != std::string::npos; at += n.size()) {
+    text.replace(at + 1, 1, n);
+  }
+  ir::TextParseOptions options;
+  options.elided = [](std::string_view key, DType, const Shape& shape) -> StatusOr<Tensor> {
+    Tensor t = random_f32(shape, std::hash<std::string_view>{}(key));
+    // Scaled so that the values neither vanish nor grow through nine layers.
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] *= 0.3f;
+    return t;
+  };
+  auto g = ir::parse_text(text, options);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? std::move(g).value() : ir::Graph{};
+}
+
+StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max) {
+  Network net;
+  net.graph = g;
+  BuilderConfig config;
+  OptimizationProfile p;
+  KILN_RETURN_IF_ERROR(p.set_dimensions("x", min, max, max));
+  config.add_profile(p);
+  return Builder().build(net, config);
+}
+
+int count_nodes(const Engine& e, const std::string& op, const std::string& layout) {
+  int n = 0;
+  for (const ir::Node& node : e.plan().graph.nodes) {
+    auto l = node.attrs.get_string("layout", "");
+    n += node.op_type == op && l.ok() && *l == layout;
+  }
+  return n;
+}
+
+TEST(CpuNhwc, ConvStackMatchesTheNodesOnTheReferenceKernels) {
+  auto engine = build_cpu(stack("N"), {1, 8, 12, 12}, {3, 8, 12, 12});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  // Every conv in NHWC, two layout changes left (X in and Y out).
+  EXPECT_EQ(count_nodes(*engine, "FusedConv", "NHWC"), 9);
+  EXPECT_EQ(count_nodes(*engine, "Conv", ""), 0);
+  int transposes = 0;
+  for (const ir::Node& node : engine->plan().graph.nodes) transposes += node.op_type == "Transpose";
+  EXPECT_EQ(transposes, 2);
+  for (int64_t n : {1, 3}) {
+    Tensor x = random_f32({n, 8, 12, 12}, 7 + uint64_t(n));
+    ir::Graph g = stack(std::to_string(n));
+    const std::map<int, Tensor> ref = run_unfused(g, x);
+    const Tensor& want = ref.at(g.find_value("y"));
+    Tensor got[2];
+    for (int threads : {1, 2}) {
+      auto ctx = engine->create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      (*ctx)->set_cpu_threads(threads);
+      auto out = (*ctx)->run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      got[threads - 1] = out->at("y");
+      ErrorStats e = error_stats(got[threads - 1], want);
+      EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs))
+          << "batch " << n << ", " << threads << " threads (reference max " << e.ref_max_abs << ")";
+      EXPECT_GT(e.ref_max_abs, 0.1) << "a degenerate stack checks nothing";
+    }
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), size_t(got[0].nbytes())), 0)
+        << "batch " << n << ": one thread and two threads differ";
+  }
+}
+
+TEST(CpuNhwc, ALoneConvStaysNchw) {
+  // One conv in NHWC needs two transposes: more passes over memory than it saves on the CPU.
+  const char* one = R"(graph g(%x: float32[1, 8, 12, 12]) -> (%y: float32[1, 16, 12, 12]) {
+  opset ai.onnx 17
+  %w: float32[16, 8, 3, 3] = dense<0.1>
+  %y: float32[1, 16, 12, 12] = Conv(%x, %w) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}  # conv
+}
+)";
+  auto g = ir::parse_text(one, {});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto engine = build_cpu(*g, {1, 8, 12, 12}, {1, 8, 12, 12});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(engine->num_layers(), 1);
+  EXPECT_EQ(count_nodes(*engine, "FusedConv", "NHWC"), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
