@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/multiversion.h"
@@ -500,11 +501,102 @@ KILN_TARGET_CLONES void depthwise_pixel_f32(float* y, const float* x, const int6
     default:
       break;
   }
+  if (i + 8 <= c) {
+    V8 a = V8{};
+    if (bias) std::memcpy(&a, bias + i, sizeof(V8));
+    for (int64_t t = 0; t < taps; ++t) {
+      V8 xv, wv;
+      std::memcpy(&xv, x + off[t] + i, sizeof(V8));
+      std::memcpy(&wv, w + wrow[t] + i, sizeof(V8));
+      a += xv * wv;
+    }
+    std::memcpy(y + i, &a, sizeof(V8));
+    i += 8;
+  }
   for (; i < c; ++i) {
     float s = bias ? bias[i] : 0.f;
     for (int64_t t = 0; t < taps; ++t) s += x[off[t] + i] * w[wrow[t] + i];
     y[i] = s;
   }
+}
+
+namespace {
+
+// depthwise_row_f32 for one K and P pixels at once: the channel block's K * K filter vectors
+// (V: 16 or 8 floats) in registers, P accumulators.
+template <int K, int P, typename V>
+inline __attribute__((always_inline)) void depthwise_row_block(
+    float* y, const float* img, const float* taps, const float* bias, int64_t c, int64_t c0,
+    int64_t w_in, int64_t stride, int64_t ih0, int64_t kh_lo, int64_t kh_hi, int64_t iw0,
+    int64_t ow_lo, int64_t ow_hi) {
+  V w[K * K];
+  for (int t = 0; t < K * K; ++t) std::memcpy(&w[t], taps + t * c + c0, sizeof(V));
+  V b = V{};
+  if (bias) std::memcpy(&b, bias + c0, sizeof(V));
+  int64_t ow = ow_lo;
+  auto pixels = [&](auto count) {
+    constexpr int Q = decltype(count)::value;
+    V acc[Q];
+    for (int q = 0; q < Q; ++q) acc[q] = b;
+    for (int kh = 0; kh < K; ++kh) {
+      if (kh < kh_lo || kh >= kh_hi) continue;
+      const float* row = img + ((ih0 + kh) * w_in + ow * stride + iw0) * c + c0;
+      for (int kw = 0; kw < K; ++kw) {
+        for (int q = 0; q < Q; ++q) {
+          V xv;
+          std::memcpy(&xv, row + (q * stride + kw) * c, sizeof(V));
+          acc[q] += xv * w[kh * K + kw];
+        }
+      }
+    }
+    for (int q = 0; q < Q; ++q) std::memcpy(y + (ow + q) * c + c0, &acc[q], sizeof(V));
+    ow += Q;
+  };
+  while (ow + P <= ow_hi) pixels(std::integral_constant<int, P>{});
+  while (ow < ow_hi) pixels(std::integral_constant<int, 1>{});
+}
+
+template <int K, int P>
+inline __attribute__((always_inline)) void depthwise_row_k(
+    float* y, const float* img, const float* taps, const float* bias, int64_t c, int64_t cv,
+    int64_t w_in, int64_t stride, int64_t ih0, int64_t kh_lo, int64_t kh_hi, int64_t iw0,
+    int64_t ow_lo, int64_t ow_hi) {
+  int64_t c0 = 0;
+  for (; c0 + 16 <= cv; c0 += 16) {
+    depthwise_row_block<K, P, V16>(y, img, taps, bias, c, c0, w_in, stride, ih0, kh_lo, kh_hi, iw0,
+                                   ow_lo, ow_hi);
+  }
+  if (c0 + 8 <= cv) {
+    depthwise_row_block<K, P, V8>(y, img, taps, bias, c, c0, w_in, stride, ih0, kh_lo, kh_hi, iw0,
+                                  ow_lo, ow_hi);
+  }
+}
+
+KILN_TARGET_CLONES bool depthwise_row(float* y, const float* img, const float* taps,
+                                      const float* bias, int64_t k, int64_t c, int64_t cv,
+                                      int64_t w_in, int64_t stride, int64_t ih0, int64_t kh_lo,
+                                      int64_t kh_hi, int64_t iw0, int64_t ow_lo, int64_t ow_hi) {
+  if (k == 3) {
+    depthwise_row_k<3, 4>(y, img, taps, bias, c, cv, w_in, stride, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                          ow_hi);
+    return true;
+  }
+  if (k == 5) {
+    depthwise_row_k<5, 2>(y, img, taps, bias, c, cv, w_in, stride, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                          ow_hi);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool depthwise_row_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,
+                       int64_t c, int64_t cv, int64_t w_in, int64_t stride, int64_t ih0,
+                       int64_t kh_lo, int64_t kh_hi, int64_t iw0, int64_t ow_lo, int64_t ow_hi) {
+  if (cv <= 0 || ow_lo >= ow_hi) return k == 3 || k == 5;
+  return depthwise_row(y, img, taps, bias, k, c, cv, w_in, stride, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                       ow_hi);
 }
 
 namespace {

@@ -71,6 +71,17 @@ void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
 inline int64_t small_n_stride(int64_t n) { return (n + 15) / 16 * 16; }
 inline constexpr int64_t kSmallN = 64;
 
+// Output pixels [ow_lo, ow_hi) of one output row of a channels-last depthwise K x K conv (K 3 or
+// 5, dilation 1) whose taps along W all lie inside the input, channels [0, cv) (cv a multiple of
+// 8 up to c): y is the row's first pixel, img the image ([H, W, c]), taps [K * K][c], rows
+// kh in [kh_lo, kh_hi) valid at input row ih0 + kh, input column ow * stride + iw0 + kw. Each
+// 16 (or 8) channels' K * K filter vectors stay in registers across the pixels, several at once;
+// each output is bias + the taps in (kh, kw) order, as depthwise_pixel_f32 sums them. False
+// (nothing written) for another K.
+bool depthwise_row_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,
+                       int64_t c, int64_t cv, int64_t w_in, int64_t stride, int64_t ih0,
+                       int64_t kh_lo, int64_t kh_hi, int64_t iw0, int64_t ow_lo, int64_t ow_hi);
+
 // y[r * n + j] += b[j] for r < rows, j < n (a bias over rows of channels).
 void add_rows_f32(float* y, const float* b, int64_t rows, int64_t n);
 
