@@ -133,8 +133,8 @@ void dense(const NhwcConvWeights& wt, const Geometry& g, const float* x, const f
 }
 
 // Output rows (n, oh) [r0, r1) of a depthwise conv: the interior of each row (every tap along W
-// inside the input) of a 3x3 or 5x5 conv at dilation 1 through depthwise_row_f32, 16 channels at
-// (or 8) at a time with the filter in registers; the other pixels and channels with their valid
+// inside the input) of a 3x3 or 5x5 conv at dilation 1 through depthwise_row_f32, 16 (or 8)
+// channels at a time with the filter in registers; the other pixels and channels with their valid
 // taps listed, summed over the channels in vectors. Both sum the taps in (kh, kw) order.
 void depthwise_rows(const NhwcConvWeights& wt, const Geometry& g, const float* x, const float* bias,
                     float* y, const NhwcEpilogue& epi, int64_t r0, int64_t r1) {

@@ -550,10 +550,9 @@ inline __attribute__((always_inline)) void depthwise_row_block(
       }
     }
     for (int q = 0; q < Q; ++q) std::memcpy(y + (ow + q) * c + c0, &acc[q], sizeof(V));
-    ow += Q;
   };
-  while (ow + P <= ow_hi) pixels(std::integral_constant<int, P>{});
-  while (ow < ow_hi) pixels(std::integral_constant<int, 1>{});
+  for (; ow + P <= ow_hi; ow += P) pixels(std::integral_constant<int, P>{});
+  for (; ow < ow_hi; ++ow) pixels(std::integral_constant<int, 1>{});
 }
 
 template <int K, int P>
