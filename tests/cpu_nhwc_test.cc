@@ -1,9 +1,9 @@
 // The CPU's channels-last convolutions (assign_layout on the CPU, conv_nhwc.cc): a stack of every
-// kind of conv they serve (dense KxK with few and many output channels, strided, dilated,
-// depthwise, pointwise, a 1x1 map, a residual, activations, a squeeze-excitation's ReduceMean and
-// Mul, a grouped conv left to the transposing path) built for the CPU computes what the graph's
-// nodes compute one by one on the NCHW reference kernels, at batch 1 and 3, with the same bits on
-// one thread and on two; a lone conv stays NCHW.
+// kind of conv they serve (dense KxK with few and many (over kSmallN) output channels, strided,
+// dilated, depthwise, pointwise, a 1x1 map, a residual, activations, a squeeze-excitation's
+// ReduceMean and Mul, a grouped conv left to the transposing path) built for the CPU computes what
+// the graph's nodes compute one by one on the NCHW reference kernels, at batch 1 and 3, with the
+// same bits on one thread and on two; a lone conv stays NCHW.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,28 +22,28 @@ namespace {
 
 // Nine convolutions and three edges that change layout (X in, Y out, and the one ReduceMean's
 // output that goes back to NCHW for nothing: it is pushed through), so the CPU takes NHWC.
-const char* kStack = R"(graph g(%x: float32[N, 8, 12, 12]) -> (%y: float32[N, 72, 3, 3]) {
+const char* kStack = R"(graph g(%x: float32[N, 8, 12, 12]) -> (%y: float32[N, 112, 3, 3]) {
   opset ai.onnx 17
   %w1: float32[16, 8, 3, 3] = dense<...>
   %b1: float32[16] = dense<...>
   %w2: float32[16, 1, 5, 5] = dense<...>
   %b2: float32[16] = dense<...>
-  %w3: float32[80, 16, 1, 1] = dense<...>
-  %w4: float32[16, 80, 1, 1] = dense<...>
+  %w3: float32[128, 16, 1, 1] = dense<...>
+  %w4: float32[16, 128, 1, 1] = dense<...>
   %b4: float32[16] = dense<...>
   %wg: float32[16, 8, 1, 1] = dense<...>
   %wse: float32[16, 16, 1, 1] = dense<...>
   %w5: float32[24, 16, 3, 3] = dense<...>
   %w6: float32[24, 1, 3, 3] = dense<...>
-  %w7: float32[72, 24, 3, 3] = dense<...>
-  %b7: float32[72] = dense<...>
+  %w7: float32[112, 24, 3, 3] = dense<...>
+  %b7: float32[112] = dense<...>
   %lo: float32[] = dense<0.0>
   %hi: float32[] = dense<0.5>
   %c1: float32[N, 16, 6, 6] = Conv(%x, %w1, %b1) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]}  # conv1
   %r1: float32[N, 16, 6, 6] = Relu(%c1)  # relu1
   %c2: float32[N, 16, 6, 6] = Conv(%r1, %w2, %b2) {group=16, kernel_shape=[5, 5], pads=[2, 2, 2, 2]}  # dw2
   %r2: float32[N, 16, 6, 6] = Clip(%c2, %lo, %hi)  # clip2
-  %c3: float32[N, 80, 6, 6] = Conv(%r2, %w3) {kernel_shape=[1, 1]}  # pw3
+  %c3: float32[N, 128, 6, 6] = Conv(%r2, %w3) {kernel_shape=[1, 1]}  # pw3
   %c4: float32[N, 16, 6, 6] = Conv(%c3, %w4, %b4) {kernel_shape=[1, 1]}  # pw4
   %a4: float32[N, 16, 6, 6] = Add(%c4, %r1)  # residual
   %s: float32[N, 16, 6, 6] = Relu(%a4)  # relu4
@@ -53,7 +53,7 @@ const char* kStack = R"(graph g(%x: float32[N, 8, 12, 12]) -> (%y: float32[N, 72
   %e: float32[N, 16, 6, 6] = Mul(%g5, %m2)  # se_scale
   %c5: float32[N, 24, 6, 6] = Conv(%e, %w5) {dilations=[2, 2], kernel_shape=[3, 3], pads=[2, 2, 2, 2]}  # dil5
   %c6: float32[N, 24, 3, 3] = Conv(%c5, %w6) {group=24, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]}  # dw6
-  %y: float32[N, 72, 3, 3] = Conv(%c6, %w7, %b7) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}  # conv7
+  %y: float32[N, 112, 3, 3] = Conv(%c6, %w7, %b7) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}  # conv7
 }
 )";
 

@@ -651,8 +651,12 @@ KILN_TARGET_CLONES void small_n_gemm(int64_t m, int64_t n, int64_t k, const floa
       return small_n_rows<2, 6>(m, n, k, a, lda, b, c, ldc);
     case 3:
       return small_n_rows<3, 4>(m, n, k, a, lda, b, c, ldc);
-    default:
+    case 4:
       return small_n_rows<4, 4>(m, n, k, a, lda, b, c, ldc);
+    case 5:
+      return small_n_rows<5, 4>(m, n, k, a, lda, b, c, ldc);
+    default:
+      return small_n_rows<6, 4>(m, n, k, a, lda, b, c, ldc);
   }
 }
 

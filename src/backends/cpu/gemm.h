@@ -62,14 +62,14 @@ void depthwise_pixel_f32(float* y, const float* x, const int64_t* off, const flo
                          const int64_t* wrow, int64_t taps, const float* bias, int64_t c);
 
 // C[i, 0:n] = sum over p < k of A[i, p] * B[p, 0:n] for i < m (C overwritten; row-major, A's
-// rows lda apart, C's ldc), for few columns (n <= 64): B is [k][round_up(n, 16)], zero-padded
+// rows lda apart, C's ldc), for few columns (n <= kSmallN): B is [k][round_up(n, 16)], zero-padded
 // (small_n_stride). A channels-last conv with few output channels (an RGB stem's 16), where the
 // blocked GEMM's 32-column tiles would be half empty: rows in blocks held in registers against B's
 // row, each element's sum in order of p.
 void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    float* c, int64_t ldc);
 inline int64_t small_n_stride(int64_t n) { return (n + 15) / 16 * 16; }
-inline constexpr int64_t kSmallN = 64;
+inline constexpr int64_t kSmallN = 96;
 
 // Output pixels [ow_lo, ow_hi) of one output row of a channels-last depthwise K x K conv (K 3 or
 // 5, dilation 1) whose taps along W all lie inside the input, channels [0, cv) (cv a multiple of
