@@ -4,7 +4,8 @@ For each shared model (../shared/models, or KILN_MODELS_DIR) at each of its test
 kiln's FP32 CPU engine (built once for the model's profile) and ONNX Runtime 1.30's CPU provider
 with 1 and with 2 intra-op threads (and every graph optimization) run the same inputs in rounds,
 kiln then ORT-1 then ORT-2, so a busy neighbour slows all three alike, each turn starting with one
-untimed run. Each figure is the median of every timed run after warm-up. kiln's output is checked against ORT's at 1e-4 + 1e-3*|ref|.
+untimed run. Each ORT turn makes its session afresh and drops it after, so that ORT's spinning
+intra-op threads never share the cores with kiln's turn. Each figure is the median of every timed run after warm-up. kiln's output is checked against ORT's at 1e-4 + 1e-3*|ref|.
 Peak resident memory: with --memory, each runtime runs the model alone in a child process and its
 peak resident set (VmHWM) after the runs is reported (the Python interpreter, numpy and onnx
 included in both).
@@ -16,6 +17,7 @@ included in both).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import pathlib
@@ -136,24 +138,38 @@ def main():
               f"{'max abs':>9}" + (f" {'RSS kiln':>9} {'RSS ORT':>9}" if args.memory else ""))
     print(header)
     for name in [m for m in args.models.split(",") if m]:
-        runners = {"kiln": kiln_runner(name), "ort1": ort_runner(name, 1), "ort2": ort_runner(name, 2)}
+        # ONNX Runtime's intra-op threads spin while their session lives (allow_spinning, its
+        # default and its faster setting), and on two cores a spinning thread takes the core
+        # kiln's second thread runs on: ViT-tiny at batch 1 took kiln 14 ms after ORT's first turn
+        # and 8.3 ms with ORT's sessions made without spinning. So each ORT turn makes its session
+        # afresh (its first run untimed) and drops it after, and no runtime's pool is alive
+        # during another's turn (kiln's workers spin 200 us, then block).
+        kiln_run = kiln_runner(name)
+        makers = {"kiln": lambda: kiln_run, "ort1": lambda: ort_runner(name, 1), "ort2": lambda: ort_runner(name, 2)}
         for si, feed in enumerate(test_inputs(name)):
-            outs = {k: r(feed) for k, r in runners.items()}
+            outs = {}
+            for k, make in makers.items():
+                r = make()
+                outs[k] = r(feed)
+                timed(r, feed, args.warmup)
+                del r
+                gc.collect()
             ok, worst = True, 0.0
             for out_name, ref in outs["ort1"].items():
                 good, err = close(outs["kiln"][out_name], ref)
                 ok, worst = ok and good, max(worst, err)
-            for r in runners.values():
-                timed(r, feed, args.warmup)
-            times = {k: [] for k in runners}
+            times = {k: [] for k in makers}
             for _ in range(args.rounds):
-                for k, r in runners.items():
+                for k, make in makers.items():
+                    r = make()
                     # One untimed run at the start of each turn: the runtime before it left the
                     # caches holding its own weights, and kiln, always timed right after ORT's
                     # two-thread turn, ran MobileNetV3-small 15-35% slower in its first runs of a
                     # turn than alone in the same process.
                     r(feed)
                     times[k] += timed(r, feed, args.iters)
+                    del r
+                    gc.collect()
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med["ort1"], med["ort2"])
             shape = "x".join(str(d) for d in next(iter(feed.values())).shape)
