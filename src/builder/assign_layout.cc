@@ -9,7 +9,9 @@
 //      layout (elementwise ops, global pools as ReduceMean/ReduceMax, 2-D MaxPool and AveragePool
 //      as kiln::Pool{layout="NHWC"}), where it meets the next stack's transpose and cancels; a
 //      transpose moving only dims of size 1 becomes a Reshape (a view, run as an alias).
-// Runs after assign_precision (the dtypes it tests are final), on CUDA builds.
+// Runs after assign_precision (the dtypes it tests are final). On the CPU it converts float32
+// stacks too, and keeps the result only where the stacks are long enough
+// (assign_layout(BuildState&)).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -459,10 +461,6 @@ StatusOr<bool> push_through_elementwise(ir::Graph* g, int n) {
   return true;
 }
 
-// GlobalAveragePool / GlobalMaxPool (or a ReduceMean / ReduceMax over H and W) of a transpose to
-// NCHW: the same reduction over H and W of
-// the NHWC tensor (ReduceMean / ReduceMax, keepdims), whose [N, 1, 1, C] result goes back by a
-// transpose that becomes a Reshape.
 // Whether ReduceMean/ReduceMax node r reduces exactly the two spatial axes of a 4-D tensor and
 // keeps them (axes from the attribute before opset 18, from a constant input after).
 bool is_global_reduce(const ir::Graph& g, const ir::Node& r) {
@@ -482,6 +480,9 @@ bool is_global_reduce(const ir::Graph& g, const ir::Node& r) {
   return norm == std::set<int64_t>{2, 3};
 }
 
+// GlobalAveragePool / GlobalMaxPool (or a ReduceMean / ReduceMax over H and W) of a transpose to
+// NCHW: the same reduction over H and W of the NHWC tensor (ReduceMean / ReduceMax, keepdims),
+// whose [N, 1, 1, C] result goes back by a transpose that becomes a Reshape.
 StatusOr<bool> push_through_global_pool(ir::Graph* g, int n, const SupportsFn& supports) {
   const ir::Node& pool = g->nodes[size_t(n)];
   const bool reduce_op = is_onnx(pool, "ReduceMean") || is_onnx(pool, "ReduceMax");
