@@ -37,17 +37,6 @@ std::string run_pass(Status (*pass)(builder::BuildState&), ir::Graph g) {
   return ir::to_text(s.graph);
 }
 
-// A CPU engine of `g` for its input "x" over shapes min..max (opt = max).
-StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max) {
-  Network net;
-  net.graph = g;
-  BuilderConfig config;
-  OptimizationProfile p;
-  KILN_RETURN_IF_ERROR(p.set_dimensions("x", min, max, max));
-  config.add_profile(p);
-  return Builder().build(net, config);
-}
-
 // Conv (1x1, two channels, with bias) -> BatchNormalization -> Relu.
 const char* kConvBn = R"(graph g(%x: float32[n, 2, 2, 2]) -> (%y: float32[n, 2, 2, 2]) {
   opset ai.onnx 17

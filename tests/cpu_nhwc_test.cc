@@ -75,16 +75,6 @@ ir::Graph stack(const std::string& n) {
   return g.ok() ? std::move(g).value() : ir::Graph{};
 }
 
-StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max) {
-  Network net;
-  net.graph = g;
-  BuilderConfig config;
-  OptimizationProfile p;
-  KILN_RETURN_IF_ERROR(p.set_dimensions("x", min, max, max));
-  config.add_profile(p);
-  return Builder().build(net, config);
-}
-
 int count_nodes(const Engine& e, const std::string& op, const std::string& layout) {
   int n = 0;
   for (const ir::Node& node : e.plan().graph.nodes) {

@@ -73,6 +73,16 @@ StatusOr<Engine> build_model(const std::string& model_path,
   return Builder(device).build(net, config);
 }
 
+StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max) {
+  Network net;
+  net.graph = g;
+  BuilderConfig config;
+  OptimizationProfile p;
+  KILN_RETURN_IF_ERROR(p.set_dimensions("x", min, max, max));
+  config.add_profile(p);
+  return Builder().build(net, config);
+}
+
 // Every value of `g` computed node by node on the reference kernels (each output of x's shape).
 std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x) {
   std::map<int, Tensor> v;

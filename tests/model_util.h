@@ -37,6 +37,9 @@ StatusOr<Engine> build_model(const std::string& model_path,
 // ok when tests can run on `device`; otherwise why not (no CUDA build, no GPU).
 Status device_available(Device device);
 
+// A CPU engine of `g` for its input "x" over shapes min..max (opt = max).
+StatusOr<Engine> build_cpu(const ir::Graph& g, const Shape& min, const Shape& max);
+
 // Every value of `g` computed node by node on the CPU reference kernels, from input "x" and the
 // constants (each node's one output of its static IR shape, else of x's shape).
 std::map<int, Tensor> run_unfused(const ir::Graph& g, const Tensor& x);

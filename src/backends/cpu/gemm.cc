@@ -449,31 +449,32 @@ KILN_TARGET_CLONES void taps_axpy(float* __restrict acc, const float* __restrict
   }
 }
 
-// depthwise_pixel_f32's R vectors of 16 channels: the accumulators stay in registers while the
-// taps stream past them.
-template <int R>
+// depthwise_pixel_f32's R vectors of channels (V: 16 or 8 floats): the accumulators stay in
+// registers while the taps stream past them.
+template <int R, typename V = V16>
 inline __attribute__((always_inline)) void depthwise_block(
     float* __restrict y, const float* __restrict x, const int64_t* off, const float* __restrict w,
     const int64_t* wrow, int64_t taps, const float* bias) {
-  V16 a[R];
+  constexpr int W = sizeof(V) / sizeof(float);
+  V a[R];
   for (int r = 0; r < R; ++r) {
     if (bias) {
-      std::memcpy(&a[r], bias + 16 * r, sizeof(V16));
+      std::memcpy(&a[r], bias + W * r, sizeof(V));
     } else {
-      a[r] = V16{};
+      a[r] = V{};
     }
   }
   for (int64_t t = 0; t < taps; ++t) {
     const float* xs = x + off[t];
     const float* ws = w + wrow[t];
     for (int r = 0; r < R; ++r) {
-      V16 xv, wv;
-      std::memcpy(&xv, xs + 16 * r, sizeof(V16));
-      std::memcpy(&wv, ws + 16 * r, sizeof(V16));
+      V xv, wv;
+      std::memcpy(&xv, xs + W * r, sizeof(V));
+      std::memcpy(&wv, ws + W * r, sizeof(V));
       a[r] += xv * wv;
     }
   }
-  for (int r = 0; r < R; ++r) std::memcpy(y + 16 * r, &a[r], sizeof(V16));
+  for (int r = 0; r < R; ++r) std::memcpy(y + W * r, &a[r], sizeof(V));
 }
 
 }  // namespace
@@ -502,15 +503,7 @@ KILN_TARGET_CLONES void depthwise_pixel_f32(float* y, const float* x, const int6
       break;
   }
   if (i + 8 <= c) {
-    V8 a = V8{};
-    if (bias) std::memcpy(&a, bias + i, sizeof(V8));
-    for (int64_t t = 0; t < taps; ++t) {
-      V8 xv, wv;
-      std::memcpy(&xv, x + off[t] + i, sizeof(V8));
-      std::memcpy(&wv, w + wrow[t] + i, sizeof(V8));
-      a += xv * wv;
-    }
-    std::memcpy(y + i, &a, sizeof(V8));
+    depthwise_block<1, V8>(y + i, x + i, off, w + i, wrow, taps, bias ? bias + i : nullptr);
     i += 8;
   }
   for (; i < c; ++i) {
