@@ -565,7 +565,8 @@ class BoundContext {
     nb::gil_scoped_release release;
     if (synchronize) {
       check(ctx_->enqueue_on_default_stream());
-      check(value_or_raise(backends::get_backend(engine_.device()))->synchronize(ctx_->stream()));
+      // Stream 0 is ordered after the run, whether it ran there (a replayed graph) or was fenced.
+      check(value_or_raise(backends::get_backend(engine_.device()))->synchronize(nullptr));
       return;
     }
     check(enqueue_on(reinterpret_cast<uintptr_t>(stream)));

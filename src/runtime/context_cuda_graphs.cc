@@ -28,9 +28,17 @@ void ExecutionContext::release_graph(CachedGraph& c) {
   if (c.sym) data_->backend->deallocate_host(c.sym);
 }
 
+Status ExecutionContext::wait_for_runs() {
+  const backends::Backend* b = data_->backend;
+  if (kernel_stream_) KILN_RETURN_IF_ERROR(b->synchronize(kernel_stream_));
+  if (replayed_on_default_) KILN_RETURN_IF_ERROR(b->synchronize(nullptr));  // stream 0
+  replayed_on_default_ = false;
+  return ok_status();
+}
+
 Status ExecutionContext::evict_oldest_graph() {
   // The graph may still run.
-  Status st = kernel_stream_ ? data_->backend->synchronize(kernel_stream_) : ok_status();
+  Status st = wait_for_runs();
   release_graph(graphs_.back());
   graphs_.pop_back();
   ++graph_stats_.evictions;
@@ -45,10 +53,42 @@ ExecutionContext::GraphStats ExecutionContext::cuda_graph_stats() const {
 
 void ExecutionContext::drop_graphs(bool evicted) {
   const backends::Backend* b = data_->backend;
-  if (!graphs_.empty() && kernel_stream_) (void)b->synchronize(kernel_stream_);
+  if (!graphs_.empty()) (void)wait_for_runs();
   for (CachedGraph& c : graphs_) release_graph(c);
   if (evicted) graph_stats_.evictions += int64_t(graphs_.size());
   graphs_.clear();
+}
+
+namespace {
+
+// A graph's key: the input shapes, IO addresses, stream and shape-value bytes of its run.
+std::vector<int64_t> graph_key(const std::vector<Shape>& input_shapes,
+                               const std::vector<void*>& io_address, void* stream,
+                               const std::vector<std::vector<uint8_t>>& shape_value_bytes) {
+  std::vector<int64_t> key;
+  for (const Shape& s : input_shapes) {
+    key.push_back(int64_t(s.size()));
+    key.insert(key.end(), s.begin(), s.end());
+  }
+  for (void* a : io_address) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
+  key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
+  for (const auto& bytes : shape_value_bytes) key.insert(key.end(), bytes.begin(), bytes.end());
+  return key;
+}
+
+}  // namespace
+
+Status ExecutionContext::replay_graph(void* stream, void* launch, bool* ran) {
+  *ran = false;
+  std::vector<int64_t> key = graph_key(input_shapes_, io_address_, stream, shape_value_bytes_);
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->key != key) continue;
+    graphs_.splice(graphs_.begin(), graphs_, it);
+    ++graph_stats_.replays;
+    *ran = true;
+    return data_->backend->launch_graph(graphs_.front().graph, launch);
+  }
+  return ok_status();
 }
 
 // The run as a CUDA graph: a cached one for these shapes, addresses and stream, or a direct run
@@ -56,20 +96,10 @@ void ExecutionContext::drop_graphs(bool evicted) {
 // direct run), kept in the cache.
 Status ExecutionContext::enqueue_graph(void* stream) {
   const backends::Backend* backend = data_->backend;
-  std::vector<int64_t> key;
-  for (const Shape& s : input_shapes_) {
-    key.push_back(int64_t(s.size()));
-    key.insert(key.end(), s.begin(), s.end());
-  }
-  for (void* a : io_address_) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
-  key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
-  for (const auto& bytes : shape_value_bytes_) key.insert(key.end(), bytes.begin(), bytes.end());
-  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
-    if (it->key != key) continue;
-    graphs_.splice(graphs_.begin(), graphs_, it);
-    ++graph_stats_.replays;
-    return backend->launch_graph(graphs_.front().graph, stream);
-  }
+  bool replayed = false;
+  KILN_RETURN_IF_ERROR(replay_graph(stream, stream, &replayed));
+  if (replayed) return ok_status();
+  std::vector<int64_t> key = graph_key(input_shapes_, io_address_, stream, shape_value_bytes_);
   KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
   sym_in_flight_ = true;
   if (key == graph_failed_key_ || graph_capacity_ == 0) return ok_status();

@@ -259,7 +259,7 @@ Status ExecutionContext::resolve() {
   const bool host = backend->host_accessible();
   if (total > arena_capacity_) {
     // In-flight work may still use the old arena, and captured graphs name its addresses.
-    if (kernel_stream_) KILN_RETURN_IF_ERROR(backend->synchronize(kernel_stream_));
+    KILN_RETURN_IF_ERROR(wait_for_runs());
     drop_graphs(true);
     auto p = backend->allocate(std::max<size_t>(total, kAlign));
     if (!p.ok()) {

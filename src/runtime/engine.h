@@ -188,8 +188,9 @@ class ExecutionContext {
   Status enqueue(void* stream = nullptr);
   // Enqueues the run as if on CUDA's legacy default stream (stream 0, TensorRT's enqueueV3(0)):
   // after the work queued there so far and before the work queued there later, without waiting.
-  // It runs on the context's own stream, fenced both ways by events, because CUDA cannot capture a
-  // graph on stream 0. On the CPU it runs synchronously.
+  // A graph already captured for this run's shapes and addresses is launched on stream 0 itself;
+  // any other run (direct, or the run that captures: CUDA captures on no legacy stream) goes on
+  // the context's own stream, fenced both ways by events. On the CPU it runs synchronously.
   Status enqueue_on_default_stream();
   // The context's own stream (nullptr on the CPU).
   void* stream() const { return stream_; }
@@ -347,7 +348,10 @@ class ExecutionContext {
   // Device backends: the stream, symbolic values in page-locked host memory (kernels read them on
   // the host; the device reads them in place), run()'s staging and device IO buffers, the graph.
   void* stream_ = nullptr;
-  void* kernel_stream_ = nullptr;   // the stream kernels were last given
+  void* kernel_stream_ = nullptr;  // the stream kernels were last given
+  // A graph was replayed on stream 0 (enqueue_on_default_stream) since the context last waited
+  // for its work: wait_for_runs() waits for stream 0 as well as kernel_stream_.
+  bool replayed_on_default_ = false;
   std::vector<size_t> sym_offset_;  // per slot, offset into sym_host_ (symbolic slots only)
   void* sym_host_ = nullptr;
   size_t sym_capacity_ = 0;
@@ -377,7 +381,12 @@ class ExecutionContext {
   void drop_graphs(bool evicted);
   void release_graph(CachedGraph& c);  // destroys the graph and frees its shape values
   Status evict_oldest_graph();         // waits for the last run, then releases the oldest graph
+  // Replays the cached graph of this run's key on `launch` (the key's stream is `stream`); *ran
+  // says whether there was one. No graph is captured here.
+  Status replay_graph(void* stream, void* launch, bool* ran);
   Status enqueue_graph(void* stream);
+  bool runs_as_graph() const;  // enqueue() would run through the graph cache
+  Status wait_for_runs();  // waits for the context's work in flight (before freeing what it reads)
   // Runs the bucketed form of this run when buckets apply (*ran = true), else leaves it.
   Status enqueue_bucketed(void* stream, bool* ran);
   std::vector<int64_t> buckets_;

@@ -121,6 +121,7 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const EngineData> data)
 ExecutionContext::~ExecutionContext() {
   const backends::Backend* b = data_->backend;
   if (stream_) (void)b->synchronize(stream_);  // a destructor has no one to report to
+  if (replayed_on_default_) (void)b->synchronize(nullptr);
   kernels_.clear();
   run_buffers_.clear();
   kernel_stream_ = stream_;  // a caller's stream may be gone by now: the caller waited for its work
@@ -349,6 +350,8 @@ Status ExecutionContext::enqueue(void* stream) {
   KILN_RETURN_IF_ERROR(infer_shapes());
   KILN_RETURN_IF_ERROR(check_io_addresses());
   if (!stream) stream = stream_;
+  // A graph replayed on stream 0 may still be running: this run shares its arena.
+  if (replayed_on_default_) KILN_RETURN_IF_ERROR(data_->backend->order_after(stream, nullptr));
   if (stream != kernel_stream_) {
     for (auto& k : kernels_) {
       if (k) k->set_stream(stream);
@@ -360,8 +363,7 @@ Status ExecutionContext::enqueue(void* stream) {
     KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
     return report_layer_times(stream);
   }
-  if (!use_graph_ || backend->host_accessible() || data_dependent || data_->has_guards ||
-      !data_->loops.empty()) {
+  if (!runs_as_graph()) {
     sym_in_flight_ = !backend->host_accessible();
     return enqueue_kernels(stream);
   }
@@ -387,9 +389,26 @@ Status ExecutionContext::report_layer_times(void* stream) {
   return ok_status();
 }
 
+bool ExecutionContext::runs_as_graph() const {
+  return use_graph_ && !data_->backend->host_accessible() && data_->plan.data_dependent.empty() &&
+         !data_->has_guards && data_->loops.empty();
+}
+
 Status ExecutionContext::enqueue_on_default_stream() {
   const backends::Backend* b = data_->backend;
   if (b->host_accessible()) return enqueue(stream_);
+  if (runs_as_graph() && buckets_.empty() && !profiler_ && !shape_values_changed()) {
+    // A graph captured on the context's stream replays on stream 0 itself: CUDA launches a graph
+    // on any stream, so stream 0's order holds without the two fences below.
+    KILN_RETURN_IF_ERROR(infer_shapes());
+    KILN_RETURN_IF_ERROR(check_io_addresses());
+    bool replayed = false;
+    KILN_RETURN_IF_ERROR(replay_graph(stream_, nullptr, &replayed));
+    if (replayed) {
+      replayed_on_default_ = true;
+      return ok_status();
+    }
+  }
   KILN_RETURN_IF_ERROR(b->order_after(stream_, nullptr));
   Status run = enqueue(stream_);
   // Even a run that failed part-way may have queued kernels: stream 0's later work waits for them.
@@ -413,6 +432,8 @@ Status ExecutionContext::run_on_device(const std::map<std::string, Tensor>& inpu
   std::vector<size_t> off(n_io, 0);
   std::vector<char> staged(n_io, 0);
   size_t total = 0;
+  // A graph replayed on stream 0 may still read the buffers written below.
+  if (replayed_on_default_) KILN_RETURN_IF_ERROR(b->order_after(stream_, nullptr));
   for (size_t i = 0; i < n_io; ++i) {
     int v = data_->io_values[i];
     if (data_->shape_data_dependent[v]) continue;  // run() copies it from its allocator's buffer

@@ -194,8 +194,10 @@ class CudaBackend final : public Backend {
            " cublasLt " + std::to_string(cublasLtGetVersion());
   }
   Status synchronize(void* stream) const override {
-    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
-                    "synchronizing the stream");
+    // nullptr is CUDA's legacy default stream (stream 0) whatever the compile's default stream.
+    KILN_CUDA_CHECK(
+        cudaStreamSynchronize(stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy),
+        "synchronizing the stream");
     return ok_status();
   }
   bool host_accessible() const override { return false; }
@@ -256,9 +258,9 @@ class CudaBackend final : public Backend {
     return static_cast<void*>(exec);
   }
   Status launch_graph(void* graph, void* stream) const override {
-    KILN_CUDA_CHECK(
-        cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
-        "launching the CUDA graph");
+    KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph),
+                                    stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy),
+                    "launching the CUDA graph");
     return ok_status();
   }
   Status order_after(void* waiter, void* producer) const override {
