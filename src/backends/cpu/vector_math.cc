@@ -160,11 +160,30 @@ void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale,
   *inv_out = inv;
 }
 
+// In float, as ONNX Runtime computes it (one rounding of x + 3, of the product by 1/6 and of the
+// final product: within 2 ulp of the exact value, exactly 0 at -3 and x at 3 and above). The
+// double form took 8% of MobileNetV3-small at batch 1 (one thread), 16 lanes against 8 plus the
+// conversions.
 KILN_TARGET_CLONES
 void hardswish_f32(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = y[i];
-    y[i] = float(v * std::max(0.0, std::min(1.0, (v + 3) * (1.0 / 6))));
+  typedef float V16 __attribute__((vector_size(64)));
+  const V16 zero = V16{} + 0.0f, one = zero + 1.0f, three = zero + 3.0f, sixth = zero + 1.0f / 6;
+  auto f = [&](V16 v) {
+    V16 g = (v + three) * sixth;
+    g = g < zero ? zero : g;
+    g = g > one ? one : g;
+    return v * g;
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16 v;
+    std::memcpy(&v, y + i, sizeof(V16));
+    v = f(v);
+    std::memcpy(y + i, &v, sizeof(V16));
+  }
+  for (; i < n; ++i) {
+    const float v = y[i];
+    y[i] = v * std::min(1.0f, std::max(0.0f, (v + 3.0f) * (1.0f / 6)));
   }
 }
 

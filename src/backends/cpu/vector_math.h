@@ -32,8 +32,9 @@ void softmax_row_f32(const float* x, float* y, int64_t n);
 // In place, y[i] = the piecewise-linear activations of kiln::FusedConv, each in double and
 // rounded once by the same expressions as the CPU FusedConv kernel's scalar ones (so the bits do
 // not depend on which instruction set ran them): relu y > 0 ? y : 0; clip min(max(y, lo), hi);
-// hardswish y max(0, min(1, (y + 3) * (1/6))); hardsigmoid max(0, min(1, a y + b)); leaky_relu
-// y >= 0 ? y : a y.
+// hardsigmoid max(0, min(1, a y + b)); leaky_relu y >= 0 ? y : a y. hardswish
+// y max(0, min(1, (y + 3) * (1/6))) is computed in float (each step rounded, the same steps in
+// every lane and instruction set).
 void relu_f32(float* y, int64_t n);
 void clip_f32(float* y, int64_t n, double lo, double hi);
 void hardswish_f32(float* y, int64_t n);
