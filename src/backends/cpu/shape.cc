@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
+#include "backends/cpu/multiversion.h"
 #include "core/checked.h"
 
 namespace kiln::backends::cpu {
@@ -269,6 +270,32 @@ Status tile_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// dst[i * C + c] = planes[c * stride + i] for i < pixels: C channel planes interleaved into
+// channels-last rows (an image's NCHW -> NHWC at the input of a channels-last CNN, C = 3; 4-byte
+// elements as Transpose moves them). The
+// grouped stores vectorize; the tiled loop below ran it at 7 GB/s, one element a step.
+template <int C>
+inline __attribute__((always_inline)) void interleave_planes(const uint32_t* __restrict planes,
+                                                             int64_t stride,
+                                                             uint32_t* __restrict dst,
+                                                             int64_t pixels) {
+  for (int64_t i = 0; i < pixels; ++i) {
+    for (int c = 0; c < C; ++c) dst[i * C + c] = planes[c * stride + i];
+  }
+}
+KILN_TARGET_CLONES void interleave2(const uint32_t* planes, int64_t stride, uint32_t* dst,
+                                    int64_t n) {
+  interleave_planes<2>(planes, stride, dst, n);
+}
+KILN_TARGET_CLONES void interleave3(const uint32_t* planes, int64_t stride, uint32_t* dst,
+                                    int64_t n) {
+  interleave_planes<3>(planes, stride, dst, n);
+}
+KILN_TARGET_CLONES void interleave4(const uint32_t* planes, int64_t stride, uint32_t* dst,
+                                    int64_t n) {
+  interleave_planes<4>(planes, stride, dst, n);
+}
+
 // Transpose after dropping unit dims and merging runs of axes that stay adjacent.
 template <typename T>
 void transpose_impl(const T* src, T* dst, std::span<const int64_t> dims,
@@ -305,11 +332,21 @@ void transpose_impl(const T* src, T* dst, std::span<const int64_t> dims,
   int64_t d0 = dims[r - 2], d1 = dims[r - 1], s0 = strides[r - 2], s1 = strides[r - 1];
   int64_t planes = 1;
   for (int k = 0; k < r - 2; ++k) planes *= dims[k];
+  // A few planes of 4-byte elements interleaved (s0 == 1: the pixels are contiguous in the
+  // source).
+  void (*interleave)(const uint32_t*, int64_t, uint32_t*, int64_t) = nullptr;
+  if constexpr (std::is_same_v<T, uint32_t>) {
+    interleave = d1 == 2 ? &interleave2 : d1 == 3 ? &interleave3 : d1 == 4 ? &interleave4 : nullptr;
+    if (s0 != 1) interleave = nullptr;
+  }
   std::vector<int64_t> idx(size_t(r), 0);
   int64_t off = 0;
   for (int64_t p = 0; p < planes; ++p) {
     T* out = dst + p * d0 * d1;
-    for (int64_t i0 = 0; i0 < d0; i0 += kTile) {
+    if constexpr (std::is_same_v<T, uint32_t>) {
+      if (interleave) interleave(src + off, s1, out, d0);
+    }
+    for (int64_t i0 = 0; i0 < d0 && !interleave; i0 += kTile) {
       int64_t i1 = std::min(d0, i0 + kTile);
       for (int64_t j0 = 0; j0 < d1; j0 += kTile) {
         int64_t j1 = std::min(d1, j0 + kTile);
