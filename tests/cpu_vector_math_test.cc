@@ -158,8 +158,8 @@ TEST(CpuVectorMath, SoftmaxRowsMatchDoubleAndPropagateNaN) {
   }
 }
 
-// The piecewise-linear activations give the bits of their scalar double forms (the CPU
-// FusedConv's), whichever instruction set ran them: every float of a sweep over [-12, 12] in
+// The piecewise-linear activations give the bits of their scalar forms (double, but hardswish's in
+// float), whichever instruction set ran them: every float of a sweep over [-12, 12] in
 // steps that hit the kinks exactly, odd lengths, infinities, NaN and signed zeros.
 TEST(CpuVectorMath, PiecewiseLinearActivationsMatchTheirScalarForms) {
   using namespace backends::cpu;
@@ -193,7 +193,9 @@ TEST(CpuVectorMath, PiecewiseLinearActivationsMatchTheirScalarForms) {
   check(
       "hardswish", [](float* y, int64_t n, double, double) { hardswish_f32(y, n); }, 0, 0,
       [](double v, double, double) {
-        return v * std::max(0.0, std::min(1.0, (v + 3) * (1.0 / 6)));
+        // In float, each step rounded (as ONNX Runtime computes it).
+        const float f = float(v);
+        return double(f * std::min(1.0f, std::max(0.0f, (f + 3.0f) * (1.0f / 6))));
       });
   check(
       "hardsigmoid", [](float* y, int64_t n, double a, double b) { hardsigmoid_f32(y, n, a, b); },
