@@ -82,6 +82,52 @@ void im2col_nhwc(const float* x, const Geometry& g, int64_t p0, int64_t p1, floa
   }
 }
 
+// Output pixels [p0, p1) of a dense conv with few output channels (sgemm_small_n) into y (pixel
+// p's row at y + p * M): a pixel whose taps all lie inside the image reads its patch where it lies
+// (one offset per tap, the same for every such pixel); the others, along the padding, through
+// im2col. Both sum the taps in the filter's order, so a pixel's bits do not depend on which.
+void small_n_tile(const NhwcConvWeights& wt, const Geometry& g, const float* x, float* y,
+                  int64_t p0, int64_t p1) {
+  const Axis &ah = g.ah, &aw = g.aw;
+  const int64_t k = wt.kh * wt.kw * g.c;
+  static thread_local std::vector<int64_t> off;
+  static thread_local std::vector<float> col;
+  off.resize(size_t(k));
+  for (int64_t kh = 0, t = 0; kh < ah.k; ++kh) {
+    for (int64_t kw = 0; kw < aw.k; ++kw) {
+      for (int64_t c = 0; c < g.c; ++c)
+        off[size_t(t++)] = (kh * ah.dil * g.w + kw * aw.dil) * g.c + c;
+    }
+  }
+  auto through_col = [&](int64_t q0, int64_t q1) {
+    if (q0 >= q1) return;
+    if (col.size() < size_t((q1 - q0) * k)) col.resize(size_t((q1 - q0) * k));
+    im2col_nhwc(x, g, q0, q1, col.data());
+    sgemm_small_n(q1 - q0, g.m, k, col.data(), k, wt.small.data(), y + q0 * g.m, g.m);
+  };
+  // The output columns whose taps along W all lie inside the image: [lo, hi).
+  const int64_t span_w = (aw.k - 1) * aw.dil;
+  const int64_t lo = std::min(g.ow, (aw.pb + aw.stride - 1) / aw.stride);
+  const int64_t hi =
+      g.w - 1 - span_w + aw.pb < 0 ? 0 : std::min(g.ow, (g.w - 1 - span_w + aw.pb) / aw.stride + 1);
+  for (int64_t p = p0; p < p1;) {
+    const int64_t ow = p % g.ow, oh = (p / g.ow) % g.oh, b = p / (g.ow * g.oh);
+    const int64_t row = p - ow, end = std::min(p1, row + g.ow);
+    const int64_t ih0 = oh * ah.stride - ah.pb;
+    const int64_t s = std::max(p, row + lo), e = std::min(end, row + hi);
+    if (ih0 < 0 || ih0 + (ah.k - 1) * ah.dil >= g.h || s >= e) {
+      through_col(p, end);
+    } else {
+      through_col(p, s);
+      const float* a = x + ((b * g.h + ih0) * g.w + (s - row) * aw.stride - aw.pb) * g.c;
+      sgemm_small_n_gather(e - s, g.m, k, a, aw.stride * g.c, off.data(), wt.small.data(),
+                           y + s * g.m, g.m);
+      through_col(e, end);
+    }
+    p = end;
+  }
+}
+
 // Output pixels [p0, p1) of a dense conv: the GEMM over their patches (the pixels themselves at
 // 1x1 with unit stride and no padding), then the bias and the epilogue.
 void gemm_tile(const NhwcConvWeights& wt, const Geometry& g, bool pointwise, const float* x,
@@ -89,13 +135,19 @@ void gemm_tile(const NhwcConvWeights& wt, const Geometry& g, bool pointwise, con
                int64_t p0, int64_t p1) {
   const int64_t k = wt.kh * wt.kw * g.c;
   const float* a = x + p0 * g.c;
+  float* yt = y + p0 * g.m;
+  if (!pointwise && !wt.small.empty() && p1 - p0 > 1) {
+    small_n_tile(wt, g, x, y, p0, p1);
+    if (bias) add_rows_f32(yt, bias, p1 - p0, g.m);
+    epi.apply(yt, p0, p1 - p0);
+    return;
+  }
   if (!pointwise) {
     static thread_local std::vector<float> col;
     if (col.size() < size_t((p1 - p0) * k)) col.resize(size_t((p1 - p0) * k));
     im2col_nhwc(x, g, p0, p1, col.data());
     a = col.data();
   }
-  float* yt = y + p0 * g.m;
   if (p1 - p0 == 1) {
     // One pixel (a squeeze-excitation's 1x1 map): the filter's rows against it, streamed once.
     sgemm(false, false, g.m, 1, k, 1.f, filter, k, a, 1, 0.f, yt, 1);

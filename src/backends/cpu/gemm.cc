@@ -594,10 +594,11 @@ bool depthwise_row_f32(float* y, const float* img, const float* taps, const floa
 namespace {
 
 // sgemm_small_n's block: P rows of A against R vectors of B, P * R accumulators in registers.
+// A's column p is a + off[p] where `off` is given (an implicit im2col), else a + p.
 template <int R, int P>
 inline __attribute__((always_inline)) void small_n_block(int64_t n, int64_t k, const float* a,
-                                                         int64_t lda, const float* b, float* c,
-                                                         int64_t ldc) {
+                                                         int64_t lda, const int64_t* off,
+                                                         const float* b, float* c, int64_t ldc) {
   V16 acc[P][R];
   for (int i = 0; i < P; ++i) {
     for (int r = 0; r < R; ++r) acc[i][r] = V16{};
@@ -607,7 +608,7 @@ inline __attribute__((always_inline)) void small_n_block(int64_t n, int64_t k, c
     V16 bv[R];
     for (int r = 0; r < R; ++r) std::memcpy(&bv[r], b + p * ldb + 16 * r, sizeof(V16));
     for (int i = 0; i < P; ++i) {
-      const float av = a[i * lda + p];
+      const float av = a[i * lda + (off ? off[p] : p)];
       for (int r = 0; r < R; ++r) acc[i][r] += av * bv[r];
     }
   }
@@ -628,29 +629,46 @@ inline __attribute__((always_inline)) void small_n_block(int64_t n, int64_t k, c
 
 template <int R, int P>
 inline __attribute__((always_inline)) void small_n_rows(int64_t m, int64_t n, int64_t k,
-                                                        const float* a, int64_t lda, const float* b,
+                                                        const float* a, int64_t lda,
+                                                        const int64_t* off, const float* b,
                                                         float* c, int64_t ldc) {
   int64_t i = 0;
-  for (; i + P <= m; i += P) small_n_block<R, P>(n, k, a + i * lda, lda, b, c + i * ldc, ldc);
-  for (; i < m; ++i) small_n_block<R, 1>(n, k, a + i * lda, lda, b, c + i * ldc, ldc);
+  for (; i + P <= m; i += P) small_n_block<R, P>(n, k, a + i * lda, lda, off, b, c + i * ldc, ldc);
+  for (; i < m; ++i) small_n_block<R, 1>(n, k, a + i * lda, lda, off, b, c + i * ldc, ldc);
+}
+
+// The kernel twice, with and without the offsets, so the plain form's loads stay p-indexed.
+template <bool kOff>
+inline __attribute__((always_inline)) void small_n_any(int64_t m, int64_t n, int64_t k,
+                                                       const float* a, int64_t lda,
+                                                       const int64_t* off_in, const float* b,
+                                                       float* c, int64_t ldc) {
+  const int64_t* off = kOff ? off_in : nullptr;
+  switch (small_n_stride(n) / 16) {
+    case 1:
+      return small_n_rows<1, 8>(m, n, k, a, lda, off, b, c, ldc);
+    case 2:
+      return small_n_rows<2, 6>(m, n, k, a, lda, off, b, c, ldc);
+    case 3:
+      return small_n_rows<3, 4>(m, n, k, a, lda, off, b, c, ldc);
+    case 4:
+      return small_n_rows<4, 4>(m, n, k, a, lda, off, b, c, ldc);
+    case 5:
+      return small_n_rows<5, 4>(m, n, k, a, lda, off, b, c, ldc);
+    default:
+      return small_n_rows<6, 4>(m, n, k, a, lda, off, b, c, ldc);
+  }
 }
 
 KILN_TARGET_CLONES void small_n_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                      const float* b, float* c, int64_t ldc) {
-  switch (small_n_stride(n) / 16) {
-    case 1:
-      return small_n_rows<1, 8>(m, n, k, a, lda, b, c, ldc);
-    case 2:
-      return small_n_rows<2, 6>(m, n, k, a, lda, b, c, ldc);
-    case 3:
-      return small_n_rows<3, 4>(m, n, k, a, lda, b, c, ldc);
-    case 4:
-      return small_n_rows<4, 4>(m, n, k, a, lda, b, c, ldc);
-    case 5:
-      return small_n_rows<5, 4>(m, n, k, a, lda, b, c, ldc);
-    default:
-      return small_n_rows<6, 4>(m, n, k, a, lda, b, c, ldc);
-  }
+  small_n_any<false>(m, n, k, a, lda, nullptr, b, c, ldc);
+}
+
+KILN_TARGET_CLONES void small_n_gemm_off(int64_t m, int64_t n, int64_t k, const float* a,
+                                         int64_t lda, const int64_t* off, const float* b, float* c,
+                                         int64_t ldc) {
+  small_n_any<true>(m, n, k, a, lda, off, b, c, ldc);
 }
 
 }  // namespace
@@ -775,6 +793,12 @@ void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                    float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   small_n_gemm(m, n, k, a, lda, b, c, ldc);
+}
+
+void sgemm_small_n_gather(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                          const int64_t* off, const float* b, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  small_n_gemm_off(m, n, k, a, lda, off, b, c, ldc);
 }
 
 namespace {

@@ -68,6 +68,11 @@ void depthwise_pixel_f32(float* y, const float* x, const int64_t* off, const flo
 // row, each element's sum in order of p.
 void sgemm_small_n(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    float* c, int64_t ldc);
+// sgemm_small_n with A's element (i, p) at a[i * lda + off[p]]: a conv's patches read where they
+// lie in the image (the row of output pixel i at a + i * lda, tap p at off[p] from it) instead of
+// copied out first. The same sums in the same order as sgemm_small_n on the copied rows.
+void sgemm_small_n_gather(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                          const int64_t* off, const float* b, float* c, int64_t ldc);
 inline int64_t small_n_stride(int64_t n) { return (n + 15) / 16 * 16; }
 inline constexpr int64_t kSmallN = 96;
 
