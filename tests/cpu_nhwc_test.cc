@@ -132,6 +132,57 @@ TEST(CpuNhwc, ALoneConvStaysNchw) {
   EXPECT_EQ(count_nodes(*engine, "FusedConv", "NHWC"), 0);
 }
 
+// 1x1 convs on a 28x28 map, each over a million multiply-adds but one GEMM tile: their pixels are
+// split evenly over the threads (small_n convs and packed ones), and every thread count gives the
+// same bits, which match the nodes run one by one.
+TEST(CpuNhwc, FewTilesSplitOverTheThreadsWithTheSameBits) {
+  // Eight convs, so the CPU takes NHWC with its two transposes (X in, Y out).
+  const int64_t ch[] = {32, 48, 128, 40, 64, 48, 96, 40, 64};
+  std::string text =
+      "graph g(%x: float32[1, 32, 28, 28]) -> (%y: float32[1, 64, 28, 28]) {\n"
+      "  opset ai.onnx 17\n";
+  std::string prev = "x";
+  for (int i = 1; i <= 8; ++i) {
+    const std::string in = std::to_string(ch[i - 1]), out = std::to_string(ch[i]);
+    const std::string w = "w" + std::to_string(i), c = i == 8 ? "y" : "c" + std::to_string(i);
+    text += "  %" + w + ": float32[" + out + ", " + in + ", 1, 1] = dense<...>\n";
+    text += "  %" + c + ": float32[1, " + out + ", 28, 28] = Conv(%" + prev + ", %" + w +
+            ") {kernel_shape=[1, 1]}  # " + c + "\n";
+    prev = c;
+  }
+  text += "}\n";
+  ir::TextParseOptions options;
+  options.elided = [](std::string_view key, DType, const Shape& shape) -> StatusOr<Tensor> {
+    Tensor t = random_f32(shape, std::hash<std::string_view>{}(key));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] *= 0.3f;
+    return t;
+  };
+  auto g = ir::parse_text(text, options);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto engine = build_cpu(*g, {1, 32, 28, 28}, {1, 32, 28, 28});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ(count_nodes(*engine, "FusedConv", "NHWC"), 8);
+  Tensor x = random_f32({1, 32, 28, 28}, 5);
+  const std::map<int, Tensor> ref = run_unfused(*g, x);
+  const Tensor& want = ref.at(g->find_value("y"));
+  Tensor got[3];
+  for (int threads : {1, 2, 3}) {
+    auto ctx = engine->create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    (*ctx)->set_cpu_threads(threads);
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    got[threads - 1] = out->at("y");
+    ErrorStats e = error_stats(got[threads - 1], want);
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << threads << " threads";
+    EXPECT_GT(e.ref_max_abs, 0.1) << "a degenerate stack checks nothing";
+  }
+  for (int t : {1, 2}) {
+    EXPECT_EQ(std::memcmp(got[0].data(), got[t].data(), size_t(got[0].nbytes())), 0)
+        << "one thread and " << t + 1 << " threads differ";
+  }
+}
+
 // The layout's input Transpose (NCHW -> NHWC) of an image of 2, 3 or 4 channels interleaves the
 // planes (a vectorized loop of its own); 5 channels take the tiled loop. Both move every element
 // to its place: checked element by element at batch 2 and odd sizes.
