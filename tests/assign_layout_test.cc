@@ -622,6 +622,36 @@ TEST(AssignLayout, FewChannelsArePaddedToFour) {
   expect_same_outputs(original, g, {2, 3, 9, 9});
 }
 
+// An image given channels-last (kiln.torch's engine input for a channels-last module): the model's
+// own Transpose to NCHW meets the one assign_layout puts in front of the stack and both go, on the
+// CPU's form and on CUDA's, whose few channels are padded to four.
+const char* kChannelsLastImage = R"(graph g(%x: float32[n, 9, 9, 3]) -> (%y: float32[n, 6, 5, 5]) {
+  opset ai.onnx 17
+  %w1: float32[6, 3, 3, 3] = dense<0.1>
+  %b1: float32[6] = dense<0.1>
+  %w2: float32[6, 1, 3, 3] = dense<0.1>
+  %t: float32[n, 3, 9, 9] = Transpose(%x) {perm=[0, 3, 1, 2]}  # to_nchw
+  %c1: float32[n, 6, 5, 5] = Conv(%t, %w1, %b1) {pads=[1, 1, 1, 1], strides=[2, 2]}  # stem
+  %r1: float32[n, 6, 5, 5] = Relu(%c1)  # relu
+  %y: float32[n, 6, 5, 5] = Conv(%r1, %w2) {group=6, pads=[1, 1, 1, 1]}  # depthwise
+}
+)";
+
+TEST(AssignLayout, AChannelsLastImageNeedsNoTransposeIn) {
+  ir::Graph original = randomized(kChannelsLastImage);
+  for (bool pad : {false, true}) {
+    ir::Graph g = layout(original, {}, true, pad);
+    int in_transposes = 0;
+    for (const ir::Node& n : g.nodes) {
+      // The only Transpose left is the output's (NHWC -> NCHW after the depthwise conv).
+      if (n.op_type == "Transpose" && n.inputs[0] == g.find_value("x")) ++in_transposes;
+    }
+    EXPECT_EQ(in_transposes, 0) << ir::to_text(g);
+    EXPECT_EQ(nodes_of(g, "Transpose").size(), 1u) << ir::to_text(g);
+    expect_same_outputs(original, g, {2, 9, 9, 3});
+  }
+}
+
 // ---- fuse_squeeze_excite ----
 
 // MobileNetV3's squeeze-and-excitation block after a convolution: the gate (pool, 1x1 conv, Relu,

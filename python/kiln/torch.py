@@ -55,12 +55,19 @@ class Input:
     `shape=` alone is a static shape. `dim_names` names the dynamic axes (None or missing: NAME_dAXIS);
     two inputs that share a dim (a batch) give it the same name. "K*name" says the axis takes only
     multiples of K (name then ranges over the multiples inside the axis's range), as a model whose
-    strided levels must divide the size evenly needs.
+    strided levels must divide the size evenly needs. `format` (Torch-TensorRT's): the memory
+    format of the tensors the module will be called with. torch.channels_last builds the engine's
+    input channels-last ([N, H, W, C], TensorRT's HWC format), so a channels-last tensor goes in
+    without a transpose; None (the default) picks it for a 4-D floating-point input of a module
+    whose 4-D weights are channels-last (`model.to(memory_format=torch.channels_last)`). Shapes
+    stay in the module's (N, C, H, W) order either way, and a tensor of the other format still runs
+    (copied into the engine's).
     """
 
     def __init__(self, min_shape: Optional[Sequence[int]] = None, opt_shape: Optional[Sequence[int]] = None,
                  max_shape: Optional[Sequence[int]] = None, *, shape: Optional[Sequence[int]] = None,
-                 dtype: Any = None, name: Optional[str] = None, dim_names: Optional[Sequence[Optional[str]]] = None):
+                 dtype: Any = None, name: Optional[str] = None, dim_names: Optional[Sequence[Optional[str]]] = None,
+                 format: Any = None):  # noqa: A002 - Torch-TensorRT's keyword
         if shape is not None:
             if min_shape is not None or opt_shape is not None or max_shape is not None:
                 raise InvalidArgumentError("kiln.torch.Input: give shape= or min_shape/opt_shape/max_shape, not both")
@@ -84,6 +91,13 @@ class Input:
             raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: {len(names)} dim_names for rank "
                                        f"{len(self.min_shape)}")
         self.dim_names: List[Optional[str]] = names + [None] * (len(self.min_shape) - len(names))
+        if format not in (None, torch.contiguous_format, torch.channels_last):
+            raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: format must be torch.contiguous_format or "
+                                       f"torch.channels_last, got {format!r}")
+        if format == torch.channels_last and len(self.min_shape) != 4:
+            raise InvalidArgumentError(f"kiln.torch.Input {name or ''}: format=torch.channels_last takes a 4-D "
+                                       f"input (N, C, H, W), this one has rank {len(self.min_shape)}")
+        self.format = format
 
     def dynamic_axes(self) -> List[int]:
         return [a for a, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
@@ -121,6 +135,43 @@ def _example(inp: Input, shape: Sequence[int], device: Any = None, float_dtype: 
     else:
         x = torch.randint(0, 2, tuple(shape), generator=g, dtype=dtype)
     return x if device is None or torch.device(device).type == "cpu" else x.to(device)
+
+
+def _channels_last_module(module: Any) -> bool:
+    """Whether the module holds its 4-D weights channels-last (and so, as its user, its images)."""
+    params = list(module.parameters()) if hasattr(module, "parameters") else []
+    four = [p for p in params if p.dim() == 4 and p.shape[1] * p.shape[2] * p.shape[3] > 1]
+    return bool(four) and all(p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous()
+                              for p in four)
+
+
+def _takes_channels_last(inp: Input, module_channels_last: bool) -> bool:
+    if inp.format is not None:
+        return inp.format == torch.channels_last
+    floating = inp.dtype is None or inp.dtype.is_floating_point
+    return module_channels_last and floating and len(inp.min_shape) == 4
+
+
+def _nhwc(inp: Input) -> Input:
+    """The Input of the engine's channels-last tensor: its shapes and dim names as (N, H, W, C)."""
+    perm = (0, 2, 3, 1)
+    return Input([inp.min_shape[a] for a in perm], [inp.opt_shape[a] for a in perm],
+                 [inp.max_shape[a] for a in perm], dtype=inp.dtype, name=inp.name,
+                 dim_names=[inp.dim_names[a] for a in perm])
+
+
+class _ChannelsLastInputs(torch.nn.Module):
+    """The module behind inputs taken channels-last: each flagged (N, H, W, C) input is permuted back
+    to the (N, C, H, W) the module expects, a Transpose the builder cancels against the one its NHWC
+    convolutions would put there."""
+
+    def __init__(self, module: Any, flags: Sequence[bool]):
+        super().__init__()
+        self.module = module
+        self.flags = list(flags)
+
+    def forward(self, *tensors: Any) -> Any:
+        return self.module(*[x.permute(0, 3, 1, 2) if f else x for x, f in zip(tensors, self.flags)])
 
 
 def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
@@ -167,7 +218,7 @@ def _export(module: Any, inputs: List[Input], names: List[str]) -> bytes:
         # All static (the torch.compile backend's graphs): no dynamic_shapes, which torch.export
         # would match against a GraphModule's *args signature as one element.
         shapes = tuple(dynamic_shapes) if any(d is not None for d in dynamic_shapes) else None
-        if shapes is not None and isinstance(module, _TensorArgs):
+        if shapes is not None and isinstance(module, (_TensorArgs, _ChannelsLastInputs)):
             shapes = {"tensors": shapes}  # its forward(*tensors): one parameter holding them all
         # onnxscript's optimizer (0.7) folds bfloat16 weights into float32 initializers (a bfloat16
         # ResNet-50's convolutions came out with float32 weights and bfloat16 activations, which no
@@ -258,6 +309,9 @@ class CompiledModule(torch.nn.Module):
         self._staged_stream: Any = None  # the stream of the last staged run (its order covers the next)
         self._staged_views: Any = None  # its (input views, output views) of the buffers
         self._dtypes: Dict[str, Any] = {}  # IO name -> torch dtype, filled as calls need them
+        # Inputs the engine takes channels-last ([N, H, W, C]; Input's format): each call's
+        # (N, C, H, W) tensor is passed as its permuted view, in place where it is channels-last.
+        self.channels_last_inputs: List[str] = []
 
     def _on_device(self) -> Any:
         return _on_gpu(self.device_index)
@@ -292,6 +346,11 @@ class CompiledModule(torch.nn.Module):
             t = t.detach()
             if t.dtype != want:
                 t = t.to(want)
+            if self.channels_last_inputs and name in self.channels_last_inputs:
+                if t.dim() != 4:
+                    raise InvalidArgumentError(f"kiln.torch: input '{name}' is taken channels-last and must be 4-D "
+                                               f"(N, C, H, W), got shape {tuple(t.shape)}")
+                t = t.permute(0, 2, 3, 1)
             feeds[name] = t
         if self.device == "cuda":
             with self._on_device():
@@ -467,11 +526,16 @@ def compile(module: Any, inputs: Sequence[Input], *, enabled_precisions: Optiona
         index = held.index if held.type == "cuda" and held.index is not None else torch.cuda.current_device()
     if hasattr(module, "eval"):
         module = module.eval()
+    module_cl = _channels_last_module(module)
+    flags = [_takes_channels_last(inp, module_cl) for inp in inputs]
+    engine_inputs = [_nhwc(inp) if f else inp for inp, f in zip(inputs, flags)]
     with torch.no_grad():
-        data = _export(module, inputs, names)
+        data = _export(_ChannelsLastInputs(module, flags) if any(flags) else module, engine_inputs, names)
     with _source_lines(data), _on_gpu(index):
-        return _build(data, inputs, names, enabled_precisions, kind, builder_optimization_level, allow_tf32,
-                      cuda_graphs)
+        compiled = _build(data, engine_inputs, names, enabled_precisions, kind, builder_optimization_level,
+                          allow_tf32, cuda_graphs)
+    compiled.channels_last_inputs = [n for n, f in zip(names, flags) if f]
+    return compiled
 
 
 def _parse_device(device: Any, where: str) -> Tuple[str, Optional[int]]:
@@ -533,7 +597,8 @@ def save(compiled: CompiledModule, path: Union[str, "os.PathLike[str]"]) -> None
     if not isinstance(compiled, CompiledModule):
         raise InvalidArgumentError(f"kiln.torch.save: expected a CompiledModule, got {type(compiled).__name__}")
     header = json.dumps({"inputs": compiled.input_names, "outputs": compiled.output_names,
-                         "device": compiled.device}).encode()
+                         "device": compiled.device,
+                         "channels_last_inputs": compiled.channels_last_inputs}).encode()
     write_regular(path, _MAGIC + struct.pack("<Q", len(header)) + header +
                   bytes(compiled.engine.serialize()), "kiln.torch.save")
 
@@ -552,6 +617,7 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, "torch.device"
         try:
             meta = json.loads(f.read(n))
             inputs, outputs, saved = list(meta["inputs"]), list(meta["outputs"]), str(meta["device"])
+            channels_last = [str(n) for n in meta.get("channels_last_inputs", [])]
         except (ValueError, KeyError, TypeError) as e:
             raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a corrupted header: {e}") from e
         if saved not in ("cpu", "cuda"):
@@ -567,7 +633,12 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, "torch.device"
     if sorted(names) != sorted(inputs + outputs):
         raise InvalidArgumentError(f"kiln.torch.load: '{path}': the header's IO names {inputs + outputs} are not "
                                    f"the engine's {names}")
-    return CompiledModule(engine, inputs, outputs, kind, device_index=index)
+    if not set(channels_last) <= set(inputs):
+        raise InvalidArgumentError(f"kiln.torch.load: '{path}' has a corrupted header: channels-last inputs "
+                                   f"{channels_last} are not among the inputs {inputs}")
+    loaded = CompiledModule(engine, inputs, outputs, kind, device_index=index)
+    loaded.channels_last_inputs = channels_last
+    return loaded
 
 
 # ---- torch.compile(model, backend="kiln") ----

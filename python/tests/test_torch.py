@@ -363,6 +363,61 @@ def test_examples_follow_the_module_dtype_and_device():
     assert torch.allclose(x.float(), x32, rtol=1e-2, atol=1e-2)
 
 
+class ConvStack(torch.nn.Module):
+    """Eight 3x3 convs and a head: enough convolutions that kiln's CPU runs them channels-last."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        layers, c = [], 3
+        for o in (16, 16, 24, 24, 32, 32, 48, 48):
+            layers += [torch.nn.Conv2d(c, o, 3, padding=1), torch.nn.ReLU()]
+            c = o
+        self.features = torch.nn.Sequential(*layers)
+        self.head = torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
+def test_a_channels_last_module_takes_its_images_channels_last(tmp_path):
+    # Held channels-last (as GPU users hold CNNs), the module's 4-D input becomes the engine's
+    # [N, H, W, C] input: a channels-last tensor goes in as it lies, and the Transpose in front of
+    # the channels-last convolutions cancels against the module's own; an NCHW tensor still runs.
+    model = ConvStack().eval().to(memory_format=torch.channels_last)
+    spec = dict(min_shape=(1, 3, 16, 16), opt_shape=(2, 3, 16, 16), max_shape=(4, 3, 16, 16), name="x")
+    compiled = kt.compile(model, inputs=[kt.Input(**spec)])
+    assert compiled.channels_last_inputs == ["x"]
+    assert tuple(compiled.engine.get_tensor_shape("x")) == (-1, 16, 16, 3)
+    x = torch.randn(3, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x)
+    close(compiled(x), want, atol=1e-5, rtol=1e-4)
+    close(compiled(x.contiguous()), want, atol=1e-5, rtol=1e-4)
+    path = tmp_path / "cl.kiln"
+    kt.save(compiled, path)
+    again = kt.load(path)
+    assert again.channels_last_inputs == ["x"]
+    close(again(x), compiled(x), atol=0, rtol=0)
+    # format= decides over the module's own: NCHW asked for, NCHW built.
+    nchw = kt.compile(model, inputs=[kt.Input(**spec, format=torch.contiguous_format)])
+    assert nchw.channels_last_inputs == [] and tuple(nchw.engine.get_tensor_shape("x")) == (-1, 3, 16, 16)
+    close(nchw(x), want, atol=1e-5, rtol=1e-4)
+    # A module held NCHW keeps an NCHW input unless the Input asks for channels-last.
+    plain = ConvStack().eval()
+    assert kt.compile(plain, inputs=[kt.Input(**spec)]).channels_last_inputs == []
+    asked = kt.compile(plain, inputs=[kt.Input(**spec, format=torch.channels_last)])
+    assert asked.channels_last_inputs == ["x"]
+    with torch.no_grad():
+        close(asked(x.contiguous()), plain(x), atol=1e-5, rtol=1e-4)
+    with pytest.raises(kiln.InvalidArgumentError, match="must be 4-D"):
+        asked(torch.randn(3, 16, 16))
+    with pytest.raises(kiln.InvalidArgumentError, match="format must be"):
+        kt.Input(**spec, format=torch.preserve_format)
+    with pytest.raises(kiln.InvalidArgumentError, match="takes a 4-D"):
+        kt.Input(shape=(2, 16), format=torch.channels_last)
+
+
 def test_a_bfloat16_conv_bn_module_builds_and_runs_on_the_cpu():
     # onnxscript's optimizer folds a bfloat16 BatchNorm into float32 convolution weights, an ONNX
     # model whose Conv mixes bfloat16 and float32: kiln.torch exports bfloat16 modules unoptimized.
