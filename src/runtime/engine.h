@@ -349,8 +349,9 @@ class ExecutionContext {
   // the host; the device reads them in place), run()'s staging and device IO buffers, the graph.
   void* stream_ = nullptr;
   void* kernel_stream_ = nullptr;  // the stream kernels were last given
-  // A graph was replayed on stream 0 (enqueue_on_default_stream) since the context last waited
-  // for its work: wait_for_runs() waits for stream 0 as well as kernel_stream_.
+  // A graph was replayed on stream 0 (enqueue_on_default_stream) and nothing since waits for it:
+  // wait_for_runs() waits for stream 0 as well as kernel_stream_, and the next enqueue() orders its
+  // stream after stream 0.
   bool replayed_on_default_ = false;
   std::vector<size_t> sym_offset_;  // per slot, offset into sym_host_ (symbolic slots only)
   void* sym_host_ = nullptr;

@@ -350,8 +350,12 @@ Status ExecutionContext::enqueue(void* stream) {
   KILN_RETURN_IF_ERROR(infer_shapes());
   KILN_RETURN_IF_ERROR(check_io_addresses());
   if (!stream) stream = stream_;
-  // A graph replayed on stream 0 may still be running: this run shares its arena.
-  if (replayed_on_default_) KILN_RETURN_IF_ERROR(data_->backend->order_after(stream, nullptr));
+  // A graph replayed on stream 0 may still be running: this run shares its arena. Once `stream`
+  // waits for it, waiting for the kernels' stream (wait_for_runs) covers the replay too.
+  if (replayed_on_default_) {
+    KILN_RETURN_IF_ERROR(data_->backend->order_after(stream, nullptr));
+    replayed_on_default_ = false;
+  }
   if (stream != kernel_stream_) {
     for (auto& k : kernels_) {
       if (k) k->set_stream(stream);
