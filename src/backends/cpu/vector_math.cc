@@ -167,18 +167,16 @@ void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale,
 KILN_TARGET_CLONES
 void hardswish_f32(float* y, int64_t n) {
   typedef float V16 __attribute__((vector_size(64)));
+  // No lambda over V16: clang 14 compiles it without the clone's target (a vector argument's ABI).
   const V16 zero = V16{} + 0.0f, one = zero + 1.0f, three = zero + 3.0f, sixth = zero + 1.0f / 6;
-  auto f = [&](V16 v) {
-    V16 g = (v + three) * sixth;
-    g = g < zero ? zero : g;
-    g = g > one ? one : g;
-    return v * g;
-  };
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     V16 v;
     std::memcpy(&v, y + i, sizeof(V16));
-    v = f(v);
+    V16 g = (v + three) * sixth;
+    g = g < zero ? zero : g;
+    g = g > one ? one : g;
+    v *= g;
     std::memcpy(y + i, &v, sizeof(V16));
   }
   for (; i < n; ++i) {
