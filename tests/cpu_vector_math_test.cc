@@ -310,5 +310,24 @@ TEST(CpuVectorMath, LayerNormRowMatchesTheSequentialLoops) {
   }
 }
 
+// column_sums_f32 sums each column in double in order of the rows, whatever its place in the
+// 32- and 8-column blocks or the tail: equal to the plain loop for every width up to 70.
+TEST(CpuVectorMath, ColumnSumsEqualThePlainLoop) {
+  using namespace backends::cpu;
+  const int64_t stride = 75, rows = 7;
+  std::vector<float> x(size_t(rows * stride));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(double(i) * 0.37)) * 1e3f;
+  for (int64_t cols = 1; cols <= 70; ++cols) {
+    std::vector<double> got(size_t(cols), -1.0);
+    column_sums_f32(x.data() + 3, rows, stride, cols, got.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      double want = 0;
+      for (int64_t r = 0; r < rows; ++r) want += double(x[size_t(r * stride + 3 + c)]);
+      EXPECT_EQ(got[size_t(c)], want) << "cols " << cols << ", column " << c;
+    }
+  }
+}
+
 }  // namespace
+
 }  // namespace kiln

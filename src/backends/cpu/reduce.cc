@@ -243,23 +243,22 @@ void float_rows(const float* x, float* y, int64_t rows, int64_t n) {
 
 // y[o * inner + i] = the sum (or mean) over r < n of x[(o * n + r) * inner + i], in double in
 // order of r: a reduction over middle axes (a channels-last global average pool, [N, H, W, C]
-// over H and W), each input row added to a row of accumulators, the outer blocks split over
-// threads.
+// over H and W) as column sums (column_sums_f32), the (outer block, 64-column block) pairs split
+// over threads, so a batch of one still uses every core and each column's bits are the same.
 template <bool kMean>
 void float_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
-  parallel_chunks(outer, std::max<int64_t>(1, kParallelGrain / (n * inner)),
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  parallel_chunks(outer * blocks,
+                  std::max<int64_t>(1, kParallelGrain / (n * std::min(inner, kBlock))),
                   [&](int64_t first, int64_t last) {
-                    static thread_local std::vector<double> acc;
-                    acc.resize(size_t(inner));
-                    for (int64_t o = first; o < last; ++o) {
-                      std::fill(acc.begin(), acc.end(), 0.0);
-                      for (int64_t r = 0; r < n; ++r) {
-                        const float* xr = x + (o * n + r) * inner;
-                        for (int64_t i = 0; i < inner; ++i) acc[size_t(i)] += double(xr[i]);
-                      }
-                      for (int64_t i = 0; i < inner; ++i) {
-                        const double v = acc[size_t(i)];
-                        y[o * inner + i] = float(kMean ? v / double(n) : v);
+                    double acc[kBlock];
+                    for (int64_t t = first; t < last; ++t) {
+                      const int64_t o = t / blocks, c0 = (t % blocks) * kBlock;
+                      const int64_t cols = std::min(kBlock, inner - c0);
+                      column_sums_f32(x + o * n * inner + c0, n, inner, cols, acc);
+                      for (int64_t i = 0; i < cols; ++i) {
+                        y[o * inner + c0 + i] = float(kMean ? acc[i] / double(n) : acc[i]);
                       }
                     }
                   });

@@ -186,6 +186,46 @@ void hardswish_f32(float* y, int64_t n) {
 }
 
 KILN_TARGET_CLONES
+void column_sums_f32(const float* x, int64_t rows, int64_t stride, int64_t cols, double* out) {
+  typedef float V8f __attribute__((vector_size(32)));
+  typedef double V8d __attribute__((vector_size(64)));
+  int64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {
+    V8d a0 = V8d{}, a1 = V8d{}, a2 = V8d{}, a3 = V8d{};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * stride + c;
+      V8f f0, f1, f2, f3;
+      std::memcpy(&f0, xr, sizeof(V8f));
+      std::memcpy(&f1, xr + 8, sizeof(V8f));
+      std::memcpy(&f2, xr + 16, sizeof(V8f));
+      std::memcpy(&f3, xr + 24, sizeof(V8f));
+      a0 += __builtin_convertvector(f0, V8d);
+      a1 += __builtin_convertvector(f1, V8d);
+      a2 += __builtin_convertvector(f2, V8d);
+      a3 += __builtin_convertvector(f3, V8d);
+    }
+    std::memcpy(out + c, &a0, sizeof(V8d));
+    std::memcpy(out + c + 8, &a1, sizeof(V8d));
+    std::memcpy(out + c + 16, &a2, sizeof(V8d));
+    std::memcpy(out + c + 24, &a3, sizeof(V8d));
+  }
+  for (; c + 8 <= cols; c += 8) {
+    V8d a = V8d{};
+    for (int64_t r = 0; r < rows; ++r) {
+      V8f f;
+      std::memcpy(&f, x + r * stride + c, sizeof(V8f));
+      a += __builtin_convertvector(f, V8d);
+    }
+    std::memcpy(out + c, &a, sizeof(V8d));
+  }
+  for (; c < cols; ++c) {
+    double a = 0;
+    for (int64_t r = 0; r < rows; ++r) a += double(x[r * stride + c]);
+    out[c] = a;
+  }
+}
+
+KILN_TARGET_CLONES
 void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n) {
   int64_t j = 0;
   if (stride == 2) {

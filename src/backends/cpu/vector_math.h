@@ -45,6 +45,11 @@ void leaky_relu_f32(float* y, int64_t n, double a);
 // another), added pairwise at the end, then the tail in order.
 double sum_f32(const float* x, int64_t n);
 
+// out[c] = the sum over r < rows of x[r * stride + c] for c < cols, in double, each column in
+// order of r (so the bits do not depend on how the columns are split): a channels-last pool's
+// column sums, 32 columns at a time in registers.
+void column_sums_f32(const float* x, int64_t rows, int64_t stride, int64_t cols, double* out);
+
 // One float32 row of LayerNormalization, in double as the reference computes it: mean, then the
 // mean squared deviation from it (each over sixteen partial sums, as sum_f32), inv = 1 /
 // sqrt(var + eps), y[j] = float((x[j] - mean) * inv * scale[j] + bias[j]) (bias may be null).
