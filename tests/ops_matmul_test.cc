@@ -182,13 +182,16 @@ TEST(Sgemm, CrossesEveryBlockBoundary) {
   check_sgemm({64, 64, 5000, true, false, 1.f, 0.f, 0});
 }
 
-// A few rows of A (a classifier head at batch 4, a projection at batch 8) against B and B^T,
-// large enough that the columns are split over threads: right against the naive loop, and bit for
-// bit the same with one thread and with three.
+// A few rows of A (a classifier head at batch 4, a projection at batch 8, every row count against
+// B) against B and B^T, some large enough that the columns are split over threads: right against
+// the naive loop, and bit for bit the same with one thread and with three.
 TEST(Sgemm, FewRowsSplitOverThreadsMatchesOneThreadBitwise) {
   check_sgemm({4, 1000, 576, false, true, 1.f, 0.f, 0});
   check_sgemm({8, 1030, 300, false, false, 0.5f, 2.f, 3});
   check_sgemm({2, 4099, 700, false, true, -1.f, 1.f, 1});
+  // Every row count of the register-blocked B form (1..8 rows), columns in a 32-block, a 16-block
+  // and a tail of 5, alpha and beta (a decoder's projections at a few tokens).
+  for (int64_t m = 1; m <= 8; ++m) check_sgemm({m, 53, 40, false, false, 0.75f, 0.5f, 2});
   for (bool tb : {false, true}) {
     const int64_t m = 5, n = 2051, k = 640;
     auto a = random_values(size_t(m * k), 7);

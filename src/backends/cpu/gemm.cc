@@ -730,6 +730,76 @@ void gemv_m1(const GemmArgs& g) {
 // its sums whatever the split (the m == 1 products of gemv_m1 for each row).
 constexpr int64_t kSmallM = 8;
 
+// C[0:P, 0:16R] += alpha * A[0:P, 0:k] * B[0:k, 0:16R] (B not transposed, rows ldb apart): P * R
+// accumulators in registers, each summed from zero in order of p, B's row segment loaded once per
+// p for every row of A.
+template <int P, int R>
+inline __attribute__((always_inline)) void few_rows_block(int64_t k, const float* a, int64_t lda,
+                                                          const float* b, int64_t ldb, float* c,
+                                                          int64_t ldc, float alpha) {
+  V16 acc[P][R];
+  for (int i = 0; i < P; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = V16{};
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    V16 bv[R];
+    for (int r = 0; r < R; ++r) std::memcpy(&bv[r], b + p * ldb + 16 * r, sizeof(V16));
+    for (int i = 0; i < P; ++i) {
+      const float av = a[i * lda + p];
+      for (int r = 0; r < R; ++r) acc[i][r] += av * bv[r];
+    }
+  }
+  for (int i = 0; i < P; ++i) {
+    for (int r = 0; r < R; ++r) {
+      V16 cv;
+      std::memcpy(&cv, c + i * ldc + 16 * r, sizeof(V16));
+      cv += alpha * acc[i][r];
+      std::memcpy(c + i * ldc + 16 * r, &cv, sizeof(V16));
+    }
+  }
+}
+
+template <int P>
+inline __attribute__((always_inline)) void few_rows_cols(int64_t k, const float* a, int64_t lda,
+                                                         const float* b, int64_t ldb, float* c,
+                                                         int64_t ldc, float alpha, int64_t cols) {
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) few_rows_block<P, 2>(k, a, lda, b + j, ldb, c + j, ldc, alpha);
+  for (; j + 16 <= cols; j += 16) few_rows_block<P, 1>(k, a, lda, b + j, ldb, c + j, ldc, alpha);
+  for (; j < cols; ++j) {  // fewer than 16 columns left: each in order of p
+    for (int i = 0; i < P; ++i) {
+      float s = 0.f;
+      for (int64_t p = 0; p < k; ++p) s += a[i * lda + p] * b[p * ldb + j];
+      c[i * ldc + j] += alpha * s;
+    }
+  }
+}
+
+// few_rows_task's product for B not transposed over columns [0, cols) of b and c: the rows of A
+// (m <= kSmallM) all in registers against each 32 (then 16) columns of B.
+KILN_TARGET_CLONES void few_rows_nt(int64_t m, int64_t k, const float* a, int64_t lda,
+                                    const float* b, int64_t ldb, float* c, int64_t ldc, float alpha,
+                                    int64_t cols) {
+  switch (m) {
+    case 1:
+      return few_rows_cols<1>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 2:
+      return few_rows_cols<2>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 3:
+      return few_rows_cols<3>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 4:
+      return few_rows_cols<4>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 5:
+      return few_rows_cols<5>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 6:
+      return few_rows_cols<6>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    case 7:
+      return few_rows_cols<7>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+    default:
+      return few_rows_cols<8>(k, a, lda, b, ldb, c, ldc, alpha, cols);
+  }
+}
+
 struct FewRows {
   const GemmArgs* g;
   int64_t chunk;  // columns of C a task takes
@@ -758,10 +828,7 @@ void few_rows_task(const void* ctx, int64_t t) {
     }
     return;
   }
-  for (int64_t p = 0; p < g.k; ++p) {
-    for (int64_t i = 0; i < g.m; ++i)
-      axpy(g.c + i * g.ldc + j0, g.b + p * g.ldb + j0, g.alpha * g.a[i * g.lda + p], j1 - j0);
-  }
+  few_rows_nt(g.m, g.k, g.a, g.lda, g.b + j0, g.ldb, g.c + j0, g.ldc, g.alpha, j1 - j0);
 }
 
 void few_rows(const GemmArgs& g) {
