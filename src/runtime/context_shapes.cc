@@ -127,11 +127,14 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
   if (n_profiles > 0 && !choose) KILN_RETURN_IF_ERROR(check_in_profile(io, shape, profile_));
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto& b = bindings[d];
-    std::string where =
-        "input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() + ")";
+    // Built only for an error: a run sets every input's shape, most often the one it had.
+    auto where = [&] {
+      return "input '" + name + "' dim " + std::to_string(d) + " (" + (*val.shape)[d].to_string() +
+             ")";
+    };
     if (b.fixed) {
       if (shape[d] != b.value) {
-        return invalid_argument(where + " is fixed at " + std::to_string(b.value) + ", got " +
+        return invalid_argument(where() + " is fixed at " + std::to_string(b.value) + ", got " +
                                 std::to_string(shape[d]) + " in shape " + shape_str(shape));
       }
       continue;
@@ -141,7 +144,7 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
       // nearest values it takes.
       int64_t below = shape[d] - b.offset;
       below = below / b.coeff * b.coeff - (below < 0 ? b.coeff : 0) + b.offset;
-      return invalid_argument(where + " = " + std::to_string(shape[d]) + " is not of the form " +
+      return invalid_argument(where() + " = " + std::to_string(shape[d]) + " is not of the form " +
                               (*val.shape)[d].to_string() + " for an integer " + b.symbol +
                               ": it moves in steps of " + std::to_string(b.coeff) +
                               " (the nearest values are " + std::to_string(below) + " and " +
@@ -163,9 +166,11 @@ Status ExecutionContext::set_input_shape(const std::string& name, const Shape& s
                               " optimization profiles:" + ranges);
     }
   }
+  // The shape it already had keeps the resolved shapes, arena and graphs (run() sets every input
+  // each call; re-resolving a 180-layer decoder cost more than its kernels at a few tokens).
+  if (!input_set_[io] || input_shapes_[io] != shape) resolved_ = false;
   input_shapes_[io] = shape;
   input_set_[io] = 1;
-  resolved_ = false;
   // Every input set: choose now, so optimization_profile() reports the choice. The shapes may be
   // half-way through a change (a new x with the previous y), so a set no profile holds is refused
   // by the run (resolve), not here.
