@@ -726,8 +726,9 @@ void gemv_m1(const GemmArgs& g) {
 // head or projection (MobileNetV3's two Gemms at batch 4). Packing would copy all of B for a
 // handful of rows, and a transposed B packed column by column reads it with a stride of K, so
 // instead each row (B^T: [N, K]) or row segment (B: [K, N]) of B is read once and used against
-// every row of A from L1. The columns of C are split over threads; each element keeps the order of
-// its sums whatever the split (the m == 1 products of gemv_m1 for each row).
+// every row of A from L1 (B^T: dot4 per row; B: every row's products in registers, few_rows_nt).
+// The columns of C are split over threads; each element keeps the order of its sums whatever the
+// split and however many rows there are.
 constexpr int64_t kSmallM = 8;
 
 // C[0:P, 0:16R] += alpha * A[0:P, 0:k] * B[0:k, 0:16R] (B not transposed, rows ldb apart): P * R
