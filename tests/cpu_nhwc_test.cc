@@ -8,8 +8,10 @@
 
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "builder/build_state.h"
 #include "ir/text.h"
@@ -57,22 +59,54 @@ const char* kStack = R"(graph g(%x: float32[N, 8, 12, 12]) -> (%y: float32[N, 11
 }
 )";
 
-// The stack with batch `n` ("N" -> n) and its weights drawn from their names.
-ir::Graph stack(const std::string& n) {
-  std::string text = kStack;
-  for (size_t at = 0; (at = text.find("[N,", at)) != std::string::npos; at += n.size()) {
-    text.replace(at + 1, 1, n);
-  }
+// IR text with its elided weights drawn from their names, scaled so that the values neither vanish
+// nor grow through a stack of convolutions.
+ir::Graph parse_scaled(const std::string& text) {
   ir::TextParseOptions options;
   options.elided = [](std::string_view key, DType, const Shape& shape) -> StatusOr<Tensor> {
     Tensor t = random_f32(shape, std::hash<std::string_view>{}(key));
-    // Scaled so that the values neither vanish nor grow through nine layers.
     for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] *= 0.3f;
     return t;
   };
   auto g = ir::parse_text(text, options);
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   return g.ok() ? std::move(g).value() : ir::Graph{};
+}
+
+// The stack with batch `n` ("N" -> n).
+ir::Graph stack(const std::string& n) {
+  std::string text = kStack;
+  for (size_t at = 0; (at = text.find("[N,", at)) != std::string::npos; at += n.size()) {
+    text.replace(at + 1, 1, n);
+  }
+  return parse_scaled(text);
+}
+
+// The engine's y for x on each thread count matches g's nodes run one by one on the reference
+// kernels, and every thread count gives the first one's bits.
+void expect_nodes_bitwise_over_threads(const Engine& engine, const ir::Graph& g, const Tensor& x,
+                                       std::initializer_list<int> thread_counts,
+                                       const std::string& what) {
+  const std::map<int, Tensor> ref = run_unfused(g, x);
+  const Tensor& want = ref.at(g.find_value("y"));
+  std::vector<Tensor> got;
+  for (int threads : thread_counts) {
+    auto ctx = engine.create_execution_context();
+    ASSERT_TRUE(ctx.ok());
+    (*ctx)->set_cpu_threads(threads);
+    auto out = (*ctx)->run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    got.push_back(out->at("y"));
+    ErrorStats e = error_stats(got.back(), want);
+    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs))
+        << what << ", " << threads << " threads (reference max " << e.ref_max_abs << ")";
+    EXPECT_GT(e.ref_max_abs, 0.1) << "a degenerate stack checks nothing";
+  }
+  for (size_t t = 1; t < got.size(); ++t) {
+    EXPECT_EQ(std::memcmp(got[0].data(), got[t].data(), size_t(got[0].nbytes())), 0)
+        << what << ": " << *thread_counts.begin() << " and " << *(thread_counts.begin() + t)
+        << " threads differ";
+  }
 }
 
 int count_nodes(const Engine& e, const std::string& op, const std::string& layout) {
@@ -94,25 +128,9 @@ TEST(CpuNhwc, ConvStackMatchesTheNodesOnTheReferenceKernels) {
   for (const ir::Node& node : engine->plan().graph.nodes) transposes += node.op_type == "Transpose";
   EXPECT_EQ(transposes, 2);
   for (int64_t n : {1, 3}) {
-    Tensor x = random_f32({n, 8, 12, 12}, 7 + uint64_t(n));
-    ir::Graph g = stack(std::to_string(n));
-    const std::map<int, Tensor> ref = run_unfused(g, x);
-    const Tensor& want = ref.at(g.find_value("y"));
-    Tensor got[2];
-    for (int threads : {1, 2}) {
-      auto ctx = engine->create_execution_context();
-      ASSERT_TRUE(ctx.ok());
-      (*ctx)->set_cpu_threads(threads);
-      auto out = (*ctx)->run({{"x", x}});
-      ASSERT_TRUE(out.ok()) << out.status().to_string();
-      got[threads - 1] = out->at("y");
-      ErrorStats e = error_stats(got[threads - 1], want);
-      EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs))
-          << "batch " << n << ", " << threads << " threads (reference max " << e.ref_max_abs << ")";
-      EXPECT_GT(e.ref_max_abs, 0.1) << "a degenerate stack checks nothing";
-    }
-    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), size_t(got[0].nbytes())), 0)
-        << "batch " << n << ": one thread and two threads differ";
+    expect_nodes_bitwise_over_threads(*engine, stack(std::to_string(n)),
+                                      random_f32({n, 8, 12, 12}, 7 + uint64_t(n)), {1, 2},
+                                      "batch " + std::to_string(n));
   }
 }
 
@@ -151,36 +169,12 @@ TEST(CpuNhwc, FewTilesSplitOverTheThreadsWithTheSameBits) {
     prev = c;
   }
   text += "}\n";
-  ir::TextParseOptions options;
-  options.elided = [](std::string_view key, DType, const Shape& shape) -> StatusOr<Tensor> {
-    Tensor t = random_f32(shape, std::hash<std::string_view>{}(key));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] *= 0.3f;
-    return t;
-  };
-  auto g = ir::parse_text(text, options);
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  auto engine = build_cpu(*g, {1, 32, 28, 28}, {1, 32, 28, 28});
+  const ir::Graph g = parse_scaled(text);
+  auto engine = build_cpu(g, {1, 32, 28, 28}, {1, 32, 28, 28});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   EXPECT_EQ(count_nodes(*engine, "FusedConv", "NHWC"), 8);
-  Tensor x = random_f32({1, 32, 28, 28}, 5);
-  const std::map<int, Tensor> ref = run_unfused(*g, x);
-  const Tensor& want = ref.at(g->find_value("y"));
-  Tensor got[3];
-  for (int threads : {1, 2, 3}) {
-    auto ctx = engine->create_execution_context();
-    ASSERT_TRUE(ctx.ok());
-    (*ctx)->set_cpu_threads(threads);
-    auto out = (*ctx)->run({{"x", x}});
-    ASSERT_TRUE(out.ok()) << out.status().to_string();
-    got[threads - 1] = out->at("y");
-    ErrorStats e = error_stats(got[threads - 1], want);
-    EXPECT_LE(e.max_abs, 1e-5 * std::max(1.0, e.ref_max_abs)) << threads << " threads";
-    EXPECT_GT(e.ref_max_abs, 0.1) << "a degenerate stack checks nothing";
-  }
-  for (int t : {1, 2}) {
-    EXPECT_EQ(std::memcmp(got[0].data(), got[t].data(), size_t(got[0].nbytes())), 0)
-        << "one thread and " << t + 1 << " threads differ";
-  }
+  expect_nodes_bitwise_over_threads(*engine, g, random_f32({1, 32, 28, 28}, 5), {1, 2, 3},
+                                    "eight 1x1 convs");
 }
 
 // The layout's input Transpose (NCHW -> NHWC) of an image of 2, 3 or 4 channels interleaves the
