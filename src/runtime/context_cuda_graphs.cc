@@ -59,28 +59,20 @@ void ExecutionContext::drop_graphs(bool evicted) {
   graphs_.clear();
 }
 
-namespace {
-
-// A graph's key: the input shapes, IO addresses, stream and shape-value bytes of its run.
-std::vector<int64_t> graph_key(const std::vector<Shape>& input_shapes,
-                               const std::vector<void*>& io_address, void* stream,
-                               const std::vector<std::vector<uint8_t>>& shape_value_bytes) {
+std::vector<int64_t> ExecutionContext::graph_key(void* stream) const {
   std::vector<int64_t> key;
-  for (const Shape& s : input_shapes) {
+  for (const Shape& s : input_shapes_) {
     key.push_back(int64_t(s.size()));
     key.insert(key.end(), s.begin(), s.end());
   }
-  for (void* a : io_address) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
+  for (void* a : io_address_) key.push_back(int64_t(reinterpret_cast<intptr_t>(a)));
   key.push_back(int64_t(reinterpret_cast<intptr_t>(stream)));
-  for (const auto& bytes : shape_value_bytes) key.insert(key.end(), bytes.begin(), bytes.end());
+  for (const auto& bytes : shape_value_bytes_) key.insert(key.end(), bytes.begin(), bytes.end());
   return key;
 }
 
-}  // namespace
-
-Status ExecutionContext::replay_graph(void* stream, void* launch, bool* ran) {
+Status ExecutionContext::replay_graph(const std::vector<int64_t>& key, void* launch, bool* ran) {
   *ran = false;
-  std::vector<int64_t> key = graph_key(input_shapes_, io_address_, stream, shape_value_bytes_);
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->key != key) continue;
     graphs_.splice(graphs_.begin(), graphs_, it);
@@ -96,10 +88,10 @@ Status ExecutionContext::replay_graph(void* stream, void* launch, bool* ran) {
 // direct run), kept in the cache.
 Status ExecutionContext::enqueue_graph(void* stream) {
   const backends::Backend* backend = data_->backend;
+  std::vector<int64_t> key = graph_key(stream);
   bool replayed = false;
-  KILN_RETURN_IF_ERROR(replay_graph(stream, stream, &replayed));
+  KILN_RETURN_IF_ERROR(replay_graph(key, stream, &replayed));
   if (replayed) return ok_status();
-  std::vector<int64_t> key = graph_key(input_shapes_, io_address_, stream, shape_value_bytes_);
   KILN_RETURN_IF_ERROR(enqueue_kernels(stream));
   sym_in_flight_ = true;
   if (key == graph_failed_key_ || graph_capacity_ == 0) return ok_status();

@@ -382,9 +382,11 @@ class ExecutionContext {
   void drop_graphs(bool evicted);
   void release_graph(CachedGraph& c);  // destroys the graph and frees its shape values
   Status evict_oldest_graph();         // waits for the last run, then releases the oldest graph
-  // Replays the cached graph of this run's key on `launch` (the key's stream is `stream`); *ran
-  // says whether there was one. No graph is captured here.
-  Status replay_graph(void* stream, void* launch, bool* ran);
+  // A graph's key: the run's input shapes, IO addresses, `stream` and shape-value bytes.
+  std::vector<int64_t> graph_key(void* stream) const;
+  // Replays the cached graph of `key` on `launch` (which may differ from the stream the key names);
+  // *ran says whether there was one. No graph is captured here.
+  Status replay_graph(const std::vector<int64_t>& key, void* launch, bool* ran);
   Status enqueue_graph(void* stream);
   bool runs_as_graph() const;  // enqueue() would run through the graph cache
   Status wait_for_runs();  // waits for the context's work in flight (before freeing what it reads)

@@ -407,7 +407,7 @@ Status ExecutionContext::enqueue_on_default_stream() {
     KILN_RETURN_IF_ERROR(infer_shapes());
     KILN_RETURN_IF_ERROR(check_io_addresses());
     bool replayed = false;
-    KILN_RETURN_IF_ERROR(replay_graph(stream_, nullptr, &replayed));
+    KILN_RETURN_IF_ERROR(replay_graph(graph_key(stream_), nullptr, &replayed));
     if (replayed) {
       replayed_on_default_ = true;
       return ok_status();
