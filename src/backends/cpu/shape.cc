@@ -272,8 +272,8 @@ Status tile_kernel(const KernelArgs& a) {
 
 // dst[i * C + c] = planes[c * stride + i] for i < pixels: C channel planes interleaved into
 // channels-last rows (an image's NCHW -> NHWC at the input of a channels-last CNN, C = 3; 4-byte
-// elements as Transpose moves them). The
-// grouped stores vectorize; the tiled loop below ran it at 7 GB/s, one element a step.
+// elements as Transpose moves them). The grouped stores vectorize; the tiled loop below ran it at
+// 7 GB/s, one element a step.
 template <int C>
 inline __attribute__((always_inline)) void interleave_planes(const uint32_t* __restrict planes,
                                                              int64_t stride,
