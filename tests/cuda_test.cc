@@ -10,6 +10,7 @@
 
 #include "backends/backend.h"
 #ifdef KILN_HAVE_CUDA
+#include "backends/cuda/attention_launches.h"
 #include "backends/cuda/jit.h"
 #endif
 #include "core/dtype.h"
@@ -1087,9 +1088,11 @@ struct TensorCoreAttentionCase {
 };
 
 // Builds each case for a profile up to [2, heads, max_s, .] queries and max_l keys and runs its
-// (s, l) pairs in FP16 and BF16 against the CPU reference (FP32).
+// (s, l) pairs in FP16 and BF16 against the CPU reference (FP32). With `launches`, each run must
+// launch that kernel of attention_short.cu (the count attention_launches keeps grows).
 void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cases, int64_t max_s,
-                                 int64_t max_l, const char* label) {
+                                 int64_t max_l, const char* label,
+                                 uint64_t backends::cuda::AttentionLaunches::*launches = nullptr) {
   for (const TensorCoreAttentionCase& c : cases) {
     const std::string dt = "float32";
     const std::string mt = std::string(c.mask) == "h"
@@ -1146,8 +1149,14 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
         if (std::string(c.mask) == "h") in["m"] = random_f32({1, c.hq, s, l}, 2300);
         if (std::string(c.mask) == "q") in["m"] = random_f32({s, l}, 2400);
         auto want = (*cpu_ctx)->run(in);
+        const backends::cuda::AttentionLaunches before = backends::cuda::attention_launches();
         auto got = (*ctx)->run(in);
         ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
+        if (launches) {
+          EXPECT_GT(backends::cuda::attention_launches().*launches, before.*launches)
+              << label << ": the kernel did not run s=" << s << " l=" << l << "\n"
+              << text;
+        }
         ASSERT_EQ(got->at("y").shape(), want->at("y").shape());
         ErrorStats e = error_stats(got->at("y"), want->at("y"));
         std::printf(
@@ -1178,6 +1187,24 @@ TEST(CudaAttention, ShortKeysOnTensorCoresMatchTheCpu) {
        {2, 1, 64, 40, "q", 0, {{49, 49}, {100, 33}, {3, 64}}},
        {2, 2, 24, 64, "h", 1, {{49, 49}, {64, 64}}}},
       100, 65, "short");
+}
+
+// attention_short.cu's tiled kernel (forced with KILN_CUDA_ATTENTION=tiled; unforced it runs where
+// it times faster than cuDNN): a decoder's 256 causal keys, ViT's 197 with a mask per head,
+// causal rows past the keys, more keys than queries and one query over 129, grouped heads,
+// head sizes 16 to 64 and Q's differing from V's, a mask per query, sizes one past a tile, in FP16
+// and BF16 against the CPU reference.
+TEST(CudaAttention, LongKeysOnTheTiledKernelMatchTheCpu) {
+  if (Status why = device_available(Device::kCUDA); !why.ok()) GTEST_SKIP() << why.message();
+  ::setenv("KILN_CUDA_ATTENTION", "tiled", 1);
+  check_tensor_core_attention(
+      {{4, 4, 64, 64, "", 1, {{256, 256}, {1, 129}, {300, 100}, {65, 65}, {100, 300}}},
+       {3, 3, 64, 64, "h", 0, {{197, 197}, {100, 300}, {129, 129}, {64, 65}}},
+       {4, 2, 32, 32, "", 0, {{256, 256}, {17, 300}}},
+       {2, 1, 40, 24, "q", 1, {{130, 130}, {256, 77}}},
+       {2, 2, 16, 48, "h", 1, {{200, 200}, {3, 70}}}},
+      300, 300, "tiled", &backends::cuda::AttentionLaunches::tiled);
+  ::unsetenv("KILN_CUDA_ATTENTION");
 }
 
 // Longer keys run cuDNN's flash attention: a decoder's sequence (256, causal), ViT's 197, more
@@ -1349,7 +1376,7 @@ TEST(CudaErrors, BadInputsGetTheCpuErrors) {
   auto c = cpu->create_execution_context();
   auto g = gpu->create_execution_context();
   ASSERT_TRUE(c.ok() && g.ok());
-  for (Shape s : {Shape{11, 4, 16}, Shape{4, 16}, Shape{4, 4, 15}}) {
+  for (const Shape& s : {Shape{11, 4, 16}, Shape{4, 16}, Shape{4, 4, 15}}) {
     Status a = (*c)->set_input_shape("x", s), b = (*g)->set_input_shape("x", s);
     EXPECT_FALSE(b.ok());
     EXPECT_EQ(a.message(), b.message());

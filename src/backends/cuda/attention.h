@@ -46,7 +46,8 @@ PackedDims packed_dims(const PackedLayout& l, std::span<const int64_t> shape, in
 // attention.cu's kernel for a kiln::PackedAttention node.
 StatusOr<std::unique_ptr<Kernel>> make_packed_attention_kernel(const KernelQuery& q);
 
-// attention_short.cu: attention whose keys fit one tile (Swin's windows), on tensor cores.
+// attention_short.cu: attention on tensor cores of our own, for keys that fit one tile (Swin's
+// windows) and, tiled, for the short sequences of encoders and decoders.
 inline constexpr int64_t kShortAttentionKeys = 64, kShortAttentionHead = 64;
 struct ShortAttnArgs {
   int64_t b = 0, hq = 0, hk = 0, s = 0, l = 0, d = 0, dv = 0;
@@ -63,6 +64,11 @@ struct ShortAttnArgs {
 // kShortAttentionHead, 16-byte aligned rows. The device must be sm_80 or later.
 bool short_attention_takes(const ShortAttnArgs& a, DType t, size_t element);
 Status short_attention(DType t, const ShortAttnArgs& a, cudaStream_t stream);
+// The same kernel's schedule over any number of keys, streamed in tiles (flash attention 2 on
+// mma.sync): what short_attention_takes asks but the key count. attention_sdpa.cc times it
+// beside cuDNN's plans per shape.
+bool tiled_attention_takes(const ShortAttnArgs& a, DType t, size_t element);
+Status tiled_attention(DType t, const ShortAttnArgs& a, cudaStream_t stream);
 
 // Attention on cuDNN's SDPA graph (attention_sdpa.cc): registered before attention.cu's kernel.
 void register_attention_sdpa(Registry& r);

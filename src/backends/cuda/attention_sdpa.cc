@@ -15,9 +15,14 @@
 // second configuration, 30 us on the heuristic's first), under capture (or where no timing
 // succeeds) the first that builds. For a shape cuDNN refuses at run time, and for a mask shorter
 // than the keys, the kernel runs attention.cu's reference kernel instead, so an accepted node
-// never fails for cuDNN's reasons.
+// never fails for cuDNN's reasons. Keys that fit one tile run attention_short.cu's kernel. Longer
+// keys with head sizes up to 64 have its tiled kernel too: timed beside cuDNN's plans (it runs
+// where it is faster than the fastest), and run where cuDNN refuses the shape.
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,11 +77,45 @@ constexpr int64_t kTimedPlans = 8;
 // took the fastest (cuDNN's eng2 knob 7) in two runs of 12 layers on an H200.
 constexpr int kTimedRuns = 10;
 
-// One problem's SDPA graph and the index of the plan that runs it.
+// The tiled kernel replaces cuDNN's fastest plan only below this fraction of its time: the two
+// are timed in one process's first run, and at batch 1 a ~5 us kernel's timing noise must not
+// pick the one that is slower on average.
+constexpr float kMargin = 0.9f;
+
+// One problem's SDPA graph and the index of the plan that runs it, or attention_short.cu's tiled
+// kernel in its place.
 struct SdpaPlan {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t index = 0;
+  float ms = -1.f;     // the plan's time over kTimedRuns runs; negative where it was not timed
+  bool tiled = false;  // tiled_attention runs the problem
 };
+
+// Which kernel runs the shapes both take: KILN_CUDA_ATTENTION=tiled or =cudnn (for tests and
+// benchmarks), else the faster of the two as timed per shape.
+enum class Choice { kTimed, kTiled, kCudnn };
+Choice attention_choice() {
+  const char* v = std::getenv("KILN_CUDA_ATTENTION");
+  if (v && std::strcmp(v, "tiled") == 0) return Choice::kTiled;
+  if (v && std::strcmp(v, "cudnn") == 0) return Choice::kCudnn;
+  return Choice::kTimed;
+}
+
+// The time of kTimedRuns calls of `run` on `stream` after one untimed call, into *ms; false where
+// a call or the events fail (the stream is not capturing: the caller checks).
+bool time_runs(const std::function<bool()>& run, cudaStream_t stream, float* ms) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool ok = cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
+  ok = ok && run() && cudaEventRecord(start, stream) == cudaSuccess;
+  for (int r = 0; r < kTimedRuns && ok; ++r) ok = run();
+  ok = ok && cudaEventRecord(stop, stream) == cudaSuccess &&
+       cudaEventSynchronize(stop) == cudaSuccess &&
+       cudaEventElapsedTime(ms, start, stop) == cudaSuccess;
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  cudaGetLastError();
+  return ok;
+}
 
 // The SDPA graph of one problem with its plan: cuDNN's heuristic choice (the first configuration
 // that builds and fits the workspace) or, given the problem's buffers (`pack`, on `stream`, not
@@ -120,13 +159,7 @@ StatusOr<SdpaPlan> sdpa_plan(const Problem& p, DType t, float scale, bool causal
       fe_status(graph->create_execution_plans({fe::HeurMode_t::A}), who + ": cuDNN's heuristics"));
   KILN_RETURN_IF_ERROR(
       fe_status(graph->check_support(handle), who + ": no cuDNN engine takes the attention"));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (pack && (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess)) {
-    cudaGetLastError();
-    pack = nullptr;
-  }
   SdpaPlan best{graph, -1};
-  float best_ms = 0;
   int64_t first = -1;  // the first that builds: the plan where no timing succeeds
   const int64_t count = graph->get_execution_plan_count();
   for (int64_t i = 0, built = 0; i < count && built < (pack ? kTimedPlans : 1); ++i) {
@@ -141,16 +174,9 @@ StatusOr<SdpaPlan> sdpa_plan(const Problem& p, DType t, float scale, bool causal
     if (!pack) break;
     auto run = [&] { return graph->execute_plan_at_index(handle, *pack, workspace, i).is_good(); };
     float ms = 0;
-    bool ok = run() && cudaEventRecord(start, stream) == cudaSuccess;
-    for (int r = 0; r < kTimedRuns && ok; ++r) ok = run();
-    ok = ok && cudaEventRecord(stop, stream) == cudaSuccess &&
-         cudaEventSynchronize(stop) == cudaSuccess &&
-         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-    cudaGetLastError();
-    if (ok && (best.index < 0 || ms < best_ms)) best.index = i, best_ms = ms;
+    if (time_runs(run, stream, &ms) && (best.index < 0 || ms < best.ms))
+      best.index = i, best.ms = ms;
   }
-  if (start) cudaEventDestroy(start);
-  if (stop) cudaEventDestroy(stop);
   if (first < 0) return internal_error(who + ": no cuDNN plan for the attention builds");
   if (best.index < 0) best.index = first;
   return best;
@@ -169,7 +195,7 @@ class SdpaKernel final : public CudaKernel {
         causal_(causal),
         fallback_(std::move(fallback)),
         packed_(packed) {
-    // attention_short.cu's tensor-core kernel for keys that fit one tile: sm_80 and later.
+    // attention_short.cu's tensor-core kernels: sm_80 and later.
     short_ok_ = current_sm() >= 80;
   }
 
@@ -196,8 +222,9 @@ class SdpaKernel final : public CudaKernel {
       if (reinterpret_cast<uintptr_t>(ptr[i]) % 16 != 0) plain = false;
       for (int a = 0; a < 3; ++a) plain = plain && (p.st[i][a] * es) % 16 == 0;
     }
+    ShortAttnArgs sa;
+    bool tiled = false;  // tiled_attention could run it
     if (plain && short_ok_) {
-      ShortAttnArgs sa;
       sa.b = p.b, sa.hq = p.hq, sa.hk = p.hk, sa.s = p.s, sa.l = p.l, sa.d = p.d, sa.dv = p.dv;
       for (int i = 0; i < 4; ++i) {
         for (int x = 0; x < 3; ++x) sa.st[i][x] = p.st[i][x];
@@ -209,6 +236,7 @@ class SdpaKernel final : public CudaKernel {
       }
       sa.scale = scale_, sa.causal = causal_;
       if (short_attention_takes(sa, t_, size_t(es))) return short_attention(t_, sa, stream_);
+      tiled = choice_ != Choice::kCudnn && tiled_attention_takes(sa, t_, size_t(es));
     }
     KILN_ASSIGN_OR_RETURN(StreamResources * res, resources());
     std::unordered_map<int64_t, void*> pack = {{kUidQ, const_cast<void*>(ptr[0])},
@@ -226,18 +254,31 @@ class SdpaKernel final : public CudaKernel {
         const bool timed = cudaStreamIsCapturing(stream_, &capture) == cudaSuccess &&
                            capture == cudaStreamCaptureStatusNone;
         cudaGetLastError();
-        auto built = sdpa_plan(p, t_, scale_, causal_, res->dnn, res->workspace_bytes,
-                               res->workspace, timed ? &pack : nullptr, stream_, name_);
+        SdpaPlan chosen;  // an empty graph: cuDNN refused this shape
+        if (!tiled || choice_ != Choice::kTiled) {
+          auto built = sdpa_plan(p, t_, scale_, causal_, res->dnn, res->workspace_bytes,
+                                 res->workspace, timed ? &pack : nullptr, stream_, name_);
+          if (built.ok()) chosen = *built;
+        }
+        if (tiled) {
+          // Ours where forced, where cuDNN refused (rather than the reference kernel) or where
+          // it timed under kMargin of cuDNN's fastest plan.
+          float ms = 0;
+          auto run = [&] { return tiled_attention(t_, sa, stream_).ok(); };
+          chosen.tiled =
+              choice_ == Choice::kTiled || !chosen.graph ||
+              (timed && chosen.ms >= 0 && time_runs(run, stream_, &ms) && ms < chosen.ms * kMargin);
+        }
         if (plans_.size() >= kMaxPlans) {
           plans_.erase(order_.front());
           order_.erase(order_.begin());
         }
-        // An empty graph: cuDNN refused this shape.
-        it = plans_.emplace(key, built.ok() ? *built : SdpaPlan{}).first;
+        it = plans_.emplace(key, chosen).first;
         order_.push_back(key);
       }
       plan = it->second;
     }
+    if (plan.tiled && tiled) return tiled_attention(t_, sa, stream_);
     if (!plan.graph) {
       fallback_->set_stream(stream_);
       return fallback_->execute(in, out);
@@ -315,6 +356,7 @@ class SdpaKernel final : public CudaKernel {
   std::unique_ptr<Kernel> fallback_;
   std::optional<PackedLayout> packed_;
   bool short_ok_ = false;
+  Choice choice_ = attention_choice();
   std::map<std::vector<int64_t>, SdpaPlan> plans_;
   std::vector<std::vector<int64_t>> order_;
 };
