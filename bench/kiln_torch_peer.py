@@ -8,8 +8,9 @@ the CNNs), compiled by `kiln.torch.compile` for batch 1..MAX (opt MAX) in FP16, 
 - the engine alone: the same engine's bytes through `kiln bench --useCudaGraph --noDataTransfers`;
 - PyTorch: eager and torch.compile (default, reduce-overhead) on the same module and input.
 
-Each Python figure is the median of ITERS calls after warm-up, each synchronized (as
-bench/torch_peer.py times PyTorch); the cosine of kiln.torch's output against the module's own.
+Each Python figure is the median of ITERS calls after warm-up (at least 0.5 s, as kiln bench's),
+each synchronized (as bench/torch_peer.py times PyTorch); the cosine of kiln.torch's output
+against the module's own.
 One JSON line per model, then a Markdown table. KILN_TORCH_PEER_MODES narrows the torch.compile
 modes (default "default reduce-overhead").
 
@@ -65,7 +66,10 @@ def main():
         engine_path = f"{out_dir}/{name}.kiln_torch.kiln"
         with open(engine_path, "wb") as f:
             f.write(bytes(compiled.engine.serialize()))
-        dims = "x".join(str(d) for d in (max_batch,) + shape)
+        # The engine's own input shape at the max batch: [N, H, W, C] where kiln.torch built it
+        # channels-last (a channels-last module's images).
+        engine_shape = [max_batch if d < 0 else d for d in compiled.engine.get_tensor_shape(compiled.input_names[0])]
+        dims = "x".join(str(d) for d in engine_shape)
         bench = subprocess.run([cli, "bench", f"--loadEngine={engine_path}", "--useCudaGraph", "--noDataTransfers",
                                 f"--shapes={compiled.input_names[0]}:{dims}", f"--iterations={iters}"],
                                capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ measurement.
   python3 bench/torch_peer.py ITERS BATCHES MODEL [MODE ...]
 """
 import json
+import os
 import sys
 import time
 import warnings
@@ -20,11 +21,19 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import perf_models  # noqa: E402
 
 
+# Warm-up before timing: at least 10 calls and WARMUP_S seconds of back-to-back calls, as `kiln bench
+# --warmUp=500` warms up for 500 ms (a GPU idle during a build or compile runs its first hundreds of
+# milliseconds at lower clocks).
+WARMUP_S = float(os.environ.get("KILN_PEER_WARMUP_S", "0.5"))
+
+
 def median_ms(fn, x, iters):
     with torch.no_grad():
-        for _ in range(10):
+        t0, n = time.perf_counter(), 0
+        while n < 10 or time.perf_counter() - t0 < WARMUP_S:
             fn(x)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            n += 1
         ts = []
         for _ in range(iters):
             t0 = time.perf_counter()

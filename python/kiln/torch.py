@@ -138,9 +138,11 @@ def _example(inp: Input, shape: Sequence[int], device: Any = None, float_dtype: 
 
 
 def _channels_last_module(module: Any) -> bool:
-    """Whether the module holds its 4-D weights channels-last (and so, as its user, its images)."""
+    """Whether the module holds its 4-D weights channels-last (and so, as its user, its images).
+    Only weights whose layout tells are asked: a 1x1 kernel (ResNet's bottlenecks) or a single
+    input channel (depthwise) is contiguous in both formats."""
     params = list(module.parameters()) if hasattr(module, "parameters") else []
-    four = [p for p in params if p.dim() == 4 and p.shape[1] * p.shape[2] * p.shape[3] > 1]
+    four = [p for p in params if p.dim() == 4 and p.shape[1] > 1 and p.shape[2] * p.shape[3] > 1]
     return bool(four) and all(p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous()
                               for p in four)
 

@@ -364,7 +364,9 @@ def test_examples_follow_the_module_dtype_and_device():
 
 
 class ConvStack(torch.nn.Module):
-    """Eight 3x3 convs and a head: enough convolutions that kiln's CPU runs them channels-last."""
+    """Eight 3x3 convs, a 1x1 and a depthwise one (whose weights are contiguous in both formats, as
+    ResNet's and MobileNet's are) and a head: enough convolutions that kiln's CPU runs them
+    channels-last."""
 
     def __init__(self):
         super().__init__()
@@ -373,6 +375,7 @@ class ConvStack(torch.nn.Module):
         for o in (16, 16, 24, 24, 32, 32, 48, 48):
             layers += [torch.nn.Conv2d(c, o, 3, padding=1), torch.nn.ReLU()]
             c = o
+        layers += [torch.nn.Conv2d(c, c, 1), torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, padding=1, groups=c)]
         self.features = torch.nn.Sequential(*layers)
         self.head = torch.nn.Linear(48, 10)
 
