@@ -142,7 +142,8 @@ Status fuse_matmul_bias(ir::Graph* g, const SupportsFn& supports) {
   return rw::apply(g, rules, supports).status();
 }
 
-// CUDA only (pipeline.cc): the CPU runs the same reference kernels either way.
+// Both devices (pipeline.cc): the CPU kernel starts its GEMM from the bias rows instead of zeros
+// (ViT-tiny's eight bias Adds were 1.0 of 25.8 ms at batch 4 on two threads).
 Status fuse_matmul_bias(BuildState& s) { return fuse_matmul_bias(&s.graph, backend_supports(s)); }
 
 }  // namespace kiln::builder

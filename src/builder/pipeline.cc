@@ -38,7 +38,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"fuse_rotary", fuse_rotary, kCuda},        // x*cos + rotate_half(x)*sin -> RotaryEmbedding
       {"fuse_attention", fuse_attention, kCuda},  // FP16/BF16: attention -> Attention
       {"unflatten_gemm", unflatten_gemm, kCuda},  // Gemm on x.view(-1, K) -> MatMul
-      {"fuse_matmul_bias", fuse_matmul_bias, kCuda},  // MatMul [+ bias] + activation
+      {"fuse_matmul_bias", fuse_matmul_bias, kAll},   // MatMul [+ bias] + activation
       {"pack_attention", pack_attention, kCuda},      // FP16/BF16: its views read in place
       {"gather_views", gather_views, kCuda},          // copying view chains -> one Gather
       {"assign_precision", assign_precision, kCuda},  // --fp16/--bf16: reduced activations

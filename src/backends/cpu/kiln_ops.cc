@@ -13,6 +13,7 @@
 #include "backends/cpu/conv_nhwc.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/numeric.h"
 #include "backends/cpu/vector_math.h"
 #include "ops/conv_activation.h"
@@ -66,7 +67,9 @@ ir::Attributes gelu_attrs(const char* approximate) {
 
 // MatMul into Y, then Y += bias, then the activation in place, then Y += residual: the ONNX
 // kernels on Y's buffer, so nothing is allocated and every intermediate is rounded to Y's dtype
-// as unfused.
+// as unfused. A float32 bias of Y's last dim is where the GEMM starts instead (its rows fill Y
+// and the product accumulates onto them: no pass of its own); the constant B is packed once, as
+// MatMul's is.
 Status matmul_bias_kernel(const KernelArgs& args) {
   static const ir::Attributes kNone;
   static const ir::Attributes kGeluErf = gelu_attrs("none");
@@ -79,8 +82,14 @@ Status matmul_bias_kernel(const KernelArgs& args) {
     return invalid_argument("MatMulBias: needs A, B (and bias) and one output");
   }
   KILN_ASSIGN_OR_RETURN(std::string act, args.attrs.get_string("activation", "none"));
-  KILN_RETURN_IF_ERROR(p.matmul(KernelArgs{kNone, args.in.first(2), args.out}));
-  if (args.in.size() > 2 && present(args.in[2])) {
+  const KernelArgs product{kNone, args.in.first(2), args.out, args.prepared};
+  const bool has_bias = args.in.size() > 2 && present(args.in[2]);
+  bool biased = false;
+  if (has_bias) {
+    KILN_ASSIGN_OR_RETURN(biased, matmul_onto_row_bias(product, args.in[2]));
+  }
+  if (!biased) KILN_RETURN_IF_ERROR(p.matmul(product));
+  if (has_bias && !biased) {
     std::array<TensorView, 2> in{args.out[0], args.in[2]};
     KILN_RETURN_IF_ERROR(p.add(KernelArgs{kNone, in, args.out}));
   }
@@ -670,7 +679,7 @@ StatusOr<std::unique_ptr<Kernel>> create_squeeze_excite(const KernelQuery& q) {
 }  // namespace
 
 void register_kiln_kernels(KernelRegistry& r) {
-  r.add(OpKind::kMatMulBias, &matmul_bias_kernel);
+  r.add(OpKind::kMatMulBias, &matmul_bias_kernel, &prepare_matmul);
   r.add_factory(OpKind::kFusedConv, &create_fused_conv, &prepare_fused_conv);
   r.add_factory(OpKind::kPool, &create_pool);
   r.add_factory(OpKind::kElementwise, &create_elementwise);

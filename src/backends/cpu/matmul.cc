@@ -1,5 +1,8 @@
 // CPU reference kernels of the matmul op family: MatMul (numpy broadcasting) and Gemm, on the
 // shared SGEMM (float32) or a plain loop (float64; other dtypes widen to it), and Det.
+#include "backends/cpu/matmul.h"
+
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -106,10 +109,6 @@ StatusOr<std::shared_ptr<const PreparedNode>> pack_constant_b(const KernelQuery&
       trans_b, trans_b ? cols : rows, trans_b ? rows : cols, b.data_as<const float>(), cols)));
 }
 
-StatusOr<std::shared_ptr<const PreparedNode>> prepare_matmul(const KernelQuery& q) {
-  return pack_constant_b(q, false);
-}
-
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_gemm(const KernelQuery& q) {
   KILN_ASSIGN_OR_RETURN(int64_t trans_b, q.node.attrs.get_int("transB", 0));
   return pack_constant_b(q, trans_b != 0);
@@ -123,8 +122,9 @@ const PackedB* packed_b(const KernelArgs& args, bool trans_b, int64_t k, int64_t
   return &w->packed;
 }
 
+// bias_row (float32 only): Y's rows start as it and the GEMMs accumulate onto them.
 template <typename T>
-Status matmul_typed(const KernelArgs& args) {
+Status matmul_typed(const KernelArgs& args, const T* bias_row = nullptr) {
   const TensorView& av = args.in[0];
   const TensorView& bv = args.in[1];
   const TensorView& yv = args.out[0];
@@ -145,17 +145,23 @@ Status matmul_typed(const KernelArgs& args) {
   const T* a = av.as<const T>();
   const T* b = bv.as<const T>();
   T* y = yv.as<T>();
+  const T beta = bias_row ? T(1) : T(0);
+  if (bias_row) {
+    for (int64_t r = 0, rows = yv.numel() / n; r < rows; ++r) {
+      std::copy(bias_row, bias_row + n, y + r * n);
+    }
+  }
   if (nb_b == 0) {
     // B is one matrix shared by every batch: fold A's batch dims into M, one large GEMM.
     int64_t rows = av.numel() / std::max<int64_t>(k, 1);
     if (k == 0) rows = yv.numel() / n;
     if constexpr (std::is_same_v<T, float>) {
       if (const PackedB* p = rb == 2 && k > 0 ? packed_b(args, false, k, n) : nullptr) {
-        sgemm_packed(rows, 1.f, a, k, b, n, *p, 0.f, y, n);
+        sgemm_packed(rows, 1.f, a, k, b, n, *p, beta, y, n);
         return ok_status();
       }
     }
-    gemm(false, false, rows, n, k, T(1), a, k, b, n, T(0), y, n);
+    gemm(false, false, rows, n, k, T(1), a, k, b, n, beta, y, n);
     return ok_status();
   }
   // Broadcast the batch dims: walk Y's batch index and map it into A's and B's.
@@ -186,7 +192,7 @@ Status matmul_typed(const KernelArgs& args) {
       ao += idx[d] * a_stride[d];
       bo += idx[d] * b_stride[d];
     }
-    gemm(false, false, m, n, k, T(1), a + ao, lda, b + bo, ldb, T(0), y + t * m * n, n);
+    gemm(false, false, m, n, k, T(1), a + ao, lda, b + bo, ldb, beta, y + t * m * n, n);
     for (int d = nb_y - 1; d >= 0; --d) {
       if (++idx[d] < yv.shape[d]) break;
       idx[d] = 0;
@@ -197,7 +203,8 @@ Status matmul_typed(const KernelArgs& args) {
 
 Status matmul_kernel(const KernelArgs& args) {
   KILN_RETURN_IF_ERROR(check_dtype("MatMul", args, 2));
-  if (!is_native(args.in[0].dtype)) return run_widened(args, &matmul_typed<double>);
+  if (!is_native(args.in[0].dtype))
+    return run_widened(args, [](const KernelArgs& w) { return matmul_typed<double>(w); });
   if (args.in[0].dtype == DType::kFloat64) return matmul_typed<double>(args);
   return matmul_typed<float>(args);
 }
@@ -313,6 +320,23 @@ Status det_kernel(const KernelArgs& args) {
 }
 
 }  // namespace
+
+StatusOr<std::shared_ptr<const PreparedNode>> prepare_matmul(const KernelQuery& q) {
+  return pack_constant_b(q, false);
+}
+
+StatusOr<bool> matmul_onto_row_bias(const KernelArgs& args, const TensorView& bias) {
+  if (args.in.size() != 2 || args.out.size() != 1) return false;
+  const TensorView &a = args.in[0], &b = args.in[1], &y = args.out[0];
+  if (a.dtype != DType::kFloat32 || b.dtype != DType::kFloat32 || y.dtype != DType::kFloat32 ||
+      bias.dtype != DType::kFloat32 || y.rank() == 0) {
+    return false;
+  }
+  const int64_t n = y.shape[y.rank() - 1];
+  if (bias.numel() != n || (bias.rank() > 0 && bias.shape[bias.rank() - 1] != n)) return false;
+  KILN_RETURN_IF_ERROR(matmul_typed<float>(args, bias.as<const float>()));
+  return true;
+}
 
 void register_matmul_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kMatMul, &matmul_kernel, &prepare_matmul);
