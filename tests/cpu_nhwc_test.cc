@@ -213,5 +213,61 @@ TEST(CpuNhwc, InputTransposeInterleavesThePlanes) {
   }
 }
 
+// Transposes large enough to split over the threads (ViT's patch tokens [4, 192, 196] swapped, the
+// in-projection's [1, 197, 4, 3, 192] heads moved first, a 3-channel image to channels-last in
+// runs of pixels, odd tiles): every element lands where the permutation puts it on 1, 2 and 3
+// threads.
+TEST(CpuNhwc, LargeTransposesSplitOverTheThreadsMoveEveryElement) {
+  struct Case {
+    Shape in;
+    std::vector<int64_t> perm;
+  };
+  for (const Case& c : {Case{{4, 192, 196}, {0, 2, 1}}, Case{{1, 197, 4, 3, 192}, {3, 1, 2, 0, 4}},
+                        Case{{2, 3, 150, 301}, {0, 2, 3, 1}}, Case{{3, 70, 190}, {2, 0, 1}}}) {
+    const int r = int(c.in.size());
+    Shape out(c.in.size());
+    std::string dims, odims, perm;
+    for (int k = 0; k < r; ++k) {
+      out[size_t(k)] = c.in[size_t(c.perm[size_t(k)])];
+      dims += (k ? ", " : "") + std::to_string(c.in[size_t(k)]);
+      odims += (k ? ", " : "") + std::to_string(out[size_t(k)]);
+      perm += (k ? ", " : "") + std::to_string(c.perm[size_t(k)]);
+    }
+    const std::string text = "graph g(%x: float32[" + dims + "]) -> (%y: float32[" + odims +
+                             "]) {\n  opset ai.onnx 17\n  %y: float32[" + odims +
+                             "] = Transpose(%x) {perm=[" + perm + "]}  # t\n}\n";
+    auto g = ir::parse_text(text, {});
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    auto engine = build_cpu(*g, c.in, c.in);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const Tensor x = random_f32(c.in, 31);
+    // The source offset of each output element, walked in output order.
+    std::vector<int64_t> in_stride(size_t(r), 1);
+    for (int k = r - 2; k >= 0; --k)
+      in_stride[size_t(k)] = in_stride[size_t(k + 1)] * c.in[size_t(k + 1)];
+    for (int threads : {1, 2, 3}) {
+      auto ctx = engine->create_execution_context();
+      ASSERT_TRUE(ctx.ok());
+      (*ctx)->set_cpu_threads(threads);
+      auto y = (*ctx)->run({{"x", x}});
+      ASSERT_TRUE(y.ok()) << y.status().to_string();
+      const float* xp = x.data_as<float>();
+      const float* yp = y->at("y").data_as<float>();
+      std::vector<int64_t> idx(size_t(r), 0);
+      int64_t wrong = 0;
+      for (int64_t e = 0; e < x.numel(); ++e) {
+        int64_t src = 0;
+        for (int k = 0; k < r; ++k) src += idx[size_t(k)] * in_stride[size_t(c.perm[size_t(k)])];
+        wrong += yp[e] != xp[src];
+        for (int k = r - 1; k >= 0; --k) {
+          if (++idx[size_t(k)] < out[size_t(k)]) break;
+          idx[size_t(k)] = 0;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << text << threads << " threads";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing
