@@ -17,7 +17,7 @@
 // than the keys, the kernel runs attention.cu's reference kernel instead, so an accepted node
 // never fails for cuDNN's reasons. Keys that fit one tile run attention_short.cu's kernel. Longer
 // keys with head sizes up to 64 have its tiled kernel too: timed beside cuDNN's plans (it runs
-// where it is faster than the fastest), and run where cuDNN refuses the shape.
+// where it takes under kMargin of the fastest plan's time), and run where cuDNN refuses the shape.
 
 #include <cmath>
 #include <cstdlib>
