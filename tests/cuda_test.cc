@@ -1087,12 +1087,28 @@ struct TensorCoreAttentionCase {
   std::vector<std::pair<int64_t, int64_t>> sl;
 };
 
+// Which of attention_short.cu's kernels a test expects to run each case, and their launches so far
+// in this process (backends/cuda/attention_launches.h; 0 in a build without CUDA, whose tests
+// skip before asking).
+enum class TensorCoreKernel { kAny, kShortKeys, kTiled };
+uint64_t tensor_core_launches(TensorCoreKernel k) {
+#ifdef KILN_HAVE_CUDA
+  const backends::cuda::AttentionLaunches l = backends::cuda::attention_launches();
+  return k == TensorCoreKernel::kShortKeys ? l.short_keys
+         : k == TensorCoreKernel::kTiled   ? l.tiled
+                                           : 0;
+#else
+  (void)k;
+  return 0;
+#endif
+}
+
 // Builds each case for a profile up to [2, heads, max_s, .] queries and max_l keys and runs its
-// (s, l) pairs in FP16 and BF16 against the CPU reference (FP32). With `launches`, each run must
+// (s, l) pairs in FP16 and BF16 against the CPU reference (FP32). With `kernel`, each run must
 // launch that kernel of attention_short.cu (the count attention_launches keeps grows).
 void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cases, int64_t max_s,
                                  int64_t max_l, const char* label,
-                                 uint64_t backends::cuda::AttentionLaunches::*launches = nullptr) {
+                                 TensorCoreKernel kernel = TensorCoreKernel::kAny) {
   for (const TensorCoreAttentionCase& c : cases) {
     const std::string dt = "float32";
     const std::string mt = std::string(c.mask) == "h"
@@ -1149,11 +1165,11 @@ void check_tensor_core_attention(const std::vector<TensorCoreAttentionCase>& cas
         if (std::string(c.mask) == "h") in["m"] = random_f32({1, c.hq, s, l}, 2300);
         if (std::string(c.mask) == "q") in["m"] = random_f32({s, l}, 2400);
         auto want = (*cpu_ctx)->run(in);
-        const backends::cuda::AttentionLaunches before = backends::cuda::attention_launches();
+        const uint64_t before = tensor_core_launches(kernel);
         auto got = (*ctx)->run(in);
         ASSERT_TRUE(want.ok() && got.ok()) << got.status().to_string();
-        if (launches) {
-          EXPECT_GT(backends::cuda::attention_launches().*launches, before.*launches)
+        if (kernel != TensorCoreKernel::kAny) {
+          EXPECT_GT(tensor_core_launches(kernel), before)
               << label << ": the kernel did not run s=" << s << " l=" << l << "\n"
               << text;
         }
@@ -1203,7 +1219,7 @@ TEST(CudaAttention, LongKeysOnTheTiledKernelMatchTheCpu) {
        {4, 2, 32, 32, "", 0, {{256, 256}, {17, 300}}},
        {2, 1, 40, 24, "q", 1, {{130, 130}, {256, 77}}},
        {2, 2, 16, 48, "h", 1, {{200, 200}, {3, 70}}}},
-      300, 300, "tiled", &backends::cuda::AttentionLaunches::tiled);
+      300, 300, "tiled", TensorCoreKernel::kTiled);
   ::unsetenv("KILN_CUDA_ATTENTION");
 }
 
