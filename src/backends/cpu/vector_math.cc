@@ -124,7 +124,8 @@ inline float exp_minus_f(float x, float m) {
   const float r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
   const float p =
       ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
-  const int32_t bits = (int32_t(k) + 127) << 23;
+  // A NaN d leaves k NaN, whose conversion to int is undefined: 0 there (p is NaN already).
+  const int32_t bits = ((k == k ? int32_t(k) : 0) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return d < kExpLoF ? 0.f : p * scale;
@@ -205,7 +206,7 @@ void softmax_row_f32(const float* x, float* y, int64_t n) {
     const V16 r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
     const V16 p =
         ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
-    const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
+    const I16 bits = (__builtin_convertvector(k == k ? k : zero, I16) + 127) << 23;
     V16 scale;
     std::memcpy(&scale, &bits, sizeof scale);
     V16 e = p * scale;
