@@ -32,7 +32,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"merge_duplicates", merge_duplicates, kAll},  // the same computation runs once
       {"canonicalize", canonicalize, kAll},          // one form for what exporters spell apart
       {"fold_batch_norm", fold_batch_norm, kAll},    // Conv + BatchNormalization -> Conv
-      {"patchify_conv", patchify_conv, kCuda},       // patch-embedding Conv -> GEMM
+      {"patchify_conv", patchify_conv, kAll},        // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},  // Conv [+ residual] [+ activation]
       {"fuse_norm", fuse_norm, kCuda},                       // LayerNorm/RMSNorm written out -> op
       {"fuse_rotary", fuse_rotary, kCuda},        // x*cos + rotate_half(x)*sin -> RotaryEmbedding
