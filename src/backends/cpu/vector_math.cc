@@ -125,7 +125,7 @@ inline float exp_minus_f(float x, float m) {
   const float p =
       ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
   // A NaN d leaves k NaN, whose conversion to int is undefined: 0 there (p is NaN already).
-  const int32_t bits = ((k == k ? int32_t(k) : 0) + 127) << 23;
+  const int32_t bits = ((std::isnan(k) ? 0 : int32_t(k)) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return d < kExpLoF ? 0.f : p * scale;
@@ -206,6 +206,7 @@ void softmax_row_f32(const float* x, float* y, int64_t n) {
     const V16 r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
     const V16 p =
         ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+    // NOLINTNEXTLINE(misc-redundant-expression): k == k is false in a NaN lane (k is 0 there).
     const I16 bits = (__builtin_convertvector(k == k ? k : zero, I16) + 127) << 23;
     V16 scale;
     std::memcpy(&scale, &bits, sizeof scale);
