@@ -299,32 +299,6 @@ KILN_TARGET_CLONES void interleave4(const uint32_t* planes, int64_t stride, uint
   interleave_planes<4>(planes, stride, dst, n);
 }
 
-// body(first, last) over [0, units) in contiguous ranges of at least `grain` units, on the thread
-// pool (parallel_chunks' split through parallel_for's function-pointer form: this file's
-// multiversioned functions forbid a std::function, see multiversion.h).
-template <typename F>
-void parallel_units(int64_t units, int64_t grain, const F& body) {
-  const int64_t chunks =
-      std::min<int64_t>(int64_t(thread_limit()) * 4, units / std::max<int64_t>(grain, 1));
-  if (chunks <= 1) {
-    if (units > 0) body(int64_t(0), units);
-    return;
-  }
-  struct Ctx {
-    const F* body;
-    int64_t units, step;
-  };
-  const Ctx ctx{&body, units, (units + chunks - 1) / chunks};
-  parallel_for(
-      chunks,
-      [](const void* c, int64_t i) {
-        const Ctx& x = *static_cast<const Ctx*>(c);
-        const int64_t b = i * x.step, e = std::min(x.units, b + x.step);
-        if (b < e) (*x.body)(b, e);
-      },
-      &ctx);
-}
-
 // The multi-index over dims[0, n) of linear index u (the last axis fastest) into idx, and its
 // source offset.
 int64_t unravel(int64_t u, std::span<const int64_t> dims, std::span<const int64_t> strides, int n,
@@ -358,7 +332,7 @@ void transpose_impl(const T* src, T* dst, std::span<const int64_t> dims,
     // 2^16 (ViT's 0.6 MB head moves ran slower on two threads than on one, 0.031 ms against 0.017).
     constexpr int64_t kCopyAlone = int64_t(1) << 18, kCopyGrain = int64_t(1) << 16;
     const int64_t grain = rows * run < kCopyAlone ? rows : std::max<int64_t>(1, kCopyGrain / run);
-    parallel_units(rows, grain, [&](int64_t first, int64_t last) {
+    parallel_chunks(rows, grain, [&](int64_t first, int64_t last) {
       std::vector<int64_t> idx(size_t(r), 0);
       int64_t off = unravel(first, dims, strides, r - 1, idx.data());
       for (int64_t row = first; row < last; ++row) {
@@ -391,29 +365,29 @@ void transpose_impl(const T* src, T* dst, std::span<const int64_t> dims,
   }
   constexpr int64_t kRun = 4096;
   const int64_t step = interleave ? kRun : kTile, per_plane = (d0 + step - 1) / step;
-  parallel_units(planes * per_plane, std::max<int64_t>(1, kParallelGrain / (step * d1)),
-                 [&](int64_t first, int64_t last) {
-                   std::vector<int64_t> idx(size_t(r), 0);
-                   for (int64_t u = first; u < last; ++u) {
-                     const int64_t p = u / per_plane, i0 = (u % per_plane) * step;
-                     const int64_t i1 = std::min(d0, i0 + step);
-                     const int64_t off = unravel(p, dims, strides, r - 2, idx.data());
-                     T* out = dst + p * d0 * d1;
-                     if constexpr (std::is_same_v<T, uint32_t>) {
-                       if (interleave) {
-                         interleave(src + off + i0, s1, out + i0 * d1, i1 - i0);
-                         continue;
-                       }
-                     }
-                     for (int64_t j0 = 0; j0 < d1; j0 += kTile) {
-                       const int64_t j1 = std::min(d1, j0 + kTile);
-                       for (int64_t i = i0; i < i1; ++i) {
-                         const T* s = src + off + i * s0;
-                         for (int64_t j = j0; j < j1; ++j) out[i * d1 + j] = s[j * s1];
-                       }
-                     }
-                   }
-                 });
+  parallel_chunks(planes * per_plane, std::max<int64_t>(1, kParallelGrain / (step * d1)),
+                  [&](int64_t first, int64_t last) {
+                    std::vector<int64_t> idx(size_t(r), 0);
+                    for (int64_t u = first; u < last; ++u) {
+                      const int64_t p = u / per_plane, i0 = (u % per_plane) * step;
+                      const int64_t i1 = std::min(d0, i0 + step);
+                      const int64_t off = unravel(p, dims, strides, r - 2, idx.data());
+                      T* out = dst + p * d0 * d1;
+                      if constexpr (std::is_same_v<T, uint32_t>) {
+                        if (interleave) {
+                          interleave(src + off + i0, s1, out + i0 * d1, i1 - i0);
+                          continue;
+                        }
+                      }
+                      for (int64_t j0 = 0; j0 < d1; j0 += kTile) {
+                        const int64_t j1 = std::min(d1, j0 + kTile);
+                        for (int64_t i = i0; i < i1; ++i) {
+                          const T* s = src + off + i * s0;
+                          for (int64_t j = j0; j < j1; ++j) out[i * d1 + j] = s[j * s1];
+                        }
+                      }
+                    }
+                  });
 }
 
 Status transpose_kernel(const KernelArgs& a) {

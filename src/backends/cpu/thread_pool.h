@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 
 namespace kiln::backends::cpu {
 
@@ -45,7 +46,8 @@ int thread_limit();
 // fn(begin, end) over [0, n) in contiguous ranges of at least `grain` items (up to four ranges per
 // thread, so an uneven split evens out), through parallel_for; one call fn(0, n) where the work
 // is smaller than two grains. Each item is in exactly one range, so a kernel that computes each
-// item on its own gives the same bits however the range is split.
+// item on its own gives the same bits however the range is split. It goes through the plain
+// callback form of parallel_for, so files of target_clones functions may call it too.
 template <typename F>
 void parallel_chunks(int64_t n, int64_t grain, F&& fn) {
   const int64_t chunks =
@@ -54,11 +56,19 @@ void parallel_chunks(int64_t n, int64_t grain, F&& fn) {
     if (n > 0) fn(int64_t(0), n);
     return;
   }
-  const int64_t step = (n + chunks - 1) / chunks;
-  parallel_for(chunks, [&](int64_t c) {
-    const int64_t begin = c * step, end = std::min(n, begin + step);
-    if (begin < end) fn(begin, end);
-  });
+  struct Ctx {
+    std::remove_reference_t<F>* fn;
+    int64_t n, step;
+  };
+  const Ctx ctx{&fn, n, (n + chunks - 1) / chunks};
+  parallel_for(
+      chunks,
+      [](const void* c, int64_t i) {
+        const Ctx& x = *static_cast<const Ctx*>(c);
+        const int64_t begin = i * x.step, end = std::min(x.n, begin + x.step);
+        if (begin < end) (*x.fn)(begin, end);
+      },
+      &ctx);
 }
 
 // Items of this many floats or more are worth splitting over threads (below it, waking a worker
