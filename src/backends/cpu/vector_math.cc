@@ -30,20 +30,25 @@ inline double erf_fit(double t) {
   return t > 4.0 ? 1.0 : (t < -4.0 ? -1.0 : r);
 }
 
-// The same fit in float (Gelu's form): every coefficient of P and Q but kP6 is positive, so
-// Horner's rule in float adds no cancellation and erf keeps a few float ulp. Past |t| = 4, +-1; NaN
-// passes.
-inline float erf_fit_f(float t) {
-  const float c = t > 4.f ? 4.f : (t < -4.f ? -4.f : t);
-  const float u = c * c;
-  const float p =
-      (((((float(kP6) * u + float(kP5)) * u + float(kP4)) * u + float(kP3)) * u + float(kP2)) * u +
+// The same fit's P(u) and Q(u) in float (Gelu's form), for a float or a vector of floats (one
+// definition for gelu_erf_f32's lanes and its tail; references, so no vector crosses a call
+// boundary): every coefficient but kP6 is positive, so Horner's rule in float adds no
+// cancellation and erf keeps a few float ulp.
+template <typename V>
+inline __attribute__((always_inline)) void erf_pq_f(const V& u, V& p, V& q) {
+  p = (((((float(kP6) * u + float(kP5)) * u + float(kP4)) * u + float(kP3)) * u + float(kP2)) * u +
        float(kP1)) *
           u +
       float(kP0);
-  const float q =
-      ((((float(kQ5) * u + float(kQ4)) * u + float(kQ3)) * u + float(kQ2)) * u + float(kQ1)) * u +
+  q = ((((float(kQ5) * u + float(kQ4)) * u + float(kQ3)) * u + float(kQ2)) * u + float(kQ1)) * u +
       1.f;
+}
+
+// erf(t) through erf_pq_f; past |t| = 4, +-1; NaN passes.
+inline float erf_fit_f(float t) {
+  const float c = t > 4.f ? 4.f : (t < -4.f ? -4.f : t);
+  float p, q;
+  erf_pq_f(c * c, p, q);
   const float r = c * p / q;
   return t > 4.f ? 1.f : (t < -4.f ? -1.f : r);
 }
@@ -109,21 +114,34 @@ inline __attribute__((always_inline)) double sum16(const float* x, int64_t n, Te
 // through the 1.5 * 2^23 shift and r in two parts (kLn2HiF has 15 significant bits, so k * kLn2HiF
 // is exact for |k| <= 256), exp(r) by Taylor's series to r^7 (|r| <= 0.347: the next term is 5e-9
 // of the result), 2^k put into the exponent field. Below kExpLoF (where 2^k leaves the normal
-// floats) 0; NaN passes through. The vector loop of softmax_row_f32 spells the same steps out.
+// floats) 0; NaN passes through. The steps are templates over a float or a vector of floats, so
+// softmax_row_f32's lanes and its tail run one definition.
 constexpr float kLog2eF = 1.44269504088896341f, kShiftF = 12582912.0f;  // 1.5 * 2^23
 constexpr float kLn2HiF = 0.693145751953125f, kLn2LoF = 1.428606820309417e-06f;
 constexpr float kExpLoF = -87.33f;
 constexpr float kE2 = 1.f / 2, kE3 = 1.f / 6, kE4 = 1.f / 24, kE5 = 1.f / 120, kE6 = 1.f / 720,
                 kE7 = 1.f / 5040;
 
+// d = x - m rounded and what the rounding lost (TwoSum).
+template <typename V>
+inline __attribute__((always_inline)) void diff_and_loss(const V& x, float m, V& d, V& lost) {
+  d = x - m;
+  const V back = d - x;
+  lost = (x - (d - back)) + (-m - back);
+}
+
+// For c = max(d, kExpLoF): k (integral, NaN where d is NaN) and p = exp(r), r = c - k ln 2 + lost.
+template <typename V>
+inline __attribute__((always_inline)) void exp_steps(const V& c, const V& lost, V& k, V& p) {
+  k = (c * kLog2eF + kShiftF) - kShiftF;
+  const V r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
+  p = ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+}
+
 inline float exp_minus_f(float x, float m) {
-  const float d = x - m, back = d - x, lost = (x - (d - back)) + (-m - back);
-  const float c = d < kExpLoF ? kExpLoF : d;
-  const float tk = c * kLog2eF + kShiftF;
-  const float k = tk - kShiftF;
-  const float r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
-  const float p =
-      ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+  float d, lost, k, p;
+  diff_and_loss(x, m, d, lost);
+  exp_steps(d < kExpLoF ? kExpLoF : d, lost, k, p);
   // A NaN d leaves k NaN, whose conversion to int is undefined: 0 there (p is NaN already).
   const int32_t bits = ((std::isnan(k) ? 0 : int32_t(k)) + 127) << 23;
   float scale;
@@ -136,7 +154,8 @@ inline float exp_minus_f(float x, float m) {
 KILN_TARGET_CLONES
 void gelu_erf_f32(const float* x, float* y, int64_t n) {
   typedef float V16 __attribute__((vector_size(64)));
-  // Sixteen lanes of erf_fit_f's steps (no lambda over V16: see hardswish_f32).
+  // Sixteen lanes of erf_fit_f's steps (no lambda over V16: see hardswish_f32; erf_pq_f takes its
+  // vectors by reference).
   const V16 zero = V16{} + 0.f, four = zero + 4.f, one = zero + 1.f;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -145,16 +164,8 @@ void gelu_erf_f32(const float* x, float* y, int64_t n) {
     const V16 t = v * 0.70710678118654752f;
     V16 c = t > four ? four : t;
     c = c < -four ? -four : c;
-    const V16 u = c * c;
-    const V16 p =
-        (((((float(kP6) * u + float(kP5)) * u + float(kP4)) * u + float(kP3)) * u + float(kP2)) *
-             u +
-         float(kP1)) *
-            u +
-        float(kP0);
-    const V16 q =
-        ((((float(kQ5) * u + float(kQ4)) * u + float(kQ3)) * u + float(kQ2)) * u + float(kQ1)) * u +
-        1.f;
+    V16 p, q;
+    erf_pq_f(c * c, p, q);
     V16 e = c * p / q;
     e = t > four ? one : e;
     e = t < -four ? -one : e;
@@ -199,13 +210,9 @@ void softmax_row_f32(const float* x, float* y, int64_t n) {
   for (; i + 16 <= n; i += 16) {
     V16 v;
     std::memcpy(&v, x + i, sizeof(V16));
-    const V16 d = v - mx, back = d - v, lost = (v - (d - back)) + (-mx - back);
-    const V16 c = d < lo ? lo : d;
-    const V16 tk = c * kLog2eF + kShiftF;
-    const V16 k = tk - kShiftF;
-    const V16 r = ((c - k * kLn2HiF) - k * kLn2LoF) + lost;
-    const V16 p =
-        ((((((kE7 * r + kE6) * r + kE5) * r + kE4) * r + kE3) * r + kE2) * r + 1.f) * r + 1.f;
+    V16 d, lost, k, p;
+    diff_and_loss(v, mx, d, lost);
+    exp_steps(d < lo ? lo : d, lost, k, p);
     // NOLINTNEXTLINE(misc-redundant-expression): k == k is false in a NaN lane (k is 0 there).
     const I16 bits = (__builtin_convertvector(k == k ? k : zero, I16) + 127) << 23;
     V16 scale;
