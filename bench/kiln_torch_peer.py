@@ -35,6 +35,7 @@ import kiln.torch as kt  # noqa: E402
 def main():
     warnings.filterwarnings("ignore")
     cli, out_dir, iters, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    os.makedirs(out_dir, exist_ok=True)  # gpu_perf.sh's model folder, absent when it exported none
     rows = []
     for name in names:
         _, input_name, shape, cnn, max_batch = perf_models.PERF[name]

@@ -78,22 +78,87 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
 
 __device__ __forceinline__ uint32_t word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
+// Calls f(r, c, in) for each 16-byte chunk (row r, first column c) of a [kRows][kD] tile, the
+// block's threads taking them in turn; `in` says the chunk lies inside `rows` x `cols`.
+template <int kD, typename F>
+__device__ __forceinline__ void each_chunk(int rows, int cols, F&& f) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks a row of the tile holds
+  for (int e = threadIdx.x; e < kRows * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = (e % kChunks) * 8;
+    f(r, c, r < rows && c < cols);
+  }
+}
+
 // Copies `rows` rows of `cols` elements (a multiple of 8, 16-byte aligned rows `stride` apart)
 // into a [kRows][kD + kPad] tile (transposed into [kD][kRows + kPad] when kTranspose), zeros
 // elsewhere in the first kRows x kD.
 template <typename T, int kD, bool kTranspose>
 __device__ void stage(T* tile, const T* src, int64_t stride, int rows, int cols) {
-  constexpr int kChunks = kD / 8;  // 16-byte chunks a row of the tile holds
-  for (int e = threadIdx.x; e < kRows * kChunks; e += blockDim.x) {
-    const int r = e / kChunks, c = (e % kChunks) * 8;
+  each_chunk<kD>(rows, cols, [&](int r, int c, bool in) {
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows && c < cols) v = *reinterpret_cast<const uint4*>(src + r * stride + c);
+    if (in) v = *reinterpret_cast<const uint4*>(src + r * stride + c);
     if constexpr (kTranspose) {
       const T* h = reinterpret_cast<const T*>(&v);
 #pragma unroll
       for (int k = 0; k < 8; ++k) tile[(c + k) * (kRows + kPad) + r] = h[k];
     } else {
       *reinterpret_cast<uint4*>(tile + r * (kD + kPad) + c) = v;
+    }
+  });
+}
+
+// The A fragments of the warp's 16 query rows (from r0 of a [kRows][kD + kPad] tile), kD / 16
+// steps of 16 columns: lane (g, t) holds rows g and g + 8, columns 2t, 2t + 1, + 8 and + 9.
+template <typename T, int kD>
+__device__ __forceinline__ void load_q(uint32_t qf[kD / 16][4], const T* qs, int r0, int g, int t) {
+  constexpr int kLd = kD + kPad;
+#pragma unroll
+  for (int kc = 0; kc < kD / 16; ++kc) {
+    const T* qa = qs + (r0 + g) * kLd + kc * 16 + 2 * t;
+    qf[kc][0] = word(qa), qf[kc][1] = word(qa + 8 * kLd), qf[kc][2] = word(qa + 8),
+    qf[kc][3] = word(qa + 8 * kLd + 8);
+  }
+}
+
+// s = Q K^T for the warp's rows over the first `key_tiles` 8-key tiles of a [kRows][kD + kPad]
+// K tile (s[n] is key tile n; the others are left at 0).
+template <typename T, int kD>
+__device__ __forceinline__ void scores(float s[kRows / 8][4], const uint32_t qf[kD / 16][4],
+                                       const T* ks, int key_tiles, int g, int t) {
+  constexpr int kLd = kD + kPad;
+#pragma unroll
+  for (int n = 0; n < kRows / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int kc = 0; kc < kD / 16; ++kc) {
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+      if (n < key_tiles) {
+        const T* kb = ks + (n * 8 + g) * kLd + kc * 16 + 2 * t;
+        mma<T>(s[n], qf[kc], word(kb), word(kb + 8));
+      }
+    }
+  }
+}
+
+// Writes the warp's output rows: query rows `row` and `row` + 8 (this thread's halves), each
+// accumulator times its row's 1 / sum, columns below dv.
+template <typename T, int kD>
+__device__ __forceinline__ void store_rows(const ShortAttnArgs& a, const float acc[kD / 8][4],
+                                           const float inv[2], int64_t b, int64_t h, int64_t row,
+                                           int t) {
+  T* y = static_cast<T*>(a.y) + b * a.st[3][0] + h * a.st[3][1];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = row + 8 * half;
+    if (i >= a.s) continue;
+    T* yr = y + i * a.st[3][2];
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const int c = n * 8 + 2 * t;
+      if (c < a.dv) {
+        const uint32_t w = pack2<T>(acc[n][2 * half] * inv[half], acc[n][2 * half + 1] * inv[half]);
+        *reinterpret_cast<uint32_t*>(yr + c) = w;
+      }
     }
   }
 }
@@ -122,21 +187,10 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
   if (r0 >= rows) return;
   constexpr int kKeyTiles = kRows / 8;
   const int key_tiles = (keys + 7) / 8;
+  uint32_t qf[kD / 16][4];
+  load_q<T, kD>(qf, qs, r0, g, t);
   float s[kKeyTiles][4];
-#pragma unroll
-  for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-  for (int kc = 0; kc < kD / 16; ++kc) {
-    const T* qa = qs + (r0 + g) * kLd + kc * 16 + 2 * t;
-    const uint32_t af[4] = {word(qa), word(qa + 8 * kLd), word(qa + 8), word(qa + 8 * kLd + 8)};
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-      if (n < key_tiles) {
-        const T* kb = ks + (n * 8 + g) * kLd + kc * 16 + 2 * t;
-        mma<T>(s[n], af, word(kb), word(kb + 8));
-      }
-    }
-  }
+  scores<T, kD>(s, qf, ks, key_tiles, g, t);
 
   // Scale, mask and the row softmax. This thread holds rows g and g + 8 of the warp's 16, keys
   // n * 8 + 2t and + 1 of each tile.
@@ -206,21 +260,7 @@ __global__ void __launch_bounds__(128) short_attention_kernel(ShortAttnArgs a) {
   }
 
   const float inv[2] = {open[0] ? 1.f / sum[0] : 0.f, open[1] ? 1.f / sum[1] : 0.f};
-  T* y = static_cast<T*>(a.y) + b * a.st[3][0] + h * a.st[3][1];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t i = q0 + r0 + g + 8 * half;
-    if (i >= a.s) continue;
-    T* yr = y + i * a.st[3][2];
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const int c = n * 8 + 2 * t;
-      if (c < a.dv) {
-        const uint32_t w = pack2<T>(acc[n][2 * half] * inv[half], acc[n][2 * half + 1] * inv[half]);
-        *reinterpret_cast<uint32_t*>(yr + c) = w;
-      }
-    }
-  }
+  store_rows<T, kD>(a, acc, inv, b, h, q0 + r0 + g, t);
 }
 
 template <typename T, int kD>
@@ -280,12 +320,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) 
 template <typename T, int kD>
 __device__ __forceinline__ void stage_async(T* tile, const T* src, int64_t stride, int rows,
                                             int cols) {
-  constexpr int kChunks = kD / 8;
-  for (int e = threadIdx.x; e < kRows * kChunks; e += blockDim.x) {
-    const int r = e / kChunks, c = (e % kChunks) * 8;
-    const bool in = r < rows && c < cols;
+  each_chunk<kD>(rows, cols, [&](int r, int c, bool in) {
     copy16(tile + r * (kD + kPad) + c, in ? src + r * stride + c : src, in);
-  }
+  });
 }
 
 // One block of 4 warps per (batch, head, 64 query rows), over every key tile its rows see.
@@ -341,27 +378,11 @@ __global__ void __launch_bounds__(128) tiled_attention_kernel(ShortAttnArgs a) {
     }
     __syncthreads();
     if (active) {
-      if (kt == 0) {
-#pragma unroll
-        for (int kc = 0; kc < kD / 16; ++kc) {
-          const T* qa = qs + (r0 + g) * kLd + kc * 16 + 2 * t;
-          qf[kc][0] = word(qa), qf[kc][1] = word(qa + 8 * kLd), qf[kc][2] = word(qa + 8),
-          qf[kc][3] = word(qa + 8 * kLd + 8);
-        }
-      }
+      if (kt == 0) load_q<T, kD>(qf, qs, r0, g, t);
       const T* ks = qs + kTile * (1 + 2 * buf);
       const T* vs = ks + kTile;
       float s[kRows / 8][4];
-#pragma unroll
-      for (int n = 0; n < kRows / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int kc = 0; kc < kD / 16; ++kc) {
-#pragma unroll
-        for (int n = 0; n < kRows / 8; ++n) {
-          const T* kb = ks + (n * 8 + g) * kLd + kc * 16 + 2 * t;
-          mma<T>(s[n], qf[kc], word(kb), word(kb + 8));
-        }
-      }
+      scores<T, kD>(s, qf, ks, kRows / 8, g, t);
       // Scale, mask, and the tile's max per row (rows g and g + 8 of the warp's 16).
       float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
@@ -433,21 +454,7 @@ __global__ void __launch_bounds__(128) tiled_attention_kernel(ShortAttnArgs a) {
   // A row with no open key has a sum of 0 (its max stayed -inf) and gives 0.
   const float inv[2] = {run_sum[0] > 0.f ? 1.f / run_sum[0] : 0.f,
                         run_sum[1] > 0.f ? 1.f / run_sum[1] : 0.f};
-  T* y = static_cast<T*>(a.y) + b * a.st[3][0] + h * a.st[3][1];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t i = q0 + r0 + g + 8 * half;
-    if (i >= a.s) continue;
-    T* yr = y + i * a.st[3][2];
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const int c = n * 8 + 2 * t;
-      if (c < a.dv) {
-        const uint32_t w = pack2<T>(acc[n][2 * half] * inv[half], acc[n][2 * half + 1] * inv[half]);
-        *reinterpret_cast<uint32_t*>(yr + c) = w;
-      }
-    }
-  }
+  store_rows<T, kD>(a, acc, inv, b, h, q0 + r0 + g, t);
 }
 
 template <typename T, int kD>
