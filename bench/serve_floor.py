@@ -6,6 +6,7 @@ alternately `rounds` times.
 
   python3 bench/serve_floor.py ENGINE [requests=1500] [threads=16] [rounds=2] [gpus=0]
 
+KILN_RAY_PATH=grpc takes Ray Serve's gRPC request path (kiln.serve.ray_request_path) for both.
 (gpus: the GPUs Ray gives kiln's replica; a CUDA engine needs 1, as Ray hides the GPUs from a
 replica that asks for none.)
 
@@ -13,6 +14,7 @@ Prints requests a second for each, every round. Where the two are close, a repli
 Ray Serve's handling of a request, not kiln's batcher or engine."""
 
 import concurrent.futures
+import os
 import sys
 import time
 
@@ -22,6 +24,8 @@ import numpy as np
 def main(argv):
     import kiln
     import kiln.serve
+
+    print("Ray Serve's request path:", kiln.serve.ray_request_path(os.environ.get("KILN_RAY_PATH", "actor")))
     import ray
     from ray import serve
 

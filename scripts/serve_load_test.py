@@ -4,7 +4,8 @@
   python3 scripts/serve_load_test.py --loadEngine=m.kiln [--replicas=2] [--requests=2000] [--clients=32]
       [--minRows=1] [--maxRows=8] [--maxBatch=32] [--batchWaitMs=2] [--via=http|handle] [--nodes=1]
       [--gpusPerReplica=0] [--contexts=1] [--batchBuckets=B1,..] [--clientProcesses=1] [--distinct=0]
-      [--warmup=0] [--killReplicaAfter=N] [--rtol=1e-5] [--atol=1e-5] [--timeout=600] [--json=F]
+      [--warmup=0] [--killReplicaAfter=N] [--rayPath=actor|grpc] [--rtol=1e-5] [--atol=1e-5]
+      [--timeout=600] [--json=F]
 
 Starts a local Ray cluster and deploys the engine (`kiln.serve.deployment`), then `--clients`
 threads send `--requests` requests in all (HTTP POSTs of .npz bodies, or with --via=handle Python
@@ -55,6 +56,9 @@ def parse_args(argv):
     p.add_argument("--killReplicaAfter", type=int, default=0)
     p.add_argument("--via", choices=("http", "handle"), default="http",
                    help="HTTP POSTs of .npz bodies through Ray's proxy, or Python DeploymentHandle calls")
+    p.add_argument("--rayPath", choices=("actor", "grpc"), default="actor",
+                   help="Ray Serve's request path (kiln.serve.ray_request_path): actor calls (Ray's default), or "
+                        "gRPC (RAY_SERVE_THROUGHPUT_OPTIMIZED=1)")
     p.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (a local multi-node cluster); "
                    "the replicas spread over them, one a node")
     p.add_argument("--gpusPerReplica", type=float, default=0.0, help="GPUs Ray gives each replica")
@@ -206,6 +210,9 @@ def client_process(args, address, name, url, indices, ready, go, results):
     threads, sending `indices` once the parent says go; its counters onto `results`."""
     try:
         import kiln
+        import kiln.serve
+
+        kiln.serve.ray_request_path(args.rayPath)  # inherited from the parent; this process reads it at import
         import ray
         from ray import serve
 
@@ -230,6 +237,9 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import kiln
     import kiln.serve
+
+    # Ray Serve's request path (actor or grpc), for this driver and the cluster it starts.
+    ray_env = kiln.serve.ray_request_path(args.rayPath)
     import ray
     from ray import serve
 
@@ -371,10 +381,12 @@ def main(argv=None):
         "replica_engine_ms_per_batch": round(1000 * engine_s / formed, 3) if formed else 0.0,
         "replica_queue_ms_per_request": round(1000 * queued / batched, 3) if batched else 0.0,
         "cuda_graphs": dict(graphs),
+        "ray_env": ray_env,
     }
     print(f"requests {summary['requests']}: answered {summary['answered']}, refused {summary['refused']}, "
           f"lost {summary['lost']}, retried {summary['retried']}, answered twice {summary['answered_twice']}, "
           f"wrong {summary['wrong']}" + (f"; killed {killed[0]}" if killed[0] else ""))
+    print("Ray Serve's request path: " + ", ".join(f"{k}={v}" for k, v in ray_env.items()))
     print(f"throughput {summary['throughput_rps']} requests/s ({summary['throughput_rows_per_s']} rows/s) "
           f"over {summary['seconds']} s; latency ms p50 "
           f"{summary['latency_ms']['p50']} p90 {summary['latency_ms']['p90']} p99 {summary['latency_ms']['p99']}")

@@ -22,6 +22,7 @@ each load the engine once and run a batcher: Python handles (``await handle.infe
 and HTTP POSTs of JSON, KServe v2 JSON, .npy or .npz bodies, answered in kind. Each replica's
 counters go to Ray's metrics (``RayMetrics``: Ray's Prometheus endpoint).
 
+    kiln.serve.ray_request_path("actor")        # before Ray starts: see there
     from ray import serve
     handle = serve.run(kiln.serve.deployment("model.kiln", replicas=2, max_batch=32))
     outputs = handle.infer.remote({"x": x}).result()
@@ -69,6 +70,49 @@ def _free_local_port() -> int:
                 continue
         return port
     raise OSError("no free loopback port in 20000-32767 after 200 tries")
+
+
+# Ray Serve's two request paths (Ray 2.56 and later). "actor" (Ray's default): a handle call is a
+# Ray actor call, and a large array travels through the object store without a copy. "grpc"
+# (RAY_SERVE_THROUGHPUT_OPTIMIZED=1): handle calls go to the replica over gRPC, which runs them on
+# its own event loop, with the request path's logs buffered; each request is one gRPC message.
+# Measured (scripts/serve_load_test.py --via=handle, 8-row requests, one replica): testmod_linear
+# on 2 CPU cores (512-byte requests) 334 requests/s on grpc against 244 on actor; ResNet-50 FP16 on
+# an H200 host (4.8 MB requests, 8 client processes) 242 against 457. So grpc is for small
+# requests and actor stays the default. RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 keeps handles usable
+# from plain threads (`.result()`) on grpc; without it a handle must be called from a running
+# event loop. Either way the replica's gRPC message limit is raised from gRPC's 4 MB (Ray's
+# default, which refuses an 8-row ResNet-50 request with RESOURCE_EXHAUSTED) to gRPC's largest.
+RAY_PATH_ENV = {
+    "grpc": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"},
+    "actor": {},
+}
+_RAY_MESSAGE_LIMIT = {"RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(2**31 - 1)}
+
+
+def ray_request_path(path: str = "actor") -> dict[str, str]:
+    """Sets Ray Serve's request path ("actor" or "grpc", RAY_PATH_ENV) in this process's environment,
+    leaving any of those variables the user set as they are, and returns the ones in force. Call it
+    before this process imports ray.serve and before it starts Ray (the cluster's processes
+    inherit the environment): `kiln serve --rayPath=` and scripts/serve_load_test.py do. A cluster
+    joined by address keeps the environment it was started with."""
+    import os
+    import sys
+
+    if path not in RAY_PATH_ENV:
+        raise InvalidArgumentError(f"Ray Serve's request path is 'actor' or 'grpc', not {path!r}")
+    wanted = {**RAY_PATH_ENV[path], **_RAY_MESSAGE_LIMIT}
+    for key, value in wanted.items():
+        os.environ.setdefault(key, value)
+    if "ray.serve._private.constants" in sys.modules:
+        import warnings
+
+        from .session import KilnWarning
+
+        warnings.warn("kiln.serve.ray_request_path: ray.serve was imported before it; this process keeps "
+                      "the request path it read then", KilnWarning, stacklevel=2)
+    keys = ["RAY_SERVE_THROUGHPUT_OPTIMIZED", *RAY_PATH_ENV["grpc"], *_RAY_MESSAGE_LIMIT]
+    return {key: os.environ.get(key, "") for key in dict.fromkeys(keys)}
 
 
 class QueueFullError(Error):
@@ -717,14 +761,16 @@ def deployment(engine: Any, *, name: str = "kiln", replicas: int | str = 1, gpus
 _USAGE = """usage: kiln serve (--loadEngine=m.kiln | --onnx=m.onnx [kiln build flags]) [--replicas=N|auto]
                   [--gpusPerReplica=G] [--maxBatch=B] [--batchWaitMs=T] [--contexts=C] [--queueSize=Q]
                   [--batchBuckets=B1,B2,..] [--host=127.0.0.1] [--port=8000] [--route=/] [--name=kiln]
-                  [--address=RAY_ADDRESS] [--duration=SECONDS]
+                  [--address=RAY_ADDRESS] [--duration=SECONDS] [--rayPath=actor|grpc]
 
 Serves an engine on Ray Serve: starts a local Ray cluster (or joins --address), deploys the replicas
 and answers HTTP POSTs on http://HOST:PORT/ROUTE (JSON, KServe v2 JSON, .npy or .npz bodies) until
 interrupted (or for --duration seconds). With --onnx, `kiln build` makes the engine first from the
 build flags given (--minShapes/--optShapes/--maxShapes, --fp16, ...). --batchBuckets (a CUDA
 engine) runs each batch from the CUDA graph of the next bucket up, padded with zero rows, as
-`kiln bench --batchBuckets` does."""
+`kiln bench --batchBuckets` does. --rayPath=grpc takes Ray Serve's throughput-optimized request
+path (gRPC to the replicas: faster for small requests, slower for large arrays, which the default
+"actor" path passes through Ray's object store)."""
 
 
 def _kiln_binary() -> str:
@@ -755,7 +801,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     own = {"loadEngine": None, "onnx": None, "replicas": "1", "gpusPerReplica": "0", "maxBatch": None,
            "batchWaitMs": "2", "contexts": "1", "queueSize": "1024", "host": "127.0.0.1", "port": "8000",
-           "route": "/", "name": "kiln", "address": None, "duration": None, "batchBuckets": None}
+           "route": "/", "name": "kiln", "address": None, "duration": None, "batchBuckets": None,
+           "rayPath": "actor"}
     build_flags = []
     for a in args:
         key, eq, value = a[2:].partition("=")
@@ -785,6 +832,9 @@ def main(argv: list[str] | None = None) -> int:
     if buckets is not None and any(b < 1 for b in buckets):
         sys.stderr.write(f"kiln serve: --batchBuckets={own['batchBuckets']}: each bucket is a batch of at least 1\n")
         return 2
+    if own["rayPath"] not in RAY_PATH_ENV:
+        sys.stderr.write(f"kiln serve: --rayPath={own['rayPath']}: Ray Serve's request path is actor or grpc\n")
+        return 2
     if not 0 < ints["port"] < 65536:
         sys.stderr.write(f"kiln serve: --port={ints['port']} is not a port (1..65535)\n")
         return 2
@@ -807,6 +857,7 @@ def main(argv: list[str] | None = None) -> int:
             probe.use_cuda_graph = True
             probe.batch_buckets = buckets
             del probe
+        ray_request_path(own["rayPath"])
         import ray
         from ray import serve
 

@@ -2,6 +2,7 @@
 # batches form across callers, each caller gets exactly its rows (equal to a direct run of its own
 # input), and what no profile holds, malformed requests and a full queue are refused at once.
 import concurrent.futures
+import os
 import threading
 
 import numpy as np
@@ -229,3 +230,20 @@ def test_a_sink_that_raises_fails_no_request_and_stops_no_worker():
             np.testing.assert_allclose(batcher.run({"x": x}, timeout=30)["cat"], want, rtol=1e-6, atol=1e-6)
         stats = batcher.stats.snapshot()
     assert stats["requests"] == 3 and stats["batches"] == 3 and stats["sink_errors"] == 6, stats
+
+
+@pytest.mark.filterwarnings("ignore::kiln.KilnWarning")  # ray.serve may be imported by an earlier test
+def test_ray_request_path_sets_rays_variables_and_keeps_the_users(monkeypatch):
+    limit = "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"
+    for key in ["RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP", limit]:
+        monkeypatch.delenv(key, raising=False)
+    # actor (Ray's default path): only gRPC's 4 MB message limit is raised
+    assert kiln.serve.ray_request_path("actor") == {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "",
+                                                    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "", limit: "2147483647"}
+    assert "RAY_SERVE_THROUGHPUT_OPTIMIZED" not in os.environ
+    monkeypatch.setenv(limit, "1000")  # the user's own
+    assert kiln.serve.ray_request_path("grpc") == {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+                                                   "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1", limit: "1000"}
+    assert os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and os.environ[limit] == "1000"
+    with pytest.raises(kiln.InvalidArgumentError, match="'actor' or 'grpc', not 'http'"):
+        kiln.serve.ray_request_path("http")

@@ -23,7 +23,7 @@ def serve_cmd(*args, timeout=60):
 
 def test_help_and_bad_command_lines():
     r = serve_cmd("--help")
-    assert r.returncode == 0 and "--loadEngine" in r.stdout and "--maxBatch" in r.stdout
+    assert r.returncode == 0 and "--loadEngine" in r.stdout and "--maxBatch" in r.stdout and "--rayPath" in r.stdout
     for args, reason in [((), "give --loadEngine or --onnx"),
                          (("--loadEngine=a.kiln", "--onnx=a.onnx"), "give --loadEngine or --onnx"),
                          (("--loadEngine=a.kiln", "--fp16"), "--fp16 is a build flag; it needs --onnx"),
@@ -31,6 +31,7 @@ def test_help_and_bad_command_lines():
                          (("--loadEngine=a.kiln", "--maxBatch=lots"), "not a number"),
                          (("--loadEngine=a.kiln", "--batchBuckets=8,x"), "not a number"),
                          (("--loadEngine=a.kiln", "--batchBuckets=0,8"), "each bucket is a batch of at least 1"),
+                         (("--loadEngine=a.kiln", "--rayPath=http"), "Ray Serve's request path is actor or grpc"),
                          (("--loadEngine=a.kiln", "stray"), "'stray' is not a flag")]:
         r = serve_cmd(*args)
         assert r.returncode == 2 and reason in r.stderr, (args, r.stderr)

@@ -4,8 +4,10 @@
 # the requests it held are retried): nothing lost, nothing answered twice; and the same on Ray's
 # local two-node cluster (a second raylet on this machine), one replica on each node; and through
 # Python DeploymentHandles with a replica killed. The steady run has 200 untimed warm-up requests
-# first, which the figures (and the batch histogram) leave out.
+# first, which the figures (and the batch histogram) leave out. Ray Serve's default (actor) request
+# path, and its gRPC path (--rayPath=grpc) for handles with a replica killed.
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -32,14 +34,17 @@ def engine_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("kill, nodes, via", [(0, 1, "http"), (600, 1, "http"), (0, 2, "http"), (600, 1, "handle")],
-                         ids=["steady", "replica_killed", "two_nodes", "handles_replica_killed"])
-def test_load_loses_nothing(engine_file, tmp_path, kill, nodes, via):
+@pytest.mark.parametrize("kill, nodes, via, path", [(0, 1, "http", "actor"), (600, 1, "http", "actor"), (0, 2, "http", "actor"),
+                                                   (600, 1, "handle", "actor"), (600, 1, "handle", "grpc")],
+                         ids=["steady", "replica_killed", "two_nodes", "handles_replica_killed", "grpc_handles_replica_killed"])
+def test_load_loses_nothing(engine_file, tmp_path, kill, nodes, via, path):
     out = tmp_path / "summary.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}  # the path the flag asks for
     r = subprocess.run([sys.executable, str(SCRIPT), f"--loadEngine={engine_file}", "--replicas=2", "--requests=2000",
                         "--clients=32", "--maxRows=8", "--batchWaitMs=10", f"--killReplicaAfter={kill}", f"--nodes={nodes}", f"--via={via}",
-                        "--timeout=900", f"--json={out}"] + (["--warmup=200"] if not kill and nodes == 1 and via == "http" else []),
-                       capture_output=True, text=True, timeout=1200)
+                        f"--rayPath={path}", "--timeout=900", f"--json={out}"]
+                       + (["--warmup=200"] if not kill and nodes == 1 and via == "http" else []),
+                       capture_output=True, text=True, timeout=1200, env=env)
     summary = json.loads(out.read_text()) if out.exists() else {}
     print(r.stdout[-2000:])
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
@@ -53,3 +58,5 @@ def test_load_loses_nothing(engine_file, tmp_path, kill, nodes, via):
     if kill:
         assert summary["killed_replica"].startswith("SERVE_REPLICA::"), summary
     assert summary["replica_nodes"] == nodes, summary
+    assert summary["ray_env"]["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == ("1" if path == "grpc" else ""), summary
+    assert summary["ray_env"]["RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"] == str(2**31 - 1), summary

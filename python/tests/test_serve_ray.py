@@ -2,12 +2,16 @@
 # with 2 replicas on a local Ray cluster, on loopback. Python handles and HTTP (JSON, KServe v2
 # JSON, .npy, .npz) from concurrent clients each get the direct run's answer for their own input;
 # replicas form batches; malformed requests and shapes outside the profile get 400 with the reason;
-# the replicas' counters reach Ray's Prometheus endpoint.
+# the replicas' counters reach Ray's Prometheus endpoint. All on Ray Serve's gRPC request path
+# (`kiln serve --rayPath=grpc`); test_serve_load.py runs the default (actor) path.
 import concurrent.futures
+import contextlib
 import io
 import json
+import os
 import urllib.error
 import urllib.request
+import warnings
 
 import numpy as np
 import pytest
@@ -16,8 +20,27 @@ import kiln
 import kiln.serve
 from conftest import built_engine, require_models
 
-ray = pytest.importorskip("ray", reason="Ray Serve is not installed (pip install -r requirements-serve.txt)")
-serve = pytest.importorskip("ray.serve")
+
+
+@contextlib.contextmanager
+def grpc_request_path():
+    """Ray Serve's gRPC request path (`kiln serve --rayPath=grpc`) in the environment while Ray reads
+    it (ray.serve's import here, ray.init's processes), then the environment as it was, so that
+    other tests' subprocesses keep Ray's default path."""
+    saved = dict(os.environ)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kiln.KilnWarning)  # at ray.init, ray.serve is imported
+        kiln.serve.ray_request_path("grpc")
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+with grpc_request_path():
+    ray = pytest.importorskip("ray", reason="Ray Serve is not installed (pip install -r requirements-serve.txt)")
+    serve = pytest.importorskip("ray.serve")
 
 
 METRICS = {}  # the port of Ray's Prometheus endpoint, set by the app fixture
@@ -34,8 +57,9 @@ def app(tmp_path_factory):
     engine.save(str(path))
     port = free_port()
     METRICS["port"] = free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             _metrics_export_port=METRICS["port"], _system_config={"metrics_report_interval_ms": 500})
+    with grpc_request_path():
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 _metrics_export_port=METRICS["port"], _system_config={"metrics_report_interval_ms": 500})
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     handle = serve.run(kiln.serve.deployment(str(path), name="linear", replicas=2, wait_ms=5, contexts=1),
                        name="linear", route_prefix="/linear")
