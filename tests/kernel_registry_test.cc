@@ -170,8 +170,11 @@ TEST(Views, VitTinyReshapesAreAliasesOnEveryBackend) {
     // 45 in the model, of which canonicalize takes 8: the dynamo exporter's swap of K's last two
     // axes through a [-1, S, D] flatten is one Transpose (its two Reshapes go, 4 blocks).
     // patchify_conv (on both devices) writes the stride=kernel patch embedding as Reshape,
-    // Transpose and a GEMM: one Reshape more.
-    EXPECT_EQ(reshapes, 38) << device_name(device);
+    // Transpose and a GEMM: one Reshape more, 38. On the CPU (float32) fuse_attention and
+    // pack_attention also run: each block's attention reads its packed projection in place, and
+    // the 36 Reshapes of the heads' views go with it; the patch embedding's Reshape and one other
+    // stay. A float32 CUDA build keeps the batched GEMMs, so its views stay.
+    EXPECT_EQ(reshapes, device == Device::kCPU ? 2 : 38) << device_name(device);
     EXPECT_EQ(aliased, reshapes) << device_name(device) << ": every Reshape should be an alias";
   }
 }

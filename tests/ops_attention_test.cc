@@ -2,7 +2,9 @@
 // RotaryEmbedding, and the kernels (every backend) against naive formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -367,6 +369,149 @@ TEST(AttentionKernel, Float64ComputesInDouble) {
     out = run_case(past);
     ASSERT_TRUE(out.ok()) << mode << ": " << out.status().to_string();
     EXPECT_EQ((*out)[3].shape(), (Shape{2, 4, 3, 153}));
+  }
+}
+
+// Float32 Attention without past, softcap, windows or extra outputs runs attention_f32's GEMM
+// kernel (float accumulation, float softmax); float64 runs the reference in double. The same
+// problems in both: 3-D and 4-D, grouped heads, scale, causal with as many, fewer and more queries
+// than keys, float and bool masks of every rank (one short of the keys), rows with every key
+// masked, and sizes past one block of 64 query rows; and kiln::PackedAttention. Each float32 output
+// within 2e-6 + 2e-5 |ref| of the double one; the masked rows exactly 0.
+TEST(AttentionKernel, Float32GemmKernelMatchesTheDoubleReference) {
+  struct Problem {
+    OpNode node;
+    Shape q, k, v;
+    Shape mask;  // empty: none
+    bool bool_mask = false;
+    const char* label;
+  };
+  auto a3 = [](int64_t hq, int64_t hk) {
+    return attention().i("q_num_heads", hq).i("kv_num_heads", hk);
+  };
+  const std::vector<Problem> problems = {
+      {attention(),
+       {2, 3, 70, 16},
+       {2, 3, 70, 16},
+       {2, 3, 70, 8},
+       {},
+       false,
+       "4-D, two row blocks"},
+      {a3(4, 2), {2, 130, 64}, {2, 97, 32}, {2, 97, 40}, {130, 97}, false, "3-D GQA, 2-D mask"},
+      {a3(3, 3).f("scale", 0.3f),
+       {1, 5, 24},
+       {1, 9, 24},
+       {1, 9, 24},
+       {1, 3, 5, 8},
+       false,
+       "scale, per-head mask one key short"},
+      {attention().i("is_causal", 1),
+       {2, 2, 150, 8},
+       {2, 2, 150, 8},
+       {2, 2, 150, 8},
+       {},
+       false,
+       "causal, square"},
+      {attention().i("is_causal", 1),
+       {1, 2, 40, 8},
+       {1, 2, 90, 8},
+       {1, 2, 90, 4},
+       {40, 90},
+       true,
+       "causal, fewer queries, bool mask"},
+      {a3(2, 1).i("is_causal", 1),
+       {2, 100, 16},
+       {2, 30, 8},
+       {2, 30, 8},
+       {30},
+       false,
+       "causal, more queries than keys, 1-D mask"},
+      {attention(),
+       {1, 1, 3, 4},
+       {1, 1, 6, 4},
+       {1, 1, 6, 4},
+       {1, 1, 3, 6},
+       true,
+       "bool mask with a row of no keys"},
+  };
+  for (const Problem& p : problems) {
+    float seed = 0.1f;
+    auto inputs = [&](bool f64) {
+      std::vector<CaseInput> in;
+      for (const Shape* s : {&p.q, &p.k, &p.v}) {
+        in.push_back(f64 ? ramp_f64(*s, 0.37f + seed, 0.1f) : ramp_f32(*s, 0.37f + seed, 0.1f));
+        seed += 0.11f;
+      }
+      if (!p.mask.empty()) {
+        int64_t n = 1;
+        for (int64_t d : p.mask) n *= d;
+        if (p.bool_mask) {
+          std::vector<uint8_t> m(static_cast<size_t>(n));
+          for (int64_t e = 0; e < n; ++e) m[size_t(e)] = (e * 7 + 3) % 5 != 0;
+          if (p.q[2] == 3) std::fill(m.begin(), m.begin() + 6, uint8_t{0});  // query 0: no keys
+          in.push_back(Tensor::from_vector(DType::kBool, p.mask, m));
+        } else {
+          std::vector<float> m = ramp(n, 0.9f, -1.0f);
+          for (int64_t e = 0; e < n; e += 7) m[size_t(e)] = -INFINITY;
+          if (f64) {
+            in.push_back(Tensor::from_vector(DType::kFloat64, p.mask,
+                                             std::vector<double>(m.begin(), m.end())));
+          } else {
+            in.push_back(make_f32(p.mask, m));
+          }
+        }
+      }
+      seed = 0.1f;
+      return in;
+    };
+    auto f32_out = run_case(p.node, inputs(false));
+    auto f64_out = run_case(p.node, inputs(true));
+    ASSERT_TRUE(f32_out.ok()) << p.label << ": " << f32_out.status().to_string();
+    ASSERT_TRUE(f64_out.ok()) << p.label << ": " << f64_out.status().to_string();
+    const Tensor& got = (*f32_out)[0];
+    const Tensor& want = (*f64_out)[0];
+    ASSERT_EQ(got.shape(), want.shape()) << p.label;
+    const float* g = got.data_as<float>();
+    const double* w = want.data_as<double>();
+    double worst = 0;
+    for (int64_t e = 0; e < got.numel(); ++e) {
+      const double err = std::abs(double(g[e]) - w[e]);
+      worst = std::max(worst, err / (2e-6 + 2e-5 * std::abs(w[e])));
+      if (w[e] == 0.0) {
+        EXPECT_EQ(g[e], 0.0f) << p.label << " at " << e;
+      }
+    }
+    EXPECT_LE(worst, 1.0) << p.label;
+    std::printf("[f32 attention] %s: worst error / bound %.3f\n", p.label, worst);
+  }
+  // kiln::PackedAttention's float32 form reads the heads in place (batch or sequence first) with
+  // the same kernel; its float64 form gathers them for the reference.
+  const int64_t b = 2, s = 70, hq = 4, hk = 2, d = 16, n = (hq + 2 * hk) * d + 8;
+  for (int seq_first = 0; seq_first < 2; ++seq_first) {
+    OpNode node = op("PackedAttention", 1, "kiln")
+                      .i("q_num_heads", hq)
+                      .i("kv_num_heads", hk)
+                      .i("head_size", d)
+                      .i("v_head_size", d)
+                      .i("q_offset", 8)
+                      .i("k_offset", 8 + hq * d)
+                      .i("v_offset", 8 + (hq + hk) * d)
+                      .i("seq_first", seq_first)
+                      .i("is_causal", 1);
+    const Shape ps = seq_first ? Shape{s, b, n} : Shape{b, s, n};
+    auto f32_out = run_case(node, {ramp_f32(ps, 0.173f, 0.05f), ramp_f32(ps, 0.173f, 0.05f),
+                                   ramp_f32(ps, 0.173f, 0.05f), ramp_f32({s, s}, 0.61f, -0.5f)});
+    auto f64_out = run_case(node, {ramp_f64(ps, 0.173f, 0.05f), ramp_f64(ps, 0.173f, 0.05f),
+                                   ramp_f64(ps, 0.173f, 0.05f), ramp_f64({s, s}, 0.61f, -0.5f)});
+    ASSERT_TRUE(f32_out.ok()) << f32_out.status().to_string();
+    ASSERT_TRUE(f64_out.ok()) << f64_out.status().to_string();
+    const float* g = (*f32_out)[0].data_as<float>();
+    const double* w = (*f64_out)[0].data_as<double>();
+    ASSERT_EQ((*f32_out)[0].numel(), b * s * hq * d);
+    for (int64_t e = 0; e < b * s * hq * d; ++e) {
+      ASSERT_NEAR(g[e], w[e], 2e-6 + 2e-5 * std::abs(w[e]))
+          << "seq_first " << seq_first << " at " << e;
+    }
   }
 }
 

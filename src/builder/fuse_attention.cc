@@ -36,9 +36,11 @@
 // One difference, in rows where every key is masked: unfused, softmax gives NaN there (0 with the
 // guard); Attention gives 0 either way, as ONNX's Attention and every flash kernel do.
 //
-// CUDA only, and only where the build may run it in float16 or bfloat16 (--fp16, --bf16): there
-// it has a fused kernel; in float32 the batched GEMMs on tensor cores are faster than the
-// reference Attention kernel, so a strict or TF32 build keeps the graph as it is. Runs before
+// On CUDA only where the build may run it in float16 or bfloat16 (--fp16, --bf16): there it has a
+// fused kernel; in float32 the batched GEMMs on tensor cores are faster than the reference
+// Attention kernel, so a strict or TF32 CUDA build keeps the graph as it is. On the CPU always:
+// float32 Attention runs attention_f32's GEMM kernel (backends/cpu/attention_f32.h), which does
+// the unfused graph's two GEMMs and softmax without its transposes and score passes. Runs before
 // fuse_matmul_bias (which would take the score product and a constant mask, Swin's relative
 // position bias, as a GEMM with a bias) and before assign_precision, which then gives the whole
 // node the reduced type (it accumulates in float).
@@ -558,7 +560,10 @@ Status fuse_attention(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status fuse_attention(BuildState& s) {
-  if (s.config.precision().reduced_float() == DType::kFloat32) return ok_status();
+  if (s.backend.device() == Device::kCUDA &&
+      s.config.precision().reduced_float() == DType::kFloat32) {
+    return ok_status();
+  }
   return fuse_attention(&s.graph, backend_supports(s));
 }
 

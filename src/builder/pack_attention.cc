@@ -21,9 +21,9 @@
 // GEMM whose output a PackedAttention reads at three offsets (merge_projections_at below).
 //
 // Rules on the rewriter (rewriter.h), each rooted at an Attention (or, for the batch-first step,
-// a PackedAttention) whose rewrite traces the views from it. CUDA builds with --fp16 or --bf16,
-// after fuse_attention (as it; in float32 nothing makes Attention nodes), before
-// assign_precision, which gives the node the reduced type.
+// a PackedAttention) whose rewrite traces the views from it. CPU builds, and CUDA builds with
+// --fp16 or --bf16 (as fuse_attention; a float32 CUDA build has no Attention nodes of its making),
+// after fuse_attention, before assign_precision, which gives the node the reduced type.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -728,7 +728,10 @@ Status pack_attention(ir::Graph* g, const SupportsFn& supports) {
 }
 
 Status pack_attention(BuildState& s) {
-  if (s.config.precision().reduced_float() == DType::kFloat32) return ok_status();
+  if (s.backend.device() == Device::kCUDA &&
+      s.config.precision().reduced_float() == DType::kFloat32) {
+    return ok_status();
+  }
   return pack_attention(&s.graph, backend_supports(s));
 }
 

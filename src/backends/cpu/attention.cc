@@ -1,12 +1,14 @@
 // CPU reference kernels of the attention op family: Attention (opsets 23-25, following the ONNX
 // 1.23 reference's order of scale, softcap, mask, causal, window and padding) and RotaryEmbedding.
-// Computed in double and stored in the input's float dtype.
+// Computed in double and stored in the input's float dtype; float32 Attention without past,
+// softcap, windows, padding lengths or extra outputs runs attention_f32's GEMM kernel instead.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/attention_f32.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/numeric.h"
 
@@ -77,6 +79,64 @@ void write_heads(const TensorView& out, const Heads4& x) {
   for (int64_t e = 0; e < int64_t(x.data.size()); ++e) store_f64(out, e, x.data[size_t(e)]);
 }
 
+// Q, K or V (3-D [B, S, heads * head] split by num_heads, or 4-D [B, heads, S, head]) as strided
+// heads of float32, with its sizes; false where it is neither.
+bool heads_f32(const TensorView& v, int64_t num_heads, HeadsF32* out, int64_t dims[4]) {
+  if (v.dtype != DType::kFloat32) return false;
+  const float* p = v.as<const float>();
+  if (v.rank() == 4) {
+    dims[0] = v.shape[0], dims[1] = v.shape[1], dims[2] = v.shape[2], dims[3] = v.shape[3];
+    *out = HeadsF32{p, dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3]};
+    return true;
+  }
+  if (v.rank() != 3 || num_heads <= 0 || v.shape[2] % num_heads != 0) return false;
+  dims[0] = v.shape[0], dims[1] = num_heads, dims[2] = v.shape[1], dims[3] = v.shape[2] / num_heads;
+  *out = HeadsF32{p, dims[2] * v.shape[2], dims[3], v.shape[2]};
+  return true;
+}
+
+// attention_f32 where it computes what the reference would (float32, no past, softcap, window,
+// padding lengths or outputs past Y, consistent shapes, a float32 or bool mask that broadcasts);
+// false leaves the node to the reference, which also reports what is wrong.
+bool attention_fast(const KernelArgs& a, int64_t qh, int64_t kvh, int64_t causal, float softcap,
+                    int64_t left, int64_t right) {
+  auto given = [&](size_t i) { return a.in.size() > i && present(a.in[i]); };
+  if (given(4) || given(5) || given(6) || softcap > 0 || left >= 0 || right >= 0) return false;
+  for (size_t i = 1; i < a.out.size(); ++i) {
+    if (present(a.out[i])) return false;
+  }
+  AttentionF32 f;
+  int64_t q[4], k[4], v[4];
+  if (!heads_f32(a.in[0], qh, &f.q, q) || !heads_f32(a.in[1], kvh, &f.k, k) ||
+      !heads_f32(a.in[2], kvh, &f.v, v)) {
+    return false;
+  }
+  if (k[3] != q[3] || v[2] != k[2] || v[1] != k[1] || k[1] == 0 || q[1] % k[1] != 0 ||
+      k[0] != q[0] || v[0] != q[0]) {
+    return false;
+  }
+  const TensorView& y = a.out[0];
+  if (y.dtype != DType::kFloat32 || y.numel() != q[0] * q[1] * q[2] * v[3]) return false;
+  f.batch = q[0], f.hq = q[1], f.hk = k[1], f.s = q[2], f.l = k[2], f.d = q[3], f.dv = v[3];
+  f.y = y.as<float>();
+  if (a.in[0].rank() == 3) {  // Y is [B, S, hq * dv]
+    f.ysb = f.s * f.hq * f.dv, f.ysh = f.dv, f.yss = f.hq * f.dv;
+  } else {
+    f.ysb = f.hq * f.s * f.dv, f.ysh = f.s * f.dv, f.yss = f.dv;
+  }
+  double scale = 1.0 / std::sqrt(double(f.d));
+  if (a.attrs.has("scale")) {
+    auto s = a.attrs.get_float("scale", std::nullopt);
+    if (!s.ok()) return false;
+    scale = *s;
+  }
+  f.scale = float(scale);
+  f.causal = causal != 0;
+  if (given(3) && !set_attention_mask(a.in[3], &f)) return false;
+  attention_f32(f);
+  return true;
+}
+
 Status attention_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(int64_t qh_attr, a.attrs.get_int("q_num_heads", 0));
   KILN_ASSIGN_OR_RETURN(int64_t kvh_attr, a.attrs.get_int("kv_num_heads", 0));
@@ -85,6 +145,7 @@ Status attention_kernel(const KernelArgs& a) {
   KILN_ASSIGN_OR_RETURN(float softcap, a.attrs.get_float("softcap", 0.f));
   KILN_ASSIGN_OR_RETURN(int64_t left, a.attrs.get_int("left_window_size", -1));
   KILN_ASSIGN_OR_RETURN(int64_t right, a.attrs.get_int("right_window_size", -1));
+  if (attention_fast(a, qh_attr, kvh_attr, causal, softcap, left, right)) return ok_status();
   Heads4 q, k, v;
   KILN_RETURN_IF_ERROR(read_heads(a.in[0], qh_attr, "Q", &q));
   KILN_RETURN_IF_ERROR(read_heads(a.in[1], kvh_attr, "K", &k));

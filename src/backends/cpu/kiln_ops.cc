@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/attention_f32.h"
 #include "backends/cpu/conv_nhwc.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dtype_dispatch.h"
@@ -522,9 +523,59 @@ StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new ElementwiseKernel(std::move(p), std::move(fns)));
 }
 
+// kiln::PackedAttention in float32: attention_f32 reads the heads where the packed projections
+// hold them (row (b, s) of a [X0, X1, n] input at s * batch + b sequence first, else b * seq + s;
+// head h from its offset + h * head size) and writes Y's rows in place. False where it cannot
+// (another dtype, shapes that disagree, a mask it does not take): the reference form below runs.
+bool packed_attention_f32(const KernelArgs& args, int64_t hq, int64_t hk, int64_t d, int64_t dv,
+                          int64_t seq_first, const int64_t offset[3]) {
+  const TensorView& y = args.out[0];
+  if (y.dtype != DType::kFloat32 || y.rank() != 3 || hq <= 0 || hk <= 0 || hq % hk != 0) {
+    return false;
+  }
+  const int64_t batch = args.in[0].rank() == 3 ? args.in[0].shape[size_t(seq_first)] : 0;
+  const int64_t seq = args.in[0].rank() == 3 ? args.in[0].shape[size_t(1 - seq_first)] : 0;
+  const int64_t heads[3] = {hq, hk, hk}, size[3] = {d, d, dv};
+  AttentionF32 f;
+  HeadsF32* views[3] = {&f.q, &f.k, &f.v};
+  int64_t keys = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorView& x = args.in[i];
+    if (x.dtype != DType::kFloat32 || x.rank() != 3) return false;
+    const int64_t b = x.shape[size_t(seq_first)], s = x.shape[size_t(1 - seq_first)],
+                  n = x.shape[2];
+    if (b != batch || (i == 0 && s != seq) || (i == 2 && s != keys) || offset[i] < 0 ||
+        heads[i] * size[i] > n - offset[i]) {
+      return false;
+    }
+    if (i == 1) keys = s;
+    *views[i] = HeadsF32{x.as<const float>() + offset[i], seq_first ? n : s * n, size[i],
+                         seq_first ? b * n : n};
+  }
+  if (y.numel() != batch * seq * hq * dv) return false;
+  const int64_t n = hq * dv;  // Y's rows, in the inputs' row order
+  f.y = y.as<float>();
+  f.ysb = seq_first ? n : seq * n, f.ysh = dv, f.yss = seq_first ? batch * n : n;
+  f.batch = batch, f.hq = hq, f.hk = hk, f.s = seq, f.l = keys, f.d = d, f.dv = dv;
+  double scale = 1.0 / std::sqrt(double(d));
+  if (args.attrs.has("scale")) {
+    auto s = args.attrs.get_float("scale", std::nullopt);
+    if (!s.ok()) return false;
+    scale = *s;
+  }
+  f.scale = float(scale);
+  auto causal = args.attrs.get_int("is_causal", 0);
+  if (!causal.ok()) return false;
+  f.causal = *causal != 0;
+  if (args.in.size() > 3 && present(args.in[3]) && !set_attention_mask(args.in[3], &f))
+    return false;
+  attention_f32(f);
+  return true;
+}
+
 // kiln::PackedAttention: Q, K and V gathered into ONNX Attention's 4-D [B, heads, seq, head]
 // tensors, ONNX Attention's reference kernel, its output scattered into Y's layout: the op's
-// definition, executed.
+// definition, executed (float32 runs packed_attention_f32 above instead).
 Status packed_attention_kernel(const KernelArgs& args) {
   static const KernelFn attention = [] {
     KernelRegistry r;
@@ -548,6 +599,7 @@ Status packed_attention_kernel(const KernelArgs& args) {
   KILN_ASSIGN_OR_RETURN(offset[1], at.get_int("k_offset", 0));
   KILN_ASSIGN_OR_RETURN(offset[2], at.get_int("v_offset", 0));
   const int64_t heads[3] = {hq, hk, hk}, size[3] = {d, d, dv};
+  if (packed_attention_f32(args, hq, hk, d, dv, seq_first, offset)) return ok_status();
   const size_t es = dtype_size(args.in[0].dtype);
   // [B, heads, seq, head] copies of Q, K and V.
   std::vector<std::vector<unsigned char>> buf(3);
