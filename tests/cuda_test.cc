@@ -880,7 +880,7 @@ TEST(CudaAttention, FusedExportedAttentionMatchesTheUnfusedCpu) {
 // Attention over views of one packed projection, as nn.MultiheadAttention (sequence first, split
 // by Gather) and GPT-2 (batch first, split by Split, an additive mask) export it: pack_attention
 // makes each a kiln::PackedAttention that reads the projection in place, on cuDNN in FP16 and
-// BF16; each against the unfused CPU reference.
+// BF16; each against the float32 CPU engine (its attention_f32 kernel).
 const char* kPackedMha = R"(graph g(%p: float32[37, n, 384]) -> (%y: float32[37, n, 2, 64]) {
   opset ai.onnx 17
   %s5: int64[4] = dense<[0, 0, 3, 128]>
