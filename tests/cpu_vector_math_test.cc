@@ -338,6 +338,32 @@ TEST(CpuVectorMath, LayerNormRowMatchesTheSequentialLoops) {
   }
 }
 
+// rms_norm_row_f32 against the reference's sequential loop in double, the same row lengths, in
+// place too: every output within one float ulp of the loop's.
+TEST(CpuVectorMath, RmsNormRowMatchesTheSequentialLoop) {
+  using namespace backends::cpu;
+  for (int64_t n : {1, 15, 16, 17, 192, 200}) {
+    const size_t sz = static_cast<size_t>(n);
+    std::vector<float> x(sz), scale(sz);
+    for (int64_t j = 0; j < n; ++j) {
+      x[size_t(j)] = std::sin(float(j) * 0.7f) * 4.f + 1.5f;
+      scale[size_t(j)] = 0.5f + float(j % 5) * 0.25f;
+    }
+    double sq = 0;
+    for (float v : x) sq += double(v) * double(v);
+    const double inv = 1.0 / std::sqrt(sq / double(n) + 1e-6);
+    std::vector<float> y(sz), in_place = x;
+    rms_norm_row_f32(x.data(), y.data(), n, scale.data(), 1e-6);
+    rms_norm_row_f32(in_place.data(), in_place.data(), n, scale.data(), 1e-6);
+    for (int64_t j = 0; j < n; ++j) {
+      const float w = float(double(x[size_t(j)]) * inv * double(scale[size_t(j)]));
+      EXPECT_LE(std::fabs(y[size_t(j)] - w), std::nextafter(std::fabs(w), INFINITY) - std::fabs(w))
+          << "n " << n << " j " << j;
+      EXPECT_EQ(in_place[size_t(j)], y[size_t(j)]) << "in place, n " << n << " j " << j;
+    }
+  }
+}
+
 // column_sums_f32 sums each column in double in order of the rows, whatever its place in the
 // 32- and 8-column blocks or the tail: equal to the plain loop for every width up to 70.
 TEST(CpuVectorMath, ColumnSumsEqualThePlainLoop) {

@@ -15,8 +15,8 @@
 // and beta constants of the normalized size (leading ones allowed), of x's dtype; beta only after
 // a LayerNorm's gamma. Without gamma the scale is ones (float32 x only). The rules are rooted at
 // the last node the normalization can take: a shorter match declines where the longer one's
-// next node follows, so the driver reaches it. CUDA only, as the other fusions: a CPU engine runs
-// the model's own ops.
+// next node follows, so the driver reaches it. On every device: the CPU's float32 LayerNorm and
+// RMSNorm kernels take a row in one vector pass each (backends/cpu/vector_math.h).
 #include <algorithm>
 #include <cstring>
 #include <optional>

@@ -34,7 +34,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"fold_batch_norm", fold_batch_norm, kAll},    // Conv + BatchNormalization -> Conv
       {"patchify_conv", patchify_conv, kAll},        // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},  // Conv [+ residual] [+ activation]
-      {"fuse_norm", fuse_norm, kCuda},                       // LayerNorm/RMSNorm written out -> op
+      {"fuse_norm", fuse_norm, kAll},                        // LayerNorm/RMSNorm written out -> op
       {"fuse_rotary", fuse_rotary, kCuda},        // x*cos + rotate_half(x)*sin -> RotaryEmbedding
       {"fuse_attention", fuse_attention, kAll},   // CPU, CUDA FP16/BF16: attention -> Attention
       {"unflatten_gemm", unflatten_gemm, kCuda},  // Gemm on x.view(-1, K) -> MatMul

@@ -433,7 +433,8 @@ Status batch_norm_kernel(const KernelArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RMSNormalization, Instance/Group/Lp/MeanVariance normalization and LRN: computed in double.
+// RMSNormalization, Instance/Group/Lp/MeanVariance normalization and LRN: computed in double
+// (float32 RMSNormalization rows by rms_norm_row_f32's vector loop, the same formula).
 
 Status same_float_output(const char* op, const KernelArgs& a) {
   const TensorView& x = a.in[0];
@@ -465,6 +466,19 @@ Status rms_norm_kernel(const KernelArgs& a) {
   std::vector<int64_t> scale_idx;
   KILN_RETURN_IF_ERROR(param_index(scale, x.shape.subspan(size_t(axis)), n, &scale_idx));
   int64_t s_numel = scale.numel();
+  if (x.dtype == DType::kFloat32 && scale.dtype == DType::kFloat32 && scale_idx.empty() &&
+      s_numel == n) {
+    // rms_norm_row_f32's vector loop, the same formula over partial sums; rows over the threads.
+    const float* xs = x.as<const float>();
+    const float* gs = scale.as<const float>();
+    float* ys = a.out[0].as<float>();
+    parallel_chunks(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+                    [&](int64_t first, int64_t last) {
+                      for (int64_t o = first; o < last; ++o)
+                        rms_norm_row_f32(xs + o * n, ys + o * n, n, gs, double(eps));
+                    });
+    return ok_status();
+  }
   for (int64_t o = 0; o < outer; ++o) {
     double sq = 0;
     for (int64_t j = 0; j < n; ++j) {

@@ -63,6 +63,11 @@ void column_sums_f32(const float* x, int64_t rows, int64_t stride, int64_t cols,
 void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                         double eps, double* mean, double* inv);
 
+// One float32 row of RMSNormalization, in double as the reference computes it: the mean square
+// over sixteen partial sums (as sum_f32), inv = 1 / sqrt(ms + eps), y[j] = float(x[j] * inv *
+// scale[j]). x and y may be one array.
+void rms_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, double eps);
+
 // dst[j] = src[j * stride] for j < n (a depthwise convolution's phase split); stride 2, the
 // common one, deinterleaves 32 floats at a time.
 void strided_copy_f32(float* dst, const float* src, int64_t stride, int64_t n);
