@@ -12,7 +12,8 @@
 // of z [B, S, H, D], as Q and K always are, the node rotates z viewed as [B, S, H*D] (the op's 3-D
 // form) and the heads are split after it: fuse_attention then finds Q, K and V each split from a
 // [B, S, H*D] tensor and reads them in place (a Llama-style decoder's 16 head transposes at batch
-// 32, 0.15 ms on an H200, went so). CUDA only, as the other fusions.
+// 32, 0.15 ms on an H200, went so). On every device (the CPU then packs the attention too: a
+// llama_tiny engine went from 118 layers to 92).
 #include <optional>
 #include <string>
 #include <vector>

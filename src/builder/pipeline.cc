@@ -35,7 +35,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"patchify_conv", patchify_conv, kAll},        // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},  // Conv [+ residual] [+ activation]
       {"fuse_norm", fuse_norm, kAll},                        // LayerNorm/RMSNorm written out -> op
-      {"fuse_rotary", fuse_rotary, kCuda},        // x*cos + rotate_half(x)*sin -> RotaryEmbedding
+      {"fuse_rotary", fuse_rotary, kAll},         // x*cos + rotate_half(x)*sin -> RotaryEmbedding
       {"fuse_attention", fuse_attention, kAll},   // CPU, CUDA FP16/BF16: attention -> Attention
       {"unflatten_gemm", unflatten_gemm, kCuda},  // Gemm on x.view(-1, K) -> MatMul
       {"fuse_matmul_bias", fuse_matmul_bias, kAll},   // MatMul [+ bias] + activation

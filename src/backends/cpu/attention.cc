@@ -314,6 +314,14 @@ Status rotary_kernel(const KernelArgs& a) {
   auto index = [&](int64_t b, int64_t s, int64_t h, int64_t d) {
     return four_d ? ((b * H + h) * S + s) * D + d : ((b * S + s) * H + h) * D + d;
   };
+  // float32: the same double arithmetic on typed pointers (the generic loads dispatch on the
+  // dtype per element), so the same bits.
+  const bool f32 = x.dtype == DType::kFloat32 && cosv.dtype == DType::kFloat32 &&
+                   sinv.dtype == DType::kFloat32 && y.dtype == DType::kFloat32;
+  const float* xf = f32 ? x.as<const float>() : nullptr;
+  const float* cf = f32 ? cosv.as<const float>() : nullptr;
+  const float* sf = f32 ? sinv.as<const float>() : nullptr;
+  float* yf = f32 ? y.as<float>() : nullptr;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {
       int64_t r = has_pos ? pos[size_t(b * S + s)] : per_batch ? b * S + s : s;
@@ -322,6 +330,18 @@ Status rotary_kernel(const KernelArgs& a) {
                                 " is outside the cache of " + std::to_string(rows) + " rows");
       }
       for (int64_t h = 0; h < H; ++h) {
+        if (f32) {
+          const float* xr = xf + index(b, s, h, 0);
+          float* yr = yf + index(b, s, h, 0);
+          for (int64_t j = 0; j < half; ++j) {
+            const int64_t i1 = interleaved ? 2 * j : j, i2 = interleaved ? 2 * j + 1 : j + half;
+            const double x1 = xr[i1], x2 = xr[i2], c = cf[r * half + j], sn = sf[r * half + j];
+            yr[i1] = float(c * x1 - sn * x2);
+            yr[i2] = float(sn * x1 + c * x2);
+          }
+          if (yr != xr) std::copy(xr + rot, xr + D, yr + rot);
+          continue;
+        }
         for (int64_t j = 0; j < half; ++j) {
           int64_t i1 = interleaved ? 2 * j : j;
           int64_t i2 = interleaved ? 2 * j + 1 : j + half;
