@@ -1,7 +1,8 @@
 // The CPU backend's thread pool: every index of a parallel_for runs exactly once, calls from
 // several threads at once share the workers and each gets its own indices, a parallel_for inside
 // a task runs inline instead of waiting on itself, an empty range runs nothing, and a
-// ScopedThreadLimit bounds the threads one caller's calls use (growing the pool past the CPUs).
+// ScopedThreadLimit bounds the threads one caller's calls use (growing the pool past the CPUs);
+// broadcast walks split over the threads visit every row once with its own offsets.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/broadcast.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace kiln {
@@ -93,6 +95,59 @@ TEST(CpuThreadPool, AThreadLimitBoundsTheThreadsOfItsCallerAndIsRestored) {
   EXPECT_EQ(thread_limit(), base);
   ScopedThreadLimit huge(100000);
   EXPECT_EQ(thread_limit(), backends::cpu::kMaxCpuThreads);
+}
+
+// for_each_row splits the rows over the threads (parallel_chunks): a squeeze-excite gate
+// ([4, 3136, 16] times [4, 1, 16], as NHWC MobileNet multiplies) and a [3, 5, 7, 2] + [5, 1, 2]
+// broadcast give each element its own operands' product or sum on 1, 2 and 4 threads, and the
+// same bits on each.
+TEST(CpuThreadPool, BroadcastRowsSplitOverTheThreadsEachGetTheirOwnOperands) {
+  using backends::cpu::BroadcastPlan;
+  using backends::cpu::make_broadcast_plan;
+  using backends::cpu::rows2;
+  struct Case {
+    std::vector<int64_t> out, a, b;
+  };
+  for (const Case& c : {Case{{4, 3136, 16}, {4, 3136, 16}, {4, 1, 16}},
+                        Case{{3, 5, 7, 2}, {3, 5, 7, 2}, {5, 1, 2}}}) {
+    BroadcastPlan<2> plan;
+    ASSERT_TRUE(make_broadcast_plan<2>(c.out, {c.a, c.b}, &plan).ok());
+    std::vector<float> a(size_t(plan.numel)), b;
+    int64_t nb = 1;
+    for (int64_t d : c.b) nb *= d;
+    b.resize(size_t(nb));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 1013) * 0.25f - 7.f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 17) + 1.5f;
+    // The expected element: the output index decomposed, b's index with its broadcast dims at 0.
+    std::vector<float> want(a.size());
+    const size_t rank = c.out.size(), off = rank - c.b.size();
+    for (int64_t e = 0; e < plan.numel; ++e) {
+      int64_t rem = e, bi = 0, bstride = 1;
+      for (size_t d = rank; d-- > 0;) {
+        const int64_t i = rem % c.out[d];
+        rem /= c.out[d];
+        if (d >= off) {
+          const int64_t bd = c.b[d - off];
+          bi += (bd == 1 ? 0 : i) * bstride;
+          bstride *= bd;
+        }
+      }
+      want[size_t(e)] =
+          c.b.size() == 3 ? a[size_t(e)] * b[size_t(bi)] : a[size_t(e)] + b[size_t(bi)];
+    }
+    for (int threads : {1, 2, 4}) {
+      ScopedThreadLimit limit(threads);
+      std::vector<float> got(a.size(), -1.f);
+      if (c.b.size() == 3) {
+        rows2(plan, a.data(), b.data(), got.data(), [](float u, float v) { return u * v; });
+      } else {
+        rows2(plan, a.data(), b.data(), got.data(), [](float u, float v) { return u + v; });
+      }
+      for (size_t e = 0; e < got.size(); ++e) {
+        ASSERT_EQ(got[e], want[e]) << "threads " << threads << " element " << e;
+      }
+    }
+  }
 }
 
 }  // namespace

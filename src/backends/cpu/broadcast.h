@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/thread_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -79,36 +80,48 @@ Status make_broadcast_plan(std::span<const int64_t> out,
   return ok_status();
 }
 
-// Calls row(out_offset, offsets, n, inner) once per innermost row, in row-major output order:
-// out_offset is the output's element offset (the output is contiguous), offsets[k] operand k's,
-// n the row length, inner[k] operand k's stride along the row (0 when it broadcasts).
+// Calls row(out_offset, offsets, n, inner) once per innermost row: out_offset is the output's
+// element offset (the output is contiguous), offsets[k] operand k's, n the row length, inner[k]
+// operand k's stride along the row (0 when it broadcasts). The rows are split over the thread
+// pool in contiguous ranges (parallel_chunks), each walked in row-major order, so `row` must write
+// only its own output row and read nothing another row writes (every caller computes each
+// element from its operands alone, so the bits do not depend on the split).
 template <int N, typename Row>
 void for_each_row(const BroadcastPlan<N>& plan, Row&& row) {
   if (plan.numel == 0) return;
-  std::array<int64_t, N> off{};
   const int rank = int(plan.dims.size());
   if (rank == 0) {
     std::array<int64_t, N> zero{};
-    row(int64_t(0), off, int64_t(1), zero);
+    row(int64_t(0), zero, int64_t(1), zero);
     return;
   }
   const int64_t n = plan.dims[rank - 1];
   const std::array<int64_t, N> inner = plan.strides[rank - 1];
   const int64_t rows = plan.numel / n;
-  std::vector<int64_t> idx(size_t(rank - 1), 0);
-  int64_t out_off = 0;
-  for (int64_t r = 0; r < rows; ++r, out_off += n) {
-    row(out_off, off, n, inner);
+  parallel_chunks(rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t first, int64_t last) {
+    // The multi-index and operand offsets of row `first`, then a step per row.
+    std::vector<int64_t> idx(size_t(rank - 1), 0);
+    std::array<int64_t, N> off{};
+    int64_t rem = first;
     for (int a = rank - 2; a >= 0; --a) {
-      const auto& s = plan.strides[a];
-      if (++idx[a] < plan.dims[a]) {
-        for (int k = 0; k < N; ++k) off[k] += s[k];
-        break;
-      }
-      for (int k = 0; k < N; ++k) off[k] -= s[k] * (plan.dims[a] - 1);
-      idx[a] = 0;
+      idx[size_t(a)] = rem % plan.dims[size_t(a)];
+      rem /= plan.dims[size_t(a)];
+      for (int k = 0; k < N; ++k) off[k] += idx[size_t(a)] * plan.strides[size_t(a)][k];
     }
-  }
+    int64_t out_off = first * n;
+    for (int64_t r = first; r < last; ++r, out_off += n) {
+      row(out_off, off, n, inner);
+      for (int a = rank - 2; a >= 0; --a) {
+        const auto& s = plan.strides[size_t(a)];
+        if (++idx[size_t(a)] < plan.dims[size_t(a)]) {
+          for (int k = 0; k < N; ++k) off[k] += s[k];
+          break;
+        }
+        for (int k = 0; k < N; ++k) off[k] -= s[k] * (plan.dims[size_t(a)] - 1);
+        idx[size_t(a)] = 0;
+      }
+    }
+  });
 }
 
 // out[i] = f(a[.], b[.]) over a broadcast plan, with flat loops for the stride patterns that occur.
