@@ -271,6 +271,8 @@ fi
 # KILN_PERF_SERVE_LAYOUTS: replicas:GPUs-each pairs (default "1:1 2:0.5 2:1": one replica on a GPU,
 # two sharing one as Ray's fractional GPUs place them, one on each of two GPUs where there are two).
 # KILN_PERF_SERVE_BUCKETS=8,16,32 runs each batch from its bucket's CUDA graph (--batchBuckets).
+# KILN_PERF_SERVE_RAY_PATH=grpc takes Ray Serve's gRPC request path (kiln serve --rayPath; the
+# default, actor, is Ray's own); Ray's floor (bench/serve_floor.py) follows it.
 # The GPU host has no network: where its python lacks Ray, `.gpu_ray/site.tar.xz` (ray[serve] and
 # what it needs that the host lacks, for Python 3.12) is unpacked onto PYTHONPATH.
 SERVE_MODELS=${KILN_PERF_SERVE:-}
@@ -305,7 +307,7 @@ if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
       # Ray Serve's own cost a request: a deployment returning its input beside this engine's
       # (KILN_PERF_SERVE_FLOOR=0 leaves it out).
       if [ "${KILN_PERF_SERVE_FLOOR:-1}" = 1 ]; then
-        PYTHONPATH="$SPATH" timeout 120 python3 bench/serve_floor.py "$engine" 3000 32 1 1 >"$LOG/serve.floor.$m.log" 2>&1
+        KILN_RAY_PATH="${KILN_PERF_SERVE_RAY_PATH:-actor}" PYTHONPATH="$SPATH" timeout 120 python3 bench/serve_floor.py "$engine" 3000 32 1 1 >"$LOG/serve.floor.$m.log" 2>&1
         echo "serving $m, Ray's floor (bench/serve_floor.py, 8-row handle calls from 32 threads): $(grep 'requests/s' "$LOG/serve.floor.$m.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
       fi
       # replicas:GPUs each (one replica on a GPU, two sharing one, one on each of two GPUs)
@@ -316,7 +318,8 @@ if [ -n "$SERVE_MODELS" ] && [ "${KILN_PERF_KILN:-1}" != 0 ]; then
         PYTHONPATH="$SPATH" timeout "${KILN_PERF_SERVE_TIMEOUT:-300}" python3 scripts/serve_load_test.py \
           --loadEngine="$engine" --replicas="$r" --gpusPerReplica="$g" --via=handle --requests="${KILN_PERF_SERVE_REQUESTS:-6000}" \
           --clients=16 --clientProcesses="${KILN_PERF_SERVE_CLIENTS:-8}" --contexts="${KILN_PERF_SERVE_CONTEXTS:-2}" ${KILN_PERF_SERVE_BUCKETS:+--batchBuckets=$KILN_PERF_SERVE_BUCKETS} --minRows=8 --maxRows=8 --maxBatch=32 --batchWaitMs=2 --warmup=400 \
-          --distinct=64 --rtol=0.02 --atol=0.05 --json="$LOG/serve.$tag.json" >"$LOG/serve.$tag.log" 2>&1
+          --distinct=64 --rtol=0.02 --atol=0.05 --rayPath="${KILN_PERF_SERVE_RAY_PATH:-actor}" \
+          --json="$LOG/serve.$tag.json" >"$LOG/serve.$tag.log" 2>&1
         echo "serving $m, $r replica(s) of $g GPU: rc $? $(grep -E '^(requests|throughput|batches)' "$LOG/serve.$tag.log" | tr '\n' ' ')" | tee -a "$LOG/perf.log"
         python3 - "$m" "$r" "$need" "$LOG/serve.$tag.json" $benches <<'PY' | tee -a "$LOG/serve.jsonl"
 import json, sys
