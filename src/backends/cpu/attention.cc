@@ -124,13 +124,9 @@ bool attention_fast(const KernelArgs& a, int64_t qh, int64_t kvh, int64_t causal
   } else {
     f.ysb = f.hq * f.s * f.dv, f.ysh = f.s * f.dv, f.yss = f.dv;
   }
-  double scale = 1.0 / std::sqrt(double(f.d));
-  if (a.attrs.has("scale")) {
-    auto s = a.attrs.get_float("scale", std::nullopt);
-    if (!s.ok()) return false;
-    scale = *s;
-  }
-  f.scale = float(scale);
+  const StatusOr<double> scale = attention_scale(a.attrs, f.d);
+  if (!scale.ok()) return false;
+  f.scale = float(*scale);
   f.causal = causal != 0;
   if (given(3) && !set_attention_mask(a.in[3], &f)) return false;
   attention_f32(f);
@@ -157,29 +153,14 @@ Status attention_kernel(const KernelArgs& a) {
       v.b != q.b) {
     return invalid_argument("Attention: Q, K and V shapes are inconsistent");
   }
-  double scale = 1.0 / std::sqrt(double(q.d));
-  if (a.attrs.has("scale")) {
-    KILN_ASSIGN_OR_RETURN(float s, a.attrs.get_float("scale", std::nullopt));
-    scale = s;
-  }
+  KILN_ASSIGN_OR_RETURN(double scale, attention_scale(a.attrs, q.d));
   const int64_t S = q.s, L = k.s, group = q.h / k.h;
   // The additive mask, broadcast from its own shape onto [B, Hq, S, L]; a bool mask keeps True.
   const TensorView* mask = a.in.size() > 3 && present(a.in[3]) ? &a.in[3] : nullptr;
-  std::vector<int64_t> mshape;
+  int64_t mshape[4] = {1, 1, 1, 1};
   if (mask) {
-    if (mask->rank() < 1 || mask->rank() > 4) {  // rank 1 (one row for all queries): opset 25
-      return invalid_argument("Attention: attn_mask must have rank 1 to 4");
-    }
-    mshape.assign(size_t(4 - mask->rank()), 1);
-    for (int64_t d : mask->shape) mshape.push_back(d);
     const int64_t want[4] = {q.b, q.h, S, L};
-    for (int d = 0; d < 3; ++d) {
-      if (mshape[d] != 1 && mshape[d] != want[d]) {
-        return invalid_argument("Attention: attn_mask of shape " + shape_to_string(mask->shape) +
-                                " does not broadcast to " + shape_to_string(want));
-      }
-    }
-    if (mshape[3] > L) return invalid_argument("Attention: attn_mask is longer than the keys");
+    KILN_RETURN_IF_ERROR(attention_mask_shape(*mask, want, mshape));
   }
   std::vector<int64_t> nonpad;
   if (a.in.size() > 6 && present(a.in[6])) {
@@ -311,51 +292,50 @@ Status rotary_kernel(const KernelArgs& a) {
     return invalid_argument(
         "RotaryEmbedding: without position_ids the caches must be [B, S, dim/2] or [1, S, dim/2]");
   }
-  auto index = [&](int64_t b, int64_t s, int64_t h, int64_t d) {
-    return four_d ? ((b * H + h) * S + s) * D + d : ((b * S + s) * H + h) * D + d;
+  // The offset of head h of (batch b, position s); its D elements follow it.
+  auto head = [&](int64_t b, int64_t s, int64_t h) {
+    return four_d ? ((b * H + h) * S + s) * D : ((b * S + s) * H + h) * D;
   };
-  // float32: the same double arithmetic on typed pointers (the generic loads dispatch on the
-  // dtype per element), so the same bits.
-  const bool f32 = x.dtype == DType::kFloat32 && cosv.dtype == DType::kFloat32 &&
-                   sinv.dtype == DType::kFloat32 && y.dtype == DType::kFloat32;
-  const float* xf = f32 ? x.as<const float>() : nullptr;
-  const float* cf = f32 ? cosv.as<const float>() : nullptr;
-  const float* sf = f32 ? sinv.as<const float>() : nullptr;
-  float* yf = f32 ? y.as<float>() : nullptr;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t s = 0; s < S; ++s) {
-      int64_t r = has_pos ? pos[size_t(b * S + s)] : per_batch ? b * S + s : s;
-      if (r < 0 || r >= rows) {
-        return invalid_argument("RotaryEmbedding: position id " + std::to_string(r) +
-                                " is outside the cache of " + std::to_string(rows) + " rows");
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        if (f32) {
-          const float* xr = xf + index(b, s, h, 0);
-          float* yr = yf + index(b, s, h, 0);
+  // One walk for every dtype: element e of x, the caches and y through load(e) and store(e, v),
+  // the arithmetic in double. float32 reads and writes through typed pointers (load_f64 and
+  // store_f64 dispatch on the dtype per element), so the same bits.
+  auto rotate = [&](auto load_x, auto load_c, auto load_s, auto store) -> Status {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < S; ++s) {
+        int64_t r = has_pos ? pos[size_t(b * S + s)] : per_batch ? b * S + s : s;
+        if (r < 0 || r >= rows) {
+          return invalid_argument("RotaryEmbedding: position id " + std::to_string(r) +
+                                  " is outside the cache of " + std::to_string(rows) + " rows");
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t base = head(b, s, h);
           for (int64_t j = 0; j < half; ++j) {
-            const int64_t i1 = interleaved ? 2 * j : j, i2 = interleaved ? 2 * j + 1 : j + half;
-            const double x1 = xr[i1], x2 = xr[i2], c = cf[r * half + j], sn = sf[r * half + j];
-            yr[i1] = float(c * x1 - sn * x2);
-            yr[i2] = float(sn * x1 + c * x2);
+            const int64_t i1 = base + (interleaved ? 2 * j : j);
+            const int64_t i2 = base + (interleaved ? 2 * j + 1 : j + half);
+            const double x1 = load_x(i1), x2 = load_x(i2);
+            const double c = load_c(r * half + j), sn = load_s(r * half + j);
+            store(i1, c * x1 - sn * x2);
+            store(i2, sn * x1 + c * x2);
           }
-          if (yr != xr) std::copy(xr + rot, xr + D, yr + rot);
-          continue;
+          for (int64_t d = rot; d < D; ++d) store(base + d, load_x(base + d));
         }
-        for (int64_t j = 0; j < half; ++j) {
-          int64_t i1 = interleaved ? 2 * j : j;
-          int64_t i2 = interleaved ? 2 * j + 1 : j + half;
-          double x1 = load_f64(x, index(b, s, h, i1)), x2 = load_f64(x, index(b, s, h, i2));
-          double c = load_f64(cosv, r * half + j), sn = load_f64(sinv, r * half + j);
-          store_f64(y, index(b, s, h, i1), c * x1 - sn * x2);
-          store_f64(y, index(b, s, h, i2), sn * x1 + c * x2);
-        }
-        for (int64_t d = rot; d < D; ++d)
-          store_f64(y, index(b, s, h, d), load_f64(x, index(b, s, h, d)));
       }
     }
+    return ok_status();
+  };
+  if (x.dtype == DType::kFloat32 && cosv.dtype == DType::kFloat32 &&
+      sinv.dtype == DType::kFloat32 && y.dtype == DType::kFloat32) {
+    const float *xf = x.as<const float>(), *cf = cosv.as<const float>(),
+                *sf = sinv.as<const float>();
+    float* yf = y.as<float>();
+    return rotate(
+        [xf](int64_t e) { return double(xf[e]); }, [cf](int64_t e) { return double(cf[e]); },
+        [sf](int64_t e) { return double(sf[e]); }, [yf](int64_t e, double v) { yf[e] = float(v); });
   }
-  return ok_status();
+  return rotate([&](int64_t e) { return load_f64(x, e); },
+                [&](int64_t e) { return load_f64(cosv, e); },
+                [&](int64_t e) { return load_f64(sinv, e); },
+                [&](int64_t e, double v) { store_f64(y, e, v); });
 }
 
 }  // namespace

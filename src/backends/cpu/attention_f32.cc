@@ -1,8 +1,11 @@
 #include "backends/cpu/attention_f32.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
@@ -82,8 +85,30 @@ void run_task(const void* ctx, int64_t task) {
 
 }  // namespace
 
+StatusOr<double> attention_scale(const ir::Attributes& attrs, int64_t d) {
+  if (!attrs.has("scale")) return 1.0 / std::sqrt(double(d));
+  KILN_ASSIGN_OR_RETURN(float s, attrs.get_float("scale", std::nullopt));
+  return double(s);
+}
+
+Status attention_mask_shape(const TensorView& mask, const int64_t want[4], int64_t m[4]) {
+  if (mask.rank() < 1 || mask.rank() > 4) {  // rank 1 (one row for all queries): opset 25
+    return invalid_argument("Attention: attn_mask must have rank 1 to 4");
+  }
+  const int64_t pad = 4 - mask.rank();
+  for (int d = 0; d < 4; ++d) {
+    m[d] = d < pad ? 1 : mask.shape[size_t(d - pad)];
+    if (d < 3 && m[d] != 1 && m[d] != want[d]) {
+      return invalid_argument("Attention: attn_mask of shape " + shape_to_string(mask.shape) +
+                              " does not broadcast to " +
+                              shape_to_string(std::span<const int64_t>(want, 4)));
+    }
+  }
+  if (m[3] > want[3]) return invalid_argument("Attention: attn_mask is longer than the keys");
+  return ok_status();
+}
+
 bool set_attention_mask(const TensorView& m, AttentionF32* a) {
-  if (m.rank() < 1 || m.rank() > 4) return false;
   if (m.dtype == DType::kFloat32) {
     a->mask_f = m.as<const float>();
   } else if (m.dtype == DType::kBool) {
@@ -91,12 +116,8 @@ bool set_attention_mask(const TensorView& m, AttentionF32* a) {
   } else {
     return false;
   }
-  const int64_t pad = 4 - m.rank(), want[4] = {a->batch, a->hq, a->s, a->l};
-  for (int d = 0; d < 4; ++d) {
-    a->m[d] = d < pad ? 1 : m.shape[size_t(d - pad)];
-    if (d < 3 && a->m[d] != 1 && a->m[d] != want[d]) return false;
-  }
-  return a->m[3] <= a->l;
+  const int64_t want[4] = {a->batch, a->hq, a->s, a->l};
+  return attention_mask_shape(m, want, a->m).ok();
 }
 
 void attention_f32(const AttentionF32& a) {

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 
+#include "core/status.h"
 #include "core/tensor.h"
+#include "ir/graph.h"
 
 namespace kiln::backends::cpu {
 
@@ -37,9 +39,17 @@ struct AttentionF32 {
   int64_t m[4] = {1, 1, 1, 1};
 };
 
-// Sets a's mask from ONNX Attention's attn_mask `m` (rank 1 to 4, float32 or bool) against a's
-// sizes (batch, hq, s, l set); false where attention_f32 cannot take it (another dtype, a shape
-// that does not broadcast, more keys than l).
+// ONNX Attention's scale: the attribute, else 1 / sqrt(head size d).
+StatusOr<double> attention_scale(const ir::Attributes& attrs, int64_t d);
+
+// ONNX Attention's attn_mask of rank 1 to 4 as broadcast onto want = [B, q heads, S, L]: its
+// shape padded with leading 1s into m; an error (the reference kernel's) where the rank is out of
+// range, a dim neither 1 nor want's, or the mask is longer than the L keys (a shorter one masks
+// the keys past it).
+Status attention_mask_shape(const TensorView& mask, const int64_t want[4], int64_t m[4]);
+
+// Sets a's mask from attn_mask `m` (float32 or bool) against a's sizes (batch, hq, s, l set);
+// false where attention_f32 cannot take it (another dtype, a shape attention_mask_shape refuses).
 bool set_attention_mask(const TensorView& m, AttentionF32* a);
 
 // Y = softmax(scale * Q K^T + mask) V, a row whose every key is masked giving 0 (as ONNX's

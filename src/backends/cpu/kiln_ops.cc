@@ -525,29 +525,27 @@ StatusOr<std::unique_ptr<Kernel>> create_elementwise(const KernelQuery& q) {
 
 // kiln::PackedAttention in float32: attention_f32 reads the heads where the packed projections
 // hold them (row (b, s) of a [X0, X1, n] input at s * batch + b sequence first, else b * seq + s;
-// head h from its offset + h * head size) and writes Y's rows in place. False where it cannot
-// (another dtype, shapes that disagree, a mask it does not take): the reference form below runs.
+// head h from its offset + h * head size) and writes Y's rows in place. The caller has checked
+// that each input is 3-D and holds its heads. False where it cannot (another dtype, shapes that
+// disagree, a mask it does not take): the reference form below runs.
 bool packed_attention_f32(const KernelArgs& args, int64_t hq, int64_t hk, int64_t d, int64_t dv,
                           int64_t seq_first, const int64_t offset[3]) {
   const TensorView& y = args.out[0];
   if (y.dtype != DType::kFloat32 || y.rank() != 3 || hq <= 0 || hk <= 0 || hq % hk != 0) {
     return false;
   }
-  const int64_t batch = args.in[0].rank() == 3 ? args.in[0].shape[size_t(seq_first)] : 0;
-  const int64_t seq = args.in[0].rank() == 3 ? args.in[0].shape[size_t(1 - seq_first)] : 0;
-  const int64_t heads[3] = {hq, hk, hk}, size[3] = {d, d, dv};
+  const int64_t batch = args.in[0].shape[size_t(seq_first)];
+  const int64_t seq = args.in[0].shape[size_t(1 - seq_first)];
+  const int64_t size[3] = {d, d, dv};
   AttentionF32 f;
   HeadsF32* views[3] = {&f.q, &f.k, &f.v};
   int64_t keys = 0;
   for (size_t i = 0; i < 3; ++i) {
     const TensorView& x = args.in[i];
-    if (x.dtype != DType::kFloat32 || x.rank() != 3) return false;
+    if (x.dtype != DType::kFloat32) return false;
     const int64_t b = x.shape[size_t(seq_first)], s = x.shape[size_t(1 - seq_first)],
                   n = x.shape[2];
-    if (b != batch || (i == 0 && s != seq) || (i == 2 && s != keys) || offset[i] < 0 ||
-        heads[i] * size[i] > n - offset[i]) {
-      return false;
-    }
+    if (b != batch || (i == 0 && s != seq) || (i == 2 && s != keys)) return false;
     if (i == 1) keys = s;
     *views[i] = HeadsF32{x.as<const float>() + offset[i], seq_first ? n : s * n, size[i],
                          seq_first ? b * n : n};
@@ -557,13 +555,9 @@ bool packed_attention_f32(const KernelArgs& args, int64_t hq, int64_t hk, int64_
   f.y = y.as<float>();
   f.ysb = seq_first ? n : seq * n, f.ysh = dv, f.yss = seq_first ? batch * n : n;
   f.batch = batch, f.hq = hq, f.hk = hk, f.s = seq, f.l = keys, f.d = d, f.dv = dv;
-  double scale = 1.0 / std::sqrt(double(d));
-  if (args.attrs.has("scale")) {
-    auto s = args.attrs.get_float("scale", std::nullopt);
-    if (!s.ok()) return false;
-    scale = *s;
-  }
-  f.scale = float(scale);
+  const StatusOr<double> scale = attention_scale(args.attrs, d);
+  if (!scale.ok()) return false;
+  f.scale = float(*scale);
   auto causal = args.attrs.get_int("is_causal", 0);
   if (!causal.ok()) return false;
   f.causal = *causal != 0;
@@ -599,6 +593,14 @@ Status packed_attention_kernel(const KernelArgs& args) {
   KILN_ASSIGN_OR_RETURN(offset[1], at.get_int("k_offset", 0));
   KILN_ASSIGN_OR_RETURN(offset[2], at.get_int("v_offset", 0));
   const int64_t heads[3] = {hq, hk, hk}, size[3] = {d, d, dv};
+  for (size_t i = 0; i < 3; ++i) {  // what both forms below rely on
+    const TensorView& x = args.in[i];
+    if (x.rank() != 3) return invalid_argument("PackedAttention: Q, K and V must be 3-D");
+    if (offset[i] < 0 || heads[i] * size[i] > x.shape[2] - offset[i]) {
+      return invalid_argument("PackedAttention: input " + std::to_string(i) +
+                              "'s heads do not fit its last dim");
+    }
+  }
   if (packed_attention_f32(args, hq, hk, d, dv, seq_first, offset)) return ok_status();
   const size_t es = dtype_size(args.in[0].dtype);
   // [B, heads, seq, head] copies of Q, K and V.
@@ -607,13 +609,8 @@ Status packed_attention_kernel(const KernelArgs& args) {
   std::vector<TensorView> in;
   for (size_t i = 0; i < 3; ++i) {
     const TensorView& x = args.in[i];
-    if (x.rank() != 3) return invalid_argument("PackedAttention: Q, K and V must be 3-D");
     const int64_t batch = x.shape[size_t(seq_first)], seq = x.shape[size_t(1 - seq_first)],
                   n = x.shape[2];
-    if (offset[i] < 0 || heads[i] * size[i] > n - offset[i]) {
-      return invalid_argument("PackedAttention: input " + std::to_string(i) +
-                              "'s heads do not fit its last dim");
-    }
     shapes[i] = {batch, heads[i], seq, size[i]};
     buf[i].resize(size_t(batch * heads[i] * seq * size[i]) * es);
     const auto* src = static_cast<const unsigned char*>(x.data);
