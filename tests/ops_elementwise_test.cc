@@ -468,15 +468,51 @@ TEST(ElementwiseKernel, CnnActivationsInFloat16AndBFloat16) {
   }
 }
 
+// Mul, Add, Sub and Div of a tensor of the output's shape `full` and a broadcast `gate`, in both
+// operand orders (so Sub and Div show that the order is kept), against direct indexing in float32
+// and the float32 node on rounded values in float16 and bfloat16.
+void check_gate_broadcast(const Shape& full_shape, const Shape& gate_shape) {
+  const int64_t nf = shape_numel(full_shape), ng = shape_numel(gate_shape);
+  // Positive and away from zero, so Div in either order is well conditioned.
+  std::vector<float> fv(static_cast<size_t>(nf)), gv(static_cast<size_t>(ng));
+  for (int64_t i = 0; i < nf; ++i) fv[size_t(i)] = 0.5f + float(i % 17) * 0.1f;
+  for (int64_t i = 0; i < ng; ++i) gv[size_t(i)] = 0.75f + float(i % 13) * 0.125f;
+  const Tensor full = make_f32(full_shape, fv), gate = make_f32(gate_shape, gv);
+  for (const char* name : {"Mul", "Add", "Sub", "Div"}) {
+    for (bool gate_first : {false, true}) {
+      std::vector<float> want(static_cast<size_t>(nf));
+      for (int64_t i = 0; i < nf; ++i) {
+        const float f = fv[size_t(i)], g = gv[size_t(bcast_index(full_shape, gate_shape, i))];
+        const float a = gate_first ? g : f, b = gate_first ? f : g;
+        const std::string o = name;
+        want[size_t(i)] = o == "Mul" ? a * b : o == "Add" ? a + b : o == "Sub" ? a - b : a / b;
+      }
+      const std::string label = std::string(name) + " " + shape_to_string(full_shape) + " " +
+                                shape_to_string(gate_shape) + (gate_first ? " gate first" : "");
+      std::vector<testing::CaseInput> inputs = {full, gate};
+      if (gate_first) std::swap(inputs[0], inputs[1]);
+      auto got = run_case({.node = ew(name, 14),
+                           .inputs = inputs,
+                           .expected = {make_f32(full_shape, want)},
+                           .expect_support = true,
+                           .label = label});
+      ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        auto r = testing::run_reduced_case(
+            {.node = ew(name, 14), .inputs = inputs, .expect_support = true, .label = label}, dt);
+        ASSERT_TRUE(r.ok()) << label << " " << dtype_name(dt) << ": " << r.status().to_string();
+        EXPECT_EQ((*r)[0].dtype(), dt) << label;
+      }
+    }
+  }
+}
+
 // A channels-last gate: one operand of the output's shape, the other [N, 1, ..., 1, C],
 // [1, ..., 1, C], [C] or [1, ..., 1, D, ..., C] (the CUDA kernels' channel-broadcast path: 16-byte
 // vectors where C is a multiple of 8 float16/bfloat16 or 4 float32 elements, one element
-// otherwise), in both operand orders, so Sub and Div show that the order is kept.
+// otherwise).
 TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
-  struct Case {
-    Shape full, gate;
-  };
-  const Case cases[] = {
+  const std::pair<Shape, Shape> cases[] = {
       {{2, 3, 5, 16}, {2, 1, 1, 16}},  // squeeze-excitation: vectors in every dtype
       {{2, 3, 5, 12}, {2, 1, 1, 12}},  // vectors in float32 only
       {{2, 4, 3, 6}, {2, 1, 1, 6}},    // one element per thread
@@ -487,41 +523,27 @@ TEST(ElementwiseKernel, ChannelsLastGateBroadcastBothOrders) {
       {{3, 5, 8}, {1, 5, 8}},     // a position embedding: the gate's period is 5 * 8
       {{2, 3, 5, 6}, {3, 5, 6}},  // leading ones implied by rank; odd period
   };
-  for (const Case& c : cases) {
-    const int64_t nf = shape_numel(c.full), ng = shape_numel(c.gate);
-    // Positive and away from zero, so Div in either order is well conditioned.
-    std::vector<float> fv(static_cast<size_t>(nf)), gv(static_cast<size_t>(ng));
-    for (int64_t i = 0; i < nf; ++i) fv[size_t(i)] = 0.5f + float(i % 17) * 0.1f;
-    for (int64_t i = 0; i < ng; ++i) gv[size_t(i)] = 0.75f + float(i % 13) * 0.125f;
-    const Tensor full = make_f32(c.full, fv), gate = make_f32(c.gate, gv);
-    for (const char* name : {"Mul", "Add", "Sub", "Div"}) {
-      for (bool gate_first : {false, true}) {
-        std::vector<float> want(static_cast<size_t>(nf));
-        for (int64_t i = 0; i < nf; ++i) {
-          const float f = fv[size_t(i)], g = gv[size_t(bcast_index(c.full, c.gate, i))];
-          const float a = gate_first ? g : f, b = gate_first ? f : g;
-          const std::string o = name;
-          want[size_t(i)] = o == "Mul" ? a * b : o == "Add" ? a + b : o == "Sub" ? a - b : a / b;
-        }
-        const std::string label = std::string(name) + " " + shape_to_string(c.full) + " " +
-                                  shape_to_string(c.gate) + (gate_first ? " gate first" : "");
-        std::vector<testing::CaseInput> inputs = {full, gate};
-        if (gate_first) std::swap(inputs[0], inputs[1]);
-        auto got = run_case({.node = ew(name, 14),
-                             .inputs = inputs,
-                             .expected = {make_f32(c.full, want)},
-                             .expect_support = true,
-                             .label = label});
-        ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
-        for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-          auto r = testing::run_reduced_case(
-              {.node = ew(name, 14), .inputs = inputs, .expect_support = true, .label = label}, dt);
-          ASSERT_TRUE(r.ok()) << label << " " << dtype_name(dt) << ": " << r.status().to_string();
-          EXPECT_EQ((*r)[0].dtype(), dt) << label;
-        }
-      }
-    }
-  }
+  for (const auto& [full, gate] : cases) check_gate_broadcast(full, gate);
+}
+
+// A gate constant over the trailing plane: [N, C, 1, 1] (squeeze-excitation channels first),
+// [1, C, 1, 1] and [C, 1, 1] (a per-channel scale or bias), and other runs of the output's dims
+// followed by ones (the CUDA kernels' plane-broadcast path: 16-byte vectors where the plane is a
+// multiple of 8 float16/bfloat16 or 4 float32 elements, one element otherwise).
+TEST(ElementwiseKernel, ChannelsFirstGateBroadcastBothOrders) {
+  const std::pair<Shape, Shape> cases[] = {
+      {{2, 16, 8, 8}, {2, 16, 1, 1}},  // squeeze-excitation: vectors in every dtype
+      {{2, 16, 8, 8}, {1, 16, 1, 1}},  // per channel
+      {{2, 16, 8, 8}, {16, 1, 1}},     // per channel, leading one implied by rank
+      {{2, 6, 7, 7}, {2, 6, 1, 1}},    // a 7x7 plane: one element per thread
+      {{1, 6, 7, 7}, {1, 6, 1, 1}},
+      {{2, 6, 2, 6}, {1, 6, 1, 1}},  // a plane of 12: vectors in float32 only
+      {{3, 4, 5, 8}, {3, 4, 5, 1}},  // the plane is the last axis alone
+      {{2, 3, 4, 8}, {2, 1, 1, 1}},  // per sample
+      {{2, 3, 4, 8}, {1, 3, 4, 1}},  // a run of two axes in the middle
+      {{2, 5, 3, 3, 2}, {5, 1, 1, 1}},
+  };
+  for (const auto& [full, gate] : cases) check_gate_broadcast(full, gate);
 }
 
 TEST(ElementwiseKernel, UnaryMath) {
