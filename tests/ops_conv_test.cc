@@ -807,6 +807,61 @@ TEST(PoolKernel, GlobalPoolsOverLargePlanesAndThreeD) {
   }
 }
 
+// MaxPool without Indices and AveragePool over NCHW 1-D and 2-D inputs (CUDA: pool2d_nchw_kernel,
+// 3x3 and 2x2 windows unrolled, others by loops; odd sizes leave the last thread of a row one
+// output): against the loops in float32, and float16/bfloat16 against the float32 node.
+TEST(PoolKernel, NchwPoolsWithoutIndicesAgainstNaive) {
+  const std::pair<PoolNd, const char*> cases[] = {
+      {{{2, 4, 13, 11}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, "3x3 s2 p1"},
+      {{{2, 3, 9, 7}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}}, "2x2 s2"},
+      {{{2, 3, 9, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, "3x3 s1 p1"},
+      {{{1, 2, 9, 11}, {2, 2}, {2, 2}, {1, 1}, {0, 1, 1, 0}, true}, "2x2 s2 pads ceil"},
+      {{{2, 3, 8, 9}, {3, 2}, {2, 1}, {2, 1}, {2, 0, 1, 1}, true}, "3x2 dilated ceil"},
+      {{{2, 3, 17}, {3}, {2}, {1}, {1, 1}}, "1-D"},
+      // Even widths: CUDA loads two columns at a time, from w0 (even pads) or w0 - 1 (odd).
+      {{{2, 3, 10, 12}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, "3x3 s2 p1 even width"},
+      {{{2, 3, 9, 8}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}}, "2x2 s2 even width"},
+      {{{1, 2, 7, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, "3x3 s1 p1 even width"},
+      {{{1, 2, 7, 10}, {2, 2}, {2, 2}, {1, 1}, {1, 1, 0, 1}, true}, "2x2 s2 odd pads ceil"},
+  };
+  for (const auto& [s, label] : cases) {
+    Tensor x = make_f32(s.x, random_values(size_t(shape_numel(s.x)), 23));
+    for (std::string kind : {"MaxPool", "AveragePool"}) {
+      for (bool include_pad : {false, true}) {
+        if (kind == "MaxPool" && include_pad) continue;
+        OpNode node = op(kind, 19)
+                          .named("pool0")
+                          .ints("kernel_shape", s.k)
+                          .ints("strides", s.stride)
+                          .ints("dilations", s.dil)
+                          .ints("pads", s.pads)
+                          .i("ceil_mode", s.ceil_mode);
+        if (kind == "AveragePool") node.i("count_include_pad", include_pad);
+        const std::string l = std::string(label) + " " + kind + (include_pad ? " include pad" : "");
+        std::vector<int64_t> idx;
+        Tensor want = naive_pool_nd(s, x, kind, include_pad, 1.0, &idx);
+        auto r = run_case({.node = node, .inputs = {x}, .expect_support = true, .label = l});
+        ASSERT_TRUE(r.ok()) << l << ": " << r.status().to_string();
+        EXPECT_TRUE(all_close((*r)[0], want)) << l;
+        for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+          auto h = testing::run_reduced_case(
+              {.node = node, .inputs = {x}, .expect_support = true, .label = l}, dt);
+          ASSERT_TRUE(h.ok()) << l << " " << dtype_name(dt) << ": " << h.status().to_string();
+        }
+      }
+    }
+  }
+  // The first element of a window wins until a strictly greater one: a leading NaN stays, a
+  // later one is passed over.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = make_f32({1, 1, 2, 4}, {nan, 1, 4, nan, 2, 3, 5, 6});
+  auto r = run_case({.node = op("MaxPool", 12).ints("kernel_shape", {2, 2}).ints("strides", {2, 2}),
+                     .inputs = {x},
+                     .expected = {make_f32({1, 1, 1, 2}, {nan, 6})},
+                     .expect_support = true});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+}
+
 // ---- ConvTranspose against loops ----
 
 struct TransposeSpec {

@@ -490,6 +490,70 @@ TEST(ReduceOpsKernel, LongRowsEmptyAxesAndIntegerExtremes) {
               {testing::make_typed(DType::kFloat16, {2, 3}, {1, nan, -4, 2, 3, -1}), i64s({1})});
 }
 
+// Reductions over contiguous rows (CUDA: row_reduce_kernel, a warp per row or a block per row
+// when rows are few and long, 16-byte loads after each row's unaligned head): global average
+// pooling over H, W and the last axis of a transformer, rows of 63, 37 (no multiple of 8) and 3136
+// elements, keepdims 0 and 1. Float32 against the loop in double; float16 and bfloat16 against the
+// float32 node.
+TEST(ReduceOpsKernel, ContiguousRowsEveryFloatType) {
+  const std::pair<Shape, std::vector<int64_t>> cases[] = {
+      {{2, 3, 7, 9}, {2, 3}}, {{2, 5, 56, 56}, {2, 3}}, {{3, 5, 768}, {-1}}, {{4, 37}, {-1}}};
+  for (const auto& [shape, axes] : cases) {
+    const int64_t n = axes.size() == 2 ? shape[2] * shape[3] : shape.back();
+    const int64_t rows = shape_numel(shape) / n;
+    std::vector<float> x(size_t(rows * n));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(float(i) * 0.73f) * 1.5f + 0.03f * float(i % 7);
+    for (const char* name : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) {
+      const std::string op_name = name;
+      std::vector<float> ef(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        double acc = op_name == "ReduceMax" ? -INFINITY : op_name == "ReduceMin" ? INFINITY : 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          const double v = x[size_t(r * n + j)];
+          acc = op_name == "ReduceMax"   ? std::max(acc, v)
+                : op_name == "ReduceMin" ? std::min(acc, v)
+                                         : acc + v;
+        }
+        ef[size_t(r)] = float(op_name == "ReduceMean" ? acc / double(n) : acc);
+      }
+      for (int64_t keep : {0, 1}) {
+        Shape out = shape;
+        if (keep) {
+          for (int64_t a : axes) out[size_t(a < 0 ? a + int64_t(shape.size()) : a)] = 1;
+        } else {
+          out.resize(shape.size() - axes.size());
+        }
+        const std::string l =
+            op_name + " " + shape_to_string(shape) + " keepdims " + std::to_string(keep);
+        std::vector<testing::CaseInput> ins = {make_f32(shape, x), i64s(axes)};
+        auto r = run_case({.node = op(name, 18).i("keepdims", keep),
+                           .inputs = ins,
+                           .expect_support = true,
+                           .label = l});
+        ASSERT_TRUE(r.ok()) << l << ": " << r.status().to_string();
+        EXPECT_TRUE(all_close((*r)[0], make_f32(out, ef))) << l;
+        for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+          auto h = testing::run_reduced_case({.node = op(name, 18).i("keepdims", keep),
+                                              .inputs = ins,
+                                              .expect_support = true,
+                                              .label = l},
+                                             dt);
+          ASSERT_TRUE(h.ok()) << l << " " << dtype_name(dt) << ": " << h.status().to_string();
+        }
+      }
+    }
+  }
+  // NaN wins Max and Min wherever it lies in a row (rows start at 0, 4 and 12 bytes past 16).
+  std::vector<float> x(4 * 37, 0.5f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  x[1] = nan, x[37 + 20] = nan, x[3 * 37 + 36] = nan;
+  for (const char* name : {"ReduceMax", "ReduceMin"}) {
+    expect_case(op(name, 18).i("keepdims", 0), {make_f32({4, 37}, x), i64s({1})}, 1,
+                {make_f32({4}, {nan, nan, 0.5f, nan})});
+  }
+}
+
 TEST(ReduceOpsKernel, HardmaxAndTopKDtypesAxesAndLongLines) {
   std::vector<double> v(60);
   for (int i = 0; i < 60; ++i) v[i] = (i * 7) % 11 - 5;  // ties on every line

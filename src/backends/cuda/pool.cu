@@ -1,5 +1,6 @@
 // Pooling kernels: MaxPool (with the optional Indices), AveragePool and LpPool over 1-D, 2-D and
-// 3-D NCHW inputs, one thread per output element; kiln::Pool, the channels-last 2-D max and
+// 3-D NCHW inputs, one thread per output element (1-D and 2-D max without Indices and average:
+// pool_nchw.cu); kiln::Pool, the channels-last 2-D max and
 // average pools, one thread per output pixel and vector of channels; GlobalAveragePool and
 // GlobalMaxPool, one block per plane. The window arithmetic follows the CPU reference
 // (backends/cpu/conv.cc) step by step. X and Y are float32, float16 or bfloat16 (one type); sums
@@ -12,6 +13,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/pool_nchw.h"
 #include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
@@ -42,35 +44,6 @@ __device__ __forceinline__ void valid_range(int64_t start, int64_t step, int64_t
   h = h < count ? h : count;
   *lo = l;
   *hi = h > l ? h : l;
-}
-
-// MaxPool over 2-D planes without Indices (a CNN's stem), in 32-bit index arithmetic: the general
-// kernel's 64-bit window bounds (divisions per axis) made ResNet-50's one MaxPool cost as much as
-// ten of its convolutions. The same window order and NaN rule as pool_kernel.
-template <typename T>
-__global__ void max_pool2d_kernel(const T* x, T* y, PoolArgs a, int n) {
-  const int ih = int(a.in[1]), iw = int(a.in[2]), oh = int(a.out[1]), ow = int(a.out[2]);
-  const int kh = int(a.k[1]), kw = int(a.k[2]), sh = int(a.stride[1]), sw = int(a.stride[2]);
-  const int dh = int(a.dil[1]), dw = int(a.dil[2]), ph = int(a.pb[1]), pw = int(a.pb[2]);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const int w0 = (i % ow) * sw - pw;
-    const int r = i / ow;
-    const int h0 = (r % oh) * sh - ph;
-    const T* xp = x + int64_t(r / oh) * ih * iw;
-    float best = -INFINITY;
-    bool found = false;
-    for (int jh = 0; jh < kh; ++jh) {
-      const int h = h0 + jh * dh;
-      if (h < 0 || h >= ih) continue;
-      for (int jw = 0; jw < kw; ++jw) {
-        const int w = w0 + jw * dw;
-        if (w < 0 || w >= iw) continue;
-        float v = DNum<T>::load(xp[h * iw + w]);
-        if (v > best || !found) best = v, found = true;
-      }
-    }
-    y[i] = DNum<T>::store(best);
-  }
 }
 
 template <PoolOp kOp, typename T>
@@ -339,19 +312,35 @@ class PoolKernel final : public CudaKernel {
     if (n == 0) return ok_status();
     int64_t* indices = out.size() > 1 && present(out[1]) ? out[1].as<int64_t>() : nullptr;
     if (y.dtype != x.dtype) return invalid_argument(name_ + ": Y's dtype differs from X's");
+    if (ns <= 2 && (op_ == PoolOp::kAverage || (op_ == PoolOp::kMax && !indices))) {
+      // resolve_pool puts the spatial axes last of its three.
+      const Pool2dWindow w{.planes = a.planes,
+                           .ih = a.in[1],
+                           .iw = a.in[2],
+                           .oh = a.out[1],
+                           .ow = a.out[2],
+                           .kh = a.k[1],
+                           .kw = a.k[2],
+                           .sh = a.stride[1],
+                           .sw = a.stride[2],
+                           .dh = a.dil[1],
+                           .dw = a.dil[2],
+                           .ph = a.pb[1],
+                           .pw = a.pb[2],
+                           .peh = a.pe[1],
+                           .pew = a.pe[2],
+                           .include_pad = include_pad_};
+      if (pool2d_nchw(op_ == PoolOp::kMax, x.dtype, x.data, y.data, w, stream_)) {
+        return launch_status("pool2d_nchw_kernel");
+      }
+    }
     bool known = visit_dtype<kPoolTypes>(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = x.as<const T>();
       T* py = y.as<T>();
       switch (op_) {
         case PoolOp::kMax:
-          if (!indices && a.in[0] == 1 && a.k[0] == 1 && n < INT32_MAX &&
-              a.in[1] * a.in[2] < INT32_MAX) {
-            max_pool2d_kernel<T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, a, int(n));
-          } else {
-            pool_kernel<PoolOp::kMax, T>
-                <<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
-          }
+          pool_kernel<PoolOp::kMax, T><<<grid_for(n), kBlock, 0, stream_>>>(px, py, indices, a, n);
           break;
         case PoolOp::kAverage:
           pool_kernel<PoolOp::kAverage, T>
