@@ -787,5 +787,178 @@ TEST(ShapeOpsKernel, ConcatTransposeSliceInFloat16AndBFloat16) {
   }
 }
 
+// ---- the CUDA copy kernels' fast paths and their fallbacks (issue 38) ----
+
+// Integers exact in float16 (below 2048 in magnitude), neighbours 613 apart: an element moved to
+// the wrong place fails even float16's tolerance.
+Tensor scrambled_f32(Shape shape) {
+  std::vector<float> v(size_t(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(int64_t(i * 613 % 2039) - 1019);
+  return make_f32(std::move(shape), v);
+}
+
+Tensor as_i64(const Tensor& f) {
+  std::vector<int64_t> v(size_t(f.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t(f.float_at(int64_t(i)));
+  return make_i64(f.shape(), v);
+}
+
+// Concat by loops: each outer index takes every piece's row in turn.
+Tensor concat_reference(const std::vector<Tensor>& xs, int axis) {
+  Shape out = xs[0].shape();
+  out[size_t(axis)] = 0;
+  for (const Tensor& x : xs) out[size_t(axis)] += x.shape()[size_t(axis)];
+  int64_t outer = 1;
+  for (int k = 0; k < axis; ++k) outer *= out[size_t(k)];
+  std::vector<float> y;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const Tensor& x : xs) {
+      const int64_t row = x.numel() / outer;
+      for (int64_t j = 0; j < row; ++j) y.push_back(float(x.float_at(o * row + j)));
+    }
+  }
+  return make_f32(out, y);
+}
+
+// Runs `k` (float32 inputs and expected outputs) as float32, as float16 and, with every float
+// converted, as int64: the byte-moving kernels' 4-, 2- and 8-byte elements.
+void run_in_three_dtypes(const testing::KernelCase& k) {
+  auto got = run_case(k);
+  ASSERT_TRUE(got.ok()) << k.label << ": " << got.status().to_string();
+  auto half = testing::run_reduced_case(
+      {.node = k.node, .inputs = k.inputs, .num_outputs = k.num_outputs, .label = k.label},
+      DType::kFloat16);
+  ASSERT_TRUE(half.ok()) << k.label << " float16: " << half.status().to_string();
+  testing::KernelCase wide = k;
+  for (CaseInput& in : wide.inputs) {
+    if (in.kind == CaseInput::Kind::kRuntime && in.tensor.dtype() == DType::kFloat32) {
+      in.tensor = as_i64(in.tensor);
+    }
+  }
+  for (Tensor& e : wide.expected) e = as_i64(e);
+  wide.label += " int64";
+  got = run_case(wide);
+  ASSERT_TRUE(got.ok()) << wide.label << ": " << got.status().to_string();
+}
+
+// One kernel launch per up to 8 pieces, moving 16 bytes where every row and pointer allows, else
+// 8, 4, 2 or 1: rows of 16-byte multiples and not, 2, 3 and 10 pieces (two launches), the last
+// axis and axis 1 of 4-D.
+TEST(ShapeOpsKernel, ConcatPiecesOfEveryWidth) {
+  struct Case {
+    std::vector<Shape> xs;
+    int axis;
+    const char* label;
+  };
+  std::vector<Case> cases = {
+      {{{3, 5, 8}, {3, 5, 4}}, 2, "last axis, rows of 32 and 16 bytes"},
+      {{{2, 3, 5}, {2, 3, 3}, {2, 3, 1}}, 2, "last axis, three odd rows"},
+      {{{2, 3, 4, 5}, {2, 2, 4, 5}}, 1, "channels of 4-D"},
+      {{{2, 1, 3, 3}, {2, 4, 3, 3}, {2, 2, 3, 3}}, 1, "channels of 4-D, three, odd planes"},
+  };
+  Case many{{}, 1, "ten pieces: two launches"};
+  for (int64_t w = 1; w <= 10; ++w) many.xs.push_back({3, w});
+  cases.push_back(many);
+  for (const Case& c : cases) {
+    std::vector<Tensor> xs;
+    std::vector<CaseInput> inputs;
+    for (size_t i = 0; i < c.xs.size(); ++i) {
+      Tensor x = scrambled_f32(c.xs[i]);
+      for (int64_t e = 0; e < x.numel(); ++e) x.set_float_at(e, x.float_at(e) + double(i));
+      xs.push_back(x);
+      inputs.push_back(x);
+    }
+    run_in_three_dtypes({.node = op("Concat", 13).i("axis", c.axis),
+                         .inputs = inputs,
+                         .expected = {concat_reference(xs, c.axis)},
+                         .expect_support = true,
+                         .label = c.label});
+  }
+}
+
+// Split runs Concat's kernel the other way: unequal pieces, 16-byte rows and not.
+TEST(ShapeOpsKernel, SplitIntoUnequalPieces) {
+  struct Case {
+    Shape x;
+    int axis;
+    std::vector<int64_t> split;
+    const char* label;
+  };
+  const Case cases[] = {
+      {{4, 6, 10}, 2, {2, 3, 5}, "last axis, odd rows"},
+      {{3, 40}, 1, {8, 16, 16}, "last axis, rows of 16-byte multiples"},
+      {{2, 5, 3, 4}, 1, {1, 4}, "channels of 4-D"},
+  };
+  for (const Case& c : cases) {
+    const Tensor x = scrambled_f32(c.x);
+    std::vector<Tensor> want;
+    int64_t outer = 1, inner = 1, at = 0;
+    for (int k = 0; k < c.axis; ++k) outer *= c.x[size_t(k)];
+    for (size_t k = size_t(c.axis) + 1; k < c.x.size(); ++k) inner *= c.x[k];
+    for (int64_t part : c.split) {
+      Shape s = c.x;
+      s[size_t(c.axis)] = part;
+      std::vector<float> v;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t j = 0; j < part * inner; ++j) {
+          v.push_back(float(x.float_at((o * c.x[size_t(c.axis)] + at) * inner + j)));
+        }
+      }
+      at += part;
+      want.push_back(make_f32(s, v));
+    }
+    run_in_three_dtypes({.node = op("Split", 13).i("axis", c.axis),
+                         .inputs = {x, initializer(make_i64({int64_t(c.split.size())}, c.split))},
+                         .num_outputs = int(c.split.size()),
+                         .expected = want,
+                         .expect_support = true,
+                         .label = c.label});
+  }
+}
+
+// A constant Pad of outer axes runs as the output's rows after merging unpadded axes: a row is all
+// fill or the input's row shifted (read as vectors where the shift and rows are whole vectors);
+// NCHW's H and W, cropping pads, the last axis alone, padded channels and batch.
+TEST(ShapeOpsKernel, PadConstantRows) {
+  struct Case {
+    Shape x;
+    std::vector<int64_t> pads;
+    const char* label;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 7}, {0, 0, 1, 1, 0, 0, 1, 1}, "H and W by 1"},
+      {{2, 3, 5, 7}, {0, 0, 2, 1, 0, 0, 1, 3}, "H and W, asymmetric"},
+      {{2, 3, 5, 7}, {0, 0, -1, 2, 0, 0, 1, -2}, "H and W, cropping"},
+      {{2, 3, 5, 7}, {0, 0, 0, 1, 0, 0, 0, 2}, "the last axis only"},
+      {{2, 3, 5, 8}, {0, 1, 1, 0, 0, 2, 0, 0}, "C and H, rows kept whole (vector reads)"},
+      {{2, 3, 4}, {1, 0, 0, 1, 0, 0}, "batch, C and W merged into rows"},
+  };
+  for (const Case& c : cases) {
+    const Tensor x = scrambled_f32(c.x);
+    run_in_three_dtypes(
+        {.node = op("Pad", 19),
+         .inputs = {x, initializer(make_i64({int64_t(c.pads.size())}, c.pads)), make_f32({}, {-3})},
+         .expected = {pad_reference(x, c.pads, "constant", -3)},
+         .expect_support = true,
+         .label = c.label});
+  }
+}
+
+// NCHW -> NHWC through CUDA's shared-memory tile: 16-bit elements four or two to a vector and
+// 32-bit ones two where rows and columns divide, one otherwise; partial tiles; int64 (the strided
+// gather).
+TEST(ShapeOpsKernel, TransposeChannelsLastTiles) {
+  const Shape shapes[] = {{2, 33, 17, 9}, {1, 64, 32, 32}, {2, 34, 6, 5}, {2, 36, 4, 7}};
+  for (const Shape& s : shapes) {
+    const Tensor x = scrambled_f32(s);
+    const std::vector<int64_t> perm = {0, 2, 3, 1};
+    run_in_three_dtypes({.node = op("Transpose", 13).ints("perm", perm),
+                         .inputs = {x},
+                         .expected = {transpose_reference(x, perm)},
+                         .expect_support = true,
+                         .label = shape_to_string(s)});
+  }
+}
+
 }  // namespace
 }  // namespace kiln

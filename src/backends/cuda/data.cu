@@ -1,9 +1,10 @@
-// Data movement kernels: Transpose, Slice and DepthToSpace as one strided gather; Concat as 2-D
-// copies; Gather, GatherND, CumSum and CumProd. (Resize lives in resize.cu.)
+// Data movement kernels: Transpose, Slice and DepthToSpace as one strided gather; Concat (its
+// kernel is concat_split.cu's); Gather, GatherND, CumSum and CumProd. (Resize lives in resize.cu.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/concat_split.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
 
@@ -53,6 +54,62 @@ __global__ void tiled_transpose_kernel(const E* in, E* out, int64_t rows, int64_
   }
 }
 
+// tiled_transpose_kernel's faster form for batches below 2^31 elements: a tile of kT = 32 * kV
+// rows and columns, each thread moving kV adjacent elements as one vector on both sides (16-bit
+// elements read by two left a warp's access at 64 bytes), 32-bit index math, and kT / 8 loads in
+// flight per thread. The 32x32 tile of single elements ran NCHW -> NHWC of [64,256,56,56] at 37%
+// (fp16) and 57% (fp32) of the H200's copy bandwidth. The tile's rows are padded by one element:
+// the column reads fall on distinct banks (fp16) or two lanes to a bank (fp32, kV = 2).
+template <typename E, int kV>
+__global__ void __launch_bounds__(256)
+    vec_tile_transpose_kernel(const E* __restrict__ in, E* __restrict__ out, uint32_t rows,
+                              uint32_t cols) {
+  constexpr int kT = 32 * kV;
+  struct alignas(sizeof(E) * kV) Pack {
+    E v[kV];
+  };
+  __shared__ E tile[kT][kT + 1];
+  const uint32_t base = blockIdx.z * rows * cols;
+  const uint32_t r0 = blockIdx.y * kT, c0 = blockIdx.x * kT;
+  const uint32_t tx = threadIdx.x * kV;
+  const E* src = in + base;
+  E* dst = out + base;
+  // rows and cols are multiples of kV: a vector is all inside or all outside.
+  if (c0 + tx < cols) {
+#pragma unroll
+    for (int kk = 0; kk < kT; kk += 8) {
+      const int k = kk + int(threadIdx.y);
+      if (r0 + k < rows) {
+        const Pack p = *reinterpret_cast<const Pack*>(src + (r0 + k) * cols + c0 + tx);
+#pragma unroll
+        for (int v = 0; v < kV; ++v) tile[k][tx + v] = p.v[v];
+      }
+    }
+  }
+  __syncthreads();
+  if (r0 + tx < rows) {
+#pragma unroll
+    for (int kk = 0; kk < kT; kk += 8) {
+      const int k = kk + int(threadIdx.y);
+      if (c0 + k < cols) {
+        Pack p;
+#pragma unroll
+        for (int v = 0; v < kV; ++v) p.v[v] = tile[tx + v][k];
+        *reinterpret_cast<Pack*>(dst + (c0 + k) * rows + r0 + tx) = p;
+      }
+    }
+  }
+}
+
+template <typename E, int kV>
+void launch_vec_tile_transpose(const void* in, void* out, int64_t rows, int64_t cols, int64_t batch,
+                               cudaStream_t s) {
+  constexpr int kT = 32 * kV;
+  dim3 grid(unsigned((cols + kT - 1) / kT), unsigned((rows + kT - 1) / kT), unsigned(batch));
+  vec_tile_transpose_kernel<E, kV><<<grid, dim3(32, 8), 0, s>>>(
+      static_cast<const E*>(in), static_cast<E*>(out), uint32_t(rows), uint32_t(cols));
+}
+
 // The same transposes with fewer than 8 rows (an RGB image going channels last, [N, 3, H*W] to
 // [N, H*W, 3]), where a 32x32 tile would be mostly empty: one thread per output row, reading its
 // `rows` elements a column apart (coalesced across the warp) and writing them together.
@@ -96,6 +153,24 @@ Status strided_gather(const void* in, void* out, const std::vector<int64_t>& dim
       (t == 2 || w.dims[0] <= 65535) && w.dims[t - 2] >= 8 && w.dims[t - 1] >= 8 &&
       (elem == 2 || elem == 4)) {
     const int64_t rows = w.dims[t - 1], cols = w.dims[t - 2], batch = t == 3 ? w.dims[0] : 1;
+    // 16-bit elements in pairs (or fours) and 32-bit ones in pairs where rows, columns and the
+    // pointers allow; the index math is 32-bit, so the whole batch stays below 2^31 elements.
+    if (n < (int64_t(1) << 31) && (rows + 31) / 32 <= 65535) {
+      const uintptr_t at = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
+      auto fits = [&](int64_t v) { return rows % v == 0 && cols % v == 0 && at % (v * elem) == 0; };
+      if (elem == 2 && fits(4)) {
+        launch_vec_tile_transpose<uint16_t, 4>(in, out, rows, cols, batch, s);
+      } else if (elem == 2 && fits(2)) {
+        launch_vec_tile_transpose<uint16_t, 2>(in, out, rows, cols, batch, s);
+      } else if (elem == 2) {
+        launch_vec_tile_transpose<uint16_t, 1>(in, out, rows, cols, batch, s);
+      } else if (fits(2)) {
+        launch_vec_tile_transpose<uint32_t, 2>(in, out, rows, cols, batch, s);
+      } else {
+        launch_vec_tile_transpose<uint32_t, 1>(in, out, rows, cols, batch, s);
+      }
+      return launch_status("vec_tile_transpose_kernel");
+    }
     dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batch));
     if ((rows + 31) / 32 <= 65535) {
       if (elem == 2) {
@@ -292,27 +367,25 @@ class ConcatKernel final : public CudaKernel {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; ++d) outer *= y.shape[d];
     for (int d = int(axis) + 1; d < r; ++d) inner *= y.shape[d];
-    size_t es = dtype_size(y.dtype);
-    size_t out_row = size_t(y.shape[axis] * inner) * es;
-    size_t offset = 0;
+    const int64_t es = int64_t(dtype_size(y.dtype));
+    const int64_t out_row = y.shape[axis] * inner * es;
+    int64_t offset = 0;
+    pieces_.clear();
     for (const TensorView& x : in) {
       if (!present(x)) continue;
       if (x.rank() != r) return invalid_argument(name_ + ": inputs differ in rank");
-      size_t row = size_t(x.shape[axis] * inner) * es;
-      if (row > 0 && outer > 0) {
-        KILN_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(y.data) + offset, out_row, x.data, row,
-                                          row, size_t(outer), cudaMemcpyDeviceToDevice, stream_),
-                        name_);
-      }
+      const int64_t row = x.shape[axis] * inner * es;
+      pieces_.push_back(Piece{x.data, row});
       offset += row;
     }
     if (offset != out_row)
       return invalid_argument(name_ + ": the inputs do not fill the output along the axis");
-    return ok_status();
+    return copy_pieces(y.data, pieces_, outer, /*to_wide=*/true, stream_);
   }
 
  private:
   int64_t axis_;
+  std::vector<Piece> pieces_;  // kept: execute does not allocate once it has grown
 };
 
 template <typename E>
