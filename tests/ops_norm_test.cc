@@ -425,7 +425,9 @@ TEST(NormOpsKernel, Float16AndBFloat16Tensors) {
 // LayerNormalization of half rows in every lane class of CUDA's warp kernel (4, 8, 16 lanes a row
 // for rows of up to 16, 32, 64 vectors; a warp a row above), with row counts that leave part of
 // the last block's rows past the end; RMSNormalization in two of them.
-TEST(NormOpsKernel, HalfLayerNormRowsOfEveryWidthClass) {
+// The CUDA warp kernel's width classes (4-32 lanes a row, 1-8 vectors a lane, 8 halves or 4 floats
+// a vector; rows past its limit take the block-per-row kernels) in float16, bfloat16 and float32.
+TEST(NormOpsKernel, LayerNormRowsOfEveryWidthClassAndDtype) {
   for (int64_t n : {8, 96, 136, 192, 384, 520, 768, 1024, 2048}) {
     for (int64_t rows : {1, 37}) {
       Tensor t = make_f32({rows, n}, ramp(rows * n, 0.37f, 0.4f));
@@ -438,10 +440,20 @@ TEST(NormOpsKernel, HalfLayerNormRowsOfEveryWidthClass) {
         check_half_norm(op("LayerNormalization", 17), dt, {t, g, b}, {}, 1,
                         label + " " + std::string(dtype_name(dt)), BuildPrecision::kFp16);
       }
+      auto f32 = run_case({.node = op("LayerNormalization", 17),
+                           .inputs = {t, g, b},
+                           .expect_support = true,
+                           .label = label + " float32"});
+      ASSERT_TRUE(f32.ok()) << label << ": " << f32.status().to_string();
       if (n == 96 || n == 1024) {
         check_half_norm(op("RMSNormalization", 23), DType::kFloat16, {t, g}, {}, 1,
                         "RMSNormalization " + std::to_string(rows) + "x" + std::to_string(n),
                         BuildPrecision::kFp16);
+        auto rms = run_case({.node = op("RMSNormalization", 23),
+                             .inputs = {t, g},
+                             .expect_support = true,
+                             .label = "RMSNormalization float32"});
+        ASSERT_TRUE(rms.ok()) << label << ": " << rms.status().to_string();
       }
     }
   }
@@ -647,6 +659,87 @@ TEST(NormOpsKernel, GroupAndInstanceNormOverManyElements) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_TRUE(testing::all_close(
       (*out)[0], make_f32({n, c, 15, 20}, grouped_norm_reference(x, n, c, sp, 6, sc6, bi6, 1e-5))));
+}
+
+// BatchNormalization, GroupNormalization and InstanceNormalization of NCHW X in every float dtype
+// over sizes the CUDA fast paths take: BatchNorm's per-block factor table with 16-byte vectors
+// ([2, 16, 8, 8]) and one element per thread (a 7x7 plane), GroupNorm's rows split over a
+// thread-block cluster (8 groups of 4 channels of 16x16: 4 blocks a row; of 15x15: 8 blocks a row,
+// one element per thread), with per-channel and (opset 18) per-group parameters, and X far from
+// zero mean so that the statistics' precision shows.
+TEST(NormOpsKernel, ChannelPlaneFastPathsInEveryFloatDtype) {
+  auto params = [](int64_t c, float scale, float offset) {
+    std::vector<float> v = ramp(c, scale, 0.f);
+    for (float& e : v) e = offset + e / 6;
+    return v;
+  };
+  for (Shape shape : std::vector<Shape>{{2, 16, 8, 8}, {3, 5, 7, 7}}) {
+    const int64_t n = shape_numel(shape), c = shape[1], spatial = n / (shape[0] * c);
+    std::vector<float> x = ramp(n, 0.37f, 0.4f), scale = params(c, 1.1f, 1.f),
+                       bias = params(c, 0.5f, 0.f), mean = params(c, 0.9f, 0.2f),
+                       var = params(c, 0.7f, 1.f);
+    std::vector<float> e(x.size());
+    for (size_t k = 0; k < x.size(); ++k) {
+      const size_t ch = size_t(int64_t(k) / spatial % c);
+      e[k] = float((x[k] - mean[ch]) / std::sqrt(double(var[ch]) + double(1e-3f)) * scale[ch] +
+                   bias[ch]);
+    }
+    const std::string label = "BatchNormalization " + shape_to_string(shape);
+    OpNode bn = op("BatchNormalization", 15).f("epsilon", 1e-3f);
+    const std::vector<Tensor> in = {make_f32(shape, x), make_f32({c}, scale), make_f32({c}, bias),
+                                    make_f32({c}, mean), make_f32({c}, var)};
+    auto out = run_case({.node = bn,
+                         .inputs = {in[0], initializer(in[1]), initializer(in[2]),
+                                    initializer(in[3]), initializer(in[4])},
+                         .expected = {make_f32(shape, e)},
+                         .expect_support = true,
+                         .label = label});
+    ASSERT_TRUE(out.ok()) << label << ": " << out.status().to_string();
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      check_half_norm(bn, dt, in, {}, 1, label + " " + std::string(dtype_name(dt)));
+    }
+  }
+  struct GroupCase {
+    Shape shape;
+    int64_t groups;
+    bool per_group;
+    float offset;
+  };
+  for (const GroupCase& g :
+       {GroupCase{{2, 32, 16, 16}, 8, false, 0.4f}, GroupCase{{2, 32, 15, 15}, 8, false, 10.f},
+        GroupCase{{2, 32, 16, 16}, 8, true, -5.f}, GroupCase{{1, 4, 64, 64}, 4, false, 0.f}}) {
+    const int64_t n = shape_numel(g.shape), c = g.shape[1], spatial = n / (g.shape[0] * c);
+    std::vector<float> x = ramp(n, 0.013f, g.offset);
+    for (size_t i = 0; i < x.size(); i += 7) x[i] += 1.5f;  // not a pure sine
+    const int64_t pn = g.per_group ? g.groups : c;
+    std::vector<float> scale = params(pn, 1.1f, 1.f), bias = params(pn, 0.5f, 0.f);
+    OpNode gn = op("GroupNormalization", g.per_group ? 18 : 21).i("num_groups", g.groups);
+    const std::string label = "GroupNormalization " + shape_to_string(g.shape) + " " +
+                              std::to_string(g.groups) + " groups" +
+                              (g.per_group ? " per group" : "");
+    const std::vector<Tensor> in = {make_f32(g.shape, x), make_f32({pn}, scale),
+                                    make_f32({pn}, bias)};
+    auto out = run_case(
+        {.node = gn,
+         .inputs = {in[0], initializer(in[1]), initializer(in[2])},
+         .expected = {make_f32(g.shape, grouped_norm_reference(x, g.shape[0], c, spatial, g.groups,
+                                                               scale, bias, double(1e-5f)))},
+         .expect_support = true,
+         .label = label});
+    ASSERT_TRUE(out.ok()) << label << ": " << out.status().to_string();
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      check_half_norm(gn, dt, in, {}, 1, label + " " + std::string(dtype_name(dt)));
+    }
+    if (g.groups == c) {
+      OpNode in_norm = op("InstanceNormalization", 22);
+      auto r = run_case({.node = in_norm,
+                         .inputs = {in[0], initializer(in[1]), initializer(in[2])},
+                         .expect_support = true,
+                         .label = "InstanceNormalization " + shape_to_string(g.shape)});
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_TRUE(testing::all_close((*r)[0], (*out)[0]));
+    }
+  }
 }
 
 TEST(NormOpsKernel, LpNormalizationL1AndMiddleAxis) {

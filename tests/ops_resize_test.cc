@@ -23,6 +23,7 @@ using testing::constant;
 using testing::f32;
 using testing::infer_node;
 using testing::initializer;
+using testing::KernelCase;
 using testing::kNoInput;
 using testing::kOmitted;
 using testing::make_f32;
@@ -31,6 +32,7 @@ using testing::NodeInput;
 using testing::op;
 using testing::OpNode;
 using testing::run_case;
+using testing::run_reduced_case;
 using testing::typed;
 using testing::with_value;
 
@@ -359,6 +361,46 @@ TEST(ResizeOpsKernel, PlanesAloneGiveTheGeneralPathsBits) {
     if (!m.roi.empty()) {  // the roi reaches outside: some outputs are the extrapolation value
       const float* v = p.data_as<float>();
       EXPECT_GT(std::count(v, v + 2 * plane, -7.5f), 0) << m.coord;
+    }
+  }
+}
+
+// The CUDA backend's two-axis kernel (nearest and linear, at most two axes resized, float data):
+// channels-last images (C a whole number of 16-byte vectors: a vector of channels a thread), NCHW
+// planes whose output width is a multiple of 4 (four outputs along W a thread) and not (one), and
+// one axis alone; each in float32, float16 and bfloat16 against the reference.
+TEST(ResizeOpsKernel, TwoAxesInEveryLayoutAndDtype) {
+  struct Case {
+    const char* mode;
+    const char* coord;
+    Shape shape;
+    std::vector<float> scale;
+  };
+  const Case cases[] = {
+      {"nearest", "asymmetric", {2, 3, 6, 8}, {1, 1, 2, 2}},             // NCHW, W out 16
+      {"linear", "half_pixel", {2, 3, 5, 7}, {1, 1, 2, 2}},              // NCHW, W out 14
+      {"linear", "pytorch_half_pixel", {1, 2, 6, 10}, {1, 1, 1.5f, 2}},  // NCHW, W out 20
+      {"linear", "align_corners", {2, 5, 7, 16}, {1, 2, 2, 1}},          // NHWC, 16 channels
+      {"nearest", "half_pixel", {2, 5, 7, 16}, {1, 0.6f, 2, 1}},         // NHWC, H down
+      {"linear", "half_pixel", {2, 4, 9}, {1, 1, 2.5f}},                 // the last axis alone
+      {"linear", "asymmetric", {2, 5, 7, 3}, {1, 2, 2, 1}},              // NHWC, 3 channels
+  };
+  for (const Case& c : cases) {
+    int64_t n = 1;
+    for (int64_t d : c.shape) n *= d;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.77f) * 2.5f + 0.3f;
+    const KernelCase k{
+        .node = resize(18).s("mode", c.mode).s("coordinate_transformation_mode", c.coord),
+        .inputs = {make_f32(c.shape, x), kNoInput, scales(c.scale)},
+        .expect_support = true,
+        .label = std::string(c.mode) + " " + c.coord};
+    auto out = run_case(k);
+    ASSERT_TRUE(out.ok()) << k.label << ": " << out.status().to_string();
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      auto reduced = run_reduced_case(k, dt, {2});  // the scales stay float32
+      ASSERT_TRUE(reduced.ok()) << k.label << " " << dtype_name(dt) << ": "
+                                << reduced.status().to_string();
     }
   }
 }

@@ -673,12 +673,18 @@ StatusOr<PackedLayout> packed_layout(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(l.kv_heads, at.get_int("kv_num_heads", 0));
   KILN_ASSIGN_OR_RETURN(l.d, at.get_int("head_size", 0));
   KILN_ASSIGN_OR_RETURN(l.dv, at.get_int("v_head_size", 0));
-  KILN_ASSIGN_OR_RETURN(l.scale, at.get_float("scale", 1.f));
   KILN_ASSIGN_OR_RETURN(int64_t causal, at.get_int("is_causal", 0));
   l.seq_first = seq_first != 0, l.causal = causal != 0;
   if (l.q_heads <= 0 || l.kv_heads <= 0 || l.q_heads % l.kv_heads != 0 || l.d <= 0 || l.dv <= 0) {
     return invalid_argument(node.describe() +
                             ": PackedAttention's heads and head sizes are invalid");
+  }
+  // ONNX Attention's default, 1 / sqrt(head_size), as the schema and the CPU reference take it
+  // (pack_attention always writes the attribute; a node written by hand may leave it out, and
+  // this read 1 until AttentionKernel.Float32GemmKernelMatchesTheDoubleReference ran on CUDA).
+  l.scale = 1.f / std::sqrt(float(l.d));
+  if (at.has("scale")) {
+    KILN_ASSIGN_OR_RETURN(l.scale, at.get_float("scale", std::nullopt));
   }
   return l;
 }

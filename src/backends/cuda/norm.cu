@@ -91,6 +91,86 @@ __global__ void softmax_warp_kernel(const T* x, T* y, int64_t rows, int n, bool 
   }
 }
 
+// softmax_warp_kernel's rows through 16-byte accesses: kLanes lanes a row (4-32, so short rows
+// share a warp), kVecs vectors a lane held in registers as loaded, each exponential computed once
+// and kept. Element-at-a-time loads and a second expf per element ran GPT-2's [32, 12, 256, 256]
+// float16 scores at 56 us on an H200 (bench/kernel_roofline.py: 60% of its copy bandwidth).
+template <typename T, int kVecs, int kLanes>
+__global__ void __launch_bounds__(128)
+    softmax_vec_kernel(const T* x, T* y, int64_t rows, int n, bool log_softmax) {
+  using N = DNum<T>;
+  constexpr int kE = int(16 / sizeof(T));
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const bool live = row < rows;  // rows past the end still take part in the shuffles
+  const int nv = live ? n / kE : 0;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : 0) * n);
+  uint4* yr = reinterpret_cast<uint4*>(y + (live ? row : 0) * n);
+  float v[kVecs][kE];
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = lane + kLanes * i;
+    const uint4 u = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
+    const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      v[i][e] = c < nv ? float(N::load(h[e])) : -INFINITY;
+      m = MaxOp()(m, v[i][e]);
+    }
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const float d = v[i][e] - m;
+      const float ex = lane + kLanes * i < nv ? expf(d) : 0.f;
+      s += ex;
+      v[i][e] = log_softmax ? d : ex;
+    }
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float ls = logf(s), inv = 1.0f / s;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = lane + kLanes * i;
+    if (c >= nv) continue;
+    uint4 out;
+    T* oh = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int e = 0; e < kE; ++e)
+      oh[e] = N::store(typename N::C(log_softmax ? v[i][e] - ls : v[i][e] * inv));
+    yr[c] = out;
+  }
+}
+
+// softmax_vec_kernel where it applies (n a whole number of 16-byte vectors, at most 4 a lane: the
+// fewest lanes of 4, 8, 16 or 32 that hold the row; aligned rows); false (nothing launched)
+// otherwise.
+template <typename T>
+bool launch_softmax_vec(const void* x, void* y, int64_t rows, int64_t n, bool log, cudaStream_t s) {
+  constexpr int64_t kE = 16 / sizeof(T);
+  if (n % kE != 0 || n > 32 * 4 * kE || n < 1 || !aligned16(x) || !aligned16(y)) return false;
+  const int64_t nv = n / kE;
+  auto go = [&](auto vecs, auto lanes) {
+    constexpr int kL = decltype(lanes)::value;
+    const int64_t grid = (rows + 128 / kL - 1) / (128 / kL);
+    if (grid > 0x7fffffff) return false;
+    softmax_vec_kernel<T, decltype(vecs)::value, kL><<<unsigned(grid), 128, 0, s>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, int(n), log);
+    return true;
+  };
+  using I4 = std::integral_constant<int, 4>;
+  if (nv <= 4 * 4) return go(I4{}, std::integral_constant<int, 4>{});
+  if (nv <= 8 * 4) return go(I4{}, std::integral_constant<int, 8>{});
+  if (nv <= 16 * 4) return go(I4{}, std::integral_constant<int, 16>{});
+  return go(I4{}, std::integral_constant<int, 32>{});
+}
+
 // softmax_warp_kernel where it applies (contiguous rows of at most 1024, a float type other than
 // float64); false (nothing launched) otherwise.
 template <typename T>
@@ -100,6 +180,7 @@ bool launch_softmax_warp(const void* x, void* y, int64_t rows, int64_t n, int64_
     return false;
   } else {
     if (inner != 1 || n > 1024 || n < 1) return false;
+    if (launch_softmax_vec<T>(x, y, rows, n, log, s)) return true;
     const unsigned grid = unsigned((rows + 7) / 8);  // 8 warps (rows) per block of 256
     if (grid > 0x7fffffffu / 256) return false;
     auto go = [&](auto per) {
@@ -184,13 +265,15 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
   }
 }
 
-// LayerNormalization of float16/bfloat16 rows of n <= 8 * kLanes * kVecs (at most 2048) elements,
-// n a multiple of 8, with Scale and B of X's type and the row's size (or absent) and no
-// Mean/InvStdDev outputs: kLanes lanes of a warp a row (32, or 4-16 for short rows), held in
-// registers from 16-byte loads; mean and variance in float over
-// the held values (two passes, no cancellation), one rounding of each result. The block-per-row
-// kernel above read the row three times in double: 47-70 us a layer for BERT-base's and ViT-B/16's
-// [8192..12608, 768] rows at batch 64, on an H100.
+// LayerNormalization of float16/bfloat16/float32 rows of n <= kE * kLanes * kVecs elements (kE =
+// 8 or 4 a 16-byte vector; at most 2048 or 1024), n a multiple of kE, with Scale and B of X's
+// type and the row's size (or absent) and no Mean/InvStdDev outputs: kLanes lanes of a warp a row
+// (32, or 4-16 for short rows), held in registers from 16-byte loads; mean and variance in float
+// over the held values (two passes, no cancellation), one rounding of each result. The
+// block-per-row kernels above read the row three times in double: 47-70 us a layer for
+// BERT-base's and ViT-B/16's [8192..12608, 768] float16 rows at batch 64 on an H100; in float32,
+// 60 us for ViT-B/16's rows and 221 us for ConvNeXt-T's [100352, 96] on an H200 (bench/
+// kernel_roofline.py: 50% and 13% of its copy bandwidth).
 //
 // kRms: RMSNormalization's rows the same way (no mean subtracted, no B): the block-per-row
 // rms_norm_kernel below reads in double through load_as and took 80 us a layer on a Llama-style
@@ -200,12 +283,13 @@ __global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
     layer_norm_warp_kernel(const T* x, const T* scale, const T* bias, T* y, int64_t rows, int n,
                            float eps) {
   using N = DNum<T>;
+  constexpr int kE = int(16 / sizeof(T));  // elements a 16-byte vector
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
   const int lane = threadIdx.x % kLanes;
   // Rows past the end still take part in the shuffles (a group of lanes shares its warp with other
   // rows), with nothing loaded and nothing stored.
   const bool live = row < rows;
-  const int nv = live ? n / 8 : 0;
+  const int nv = live ? n / kE : 0;
   const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : 0) * n);
   uint4* yr = reinterpret_cast<uint4*>(y + (live ? row : 0) * n);
   // The row stays in registers as loaded (8 halves a vector) and is converted to float in each of
@@ -225,7 +309,7 @@ __global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s += at(i, e);
+      for (int e = 0; e < kE; ++e) s += at(i, e);
     }
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -236,7 +320,7 @@ __global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
   for (int i = 0; i < kVecs; ++i) {
     if (lane + kLanes * i < nv) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) q += (at(i, e) - mean) * (at(i, e) - mean);
+      for (int e = 0; e < kE; ++e) q += (at(i, e) - mean) * (at(i, e) - mean);
     }
   }
 #pragma unroll
@@ -252,7 +336,7 @@ __global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
     uint4 out;
     T* oh = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < kE; ++e) {
       float o = (at(i, e) - mean) * inv;
       if (scale) o *= float(N::load(sh[e]));
       if (bias) o += float(N::load(bh[e]));
@@ -269,7 +353,8 @@ __global__ void __launch_bounds__(128, kVecs <= 3 ? 16 : 1)
 template <typename T, bool kRms = false>
 bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorView* bias, T* y,
                      int64_t rows, int64_t n, float eps, cudaStream_t s) {
-  if (n % 8 != 0 || n > 256 * 8 || rows > int64_t(0x7fffffff) * 4 || !aligned16(x.data) ||
+  constexpr int64_t kE = 16 / sizeof(T);
+  if (n % kE != 0 || n > 256 * kE || rows > int64_t(0x7fffffff) * 4 || !aligned16(x.data) ||
       !aligned16(y))
     return false;
   for (const TensorView* p : {scale, bias}) {
@@ -277,7 +362,7 @@ bool layer_norm_warp(const TensorView& x, const TensorView* scale, const TensorV
   }
   const T* sp = scale ? static_cast<const T*>(scale->data) : nullptr;
   const T* bp = bias ? static_cast<const T*>(bias->data) : nullptr;
-  const int64_t nv = n / 8;  // 16-byte vectors a row
+  const int64_t nv = n / kE;  // 16-byte vectors a row
   auto go = [&](auto vecs, auto lanes) {
     constexpr int kL = decltype(lanes)::value;
     const unsigned grid = unsigned((rows + 128 / kL - 1) / (128 / kL));  // blocks of 128
@@ -407,6 +492,12 @@ class LayerNormKernel final : public CudaKernel {
     float* mean = out.size() > 1 && present(out[1]) ? out[1].as<float>() : nullptr;
     float* inv = out.size() > 2 && present(out[2]) ? out[2].as<float>() : nullptr;
     if (outer == 0 || n == 0) return ok_status();
+    if (!mean && !inv && out[0].dtype == DType::kFloat32 && outer <= INT32_MAX) {
+      const TensorView* sv = scale ? &in[1] : nullptr;
+      const TensorView* bv = bias ? &in[2] : nullptr;
+      if (layer_norm_warp(x, sv, bv, out[0].as<float>(), outer, n, eps_, stream_))
+        return launch_status("layer_norm_warp_kernel");
+    }
     layer_norm_kernel<<<unsigned(outer), kBlock, 0, stream_>>>(
         x.as<const float>(), scale, bias, out[0].as<float>(), mean, inv, n, sn, bn, eps_);
     return launch_status("layer_norm_kernel");
@@ -509,6 +600,9 @@ class RmsNormKernel final : public CudaKernel {
           : x.dtype == DType::kBFloat16
               ? layer_norm_warp<__nv_bfloat16, true>(x, &scale, nullptr, out[0].as<__nv_bfloat16>(),
                                                      outer, n, eps_, stream_)
+          : x.dtype == DType::kFloat32
+              ? layer_norm_warp<float, true>(x, &scale, nullptr, out[0].as<float>(), outer, n, eps_,
+                                             stream_)
               : false;
       if (warp) return launch_status("rms_norm_warp_kernel");
     }

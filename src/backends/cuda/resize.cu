@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/typed.cuh"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -272,6 +273,149 @@ __global__ void resize_kernel(const void* x, void* y, ResizeArgs a, int64_t n) {
   }
 }
 
+// The resize of at most two axes (hd < wd; hd = -1 when only wd changes) in nearest or linear
+// mode, every other axis a copy: the tensor seen as [A, H, B, W, C]. A thread writes kV
+// consecutive output elements: kV channels of one (h, w) where C is a multiple of kV (one 16-byte
+// access a tap: channels-last images), or kV neighbours along W where C = 1 (NCHW). The taps come
+// from resize_taps (the general kernel's double arithmetic) and are summed in its order, so the
+// results are its bits. The general kernel walks every axis with int64 divisions and its per-axis
+// arrays in local memory: a x2 upsampling of [8, 128, 128, 128] float16 took 2.2 ms (nearest) and
+// 4.0 ms (linear) on an H200, 2% of its copy bandwidth.
+struct Resize2d {
+  int hd, wd;
+  int64_t hi, ho, b, wi, wo, c;  // the input's and output's H and W; B and C; A follows from n
+};
+
+template <typename T, typename I, int kV, bool kAlongW>
+__global__ void resize_2d_kernel(const T* __restrict__ x, T* __restrict__ y, ResizeArgs a,
+                                 Resize2d g, I vectors) {
+  using N = DNum<T>;
+  struct alignas(sizeof(T) * kV) Pack {
+    T v[kV];
+  };
+  constexpr int kW = kAlongW ? kV : 1;  // separate W taps a thread
+  for (I v = I(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
+       v += I(gridDim.x) * blockDim.x) {
+    const I e = v * kV;
+    const I c = e % I(g.c);
+    I r = e / I(g.c);
+    const I ow = r % I(g.wo);
+    r /= I(g.wo);
+    const I bi = r % I(g.b);
+    r /= I(g.b);
+    const I oh = r % I(g.ho);
+    const I an = r / I(g.ho);
+    int64_t offh[4], offw[kW][4];
+    double wh[4], ww[kW][4];
+    int kh = 1;
+    if (g.hd >= 0) {
+      kh = resize_taps(a, g.hd, oh, offh, wh);
+    } else {
+      offh[0] = 0, wh[0] = 1;
+    }
+    int kw[kW];
+#pragma unroll
+    for (int j = 0; j < kW; ++j) kw[j] = resize_taps(a, g.wd, int64_t(ow) + j, offw[j], ww[j]);
+    const int64_t base = (int64_t(an) * g.hi * g.b + int64_t(bi)) * g.wi * g.c + int64_t(c);
+    Pack out;
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      float acc[kAlongW ? 1 : kV] = {};
+      // At most two taps an axis (nearest 1, linear 2), unrolled so the tap arrays stay in
+      // registers.
+#pragma unroll
+      for (int th = 0; th < 2; ++th) {
+#pragma unroll
+        for (int tw = 0; tw < 2; ++tw) {
+          if (th >= kh || tw >= kw[j]) continue;
+          if (wh[th] == 0 || ww[j][tw] == 0) continue;  // the reference skips zero weights
+          const float w = float(ww[j][tw]) * float(wh[th]);
+          const T* src = x + base + offh[th] + offw[j][tw];
+          if constexpr (kAlongW) {
+            acc[0] += w * float(N::load(*src));
+          } else {
+            const Pack p = *reinterpret_cast<const Pack*>(src);
+#pragma unroll
+            for (int k = 0; k < kV; ++k) acc[k] += w * float(N::load(p.v[k]));
+          }
+        }
+      }
+      if constexpr (kAlongW) {
+        out.v[j] = N::store(typename N::C(acc[0]));
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) out.v[k] = N::store(typename N::C(acc[k]));
+      }
+    }
+    *reinterpret_cast<Pack*>(y + e) = out;
+  }
+}
+
+// resize_2d_kernel where it applies (float32/float16/bfloat16, nearest or linear without
+// antialias, no crop, at most two axes resized); false (nothing launched) otherwise.
+bool launch_resize_2d(const TensorView& x, const TensorView& y, const ResizeArgs& a,
+                      cudaStream_t s) {
+  const DType t = x.dtype;
+  if ((t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) || y.dtype != t)
+    return false;
+  if (a.antialias || a.mode == Mode::kCubic || a.coord == Coord::kTfCropAndResize) return false;
+  int resized[2], k = 0;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.identity[d]) continue;
+    if (k == 2) return false;
+    resized[k++] = d;
+  }
+  if (k == 0) return false;
+  Resize2d g{};
+  g.hd = k == 2 ? resized[0] : -1;
+  g.wd = resized[k - 1];
+  auto prod = [&](int from, int to) {  // the identity dims in [from, to)
+    int64_t p = 1;
+    for (int d = from; d < to; ++d) p *= a.in_dims[d];
+    return p;
+  };
+  g.hi = g.hd >= 0 ? a.in_dims[g.hd] : 1, g.ho = g.hd >= 0 ? a.out_dims[g.hd] : 1;
+  g.b = prod(g.hd + 1, g.wd);
+  g.wi = a.in_dims[g.wd], g.wo = a.out_dims[g.wd];
+  g.c = prod(g.wd + 1, a.rank);
+  const int64_t n = y.numel();
+  if (n == 0 || x.numel() == 0) return false;
+  const bool small = n < (int64_t(1) << 31) && x.numel() < (int64_t(1) << 31);
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kVec = int(16 / sizeof(T));
+    const auto* xp = static_cast<const T*>(x.data);
+    auto* yp = static_cast<T*>(y.data);
+    auto launch = [&](auto vec, auto along_w) {
+      constexpr int kV = decltype(vec)::value;
+      constexpr bool kAlong = decltype(along_w)::value;
+      const int64_t vectors = n / kV;
+      if (small) {
+        resize_2d_kernel<T, int32_t, kV, kAlong>
+            <<<grid_for(vectors), 256, 0, s>>>(xp, yp, a, g, int32_t(vectors));
+      } else {
+        resize_2d_kernel<T, int64_t, kV, kAlong>
+            <<<grid_for(vectors), 256, 0, s>>>(xp, yp, a, g, vectors);
+      }
+    };
+    const bool aligned = aligned16(x.data) && aligned16(y.data);
+    if (aligned && g.c % kVec == 0) {
+      launch(std::integral_constant<int, kVec>{}, std::false_type{});
+    } else if (g.c == 1 && g.wo % 4 == 0 && aligned) {
+      launch(std::integral_constant<int, 4>{}, std::true_type{});
+    } else {
+      launch(std::integral_constant<int, 1>{}, std::false_type{});
+    }
+  };
+  if (t == DType::kFloat32)
+    go(float{});
+  else if (t == DType::kFloat16)
+    go(__half{});
+  else
+    go(__nv_bfloat16{});
+  return true;
+}
+
 class ResizeKernel final : public CudaKernel {
  public:
   ResizeKernel() : CudaKernel("cuda.Resize") {}
@@ -309,6 +453,11 @@ class ResizeKernel final : public CudaKernel {
     if (x.numel() == 0)
       return invalid_argument(name_ + ": cannot resize an empty input to a non-empty output");
     const bool wide = x.dtype == DType::kFloat64 || !is_float(x.dtype);
+    if (launch_resize_2d(x, y, args_, stream_)) {
+      KILN_RETURN_IF_ERROR(launch_status("resize_2d_kernel"));
+      valid_ = sized;
+      return ok_status();
+    }
     if (args_.antialias) {
       if (wide) {
         resize_antialias_kernel<double><<<grid_for(n), 256, 0, stream_>>>(x.data, y.data, args_, n);
