@@ -346,6 +346,16 @@ int current_sm() {
   return major * 10 + minor;
 }
 
+int current_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return std::max(sms, 1);
+}
+
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];

@@ -100,6 +100,9 @@ class HostParam {
 // where there is no current device (the CUDA error is cleared).
 int current_sm();
 
+// The current device's SM count, or 1 where there is none (the CUDA error is cleared).
+int current_sms();
+
 // Row-major (contiguous) element strides of a shape.
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
 

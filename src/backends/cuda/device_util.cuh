@@ -157,6 +157,19 @@ __device__ __forceinline__ int64_t walk_offset(int64_t i, int rank, const int64_
   return off;
 }
 
+// The sum of v over the block (blockDim.x a multiple of 32); every thread gets it. `shared` holds
+// a double per warp and may be reused by the next call.
+__device__ inline double block_sum(double v, double* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // shared may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  double s = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) s += shared[w];
+  return s;
+}
+
 #define KILN_GRID_LOOP(i, n)                                                \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)

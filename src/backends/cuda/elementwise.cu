@@ -350,14 +350,8 @@ Compute compute_for(std::initializer_list<DType> dts) {
 
 class BinaryKernel final : public CudaKernel {
  public:
-  BinaryKernel(std::string name, Op op) : CudaKernel(std::move(name)), op_(op) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-    }
-    sms_ = std::max(sms_, 1);
-  }
+  BinaryKernel(std::string name, Op op)
+      : CudaKernel(std::move(name)), op_(op), sms_(current_sms()) {}
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (in.size() < 2 || out.empty())
       return invalid_argument(name_ + ": expects 2 inputs and 1 output");
@@ -393,7 +387,7 @@ class BinaryKernel final : public CudaKernel {
 
  private:
   Op op_;
-  int sms_ = 1;  // plane_broadcast_kernel's grid: at most 8 blocks per SM
+  int sms_;  // plane_broadcast_kernel's grid: at most 8 blocks per SM
 };
 
 class UnaryKernel final : public CudaKernel {
