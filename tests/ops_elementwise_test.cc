@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -859,6 +860,95 @@ TEST(MathKernel, CeluOnDoubleAndHalf) {
   auto r = infer_node(ew("Celu", 28), {typed(DType::kBFloat16, {2})});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.dtype(), DType::kBFloat16);
+}
+
+// The CPU's float32 program path (run_float32_program: 256 elements at a time, rows split over the
+// threads) against each instruction's ONNX kernel run on whole tensors, bit for bit: every op it
+// holds, on tensors long enough for many chunks and threads, with operands of the output's shape, a
+// trailing row, a per-row scalar (broadcast along the row: copied into a register) and one element.
+TEST(ElementwiseKernel, Float32ProgramsGiveTheUnfusedChainsBits) {
+  struct Ins {
+    const char* op;
+    int a, b;
+    float alpha = 0, beta = 0;
+  };
+  // Registers: 0 x [3, 1000] in [-4, 4], 1 row [1000], 2 per-row [3, 1], 3 scalar [1]; results.
+  const std::vector<std::vector<Ins>> programs = {
+      {{"Add", 0, 1},         {"Mul", 4, 2},   {"Sigmoid", 5, -1}, {"Mul", 0, 6},
+       {"Sub", 7, 3},         {"Div", 8, 1},   {"Pow", 9, 3},      {"Tanh", 0, -1},
+       {"Add", 10, 11},       {"Erf", 0, -1},  {"Add", 12, 13},    {"Gelu", 0, -1},
+       {"Add", 14, 15},       {"Exp", 2, -1},  {"Mul", 16, 17},    {"Abs", 0, -1},
+       {"Sqrt", 19, -1},      {"Add", 18, 20}, {"Log", 1, -1},     {"Add", 21, 22},
+       {"Reciprocal", 1, -1}, {"Mul", 23, 24}},
+      {{"GeluTanh", 0, -1}, {"HardSigmoid", 0, -1, 0.3f, 0.4f},
+       {"Add", 4, 5},       {"HardSwish", 0, -1},
+       {"Add", 6, 7},       {"LeakyRelu", 0, -1, 0.2f},
+       {"Add", 8, 9},       {"Relu", 0, -1},
+       {"Add", 10, 11},     {"Neg", 12, -1},
+       {"Sin", 13, -1},     {"Cos", 0, -1},
+       {"Add", 14, 15},     {"Floor", 0, -1},
+       {"Add", 16, 17},     {"Ceil", 1, -1},
+       {"Add", 18, 19},     {"Softplus", 0, -1},
+       {"Add", 20, 21},     {"Identity", 22, -1},
+       {"Cast", 23, -1},    {"Mul", 24, 2},
+       {"Pow", 25, 3}},
+  };
+  const int64_t rows = 3, n = 1000;
+  std::vector<float> xv(static_cast<size_t>(rows * n)), rv(static_cast<size_t>(n)),
+      gv = {0.75f, -1.25f, 1.5f};
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = -4.0f + 8.0f * float((i * 37) % 1001) / 1000.0f;
+  for (size_t i = 0; i < rv.size(); ++i) rv[i] = 0.5f + float(i % 7) * 0.25f;
+  std::vector<Tensor> regs = {make_f32({rows, n}, xv), make_f32({n}, rv), make_f32({rows, 1}, gv),
+                              make_f32({1}, {2.0f})};
+  for (size_t k = 0; k < programs.size(); ++k) {
+    OpNode node = op("Elementwise", 1, "kiln").named("ew" + std::to_string(k));
+    ir::Attribute ops_attr, args, to, alpha, beta;
+    ops_attr.type = ir::AttrType::kStrings;
+    args.type = to.type = ir::AttrType::kInts;
+    alpha.type = beta.type = ir::AttrType::kFloats;
+    std::vector<Tensor> chain(regs.begin(), regs.end());
+    for (const Ins& i : programs[k]) {
+      ops_attr.strings.push_back(i.op);
+      args.ints.insert(args.ints.end(), {i.a, i.b});
+      to.ints.push_back(1);
+      alpha.floats.push_back(i.alpha);
+      beta.floats.push_back(i.beta);
+      // The instruction as the ONNX op it replaced, on the whole tensors.
+      const bool tanh = std::string(i.op) == "GeluTanh";
+      OpNode one = op(tanh ? "Gelu" : i.op, std::string(i.op) == "Gelu" || tanh ? 20 : 18);
+      if (tanh) one.s("approximate", "tanh");
+      if (std::string(i.op) == "HardSigmoid") one.f("alpha", i.alpha).f("beta", i.beta);
+      if (std::string(i.op) == "LeakyRelu") one.f("alpha", i.alpha);
+      if (std::string(i.op) == "Cast") one.i("to", 1);
+      std::vector<Tensor> operands = {chain[size_t(i.a)]};
+      if (i.b >= 0) operands.push_back(chain[size_t(i.b)]);
+      Shape shape;  // numpy's broadcast of the operands' shapes
+      for (const Tensor& t : operands) {
+        const Shape& v = t.shape();
+        if (v.size() > shape.size()) shape.insert(shape.begin(), v.size() - shape.size(), 1);
+        for (size_t d = 0; d < v.size(); ++d) {
+          int64_t& o = shape[shape.size() - v.size() + d];
+          if (o == 1) o = v[d];
+        }
+      }
+      auto r = testing::run_cpu_kernel(one.node, operands, {{DType::kFloat32, shape}});
+      ASSERT_TRUE(r.ok()) << i.op << ": " << r.status().to_string();
+      chain.push_back((*r)[0]);
+    }
+    for (auto& [name, a] : std::vector<std::pair<std::string, ir::Attribute>>{
+             {"ops", ops_attr}, {"args", args}, {"to", to}, {"alpha", alpha}, {"beta", beta}}) {
+      node.node.attrs.set(name, a);
+    }
+    auto fused = testing::run_cpu_kernel(node.node, regs, {{DType::kFloat32, Shape{rows, n}}});
+    ASSERT_TRUE(fused.ok()) << "program " << k << ": " << fused.status().to_string();
+    const Tensor& want = chain.back();
+    ASSERT_EQ(want.shape(), (Shape{rows, n})) << "program " << k;
+    for (int64_t e = 0; e < rows * n; ++e) {
+      const float a = (*fused)[0].data_as<float>()[e], b = want.data_as<float>()[e];
+      ASSERT_TRUE(std::memcmp(&a, &b, 4) == 0)
+          << "program " << k << " element " << e << ": " << a << " vs " << b;
+    }
+  }
 }
 
 // kiln::Elementwise, the fused chains of fuse_elementwise: every instruction op, operands that

@@ -163,7 +163,8 @@ TEST(TimingCache, UnusableFilesAreRefusedWithTheReason) {
 }
 
 // x: float32[batch, 4] -> Relu -> Relu -> LeakyRelu(alpha) -> y. The two Relus have one
-// signature, so the second is a hit even in the build that fills the cache.
+// signature, so the second is a hit even in the build that fills the cache. Every op's output is
+// a network output, so fuse_elementwise leaves three layers (it does not absorb an engine output).
 Network relu_network(float alpha) {
   Network net;
   ir::Graph& g = net.graph;
@@ -173,8 +174,10 @@ Network relu_network(float alpha) {
   g.values[x].shape = std::vector<ir::Dim>{ir::Dim::symbol("batch"), ir::Dim(4)};
   int prev = x;
   const char* ops[] = {"Relu", "Relu", "LeakyRelu"};
+  std::vector<int> outs;
   for (int i = 0; i < 3; ++i) {
     int out = g.add_value("v" + std::to_string(i));
+    outs.push_back(out);
     ir::Node n;
     n.name = "n" + std::to_string(i);
     n.op_type = ops[i];
@@ -186,7 +189,7 @@ Network relu_network(float alpha) {
     prev = out;
   }
   g.inputs = {x};
-  g.outputs = {prev};
+  g.outputs = outs;
   return net;
 }
 

@@ -2,8 +2,9 @@
 // kernel reads the chain's inputs once and writes its result once instead of a pass over memory
 // per op (GELU's Div, Erf, Add, Mul, Mul; a bias Add before it; the casts precision assignment
 // put at a chain's ends). Runs after assign_precision and assign_layout, on values as typed and
-// laid out as they will run, and only for the CUDA backend: a CPU engine runs the ops' reference
-// kernels either way, and its layers stay the model's.
+// laid out as they will run, for both backends: the CPU evaluates a float32 program a chunk of 256
+// elements at a time in cache (run_float32_program) with each op's reference arithmetic, so its
+// engines compute the unfused chain's bits in one pass.
 //
 // Groups grow backwards from a root (walking the nodes last to first): a producer joins when it
 // is fusible and every reader of its output is in the group and that output is no engine output,

@@ -48,7 +48,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       // epilogue pass it saves (see the pass's file).
       // fuse_squeeze_excite (pool + two 1x1 convs -> kiln::SqueezeExcite) is not run: measured
       // slower than the pool and cuBLASLt GEMMs it replaces (see the pass's file).
-      {"fuse_elementwise", fuse_elementwise, kCuda},  // elementwise chains -> one kernel
+      {"fuse_elementwise", fuse_elementwise, kAll},  // elementwise chains -> one kernel
       {"settle_guards", settle_guards, kAll},  // nodes on edges out of an If's branch run in it
       {"check_loops", check_loops, kAll},      // run-time loops intact, sized by shapes
       {"eliminate_dead_nodes", eliminate_dead_nodes, kAll},  // keep only what must run

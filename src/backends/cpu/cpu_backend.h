@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "backends/kernel_registry.h"
+#include "ops/elementwise_program.h"
 #include "ops/schema.h"
 
 namespace kiln::backends::cpu {
@@ -61,6 +62,14 @@ void register_kernels(::kiln::backends::KernelRegistry& registry);
 bool cpu_has_kernel(ops::OpKind op);
 
 void register_elementwise_kernels(KernelRegistry& r);
+
+// kiln::Elementwise's program where every input, instruction result and the output is float32:
+// evaluated 256 elements at a time into registers that stay in cache, instead of a tensor and a
+// pass over memory per instruction, each instruction with its reference kernel's arithmetic (so
+// the bits are the unfused chain's). False, with nothing written, for any other program (another
+// dtype, inputs that do not broadcast to the output); the caller then runs the reference.
+StatusOr<bool> run_float32_program(const ops::ElementwiseProgram& p, std::span<const TensorView> in,
+                                   const TensorView& out);
 void register_matmul_kernels(KernelRegistry& r);
 void register_conv_kernels(KernelRegistry& r);
 void register_norm_kernels(KernelRegistry& r);

@@ -1,5 +1,7 @@
 // CPU reference kernels of the elementwise op family: arithmetic, comparison and logic with numpy
 // broadcasting, unary math, Where, Cast, Clip, Identity. float16/bfloat16 compute in float.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +13,7 @@
 #include "backends/cpu/dtype_dispatch.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/vector_math.h"
+#include "ops/elementwise_program.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -628,7 +631,161 @@ Status identity_kernel(const KernelArgs& a) {
   return ok_status();
 }
 
+// One instruction of a float32 program over m elements: the reference kernels' arithmetic
+// (un_apply/bin_apply in float, the vector_math forms for Sigmoid, Erf and Gelu), so each result
+// has the bits the unfused op gives it.
+void run_instruction_f32(const ops::EwInstruction& ins, const float* a, const float* b, float* y,
+                         int64_t m) {
+  using ops::EwOp;
+  const UnParams p{ins.alpha, ins.beta};
+  auto unary = [&]<Un op>() {
+    for (int64_t i = 0; i < m; ++i) y[i] = un_apply<op, float>(a[i], p);
+  };
+  switch (ins.op) {
+    case EwOp::kAdd:
+      for (int64_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
+      return;
+    case EwOp::kSub:
+      for (int64_t i = 0; i < m; ++i) y[i] = a[i] - b[i];
+      return;
+    case EwOp::kMul:
+      for (int64_t i = 0; i < m; ++i) y[i] = a[i] * b[i];
+      return;
+    case EwOp::kDiv:
+      for (int64_t i = 0; i < m; ++i) y[i] = a[i] / b[i];
+      return;
+    case EwOp::kPow:  // pow_kernel: x ** 2 as x * x, else std::pow in float
+      for (int64_t i = 0; i < m; ++i) y[i] = b[i] == 2.0f ? a[i] * a[i] : std::pow(a[i], b[i]);
+      return;
+    case EwOp::kSigmoid:
+      sigmoid_f32(a, y, m);
+      return;
+    case EwOp::kErf:
+      erf_f32(a, y, m);
+      return;
+    case EwOp::kGelu:
+      gelu_erf_f32(a, y, m);
+      return;
+    case EwOp::kIdentity:
+    case EwOp::kCast:  // float32 to float32 (run_float32_program checks)
+      if (y != a) std::memcpy(y, a, size_t(m) * sizeof(float));
+      return;
+    case EwOp::kRelu:
+      return unary.template operator()<Un::kRelu>();
+    case EwOp::kTanh:
+      return unary.template operator()<Un::kTanh>();
+    case EwOp::kExp:
+      return unary.template operator()<Un::kExp>();
+    case EwOp::kLog:
+      return unary.template operator()<Un::kLog>();
+    case EwOp::kSqrt:
+      return unary.template operator()<Un::kSqrt>();
+    case EwOp::kReciprocal:
+      return unary.template operator()<Un::kReciprocal>();
+    case EwOp::kNeg:
+      return unary.template operator()<Un::kNeg>();
+    case EwOp::kAbs:
+      return unary.template operator()<Un::kAbs>();
+    case EwOp::kHardSigmoid:
+      return unary.template operator()<Un::kHardSigmoid>();
+    case EwOp::kHardSwish:
+      return unary.template operator()<Un::kHardSwish>();
+    case EwOp::kLeakyRelu:
+      return unary.template operator()<Un::kLeakyRelu>();
+    case EwOp::kGeluTanh:
+      return unary.template operator()<Un::kGeluTanh>();
+    case EwOp::kSin:
+      return unary.template operator()<Un::kSin>();
+    case EwOp::kCos:
+      return unary.template operator()<Un::kCos>();
+    case EwOp::kFloor:
+      return unary.template operator()<Un::kFloor>();
+    case EwOp::kCeil:
+      return unary.template operator()<Un::kCeil>();
+    case EwOp::kSoftplus:
+      return unary.template operator()<Un::kSoftplus>();
+  }
+}
+
 }  // namespace
+
+StatusOr<bool> run_float32_program(const ops::ElementwiseProgram& p, std::span<const TensorView> in,
+                                   const TensorView& out) {
+  constexpr int kIn = ops::kMaxElementwiseInputs;
+  const int ni = p.num_inputs;
+  if (ni < 1 || ni > kIn || int(in.size()) != ni || p.code.empty() ||
+      p.code.size() > size_t(ops::kMaxElementwiseInstructions) || out.dtype != DType::kFloat32) {
+    return false;
+  }
+  for (const TensorView& v : in) {
+    if (v.dtype != DType::kFloat32) return false;
+  }
+  // Each instruction's broadcast shape, as the reference computes it: the program computes at the
+  // output's shape only where the last one is the output's (else the reference reports it).
+  std::vector<Shape> shapes;
+  for (const TensorView& v : in) shapes.emplace_back(v.shape.begin(), v.shape.end());
+  for (const ops::EwInstruction& ins : p.code) {
+    if (ins.to != DType::kFloat32) return false;
+    Shape s;
+    for (int r : {ins.a, ins.b}) {
+      if (r < 0) continue;
+      const Shape& v = shapes[size_t(r)];
+      if (v.size() > s.size()) s.insert(s.begin(), v.size() - s.size(), 1);
+      for (size_t d = 0; d < v.size(); ++d) {
+        int64_t& o = s[s.size() - v.size() + d];
+        if (o == 1) o = v[d];
+      }
+    }
+    shapes.push_back(std::move(s));
+  }
+  if (!std::equal(shapes.back().begin(), shapes.back().end(), out.shape.begin(), out.shape.end()))
+    return false;
+  std::array<std::span<const int64_t>, kIn> ins_shapes{};
+  for (int k = 0; k < ni; ++k) ins_shapes[size_t(k)] = in[size_t(k)].shape;
+  BroadcastPlan<kIn> plan;
+  if (!make_broadcast_plan<kIn>(out.shape, ins_shapes, &plan).ok()) return false;
+  const float* base[kIn] = {};
+  for (int k = 0; k < ni; ++k) base[k] = in[size_t(k)].as<float>();
+  float* dst = out.as<float>();
+  // Elements [first, first + n) of one output row: operand k at base[k] + off[k], stepping s[k].
+  auto run = [&](int64_t o, const std::array<int64_t, kIn>& off, int64_t n,
+                 const std::array<int64_t, kIn>& s) {
+    constexpr int64_t kChunk = 256;  // registers of a chunk stay in L1: 32 x 1 KB
+    alignas(64) float regs[kIn + ops::kMaxElementwiseInstructions][kChunk];
+    const float* src[kIn + ops::kMaxElementwiseInstructions] = {};
+    const size_t last = p.code.size() - 1;
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      for (int k = 0; k < ni; ++k) {
+        const float* x = base[k] + off[size_t(k)] + i0 * s[size_t(k)];
+        if (s[size_t(k)] == 1) {
+          src[k] = x;
+        } else {
+          for (int64_t i = 0; i < m; ++i) regs[k][i] = x[i * s[size_t(k)]];
+          src[k] = regs[k];
+        }
+      }
+      for (size_t j = 0; j < p.code.size(); ++j) {
+        const ops::EwInstruction& ins = p.code[j];
+        float* y = j == last ? dst + o + i0 : regs[kIn + j];
+        run_instruction_f32(ins, src[ins.a], ins.b >= 0 ? src[ins.b] : nullptr, y, m);
+        src[ni + int(j)] = y;
+      }
+    }
+  };
+  if (plan.dims.size() == 1) {
+    // One row (every operand the output's size or one element): split it over the threads.
+    const std::array<int64_t, kIn> s = plan.strides[0];
+    parallel_chunks(plan.numel, kParallelGrain / 4, [&](int64_t first, int64_t end) {
+      std::array<int64_t, kIn> off{};
+      for (int k = 0; k < kIn; ++k) off[size_t(k)] = first * s[size_t(k)];
+      run(first, off, end - first, s);
+    });
+  } else {
+    for_each_row(plan, run);
+  }
+  return true;
+}
 
 void register_elementwise_kernels(KernelRegistry& r) {
   r.add(OpKind::kAdd, &binary_kernel<OpKind::kAdd, Bin::kAdd, kNumeric>);

@@ -443,8 +443,10 @@ StatusOr<std::unique_ptr<Kernel>> create_pool(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new PoolKernel(pool, std::move(attrs)));
 }
 
-// kiln::Elementwise: each instruction runs the reference kernel of the ONNX op it replaced, into
-// a tensor of its own dtype and broadcast shape, so the fused node rounds as the unfused chain.
+// kiln::Elementwise: float32 programs through run_float32_program (a chunk at a time, each
+// instruction with its op's reference arithmetic); any other program runs each instruction's
+// reference kernel into a tensor of its own dtype and broadcast shape, so the fused node rounds
+// as the unfused chain.
 class ElementwiseKernel final : public Kernel {
  public:
   ElementwiseKernel(ops::ElementwiseProgram p, std::vector<KernelFn> fns)
@@ -457,6 +459,8 @@ class ElementwiseKernel final : public Kernel {
       return invalid_argument("Elementwise: needs " + std::to_string(p_.num_inputs) +
                               " inputs and one output");
     }
+    KILN_ASSIGN_OR_RETURN(bool ran, run_float32_program(p_, in, out[0]));
+    if (ran) return ok_status();
     std::vector<Tensor> results;  // instruction j's result
     results.reserve(p_.code.size());
     auto reg = [&](int r) {
