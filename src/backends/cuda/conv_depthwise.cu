@@ -551,17 +551,6 @@ void launch(const void* x, const void* w, const float* b, void* y, const DwGeome
   }
 }
 
-// The SMs of the current device (the tile kernel sizes its blocks' channel groups by them).
-int current_sms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  return std::max(sms, 1);
-}
-
 // The filter as [kh*kw, C] and the bias in float, uploaded once per engine.
 class DepthwisePrepared final : public PreparedNode {
  public:

@@ -92,13 +92,7 @@ bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, f
         static_cast<const T*>(in[0].data), static_cast<const T*>(z), static_cast<T*>(out.data), n,
         op, alpha, beta);
   };
-  if (t == DType::kFloat32)
-    go(float{});
-  else if (t == DType::kFloat16)
-    go(__half{});
-  else
-    go(__nv_bfloat16{});
-  return true;
+  return visit_dtype<kTF32 | kTF16 | kTBF16>(t, go);
 }
 
 // A binary op of one operand that is the whole output [N, H, ..., W, C] and a gate that broadcasts
@@ -206,14 +200,7 @@ bool launch_channel_broadcast(std::span<const TensorView> in, const TensorView& 
       launch(std::integral_constant<int, 1>{});
     }
   };
-  if (t == DType::kFloat32) {
-    go(float{});
-  } else if (t == DType::kFloat16) {
-    go(__half{});
-  } else {
-    go(__nv_bfloat16{});
-  }
-  return true;
+  return visit_dtype<kTF32 | kTF16 | kTBF16>(t, go);
 }
 
 // A binary op of one operand that is the whole output and a gate constant over the output's
@@ -327,14 +314,7 @@ bool launch_plane_broadcast(std::span<const TensorView> in, const TensorView& ou
       with_vec(std::integral_constant<int, 1>{});
     }
   };
-  if (t == DType::kFloat32) {
-    go(float{});
-  } else if (t == DType::kFloat16) {
-    go(__half{});
-  } else {
-    go(__nv_bfloat16{});
-  }
-  return true;
+  return visit_dtype<kTF32 | kTF16 | kTBF16>(t, go);
 }
 
 enum class Compute { kFloat, kDouble, kInt };

@@ -407,13 +407,7 @@ bool launch_resize_2d(const TensorView& x, const TensorView& y, const ResizeArgs
       launch(std::integral_constant<int, 1>{}, std::false_type{});
     }
   };
-  if (t == DType::kFloat32)
-    go(float{});
-  else if (t == DType::kFloat16)
-    go(__half{});
-  else
-    go(__nv_bfloat16{});
-  return true;
+  return visit_dtype<kTF32 | kTF16 | kTBF16>(t, go);
 }
 
 class ResizeKernel final : public CudaKernel {
