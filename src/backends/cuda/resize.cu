@@ -380,7 +380,9 @@ bool launch_resize_2d(const TensorView& x, const TensorView& y, const ResizeArgs
   g.c = prod(g.wd + 1, a.rank);
   const int64_t n = y.numel();
   if (n == 0 || x.numel() == 0) return false;
-  const bool small = n < (int64_t(1) << 31) && x.numel() < (int64_t(1) << 31);
+  // int32 indices below 2^30 elements: the grid stride (at most grid_for's 2^29 threads) then
+  // overshoots past the last vector without passing 2^31.
+  const bool small = n < (int64_t(1) << 30) && x.numel() < (int64_t(1) << 30);
   auto go = [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = int(16 / sizeof(T));
