@@ -384,6 +384,9 @@ TEST(ResizeOpsKernel, TwoAxesInEveryLayoutAndDtype) {
       {"nearest", "half_pixel", {2, 5, 7, 16}, {1, 0.6f, 2, 1}},         // NHWC, H down
       {"linear", "half_pixel", {2, 4, 9}, {1, 1, 2.5f}},                 // the last axis alone
       {"linear", "asymmetric", {2, 5, 7, 3}, {1, 2, 2, 1}},              // NHWC, 3 channels
+      // More rows than the launch has threads along them (each thread walks several rows).
+      {"linear", "half_pixel", {4, 64, 40, 24}, {1, 1, 2, 2}},
+      {"nearest", "asymmetric", {3, 40, 30, 8}, {1, 2, 2, 1}},
   };
   for (const Case& c : cases) {
     int64_t n = 1;

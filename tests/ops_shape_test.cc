@@ -932,6 +932,11 @@ TEST(ShapeOpsKernel, PadConstantRows) {
       {{2, 3, 5, 7}, {0, 0, 0, 1, 0, 0, 0, 2}, "the last axis only"},
       {{2, 3, 5, 8}, {0, 1, 1, 0, 0, 2, 0, 0}, "C and H, rows kept whole (vector reads)"},
       {{2, 3, 4}, {1, 0, 0, 1, 0, 0}, "batch, C and W merged into rows"},
+      // Rows that do not split into 16-byte vectors (CUDA writes the flattened output): 7
+      // elements a row, rows cropped, and rows shorter than a vector (several per thread).
+      {{2, 4, 5, 5}, {0, 0, 1, 1, 0, 0, 1, 1}, "flattened, H and W by 1"},
+      {{2, 4, 6, 7}, {0, 0, -1, 2, 0, 0, 1, -2}, "flattened, cropping"},
+      {{2, 4, 4, 2}, {0, 0, 0, 1, 0, 0, 0, 1}, "flattened, rows of 4"},
   };
   for (const Case& c : cases) {
     const Tensor x = scrambled_f32(c.x);

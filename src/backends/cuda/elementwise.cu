@@ -3,6 +3,7 @@
 // int64); storage dtypes and the op are runtime codes inside the kernel, for a short compile.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "backends/cuda/broadcast_walk.cuh"
@@ -39,12 +40,21 @@ __global__ void unary_kernel(EwArgs a) {
 
 // Contiguous operands of one float storage type T (float32, float16, bfloat16; the common case
 // between layers): no walk and no per-element dtype switch, and kVec elements per thread through
-// one 16-byte access where the pointers are aligned. Computes in float as the general kernels.
-template <typename T, int kArity>
+// one 16-byte access where the pointers are aligned. Computes in float as the general kernels,
+// float16 and bfloat16 results through unary_op_rounded. kFixed: the kernel is instantiated for
+// the one op kOp, whose switch then folds away (the ops models run standalone: a float16 Relu
+// took 78% of the copy rate with the op a runtime code); otherwise `op` says which.
+template <typename T, int kArity, Op kOp, bool kFixed>
 __global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, float alpha,
                             float beta) {
   constexpr int kVec = 16 / sizeof(T);
   using N = DNum<T>;
+  const Op o = kFixed ? kOp : op;
+  auto f = [&](float a, float b) {
+    if constexpr (kArity == 2) return binary_op<float>(o, a, b);
+    if constexpr (sizeof(T) == 2) return unary_op_rounded(o, a, alpha, beta);
+    return unary_op<float>(o, a, alpha, beta);
+  };
   const int64_t nv = n / kVec;
   KILN_GRID_LOOP(v, nv) {
     uint4 xr = reinterpret_cast<const uint4*>(x)[v], zr{}, out;
@@ -53,19 +63,40 @@ __global__ void flat_kernel(const T* x, const T* z, T* y, int64_t n, Op op, floa
     const T* zs = reinterpret_cast<const T*>(&zr);
     T* os = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      float a = float(N::load(xs[k]));
-      os[k] = N::store(typename N::C(kArity == 2 ? binary_op<float>(op, a, float(N::load(zs[k])))
-                                                 : unary_op<float>(op, a, alpha, beta)));
-    }
+    for (int k = 0; k < kVec; ++k)
+      os[k] = N::store(typename N::C(f(float(N::load(xs[k])), float(N::load(zs[k])))));
     reinterpret_cast<uint4*>(y)[v] = out;
   }
   // The tail past the last whole vector.
   for (int64_t i = nv * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float a = float(N::load(x[i]));
-    y[i] = N::store(typename N::C(kArity == 2 ? binary_op<float>(op, a, float(N::load(z[i])))
-                                              : unary_op<float>(op, a, alpha, beta)));
+    const float b = kArity == 2 ? float(N::load(z[i])) : 0.f;
+    y[i] = N::store(typename N::C(f(float(N::load(x[i])), b)));
+  }
+}
+
+// Calls f(std::integral_constant<Op, k>) where op is one of the ops flat_kernel is instantiated
+// for at this arity, and returns whether it was.
+template <int kArity, typename F>
+bool with_fixed_op(Op op, F&& f) {
+  auto one = [&](auto k) {
+    if (op != decltype(k)::value) return false;
+    f(k);
+    return true;
+  };
+  using O = Op;
+  if constexpr (kArity == 2) {
+    return one(std::integral_constant<O, O::kAdd>{}) || one(std::integral_constant<O, O::kSub>{}) ||
+           one(std::integral_constant<O, O::kMul>{}) || one(std::integral_constant<O, O::kDiv>{});
+  } else {
+    return one(std::integral_constant<O, O::kRelu>{}) ||
+           one(std::integral_constant<O, O::kSigmoid>{}) ||
+           one(std::integral_constant<O, O::kTanh>{}) ||
+           one(std::integral_constant<O, O::kErf>{}) ||
+           one(std::integral_constant<O, O::kGelu>{}) ||
+           one(std::integral_constant<O, O::kGeluTanh>{}) ||
+           one(std::integral_constant<O, O::kHardSwish>{}) ||
+           one(std::integral_constant<O, O::kExp>{});
   }
 }
 
@@ -87,10 +118,16 @@ bool launch_flat(std::span<const TensorView> in, const TensorView& out, Op op, f
   const void* z = kArity == 2 ? in[1].data : nullptr;
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    const int64_t threads = std::max<int64_t>(n / (16 / int64_t(sizeof(T))), 1);
-    flat_kernel<T, kArity><<<grid_for(threads), 256, 0, s>>>(
-        static_cast<const T*>(in[0].data), static_cast<const T*>(z), static_cast<T*>(out.data), n,
-        op, alpha, beta);
+    const unsigned grid = grid_for(std::max<int64_t>(n / (16 / int64_t(sizeof(T))), 1));
+    const auto* xp = static_cast<const T*>(in[0].data);
+    const auto* zp = static_cast<const T*>(z);
+    auto* yp = static_cast<T*>(out.data);
+    const bool fixed = with_fixed_op<kArity>(op, [&](auto k) {
+      flat_kernel<T, kArity, decltype(k)::value, true>
+          <<<grid, 256, 0, s>>>(xp, zp, yp, n, op, alpha, beta);
+    });
+    if (!fixed)
+      flat_kernel<T, kArity, Op::kCopy, false><<<grid, 256, 0, s>>>(xp, zp, yp, n, op, alpha, beta);
   };
   return visit_dtype<kTF32 | kTF16 | kTBF16>(t, go);
 }
@@ -130,26 +167,45 @@ __global__ void channel_broadcast_kernel(const T* __restrict__ x, const T* __res
   }
 }
 
+// A float binary op's operands seen as a full one (the output's shape) and a gate broadcast to
+// it, the gate's dims aligned to the output's from the right (numpy broadcasting).
+struct GateOperands {
+  int full;             // the operand of the output's shape
+  const TensorView* g;  // the other one, of rank 1..r
+  int r;                // the output's rank
+  int64_t dim(int d) const {
+    const int gr = g->rank();
+    return d < r - gr ? int64_t(1) : g->shape[size_t(d - (r - gr))];
+  }
+};
+
+// The GateOperands of in, or nullopt where the operands and the output are not of one float type,
+// the output's rank is below 2, or neither operand has the output's shape.
+std::optional<GateOperands> gate_operands(std::span<const TensorView> in, const TensorView& out) {
+  const DType t = out.dtype;
+  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) return std::nullopt;
+  if (in[0].dtype != t || in[1].dtype != t || out.rank() < 2) return std::nullopt;
+  const auto same = [&](const TensorView& v) {
+    return std::equal(v.shape.begin(), v.shape.end(), out.shape.begin(), out.shape.end());
+  };
+  const int full = same(in[0]) ? 0 : same(in[1]) ? 1 : -1;
+  if (full < 0) return std::nullopt;
+  const TensorView& g = in[size_t(1 - full)];
+  if (g.rank() < 1 || g.rank() > out.rank()) return std::nullopt;
+  return GateOperands{full, &g, out.rank()};
+}
+
 // channel_broadcast_kernel where it applies (both operands and the output of one float type,
 // output rank >= 2, one operand of the output's shape, the other of the gate's); false (nothing
 // launched) otherwise.
 bool launch_channel_broadcast(std::span<const TensorView> in, const TensorView& out, Op op,
                               cudaStream_t s) {
+  const std::optional<GateOperands> ops = gate_operands(in, out);
+  if (!ops) return false;
   const DType t = out.dtype;
-  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) return false;
-  if (in[0].dtype != t || in[1].dtype != t || out.rank() < 2) return false;
-  const auto same = [&](const TensorView& v) {
-    return std::equal(v.shape.begin(), v.shape.end(), out.shape.begin(), out.shape.end());
-  };
-  const int full = same(in[0]) ? 0 : same(in[1]) ? 1 : -1;
-  if (full < 0) return false;
-  // The gate's dims, aligned to the output's from the right (numpy broadcasting).
-  const TensorView& g = in[1 - full];
-  const int r = out.rank(), gr = g.rank();
-  if (gr < 1 || gr > r) return false;
-  const auto gate_dim = [&](int d) {
-    return d < r - gr ? int64_t(1) : g.shape[size_t(d - (r - gr))];
-  };
+  const int full = ops->full, r = ops->r;
+  const TensorView& g = *ops->g;
+  const auto gate_dim = [&](int d) { return ops->dim(d); };
   // A gate of the output's trailing dims after leading ones ([1, S, E] onto [B, S, E]: ViT's
   // position embedding, 105 us at batch 64 on the general walk) repeats with the period of its
   // size: the per-channel case with c the whole period.
@@ -253,20 +309,12 @@ __global__ void plane_broadcast_kernel(const T* __restrict__ x, const T* __restr
 // launch_channel_broadcast's.
 bool launch_plane_broadcast(std::span<const TensorView> in, const TensorView& out, Op op, int sms,
                             cudaStream_t s) {
+  const std::optional<GateOperands> ops = gate_operands(in, out);
+  if (!ops) return false;
   const DType t = out.dtype;
-  if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16) return false;
-  if (in[0].dtype != t || in[1].dtype != t || out.rank() < 2) return false;
-  const auto same = [&](const TensorView& v) {
-    return std::equal(v.shape.begin(), v.shape.end(), out.shape.begin(), out.shape.end());
-  };
-  const int full = same(in[0]) ? 0 : same(in[1]) ? 1 : -1;
-  if (full < 0) return false;
-  const TensorView& g = in[1 - full];
-  const int r = out.rank(), gr = g.rank();
-  if (gr > r) return false;
-  const auto gate_dim = [&](int d) {
-    return d < r - gr ? int64_t(1) : g.shape[size_t(d - (r - gr))];
-  };
+  const int full = ops->full, r = ops->r;
+  const TensorView& g = *ops->g;
+  const auto gate_dim = [&](int d) { return ops->dim(d); };
   // b: the gate's last axis of more than one element; the plane is the output's axes after it.
   int b = r - 1;
   while (b >= 0 && gate_dim(b) == 1) --b;

@@ -340,8 +340,6 @@ __device__ __forceinline__ unsigned short kiln_f2h(float f) { unsigned short h; 
 __device__ __forceinline__ float kiln_b2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
 __device__ __forceinline__ unsigned short kiln_f2b(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 struct KilnArgs { const void* in[8]; int kind[8]; int mod[8]; void* out; int vecs; };
-// 1 / (1 + e^-x): 0 where e^-x overflows to infinity, 1 where it underflows.
-__device__ __forceinline__ float kiln_fast_sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 )";
 static_assert(kMaxIn == 8, "the generated KilnArgs holds 8 inputs");
 
@@ -407,17 +405,15 @@ std::pair<std::string, std::string> jit_source(const ops::ElementwiseProgram& ew
   for (size_t j = 0; j < ew.code.size(); ++j) {
     const ops::EwInstruction& ins = ew.code[j];
     const std::string op = "kb::Op(" + std::to_string(int(cuda_op(ins.op))) + ")";
-    // A step that rounds to float16 or bfloat16 takes exp and sigmoid from the hardware's
-    // approximations (a few ulp of float, far below the 2^-11 the rounding adds): the precise
-    // forms cost more instructions than the vector's memory traffic takes (SwiGLU's x *
-    // sigmoid(x)).
+    // A step that rounds to float16 or bfloat16 takes exp, sigmoid and tanh-GELU from the
+    // hardware's approximations (unary_op_rounded): the precise forms cost more instructions
+    // than the vector's memory traffic takes (SwiGLU's x * sigmoid(x)).
     const bool fast = ins.to == DType::kFloat16 || ins.to == DType::kBFloat16;
-    std::string e = ops::ew_is_binary(ins.op)
-                        ? "kb::binary_op<float>(" + op + ", " + reg(ins.a) + ", " + reg(ins.b) + ")"
-                        : "kb::unary_op<float>(" + op + ", " + reg(ins.a) + ", " +
-                              float_bits(ins.alpha) + ", " + float_bits(ins.beta) + ")";
-    if (fast && ins.op == ops::EwOp::kSigmoid) e = "kiln_fast_sigmoid(" + reg(ins.a) + ")";
-    if (fast && ins.op == ops::EwOp::kExp) e = "__expf(" + reg(ins.a) + ")";
+    const std::string e =
+        ops::ew_is_binary(ins.op)
+            ? "kb::binary_op<float>(" + op + ", " + reg(ins.a) + ", " + reg(ins.b) + ")"
+            : std::string(fast ? "kb::unary_op_rounded(" : "kb::unary_op<float>(") + op + ", " +
+                  reg(ins.a) + ", " + float_bits(ins.alpha) + ", " + float_bits(ins.beta) + ")";
     body += "      const float r" + std::to_string(j) + " = " + jit_round(ins.to, e) + ";\n";
   }
   const std::string last = "r" + std::to_string(ew.code.size() - 1);

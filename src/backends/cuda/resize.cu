@@ -274,80 +274,102 @@ __global__ void resize_kernel(const void* x, void* y, ResizeArgs a, int64_t n) {
 }
 
 // The resize of at most two axes (hd < wd; hd = -1 when only wd changes) in nearest or linear
-// mode, every other axis a copy: the tensor seen as [A, H, B, W, C]. A thread writes kV
-// consecutive output elements: kV channels of one (h, w) where C is a multiple of kV (one 16-byte
-// access a tap: channels-last images), or kV neighbours along W where C = 1 (NCHW). The taps come
-// from resize_taps (the general kernel's double arithmetic) and are summed in its order, so the
-// results are its bits. The general kernel walks every axis with int64 divisions and its per-axis
-// arrays in local memory: a x2 upsampling of [8, 128, 128, 128] float16 took 2.2 ms (nearest) and
-// 4.0 ms (linear) on an H200, 2% of its copy bandwidth.
+// mode, every other axis a copy: the tensor seen as [A, H, B, W, C], the output as rows (a, oh, b)
+// of Wo * C elements. A thread owns kV consecutive elements of a row: kV channels of one w where C
+// is a multiple of kV (one 16-byte access a tap: channels-last images), or kV neighbours along W
+// where C = 1 (NCHW). It works out their W taps once and walks the rows (blockDim.y rows a block,
+// grid-stride), each row's H taps being the same for its whole warp. The taps come from
+// resize_taps (the general kernel's double arithmetic) and are summed in its order with its float
+// weights, so the results are its bits. The general kernel walks every axis with int64 divisions
+// and its per-axis arrays in local memory: a x2 upsampling of [8, 128, 128, 128] float16 took
+// 2.2 ms (nearest) and 4.0 ms (linear) on an H200, 2% of its copy bandwidth; this kernel's first
+// form, taps recomputed for every output, still took 1.06 ms.
 struct Resize2d {
   int hd, wd;
   int64_t hi, ho, b, wi, wo, c;  // the input's and output's H and W; B and C; A follows from n
 };
 
+// Up to two taps of one output coordinate on one axis: offsets (elements), float weights and
+// whether each weight is zero (the reference skips those taps).
+template <typename I>
+struct Taps2 {
+  I off[2];
+  float w[2];
+  bool zero[2];
+  int k;
+};
+
+template <typename I>
+__device__ __forceinline__ Taps2<I> taps2(const ResizeArgs& a, int d, int64_t o) {
+  int64_t off[4] = {};
+  double w[4] = {};
+  Taps2<I> t{};
+  t.k = resize_taps(a, d, o, off, w);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) t.off[j] = I(off[j]), t.w[j] = float(w[j]), t.zero[j] = w[j] == 0;
+  return t;
+}
+
 template <typename T, typename I, int kV, bool kAlongW>
-__global__ void resize_2d_kernel(const T* __restrict__ x, T* __restrict__ y, ResizeArgs a,
-                                 Resize2d g, I vectors) {
+__global__ void __launch_bounds__(256, 3)
+    resize_2d_kernel(const T* __restrict__ x, T* __restrict__ y, ResizeArgs a, Resize2d g, I rows,
+                     I cols) {
   using N = DNum<T>;
   struct alignas(sizeof(T) * kV) Pack {
     T v[kV];
   };
   constexpr int kW = kAlongW ? kV : 1;  // separate W taps a thread
-  for (I v = I(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
-       v += I(gridDim.x) * blockDim.x) {
-    const I e = v * kV;
+  const I row_len = I(g.wo) * I(g.c);
+  for (I col = I(blockIdx.x) * blockDim.x + threadIdx.x; col < cols;
+       col += I(gridDim.x) * blockDim.x) {
+    const I e = col * kV;
     const I c = e % I(g.c);
-    I r = e / I(g.c);
-    const I ow = r % I(g.wo);
-    r /= I(g.wo);
-    const I bi = r % I(g.b);
-    r /= I(g.b);
-    const I oh = r % I(g.ho);
-    const I an = r / I(g.ho);
-    int64_t offh[4], offw[kW][4];
-    double wh[4], ww[kW][4];
-    int kh = 1;
-    if (g.hd >= 0) {
-      kh = resize_taps(a, g.hd, oh, offh, wh);
-    } else {
-      offh[0] = 0, wh[0] = 1;
-    }
-    int kw[kW];
+    const I ow = e / I(g.c);
+    Taps2<I> tw[kW];
 #pragma unroll
-    for (int j = 0; j < kW; ++j) kw[j] = resize_taps(a, g.wd, int64_t(ow) + j, offw[j], ww[j]);
-    const int64_t base = (int64_t(an) * g.hi * g.b + int64_t(bi)) * g.wi * g.c + int64_t(c);
-    Pack out;
+    for (int j = 0; j < kW; ++j) tw[j] = taps2<I>(a, g.wd, int64_t(ow) + j);
+    for (I r = I(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += I(gridDim.y) * blockDim.y) {
+      const I bi = r % I(g.b);
+      const I q = r / I(g.b);
+      const I oh = q % I(g.ho);
+      const I an = q / I(g.ho);
+      Taps2<I> th{};
+      if (g.hd >= 0) {
+        th = taps2<I>(a, g.hd, oh);
+      } else {
+        th.k = 1, th.w[0] = 1;
+      }
+      const T* src = x + ((I(an) * I(g.hi) * I(g.b) + bi) * I(g.wi) * I(g.c) + c);
+      Pack out;
 #pragma unroll
-    for (int j = 0; j < kW; ++j) {
-      float acc[kAlongW ? 1 : kV] = {};
-      // At most two taps an axis (nearest 1, linear 2), unrolled so the tap arrays stay in
-      // registers.
+      for (int j = 0; j < kW; ++j) {
+        float acc[kAlongW ? 1 : kV] = {};
+        // At most two taps an axis (nearest 1, linear 2), unrolled so the taps stay in registers.
 #pragma unroll
-      for (int th = 0; th < 2; ++th) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int tw = 0; tw < 2; ++tw) {
-          if (th >= kh || tw >= kw[j]) continue;
-          if (wh[th] == 0 || ww[j][tw] == 0) continue;  // the reference skips zero weights
-          const float w = float(ww[j][tw]) * float(wh[th]);
-          const T* src = x + base + offh[th] + offw[j][tw];
-          if constexpr (kAlongW) {
-            acc[0] += w * float(N::load(*src));
-          } else {
-            const Pack p = *reinterpret_cast<const Pack*>(src);
+          for (int w = 0; w < 2; ++w) {
+            if (h >= th.k || w >= tw[j].k || th.zero[h] || tw[j].zero[w]) continue;
+            const float wt = tw[j].w[w] * th.w[h];
+            const T* p = src + th.off[h] + tw[j].off[w];
+            if constexpr (kAlongW) {
+              acc[0] += wt * float(N::load(*p));
+            } else {
+              const Pack v = *reinterpret_cast<const Pack*>(p);
 #pragma unroll
-            for (int k = 0; k < kV; ++k) acc[k] += w * float(N::load(p.v[k]));
+              for (int k = 0; k < kV; ++k) acc[k] += wt * float(N::load(v.v[k]));
+            }
           }
         }
-      }
-      if constexpr (kAlongW) {
-        out.v[j] = N::store(typename N::C(acc[0]));
-      } else {
+        if constexpr (kAlongW) {
+          out.v[j] = N::store(typename N::C(acc[0]));
+        } else {
 #pragma unroll
-        for (int k = 0; k < kV; ++k) out.v[k] = N::store(typename N::C(acc[k]));
+          for (int k = 0; k < kV; ++k) out.v[k] = N::store(typename N::C(acc[k]));
+        }
       }
+      *reinterpret_cast<Pack*>(y + (r * row_len + e)) = out;
     }
-    *reinterpret_cast<Pack*>(y + e) = out;
   }
 }
 
@@ -380,8 +402,9 @@ bool launch_resize_2d(const TensorView& x, const TensorView& y, const ResizeArgs
   g.c = prod(g.wd + 1, a.rank);
   const int64_t n = y.numel();
   if (n == 0 || x.numel() == 0) return false;
-  // int32 indices below 2^30 elements: the grid stride (at most grid_for's 2^29 threads) then
-  // overshoots past the last vector without passing 2^31.
+  const int64_t rows = n / (g.wo * g.c);
+  // int32 indices below 2^30 elements: a grid-stride step then overshoots the last row or column
+  // without passing 2^31.
   const bool small = n < (int64_t(1) << 30) && x.numel() < (int64_t(1) << 30);
   auto go = [&](auto tag) {
     using T = decltype(tag);
@@ -391,13 +414,20 @@ bool launch_resize_2d(const TensorView& x, const TensorView& y, const ResizeArgs
     auto launch = [&](auto vec, auto along_w) {
       constexpr int kV = decltype(vec)::value;
       constexpr bool kAlong = decltype(along_w)::value;
-      const int64_t vectors = n / kV;
+      const int64_t cols = g.wo * g.c / kV;
+      // A warp's lanes share a row: blocks of 256 threads, bx of them along the row.
+      const int bx = int(std::min<int64_t>(256, (cols + 31) / 32 * 32));
+      const int by = 256 / bx;
+      const int64_t gx = std::min<int64_t>((cols + bx - 1) / bx, 65535);
+      const int64_t want = std::max<int64_t>(1, int64_t(current_sms()) * 8 / gx);
+      const int64_t gy =
+          std::clamp<int64_t>((rows + by - 1) / by, 1, std::min<int64_t>(want, 65535));
+      const dim3 grid{unsigned(gx), unsigned(gy)}, block{unsigned(bx), unsigned(by)};
       if (small) {
         resize_2d_kernel<T, int32_t, kV, kAlong>
-            <<<grid_for(vectors), 256, 0, s>>>(xp, yp, a, g, int32_t(vectors));
+            <<<grid, block, 0, s>>>(xp, yp, a, g, int32_t(rows), int32_t(cols));
       } else {
-        resize_2d_kernel<T, int64_t, kV, kAlong>
-            <<<grid_for(vectors), 256, 0, s>>>(xp, yp, a, g, vectors);
+        resize_2d_kernel<T, int64_t, kV, kAlong><<<grid, block, 0, s>>>(xp, yp, a, g, rows, cols);
       }
     };
     const bool aligned = aligned16(x.data) && aligned16(y.data);

@@ -152,6 +152,22 @@ struct PadRowsArgs {
   int32_t in_w, begin_w;       // the rows' axis
 };
 
+// The input row output row `row` reads, and whether it has one (inside; 0 is returned where not).
+// The merged outer axes only: an NCHW pad of H and W has two (N*C and H).
+__device__ __forceinline__ uint32_t pad_source_row(const PadRowsArgs& a, uint32_t row,
+                                                   bool& inside) {
+  uint32_t src_row = 0;
+  inside = true;
+  for (int d = a.axes - 1; d >= 0; --d) {
+    const uint32_t q = fast_div(row, a.out_dims[d]);
+    const int32_t c = int32_t(row - q * a.out_dims[d].d) - a.begin[d];
+    row = q;
+    inside = inside && uint32_t(c) < a.in_dims[d];
+    src_row += uint32_t(c) * a.in_rows[d];  // wraps where outside; used only inside
+  }
+  return inside ? src_row : 0u;
+}
+
 // Constant Pad (NCHW's 1-pixel border: [64,96,56,56] fp16 took 209 us through the per-axis map, 12%
 // of the H200's copy bandwidth, for a division per axis and element). Each thread writes kC
 // adjacent elements of one output row, found with magic-number divisions once per vector: the
@@ -166,19 +182,10 @@ __global__ void pad_rows_kernel(const E* __restrict__ in, E* __restrict__ out, c
   const E f = fill_ptr ? *fill_ptr : fill;
   // total < 2^30 and the grid has at most 2^29 threads: i + stride stays below 2^31.
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    uint32_t row = fast_div(i, a.chunks);
+    const uint32_t row = fast_div(i, a.chunks);
     const int32_t j = int32_t(i - row * a.chunks.d) * kC - a.begin_w;  // source of the first
-    uint32_t src_row = 0;
-    bool inside = true;
-    // The merged outer axes only: an NCHW pad of H and W has two (N*C and H).
-    for (int d = a.axes - 1; d >= 0; --d) {
-      const uint32_t q = fast_div(row, a.out_dims[d]);
-      const int32_t c = int32_t(row - q * a.out_dims[d].d) - a.begin[d];
-      row = q;
-      inside = inside && uint32_t(c) < a.in_dims[d];
-      src_row += uint32_t(c) * a.in_rows[d];  // wraps where outside; used only inside
-    }
-    const E* src = in + (inside ? src_row * uint32_t(a.in_w) : 0u);
+    bool inside;
+    const E* src = in + pad_source_row(a, row, inside) * uint32_t(a.in_w);
     Pack p;
     if constexpr (kVecRead) {
       if (inside && uint32_t(j) < uint32_t(a.in_w)) {
@@ -193,6 +200,38 @@ __global__ void pad_rows_kernel(const E* __restrict__ in, E* __restrict__ out, c
         const int32_t s = j + k;
         p.v[k] = inside && uint32_t(s) < uint32_t(a.in_w) ? src[s] : f;
       }
+    }
+    reinterpret_cast<Pack*>(out)[i] = p;
+  }
+}
+
+// pad_rows_kernel's form for rows that do not split into 16-byte vectors (the 58-element rows of
+// a 56-pixel NCHW image padded by one: float16 went 4 bytes a thread, 52% of the copy rate): a
+// thread writes 16 bytes of the flattened output (out_w.d * rows of them, a multiple of kC),
+// starting wherever they fall in a row and moving to the next row's source where they cross one.
+// The reads are element by element.
+template <typename E, int kC>
+__global__ void pad_flat_kernel(const E* __restrict__ in, E* __restrict__ out, const E* fill_ptr,
+                                E fill, PadRowsArgs a, FastDiv out_w, uint32_t total) {
+  struct alignas(sizeof(E) * kC) Pack {
+    E v[kC];
+  };
+  const E f = fill_ptr ? *fill_ptr : fill;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    uint32_t row = fast_div(i * kC, out_w);
+    uint32_t col = i * kC - row * out_w.d;
+    bool inside;
+    const E* src = in + pad_source_row(a, row, inside) * uint32_t(a.in_w);
+    Pack p;
+#pragma unroll
+    for (int k = 0; k < kC; ++k) {
+      if (col == out_w.d) {
+        col = 0;
+        src = in + pad_source_row(a, ++row, inside) * uint32_t(a.in_w);
+      }
+      const int32_t s = int32_t(col) - a.begin_w;
+      p.v[k] = inside && uint32_t(s) < uint32_t(a.in_w) ? src[s] : f;
+      ++col;
     }
     reinterpret_cast<Pack*>(out)[i] = p;
   }
@@ -273,6 +312,17 @@ Status launch_pad_rows(const TensorView& x, const TensorView& y, std::span<const
         };
         constexpr int kMax = int(16 / sizeof(E));
         if (go(std::integral_constant<int, kMax>{})) return;
+        // Rows that do not split into 16-byte vectors: the flattened output does unless the
+        // half-width row vectors can read whole vectors too.
+        constexpr int kHalf = kMax / 2 > 0 ? kMax / 2 : 1;
+        const bool half_reads = out_w % kHalf == 0 && a.in_w % kHalf == 0 &&
+                                a.begin_w % kHalf == 0 && xa % (sizeof(E) * kHalf) == 0;
+        if (kMax > 1 && !half_reads && total_elems % kMax == 0 && ya % 16 == 0) {
+          const uint32_t total = uint32_t(total_elems / kMax);
+          pad_flat_kernel<E, kMax><<<grid_for(total), kBlock, 0, s>>>(
+              src, dst, f, fill, a, make_fast_div(uint32_t(out_w)), total);
+          return;
+        }
         if constexpr (kMax >= 4) {
           if (go(std::integral_constant<int, kMax / 2>{})) return;
         }
