@@ -96,6 +96,11 @@ def cases():
         lambda dt: ([helper.make_node("Add", ["x", "m"], ["a"]), helper.make_node("Softmax", ["a"], ["y"], axis=-1)],
                     [("x", [32, 12, 128, 128], None), ("m", [32, 1, 1, 128], None)],
                     [("y", [32, 12, 128, 128], None)], [], 17))
+    # Both run as one kiln::BiasSoftmax layer (fuse_bias_softmax): the mask is read in the
+    # softmax's pass instead of an Add writing the scores first.
+    add("Softmax(x + mask [1,1,S,S])", "softmax", "GPT-2 causal scores b32",
+        lambda dt: ([helper.make_node("Add", ["x", "m"], ["a"]), helper.make_node("Softmax", ["a"], ["y"], axis=-1)],
+                    [("x", scores, None)], [("y", scores, None)], [weight("m", [1, 1, 256, 256], dt)], 17))
     add("LayerNorm 768", "norm", "ViT-B/16 b64",
         lambda dt: ([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)],
                     [("x", vit, None)], [("y", vit, None)], [weight("s", [768], dt), weight("b", [768], dt)], 17))

@@ -42,6 +42,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"canonicalize", builder::canonicalize},
       {"fold_batch_norm", builder::fold_batch_norm},
       {"fuse_attention", builder::fuse_attention},
+      {"fuse_bias_softmax", builder::fuse_bias_softmax},
       {"pack_attention", builder::pack_attention},
       {"fuse_matmul_bias", builder::fuse_matmul_bias},
       {"fuse_norm", builder::fuse_norm},

@@ -26,6 +26,7 @@ bool accumulates_in_float(OpKind k) {
   switch (k) {
     case OpKind::kSoftmax:
     case OpKind::kLogSoftmax:
+    case OpKind::kBiasSoftmax:
     case OpKind::kLayerNormalization:
     case OpKind::kRMSNormalization:
     case OpKind::kGroupNormalization:

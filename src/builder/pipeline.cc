@@ -35,10 +35,11 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"patchify_conv", patchify_conv, kAll},        // patch-embedding Conv -> GEMM
       {"fuse_conv_activation", fuse_conv_activation, kAll},  // Conv [+ residual] [+ activation]
       {"fuse_norm", fuse_norm, kAll},                        // LayerNorm/RMSNorm written out -> op
-      {"fuse_rotary", fuse_rotary, kAll},         // x*cos + rotate_half(x)*sin -> RotaryEmbedding
-      {"fuse_attention", fuse_attention, kAll},   // CPU, CUDA FP16/BF16: attention -> Attention
-      {"unflatten_gemm", unflatten_gemm, kCuda},  // Gemm on x.view(-1, K) -> MatMul
-      {"fuse_matmul_bias", fuse_matmul_bias, kAll},   // MatMul [+ bias] + activation
+      {"fuse_rotary", fuse_rotary, kAll},        // x*cos + rotate_half(x)*sin -> RotaryEmbedding
+      {"fuse_attention", fuse_attention, kAll},  // CPU, CUDA FP16/BF16: attention -> Attention
+      {"fuse_bias_softmax", fuse_bias_softmax, kAll},  // Softmax(x + mask) -> one pass
+      {"unflatten_gemm", unflatten_gemm, kCuda},       // Gemm on x.view(-1, K) -> MatMul
+      {"fuse_matmul_bias", fuse_matmul_bias, kAll},    // MatMul [+ bias] + activation
       {"pack_attention", pack_attention, kAll},       // its views read in place (as fuse_attention)
       {"gather_views", gather_views, kCuda},          // copying view chains -> one Gather
       {"assign_precision", assign_precision, kCuda},  // --fp16/--bf16: reduced activations

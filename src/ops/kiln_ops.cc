@@ -15,6 +15,51 @@ namespace {
 
 using ir::Dim;
 
+// kiln::BiasSoftmax(X, B) {axis=-1}: Softmax(Add(X, B), axis) over the last axis, as ONNX
+// Runtime's com.microsoft BiasSoftmax: an attention's scores and their additive mask read in one
+// pass (fuse_bias_softmax makes it). B broadcasts to X without growing it (B's rank at most X's,
+// each of its dims 1 or X's, aligned from the right) and has X's float type; Y has X's type and
+// shape. The sum is X's type's (rounded there, as the Add was), so a row whose every element
+// is -inf gives NaN as the unfused graph does. The CPU reference lives in backends/cpu/norm.cc,
+// beside the Softmax row routine it runs.
+Status infer_bias_softmax(InferContext& ctx) {
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (name != "axis") {
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    }
+  }
+  const DType t = ctx.input_dtype(0);
+  if (!is_float(t) || ctx.input_dtype(1) != t) {
+    return ctx.error(StatusCode::kInvalidModel, "X and B must be of one float type, not " +
+                                                    std::string(dtype_name(t)) + " and " +
+                                                    std::string(dtype_name(ctx.input_dtype(1))));
+  }
+  const auto& x = ctx.input_shape(0);
+  const auto& b = ctx.input_shape(1);
+  const int rank = int(x.size());
+  if (rank == 0) return ctx.error(StatusCode::kInvalidModel, "X must have at least one dim");
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrs().get_int("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int a, ctx.normalize_axis(axis, rank, "attribute 'axis'"));
+  if (a != rank - 1) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "axis " + std::to_string(axis) + " is not the last axis");
+  }
+  if (b.size() > x.size()) {
+    return ctx.error(StatusCode::kInvalidModel, "B of rank " + std::to_string(b.size()) +
+                                                    " does not broadcast to X of rank " +
+                                                    std::to_string(rank));
+  }
+  for (size_t d = 0; d < b.size(); ++d) {
+    const Dim& bd = b[d];
+    const Dim& xd = x[x.size() - b.size() + d];
+    if (bd.is_const() && bd.value() == 1) continue;
+    KILN_RETURN_IF_ERROR(ctx.require_equal(
+        bd, xd, "B's dim " + std::to_string(d) + " (1 or X's, B broadcasting to X)"));
+  }
+  ctx.set_output(0, t, x);
+  return ok_status();
+}
+
 // kiln::MatMulBias(A, B, bias?, residual?) {activation="none"}: activation(MatMul(A, B) + bias)
 // + residual, the epilogue fusion of linear layers. bias broadcasts to the MatMul result without
 // growing it; residual (a transformer's skip connection) has the result's shape.
@@ -681,6 +726,10 @@ void register_kiln_ops(OpRegistry& r) {
   // whatever float type its operands hold.
   r.add(OpSchema{OpKind::kSqueezeExcite, 5, 5, 1, 1, &infer_squeeze_excite,
                  OpTraits{.precision = PrecisionClass::kFollow}});
+  // As Softmax: numerically sensitive, follows a float16/bfloat16 X (its kernels compute in float;
+  // assign_precision's accumulates_in_float).
+  r.add(OpSchema{OpKind::kBiasSoftmax, 2, 2, 1, 1, &infer_bias_softmax,
+                 OpTraits{.precision = PrecisionClass::kFloat32, .inputs_required = true}});
 }
 
 }  // namespace kiln::ops

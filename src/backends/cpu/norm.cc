@@ -1,6 +1,6 @@
 // CPU reference kernels of the norm op family: Layer/RMS/Batch(inference)/Instance/Group/Lp/
-// MeanVariance normalization, LRN, Softmax and LogSoftmax. Float types only; float16/bfloat16
-// compute in float, float64 in double.
+// MeanVariance normalization, LRN, Softmax, LogSoftmax and kiln::BiasSoftmax. Float types only;
+// float16/bfloat16 compute in float, float64 in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -212,6 +212,65 @@ Status softmax_impl(const KernelArgs& a, int opset, bool log) {
 
 Status softmax_kernel(const KernelArgs& a, int opset) { return softmax_impl(a, opset, false); }
 Status log_softmax_kernel(const KernelArgs& a, int opset) { return softmax_impl(a, opset, true); }
+
+// kiln::BiasSoftmax(X, B): Softmax(X + B) over the last axis. Each row's sum goes into its output
+// row with the Add kernel's arithmetic (in float for float16/bfloat16, rounded to X's type), then
+// the Softmax kernel's own row routine runs on it in place: the unfused Add and Softmax's bits.
+Status bias_softmax_kernel(const KernelArgs& a) {
+  const TensorView &x = a.in[0], &b = a.in[1], &y = a.out[0];
+  const int rank = x.rank();
+  KILN_ASSIGN_OR_RETURN(int64_t axis, a.attrs.get_int("axis", -1));
+  if (rank == 0 || (axis != -1 && axis != rank - 1)) {
+    return invalid_argument("BiasSoftmax: axis " + std::to_string(axis) +
+                            " is not the last axis of rank " + std::to_string(rank));
+  }
+  if (y.dtype != x.dtype || b.dtype != x.dtype || y.numel() != x.numel()) {
+    return invalid_argument("BiasSoftmax: B and Y must match X's dtype, Y its size");
+  }
+  const int br = b.rank();
+  if (br > rank) return invalid_argument("BiasSoftmax: B has more dims than X");
+  // B's element strides over X's dims (0 where B broadcasts), aligned from the right.
+  std::vector<int64_t> stride(size_t(rank), 0);
+  int64_t s = 1;
+  for (int d = br - 1; d >= 0; --d) {
+    const int64_t bd = b.shape[d], xd = x.shape[rank - br + d];
+    if (bd != 1 && bd != xd) {
+      return invalid_argument("BiasSoftmax: B of shape " + shape_to_string(b.shape) +
+                              " does not broadcast to X of shape " + shape_to_string(x.shape));
+    }
+    stride[size_t(rank - br + d)] = bd == 1 ? 0 : s;
+    s *= bd;
+  }
+  if (x.numel() == 0) return ok_status();
+  const int64_t n = x.shape[rank - 1], rows = x.numel() / n, col = stride[size_t(rank - 1)];
+  return visit_float(x.dtype, "BiasSoftmax", [&](auto tag) {
+    using T = decltype(tag);
+    using N = Num<T>;
+    const T* xp = x.as<const T>();
+    const T* bp = b.as<const T>();
+    T* yp = y.as<T>();
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / n);
+    parallel_chunks(rows, grain, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        int64_t off = 0;
+        for (int64_t d = rank - 2, q = r; d >= 0; --d) {
+          off += (q % x.shape[d]) * stride[size_t(d)];
+          q /= x.shape[d];
+        }
+        const T* xr = xp + r * n;
+        const T* brow = bp + off;
+        T* yr = yp + r * n;
+        for (int64_t j = 0; j < n; ++j) yr[j] = N::store(N::load(xr[j]) + N::load(brow[j * col]));
+        if constexpr (std::is_same_v<T, float>) {
+          softmax_row_f32(yr, yr, n);  // x and y may be one array
+        } else {
+          softmax_outer(yr, yr, 0, n, 1, false);
+        }
+      }
+    });
+    return ok_status();
+  });
+}
 
 // ---------------------------------------------------------------------------------------------
 // LayerNormalization: rows of X[axis:] normalized with two passes (mean, then variance) in double.
@@ -674,6 +733,7 @@ void register_norm_kernels(KernelRegistry& r) {
   r.add(ops::OpKind::kBatchNormalization, &batch_norm_kernel);
   r.add_factory(ops::OpKind::kSoftmax, &make_opset_kernel<&softmax_kernel>);
   r.add_factory(ops::OpKind::kLogSoftmax, &make_opset_kernel<&log_softmax_kernel>);
+  r.add(ops::OpKind::kBiasSoftmax, &bias_softmax_kernel);
   r.add(ops::OpKind::kRMSNormalization, &rms_norm_kernel);
   r.add(ops::OpKind::kInstanceNormalization, &instance_norm_kernel);
   r.add(ops::OpKind::kGroupNormalization, &group_norm_kernel);

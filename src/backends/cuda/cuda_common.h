@@ -222,8 +222,9 @@ void register_conv_depthwise(Registry& r);     // channels-last depthwise FusedC
 void register_conv_graph(Registry& r);         // channels-last FusedConv on cuDNN's graph API
 void register_conv(Registry& r);
 void register_norm(Registry& r);
-void register_data(Registry& r);  // Transpose, Concat, Slice, Gather, ...
-void register_pool(Registry& r);  // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
+void register_bias_softmax(Registry& r);  // kiln::BiasSoftmax (bias_softmax.cu)
+void register_data(Registry& r);          // Transpose, Concat, Slice, Gather, ...
+void register_pool(Registry& r);          // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_squeeze_excite(Registry& r);  // kiln::SqueezeExcite (squeeze_excite.cu)
 void register_channel_norm(
     Registry& r);                  // BatchNormalization, Instance/Group/Lp/MeanVariance norms, LRN
