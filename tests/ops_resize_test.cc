@@ -387,6 +387,8 @@ TEST(ResizeOpsKernel, TwoAxesInEveryLayoutAndDtype) {
       // More rows than the launch has threads along them (each thread walks several rows).
       {"linear", "half_pixel", {4, 64, 40, 24}, {1, 1, 2, 2}},
       {"nearest", "asymmetric", {3, 40, 30, 8}, {1, 2, 2, 1}},
+      {"linear", "half_pixel", {64, 40, 24}, {1, 1, 2}},        // W alone: 2560 planes
+      {"linear", "align_corners", {2, 6, 3, 8}, {1, 2, 1, 2}},  // H and W apart: B = 3
   };
   for (const Case& c : cases) {
     int64_t n = 1;
