@@ -209,7 +209,7 @@ __global__ void pad_rows_kernel(const E* __restrict__ in, E* __restrict__ out, c
 // a 56-pixel NCHW image padded by one: float16 went 4 bytes a thread, 52% of the copy rate): a
 // thread writes 16 bytes of the flattened output (out_w.d * rows of them, a multiple of kC),
 // starting wherever they fall in a row and moving to the next row's source where they cross one.
-// The reads are element by element, all issued after the sources are known.
+// The reads are element by element.
 template <typename E, int kC>
 __global__ void pad_flat_kernel(const E* __restrict__ in, E* __restrict__ out, const E* fill_ptr,
                                 E fill, PadRowsArgs a, FastDiv out_w, uint32_t total) {
@@ -222,8 +222,7 @@ __global__ void pad_flat_kernel(const E* __restrict__ in, E* __restrict__ out, c
     uint32_t col = i * kC - row * out_w.d;
     bool inside;
     const E* src = in + pad_source_row(a, row, inside) * uint32_t(a.in_w);
-    // The sources first, the loads after: kC loads in flight together.
-    const E* from[kC];
+    Pack p;
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
       if (col == out_w.d) {
@@ -231,12 +230,9 @@ __global__ void pad_flat_kernel(const E* __restrict__ in, E* __restrict__ out, c
         src = in + pad_source_row(a, ++row, inside) * uint32_t(a.in_w);
       }
       const int32_t s = int32_t(col) - a.begin_w;
-      from[k] = inside && uint32_t(s) < uint32_t(a.in_w) ? src + s : nullptr;
+      p.v[k] = inside && uint32_t(s) < uint32_t(a.in_w) ? src[s] : f;
       ++col;
     }
-    Pack p;
-#pragma unroll
-    for (int k = 0; k < kC; ++k) p.v[k] = from[k] ? *from[k] : f;
     reinterpret_cast<Pack*>(out)[i] = p;
   }
 }
