@@ -504,6 +504,20 @@ void naive_pool_2d(const PoolSpec& s, const Tensor& x, int64_t c, bool is_max,
   }
 }
 
+// A MaxPool or AveragePool node "pool0" (opset 19) with these windows; the caller adds
+// count_include_pad.
+OpNode pool_node(const std::string& kind, const std::vector<int64_t>& k,
+                 const std::vector<int64_t>& stride, const std::vector<int64_t>& dil,
+                 const std::vector<int64_t>& pads, bool ceil_mode) {
+  return op(kind, 19)
+      .named("pool0")
+      .ints("kernel_shape", k)
+      .ints("strides", stride)
+      .ints("dilations", dil)
+      .ints("pads", pads)
+      .i("ceil_mode", ceil_mode);
+}
+
 void check_pool(const PoolSpec& s, const std::string& label) {
   int64_t c = 3;
   Shape xs = {1, c, s.in[0], s.in[1]};
@@ -511,13 +525,8 @@ void check_pool(const PoolSpec& s, const std::string& label) {
   auto o = pool_out_dims(s);
   Shape ys = {1, c, o[0], o[1]};
   for (bool is_max : {true, false}) {
-    OpNode node = op(is_max ? "MaxPool" : "AveragePool", 19)
-                      .named("pool0")
-                      .ints("kernel_shape", s.k)
-                      .ints("strides", s.stride)
-                      .ints("dilations", s.dil)
-                      .ints("pads", s.pads)
-                      .i("ceil_mode", s.ceil_mode);
+    OpNode node =
+        pool_node(is_max ? "MaxPool" : "AveragePool", s.k, s.stride, s.dil, s.pads, s.ceil_mode);
     if (!is_max) node.i("count_include_pad", s.include_pad);
     auto r = run_case({.node = node, .inputs = {x}, .num_outputs = is_max ? 2 : 1, .label = label});
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
@@ -829,13 +838,7 @@ TEST(PoolKernel, NchwPoolsWithoutIndicesAgainstNaive) {
     for (std::string kind : {"MaxPool", "AveragePool"}) {
       for (bool include_pad : {false, true}) {
         if (kind == "MaxPool" && include_pad) continue;
-        OpNode node = op(kind, 19)
-                          .named("pool0")
-                          .ints("kernel_shape", s.k)
-                          .ints("strides", s.stride)
-                          .ints("dilations", s.dil)
-                          .ints("pads", s.pads)
-                          .i("ceil_mode", s.ceil_mode);
+        OpNode node = pool_node(kind, s.k, s.stride, s.dil, s.pads, s.ceil_mode);
         if (kind == "AveragePool") node.i("count_include_pad", include_pad);
         const std::string l = std::string(label) + " " + kind + (include_pad ? " include pad" : "");
         std::vector<int64_t> idx;

@@ -98,8 +98,6 @@ __global__ void __launch_bounds__(kBlock)
 
 }  // namespace
 
-// Whether this device runs grouped_norm_cluster_kernel: sm_90 or newer, with the kernel's code
-// built for it (a build for older architectures only compiles its body out).
 bool clusters_available() {
   if (current_sm() < 90) return false;
   cudaFuncAttributes fa{};
@@ -110,11 +108,10 @@ bool clusters_available() {
   return fa.ptxVersion >= 90;
 }
 
-// grouped_norm_cluster_kernel over `rows` rows of a.row elements (a.chunk and a.cached left for
-// this to fill): clusters of up to 8 blocks with chunks of at least 64 elements, the most blocks
-// that still run as one wave with their chunks in shared memory (every block loads, then every
-// block writes: a second wave would wait on the first's reductions), else the most blocks.
-// False (nothing launched) where the grid would be too large.
+// The sizing (the contract is the header's): clusters of up to 8 blocks with chunks of at least
+// 64 elements, the most blocks that still run as one wave with their chunks in shared memory
+// (every block loads, then every block writes: a second wave would wait on the first's
+// reductions), else the most blocks.
 template <typename T>
 StatusOr<bool> launch_grouped_norm_cluster(const T* x, T* y, ClusterNormArgs a, int64_t rows,
                                            cudaStream_t s) {
