@@ -15,19 +15,6 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 256;
 
-struct SumOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-struct MaxOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;
-  }
-};
-
 // Where each row's bias starts: X's leading dims, merged where B's strides allow ([N, 1, 1, T]
 // over [N, H, S, T] is [N, H*S] of strides [T, 0]), B's element strides over them (0 where B
 // broadcasts) and B's stride along the row (1, or 0 for a B of one column).
@@ -75,11 +62,12 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       v[i][e] = c < nv ? float(biased(h[e], g[e])) : -INFINITY;
-      m = MaxOp()(m, v[i][e]);
+      m = NanMaxReduce()(m, v[i][e]);
     }
   }
 #pragma unroll
-  for (int o = kLanes / 2; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = kLanes / 2; o > 0; o >>= 1)
+    m = NanMaxReduce()(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = 0;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
@@ -122,9 +110,9 @@ __global__ void bias_softmax_warp_kernel(const T* x, const T* b, T* y, int64_t r
   for (int k = 0; k < kPer; ++k) {
     const int j = lane + 32 * k;
     v[k] = j < n ? float(biased(xr[j], bb[j * br.col])) : -INFINITY;
-    m = MaxOp()(m, v[k]);
+    m = NanMaxReduce()(m, v[k]);
   }
-  for (int o = 16; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = 16; o > 0; o >>= 1) m = NanMaxReduce()(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = 0;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -152,12 +140,12 @@ __global__ void bias_softmax_block_kernel(const T* x, const T* b, T* y, int64_t 
   const T* bb = b + br.offset(r);
   C m = C(-INFINITY);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    m = MaxOp()(m, biased(xr[j], bb[j * br.col]));
-  m = block_reduce(m, MaxOp(), sc, C(-INFINITY));
+    m = NanMaxReduce()(m, biased(xr[j], bb[j * br.col]));
+  m = block_reduce(m, NanMaxReduce(), sc, C(-INFINITY));
   double s = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     s += exp(double(biased(xr[j], bb[j * br.col]) - m));
-  s = block_reduce(s, SumOp(), sd, 0.0);
+  s = block_reduce(s, AddReduce(), sd, 0.0);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const C v = biased(xr[j], bb[j * br.col]) - m;
     y[r * n + j] = N::store(C(exp(double(v)) / s));

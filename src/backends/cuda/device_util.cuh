@@ -127,6 +127,21 @@ struct Strided {
   }
 };
 
+// block_reduce's and the warp shuffles' operators: a sum, and a max that keeps a NaN (as the CPU
+// references' std::max chains over a row do not drop one).
+struct AddReduce {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct NanMaxReduce {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
+};
+
 // Reduces v over the block (blockDim.x a multiple of 32, at most 1024; `shared` holds 32 Ts);
 // `identity` fills the lanes of warp 0 beyond the warp count. Every thread gets the result.
 template <typename T, typename F>

@@ -18,19 +18,6 @@ namespace {
 using ops::OpKind;
 constexpr int kBlock = 256;
 
-struct Sum {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-struct MaxOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;
-  }
-};
-
 // Softmax over rows of length n whose elements are `inner` apart; row r starts at
 // (r / inner) * n * inner + r % inner. The max and differences are in C (float, or double for
 // float64), the sum of exponentials in double.
@@ -44,12 +31,12 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t n, int64_t inner, bool 
   int64_t base = (r / inner) * n * inner + r % inner;
   C m = C(-INFINITY);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    m = MaxOp()(m, N::load(x[base + j * inner]));
-  m = block_reduce(m, MaxOp(), sc, C(-INFINITY));
+    m = NanMaxReduce()(m, N::load(x[base + j * inner]));
+  m = block_reduce(m, NanMaxReduce(), sc, C(-INFINITY));
   double s = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     s += exp(double(N::load(x[base + j * inner]) - m));
-  s = block_reduce(s, Sum(), sd, 0.0);
+  s = block_reduce(s, AddReduce(), sd, 0.0);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     C v = N::load(x[base + j * inner]) - m;
     y[base + j * inner] = N::store(C(log_softmax ? double(v) - log(s) : exp(double(v)) / s));
@@ -74,9 +61,9 @@ __global__ void softmax_warp_kernel(const T* x, T* y, int64_t rows, int n, bool 
   for (int k = 0; k < kPer; ++k) {
     const int j = lane + 32 * k;
     v[k] = j < n ? float(N::load(xr[j])) : -INFINITY;
-    m = MaxOp()(m, v[k]);
+    m = NanMaxReduce()(m, v[k]);
   }
-  for (int o = 16; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = 16; o > 0; o >>= 1) m = NanMaxReduce()(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = 0;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -116,11 +103,12 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       v[i][e] = c < nv ? float(N::load(h[e])) : -INFINITY;
-      m = MaxOp()(m, v[i][e]);
+      m = NanMaxReduce()(m, v[i][e]);
     }
   }
 #pragma unroll
-  for (int o = kLanes / 2; o > 0; o >>= 1) m = MaxOp()(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = kLanes / 2; o > 0; o >>= 1)
+    m = NanMaxReduce()(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = 0;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
@@ -208,13 +196,13 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
   const float* row = x + r * n;
   double s = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += row[j];
-  double mean = block_reduce(s, Sum(), sd, 0.0) / double(n);
+  double mean = block_reduce(s, AddReduce(), sd, 0.0) / double(n);
   double v = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double d = row[j] - mean;
     v += d * d;
   }
-  double var = block_reduce(v, Sum(), sd, 0.0) / double(n);
+  double var = block_reduce(v, AddReduce(), sd, 0.0) / double(n);
   double inv = 1.0 / sqrt(var + double(eps));
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double o = (row[j] - mean) * inv;
@@ -245,13 +233,13 @@ __global__ void layer_norm_half_kernel(const T* x, T* y, HalfLayerNormArgs a) {
   const T* row = x + r * n;
   double s = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += DNum<T>::load(row[j]);
-  double mean = block_reduce(s, Sum(), sd, 0.0) / double(n);
+  double mean = block_reduce(s, AddReduce(), sd, 0.0) / double(n);
   double v = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double d = DNum<T>::load(row[j]) - mean;
     v += d * d;
   }
-  double var = block_reduce(v, Sum(), sd, 0.0) / double(n);
+  double var = block_reduce(v, AddReduce(), sd, 0.0) / double(n);
   double inv = 1.0 / sqrt(var + double(a.eps));
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double o = (DNum<T>::load(row[j]) - mean) * inv;
@@ -415,7 +403,7 @@ __global__ void rms_norm_kernel(const void* x, const void* scale, void* y, RmsAr
     double v = load_as<double>(x, a.dtype, base + j);
     s += v * v;
   }
-  s = block_reduce(s, Sum(), sd, 0.0);
+  s = block_reduce(s, AddReduce(), sd, 0.0);
   const double inv = 1.0 / sqrt(s / double(a.n > 0 ? a.n : 1) + a.eps);
   for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) {
     int64_t si = 0, r = j;
