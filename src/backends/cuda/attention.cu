@@ -51,12 +51,6 @@ Status by_float_type(DType t, const std::string& what, F&& f) {
 
 bool float_type_ok(DType t, unsigned set) { return (dtype_bit(t) & set) != 0; }
 
-struct SumOp {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
 struct MaxOp {
   template <typename A>
   __device__ A operator()(A a, A b) const {
@@ -199,7 +193,7 @@ __global__ void attention_kernel(AttnArgs a) {
       sc[jj] = p;
       part += p;
     }
-    sum = sum * alpha + block_reduce(part, SumOp(), red, A(0));
+    sum = sum * alpha + block_reduce(part, AddReduce(), red, A(0));
     for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) {
       A s = acc[d] * alpha;
       for (int jj = 0; jj < n; ++jj) s += sc[jj] * value_at<T>(a, b, kh, c0 + jj, d);

@@ -35,25 +35,13 @@ struct ReduceArgs {
   Red op;
 };
 
-struct AddOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
 struct MulOp {
   template <typename T>
   __device__ T operator()(T a, T b) const {
     return a * b;
   }
 };
-struct MaxNanOp {  // NaN wins
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;
-  }
-};
-struct MinNanOp {
+struct MinNanOp {  // NaN wins, as device_util.cuh's NanMaxReduce
   template <typename T>
   __device__ T operator()(T a, T b) const {
     return (a < b || a != a) ? a : b;
@@ -101,9 +89,9 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
     K best = ident;
     for (int64_t j = threadIdx.x; j < a.red_n; j += blockDim.x) {
       K v = K(at(j));
-      best = op == Red::kMax ? MaxNanOp()(best, v) : MinNanOp()(best, v);
+      best = op == Red::kMax ? NanMaxReduce()(best, v) : MinNanOp()(best, v);
     }
-    best = op == Red::kMax ? block_reduce(best, MaxNanOp(), sk, ident)
+    best = op == Red::kMax ? block_reduce(best, NanMaxReduce(), sk, ident)
                            : block_reduce(best, MinNanOp(), sk, ident);
     if (threadIdx.x == 0) y[o] = N::store(C(best));
   } else if (kFloat || op == Red::kLogSum || op == Red::kLogSumExp) {
@@ -137,7 +125,7 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
       }
     }
     acc = op == Red::kProd ? block_reduce(acc, MulOp(), sd, 1.0)
-                           : block_reduce(acc, AddOp(), sd, 0.0);
+                           : block_reduce(acc, AddReduce(), sd, 0.0);
     if (threadIdx.x == 0) {
       double r = acc;
       if (op == Red::kMean) r = acc / double(a.red_n);
@@ -167,7 +155,7 @@ __global__ void reduce_kernel(const T* x, T* y, ReduceArgs a) {
       }
     }
     acc = op == Red::kProd ? block_reduce(acc, MulOp(), su, uint64_t(1))
-                           : block_reduce(acc, AddOp(), su, uint64_t(0));
+                           : block_reduce(acc, AddReduce(), su, uint64_t(0));
     if (threadIdx.x == 0) {
       int64_t r = int64_t(acc);
       if (op == Red::kMean) r = a.red_n > 0 ? r / a.red_n : 0;
@@ -196,7 +184,7 @@ __global__ void column_reduce_kernel(const T* x, T* y, int64_t inner, int64_t re
     const T* p = x + o * outer_stride + i;
     for (int64_t j = threadIdx.y; j < red_n; j += 8) {
       double v = double(N::load(p[j * red_stride]));
-      acc = sum ? acc + v : op == Red::kMax ? MaxNanOp()(acc, v) : MinNanOp()(acc, v);
+      acc = sum ? acc + v : op == Red::kMax ? NanMaxReduce()(acc, v) : MinNanOp()(acc, v);
     }
   }
   part[threadIdx.y][threadIdx.x] = acc;
@@ -204,7 +192,7 @@ __global__ void column_reduce_kernel(const T* x, T* y, int64_t inner, int64_t re
   if (threadIdx.y != 0 || i >= inner) return;
   for (int k = 1; k < 8; ++k) {
     double v = part[k][threadIdx.x];
-    acc = sum ? acc + v : op == Red::kMax ? MaxNanOp()(acc, v) : MinNanOp()(acc, v);
+    acc = sum ? acc + v : op == Red::kMax ? NanMaxReduce()(acc, v) : MinNanOp()(acc, v);
   }
   if (op == Red::kMean) acc /= double(red_n);
   y[o * inner + i] = N::store(typename N::C(acc));
@@ -238,7 +226,7 @@ __global__ void row_reduce_kernel(const T* __restrict__ x, T* __restrict__ y, in
     if constexpr (kOp == RowOp::kSum) {
       return acc + v;
     } else if constexpr (kOp == RowOp::kMax) {
-      return MaxNanOp()(acc, v);
+      return NanMaxReduce()(acc, v);
     } else {
       return MinNanOp()(acc, v);
     }
