@@ -230,17 +230,6 @@ TEST(Plan, EditedAliasesAreRefused) {
       << loaded.status().message();
 }
 
-// A backend object that is not a real device: the builder only asks it which device it targets,
-// so select_kernels consults that device's implementations in the registry.
-class DeviceStub final : public backends::Backend {
- public:
-  explicit DeviceStub(Device d) : d_(d) {}
-  Device device() const override { return d_; }
-
- private:
-  Device d_;
-};
-
 TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   const backends::KernelRegistry& r = backends::kernel_registry();
   if (!r.has(ops::OpKind::kMatMul, Device::kCUDA)) {
@@ -270,7 +259,7 @@ TEST(Placement, EveryUnplaceableNodeIsListedWithEveryImplementationsReason) {
   g.nodes = {mm, pool};
   g.inputs = {a, b, x};
   g.outputs = {c, y};
-  DeviceStub cuda(Device::kCUDA);
+  testing::DeviceStub cuda(Device::kCUDA);
   auto plan = builder::build_plan(g, 0, BuilderConfig(), cuda);
   ASSERT_FALSE(plan.ok());
   const std::string& m = plan.status().message();

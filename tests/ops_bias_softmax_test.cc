@@ -214,17 +214,6 @@ TEST(BiasSoftmaxEngine, Float32CpuEngineGivesTheUnfusedBits) {
   EXPECT_EQ(e.max_abs, 0.0);
 }
 
-// A backend object that is not a real device: the builder asks it only which device it targets,
-// so a CUDA plan is built here without a GPU (as kernel_registry_test.cc does).
-class DeviceStub final : public backends::Backend {
- public:
-  explicit DeviceStub(Device d) : d_(d) {}
-  Device device() const override { return d_; }
-
- private:
-  Device d_;
-};
-
 // The written-out graph built for CUDA in float32, float16 and bfloat16 data: one layer, the CUDA
 // kernel (its factory accepts each type; a GPU run is the harness's case above).
 TEST(BiasSoftmaxEngine, CudaPlansRunTheFusedKernel) {
@@ -246,7 +235,7 @@ TEST(BiasSoftmaxEngine, CudaPlansRunTheFusedKernel) {
                              "}\n";
     auto g = ir::parse_text(text, {});
     ASSERT_TRUE(g.ok()) << g.status().to_string();
-    DeviceStub cuda(Device::kCUDA);
+    testing::DeviceStub cuda(Device::kCUDA);
     auto plan = builder::build_plan(*g, 0, BuilderConfig(), cuda);
     ASSERT_TRUE(plan.ok()) << dt << ": " << plan.status().to_string();
     ASSERT_EQ(plan->graph.nodes.size(), 1u) << dt;

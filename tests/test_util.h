@@ -83,4 +83,16 @@ StatusOr<std::vector<Tensor>> run_cpu_kernel(const ir::Node& node,
                                              const std::vector<Tensor>& inputs,
                                              const std::vector<std::pair<DType, Shape>>& outputs);
 
+// A backend object that is not a real device: the builder asks it only which device it targets,
+// so select_kernels consults that device's implementations in the registry and a CUDA plan is
+// built without a GPU.
+class DeviceStub final : public backends::Backend {
+ public:
+  explicit DeviceStub(Device d) : d_(d) {}
+  Device device() const override { return d_; }
+
+ private:
+  Device d_;
+};
+
 }  // namespace kiln::testing
