@@ -1,10 +1,10 @@
 // Channels-last depthwise kiln::FusedConv (cuda.FusedConv, conv_depthwise.cu, where CUDA is
 // present; the CPU reference everywhere) against a naive loop in double: MobileNetV3's 3x3 and
 // 5x5 filters at strides 1 and 2, SAME padding, a 7x7 dilated filter with uneven padding (the
-// kernel's generic path), 5x5 and 7x7 filters at stride 1 (the strip kernel; ConvNeXt's 7x7),
-// each activation, float16 and bfloat16 as the precision pass leaves them, a MobileNet-sized
-// layer (8x56x56x72: 1.8 million outputs), and input_activation (the tile kernel's alone). Each
-// tactic that fits a case is forced in turn.
+// kernel's generic path), 3x3 and 5x5 filters at stride 2 and 5x5 and 7x7 at stride 1 (the strip
+// kernel; ConvNeXt's 7x7), each activation, float16 and bfloat16 as the precision pass leaves
+// them, a MobileNet-sized layer (8x56x56x72: 1.8 million outputs), and input_activation (the tile
+// kernel's alone). Each tactic that fits a case is forced in turn.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,6 +80,9 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
       {2, 9, 10, 40, 5, 2, 1, {2, 2, 2, 2}, "NOTSET", "hardswish", true},
       {1, 7, 7, 960, 5, 1, 1, {}, "SAME_UPPER", "hardswish", true},
       {2, 12, 9, 24, 5, 2, 1, {}, "SAME_LOWER", "silu", true},
+      // Stride 2 with uneven pads and odd sizes (the strip's last strip part outside Y).
+      {2, 15, 13, 32, 3, 2, 1, {0, 1, 1, 0}, "NOTSET", "relu", true},
+      {1, 14, 14, 672, 5, 2, 1, {2, 2, 2, 2}, "NOTSET", "hardswish", true},
       {2, 10, 11, 8, 7, 1, 2, {3, 5, 6, 4}, "NOTSET", "none", false},
       {8, 56, 56, 72, 3, 1, 1, {1, 1, 1, 1}, "NOTSET", "relu", true},
       // Stride 1, 5x5 and 7x7: the strip kernel (4 output pixels a thread); widths that are and
@@ -150,14 +153,15 @@ TEST(DepthwiseConvNhwc, EveryShapeAndPrecisionAgainstANaiveLoop) {
     // uneven cases are for this kernel, whose refusal the coverage check below would catch.
     const bool even = pt == pb && pl == pr;
     const bool in_act = z.input_activation != "none";
-    // Each of cuda.FusedConv's tactics that fits, whichever the build timed faster: the strip at
-    // stride 1, the tile at strides 1 and 2 (7x7 at 1), one pixel a thread everywhere but where
-    // an input_activation leaves the tile alone.
+    // Each of cuda.FusedConv's tactics that fits, whichever the build timed faster: the strip and
+    // the tile at strides 1 and 2 (7x7 at 1), one pixel a thread everywhere but where an
+    // input_activation leaves the tile alone.
     const bool square = z.dilation == 1 && (z.k == 3 || z.k == 5 || z.k == 7);
+    const bool strided = square && (z.stride == 1 || (z.stride == 2 && z.k <= 5));
     std::vector<std::string> tactics;
     if (!in_act) tactics.push_back("pixel");
-    if (!in_act && square && z.stride == 1) tactics.push_back("strip4");
-    if (square && (z.stride == 1 || (z.stride == 2 && z.k <= 5))) tactics.push_back("tile");
+    if (!in_act && strided) tactics.push_back("strip4");
+    if (strided) tactics.push_back("tile");
     auto r = run_case({.node = node,
                        .inputs = inputs,
                        .expected = {naive(x, w, z.bias ? &b : nullptr, z, pt, pl, oh, ow)},

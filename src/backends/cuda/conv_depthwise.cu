@@ -19,6 +19,8 @@
 // once and each tap's 8 filter values once for the strip (depthwise_nhwc_strip_kernel). One pixel
 // a thread read each input column 49 times for a 7x7 filter from L1: ConvNeXt-T FP16 at batch 32
 // spent 1,114 us of its 2,461 us of kernels (ncu, H200) in its 18 depthwise layers.
+// The strip takes 3x3 and 5x5 filters at stride 2 too (MobileNet's and EfficientNet's
+// downsampling layers), where one pixel a thread read each input column 9 or 25 times.
 //
 // Both kept EfficientNetV2-S's 3x3 layers at about 0.9 TB/s (ncu, H200, batch 32: 1,455 us in 30
 // layers). The tile kernel (depthwise_nhwc_tile_kernel) stages each block's input in shared
@@ -145,18 +147,25 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
   }
 }
 
-// Stride 1, dilation 1, a K x K filter: kStrip output pixels of one row a thread (8 channels
-// each). Per filter row, the kStrip + K - 1 input columns the strip reads are loaded and converted
-// once (zero outside the image: the tap then adds x * w = 0); each tap's filter values once. The
-// taps accumulate in the order the one-pixel kernel uses, in float; Y is rounded once.
+// Stride S (1 or 2), dilation 1, a K x K filter: kStrip output pixels of one row a thread (8
+// channels each). Per filter row, the (kStrip - 1) * S + K input columns the strip reads are
+// loaded and converted once (zero outside the image: the tap then adds x * w = 0); each tap's
+// filter values once. The taps accumulate in the order the one-pixel kernel uses, in float; Y is
+// rounded once. At stride 2 a strip loads 2.25 (3x3) or 2.75 (5x5) input columns a filter row and
+// output pixel where one pixel a thread loads 3 or 5. In a micro-benchmark on the H200 (batch 64,
+// .gpu_models/micro/dw.cu, git-ignored) a strip form with its rows unrolled and its filter in float
+// took 44.7 us against 55.6 for one pixel a thread on MobileNetV3-Large's 64x112x112 3x3 layer and
+// 26.3 against 36.2 on its 72x56x56 5x5 one; this kernel (one filter row at a time) is timed
+// against the others at build time, and in MobileNetV3-Large FP16 at batch 64 the builder took it
+// for the 5x5 layer alone (the engine: 1.241 ms, 1.242 before).
 constexpr int kStrip = 4;
 constexpr int kStripBlock = 128;
 
-template <typename T, int K>
+template <typename T, int K, int S>
 __global__ void __launch_bounds__(kStripBlock)
     depthwise_nhwc_strip_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                 const float* __restrict__ bias, T* __restrict__ y, DwGeometry g) {
-  constexpr int kCols = kStrip + K - 1;
+  constexpr int kCols = (kStrip - 1) * S + K;
   const int64_t c = int64_t(g.c8) * 8;
   const int strips = (g.ow + kStrip - 1) / kStrip;
   const int64_t total = g.n * g.oh * strips * g.c8;
@@ -178,13 +187,13 @@ __global__ void __launch_bounds__(kStripBlock)
     const T* wc = w + cg * 8;
 #pragma unroll 1
     for (int a = 0; a < K; ++a) {
-      const int ih = oh - g.pt + a;
+      const int ih = oh * S - g.pt + a;
       if (unsigned(ih) >= unsigned(g.h)) continue;
       const T* row = xc + int64_t(ih) * g.w * c;
       float win[kCols][8];
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        const int iw = ow0 - g.pl + j;
+        const int iw = ow0 * S - g.pl + j;
         const uint4 raw = unsigned(iw) < unsigned(g.w)
                               ? __ldg(reinterpret_cast<const uint4*>(row + int64_t(iw) * c))
                               : make_uint4(0, 0, 0, 0);
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(kStripBlock)
 #pragma unroll
         for (int t = 0; t < kStrip; ++t) {
 #pragma unroll
-          for (int k = 0; k < 8; ++k) acc[t][k] = fmaf(win[t + b][k], wv[k], acc[t][k]);
+          for (int k = 0; k < 8; ++k) acc[t][k] = fmaf(win[t * S + b][k], wv[k], acc[t][k]);
         }
       }
     }
@@ -405,9 +414,9 @@ __global__ void __launch_bounds__(kTileLanes* kTileMaxGroups)
   }
 }
 
-// The tactics. "pixel": one pixel a thread, any geometry. "strip4": stride and dilation 1, a
-// square 3x3, 5x5 or 7x7 filter. "tile": dilation 1, a square 3x3 or 5x5 filter at stride 1 or 2,
-// or 7x7 at stride 1; the only one that applies an input_activation. The builder times those that
+// The tactics. "pixel": one pixel a thread, any geometry. "strip4" and "tile": dilation 1, a
+// square 3x3 or 5x5 filter at stride 1 or 2, or 7x7 at stride 1; the tile is the only one that
+// applies an input_activation. The builder times those that
 // fit at the opt shapes (depthwise_tactics).
 enum class DwTactic { kPixel, kStrip, kTile };
 constexpr const char* kPixelTactic = "pixel";
@@ -427,7 +436,6 @@ bool tactic_fits(DwTactic t, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int
     case DwTactic::kPixel:
       return true;
     case DwTactic::kStrip:
-      return square && sh == 1 && sw == 1;
     case DwTactic::kTile:
       return square && sh == sw && (sh == 1 || (sh == 2 && kh <= 5));
   }
@@ -532,12 +540,18 @@ void launch(const void* x, const void* w, const float* b, void* y, const DwGeome
   if (tactic == DwTactic::kStrip) {
     const int strips = (g.ow + kStrip - 1) / kStrip;
     const unsigned sgrid = grid_for(g.n * g.oh * strips * g.c8, kStripBlock);
-    if (g.kh == 7) {
-      depthwise_nhwc_strip_kernel<T, 7><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+    if (g.sh == 2) {
+      if (g.kh == 5) {
+        depthwise_nhwc_strip_kernel<T, 5, 2><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+      } else {
+        depthwise_nhwc_strip_kernel<T, 3, 2><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+      }
+    } else if (g.kh == 7) {
+      depthwise_nhwc_strip_kernel<T, 7, 1><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
     } else if (g.kh == 5) {
-      depthwise_nhwc_strip_kernel<T, 5><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+      depthwise_nhwc_strip_kernel<T, 5, 1><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
     } else {
-      depthwise_nhwc_strip_kernel<T, 3><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
+      depthwise_nhwc_strip_kernel<T, 3, 1><<<sgrid, kStripBlock, 0, s>>>(tx, tw, b, ty, g);
     }
     return;
   }
