@@ -8,6 +8,10 @@ runs without an attention_mask (causal SDPA), as a PyTorch user calls it. One JS
 measurement.
 
   python3 bench/torch_peer.py ITERS BATCHES MODEL [MODE ...]
+
+With KILN_PEER_PROFILE=DIR, each timed mode is also run 20 times under torch.profiler and DIR gets
+torch.MODEL.MODE.bBATCH.txt: its CUDA kernels by total time, microseconds a run, beside kiln bench
+--dumpProfile's table of the same model (scripts/gpu_perf.sh with KILN_PERF_PROFILE=1).
 """
 import json
 import os
@@ -44,6 +48,26 @@ def median_ms(fn, x, iters):
     return ts[len(ts) // 2]
 
 
+def profile_kernels(fn, x, path, runs=20):
+    """Writes fn(x)'s CUDA kernels to path: total microseconds a run, calls a run, name; the
+    kernels' sum a run on the first line."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn(x)
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t, n = per.get(e.name, (0.0, 0))
+            per[e.name] = (t + e.device_time_total, n + 1)
+    rows = sorted(per.items(), key=lambda kv: -kv[1][0])
+    with open(path, "w") as f:
+        f.write(f"kernels: {sum(t for t, _ in per.values()) / runs:.1f} us a run over {runs} runs\n")
+        for name, (t, n) in rows:
+            f.write(f"{t / runs:10.1f} us {n / runs:6.1f}x  {name[:160]}\n")
+
+
 def main():
     warnings.filterwarnings("ignore")
     iters, batches, name, modes = int(sys.argv[1]), [int(b) for b in sys.argv[2].split(",")], sys.argv[3], sys.argv[4:]
@@ -71,6 +95,9 @@ def main():
                 compile_s = round(time.time() - t0, 1)
                 ms = median_ms(fn, x, iters)
                 row = dict(model=name, batch=batch, mode=mode, median_ms=ms, compile_s=compile_s)
+                if os.environ.get("KILN_PEER_PROFILE"):
+                    profile_kernels(fn, x, os.path.join(os.environ["KILN_PEER_PROFILE"],
+                                                        f"torch.{name}.{mode}.b{batch}.txt"))
             except Exception as e:  # a mode that fails is a row, not the end of the run
                 row = dict(model=name, batch=batch, mode=mode, error=f"{type(e).__name__}: {str(e)[:200]}")
             print(json.dumps(row), flush=True)

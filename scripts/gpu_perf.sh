@@ -28,6 +28,9 @@
 # (kiln compare; accuracy.jsonl); with KILN_PERF_KILN=0 KILN_PERF_TORCH=0 it is all that runs.
 # KILN_PERF_NCU=1 also profiles each FP16 engine at its max batch under ncu (kernel times, no clock
 # control) and writes where the time goes to profile.MODEL.txt (bench/ncu_summary.py).
+# KILN_PERF_PROFILE=1 writes kiln bench --dumpProfile of each FP16 engine at its max batch to
+# layers.MODEL.txt and, for every PyTorch mode timed, its CUDA kernels under torch.profiler to
+# torch.MODEL.MODE.bBATCH.txt (bench/torch_peer.py): where each side's time goes, side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-build-gpu/perf}
@@ -159,6 +162,11 @@ PY
         || echo "kiln bench $m $prec b$b FAILED: $(tail -3 "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
       echo "kiln $m $prec batch $b: $(grep -m1 'latency (ms)' "$LOG/bench.$m.$prec.b$b.log")" | tee -a "$LOG/perf.log"
     done
+    if [ "${KILN_PERF_PROFILE:-0}" = 1 ] && [ $prec = fp16 ]; then
+      "$KILN" bench --loadEngine="$engine" --shapes="$input:${maxb}x$shape" --noDataTransfers --iterations=50 \
+        --warmUp=500 --dumpProfile >"$LOG/layers.$m.txt" 2>&1 ||
+        echo "kiln bench --dumpProfile $m FAILED: $(tail -3 "$LOG/layers.$m.txt")" | tee -a "$LOG/perf.log"
+    fi
     if [ "${KILN_PERF_NCU:-0}" = 1 ] && [ $prec = fp16 ] && command -v ncu >/dev/null; then
       # bench runs the engine twice here: one check run, then the one timed iteration.
       timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv "$KILN" bench \
@@ -230,7 +238,8 @@ elif python3 -c "import torch, torchvision, transformers" 2>/dev/null; then
       [ "$seqp" != - ] && modes="eager default"
       [ "${KILN_PERF_AUTOTUNE:-1}" = 0 ] && modes=${modes/ max-autotune/}
       [ -n "${KILN_PERF_TORCH_MODES:-}" ] && modes=$KILN_PERF_TORCH_MODES
-      python3 bench/torch_peer.py "$ITERS" "$b" "$peer" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
+      KILN_PEER_PROFILE=$([ "${KILN_PERF_PROFILE:-0}" = 1 ] && echo "$LOG") \
+        python3 bench/torch_peer.py "$ITERS" "$b" "$peer" $modes 2>>"$LOG/torch.err" | tee -a "$LOG/torch.jsonl"
     done
   done
 else
