@@ -283,6 +283,76 @@ TEST(CpuVectorMath, TapsAxpyMatchesOneAxpyPerTap) {
 
 // strided_copy_f32 gathers every stride-th float, reading nothing past the last one it copies
 // (each source is exactly (n - 1) * stride + 1 floats, so ASan sees an over-read).
+// depthwise_band_f32 (the CPU's channels-last 3x3 and 5x5 depthwise rows) against a loop in
+// double: strides 1 and 2, widths that leave every remainder of its eight-pixel step, channels
+// in 16- and 8-wide blocks with some left past cv (untouched), pads on one side only, bands that
+// start and end inside the image, bands taller than its copy holds, with and without a bias.
+TEST(CpuVectorMath, DepthwiseBandMatchesTheTapsInDouble) {
+  using namespace backends::cpu;
+  uint32_t state = 777;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return float(int32_t(state >> 8) % 20001 - 10000) / 5000.f;
+  };
+  struct Case {
+    int64_t k, s, h, w, c, cv, pt, pl, oh0, oh1;
+    bool bias;
+  };
+  const Case cases[] = {
+      {3, 1, 7, 15, 24, 24, 1, 1, 0, 7, true},      // every remainder: 15 = 8 + 4 + 2 + 1
+      {5, 1, 14, 14, 240, 240, 2, 2, 0, 14, true},  // MobileNetV3-small's 5x5 layer
+      {5, 1, 9, 13, 40, 32, 2, 0, 3, 8, false},     // channels past cv, left pad 0, a mid band
+      {3, 2, 11, 12, 16, 16, 1, 1, 0, 6, true},     // stride 2
+      {5, 2, 14, 14, 72, 72, 2, 2, 1, 7, false},
+      {3, 1, 40, 120, 16, 16, 1, 1, 0, 40, true},  // bands of fewer rows than the image
+  };
+  for (const Case& z : cases) {
+    const int64_t ow = (z.w + 2 * z.pl - z.k) / z.s + 1;
+    std::vector<float> img(size_t(z.h * z.w * z.c)), taps(size_t(z.k * z.k * z.c)),
+        bias(size_t(z.c));
+    for (float& v : img) v = next();
+    for (float& v : taps) v = next() * 0.3f;
+    for (float& v : bias) v = next();
+    const int64_t rows = z.oh1 - z.oh0;
+    std::vector<float> y(size_t(rows * ow * z.c), -7.f);
+    std::vector<float> scratch(size_t(std::max<int64_t>(
+        kDepthwiseScratchFloats,
+        ((depthwise_band_rows(z.k, z.s, ow) - 1) * z.s + z.k) * ((ow - 1) * z.s + z.k) * 16)));
+    ASSERT_TRUE(depthwise_band_f32(y.data(), img.data(), taps.data(),
+                                   z.bias ? bias.data() : nullptr, z.k, z.s, z.c, z.cv, z.h, z.w,
+                                   z.oh0, z.oh1, ow, z.pt, z.pl, scratch.data()));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < ow; ++o) {
+        for (int64_t ch = 0; ch < z.c; ++ch) {
+          const float got = y[size_t((r * ow + o) * z.c + ch)];
+          if (ch >= z.cv) {
+            ASSERT_EQ(got, -7.f) << "channel " << ch << " past cv was written";
+            continue;
+          }
+          double want = z.bias ? bias[size_t(ch)] : 0.0, mag = std::fabs(want);
+          for (int64_t a = 0; a < z.k; ++a) {
+            const int64_t ih = (z.oh0 + r) * z.s - z.pt + a;
+            if (ih < 0 || ih >= z.h) continue;
+            for (int64_t b = 0; b < z.k; ++b) {
+              const int64_t iw = o * z.s - z.pl + b;
+              if (iw < 0 || iw >= z.w) continue;
+              const double p = double(img[size_t((ih * z.w + iw) * z.c + ch)]) *
+                               taps[size_t((a * z.k + b) * z.c + ch)];
+              want += p, mag += std::fabs(p);
+            }
+          }
+          ASSERT_NEAR(got, want, 1e-6 * mag + 1e-7)
+              << "k=" << z.k << " s=" << z.s << " row " << r << " pixel " << o << " channel " << ch;
+        }
+      }
+    }
+  }
+  float dummy = 0;
+  EXPECT_FALSE(
+      depthwise_band_f32(&dummy, &dummy, &dummy, nullptr, 7, 1, 8, 8, 1, 1, 0, 1, 1, 3, 3, &dummy))
+      << "a 7x7 filter is not the band kernel's";
+}
+
 TEST(CpuVectorMath, StridedCopyReadsOnlyWhatItCopies) {
   using namespace backends::cpu;
   for (int64_t stride : {1, 2, 3}) {

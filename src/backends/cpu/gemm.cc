@@ -593,6 +593,154 @@ bool depthwise_row_f32(float* y, const float* img, const float* taps, const floa
 
 namespace {
 
+// Q output pixels of one output row (depthwise_band_block's inner step): acc[q] = b + the taps of
+// pixel o + q in (kh, kw) order. Each input column of a filter row is loaded once and multiplied
+// into every pixel it reaches, and the Q accumulators are independent chains (a fused
+// multiply-add's latency is four cycles, two issue a cycle: eight chains keep both busy). A
+// filter row's K vectors are loaded per row (wt: the block's filter, [K * K][W]): 25 filter
+// vectors and eight accumulators would not fit the 32 registers.
+template <int K, int S, int Q, typename V>
+inline __attribute__((always_inline)) void depthwise_band_pixels(float* yr, const float* rows,
+                                                                 int64_t wp, const float* wt, V b,
+                                                                 int kh_lo, int kh_hi, int64_t o,
+                                                                 int64_t c) {
+  constexpr int W = sizeof(V) / sizeof(float);
+  V acc[Q];
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) acc[q] = b;
+#pragma GCC unroll 8
+  for (int kh = 0; kh < K; ++kh) {
+    if (kh < kh_lo || kh >= kh_hi) continue;
+    const float* row = rows + (kh * wp + o * S) * W;
+    V w[K];
+#pragma GCC unroll 8
+    for (int kw = 0; kw < K; ++kw) std::memcpy(&w[kw], wt + (kh * K + kw) * W, sizeof(V));
+#pragma GCC unroll 32
+    for (int j = 0; j < (Q - 1) * S + K; ++j) {
+      V xv;
+      std::memcpy(&xv, row + j * W, sizeof(V));
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q) {
+        const int kw = j - q * S;
+        if (kw >= 0 && kw < K) acc[q] += xv * w[kw];
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) std::memcpy(yr + (o + q) * c, &acc[q], sizeof(V));
+}
+
+// depthwise_band_f32 on channels [c0, c0 + V's width): bands of output rows whose input rows
+// (zero-padded along W) fill `scratch`.
+template <int K, int S, typename V>
+inline __attribute__((always_inline)) void depthwise_band_block(
+    float* y, const float* img, const float* taps, const float* bias, int64_t c, int64_t c0,
+    int64_t h, int64_t w_in, int64_t oh0, int64_t oh1, int64_t ow_n, int64_t pt, int64_t pl,
+    float* scratch, int64_t band) {
+  constexpr int W = sizeof(V) / sizeof(float);
+  alignas(64) float wt[K * K * W];  // the block's filter, [K * K][W]: one base, constant offsets
+  for (int t = 0; t < K * K; ++t) std::memcpy(wt + t * W, taps + t * c + c0, sizeof(V));
+  V b = V{};
+  if (bias) std::memcpy(&b, bias + c0, sizeof(V));
+  const int64_t wp = (ow_n - 1) * S + K;  // the padded input columns an output row reads
+  for (int64_t oa = oh0; oa < oh1; oa += band) {
+    const int64_t ob = std::min(oh1, oa + band), first = oa * S - pt;
+    const int64_t n_in = (ob - 1 - oa) * S + K;  // input rows first .. first + n_in - 1
+    for (int64_t i = 0; i < n_in; ++i) {
+      const int64_t ih = first + i;
+      if (ih < 0 || ih >= h) continue;  // never read: those filter rows are skipped
+      const float* src = img + ih * w_in * c + c0;
+      float* dst = scratch + i * wp * W;
+      for (int64_t j = 0; j < wp; ++j) {
+        const int64_t iw = j - pl;
+        V v = V{};
+        if (iw >= 0 && iw < w_in) std::memcpy(&v, src + iw * c, sizeof(V));
+        std::memcpy(dst + j * W, &v, sizeof(V));
+      }
+    }
+    for (int64_t oh = oa; oh < ob; ++oh) {
+      const int64_t ih0 = oh * S - pt;
+      int kh_lo = 0, kh_hi = K;  // the filter rows inside the image
+      while (kh_lo < K && ih0 + kh_lo < 0) ++kh_lo;
+      while (kh_hi > kh_lo && ih0 + kh_hi - 1 >= h) --kh_hi;
+      const float* rows = scratch + (oh - oa) * S * wp * W;
+      float* yr = y + (oh - oh0) * ow_n * c + c0;
+      int64_t o = 0;
+      for (; o + 8 <= ow_n; o += 8)
+        depthwise_band_pixels<K, S, 8, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
+      if (o + 4 <= ow_n) {
+        depthwise_band_pixels<K, S, 4, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
+        o += 4;
+      }
+      if (o + 2 <= ow_n) {
+        depthwise_band_pixels<K, S, 2, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
+        o += 2;
+      }
+      if (o < ow_n) depthwise_band_pixels<K, S, 1, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
+    }
+  }
+}
+
+template <int K, int S>
+inline __attribute__((always_inline)) void depthwise_band_k(float* y, const float* img,
+                                                            const float* taps, const float* bias,
+                                                            int64_t c, int64_t cv, int64_t h,
+                                                            int64_t w_in, int64_t oh0, int64_t oh1,
+                                                            int64_t ow_n, int64_t pt, int64_t pl,
+                                                            float* scratch, int64_t band) {
+  int64_t c0 = 0;
+  for (; c0 + 16 <= cv; c0 += 16) {
+    depthwise_band_block<K, S, V16>(y, img, taps, bias, c, c0, h, w_in, oh0, oh1, ow_n, pt, pl,
+                                    scratch, band);
+  }
+  if (c0 + 8 <= cv) {
+    depthwise_band_block<K, S, V8>(y, img, taps, bias, c, c0, h, w_in, oh0, oh1, ow_n, pt, pl,
+                                   scratch, band);
+  }
+}
+
+KILN_TARGET_CLONES bool depthwise_band(float* y, const float* img, const float* taps,
+                                       const float* bias, int64_t k, int64_t s, int64_t c,
+                                       int64_t cv, int64_t h, int64_t w_in, int64_t oh0,
+                                       int64_t oh1, int64_t ow_n, int64_t pt, int64_t pl,
+                                       float* scratch, int64_t band) {
+  if (k == 3 && s == 1) {
+    depthwise_band_k<3, 1>(y, img, taps, bias, c, cv, h, w_in, oh0, oh1, ow_n, pt, pl, scratch,
+                           band);
+  } else if (k == 3 && s == 2) {
+    depthwise_band_k<3, 2>(y, img, taps, bias, c, cv, h, w_in, oh0, oh1, ow_n, pt, pl, scratch,
+                           band);
+  } else if (k == 5 && s == 1) {
+    depthwise_band_k<5, 1>(y, img, taps, bias, c, cv, h, w_in, oh0, oh1, ow_n, pt, pl, scratch,
+                           band);
+  } else if (k == 5 && s == 2) {
+    depthwise_band_k<5, 2>(y, img, taps, bias, c, cv, h, w_in, oh0, oh1, ow_n, pt, pl, scratch,
+                           band);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t depthwise_band_rows(int64_t k, int64_t s, int64_t ow) {
+  const int64_t row_floats = ((ow - 1) * s + k) * 16;
+  const int64_t fit = kDepthwiseScratchFloats / std::max<int64_t>(1, row_floats);
+  return std::clamp<int64_t>((fit - k) / std::max<int64_t>(1, s) + 1, 1, 16);
+}
+
+bool depthwise_band_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,
+                        int64_t s, int64_t c, int64_t cv, int64_t h, int64_t w_in, int64_t oh0,
+                        int64_t oh1, int64_t ow, int64_t pt, int64_t pl, float* scratch) {
+  if (!((k == 3 || k == 5) && (s == 1 || s == 2))) return false;
+  if (cv <= 0 || oh0 >= oh1 || ow <= 0) return true;
+  return depthwise_band(y, img, taps, bias, k, s, c, cv, h, w_in, oh0, oh1, ow, pt, pl, scratch,
+                        depthwise_band_rows(k, s, ow));
+}
+
+namespace {
+
 // sgemm_small_n's block: P rows of A against R vectors of B, P * R accumulators in registers.
 // A's column p is a + off[p] where `off` is given (an implicit im2col), else a + p.
 template <int R, int P>
