@@ -515,8 +515,75 @@ KILN_TARGET_CLONES void depthwise_pixel_f32(float* y, const float* x, const int6
 
 namespace {
 
-// depthwise_row_f32 for one K and P pixels at once: the channel block's K * K filter vectors
-// (V: 16 or 8 floats) in registers, P accumulators.
+// Q output pixels of one output row (depthwise_band_block's inner step): acc[q] = b + the taps of
+// pixel o + q in (kh, kw) order. Each input column of a filter row is loaded once and multiplied
+// into every pixel it reaches, and the Q accumulators are independent chains (a fused
+// multiply-add's latency is four cycles, two issue a cycle: eight chains keep both busy). A
+// filter row's K vectors are loaded per row (wt: the block's filter, [K * K][W]): 25 filter
+// vectors and eight accumulators would not fit the 32 registers.
+template <int K, int S, int Q, typename V>
+inline __attribute__((always_inline)) void depthwise_band_pixels(float* y, int64_t ycol,
+                                                                 const float* x, int64_t off0,
+                                                                 int64_t xrow, int64_t xcol,
+                                                                 const float* wt, int64_t wcol, V b,
+                                                                 int kh_lo, int kh_hi) {
+  V acc[Q];
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) acc[q] = b;
+#pragma GCC unroll 8
+  for (int kh = 0; kh < K; ++kh) {
+    if (kh < kh_lo || kh >= kh_hi) continue;
+    const float* row = x + (off0 + kh * xrow);
+    V w[K];
+#pragma GCC unroll 8
+    for (int kw = 0; kw < K; ++kw) std::memcpy(&w[kw], wt + (kh * K + kw) * wcol, sizeof(V));
+#pragma GCC unroll 32
+    for (int j = 0; j < (Q - 1) * S + K; ++j) {
+      V xv;
+      std::memcpy(&xv, row + j * xcol, sizeof(V));
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q) {
+        const int kw = j - q * S;
+        if (kw >= 0 && kw < K) acc[q] += xv * w[kw];
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) std::memcpy(y + q * ycol, &acc[q], sizeof(V));
+}
+
+// Output pixels [o, ow_n) by depthwise_band_pixels, eight at a time, then four, two, one; pixel
+// o's input column 0 of filter row 0 at x + off0, pixel o + 1's S columns (S * xcol floats) on.
+template <int K, int S, typename V>
+inline __attribute__((always_inline)) void depthwise_pixels_run(float* y, int64_t ycol,
+                                                                const float* x, int64_t off0,
+                                                                int64_t xrow, int64_t xcol,
+                                                                const float* wt, int64_t wcol, V b,
+                                                                int kh_lo, int kh_hi, int64_t n) {
+  int64_t o = 0;
+  auto at = [&](int64_t p) { return off0 + p * S * xcol; };
+  for (; o + 8 <= n; o += 8) {
+    depthwise_band_pixels<K, S, 8, V>(y + o * ycol, ycol, x, at(o), xrow, xcol, wt, wcol, b, kh_lo,
+                                      kh_hi);
+  }
+  if (o + 4 <= n) {
+    depthwise_band_pixels<K, S, 4, V>(y + o * ycol, ycol, x, at(o), xrow, xcol, wt, wcol, b, kh_lo,
+                                      kh_hi);
+    o += 4;
+  }
+  if (o + 2 <= n) {
+    depthwise_band_pixels<K, S, 2, V>(y + o * ycol, ycol, x, at(o), xrow, xcol, wt, wcol, b, kh_lo,
+                                      kh_hi);
+    o += 2;
+  }
+  if (o < n) {
+    depthwise_band_pixels<K, S, 1, V>(y + o * ycol, ycol, x, at(o), xrow, xcol, wt, wcol, b, kh_lo,
+                                      kh_hi);
+  }
+}
+
+// depthwise_row_f32 at other strides, for one K and P pixels at once: the channel block's K * K
+// filter vectors (V: 16 or 8 floats) in registers, P accumulators.
 template <int K, int P, typename V>
 inline __attribute__((always_inline)) void depthwise_row_block(
     float* y, const float* img, const float* taps, const float* bias, int64_t c, int64_t c0,
@@ -564,10 +631,52 @@ inline __attribute__((always_inline)) void depthwise_row_k(
   }
 }
 
+// depthwise_row_f32 at stride S in 1, 2: depthwise_band_pixels reading the pixels where they lie
+// in the image (eight independent sums at a time, where the register-held filter of
+// depthwise_row_block below leaves room for two at 5x5). MobileNetV3-small b1 on the 2-core VM
+// (bench/ab_layers.sh 7 2, per-layer minima): its 5x5 stride-2 layers 27.0 -> 24.6 and
+// 20.5 -> 18.8 us, the 5x5 layers on 7x7 maps 27.9 -> 25.0 and 33.3 -> 29.4; 3x3 ones unchanged.
+template <int K, int S>
+inline __attribute__((always_inline)) void depthwise_row_direct(
+    float* y, const float* img, const float* taps, const float* bias, int64_t c, int64_t cv,
+    int64_t w_in, int64_t ih0, int64_t kh_lo, int64_t kh_hi, int64_t iw0, int64_t ow_lo,
+    int64_t ow_hi) {
+  const int64_t off0 = (ih0 * w_in + ow_lo * S + iw0) * c;
+  int64_t c0 = 0;
+  for (; c0 + 16 <= cv; c0 += 16) {
+    V16 b = V16{};
+    if (bias) std::memcpy(&b, bias + c0, sizeof(V16));
+    depthwise_pixels_run<K, S, V16>(y + ow_lo * c + c0, c, img + c0, off0, w_in * c, c, taps + c0,
+                                    c, b, int(kh_lo), int(kh_hi), ow_hi - ow_lo);
+  }
+  if (c0 + 8 <= cv) {
+    V8 b = V8{};
+    if (bias) std::memcpy(&b, bias + c0, sizeof(V8));
+    depthwise_pixels_run<K, S, V8>(y + ow_lo * c + c0, c, img + c0, off0, w_in * c, c, taps + c0, c,
+                                   b, int(kh_lo), int(kh_hi), ow_hi - ow_lo);
+  }
+}
+
 KILN_TARGET_CLONES bool depthwise_row(float* y, const float* img, const float* taps,
                                       const float* bias, int64_t k, int64_t c, int64_t cv,
                                       int64_t w_in, int64_t stride, int64_t ih0, int64_t kh_lo,
                                       int64_t kh_hi, int64_t iw0, int64_t ow_lo, int64_t ow_hi) {
+  if ((stride == 1 || stride == 2) && (k == 3 || k == 5)) {
+    if (k == 3 && stride == 1) {
+      depthwise_row_direct<3, 1>(y, img, taps, bias, c, cv, w_in, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                                 ow_hi);
+    } else if (k == 3) {
+      depthwise_row_direct<3, 2>(y, img, taps, bias, c, cv, w_in, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                                 ow_hi);
+    } else if (stride == 1) {
+      depthwise_row_direct<5, 1>(y, img, taps, bias, c, cv, w_in, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                                 ow_hi);
+    } else {
+      depthwise_row_direct<5, 2>(y, img, taps, bias, c, cv, w_in, ih0, kh_lo, kh_hi, iw0, ow_lo,
+                                 ow_hi);
+    }
+    return true;
+  }
   if (k == 3) {
     depthwise_row_k<3, 4>(y, img, taps, bias, c, cv, w_in, stride, ih0, kh_lo, kh_hi, iw0, ow_lo,
                           ow_hi);
@@ -592,43 +701,6 @@ bool depthwise_row_f32(float* y, const float* img, const float* taps, const floa
 }
 
 namespace {
-
-// Q output pixels of one output row (depthwise_band_block's inner step): acc[q] = b + the taps of
-// pixel o + q in (kh, kw) order. Each input column of a filter row is loaded once and multiplied
-// into every pixel it reaches, and the Q accumulators are independent chains (a fused
-// multiply-add's latency is four cycles, two issue a cycle: eight chains keep both busy). A
-// filter row's K vectors are loaded per row (wt: the block's filter, [K * K][W]): 25 filter
-// vectors and eight accumulators would not fit the 32 registers.
-template <int K, int S, int Q, typename V>
-inline __attribute__((always_inline)) void depthwise_band_pixels(float* yr, const float* rows,
-                                                                 int64_t wp, const float* wt, V b,
-                                                                 int kh_lo, int kh_hi, int64_t o,
-                                                                 int64_t c) {
-  constexpr int W = sizeof(V) / sizeof(float);
-  V acc[Q];
-#pragma GCC unroll 8
-  for (int q = 0; q < Q; ++q) acc[q] = b;
-#pragma GCC unroll 8
-  for (int kh = 0; kh < K; ++kh) {
-    if (kh < kh_lo || kh >= kh_hi) continue;
-    const float* row = rows + (kh * wp + o * S) * W;
-    V w[K];
-#pragma GCC unroll 8
-    for (int kw = 0; kw < K; ++kw) std::memcpy(&w[kw], wt + (kh * K + kw) * W, sizeof(V));
-#pragma GCC unroll 32
-    for (int j = 0; j < (Q - 1) * S + K; ++j) {
-      V xv;
-      std::memcpy(&xv, row + j * W, sizeof(V));
-#pragma GCC unroll 8
-      for (int q = 0; q < Q; ++q) {
-        const int kw = j - q * S;
-        if (kw >= 0 && kw < K) acc[q] += xv * w[kw];
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int q = 0; q < Q; ++q) std::memcpy(yr + (o + q) * c, &acc[q], sizeof(V));
-}
 
 // depthwise_band_f32 on channels [c0, c0 + V's width): bands of output rows whose input rows
 // (zero-padded along W) fill `scratch`.
@@ -663,20 +735,9 @@ inline __attribute__((always_inline)) void depthwise_band_block(
       int kh_lo = 0, kh_hi = K;  // the filter rows inside the image
       while (kh_lo < K && ih0 + kh_lo < 0) ++kh_lo;
       while (kh_hi > kh_lo && ih0 + kh_hi - 1 >= h) --kh_hi;
-      const float* rows = scratch + (oh - oa) * S * wp * W;
-      float* yr = y + (oh - oh0) * ow_n * c + c0;
-      int64_t o = 0;
-      for (; o + 8 <= ow_n; o += 8)
-        depthwise_band_pixels<K, S, 8, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
-      if (o + 4 <= ow_n) {
-        depthwise_band_pixels<K, S, 4, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
-        o += 4;
-      }
-      if (o + 2 <= ow_n) {
-        depthwise_band_pixels<K, S, 2, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
-        o += 2;
-      }
-      if (o < ow_n) depthwise_band_pixels<K, S, 1, V>(yr, rows, wp, wt, b, kh_lo, kh_hi, o, c);
+      depthwise_pixels_run<K, S, V>(y + (oh - oh0) * ow_n * c + c0, c, scratch,
+                                    (oh - oa) * S * wp * W, wp * W, W, wt, W, b, kh_lo, kh_hi,
+                                    ow_n);
     }
   }
 }

@@ -79,10 +79,11 @@ inline constexpr int64_t kSmallN = 96;
 // Output pixels [ow_lo, ow_hi) of one output row of a channels-last depthwise K x K conv (K 3 or
 // 5, dilation 1) whose taps along W all lie inside the input, channels [0, cv) (cv a multiple of
 // 8 up to c): y is the row's first pixel, img the image ([H, W, c]), taps [K * K][c], rows
-// kh in [kh_lo, kh_hi) valid at input row ih0 + kh, input column ow * stride + iw0 + kw. Each
-// 16 (or 8) channels' K * K filter vectors stay in registers across the pixels, several at once;
-// each output is bias + the taps in (kh, kw) order, as depthwise_pixel_f32 sums them. False
-// (nothing written) for another K.
+// kh in [kh_lo, kh_hi) valid at input row ih0 + kh, input column ow * stride + iw0 + kw. At
+// strides 1 and 2, eight pixels of 16 (or 8) channels at a time, each input column loaded once a
+// filter row; at others each 16 (or 8) channels' K * K filter vectors stay in registers across
+// the pixels, several at once. Each output is bias + the taps in (kh, kw) order, as
+// depthwise_pixel_f32 sums them. False (nothing written) for another K.
 bool depthwise_row_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,
                        int64_t c, int64_t cv, int64_t w_in, int64_t stride, int64_t ih0,
                        int64_t kh_lo, int64_t kh_hi, int64_t iw0, int64_t ow_lo, int64_t ow_hi);
