@@ -98,6 +98,18 @@ void for_each_row(const BroadcastPlan<N>& plan, Row&& row) {
   const int64_t n = plan.dims[rank - 1];
   const std::array<int64_t, N> inner = plan.strides[rank - 1];
   const int64_t rows = plan.numel / n;
+  if (rank == 2) {  // one outer axis: each operand's row offset is a multiple of its stride
+    const std::array<int64_t, N> outer = plan.strides[0];
+    parallel_chunks(rows, std::max<int64_t>(1, kParallelGrain / n),
+                    [&](int64_t first, int64_t last) {
+                      for (int64_t r = first; r < last; ++r) {
+                        std::array<int64_t, N> off;
+                        for (int k = 0; k < N; ++k) off[k] = r * outer[k];
+                        row(r * n, off, n, inner);
+                      }
+                    });
+    return;
+  }
   parallel_chunks(rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t first, int64_t last) {
     // The multi-index and operand offsets of row `first`, then a step per row.
     std::vector<int64_t> idx(size_t(rank - 1), 0);

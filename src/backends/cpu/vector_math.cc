@@ -323,6 +323,20 @@ void column_sums_f32(const float* x, int64_t rows, int64_t stride, int64_t cols,
     std::memcpy(out + c + 16, &a2, sizeof(V8d));
     std::memcpy(out + c + 24, &a3, sizeof(V8d));
   }
+  if (c + 16 <= cols) {  // two chains: a squeeze-excitation's 16 channels
+    V8d a0 = V8d{}, a1 = V8d{};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * stride + c;
+      V8f f0, f1;
+      std::memcpy(&f0, xr, sizeof(V8f));
+      std::memcpy(&f1, xr + 8, sizeof(V8f));
+      a0 += __builtin_convertvector(f0, V8d);
+      a1 += __builtin_convertvector(f1, V8d);
+    }
+    std::memcpy(out + c, &a0, sizeof(V8d));
+    std::memcpy(out + c + 8, &a1, sizeof(V8d));
+    c += 16;
+  }
   for (; c + 8 <= cols; c += 8) {
     V8d a = V8d{};
     for (int64_t r = 0; r < rows; ++r) {

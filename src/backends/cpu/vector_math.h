@@ -53,7 +53,7 @@ double sum_f32(const float* x, int64_t n);
 
 // out[c] = the sum over r < rows of x[r * stride + c] for c < cols, in double, each column in
 // order of r (so the bits do not depend on how the columns are split): a channels-last pool's
-// column sums, 32 columns at a time in registers.
+// column sums, 32 columns at a time in registers (then 16, then 8).
 void column_sums_f32(const float* x, int64_t rows, int64_t stride, int64_t cols, double* out);
 
 // One float32 row of LayerNormalization, in double as the reference computes it: mean, then the
