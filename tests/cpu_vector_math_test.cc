@@ -315,9 +315,7 @@ TEST(CpuVectorMath, DepthwiseBandMatchesTheTapsInDouble) {
     for (float& v : bias) v = next();
     const int64_t rows = z.oh1 - z.oh0;
     std::vector<float> y(size_t(rows * ow * z.c), -7.f);
-    std::vector<float> scratch(size_t(std::max<int64_t>(
-        kDepthwiseScratchFloats,
-        ((depthwise_band_rows(z.k, z.s, ow) - 1) * z.s + z.k) * ((ow - 1) * z.s + z.k) * 16)));
+    std::vector<float> scratch(size_t(depthwise_band_scratch_floats(z.k, z.s, ow)));
     ASSERT_TRUE(depthwise_band_f32(y.data(), img.data(), taps.data(),
                                    z.bias ? bias.data() : nullptr, z.k, z.s, z.c, z.cv, z.h, z.w,
                                    z.oh0, z.oh1, ow, z.pt, z.pl, scratch.data()));

@@ -233,10 +233,7 @@ void depthwise_rows(const NhwcConvWeights& wt, const Geometry& g, const float* x
                     ah.stride == 1 && aw.stride == 1 && g.c >= 8 && g.ow >= 8;
   if (band) {
     static thread_local std::vector<float> scratch;
-    const int64_t band_rows = depthwise_band_rows(wt.kh, ah.stride, g.ow);
-    scratch.resize(size_t(std::max<int64_t>(
-        kDepthwiseScratchFloats,
-        ((band_rows - 1) * ah.stride + wt.kh) * ((g.ow - 1) * aw.stride + wt.kw) * 16)));
+    scratch.resize(size_t(depthwise_band_scratch_floats(wt.kh, ah.stride, g.ow)));
     const int64_t cv = g.c / 8 * 8;
     for (int64_t r = r0; r < r1;) {
       const int64_t b = r / g.oh, end = std::min(r1, (b + 1) * g.oh);

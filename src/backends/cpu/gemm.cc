@@ -783,12 +783,21 @@ KILN_TARGET_CLONES bool depthwise_band(float* y, const float* img, const float* 
   return true;
 }
 
-}  // namespace
+constexpr int64_t kDepthwiseScratchFloats = 8192;  // 32 KB
 
+// The output rows a band of depthwise_band_f32 computes per copy of its input rows: as many as
+// keep the copied rows within kDepthwiseScratchFloats (at least one, at most 16).
 int64_t depthwise_band_rows(int64_t k, int64_t s, int64_t ow) {
   const int64_t row_floats = ((ow - 1) * s + k) * 16;
   const int64_t fit = kDepthwiseScratchFloats / std::max<int64_t>(1, row_floats);
   return std::clamp<int64_t>((fit - k) / std::max<int64_t>(1, s) + 1, 1, 16);
+}
+
+}  // namespace
+
+int64_t depthwise_band_scratch_floats(int64_t k, int64_t s, int64_t ow) {
+  const int64_t copied = ((depthwise_band_rows(k, s, ow) - 1) * s + k) * ((ow - 1) * s + k) * 16;
+  return std::max(kDepthwiseScratchFloats, copied);
 }
 
 bool depthwise_band_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,

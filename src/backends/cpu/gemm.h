@@ -91,8 +91,8 @@ bool depthwise_row_f32(float* y, const float* img, const float* taps, const floa
 // Output rows [oh0, oh1) of one image of a channels-last depthwise K x K conv (K 3 or 5) at
 // stride s (1 or 2), dilation 1, for channels [0, cv) (cv a multiple of 8 up to c): img is the
 // image ([h, w_in, c]), taps [K * K][c], pads pt (top) and pl (left), y the band's first output
-// row ([oh1 - oh0][ow][c]). For each 16 (or 8) channels, bands of depthwise_band_rows output rows
-// have their input rows copied into `scratch` (kDepthwiseScratchFloats floats) with the padding
+// row ([oh1 - oh0][ow][c]). For each 16 (or 8) channels, bands of output rows have their input
+// rows copied into `scratch` (depthwise_band_scratch_floats(k, s, ow) floats) with the padding
 // along W as zeros, so every pixel of a row, border or not, takes the same unrolled path: eight
 // pixels at once, each input column loaded once a filter row. Each output is bias + the taps in
 // (kh, kw) order (the rows inside the image; a tap in the left or right padding adds 0 * w).
@@ -100,10 +100,9 @@ bool depthwise_row_f32(float* y, const float* img, const float* taps, const floa
 bool depthwise_band_f32(float* y, const float* img, const float* taps, const float* bias, int64_t k,
                         int64_t s, int64_t c, int64_t cv, int64_t h, int64_t w_in, int64_t oh0,
                         int64_t oh1, int64_t ow, int64_t pt, int64_t pl, float* scratch);
-// The output rows a band of depthwise_band_f32 computes per copy of its input rows: as many as
-// keep the copied rows within kDepthwiseScratchFloats (at least one, at most 16).
-int64_t depthwise_band_rows(int64_t k, int64_t s, int64_t ow);
-inline constexpr int64_t kDepthwiseScratchFloats = 8192;  // 32 KB
+// The floats depthwise_band_f32 needs in `scratch` for this filter size, stride and output width:
+// 32 KB, or the input rows of one output row where those alone are more.
+int64_t depthwise_band_scratch_floats(int64_t k, int64_t s, int64_t ow);
 
 // y[r * n + j] += b[j] for r < rows, j < n (a bias over rows of channels).
 void add_rows_f32(float* y, const float* b, int64_t rows, int64_t n);
