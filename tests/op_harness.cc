@@ -2,6 +2,7 @@
 // one-node engine per device present, and the per-device record of which ops ran a case.
 #include "op_harness.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -240,11 +241,20 @@ void run_on_device(const KernelCase& c, const std::string& label, Device device,
     }
   }
   if (!ok) return;
+  // Each tactic of c.tactics_of forced in turn, on that implementation also where the builder
+  // weighed one of c.tactics_over faster (select_kernels).
+  const bool forcible = !impl.empty() && (impl == c.tactics_of ||
+                                          std::find(c.tactics_over.begin(), c.tactics_over.end(),
+                                                    impl) != c.tactics_over.end());
+  bool forced_ran = false;
   for (const std::string& tactic : c.tactics) {
-    if (impl != c.tactics_of) break;
+    if (!forcible) break;
     plan::Plan forced = plan;
     for (size_t k = 0; k < forced.graph.nodes.size() && k < forced.nodes.size(); ++k) {
-      if (forced.graph.nodes[k].name == n.name) forced.nodes[k].tactic = tactic;
+      if (forced.graph.nodes[k].name == n.name) {
+        forced.nodes[k].impl = c.tactics_of;
+        forced.nodes[k].tactic = tactic;
+      }
     }
     auto fe = Engine::from_plan(std::move(forced));
     auto fctx = fe.ok() ? fe->create_execution_context()
@@ -260,12 +270,14 @@ void run_on_device(const KernelCase& c, const std::string& label, Device device,
       if (!close)
         fail("tactic '" + tactic + "': output " + std::to_string(o) + ": " + close.message());
     }
+    forced_ran = true;
   }
   if (impl.empty() || impl == plan::kAliasImpl) {
     ++cov.without_kernel;
   } else {
     ++cov.with_kernel;
     cov.impls.insert(impl);
+    if (forced_ran) cov.impls.insert(c.tactics_of);
   }
 }
 

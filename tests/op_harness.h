@@ -108,10 +108,12 @@ struct KernelCase {
   // A device present that refuses the node fails the case instead of skipping it.
   bool expect_support = false;
   std::string label;  // names the case in messages
-  // Where the implementation `tactics_of` ran the node: the engine again with each of these
+  // Where the implementation `tactics_of`, or one of `tactics_over` (others the builder may weigh
+  // faster, select_kernels), ran the node: the engine again with `tactics_of` and each of these
   // tactics forced on the node (whatever the builder's timing chose), each checked as the first.
   std::string tactics_of;
   std::vector<std::string> tactics;
+  std::vector<std::string> tactics_over;
 };
 
 // Runs the CPU reference (output types and shapes from the op's schema), then, for every device

@@ -72,6 +72,13 @@ struct KernelQuery {
   }
 };
 
+// A tactic with the time the implementation measured for it: milliseconds a run at the profile's
+// opt shapes and at its min shapes (negative where not measured).
+struct TimedTactic {
+  std::string tactic;
+  double opt_ms = -1, min_ms = -1;
+};
+
 // State an implementation derives once per engine from a node's constants (converted weights,
 // re-laid-out filters), shared read-only by the kernels of every execution context.
 class PreparedNode {

@@ -46,6 +46,12 @@ class KernelImpl {
   virtual int in_place_input() const { return -1; }
   // The tactics it can be timed over, the default first (one empty tactic when it has none).
   virtual std::vector<std::string> tactics(const KernelQuery& q) const { return {""}; }
+  // The tactics it measured on the device, fastest at the opt shapes first, each with its times;
+  // empty where it times nothing (no device, optimization level 0, a library that cannot be timed).
+  // Where two or more implementations that support a node answer, the builder weighs their times
+  // against each other (select_kernels) instead of taking the first; the winner's tactic is its
+  // first here, which is also the first of its tactics().
+  virtual std::vector<TimedTactic> timed_tactics(const KernelQuery& q) const { return {}; }
   // Once per engine: state derived from the node's constant inputs (weights converted or re-laid
   // out), shared read-only by every context's kernel. nullptr when there is none.
   virtual StatusOr<std::shared_ptr<const PreparedNode>> prepare(const KernelQuery& q,

@@ -3,11 +3,14 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/kernel_registry.h"
 #include "builder/config.h"
 #include "ir/graph.h"
 #include "ops/schema.h"
@@ -130,6 +133,15 @@ std::string attribute_text(const ir::Attribute& a);
 // optimization level (q.optimization_level), and the device (Backend::device_identity).
 std::string timing_cache_key(std::string_view impl_id, const backends::KernelQuery& q,
                              std::string_view device_identity);
+
+// select_kernels' choice between implementations that each support the node of `q` (`rivals`, in
+// the registry's order): where the first times its tactics (KernelImpl::timed_tactics), the index
+// of the one to run and its fastest tactic. Of those that timed, the winner has the smallest
+// opt_ms over the best opt_ms, plus min_ms over the best min_ms where each timed the min shapes
+// too; the earlier wins a tie. nullopt where the first times nothing. q.precision is each rival's
+// own (KernelImpl::precision) while it times.
+std::optional<std::pair<size_t, std::string>> weigh_rivals(
+    const std::vector<const backends::KernelImpl*>& rivals, backends::KernelQuery q);
 
 // Control flow laid out at build time (control_flow.cc), for infer_shapes at node n: an If whose
 // condition is known becomes its branch, a Loop with a known trip count and a condition its body

@@ -1,14 +1,25 @@
 // Pass select_kernels: for every node that runs, the first implementation in the registry's order
 // for the target device that supports it; the plan records its id, precision, default tactic (the
 // implementation ranks its tactics at the first profile's opt shapes) and workspace formula.
-// With a timing cache in the config, a node whose key (timing_cache_key) is cached takes the cached
-// tactic without asking the implementation (whose tactics() may time candidates on the device);
-// otherwise the implementation's first tactic is taken and recorded in the cache.
-// Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) become aliases that run nothing, unless
-// their output is an engine output (which the caller's buffer must receive). Nodes that no
-// implementation supports are all listed in one error, each with every implementation's reason.
+// Where later implementations support the node too and two or more of them (the first among them)
+// time their tactics on the device (KernelImpl::timed_tactics: cuDNN's graph convolution and our
+// depthwise kernels), the builder weighs their fastest tactics instead (weigh_rivals): the one with
+// the smallest time at the opt shapes relative to the best there, plus the same at the min shapes
+// where each timed those, wins (TensorRT times at the opt shapes alone; a profile also runs its
+// smaller batches, where a kernel tiled for the opt batch can lose by a third). With a timing cache
+// in the config, a node whose key (timing_cache_key) is cached takes the cached tactic without
+// asking the implementation (whose tactics() may time candidates on the device); otherwise the
+// implementation's first tactic is taken and recorded in the cache. A weighed node's key names
+// every rival and its entry the winner ("<impl id>\n<tactic>"). Views (Reshape, Flatten, Squeeze,
+// Unsqueeze, Identity) become aliases that run nothing, unless their output is an engine output
+// (which the caller's buffer must receive). Nodes that no implementation supports are all listed in
+// one error, each with every implementation's reason.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "backends/kernel_registry.h"
 #include "builder/build_state.h"
@@ -155,6 +166,33 @@ std::string timing_cache_key(std::string_view impl_id, const backends::KernelQue
   return key;
 }
 
+std::optional<std::pair<size_t, std::string>> weigh_rivals(
+    const std::vector<const backends::KernelImpl*>& rivals, backends::KernelQuery q) {
+  std::vector<std::pair<size_t, backends::TimedTactic>> best;  // (rival, its fastest tactic)
+  for (size_t i = 0; i < rivals.size(); ++i) {
+    q.precision = rivals[i]->precision(q);
+    std::vector<backends::TimedTactic> timed = rivals[i]->timed_tactics(q);
+    if (!timed.empty() && timed.front().opt_ms >= 0) best.emplace_back(i, timed.front());
+    if (i == 0 && best.empty()) return std::nullopt;  // the preferred one times nothing
+  }
+  double opt_best = -1, min_best = -1;
+  bool at_min = true;
+  for (const auto& [i, t] : best) {
+    opt_best = opt_best < 0 ? t.opt_ms : std::min(opt_best, t.opt_ms);
+    at_min = at_min && t.min_ms >= 0;
+    if (t.min_ms >= 0) min_best = min_best < 0 ? t.min_ms : std::min(min_best, t.min_ms);
+  }
+  auto score = [&](const backends::TimedTactic& t) {
+    const double opt = t.opt_ms / std::max(opt_best, 1e-9);
+    return at_min ? opt + t.min_ms / std::max(min_best, 1e-9) : opt;
+  };
+  size_t win = 0;
+  for (size_t k = 1; k < best.size(); ++k) {
+    if (score(best[k].second) < score(best[win].second)) win = k;
+  }
+  return std::make_pair(best[win].first, best[win].second.tactic);
+}
+
 Status select_kernels(BuildState& s) {
   const ir::Graph& g = s.graph;
   const backends::KernelRegistry& registry = backends::kernel_registry();
@@ -200,6 +238,16 @@ Status select_kernels(BuildState& s) {
       }
       reasons += "\n    " + impl->id() + ": " + st.message();
     }
+    // The implementations after the chosen one that support the node too, none declining it.
+    std::vector<const backends::KernelImpl*> rivals;
+    if (chosen && q.optimization_level > 0) {
+      rivals.push_back(chosen);
+      bool after = false;
+      for (const backends::KernelImpl* impl : candidates) {
+        if (after && impl->supports(q).ok() && impl->declines(q).ok()) rivals.push_back(impl);
+        after = after || impl == chosen;
+      }
+    }
     if (!chosen) chosen = declined;
     if (!chosen) {
       ++n_failed;
@@ -210,12 +258,34 @@ Status select_kernels(BuildState& s) {
       continue;
     }
     plan::NodePlan choice;
+    std::optional<std::string> tactic;  // a weighed node's
+    if (rivals.size() > 1) {
+      std::string ids;
+      for (const backends::KernelImpl* impl : rivals) ids += (ids.empty() ? "" : ",") + impl->id();
+      q.precision = chosen->precision(q);
+      const std::string key = cache ? timing_cache_key(ids, q, device_identity) : "";
+      std::optional<std::string> cached = cache ? cache->lookup(key) : std::nullopt;
+      const size_t cut = cached ? cached->find('\n') : std::string::npos;
+      const backends::KernelImpl* hit =
+          cut == std::string::npos ? nullptr : registry.find(cached->substr(0, cut));
+      if (hit && std::find(rivals.begin(), rivals.end(), hit) != rivals.end()) {
+        chosen = hit;
+        tactic = cached->substr(cut + 1);
+      } else if (auto won = weigh_rivals(rivals, q)) {
+        chosen = rivals[won->first];
+        tactic = std::move(won->second);
+        if (cache) cache->insert(key, chosen->id() + "\n" + *tactic);
+      }
+    }
     choice.impl = chosen->id();
     choice.precision = chosen->precision(q);
     q.precision = choice.precision;  // tactics and workspace depend on what the node computes in
-    const std::string key = cache ? timing_cache_key(chosen->id(), q, device_identity) : "";
-    std::optional<std::string> cached = cache ? cache->lookup(key) : std::nullopt;
-    if (cached) {
+    const std::string key =
+        cache && !tactic ? timing_cache_key(chosen->id(), q, device_identity) : "";
+    std::optional<std::string> cached = cache && !tactic ? cache->lookup(key) : std::nullopt;
+    if (tactic) {
+      choice.tactic = std::move(*tactic);
+    } else if (cached) {
       choice.tactic = std::move(*cached);
     } else {
       std::vector<std::string> tactics = chosen->tactics(q);  // the first is the default

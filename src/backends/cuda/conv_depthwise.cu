@@ -26,11 +26,14 @@
 // layers). The tile kernel (depthwise_nhwc_tile_kernel) stages each block's input in shared
 // memory and is the one that takes an input_activation (the SiLU of the 1x1 expansion before it,
 // applied once per element instead of a pass of its own). The builder times every tactic that
-// fits at the opt shapes.
+// fits at the opt and min shapes and weighs the fastest against cuDNN's graph convolution
+// (conv_graph.cc; select_kernels). A strip kernel with its rows unrolled measured no faster in
+// MobileNetV3-Large (H200, batch 64: 1.247 ms, 1.240 before; .gpu_models/runE1.sh).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -777,74 +780,90 @@ StatusOr<std::unique_ptr<Kernel>> make_depthwise(const KernelQuery& q) {
       new DepthwiseKernel(q.input_dtype(0), std::move(c), prepared, tactic));
 }
 
-// The tactics that fit (fitting_tactics), timed at the opt shapes on zero-filled operands (one
-// run, then the mean of five) from optimization level 1, fastest first; untimed, in
-// fitting_tactics' order.
-std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
+// The tactics that fit (fitting_tactics), each timed (one run, then the mean of five) on
+// zero-filled operands at the opt shapes and, where they differ, at the min shapes, from
+// optimization level 1; fastest at the opt shapes first. Empty where nothing was timed.
+std::vector<TimedTactic> depthwise_timed_tactics(const KernelQuery& q) {
   auto c = conv_attrs(q);
-  if (!c.ok() || !check_depthwise(q, *c).ok()) return {kPixelTactic};
+  if (!c.ok() || !check_depthwise(q, *c).ok() || q.optimization_level < 1) return {};
   const std::vector<DwTactic> fit = fitting_tactics(q, *c);
-  std::vector<std::string> order;
-  for (DwTactic t : fit) order.push_back(tactic_name(t));
+  auto geometry_at = [&](bool opt) -> std::optional<DwGeometry> {
+    auto x = opt ? q.opt_shape(q.inputs[0]) : q.min_shape(q.inputs[0]);
+    auto y = q.outputs.empty() ? std::nullopt
+             : opt             ? q.opt_shape(q.outputs[0])
+                               : q.min_shape(q.outputs[0]);
+    if (!x || !y || x->size() != 4 || y->size() != 4 || shape_numel(*y) == 0) return std::nullopt;
+    auto g = dw_geometry(q.node.describe(), *c, *x, q.inputs[1]->constant->shape(), *y);
+    return g.ok() ? std::optional<DwGeometry>(*g) : std::nullopt;
+  };
+  const std::optional<DwGeometry> opt = geometry_at(true), min = geometry_at(false);
   auto x = q.opt_shape(q.inputs[0]);
-  auto y = q.outputs.empty() ? std::nullopt : q.opt_shape(q.outputs[0]);
-  if (fit.size() < 2 || q.optimization_level < 1 || !x || !y || x->size() != 4 || y->size() != 4 ||
-      shape_numel(*y) == 0) {
-    return order;
-  }
-  auto g = dw_geometry(q.node.describe(), *c, *x, q.inputs[1]->constant->shape(), *y);
+  auto y = q.opt_shape(q.outputs[0]);
   static cudaStream_t stream = [] {
     cudaStream_t s = nullptr;
     return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
   }();
   const int sms = current_sms();
-  if (!g.ok() || !stream || !tile_grid_fits("", *g, sms).ok()) return order;
+  if (!opt || !x || !y || !stream || !tile_grid_fits("", *opt, sms).ok()) return {};
   TimingBuffers buffers;
-  const int64_t ch = int64_t(g->c8) * 8;
+  const int64_t ch = int64_t(opt->c8) * 8;
   void* px = buffers.alloc(size_t(shape_numel(*x)) * 2);
-  void* pw = buffers.alloc(size_t(ch * g->kh * g->kw) * 2);
+  void* pw = buffers.alloc(size_t(ch * opt->kh * opt->kw) * 2);
   void* py = buffers.alloc(size_t(shape_numel(*y)) * 2);
   void* pb = buffers.alloc(size_t(ch) * 4);
-  if (!px || !pw || !py || !pb) return order;
+  if (!px || !pw || !py || !pb) return {};
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     cudaGetLastError();
     if (start) cudaEventDestroy(start);
-    return order;
+    return {};
   }
   const bool half = q.input_dtype(0) == DType::kFloat16;
   const float* bias = q.inputs.size() > 2 && q.inputs[2] ? static_cast<const float*>(pb) : nullptr;
-  auto time = [&](DwTactic tactic) -> float {
+  // Milliseconds a run (the mean of five after one), or -1 where it failed.
+  auto time = [&](DwTactic tactic, const DwGeometry& g) -> double {
     auto run = [&] {
       if (half) {
-        launch<__half>(px, pw, bias, py, *g, tactic, sms, stream);
+        launch<__half>(px, pw, bias, py, g, tactic, sms, stream);
       } else {
-        launch<__nv_bfloat16>(px, pw, bias, py, *g, tactic, sms, stream);
+        launch<__nv_bfloat16>(px, pw, bias, py, g, tactic, sms, stream);
       }
     };
     run();
     cudaEventRecord(start, stream);
     for (int i = 0; i < 5; ++i) run();
     cudaEventRecord(stop, stream);
-    float ms = -1;
-    if (cudaEventSynchronize(stop) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)
-      ms = -1;
+    float ms = 0;
+    const bool timed = cudaEventSynchronize(stop) == cudaSuccess &&
+                       cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
     cudaGetLastError();
-    return ms;
+    return timed ? double(ms) / 5 : -1.0;
   };
-  std::vector<std::pair<float, size_t>> timed;
-  for (size_t i = 0; i < fit.size(); ++i) timed.emplace_back(time(fit[i]), i);
+  const bool at_min = min && min->n < opt->n && tile_grid_fits("", *min, sms).ok();
+  std::vector<TimedTactic> timed;
+  bool failed = false;
+  for (DwTactic t : fit) {
+    TimedTactic tt{tactic_name(t), time(t, *opt), at_min ? time(t, *min) : -1.0};
+    failed = failed || tt.opt_ms < 0 || (at_min && tt.min_ms < 0);
+    timed.push_back(std::move(tt));
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  for (const auto& [ms, i] : timed) {
-    if (ms < 0) return order;
-  }
+  if (failed) return {};
   std::stable_sort(timed.begin(), timed.end(),
-                   [](const auto& l, const auto& r) { return l.first < r.first; });
-  std::vector<std::string> fastest;
-  for (const auto& [ms, i] : timed) fastest.push_back(order[i]);
-  return fastest;
+                   [](const auto& l, const auto& r) { return l.opt_ms < r.opt_ms; });
+  return timed;
+}
+
+// depthwise_timed_tactics' order; untimed, fitting_tactics' order.
+std::vector<std::string> depthwise_tactics(const KernelQuery& q) {
+  std::vector<std::string> order;
+  for (const TimedTactic& t : depthwise_timed_tactics(q)) order.push_back(t.tactic);
+  if (!order.empty()) return order;
+  auto c = conv_attrs(q);
+  if (!c.ok() || !check_depthwise(q, *c).ok()) return {kPixelTactic};
+  for (DwTactic t : fitting_tactics(q, *c)) order.push_back(tactic_name(t));
+  return order;
 }
 
 StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuery& q) {
@@ -875,10 +894,13 @@ StatusOr<std::shared_ptr<const PreparedNode>> prepare_depthwise(const KernelQuer
 
 }  // namespace
 
-// Registered before cuDNN's convolutions, so the builder takes it for the convolutions it accepts.
+// Registered before cuDNN's convolutions: where cuDNN's graph API runs the node too, the builder
+// weighs both implementations' timed tactics (select_kernels); else it takes this one.
 void register_conv_depthwise(Registry& r) {
   r.add(OpKind::kFusedConv, &make_depthwise,
-        {.prepare = &prepare_depthwise, .tactics = &depthwise_tactics});
+        {.prepare = &prepare_depthwise,
+         .tactics = &depthwise_tactics,
+         .timed_tactics = &depthwise_timed_tactics});
 }
 
 }  // namespace kiln::backends::cuda

@@ -22,12 +22,22 @@
 // first run at a new batch: about 3 s), as the builder did. cuDNN's dynamic-shape mode, which
 // would compile once for every shape, offered slower kernels (sm80 ones where static shapes got
 // sm90 ones: 5.76 ms at a budget of 3). Unfused forms and precompiled engines never compile.
+// Depthwise convolutions (group = C = K) run here too, W as [C, R, S, 1]: conv_depthwise.cu's
+// kernels come first in the registry and both report their timed tactics, so the builder takes the
+// faster (select_kernels). EfficientNetV2-S FP16 at batch 32 on an H200: its 30 depthwise layers
+// 1,502 -> 989 us a run on the runtime-fusion engine with the SiLU fused, the engine 5.02 -> 4.52
+// ms (.gpu_models/runE3.sh, runE4.sh). The legacy API's depthwise choice (implicit_precomp_gemm)
+// took 1,438 us there and lost at batch 1 (1.82 ms against 1.26). Other grouped convolutions stay
+// on the legacy API.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "backends/cuda/conv_attrs.h"
 #include "backends/cuda/cudnn_fe.h"
@@ -53,6 +63,7 @@ constexpr int64_t kJitPlans = 12, kJitPlansLevel4 = 32;
 // One convolution problem in cuDNN's NCHW-ordered dims (the strides say channels last).
 struct Geometry {
   int64_t n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
+  int64_t cg = 0;  // input channels a group (W's last axis): c / groups
   std::array<int64_t, 2> pre{0, 0}, post{0, 0}, stride{1, 1}, dilation{1, 1};
 };
 
@@ -73,9 +84,9 @@ StatusOr<Geometry> geometry(const ConvAttrs& c, std::span<const int64_t> x,
     return invalid_argument(who + ": X, W and Y must be rank 4");
   Geometry g;
   g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  g.k = w[0], g.r = w[1], g.s = w[2];
+  g.k = w[0], g.r = w[1], g.s = w[2], g.cg = w[3];
   g.p = y[1], g.q = y[2];
-  if (w[3] != g.c || y[0] != g.n || y[3] != g.k) {
+  if (g.cg < 1 || g.c % g.cg != 0 || g.k % (g.c / g.cg) != 0 || y[0] != g.n || y[3] != g.k) {
     return invalid_argument(who + ": X " + shape_to_string(x) + ", W " + shape_to_string(w) +
                             " and Y " + shape_to_string(y) + " are no channels-last convolution");
   }
@@ -234,8 +245,8 @@ StatusOr<std::shared_ptr<fe::graph::Graph>> operation_graph(const Geometry& g, D
   auto w = graph->tensor(fe::graph::Tensor_attributes()
                              .set_name("W")
                              .set_uid(kUidW)
-                             .set_dim({g.k, g.c, g.r, g.s})
-                             .set_stride({g.r * g.s * g.c, 1, g.s * g.c, g.c}));
+                             .set_dim({g.k, g.cg, g.r, g.s})
+                             .set_stride({g.r * g.s * g.cg, 1, g.s * g.cg, g.cg}));
   auto options = fe::graph::Conv_fprop_attributes()
                      .set_pre_padding({g.pre[0], g.pre[1]})
                      .set_post_padding({g.post[0], g.post[1]})
@@ -435,6 +446,19 @@ class GraphConvKernel final : public CudaKernel {
   std::vector<Shape> order_;
 };
 
+// Whether X [N, H, W, C] and W [K, R, S, C/group] are a depthwise convolution's: C = K = group.
+bool depthwise_shapes(const KernelQuery& q, int64_t group) {
+  const ir::Value* x = q.inputs.empty() ? nullptr : q.inputs[0];
+  const ir::Value* w = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
+  if (!x || !x->shape || x->shape->size() != 4 || !w || !w->shape || w->shape->size() != 4)
+    return false;
+  const ir::Dim& c = (*x->shape)[3];
+  const ir::Dim& k = (*w->shape)[0];
+  const ir::Dim& per_group = (*w->shape)[3];
+  return c.is_const() && k.is_const() && per_group.is_const() && c.value() == group &&
+         k.value() == group && per_group.value() == 1;
+}
+
 Status check_graph_conv(const KernelQuery& q, const ConvAttrs& c) {
   const std::string who = q.node.describe() + ": cuda.cudnn_graph.FusedConv";
   if (q.node.op_type != "FusedConv" || !c.nhwc)
@@ -448,8 +472,12 @@ Status check_graph_conv(const KernelQuery& q, const ConvAttrs& c) {
       return unsupported(who + " takes one dtype for X, W, B and Z");
   }
   if (q.output_dtype(0) != t) return unsupported(who + " takes one dtype; Y differs from X");
-  // Grouped and depthwise convolutions stay on the legacy API, whose depthwise engines are fast.
-  if (c.group != 1) return unsupported(who + " runs ungrouped convolutions");
+  // Of the grouped convolutions, depthwise ones (one filter per channel): conv_depthwise.cu's
+  // kernels run them too and the builder times both (select_kernels). Other grouped convolutions
+  // stay on the legacy API.
+  if (c.group != 1 && !depthwise_shapes(q, c.group)) {
+    return unsupported(who + " runs ungrouped and depthwise convolutions");
+  }
   if (c.auto_pad != "NOTSET" && c.auto_pad != "VALID" && c.auto_pad != "SAME_UPPER" &&
       c.auto_pad != "SAME_LOWER") {
     return invalid_argument(q.node.describe() + ": unknown auto_pad '" + c.auto_pad + "'");
@@ -487,11 +515,14 @@ StatusOr<std::unique_ptr<Kernel>> make_graph_conv(const KernelQuery& q) {
 // once, then is timed over five runs on zero-filled operands; an unfused plan's time includes the
 // conv_epilogue pass it needs. Unmeasured (optimization level 0, or no memory for the operands):
 // the fused graph's heuristic order, then the unfused one's. At most `budget` plans per graph run.
-std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttrs& attrs,
-                                      bool has_bias, bool has_z, int level, cudnnHandle_t handle,
-                                      cudaStream_t stream, const std::string& who) {
+// Each with its milliseconds a run (negative where unmeasured).
+std::vector<std::pair<std::string, double>> rank_configs(const Geometry& g, DType t,
+                                                         const ConvAttrs& attrs, bool has_bias,
+                                                         bool has_z, int level,
+                                                         cudnnHandle_t handle, cudaStream_t stream,
+                                                         const std::string& who) {
   const bool has_epilogue = has_bias || has_z || attrs.act != ConvActivation::kNone;
-  const int64_t x_numel = g.n * g.h * g.w * g.c, w_numel = g.k * g.r * g.s * g.c,
+  const int64_t x_numel = g.n * g.h * g.w * g.c, w_numel = g.k * g.r * g.s * g.cg,
                 y_numel = g.n * g.p * g.q * g.k;
   TimingBuffers buffers;
   const size_t es = dtype_size(t);
@@ -538,7 +569,7 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
     });
   }
   std::vector<std::pair<double, std::string>> timed;
-  std::vector<std::string> order;
+  std::vector<std::pair<std::string, double>> order;
   // One form's configurations: precompiled ones, or (jit) the run-time compiled ones.
   auto try_form = [&](bool fused, bool jit) {
     const Fusion fusion{.on = fused,
@@ -570,7 +601,7 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
         continue;
       }
       if (!measure) {
-        order.push_back(config);
+        order.emplace_back(config, -1.0);
         continue;
       }
       const double ms =
@@ -587,18 +618,20 @@ std::vector<std::string> rank_configs(const Geometry& g, DType t, const ConvAttr
   cudaEventDestroy(stop);
   std::stable_sort(timed.begin(), timed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [ms, config] : timed) order.push_back(config);
-  std::vector<std::string> out;
-  for (const auto& config : order) {
-    if (std::find(out.begin(), out.end(), config) == out.end()) out.push_back(config);
+  for (const auto& [ms, config] : timed) order.emplace_back(config, ms);
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& entry : order) {
+    if (std::none_of(out.begin(), out.end(), [&](const auto& o) { return o.first == entry.first; }))
+      out.push_back(entry);
   }
   return out;
 }
 
 // rank_configs at the opt shapes, each with " | below=N <config>" where the profile's min batch is
 // smaller (N the geometric mean of the min and opt batches, the config the fastest at the min
-// shapes), then "heuristic", alone where there is no GPU or no answer.
-std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
+// shapes), with its times: the config's at the opt shapes, the below config's at the min shapes.
+// Empty where there is no GPU or no answer.
+std::vector<TimedTactic> graph_conv_ranked(const KernelQuery& q) {
   const ir::Value* xv = q.inputs.empty() ? nullptr : q.inputs[0];
   const ir::Value* wv = q.inputs.size() > 1 ? q.inputs[1] : nullptr;
   const ir::Value* yv = q.outputs.empty() ? nullptr : q.outputs[0];
@@ -614,7 +647,7 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
     auto g = geometry(*attrs, *x, *w, *y, who);
     return g.ok() ? std::optional<Geometry>(*g) : std::nullopt;
   };
-  std::vector<std::string> out;
+  std::vector<TimedTactic> out;
   auto opt = geometry_at(true);
   static cudnnHandle_t handle = [] {
     cudnnHandle_t h = nullptr;
@@ -624,22 +657,41 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
     cudaStream_t s = nullptr;
     return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
   }();
-  if (opt && handle && stream && cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS) {
-    const DType t = q.input_dtype(0);
-    const bool has_bias = q.inputs.size() > 2 && q.inputs[2];
-    const bool has_z = q.inputs.size() > 3 && q.inputs[3];
-    out = rank_configs(*opt, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
-    auto min = geometry_at(false);
-    if (!out.empty() && min && min->n < opt->n && q.optimization_level > 0) {
-      auto small =
-          rank_configs(*min, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
-      if (!small.empty()) {
-        const auto below = int64_t(std::ceil(std::sqrt(double(min->n) * double(opt->n))));
-        for (std::string& config : out)
-          config += kBelow + std::to_string(below) + " " + small.front();
+  if (!opt || !handle || !stream || cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS)
+    return out;
+  const DType t = q.input_dtype(0);
+  const bool has_bias = q.inputs.size() > 2 && q.inputs[2];
+  const bool has_z = q.inputs.size() > 3 && q.inputs[3];
+  for (auto& [config, ms] :
+       rank_configs(*opt, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who)) {
+    out.push_back({std::move(config), ms, -1.0});
+  }
+  auto min = geometry_at(false);
+  if (!out.empty() && min && min->n < opt->n && q.optimization_level > 0) {
+    auto small =
+        rank_configs(*min, t, *attrs, has_bias, has_z, q.optimization_level, handle, stream, who);
+    if (!small.empty()) {
+      const auto below = int64_t(std::ceil(std::sqrt(double(min->n) * double(opt->n))));
+      for (TimedTactic& tt : out) {
+        tt.tactic += kBelow + std::to_string(below) + " " + small.front().first;
+        tt.min_ms = small.front().second;
       }
     }
   }
+  return out;
+}
+
+// The measured part of graph_conv_ranked (KernelImpl::timed_tactics).
+std::vector<TimedTactic> graph_conv_timed_tactics(const KernelQuery& q) {
+  std::vector<TimedTactic> out = graph_conv_ranked(q);
+  if (out.empty() || out.front().opt_ms < 0) return {};
+  return out;
+}
+
+// graph_conv_ranked's tactics, then "heuristic" (alone where there is no GPU or no answer).
+std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
+  std::vector<std::string> out;
+  for (TimedTactic& tt : graph_conv_ranked(q)) out.push_back(std::move(tt.tactic));
   out.push_back("heuristic");
   return out;
 }
@@ -649,7 +701,9 @@ std::vector<std::string> graph_conv_tactics(const KernelQuery& q) {
 // Registered after the 1x1 GEMM and before the legacy cuDNN convolution (register_kernels' order).
 void register_conv_graph(Registry& r) {
   r.add(OpKind::kFusedConv, &make_graph_conv,
-        {.library = "cudnn_graph", .tactics = &graph_conv_tactics});
+        {.library = "cudnn_graph",
+         .tactics = &graph_conv_tactics,
+         .timed_tactics = &graph_conv_timed_tactics});
 }
 
 }  // namespace kiln::backends::cuda

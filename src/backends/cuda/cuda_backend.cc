@@ -117,6 +117,9 @@ class CudaImpl final : public KernelImpl {
   std::vector<std::string> tactics(const KernelQuery& q) const override {
     return entry_.info.tactics ? entry_.info.tactics(q) : std::vector<std::string>{""};
   }
+  std::vector<TimedTactic> timed_tactics(const KernelQuery& q) const override {
+    return entry_.info.timed_tactics ? entry_.info.timed_tactics(q) : std::vector<TimedTactic>{};
+  }
   StatusOr<std::unique_ptr<Kernel>> instantiate(
       const KernelQuery& q, std::shared_ptr<const PreparedNode>) const override {
     return entry_.factory(q);

@@ -150,6 +150,8 @@ using Prepare = StatusOr<std::shared_ptr<const PreparedNode>> (*)(const KernelQu
 using Workspace = ir::Dim (*)(const KernelQuery& q);
 // The tactics, ranked at the opt shapes, the default first (KernelImpl::tactics).
 using Tactics = std::vector<std::string> (*)(const KernelQuery& q);
+// The tactics with their measured times (KernelImpl::timed_tactics).
+using TimedTactics = std::vector<TimedTactic> (*)(const KernelQuery& q);
 // KernelImpl::declines for a node the factory accepts.
 using Declines = Status (*)(const KernelQuery& q);
 
@@ -196,8 +198,9 @@ struct ImplInfo {
   Prepare prepare = nullptr;       // once-per-engine state, when the kernel has any
   Workspace workspace = nullptr;   // scratch per execute, when the kernel needs any
   Tactics tactics = nullptr;       // algorithm choices, when the library offers several
-  Declines declines = nullptr;     // KernelImpl::declines, when it ever declines
-  int in_place_input = -1;         // KernelImpl::in_place_input
+  TimedTactics timed_tactics = nullptr;  // the same with their times, where weighed against rivals
+  Declines declines = nullptr;           // KernelImpl::declines, when it ever declines
+  int in_place_input = -1;               // KernelImpl::in_place_input
 };
 
 // What the family files fill; register_kernels() turns every entry into an implementation
