@@ -797,19 +797,19 @@ std::vector<TimedTactic> depthwise_timed_tactics(const KernelQuery& q) {
     return g.ok() ? std::optional<DwGeometry>(*g) : std::nullopt;
   };
   const std::optional<DwGeometry> opt = geometry_at(true), min = geometry_at(false);
-  auto x = q.opt_shape(q.inputs[0]);
-  auto y = q.opt_shape(q.outputs[0]);
   static cudaStream_t stream = [] {
     cudaStream_t s = nullptr;
     return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? s : nullptr;
   }();
   const int sms = current_sms();
-  if (!opt || !x || !y || !stream || !tile_grid_fits("", *opt, sms).ok()) return {};
+  if (!opt || !stream || !tile_grid_fits("", *opt, sms).ok()) return {};
+  // The opt shapes exist where `opt` does (geometry_at checked them).
+  const Shape x = *q.opt_shape(q.inputs[0]), y = *q.opt_shape(q.outputs[0]);
   TimingBuffers buffers;
   const int64_t ch = int64_t(opt->c8) * 8;
-  void* px = buffers.alloc(size_t(shape_numel(*x)) * 2);
+  void* px = buffers.alloc(size_t(shape_numel(x)) * 2);
   void* pw = buffers.alloc(size_t(ch * opt->kh * opt->kw) * 2);
-  void* py = buffers.alloc(size_t(shape_numel(*y)) * 2);
+  void* py = buffers.alloc(size_t(shape_numel(y)) * 2);
   void* pb = buffers.alloc(size_t(ch) * 4);
   if (!px || !pw || !py || !pb) return {};
   cudaEvent_t start = nullptr, stop = nullptr;
