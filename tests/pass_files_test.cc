@@ -43,6 +43,7 @@ const std::map<std::string, GraphPass>& passes() {
       {"fold_batch_norm", builder::fold_batch_norm},
       {"fuse_attention", builder::fuse_attention},
       {"fuse_bias_softmax", builder::fuse_bias_softmax},
+      {"fuse_relayout", builder::fuse_relayout},
       {"pack_attention", builder::pack_attention},
       {"fuse_matmul_bias", builder::fuse_matmul_bias},
       {"fuse_norm", builder::fuse_norm},

@@ -44,6 +44,7 @@ StatusOr<plan::Plan> build_plan(const ir::Graph& graph, uint64_t model_hash,
       {"gather_views", gather_views, kCuda},          // copying view chains -> one Gather
       {"assign_precision", assign_precision, kCuda},  // --fp16/--bf16: reduced activations
       {"assign_layout", assign_layout, kAll},         // conv stacks in NHWC (CUDA: FP16/BF16 ones)
+      {"fuse_relayout", fuse_relayout, kCuda},  // Cast + Transpose + Pad of an input -> one pass
       // sink_conv_activation (a FusedConv's activation -> the depthwise FusedConv it feeds, applied
       // as that loads X) is not run: the depthwise tile kernel it needs measured slower than the
       // epilogue pass it saves (see the pass's file).

@@ -2,6 +2,7 @@
 // defined as the ONNX subgraph it replaces, and its CPU reference (backends/cpu/kiln_ops.cc) runs
 // that subgraph's kernels, so a fusion is always checked against the unfused oracle.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,54 @@ Status infer_bias_softmax(InferContext& ctx) {
         bd, xd, "B's dim " + std::to_string(d) + " (1 or X's, B broadcasting to X)"));
   }
   ctx.set_output(0, t, x);
+  return ok_status();
+}
+
+// kiln::Relayout(X) {perm, to, pad_last=0}: Pad(Transpose(Cast(X, to), perm), zeros after the
+// last axis's end) in one pass over memory: an image input going channels last, converted to the
+// engine's float16 or bfloat16 and padded to the channel count cuDNN's tensor-core kernels take
+// (assign_layout's Transpose and Pad of the stem's X after assign_precision's Cast; fuse_relayout
+// makes it). perm is a permutation of X's axes as Transpose's; to an ONNX dtype as Cast's (the
+// conversion is Cast's, exact where the target holds the value); pad_last >= 0 zero elements
+// appended to each row of Y's last axis. Y: X's dims permuted, the last grown by pad_last.
+Status infer_relayout(InferContext& ctx) {
+  for (const auto& [name, attr] : ctx.attrs().all()) {
+    if (name != "perm" && name != "to" && name != "pad_last") {
+      return ctx.error(StatusCode::kInvalidModel, "unknown attribute '" + name + "'");
+    }
+  }
+  const auto& in = ctx.input_shape(0);
+  const int r = int(in.size());
+  if (r == 0) return ctx.error(StatusCode::kInvalidModel, "X must have at least one dim");
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, ctx.attrs().get_ints("perm", std::nullopt));
+  if (int(perm.size()) != r) {
+    return ctx.error(StatusCode::kInvalidModel, "perm has " + std::to_string(perm.size()) +
+                                                    " entries for X of rank " + std::to_string(r));
+  }
+  std::vector<bool> seen(size_t(r), false);
+  std::vector<Dim> out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= r || seen[size_t(p)]) {
+      return ctx.error(StatusCode::kInvalidModel,
+                       "perm is not a permutation of 0.." + std::to_string(r - 1));
+    }
+    seen[size_t(p)] = true;
+    out.push_back(in[size_t(p)]);
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t to, ctx.attrs().get_int("to", std::nullopt));
+  const DType dt =
+      to < INT32_MIN || to > INT32_MAX ? DType::kUndefined : dtype_from_onnx(int32_t(to));
+  if (dt == DType::kUndefined) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "attribute to " + std::to_string(to) + " is not a dtype kiln holds");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t pad, ctx.attrs().get_int("pad_last", 0));
+  if (pad < 0 || pad > (int64_t(1) << 30)) {
+    return ctx.error(StatusCode::kInvalidModel,
+                     "pad_last " + std::to_string(pad) + " is outside [0, 2^30]");
+  }
+  out.back() = out.back() + Dim(pad);
+  ctx.set_output(0, dt, out);
   return ok_status();
 }
 
@@ -730,6 +779,9 @@ void register_kiln_ops(OpRegistry& r) {
   // assign_precision's accumulates_in_float).
   r.add(OpSchema{OpKind::kBiasSoftmax, 2, 2, 1, 1, &infer_bias_softmax,
                  OpTraits{.precision = PrecisionClass::kFloat32, .inputs_required = true}});
+  // Made after precision assignment: converts to the dtype it names, whatever X holds.
+  r.add(OpSchema{OpKind::kRelayout, 1, 1, 1, 1, &infer_relayout,
+                 OpTraits{.precision = PrecisionClass::kNative, .inputs_required = true}});
 }
 
 }  // namespace kiln::ops

@@ -48,5 +48,5 @@
 // backends/cpu/kiln_ops.cc.
 #define KILN_INTERNAL_OPS(X)                                                                    \
   X(MatMulBias) X(FusedConv) X(Pool) X(Elementwise) X(PackedAttention) X(SqueezeExcite)         \
-  X(SelectBranch) X(LoopBegin) X(LoopEnd) X(BiasSoftmax)
+  X(SelectBranch) X(LoopBegin) X(LoopEnd) X(BiasSoftmax) X(Relayout)
 // clang-format on

@@ -28,7 +28,7 @@ using ops::OpKind;
 // The family kernels the fused ops are made of, looked up once.
 struct Parts {
   KernelFn matmul = nullptr, add = nullptr, relu = nullptr, gelu = nullptr, transpose = nullptr;
-  KernelFn max_pool = nullptr, average_pool = nullptr;
+  KernelFn max_pool = nullptr, average_pool = nullptr, cast = nullptr;
 };
 
 const Parts& parts() {
@@ -41,9 +41,9 @@ const Parts& parts() {
     auto fn = [&](OpKind k) {
       return size_t(k) < r.entries().size() ? r.entries()[size_t(k)].fn : nullptr;
     };
-    return Parts{fn(OpKind::kMatMul),     fn(OpKind::kAdd),       fn(OpKind::kRelu),
-                 fn(OpKind::kGelu),       fn(OpKind::kTranspose), fn(OpKind::kMaxPool),
-                 fn(OpKind::kAveragePool)};
+    return Parts{fn(OpKind::kMatMul),      fn(OpKind::kAdd),       fn(OpKind::kRelu),
+                 fn(OpKind::kGelu),        fn(OpKind::kTranspose), fn(OpKind::kMaxPool),
+                 fn(OpKind::kAveragePool), fn(OpKind::kCast)};
   }();
   return p;
 }
@@ -443,6 +443,64 @@ StatusOr<std::unique_ptr<Kernel>> create_pool(const KernelQuery& q) {
   return std::unique_ptr<Kernel>(new PoolKernel(pool, std::move(attrs)));
 }
 
+// kiln::Relayout: Cast's reference into a scratch of X's shape, Transpose's into one of Y's
+// unpadded shape, then each row copied into Y with pad_last zero elements after it.
+class RelayoutKernel final : public Kernel {
+ public:
+  RelayoutKernel(std::vector<int64_t> perm, int64_t pad)
+      : perm_(std::move(perm)), attrs_(perm_attrs(perm_)), pad_(pad) {}
+  std::string name() const override { return "cpu.Relayout"; }
+  Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    static const ir::Attributes kNone;
+    if (in.size() != 1 || out.size() != 1) return invalid_argument("Relayout: needs X and Y");
+    const TensorView& x = in[0];
+    const TensorView& y = out[0];
+    const int r = x.rank();
+    if (y.rank() != r || int(perm_.size()) != r) {
+      return invalid_argument("Relayout: X and Y differ in rank from perm");
+    }
+    std::vector<int64_t> tshape(static_cast<size_t>(r));
+    for (int d = 0; d < r; ++d) tshape[size_t(d)] = x.shape[size_t(perm_[size_t(d)])];
+    const int64_t w = tshape.back(), yw = y.shape.back();
+    for (int d = 0; d < r; ++d) {
+      if (tshape[size_t(d)] + (d == r - 1 ? pad_ : 0) != y.shape[size_t(d)]) {
+        return invalid_argument("Relayout: Y's shape is not X's permuted and padded");
+      }
+    }
+    const size_t es = dtype_size(y.dtype);
+    const size_t bytes = size_t(x.numel()) * es;
+    if (cast_.size() < bytes) cast_.resize(bytes);
+    if (moved_.size() < bytes) moved_.resize(bytes);
+    const TensorView c{cast_.data(), y.dtype, x.shape};
+    const TensorView t{moved_.data(), y.dtype, tshape};
+    KILN_RETURN_IF_ERROR(parts().cast(KernelArgs{kNone, in, {&c, 1}}));
+    KILN_RETURN_IF_ERROR(parts().transpose(KernelArgs{attrs_, {&c, 1}, {&t, 1}}));
+    const int64_t rows = yw == 0 ? 0 : y.numel() / yw;
+    auto* dst = static_cast<std::byte*>(y.data);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(dst + size_t(i * yw) * es, moved_.data() + size_t(i * w) * es, size_t(w) * es);
+      std::memset(dst + size_t(i * yw + w) * es, 0, size_t(pad_) * es);
+    }
+    return ok_status();
+  }
+
+ private:
+  std::vector<int64_t> perm_;
+  ir::Attributes attrs_;  // Transpose's: perm
+  int64_t pad_;
+  std::vector<std::byte> cast_, moved_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> create_relayout(const KernelQuery& q) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, q.node.attrs.get_ints("perm", std::nullopt));
+  KILN_ASSIGN_OR_RETURN(int64_t pad, q.node.attrs.get_int("pad_last", 0));
+  if (pad < 0) return invalid_argument(q.node.describe() + ": pad_last is negative");
+  if (!parts().cast || !parts().transpose) {
+    return internal_error("Relayout: a CPU kernel it is made of is not registered");
+  }
+  return std::unique_ptr<Kernel>(new RelayoutKernel(std::move(perm), pad));
+}
+
 // kiln::Elementwise: float32 programs through run_float32_program (a chunk at a time, each
 // instruction with its op's reference arithmetic); any other program runs each instruction's
 // reference kernel into a tensor of its own dtype and broadcast shape, so the fused node rounds
@@ -738,6 +796,7 @@ void register_kiln_kernels(KernelRegistry& r) {
   r.add_factory(OpKind::kElementwise, &create_elementwise);
   r.add(OpKind::kPackedAttention, &packed_attention_kernel);
   r.add_factory(OpKind::kSqueezeExcite, &create_squeeze_excite);
+  r.add_factory(OpKind::kRelayout, &create_relayout);
 }
 
 }  // namespace kiln::backends::cpu

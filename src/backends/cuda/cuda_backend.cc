@@ -531,6 +531,7 @@ void register_kernels(::kiln::backends::KernelRegistry& registry) {
   register_conv(families);
   register_norm(families);
   register_bias_softmax(families);
+  register_relayout(families);
   register_data(families);
   register_resize(families);
   register_pool(families);

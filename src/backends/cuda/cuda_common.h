@@ -226,6 +226,7 @@ void register_conv_graph(Registry& r);         // channels-last FusedConv on cuD
 void register_conv(Registry& r);
 void register_norm(Registry& r);
 void register_bias_softmax(Registry& r);  // kiln::BiasSoftmax (bias_softmax.cu)
+void register_relayout(Registry& r);      // kiln::Relayout (relayout.cu)
 void register_data(Registry& r);          // Transpose, Concat, Slice, Gather, ...
 void register_pool(Registry& r);          // MaxPool, AveragePool, LpPool, kiln::Pool, global pools
 void register_squeeze_excite(Registry& r);  // kiln::SqueezeExcite (squeeze_excite.cu)
